@@ -1,0 +1,113 @@
+// Starts real `cohort head` / `cohort agent` processes for benchmarks (no gtest), and
+// kills them on destruction.
+#pragma once
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/http.h"
+#include "common/subprocess.h"
+
+namespace cohort::bench {
+
+#ifndef COHORT_BINARY
+#error "COHORT_BINARY must name the cohort executable"
+#endif
+
+class BenchCluster {
+ public:
+  BenchCluster() {
+    char tmpl[] = "/tmp/cohort-bench-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  ~BenchCluster() {
+    for (auto& p : procs_) {
+      p.Signal(SIGKILL);
+      (void)p.Wait();
+    }
+  }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& url() const { return url_; }
+  int head_pid() const { return head_pid_; }
+
+  // Starts the head with `extra` flags; exits the benchmark on failure.
+  void StartHead(std::vector<std::string> extra = {}) {
+    std::string port_file = dir_ + "/head.port";
+    SpawnOptions o;
+    o.argv = {COHORT_BINARY, "head", "--port", "0", "--state-dir", dir_ + "/head", "--port-file", port_file,
+              "--log-level", "warn"};
+    o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+    o.stdout_path = dir_ + "/head.log";
+    o.parent_death_signal = SIGKILL;
+    auto p = Subprocess::Spawn(o);
+    if (!p) Die("cannot start head: " + p.error().message);
+    head_pid_ = p->pid();
+    procs_.push_back(std::move(*p));
+    int port = 0;
+    for (int i = 0; i < 1000 && port == 0; ++i) {
+      std::ifstream in(port_file);
+      if (!(in >> port)) port = 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (port == 0) Die("head did not start; see " + dir_ + "/head.log");
+    url_ = "http://127.0.0.1:" + std::to_string(port);
+  }
+
+  void StartAgent(const std::string& name, int gpus) {
+    SpawnOptions o;
+    o.argv = {COHORT_BINARY, "agent", "--head", url_, "--name", name, "--address", "127.0.0.1",
+              "--simulated-gpus", std::to_string(gpus), "--cpus", "64", "--work-dir", dir_ + "/" + name,
+              "--log-level", "warn"};
+    o.stdout_path = dir_ + "/" + name + ".log";
+    o.parent_death_signal = SIGKILL;
+    auto p = Subprocess::Spawn(o);
+    if (!p) Die("cannot start agent: " + p.error().message);
+    procs_.push_back(std::move(*p));
+  }
+
+  void WaitForNodes(size_t n) {
+    HttpClient c(url_);
+    for (int i = 0; i < 2000; ++i) {
+      if (auto r = c.Get("/v1/nodes"); r && (*r)["nodes"].size() == n) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    Die("agents did not register");
+  }
+
+  [[noreturn]] static void Die(const std::string& msg) {
+    std::fprintf(stderr, "bench: %s\n", msg.c_str());
+    std::exit(1);
+  }
+
+ private:
+  std::string dir_;
+  std::string url_;
+  int head_pid_ = 0;
+  std::vector<Subprocess> procs_;
+};
+
+// Resident set size of a process in bytes (VmRSS), 0 if unknown.
+inline int64_t RssBytes(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "VmRSS:") {
+      int64_t kb = 0;
+      in >> kb;
+      return kb * 1024;
+    }
+    std::string rest;
+    std::getline(in, rest);
+  }
+  return 0;
+}
+
+}  // namespace cohort::bench

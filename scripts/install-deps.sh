@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs Cohort's build and test dependencies from Debian's packages. Idempotent: a
+# machine that already has everything runs no apt-get at all.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
+  nlohmann-json3-dev libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  procps iproute2 curl python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,326 @@
+#include "agent/agent.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+
+#include "agent/executor.h"
+#include "agent/gpu/gpu.h"
+#include "agent/net.h"
+#include "common/log.h"
+#include "common/signals.h"
+
+namespace cohort::agent {
+
+namespace fs = std::filesystem;
+
+static const char* kVersion = "0.1.0";
+
+namespace {
+
+std::string RandomToken() {
+  std::random_device rd;
+  std::mt19937_64 rng((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(NowUnixMs()) ^ uint64_t(getpid()));
+  return fmt::format("{:016x}", rng());
+}
+
+TaskKey KeyOf(api::JobId job, int attempt, int rank) { return TaskKey{job, attempt, rank}; }
+
+Result<int64_t> QueryInt(const httplib::Request& req, const char* name, int64_t min, int64_t max) {
+  if (!req.has_param(name)) return Errorf(ErrorCode::kInvalidArgument, "{} is required", name);
+  std::string s = req.get_param_value(name);
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < min || v > max) {
+    return Errorf(ErrorCode::kInvalidArgument, "{}: must be an integer from {} to {}, got '{}'", name, min, max, s);
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
+  auto head = COHORT_TRY(ParseHttpUrl(config.head_url));
+  if (config.name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    config.name = host;
+  }
+  if (config.address.empty()) config.address = COHORT_TRY(LocalAddressToward(head.host, head.port));
+  if (config.listen_host.empty()) config.listen_host = config.address;
+  if (config.cpus <= 0) config.cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (config.work_dir.empty()) {
+    const char* home = std::getenv("HOME");
+    config.work_dir = fmt::format("{}/.cohort/agent-{}", home ? home : "/tmp", config.name);
+  }
+  std::error_code ec;
+  fs::create_directories(config.work_dir, ec);
+  if (ec) return Errorf(ErrorCode::kInvalidArgument, "cannot create work directory {}: {}", config.work_dir, ec.message());
+  config.work_dir = fs::absolute(config.work_dir).string();
+
+  std::vector<GpuInfo> gpus;
+  if (config.simulated_gpus >= 0) {
+    gpus = SimulatedGpus(config.simulated_gpus, config.name);
+  } else if (auto found = DiscoverNvmlGpus(); found) {
+    gpus = std::move(*found);
+  } else {
+    LOG_WARN("no NVIDIA GPUs: {}; this node offers CPUs only (use --simulated-gpus N to simulate GPUs)",
+             found.error().message);
+  }
+
+  std::unique_ptr<Agent> a(new Agent());
+  a->config_ = config;
+  a->head_ = std::make_unique<HttpClient>(config.head_url, Millis(2000));
+  a->server_ = std::make_unique<httplib::Server>();
+  auto& srv = *a->server_;
+  srv.new_task_queue = [] { return new httplib::ThreadPool(4); };
+  Agent* self = a.get();
+  srv.Post("/v1/wake", [self](const httplib::Request&, httplib::Response& res) {
+    self->Wake();
+    SendJson(res, json{{"ok", true}});
+  });
+  srv.Get("/v1/health", [self](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, json{{"status", "ok"}, {"node", self->config_.name}, {"version", kVersion}});
+  });
+  srv.Get("/v1/logs", [self](const httplib::Request& req, httplib::Response& res) {
+    auto job = QueryInt(req, "job", 1, INT64_MAX);
+    auto attempt = QueryInt(req, "attempt", 0, INT32_MAX);
+    auto rank = QueryInt(req, "rank", 0, INT32_MAX);
+    auto offset = QueryInt(req, "offset", 0, INT64_MAX);
+    auto limit = QueryInt(req, "limit", 1, 16 << 20);
+    for (auto* r : {&job, &attempt, &rank, &offset, &limit}) {
+      if (!*r) return SendError(res, r->error());
+    }
+    if (!self->executor_) return SendError(res, Error{ErrorCode::kNotFound, "this agent has run no tasks"});
+    auto chunk = self->executor_->ReadLog(KeyOf(*job, static_cast<int>(*attempt), static_cast<int>(*rank)),
+                                          *offset, *limit);
+    if (!chunk) return SendError(res, chunk.error());
+    res.set_header("X-Cohort-Next-Offset", std::to_string(chunk->next_offset));
+    res.set_header("X-Cohort-Size", std::to_string(chunk->size));
+    res.set_header("X-Cohort-Done", chunk->done ? "1" : "0");
+    res.set_content(std::move(chunk->data), "application/octet-stream");
+  });
+  int port = config.port == 0 ? srv.bind_to_any_port(config.listen_host)
+                              : (srv.bind_to_port(config.listen_host, config.port) ? config.port : -1);
+  if (port <= 0) {
+    return Errorf(ErrorCode::kUnavailable, "agent cannot listen on {}:{}", config.listen_host, config.port);
+  }
+  a->url_ = fmt::format("http://{}:{}", config.address, port);
+
+  a->registration_.name = config.name;
+  a->registration_.address = config.address;
+  a->registration_.agent_url = a->url_;
+  a->registration_.incarnation = RandomToken();
+  a->registration_.version = kVersion;
+  a->registration_.cpus = config.cpus;
+  for (const auto& g : gpus) {
+    a->registration_.gpus.push_back({g.index, g.name, g.uuid, g.memory_bytes, g.simulated});
+  }
+
+  a->server_thread_ = std::thread([&srv] { srv.listen_after_bind(); });
+  a->last_ok_send_ = SteadyClock::now();
+  a->loop_thread_ = std::thread([self] { self->Loop(); });
+  LOG_INFO("agent {} ({} GPU(s), {} CPU(s)) serving {}, head {}", config.name, gpus.size(), config.cpus,
+           a->url_, config.head_url);
+  return a;
+}
+
+Agent::~Agent() {
+  Stop();
+  Wait();
+}
+
+void Agent::Wake() {
+  {
+    std::lock_guard lock(mu_);
+    wake_ = true;
+  }
+  cv_.notify_all();
+}
+
+Result<void> Agent::RegisterOnce() {
+  auto reply = COHORT_TRY(head_->Post("/v1/agents/register", api::ToJson(registration_)));
+  if (!reply.is_object() || !reply.contains("timing")) {
+    return MakeError(ErrorCode::kInternal, "registration reply has no timing");
+  }
+  timing_ = COHORT_TRY(api::AgentTimingFromJson(reply["timing"]));
+  head_ = std::make_unique<HttpClient>(config_.head_url, Millis(std::max<int64_t>(timing_.heartbeat_interval_ms, 500)));
+  if (!executor_) {
+    Executor::Options opts;
+    opts.work_dir = config_.work_dir;
+    opts.shim_path = config_.shim_path;
+    opts.kill_grace = Millis(timing_.kill_grace_ms);
+    opts.on_task_exit = [this] { Wake(); };
+    executor_ = std::make_unique<Executor>(std::move(opts));
+  }
+  LOG_INFO("registered with {} as {} (heartbeat {} ms, fence after {} ms)", config_.head_url, config_.name,
+           timing_.heartbeat_interval_ms, timing_.fence_timeout_ms);
+  return {};
+}
+
+api::Heartbeat Agent::BuildHeartbeat() {
+  api::Heartbeat hb;
+  hb.incarnation = registration_.incarnation;
+  hb.applied_version = applied_version_;
+  if (executor_) {
+    for (const auto& s : executor_->Snapshot()) {
+      api::TaskReport t;
+      t.job = s.key.job_id;
+      t.attempt = s.key.attempt;
+      t.rank = s.key.rank;
+      t.running = s.running;
+      t.pid = s.pid;
+      t.gpus = s.gpus;
+      t.cpus = s.cpus;
+      t.exit_code = std::clamp(s.exit_code, -1, 255);
+      t.signal = s.signal;
+      t.error = s.error;
+      t.finished_ms = s.finished_ms;
+      hb.tasks.push_back(std::move(t));
+    }
+  }
+  hb.free_ports = FindFreePorts(4);
+  return hb;
+}
+
+Result<void> Agent::HeartbeatOnce() {
+  auto reply_json = COHORT_TRY(head_->Post(fmt::format("/v1/agents/{}/heartbeat", config_.name),
+                                           api::ToJson(BuildHeartbeat())));
+  auto reply = COHORT_TRY(api::HeartbeatReplyFromJson(reply_json));
+  Apply(reply);
+  return {};
+}
+
+void Agent::Apply(const api::HeartbeatReply& reply) {
+  std::map<TaskKey, bool> known;  // key → running
+  for (const auto& s : executor_->Snapshot()) known[s.key] = s.running;
+  std::set<TaskKey> desired;
+  for (const auto& t : reply.tasks) {
+    TaskKey key = KeyOf(t.job, t.attempt, t.rank);
+    desired.insert(key);
+    if (known.contains(key)) continue;
+    if (auto it = t.env.find("COHORT_CHECKPOINT_DIR"); it != t.env.end()) {
+      std::error_code ec;
+      fs::create_directories(it->second, ec);
+      if (ec) LOG_WARN("cannot create checkpoint directory {}: {}", it->second, ec.message());
+    }
+    TaskSpec spec;
+    spec.key = key;
+    spec.command = t.command;
+    spec.env = t.env;
+    spec.workdir = t.workdir;
+    spec.gpus = t.gpus;
+    spec.cpus = t.cpus;
+    if (auto r = executor_->Launch(spec); !r) {
+      LOG_WARN("cannot launch job {} rank {}: {}", t.job, t.rank, r.error().message);
+    } else {
+      LOG_INFO("started job {} attempt {} rank {} (GPUs [{}])", t.job, t.attempt, t.rank, fmt::join(t.gpus, ","));
+    }
+  }
+  for (const auto& [key, running] : known) {
+    if (running && !desired.contains(key)) {
+      LOG_INFO("stopping job {} attempt {} rank {}: no longer assigned here", key.job_id, key.attempt, key.rank);
+      executor_->Stop(key, /*immediate=*/false);
+    }
+  }
+  for (const auto& a : reply.acked) executor_->Forget(KeyOf(a.job, a.attempt, a.rank));
+  applied_version_ = std::max(applied_version_, reply.version);
+  timing_ = reply.timing;
+}
+
+void Agent::Fence(const std::string& why) {
+  if (!executor_) return;
+  bool any = false;
+  for (const auto& s : executor_->Snapshot()) any |= s.running;
+  if (!any) return;
+  LOG_WARN("fencing: killing every task on this node: {}", why);
+  executor_->StopAll(/*immediate=*/true);
+  fenced_ = true;
+}
+
+void Agent::Loop() {
+  auto head = ParseHttpUrl(config_.head_url);
+  auto last_error_log = SteadyClock::now() - std::chrono::hours(1);
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      wake_ = false;
+    }
+    auto sent = SteadyClock::now();
+    Result<void> r = registered_ ? HeartbeatOnce() : RegisterOnce();
+    bool ok = r.has_value();
+    if (ok && !registered_) {
+      registered_ = true;
+      continue;  // heartbeat right away
+    }
+    if (ok) {
+      last_ok_send_ = sent;
+      fenced_ = false;
+    } else {
+      const Error& e = r.error();
+      if (registered_ && (e.code == ErrorCode::kNotFound || e.code == ErrorCode::kFailedPrecondition)) {
+        LOG_WARN("head no longer knows this agent ({}); registering again", e.message);
+        registered_ = false;
+      }
+      if (SteadyClock::now() - last_error_log > std::chrono::seconds(5)) {
+        LOG_WARN("{} failed: {}", registered_ ? "heartbeat" : "registration", e.message);
+        last_error_log = SteadyClock::now();
+      }
+      int64_t silent = std::chrono::duration_cast<Millis>(SteadyClock::now() - last_ok_send_).count();
+      if (!fenced_ && silent > timing_.fence_timeout_ms) {
+        bool head_process_down = head && e.code == ErrorCode::kUnavailable &&
+                                 ConnectionRefused(head->host, head->port);
+        if (head_process_down && silent < config_.head_down_grace_ms) {
+          // Nobody can reschedule while the head is down; keep running and keep trying.
+        } else {
+          Fence(fmt::format("no successful heartbeat for {}", FormatDuration(silent)));
+        }
+      }
+    }
+    std::unique_lock lock(mu_);
+    Millis wait = ok ? Millis(timing_.heartbeat_interval_ms) : Millis(std::min<int64_t>(200, timing_.heartbeat_interval_ms));
+    cv_.wait_for(lock, wait, [&] { return wake_ || stopping_; });
+  }
+}
+
+void Agent::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (loop_thread_.joinable()) loop_thread_.join();
+  if (executor_) {
+    executor_->StopAll(/*immediate=*/false);
+    executor_->WaitAllExited(Millis(timing_.kill_grace_ms + 2000));
+    if (registered_) (void)HeartbeatOnce();  // report the exits now rather than at the failure timeout
+  }
+  if (server_) server_->stop();
+}
+
+void Agent::Wait() {
+  if (server_thread_.joinable()) server_thread_.join();
+}
+
+int RunAgent(const AgentConfig& config) {
+  auto agent = Agent::Start(config);
+  if (!agent) {
+    LOG_ERROR("{}", agent.error().message);
+    return 1;
+  }
+  int sig = WaitForTerminationSignal();
+  LOG_INFO("received {}, stopping tasks and exiting", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*agent)->Stop();
+  (*agent)->Wait();
+  return 0;
+}
+
+}  // namespace cohort::agent

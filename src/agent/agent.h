@@ -1,0 +1,102 @@
+// Agent: the daemon on every worker node (`cohort agent --head URL`).
+//
+// It registers its node (GPU inventory from NVML, or simulated GPUs), then heartbeats:
+// each heartbeat reports every task (running, and finished until the head acknowledges
+// the exit) and receives the whole set of tasks the head wants here; the agent starts
+// what is missing and stops everything else (level-triggered reconciliation). The head
+// wakes it through POST /v1/wake when assignments change; task exits also trigger an
+// immediate heartbeat.
+//
+// Fencing: if no heartbeat succeeds for the fence timeout (shorter than the head's
+// failure timeout), the agent kills all its tasks at once, so that when the head declares
+// the node DOWN and places the gang elsewhere the old tasks are already gone. Exception:
+// while the head refuses connections outright (its process is down, so nobody can
+// reschedule), tasks keep running for up to head_down_grace; the restarted head gives
+// every node one failure timeout to report in.
+//
+// Threads: Start/Stop/Wait from the owning thread; the heartbeat loop, the HTTP server
+// and the executor run their own threads.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "api/types.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/http.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace cohort::agent {
+
+class Executor;
+
+struct AgentConfig {
+  std::string head_url;
+  std::string name;             // default: the host name
+  std::string address;          // default: 127.0.0.1 for a loopback head, else the route's source IP
+  std::string listen_host;      // default: the address (0.0.0.0 when the address is not local)
+  int port = 0;                 // the agent's HTTP port; 0 = any free port
+  int simulated_gpus = -1;      // >= 0: present that many simulated GPUs instead of NVML
+  int cpus = 0;                 // 0: the machine's hardware threads
+  std::string work_dir;         // task logs and status files; default ~/.cohort/agent-<name>
+  std::string shim_path;        // default: this executable
+  int64_t head_down_grace_ms = 60'000;
+};
+
+class Agent {
+ public:
+  // Discovers GPUs, binds the HTTP server and starts the heartbeat loop. Registration
+  // itself happens in the loop and is retried until it succeeds.
+  static Result<std::unique_ptr<Agent>> Start(AgentConfig config);
+  ~Agent();
+
+  const std::string& name() const { return config_.name; }
+  const std::string& url() const { return url_; }
+  // Stops tasks (gracefully), reports their exits to the head, stops the threads.
+  void Stop();
+  void Wait();
+
+ private:
+  Agent() = default;
+  void Loop();
+  Result<void> RegisterOnce();
+  Result<void> HeartbeatOnce();
+  void Apply(const api::HeartbeatReply& reply);
+  void Fence(const std::string& why);
+  void Wake();
+  api::Heartbeat BuildHeartbeat();
+
+  AgentConfig config_;
+  api::Registration registration_;
+  std::unique_ptr<HttpClient> head_;
+  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<Executor> executor_;  // created at first registration (kill grace from the head)
+  std::thread server_thread_;
+  std::thread loop_thread_;
+  std::string url_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;                // signalled with mu_
+  bool wake_ = false;                         // guarded by mu_
+  bool stopping_ = false;                     // guarded by mu_
+  // Loop-thread only:
+  bool registered_ = false;
+  bool fenced_ = false;
+  int64_t applied_version_ = 0;
+  api::AgentTiming timing_;
+  SteadyTime last_ok_send_;                   // send time of the last successful heartbeat
+  SteadyTime last_conflict_log_;
+};
+
+// `cohort agent`: runs an agent until SIGINT or SIGTERM. Returns the process exit code.
+int RunAgent(const AgentConfig& config);
+
+}  // namespace cohort::agent

@@ -1,0 +1,461 @@
+#include "agent/executor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <optional>
+
+#include "agent/task_shim.h"
+#include "common/clock.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/subprocess.h"
+
+namespace cohort::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Poll timeouts of the executor thread: pidfds wake it on exit, so the timeout is only a
+// safety net; without pidfd_open every shim is polled with WNOHANG at this short period.
+constexpr int kPollMsWithPidfd = 200;
+constexpr int kPollMsWithoutPidfd = 10;
+// Beyond kill_grace, how long the destructor waits for shims to exit.
+constexpr Millis kShutdownExtraWait{35000};
+constexpr int64_t kMaxStatusFileBytes = 64 * 1024;
+// The most one ReadLog call returns, whatever max_bytes asks for.
+constexpr int64_t kMaxLogChunkBytes = 16 << 20;
+
+std::string KeyName(const TaskKey& k) {
+  return fmt::format("job {} attempt {} rank {}", k.job_id, k.attempt, k.rank);
+}
+
+int PidfdOpen(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));  // always close-on-exec
+#else
+  return -1;
+#endif
+}
+
+std::string JoinInts(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+void AppendLine(const std::string& path, std::string_view line) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  std::string text = fmt::format("cohort: {}\n", line);
+  (void)!write(fd, text.data(), text.size());
+  close(fd);
+}
+
+struct ShimResult {
+  int exit_code = 0;
+  int signal = 0;
+  std::string error;
+};
+
+// Reads the shim's status file; nullopt if it is missing or malformed.
+std::optional<ShimResult> ReadStatusFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text(kMaxStatusFileBytes, '\0');
+  ssize_t n = read(fd, text.data(), text.size());
+  close(fd);
+  if (n <= 0) return std::nullopt;
+  text.resize(static_cast<size_t>(n));
+  auto j = ParseJson(text, "status file");
+  if (!j || !j->is_object()) return std::nullopt;
+  auto r = ObjectReader::Open(*j);
+  if (!r) return std::nullopt;
+  auto code = r->Int("exit_code", std::nullopt, 0, 255);
+  auto sig = r->Int("signal", 0, 0, 255);
+  auto err = r->String("error", std::string());
+  if (!code || !sig || !err) return std::nullopt;
+  return ShimResult{static_cast<int>(*code), static_cast<int>(*sig), *err};
+}
+
+Executor::Options Normalize(Executor::Options o) {
+  if (o.shim_path.empty()) o.shim_path = SelfExePath();
+  if (o.kill_grace < Millis(0)) o.kill_grace = Millis(0);
+  return o;
+}
+
+}  // namespace
+
+Executor::Executor(Options options) : options_(Normalize(std::move(options))) {
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) LOG_WARN("executor: eventfd: {}; falling back to polling", strerror(errno));
+  thread_ = std::thread(&Executor::Loop, this);
+}
+
+Executor::~Executor() {
+  {
+    std::lock_guard lk(mu_);
+    shutting_down_ = true;
+  }
+  StopAll(/*immediate=*/true);
+  if (!WaitAllExited(options_.kill_grace + kShutdownExtraWait)) {
+    LOG_WARN("executor: some task shims did not exit; leaving them");
+  }
+  {
+    std::lock_guard lk(mu_);
+    quit_ = true;
+  }
+  Wake();
+  thread_.join();
+  for (auto& [key, t] : tasks_) {
+    if (t.pidfd >= 0) close(t.pidfd);
+  }
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+std::string Executor::LogPath(const TaskKey& k) const {
+  return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.log", options_.work_dir, k.job_id,
+                     k.attempt, k.rank);
+}
+
+std::string Executor::StatusPath(const TaskKey& k) const {
+  return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.status.json", options_.work_dir, k.job_id,
+                     k.attempt, k.rank);
+}
+
+void Executor::Wake() {
+  if (wake_fd_ < 0) return;
+  uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);
+}
+
+Result<void> Executor::Launch(const TaskSpec& spec) {
+  std::unique_lock lk(mu_);
+  if (shutting_down_) {
+    return Errorf(ErrorCode::kFailedPrecondition, "executor is shutting down; not starting {}",
+                  KeyName(spec.key));
+  }
+  if (tasks_.contains(spec.key)) {
+    return Errorf(ErrorCode::kAlreadyExists, "task {} already exists", KeyName(spec.key));
+  }
+  Task t;
+  t.spec = spec;
+  t.status.key = spec.key;
+  t.status.running = true;
+  t.status.log_path = LogPath(spec.key);
+  t.status.gpus = spec.gpus;
+  t.status.cpus = spec.cpus;
+  tasks_.emplace(spec.key, std::move(t));
+  if (std::this_thread::get_id() == thread_.get_id()) {  // from on_task_exit
+    lk.unlock();
+    StartShim(spec.key);
+    return {};
+  }
+  start_queue_.push_back(spec.key);
+  lk.unlock();
+  Wake();
+  lk.lock();
+  cv_.wait(lk, [&] {
+    auto it = tasks_.find(spec.key);
+    return it == tasks_.end() || it->second.spawned;
+  });
+  return {};
+}
+
+void Executor::StartShim(const TaskKey& key) {
+  TaskSpec spec;
+  {
+    std::lock_guard lk(mu_);
+    auto it = tasks_.find(key);
+    if (it == tasks_.end()) return;
+    spec = std::move(it->second.spec);
+    it->second.spec = TaskSpec{};
+  }
+  const std::string log = LogPath(key);
+  const std::string status = StatusPath(key);
+  std::string error;
+  pid_t pid = -1;
+  int pidfd = -1;
+
+  std::error_code ec;
+  fs::path dir = fs::path(log).parent_path();
+  fs::create_directories(dir, ec);
+  const bool have_dir = !ec;
+  if (!have_dir) {
+    error = fmt::format("cannot create {}: {}", dir.string(), ec.message());
+  } else {
+    fs::remove(status, ec);
+    fs::remove(status + ".tmp", ec);
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      error = fmt::format("cannot create {}: {}", log, strerror(errno));
+    } else {
+      close(fd);
+    }
+  }
+  if (error.empty() && (spec.command.empty() || spec.command[0].empty())) {
+    error = "empty command";
+  }
+  if (error.empty()) {
+    SpawnOptions so;
+    so.argv = {options_.shim_path,
+               kTaskShimCommand,
+               "--log",
+               log,
+               "--status",
+               status,
+               "--grace-ms",
+               std::to_string(options_.kill_grace.count()),
+               "--parent-pid",
+               std::to_string(getpid())};
+    if (!spec.workdir.empty()) {
+      so.argv.push_back("--cwd");
+      so.argv.push_back(spec.workdir);
+    }
+    so.argv.push_back("--");
+    so.argv.insert(so.argv.end(), spec.command.begin(), spec.command.end());
+    so.env = spec.env;
+    // GPU indices are NVML's, which count in PCI bus order; CUDA must count the same way.
+    so.env.try_emplace("CUDA_VISIBLE_DEVICES", JoinInts(spec.gpus));
+    so.env.try_emplace("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    so.stdout_path = log;            // the shim's own messages land in the log too
+    so.new_process_group = false;    // the shim calls setsid(), which a group leader cannot
+    so.parent_death_signal = SIGUSR1;
+    auto child = Subprocess::Spawn(so);
+    if (!child) {
+      error = "cannot start the task shim: " + child.error().message;
+    } else {
+      pid = child->pid();
+      pidfd = PidfdOpen(pid);
+    }
+  }
+  if (!error.empty()) {
+    if (have_dir) AppendLine(log, error);
+    LOG_WARN("executor: {}: {}", KeyName(key), error);
+  } else {
+    LOG_INFO("executor: started {} (shim pid {})", KeyName(key), pid);
+  }
+
+  const bool failed = !error.empty();
+  {
+    std::lock_guard lk(mu_);
+    Task& t = tasks_.at(key);  // a running task cannot be forgotten
+    t.spawned = true;
+    t.status.started_ms = NowUnixMs();
+    if (failed) {
+      t.status.running = false;
+      t.status.exit_code = 127;
+      t.status.error = error;
+      t.status.finished_ms = t.status.started_ms;
+    } else {
+      t.status.pid = pid;
+      t.pidfd = pidfd;
+      if (t.pending_signal) kill(pid, t.pending_signal);
+    }
+  }
+  cv_.notify_all();
+  if (failed && options_.on_task_exit) options_.on_task_exit();
+}
+
+void Executor::TryReap(const TaskKey& key) {
+  bool finished = false;
+  {
+    std::lock_guard lk(mu_);
+    auto it = tasks_.find(key);
+    if (it == tasks_.end()) return;
+    Task& t = it->second;
+    if (!t.status.running || !t.spawned || t.status.pid <= 0) return;
+    // Reaped under the lock: while `running` is true the pid cannot be reused, so Stop
+    // never signals a stranger.
+    int st = 0;
+    pid_t r = waitpid(t.status.pid, &st, WNOHANG);
+    if (r == 0 || (r < 0 && errno != ECHILD)) return;
+    auto result = ReadStatusFile(StatusPath(key));
+    if (result) {
+      t.status.exit_code = result->exit_code;
+      t.status.signal = result->signal;
+      t.status.error = result->error;
+    } else if (r == t.status.pid) {
+      ExitStatus es = DecodeWaitStatus(st);
+      t.status.exit_code = es.Code();
+      t.status.signal = es.signal;
+      t.status.error =
+          fmt::format("task shim ended ({}) without writing a status file", es.ToString());
+    } else {  // ECHILD: someone else reaped our shim
+      t.status.exit_code = 128 + SIGKILL;
+      t.status.signal = 0;
+      t.status.error = "task shim was reaped elsewhere; exit status unknown";
+    }
+    t.status.running = false;
+    t.status.finished_ms = NowUnixMs();
+    if (t.pidfd >= 0) close(t.pidfd);
+    t.pidfd = -1;
+    finished = true;
+    LOG_INFO("executor: {} finished: exit_code {} signal {}{}", KeyName(key),
+             t.status.exit_code, t.status.signal,
+             t.status.error.empty() ? "" : " (" + t.status.error + ")");
+  }
+  cv_.notify_all();
+  if (finished && options_.on_task_exit) options_.on_task_exit();
+}
+
+void Executor::Loop() {
+  std::vector<pollfd> fds;
+  std::vector<TaskKey> polled;  // key of fds[i + 1]
+  std::vector<TaskKey> running;
+  while (true) {
+    std::deque<TaskKey> to_start;
+    bool any_unpolled = false;
+    fds.clear();
+    polled.clear();
+    running.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    {
+      std::lock_guard lk(mu_);
+      if (quit_) break;
+      to_start.swap(start_queue_);
+      for (const auto& [key, t] : tasks_) {
+        if (!t.status.running || !t.spawned) continue;
+        running.push_back(key);
+        if (t.pidfd >= 0) {
+          fds.push_back({t.pidfd, POLLIN, 0});
+          polled.push_back(key);
+        } else {
+          any_unpolled = true;
+        }
+      }
+    }
+    if (!to_start.empty()) {
+      for (const auto& key : to_start) StartShim(key);
+      continue;
+    }
+    int timeout = (any_unpolled || wake_fd_ < 0) ? kPollMsWithoutPidfd : kPollMsWithPidfd;
+    int r = poll(fds.data(), fds.size(), timeout);
+    if (wake_fd_ >= 0 && r > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t v;
+      (void)!read(wake_fd_, &v, sizeof v);
+    }
+    if (r > 0) {
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents) TryReap(polled[i - 1]);
+      }
+    }
+    if (r == 0 || any_unpolled) {
+      for (const auto& key : running) TryReap(key);  // safety net; cheap WNOHANG
+    }
+  }
+}
+
+void Executor::Stop(const TaskKey& key, bool immediate) {
+  std::lock_guard lk(mu_);
+  auto it = tasks_.find(key);
+  if (it == tasks_.end() || !it->second.status.running) return;
+  Task& t = it->second;
+  int sig = immediate ? SIGUSR1 : SIGTERM;
+  if (!t.spawned) {
+    if (t.pending_signal != SIGUSR1) t.pending_signal = sig;
+    return;
+  }
+  kill(t.status.pid, sig);
+}
+
+void Executor::StopAll(bool immediate) {
+  std::vector<TaskKey> keys;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [key, t] : tasks_) {
+      if (t.status.running) keys.push_back(key);
+    }
+  }
+  for (const auto& key : keys) Stop(key, immediate);
+}
+
+bool Executor::WaitAllExited(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  return cv_.wait_for(lk, timeout, [&] {
+    for (const auto& [key, t] : tasks_) {
+      if (t.status.running) return false;
+    }
+    return true;
+  });
+}
+
+std::vector<TaskStatus> Executor::Snapshot() const {
+  std::lock_guard lk(mu_);
+  std::vector<TaskStatus> out;
+  out.reserve(tasks_.size());
+  for (const auto& [key, t] : tasks_) out.push_back(t.status);
+  return out;
+}
+
+void Executor::Forget(const TaskKey& key) {
+  std::lock_guard lk(mu_);
+  auto it = tasks_.find(key);
+  if (it == tasks_.end() || it->second.status.running) return;
+  if (it->second.pidfd >= 0) close(it->second.pidfd);
+  tasks_.erase(it);
+}
+
+Result<LogChunk> Executor::ReadLog(const TaskKey& key, int64_t offset, int64_t max_bytes) const {
+  if (max_bytes <= 0) {
+    return Errorf(ErrorCode::kInvalidArgument, "max_bytes must be positive, got {}", max_bytes);
+  }
+  // Whether the task runs is read before the file, so `done` never claims a final size
+  // that a still-running task could grow.
+  bool known = false;
+  bool running = false;
+  {
+    std::lock_guard lk(mu_);
+    auto it = tasks_.find(key);
+    if (it != tasks_.end()) {
+      known = true;
+      running = it->second.status.running;
+    }
+  }
+  const std::string path = LogPath(key);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (!known) return Errorf(ErrorCode::kNotFound, "no task {} and no log at {}", KeyName(key), path);
+    LogChunk empty;
+    empty.done = !running;
+    return empty;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return Errorf(ErrorCode::kInternal, "stat {}: {}", path, strerror(e));
+  }
+  LogChunk c;
+  c.size = st.st_size;
+  if (offset < 0) offset = std::max<int64_t>(0, c.size + offset);
+  c.offset = std::min(offset, c.size);
+  int64_t want = std::min({max_bytes, kMaxLogChunkBytes, c.size - c.offset});
+  c.data.resize(static_cast<size_t>(want));
+  int64_t got = 0;
+  while (got < want) {
+    ssize_t n = pread(fd, c.data.data() + got, static_cast<size_t>(want - got), c.offset + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += n;
+  }
+  close(fd);
+  c.data.resize(static_cast<size_t>(got));
+  c.next_offset = c.offset + got;
+  c.done = !running && c.next_offset == c.size;
+  return c;
+}
+
+}  // namespace cohort::agent

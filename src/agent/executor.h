@@ -1,0 +1,161 @@
+// Executor: owns the tasks running on this node.
+//
+// Each task runs under a task shim (see task_shim.h), a child of this process that puts
+// the task in its own process group, writes its output to a log file and its result to a
+// status file, and kills the whole group when asked or when this process dies. The
+// executor starts shims, forwards stop requests to them, reaps them, and keeps a status
+// record for every task until the caller forgets it (after the head has acknowledged the
+// exit).
+//
+// Files, under Options::work_dir:
+//   jobs/<job_id>/attempt-<attempt>/rank-<rank>.log          stdout + stderr of the task
+//   jobs/<job_id>/attempt-<attempt>/rank-<rank>.status.json  written by the shim at exit
+// Logs stay after Forget, so ReadLog keeps working for forgotten tasks.
+//
+// Threads: every public method may be called from any thread. One internal thread (the
+// executor thread) starts every shim and reaps them: a shim is told of its parent's death
+// by PR_SET_PDEATHSIG, which Linux ties to the thread that forked it, so shims are forked
+// only from this long-lived thread. The thread waits on a pidfd per shim and reaps only
+// its own shims' pids (never waitpid(-1)), so other children of the process are left
+// alone. All state lives under one mutex.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <compare>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+
+namespace cohort::agent {
+
+struct TaskKey {
+  int64_t job_id = 0;
+  int attempt = 0;
+  int rank = 0;
+  auto operator<=>(const TaskKey&) const = default;
+};
+
+struct TaskSpec {
+  TaskKey key;
+  std::vector<std::string> command;          // argv; command[0] is looked up in PATH
+  std::map<std::string, std::string> env;    // added to (and overriding) the agent's env
+  std::string workdir;                       // empty: the agent's working directory
+  std::vector<int> gpus;                     // node-local GPU indices
+  int cpus = 0;                              // recorded; not enforced yet
+};
+
+struct TaskStatus {
+  TaskKey key;
+  int pid = 0;           // the shim's pid; 0 if it never started
+  bool running = true;
+  int exit_code = 0;     // exit status, 128 + signal when killed, 127 when it never started
+  int signal = 0;        // the signal that ended the task leader, or 0
+  std::string error;     // why the task could not be started or supervised; empty otherwise
+  int64_t started_ms = 0;   // Unix ms
+  int64_t finished_ms = 0;  // Unix ms; 0 while running
+  std::string log_path;
+  std::vector<int> gpus;
+  int cpus = 0;
+};
+
+struct LogChunk {
+  std::string data;
+  int64_t offset = 0;       // where `data` starts
+  int64_t next_offset = 0;  // offset + data.size(): pass it to the next ReadLog
+  int64_t size = 0;         // size of the log file when read
+  bool done = false;        // the task has finished and next_offset == size
+};
+
+class Executor {
+ public:
+  struct Options {
+    std::string work_dir;     // root of the jobs/ tree; created as needed
+    std::string shim_path;    // binary run as `<shim_path> task-shim ...`; empty: SelfExePath()
+    std::chrono::milliseconds kill_grace{5000};  // SIGTERM → SIGKILL delay of a graceful stop
+    // Called on the executor thread, without the lock held, after a task's status flips
+    // to finished (including tasks that could not be started). It may call any method
+    // except that it must not block on a task (WaitAllExited).
+    std::function<void()> on_task_exit;
+  };
+
+  explicit Executor(Options options);
+  // Stops every task immediately (SIGKILL of each group), waits for the shims to exit
+  // (bounded), and joins the executor thread. on_task_exit may run until it returns.
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Starts a task. Returns kAlreadyExists if `spec.key` is known (running, or finished
+  // and not yet forgotten), kFailedPrecondition while the executor is shutting down.
+  // Any other failure (empty command, directories that cannot be created, a shim that
+  // cannot be executed) still returns success: the task is recorded as finished with
+  // exit_code 127 and the reason in `error` (and in the log when it can be written), so
+  // the head learns of it the same way as of any other exit. Returns once the shim has
+  // been started. The task's environment is this process's environment plus spec.env;
+  // CUDA_VISIBLE_DEVICES is set to spec.gpus (comma-separated, empty for none) and
+  // CUDA_DEVICE_ORDER to PCI_BUS_ID (so CUDA numbers GPUs as NVML does), unless spec.env
+  // sets them. A relaunch of a forgotten key truncates its log.
+  Result<void> Launch(const TaskSpec& spec);
+
+  // Stops a running task: graceful sends SIGTERM to the group and SIGKILL after
+  // kill_grace; immediate sends SIGKILL to the group at once. No-op for unknown or
+  // finished tasks. Returns without waiting; the exit shows up in Snapshot.
+  void Stop(const TaskKey& key, bool immediate);
+  void StopAll(bool immediate);
+
+  // Blocks until no task is running or `timeout` passes; true when none is running.
+  bool WaitAllExited(std::chrono::milliseconds timeout);
+
+  // Every known task, running and finished-but-not-forgotten, ordered by key.
+  std::vector<TaskStatus> Snapshot() const;
+
+  // Drops a finished task's record (its files stay). No-op if unknown or still running.
+  void Forget(const TaskKey& key);
+
+  // Reads up to `max_bytes` (at most 16 MiB) of a task's log from `offset`; a negative
+  // offset counts from the end (-4096: the last 4 KiB); an offset past the end reads
+  // nothing, at the end. Returns kNotFound if the key is unknown and has no log file (a
+  // forgotten task's log is still readable), kInvalidArgument if max_bytes <= 0.
+  Result<LogChunk> ReadLog(const TaskKey& key, int64_t offset, int64_t max_bytes) const;
+
+  // Paths of a task's files (whether or not the task exists).
+  std::string LogPath(const TaskKey& key) const;
+  std::string StatusPath(const TaskKey& key) const;
+
+ private:
+  struct Task {
+    TaskStatus status;
+    TaskSpec spec;
+    bool spawned = false;   // the shim was started (or failed to start); pid is final
+    int pidfd = -1;         // -1 when pidfd_open is unavailable (polled with WNOHANG)
+    int pending_signal = 0; // a stop that arrived before the shim was started
+  };
+
+  void Loop();                          // the executor thread
+  void StartShim(const TaskKey& key);   // executor thread
+  void TryReap(const TaskKey& key);     // executor thread
+  void Wake();
+
+  const Options options_;
+  int wake_fd_ = -1;  // eventfd that interrupts the executor thread's poll
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;                // signalled on spawn and on exit
+  std::map<TaskKey, Task> tasks_;             // guarded by mu_
+  std::deque<TaskKey> start_queue_;           // guarded by mu_
+  bool shutting_down_ = false;                // guarded by mu_; Launch refuses when set
+  bool quit_ = false;                         // guarded by mu_; ends the executor thread
+  std::thread thread_;                        // started last in the constructor
+};
+
+}  // namespace cohort::agent

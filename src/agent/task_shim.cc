@@ -1,0 +1,390 @@
+#include "agent/task_shim.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/json.h"
+#include "common/subprocess.h"
+
+namespace cohort::agent {
+namespace {
+
+// How long the shim waits for the task's processes to die after SIGKILL before it gives
+// up and reports anyway (a process stuck in uninterruptible sleep can take a while).
+constexpr Millis kReapTimeout{30000};
+// How often the cleanup loop rescans for orphans when no SIGCHLD arrives.
+constexpr int kReapPollMs = 20;
+
+struct ShimArgs {
+  std::string log_path;
+  std::string status_path;
+  std::string cwd;
+  int64_t grace_ms = 5000;
+  pid_t parent_pid = 0;  // 0: compare against the parent seen at start
+  std::vector<std::string> command;
+};
+
+// What the task child reports through the close-on-exec pipe when it cannot start.
+struct ChildFailure {
+  int stage = 0;  // kStageChdir or kStageExec
+  int err = 0;
+};
+constexpr int kStageChdir = 1;
+constexpr int kStageExec = 2;
+
+Result<int64_t> ParseInt(std::string_view flag, std::string_view s) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < 0) {
+    return Errorf(ErrorCode::kInvalidArgument, "{} needs a non-negative integer, got '{}'", flag,
+                  s);
+  }
+  return v;
+}
+
+Result<ShimArgs> ParseArgs(int argc, char** argv) {
+  ShimArgs a;
+  int i = 1;
+  if (i < argc && std::string_view(argv[i]) == kTaskShimCommand) ++i;
+  bool grace_set = false;
+  for (; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") {
+      for (++i; i < argc; ++i) a.command.emplace_back(argv[i]);
+      break;
+    }
+    if (i + 1 >= argc) return Errorf(ErrorCode::kInvalidArgument, "{} needs a value", arg);
+    std::string_view value = argv[++i];
+    if (arg == "--log") {
+      a.log_path = value;
+    } else if (arg == "--status") {
+      a.status_path = value;
+    } else if (arg == "--cwd") {
+      a.cwd = value;
+    } else if (arg == "--grace-ms") {
+      a.grace_ms = COHORT_TRY(ParseInt(arg, value));
+      grace_set = true;
+    } else if (arg == "--parent-pid") {
+      a.parent_pid = static_cast<pid_t>(COHORT_TRY(ParseInt(arg, value)));
+    } else {
+      return Errorf(ErrorCode::kInvalidArgument, "unknown flag '{}'", arg);
+    }
+  }
+  if (a.log_path.empty()) return MakeError(ErrorCode::kInvalidArgument, "--log is required");
+  if (a.status_path.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "--status is required");
+  }
+  if (!grace_set) return MakeError(ErrorCode::kInvalidArgument, "--grace-ms is required");
+  if (a.command.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "no command after '--'");
+  }
+  return a;
+}
+
+void WriteAll(int fd, std::string_view s) {
+  while (!s.empty()) {
+    ssize_t n = write(fd, s.data(), s.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    s.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// One line for the person reading the task's log.
+void LogLine(int fd, std::string_view msg) { WriteAll(fd, fmt::format("cohort: {}\n", msg)); }
+
+// Writes the status JSON to `path` atomically. Failures go to `log_fd`.
+void WriteStatus(const std::string& path, int exit_code, int sig, const std::string& error,
+                 int log_fd) {
+  json j = {{"exit_code", exit_code}, {"signal", sig}, {"error", error}};
+  std::string text = j.dump() + "\n";
+  std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    LogLine(log_fd, fmt::format("cannot write status file {}: {}", tmp, strerror(errno)));
+    return;
+  }
+  WriteAll(fd, text);
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    LogLine(log_fd, fmt::format("cannot rename {} to {}: {}", tmp, path, strerror(errno)));
+  }
+}
+
+// SIGKILLs every live child of this process (orphans of the task that left its process
+// group and were reparented to us, the subreaper). Zombies are left for waitpid.
+void KillOwnChildren() {
+  DIR* d = opendir("/proc");
+  if (!d) return;
+  pid_t self = getpid();
+  while (dirent* e = readdir(d)) {
+    pid_t pid = 0;
+    std::string_view name = e->d_name;
+    auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
+    if (ec != std::errc() || p != name.data() + name.size() || pid <= 0) continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char buf[512];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) continue;
+    buf[n] = '\0';
+    // "pid (comm) S ppid ...": comm may contain anything, so parse after the last ')'.
+    const char* rp = strrchr(buf, ')');
+    if (!rp) continue;
+    char state = 0;
+    int ppid = 0;
+    if (sscanf(rp + 1, " %c %d", &state, &ppid) != 2) continue;
+    if (ppid == self && state != 'Z') kill(pid, SIGKILL);
+  }
+  closedir(d);
+}
+
+// Reaps every exited child without blocking. Returns false once no child is left.
+bool ReapAvailable(pid_t leader, std::optional<int>* leader_status) {
+  while (true) {
+    int st = 0;
+    pid_t p = waitpid(-1, &st, WNOHANG);
+    if (p > 0) {
+      if (p == leader) *leader_status = st;
+      continue;
+    }
+    if (p < 0 && errno == EINTR) continue;
+    return !(p < 0 && errno == ECHILD);
+  }
+}
+
+void DrainSignalFd(int sfd) {
+  signalfd_siginfo si;
+  while (read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+  }
+}
+
+// Runs in the forked task child (the shim is single-threaded, so ordinary calls are safe
+// here). Never returns.
+[[noreturn]] void ExecTask(const ShimArgs& args, std::vector<char*>& argv, int log_fd,
+                           int err_fd, pid_t shim_pid) {
+  setpgid(0, 0);
+  // A backstop: if the shim itself is killed (OOM killer), the leader goes with it.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != shim_pid) _exit(127);
+  for (int s = 1; s < NSIG; ++s) {
+    if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  int null_fd = open("/dev/null", O_RDONLY);
+  if (null_fd >= 0 && null_fd != 0) {
+    dup2(null_fd, 0);
+    close(null_fd);
+  }
+  dup2(log_fd, 1);
+  dup2(log_fd, 2);
+  ChildFailure f;
+  std::string msg;
+  if (!args.cwd.empty() && chdir(args.cwd.c_str()) != 0) {
+    f = {kStageChdir, errno};
+    msg = fmt::format("cohort: cannot enter working directory '{}': {}\n", args.cwd,
+                      strerror(f.err));
+  } else {
+    execvp(argv[0], argv.data());
+    f = {kStageExec, errno};
+    msg = fmt::format("cohort: cannot execute '{}': {}\n", args.command[0], strerror(f.err));
+  }
+  WriteAll(2, msg);
+  WriteAll(err_fd, std::string_view(reinterpret_cast<const char*>(&f), sizeof f));
+  _exit(127);
+}
+
+}  // namespace
+
+int RunTaskShim(int argc, char** argv) {
+  auto parsed = ParseArgs(argc, argv);
+  if (!parsed) {
+    fprintf(stderr, "cohort task-shim: %s\n", parsed.error().message.c_str());
+    fprintf(stderr,
+            "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
+            "[--parent-pid PID] -- command [args...]\n");
+    return 2;
+  }
+  const ShimArgs& args = *parsed;
+  const pid_t expected_parent = args.parent_pid ? args.parent_pid : getppid();
+
+  // Until the task runs, messages go to our own stderr (the agent points it at the log).
+  int log_fd = 2;
+
+  // Signals we act on are blocked and read from a signalfd; the rest that could kill us
+  // by accident are ignored. The task child restores everything before exec.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGUSR1);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  // Fails with EPERM if we already lead a process group; we still have our own group then.
+  setsid();
+  prctl(PR_SET_PDEATHSIG, SIGUSR1);
+  if (getppid() != expected_parent) {
+    WriteStatus(args.status_path, 127, 0, "the agent exited before the task started", log_fd);
+    return 127;
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) {
+    std::string err = fmt::format("signalfd: {}", strerror(errno));
+    LogLine(log_fd, err);
+    WriteStatus(args.status_path, 127, 0, err, log_fd);
+    return 127;
+  }
+
+  int task_log = open(args.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (task_log < 0) {
+    std::string err = fmt::format("cannot open log {}: {}", args.log_path, strerror(errno));
+    LogLine(log_fd, err);
+    WriteStatus(args.status_path, 127, 0, err, log_fd);
+    return 127;
+  }
+  log_fd = task_log;
+
+  int errpipe[2];
+  if (pipe2(errpipe, O_CLOEXEC) != 0) {
+    std::string err = fmt::format("pipe: {}", strerror(errno));
+    LogLine(log_fd, err);
+    WriteStatus(args.status_path, 127, 0, err, log_fd);
+    return 127;
+  }
+  std::vector<std::string> cmd = args.command;
+  std::vector<char*> cargv;
+  for (auto& s : cmd) cargv.push_back(s.data());
+  cargv.push_back(nullptr);
+
+  const pid_t self = getpid();
+  const pid_t task = fork();
+  if (task < 0) {
+    std::string err = fmt::format("fork: {}", strerror(errno));
+    LogLine(log_fd, err);
+    WriteStatus(args.status_path, 127, 0, err, log_fd);
+    return 127;
+  }
+  if (task == 0) ExecTask(args, cargv, log_fd, errpipe[1], self);
+  setpgid(task, task);  // also here, so killpg never races the child's own setpgid
+  close(errpipe[1]);
+  int err_rd = errpipe[0];
+
+  std::string start_error;
+  auto read_child_failure = [&]() {
+    ChildFailure f;
+    ssize_t n;
+    do {
+      n = read(err_rd, &f, sizeof f);
+    } while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(sizeof f)) {
+      start_error = f.stage == kStageChdir
+                        ? fmt::format("cannot enter working directory '{}': {}", args.cwd,
+                                      strerror(f.err))
+                        : fmt::format("cannot execute '{}': {}", args.command[0], strerror(f.err));
+    }
+    close(err_rd);
+    err_rd = -1;
+  };
+
+  // Supervise until the task leader exits.
+  std::optional<int> leader_status;
+  bool kill_armed = false;  // SIGKILL is due at kill_at (a SIGTERM grace is running)
+  SteadyTime kill_at{};
+  bool term_sent = false;
+  while (!leader_status) {
+    int timeout = -1;
+    if (kill_armed) {
+      auto left = std::chrono::ceil<Millis>(kill_at - SteadyClock::now()).count();
+      timeout = static_cast<int>(std::max<int64_t>(0, left));
+    }
+    pollfd fds[2] = {{sfd, POLLIN, 0}, {err_rd, POLLIN, 0}};
+    int r = poll(fds, err_rd >= 0 ? 2 : 1, timeout);
+    if (r < 0 && errno != EINTR) {
+      LogLine(log_fd, fmt::format("poll: {}", strerror(errno)));
+      killpg(task, SIGKILL);
+    }
+    if (err_rd >= 0 && r > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      read_child_failure();
+    }
+    if (kill_armed && SteadyClock::now() >= kill_at) {
+      LogLine(log_fd, fmt::format("task did not exit within {} ms of SIGTERM; sending SIGKILL",
+                                  args.grace_ms));
+      killpg(task, SIGKILL);
+      kill_armed = false;
+    }
+    signalfd_siginfo si;
+    while (read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+      if (si.ssi_signo == SIGTERM && !term_sent) {
+        term_sent = true;
+        killpg(task, SIGTERM);
+        killpg(task, SIGCONT);  // a stopped task must run to see SIGTERM
+        if (args.grace_ms == 0) {
+          killpg(task, SIGKILL);
+        } else {
+          kill_at = SteadyClock::now() + Millis(args.grace_ms);
+          kill_armed = true;
+        }
+      } else if (si.ssi_signo == SIGUSR1) {
+        killpg(task, SIGKILL);
+        kill_armed = false;
+      }
+    }
+    ReapAvailable(task, &leader_status);
+  }
+  if (err_rd >= 0) read_child_failure();  // the child is gone, so this cannot block
+
+  // The leader is gone: end everything it left behind, in its group or not.
+  const auto deadline = SteadyClock::now() + kReapTimeout;
+  while (true) {
+    killpg(task, SIGKILL);
+    KillOwnChildren();
+    if (!ReapAvailable(task, &leader_status)) break;
+    if (SteadyClock::now() >= deadline) {
+      LogLine(log_fd, fmt::format("some processes of the task did not exit within {} ms of "
+                                  "SIGKILL; reporting the task as finished anyway",
+                                  kReapTimeout.count()));
+      break;
+    }
+    pollfd pfd = {sfd, POLLIN, 0};
+    poll(&pfd, 1, kReapPollMs);
+    DrainSignalFd(sfd);
+  }
+
+  ExitStatus es = DecodeWaitStatus(*leader_status);
+  int exit_code = es.Code();
+  int sig = es.signal;
+  if (!start_error.empty()) {
+    exit_code = 127;
+    sig = 0;
+  }
+  WriteStatus(args.status_path, exit_code, sig, start_error, log_fd);
+  close(log_fd);
+  close(sfd);
+  return exit_code;
+}
+
+}  // namespace cohort::agent

@@ -1,0 +1,43 @@
+// Task shim: the small supervisor that stands between the agent and one task.
+//
+// The agent never runs a job command itself. For every task it spawns the cohort binary
+// as `cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR]
+// [--parent-pid PID] -- command args...` with the task's environment already in the
+// shim's environment (compare slurmstepd, containerd-shim). The shim:
+//
+//  - leaves the agent's session (setsid), ignores SIGINT/SIGHUP/SIGPIPE and asks for
+//    SIGUSR1 when its parent dies (PR_SET_PDEATHSIG, then re-checks getppid());
+//  - becomes a child subreaper, so every orphaned descendant of the task is reparented to
+//    it rather than to init;
+//  - forks the task as the leader of its own process group: stdin from /dev/null, stdout
+//    and stderr appended to the log, the working directory entered, default signal
+//    dispositions and an empty mask restored, then execvp. If chdir or exec fails, the
+//    child writes one line into the log ("cohort: cannot execute 'foo': No such file or
+//    directory") and exits 127, and the shim records the same text as the error;
+//  - on SIGTERM sends SIGTERM to the task's group and SIGKILL after --grace-ms; on
+//    SIGUSR1 (the agent died, or the agent fences the task) sends SIGKILL at once.
+//    Signals are read from a signalfd; no work happens in signal handlers;
+//  - when the task leader exits for any reason, SIGKILLs the rest of its group and kills
+//    and reaps every remaining descendant (bounded wait), so that when the status file
+//    appears no process of the task is left;
+//  - writes the status file atomically (FILE.tmp, then rename) as one JSON object
+//    `{"exit_code": N, "signal": S, "error": "..."}`: `signal` is the signal that ended
+//    the task leader (0 if it exited), `exit_code` its exit status, or 128 + signal when
+//    it was killed, or 127 when it could not be started; `error` is empty unless the
+//    task could not be started or the shim failed;
+//  - exits with the same code as `exit_code` (2 for a command line it cannot parse, in
+//    which case no status file is written).
+//
+// RunTaskShim is the whole program: call it from main() in a fresh, single-threaded
+// process. `argv[0]` is the program; an optional "task-shim" word after it is skipped, so
+// the cohort binary can pass its full argv.
+#pragma once
+
+namespace cohort::agent {
+
+// The subcommand word the agent puts after the binary path.
+inline constexpr char kTaskShimCommand[] = "task-shim";
+
+int RunTaskShim(int argc, char** argv);
+
+}  // namespace cohort::agent

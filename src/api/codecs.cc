@@ -1,0 +1,520 @@
+// JSON codecs for the wire types. Inputs from outside (job specs, registrations,
+// heartbeats) go through ObjectReader, which checks every field and rejects unknown
+// ones. Records Cohort wrote itself (stored jobs and nodes, replies read by the CLI) are
+// decoded with nlohmann's typed getters; a malformed one becomes an Error, never an
+// exception.
+#include <algorithm>
+#include <cctype>
+
+#include "api/types.h"
+#include "common/http.h"
+
+namespace cohort::api {
+namespace {
+
+bool ValidName(std::string_view s, size_t max_len) {
+  if (s.empty() || s.size() > max_len) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+bool ValidEnvName(std::string_view s) {
+  if (s.empty() || s.size() > 256 || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+template <typename F>
+auto Guard(std::string_view what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const json::exception& e) {
+    return Errorf(ErrorCode::kInternal, "malformed {} record: {}", what, e.what());
+  }
+}
+
+Result<std::vector<int>> IntList(ObjectReader& r, std::string_view key, int min, int max,
+                                 size_t max_len) {
+  const json* v = r.Raw(key);
+  std::vector<int> out;
+  if (!v) return out;
+  if (!v->is_array() || v->size() > max_len) {
+    return FieldError(r.FieldName(key), "must be an array of at most {} integers", max_len);
+  }
+  for (const auto& e : *v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < min || e.get<int64_t>() > max) {
+      return FieldError(r.FieldName(key), "elements must be integers between {} and {}", min, max);
+    }
+    out.push_back(e.get<int>());
+  }
+  return out;
+}
+
+Result<std::vector<Gpu>> GpusFromJson(ObjectReader& r, std::string_view key) {
+  const json* v = r.Raw(key);
+  std::vector<Gpu> out;
+  if (!v) return out;
+  if (!v->is_array() || v->size() > size_t(kMaxGpusPerNode)) {
+    return FieldError(r.FieldName(key), "must be an array of at most {} GPUs", kMaxGpusPerNode);
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    auto g = COHORT_TRY(ObjectReader::Open((*v)[i], fmt::format("{}[{}]", r.FieldName(key), i)));
+    Gpu gpu;
+    gpu.index = static_cast<int>(COHORT_TRY(g.Int("index", std::nullopt, 0, kMaxGpusPerNode - 1)));
+    gpu.name = COHORT_TRY(g.String("name", ""));
+    gpu.uuid = COHORT_TRY(g.String("uuid", ""));
+    gpu.memory_bytes = COHORT_TRY(g.Int("memory_bytes", 0, 0, int64_t(1) << 50));
+    gpu.simulated = COHORT_TRY(g.Bool("simulated", false));
+    COHORT_TRY_VOID(g.Finish());
+    if (gpu.index != static_cast<int>(i)) {
+      return FieldError(g.FieldName("index"), "GPUs must be listed in index order 0..n-1");
+    }
+    out.push_back(std::move(gpu));
+  }
+  return out;
+}
+
+Gpu GpuFromStored(const json& j) {
+  Gpu g;
+  g.index = j.at("index").get<int>();
+  g.name = j.value("name", "");
+  g.uuid = j.value("uuid", "");
+  g.memory_bytes = j.value("memory_bytes", int64_t(0));
+  g.simulated = j.value("simulated", false);
+  return g;
+}
+
+}  // namespace
+
+std::string_view PlacementName(Placement p) { return p == Placement::kPack ? "pack" : "spread"; }
+
+std::string_view JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kPending: return "PENDING";
+    case JobState::kRunning: return "RUNNING";
+    case JobState::kSucceeded: return "SUCCEEDED";
+    case JobState::kFailed: return "FAILED";
+    case JobState::kCancelled: return "CANCELLED";
+  }
+  return "UNKNOWN";
+}
+
+std::string_view NodeStateName(NodeState s) { return s == NodeState::kUp ? "UP" : "DOWN"; }
+
+Result<JobState> ParseJobState(std::string_view s) {
+  std::string up(s);
+  for (auto& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kSucceeded,
+                      JobState::kFailed, JobState::kCancelled}) {
+    if (JobStateName(st) == up) return st;
+  }
+  return Errorf(ErrorCode::kInvalidArgument,
+                "unknown job state '{}' (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED)", s);
+}
+
+bool IsTerminal(JobState s) {
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+bool Job::HasExit(int rank) const {
+  return std::any_of(exits.begin(), exits.end(), [&](const TaskExit& e) { return e.rank == rank; });
+}
+
+bool IsReservedEnvName(std::string_view name) {
+  static constexpr std::string_view kReserved[] = {
+      "RANK",        "WORLD_SIZE",           "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+      "NODE_RANK",   "GROUP_RANK",           "MASTER_ADDR", "MASTER_PORT",
+      "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RESTART_COUNT"};
+  if (name.starts_with("COHORT_")) return true;
+  return std::find(std::begin(kReserved), std::end(kReserved), name) != std::end(kReserved);
+}
+
+// ---- JobSpec ----
+
+json ToJson(const JobSpec& s) {
+  return json{{"name", s.name},
+              {"user", s.user},
+              {"command", s.command},
+              {"env", s.env},
+              {"workdir", s.workdir},
+              {"nodes", s.nodes},
+              {"tasks_per_node", s.tasks_per_node},
+              {"gpus_per_node", s.gpus_per_node},
+              {"cpus_per_task", s.cpus_per_task},
+              {"priority", s.priority},
+              {"placement", PlacementName(s.placement)},
+              {"max_restarts", s.max_restarts},
+              {"time_limit_s", s.time_limit_s}};
+}
+
+Result<JobSpec> JobSpecFromJson(const json& j) {
+  auto r = COHORT_TRY(ObjectReader::Open(j));
+  JobSpec s;
+  s.command = COHORT_TRY(r.StringList("command", std::nullopt));
+  s.name = COHORT_TRY(r.String("name", ""));
+  s.user = COHORT_TRY(r.String("user", "anonymous"));
+  s.env = COHORT_TRY(r.StringMap("env"));
+  s.workdir = COHORT_TRY(r.String("workdir", ""));
+  s.nodes = static_cast<int>(COHORT_TRY(r.Int("nodes", 1, 1, kMaxNodes)));
+  s.tasks_per_node = static_cast<int>(COHORT_TRY(r.Int("tasks_per_node", 1, 1, kMaxTasksPerNode)));
+  s.gpus_per_node = static_cast<int>(COHORT_TRY(r.Int("gpus_per_node", 0, 0, kMaxGpusPerNode)));
+  s.cpus_per_task = static_cast<int>(COHORT_TRY(r.Int("cpus_per_task", 1, 0, kMaxCpusPerTask)));
+  s.priority = static_cast<int>(COHORT_TRY(r.Int("priority", 0, -kMaxPriority, kMaxPriority)));
+  std::string placement = COHORT_TRY(r.String("placement", "pack"));
+  if (placement == "pack") {
+    s.placement = Placement::kPack;
+  } else if (placement == "spread") {
+    s.placement = Placement::kSpread;
+  } else {
+    return FieldError("placement", "must be 'pack' or 'spread', got '{}'", placement);
+  }
+  s.max_restarts = static_cast<int>(COHORT_TRY(r.Int("max_restarts", 0, 0, kMaxRestarts)));
+  s.time_limit_s = COHORT_TRY(r.Int("time_limit_s", 0, 0, kMaxTimeLimitS));
+  COHORT_TRY_VOID(r.Finish());
+  if (s.name.empty() && !s.command.empty()) {
+    std::string base = s.command[0].substr(s.command[0].find_last_of('/') + 1);
+    for (char& c : base) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    }
+    s.name = base.substr(0, 128);
+    if (s.name.empty()) s.name = "job";
+  }
+  COHORT_TRY_VOID(ValidateJobSpec(s));
+  return s;
+}
+
+Result<void> ValidateJobSpec(const JobSpec& s) {
+  if (s.command.empty()) return FieldError("command", "must name a program to run (got an empty list)");
+  if (s.command[0].empty()) return FieldError("command[0]", "the program name is empty");
+  if (s.command.size() > 4096) return FieldError("command", "has {} arguments; at most 4096", s.command.size());
+  size_t total = 0;
+  for (size_t i = 0; i < s.command.size(); ++i) {
+    if (s.command[i].find('\0') != std::string::npos) {
+      return FieldError(fmt::format("command[{}]", i), "contains a NUL byte");
+    }
+    total += s.command[i].size();
+  }
+  if (total > 128 * 1024) return FieldError("command", "is {} bytes long; at most 128 KiB", total);
+  if (!ValidName(s.name, 128)) {
+    return FieldError("name", "must be 1-128 characters of letters, digits, '.', '_' or '-', got '{}'", s.name);
+  }
+  if (!ValidName(s.user, 64)) {
+    return FieldError("user", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'", s.user);
+  }
+  if (s.env.size() > 1024) return FieldError("env", "has {} variables; at most 1024", s.env.size());
+  for (const auto& [k, v] : s.env) {
+    if (!ValidEnvName(k)) return FieldError("env." + k, "is not a valid environment variable name");
+    if (IsReservedEnvName(k)) {
+      return FieldError("env." + k, "is set by Cohort for every task (the job contract) and cannot be overridden");
+    }
+    if (v.find('\0') != std::string::npos || v.size() > 32 * 1024) {
+      return FieldError("env." + k, "value must be at most 32 KiB with no NUL byte");
+    }
+  }
+  if (!s.workdir.empty() && (s.workdir[0] != '/' || s.workdir.find('\0') != std::string::npos)) {
+    return FieldError("workdir", "must be an absolute path, got '{}'", s.workdir);
+  }
+  if (s.gpus_per_node % s.tasks_per_node != 0) {
+    return FieldError("gpus_per_node",
+                      "{} GPUs cannot be split evenly among {} tasks per node; use a multiple of tasks_per_node",
+                      s.gpus_per_node, s.tasks_per_node);
+  }
+  if (static_cast<int64_t>(s.nodes) * s.tasks_per_node > 65536) {
+    return FieldError("nodes", "a job may have at most 65536 tasks in all, got {} x {}", s.nodes, s.tasks_per_node);
+  }
+  if (static_cast<int64_t>(s.cpus_per_task) * s.tasks_per_node > kMaxCpusPerTask) {
+    return FieldError("cpus_per_task", "{} tasks x {} CPUs per node exceeds {}", s.tasks_per_node,
+                      s.cpus_per_task, kMaxCpusPerTask);
+  }
+  return {};
+}
+
+// ---- Job ----
+
+json ToJson(const Job& job) {
+  json alloc_nodes = json::array();
+  for (const auto& n : job.allocation.nodes) {
+    json tasks = json::array();
+    for (const auto& t : n.tasks) {
+      tasks.push_back({{"rank", t.rank}, {"local_rank", t.local_rank}, {"gpus", t.gpus}});
+    }
+    alloc_nodes.push_back({{"node", n.node},
+                           {"address", n.address},
+                           {"node_rank", n.node_rank},
+                           {"gpus", n.gpus},
+                           {"cpus", n.cpus},
+                           {"tasks", tasks},
+                           {"version", n.version}});
+  }
+  json exits = json::array();
+  for (const auto& e : job.exits) {
+    exits.push_back({{"rank", e.rank},
+                     {"node", e.node},
+                     {"exit_code", e.exit_code},
+                     {"signal", e.signal},
+                     {"error", e.error},
+                     {"finished_ms", e.finished_ms}});
+  }
+  json history = json::array();
+  for (const auto& h : job.history) {
+    history.push_back({{"attempt", h.attempt},
+                       {"start_ms", h.start_ms},
+                       {"end_ms", h.end_ms},
+                       {"nodes", h.nodes},
+                       {"end_reason", h.end_reason}});
+  }
+  json out = {{"id", job.id},
+              {"spec", ToJson(job.spec)},
+              {"state", JobStateName(job.state)},
+              {"reason", job.reason},
+              {"attempt", job.attempt},
+              {"submit_ms", job.submit_ms},
+              {"start_ms", job.start_ms},
+              {"end_ms", job.end_ms},
+              {"exit_code", job.exit_code ? json(*job.exit_code) : json(nullptr)},
+              {"allocation",
+               {{"nodes", alloc_nodes},
+                {"master_addr", job.allocation.master_addr},
+                {"master_port", job.allocation.master_port}}},
+              {"exits", exits},
+              {"history", history}};
+  return out;
+}
+
+Result<Job> JobFromJson(const json& j) {
+  return Guard("job", [&]() -> Result<Job> {
+    Job job;
+    job.id = j.at("id").get<JobId>();
+    job.spec = COHORT_TRY(JobSpecFromJson(j.at("spec")));
+    job.state = COHORT_TRY(ParseJobState(j.at("state").get<std::string>()));
+    job.reason = j.value("reason", "");
+    job.attempt = j.value("attempt", 0);
+    job.submit_ms = j.value("submit_ms", int64_t(0));
+    job.start_ms = j.value("start_ms", int64_t(0));
+    job.end_ms = j.value("end_ms", int64_t(0));
+    if (j.contains("exit_code") && !j["exit_code"].is_null()) job.exit_code = j["exit_code"].get<int>();
+    if (j.contains("allocation")) {
+      const json& a = j["allocation"];
+      job.allocation.master_addr = a.value("master_addr", "");
+      job.allocation.master_port = a.value("master_port", 0);
+      for (const auto& n : a.value("nodes", json::array())) {
+        NodeAllocation na;
+        na.node = n.at("node").get<std::string>();
+        na.address = n.value("address", "");
+        na.node_rank = n.value("node_rank", 0);
+        na.gpus = n.value("gpus", std::vector<int>{});
+        na.cpus = n.value("cpus", 0);
+        na.version = n.value("version", int64_t(0));
+        for (const auto& t : n.value("tasks", json::array())) {
+          na.tasks.push_back({t.at("rank").get<int>(), t.value("local_rank", 0),
+                              t.value("gpus", std::vector<int>{})});
+        }
+        job.allocation.nodes.push_back(std::move(na));
+      }
+    }
+    for (const auto& e : j.value("exits", json::array())) {
+      job.exits.push_back({e.at("rank").get<int>(), e.value("node", ""), e.value("exit_code", 0),
+                           e.value("signal", 0), e.value("error", ""),
+                           e.value("finished_ms", int64_t(0))});
+    }
+    for (const auto& h : j.value("history", json::array())) {
+      job.history.push_back({h.value("attempt", 0), h.value("start_ms", int64_t(0)),
+                             h.value("end_ms", int64_t(0)),
+                             h.value("nodes", std::vector<std::string>{}),
+                             h.value("end_reason", "")});
+    }
+    return job;
+  });
+}
+
+// ---- Node ----
+
+json ToJson(const Gpu& g) {
+  return json{{"index", g.index},
+              {"name", g.name},
+              {"uuid", g.uuid},
+              {"memory_bytes", g.memory_bytes},
+              {"simulated", g.simulated}};
+}
+
+static json GpusToJson(const std::vector<Gpu>& gpus) {
+  json a = json::array();
+  for (const auto& g : gpus) a.push_back(ToJson(g));
+  return a;
+}
+
+json ToJson(const Node& n) {
+  return json{{"name", n.name},
+              {"address", n.address},
+              {"agent_url", n.agent_url},
+              {"incarnation", n.incarnation},
+              {"version", n.version},
+              {"gpus", GpusToJson(n.gpus)},
+              {"cpus", n.cpus},
+              {"state", NodeStateName(n.state)},
+              {"reason", n.reason},
+              {"drain", n.drain},
+              {"drain_reason", n.drain_reason},
+              {"registered_ms", n.registered_ms},
+              {"last_heartbeat_ms", n.last_heartbeat_ms}};
+}
+
+Result<Node> NodeFromJson(const json& j) {
+  return Guard("node", [&]() -> Result<Node> {
+    Node n;
+    n.name = j.at("name").get<std::string>();
+    n.address = j.value("address", "");
+    n.agent_url = j.value("agent_url", "");
+    n.incarnation = j.value("incarnation", "");
+    n.version = j.value("version", "");
+    for (const auto& g : j.value("gpus", json::array())) n.gpus.push_back(GpuFromStored(g));
+    n.cpus = j.value("cpus", 0);
+    n.state = j.value("state", "UP") == "DOWN" ? NodeState::kDown : NodeState::kUp;
+    n.reason = j.value("reason", "");
+    n.drain = j.value("drain", false);
+    n.drain_reason = j.value("drain_reason", "");
+    n.registered_ms = j.value("registered_ms", int64_t(0));
+    n.last_heartbeat_ms = j.value("last_heartbeat_ms", int64_t(0));
+    return n;
+  });
+}
+
+// ---- Agent protocol ----
+
+json ToJson(const Registration& r) {
+  return json{{"name", r.name},       {"address", r.address}, {"agent_url", r.agent_url},
+              {"incarnation", r.incarnation}, {"version", r.version},
+              {"gpus", GpusToJson(r.gpus)}, {"cpus", r.cpus}};
+}
+
+Result<Registration> RegistrationFromJson(const json& j) {
+  auto r = COHORT_TRY(ObjectReader::Open(j));
+  Registration reg;
+  reg.name = COHORT_TRY(r.String("name"));
+  reg.address = COHORT_TRY(r.String("address"));
+  reg.agent_url = COHORT_TRY(r.String("agent_url", ""));
+  reg.incarnation = COHORT_TRY(r.String("incarnation"));
+  reg.version = COHORT_TRY(r.String("version", ""));
+  reg.gpus = COHORT_TRY(GpusFromJson(r, "gpus"));
+  reg.cpus = static_cast<int>(COHORT_TRY(r.Int("cpus", 0, 0, 1 << 20)));
+  COHORT_TRY_VOID(r.Finish());
+  if (!ValidName(reg.name, 64)) {
+    return FieldError("name", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'", reg.name);
+  }
+  if (reg.address.empty() || reg.address.size() > 255) return FieldError("address", "must be a host name or IP");
+  if (!ValidName(reg.incarnation, 64)) return FieldError("incarnation", "must be a token of 1-64 characters");
+  if (!reg.agent_url.empty()) {
+    if (auto p = ParseHttpUrl(reg.agent_url); !p) return FieldError("agent_url", "{}", p.error().message);
+  }
+  return reg;
+}
+
+json ToJson(const AgentTiming& t) {
+  return json{{"heartbeat_interval_ms", t.heartbeat_interval_ms},
+              {"failure_timeout_ms", t.failure_timeout_ms},
+              {"fence_timeout_ms", t.fence_timeout_ms},
+              {"kill_grace_ms", t.kill_grace_ms}};
+}
+
+Result<AgentTiming> AgentTimingFromJson(const json& j) {
+  auto r = COHORT_TRY(ObjectReader::Open(j, "timing"));
+  AgentTiming t;
+  t.heartbeat_interval_ms = COHORT_TRY(r.Int("heartbeat_interval_ms", 1000, 10, 600'000));
+  t.failure_timeout_ms = COHORT_TRY(r.Int("failure_timeout_ms", 3000, 10, 3'600'000));
+  t.fence_timeout_ms = COHORT_TRY(r.Int("fence_timeout_ms", 2000, 10, 3'600'000));
+  t.kill_grace_ms = COHORT_TRY(r.Int("kill_grace_ms", 5000, 0, 3'600'000));
+  COHORT_TRY_VOID(r.Finish());
+  return t;
+}
+
+static json TaskReportToJson(const TaskReport& t) {
+  return json{{"job", t.job},       {"attempt", t.attempt},     {"rank", t.rank},
+              {"running", t.running}, {"pid", t.pid},           {"gpus", t.gpus},
+              {"cpus", t.cpus},     {"exit_code", t.exit_code}, {"signal", t.signal},
+              {"error", t.error},   {"finished_ms", t.finished_ms}};
+}
+
+json ToJson(const Heartbeat& h) {
+  json tasks = json::array();
+  for (const auto& t : h.tasks) tasks.push_back(TaskReportToJson(t));
+  return json{{"incarnation", h.incarnation},
+              {"applied_version", h.applied_version},
+              {"tasks", tasks},
+              {"free_ports", h.free_ports}};
+}
+
+Result<Heartbeat> HeartbeatFromJson(const json& j) {
+  auto r = COHORT_TRY(ObjectReader::Open(j));
+  Heartbeat h;
+  h.incarnation = COHORT_TRY(r.String("incarnation"));
+  h.applied_version = COHORT_TRY(r.Int("applied_version", 0, 0, INT64_MAX));
+  h.free_ports = COHORT_TRY(IntList(r, "free_ports", 1, 65535, 64));
+  const json* tasks = r.Raw("tasks");
+  if (tasks) {
+    if (!tasks->is_array() || tasks->size() > 65536) return FieldError("tasks", "must be an array");
+    for (size_t i = 0; i < tasks->size(); ++i) {
+      auto t = COHORT_TRY(ObjectReader::Open((*tasks)[i], fmt::format("tasks[{}]", i)));
+      TaskReport rep;
+      rep.job = COHORT_TRY(t.Int("job", std::nullopt, 1, INT64_MAX));
+      rep.attempt = static_cast<int>(COHORT_TRY(t.Int("attempt", std::nullopt, 0, 1 << 30)));
+      rep.rank = static_cast<int>(COHORT_TRY(t.Int("rank", std::nullopt, 0, 1 << 30)));
+      rep.running = COHORT_TRY(t.Bool("running"));
+      rep.pid = static_cast<int>(COHORT_TRY(t.Int("pid", 0, 0, INT32_MAX)));
+      rep.gpus = COHORT_TRY(IntList(t, "gpus", 0, kMaxGpusPerNode - 1, kMaxGpusPerNode));
+      rep.cpus = static_cast<int>(COHORT_TRY(t.Int("cpus", 0, 0, 1 << 20)));
+      rep.exit_code = static_cast<int>(COHORT_TRY(t.Int("exit_code", 0, -1, 255)));
+      rep.signal = static_cast<int>(COHORT_TRY(t.Int("signal", 0, 0, 128)));
+      rep.error = COHORT_TRY(t.String("error", ""));
+      rep.finished_ms = COHORT_TRY(t.Int("finished_ms", 0, 0, INT64_MAX));
+      COHORT_TRY_VOID(t.Finish());
+      h.tasks.push_back(std::move(rep));
+    }
+  }
+  COHORT_TRY_VOID(r.Finish());
+  return h;
+}
+
+json ToJson(const HeartbeatReply& r) {
+  json tasks = json::array();
+  for (const auto& t : r.tasks) {
+    tasks.push_back({{"job", t.job},
+                     {"attempt", t.attempt},
+                     {"rank", t.rank},
+                     {"command", t.command},
+                     {"env", t.env},
+                     {"workdir", t.workdir},
+                     {"gpus", t.gpus},
+                     {"cpus", t.cpus}});
+  }
+  json acked = json::array();
+  for (const auto& a : r.acked) acked.push_back({{"job", a.job}, {"attempt", a.attempt}, {"rank", a.rank}});
+  return json{{"version", r.version}, {"tasks", tasks}, {"acked", acked}, {"timing", ToJson(r.timing)}};
+}
+
+Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
+  return Guard("heartbeat reply", [&]() -> Result<HeartbeatReply> {
+    HeartbeatReply r;
+    r.version = j.at("version").get<int64_t>();
+    for (const auto& t : j.at("tasks")) {
+      TaskLaunch l;
+      l.job = t.at("job").get<JobId>();
+      l.attempt = t.at("attempt").get<int>();
+      l.rank = t.at("rank").get<int>();
+      l.command = t.at("command").get<std::vector<std::string>>();
+      l.env = t.value("env", std::map<std::string, std::string>{});
+      l.workdir = t.value("workdir", "");
+      l.gpus = t.value("gpus", std::vector<int>{});
+      l.cpus = t.value("cpus", 0);
+      r.tasks.push_back(std::move(l));
+    }
+    for (const auto& a : j.value("acked", json::array())) {
+      r.acked.push_back({a.at("job").get<JobId>(), a.at("attempt").get<int>(), a.at("rank").get<int>()});
+    }
+    if (j.contains("timing")) r.timing = COHORT_TRY(AgentTimingFromJson(j["timing"]));
+    return r;
+  });
+}
+
+}  // namespace cohort::api

@@ -1,0 +1,242 @@
+// Wire types shared by the head, the agents and the CLI (API version v1).
+//
+// Plain values: a JobSpec is what a user submits; a Job is the head's record of it
+// (state, attempts, allocation, exits); a Node is one worker as the head sees it. Each
+// type has ToJson and a strict FromJson that validates every field from outside and
+// names the bad one in its error (codecs.cc). Values are copied freely between threads;
+// none holds a lock or a handle.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/json.h"
+
+namespace cohort::api {
+
+using JobId = int64_t;
+using NodeId = std::string;
+
+enum class Placement { kPack, kSpread };
+enum class JobState { kPending, kRunning, kSucceeded, kFailed, kCancelled };
+enum class NodeState { kUp, kDown };
+
+std::string_view PlacementName(Placement p);
+std::string_view JobStateName(JobState s);   // "PENDING", "RUNNING", ...
+std::string_view NodeStateName(NodeState s);  // "UP", "DOWN"
+Result<JobState> ParseJobState(std::string_view s);  // case-insensitive
+bool IsTerminal(JobState s);
+
+// Limits on what a job may ask for; a request beyond them is rejected, not clamped.
+inline constexpr int kMaxNodes = 4096;
+inline constexpr int kMaxTasksPerNode = 1024;
+inline constexpr int kMaxGpusPerNode = 1024;
+inline constexpr int kMaxCpusPerTask = 4096;
+inline constexpr int kMaxPriority = 1000;
+inline constexpr int kMaxRestarts = 1000;
+inline constexpr int64_t kMaxTimeLimitS = 366LL * 24 * 3600;
+
+// What a user submits (POST /v1/jobs, `cohort submit`).
+struct JobSpec {
+  std::string name;                        // [A-Za-z0-9._-], ≤ 128; default: basename of command[0]
+  std::string user;                        // who submitted; default: "anonymous"
+  std::vector<std::string> command;        // argv of every task; required
+  std::map<std::string, std::string> env;  // extra variables; may not override the contract's
+  std::string workdir;                     // absolute path; empty: the agent's work directory
+  int nodes = 1;                           // gang size in nodes
+  int tasks_per_node = 1;                  // processes per node
+  int gpus_per_node = 0;                   // split evenly among the node's tasks; 0: CPU-only
+  int cpus_per_task = 1;                   // CPU cores reserved per task
+  int priority = 0;                        // higher runs first; -1000..1000
+  Placement placement = Placement::kPack;  // pack: fewest free GPUs that fit; spread: most free
+  int max_restarts = 0;                    // gang restarts after a node or task failure
+  int64_t time_limit_s = 0;                // 0: unlimited; otherwise killed after this long
+
+  int world_size() const { return nodes * tasks_per_node; }
+  int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
+};
+
+// One task of a placed job: its global and local rank and GPU indices on its node.
+struct TaskPlacement {
+  int rank = 0;
+  int local_rank = 0;
+  std::vector<int> gpus;
+};
+
+// The part of a job on one node.
+struct NodeAllocation {
+  NodeId node;
+  std::string address;  // the node's address, for MASTER_ADDR when node_rank is 0
+  int node_rank = 0;
+  std::vector<int> gpus;
+  int cpus = 0;
+  std::vector<TaskPlacement> tasks;
+  int64_t version = 0;  // the node's assignment version when this part was assigned
+};
+
+struct Allocation {
+  std::vector<NodeAllocation> nodes;  // in node-rank order
+  std::string master_addr;
+  int master_port = 0;
+};
+
+// The end of one task of the current attempt, as its agent reported it.
+struct TaskExit {
+  int rank = 0;
+  NodeId node;
+  int exit_code = 0;
+  int signal = 0;
+  std::string error;  // e.g. "cannot execute 'foo': No such file or directory"
+  int64_t finished_ms = 0;
+};
+
+// One finished (or current) attempt, kept for `show` and for logs of earlier attempts.
+struct AttemptRecord {
+  int attempt = 0;
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;
+  std::vector<NodeId> nodes;
+  std::string end_reason;
+};
+
+struct Job {
+  JobId id = 0;
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  std::string reason;    // PENDING: why it waits; terminal: why it ended
+  int attempt = 0;       // current (or last) attempt; COHORT_ATTEMPT
+  int64_t submit_ms = 0;
+  int64_t start_ms = 0;  // first start of the current attempt
+  int64_t end_ms = 0;
+  std::optional<int> exit_code;  // terminal: first failing rank's code, or 0
+  Allocation allocation;         // RUNNING: current; terminal: last
+  std::vector<TaskExit> exits;   // ranks of the current attempt that have ended
+  std::vector<AttemptRecord> history;
+
+  bool HasExit(int rank) const;
+};
+
+struct Gpu {
+  int index = 0;
+  std::string name;
+  std::string uuid;
+  int64_t memory_bytes = 0;
+  bool simulated = false;
+};
+
+struct Node {
+  NodeId name;
+  std::string address;      // host other nodes and tasks reach it at
+  std::string agent_url;    // the agent's own HTTP endpoint (logs, wake-ups)
+  std::string incarnation;  // changes every time an agent process starts
+  std::string version;      // cohort version of the agent
+  std::vector<Gpu> gpus;
+  int cpus = 0;
+  NodeState state = NodeState::kUp;
+  std::string reason;       // why DOWN
+  bool drain = false;
+  std::string drain_reason;
+  int64_t registered_ms = 0;
+  int64_t last_heartbeat_ms = 0;
+};
+
+// Agent → head: POST /v1/nodes/register.
+struct Registration {
+  NodeId name;
+  std::string address;
+  std::string agent_url;
+  std::string incarnation;
+  std::string version;
+  std::vector<Gpu> gpus;
+  int cpus = 0;
+};
+
+// Timing the head imposes on its agents (in the registration and heartbeat replies).
+struct AgentTiming {
+  int64_t heartbeat_interval_ms = 1000;
+  int64_t failure_timeout_ms = 3000;  // head marks a silent node DOWN after this
+  int64_t fence_timeout_ms = 2000;    // agent kills its tasks after this without the head
+  int64_t kill_grace_ms = 5000;       // SIGTERM → SIGKILL
+};
+
+// A task as its agent reports it in a heartbeat.
+struct TaskReport {
+  JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  bool running = true;
+  int pid = 0;
+  std::vector<int> gpus;
+  int cpus = 0;
+  int exit_code = 0;
+  int signal = 0;
+  std::string error;
+  int64_t finished_ms = 0;
+};
+
+// Agent → head: POST /v1/nodes/{name}/heartbeat.
+struct Heartbeat {
+  std::string incarnation;
+  int64_t applied_version = 0;    // the newest assignment version the agent has acted on
+  std::vector<TaskReport> tasks;  // running tasks and finished ones not yet acknowledged
+  std::vector<int> free_ports;    // ports found free on this node, for MASTER_PORT
+};
+
+// A task the head wants running on a node.
+struct TaskLaunch {
+  JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;  // the job contract's variables and the spec's env
+  std::string workdir;
+  std::vector<int> gpus;
+  int cpus = 0;
+};
+
+struct TaskRef {
+  JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  auto operator<=>(const TaskRef&) const = default;
+};
+
+// Head → agent: the reply to a heartbeat. Level-triggered: `tasks` is the whole set the
+// head wants on the node; the agent starts what is missing and stops everything else.
+struct HeartbeatReply {
+  int64_t version = 0;
+  std::vector<TaskLaunch> tasks;
+  std::vector<TaskRef> acked;  // finished tasks whose exit the head has stored
+  AgentTiming timing;
+};
+
+// JSON codecs. FromJson validates everything and names the bad field.
+json ToJson(const JobSpec& s);
+Result<JobSpec> JobSpecFromJson(const json& j);
+// Cross-field checks, also applied by JobSpecFromJson.
+Result<void> ValidateJobSpec(const JobSpec& s);
+
+json ToJson(const Job& j);
+Result<Job> JobFromJson(const json& j);
+json ToJson(const Gpu& g);
+json ToJson(const Node& n);
+Result<Node> NodeFromJson(const json& j);
+json ToJson(const Registration& r);
+Result<Registration> RegistrationFromJson(const json& j);
+json ToJson(const AgentTiming& t);
+Result<AgentTiming> AgentTimingFromJson(const json& j);
+json ToJson(const Heartbeat& h);
+Result<Heartbeat> HeartbeatFromJson(const json& j);
+json ToJson(const HeartbeatReply& r);
+Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j);
+
+// Environment variables every task gets from Cohort (DESIGN.md, the job contract); a
+// spec's env may not set them.
+bool IsReservedEnvName(std::string_view name);
+
+}  // namespace cohort::api

@@ -1,0 +1,41 @@
+// `cohort agent`: run a worker agent.
+#include "agent/agent.h"
+#include "cli/cli.h"
+#include "cli/daemon_flags.h"
+#include "common/log.h"
+#include "common/signals.h"
+
+namespace cohort::cli {
+
+void AddAgentCommand(CommandContext& ctx) {
+  struct Flags {
+    agent::AgentConfig config;
+    std::string head_down_grace = "60s";
+    std::string log_level = "info";
+  };
+  auto f = std::make_shared<Flags>();
+  auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
+  sub->add_option("--head", f->config.head_url, "Head URL, e.g. http://10.0.0.1:8470")->required();
+  sub->add_option("--name", f->config.name, "Node name (default: host name)");
+  sub->add_option("--address", f->config.address, "Address other nodes reach this one at (default: detected)");
+  sub->add_option("--listen", f->config.listen_host, "Address the agent's HTTP server binds (default: --address)");
+  sub->add_option("--port", f->config.port, "Agent HTTP port (default 0: any free port)")->check(CLI::Range(0, 65535));
+  sub->add_option("--simulated-gpus", f->config.simulated_gpus,
+                  "Present N simulated GPUs instead of the real ones (NVML)")
+      ->check(CLI::Range(0, 1024));
+  sub->add_option("--cpus", f->config.cpus, "CPUs to offer (default: hardware threads)")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--work-dir", f->config.work_dir, "Task logs and status files (default ~/.cohort/agent-NAME)");
+  sub->add_option("--head-down-grace", f->head_down_grace,
+                  "Keep tasks running this long while the head refuses connections (default 60s; 0 fences at once)");
+  AddLogLevelFlag(sub, f->log_level);
+  ctx.on_run(sub, [f] {
+    auto grace = ParseDurationMs(f->head_down_grace, "--head-down-grace");
+    if (!grace) return ReportError(grace.error());
+    f->config.head_down_grace_ms = *grace;
+    BlockTerminationSignals();
+    InitLogging(f->config.name.empty() ? "agent" : "agent " + f->config.name, f->log_level);
+    return agent::RunAgent(f->config);
+  });
+}
+
+}  // namespace cohort::cli

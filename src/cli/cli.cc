@@ -1,0 +1,69 @@
+#include "cli/cli.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "agent/task_shim.h"
+
+namespace cohort::cli {
+
+std::string ResolveHeadUrl(const GlobalOptions& g) {
+  if (!g.head_url.empty()) return g.head_url;
+  if (const char* env = std::getenv("COHORT_HEAD"); env && *env) return env;
+  return "http://127.0.0.1:8470";
+}
+
+HttpClient HeadClient(const GlobalOptions& g) { return HttpClient(ResolveHeadUrl(g), Millis(15000)); }
+
+int ExitCodeFor(const Error& e) {
+  switch (e.code) {
+    case ErrorCode::kInvalidArgument: return 2;
+    case ErrorCode::kUnavailable:
+    case ErrorCode::kDeadlineExceeded: return 3;
+    default: return 1;
+  }
+}
+
+int ReportError(const Error& e) {
+  std::fprintf(stderr, "cohort: error: %s\n", e.message.c_str());
+  return ExitCodeFor(e);
+}
+
+int RunCli(int argc, char** argv) {
+  // The task shim is internal and must not pay for CLI parsing or touch global state.
+  if (argc >= 2 && std::strcmp(argv[1], "task-shim") == 0) {
+    return agent::RunTaskShim(argc - 1, argv + 1);
+  }
+  CLI::App app{"Cohort: many GPU machines working as one computer", "cohort"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "cohort 0.1.0");
+  GlobalOptions global;
+  app.add_option("--head", global.head_url, "Head URL (default: $COHORT_HEAD or http://127.0.0.1:8470)");
+  app.add_flag("--json", global.json, "Print JSON instead of tables");
+
+  CommandFn chosen;
+  CommandContext ctx{app, global, [&](CLI::App* sub, CommandFn fn) {
+                       sub->callback([&chosen, fn] { chosen = fn; });
+                     }};
+  AddHeadCommand(ctx);
+  AddAgentCommand(ctx);
+  AddUpCommand(ctx);
+  AddSubmitCommand(ctx);
+  AddQueueCommand(ctx);
+  AddShowCommand(ctx);
+  AddCancelCommand(ctx);
+  AddLogsCommand(ctx);
+  AddNodesCommand(ctx);
+  AddDrainCommands(ctx);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  return chosen ? chosen() : 2;
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,58 @@
+// The `cohort` command line: one file per command, each adding itself to the CLI11 app.
+//
+// RunCli parses argv and dispatches; commands return a process exit code. Exit codes:
+// 0 success, 1 the request failed (the head said no, or the job failed), 2 bad usage or
+// bad input, 3 the head could not be reached. Errors print one line to stderr:
+// "cohort: error: <message>".
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/error.h"
+#include "common/http.h"
+
+namespace cohort::cli {
+
+// Options every client command shares, bound to global flags.
+struct GlobalOptions {
+  std::string head_url;  // --head, else $COHORT_HEAD, else http://127.0.0.1:8470
+  bool json = false;     // --json: machine-readable output
+};
+
+// What a command registers: its CLI11 subcommand and the function run when it is chosen.
+using CommandFn = std::function<int()>;
+
+struct CommandContext {
+  CLI::App& app;
+  GlobalOptions& global;
+  // Called by a command to install its run function on its subcommand.
+  std::function<void(CLI::App*, CommandFn)> on_run;
+};
+
+// Default head URL: --head, $COHORT_HEAD, or the local default.
+std::string ResolveHeadUrl(const GlobalOptions& g);
+HttpClient HeadClient(const GlobalOptions& g);
+
+// Prints "cohort: error: ..." and returns the exit code for the error.
+int ReportError(const Error& e);
+int ExitCodeFor(const Error& e);
+
+// Commands (one file each).
+void AddHeadCommand(CommandContext& ctx);
+void AddAgentCommand(CommandContext& ctx);
+void AddUpCommand(CommandContext& ctx);
+void AddSubmitCommand(CommandContext& ctx);
+void AddQueueCommand(CommandContext& ctx);
+void AddShowCommand(CommandContext& ctx);
+void AddCancelCommand(CommandContext& ctx);
+void AddLogsCommand(CommandContext& ctx);
+void AddNodesCommand(CommandContext& ctx);
+void AddDrainCommands(CommandContext& ctx);  // drain and resume
+
+int RunCli(int argc, char** argv);
+
+}  // namespace cohort::cli

@@ -1,0 +1,144 @@
+// Pieces shared by the client commands (submit, queue, show, cancel, logs, nodes, drain)
+// and the pure functions behind them, declared here so that tests can reach them.
+//
+// Each command file does its I/O (HTTP calls to the head, stdout, stderr) and leaves the
+// parsing and the rendering to the functions below, which take plain values and return
+// strings or Results: no network, no clock (the current time is an argument), no globals.
+// The shared helpers are defined in client.cc; each command's helpers in that command's
+// file. Everything may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "api/types.h"
+#include "cli/cli.h"
+#include "common/error.h"
+#include "common/json.h"
+
+namespace cohort::cli {
+
+// ---- shared (client.cc) ----
+
+// Adds --head and --json to a client subcommand, bound to the same GlobalOptions fields
+// as the root's flags, so both `cohort --json queue` and `cohort queue --json` work.
+void AddClientOptions(CLI::App* sub, GlobalOptions& global);
+
+// Parses a job id as typed on the command line ("12"); kInvalidArgument otherwise.
+Result<api::JobId> ParseJobId(std::string_view text);
+
+// GET /v1/jobs/{id}, decoded.
+Result<api::Job> FetchJob(const HttpClient& head, api::JobId id);
+
+// Percent-encodes everything but unreserved characters, for a query parameter.
+std::string UrlEncode(std::string_view s);
+
+// Prints `j` indented by two spaces, then a newline, to stdout.
+void PrintJson(const json& j);
+
+// A node as GET /v1/nodes returns it: the stored node plus the head's live view.
+struct NodeView {
+  api::Node node;
+  std::string display_state;  // UP, DOWN, DRAINING, DRAINED
+  int gpus_allocated = 0;
+  int cpus_allocated = 0;
+  std::vector<api::JobId> jobs;
+  int64_t heartbeat_age_ms = -1;  // -1: never heard from
+};
+Result<NodeView> NodeViewFromJson(const json& j);
+
+// Time the job has run: RUNNING, since its current attempt started; ended, from its first
+// start to its end. std::nullopt for a job that never started.
+std::optional<int64_t> JobRunTimeMs(const api::Job& job, int64_t now_ms);
+
+// ---- submit (submit.cc) ----
+
+// Flags of `cohort submit`; an unset optional leaves the spec file's value (or the API
+// default) alone.
+struct SubmitFlags {
+  std::optional<int> nodes;
+  std::optional<int> tasks_per_node;
+  std::optional<int> gpus_per_node;
+  std::optional<int> cpus_per_task;
+  std::optional<int> priority;
+  std::optional<int> max_restarts;
+  std::optional<std::string> name;
+  std::optional<std::string> placement;
+  std::optional<std::string> time_limit;  // as typed: "3600", "1:00:00", "2h"
+  std::optional<std::string> workdir;
+  std::optional<std::string> user;
+  std::vector<std::string> env;      // "KEY=VALUE" (or "KEY": its value in `environment`)
+  std::vector<std::string> command;  // after "--"; replaces the file's command
+};
+
+// Values used when neither the file nor a flag sets a field.
+struct SubmitDefaults {
+  std::string workdir;  // the current directory
+  std::string user;     // $USER
+  std::map<std::string, std::string> environment;  // for "--env KEY" without a value
+};
+
+// Parses a time limit into seconds: "3600" (seconds), "90s", "15m", "2h", "1d",
+// Slurm's "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS", and "0"/"unlimited"
+// (no limit). kInvalidArgument naming --time-limit otherwise.
+Result<int64_t> ParseTimeLimit(std::string_view text);
+
+// The inverse for display: 0 → "unlimited", 5400 → "01:30:00", 93784 → "1-02:03:04".
+std::string FormatTimeLimit(int64_t seconds);
+
+// "KEY=VALUE" → {KEY, VALUE}; "KEY" alone takes its value from `environment` and fails
+// if it is not set there.
+Result<std::pair<std::string, std::string>> ParseEnvAssignment(
+    std::string_view text, const std::map<std::string, std::string>& environment);
+
+// The spec to submit: `base` (a spec file's document, or an empty object) with every
+// given flag written over it, then the defaults for fields still missing. Env flags add
+// to the file's env. The result is not yet validated: pass it to api::JobSpecFromJson.
+Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitDefaults& defaults);
+
+// "Job 12 SUCCEEDED after 3.2s" / "Job 12 FAILED after 1m02s (exit code 1): <reason>".
+std::string FinalStateLine(const api::Job& job);
+
+// ---- queue (queue.cc) ----
+
+// The squeue-like table: JOBID NAME USER STATE ATTEMPT NODES GPUS TIME NODELIST(REASON).
+std::string RenderQueue(const std::vector<api::Job>& jobs, int64_t now_ms);
+
+// ---- show (show.cc) ----
+
+// The `key: value` report of one job, with its allocation, exits and attempt history.
+std::string RenderJob(const api::Job& job, int64_t now_ms);
+
+// ---- nodes (nodes.cc) ----
+
+// The node table: NAME STATE GPUS CPUS GPU-TYPE ADDRESS HEARTBEAT JOBS REASON.
+std::string RenderNodes(const std::vector<NodeView>& nodes);
+// The detail report of one node, with a row per GPU.
+std::string RenderNode(const NodeView& node);
+
+// ---- drain (drain.cc) ----
+
+// "Node n1 is DRAINING (jobs 3, 4 still running)" and similar.
+std::string NodeStateLine(const NodeView& node);
+
+// ---- logs (logs.cc) ----
+
+// Prefixes each complete line of a rank's output with "[rank N] ". Partial lines are kept
+// per rank until their newline arrives or Flush is called. One instance per `logs` run.
+class RankLinePrefixer {
+ public:
+  // Returns the complete lines in `data` (and in what was buffered for `rank`), prefixed.
+  std::string Feed(int rank, std::string_view data);
+  // Returns the rank's buffered partial line, prefixed and ended with '\n' (or "").
+  std::string Flush(int rank);
+
+ private:
+  std::map<int, std::string> partial_;
+};
+
+}  // namespace cohort::cli

@@ -1,0 +1,33 @@
+#include "cli/daemon_flags.h"
+
+#include "common/clock.h"
+
+namespace cohort::cli {
+
+void TimingFlags::AddTo(CLI::App* sub) {
+  sub->add_option("--heartbeat-interval", heartbeat_interval, "How often agents heartbeat (default 1s)");
+  sub->add_option("--failure-timeout", failure_timeout,
+                  "A node silent this long is DOWN and its jobs are requeued (default 3s)");
+  sub->add_option("--fence-timeout", fence_timeout,
+                  "An agent that cannot reach the head this long kills its tasks (default 2/3 of the failure timeout)");
+  sub->add_option("--kill-grace", kill_grace, "SIGTERM to SIGKILL delay when stopping tasks (default 5s)");
+}
+
+Result<api::AgentTiming> TimingFlags::Resolve() const {
+  api::AgentTiming t;
+  t.heartbeat_interval_ms = COHORT_TRY(ParseDurationMs(heartbeat_interval, "--heartbeat-interval"));
+  t.failure_timeout_ms = COHORT_TRY(ParseDurationMs(failure_timeout, "--failure-timeout"));
+  t.fence_timeout_ms = fence_timeout.empty() ? t.failure_timeout_ms * 2 / 3
+                                             : COHORT_TRY(ParseDurationMs(fence_timeout, "--fence-timeout"));
+  t.kill_grace_ms = COHORT_TRY(ParseDurationMs(kill_grace, "--kill-grace"));
+  if (t.heartbeat_interval_ms < 10) return MakeError(ErrorCode::kInvalidArgument, "--heartbeat-interval: at least 10ms");
+  if (t.failure_timeout_ms < 30) return MakeError(ErrorCode::kInvalidArgument, "--failure-timeout: at least 30ms");
+  return t;
+}
+
+void AddLogLevelFlag(CLI::App* sub, std::string& level) {
+  sub->add_option("--log-level", level, "trace, debug, info, warn or error (default info)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,27 @@
+// Flags shared by the daemon commands (head, agent, up): logging and head timing.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "api/types.h"
+#include "common/error.h"
+
+namespace cohort::cli {
+
+// Timing flags as typed by a person ("3s", "500ms"); converted by Resolve.
+struct TimingFlags {
+  std::string heartbeat_interval = "1s";
+  std::string failure_timeout = "3s";
+  std::string fence_timeout;  // default: two thirds of the failure timeout
+  std::string kill_grace = "5s";
+
+  void AddTo(CLI::App* sub);
+  Result<api::AgentTiming> Resolve() const;
+};
+
+// --log-level trace|debug|info|warn|error.
+void AddLogLevelFlag(CLI::App* sub, std::string& level);
+
+}  // namespace cohort::cli

@@ -1,0 +1,78 @@
+// `cohort drain NODE... [--reason TEXT]` and `cohort resume NODE...`: stop placing new
+// jobs on nodes (running jobs finish), and undo that. Each prints the node's new state;
+// the exit code is that of the first node that failed, like `cancel`.
+#include "cli/client.h"
+
+namespace cohort::cli {
+namespace {
+
+struct DrainFlags {
+  std::vector<std::string> nodes;
+  std::optional<std::string> reason;
+};
+
+int Run(const DrainFlags& f, bool drain, const GlobalOptions& global) {
+  HttpClient head = HeadClient(global);
+  json body = json::object();
+  if (f.reason) body["reason"] = *f.reason;
+  int rc = 0;
+  json done = json::array();
+  for (const auto& name : f.nodes) {
+    auto reply = head.Post(fmt::format("/v1/nodes/{}/{}", UrlEncode(name), drain ? "drain" : "resume"), body);
+    if (!reply) {
+      int code = ReportError(reply.error());
+      if (code == 3) return code;
+      if (rc == 0) rc = code;
+      continue;
+    }
+    if (global.json) {
+      done.push_back(std::move(*reply));
+      continue;
+    }
+    auto node = NodeViewFromJson(*reply);
+    if (!node) return ReportError(node.error());
+    std::printf("%s\n", NodeStateLine(*node).c_str());
+    std::fflush(stdout);
+  }
+  if (global.json) PrintJson(json{{"nodes", std::move(done)}});
+  return rc;
+}
+
+}  // namespace
+
+std::string NodeStateLine(const NodeView& v) {
+  std::string line = fmt::format("Node {} is {}", v.node.name, v.display_state);
+  if (!v.jobs.empty()) {
+    std::vector<std::string> ids;
+    for (auto id : v.jobs) ids.push_back(std::to_string(id));
+    std::string list;
+    for (size_t i = 0; i < ids.size(); ++i) list += (i ? ", " : "") + ids[i];
+    line += v.display_state == "DRAINING"
+                ? fmt::format(" ({} {} still running)", ids.size() == 1 ? "job" : "jobs", list)
+                : fmt::format(" (running {} {})", ids.size() == 1 ? "job" : "jobs", list);
+  }
+  if (v.node.drain && !v.node.drain_reason.empty()) line += ": " + v.node.drain_reason;
+  return line;
+}
+
+void AddDrainCommands(CommandContext& ctx) {
+  GlobalOptions& global = ctx.global;
+  {
+    auto f = std::make_shared<DrainFlags>();
+    auto* sub = ctx.app.add_subcommand("drain", "Stop placing new jobs on nodes; running jobs finish");
+    sub->add_option("NODE", f->nodes, "Node names")->required();
+    sub->add_option_function<std::string>("-r,--reason", [f](const std::string& r) { f->reason = r; },
+                                          "Why (shown by `cohort nodes`)");
+    AddClientOptions(sub, ctx.global);
+    ctx.on_run(sub, [f, &global] { return Run(*f, /*drain=*/true, global); });
+  }
+  {
+    auto f = std::make_shared<DrainFlags>();
+    auto* sub = ctx.app.add_subcommand("resume", "Let drained nodes take new jobs again");
+    sub->add_option("NODE", f->nodes, "Node names")->required();
+    AddClientOptions(sub, ctx.global);
+    ctx.on_run(sub, [f, &global] { return Run(*f, /*drain=*/false, global); });
+  }
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,38 @@
+// `cohort head`: run the head daemon.
+#include "cli/cli.h"
+#include "cli/daemon_flags.h"
+#include "common/log.h"
+#include "common/signals.h"
+#include "head/head.h"
+
+namespace cohort::cli {
+
+void AddHeadCommand(CommandContext& ctx) {
+  struct Flags {
+    head::HeadConfig config;
+    TimingFlags timing;
+    std::string log_level = "info";
+  };
+  auto f = std::make_shared<Flags>();
+  auto* sub = ctx.app.add_subcommand("head", "Run the head node: state, scheduler, API");
+  sub->add_option("--host", f->config.listen_host, "Address to listen on (default 127.0.0.1; 0.0.0.0 for all)");
+  sub->add_option("--port", f->config.port, "Port to listen on (default 8470; 0 picks a free one)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--state-dir", f->config.state_dir, "Directory for state.db (required)")->required();
+  sub->add_option("--advertise-url", f->config.advertise_url, "URL agents and tasks use to reach this head");
+  sub->add_option("--checkpoint-root", f->config.checkpoint_root,
+                  "Parent of each job's COHORT_CHECKPOINT_DIR (default STATE_DIR/checkpoints)");
+  sub->add_option("--port-file", f->config.port_file, "Write the bound port to this file once listening");
+  f->timing.AddTo(sub);
+  AddLogLevelFlag(sub, f->log_level);
+  ctx.on_run(sub, [f] {
+    auto timing = f->timing.Resolve();
+    if (!timing) return ReportError(timing.error());
+    f->config.timing = *timing;
+    BlockTerminationSignals();
+    InitLogging("head", f->log_level);
+    return head::RunHead(f->config);
+  });
+}
+
+}  // namespace cohort::cli

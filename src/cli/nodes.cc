@@ -1,0 +1,130 @@
+// `cohort nodes [NAME]`: the worker nodes, like sinfo / kubectl get nodes; with a name,
+// one node in detail with a row per GPU.
+#include "cli/client.h"
+#include "cli/table.h"
+#include "common/clock.h"
+
+namespace cohort::cli {
+namespace {
+
+std::string GpuType(const api::Node& n) {
+  if (n.gpus.empty()) return "-";
+  const std::string& first = n.gpus.front().name;
+  for (const auto& g : n.gpus) {
+    if (g.name != first) return "mixed";
+  }
+  std::string name = first.empty() ? "unknown" : first;
+  if (n.gpus.front().simulated) name += " (sim)";
+  return name;
+}
+
+std::string NodeReason(const NodeView& v) {
+  if (v.node.drain) return v.node.drain_reason.empty() ? "drained by request" : v.node.drain_reason;
+  if (v.node.state == api::NodeState::kDown) return v.node.reason.empty() ? "-" : v.node.reason;
+  return "-";
+}
+
+std::string HeartbeatAge(int64_t age_ms) { return age_ms < 0 ? "never" : FormatDuration(age_ms) + " ago"; }
+
+std::string JobList(const std::vector<api::JobId>& jobs) {
+  std::vector<std::string> ids;
+  for (auto id : jobs) ids.push_back(std::to_string(id));
+  return Join(ids, ",");
+}
+
+int Run(const std::string& name, const GlobalOptions& global) {
+  HttpClient head = HeadClient(global);
+  if (!name.empty()) {
+    auto reply = head.Get("/v1/nodes/" + UrlEncode(name));
+    if (!reply) return ReportError(reply.error());
+    if (global.json) {
+      PrintJson(*reply);
+      return 0;
+    }
+    auto node = NodeViewFromJson(*reply);
+    if (!node) return ReportError(node.error());
+    std::fputs(RenderNode(*node).c_str(), stdout);
+    return 0;
+  }
+  auto reply = head.Get("/v1/nodes");
+  if (!reply) return ReportError(reply.error());
+  if (global.json) {
+    PrintJson(*reply);
+    return 0;
+  }
+  if (!reply->is_object() || !reply->contains("nodes") || !(*reply)["nodes"].is_array()) {
+    return ReportError(MakeError(ErrorCode::kInternal, "malformed node list from the head: no 'nodes' array").error());
+  }
+  std::vector<NodeView> nodes;
+  for (const auto& j : (*reply)["nodes"]) {
+    auto node = NodeViewFromJson(j);
+    if (!node) return ReportError(node.error());
+    nodes.push_back(std::move(*node));
+  }
+  std::fputs(RenderNodes(nodes).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+std::string RenderNodes(const std::vector<NodeView>& nodes) {
+  Table t({"NAME", "STATE", "GPUS", "CPUS", "GPU-TYPE", "ADDRESS", "HEARTBEAT", "JOBS", "REASON"});
+  t.SetMaxWidth(4, 32);
+  t.SetMaxWidth(7, 24);
+  t.SetMaxWidth(8, 48);
+  for (const auto& v : nodes) {
+    t.AddRow({v.node.name, v.display_state,
+              fmt::format("{}/{}", v.gpus_allocated, v.node.gpus.size()),
+              fmt::format("{}/{}", v.cpus_allocated, v.node.cpus), GpuType(v.node), v.node.address,
+              HeartbeatAge(v.heartbeat_age_ms), JobList(v.jobs), NodeReason(v)});
+  }
+  return t.Render();
+}
+
+std::string RenderNode(const NodeView& v) {
+  const api::Node& n = v.node;
+  std::vector<std::pair<std::string, std::string>> kv = {
+      {"name", n.name},
+      {"state", v.display_state},
+      {"reason", NodeReason(v)},
+      {"address", n.address},
+      {"agent url", n.agent_url},
+      {"version", n.version},
+      {"incarnation", n.incarnation},
+      {"registered", FormatTimestamp(n.registered_ms)},
+      {"last heartbeat",
+       n.last_heartbeat_ms > 0 ? fmt::format("{} ({})", FormatTimestamp(n.last_heartbeat_ms), HeartbeatAge(v.heartbeat_age_ms))
+                               : "never"},
+      {"gpus", fmt::format("{} allocated of {}", v.gpus_allocated, n.gpus.size())},
+      {"cpus", fmt::format("{} allocated of {}", v.cpus_allocated, n.cpus)},
+      {"jobs", JobList(v.jobs)},
+  };
+  size_t width = 0;
+  for (const auto& [k, _] : kv) width = std::max(width, k.size());
+  std::string out;
+  for (const auto& [k, val] : kv) {
+    out += k + ":" + std::string(width - k.size() + 1, ' ') + (val.empty() ? "-" : val) + "\n";
+  }
+  if (!n.gpus.empty()) {
+    out += "\ngpu devices:\n";
+    Table t({"INDEX", "NAME", "UUID", "MEMORY", "SIMULATED"});
+    t.SetMaxWidth(2, 48);
+    for (const auto& g : n.gpus) {
+      t.AddRow({std::to_string(g.index), g.name.empty() ? "-" : g.name, g.uuid.empty() ? "-" : g.uuid,
+                FormatGiB(g.memory_bytes), g.simulated ? "yes" : "no"});
+    }
+    out += t.Render(2);
+  }
+  return out;
+}
+
+void AddNodesCommand(CommandContext& ctx) {
+  auto name = std::make_shared<std::string>();
+  auto* sub = ctx.app.add_subcommand("nodes", "List the worker nodes, or show one in detail");
+  sub->add_option("NAME", *name, "Show only this node, in detail");
+  AddClientOptions(sub, ctx.global);
+  GlobalOptions& global = ctx.global;
+  ctx.on_run(sub, [name, &global] { return Run(*name, global); });
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,138 @@
+// `cohort show JOB`: everything about one job as a `key: value` report, like
+// `scontrol show job`: spec, state and times, allocation per node, task exits and the
+// history of attempts.
+#include "cli/client.h"
+#include "cli/table.h"
+#include "common/clock.h"
+
+namespace cohort::cli {
+namespace {
+
+// Lines of "key:  value" with the values aligned.
+class Report {
+ public:
+  void Add(std::string key, std::string value) { lines_.emplace_back(std::move(key), std::move(value)); }
+  std::string Render() const {
+    size_t width = 0;
+    for (const auto& [k, v] : lines_) width = std::max(width, k.size());
+    std::string out;
+    for (const auto& [k, v] : lines_) {
+      out += k + ":" + std::string(width - k.size() + 1, ' ') + (v.empty() ? "-" : v) + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> lines_;
+};
+
+std::string ExitResult(const api::TaskExit& e) {
+  if (e.signal != 0) return "killed by " + SignalName(e.signal);
+  return fmt::format("exit {}", e.exit_code);
+}
+
+int Run(const std::string& id_text, const GlobalOptions& global) {
+  auto id = ParseJobId(id_text);
+  if (!id) return ReportError(id.error());
+  auto reply = HeadClient(global).Get(fmt::format("/v1/jobs/{}", *id));
+  if (!reply) return ReportError(reply.error());
+  if (global.json) {
+    PrintJson(*reply);
+    return 0;
+  }
+  auto job = api::JobFromJson(*reply);
+  if (!job) return ReportError(job.error());
+  std::fputs(RenderJob(*job, NowUnixMs()).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+std::string RenderJob(const api::Job& job, int64_t now_ms) {
+  const api::JobSpec& s = job.spec;
+  Report r;
+  r.Add("id", std::to_string(job.id));
+  r.Add("name", s.name);
+  r.Add("user", s.user);
+  r.Add("state", std::string(api::JobStateName(job.state)));
+  r.Add("reason", job.reason);
+  r.Add("exit code", job.exit_code ? std::to_string(*job.exit_code) : "");
+  r.Add("attempt", s.max_restarts > 0 ? fmt::format("{} (max_restarts {})", job.attempt, s.max_restarts)
+                                      : fmt::format("{} (no restarts)", job.attempt));
+  r.Add("submitted", FormatTimestamp(job.submit_ms));
+  r.Add("started", FormatTimestamp(job.start_ms));
+  r.Add("ended", FormatTimestamp(job.end_ms));
+  auto run = JobRunTimeMs(job, now_ms);
+  r.Add("run time", run ? FormatDuration(*run) : "");
+  r.Add("time limit", FormatTimeLimit(s.time_limit_s));
+  r.Add("command", ShellJoin(s.command));
+  r.Add("workdir", s.workdir.empty() ? "(the agent's work directory)" : s.workdir);
+  r.Add("nodes", fmt::format("{} x {} task{} per node (world size {})", s.nodes, s.tasks_per_node,
+                             s.tasks_per_node == 1 ? "" : "s", s.world_size()));
+  r.Add("gpus per node", s.gpus_per_node == 0 ? "0 (CPU only)"
+                                              : fmt::format("{} ({} per task)", s.gpus_per_node, s.gpus_per_task()));
+  r.Add("cpus per task", std::to_string(s.cpus_per_task));
+  r.Add("placement", std::string(api::PlacementName(s.placement)));
+  r.Add("priority", std::to_string(s.priority));
+  std::vector<std::string> env;
+  for (const auto& [k, v] : s.env) env.push_back(k + "=" + v);
+  r.Add("env", Truncate(ShellJoin(env), 200));
+  if (!job.allocation.master_addr.empty()) {
+    r.Add("master", fmt::format("{}:{}", job.allocation.master_addr, job.allocation.master_port));
+  }
+  std::string out = r.Render();
+
+  if (!job.allocation.nodes.empty()) {
+    out += job.state == api::JobState::kRunning ? "\nallocation:\n" : "\nlast allocation:\n";
+    Table t({"NODE_RANK", "NODE", "ADDRESS", "GPUS", "CPUS", "RANKS", "TASK GPUS"});
+    t.SetMaxWidth(6, 60);
+    for (const auto& n : job.allocation.nodes) {
+      std::vector<int> ranks;
+      std::vector<std::string> task_gpus;
+      for (const auto& task : n.tasks) {
+        ranks.push_back(task.rank);
+        if (!task.gpus.empty()) task_gpus.push_back(fmt::format("{}:{}", task.rank, FormatIndexList(task.gpus)));
+      }
+      t.AddRow({std::to_string(n.node_rank), n.node, n.address, FormatIndexList(n.gpus), std::to_string(n.cpus),
+                FormatIndexList(ranks), Join(task_gpus, " ")});
+    }
+    out += t.Render(2);
+  }
+  if (!job.exits.empty()) {
+    out += "\nexits (attempt " + std::to_string(job.attempt) + "):\n";
+    Table t({"RANK", "NODE", "RESULT", "FINISHED", "ERROR"});
+    t.SetMaxWidth(4, 80);
+    auto exits = job.exits;
+    std::sort(exits.begin(), exits.end(), [](const api::TaskExit& a, const api::TaskExit& b) { return a.rank < b.rank; });
+    for (const auto& e : exits) {
+      t.AddRow({std::to_string(e.rank), e.node, ExitResult(e), FormatTimestamp(e.finished_ms),
+                e.error.empty() ? "-" : e.error});
+    }
+    out += t.Render(2);
+  }
+  if (!job.history.empty()) {
+    out += "\nattempts:\n";
+    Table t({"ATTEMPT", "STARTED", "ENDED", "DURATION", "NODES", "END REASON"});
+    t.SetMaxWidth(5, 80);
+    for (const auto& h : job.history) {
+      std::string duration = "-";
+      if (h.start_ms > 0) duration = FormatDuration((h.end_ms > 0 ? h.end_ms : now_ms) - h.start_ms);
+      std::string reason = h.end_reason.empty() ? (h.end_ms > 0 ? "-" : "(running)") : h.end_reason;
+      t.AddRow({std::to_string(h.attempt), FormatTimestamp(h.start_ms), FormatTimestamp(h.end_ms), duration,
+                FormatHostList(h.nodes), reason});
+    }
+    out += t.Render(2);
+  }
+  return out;
+}
+
+void AddShowCommand(CommandContext& ctx) {
+  auto id = std::make_shared<std::string>();
+  auto* sub = ctx.app.add_subcommand("show", "Show one job in detail, like scontrol show job");
+  sub->add_option("JOB", *id, "Job id")->required();
+  AddClientOptions(sub, ctx.global);
+  GlobalOptions& global = ctx.global;
+  ctx.on_run(sub, [id, &global] { return Run(*id, global); });
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,428 @@
+// `cohort submit [SPEC_FILE] [flags] [-- COMMAND ARGS...]`: submit a job, like sbatch.
+//
+// The spec comes from a YAML/JSON file, from flags and a command after "--", or from both
+// (flags override the file's fields). It is checked locally with api::JobSpecFromJson
+// before anything goes over the network, so bad input fails fast with exit code 2.
+// --wait polls the job until it ends and exits 0 only if it SUCCEEDED; --dry-run prints
+// the checked spec instead of submitting it.
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "cli/client.h"
+#include "cli/job_spec_file.h"
+#include "cli/table.h"
+#include "common/clock.h"
+
+extern char** environ;
+
+namespace cohort::cli {
+namespace {
+
+constexpr Millis kWaitPoll{200};
+constexpr Millis kWaitUnavailableGrace{30'000};
+
+struct SubmitState {
+  SubmitFlags flags;
+  std::string spec_file;
+  bool wait = false;
+  bool dry_run = false;
+};
+
+// CLI flag that sets each spec field, for error messages about a flag's value.
+const std::map<std::string, std::string, std::less<>>& FlagForField() {
+  static const std::map<std::string, std::string, std::less<>> kFlags = {
+      {"nodes", "--nodes"},
+      {"tasks_per_node", "--tasks-per-node"},
+      {"gpus_per_node", "--gpus-per-node"},
+      {"cpus_per_task", "--cpus-per-task"},
+      {"priority", "--priority"},
+      {"max_restarts", "--max-restarts"},
+      {"name", "--name"},
+      {"placement", "--placement"},
+      {"time_limit_s", "--time-limit"},
+      {"workdir", "--workdir"},
+      {"user", "--user"}};
+  return kFlags;
+}
+
+bool FlagGiven(const SubmitFlags& f, std::string_view field) {
+  if (field == "nodes") return f.nodes.has_value();
+  if (field == "tasks_per_node") return f.tasks_per_node.has_value();
+  if (field == "gpus_per_node") return f.gpus_per_node.has_value();
+  if (field == "cpus_per_task") return f.cpus_per_task.has_value();
+  if (field == "priority") return f.priority.has_value();
+  if (field == "max_restarts") return f.max_restarts.has_value();
+  if (field == "name") return f.name.has_value();
+  if (field == "placement") return f.placement.has_value();
+  if (field == "time_limit_s") return f.time_limit.has_value();
+  if (field == "workdir") return f.workdir.has_value();
+  if (field == "user") return f.user.has_value();
+  return false;
+}
+
+// Names the flag, not the file, when a flag supplied the bad value:
+// "--nodes: must be between 1 and 4096, got 0".
+Error AttributeError(Error e, const SubmitFlags& flags, const std::string& source) {
+  auto it = FlagForField().find(e.field);
+  if (it != FlagForField().end() && FlagGiven(flags, e.field) && e.message.starts_with(e.field + ": ")) {
+    e.message = it->second + e.message.substr(e.field.size());
+    return e;
+  }
+  if (e.field.starts_with("env.") && !flags.env.empty()) {
+    std::string key = e.field.substr(4);
+    for (const auto& kv : flags.env) {
+      if (kv == key || kv.starts_with(key + "=")) {
+        e.message = "--env " + e.message.substr(4);
+        return e;
+      }
+    }
+  }
+  if (e.field.starts_with("command") && !flags.command.empty()) {
+    e.message = "the command after --: " + e.message;
+    return e;
+  }
+  return source.empty() ? e : WithContext(std::move(e), source);
+}
+
+std::map<std::string, std::string> CurrentEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string_view::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+SubmitDefaults CurrentDefaults() {
+  SubmitDefaults d;
+  std::error_code ec;
+  auto cwd = std::filesystem::current_path(ec);
+  if (!ec) d.workdir = cwd.string();
+  if (const char* user = std::getenv("USER"); user && *user) d.user = user;
+  d.environment = CurrentEnvironment();
+  return d;
+}
+
+bool SawDashDash(const CLI::App* sub) {
+  for (const auto& a : sub->remaining(false)) {
+    if (a == "--") return true;
+  }
+  return false;
+}
+
+template <typename T>
+void AddOptional(CLI::App* sub, const std::string& names, std::optional<T>& target, const std::string& help) {
+  sub->add_option_function<T>(names, [&target](const T& v) { target = v; }, help);
+}
+
+int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global) {
+  std::vector<std::string> extras;
+  for (const auto& a : sub->remaining(false)) {
+    if (a != "--") extras.push_back(a);
+  }
+  if (!extras.empty() && extras.front().starts_with("-")) {
+    return ReportError(MakeError(ErrorCode::kInvalidArgument,
+                                 fmt::format("unknown option '{}' (see cohort submit --help; a command's own "
+                                             "options go after --)",
+                                             extras.front()))
+                           .error());
+  }
+  if (!extras.empty()) {
+    return ReportError(MakeError(ErrorCode::kInvalidArgument,
+                             fmt::format("unexpected argument(s) '{}'; put the command to run after --: "
+                                         "cohort submit [SPEC_FILE] [flags] -- COMMAND [ARGS...]",
+                                         Join(extras, " "))).error());
+  }
+  if (st.spec_file.empty() && st.flags.command.empty()) {
+    return ReportError(MakeError(ErrorCode::kInvalidArgument,
+                             "nothing to run: give a spec file (cohort submit job.yaml) or a command "
+                             "after -- (cohort submit -N 2 -G 4 -- python train.py)").error());
+  }
+  json base = json::object();
+  std::string source;
+  if (!st.spec_file.empty()) {
+    source = st.spec_file == "-" ? "<stdin>" : st.spec_file;
+    auto doc = LoadSpecDocument(st.spec_file);
+    if (!doc) {
+      Error e = doc.error();
+      std::error_code ec;
+      if (st.spec_file != "-" && !std::filesystem::exists(st.spec_file, ec) && st.flags.command.empty()) {
+        e.message += fmt::format(" (to run a command, put it after --: cohort submit -- {})", st.spec_file);
+      }
+      return ReportError(e);
+    }
+    if (doc->is_null()) {
+      *doc = json::object();
+    } else if (!doc->is_object()) {
+      return ReportError(JobSpecFromDocument(*doc, source).error());
+    }
+    base = std::move(*doc);
+  }
+  auto merged = MergeSubmitFlags(std::move(base), st.flags, CurrentDefaults());
+  if (!merged) return ReportError(merged.error());
+  auto spec = api::JobSpecFromJson(*merged);
+  if (!spec) return ReportError(AttributeError(spec.error(), st.flags, source));
+  if (st.dry_run) {
+    PrintJson(api::ToJson(*spec));
+    return 0;
+  }
+
+  HttpClient head = HeadClient(global);
+  auto created = head.Post("/v1/jobs", api::ToJson(*spec));
+  if (!created) return ReportError(WithContext(created.error(), "submitting the job"));
+  auto job = api::JobFromJson(*created);
+  if (!job) return ReportError(job.error());
+
+  if (!st.wait) {
+    if (global.json) {
+      PrintJson(*created);
+    } else {
+      std::printf("Submitted job %lld\n", static_cast<long long>(job->id));
+    }
+    return 0;
+  }
+  if (!global.json) {
+    std::printf("Submitted job %lld\n", static_cast<long long>(job->id));
+    std::fflush(stdout);
+  }
+  // Poll until the job ends; a head that is briefly unreachable (a restart) is tolerated.
+  json last = *created;
+  SteadyTime unreachable_since{};
+  while (!api::IsTerminal(job->state)) {
+    std::this_thread::sleep_for(kWaitPoll);
+    auto j = head.Get(fmt::format("/v1/jobs/{}", job->id));
+    if (!j) {
+      if (ExitCodeFor(j.error()) != 3) return ReportError(j.error());
+      if (unreachable_since == SteadyTime{}) unreachable_since = SteadyClock::now();
+      if (SteadyClock::now() - unreachable_since > kWaitUnavailableGrace) return ReportError(j.error());
+      continue;
+    }
+    unreachable_since = SteadyTime{};
+    auto next = api::JobFromJson(*j);
+    if (!next) return ReportError(next.error());
+    job = std::move(next);
+    last = std::move(*j);
+  }
+  if (global.json) {
+    PrintJson(last);
+  } else {
+    std::printf("%s\n", FinalStateLine(*job).c_str());
+  }
+  return job->state == api::JobState::kSucceeded ? 0 : 1;
+}
+
+// Parses a run of decimal digits (at most 12) into `out`.
+bool ParseDigits(std::string_view s, int64_t& out) {
+  if (s.empty() || s.size() > 12) return false;
+  out = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    out = out * 10 + (c - '0');
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<int64_t> ParseTimeLimit(std::string_view text) {
+  auto bad = [&] {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--time-limit: '{}' is not a time limit; use seconds (3600), 90s, 15m, 2h, "
+                                 "1d, MM:SS, HH:MM:SS, D-HH:MM:SS, or 0/unlimited",
+                                 text),
+                     "time_limit_s");
+  };
+  std::string s(text);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
+  std::string lower = s;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "unlimited" || lower == "infinite" || lower == "none") return int64_t{0};
+  if (s.empty()) return bad();
+
+  int64_t total = 0;
+  int64_t v = 0;
+  char unit = s.back();
+  if (std::string_view("smhd").find(unit) != std::string_view::npos && s.size() > 1) {
+    if (!ParseDigits(std::string_view(s).substr(0, s.size() - 1), v)) return bad();
+    total = v * (unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : 86400);
+  } else if (ParseDigits(s, v)) {
+    total = v;
+  } else {
+    // Slurm: [D-]HH[:MM[:SS]] with days, MM:SS or HH:MM:SS without.
+    std::string_view rest = s;
+    int64_t days = -1;
+    if (size_t dash = rest.find('-'); dash != std::string_view::npos) {
+      if (!ParseDigits(rest.substr(0, dash), days)) return bad();
+      rest = rest.substr(dash + 1);
+    }
+    std::vector<int64_t> parts;
+    while (true) {
+      size_t colon = rest.find(':');
+      int64_t p = 0;
+      if (!ParseDigits(rest.substr(0, colon), p)) return bad();
+      parts.push_back(p);
+      if (colon == std::string_view::npos) break;
+      rest = rest.substr(colon + 1);
+    }
+    if (parts.size() > 3) return bad();
+    if (days >= 0) {
+      // D-HH, D-HH:MM, D-HH:MM:SS
+      if (parts[0] >= 24) return bad();
+      for (size_t i = 1; i < parts.size(); ++i) {
+        if (parts[i] >= 60) return bad();
+      }
+      total = days * 86400 + parts[0] * 3600 + (parts.size() > 1 ? parts[1] * 60 : 0) +
+              (parts.size() > 2 ? parts[2] : 0);
+    } else if (parts.size() == 2) {  // MM:SS
+      if (parts[1] >= 60) return bad();
+      total = parts[0] * 60 + parts[1];
+    } else if (parts.size() == 3) {  // HH:MM:SS
+      if (parts[1] >= 60 || parts[2] >= 60) return bad();
+      total = parts[0] * 3600 + parts[1] * 60 + parts[2];
+    } else {
+      return bad();
+    }
+  }
+  if (total > api::kMaxTimeLimitS) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--time-limit: '{}' is longer than the maximum of {} days", text,
+                                 api::kMaxTimeLimitS / 86400),
+                     "time_limit_s");
+  }
+  return total;
+}
+
+std::string FormatTimeLimit(int64_t seconds) {
+  if (seconds <= 0) return "unlimited";
+  int64_t d = seconds / 86400, h = (seconds % 86400) / 3600, m = (seconds % 3600) / 60, s = seconds % 60;
+  if (d > 0) return fmt::format("{}-{:02d}:{:02d}:{:02d}", d, h, m, s);
+  return fmt::format("{:02d}:{:02d}:{:02d}", h, m, s);
+}
+
+Result<std::pair<std::string, std::string>> ParseEnvAssignment(
+    std::string_view text, const std::map<std::string, std::string>& environment) {
+  size_t eq = text.find('=');
+  if (eq == 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--env '{}': expected KEY=VALUE (or KEY to pass on its current value)", text),
+                     "env");
+  }
+  if (eq != std::string_view::npos) {
+    return std::pair{std::string(text.substr(0, eq)), std::string(text.substr(eq + 1))};
+  }
+  auto it = environment.find(std::string(text));
+  if (it == environment.end()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--env {}: not set in this shell; give a value with --env {}=VALUE", text, text),
+                     "env");
+  }
+  return std::pair{it->first, it->second};
+}
+
+Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitDefaults& defaults) {
+  if (base.is_null()) base = json::object();
+  if (!base.is_object()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("the job spec must be a mapping of fields, got {}", JsonTypeName(base)));
+  }
+  auto set = [&](const char* key, const auto& value) {
+    if (value) base[key] = *value;
+  };
+  set("nodes", flags.nodes);
+  set("tasks_per_node", flags.tasks_per_node);
+  set("gpus_per_node", flags.gpus_per_node);
+  set("cpus_per_task", flags.cpus_per_task);
+  set("priority", flags.priority);
+  set("max_restarts", flags.max_restarts);
+  set("name", flags.name);
+  set("placement", flags.placement);
+  set("user", flags.user);
+  if (flags.time_limit) base["time_limit_s"] = COHORT_TRY(ParseTimeLimit(*flags.time_limit));
+  if (flags.workdir) {
+    std::filesystem::path p(*flags.workdir);
+    if (p.is_relative() && !defaults.workdir.empty()) p = std::filesystem::path(defaults.workdir) / p;
+    std::string dir = p.lexically_normal().string();
+    if (dir.size() > 1 && dir.ends_with('/')) dir.pop_back();
+    base["workdir"] = dir;
+  }
+  if (!flags.env.empty()) {
+    if (!base.contains("env") || base["env"].is_null()) base["env"] = json::object();
+    if (!base["env"].is_object()) {
+      return FieldError("env", "must be a mapping of NAME: value, got {}", JsonTypeName(base["env"]));
+    }
+    for (const auto& kv : flags.env) {
+      auto [k, v] = COHORT_TRY(ParseEnvAssignment(kv, defaults.environment));
+      base["env"][k] = v;
+    }
+  }
+  if (!flags.command.empty()) base["command"] = flags.command;
+  auto missing = [&](const char* key) { return !base.contains(key) || base[key].is_null(); };
+  if (missing("workdir") && !defaults.workdir.empty()) base["workdir"] = defaults.workdir;
+  if (missing("user") && !defaults.user.empty()) base["user"] = defaults.user;
+  return base;
+}
+
+std::string FinalStateLine(const api::Job& job) {
+  std::string line = fmt::format("Job {} {}", job.id, api::JobStateName(job.state));
+  if (auto t = JobRunTimeMs(job, job.end_ms)) line += " after " + FormatDuration(*t);
+  if (job.state != api::JobState::kSucceeded) {
+    if (job.exit_code) line += fmt::format(" (exit code {})", *job.exit_code);
+    if (!job.reason.empty()) line += ": " + job.reason;
+  }
+  return line;
+}
+
+void AddSubmitCommand(CommandContext& ctx) {
+  auto st = std::make_shared<SubmitState>();
+  auto* sub = ctx.app.add_subcommand(
+      "submit", "Submit a job: cohort submit [SPEC_FILE] [flags] [-- COMMAND ARGS...]; flags override the file");
+  sub->allow_extras();  // reported by Run with a hint about "--"
+  sub->validate_positionals();
+  SubmitFlags& f = st->flags;
+
+  // SPEC_FILE takes the first positional before "--"; everything after "--" is the command.
+  auto accepted = std::make_shared<std::optional<std::string>>();
+  CLI::Validator spec_before_dashdash(
+      [sub, accepted](std::string& v) -> std::string {
+        if (*accepted && **accepted == v) return {};
+        if (SawDashDash(sub)) return "an argument after -- belongs to the command";
+        *accepted = v;
+        return {};
+      },
+      "", "");
+  CLI::Validator command_after_dashdash(
+      [sub](std::string&) -> std::string { return SawDashDash(sub) ? "" : "the command must follow --"; }, "",
+      "");
+  sub->add_option("SPEC_FILE", st->spec_file, "Job spec file (.yaml, .yml or .json; - for stdin)")
+      ->check(spec_before_dashdash);
+  sub->add_option("COMMAND", f.command, "The program and its arguments, after --")->check(command_after_dashdash);
+
+  AddOptional(sub, "-N,--nodes", f.nodes, "Nodes in the gang (default 1)");
+  AddOptional(sub, "-n,--tasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
+  AddOptional(sub, "-G,--gpus-per-node", f.gpus_per_node, "GPUs per node, split evenly among its tasks (default 0)");
+  AddOptional(sub, "-c,--cpus-per-task", f.cpus_per_task, "CPU cores per task (default 1)");
+  AddOptional(sub, "-J,--name", f.name, "Job name (default: the program's name)");
+  AddOptional(sub, "-p,--priority", f.priority, "Priority, -1000..1000; higher runs first (default 0)");
+  AddOptional(sub, "--placement", f.placement, "pack (fewest free GPUs that fit) or spread (most free)");
+  AddOptional(sub, "--max-restarts", f.max_restarts, "Gang restarts after a node or task failure (default 0)");
+  AddOptional(sub, "-t,--time-limit", f.time_limit,
+              "Time limit: seconds, 90s/15m/2h/1d, MM:SS, HH:MM:SS or D-HH:MM:SS (default unlimited)");
+  sub->add_option("--env", f.env, "Environment variable KEY=VALUE (or KEY: its value here); repeatable")
+      ->allow_extra_args(false);
+  AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");
+  AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
+  sub->add_flag("--wait", st->wait, "Wait until the job ends; exit 0 only if it SUCCEEDED");
+  sub->add_flag("--dry-run", st->dry_run, "Check the spec and print it as JSON; submit nothing");
+  AddClientOptions(sub, ctx.global);
+
+  GlobalOptions& global = ctx.global;
+  ctx.on_run(sub, [st, sub, &global] { return Run(*st, sub, global); });
+}
+
+}  // namespace cohort::cli

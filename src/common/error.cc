@@ -1,0 +1,47 @@
+#include "common/error.h"
+
+namespace cohort {
+
+std::string_view ErrorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return "invalid_argument";
+    case ErrorCode::kNotFound: return "not_found";
+    case ErrorCode::kAlreadyExists: return "already_exists";
+    case ErrorCode::kFailedPrecondition: return "failed_precondition";
+    case ErrorCode::kUnsatisfiable: return "unsatisfiable";
+    case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kDeadlineExceeded: return "deadline_exceeded";
+    case ErrorCode::kInternal: return "internal";
+  }
+  return "internal";
+}
+
+ErrorCode ErrorCodeFromName(std::string_view name) {
+  for (ErrorCode c : {ErrorCode::kInvalidArgument, ErrorCode::kNotFound,
+                      ErrorCode::kAlreadyExists, ErrorCode::kFailedPrecondition,
+                      ErrorCode::kUnsatisfiable, ErrorCode::kUnavailable,
+                      ErrorCode::kDeadlineExceeded, ErrorCode::kInternal}) {
+    if (ErrorCodeName(c) == name) return c;
+  }
+  return ErrorCode::kInternal;
+}
+
+int HttpStatusFor(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return 400;
+    case ErrorCode::kNotFound: return 404;
+    case ErrorCode::kAlreadyExists: return 409;
+    case ErrorCode::kFailedPrecondition: return 409;
+    case ErrorCode::kUnsatisfiable: return 422;
+    case ErrorCode::kUnavailable: return 503;
+    case ErrorCode::kDeadlineExceeded: return 504;
+    case ErrorCode::kInternal: return 500;
+  }
+  return 500;
+}
+
+std::string Error::ToString() const {
+  return std::string(ErrorCodeName(code)) + ": " + message;
+}
+
+}  // namespace cohort

@@ -1,0 +1,135 @@
+#include "common/http.h"
+
+#include <charconv>
+
+#include <httplib.h>
+
+namespace cohort {
+
+Result<UrlParts> ParseHttpUrl(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  if (!url.starts_with(kScheme)) {
+    return Errorf(ErrorCode::kInvalidArgument, "URL '{}' must start with http://", url);
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  while (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos) {
+    return Errorf(ErrorCode::kInvalidArgument, "URL '{}' must be http://host:port with no path", url);
+  }
+  size_t colon = rest.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return Errorf(ErrorCode::kInvalidArgument, "URL '{}' must name a host and a port", url);
+  }
+  UrlParts p;
+  p.host = std::string(rest.substr(0, colon));
+  std::string_view port = rest.substr(colon + 1);
+  auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p.port);
+  if (ec != std::errc() || ptr != port.data() + port.size() || p.port <= 0 || p.port > 65535) {
+    return Errorf(ErrorCode::kInvalidArgument, "URL '{}' has an invalid port", url);
+  }
+  return p;
+}
+
+HttpClient::HttpClient(std::string base_url, Millis timeout)
+    : base_url_(std::move(base_url)), timeout_(timeout) {
+  while (base_url_.ends_with('/')) base_url_.pop_back();
+  auto p = ParseHttpUrl(base_url_);
+  if (p) {
+    parts_ = *p;
+  } else {
+    valid_ = std::unexpected(p.error());
+  }
+}
+
+Result<HttpResponse> HttpClient::Send(const std::string& method, const std::string& path,
+                                      const std::string* body) const {
+  if (!valid_) return std::unexpected(valid_.error());
+  httplib::Client cli(parts_.host, parts_.port);
+  auto secs = timeout_.count() / 1000;
+  auto usecs = (timeout_.count() % 1000) * 1000;
+  cli.set_connection_timeout(secs, usecs);
+  cli.set_read_timeout(secs, usecs);
+  cli.set_write_timeout(secs, usecs);
+  httplib::Result r = method == "GET"    ? cli.Get(path)
+                      : method == "POST" ? cli.Post(path, body ? *body : std::string(), "application/json")
+                                         : cli.Delete(path);
+  if (!r) {
+    return Errorf(ErrorCode::kUnavailable, "cannot reach {}{}: {}", base_url_, path,
+                  httplib::to_string(r.error()));
+  }
+  HttpResponse out;
+  out.status = r->status;
+  out.body = std::move(r->body);
+  for (const auto& [k, v] : r->headers) out.headers[k] = v;
+  return out;
+}
+
+Result<json> HttpClient::Decode(Result<HttpResponse> r) const {
+  if (!r) return std::unexpected(r.error());
+  if (r->status < 200 || r->status >= 300) return std::unexpected(ErrorFromResponse(r->status, r->body));
+  if (r->body.empty()) return json(nullptr);
+  return ParseJson(r->body, "response from " + base_url_);
+}
+
+Result<json> HttpClient::Get(const std::string& path) const {
+  return Decode(Send("GET", path, nullptr));
+}
+
+Result<json> HttpClient::Post(const std::string& path, const json& body) const {
+  std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return Decode(Send("POST", path, &text));
+}
+
+Result<json> HttpClient::Delete(const std::string& path) const {
+  return Decode(Send("DELETE", path, nullptr));
+}
+
+Result<HttpResponse> HttpClient::GetRaw(const std::string& path) const {
+  return Send("GET", path, nullptr);
+}
+
+json ErrorToJson(const Error& e) {
+  json err = {{"code", ErrorCodeName(e.code)}, {"message", e.message}};
+  if (!e.field.empty()) err["field"] = e.field;
+  return json{{"error", err}};
+}
+
+Error ErrorFromResponse(int status, std::string_view body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    const json& e = j["error"];
+    Error out;
+    out.code = ErrorCodeFromName(e.value("code", std::string("internal")));
+    out.message = e.value("message", std::string("(no message)"));
+    out.field = e.value("field", std::string());
+    return out;
+  }
+  Error out;
+  out.code = status == 404 ? ErrorCode::kNotFound
+             : status >= 500 ? ErrorCode::kUnavailable
+                             : ErrorCode::kInternal;
+  out.message = fmt::format("HTTP {}: {}", status, body.substr(0, 200));
+  return out;
+}
+
+void SendJson(httplib::Response& res, const json& body, int status) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void SendError(httplib::Response& res, const Error& e) {
+  SendJson(res, ErrorToJson(e), HttpStatusFor(e.code));
+}
+
+Result<int64_t> ParseIdParam(std::string_view text, std::string_view field) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v <= 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("{}: '{}' is not a valid id (a positive integer)", field, text),
+                     std::string(field));
+  }
+  return v;
+}
+
+}  // namespace cohort

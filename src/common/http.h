@@ -1,0 +1,76 @@
+// HTTP helpers over cpp-httplib: a JSON client that turns transport failures and error
+// bodies into Errors, and the server-side conversions from Result to response.
+//
+// Wire format of an error body, produced by SendError and read by the client:
+//   {"error": {"code": "invalid_argument", "message": "spec.nodes: ...", "field": "spec.nodes"}}
+// HttpClient holds only the base URL and timeouts; each call opens its own connection, so
+// one client may be used from several threads at once.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/json.h"
+
+namespace httplib {
+struct Response;
+struct Request;
+}
+
+namespace cohort {
+
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;
+};
+
+struct UrlParts {
+  std::string host;
+  int port = 0;
+};
+
+// Accepts "http://host:port" (an optional trailing '/'); anything else is kInvalidArgument.
+Result<UrlParts> ParseHttpUrl(std::string_view url);
+
+class HttpClient {
+ public:
+  explicit HttpClient(std::string base_url, Millis timeout = Millis(10'000));
+
+  const std::string& base_url() const { return base_url_; }
+
+  // JSON calls: 2xx → the parsed body (null for an empty one); an error body → its Error;
+  // no connection → kUnavailable naming the URL.
+  Result<json> Get(const std::string& path) const;
+  Result<json> Post(const std::string& path, const json& body) const;
+  Result<json> Delete(const std::string& path) const;
+
+  // Raw GET: any status is returned; only transport failures are errors.
+  Result<HttpResponse> GetRaw(const std::string& path) const;
+
+ private:
+  Result<json> Decode(Result<HttpResponse> r) const;
+  Result<HttpResponse> Send(const std::string& method, const std::string& path,
+                            const std::string* body) const;
+
+  std::string base_url_;
+  UrlParts parts_;
+  Result<void> valid_;
+  Millis timeout_;
+};
+
+json ErrorToJson(const Error& e);
+// Decodes an error body; a body that is not one becomes kInternal/kUnavailable with the status.
+Error ErrorFromResponse(int status, std::string_view body);
+
+// Server side.
+void SendJson(httplib::Response& res, const json& body, int status = 200);
+void SendError(httplib::Response& res, const Error& e);
+
+// Percent-decodes nothing: path parameters in Cohort are ids. Parses a decimal id from a
+// path or query parameter, naming `field` in the error.
+Result<int64_t> ParseIdParam(std::string_view text, std::string_view field);
+
+}  // namespace cohort

@@ -1,0 +1,68 @@
+// Strict JSON reading for inputs from outside (API bodies, spec files, agent reports).
+//
+// ObjectReader walks one JSON object: each accessor reads a field, checks its type and
+// range, and returns a Result whose error names the field ("spec.nodes: must be an integer
+// between 1 and 4096, got -2"). Finish() rejects fields nobody read, with a suggestion
+// for a near-miss ("unknown field 'gpus' (did you mean 'gpus_per_node'?)"). Not
+// thread-safe; one reader per object being decoded.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace cohort {
+
+using json = nlohmann::json;
+
+// Parses text as JSON; a syntax error becomes kInvalidArgument with the byte offset.
+Result<json> ParseJson(std::string_view text, std::string_view what = "request body");
+
+// Human name of a JSON value's type ("string", "integer", "array").
+std::string_view JsonTypeName(const json& j);
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t EditDistance(std::string_view a, std::string_view b);
+
+class ObjectReader {
+ public:
+  // Fails unless `j` is an object. `path` prefixes field names in messages ("spec").
+  static Result<ObjectReader> Open(const json& j, std::string path = {});
+
+  bool Has(std::string_view key) const;
+
+  // A missing field takes `def`; with no default the field is required.
+  Result<std::string> String(std::string_view key, std::optional<std::string> def = std::nullopt);
+  Result<int64_t> Int(std::string_view key, std::optional<int64_t> def, int64_t min, int64_t max);
+  Result<double> Double(std::string_view key, std::optional<double> def, double min, double max);
+  Result<bool> Bool(std::string_view key, std::optional<bool> def = std::nullopt);
+  Result<std::vector<std::string>> StringList(std::string_view key,
+                                              std::optional<std::vector<std::string>> def);
+  Result<std::map<std::string, std::string>> StringMap(std::string_view key);
+  // The raw value of a nested field (marked as read), or nullptr when absent.
+  const json* Raw(std::string_view key);
+
+  // Full name of a field for messages: "spec.nodes".
+  std::string FieldName(std::string_view key) const;
+
+  // Rejects any field that no accessor read.
+  Result<void> Finish() const;
+
+ private:
+  ObjectReader(const json& j, std::string path) : j_(&j), path_(std::move(path)) {}
+  const json* Find(std::string_view key);
+
+  const json* j_;
+  std::string path_;
+  std::set<std::string, std::less<>> seen_;
+};
+
+}  // namespace cohort

@@ -1,0 +1,163 @@
+// Cluster: the head's authoritative view of nodes and jobs, and every state transition.
+//
+// The HTTP handlers and the head's control loop call into one Cluster. It owns the
+// in-memory state (nodes, jobs, per-node runtime facts that are not persisted) under a
+// single mutex, and writes every persisted change through the StateStore before the call
+// that caused it returns, so an acknowledged submission or transition survives kill -9.
+// Scheduling decisions come from the pure src/sched module; Cluster builds its snapshot
+// and applies its placements. Agents are driven level-triggered: each heartbeat reply
+// carries the whole set of tasks the head wants on that node.
+//
+// Threads: every public method may be called from any thread; each takes `mu_`. Methods
+// named *Locked require `mu_` held.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "api/types.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "head/config.h"
+#include "store/state_store.h"
+
+namespace cohort::head {
+
+// What GET /v1/nodes shows beyond the stored Node.
+struct NodeStatus {
+  api::Node node;
+  std::string display_state;  // UP, DOWN, DRAINING (drain set, jobs still on it), DRAINED
+  int gpus_allocated = 0;
+  int cpus_allocated = 0;
+  std::vector<api::JobId> jobs;
+  int64_t heartbeat_age_ms = -1;
+};
+
+struct JobFilter {
+  std::set<api::JobState> states;  // empty: all
+  std::string user;                // empty: all
+  size_t limit = 0;                // 0: no limit; the newest jobs are kept
+};
+
+// Where the log of one task lives.
+struct LogLocation {
+  std::string agent_url;
+  std::string node;
+  bool node_down = false;
+  bool task_finished = false;  // the head has the task's exit, or the job has ended
+};
+
+class Cluster {
+ public:
+  // Loads the state from `store` and reconciles what was running: every loaded node gets
+  // a fresh failure timer, so agents have one timeout to report in before they are DOWN.
+  static Result<std::unique_ptr<Cluster>> Open(HeadConfig config,
+                                               std::unique_ptr<store::StateStore> store);
+
+  // Called (without `mu_`) after a change that agents should hear about now; the argument
+  // is the agent URLs to wake. Set once before serving.
+  void set_wake_agents(std::function<void(std::vector<std::string>)> fn) { wake_agents_ = std::move(fn); }
+
+  // ---- users ----
+  // Validates feasibility against the cluster's nodes and stores the job (PENDING).
+  // kUnsatisfiable when no placement could ever satisfy it; kUnavailable if the store fails.
+  Result<api::Job> Submit(api::JobSpec spec);
+  // kNotFound for an unknown id; kFailedPrecondition if the job has already ended.
+  Result<api::Job> Cancel(api::JobId id);
+  Result<api::Job> GetJob(api::JobId id) const;
+  std::vector<api::Job> ListJobs(const JobFilter& filter) const;
+  std::vector<NodeStatus> ListNodes() const;
+  Result<NodeStatus> GetNode(const std::string& name) const;
+  Result<NodeStatus> Drain(const std::string& name, std::string reason);
+  Result<NodeStatus> Resume(const std::string& name);
+  // kNotFound for an unknown job or a rank/attempt it never had.
+  Result<LogLocation> LocateLog(api::JobId id, int attempt, int rank) const;
+
+  // ---- agents ----
+  // kAlreadyExists if a live agent with another incarnation holds the name.
+  Result<api::AgentTiming> Register(const api::Registration& reg);
+  // kNotFound if the node is unknown and kFailedPrecondition if `hb.incarnation` is not the
+  // registered one: the agent must register (again).
+  Result<api::HeartbeatReply> Heartbeat(const std::string& node, const api::Heartbeat& hb);
+
+  // ---- control loop ----
+  // Marks silent nodes DOWN (failing their gangs) and enforces time limits.
+  void CheckLiveness();
+  // Runs one scheduling pass and starts what it places. Returns the number started.
+  int Schedule();
+  // True when an event since the last pass may let more jobs start.
+  bool schedule_requested() const;
+  // Blocks up to `timeout` until a pass is requested.
+  void WaitForWork(Millis timeout);
+
+  const HeadConfig& config() const { return config_; }
+  // Latency of the last scheduling pass (for logs and benchmarks).
+  Millis last_pass_duration() const;
+
+ private:
+  struct NodeRuntime {
+    SteadyTime last_seen;
+    std::vector<api::TaskReport> reported;  // tasks in the last heartbeat
+    std::vector<int> free_ports;
+    int64_t desired_version = 0;
+    int64_t applied_version = 0;
+  };
+
+  Cluster(HeadConfig config, std::unique_ptr<store::StateStore> store);
+  Result<void> LoadLocked();
+
+  // lifecycle.cc
+  void StartJobLocked(api::Job& job, const std::vector<std::pair<std::string, std::vector<int>>>& nodes,
+                      const std::vector<int>& cpus, int64_t now);
+  void RecordExitLocked(api::Job& job, const std::string& node, const api::TaskReport& t);
+  // Ends the current attempt; requeues it when restarts remain and `may_restart`.
+  void FailGangLocked(api::Job& job, const std::string& why, std::optional<int> exit_code,
+                      bool may_restart);
+  void FinishJobLocked(api::Job& job, api::JobState state, std::string reason,
+                       std::optional<int> exit_code);
+  void DetachJobLocked(const api::Job& job);
+  std::vector<api::TaskLaunch> DesiredTasksLocked(const std::string& node) const;
+  std::map<std::string, std::string> TaskEnvLocked(const api::Job& job, const api::NodeAllocation& na,
+                                                    const api::TaskPlacement& t) const;
+
+  // Persists what is dirty; on failure keeps it dirty and logs (the next change retries).
+  Result<void> FlushLocked();
+  void MarkDirtyLocked(const api::Job& job) { dirty_jobs_.insert(job.id); }
+  void MarkDirtyLocked(const api::Node& node) { dirty_nodes_.insert(node.name); }
+  void RequestScheduleLocked();
+  // Releases `lock`, then wakes the agents queued in to_wake_ (network calls run unlocked).
+  void UnlockAndWake(std::unique_lock<std::mutex>& lock);
+  void WakeLocked(const std::string& node);
+  void BumpVersionLocked(const std::string& node);
+
+  NodeStatus StatusLocked(const api::Node& n) const;
+  int64_t HeartbeatAgeMs(const NodeRuntime& rt) const;
+
+  const HeadConfig config_;
+  std::function<void(std::vector<std::string>)> wake_agents_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;                           // signalled with mu_
+  std::unique_ptr<store::StateStore> store_;                  // guarded by mu_
+  std::map<std::string, api::Node> nodes_;                    // guarded by mu_
+  std::map<std::string, NodeRuntime> runtime_;                // guarded by mu_
+  std::map<api::JobId, api::Job> jobs_;                       // guarded by mu_
+  std::set<api::JobId> pending_;                              // guarded by mu_
+  std::map<std::string, std::set<api::JobId>> node_jobs_;     // RUNNING jobs per node; mu_
+  std::map<api::JobId, std::string> pending_reasons_;         // guarded by mu_
+  std::set<api::JobId> dirty_jobs_;                           // guarded by mu_
+  std::set<std::string> dirty_nodes_;                         // guarded by mu_
+  std::set<std::string> to_wake_;                             // agent URLs; guarded by mu_
+  int64_t next_version_ = 0;                                  // guarded by mu_
+  bool schedule_requested_ = true;                            // guarded by mu_
+  Millis last_pass_{0};                                       // guarded by mu_
+};
+
+}  // namespace cohort::head

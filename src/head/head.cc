@@ -1,0 +1,160 @@
+#include "head/head.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <httplib.h>
+
+#include "common/http.h"
+#include "common/log.h"
+#include "common/signals.h"
+#include "head/agent_waker.h"
+#include "head/cluster.h"
+#include "head/routes.h"
+#include "store/state_store.h"
+
+namespace cohort::head {
+
+namespace fs = std::filesystem;
+
+static const char* kVersion = "0.1.0";
+
+Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
+  if (config.state_dir.empty()) return MakeError(ErrorCode::kInvalidArgument, "--state-dir is required", "state_dir");
+  if (config.timing.fence_timeout_ms >= config.timing.failure_timeout_ms) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "the fence timeout must be shorter than the failure timeout, so a partitioned agent "
+                     "kills its tasks before the head places them again", "fence_timeout");
+  }
+  if (config.timing.heartbeat_interval_ms * 2 > config.timing.fence_timeout_ms) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "the heartbeat interval must be at most half the fence timeout", "heartbeat_interval");
+  }
+  std::error_code ec;
+  fs::create_directories(config.state_dir, ec);
+  if (ec) return Errorf(ErrorCode::kInvalidArgument, "cannot create state directory {}: {}", config.state_dir, ec.message());
+  config.state_dir = fs::absolute(config.state_dir).string();
+  if (config.checkpoint_root.empty()) config.checkpoint_root = config.state_dir + "/checkpoints";
+  fs::create_directories(config.checkpoint_root, ec);
+  if (ec) return Errorf(ErrorCode::kInvalidArgument, "cannot create checkpoint root {}: {}", config.checkpoint_root, ec.message());
+
+  auto store = COHORT_TRY(store::OpenSqliteStateStore(config.state_dir + "/state.db"));
+
+  std::unique_ptr<HeadServer> h(new HeadServer());
+  h->server_ = std::make_unique<httplib::Server>();
+  auto& srv = *h->server_;
+  int threads = config.http_threads;
+  srv.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  srv.set_payload_max_length(4 << 20);
+  srv.set_keep_alive_max_count(100);
+  srv.set_read_timeout(10, 0);
+  srv.set_write_timeout(10, 0);
+
+  if (config.port == 0) {
+    h->port_ = srv.bind_to_any_port(config.listen_host);
+  } else {
+    h->port_ = srv.bind_to_port(config.listen_host, config.port) ? config.port : -1;
+  }
+  if (h->port_ <= 0) {
+    return Errorf(ErrorCode::kUnavailable, "cannot listen on {}:{} (in use, or not an address of this machine)",
+                  config.listen_host, config.port);
+  }
+  if (config.advertise_url.empty()) {
+    std::string host = config.listen_host == "0.0.0.0" ? "127.0.0.1" : config.listen_host;
+    config.advertise_url = fmt::format("http://{}:{}", host, h->port_);
+  }
+  h->url_ = config.advertise_url;
+  h->config_ = config;
+
+  h->cluster_ = COHORT_TRY(Cluster::Open(config, std::move(store)));
+  h->waker_ = std::make_unique<AgentWaker>();
+  h->cluster_->set_wake_agents([w = h->waker_.get()](std::vector<std::string> urls) { w->Wake(std::move(urls)); });
+
+  Cluster& cluster = *h->cluster_;
+  srv.Get("/v1/health", [&cluster, url = h->url_](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, json{{"status", "ok"}, {"version", kVersion}, {"url", url},
+                       {"nodes", cluster.ListNodes().size()},
+                       {"last_pass_ms", cluster.last_pass_duration().count()}});
+  });
+  RegisterJobRoutes(srv, cluster);
+  RegisterNodeRoutes(srv, cluster);
+  RegisterAgentRoutes(srv, cluster);
+  RegisterLogRoutes(srv, cluster);
+  srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ErrorCode code = res.status == 404 ? ErrorCode::kNotFound
+                     : res.status == 413 ? ErrorCode::kInvalidArgument
+                                         : ErrorCode::kInternal;
+    std::string msg = res.status == 404   ? fmt::format("no such endpoint: {} {}", req.method, req.path)
+                      : res.status == 413 ? "request body is too large (at most 4 MiB)"
+                                          : fmt::format("HTTP {}", res.status);
+    int status = res.status;
+    SendJson(res, ErrorToJson(Error{code, msg}), status);
+  });
+  srv.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    LOG_ERROR("handler threw: {}", what);
+    SendError(res, Error{ErrorCode::kInternal, "internal error: " + what});
+  });
+
+  h->server_thread_ = std::thread([&srv] { srv.listen_after_bind(); });
+  h->control_thread_ = std::thread([hp = h.get()] { hp->ControlLoop(); });
+  if (!config.port_file.empty()) {
+    std::string tmp = config.port_file + ".tmp";
+    std::ofstream(tmp) << h->port_ << "\n";
+    fs::rename(tmp, config.port_file, ec);
+  }
+  LOG_INFO("head listening on {} (state {})", h->url_, config.state_dir);
+  return h;
+}
+
+void HeadServer::ControlLoop() {
+  auto last_pass = SteadyClock::now();
+  const Millis interval(config_.schedule_interval_ms);
+  while (!stopping_) {
+    cluster_->CheckLiveness();
+    if (cluster_->schedule_requested() || SteadyClock::now() - last_pass >= interval) {
+      cluster_->Schedule();
+      last_pass = SteadyClock::now();
+    }
+    cluster_->WaitForWork(Millis(100));
+  }
+}
+
+void HeadServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (server_) server_->stop();
+}
+
+void HeadServer::Wait() {
+  if (server_thread_.joinable()) server_thread_.join();
+  if (control_thread_.joinable()) control_thread_.join();
+}
+
+HeadServer::~HeadServer() {
+  Stop();
+  Wait();
+}
+
+int RunHead(const HeadConfig& config) {
+  auto head = HeadServer::Start(config);
+  if (!head) {
+    LOG_ERROR("{}", head.error().message);
+    return 1;
+  }
+  int sig = WaitForTerminationSignal();
+  LOG_INFO("received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*head)->Stop();
+  (*head)->Wait();
+  return 0;
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,56 @@
+// HeadServer: the head daemon — state store, cluster state, HTTP API and control loop.
+//
+// Start opens (or creates) state_dir/state.db, reconciles the loaded state, binds the
+// HTTP server and starts two threads besides the server's pool: the control loop
+// (liveness every 100 ms, scheduling passes on events and periodically) and the agent
+// waker (asks agents to heartbeat now when their assignments change). Stop may be called
+// from any thread, once or more; Wait blocks until Stop.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "common/error.h"
+#include "head/config.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace cohort::head {
+
+class Cluster;
+class AgentWaker;
+
+class HeadServer {
+ public:
+  static Result<std::unique_ptr<HeadServer>> Start(HeadConfig config);
+  ~HeadServer();
+
+  int port() const { return port_; }
+  const std::string& url() const { return url_; }
+  Cluster& cluster() { return *cluster_; }
+
+  void Stop();
+  void Wait();
+
+ private:
+  HeadServer() = default;
+  void ControlLoop();
+
+  HeadConfig config_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<AgentWaker> waker_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread server_thread_;
+  std::thread control_thread_;
+  std::atomic<bool> stopping_{false};
+  int port_ = 0;
+  std::string url_;
+};
+
+// `cohort head`: runs a head until SIGINT or SIGTERM. Returns the process exit code.
+int RunHead(const HeadConfig& config);
+
+}  // namespace cohort::head

@@ -1,0 +1,75 @@
+// /v1/jobs: submit, list, show, cancel.
+#include <charconv>
+
+#include "head/routes.h"
+
+namespace cohort::head {
+namespace {
+
+Result<JobFilter> ParseFilter(const httplib::Request& req) {
+  JobFilter f;
+  if (req.has_param("state")) {
+    std::string states = req.get_param_value("state");
+    size_t start = 0;
+    while (start <= states.size()) {
+      size_t end = states.find(',', start);
+      if (end == std::string::npos) end = states.size();
+      std::string s = states.substr(start, end - start);
+      if (!s.empty()) {
+        auto st = api::ParseJobState(s);
+        if (!st) return MakeError(ErrorCode::kInvalidArgument, "state: " + st.error().message, "state");
+        f.states.insert(*st);
+      }
+      start = end + 1;
+    }
+  }
+  if (req.has_param("user")) f.user = req.get_param_value("user");
+  if (req.has_param("limit")) {
+    std::string l = req.get_param_value("limit");
+    size_t v = 0;
+    auto [p, ec] = std::from_chars(l.data(), l.data() + l.size(), v);
+    if (ec != std::errc() || p != l.data() + l.size() || v == 0 || v > 1'000'000) {
+      return MakeError(ErrorCode::kInvalidArgument, "limit: must be an integer from 1 to 1000000, got '" + l + "'", "limit");
+    }
+    f.limit = v;
+  }
+  return f;
+}
+
+}  // namespace
+
+void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
+  server.Post("/v1/jobs", [&](const httplib::Request& req, httplib::Response& res) {
+    auto body = BodyJson(req);
+    if (!body) return SendError(res, body.error());
+    auto spec = api::JobSpecFromJson(*body);
+    if (!spec) return SendError(res, spec.error());
+    auto job = cluster.Submit(std::move(*spec));
+    if (!job) return SendError(res, job.error());
+    SendJson(res, api::ToJson(*job), 201);
+  });
+
+  server.Get("/v1/jobs", [&](const httplib::Request& req, httplib::Response& res) {
+    auto filter = ParseFilter(req);
+    if (!filter) return SendError(res, filter.error());
+    json jobs = json::array();
+    for (const auto& j : cluster.ListJobs(*filter)) jobs.push_back(api::ToJson(j));
+    SendJson(res, json{{"jobs", std::move(jobs)}});
+  });
+
+  server.Get(R"(/v1/jobs/([^/]+))", [&](const httplib::Request& req, httplib::Response& res) {
+    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    if (!id) return SendError(res, id.error());
+    auto job = cluster.GetJob(*id);
+    Reply(res, job, [](const api::Job& j) { return api::ToJson(j); });
+  });
+
+  server.Post(R"(/v1/jobs/([^/]+)/cancel)", [&](const httplib::Request& req, httplib::Response& res) {
+    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    if (!id) return SendError(res, id.error());
+    auto job = cluster.Cancel(*id);
+    Reply(res, job, [](const api::Job& j) { return api::ToJson(j); });
+  });
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,51 @@
+// Node liveness and time limits, run by the head's control loop every ~100 ms.
+//
+// A node whose agent has been silent for the failure timeout is DOWN, and every gang
+// with a task on it is stopped everywhere and requeued (or failed). The agent fences
+// itself earlier (fence timeout < failure timeout), so by the time the gang is placed
+// again its old tasks are already dead: a job never runs twice.
+#include "common/log.h"
+#include "head/cluster.h"
+
+namespace cohort::head {
+
+using api::JobState;
+using api::NodeState;
+
+void Cluster::CheckLiveness() {
+  std::unique_lock lock(mu_);
+  for (auto& [name, node] : nodes_) {
+    if (node.state != NodeState::kUp) continue;
+    NodeRuntime& rt = runtime_[name];
+    int64_t age = HeartbeatAgeMs(rt);
+    if (age <= config_.timing.failure_timeout_ms) continue;
+    node.state = NodeState::kDown;
+    node.reason = fmt::format("no heartbeat for {}", FormatDuration(age));
+    MarkDirtyLocked(node);
+    LOG_WARN("node {} is DOWN: {}", name, node.reason);
+    if (auto nj = node_jobs_.find(name); nj != node_jobs_.end()) {
+      std::vector<api::JobId> ids(nj->second.begin(), nj->second.end());
+      for (api::JobId id : ids) {
+        FailGangLocked(jobs_.at(id), fmt::format("node {} went down ({})", name, node.reason),
+                       std::nullopt, /*may_restart=*/true);
+      }
+    }
+    rt.reported.clear();
+    RequestScheduleLocked();
+  }
+  int64_t now = NowUnixMs();
+  std::set<api::JobId> running;
+  for (const auto& [node, ids] : node_jobs_) running.insert(ids.begin(), ids.end());
+  for (api::JobId id : running) {
+    api::Job& job = jobs_.at(id);
+    if (job.spec.time_limit_s > 0 && now - job.start_ms > job.spec.time_limit_s * 1000) {
+      FinishJobLocked(job, JobState::kFailed,
+                      fmt::format("time limit of {} exceeded", FormatDuration(job.spec.time_limit_s * 1000)),
+                      std::nullopt);
+    }
+  }
+  (void)FlushLocked();
+  UnlockAndWake(lock);
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,50 @@
+// /v1/nodes: list, show, drain, resume.
+#include "head/routes.h"
+
+namespace cohort::head {
+
+json ToJson(const NodeStatus& s) {
+  json j = api::ToJson(s.node);
+  j["display_state"] = s.display_state;
+  j["gpus_allocated"] = s.gpus_allocated;
+  j["cpus_allocated"] = s.cpus_allocated;
+  j["jobs"] = s.jobs;
+  j["heartbeat_age_ms"] = s.heartbeat_age_ms;
+  return j;
+}
+
+void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
+  auto to_json = [](const NodeStatus& s) { return ToJson(s); };
+
+  server.Get("/v1/nodes", [&](const httplib::Request&, httplib::Response& res) {
+    json nodes = json::array();
+    for (const auto& s : cluster.ListNodes()) nodes.push_back(ToJson(s));
+    SendJson(res, json{{"nodes", std::move(nodes)}});
+  });
+
+  server.Get(R"(/v1/nodes/([^/]+))", [&, to_json](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, cluster.GetNode(req.matches[1].str()), to_json);
+  });
+
+  server.Post(R"(/v1/nodes/([^/]+)/drain)", [&, to_json](const httplib::Request& req, httplib::Response& res) {
+    std::string reason;
+    if (!req.body.empty()) {
+      auto body = BodyJson(req);
+      if (!body) return SendError(res, body.error());
+      auto r = ObjectReader::Open(*body);
+      if (!r) return SendError(res, r.error());
+      auto why = r->String("reason", "");
+      if (!why) return SendError(res, why.error());
+      if (auto fin = r->Finish(); !fin) return SendError(res, fin.error());
+      if (why->size() > 1024) return SendError(res, Error{ErrorCode::kInvalidArgument, "reason: at most 1024 characters", "reason"});
+      reason = *why;
+    }
+    Reply(res, cluster.Drain(req.matches[1].str(), reason), to_json);
+  });
+
+  server.Post(R"(/v1/nodes/([^/]+)/resume)", [&, to_json](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, cluster.Resume(req.matches[1].str()), to_json);
+  });
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,45 @@
+// HTTP routes of the head, one file per resource. Each Register* function installs its
+// handlers on `server`; handlers call into `cluster` (thread-safe) and convert Results to
+// JSON responses at the edge.
+#pragma once
+
+#include <httplib.h>
+
+#include "common/http.h"
+#include "head/cluster.h"
+
+namespace cohort::head {
+
+void RegisterJobRoutes(httplib::Server& server, Cluster& cluster);
+void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster);
+void RegisterAgentRoutes(httplib::Server& server, Cluster& cluster);
+void RegisterLogRoutes(httplib::Server& server, Cluster& cluster);
+
+// Sends `r`'s value with `status`, or its error with the error's status.
+inline void Reply(httplib::Response& res, const Result<json>& r, int status = 200) {
+  if (r) {
+    SendJson(res, *r, status);
+  } else {
+    SendError(res, r.error());
+  }
+}
+
+// Sends to_json(value) with `status`, or the error.
+template <typename T, typename F>
+void Reply(httplib::Response& res, const Result<T>& r, F&& to_json, int status = 200) {
+  if (r) {
+    SendJson(res, to_json(*r), status);
+  } else {
+    SendError(res, r.error());
+  }
+}
+
+// Parses the request body as JSON, naming the request in the error.
+inline Result<json> BodyJson(const httplib::Request& req) {
+  if (req.body.empty()) return MakeError(ErrorCode::kInvalidArgument, "request body is empty; expected a JSON object");
+  return ParseJson(req.body, "request body");
+}
+
+json ToJson(const NodeStatus& s);
+
+}  // namespace cohort::head

@@ -1,0 +1,102 @@
+// One scheduling pass: snapshot the cluster for the pure scheduler, start what it places.
+//
+// GPUs count as busy when a RUNNING job holds them, and also while a task of an ended
+// attempt still runs on them (a cancelled gang that is still shutting down), so a new job
+// never shares a GPU with a dying one.
+#include <algorithm>
+
+#include "common/log.h"
+#include "head/cluster.h"
+#include "head/sched_bridge.h"
+
+namespace cohort::head {
+
+using api::Job;
+using api::JobState;
+using api::NodeState;
+
+int Cluster::Schedule() {
+  std::unique_lock lock(mu_);
+  auto t0 = SteadyClock::now();
+  schedule_requested_ = false;
+  if (pending_.empty()) return 0;
+
+  sched::Snapshot snap;
+  snap.now_ms = NowUnixMs();
+  std::map<std::string, std::pair<std::set<int>, int>> busy;  // node → (gpus, cpus)
+  for (const auto& [name, ids] : node_jobs_) {
+    for (api::JobId id : ids) {
+      const Job& job = jobs_.at(id);
+      for (const auto& na : job.allocation.nodes) {
+        if (na.node != name) continue;
+        busy[name].first.insert(na.gpus.begin(), na.gpus.end());
+        busy[name].second += na.cpus;
+      }
+    }
+  }
+  for (const auto& [name, rt] : runtime_) {
+    for (const auto& t : rt.reported) {
+      if (!t.running) continue;
+      auto j = jobs_.find(t.job);
+      bool current = j != jobs_.end() && j->second.state == JobState::kRunning &&
+                     j->second.attempt == t.attempt && node_jobs_.count(name) &&
+                     node_jobs_.at(name).contains(t.job);
+      if (current) continue;
+      busy[name].first.insert(t.gpus.begin(), t.gpus.end());
+      busy[name].second += t.cpus;
+    }
+  }
+  for (const auto& [name, n] : nodes_) {
+    sched::NodeView v;
+    v.id = name;
+    if (n.state == NodeState::kDown) {
+      v.unavailable = "down";
+    } else if (n.drain) {
+      v.unavailable = "draining";
+    }
+    v.total_gpus = static_cast<int>(n.gpus.size());
+    const auto& b = busy[name];
+    for (int g = 0; g < v.total_gpus; ++g) {
+      if (!b.first.contains(g)) v.free_gpus.push_back(g);
+    }
+    v.total_cpus = n.cpus;
+    v.free_cpus = std::max(0, n.cpus - b.second);
+    snap.nodes.push_back(std::move(v));
+  }
+  std::set<api::JobId> running;
+  for (const auto& [node, ids] : node_jobs_) running.insert(ids.begin(), ids.end());
+  for (api::JobId id : running) {
+    const Job& job = jobs_.at(id);
+    sched::RunningJob r;
+    r.id = id;
+    r.end_ms = job.spec.time_limit_s > 0 ? job.start_ms + job.spec.time_limit_s * 1000 : INT64_MAX;
+    for (const auto& na : job.allocation.nodes) {
+      r.usage.push_back({na.node, static_cast<int>(na.gpus.size()), na.cpus});
+    }
+    snap.running.push_back(std::move(r));
+  }
+  for (api::JobId id : pending_) snap.pending.push_back(ToRequest(jobs_.at(id)));
+
+  sched::Decision decision = sched::Schedule(snap);
+  for (const auto& p : decision.start) {
+    Job& job = jobs_.at(p.job_id);
+    std::vector<std::pair<std::string, std::vector<int>>> nodes;
+    std::vector<int> cpus;
+    for (const auto& a : p.nodes) {
+      nodes.emplace_back(a.node, a.gpus);
+      cpus.push_back(a.cpus);
+    }
+    StartJobLocked(job, nodes, cpus, snap.now_ms);
+  }
+  pending_reasons_.clear();
+  for (auto& [id, reason] : decision.pending_reasons) {
+    if (pending_.contains(id)) pending_reasons_[id] = std::move(reason);
+  }
+  (void)FlushLocked();
+  last_pass_ = std::chrono::duration_cast<Millis>(SteadyClock::now() - t0);
+  int started = static_cast<int>(decision.start.size());
+  UnlockAndWake(lock);
+  return started;
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,157 @@
+#include "sched/backfill.h"
+
+#include <algorithm>
+
+namespace cohort::sched {
+
+int64_t EndOf(int64_t now_ms, int64_t time_limit_ms) {
+  if (time_limit_ms <= 0) return kNever;
+  if (now_ms > kNever - time_limit_ms) return kNever;
+  return now_ms + time_limit_ms;
+}
+
+namespace {
+
+// Projected free resources of every node, and how many schedulable ones host `head`.
+class Projection {
+ public:
+  Projection(const NodePool& pool, const GangDemand& head) : pool_(pool), head_(head) {
+    free_.reserve(pool.size());
+    for (int i = 0; i < pool.size(); ++i) {
+      free_.push_back(pool.free(i));
+      if (Hosts(i)) ++hosts_;
+    }
+  }
+
+  int hosts() const { return hosts_; }
+  const NodeFree& free(int node) const { return free_[node]; }
+
+  void Add(const Release& r) {
+    if (r.node < 0 || r.node >= pool_.size() || !pool_.schedulable(r.node)) return;
+    const bool before = Hosts(r.node);
+    NodeFree& f = free_[r.node];
+    f.gpus = std::min(f.gpus + std::max(r.gpus, 0), pool_.capacity_gpus(r.node));
+    f.cpus = std::min<int64_t>(f.cpus + std::max<int64_t>(r.cpus, 0), pool_.capacity_cpus(r.node));
+    hosts_ += static_cast<int>(Hosts(r.node)) - static_cast<int>(before);
+  }
+
+  // Everything has ended: every node offers its full capacity.
+  void Drain() {
+    hosts_ = 0;
+    for (int i = 0; i < pool_.size(); ++i) {
+      free_[i].gpus = pool_.capacity_gpus(i);
+      free_[i].cpus = pool_.capacity_cpus(i);
+      if (Hosts(i)) ++hosts_;
+    }
+  }
+
+  // The `head_.nodes` preferred hosts under `policy`, in that order.
+  std::vector<int> Choose(Placement policy) const {
+    std::vector<int> hosts;
+    hosts.reserve(hosts_);
+    for (int i = 0; i < pool_.size(); ++i) {
+      if (Hosts(i)) hosts.push_back(i);
+    }
+    const auto before = [&](int a, int b) { return PlacesBefore(policy, free_[a], free_[b]); };
+    const auto mid = hosts.begin() + head_.nodes;
+    std::partial_sort(hosts.begin(), mid, hosts.end(), before);
+    hosts.erase(mid, hosts.end());
+    return hosts;
+  }
+
+ private:
+  bool Hosts(int node) const {
+    return pool_.schedulable(node) && free_[node].gpus >= head_.gpus &&
+           free_[node].cpus >= head_.cpus;
+  }
+
+  const NodePool& pool_;
+  const GangDemand& head_;
+  std::vector<NodeFree> free_;
+  int hosts_ = 0;
+};
+
+bool FitsOnCapacity(const NodePool& pool, const GangDemand& head) {
+  int hosts = 0;
+  for (int i = 0; i < pool.size() && hosts < head.nodes; ++i) {
+    if (pool.schedulable(i) && pool.capacity_gpus(i) >= head.gpus &&
+        pool.capacity_cpus(i) >= head.cpus) {
+      ++hosts;
+    }
+  }
+  return hosts >= head.nodes;
+}
+
+}  // namespace
+
+std::optional<ReservationPlan> PlanReservation(const NodePool& pool,
+                                               std::span<const Release> releases,
+                                               const GangDemand& head, Placement policy,
+                                               int64_t now_ms) {
+  if (head.nodes < 1 || !FitsOnCapacity(pool, head)) return std::nullopt;
+
+  Projection projection(pool, head);
+  ReservationPlan plan;
+  plan.start_ms = now_ms;
+  if (projection.hosts() < head.nodes) {
+    std::vector<const Release*> order;
+    order.reserve(releases.size());
+    for (const Release& r : releases) {
+      if (r.end_ms != kNever) order.push_back(&r);
+    }
+    std::sort(order.begin(), order.end(),
+              [](const Release* a, const Release* b) { return a->end_ms < b->end_ms; });
+    plan.start_ms = kNever;
+    for (size_t i = 0; i < order.size();) {
+      const int64_t t = std::max(order[i]->end_ms, now_ms);
+      // Ends before now are overdue; they count as ending now.
+      for (; i < order.size() && std::max(order[i]->end_ms, now_ms) == t; ++i) {
+        projection.Add(*order[i]);
+      }
+      if (projection.hosts() >= head.nodes) {
+        plan.start_ms = t;
+        break;
+      }
+    }
+    if (plan.start_ms == kNever) projection.Drain();
+  }
+
+  plan.nodes = projection.Choose(policy);
+  plan.free_at_start.reserve(plan.nodes.size());
+  for (int node : plan.nodes) plan.free_at_start.push_back(projection.free(node));
+  return plan;
+}
+
+BackfillGuard::BackfillGuard(int64_t head_job, const GangDemand& head, ReservationPlan plan,
+                             int64_t now_ms)
+    : head_job_(head_job), head_(head), plan_(std::move(plan)), now_ms_(now_ms) {}
+
+bool BackfillGuard::EndsByStart(int64_t time_limit_ms) const {
+  return time_limit_ms > 0 && EndOf(now_ms_, time_limit_ms) <= plan_.start_ms;
+}
+
+void BackfillGuard::BlockedNodes(const GangDemand& demand, int64_t time_limit_ms,
+                                 std::vector<int>* blocked) const {
+  blocked->clear();
+  if (EndsByStart(time_limit_ms)) return;
+  for (size_t k = 0; k < plan_.nodes.size(); ++k) {
+    const NodeFree& left = plan_.free_at_start[k];
+    if (left.gpus - demand.gpus < head_.gpus || left.cpus - demand.cpus < head_.cpus) {
+      blocked->push_back(plan_.nodes[k]);
+    }
+  }
+}
+
+void BackfillGuard::Commit(const GangDemand& demand, int64_t time_limit_ms,
+                           std::span<const int> nodes) {
+  if (EndsByStart(time_limit_ms)) return;
+  for (int node : nodes) {
+    const auto it = std::find(plan_.nodes.begin(), plan_.nodes.end(), node);
+    if (it == plan_.nodes.end()) continue;
+    NodeFree& left = plan_.free_at_start[it - plan_.nodes.begin()];
+    left.gpus -= demand.gpus;
+    left.cpus -= demand.cpus;
+  }
+}
+
+}  // namespace cohort::sched

@@ -1,0 +1,133 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "sched/backfill.h"
+#include "sched/gang_fit.h"
+#include "sched/node_pool.h"
+#include "sched/priority.h"
+#include "sched/reasons.h"
+
+namespace cohort::sched {
+
+namespace {
+
+// What the running jobs give back, and when, on nodes of the snapshot.
+std::vector<Release> RunningReleases(const Snapshot& snapshot) {
+  std::unordered_map<std::string_view, int> index;
+  index.reserve(snapshot.nodes.size());
+  for (size_t i = 0; i < snapshot.nodes.size(); ++i) index.emplace(snapshot.nodes[i].id, i);
+  std::vector<Release> releases;
+  for (const RunningJob& job : snapshot.running) {
+    for (const Usage& u : job.usage) {
+      const auto it = index.find(u.node);
+      if (it != index.end()) releases.push_back(Release{job.end_ms, it->second, u.gpus, u.cpus});
+    }
+  }
+  return releases;
+}
+
+// One scheduling pass: the free resources, the reservation once there is one, and the
+// decision being built. Jobs must be considered in queue order.
+class Pass {
+ public:
+  explicit Pass(const Snapshot& snapshot)
+      : now_(snapshot.now_ms),
+        pool_(snapshot.nodes),
+        unavailable_(UnavailableSuffix(snapshot.nodes)),
+        releases_(RunningReleases(snapshot)) {
+    decision_.start.reserve(snapshot.pending.size());
+  }
+
+  void Consider(const JobRequest& job) {
+    const Result<GangDemand> demand = DemandOf(job);
+    if (!demand) {
+      decision_.pending_reasons[job.id] = InvalidReason(demand.error().message);
+      return;
+    }
+    blocked_.clear();
+    if (guard_) guard_->BlockedNodes(*demand, job.time_limit_ms, &blocked_);
+    if (std::optional<GangFit> fit = FitGang(pool_, *demand, job.placement, blocked_)) {
+      Start(job, *demand, std::move(*fit));
+    } else {
+      decision_.pending_reasons[job.id] = Wait(job, *demand);
+    }
+  }
+
+  Decision Finish() && { return std::move(decision_); }
+
+ private:
+  void Start(const JobRequest& job, const GangDemand& demand, GangFit fit) {
+    JobPlacement& placed = decision_.start.emplace_back();
+    placed.job_id = job.id;
+    placed.backfilled = guard_.has_value();
+    placed.nodes.reserve(fit.nodes.size());
+    const int cpus = static_cast<int>(demand.cpus);  // fits on a node, so fits an int
+    for (size_t k = 0; k < fit.nodes.size(); ++k) {
+      const int node = fit.nodes[k];
+      pool_.Take(node, fit.gpus[k], cpus);
+      placed.nodes.push_back(NodeAssignment{pool_.id(node), std::move(fit.gpus[k]), cpus});
+    }
+    if (guard_) {
+      guard_->Commit(demand, job.time_limit_ms, fit.nodes);
+      return;
+    }
+    // Before the reservation, started jobs are part of the head job's projection.
+    const int64_t end = EndOf(now_, job.time_limit_ms);
+    for (int node : fit.nodes) releases_.push_back(Release{end, node, demand.gpus, cpus});
+  }
+
+  // The reason `job` waits; reserves for it if it is the first job that could start later.
+  std::string Wait(const JobRequest& job, const GangDemand& demand) {
+    const int available = CountHosts(pool_, demand);
+    if (guard_ && available >= demand.nodes) return WaitingForReason(guard_->head_job());
+    std::string reason =
+        ResourceReason(demand, available, pool_.CountHosts(demand.gpus, 0), unavailable_);
+    if (!guard_) reason += Reserve(job, demand);
+    return reason;
+  }
+
+  // Makes `job` the head job if it can ever fit; returns what its reason gains.
+  std::string Reserve(const JobRequest& job, const GangDemand& demand) {
+    // Resources only shrink during a pass: a demand covering one that can never fit
+    // cannot fit either.
+    const auto covered = [&](const GangDemand& d) { return demand.Covers(d); };
+    if (std::any_of(never_fit_.begin(), never_fit_.end(), covered)) return {};
+    std::optional<ReservationPlan> plan =
+        PlanReservation(pool_, releases_, demand, job.placement, now_);
+    if (!plan) {
+      never_fit_.push_back(demand);
+      return {};
+    }
+    Reservation& r = decision_.reservation.emplace();
+    r.job_id = job.id;
+    r.start_ms = plan->start_ms;
+    for (int node : plan->nodes) r.nodes.push_back(pool_.id(node));
+    guard_.emplace(job.id, demand, std::move(*plan), now_);
+    return ReservedSuffix(r.start_ms, now_);
+  }
+
+  const int64_t now_;
+  NodePool pool_;
+  const std::string unavailable_;       // " (2 nodes draining, 1 down)"
+  std::vector<Release> releases_;       // running jobs, then jobs started before the head job
+  std::optional<BackfillGuard> guard_;  // set once the head job is reserved for
+  std::vector<GangDemand> never_fit_;   // demands beyond the schedulable capacity
+  std::vector<int> blocked_;            // scratch: reserved nodes the current job must avoid
+  Decision decision_;
+};
+
+}  // namespace
+
+Decision Schedule(const Snapshot& snapshot) {
+  Pass pass(snapshot);
+  for (const JobRequest* job : OrderQueue(snapshot.pending)) pass.Consider(*job);
+  return std::move(pass).Finish();
+}
+
+}  // namespace cohort::sched

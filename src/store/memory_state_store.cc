@@ -1,0 +1,81 @@
+#include "store/memory_state_store.h"
+
+#include <utility>
+
+#include "store/records.h"
+
+namespace cohort::store {
+
+Result<api::Job> MemoryStateStore::CreateJob(api::Job job) {
+  job.id = 0;
+  json record = COHORT_TRY(JobRecord(job));
+  std::lock_guard lock(mu_);
+  job.id = last_id_ + 1;
+  record["id"] = job.id;
+  jobs_[job.id] = DumpRecord(record);
+  last_id_ = job.id;
+  return job;
+}
+
+Result<void> MemoryStateStore::Write(const WriteBatch& batch) {
+  // Encode everything first, so that nothing is applied unless everything can be.
+  std::vector<std::pair<api::JobId, std::string>> jobs;
+  for (const auto& job : batch.jobs) jobs.emplace_back(job.id, DumpRecord(COHORT_TRY(JobRecord(job))));
+  std::vector<std::pair<std::string, std::string>> nodes;
+  for (const auto& node : batch.nodes) nodes.emplace_back(node.name, DumpRecord(api::ToJson(node)));
+
+  std::lock_guard lock(mu_);
+  for (const auto& [id, record] : jobs) {
+    if (!jobs_.contains(id)) return Errorf(ErrorCode::kNotFound, "job {} does not exist", id);
+  }
+  for (auto& [id, record] : jobs) jobs_[id] = std::move(record);
+  for (auto& [name, record] : nodes) nodes_[name] = std::move(record);
+  for (const auto& [key, value] : batch.meta) meta_[key] = value;
+  return {};
+}
+
+Result<api::Job> MemoryStateStore::GetJob(api::JobId id) {
+  std::string record;
+  {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return Errorf(ErrorCode::kNotFound, "job {} does not exist", id);
+    record = it->second;
+  }
+  return DecodeJobRecord(id, record);
+}
+
+Result<std::vector<api::Job>> MemoryStateStore::LoadJobs() {
+  std::map<api::JobId, std::string> records;
+  {
+    std::lock_guard lock(mu_);
+    records = jobs_;
+  }
+  std::vector<api::Job> out;
+  out.reserve(records.size());
+  for (const auto& [id, record] : records) out.push_back(COHORT_TRY(DecodeJobRecord(id, record)));
+  return out;
+}
+
+Result<std::vector<api::Node>> MemoryStateStore::LoadNodes() {
+  std::map<std::string, std::string> records;
+  {
+    std::lock_guard lock(mu_);
+    records = nodes_;
+  }
+  std::vector<api::Node> out;
+  out.reserve(records.size());
+  for (const auto& [name, record] : records) out.push_back(COHORT_TRY(DecodeNodeRecord(name, record)));
+  return out;
+}
+
+Result<std::optional<std::string>> MemoryStateStore::GetMeta(const std::string& key) {
+  std::lock_guard lock(mu_);
+  auto it = meta_.find(key);
+  if (it == meta_.end()) return std::optional<std::string>();
+  return std::optional<std::string>(it->second);
+}
+
+std::unique_ptr<StateStore> NewMemoryStateStore() { return std::make_unique<MemoryStateStore>(); }
+
+}  // namespace cohort::store

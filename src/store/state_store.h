@@ -1,0 +1,63 @@
+// StateStore: durable storage of the head's state (jobs, nodes, a few meta values).
+//
+// The head keeps its working state in memory and writes every change through a
+// StateStore before it acknowledges it; on restart it loads everything back. A call
+// returns only when its write is durable (a SqliteStateStore commit in WAL mode with
+// synchronous=FULL survives kill -9 of the process and power loss of the machine).
+// Implementations: SqliteStateStore (the embedded default) and MemoryStateStore (tests);
+// both pass the shared suite in tests/store. All methods are thread-safe.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/types.h"
+#include "common/error.h"
+
+namespace cohort::store {
+
+// Upserts applied in one atomic, durable transaction.
+struct WriteBatch {
+  std::vector<api::Job> jobs;    // each must already exist (created by CreateJob)
+  std::vector<api::Node> nodes;  // inserted or replaced by name
+  std::vector<std::pair<std::string, std::string>> meta;  // key → value
+
+  bool empty() const { return jobs.empty() && nodes.empty() && meta.empty(); }
+};
+
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+
+  // Gives `job` the next id (ids increase and are never reused, even across restarts),
+  // stores it durably and returns it with the id set. `job.id` on input is ignored.
+  // kInvalidArgument (nothing stored) if the job would not load back through
+  // api::JobFromJson, e.g. an empty command or user.
+  virtual Result<api::Job> CreateJob(api::Job job) = 0;
+
+  // Applies every upsert in `batch` atomically. Returns kNotFound (and writes nothing)
+  // if a job in the batch was never created, kInvalidArgument (and writes nothing) if a
+  // job would not load back, as for CreateJob.
+  virtual Result<void> Write(const WriteBatch& batch) = 0;
+
+  // Returns kNotFound if no job has `id`.
+  virtual Result<api::Job> GetJob(api::JobId id) = 0;
+  // All jobs in id order.
+  virtual Result<std::vector<api::Job>> LoadJobs() = 0;
+  // All nodes in name order.
+  virtual Result<std::vector<api::Node>> LoadNodes() = 0;
+  // The value stored under `key`, or nullopt.
+  virtual Result<std::optional<std::string>> GetMeta(const std::string& key) = 0;
+};
+
+// Opens (creating if needed) the SQLite database at `path`. Fails with kInvalidArgument
+// if the file exists but is not a Cohort state database (it is left untouched), and
+// kFailedPrecondition if its schema is newer than this binary understands.
+Result<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path);
+
+// A store that lives in memory only; for tests.
+std::unique_ptr<StateStore> NewMemoryStateStore();
+
+}  // namespace cohort::store

@@ -1,0 +1,141 @@
+// JobSpec validation: every bad field gets its own error that names it.
+#include <gtest/gtest.h>
+
+#include "api/types.h"
+
+namespace cohort::api {
+namespace {
+
+json Valid() { return json{{"command", {"python3", "train.py"}}}; }
+
+TEST(JobSpec, DefaultsAreFilledIn) {
+  auto s = JobSpecFromJson(Valid());
+  ASSERT_TRUE(s.has_value()) << s.error().message;
+  EXPECT_EQ(s->name, "python3");
+  EXPECT_EQ(s->user, "anonymous");
+  EXPECT_EQ(s->nodes, 1);
+  EXPECT_EQ(s->tasks_per_node, 1);
+  EXPECT_EQ(s->gpus_per_node, 0);
+  EXPECT_EQ(s->cpus_per_task, 1);
+  EXPECT_EQ(s->placement, Placement::kPack);
+  EXPECT_EQ(s->world_size(), 1);
+}
+
+TEST(JobSpec, RoundTripsThroughJson) {
+  json j = {{"command", {"/bin/echo", "a b"}}, {"name", "n1"}, {"user", "alice"}, {"env", {{"X", "1"}}},
+            {"workdir", "/tmp"}, {"nodes", 2}, {"tasks_per_node", 4}, {"gpus_per_node", 8},
+            {"cpus_per_task", 3}, {"priority", -5}, {"placement", "spread"}, {"max_restarts", 2},
+            {"time_limit_s", 3600}};
+  auto s = JobSpecFromJson(j);
+  ASSERT_TRUE(s.has_value()) << s.error().message;
+  EXPECT_EQ(s->gpus_per_task(), 2);
+  auto again = JobSpecFromJson(ToJson(*s));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(ToJson(*again), ToJson(*s));
+  EXPECT_EQ(ToJson(*s), j);
+}
+
+struct BadCase {
+  const char* patch;  // merged into a valid spec
+  const char* field;
+  const char* text;
+};
+
+class JobSpecBad : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(JobSpecBad, NamesTheField) {
+  json j = Valid();
+  j.merge_patch(json::parse(GetParam().patch));
+  auto s = JobSpecFromJson(j);
+  ASSERT_FALSE(s.has_value()) << GetParam().patch;
+  EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s.error().field, GetParam().field) << s.error().message;
+  EXPECT_NE(s.error().message.find(GetParam().text), std::string::npos) << s.error().message;
+  EXPECT_EQ(s.error().message.rfind(GetParam().field, 0), 0u) << "message must start with the field: " << s.error().message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, JobSpecBad,
+    ::testing::Values(
+        BadCase{R"({"command": null, "cmd": ["x"]})", "command", "is required"},
+        BadCase{R"({"command": []})", "command", "must name a program"},
+        BadCase{R"({"command": [""]})", "command[0]", "empty"},
+        BadCase{R"({"command": ["a", 3]})", "command[1]", "must be a string"},
+        BadCase{R"({"nodes": 0})", "nodes", "between 1 and 4096, got 0"},
+        BadCase{R"({"nodes": -2})", "nodes", "got -2"},
+        BadCase{R"({"nodes": 1.5})", "nodes", "must be an integer"},
+        BadCase{R"({"nodes": 99999999999999999999})", "nodes", "must be"},
+        BadCase{R"({"tasks_per_node": 0})", "tasks_per_node", "between 1 and 1024"},
+        BadCase{R"({"gpus_per_node": -1})", "gpus_per_node", "between 0 and 1024, got -1"},
+        BadCase{R"({"gpus_per_node": 100000})", "gpus_per_node", "got 100000"},
+        BadCase{R"({"gpus_per_node": 3, "tasks_per_node": 2})", "gpus_per_node", "split evenly"},
+        BadCase{R"({"cpus_per_task": -1})", "cpus_per_task", "between 0"},
+        BadCase{R"({"priority": 1001})", "priority", "between -1000 and 1000"},
+        BadCase{R"({"placement": "best"})", "placement", "'pack' or 'spread'"},
+        BadCase{R"({"max_restarts": -1})", "max_restarts", "between 0"},
+        BadCase{R"({"time_limit_s": -5})", "time_limit_s", "between 0"},
+        BadCase{R"({"name": "a/b"})", "name", "letters, digits"},
+        BadCase{R"({"user": ""})", "user", "1-64 characters"},
+        BadCase{R"({"env": {"WORLD_SIZE": "2"}})", "env.WORLD_SIZE", "cannot be overridden"},
+        BadCase{R"({"env": {"COHORT_JOB_ID": "2"}})", "env.COHORT_JOB_ID", "cannot be overridden"},
+        BadCase{R"({"env": {"1BAD": "2"}})", "env.1BAD", "not a valid environment variable"},
+        BadCase{R"({"env": {"OK": 2}})", "env.OK", "must be a string"},
+        BadCase{R"({"env": ["A=1"]})", "env", "object of strings"},
+        BadCase{R"({"workdir": "tmp"})", "workdir", "absolute path"},
+        BadCase{R"({"gpu_per_node": 1})", "gpu_per_node", "did you mean 'gpus_per_node'"},
+        BadCase{R"({"colour": 1})", "colour", "unknown field 'colour'"}));
+
+TEST(JobSpec, NotAnObject) {
+  auto s = JobSpecFromJson(json::array());
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("JSON object"), std::string::npos);
+}
+
+TEST(Heartbeat, RoundTripAndValidation) {
+  Heartbeat hb;
+  hb.incarnation = "abc123";
+  hb.applied_version = 42;
+  hb.free_ports = {30000, 30001};
+  TaskReport t;
+  t.job = 7;
+  t.attempt = 1;
+  t.rank = 3;
+  t.running = false;
+  t.exit_code = 2;
+  t.gpus = {0, 1};
+  t.error = "boom";
+  hb.tasks.push_back(t);
+  auto back = HeartbeatFromJson(ToJson(hb));
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(ToJson(*back), ToJson(hb));
+
+  json bad = ToJson(hb);
+  bad["tasks"][0]["rank"] = -1;
+  auto r = HeartbeatFromJson(bad);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().field, "tasks[0].rank");
+}
+
+TEST(Job, RoundTripsEveryField) {
+  Job j;
+  j.id = 12;
+  j.spec = *JobSpecFromJson(Valid());
+  j.state = JobState::kFailed;
+  j.reason = "rank 1 exited";
+  j.attempt = 2;
+  j.submit_ms = 1;
+  j.start_ms = 2;
+  j.end_ms = 3;
+  j.exit_code = 7;
+  j.allocation.master_addr = "10.0.0.1";
+  j.allocation.master_port = 29500;
+  j.allocation.nodes.push_back({"n1", "10.0.0.1", 0, {0, 1}, 2, {{0, 0, {0}}, {1, 1, {1}}}, 99});
+  j.exits.push_back({1, "n1", 7, 0, "err", 5});
+  j.history.push_back({2, 2, 3, {"n1"}, "rank 1 exited"});
+  auto back = JobFromJson(ToJson(j));
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(ToJson(*back), ToJson(j));
+}
+
+}  // namespace
+}  // namespace cohort::api

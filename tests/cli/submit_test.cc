@@ -1,0 +1,315 @@
+// Submit's pure parts: time limits, --env, merging flags over a spec file, and the
+// command line itself (through --dry-run, which prints the spec and sends nothing).
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli/cli.h"
+#include "cli/client.h"
+
+namespace cohort::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TimeLimitTest, ParsesEveryForm) {
+  const std::vector<std::pair<std::string, int64_t>> ok = {
+      {"0", 0},
+      {"unlimited", 0},
+      {"UNLIMITED", 0},
+      {"3600", 3600},
+      {" 42 ", 42},
+      {"90s", 90},
+      {"15m", 900},
+      {"2h", 7200},
+      {"1d", 86400},
+      {"05:30", 330},         // MM:SS
+      {"90:00", 5400},        // minutes may exceed 59 when they lead
+      {"01:30:00", 5400},     // HH:MM:SS
+      {"100:00:00", 360000},  // hours may exceed 23 without days
+      {"1-00", 86400},        // D-HH
+      {"1-02:03", 93780},     // D-HH:MM
+      {"1-02:03:04", 93784},  // D-HH:MM:SS
+      {"366-00:00:00", 366 * 86400},
+  };
+  for (const auto& [text, seconds] : ok) {
+    auto v = ParseTimeLimit(text);
+    ASSERT_TRUE(v.has_value()) << text << ": " << v.error().message;
+    EXPECT_EQ(*v, seconds) << text;
+  }
+}
+
+TEST(TimeLimitTest, RejectsMalformedLimits) {
+  for (std::string text : {"", "abc", "-5", "1.5", "1:2:3:4", "1:60", "1:00:60", "1-24:00", "1-2:60",
+                           "5x", "s", "1--2", ":30", "30:", "1h30m", "9999999999999d"}) {
+    auto v = ParseTimeLimit(text);
+    ASSERT_FALSE(v.has_value()) << "'" << text << "' parsed as " << *v;
+    EXPECT_EQ(v.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_THAT(v.error().message, HasSubstr("--time-limit")) << text;
+  }
+  auto long_one = ParseTimeLimit("367-00:00:00");
+  ASSERT_FALSE(long_one.has_value());
+  EXPECT_THAT(long_one.error().message, HasSubstr("longer than the maximum of 366 days"));
+}
+
+TEST(TimeLimitTest, FormatsForDisplayAndRoundTrips) {
+  EXPECT_EQ(FormatTimeLimit(0), "unlimited");
+  EXPECT_EQ(FormatTimeLimit(59), "00:00:59");
+  EXPECT_EQ(FormatTimeLimit(5400), "01:30:00");
+  EXPECT_EQ(FormatTimeLimit(93784), "1-02:03:04");
+  for (int64_t s : {1, 61, 3599, 86399, 86400, 93784, 31622400}) {
+    EXPECT_EQ(*ParseTimeLimit(FormatTimeLimit(s)), s);
+  }
+}
+
+TEST(EnvAssignmentTest, ParsesKeyValueAndPassThrough) {
+  std::map<std::string, std::string> here = {{"HOME", "/home/a"}};
+  EXPECT_EQ(*ParseEnvAssignment("A=1", here), (std::pair<std::string, std::string>{"A", "1"}));
+  EXPECT_EQ(*ParseEnvAssignment("A=", here), (std::pair<std::string, std::string>{"A", ""}));
+  EXPECT_EQ(*ParseEnvAssignment("A=x=y", here), (std::pair<std::string, std::string>{"A", "x=y"}));
+  EXPECT_EQ(*ParseEnvAssignment("HOME", here), (std::pair<std::string, std::string>{"HOME", "/home/a"}));
+  auto unset = ParseEnvAssignment("NOPE", here);
+  ASSERT_FALSE(unset.has_value());
+  EXPECT_THAT(unset.error().message, HasSubstr("--env NOPE: not set"));
+  auto no_key = ParseEnvAssignment("=1", here);
+  ASSERT_FALSE(no_key.has_value());
+  EXPECT_THAT(no_key.error().message, HasSubstr("expected KEY=VALUE"));
+}
+
+SubmitDefaults Defaults() {
+  SubmitDefaults d;
+  d.workdir = "/home/alice/proj";
+  d.user = "alice";
+  d.environment = {{"TOKEN", "s3cret"}};
+  return d;
+}
+
+TEST(MergeSubmitFlagsTest, FlagsOverrideTheFile) {
+  json file = json::parse(R"({"name": "from-file", "command": ["python", "train.py"], "nodes": 4,
+      "gpus_per_node": 8, "env": {"A": "file", "B": "file"}, "user": "bob", "workdir": "/data",
+      "priority": 5})");
+  SubmitFlags f;
+  f.nodes = 2;
+  f.name = "from-flag";
+  f.time_limit = "1:00:00";
+  f.env = {"B=flag", "C=new", "TOKEN"};
+  auto merged = MergeSubmitFlags(file, f, Defaults());
+  ASSERT_TRUE(merged.has_value()) << merged.error().message;
+  EXPECT_EQ((*merged)["nodes"], 2);
+  EXPECT_EQ((*merged)["name"], "from-flag");
+  EXPECT_EQ((*merged)["time_limit_s"], 3600);
+  EXPECT_EQ((*merged)["gpus_per_node"], 8);  // untouched
+  EXPECT_EQ((*merged)["priority"], 5);
+  EXPECT_EQ((*merged)["command"], json::parse(R"(["python", "train.py"])"));
+  EXPECT_EQ((*merged)["env"], json::parse(R"({"A": "file", "B": "flag", "C": "new", "TOKEN": "s3cret"})"));
+  // The file's user and workdir win over the defaults.
+  EXPECT_EQ((*merged)["user"], "bob");
+  EXPECT_EQ((*merged)["workdir"], "/data");
+  auto spec = api::JobSpecFromJson(*merged);
+  ASSERT_TRUE(spec.has_value()) << spec.error().message;
+  EXPECT_EQ(spec->nodes, 2);
+}
+
+TEST(MergeSubmitFlagsTest, CommandOnlyGetsDefaults) {
+  SubmitFlags f;
+  f.command = {"hostname"};
+  f.gpus_per_node = 4;
+  f.tasks_per_node = 4;
+  f.placement = "spread";
+  f.priority = -3;
+  f.max_restarts = 2;
+  f.cpus_per_task = 2;
+  auto merged = MergeSubmitFlags(json::object(), f, Defaults());
+  ASSERT_TRUE(merged.has_value());
+  EXPECT_EQ(*merged, json::parse(R"({"command": ["hostname"], "gpus_per_node": 4, "tasks_per_node": 4,
+      "placement": "spread", "priority": -3, "max_restarts": 2, "cpus_per_task": 2,
+      "user": "alice", "workdir": "/home/alice/proj"})"));
+}
+
+TEST(MergeSubmitFlagsTest, CommandAfterDashDashReplacesTheFiles) {
+  SubmitFlags f;
+  f.command = {"echo", "hi"};
+  auto merged = MergeSubmitFlags(json::parse(R"({"command": ["python"]})"), f, Defaults());
+  ASSERT_TRUE(merged.has_value());
+  EXPECT_EQ((*merged)["command"], json::parse(R"(["echo", "hi"])"));
+}
+
+TEST(MergeSubmitFlagsTest, RelativeWorkdirIsMadeAbsolute) {
+  SubmitFlags f;
+  f.workdir = "../data/./run1/";
+  auto merged = MergeSubmitFlags(json::object(), f, Defaults());
+  ASSERT_TRUE(merged.has_value());
+  EXPECT_EQ((*merged)["workdir"], "/home/alice/data/run1");
+  f.workdir = "/abs";
+  EXPECT_EQ((*MergeSubmitFlags(json::object(), f, Defaults()))["workdir"], "/abs");
+}
+
+TEST(MergeSubmitFlagsTest, BadFlagValuesFail) {
+  SubmitFlags f;
+  f.time_limit = "soon";
+  auto bad_time = MergeSubmitFlags(json::object(), f, Defaults());
+  ASSERT_FALSE(bad_time.has_value());
+  EXPECT_THAT(bad_time.error().message, HasSubstr("--time-limit: 'soon'"));
+
+  SubmitFlags g;
+  g.env = {"X=1"};
+  auto bad_env = MergeSubmitFlags(json::parse(R"({"env": [1]})"), g, Defaults());
+  ASSERT_FALSE(bad_env.has_value());
+  EXPECT_EQ(bad_env.error().field, "env");
+
+  auto not_object = MergeSubmitFlags(json::array(), SubmitFlags{}, Defaults());
+  EXPECT_FALSE(not_object.has_value());
+}
+
+TEST(FinalStateLineTest, SaysHowTheJobEnded) {
+  api::Job job;
+  job.id = 12;
+  job.state = api::JobState::kSucceeded;
+  job.start_ms = 1000;
+  job.end_ms = 4200;
+  job.exit_code = 0;
+  EXPECT_EQ(FinalStateLine(job), "Job 12 SUCCEEDED after 3.2s");
+  job.state = api::JobState::kFailed;
+  job.exit_code = 3;
+  job.reason = "rank 1 exited with code 3";
+  EXPECT_EQ(FinalStateLine(job), "Job 12 FAILED after 3.2s (exit code 3): rank 1 exited with code 3");
+  api::Job never;
+  never.id = 7;
+  never.state = api::JobState::kCancelled;
+  never.end_ms = 5;
+  never.reason = "cancelled by request";
+  EXPECT_EQ(FinalStateLine(never), "Job 7 CANCELLED: cancelled by request");
+}
+
+// ---- the command line, end to end without a head (--dry-run) ----
+
+struct CliRun {
+  int rc;
+  std::string out;
+  std::string err;
+};
+
+CliRun RunCommand(std::vector<std::string> args) {
+  args.insert(args.begin(), "cohort");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  int rc = RunCli(static_cast<int>(args.size()), argv.data());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  CliRun r{rc, ::testing::internal::GetCapturedStdout(), ::testing::internal::GetCapturedStderr()};
+  return r;
+}
+
+class SubmitCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "cohort_submit_test_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    // Nothing here may reach a head; an unroutable one makes any attempt fail loudly.
+    setenv("COHORT_HEAD", "http://127.0.0.1:1", 1);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(SubmitCommandTest, CommandAfterDashDash) {
+  auto r = RunCommand({"submit", "--dry-run", "-N", "2", "-n", "4", "-G", "8", "-J", "ddp", "-t", "2h",
+                       "--env", "A=1", "--env", "B=2", "--", "python", "train.py", "--lr", "3e-4", "-v"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json spec = json::parse(r.out);
+  EXPECT_EQ(spec["command"], json::parse(R"(["python", "train.py", "--lr", "3e-4", "-v"])"));
+  EXPECT_EQ(spec["nodes"], 2);
+  EXPECT_EQ(spec["tasks_per_node"], 4);
+  EXPECT_EQ(spec["gpus_per_node"], 8);
+  EXPECT_EQ(spec["name"], "ddp");
+  EXPECT_EQ(spec["time_limit_s"], 7200);
+  EXPECT_EQ(spec["env"], json::parse(R"({"A": "1", "B": "2"})"));
+  EXPECT_EQ(spec["workdir"], std::filesystem::current_path().string());
+}
+
+TEST_F(SubmitCommandTest, FileThenFlagsThenCommand) {
+  std::string path = Write("job.yaml", "name: f\ncommand: [python, a.py]\nnodes: 4\npriority: 3\n");
+  auto r = RunCommand({"submit", path, "--dry-run", "-N", "2"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json spec = json::parse(r.out);
+  EXPECT_EQ(spec["nodes"], 2);
+  EXPECT_EQ(spec["priority"], 3);
+  EXPECT_EQ(spec["command"], json::parse(R"(["python", "a.py"])"));
+
+  auto r2 = RunCommand({"submit", path, "--dry-run", "--", "echo", "x"});
+  ASSERT_EQ(r2.rc, 0) << r2.err;
+  EXPECT_EQ(json::parse(r2.out)["command"], json::parse(R"(["echo", "x"])"));
+  EXPECT_EQ(json::parse(r2.out)["nodes"], 4);
+}
+
+TEST_F(SubmitCommandTest, SubcommandAcceptsGlobalFlags) {
+  auto r = RunCommand({"submit", "--dry-run", "--json", "--head", "http://127.0.0.1:2", "--", "true"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+}
+
+TEST_F(SubmitCommandTest, BadInputExitsTwoBeforeAnyNetworkCall) {
+  auto nothing = RunCommand({"submit"});
+  EXPECT_EQ(nothing.rc, 2);
+  EXPECT_THAT(nothing.err, HasSubstr("nothing to run"));
+
+  auto zero = RunCommand({"submit", "-N", "0", "--", "true"});
+  EXPECT_EQ(zero.rc, 2);
+  EXPECT_THAT(zero.err, HasSubstr("cohort: error: --nodes: must be between 1 and 4096, got 0"));
+
+  std::string path = Write("job.yaml", "command: [a]\nnodes: 0\n");
+  auto file = RunCommand({"submit", path});
+  EXPECT_EQ(file.rc, 2);
+  EXPECT_THAT(file.err, HasSubstr(path + ": nodes: must be between 1 and 4096, got 0"));
+
+  auto missing = RunCommand({"submit", "hostname"});
+  EXPECT_EQ(missing.rc, 2);
+  EXPECT_THAT(missing.err, HasSubstr("hostname: cannot open"));
+  EXPECT_THAT(missing.err, HasSubstr("cohort submit -- hostname"));
+
+  auto stray = RunCommand({"submit", path, "extra"});
+  EXPECT_EQ(stray.rc, 2);
+  EXPECT_THAT(stray.err, HasSubstr("unexpected argument(s) 'extra'"));
+
+  auto unknown = RunCommand({"submit", "--bogus", "--", "true"});
+  EXPECT_EQ(unknown.rc, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown option '--bogus'"));
+
+  auto bad_time = RunCommand({"submit", "-t", "later", "--", "true"});
+  EXPECT_EQ(bad_time.rc, 2);
+  EXPECT_THAT(bad_time.err, HasSubstr("--time-limit: 'later'"));
+
+  auto reserved = RunCommand({"submit", "--env", "RANK=1", "--", "true"});
+  EXPECT_EQ(reserved.rc, 2);
+  EXPECT_THAT(reserved.err, HasSubstr("--env RANK: is set by Cohort"));
+
+  auto split = RunCommand({"submit", "-G", "3", "-n", "2", "--", "true"});
+  EXPECT_EQ(split.rc, 2);
+  EXPECT_THAT(split.err, HasSubstr("--gpus-per-node: 3 GPUs cannot be split evenly"));
+}
+
+TEST_F(SubmitCommandTest, UnreachableHeadExitsThree) {
+  auto r = RunCommand({"submit", "--", "true"});
+  EXPECT_EQ(r.rc, 3);
+  EXPECT_THAT(r.err, HasSubstr("cannot reach"));
+  auto q = RunCommand({"queue", "--head", "http://127.0.0.1:1"});
+  EXPECT_EQ(q.rc, 3);
+  auto bad_id = RunCommand({"show", "abc"});
+  EXPECT_EQ(bad_id.rc, 2);
+  EXPECT_THAT(bad_id.err, HasSubstr("'abc' is not a job id"));
+}
+
+}  // namespace
+}  // namespace cohort::cli

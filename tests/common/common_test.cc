@@ -1,0 +1,134 @@
+#include <signal.h>
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "common/clock.h"
+#include "common/http.h"
+#include "common/json.h"
+#include "common/subprocess.h"
+
+namespace cohort {
+namespace {
+
+TEST(Json, ParseErrorsSayWhere) {
+  auto r = ParseJson("{\"a\": ", "spec");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("spec is not valid JSON"), std::string::npos) << r.error().message;
+}
+
+TEST(Json, ReaderChecksTypesRangesAndUnknownFields) {
+  json j = {{"n", 5}, {"s", "x"}, {"extra", 1}};
+  auto r = ObjectReader::Open(j, "spec");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(*r->Int("n", std::nullopt, 0, 10), 5);
+  EXPECT_FALSE(r->Int("s", std::nullopt, 0, 10).has_value());
+  auto out_of_range = r->Int("n", std::nullopt, 6, 10);
+  ASSERT_FALSE(out_of_range.has_value());
+  EXPECT_EQ(out_of_range.error().field, "spec.n");
+  EXPECT_EQ(*r->String("missing", "def"), "def");
+  auto fin = r->Finish();
+  ASSERT_FALSE(fin.has_value());
+  EXPECT_EQ(fin.error().field, "spec.extra");
+}
+
+TEST(Json, EditDistance) {
+  EXPECT_EQ(EditDistance("gpus", "gpus"), 0u);
+  EXPECT_EQ(EditDistance("gpu_per_node", "gpus_per_node"), 1u);
+  EXPECT_EQ(EditDistance("", "abc"), 3u);
+}
+
+TEST(Clock, Durations) {
+  EXPECT_EQ(*ParseDurationMs("3s", "x"), 3000);
+  EXPECT_EQ(*ParseDurationMs("3", "x"), 3000);
+  EXPECT_EQ(*ParseDurationMs("250ms", "x"), 250);
+  EXPECT_EQ(*ParseDurationMs("1.5s", "x"), 1500);
+  EXPECT_EQ(*ParseDurationMs("2m", "x"), 120000);
+  EXPECT_EQ(*ParseDurationMs("1h", "x"), 3600000);
+  for (const char* bad : {"", "s", "3x", "-1s", "1..2s", "abc"}) {
+    auto r = ParseDurationMs(bad, "--timeout");
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_NE(r.error().message.find("--timeout"), std::string::npos);
+  }
+  EXPECT_EQ(FormatDuration(450), "450ms");
+  EXPECT_EQ(FormatDuration(3200), "3.2s");
+  EXPECT_EQ(FormatDuration(62000), "1m02s");
+}
+
+TEST(Http, UrlParsing) {
+  auto u = ParseHttpUrl("http://10.0.0.1:8470/");
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->host, "10.0.0.1");
+  EXPECT_EQ(u->port, 8470);
+  for (const char* bad : {"10.0.0.1:8470", "https://a:1", "http://a", "http://a:0", "http://a:70000", "http://a:1/x"}) {
+    EXPECT_FALSE(ParseHttpUrl(bad).has_value()) << bad;
+  }
+}
+
+TEST(Http, UnreachableIsUnavailable) {
+  HttpClient c("http://127.0.0.1:1", Millis(500));
+  auto r = c.Get("/v1/health");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(r.error().message.find("127.0.0.1:1"), std::string::npos);
+}
+
+TEST(Http, ErrorBodiesRoundTrip) {
+  Error e{ErrorCode::kUnsatisfiable, "needs 9 GPUs", "gpus_per_node"};
+  Error back = ErrorFromResponse(422, ErrorToJson(e).dump());
+  EXPECT_EQ(back.code, ErrorCode::kUnsatisfiable);
+  EXPECT_EQ(back.message, e.message);
+  EXPECT_EQ(back.field, e.field);
+  EXPECT_EQ(HttpStatusFor(ErrorCode::kUnsatisfiable), 422);
+}
+
+TEST(Subprocess, ExitCodesSignalsAndExecFailures) {
+  SpawnOptions o;
+  o.argv = {"sh", "-c", "exit 3"};
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.has_value());
+  auto st = p->Wait();
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 3);
+
+  o.argv = {"sleep", "30"};
+  auto q = Subprocess::Spawn(o);
+  ASSERT_TRUE(q.has_value());
+  q->Signal(SIGKILL, /*group=*/true);
+  auto qs = q->Wait();
+  EXPECT_EQ(qs->signal, SIGKILL);
+  EXPECT_EQ(qs->Code(), 137);
+  EXPECT_EQ(qs->ToString(), "killed by SIGKILL");
+
+  o.argv = {"/no/such/binary"};
+  auto bad = Subprocess::Spawn(o);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("/no/such/binary"), std::string::npos);
+
+  o.argv = {"no-such-program-in-path"};
+  auto bad2 = Subprocess::Spawn(o);
+  ASSERT_FALSE(bad2.has_value());
+  EXPECT_NE(bad2.error().message.find("not found in PATH"), std::string::npos);
+}
+
+TEST(Subprocess, EnvironmentAndOutputFile) {
+  char tmpl[] = "/tmp/cohort-sp-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  SpawnOptions o;
+  o.argv = {"sh", "-c", "echo $FOO; pwd; echo err >&2"};
+  o.env = {{"FOO", "bar"}};
+  o.cwd = dir;
+  o.stdout_path = dir + "/out";
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_TRUE(p->Wait().has_value());
+  std::ifstream in(dir + "/out");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "bar\n" + dir + "\nerr\n");
+  auto st = p->WaitFor(Millis(10));
+  EXPECT_FALSE(st.has_value());
+}
+
+}  // namespace
+}  // namespace cohort

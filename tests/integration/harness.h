@@ -1,0 +1,201 @@
+// Test harness: real `cohort head` and `cohort agent` processes on loopback.
+//
+// A LocalCluster owns a temporary directory, a head (bound to a port chosen by the
+// kernel or a fixed one for restarts), and any number of agents with simulated GPUs.
+// Everything is killed in the destructor. Waiting is always on a condition with a
+// deadline (WaitUntil), never a bare sleep. Tests talk to the head over HTTP.
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/http.h"
+#include "common/json.h"
+#include "common/subprocess.h"
+
+namespace cohort::testing {
+
+#ifndef COHORT_BINARY
+#error "COHORT_BINARY must name the cohort executable"
+#endif
+
+inline bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto step = std::chrono::milliseconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(step);
+    step = std::min(step * 2, std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+inline bool ProcessAlive(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0) return false;
+  // A zombie is dead for our purposes.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct Timing {
+  std::string heartbeat = "100ms";
+  std::string failure = "1s";
+  std::string fence = "600ms";
+  std::string kill_grace = "2s";
+};
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(Timing timing = {}) : timing_(timing) {
+    char tmpl[] = "/tmp/cohort-it-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  ~LocalCluster() {
+    for (auto& [name, a] : agents_) {
+      if (a.valid()) {
+        a.Signal(SIGKILL);
+        (void)a.Wait();
+      }
+    }
+    KillHead();
+    // Tasks die with their agents (the shim's parent-death signal); give them a moment.
+    std::error_code ec;
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir_, ec);
+  }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& url() const { return url_; }
+  int port() const { return port_; }
+  HttpClient client() const { return HttpClient(url_, std::chrono::milliseconds(5000)); }
+
+  // Starts the head; `port` 0 lets the kernel choose (the same port is reused on restart).
+  void StartHead(int port = 0) {
+    std::string port_file = dir_ + "/head.port";
+    std::filesystem::remove(port_file);
+    SpawnOptions o;
+    o.argv = {COHORT_BINARY, "head", "--port", std::to_string(port ? port : port_), "--state-dir", dir_ + "/head",
+              "--port-file", port_file, "--heartbeat-interval", timing_.heartbeat, "--failure-timeout",
+              timing_.failure, "--fence-timeout", timing_.fence, "--kill-grace", timing_.kill_grace};
+    o.stdout_path = dir_ + "/head.log";
+    o.parent_death_signal = SIGKILL;
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.has_value()) << p.error().message;
+    head_ = std::move(*p);
+    ASSERT_TRUE(WaitUntil([&] {
+      std::ifstream in(port_file);
+      int v = 0;
+      return bool(in >> v) && v > 0 && (port_ = v);
+    }, std::chrono::seconds(10))) << "head did not start:\n" << ReadFile(dir_ + "/head.log");
+    url_ = "http://127.0.0.1:" + std::to_string(port_);
+  }
+
+  void KillHead(int sig = SIGKILL) {
+    if (!head_.valid()) return;
+    head_.Signal(sig);
+    (void)head_.Wait();
+  }
+  Subprocess& head() { return head_; }
+
+  void StartAgent(const std::string& name, int gpus, int cpus = 16) {
+    SpawnOptions o;
+    o.argv = {COHORT_BINARY, "agent", "--head", url_, "--name", name, "--address", "127.0.0.1",
+              "--simulated-gpus", std::to_string(gpus), "--cpus", std::to_string(cpus), "--work-dir",
+              dir_ + "/" + name, "--head-down-grace", "30s"};
+    o.stdout_path = dir_ + "/" + name + ".log";
+    o.parent_death_signal = SIGKILL;
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.has_value()) << p.error().message;
+    agents_[name] = std::move(*p);
+  }
+  Subprocess& agent(const std::string& name) { return agents_.at(name); }
+
+  // Waits until `n` nodes are UP.
+  void WaitForNodes(int n) {
+    ASSERT_TRUE(WaitUntil([&] {
+      auto r = client().Get("/v1/nodes");
+      if (!r) return false;
+      int up = 0;
+      for (const auto& node : (*r)["nodes"]) up += node["state"] == "UP";
+      return up == n;
+    }, std::chrono::seconds(15))) << "nodes did not come up; head log:\n" << ReadFile(dir_ + "/head.log");
+  }
+
+  json Submit(const json& spec) {
+    auto r = client().Post("/v1/jobs", spec);
+    EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message);
+    return r ? *r : json();
+  }
+
+  json Job(int64_t id) {
+    auto r = client().Get("/v1/jobs/" + std::to_string(id));
+    return r ? *r : json();
+  }
+
+  json Node(const std::string& name) {
+    auto r = client().Get("/v1/nodes/" + name);
+    return r ? *r : json();
+  }
+
+  // Waits until the job's state is `state`; returns the job.
+  json WaitForState(int64_t id, const std::string& state, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    json last;
+    bool ok = WaitUntil([&] {
+      last = Job(id);
+      return last.is_object() && last.value("state", "") == state;
+    }, timeout);
+    EXPECT_TRUE(ok) << "job " << id << " did not reach " << state << "; last: " << last.dump(2) << "\nhead log:\n"
+                    << ReadFile(dir_ + "/head.log");
+    return last;
+  }
+
+  // The whole log of one task of the job's current attempt, through the head.
+  std::string Logs(int64_t id, int rank) {
+    auto r = client().GetRaw("/v1/jobs/" + std::to_string(id) + "/logs?rank=" + std::to_string(rank));
+    if (!r || r->status != 200) return "";
+    return r->body;
+  }
+
+ private:
+  Timing timing_;
+  std::string dir_;
+  std::string url_;
+  int port_ = 0;
+  Subprocess head_;
+  std::map<std::string, Subprocess> agents_;
+};
+
+// Parses "KEY=VALUE" lines into a map.
+inline std::map<std::string, std::string> ParseEnvLines(const std::string& text) {
+  std::map<std::string, std::string> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    if (auto eq = line.find('='); eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace cohort::testing
