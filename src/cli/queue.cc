@@ -70,7 +70,7 @@ std::string RenderQueue(const std::vector<api::Job>& jobs, int64_t now_ms) {
   Table t({"JOBID", "NAME", "USER", "STATE", "ATTEMPT", "NODES", "GPUS", "TIME", "NODELIST(REASON)"});
   t.SetMaxWidth(1, 24);
   t.SetMaxWidth(2, 16);
-  t.SetMaxWidth(8, 60);
+  t.SetMaxWidth(8, 80);
   for (const auto& job : jobs) {
     auto run = JobRunTimeMs(job, now_ms);
     std::vector<std::string> nodes;

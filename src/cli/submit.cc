@@ -5,6 +5,7 @@
 // before anything goes over the network, so bad input fails fast with exit code 2.
 // --wait polls the job until it ends and exits 0 only if it SUCCEEDED; --dry-run prints
 // the checked spec instead of submitting it.
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -103,7 +104,11 @@ SubmitDefaults CurrentDefaults() {
   std::error_code ec;
   auto cwd = std::filesystem::current_path(ec);
   if (!ec) d.workdir = cwd.string();
-  if (const char* user = std::getenv("USER"); user && *user) d.user = user;
+  if (const char* user = std::getenv("USER"); user && *user) {
+    d.user = user;
+  } else if (const passwd* pw = getpwuid(geteuid()); pw && pw->pw_name) {
+    d.user = pw->pw_name;
+  }
   d.environment = CurrentEnvironment();
   return d;
 }

@@ -32,6 +32,10 @@ ErrorCode ErrorCodeFromName(std::string_view name);  // unknown names map to kIn
 int HttpStatusFor(ErrorCode code);
 
 struct Error {
+  Error() = default;
+  Error(ErrorCode c, std::string m, std::string f = {})
+      : code(c), message(std::move(m)), field(std::move(f)) {}
+
   ErrorCode code = ErrorCode::kInternal;
   std::string message;
   std::string field;  // the offending input field ("spec.gpus_per_node"), empty if none

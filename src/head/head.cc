@@ -1,6 +1,11 @@
 #include "head/head.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -40,9 +45,24 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   fs::create_directories(config.checkpoint_root, ec);
   if (ec) return Errorf(ErrorCode::kInvalidArgument, "cannot create checkpoint root {}: {}", config.checkpoint_root, ec.message());
 
-  auto store = COHORT_TRY(store::OpenSqliteStateStore(config.state_dir + "/state.db"));
+  // One head per state directory: a second one would race the first on every write.
+  std::string lock_path = config.state_dir + "/head.lock";
+  int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) return Errorf(ErrorCode::kUnavailable, "cannot open {}: {}", lock_path, strerror(errno));
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    (void)!read(lock_fd, pid, sizeof pid - 1);
+    close(lock_fd);
+    return Errorf(ErrorCode::kFailedPrecondition, "another head (pid {}) is using state directory {}",
+                  std::string(pid).substr(0, std::string(pid).find('\n')), config.state_dir);
+  }
+  std::string pid_text = std::to_string(getpid()) + "\n";
+  (void)!ftruncate(lock_fd, 0);
+  (void)!pwrite(lock_fd, pid_text.data(), pid_text.size(), 0);
 
   std::unique_ptr<HeadServer> h(new HeadServer());
+  h->lock_fd_ = lock_fd;  // released by ~HeadServer, also on the error paths below
+  auto store = COHORT_TRY(store::OpenSqliteStateStore(config.state_dir + "/state.db"));
   h->server_ = std::make_unique<httplib::Server>();
   auto& srv = *h->server_;
   int threads = config.http_threads;
@@ -142,6 +162,7 @@ void HeadServer::Wait() {
 HeadServer::~HeadServer() {
   Stop();
   Wait();
+  if (lock_fd_ >= 0) close(lock_fd_);
 }
 
 int RunHead(const HeadConfig& config) {

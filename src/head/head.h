@@ -47,6 +47,7 @@ class HeadServer {
   std::thread control_thread_;
   std::atomic<bool> stopping_{false};
   int port_ = 0;
+  int lock_fd_ = -1;  // flock on state_dir/head.lock, held for the head's lifetime
   std::string url_;
 };
 

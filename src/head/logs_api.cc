@@ -51,7 +51,11 @@ void RegisterLogRoutes(httplib::Server& server, Cluster& cluster) {
     HttpClient agent(loc->agent_url, Millis(5000));
     auto r = agent.GetRaw(fmt::format("/v1/logs?job={}&attempt={}&rank={}&offset={}&limit={}", *id,
                                       *attempt, *rank, *offset, *limit));
-    if (!r) return SendError(res, r.error());
+    if (!r) {
+      return SendError(res, Error{ErrorCode::kUnavailable,
+                                  fmt::format("cannot read the log of rank {} from node {}: its agent at {} does not answer",
+                                              *rank, loc->node, loc->agent_url)});
+    }
     if (r->status != 200) return SendError(res, ErrorFromResponse(r->status, r->body));
     auto header_int = [&](const char* name) -> int64_t {
       int64_t v = 0;

@@ -62,11 +62,15 @@ TEST(Failures, KilledAgentMakesNodeDownAndGangIsRequeuedElsewhere) {
   EXPECT_FALSE(nodes.contains(victim)) << "requeued onto the dead node";
   ASSERT_TRUE(WaitUntil([&] { return ReadRecords(file).size() == 4; }, std::chrono::seconds(10)));
   for (const auto& r : ReadRecords(file)) {
-    if (r.attempt == 1) EXPECT_NE(r.node, victim);
+    if (r.attempt == 1) {
+      EXPECT_NE(r.node, victim);
+    }
   }
   // The old attempt's surviving rank was stopped: only attempt-1 tasks still run.
   for (const auto& r : ReadRecords(file)) {
-    if (r.attempt == 0) EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(r.pid); }, std::chrono::seconds(5))) << r.pid;
+    if (r.attempt == 0) {
+      EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(r.pid); }, std::chrono::seconds(5))) << r.pid;
+    }
   }
   EXPECT_EQ(again["history"].size(), 2u);
   EXPECT_NE(again["history"][0]["end_reason"].get<std::string>().find(victim), std::string::npos);
@@ -150,6 +154,23 @@ TEST(Failures, AgentRegisteringTwiceUnderOneNameIsRejected) {
   // The live agent keeps its node.
   EXPECT_EQ(c.Node("node-a")["state"], "UP");
   EXPECT_NE(c.Node("node-a")["incarnation"], "someoneelse");
+}
+
+TEST(Failures, SecondHeadOnTheSameStateDirectoryIsRefused) {
+  LocalCluster c;
+  c.StartHead();
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "head", "--port", "0", "--state-dir", c.dir() + "/head"};
+  o.stdout_path = c.dir() + "/second-head.log";
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.has_value());
+  auto st = p->WaitFor(std::chrono::seconds(10));
+  ASSERT_TRUE(st.has_value()) << "the second head kept running";
+  EXPECT_EQ(st->exit_code, 1);
+  EXPECT_NE(ReadFile(c.dir() + "/second-head.log").find("another head"), std::string::npos)
+      << ReadFile(c.dir() + "/second-head.log");
+  // The first head still serves.
+  EXPECT_TRUE(c.client().Get("/v1/health").has_value());
 }
 
 }  // namespace
