@@ -32,16 +32,6 @@ std::string RandomToken() {
 
 TaskKey KeyOf(api::JobId job, int attempt, int rank) { return TaskKey{job, attempt, rank}; }
 
-Result<int64_t> QueryInt(const httplib::Request& req, const char* name, int64_t min, int64_t max) {
-  if (!req.has_param(name)) return Errorf(ErrorCode::kInvalidArgument, "{} is required", name);
-  std::string s = req.get_param_value(name);
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < min || v > max) {
-    return Errorf(ErrorCode::kInvalidArgument, "{}: must be an integer from {} to {}, got '{}'", name, min, max, s);
-  }
-  return v;
-}
 
 }  // namespace
 
@@ -89,11 +79,11 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
     SendJson(res, json{{"status", "ok"}, {"node", self->config_.name}, {"version", kVersion}});
   });
   srv.Get("/v1/logs", [self](const httplib::Request& req, httplib::Response& res) {
-    auto job = QueryInt(req, "job", 1, INT64_MAX);
-    auto attempt = QueryInt(req, "attempt", 0, INT32_MAX);
-    auto rank = QueryInt(req, "rank", 0, INT32_MAX);
-    auto offset = QueryInt(req, "offset", 0, INT64_MAX);
-    auto limit = QueryInt(req, "limit", 1, 16 << 20);
+    auto job = QueryIntParam(req, "job", std::nullopt, 1, INT64_MAX);
+    auto attempt = QueryIntParam(req, "attempt", std::nullopt, 0, INT32_MAX);
+    auto rank = QueryIntParam(req, "rank", std::nullopt, 0, INT32_MAX);
+    auto offset = QueryIntParam(req, "offset", std::nullopt, 0, INT64_MAX);
+    auto limit = QueryIntParam(req, "limit", std::nullopt, 1, 16 << 20);
     for (auto* r : {&job, &attempt, &rank, &offset, &limit}) {
       if (!*r) return SendError(res, r->error());
     }

@@ -43,6 +43,15 @@ int Run(const std::string& id_text, const GlobalOptions& global) {
   auto job = api::JobFromJson(*reply);
   if (!job) return ReportError(job.error());
   std::fputs(RenderJob(*job, NowUnixMs()).c_str(), stdout);
+  if (const auto& p = (*reply)["progress"]; p.is_object()) {
+    std::string line = fmt::format("\nprogress (attempt {}, rank {}, {} ago): step {}", p.value("attempt", 0),
+                                   p.value("rank", 0), FormatDuration(NowUnixMs() - p.value("time_ms", int64_t(0))),
+                                   p.value("step", int64_t(0)));
+    if (p.contains("loss")) line += fmt::format(", loss {:.4f}", p["loss"].get<double>());
+    if (p.contains("tokens_per_s")) line += fmt::format(", {:.0f} tokens/s", p["tokens_per_s"].get<double>());
+    if (p.contains("samples_per_s")) line += fmt::format(", {:.1f} samples/s", p["samples_per_s"].get<double>());
+    std::printf("%s\n", line.c_str());
+  }
   return 0;
 }
 

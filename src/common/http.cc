@@ -121,6 +121,26 @@ void SendError(httplib::Response& res, const Error& e) {
   SendJson(res, ErrorToJson(e), HttpStatusFor(e.code));
 }
 
+Result<int64_t> ParseIntParam(std::string_view text, std::string_view field, int64_t min, int64_t max) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < min || v > max) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("{}: must be an integer from {} to {}, got '{}'", field, min, max, text),
+                     std::string(field));
+  }
+  return v;
+}
+
+Result<int64_t> QueryIntParam(const httplib::Request& req, const char* name, std::optional<int64_t> def,
+                              int64_t min, int64_t max) {
+  if (!req.has_param(name)) {
+    if (def) return *def;
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("{}: is required", name), name);
+  }
+  return ParseIntParam(req.get_param_value(name), name, min, max);
+}
+
 Result<int64_t> ParseIdParam(std::string_view text, std::string_view field) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/clock.h"
@@ -69,8 +70,13 @@ Error ErrorFromResponse(int status, std::string_view body);
 void SendJson(httplib::Response& res, const json& body, int status = 200);
 void SendError(httplib::Response& res, const Error& e);
 
-// Percent-decodes nothing: path parameters in Cohort are ids. Parses a decimal id from a
-// path or query parameter, naming `field` in the error.
+// Parses a decimal integer in [min, max] from a path or query parameter; the error names
+// `field` ("limit: must be an integer from 1 to 1000000, got 'x'").
+Result<int64_t> ParseIntParam(std::string_view text, std::string_view field, int64_t min, int64_t max);
+// A query parameter as ParseIntParam reads it, or `def` when the request lacks it.
+Result<int64_t> QueryIntParam(const httplib::Request& req, const char* name, std::optional<int64_t> def,
+                              int64_t min, int64_t max);
+// Parses a job id (a positive integer), naming `field` in the error.
 Result<int64_t> ParseIdParam(std::string_view text, std::string_view field);
 
 }  // namespace cohort

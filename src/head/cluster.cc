@@ -26,6 +26,15 @@ Result<std::unique_ptr<Cluster>> Cluster::Open(HeadConfig config,
 }
 
 Result<void> Cluster::LoadLocked() {
+  // The rendezvous secret outlives head restarts, so running jobs' tokens stay valid.
+  auto secret = COHORT_TRY(store_->GetMeta("rendezvous_secret"));
+  if (!secret) {
+    secret = NewRendezvousSecret();
+    store::WriteBatch batch;
+    batch.meta.emplace_back("rendezvous_secret", *secret);
+    COHORT_TRY_VOID(store_->Write(batch));
+  }
+  rendezvous_ = std::make_unique<RendezvousStore>(*secret);
   auto nodes = COHORT_TRY(store_->LoadNodes());
   auto jobs = COHORT_TRY(store_->LoadJobs());
   auto now = SteadyClock::now();
@@ -287,6 +296,17 @@ Result<LogLocation> Cluster::LocateLog(JobId id, int attempt, int rank) const {
   loc.task_finished = rec->end_ms != 0 || api::IsTerminal(job.state) ||
                       (attempt == job.attempt && job.HasExit(rank));
   return loc;
+}
+
+Result<RendezvousScope> Cluster::RendezvousFor(const std::string& token) const {
+  auto scope = COHORT_TRY(rendezvous_->Verify(token));
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(scope.job);
+  if (it == jobs_.end() || it->second.state != JobState::kRunning || it->second.attempt != scope.attempt) {
+    return Errorf(ErrorCode::kNotFound, "job {} attempt {} is not running; its rendezvous keys are gone", scope.job,
+                  scope.attempt);
+  }
+  return scope;
 }
 
 }  // namespace cohort::head

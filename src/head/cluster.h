@@ -26,6 +26,8 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "head/config.h"
+#include "head/progress.h"
+#include "head/rendezvous.h"
 #include "store/state_store.h"
 
 namespace cohort::head {
@@ -97,6 +99,14 @@ class Cluster {
   // Blocks up to `timeout` until a pass is requested.
   void WaitForWork(Millis timeout);
 
+  // ---- rendezvous (COHORT_RENDEZVOUS) ----
+  // The scope of a task's token while its attempt runs; kNotFound for a bad token or an
+  // attempt that has ended.
+  Result<RendezvousScope> RendezvousFor(const std::string& token) const;
+  RendezvousStore& rendezvous() { return *rendezvous_; }
+  // Progress reported at COHORT_REPORT (thread-safe on its own).
+  ProgressLog& progress() { return progress_; }
+
   const HeadConfig& config() const { return config_; }
   // Latency of the last scheduling pass (for logs and benchmarks).
   Millis last_pass_duration() const;
@@ -146,6 +156,8 @@ class Cluster {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;                           // signalled with mu_
   std::unique_ptr<store::StateStore> store_;                  // guarded by mu_
+  std::unique_ptr<RendezvousStore> rendezvous_;               // set by LoadLocked; thread-safe
+  ProgressLog progress_;                                      // thread-safe
   std::map<std::string, api::Node> nodes_;                    // guarded by mu_
   std::map<std::string, NodeRuntime> runtime_;                // guarded by mu_
   std::map<api::JobId, api::Job> jobs_;                       // guarded by mu_

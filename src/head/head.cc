@@ -102,6 +102,8 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   RegisterNodeRoutes(srv, cluster);
   RegisterAgentRoutes(srv, cluster);
   RegisterLogRoutes(srv, cluster);
+  RegisterRendezvousRoutes(srv, cluster);
+  RegisterProgressRoutes(srv, cluster);
   srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     ErrorCode code = res.status == 404 ? ErrorCode::kNotFound

@@ -1,6 +1,4 @@
 // /v1/jobs: submit, list, show, cancel.
-#include <charconv>
-
 #include "head/routes.h"
 
 namespace cohort::head {
@@ -24,15 +22,7 @@ Result<JobFilter> ParseFilter(const httplib::Request& req) {
     }
   }
   if (req.has_param("user")) f.user = req.get_param_value("user");
-  if (req.has_param("limit")) {
-    std::string l = req.get_param_value("limit");
-    size_t v = 0;
-    auto [p, ec] = std::from_chars(l.data(), l.data() + l.size(), v);
-    if (ec != std::errc() || p != l.data() + l.size() || v == 0 || v > 1'000'000) {
-      return MakeError(ErrorCode::kInvalidArgument, "limit: must be an integer from 1 to 1000000, got '" + l + "'", "limit");
-    }
-    f.limit = v;
-  }
+  if (req.has_param("limit")) f.limit = COHORT_TRY(QueryIntParam(req, "limit", std::nullopt, 1, 1'000'000));
   return f;
 }
 
@@ -61,7 +51,11 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");
     if (!id) return SendError(res, id.error());
     auto job = cluster.GetJob(*id);
-    Reply(res, job, [](const api::Job& j) { return api::ToJson(j); });
+    Reply(res, job, [&](const api::Job& j) {
+      json out = api::ToJson(j);
+      if (auto p = cluster.progress().Latest(j.id)) out["progress"] = ToJson(*p);
+      return out;
+    });
   });
 
   server.Post(R"(/v1/jobs/([^/]+)/cancel)", [&](const httplib::Request& req, httplib::Response& res) {

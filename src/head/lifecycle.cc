@@ -68,6 +68,7 @@ void Cluster::StartJobLocked(Job& job,
 }
 
 void Cluster::DetachJobLocked(const Job& job) {
+  rendezvous_->DropJob(job.id);
   for (const auto& na : job.allocation.nodes) {
     auto it = node_jobs_.find(na.node);
     if (it != node_jobs_.end()) {
@@ -170,8 +171,8 @@ std::map<std::string, std::string> Cluster::TaskEnvLocked(const Job& job,
   env["COHORT_NODE"] = na.node;
   env["COHORT_NUM_NODES"] = std::to_string(job.spec.nodes);
   env["COHORT_HEAD"] = head;
-  env["COHORT_RENDEZVOUS"] = fmt::format("{}/v1/jobs/{}/kv", head, job.id);
-  env["COHORT_REPORT"] = fmt::format("{}/v1/jobs/{}/report", head, job.id);
+  env["COHORT_RENDEZVOUS"] = fmt::format("{}/v1/rendezvous/{}", head, rendezvous_->Token(job.id, job.attempt));
+  env["COHORT_REPORT"] = fmt::format("{}/v1/report/{}", head, rendezvous_->Token(job.id, job.attempt));
   env["COHORT_CHECKPOINT_DIR"] = fmt::format("{}/job-{}", config_.checkpoint_root, job.id);
   return env;
 }

@@ -14,6 +14,8 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster);
 void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster);
 void RegisterAgentRoutes(httplib::Server& server, Cluster& cluster);
 void RegisterLogRoutes(httplib::Server& server, Cluster& cluster);
+void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster);
+void RegisterProgressRoutes(httplib::Server& server, Cluster& cluster);
 
 // Sends `r`'s value with `status`, or its error with the error's status.
 inline void Reply(httplib::Response& res, const Result<json>& r, int status = 200) {

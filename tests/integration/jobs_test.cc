@@ -42,7 +42,8 @@ TEST(Jobs, MultiNodeGangGetsDistinctRanksAndDisjointGpus) {
     EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(env["MY_VAR"], "hello");
     EXPECT_EQ(env["CKPT_EXISTS"], "1");
-    EXPECT_EQ(env["COHORT_RENDEZVOUS"], c.url() + "/v1/jobs/" + std::to_string(id) + "/kv");
+    EXPECT_EQ(env["COHORT_RENDEZVOUS"].rfind(c.url() + "/v1/rendezvous/" + std::to_string(id) + "-0-", 0), 0u)
+        << env["COHORT_RENDEZVOUS"];
     // Exactly one GPU per task, never shared on a node.
     const std::string& g = env["CUDA_VISIBLE_DEVICES"];
     EXPECT_EQ(g.find(','), std::string::npos) << g;

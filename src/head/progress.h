@@ -1,0 +1,47 @@
+// ProgressLog: what tasks report at COHORT_REPORT (step, loss, throughput), per job.
+//
+// Kept in memory (the newest kMaxPoints per job) for `cohort show` and the dashboard;
+// lost when the head restarts. Thread-safe: one mutex.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "api/types.h"
+#include "common/error.h"
+#include "common/json.h"
+
+namespace cohort::head {
+
+struct ProgressPoint {
+  int64_t time_ms = 0;
+  int attempt = 0;
+  int rank = 0;
+  int64_t step = 0;
+  std::optional<double> loss;
+  std::optional<double> samples_per_s;
+  std::optional<double> tokens_per_s;
+};
+
+json ToJson(const ProgressPoint& p);
+// Validates a report body: {"step": N, "loss": x, "samples_per_s": x, "tokens_per_s": x,
+// "rank": r}; only "step" is required; unknown fields are rejected.
+Result<ProgressPoint> ProgressPointFromJson(const json& j);
+
+class ProgressLog {
+ public:
+  static constexpr size_t kMaxPoints = 10'000;
+
+  void Add(api::JobId job, ProgressPoint p);
+  // The newest `limit` points of a job, oldest first.
+  std::vector<ProgressPoint> Get(api::JobId job, size_t limit) const;
+  std::optional<ProgressPoint> Latest(api::JobId job) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<api::JobId, std::deque<ProgressPoint>> points_;  // guarded by mu_
+};
+
+}  // namespace cohort::head

@@ -1,0 +1,130 @@
+#include "head/rendezvous.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+namespace cohort::head {
+
+namespace {
+
+std::string Hex(const unsigned char* data, size_t n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out(n * 2, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[data[i] >> 4];
+    out[2 * i + 1] = kDigits[data[i] & 15];
+  }
+  return out;
+}
+
+std::string Mac(const std::string& secret, api::JobId job, int attempt) {
+  std::string msg = fmt::format("cohort-rendezvous:{}:{}", job, attempt);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
+  return Hex(out, 16);  // 128 bits are plenty against guessing
+}
+
+}  // namespace
+
+std::string NewRendezvousSecret() {
+  unsigned char buf[32];
+  if (RAND_bytes(buf, sizeof buf) != 1) {
+    // OpenSSL's generator failing is exceptional; fall back to the kernel's.
+    FILE* f = std::fopen("/dev/urandom", "rb");
+    if (f) {
+      (void)!std::fread(buf, 1, sizeof buf, f);
+      std::fclose(f);
+    }
+  }
+  return Hex(buf, sizeof buf);
+}
+
+RendezvousStore::RendezvousStore(std::string secret) : secret_(std::move(secret)) {}
+
+std::string RendezvousStore::Token(api::JobId job, int attempt) const {
+  return fmt::format("{}-{}-{}", job, attempt, Mac(secret_, job, attempt));
+}
+
+Result<RendezvousScope> RendezvousStore::Verify(const std::string& token) const {
+  auto bad = [] { return MakeError(ErrorCode::kNotFound, "unknown rendezvous token"); };
+  size_t a = token.find('-');
+  size_t b = a == std::string::npos ? a : token.find('-', a + 1);
+  if (b == std::string::npos) return bad();
+  RendezvousScope s;
+  auto r1 = std::from_chars(token.data(), token.data() + a, s.job);
+  auto r2 = std::from_chars(token.data() + a + 1, token.data() + b, s.attempt);
+  if (r1.ec != std::errc() || r1.ptr != token.data() + a || r2.ec != std::errc() ||
+      r2.ptr != token.data() + b || s.job <= 0 || s.attempt < 0) {
+    return bad();
+  }
+  std::string want = Mac(secret_, s.job, s.attempt);
+  std::string_view got = std::string_view(token).substr(b + 1);
+  // Constant-time comparison: the MAC must not be learnable byte by byte.
+  if (got.size() != want.size()) return bad();
+  unsigned diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned>(got[i] ^ want[i]);
+  if (diff != 0) return bad();
+  return s;
+}
+
+void RendezvousStore::Set(const RendezvousScope& scope, const std::string& key, std::string value) {
+  {
+    std::lock_guard lock(mu_);
+    keys_[scope][key] = std::move(value);
+  }
+  cv_.notify_all();
+}
+
+std::optional<std::string> RendezvousStore::Get(const RendezvousScope& scope, const std::string& key, Millis wait) {
+  std::unique_lock lock(mu_);
+  std::optional<std::string> out;
+  cv_.wait_for(lock, wait, [&] {
+    auto s = keys_.find(scope);
+    if (s == keys_.end()) return false;
+    auto k = s->second.find(key);
+    if (k == s->second.end()) return false;
+    out = k->second;
+    return true;
+  });
+  return out;
+}
+
+int64_t RendezvousStore::Add(const RendezvousScope& scope, const std::string& key, int64_t delta) {
+  int64_t sum = 0;
+  {
+    std::lock_guard lock(mu_);
+    std::string& v = keys_[scope][key];
+    int64_t cur = 0;
+    std::from_chars(v.data(), v.data() + v.size(), cur);
+    sum = cur + delta;
+    v = std::to_string(sum);
+  }
+  cv_.notify_all();
+  return sum;
+}
+
+void RendezvousStore::DropJob(api::JobId job) {
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = keys_.begin(); it != keys_.end();) {
+      it = it->first.job == job ? keys_.erase(it) : std::next(it);
+    }
+  }
+  cv_.notify_all();
+}
+
+size_t RendezvousStore::KeyCount() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [scope, keys] : keys_) n += keys.size();
+  return n;
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,60 @@
+// RendezvousStore: the per-job key-value store on the head (COHORT_RENDEZVOUS).
+//
+// A job's tasks reach it at {head}/v1/rendezvous/{token}. The token names the job and
+// attempt and carries an HMAC-SHA256 of both under a secret the head keeps in its state
+// store, so it survives head restarts and cannot be guessed: jobs cannot read each
+// other's keys. Keys live in memory, per (job, attempt); they go when the attempt ends
+// (the gang finished, failed or was requeued) and are lost if the head restarts.
+//
+// Threads: every method may be called from any thread; one mutex guards the keys and a
+// condition variable wakes waiters. It never calls into Cluster (lock order: the
+// cluster's mutex may be held when calling DropJob, never the reverse).
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "api/types.h"
+#include "common/clock.h"
+#include "common/error.h"
+
+namespace cohort::head {
+
+struct RendezvousScope {
+  api::JobId job = 0;
+  int attempt = 0;
+  auto operator<=>(const RendezvousScope&) const = default;
+};
+
+class RendezvousStore {
+ public:
+  // `secret` keys the token MAC; at least 16 bytes.
+  explicit RendezvousStore(std::string secret);
+
+  // The token for a job's attempt: "<job>-<attempt>-<hex MAC>".
+  std::string Token(api::JobId job, int attempt) const;
+  // Checks a token's MAC; kNotFound (deliberately vague) when it is not one of ours.
+  Result<RendezvousScope> Verify(const std::string& token) const;
+
+  void Set(const RendezvousScope& scope, const std::string& key, std::string value);
+  // The value, waiting up to `wait` for it; nullopt if still absent (or the scope dropped).
+  std::optional<std::string> Get(const RendezvousScope& scope, const std::string& key, Millis wait);
+  int64_t Add(const RendezvousScope& scope, const std::string& key, int64_t delta);
+  // Forgets every key of every attempt of `job` and wakes its waiters.
+  void DropJob(api::JobId job);
+  size_t KeyCount() const;
+
+ private:
+  const std::string secret_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // signalled with mu_ on every Set, Add and DropJob
+  std::map<RendezvousScope, std::map<std::string, std::string>> keys_;  // guarded by mu_
+};
+
+// A new random secret (32 bytes, hex) for a fresh state store.
+std::string NewRendezvousSecret();
+
+}  // namespace cohort::head
