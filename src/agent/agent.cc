@@ -87,8 +87,9 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
     for (auto* r : {&job, &attempt, &rank, &offset, &limit}) {
       if (!*r) return SendError(res, r->error());
     }
-    if (!self->executor_) return SendError(res, Error{ErrorCode::kNotFound, "this agent has run no tasks"});
-    auto chunk = self->executor_->ReadLog(KeyOf(*job, static_cast<int>(*attempt), static_cast<int>(*rank)),
+    Executor* executor = self->executor();
+    if (!executor) return SendError(res, Error{ErrorCode::kNotFound, "this agent has run no tasks"});
+    auto chunk = executor->ReadLog(KeyOf(*job, static_cast<int>(*attempt), static_cast<int>(*rank)),
                                           *offset, *limit);
     if (!chunk) return SendError(res, chunk.error());
     res.set_header("X-Cohort-Next-Offset", std::to_string(chunk->next_offset));
@@ -126,6 +127,11 @@ Agent::~Agent() {
   Wait();
 }
 
+Executor* Agent::executor() const {
+  std::lock_guard lock(mu_);
+  return executor_published_;
+}
+
 void Agent::Wake() {
   {
     std::lock_guard lock(mu_);
@@ -148,6 +154,8 @@ Result<void> Agent::RegisterOnce() {
     opts.kill_grace = Millis(timing_.kill_grace_ms);
     opts.on_task_exit = [this] { Wake(); };
     executor_ = std::make_unique<Executor>(std::move(opts));
+    std::lock_guard lock(mu_);
+    executor_published_ = executor_.get();
   }
   LOG_INFO("registered with {} as {} (heartbeat {} ms, fence after {} ms)", config_.head_url, config_.name,
            timing_.heartbeat_interval_ms, timing_.fence_timeout_ms);

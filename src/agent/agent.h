@@ -73,20 +73,24 @@ class Agent {
   void Fence(const std::string& why);
   void Wake();
   api::Heartbeat BuildHeartbeat();
+  Executor* executor() const;  // null until the first registration; any thread
 
   AgentConfig config_;
   api::Registration registration_;
   std::unique_ptr<HttpClient> head_;
   std::unique_ptr<httplib::Server> server_;
-  std::unique_ptr<Executor> executor_;  // created at first registration (kill grace from the head)
+  // Created on the loop thread at the first registration (the kill grace comes from the
+  // head), then never replaced; HTTP threads read it through executor().
+  std::unique_ptr<Executor> executor_;
   std::thread server_thread_;
   std::thread loop_thread_;
   std::string url_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;                // signalled with mu_
   bool wake_ = false;                         // guarded by mu_
   bool stopping_ = false;                     // guarded by mu_
+  Executor* executor_published_ = nullptr;    // executor_.get() once created; guarded by mu_
   // Loop-thread only:
   bool registered_ = false;
   bool fenced_ = false;
