@@ -7,8 +7,9 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   nlohmann-json3-dev libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev
   procps iproute2 curl python3
+  python3-torch   # the PyTorch DDP example and its test (Debian's CPU build)
 )
 
 missing=()

@@ -56,6 +56,7 @@ int RunCli(int argc, char** argv) {
   AddLogsCommand(ctx);
   AddNodesCommand(ctx);
   AddDrainCommands(ctx);
+  AddRunCommand(ctx);
 
   try {
     app.parse(argc, argv);

@@ -52,6 +52,7 @@ void AddCancelCommand(CommandContext& ctx);
 void AddLogsCommand(CommandContext& ctx);
 void AddNodesCommand(CommandContext& ctx);
 void AddDrainCommands(CommandContext& ctx);  // drain and resume
+void AddRunCommand(CommandContext& ctx);
 
 int RunCli(int argc, char** argv);
 

@@ -1,0 +1,139 @@
+// `cohort run -n N [flags] -- program args`: N local ranks with a job's environment,
+// outside any cluster (like `torchrun --standalone`).
+//
+// Every rank gets the job contract's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, MASTER_ADDR, MASTER_PORT, COHORT_ATTEMPT,
+// TORCHELASTIC_RESTART_COUNT) plus COHORT_RENDEZVOUS=tcp://127.0.0.1:PORT, a store that
+// rank 0 hosts (a separate free port from MASTER_PORT, which PyTorch's own store binds).
+// The ranks share this terminal's output. Like torchrun, the first rank that fails
+// stops the others (SIGTERM to each rank's process group, SIGKILL after a grace) and its
+// exit code becomes this command's; Ctrl-C stops all ranks.
+#include <signal.h>
+
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "agent/net.h"
+#include "cli/cli.h"
+#include "common/signals.h"
+#include "common/subprocess.h"
+
+namespace cohort::cli {
+
+namespace {
+
+struct RunFlags {
+  int ranks = 1;
+  int gpus_per_rank = -1;  // -1: leave CUDA_VISIBLE_DEVICES alone
+  std::string checkpoint_dir;
+  std::string grace = "5s";
+  std::vector<std::string> command;
+};
+
+int PollSignal(Millis timeout) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  timespec ts{timeout.count() / 1000, (timeout.count() % 1000) * 1'000'000};
+  int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+int RunRanks(const RunFlags& f) {
+  if (f.command.empty()) {
+    return ReportError(Error{ErrorCode::kInvalidArgument, "give the program to run after --, e.g. cohort run -n 4 -- python3 train.py"});
+  }
+  auto grace = ParseDurationMs(f.grace, "--grace");
+  if (!grace) return ReportError(grace.error());
+  std::vector<int> ports = agent::FindFreePorts(2);
+  if (ports.size() < 2) return ReportError(Error{ErrorCode::kUnavailable, "cannot find free TCP ports on this machine"});
+  std::string cwd = std::filesystem::current_path().string();
+
+  std::vector<Subprocess> procs;
+  auto stop_all = [&](int sig) {
+    for (auto& p : procs) p.Signal(sig, /*group=*/true);
+  };
+  for (int r = 0; r < f.ranks; ++r) {
+    SpawnOptions o;
+    o.argv = f.command;
+    o.env = {{"RANK", std::to_string(r)},          {"WORLD_SIZE", std::to_string(f.ranks)},
+             {"LOCAL_RANK", std::to_string(r)},    {"LOCAL_WORLD_SIZE", std::to_string(f.ranks)},
+             {"NODE_RANK", "0"},                   {"GROUP_RANK", "0"},
+             {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(ports[0])},
+             {"COHORT_ATTEMPT", "0"},              {"TORCHELASTIC_RESTART_COUNT", "0"},
+             {"COHORT_NUM_NODES", "1"},
+             {"COHORT_RENDEZVOUS", fmt::format("tcp://127.0.0.1:{}", ports[1])}};
+    if (f.gpus_per_rank >= 0) {
+      std::string gpus;
+      for (int g = 0; g < f.gpus_per_rank; ++g) gpus += (g ? "," : "") + std::to_string(r * f.gpus_per_rank + g);
+      o.env["CUDA_VISIBLE_DEVICES"] = gpus;
+    }
+    if (!f.checkpoint_dir.empty()) o.env["COHORT_CHECKPOINT_DIR"] = f.checkpoint_dir;
+    o.cwd = cwd;
+    o.new_process_group = true;  // Ctrl-C reaches `cohort run`, which stops the ranks in order
+    o.parent_death_signal = SIGKILL;
+    auto p = Subprocess::Spawn(o);
+    if (!p) {
+      stop_all(SIGKILL);
+      for (auto& q : procs) (void)q.Wait();
+      return ReportError(p.error());
+    }
+    procs.push_back(std::move(*p));
+  }
+
+  // Wait for every rank; the first failure (or a signal) stops the rest.
+  int rc = 0;
+  int failed_rank = -1;
+  std::optional<SteadyTime> kill_at;
+  size_t running = procs.size();
+  std::vector<bool> done(procs.size(), false);
+  while (running > 0) {
+    for (size_t r = 0; r < procs.size(); ++r) {
+      if (done[r]) continue;
+      if (auto st = procs[r].TryWait()) {
+        done[r] = true;
+        --running;
+        if (!st->Success() && failed_rank < 0) {
+          failed_rank = static_cast<int>(r);
+          rc = st->Code();
+          std::fprintf(stderr, "cohort run: rank %zu %s; stopping the other ranks\n", r, st->ToString().c_str());
+          stop_all(SIGTERM);
+          kill_at = SteadyClock::now() + Millis(*grace);
+        }
+      }
+    }
+    if (int sig = PollSignal(Millis(20)); sig && !kill_at) {
+      std::fprintf(stderr, "cohort run: %s, stopping %zu rank(s)\n", sig == SIGINT ? "interrupted" : "terminated", running);
+      stop_all(SIGTERM);
+      kill_at = SteadyClock::now() + Millis(*grace);
+      rc = 128 + sig;
+    }
+    if (kill_at && SteadyClock::now() > *kill_at) {
+      stop_all(SIGKILL);
+      kill_at = SteadyClock::now() + std::chrono::hours(1);
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+void AddRunCommand(CommandContext& ctx) {
+  auto f = std::make_shared<RunFlags>();
+  auto* sub = ctx.app.add_subcommand("run", "Run N local ranks with a job's environment (like torchrun --standalone)");
+  sub->add_option("-n,--ranks", f->ranks, "Number of ranks (default 1)")->check(CLI::Range(1, 1024));
+  sub->add_option("--gpus-per-rank", f->gpus_per_rank,
+                  "Set CUDA_VISIBLE_DEVICES to consecutive GPUs per rank (default: leave it alone)")
+      ->check(CLI::Range(0, 64));
+  sub->add_option("--checkpoint-dir", f->checkpoint_dir, "COHORT_CHECKPOINT_DIR for the ranks");
+  sub->add_option("--grace", f->grace, "SIGTERM to SIGKILL delay when stopping ranks (default 5s)");
+  sub->add_option("command", f->command, "Program and arguments (after --)")->expected(-1);
+  ctx.on_run(sub, [f] {
+    BlockTerminationSignals();
+    return RunRanks(*f);
+  });
+}
+
+}  // namespace cohort::cli

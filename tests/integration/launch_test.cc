@@ -1,0 +1,124 @@
+// Launching outside and inside the cluster: `cohort run`, and a stock PyTorch DDP script
+// run unmodified as a multi-node Cohort job.
+#include <cmath>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+#ifndef COHORT_SOURCE_DIR
+#error "COHORT_SOURCE_DIR must name the source tree"
+#endif
+
+struct RunResult {
+  ExitStatus status;
+  std::string output;
+};
+
+RunResult CohortRun(const std::string& dir, std::vector<std::string> args) {
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "run"};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.stdout_path = dir + "/run.out";
+  std::filesystem::remove(o.stdout_path);
+  auto p = Subprocess::Spawn(o);
+  EXPECT_TRUE(p.has_value());
+  if (!p) return {};
+  auto st = p->WaitFor(std::chrono::seconds(120));
+  EXPECT_TRUE(st.has_value()) << "cohort run did not finish";
+  if (!st) {
+    p->Signal(SIGKILL);
+    (void)p->Wait();
+    return {};
+  }
+  return {*st, ReadFile(o.stdout_path)};
+}
+
+double FinalLoss(const std::string& output, int* world = nullptr) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex(R"(final_loss ([0-9.eE+-]+) world_size (\d+))"))) return NAN;
+  if (world) *world = std::stoi(m[2]);
+  return std::stod(m[1]);
+}
+
+TEST(Launch, CohortRunGivesEveryRankTheJobEnvironment) {
+  LocalCluster c;  // only for its temporary directory
+  auto r = CohortRun(c.dir(), {"-n", "3", "--", "sh", "-c",
+                               "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $COHORT_RENDEZVOUS\""});
+  EXPECT_TRUE(r.status.Success()) << r.output;
+  std::set<std::string> ranks, masters;
+  std::istringstream in(r.output);
+  std::string rank, world, local, local_world, addr, port, store;
+  while (in >> rank >> world >> local >> local_world >> addr >> port >> store) {
+    ranks.insert(rank);
+    EXPECT_EQ(world, "3");
+    EXPECT_EQ(local, rank);
+    EXPECT_EQ(local_world, "3");
+    EXPECT_EQ(store.rfind("tcp://127.0.0.1:", 0), 0u) << store;
+    EXPECT_NE(store, "tcp://" + addr + ":" + port) << "the Cohort store must not take PyTorch's MASTER_PORT";
+    masters.insert(addr + ":" + port);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2"})) << r.output;
+  EXPECT_EQ(masters.size(), 1u);
+}
+
+TEST(Launch, CohortRunStopsAllRanksWhenOneFails) {
+  LocalCluster c;
+  std::string pids = c.dir() + "/pids";
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = CohortRun(c.dir(), {"-n", "3", "--", "sh", "-c",
+                               "echo $$ >> " + pids + "; if [ $RANK = 2 ]; then sleep 0.2; exit 5; fi; exec sleep 60"});
+  EXPECT_EQ(r.status.exit_code, 5);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  std::ifstream in(pids);
+  int pid;
+  while (in >> pid) EXPECT_FALSE(ProcessAlive(pid)) << pid;
+  auto bad = CohortRun(c.dir(), {"-n", "0", "--", "true"});
+  EXPECT_EQ(bad.status.exit_code, 2);
+}
+
+bool TorchAvailable() {
+  SpawnOptions o;
+  o.argv = {"/usr/bin/python3", "-c", "import torch"};
+  auto p = Subprocess::Spawn(o);
+  if (!p) return false;
+  auto st = p->Wait();
+  return st && st->Success();
+}
+
+TEST(PyTorch, StockDdpScriptAsTwoNodeJobMatchesOneProcess) {
+  ASSERT_TRUE(TorchAvailable()) << "python3-torch is missing: scripts/install-deps.sh installs it";
+  const std::string script = std::string(COHORT_SOURCE_DIR) + "/examples/ddp_train.py";
+  LocalCluster c;
+  // The reference: the same script in one process, same global batch.
+  auto single = CohortRun(c.dir(), {"-n", "1", "--", "/usr/bin/python3", script});
+  ASSERT_TRUE(single.status.Success()) << single.output;
+  int single_world = 0;
+  double want = FinalLoss(single.output, &single_world);
+  ASSERT_FALSE(std::isnan(want)) << single.output;
+  EXPECT_EQ(single_world, 1);
+
+  c.StartHead();
+  c.StartAgent("node-a", 2);
+  c.StartAgent("node-b", 2);
+  c.WaitForNodes(2);
+  json job = c.Submit({{"command", {"/usr/bin/python3", script}}, {"nodes", 2}, {"tasks_per_node", 2},
+                       {"gpus_per_node", 2}, {"placement", "spread"}});
+  json done = c.WaitForState(job["id"], "SUCCEEDED", std::chrono::seconds(120));
+  std::string log = c.Logs(job["id"], 0);
+  int world = 0;
+  double got = FinalLoss(log, &world);
+  ASSERT_FALSE(std::isnan(got)) << log;
+  EXPECT_EQ(world, 4);
+  EXPECT_LT(std::fabs(got - want) / want, 1e-5) << "2x2 job: " << got << ", one process: " << want;
+  std::set<std::string> nodes;
+  for (const auto& na : done["allocation"]["nodes"]) nodes.insert(na["node"]);
+  EXPECT_EQ(nodes.size(), 2u) << "the job must span both nodes";
+}
+
+}  // namespace
+}  // namespace cohort::testing
