@@ -1,5 +1,7 @@
 #include "common/http.h"
 
+#include <sys/socket.h>
+
 #include <charconv>
 
 #include <httplib.h>
@@ -110,6 +112,18 @@ Error ErrorFromResponse(int status, std::string_view body) {
                              : ErrorCode::kInternal;
   out.message = fmt::format("HTTP {}: {}", status, body.substr(0, 200));
   return out;
+}
+
+ListenBacklog::ListenBacklog(httplib::Server& server) : fd_(std::make_shared<int>(-1)) {
+  server.set_socket_options([fd = fd_](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    *fd = sock;
+  });
+}
+
+void ListenBacklog::Raise(int backlog) const {
+  if (*fd_ >= 0) ::listen(*fd_, backlog);  // Linux applies a new backlog to a listening socket
 }
 
 void SendJson(httplib::Response& res, const json& body, int status) {

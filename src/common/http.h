@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,7 @@
 namespace httplib {
 struct Response;
 struct Request;
+class Server;
 }
 
 namespace cohort {
@@ -65,6 +67,21 @@ class HttpClient {
 json ErrorToJson(const Error& e);
 // Decodes an error body; a body that is not one becomes kInternal/kUnavailable with the status.
 Error ErrorFromResponse(int status, std::string_view body);
+
+// Raises a cpp-httplib server's listen backlog. Debian's build listens with a backlog of
+// 5, so a burst of connections (every rank of a 64-rank job reaching the rendezvous store
+// at once) overflows it: the kernel drops SYNs and clients stall for a 1 s retransmit.
+// Construct before binding (it installs the socket-options hook that records the
+// listening socket, and sets SO_REUSEADDR as httplib's default hook does), call Raise()
+// after binding.
+class ListenBacklog {
+ public:
+  explicit ListenBacklog(httplib::Server& server);
+  void Raise(int backlog = 4096) const;
+
+ private:
+  std::shared_ptr<int> fd_;
+};
 
 // Server side.
 void SendJson(httplib::Response& res, const json& body, int status = 200);

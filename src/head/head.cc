@@ -72,6 +72,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   srv.set_read_timeout(10, 0);
   srv.set_write_timeout(10, 0);
 
+  ListenBacklog backlog(srv);
   if (config.port == 0) {
     h->port_ = srv.bind_to_any_port(config.listen_host);
   } else {
@@ -81,6 +82,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
     return Errorf(ErrorCode::kUnavailable, "cannot listen on {}:{} (in use, or not an address of this machine)",
                   config.listen_host, config.port);
   }
+  backlog.Raise();
   if (config.advertise_url.empty()) {
     std::string host = config.listen_host == "0.0.0.0" ? "127.0.0.1" : config.listen_host;
     config.advertise_url = fmt::format("http://{}:{}", host, h->port_);

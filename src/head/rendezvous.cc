@@ -96,13 +96,18 @@ std::optional<std::string> RendezvousStore::Get(const RendezvousScope& scope, co
   return out;
 }
 
-int64_t RendezvousStore::Add(const RendezvousScope& scope, const std::string& key, int64_t delta) {
+Result<int64_t> RendezvousStore::Add(const RendezvousScope& scope, const std::string& key, int64_t delta) {
   int64_t sum = 0;
   {
     std::lock_guard lock(mu_);
     std::string& v = keys_[scope][key];
     int64_t cur = 0;
-    std::from_chars(v.data(), v.data() + v.size(), cur);
+    if (!v.empty()) {
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), cur);
+      if (ec != std::errc() || p != v.data() + v.size()) {
+        return Errorf(ErrorCode::kFailedPrecondition, "key '{}' holds a value that is not an integer", key);
+      }
+    }
     sum = cur + delta;
     v = std::to_string(sum);
   }

@@ -42,7 +42,8 @@ class RendezvousStore {
   void Set(const RendezvousScope& scope, const std::string& key, std::string value);
   // The value, waiting up to `wait` for it; nullopt if still absent (or the scope dropped).
   std::optional<std::string> Get(const RendezvousScope& scope, const std::string& key, Millis wait);
-  int64_t Add(const RendezvousScope& scope, const std::string& key, int64_t delta);
+  // kFailedPrecondition if the key holds something other than an integer.
+  Result<int64_t> Add(const RendezvousScope& scope, const std::string& key, int64_t delta);
   // Forgets every key of every attempt of `job` and wakes its waiters.
   void DropJob(api::JobId job);
   size_t KeyCount() const;

@@ -4,7 +4,9 @@
 //   GET  .../keys/{key}?wait_ms=N  raw value; 404 if still absent after the wait (≤ 1000 ms;
 //                                  clients poll again until their own deadline)
 //   POST .../add/{key}             {"delta": N} → {"value": SUM}
-// Keys are percent-encoded in the path; any bytes are allowed once decoded.
+// Keys are percent-encoded in the path; any bytes are allowed once decoded. A 404 for a
+// key that is not set yet carries "field": "key"; other 404s (bad token, ended attempt)
+// do not, so clients know to stop polling.
 #include "head/routes.h"
 
 namespace cohort::head {
@@ -22,7 +24,7 @@ Result<RendezvousScope> ScopeOf(Cluster& cluster, const httplib::Request& req, c
 }  // namespace
 
 void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Put(R"(/v1/rendezvous/([^/]+)/keys/(.+))", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Put(R"(/v1/rendezvous/([^/]+)/keys/([\s\S]+))", [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());
@@ -30,18 +32,20 @@ void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
     SendJson(res, json{{"ok", true}});
   });
 
-  server.Get(R"(/v1/rendezvous/([^/]+)/keys/(.+))", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Get(R"(/v1/rendezvous/([^/]+)/keys/([\s\S]+))", [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());
     auto wait = QueryIntParam(req, "wait_ms", 0, 0, 3'600'000);
     if (!wait) return SendError(res, wait.error());
     auto value = cluster.rendezvous().Get(*scope, key, Millis(std::min<int64_t>(*wait, 1000)));
-    if (!value) return SendError(res, Error{ErrorCode::kNotFound, fmt::format("key '{}' is not set", key)});
+    // field "key" tells clients this 404 means "not yet": they poll again; any other 404
+    // (a bad token, an ended attempt) is final.
+    if (!value) return SendError(res, Error{ErrorCode::kNotFound, fmt::format("key '{}' is not set", key), "key"});
     res.set_content(std::move(*value), "application/octet-stream");
   });
 
-  server.Post(R"(/v1/rendezvous/([^/]+)/add/(.+))", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Post(R"(/v1/rendezvous/([^/]+)/add/([\s\S]+))", [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());
@@ -52,7 +56,9 @@ void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
     auto delta = r->Int("delta", std::nullopt, INT64_MIN / 2, INT64_MAX / 2);
     if (!delta) return SendError(res, delta.error());
     if (auto fin = r->Finish(); !fin) return SendError(res, fin.error());
-    SendJson(res, json{{"value", cluster.rendezvous().Add(*scope, key, *delta)}});
+    auto sum = cluster.rendezvous().Add(*scope, key, *delta);
+    if (!sum) return SendError(res, sum.error());
+    SendJson(res, json{{"value", *sum}});
   });
 }
 

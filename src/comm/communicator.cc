@@ -1,0 +1,66 @@
+#include "comm/communicator.h"
+
+#include <fmt/format.h>
+
+#include "comm/gloo/gloo_communicator.h"
+
+namespace cohort::comm {
+
+size_t SizeOf(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return 4;
+    case DataType::kBFloat16: return 2;
+    case DataType::kFloat16: return 2;
+    case DataType::kInt32: return 4;
+    case DataType::kInt64: return 8;
+  }
+  return 0;
+}
+
+std::string_view DataTypeName(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return "float32";
+    case DataType::kBFloat16: return "bfloat16";
+    case DataType::kFloat16: return "float16";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+  }
+  return "unknown";
+}
+
+std::string_view ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "unknown";
+}
+
+std::vector<std::string> AvailableBackends() { return {"gloo"}; }
+
+Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& options) {
+  if (options.world_size < 1) {
+    return FieldError("world_size", "must be at least 1, got {}", options.world_size);
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return FieldError("rank", "must be in [0, {}) for world_size {}, got {}", options.world_size,
+                      options.world_size, options.rank);
+  }
+  if (options.timeout.count() <= 0) {
+    return FieldError("timeout", "must be positive, got {}ms", options.timeout.count());
+  }
+  if (options.world_size > 1 && options.store == nullptr) {
+    return FieldError("store", "a rendezvous store is required when world_size > 1 (got {})",
+                      options.world_size);
+  }
+  if (options.backend == "gloo") return CreateGlooCommunicator(options);
+  if (options.backend == "nccl") {
+    return Errorf(ErrorCode::kUnavailable, "the nccl backend is not built in this binary");
+  }
+  return FieldError("backend", "unknown backend '{}' (available: {})", options.backend,
+                    fmt::join(AvailableBackends(), ", "));
+}
+
+}  // namespace cohort::comm

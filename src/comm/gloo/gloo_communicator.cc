@@ -1,0 +1,688 @@
+#include "comm/gloo/gloo_communicator.h"
+
+#include <net/if.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include "comm/communicator_descriptor.h"
+#include "comm/gloo/gloo_errors.h"
+#include "comm/gloo/gloo_reduce.h"
+#include "comm/gloo/gloo_store.h"
+
+namespace cohort::comm {
+
+namespace {
+
+using gloo_backend::CleanGlooMessage;
+using gloo_backend::DivideInPlace;
+using gloo_backend::GlooStore;
+using gloo_backend::IsGlooTimeout;
+using gloo_backend::PeerDirectory;
+using gloo_backend::ReduceFunction;
+using gloo_backend::StoreFailure;
+using UnboundBuffer = ::gloo::transport::UnboundBuffer;
+
+// Slot prefixes for our own unbound-buffer traffic, clear of Gloo's (0x01..0x08).
+constexpr uint8_t kDescriptorSlotPrefix = 0xC0;
+constexpr uint8_t kReduceScatterSlotPrefix = 0xC1;
+constexpr uint8_t kPointToPointSlotPrefix = 0xC2;
+
+// What a communicator and the sub-groups split from it share.
+struct GlooShared {
+  std::shared_ptr<Store> store;  // null only for a world of one without a store
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::string prefix;
+  Millis timeout;
+  bool check_consistency;
+};
+
+// Calls f.template operator()<T>() with T an element type of `type`'s size.
+template <typename F>
+void WithElementType(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kFloat32: f.template operator()<float>(); return;
+    case DataType::kBFloat16:
+    case DataType::kFloat16: f.template operator()<uint16_t>(); return;
+    case DataType::kInt32: f.template operator()<int32_t>(); return;
+    case DataType::kInt64: f.template operator()<int64_t>(); return;
+  }
+}
+
+Result<void> CheckPointer(std::string_view op, std::string_view what, const void* p,
+                          size_t count) {
+  if (p == nullptr && count > 0) {
+    return Errorf(ErrorCode::kInvalidArgument, "{}: {} is null for {} elements", op, what, count);
+  }
+  return {};
+}
+
+Result<std::shared_ptr<::gloo::transport::Device>> OpenDevice(const std::string& iface_host) {
+  ::gloo::transport::tcp::attr attr;
+  if (!iface_host.empty() && if_nametoindex(iface_host.c_str()) != 0) {
+    attr.iface = iface_host;  // an interface name ("eth0") binds that interface's address
+  } else {
+    std::string host = iface_host;
+    if (host.empty()) {
+      char name[HOST_NAME_MAX + 1] = {};
+      if (gethostname(name, sizeof(name) - 1) != 0) {
+        return Errorf(ErrorCode::kUnavailable, "gethostname failed: {}", std::strerror(errno));
+      }
+      host = name;
+    }
+    // Debian's Gloo (2022) walks an uninitialized list when getaddrinfo fails (a crash,
+    // not an exception): resolve the name here first.
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rv = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    if (rv != 0) {
+      return Errorf(ErrorCode::kUnavailable,
+                    "cannot resolve '{}' for gloo's TCP transport: {} (set "
+                    "CommOptions.iface_host to an address or interface of this machine)",
+                    host, gai_strerror(rv));
+    }
+    freeaddrinfo(found);
+    attr.hostname = host;
+  }
+  try {
+    return ::gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    return Errorf(ErrorCode::kUnavailable,
+                  "cannot open gloo's TCP transport on '{}': {} (set CommOptions.iface_host to "
+                  "an address or interface of this machine)",
+                  iface_host.empty() ? "<hostname>" : iface_host, CleanGlooMessage(e.what()));
+  }
+}
+
+// Whether a Gloo assertion message is about a broken or closed connection.
+bool LooksLikeConnectionFailure(std::string_view what) {
+  for (std::string_view word : {"connect", "Connect", "closed", "Socket", "socket", "peer",
+                                "Pair", "pair", "Read error", "Write error", "state_"}) {
+    if (what.find(word) != std::string_view::npos) return true;
+  }
+  return IsGlooTimeout(what);
+}
+
+// A short, store-safe name for a member list: "s0-2-4-6", or a hash for big lists.
+std::string MemberKey(const std::vector<int>& members) {
+  if (members.size() <= 16) return fmt::format("s{}", fmt::join(members, "-"));
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int m : members) {
+    h ^= static_cast<uint32_t>(m);
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("s{}x{:016x}", members.size(), h);
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Rendezvous of `world_ranks.size()` ranks under group `group_id`; this is `rank`.
+  static Result<std::unique_ptr<GlooCommunicator>> Connect(std::shared_ptr<const GlooShared> shared,
+                                                           std::string group_id,
+                                                           std::vector<int> world_ranks, int rank);
+
+  GlooCommunicator(const GlooCommunicator&) = delete;  // buffers point into members
+  GlooCommunicator& operator=(const GlooCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend() const override { return "gloo"; }
+
+  Result<void> AllReduce(const void* send, void* recv, size_t count, DataType type,
+                         ReduceOp op) override;
+  Result<void> ReduceScatter(const void* send, void* recv, std::span<const size_t> recv_counts,
+                             DataType type, ReduceOp op) override;
+  Result<void> AllGather(const void* send, void* recv, std::span<const size_t> counts,
+                         DataType type) override;
+  Result<void> Broadcast(void* buf, size_t count, DataType type, int root) override;
+  Result<void> Barrier() override;
+  Result<void> Send(const void* buf, size_t count, DataType type, int peer, int tag) override;
+  Result<void> Recv(void* buf, size_t count, DataType type, int peer, int tag) override;
+  Result<std::unique_ptr<Communicator>> Split(std::span<const int> ranks) override;
+
+ private:
+  GlooCommunicator(std::shared_ptr<const GlooShared> shared, std::string group_id,
+                   std::vector<int> world_ranks, int rank,
+                   std::shared_ptr<::gloo::rendezvous::Context> context, PeerDirectory peers);
+
+  // Runs one collective: sequence number, descriptor exchange, then `body(tag)`, turning
+  // Gloo exceptions into Errors. Any failure but a mismatch breaks the communicator.
+  template <typename Body>
+  Result<void> RunCollective(CollectiveDescriptor d, Body&& body);
+  // All-to-all exchange of descriptors; names ranks that did not answer.
+  Result<void> ExchangeDescriptors(const CollectiveDescriptor& mine);
+  Result<void> RingReduceScatter(const CollectiveDescriptor& d, const void* send, void* recv,
+                                 std::span<const size_t> counts, DataType type, ReduceOp op,
+                                 uint32_t tag);
+  Result<void> PointToPoint(bool is_send, void* buf, size_t count, DataType type, int peer,
+                            int tag);
+
+  // The error for a Gloo exception text during `op`; `peer` is the rank waited on, if known.
+  Error TransportError(const std::string& op, std::string_view what,
+                       std::optional<int> peer) const;
+  Result<void> CheckUsable() const;
+  // Records the failure and closes every connection of this group, so that peers still
+  // waiting on this rank fail now instead of at their timeout (like ncclCommAbort).
+  void MarkBroken(const Error& e);
+  const std::string& Name(int r) const { return rank_names_[static_cast<size_t>(r)]; }
+  std::string Timeout() const { return FormatDuration(shared_->timeout.count()); }
+
+  const std::shared_ptr<const GlooShared> shared_;
+  const std::string group_id_;
+  const std::vector<int> world_ranks_;  // world rank of each member
+  const int rank_;
+  const int size_;
+  std::vector<std::string> rank_names_;  // "rank 1 (world rank 3)"
+  std::shared_ptr<::gloo::rendezvous::Context> context_;
+  PeerDirectory peers_;
+
+  uint64_t seq_ = 0;                                 // collectives started so far
+  std::map<std::vector<int>, int> split_counts_;     // member list -> splits so far
+  std::optional<Error> broken_;                      // the failure that broke it
+
+  // Descriptor exchange buffers, reused by every collective.
+  CollectiveDescriptor desc_out_;
+  std::vector<CollectiveDescriptor> desc_in_;
+  std::unique_ptr<UnboundBuffer> desc_out_buf_;
+  std::vector<std::unique_ptr<UnboundBuffer>> desc_in_bufs_;
+};
+
+GlooCommunicator::GlooCommunicator(std::shared_ptr<const GlooShared> shared,
+                                   std::string group_id, std::vector<int> world_ranks, int rank,
+                                   std::shared_ptr<::gloo::rendezvous::Context> context,
+                                   PeerDirectory peers)
+    : shared_(std::move(shared)),
+      group_id_(std::move(group_id)),
+      world_ranks_(std::move(world_ranks)),
+      rank_(rank),
+      size_(static_cast<int>(world_ranks_.size())),
+      context_(std::move(context)),
+      peers_(std::move(peers)),
+      desc_in_(static_cast<size_t>(size_)) {
+  for (int r = 0; r < size_; ++r) rank_names_.push_back(RankName(r, world_ranks_[r]));
+  desc_out_buf_ = context_->createUnboundBuffer(&desc_out_, sizeof(desc_out_));
+  desc_in_bufs_.resize(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    desc_in_bufs_[r] = context_->createUnboundBuffer(&desc_in_[r], sizeof(CollectiveDescriptor));
+  }
+}
+
+Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
+    std::shared_ptr<const GlooShared> shared, std::string group_id, std::vector<int> world_ranks,
+    int rank) {
+  const int size = static_cast<int>(world_ranks.size());
+  const std::string what =
+      fmt::format("rendezvous of gloo group '{}' (rank {} of {})", group_id, rank, size);
+  auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+  const std::string key_prefix = fmt::format("{}/{}/", shared->prefix, group_id);
+  if (shared->store != nullptr) {
+    // Two processes claiming one rank would race for its address key; count the claims.
+    auto claims = shared->store->Add(fmt::format("{}claims/{}", key_prefix, rank), 1);
+    if (!claims) return std::unexpected(WithContext(claims.error(), what));
+    if (*claims > 1) {
+      return Errorf(ErrorCode::kInvalidArgument,
+                    "{}: rank {} was claimed {} times (two processes with the same rank, or a "
+                    "prefix reused from an earlier communicator: make CommOptions.prefix unique)",
+                    what, rank, *claims);
+    }
+  }
+  GlooStore store(shared->store, key_prefix, shared->timeout, size);
+  try {
+    context->setTimeout(shared->timeout);
+    std::shared_ptr<::gloo::transport::Device> device = shared->device;
+    context->connectFullMesh(store, device);
+  } catch (const StoreFailure& e) {
+    return std::unexpected(WithContext(e.error, what));
+  } catch (const std::exception& e) {
+    const std::string msg = CleanGlooMessage(e.what());
+    auto peer = PeerDirectory::FromRendezvous(store.values_read(), rank, size).FindRank(msg);
+    std::string who = peer ? " with " + RankName(*peer, world_ranks[*peer]) : "";
+    return Errorf(IsGlooTimeout(msg) ? ErrorCode::kDeadlineExceeded : ErrorCode::kUnavailable,
+                  "{}: connecting{} failed: {}", what, who, msg);
+  }
+  PeerDirectory peers = PeerDirectory::FromRendezvous(store.values_read(), rank, size);
+  return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
+      std::move(shared), std::move(group_id), std::move(world_ranks), rank, std::move(context),
+      std::move(peers)));
+}
+
+Result<void> GlooCommunicator::CheckUsable() const {
+  if (!broken_) return {};
+  return Errorf(ErrorCode::kFailedPrecondition,
+                "communicator unusable after an earlier failure; create a new one ({})",
+                broken_->message);
+}
+
+void GlooCommunicator::MarkBroken(const Error& e) {
+  broken_ = e;
+  try {
+    context_->closeConnections();
+  } catch (const std::exception&) {
+    // Already closed or half-closed: nothing more to do.
+  }
+}
+
+Error GlooCommunicator::TransportError(const std::string& op, std::string_view what,
+                                       std::optional<int> peer) const {
+  std::string msg = CleanGlooMessage(what);
+  if (!peer) peer = peers_.FindRank(msg);
+  if (IsGlooTimeout(msg)) {
+    if (peer) {
+      return Error(ErrorCode::kDeadlineExceeded,
+                   fmt::format("{} timed out after {} waiting for {} ({})", op, Timeout(),
+                               Name(*peer), msg));
+    }
+    std::string checked_in = shared_->check_consistency
+                                 ? fmt::format("all {} ranks had started it, so one stalled or "
+                                               "died mid-transfer",
+                                               size_)
+                                 : "enable check_consistency to learn which rank is missing";
+    return Error(ErrorCode::kDeadlineExceeded,
+                 fmt::format("{} timed out after {}; {} ({})", op, Timeout(), checked_in, msg));
+  }
+  if (peer) {
+    return Error(ErrorCode::kUnavailable,
+                 fmt::format("{} failed: lost connection to {} ({})", op, Name(*peer), msg));
+  }
+  return Error(ErrorCode::kUnavailable, fmt::format("{} failed: {}", op, msg));
+}
+
+template <typename Body>
+Result<void> GlooCommunicator::RunCollective(CollectiveDescriptor d, Body&& body) {
+  COHORT_TRY_VOID(CheckUsable());
+  d.seq = ++seq_;
+  if (shared_->check_consistency && size_ > 1) {
+    COHORT_TRY_VOID(ExchangeDescriptors(d));
+    // Every rank has heard from every other rank: that is a barrier already.
+    if (d.kind == static_cast<uint32_t>(CollectiveKind::kBarrier)) return {};
+  }
+  Result<void> result;
+  try {
+    result = body(static_cast<uint32_t>(d.seq));
+  } catch (const ::gloo::Exception& e) {  // IoException and friends: the transport failed
+    result = std::unexpected(TransportError(DescribeOp(d), e.what(), std::nullopt));
+  } catch (const std::exception& e) {
+    // EnforceNotMet: Gloo's assertions. On a closed pair they fire too ("state_ >=
+    // CONNECTED"); anything else is a bug on our side.
+    if (LooksLikeConnectionFailure(e.what())) {
+      result = std::unexpected(TransportError(DescribeOp(d), e.what(), std::nullopt));
+    } else {
+      result = Errorf(ErrorCode::kInternal, "{}: gloo failed: {}", DescribeOp(d),
+                      CleanGlooMessage(e.what()));
+    }
+  } catch (...) {
+    result = Errorf(ErrorCode::kInternal, "{}: gloo threw an unknown exception", DescribeOp(d));
+  }
+  if (!result) MarkBroken(result.error());
+  return result;
+}
+
+Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& mine) {
+  const uint64_t slot = ::gloo::Slot::build(kDescriptorSlotPrefix, 0);
+  const SteadyTime deadline = SteadyClock::now() + shared_->timeout;
+  auto time_left = [&] {
+    return std::max(Millis(0),
+                    std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()));
+  };
+  desc_out_ = mine;
+  // Per peer: why it did not answer (empty: it did).
+  std::vector<std::string> failure(static_cast<size_t>(size_));
+  auto note = [&](int p, const char* what) {
+    failure[p] = CleanGlooMessage(what);
+    if (failure[p].empty()) failure[p] = "unknown failure";
+  };
+  // One Slot for all descriptors: Gloo matches sends and receives of a slot in order,
+  // so a rank that is a collective behind is paired with the others' current one.
+  for (int i = 1; i < size_; ++i) {
+    const int p = (rank_ + i) % size_;
+    try {
+      desc_in_bufs_[p]->recv(p, slot);
+    } catch (const std::exception& e) {
+      note(p, e.what());
+    }
+  }
+  int sends = 0;
+  for (int i = 1; i < size_; ++i) {
+    const int p = (rank_ + i) % size_;
+    if (!failure[p].empty()) continue;
+    try {
+      desc_out_buf_->send(p, slot);
+      ++sends;
+    } catch (const std::exception& e) {
+      note(p, e.what());
+    }
+  }
+  // Wait for every peer's descriptor. After a timeout Gloo fails every pending wait at
+  // once, and a wait on a descriptor that already arrived still succeeds: so the peers
+  // noted below are exactly those that had not checked in by the deadline.
+  for (int i = 1; i < size_; ++i) {
+    const int p = (rank_ + i) % size_;
+    if (!failure[p].empty()) continue;
+    try {
+      if (!desc_in_bufs_[p]->waitRecv(time_left())) note(p, "wait aborted");
+    } catch (const std::exception& e) {
+      note(p, e.what());
+    }
+  }
+  bool any_failed = std::any_of(failure.begin(), failure.end(),
+                                [](const std::string& f) { return !f.empty(); });
+  if (!any_failed) {
+    try {
+      for (int i = 0; i < sends; ++i) {
+        if (!desc_out_buf_->waitSend(time_left())) throw ::gloo::IoException("wait aborted");
+      }
+    } catch (const std::exception& e) {
+      Error err = TransportError(DescribeOp(mine), e.what(), std::nullopt);
+      MarkBroken(err);
+      return std::unexpected(err);
+    }
+  }
+  if (any_failed) {
+    std::vector<std::string> silent;  // timed out: never checked in
+    std::vector<std::string> lost;    // connection broke
+    std::string first_lost_reason;
+    for (int p = 0; p < size_; ++p) {
+      if (failure[p].empty()) continue;
+      if (IsGlooTimeout(failure[p])) {
+        silent.push_back(Name(p));
+      } else {
+        lost.push_back(Name(p));
+        if (first_lost_reason.empty()) first_lost_reason = failure[p];
+      }
+    }
+    Error err;
+    if (lost.empty()) {
+      err = Error(ErrorCode::kDeadlineExceeded,
+                  fmt::format("{} timed out after {} waiting for {}, which never started it",
+                              DescribeOp(mine), Timeout(), JoinRankNames(silent)));
+    } else {
+      std::string also = silent.empty() ? ""
+                                        : fmt::format("; no answer from {} within {}",
+                                                      JoinRankNames(silent), Timeout());
+      err = Error(ErrorCode::kUnavailable,
+                  fmt::format("{} failed: lost connection to {} ({}){}", DescribeOp(mine),
+                              JoinRankNames(lost), first_lost_reason, also));
+    }
+    MarkBroken(err);
+    return std::unexpected(err);
+  }
+  std::vector<CollectiveDescriptor> all(desc_in_);
+  all[static_cast<size_t>(rank_)] = mine;
+  return CheckDescriptors(all, rank_names_);
+}
+
+Result<void> GlooCommunicator::AllReduce(const void* send, void* recv, size_t count,
+                                         DataType type, ReduceOp op) {
+  COHORT_TRY_VOID(CheckPointer("allreduce", "send", send, count));
+  COHORT_TRY_VOID(CheckPointer("allreduce", "recv", recv, count));
+  return RunCollective(DescribeAllReduce(count, type, op), [&](uint32_t tag) -> Result<void> {
+    if (count == 0) return {};
+    ::gloo::AllreduceOptions opts(context_);
+    WithElementType(type, [&]<typename T>() {
+      if (send != recv) opts.setInput(static_cast<T*>(const_cast<void*>(send)), count);
+      opts.setOutput(static_cast<T*>(recv), count);
+    });
+    opts.setReduceFunction(ReduceFunction(type, op));
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    ::gloo::allreduce(opts);
+    if (op == ReduceOp::kAvg) DivideInPlace(recv, count, type, size_);
+    return {};
+  });
+}
+
+Result<void> GlooCommunicator::ReduceScatter(const void* send, void* recv,
+                                             std::span<const size_t> recv_counts, DataType type,
+                                             ReduceOp op) {
+  if (recv_counts.size() != static_cast<size_t>(size_)) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "reduce_scatter: recv_counts has {} entries, the group has {} ranks",
+                  recv_counts.size(), size_);
+  }
+  const size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+  COHORT_TRY_VOID(CheckPointer("reduce_scatter", "send", send, total));
+  COHORT_TRY_VOID(CheckPointer("reduce_scatter", "recv", recv, recv_counts[rank_]));
+  const CollectiveDescriptor d = DescribeReduceScatter(recv_counts, type, op);
+  return RunCollective(d, [&](uint32_t tag) {
+    return RingReduceScatter(d, send, recv, recv_counts, type, op, tag);
+  });
+}
+
+// Ring reduce-scatter: in step s rank r sends its partial sum of chunk r-s-1 to r+1 and
+// adds the partial sum of chunk r-s-2 from r-1 into its own; after size-1 steps chunk r
+// holds every rank's contribution. Each wait names the neighbour it waits on.
+Result<void> GlooCommunicator::RingReduceScatter(const CollectiveDescriptor& d, const void* send,
+                                                 void* recv, std::span<const size_t> counts,
+                                                 DataType type, ReduceOp op, uint32_t tag) {
+  const size_t esz = SizeOf(type);
+  std::vector<size_t> offset(counts.size() + 1, 0);  // in elements
+  for (size_t i = 0; i < counts.size(); ++i) offset[i + 1] = offset[i] + counts[i];
+  const size_t mine = counts[rank_];
+  if (size_ == 1) {
+    if (mine > 0 && send != recv) std::memmove(recv, send, mine * esz);
+    if (op == ReduceOp::kAvg) DivideInPlace(recv, mine, type, size_);
+    return {};
+  }
+  std::vector<std::byte> work(offset.back() * esz);
+  if (!work.empty()) std::memcpy(work.data(), send, work.size());
+  const size_t max_count = *std::max_element(counts.begin(), counts.end());
+  std::vector<std::byte> tmp(max_count * esz);
+  auto work_buf = context_->createUnboundBuffer(work.data(), work.size());
+  auto tmp_buf = context_->createUnboundBuffer(tmp.data(), tmp.size());
+  const uint64_t slot = ::gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+  const int left = (rank_ + size_ - 1) % size_;
+  const int right = (rank_ + 1) % size_;
+  const auto reduce = ReduceFunction(type, op);
+  const std::string op_name = DescribeOp(d);
+  auto chunk = [&](int i) { return static_cast<size_t>(((i % size_) + size_) % size_); };
+  for (int s = 0; s < size_ - 1; ++s) {
+    const size_t cs = chunk(rank_ - s - 1);  // the chunk we pass on
+    const size_t cr = chunk(rank_ - s - 2);  // the chunk we add to
+    try {
+      if (counts[cr] > 0) tmp_buf->recv(left, slot, 0, counts[cr] * esz);
+    } catch (const std::exception& e) {
+      return std::unexpected(TransportError(op_name, e.what(), left));
+    }
+    try {
+      if (counts[cs] > 0) work_buf->send(right, slot, offset[cs] * esz, counts[cs] * esz);
+    } catch (const std::exception& e) {
+      return std::unexpected(TransportError(op_name, e.what(), right));
+    }
+    if (counts[cr] > 0) {
+      try {
+        if (!tmp_buf->waitRecv(shared_->timeout)) throw ::gloo::IoException("wait aborted");
+      } catch (const std::exception& e) {
+        return std::unexpected(TransportError(op_name, e.what(), left));
+      }
+      std::byte* dst = work.data() + offset[cr] * esz;
+      reduce(dst, dst, tmp.data(), counts[cr]);
+    }
+    if (counts[cs] > 0) {
+      try {
+        if (!work_buf->waitSend(shared_->timeout)) throw ::gloo::IoException("wait aborted");
+      } catch (const std::exception& e) {
+        return std::unexpected(TransportError(op_name, e.what(), right));
+      }
+    }
+  }
+  if (mine > 0) std::memcpy(recv, work.data() + offset[rank_] * esz, mine * esz);
+  if (op == ReduceOp::kAvg) DivideInPlace(recv, mine, type, size_);
+  return {};
+}
+
+Result<void> GlooCommunicator::AllGather(const void* send, void* recv,
+                                         std::span<const size_t> counts, DataType type) {
+  if (counts.size() != static_cast<size_t>(size_)) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "allgather: counts has {} entries, the group has {} ranks", counts.size(),
+                  size_);
+  }
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  COHORT_TRY_VOID(CheckPointer("allgather", "send", send, counts[rank_]));
+  COHORT_TRY_VOID(CheckPointer("allgather", "recv", recv, total));
+  return RunCollective(DescribeAllGather(counts, type), [&](uint32_t tag) -> Result<void> {
+    if (total == 0) return {};
+    const size_t esz = SizeOf(type);
+    const size_t my_offset =
+        std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0}) * esz;
+    const bool in_place = static_cast<const std::byte*>(send) ==
+                          static_cast<const std::byte*>(recv) + my_offset;
+    ::gloo::AllgathervOptions opts(context_);
+    WithElementType(type, [&]<typename T>() {
+      if (!in_place) opts.setInput(static_cast<T*>(const_cast<void*>(send)), counts[rank_]);
+      opts.setOutput(static_cast<T*>(recv), std::vector<size_t>(counts.begin(), counts.end()));
+    });
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    ::gloo::allgatherv(opts);
+    return {};
+  });
+}
+
+Result<void> GlooCommunicator::Broadcast(void* buf, size_t count, DataType type, int root) {
+  if (root < 0 || root >= size_) {
+    return Errorf(ErrorCode::kInvalidArgument, "broadcast: root {} is not a rank of a group of {}",
+                  root, size_);
+  }
+  COHORT_TRY_VOID(CheckPointer("broadcast", "buf", buf, count));
+  return RunCollective(DescribeBroadcast(count, type, root), [&](uint32_t tag) -> Result<void> {
+    if (count == 0) return {};
+    ::gloo::BroadcastOptions opts(context_);
+    WithElementType(type, [&]<typename T>() { opts.setOutput(static_cast<T*>(buf), count); });
+    opts.setRoot(root);
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    ::gloo::broadcast(opts);
+    return {};
+  });
+}
+
+Result<void> GlooCommunicator::Barrier() {
+  return RunCollective(DescribeBarrier(), [&](uint32_t tag) -> Result<void> {
+    if (size_ == 1) return {};
+    ::gloo::BarrierOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    ::gloo::barrier(opts);
+    return {};
+  });
+}
+
+Result<void> GlooCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
+                                    int tag) {
+  return PointToPoint(true, const_cast<void*>(buf), count, type, peer, tag);
+}
+
+Result<void> GlooCommunicator::Recv(void* buf, size_t count, DataType type, int peer, int tag) {
+  return PointToPoint(false, buf, count, type, peer, tag);
+}
+
+Result<void> GlooCommunicator::PointToPoint(bool is_send, void* buf, size_t count, DataType type,
+                                            int peer, int tag) {
+  const char* verb = is_send ? "send" : "recv";
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return Errorf(ErrorCode::kInvalidArgument, "{}: peer {} must be another rank of a group of {}",
+                  verb, peer, size_);
+  }
+  if (tag < 0) return Errorf(ErrorCode::kInvalidArgument, "{}: tag must be >= 0, got {}", verb, tag);
+  COHORT_TRY_VOID(CheckPointer(verb, "buf", buf, count));
+  COHORT_TRY_VOID(CheckUsable());
+  const std::string op = fmt::format("{} {} {} (tag {}, {}, {} elements)", verb,
+                                     is_send ? "to" : "from", Name(peer), tag,
+                                     DataTypeName(type), count);
+  try {
+    auto ub = context_->createUnboundBuffer(buf, count * SizeOf(type));
+    const uint64_t slot = ::gloo::Slot::build(kPointToPointSlotPrefix, static_cast<uint32_t>(tag));
+    bool done;
+    if (is_send) {
+      ub->send(peer, slot);
+      done = ub->waitSend(shared_->timeout);
+    } else {
+      ub->recv(peer, slot);
+      done = ub->waitRecv(shared_->timeout);
+    }
+    if (!done) throw ::gloo::IoException("wait aborted");
+  } catch (const std::exception& e) {
+    Error err = TransportError(op, e.what(), peer);
+    MarkBroken(err);
+    return std::unexpected(err);
+  }
+  return {};
+}
+
+Result<std::unique_ptr<Communicator>> GlooCommunicator::Split(std::span<const int> ranks) {
+  if (ranks.empty()) return Errorf(ErrorCode::kInvalidArgument, "split: the member list is empty");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size_) {
+      return Errorf(ErrorCode::kInvalidArgument, "split: rank {} is not in a group of {}",
+                    ranks[i], size_);
+    }
+    if (i > 0 && ranks[i] <= ranks[i - 1]) {
+      return Errorf(ErrorCode::kInvalidArgument,
+                    "split: ranks must be sorted and unique, got {} after {}", ranks[i],
+                    ranks[i - 1]);
+    }
+  }
+  auto self = std::find(ranks.begin(), ranks.end(), rank_);
+  if (self == ranks.end()) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "split: rank {} called Split for a group it is not in ([{}])", rank_,
+                  fmt::join(ranks, ", "));
+  }
+  COHORT_TRY_VOID(CheckUsable());
+  std::vector<int> members(ranks.begin(), ranks.end());
+  const int nth = split_counts_[members]++;
+  std::string child_id = fmt::format("{}/{}.{}", group_id_, MemberKey(members), nth);
+  std::vector<int> child_world;
+  for (int r : members) child_world.push_back(world_ranks_[r]);
+  auto child = Connect(shared_, child_id, std::move(child_world),
+                       static_cast<int>(self - ranks.begin()));
+  if (!child) {
+    return std::unexpected(WithContext(
+        child.error(), fmt::format("split into [{}] (every member must call Split with this list)",
+                                   fmt::join(members, ", "))));
+  }
+  return std::unique_ptr<Communicator>(std::move(*child));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommOptions& options) {
+  auto device = COHORT_TRY(OpenDevice(options.iface_host));
+  auto shared = std::make_shared<GlooShared>(GlooShared{
+      options.store, std::move(device), options.prefix, options.timeout,
+      options.check_consistency});
+  std::vector<int> world(static_cast<size_t>(options.world_size));
+  std::iota(world.begin(), world.end(), 0);
+  auto comm = GlooCommunicator::Connect(std::move(shared), "world", std::move(world), options.rank);
+  if (!comm) return std::unexpected(comm.error());
+  return std::unique_ptr<Communicator>(std::move(*comm));
+}
+
+}  // namespace cohort::comm
