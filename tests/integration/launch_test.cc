@@ -81,6 +81,33 @@ TEST(Launch, CohortRunStopsAllRanksWhenOneFails) {
   EXPECT_EQ(bad.status.exit_code, 2);
 }
 
+#ifndef COHORT_COMM_RANK
+#error "COHORT_COMM_RANK must name the comm check program"
+#endif
+
+TEST(Comm, GlooCollectivesInATwoNodeJobRendezvousThroughTheHead) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 2);
+  c.StartAgent("node-b", 2);
+  c.WaitForNodes(2);
+  json job = c.Submit({{"command", {COHORT_COMM_RANK}}, {"nodes", 2}, {"tasks_per_node", 2}, {"gpus_per_node", 2}});
+  c.WaitForState(job["id"], "SUCCEEDED", std::chrono::seconds(60));
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(c.Logs(job["id"], r).find("comm ok rank " + std::to_string(r) + "/4 via cohort"), std::string::npos)
+        << c.Logs(job["id"], r);
+  }
+}
+
+TEST(Comm, GlooCollectivesUnderCohortRunWithRankZerosTcpStore) {
+  LocalCluster c;
+  auto r = CohortRun(c.dir(), {"-n", "5", "--", COHORT_COMM_RANK});
+  EXPECT_TRUE(r.status.Success()) << r.output;
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_NE(r.output.find("comm ok rank " + std::to_string(k) + "/5"), std::string::npos) << r.output;
+  }
+}
+
 bool TorchAvailable() {
   SpawnOptions o;
   o.argv = {"/usr/bin/python3", "-c", "import torch"};
