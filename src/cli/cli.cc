@@ -30,10 +30,14 @@ int ReportError(const Error& e) {
   return ExitCodeFor(e);
 }
 
-int RunCli(int argc, char** argv) {
+int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   // The task shim is internal and must not pay for CLI parsing or touch global state.
   if (argc >= 2 && std::strcmp(argv[1], "task-shim") == 0) {
     return agent::RunTaskShim(argc - 1, argv + 1);
+  }
+  // Commands from outside the CLI parse their own flags.
+  for (const auto& cmd : external) {
+    if (argc >= 2 && cmd.name == argv[1] && cmd.run) return cmd.run(argc - 1, argv + 1);
   }
   CLI::App app{"Cohort: many GPU machines working as one computer", "cohort"};
   app.require_subcommand(1);
@@ -57,6 +61,10 @@ int RunCli(int argc, char** argv) {
   AddNodesCommand(ctx);
   AddDrainCommands(ctx);
   AddRunCommand(ctx);
+  // Listed for --help only: a matching argv[1] never reaches the parser (see above).
+  for (const auto& cmd : external) {
+    ctx.app.add_subcommand(cmd.name, cmd.description)->allow_extras()->prefix_command();
+  }
 
   try {
     app.parse(argc, argv);

@@ -8,11 +8,13 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "common/error.h"
+#include "common/external_command.h"
 #include "common/http.h"
 
 namespace cohort::cli {
@@ -54,6 +56,10 @@ void AddNodesCommand(CommandContext& ctx);
 void AddDrainCommands(CommandContext& ctx);  // drain and resume
 void AddRunCommand(CommandContext& ctx);
 
-int RunCli(int argc, char** argv);
+using ExternalCommand = ::cohort::ExternalCommand;
+
+// Parses argv and runs the chosen command. `external` commands (common/external_command.h)
+// are dispatched before parsing when argv[1] names one, and listed in `cohort --help`.
+int RunCli(int argc, char** argv, std::span<const ExternalCommand> external = {});
 
 }  // namespace cohort::cli

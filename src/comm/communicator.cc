@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include "comm/gloo/gloo_communicator.h"
+#if COHORT_HAVE_NCCL
+#include "comm/nccl/nccl_communicator.h"
+#endif
 
 namespace cohort::comm {
 
@@ -38,7 +41,13 @@ std::string_view ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
-std::vector<std::string> AvailableBackends() { return {"gloo"}; }
+std::vector<std::string> AvailableBackends() {
+  std::vector<std::string> out = {"gloo"};
+#if COHORT_HAVE_NCCL
+  if (NcclDeviceCount().has_value()) out.push_back("nccl");  // built in and a GPU present
+#endif
+  return out;
+}
 
 Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& options) {
   if (options.world_size < 1) {
@@ -57,7 +66,13 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& opti
   }
   if (options.backend == "gloo") return CreateGlooCommunicator(options);
   if (options.backend == "nccl") {
-    return Errorf(ErrorCode::kUnavailable, "the nccl backend is not built in this binary");
+#if COHORT_HAVE_NCCL
+    return CreateNcclCommunicator(options);
+#else
+    return Errorf(ErrorCode::kUnavailable,
+                  "the nccl backend is not built into this binary (it was built without "
+                  "CUDA/NCCL)");
+#endif
   }
   return FieldError("backend", "unknown backend '{}' (available: {})", options.backend,
                     fmt::join(AvailableBackends(), ", "));

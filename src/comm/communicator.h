@@ -2,7 +2,7 @@
 //
 // A Communicator is one rank's handle on a group of `size()` ranks numbered 0..size-1.
 // Backends (chosen by name in CommOptions): "gloo" moves host memory over TCP; "nccl"
-// (later) moves GPU memory. Every backend passes the same test suite.
+// moves GPU memory (nccl/nccl_communicator.h). Every backend passes the same test suite.
 //
 // Ordering contract. Collectives (AllReduce .. Barrier) are matched by order: the n-th
 // collective a rank calls on a communicator meets the n-th collective of every other
@@ -129,7 +129,8 @@ struct CommOptions {
   bool check_consistency = true;
 };
 
-// Names of the backends built into this binary ("gloo", and "nccl" when built with it).
+// Names of the backends usable here: "gloo", and "nccl" when this binary is built with
+// CUDA/NCCL and this process sees a CUDA device.
 std::vector<std::string> AvailableBackends();
 
 // Creates this rank's communicator and connects it to the others (blocks until all
@@ -137,9 +138,10 @@ std::vector<std::string> AvailableBackends();
 // kInvalidArgument: unknown backend ("unknown backend 'x' (available: gloo)"),
 // world_size < 1, rank outside [0, world_size), timeout <= 0, no store when
 // world_size > 1, ranks that disagree on world_size, or a rank claimed twice under one
-// prefix. kUnavailable: a backend not built into this binary, or no usable network
-// address. Rendezvous failures keep the store's code (kDeadlineExceeded when peers do
-// not show up), with the group and rank in front of the message.
+// prefix. kUnavailable: a backend not built into this binary ("... built without
+// CUDA/NCCL"), "no CUDA device: ..." for nccl on a machine without a usable GPU, or no
+// usable network address. Rendezvous failures keep the store's code (kDeadlineExceeded
+// when peers do not show up), with the group and rank in front of the message.
 Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& options);
 
 }  // namespace cohort::comm

@@ -1,5 +1,6 @@
 #include "comm_test_util.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -7,6 +8,8 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "device_buffer.h"
 
 namespace cohort::comm::commtest {
 
@@ -91,6 +94,8 @@ void RunRanks(const std::string& backend, int world, const std::function<void(Co
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
+      // nccl: one rank per GPU; rank r on device r (the suite keeps world <= devices).
+      if (backend == "nccl" && !UseDevice(r % std::max(1, CudaDeviceCount()))) return;
       CommOptions o = LocalOptions(backend, r, world, store);
       if (tweak) tweak(o);
       auto comm = CreateCommunicator(o);
@@ -119,7 +124,8 @@ class HostBuffer final : public TestBuffer {
 }  // namespace
 
 std::unique_ptr<TestBuffer> MakeBuffer(const std::string& backend, size_t bytes) {
-  return std::make_unique<HostBuffer>(bytes);  // "nccl": device memory, when it exists
+  if (backend == "nccl") return MakeDeviceBuffer(bytes);  // device_buffer.h
+  return std::make_unique<HostBuffer>(bytes);
 }
 
 namespace {

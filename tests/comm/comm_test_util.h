@@ -48,12 +48,13 @@ CommOptions LocalOptions(const std::string& backend, int rank, int world,
 
 // Runs `body(comm)` on `world` threads, each with its own communicator created from
 // LocalOptions over one fresh MemStore (tweaked by `tweak` if given). Creation failures
-// are test failures. Returns when every thread has finished.
+// are test failures. Returns when every thread has finished. For nccl, thread r first
+// makes CUDA device r (mod the device count) current.
 void RunRanks(const std::string& backend, int world, const std::function<void(Communicator&)>& body,
               const std::function<void(CommOptions&)>& tweak = nullptr);
 
-// Memory a backend's collectives operate on: host memory for gloo; the nccl backend
-// will return device memory here (Upload/Download copy across).
+// Memory a backend's collectives operate on: host memory for gloo, device memory on the
+// thread's current device for nccl (device_buffer.h; Upload/Download copy across).
 class TestBuffer {
  public:
   virtual ~TestBuffer() = default;

@@ -47,6 +47,11 @@ using gloo_backend::ReduceFunction;
 using gloo_backend::StoreFailure;
 using UnboundBuffer = ::gloo::transport::UnboundBuffer;
 
+// With check_consistency, an allreduce whose payload fits travels inside the descriptor
+// exchange: at most this many payload bytes arrive at a rank per collective, from all
+// peers together (so a peer's message carries up to kInlineBudget / (size - 1)).
+constexpr size_t kInlineBudget = 1 << 20;
+
 // Slot prefixes for our own unbound-buffer traffic, clear of Gloo's (0x01..0x08).
 constexpr uint8_t kDescriptorSlotPrefix = 0xC0;
 constexpr uint8_t kReduceScatterSlotPrefix = 0xC1;
@@ -170,12 +175,30 @@ class GlooCommunicator final : public Communicator {
                    std::vector<int> world_ranks, int rank,
                    std::shared_ptr<::gloo::rendezvous::Context> context, PeerDirectory peers);
 
+  // An allreduce small enough to ride in the descriptor exchange.
+  struct InlineAllReduce {
+    const void* send;
+    void* recv;
+    size_t count;
+    DataType type;
+    ReduceOp op;
+  };
+
   // Runs one collective: sequence number, descriptor exchange, then `body(tag)`, turning
   // Gloo exceptions into Errors. Any failure but a mismatch breaks the communicator.
+  // With `fused` (an allreduce) whose payload fits inline_capacity_, the payload rides in
+  // the exchange and is reduced here instead of running `body`: one message round in
+  // place of the exchange plus Gloo's ring.
   template <typename Body>
-  Result<void> RunCollective(CollectiveDescriptor d, Body&& body);
-  // All-to-all exchange of descriptors; names ranks that did not answer.
-  Result<void> ExchangeDescriptors(const CollectiveDescriptor& mine);
+  Result<void> RunCollective(CollectiveDescriptor d, Body&& body,
+                             const InlineAllReduce* fused = nullptr);
+  // All-to-all exchange of descriptors, each followed by `payload_bytes` of `payload`;
+  // names ranks that did not answer.
+  Result<void> ExchangeDescriptors(const CollectiveDescriptor& mine, const void* payload = nullptr,
+                                   size_t payload_bytes = 0);
+  // Reduces the payloads that arrived with the descriptors into f.recv, folding ranks
+  // 0..size-1 in order so that every rank computes the same bits.
+  void ReduceInline(const InlineAllReduce& f);
   Result<void> RingReduceScatter(const CollectiveDescriptor& d, const void* send, void* recv,
                                  std::span<const size_t> counts, DataType type, ReduceOp op,
                                  uint32_t tag);
@@ -205,9 +228,11 @@ class GlooCommunicator final : public Communicator {
   std::map<std::vector<int>, int> split_counts_;     // member list -> splits so far
   std::optional<Error> broken_;                      // the failure that broke it
 
-  // Descriptor exchange buffers, reused by every collective.
-  CollectiveDescriptor desc_out_;
-  std::vector<CollectiveDescriptor> desc_in_;
+  // Descriptor exchange buffers, reused by every collective: a descriptor, then up to
+  // inline_capacity_ bytes of allreduce payload (a receive accepts any shorter message).
+  size_t inline_capacity_ = 0;
+  std::vector<std::byte> desc_out_;
+  std::vector<std::vector<std::byte>> desc_in_;
   std::unique_ptr<UnboundBuffer> desc_out_buf_;
   std::vector<std::unique_ptr<UnboundBuffer>> desc_in_bufs_;
 };
@@ -225,11 +250,17 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<const GlooShared> shared,
       peers_(std::move(peers)),
       desc_in_(static_cast<size_t>(size_)) {
   for (int r = 0; r < size_; ++r) rank_names_.push_back(RankName(r, world_ranks_[r]));
-  desc_out_buf_ = context_->createUnboundBuffer(&desc_out_, sizeof(desc_out_));
+  if (shared_->check_consistency && size_ > 1) {
+    inline_capacity_ = (kInlineBudget / static_cast<size_t>(size_ - 1)) & ~size_t{7};
+  }
+  const size_t message = sizeof(CollectiveDescriptor) + inline_capacity_;
+  desc_out_.resize(message);
+  desc_out_buf_ = context_->createUnboundBuffer(desc_out_.data(), message);
   desc_in_bufs_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    desc_in_bufs_[r] = context_->createUnboundBuffer(&desc_in_[r], sizeof(CollectiveDescriptor));
+    desc_in_[r].resize(message);
+    desc_in_bufs_[r] = context_->createUnboundBuffer(desc_in_[r].data(), message);
   }
 }
 
@@ -314,13 +345,21 @@ Error GlooCommunicator::TransportError(const std::string& op, std::string_view w
 }
 
 template <typename Body>
-Result<void> GlooCommunicator::RunCollective(CollectiveDescriptor d, Body&& body) {
+Result<void> GlooCommunicator::RunCollective(CollectiveDescriptor d, Body&& body,
+                                             const InlineAllReduce* fused) {
   COHORT_TRY_VOID(CheckUsable());
   d.seq = ++seq_;
   if (shared_->check_consistency && size_ > 1) {
-    COHORT_TRY_VOID(ExchangeDescriptors(d));
+    // Every rank decides alike: matching descriptors mean equal payload sizes.
+    const size_t inline_bytes = fused != nullptr ? fused->count * SizeOf(fused->type) : 0;
+    const bool ride = fused != nullptr && inline_bytes <= inline_capacity_;
+    COHORT_TRY_VOID(ExchangeDescriptors(d, ride ? fused->send : nullptr, ride ? inline_bytes : 0));
     // Every rank has heard from every other rank: that is a barrier already.
     if (d.kind == static_cast<uint32_t>(CollectiveKind::kBarrier)) return {};
+    if (ride) {
+      ReduceInline(*fused);
+      return {};
+    }
   }
   Result<void> result;
   try {
@@ -343,14 +382,33 @@ Result<void> GlooCommunicator::RunCollective(CollectiveDescriptor d, Body&& body
   return result;
 }
 
-Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& mine) {
+void GlooCommunicator::ReduceInline(const InlineAllReduce& f) {
+  if (f.count == 0) return;
+  const size_t bytes = f.count * SizeOf(f.type);
+  auto payload = [&](int r) -> const std::byte* {
+    // This rank's own contribution is the copy in desc_out_ (f.send may alias f.recv).
+    const std::byte* msg = r == rank_ ? desc_out_.data() : desc_in_[r].data();
+    return msg + sizeof(CollectiveDescriptor);
+  };
+  std::memcpy(f.recv, payload(0), bytes);
+  const auto reduce = ReduceFunction(f.type, f.op);
+  for (int r = 1; r < size_; ++r) reduce(f.recv, f.recv, payload(r), f.count);
+  if (f.op == ReduceOp::kAvg) DivideInPlace(f.recv, f.count, f.type, size_);
+}
+
+Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& mine,
+                                                   const void* payload, size_t payload_bytes) {
   const uint64_t slot = ::gloo::Slot::build(kDescriptorSlotPrefix, 0);
   const SteadyTime deadline = SteadyClock::now() + shared_->timeout;
   auto time_left = [&] {
     return std::max(Millis(0),
                     std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()));
   };
-  desc_out_ = mine;
+  std::memcpy(desc_out_.data(), &mine, sizeof(mine));
+  if (payload_bytes > 0) {
+    std::memcpy(desc_out_.data() + sizeof(mine), payload, payload_bytes);
+  }
+  const size_t message = sizeof(mine) + payload_bytes;
   // Per peer: why it did not answer (empty: it did).
   std::vector<std::string> failure(static_cast<size_t>(size_));
   auto note = [&](int p, const char* what) {
@@ -372,7 +430,7 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
     const int p = (rank_ + i) % size_;
     if (!failure[p].empty()) continue;
     try {
-      desc_out_buf_->send(p, slot);
+      desc_out_buf_->send(p, slot, 0, message);
       ++sends;
     } catch (const std::exception& e) {
       note(p, e.what());
@@ -432,7 +490,10 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
     MarkBroken(err);
     return std::unexpected(err);
   }
-  std::vector<CollectiveDescriptor> all(desc_in_);
+  std::vector<CollectiveDescriptor> all(static_cast<size_t>(size_));
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) std::memcpy(&all[p], desc_in_[p].data(), sizeof(CollectiveDescriptor));
+  }
   all[static_cast<size_t>(rank_)] = mine;
   return CheckDescriptors(all, rank_names_);
 }
@@ -441,6 +502,7 @@ Result<void> GlooCommunicator::AllReduce(const void* send, void* recv, size_t co
                                          DataType type, ReduceOp op) {
   COHORT_TRY_VOID(CheckPointer("allreduce", "send", send, count));
   COHORT_TRY_VOID(CheckPointer("allreduce", "recv", recv, count));
+  const InlineAllReduce fused{send, recv, count, type, op};
   return RunCollective(DescribeAllReduce(count, type, op), [&](uint32_t tag) -> Result<void> {
     if (count == 0) return {};
     ::gloo::AllreduceOptions opts(context_);
@@ -454,7 +516,7 @@ Result<void> GlooCommunicator::AllReduce(const void* send, void* recv, size_t co
     ::gloo::allreduce(opts);
     if (op == ReduceOp::kAvg) DivideInPlace(recv, count, type, size_);
     return {};
-  });
+  }, &fused);
 }
 
 Result<void> GlooCommunicator::ReduceScatter(const void* send, void* recv,
