@@ -31,15 +31,6 @@ struct RunFlags {
   std::vector<std::string> command;
 };
 
-int PollSignal(Millis timeout) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  timespec ts{timeout.count() / 1000, (timeout.count() % 1000) * 1'000'000};
-  int sig = sigtimedwait(&set, nullptr, &ts);
-  return sig > 0 ? sig : 0;
-}
 
 int RunRanks(const RunFlags& f) {
   if (f.command.empty()) {
@@ -104,7 +95,7 @@ int RunRanks(const RunFlags& f) {
         }
       }
     }
-    if (int sig = PollSignal(Millis(20)); sig && !kill_at) {
+    if (int sig = PollTerminationSignal(Millis(20)); sig && !kill_at) {
       std::fprintf(stderr, "cohort run: %s, stopping %zu rank(s)\n", sig == SIGINT ? "interrupted" : "terminated", running);
       stop_all(SIGTERM);
       kill_at = SteadyClock::now() + Millis(*grace);

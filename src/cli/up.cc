@@ -67,16 +67,6 @@ void StopDaemon(Daemon& d, Millis grace) {
   }
 }
 
-// Waits for SIGINT/SIGTERM (blocked in this thread) for up to `timeout`; 0 if none came.
-int PollTerminationSignal(Millis timeout) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  timespec ts{timeout.count() / 1000, (timeout.count() % 1000) * 1'000'000};
-  int sig = sigtimedwait(&set, nullptr, &ts);
-  return sig > 0 ? sig : 0;
-}
 
 int RunUp(UpFlags& f) {
   auto timing = f.timing.Resolve();

@@ -131,6 +131,10 @@ struct CommOptions {
 
 // Names of the backends usable here: "gloo", and "nccl" when this binary is built with
 // CUDA/NCCL and this process sees a CUDA device.
+// For backends: checks a Split member list (non-empty, in [0, size), sorted, unique,
+// containing `rank`) and returns this rank's index in it; kInvalidArgument otherwise.
+Result<int> CheckSplitMembers(std::span<const int> ranks, int size, int rank);
+
 std::vector<std::string> AvailableBackends();
 
 // Creates this rank's communicator and connects it to the others (blocks until all

@@ -26,4 +26,11 @@ int WaitForTerminationSignal() {
   return sig;
 }
 
+int PollTerminationSignal(Millis timeout) {
+  sigset_t set = TerminationSet();
+  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>((timeout.count() % 1000) * 1'000'000)};
+  int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
 }  // namespace cohort

@@ -199,7 +199,10 @@ TEST_P(CommFailure, DestroyedRankFailsPeersFast) {
       if (outcome == &checked) {
         EXPECT_THAT(error.message, HasSubstr("lost connection to rank 2"));
       }
-      EXPECT_LT(took, 2.0);
+      // Failing from the lost connection (kUnavailable above) rather than from the 5 s
+      // timeout is the behaviour under test; the bound only says it came before the
+      // timeout, not how fast (a loaded CI machine once took over 2 s).
+      EXPECT_LT(took, 5.0);
     }
   }
 }

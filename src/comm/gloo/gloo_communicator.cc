@@ -699,24 +699,7 @@ Result<void> GlooCommunicator::PointToPoint(bool is_send, void* buf, size_t coun
 }
 
 Result<std::unique_ptr<Communicator>> GlooCommunicator::Split(std::span<const int> ranks) {
-  if (ranks.empty()) return Errorf(ErrorCode::kInvalidArgument, "split: the member list is empty");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= size_) {
-      return Errorf(ErrorCode::kInvalidArgument, "split: rank {} is not in a group of {}",
-                    ranks[i], size_);
-    }
-    if (i > 0 && ranks[i] <= ranks[i - 1]) {
-      return Errorf(ErrorCode::kInvalidArgument,
-                    "split: ranks must be sorted and unique, got {} after {}", ranks[i],
-                    ranks[i - 1]);
-    }
-  }
-  auto self = std::find(ranks.begin(), ranks.end(), rank_);
-  if (self == ranks.end()) {
-    return Errorf(ErrorCode::kInvalidArgument,
-                  "split: rank {} called Split for a group it is not in ([{}])", rank_,
-                  fmt::join(ranks, ", "));
-  }
+  const int self_index = COHORT_TRY(CheckSplitMembers(ranks, size_, rank_));
   COHORT_TRY_VOID(CheckUsable());
   std::vector<int> members(ranks.begin(), ranks.end());
   const int nth = split_counts_[members]++;
@@ -724,7 +707,7 @@ Result<std::unique_ptr<Communicator>> GlooCommunicator::Split(std::span<const in
   std::vector<int> child_world;
   for (int r : members) child_world.push_back(world_ranks_[r]);
   auto child = Connect(shared_, child_id, std::move(child_world),
-                       static_cast<int>(self - ranks.begin()));
+                       self_index);
   if (!child) {
     return std::unexpected(WithContext(
         child.error(), fmt::format("split into [{}] (every member must call Split with this list)",
