@@ -17,7 +17,7 @@ struct HeadConfig {
   std::string port_file;           // when set, the bound port is written here once listening
   api::AgentTiming timing;         // heartbeat interval, failure and fence timeouts, kill grace
   int64_t schedule_interval_ms = 1000;  // periodic pass, besides the event-driven ones
-  int http_threads = 128;  // rendezvous reads park a thread for up to 1 s each
+  int http_threads = 64;  // rendezvous reads park a thread for up to 1 s each
 };
 
 }  // namespace cohort::head
