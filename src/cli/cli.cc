@@ -16,15 +16,6 @@ std::string ResolveHeadUrl(const GlobalOptions& g) {
 
 HttpClient HeadClient(const GlobalOptions& g) { return HttpClient(ResolveHeadUrl(g), Millis(15000)); }
 
-int ExitCodeFor(const Error& e) {
-  switch (e.code) {
-    case ErrorCode::kInvalidArgument: return 2;
-    case ErrorCode::kUnavailable:
-    case ErrorCode::kDeadlineExceeded: return 3;
-    default: return 1;
-  }
-}
-
 int ReportError(const Error& e) {
   std::fprintf(stderr, "cohort: error: %s\n", e.message.c_str());
   return ExitCodeFor(e);

@@ -40,8 +40,8 @@ std::string ResolveHeadUrl(const GlobalOptions& g);
 HttpClient HeadClient(const GlobalOptions& g);
 
 // Prints "cohort: error: ..." and returns the exit code for the error.
+// (The exit code itself comes from cohort::ExitCodeFor in common/error.h.)
 int ReportError(const Error& e);
-int ExitCodeFor(const Error& e);
 
 // Commands (one file each).
 void AddHeadCommand(CommandContext& ctx);

@@ -40,6 +40,15 @@ int HttpStatusFor(ErrorCode code) {
   return 500;
 }
 
+int ExitCodeFor(const Error& e) {
+  switch (e.code) {
+    case ErrorCode::kInvalidArgument: return 2;
+    case ErrorCode::kUnavailable:
+    case ErrorCode::kDeadlineExceeded: return 3;
+    default: return 1;
+  }
+}
+
 std::string Error::ToString() const {
   return std::string(ErrorCodeName(code)) + ": " + message;
 }

@@ -31,6 +31,12 @@ std::string_view ErrorCodeName(ErrorCode code);
 ErrorCode ErrorCodeFromName(std::string_view name);  // unknown names map to kInternal
 int HttpStatusFor(ErrorCode code);
 
+struct Error;
+
+// The exit code a command-line program returns for `e`: 2 for bad input, 3 when a peer
+// (the head, a store) could not be reached or did not answer in time, 1 otherwise.
+int ExitCodeFor(const Error& e);
+
 struct Error {
   Error() = default;
   Error(ErrorCode c, std::string m, std::string f = {})

@@ -22,15 +22,6 @@ namespace {
 
 using bench::AllreduceBenchOptions;
 
-int ExitCodeFor(const Error& e) {
-  switch (e.code) {
-    case ErrorCode::kInvalidArgument: return 2;
-    case ErrorCode::kUnavailable:
-    case ErrorCode::kDeadlineExceeded: return 3;
-    default: return 1;
-  }
-}
-
 int Report(const Error& e) {
   std::fprintf(stderr, "cohort bench: error: %s\n", e.message.c_str());
   return ExitCodeFor(e);
