@@ -8,6 +8,7 @@ packages=(
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   nlohmann-json3-dev libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev
+  libopenblas-dev libpcre2-dev   # the training engine: sgemm; GPT-2 BPE pre-tokenizer regex
   procps iproute2 curl python3
   python3-torch   # the PyTorch DDP example and its test (Debian's CPU build)
 )

@@ -1,0 +1,123 @@
+// GptModel: a GPT-2-style decoder-only transformer on the CPU (float32), the reference
+// implementation every other backend is checked against.
+//
+// Architecture (GPT-2): token embedding wte (Vp × C) + position embedding wpe (T × C);
+// n_layer pre-LayerNorm blocks, each x += attn(ln1(x)); x += mlp(ln2(x)) with causal
+// multi-head attention (n_head heads) and a 4C GELU (tanh approximation) MLP; a final
+// LayerNorm; logits = ln_f(x) · wteᵀ (the output head is tied to wte). Loss: mean
+// cross-entropy over the positions whose target is >= 0.
+//
+// Parameters live in one flat float buffer (params()), gradients in a second buffer of
+// the same layout (grads()); tensors() names every slice. Layout, in order:
+//   wte (Vp, C), wpe (T, C),
+//   for each layer l = 0..L-1, contiguous: ln1.w (C), ln1.b (C), qkv.w (3C, C),
+//     qkv.b (3C), attn_proj.w (C, C), attn_proj.b (C), ln2.w (C), ln2.b (C),
+//     fc.w (4C, C), fc.b (4C), fc_proj.w (C, 4C), fc_proj.b (C),
+//   ln_f.w (C), ln_f.b (C).
+// Weights are (out, in), row-major: y = x · Wᵀ + b (llm.c's convention; Hugging Face's
+// Conv1D stores the transpose). Vp is vocab_size rounded up to a multiple of 128; the
+// padded rows of wte are zero and their logits are ignored by the loss.
+//
+// Backward accumulates into grads() (call ZeroGrad() before the first micro-batch of a
+// step), so gradient accumulation is a loop of Forward/Backward. It calls `ready`
+// for each parameter slice as soon as that slice's gradient is final for this
+// micro-batch, in this order: ln_f, layer L-1 (the whole contiguous block), ...,
+// layer 0, wpe, wte. Data parallelism starts reducing a bucket from that callback.
+//
+// Threads: one thread calls a GptModel at a time; kernels use OpenMP internally. The
+// `ready` callback runs on the calling thread and must not touch the model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace cohort::engine {
+
+struct GptConfig {
+  int vocab_size = 50257;   // V: tokens the tokenizer produces
+  int max_seq_len = 1024;   // T_max: rows of wpe
+  int n_layer = 12;         // L
+  int n_head = 12;          // NH
+  int n_embd = 768;         // C; must be divisible by n_head
+
+  // Vp: vocab_size rounded up to a multiple of 128.
+  int padded_vocab_size() const;
+  // kInvalidArgument naming the field when a value is out of range (every field >= 1,
+  // n_embd % n_head == 0, sizes small enough that the parameter count fits in int64).
+  Result<void> Validate() const;
+  // Number of floats in params() for this configuration.
+  size_t num_parameters() const;
+};
+
+// One named slice of the flat parameter (and gradient) buffer.
+struct ParamTensor {
+  std::string name;           // "wte", "wpe", "h.3.qkv.w", "ln_f.b", ...
+  std::vector<int64_t> shape;  // {3C, C} for "h.3.qkv.w"
+  size_t offset = 0;          // in floats, into params() / grads()
+  size_t numel = 0;
+  bool weight_decay = false;  // true for matrices and embeddings (2-D), false for biases and LayerNorm
+};
+
+// Called with a slice [offset, offset + count) of grads() whose gradient is final.
+using GradReadyFn = std::function<void(size_t offset, size_t count)>;
+
+class GptModel {
+ public:
+  // kInvalidArgument if config.Validate() fails. Parameters start zeroed; call InitRandom
+  // or copy weights into params().
+  static Result<GptModel> Create(const GptConfig& config);
+
+  GptModel(GptModel&&) noexcept;
+  GptModel& operator=(GptModel&&) noexcept;
+  ~GptModel();
+
+  const GptConfig& config() const;
+  const std::vector<ParamTensor>& tensors() const;
+  // Returns the tensor called `name`, or nullptr.
+  const ParamTensor* FindTensor(std::string_view name) const;
+  std::span<float> params();
+  std::span<const float> params() const;
+  std::span<float> grads();
+
+  // GPT-2 initialisation from `seed` (deterministic): weights N(0, 0.02), the two residual
+  // projections (attn_proj.w, fc_proj.w) N(0, 0.02/sqrt(2L)), LayerNorm weights 1,
+  // biases 0, padded wte rows 0.
+  void InitRandom(uint64_t seed);
+
+  // Runs the model on `tokens` (B*T ids in [0, vocab_size), row-major B × T, T <=
+  // max_seq_len). With `targets` (B*T ids, or -1 to ignore a position) returns the mean
+  // cross-entropy loss; with empty targets returns 0 and only computes logits.
+  // kInvalidArgument on a bad shape or an id out of range (nothing is changed then).
+  Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                        int B, int T);
+
+  // Logits of the last Forward, B × T × Vp (padded entries beyond vocab_size included).
+  std::span<const float> logits() const;
+
+  void ZeroGrad();
+
+  // Backpropagates the loss of the last Forward (which must have had targets) and adds
+  // loss_scale × d(loss)/d(params) into grads(). loss_scale = 1/accumulation_steps makes
+  // the accumulated gradient the gradient of the mean loss. `ready` may be empty.
+  // kFailedPrecondition if no Forward with targets preceded it.
+  Result<void> Backward(float loss_scale, const GradReadyFn& ready = {});
+
+ private:
+  struct Impl;
+  explicit GptModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Model FLOPs per token for a training step (forward + backward), as in PaLM's MFU:
+// 6 × (non-embedding parameters + the tied output head) + 12 × L × C × T (attention).
+double TrainingFlopsPerToken(const GptConfig& config, int seq_len);
+
+}  // namespace cohort::engine
