@@ -1,9 +1,14 @@
-// cohort: parse the subcommand and dispatch (src/cli); data-plane tools (src/comm) join
-// as external commands so that the CLI library never links the data plane.
+// cohort: parse the subcommand and dispatch (src/cli); the data-plane tools (src/comm
+// benchmarks, src/engine training) join as external commands so that the CLI library
+// never links the data plane.
 #include "cli/cli.h"
 #include "comm/bench/bench_command.h"
+#include "engine/trainer/tokenize_command.h"
+#include "engine/trainer/train_command.h"
 
 int main(int argc, char** argv) {
-  const cohort::ExternalCommand external[] = {cohort::comm::BenchCommand()};
+  const cohort::ExternalCommand external[] = {cohort::comm::BenchCommand(),
+                                              cohort::engine::TrainCommand(),
+                                              cohort::engine::TokenizeCommand()};
   return cohort::cli::RunCli(argc, argv, external);
 }

@@ -19,24 +19,18 @@
 #include <string_view>
 
 #include "api/types.h"
+#include "common/document.h"
 #include "common/error.h"
 #include "common/json.h"
 
 namespace cohort::cli {
 
-// Converts a YAML document to JSON. `source` names the text in errors ("job.yaml").
-// Under a top-level key in `string_fields`, unquoted numbers and booleans keep their text
-// as strings (a spec file may write `command: [python, train.py, --epochs, 10]` and
-// `env: {OMP_NUM_THREADS: 4}`). Fails on a syntax error (with line and column), on more
-// than one document, on a mapping key that is not a scalar, and on a duplicate key.
-Result<json> YamlToJson(std::string_view text, std::string_view source,
-                        const std::set<std::string, std::less<>>& string_fields = {});
+// The YAML/JSON conversion lives in common/document.h (shared with training configs).
+using ::cohort::JsonFromText;
+using ::cohort::YamlToJson;
 
 // The fields LoadSpecDocument passes as `string_fields`: "command" and "env".
 const std::set<std::string, std::less<>>& SpecStringFields();
-
-// Parses JSON text, reporting a syntax error as "source:LINE:COL: ...".
-Result<json> JsonFromText(std::string_view text, std::string_view source);
 
 // Reads `path` and parses it as described above, without checking it is a job spec.
 // A missing or unreadable file is kInvalidArgument naming the path and the OS reason.

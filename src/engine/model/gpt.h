@@ -100,6 +100,7 @@ class GptModel {
                         int B, int T);
 
   // Logits of the last Forward, B × T × Vp (padded entries beyond vocab_size included).
+  // Valid until the next Forward or Backward: Backward reuses the buffer for d(loss)/d(logits).
   std::span<const float> logits() const;
 
   void ZeroGrad();
@@ -107,7 +108,8 @@ class GptModel {
   // Backpropagates the loss of the last Forward (which must have had targets) and adds
   // loss_scale × d(loss)/d(params) into grads(). loss_scale = 1/accumulation_steps makes
   // the accumulated gradient the gradient of the mean loss. `ready` may be empty.
-  // kFailedPrecondition if no Forward with targets preceded it.
+  // kFailedPrecondition if no Forward with targets preceded it (each Forward can be
+  // back-propagated once).
   Result<void> Backward(float loss_scale, const GradReadyFn& ready = {});
 
  private:

@@ -1,1 +1,162 @@
-// (being written)
+#include "engine/trainer/train_command.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "comm/launch_env.h"
+#include "common/subprocess.h"
+#include "engine/kernels/cpu/matmul.h"
+#include "engine/trainer/config.h"
+#include "engine/trainer/trainer.h"
+
+namespace cohort::engine {
+namespace {
+
+int Report(const Error& e) {
+  std::fprintf(stderr, "cohort train: error: %s\n", e.message.c_str());
+  return ExitCodeFor(e);
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+struct Flags {
+  std::string config;
+  int ranks = 0;
+  int64_t steps = 0;
+  std::string checkpoint_dir;
+  std::string export_path;
+  std::string log_file;
+  int64_t log_every = 0;
+  int threads = -1;
+  int sample_tokens = -1;
+  int64_t stop_at_step = 0;
+};
+
+// Replaces this process with `cohort run -n N -- cohort train <the same flags>`.
+int Launch(int argc, char** argv, int ranks) {
+  const std::string self = SelfExePath();
+  std::vector<std::string> args = {self, "run", "-n", std::to_string(ranks), "--", self, "train"};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-n" || a == "--ranks") {
+      ++i;  // drop the value as well
+      continue;
+    }
+    if (a.starts_with("--ranks=") || (a.starts_with("-n") && a.size() > 2)) continue;
+    args.push_back(a);
+  }
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execv(self.c_str(), cargv.data());
+  return Report(Error(ErrorCode::kInternal,
+                      fmt::format("cannot execute '{}': {}", self, std::strerror(errno))));
+}
+
+// OpenBLAS chooses its kernels when it is loaded and falls back to slow generic ones on CPUs
+// it does not know; re-executes this process with OPENBLAS_CORETYPE set when that helps.
+// Returns only when no re-execution is needed (or it failed).
+void UseFastBlasKernels(int argc, char** argv) {
+  const std::string core = cpu::SuggestedBlasCoreType();
+  if (core.empty()) return;
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  const std::string self = SelfExePath();
+  std::vector<std::string> args = {self, "train"};
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execv(self.c_str(), cargv.data());
+  std::fprintf(stderr, "cohort train: warning: could not re-execute with OPENBLAS_CORETYPE=%s: %s\n",
+               core.c_str(), std::strerror(errno));
+}
+
+int RunTrain(int argc, char** argv) {
+  CLI::App app{"Train a GPT-2-style model (one rank of a data-parallel job)", "cohort train"};
+  Flags f;
+  app.add_option("-c,--config", f.config, "Training config (YAML or JSON)")->required();
+  app.add_option("-n,--ranks", f.ranks, "Train on N local ranks (re-runs under `cohort run -n N`)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--steps", f.steps, "Override train.steps")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--checkpoint-dir", f.checkpoint_dir, "Override checkpoint.dir");
+  app.add_option("--export", f.export_path,
+                 "Write the final model here as GPT-2 safetensors (Hugging Face names)");
+  app.add_option("--log-file", f.log_file, "Override log.file (JSON lines of the loss record)");
+  app.add_option("--log-every", f.log_every, "Override log.every")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--threads", f.threads, "Override train.threads (0: cores / local ranks)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--sample-tokens", f.sample_tokens, "Override sample.tokens")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--stop-at-step", f.stop_at_step,
+                 "Stop (and checkpoint) after this step; the schedule still runs to train.steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  UseFastBlasKernels(argc, argv);
+  if (f.ranks > 0) return Launch(argc, argv, f.ranks);
+
+  auto config = LoadTrainConfig(f.config);
+  if (!config) return Report(config.error());
+  if (f.steps > 0) config->steps = f.steps;
+  if (!f.checkpoint_dir.empty()) config->checkpoint_dir = f.checkpoint_dir;
+  if (f.log_every > 0) config->log_every = f.log_every;
+  if (!f.log_file.empty()) config->log_file = f.log_file;
+  if (f.threads >= 0) config->threads = f.threads;
+  if (f.sample_tokens >= 0) config->sample_tokens = f.sample_tokens;
+
+  auto env = comm::DetectLaunchEnv();
+  if (!env) return Report(env.error());
+  TrainerContext ctx;
+  ctx.env = *env;
+  ctx.job_id = Env("COHORT_JOB_ID");
+  if (ctx.job_id.empty()) ctx.job_id = "local";
+  const std::string attempt = Env("COHORT_ATTEMPT");
+  if (!attempt.empty()) {
+    char* end = nullptr;
+    long a = std::strtol(attempt.c_str(), &end, 10);
+    if (*end != '\0' || a < 0) {
+      return Report(Error(ErrorCode::kInvalidArgument,
+                          fmt::format("COHORT_ATTEMPT='{}' is not a non-negative integer", attempt)));
+    }
+    ctx.attempt = static_cast<int>(a);
+  }
+  ctx.report_url = Env("COHORT_REPORT");
+  ctx.checkpoint_dir = Env("COHORT_CHECKPOINT_DIR");
+  ctx.export_path = f.export_path;
+  ctx.stop_at_step = f.stop_at_step;
+
+  auto trainer = Trainer::Create(*config, ctx);
+  if (!trainer) return Report(trainer.error());
+  auto result = (*trainer)->Run();
+  if (!result) return Report(result.error());
+  return 0;
+}
+
+}  // namespace
+
+ExternalCommand TrainCommand() {
+  return ExternalCommand{"train", "Train a GPT-2-style model on CPU ranks (data parallel, checkpoints)",
+                         &RunTrain};
+}
+
+}  // namespace cohort::engine

@@ -1,0 +1,16 @@
+# Training engine benchmarks. bench_train_throughput runs the CPU reference GptModel and,
+# back to back, the same model in PyTorch (bench/torch_train_throughput.py) with the same
+# threads. The Python that has Debian's python3-torch: /usr/bin/python3 when present.
+if(NOT COHORT_TORCH_PYTHON)
+  if(EXISTS /usr/bin/python3)
+    set(COHORT_TORCH_PYTHON /usr/bin/python3)
+  else()
+    find_program(COHORT_TORCH_PYTHON NAMES python3)
+  endif()
+endif()
+add_executable(bench_train_throughput ${CMAKE_CURRENT_LIST_DIR}/train_throughput.cc)
+target_link_libraries(bench_train_throughput PRIVATE cohort_engine_model cohort_engine_optim
+                                                     cohort_common)
+target_compile_definitions(bench_train_throughput PRIVATE
+  COHORT_TORCH_PYTHON="${COHORT_TORCH_PYTHON}"
+  COHORT_TORCH_BENCH_SCRIPT="${CMAKE_CURRENT_LIST_DIR}/torch_train_throughput.py")

@@ -1,0 +1,246 @@
+#include "common/document.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include <yaml-cpp/yaml.h>
+
+namespace cohort {
+namespace {
+
+
+std::unexpected<Error> InputError(std::string message) {
+  return MakeError(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+bool IsPlainInteger(std::string_view s) {
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  if (i == s.size()) return false;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  return true;
+}
+
+bool IsPlainFloat(std::string_view s) {
+  // [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+  size_t i = 0;
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+  size_t int_digits = 0, frac_digits = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++int_digits;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++frac_digits;
+  }
+  if (int_digits == 0 && frac_digits == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    size_t exp_digits = 0;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++exp_digits;
+    if (exp_digits == 0) return false;
+  }
+  return i == s.size();
+}
+
+// A plain (unquoted, untagged) scalar by the YAML 1.2 core schema.
+json PlainScalar(const std::string& s) {
+  if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") return nullptr;
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  if (IsPlainInteger(s)) {
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (errno == 0) return static_cast<int64_t>(v);
+    if (s[0] != '-') {
+      errno = 0;
+      unsigned long long u = std::strtoull(s.c_str(), &end, 10);
+      if (errno == 0) return static_cast<uint64_t>(u);
+    }
+    return std::strtod(s.c_str(), nullptr);  // out of range: a (large) number, still not a string
+  }
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'o')) {
+    int base = s[1] == 'x' ? 16 : 8;
+    std::string digits = s.substr(2);
+    bool ok = std::all_of(digits.begin(), digits.end(), [&](char c) {
+      return base == 16 ? std::isxdigit(static_cast<unsigned char>(c)) != 0 : (c >= '0' && c <= '7');
+    });
+    if (ok) {
+      errno = 0;
+      unsigned long long u = std::strtoull(digits.c_str(), nullptr, base);
+      if (errno == 0) {
+        if (u <= static_cast<unsigned long long>(std::numeric_limits<int64_t>::max())) {
+          return static_cast<int64_t>(u);
+        }
+        return static_cast<uint64_t>(u);
+      }
+    }
+  }
+  if (IsPlainFloat(s)) return std::strtod(s.c_str(), nullptr);
+  std::string_view v = s;
+  bool neg = v.starts_with('-');
+  if (neg || v.starts_with('+')) v.remove_prefix(1);
+  if (v == ".inf" || v == ".Inf" || v == ".INF") {
+    return neg ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  }
+  if (s == ".nan" || s == ".NaN" || s == ".NAN") return std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+std::string Where(std::string_view source, const YAML::Mark& m) {
+  if (m.is_null()) return std::string(source);
+  return fmt::format("{}:{}:{}", source, m.line + 1, m.column + 1);
+}
+
+// `as_strings`: numbers and booleans keep their text (under a string-only field).
+Result<json> Convert(const YAML::Node& node, std::string_view source, bool as_strings,
+                     const std::set<std::string, std::less<>>* string_fields = nullptr) {
+  const bool top_level = string_fields != nullptr;
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      return json(nullptr);
+    case YAML::NodeType::Scalar: {
+      const std::string& tag = node.Tag();
+      const std::string& value = node.Scalar();
+      // "!" is the non-specific tag of quoted and block scalars; "?" marks a plain one.
+      if (tag == "!" || tag == "tag:yaml.org,2002:str") return json(value);
+      if (tag == "?" || tag.empty()) {
+        json v = PlainScalar(value);
+        if (as_strings && (v.is_number() || v.is_boolean())) return json(value);
+        return v;
+      }
+      if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
+          tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:null") {
+        return PlainScalar(value);
+      }
+      return InputError(fmt::format("{}: unsupported YAML tag '{}'", Where(source, node.Mark()), tag));
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(COHORT_TRY(Convert(item, source, as_strings)));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar()) {
+          return InputError(
+              fmt::format("{}: a mapping key must be a plain name", Where(source, kv.first.Mark())));
+        }
+        const std::string& key = kv.first.Scalar();
+        if (out.contains(key)) {
+          return InputError(fmt::format("{}: duplicate key '{}'", Where(source, kv.first.Mark()), key));
+        }
+        out[key] = COHORT_TRY(Convert(kv.second, source, as_strings || (top_level && string_fields->contains(key))));
+      }
+      return out;
+    }
+  }
+  return json(nullptr);
+}
+
+bool LooksLikeJson(std::string_view text) {
+  size_t i = text.find_first_not_of(" \t\r\n");
+  return i != std::string_view::npos && (text[i] == '{' || text[i] == '[');
+}
+
+}  // namespace
+
+Result<std::string> ReadDocumentText(const std::string& path, size_t max_bytes) {
+  std::FILE* f = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
+  if (!f) return InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::error_code ec;
+  if (path != "-" && std::filesystem::is_directory(path, ec)) {
+    std::fclose(f);
+    return InputError(fmt::format("{}: is a directory, not a file", path));
+  }
+  std::string text;
+  char buf[65536];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+    text.append(buf, n);
+    if (text.size() > max_bytes) {
+      if (f != stdin) std::fclose(f);
+      return InputError(fmt::format("{}: larger than {} MiB", path, max_bytes >> 20));
+    }
+  }
+  bool failed = std::ferror(f) != 0;
+  int err = errno;
+  if (f != stdin) std::fclose(f);
+  if (failed) return InputError(fmt::format("{}: cannot read: {}", path, std::strerror(err)));
+  return text;
+}
+
+
+Result<json> YamlToJson(std::string_view text, std::string_view source,
+                        const std::set<std::string, std::less<>>& string_fields) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return InputError(fmt::format("{}: invalid YAML: {}", Where(source, e.mark), e.msg));
+  }
+  if (docs.empty()) return json(nullptr);
+  if (docs.size() > 1) {
+    return InputError(fmt::format("{}: has {} YAML documents ('---'); expected exactly one",
+                                  source, docs.size()));
+  }
+  try {
+    return Convert(docs[0], source, /*as_strings=*/false, &string_fields);
+  } catch (const YAML::Exception& e) {
+    return InputError(fmt::format("{}: invalid YAML: {}", Where(source, e.mark), e.msg));
+  }
+}
+
+Result<json> JsonFromText(std::string_view text, std::string_view source) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based: the position of the last character read.
+    size_t pos = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < pos; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..."
+    if (size_t p = what.find(": "); p != std::string::npos && what.find("parse error") < p) {
+      what = what.substr(p + 2);
+    } else if (size_t b = what.find("] "); b != std::string::npos) {
+      what = what.substr(b + 2);
+    }
+    return InputError(fmt::format("{}:{}:{}: invalid JSON: {}", source, line, col, what));
+  }
+}
+
+Result<json> LoadDocument(const std::string& path,
+                          const std::set<std::string, std::less<>>& string_fields,
+                          size_t max_bytes) {
+  std::string text = COHORT_TRY(ReadDocumentText(path, max_bytes));
+  std::string source = path == "-" ? "<stdin>" : path;
+  std::string ext = path == "-" ? "" : std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext == ".json") return JsonFromText(text, source);
+  if (ext == ".yaml" || ext == ".yml") return YamlToJson(text, source, string_fields);
+  auto as_json = JsonFromText(text, source);
+  if (as_json) return as_json;
+  auto as_yaml = YamlToJson(text, source, string_fields);
+  if (as_yaml) return as_yaml;
+  return LooksLikeJson(text) ? as_json : as_yaml;
+}
+
+}  // namespace cohort

@@ -1,0 +1,163 @@
+#include "engine/trainer/config.h"
+
+#include <filesystem>
+
+#include "common/document.h"
+
+namespace cohort::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Resolve(const std::string& path, const std::string& base_dir) {
+  if (path.empty() || base_dir.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(base_dir) / path).lexically_normal().string();
+}
+
+// Opens `section` of the document as a reader; an absent section reads as empty.
+Result<ObjectReader> Section(ObjectReader& top, const json& empty, std::string_view name) {
+  const json* raw = top.Raw(name);
+  return ObjectReader::Open(raw ? *raw : empty, std::string(name));
+}
+
+}  // namespace
+
+Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base_dir) {
+  if (doc.is_null()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "the config is empty; it needs at least train.steps and data");
+  }
+  const json empty = json::object();
+  TrainConfig c;
+  ObjectReader top = COHORT_TRY(ObjectReader::Open(doc, ""));
+
+  {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "model"));
+    c.n_layer = static_cast<int>(COHORT_TRY(r.Int("n_layer", c.n_layer, 1, 1024)));
+    c.n_head = static_cast<int>(COHORT_TRY(r.Int("n_head", c.n_head, 1, 1024)));
+    c.n_embd = static_cast<int>(COHORT_TRY(r.Int("n_embd", c.n_embd, 1, 65536)));
+    c.seq_len = static_cast<int>(COHORT_TRY(r.Int("seq_len", c.seq_len, 1, 65536)));
+    c.init_from = Resolve(COHORT_TRY(r.String("init_from", "")), base_dir);
+    COHORT_TRY_VOID(r.Finish());
+    if (c.n_embd % c.n_head != 0) {
+      return FieldError("model.n_embd", "{} is not divisible by model.n_head {}", c.n_embd,
+                        c.n_head);
+    }
+  }
+  {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "tokenizer"));
+    c.tokenizer = COHORT_TRY(r.String("type", c.tokenizer));
+    c.bpe_vocab = Resolve(COHORT_TRY(r.String("vocab", "")), base_dir);
+    c.bpe_merges = Resolve(COHORT_TRY(r.String("merges", "")), base_dir);
+    COHORT_TRY_VOID(r.Finish());
+    if (c.tokenizer != "byte" && c.tokenizer != "gpt2") {
+      return FieldError("tokenizer.type", "must be 'byte' or 'gpt2', got '{}'", c.tokenizer);
+    }
+    if (c.tokenizer == "gpt2" && (c.bpe_vocab.empty() || c.bpe_merges.empty())) {
+      return FieldError("tokenizer.vocab",
+                        "the gpt2 tokenizer needs tokenizer.vocab (vocab.json) and "
+                        "tokenizer.merges (merges.txt)");
+    }
+  }
+  {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "data"));
+    c.data_text = Resolve(COHORT_TRY(r.String("text", "")), base_dir);
+    c.data_train = Resolve(COHORT_TRY(r.String("train", "")), base_dir);
+    c.data_val = Resolve(COHORT_TRY(r.String("val", "")), base_dir);
+    c.val_fraction = COHORT_TRY(r.Double("val_fraction", c.val_fraction, 0.0, 0.5));
+    c.shuffle = COHORT_TRY(r.Bool("shuffle", c.shuffle));
+    COHORT_TRY_VOID(r.Finish());
+    if (c.data_text.empty() == c.data_train.empty()) {
+      return FieldError("data", "give exactly one of data.text (text files) or data.train "
+                                "(token shards)");
+    }
+    if (!c.data_val.empty() && c.data_train.empty()) {
+      return FieldError("data.val", "needs data.train (with data.text, validation is the "
+                                    "last data.val_fraction of the text)");
+    }
+  }
+  {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "train"));
+    c.steps = COHORT_TRY(r.Int("steps", std::nullopt, 1, int64_t{1} << 40));
+    c.micro_batch = static_cast<int>(COHORT_TRY(r.Int("micro_batch", c.micro_batch, 1, 65536)));
+    c.global_batch_tokens =
+        COHORT_TRY(r.Int("global_batch_tokens", c.global_batch_tokens, 0, int64_t{1} << 40));
+    c.lr = COHORT_TRY(r.Double("lr", c.lr, 0.0, 10.0));
+    c.min_lr = COHORT_TRY(r.Double("min_lr", std::min(c.min_lr, c.lr), 0.0, 10.0));
+    c.warmup_steps = COHORT_TRY(r.Int("warmup_steps", c.warmup_steps, 0, int64_t{1} << 40));
+    c.weight_decay = COHORT_TRY(r.Double("weight_decay", c.weight_decay, 0.0, 10.0));
+    c.beta1 = COHORT_TRY(r.Double("beta1", c.beta1, 0.0, 0.999999));
+    c.beta2 = COHORT_TRY(r.Double("beta2", c.beta2, 0.0, 0.999999));
+    c.eps = COHORT_TRY(r.Double("eps", c.eps, 1e-30, 1.0));
+    c.grad_clip = COHORT_TRY(r.Double("grad_clip", c.grad_clip, 0.0, 1e9));
+    c.seed = static_cast<uint64_t>(COHORT_TRY(r.Int("seed", int64_t(c.seed), 0, INT64_MAX)));
+    c.bucket_mb = COHORT_TRY(r.Double("bucket_mb", c.bucket_mb, 0.001, 4096));
+    c.threads = static_cast<int>(COHORT_TRY(r.Int("threads", c.threads, 0, 4096)));
+    COHORT_TRY_VOID(r.Finish());
+    if (c.min_lr > c.lr) {
+      return FieldError("train.min_lr", "{} is above train.lr {}", c.min_lr, c.lr);
+    }
+  }
+  {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "eval"));
+    c.eval_every = COHORT_TRY(r.Int("every", c.eval_every, 0, int64_t{1} << 40));
+    c.eval_batches = static_cast<int>(COHORT_TRY(r.Int("batches", c.eval_batches, 1, 1 << 20)));
+    COHORT_TRY_VOID(r.Finish());
+  }
+  {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "checkpoint"));
+    c.checkpoint_dir = Resolve(COHORT_TRY(r.String("dir", "")), base_dir);
+    c.checkpoint_every = COHORT_TRY(r.Int("every", c.checkpoint_every, 0, int64_t{1} << 40));
+    c.checkpoint_keep = static_cast<int>(COHORT_TRY(r.Int("keep", c.checkpoint_keep, 1, 1 << 20)));
+    COHORT_TRY_VOID(r.Finish());
+  }
+  {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "sample"));
+    c.sample_every = COHORT_TRY(r.Int("every", c.sample_every, 0, int64_t{1} << 40));
+    c.sample_prompt = COHORT_TRY(r.String("prompt", c.sample_prompt));
+    c.sample_tokens = static_cast<int>(COHORT_TRY(r.Int("tokens", c.sample_tokens, 0, 1 << 20)));
+    c.temperature = COHORT_TRY(r.Double("temperature", c.temperature, 0.0, 100.0));
+    c.top_k = static_cast<int>(COHORT_TRY(r.Int("top_k", c.top_k, 0, 1 << 24)));
+    COHORT_TRY_VOID(r.Finish());
+  }
+  {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "log"));
+    c.log_every = COHORT_TRY(r.Int("every", c.log_every, 1, int64_t{1} << 40));
+    c.log_file = Resolve(COHORT_TRY(r.String("file", "")), base_dir);
+    COHORT_TRY_VOID(r.Finish());
+  }
+  {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "comm"));
+    c.backend = COHORT_TRY(r.String("backend", c.backend));
+    c.comm_timeout_s = COHORT_TRY(r.Double("timeout_s", c.comm_timeout_s, 0.1, 86400));
+    COHORT_TRY_VOID(r.Finish());
+  }
+  COHORT_TRY_VOID(top.Finish());
+  return c;
+}
+
+Result<TrainConfig> LoadTrainConfig(const std::string& path) {
+  json doc = COHORT_TRY(LoadDocument(path, {}, 1 << 20));
+  auto c = TrainConfigFromJson(doc, fs::path(path).parent_path().string());
+  if (!c) return std::unexpected(WithContext(c.error(), path));
+  return c;
+}
+
+Result<int> AccumulationSteps(const TrainConfig& c, int world) {
+  const int64_t per_micro = int64_t{world} * c.micro_batch * c.seq_len;
+  if (c.global_batch_tokens == 0) return 1;
+  if (c.global_batch_tokens % per_micro != 0 || c.global_batch_tokens < per_micro) {
+    return FieldError("train.global_batch_tokens",
+                      "{} is not a positive multiple of world size {} x train.micro_batch {} x "
+                      "model.seq_len {} = {}",
+                      c.global_batch_tokens, world, c.micro_batch, c.seq_len, per_micro);
+  }
+  const int64_t accum = c.global_batch_tokens / per_micro;
+  if (accum > 1 << 20) {
+    return FieldError("train.global_batch_tokens", "needs {} accumulation steps; at most {}",
+                      accum, 1 << 20);
+  }
+  return static_cast<int>(accum);
+}
+
+}  // namespace cohort::engine

@@ -1,0 +1,97 @@
+// TrainConfig: everything `cohort train` needs, read from a YAML or JSON file.
+//
+// Sections (every field optional unless marked; unknown keys are rejected with a
+// "did you mean" hint, and each error names the field, e.g. "train.micro_batch: must be
+// an integer between 1 and 65536, got 0"):
+//   model:      n_layer, n_head, n_embd, seq_len (context length), init_from (a GPT-2
+//               safetensors file in Hugging Face naming; its shape wins over n_layer,
+//               n_embd, vocab and seq_len, which must then agree or be absent)
+//   tokenizer:  type (byte | gpt2), vocab, merges (Hugging Face vocab.json/merges.txt,
+//               required for gpt2)
+//   data:       text (a text file, a directory of text files, or a glob; tokenized at
+//               start; val_fraction of the tokens at the end go to validation) or
+//               train/val (token shards: llm.c .bin or raw uint16; a path or glob);
+//               shuffle
+//   train:      steps (required), micro_batch, global_batch_tokens, lr, min_lr,
+//               warmup_steps, weight_decay, beta1, beta2, eps, grad_clip, seed,
+//               bucket_mb (data-parallel bucket size), threads (0: cores / local ranks)
+//   eval:       every (steps; 0 = never), batches (global batches of validation data)
+//   checkpoint: dir (default $COHORT_CHECKPOINT_DIR; none: no checkpoints), every, keep
+//   sample:     every (0 = only at the end), prompt, tokens, temperature, top_k
+//   log:        every, file (JSON lines, one per logged step, appended by rank 0: step,
+//               loss, lr, grad norm, tokens/s, attempt; val_loss on evaluated steps;
+//               with checkpoints, a step is appended once a checkpoint covers it)
+//   comm:       backend (gloo), timeout_s
+// Relative paths are resolved against the config file's directory. Plain value.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+#include "common/json.h"
+
+namespace cohort::engine {
+
+struct TrainConfig {
+  // model
+  int n_layer = 4;
+  int n_head = 4;
+  int n_embd = 128;
+  int seq_len = 128;
+  std::string init_from;
+  // tokenizer
+  std::string tokenizer = "byte";
+  std::string bpe_vocab, bpe_merges;
+  // data
+  std::string data_text;
+  std::string data_train, data_val;
+  double val_fraction = 0.1;
+  bool shuffle = true;
+  // train
+  int64_t steps = 0;
+  int micro_batch = 8;
+  int64_t global_batch_tokens = 0;  // 0: world × micro_batch × seq_len (no accumulation)
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;
+  uint64_t seed = 1337;
+  double bucket_mb = 4;
+  int threads = 0;
+  // eval
+  int64_t eval_every = 0;
+  int eval_batches = 4;
+  // checkpoint
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int checkpoint_keep = 3;
+  // sample
+  int64_t sample_every = 0;
+  std::string sample_prompt = "\n";
+  int sample_tokens = 0;
+  double temperature = 0.8;
+  int top_k = 40;
+  // log
+  int64_t log_every = 1;
+  std::string log_file;
+  // comm
+  std::string backend = "gloo";
+  double comm_timeout_s = 300;
+};
+
+// Decodes a config document; `base_dir` resolves relative paths.
+Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base_dir);
+
+// Reads `path` (YAML or JSON) and decodes it; errors start with the path.
+Result<TrainConfig> LoadTrainConfig(const std::string& path);
+
+// Accumulation steps per rank for `world` ranks: global_batch_tokens / (world ×
+// micro_batch × seq_len). kInvalidArgument (field train.global_batch_tokens) when that is
+// not a whole positive number, spelling out the product.
+Result<int> AccumulationSteps(const TrainConfig& c, int world);
+
+}  // namespace cohort::engine

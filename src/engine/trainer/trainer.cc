@@ -1,0 +1,535 @@
+#include "engine/trainer/trainer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "comm/communicator.h"
+#include "comm/store.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/gpt2_safetensors.h"
+#include "engine/data/sampler.h"
+#include "engine/data/token_shards.h"
+#include "engine/data/tokenizer.h"
+#include "engine/model/gpt.h"
+#include "engine/optim/adamw.h"
+#include "engine/optim/grad_clip.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/parallel/ddp.h"
+#include "engine/trainer/device_peak.h"
+#include "engine/trainer/reporter.h"
+#include "engine/trainer/rng.h"
+#include "engine/trainer/sampling.h"
+#include "engine/trainer/text_corpus.h"
+#include "engine/trainer/threads.h"
+
+namespace cohort::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Words of the broadcast that carries a checkpoint's scalars from rank 0.
+struct ResumeHeader {
+  int64_t found = 0;  // 1: a checkpoint follows; 0: start fresh; -1: rank 0 failed
+  int64_t adam_t = 0, step = 0, next_batch = 0, tokens_seen = 0;
+  int64_t rng[4] = {0, 0, 0, 0};
+};
+constexpr size_t kResumeWords = sizeof(ResumeHeader) / sizeof(int64_t);
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainConfig config;
+  TrainerContext ctx;
+  int rank = 0, world = 1, accum = 1;
+  int64_t global_batch = 0;  // sequences per step (G)
+  std::shared_ptr<comm::Store> store;
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<TokenDataset> train_data, val_data;
+  std::optional<GptModel> model;
+  std::optional<AdamW> optimizer;
+  std::optional<DistributedSampler> sampler, val_sampler;
+  int val_accum = 0;
+  std::unique_ptr<DdpReducer> reducer;
+  Rng rng{0};
+  TrainProgress progress;
+  LrSchedule schedule;
+  std::unique_ptr<ProgressReporter> reporter;
+  std::FILE* record = nullptr;  // log.file, rank 0 only
+  DevicePeak peak;
+  double flops_per_token = 0;
+  int threads = 1;
+  std::vector<int32_t> inputs, targets;
+
+  bool leader() const { return rank == 0; }
+
+  template <typename... Args>
+  void Log(fmt::format_string<Args...> f, Args&&... args) {
+    if (!leader()) return;
+    fmt::print(ctx.out, f, std::forward<Args>(args)...);
+    std::fputc('\n', ctx.out);
+    std::fflush(ctx.out);
+  }
+
+  Result<void> Setup();
+  Result<void> SetupComm();
+  Result<void> SetupData();
+  Result<void> SetupModel();
+  Result<void> Resume();
+  Result<double> TrainStep();
+  Result<double> AverageOverRanks(double value);
+  Result<double> Evaluate();
+  Result<void> SaveCheckpointNow();
+  Result<std::string> SampleText();
+  Result<TrainResult> Run();
+  void Record(json line);
+  void FlushRecords();
+  std::vector<std::string> pending_records;  // log.file lines not yet covered by a checkpoint
+
+  ~Impl() {
+    if (record) std::fclose(record);
+  }
+};
+
+void Trainer::Impl::Record(json line) {
+  if (!record) return;
+  line["attempt"] = ctx.attempt;
+  line["world_size"] = world;
+  line["time_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  pending_records.push_back(line.dump() + "\n");
+  // With checkpoints, a step enters the record only once a checkpoint holds it: a rerun
+  // after a failure redoes the steps past the checkpoint, and none is recorded twice.
+  if (config.checkpoint_dir.empty()) FlushRecords();
+}
+
+void Trainer::Impl::FlushRecords() {
+  if (!record) return;
+  for (const auto& text : pending_records) std::fwrite(text.data(), 1, text.size(), record);
+  pending_records.clear();
+  std::fflush(record);
+}
+
+Result<void> Trainer::Impl::SetupComm() {
+  rank = ctx.env.rank;
+  world = ctx.env.world_size;
+  if (world == 1) return {};
+  const Millis timeout(static_cast<int64_t>(config.comm_timeout_s * 1000));
+  store = std::shared_ptr<comm::Store>(
+      COHORT_TRY(comm::OpenStore(ctx.env.store_url, ctx.env.hosts_store(), timeout)));
+  comm::CommOptions o;
+  o.backend = config.backend;
+  o.rank = rank;
+  o.world_size = world;
+  o.store = store;
+  o.prefix = fmt::format("train/{}/{}", ctx.job_id, ctx.attempt);
+  o.timeout = timeout;
+  comm = COHORT_TRY(comm::CreateCommunicator(o));
+  return {};
+}
+
+Result<void> Trainer::Impl::SetupData() {
+  if (config.tokenizer == "gpt2") {
+    tokenizer = COHORT_TRY(LoadGpt2BpeTokenizer(config.bpe_vocab, config.bpe_merges));
+  } else {
+    tokenizer = MakeByteTokenizer();
+  }
+  if (!config.data_text.empty()) {
+    TextCorpus corpus = COHORT_TRY(LoadTextCorpus(config.data_text, *tokenizer, config.val_fraction));
+    Log("data: {} text files, {} bytes -> {} training and {} validation tokens ({} tokenizer)",
+        corpus.files.size(), corpus.bytes, corpus.train.size(), corpus.val.size(),
+        tokenizer->name());
+    train_data = TokenDataset::FromTokens(std::move(corpus.train));
+    if (!corpus.val.empty()) val_data = TokenDataset::FromTokens(std::move(corpus.val));
+  } else {
+    train_data = COHORT_TRY(TokenDataset::Open(config.data_train));
+    if (!config.data_val.empty()) val_data = COHORT_TRY(TokenDataset::Open(config.data_val));
+    Log("data: {} training tokens in {} shards, {} validation tokens", train_data->size(),
+        train_data->files().size(), val_data ? val_data->size() : 0);
+  }
+  accum = COHORT_TRY(AccumulationSteps(config, world));
+  global_batch = int64_t{world} * accum * config.micro_batch;
+
+  SamplerConfig sc;
+  sc.num_tokens = train_data->size();
+  sc.seq_len = config.seq_len;
+  sc.global_batch = global_batch;
+  sc.seed = config.seed;
+  sc.shuffle = config.shuffle;
+  auto s = DistributedSampler::Create(sc);
+  if (!s) return std::unexpected(WithContext(s.error(), "training data"));
+  sampler = std::move(*s);
+
+  if (config.eval_every > 0) {
+    if (!val_data) {
+      return FieldError("eval.every", "validation needs data (data.val, or data.val_fraction > 0)");
+    }
+    // The validation batch is the training batch when the data allows, else the largest
+    // whole number of micro-batches per rank that fits.
+    const int64_t per_round = int64_t{world} * config.micro_batch;
+    const int64_t windows = static_cast<int64_t>((val_data->size() - 1) / config.seq_len);
+    val_accum = static_cast<int>(std::min<int64_t>(accum, windows / per_round));
+    if (val_accum < 1) {
+      return FieldError("eval.every",
+                        "validation data has {} windows of {} tokens; one round of {} ranks x "
+                        "train.micro_batch {} needs {}",
+                        windows, config.seq_len + 1, world, config.micro_batch, per_round);
+    }
+    SamplerConfig vc = sc;
+    vc.num_tokens = val_data->size();
+    vc.global_batch = per_round * val_accum;
+    vc.shuffle = false;
+    auto v = DistributedSampler::Create(vc);
+    if (!v) return std::unexpected(WithContext(v.error(), "validation data"));
+    val_sampler = std::move(*v);
+  }
+  inputs.resize(size_t(config.micro_batch) * config.seq_len);
+  targets.resize(inputs.size());
+  return {};
+}
+
+Result<void> Trainer::Impl::SetupModel() {
+  GptConfig mc;
+  if (!config.init_from.empty()) {
+    mc = COHORT_TRY(ReadGpt2Config(config.init_from, config.n_head));
+    if (mc.max_seq_len < config.seq_len) {
+      return FieldError("model.seq_len", "{} is longer than the {} positions of {}",
+                        config.seq_len, mc.max_seq_len, config.init_from);
+    }
+    if (mc.vocab_size < tokenizer->vocab_size()) {
+      return FieldError("model.init_from", "{} has {} token embeddings; the {} tokenizer needs {}",
+                        config.init_from, mc.vocab_size, tokenizer->name(), tokenizer->vocab_size());
+    }
+  } else {
+    mc.vocab_size = tokenizer->vocab_size();
+    mc.max_seq_len = config.seq_len;
+    mc.n_layer = config.n_layer;
+    mc.n_head = config.n_head;
+    mc.n_embd = config.n_embd;
+  }
+  model = COHORT_TRY(GptModel::Create(mc));
+  if (!config.init_from.empty()) {
+    COHORT_TRY_VOID(ImportGpt2(config.init_from, *model));
+  } else {
+    model->InitRandom(config.seed);
+  }
+  if (auto r = train_data->CheckVocab(mc.vocab_size); !r) {
+    return std::unexpected(WithContext(r.error(), "training data"));
+  }
+  if (val_data) {
+    if (auto r = val_data->CheckVocab(mc.vocab_size); !r) {
+      return std::unexpected(WithContext(r.error(), "validation data"));
+    }
+  }
+  std::vector<DecayRange> ranges;
+  for (const auto& t : model->tensors()) ranges.push_back({t.offset, t.numel, t.weight_decay});
+  AdamWConfig ac;
+  ac.beta1 = static_cast<float>(config.beta1);
+  ac.beta2 = static_cast<float>(config.beta2);
+  ac.eps = static_cast<float>(config.eps);
+  ac.weight_decay = static_cast<float>(config.weight_decay);
+  optimizer = COHORT_TRY(AdamW::Create(model->params().size(), std::move(ranges), ac));
+
+  schedule.max_lr = config.lr;
+  schedule.min_lr = config.min_lr;
+  schedule.warmup_steps = config.warmup_steps;
+  schedule.total_steps = config.steps;
+  COHORT_TRY_VOID(schedule.Validate());
+
+  flops_per_token = TrainingFlopsPerToken(mc, config.seq_len);
+  peak = CpuPeakFp32(threads);
+  Log("model: GPT-2 style, {} layers, {} heads, d_model {}, context {}, vocab {} -> {:.2f}M "
+      "parameters",
+      mc.n_layer, mc.n_head, mc.n_embd, config.seq_len, mc.vocab_size,
+      model->params().size() / 1e6);
+  Log("batch: {} ranks x {} accumulation steps x {} sequences x {} tokens = {} tokens per step",
+      world, accum, config.micro_batch, config.seq_len, global_batch * config.seq_len);
+  const char* blas = std::getenv("OPENBLAS_CORETYPE");
+  Log("device: {}, peak {:.1f} GFLOP/s per rank; {:.3g} training FLOPs per token; OpenBLAS "
+      "kernels {}",
+      peak.device, peak.flops / 1e9, flops_per_token, blas ? blas : "chosen by OpenBLAS");
+  return {};
+}
+
+Result<void> Trainer::Impl::Resume() {
+  ResumeHeader header;
+  std::optional<Checkpoint> ckpt;
+  std::string failure;
+  if (leader() && !config.checkpoint_dir.empty()) {
+    auto loaded = LoadLatestCheckpoint(config.checkpoint_dir, model->config());
+    if (loaded) {
+      ckpt = std::move(*loaded);
+      for (const auto& w : ckpt->warnings) Log("checkpoint: {}", w);
+      Log("resuming from {} (step {})", ckpt->path, ckpt->progress.step);
+      header.found = 1;
+      header.adam_t = ckpt->adam_t;
+      header.step = ckpt->progress.step;
+      header.next_batch = ckpt->progress.next_batch;
+      header.tokens_seen = ckpt->progress.tokens_seen;
+      if (ckpt->progress.rng_state.size() == 4) {
+        for (int i = 0; i < 4; ++i) header.rng[i] = static_cast<int64_t>(ckpt->progress.rng_state[i]);
+      }
+    } else if (loaded.error().code != ErrorCode::kNotFound) {
+      header.found = -1;
+      failure = loaded.error().ToString();
+    }
+  }
+  if (comm) {
+    COHORT_TRY_VOID(comm->Broadcast(&header, kResumeWords, comm::DataType::kInt64, 0));
+  }
+  if (header.found < 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     leader() ? "cannot resume: " + failure
+                              : "cannot resume: rank 0 could not load a checkpoint");
+  }
+  auto params = model->params();
+  if (header.found == 1) {
+    std::vector<float> m(params.size()), v(params.size());
+    if (ckpt) {
+      std::copy(ckpt->params.begin(), ckpt->params.end(), params.begin());
+      m = std::move(ckpt->adam_m);
+      v = std::move(ckpt->adam_v);
+    }
+    if (comm) {
+      COHORT_TRY_VOID(comm->Broadcast(params.data(), params.size(), comm::DataType::kFloat32, 0));
+      COHORT_TRY_VOID(comm->Broadcast(m.data(), m.size(), comm::DataType::kFloat32, 0));
+      COHORT_TRY_VOID(comm->Broadcast(v.data(), v.size(), comm::DataType::kFloat32, 0));
+    }
+    COHORT_TRY_VOID(optimizer->Restore(m, v, header.adam_t));
+    progress.step = header.step;
+    progress.next_batch = header.next_batch;
+    progress.tokens_seen = header.tokens_seen;
+    const uint64_t words[4] = {uint64_t(header.rng[0]), uint64_t(header.rng[1]),
+                               uint64_t(header.rng[2]), uint64_t(header.rng[3])};
+    if ((words[0] | words[1] | words[2] | words[3]) != 0) COHORT_TRY_VOID(rng.Restore(words));
+  } else if (comm) {
+    // Every rank initialised from the same seed; rank 0's copy is the one that counts.
+    COHORT_TRY_VOID(comm->Broadcast(params.data(), params.size(), comm::DataType::kFloat32, 0));
+  }
+  return {};
+}
+
+Result<void> Trainer::Impl::Setup() {
+  threads = ConfigureThreads(config.threads, ctx.env.local_world_size);
+  COHORT_TRY_VOID(SetupComm());
+  COHORT_TRY_VOID(SetupData());
+  COHORT_TRY_VOID(SetupModel());
+  rng = Rng(config.seed ^ 0x5eedULL);
+  if (config.checkpoint_dir.empty()) config.checkpoint_dir = ctx.checkpoint_dir;
+  if (config.checkpoint_dir.empty() && config.checkpoint_every > 0) {
+    Log("checkpoint: none will be written (checkpoint.every is {} but there is no "
+        "checkpoint.dir, --checkpoint-dir or COHORT_CHECKPOINT_DIR)",
+        config.checkpoint_every);
+  }
+  COHORT_TRY_VOID(Resume());
+  if (comm) {
+    reducer = std::make_unique<DdpReducer>(*comm, model->grads(),
+                                           static_cast<size_t>(config.bucket_mb * (1 << 20)));
+  }
+  if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
+  if (leader() && !config.log_file.empty()) {
+    record = std::fopen(config.log_file.c_str(), "a");
+    if (!record) {
+      return FieldError("log.file", "cannot open {} for appending: {}", config.log_file,
+                        std::strerror(errno));
+    }
+  }
+  return {};
+}
+
+Result<double> Trainer::Impl::TrainStep() {
+  const int B = config.micro_batch, T = config.seq_len;
+  model->ZeroGrad();
+  double loss_sum = 0;
+  for (int a = 0; a < accum; ++a) {
+    auto starts = COHORT_TRY(sampler->WindowStarts(progress.next_batch, rank, world, accum, a, B));
+    COHORT_TRY_VOID(LoadBatch(*train_data, starts, T, inputs, targets));
+    loss_sum += COHORT_TRY(model->Forward(inputs, targets, B, T));
+    const float scale = 1.0f / static_cast<float>(accum);
+    if (reducer && a == accum - 1) {
+      reducer->Begin();
+      auto backward = model->Backward(scale, [&](size_t offset, size_t count) {
+        reducer->GradReady(offset, count);
+      });
+      auto reduced = reducer->Finish();
+      COHORT_TRY_VOID(backward);
+      COHORT_TRY_VOID(reduced);
+    } else {
+      COHORT_TRY_VOID(model->Backward(scale));
+    }
+  }
+  return AverageOverRanks(loss_sum / accum);
+}
+
+Result<double> Trainer::Impl::AverageOverRanks(double value) {
+  if (!comm) return value;
+  float v = static_cast<float>(value);
+  COHORT_TRY_VOID(comm->AllReduce(&v, &v, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg));
+  return v;
+}
+
+Result<double> Trainer::Impl::Evaluate() {
+  const int B = config.micro_batch, T = config.seq_len;
+  double sum = 0;
+  const int64_t batches = std::min<int64_t>(config.eval_batches, val_sampler->batches_per_epoch());
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int a = 0; a < val_accum; ++a) {
+      auto starts = COHORT_TRY(val_sampler->WindowStarts(b, rank, world, val_accum, a, B));
+      COHORT_TRY_VOID(LoadBatch(*val_data, starts, T, inputs, targets));
+      sum += COHORT_TRY(model->Forward(inputs, targets, B, T));
+    }
+  }
+  return AverageOverRanks(sum / double(batches * val_accum));
+}
+
+Result<void> Trainer::Impl::SaveCheckpointNow() {
+  if (!leader()) return {};
+  const auto start = Clock::now();
+  CheckpointView view;
+  view.config = model->config();
+  view.params = model->params();
+  view.adam_m = optimizer->m();
+  view.adam_v = optimizer->v();
+  view.adam_t = optimizer->t();
+  view.progress = progress;
+  const auto words = rng.state();
+  view.progress.rng_state.assign(words.begin(), words.end());
+  view.metadata = json{{"world_size", world},
+                       {"accumulation_steps", accum},
+                       {"micro_batch", config.micro_batch},
+                       {"seq_len", config.seq_len},
+                       {"tokenizer", std::string(tokenizer->name())},
+                       {"job", ctx.job_id},
+                       {"attempt", ctx.attempt}};
+  auto path = SaveCheckpoint(config.checkpoint_dir, view, config.checkpoint_keep);
+  if (!path) {
+    // Training goes on: a later checkpoint may succeed, and older ones are intact.
+    Log("checkpoint at step {} FAILED (training continues; older checkpoints kept): {}",
+        progress.step, path.error().ToString());
+    return std::unexpected(path.error());
+  }
+  Log("checkpoint: wrote {} in {:.0f} ms", *path, Seconds(Clock::now() - start) * 1000);
+  FlushRecords();
+  return {};
+}
+
+Result<std::string> Trainer::Impl::SampleText() {
+  std::vector<int32_t> prompt = tokenizer->Encode(config.sample_prompt);
+  if (prompt.empty()) prompt = tokenizer->Encode("\n");
+  SampleOptions o;
+  o.tokens = config.sample_tokens;
+  o.temperature = config.temperature;
+  o.top_k = config.top_k;
+  auto ids = COHORT_TRY(Generate(*model, prompt, o, rng));
+  return config.sample_prompt + tokenizer->Decode(ids);
+}
+
+Result<TrainResult> Trainer::Impl::Run() {
+  TrainResult result;
+  result.start_step = progress.step;
+  if (progress.step >= config.steps) {
+    Log("training already complete: the checkpoint is at step {} of {}", progress.step,
+        config.steps);
+  }
+  std::vector<double> rates;
+  const int64_t tokens_per_step = global_batch * config.seq_len;
+  bool first = true;
+  while (progress.step < config.steps) {
+    const double lr = LearningRate(schedule, progress.step);
+    const auto start = Clock::now();
+    const double loss = COHORT_TRY(TrainStep());
+    const double norm = ClipGradNorm(model->grads(), config.grad_clip);
+    optimizer->Step(model->params(), model->grads(), static_cast<float>(lr));
+    const double seconds = Seconds(Clock::now() - start);
+    ++progress.step;
+    ++progress.next_batch;
+    progress.tokens_seen += tokens_per_step;
+    if (!std::isfinite(loss)) {
+      return Errorf(ErrorCode::kInternal, "loss is {} at step {}; stopping (lower train.lr?)",
+                    loss, progress.step);
+    }
+    if (first) result.first_loss = loss;
+    first = false;
+    result.final_loss = loss;
+    const double tok_s = tokens_per_step / seconds;
+    rates.push_back(tok_s);
+    const double mfu = flops_per_token * tok_s / (peak.flops * world);
+    if (progress.step % config.log_every == 0 || progress.step == config.steps) {
+      Log("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:6.0f} ms | {:.0f} tok/s | "
+          "MFU {:.1f}%",
+          progress.step, config.steps, loss, lr, norm, seconds * 1000, tok_s, mfu * 100);
+      if (reporter) {
+        reporter->Post({progress.step, loss, tok_s, tok_s / config.seq_len, rank});
+      }
+    }
+    json line = {{"step", progress.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                 {"tokens_per_s", tok_s}};
+    if (config.eval_every > 0 &&
+        (progress.step % config.eval_every == 0 || progress.step == config.steps)) {
+      result.final_val_loss = COHORT_TRY(Evaluate());
+      Log("step {:5d}/{} | val loss {:.4f}", progress.step, config.steps, result.final_val_loss);
+      line["val_loss"] = result.final_val_loss;
+    }
+    Record(std::move(line));
+    const bool stopping = ctx.stop_at_step > 0 && progress.step >= ctx.stop_at_step;
+    if (!config.checkpoint_dir.empty() &&
+        ((config.checkpoint_every > 0 && progress.step % config.checkpoint_every == 0) ||
+         progress.step == config.steps || stopping)) {
+      (void)SaveCheckpointNow();
+    }
+    if (leader() && config.sample_every > 0 && config.sample_tokens > 0 &&
+        progress.step % config.sample_every == 0 && progress.step != config.steps) {
+      Log("---- sample at step {} ----\n{}\n----", progress.step, COHORT_TRY(SampleText()));
+    }
+    if (stopping) {
+      Log("stopping at step {} of {} (--stop-at-step)", progress.step, config.steps);
+      break;
+    }
+  }
+  result.final_step = progress.step;
+  FlushRecords();
+  if (!rates.empty()) {
+    std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
+    result.tokens_per_s = rates[rates.size() / 2];
+  }
+  if (leader() && !ctx.export_path.empty()) {
+    COHORT_TRY_VOID(ExportGpt2(*model, ctx.export_path));
+    Log("exported the model to {} (GPT-2 safetensors)", ctx.export_path);
+  }
+  if (leader() && config.sample_tokens > 0) {
+    result.sample = COHORT_TRY(SampleText());
+    Log("---- sample after {} steps (temperature {}, top-k {}) ----\n{}\n----", progress.step,
+        config.temperature, config.top_k, result.sample);
+  }
+  // Nobody leaves before rank 0 has written its last checkpoint and sample.
+  if (comm) COHORT_TRY_VOID(comm->Barrier());
+  return result;
+}
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+
+Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
+                                                 const TrainerContext& context) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->ctx = context;
+  COHORT_TRY_VOID(impl->Setup());
+  return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+Result<TrainResult> Trainer::Run() { return impl_->Run(); }
+
+}  // namespace cohort::engine

@@ -1,0 +1,66 @@
+// Trainer: the training loop of `cohort train` — one rank of a data-parallel job.
+//
+// Every rank holds the whole model and optimizer state. A step trains on one global batch
+// of G = global_batch_tokens / seq_len sequences: each of the `world` ranks runs `accum`
+// micro-batches of micro_batch sequences (DistributedSampler decides which), the last
+// micro-batch's backward pass all-reduces the gradient in buckets as they complete
+// (DdpReducer), then every rank clips and applies the same AdamW update. The sequence of
+// global batches does not depend on the world size, so 1, 2 or 4 ranks train the same
+// model (up to float summation order).
+//
+// Rank 0 owns the outside world: it loads the newest valid checkpoint (and broadcasts it),
+// writes checkpoints, prints the log, posts progress to COHORT_REPORT and prints samples.
+// A resumed run continues exactly where the checkpoint left off: same data position,
+// optimizer state and sampling generator (bitwise on the CPU with the same threads).
+//
+// Threads: Create and Run on one thread; kernels use OpenMP; DdpReducer adds one thread.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "comm/launch_env.h"
+#include "common/error.h"
+#include "engine/trainer/config.h"
+
+namespace cohort::engine {
+
+// Where a rank stands in its job and where it talks to the outside.
+struct TrainerContext {
+  comm::LaunchEnv env;         // rank, world size, rendezvous store
+  std::string job_id;          // COHORT_JOB_ID, for store keys ("local" outside Cohort)
+  int attempt = 0;             // COHORT_ATTEMPT
+  std::string report_url;      // COHORT_REPORT ("" : none)
+  std::string checkpoint_dir;  // COHORT_CHECKPOINT_DIR, used when the config names none
+  std::string export_path;     // write the final model as GPT-2 safetensors here ("" : no)
+  int64_t stop_at_step = 0;    // > 0: stop once this step is done (checkpointed when
+                               // checkpoints are on), without changing the schedule
+  std::FILE* out = stdout;     // the log (rank 0 only)
+};
+
+struct TrainResult {
+  int64_t start_step = 0;   // where this run started (> 0 when it resumed)
+  int64_t final_step = 0;
+  double first_loss = 0;    // of this run's first step
+  double final_loss = 0;    // of the last step
+  double final_val_loss = -1;  // -1: no validation
+  double tokens_per_s = 0;     // median over this run's steps
+  std::string sample;          // the final generated text (rank 0; empty if disabled)
+};
+
+class Trainer {
+ public:
+  static Result<std::unique_ptr<Trainer>> Create(const TrainConfig& config,
+                                                 const TrainerContext& context);
+  ~Trainer();
+  // Trains to config.steps (or returns at once when a checkpoint is already there).
+  Result<TrainResult> Run();
+
+ private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort::engine

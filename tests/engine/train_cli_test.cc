@@ -1,0 +1,328 @@
+// `cohort train` end to end: real processes started through `cohort run`, a small GPT on a
+// generated corpus, checked through the loss record (log.file, JSON lines).
+//
+// - data parallel on 2 and 4 ranks equals 1 rank with the same global batch (20 steps,
+//   relative error < 1e-5);
+// - stopping at step 10 and resuming gives bitwise the losses of an uninterrupted run;
+// - a checkpoint written by 2 ranks resumes on 1, one written by 1 resumes on 4;
+// - a damaged newest checkpoint falls back to the previous one, saying so;
+// - bad configs and data give clear errors and leave the checkpoints alone.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/subprocess.h"
+
+#ifndef COHORT_BINARY
+#error "COHORT_BINARY must name the cohort executable"
+#endif
+
+namespace cohort {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct TrainRun {
+  ExitStatus status;
+  std::string output;
+};
+
+class TrainCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           fmt_name(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    WriteCorpus(dir_ / "corpus.txt");
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  static std::string fmt_name(const std::string& test) {
+    return "cohort-train-test-" + test + "-" + std::to_string(::getpid());
+  }
+
+  // About 40 KB of sentences picked by a fixed LCG: repetitive enough to learn quickly.
+  static void WriteCorpus(const fs::path& path) {
+    static const char* kWords[] = {"the", "cluster", "runs", "a", "job", "on", "every", "node",
+                                   "and", "gpus", "train", "model", "loss", "falls", "when",
+                                   "ranks", "agree", "checkpoint", "resumes", "after", "failure"};
+    std::ofstream out(path);
+    uint64_t x = 12345;
+    for (int s = 0; s < 1400; ++s) {
+      int n = 4 + static_cast<int>((x >> 33) % 6);
+      for (int w = 0; w < n; ++w) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        out << (w ? " " : "") << kWords[(x >> 33) % 21];
+      }
+      out << ".\n";
+    }
+  }
+
+  // A config: 2 layers, d_model 32, context 32, global batch 8 sequences (256 tokens).
+  fs::path Config(const std::string& extra = "", const std::string& name = "train.yaml") {
+    fs::path p = dir_ / name;
+    std::ofstream out(p);
+    out << "model: {n_layer: 2, n_head: 2, n_embd: 32, seq_len: 32}\n"
+           "data: {text: corpus.txt, val_fraction: 0.1}\n"
+           "train: {steps: 20, micro_batch: 2, global_batch_tokens: 256, lr: 3e-3, "
+           "min_lr: 3e-4, warmup_steps: 3, seed: 11, threads: 1, bucket_mb: 0.01}\n"
+           "sample: {tokens: 40, prompt: 'the '}\n"
+        << extra;
+    return p;
+  }
+
+  TrainRun Train(int ranks, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"train", "-n", std::to_string(ranks)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Cohort(argv);
+  }
+
+  TrainRun Cohort(const std::vector<std::string>& args) {
+    SpawnOptions o;
+    o.argv = {COHORT_BINARY};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.unset_env = {"COHORT_CHECKPOINT_DIR", "COHORT_REPORT", "COHORT_JOB_ID", "RANK",
+                   "WORLD_SIZE", "OMP_NUM_THREADS"};
+    const std::string out = (dir_ / ("out-" + std::to_string(runs_++) + ".txt")).string();
+    o.stdout_path = out;
+    auto p = Subprocess::Spawn(o);
+    EXPECT_TRUE(p.has_value()) << p.error().ToString();
+    if (!p) return {};
+    auto st = p->WaitFor(std::chrono::seconds(300));
+    if (!st) {
+      p->Signal(SIGKILL, /*group=*/true);
+      (void)p->Wait();
+      ADD_FAILURE() << "cohort train did not finish in 300 s";
+      return {};
+    }
+    std::ifstream in(out);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return {*st, ss.str()};
+  }
+
+  // step -> loss from a log file (later lines for a step win).
+  static std::map<int64_t, double> Losses(const fs::path& log) {
+    std::map<int64_t, double> losses;
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+    }
+    return losses;
+  }
+
+  static std::string Slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  fs::path dir_;
+  int runs_ = 0;
+};
+
+void ExpectClose(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b,
+                 int64_t from, int64_t to, double rel) {
+  for (int64_t s = from; s <= to; ++s) {
+    ASSERT_TRUE(a.contains(s) && b.contains(s)) << "step " << s << " missing";
+    EXPECT_NEAR(a.at(s), b.at(s), rel * std::abs(b.at(s))) << "step " << s;
+  }
+}
+
+TEST_F(TrainCliTest, DataParallelMatchesOneRank) {
+  auto cfg = Config();
+  std::map<int, std::map<int64_t, double>> losses;
+  for (int ranks : {1, 2, 4}) {
+    fs::path log = dir_ / ("log-" + std::to_string(ranks) + ".jsonl");
+    TrainRun r = Train(ranks, {"--config", cfg.string(), "--log-file", log.string()});
+    ASSERT_TRUE(r.status.Success()) << r.status.ToString() << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(std::to_string(ranks) + " ranks x " +
+                                    std::to_string(4 / ranks) + " accumulation steps"));
+    losses[ranks] = Losses(log);
+    ASSERT_EQ(losses[ranks].size(), 20u);
+  }
+  // The loss falls, and every world size trains the same model.
+  EXPECT_LT(losses[1][20], losses[1][1] * 0.75);
+  ExpectClose(losses[2], losses[1], 1, 20, 1e-5);
+  ExpectClose(losses[4], losses[1], 1, 20, 1e-5);
+}
+
+TEST_F(TrainCliTest, ResumeIsBitwiseAndReshards) {
+  auto cfg = Config("checkpoint: {every: 5, keep: 3}\n");
+  // Uninterrupted, 1 rank and 2 ranks.
+  const fs::path full1 = dir_ / "full1.jsonl", full2 = dir_ / "full2.jsonl";
+  TrainRun a = Train(1, {"--config", cfg.string(), "--checkpoint-dir", (dir_ / "ck-full1").string(),
+                    "--log-file", full1.string()});
+  ASSERT_TRUE(a.status.Success()) << a.output;
+  TrainRun a2 = Train(2, {"--config", cfg.string(), "--checkpoint-dir", (dir_ / "ck-full2").string(),
+                     "--log-file", full2.string()});
+  ASSERT_TRUE(a2.status.Success()) << a2.output;
+  const auto ref1 = Losses(full1), ref2 = Losses(full2);
+  ASSERT_EQ(ref1.size(), 20u);
+
+  // Stop at step 10, resume on the same world size: bitwise the same losses.
+  const fs::path ck = dir_ / "ck", log = dir_ / "resumed.jsonl";
+  TrainRun b = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(), "--log-file",
+                    log.string(), "--stop-at-step", "10"});
+  ASSERT_TRUE(b.status.Success()) << b.output;
+  EXPECT_THAT(b.output, HasSubstr("stopping at step 10 of 20"));
+  EXPECT_EQ(Losses(log).size(), 10u);
+  TrainRun c = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(), "--log-file",
+                    log.string()});
+  ASSERT_TRUE(c.status.Success()) << c.output;
+  EXPECT_THAT(c.output, HasSubstr("(step 10)"));
+  const auto resumed = Losses(log);
+  ASSERT_EQ(resumed.size(), 20u);
+  for (int64_t s = 1; s <= 20; ++s) EXPECT_EQ(resumed.at(s), ref1.at(s)) << "step " << s;
+  EXPECT_THAT(c.output, HasSubstr("---- sample after 20 steps"));
+
+  // 2 ranks -> 1 rank, and 1 rank -> 4 ranks, from step 10.
+  const fs::path ck21 = dir_ / "ck21", log21 = dir_ / "l21.jsonl";
+  ASSERT_TRUE(Train(2, {"--config", cfg.string(), "--checkpoint-dir", ck21.string(),
+                        "--log-file", log21.string(), "--stop-at-step", "10"}).status.Success());
+  TrainRun d = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck21.string(), "--log-file",
+                    log21.string()});
+  ASSERT_TRUE(d.status.Success()) << d.output;
+  ExpectClose(Losses(log21), ref2, 11, 20, 1e-5);
+
+  const fs::path ck14 = dir_ / "ck14", log14 = dir_ / "l14.jsonl";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck14.string(),
+                        "--log-file", log14.string(), "--stop-at-step", "10"}).status.Success());
+  TrainRun e = Train(4, {"--config", cfg.string(), "--checkpoint-dir", ck14.string(), "--log-file",
+                    log14.string()});
+  ASSERT_TRUE(e.status.Success()) << e.output;
+  EXPECT_THAT(e.output, HasSubstr("4 ranks x 1 accumulation steps"));
+  ExpectClose(Losses(log14), ref1, 11, 20, 1e-5);
+}
+
+TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
+  auto cfg = Config("checkpoint: {every: 5, keep: 3}\n");
+  const fs::path ref = dir_ / "ref.jsonl", ck = dir_ / "ck", log = dir_ / "log.jsonl";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", (dir_ / "ck0").string(),
+                        "--log-file", ref.string()}).status.Success());
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(),
+                        "--log-file", log.string(), "--stop-at-step", "10"}).status.Success());
+  // Flip one byte in the middle of the newest checkpoint's parameters.
+  const fs::path params = ck / "step_00000010" / "params.bin";
+  ASSERT_TRUE(fs::exists(params));
+  {
+    std::fstream f(params, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(params) / 2));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte ^= 0x5a;
+    f.seekp(static_cast<std::streamoff>(fs::file_size(params) / 2));
+    f.write(&byte, 1);
+  }
+  TrainRun r = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(), "--log-file",
+                    log.string()});
+  ASSERT_TRUE(r.status.Success()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("step_00000010"));
+  EXPECT_THAT(r.output, HasSubstr("damaged"));
+  EXPECT_THAT(r.output, HasSubstr("(step 5)"));
+  const auto want = Losses(ref), got = Losses(log);
+  for (int64_t s = 6; s <= 20; ++s) EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
+}
+
+// Token shards from `cohort tokenize`, then GPT-2 safetensors out (--export) and back in
+// (model.init_from): with lr 0 the imported model scores exactly the exported one's
+// validation loss.
+TEST_F(TrainCliTest, ShardsAndSafetensorsRoundTrip) {
+  TrainRun t = Cohort({"tokenize", "-i", (dir_ / "corpus.txt").string(), "-o",
+                       (dir_ / "shards").string(), "--val-fraction", "0.1", "--shard-tokens",
+                       "16384"});
+  ASSERT_TRUE(t.status.Success()) << t.output;
+  EXPECT_THAT(t.output, HasSubstr("in 3 shards"));
+  ASSERT_TRUE(fs::exists(dir_ / "shards" / "train_000002.bin"));
+  ASSERT_TRUE(fs::exists(dir_ / "shards" / "val_000000.bin"));
+
+  const std::string model = "model: {n_layer: 2, n_head: 2, n_embd: 32, seq_len: 32}\n";
+  const std::string rest =
+      "data: {train: 'shards/train_*.bin', val: 'shards/val_*.bin'}\n"
+      "train: {micro_batch: 2, global_batch_tokens: 256, threads: 1, seed: 5, ";
+  const fs::path first = dir_ / "first.yaml", second = dir_ / "second.yaml";
+  std::ofstream(first) << model << rest << "steps: 12, lr: 3e-3}\neval: {every: 12, batches: 2}\n";
+  std::ofstream(second) << "model: {n_head: 2, seq_len: 32, init_from: model.safetensors}\n"
+                        << rest << "steps: 1, lr: 0}\neval: {every: 1, batches: 2}\n";
+  const fs::path log1 = dir_ / "first.jsonl", log2 = dir_ / "second.jsonl";
+  TrainRun a = Train(2, {"--config", first.string(), "--log-file", log1.string(), "--export",
+                         (dir_ / "model.safetensors").string()});
+  ASSERT_TRUE(a.status.Success()) << a.output;
+  EXPECT_THAT(a.output, HasSubstr("3 shards"));
+  TrainRun b = Train(1, {"--config", second.string(), "--log-file", log2.string()});
+  ASSERT_TRUE(b.status.Success()) << b.output;
+  auto val = [](const fs::path& log) {
+    std::ifstream in(log);
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    return nlohmann::json::parse(last).at("val_loss").get<double>();
+  };
+  EXPECT_NEAR(val(log2), val(log1), 1e-6 * val(log1));
+
+  TrainRun bad = Cohort({"tokenize", "-i", (dir_ / "nothing-here").string(), "-o",
+                         (dir_ / "out").string()});
+  EXPECT_FALSE(bad.status.Success());
+  EXPECT_THAT(bad.output, HasSubstr("no text file"));
+}
+
+TEST_F(TrainCliTest, BadInputIsRejectedAndCheckpointsAreKept) {
+  auto good = Config("checkpoint: {every: 5}\n");
+  const fs::path ck = dir_ / "ck";
+  ASSERT_TRUE(Train(1, {"--config", good.string(), "--checkpoint-dir", ck.string(),
+                        "--stop-at-step", "5"}).status.Success());
+  const std::string before = Slurp(ck / "step_00000005" / "params.bin");
+  ASSERT_FALSE(before.empty());
+
+  struct Case {
+    std::string config;
+    std::string message;
+  };
+  // A truncated llm.c shard: the header promises 1000 tokens, 10 follow.
+  {
+    std::ofstream out(dir_ / "short.bin", std::ios::binary);
+    int32_t header[256] = {20240520, 1, 1000};
+    out.write(reinterpret_cast<const char*>(header), sizeof header);
+    uint16_t tokens[10] = {};
+    out.write(reinterpret_cast<const char*>(tokens), sizeof tokens);
+  }
+  const std::vector<Case> cases = {
+      {"model: {n_layer: 2, n_head: 3, n_embd: 32}\ndata: {text: corpus.txt}\ntrain: {steps: 5}\n",
+       "model.n_embd: 32 is not divisible by model.n_head 3"},
+      {"data: {text: corpus.txt}\ntrain: {steps: 5, learning_rate: 1}\n", "learning_rate"},
+      {"data: {text: missing.txt}\ntrain: {steps: 5}\n", "missing.txt"},
+      {"data: {train: short.bin}\ntrain: {steps: 5}\n", "short.bin"},
+      {"model: {seq_len: 32}\ndata: {text: corpus.txt}\n"
+       "train: {steps: 5, micro_batch: 3, global_batch_tokens: 256}\n",
+       "train.global_batch_tokens"},
+      {"model: {n_layer: 2, n_head: 2, n_embd: 64, seq_len: 32}\ndata: {text: corpus.txt}\n"
+       "train: {steps: 5, micro_batch: 2, global_batch_tokens: 256}\n",
+       "n_embd"},  // the checkpoint in ck has n_embd 32
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const fs::path cfg = dir_ / ("bad-" + std::to_string(i) + ".yaml");
+    std::ofstream(cfg) << cases[i].config;
+    TrainRun r = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string()});
+    EXPECT_FALSE(r.status.Success()) << cases[i].config << r.output;
+    EXPECT_THAT(r.output, HasSubstr(cases[i].message)) << cases[i].config;
+    EXPECT_THAT(r.output, HasSubstr("cohort train: error:")) << cases[i].config;
+  }
+  EXPECT_EQ(Slurp(ck / "step_00000005" / "params.bin"), before);
+  EXPECT_FALSE(fs::exists(ck / "step_00000010"));
+}
+
+}  // namespace
+}  // namespace cohort

@@ -1,0 +1,20 @@
+# The trainer's pieces in one process: config decoding, data-parallel bucket reduction over
+# real Gloo communicators (one thread per rank), sampling and its generator.
+cohort_test(engine_trainer_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_config_test.cc ${CMAKE_CURRENT_LIST_DIR}/ddp_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/sampling_test.cc
+          ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
+          ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
+  LIBS cohort_engine_trainer cohort_comm
+  LABELS engine)
+target_include_directories(engine_trainer_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
+
+# `cohort train` end to end (real processes through `cohort run`): data parallel on 1, 2
+# and 4 ranks equals 1 rank, bitwise resume, resharding 2 -> 1 and 1 -> 4, a damaged
+# newest checkpoint, and bad configs and data.
+cohort_test(engine_train_cli_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_cli_test.cc
+  LIBS cohort_common
+  LABELS engine integration)
+target_compile_definitions(engine_train_cli_test PRIVATE COHORT_BINARY="$<TARGET_FILE:cohort>")
+add_dependencies(engine_train_cli_test cohort)
