@@ -8,9 +8,10 @@
 // collective a rank calls on a communicator meets the n-th collective of every other
 // rank, and all ranks must agree on its kind, dtype, counts, reduce op and root. With
 // CommOptions::check_consistency (the default) a disagreement is detected before any
-// data moves and every rank gets the same kInvalidArgument "collective mismatch at #n:
-// ..." error; the communicator stays usable. Without it a disagreement is undefined
-// (usually a timeout).
+// data reaches the caller's buffers (a backend may ship payload alongside the check, into
+// its own scratch) and every rank gets the same kInvalidArgument "collective mismatch at
+// #n: ..." error; the buffers are untouched and the communicator stays usable. Without
+// it a disagreement is undefined (usually a timeout).
 //
 // Failure contract. No wait for a peer lasts longer than CommOptions::timeout. A dead,
 // hung or absent peer makes the call fail with kDeadlineExceeded (nobody answered) or
@@ -125,7 +126,9 @@ struct CommOptions {
   // empty: the address of this machine's hostname.
   std::string iface_host;
   // Exchange a small descriptor of each collective among all ranks before running it,
-  // to detect mismatched calls and name absent ranks (one extra latency per collective).
+  // to detect mismatched calls and name absent ranks (one extra message round per
+  // collective; gloo carries allreduce data up to tens of MiB inside that round, so its
+  // allreduce pays nothing for it).
   bool check_consistency = true;
 };
 

@@ -47,15 +47,30 @@ using gloo_backend::ReduceFunction;
 using gloo_backend::StoreFailure;
 using UnboundBuffer = ::gloo::transport::UnboundBuffer;
 
-// With check_consistency, an allreduce whose payload fits travels inside the descriptor
-// exchange: at most this many payload bytes arrive at a rank per collective, from all
-// peers together (so a peer's message carries up to kInlineBudget / (size - 1)).
-constexpr size_t kInlineBudget = 1 << 20;
+// With check_consistency, every descriptor message is followed by a payload message to the
+// same peer (empty unless the collective is an allreduce that fuses its first data round
+// into the exchange). A rank always posts its payload receive with the same capacity,
+// kFusedBudget / (size - 1) bytes per peer, so a mismatched peer's payload (never longer
+// than that: the sender checks it against the same constant) lands harmlessly and the
+// communicator stays usable; a longer message would trip an assertion on Gloo's device
+// thread. The scratch is reserved, not touched, until payloads use it.
+constexpr size_t kFusedBudget = size_t{16} << 20;
+// Up to this many payload bytes arrive at a rank (from all peers together), an allreduce
+// travels whole inside the exchange and every rank folds it locally: one message round,
+// but each rank receives (size - 1) x the payload where the ring receives 2 (size - 1) /
+// size x. With two ranks those are equal, so the limit is higher there (measured on 2
+// ranks: whole payloads of 2-4 MiB beat both the ring and the split path; from 16 MiB
+// the split path, which reduces half as much per rank, wins). Above it (while a chunk
+// fits the capacity above) the exchange carries the first round of a two-round reduce-scatter + allgather,
+// which moves the ring's bytes in 2 rounds instead of 2 (size - 1).
+constexpr size_t kInlineBudget = size_t{1} << 20;
+constexpr size_t kInlineLimitPair = size_t{4} << 20;
 
 // Slot prefixes for our own unbound-buffer traffic, clear of Gloo's (0x01..0x08).
 constexpr uint8_t kDescriptorSlotPrefix = 0xC0;
 constexpr uint8_t kReduceScatterSlotPrefix = 0xC1;
 constexpr uint8_t kPointToPointSlotPrefix = 0xC2;
+constexpr uint8_t kSplitAllGatherSlotPrefix = 0xC3;
 
 // What a communicator and the sub-groups split from it share.
 struct GlooShared {
@@ -175,30 +190,52 @@ class GlooCommunicator final : public Communicator {
                    std::vector<int> world_ranks, int rank,
                    std::shared_ptr<::gloo::rendezvous::Context> context, PeerDirectory peers);
 
-  // An allreduce small enough to ride in the descriptor exchange.
-  struct InlineAllReduce {
+  // An allreduce that may fuse its data movement with the descriptor exchange.
+  struct FusedAllReduce {
     const void* send;
     void* recv;
     size_t count;
     DataType type;
     ReduceOp op;
   };
+  // How an allreduce with check_consistency moves its data. Every rank picks the same
+  // mode for the same descriptor (it depends on count, dtype and size only).
+  enum class FusedMode {
+    kNone,    // the exchange carries no data; Gloo's ring runs after it
+    kInline,  // every rank sends its whole payload to every peer inside the exchange
+    kSplit,   // the exchange sends chunk p to rank p; rank p reduces it, then an
+              // all-to-all allgather of the reduced chunks (2 rounds in all)
+  };
+  FusedMode PickMode(const FusedAllReduce& f) const;
+  // Elements before chunk `c` when `count` elements are split into size_ chunks.
+  size_t ChunkBegin(size_t count, int c) const;
 
   // Runs one collective: sequence number, descriptor exchange, then `body(tag)`, turning
   // Gloo exceptions into Errors. Any failure but a mismatch breaks the communicator.
-  // With `fused` (an allreduce) whose payload fits inline_capacity_, the payload rides in
-  // the exchange and is reduced here instead of running `body`: one message round in
-  // place of the exchange plus Gloo's ring.
+  // With `fused` (an allreduce) the data may ride in the exchange (PickMode): kInline is
+  // reduced here instead of running `body` (one message round in place of the exchange
+  // plus Gloo's 2(size-1) ring steps); kSplit finishes with SplitAllGather (two rounds).
   template <typename Body>
   Result<void> RunCollective(CollectiveDescriptor d, Body&& body,
-                             const InlineAllReduce* fused = nullptr);
-  // All-to-all exchange of descriptors, each followed by `payload_bytes` of `payload`;
-  // names ranks that did not answer.
-  Result<void> ExchangeDescriptors(const CollectiveDescriptor& mine, const void* payload = nullptr,
-                                   size_t payload_bytes = 0);
-  // Reduces the payloads that arrived with the descriptors into f.recv, folding ranks
-  // 0..size-1 in order so that every rank computes the same bits.
-  void ReduceInline(const InlineAllReduce& f);
+                             const FusedAllReduce* fused = nullptr);
+  // Runs `f` (a data phase of collective `d`), turning Gloo exceptions into Errors; any
+  // failure breaks the communicator.
+  template <typename F>
+  Result<void> Guarded(const CollectiveDescriptor& d, F&& f);
+  // All-to-all exchange of descriptors, each followed by a payload message: for `fused`
+  // in mode kInline its whole `send`, in mode kSplit chunk p of it for peer p, else
+  // empty. Names ranks that did not answer; checks that the descriptors agree.
+  Result<void> ExchangeDescriptors(const CollectiveDescriptor& mine,
+                                   const FusedAllReduce* fused = nullptr,
+                                   FusedMode mode = FusedMode::kNone);
+  // Folds contributions of ranks 0..size-1 in rank order into `out` (`n` elements):
+  // rank r's is `mine` for this rank, else the payload that arrived from r. `out` may
+  // alias `mine`: on ranks other than 0, scratch_[0] serves as the accumulator until the
+  // last step, so that `mine` is read before `out` is written. Every rank folding the
+  // same inputs computes the same bits.
+  void FoldInRankOrder(void* out, const void* mine, size_t n, DataType type, ReduceOp op);
+  // kSplit's second round: this rank's reduced chunk to every peer, theirs into recv.
+  Result<void> SplitAllGather(const CollectiveDescriptor& d, const FusedAllReduce& f);
   Result<void> RingReduceScatter(const CollectiveDescriptor& d, const void* send, void* recv,
                                  std::span<const size_t> counts, DataType type, ReduceOp op,
                                  uint32_t tag);
@@ -228,13 +265,17 @@ class GlooCommunicator final : public Communicator {
   std::map<std::vector<int>, int> split_counts_;     // member list -> splits so far
   std::optional<Error> broken_;                      // the failure that broke it
 
-  // Descriptor exchange buffers, reused by every collective: a descriptor, then up to
-  // inline_capacity_ bytes of allreduce payload (a receive accepts any shorter message).
-  size_t inline_capacity_ = 0;
-  std::vector<std::byte> desc_out_;
-  std::vector<std::vector<std::byte>> desc_in_;
+  // Descriptor exchange buffers, reused by every collective: per peer a descriptor, then
+  // a payload of up to payload_capacity_ bytes (a receive accepts any shorter message).
+  // inline_limit_: the largest allreduce (bytes) that travels whole (kInline).
+  size_t payload_capacity_ = 0;
+  size_t inline_limit_ = 0;
+  CollectiveDescriptor desc_out_;
+  std::vector<CollectiveDescriptor> desc_in_;
   std::unique_ptr<UnboundBuffer> desc_out_buf_;
   std::vector<std::unique_ptr<UnboundBuffer>> desc_in_bufs_;
+  std::vector<std::unique_ptr<std::byte[]>> scratch_;  // per peer, payload_capacity_ bytes
+  std::vector<std::unique_ptr<UnboundBuffer>> scratch_bufs_;
 };
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<const GlooShared> shared,
@@ -251,16 +292,23 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<const GlooShared> shared,
       desc_in_(static_cast<size_t>(size_)) {
   for (int r = 0; r < size_; ++r) rank_names_.push_back(RankName(r, world_ranks_[r]));
   if (shared_->check_consistency && size_ > 1) {
-    inline_capacity_ = (kInlineBudget / static_cast<size_t>(size_ - 1)) & ~size_t{7};
+    payload_capacity_ = (kFusedBudget / static_cast<size_t>(size_ - 1)) & ~size_t{63};
+    inline_limit_ = size_ == 2 ? kInlineLimitPair
+                               : (kInlineBudget / static_cast<size_t>(size_ - 1)) & ~size_t{7};
+    inline_limit_ = std::min(inline_limit_, payload_capacity_);
   }
-  const size_t message = sizeof(CollectiveDescriptor) + inline_capacity_;
-  desc_out_.resize(message);
-  desc_out_buf_ = context_->createUnboundBuffer(desc_out_.data(), message);
+  constexpr size_t kDesc = sizeof(CollectiveDescriptor);
+  desc_out_buf_ = context_->createUnboundBuffer(&desc_out_, kDesc);
   desc_in_bufs_.resize(static_cast<size_t>(size_));
+  scratch_.resize(static_cast<size_t>(size_));
+  scratch_bufs_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    desc_in_[r].resize(message);
-    desc_in_bufs_[r] = context_->createUnboundBuffer(desc_in_[r].data(), message);
+    desc_in_bufs_[r] = context_->createUnboundBuffer(&desc_in_[r], kDesc);
+    if (payload_capacity_ > 0) {
+      scratch_[r].reset(new std::byte[payload_capacity_]);  // uninitialized: not touched
+      scratch_bufs_[r] = context_->createUnboundBuffer(scratch_[r].get(), payload_capacity_);
+    }
   }
 }
 
@@ -344,26 +392,26 @@ Error GlooCommunicator::TransportError(const std::string& op, std::string_view w
   return Error(ErrorCode::kUnavailable, fmt::format("{} failed: {}", op, msg));
 }
 
-template <typename Body>
-Result<void> GlooCommunicator::RunCollective(CollectiveDescriptor d, Body&& body,
-                                             const InlineAllReduce* fused) {
-  COHORT_TRY_VOID(CheckUsable());
-  d.seq = ++seq_;
-  if (shared_->check_consistency && size_ > 1) {
-    // Every rank decides alike: matching descriptors mean equal payload sizes.
-    const size_t inline_bytes = fused != nullptr ? fused->count * SizeOf(fused->type) : 0;
-    const bool ride = fused != nullptr && inline_bytes <= inline_capacity_;
-    COHORT_TRY_VOID(ExchangeDescriptors(d, ride ? fused->send : nullptr, ride ? inline_bytes : 0));
-    // Every rank has heard from every other rank: that is a barrier already.
-    if (d.kind == static_cast<uint32_t>(CollectiveKind::kBarrier)) return {};
-    if (ride) {
-      ReduceInline(*fused);
-      return {};
-    }
-  }
+GlooCommunicator::FusedMode GlooCommunicator::PickMode(const FusedAllReduce& f) const {
+  if (payload_capacity_ == 0 || f.count == 0) return FusedMode::kNone;
+  const size_t esz = SizeOf(f.type);
+  if (f.count * esz <= inline_limit_) return FusedMode::kInline;
+  const size_t n = static_cast<size_t>(size_);
+  const size_t largest_chunk = (f.count / n + (f.count % n != 0 ? 1 : 0)) * esz;
+  return largest_chunk <= payload_capacity_ ? FusedMode::kSplit : FusedMode::kNone;
+}
+
+size_t GlooCommunicator::ChunkBegin(size_t count, int c) const {
+  const size_t n = static_cast<size_t>(size_);
+  const size_t uc = static_cast<size_t>(c);
+  return uc * (count / n) + std::min(uc, count % n);
+}
+
+template <typename F>
+Result<void> GlooCommunicator::Guarded(const CollectiveDescriptor& d, F&& f) {
   Result<void> result;
   try {
-    result = body(static_cast<uint32_t>(d.seq));
+    result = f();
   } catch (const ::gloo::Exception& e) {  // IoException and friends: the transport failed
     result = std::unexpected(TransportError(DescribeOp(d), e.what(), std::nullopt));
   } catch (const std::exception& e) {
@@ -382,68 +430,176 @@ Result<void> GlooCommunicator::RunCollective(CollectiveDescriptor d, Body&& body
   return result;
 }
 
-void GlooCommunicator::ReduceInline(const InlineAllReduce& f) {
-  if (f.count == 0) return;
-  const size_t bytes = f.count * SizeOf(f.type);
-  auto payload = [&](int r) -> const std::byte* {
-    // This rank's own contribution is the copy in desc_out_ (f.send may alias f.recv).
-    const std::byte* msg = r == rank_ ? desc_out_.data() : desc_in_[r].data();
-    return msg + sizeof(CollectiveDescriptor);
+template <typename Body>
+Result<void> GlooCommunicator::RunCollective(CollectiveDescriptor d, Body&& body,
+                                             const FusedAllReduce* fused) {
+  COHORT_TRY_VOID(CheckUsable());
+  d.seq = ++seq_;
+  if (shared_->check_consistency && size_ > 1) {
+    // Every rank decides alike: matching descriptors mean the same mode everywhere (and a
+    // mismatched peer's payload still fits the receive, see kFusedBudget).
+    const FusedMode mode = fused != nullptr ? PickMode(*fused) : FusedMode::kNone;
+    COHORT_TRY_VOID(ExchangeDescriptors(d, fused, mode));
+    // Every rank has heard from every other rank: that is a barrier already.
+    if (d.kind == static_cast<uint32_t>(CollectiveKind::kBarrier)) return {};
+    if (mode == FusedMode::kInline) {
+      FoldInRankOrder(fused->recv, fused->send, fused->count, fused->type, fused->op);
+      if (fused->op == ReduceOp::kAvg) DivideInPlace(fused->recv, fused->count, fused->type, size_);
+      return {};
+    }
+    if (mode == FusedMode::kSplit) {
+      return Guarded(d, [&] { return SplitAllGather(d, *fused); });
+    }
+  }
+  return Guarded(d, [&] { return body(static_cast<uint32_t>(d.seq)); });
+}
+
+void GlooCommunicator::FoldInRankOrder(void* out, const void* mine, size_t n, DataType type,
+                                       ReduceOp op) {
+  if (n == 0) return;
+  auto contribution = [&](int r) -> const void* {
+    return r == rank_ ? mine : static_cast<const void*>(scratch_[r].get());
   };
-  std::memcpy(f.recv, payload(0), bytes);
-  const auto reduce = ReduceFunction(f.type, f.op);
-  for (int r = 1; r < size_; ++r) reduce(f.recv, f.recv, payload(r), f.count);
-  if (f.op == ReduceOp::kAvg) DivideInPlace(f.recv, f.count, f.type, size_);
+  const auto reduce = ReduceFunction(type, op);
+  // Rank 0 may accumulate in `out` (its own contribution is read first); any other rank
+  // accumulates in rank 0's scratch until the last step, so `mine` is intact when read.
+  void* acc = rank_ == 0 ? out : static_cast<void*>(scratch_[0].get());
+  for (int r = 1; r < size_; ++r) {
+    reduce(r == size_ - 1 ? out : acc, r == 1 ? contribution(0) : acc, contribution(r), n);
+  }
+}
+
+Result<void> GlooCommunicator::SplitAllGather(const CollectiveDescriptor& d,
+                                              const FusedAllReduce& f) {
+  const size_t esz = SizeOf(f.type);
+  const size_t begin = ChunkBegin(f.count, rank_);
+  const size_t mine = ChunkBegin(f.count, rank_ + 1) - begin;
+  auto* recv = static_cast<std::byte*>(f.recv);
+  FoldInRankOrder(recv + begin * esz, static_cast<const std::byte*>(f.send) + begin * esz, mine,
+                  f.type, f.op);
+  if (f.op == ReduceOp::kAvg) DivideInPlace(recv + begin * esz, mine, f.type, size_);
+  const uint64_t slot = ::gloo::Slot::build(kSplitAllGatherSlotPrefix, static_cast<uint32_t>(d.seq));
+  const std::string op_name = DescribeOp(d);
+  // One buffer per peer, so that a wait that fails names the peer it waited on.
+  std::vector<std::unique_ptr<UnboundBuffer>> in(static_cast<size_t>(size_));
+  for (int i = 1; i < size_; ++i) {
+    const int p = (rank_ + i) % size_;
+    const size_t b = ChunkBegin(f.count, p);
+    const size_t bytes = (ChunkBegin(f.count, p + 1) - b) * esz;
+    if (bytes == 0) continue;
+    try {
+      in[p] = context_->createUnboundBuffer(recv + b * esz, bytes);
+      in[p]->recv(p, slot);
+    } catch (const std::exception& e) {
+      return std::unexpected(TransportError(op_name, e.what(), p));
+    }
+  }
+  std::unique_ptr<UnboundBuffer> out;
+  int sends = 0;
+  if (mine > 0) {
+    out = context_->createUnboundBuffer(recv + begin * esz, mine * esz);
+    for (int i = 1; i < size_; ++i) {
+      const int p = (rank_ + i) % size_;
+      try {
+        out->send(p, slot);
+        ++sends;
+      } catch (const std::exception& e) {
+        return std::unexpected(TransportError(op_name, e.what(), p));
+      }
+    }
+  }
+  for (int i = 1; i < size_; ++i) {
+    const int p = (rank_ + i) % size_;
+    if (in[p] == nullptr) continue;
+    try {
+      if (!in[p]->waitRecv(shared_->timeout)) throw ::gloo::IoException("wait aborted");
+    } catch (const std::exception& e) {
+      return std::unexpected(TransportError(op_name, e.what(), p));
+    }
+  }
+  for (int i = 0; i < sends; ++i) {
+    int to = -1;
+    try {
+      if (!out->waitSend(&to, shared_->timeout)) throw ::gloo::IoException("wait aborted");
+    } catch (const std::exception& e) {
+      return std::unexpected(TransportError(op_name, e.what(), std::nullopt));
+    }
+  }
+  return {};
 }
 
 Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& mine,
-                                                   const void* payload, size_t payload_bytes) {
+                                                   const FusedAllReduce* fused, FusedMode mode) {
   const uint64_t slot = ::gloo::Slot::build(kDescriptorSlotPrefix, 0);
   const SteadyTime deadline = SteadyClock::now() + shared_->timeout;
   auto time_left = [&] {
     return std::max(Millis(0),
                     std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()));
   };
-  std::memcpy(desc_out_.data(), &mine, sizeof(mine));
-  if (payload_bytes > 0) {
-    std::memcpy(desc_out_.data() + sizeof(mine), payload, payload_bytes);
+  desc_out_ = mine;
+  // What goes to peer p after the descriptor: bytes [offset, offset + length) of `send`.
+  const size_t esz = fused != nullptr ? SizeOf(fused->type) : 0;
+  auto piece = [&](int p) -> std::pair<size_t, size_t> {
+    if (mode == FusedMode::kInline) return {0, fused->count * esz};
+    if (mode == FusedMode::kSplit) {
+      const size_t b = ChunkBegin(fused->count, p);
+      return {b * esz, (ChunkBegin(fused->count, p + 1) - b) * esz};
+    }
+    return {0, 0};
+  };
+  std::unique_ptr<UnboundBuffer> payload;  // over the caller's send buffer (only read)
+  if (mode != FusedMode::kNone) {
+    payload = context_->createUnboundBuffer(const_cast<void*>(fused->send), fused->count * esz);
   }
-  const size_t message = sizeof(mine) + payload_bytes;
   // Per peer: why it did not answer (empty: it did).
   std::vector<std::string> failure(static_cast<size_t>(size_));
   auto note = [&](int p, const char* what) {
     failure[p] = CleanGlooMessage(what);
     if (failure[p].empty()) failure[p] = "unknown failure";
   };
-  // One Slot for all descriptors: Gloo matches sends and receives of a slot in order,
-  // so a rank that is a collective behind is paired with the others' current one.
+  // One Slot for all descriptors and payloads: Gloo matches sends and receives of a slot
+  // in order, and every rank sends (and expects) exactly two messages per peer per
+  // collective, so a rank that is a collective behind is paired with the others' current
+  // one.
   for (int i = 1; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
     try {
       desc_in_bufs_[p]->recv(p, slot);
+      scratch_bufs_[p]->recv(p, slot, 0, payload_capacity_);
     } catch (const std::exception& e) {
       note(p, e.what());
     }
   }
-  int sends = 0;
+  int desc_sends = 0;
+  int payload_sends = 0;
   for (int i = 1; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
     if (!failure[p].empty()) continue;
     try {
-      desc_out_buf_->send(p, slot, 0, message);
-      ++sends;
+      desc_out_buf_->send(p, slot, 0, sizeof(CollectiveDescriptor));
+      ++desc_sends;
+      const auto [offset, length] = piece(p);
+      if (length > 0) {
+        payload->send(p, slot, offset, length);
+        ++payload_sends;
+      } else {
+        desc_out_buf_->send(p, slot, 0, 0);  // an empty payload message
+        ++desc_sends;
+      }
     } catch (const std::exception& e) {
       note(p, e.what());
     }
   }
-  // Wait for every peer's descriptor. After a timeout Gloo fails every pending wait at
-  // once, and a wait on a descriptor that already arrived still succeeds: so the peers
-  // noted below are exactly those that had not checked in by the deadline.
+  // Wait for every peer's descriptor and payload. After a timeout Gloo fails every
+  // pending wait at once, and a wait on a message that already arrived still succeeds: so
+  // the peers noted below are exactly those that had not checked in by the deadline.
   for (int i = 1; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
     if (!failure[p].empty()) continue;
     try {
-      if (!desc_in_bufs_[p]->waitRecv(time_left())) note(p, "wait aborted");
+      if (!desc_in_bufs_[p]->waitRecv(time_left()) || !scratch_bufs_[p]->waitRecv(time_left())) {
+        note(p, "wait aborted");
+      }
     } catch (const std::exception& e) {
       note(p, e.what());
     }
@@ -452,8 +608,11 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
                                 [](const std::string& f) { return !f.empty(); });
   if (!any_failed) {
     try {
-      for (int i = 0; i < sends; ++i) {
+      for (int i = 0; i < desc_sends; ++i) {
         if (!desc_out_buf_->waitSend(time_left())) throw ::gloo::IoException("wait aborted");
+      }
+      for (int i = 0; i < payload_sends; ++i) {
+        if (!payload->waitSend(time_left())) throw ::gloo::IoException("wait aborted");
       }
     } catch (const std::exception& e) {
       Error err = TransportError(DescribeOp(mine), e.what(), std::nullopt);
@@ -492,7 +651,7 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
   }
   std::vector<CollectiveDescriptor> all(static_cast<size_t>(size_));
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) std::memcpy(&all[p], desc_in_[p].data(), sizeof(CollectiveDescriptor));
+    if (p != rank_) all[p] = desc_in_[p];
   }
   all[static_cast<size_t>(rank_)] = mine;
   return CheckDescriptors(all, rank_names_);
@@ -502,7 +661,7 @@ Result<void> GlooCommunicator::AllReduce(const void* send, void* recv, size_t co
                                          DataType type, ReduceOp op) {
   COHORT_TRY_VOID(CheckPointer("allreduce", "send", send, count));
   COHORT_TRY_VOID(CheckPointer("allreduce", "recv", recv, count));
-  const InlineAllReduce fused{send, recv, count, type, op};
+  const FusedAllReduce fused{send, recv, count, type, op};
   return RunCollective(DescribeAllReduce(count, type, op), [&](uint32_t tag) -> Result<void> {
     if (count == 0) return {};
     ::gloo::AllreduceOptions opts(context_);

@@ -10,13 +10,24 @@
 // unbound buffers (Debian's Gloo has no timeout-aware reduce-scatter); Send/Recv are
 // unbound-buffer sends under a slot derived from the tag. Every wait is bounded by
 // CommOptions::timeout. With check_consistency, every collective starts with an
-// all-to-all exchange of 48-byte descriptors (communicator_descriptor.h) that catches
-// mismatched calls and names ranks that never arrived. That exchange costs one message
-// round, as much as a small ring step, so an allreduce of at most 64 KiB / (size - 1)
-// bytes rides inside it: every rank sends its descriptor and its data to every other
-// rank, and once the descriptors agree each rank folds the contributions in rank order
-// (the same bits everywhere) — one round instead of the exchange plus Gloo's 2(size-1)
-// ring steps.
+// all-to-all exchange (communicator_descriptor.h): to every peer a 48-byte descriptor,
+// then a payload message, which catches mismatched calls and names ranks that never
+// arrived. That exchange costs one message round, as much as a ring step, so an
+// allreduce moves its data inside it where it can (the mode follows from the
+// descriptor, so every rank picks the same one):
+//   - inline, up to 1 MiB / (size - 1) bytes (4 MiB with two ranks): every rank sends its
+//     whole payload to every peer, and once the descriptors agree each rank folds the
+//     contributions in rank order (the same bits everywhere): one round in place of the
+//     exchange plus Gloo's 2 (size - 1) ring steps;
+//   - split, while a chunk (count / size) fits 16 MiB / (size - 1) bytes: rank r sends
+//     chunk p to rank p; once the descriptors agree, rank p folds chunk p in rank order
+//     and sends the result to every peer: the ring's bytes in two rounds;
+//   - otherwise the payload message is empty and Gloo's ring runs after the exchange
+//     (where the ring takes tens of milliseconds and one round does not matter).
+// Every rank posts its payload receives with the same capacity (16 MiB / (size - 1) per
+// peer, reserved at creation and touched only as payloads use it), and a sender never
+// exceeds it, so a mismatched peer's payload lands harmlessly and no data reaches the
+// caller's buffers before the descriptors have been compared.
 //
 // Gloo's exceptions (gloo::IoException, gloo::EnforceNotMet, ...) are caught here and
 // become Errors. A Gloo timeout poisons every pair of its context, so after any
