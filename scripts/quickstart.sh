@@ -41,11 +41,14 @@ echo; echo "== cohort logs -f $job"
 "$cohort" logs -f "$job"
 echo; echo "== cohort show $job"
 for _ in $(seq 1 300); do
-  "$cohort" show "$job" --json | grep -q '"state":"\(SUCCEEDED\|FAILED\|CANCELLED\)"' && break
+  # (read the whole reply first: under pipefail, grep -q closing the pipe early would fail it)
+  shown=$("$cohort" show "$job" --json)
+  grep -q '"state":"\(SUCCEEDED\|FAILED\|CANCELLED\)"' <<<"$shown" && break
   sleep 0.1
 done
 "$cohort" show "$job"
 echo; echo "== cohort queue --all"
 "$cohort" queue --all
-"$cohort" show "$job" --json | grep -q '"state":"SUCCEEDED"'
+shown=$("$cohort" show "$job" --json)
+grep -q '"state":"SUCCEEDED"' <<<"$shown"
 echo; echo "== job $job SUCCEEDED; stopping the cluster (Ctrl-C to cohort up)"
