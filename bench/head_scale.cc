@@ -51,7 +51,15 @@ int main(int argc, char** argv) {
     reg.address = "127.0.0.1";
     reg.incarnation = sims[i].incarnation;
     reg.cpus = 64;
-    for (int g = 0; g < 8; ++g) reg.gpus.push_back({g, "Cohort Simulated GPU 80GB", fmt::format("GPU-{}-{}", i, g), 80LL << 30, true});
+    for (int g = 0; g < 8; ++g) {
+      api::Gpu gpu;
+      gpu.index = g;
+      gpu.name = "Cohort Simulated GPU 80GB";
+      gpu.uuid = fmt::format("GPU-{}-{}", i, g);
+      gpu.memory_bytes = 80LL << 30;
+      gpu.simulated = true;
+      reg.gpus.push_back(gpu);
+    }
     if (auto r = client.Post("/v1/agents/register", api::ToJson(reg)); !r) bench::BenchCluster::Die(r.error().message);
   }
   const int shapes[][2] = {{1, 1}, {1, 2}, {1, 4}, {1, 8}, {2, 8}, {4, 8}};

@@ -10,6 +10,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev
   libopenblas-dev libpcre2-dev   # the training engine: sgemm; GPT-2 BPE pre-tokenizer regex
   procps iproute2 curl python3
+  chromium   # the dashboard's browser test (headless, driven over the DevTools protocol)
+  prometheus      # promtool check metrics and a real scrape in the observability tests
   python3-torch   # the PyTorch DDP example and its test (Debian's CPU build)
 )
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <httplib.h>
@@ -13,6 +14,7 @@
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
+#include "agent/proc_usage.h"
 #include "common/log.h"
 #include "common/signals.h"
 
@@ -55,10 +57,19 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   config.work_dir = fs::absolute(config.work_dir).string();
 
   std::vector<GpuInfo> gpus;
+  std::unique_ptr<GpuMonitor> monitor;
   if (config.simulated_gpus >= 0) {
     gpus = SimulatedGpus(config.simulated_gpus, config.name);
+    monitor = MakeSimulatedGpuMonitor(gpus);
   } else if (auto found = DiscoverNvmlGpus(); found) {
     gpus = std::move(*found);
+    if (!gpus.empty()) {
+      if (auto m = OpenNvmlGpuMonitor(); m) {
+        monitor = std::move(*m);
+      } else {
+        LOG_WARN("no GPU telemetry: {}", m.error().message);
+      }
+    }
   } else {
     LOG_WARN("no NVIDIA GPUs: {}; this node offers CPUs only (use --simulated-gpus N to simulate GPUs)",
              found.error().message);
@@ -66,6 +77,8 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
 
   std::unique_ptr<Agent> a(new Agent());
   a->config_ = config;
+  a->gpus_ = gpus;
+  a->monitor_ = std::move(monitor);
   a->head_ = std::make_unique<HttpClient>(config.head_url, Millis(2000));
   a->server_ = std::make_unique<httplib::Server>();
   auto& srv = *a->server_;
@@ -78,6 +91,37 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   srv.Get("/v1/health", [self](const httplib::Request&, httplib::Response& res) {
     SendJson(res, json{{"status", "ok"}, {"node", self->config_.name}, {"version", kVersion}});
   });
+  srv.Get("/metrics", [self](const httplib::Request&, httplib::Response& res) {
+    std::vector<GpuReading> readings;
+    std::vector<TaskUsageSample> tasks;
+    {
+      std::lock_guard lock(self->mu_);
+      readings = self->last_readings_;
+      tasks = self->last_tasks_;
+    }
+    auto text = RenderAgentMetrics(self->config_.name, self->gpus_, readings, tasks);
+    if (!text) return SendError(res, text.error());
+    res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  if (config.simulated_gpus >= 0) {
+    srv.Post("/v1/simulate/xid", [self](const httplib::Request& req, httplib::Response& res) {
+      auto body = ParseJson(req.body, "request body");
+      if (!body) return SendError(res, body.error());
+      auto r = ObjectReader::Open(*body);
+      if (!r) return SendError(res, r.error());
+      auto gpu = r->Int("gpu", std::nullopt, 0, 1 << 20);
+      if (!gpu) return SendError(res, gpu.error());
+      auto xid = r->Int("xid", 79, 1, 1000);
+      if (!xid) return SendError(res, xid.error());
+      if (auto fin = r->Finish(); !fin) return SendError(res, fin.error());
+      if (auto ok = self->monitor_->InjectXid(static_cast<int>(*gpu), static_cast<int>(*xid)); !ok) {
+        return SendError(res, ok.error());
+      }
+      LOG_WARN("fault injection: {} on simulated GPU {}", DescribeXid(static_cast<int>(*xid)), *gpu);
+      self->Wake();
+      SendJson(res, json{{"ok", true}, {"gpu", *gpu}, {"event", DescribeXid(static_cast<int>(*xid))}});
+    });
+  }
   srv.Get("/v1/logs", [self](const httplib::Request& req, httplib::Response& res) {
     auto job = QueryIntParam(req, "job", std::nullopt, 1, INT64_MAX);
     auto attempt = QueryIntParam(req, "attempt", std::nullopt, 0, INT32_MAX);
@@ -111,9 +155,22 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   a->registration_.version = kVersion;
   a->registration_.cpus = config.cpus;
   for (const auto& g : gpus) {
-    a->registration_.gpus.push_back({g.index, g.name, g.uuid, g.memory_bytes, g.simulated});
+    api::Gpu gpu;
+    gpu.index = g.index;
+    gpu.name = g.name;
+    gpu.uuid = g.uuid;
+    gpu.memory_bytes = g.memory_bytes;
+    gpu.simulated = g.simulated;
+    a->registration_.gpus.push_back(std::move(gpu));
   }
 
+  if (!config.health_check.empty() && a->monitor_ && !gpus.empty()) {
+    a->health_checker_ = std::make_unique<HealthChecker>(config.health_check, Millis(config.health_check_interval_ms),
+                                                         config.work_dir, static_cast<int>(gpus.size()),
+                                                         a->monitor_.get(), [self] { self->Wake(); });
+  } else if (!config.health_check.empty()) {
+    LOG_WARN("--health-check ignored: this node has no GPUs");
+  }
   a->server_thread_ = std::thread([&srv] { srv.listen_after_bind(); });
   a->last_ok_send_ = SteadyClock::now();
   a->loop_thread_ = std::thread([self] { self->Loop(); });
@@ -166,8 +223,23 @@ api::Heartbeat Agent::BuildHeartbeat() {
   api::Heartbeat hb;
   hb.incarnation = registration_.incarnation;
   hb.applied_version = applied_version_;
+  std::vector<bool> busy(gpus_.size(), false);
+  std::vector<TaskUsageSample> usage_samples;
   if (executor_) {
-    for (const auto& s : executor_->Snapshot()) {
+    auto snapshot = executor_->Snapshot();
+    std::set<int> sessions;  // each task's shim leads its own session
+    for (const auto& s : snapshot) {
+      if (s.running && s.pid > 0) sessions.insert(s.pid);
+    }
+    // /proc is read at most once a second (heartbeats may be far more frequent).
+    auto now = SteadyClock::now();
+    if (now - usage_read_ >= std::chrono::seconds(1) || sessions != usage_sessions_) {
+      usage_ = UsageBySession(sessions);
+      usage_read_ = now;
+      usage_sessions_ = sessions;
+    }
+    const auto& usage = usage_;
+    for (const auto& s : snapshot) {
       api::TaskReport t;
       t.job = s.key.job_id;
       t.attempt = s.key.attempt;
@@ -180,8 +252,39 @@ api::Heartbeat Agent::BuildHeartbeat() {
       t.signal = s.signal;
       t.error = s.error;
       t.finished_ms = s.finished_ms;
+      if (s.running) {
+        for (int g : s.gpus) {
+          if (g >= 0 && static_cast<size_t>(g) < busy.size()) busy[static_cast<size_t>(g)] = true;
+        }
+        if (auto u = usage.find(s.pid); u != usage.end()) {
+          t.cpu_seconds = u->second.cpu_seconds;
+          t.rss_bytes = u->second.rss_bytes;
+        }
+        usage_samples.push_back({t.job, t.attempt, t.rank, static_cast<int>(s.gpus.size()), t.cpu_seconds,
+                                 t.rss_bytes});
+      }
       hb.tasks.push_back(std::move(t));
     }
+  }
+  std::vector<GpuReading> readings;
+  if (monitor_) readings = monitor_->Sample(busy, SteadyClock::now());
+  for (const auto& r : readings) {
+    api::GpuReport g;
+    g.index = r.index;
+    g.telemetry.utilization = r.utilization;
+    g.telemetry.memory_used_bytes = r.memory_used_bytes;
+    g.telemetry.memory_total_bytes = r.memory_total_bytes;
+    g.telemetry.temperature_celsius = r.temperature_celsius;
+    g.telemetry.power_watts = r.power_watts;
+    g.telemetry.sm_clock_hz = r.sm_clock_hz;
+    g.health_events = r.health_events;
+    g.health_event = r.health_event.substr(0, 1024);
+    hb.gpus.push_back(std::move(g));
+  }
+  {
+    std::lock_guard lock(mu_);
+    last_readings_ = std::move(readings);
+    last_tasks_ = std::move(usage_samples);
   }
   hb.free_ports = FindFreePorts(4);
   return hb;
@@ -295,6 +398,7 @@ void Agent::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  health_checker_.reset();
   if (loop_thread_.joinable()) loop_thread_.join();
   if (executor_) {
     executor_->StopAll(/*immediate=*/false);

@@ -14,17 +14,33 @@
 // reschedule), tasks keep running for up to head_down_grace; the restarted head gives
 // every node one failure timeout to report in.
 //
+// Telemetry: every heartbeat carries a sample of each GPU (GpuMonitor: NVML, or the
+// simulated model driven by the tasks holding the GPUs) with its health-event counter,
+// and each running task's CPU time and resident memory (proc_usage.h). The same samples
+// are served at GET /metrics in the Prometheus text format (metrics.h).
+//
+// Fault injection (only with --simulated-gpus): POST /v1/simulate/xid with
+// {"gpu": 0, "xid": 79} records a health event on that simulated GPU, as if the driver
+// had reported the XID; the next heartbeat (sent at once) makes the head mark the GPU
+// unhealthy. Without simulated GPUs the endpoint does not exist (404).
+//
 // Threads: Start/Stop/Wait from the owning thread; the heartbeat loop, the HTTP server
 // and the executor run their own threads.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
+#include "agent/gpu/gpu.h"
+#include "agent/health_check.h"
+#include "agent/metrics.h"
+#include "agent/proc_usage.h"
 #include "api/types.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -49,6 +65,8 @@ struct AgentConfig {
   std::string work_dir;         // task logs and status files; default ~/.cohort/agent-<name>
   std::string shim_path;        // default: this executable
   int64_t head_down_grace_ms = 60'000;
+  std::string health_check;               // a GPU health check command (health_check.h); empty: none
+  int64_t health_check_interval_ms = 60'000;
 };
 
 class Agent {
@@ -85,8 +103,13 @@ class Agent {
   std::thread server_thread_;
   std::thread loop_thread_;
   std::string url_;
+  std::vector<GpuInfo> gpus_;
+  std::unique_ptr<GpuMonitor> monitor_;  // null when the node has no GPUs; thread-safe
+  std::unique_ptr<HealthChecker> health_checker_;  // with --health-check; reset by Stop
 
   mutable std::mutex mu_;
+  std::vector<GpuReading> last_readings_;     // the latest heartbeat's sample; guarded by mu_
+  std::vector<TaskUsageSample> last_tasks_;   // running tasks then; guarded by mu_
   std::condition_variable cv_;                // signalled with mu_
   bool wake_ = false;                         // guarded by mu_
   bool stopping_ = false;                     // guarded by mu_
@@ -98,6 +121,9 @@ class Agent {
   api::AgentTiming timing_;
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat
   SteadyTime last_conflict_log_;
+  std::map<int, ProcUsage> usage_;  // the latest /proc read, by task session
+  std::set<int> usage_sessions_;
+  SteadyTime usage_read_;
 };
 
 // `cohort agent`: runs an agent until SIGINT or SIGTERM. Returns the process exit code.

@@ -3,6 +3,7 @@
 add_library(cohort_agent_exec
   ${CMAKE_CURRENT_LIST_DIR}/executor.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
+  ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc
   ${CMAKE_CURRENT_LIST_DIR}/gpu/nvml.cc
   ${CMAKE_CURRENT_LIST_DIR}/gpu/simulated.cc
 )

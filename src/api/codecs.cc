@@ -76,6 +76,25 @@ Result<std::vector<Gpu>> GpusFromJson(ObjectReader& r, std::string_view key) {
   return out;
 }
 
+template <typename T>
+std::optional<T> OptionalNumber(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  return it->get<T>();
+}
+
+GpuTelemetry TelemetryFromStored(const json& j) {
+  GpuTelemetry t;
+  t.utilization = OptionalNumber<double>(j, "utilization");
+  t.memory_used_bytes = OptionalNumber<int64_t>(j, "memory_used_bytes");
+  t.memory_total_bytes = OptionalNumber<int64_t>(j, "memory_total_bytes");
+  t.temperature_celsius = OptionalNumber<double>(j, "temperature_celsius");
+  t.power_watts = OptionalNumber<double>(j, "power_watts");
+  t.sm_clock_hz = OptionalNumber<double>(j, "sm_clock_hz");
+  t.updated_ms = j.value("updated_ms", int64_t(0));
+  return t;
+}
+
 Gpu GpuFromStored(const json& j) {
   Gpu g;
   g.index = j.at("index").get<int>();
@@ -83,7 +102,36 @@ Gpu GpuFromStored(const json& j) {
   g.uuid = j.value("uuid", "");
   g.memory_bytes = j.value("memory_bytes", int64_t(0));
   g.simulated = j.value("simulated", false);
+  g.healthy = j.value("healthy", true);
+  g.health_reason = j.value("health_reason", "");
+  if (auto it = j.find("telemetry"); it != j.end() && it->is_object()) g.telemetry = TelemetryFromStored(*it);
   return g;
+}
+
+// Strict: each reading is optional (absent or null: unknown) and range-checked.
+Result<GpuTelemetry> TelemetryFromReport(ObjectReader& r) {
+  GpuTelemetry t;
+  auto dbl = [&](const char* key, double max) -> Result<std::optional<double>> {
+    if (!r.Has(key)) {
+      (void)r.Raw(key);
+      return std::optional<double>();
+    }
+    return std::optional<double>(COHORT_TRY(r.Double(key, std::nullopt, 0, max)));
+  };
+  auto i64 = [&](const char* key) -> Result<std::optional<int64_t>> {
+    if (!r.Has(key)) {
+      (void)r.Raw(key);
+      return std::optional<int64_t>();
+    }
+    return std::optional<int64_t>(COHORT_TRY(r.Int(key, std::nullopt, 0, int64_t(1) << 50)));
+  };
+  t.utilization = COHORT_TRY(dbl("utilization", 1.0));
+  t.memory_used_bytes = COHORT_TRY(i64("memory_used_bytes"));
+  t.memory_total_bytes = COHORT_TRY(i64("memory_total_bytes"));
+  t.temperature_celsius = COHORT_TRY(dbl("temperature_celsius", 1000));
+  t.power_watts = COHORT_TRY(dbl("power_watts", 100'000));
+  t.sm_clock_hz = COHORT_TRY(dbl("sm_clock_hz", 1e11));
+  return t;
 }
 
 }  // namespace
@@ -263,7 +311,8 @@ json ToJson(const Job& job) {
                        {"start_ms", h.start_ms},
                        {"end_ms", h.end_ms},
                        {"nodes", h.nodes},
-                       {"end_reason", h.end_reason}});
+                       {"end_reason", h.end_reason},
+                       {"gpus", h.gpus}});
   }
   json out = {{"id", job.id},
               {"spec", ToJson(job.spec)},
@@ -323,7 +372,7 @@ Result<Job> JobFromJson(const json& j) {
       job.history.push_back({h.value("attempt", 0), h.value("start_ms", int64_t(0)),
                              h.value("end_ms", int64_t(0)),
                              h.value("nodes", std::vector<std::string>{}),
-                             h.value("end_reason", "")});
+                             h.value("end_reason", ""), h.value("gpus", -1)});
     }
     return job;
   });
@@ -331,7 +380,33 @@ Result<Job> JobFromJson(const json& j) {
 
 // ---- Node ----
 
+static json Nullable(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+static json Nullable(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+json ToJson(const GpuTelemetry& t) {
+  return json{{"utilization", Nullable(t.utilization)},
+              {"memory_used_bytes", Nullable(t.memory_used_bytes)},
+              {"memory_total_bytes", Nullable(t.memory_total_bytes)},
+              {"temperature_celsius", Nullable(t.temperature_celsius)},
+              {"power_watts", Nullable(t.power_watts)},
+              {"sm_clock_hz", Nullable(t.sm_clock_hz)},
+              {"updated_ms", t.updated_ms}};
+}
+
 json ToJson(const Gpu& g) {
+  json j{{"index", g.index},
+         {"name", g.name},
+         {"uuid", g.uuid},
+         {"memory_bytes", g.memory_bytes},
+         {"simulated", g.simulated},
+         {"healthy", g.healthy},
+         {"health_reason", g.health_reason}};
+  if (g.telemetry) j["telemetry"] = ToJson(*g.telemetry);
+  return j;
+}
+
+// A GPU as an agent registers it: the inventory only (health and telemetry are the head's).
+static json RegisteredGpuToJson(const Gpu& g) {
   return json{{"index", g.index},
               {"name", g.name},
               {"uuid", g.uuid},
@@ -386,7 +461,12 @@ Result<Node> NodeFromJson(const json& j) {
 json ToJson(const Registration& r) {
   return json{{"name", r.name},       {"address", r.address}, {"agent_url", r.agent_url},
               {"incarnation", r.incarnation}, {"version", r.version},
-              {"gpus", GpusToJson(r.gpus)}, {"cpus", r.cpus}};
+              {"gpus", [&] {
+                 json a = json::array();
+                 for (const auto& g : r.gpus) a.push_back(RegisteredGpuToJson(g));
+                 return a;
+               }()},
+              {"cpus", r.cpus}};
 }
 
 Result<Registration> RegistrationFromJson(const json& j) {
@@ -433,16 +513,37 @@ static json TaskReportToJson(const TaskReport& t) {
   return json{{"job", t.job},       {"attempt", t.attempt},     {"rank", t.rank},
               {"running", t.running}, {"pid", t.pid},           {"gpus", t.gpus},
               {"cpus", t.cpus},     {"exit_code", t.exit_code}, {"signal", t.signal},
-              {"error", t.error},   {"finished_ms", t.finished_ms}};
+              {"error", t.error},   {"finished_ms", t.finished_ms},
+              {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes}};
+}
+
+static json GpuReportToJson(const GpuReport& g) {
+  json j = {{"index", g.index}};
+  const GpuTelemetry& t = g.telemetry;
+  if (t.utilization) j["utilization"] = *t.utilization;
+  if (t.memory_used_bytes) j["memory_used_bytes"] = *t.memory_used_bytes;
+  if (t.memory_total_bytes) j["memory_total_bytes"] = *t.memory_total_bytes;
+  if (t.temperature_celsius) j["temperature_celsius"] = *t.temperature_celsius;
+  if (t.power_watts) j["power_watts"] = *t.power_watts;
+  if (t.sm_clock_hz) j["sm_clock_hz"] = *t.sm_clock_hz;
+  if (g.health_events) j["health_events"] = g.health_events;
+  if (!g.health_event.empty()) j["health_event"] = g.health_event;
+  return j;
 }
 
 json ToJson(const Heartbeat& h) {
   json tasks = json::array();
   for (const auto& t : h.tasks) tasks.push_back(TaskReportToJson(t));
-  return json{{"incarnation", h.incarnation},
+  json out{{"incarnation", h.incarnation},
               {"applied_version", h.applied_version},
               {"tasks", tasks},
               {"free_ports", h.free_ports}};
+  if (!h.gpus.empty()) {
+    json gpus = json::array();
+    for (const auto& g : h.gpus) gpus.push_back(GpuReportToJson(g));
+    out["gpus"] = std::move(gpus);
+  }
+  return out;
 }
 
 Result<Heartbeat> HeartbeatFromJson(const json& j) {
@@ -468,8 +569,28 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
       rep.signal = static_cast<int>(COHORT_TRY(t.Int("signal", 0, 0, 128)));
       rep.error = COHORT_TRY(t.String("error", ""));
       rep.finished_ms = COHORT_TRY(t.Int("finished_ms", 0, 0, INT64_MAX));
+      rep.cpu_seconds = COHORT_TRY(t.Double("cpu_seconds", 0, 0, 1e12));
+      rep.rss_bytes = COHORT_TRY(t.Int("rss_bytes", 0, 0, int64_t(1) << 50));
       COHORT_TRY_VOID(t.Finish());
       h.tasks.push_back(std::move(rep));
+    }
+  }
+  if (const json* gpus = r.Raw("gpus")) {
+    if (!gpus->is_array() || gpus->size() > size_t(kMaxGpusPerNode)) {
+      return FieldError("gpus", "must be an array of at most {} GPU reports", kMaxGpusPerNode);
+    }
+    for (size_t i = 0; i < gpus->size(); ++i) {
+      auto g = COHORT_TRY(ObjectReader::Open((*gpus)[i], fmt::format("gpus[{}]", i)));
+      GpuReport rep;
+      rep.index = static_cast<int>(COHORT_TRY(g.Int("index", std::nullopt, 0, kMaxGpusPerNode - 1)));
+      rep.telemetry = COHORT_TRY(TelemetryFromReport(g));
+      rep.health_events = COHORT_TRY(g.Int("health_events", 0, 0, INT64_MAX));
+      rep.health_event = COHORT_TRY(g.String("health_event", ""));
+      if (rep.health_event.size() > 1024) {
+        return FieldError(g.FieldName("health_event"), "must be at most 1024 characters");
+      }
+      COHORT_TRY_VOID(g.Finish());
+      h.gpus.push_back(std::move(rep));
     }
   }
   COHORT_TRY_VOID(r.Finish());

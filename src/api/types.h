@@ -102,6 +102,9 @@ struct AttemptRecord {
   int64_t end_ms = 0;
   std::vector<NodeId> nodes;
   std::string end_reason;
+  // GPUs the attempt held (all nodes), for usage accounting. Records stored before this
+  // field existed load with -1, read as nodes x gpus_per_node of the job's spec.
+  int gpus = -1;
 };
 
 struct Job {
@@ -121,12 +124,31 @@ struct Job {
   bool HasExit(int rank) const;
 };
 
+// A GPU's latest readings, as its agent sampled them (NVML, or the simulated model).
+// A reading the driver cannot give is std::nullopt ("unknown"; null on the wire).
+struct GpuTelemetry {
+  std::optional<double> utilization;          // ratio 0..1 of time a kernel ran
+  std::optional<int64_t> memory_used_bytes;
+  std::optional<int64_t> memory_total_bytes;
+  std::optional<double> temperature_celsius;
+  std::optional<double> power_watts;
+  std::optional<double> sm_clock_hz;
+  int64_t updated_ms = 0;                     // Unix ms of the sample (head's receive time)
+};
+
 struct Gpu {
   int index = 0;
   std::string name;
   std::string uuid;
   int64_t memory_bytes = 0;
   bool simulated = false;
+  // Health, kept by the head: a GPU with a critical XID, uncorrectable ECC errors or a
+  // failed health check is unhealthy until an operator runs `cohort resume NODE`. The
+  // scheduler places nothing on an unhealthy GPU. Stored with the node.
+  bool healthy = true;
+  std::string health_reason;  // empty when healthy
+  // Live readings (never stored); absent until the agent's first report.
+  std::optional<GpuTelemetry> telemetry;
 };
 
 struct Node {
@@ -177,6 +199,21 @@ struct TaskReport {
   int signal = 0;
   std::string error;
   int64_t finished_ms = 0;
+  // Resource use of a running task's whole process session (from /proc); 0 if unknown.
+  double cpu_seconds = 0;
+  int64_t rss_bytes = 0;
+};
+
+// One GPU in a heartbeat: its readings and its health-event counter. The counter counts
+// health events (critical XIDs, new uncorrectable ECC errors, failed checks) since the
+// agent started; the head marks the GPU unhealthy when it grows, with `health_event`
+// (the latest event's text) as the reason. A counter, not a flag, so that repeated
+// heartbeats do not repeat an event and `cohort resume` can clear the mark for good.
+struct GpuReport {
+  int index = 0;
+  GpuTelemetry telemetry;  // updated_ms unused on the wire
+  int64_t health_events = 0;
+  std::string health_event;
 };
 
 // Agent → head: POST /v1/nodes/{name}/heartbeat.
@@ -185,6 +222,7 @@ struct Heartbeat {
   int64_t applied_version = 0;    // the newest assignment version the agent has acted on
   std::vector<TaskReport> tasks;  // running tasks and finished ones not yet acknowledged
   std::vector<int> free_ports;    // ports found free on this node, for MASTER_PORT
+  std::vector<GpuReport> gpus;    // telemetry and health, one per GPU (may be empty)
 };
 
 // A task the head wants running on a node.
@@ -224,6 +262,7 @@ Result<void> ValidateJobSpec(const JobSpec& s);
 json ToJson(const Job& j);
 Result<Job> JobFromJson(const json& j);
 json ToJson(const Gpu& g);
+json ToJson(const GpuTelemetry& t);  // unknown readings are null
 json ToJson(const Node& n);
 Result<Node> NodeFromJson(const json& j);
 json ToJson(const Registration& r);

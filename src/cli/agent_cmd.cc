@@ -12,6 +12,7 @@ void AddAgentCommand(CommandContext& ctx) {
     agent::AgentConfig config;
     std::string head_down_grace = "60s";
     std::string log_level = "info";
+    std::string health_check_interval = "60s";
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
@@ -27,11 +28,22 @@ void AddAgentCommand(CommandContext& ctx) {
   sub->add_option("--work-dir", f->config.work_dir, "Task logs and status files (default ~/.cohort/agent-NAME)");
   sub->add_option("--head-down-grace", f->head_down_grace,
                   "Keep tasks running this long while the head refuses connections (default 60s; 0 fences at once)");
+  sub->add_option("--health-check", f->config.health_check,
+                  "GPU health check, run with /bin/sh -c every interval: a non-zero exit marks GPUs unhealthy "
+                  "(lines 'gpu N: reason' name them; otherwise all)");
+  sub->add_option("--health-check-interval", f->health_check_interval, "How often to run --health-check (default 60s)");
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {
     auto grace = ParseDurationMs(f->head_down_grace, "--head-down-grace");
     if (!grace) return ReportError(grace.error());
     f->config.head_down_grace_ms = *grace;
+    auto check_interval = ParseDurationMs(f->health_check_interval, "--health-check-interval");
+    if (!check_interval) return ReportError(check_interval.error());
+    if (*check_interval < 100) {
+      return ReportError(Error{ErrorCode::kInvalidArgument, "--health-check-interval must be at least 100ms",
+                               "health_check_interval"});
+    }
+    f->config.health_check_interval_ms = *check_interval;
     BlockTerminationSignals();
     InitLogging(f->config.name.empty() ? "agent" : "agent " + f->config.name, f->log_level);
     return agent::RunAgent(f->config);

@@ -55,6 +55,8 @@ void AddLogsCommand(CommandContext& ctx);
 void AddNodesCommand(CommandContext& ctx);
 void AddDrainCommands(CommandContext& ctx);  // drain and resume
 void AddRunCommand(CommandContext& ctx);
+void AddTopCommand(CommandContext& ctx);
+void AddUsageCommand(CommandContext& ctx);
 
 using ExternalCommand = ::cohort::ExternalCommand;
 

@@ -126,6 +126,26 @@ std::string RenderNode(const NodeView& node);
 // "Node n1 is DRAINING (jobs 3, 4 still running)" and similar.
 std::string NodeStateLine(const NodeView& node);
 
+// ---- usage (usage.cc) ----
+
+// The tables of `cohort usage` from a GET /v1/usage reply: per user (with a TOTAL row)
+// and per job, GPU-hours with 4 decimals and, with a price, COST with 2.
+Result<std::string> RenderUsage(const json& report, std::optional<double> price_per_gpu_hour);
+
+// ---- top (top.cc) ----
+
+struct TopOptions {
+  std::string head_url;  // shown in the first line
+  size_t width = 120;    // columns every line is cut to (at least 40)
+  int64_t now_ms = 0;    // used when the reply lacks "time_ms"
+  std::string status;    // an extra line under the summary ("cannot refresh: ...")
+};
+
+// One frame of `cohort top` from a GET /v1/dashboard reply: a summary line, then NODES,
+// GPUS, RUNNING, QUEUE and RECENT tables. Fields the reply lacks (telemetry, health
+// before the agents report them) show as "-". No escape codes.
+std::string RenderTop(const json& dashboard, const TopOptions& options);
+
 // ---- logs (logs.cc) ----
 
 // Prefixes each complete line of a rank's output with "[rank N] ". Partial lines are kept

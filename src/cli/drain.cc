@@ -68,7 +68,8 @@ void AddDrainCommands(CommandContext& ctx) {
   }
   {
     auto f = std::make_shared<DrainFlags>();
-    auto* sub = ctx.app.add_subcommand("resume", "Let drained nodes take new jobs again");
+    auto* sub = ctx.app.add_subcommand(
+        "resume", "Let drained nodes take new jobs again, and mark their unhealthy GPUs healthy (after your check)");
     sub->add_option("NODE", f->nodes, "Node names")->required();
     AddClientOptions(sub, ctx.global);
     ctx.on_run(sub, [f, &global] { return Run(*f, /*drain=*/false, global); });

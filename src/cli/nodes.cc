@@ -18,10 +18,36 @@ std::string GpuType(const api::Node& n) {
   return name;
 }
 
+// "GPU 3 unhealthy: XID 79 (GPU has fallen off the bus)", or "GPUs 1,3 unhealthy: ..."
+// (the first GPU's reason); "" when every GPU is healthy.
+std::string GpuHealthReason(const api::Node& n) {
+  std::vector<int> bad;
+  std::string first;
+  for (const auto& g : n.gpus) {
+    if (g.healthy) continue;
+    if (bad.empty()) first = g.health_reason;
+    bad.push_back(g.index);
+  }
+  if (bad.empty()) return "";
+  std::string which = bad.size() == 1 ? fmt::format("GPU {}", bad[0]) : "GPUs " + FormatIndexList(bad);
+  return first.empty() ? which + " unhealthy" : fmt::format("{} unhealthy: {}", which, first);
+}
+
 std::string NodeReason(const NodeView& v) {
-  if (v.node.drain) return v.node.drain_reason.empty() ? "drained by request" : v.node.drain_reason;
-  if (v.node.state == api::NodeState::kDown) return v.node.reason.empty() ? "-" : v.node.reason;
-  return "-";
+  std::string reason;
+  if (v.node.drain) {
+    reason = v.node.drain_reason.empty() ? "drained by request" : v.node.drain_reason;
+  } else if (v.node.state == api::NodeState::kDown) {
+    reason = v.node.reason;
+  }
+  std::string gpus = GpuHealthReason(v.node);
+  if (!gpus.empty()) reason = reason.empty() ? gpus : reason + "; " + gpus;
+  return reason.empty() ? "-" : reason;
+}
+
+template <typename T, typename F>
+std::string Reading(const std::optional<T>& v, F&& format) {
+  return v ? format(*v) : "-";
 }
 
 std::string HeartbeatAge(int64_t age_ms) { return age_ms < 0 ? "never" : FormatDuration(age_ms) + " ago"; }
@@ -114,6 +140,24 @@ std::string RenderNode(const NodeView& v) {
                 FormatGiB(g.memory_bytes), g.simulated ? "yes" : "no"});
     }
     out += t.Render(2);
+    bool any = false;
+    for (const auto& g : n.gpus) any |= g.telemetry.has_value() || !g.healthy;
+    if (any) {
+      out += "\ngpu health and telemetry:\n";
+      Table h({"INDEX", "HEALTH", "UTIL", "MEM-USED", "TEMP", "POWER", "SM-CLOCK", "REASON"});
+      h.SetMaxWidth(7, 60);
+      for (const auto& g : n.gpus) {
+        api::GpuTelemetry t = g.telemetry.value_or(api::GpuTelemetry{});
+        h.AddRow({std::to_string(g.index), g.healthy ? "ok" : "UNHEALTHY",
+                  Reading(t.utilization, [](double u) { return fmt::format("{:.0f}%", u * 100); }),
+                  Reading(t.memory_used_bytes, [](int64_t b) { return FormatGiB(b); }),
+                  Reading(t.temperature_celsius, [](double c) { return fmt::format("{:.0f}C", c); }),
+                  Reading(t.power_watts, [](double w) { return fmt::format("{:.0f}W", w); }),
+                  Reading(t.sm_clock_hz, [](double hz) { return fmt::format("{:.0f}MHz", hz / 1e6); }),
+                  g.healthy ? "-" : g.health_reason});
+      }
+      out += h.Render(2);
+    }
   }
   return out;
 }

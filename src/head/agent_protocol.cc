@@ -43,6 +43,10 @@ Result<api::AgentTiming> Cluster::Register(const api::Registration& reg) {
       }
       rt.reported.clear();
       rt.applied_version = 0;
+      // A new agent process counts health events from 0 again.
+      rt.telemetry.clear();
+      rt.health_seen.clear();
+      rt.health_baseline = true;
       LOG_INFO("node {} re-registered with a new agent (incarnation {})", reg.name, reg.incarnation);
     } else if (n.state == NodeState::kDown) {
       LOG_INFO("node {} is back (same agent incarnation)", reg.name);
@@ -50,6 +54,14 @@ Result<api::AgentTiming> Cluster::Register(const api::Registration& reg) {
   } else {
     LOG_INFO("node {} registered: {} GPU(s), {} CPU(s), address {}", reg.name, reg.gpus.size(),
              reg.cpus, reg.address);
+    runtime_[reg.name].health_baseline = true;
+  }
+  // Unhealthy marks survive a new agent (the operator clears them with resume).
+  std::map<std::string, std::string> unhealthy;  // uuid → reason
+  if (it != nodes_.end()) {
+    for (const auto& g : it->second.gpus) {
+      if (!g.healthy) unhealthy[g.uuid] = g.health_reason;
+    }
   }
   api::Node& n = nodes_[reg.name];
   n.name = reg.name;
@@ -58,6 +70,12 @@ Result<api::AgentTiming> Cluster::Register(const api::Registration& reg) {
   n.incarnation = reg.incarnation;
   n.version = reg.version;
   n.gpus = reg.gpus;
+  for (auto& g : n.gpus) {
+    if (auto u = unhealthy.find(g.uuid); u != unhealthy.end()) {
+      g.healthy = false;
+      g.health_reason = u->second;
+    }
+  }
   n.cpus = reg.cpus;
   n.state = NodeState::kUp;
   n.reason.clear();
@@ -97,6 +115,8 @@ Result<api::HeartbeatReply> Cluster::Heartbeat(const std::string& name, const ap
   rt.reported = hb.tasks;
   if (!hb.free_ports.empty()) rt.free_ports = hb.free_ports;
   rt.applied_version = std::max(rt.applied_version, hb.applied_version);
+  ++heartbeats_;
+  ApplyGpuReportsLocked(node, rt, hb.gpus);
 
   api::HeartbeatReply reply;
   bool changed = false;

@@ -145,6 +145,7 @@ Result<Job> Cluster::Submit(api::JobSpec spec) {
   job = *created;
   jobs_[job.id] = job;
   pending_.insert(job.id);
+  CountTransitionLocked("none", JobState::kPending);
   RequestScheduleLocked();
   LOG_INFO("job {} ({}) submitted by {}: {} node(s) x {} task(s), {} GPU(s)/node", job.id,
            job.spec.name, job.spec.user, job.spec.nodes, job.spec.tasks_per_node,
@@ -223,7 +224,12 @@ NodeStatus Cluster::StatusLocked(const Node& n) const {
   } else {
     s.display_state = "UP";
   }
-  if (auto it = runtime_.find(n.name); it != runtime_.end()) s.heartbeat_age_ms = HeartbeatAgeMs(it->second);
+  if (auto it = runtime_.find(n.name); it != runtime_.end()) {
+    s.heartbeat_age_ms = HeartbeatAgeMs(it->second);
+    const auto& tel = it->second.telemetry;
+    for (size_t i = 0; i < s.node.gpus.size() && i < tel.size(); ++i) s.node.gpus[i].telemetry = tel[i];
+  }
+  for (const auto& g : n.gpus) s.unhealthy_gpus += !g.healthy;
   return s;
 }
 
@@ -260,6 +266,12 @@ Result<NodeStatus> Cluster::Resume(const std::string& name) {
   if (it == nodes_.end()) return Errorf(ErrorCode::kNotFound, "node '{}' not found", name);
   it->second.drain = false;
   it->second.drain_reason.clear();
+  for (auto& g : it->second.gpus) {
+    if (g.healthy) continue;
+    LOG_INFO("node {} GPU {} marked healthy again (was: {})", name, g.index, g.health_reason);
+    g.healthy = true;
+    g.health_reason.clear();
+  }
   MarkDirtyLocked(it->second);
   COHORT_TRY_VOID(FlushLocked());
   RequestScheduleLocked();

@@ -25,6 +25,7 @@
 #include "api/types.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/prometheus.h"
 #include "head/config.h"
 #include "head/progress.h"
 #include "head/rendezvous.h"
@@ -40,6 +41,35 @@ struct NodeStatus {
   int cpus_allocated = 0;
   std::vector<api::JobId> jobs;
   int64_t heartbeat_age_ms = -1;
+  int unhealthy_gpus = 0;  // node.gpus[i].healthy == false; telemetry filled in node.gpus
+};
+
+// One running task's resource use, from its agent's latest heartbeat.
+struct TaskUsage {
+  int rank = 0;
+  std::string node;
+  double cpu_seconds = 0;
+  int64_t rss_bytes = 0;
+};
+
+// What the head's /metrics shows, taken under the lock in one pass (cluster_metrics.cc).
+struct ClusterMetrics {
+  struct NodeLine {
+    std::string name;
+    std::string display_state;  // UP, DOWN, DRAINING, DRAINED
+    int gpus = 0;
+    int gpus_allocated = 0;
+    int gpus_unhealthy = 0;
+    double heartbeat_age_s = -1;
+  };
+  std::vector<NodeLine> nodes;
+  std::map<std::string, int> jobs_by_state;          // "pending", "running", ... (all known jobs)
+  std::map<std::string, int> pending_by_reason;      // resources, priority, invalid, scheduler
+  std::map<std::pair<std::string, std::string>, uint64_t> transitions;  // (from, to) → count
+  uint64_t heartbeats = 0;
+  uint64_t gpu_health_events = 0;
+  prom::HistogramSnapshot pass_seconds;
+  prom::HistogramSnapshot queue_wait_seconds;
 };
 
 struct JobFilter {
@@ -78,6 +108,8 @@ class Cluster {
   std::vector<NodeStatus> ListNodes() const;
   Result<NodeStatus> GetNode(const std::string& name) const;
   Result<NodeStatus> Drain(const std::string& name, std::string reason);
+  // Clears the drain mark and marks every GPU of the node healthy again (after the
+  // operator's check); kNotFound for an unknown node.
   Result<NodeStatus> Resume(const std::string& name);
   // kNotFound for an unknown job or a rank/attempt it never had.
   Result<LogLocation> LocateLog(api::JobId id, int attempt, int rank) const;
@@ -107,6 +139,11 @@ class Cluster {
   // Progress reported at COHORT_REPORT (thread-safe on its own).
   ProgressLog& progress() { return progress_; }
 
+  // ---- observability (cluster_metrics.cc) ----
+  ClusterMetrics Metrics() const;
+  // Resource use of every task of RUNNING jobs, by job, from the agents' heartbeats.
+  std::map<api::JobId, std::vector<TaskUsage>> RunningTaskUsage() const;
+
   const HeadConfig& config() const { return config_; }
   // Latency of the last scheduling pass (for logs and benchmarks).
   Millis last_pass_duration() const;
@@ -118,6 +155,12 @@ class Cluster {
     std::vector<int> free_ports;
     int64_t desired_version = 0;
     int64_t applied_version = 0;
+    // GPU telemetry and health counters from the heartbeats (gpu_health.cc).
+    std::vector<std::optional<api::GpuTelemetry>> telemetry;  // by GPU index
+    std::vector<int64_t> health_seen;  // each GPU's health-event counter last seen
+    // False until the counters are known: after a head restart the first heartbeat's
+    // counters are adopted, not read as new events.
+    bool health_baseline = false;
   };
 
   Cluster(HeadConfig config, std::unique_ptr<store::StateStore> store);
@@ -147,6 +190,14 @@ class Cluster {
   void WakeLocked(const std::string& node);
   void BumpVersionLocked(const std::string& node);
 
+  // gpu_health.cc
+  // Records telemetry and turns grown health counters into unhealthy GPUs.
+  void ApplyGpuReportsLocked(api::Node& node, NodeRuntime& rt, const std::vector<api::GpuReport>& reports);
+  // Marks GPU `index` unhealthy and fails (requeues) the jobs holding it.
+  void MarkGpuUnhealthyLocked(api::Node& node, int index, const std::string& reason);
+  // Counts a job state transition for /metrics ("none" as `from` for a new job).
+  void CountTransitionLocked(std::string_view from, api::JobState to);
+
   NodeStatus StatusLocked(const api::Node& n) const;
   int64_t HeartbeatAgeMs(const NodeRuntime& rt) const;
 
@@ -170,6 +221,11 @@ class Cluster {
   int64_t next_version_ = 0;                                  // guarded by mu_
   bool schedule_requested_ = true;                            // guarded by mu_
   Millis last_pass_{0};                                       // guarded by mu_
+  std::map<std::pair<std::string, std::string>, uint64_t> transitions_;  // guarded by mu_
+  uint64_t heartbeats_ = 0;                                   // guarded by mu_
+  uint64_t gpu_health_events_ = 0;                            // guarded by mu_
+  prom::Histogram pass_seconds_{prom::ExponentialBuckets(0.0005, 2, 14)};      // thread-safe
+  prom::Histogram queue_wait_seconds_{prom::ExponentialBuckets(0.1, 4, 10)};  // thread-safe
 };
 
 }  // namespace cohort::head

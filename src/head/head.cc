@@ -106,6 +106,11 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   RegisterLogRoutes(srv, cluster);
   RegisterRendezvousRoutes(srv, cluster);
   RegisterProgressRoutes(srv, cluster);
+  RegisterMetricsRoutes(srv, cluster);
+  RegisterUsageRoutes(srv, cluster);
+  RegisterDashboardRoutes(srv, cluster);
+  RegisterWebRoutes(srv);
+  PreferGzipOverBrotli(srv);
   srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     ErrorCode code = res.status == 404 ? ErrorCode::kNotFound

@@ -1,5 +1,6 @@
 // /v1/jobs: submit, list, show, cancel.
 #include "head/routes.h"
+#include "head/usage.h"
 
 namespace cohort::head {
 namespace {
@@ -43,7 +44,14 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
     auto filter = ParseFilter(req);
     if (!filter) return SendError(res, filter.error());
     json jobs = json::array();
-    for (const auto& j : cluster.ListJobs(*filter)) jobs.push_back(api::ToJson(j));
+    auto usage = cluster.RunningTaskUsage();
+    int64_t now = NowUnixMs();
+    for (const auto& j : cluster.ListJobs(*filter)) {
+      json out = api::ToJson(j);
+      auto u = usage.find(j.id);
+      AddJobUsageJson(out, j, now, u != usage.end() ? &u->second : nullptr);
+      jobs.push_back(std::move(out));
+    }
     SendJson(res, json{{"jobs", std::move(jobs)}});
   });
 
@@ -54,6 +62,9 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
     Reply(res, job, [&](const api::Job& j) {
       json out = api::ToJson(j);
       if (auto p = cluster.progress().Latest(j.id)) out["progress"] = ToJson(*p);
+      auto usage = cluster.RunningTaskUsage();
+      auto u = usage.find(j.id);
+      AddJobUsageJson(out, j, NowUnixMs(), u != usage.end() ? &u->second : nullptr);
       return out;
     });
   });

@@ -18,6 +18,10 @@ void Cluster::StartJobLocked(Job& job,
                              const std::vector<int>& cpus, int64_t now) {
   const int tpn = job.spec.tasks_per_node;
   const int gpt = job.spec.gpus_per_task();
+  // Queue wait: since submission, or since the previous attempt ended.
+  int64_t queued_since = job.history.empty() ? job.submit_ms : job.history.back().end_ms;
+  if (queued_since > 0 && now >= queued_since) queue_wait_seconds_.Observe((now - queued_since) / 1000.0);
+  CountTransitionLocked(api::JobStateName(job.state), JobState::kRunning);
   job.state = JobState::kRunning;
   job.reason.clear();
   job.start_ms = now;
@@ -28,6 +32,8 @@ void Cluster::StartJobLocked(Job& job,
   api::AttemptRecord rec;
   rec.attempt = job.attempt;
   rec.start_ms = now;
+  rec.gpus = 0;
+  for (const auto& n : nodes) rec.gpus += static_cast<int>(n.second.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto& [name, gpus] = nodes[i];
     BumpVersionLocked(name);
@@ -95,6 +101,7 @@ void Cluster::FinishJobLocked(Job& job, JobState state, std::string reason,
   CloseAttempt(job, now, reason);
   pending_.erase(job.id);
   pending_reasons_.erase(job.id);
+  CountTransitionLocked(api::JobStateName(job.state), state);
   job.state = state;
   job.reason = std::move(reason);
   job.end_ms = now;
@@ -110,6 +117,7 @@ void Cluster::FailGangLocked(Job& job, const std::string& why, std::optional<int
     if (job.state == JobState::kRunning) DetachJobLocked(job);
     CloseAttempt(job, now, why);
     job.attempt += 1;
+    CountTransitionLocked(api::JobStateName(job.state), JobState::kPending);
     job.state = JobState::kPending;
     job.reason = fmt::format("requeued after: {} (restart {} of {})", why, job.attempt,
                              job.spec.max_restarts);

@@ -10,6 +10,7 @@ json ToJson(const NodeStatus& s) {
   j["cpus_allocated"] = s.cpus_allocated;
   j["jobs"] = s.jobs;
   j["heartbeat_age_ms"] = s.heartbeat_age_ms;
+  j["unhealthy_gpus"] = s.unhealthy_gpus;
   return j;
 }
 

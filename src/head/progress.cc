@@ -1,5 +1,8 @@
 #include "head/progress.h"
 
+#include <algorithm>
+#include <climits>
+
 namespace cohort::head {
 
 json ToJson(const ProgressPoint& p) {
@@ -49,6 +52,45 @@ std::optional<ProgressPoint> ProgressLog::Latest(api::JobId job) const {
   auto it = points_.find(job);
   if (it == points_.end() || it->second.empty()) return std::nullopt;
   return it->second.back();
+}
+
+std::vector<LossPoint> DownsampleLoss(const std::vector<LossPoint>& points, size_t max_points) {
+  max_points = std::max<size_t>(max_points, 2);
+  const size_t n = points.size();
+  if (n <= max_points) return points;
+  std::vector<LossPoint> out;
+  out.reserve(max_points);
+  for (size_t b = 0; b < max_points; ++b) {
+    size_t begin = b * n / max_points;
+    size_t end = (b + 1) * n / max_points;  // the last run ends at n: the newest point
+    double sum = 0;
+    for (size_t i = begin; i < end; ++i) sum += points[i].loss;
+    out.push_back({points[end - 1].step, sum / static_cast<double>(end - begin)});
+  }
+  out.back() = points.back();
+  return out;
+}
+
+LossSeries ProgressLog::Loss(api::JobId job, size_t max_points) const {
+  LossSeries s;
+  std::vector<LossPoint> raw;
+  {
+    std::lock_guard lock(mu_);
+    auto it = points_.find(job);
+    if (it == points_.end()) return s;
+    int rank = INT32_MAX;
+    for (const auto& p : it->second) {
+      if (p.loss && p.rank < rank) rank = p.rank;
+    }
+    if (rank == INT32_MAX) return s;
+    s.rank = rank;
+    for (const auto& p : it->second) {
+      if (p.loss && p.rank == rank) raw.push_back({p.step, *p.loss});
+    }
+  }
+  s.total = raw.size();
+  s.points = DownsampleLoss(raw, max_points);
+  return s;
 }
 
 }  // namespace cohort::head

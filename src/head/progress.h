@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "api/types.h"
 #include "common/error.h"
@@ -30,6 +31,26 @@ json ToJson(const ProgressPoint& p);
 // "rank": r}; only "step" is required; unknown fields are rejected.
 Result<ProgressPoint> ProgressPointFromJson(const json& j);
 
+// One point of a loss curve.
+struct LossPoint {
+  int64_t step = 0;
+  double loss = 0;
+};
+
+// Shrinks `points` (oldest first) to at most `max_points` for drawing: the series is cut
+// into `max_points` runs of consecutive points and each run becomes one point, the mean
+// loss at the run's last step. The newest point is always kept exactly. `max_points` < 2
+// is treated as 2.
+std::vector<LossPoint> DownsampleLoss(const std::vector<LossPoint>& points, size_t max_points);
+
+// A job's loss curve for the dashboard: the points of one rank (the lowest that reported
+// a loss; ranks of a data-parallel job report the same curve), downsampled.
+struct LossSeries {
+  int rank = 0;
+  size_t total = 0;  // points with a loss that rank reported (before downsampling)
+  std::vector<LossPoint> points;
+};
+
 class ProgressLog {
  public:
   static constexpr size_t kMaxPoints = 10'000;
@@ -38,6 +59,8 @@ class ProgressLog {
   // The newest `limit` points of a job, oldest first.
   std::vector<ProgressPoint> Get(api::JobId job, size_t limit) const;
   std::optional<ProgressPoint> Latest(api::JobId job) const;
+  // The job's loss curve, at most `max_points` points; empty when no loss was reported.
+  LossSeries Loss(api::JobId job, size_t max_points) const;
 
  private:
   mutable std::mutex mu_;

@@ -16,6 +16,15 @@ void RegisterAgentRoutes(httplib::Server& server, Cluster& cluster);
 void RegisterLogRoutes(httplib::Server& server, Cluster& cluster);
 void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster);
 void RegisterProgressRoutes(httplib::Server& server, Cluster& cluster);
+void RegisterMetricsRoutes(httplib::Server& server, Cluster& cluster);  // GET /metrics
+void RegisterUsageRoutes(httplib::Server& server, Cluster& cluster);    // GET /v1/usage
+void RegisterDashboardRoutes(httplib::Server& server, Cluster& cluster);
+// The dashboard's static files (web/) at the root URL; register after the /v1 routes.
+void RegisterWebRoutes(httplib::Server& server);
+// Drops "br" from requests' Accept-Encoding, so that replies to browsers are gzipped:
+// cpp-httplib compresses Brotli at quality 11, which takes seconds for a reply of a few
+// MB (GET /v1/dashboard at 1,000 nodes: 5.1 s with br, 0.11 s with gzip, 0.10 s plain).
+void PreferGzipOverBrotli(httplib::Server& server);
 
 // Sends `r`'s value with `status`, or its error with the error's status.
 inline void Reply(httplib::Response& res, const Result<json>& r, int status = 200) {

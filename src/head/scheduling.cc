@@ -57,7 +57,8 @@ int Cluster::Schedule() {
     v.total_gpus = static_cast<int>(n.gpus.size());
     const auto& b = busy[name];
     for (int g = 0; g < v.total_gpus; ++g) {
-      if (!b.first.contains(g)) v.free_gpus.push_back(g);
+      // An unhealthy GPU is never free (gpu_health.cc); `cohort resume` returns it.
+      if (!b.first.contains(g) && n.gpus[static_cast<size_t>(g)].healthy) v.free_gpus.push_back(g);
     }
     v.total_cpus = n.cpus;
     v.free_cpus = std::max(0, n.cpus - b.second);
@@ -94,6 +95,7 @@ int Cluster::Schedule() {
   }
   (void)FlushLocked();
   last_pass_ = std::chrono::duration_cast<Millis>(SteadyClock::now() - t0);
+  pass_seconds_.Observe(std::chrono::duration<double>(SteadyClock::now() - t0).count());
   int started = static_cast<int>(decision.start.size());
   UnlockAndWake(lock);
   return started;

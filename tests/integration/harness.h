@@ -116,11 +116,12 @@ class LocalCluster {
   }
   Subprocess& head() { return head_; }
 
-  void StartAgent(const std::string& name, int gpus, int cpus = 16) {
+  void StartAgent(const std::string& name, int gpus, int cpus = 16, std::vector<std::string> extra = {}) {
     SpawnOptions o;
     o.argv = {COHORT_BINARY, "agent", "--head", url_, "--name", name, "--address", "127.0.0.1",
               "--simulated-gpus", std::to_string(gpus), "--cpus", std::to_string(cpus), "--work-dir",
               dir_ + "/" + name, "--head-down-grace", "30s"};
+    o.argv.insert(o.argv.end(), extra.begin(), extra.end());
     o.stdout_path = dir_ + "/" + name + ".log";
     o.parent_death_signal = SIGKILL;
     auto p = Subprocess::Spawn(o);

@@ -9,10 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace cohort::agent {
@@ -34,5 +37,63 @@ Result<std::vector<GpuInfo>> DiscoverNvmlGpus();
 // format ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx") derived from `node_name` and the
 // index, so they are the same on every run and differ between nodes and indices.
 std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name);
+
+// ---- Telemetry and health ----
+//
+// A GpuMonitor samples every GPU of the node: readings (std::nullopt when the source
+// cannot give one, e.g. an NVML without that symbol, or a query the device refuses) and a
+// health-event counter. Health events are critical XIDs (except the ones applications
+// cause: 13, 31, 43, 45, 68), new uncorrectable ECC errors since the monitor started, and
+// a GPU the driver reports lost. The agent sends the counter and the latest event's text
+// in every heartbeat; the head marks the GPU unhealthy when the counter grows.
+//
+// Threads: Sample is called by one thread at a time (the agent's heartbeat loop);
+// InjectXid may be called from any thread concurrently with it.
+
+struct GpuReading {
+  int index = 0;
+  std::optional<double> utilization;          // 0..1
+  std::optional<int64_t> memory_used_bytes;
+  std::optional<int64_t> memory_total_bytes;
+  std::optional<double> temperature_celsius;
+  std::optional<double> power_watts;
+  std::optional<double> sm_clock_hz;
+  int64_t health_events = 0;  // since the monitor started
+  std::string health_event;   // the latest: "XID 79 (GPU has fallen off the bus)"
+};
+
+class GpuMonitor {
+ public:
+  virtual ~GpuMonitor() = default;
+  // One reading per GPU in index order. `busy[i]` says whether a running task holds GPU
+  // i (used by the simulated model; NVML measures instead); `now` is the sample time.
+  virtual std::vector<GpuReading> Sample(const std::vector<bool>& busy, SteadyTime now) = 0;
+  // Fault injection: records a health event on GPU `index` as if the driver had reported
+  // XID `xid`. Simulated GPUs only: kFailedPrecondition on real ones, kInvalidArgument
+  // for an index the node does not have.
+  virtual Result<void> InjectXid(int index, int xid) {
+    return MakeError(ErrorCode::kFailedPrecondition, "fault injection needs simulated GPUs (--simulated-gpus)");
+  }
+  // Records a health event found outside the driver (a failed health check) on GPU
+  // `index`; an index the node does not have is ignored.
+  virtual void RecordHealthEvent(int index, std::string what) = 0;
+};
+
+// "XID 79 (GPU has fallen off the bus)"; the description is omitted for unknown codes.
+std::string DescribeXid(int xid);
+// XIDs that applications cause (13, 31, 43, 45, 68): logged, but not a GPU health event.
+bool IsApplicationXid(int xid);
+
+// The simulated model, a pure function of the busy flags over time: each GPU's load
+// moves toward 1 while a task holds it and toward 0 when idle, exponentially with a time
+// constant of 1 s. From load L: utilization 0.95 L, memory used 0.5 GiB + 60 GiB x L of
+// 80 GiB, temperature 35 + 40 L °C, power 70 + 630 L W, SM clock 345 MHz + 1635 MHz x L.
+// The first sample starts from load 0.
+std::unique_ptr<GpuMonitor> MakeSimulatedGpuMonitor(const std::vector<GpuInfo>& gpus);
+
+// Telemetry through NVML for the GPUs DiscoverNvmlGpus found; every query symbol is
+// optional (a missing one reads as unknown). Registers for XID events where the driver
+// supports them. kUnavailable when NVML cannot be loaded or initialised.
+Result<std::unique_ptr<GpuMonitor>> OpenNvmlGpuMonitor();
 
 }  // namespace cohort::agent

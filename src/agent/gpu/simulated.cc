@@ -1,4 +1,6 @@
+#include <cmath>
 #include <cstdint>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -37,7 +39,110 @@ std::string SimulatedUuid(std::string_view node_name, int index) {
                      hi & 0xffff, lo >> 48, lo & 0xffffffffffffull);
 }
 
+constexpr double kTimeConstantS = 1.0;
+
+class SimulatedGpuMonitor final : public GpuMonitor {
+ public:
+  explicit SimulatedGpuMonitor(const std::vector<GpuInfo>& gpus) : gpus_(gpus), state_(gpus.size()) {}
+
+  std::vector<GpuReading> Sample(const std::vector<bool>& busy, SteadyTime now) override {
+    std::lock_guard lock(mu_);
+    std::vector<GpuReading> out;
+    for (size_t i = 0; i < gpus_.size(); ++i) {
+      State& st = state_[i];
+      double target = i < busy.size() && busy[i] ? 1.0 : 0.0;
+      if (st.sampled) {
+        double dt = std::chrono::duration<double>(now - st.last).count();
+        if (dt > 0) st.load += (target - st.load) * (1.0 - std::exp(-dt / kTimeConstantS));
+      }
+      st.sampled = true;
+      st.last = now;
+      const double l = st.load;
+      const int64_t total = gpus_[i].memory_bytes;
+      GpuReading r;
+      r.index = gpus_[i].index;
+      r.utilization = 0.95 * l;
+      r.memory_total_bytes = total;
+      r.memory_used_bytes = std::min<int64_t>(
+          total, (int64_t{1} << 29) + static_cast<int64_t>(l * double(int64_t{60} << 30)));
+      r.temperature_celsius = 35.0 + 40.0 * l;
+      r.power_watts = 70.0 + 630.0 * l;
+      r.sm_clock_hz = 345e6 + 1635e6 * l;
+      r.health_events = st.health_events;
+      r.health_event = st.health_event;
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  Result<void> InjectXid(int index, int xid) override {
+    std::lock_guard lock(mu_);
+    if (index < 0 || static_cast<size_t>(index) >= gpus_.size()) {
+      return FieldError("gpu", "this node has GPUs 0..{}, got {}", int(gpus_.size()) - 1, index);
+    }
+    if (xid <= 0 || xid > 1000) return FieldError("xid", "must be between 1 and 1000, got {}", xid);
+    if (IsApplicationXid(xid)) {
+      return FieldError("xid", "{} is caused by applications, not a GPU fault; it would not mark the GPU unhealthy",
+                        DescribeXid(xid));
+    }
+    State& st = state_[static_cast<size_t>(index)];
+    st.health_events += 1;
+    st.health_event = DescribeXid(xid) + " (injected)";
+    return {};
+  }
+
+  void RecordHealthEvent(int index, std::string what) override {
+    std::lock_guard lock(mu_);
+    if (index < 0 || static_cast<size_t>(index) >= state_.size()) return;
+    state_[static_cast<size_t>(index)].health_events += 1;
+    state_[static_cast<size_t>(index)].health_event = std::move(what);
+  }
+
+ private:
+  struct State {
+    bool sampled = false;
+    SteadyTime last;
+    double load = 0;
+    int64_t health_events = 0;
+    std::string health_event;
+  };
+  const std::vector<GpuInfo> gpus_;
+  std::mutex mu_;
+  std::vector<State> state_;  // guarded by mu_
+};
+
 }  // namespace
+
+std::string DescribeXid(int xid) {
+  const char* what = nullptr;
+  switch (xid) {
+    case 13: what = "graphics engine exception"; break;
+    case 31: what = "GPU memory page fault"; break;
+    case 43: what = "GPU stopped processing"; break;
+    case 45: what = "preemptive cleanup"; break;
+    case 48: what = "double-bit ECC error"; break;
+    case 61: what = "internal micro-controller breakpoint"; break;
+    case 62: what = "internal micro-controller halt"; break;
+    case 63: what = "ECC page retirement or row remapping event"; break;
+    case 64: what = "ECC page retirement or row remapping failure"; break;
+    case 68: what = "video processor exception"; break;
+    case 74: what = "NVLink error"; break;
+    case 79: what = "GPU has fallen off the bus"; break;
+    case 92: what = "high single-bit ECC error rate"; break;
+    case 94: what = "contained ECC error"; break;
+    case 95: what = "uncontained ECC error"; break;
+    case 119: what = "GSP RPC timeout"; break;
+    case 120: what = "GSP error"; break;
+    default: break;
+  }
+  return what ? fmt::format("XID {} ({})", xid, what) : fmt::format("XID {}", xid);
+}
+
+bool IsApplicationXid(int xid) { return xid == 13 || xid == 31 || xid == 43 || xid == 45 || xid == 68; }
+
+std::unique_ptr<GpuMonitor> MakeSimulatedGpuMonitor(const std::vector<GpuInfo>& gpus) {
+  return std::make_unique<SimulatedGpuMonitor>(gpus);
+}
 
 std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name) {
   std::vector<GpuInfo> gpus;

@@ -1,0 +1,249 @@
+// The dashboard at scale: one head with 1,000 simulated agents (8 GPUs each) heartbeating
+// every second with GPU telemetry, a queue of jobs (by default 2,000: about 700 run, the
+// rest wait), and the running jobs' rank 0 posting progress (step, loss, tokens/s) to
+// COHORT_REPORT, while a client times the request the web page polls every 2 s
+// (GET /v1/dashboard?recent=20&points=32) to its last byte; GET /v1/nodes, the nodes part
+// alone, is timed beside it for scale.
+// Target: p99 under 50 ms.
+//
+// Usage: bench_dashboard_scale [nodes=1000] [jobs=2000] [seconds=15] [points_per_job=200]
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "api/types.h"
+#include "bench_cluster.h"
+#include "common/clock.h"
+
+using namespace cohort;
+
+namespace {
+
+struct SimNode {
+  std::string name;
+  std::string incarnation;
+  int64_t applied = 0;
+  std::vector<api::TaskReport> running;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+std::vector<api::GpuReport> GpuReports(const SimNode& s) {
+  std::vector<api::GpuReport> out;
+  for (int g = 0; g < 8; ++g) {
+    bool busy = std::any_of(s.running.begin(), s.running.end(), [&](const api::TaskReport& t) {
+      return std::find(t.gpus.begin(), t.gpus.end(), g) != t.gpus.end();
+    });
+    api::GpuReport r;
+    r.index = g;
+    r.telemetry.utilization = busy ? 0.93 : 0.0;
+    r.telemetry.memory_used_bytes = busy ? (int64_t{60} << 30) : (int64_t{1} << 29);
+    r.telemetry.memory_total_bytes = int64_t{80} << 30;
+    r.telemetry.temperature_celsius = busy ? 74 : 35;
+    r.telemetry.power_watts = busy ? 650 : 70;
+    r.telemetry.sm_clock_hz = busy ? 1.98e9 : 3.45e8;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The path part of a COHORT_REPORT URL ("http://host:port/v1/report/TOKEN").
+std::string ReportPath(const std::string& url) {
+  size_t scheme = url.find("://");
+  size_t slash = url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
+  return slash == std::string::npos ? url : url.substr(slash);
+}
+
+constexpr const char* kQuery = "/v1/dashboard?recent=20&points=32";  // what web/app.js polls
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int nodes = argc > 1 ? std::atoi(argv[1]) : 1000;
+  const int jobs = argc > 2 ? std::atoi(argv[2]) : 2000;
+  const int seconds = argc > 3 ? std::atoi(argv[3]) : 15;
+  const int points_per_job = argc > 4 ? std::atoi(argv[4]) : 200;
+  bench::BenchCluster c;
+  c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s"});
+  HttpClient client(c.url(), Millis(10000));
+
+  std::vector<SimNode> sims(nodes);
+  for (int i = 0; i < nodes; ++i) {
+    sims[i].name = fmt::format("sim-{:04d}", i);
+    sims[i].incarnation = fmt::format("inc{}", i);
+    api::Registration reg;
+    reg.name = sims[i].name;
+    reg.address = "127.0.0.1";
+    reg.incarnation = sims[i].incarnation;
+    reg.cpus = 64;
+    for (int g = 0; g < 8; ++g) {
+      api::Gpu gpu;
+      gpu.index = g;
+      gpu.name = "Cohort Simulated GPU 80GB";
+      gpu.uuid = fmt::format("GPU-{}-{}", i, g);
+      gpu.memory_bytes = 80LL << 30;
+      gpu.simulated = true;
+      reg.gpus.push_back(gpu);
+    }
+    if (auto r = client.Post("/v1/agents/register", api::ToJson(reg)); !r) bench::BenchCluster::Die(r.error().message);
+  }
+  const int shapes[][2] = {{1, 1}, {1, 2}, {1, 4}, {1, 8}, {2, 8}, {4, 8}};
+  for (int i = 0; i < jobs; ++i) {
+    auto [n, g] = shapes[i % 6];
+    json spec = {{"name", fmt::format("train-{}", i)}, {"user", fmt::format("user{}", i % 13)},
+                 {"command", {"python", "train.py", "--config", fmt::format("exp{}.yaml", i)}},
+                 {"nodes", n}, {"gpus_per_node", g}, {"tasks_per_node", 1}, {"priority", i % 7}};
+    if (auto r = client.Post("/v1/jobs", spec); !r) bench::BenchCluster::Die(r.error().message);
+  }
+
+  // Rank 0's COHORT_REPORT path of each running job, as the heartbeat replies reveal them.
+  std::mutex report_mu;
+  std::map<int64_t, std::string> report_paths;  // guarded by report_mu
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> hb_errors{0};
+  const int threads = 8;
+  std::vector<std::thread> workers;
+  auto start = SteadyClock::now();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      HttpClient hc(c.url(), Millis(10000));
+      for (int round = 0; !stop; ++round) {
+        for (int i = t; i < nodes && !stop; i += threads) {
+          std::this_thread::sleep_until(start + std::chrono::milliseconds(round * 1000 + i * 1000 / nodes));
+          SimNode& s = sims[i];
+          api::Heartbeat hb;
+          hb.incarnation = s.incarnation;
+          hb.applied_version = s.applied;
+          hb.tasks = s.running;
+          hb.gpus = GpuReports(s);
+          auto r = hc.Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
+          if (!r) {
+            ++hb_errors;
+            continue;
+          }
+          auto reply = api::HeartbeatReplyFromJson(*r);
+          if (!reply) continue;
+          s.applied = reply->version;
+          s.running.clear();
+          for (const auto& l : reply->tasks) {
+            api::TaskReport tr;
+            tr.job = l.job;
+            tr.attempt = l.attempt;
+            tr.rank = l.rank;
+            tr.running = true;
+            tr.gpus = l.gpus;
+            tr.cpu_seconds = 12.5;
+            tr.rss_bytes = int64_t{2} << 30;
+            s.running.push_back(tr);
+            if (l.rank == 0) {
+              auto env = l.env.find("COHORT_REPORT");
+              std::lock_guard lock(report_mu);
+              if (env != l.env.end() && !report_paths.contains(l.job)) report_paths[l.job] = ReportPath(env->second);
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // Progress: every running job's rank 0 reports `points_per_job` steps (a falling loss),
+  // then one step per job per pass while the requests are timed.
+  std::atomic<int64_t> reports{0};
+  std::atomic<bool> prefilled{false};
+  std::vector<std::thread> reporters;
+  for (int t = 0; t < 2; ++t) {
+    reporters.emplace_back([&, t] {
+      HttpClient hc(c.url(), Millis(10000));
+      std::map<int64_t, int> steps;
+      while (!stop) {
+        std::vector<std::pair<int64_t, std::string>> mine;
+        {
+          std::lock_guard lock(report_mu);
+          for (const auto& [job, path] : report_paths) {
+            if (job % 2 == t) mine.emplace_back(job, path);
+          }
+        }
+        bool posted = false;
+        for (const auto& [job, path] : mine) {
+          if (stop) break;
+          int& step = steps[job];
+          int burst = step < points_per_job ? points_per_job - step : (prefilled ? 1 : 0);
+          for (int k = 0; k < burst && !stop; ++k, ++step) {
+            json p = {{"step", step}, {"loss", 4.0 / (1 + step * 0.01) + 0.01 * (job % 10)},
+                      {"tokens_per_s", 150000.0 + job}, {"samples_per_s", 73.0}};
+            if (hc.Post(path, p)) ++reports;
+            posted = true;
+          }
+        }
+        if (!posted) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (prefilled) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      }
+    });
+  }
+
+  // Wait for the placements to settle and the curves to fill.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  size_t expected = 0;
+  for (int i = 0; i < 120 && !stop; ++i) {
+    {
+      std::lock_guard lock(report_mu);
+      expected = report_paths.size() * static_cast<size_t>(points_per_job);
+    }
+    if (expected > 0 && static_cast<size_t>(reports.load()) >= expected) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  prefilled = true;
+
+  std::vector<double> dash_ms, nodes_ms;
+  size_t nodes_bytes = 0;
+  size_t bytes = 0, n_nodes = 0, n_running = 0, n_queue = 0, pending = 0, curve_points = 0;
+  auto end = SteadyClock::now() + std::chrono::seconds(seconds);
+  while (SteadyClock::now() < end) {
+    auto t0 = SteadyClock::now();
+    auto r = client.GetRaw(kQuery);
+    dash_ms.push_back(std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count());
+    if (!r || r->status != 200) bench::BenchCluster::Die("dashboard request failed");
+    bytes = r->body.size();
+    json d = json::parse(r->body);
+    n_nodes = d["nodes"].size();
+    n_running = d["running"].size();
+    n_queue = d["queue"].size();
+    pending = d["summary"]["pending"].get<size_t>();
+    curve_points = 0;
+    for (const auto& j : d["running"]) {
+      if (j.contains("loss")) curve_points += j["loss"]["points"].size();
+    }
+    auto t1 = SteadyClock::now();
+    if (auto n = client.GetRaw("/v1/nodes"); n && n->status == 200) {
+      nodes_ms.push_back(std::chrono::duration<double, std::milli>(SteadyClock::now() - t1).count());
+      nodes_bytes = n->body.size();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (const char* dump = std::getenv("COHORT_BENCH_DUMP"); dump && *dump) {
+    if (auto r = client.GetRaw(kQuery); r) std::ofstream(dump) << r->body;
+  }
+  stop = true;
+  for (auto& w : workers) w.join();
+  for (auto& w : reporters) w.join();
+
+  std::printf("dashboard at scale: %d simulated agents x 8 GPUs heartbeating every 1 s with telemetry, %d jobs\n",
+              nodes, jobs);
+  std::printf("  reply: %zu nodes, %zu running jobs (%zu loss points drawn), queue %zu of %zu pending, %.0f KB; "
+              "%lld progress reports posted; heartbeat errors %d\n",
+              n_nodes, n_running, curve_points, n_queue, pending, bytes / 1024.0,
+              static_cast<long long>(reports.load()), hb_errors.load());
+  double p50 = Percentile(dash_ms, 0.5), p99 = Percentile(dash_ms, 0.99);
+  std::printf("  GET /v1/dashboard (%zu samples): p50 %.2f ms, p99 %.2f ms   target p99 < 50 ms   %s\n",
+              dash_ms.size(), p50, p99, p99 < 50 ? "OK" : "MISSED");
+  std::printf("  for scale, GET /v1/nodes (%zu samples, %.0f KB): p50 %.2f ms, p99 %.2f ms\n", nodes_ms.size(),
+              nodes_bytes / 1024.0, Percentile(nodes_ms, 0.5), Percentile(nodes_ms, 0.99));
+  return 0;
+}

@@ -1,0 +1,27 @@
+// The head's /metrics in the Prometheus text format: the cluster as a whole.
+//
+// Series:
+//   cohort_nodes{state}                          nodes by display state (up, down, draining, drained)
+//   cohort_node_up{node}                         1 while the node's agent heartbeats
+//   cohort_node_heartbeat_age_seconds{node}      time since the node's last heartbeat
+//   cohort_gpus{state}                           GPUs: allocated, free, unhealthy, unavailable
+//                                                (on down or draining nodes)
+//   cohort_jobs{state}                           jobs the head knows, by state
+//   cohort_jobs_pending{reason}                  the queue by pending reason: resources,
+//                                                priority, invalid, scheduler (not yet seen)
+//   cohort_job_state_transitions_total{from,to}  job state changes since the head started
+//   cohort_scheduler_pass_duration_seconds       histogram of scheduling passes
+//   cohort_job_queue_wait_seconds                histogram: submit (or requeue) to start
+//   cohort_head_heartbeats_total, cohort_head_gpu_health_events_total
+#pragma once
+
+#include <string>
+
+#include "common/error.h"
+#include "head/cluster.h"
+
+namespace cohort::head {
+
+Result<std::string> RenderHeadMetrics(const ClusterMetrics& m);
+
+}  // namespace cohort::head

@@ -1,0 +1,67 @@
+// GET /metrics: the head's Prometheus endpoint (metrics.h).
+#include "head/metrics.h"
+
+#include <cctype>
+
+#include "head/routes.h"
+
+namespace cohort::head {
+
+using prom::MetricType;
+
+Result<std::string> RenderHeadMetrics(const ClusterMetrics& m) {
+  prom::TextWriter w;
+  std::map<std::string, int> by_state = {{"up", 0}, {"down", 0}, {"draining", 0}, {"drained", 0}};
+  int allocated = 0, unhealthy = 0, free = 0, unavailable = 0;
+  for (const auto& n : m.nodes) {
+    std::string st = n.display_state;
+    for (char& c : st) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    by_state[st] += 1;
+    allocated += n.gpus_allocated;
+    unhealthy += n.gpus_unhealthy;
+    int rest = std::max(0, n.gpus - n.gpus_allocated - n.gpus_unhealthy);
+    (n.display_state == "UP" ? free : unavailable) += rest;
+  }
+  w.Family("cohort_nodes", MetricType::kGauge, "Worker nodes by state");
+  for (const auto& [st, count] : by_state) w.Sample({{"state", st}}, count);
+  w.Family("cohort_node_up", MetricType::kGauge, "1 while the node's agent heartbeats, 0 when it is down");
+  for (const auto& n : m.nodes) w.Sample({{"node", n.name}}, n.display_state == "DOWN" ? 0 : 1);
+  w.Family("cohort_node_heartbeat_age_seconds", MetricType::kGauge, "Time since the node's last heartbeat");
+  for (const auto& n : m.nodes) {
+    if (n.heartbeat_age_s >= 0) w.Sample({{"node", n.name}}, n.heartbeat_age_s);
+  }
+  w.Family("cohort_gpus", MetricType::kGauge,
+           "GPUs by state: allocated to jobs, free, unhealthy, unavailable (on down or draining nodes)");
+  w.Sample({{"state", "allocated"}}, allocated);
+  w.Sample({{"state", "free"}}, free);
+  w.Sample({{"state", "unhealthy"}}, unhealthy);
+  w.Sample({{"state", "unavailable"}}, unavailable);
+  w.Family("cohort_jobs", MetricType::kGauge, "Jobs the head knows, by state");
+  for (const auto& [st, count] : m.jobs_by_state) w.Sample({{"state", st}}, count);
+  w.Family("cohort_jobs_pending", MetricType::kGauge, "Pending jobs by why they wait");
+  for (const auto& [reason, count] : m.pending_by_reason) w.Sample({{"reason", reason}}, count);
+  w.Family("cohort_job_state_transitions_total", MetricType::kCounter,
+           "Job state changes since the head started (from 'none': submitted)");
+  for (const auto& [k, count] : m.transitions) w.Sample({{"from", k.first}, {"to", k.second}}, static_cast<double>(count));
+  w.Family("cohort_scheduler_pass_duration_seconds", MetricType::kHistogram, "Duration of scheduling passes");
+  w.Histogram({}, m.pass_seconds);
+  w.Family("cohort_job_queue_wait_seconds", MetricType::kHistogram,
+           "Time from submission (or requeue) to the start of an attempt");
+  w.Histogram({}, m.queue_wait_seconds);
+  w.Family("cohort_head_heartbeats_total", MetricType::kCounter, "Agent heartbeats received");
+  w.Sample({}, static_cast<double>(m.heartbeats));
+  w.Family("cohort_head_gpu_health_events_total", MetricType::kCounter,
+           "GPU health events (XID, ECC, lost GPU) reported by agents since the head started");
+  w.Sample({}, static_cast<double>(m.gpu_health_events));
+  return w.Finish();
+}
+
+void RegisterMetricsRoutes(httplib::Server& server, Cluster& cluster) {
+  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    auto text = RenderHeadMetrics(cluster.Metrics());
+    if (!text) return SendError(res, text.error());
+    res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");
+  });
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,111 @@
+#include "head/usage.h"
+
+#include <algorithm>
+
+namespace cohort::head {
+
+int AttemptGpus(const api::Job& job, const api::AttemptRecord& attempt) {
+  if (attempt.gpus >= 0) return attempt.gpus;
+  return job.spec.nodes * job.spec.gpus_per_node;
+}
+
+namespace {
+
+// Milliseconds of [start, end) inside the window; an attempt still running ends at now.
+int64_t OverlapMs(const api::AttemptRecord& a, int64_t now_ms, const UsageWindow& w) {
+  if (a.start_ms <= 0) return 0;
+  int64_t end = a.end_ms > 0 ? a.end_ms : now_ms;
+  int64_t lo = std::max(a.start_ms, w.since_ms);
+  int64_t hi = std::min(end, w.until_ms);
+  return hi > lo ? hi - lo : 0;
+}
+
+bool Overlaps(const api::AttemptRecord& a, int64_t now_ms, const UsageWindow& w) {
+  if (a.start_ms <= 0) return false;
+  int64_t end = a.end_ms > 0 ? a.end_ms : now_ms;
+  return a.start_ms < w.until_ms && end >= w.since_ms;
+}
+
+}  // namespace
+
+double JobGpuSeconds(const api::Job& job, int64_t now_ms, UsageWindow window) {
+  double s = 0;
+  for (const auto& a : job.history) s += AttemptGpus(job, a) * (OverlapMs(a, now_ms, window) / 1000.0);
+  return s;
+}
+
+UsageReport ComputeUsage(const std::vector<api::Job>& jobs, int64_t now_ms, UsageWindow window,
+                         std::string_view user) {
+  UsageReport r;
+  r.window = window;
+  r.now_ms = now_ms;
+  std::map<std::string, UserUsage> users;
+  for (const auto& job : jobs) {
+    if (!user.empty() && job.spec.user != user) continue;
+    JobUsage u;
+    for (const auto& a : job.history) {
+      if (!Overlaps(a, now_ms, window)) continue;
+      u.attempts += 1;
+      u.gpus = AttemptGpus(job, a);
+    }
+    if (u.attempts == 0) continue;
+    u.id = job.id;
+    u.name = job.spec.name;
+    u.user = job.spec.user;
+    u.state = job.state;
+    u.gpu_seconds = JobGpuSeconds(job, now_ms, window);
+    UserUsage& uu = users[u.user];
+    uu.user = u.user;
+    uu.gpu_seconds += u.gpu_seconds;
+    uu.jobs += 1;
+    r.total_gpu_seconds += u.gpu_seconds;
+    r.jobs.push_back(std::move(u));
+  }
+  std::sort(r.jobs.begin(), r.jobs.end(), [](const JobUsage& a, const JobUsage& b) { return a.id < b.id; });
+  for (auto& [name, u] : users) r.users.push_back(std::move(u));
+  std::sort(r.users.begin(), r.users.end(), [](const UserUsage& a, const UserUsage& b) {
+    return a.gpu_seconds != b.gpu_seconds ? a.gpu_seconds > b.gpu_seconds : a.user < b.user;
+  });
+  return r;
+}
+
+json ToJson(const UsageReport& r) {
+  json users = json::array();
+  for (const auto& u : r.users) {
+    users.push_back({{"user", u.user}, {"gpu_seconds", u.gpu_seconds}, {"gpu_hours", u.gpu_seconds / 3600.0},
+                     {"jobs", u.jobs}});
+  }
+  json jobs = json::array();
+  for (const auto& j : r.jobs) {
+    jobs.push_back({{"id", j.id},
+                    {"name", j.name},
+                    {"user", j.user},
+                    {"state", api::JobStateName(j.state)},
+                    {"gpus", j.gpus},
+                    {"attempts", j.attempts},
+                    {"gpu_seconds", j.gpu_seconds},
+                    {"gpu_hours", j.gpu_seconds / 3600.0}});
+  }
+  bool open = r.window.until_ms == std::numeric_limits<int64_t>::max();
+  return json{{"since_ms", r.window.since_ms},
+              {"until_ms", open ? json(nullptr) : json(r.window.until_ms)},
+              {"now_ms", r.now_ms},
+              {"total_gpu_seconds", r.total_gpu_seconds},
+              {"total_gpu_hours", r.total_gpu_seconds / 3600.0},
+              {"users", std::move(users)},
+              {"jobs", std::move(jobs)}};
+}
+
+void AddJobUsageJson(json& out, const api::Job& job, int64_t now_ms, const std::vector<TaskUsage>* tasks) {
+  out["gpu_seconds"] = JobGpuSeconds(job, now_ms);
+  if (job.state != api::JobState::kRunning) return;
+  json list = json::array();
+  if (tasks) {
+    for (const auto& t : *tasks) {
+      list.push_back({{"rank", t.rank}, {"node", t.node}, {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes}});
+    }
+  }
+  out["tasks_usage"] = std::move(list);
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,29 @@
+// GET /v1/usage?since=MS&until=MS&user=NAME: GPU-hours per user and per job (usage.h).
+// `since` and `until` are Unix milliseconds; since < until.
+#include "head/routes.h"
+#include "head/usage.h"
+
+namespace cohort::head {
+
+void RegisterUsageRoutes(httplib::Server& server, Cluster& cluster) {
+  server.Get("/v1/usage", [&](const httplib::Request& req, httplib::Response& res) {
+    UsageWindow w;
+    auto since = QueryIntParam(req, "since", 0, 0, INT64_MAX);
+    if (!since) return SendError(res, since.error());
+    auto until = QueryIntParam(req, "until", INT64_MAX, 1, INT64_MAX);
+    if (!until) return SendError(res, until.error());
+    w.since_ms = *since;
+    w.until_ms = *until;
+    if (w.since_ms >= w.until_ms) {
+      return SendError(res, Error{ErrorCode::kInvalidArgument,
+                                  fmt::format("until: must be after since ({}), got {}", w.since_ms, w.until_ms),
+                                  "until"});
+    }
+    std::string user = req.has_param("user") ? req.get_param_value("user") : "";
+    if (user.size() > 64) return SendError(res, Error{ErrorCode::kInvalidArgument, "user: at most 64 characters", "user"});
+    auto report = ComputeUsage(cluster.ListJobs({}), NowUnixMs(), w, user);
+    SendJson(res, ToJson(report));
+  });
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,141 @@
+// Simulated GPU telemetry, fault injection, /proc usage parsing and the agent's metrics.
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/gpu/gpu.h"
+#include "agent/health_check.h"
+#include "agent/metrics.h"
+#include "agent/proc_usage.h"
+
+namespace cohort::agent {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(SimulatedTelemetryTest, RisesWhileBusyAndFallsWhenIdle) {
+  auto gpus = SimulatedGpus(2, "node-a");
+  auto mon = MakeSimulatedGpuMonitor(gpus);
+  SteadyTime t0{};
+  auto idle = mon->Sample({false, false}, t0);
+  ASSERT_EQ(idle.size(), 2u);
+  for (const auto& r : idle) {
+    EXPECT_DOUBLE_EQ(*r.utilization, 0);
+    EXPECT_DOUBLE_EQ(*r.temperature_celsius, 35);
+    EXPECT_DOUBLE_EQ(*r.power_watts, 70);
+    EXPECT_DOUBLE_EQ(*r.sm_clock_hz, 345e6);
+    EXPECT_EQ(*r.memory_used_bytes, int64_t{1} << 29);
+    EXPECT_EQ(*r.memory_total_bytes, gpus[0].memory_bytes);
+    EXPECT_EQ(r.health_events, 0);
+  }
+  // GPU 0 busy for 1 s: load 1 - e^-1.
+  auto one = mon->Sample({true, false}, t0 + std::chrono::seconds(1));
+  double load = 1 - std::exp(-1.0);
+  EXPECT_NEAR(*one[0].utilization, 0.95 * load, 1e-9);
+  EXPECT_NEAR(*one[0].power_watts, 70 + 630 * load, 1e-6);
+  EXPECT_NEAR(*one[0].temperature_celsius, 35 + 40 * load, 1e-9);
+  EXPECT_DOUBLE_EQ(*one[1].utilization, 0);
+  // Busy for 10 s: near full load.
+  auto busy = mon->Sample({true, false}, t0 + std::chrono::seconds(10));
+  EXPECT_GT(*busy[0].utilization, 0.94);
+  EXPECT_GT(*busy[0].memory_used_bytes, int64_t{60} << 30);
+  EXPECT_GT(*busy[0].sm_clock_hz, 1.9e9);
+  // Idle for 10 s: back near idle.
+  auto cool = mon->Sample({false, false}, t0 + std::chrono::seconds(20));
+  EXPECT_LT(*cool[0].utilization, 0.001);
+  EXPECT_LT(*cool[0].temperature_celsius, 35.01);
+}
+
+TEST(SimulatedTelemetryTest, InjectedXidCountsAsHealthEvent) {
+  auto mon = MakeSimulatedGpuMonitor(SimulatedGpus(2, "node-a"));
+  ASSERT_TRUE(mon->InjectXid(1, 79).has_value());
+  auto r = mon->Sample({}, SteadyTime{});
+  EXPECT_EQ(r[0].health_events, 0);
+  EXPECT_EQ(r[1].health_events, 1);
+  EXPECT_EQ(r[1].health_event, "XID 79 (GPU has fallen off the bus) (injected)");
+  ASSERT_TRUE(mon->InjectXid(1, 48).has_value());
+  EXPECT_EQ(mon->Sample({}, SteadyTime{})[1].health_events, 2);
+
+  auto bad_gpu = mon->InjectXid(2, 79);
+  ASSERT_FALSE(bad_gpu.has_value());
+  EXPECT_EQ(bad_gpu.error().field, "gpu");
+  auto app_xid = mon->InjectXid(0, 13);  // an application's fault, not the GPU's
+  ASSERT_FALSE(app_xid.has_value());
+  EXPECT_EQ(app_xid.error().field, "xid");
+  EXPECT_EQ(mon->Sample({}, SteadyTime{})[0].health_events, 0);
+}
+
+TEST(XidTest, Descriptions) {
+  EXPECT_EQ(DescribeXid(79), "XID 79 (GPU has fallen off the bus)");
+  EXPECT_EQ(DescribeXid(999), "XID 999");
+  EXPECT_TRUE(IsApplicationXid(31));
+  EXPECT_FALSE(IsApplicationXid(48));
+}
+
+TEST(ProcUsageTest, ParsesStatLine) {
+  // pid (comm with ") spaces") state ppid pgrp session tty tpgid flags minflt cminflt
+  // majflt cmajflt utime stime cutime cstime priority nice threads itreal starttime vsize rss
+  std::string line =
+      "4242 (my (odd) prog) S 1 4242 4000 0 -1 4194560 100 0 0 0 250 50 100 0 20 0 1 0 123 1000000 300 "
+      "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
+  auto st = ParseProcStat(line, 100, 4096);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->session, 4000);
+  EXPECT_DOUBLE_EQ(st->usage.cpu_seconds, 4.0);  // (250 + 50 + 100 + 0) / 100
+  EXPECT_EQ(st->usage.rss_bytes, 300 * 4096);
+  EXPECT_FALSE(ParseProcStat("garbage", 100, 4096).has_value());
+  EXPECT_FALSE(ParseProcStat("1 (x) S 1 2", 100, 4096).has_value());
+}
+
+TEST(ProcUsageTest, SumsThisProcessSession) {
+  int sid = getsid(0);
+  auto usage = UsageBySession({sid});
+  ASSERT_TRUE(usage.contains(sid));
+  EXPECT_GT(usage[sid].rss_bytes, 0);
+  EXPECT_TRUE(UsageBySession({}).empty());
+}
+
+TEST(AgentMetricsTest, GpuAndTaskSeries) {
+  auto gpus = SimulatedGpus(2, "n1");
+  auto mon = MakeSimulatedGpuMonitor(gpus);
+  auto readings = mon->Sample({true, false}, SteadyTime{});
+  readings[1].power_watts.reset();  // unknown: no sample
+  auto text = RenderAgentMetrics("n1", gpus, readings, {{7, 0, 3, 1, 12.5, 1 << 20}});
+  ASSERT_TRUE(text.has_value()) << text.error().message;
+  std::string uuid0 = gpus[0].uuid;
+  EXPECT_THAT(*text, HasSubstr("# TYPE cohort_gpu_utilization_ratio gauge\n"));
+  EXPECT_THAT(*text, HasSubstr("cohort_gpu_power_watts{node=\"n1\",gpu=\"0\",uuid=\"" + uuid0 + "\"} 70\n"));
+  EXPECT_THAT(*text, Not(HasSubstr("cohort_gpu_power_watts{node=\"n1\",gpu=\"1\"")));
+  EXPECT_THAT(*text, HasSubstr("cohort_gpu_memory_total_bytes{node=\"n1\",gpu=\"1\",uuid=\"" + gpus[1].uuid +
+                               "\"} 85899345920\n"));
+  EXPECT_THAT(*text, HasSubstr("# TYPE cohort_gpu_health_events_total counter\n"));
+  EXPECT_THAT(*text, HasSubstr("cohort_task_cpu_seconds_total{node=\"n1\",job=\"7\",attempt=\"0\",rank=\"3\"} 12.5\n"));
+  EXPECT_THAT(*text, HasSubstr("cohort_task_resident_memory_bytes{node=\"n1\",job=\"7\",attempt=\"0\",rank=\"3\"} 1048576\n"));
+  EXPECT_THAT(*text, HasSubstr("cohort_agent_tasks_running{node=\"n1\"} 1\n"));
+}
+
+}  // namespace
+}  // namespace cohort::agent
+
+namespace cohort::agent {
+namespace {
+
+TEST(HealthCheckTest, EventsFromExitAndOutput) {
+  EXPECT_TRUE(HealthCheckEvents(0, false, "gpu 1: fine really\n", 4).empty());
+  auto named = HealthCheckEvents(1, false, "checking\ngpu 1: fan failure\ngpu 9: out of range\ngpu x: bad\n", 4);
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].first, 1);
+  EXPECT_EQ(named[0].second, "health check: fan failure");
+  auto all = HealthCheckEvents(3, false, "\nPCIe link degraded\nmore\n", 2);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].first, 1);
+  EXPECT_EQ(all[1].second, "health check exited 3: PCIe link degraded");
+  auto timeout = HealthCheckEvents(0, true, "", 1);
+  ASSERT_EQ(timeout.size(), 1u);
+  EXPECT_EQ(timeout[0].second, "health check timed out");
+}
+
+}  // namespace
+}  // namespace cohort::agent

@@ -1,0 +1,368 @@
+// GET /v1/dashboard and the dashboard's static files, against an in-process head whose
+// "agents" are calls into its Cluster (no processes, no sleeps: the state is set up
+// directly and read back over HTTP on a kernel-chosen port).
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "head/cluster.h"
+#include "head/head.h"
+#include "head/progress.h"
+#include "head/web_assets.h"
+
+namespace cohort::head {
+namespace {
+
+class DashboardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cohort-dash-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    HeadConfig config;
+    config.port = 0;
+    config.state_dir = dir_ + "/head";
+    config.http_threads = 4;
+    // Nobody heartbeats in these tests: keep every node UP for the test's lifetime.
+    config.timing.heartbeat_interval_ms = 1000;
+    config.timing.fence_timeout_ms = 300'000;
+    config.timing.failure_timeout_ms = 600'000;
+    auto h = HeadServer::Start(config);
+    ASSERT_TRUE(h.has_value()) << h.error().message;
+    head_ = std::move(*h);
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", head_->port());
+  }
+  void TearDown() override {
+    head_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  Cluster& cluster() { return head_->cluster(); }
+
+  void AddNode(const std::string& name, int gpus) {
+    api::Registration reg;
+    reg.name = name;
+    reg.address = "127.0.0.1";
+    reg.agent_url = "http://127.0.0.1:1";
+    reg.incarnation = "inc-" + name;
+    reg.cpus = 16;
+    for (int g = 0; g < gpus; ++g) reg.gpus.push_back({g, "Test GPU 80GB", name + "-gpu" + std::to_string(g), 80LL << 30, true});
+    auto r = cluster().Register(reg);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+  }
+
+  api::Job Submit(const std::string& name, int nodes, int gpus_per_node, int priority = 0) {
+    api::JobSpec spec;
+    spec.name = name;
+    spec.user = "alice";
+    spec.command = {"/bin/true"};
+    spec.nodes = nodes;
+    spec.gpus_per_node = gpus_per_node;
+    spec.priority = priority;
+    auto j = cluster().Submit(spec);
+    EXPECT_TRUE(j.has_value()) << j.error().message;
+    return j ? *j : api::Job{};
+  }
+
+  json Dashboard(const std::string& query = "") {
+    auto res = http_->Get("/v1/dashboard" + query);
+    EXPECT_TRUE(res) << "no reply";
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+    return json::parse(res->body);
+  }
+
+  std::string dir_;
+  std::unique_ptr<HeadServer> head_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+TEST_F(DashboardTest, ShowsNodesQueueRunningAndRecentJobs) {
+  AddNode("n1", 4);
+  AddNode("n2", 4);
+  api::Job train = Submit("train", 1, 4);
+  cluster().Schedule();
+  api::Job big = Submit("big", 2, 4, /*priority=*/5);   // needs both nodes; n1 is busy
+  api::Job small = Submit("small", 2, 2, /*priority=*/1);  // also needs n1, which is full
+  api::Job gone = Submit("gone", 1, 1);
+  ASSERT_TRUE(cluster().Cancel(gone.id).has_value());
+  cluster().Schedule();
+  ProgressPoint p;
+  p.step = 7;
+  p.loss = 2.5;
+  p.tokens_per_s = 1234.5;
+  cluster().progress().Add(train.id, p);
+
+  json d = Dashboard();
+  EXPECT_GT(d["time_ms"].get<int64_t>(), 0);
+  ASSERT_EQ(d["nodes"].size(), 2u);
+  EXPECT_EQ(d["nodes"][0]["name"], "n1");
+  ASSERT_EQ(d["nodes"][0]["gpus"].size(), 4u);
+  EXPECT_EQ(d["nodes"][0]["gpus"][0]["name"], "Test GPU 80GB");
+  EXPECT_EQ(d["nodes"][0]["gpus_allocated"], 4);
+  EXPECT_EQ(d["nodes"][0]["display_state"], "UP");
+  // The node JSON is GET /v1/nodes's, field for field.
+  auto nodes = http_->Get("/v1/nodes");
+  ASSERT_TRUE(nodes);
+  json listed = json::parse(nodes->body)["nodes"][1];
+  json shown = d["nodes"][1];
+  listed.erase("heartbeat_age_ms");
+  shown.erase("heartbeat_age_ms");
+  EXPECT_EQ(listed, shown);
+
+  const json& s = d["summary"];
+  EXPECT_EQ(s["nodes"], 2);
+  EXPECT_EQ(s["nodes_up"], 2);
+  EXPECT_EQ(s["gpus"], 8);
+  EXPECT_EQ(s["gpus_allocated"], 4);
+  EXPECT_EQ(s["running"], 1);
+  EXPECT_EQ(s["pending"], 2);
+
+  ASSERT_EQ(d["running"].size(), 1u);
+  const json& r = d["running"][0];
+  EXPECT_EQ(r["id"], train.id);
+  EXPECT_EQ(r["state"], "RUNNING");
+  EXPECT_EQ(r["progress"]["step"], 7);
+  EXPECT_DOUBLE_EQ(r["progress"]["loss"].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(r["progress"]["tokens_per_s"].get<double>(), 1234.5);
+  EXPECT_EQ(r["loss"]["points"], json::parse("[[7, 2.5]]"));
+  // Lists leave the per-task detail to GET /v1/jobs/{id}.
+  EXPECT_FALSE(r.contains("history"));
+  EXPECT_FALSE(r.contains("exits"));
+  ASSERT_EQ(r["allocation"]["nodes"].size(), 1u);
+  EXPECT_EQ(r["allocation"]["nodes"][0]["node"], "n1");
+  EXPECT_EQ(r["allocation"]["nodes"][0]["gpus"], json::parse("[0, 1, 2, 3]"));
+  EXPECT_FALSE(r["allocation"]["nodes"][0].contains("tasks"));
+  EXPECT_TRUE(r.contains("gpu_seconds")) << "usage flows through from GET /v1/jobs";
+
+  // The queue in priority order, each job with why it waits.
+  ASSERT_EQ(d["queue"].size(), 2u);
+  EXPECT_EQ(d["queue"][0]["id"], big.id);
+  EXPECT_EQ(d["queue"][1]["id"], small.id);
+  for (const auto& j : d["queue"]) {
+    EXPECT_EQ(j["state"], "PENDING");
+    EXPECT_FALSE(j["reason"].get<std::string>().empty()) << j.dump();
+  }
+
+  ASSERT_EQ(d["recent"].size(), 1u);
+  EXPECT_EQ(d["recent"][0]["id"], gone.id);
+  EXPECT_EQ(d["recent"][0]["state"], "CANCELLED");
+}
+
+TEST_F(DashboardTest, LimitsTheQueueAndRecentJobs) {
+  AddNode("n1", 1);
+  for (int i = 0; i < 5; ++i) Submit("q" + std::to_string(i), 1, 1);  // the first runs
+  std::vector<api::JobId> done;
+  for (int i = 0; i < 4; ++i) {
+    done.push_back(Submit("d" + std::to_string(i), 1, 1).id);
+    ASSERT_TRUE(cluster().Cancel(done.back()).has_value());
+  }
+  cluster().Schedule();
+  json d = Dashboard("?recent=2&queue=3");
+  EXPECT_EQ(d["queue"].size(), 3u);
+  EXPECT_EQ(d["summary"]["pending"], 4);
+  ASSERT_EQ(d["recent"].size(), 2u);
+  EXPECT_EQ(d["recent"][0]["id"], done[3]);  // newest first
+  EXPECT_EQ(d["recent"][1]["id"], done[2]);
+  EXPECT_EQ(Dashboard("?recent=0")["recent"].size(), 0u);
+}
+
+TEST_F(DashboardTest, DownsamplesTheLossCurve) {
+  AddNode("n1", 2);
+  api::Job job = Submit("train", 1, 2);
+  cluster().Schedule();
+  for (int step = 0; step < 5000; ++step) {
+    ProgressPoint p;
+    p.step = step;
+    p.loss = 10.0 - step / 1000.0;
+    cluster().progress().Add(job.id, p);
+    if (step % 10 == 0) {  // another rank reports too; its points are not the curve
+      p.rank = 1;
+      p.loss = 99;
+      cluster().progress().Add(job.id, p);
+    }
+  }
+  ProgressPoint no_loss;  // a point without a loss is progress, not curve
+  no_loss.step = 5000;
+  cluster().progress().Add(job.id, no_loss);
+
+  json d = Dashboard("?points=50");
+  ASSERT_EQ(d["running"].size(), 1u);
+  const json& loss = d["running"][0]["loss"];
+  EXPECT_EQ(loss["rank"], 0);
+  EXPECT_EQ(loss["total"], 5000);
+  ASSERT_EQ(loss["points"].size(), 50u);
+  int64_t prev = -1;
+  for (const auto& pt : loss["points"]) {
+    EXPECT_GT(pt[0].get<int64_t>(), prev);
+    prev = pt[0].get<int64_t>();
+    EXPECT_LT(pt[1].get<double>(), 10.01);  // never rank 1's 99
+  }
+  EXPECT_EQ(loss["points"].back(), json::parse("[4999, 5.001]"));
+  EXPECT_EQ(loss["points"][0][1].get<double>(), 9.9505);  // the mean of steps 0..99
+  EXPECT_EQ(d["running"][0]["progress"]["step"], 5000);
+  EXPECT_EQ(Dashboard()["running"][0]["loss"]["points"].size(), 40u);  // the default
+}
+
+TEST(DownsampleLoss, KeepsShortSeriesAndTheNewestPoint) {
+  std::vector<LossPoint> pts = {{1, 3.0}, {2, 2.0}, {3, 1.0}};
+  auto same = DownsampleLoss(pts, 3);
+  ASSERT_EQ(same.size(), 3u);
+  EXPECT_EQ(same[2].step, 3);
+  auto two = DownsampleLoss(pts, 0);  // below 2 means 2
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].step, 1);
+  EXPECT_DOUBLE_EQ(two[0].loss, 3.0);
+  EXPECT_EQ(two[1].step, 3);
+  EXPECT_DOUBLE_EQ(two[1].loss, 1.0);
+  std::vector<LossPoint> four = {{10, 4}, {20, 2}, {30, 6}, {40, 8}};
+  auto half = DownsampleLoss(four, 2);
+  ASSERT_EQ(half.size(), 2u);
+  EXPECT_EQ(half[0].step, 20);
+  EXPECT_DOUBLE_EQ(half[0].loss, 3.0);  // the mean of its run
+  EXPECT_EQ(half[1].step, 40);
+  EXPECT_DOUBLE_EQ(half[1].loss, 8.0);  // the newest, exactly
+  EXPECT_TRUE(DownsampleLoss({}, 10).empty());
+}
+
+TEST_F(DashboardTest, RejectsBadQueryParameters) {
+  struct Case {
+    std::string query;
+    std::string field;
+  } cases[] = {
+      {"?recent=-1", "recent"},  {"?recent=1001", "recent"}, {"?recent=abc", "recent"},
+      {"?points=1", "points"},   {"?points=", "points"},     {"?queue=1e3", "queue"},
+      {"?limit=5", "limit"},
+  };
+  for (const auto& c : cases) {
+    auto res = http_->Get("/v1/dashboard" + c.query);
+    ASSERT_TRUE(res) << c.query;
+    EXPECT_EQ(res->status, 400) << c.query << ": " << res->body;
+    json body = json::parse(res->body);
+    EXPECT_EQ(body["error"]["code"], "invalid_argument") << c.query;
+    EXPECT_EQ(body["error"]["field"], c.field) << c.query;
+    EXPECT_NE(body["error"]["message"].get<std::string>().find(c.field), std::string::npos) << body.dump();
+  }
+  auto res = http_->Get("/v1/dashboard?limit=5");
+  EXPECT_NE(res->body.find("accepted: recent, queue, points"), std::string::npos) << res->body;
+}
+
+TEST_F(DashboardTest, PassesGpuTelemetryAndHealthThrough) {
+  AddNode("n1", 2);
+  api::Heartbeat hb;
+  hb.incarnation = "inc-n1";
+  api::GpuReport g;
+  g.index = 1;
+  g.telemetry.utilization = 0.75;
+  g.telemetry.memory_used_bytes = 10LL << 30;
+  g.telemetry.memory_total_bytes = 80LL << 30;
+  g.telemetry.temperature_celsius = 61;
+  hb.gpus.push_back(g);
+  ASSERT_TRUE(cluster().Heartbeat("n1", hb).has_value());
+  json d = Dashboard();
+  const json& gpu = d["nodes"][0]["gpus"][1];
+  ASSERT_TRUE(gpu.contains("telemetry")) << gpu.dump();
+  EXPECT_DOUBLE_EQ(gpu["telemetry"]["utilization"].get<double>(), 0.75);
+  EXPECT_EQ(gpu["telemetry"]["memory_used_bytes"], 10LL << 30);
+  EXPECT_EQ(gpu["healthy"], true);
+  EXPECT_EQ(d["summary"]["unhealthy_gpus"], 0);
+}
+
+// ---- static files ----
+
+TEST_F(DashboardTest, ServesThePageWithTypesAndValidators) {
+  struct Case {
+    std::string path;
+    std::string type;
+    std::string needle;
+  } cases[] = {
+      {"/", "text/html; charset=utf-8", "<title>Cohort</title>"},
+      {"/index.html", "text/html; charset=utf-8", "app.js"},
+      {"/app.js", "text/javascript; charset=utf-8", "/v1/dashboard"},
+      {"/style.css", "text/css; charset=utf-8", ".gpu"},
+  };
+  for (const auto& c : cases) {
+    auto res = http_->Get(c.path);
+    ASSERT_TRUE(res) << c.path;
+    EXPECT_EQ(res->status, 200) << c.path;
+    EXPECT_EQ(res->get_header_value("Content-Type"), c.type) << c.path;
+    EXPECT_NE(res->body.find(c.needle), std::string::npos) << c.path;
+    EXPECT_EQ(res->get_header_value("Cache-Control"), "no-cache") << c.path;
+    EXPECT_EQ(res->get_header_value("X-Content-Type-Options"), "nosniff") << c.path;
+    std::string etag = res->get_header_value("ETag");
+    ASSERT_GE(etag.size(), 3u) << c.path;
+    EXPECT_EQ(etag.front(), '"');
+    EXPECT_EQ(etag.back(), '"');
+    // The bytes are the file's, as embedded.
+    const WebAsset* a = FindWebAsset(c.path);
+    ASSERT_NE(a, nullptr) << c.path;
+    EXPECT_EQ(res->body, a->bytes);
+
+    // Revalidation: the same ETag gets 304 and no body; another gets the file again.
+    auto again = http_->Get(c.path, {{"If-None-Match", etag}});
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->status, 304) << c.path;
+    EXPECT_TRUE(again->body.empty());
+    auto listed = http_->Get(c.path, {{"If-None-Match", "\"other\", W/" + etag}});
+    ASSERT_TRUE(listed);
+    EXPECT_EQ(listed->status, 304) << c.path;
+    auto stale = http_->Get(c.path, {{"If-None-Match", "\"stale\""}});
+    ASSERT_TRUE(stale);
+    EXPECT_EQ(stale->status, 200) << c.path;
+    EXPECT_EQ(stale->body, res->body);
+  }
+  auto page = http_->Get("/");
+  std::string csp = page->get_header_value("Content-Security-Policy");
+  EXPECT_NE(csp.find("script-src 'self'"), std::string::npos) << csp;
+  EXPECT_NE(csp.find("default-src 'none'"), std::string::npos) << csp;
+}
+
+TEST_F(DashboardTest, UnknownPathsAre404) {
+  for (std::string path : {"/nope.js", "/favicon.ico", "/index.htm", "/web/app.js", "/../etc/passwd",
+                           "/%2e%2e/etc/passwd", "/v1/nope", "/v1"}) {
+    auto res = http_->Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 404) << path << ": " << res->body;
+    json body = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(body.is_object()) << path << ": " << res->body;
+    EXPECT_EQ(body["error"]["code"], "not_found") << path;
+  }
+  // The API still answers beside the static routes.
+  auto health = http_->Get("/v1/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(DashboardTest, BrowsersGetGzipNotBrotli) {
+  // What Chromium sends; httplib's Brotli (quality 11) would take seconds on a large reply.
+  for (std::string path : {"/app.js", "/v1/dashboard"}) {
+    auto res = http_->Get(path, {{"Accept-Encoding", "gzip, deflate, br"}});
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 200) << path;
+    EXPECT_EQ(res->get_header_value("Content-Encoding"), "gzip") << path;
+    auto only_br = http_->Get(path, {{"Accept-Encoding", "br;q=1.0"}});
+    ASSERT_TRUE(only_br) << path;
+    EXPECT_EQ(only_br->status, 200) << path;
+    EXPECT_FALSE(only_br->has_header("Content-Encoding")) << path;
+  }
+}
+
+TEST(WebAssets, EveryFileIsEmbeddedSortedWithAType) {
+  const auto& assets = WebAssets();
+  ASSERT_GE(assets.size(), 3u);
+  for (size_t i = 0; i < assets.size(); ++i) {
+    EXPECT_FALSE(assets[i].bytes.empty()) << assets[i].path;
+    EXPECT_NE(assets[i].content_type, "application/octet-stream") << assets[i].path;
+    if (i > 0) EXPECT_LT(assets[i - 1].path, assets[i].path);
+  }
+  EXPECT_NE(FindWebAsset("/"), nullptr);
+  EXPECT_EQ(FindWebAsset("/"), FindWebAsset("/index.html"));
+  EXPECT_EQ(FindWebAsset("/missing"), nullptr);
+}
+
+}  // namespace
+}  // namespace cohort::head

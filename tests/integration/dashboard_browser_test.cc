@@ -1,0 +1,223 @@
+// The dashboard in a real browser: a headless Chromium, driven through the DevTools
+// protocol (cdp_client.h), loads the head's root URL of a live local cluster and the test
+// checks what the page shows — nodes and their GPUs, a running job with its progress, a
+// pending job with its reason, a job's log — then submits a job through the form and
+// cancels one by clicking its Cancel button, and checks both through the API. It saves a
+// screenshot into the test's output directory and prints its path.
+//
+// Skips (with the reason) when no Chromium is installed or it cannot start here.
+#include <gtest/gtest.h>
+
+#include "cdp_client.h"
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+#ifndef COHORT_TEST_OUTPUT_DIR
+#define COHORT_TEST_OUTPUT_DIR "/tmp"
+#endif
+
+// A job that reports 20 steps of a falling loss at COHORT_REPORT, logs, then keeps running.
+const char* kTrainScript =
+    "for i in $(seq 1 20); do "
+    "  loss=$(awk \"BEGIN{print 4/$i}\"); "
+    "  curl -sf -o /dev/null -X POST -d \"{\\\"step\\\": $i, \\\"loss\\\": $loss, \\\"tokens_per_s\\\": 12345.5}\" "
+    "    \"$COHORT_REPORT\" || exit 9; "
+    "done; echo 'trained 20 steps <i class=pwned>not markup</i>'; exec sleep 600";
+
+class DashboardBrowserTest : public ::testing::Test {
+ protected:
+  // Evaluates `js` until it returns true, or fails the test with the last value of `probe`.
+  void WaitInPage(CdpSession& cdp, const std::string& js, const std::string& what, const std::string& probe = "") {
+    json last;
+    bool ok = WaitUntil([&] {
+      auto r = cdp.Evaluate(js, After(std::chrono::seconds(5)));
+      if (!r) {
+        last = r.error().message;
+        return false;
+      }
+      last = *r;
+      return r->is_boolean() && r->get<bool>();
+    }, std::chrono::seconds(30));
+    if (!ok && !probe.empty()) {
+      auto p = cdp.Evaluate(probe, After(std::chrono::seconds(5)));
+      last = p ? *p : json(p.error().message);
+    }
+    ASSERT_TRUE(ok) << "the page never showed " << what << "; last: " << last.dump(2);
+  }
+
+  // Clicks the element `selector` with real mouse events at its centre.
+  void ClickElement(CdpSession& cdp, const std::string& selector) {
+    auto rect = cdp.Evaluate(fmt::format(R"((() => {{
+      const e = document.querySelector({});
+      if (!e) return null;
+      e.scrollIntoView({{block: 'center'}});
+      const r = e.getBoundingClientRect();
+      return {{x: r.left + r.width / 2, y: r.top + r.height / 2}};
+    }})())", json(selector).dump()), After(std::chrono::seconds(5)));
+    ASSERT_TRUE(rect.has_value()) << rect.error().message;
+    ASSERT_TRUE(rect->is_object()) << "no element " << selector;
+    auto clicked = cdp.Click((*rect)["x"].get<double>(), (*rect)["y"].get<double>(), After(std::chrono::seconds(5)));
+    ASSERT_TRUE(clicked.has_value()) << clicked.error().message;
+  }
+
+  // Clicks `selector` until `condition` holds (a poll that redraws the element between the
+  // press and the release swallows a click; the next one lands).
+  void ClickUntil(CdpSession& cdp, const std::string& selector, const std::string& condition, const std::string& what) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      ClickElement(cdp, selector);
+      if (HasFatalFailure()) return;
+      bool ok = WaitUntil([&] {
+        auto r = cdp.Evaluate(condition, After(std::chrono::seconds(5)));
+        return r && r->is_boolean() && r->get<bool>();
+      }, std::chrono::milliseconds(2500));
+      if (ok) return;
+    }
+    FAIL() << "clicking " << selector << " never led to " << what;
+  }
+};
+
+TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
+  std::string binary = HeadlessChromium::FindBinary();
+  if (binary.empty()) GTEST_SKIP() << "no chromium in PATH (set COHORT_CHROMIUM to a Chromium or Chrome binary)";
+
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("gpu-a", 4);
+  c.StartAgent("gpu-b", 4);
+  c.WaitForNodes(2);
+
+  json train = c.Submit({{"name", "train-gpt"}, {"command", {"/bin/sh", "-c", kTrainScript}}, {"gpus_per_node", 4}});
+  int64_t train_id = train["id"];
+  c.WaitForState(train_id, "RUNNING");
+  // Needs all 8 GPUs while train-gpt holds 4: it waits, with a reason. Its command is
+  // markup, which the page must show as text.
+  json wide = c.Submit({{"name", "wide"}, {"nodes", 2}, {"gpus_per_node", 4},
+                        {"command", {"/bin/echo", "<img src=x onerror=\"document.title='pwned'\">"}}});
+  int64_t wide_id = wide["id"];
+  ASSERT_TRUE(WaitUntil([&] {
+    json j = c.Job(train_id);
+    return j.contains("progress") && j["progress"]["step"] == 20 && c.Logs(train_id, 0).find("trained") != std::string::npos;
+  }, std::chrono::seconds(30))) << "the job did not report its steps: " << c.Job(train_id).dump(2);
+  std::string reason = c.Job(wide_id)["reason"];
+  ASSERT_FALSE(reason.empty());
+
+  std::string out_dir = std::string(COHORT_TEST_OUTPUT_DIR) + "/dashboard_browser_test";
+  std::filesystem::create_directories(out_dir);
+  HeadlessChromium browser;
+  auto started = browser.Start(binary, c.dir() + "/chromium", 1400, 1000);
+  if (!started) GTEST_SKIP() << "chromium cannot start here: " << started.error().message;
+  CdpSession& cdp = browser.cdp();
+  auto dl = [] { return After(std::chrono::seconds(20)); };
+  ASSERT_TRUE(cdp.Call("Page.enable", json::object(), dl()).has_value());
+  ASSERT_TRUE(cdp.Call("Runtime.enable", json::object(), dl()).has_value());
+  ASSERT_TRUE(cdp.Call("Emulation.setDeviceMetricsOverride",
+                       {{"width", 1400}, {"height", 1000}, {"deviceScaleFactor", 1}, {"mobile", false}}, dl())
+                  .has_value());
+  auto nav = cdp.Call("Page.navigate", {{"url", c.url() + "/"}}, dl());
+  ASSERT_TRUE(nav.has_value()) << nav.error().message;
+  ASSERT_FALSE(nav->contains("errorText")) << nav->dump();
+
+  const std::string probe = R"(JSON.stringify({
+      polls: window.cohortDashboard && window.cohortDashboard.polls,
+      error: window.cohortDashboard && window.cohortDashboard.lastError,
+      nodes: [...document.querySelectorAll('#nodes .node')].map(n => n.innerText),
+      running: [...document.querySelectorAll('#running tbody tr')].map(r => r.innerText),
+      queue: [...document.querySelectorAll('#queue tbody tr')].map(r => r.innerText),
+      recent: [...document.querySelectorAll('#recent tbody tr')].map(r => r.innerText),
+      log: document.getElementById('log') && document.getElementById('log').textContent}))";
+
+  // Nodes with their GPUs.
+  WaitInPage(cdp, "!!(window.cohortDashboard && window.cohortDashboard.polls > 0)", "its first poll", probe);
+  WaitInPage(cdp, R"((() => {
+      const names = [...document.querySelectorAll('#nodes .node')].map(n => n.dataset.node);
+      return names.join(',') === 'gpu-a,gpu-b' &&
+             document.querySelectorAll('#nodes .node[data-node="gpu-a"] .gpu').length === 4 &&
+             document.querySelectorAll('#nodes .gpu').length === 8 &&
+             document.querySelectorAll('#nodes .gpu.busy').length === 4;
+    })())", "both nodes with 4 GPUs each, 4 of them busy", probe);
+
+  // The running job with its progress and loss curve.
+  std::string row = fmt::format("#running tbody tr[data-job=\"{}\"]", train_id);
+  WaitInPage(cdp, fmt::format(R"((() => {{
+      const r = document.querySelector('{}');
+      if (!r) return false;
+      const cells = [...r.cells].map(c => c.textContent);
+      return cells[1] === 'train-gpt' && cells[6] === '20' && cells[7] === '0.2000' &&
+             cells[8].startsWith('12.') && !!r.querySelector('svg.spark path');
+    }})())", row), "the running job with step 20, loss 0.2, 12.3 k tokens/s and a sparkline", probe);
+
+  // The pending job with its reason; its markup command stays text.
+  WaitInPage(cdp, fmt::format(R"((() => {{
+      const r = document.querySelector('#queue tbody tr[data-job="{}"]');
+      return !!r && r.cells[1].textContent === 'wide' && r.querySelector('td.reason').textContent === {} &&
+             r.cells[1].title.includes('<img') && !document.querySelector('img') && document.title === 'Cohort';
+    }})())", wide_id, json(reason).dump()), "the pending job with reason: " + reason, probe);
+
+  // The job's detail: its loss chart and its log (markup in the log stays text).
+  ClickUntil(cdp, row + " td.name", "!document.getElementById('detail-section').hidden", "the job's detail");
+  ASSERT_FALSE(HasFatalFailure());
+  WaitInPage(cdp, R"((() => {
+      const log = document.getElementById('log').textContent;
+      return !document.getElementById('detail-section').hidden &&
+             !!document.querySelector('#detail-chart svg path.line') &&
+             log.includes('trained 20 steps <i class=pwned>') && !document.querySelector('i.pwned');
+    })())", "the job's chart and log", probe);
+
+  ASSERT_TRUE(cdp.Evaluate("window.scrollTo(0, 0); true", dl()).has_value());  // the sticky header on top
+  auto shot = cdp.Call("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", true}}, dl());
+  ASSERT_TRUE(shot.has_value()) << shot.error().message;
+  auto png = Base64Decode((*shot)["data"].get<std::string>());
+  ASSERT_TRUE(png.has_value());
+  ASSERT_GT(png->size(), 1000u);
+  EXPECT_EQ(png->substr(1, 3), "PNG");
+  std::string shot_path = out_dir + "/dashboard.png";
+  std::ofstream(shot_path, std::ios::binary) << *png;
+  std::printf("dashboard screenshot: %s\n", shot_path.c_str());
+
+  // Submit through the form.
+  auto filled = cdp.Evaluate(R"((() => {
+      const f = document.getElementById('submit');
+      f.command.value = 'echo submitted-from-the-page';
+      f.name.value = 'from-page';
+      f.nodes.value = '1'; f.tasks_per_node.value = '2'; f.gpus_per_node.value = '0';
+      return true;
+    })())", dl());
+  ASSERT_TRUE(filled.has_value()) << filled.error().message;
+  ClickElement(cdp, "#submit button[type=submit]");
+  int64_t submitted_id = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    auto jobs = c.client().Get("/v1/jobs");
+    if (!jobs) return false;
+    for (const auto& j : (*jobs)["jobs"]) {
+      if (j["spec"]["name"] == "from-page") submitted_id = j["id"];
+    }
+    return submitted_id != 0;
+  }, std::chrono::seconds(20))) << "the form did not submit";
+  json sub = c.WaitForState(submitted_id, "SUCCEEDED");
+  EXPECT_EQ(sub["spec"]["command"], json({"/bin/sh", "-c", "echo submitted-from-the-page"}));
+  EXPECT_EQ(sub["spec"]["tasks_per_node"], 2);
+  EXPECT_NE(c.Logs(submitted_id, 1).find("submitted-from-the-page"), std::string::npos);
+
+  // Cancel the running job: the first click asks for confirmation, the second cancels.
+  std::string cancel = fmt::format("button[data-cancel=\"{}\"]", train_id);
+  ClickUntil(cdp, cancel, fmt::format("document.querySelector('{}')?.textContent === 'Confirm cancel'", cancel),
+             "the confirmation step");
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(c.Job(train_id)["state"], "RUNNING") << "one click must not cancel";
+  ClickUntil(cdp, cancel, fmt::format("!document.querySelector('#running tbody tr[data-job=\"{}\"]')", train_id),
+             "the job leaving the running list");
+  ASSERT_FALSE(HasFatalFailure());
+  json cancelled = c.WaitForState(train_id, "CANCELLED");
+  EXPECT_EQ(cancelled["reason"], "cancelled by request");
+  WaitInPage(cdp, fmt::format(R"((() => {{
+      const r = document.querySelector('#recent tbody tr[data-job="{}"]');
+      return !!r && r.cells[3].textContent === 'CANCELLED' && !document.querySelector('#running tbody tr[data-job="{}"]');
+    }})())", train_id, train_id), "the cancelled job among the recent ones", probe);
+  // With train-gpt gone the wide job gets both nodes.
+  c.WaitForState(wide_id, "SUCCEEDED");
+}
+
+}  // namespace
+}  // namespace cohort::testing

@@ -1,0 +1,111 @@
+// `cohort top --once` against a live local cluster: one frame, no escape codes, with the
+// nodes, their GPUs, the running job and the queue, fitted to the width asked for.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+// Runs `cohort top` with `args`; returns its stdout (and stderr) and exit code.
+std::pair<std::string, int> RunTop(const LocalCluster& c, std::vector<std::string> args) {
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "top", "--head", c.url()};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.stdout_path = c.dir() + "/top.out";
+  std::filesystem::remove(o.stdout_path);
+  auto p = Subprocess::Spawn(o);
+  if (!p) return {p.error().message, -1};
+  auto st = p->WaitFor(std::chrono::seconds(20));
+  if (!st) {
+    p->Signal(SIGKILL);
+    (void)p->Wait();
+    return {"timed out", -1};
+  }
+  return {ReadFile(o.stdout_path), st->Code()};
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+size_t CodePoints(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
+  return n;
+}
+
+TEST(TopTest, OnceShowsNodesGpusAndJobs) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("top-node", 2);
+  c.WaitForNodes(1);
+  json run = c.Submit({{"name", "long-train"}, {"command", {"sleep", "600"}}, {"gpus_per_node", 2}});
+  int64_t run_id = run["id"];
+  c.WaitForState(run_id, "RUNNING");
+  json wait = c.Submit({{"name", "queued-job"}, {"command", {"true"}}, {"gpus_per_node", 2}});
+  std::string reason;
+  ASSERT_TRUE(WaitUntil([&] {
+    reason = c.Job(wait["id"])["reason"].get<std::string>();
+    return !reason.empty();
+  }, std::chrono::seconds(10)));
+
+  auto [out, rc] = RunTop(c, {"--once", "--width", "140"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find('\x1b'), std::string::npos) << "--once must print no escape codes";
+  EXPECT_NE(out.find("nodes 1/1 up   GPUs 2/2 allocated   running 1   pending 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("NODES (1)"), std::string::npos) << out;
+  EXPECT_NE(out.find("GPUS (2)"), std::string::npos) << out;
+  EXPECT_NE(out.find("RUNNING (1)"), std::string::npos) << out;
+  EXPECT_NE(out.find("QUEUE (1)"), std::string::npos) << out;
+  // A row per GPU, each held by the running job.
+  int gpu_rows = 0;
+  for (const auto& line : Lines(out)) {
+    if (line.rfind("top-node", 0) == 0 && line.find(" " + std::to_string(run_id) + " ") != std::string::npos) ++gpu_rows;
+  }
+  EXPECT_EQ(gpu_rows, 2) << out;
+  EXPECT_NE(out.find("long-train"), std::string::npos) << out;
+  EXPECT_NE(out.find("queued-job"), std::string::npos) << out;
+  EXPECT_NE(out.find(reason.substr(0, 30)), std::string::npos) << "reason '" << reason << "' missing:\n" << out;
+
+  // A narrow terminal: every line fits.
+  auto [narrow, rc2] = RunTop(c, {"--once", "--width", "60"});
+  ASSERT_EQ(rc2, 0) << narrow;
+  for (const auto& line : Lines(narrow)) EXPECT_LE(CodePoints(line), 60u) << line;
+  EXPECT_NE(narrow.find("GPUS (2)"), std::string::npos) << narrow;
+
+  // --json --once prints the dashboard reply.
+  auto [js, rc3] = RunTop(c, {"--once", "--json"});
+  ASSERT_EQ(rc3, 0) << js;
+  json d = json::parse(js, nullptr, false);
+  ASSERT_TRUE(d.is_object()) << js;
+  EXPECT_EQ(d["running"][0]["id"], run_id);
+
+  // Bad flags and an unreachable head are reported, not drawn.
+  auto [bad, rc4] = RunTop(c, {"--once", "--interval", "0"});
+  EXPECT_EQ(rc4, 2) << bad;
+  EXPECT_NE(bad.find("--interval"), std::string::npos) << bad;
+}
+
+TEST(TopTest, UnreachableHeadIsAnError) {
+  LocalCluster c;  // no head started: its URL is empty, so point at a closed port
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "top", "--once", "--head", "http://127.0.0.1:1"};
+  o.stdout_path = c.dir() + "/top.out";
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.has_value());
+  auto st = p->WaitFor(std::chrono::seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->Code(), 3) << ReadFile(o.stdout_path);
+}
+
+}  // namespace
+}  // namespace cohort::testing

@@ -1,0 +1,554 @@
+// Cohort dashboard: polls GET /v1/dashboard and draws nodes, GPUs, the queue, running
+// and recent jobs; shows a job's loss curve and log; submits and cancels jobs through
+// the head's /v1 API.
+//
+// Everything from the server (names, commands, reasons, logs) reaches the DOM through
+// textContent, Text nodes or attribute properties, never as HTML. No libraries, no
+// network beyond this origin (the page's Content-Security-Policy enforces both).
+'use strict';
+
+(() => {
+  const POLL_MS = 2000;
+  const DASH = '—';
+  const LOG_TAIL_BYTES = 64 * 1024;
+  const LOG_KEEP_CHARS = 256 * 1024;
+  const CONFIRM_MS = 5000;
+
+  const state = {
+    data: null,        // the last /v1/dashboard reply
+    selected: null,    // job id shown in the detail panel
+    detail: null,      // {id, job, loss}: the selected job in full and its loss curve
+    confirm: new Map(),  // job id -> deadline of a pending "confirm cancel"
+    log: null,         // {job, rank, attempt, offset, decoder}
+    timer: null,
+  };
+  // For tests and curious users: how many polls succeeded, and the last error.
+  const hooks = window.cohortDashboard = { polls: 0, lastError: null };
+
+  const $ = (id) => document.getElementById(id);
+
+  // el('td', {class: 'x', text: 'y', title: 'z', dataset: {job: 1}}, child, 'text', ...)
+  function el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    if (props) {
+      for (const [k, v] of Object.entries(props)) {
+        if (v === undefined || v === null) continue;
+        if (k === 'class') e.className = v;
+        else if (k === 'text') e.textContent = v;
+        else if (k === 'dataset') Object.assign(e.dataset, v);
+        else if (k === 'width') e.style.width = v;  // CSSOM, which the page's CSP allows
+        else e[k] = v;
+      }
+    }
+    for (const c of children) {
+      if (c === undefined || c === null || c === false) continue;
+      e.append(c);  // strings become Text nodes
+    }
+    return e;
+  }
+
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  function svg(tag, attrs) {
+    const e = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+    return e;
+  }
+
+  // ---- formatting ----
+  const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
+  function fmtNum(v, digits = 3) {
+    if (!isNum(v)) return DASH;
+    const a = Math.abs(v);
+    if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(2);
+    if (Number.isInteger(v)) return v.toLocaleString('en-US');
+    return v.toPrecision(digits > 0 ? Math.max(digits, String(Math.trunc(a)).length) : 3);
+  }
+  function fmtRate(v) {
+    if (!isNum(v)) return DASH;
+    if (v >= 1e9) return (v / 1e9).toFixed(2) + ' G';
+    if (v >= 1e6) return (v / 1e6).toFixed(2) + ' M';
+    if (v >= 1e3) return (v / 1e3).toFixed(1) + ' k';
+    return v.toFixed(1);
+  }
+  function fmtDuration(ms) {
+    if (!isNum(ms) || ms < 0) return DASH;
+    let s = Math.floor(ms / 1000);
+    if (s < 60) return s + 's';
+    let m = Math.floor(s / 60); s %= 60;
+    if (m < 60) return m + 'm' + String(s).padStart(2, '0') + 's';
+    let h = Math.floor(m / 60); m %= 60;
+    if (h < 24) return h + 'h' + String(m).padStart(2, '0') + 'm';
+    const d = Math.floor(h / 24); h %= 24;
+    return d + 'd' + String(h).padStart(2, '0') + 'h';
+  }
+  function fmtGiB(bytes) {
+    if (!isNum(bytes)) return DASH;
+    const g = bytes / 1073741824;
+    return (g >= 100 ? g.toFixed(0) : g.toFixed(1));
+  }
+  function fmtTime(ms) {
+    if (!isNum(ms) || ms <= 0) return DASH;
+    return new Date(ms).toLocaleString();
+  }
+  function hostList(job) {
+    const nodes = (job.allocation && job.allocation.nodes) || [];
+    if (nodes.length === 0) return DASH;
+    const names = nodes.map((n) => n.node);
+    return names.length <= 3 ? names.join(',') : names.slice(0, 2).join(',') + ',… (' + names.length + ')';
+  }
+  function shellJoin(argv) {
+    if (!Array.isArray(argv)) return DASH;
+    return argv.map((a) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(a) ? a : "'" + String(a).replace(/'/g, "'\\''") + "'")).join(' ');
+  }
+  function jobGpus(job) {
+    const s = job.spec || {};
+    return (s.nodes || 0) * (s.gpus_per_node || 0);
+  }
+  function badge(text) { return el('span', { class: 'state ' + text, text }); }
+
+  // ---- HTTP ----
+  async function api(method, path, body) {
+    const opts = { method, cache: 'no-store', headers: {} };
+    if (body !== undefined) {
+      opts.headers['Content-Type'] = 'application/json';
+      opts.body = JSON.stringify(body);
+    }
+    const res = await fetch(path, opts);
+    const text = await res.text();
+    let json = null;
+    try { json = text ? JSON.parse(text) : null; } catch (e) { json = null; }
+    if (!res.ok) {
+      const msg = json && json.error && json.error.message ? json.error.message : 'HTTP ' + res.status;
+      throw new Error(msg);
+    }
+    return json;
+  }
+
+  // ---- loss curves ----
+  // Points [[step, loss], ...] → an SVG path inside (x0, y0, w, h); returns the ranges.
+  function lossPath(points, x0, y0, w, h) {
+    let minS = Infinity, maxS = -Infinity, minL = Infinity, maxL = -Infinity;
+    for (const [s, l] of points) {
+      minS = Math.min(minS, s); maxS = Math.max(maxS, s);
+      minL = Math.min(minL, l); maxL = Math.max(maxL, l);
+    }
+    const sx = maxS > minS ? w / (maxS - minS) : 0;
+    const sy = maxL > minL ? h / (maxL - minL) : 0;
+    let d = '';
+    points.forEach(([s, l], i) => {
+      const x = x0 + (sx ? (s - minS) * sx : w / 2);
+      const y = y0 + (sy ? h - (l - minL) * sy : h / 2);
+      d += (i ? 'L' : 'M') + x.toFixed(1) + ' ' + y.toFixed(1);
+    });
+    return { d, minS, maxS, minL, maxL };
+  }
+
+  function sparkline(job) {
+    const pts = job.loss && job.loss.points;
+    if (!pts || pts.length === 0) return document.createTextNode(DASH);
+    const w = 120, h = 26;
+    const s = svg('svg', { class: 'spark', width: w, height: h, viewBox: `0 0 ${w} ${h}` });
+    s.append(svg('path', { class: 'line', d: lossPath(pts, 1, 2, w - 2, h - 4).d }));
+    return s;
+  }
+
+  function lossChart(job) {
+    const pts = job.loss && job.loss.points;
+    if (!pts || pts.length === 0) return el('p', { class: 'muted', text: 'No loss reported yet (tasks post it to $COHORT_REPORT).' });
+    const w = 520, h = 220, left = 56, bottom = 20, top = 8, right = 10;
+    const s = svg('svg', { class: 'chart-svg', width: '100%', viewBox: `0 0 ${w} ${h}`, role: 'img' });
+    const r = lossPath(pts, left, top, w - left - right, h - top - bottom);
+    s.append(svg('line', { class: 'axis', x1: left, y1: top, x2: left, y2: h - bottom }));
+    s.append(svg('line', { class: 'axis', x1: left, y1: h - bottom, x2: w - right, y2: h - bottom }));
+    const label = (x, y, text, anchor) => {
+      const t = svg('text', { x, y, 'text-anchor': anchor });
+      t.textContent = text;
+      s.append(t);
+    };
+    label(left - 4, top + 8, fmtNum(r.maxL, 4), 'end');
+    label(left - 4, h - bottom, fmtNum(r.minL, 4), 'end');
+    label(left, h - 4, 'step ' + fmtNum(r.minS), 'start');
+    label(w - right, h - 4, 'step ' + fmtNum(r.maxS), 'end');
+    s.append(svg('path', { class: 'line', d: r.d }));
+    const title = el('div', { class: 'muted', text: `loss of rank ${job.loss.rank} (${job.loss.total} points, ${pts.length} drawn)` });
+    return el('div', null, title, s);
+  }
+
+  // ---- cancel ----
+  function cancelButton(job) {
+    const id = job.id;
+    const deadline = state.confirm.get(id);
+    const confirming = deadline && deadline > Date.now();
+    const b = el('button', {
+      type: 'button',
+      class: 'cancel' + (confirming ? ' confirm' : ''),
+      text: confirming ? 'Confirm cancel' : 'Cancel',
+      title: confirming ? 'Click again to cancel job ' + id : 'Cancel job ' + id,
+      dataset: { cancel: String(id) },
+    });
+    b.addEventListener('click', async (ev) => {
+      ev.stopPropagation();
+      const d = state.confirm.get(id);
+      if (!(d && d > Date.now())) {
+        state.confirm.set(id, Date.now() + CONFIRM_MS);
+        render();
+        setTimeout(render, CONFIRM_MS + 50);
+        return;
+      }
+      state.confirm.delete(id);
+      b.disabled = true;
+      b.textContent = 'Cancelling…';
+      try {
+        await api('POST', `/v1/jobs/${id}/cancel`);
+        setStatus(`Job ${id} cancelled`, false);
+      } catch (e) {
+        setStatus(`Cannot cancel job ${id}: ${e.message}`, true);
+      }
+      poll();
+    });
+    return b;
+  }
+
+  // ---- rendering ----
+  function setStatus(text, isError) {
+    const s = $('status');
+    s.textContent = text;
+    s.classList.toggle('error', !!isError);
+  }
+
+  function renderSummary(d) {
+    const s = d.summary || {};
+    const item = (label, value) => el('span', null, label + ' ', el('b', { text: String(value) }));
+    const parts = [
+      item('nodes', `${s.nodes_up ?? DASH}/${s.nodes ?? DASH} up`),
+      item('GPUs', `${s.gpus_allocated ?? DASH}/${s.gpus ?? DASH} allocated`),
+      item('running', s.running ?? DASH),
+      item('pending', s.pending ?? DASH),
+    ];
+    if (s.unhealthy_gpus) parts.push(item('unhealthy GPUs', s.unhealthy_gpus));
+    $('summary').replaceChildren(...parts);
+  }
+
+  // node name -> gpu index -> job id, from the running jobs' allocations.
+  function gpuOwners(d) {
+    const owners = new Map();
+    for (const j of d.running || []) {
+      for (const na of (j.allocation && j.allocation.nodes) || []) {
+        if (!owners.has(na.node)) owners.set(na.node, new Map());
+        for (const g of na.gpus || []) owners.get(na.node).set(g, j.id);
+      }
+    }
+    return owners;
+  }
+
+  function gpuCell(g, owner) {
+    const t = g.telemetry && typeof g.telemetry === 'object' ? g.telemetry : null;
+    const unhealthy = g.healthy === false;
+    const cls = 'gpu' + (owner !== undefined ? ' busy' : '') + (unhealthy ? ' unhealthy' : '');
+    const util = t && isNum(t.utilization) ? Math.max(0, Math.min(1, t.utilization)) : null;
+    const memTotal = t && isNum(t.memory_total_bytes) && t.memory_total_bytes > 0 ? t.memory_total_bytes
+      : (isNum(g.memory_bytes) && g.memory_bytes > 0 ? g.memory_bytes : null);
+    const memUsed = t && isNum(t.memory_used_bytes) ? t.memory_used_bytes : null;
+    const memFrac = memUsed !== null && memTotal ? Math.max(0, Math.min(1, memUsed / memTotal)) : null;
+    const bar = (cls2, frac) => el('div', { class: 'bar ' + cls2 }, el('i', { width: `${frac === null ? 0 : (frac * 100).toFixed(0)}%` }));
+    const tip = [
+      `GPU ${g.index}: ${g.name || 'unknown'}${g.simulated ? ' (simulated)' : ''}`,
+      g.uuid ? `uuid ${g.uuid}` : null,
+      owner !== undefined ? `job ${owner}` : 'free',
+      `utilization ${util === null ? DASH : Math.round(util * 100) + '%'}`,
+      `memory ${memUsed === null ? DASH : fmtGiB(memUsed)} / ${memTotal === null ? DASH : fmtGiB(memTotal)} GiB`,
+      `temperature ${t && isNum(t.temperature_celsius) ? t.temperature_celsius + ' °C' : DASH}`,
+      `power ${t && isNum(t.power_watts) ? Math.round(t.power_watts) + ' W' : DASH}`,
+      `SM clock ${t && isNum(t.sm_clock_hz) ? Math.round(t.sm_clock_hz / 1e6) + ' MHz' : DASH}`,
+      g.healthy === undefined ? 'health ' + DASH : (unhealthy ? 'UNHEALTHY: ' + (g.health_reason || 'no reason given') : 'healthy'),
+    ].filter(Boolean).join('\n');
+    return el('div', { class: cls, title: tip, dataset: { gpu: String(g.index) } },
+      el('div', null, el('span', { class: 'idx', text: '#' + g.index }), ' ',
+        owner !== undefined ? el('span', { text: 'j' + owner }) : el('span', { class: 'muted', text: 'free' })),
+      el('div', { text: 'util ' + (util === null ? DASH : Math.round(util * 100) + '%') }),
+      bar('util', util),
+      el('div', { text: 'mem ' + (memUsed === null ? DASH : fmtGiB(memUsed)) + '/' + (memTotal === null ? DASH : fmtGiB(memTotal)) }),
+      bar('mem', memFrac),
+      el('div', null, t && isNum(t.temperature_celsius) ? Math.round(t.temperature_celsius) + '°C' : DASH + '°C',
+        unhealthy ? el('span', { class: 'health', text: ' ✕ ' + (g.health_reason || 'unhealthy') }) : null));
+  }
+
+  function renderNodes(d) {
+    const owners = gpuOwners(d);
+    const nodes = d.nodes || [];
+    $('nodes-count').textContent = `(${nodes.length})`;
+    if (nodes.length === 0) {
+      $('nodes').replaceChildren(el('p', { class: 'muted', text: 'No nodes yet: start an agent with `cohort agent --head <url>`.' }));
+      return;
+    }
+    const cards = nodes.map((n) => {
+      const st = n.display_state || n.state || DASH;
+      const gpus = Array.isArray(n.gpus) ? n.gpus : [];
+      const hb = isNum(n.heartbeat_age_ms) && n.heartbeat_age_ms >= 0 ? fmtDuration(n.heartbeat_age_ms) + ' ago' : 'never';
+      const reason = n.drain ? (n.drain_reason || 'drained') : (st === 'DOWN' ? n.reason : '');
+      const head = el('div', { class: 'node-head' },
+        el('span', { class: 'name', text: n.name }), badge(st),
+        isNum(n.unhealthy_gpus) && n.unhealthy_gpus > 0 ? el('span', { class: 'health', text: `${n.unhealthy_gpus} unhealthy` }) : null,
+        el('span', { class: 'meta', text: `GPUs ${n.gpus_allocated ?? DASH}/${gpus.length} · CPUs ${n.cpus_allocated ?? DASH}/${n.cpus ?? DASH} · ♥ ${hb}` }));
+      const own = owners.get(n.name) || new Map();
+      return el('div', { class: 'node ' + st, dataset: { node: n.name } }, head,
+        reason ? el('div', { class: 'muted', text: reason }) : null,
+        gpus.length ? el('div', { class: 'gpus' }, ...gpus.map((g) => gpuCell(g, own.get(g.index)))) : el('div', { class: 'muted', text: 'no GPUs' }));
+    });
+    $('nodes').replaceChildren(...cards);
+  }
+
+  function jobRow(job, cells) {
+    const tr = el('tr', { dataset: { job: String(job.id) } }, ...cells.map((c) => (c instanceof Node && c.tagName === 'TD') ? c : el('td', null, c)));
+    if (state.selected === job.id) tr.classList.add('selected');
+    tr.addEventListener('click', () => select(job.id));
+    return tr;
+  }
+
+  function fillTable(id, rows, cols, emptyText) {
+    const body = $(id).tBodies[0];
+    if (rows.length === 0) body.replaceChildren(el('tr', null, el('td', { class: 'empty', colSpan: cols, text: emptyText })));
+    else body.replaceChildren(...rows);
+  }
+
+  function renderJobs(d) {
+    const now = d.time_ms || Date.now();
+    const running = d.running || [];
+    $('running-count').textContent = `(${running.length})`;
+    fillTable('running', running.map((j) => {
+      const p = j.progress || {};
+      return jobRow(j, [
+        String(j.id), el('td', { class: 'name', text: j.spec.name, title: shellJoin(j.spec.command) }), j.spec.user,
+        hostList(j), String(jobGpus(j)), fmtDuration(now - j.start_ms),
+        isNum(p.step) ? fmtNum(p.step) : DASH, fmtNum(p.loss, 4), fmtRate(p.tokens_per_s),
+        sparkline(j), cancelButton(j),
+      ]);
+    }), 11, 'No running jobs.');
+
+    const queue = d.queue || [];
+    const total = d.summary && isNum(d.summary.pending) ? d.summary.pending : queue.length;
+    $('queue-count').textContent = queue.length < total ? `(${queue.length} of ${total})` : `(${total})`;
+    fillTable('queue', queue.map((j) => {
+      const s = j.spec;
+      const asks = `${s.nodes}×${s.tasks_per_node} tasks, ${s.gpus_per_node} GPU/node`;
+      return jobRow(j, [
+        String(j.id), el('td', { class: 'name', text: s.name, title: shellJoin(s.command) }), s.user, String(s.priority),
+        asks, fmtDuration(now - j.submit_ms), el('td', { class: 'reason', text: j.reason || DASH }), cancelButton(j),
+      ]);
+    }), 8, 'The queue is empty.');
+
+    fillTable('recent', (d.recent || []).map((j) => jobRow(j, [
+      String(j.id), el('td', { class: 'name', text: j.spec.name, title: shellJoin(j.spec.command) }), j.spec.user,
+      badge(j.state), j.start_ms ? fmtDuration(j.end_ms - j.start_ms) : DASH,
+      j.end_ms ? fmtDuration(now - j.end_ms) + ' ago' : DASH,
+      j.exit_code === null || j.exit_code === undefined ? DASH : String(j.exit_code),
+      el('td', { class: 'reason', text: j.reason || DASH }),
+    ])), 8, 'No finished jobs yet.');
+  }
+
+  function findJob(id) {
+    if (state.detail && state.detail.id === id && state.detail.job) return state.detail.job;
+    const d = state.data || {};
+    for (const list of [d.running, d.queue, d.recent]) {
+      for (const j of list || []) if (j.id === id) return j;
+    }
+    return null;
+  }
+
+  function renderDetail() {
+    const sec = $('detail-section');
+    if (state.selected === null) { sec.hidden = true; return; }
+    sec.hidden = false;
+    const job = findJob(state.selected);
+    $('detail-title').textContent = String(state.selected) + (job ? ' · ' + job.spec.name : '');
+    if (!job) { $('detail-facts').replaceChildren(el('dd', { text: 'loading…' })); return; }
+    const s = job.spec, p = job.progress || {};
+    const now = (state.data && state.data.time_ms) || Date.now();
+    const facts = [
+      ['state', badge(job.state)],
+      ['reason', job.reason || DASH],
+      ['user', s.user],
+      ['command', shellJoin(s.command)],
+      ['shape', `${s.nodes} node(s) × ${s.tasks_per_node} task(s), ${s.gpus_per_node} GPU(s)/node, priority ${s.priority}`],
+      ['nodes', hostList(job)],
+      ['attempt', String(job.attempt)],
+      ['submitted', fmtTime(job.submit_ms)],
+      ['running for', job.state === 'RUNNING' ? fmtDuration(now - job.start_ms) : DASH],
+      ['step', isNum(p.step) ? fmtNum(p.step) : DASH],
+      ['loss', fmtNum(p.loss, 5)],
+      ['tokens/s', fmtRate(p.tokens_per_s)],
+      ['samples/s', fmtRate(p.samples_per_s)],
+      ['GPU time', isNum(job.gpu_seconds) ? fmtDuration(job.gpu_seconds * 1000) : DASH],
+    ];
+    $('detail-facts').replaceChildren(...facts.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', null, v)]));
+    const curve = state.detail && state.detail.id === job.id && state.detail.loss ? { ...job, loss: state.detail.loss } : job;
+    $('detail-chart').replaceChildren(lossChart(curve));
+    const ranks = Math.max(1, Math.min(256, (s.nodes || 1) * (s.tasks_per_node || 1)));
+    const sel = $('log-rank');
+    if (sel.options.length !== ranks) {
+      const keep = sel.value;
+      sel.replaceChildren(...Array.from({ length: ranks }, (_, i) => el('option', { value: String(i), text: String(i) })));
+      sel.value = keep && Number(keep) < ranks ? keep : '0';
+    }
+  }
+
+  function render() {
+    if (!state.data) return;
+    renderSummary(state.data);
+    renderNodes(state.data);
+    renderJobs(state.data);
+    renderDetail();
+  }
+
+  // ---- the selected job: its full record and a finer loss curve ----
+  const CHART_POINTS = 400;
+  async function pollDetail() {
+    const id = state.selected;
+    if (id === null) return;
+    try {
+      const job = await api('GET', `/v1/jobs/${id}`);
+      let loss = null;
+      if (job.start_ms > 0) {
+        const prog = await api('GET', `/v1/jobs/${id}/progress?limit=10000`);
+        const pts = (prog.points || []).filter((p) => isNum(p.loss));
+        if (pts.length) {
+          const rank = Math.min(...pts.map((p) => p.rank));
+          const mine = pts.filter((p) => p.rank === rank);
+          // Runs of consecutive points, each drawn as its mean at its last step.
+          const n = mine.length, m = Math.min(n, CHART_POINTS), out = [];
+          for (let b = 0; b < m; b++) {
+            const lo = Math.floor(b * n / m), hi = Math.floor((b + 1) * n / m);
+            let sum = 0;
+            for (let i = lo; i < hi; i++) sum += mine[i].loss;
+            out.push([mine[hi - 1].step, sum / (hi - lo)]);
+          }
+          out[out.length - 1] = [mine[n - 1].step, mine[n - 1].loss];
+          loss = { rank, total: n, points: out };
+        }
+      }
+      if (state.selected === id) state.detail = { id, job, loss };
+    } catch (e) {
+      if (state.selected === id) $('log-status').textContent = e.message;
+    }
+  }
+
+  // ---- logs ----
+  async function pollLog() {
+    if (state.selected === null) return;
+    const job = findJob(state.selected);
+    if (!job) return;
+    const out = $('log');
+    if (job.state === 'PENDING' || !(job.start_ms > 0)) {
+      out.textContent = '';
+      $('log-status').textContent = 'not started yet';
+      state.log = null;
+      return;
+    }
+    const rank = Number($('log-rank').value || 0);
+    const attempt = job.attempt;
+    let L = state.log;
+    if (!L || L.job !== job.id || L.rank !== rank || L.attempt !== attempt) {
+      L = state.log = { job: job.id, rank, attempt, offset: null, decoder: new TextDecoder(), done: false };
+      out.textContent = '';
+    }
+    if (L.done) return;
+    const base = `/v1/jobs/${job.id}/logs?rank=${rank}&attempt=${attempt}`;
+    try {
+      if (L.offset === null) {
+        // Learn the size, then show only the tail.
+        const head = await fetch(base + '&offset=0&limit=1', { cache: 'no-store' });
+        if (!head.ok) throw new Error((await head.json().catch(() => ({}))).error?.message || 'HTTP ' + head.status);
+        const size = Number(head.headers.get('X-Cohort-Size') || 0);
+        L.offset = Math.max(0, size - LOG_TAIL_BYTES);
+        if (L.offset > 0) out.textContent = `… (${L.offset} earlier bytes not shown)\n`;
+      }
+      const res = await fetch(`${base}&offset=${L.offset}&limit=${LOG_TAIL_BYTES}`, { cache: 'no-store' });
+      if (state.log !== L) return;  // the selection changed while we waited
+      if (!res.ok) throw new Error((await res.json().catch(() => ({}))).error?.message || 'HTTP ' + res.status);
+      const bytes = new Uint8Array(await res.arrayBuffer());
+      L.offset = Number(res.headers.get('X-Cohort-Next-Offset') || L.offset + bytes.length);
+      L.done = res.headers.get('X-Cohort-Done') === '1';
+      if (bytes.length) {
+        const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 20;
+        let text = out.textContent + L.decoder.decode(bytes, { stream: !L.done });
+        if (text.length > LOG_KEEP_CHARS) text = text.slice(text.length - LOG_KEEP_CHARS);
+        out.textContent = text;
+        if (atBottom) out.scrollTop = out.scrollHeight;
+      }
+      $('log-status').textContent = `${L.offset} bytes · attempt ${attempt}` + (L.done ? ' · ended' : ' · following');
+    } catch (e) {
+      $('log-status').textContent = e.message;
+    }
+  }
+
+  async function select(id) {
+    state.selected = id;
+    state.detail = null;
+    state.log = null;
+    $('log').textContent = '';
+    $('log-status').textContent = '';
+    render();
+    await pollDetail();
+    render();
+    pollLog();
+    $('detail-section').scrollIntoView({ block: 'nearest' });
+  }
+
+  // ---- submit ----
+  function defaultName(command) {
+    const first = (command.trim().split(/\s+/)[0] || '').split('/').pop();
+    const name = first.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 128);
+    return name || 'job';
+  }
+
+  async function submit(ev) {
+    ev.preventDefault();
+    const f = ev.target;
+    const out = $('submit-result');
+    const command = f.command.value;
+    const spec = {
+      command: ['/bin/sh', '-c', command],
+      name: f.name.value.trim() || defaultName(command),
+      nodes: Number(f.nodes.value),
+      tasks_per_node: Number(f.tasks_per_node.value),
+      gpus_per_node: Number(f.gpus_per_node.value),
+    };
+    out.className = 'muted';
+    out.textContent = 'submitting…';
+    try {
+      const job = await api('POST', '/v1/jobs', spec);
+      out.className = 'ok';
+      out.textContent = `Submitted job ${job.id} (${job.state})`;
+      poll();
+      select(job.id);
+    } catch (e) {
+      out.className = 'error';
+      out.textContent = e.message;
+    }
+  }
+
+  // ---- polling ----
+  async function poll() {
+    clearTimeout(state.timer);
+    try {
+      state.data = await api('GET', '/v1/dashboard?recent=20&points=32');
+      hooks.polls++;
+      hooks.lastError = null;
+      await pollDetail();
+      render();
+      setStatus('updated ' + new Date().toLocaleTimeString(), false);
+      await pollLog();
+    } catch (e) {
+      hooks.lastError = e.message;
+      setStatus('cannot reach the head: ' + e.message + ' (retrying)', true);
+    }
+    state.timer = setTimeout(poll, POLL_MS);
+  }
+
+  document.addEventListener('DOMContentLoaded', () => {
+    $('submit').addEventListener('submit', submit);
+    $('detail-close').addEventListener('click', () => { state.selected = null; state.detail = null; state.log = null; render(); });
+    $('log-rank').addEventListener('change', () => { state.log = null; pollLog(); });
+    poll();
+  });
+})();
