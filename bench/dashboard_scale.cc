@@ -201,7 +201,17 @@ int main(int argc, char** argv) {
   }
   prefilled = true;
 
-  std::vector<double> dash_ms, nodes_ms;
+  // The first request for the page's query builds its snapshot while the caller waits (the
+  // cost of one build); later ones are served from snapshots the head refreshes every
+  // 500 ms, so their age is reported too.
+  double cold_ms = 0;
+  {
+    auto t0 = SteadyClock::now();
+    auto r = client.GetRaw(kQuery);
+    cold_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();
+    if (!r || r->status != 200) bench::BenchCluster::Die("dashboard request failed");
+  }
+  std::vector<double> dash_ms, nodes_ms, age_ms;
   size_t nodes_bytes = 0;
   size_t bytes = 0, n_nodes = 0, n_running = 0, n_queue = 0, pending = 0, curve_points = 0;
   auto end = SteadyClock::now() + std::chrono::seconds(seconds);
@@ -212,6 +222,7 @@ int main(int argc, char** argv) {
     if (!r || r->status != 200) bench::BenchCluster::Die("dashboard request failed");
     bytes = r->body.size();
     json d = json::parse(r->body);
+    age_ms.push_back(static_cast<double>(NowUnixMs() - d["time_ms"].get<int64_t>()));
     n_nodes = d["nodes"].size();
     n_running = d["running"].size();
     n_queue = d["queue"].size();
@@ -243,6 +254,8 @@ int main(int argc, char** argv) {
   double p50 = Percentile(dash_ms, 0.5), p99 = Percentile(dash_ms, 0.99);
   std::printf("  GET /v1/dashboard (%zu samples): p50 %.2f ms, p99 %.2f ms   target p99 < 50 ms   %s\n",
               dash_ms.size(), p50, p99, p99 < 50 ? "OK" : "MISSED");
+  std::printf("  first request (builds the snapshot): %.2f ms; snapshot age when served: p50 %.0f ms, p99 %.0f ms\n",
+              cold_ms, Percentile(age_ms, 0.5), Percentile(age_ms, 0.99));
   std::printf("  for scale, GET /v1/nodes (%zu samples, %.0f KB): p50 %.2f ms, p99 %.2f ms\n", nodes_ms.size(),
               nodes_bytes / 1024.0, Percentile(nodes_ms, 0.5), Percentile(nodes_ms, 0.99));
   return 0;

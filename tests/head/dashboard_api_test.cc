@@ -3,7 +3,9 @@
 // directly and read back over HTTP on a kernel-chosen port).
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -169,6 +171,28 @@ TEST_F(DashboardTest, LimitsTheQueueAndRecentJobs) {
   EXPECT_EQ(d["recent"][0]["id"], done[3]);  // newest first
   EXPECT_EQ(d["recent"][1]["id"], done[2]);
   EXPECT_EQ(Dashboard("?recent=0")["recent"].size(), 0u);
+}
+
+// Replies come from snapshots refreshed in the background while the query is in use: a
+// change shows up within a refresh or two, and each query has its own snapshot.
+TEST_F(DashboardTest, SnapshotsFollowChangesWhileInUse) {
+  AddNode("n1", 1);
+  json before = Dashboard();
+  EXPECT_EQ(before["summary"]["pending"], 0);
+  Submit("late", 1, 1);   // runs on n1's one GPU
+  Submit("later", 1, 1);  // waits for it
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  json d;
+  do {
+    d = Dashboard();
+    if (d["summary"]["running"] == 1 && d["summary"]["pending"] == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(d["summary"]["running"], 1) << d.dump();
+  EXPECT_EQ(d["summary"]["pending"], 1) << d.dump();
+  EXPECT_GT(d["time_ms"].get<int64_t>(), before["time_ms"].get<int64_t>());
+  // Another query is built for itself, and sees the change at once.
+  EXPECT_EQ(Dashboard("?queue=1")["queue"].size(), 1u);
 }
 
 TEST_F(DashboardTest, DownsamplesTheLossCurve) {
