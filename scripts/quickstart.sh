@@ -25,7 +25,7 @@ trap stop_cluster EXIT
 
 for _ in $(seq 1 300); do
   [ -s "$state/head.port" ] && "$cohort" --head "http://127.0.0.1:$(cat "$state/head.port")" nodes --json 2>/dev/null \
-    | grep -c '"state":"UP"' | grep -qx 2 && break
+    | grep -c '"state": *"UP"' | grep -qx 2 && break
   kill -0 "$up_pid" 2>/dev/null || { echo "cohort up exited"; exit 1; }
   sleep 0.1
 done
@@ -43,12 +43,12 @@ echo; echo "== cohort show $job"
 for _ in $(seq 1 300); do
   # (read the whole reply first: under pipefail, grep -q closing the pipe early would fail it)
   shown=$("$cohort" show "$job" --json)
-  grep -q '"state":"\(SUCCEEDED\|FAILED\|CANCELLED\)"' <<<"$shown" && break
+  grep -q '"state": *"\(SUCCEEDED\|FAILED\|CANCELLED\)"' <<<"$shown" && break
   sleep 0.1
 done
 "$cohort" show "$job"
 echo; echo "== cohort queue --all"
 "$cohort" queue --all
 shown=$("$cohort" show "$job" --json)
-grep -q '"state":"SUCCEEDED"' <<<"$shown"
+grep -q '"state": *"SUCCEEDED"' <<<"$shown"
 echo; echo "== job $job SUCCEEDED; stopping the cluster (Ctrl-C to cohort up)"

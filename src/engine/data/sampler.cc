@@ -3,53 +3,9 @@
 #include <mutex>
 #include <numeric>
 
+#include "engine/rng.h"
+
 namespace cohort::engine {
-namespace {
-
-uint64_t SplitMix64(uint64_t& x) {
-  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// xoshiro256** seeded through SplitMix64 (Blackman & Vigna's recommendation).
-class Xoshiro256 {
- public:
-  explicit Xoshiro256(uint64_t seed) {
-    for (uint64_t& w : s_) w = SplitMix64(seed);
-  }
-  uint64_t Next() {
-    uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-    uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = Rotl(s_[3], 45);
-    return result;
-  }
-  // Uniform in [0, n), n >= 1, without modulo bias (Lemire's multiply-and-reject).
-  uint64_t Below(uint64_t n) {
-    unsigned __int128 m = static_cast<unsigned __int128>(Next()) * n;
-    uint64_t low = static_cast<uint64_t>(m);
-    if (low < n) {
-      uint64_t threshold = -n % n;
-      while (low < threshold) {
-        m = static_cast<unsigned __int128>(Next()) * n;
-        low = static_cast<uint64_t>(m);
-      }
-    }
-    return static_cast<uint64_t>(m >> 64);
-  }
-
- private:
-  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-};
-
-}  // namespace
 
 // The last epoch's window order, shared by copies of one sampler. The permutation is a
 // pure function of (seed, epoch, windows), so sharing it never changes a result.

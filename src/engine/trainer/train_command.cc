@@ -44,6 +44,16 @@ struct Flags {
   int64_t stop_at_step = 0;
 };
 
+// Replaces this process with `args` (args[0] is this binary); returns only on failure.
+void ExecSelf(std::vector<std::string> args) {
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execv(args[0].c_str(), cargv.data());
+}
+
 // Replaces this process with `cohort run -n N -- cohort train <the same flags>`.
 int Launch(int argc, char** argv, int ranks) {
   const std::string self = SelfExePath();
@@ -57,12 +67,7 @@ int Launch(int argc, char** argv, int ranks) {
     if (a.starts_with("--ranks=") || (a.starts_with("-n") && a.size() > 2)) continue;
     args.push_back(a);
   }
-  std::vector<char*> cargv;
-  for (auto& a : args) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  execv(self.c_str(), cargv.data());
+  ExecSelf(std::move(args));
   return Report(Error(ErrorCode::kInternal,
                       fmt::format("cannot execute '{}': {}", self, std::strerror(errno))));
 }
@@ -74,15 +79,9 @@ void UseFastBlasKernels(int argc, char** argv) {
   const std::string core = cpu::SuggestedBlasCoreType();
   if (core.empty()) return;
   setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  const std::string self = SelfExePath();
-  std::vector<std::string> args = {self, "train"};
+  std::vector<std::string> args = {SelfExePath(), "train"};
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  std::vector<char*> cargv;
-  for (auto& a : args) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  execv(self.c_str(), cargv.data());
+  ExecSelf(std::move(args));
   std::fprintf(stderr, "cohort train: warning: could not re-execute with OPENBLAS_CORETYPE=%s: %s\n",
                core.c_str(), std::strerror(errno));
 }
