@@ -7,51 +7,19 @@
 // Target: p99 under 50 ms.
 //
 // Usage: bench_dashboard_scale [nodes=1000] [jobs=2000] [seconds=15] [points_per_job=200]
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
 
-#include "api/types.h"
 #include "bench_cluster.h"
 #include "common/clock.h"
+#include "sim_agents.h"
 
 using namespace cohort;
+using bench::Percentile;
 
 namespace {
-
-struct SimNode {
-  std::string name;
-  std::string incarnation;
-  int64_t applied = 0;
-  std::vector<api::TaskReport> running;
-};
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
-}
-
-std::vector<api::GpuReport> GpuReports(const SimNode& s) {
-  std::vector<api::GpuReport> out;
-  for (int g = 0; g < 8; ++g) {
-    bool busy = std::any_of(s.running.begin(), s.running.end(), [&](const api::TaskReport& t) {
-      return std::find(t.gpus.begin(), t.gpus.end(), g) != t.gpus.end();
-    });
-    api::GpuReport r;
-    r.index = g;
-    r.telemetry.utilization = busy ? 0.93 : 0.0;
-    r.telemetry.memory_used_bytes = busy ? (int64_t{60} << 30) : (int64_t{1} << 29);
-    r.telemetry.memory_total_bytes = int64_t{80} << 30;
-    r.telemetry.temperature_celsius = busy ? 74 : 35;
-    r.telemetry.power_watts = busy ? 650 : 70;
-    r.telemetry.sm_clock_hz = busy ? 1.98e9 : 3.45e8;
-    out.push_back(r);
-  }
-  return out;
-}
 
 // The path part of a COHORT_REPORT URL ("http://host:port/v1/report/TOKEN").
 std::string ReportPath(const std::string& url) {
@@ -73,85 +41,25 @@ int main(int argc, char** argv) {
   c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s"});
   HttpClient client(c.url(), Millis(10000));
 
-  std::vector<SimNode> sims(nodes);
-  for (int i = 0; i < nodes; ++i) {
-    sims[i].name = fmt::format("sim-{:04d}", i);
-    sims[i].incarnation = fmt::format("inc{}", i);
-    api::Registration reg;
-    reg.name = sims[i].name;
-    reg.address = "127.0.0.1";
-    reg.incarnation = sims[i].incarnation;
-    reg.cpus = 64;
-    for (int g = 0; g < 8; ++g) {
-      api::Gpu gpu;
-      gpu.index = g;
-      gpu.name = "Cohort Simulated GPU 80GB";
-      gpu.uuid = fmt::format("GPU-{}-{}", i, g);
-      gpu.memory_bytes = 80LL << 30;
-      gpu.simulated = true;
-      reg.gpus.push_back(gpu);
-    }
-    if (auto r = client.Post("/v1/agents/register", api::ToJson(reg)); !r) bench::BenchCluster::Die(r.error().message);
-  }
-  const int shapes[][2] = {{1, 1}, {1, 2}, {1, 4}, {1, 8}, {2, 8}, {4, 8}};
-  for (int i = 0; i < jobs; ++i) {
-    auto [n, g] = shapes[i % 6];
-    json spec = {{"name", fmt::format("train-{}", i)}, {"user", fmt::format("user{}", i % 13)},
-                 {"command", {"python", "train.py", "--config", fmt::format("exp{}.yaml", i)}},
-                 {"nodes", n}, {"gpus_per_node", g}, {"tasks_per_node", 1}, {"priority", i % 7}};
-    if (auto r = client.Post("/v1/jobs", spec); !r) bench::BenchCluster::Die(r.error().message);
-  }
+  std::vector<bench::SimNode> sims = bench::RegisterSimNodes(client, nodes);
+  bench::SubmitJobs(client, jobs, [](int i) -> json {
+    auto [n, g] = bench::JobShape(i);
+    return {{"name", fmt::format("train-{}", i)}, {"user", fmt::format("user{}", i % 13)},
+            {"command", {"python", "train.py", "--config", fmt::format("exp{}.yaml", i)}},
+            {"nodes", n}, {"gpus_per_node", g}, {"tasks_per_node", 1}, {"priority", i % 7}};
+  });
 
   // Rank 0's COHORT_REPORT path of each running job, as the heartbeat replies reveal them.
   std::mutex report_mu;
   std::map<int64_t, std::string> report_paths;  // guarded by report_mu
-
+  bench::SimAgents agents(c.url(), std::move(sims), bench::Telemetry::kOn, [&](const api::TaskLaunch& l) {
+    if (l.rank != 0) return;
+    auto env = l.env.find("COHORT_REPORT");
+    std::lock_guard lock(report_mu);
+    if (env != l.env.end() && !report_paths.contains(l.job)) report_paths[l.job] = ReportPath(env->second);
+  });
   std::atomic<bool> stop{false};
-  std::atomic<int> hb_errors{0};
-  const int threads = 8;
-  std::vector<std::thread> workers;
-  auto start = SteadyClock::now();
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      HttpClient hc(c.url(), Millis(10000));
-      for (int round = 0; !stop; ++round) {
-        for (int i = t; i < nodes && !stop; i += threads) {
-          std::this_thread::sleep_until(start + std::chrono::milliseconds(round * 1000 + i * 1000 / nodes));
-          SimNode& s = sims[i];
-          api::Heartbeat hb;
-          hb.incarnation = s.incarnation;
-          hb.applied_version = s.applied;
-          hb.tasks = s.running;
-          hb.gpus = GpuReports(s);
-          auto r = hc.Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
-          if (!r) {
-            ++hb_errors;
-            continue;
-          }
-          auto reply = api::HeartbeatReplyFromJson(*r);
-          if (!reply) continue;
-          s.applied = reply->version;
-          s.running.clear();
-          for (const auto& l : reply->tasks) {
-            api::TaskReport tr;
-            tr.job = l.job;
-            tr.attempt = l.attempt;
-            tr.rank = l.rank;
-            tr.running = true;
-            tr.gpus = l.gpus;
-            tr.cpu_seconds = 12.5;
-            tr.rss_bytes = int64_t{2} << 30;
-            s.running.push_back(tr);
-            if (l.rank == 0) {
-              auto env = l.env.find("COHORT_REPORT");
-              std::lock_guard lock(report_mu);
-              if (env != l.env.end() && !report_paths.contains(l.job)) report_paths[l.job] = ReportPath(env->second);
-            }
-          }
-        }
-      }
-    });
-  }
+  agents.Start();
 
   // Progress: every running job's rank 0 reports `points_per_job` steps (a falling loss),
   // then one step per job per pass while the requests are timed.
@@ -208,7 +116,7 @@ int main(int argc, char** argv) {
   {
     auto t0 = SteadyClock::now();
     auto r = client.GetRaw(kQuery);
-    cold_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();
+    cold_ms = bench::MillisSince(t0);
     if (!r || r->status != 200) bench::BenchCluster::Die("dashboard request failed");
   }
   std::vector<double> dash_ms, nodes_ms, age_ms;
@@ -218,7 +126,7 @@ int main(int argc, char** argv) {
   while (SteadyClock::now() < end) {
     auto t0 = SteadyClock::now();
     auto r = client.GetRaw(kQuery);
-    dash_ms.push_back(std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count());
+    dash_ms.push_back(bench::MillisSince(t0));
     if (!r || r->status != 200) bench::BenchCluster::Die("dashboard request failed");
     bytes = r->body.size();
     json d = json::parse(r->body);
@@ -233,7 +141,7 @@ int main(int argc, char** argv) {
     }
     auto t1 = SteadyClock::now();
     if (auto n = client.GetRaw("/v1/nodes"); n && n->status == 200) {
-      nodes_ms.push_back(std::chrono::duration<double, std::milli>(SteadyClock::now() - t1).count());
+      nodes_ms.push_back(bench::MillisSince(t1));
       nodes_bytes = n->body.size();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -242,7 +150,7 @@ int main(int argc, char** argv) {
     if (auto r = client.GetRaw(kQuery); r) std::ofstream(dump) << r->body;
   }
   stop = true;
-  for (auto& w : workers) w.join();
+  agents.Stop();
   for (auto& w : reporters) w.join();
 
   std::printf("dashboard at scale: %d simulated agents x 8 GPUs heartbeating every 1 s with telemetry, %d jobs\n",
@@ -250,7 +158,7 @@ int main(int argc, char** argv) {
   std::printf("  reply: %zu nodes, %zu running jobs (%zu loss points drawn), queue %zu of %zu pending, %.0f KB; "
               "%lld progress reports posted; heartbeat errors %d\n",
               n_nodes, n_running, curve_points, n_queue, pending, bytes / 1024.0,
-              static_cast<long long>(reports.load()), hb_errors.load());
+              static_cast<long long>(reports.load()), agents.errors());
   double p50 = Percentile(dash_ms, 0.5), p99 = Percentile(dash_ms, 0.99);
   std::printf("  GET /v1/dashboard (%zu samples): p50 %.2f ms, p99 %.2f ms   target p99 < 50 ms   %s\n",
               dash_ms.size(), p50, p99, p99 < 50 ? "OK" : "MISSED");

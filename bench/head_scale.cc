@@ -6,32 +6,14 @@
 // The simulated agents speak the real protocol: they register, heartbeat once a second
 // (spread evenly over the second), and report the tasks the head assigns them as running.
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <mutex>
 
-#include "api/types.h"
 #include "bench_cluster.h"
 #include "common/clock.h"
+#include "sim_agents.h"
 
 using namespace cohort;
-
-namespace {
-
-struct SimNode {
-  std::string name;
-  std::string incarnation;
-  int64_t applied = 0;
-  std::vector<api::TaskReport> running;
-};
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
-}
-
-}  // namespace
+using bench::Percentile;
 
 int main(int argc, char** argv) {
   const int nodes = argc > 1 ? std::atoi(argv[1]) : 1000;
@@ -42,81 +24,9 @@ int main(int argc, char** argv) {
   c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s"});
   HttpClient client(c.url(), Millis(10000));
 
-  std::vector<SimNode> sims(nodes);
-  for (int i = 0; i < nodes; ++i) {
-    sims[i].name = fmt::format("sim-{:04d}", i);
-    sims[i].incarnation = fmt::format("inc{}", i);
-    api::Registration reg;
-    reg.name = sims[i].name;
-    reg.address = "127.0.0.1";
-    reg.incarnation = sims[i].incarnation;
-    reg.cpus = 64;
-    for (int g = 0; g < 8; ++g) {
-      api::Gpu gpu;
-      gpu.index = g;
-      gpu.name = "Cohort Simulated GPU 80GB";
-      gpu.uuid = fmt::format("GPU-{}-{}", i, g);
-      gpu.memory_bytes = 80LL << 30;
-      gpu.simulated = true;
-      reg.gpus.push_back(gpu);
-    }
-    if (auto r = client.Post("/v1/agents/register", api::ToJson(reg)); !r) bench::BenchCluster::Die(r.error().message);
-  }
-  const int shapes[][2] = {{1, 1}, {1, 2}, {1, 4}, {1, 8}, {2, 8}, {4, 8}};
-  for (int i = 0; i < jobs; ++i) {
-    auto [n, g] = shapes[i % 6];
-    json spec = {{"command", {"train.sh"}}, {"nodes", n}, {"gpus_per_node", g}, {"tasks_per_node", 1},
-                 {"priority", i % 7}};
-    if (auto r = client.Post("/v1/jobs", spec); !r) bench::BenchCluster::Die(r.error().message);
-  }
-
-  std::atomic<bool> stop{false};
-  std::mutex lat_mu;
-  std::vector<double> hb_ms;
-  std::atomic<int> hb_errors{0};
-  const int threads = 8;
-  std::vector<std::thread> workers;
-  auto start = SteadyClock::now();
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      HttpClient hc(c.url(), Millis(10000));
-      std::vector<double> mine;
-      for (int round = 0; !stop; ++round) {
-        for (int i = t; i < nodes && !stop; i += threads) {
-          // Node i heartbeats at i/nodes of each second.
-          auto due = start + std::chrono::milliseconds(round * 1000 + i * 1000 / nodes);
-          std::this_thread::sleep_until(due);
-          SimNode& s = sims[i];
-          api::Heartbeat hb;
-          hb.incarnation = s.incarnation;
-          hb.applied_version = s.applied;
-          hb.tasks = s.running;
-          auto t0 = SteadyClock::now();
-          auto r = hc.Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
-          mine.push_back(std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count());
-          if (!r) {
-            ++hb_errors;
-            continue;
-          }
-          auto reply = api::HeartbeatReplyFromJson(*r);
-          if (!reply) continue;
-          s.applied = reply->version;
-          s.running.clear();
-          for (const auto& l : reply->tasks) {
-            api::TaskReport tr;
-            tr.job = l.job;
-            tr.attempt = l.attempt;
-            tr.rank = l.rank;
-            tr.running = true;
-            tr.gpus = l.gpus;
-            s.running.push_back(tr);
-          }
-        }
-      }
-      std::lock_guard lock(lat_mu);
-      hb_ms.insert(hb_ms.end(), mine.begin(), mine.end());
-    });
-  }
+  bench::SimAgents agents(c.url(), bench::RegisterSimNodes(client, nodes), bench::Telemetry::kOff);
+  bench::SubmitJobs(client, jobs, bench::PlainJobSpec);
+  agents.Start();
 
   // Let the first rounds place jobs, then time queue requests for the rest.
   std::this_thread::sleep_for(std::chrono::seconds(3));
@@ -129,7 +39,7 @@ int main(int argc, char** argv) {
     // Timed to the last byte of the response; parsing it is the client's business.
     auto t0 = SteadyClock::now();
     auto r = client.GetRaw("/v1/jobs?state=PENDING,RUNNING");
-    queue_ms.push_back(std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count());
+    queue_ms.push_back(bench::MillisSince(t0));
     if (r && r->status == 200) {
       bytes = r->body.size();
       rows = json::parse(r->body)["jobs"].size();
@@ -137,19 +47,19 @@ int main(int argc, char** argv) {
     peak_rss = std::max(peak_rss, bench::RssBytes(c.head_pid()));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  stop = true;
-  for (auto& w : workers) w.join();
+  agents.Stop();
+  const auto& hb_ms = agents.heartbeat_ms();
 
   int up = 0, running = 0;
   if (auto r = client.Get("/v1/nodes"); r) {
     for (const auto& n : (*r)["nodes"]) up += n["state"] == "UP";
   }
   if (auto r = client.Get("/v1/jobs?state=RUNNING"); r) running = static_cast<int>((*r)["jobs"].size());
-  double hb_rate = hb_ms.size() / std::chrono::duration<double>(SteadyClock::now() - start).count();
+  double hb_rate = hb_ms.size() / std::chrono::duration<double>(SteadyClock::now() - agents.start()).count();
   std::printf("head at scale: %d simulated agents x 8 GPUs heartbeating every 1 s, %d jobs (%d running, %zu in the queue view)\n",
               nodes, jobs, running, rows);
   std::printf("  heartbeats: %.0f/s, p50 %.2f ms, p99 %.2f ms, errors %d; nodes UP at the end: %d/%d\n", hb_rate,
-              Percentile(hb_ms, 0.5), Percentile(hb_ms, 0.99), hb_errors.load(), up, nodes);
+              Percentile(hb_ms, 0.5), Percentile(hb_ms, 0.99), agents.errors(), up, nodes);
   double p99 = Percentile(queue_ms, 0.99);
   std::printf("  queue request (%zu samples, %zu jobs, %.0f KB): p50 %.2f ms, p99 %.2f ms   target p99 < 50 ms   %s\n",
               queue_ms.size(), rows, bytes / 1024.0, Percentile(queue_ms, 0.5), p99, p99 < 50 ? "OK" : "MISSED");
