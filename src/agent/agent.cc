@@ -209,6 +209,7 @@ Result<void> Agent::RegisterOnce() {
     opts.work_dir = config_.work_dir;
     opts.shim_path = config_.shim_path;
     opts.kill_grace = Millis(timing_.kill_grace_ms);
+    opts.lease_timeout = Millis(timing_.fence_timeout_ms);
     opts.on_task_exit = [this] { Wake(); };
     executor_ = std::make_unique<Executor>(std::move(opts));
     std::lock_guard lock(mu_);
@@ -291,9 +292,14 @@ api::Heartbeat Agent::BuildHeartbeat() {
 }
 
 Result<void> Agent::HeartbeatOnce() {
+  auto sent = SteadyClock::now();
   auto reply_json = COHORT_TRY(head_->Post(fmt::format("/v1/agents/{}/heartbeat", config_.name),
                                            api::ToJson(BuildHeartbeat())));
   auto reply = COHORT_TRY(api::HeartbeatReplyFromJson(reply_json));
+  // The head has heard from us: the tasks may run for one more fence timeout, counted from
+  // the send (a reply that arrives late grants no more). Renewed before Apply, so tasks it
+  // starts get the new lease.
+  executor_->RenewLeases(sent, Millis(reply.timing.fence_timeout_ms));
   Apply(reply);
   return {};
 }
@@ -374,10 +380,20 @@ void Agent::Loop() {
         LOG_WARN("{} failed: {}", registered_ ? "heartbeat" : "registration", e.message);
         last_error_log = SteadyClock::now();
       }
-      int64_t silent = std::chrono::duration_cast<Millis>(SteadyClock::now() - last_ok_send_).count();
+      auto now = SteadyClock::now();
+      int64_t silent = std::chrono::duration_cast<Millis>(now - last_ok_send_).count();
+      // Checked on every failure, not only past the fence timeout, so that the task leases
+      // are renewed before they run out.
+      bool head_process_down = head && e.code == ErrorCode::kUnavailable &&
+                               ConnectionRefused(head->host, head->port);
+      if (head_process_down && silent < config_.head_down_grace_ms && executor_) {
+        // Nobody can reschedule while the head is down: the tasks keep running, up to the
+        // grace, and their leases with them (a stopped agent stops renewing them).
+        auto grace_end = last_ok_send_ + Millis(config_.head_down_grace_ms);
+        auto until = std::min(now + Millis(timing_.fence_timeout_ms), grace_end);
+        executor_->RenewLeases(now, std::chrono::duration_cast<Millis>(until - now));
+      }
       if (!fenced_ && silent > timing_.fence_timeout_ms) {
-        bool head_process_down = head && e.code == ErrorCode::kUnavailable &&
-                                 ConnectionRefused(head->host, head->port);
         if (head_process_down && silent < config_.head_down_grace_ms) {
           // Nobody can reschedule while the head is down; keep running and keep trying.
         } else {

@@ -14,6 +14,12 @@
 // reschedule), tasks keep running for up to head_down_grace; the restarted head gives
 // every node one failure timeout to report in.
 //
+// Leases: the agent can only fence while it runs. So that a stopped (SIGSTOP) or hung
+// agent cannot leave a stale gang running while the head places it elsewhere, each task's
+// shim holds a lease (executor.h) valid for the fence timeout, which the agent renews
+// after every successful heartbeat (from its send time) and, while the head refuses
+// connections, up to head_down_grace; an expired lease makes the shim stop its task.
+//
 // Telemetry: every heartbeat carries a sample of each GPU (GpuMonitor: NVML, or the
 // simulated model driven by the tasks holding the GPUs) with its health-event counter,
 // and each running task's CPU time and resident memory (proc_usage.h). The same samples

@@ -99,6 +99,8 @@ Executor::Options Normalize(Executor::Options o) {
 }  // namespace
 
 Executor::Executor(Options options) : options_(Normalize(std::move(options))) {
+  lease_expires_ = SteadyClock::now() + options_.lease_timeout;
+  lease_granted_ = options_.lease_timeout;
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) LOG_WARN("executor: eventfd: {}; falling back to polling", strerror(errno));
   thread_ = std::thread(&Executor::Loop, this);
@@ -133,6 +135,34 @@ std::string Executor::LogPath(const TaskKey& k) const {
 std::string Executor::StatusPath(const TaskKey& k) const {
   return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.status.json", options_.work_dir, k.job_id,
                      k.attempt, k.rank);
+}
+
+std::string Executor::LeasePath(const TaskKey& k) const {
+  return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.lease", options_.work_dir, k.job_id,
+                     k.attempt, k.rank);
+}
+
+bool Executor::WriteLeaseLocked(const TaskKey& key) {
+  const std::string path = LeasePath(key);
+  const std::string tmp = path + ".tmp";
+  int64_t expires = std::chrono::duration_cast<Millis>(lease_expires_.time_since_epoch()).count();
+  std::string text = json{{"expires_ms", expires}, {"timeout_ms", lease_granted_.count()}}.dump() + "\n";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (fd >= 0) close(fd);
+  ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) LOG_WARN("executor: cannot write lease {}: {}", path, strerror(errno));
+  return ok;
+}
+
+void Executor::RenewLeases(SteadyTime from, Millis valid_for) {
+  if (options_.lease_timeout <= Millis(0)) return;
+  std::lock_guard lk(mu_);
+  lease_expires_ = from + valid_for;
+  lease_granted_ = valid_for;
+  for (const auto& [key, t] : tasks_) {
+    if (t.status.running && t.leased) WriteLeaseLocked(key);
+  }
 }
 
 void Executor::Wake() {
@@ -208,6 +238,13 @@ void Executor::StartShim(const TaskKey& key) {
   if (error.empty() && (spec.command.empty() || spec.command[0].empty())) {
     error = "empty command";
   }
+  bool leased = false;
+  if (error.empty() && options_.lease_timeout > Millis(0)) {
+    std::lock_guard lk(mu_);
+    // Without a lease file the task still runs, fenced only by this process.
+    leased = WriteLeaseLocked(key);
+    tasks_.at(key).leased = leased;
+  }
   if (error.empty()) {
     SpawnOptions so;
     so.argv = {options_.shim_path,
@@ -220,6 +257,10 @@ void Executor::StartShim(const TaskKey& key) {
                std::to_string(options_.kill_grace.count()),
                "--parent-pid",
                std::to_string(getpid())};
+    if (leased) {
+      so.argv.push_back("--lease");
+      so.argv.push_back(LeasePath(key));
+    }
     if (!spec.workdir.empty()) {
       so.argv.push_back("--cwd");
       so.argv.push_back(spec.workdir);

@@ -10,7 +10,18 @@
 // Files, under Options::work_dir:
 //   jobs/<job_id>/attempt-<attempt>/rank-<rank>.log          stdout + stderr of the task
 //   jobs/<job_id>/attempt-<attempt>/rank-<rank>.status.json  written by the shim at exit
+//   jobs/<job_id>/attempt-<attempt>/rank-<rank>.lease        the task's lease (below)
 // Logs stay after Forget, so ReadLog keeps working for forgotten tasks.
+//
+// Leases (when Options::lease_timeout > 0): every task's shim watches a lease file that
+// this executor writes, and stops the task by itself (SIGTERM, SIGKILL after the kill
+// grace) once the lease has expired without renewal. The owner calls RenewLeases whenever
+// it may keep its tasks running (after each successful heartbeat); a process that is
+// stopped or hung renews nothing, so its tasks end even though it cannot act. The file is
+// one JSON object written atomically (FILE.tmp, then rename):
+//   {"expires_ms": E, "timeout_ms": T}
+// E is the expiry on CLOCK_MONOTONIC (std::chrono::steady_clock, the same in every process
+// of the machine) in milliseconds; T the renewal period that was granted, for messages.
 //
 // Threads: every public method may be called from any thread. One internal thread (the
 // executor thread) starts every shim and reaps them: a shim is told of its parent's death
@@ -82,6 +93,9 @@ class Executor {
     std::string work_dir;     // root of the jobs/ tree; created as needed
     std::string shim_path;    // binary run as `<shim_path> task-shim ...`; empty: SelfExePath()
     std::chrono::milliseconds kill_grace{5000};  // SIGTERM → SIGKILL delay of a graceful stop
+    // > 0: tasks run under a lease (above), first valid for this long from construction;
+    // 0: no lease, the shims run until stopped.
+    std::chrono::milliseconds lease_timeout{0};
     // Called on the executor thread, without the lock held, after a task's status flips
     // to finished (including tasks that could not be started). It may call any method
     // except that it must not block on a task (WaitAllExited).
@@ -113,6 +127,12 @@ class Executor {
   void Stop(const TaskKey& key, bool immediate);
   void StopAll(bool immediate);
 
+  // Extends the lease of every task, running or started later, to `from + valid_for`
+  // (`from` should be when the owner last knew it may keep running, e.g. the send time of
+  // a heartbeat that succeeded). No-op without leases. Lease files that cannot be written
+  // are logged; their tasks stop when the old lease runs out.
+  void RenewLeases(std::chrono::steady_clock::time_point from, std::chrono::milliseconds valid_for);
+
   // Blocks until no task is running or `timeout` passes; true when none is running.
   bool WaitAllExited(std::chrono::milliseconds timeout);
 
@@ -131,6 +151,7 @@ class Executor {
   // Paths of a task's files (whether or not the task exists).
   std::string LogPath(const TaskKey& key) const;
   std::string StatusPath(const TaskKey& key) const;
+  std::string LeasePath(const TaskKey& key) const;
 
  private:
   struct Task {
@@ -139,12 +160,15 @@ class Executor {
     bool spawned = false;   // the shim was started (or failed to start); pid is final
     int pidfd = -1;         // -1 when pidfd_open is unavailable (polled with WNOHANG)
     int pending_signal = 0; // a stop that arrived before the shim was started
+    bool leased = false;    // its lease file exists; RenewLeases rewrites it
   };
 
   void Loop();                          // the executor thread
   void StartShim(const TaskKey& key);   // executor thread
   void TryReap(const TaskKey& key);     // executor thread
   void Wake();
+  // Writes the lease file of `key` with lease_expires_; false (logged) on failure. mu_ held.
+  bool WriteLeaseLocked(const TaskKey& key);
 
   const Options options_;
   int wake_fd_ = -1;  // eventfd that interrupts the executor thread's poll
@@ -154,6 +178,8 @@ class Executor {
   std::map<TaskKey, Task> tasks_;             // guarded by mu_
   std::deque<TaskKey> start_queue_;           // guarded by mu_
   bool shutting_down_ = false;                // guarded by mu_; Launch refuses when set
+  std::chrono::steady_clock::time_point lease_expires_;  // guarded by mu_
+  std::chrono::milliseconds lease_granted_{0};           // guarded by mu_; the last valid_for
   bool quit_ = false;                         // guarded by mu_; ends the executor thread
   std::thread thread_;                        // started last in the constructor
 };

@@ -37,6 +37,7 @@ struct ShimArgs {
   std::string cwd;
   int64_t grace_ms = 5000;
   pid_t parent_pid = 0;  // 0: compare against the parent seen at start
+  std::string lease_path;  // empty: no lease
   std::vector<std::string> command;
 };
 
@@ -80,6 +81,8 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
     } else if (arg == "--grace-ms") {
       a.grace_ms = COHORT_TRY(ParseInt(arg, value));
       grace_set = true;
+    } else if (arg == "--lease") {
+      a.lease_path = value;
     } else if (arg == "--parent-pid") {
       a.parent_pid = static_cast<pid_t>(COHORT_TRY(ParseInt(arg, value)));
     } else {
@@ -172,6 +175,34 @@ bool ReapAvailable(pid_t leader, std::optional<int>* leader_status) {
   }
 }
 
+// Bounds of the lease's numbers (~285 years in ms; steady-clock nanoseconds must not overflow).
+constexpr int64_t kMaxLeaseMs = 9'000'000'000'000;
+
+// A lease as the agent wrote it (executor.h): expiry on the steady clock, and the renewal
+// period it granted.
+struct Lease {
+  SteadyTime expires;
+  int64_t timeout_ms = 0;
+};
+
+// Reads the lease file; std::nullopt if it is missing or malformed.
+std::optional<Lease> ReadLease(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[512];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return std::nullopt;
+  auto j = ParseJson(std::string_view(buf, static_cast<size_t>(n)), "lease file");
+  if (!j || !j->is_object()) return std::nullopt;
+  auto r = ObjectReader::Open(*j);
+  if (!r) return std::nullopt;
+  auto expires = r->Int("expires_ms", std::nullopt, 0, kMaxLeaseMs);
+  auto timeout = r->Int("timeout_ms", 0, 0, kMaxLeaseMs);
+  if (!expires || !timeout) return std::nullopt;
+  return Lease{SteadyTime(Millis(*expires)), *timeout};
+}
+
 void DrainSignalFd(int sfd) {
   signalfd_siginfo si;
   while (read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
@@ -223,7 +254,7 @@ int RunTaskShim(int argc, char** argv) {
     fprintf(stderr, "cohort task-shim: %s\n", parsed.error().message.c_str());
     fprintf(stderr,
             "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
-            "[--parent-pid PID] -- command [args...]\n");
+            "[--parent-pid PID] [--lease FILE] -- command [args...]\n");
     return 2;
   }
   const ShimArgs& args = *parsed;
@@ -315,11 +346,36 @@ int RunTaskShim(int argc, char** argv) {
   bool kill_armed = false;  // SIGKILL is due at kill_at (a SIGTERM grace is running)
   SteadyTime kill_at{};
   bool term_sent = false;
+  // The lease: checked when the expiry last read comes due; the file is re-read then, so a
+  // renewed lease costs one read per renewal period.
+  bool lease_watch = !args.lease_path.empty();
+  Lease lease{SteadyClock::now(), 0};  // an unreadable lease at start counts as expired
+  std::string fence_error;
+  if (lease_watch) {
+    if (auto l = ReadLease(args.lease_path)) lease = *l;
+  }
+  auto send_term = [&] {
+    if (term_sent) return;
+    term_sent = true;
+    killpg(task, SIGTERM);
+    killpg(task, SIGCONT);  // a stopped task must run to see SIGTERM
+    if (args.grace_ms == 0) {
+      killpg(task, SIGKILL);
+    } else {
+      kill_at = SteadyClock::now() + Millis(args.grace_ms);
+      kill_armed = true;
+    }
+  };
   while (!leader_status) {
     int timeout = -1;
     if (kill_armed) {
       auto left = std::chrono::ceil<Millis>(kill_at - SteadyClock::now()).count();
       timeout = static_cast<int>(std::max<int64_t>(0, left));
+    }
+    if (lease_watch) {
+      auto left = std::max<int64_t>(0, std::chrono::ceil<Millis>(lease.expires - SteadyClock::now()).count());
+      left = std::min<int64_t>(left, 60'000);
+      timeout = timeout < 0 ? static_cast<int>(left) : std::min(timeout, static_cast<int>(left));
     }
     pollfd fds[2] = {{sfd, POLLIN, 0}, {err_rd, POLLIN, 0}};
     int r = poll(fds, err_rd >= 0 ? 2 : 1, timeout);
@@ -330,6 +386,22 @@ int RunTaskShim(int argc, char** argv) {
     if (err_rd >= 0 && r > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
       read_child_failure();
     }
+    if (lease_watch && SteadyClock::now() >= lease.expires) {
+      if (auto l = ReadLease(args.lease_path); l && l->expires > lease.expires) lease = *l;
+      if (SteadyClock::now() >= lease.expires) {
+        lease_watch = false;
+        fence_error = fmt::format(
+            "stopped by its task shim: the agent did not renew the task's lease for {} (the "
+            "agent is stopped, hung or cut off from the head, so the head may run the job "
+            "elsewhere)",
+            FormatDuration(lease.timeout_ms));
+        LogLine(log_fd, fence_error);
+        // SIGKILL at once, as the agent's own fence does: the head places the gang elsewhere
+        // one failure timeout after the last heartbeat, and a SIGTERM grace would overlap it.
+        killpg(task, SIGKILL);
+        kill_armed = false;
+      }
+    }
     if (kill_armed && SteadyClock::now() >= kill_at) {
       LogLine(log_fd, fmt::format("task did not exit within {} ms of SIGTERM; sending SIGKILL",
                                   args.grace_ms));
@@ -338,16 +410,8 @@ int RunTaskShim(int argc, char** argv) {
     }
     signalfd_siginfo si;
     while (read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-      if (si.ssi_signo == SIGTERM && !term_sent) {
-        term_sent = true;
-        killpg(task, SIGTERM);
-        killpg(task, SIGCONT);  // a stopped task must run to see SIGTERM
-        if (args.grace_ms == 0) {
-          killpg(task, SIGKILL);
-        } else {
-          kill_at = SteadyClock::now() + Millis(args.grace_ms);
-          kill_armed = true;
-        }
+      if (si.ssi_signo == SIGTERM) {
+        send_term();
       } else if (si.ssi_signo == SIGUSR1) {
         killpg(task, SIGKILL);
         kill_armed = false;
@@ -381,7 +445,7 @@ int RunTaskShim(int argc, char** argv) {
     exit_code = 127;
     sig = 0;
   }
-  WriteStatus(args.status_path, exit_code, sig, start_error, log_fd);
+  WriteStatus(args.status_path, exit_code, sig, start_error.empty() ? fence_error : start_error, log_fd);
   close(log_fd);
   close(sfd);
   return exit_code;

@@ -2,7 +2,7 @@
 //
 // The agent never runs a job command itself. For every task it spawns the cohort binary
 // as `cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR]
-// [--parent-pid PID] -- command args...` with the task's environment already in the
+// [--parent-pid PID] [--lease FILE] -- command args...` with the task's environment already in the
 // shim's environment (compare slurmstepd, containerd-shim). The shim:
 //
 //  - leaves the agent's session (setsid), ignores SIGINT/SIGHUP/SIGPIPE and asks for
@@ -17,6 +17,13 @@
 //  - on SIGTERM sends SIGTERM to the task's group and SIGKILL after --grace-ms; on
 //    SIGUSR1 (the agent died, or the agent fences the task) sends SIGKILL at once.
 //    Signals are read from a signalfd; no work happens in signal handlers;
+//  - with --lease, watches the lease file the agent renews (format in executor.h): once
+//    the expiry has passed and a re-read of the file shows no later one, it SIGKILLs the
+//    task at once (as the agent's fence does: a grace would overlap the head's rerun of the
+//    gang elsewhere) and records why in `error`. The shim
+//    is its own process, so this works while the agent is stopped (SIGSTOP) or hung: a
+//    fenced node's tasks end by themselves. A lease unreadable at start counts as expired;
+//    one that becomes unreadable later is treated as not renewed;
 //  - when the task leader exits for any reason, SIGKILLs the rest of its group and kills
 //    and reaps every remaining descendant (bounded wait), so that when the status file
 //    appears no process of the task is left;
@@ -24,7 +31,7 @@
 //    `{"exit_code": N, "signal": S, "error": "..."}`: `signal` is the signal that ended
 //    the task leader (0 if it exited), `exit_code` its exit status, or 128 + signal when
 //    it was killed, or 127 when it could not be started; `error` is empty unless the
-//    task could not be started or the shim failed;
+//    task could not be started, the shim failed, or its lease expired;
 //  - exits with the same code as `exit_code` (2 for a command line it cannot parse, in
 //    which case no status file is written).
 //

@@ -194,7 +194,8 @@ json ToJson(const JobSpec& s) {
               {"priority", s.priority},
               {"placement", PlacementName(s.placement)},
               {"max_restarts", s.max_restarts},
-              {"time_limit_s", s.time_limit_s}};
+              {"time_limit_s", s.time_limit_s},
+              {"progress_timeout_s", s.progress_timeout_s}};
 }
 
 Result<JobSpec> JobSpecFromJson(const json& j) {
@@ -220,6 +221,7 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   }
   s.max_restarts = static_cast<int>(COHORT_TRY(r.Int("max_restarts", 0, 0, kMaxRestarts)));
   s.time_limit_s = COHORT_TRY(r.Int("time_limit_s", 0, 0, kMaxTimeLimitS));
+  s.progress_timeout_s = COHORT_TRY(r.Int("progress_timeout_s", 0, 0, kMaxProgressTimeoutS));
   COHORT_TRY_VOID(r.Finish());
   if (s.name.empty() && !s.command.empty()) {
     std::string base = s.command[0].substr(s.command[0].find_last_of('/') + 1);

@@ -40,6 +40,7 @@ inline constexpr int kMaxCpusPerTask = 4096;
 inline constexpr int kMaxPriority = 1000;
 inline constexpr int kMaxRestarts = 1000;
 inline constexpr int64_t kMaxTimeLimitS = 366LL * 24 * 3600;
+inline constexpr int64_t kMaxProgressTimeoutS = kMaxTimeLimitS;
 
 // What a user submits (POST /v1/jobs, `cohort submit`).
 struct JobSpec {
@@ -56,6 +57,10 @@ struct JobSpec {
   Placement placement = Placement::kPack;  // pack: fewest free GPUs that fit; spread: most free
   int max_restarts = 0;                    // gang restarts after a node or task failure
   int64_t time_limit_s = 0;                // 0: unlimited; otherwise killed after this long
+  // 0: off. Otherwise a RUNNING attempt with no progress report (COHORT_REPORT) for this
+  // long, counted from its start or its latest report, is hung: the gang fails (and is
+  // requeued while max_restarts allows). Specs stored without it load as 0.
+  int64_t progress_timeout_s = 0;
 
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }

@@ -70,6 +70,7 @@ struct SubmitFlags {
   std::optional<std::string> name;
   std::optional<std::string> placement;
   std::optional<std::string> time_limit;  // as typed: "3600", "1:00:00", "2h"
+  std::optional<std::string> progress_timeout;  // as typed: "120", "120s", "5m"; "0"/"off": none
   std::optional<std::string> workdir;
   std::optional<std::string> user;
   std::vector<std::string> env;      // "KEY=VALUE" (or "KEY": its value in `environment`)
@@ -87,6 +88,11 @@ struct SubmitDefaults {
 // Slurm's "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS", and "0"/"unlimited"
 // (no limit). kInvalidArgument naming --time-limit otherwise.
 Result<int64_t> ParseTimeLimit(std::string_view text);
+
+// Parses a progress timeout into whole seconds: "120" (seconds), "90s", "15m", "2h", and
+// "0"/"off" (no timeout). kInvalidArgument naming --progress-timeout otherwise (also for
+// a value under one second, or over the maximum).
+Result<int64_t> ParseProgressTimeout(std::string_view text);
 
 // The inverse for display: 0 → "unlimited", 5400 → "01:30:00", 93784 → "1-02:03:04".
 std::string FormatTimeLimit(int64_t seconds);

@@ -74,6 +74,10 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   auto run = JobRunTimeMs(job, now_ms);
   r.Add("run time", run ? FormatDuration(*run) : "");
   r.Add("time limit", FormatTimeLimit(s.time_limit_s));
+  if (s.progress_timeout_s > 0) {
+    r.Add("progress timeout", fmt::format("{}s (the gang fails without a progress report for that long)",
+                                          s.progress_timeout_s));
+  }
   r.Add("command", ShellJoin(s.command));
   r.Add("workdir", s.workdir.empty() ? "(the agent's work directory)" : s.workdir);
   r.Add("nodes", fmt::format("{} x {} task{} per node (world size {})", s.nodes, s.tasks_per_node,

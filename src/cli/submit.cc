@@ -45,6 +45,7 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"name", "--name"},
       {"placement", "--placement"},
       {"time_limit_s", "--time-limit"},
+      {"progress_timeout_s", "--progress-timeout"},
       {"workdir", "--workdir"},
       {"user", "--user"}};
   return kFlags;
@@ -60,6 +61,7 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "name") return f.name.has_value();
   if (field == "placement") return f.placement.has_value();
   if (field == "time_limit_s") return f.time_limit.has_value();
+  if (field == "progress_timeout_s") return f.progress_timeout.has_value();
   if (field == "workdir") return f.workdir.has_value();
   if (field == "user") return f.user.has_value();
   return false;
@@ -303,6 +305,24 @@ Result<int64_t> ParseTimeLimit(std::string_view text) {
   return total;
 }
 
+Result<int64_t> ParseProgressTimeout(std::string_view text) {
+  std::string s(text);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
+  std::string lower = s;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "0" || lower == "off" || lower == "none") return int64_t{0};
+  auto ms = ParseDurationMs(s, "--progress-timeout");
+  if (!ms || *ms < 1000 || *ms % 1000 != 0 || *ms / 1000 > api::kMaxProgressTimeoutS) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--progress-timeout: '{}' is not a progress timeout; use whole seconds "
+                                 "from 1s to {} days (120, 90s, 15m, 2h), or 0/off",
+                                 text, api::kMaxProgressTimeoutS / 86400),
+                     "progress_timeout_s");
+  }
+  return *ms / 1000;
+}
+
 std::string FormatTimeLimit(int64_t seconds) {
   if (seconds <= 0) return "unlimited";
   int64_t d = seconds / 86400, h = (seconds % 86400) / 3600, m = (seconds % 3600) / 60, s = seconds % 60;
@@ -349,6 +369,9 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("placement", flags.placement);
   set("user", flags.user);
   if (flags.time_limit) base["time_limit_s"] = COHORT_TRY(ParseTimeLimit(*flags.time_limit));
+  if (flags.progress_timeout) {
+    base["progress_timeout_s"] = COHORT_TRY(ParseProgressTimeout(*flags.progress_timeout));
+  }
   if (flags.workdir) {
     std::filesystem::path p(*flags.workdir);
     if (p.is_relative() && !defaults.workdir.empty()) p = std::filesystem::path(defaults.workdir) / p;
@@ -418,6 +441,9 @@ void AddSubmitCommand(CommandContext& ctx) {
   AddOptional(sub, "--max-restarts", f.max_restarts, "Gang restarts after a node or task failure (default 0)");
   AddOptional(sub, "-t,--time-limit", f.time_limit,
               "Time limit: seconds, 90s/15m/2h/1d, MM:SS, HH:MM:SS or D-HH:MM:SS (default unlimited)");
+  AddOptional(sub, "--progress-timeout", f.progress_timeout,
+              "Fail (and restart) the gang when no progress is reported at $COHORT_REPORT for this long: "
+              "120, 90s, 15m, 2h (default off)");
   sub->add_option("--env", f.env, "Environment variable KEY=VALUE (or KEY: its value here); repeatable")
       ->allow_extra_args(false);
   AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");

@@ -61,6 +61,7 @@ Result<void> Cluster::LoadLocked() {
   }
   // Versions increase across restarts: start above both the clock and anything stored.
   next_version_ = std::max(NowUnixMs() * 1000, max_version + 1);
+  loaded_ms_ = NowUnixMs();
   LOG_INFO("loaded {} nodes and {} jobs ({} pending, {} running) from the state store",
            nodes_.size(), jobs_.size(), pending_.size(), running);
   return {};

@@ -122,8 +122,15 @@ class Cluster {
   Result<api::HeartbeatReply> Heartbeat(const std::string& node, const api::Heartbeat& hb);
 
   // ---- control loop ----
-  // Marks silent nodes DOWN (failing their gangs) and enforces time limits.
+  // Marks silent nodes DOWN (failing their gangs), enforces time limits and fails hung
+  // attempts (CheckProgress with the current time).
   void CheckLiveness();
+  // Fails the current attempt of every RUNNING job with progress_timeout_s > 0 whose
+  // newest progress report of that attempt (or, without one, the attempt's start, or the
+  // head's start if later: reports are not persisted) is older than the timeout at
+  // `now_ms` (Unix ms): the gang is stopped everywhere and requeued through the same path
+  // as a node failure, or FAILED when no restarts are left. Tests pass a fake time.
+  void CheckProgress(int64_t now_ms);
   // Runs one scheduling pass and starts what it places. Returns the number started.
   int Schedule();
   // True when an event since the last pass may let more jobs start.
@@ -197,6 +204,8 @@ class Cluster {
   void MarkGpuUnhealthyLocked(api::Node& node, int index, const std::string& reason);
   // Counts a job state transition for /metrics ("none" as `from` for a new job).
   void CountTransitionLocked(std::string_view from, api::JobState to);
+  // liveness.cc: CheckProgress for the jobs in `running`.
+  void CheckProgressLocked(const std::set<api::JobId>& running, int64_t now_ms);
 
   NodeStatus StatusLocked(const api::Node& n) const;
   int64_t HeartbeatAgeMs(const NodeRuntime& rt) const;
@@ -219,6 +228,7 @@ class Cluster {
   std::set<std::string> dirty_nodes_;                         // guarded by mu_
   std::set<std::string> to_wake_;                             // agent URLs; guarded by mu_
   int64_t next_version_ = 0;                                  // guarded by mu_
+  int64_t loaded_ms_ = 0;  // Unix ms of LoadLocked: progress reports before it are lost; mu_
   bool schedule_requested_ = true;                            // guarded by mu_
   Millis last_pass_{0};                                       // guarded by mu_
   std::map<std::pair<std::string, std::string>, uint64_t> transitions_;  // guarded by mu_

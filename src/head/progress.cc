@@ -54,6 +54,17 @@ std::optional<ProgressPoint> ProgressLog::Latest(api::JobId job) const {
   return it->second.back();
 }
 
+std::optional<ProgressPoint> ProgressLog::LatestOfAttempt(api::JobId job, int attempt) const {
+  std::lock_guard lock(mu_);
+  auto it = points_.find(job);
+  if (it == points_.end()) return std::nullopt;
+  for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
+    if (p->attempt == attempt) return *p;
+    if (p->attempt < attempt) break;  // points arrive in attempt order
+  }
+  return std::nullopt;
+}
+
 std::vector<LossPoint> DownsampleLoss(const std::vector<LossPoint>& points, size_t max_points) {
   max_points = std::max<size_t>(max_points, 2);
   const size_t n = points.size();

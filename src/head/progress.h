@@ -59,6 +59,10 @@ class ProgressLog {
   // The newest `limit` points of a job, oldest first.
   std::vector<ProgressPoint> Get(api::JobId job, size_t limit) const;
   std::optional<ProgressPoint> Latest(api::JobId job) const;
+  // The newest point of `attempt` of the job (any rank); std::nullopt when that attempt
+  // has reported nothing. Cheap: scans back from the newest point only past points of
+  // later attempts.
+  std::optional<ProgressPoint> LatestOfAttempt(api::JobId job, int attempt) const;
   // The job's loss curve, at most `max_points` points; empty when no loss was reported.
   LossSeries Loss(api::JobId job, size_t max_points) const;
 

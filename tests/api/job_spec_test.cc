@@ -25,7 +25,7 @@ TEST(JobSpec, RoundTripsThroughJson) {
   json j = {{"command", {"/bin/echo", "a b"}}, {"name", "n1"}, {"user", "alice"}, {"env", {{"X", "1"}}},
             {"workdir", "/tmp"}, {"nodes", 2}, {"tasks_per_node", 4}, {"gpus_per_node", 8},
             {"cpus_per_task", 3}, {"priority", -5}, {"placement", "spread"}, {"max_restarts", 2},
-            {"time_limit_s", 3600}};
+            {"time_limit_s", 3600}, {"progress_timeout_s", 120}};
   auto s = JobSpecFromJson(j);
   ASSERT_TRUE(s.has_value()) << s.error().message;
   EXPECT_EQ(s->gpus_per_task(), 2);
@@ -74,6 +74,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"placement": "best"})", "placement", "'pack' or 'spread'"},
         BadCase{R"({"max_restarts": -1})", "max_restarts", "between 0"},
         BadCase{R"({"time_limit_s": -5})", "time_limit_s", "between 0"},
+        BadCase{R"({"progress_timeout_s": -1})", "progress_timeout_s", "between 0"},
+        BadCase{R"({"progress_timeout_s": "2m"})", "progress_timeout_s", "progress_timeout_s"},
         BadCase{R"({"name": "a/b"})", "name", "letters, digits"},
         BadCase{R"({"user": ""})", "user", "1-64 characters"},
         BadCase{R"({"env": {"WORLD_SIZE": "2"}})", "env.WORLD_SIZE", "cannot be overridden"},
