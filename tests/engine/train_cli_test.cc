@@ -234,6 +234,16 @@ TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   EXPECT_THAT(r.output, HasSubstr("step_00000010"));
   EXPECT_THAT(r.output, HasSubstr("damaged"));
   EXPECT_THAT(r.output, HasSubstr("(step 5)"));
+  // Steps 6..10 were recorded with the lost checkpoint and are trained again: the record
+  // drops them first, so every step appears once.
+  EXPECT_THAT(r.output, HasSubstr("loss record: dropped 5 lines past step 5"));
+  {
+    std::ifstream in(log);
+    std::string line;
+    int lines = 0;
+    while (std::getline(in, line)) ++lines;
+    EXPECT_EQ(lines, 20);
+  }
   const auto want = Losses(ref), got = Losses(log);
   for (int64_t s = 6; s <= 20; ++s) EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -95,6 +96,7 @@ struct Trainer::Impl {
   Result<TrainResult> Run();
   void Record(json line);
   void FlushRecords();
+  Result<void> TrimRecord();
   std::vector<std::string> pending_records;  // log.file lines not yet covered by a checkpoint
 
   ~Impl() {
@@ -113,6 +115,44 @@ void Trainer::Impl::Record(json line) {
   // With checkpoints, a step enters the record only once a checkpoint holds it: a rerun
   // after a failure redoes the steps past the checkpoint, and none is recorded twice.
   if (config.checkpoint_dir.empty()) FlushRecords();
+}
+
+// With checkpoints the record holds exactly the steps a checkpoint covers. Lines past the
+// step this run resumes from were covered by a checkpoint that has since been lost (found
+// damaged): their steps are trained again, so they leave the record first. The file is
+// rewritten through a temporary file and a rename, so a crash leaves the old or the new one.
+Result<void> Trainer::Impl::TrimRecord() {
+  std::ifstream in(config.log_file);
+  if (!in) return {};  // no record yet
+  std::string line, kept;
+  size_t dropped = 0;
+  while (std::getline(in, line)) {
+    auto j = ParseJson(line, "log.file line");
+    const bool past = j && j->is_object() && j->contains("step") && (*j)["step"].is_number_integer() &&
+                      (*j)["step"].get<int64_t>() > progress.step;
+    if (past) {
+      ++dropped;
+    } else {
+      kept += line + "\n";
+    }
+  }
+  if (dropped == 0) return {};
+  const std::string tmp = config.log_file + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    if (!out) {
+      return FieldError("log.file", "cannot rewrite {}: {}", config.log_file, std::strerror(errno));
+    }
+  }
+  if (std::rename(tmp.c_str(), config.log_file.c_str()) != 0) {
+    return FieldError("log.file", "cannot replace {}: {}", config.log_file, std::strerror(errno));
+  }
+  Log("loss record: dropped {} lines past step {} (their checkpoint was lost; those steps are "
+      "trained again)",
+      dropped, progress.step);
+  return {};
 }
 
 void Trainer::Impl::FlushRecords() {
@@ -340,6 +380,7 @@ Result<void> Trainer::Impl::Setup() {
   }
   if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
   if (leader() && !config.log_file.empty()) {
+    if (!config.checkpoint_dir.empty()) COHORT_TRY_VOID(TrimRecord());
     record = std::fopen(config.log_file.c_str(), "a");
     if (!record) {
       return FieldError("log.file", "cannot open {} for appending: {}", config.log_file,
