@@ -51,7 +51,15 @@ class DashboardTest : public ::testing::Test {
     reg.agent_url = "http://127.0.0.1:1";
     reg.incarnation = "inc-" + name;
     reg.cpus = 16;
-    for (int g = 0; g < gpus; ++g) reg.gpus.push_back({g, "Test GPU 80GB", name + "-gpu" + std::to_string(g), 80LL << 30, true});
+    for (int g = 0; g < gpus; ++g) {
+      api::Gpu gpu;
+      gpu.index = g;
+      gpu.name = "Test GPU 80GB";
+      gpu.uuid = name + "-gpu" + std::to_string(g);
+      gpu.memory_bytes = 80LL << 30;
+      gpu.simulated = true;
+      reg.gpus.push_back(gpu);
+    }
     auto r = cluster().Register(reg);
     ASSERT_TRUE(r.has_value()) << r.error().message;
   }
@@ -381,7 +389,9 @@ TEST(WebAssets, EveryFileIsEmbeddedSortedWithAType) {
   for (size_t i = 0; i < assets.size(); ++i) {
     EXPECT_FALSE(assets[i].bytes.empty()) << assets[i].path;
     EXPECT_NE(assets[i].content_type, "application/octet-stream") << assets[i].path;
-    if (i > 0) EXPECT_LT(assets[i - 1].path, assets[i].path);
+    if (i > 0) {
+      EXPECT_LT(assets[i - 1].path, assets[i].path);
+    }
   }
   EXPECT_NE(FindWebAsset("/"), nullptr);
   EXPECT_EQ(FindWebAsset("/"), FindWebAsset("/index.html"));
