@@ -146,23 +146,7 @@ class FaultCluster {
 
   // Starts (or restarts, on the same port and state) the head.
   void StartHead() {
-    const std::string port_file = dir_ + "/head.port";
-    std::filesystem::remove(port_file);
-    SpawnOptions o;
-    o.argv = {COHORT_BINARY, "head", "--host", HeadAddress(), "--port", std::to_string(port_), "--state-dir",
-              dir_ + "/head", "--port-file", port_file, "--heartbeat-interval", timing_.heartbeat,
-              "--failure-timeout", timing_.failure, "--fence-timeout", timing_.fence, "--kill-grace",
-              timing_.kill_grace};
-    o.stdout_path = dir_ + "/head.log";
-    o.parent_death_signal = SIGKILL;
-    auto p = Subprocess::Spawn(o);
-    ASSERT_TRUE(p.has_value()) << p.error().message;
-    head_ = std::move(*p);
-    ASSERT_TRUE(WaitUntil([&] {
-      std::ifstream in(port_file);
-      int v = 0;
-      return bool(in >> v) && v > 0 && (port_ = v);
-    }, std::chrono::seconds(10))) << "head did not start:\n" << HeadLog();
+    ASSERT_NO_FATAL_FAILURE(SpawnTestHead(dir_, HeadAddress(), port_, timing_, head_, port_));
     url_ = "http://" + HeadAddress() + ":" + std::to_string(port_);
   }
   void KillHead(int sig = SIGKILL) {
@@ -180,9 +164,7 @@ class FaultCluster {
       address = hosts_.at(name).address;
       argv = {"ip", "netns", "exec", hosts_.at(name).ns};  // execs the agent: same pid
     }
-    std::vector<std::string> agent = {COHORT_BINARY, "agent", "--head", url_, "--name", name, "--address", address,
-                                      "--simulated-gpus", std::to_string(gpus), "--cpus", "16", "--work-dir",
-                                      dir_ + "/" + name, "--head-down-grace", "30s"};
+    const std::vector<std::string> agent = TestAgentArgv(url_, dir_, name, address, gpus, 16);
     argv.insert(argv.end(), agent.begin(), agent.end());
     SpawnOptions o;
     o.argv = argv;

@@ -64,6 +64,38 @@ struct Timing {
   std::string kill_grace = "2s";
 };
 
+// Starts a test head on `host`:`port` (0: the kernel picks) with its state and log in
+// `dir`, waits for its port file and returns the port through `port_out`. Shared by
+// LocalCluster and the fault suite's namespaced cluster; a failure is a fatal gtest failure.
+inline void SpawnTestHead(const std::string& dir, const std::string& host, int port, const Timing& timing,
+                          Subprocess& head, int& port_out) {
+  const std::string port_file = dir + "/head.port";
+  std::filesystem::remove(port_file);
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "head", "--host", host, "--port", std::to_string(port), "--state-dir", dir + "/head",
+            "--port-file", port_file, "--heartbeat-interval", timing.heartbeat, "--failure-timeout",
+            timing.failure, "--fence-timeout", timing.fence, "--kill-grace", timing.kill_grace};
+  o.stdout_path = dir + "/head.log";
+  o.parent_death_signal = SIGKILL;
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  head = std::move(*p);
+  ASSERT_TRUE(WaitUntil([&] {
+    std::ifstream in(port_file);
+    int v = 0;
+    return bool(in >> v) && v > 0 && (port_out = v);
+  }, std::chrono::seconds(10))) << "head did not start:\n" << ReadFile(dir + "/head.log");
+}
+
+// The argv of a test agent with simulated GPUs, its work directory and log in `dir`.
+inline std::vector<std::string> TestAgentArgv(const std::string& head_url, const std::string& dir,
+                                              const std::string& name, const std::string& address, int gpus,
+                                              int cpus) {
+  return {COHORT_BINARY, "agent", "--head", head_url, "--name", name, "--address", address,
+          "--simulated-gpus", std::to_string(gpus), "--cpus", std::to_string(cpus), "--work-dir",
+          dir + "/" + name, "--head-down-grace", "30s"};
+}
+
 class LocalCluster {
  public:
   explicit LocalCluster(Timing timing = {}) : timing_(timing) {
@@ -90,22 +122,7 @@ class LocalCluster {
 
   // Starts the head; `port` 0 lets the kernel choose (the same port is reused on restart).
   void StartHead(int port = 0) {
-    std::string port_file = dir_ + "/head.port";
-    std::filesystem::remove(port_file);
-    SpawnOptions o;
-    o.argv = {COHORT_BINARY, "head", "--port", std::to_string(port ? port : port_), "--state-dir", dir_ + "/head",
-              "--port-file", port_file, "--heartbeat-interval", timing_.heartbeat, "--failure-timeout",
-              timing_.failure, "--fence-timeout", timing_.fence, "--kill-grace", timing_.kill_grace};
-    o.stdout_path = dir_ + "/head.log";
-    o.parent_death_signal = SIGKILL;
-    auto p = Subprocess::Spawn(o);
-    ASSERT_TRUE(p.has_value()) << p.error().message;
-    head_ = std::move(*p);
-    ASSERT_TRUE(WaitUntil([&] {
-      std::ifstream in(port_file);
-      int v = 0;
-      return bool(in >> v) && v > 0 && (port_ = v);
-    }, std::chrono::seconds(10))) << "head did not start:\n" << ReadFile(dir_ + "/head.log");
+    ASSERT_NO_FATAL_FAILURE(SpawnTestHead(dir_, "127.0.0.1", port ? port : port_, timing_, head_, port_));
     url_ = "http://127.0.0.1:" + std::to_string(port_);
   }
 
@@ -118,9 +135,7 @@ class LocalCluster {
 
   void StartAgent(const std::string& name, int gpus, int cpus = 16, std::vector<std::string> extra = {}) {
     SpawnOptions o;
-    o.argv = {COHORT_BINARY, "agent", "--head", url_, "--name", name, "--address", "127.0.0.1",
-              "--simulated-gpus", std::to_string(gpus), "--cpus", std::to_string(cpus), "--work-dir",
-              dir_ + "/" + name, "--head-down-grace", "30s"};
+    o.argv = TestAgentArgv(url_, dir_, name, "127.0.0.1", gpus, cpus);
     o.argv.insert(o.argv.end(), extra.begin(), extra.end());
     o.stdout_path = dir_ + "/" + name + ".log";
     o.parent_death_signal = SIGKILL;
