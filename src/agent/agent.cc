@@ -330,6 +330,17 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
       LOG_INFO("started job {} attempt {} rank {} (GPUs [{}])", t.job, t.attempt, t.rank, fmt::join(t.gpus, ","));
     }
   }
+  // Checkpoint requests (cohort drain --now): the job's signal, once per task.
+  for (const auto& t : reply.tasks) {
+    TaskKey key = KeyOf(t.job, t.attempt, t.rank);
+    if (!t.checkpoint_requested || t.checkpoint_signal <= 0 || checkpoint_signalled_.contains(key)) continue;
+    if (executor_->Signal(key, t.checkpoint_signal)) {
+      checkpoint_signalled_.insert(key);
+      LOG_INFO("job {} attempt {} rank {}: sent signal {} (checkpoint requested)", t.job, t.attempt, t.rank,
+               t.checkpoint_signal);
+    }
+  }
+  std::erase_if(checkpoint_signalled_, [&](const TaskKey& k) { return !desired.contains(k); });
   for (const auto& [key, running] : known) {
     if (running && !desired.contains(key)) {
       LOG_INFO("stopping job {} attempt {} rank {}: no longer assigned here", key.job_id, key.attempt, key.rank);

@@ -43,6 +43,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/health_check.h"
 #include "agent/metrics.h"
@@ -123,6 +124,8 @@ class Agent {
   // Loop-thread only:
   bool registered_ = false;
   bool fenced_ = false;
+  // Tasks that have received their checkpoint signal (loop thread only).
+  std::set<TaskKey> checkpoint_signalled_;
   int64_t applied_version_ = 0;
   api::AgentTiming timing_;
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat

@@ -412,6 +412,22 @@ void Executor::Stop(const TaskKey& key, bool immediate) {
   kill(t.status.pid, sig);
 }
 
+bool Executor::Signal(const TaskKey& key, int signo) {
+  std::lock_guard lk(mu_);
+  auto it = tasks_.find(key);
+  if (it == tasks_.end() || !it->second.status.running || !it->second.spawned || it->second.status.pid <= 0) {
+    return false;
+  }
+  // While `running` is true the shim is not reaped, so the pid is still ours.
+  sigval value{};
+  value.sival_int = signo;
+  if (sigqueue(it->second.status.pid, SIGUSR2, value) != 0) {
+    LOG_WARN("executor: cannot signal {}: {}", KeyName(key), strerror(errno));
+    return false;
+  }
+  return true;
+}
+
 void Executor::StopAll(bool immediate) {
   std::vector<TaskKey> keys;
   {

@@ -126,6 +126,10 @@ class Executor {
   // finished tasks. Returns without waiting; the exit shows up in Snapshot.
   void Stop(const TaskKey& key, bool immediate);
   void StopAll(bool immediate);
+  // Has the shim deliver signal `signo` to the task's process group (the job's
+  // checkpoint_signal): sigqueue(SIGUSR2) to the shim with the number as its value.
+  // False when the task is unknown, finished or not yet spawned (try again later).
+  bool Signal(const TaskKey& key, int signo);
 
   // Extends the lease of every task, running or started later, to `from + valid_for`
   // (`from` should be when the owner last knew it may keep running, e.g. the send time of

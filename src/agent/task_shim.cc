@@ -269,6 +269,7 @@ int RunTaskShim(int argc, char** argv) {
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGUSR1);
+  sigaddset(&mask, SIGUSR2);  // sigqueue'd by the agent: forward the value's signal
   sigaddset(&mask, SIGCHLD);
   sigprocmask(SIG_BLOCK, &mask, nullptr);
   signal(SIGINT, SIG_IGN);
@@ -415,6 +416,15 @@ int RunTaskShim(int argc, char** argv) {
       } else if (si.ssi_signo == SIGUSR1) {
         killpg(task, SIGKILL);
         kill_armed = false;
+      } else if (si.ssi_signo == SIGUSR2 && si.ssi_code == SI_QUEUE) {
+        // The job's checkpoint signal (Executor::Signal); only the ones a spec may name.
+        const int forward = si.ssi_int;
+        if (forward == SIGUSR1 || forward == SIGUSR2 || forward == SIGHUP || forward == SIGINT ||
+            forward == SIGTERM) {
+          LogLine(log_fd, fmt::format("delivering {} to the task: the head asked it to checkpoint",
+                                      strsignal(forward)));
+          killpg(task, forward);
+        }
       }
     }
     ReapAvailable(task, &leader_status);

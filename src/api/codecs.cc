@@ -4,6 +4,7 @@
 // decoded with nlohmann's typed getters; a malformed one becomes an Error, never an
 // exception.
 #include <algorithm>
+#include <csignal>
 #include <cctype>
 
 #include "api/types.h"
@@ -195,7 +196,20 @@ json ToJson(const JobSpec& s) {
               {"placement", PlacementName(s.placement)},
               {"max_restarts", s.max_restarts},
               {"time_limit_s", s.time_limit_s},
-              {"progress_timeout_s", s.progress_timeout_s}};
+              {"progress_timeout_s", s.progress_timeout_s},
+              {"checkpoint_signal", s.checkpoint_signal}};
+}
+
+namespace {
+constexpr std::pair<const char*, int> kCheckpointSignals[] = {
+    {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"INT", SIGINT}, {"TERM", SIGTERM}};
+}  // namespace
+
+int CheckpointSignalNumber(const std::string& name) {
+  for (const auto& [n, num] : kCheckpointSignals) {
+    if (name == n) return num;
+  }
+  return 0;
 }
 
 Result<JobSpec> JobSpecFromJson(const json& j) {
@@ -222,6 +236,12 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   s.max_restarts = static_cast<int>(COHORT_TRY(r.Int("max_restarts", 0, 0, kMaxRestarts)));
   s.time_limit_s = COHORT_TRY(r.Int("time_limit_s", 0, 0, kMaxTimeLimitS));
   s.progress_timeout_s = COHORT_TRY(r.Int("progress_timeout_s", 0, 0, kMaxProgressTimeoutS));
+  s.checkpoint_signal = COHORT_TRY(r.String("checkpoint_signal", ""));
+  if (s.checkpoint_signal.starts_with("SIG")) s.checkpoint_signal.erase(0, 3);
+  if (!s.checkpoint_signal.empty() && CheckpointSignalNumber(s.checkpoint_signal) == 0) {
+    return FieldError("checkpoint_signal", "must be one of USR1, USR2, HUP, INT, TERM (or empty), got '{}'",
+                      s.checkpoint_signal);
+  }
   COHORT_TRY_VOID(r.Finish());
   if (s.name.empty() && !s.command.empty()) {
     std::string base = s.command[0].substr(s.command[0].find_last_of('/') + 1);
@@ -321,6 +341,7 @@ json ToJson(const Job& job) {
               {"state", JobStateName(job.state)},
               {"reason", job.reason},
               {"attempt", job.attempt},
+              {"moves", job.moves},
               {"submit_ms", job.submit_ms},
               {"start_ms", job.start_ms},
               {"end_ms", job.end_ms},
@@ -342,6 +363,7 @@ Result<Job> JobFromJson(const json& j) {
     job.state = COHORT_TRY(ParseJobState(j.at("state").get<std::string>()));
     job.reason = j.value("reason", "");
     job.attempt = j.value("attempt", 0);
+    job.moves = std::clamp(j.value("moves", 0), 0, job.attempt);
     job.submit_ms = j.value("submit_ms", int64_t(0));
     job.start_ms = j.value("start_ms", int64_t(0));
     job.end_ms = j.value("end_ms", int64_t(0));
@@ -609,7 +631,9 @@ json ToJson(const HeartbeatReply& r) {
                      {"env", t.env},
                      {"workdir", t.workdir},
                      {"gpus", t.gpus},
-                     {"cpus", t.cpus}});
+                     {"cpus", t.cpus},
+                     {"checkpoint_requested", t.checkpoint_requested},
+                     {"checkpoint_signal", t.checkpoint_signal}});
   }
   json acked = json::array();
   for (const auto& a : r.acked) acked.push_back({{"job", a.job}, {"attempt", a.attempt}, {"rank", a.rank}});
@@ -630,6 +654,8 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
       l.workdir = t.value("workdir", "");
       l.gpus = t.value("gpus", std::vector<int>{});
       l.cpus = t.value("cpus", 0);
+      l.checkpoint_requested = t.value("checkpoint_requested", false);
+      l.checkpoint_signal = t.value("checkpoint_signal", 0);
       r.tasks.push_back(std::move(l));
     }
     for (const auto& a : j.value("acked", json::array())) {

@@ -61,6 +61,11 @@ struct JobSpec {
   // long, counted from its start or its latest report, is hung: the gang fails (and is
   // requeued while max_restarts allows). Specs stored without it load as 0.
   int64_t progress_timeout_s = 0;
+  // Signal sent to every task when the head asks the job to checkpoint (`cohort drain
+  // --now`), as Slurm's --signal: "" (none: the request reaches the job only through the
+  // reply to its progress reports), or SIGUSR1, SIGUSR2, SIGHUP, SIGINT, SIGTERM (written
+  // with or without "SIG"). Stored as the canonical "USR1" etc.
+  std::string checkpoint_signal;
 
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
@@ -118,6 +123,9 @@ struct Job {
   JobState state = JobState::kPending;
   std::string reason;    // PENDING: why it waits; terminal: why it ended
   int attempt = 0;       // current (or last) attempt; COHORT_ATTEMPT
+  // Attempts that ended because the job was moved (`cohort drain --now`), not because it
+  // failed: they do not count against max_restarts (restarts = attempt - moves).
+  int moves = 0;
   int64_t submit_ms = 0;
   int64_t start_ms = 0;  // first start of the current attempt
   int64_t end_ms = 0;
@@ -240,6 +248,12 @@ struct TaskLaunch {
   std::string workdir;
   std::vector<int> gpus;
   int cpus = 0;
+  // The head asks this attempt to checkpoint (`cohort drain --now`): the agent delivers
+  // `checkpoint_signal` (a signal number; 0: none) to the task once, the first time it sees
+  // checkpoint_requested set. Level-triggered: every reply repeats it while the request
+  // stands.
+  bool checkpoint_requested = false;
+  int checkpoint_signal = 0;
 };
 
 struct TaskRef {
@@ -251,6 +265,9 @@ struct TaskRef {
 
 // Head → agent: the reply to a heartbeat. Level-triggered: `tasks` is the whole set the
 // head wants on the node; the agent starts what is missing and stops everything else.
+// The number of the checkpoint_signal ("USR1" → SIGUSR1), or 0 for "".
+int CheckpointSignalNumber(const std::string& name);
+
 struct HeartbeatReply {
   int64_t version = 0;
   std::vector<TaskLaunch> tasks;

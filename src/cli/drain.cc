@@ -1,5 +1,6 @@
-// `cohort drain NODE... [--reason TEXT]` and `cohort resume NODE...`: stop placing new
-// jobs on nodes (running jobs finish), and undo that. Each prints the node's new state;
+// `cohort drain NODE... [--reason TEXT] [--now [--timeout DURATION]]` and `cohort resume
+// NODE...`: stop placing new jobs on nodes (running jobs finish; with --now they are asked
+// to checkpoint and moved to other nodes), and undo that. Each prints the node's new state;
 // the exit code is that of the first node that failed, like `cancel`.
 #include "cli/client.h"
 
@@ -9,12 +10,26 @@ namespace {
 struct DrainFlags {
   std::vector<std::string> nodes;
   std::optional<std::string> reason;
+  bool now = false;
+  std::optional<std::string> timeout;  // with --now: how long to wait for a checkpoint
 };
 
 int Run(const DrainFlags& f, bool drain, const GlobalOptions& global) {
   HttpClient head = HeadClient(global);
   json body = json::object();
   if (f.reason) body["reason"] = *f.reason;
+  if (f.timeout && !f.now) {
+    return ReportError(Error{ErrorCode::kInvalidArgument, "--timeout needs --now (it bounds the wait for a checkpoint)"});
+  }
+  if (f.now) {
+    body["now"] = true;
+    if (f.timeout) {
+      auto ms = ParseDurationMs(*f.timeout, "--timeout");
+      if (!ms) return ReportError(ms.error());
+      if (*ms < 1000) return ReportError(Error{ErrorCode::kInvalidArgument, "--timeout must be at least 1s"});
+      body["timeout_s"] = *ms / 1000;
+    }
+  }
   int rc = 0;
   json done = json::array();
   for (const auto& name : f.nodes) {
@@ -63,6 +78,12 @@ void AddDrainCommands(CommandContext& ctx) {
     sub->add_option("NODE", f->nodes, "Node names")->required();
     sub->add_option_function<std::string>("-r,--reason", [f](const std::string& r) { f->reason = r; },
                                           "Why (shown by `cohort nodes`)");
+    sub->add_flag("--now", f->now,
+                  "Also move the running jobs: ask each to checkpoint (its checkpoint_signal and the reply "
+                  "to its progress reports), then requeue it onto other nodes");
+    sub->add_option_function<std::string>("--timeout", [f](const std::string& t) { f->timeout = t; },
+                                          "With --now: move a job that reports no new checkpoint within this "
+                                          "long anyway (default 60s)");
     AddClientOptions(sub, ctx.global);
     ctx.on_run(sub, [f, &global] { return Run(*f, /*drain=*/true, global); });
   }

@@ -42,6 +42,7 @@ Result<api::AgentTiming> Cluster::Register(const api::Registration& reg) {
         }
       }
       rt.reported.clear();
+      rt.stopping.clear();  // they died with the previous agent process
       rt.applied_version = 0;
       // A new agent process counts health events from 0 again.
       rt.telemetry.clear();
@@ -112,9 +113,24 @@ Result<api::HeartbeatReply> Cluster::Heartbeat(const std::string& name, const ap
     RequestScheduleLocked();
     LOG_INFO("node {} is UP again", name);
   }
+  // A task of an ended attempt that stopped frees its GPUs: schedule now, not at the next
+  // periodic pass.
+  for (const auto& old : rt.reported) {
+    if (!old.running) continue;
+    auto j = jobs_.find(old.job);
+    bool current = j != jobs_.end() && j->second.state == JobState::kRunning && j->second.attempt == old.attempt;
+    bool still = std::any_of(hb.tasks.begin(), hb.tasks.end(), [&](const api::TaskReport& t) {
+      return t.running && t.job == old.job && t.attempt == old.attempt && t.rank == old.rank;
+    });
+    if (!current && !still) {
+      RequestScheduleLocked();
+      break;
+    }
+  }
   rt.reported = hb.tasks;
   if (!hb.free_ports.empty()) rt.free_ports = hb.free_ports;
   rt.applied_version = std::max(rt.applied_version, hb.applied_version);
+  if (ConfirmStoppedLocked(rt)) RequestScheduleLocked();
   ++heartbeats_;
   ApplyGpuReportsLocked(node, rt, hb.gpus);
 

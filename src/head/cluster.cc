@@ -248,8 +248,9 @@ Result<NodeStatus> Cluster::GetNode(const std::string& name) const {
   return StatusLocked(it->second);
 }
 
-Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason) {
-  std::lock_guard lock(mu_);
+Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason, bool now,
+                                  int64_t timeout_ms) {
+  std::unique_lock lock(mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return Errorf(ErrorCode::kNotFound, "node '{}' not found", name);
   it->second.drain = true;
@@ -257,8 +258,67 @@ Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason) {
   MarkDirtyLocked(it->second);
   COHORT_TRY_VOID(FlushLocked());
   RequestScheduleLocked();
-  LOG_INFO("node {} draining: {}", name, it->second.drain_reason);
-  return StatusLocked(it->second);
+  LOG_INFO("node {} draining{}: {}", name, now ? " now (moving its jobs)" : "", it->second.drain_reason);
+  if (now) {
+    const int64_t at = NowUnixMs();
+    std::vector<api::JobId> ids;
+    if (auto nj = node_jobs_.find(name); nj != node_jobs_.end()) ids.assign(nj->second.begin(), nj->second.end());
+    for (api::JobId id : ids) {
+      Job& job = jobs_.at(id);
+      if (job.state != JobState::kRunning || moves_.contains(id)) continue;
+      MoveRequest m;
+      m.attempt = job.attempt;
+      m.node = name;
+      m.requested_ms = at;
+      m.deadline_ms = at + timeout_ms;
+      if (auto last = progress_.LatestOfAttempt(id, job.attempt); last && last->checkpoint_step) {
+        m.baseline_checkpoint = *last->checkpoint_step;
+      }
+      moves_[id] = m;
+      // The agents deliver the checkpoint signal on their next heartbeat: make it now.
+      for (const auto& na : job.allocation.nodes) WakeLocked(na.node);
+      LOG_INFO("job {} asked to checkpoint before moving off {} (within {})", id, name, FormatDuration(timeout_ms));
+    }
+  }
+  NodeStatus status = StatusLocked(it->second);
+  UnlockAndWake(lock);
+  return status;
+}
+
+bool Cluster::ReportProgress(const RendezvousScope& scope, ProgressPoint point) {
+  point.attempt = scope.attempt;
+  const std::optional<int64_t> checkpoint = point.checkpoint_step;
+  progress_.Add(scope.job, std::move(point));
+  std::unique_lock lock(mu_);
+  auto m = moves_.find(scope.job);
+  if (m == moves_.end() || m->second.attempt != scope.attempt) return false;
+  auto j = jobs_.find(scope.job);
+  if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.attempt != scope.attempt) return false;
+  if (!checkpoint || *checkpoint <= m->second.baseline_checkpoint) return true;  // not yet: keep asking
+  std::string why = fmt::format("node {} drained now; checkpoint at step {} written {} after the request",
+                                m->second.node, *checkpoint, FormatDuration(NowUnixMs() - m->second.requested_ms));
+  MoveJobLocked(j->second, why);
+  (void)FlushLocked();
+  UnlockAndWake(lock);
+  return false;
+}
+
+void Cluster::CheckMovesLocked(int64_t now_ms) {
+  std::vector<api::JobId> due;
+  for (const auto& [id, m] : moves_) {
+    if (now_ms >= m.deadline_ms) due.push_back(id);
+  }
+  for (api::JobId id : due) {
+    MoveRequest m = moves_.at(id);
+    Job& job = jobs_.at(id);
+    if (job.state != JobState::kRunning || job.attempt != m.attempt) {
+      moves_.erase(id);
+      continue;
+    }
+    MoveJobLocked(job, fmt::format("node {} drained now; no new checkpoint reported within {} (work since "
+                                   "the last checkpoint is redone)",
+                                   m.node, FormatDuration(m.deadline_ms - m.requested_ms)));
+  }
 }
 
 Result<NodeStatus> Cluster::Resume(const std::string& name) {

@@ -107,7 +107,17 @@ class Cluster {
   std::vector<api::Job> ListJobs(const JobFilter& filter) const;
   std::vector<NodeStatus> ListNodes() const;
   Result<NodeStatus> GetNode(const std::string& name) const;
-  Result<NodeStatus> Drain(const std::string& name, std::string reason);
+  // Stops placing jobs on the node. With `now`, also moves the jobs running there: each is
+  // asked to checkpoint (the job's checkpoint_signal to its tasks, and "checkpoint": true
+  // in the replies to its progress reports); once it reports a checkpoint newer than the
+  // request, or `timeout_ms` after the request, its gang is stopped and requeued as a move
+  // (a new attempt that does not count against max_restarts) onto other nodes.
+  Result<NodeStatus> Drain(const std::string& name, std::string reason, bool now = false,
+                           int64_t timeout_ms = 0);
+  // A progress report from a task of `scope`'s attempt (POST COHORT_REPORT): stored, and
+  // checked against a pending move. Returns true when the head wants this attempt to
+  // checkpoint (the reply's "checkpoint").
+  bool ReportProgress(const RendezvousScope& scope, ProgressPoint point);
   // Clears the drain mark and marks every GPU of the node healthy again (after the
   // operator's check); kNotFound for an unknown node.
   Result<NodeStatus> Resume(const std::string& name);
@@ -156,8 +166,23 @@ class Cluster {
   Millis last_pass_duration() const;
 
  private:
+  // An ended attempt's tasks on a node that the agent has not yet confirmed stopped: the
+  // agent must have applied the assignment version that dropped them (`version`) and
+  // report none of them running. Until then their GPUs and CPUs stay busy and the job's
+  // next attempt is not placed anywhere (a job never runs twice, and a restart never lands
+  // on GPUs its previous attempt still holds). A node that goes DOWN or re-registers with
+  // a new agent drops its entries: its agent fenced those tasks (lease) or they died with it.
+  struct StoppingAttempt {
+    api::JobId job = 0;
+    int attempt = 0;
+    std::vector<int> gpus;
+    int cpus = 0;
+    int64_t version = 0;
+  };
+
   struct NodeRuntime {
     SteadyTime last_seen;
+    std::vector<StoppingAttempt> stopping;
     std::vector<api::TaskReport> reported;  // tasks in the last heartbeat
     std::vector<int> free_ports;
     int64_t desired_version = 0;
@@ -177,12 +202,31 @@ class Cluster {
   void StartJobLocked(api::Job& job, const std::vector<std::pair<std::string, std::vector<int>>>& nodes,
                       const std::vector<int>& cpus, int64_t now);
   void RecordExitLocked(api::Job& job, const std::string& node, const api::TaskReport& t);
+  // A job asked to checkpoint and move (Drain with now); in memory only: after a head
+  // restart the node stays drained and its jobs finish there.
+  struct MoveRequest {
+    int attempt = 0;
+    std::string node;               // the draining node that asked
+    int64_t requested_ms = 0;
+    int64_t deadline_ms = 0;
+    int64_t baseline_checkpoint = -1;  // newest checkpoint step reported before the request
+  };
+  // Stops the current attempt and requeues it as a move (not a failure).
+  void MoveJobLocked(api::Job& job, const std::string& why);
+  // Moves the jobs whose request is past its deadline.
+  void CheckMovesLocked(int64_t now_ms);
+  // Ends the current attempt and puts the job back in the queue as attempt + 1.
+  void RequeueLocked(api::Job& job, const std::string& why);
   // Ends the current attempt; requeues it when restarts remain and `may_restart`.
   void FailGangLocked(api::Job& job, const std::string& why, std::optional<int> exit_code,
                       bool may_restart);
   void FinishJobLocked(api::Job& job, api::JobState state, std::string reason,
                        std::optional<int> exit_code);
   void DetachJobLocked(const api::Job& job);
+  // Drops the node's stopping entries that its latest heartbeat confirms; true if any.
+  bool ConfirmStoppedLocked(NodeRuntime& rt);
+  // "attempt N on node-1, node-2" when an earlier attempt of `id` still stops somewhere.
+  std::string StoppingWhereLocked(api::JobId id) const;
   std::vector<api::TaskLaunch> DesiredTasksLocked(const std::string& node) const;
   std::map<std::string, std::string> TaskEnvLocked(const api::Job& job, const api::NodeAllocation& na,
                                                     const api::TaskPlacement& t) const;
@@ -224,6 +268,7 @@ class Cluster {
   std::set<api::JobId> pending_;                              // guarded by mu_
   std::map<std::string, std::set<api::JobId>> node_jobs_;     // RUNNING jobs per node; mu_
   std::map<api::JobId, std::string> pending_reasons_;         // guarded by mu_
+  std::map<api::JobId, MoveRequest> moves_;                   // guarded by mu_
   std::set<api::JobId> dirty_jobs_;                           // guarded by mu_
   std::set<std::string> dirty_nodes_;                         // guarded by mu_
   std::set<std::string> to_wake_;                             // agent URLs; guarded by mu_

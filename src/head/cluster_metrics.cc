@@ -19,6 +19,7 @@ std::string Lower(std::string_view s) {
 std::string ReasonKind(std::string_view reason) {
   if (reason.starts_with("needs ")) return "resources";
   if (reason.starts_with("waiting for job ")) return "priority";
+  if (reason.starts_with("waiting for attempt ")) return "stopping";  // previous attempt not yet gone
   if (reason.starts_with("invalid request")) return "invalid";
   return "scheduler";  // not yet considered by a pass
 }
@@ -49,7 +50,7 @@ ClusterMetrics Cluster::Metrics() const {
     m.jobs_by_state[Lower(api::JobStateName(st))] = 0;
   }
   for (const auto& [id, j] : jobs_) m.jobs_by_state[Lower(api::JobStateName(j.state))] += 1;
-  for (const char* kind : {"resources", "priority", "invalid", "scheduler"}) m.pending_by_reason[kind] = 0;
+  for (const char* kind : {"resources", "priority", "invalid", "stopping", "scheduler"}) m.pending_by_reason[kind] = 0;
   for (api::JobId id : pending_) {
     auto r = pending_reasons_.find(id);
     m.pending_by_reason[ReasonKind(r != pending_reasons_.end() ? r->second : jobs_.at(id).reason)] += 1;

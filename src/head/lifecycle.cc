@@ -82,8 +82,43 @@ void Cluster::DetachJobLocked(const Job& job) {
       if (it->second.empty()) node_jobs_.erase(it);
     }
     BumpVersionLocked(na.node);
+    // Fence the attempt on this node until its agent confirms the tasks are gone; a DOWN
+    // node's tasks are already fenced, and tasks that all exited need no confirmation.
+    auto n = nodes_.find(na.node);
+    bool all_exited = std::all_of(na.tasks.begin(), na.tasks.end(),
+                                  [&](const api::TaskPlacement& t) { return job.HasExit(t.rank); });
+    if (n == nodes_.end() || n->second.state != api::NodeState::kUp || all_exited) continue;
+    NodeRuntime& rt = runtime_[na.node];
+    rt.stopping.push_back({job.id, job.attempt, na.gpus, na.cpus, rt.desired_version});
   }
   RequestScheduleLocked();
+}
+
+bool Cluster::ConfirmStoppedLocked(NodeRuntime& rt) {
+  auto confirmed = [&](const StoppingAttempt& s) {
+    if (rt.applied_version < s.version) return false;
+    return std::none_of(rt.reported.begin(), rt.reported.end(), [&](const api::TaskReport& t) {
+      return t.running && t.job == s.job && t.attempt == s.attempt;
+    });
+  };
+  size_t before = rt.stopping.size();
+  std::erase_if(rt.stopping, confirmed);
+  return rt.stopping.size() != before;
+}
+
+std::string Cluster::StoppingWhereLocked(api::JobId id) const {
+  std::string nodes;
+  int attempt = -1;
+  for (const auto& [name, rt] : runtime_) {
+    for (const auto& s : rt.stopping) {
+      if (s.job != id) continue;
+      nodes += (nodes.empty() ? "" : ", ") + name;
+      attempt = s.attempt;
+      break;
+    }
+  }
+  if (nodes.empty()) return {};
+  return fmt::format("attempt {} on {}", attempt, nodes);
 }
 
 static void CloseAttempt(Job& job, int64_t now, const std::string& reason) {
@@ -99,6 +134,7 @@ void Cluster::FinishJobLocked(Job& job, JobState state, std::string reason,
   int64_t now = NowUnixMs();
   if (job.state == JobState::kRunning) DetachJobLocked(job);
   CloseAttempt(job, now, reason);
+  moves_.erase(job.id);
   pending_.erase(job.id);
   pending_reasons_.erase(job.id);
   CountTransitionLocked(api::JobStateName(job.state), state);
@@ -110,21 +146,34 @@ void Cluster::FinishJobLocked(Job& job, JobState state, std::string reason,
   LOG_INFO("job {} {}: {}", job.id, api::JobStateName(state), job.reason);
 }
 
+void Cluster::RequeueLocked(Job& job, const std::string& why) {
+  int64_t now = NowUnixMs();
+  if (job.state == JobState::kRunning) DetachJobLocked(job);
+  CloseAttempt(job, now, why);
+  moves_.erase(job.id);
+  job.attempt += 1;
+  CountTransitionLocked(api::JobStateName(job.state), JobState::kPending);
+  job.state = JobState::kPending;
+  job.exits.clear();
+  job.allocation = {};
+  pending_.insert(job.id);
+  MarkDirtyLocked(job);
+}
+
+void Cluster::MoveJobLocked(Job& job, const std::string& why) {
+  RequeueLocked(job, why);
+  job.moves += 1;
+  job.reason = fmt::format("moved: {}", why);
+  LOG_INFO("job {} moved as attempt {}: {}", job.id, job.attempt, why);
+}
+
 void Cluster::FailGangLocked(Job& job, const std::string& why, std::optional<int> exit_code,
                              bool may_restart) {
-  if (may_restart && job.attempt < job.spec.max_restarts) {
-    int64_t now = NowUnixMs();
-    if (job.state == JobState::kRunning) DetachJobLocked(job);
-    CloseAttempt(job, now, why);
-    job.attempt += 1;
-    CountTransitionLocked(api::JobStateName(job.state), JobState::kPending);
-    job.state = JobState::kPending;
-    job.reason = fmt::format("requeued after: {} (restart {} of {})", why, job.attempt,
+  // Moves are not failures: only the attempts that failed count as restarts.
+  if (may_restart && job.attempt - job.moves < job.spec.max_restarts) {
+    RequeueLocked(job, why);
+    job.reason = fmt::format("requeued after: {} (restart {} of {})", why, job.attempt - job.moves,
                              job.spec.max_restarts);
-    job.exits.clear();
-    job.allocation = {};
-    pending_.insert(job.id);
-    MarkDirtyLocked(job);
     LOG_WARN("job {} requeued as attempt {}: {}", job.id, job.attempt, why);
     return;
   }
@@ -204,6 +253,10 @@ std::vector<api::TaskLaunch> Cluster::DesiredTasksLocked(const std::string& node
         l.workdir = job.spec.workdir;
         l.gpus = t.gpus;
         l.cpus = job.spec.cpus_per_task;
+        if (auto m = moves_.find(id); m != moves_.end() && m->second.attempt == job.attempt) {
+          l.checkpoint_requested = true;
+          l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
+        }
         out.push_back(std::move(l));
       }
     }

@@ -35,6 +35,8 @@ void Cluster::CheckLiveness() {
       }
     }
     rt.reported.clear();
+    // The agent fenced its tasks before the failure timeout (its leases ran out).
+    rt.stopping.clear();
     RequestScheduleLocked();
   }
   int64_t now = NowUnixMs();
@@ -50,6 +52,7 @@ void Cluster::CheckLiveness() {
     }
   }
   CheckProgressLocked(running, now);
+  CheckMovesLocked(now);
   (void)FlushLocked();
   UnlockAndWake(lock);
 }

@@ -14,6 +14,9 @@ json ToJson(const NodeStatus& s) {
   return j;
 }
 
+// How long `drain --now` waits for a job's checkpoint before moving it anyway.
+constexpr int64_t kDefaultDrainTimeoutS = 60;
+
 void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
   auto to_json = [](const NodeStatus& s) { return ToJson(s); };
 
@@ -28,7 +31,11 @@ void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
   });
 
   server.Post(R"(/v1/nodes/([^/]+)/drain)", [&, to_json](const httplib::Request& req, httplib::Response& res) {
+    // Body (optional): {"reason": text, "now": bool, "timeout_s": N}. With now, the jobs on
+    // the node are asked to checkpoint and moved (after a new checkpoint, or timeout_s).
     std::string reason;
+    bool now = false;
+    int64_t timeout_s = kDefaultDrainTimeoutS;
     if (!req.body.empty()) {
       auto body = BodyJson(req);
       if (!body) return SendError(res, body.error());
@@ -36,11 +43,17 @@ void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
       if (!r) return SendError(res, r.error());
       auto why = r->String("reason", "");
       if (!why) return SendError(res, why.error());
+      auto want_now = r->Bool("now", false);
+      if (!want_now) return SendError(res, want_now.error());
+      auto timeout = r->Int("timeout_s", kDefaultDrainTimeoutS, 1, 7 * 24 * 3600);
+      if (!timeout) return SendError(res, timeout.error());
       if (auto fin = r->Finish(); !fin) return SendError(res, fin.error());
       if (why->size() > 1024) return SendError(res, Error{ErrorCode::kInvalidArgument, "reason: at most 1024 characters", "reason"});
       reason = *why;
+      now = *want_now;
+      timeout_s = *timeout;
     }
-    Reply(res, cluster.Drain(req.matches[1].str(), reason), to_json);
+    Reply(res, cluster.Drain(req.matches[1].str(), reason, now, timeout_s * 1000), to_json);
   });
 
   server.Post(R"(/v1/nodes/([^/]+)/resume)", [&, to_json](const httplib::Request& req, httplib::Response& res) {

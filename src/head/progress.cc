@@ -10,6 +10,7 @@ json ToJson(const ProgressPoint& p) {
   if (p.loss) j["loss"] = *p.loss;
   if (p.samples_per_s) j["samples_per_s"] = *p.samples_per_s;
   if (p.tokens_per_s) j["tokens_per_s"] = *p.tokens_per_s;
+  if (p.checkpoint_step) j["checkpoint_step"] = *p.checkpoint_step;
   return j;
 }
 
@@ -28,6 +29,7 @@ Result<ProgressPoint> ProgressPointFromJson(const json& j) {
   p.loss = COHORT_TRY(opt("loss", -1e300));
   p.samples_per_s = COHORT_TRY(opt("samples_per_s", 0));
   p.tokens_per_s = COHORT_TRY(opt("tokens_per_s", 0));
+  if (r.Has("checkpoint_step")) p.checkpoint_step = COHORT_TRY(r.Int("checkpoint_step", std::nullopt, 0, INT64_MAX));
   COHORT_TRY_VOID(r.Finish());
   return p;
 }

@@ -24,11 +24,14 @@ struct ProgressPoint {
   std::optional<double> loss;
   std::optional<double> samples_per_s;
   std::optional<double> tokens_per_s;
+  // The newest checkpoint this attempt has written (its step), when the job reports it:
+  // `cohort drain --now` moves a job once it reports a checkpoint newer than the request.
+  std::optional<int64_t> checkpoint_step;
 };
 
 json ToJson(const ProgressPoint& p);
 // Validates a report body: {"step": N, "loss": x, "samples_per_s": x, "tokens_per_s": x,
-// "rank": r}; only "step" is required; unknown fields are rejected.
+// "rank": r, "checkpoint_step": N}; only "step" is required; unknown fields are rejected.
 Result<ProgressPoint> ProgressPointFromJson(const json& j);
 
 // One point of a loss curve.

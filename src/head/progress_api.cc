@@ -1,4 +1,5 @@
-// Progress reports: POST /v1/report/{token} (COHORT_REPORT, from a job's tasks) and
+// Progress reports: POST /v1/report/{token} (COHORT_REPORT, from a job's tasks; the reply
+// {"ok": true, "checkpoint": bool} asks for a checkpoint when the job is being moved) and
 // GET /v1/jobs/{id}/progress?limit=N (the reported series, oldest first).
 #include "head/routes.h"
 
@@ -13,9 +14,9 @@ void RegisterProgressRoutes(httplib::Server& server, Cluster& cluster) {
     auto point = ProgressPointFromJson(*body);
     if (!point) return SendError(res, point.error());
     point->time_ms = NowUnixMs();
-    point->attempt = scope->attempt;
-    cluster.progress().Add(scope->job, *point);
-    SendJson(res, json{{"ok", true}});
+    // "checkpoint": the head asks the job to write a checkpoint now (cohort drain --now).
+    bool checkpoint = cluster.ReportProgress(*scope, std::move(*point));
+    SendJson(res, json{{"ok", true}, {"checkpoint", checkpoint}});
   });
 
   server.Get(R"(/v1/jobs/([^/]+)/progress)", [&](const httplib::Request& req, httplib::Response& res) {

@@ -1,8 +1,9 @@
 // One scheduling pass: snapshot the cluster for the pure scheduler, start what it places.
 //
 // GPUs count as busy when a RUNNING job holds them, and also while a task of an ended
-// attempt still runs on them (a cancelled gang that is still shutting down), so a new job
-// never shares a GPU with a dying one.
+// attempt may still run on them (a cancelled or failed gang that is still shutting down,
+// cluster.h's StoppingAttempt), so a new job never shares a GPU with a dying one. A job
+// whose previous attempt is still stopping somewhere waits: its gang never runs twice.
 #include <algorithm>
 
 #include "common/log.h"
@@ -35,8 +36,16 @@ int Cluster::Schedule() {
     }
   }
   for (const auto& [name, rt] : runtime_) {
+    for (const auto& s : rt.stopping) {
+      busy[name].first.insert(s.gpus.begin(), s.gpus.end());
+      busy[name].second += s.cpus;
+    }
     for (const auto& t : rt.reported) {
       if (!t.running) continue;
+      bool fenced = std::any_of(rt.stopping.begin(), rt.stopping.end(), [&](const StoppingAttempt& s) {
+        return s.job == t.job && s.attempt == t.attempt;
+      });
+      if (fenced) continue;  // counted above
       auto j = jobs_.find(t.job);
       bool current = j != jobs_.end() && j->second.state == JobState::kRunning &&
                      j->second.attempt == t.attempt && node_jobs_.count(name) &&
@@ -76,7 +85,15 @@ int Cluster::Schedule() {
     }
     snap.running.push_back(std::move(r));
   }
-  for (api::JobId id : pending_) snap.pending.push_back(ToRequest(jobs_.at(id)));
+  std::map<api::JobId, std::string> stopping_reasons;
+  for (api::JobId id : pending_) {
+    // The previous attempt must be gone everywhere before the next one starts.
+    if (std::string where = StoppingWhereLocked(id); !where.empty()) {
+      stopping_reasons[id] = "waiting for " + where + " to stop";
+      continue;
+    }
+    snap.pending.push_back(ToRequest(jobs_.at(id)));
+  }
 
   sched::Decision decision = sched::Schedule(snap);
   for (const auto& p : decision.start) {
@@ -93,6 +110,7 @@ int Cluster::Schedule() {
   for (auto& [id, reason] : decision.pending_reasons) {
     if (pending_.contains(id)) pending_reasons_[id] = std::move(reason);
   }
+  for (auto& [id, text] : stopping_reasons) pending_reasons_[id] = std::move(text);
   (void)FlushLocked();
   last_pass_ = std::chrono::duration_cast<Millis>(SteadyClock::now() - t0);
   pass_seconds_.Observe(std::chrono::duration<double>(SteadyClock::now() - t0).count());

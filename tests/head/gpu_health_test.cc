@@ -51,6 +51,17 @@ class GpuHealthTest : public ::testing::Test {
     ASSERT_TRUE(cluster_->Register(Reg("inc1")).has_value());
   }
 
+  // The agent has stopped the previous attempt's task: it heartbeats having applied the
+  // head's newest assignment and reports nothing running (cluster.h's StoppingAttempt).
+  void AgentConfirmsStopped(const std::string& incarnation = "inc1") {
+    api::Heartbeat hb;
+    hb.incarnation = incarnation;
+    auto reply = cluster_->Heartbeat("n1", hb);
+    ASSERT_TRUE(reply.has_value()) << reply.error().message;
+    hb.applied_version = reply->version;
+    ASSERT_TRUE(cluster_->Heartbeat("n1", hb).has_value());
+  }
+
   // A heartbeat reporting the job's tasks as running and one GPU's health counter.
   Result<api::HeartbeatReply> Beat(const std::string& incarnation, int gpu, int64_t events,
                                    std::vector<api::JobId> running = {}) {
@@ -121,7 +132,10 @@ TEST_F(GpuHealthTest, HealthEventRequeuesJobAndKeepsSchedulerOff) {
   EXPECT_EQ(requeued->attempt, 1);
   EXPECT_NE(requeued->reason.find("became unhealthy"), std::string::npos) << requeued->reason;
 
-  // Placed again, never on the unhealthy GPU; the same counter again changes nothing.
+  // Placed again once the agent stopped the old task, never on the unhealthy GPU; the same
+  // counter again changes nothing.
+  EXPECT_EQ(cluster_->Schedule(), 0);
+  AgentConfirmsStopped();
   ASSERT_EQ(cluster_->Schedule(), 1);
   EXPECT_EQ(GpuOf(job->id), good);
   ASSERT_TRUE(Beat("inc1", bad, 1, {job->id}).has_value());

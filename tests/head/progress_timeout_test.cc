@@ -59,6 +59,17 @@ class ProgressTimeoutTest : public ::testing::Test {
 
   api::Job Get(api::JobId id) { return *cluster_->GetJob(id); }
 
+  // The agent has stopped the previous attempt's task: it heartbeats having applied the
+  // head's newest assignment and reports nothing running (cluster.h's StoppingAttempt).
+  void AgentConfirmsStopped(const std::string& incarnation = "inc1") {
+    api::Heartbeat hb;
+    hb.incarnation = incarnation;
+    auto reply = cluster_->Heartbeat("n1", hb);
+    ASSERT_TRUE(reply.has_value()) << reply.error().message;
+    hb.applied_version = reply->version;
+    ASSERT_TRUE(cluster_->Heartbeat("n1", hb).has_value());
+  }
+
   std::unique_ptr<Cluster> cluster_;
 };
 
@@ -86,6 +97,7 @@ TEST_F(ProgressTimeoutTest, NoReportSinceStartRequeuesThenFails) {
   EXPECT_NE(requeued.history[0].end_reason.find("progress_timeout_s"), std::string::npos);
 
   // Attempt 1 reports, then goes silent: the timer runs from its last report.
+  AgentConfirmsStopped();
   ASSERT_EQ(cluster_->Schedule(), 1);
   api::Job second = Get(job.id);
   ASSERT_EQ(second.state, api::JobState::kRunning);
@@ -107,6 +119,7 @@ TEST_F(ProgressTimeoutTest, ReportsOfAnEarlierAttemptDoNotCount) {
   Report(job, 5, job.start_ms + 1000);
   cluster_->CheckProgress(job.start_ms + 12'000);
   ASSERT_EQ(Get(job.id).state, api::JobState::kPending);
+  AgentConfirmsStopped();
   ASSERT_EQ(cluster_->Schedule(), 1);
   api::Job second = Get(job.id);
   // Attempt 0's report is older than attempt 1's start; only the start counts.
