@@ -1,6 +1,7 @@
 # Training engine benchmarks. bench_train_throughput runs the CPU reference GptModel and,
 # back to back, the same model in PyTorch (bench/torch_train_throughput.py) with the same
-# threads. The Python that has Debian's python3-torch: /usr/bin/python3 when present.
+# threads; with --device cuda, the GPU model (bench/gpu/ compares it with PyTorch on the
+# GPU). The Python that has Debian's python3-torch: /usr/bin/python3 when present.
 if(NOT COHORT_TORCH_PYTHON)
   if(EXISTS /usr/bin/python3)
     set(COHORT_TORCH_PYTHON /usr/bin/python3)
@@ -9,8 +10,12 @@ if(NOT COHORT_TORCH_PYTHON)
   endif()
 endif()
 add_executable(bench_train_throughput ${CMAKE_CURRENT_LIST_DIR}/train_throughput.cc)
+# cohort_engine_trainer for device_peak.h (MFU); the GPU model for --device cuda.
 target_link_libraries(bench_train_throughput PRIVATE cohort_engine_model cohort_engine_optim
-                                                     cohort_common)
+                                                     cohort_engine_trainer cohort_common)
+if(TARGET cohort_engine_model_cuda)
+  target_link_libraries(bench_train_throughput PRIVATE cohort_engine_model_cuda)
+endif()
 target_compile_definitions(bench_train_throughput PRIVATE
   COHORT_TORCH_PYTHON="${COHORT_TORCH_PYTHON}"
   COHORT_TORCH_BENCH_SCRIPT="${CMAKE_CURRENT_LIST_DIR}/torch_train_throughput.py")

@@ -1,16 +1,26 @@
-// bench_train_throughput: training tokens/s of the CPU reference GptModel (forward +
-// backward + AdamW step) beside the same model in PyTorch (bench/torch_train_throughput.py)
-// with the same thread count, run back to back in one invocation.
+// bench_train_throughput: training tokens/s of one whole step (forward + backward + clip +
+// AdamW) of a GPT-2-style model.
 //
-//   bench_train_throughput [--threads N] [--steps S] [--warmup W] [--batch B] [--no-torch]
+//   bench_train_throughput [--device cpu|cuda] [--model small|gpt2-124m] [--batch B]
+//                          [--threads N] [--steps S] [--warmup W] [--no-torch] [--json FILE]
 //
-// Default model: d_model 384, 6 layers, 6 heads, context 256, batch 8, GPT-2 vocab (50257).
-// Figures: the median step time over S steps after W warmup steps.
+// --device cpu (default): the float32 CPU reference GptModel, beside the same model in
+// PyTorch (bench/torch_train_throughput.py) with the same thread count, back to back.
+// --device cuda: GptCudaModel + GptCudaAdamW (bf16 activations, float32 master weights) on
+// GPU 0, with MFU against the GPU's dense bf16 peak; the PyTorch side of that comparison is
+// bench/gpu/train_gpt2_torch.py, which bench/gpu/run.sh runs in the same call.
+//
+// Models: "small" (default): d_model 384, 6 layers, 6 heads, context 256, GPT-2 vocab
+// (50257); "gpt2-124m": GPT-2 124M (12 layers, 768, 12 heads, context 1024, vocab 50257).
+// Batch default 8. Figures: the median step time over S steps after W warmup steps, with
+// random tokens and targets (never zeros); on the GPU every step ends in a synchronisation
+// (the optimizer reads the gradient norm back), so host clocks time the GPU's work.
 #include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +38,14 @@
 #include "engine/kernels/cpu/matmul.h"
 #include "engine/model/gpt.h"
 #include "engine/optim/adamw.h"
+#include "engine/trainer/device_peak.h"
+
+#if COHORT_HAVE_CUDA_ENGINE
+#include <cuda_runtime.h>
+
+#include "engine/kernels/cuda/status.h"
+#include "engine/model/gpt_cuda.h"
+#endif
 
 namespace {
 
@@ -49,39 +67,211 @@ struct Options {
   int warmup = 2;
   int batch = 8;
   bool torch = true;
+  std::string device = "cpu";
+  std::string model = "small";
+  std::string json;  // write the figures here as one JSON object
 };
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: bench_train_throughput [--device cpu|cuda] [--model small|gpt2-124m] "
+               "[--batch B] [--threads N] [--steps S] [--warmup W] [--no-torch] [--json FILE]\n");
+  std::exit(2);
+}
 
 Options Parse(int argc, char** argv) {
   Options o;
   o.threads = omp_get_max_threads();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&]() {
+    auto text = [&]() -> std::string {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "%s needs a value\n", a.c_str());
         std::exit(2);
       }
-      return std::atoi(argv[++i]);
+      return argv[++i];
+    };
+    auto next = [&]() {
+      const std::string v = text();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || n < 1 || n > 1 << 20) {
+        std::fprintf(stderr, "%s: '%s' is not a positive integer\n", a.c_str(), v.c_str());
+        std::exit(2);
+      }
+      return static_cast<int>(n);
     };
     if (a == "--threads") o.threads = next();
     else if (a == "--steps") o.steps = next();
     else if (a == "--warmup") o.warmup = next();
     else if (a == "--batch") o.batch = next();
     else if (a == "--no-torch") o.torch = false;
-    else {
-      std::fprintf(stderr,
-                   "usage: bench_train_throughput [--threads N] [--steps S] [--warmup W] "
-                   "[--batch B] [--no-torch]\n");
-      std::exit(2);
-    }
+    else if (a == "--device") o.device = text();
+    else if (a == "--model") o.model = text();
+    else if (a == "--json") o.json = text();
+    else Usage();
+  }
+  if (o.device != "cpu" && o.device != "cuda") {
+    std::fprintf(stderr, "--device: must be cpu or cuda, got '%s'\n", o.device.c_str());
+    std::exit(2);
+  }
+  if (o.model != "small" && o.model != "gpt2-124m") {
+    std::fprintf(stderr, "--model: must be small or gpt2-124m, got '%s'\n", o.model.c_str());
+    std::exit(2);
   }
   return o;
+}
+
+
+GptConfig ModelConfig(const std::string& name) {
+  GptConfig cfg;
+  cfg.vocab_size = 50257;
+  if (name == "gpt2-124m") {
+    cfg.max_seq_len = 1024;
+    cfg.n_layer = 12;
+    cfg.n_head = 12;
+    cfg.n_embd = 768;
+  } else {
+    cfg.max_seq_len = 256;
+    cfg.n_layer = 6;
+    cfg.n_head = 6;
+    cfg.n_embd = 384;
+  }
+  return cfg;
+}
+
+// Random ids in [0, vocab): tokens and targets of every step.
+void RandomBatch(const GptConfig& cfg, int B, int T, std::vector<int32_t>& tokens,
+                 std::vector<int32_t>& targets) {
+  std::mt19937 rng(1);
+  tokens.resize(static_cast<size_t>(B) * T);
+  targets.resize(tokens.size());
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+  for (auto& t : targets) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+}
+
+void WriteJson(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return;
+  std::ofstream out(path);
+  out << j.dump() << "\n";
+  if (!out) std::fprintf(stderr, "warning: cannot write %s\n", path.c_str());
+}
+
+int RunCuda(const Options& opt, const GptConfig& cfg) {
+#if !COHORT_HAVE_CUDA_ENGINE
+  (void)opt;
+  (void)cfg;
+  std::fprintf(stderr, "--device cuda: this build has no CUDA support\n");
+  return 1;
+#else
+  using cohort::engine::GptCudaAdamW;
+  using cohort::engine::GptCudaModel;
+  auto fail = [](const cohort::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.ToString().c_str());
+    return 1;
+  };
+  const int B = opt.batch, T = cfg.max_seq_len;
+  if (auto n = cohort::engine::cuda::DeviceCount(); !n) return fail(n.error());
+  if (cudaSetDevice(0) != cudaSuccess) {
+    std::fprintf(stderr, "error: cudaSetDevice(0) failed\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    std::fprintf(stderr, "error: cudaGetDeviceProperties failed\n");
+    return 1;
+  }
+  const auto peak = cohort::engine::GpuPeakBf16(prop.name);
+  // The CPU reference's initialisation (seed 0), uploaded: the same weights as --device cpu.
+  auto host = GptModel::Create(cfg);
+  if (!host) return fail(host.error());
+  host->InitRandom(0);
+  auto model = GptCudaModel::Create(cfg, B, T);
+  if (!model) return fail(model.error());
+  if (auto r = (*model)->CopyParamsFromHost(host->params()); !r) return fail(r.error());
+  AdamWConfig ac;  // betas (0.9, 0.95), eps 1e-8, weight decay 0.1: as the PyTorch side
+  auto adamw = GptCudaAdamW::Create(**model, ac);
+  if (!adamw) return fail(adamw.error());
+  std::vector<int32_t> tokens, targets;
+  RandomBatch(cfg, B, T, tokens, targets);
+
+  const double flops_per_token = cohort::engine::TrainingFlopsPerToken(cfg, T);
+  fmt::print("# bench_train_throughput --device cuda: GPT-2 d_model {}, {} layers, {} heads, "
+             "context {}, batch {}, vocab {} (padded {}), {:.1f}M parameters\n",
+             cfg.n_embd, cfg.n_layer, cfg.n_head, T, B, cfg.vocab_size, cfg.padded_vocab_size(),
+             cfg.num_parameters() / 1e6);
+  fmt::print("# device: {} ({} SMs, {:.0f} GiB); dense bf16 peak {}; model memory {:.2f} GiB + "
+             "AdamW {:.2f} GiB\n",
+             prop.name, prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30),
+             peak ? fmt::format("{:.1f} TFLOP/s", peak->flops / 1e12) : std::string("unknown"),
+             (*model)->device_bytes() / double(1 << 30),
+             (*adamw)->device_bytes() / double(1 << 30));
+  fmt::print("# bf16 activations, float32 master weights/grads/AdamW; grad clip 1.0; {:.4g} "
+             "training FLOPs per token; median of {} steps after {} warmup\n",
+             flops_per_token, opt.steps, opt.warmup);
+
+  std::vector<double> times, fwd_times, bwd_times, opt_times;
+  float last_loss = 0;
+  for (int step = 0; step < opt.warmup + opt.steps; ++step) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    if (auto r = (*model)->ZeroGrad(); !r) return fail(r.error());
+    auto loss = (*model)->Forward(tokens, targets, B, T);  // synchronises (reads the loss)
+    if (!loss) return fail(loss.error());
+    const auto t1 = Clock::now();
+    if (auto r = (*model)->Backward(1.0f); !r) return fail(r.error());
+    if (auto r = (*model)->Synchronize(); !r) return fail(r.error());
+    const auto t2 = Clock::now();
+    auto norm = (*adamw)->Step(3e-4f, 1.0);  // synchronises (reads the norm)
+    if (!norm) return fail(norm.error());
+    const auto t3 = Clock::now();
+    last_loss = *loss;
+    if (!std::isfinite(last_loss)) {
+      std::fprintf(stderr, "error: the loss is %f at step %d\n", last_loss, step);
+      return 1;
+    }
+    if (step >= opt.warmup) {
+      times.push_back(std::chrono::duration<double>(t3 - t0).count());
+      fwd_times.push_back(std::chrono::duration<double>(t1 - t0).count());
+      bwd_times.push_back(std::chrono::duration<double>(t2 - t1).count());
+      opt_times.push_back(std::chrono::duration<double>(t3 - t2).count());
+    }
+  }
+  const double step_s = Median(times);
+  const double tps = B * T / step_s;
+  const double mfu = peak ? flops_per_token * tps / peak->flops : 0.0;
+  fmt::print("cohort : {:9.0f} tokens/s  step {:7.2f} ms (zero_grad+forward {:.2f}, backward "
+             "{:.2f}, clip+adamw {:.2f})  {:.1f} TFLOP/s  MFU {}  loss {:.3f}\n",
+             tps, 1e3 * step_s, 1e3 * Median(fwd_times), 1e3 * Median(bwd_times),
+             1e3 * Median(opt_times), tps * flops_per_token / 1e12,
+             peak ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"), last_loss);
+  WriteJson(opt.json, {{"impl", "cohort"},
+                       {"device", prop.name},
+                       {"model", opt.model},
+                       {"batch", B},
+                       {"seq", T},
+                       {"tokens_per_s", tps},
+                       {"step_ms", 1e3 * step_s},
+                       {"forward_ms", 1e3 * Median(fwd_times)},
+                       {"backward_ms", 1e3 * Median(bwd_times)},
+                       {"optimizer_ms", 1e3 * Median(opt_times)},
+                       {"flops_per_token", flops_per_token},
+                       {"peak_flops", peak ? peak->flops : 0.0},
+                       {"mfu", mfu},
+                       {"loss", last_loss},
+                       {"step_seconds", times}});
+  return 0;
+#endif
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options opt = Parse(argc, argv);
+  if (opt.device == "cuda") {
+    omp_set_num_threads(opt.threads);
+    return RunCuda(opt, ModelConfig(opt.model));
+  }
   // OpenBLAS may have picked generic kernels for a CPU model it does not know; it reads
   // OPENBLAS_CORETYPE only at load time, so set it and start again. The PyTorch run below
   // inherits it (it uses the same OpenBLAS), so both sides get the same kernels.
@@ -93,12 +283,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "warning: could not re-execute with OPENBLAS_CORETYPE=%s\n", core.c_str());
   }
   omp_set_num_threads(opt.threads);
-  GptConfig cfg;
-  cfg.vocab_size = 50257;
-  cfg.max_seq_len = 256;
-  cfg.n_layer = 6;
-  cfg.n_head = 6;
-  cfg.n_embd = 384;
+  const GptConfig cfg = ModelConfig(opt.model);
   const int B = opt.batch, T = cfg.max_seq_len;
 
   auto model = GptModel::Create(cfg);
@@ -115,10 +300,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", adamw.error().ToString().c_str());
     return 1;
   }
-  std::mt19937 rng(1);
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (auto& t : tokens) t = static_cast<int32_t>(rng() % cfg.vocab_size);
-  for (auto& t : targets) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+  std::vector<int32_t> tokens, targets;
+  RandomBatch(cfg, B, T, tokens, targets);
 
   const double flops_per_token = cohort::engine::TrainingFlopsPerToken(cfg, T);
   fmt::print("# bench_train_throughput: GPT-2 d_model {}, {} layers, {} heads, context {}, batch {}, "
@@ -166,6 +349,17 @@ int main(int argc, char** argv) {
              "{:.1f})  {:.1f} GFLOP/s  loss {:.3f}\n",
              cohort_tps, 1e3 * cohort_step, 1e3 * Median(fwd_times), 1e3 * Median(bwd_times),
              1e3 * Median(opt_times), cohort_tps * flops_per_token / 1e9, last_loss);
+  WriteJson(opt.json, {{"impl", "cohort"},
+                       {"device", "cpu"},
+                       {"model", opt.model},
+                       {"batch", B},
+                       {"seq", T},
+                       {"threads", opt.threads},
+                       {"tokens_per_s", cohort_tps},
+                       {"step_ms", 1e3 * cohort_step},
+                       {"flops_per_token", flops_per_token},
+                       {"loss", last_loss},
+                       {"step_seconds", times}});
 
   if (!opt.torch) return 0;
   const std::string out = (std::filesystem::temp_directory_path() /

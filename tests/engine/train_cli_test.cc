@@ -6,7 +6,10 @@
 // - stopping at step 10 and resuming gives bitwise the losses of an uninterrupted run;
 // - a checkpoint written by 2 ranks resumes on 1, one written by 1 resumes on 4;
 // - a damaged newest checkpoint falls back to the previous one, saying so;
-// - bad configs and data give clear errors and leave the checkpoints alone.
+// - bad configs and data give clear errors and leave the checkpoints alone;
+// - train.device cuda without CUDA in the build or without a usable GPU fails with the
+//   reason before touching the checkpoints.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -22,6 +25,9 @@
 
 #ifndef COHORT_BINARY
 #error "COHORT_BINARY must name the cohort executable"
+#endif
+#ifndef COHORT_CUDA_ENGINE_BUILT
+#error "COHORT_CUDA_ENGINE_BUILT must say whether the CUDA engine is built (0 or 1)"
 #endif
 
 namespace cohort {
@@ -122,6 +128,14 @@ class TrainCliTest : public ::testing::Test {
       losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
     }
     return losses;
+  }
+
+  // Step directories of a checkpoint folder, sorted.
+  static std::vector<std::string> ListSteps(const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
   }
 
   static std::string Slurp(const fs::path& p) {
@@ -332,6 +346,50 @@ TEST_F(TrainCliTest, BadInputIsRejectedAndCheckpointsAreKept) {
   }
   EXPECT_EQ(Slurp(ck / "step_00000005" / "params.bin"), before);
   EXPECT_FALSE(fs::exists(ck / "step_00000010"));
+}
+
+// train.device cuda through the real binary. Without CUDA in the build, or without a
+// usable GPU (this CI machine), the run exits non-zero naming the reason before it reads or
+// writes a checkpoint or the loss record. Where a GPU is usable the run trains instead:
+// engine_cuda_model_test (label gpu) covers that, checkpoints moving between CPU and GPU
+// included.
+TEST_F(TrainCliTest, CudaDeviceWithoutGpuFailsBeforeCheckpoints) {
+  auto yaml = [this](const std::string& name, const std::string& device) {
+    fs::path p = dir_ / name;
+    std::ofstream out(p);
+    out << "model: {n_layer: 2, n_head: 2, n_embd: 64, seq_len: 32}\n"
+           "data: {text: corpus.txt, val_fraction: 0.1}\n"
+           "train: {steps: 15, micro_batch: 4, global_batch_tokens: 256, lr: 3e-3, "
+           "min_lr: 3e-4, warmup_steps: 3, seed: 11, threads: 1, device: "
+        << device << "}\ncheckpoint: {every: 5, keep: 5}\n";
+    return p;
+  };
+  const fs::path cpu = yaml("cpu.yaml", "cpu"), gpu = yaml("gpu.yaml", "cuda");
+  const fs::path ck = dir_ / "ck", log = dir_ / "log.jsonl";
+  TrainRun first = Train(1, {"--config", cpu.string(), "--checkpoint-dir", ck.string(),
+                             "--log-file", log.string(), "--stop-at-step", "5"});
+  ASSERT_TRUE(first.status.Success()) << first.output;
+  const std::string params_before = Slurp(ck / "step_00000005" / "params.bin");
+  const std::string log_before = Slurp(log);
+  ASSERT_FALSE(params_before.empty());
+
+  TrainRun g = Train(1, {"--config", gpu.string(), "--checkpoint-dir", ck.string(),
+                         "--log-file", log.string(), "--stop-at-step", "10"});
+  if (COHORT_CUDA_ENGINE_BUILT && g.status.Success()) {
+    GTEST_SKIP() << "a GPU is usable here: engine_cuda_model_test covers training on it";
+  }
+  EXPECT_FALSE(g.status.Success()) << g.output;
+  EXPECT_THAT(g.output, HasSubstr("cohort train: error: train.device is cuda but "));
+  if (COHORT_CUDA_ENGINE_BUILT) {
+    // The reason follows the colon (the CUDA runtime's words).
+    EXPECT_THAT(g.output, ::testing::ContainsRegex("no CUDA device is usable: [^\\n]+"));
+  } else {
+    EXPECT_THAT(g.output, HasSubstr("this build has no CUDA support"));
+  }
+  EXPECT_THAT(g.output, ::testing::Not(HasSubstr("resuming")));
+  EXPECT_EQ(Slurp(ck / "step_00000005" / "params.bin"), params_before);
+  EXPECT_EQ(ListSteps(ck), std::vector<std::string>{"step_00000005"});
+  EXPECT_EQ(Slurp(log), log_before);
 }
 
 }  // namespace

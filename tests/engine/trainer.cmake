@@ -1,7 +1,10 @@
-# The trainer's pieces in one process: config decoding, data-parallel bucket reduction over
-# real Gloo communicators (one thread per rank), sampling and its generator.
+# The trainer's pieces in one process: config decoding (train.device too), data-parallel
+# bucket reduction over real Gloo communicators (one thread per rank; the per-bucket wait a
+# GPU model plugs in), sampling and its generator.
 cohort_test(engine_trainer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_config_test.cc ${CMAKE_CURRENT_LIST_DIR}/ddp_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/ddp_wait_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/train_device_config_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/sampling_test.cc
           ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
           ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
@@ -16,5 +19,6 @@ cohort_test(engine_train_cli_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_cli_test.cc
   LIBS cohort_common
   LABELS engine integration)
-target_compile_definitions(engine_train_cli_test PRIVATE COHORT_BINARY="$<TARGET_FILE:cohort>")
+target_compile_definitions(engine_train_cli_test PRIVATE COHORT_BINARY="$<TARGET_FILE:cohort>"
+  COHORT_CUDA_ENGINE_BUILT=$<BOOL:${COHORT_HAVE_CUDA}>)
 add_dependencies(engine_train_cli_test cohort)

@@ -1,11 +1,13 @@
 #include "engine/parallel/ddp.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace cohort::engine {
 
-DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes)
-    : comm_(comm), grads_(grads) {
+DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
+                       WaitReadyFn wait_ready)
+    : comm_(comm), grads_(grads), wait_ready_(std::move(wait_ready)) {
   const size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
   for (size_t end = grads.size(); end > 0;) {
     const size_t begin = end > per ? end - per : 0;
@@ -68,9 +70,13 @@ void DdpReducer::Loop() {
     Result<void> r;
     if (!failed) {
       const Bucket& b = buckets_[index];
+      // Pointer arithmetic only: the elements may be device memory.
       float* data = grads_.data() + b.begin;
-      r = comm_.AllReduce(data, data, b.end - b.begin, comm::DataType::kFloat32,
-                          comm::ReduceOp::kAvg);
+      if (wait_ready_) r = wait_ready_(b.begin, b.end - b.begin);
+      if (r) {
+        r = comm_.AllReduce(data, data, b.end - b.begin, comm::DataType::kFloat32,
+                            comm::ReduceOp::kAvg);
+      }
     }
     lock.lock();
     if (!r && status_) status_ = std::unexpected(r.error());

@@ -9,14 +9,25 @@
 // bucket first) on every rank, so collectives match across ranks whatever the timing.
 // Finish() waits for every bucket and returns the first communication error.
 //
-// Threads: Begin/GradReady/Finish on the training thread; the Communicator is used only
-// by the reducer's thread between Begin and Finish, so the caller must not use it then.
-// A world of 1 reduces nothing and starts no thread.
+// Memory. The reducer never reads or writes a gradient itself: it hands pointers into
+// `grads` to the communicator, so `grads` is host memory for gloo and may be device memory
+// for nccl (a GPU model's gradient buffer). A GPU backward pass reports a slice when its
+// kernels are queued, not when they have run: `wait_ready` (optional) is called on the
+// communication thread before each bucket's collective with the bucket's range, and blocks
+// until those gradients are in memory (GptCudaModel::WaitGradsReady: it synchronises on the
+// CUDA events recorded behind the slices' last kernels). NCCL's communicator orders its
+// own stream only, so without the wait it could read gradients still being written.
+//
+// Threads: Begin/GradReady/Finish on the training thread; the Communicator and
+// `wait_ready` are used only by the reducer's thread between Begin and Finish, so the
+// caller must not use the communicator then. A world of 1 reduces nothing and starts no
+// thread.
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -29,8 +40,14 @@ namespace cohort::engine {
 
 class DdpReducer {
  public:
-  // `grads` must outlive the reducer. bucket_bytes >= 4.
-  DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes);
+  // Blocks until grads[offset, offset + count) is final in memory; an error fails the
+  // round (Finish returns it) and skips the bucket's collective.
+  using WaitReadyFn = std::function<Result<void>(size_t offset, size_t count)>;
+
+  // `grads` must outlive the reducer. bucket_bytes >= 4. `wait_ready` may be empty (host
+  // gradients are final when reported).
+  DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
+             WaitReadyFn wait_ready = {});
   ~DdpReducer();
   DdpReducer(const DdpReducer&) = delete;
   DdpReducer& operator=(const DdpReducer&) = delete;
@@ -56,6 +73,7 @@ class DdpReducer {
 
   comm::Communicator& comm_;
   std::span<float> grads_;
+  WaitReadyFn wait_ready_;  // reducer thread only (set at construction)
   std::vector<Bucket> buckets_;  // buckets_[0] is the end of the buffer
   size_t next_to_issue_ = 0;     // training thread only
 

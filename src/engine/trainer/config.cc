@@ -22,6 +22,21 @@ Result<ObjectReader> Section(ObjectReader& top, const json& empty, std::string_v
 
 }  // namespace
 
+Result<void> CheckDeviceBackend(const TrainConfig& c) {
+  if (c.device == "cuda" && c.backend != "nccl") {
+    return FieldError("comm.backend",
+                      "must be nccl when train.device is cuda (the gradients are in GPU memory), "
+                      "got '{}'",
+                      c.backend);
+  }
+  if (c.device == "cpu" && c.backend == "nccl") {
+    return FieldError("comm.backend",
+                      "nccl reduces GPU memory; with train.device cpu use gloo (or set "
+                      "train.device: cuda)");
+  }
+  return {};
+}
+
 Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base_dir) {
   if (doc.is_null()) {
     return MakeError(ErrorCode::kInvalidArgument,
@@ -93,7 +108,11 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
     c.seed = static_cast<uint64_t>(COHORT_TRY(r.Int("seed", int64_t(c.seed), 0, INT64_MAX)));
     c.bucket_mb = COHORT_TRY(r.Double("bucket_mb", c.bucket_mb, 0.001, 4096));
     c.threads = static_cast<int>(COHORT_TRY(r.Int("threads", c.threads, 0, 4096)));
+    c.device = COHORT_TRY(r.String("device", c.device));
     COHORT_TRY_VOID(r.Finish());
+    if (c.device != "cpu" && c.device != "cuda") {
+      return FieldError("train.device", "must be 'cpu' or 'cuda', got '{}'", c.device);
+    }
     if (c.min_lr > c.lr) {
       return FieldError("train.min_lr", "{} is above train.lr {}", c.min_lr, c.lr);
     }
@@ -128,9 +147,11 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
   }
   {
     ObjectReader r = COHORT_TRY(Section(top, empty, "comm"));
-    c.backend = COHORT_TRY(r.String("backend", c.backend));
+    // The default backend is the one that reaches the device's gradients.
+    c.backend = COHORT_TRY(r.String("backend", c.device == "cuda" ? "nccl" : "gloo"));
     c.comm_timeout_s = COHORT_TRY(r.Double("timeout_s", c.comm_timeout_s, 0.1, 86400));
     COHORT_TRY_VOID(r.Finish());
+    COHORT_TRY_VOID(CheckDeviceBackend(c));
   }
   COHORT_TRY_VOID(top.Finish());
   return c;

@@ -14,14 +14,18 @@
 //               shuffle
 //   train:      steps (required), micro_batch, global_batch_tokens, lr, min_lr,
 //               warmup_steps, weight_decay, beta1, beta2, eps, grad_clip, seed,
-//               bucket_mb (data-parallel bucket size), threads (0: cores / local ranks)
+//               bucket_mb (data-parallel bucket size), threads (0: cores / local ranks),
+//               device (cpu: the float32 reference; cuda: bf16 mixed precision on GPU
+//               LOCAL_RANK, data parallel over nccl)
 //   eval:       every (steps; 0 = never), batches (global batches of validation data)
 //   checkpoint: dir (default $COHORT_CHECKPOINT_DIR; none: no checkpoints), every, keep
 //   sample:     every (0 = only at the end), prompt, tokens, temperature, top_k
 //   log:        every, file (JSON lines, one per logged step, appended by rank 0: step,
 //               loss, lr, grad norm, tokens/s, attempt; val_loss on evaluated steps;
 //               with checkpoints, a step is appended once a checkpoint covers it)
-//   comm:       backend (gloo), timeout_s
+//   comm:       backend (gloo for train.device cpu, nccl for cuda; the default follows
+//               the device, and a backend that cannot reach the gradients is an error),
+//               timeout_s
 // Relative paths are resolved against the config file's directory. Plain value.
 #pragma once
 
@@ -62,6 +66,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
   double bucket_mb = 4;
   int threads = 0;
+  std::string device = "cpu";  // "cpu" or "cuda"
   // eval
   int64_t eval_every = 0;
   int eval_batches = 4;
@@ -78,7 +83,7 @@ struct TrainConfig {
   // log
   int64_t log_every = 1;
   std::string log_file;
-  // comm
+  // comm (TrainConfigFromJson sets "nccl" when device is cuda and no backend is given)
   std::string backend = "gloo";
   double comm_timeout_s = 300;
 };
@@ -88,6 +93,10 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
 
 // Reads `path` (YAML or JSON) and decodes it; errors start with the path.
 Result<TrainConfig> LoadTrainConfig(const std::string& path);
+
+// kInvalidArgument (field comm.backend) when the backend cannot move the device's
+// gradients: cuda needs nccl, and nccl needs cuda.
+Result<void> CheckDeviceBackend(const TrainConfig& c);
 
 // Accumulation steps per rank for `world` ranks: global_batch_tokens / (world ×
 // micro_batch × seq_len). kInvalidArgument (field train.global_batch_tokens) when that is

@@ -8,16 +8,19 @@
 namespace cohort::engine {
 
 std::optional<DevicePeak> GpuPeakBf16(std::string_view name) {
-  // Dense bf16 tensor-core peaks from NVIDIA's data sheets (SXM parts unless named).
+  // Dense bf16 tensor-core peaks from NVIDIA's data sheets (SXM parts unless named: the
+  // data sheets print twice these, "with sparsity"). The first row whose text the name
+  // contains wins, so a specific part ("H200 NVL", "GH200") comes before the general one
+  // ("H200"). H100 SXM and H200 SXM share the GH100 chip and clocks: 989.4 TFLOP/s.
   struct Row {
     std::string_view match;
     double tflops;
   };
   static constexpr Row kTable[] = {
-      {"H200", 989.4}, {"H100 PCIe", 756.5}, {"H100 NVL", 835.5}, {"H100", 989.4},
-      {"GH200", 989.4}, {"B200", 2250.0},    {"A100", 312.0},     {"A800", 312.0},
-      {"L40S", 362.05}, {"A10G", 70.0},      {"A10", 125.0},      {"L4", 121.0},
-      {"RTX 4090", 165.2}, {"RTX 3090", 71.0},
+      {"GH200", 989.4},    {"H200 NVL", 835.5}, {"H200", 989.4},    {"H100 PCIe", 756.5},
+      {"H100 NVL", 835.5}, {"H100", 989.4},     {"B200", 2250.0},   {"A100", 312.0},
+      {"A800", 312.0},     {"L40S", 362.05},    {"A10G", 70.0},     {"A10", 125.0},
+      {"L4", 121.0},       {"RTX 4090", 165.2}, {"RTX 3090", 71.0},
   };
   for (const Row& r : kTable) {
     if (name.find(r.match) != std::string_view::npos) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -22,6 +23,17 @@ struct SampleOptions {
 // Returns the `options.tokens` new ids that follow `prompt` (non-empty; ids in range).
 // kInvalidArgument for an empty prompt or a negative option.
 Result<std::vector<int32_t>> Generate(GptModel& model, std::span<const int32_t> prompt,
+                                      const SampleOptions& options, Rng& rng);
+
+// A model as sampling sees it: the next-token logits (vocab_size values) after `window`
+// (1 to max_window ids), e.g. a GPU model's last-position logits.
+using NextTokenLogitsFn =
+    std::function<Result<std::vector<float>>(std::span<const int32_t> window)>;
+
+// Generate for any model: the window is the last min(context, max_window) ids. The
+// GptModel overload is this with max_window = max_seq_len.
+Result<std::vector<int32_t>> Generate(const NextTokenLogitsFn& next_logits, int max_window,
+                                      std::span<const int32_t> prompt,
                                       const SampleOptions& options, Rng& rng);
 
 // Picks one id from `logits` (vocab_size entries) with temperature and top-k.

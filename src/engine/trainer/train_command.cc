@@ -154,7 +154,9 @@ int RunTrain(int argc, char** argv) {
 }  // namespace
 
 ExternalCommand TrainCommand() {
-  return ExternalCommand{"train", "Train a GPT-2-style model on CPU ranks (data parallel, checkpoints)",
+  return ExternalCommand{"train",
+                         "Train a GPT-2-style model on CPU or GPU ranks (data parallel, "
+                         "checkpoints)",
                          &RunTrain};
 }
 

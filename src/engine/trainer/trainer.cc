@@ -22,7 +22,6 @@
 #include "engine/data/tokenizer.h"
 #include "engine/model/gpt.h"
 #include "engine/optim/adamw.h"
-#include "engine/optim/grad_clip.h"
 #include "engine/optim/lr_schedule.h"
 #include "engine/parallel/ddp.h"
 #include "engine/trainer/device_peak.h"
@@ -31,6 +30,7 @@
 #include "engine/trainer/sampling.h"
 #include "engine/trainer/text_corpus.h"
 #include "engine/trainer/threads.h"
+#include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
 namespace {
@@ -58,8 +58,8 @@ struct Trainer::Impl {
   std::unique_ptr<comm::Communicator> comm;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<TokenDataset> train_data, val_data;
-  std::optional<GptModel> model;
-  std::optional<AdamW> optimizer;
+  std::unique_ptr<TrainModel> model;     // on config.device
+  std::optional<CudaDeviceChoice> gpu;  // train.device cuda: this rank's GPU
   std::optional<DistributedSampler> sampler, val_sampler;
   int val_accum = 0;
   std::unique_ptr<DdpReducer> reducer;
@@ -84,6 +84,7 @@ struct Trainer::Impl {
   }
 
   Result<void> Setup();
+  Result<void> SetupDevice();
   Result<void> SetupComm();
   Result<void> SetupData();
   Result<void> SetupModel();
@@ -162,10 +163,17 @@ void Trainer::Impl::FlushRecords() {
   std::fflush(record);
 }
 
+Result<void> Trainer::Impl::SetupDevice() {
+  if (config.device != "cuda") return {};
+  gpu = COHORT_TRY(SelectCudaDevice(ctx.env.local_rank));
+  return {};
+}
+
 Result<void> Trainer::Impl::SetupComm() {
   rank = ctx.env.rank;
   world = ctx.env.world_size;
   if (world == 1) return {};
+  COHORT_TRY_VOID(CheckDeviceBackend(config));
   const Millis timeout(static_cast<int64_t>(config.comm_timeout_s * 1000));
   store = std::shared_ptr<comm::Store>(
       COHORT_TRY(comm::OpenStore(ctx.env.store_url, ctx.env.hosts_store(), timeout)));
@@ -259,11 +267,11 @@ Result<void> Trainer::Impl::SetupModel() {
     mc.n_head = config.n_head;
     mc.n_embd = config.n_embd;
   }
-  model = COHORT_TRY(GptModel::Create(mc));
+  GptModel initial = COHORT_TRY(GptModel::Create(mc));
   if (!config.init_from.empty()) {
-    COHORT_TRY_VOID(ImportGpt2(config.init_from, *model));
+    COHORT_TRY_VOID(ImportGpt2(config.init_from, initial));
   } else {
-    model->InitRandom(config.seed);
+    initial.InitRandom(config.seed);
   }
   if (auto r = train_data->CheckVocab(mc.vocab_size); !r) {
     return std::unexpected(WithContext(r.error(), "training data"));
@@ -273,14 +281,20 @@ Result<void> Trainer::Impl::SetupModel() {
       return std::unexpected(WithContext(r.error(), "validation data"));
     }
   }
-  std::vector<DecayRange> ranges;
-  for (const auto& t : model->tensors()) ranges.push_back({t.offset, t.numel, t.weight_decay});
   AdamWConfig ac;
   ac.beta1 = static_cast<float>(config.beta1);
   ac.beta2 = static_cast<float>(config.beta2);
   ac.eps = static_cast<float>(config.eps);
   ac.weight_decay = static_cast<float>(config.weight_decay);
-  optimizer = COHORT_TRY(AdamW::Create(model->params().size(), std::move(ranges), ac));
+  std::string memory;
+  if (gpu) {
+    // The GPU starts from the weights the CPU would (same seed or file), then the host
+    // copy is dropped.
+    model = COHORT_TRY(
+        MakeCudaTrainModel(initial, ac, config.micro_batch, config.seq_len, &memory));
+  } else {
+    model = COHORT_TRY(MakeCpuTrainModel(std::move(initial), ac));
+  }
 
   schedule.max_lr = config.lr;
   schedule.min_lr = config.min_lr;
@@ -289,17 +303,26 @@ Result<void> Trainer::Impl::SetupModel() {
   COHORT_TRY_VOID(schedule.Validate());
 
   flops_per_token = TrainingFlopsPerToken(mc, config.seq_len);
-  peak = CpuPeakFp32(threads);
+  peak = gpu ? gpu->peak : CpuPeakFp32(threads);
   Log("model: GPT-2 style, {} layers, {} heads, d_model {}, context {}, vocab {} -> {:.2f}M "
       "parameters",
       mc.n_layer, mc.n_head, mc.n_embd, config.seq_len, mc.vocab_size,
-      model->params().size() / 1e6);
+      model->num_params() / 1e6);
   Log("batch: {} ranks x {} accumulation steps x {} sequences x {} tokens = {} tokens per step",
       world, accum, config.micro_batch, config.seq_len, global_batch * config.seq_len);
-  const char* blas = std::getenv("OPENBLAS_CORETYPE");
-  Log("device: {}, peak {:.1f} GFLOP/s per rank; {:.3g} training FLOPs per token; OpenBLAS "
-      "kernels {}",
-      peak.device, peak.flops / 1e9, flops_per_token, blas ? blas : "chosen by OpenBLAS");
+  if (gpu) {
+    Log("device: cuda:{} {} ({:.0f} GiB; {} visible), peak {} per rank (dense bf16); {:.3g} "
+        "training FLOPs per token; bf16 activations, float32 master weights; {}",
+        gpu->device, gpu->name, gpu->memory / double(1 << 30), gpu->visible,
+        peak.flops > 0 ? fmt::format("{:.1f} TFLOP/s", peak.flops / 1e12)
+                       : std::string("unknown (not in the table: no MFU)"),
+        flops_per_token, memory);
+  } else {
+    const char* blas = std::getenv("OPENBLAS_CORETYPE");
+    Log("device: {}, peak {:.1f} GFLOP/s per rank; {:.3g} training FLOPs per token; OpenBLAS "
+        "kernels {}",
+        peak.device, peak.flops / 1e9, flops_per_token, blas ? blas : "chosen by OpenBLAS");
+  }
   return {};
 }
 
@@ -327,27 +350,15 @@ Result<void> Trainer::Impl::Resume() {
     }
   }
   if (comm) {
-    COHORT_TRY_VOID(comm->Broadcast(&header, kResumeWords, comm::DataType::kInt64, 0));
+    COHORT_TRY_VOID(model->BroadcastHost(*comm, &header, kResumeWords, comm::DataType::kInt64));
   }
   if (header.found < 0) {
     return MakeError(ErrorCode::kInvalidArgument,
                      leader() ? "cannot resume: " + failure
                               : "cannot resume: rank 0 could not load a checkpoint");
   }
-  auto params = model->params();
   if (header.found == 1) {
-    std::vector<float> m(params.size()), v(params.size());
-    if (ckpt) {
-      std::copy(ckpt->params.begin(), ckpt->params.end(), params.begin());
-      m = std::move(ckpt->adam_m);
-      v = std::move(ckpt->adam_v);
-    }
-    if (comm) {
-      COHORT_TRY_VOID(comm->Broadcast(params.data(), params.size(), comm::DataType::kFloat32, 0));
-      COHORT_TRY_VOID(comm->Broadcast(m.data(), m.size(), comm::DataType::kFloat32, 0));
-      COHORT_TRY_VOID(comm->Broadcast(v.data(), v.size(), comm::DataType::kFloat32, 0));
-    }
-    COHORT_TRY_VOID(optimizer->Restore(m, v, header.adam_t));
+    COHORT_TRY_VOID(model->RestoreState(comm.get(), ckpt ? &*ckpt : nullptr, header.adam_t));
     progress.step = header.step;
     progress.next_batch = header.next_batch;
     progress.tokens_seen = header.tokens_seen;
@@ -356,13 +367,16 @@ Result<void> Trainer::Impl::Resume() {
     if ((words[0] | words[1] | words[2] | words[3]) != 0) COHORT_TRY_VOID(rng.Restore(words));
   } else if (comm) {
     // Every rank initialised from the same seed; rank 0's copy is the one that counts.
-    COHORT_TRY_VOID(comm->Broadcast(params.data(), params.size(), comm::DataType::kFloat32, 0));
+    COHORT_TRY_VOID(model->BroadcastParams(*comm));
   }
   return {};
 }
 
 Result<void> Trainer::Impl::Setup() {
   threads = ConfigureThreads(config.threads, ctx.env.local_world_size);
+  // The GPU first: a missing one fails before any communicator, data or checkpoint is
+  // touched, and the nccl communicator binds to the device current on this thread.
+  COHORT_TRY_VOID(SetupDevice());
   COHORT_TRY_VOID(SetupComm());
   COHORT_TRY_VOID(SetupData());
   COHORT_TRY_VOID(SetupModel());
@@ -376,7 +390,8 @@ Result<void> Trainer::Impl::Setup() {
   COHORT_TRY_VOID(Resume());
   if (comm) {
     reducer = std::make_unique<DdpReducer>(*comm, model->grads(),
-                                           static_cast<size_t>(config.bucket_mb * (1 << 20)));
+                                           static_cast<size_t>(config.bucket_mb * (1 << 20)),
+                                           model->grad_wait());
   }
   if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
   if (leader() && !config.log_file.empty()) {
@@ -392,7 +407,7 @@ Result<void> Trainer::Impl::Setup() {
 
 Result<double> Trainer::Impl::TrainStep() {
   const int B = config.micro_batch, T = config.seq_len;
-  model->ZeroGrad();
+  COHORT_TRY_VOID(model->ZeroGrad());
   double loss_sum = 0;
   for (int a = 0; a < accum; ++a) {
     auto starts = COHORT_TRY(sampler->WindowStarts(progress.next_batch, rank, world, accum, a, B));
@@ -408,7 +423,7 @@ Result<double> Trainer::Impl::TrainStep() {
       COHORT_TRY_VOID(backward);
       COHORT_TRY_VOID(reduced);
     } else {
-      COHORT_TRY_VOID(model->Backward(scale));
+      COHORT_TRY_VOID(model->Backward(scale, {}));
     }
   }
   return AverageOverRanks(loss_sum / accum);
@@ -417,7 +432,7 @@ Result<double> Trainer::Impl::TrainStep() {
 Result<double> Trainer::Impl::AverageOverRanks(double value) {
   if (!comm) return value;
   float v = static_cast<float>(value);
-  COHORT_TRY_VOID(comm->AllReduce(&v, &v, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg));
+  COHORT_TRY_VOID(model->AllReduceHost(*comm, &v, 1, comm::ReduceOp::kAvg));
   return v;
 }
 
@@ -440,10 +455,11 @@ Result<void> Trainer::Impl::SaveCheckpointNow() {
   const auto start = Clock::now();
   CheckpointView view;
   view.config = model->config();
-  view.params = model->params();
-  view.adam_m = optimizer->m();
-  view.adam_v = optimizer->v();
-  view.adam_t = optimizer->t();
+  if (auto state = model->StateForCheckpoint(view); !state) {
+    Log("checkpoint at step {} FAILED (training continues; older checkpoints kept): {}",
+        progress.step, state.error().ToString());
+    return std::unexpected(state.error());
+  }
   view.progress = progress;
   const auto words = rng.state();
   view.progress.rng_state.assign(words.begin(), words.end());
@@ -473,7 +489,9 @@ Result<std::string> Trainer::Impl::SampleText() {
   o.tokens = config.sample_tokens;
   o.temperature = config.temperature;
   o.top_k = config.top_k;
-  auto ids = COHORT_TRY(Generate(*model, prompt, o, rng));
+  TrainModel& m = *model;
+  auto next = [&m](std::span<const int32_t> window) { return m.NextTokenLogits(window); };
+  auto ids = COHORT_TRY(Generate(next, model->max_window(), prompt, o, rng));
   return config.sample_prompt + tokenizer->Decode(ids);
 }
 
@@ -491,8 +509,7 @@ Result<TrainResult> Trainer::Impl::Run() {
     const double lr = LearningRate(schedule, progress.step);
     const auto start = Clock::now();
     const double loss = COHORT_TRY(TrainStep());
-    const double norm = ClipGradNorm(model->grads(), config.grad_clip);
-    optimizer->Step(model->params(), model->grads(), static_cast<float>(lr));
+    const double norm = COHORT_TRY(model->ClipAndStep(config.grad_clip, static_cast<float>(lr)));
     const double seconds = Seconds(Clock::now() - start);
     ++progress.step;
     ++progress.next_batch;
@@ -506,11 +523,15 @@ Result<TrainResult> Trainer::Impl::Run() {
     result.final_loss = loss;
     const double tok_s = tokens_per_step / seconds;
     rates.push_back(tok_s);
-    const double mfu = flops_per_token * tok_s / (peak.flops * world);
     if (progress.step % config.log_every == 0 || progress.step == config.steps) {
+      // MFU against the device's peak (unknown for a GPU that is not in the table).
+      const std::string mfu =
+          peak.flops > 0
+              ? fmt::format("{:.1f}%", flops_per_token * tok_s / (peak.flops * world) * 100)
+              : std::string("n/a");
       Log("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:6.0f} ms | {:.0f} tok/s | "
-          "MFU {:.1f}%",
-          progress.step, config.steps, loss, lr, norm, seconds * 1000, tok_s, mfu * 100);
+          "MFU {}",
+          progress.step, config.steps, loss, lr, norm, seconds * 1000, tok_s, mfu);
       if (reporter) {
         reporter->Post({progress.step, loss, tok_s, tok_s / config.seq_len, rank});
       }
@@ -546,7 +567,7 @@ Result<TrainResult> Trainer::Impl::Run() {
     result.tokens_per_s = rates[rates.size() / 2];
   }
   if (leader() && !ctx.export_path.empty()) {
-    COHORT_TRY_VOID(ExportGpt2(*model, ctx.export_path));
+    COHORT_TRY_VOID(model->Export(ctx.export_path));
     Log("exported the model to {} (GPT-2 safetensors)", ctx.export_path);
   }
   if (leader() && config.sample_tokens > 0) {

@@ -1,17 +1,21 @@
 // Trainer: the training loop of `cohort train` — one rank of a data-parallel job.
 //
-// Every rank holds the whole model and optimizer state. A step trains on one global batch
-// of G = global_batch_tokens / seq_len sequences: each of the `world` ranks runs `accum`
-// micro-batches of micro_batch sequences (DistributedSampler decides which), the last
-// micro-batch's backward pass all-reduces the gradient in buckets as they complete
-// (DdpReducer), then every rank clips and applies the same AdamW update. The sequence of
-// global batches does not depend on the world size, so 1, 2 or 4 ranks train the same
-// model (up to float summation order).
+// Every rank holds the whole model and optimizer state, in host memory (train.device cpu)
+// or on its GPU (cuda: GPU LOCAL_RANK, reduced over nccl; train_model.h). A step trains on
+// one global batch of G = global_batch_tokens / seq_len sequences: each of the `world`
+// ranks runs `accum` micro-batches of micro_batch sequences (DistributedSampler decides
+// which), the last micro-batch's backward pass all-reduces the gradient in buckets as they
+// complete (DdpReducer), then every rank clips and applies the same AdamW update. The
+// sequence of global batches does not depend on the world size, so 1, 2 or 4 ranks train
+// the same model (up to float summation order).
 //
 // Rank 0 owns the outside world: it loads the newest valid checkpoint (and broadcasts it),
 // writes checkpoints, prints the log, posts progress to COHORT_REPORT and prints samples.
 // A resumed run continues exactly where the checkpoint left off: same data position,
 // optimizer state and sampling generator (bitwise on the CPU with the same threads).
+//
+// Errors: train.device cuda in a build without CUDA or on a machine without a usable GPU
+// fails in Create, before any checkpoint or log file is read or written.
 //
 // Threads: Create and Run on one thread; kernels use OpenMP; DdpReducer adds one thread.
 #pragma once

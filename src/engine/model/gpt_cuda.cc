@@ -1,0 +1,836 @@
+// GptCudaModel and GptCudaAdamW: host C++23 that allocates the device memory once and
+// launches the kernels of src/engine/kernels/cuda layer by layer, in the order of the CPU
+// reference (gpt.cc), on one compute stream.
+#include "engine/model/gpt_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "engine/kernels/cuda/adamw.cuh"
+#include "engine/kernels/cuda/attention.cuh"
+#include "engine/kernels/cuda/cross_entropy.cuh"
+#include "engine/kernels/cuda/encoder.cuh"
+#include "engine/kernels/cuda/gelu.cuh"
+#include "engine/kernels/cuda/grad_norm.cuh"
+#include "engine/kernels/cuda/layernorm.cuh"
+#include "engine/kernels/cuda/matmul.h"
+#include "engine/kernels/cuda/residual.cuh"
+#include "engine/kernels/cuda/status.h"
+#include "engine/model/gpt_layout.h"
+
+namespace cohort::engine {
+
+namespace k = ::cohort::engine::cuda;
+using k::bf16;
+
+namespace {
+
+constexpr size_t kAlign = 256;  // every buffer of the arena starts on a 256-byte boundary
+
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Hands out aligned pieces of one allocation. With a null base it only counts bytes (the
+// returned pointers are then null and never used).
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename T>
+  T* Take(size_t count, size_t* category) {
+    offset_ = AlignUp(offset_);
+    const size_t bytes = count * sizeof(T);
+    T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + offset_) : nullptr;
+    offset_ += bytes;
+    if (category != nullptr) *category += AlignUp(bytes);
+    return p;
+  }
+  size_t total() const { return AlignUp(offset_); }
+
+ private:
+  char* base_;
+  size_t offset_ = 0;
+};
+
+// The head sizes the attention kernel supports, for error messages ("16, 32, 64, 128").
+std::string SupportedHeadSizes() {
+  std::string out;
+  for (int hs = 1; hs <= 1024; ++hs) {
+    if (!k::AttentionSupportsHeadSize(hs)) continue;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(hs);
+  }
+  return out.empty() ? "none" : out;
+}
+
+// The shape checks Create and PlanMemory share.
+Result<void> CheckShape(const GptConfig& config, int max_batch, int max_seq) {
+  COHORT_TRY_VOID(config.Validate());
+  if (max_batch < 1) return FieldError("max_batch", "must be >= 1, got {}", max_batch);
+  if (max_seq < 1 || max_seq > config.max_seq_len) {
+    return FieldError("max_seq", "must be in [1, max_seq_len={}], got {}", config.max_seq_len,
+                      max_seq);
+  }
+  const size_t BT = static_cast<size_t>(max_batch) * max_seq;
+  if (BT > static_cast<size_t>(std::numeric_limits<int>::max() / 4)) {
+    return FieldError("max_batch", "max_batch x max_seq = {} tokens is too many for one Forward",
+                      BT);
+  }
+  // Logits are indexed as int64 inside the kernels, but cuBLASLt's leading dimensions and
+  // the classifier's row count are ints: B·T·Vp must fit comfortably.
+  if (static_cast<long double>(BT) * config.padded_vocab_size() >
+      static_cast<long double>(std::numeric_limits<int64_t>::max() / 4)) {
+    return FieldError("max_batch", "B x T x padded vocab is too large");
+  }
+  if (config.n_embd % 8 != 0) {
+    return FieldError("model.n_embd",
+                      "must be a multiple of 8 on CUDA (16-byte vector access of bf16 rows), "
+                      "got {}",
+                      config.n_embd);
+  }
+  const int hs = config.n_embd / config.n_head;
+  if (!k::AttentionSupportsHeadSize(hs)) {
+    return FieldError("model.n_head",
+                      "the head size model.n_embd / model.n_head = {} / {} = {} is not supported "
+                      "by the CUDA attention kernel (supported: {})",
+                      config.n_embd, config.n_head, hs, SupportedHeadSizes());
+  }
+  return {};
+}
+
+// The kernels' scratch: the largest of the users, which run one after another on the
+// compute stream. The sizes grow with B and T, so the maximum shape bounds every smaller one
+// (Backward checks it anyway).
+size_t ScratchBytes(const GptConfig& c, int max_batch, int max_seq) {
+  const int N = max_batch * max_seq;
+  return std::max({k::EncoderBackwardScratchBytes(max_batch, max_seq),
+                   k::LayerNormBackwardScratchBytes(N, c.n_embd),
+                   k::AttentionBackwardScratchBytes(max_batch, max_seq, c.n_embd, c.n_head),
+                   size_t{1}});
+}
+
+std::string GiB(size_t bytes) { return fmt::format("{:.2f} GiB", bytes / double(1 << 30)); }
+
+// Device buffers. Per-layer activations are stored layer-major with a fixed stride of the
+// maximum shape: layer l's slice of `ln1` starts at ln1 + l·maxN·C (maxN = max_batch·
+// max_seq), whatever B and T the current Forward uses (it uses the first B·T rows).
+struct Buffers {
+  float* params = nullptr;
+  bf16* params_bf16 = nullptr;
+  float* grads = nullptr;
+  int32_t* tokens = nullptr;   // (maxN)
+  int32_t* targets = nullptr;  // (maxN)
+  bf16* encoded = nullptr;     // (maxN, C)
+  bf16* ln1 = nullptr;         // (L, maxN, C)
+  float* ln1_mean = nullptr;   // (L, maxN)
+  float* ln1_rstd = nullptr;   // (L, maxN)
+  bf16* qkv = nullptr;         // (L, maxN, 3C)
+  bf16* atty = nullptr;        // (L, maxN, C)
+  float* att_lse = nullptr;    // (L, maxN·NH): (B, NH, T) per layer
+  bf16* residual2 = nullptr;   // (L, maxN, C)
+  bf16* ln2 = nullptr;         // (L, maxN, C)
+  float* ln2_mean = nullptr;   // (L, maxN)
+  float* ln2_rstd = nullptr;   // (L, maxN)
+  bf16* fch = nullptr;         // (L, maxN, 4C) pre-GELU
+  bf16* fch_gelu = nullptr;    // (L, maxN, 4C)
+  bf16* residual3 = nullptr;   // (L, maxN, C)
+  bf16* lnf = nullptr;         // (maxN, C)
+  float* lnf_mean = nullptr;   // (maxN)
+  float* lnf_rstd = nullptr;   // (maxN)
+  bf16* logits = nullptr;      // (maxN, Vp); dlogits after Backward
+  float* losses = nullptr;     // (maxN)
+  float* loss_sum = nullptr;   // (1)
+  bf16* dresidual = nullptr;   // (maxN, C) the residual stream's gradient
+  bf16* dsmall = nullptr;      // (maxN, C) dln / datty
+  bf16* dbig = nullptr;        // (maxN, 4C) dfch (GELU backward in place) / dqkv
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+
+// Lays the buffers out over `base` (null: sizes only) and fills `mem`.
+Buffers Carve(char* base, const GptConfig& c, int max_batch, int max_seq, GptCudaMemory* mem) {
+  *mem = GptCudaMemory{};
+  const size_t P = c.num_parameters();
+  const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab_size();
+  const size_t N = static_cast<size_t>(max_batch) * max_seq;
+  Carver cv(base);
+  Buffers b;
+  b.params = cv.Take<float>(P, &mem->params);
+  b.params_bf16 = cv.Take<bf16>(P, &mem->params_bf16);
+  b.grads = cv.Take<float>(P, &mem->grads);
+  size_t* act = &mem->activations;
+  b.tokens = cv.Take<int32_t>(N, act);
+  b.targets = cv.Take<int32_t>(N, act);
+  b.encoded = cv.Take<bf16>(N * C, act);
+  b.ln1 = cv.Take<bf16>(L * N * C, act);
+  b.ln1_mean = cv.Take<float>(L * N, act);
+  b.ln1_rstd = cv.Take<float>(L * N, act);
+  b.qkv = cv.Take<bf16>(L * N * 3 * C, act);
+  b.atty = cv.Take<bf16>(L * N * C, act);
+  b.att_lse = cv.Take<float>(L * N * NH, act);
+  b.residual2 = cv.Take<bf16>(L * N * C, act);
+  b.ln2 = cv.Take<bf16>(L * N * C, act);
+  b.ln2_mean = cv.Take<float>(L * N, act);
+  b.ln2_rstd = cv.Take<float>(L * N, act);
+  b.fch = cv.Take<bf16>(L * N * 4 * C, act);
+  b.fch_gelu = cv.Take<bf16>(L * N * 4 * C, act);
+  b.residual3 = cv.Take<bf16>(L * N * C, act);
+  b.lnf = cv.Take<bf16>(N * C, act);
+  b.lnf_mean = cv.Take<float>(N, act);
+  b.lnf_rstd = cv.Take<float>(N, act);
+  size_t logits_bytes = 0;
+  b.logits = cv.Take<bf16>(N * Vp, &logits_bytes);
+  mem->logits = logits_bytes;
+  mem->activations += logits_bytes;
+  b.losses = cv.Take<float>(N, act);
+  b.loss_sum = cv.Take<float>(1, act);
+  b.dresidual = cv.Take<bf16>(N * C, &mem->backward);
+  b.dsmall = cv.Take<bf16>(N * C, &mem->backward);
+  b.dbig = cv.Take<bf16>(N * 4 * C, &mem->backward);
+  b.scratch_bytes = ScratchBytes(c, max_batch, max_seq);
+  b.scratch = cv.Take<char>(b.scratch_bytes, &mem->scratch);
+  mem->total = cv.total();
+  return b;
+}
+
+// One finished slice of the gradient buffer and the event recorded behind its last writer.
+struct Slice {
+  size_t offset = 0, count = 0;
+  cudaEvent_t event = nullptr;
+};
+
+// "out of device memory: <what> needs N bytes (X GiB) on device d (Y GiB free of Z)".
+Error OutOfMemory(const std::string& what, size_t bytes, int device) {
+  size_t free_bytes = 0, total_bytes = 0;
+  std::string where = fmt::format("device {}", device);
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    where += fmt::format(" ({} free of {})", GiB(free_bytes), GiB(total_bytes));
+  }
+  (void)cudaGetLastError();  // a failed cudaMalloc leaves its error in the last-error slot
+  return Error(ErrorCode::kUnsatisfiable,
+               fmt::format("out of device memory: {} needs {} bytes ({}) on {}", what, bytes,
+                           GiB(bytes), where));
+}
+
+// cudaMalloc with the error above on failure.
+Result<void*> DeviceAlloc(size_t bytes, const std::string& what, int device) {
+  void* p = nullptr;
+  const cudaError_t st = cudaMalloc(&p, bytes);
+  if (st == cudaErrorMemoryAllocation) return std::unexpected(OutOfMemory(what, bytes, device));
+  COHORT_TRY_VOID(k::CheckCuda(st, "cudaMalloc"));
+  return p;
+}
+
+// bf16 bits to float (exact: a bf16 is the high half of a float).
+float Bf16BitsToFloat(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &word, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+struct GptCudaModel::Impl {
+  GptConfig config;
+  GptLayout layout;
+  int Vp = 0;
+  int max_batch = 0, max_seq = 0;
+  int device = 0;
+  GptCudaMemory memory;
+  char* arena = nullptr;
+  Buffers buf;
+  cudaStream_t stream = nullptr;
+  std::optional<k::Matmul> matmul;
+  float* loss_host = nullptr;  // pinned: where Forward reads the loss sum
+  std::vector<Slice> slices;   // Backward's ready() slices, in its order
+
+  // The last Forward.
+  int B = 0, T = 0;
+  int num_targets = 0;
+  bool backward_ready = false;  // a Forward with targets ran and was not back-propagated
+  bool logits_valid = false;    // the logits of the last Forward are in `buf.logits`
+
+  ~Impl() {
+    // Wait for queued work before freeing what it uses; errors cannot be reported here.
+    if (stream != nullptr) (void)cudaStreamSynchronize(stream);
+    for (Slice& s : slices) {
+      if (s.event != nullptr) (void)cudaEventDestroy(s.event);
+    }
+    matmul.reset();
+    if (loss_host != nullptr) (void)cudaFreeHost(loss_host);
+    if (arena != nullptr) (void)cudaFree(arena);
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  }
+
+  Result<void> UseDevice() { return k::CheckCuda(cudaSetDevice(device), "cudaSetDevice"); }
+
+  // Per-layer slices (fixed stride of the maximum shape, see Buffers).
+  size_t MaxN() const { return static_cast<size_t>(max_batch) * max_seq; }
+  float* G(size_t offset) const { return buf.grads + offset; }
+  const bf16* Pb(size_t offset) const { return buf.params_bf16 + offset; }
+
+  Result<void> Notify(size_t slice, const GradReadyFn& ready) {
+    const Slice& s = slices[slice];
+    COHORT_TRY_VOID(k::CheckCuda(cudaEventRecord(s.event, stream), "cudaEventRecord"));
+    if (ready) ready(s.offset, s.count);
+    return {};
+  }
+};
+
+Result<GptCudaMemory> GptCudaModel::PlanMemory(const GptConfig& config, int max_batch,
+                                               int max_seq) {
+  COHORT_TRY_VOID(CheckShape(config, max_batch, max_seq));
+  GptCudaMemory mem;
+  (void)Carve(nullptr, config, max_batch, max_seq, &mem);
+  // Without a device the encoder's sort cannot size its temporary storage (a few KB to MB,
+  // counted as 0 then) and leaves its failure in the runtime's last-error slot: clear it.
+  if (!k::DeviceCount()) (void)cudaGetLastError();
+  return mem;
+}
+
+Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& config,
+                                                           int max_batch, int max_seq) {
+  COHORT_TRY_VOID(CheckShape(config, max_batch, max_seq));
+  COHORT_TRY(k::DeviceCount());
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  m.config = config;
+  m.layout = GptLayout::Build(config);
+  m.Vp = config.padded_vocab_size();
+  m.max_batch = max_batch;
+  m.max_seq = max_seq;
+  COHORT_TRY_VOID(k::CheckCuda(cudaGetDevice(&m.device), "cudaGetDevice"));
+  COHORT_TRY_VOID(
+      k::CheckCuda(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+
+  (void)Carve(nullptr, config, max_batch, max_seq, &m.memory);
+  const std::string what = fmt::format(
+      "the GPT model ({:.1f}M parameters, batch {} x {} tokens: parameters and gradients {}, "
+      "activations {})",
+      config.num_parameters() / 1e6, max_batch, max_seq,
+      GiB(m.memory.params + m.memory.params_bf16 + m.memory.grads),
+      GiB(m.memory.activations + m.memory.backward + m.memory.scratch));
+  m.arena = static_cast<char*>(COHORT_TRY(DeviceAlloc(m.memory.total, what, m.device)));
+  GptCudaMemory check;
+  m.buf = Carve(m.arena, config, max_batch, max_seq, &check);
+
+  void* pinned = nullptr;
+  COHORT_TRY_VOID(k::CheckCuda(cudaMallocHost(&pinned, sizeof(float)), "cudaMallocHost"));
+  m.loss_host = static_cast<float*>(pinned);
+  m.matmul.emplace(COHORT_TRY(k::Matmul::Create(m.stream)));
+
+  // Backward's slices, in its order: ln_f, layer L-1 .. 0, wpe, wte.
+  const GptLayout& lay = m.layout;
+  const size_t C = config.n_embd;
+  m.slices.push_back({lay.ln_f_w, 2 * C});
+  for (int l = config.n_layer - 1; l >= 0; --l) {
+    m.slices.push_back({lay.layers[l].begin, lay.layers[l].end - lay.layers[l].begin});
+  }
+  m.slices.push_back({lay.wpe, static_cast<size_t>(config.max_seq_len) * C});
+  m.slices.push_back({lay.wte, static_cast<size_t>(m.Vp) * C});
+  for (Slice& s : m.slices) {
+    COHORT_TRY_VOID(k::CheckCuda(cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming),
+                                 "cudaEventCreate"));
+  }
+
+  // Zeroed parameters and gradients, as GptModel::Create.
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemsetAsync(m.buf.params, 0, m.config.num_parameters() * sizeof(float), m.stream),
+      "cudaMemsetAsync(params)"));
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemsetAsync(m.buf.params_bf16, 0, m.config.num_parameters() * sizeof(bf16), m.stream),
+      "cudaMemsetAsync(params_bf16)"));
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemsetAsync(m.buf.grads, 0, m.config.num_parameters() * sizeof(float), m.stream),
+      "cudaMemsetAsync(grads)"));
+  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(m.stream), "GptCudaModel::Create"));
+  return std::unique_ptr<GptCudaModel>(new GptCudaModel(std::move(impl)));
+}
+
+GptCudaModel::GptCudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GptCudaModel::~GptCudaModel() = default;
+
+const GptConfig& GptCudaModel::config() const { return impl_->config; }
+const std::vector<ParamTensor>& GptCudaModel::tensors() const { return impl_->layout.tensors; }
+size_t GptCudaModel::num_parameters() const { return impl_->config.num_parameters(); }
+int GptCudaModel::max_batch() const { return impl_->max_batch; }
+int GptCudaModel::max_seq() const { return impl_->max_seq; }
+int GptCudaModel::device() const { return impl_->device; }
+size_t GptCudaModel::device_bytes() const { return impl_->memory.total; }
+std::span<float> GptCudaModel::params_device() {
+  return {impl_->buf.params, num_parameters()};
+}
+std::span<float> GptCudaModel::grads_device() { return {impl_->buf.grads, num_parameters()}; }
+bf16* GptCudaModel::params_bf16_device() { return impl_->buf.params_bf16; }
+cudaStream_t GptCudaModel::stream() { return impl_->stream; }
+
+Result<void> GptCudaModel::CopyParamsFromHost(std::span<const float> params) {
+  Impl& m = *impl_;
+  if (params.size() != num_parameters()) {
+    return FieldError("params", "has {} values, the model {}", params.size(), num_parameters());
+  }
+  COHORT_TRY_VOID(m.UseDevice());
+  COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(m.buf.params, params.data(),
+                                               params.size() * sizeof(float),
+                                               cudaMemcpyHostToDevice, m.stream),
+                               "cudaMemcpyAsync(params to device)"));
+  k::ConvertToBf16(m.buf.params_bf16, m.buf.params, params.size(), m.stream);
+  COHORT_TRY_VOID(k::CheckLastLaunch("ConvertToBf16(params)"));
+  return k::CheckCuda(cudaStreamSynchronize(m.stream), "CopyParamsFromHost");
+}
+
+Result<void> GptCudaModel::ParamsWritten() {
+  Impl& m = *impl_;
+  COHORT_TRY_VOID(m.UseDevice());
+  k::ConvertToBf16(m.buf.params_bf16, m.buf.params, num_parameters(), m.stream);
+  COHORT_TRY_VOID(k::CheckLastLaunch("ConvertToBf16(params)"));
+  return k::CheckCuda(cudaStreamSynchronize(m.stream), "ParamsWritten");
+}
+
+Result<void> GptCudaModel::CopyParamsToHost(std::span<float> params) {
+  Impl& m = *impl_;
+  if (params.size() != num_parameters()) {
+    return FieldError("params", "has {} values, the model {}", params.size(), num_parameters());
+  }
+  COHORT_TRY_VOID(m.UseDevice());
+  COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(params.data(), m.buf.params,
+                                               params.size() * sizeof(float),
+                                               cudaMemcpyDeviceToHost, m.stream),
+                               "cudaMemcpyAsync(params to host)"));
+  return k::CheckCuda(cudaStreamSynchronize(m.stream), "CopyParamsToHost");
+}
+
+Result<void> GptCudaModel::CopyGradsToHost(std::span<float> grads) {
+  Impl& m = *impl_;
+  if (grads.size() != num_parameters()) {
+    return FieldError("grads", "has {} values, the model {}", grads.size(), num_parameters());
+  }
+  COHORT_TRY_VOID(m.UseDevice());
+  COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(grads.data(), m.buf.grads,
+                                               grads.size() * sizeof(float),
+                                               cudaMemcpyDeviceToHost, m.stream),
+                               "cudaMemcpyAsync(grads to host)"));
+  return k::CheckCuda(cudaStreamSynchronize(m.stream), "CopyGradsToHost");
+}
+
+Result<void> GptCudaModel::ZeroGrad() {
+  Impl& m = *impl_;
+  COHORT_TRY_VOID(m.UseDevice());
+  return k::CheckCuda(
+      cudaMemsetAsync(m.buf.grads, 0, num_parameters() * sizeof(float), m.stream),
+      "cudaMemsetAsync(grads)");
+}
+
+Result<void> GptCudaModel::Synchronize() {
+  COHORT_TRY_VOID(impl_->UseDevice());
+  return k::CheckCuda(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+}
+
+Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
+                                    std::span<const int32_t> targets, int B, int T) {
+  Impl& m = *impl_;
+  const GptConfig& cfg = m.config;
+  // The same checks, in the same order and words, as GptModel::Forward, plus the limits
+  // of the allocation.
+  if (B < 1) return FieldError("B", "batch size must be >= 1, got {}", B);
+  if (T < 1 || T > cfg.max_seq_len) {
+    return FieldError("T", "sequence length must be in [1, max_seq_len={}], got {}",
+                      cfg.max_seq_len, T);
+  }
+  if (B > m.max_batch) {
+    return FieldError("B", "batch size {} is above the {} sequences the model was created for",
+                      B, m.max_batch);
+  }
+  if (T > m.max_seq) {
+    return FieldError("T", "sequence length {} is above the {} tokens the model was created for",
+                      T, m.max_seq);
+  }
+  const size_t BT = static_cast<size_t>(B) * T;
+  if (tokens.size() != BT) {
+    return FieldError("tokens", "expected B*T = {} ids, got {}", BT, tokens.size());
+  }
+  if (!targets.empty() && targets.size() != BT) {
+    return FieldError("targets", "expected B*T = {} ids or none, got {}", BT, targets.size());
+  }
+  for (size_t i = 0; i < BT; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= cfg.vocab_size) {
+      return FieldError("tokens", "id {} at position {} is outside [0, vocab_size={})",
+                        tokens[i], i, cfg.vocab_size);
+    }
+  }
+  int count = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i] < -1 || targets[i] >= cfg.vocab_size) {
+      return FieldError("targets", "id {} at position {} is outside [-1, vocab_size={})",
+                        targets[i], i, cfg.vocab_size);
+    }
+    if (targets[i] >= 0) ++count;
+  }
+  COHORT_TRY_VOID(m.UseDevice());
+  m.backward_ready = false;
+  m.logits_valid = false;
+  m.B = B;
+  m.T = T;
+  m.num_targets = count;
+
+  const Buffers& b = m.buf;
+  cudaStream_t st = m.stream;
+  // Pageable sources: cudaMemcpyAsync stages them before returning, so the spans may
+  // change as soon as it returns; the copies stay ordered on the stream.
+  COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(b.tokens, tokens.data(), BT * sizeof(int32_t),
+                                               cudaMemcpyHostToDevice, st),
+                               "cudaMemcpyAsync(tokens)"));
+  if (!targets.empty()) {
+    COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(b.targets, targets.data(),
+                                                 BT * sizeof(int32_t), cudaMemcpyHostToDevice, st),
+                                 "cudaMemcpyAsync(targets)"));
+  }
+
+  const int C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer, N = static_cast<int>(BT);
+  const size_t maxN = m.MaxN(), NC = BT * C;
+  const GptLayout& lay = m.layout;
+  k::Matmul& mm = *m.matmul;
+
+  k::EncoderForward(b.encoded, b.tokens, m.Pb(lay.wte), m.Pb(lay.wpe), B, T, C, st);
+  COHORT_TRY_VOID(k::CheckLastLaunch("EncoderForward"));
+  for (int l = 0; l < L; ++l) {
+    const LayerOffsets& w = lay.layers[l];
+    const size_t lc = l * maxN * C, ls = l * maxN;  // this layer's slice: (maxN, C), (maxN)
+    const bf16* residual = l == 0 ? b.encoded : b.residual3 + (l - 1) * maxN * C;
+    bf16* ln1 = b.ln1 + lc;
+    bf16* qkv = b.qkv + 3 * lc;
+    bf16* atty = b.atty + lc;
+    float* lse = b.att_lse + ls * NH;
+    bf16* residual2 = b.residual2 + lc;
+    bf16* ln2 = b.ln2 + lc;
+    bf16* fch = b.fch + 4 * lc;
+    bf16* fch_gelu = b.fch_gelu + 4 * lc;
+    bf16* residual3 = b.residual3 + lc;
+
+    k::LayerNormForward(ln1, b.ln1_mean + ls, b.ln1_rstd + ls, residual, m.Pb(w.ln1_w),
+                        m.Pb(w.ln1_b), N, C, st);
+    COHORT_TRY_VOID(mm.Forward(qkv, ln1, m.Pb(w.qkv_w), m.Pb(w.qkv_b), N, C, 3 * C));
+    COHORT_TRY_VOID(
+        k::CheckCuda(k::AttentionForward(atty, lse, qkv, B, T, C, NH, st), "AttentionForward"));
+    COHORT_TRY_VOID(mm.Forward(residual2, atty, m.Pb(w.attn_proj_w), m.Pb(w.attn_proj_b), N, C, C));
+    k::ResidualForward(residual2, residual2, residual, NC, st);
+    k::LayerNormForward(ln2, b.ln2_mean + ls, b.ln2_rstd + ls, residual2, m.Pb(w.ln2_w),
+                        m.Pb(w.ln2_b), N, C, st);
+    COHORT_TRY_VOID(mm.Forward(fch, ln2, m.Pb(w.fc_w), m.Pb(w.fc_b), N, C, 4 * C));
+    k::GeluForward(fch_gelu, fch, 4 * NC, st);
+    COHORT_TRY_VOID(
+        mm.Forward(residual3, fch_gelu, m.Pb(w.fc_proj_w), m.Pb(w.fc_proj_b), N, 4 * C, C));
+    k::ResidualForward(residual3, residual3, residual2, NC, st);
+    COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Forward (transformer block)"));
+  }
+  const bf16* last = b.residual3 + (L - 1) * maxN * C;
+  k::LayerNormForward(b.lnf, b.lnf_mean, b.lnf_rstd, last, m.Pb(lay.ln_f_w), m.Pb(lay.ln_f_b), N,
+                      C, st);
+  COHORT_TRY_VOID(mm.Forward(b.logits, b.lnf, m.Pb(lay.wte), nullptr, N, C, m.Vp));
+  COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Forward (head)"));
+  m.logits_valid = true;
+  if (targets.empty()) return 0.0f;
+
+  // Per-row losses without touching the logits (the gradient is written by Backward, which
+  // knows loss_scale), their sum, and the one synchronisation of the step.
+  k::FusedClassifier(b.logits, b.losses, b.targets, N, cfg.vocab_size, m.Vp, 0.0f,
+                     /*write_grad=*/false, st);
+  k::SumLosses(b.loss_sum, b.losses, N, st);
+  COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Forward (loss)"));
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemcpyAsync(m.loss_host, b.loss_sum, sizeof(float), cudaMemcpyDeviceToHost, st),
+      "cudaMemcpyAsync(loss)"));
+  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(st), "GptCudaModel::Forward"));
+  m.backward_ready = true;
+  return count > 0 ? *m.loss_host / static_cast<float>(count) : 0.0f;
+}
+
+Result<std::vector<float>> GptCudaModel::LastLogits() {
+  Impl& m = *impl_;
+  if (!m.logits_valid) {
+    return MakeError(ErrorCode::kFailedPrecondition,
+                     "no logits: run Forward first (Backward overwrites them with their gradient)");
+  }
+  COHORT_TRY_VOID(m.UseDevice());
+  const size_t V = m.config.vocab_size, Vp = m.Vp, T = m.T, B = m.B;
+  std::vector<uint16_t> bits(B * V);
+  // Row (b·T + T − 1) of the (B·T, Vp) logits for each b: a 2-D copy with a source pitch
+  // of T rows.
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemcpy2DAsync(bits.data(), V * sizeof(uint16_t), m.buf.logits + (T - 1) * Vp,
+                        T * Vp * sizeof(bf16), V * sizeof(bf16), B, cudaMemcpyDeviceToHost,
+                        m.stream),
+      "cudaMemcpy2DAsync(logits)"));
+  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(m.stream), "LastLogits"));
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = Bf16BitsToFloat(bits[i]);
+  return out;
+}
+
+Result<void> GptCudaModel::Backward(float loss_scale, const GradReadyFn& ready) {
+  Impl& m = *impl_;
+  if (!m.backward_ready) {
+    return MakeError(ErrorCode::kFailedPrecondition,
+                     "Backward needs a Forward with targets first (each Forward can be "
+                     "back-propagated once)");
+  }
+  m.backward_ready = false;
+  m.logits_valid = false;
+  COHORT_TRY_VOID(m.UseDevice());
+  const GptConfig& cfg = m.config;
+  const GptLayout& lay = m.layout;
+  const int B = m.B, T = m.T, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
+  const int N = B * T;
+  const size_t maxN = m.MaxN(), NC = static_cast<size_t>(N) * C;
+  const Buffers& b = m.buf;
+  cudaStream_t st = m.stream;
+  k::Matmul& mm = *m.matmul;
+  if (k::EncoderBackwardScratchBytes(B, T) > b.scratch_bytes ||
+      k::LayerNormBackwardScratchBytes(N, C) > b.scratch_bytes ||
+      k::AttentionBackwardScratchBytes(B, T, C, NH) > b.scratch_bytes) {
+    return Errorf(ErrorCode::kInternal,
+                  "GptCudaModel: the kernels' scratch for B={} T={} exceeds the {} bytes "
+                  "planned for the maximum shape",
+                  B, T, b.scratch_bytes);
+  }
+
+  // Head: dlogits in place (scale = loss_scale / count: the gradient of loss_scale × the
+  // mean loss), then dlnf (overwritten) and wte's first gradient contribution.
+  const float scale = m.num_targets > 0 ? loss_scale / static_cast<float>(m.num_targets) : 0.0f;
+  k::FusedClassifier(b.logits, b.losses, b.targets, N, cfg.vocab_size, m.Vp, scale,
+                     /*write_grad=*/true, st);
+  COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(lay.wte), nullptr, b.logits, b.lnf, m.Pb(lay.wte),
+                              N, C, m.Vp));
+  // The residual stream's gradient starts at zero; every LayerNorm backward adds into it.
+  COHORT_TRY_VOID(k::CheckCuda(cudaMemsetAsync(b.dresidual, 0, NC * sizeof(bf16), st),
+                               "cudaMemsetAsync(dresidual)"));
+  k::LayerNormBackward(b.dresidual, m.G(lay.ln_f_w), m.G(lay.ln_f_b), b.dsmall,
+                       b.residual3 + (L - 1) * maxN * C, m.Pb(lay.ln_f_w), b.lnf_mean,
+                       b.lnf_rstd, N, C, b.scratch, st);
+  COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Backward (head)"));
+  size_t slice = 0;
+  COHORT_TRY_VOID(m.Notify(slice++, ready));  // ln_f
+
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerOffsets& w = lay.layers[l];
+    const size_t lc = l * maxN * C, ls = l * maxN;
+    const bf16* residual = l == 0 ? b.encoded : b.residual3 + (l - 1) * maxN * C;
+    const bf16* ln1 = b.ln1 + lc;
+    const bf16* qkv = b.qkv + 3 * lc;
+    const bf16* atty = b.atty + lc;
+    const float* lse = b.att_lse + ls * NH;
+    const bf16* residual2 = b.residual2 + lc;
+    const bf16* ln2 = b.ln2 + lc;
+    const bf16* fch = b.fch + 4 * lc;
+    const bf16* fch_gelu = b.fch_gelu + 4 * lc;
+
+    // MLP branch: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))).
+    // dbig = dresidual · fc_proj.w (N, 4C), then gelu' in place.
+    COHORT_TRY_VOID(mm.Backward(b.dbig, m.G(w.fc_proj_w), m.G(w.fc_proj_b), b.dresidual,
+                                fch_gelu, m.Pb(w.fc_proj_w), N, 4 * C, C));
+    k::GeluBackward(b.dbig, fch, b.dbig, 4 * NC, st);
+    COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(w.fc_w), m.G(w.fc_b), b.dbig, ln2, m.Pb(w.fc_w),
+                                N, C, 4 * C));
+    k::LayerNormBackward(b.dresidual, m.G(w.ln2_w), m.G(w.ln2_b), b.dsmall, residual2,
+                         m.Pb(w.ln2_w), b.ln2_mean + ls, b.ln2_rstd + ls, N, C, b.scratch, st);
+    // Attention branch: residual2 = residual + attn_proj(attention(qkv(ln1(residual)))).
+    // dsmall = datty; dbig = dqkv (N, 3C); dsmall = dln1.
+    COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(w.attn_proj_w), m.G(w.attn_proj_b), b.dresidual,
+                                atty, m.Pb(w.attn_proj_w), N, C, C));
+    COHORT_TRY_VOID(k::CheckCuda(
+        k::AttentionBackward(b.dbig, b.dsmall, qkv, atty, lse, B, T, C, NH, b.scratch, st),
+        "AttentionBackward"));
+    COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(w.qkv_w), m.G(w.qkv_b), b.dbig, ln1,
+                                m.Pb(w.qkv_w), N, C, 3 * C));
+    k::LayerNormBackward(b.dresidual, m.G(w.ln1_w), m.G(w.ln1_b), b.dsmall, residual,
+                         m.Pb(w.ln1_w), b.ln1_mean + ls, b.ln1_rstd + ls, N, C, b.scratch, st);
+    COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Backward (transformer block)"));
+    COHORT_TRY_VOID(m.Notify(slice++, ready));  // layer l
+  }
+
+  k::EncoderBackward(m.G(lay.wte), m.G(lay.wpe), b.dresidual, b.tokens, B, T, C, b.scratch, st);
+  COHORT_TRY_VOID(k::CheckLastLaunch("EncoderBackward"));
+  COHORT_TRY_VOID(m.Notify(slice++, ready));  // wpe
+  COHORT_TRY_VOID(m.Notify(slice++, ready));  // wte
+  return {};
+}
+
+Result<void> GptCudaModel::WaitGradsReady(size_t offset, size_t count) {
+  // Called from the communication thread too: make the model's device current there (the
+  // nccl communicator makes its own current again on each call).
+  COHORT_TRY_VOID(impl_->UseDevice());
+  const size_t end = offset + count;
+  for (const Slice& s : impl_->slices) {
+    if (s.offset >= end || s.offset + s.count <= offset) continue;
+    COHORT_TRY_VOID(k::CheckCuda(cudaEventSynchronize(s.event), "cudaEventSynchronize(gradients)"));
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------
+
+struct GptCudaAdamW::Impl {
+  GptCudaModel* model = nullptr;
+  AdamWConfig config;
+  std::vector<DecayRange> runs;  // maximal runs of tensors with the same decay flag
+  int64_t t = 0;
+  size_t n = 0;
+  char* arena = nullptr;  // m, v, the norm, the clip factor and the norm's scratch
+  float* m = nullptr;
+  float* v = nullptr;
+  double* norm_sq = nullptr;
+  float* clip_scale = nullptr;
+  void* scratch = nullptr;
+  size_t bytes = 0;
+  double* norm_host = nullptr;  // pinned
+
+  ~Impl() {
+    if (model != nullptr) (void)cudaStreamSynchronize(model->stream());
+    if (norm_host != nullptr) (void)cudaFreeHost(norm_host);
+    if (arena != nullptr) (void)cudaFree(arena);
+  }
+};
+
+Result<std::unique_ptr<GptCudaAdamW>> GptCudaAdamW::Create(GptCudaModel& model,
+                                                           const AdamWConfig& config) {
+  COHORT_TRY_VOID(config.Validate());
+  auto impl = std::make_unique<Impl>();
+  Impl& o = *impl;
+  o.model = &model;
+  o.config = config;
+  o.n = model.num_parameters();
+  // The decay ranges as the CPU trainer builds them (one per tensor), merged where
+  // neighbours agree: fewer launches, the same update.
+  std::vector<ParamTensor> sorted = model.tensors();
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ParamTensor& a, const ParamTensor& b) { return a.offset < b.offset; });
+  size_t covered = 0;
+  for (const ParamTensor& t : sorted) {
+    if (t.offset != covered) {
+      return Errorf(ErrorCode::kInternal, "parameter layout has a gap or overlap at {}", t.offset);
+    }
+    covered += t.numel;
+    if (!o.runs.empty() && o.runs.back().decay == t.weight_decay) {
+      o.runs.back().count += t.numel;
+    } else {
+      o.runs.push_back({t.offset, t.numel, t.weight_decay});
+    }
+  }
+  if (covered != o.n) {
+    return Errorf(ErrorCode::kInternal, "parameter layout covers {} of {} values", covered, o.n);
+  }
+
+  COHORT_TRY_VOID(k::CheckCuda(cudaSetDevice(model.device()), "cudaSetDevice"));
+  Carver sizing(nullptr);
+  (void)sizing.Take<float>(o.n, nullptr);
+  (void)sizing.Take<float>(o.n, nullptr);
+  (void)sizing.Take<double>(1, nullptr);
+  (void)sizing.Take<float>(1, nullptr);
+  (void)sizing.Take<char>(std::max<size_t>(1, k::GradNormScratchBytes(o.n)), nullptr);
+  o.bytes = sizing.total();
+  o.arena = static_cast<char*>(COHORT_TRY(DeviceAlloc(
+      o.bytes,
+      fmt::format("the AdamW state ({:.1f}M parameters: m, v)", o.n / 1e6), model.device())));
+  Carver cv(o.arena);
+  o.m = cv.Take<float>(o.n, nullptr);
+  o.v = cv.Take<float>(o.n, nullptr);
+  o.norm_sq = cv.Take<double>(1, nullptr);
+  o.clip_scale = cv.Take<float>(1, nullptr);
+  o.scratch = cv.Take<char>(std::max<size_t>(1, k::GradNormScratchBytes(o.n)), nullptr);
+  void* pinned = nullptr;
+  COHORT_TRY_VOID(k::CheckCuda(cudaMallocHost(&pinned, sizeof(double)), "cudaMallocHost"));
+  o.norm_host = static_cast<double*>(pinned);
+  cudaStream_t st = model.stream();
+  COHORT_TRY_VOID(k::CheckCuda(cudaMemsetAsync(o.m, 0, o.n * sizeof(float), st),
+                               "cudaMemsetAsync(m)"));
+  COHORT_TRY_VOID(k::CheckCuda(cudaMemsetAsync(o.v, 0, o.n * sizeof(float), st),
+                               "cudaMemsetAsync(v)"));
+  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(st), "GptCudaAdamW::Create"));
+  return std::unique_ptr<GptCudaAdamW>(new GptCudaAdamW(std::move(impl)));
+}
+
+GptCudaAdamW::GptCudaAdamW(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GptCudaAdamW::~GptCudaAdamW() = default;
+
+int64_t GptCudaAdamW::t() const { return impl_->t; }
+std::span<float> GptCudaAdamW::m_device() { return {impl_->m, impl_->n}; }
+std::span<float> GptCudaAdamW::v_device() { return {impl_->v, impl_->n}; }
+size_t GptCudaAdamW::device_bytes() const { return impl_->bytes; }
+
+Result<double> GptCudaAdamW::Step(float lr, double max_norm) {
+  Impl& o = *impl_;
+  GptCudaModel& model = *o.model;
+  COHORT_TRY_VOID(k::CheckCuda(cudaSetDevice(model.device()), "cudaSetDevice"));
+  cudaStream_t st = model.stream();
+  float* params = model.params_device().data();
+  const float* grads = model.grads_device().data();
+  bf16* params_bf16 = model.params_bf16_device();
+  k::GlobalNormAndClipScale(o.norm_sq, o.clip_scale, grads, o.n, static_cast<float>(max_norm),
+                            o.scratch, st);
+  ++o.t;
+  for (const DecayRange& r : o.runs) {
+    k::AdamWStep s;
+    s.lr = lr;
+    s.beta1 = o.config.beta1;
+    s.beta2 = o.config.beta2;
+    s.eps = o.config.eps;
+    s.weight_decay = r.decay ? o.config.weight_decay : 0.0f;
+    s.t = o.t;
+    s.grad_scale = o.clip_scale;
+    k::AdamWUpdate(params + r.offset, params_bf16 + r.offset, grads + r.offset, o.m + r.offset,
+                   o.v + r.offset, r.count, s, st);
+  }
+  COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaAdamW::Step"));
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemcpyAsync(o.norm_host, o.norm_sq, sizeof(double), cudaMemcpyDeviceToHost, st),
+      "cudaMemcpyAsync(grad norm)"));
+  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(st), "GptCudaAdamW::Step"));
+  return std::sqrt(*o.norm_host);
+}
+
+Result<void> GptCudaAdamW::CopyStateToHost(std::span<float> m, std::span<float> v) {
+  Impl& o = *impl_;
+  if (m.size() != o.n || v.size() != o.n) {
+    return FieldError("m", "m and v need {} values each, got {} and {}", o.n, m.size(), v.size());
+  }
+  cudaStream_t st = o.model->stream();
+  COHORT_TRY_VOID(k::CheckCuda(cudaSetDevice(o.model->device()), "cudaSetDevice"));
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemcpyAsync(m.data(), o.m, o.n * sizeof(float), cudaMemcpyDeviceToHost, st),
+      "cudaMemcpyAsync(m to host)"));
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemcpyAsync(v.data(), o.v, o.n * sizeof(float), cudaMemcpyDeviceToHost, st),
+      "cudaMemcpyAsync(v to host)"));
+  return k::CheckCuda(cudaStreamSynchronize(st), "GptCudaAdamW::CopyStateToHost");
+}
+
+Result<void> GptCudaAdamW::Restore(std::span<const float> m, std::span<const float> v,
+                                   int64_t t) {
+  Impl& o = *impl_;
+  if (m.size() != o.n) return FieldError("m", "has {} values, the optimizer {}", m.size(), o.n);
+  if (v.size() != o.n) return FieldError("v", "has {} values, the optimizer {}", v.size(), o.n);
+  if (t < 0) return FieldError("t", "must be >= 0, got {}", t);
+  cudaStream_t st = o.model->stream();
+  COHORT_TRY_VOID(k::CheckCuda(cudaSetDevice(o.model->device()), "cudaSetDevice"));
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemcpyAsync(o.m, m.data(), o.n * sizeof(float), cudaMemcpyHostToDevice, st),
+      "cudaMemcpyAsync(m to device)"));
+  COHORT_TRY_VOID(k::CheckCuda(
+      cudaMemcpyAsync(o.v, v.data(), o.n * sizeof(float), cudaMemcpyHostToDevice, st),
+      "cudaMemcpyAsync(v to device)"));
+  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(st), "GptCudaAdamW::Restore"));
+  o.t = t;
+  return {};
+}
+
+Result<void> GptCudaAdamW::SetStep(int64_t t) {
+  if (t < 0) return FieldError("t", "must be >= 0, got {}", t);
+  impl_->t = t;
+  return {};
+}
+
+}  // namespace cohort::engine

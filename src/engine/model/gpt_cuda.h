@@ -1,0 +1,180 @@
+// GptCudaModel: the GPU twin of GptModel (gpt.h) — the same GPT-2 architecture, GptConfig
+// and flat parameter layout (GptLayout), so checkpoints, safetensors import/export and the
+// AdamW decay ranges are shared with the CPU reference. GptCudaAdamW is its optimizer.
+//
+// Precision (issue 5): float32 master parameters, float32 gradients, a bf16 copy of the
+// parameters that the forward and backward read, bf16 activations, float32 statistics
+// (LayerNorm mean/rstd, attention log-sum-exp, losses); every reduction accumulates in
+// float32. Matrix products go through cuBLASLt (kernels/cuda/matmul.h).
+//
+// Memory. Create allocates everything once on the CUDA device current on the calling
+// thread, for up to `max_batch` sequences of up to `max_seq` tokens (llm.c's plan): per
+// layer ln1 out + mean/rstd, qkv, attention out + lse, the residual after attention (the
+// attention projection is written into it and the skip added in place, as GptModel does),
+// ln2 out + mean/rstd, fc out (pre-GELU), GELU out, and the residual after the MLP (the MLP
+// projection likewise written into it); the encoder output, ln_f out + stats, and the
+// logits (B·T·Vp bf16), which the backward overwrites with d(loss)/d(logits). The
+// backward reuses three buffers for the whole stack (the residual stream's gradient, one
+// B·T·C and one B·T·4C temporary) and one scratch area for the kernels that need one.
+// PlanMemory reports the bytes without a device.
+//
+// Streams and synchronisation. All work runs on one non-blocking compute stream, in order;
+// nothing touches the legacy default stream. Forward with targets synchronises once (to
+// read the loss); Backward does not synchronise. Backward calls ready(offset, count) in
+// GptModel's order (ln_f, layer L-1, ..., layer 0, wpe, wte), each time right after
+// recording a CUDA event on the compute stream behind the last kernel that writes that
+// slice; WaitGradsReady (any thread) blocks on exactly the events of the slices a range
+// touches, which is how DdpReducer's communication thread knows a bucket's gradients are
+// in device memory before it hands them to NCCL.
+//
+// Threads: one thread calls a model at a time (the one that created it, or any thread after
+// it has made the model's device current — every method makes it current again); the
+// exception is WaitGradsReady, which any thread may call while Backward runs or after it.
+// The `ready` callback runs on the calling thread and must not call into the model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "engine/kernels/cuda/common.cuh"
+#include "engine/model/gpt.h"
+#include "engine/optim/adamw.h"
+
+namespace cohort::engine {
+
+// Device bytes GptCudaModel::Create allocates for a configuration and batch shape.
+struct GptCudaMemory {
+  size_t params = 0;       // float32 master copy
+  size_t params_bf16 = 0;  // bf16 copy read by the kernels
+  size_t grads = 0;        // float32
+  size_t activations = 0;  // saved for the backward, including the logits
+  size_t logits = 0;       // of which: the B·T·Vp bf16 logits (reused for dlogits)
+  size_t backward = 0;     // the backward's temporaries
+  size_t scratch = 0;      // kernels' scratch (encoder/LayerNorm/attention backward)
+  size_t total = 0;        // everything above, in one allocation (alignment included)
+};
+
+class GptCudaModel {
+ public:
+  // The memory plan without allocating (on a machine without a device the encoder's sort
+  // storage, a few KB, is not counted). Errors as Create's kInvalidArgument cases.
+  static Result<GptCudaMemory> PlanMemory(const GptConfig& config, int max_batch, int max_seq);
+
+  // Creates the model on the current CUDA device with zeroed parameters (copy weights in
+  // with CopyParamsFromHost). kInvalidArgument naming the field: an invalid config,
+  // max_batch < 1, max_seq outside [1, config.max_seq_len], model.n_embd not a multiple
+  // of 8 (16-byte vector access), or a head size (n_embd / n_head) that the attention
+  // kernel does not support. kUnavailable when there is no usable device.
+  // kUnsatisfiable "out of device memory: ... needs N bytes" when the allocation fails
+  // (Cohort's ErrorCode has no resource-exhausted code; unsatisfiable is the nearest:
+  // this configuration cannot run on this device); kInternal for other CUDA failures.
+  static Result<std::unique_ptr<GptCudaModel>> Create(const GptConfig& config, int max_batch,
+                                                      int max_seq);
+  ~GptCudaModel();
+  GptCudaModel(const GptCudaModel&) = delete;
+  GptCudaModel& operator=(const GptCudaModel&) = delete;
+
+  const GptConfig& config() const;
+  const std::vector<ParamTensor>& tensors() const;
+  size_t num_parameters() const;
+  int max_batch() const;
+  int max_seq() const;
+  int device() const;           // the CUDA device ordinal
+  size_t device_bytes() const;  // allocated by the model (cuBLASLt's workspace not counted)
+
+  // Copies all parameters in (float32, the GptModel layout) and refreshes the bf16 copy;
+  // returns when the copy is done. kInvalidArgument on a size mismatch.
+  Result<void> CopyParamsFromHost(std::span<const float> params);
+  // Copies the float32 parameters (resp. gradients) out; returns when done.
+  Result<void> CopyParamsToHost(std::span<float> params);
+  Result<void> CopyGradsToHost(std::span<float> grads);
+
+  // Refreshes the bf16 copy after the float32 parameters were written in device memory by
+  // other means (a broadcast into params_device()); returns when done.
+  Result<void> ParamsWritten();
+
+  // Device memory, for the optimizer and data parallelism (num_parameters() floats each;
+  // spans over DEVICE memory: never dereference them on the host).
+  std::span<float> params_device();
+  std::span<float> grads_device();
+  cuda::bf16* params_bf16_device();  // num_parameters() values
+  cudaStream_t stream();             // the compute stream
+
+  // As GptModel::Forward: tokens B·T ids in [0, vocab_size), targets B·T ids in [-1,
+  // vocab_size) or empty; returns the mean cross-entropy over the targets >= 0 (0 without
+  // targets or when every target is -1). Also kInvalidArgument when B > max_batch or
+  // T > max_seq. Synchronises once when there are targets. kInternal on a CUDA error.
+  Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                        int B, int T);
+
+  // Logits (vocab_size values per sequence, float) at position T-1 of every sequence of
+  // the last Forward: B·vocab_size values. kFailedPrecondition when no Forward ran or a
+  // Backward has since overwritten the logits.
+  Result<std::vector<float>> LastLogits();
+
+  Result<void> ZeroGrad();
+
+  // As GptModel::Backward: adds loss_scale × d(loss)/d(params) into the gradients and
+  // calls `ready` per finished slice (see above). kFailedPrecondition without a preceding
+  // Forward with targets. Returns without waiting for the GPU; a CUDA error surfaces here
+  // or at the next synchronising call.
+  Result<void> Backward(float loss_scale, const GradReadyFn& ready = {});
+
+  // Blocks until the gradients of every slice overlapping [offset, offset + count) that
+  // the last Backward computes are in device memory. Any thread. kInternal on a CUDA error.
+  Result<void> WaitGradsReady(size_t offset, size_t count);
+
+  // Waits for all work queued on the compute stream; kInternal naming a failure.
+  Result<void> Synchronize();
+
+ private:
+  struct Impl;
+  explicit GptCudaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// AdamW on the device over a GptCudaModel's parameters (torch.optim.AdamW, as
+// engine/optim/adamw.h, whose decay ranges it uses: matrices and embeddings decay,
+// biases and LayerNorm do not), with torch's clip_grad_norm_ fused in: the global norm
+// and the clipping factor are computed on the device and the update reads the factor
+// from device memory. The moments m, v are float32 on the device. Same thread rules as
+// the model it was made for, which must outlive it.
+class GptCudaAdamW {
+ public:
+  // kInvalidArgument from config.Validate(); kUnsatisfiable / kInternal as Create.
+  static Result<std::unique_ptr<GptCudaAdamW>> Create(GptCudaModel& model,
+                                                      const AdamWConfig& config);
+  ~GptCudaAdamW();
+  GptCudaAdamW(const GptCudaAdamW&) = delete;
+  GptCudaAdamW& operator=(const GptCudaAdamW&) = delete;
+
+  // One step: t += 1; the gradients are scaled by min(1, max_norm / (norm + 1e-6)) (no
+  // clipping when max_norm <= 0) inside the update, which also refreshes the bf16
+  // parameters. Returns the gradient norm before clipping: the one host round trip.
+  Result<double> Step(float lr, double max_norm);
+
+  int64_t t() const;
+  // Moments in device memory (num_parameters() floats; never dereference on the host).
+  std::span<float> m_device();
+  std::span<float> v_device();
+  // Copies m and v out; returns when done.
+  Result<void> CopyStateToHost(std::span<float> m, std::span<float> v);
+  // Uploads m and v and sets t (checkpoint load). kInvalidArgument on a size mismatch or
+  // t < 0.
+  Result<void> Restore(std::span<const float> m, std::span<const float> v, int64_t t);
+  // Sets t alone (after m and v arrived in device memory by other means, e.g. a broadcast).
+  Result<void> SetStep(int64_t t);
+  size_t device_bytes() const;
+
+ private:
+  struct Impl;
+  explicit GptCudaAdamW(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort::engine

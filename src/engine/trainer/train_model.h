@@ -1,0 +1,114 @@
+// TrainModel: the model and optimizer one rank of `cohort train` trains, on the device the
+// config names (train.device). "cpu": the float32 reference GptModel with AdamW and
+// ClipGradNorm, everything in host memory. "cuda": GptCudaModel with GptCudaAdamW on this
+// rank's GPU (bf16 activations, float32 master weights, gradients and optimizer state),
+// parameters, gradients and moments in device memory. The training loop (trainer.cc) sees
+// only this interface, so both devices share the data path, the schedule, the checkpoints
+// (the same flat layout: a checkpoint written on one device resumes on the other), the log
+// and data parallelism (DdpReducer over the gradients wherever they live).
+//
+// Collectives. A communicator moves host memory (gloo) or device memory (nccl), and the
+// CUDA model always trains with nccl: the trainer's own collectives on host values (the
+// resume header, the loss average) go through BroadcastHost/AllReduceHost, which stage
+// them through device memory on CUDA. Parameters and optimizer state are broadcast where
+// they live.
+//
+// Threads: the training thread calls everything; DdpReducer's thread calls the function
+// grad_wait() returns.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/model/gpt.h"
+#include "engine/optim/adamw.h"
+#include "engine/parallel/ddp.h"
+#include "engine/trainer/device_peak.h"
+
+namespace cohort::engine {
+
+class TrainModel {
+ public:
+  virtual ~TrainModel() = default;
+
+  virtual const GptConfig& config() const = 0;
+  virtual size_t num_params() const = 0;
+
+  // As GptModel (gpt.h): gradients accumulate over Backward calls until ZeroGrad.
+  virtual Result<void> ZeroGrad() = 0;
+  virtual Result<float> Forward(std::span<const int32_t> tokens,
+                                std::span<const int32_t> targets, int B, int T) = 0;
+  virtual Result<void> Backward(float loss_scale, const GradReadyFn& ready) = 0;
+  // Clips the gradients to max_norm (torch's clip_grad_norm_; <= 0: no clipping) and
+  // applies one AdamW step with `lr`. Returns the gradient norm before clipping.
+  virtual Result<double> ClipAndStep(double max_norm, float lr) = 0;
+
+  // The gradient buffer DdpReducer averages (host or device memory, see DdpReducer) and
+  // the wait it runs before each bucket (empty when reported gradients are already final).
+  virtual std::span<float> grads() = 0;
+  virtual DdpReducer::WaitReadyFn grad_wait() = 0;
+
+  // Collectives on host values through `comm` (root 0 for the broadcast).
+  virtual Result<void> BroadcastHost(comm::Communicator& comm, void* data, size_t count,
+                                     comm::DataType type) = 0;
+  virtual Result<void> AllReduceHost(comm::Communicator& comm, float* data, size_t count,
+                                     comm::ReduceOp op) = 0;
+
+  // Resume: rank 0 passes the loaded checkpoint (its buffers may be moved from), the other
+  // ranks null; with `comm` every rank ends with rank 0's parameters and AdamW state and
+  // step `adam_t`.
+  virtual Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt,
+                                    int64_t adam_t) = 0;
+  // Fresh start: every rank takes rank 0's initial parameters.
+  virtual Result<void> BroadcastParams(comm::Communicator& comm) = 0;
+  // Points view.params, adam_m, adam_v at host copies of the state and sets adam_t; the
+  // spans stay valid until the next call on the model.
+  virtual Result<void> StateForCheckpoint(CheckpointView& view) = 0;
+
+  // Sampling: runs the model on `window` (1 to max_window() ids) and returns the
+  // vocab_size logits of its last position.
+  virtual Result<std::vector<float>> NextTokenLogits(std::span<const int32_t> window) = 0;
+  virtual int max_window() const = 0;
+
+  // Writes the parameters as GPT-2 safetensors (checkpoint/gpt2_safetensors.h).
+  virtual Result<void> Export(const std::string& path) = 0;
+};
+
+// The CPU reference: takes the (initialised) model.
+Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const AdamWConfig& adamw);
+
+// The device a CUDA rank trains on, chosen by SelectCudaDevice.
+struct CudaDeviceChoice {
+  int device = 0;     // ordinal among the GPUs this process sees
+  int visible = 0;    // how many it sees
+  std::string name;   // "NVIDIA H100 80GB HBM3"
+  size_t memory = 0;  // bytes
+  DevicePeak peak;    // dense bf16; flops 0 when the GPU is not in the table
+};
+
+// Makes this rank's GPU current on the calling thread: GPU `local_rank` of those this
+// process sees, or GPU 0 when it sees exactly one (a launcher that gives each task its
+// own GPU through CUDA_VISIBLE_DEVICES). Errors, before anything else is touched:
+// kUnsatisfiable "train.device is cuda but this build has no CUDA support" in a build
+// without CUDA; kUnavailable "train.device is cuda but no CUDA device is usable: <reason>"
+// when there is no GPU or driver, or local_rank names a GPU this process does not see.
+Result<CudaDeviceChoice> SelectCudaDevice(int local_rank);
+
+// The CUDA model (on the current device) for micro-batches of up to max_batch sequences
+// of up to max_seq tokens, starting from `initial`'s parameters (the same weights as a CPU
+// run with the same seed). kUnsatisfiable without CUDA in the build; the model's errors
+// (gpt_cuda.h) otherwise. `description` receives a line for the log (memory).
+Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
+                                                       const AdamWConfig& adamw, int max_batch,
+                                                       int max_seq, std::string* description);
+
+// True when this binary was built with the CUDA engine.
+bool CudaTrainingBuilt();
+
+}  // namespace cohort::engine

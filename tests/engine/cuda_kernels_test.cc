@@ -1,0 +1,760 @@
+// Parity of the CUDA kernels (src/engine/kernels/cuda, all but attention) with the float32
+// CPU reference (kernels/cpu, engine/optim), issue 5. Each test draws fresh random inputs,
+// rounds them to bf16 on the host, feeds the same rounded values to both sides, poisons
+// the GPU outputs first (NaN) and compares with RelError (double): < 1e-2 for bf16
+// outputs, < 1e-4 for float32 ones. Accumulating outputs start from random values on both
+// sides. Sizes include odd ones and unaligned pointers, which take the scalar paths.
+// Every test skips when no CUDA device is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "engine/kernels/cpu/cross_entropy.h"
+#include "engine/kernels/cpu/encoder.h"
+#include "engine/kernels/cpu/gelu.h"
+#include "engine/kernels/cpu/layernorm.h"
+#include "engine/kernels/cpu/matmul.h"
+#include "engine/kernels/cpu/residual.h"
+#include "engine/kernels/cuda/adamw.cuh"
+#include "engine/kernels/cuda/common.cuh"
+#include "engine/kernels/cuda/cross_entropy.cuh"
+#include "engine/kernels/cuda/encoder.cuh"
+#include "engine/kernels/cuda/gelu.cuh"
+#include "engine/kernels/cuda/grad_norm.cuh"
+#include "engine/kernels/cuda/layernorm.cuh"
+#include "engine/kernels/cuda/matmul.cuh"
+#include "engine/kernels/cuda/matmul.h"
+#include "engine/kernels/cuda/residual.cuh"
+#include "engine/kernels/cuda/status.h"
+#include "engine/optim/adamw.h"
+#include "engine/optim/grad_clip.h"
+#include "cuda_test_util.h"
+
+namespace cohort::engine::cuda {
+namespace {
+
+namespace ct = ::cohort::engine::cuda::testing;
+using ct::DeviceBuffer;
+using ct::RelError;
+using ct::RandomVector;
+using ct::RoundBf16;
+
+constexpr double kBf16Tol = 1e-2;
+constexpr double kFloatTol = 1e-4;
+constexpr cudaStream_t kStream = nullptr;
+
+std::vector<int32_t> RandomTokens(size_t n, int vocab, uint64_t seed) {
+  const std::vector<float> u = RandomVector(n, seed, 1.0f);
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) {
+    int v = static_cast<int>((u[i] * 0.5f + 0.5f) * vocab);
+    t[i] = v < 0 ? 0 : (v >= vocab ? vocab - 1 : v);
+  }
+  return t;
+}
+
+// Bitwise equality of two float vectors (determinism checks).
+bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// common.cuh
+
+// Conversions at an aligned start and one element in (the scalar path); n odd.
+void CheckConversions(size_t n, size_t offset) {
+  const std::vector<float> x = RandomVector(n, 11 + offset, 3.0f);
+  DeviceBuffer<float> src(n + offset);
+  DeviceBuffer<ct::bf16> half(n + offset);
+  DeviceBuffer<float> back(n + offset);
+  half.Poison();
+  back.Poison();
+  COHORT_ASSERT_CUDA(cudaMemcpy(src.data() + offset, x.data(), n * sizeof(float),
+                                cudaMemcpyHostToDevice));
+  ConvertToBf16(half.data() + offset, src.data() + offset, n, kStream);
+  ConvertToFloat(back.data() + offset, half.data() + offset, n, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  const std::vector<ct::bf16> h = half.Download();
+  const std::vector<float> f = back.Download();
+  const std::vector<float> rounded = RoundBf16(x);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(ct::Bf16Bits(ct::ToFloat(h[offset + i])), ct::Bf16Bits(x[i])) << "element " << i;
+    ASSERT_EQ(f[offset + i], rounded[i]) << "element " << i;
+  }
+  for (size_t i = 0; i < offset; ++i) {
+    EXPECT_TRUE(std::isnan(f[i])) << "element " << i << " before the range was written";
+  }
+}
+
+TEST(CudaCommonTest, ConvertRoundsToNearestEvenAligned) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckConversions(100003, 0);
+}
+
+TEST(CudaCommonTest, ConvertRoundsToNearestEvenUnaligned) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckConversions(4099, 1);
+}
+
+TEST(CudaCommonTest, FillWritesExactlyTheRange) {
+  COHORT_SKIP_WITHOUT_GPU();
+  for (size_t offset : {size_t{0}, size_t{1}}) {
+    const size_t n = 10007;
+    DeviceBuffer<float> buf(n + 2);
+    buf.Poison();
+    Fill(buf.data() + offset, -2.75f, n, kStream);
+    COHORT_ASSERT_LAUNCHES_OK();
+    const std::vector<float> f = buf.Download();
+    for (size_t i = 0; i < n + 2; ++i) {
+      if (i >= offset && i < offset + n) {
+        ASSERT_EQ(f[i], -2.75f) << "element " << i << " offset " << offset;
+      } else {
+        ASSERT_TRUE(std::isnan(f[i])) << "element " << i << " outside the range was written";
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// encoder.cuh
+
+void CheckEncoderForward(int B, int T, int C, int V) {
+  const std::vector<int32_t> tokens = RandomTokens(static_cast<size_t>(B) * T, V, 21);
+  const std::vector<float> wte = RoundBf16(RandomVector(static_cast<size_t>(V) * C, 22));
+  const std::vector<float> wpe = RoundBf16(RandomVector(static_cast<size_t>(T) * C, 23));
+  std::vector<float> ref(static_cast<size_t>(B) * T * C);
+  cpu::EncoderForward(ref.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+
+  DeviceBuffer<int32_t> d_tokens(tokens);
+  auto d_wte = ct::UploadBf16(wte);
+  auto d_wpe = ct::UploadBf16(wpe);
+  DeviceBuffer<ct::bf16> d_out(ref.size());
+  d_out.Poison();
+  EncoderForward(d_out.data(), d_tokens.data(), d_wte.data(), d_wpe.data(), B, T, C, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_LT(RelError(ct::DownloadBf16(d_out), ref), kBf16Tol) << B << "x" << T << "x" << C;
+}
+
+TEST(CudaEncoderTest, ForwardMatchesCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckEncoderForward(4, 64, 768, 1000);  // 16-byte path
+  CheckEncoderForward(3, 17, 40, 13);     // 16-byte path, odd B·T
+  CheckEncoderForward(2, 5, 12, 7);       // C % 8 != 0: scalar path
+}
+
+// dwte, dwpe start from random values (the backward accumulates). Runs the GPU backward
+// twice from the same start and requires bitwise-equal results.
+void CheckEncoderBackward(const std::vector<int32_t>& tokens, int B, int T, int C, int V) {
+  SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " C=" << C << " V=" << V);
+  const std::vector<float> dout = RoundBf16(RandomVector(static_cast<size_t>(B) * T * C, 31));
+  const std::vector<float> dwte0 = RandomVector(static_cast<size_t>(V) * C, 32, 0.5f);
+  const std::vector<float> dwpe0 = RandomVector(static_cast<size_t>(T) * C, 33, 0.5f);
+  std::vector<float> dwte = dwte0, dwpe = dwpe0;
+  cpu::EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+
+  DeviceBuffer<int32_t> d_tokens(tokens);
+  auto d_dout = ct::UploadBf16(dout);
+  const size_t scratch_bytes = EncoderBackwardScratchBytes(B, T);
+  ASSERT_GT(scratch_bytes, 0u);
+  DeviceBuffer<char> scratch(scratch_bytes);
+  std::vector<float> first_wte, first_wpe;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer<float> d_dwte(dwte0), d_dwpe(dwpe0);
+    scratch.Poison();
+    EncoderBackward(d_dwte.data(), d_dwpe.data(), d_dout.data(), d_tokens.data(), B, T, C,
+                    scratch.data(), kStream);
+    COHORT_ASSERT_LAUNCHES_OK();
+    std::vector<float> got_wte = d_dwte.Download(), got_wpe = d_dwpe.Download();
+    EXPECT_LT(RelError(got_wte, dwte), kFloatTol) << "dwte";
+    EXPECT_LT(RelError(got_wpe, dwpe), kFloatTol) << "dwpe";
+    if (run == 0) {
+      first_wte = std::move(got_wte);
+      first_wpe = std::move(got_wpe);
+    } else {
+      EXPECT_TRUE(BitwiseEqual(first_wte, got_wte)) << "dwte differs between two runs";
+      EXPECT_TRUE(BitwiseEqual(first_wpe, got_wpe)) << "dwpe differs between two runs";
+    }
+  }
+}
+
+TEST(CudaEncoderTest, BackwardMatchesCpuWithRepeatedTokens) {
+  COHORT_SKIP_WITHOUT_GPU();
+  // A small vocabulary: every token repeats many times; rows never used keep their values.
+  CheckEncoderBackward(RandomTokens(4 * 64, 7, 41), 4, 64, 768, 50);
+  CheckEncoderBackward(RandomTokens(3 * 17, 5, 42), 3, 17, 40, 9);
+  CheckEncoderBackward(RandomTokens(2 * 5, 3, 43), 2, 5, 20, 4);  // scalar path
+  // A realistic spread with a larger vocabulary.
+  CheckEncoderBackward(RandomTokens(8 * 128, 5000, 44), 8, 128, 64, 5000);
+}
+
+TEST(CudaEncoderTest, BackwardOneLongRun) {
+  COHORT_SKIP_WITHOUT_GPU();
+  // Every position has the same token: one run of 333 (ballots past 32, the unrolled loop
+  // and its remainder), and one of the 333 differs to make a second run at the end.
+  std::vector<int32_t> tokens(9 * 37, 3);
+  tokens[100] = 5;
+  CheckEncoderBackward(tokens, 9, 37, 72, 6);
+  CheckEncoderBackward(tokens, 9, 37, 9, 6);  // scalar path
+}
+
+// ---------------------------------------------------------------------------------------
+// layernorm.cuh
+
+struct LayerNormInputs {
+  std::vector<float> inp, w, b;
+};
+
+LayerNormInputs MakeLayerNormInputs(int N, int C, uint64_t seed) {
+  LayerNormInputs in;
+  in.inp = RandomVector(static_cast<size_t>(N) * C, seed, 2.0f);
+  // A per-row offset so the mean is far from 0 (a one-pass variance would lose digits).
+  for (int n = 0; n < N; ++n) {
+    for (int c = 0; c < C; ++c) in.inp[static_cast<size_t>(n) * C + c] += 0.25f * (n % 7);
+  }
+  in.inp = RoundBf16(in.inp);
+  in.w = RandomVector(C, seed + 1, 1.0f);
+  for (float& x : in.w) x += 1.0f;  // weights around 1, as trained ones
+  in.w = RoundBf16(in.w);
+  in.b = RoundBf16(RandomVector(C, seed + 2, 0.5f));
+  return in;
+}
+
+void CheckLayerNormForward(int N, int C, size_t offset) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " offset=" << offset);
+  const LayerNormInputs in = MakeLayerNormInputs(N, C, 51);
+  std::vector<float> ref(in.inp.size()), mean(N), rstd(N);
+  cpu::LayerNormForward(ref.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(),
+                        in.b.data(), N, C);
+
+  // `offset` elements in front of every bf16 array: offset 1 breaks 16-byte alignment.
+  auto with_offset = [offset](const std::vector<float>& v) {
+    std::vector<float> r(offset, 0.0f);
+    r.insert(r.end(), v.begin(), v.end());
+    return ct::UploadBf16(r);
+  };
+  auto d_inp = with_offset(in.inp);
+  auto d_w = with_offset(in.w);
+  auto d_b = with_offset(in.b);
+  DeviceBuffer<ct::bf16> d_out(in.inp.size() + offset);
+  DeviceBuffer<float> d_mean(N), d_rstd(N);
+  d_out.Poison();
+  d_mean.Poison();
+  d_rstd.Poison();
+  LayerNormForward(d_out.data() + offset, d_mean.data(), d_rstd.data(), d_inp.data() + offset,
+                   d_w.data() + offset, d_b.data() + offset, N, C, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  std::vector<float> out = ct::DownloadBf16(d_out);
+  out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(offset));
+  EXPECT_LT(RelError(out, ref), kBf16Tol) << "out";
+  EXPECT_LT(RelError(d_mean.Download(), mean), kFloatTol) << "mean";
+  EXPECT_LT(RelError(d_rstd.Download(), rstd), kFloatTol) << "rstd";
+}
+
+TEST(CudaLayerNormTest, ForwardMatchesCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckLayerNormForward(37, 768, 0);
+  CheckLayerNormForward(64, 24, 0);   // C < 32·8: most lanes idle
+  CheckLayerNormForward(9, 1600, 0);  // C not a multiple of 256
+  CheckLayerNormForward(5, 30, 0);    // C % 8 != 0: scalar path
+  CheckLayerNormForward(11, 64, 1);   // unaligned: scalar path
+}
+
+void CheckLayerNormBackward(int N, int C) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C);
+  const LayerNormInputs in = MakeLayerNormInputs(N, C, 61);
+  std::vector<float> out(in.inp.size()), mean(N), rstd(N);
+  cpu::LayerNormForward(out.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(),
+                        in.b.data(), N, C);
+  const std::vector<float> dout = RoundBf16(RandomVector(in.inp.size(), 62));
+  const std::vector<float> dinp0 = RoundBf16(RandomVector(in.inp.size(), 63, 0.5f));
+  const std::vector<float> dw0 = RandomVector(C, 64, 0.5f), db0 = RandomVector(C, 65, 0.5f);
+  std::vector<float> dinp = dinp0, dw = dw0, db = db0;
+  cpu::LayerNormBackward(dinp.data(), dw.data(), db.data(), dout.data(), in.inp.data(),
+                         in.w.data(), mean.data(), rstd.data(), N, C);
+
+  auto d_inp = ct::UploadBf16(in.inp);
+  auto d_w = ct::UploadBf16(in.w);
+  auto d_dout = ct::UploadBf16(dout);
+  DeviceBuffer<float> d_mean(mean), d_rstd(rstd);
+  DeviceBuffer<char> scratch(LayerNormBackwardScratchBytes(N, C));
+  std::vector<float> first_dw, first_db;
+  for (int run = 0; run < 2; ++run) {
+    auto d_dinp = ct::UploadBf16(dinp0);
+    DeviceBuffer<float> d_dw(dw0), d_db(db0);
+    scratch.Poison();
+    LayerNormBackward(d_dinp.data(), d_dw.data(), d_db.data(), d_dout.data(), d_inp.data(),
+                      d_w.data(), d_mean.data(), d_rstd.data(), N, C, scratch.data(), kStream);
+    COHORT_ASSERT_LAUNCHES_OK();
+    std::vector<float> got_dw = d_dw.Download(), got_db = d_db.Download();
+    EXPECT_LT(RelError(ct::DownloadBf16(d_dinp), dinp), kBf16Tol) << "dinp";
+    EXPECT_LT(RelError(got_dw, dw), kFloatTol) << "dw";
+    EXPECT_LT(RelError(got_db, db), kFloatTol) << "db";
+    if (run == 0) {
+      first_dw = std::move(got_dw);
+      first_db = std::move(got_db);
+    } else {
+      EXPECT_TRUE(BitwiseEqual(first_dw, got_dw)) << "dw differs between two runs";
+      EXPECT_TRUE(BitwiseEqual(first_db, got_db)) << "db differs between two runs";
+    }
+  }
+}
+
+TEST(CudaLayerNormTest, BackwardMatchesCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckLayerNormBackward(37, 768);
+  CheckLayerNormBackward(300, 64);   // several row chunks
+  CheckLayerNormBackward(5000, 40);  // 128 chunks, the last ones empty
+  CheckLayerNormBackward(7, 30);     // scalar path
+}
+
+// ---------------------------------------------------------------------------------------
+// matmul.h / matmul.cuh
+
+void CheckMatmul(Matmul& mm, int N, int C, int OC, bool with_bias) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " OC=" << OC
+                                    << " bias=" << with_bias);
+  const std::vector<float> inp = RoundBf16(RandomVector(static_cast<size_t>(N) * C, 71));
+  const std::vector<float> w = RoundBf16(RandomVector(static_cast<size_t>(OC) * C, 72, 0.1f));
+  const std::vector<float> bias = RoundBf16(RandomVector(OC, 73, 0.5f));
+  const std::vector<float> dout = RoundBf16(RandomVector(static_cast<size_t>(N) * OC, 74));
+  const std::vector<float> dw0 = RandomVector(static_cast<size_t>(OC) * C, 75, 0.5f);
+  const std::vector<float> dbias0 = RandomVector(OC, 76, 0.5f);
+
+  std::vector<float> out(static_cast<size_t>(N) * OC);
+  cpu::MatmulForward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, C,
+                     OC);
+  std::vector<float> dinp(static_cast<size_t>(N) * C, 0.0f), dw = dw0, dbias = dbias0;
+  cpu::MatmulBackward(dinp.data(), dw.data(), with_bias ? dbias.data() : nullptr, dout.data(),
+                      inp.data(), w.data(), N, C, OC);
+
+  auto d_inp = ct::UploadBf16(inp);
+  auto d_w = ct::UploadBf16(w);
+  auto d_bias = ct::UploadBf16(bias);
+  auto d_dout = ct::UploadBf16(dout);
+  DeviceBuffer<ct::bf16> d_out(out.size()), d_dinp(dinp.size());
+  DeviceBuffer<float> d_dw(dw0), d_dbias(dbias0);
+  d_out.Poison();
+  d_dinp.Poison();  // the GPU backward overwrites dinp: poison proves every element written
+
+  auto fwd = mm.Forward(d_out.data(), d_inp.data(), d_w.data(),
+                        with_bias ? d_bias.data() : nullptr, N, C, OC);
+  ASSERT_TRUE(fwd.has_value()) << fwd.error().ToString();
+  auto bwd = mm.Backward(d_dinp.data(), d_dw.data(), with_bias ? d_dbias.data() : nullptr,
+                         d_dout.data(), d_inp.data(), d_w.data(), N, C, OC);
+  ASSERT_TRUE(bwd.has_value()) << bwd.error().ToString();
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_LT(RelError(ct::DownloadBf16(d_out), out), kBf16Tol) << "out";
+  EXPECT_LT(RelError(ct::DownloadBf16(d_dinp), dinp), kBf16Tol) << "dinp";
+  // dw: products of bf16 values are exact in float32 and summed in float32 (plus the
+  // pre-filled values): a float32 path.
+  EXPECT_LT(RelError(d_dw.Download(), dw), kFloatTol) << "dw";
+  const std::vector<float> got_dbias = d_dbias.Download();
+  if (with_bias) {
+    EXPECT_LT(RelError(got_dbias, dbias), kFloatTol) << "dbias";
+  } else {
+    EXPECT_TRUE(BitwiseEqual(got_dbias, dbias0)) << "dbias written without a bias";
+  }
+}
+
+TEST(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  auto mm = Matmul::Create(kStream);
+  ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
+  CheckMatmul(*mm, 4 * 64, 768, 2304, true);  // GPT-2's qkv projection, B·T = 256
+  CheckMatmul(*mm, 4 * 64, 768, 2304, true);  // the same shape again: cached algorithm
+  CheckMatmul(*mm, 4 * 64, 3072, 768, false);
+  CheckMatmul(*mm, 37, 64, 200, true);  // awkward sizes
+  CheckMatmul(*mm, 37, 64, 200, false);
+}
+
+TEST(CudaMatmulTest, BackwardSkipsNullDinp) {
+  COHORT_SKIP_WITHOUT_GPU();
+  auto mm = Matmul::Create(kStream);
+  ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
+  const int N = 16, C = 32, OC = 48;
+  const std::vector<float> inp = RoundBf16(RandomVector(static_cast<size_t>(N) * C, 81));
+  const std::vector<float> dout = RoundBf16(RandomVector(static_cast<size_t>(N) * OC, 82));
+  const std::vector<float> dw0 = RandomVector(static_cast<size_t>(OC) * C, 83);
+  std::vector<float> dw = dw0;
+  cpu::MatmulBackward(nullptr, dw.data(), nullptr, dout.data(), inp.data(), nullptr, N, C, OC);
+  auto d_inp = ct::UploadBf16(inp);
+  auto d_dout = ct::UploadBf16(dout);
+  DeviceBuffer<float> d_dw(dw0);
+  auto r = mm->Backward(nullptr, d_dw.data(), nullptr, d_dout.data(), d_inp.data(), nullptr, N,
+                        C, OC);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_LT(RelError(d_dw.Download(), dw), kFloatTol);
+}
+
+TEST(CudaMatmulTest, RejectsBadShapes) {
+  COHORT_SKIP_WITHOUT_GPU();
+  auto mm = Matmul::Create(kStream);
+  ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
+  DeviceBuffer<ct::bf16> buf(64);
+  auto r = mm->Forward(buf.data(), buf.data(), buf.data(), nullptr, 0, 8, 8);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  Matmul moved = std::move(*mm);
+  auto after = mm->Forward(buf.data(), buf.data(), buf.data(), nullptr, 2, 8, 8);
+  ASSERT_FALSE(after.has_value());
+  EXPECT_EQ(after.error().code, ErrorCode::kFailedPrecondition);
+}
+
+TEST(CudaMatmulTest, BiasGradientIsDeterministic) {
+  COHORT_SKIP_WITHOUT_GPU();
+  for (auto [N, OC] : {std::pair{5000, 200}, std::pair{37, 13}, std::pair{1, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " OC=" << OC);
+    const std::vector<float> dout = RoundBf16(RandomVector(static_cast<size_t>(N) * OC, 91));
+    const std::vector<float> db0 = RandomVector(OC, 92);
+    std::vector<float> ref = db0;
+    for (int n = 0; n < N; ++n) {
+      for (int o = 0; o < OC; ++o) ref[o] += dout[static_cast<size_t>(n) * OC + o];
+    }
+    auto d_dout = ct::UploadBf16(dout);
+    DeviceBuffer<char> scratch(BiasGradScratchBytes(N, OC));
+    std::vector<float> first;
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer<float> d_db(db0);
+      scratch.Poison();
+      BiasGradient(d_db.data(), d_dout.data(), N, OC, scratch.data(), kStream);
+      COHORT_ASSERT_LAUNCHES_OK();
+      std::vector<float> got = d_db.Download();
+      EXPECT_LT(RelError(got, ref), kFloatTol);
+      if (run == 0) {
+        first = std::move(got);
+      } else {
+        EXPECT_TRUE(BitwiseEqual(first, got));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// gelu.cuh, residual.cuh
+
+void CheckGelu(size_t n, size_t offset) {
+  SCOPED_TRACE(::testing::Message() << "n=" << n << " offset=" << offset);
+  std::vector<float> inp = RoundBf16(RandomVector(n + offset, 101, 4.0f));
+  std::vector<float> dout = RoundBf16(RandomVector(n + offset, 102));
+  std::vector<float> out(n), dinp(n, 0.0f);
+  cpu::GeluForward(out.data(), inp.data() + offset, n);
+  cpu::GeluBackward(dinp.data(), inp.data() + offset, dout.data() + offset, n);
+  auto tail = [offset](std::vector<float> v) {
+    v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(offset));
+    return v;
+  };
+
+  auto d_inp = ct::UploadBf16(inp);
+  auto d_dout = ct::UploadBf16(dout);
+  DeviceBuffer<ct::bf16> d_out(n + offset), d_dinp(n + offset);
+  d_out.Poison();
+  d_dinp.Poison();
+  GeluForward(d_out.data() + offset, d_inp.data() + offset, n, kStream);
+  GeluBackward(d_dinp.data() + offset, d_inp.data() + offset, d_dout.data() + offset, n, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_LT(RelError(tail(ct::DownloadBf16(d_out)), out), kBf16Tol) << "forward";
+  EXPECT_LT(RelError(tail(ct::DownloadBf16(d_dinp)), dinp), kBf16Tol) << "backward";
+
+  // In place: out aliases inp, dinp aliases dout.
+  GeluForward(d_inp.data() + offset, d_inp.data() + offset, n, kStream);
+  GeluBackward(d_dout.data() + offset, d_out.data() + offset /* any input */, d_dout.data() + offset,
+               n, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_LT(RelError(tail(ct::DownloadBf16(d_inp)), out), kBf16Tol) << "forward in place";
+  std::vector<float> gelu_of_out = tail(ct::DownloadBf16(d_out));
+  std::vector<float> dinp2(n, 0.0f);
+  cpu::GeluBackward(dinp2.data(), gelu_of_out.data(), dout.data() + offset, n);
+  EXPECT_LT(RelError(tail(ct::DownloadBf16(d_dout)), dinp2), kBf16Tol) << "backward in place";
+}
+
+TEST(CudaGeluTest, MatchesCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckGelu(8 * 1000, 0);
+  CheckGelu(100003, 0);  // n % 8 != 0: vector body and scalar tail
+  CheckGelu(1001, 1);    // unaligned: scalar path
+}
+
+void CheckResidual(size_t n, size_t offset) {
+  SCOPED_TRACE(::testing::Message() << "n=" << n << " offset=" << offset);
+  const std::vector<float> a = RoundBf16(RandomVector(n + offset, 111));
+  const std::vector<float> b = RoundBf16(RandomVector(n + offset, 112));
+  std::vector<float> sum(n);
+  cpu::ResidualForward(sum.data(), a.data() + offset, b.data() + offset, n);
+  auto tail = [offset](std::vector<float> v) {
+    v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(offset));
+    return v;
+  };
+  auto d_a = ct::UploadBf16(a);
+  auto d_b = ct::UploadBf16(b);
+  DeviceBuffer<ct::bf16> d_out(n + offset);
+  d_out.Poison();
+  ResidualForward(d_out.data() + offset, d_a.data() + offset, d_b.data() + offset, n, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_LT(RelError(tail(ct::DownloadBf16(d_out)), sum), kBf16Tol) << "forward";
+  // AddInPlace: a += b; then the forward aliasing its output with b: b = a + b.
+  AddInPlace(d_a.data() + offset, d_b.data() + offset, n, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  const std::vector<float> a_plus_b = tail(ct::DownloadBf16(d_a));
+  EXPECT_LT(RelError(a_plus_b, sum), kBf16Tol) << "AddInPlace";
+  ResidualForward(d_b.data() + offset, d_a.data() + offset, d_b.data() + offset, n, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  std::vector<float> ref2(n);
+  cpu::ResidualForward(ref2.data(), a_plus_b.data(), b.data() + offset, n);
+  EXPECT_LT(RelError(tail(ct::DownloadBf16(d_b)), ref2), kBf16Tol) << "forward in place";
+}
+
+TEST(CudaResidualTest, MatchesCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckResidual(8 * 999, 0);
+  CheckResidual(65537, 0);
+  CheckResidual(77, 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// cross_entropy.cuh
+
+void CheckClassifier(int N, int V, int Vp) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " V=" << V << " Vp=" << Vp);
+  std::vector<float> logits = RoundBf16(RandomVector(static_cast<size_t>(N) * Vp, 121, 4.0f));
+  std::vector<int32_t> targets = RandomTokens(N, V, 122);
+  targets[1] = -1;  // ignored rows
+  targets[N - 1] = -1;
+  targets[0] = V - 1;  // the last real column
+  int count = 0;
+  std::vector<float> lse(N);
+  cpu::CrossEntropyForward(lse.data(), logits.data(), targets.data(), N, V, Vp, &count);
+  ASSERT_EQ(count, N - 2);
+  std::vector<float> losses(N);
+  double total = 0.0;
+  for (int n = 0; n < N; ++n) {
+    const int t = targets[n];
+    losses[n] = t < 0 ? 0.0f : lse[n] - logits[static_cast<size_t>(n) * Vp + t];
+    total += losses[n];
+  }
+  const float loss_scale = 3.0f;
+  const float scale = loss_scale / static_cast<float>(count);
+  std::vector<float> dlogits = logits;
+  cpu::CrossEntropyBackwardInPlace(dlogits.data(), lse.data(), targets.data(), N, V, Vp, scale);
+
+  DeviceBuffer<int32_t> d_targets(targets);
+  DeviceBuffer<float> d_losses(N), d_sum(1);
+
+  // Evaluation: losses only, logits untouched.
+  auto d_logits = ct::UploadBf16(logits);
+  d_losses.Poison();
+  FusedClassifier(d_logits.data(), d_losses.data(), d_targets.data(), N, V, Vp, scale, false,
+                  kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_LT(RelError(d_losses.Download(), losses), kFloatTol) << "losses (eval)";
+  EXPECT_TRUE(BitwiseEqual(ct::DownloadBf16(d_logits), logits)) << "eval wrote the logits";
+
+  // Training: losses and dlogits in place.
+  d_losses.Poison();
+  FusedClassifier(d_logits.data(), d_losses.data(), d_targets.data(), N, V, Vp, scale, true,
+                  kStream);
+  d_sum.Poison();
+  SumLosses(d_sum.data(), d_losses.data(), N, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  const std::vector<float> got_losses = d_losses.Download();
+  EXPECT_LT(RelError(got_losses, losses), kFloatTol) << "losses";
+  const std::vector<float> got = ct::DownloadBf16(d_logits);
+  EXPECT_LT(RelError(got, dlogits), kBf16Tol) << "dlogits";
+  for (int n = 0; n < N; ++n) {
+    for (int v = 0; v < Vp; ++v) {
+      const float g = got[static_cast<size_t>(n) * Vp + v];
+      if (targets[n] < 0 || v >= V) {
+        ASSERT_EQ(g, 0.0f) << "row " << n << " column " << v << " must be zero";
+      }
+    }
+  }
+  EXPECT_NEAR(d_sum.Download()[0], total, kFloatTol * std::abs(total)) << "SumLosses";
+}
+
+TEST(CudaCrossEntropyTest, FusedClassifierMatchesCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckClassifier(37, 1000, 1024);     // padded vocabulary, 16-byte path
+  CheckClassifier(8, 50257, 50304);    // GPT-2's vocabulary
+  CheckClassifier(5, 257, 259);        // Vp % 8 != 0: scalar path
+  CheckClassifier(6, 3, 8);            // fewer columns than threads
+}
+
+TEST(CudaCrossEntropyTest, SumLossesIsDeterministic) {
+  COHORT_SKIP_WITHOUT_GPU();
+  for (int n : {1, 37, 5000, 100003}) {
+    const std::vector<float> losses = RandomVector(n, 131, 5.0f);
+    double total = 0.0, abs_total = 0.0;
+    for (float x : losses) {
+      total += x;
+      abs_total += std::abs(x);
+    }
+    DeviceBuffer<float> d_losses(losses), d_sum(1);
+    float first = 0.0f;
+    for (int run = 0; run < 2; ++run) {
+      d_sum.Poison();
+      SumLosses(d_sum.data(), d_losses.data(), n, kStream);
+      COHORT_ASSERT_LAUNCHES_OK();
+      const float got = d_sum.Download()[0];
+      // Random signs: judge the float32 rounding against the sum of magnitudes.
+      EXPECT_NEAR(got, total, 1e-5 * abs_total + 1e-6) << "n=" << n;
+      if (run == 0) {
+        first = got;
+      } else {
+        EXPECT_EQ(std::memcmp(&first, &got, sizeof(float)), 0) << "n=" << n;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// adamw.cuh
+
+TEST(CudaAdamWTest, SeveralStepsMatchEngineAdamW) {
+  COHORT_SKIP_WITHOUT_GPU();
+  const size_t n = 10007, split = 4999;  // decay on [0, split), none on [split, n)
+  AdamWConfig config;
+  config.weight_decay = 0.1f;
+  auto cpu_opt = AdamW::Create(n, {{0, split, true}, {split, n - split, false}}, config);
+  ASSERT_TRUE(cpu_opt.has_value()) << cpu_opt.error().ToString();
+
+  std::vector<float> params = RandomVector(n, 141);
+  DeviceBuffer<float> d_params(params), d_m(n), d_v(n), d_grads(n);
+  DeviceBuffer<ct::bf16> d_bf16(n);
+  COHORT_ASSERT_CUDA(cudaMemset(d_m.data(), 0, n * sizeof(float)));
+  COHORT_ASSERT_CUDA(cudaMemset(d_v.data(), 0, n * sizeof(float)));
+  DeviceBuffer<float> d_scale(std::vector<float>{0.37f});
+
+  for (int step = 1; step <= 6; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    const float lr = 1e-3f * static_cast<float>(step);
+    std::vector<float> grads = RandomVector(n, 150 + step, 0.1f * step);
+    d_grads.Upload(grads);
+    // Steps 4..6 pass the clip factor through grad_scale; the CPU scales the gradients
+    // first, as the trainer does after ClipGradNorm.
+    const bool scaled = step >= 4;
+    if (scaled) {
+      for (float& g : grads) g *= 0.37f;
+    }
+    cpu_opt->Step(params, grads, lr);
+
+    d_bf16.Poison();
+    for (auto [offset, count, decay] :
+         {std::tuple{size_t{0}, split, true}, std::tuple{split, n - split, false}}) {
+      AdamWStep s;
+      s.lr = lr;
+      s.beta1 = config.beta1;
+      s.beta2 = config.beta2;
+      s.eps = config.eps;
+      s.weight_decay = decay ? config.weight_decay : 0.0f;
+      s.t = step;
+      s.grad_scale = scaled ? d_scale.data() : nullptr;
+      AdamWUpdate(d_params.data() + offset, d_bf16.data() + offset, d_grads.data() + offset,
+                  d_m.data() + offset, d_v.data() + offset, count, s, kStream);
+    }
+    COHORT_ASSERT_LAUNCHES_OK();
+    const std::vector<float> got = d_params.Download();
+    EXPECT_LT(RelError(got, params), kFloatTol) << "params";
+    EXPECT_LT(RelError(d_m.Download(), std::vector<float>(cpu_opt->m().begin(), cpu_opt->m().end())),
+              kFloatTol)
+        << "m";
+    EXPECT_LT(RelError(d_v.Download(), std::vector<float>(cpu_opt->v().begin(), cpu_opt->v().end())),
+              kFloatTol)
+        << "v";
+    // The bf16 copy is exactly the rounding of the updated float32 parameters.
+    const std::vector<ct::bf16> copy = d_bf16.Download();
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(ct::Bf16Bits(ct::ToFloat(copy[i])), ct::Bf16Bits(got[i])) << "element " << i;
+    }
+  }
+  EXPECT_EQ(cpu_opt->t(), 6);
+}
+
+TEST(CudaAdamWTest, NullBf16CopyIsSkipped) {
+  COHORT_SKIP_WITHOUT_GPU();
+  const size_t n = 333;
+  const std::vector<float> p0 = RandomVector(n, 161), g = RandomVector(n, 162);
+  DeviceBuffer<float> d_p(p0), d_g(g), d_m(n), d_v(n);
+  COHORT_ASSERT_CUDA(cudaMemset(d_m.data(), 0, n * sizeof(float)));
+  COHORT_ASSERT_CUDA(cudaMemset(d_v.data(), 0, n * sizeof(float)));
+  AdamWStep s;
+  s.lr = 0.01f;
+  s.t = 1;
+  AdamWUpdate(d_p.data(), nullptr, d_g.data(), d_m.data(), d_v.data(), n, s, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  AdamWConfig config;
+  config.weight_decay = 0.0f;
+  auto cpu_opt = AdamW::Create(n, {{0, n, false}}, config);
+  ASSERT_TRUE(cpu_opt.has_value());
+  std::vector<float> p = p0;
+  cpu_opt->Step(p, g, 0.01f);
+  EXPECT_LT(RelError(d_p.Download(), p), kFloatTol);
+}
+
+// ---------------------------------------------------------------------------------------
+// grad_norm.cuh
+
+TEST(CudaGradNormTest, NormAndClipScaleMatchEngine) {
+  COHORT_SKIP_WITHOUT_GPU();
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{1000003}}) {
+    for (float max_norm : {0.0f, 1.0f, 1e9f}) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " max_norm=" << max_norm);
+      const std::vector<float> grads = RandomVector(n, 171 + n);
+      const double norm = GlobalNorm(grads);
+      std::vector<float> clipped = grads;
+      ClipGradNorm(clipped, max_norm);
+      // The factor ClipGradNorm applied (1 when it did not clip).
+      float factor = 1.0f;
+      if (max_norm > 0.0f) {
+        const double coef = max_norm / (norm + 1e-6);
+        if (coef < 1.0) factor = static_cast<float>(coef);
+      }
+      DeviceBuffer<float> d_grads(grads), d_scale(1);
+      DeviceBuffer<double> d_norm_sq(1);
+      DeviceBuffer<char> scratch(GradNormScratchBytes(n));
+      double first = 0.0;
+      for (int run = 0; run < 2; ++run) {
+        d_scale.Poison();
+        d_norm_sq.Poison();
+        scratch.Poison();
+        GlobalNormAndClipScale(d_norm_sq.data(), d_scale.data(), d_grads.data(), n, max_norm,
+                               scratch.data(), kStream);
+        COHORT_ASSERT_LAUNCHES_OK();
+        const double norm_sq = d_norm_sq.Download()[0];
+        const float scale = d_scale.Download()[0];
+        EXPECT_LT(std::abs(std::sqrt(norm_sq) - norm), kFloatTol * norm);
+        if (factor == 1.0f) {
+          EXPECT_EQ(scale, 1.0f);
+        } else {
+          EXPECT_LT(std::abs(scale - factor), kFloatTol * factor);
+        }
+        if (run == 0) {
+          first = norm_sq;
+        } else {
+          EXPECT_EQ(std::memcmp(&first, &norm_sq, sizeof(double)), 0) << "not deterministic";
+        }
+      }
+      // Scaling in place reproduces ClipGradNorm's clipped gradients.
+      ScaleInPlace(d_grads.data(), d_scale.data(), n, kStream);
+      COHORT_ASSERT_LAUNCHES_OK();
+      EXPECT_LT(RelError(d_grads.Download(), clipped), kFloatTol);
+    }
+  }
+}
+
+TEST(CudaGradNormTest, ScaleInPlaceMultipliesEveryElement) {
+  COHORT_SKIP_WITHOUT_GPU();
+  const size_t n = 4097;
+  const std::vector<float> g = RandomVector(n, 181);
+  DeviceBuffer<float> d_g(g), d_scale(std::vector<float>{0.5f});
+  ScaleInPlace(d_g.data(), d_scale.data(), n, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  const std::vector<float> got = d_g.Download();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], g[i] * 0.5f) << "element " << i;
+}
+
+}  // namespace
+}  // namespace cohort::engine::cuda

@@ -1,0 +1,16 @@
+# The GPU model against the CPU reference (issue 5): forward/backward and the ready slices,
+# a whole AdamW step, 100 training steps, `cohort train` with train.device cuda (stopped and
+# resumed; checkpoints moving between CPU and GPU), and two ranks over NCCL. GPU tests skip
+# without a device; the memory plan and the shape errors run everywhere.
+if(TARGET cohort_engine_kernels_cuda)
+  cohort_test(engine_cuda_model_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_model_test.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
+    LIBS cohort_engine_model_cuda cohort_engine_model cohort_engine_optim cohort_engine_parallel
+         cohort_comm cohort_common
+    LABELS engine gpu)
+  target_include_directories(engine_cuda_model_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
+  target_compile_definitions(engine_cuda_model_test PRIVATE COHORT_BINARY="$<TARGET_FILE:cohort>")
+  add_dependencies(engine_cuda_model_test cohort)
+endif()
