@@ -274,6 +274,10 @@ void Executor::StartShim(const TaskKey& key) {
     so.stdout_path = log;            // the shim's own messages land in the log too
     so.new_process_group = false;    // the shim calls setsid(), which a group leader cannot
     so.parent_death_signal = SIGUSR1;
+    // The signals the shim acts on stay blocked from its first instruction: one sent
+    // right after the spawn (a stop, a checkpoint signal) waits for its signalfd instead
+    // of killing it by the default action.
+    so.blocked_signals = {SIGTERM, SIGUSR1, SIGUSR2};
     auto child = Subprocess::Spawn(so);
     if (!child) {
       error = "cannot start the task shim: " + child.error().message;

@@ -421,8 +421,8 @@ int RunTaskShim(int argc, char** argv) {
         const int forward = si.ssi_int;
         if (forward == SIGUSR1 || forward == SIGUSR2 || forward == SIGHUP || forward == SIGINT ||
             forward == SIGTERM) {
-          LogLine(log_fd, fmt::format("delivering {} to the task: the head asked it to checkpoint",
-                                      strsignal(forward)));
+          LogLine(log_fd, fmt::format("delivering SIG{} to the task: the head asked it to checkpoint",
+                                      sigabbrev_np(forward)));
           killpg(task, forward);
         }
       }

@@ -167,6 +167,11 @@ bool IsTerminal(JobState s) {
   return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
 }
 
+int Job::world_size() const {
+  if (allocation.nodes.empty()) return spec.world_size();
+  return static_cast<int>(allocation.nodes.size()) * spec.tasks_per_node;
+}
+
 bool Job::HasExit(int rank) const {
   return std::any_of(exits.begin(), exits.end(), [&](const TaskExit& e) { return e.rank == rank; });
 }
@@ -189,6 +194,7 @@ json ToJson(const JobSpec& s) {
               {"env", s.env},
               {"workdir", s.workdir},
               {"nodes", s.nodes},
+              {"min_nodes", s.min_nodes},
               {"tasks_per_node", s.tasks_per_node},
               {"gpus_per_node", s.gpus_per_node},
               {"cpus_per_task", s.cpus_per_task},
@@ -221,6 +227,10 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   s.env = COHORT_TRY(r.StringMap("env"));
   s.workdir = COHORT_TRY(r.String("workdir", ""));
   s.nodes = static_cast<int>(COHORT_TRY(r.Int("nodes", 1, 1, kMaxNodes)));
+  s.min_nodes = static_cast<int>(COHORT_TRY(r.Int("min_nodes", 0, 0, kMaxNodes)));
+  if (s.min_nodes > s.nodes) {
+    return FieldError("min_nodes", "must be at most nodes ({}), got {}", s.nodes, s.min_nodes);
+  }
   s.tasks_per_node = static_cast<int>(COHORT_TRY(r.Int("tasks_per_node", 1, 1, kMaxTasksPerNode)));
   s.gpus_per_node = static_cast<int>(COHORT_TRY(r.Int("gpus_per_node", 0, 0, kMaxGpusPerNode)));
   s.cpus_per_task = static_cast<int>(COHORT_TRY(r.Int("cpus_per_task", 1, 0, kMaxCpusPerTask)));

@@ -50,6 +50,12 @@ struct JobSpec {
   std::map<std::string, std::string> env;  // extra variables; may not override the contract's
   std::string workdir;                     // absolute path; empty: the agent's work directory
   int nodes = 1;                           // gang size in nodes
+  // Elastic jobs: 1..nodes. When `nodes` cannot be placed, the gang may start (or restart
+  // after a failure) on as few as min_nodes nodes; WORLD_SIZE and COHORT_NUM_NODES tell
+  // the tasks the size they got. A smaller attempt grows back to `nodes` when the nodes
+  // are free and nothing else waits, at its next reported checkpoint (a move). 0: not
+  // elastic (always exactly `nodes`).
+  int min_nodes = 0;
   int tasks_per_node = 1;                  // processes per node
   int gpus_per_node = 0;                   // split evenly among the node's tasks; 0: CPU-only
   int cpus_per_task = 1;                   // CPU cores reserved per task
@@ -135,6 +141,9 @@ struct Job {
   std::vector<AttemptRecord> history;
 
   bool HasExit(int rank) const;
+  // Ranks of the current (or last) attempt: its allocation's nodes × tasks_per_node
+  // (fewer than the spec's for an elastic job placed small), or the spec's when unplaced.
+  int world_size() const;
 };
 
 // A GPU's latest readings, as its agent sampled them (NVML, or the simulated model).

@@ -62,6 +62,8 @@ std::optional<int64_t> JobRunTimeMs(const api::Job& job, int64_t now_ms);
 // default) alone.
 struct SubmitFlags {
   std::optional<int> nodes;
+  std::optional<int> min_nodes;                  // elastic: smallest gang
+  std::optional<std::string> checkpoint_signal;  // USR1 etc., sent on drain --now
   std::optional<int> tasks_per_node;
   std::optional<int> gpus_per_node;
   std::optional<int> cpus_per_task;

@@ -37,6 +37,8 @@ struct SubmitState {
 const std::map<std::string, std::string, std::less<>>& FlagForField() {
   static const std::map<std::string, std::string, std::less<>> kFlags = {
       {"nodes", "--nodes"},
+      {"min_nodes", "--min-nodes"},
+      {"checkpoint_signal", "--checkpoint-signal"},
       {"tasks_per_node", "--tasks-per-node"},
       {"gpus_per_node", "--gpus-per-node"},
       {"cpus_per_task", "--cpus-per-task"},
@@ -53,6 +55,8 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
 
 bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "nodes") return f.nodes.has_value();
+  if (field == "min_nodes") return f.min_nodes.has_value();
+  if (field == "checkpoint_signal") return f.checkpoint_signal.has_value();
   if (field == "tasks_per_node") return f.tasks_per_node.has_value();
   if (field == "gpus_per_node") return f.gpus_per_node.has_value();
   if (field == "cpus_per_task") return f.cpus_per_task.has_value();
@@ -360,6 +364,8 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
     if (value) base[key] = *value;
   };
   set("nodes", flags.nodes);
+  set("min_nodes", flags.min_nodes);
+  set("checkpoint_signal", flags.checkpoint_signal);
   set("tasks_per_node", flags.tasks_per_node);
   set("gpus_per_node", flags.gpus_per_node);
   set("cpus_per_task", flags.cpus_per_task);
@@ -432,6 +438,12 @@ void AddSubmitCommand(CommandContext& ctx) {
   sub->add_option("COMMAND", f.command, "The program and its arguments, after --")->check(command_after_dashdash);
 
   AddOptional(sub, "-N,--nodes", f.nodes, "Nodes in the gang (default 1)");
+  AddOptional(sub, "--min-nodes", f.min_nodes,
+              "Elastic: start (or restart after a failure) on as few as this many nodes when --nodes are not "
+              "free; grows back at its next checkpoint (default: exactly --nodes)");
+  AddOptional(sub, "--checkpoint-signal", f.checkpoint_signal,
+              "Signal sent to the tasks when `cohort drain --now` asks the job to checkpoint: USR1, USR2, HUP, "
+              "INT or TERM (default none)");
   AddOptional(sub, "-n,--tasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
   AddOptional(sub, "-G,--gpus-per-node", f.gpus_per_node, "GPUs per node, split evenly among its tasks (default 0)");
   AddOptional(sub, "-c,--cpus-per-task", f.cpus_per_task, "CPU cores per task (default 1)");

@@ -143,9 +143,10 @@ Result<Subprocess> Subprocess::Spawn(const SpawnOptions& opts) {
       prctl(PR_SET_PDEATHSIG, opts.parent_death_signal);
       if (getppid() != parent) _exit(127);  // the parent died before prctl took effect
     }
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int s : opts.blocked_signals) sigaddset(&mask, s);
+    sigprocmask(SIG_SETMASK, &mask, nullptr);
     for (int s = 1; s < NSIG; ++s) {
       if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
     }

@@ -30,6 +30,10 @@ struct SpawnOptions {
   std::string stderr_path;                   // empty: same as stdout (when stdout_path set)
   bool new_process_group = true;             // setpgid(0, 0): the child leads its own group
   int parent_death_signal = 0;               // prctl(PR_SET_PDEATHSIG) when non-zero
+  // Signals the child starts with blocked (every other signal is unblocked and default):
+  // a child that reads these from a signalfd cannot be killed by one that arrives before
+  // it has blocked them itself (they stay pending across exec).
+  std::vector<int> blocked_signals;
 };
 
 struct ExitStatus {

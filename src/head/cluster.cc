@@ -265,14 +265,18 @@ Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason, b
     if (auto nj = node_jobs_.find(name); nj != node_jobs_.end()) ids.assign(nj->second.begin(), nj->second.end());
     for (api::JobId id : ids) {
       Job& job = jobs_.at(id);
-      if (job.state != JobState::kRunning || moves_.contains(id)) continue;
+      if (job.state != JobState::kRunning) continue;
+      if (auto m = moves_.find(id); m != moves_.end() && !m->second.grow) continue;  // already asked
       MoveRequest m;
       m.attempt = job.attempt;
       m.node = name;
       m.requested_ms = at;
       m.deadline_ms = at + timeout_ms;
-      if (auto last = progress_.LatestOfAttempt(id, job.attempt); last && last->checkpoint_step) {
-        m.baseline_checkpoint = *last->checkpoint_step;
+      // A checkpoint counts once it is past everything reported so far: the newest
+      // checkpoint and the newest step (a checkpoint of that step may already exist
+      // unreported, written before the request).
+      if (auto last = progress_.LatestOfAttempt(id, job.attempt)) {
+        m.baseline_checkpoint = std::max(last->step, last->checkpoint_step.value_or(-1));
       }
       moves_[id] = m;
       // The agents deliver the checkpoint signal on their next heartbeat: make it now.
@@ -294,9 +298,13 @@ bool Cluster::ReportProgress(const RendezvousScope& scope, ProgressPoint point) 
   if (m == moves_.end() || m->second.attempt != scope.attempt) return false;
   auto j = jobs_.find(scope.job);
   if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.attempt != scope.attempt) return false;
-  if (!checkpoint || *checkpoint <= m->second.baseline_checkpoint) return true;  // not yet: keep asking
-  std::string why = fmt::format("node {} drained now; checkpoint at step {} written {} after the request",
-                                m->second.node, *checkpoint, FormatDuration(NowUnixMs() - m->second.requested_ms));
+  // Not yet: keep asking (a grow waits for the job's own next checkpoint).
+  if (!checkpoint || *checkpoint <= m->second.baseline_checkpoint) return !m->second.grow;
+  std::string why =
+      m->second.grow
+          ? fmt::format("growing back to {} nodes at its checkpoint at step {}", j->second.spec.nodes, *checkpoint)
+          : fmt::format("node {} drained now; checkpoint at step {} written {} after the request", m->second.node,
+                        *checkpoint, FormatDuration(NowUnixMs() - m->second.requested_ms));
   MoveJobLocked(j->second, why);
   (void)FlushLocked();
   UnlockAndWake(lock);

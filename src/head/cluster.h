@@ -29,6 +29,7 @@
 #include "head/config.h"
 #include "head/progress.h"
 #include "head/rendezvous.h"
+#include "sched/snapshot.h"
 #include "store/state_store.h"
 
 namespace cohort::head {
@@ -209,8 +210,16 @@ class Cluster {
     std::string node;               // the draining node that asked
     int64_t requested_ms = 0;
     int64_t deadline_ms = 0;
-    int64_t baseline_checkpoint = -1;  // newest checkpoint step reported before the request
+    // The move waits for a reported checkpoint_step above this: the newest step or
+    // checkpoint reported before the request (-1: nothing reported).
+    int64_t baseline_checkpoint = -1;
+    // An elastic job growing back to its full size: no deadline, no checkpoint asked for;
+    // it moves at the next checkpoint it reports anyway.
+    bool grow = false;
   };
+  // After a pass: asks elastic jobs running below `nodes` to grow back when the free
+  // nodes allow it and nothing waits, and withdraws the request when they no longer do.
+  void PlanGrowthLocked(const sched::Snapshot& snap, const sched::Decision& decision);
   // Stops the current attempt and requeues it as a move (not a failure).
   void MoveJobLocked(api::Job& job, const std::string& why);
   // Moves the jobs whose request is past its deadline.

@@ -200,7 +200,7 @@ void Cluster::RecordExitLocked(Job& job, const std::string& node, const api::Tas
     FailGangLocked(job, why, e.signal ? 128 + e.signal : e.exit_code, /*may_restart=*/true);
     return;
   }
-  if (static_cast<int>(job.exits.size()) == job.spec.world_size()) {
+  if (static_cast<int>(job.exits.size()) == job.world_size()) {
     FinishJobLocked(job, JobState::kSucceeded, "all ranks exited 0", 0);
   }
 }
@@ -213,7 +213,7 @@ std::map<std::string, std::string> Cluster::TaskEnvLocked(const Job& job,
   for (size_t i = 0; i < t.gpus.size(); ++i) gpus += (i ? "," : "") + std::to_string(t.gpus[i]);
   const std::string& head = config_.advertise_url;
   env["RANK"] = std::to_string(t.rank);
-  env["WORLD_SIZE"] = std::to_string(job.spec.world_size());
+  env["WORLD_SIZE"] = std::to_string(job.world_size());
   env["LOCAL_RANK"] = std::to_string(t.local_rank);
   env["LOCAL_WORLD_SIZE"] = std::to_string(job.spec.tasks_per_node);
   env["NODE_RANK"] = std::to_string(na.node_rank);
@@ -226,7 +226,7 @@ std::map<std::string, std::string> Cluster::TaskEnvLocked(const Job& job,
   env["COHORT_ATTEMPT"] = std::to_string(job.attempt);
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.attempt);
   env["COHORT_NODE"] = na.node;
-  env["COHORT_NUM_NODES"] = std::to_string(job.spec.nodes);
+  env["COHORT_NUM_NODES"] = std::to_string(job.allocation.nodes.size());
   env["COHORT_HEAD"] = head;
   env["COHORT_RENDEZVOUS"] = fmt::format("{}/v1/rendezvous/{}", head, rendezvous_->Token(job.id, job.attempt));
   env["COHORT_REPORT"] = fmt::format("{}/v1/report/{}", head, rendezvous_->Token(job.id, job.attempt));
@@ -253,7 +253,7 @@ std::vector<api::TaskLaunch> Cluster::DesiredTasksLocked(const std::string& node
         l.workdir = job.spec.workdir;
         l.gpus = t.gpus;
         l.cpus = job.spec.cpus_per_task;
-        if (auto m = moves_.find(id); m != moves_.end() && m->second.attempt == job.attempt) {
+        if (auto m = moves_.find(id); m != moves_.end() && m->second.attempt == job.attempt && !m->second.grow) {
           l.checkpoint_requested = true;
           l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
         }

@@ -12,6 +12,7 @@ inline sched::JobRequest ToRequest(const api::Job& job) {
   r.priority = job.spec.priority;
   r.submit_ms = job.submit_ms;
   r.nodes = job.spec.nodes;
+  r.min_nodes = job.spec.min_nodes;
   r.tasks_per_node = job.spec.tasks_per_node;
   r.gpus_per_node = job.spec.gpus_per_node;
   r.cpus_per_task = job.spec.cpus_per_task;

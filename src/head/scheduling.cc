@@ -20,7 +20,17 @@ int Cluster::Schedule() {
   std::unique_lock lock(mu_);
   auto t0 = SteadyClock::now();
   schedule_requested_ = false;
-  if (pending_.empty()) return 0;
+  if (pending_.empty()) {
+    // Nothing to place; a pass still runs while an elastic job could grow back.
+    bool shrunk = false;
+    for (const auto& [node, ids] : node_jobs_) {
+      for (api::JobId id : ids) {
+        const Job& j = jobs_.at(id);
+        shrunk = shrunk || (j.spec.min_nodes > 0 && static_cast<int>(j.allocation.nodes.size()) < j.spec.nodes);
+      }
+    }
+    if (!shrunk) return 0;
+  }
 
   sched::Snapshot snap;
   snap.now_ms = NowUnixMs();
@@ -106,6 +116,7 @@ int Cluster::Schedule() {
     }
     StartJobLocked(job, nodes, cpus, snap.now_ms);
   }
+  PlanGrowthLocked(snap, decision);
   pending_reasons_.clear();
   for (auto& [id, reason] : decision.pending_reasons) {
     if (pending_.contains(id)) pending_reasons_[id] = std::move(reason);
@@ -117,6 +128,69 @@ int Cluster::Schedule() {
   int started = static_cast<int>(decision.start.size());
   UnlockAndWake(lock);
   return started;
+}
+
+void Cluster::PlanGrowthLocked(const sched::Snapshot& snap, const sched::Decision& decision) {
+  // Free resources per node after this pass's starts.
+  struct Free {
+    int gpus = 0, cpus = 0;
+    bool usable = false;
+  };
+  std::map<std::string, Free> free;
+  for (const auto& v : snap.nodes) {
+    free[v.id] = {static_cast<int>(v.free_gpus.size()), v.free_cpus, v.unavailable.empty()};
+  }
+  for (const auto& p : decision.start) {
+    for (const auto& a : p.nodes) {
+      free[a.node].gpus -= static_cast<int>(a.gpus.size());
+      free[a.node].cpus -= a.cpus;
+    }
+  }
+  const bool queue_empty = pending_.empty();
+  std::set<api::JobId> running;
+  for (const auto& [node, ids] : node_jobs_) running.insert(ids.begin(), ids.end());
+  for (api::JobId id : running) {
+    const Job& job = jobs_.at(id);
+    const int have = static_cast<int>(job.allocation.nodes.size());
+    if (job.state != JobState::kRunning || job.spec.min_nodes == 0 || have >= job.spec.nodes) continue;
+    auto m = moves_.find(id);
+    if (m != moves_.end() && !m->second.grow) continue;  // a drain move is under way
+    // Nodes outside the gang that could take one more member of it.
+    std::vector<std::string> spare;
+    for (const auto& [name, f] : free) {
+      bool mine = std::any_of(job.allocation.nodes.begin(), job.allocation.nodes.end(),
+                              [&](const api::NodeAllocation& na) { return na.node == name; });
+      if (!mine && f.usable && f.gpus >= job.spec.gpus_per_node &&
+          f.cpus >= job.spec.tasks_per_node * job.spec.cpus_per_task) {
+        spare.push_back(name);
+      }
+    }
+    const bool can_grow = queue_empty && have + static_cast<int>(spare.size()) >= job.spec.nodes;
+    if (!can_grow) {
+      if (m != moves_.end()) {
+        LOG_INFO("job {} will not grow: the nodes it would use are taken or other jobs wait", id);
+        moves_.erase(m);
+      }
+      continue;
+    }
+    // Count the nodes it would use as taken for the jobs after it.
+    for (int k = 0; k < job.spec.nodes - have; ++k) {
+      free[spare[static_cast<size_t>(k)]].gpus -= job.spec.gpus_per_node;
+      free[spare[static_cast<size_t>(k)]].cpus -= job.spec.tasks_per_node * job.spec.cpus_per_task;
+    }
+    if (m != moves_.end()) continue;  // already asked
+    MoveRequest r;
+    r.attempt = job.attempt;
+    r.requested_ms = snap.now_ms;
+    r.deadline_ms = INT64_MAX;
+    r.grow = true;
+    if (auto last = progress_.LatestOfAttempt(id, job.attempt); last && last->checkpoint_step) {
+      r.baseline_checkpoint = *last->checkpoint_step;
+    }
+    moves_[id] = r;
+    LOG_INFO("job {} runs on {} of {} nodes and the rest are free: it grows back at its next checkpoint", id, have,
+             job.spec.nodes);
+  }
 }
 
 }  // namespace cohort::head

@@ -36,7 +36,9 @@ std::string AtLeast(const GangDemand& d, bool gpus, bool cpus) {
 }  // namespace
 
 Result<void> CheckFeasible(const std::vector<NodeCapacity>& capacity, const JobRequest& job) {
-  const GangDemand d = COHORT_TRY(DemandOf(job));
+  GangDemand d = COHORT_TRY(DemandOf(job));
+  // An elastic job is satisfiable when its smallest gang is.
+  if (job.min_nodes > 0) d.nodes = std::min(d.nodes, job.min_nodes);
   if (capacity.empty()) return MakeError(ErrorCode::kUnsatisfiable, "no nodes have registered yet");
 
   const int64_t cluster = static_cast<int64_t>(capacity.size());

@@ -50,13 +50,18 @@ class Pass {
       decision_.pending_reasons[job.id] = InvalidReason(demand.error().message);
       return;
     }
-    blocked_.clear();
-    if (guard_) guard_->BlockedNodes(*demand, job.time_limit_ms, &blocked_);
-    if (std::optional<GangFit> fit = FitGang(pool_, *demand, job.placement, blocked_)) {
-      Start(job, *demand, std::move(*fit));
-    } else {
-      decision_.pending_reasons[job.id] = Wait(job, *demand);
+    // An elastic job takes the largest gang from nodes down to min_nodes that fits now.
+    const int smallest = job.min_nodes > 0 ? std::min(job.min_nodes, demand->nodes) : demand->nodes;
+    GangDemand size = *demand;
+    for (; size.nodes >= smallest; --size.nodes) {
+      blocked_.clear();
+      if (guard_) guard_->BlockedNodes(size, job.time_limit_ms, &blocked_);
+      if (std::optional<GangFit> fit = FitGang(pool_, size, job.placement, blocked_)) {
+        Start(job, size, std::move(*fit));
+        return;
+      }
     }
+    decision_.pending_reasons[job.id] = Wait(job, *demand);
   }
 
   Decision Finish() && { return std::move(decision_); }

@@ -53,6 +53,7 @@ struct JobRequest {
   int priority = 0;  // larger runs first
   int64_t submit_ms = 0;
   int nodes = 1;
+  int min_nodes = 0;  // elastic: may start on min_nodes..nodes nodes; 0: exactly `nodes`
   int tasks_per_node = 1;
   int gpus_per_node = 0;  // 0: a CPU-only job
   int cpus_per_task = 1;  // may be 0: the job needs only a schedulable node

@@ -25,7 +25,8 @@ TEST(JobSpec, RoundTripsThroughJson) {
   json j = {{"command", {"/bin/echo", "a b"}}, {"name", "n1"}, {"user", "alice"}, {"env", {{"X", "1"}}},
             {"workdir", "/tmp"}, {"nodes", 2}, {"tasks_per_node", 4}, {"gpus_per_node", 8},
             {"cpus_per_task", 3}, {"priority", -5}, {"placement", "spread"}, {"max_restarts", 2},
-            {"time_limit_s", 3600}, {"progress_timeout_s", 120}};
+            {"time_limit_s", 3600}, {"progress_timeout_s", 120}, {"min_nodes", 1},
+            {"checkpoint_signal", "USR1"}};
   auto s = JobSpecFromJson(j);
   ASSERT_TRUE(s.has_value()) << s.error().message;
   EXPECT_EQ(s->gpus_per_task(), 2);
@@ -71,6 +72,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"gpus_per_node": 3, "tasks_per_node": 2})", "gpus_per_node", "split evenly"},
         BadCase{R"({"cpus_per_task": -1})", "cpus_per_task", "between 0"},
         BadCase{R"({"priority": 1001})", "priority", "between -1000 and 1000"},
+        BadCase{R"({"min_nodes": -1})", "min_nodes", "min_nodes"},
+        BadCase{R"({"checkpoint_signal": "STOP"})", "checkpoint_signal", "USR1, USR2, HUP, INT, TERM"},
         BadCase{R"({"placement": "best"})", "placement", "'pack' or 'spread'"},
         BadCase{R"({"max_restarts": -1})", "max_restarts", "between 0"},
         BadCase{R"({"time_limit_s": -5})", "time_limit_s", "between 0"},

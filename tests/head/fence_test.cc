@@ -368,3 +368,99 @@ TEST(CheckpointSignalSpec, ValidatedAndCanonical) {
 
 }  // namespace
 }  // namespace cohort::head
+
+namespace cohort::head {
+namespace {
+
+// min_nodes: an elastic gang starts small when nodes are missing and grows back at its
+// next checkpoint once they return and nothing else waits.
+class ElasticTest : public DrainNowTest {
+ protected:
+  // Both beats of an agent that stops what the head dropped and runs what it assigned.
+  std::vector<api::TaskReport> Settle(const std::string& node, std::vector<api::TaskReport> running) {
+    std::vector<api::TaskReport> now = Running(Beat(node, running));
+    Beat(node, now);
+    return now;
+  }
+};
+
+TEST_F(ElasticTest, StartsSmallGrowsBackAtTheNextCheckpoint) {
+  ASSERT_TRUE(cluster_->Drain("n3", "", false).has_value());
+  api::JobSpec spec = Spec(3, 0);
+  spec.min_nodes = 2;
+  auto submitted = cluster_->Submit(spec);
+  ASSERT_TRUE(submitted.has_value()) << submitted.error().message;
+  ASSERT_EQ(cluster_->Schedule(), 1);
+  api::Job small = Get(submitted->id);
+  ASSERT_EQ(Nodes(small).size(), 2u);
+  EXPECT_EQ(small.world_size(), 2);
+  std::map<std::string, std::vector<api::TaskReport>> tasks;
+  for (const auto& n : Nodes(small)) {
+    api::HeartbeatReply r = Beat(n, {});
+    ASSERT_EQ(r.tasks.size(), 1u);
+    EXPECT_EQ(r.tasks[0].env.at("WORLD_SIZE"), "2");
+    EXPECT_EQ(r.tasks[0].env.at("COHORT_NUM_NODES"), "2");
+    tasks[n] = Running(r);
+    Beat(n, tasks[n]);
+  }
+  // No spare node: a checkpoint changes nothing.
+  EXPECT_FALSE(cluster_->ReportProgress(Scope(small), Point(20, 20)));
+  EXPECT_EQ(Get(small.id).state, api::JobState::kRunning);
+
+  // n3 returns. The job is not asked to checkpoint early; its next checkpoint moves it.
+  ASSERT_TRUE(cluster_->Resume("n3").has_value());
+  cluster_->Schedule();
+  EXPECT_FALSE(Beat(Nodes(small)[0], tasks[Nodes(small)[0]]).tasks[0].checkpoint_requested);
+  EXPECT_FALSE(cluster_->ReportProgress(Scope(small), Point(30, 20)));
+  EXPECT_EQ(Get(small.id).state, api::JobState::kRunning) << "no new checkpoint yet";
+  EXPECT_FALSE(cluster_->ReportProgress(Scope(small), Point(40, 40)));
+  api::Job moved = Get(small.id);
+  ASSERT_EQ(moved.state, api::JobState::kPending);
+  EXPECT_EQ(moved.moves, 1);
+  EXPECT_NE(moved.reason.find("growing back to 3 nodes at its checkpoint at step 40"), std::string::npos)
+      << moved.reason;
+
+  for (const auto& n : Nodes(small)) {
+    Beat(n, tasks[n]);
+    Beat(n, {});
+  }
+  ASSERT_EQ(cluster_->Schedule(), 1);
+  api::Job full = Get(small.id);
+  EXPECT_EQ(Nodes(full).size(), 3u);
+  EXPECT_EQ(Beat("n3", {}).tasks.at(0).env.at("WORLD_SIZE"), "3");
+}
+
+TEST_F(ElasticTest, DoesNotGrowIntoNodesOtherJobsWaitFor) {
+  ASSERT_TRUE(cluster_->Drain("n3", "", false).has_value());
+  api::JobSpec spec = Spec(3, 0);
+  spec.min_nodes = 1;
+  auto elastic = cluster_->Submit(spec);
+  ASSERT_TRUE(elastic.has_value());
+  ASSERT_EQ(cluster_->Schedule(), 1);
+  api::Job small = Get(elastic->id);
+  ASSERT_EQ(Nodes(small).size(), 2u);
+  for (const auto& n : Nodes(small)) Settle(n, {});
+
+  // A second job needs the node that returns: it gets it, the elastic job stays small.
+  ASSERT_TRUE(cluster_->Resume("n3").has_value());
+  auto other = cluster_->Submit(Spec(1, 0));
+  ASSERT_TRUE(other.has_value());
+  ASSERT_EQ(cluster_->Schedule(), 1);
+  EXPECT_EQ(Get(other->id).state, api::JobState::kRunning);
+  EXPECT_FALSE(cluster_->ReportProgress(Scope(small), Point(60, 60)));
+  EXPECT_EQ(Get(small.id).state, api::JobState::kRunning);
+  EXPECT_EQ(Get(small.id).attempt, 0);
+}
+
+TEST(ElasticSpec, MinNodesIsValidated) {
+  auto bad = api::JobSpecFromJson(json{{"command", {"x"}}, {"nodes", 2}, {"min_nodes", 3}});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("min_nodes: must be at most nodes (2), got 3"), std::string::npos)
+      << bad.error().message;
+  auto ok = api::JobSpecFromJson(json{{"command", {"x"}}, {"nodes", 4}, {"min_nodes", 2}});
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->min_nodes, 2);
+}
+
+}  // namespace
+}  // namespace cohort::head

@@ -55,6 +55,36 @@ TEST(Scheduler, EveryWaitingJobHasAReasonAndStartedJobsHaveNone) {
   EXPECT_EQ(Reason(d, 4), "needs 1 node with 3 free GPUs; 0 available");
 }
 
+TEST(Scheduler, ElasticJobTakesTheLargestGangThatFitsDownToMinNodes) {
+  Snapshot snap;
+  snap.now_ms = kNow;
+  snap.nodes = {IdleNode("a", 1), IdleNode("b", 1), Unavailable(IdleNode("c", 1), "down"),
+                Unavailable(IdleNode("d", 1), "down")};
+  JobRequest elastic = GpuJob(1, 4, 1);
+  elastic.min_nodes = 2;
+  JobRequest rigid = GpuJob(2, 4, 1);
+  snap.pending = {elastic, rigid};
+  Decision d = Schedule(snap);
+  const JobPlacement* p = Find(d, 1);
+  ASSERT_NE(p, nullptr) << Reason(d, 1);
+  EXPECT_EQ(p->nodes.size(), 2u);  // 4 wanted, 2 free: starts on 2
+  EXPECT_FALSE(d.start.size() > 1);
+  EXPECT_EQ(Reason(d, 2), "needs 4 nodes with 1 free GPU; 0 available (2 nodes down)");
+
+  // Below min_nodes it waits, with the full size in its reason.
+  snap.nodes[1] = Unavailable(IdleNode("b", 1), "down");
+  d = Schedule(snap);
+  EXPECT_EQ(Find(d, 1), nullptr);
+  EXPECT_NE(Reason(d, 1).find("needs 4 nodes with 1 free GPU; 1 available"), std::string::npos) << Reason(d, 1);
+
+  // With every node up it takes all four.
+  snap.nodes = {IdleNode("a", 1), IdleNode("b", 1), IdleNode("c", 1), IdleNode("d", 1)};
+  snap.pending = {elastic};
+  d = Schedule(snap);
+  ASSERT_NE(Find(d, 1), nullptr);
+  EXPECT_EQ(Find(d, 1)->nodes.size(), 4u);
+}
+
 TEST(Scheduler, EmptySnapshot) {
   const Decision d = Schedule(Snapshot{});
   EXPECT_TRUE(d.start.empty());

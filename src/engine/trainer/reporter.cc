@@ -18,11 +18,12 @@ ProgressReporter::ProgressReporter(const std::string& url) {
   path_ = url.substr(slash);
 }
 
-void ProgressReporter::Post(const ProgressSample& s) {
-  if (!client_) return;
+bool ProgressReporter::Post(const ProgressSample& s) {
+  if (!client_) return false;
   json body = {{"step", s.step}, {"loss", s.loss}, {"rank", s.rank}};
   if (s.tokens_per_s > 0) body["tokens_per_s"] = s.tokens_per_s;
   if (s.samples_per_s > 0) body["samples_per_s"] = s.samples_per_s;
+  if (s.checkpoint_step >= 0) body["checkpoint_step"] = s.checkpoint_step;
   auto r = client_->Post(path_, body);
   if (!r && !failing_) {
     fmt::print(stderr, "cohort train: progress report failed (training goes on): {}\n",
@@ -31,6 +32,7 @@ void ProgressReporter::Post(const ProgressSample& s) {
     fmt::print(stderr, "cohort train: progress reports go through again\n");
   }
   failing_ = !r;
+  return r && r->is_object() && r->value("checkpoint", false);
 }
 
 }  // namespace cohort::engine

@@ -17,6 +17,7 @@ struct ProgressSample {
   double tokens_per_s = 0;
   double samples_per_s = 0;
   int rank = 0;
+  int64_t checkpoint_step = -1;  // the newest checkpoint this run wrote or resumed from; -1: none
 };
 
 class ProgressReporter {
@@ -24,7 +25,9 @@ class ProgressReporter {
   // `url` is COHORT_REPORT ("http://head:port/v1/report/<token>"); empty disables.
   explicit ProgressReporter(const std::string& url);
   bool enabled() const { return client_ != nullptr; }
-  void Post(const ProgressSample& s);
+  // Returns true when the head's reply asks for a checkpoint now (`cohort drain --now`
+  // moves the job once a report names a checkpoint newer than its request).
+  bool Post(const ProgressSample& s);
 
  private:
   std::unique_ptr<HttpClient> client_;

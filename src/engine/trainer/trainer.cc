@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -39,6 +40,28 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// SIGUSR1 asks for a checkpoint at the end of the current step (a job's checkpoint_signal,
+// delivered by its agent on `cohort drain --now`; Slurm's --signal habit). Installed on
+// every rank so that no rank dies of the signal's default action.
+volatile std::sig_atomic_t g_checkpoint_signal = 0;
+
+void OnCheckpointSignal(int) { g_checkpoint_signal = 1; }
+
+void InstallCheckpointSignal() {
+  struct sigaction sa {};
+  sa.sa_handler = OnCheckpointSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+// True once per received SIGUSR1.
+bool CheckpointSignalled() {
+  if (!g_checkpoint_signal) return false;
+  g_checkpoint_signal = 0;
+  return true;
+}
+
 // Words of the broadcast that carries a checkpoint's scalars from rank 0.
 struct ResumeHeader {
   int64_t found = 0;  // 1: a checkpoint follows; 0: start fresh; -1: rank 0 failed
@@ -67,6 +90,10 @@ struct Trainer::Impl {
   TrainProgress progress;
   LrSchedule schedule;
   std::unique_ptr<ProgressReporter> reporter;
+  // The newest checkpoint this run wrote or resumed from (reported to the head); -1: none.
+  int64_t checkpoint_step = -1;
+  // The head asked for a checkpoint (the reply to a progress report: cohort drain --now).
+  bool checkpoint_requested = false;
   std::FILE* record = nullptr;  // log.file, rank 0 only
   DevicePeak peak;
   double flops_per_token = 0;
@@ -336,6 +363,7 @@ Result<void> Trainer::Impl::Resume() {
       ckpt = std::move(*loaded);
       for (const auto& w : ckpt->warnings) Log("checkpoint: {}", w);
       Log("resuming from {} (step {})", ckpt->path, ckpt->progress.step);
+      checkpoint_step = ckpt->progress.step;
       header.found = 1;
       header.adam_t = ckpt->adam_t;
       header.step = ckpt->progress.step;
@@ -478,6 +506,7 @@ Result<void> Trainer::Impl::SaveCheckpointNow() {
     return std::unexpected(path.error());
   }
   Log("checkpoint: wrote {} in {:.0f} ms", *path, Seconds(Clock::now() - start) * 1000);
+  checkpoint_step = progress.step;
   FlushRecords();
   return {};
 }
@@ -496,6 +525,7 @@ Result<std::string> Trainer::Impl::SampleText() {
 }
 
 Result<TrainResult> Trainer::Impl::Run() {
+  InstallCheckpointSignal();
   TrainResult result;
   result.start_step = progress.step;
   if (progress.step >= config.steps) {
@@ -533,7 +563,8 @@ Result<TrainResult> Trainer::Impl::Run() {
           "MFU {}",
           progress.step, config.steps, loss, lr, norm, seconds * 1000, tok_s, mfu);
       if (reporter) {
-        reporter->Post({progress.step, loss, tok_s, tok_s / config.seq_len, rank});
+        checkpoint_requested |=
+            reporter->Post({progress.step, loss, tok_s, tok_s / config.seq_len, rank, checkpoint_step});
       }
     }
     json line = {{"step", progress.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
@@ -546,10 +577,26 @@ Result<TrainResult> Trainer::Impl::Run() {
     }
     Record(std::move(line));
     const bool stopping = ctx.stop_at_step > 0 && progress.step >= ctx.stop_at_step;
+    // A checkpoint asked for from outside: the head's reply, or the job's checkpoint
+    // signal (SIGUSR1; every rank takes the signal, rank 0 writes the checkpoint).
+    const bool signalled = CheckpointSignalled();
+    const bool requested = leader() && (checkpoint_requested || signalled);
+    if (requested) {
+      Log("checkpoint requested ({}): writing one at step {}",
+          signalled ? "SIGUSR1" : "by the head", progress.step);
+    }
     if (!config.checkpoint_dir.empty() &&
         ((config.checkpoint_every > 0 && progress.step % config.checkpoint_every == 0) ||
-         progress.step == config.steps || stopping)) {
+         progress.step == config.steps || stopping || requested)) {
+      const int64_t before = checkpoint_step;
       (void)SaveCheckpointNow();
+      // Tell the head at once: it moves the job when it sees the new checkpoint.
+      if (requested && reporter && checkpoint_step != before) {
+        checkpoint_requested = reporter->Post({progress.step, loss, 0, 0, rank, checkpoint_step});
+      }
+    } else if (requested) {
+      Log("no checkpoint.dir: cannot checkpoint on request");
+      checkpoint_requested = false;
     }
     if (leader() && config.sample_every > 0 && config.sample_tokens > 0 &&
         progress.step % config.sample_every == 0 && progress.step != config.steps) {

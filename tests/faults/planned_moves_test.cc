@@ -1,0 +1,157 @@
+// Planned moves and elastic gangs under a running `cohort train` job:
+//  - `cohort drain NODE --now` asks the job to checkpoint, then moves it off the node, and
+//    the new attempt resumes from exactly that checkpoint (not the last periodic one);
+//  - the job's checkpoint_signal reaches every task of a job that does not report;
+//  - an elastic job (min_nodes 1) that loses a node continues on the other one with the
+//    same global batch, and grows back to two nodes at a checkpoint once the node returns.
+// Each checks the loss record: nothing lost beyond the checkpoint, nothing recorded twice.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "fault_cluster.h"
+
+namespace cohort::testing {
+namespace {
+
+// The step in "checkpoint at step N" of the attempt that ended with a move.
+int64_t MovedAtStep(const json& job, int attempt) {
+  for (const auto& h : job.value("history", json::array())) {
+    if (h.value("attempt", -1) != attempt) continue;
+    std::smatch m;
+    const std::string why = h.value("end_reason", "");
+    if (std::regex_search(why, m, std::regex("checkpoint at step ([0-9]+)"))) return std::stoll(m[1]);
+  }
+  return -1;
+}
+
+TEST(PlannedMoves, DrainNowMovesTheJobFromTheCheckpointItAskedFor) {
+  FaultCluster c;
+  TrainJob t;
+  TrainJobSpec spec;
+  spec.steps = 600;
+  spec.checkpoint_every = 100;
+  spec.checkpoint_signal = "USR1";
+  spec.checkpoints_on_request = true;
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, spec));
+  const std::string node = c.NodeOfRank(t.id, 1);
+  const int64_t recorded = LastRecordedStep(t.record);
+
+  auto drained = c.client().Post("/v1/nodes/" + node + "/drain", json{{"now", true}, {"timeout_s", 60}});
+  ASSERT_TRUE(drained.has_value()) << drained.error().message;
+  EXPECT_EQ(drained->value("display_state", ""), "DRAINING");
+
+  json moved = c.WaitForJob(t.id, RunningWithout(node), "running again without " + node, std::chrono::seconds(60));
+  EXPECT_EQ(moved.value("moves", 0), 1) << moved.dump(2);
+  EXPECT_EQ(moved.value("attempt", 0), 1) << "a move must not need a failed attempt first: " << moved.dump(2);
+  const int64_t step = MovedAtStep(moved, 0);
+  ASSERT_GT(step, recorded) << "the move did not wait for a new checkpoint: " << moved.dump(2);
+  EXPECT_NE(step % spec.checkpoint_every, 0) << "expected the requested checkpoint, not a periodic one (this can "
+                                                 "only fail by a 1-in-100 coincidence): "
+                                              << moved.dump(2);
+  json done = c.WaitForState(t.id, "SUCCEEDED", std::chrono::seconds(120));
+  EXPECT_EQ(done.value("attempt", -1), 1);
+  ExpectResumedFrom(c, t, 1, step);
+  auto first = ExpectConsistentRecord(t, 2, recorded);
+  EXPECT_EQ(first[1], step + 1) << "attempt 1 must record from the step after the requested checkpoint";
+  // The signal took the other path too: rank 1's shim delivered it and the trainer saw it.
+  EXPECT_NE(c.Logs(t.id, 1, 0).find("SIGUSR1"), std::string::npos) << c.Logs(t.id, 1, 0);
+}
+
+TEST(PlannedMoves, CheckpointSignalReachesEveryTaskAndTheDeadlineMovesASilentJob) {
+  FaultCluster c;
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  for (const char* n : {"node-a", "node-b", "node-c"}) ASSERT_NO_FATAL_FAILURE(c.StartAgent(n));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(3));
+  // Writes a line per USR1 it receives, and never reports progress.
+  const std::string marks = c.dir() + "/marks";
+  std::filesystem::create_directories(marks);
+  json job = c.Submit({{"command",
+                        {"sh", "-c",
+                         "trap 'echo usr1 >> " + marks + "/rank-$RANK-attempt-$COHORT_ATTEMPT' USR1; "
+                         "touch " + marks + "/ready-$RANK; while true; do sleep 0.05; done"}},
+                       {"nodes", 2},
+                       {"gpus_per_node", 1},
+                       {"checkpoint_signal", "SIGUSR1"}});
+  const int64_t id = job.value("id", int64_t{0});
+  ASSERT_GT(id, 0) << job.dump();
+  c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
+  const std::string node = c.NodeOfRank(id, 0);
+  // Both shells have set their trap (the signal's default action would end them).
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string ready = marks + "/ready-" + std::to_string(rank);
+    ASSERT_TRUE(WaitUntil([&] { return std::filesystem::exists(ready); }, std::chrono::seconds(30)))
+        << "rank " << rank << " did not start\n" << c.HeadLog();
+  }
+
+  auto drained = c.client().Post("/v1/nodes/" + node + "/drain", json{{"now", true}, {"timeout_s", 2}});
+  ASSERT_TRUE(drained.has_value()) << drained.error().message;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string path = marks + "/rank-" + std::to_string(rank) + "-attempt-0";
+    EXPECT_TRUE(WaitUntil([&] { return std::filesystem::exists(path); }, std::chrono::seconds(10)))
+        << "rank " << rank << " never got SIGUSR1\n" << c.AgentLog(c.NodeOfRank(id, rank));
+  }
+  json moved = c.WaitForJob(id, RunningWithout(node), "moved off " + node, std::chrono::seconds(30));
+  EXPECT_EQ(moved.value("moves", 0), 1) << moved.dump(2);
+  ASSERT_FALSE(moved["history"].empty());
+  EXPECT_NE(moved["history"][0].value("end_reason", "").find("no new checkpoint reported within 2.0s"),
+            std::string::npos)
+      << moved.dump(2);
+  // Once per task: still one line each.
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(ReadFile(marks + "/rank-" + std::to_string(rank) + "-attempt-0"), "usr1\n");
+  }
+  auto cancelled = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  EXPECT_TRUE(cancelled.has_value());
+}
+
+TEST(PlannedMoves, ElasticJobShrinksOnANodeLossAndGrowsBackWhenItReturns) {
+  FaultCluster c;
+  TrainJob t;
+  TrainJobSpec spec;
+  spec.steps = 700;
+  spec.checkpoint_every = 50;
+  spec.min_nodes = 1;
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, spec, /*agents=*/2));
+  const std::string victim = c.NodeOfRank(t.id, 1);
+  const int64_t recorded = LastRecordedStep(t.record);
+  c.agent(victim).Signal(SIGKILL);
+  (void)c.agent(victim).Wait();
+
+  // It goes on alone: one node, the same global batch through twice the accumulation.
+  json small = c.WaitForJob(
+      t.id,
+      [](const json& j) {
+        return j.value("state", "") == "RUNNING" && j.value("attempt", 0) >= 1 &&
+               j["allocation"]["nodes"].size() == 1;
+      },
+      "running on one node", std::chrono::seconds(30));
+  const int small_attempt = small.value("attempt", 0);
+  ASSERT_TRUE(WaitUntil([&] { return c.Logs(t.id, 0, small_attempt).find("batch: 1 ranks x 2 accumulation") !=
+                                     std::string::npos; },
+                        std::chrono::seconds(30)))
+      << c.Logs(t.id, 0, small_attempt);
+
+  // The node comes back: at its next checkpoint the job moves to two nodes again.
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent(victim));
+  json grown = c.WaitForJob(
+      t.id,
+      [&](const json& j) {
+        return (j.value("state", "") == "RUNNING" || j.value("state", "") == "SUCCEEDED") &&
+               j.value("attempt", 0) > small_attempt && j["allocation"]["nodes"].size() == 2;
+      },
+      "running on two nodes again", std::chrono::seconds(60));
+  EXPECT_GE(grown.value("moves", 0), 1) << grown.dump(2);
+  const int64_t step = MovedAtStep(grown, small_attempt);
+  EXPECT_GT(step, 0) << grown.dump(2);
+  EXPECT_EQ(step % spec.checkpoint_every, 0) << "a grow waits for the job's own checkpoint: " << grown.dump(2);
+  json done = c.WaitForState(t.id, "SUCCEEDED", std::chrono::seconds(120));
+  EXPECT_EQ(done["allocation"]["nodes"].size(), 2u);
+  auto first = ExpectConsistentRecord(t, 3, recorded);
+  EXPECT_EQ(first[grown.value("attempt", 0)], step + 1);
+}
+
+}  // namespace
+}  // namespace cohort::testing
