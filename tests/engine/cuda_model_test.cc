@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm_test_util.h"
+#include "train_run_util.h"
 #include "common/subprocess.h"
 #include "cuda_test_util.h"
 #include "engine/model/gpt.h"
@@ -49,6 +50,10 @@
 
 namespace cohort::engine {
 namespace {
+
+using testing::RecordedLosses;
+using testing::RunCohort;
+using testing::TrainRun;
 
 namespace ct = ::cohort::engine::cuda::testing;
 namespace fs = std::filesystem;
@@ -479,11 +484,6 @@ TEST(GptCudaModelTest, HundredStepsTrackTheCpu) {
 
 // --- d) cohort train on the GPU, stop and resume ---------------------------------------------
 
-struct TrainRun {
-  ExitStatus status;
-  std::string output;
-};
-
 // The cohort binary: COHORT_BINARY from the environment when set (a carried build run from
 // another folder, bench/gpu/run.sh), else the one this test was built with.
 std::string CohortBinary() {
@@ -492,39 +492,12 @@ std::string CohortBinary() {
 }
 
 TrainRun CohortTrain(const fs::path& dir, const std::vector<std::string>& args, int index) {
-  SpawnOptions o;
-  o.argv = {CohortBinary(), "train"};
-  o.argv.insert(o.argv.end(), args.begin(), args.end());
-  o.unset_env = {"COHORT_CHECKPOINT_DIR", "COHORT_REPORT", "COHORT_JOB_ID", "RANK",
-                 "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS"};
-  const std::string out = (dir / ("out-" + std::to_string(index) + ".txt")).string();
-  o.stdout_path = out;
-  auto p = Subprocess::Spawn(o);
-  EXPECT_TRUE(p.has_value()) << p.error().ToString();
-  if (!p) return {};
-  auto st = p->WaitFor(std::chrono::seconds(300));
-  if (!st) {
-    p->Signal(SIGKILL, /*group=*/true);
-    (void)p->Wait();
-    ADD_FAILURE() << "cohort train did not finish in 300 s";
-    return {};
-  }
-  std::ifstream in(out);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return {*st, ss.str()};
+  std::vector<std::string> argv = {"train"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCohort(CohortBinary(), argv, (dir / ("out-" + std::to_string(index) + ".txt")).string());
 }
 
-std::map<int64_t, double> Losses(const fs::path& log) {
-  std::map<int64_t, double> losses;
-  std::ifstream in(log);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-  }
-  return losses;
-}
+std::map<int64_t, double> Losses(const fs::path& log) { return RecordedLosses(log); }
 
 // A fresh folder with ~40 KB of sentences from a fixed generator (as train_cli_test.cc).
 fs::path TrainDir(const std::string& test) {

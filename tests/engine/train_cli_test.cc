@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/subprocess.h"
+#include "train_run_util.h"
 
 #ifndef COHORT_BINARY
 #error "COHORT_BINARY must name the cohort executable"
@@ -35,11 +36,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-struct TrainRun {
-  ExitStatus status;
-  std::string output;
-};
+using engine::testing::RecordedLosses;
+using engine::testing::RunCohort;
+using engine::testing::TrainRun;
 
 class TrainCliTest : public ::testing::Test {
  protected:
@@ -95,40 +94,11 @@ class TrainCliTest : public ::testing::Test {
   }
 
   TrainRun Cohort(const std::vector<std::string>& args) {
-    SpawnOptions o;
-    o.argv = {COHORT_BINARY};
-    o.argv.insert(o.argv.end(), args.begin(), args.end());
-    o.unset_env = {"COHORT_CHECKPOINT_DIR", "COHORT_REPORT", "COHORT_JOB_ID", "RANK",
-                   "WORLD_SIZE", "OMP_NUM_THREADS"};
-    const std::string out = (dir_ / ("out-" + std::to_string(runs_++) + ".txt")).string();
-    o.stdout_path = out;
-    auto p = Subprocess::Spawn(o);
-    EXPECT_TRUE(p.has_value()) << p.error().ToString();
-    if (!p) return {};
-    auto st = p->WaitFor(std::chrono::seconds(300));
-    if (!st) {
-      p->Signal(SIGKILL, /*group=*/true);
-      (void)p->Wait();
-      ADD_FAILURE() << "cohort train did not finish in 300 s";
-      return {};
-    }
-    std::ifstream in(out);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return {*st, ss.str()};
+    return RunCohort(COHORT_BINARY, args, (dir_ / ("out-" + std::to_string(runs_++) + ".txt")).string());
   }
 
   // step -> loss from a log file (later lines for a step win).
-  static std::map<int64_t, double> Losses(const fs::path& log) {
-    std::map<int64_t, double> losses;
-    std::ifstream in(log);
-    std::string line;
-    while (std::getline(in, line)) {
-      auto j = nlohmann::json::parse(line);
-      losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-    }
-    return losses;
-  }
+  static std::map<int64_t, double> Losses(const fs::path& log) { return RecordedLosses(log); }
 
   // Step directories of a checkpoint folder, sorted.
   static std::vector<std::string> ListSteps(const fs::path& dir) {

@@ -223,10 +223,8 @@ void GptModel::InitRandom(uint64_t seed) {
   }
 }
 
-Result<float> GptModel::Forward(std::span<const int32_t> tokens,
-                                std::span<const int32_t> targets, int B, int T) {
-  Impl& m = *impl_;
-  const GptConfig& cfg = m.config;
+Result<int> ValidateBatch(const GptConfig& cfg, std::span<const int32_t> tokens,
+                          std::span<const int32_t> targets, int B, int T) {
   if (B < 1) return FieldError("B", "batch size must be >= 1, got {}", B);
   if (T < 1 || T > cfg.max_seq_len) {
     return FieldError("T", "sequence length must be in [1, max_seq_len={}], got {}",
@@ -248,12 +246,23 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens,
                         tokens[i], i, cfg.vocab_size);
     }
   }
+  int count = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
     if (targets[i] < -1 || targets[i] >= cfg.vocab_size) {
       return FieldError("targets", "id {} at position {} is outside [-1, vocab_size={})",
                         targets[i], i, cfg.vocab_size);
     }
+    if (targets[i] >= 0) ++count;
   }
+  return count;
+}
+
+Result<float> GptModel::Forward(std::span<const int32_t> tokens,
+                                std::span<const int32_t> targets, int B, int T) {
+  Impl& m = *impl_;
+  const GptConfig& cfg = m.config;
+  COHORT_TRY_VOID(ValidateBatch(cfg, tokens, targets, B, T));
+  const size_t BT = static_cast<size_t>(B) * T;
 
   m.Allocate(B, T);
   m.tokens.assign(tokens.begin(), tokens.end());

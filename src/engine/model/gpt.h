@@ -118,6 +118,13 @@ class GptModel {
   std::unique_ptr<Impl> impl_;
 };
 
+// Checks a batch for Forward, the same on every backend: B >= 1, 1 <= T <= max_seq_len,
+// B*T within an int's quarter, tokens.size() == B*T, targets empty or B*T, ids in
+// [0, vocab_size) and targets in [-1, vocab_size). Returns the number of targets >= 0;
+// kInvalidArgument naming the field otherwise.
+Result<int> ValidateBatch(const GptConfig& config, std::span<const int32_t> tokens,
+                          std::span<const int32_t> targets, int B, int T);
+
 // Model FLOPs per token for a training step (forward + backward), as in PaLM's MFU:
 // 6 × (non-embedding parameters + the tied output head) + 12 × L × C × T (attention).
 double TrainingFlopsPerToken(const GptConfig& config, int seq_len);

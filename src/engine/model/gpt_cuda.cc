@@ -434,13 +434,8 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
                                     std::span<const int32_t> targets, int B, int T) {
   Impl& m = *impl_;
   const GptConfig& cfg = m.config;
-  // The same checks, in the same order and words, as GptModel::Forward, plus the limits
-  // of the allocation.
-  if (B < 1) return FieldError("B", "batch size must be >= 1, got {}", B);
-  if (T < 1 || T > cfg.max_seq_len) {
-    return FieldError("T", "sequence length must be in [1, max_seq_len={}], got {}",
-                      cfg.max_seq_len, T);
-  }
+  // The same checks and words as GptModel::Forward, then the limits of the allocation.
+  const int count = COHORT_TRY(ValidateBatch(cfg, tokens, targets, B, T));
   if (B > m.max_batch) {
     return FieldError("B", "batch size {} is above the {} sequences the model was created for",
                       B, m.max_batch);
@@ -450,26 +445,6 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
                       T, m.max_seq);
   }
   const size_t BT = static_cast<size_t>(B) * T;
-  if (tokens.size() != BT) {
-    return FieldError("tokens", "expected B*T = {} ids, got {}", BT, tokens.size());
-  }
-  if (!targets.empty() && targets.size() != BT) {
-    return FieldError("targets", "expected B*T = {} ids or none, got {}", BT, targets.size());
-  }
-  for (size_t i = 0; i < BT; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= cfg.vocab_size) {
-      return FieldError("tokens", "id {} at position {} is outside [0, vocab_size={})",
-                        tokens[i], i, cfg.vocab_size);
-    }
-  }
-  int count = 0;
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (targets[i] < -1 || targets[i] >= cfg.vocab_size) {
-      return FieldError("targets", "id {} at position {} is outside [-1, vocab_size={})",
-                        targets[i], i, cfg.vocab_size);
-    }
-    if (targets[i] >= 0) ++count;
-  }
   COHORT_TRY_VOID(m.UseDevice());
   m.backward_ready = false;
   m.logits_valid = false;
