@@ -1,0 +1,419 @@
+// A small SIMT emulator to run attention.cu's kernels on the CPU (no GPU on this machine).
+// Each block runs as blockDim OS threads; __syncthreads is a std::barrier; warp collectives
+// (mma.sync, ldmatrix, shfl) exchange through per-warp slots between two warp barriers.
+// Shared memory is shadowed per 4-byte word to detect races between barriers:
+//   - read of a word written by another thread since the last __syncthreads (RAW)
+//   - write of a word read/written by another thread since the last __syncthreads (WAR/WAW)
+//   - any access to a word with a cp.async in flight (issued, not yet waited for)
+// cp.async copies are deferred to the cp.async.wait_group that retires them (latest legal
+// time). Smem is poisoned with 0xFF; a ldmatrix returning a NaN bf16 is reported.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdarg>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define __launch_bounds__(...)
+
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+
+namespace emu {
+
+struct Word {
+  uint32_t w_epoch = 0;
+  int w_tid = -1;
+  uint32_t r_epoch = 0;
+  int r_tid = -1;
+  bool r_multi = false;
+  bool pending = false;
+};
+
+struct Stats {
+  std::atomic<long> races{0}, pending_access{0}, poison_reads{0}, misaligned{0}, oob{0},
+      leftover_async{0}, ldmatrix_calls{0}, mma_calls{0};
+  std::atomic<int> max_conflict{0};
+  std::atomic<long> conflict_phases{0};  // ldmatrix phases with > 1-way conflict
+  std::mutex msg_mu;
+  int messages = 0;
+  void Report(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+};
+inline Stats g_stats;
+inline void Stats::Report(const char* fmt, ...) {
+  std::lock_guard<std::mutex> lock(msg_mu);
+  if (messages++ > 30) return;
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::fputc('\n', stderr);
+}
+
+struct Block;
+struct Completion {
+  Block* b;
+  void operator()() noexcept;
+};
+
+struct WarpSlots {
+  uint32_t a[32][4];
+  uint32_t b[32][2];
+  const unsigned char* addr[32];
+  float f[32];
+};
+
+struct Block {
+  int nthreads;
+  std::vector<unsigned char> smem;
+  std::vector<Word> shadow;
+  std::mutex mu;
+  uint32_t epoch = 1;
+  std::barrier<Completion> bar;
+  std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
+  std::vector<WarpSlots> slots;
+  Block(int n, size_t smem_bytes)
+      : nthreads(n), smem(smem_bytes, 0xFF), shadow((smem_bytes + 3) / 4), bar(n, Completion{this}) {
+    const int warps = (n + 31) / 32;
+    for (int w = 0; w < warps; ++w) warp_bar.push_back(std::make_unique<std::barrier<>>(32));
+    slots.resize(warps);
+  }
+};
+inline void Completion::operator()() noexcept { ++b->epoch; }
+
+struct Copy {
+  unsigned char* dst;
+  const unsigned char* src;
+  bool valid;
+};
+
+inline thread_local Block* t_block = nullptr;
+inline thread_local int t_tid = 0;
+inline thread_local std::deque<std::vector<Copy>> t_groups;
+inline thread_local std::vector<Copy> t_open;
+
+inline unsigned char* SharedBase() { return t_block->smem.data(); }
+
+inline bool InSmem(const void* p, size_t bytes) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  const auto* base = t_block->smem.data();
+  return c >= base && c + bytes <= base + t_block->smem.size();
+}
+inline size_t WordIndex(const void* p) {
+  return static_cast<size_t>(static_cast<const unsigned char*>(p) - t_block->smem.data()) / 4;
+}
+
+// Shadow checks; caller holds t_block->mu.
+inline void ShadowRead(const void* p, size_t bytes, const char* what) {
+  Block& b = *t_block;
+  for (size_t w = WordIndex(p); w < WordIndex(p) + (bytes + 3) / 4; ++w) {
+    Word& s = b.shadow[w];
+    if (s.pending) {
+      g_stats.pending_access++;
+      g_stats.Report("%s: tid %d reads smem word %zu with a cp.async in flight", what, t_tid, w);
+    }
+    if (s.w_epoch == b.epoch && s.w_tid != t_tid) {
+      g_stats.races++;
+      g_stats.Report("%s: RAW race: tid %d reads word %zu written by tid %d in epoch %u", what,
+                     t_tid, w, s.w_tid, b.epoch);
+    }
+    if (s.r_epoch != b.epoch) {
+      s.r_epoch = b.epoch;
+      s.r_tid = t_tid;
+      s.r_multi = false;
+    } else if (s.r_tid != t_tid) {
+      s.r_multi = true;
+    }
+  }
+}
+inline void ShadowWrite(const void* p, size_t bytes, const char* what, bool completing_copy) {
+  Block& b = *t_block;
+  for (size_t w = WordIndex(p); w < WordIndex(p) + (bytes + 3) / 4; ++w) {
+    Word& s = b.shadow[w];
+    if (s.pending && !completing_copy) {
+      g_stats.pending_access++;
+      g_stats.Report("%s: tid %d writes smem word %zu with a cp.async in flight", what, t_tid, w);
+    }
+    if (!completing_copy && s.r_epoch == b.epoch && (s.r_multi || s.r_tid != t_tid)) {
+      g_stats.races++;
+      g_stats.Report("%s: WAR race: tid %d writes word %zu read by tid %d in epoch %u", what,
+                     t_tid, w, s.r_tid, b.epoch);
+    }
+    if (s.w_epoch == b.epoch && s.w_tid != t_tid) {
+      g_stats.races++;
+      g_stats.Report("%s: WAW race: tid %d writes word %zu written by tid %d", what, t_tid, w,
+                     s.w_tid);
+    }
+    s.w_epoch = b.epoch;
+    s.w_tid = t_tid;
+    if (completing_copy) s.pending = false;
+  }
+}
+
+inline void WarpSync() { t_block->warp_bar[t_tid / 32]->arrive_and_wait(); }
+inline WarpSlots& Slots() { return t_block->slots[t_tid / 32]; }
+inline int Lane() { return t_tid % 32; }
+
+inline float Bf16LoToFloat(uint32_t r, int half) {
+  const uint16_t bits = static_cast<uint16_t>(half ? (r >> 16) : (r & 0xffffu));
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- emulated primitives (same names and signatures as attention.cu's) ----
+
+inline void EmuCpAsync16(void* dst, const void* src, bool valid) {
+  if (!InSmem(dst, 16) || reinterpret_cast<uintptr_t>(dst) % 16) {
+    g_stats.misaligned++;
+    g_stats.Report("cp.async: bad smem dst %p", dst);
+    std::abort();
+  }
+  if (reinterpret_cast<uintptr_t>(src) % 16) {
+    g_stats.misaligned++;
+    g_stats.Report("cp.async: src %p not 16-byte aligned", src);
+  }
+  {
+    std::lock_guard<std::mutex> lock(t_block->mu);
+    Block& b = *t_block;
+    for (size_t w = WordIndex(dst); w < WordIndex(dst) + 4; ++w) {
+      Word& s = b.shadow[w];
+      if (s.pending) {
+        g_stats.pending_access++;
+        g_stats.Report("cp.async: tid %d issues over in-flight word %zu", t_tid, w);
+      }
+      if (s.r_epoch == b.epoch && (s.r_multi || s.r_tid != t_tid)) {
+        g_stats.races++;
+        g_stats.Report("cp.async: WAR race: tid %d copies into word %zu read by tid %d this epoch",
+                       t_tid, w, s.r_tid);
+      }
+      s.pending = true;
+    }
+  }
+  t_open.push_back(Copy{static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), valid});
+}
+inline void EmuCpAsyncCommit() {
+  t_groups.push_back(std::move(t_open));
+  t_open.clear();
+}
+inline void EmuCpAsyncWait(int n) {
+  while (static_cast<int>(t_groups.size()) > n) {
+    for (const Copy& c : t_groups.front()) {
+      if (c.valid) {
+        std::memcpy(c.dst, c.src, 16);  // ASan checks the global read
+      } else {
+        std::memset(c.dst, 0, 16);
+      }
+      std::lock_guard<std::mutex> lock(t_block->mu);
+      ShadowWrite(c.dst, 16, "cp.async completion", true);
+    }
+    t_groups.pop_front();
+  }
+}
+
+inline void EmuLdMatrix(uint32_t (&r)[4], const void* p, bool trans) {
+  g_stats.ldmatrix_calls++;
+  const auto* c = static_cast<const unsigned char*>(p);
+  if (!InSmem(c, 16) || reinterpret_cast<uintptr_t>(c) % 16) {
+    g_stats.misaligned++;
+    g_stats.Report("ldmatrix: bad row address %p (tid %d)", p, t_tid);
+    std::abort();
+  }
+  {
+    std::lock_guard<std::mutex> lock(t_block->mu);
+    ShadowRead(c, 16, trans ? "ldmatrix.trans" : "ldmatrix");
+  }
+  WarpSlots& s = Slots();
+  const int lane = Lane();
+  s.addr[lane] = c;
+  WarpSync();
+  // Bank conflicts: lane 0 evaluates each of the 4 phases (one 8x8 matrix each).
+  if (lane == 0) {
+    for (int i = 0; i < 4; ++i) {
+      int count[32] = {0};
+      for (int k = 0; k < 8; ++k) {
+        const size_t off = static_cast<size_t>(s.addr[8 * i + k] - t_block->smem.data());
+        for (int wd = 0; wd < 4; ++wd) count[(off / 4 + wd) % 32]++;
+      }
+      int worst = 0;
+      for (int bk = 0; bk < 32; ++bk) worst = std::max(worst, count[bk]);
+      if (worst > 1) g_stats.conflict_phases++;
+      int prev = g_stats.max_conflict.load();
+      while (worst > prev && !g_stats.max_conflict.compare_exchange_weak(prev, worst)) {
+      }
+    }
+  }
+  const int row = lane / 4, cp = 2 * (lane % 4);
+  for (int i = 0; i < 4; ++i) {
+    uint16_t e[2];
+    for (int h = 0; h < 2; ++h) {
+      const unsigned char* src;
+      if (!trans) {
+        src = s.addr[8 * i + row] + 2 * (cp + h);  // element (row, cp + h)
+      } else {
+        src = s.addr[8 * i + cp + h] + 2 * row;  // element (cp + h, row)
+      }
+      std::memcpy(&e[h], src, 2);
+      if ((e[h] & 0x7fffu) > 0x7f80u) {
+        g_stats.poison_reads++;
+        g_stats.Report("ldmatrix: NaN/poison bf16 read (tid %d, matrix %d)", t_tid, i);
+      }
+    }
+    r[i] = static_cast<uint32_t>(e[0]) | (static_cast<uint32_t>(e[1]) << 16);
+  }
+  WarpSync();
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, from the PTX ISA fragment tables:
+// A: a_i (i = 0..7, two per register, low half first): row = g for i in {0,1,4,5}, else g+8;
+//    col = 2t + (i & 1) + (i >= 4 ? 8 : 0).
+// B: b_i (i = 0..3): row(k) = 2t + (i & 1) + (i >= 2 ? 8 : 0), col(n) = g.
+// C/D: c_i: row = g + (i >= 2 ? 8 : 0), col = 2t + (i & 1).
+inline void EmuMma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  g_stats.mma_calls++;
+  WarpSlots& s = Slots();
+  const int lane = Lane();
+  for (int i = 0; i < 4; ++i) s.a[lane][i] = a[i];
+  s.b[lane][0] = b0;
+  s.b[lane][1] = b1;
+  WarpSync();
+  float A[16][16], B[16][8];
+  int seenA[16][16] = {{0}}, seenB[16][8] = {{0}};
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 8; ++i) {
+      const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+      const int col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
+      A[row][col] = Bf16LoToFloat(s.a[l][i / 2], i & 1);
+      seenA[row][col]++;
+    }
+    for (int i = 0; i < 4; ++i) {
+      const int row = 2 * t + (i & 1) + (i >= 2 ? 8 : 0);
+      B[row][g] = Bf16LoToFloat(s.b[l][i / 2], i & 1);
+      seenB[row][g]++;
+    }
+  }
+  WarpSync();
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c)
+      if (seenA[r][c] != 1) std::abort();
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 8; ++c)
+      if (seenB[r][c] != 1) std::abort();
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+    d[i] = acc;
+  }
+}
+
+inline void EmuSharedStoreU32(void* p, uint32_t v) {
+  if (!InSmem(p, 4) || reinterpret_cast<uintptr_t>(p) % 4) {
+    g_stats.misaligned++;
+    g_stats.Report("st.shared.u32: bad address %p", p);
+    std::abort();
+  }
+  std::lock_guard<std::mutex> lock(t_block->mu);
+  ShadowWrite(p, 4, "st.shared.u32", false);
+  std::memcpy(p, &v, 4);
+}
+inline void EmuSharedStoreF32(float* p, float v) {
+  if (!InSmem(p, 4) || reinterpret_cast<uintptr_t>(p) % 4) {
+    g_stats.misaligned++;
+    g_stats.Report("st.shared.f32: bad address %p", static_cast<void*>(p));
+    std::abort();
+  }
+  std::lock_guard<std::mutex> lock(t_block->mu);
+  ShadowWrite(p, 4, "st.shared.f32", false);
+  *p = v;
+}
+inline float EmuSharedLoadF32(const float* p) {
+  if (!InSmem(p, 4) || reinterpret_cast<uintptr_t>(p) % 4) {
+    g_stats.misaligned++;
+    g_stats.Report("ld.shared.f32: bad address %p", static_cast<const void*>(p));
+    std::abort();
+  }
+  std::lock_guard<std::mutex> lock(t_block->mu);
+  ShadowRead(p, 4, "ld.shared.f32");
+  uint32_t u;
+  std::memcpy(&u, p, 4);
+  if (u == 0xFFFFFFFFu) {
+    g_stats.poison_reads++;
+    g_stats.Report("ld.shared.f32: poison read (tid %d)", t_tid);
+  }
+  return *p;
+}
+
+// Runs kernel() for every block of a 1-D grid, one block at a time.
+inline void Launch(int grid, int block, size_t smem_bytes, const std::function<void()>& kernel) {
+  for (int bx = 0; bx < grid; ++bx) {
+    Block blk(block, smem_bytes);
+    std::vector<std::thread> threads;
+    threads.reserve(block);
+    for (int tx = 0; tx < block; ++tx) {
+      threads.emplace_back([&, tx] {
+        threadIdx = uint3{static_cast<unsigned>(tx), 0, 0};
+        blockIdx = uint3{static_cast<unsigned>(bx), 0, 0};
+        blockDim = dim3(block, 1, 1);
+        gridDim = dim3(grid, 1, 1);
+        t_block = &blk;
+        t_tid = tx;
+        t_groups.clear();
+        t_open.clear();
+        kernel();
+        if (!t_groups.empty() || !t_open.empty()) {
+          g_stats.leftover_async++;
+          g_stats.Report("tid %d ended with cp.async groups outstanding", tx);
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+}
+
+}  // namespace emu
+
+// ---- CUDA built-ins used by the kernels ----
+inline void __syncthreads() { emu::t_block->bar.arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  if (mask != 0xffffffffu) std::abort();
+  emu::WarpSlots& s = emu::Slots();
+  const int lane = emu::Lane();
+  s.f[lane] = v;
+  emu::WarpSync();
+  const float r = s.f[lane ^ lane_mask];
+  emu::WarpSync();
+  return r;
+}
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+// cuda_runtime.h declares this template only for nvcc; the same forwarding for g++.
+template <class T>
+inline cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
+}
+inline float2 atomicAdd(float2* p, float2 v) {
+  if (reinterpret_cast<uintptr_t>(p) % 8) std::abort();  // the hardware requires 8-byte alignment
+  float* f = reinterpret_cast<float*>(p);
+  return make_float2(std::atomic_ref<float>(f[0]).fetch_add(v.x), std::atomic_ref<float>(f[1]).fetch_add(v.y));
+}
