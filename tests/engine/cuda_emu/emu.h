@@ -1,5 +1,7 @@
-// A small SIMT emulator to run attention.cu's kernels on the CPU (no GPU on this machine).
-// Each block runs as blockDim OS threads; __syncthreads is a std::barrier; warp collectives
+// A small SIMT emulator to run the CUDA kernels (src/engine/kernels/cuda/*.cu, rewritten by
+// gen_cuda_emu.py) on the CPU (no GPU on this machine).
+// Each block runs as blockDim OS threads (one set of threads per launch, running the blocks
+// one after another); __syncthreads is a std::barrier; warp collectives
 // (mma.sync, ldmatrix, shfl) exchange through per-warp slots between two warp barriers.
 // Shared memory is shadowed per 4-byte word to detect races between barriers:
 //   - read of a word written by another thread since the last __syncthreads (RAW)
@@ -7,6 +9,9 @@
 //   - any access to a word with a cp.async in flight (issued, not yet waited for)
 // cp.async copies are deferred to the cp.async.wait_group that retires them (latest legal
 // time). Smem is poisoned with 0xFF; a ldmatrix returning a NaN bf16 is reported.
+// Static __shared__ variables (gen_cuda_emu.py rewrites them to SharedArray / SharedRef) live
+// in a per-block area after the dynamic shared memory; every access to them is shadowed as
+// above, and a read of a never-written (all 0xFF) element is reported.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -75,14 +80,21 @@ struct Completion {
 };
 
 struct WarpSlots {
+  uint64_t v[32];  // shuffles
   uint32_t a[32][4];
   uint32_t b[32][2];
   const unsigned char* addr[32];
   float f[32];
 };
 
+// Static __shared__ storage per block (the hardware's static limit).
+constexpr size_t kStaticSmemBytes = 48 * 1024;
+
 struct Block {
   int nthreads;
+  size_t dyn_bytes;                  // dynamic shared memory: [0, dyn_bytes)
+  size_t static_base;                // static __shared__ variables from here
+  std::atomic<size_t> static_used{0};  // high-water mark of the static area
   std::vector<unsigned char> smem;
   std::vector<Word> shadow;
   std::mutex mu;
@@ -91,10 +103,25 @@ struct Block {
   std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
   std::vector<WarpSlots> slots;
   Block(int n, size_t smem_bytes)
-      : nthreads(n), smem(smem_bytes, 0xFF), shadow((smem_bytes + 3) / 4), bar(n, Completion{this}) {
+      : nthreads(n),
+        dyn_bytes(smem_bytes),
+        static_base((smem_bytes + 15) / 16 * 16),
+        smem(static_base + kStaticSmemBytes, 0xFF),
+        shadow(smem.size() / 4),
+        bar(n, Completion{this}) {
     const int warps = (n + 31) / 32;
-    for (int w = 0; w < warps; ++w) warp_bar.push_back(std::make_unique<std::barrier<>>(32));
+    for (int w = 0; w < warps; ++w) {
+      warp_bar.push_back(std::make_unique<std::barrier<>>(std::min(32, n - 32 * w)));
+    }
     slots.resize(warps);
+  }
+  // Between two blocks of a launch (every thread waiting): poison what the last block used
+  // again and start a new epoch, so nothing carries over (the shadow's old epochs are dead).
+  void Reset() {
+    const size_t used = static_base + static_used.load();
+    std::memset(smem.data(), 0xFF, std::min(used, smem.size()));
+    static_used = 0;
+    ++epoch;
   }
 };
 inline void Completion::operator()() noexcept { ++b->epoch; }
@@ -109,6 +136,7 @@ inline thread_local Block* t_block = nullptr;
 inline thread_local int t_tid = 0;
 inline thread_local std::deque<std::vector<Copy>> t_groups;
 inline thread_local std::vector<Copy> t_open;
+inline thread_local size_t t_static_off = 0;  // this thread's next static __shared__ offset
 
 inline unsigned char* SharedBase() { return t_block->smem.data(); }
 
@@ -365,47 +393,230 @@ inline float EmuSharedLoadF32(const float* p) {
   return *p;
 }
 
-// Runs kernel() for every block of a 1-D grid, one block at a time.
-inline void Launch(int grid, int block, size_t smem_bytes, const std::function<void()>& kernel) {
-  for (int bx = 0; bx < grid; ++bx) {
-    Block blk(block, smem_bytes);
-    std::vector<std::thread> threads;
-    threads.reserve(block);
-    for (int tx = 0; tx < block; ++tx) {
-      threads.emplace_back([&, tx] {
-        threadIdx = uint3{static_cast<unsigned>(tx), 0, 0};
-        blockIdx = uint3{static_cast<unsigned>(bx), 0, 0};
-        blockDim = dim3(block, 1, 1);
-        gridDim = dim3(grid, 1, 1);
-        t_block = &blk;
-        t_tid = tx;
+// Runs kernel() for every block of the grid, one block at a time, on one set of
+// blockDim OS threads per launch (a barrier between blocks resets the block's state).
+inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()>& kernel) {
+  const int nthreads = static_cast<int>(block.x * block.y * block.z);
+  const long nblocks = static_cast<long>(grid.x) * grid.y * grid.z;
+  if (nthreads <= 0 || nthreads > 1024 || nblocks <= 0) {
+    g_stats.Report("launch: bad configuration grid (%u,%u,%u) block (%u,%u,%u)", grid.x, grid.y,
+                   grid.z, block.x, block.y, block.z);
+    std::abort();
+  }
+  Block blk(nthreads, smem_bytes);
+  long current = 0;
+  auto next = [&]() noexcept {
+    ++current;
+    blk.Reset();
+  };
+  std::barrier<decltype(next)> end_of_block(nthreads, next);
+  std::vector<std::thread> threads;
+  threads.reserve(nthreads);
+  for (int t = 0; t < nthreads; ++t) {
+    threads.emplace_back([&, t] {
+      threadIdx = uint3{static_cast<unsigned>(t % block.x),
+                        static_cast<unsigned>(t / block.x % block.y),
+                        static_cast<unsigned>(t / (block.x * block.y))};
+      blockDim = block;
+      gridDim = grid;
+      t_block = &blk;
+      t_tid = t;
+      while (current < nblocks) {
+        const long b = current;
+        blockIdx = uint3{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                         static_cast<unsigned>(b / (static_cast<long>(grid.x) * grid.y))};
         t_groups.clear();
         t_open.clear();
+        t_static_off = 0;
         kernel();
         if (!t_groups.empty() || !t_open.empty()) {
           g_stats.leftover_async++;
-          g_stats.Report("tid %d ended with cp.async groups outstanding", tx);
+          g_stats.Report("tid %d ended with cp.async groups outstanding", t);
         }
-      });
-    }
-    for (auto& th : threads) th.join();
+        end_of_block.arrive_and_wait();
+      }
+    });
   }
+  for (auto& th : threads) th.join();
+}
+
+// ---- static __shared__ variables (gen_cuda_emu.py's rewrite of `__shared__ T x[N];`) ----
+
+template <class T>
+inline T SharedLoad(const T* p) {
+  if (!InSmem(p, sizeof(T))) {
+    g_stats.oob++;
+    g_stats.Report("shared load: %p outside the block's shared memory (tid %d)",
+                   static_cast<const void*>(p), t_tid);
+    std::abort();
+  }
+  if (reinterpret_cast<uintptr_t>(p) % alignof(T)) {
+    g_stats.misaligned++;
+    g_stats.Report("shared load: misaligned %p", static_cast<const void*>(p));
+  }
+  unsigned char raw[sizeof(T)];
+  {
+    std::lock_guard<std::mutex> lock(t_block->mu);
+    ShadowRead(p, sizeof(T), "shared load");
+    std::memcpy(raw, p, sizeof(T));
+  }
+  bool poison = true;
+  for (unsigned char c : raw) poison = poison && c == 0xFF;
+  if (poison) {
+    g_stats.poison_reads++;
+    g_stats.Report("shared load: read of never-written shared memory (tid %d, byte %zu)", t_tid,
+                   static_cast<size_t>(reinterpret_cast<const unsigned char*>(p) - SharedBase()));
+  }
+  T v;
+  std::memcpy(&v, raw, sizeof(T));
+  return v;
+}
+template <class T>
+inline void SharedStore(T* p, const T& v) {
+  if (!InSmem(p, sizeof(T))) {
+    g_stats.oob++;
+    g_stats.Report("shared store: %p outside the block's shared memory (tid %d)",
+                   static_cast<void*>(p), t_tid);
+    std::abort();
+  }
+  if (reinterpret_cast<uintptr_t>(p) % alignof(T)) {
+    g_stats.misaligned++;
+    g_stats.Report("shared store: misaligned %p", static_cast<void*>(p));
+  }
+  std::lock_guard<std::mutex> lock(t_block->mu);
+  ShadowWrite(p, sizeof(T), "shared store", false);
+  std::memcpy(static_cast<void*>(p), &v, sizeof(T));
+}
+
+// One shared element: reads and writes go through the shadow.
+template <class T>
+class SharedRef {
+ public:
+  explicit SharedRef(T* p) : p_(p) {}
+  SharedRef(const SharedRef&) = default;
+  operator T() const { return SharedLoad(p_); }
+  const SharedRef& operator=(const T& v) const {
+    SharedStore(p_, v);
+    return *this;
+  }
+  const SharedRef& operator=(const SharedRef& o) const { return *this = static_cast<T>(o); }
+  const SharedRef& operator+=(const T& v) const { return *this = static_cast<T>(*this) + v; }
+  const SharedRef& operator-=(const T& v) const { return *this = static_cast<T>(*this) - v; }
+  const SharedRef& operator*=(const T& v) const { return *this = static_cast<T>(*this) * v; }
+  const SharedRef& operator/=(const T& v) const { return *this = static_cast<T>(*this) / v; }
+  T* operator&() const { return p_; }
+
+ private:
+  T* p_;
+};
+
+template <class T>
+class SharedArray {
+ public:
+  explicit SharedArray(T* p, size_t n) : p_(p), n_(n) {}
+  SharedRef<T> operator[](long i) const {
+    if (i < 0 || static_cast<size_t>(i) >= n_) {
+      g_stats.oob++;
+      g_stats.Report("shared array: index %ld outside [0, %zu) (tid %d)", i, n_, t_tid);
+      std::abort();
+    }
+    return SharedRef<T>(p_ + i);
+  }
+
+ private:
+  T* p_;
+  size_t n_;
+};
+
+// Storage for a static __shared__ T[count]: every thread of the block executes the same
+// declarations in the same order, so the per-thread running offset names the same bytes.
+template <class T>
+inline SharedArray<T> StaticShared(size_t count) {
+  Block& b = *t_block;
+  const size_t align = alignof(T) > 16 ? alignof(T) : 16;
+  const size_t off = (t_static_off + align - 1) / align * align;
+  const size_t end = off + count * sizeof(T);
+  if (end > kStaticSmemBytes) {
+    g_stats.Report("static __shared__: %zu bytes exceed the %zu-byte static limit", end,
+                   kStaticSmemBytes);
+    std::abort();
+  }
+  t_static_off = end;
+  size_t prev = b.static_used.load();
+  while (end > prev && !b.static_used.compare_exchange_weak(prev, end)) {
+  }
+  return SharedArray<T>(reinterpret_cast<T*>(b.smem.data() + b.static_base + off), count);
 }
 
 }  // namespace emu
 
 // ---- CUDA built-ins used by the kernels ----
 inline void __syncthreads() { emu::t_block->bar.arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+namespace emu {
+// A full-warp shuffle: every lane publishes v, then reads lane src(lane)'s value (its own when
+// src is outside the warp, as the hardware's shfl.down/up clamp does).
+template <class T, class Src>
+inline T Shuffle(unsigned mask, T v, Src src) {
+  static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+  if (mask != 0xffffffffu) std::abort();  // the kernels only shuffle full warps
+  WarpSlots& s = Slots();
+  const int lane = Lane();
+  std::memcpy(&s.v[lane], &v, sizeof(T));
+  WarpSync();
+  const int from = src(lane);
+  T r;
+  std::memcpy(&r, &s.v[from >= 0 && from < 32 ? from : lane], sizeof(T));
+  WarpSync();
+  return r;
+}
+}  // namespace emu
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+  return emu::Shuffle(mask, v, [&](int lane) { return lane ^ lane_mask; });
+}
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta) {
+  return emu::Shuffle(mask, v, [&](int lane) { return lane + static_cast<int>(delta); });
+}
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta) {
+  return emu::Shuffle(mask, v, [&](int lane) { return lane - static_cast<int>(delta); });
+}
+template <class T>
+inline T __shfl_sync(unsigned mask, T v, int src_lane) {
+  return emu::Shuffle(mask, v, [&](int) { return src_lane & 31; });
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
   if (mask != 0xffffffffu) std::abort();
   emu::WarpSlots& s = emu::Slots();
-  const int lane = emu::Lane();
-  s.f[lane] = v;
+  s.v[emu::Lane()] = pred != 0;
   emu::WarpSync();
-  const float r = s.f[lane ^ lane_mask];
+  unsigned r = 0;
+  const int warp_lanes = std::min(32, emu::t_block->nthreads - emu::t_tid / 32 * 32);
+  for (int l = 0; l < warp_lanes; ++l) r |= static_cast<unsigned>(s.v[l] != 0) << l;
   emu::WarpSync();
   return r;
 }
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) {
+  const int warp_lanes = std::min(32, emu::t_block->nthreads - emu::t_tid / 32 * 32);
+  const unsigned full = warp_lanes == 32 ? 0xffffffffu : (1u << warp_lanes) - 1;
+  return __ballot_sync(mask, pred) == full;
+}
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+// The device's integer min/max (host code has only std::min/std::max).
+#define EMU_MINMAX(T)                                  \
+  inline T min(T a, T b) { return b < a ? b : a; }     \
+  inline T max(T a, T b) { return a < b ? b : a; }
+EMU_MINMAX(int)
+EMU_MINMAX(unsigned)
+EMU_MINMAX(long)
+EMU_MINMAX(unsigned long)
+EMU_MINMAX(long long)
+EMU_MINMAX(unsigned long long)
+#undef EMU_MINMAX
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 // cuda_runtime.h declares this template only for nvcc; the same forwarding for g++.
 template <class T>
