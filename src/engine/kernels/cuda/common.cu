@@ -13,17 +13,9 @@ constexpr int kThreads = 256;
 // the loop covers the rest.
 constexpr size_t kMaxBlocks = 4096;
 
-int GridFor(size_t work) {
-  const size_t blocks = (work + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
-}
-
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+int GridFor(size_t work) { return GridStrideBlocks(work, kThreads, kMaxBlocks); }
 
 // Eight bf16 values moved as one 16-byte access.
-struct alignas(16) Bf16x8 {
-  bf16 v[8];
-};
 
 // Thread t of the grid handles the 8-element groups t, t + stride, ... (both pointers
 // 16-byte aligned when kVector), then the scalar elements from 8·(n/8) (all of [0, n) when

@@ -28,6 +28,21 @@ namespace cohort::engine::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// True when `p` is 16-byte aligned: the vectorised (8 × bf16 / 4 × float) paths need it.
+inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Eight bf16 moved as one 16-byte access.
+struct alignas(16) Bf16x8 {
+  bf16 v[8];
+};
+
+// Blocks for a grid-stride loop over `work` items with `threads` per block: enough to give
+// each thread one item, at least 1, at most `max_blocks`.
+inline int GridStrideBlocks(size_t work, int threads, size_t max_blocks) {
+  const size_t blocks = (work + threads - 1) / threads;
+  return static_cast<int>(blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks));
+}
+
 // ceil(a / b) for launch grids.
 constexpr inline int CeilDiv(size_t a, size_t b) { return static_cast<int>((a + b - 1) / b); }
 

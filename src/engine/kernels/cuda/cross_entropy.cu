@@ -25,8 +25,6 @@ constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kSumThreads = 1024;
 
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 template <int W>
 struct alignas(W * sizeof(bf16)) Bf16Vec {
   bf16 v[W];

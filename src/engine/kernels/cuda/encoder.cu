@@ -28,9 +28,9 @@ constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr size_t kMaxBlocks = 4096;
 
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 size_t Align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+int GridFor(size_t work) { return GridStrideBlocks(work, kThreads, kMaxBlocks); }
 
 // W bf16 values: one 16-byte access when W = 8 (the address is then 16-byte aligned).
 template <int W>
@@ -179,11 +179,6 @@ __global__ void EncoderBackwardWpeKernel(float* __restrict__ dwpe, const bf16* _
     }
     StoreFloats<W>(row, acc);
   }
-}
-
-int GridFor(size_t work) {
-  const size_t blocks = (work + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
 // The scratch layout: three arrays of n int32, then cub's storage for sorting n

@@ -14,16 +14,7 @@ constexpr size_t kMaxBlocks = 4096;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCoeff = 0.044715f;
 
-int GridFor(size_t work) {
-  const size_t blocks = (work + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
-}
-
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-struct alignas(16) Bf16x8 {
-  bf16 v[8];
-};
+int GridFor(size_t work) { return GridStrideBlocks(work, kThreads, kMaxBlocks); }
 
 __device__ __forceinline__ float Gelu(float x) {
   const float u = kSqrt2OverPi * (x + kCoeff * x * x * x);

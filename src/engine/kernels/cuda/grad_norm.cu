@@ -18,10 +18,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr size_t kMaxBlocks = 1024;
 
-int NumBlocks(size_t n) {
-  const size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
-}
+int NumBlocks(size_t work) { return GridStrideBlocks(work, kThreads, kMaxBlocks); }
 
 __global__ void __launch_bounds__(kThreads)
     NormPartialsKernel(float* __restrict__ partials, const float* __restrict__ grads, size_t n) {

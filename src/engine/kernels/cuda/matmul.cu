@@ -19,8 +19,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxChunks = 128;
 constexpr int kMinChunkRows = 32;
 
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 int NumChunks(int N) {
   const int chunks = CeilDiv(static_cast<size_t>(N), kMinChunkRows);
   return chunks < 1 ? 1 : (chunks > kMaxChunks ? kMaxChunks : chunks);

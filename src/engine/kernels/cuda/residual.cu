@@ -11,16 +11,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr size_t kMaxBlocks = 4096;
 
-int GridFor(size_t work) {
-  const size_t blocks = (work + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
-}
-
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-struct alignas(16) Bf16x8 {
-  bf16 v[8];
-};
+int GridFor(size_t work) { return GridStrideBlocks(work, kThreads, kMaxBlocks); }
 
 // out = a + b. Thread t: 8-element groups t, t + stride, ... (kVector), then the scalar
 // elements from 8·(n/8) (from 0 when !kVector). AddInPlace is this with out = a.
