@@ -18,6 +18,12 @@ void BlockTerminationSignals() {
   signal(SIGPIPE, SIG_IGN);
 }
 
+void IgnoreSigpipeIfDefault() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+}
+
 int WaitForTerminationSignal() {
   sigset_t set = TerminationSet();
   int sig = 0;

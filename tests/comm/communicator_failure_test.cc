@@ -367,6 +367,32 @@ TEST_P(CommFailure, BadOptions) {
   expect_invalid(o, "timeout");
 }
 
+namespace {
+void OnSigpipe(int) {}
+sighandler_t SigpipeAction() {
+  struct sigaction current {};
+  sigaction(SIGPIPE, nullptr, &current);
+  return current.sa_handler;
+}
+}  // namespace
+
+// Gloo writes with writev, so a peer killed mid-collective used to raise SIGPIPE and kill
+// this rank (2 of 150 runs of ChildProcessKilled/gloo). Creating a gloo communicator must
+// leave SIGPIPE ignored, but never replace a handler the program installed.
+TEST(CommOptionsTest, GlooIgnoresSigpipeUnlessTheProgramHandlesIt) {
+  auto create_one_rank = [] {
+    auto comm = CreateCommunicator(LocalOptions("gloo", 0, 1, std::make_shared<MemStore>()));
+    ASSERT_TRUE(comm.has_value()) << comm.error().ToString();
+  };
+  signal(SIGPIPE, SIG_DFL);
+  create_one_rank();
+  EXPECT_EQ(SigpipeAction(), SIG_IGN);
+  signal(SIGPIPE, OnSigpipe);
+  create_one_rank();
+  EXPECT_EQ(SigpipeAction(), &OnSigpipe);
+  signal(SIGPIPE, SIG_DFL);
+}
+
 TEST(CommOptionsTest, NcclUnavailableWithoutBuildOrDevice) {
   const auto available = AvailableBackends();
   if (std::find(available.begin(), available.end(), "nccl") != available.end()) {

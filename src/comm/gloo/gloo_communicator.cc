@@ -33,6 +33,7 @@
 #include "comm/gloo/gloo_errors.h"
 #include "comm/gloo/gloo_reduce.h"
 #include "comm/gloo/gloo_store.h"
+#include "common/signals.h"
 
 namespace cohort::comm {
 
@@ -878,6 +879,9 @@ Result<std::unique_ptr<Communicator>> GlooCommunicator::Split(std::span<const in
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommOptions& options) {
+  // Gloo writes with writev: without this, a peer killed mid-collective raises SIGPIPE here
+  // and kills this rank instead of failing the collective (seen in CI).
+  IgnoreSigpipeIfDefault();
   auto device = COHORT_TRY(OpenDevice(options.iface_host));
   auto shared = std::make_shared<GlooShared>(GlooShared{
       options.store, std::move(device), options.prefix, options.timeout,
