@@ -193,6 +193,49 @@ TEST_F(TrainCliTest, ResumeIsBitwiseAndReshards) {
   ExpectClose(Losses(log14), ref1, 11, 20, 1e-5);
 }
 
+// train.global_batch_tokens 0: the batch is one micro-batch per rank. A checkpoint resumed
+// on another world size keeps its batch through accumulation (an elastic job that shrank),
+// and says so; when the new world cannot make that batch, resuming fails naming the field
+// and the checkpoint is left as it was.
+TEST_F(TrainCliTest, ImplicitGlobalBatchIsKeptAcrossWorldSizes) {
+  const fs::path cfg = dir_ / "implicit.yaml";
+  std::ofstream(cfg) << "model: {n_layer: 2, n_head: 2, n_embd: 32, seq_len: 32}\n"
+                        "data: {text: corpus.txt, val_fraction: 0.1}\n"
+                        "train: {steps: 12, micro_batch: 2, lr: 3e-3, min_lr: 3e-4, "
+                        "warmup_steps: 3, seed: 11, threads: 1, bucket_mb: 0.01}\n"
+                        "checkpoint: {every: 6, keep: 3}\n";
+  const fs::path full = dir_ / "full.jsonl";
+  TrainRun a = Train(2, {"--config", cfg.string(), "--checkpoint-dir", (dir_ / "ck-full").string(),
+                         "--log-file", full.string()});
+  ASSERT_TRUE(a.status.Success()) << a.output;
+  EXPECT_THAT(a.output, HasSubstr("2 ranks x 1 accumulation steps x 2 sequences x 32 tokens = 128"));
+  const auto ref = Losses(full);
+  ASSERT_EQ(ref.size(), 12u);
+
+  // 2 ranks -> 1: the checkpoint's 128 tokens per step, as 2 accumulation steps.
+  const fs::path ck = dir_ / "ck", log = dir_ / "shrunk.jsonl";
+  ASSERT_TRUE(Train(2, {"--config", cfg.string(), "--checkpoint-dir", ck.string(), "--log-file",
+                        log.string(), "--stop-at-step", "6"}).status.Success());
+  TrainRun b = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(), "--log-file",
+                         log.string()});
+  ASSERT_TRUE(b.status.Success()) << b.output;
+  EXPECT_THAT(b.output, HasSubstr("batch: keeping the checkpoint's 128 tokens per step: 1 ranks x "
+                                  "2 accumulation steps"));
+  ExpectClose(Losses(log), ref, 1, 12, 1e-5);
+
+  // 1 rank (64 tokens per step) -> 2 ranks, whose smallest batch is 128: refused.
+  const fs::path ck12 = dir_ / "ck12";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck12.string(),
+                        "--stop-at-step", "6"}).status.Success());
+  const auto before = ListSteps(ck12);
+  TrainRun c = Train(2, {"--config", cfg.string(), "--checkpoint-dir", ck12.string()});
+  EXPECT_FALSE(c.status.Success()) << c.output;
+  EXPECT_THAT(c.output, HasSubstr("cannot resume: the checkpoint at step 6 trained on 64 tokens "
+                                  "per step"));
+  EXPECT_THAT(c.output, HasSubstr("train.global_batch_tokens"));
+  EXPECT_EQ(ListSteps(ck12), before);
+}
+
 TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   auto cfg = Config("checkpoint: {every: 5, keep: 3}\n");
   const fs::path ref = dir_ / "ref.jsonl", ck = dir_ / "ck", log = dir_ / "log.jsonl";

@@ -114,8 +114,10 @@ struct Trainer::Impl {
   Result<void> SetupDevice();
   Result<void> SetupComm();
   Result<void> SetupData();
+  Result<void> SetupBatches();
   Result<void> SetupModel();
   Result<void> Resume();
+  Result<void> KeepCheckpointBatch(int64_t step, int64_t tokens_seen);
   Result<double> TrainStep();
   Result<double> AverageOverRanks(double value);
   Result<double> Evaluate();
@@ -234,6 +236,15 @@ Result<void> Trainer::Impl::SetupData() {
     Log("data: {} training tokens in {} shards, {} validation tokens", train_data->size(),
         train_data->files().size(), val_data ? val_data->size() : 0);
   }
+  COHORT_TRY_VOID(SetupBatches());
+  inputs.resize(size_t(config.micro_batch) * config.seq_len);
+  targets.resize(inputs.size());
+  return {};
+}
+
+// The global batch (accumulation steps for this world size) and the samplers that follow
+// from it. Again at resume when the checkpoint's batch is kept (KeepCheckpointBatch).
+Result<void> Trainer::Impl::SetupBatches() {
   accum = COHORT_TRY(AccumulationSteps(config, world));
   global_batch = int64_t{world} * accum * config.micro_batch;
 
@@ -270,8 +281,6 @@ Result<void> Trainer::Impl::SetupData() {
     if (!v) return std::unexpected(WithContext(v.error(), "validation data"));
     val_sampler = std::move(*v);
   }
-  inputs.resize(size_t(config.micro_batch) * config.seq_len);
-  targets.resize(inputs.size());
   return {};
 }
 
@@ -393,10 +402,37 @@ Result<void> Trainer::Impl::Resume() {
     const uint64_t words[4] = {uint64_t(header.rng[0]), uint64_t(header.rng[1]),
                                uint64_t(header.rng[2]), uint64_t(header.rng[3])};
     if ((words[0] | words[1] | words[2] | words[3]) != 0) COHORT_TRY_VOID(rng.Restore(words));
+    COHORT_TRY_VOID(KeepCheckpointBatch(header.step, header.tokens_seen));
   } else if (comm) {
     // Every rank initialised from the same seed; rank 0's copy is the one that counts.
     COHORT_TRY_VOID(model->BroadcastParams(*comm));
   }
+  return {};
+}
+
+// With train.global_batch_tokens 0 the global batch is one micro-batch per rank, so it
+// follows the world size. A run resumed on a different world (an elastic job that shrank
+// or grew back, or `-n` changed by hand) keeps the checkpoint's batch instead, through more
+// or fewer accumulation steps: the schedule, the data order (next_batch counts global
+// batches) and the loss curve stay those of the run that wrote the checkpoint. An explicit
+// train.global_batch_tokens is the user's choice and is left alone.
+Result<void> Trainer::Impl::KeepCheckpointBatch(int64_t step, int64_t tokens_seen) {
+  if (config.global_batch_tokens != 0 || step <= 0 || tokens_seen <= 0 || tokens_seen % step != 0) {
+    return {};
+  }
+  const int64_t per_step = tokens_seen / step;
+  if (per_step == global_batch * config.seq_len) return {};
+  config.global_batch_tokens = per_step;
+  if (auto r = SetupBatches(); !r) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "cannot resume: the checkpoint at step {} trained on {} tokens per step, and "
+                  "train.global_batch_tokens is 0, so this run would keep that batch, but {} "
+                  "(set train.global_batch_tokens)",
+                  step, per_step, r.error().message);
+  }
+  Log("batch: keeping the checkpoint's {} tokens per step: {} ranks x {} accumulation steps x {} "
+      "sequences x {} tokens (train.global_batch_tokens is 0 and the world size changed)",
+      per_step, world, accum, config.micro_batch, config.seq_len);
   return {};
 }
 
