@@ -1,82 +1,102 @@
-# The attention kernels (src/engine/kernels/cuda/attention.cu) run on a CPU SIMT emulator
-# (cuda_emu/emu.h): the real cuda_attention_test.cc against the kernels' own source, with
-# the tensor-core and shared-memory primitives emulated and every shared-memory word
-# shadowed to report races, reads of unwaited cp.async data and unwritten memory, under
-# AddressSanitizer. It needs only the CUDA headers, so it runs in CI without a GPU (label
-# `engine`). The large shapes (T=1024, B=4097, C=768) are too slow to emulate and are left
-# to the GPU run (cuda_emu/run.sh runs any filter by hand).
+# The CUDA engine on a CPU SIMT emulator (cuda_emu/emu.h), in CI without a GPU (label
+# `engine`). Each kernel family's own .cu source is rewritten at build time by
+# gen_cuda_emu.py: the tensor-core and shared-memory primitives are emulated, static and
+# dynamic __shared__ storage becomes per-block memory whose every word is shadowed (races,
+# reads of unwaited cp.async data and of unwritten memory fail the test), each block runs as
+# OS threads with real barriers, and everything runs under AddressSanitizer. The CUDA
+# runtime is stub_cudart.cc (host memory; copies checked against device allocations and
+# their kind) and cuBLASLt is cublaslt_emu.cc (the documented semantics of the calls
+# matmul.cc makes, on the host). cub's sort is cub_shim.h (a host stable sort).
+#
+# Three tests, each the GPU parity test compiled against the emulator:
+#   engine_cuda_attention_emu_test  cuda_attention_test.cc (the large shapes, T=1024,
+#                                   B=4097, C=768, are too slow here: cuda_emu/run.sh runs
+#                                   any filter by hand);
+#   engine_cuda_kernels_emu_test    cuda_kernels_test.cc: every other kernel family and
+#                                   matmul.cc;
+#   engine_cuda_model_emu_test      cuda_model_test.cc: GptCudaModel and GptCudaAdamW
+#                                   against the CPU model (the `cohort train` and 2-GPU
+#                                   NCCL cases need the real binary and devices; the
+#                                   hundred-step run, ~10 s a step here, is left to
+#                                   cuda_emu/run.sh by hand).
+# What the emulator cannot prove: that its fragment layouts match the hardware, anything
+# about memory ordering beyond barrier epochs or between streams (everything is
+# synchronous here), cuBLASLt's own kernels, or anything about speed.
 if(TARGET cohort_engine_kernels_cuda)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
   find_package(CUDAToolkit REQUIRED)  # the headers only: nothing here links cudart
   set(_emu_dir ${CMAKE_CURRENT_LIST_DIR}/cuda_emu)
-  set(_emu_cc ${CMAKE_CURRENT_BINARY_DIR}/attention_emu.cc)
-  add_custom_command(
-    OUTPUT ${_emu_cc}
-    COMMAND ${Python3_EXECUTABLE} ${_emu_dir}/gen_attention_emu.py
-            ${PROJECT_SOURCE_DIR}/src/engine/kernels/cuda/attention.cu ${_emu_cc}
-    DEPENDS ${_emu_dir}/gen_attention_emu.py ${_emu_dir}/gen_cuda_emu.py
-            ${PROJECT_SOURCE_DIR}/src/engine/kernels/cuda/attention.cu
-    COMMENT "attention.cu -> attention_emu.cc (CPU emulator)")
-  add_executable(engine_cuda_attention_emu_test
-    ${_emu_cc}
-    ${_emu_dir}/stub_cudart.cc
-    ${_emu_dir}/emu_check.cc
-    ${PROJECT_SOURCE_DIR}/src/engine/kernels/cuda/status.cc
-    ${CMAKE_CURRENT_LIST_DIR}/cuda_attention_test.cc)
-  target_include_directories(engine_cuda_attention_emu_test PRIVATE ${_emu_dir} ${CMAKE_CURRENT_LIST_DIR})
-  target_include_directories(engine_cuda_attention_emu_test SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-  target_compile_definitions(engine_cuda_attention_emu_test PRIVATE COHORT_HAVE_CUDA_ENGINE=1)
-  # The generated file is the kernel source: its launchers keep a stream they do not use.
-  set_source_files_properties(${_emu_cc} PROPERTIES COMPILE_OPTIONS
-                              "-Wno-unused-parameter;-Wno-unknown-pragmas;-Wno-class-memaccess")
-  target_compile_options(engine_cuda_attention_emu_test PRIVATE -O1 -g -fsanitize=address,undefined
-                                                                -fno-omit-frame-pointer)
-  target_link_options(engine_cuda_attention_emu_test PRIVATE -fsanitize=address,undefined)
-  target_link_libraries(engine_cuda_attention_emu_test PRIVATE cohort_engine_kernels_cpu cohort_common
-                        GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(engine_cuda_attention_emu_test DISCOVERY_TIMEOUT 60
-                       TEST_PREFIX "Emu."
-                       TEST_FILTER "-*T1024*:*B4097*:*B2_T256_C768*"
-                       PROPERTIES LABELS engine TIMEOUT 300)
+  set(_cuda_src ${PROJECT_SOURCE_DIR}/src/engine/kernels/cuda)
 
-  # The other kernel families the same way: cuda_kernels_test.cc against gelu, residual,
-  # common, layernorm, cross_entropy, adamw, grad_norm, matmul.cu (BiasGradient) and
-  # encoder.cu, each .cu rewritten by gen_cuda_emu.py (static __shared__ arrays become
-  # shadowed per-block storage). Not emulated: matmul.cc (cuBLASLt; matmul_stub.cc only lets
-  # the test link, and the Matmul tests are filtered out) and cub (cub_shim.h sorts on the
-  # host, so the encoder backward's own kernels run but cub's sort is not the real one).
-  # The slowest test, GradNorm's (n = 1000003, 6 launches of 1024 blocks), takes ~40 s here.
-  set(_emu_kernel_srcs)
-  foreach(_k gelu residual common layernorm cross_entropy adamw grad_norm matmul encoder)
+  # <family>.cu -> kernels_emu/<family>_emu.cc, once per family; _emu_<family> names it.
+  foreach(_k attention gelu residual common layernorm cross_entropy adamw grad_norm matmul
+             encoder)
     set(_out ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu/${_k}_emu.cc)
+    set(_extra)
+    if(_k STREQUAL "attention")
+      set(_extra --expect-dynamic-smem 2)  # forward and backward
+    endif()
     add_custom_command(
       OUTPUT ${_out}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu
-      COMMAND ${Python3_EXECUTABLE} ${_emu_dir}/gen_cuda_emu.py
-              ${PROJECT_SOURCE_DIR}/src/engine/kernels/cuda/${_k}.cu ${_out}
-      DEPENDS ${_emu_dir}/gen_cuda_emu.py ${PROJECT_SOURCE_DIR}/src/engine/kernels/cuda/${_k}.cu
+      COMMAND ${Python3_EXECUTABLE} ${_emu_dir}/gen_cuda_emu.py ${_cuda_src}/${_k}.cu ${_out}
+              ${_extra}
+      DEPENDS ${_emu_dir}/gen_cuda_emu.py ${_cuda_src}/${_k}.cu
       COMMENT "${_k}.cu -> ${_k}_emu.cc (CPU emulator)")
-    list(APPEND _emu_kernel_srcs ${_out})
+    # The generated files are the kernel sources: their launchers keep a stream they do not use.
+    set_source_files_properties(${_out} PROPERTIES COMPILE_OPTIONS
+                                "-Wno-unused-parameter;-Wno-unknown-pragmas;-Wno-class-memaccess")
+    set(_emu_${_k} ${_out})
   endforeach()
-  add_executable(engine_cuda_kernels_emu_test
-    ${_emu_kernel_srcs}
-    ${_emu_dir}/stub_cudart.cc
-    ${_emu_dir}/emu_check.cc
-    ${_emu_dir}/matmul_stub.cc
-    ${PROJECT_SOURCE_DIR}/src/engine/kernels/cuda/status.cc
-    ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels_test.cc)
-  target_include_directories(engine_cuda_kernels_emu_test PRIVATE ${_emu_dir} ${CMAKE_CURRENT_LIST_DIR})
-  target_include_directories(engine_cuda_kernels_emu_test SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-  target_compile_definitions(engine_cuda_kernels_emu_test PRIVATE COHORT_HAVE_CUDA_ENGINE=1)
-  set_source_files_properties(${_emu_kernel_srcs} PROPERTIES COMPILE_OPTIONS
-                              "-Wno-unused-parameter;-Wno-unknown-pragmas;-Wno-class-memaccess")
-  target_compile_options(engine_cuda_kernels_emu_test PRIVATE -O1 -g -fsanitize=address,undefined
-                                                              -fno-omit-frame-pointer)
-  target_link_options(engine_cuda_kernels_emu_test PRIVATE -fsanitize=address,undefined)
-  target_link_libraries(engine_cuda_kernels_emu_test PRIVATE cohort_engine_kernels_cpu
-                        cohort_engine_optim cohort_common GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(engine_cuda_kernels_emu_test DISCOVERY_TIMEOUT 60
-                       TEST_PREFIX "Emu."
-                       TEST_FILTER "-CudaMatmulTest.ForwardAndBackwardMatchCpu:CudaMatmulTest.BackwardSkipsNullDinp:CudaMatmulTest.RejectsBadShapes"
-                       PROPERTIES LABELS engine TIMEOUT 300)
+  set(_emu_not_attention ${_emu_gelu} ${_emu_residual} ${_emu_common} ${_emu_layernorm}
+      ${_emu_cross_entropy} ${_emu_adamw} ${_emu_grad_norm} ${_emu_matmul} ${_emu_encoder})
+  # The host cuBLASLt does the products: unsanitised and optimised, or the model's hundred
+  # steps take minutes.
+  set_source_files_properties(${_emu_dir}/cublaslt_emu.cc PROPERTIES COMPILE_OPTIONS
+                              "-O2;-fno-sanitize=all")
+
+  # An emulated test executable: SOURCES with the runtime stand-ins and the hazard check,
+  # under ASan/UBSan, discovered with FILTER (a gtest negative filter, or empty).
+  function(_cohort_emu_test name)
+    cmake_parse_arguments(E "" "FILTER" "SOURCES;LIBS" ${ARGN})
+    add_executable(${name} ${E_SOURCES} ${_emu_dir}/stub_cudart.cc ${_emu_dir}/emu_check.cc
+                           ${_cuda_src}/status.cc)
+    target_include_directories(${name} PRIVATE ${_emu_dir} ${CMAKE_CURRENT_LIST_DIR})
+    target_include_directories(${name} SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+    target_compile_definitions(${name} PRIVATE COHORT_HAVE_CUDA_ENGINE=1)
+    target_compile_options(${name} PRIVATE -O1 -g -fsanitize=address,undefined
+                                           -fno-omit-frame-pointer)
+    target_link_options(${name} PRIVATE -fsanitize=address,undefined)
+    target_link_libraries(${name} PRIVATE ${E_LIBS} cohort_common GTest::gtest GTest::gtest_main)
+    set(_filter)
+    if(E_FILTER)
+      set(_filter TEST_FILTER "${E_FILTER}")
+    endif()
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_PREFIX "Emu." ${_filter}
+                         PROPERTIES LABELS engine TIMEOUT 300)
+  endfunction()
+
+  _cohort_emu_test(engine_cuda_attention_emu_test
+    SOURCES ${_emu_attention} ${CMAKE_CURRENT_LIST_DIR}/cuda_attention_test.cc
+    LIBS cohort_engine_kernels_cpu
+    FILTER "-*T1024*:*B4097*:*B2_T256_C768*")
+
+  # The other families. The slowest test, GradNorm's (n = 1000003, 6 launches of 1024
+  # blocks), takes ~40 s here.
+  _cohort_emu_test(engine_cuda_kernels_emu_test
+    SOURCES ${_emu_not_attention} ${_emu_dir}/cublaslt_emu.cc ${_cuda_src}/matmul.cc
+            ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels_test.cc
+    LIBS cohort_engine_kernels_cpu cohort_engine_optim)
+
+  # The whole GPU model: every family, matmul.cc and gpt_cuda.cc.
+  _cohort_emu_test(engine_cuda_model_emu_test
+    SOURCES ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/cublaslt_emu.cc ${_cuda_src}/matmul.cc
+            ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc
+            ${CMAKE_CURRENT_LIST_DIR}/cuda_model_test.cc
+    LIBS cohort_engine_model cohort_engine_optim cohort_engine_kernels_cpu
+    FILTER "-GptCudaTrainCliTest.*:GptCudaModelTest.HundredStepsTrackTheCpu")
+  # No NCCL (cohort_comm would bring the real cudart): the 2-GPU test is compiled out, and
+  # the `cohort train` cases, which need a CUDA-built binary on a GPU, are filtered out.
+  target_compile_definitions(engine_cuda_model_emu_test PRIVATE COHORT_CUDA_EMULATED=1
+                                                               COHORT_BINARY="cohort")
 endif()
