@@ -55,19 +55,28 @@ if(TARGET cohort_engine_kernels_cuda)
   set_source_files_properties(${_emu_dir}/cublaslt_emu.cc PROPERTIES COMPILE_OPTIONS
                               "-O2;-fno-sanitize=all")
 
-  # An emulated test executable: SOURCES with the runtime stand-ins and the hazard check,
-  # under ASan/UBSan, discovered with FILTER (a gtest negative filter, or empty).
+  # Everything emulated in one library: the kernels, status.cc, matmul.cc on the host
+  # cuBLASLt, the runtime stand-ins and GptCudaModel. ASan/UBSan throughout (device buffers
+  # are host allocations, so a kernel or the model overrunning one is reported).
+  add_library(cohort_cuda_emu STATIC
+    ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/cublaslt_emu.cc ${_emu_dir}/stub_cudart.cc
+    ${_cuda_src}/status.cc ${_cuda_src}/matmul.cc ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc)
+  target_include_directories(cohort_cuda_emu PUBLIC ${_emu_dir})
+  target_include_directories(cohort_cuda_emu SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
+  target_compile_definitions(cohort_cuda_emu PUBLIC COHORT_HAVE_CUDA_ENGINE=1)
+  target_compile_options(cohort_cuda_emu PUBLIC -O1 -g -fsanitize=address,undefined
+                                                -fno-omit-frame-pointer)
+  target_link_options(cohort_cuda_emu PUBLIC -fsanitize=address,undefined)
+  target_link_libraries(cohort_cuda_emu PUBLIC cohort_engine_model cohort_engine_optim
+                        cohort_engine_kernels_cpu cohort_common)
+
+  # An emulated test executable: SOURCES with the hazard check, discovered with FILTER (a
+  # gtest negative filter, or empty).
   function(_cohort_emu_test name)
     cmake_parse_arguments(E "" "FILTER" "SOURCES;LIBS" ${ARGN})
-    add_executable(${name} ${E_SOURCES} ${_emu_dir}/stub_cudart.cc ${_emu_dir}/emu_check.cc
-                           ${_cuda_src}/status.cc)
-    target_include_directories(${name} PRIVATE ${_emu_dir} ${CMAKE_CURRENT_LIST_DIR})
-    target_include_directories(${name} SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-    target_compile_definitions(${name} PRIVATE COHORT_HAVE_CUDA_ENGINE=1)
-    target_compile_options(${name} PRIVATE -O1 -g -fsanitize=address,undefined
-                                           -fno-omit-frame-pointer)
-    target_link_options(${name} PRIVATE -fsanitize=address,undefined)
-    target_link_libraries(${name} PRIVATE ${E_LIBS} cohort_common GTest::gtest GTest::gtest_main)
+    add_executable(${name} ${E_SOURCES} ${_emu_dir}/emu_check.cc)
+    target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+    target_link_libraries(${name} PRIVATE ${E_LIBS} cohort_cuda_emu GTest::gtest GTest::gtest_main)
     set(_filter)
     if(E_FILTER)
       set(_filter TEST_FILTER "${E_FILTER}")
@@ -77,26 +86,34 @@ if(TARGET cohort_engine_kernels_cuda)
   endfunction()
 
   _cohort_emu_test(engine_cuda_attention_emu_test
-    SOURCES ${_emu_attention} ${CMAKE_CURRENT_LIST_DIR}/cuda_attention_test.cc
-    LIBS cohort_engine_kernels_cpu
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_attention_test.cc
     FILTER "-*T1024*:*B4097*:*B2_T256_C768*")
 
-  # The other families. The slowest test, GradNorm's (n = 1000003, 6 launches of 1024
-  # blocks), takes ~40 s here.
+  # The other families and matmul.cc. The slowest test, GradNorm's (n = 1000003, 6 launches
+  # of 1024 blocks), takes ~40 s here.
   _cohort_emu_test(engine_cuda_kernels_emu_test
-    SOURCES ${_emu_not_attention} ${_emu_dir}/cublaslt_emu.cc ${_cuda_src}/matmul.cc
-            ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels_test.cc
-    LIBS cohort_engine_kernels_cpu cohort_engine_optim)
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels_test.cc)
 
-  # The whole GPU model: every family, matmul.cc and gpt_cuda.cc.
+  # The whole GPU model against the CPU model.
   _cohort_emu_test(engine_cuda_model_emu_test
-    SOURCES ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/cublaslt_emu.cc ${_cuda_src}/matmul.cc
-            ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc
-            ${CMAKE_CURRENT_LIST_DIR}/cuda_model_test.cc
-    LIBS cohort_engine_model cohort_engine_optim cohort_engine_kernels_cpu
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_model_test.cc
     FILTER "-GptCudaTrainCliTest.*:GptCudaModelTest.HundredStepsTrackTheCpu")
   # No NCCL (cohort_comm would bring the real cudart): the 2-GPU test is compiled out, and
   # the `cohort train` cases, which need a CUDA-built binary on a GPU, are filtered out.
   target_compile_definitions(engine_cuda_model_emu_test PRIVATE COHORT_CUDA_EMULATED=1
                                                                COHORT_BINARY="cohort")
+
+  # The trainer with train.device cuda, in process: cohort_engine_trainer's own sources
+  # built again against the emulated CUDA engine (a single rank needs no communicator, so
+  # the real cudart that cohort_comm links for NCCL is never initialised).
+  get_target_property(_trainer_srcs cohort_engine_trainer SOURCES)
+  list(TRANSFORM _trainer_srcs PREPEND ${PROJECT_SOURCE_DIR}/src/engine/)
+  add_library(cohort_engine_trainer_emu STATIC ${_trainer_srcs})
+  target_link_libraries(cohort_engine_trainer_emu
+    PUBLIC cohort_cuda_emu cohort_engine_model cohort_engine_optim cohort_engine_data
+           cohort_engine_checkpoint cohort_engine_parallel cohort_comm cohort_common
+    PRIVATE CLI11::CLI11)
+  _cohort_emu_test(engine_cuda_trainer_emu_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_trainer_test.cc
+    LIBS cohort_engine_trainer_emu)
 endif()

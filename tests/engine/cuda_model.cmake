@@ -13,4 +13,11 @@ if(TARGET cohort_engine_kernels_cuda)
   target_include_directories(engine_cuda_model_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
   target_compile_definitions(engine_cuda_model_test PRIVATE COHORT_BINARY="$<TARGET_FILE:cohort>")
   add_dependencies(engine_cuda_model_test cohort)
+
+  # The trainer with train.device cuda in process (also run on the CPU emulator in CI,
+  # cuda_emu.cmake).
+  cohort_test(engine_cuda_trainer_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_trainer_test.cc
+    LIBS cohort_engine_trainer cohort_engine_kernels_cuda cohort_common
+    LABELS engine gpu)
 endif()

@@ -1,7 +1,7 @@
 // A small SIMT emulator to run the CUDA kernels (src/engine/kernels/cuda/*.cu, rewritten by
 // gen_cuda_emu.py) on the CPU (no GPU on this machine).
-// Each block runs as blockDim OS threads (one set of threads per launch, running the blocks
-// one after another); __syncthreads is a std::barrier; warp collectives
+// Each block runs as blockDim OS threads (pooled across launches, running the blocks one
+// after another); __syncthreads is a std::barrier; warp collectives
 // (mma.sync, ldmatrix, shfl) exchange through per-warp slots between two warp barriers.
 // Shared memory is shadowed per 4-byte word to detect races between barriers:
 //   - read of a word written by another thread since the last __syncthreads (RAW)
@@ -20,6 +20,7 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdint>
 #include <cstdarg>
@@ -393,9 +394,62 @@ inline float EmuSharedLoadF32(const float* p) {
   return *p;
 }
 
-// Runs kernel() for every block of the grid, one block at a time, on one set of
-// blockDim OS threads per launch (a barrier between blocks resets the block's state).
+// OS threads kept across launches: creating blockDim threads per launch (expensive under
+// ASan) dominated the whole model's runs. Run(n, job) has workers 0..n-1 each call job(i)
+// once and returns when all have; workers are created on first need and never exit (the
+// pool is never destroyed: process exit ends them). One Run at a time.
+class WorkerPool {
+ public:
+  static WorkerPool& Get() {
+    static WorkerPool* pool = new WorkerPool;
+    return *pool;
+  }
+  void Run(int n, const std::function<void(int)>& job) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (static_cast<int>(threads_.size()) < n) {
+      // The worker starts from the generation before this Run's, so it takes part in it.
+      const int index = static_cast<int>(threads_.size());
+      threads_.emplace_back([this, index, seen = generation_] { Work(index, seen); });
+      threads_.back().detach();
+    }
+    job_ = &job;
+    active_ = n;
+    remaining_ = n;
+    ++generation_;
+    start_.notify_all();
+    done_.wait(lock, [this] { return remaining_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void Work(int index, uint64_t seen) {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      start_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
+      if (index >= active_) continue;
+      const std::function<void(int)>* job = job_;
+      lock.unlock();
+      (*job)(index);
+      lock.lock();
+      if (--remaining_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  std::vector<std::thread> threads_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int active_ = 0, remaining_ = 0;
+};
+
+// Runs kernel() for every block of the grid, one block at a time, on blockDim pooled OS
+// threads (a barrier between blocks resets the block's state). Launches from several host
+// threads run one after another.
 inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()>& kernel) {
+  static std::mutex launch_mu;
+  std::lock_guard<std::mutex> launch_lock(launch_mu);
   const int nthreads = static_cast<int>(block.x * block.y * block.z);
   const long nblocks = static_cast<long>(grid.x) * grid.y * grid.z;
   if (nthreads <= 0 || nthreads > 1024 || nblocks <= 0) {
@@ -410,34 +464,30 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function
     blk.Reset();
   };
   std::barrier<decltype(next)> end_of_block(nthreads, next);
-  std::vector<std::thread> threads;
-  threads.reserve(nthreads);
-  for (int t = 0; t < nthreads; ++t) {
-    threads.emplace_back([&, t] {
-      threadIdx = uint3{static_cast<unsigned>(t % block.x),
-                        static_cast<unsigned>(t / block.x % block.y),
-                        static_cast<unsigned>(t / (block.x * block.y))};
-      blockDim = block;
-      gridDim = grid;
-      t_block = &blk;
-      t_tid = t;
-      while (current < nblocks) {
-        const long b = current;
-        blockIdx = uint3{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
-                         static_cast<unsigned>(b / (static_cast<long>(grid.x) * grid.y))};
-        t_groups.clear();
-        t_open.clear();
-        t_static_off = 0;
-        kernel();
-        if (!t_groups.empty() || !t_open.empty()) {
-          g_stats.leftover_async++;
-          g_stats.Report("tid %d ended with cp.async groups outstanding", t);
-        }
-        end_of_block.arrive_and_wait();
+  WorkerPool::Get().Run(nthreads, [&](int t) {
+    threadIdx = uint3{static_cast<unsigned>(t % block.x),
+                      static_cast<unsigned>(t / block.x % block.y),
+                      static_cast<unsigned>(t / (block.x * block.y))};
+    blockDim = block;
+    gridDim = grid;
+    t_block = &blk;
+    t_tid = t;
+    while (current < nblocks) {
+      const long b = current;
+      blockIdx = uint3{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                       static_cast<unsigned>(b / (static_cast<long>(grid.x) * grid.y))};
+      t_groups.clear();
+      t_open.clear();
+      t_static_off = 0;
+      kernel();
+      if (!t_groups.empty() || !t_open.empty()) {
+        g_stats.leftover_async++;
+        g_stats.Report("tid %d ended with cp.async groups outstanding", t);
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+      end_of_block.arrive_and_wait();
+    }
+    t_block = nullptr;
+  });
 }
 
 // ---- static __shared__ variables (gen_cuda_emu.py's rewrite of `__shared__ T x[N];`) ----
