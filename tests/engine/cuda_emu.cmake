@@ -82,7 +82,7 @@ if(TARGET cohort_engine_kernels_cuda)
       set(_filter TEST_FILTER "${E_FILTER}")
     endif()
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_PREFIX "Emu." ${_filter}
-                         PROPERTIES LABELS engine TIMEOUT 300)
+                         PROPERTIES LABELS engine TIMEOUT 900)
   endfunction()
 
   _cohort_emu_test(engine_cuda_attention_emu_test

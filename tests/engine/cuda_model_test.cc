@@ -507,19 +507,7 @@ fs::path TrainDir(const std::string& test) {
       fs::temp_directory_path() / ("cohort-cuda-" + test + "-" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  static const char* kWords[] = {"the", "cluster", "runs", "a", "job", "on", "every", "node",
-                                 "and", "gpus", "train", "model", "loss", "falls", "when",
-                                 "ranks", "agree", "checkpoint", "resumes", "after", "failure"};
-  std::ofstream out(dir / "corpus.txt");
-  uint64_t x = 12345;
-  for (int s = 0; s < 1400; ++s) {
-    const int n = 4 + static_cast<int>((x >> 33) % 6);
-    for (int w = 0; w < n; ++w) {
-      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-      out << (w ? " " : "") << kWords[(x >> 33) % 21];
-    }
-    out << ".\n";
-  }
+  testing::WriteWordCorpus(dir / "corpus.txt", 1400, 12345);
   return dir;
 }
 

@@ -42,19 +42,7 @@ class CudaTrainerTest : public ::testing::Test {
             std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    // ~20 KB of sentences from a fixed generator: quick to learn.
-    static const char* kWords[] = {"the", "cluster", "runs", "a", "job", "on", "every", "node",
-                                   "and", "gpus", "train", "model", "loss", "falls", "when"};
-    std::ofstream out(dir_ / "corpus.txt");
-    uint64_t x = 2024;
-    for (int s = 0; s < 700; ++s) {
-      const int n = 4 + static_cast<int>((x >> 33) % 6);
-      for (int w = 0; w < n; ++w) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        out << (w ? " " : "") << kWords[(x >> 33) % 15];
-      }
-      out << ".\n";
-    }
+    testing::WriteWordCorpus(dir_ / "corpus.txt", 700, 2024);  // ~20 KB
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);

@@ -47,7 +47,7 @@ class TrainCliTest : public ::testing::Test {
            fmt_name(::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    WriteCorpus(dir_ / "corpus.txt");
+    engine::testing::WriteWordCorpus(dir_ / "corpus.txt", 1400, 12345);
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
@@ -55,23 +55,6 @@ class TrainCliTest : public ::testing::Test {
 
   static std::string fmt_name(const std::string& test) {
     return "cohort-train-test-" + test + "-" + std::to_string(::getpid());
-  }
-
-  // About 40 KB of sentences picked by a fixed LCG: repetitive enough to learn quickly.
-  static void WriteCorpus(const fs::path& path) {
-    static const char* kWords[] = {"the", "cluster", "runs", "a", "job", "on", "every", "node",
-                                   "and", "gpus", "train", "model", "loss", "falls", "when",
-                                   "ranks", "agree", "checkpoint", "resumes", "after", "failure"};
-    std::ofstream out(path);
-    uint64_t x = 12345;
-    for (int s = 0; s < 1400; ++s) {
-      int n = 4 + static_cast<int>((x >> 33) % 6);
-      for (int w = 0; w < n; ++w) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        out << (w ? " " : "") << kWords[(x >> 33) % 21];
-      }
-      out << ".\n";
-    }
   }
 
   // A config: 2 layers, d_model 32, context 32, global batch 8 sequences (256 tokens).

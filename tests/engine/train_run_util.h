@@ -1,6 +1,6 @@
 // Running `cohort train` (or any cohort command) as a real process in the engine tests,
-// and reading its JSON-lines loss record. Shared by train_cli_test.cc and
-// cuda_model_test.cc.
+// reading its JSON-lines loss record, and the small text corpus they train on. Shared by
+// train_cli_test.cc, cuda_model_test.cc and cuda_trainer_test.cc.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,6 +19,24 @@
 #include "common/subprocess.h"
 
 namespace cohort::engine::testing {
+
+// `sentences` sentences of 4 to 9 words from a fixed 21-word list, picked by an LCG seeded
+// with `seed`: repetitive enough to learn in a few steps (1400 sentences are ~40 KB).
+inline void WriteWordCorpus(const std::filesystem::path& path, int sentences, uint64_t seed) {
+  static const char* kWords[] = {"the", "cluster", "runs", "a", "job", "on", "every", "node",
+                                 "and", "gpus", "train", "model", "loss", "falls", "when",
+                                 "ranks", "agree", "checkpoint", "resumes", "after", "failure"};
+  std::ofstream out(path);
+  uint64_t x = seed;
+  for (int s = 0; s < sentences; ++s) {
+    const int n = 4 + static_cast<int>((x >> 33) % 6);
+    for (int w = 0; w < n; ++w) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      out << (w ? " " : "") << kWords[(x >> 33) % 21];
+    }
+    out << ".\n";
+  }
+}
 
 struct TrainRun {
   ExitStatus status;
