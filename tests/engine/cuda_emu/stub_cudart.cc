@@ -39,10 +39,6 @@ bool Inside(const std::map<uintptr_t, size_t>& ranges, const void* p, size_t n) 
   --it;
   return a >= it->first && a + n <= it->first + it->second;
 }
-// Whether p points into any device allocation at all.
-bool IsDevice(const void* p) {
-  return Inside(Allocs().device, p, 1);
-}
 
 cudaError_t g_last = cudaSuccess;
 
@@ -51,14 +47,19 @@ cudaError_t Fail(cudaError_t e) {
   return e;
 }
 
-void* AlignedAlloc(size_t n) { return std::aligned_alloc(256, (n + 255) / 256 * 256 + 256); }
+// 256-byte aligned like cudaMalloc, and exactly n bytes long, so that AddressSanitizer
+// reports any access past the end (no rounding slack to hide it in).
+void* AlignedAlloc(size_t n) {
+  void* p = nullptr;
+  return posix_memalign(&p, 256, n == 0 ? 1 : n) == 0 ? p : nullptr;
+}
 
 cudaError_t CheckCopy(void* d, const void* s, size_t n, cudaMemcpyKind kind) {
   if (n == 0) return cudaSuccess;
   if (d == nullptr || s == nullptr) return Fail(cudaErrorInvalidValue);
   std::lock_guard<std::mutex> lock(Allocs().mu);
   const auto& dev = Allocs().device;
-  const bool d_dev = IsDevice(d), s_dev = IsDevice(s);
+  const bool d_dev = Inside(dev, d, 1), s_dev = Inside(dev, s, 1);
   bool ok = true;
   switch (kind) {
     case cudaMemcpyHostToDevice: ok = !s_dev && d_dev; break;
