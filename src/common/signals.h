@@ -10,14 +10,14 @@ namespace cohort {
 void BlockTerminationSignals();
 // Blocks until SIGINT or SIGTERM arrives; returns the signal number.
 int WaitForTerminationSignal();
+// Waits up to `timeout` for SIGINT or SIGTERM (blocked by BlockTerminationSignals);
+// returns the signal number, or 0 if none came.
+int PollTerminationSignal(Millis timeout);
 
 // Sets SIGPIPE to SIG_IGN when it is still at its default action (leaves a handler the
 // program installed alone). For libraries that write to sockets without MSG_NOSIGNAL
 // (Gloo's tcp transport uses writev): a peer that died must become an error, not end
 // this process.
 void IgnoreSigpipeIfDefault();
-// Waits up to `timeout` for SIGINT or SIGTERM (blocked by BlockTerminationSignals);
-// returns the signal number, or 0 if none came.
-int PollTerminationSignal(Millis timeout);
 
 }  // namespace cohort

@@ -431,7 +431,8 @@ Result<void> Trainer::Impl::KeepCheckpointBatch(int64_t step, int64_t tokens_see
                   step, per_step, r.error().message);
   }
   Log("batch: keeping the checkpoint's {} tokens per step: {} ranks x {} accumulation steps x {} "
-      "sequences x {} tokens (train.global_batch_tokens is 0 and the world size changed)",
+      "sequences x {} tokens (train.global_batch_tokens is 0, and this run's ranks x "
+      "train.micro_batch alone would give another batch)",
       per_step, world, accum, config.micro_batch, config.seq_len);
   return {};
 }
