@@ -54,8 +54,10 @@ TEST(TopTest, OnceShowsNodesGpusAndJobs) {
   json wait = c.Submit({{"name", "queued-job"}, {"command", {"true"}}, {"gpus_per_node", 2}});
   std::string reason;
   ASSERT_TRUE(WaitUntil([&] {
+    // The submit-time placeholder is replaced by the scheduler's own reason on its next
+    // pass; compare against that one, which stays put while the running job holds the GPUs.
     reason = c.Job(wait["id"])["reason"].get<std::string>();
-    return !reason.empty();
+    return !reason.empty() && reason != "waiting for the scheduler";
   }, std::chrono::seconds(10)));
 
   auto [out, rc] = RunTop(c, {"--once", "--width", "140"});
