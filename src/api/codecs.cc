@@ -362,6 +362,15 @@ json ToJson(const Job& job) {
                 {"master_port", job.allocation.master_port}}},
               {"exits", exits},
               {"history", history}};
+  if (job.move) {
+    const MoveRequest& m = *job.move;
+    out["move"] = {{"attempt", m.attempt},
+                   {"node", m.node},
+                   {"requested_ms", m.requested_ms},
+                   {"deadline_ms", m.deadline_ms},
+                   {"baseline_checkpoint", m.baseline_checkpoint},
+                   {"grow", m.grow}};
+  }
   return out;
 }
 
@@ -407,6 +416,21 @@ Result<Job> JobFromJson(const json& j) {
                              h.value("end_ms", int64_t(0)),
                              h.value("nodes", std::vector<std::string>{}),
                              h.value("end_reason", ""), h.value("gpus", -1)});
+    }
+    if (j.contains("move") && !j["move"].is_null()) {
+      const json& m = j["move"];
+      MoveRequest r;
+      r.attempt = m.at("attempt").get<int>();
+      r.node = m.value("node", "");
+      r.requested_ms = m.value("requested_ms", int64_t(0));
+      r.deadline_ms = m.value("deadline_ms", int64_t(0));
+      r.baseline_checkpoint = m.value("baseline_checkpoint", int64_t(-1));
+      r.grow = m.value("grow", false);
+      if (r.deadline_ms < 0) {
+        return Errorf(ErrorCode::kInternal, "malformed job record: move.deadline_ms {} is negative", r.deadline_ms);
+      }
+      // Only a request of the current attempt of a running job means anything.
+      if (job.state == JobState::kRunning && r.attempt == job.attempt) job.move = std::move(r);
     }
     return job;
   });

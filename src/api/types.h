@@ -123,6 +123,21 @@ struct AttemptRecord {
   int gpus = -1;
 };
 
+// The head asked the current attempt to checkpoint and move: `cohort drain --now` (it moves
+// at the first checkpoint reported after the request, or at the deadline), or an elastic job
+// growing back to its full size (it moves at its next checkpoint, with no deadline). Stored
+// with the job, so a head restarted meanwhile still carries the move out.
+struct MoveRequest {
+  int attempt = 0;        // the attempt asked; a request for an earlier one is void
+  NodeId node;            // the draining node that asked (empty for a grow)
+  int64_t requested_ms = 0;
+  int64_t deadline_ms = 0;  // Unix ms; 0: none (a grow)
+  // A checkpoint counts once its step is above this: the newest step or checkpoint reported
+  // before the request (-1: nothing reported).
+  int64_t baseline_checkpoint = -1;
+  bool grow = false;
+};
+
 struct Job {
   JobId id = 0;
   JobSpec spec;
@@ -139,6 +154,7 @@ struct Job {
   Allocation allocation;         // RUNNING: current; terminal: last
   std::vector<TaskExit> exits;   // ranks of the current attempt that have ended
   std::vector<AttemptRecord> history;
+  std::optional<MoveRequest> move;  // RUNNING: a move asked of the current attempt
 
   bool HasExit(int rank) const;
   // Ranks of the current (or last) attempt: its allocation's nodes × tasks_per_node

@@ -68,6 +68,19 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   r.Add("exit code", job.exit_code ? std::to_string(*job.exit_code) : "");
   r.Add("attempt", s.max_restarts > 0 ? fmt::format("{} (max_restarts {})", job.attempt, s.max_restarts)
                                       : fmt::format("{} (no restarts)", job.attempt));
+  if (job.move) {
+    const api::MoveRequest& m = *job.move;
+    const std::string at = m.baseline_checkpoint >= 0
+                               ? fmt::format("its first checkpoint after step {}", m.baseline_checkpoint)
+                               : std::string("its first checkpoint");
+    if (m.grow) {
+      r.Add("move", fmt::format("growing back to {} nodes at {}", s.nodes, at));
+    } else {
+      r.Add("move", fmt::format("leaving {} (drain --now) at {}; asked {} ago, moves without one in {}", m.node, at,
+                                FormatDuration(std::max<int64_t>(0, now_ms - m.requested_ms)),
+                                FormatDuration(std::max<int64_t>(0, m.deadline_ms - now_ms))));
+    }
+  }
   r.Add("submitted", FormatTimestamp(job.submit_ms));
   r.Add("started", FormatTimestamp(job.start_ms));
   r.Add("ended", FormatTimestamp(job.end_ms));

@@ -256,7 +256,6 @@ Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason, b
   it->second.drain = true;
   it->second.drain_reason = reason.empty() ? "drained by request" : std::move(reason);
   MarkDirtyLocked(it->second);
-  COHORT_TRY_VOID(FlushLocked());
   RequestScheduleLocked();
   LOG_INFO("node {} draining{}: {}", name, now ? " now (moving its jobs)" : "", it->second.drain_reason);
   if (now) {
@@ -266,8 +265,8 @@ Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason, b
     for (api::JobId id : ids) {
       Job& job = jobs_.at(id);
       if (job.state != JobState::kRunning) continue;
-      if (auto m = moves_.find(id); m != moves_.end() && !m->second.grow) continue;  // already asked
-      MoveRequest m;
+      if (job.move && !job.move->grow) continue;  // already asked (a grow gives way to the drain)
+      api::MoveRequest m;
       m.attempt = job.attempt;
       m.node = name;
       m.requested_ms = at;
@@ -278,12 +277,16 @@ Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason, b
       if (auto last = progress_.LatestOfAttempt(id, job.attempt)) {
         m.baseline_checkpoint = std::max(last->step, last->checkpoint_step.value_or(-1));
       }
-      moves_[id] = m;
+      job.move = std::move(m);
+      MarkDirtyLocked(job);
       // The agents deliver the checkpoint signal on their next heartbeat: make it now.
       for (const auto& na : job.allocation.nodes) WakeLocked(na.node);
       LOG_INFO("job {} asked to checkpoint before moving off {} (within {})", id, name, FormatDuration(timeout_ms));
     }
   }
+  // The drain and its move requests are stored before the reply: a head restarted after
+  // it still moves the jobs.
+  COHORT_TRY_VOID(FlushLocked());
   NodeStatus status = StatusLocked(it->second);
   UnlockAndWake(lock);
   return status;
@@ -294,35 +297,29 @@ bool Cluster::ReportProgress(const RendezvousScope& scope, ProgressPoint point) 
   const std::optional<int64_t> checkpoint = point.checkpoint_step;
   progress_.Add(scope.job, std::move(point));
   std::unique_lock lock(mu_);
-  auto m = moves_.find(scope.job);
-  if (m == moves_.end() || m->second.attempt != scope.attempt) return false;
   auto j = jobs_.find(scope.job);
   if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.attempt != scope.attempt) return false;
+  if (!j->second.move || j->second.move->attempt != scope.attempt) return false;
+  const api::MoveRequest& m = *j->second.move;
   // Not yet: keep asking (a grow waits for the job's own next checkpoint).
-  if (!checkpoint || *checkpoint <= m->second.baseline_checkpoint) return !m->second.grow;
+  if (!checkpoint || *checkpoint <= m.baseline_checkpoint) return !m.grow;
   std::string why =
-      m->second.grow
-          ? fmt::format("growing back to {} nodes at its checkpoint at step {}", j->second.spec.nodes, *checkpoint)
-          : fmt::format("node {} drained now; checkpoint at step {} written {} after the request", m->second.node,
-                        *checkpoint, FormatDuration(NowUnixMs() - m->second.requested_ms));
+      m.grow ? fmt::format("growing back to {} nodes at its checkpoint at step {}", j->second.spec.nodes, *checkpoint)
+             : fmt::format("node {} drained now; checkpoint at step {} written {} after the request", m.node,
+                           *checkpoint, FormatDuration(NowUnixMs() - m.requested_ms));
   MoveJobLocked(j->second, why);
   (void)FlushLocked();
   UnlockAndWake(lock);
   return false;
 }
 
-void Cluster::CheckMovesLocked(int64_t now_ms) {
-  std::vector<api::JobId> due;
-  for (const auto& [id, m] : moves_) {
-    if (now_ms >= m.deadline_ms) due.push_back(id);
-  }
-  for (api::JobId id : due) {
-    MoveRequest m = moves_.at(id);
+void Cluster::CheckMovesLocked(const std::set<api::JobId>& running, int64_t now_ms) {
+  for (api::JobId id : running) {
     Job& job = jobs_.at(id);
-    if (job.state != JobState::kRunning || job.attempt != m.attempt) {
-      moves_.erase(id);
+    if (job.state != JobState::kRunning || !job.move || job.move->deadline_ms == 0 || now_ms < job.move->deadline_ms) {
       continue;
     }
+    const api::MoveRequest m = *job.move;
     MoveJobLocked(job, fmt::format("node {} drained now; no new checkpoint reported within {} (work since "
                                    "the last checkpoint is redone)",
                                    m.node, FormatDuration(m.deadline_ms - m.requested_ms)));

@@ -203,27 +203,13 @@ class Cluster {
   void StartJobLocked(api::Job& job, const std::vector<std::pair<std::string, std::vector<int>>>& nodes,
                       const std::vector<int>& cpus, int64_t now);
   void RecordExitLocked(api::Job& job, const std::string& node, const api::TaskReport& t);
-  // A job asked to checkpoint and move (Drain with now); in memory only: after a head
-  // restart the node stays drained and its jobs finish there.
-  struct MoveRequest {
-    int attempt = 0;
-    std::string node;               // the draining node that asked
-    int64_t requested_ms = 0;
-    int64_t deadline_ms = 0;
-    // The move waits for a reported checkpoint_step above this: the newest step or
-    // checkpoint reported before the request (-1: nothing reported).
-    int64_t baseline_checkpoint = -1;
-    // An elastic job growing back to its full size: no deadline, no checkpoint asked for;
-    // it moves at the next checkpoint it reports anyway.
-    bool grow = false;
-  };
   // After a pass: asks elastic jobs running below `nodes` to grow back when the free
   // nodes allow it and nothing waits, and withdraws the request when they no longer do.
   void PlanGrowthLocked(const sched::Snapshot& snap, const sched::Decision& decision);
   // Stops the current attempt and requeues it as a move (not a failure).
   void MoveJobLocked(api::Job& job, const std::string& why);
   // Moves the jobs whose request is past its deadline.
-  void CheckMovesLocked(int64_t now_ms);
+  void CheckMovesLocked(const std::set<api::JobId>& running, int64_t now_ms);
   // Ends the current attempt and puts the job back in the queue as attempt + 1.
   void RequeueLocked(api::Job& job, const std::string& why);
   // Ends the current attempt; requeues it when restarts remain and `may_restart`.
@@ -277,7 +263,6 @@ class Cluster {
   std::set<api::JobId> pending_;                              // guarded by mu_
   std::map<std::string, std::set<api::JobId>> node_jobs_;     // RUNNING jobs per node; mu_
   std::map<api::JobId, std::string> pending_reasons_;         // guarded by mu_
-  std::map<api::JobId, MoveRequest> moves_;                   // guarded by mu_
   std::set<api::JobId> dirty_jobs_;                           // guarded by mu_
   std::set<std::string> dirty_nodes_;                         // guarded by mu_
   std::set<std::string> to_wake_;                             // agent URLs; guarded by mu_

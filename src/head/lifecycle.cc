@@ -134,7 +134,7 @@ void Cluster::FinishJobLocked(Job& job, JobState state, std::string reason,
   int64_t now = NowUnixMs();
   if (job.state == JobState::kRunning) DetachJobLocked(job);
   CloseAttempt(job, now, reason);
-  moves_.erase(job.id);
+  job.move.reset();
   pending_.erase(job.id);
   pending_reasons_.erase(job.id);
   CountTransitionLocked(api::JobStateName(job.state), state);
@@ -150,7 +150,7 @@ void Cluster::RequeueLocked(Job& job, const std::string& why) {
   int64_t now = NowUnixMs();
   if (job.state == JobState::kRunning) DetachJobLocked(job);
   CloseAttempt(job, now, why);
-  moves_.erase(job.id);
+  job.move.reset();
   job.attempt += 1;
   CountTransitionLocked(api::JobStateName(job.state), JobState::kPending);
   job.state = JobState::kPending;
@@ -253,7 +253,7 @@ std::vector<api::TaskLaunch> Cluster::DesiredTasksLocked(const std::string& node
         l.workdir = job.spec.workdir;
         l.gpus = t.gpus;
         l.cpus = job.spec.cpus_per_task;
-        if (auto m = moves_.find(id); m != moves_.end() && m->second.attempt == job.attempt && !m->second.grow) {
+        if (job.move && job.move->attempt == job.attempt && !job.move->grow) {
           l.checkpoint_requested = true;
           l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
         }

@@ -52,7 +52,7 @@ void Cluster::CheckLiveness() {
     }
   }
   CheckProgressLocked(running, now);
-  CheckMovesLocked(now);
+  CheckMovesLocked(running, now);
   (void)FlushLocked();
   UnlockAndWake(lock);
 }

@@ -150,11 +150,10 @@ void Cluster::PlanGrowthLocked(const sched::Snapshot& snap, const sched::Decisio
   std::set<api::JobId> running;
   for (const auto& [node, ids] : node_jobs_) running.insert(ids.begin(), ids.end());
   for (api::JobId id : running) {
-    const Job& job = jobs_.at(id);
+    Job& job = jobs_.at(id);
     const int have = static_cast<int>(job.allocation.nodes.size());
     if (job.state != JobState::kRunning || job.spec.min_nodes == 0 || have >= job.spec.nodes) continue;
-    auto m = moves_.find(id);
-    if (m != moves_.end() && !m->second.grow) continue;  // a drain move is under way
+    if (job.move && !job.move->grow) continue;  // a drain move is under way
     // Nodes outside the gang that could take one more member of it.
     std::vector<std::string> spare;
     for (const auto& [name, f] : free) {
@@ -167,9 +166,10 @@ void Cluster::PlanGrowthLocked(const sched::Snapshot& snap, const sched::Decisio
     }
     const bool can_grow = queue_empty && have + static_cast<int>(spare.size()) >= job.spec.nodes;
     if (!can_grow) {
-      if (m != moves_.end()) {
+      if (job.move) {
         LOG_INFO("job {} will not grow: the nodes it would use are taken or other jobs wait", id);
-        moves_.erase(m);
+        job.move.reset();
+        MarkDirtyLocked(job);
       }
       continue;
     }
@@ -178,16 +178,16 @@ void Cluster::PlanGrowthLocked(const sched::Snapshot& snap, const sched::Decisio
       free[spare[static_cast<size_t>(k)]].gpus -= job.spec.gpus_per_node;
       free[spare[static_cast<size_t>(k)]].cpus -= job.spec.tasks_per_node * job.spec.cpus_per_task;
     }
-    if (m != moves_.end()) continue;  // already asked
-    MoveRequest r;
+    if (job.move) continue;  // already asked
+    api::MoveRequest r;
     r.attempt = job.attempt;
     r.requested_ms = snap.now_ms;
-    r.deadline_ms = INT64_MAX;
     r.grow = true;
     if (auto last = progress_.LatestOfAttempt(id, job.attempt); last && last->checkpoint_step) {
       r.baseline_checkpoint = *last->checkpoint_step;
     }
-    moves_[id] = r;
+    job.move = std::move(r);
+    MarkDirtyLocked(job);
     LOG_INFO("job {} runs on {} of {} nodes and the rest are free: it grows back at its next checkpoint", id, have,
              job.spec.nodes);
   }

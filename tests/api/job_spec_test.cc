@@ -142,5 +142,46 @@ TEST(Job, RoundTripsEveryField) {
   EXPECT_EQ(ToJson(*back), ToJson(j));
 }
 
+// A move request (drain --now) is stored with its running job; one that names another
+// attempt is void and dropped on load, and a negative deadline is a damaged record.
+TEST(Job, MoveRequestRoundTripsForTheCurrentAttemptOnly) {
+  Job j;
+  j.id = 3;
+  j.spec = *JobSpecFromJson(Valid());
+  j.state = JobState::kRunning;
+  j.attempt = 1;
+  j.move = MoveRequest{1, "n2", 1000, 61000, 40, false};
+  json stored = ToJson(j);
+  ASSERT_TRUE(stored.contains("move")) << stored.dump();
+  auto back = JobFromJson(stored);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  ASSERT_TRUE(back->move.has_value());
+  EXPECT_EQ(back->move->node, "n2");
+  EXPECT_EQ(back->move->deadline_ms, 61000);
+  EXPECT_EQ(back->move->baseline_checkpoint, 40);
+  EXPECT_EQ(ToJson(*back), stored);
+
+  json stale = stored;
+  stale["move"]["attempt"] = 0;
+  back = JobFromJson(stale);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_FALSE(back->move.has_value());
+
+  json ended = stored;
+  ended["state"] = "SUCCEEDED";
+  back = JobFromJson(ended);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_FALSE(back->move.has_value());
+
+  json bad = stored;
+  bad["move"]["deadline_ms"] = -5;
+  back = JobFromJson(bad);
+  ASSERT_FALSE(back.has_value());
+  EXPECT_NE(back.error().message.find("move.deadline_ms"), std::string::npos) << back.error().message;
+
+  j.move.reset();
+  EXPECT_FALSE(ToJson(j).contains("move"));
+}
+
 }  // namespace
 }  // namespace cohort::api

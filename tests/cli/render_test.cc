@@ -127,6 +127,17 @@ TEST(RenderJobTest, PendingJobHasNoSections) {
   EXPECT_THAT(out, HasSubstr("time limit:    unlimited\n"));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("allocation")));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("attempts:")));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("move:")));
+}
+
+TEST(RenderJobTest, ShowsAMoveUnderWay) {
+  api::Job job = RunningJob();
+  job.move = api::MoveRequest{1, "node2", kNow - 12'000, kNow + 48'000, 40, false};
+  EXPECT_THAT(RenderJob(job, kNow),
+              HasSubstr("move:          leaving node2 (drain --now) at its first checkpoint after step 40; asked "
+                        "12.0s ago, moves without one in 48.0s\n"));
+  job.move = api::MoveRequest{1, "", kNow, 0, -1, true};
+  EXPECT_THAT(RenderJob(job, kNow), HasSubstr("move:          growing back to 2 nodes at its first checkpoint\n"));
 }
 
 json NodeJson() {

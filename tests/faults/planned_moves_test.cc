@@ -1,6 +1,7 @@
 // Planned moves and elastic gangs under a running `cohort train` job:
 //  - `cohort drain NODE --now` asks the job to checkpoint, then moves it off the node, and
 //    the new attempt resumes from exactly that checkpoint (not the last periodic one);
+//  - a head killed (-9) just after it accepted the drain still carries the move out;
 //  - the job's checkpoint_signal reaches every task of a job that does not report;
 //  - an elastic job (min_nodes 1) that loses a node continues on the other one with the
 //    same global batch, and grows back to two nodes at a checkpoint once the node returns.
@@ -58,6 +59,41 @@ TEST(PlannedMoves, DrainNowMovesTheJobFromTheCheckpointItAskedFor) {
   EXPECT_EQ(first[1], step + 1) << "attempt 1 must record from the step after the requested checkpoint";
   // The signal took the other path too: rank 1's shim delivered it and the trainer saw it.
   EXPECT_NE(c.Logs(t.id, 1, 0).find("SIGUSR1"), std::string::npos) << c.Logs(t.id, 1, 0);
+}
+
+// kill -9 of the head just after it accepted `drain --now`: the request is stored with the
+// job, so the restarted head still asks for the checkpoint and moves the job from it.
+TEST(PlannedMoves, DrainNowSurvivesAHeadRestart) {
+  FaultCluster c;
+  TrainJob t;
+  TrainJobSpec spec;
+  spec.steps = 600;
+  spec.checkpoint_every = 100;
+  spec.checkpoint_signal = "USR1";
+  spec.checkpoints_on_request = true;
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, spec));
+  const std::string node = c.NodeOfRank(t.id, 1);
+  const int64_t recorded = LastRecordedStep(t.record);
+
+  auto drained = c.client().Post("/v1/nodes/" + node + "/drain", json{{"now", true}, {"timeout_s", 60}});
+  ASSERT_TRUE(drained.has_value()) << drained.error().message;
+  c.KillHead(SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(3));
+
+  json moved = c.WaitForJob(t.id, RunningWithout(node), "running again without " + node, std::chrono::seconds(60));
+  EXPECT_EQ(moved.value("moves", 0), 1) << moved.dump(2);
+  EXPECT_EQ(moved.value("attempt", 0), 1) << moved.dump(2);
+  EXPECT_FALSE(moved.contains("move")) << "the request ends with the attempt: " << moved.dump(2);
+  const int64_t step = MovedAtStep(moved, 0);
+  ASSERT_GT(step, recorded) << "the move did not wait for a new checkpoint: " << moved.dump(2) << c.HeadLog();
+  EXPECT_NE(step % spec.checkpoint_every, 0) << "expected the requested checkpoint, not a periodic one (this can "
+                                                 "only fail by a 1-in-100 coincidence): "
+                                              << moved.dump(2);
+  c.WaitForState(t.id, "SUCCEEDED", std::chrono::seconds(120));
+  ExpectResumedFrom(c, t, 1, step);
+  auto first = ExpectConsistentRecord(t, 2, recorded);
+  EXPECT_EQ(first[1], step + 1) << "attempt 1 must record from the step after the requested checkpoint";
 }
 
 TEST(PlannedMoves, CheckpointSignalReachesEveryTaskAndTheDeadlineMovesASilentJob) {
