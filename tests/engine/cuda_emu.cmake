@@ -15,8 +15,8 @@
 #   engine_cuda_kernels_emu_test    cuda_kernels_test.cc: every other kernel family and
 #                                   matmul.cc;
 #   engine_cuda_model_emu_test      cuda_model_test.cc: GptCudaModel and GptCudaAdamW
-#                                   against the CPU model (the `cohort train` and 2-GPU
-#                                   NCCL cases need the real binary and devices; the
+#                                   against the CPU model, and 2-rank DDP over gloo (the
+#                                   `cohort train` cases need the real binary; the
 #                                   hundred-step run, ~10 s a step here, is left to
 #                                   cuda_emu/run.sh by hand).
 # What the emulator cannot prove: that its fragment layouts match the hardware, anything
@@ -96,12 +96,17 @@ if(TARGET cohort_engine_kernels_cuda)
   _cohort_emu_test(engine_cuda_kernels_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels_test.cc)
 
-  # The whole GPU model against the CPU model.
+  # The whole GPU model against the CPU model, and its data-parallel gradient averaging
+  # (the DdpReducer on the model's gradient slices and events) with gloo standing in for
+  # NCCL: emulated device memory is host memory. The `cohort train` cases, which need a
+  # CUDA-built binary on a GPU, are filtered out.
   _cohort_emu_test(engine_cuda_model_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_model_test.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
+    LIBS cohort_engine_parallel cohort_comm
     FILTER "-GptCudaTrainCliTest.*:GptCudaModelTest.HundredStepsTrackTheCpu")
-  # No NCCL (cohort_comm would bring the real cudart): the 2-GPU test is compiled out, and
-  # the `cohort train` cases, which need a CUDA-built binary on a GPU, are filtered out.
+  target_include_directories(engine_cuda_model_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
   target_compile_definitions(engine_cuda_model_emu_test PRIVATE COHORT_CUDA_EMULATED=1
                                                                COHORT_BINARY="cohort")
 
