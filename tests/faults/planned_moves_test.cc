@@ -28,7 +28,10 @@ int64_t MovedAtStep(const json& job, int attempt) {
   return -1;
 }
 
-TEST(PlannedMoves, DrainNowMovesTheJobFromTheCheckpointItAskedFor) {
+// `drain --now` of rank 1's node under a training job that checkpoints on request; with
+// `kill_head`, the head is killed (-9) just after it accepted the drain and started again.
+// The job must move once, from the checkpoint it was asked for, and complete.
+void DrainNowMovesFromTheRequestedCheckpoint(bool kill_head) {
   FaultCluster c;
   TrainJob t;
   TrainJobSpec spec;
@@ -43,10 +46,16 @@ TEST(PlannedMoves, DrainNowMovesTheJobFromTheCheckpointItAskedFor) {
   auto drained = c.client().Post("/v1/nodes/" + node + "/drain", json{{"now", true}, {"timeout_s", 60}});
   ASSERT_TRUE(drained.has_value()) << drained.error().message;
   EXPECT_EQ(drained->value("display_state", ""), "DRAINING");
+  if (kill_head) {
+    c.KillHead(SIGKILL);
+    ASSERT_NO_FATAL_FAILURE(c.StartHead());
+    ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(3));
+  }
 
   json moved = c.WaitForJob(t.id, RunningWithout(node), "running again without " + node, std::chrono::seconds(60));
   EXPECT_EQ(moved.value("moves", 0), 1) << moved.dump(2);
   EXPECT_EQ(moved.value("attempt", 0), 1) << "a move must not need a failed attempt first: " << moved.dump(2);
+  EXPECT_FALSE(moved.contains("move")) << "the request ends with the attempt: " << moved.dump(2);
   const int64_t step = MovedAtStep(moved, 0);
   ASSERT_GT(step, recorded) << "the move did not wait for a new checkpoint: " << moved.dump(2);
   EXPECT_NE(step % spec.checkpoint_every, 0) << "expected the requested checkpoint, not a periodic one (this can "
@@ -61,40 +70,13 @@ TEST(PlannedMoves, DrainNowMovesTheJobFromTheCheckpointItAskedFor) {
   EXPECT_NE(c.Logs(t.id, 1, 0).find("SIGUSR1"), std::string::npos) << c.Logs(t.id, 1, 0);
 }
 
-// kill -9 of the head just after it accepted `drain --now`: the request is stored with the
-// job, so the restarted head still asks for the checkpoint and moves the job from it.
-TEST(PlannedMoves, DrainNowSurvivesAHeadRestart) {
-  FaultCluster c;
-  TrainJob t;
-  TrainJobSpec spec;
-  spec.steps = 600;
-  spec.checkpoint_every = 100;
-  spec.checkpoint_signal = "USR1";
-  spec.checkpoints_on_request = true;
-  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, spec));
-  const std::string node = c.NodeOfRank(t.id, 1);
-  const int64_t recorded = LastRecordedStep(t.record);
-
-  auto drained = c.client().Post("/v1/nodes/" + node + "/drain", json{{"now", true}, {"timeout_s", 60}});
-  ASSERT_TRUE(drained.has_value()) << drained.error().message;
-  c.KillHead(SIGKILL);
-  ASSERT_NO_FATAL_FAILURE(c.StartHead());
-  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(3));
-
-  json moved = c.WaitForJob(t.id, RunningWithout(node), "running again without " + node, std::chrono::seconds(60));
-  EXPECT_EQ(moved.value("moves", 0), 1) << moved.dump(2);
-  EXPECT_EQ(moved.value("attempt", 0), 1) << moved.dump(2);
-  EXPECT_FALSE(moved.contains("move")) << "the request ends with the attempt: " << moved.dump(2);
-  const int64_t step = MovedAtStep(moved, 0);
-  ASSERT_GT(step, recorded) << "the move did not wait for a new checkpoint: " << moved.dump(2) << c.HeadLog();
-  EXPECT_NE(step % spec.checkpoint_every, 0) << "expected the requested checkpoint, not a periodic one (this can "
-                                                 "only fail by a 1-in-100 coincidence): "
-                                              << moved.dump(2);
-  c.WaitForState(t.id, "SUCCEEDED", std::chrono::seconds(120));
-  ExpectResumedFrom(c, t, 1, step);
-  auto first = ExpectConsistentRecord(t, 2, recorded);
-  EXPECT_EQ(first[1], step + 1) << "attempt 1 must record from the step after the requested checkpoint";
+TEST(PlannedMoves, DrainNowMovesTheJobFromTheCheckpointItAskedFor) {
+  DrainNowMovesFromTheRequestedCheckpoint(/*kill_head=*/false);
 }
+
+// The request is stored with the job, so the restarted head still asks for the checkpoint
+// and moves the job from it.
+TEST(PlannedMoves, DrainNowSurvivesAHeadRestart) { DrainNowMovesFromTheRequestedCheckpoint(/*kill_head=*/true); }
 
 TEST(PlannedMoves, CheckpointSignalReachesEveryTaskAndTheDeadlineMovesASilentJob) {
   FaultCluster c;
