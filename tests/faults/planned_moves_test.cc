@@ -67,7 +67,9 @@ void DrainNowMovesFromTheRequestedCheckpoint(bool kill_head) {
   auto first = ExpectConsistentRecord(t, 2, recorded);
   EXPECT_EQ(first[1], step + 1) << "attempt 1 must record from the step after the requested checkpoint";
   // The signal took the other path too: rank 1's shim delivered it and the trainer saw it.
-  EXPECT_NE(c.Logs(t.id, 1, 0).find("SIGUSR1"), std::string::npos) << c.Logs(t.id, 1, 0);
+  // (After a head kill the restarted head's reply to a progress report may ask first, and
+  // the move can end attempt 0 before any agent delivers the signal.)
+  if (!kill_head) EXPECT_NE(c.Logs(t.id, 1, 0).find("SIGUSR1"), std::string::npos) << c.Logs(t.id, 1, 0);
 }
 
 TEST(PlannedMoves, DrainNowMovesTheJobFromTheCheckpointItAskedFor) {
