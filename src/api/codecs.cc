@@ -364,8 +364,7 @@ json ToJson(const Job& job) {
               {"history", history}};
   if (job.move) {
     const MoveRequest& m = *job.move;
-    out["move"] = {{"attempt", m.attempt},
-                   {"node", m.node},
+    out["move"] = {{"node", m.node},
                    {"requested_ms", m.requested_ms},
                    {"deadline_ms", m.deadline_ms},
                    {"baseline_checkpoint", m.baseline_checkpoint},
@@ -420,7 +419,6 @@ Result<Job> JobFromJson(const json& j) {
     if (j.contains("move") && !j["move"].is_null()) {
       const json& m = j["move"];
       MoveRequest r;
-      r.attempt = m.at("attempt").get<int>();
       r.node = m.value("node", "");
       r.requested_ms = m.value("requested_ms", int64_t(0));
       r.deadline_ms = m.value("deadline_ms", int64_t(0));
@@ -429,8 +427,8 @@ Result<Job> JobFromJson(const json& j) {
       if (r.deadline_ms < 0) {
         return Errorf(ErrorCode::kInternal, "malformed job record: move.deadline_ms {} is negative", r.deadline_ms);
       }
-      // Only a request of the current attempt of a running job means anything.
-      if (job.state == JobState::kRunning && r.attempt == job.attempt) job.move = std::move(r);
+      // Only a running job's request means anything.
+      if (job.state == JobState::kRunning) job.move = std::move(r);
     }
     return job;
   });

@@ -126,9 +126,9 @@ struct AttemptRecord {
 // The head asked the current attempt to checkpoint and move: `cohort drain --now` (it moves
 // at the first checkpoint reported after the request, or at the deadline), or an elastic job
 // growing back to its full size (it moves at its next checkpoint, with no deadline). Stored
-// with the job, so a head restarted meanwhile still carries the move out.
+// with the job, so a head restarted meanwhile still carries the move out. It belongs to the
+// job's current attempt: ending the attempt clears it.
 struct MoveRequest {
-  int attempt = 0;        // the attempt asked; a request for an earlier one is void
   NodeId node;            // the draining node that asked (empty for a grow)
   int64_t requested_ms = 0;
   int64_t deadline_ms = 0;  // Unix ms; 0: none (a grow)

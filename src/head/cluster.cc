@@ -267,7 +267,6 @@ Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason, b
       if (job.state != JobState::kRunning) continue;
       if (job.move && !job.move->grow) continue;  // already asked (a grow gives way to the drain)
       api::MoveRequest m;
-      m.attempt = job.attempt;
       m.node = name;
       m.requested_ms = at;
       m.deadline_ms = at + timeout_ms;
@@ -299,7 +298,7 @@ bool Cluster::ReportProgress(const RendezvousScope& scope, ProgressPoint point) 
   std::unique_lock lock(mu_);
   auto j = jobs_.find(scope.job);
   if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.attempt != scope.attempt) return false;
-  if (!j->second.move || j->second.move->attempt != scope.attempt) return false;
+  if (!j->second.move) return false;
   const api::MoveRequest& m = *j->second.move;
   // Not yet: keep asking (a grow waits for the job's own next checkpoint).
   if (!checkpoint || *checkpoint <= m.baseline_checkpoint) return !m.grow;

@@ -253,7 +253,7 @@ std::vector<api::TaskLaunch> Cluster::DesiredTasksLocked(const std::string& node
         l.workdir = job.spec.workdir;
         l.gpus = t.gpus;
         l.cpus = job.spec.cpus_per_task;
-        if (job.move && job.move->attempt == job.attempt && !job.move->grow) {
+        if (job.move && !job.move->grow) {
           l.checkpoint_requested = true;
           l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
         }

@@ -180,7 +180,6 @@ void Cluster::PlanGrowthLocked(const sched::Snapshot& snap, const sched::Decisio
     }
     if (job.move) continue;  // already asked
     api::MoveRequest r;
-    r.attempt = job.attempt;
     r.requested_ms = snap.now_ms;
     r.grow = true;
     if (auto last = progress_.LatestOfAttempt(id, job.attempt); last && last->checkpoint_step) {

@@ -24,8 +24,8 @@
 # synchronous here), cuBLASLt's own kernels, or anything about speed.
 if(TARGET cohort_engine_kernels_cuda)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
-  # The headers only: the emulated code never calls the real cudart (cohort_engine_trainer_emu
-  # links cohort_comm, which brings it for NCCL, but a single rank never initialises it).
+  # The headers only: the emulated code never calls the real cudart (cohort_comm brings it for
+  # NCCL, but the emulated tests' ranks communicate over gloo, which never initialises it).
   find_package(CUDAToolkit REQUIRED)
   set(_emu_dir ${CMAKE_CURRENT_LIST_DIR}/cuda_emu)
   set(_cuda_src ${PROJECT_SOURCE_DIR}/src/engine/kernels/cuda)
