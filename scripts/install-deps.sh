@@ -4,12 +4,13 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   nlohmann-json3-dev libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev
   libopenblas-dev libpcre2-dev   # the training engine: sgemm; GPT-2 BPE pre-tokenizer regex
   procps iproute2 curl python3
+  clang-16   # checks the head's and the agent's locking (-Wthread-safety); GCC builds
   chromium   # the dashboard's browser test (headless, driven over the DevTools protocol)
   prometheus      # promtool check metrics and a real scrape in the observability tests
   python3-torch   # the PyTorch DDP example and its test (Debian's CPU build)

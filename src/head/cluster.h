@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "api/types.h"
+#include "api/views.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/prometheus.h"
@@ -34,24 +35,8 @@
 
 namespace cohort::head {
 
-// What GET /v1/nodes shows beyond the stored Node.
-struct NodeStatus {
-  api::Node node;
-  std::string display_state;  // UP, DOWN, DRAINING (drain set, jobs still on it), DRAINED
-  int gpus_allocated = 0;
-  int cpus_allocated = 0;
-  std::vector<api::JobId> jobs;
-  int64_t heartbeat_age_ms = -1;
-  int unhealthy_gpus = 0;  // node.gpus[i].healthy == false; telemetry filled in node.gpus
-};
-
-// One running task's resource use, from its agent's latest heartbeat.
-struct TaskUsage {
-  int rank = 0;
-  std::string node;
-  double cpu_seconds = 0;
-  int64_t rss_bytes = 0;
-};
+using NodeStatus = api::NodeStatus;
+using TaskUsage = api::TaskUsage;
 
 // What the head's /metrics shows, taken under the lock in one pass (cluster_metrics.cc).
 struct ClusterMetrics {
