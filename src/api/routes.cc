@@ -1,0 +1,58 @@
+// Path builders of routes.h.
+#include "api/routes.h"
+
+#include <cctype>
+#include <string>
+
+namespace cohort::api::routes {
+namespace {
+
+std::string Path(std::string_view prefix, std::string_view segment, std::string_view suffix = {}) {
+  std::string out(prefix);
+  out += UrlEncode(segment);
+  out += suffix;
+  return out;
+}
+
+}  // namespace
+
+std::string UrlEncode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    }
+  }
+  return out;
+}
+
+std::string WithQuery(std::string path, const std::vector<std::pair<std::string, std::string>>& params) {
+  char sep = '?';
+  for (const auto& [key, value] : params) {
+    path += sep;
+    path += key;
+    path += '=';
+    path += UrlEncode(value);
+    sep = '&';
+  }
+  return path;
+}
+
+std::string Job(int64_t id) { return Path("/v1/jobs/", std::to_string(id)); }
+std::string JobCancel(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/cancel"); }
+std::string JobLogs(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/logs"); }
+std::string JobProgress(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/progress"); }
+std::string Node(std::string_view name) { return Path("/v1/nodes/", name); }
+std::string NodeDrain(std::string_view name) { return Path("/v1/nodes/", name, "/drain"); }
+std::string NodeResume(std::string_view name) { return Path("/v1/nodes/", name, "/resume"); }
+std::string AgentHeartbeat(std::string_view name) { return Path("/v1/agents/", name, "/heartbeat"); }
+std::string Rendezvous(std::string_view token) { return Path("/v1/rendezvous/", token); }
+std::string Report(std::string_view token) { return Path("/v1/report/", token); }
+
+}  // namespace cohort::api::routes

@@ -1,0 +1,76 @@
+// Routes: every HTTP path of the head's API and of the agent's API, in one place.
+//
+// Each resource has a constant (a fixed path) or a builder (a path with segments in it),
+// and where a server registers a path with segments, a k...Pattern: the cpp-httplib
+// regex it registers, capturing the segments in order. Builders percent-encode the names
+// they are given, so callers pass raw names; job ids are api::JobId (int64_t).
+// routes_test.cc checks that each builder's output matches its pattern. Pure functions;
+// any thread may call them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace cohort::api::routes {
+
+// Percent-encodes everything but [A-Za-z0-9-_.~] (RFC 3986 unreserved characters), for a
+// path segment or a query value.
+std::string UrlEncode(std::string_view s);
+
+// `path` followed by "?k=v&k=v" with each value percent-encoded; `path` alone when
+// `params` is empty. Keys are written as given (callers pass literal names).
+std::string WithQuery(std::string path, const std::vector<std::pair<std::string, std::string>>& params);
+
+// ---- Served by both the head and the agent.
+inline constexpr char kHealth[] = "/v1/health";  // GET: liveness and identity
+inline constexpr char kMetrics[] = "/metrics";   // GET: Prometheus text format
+
+// ---- The head's API.
+// Jobs: POST submits, GET lists (?state=&user=&limit=).
+inline constexpr char kJobs[] = "/v1/jobs";
+std::string Job(int64_t id);  // GET: one job in detail
+inline constexpr char kJobPattern[] = R"(/v1/jobs/([^/]+))";
+std::string JobCancel(int64_t id);  // POST
+inline constexpr char kJobCancelPattern[] = R"(/v1/jobs/([^/]+)/cancel)";
+std::string JobLogs(int64_t id);  // GET ?rank=&attempt=&offset=&limit=
+inline constexpr char kJobLogsPattern[] = R"(/v1/jobs/([^/]+)/logs)";
+std::string JobProgress(int64_t id);  // GET ?limit=
+inline constexpr char kJobProgressPattern[] = R"(/v1/jobs/([^/]+)/progress)";
+
+// Nodes: GET lists.
+inline constexpr char kNodes[] = "/v1/nodes";
+std::string Node(std::string_view name);  // GET: one node
+inline constexpr char kNodePattern[] = R"(/v1/nodes/([^/]+))";
+std::string NodeDrain(std::string_view name);  // POST {"now": bool}
+inline constexpr char kNodeDrainPattern[] = R"(/v1/nodes/([^/]+)/drain)";
+std::string NodeResume(std::string_view name);  // POST
+inline constexpr char kNodeResumePattern[] = R"(/v1/nodes/([^/]+)/resume)";
+
+// The agent protocol (agent → head).
+inline constexpr char kAgentRegister[] = "/v1/agents/register";  // POST Registration
+std::string AgentHeartbeat(std::string_view name);               // POST Heartbeat
+inline constexpr char kAgentHeartbeatPattern[] = R"(/v1/agents/([^/]+)/heartbeat)";
+
+// A job's rendezvous store (COHORT_RENDEZVOUS is the head URL + Rendezvous(token)); its
+// clients add "/keys/{key}" (PUT, GET) and "/add/{key}" (POST) themselves.
+std::string Rendezvous(std::string_view token);
+inline constexpr char kRendezvousKeyPattern[] = R"(/v1/rendezvous/([^/]+)/keys/([\s\S]+))";
+inline constexpr char kRendezvousAddPattern[] = R"(/v1/rendezvous/([^/]+)/add/([\s\S]+))";
+
+// Progress reports from a job's tasks (COHORT_REPORT is the head URL + Report(token)).
+std::string Report(std::string_view token);  // POST
+inline constexpr char kReportPattern[] = R"(/v1/report/([^/]+))";
+
+inline constexpr char kDashboard[] = "/v1/dashboard";  // GET ?recent=&queue=&points=
+inline constexpr char kUsage[] = "/v1/usage";          // GET ?since=&until=&user=
+
+// ---- The agent's API (head → agent, and tests).
+inline constexpr char kAgentWake[] = "/v1/wake";  // POST: heartbeat now
+inline constexpr char kAgentLogs[] = "/v1/logs";  // GET ?job=&attempt=&rank=&offset=&limit=
+// POST, only with --simulated-gpus: inject an Xid on a simulated GPU.
+inline constexpr char kAgentSimulateXid[] = "/v1/simulate/xid";
+
+}  // namespace cohort::api::routes
