@@ -108,7 +108,7 @@ Executor::Executor(Options options) : options_(Normalize(std::move(options))) {
 
 Executor::~Executor() {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     shutting_down_ = true;
   }
   StopAll(/*immediate=*/true);
@@ -116,7 +116,7 @@ Executor::~Executor() {
     LOG_WARN("executor: some task shims did not exit; leaving them");
   }
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     quit_ = true;
   }
   Wake();
@@ -157,7 +157,7 @@ bool Executor::WriteLeaseLocked(const TaskKey& key) {
 
 void Executor::RenewLeases(SteadyTime from, Millis valid_for) {
   if (options_.lease_timeout <= Millis(0)) return;
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   lease_expires_ = from + valid_for;
   lease_granted_ = valid_for;
   for (const auto& [key, t] : tasks_) {
@@ -172,7 +172,7 @@ void Executor::Wake() {
 }
 
 Result<void> Executor::Launch(const TaskSpec& spec) {
-  std::unique_lock lk(mu_);
+  MutexLock lk(mu_);
   if (shutting_down_) {
     return Errorf(ErrorCode::kFailedPrecondition, "executor is shutting down; not starting {}",
                   KeyName(spec.key));
@@ -189,25 +189,26 @@ Result<void> Executor::Launch(const TaskSpec& spec) {
   t.status.cpus = spec.cpus;
   tasks_.emplace(spec.key, std::move(t));
   if (std::this_thread::get_id() == thread_.get_id()) {  // from on_task_exit
-    lk.unlock();
+    lk.Unlock();
     StartShim(spec.key);
     return {};
   }
   start_queue_.push_back(spec.key);
-  lk.unlock();
+  lk.Unlock();
   Wake();
-  lk.lock();
-  cv_.wait(lk, [&] {
+  lk.Lock();
+  while (true) {
     auto it = tasks_.find(spec.key);
-    return it == tasks_.end() || it->second.spawned;
-  });
+    if (it == tasks_.end() || it->second.spawned) break;
+    cv_.Wait(mu_);
+  }
   return {};
 }
 
 void Executor::StartShim(const TaskKey& key) {
   TaskSpec spec;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     auto it = tasks_.find(key);
     if (it == tasks_.end()) return;
     spec = std::move(it->second.spec);
@@ -240,7 +241,7 @@ void Executor::StartShim(const TaskKey& key) {
   }
   bool leased = false;
   if (error.empty() && options_.lease_timeout > Millis(0)) {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     // Without a lease file the task still runs, fenced only by this process.
     leased = WriteLeaseLocked(key);
     tasks_.at(key).leased = leased;
@@ -295,7 +296,7 @@ void Executor::StartShim(const TaskKey& key) {
 
   const bool failed = !error.empty();
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     Task& t = tasks_.at(key);  // a running task cannot be forgotten
     t.spawned = true;
     t.status.started_ms = NowUnixMs();
@@ -310,14 +311,14 @@ void Executor::StartShim(const TaskKey& key) {
       if (t.pending_signal) kill(pid, t.pending_signal);
     }
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (failed && options_.on_task_exit) options_.on_task_exit();
 }
 
 void Executor::TryReap(const TaskKey& key) {
   bool finished = false;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     auto it = tasks_.find(key);
     if (it == tasks_.end()) return;
     Task& t = it->second;
@@ -352,7 +353,7 @@ void Executor::TryReap(const TaskKey& key) {
              t.status.exit_code, t.status.signal,
              t.status.error.empty() ? "" : " (" + t.status.error + ")");
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (finished && options_.on_task_exit) options_.on_task_exit();
 }
 
@@ -368,7 +369,7 @@ void Executor::Loop() {
     running.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
     {
-      std::lock_guard lk(mu_);
+      MutexLock lk(mu_);
       if (quit_) break;
       to_start.swap(start_queue_);
       for (const auto& [key, t] : tasks_) {
@@ -404,7 +405,7 @@ void Executor::Loop() {
 }
 
 void Executor::Stop(const TaskKey& key, bool immediate) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   auto it = tasks_.find(key);
   if (it == tasks_.end() || !it->second.status.running) return;
   Task& t = it->second;
@@ -417,7 +418,7 @@ void Executor::Stop(const TaskKey& key, bool immediate) {
 }
 
 bool Executor::Signal(const TaskKey& key, int signo) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   auto it = tasks_.find(key);
   if (it == tasks_.end() || !it->second.status.running || !it->second.spawned || it->second.status.pid <= 0) {
     return false;
@@ -435,7 +436,7 @@ bool Executor::Signal(const TaskKey& key, int signo) {
 void Executor::StopAll(bool immediate) {
   std::vector<TaskKey> keys;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     for (const auto& [key, t] : tasks_) {
       if (t.status.running) keys.push_back(key);
     }
@@ -444,8 +445,9 @@ void Executor::StopAll(bool immediate) {
 }
 
 bool Executor::WaitAllExited(std::chrono::milliseconds timeout) {
-  std::unique_lock lk(mu_);
-  return cv_.wait_for(lk, timeout, [&] {
+  MutexLock lk(mu_);
+  return cv_.WaitFor(mu_, timeout, [this] {
+    mu_.AssertHeld();
     for (const auto& [key, t] : tasks_) {
       if (t.status.running) return false;
     }
@@ -454,7 +456,7 @@ bool Executor::WaitAllExited(std::chrono::milliseconds timeout) {
 }
 
 std::vector<TaskStatus> Executor::Snapshot() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   std::vector<TaskStatus> out;
   out.reserve(tasks_.size());
   for (const auto& [key, t] : tasks_) out.push_back(t.status);
@@ -462,7 +464,7 @@ std::vector<TaskStatus> Executor::Snapshot() const {
 }
 
 void Executor::Forget(const TaskKey& key) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   auto it = tasks_.find(key);
   if (it == tasks_.end() || it->second.status.running) return;
   if (it->second.pidfd >= 0) close(it->second.pidfd);
@@ -478,7 +480,7 @@ Result<LogChunk> Executor::ReadLog(const TaskKey& key, int64_t offset, int64_t m
   bool known = false;
   bool running = false;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     auto it = tasks_.find(key);
     if (it != tasks_.end()) {
       known = true;

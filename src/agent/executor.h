@@ -35,17 +35,16 @@
 
 #include <chrono>
 #include <compare>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/error.h"
+#include "common/mutex.h"
 
 namespace cohort::agent {
 
@@ -119,38 +118,38 @@ class Executor {
   // CUDA_VISIBLE_DEVICES is set to spec.gpus (comma-separated, empty for none) and
   // CUDA_DEVICE_ORDER to PCI_BUS_ID (so CUDA numbers GPUs as NVML does), unless spec.env
   // sets them. A relaunch of a forgotten key truncates its log.
-  Result<void> Launch(const TaskSpec& spec);
+  Result<void> Launch(const TaskSpec& spec) EXCLUDES(mu_);
 
   // Stops a running task: graceful sends SIGTERM to the group and SIGKILL after
   // kill_grace; immediate sends SIGKILL to the group at once. No-op for unknown or
   // finished tasks. Returns without waiting; the exit shows up in Snapshot.
-  void Stop(const TaskKey& key, bool immediate);
-  void StopAll(bool immediate);
+  void Stop(const TaskKey& key, bool immediate) EXCLUDES(mu_);
+  void StopAll(bool immediate) EXCLUDES(mu_);
   // Has the shim deliver signal `signo` to the task's process group (the job's
   // checkpoint_signal): sigqueue(SIGUSR2) to the shim with the number as its value.
   // False when the task is unknown, finished or not yet spawned (try again later).
-  bool Signal(const TaskKey& key, int signo);
+  bool Signal(const TaskKey& key, int signo) EXCLUDES(mu_);
 
   // Extends the lease of every task, running or started later, to `from + valid_for`
   // (`from` should be when the owner last knew it may keep running, e.g. the send time of
   // a heartbeat that succeeded). No-op without leases. Lease files that cannot be written
   // are logged; their tasks stop when the old lease runs out.
-  void RenewLeases(std::chrono::steady_clock::time_point from, std::chrono::milliseconds valid_for);
+  void RenewLeases(std::chrono::steady_clock::time_point from, std::chrono::milliseconds valid_for) EXCLUDES(mu_);
 
   // Blocks until no task is running or `timeout` passes; true when none is running.
-  bool WaitAllExited(std::chrono::milliseconds timeout);
+  bool WaitAllExited(std::chrono::milliseconds timeout) EXCLUDES(mu_);
 
   // Every known task, running and finished-but-not-forgotten, ordered by key.
-  std::vector<TaskStatus> Snapshot() const;
+  std::vector<TaskStatus> Snapshot() const EXCLUDES(mu_);
 
   // Drops a finished task's record (its files stay). No-op if unknown or still running.
-  void Forget(const TaskKey& key);
+  void Forget(const TaskKey& key) EXCLUDES(mu_);
 
   // Reads up to `max_bytes` (at most 16 MiB) of a task's log from `offset`; a negative
   // offset counts from the end (-4096: the last 4 KiB); an offset past the end reads
   // nothing, at the end. Returns kNotFound if the key is unknown and has no log file (a
   // forgotten task's log is still readable), kInvalidArgument if max_bytes <= 0.
-  Result<LogChunk> ReadLog(const TaskKey& key, int64_t offset, int64_t max_bytes) const;
+  Result<LogChunk> ReadLog(const TaskKey& key, int64_t offset, int64_t max_bytes) const EXCLUDES(mu_);
 
   // Paths of a task's files (whether or not the task exists).
   std::string LogPath(const TaskKey& key) const;
@@ -167,25 +166,25 @@ class Executor {
     bool leased = false;    // its lease file exists; RenewLeases rewrites it
   };
 
-  void Loop();                          // the executor thread
-  void StartShim(const TaskKey& key);   // executor thread
-  void TryReap(const TaskKey& key);     // executor thread
-  void Wake();
-  // Writes the lease file of `key` with lease_expires_; false (logged) on failure. mu_ held.
-  bool WriteLeaseLocked(const TaskKey& key);
+  void Loop() EXCLUDES(mu_);                         // the executor thread
+  void StartShim(const TaskKey& key) EXCLUDES(mu_);  // executor thread
+  void TryReap(const TaskKey& key) EXCLUDES(mu_);    // executor thread
+  void Wake();                                       // any thread; lock-free (eventfd)
+  // Writes the lease file of `key` with lease_expires_; false (logged) on failure.
+  bool WriteLeaseLocked(const TaskKey& key) REQUIRES(mu_);
 
   const Options options_;
   int wake_fd_ = -1;  // eventfd that interrupts the executor thread's poll
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;                // signalled on spawn and on exit
-  std::map<TaskKey, Task> tasks_;             // guarded by mu_
-  std::deque<TaskKey> start_queue_;           // guarded by mu_
-  bool shutting_down_ = false;                // guarded by mu_; Launch refuses when set
-  std::chrono::steady_clock::time_point lease_expires_;  // guarded by mu_
-  std::chrono::milliseconds lease_granted_{0};           // guarded by mu_; the last valid_for
-  bool quit_ = false;                         // guarded by mu_; ends the executor thread
-  std::thread thread_;                        // started last in the constructor
+  mutable Mutex mu_;
+  CondVar cv_;                                        // signalled on spawn and on exit
+  std::map<TaskKey, Task> tasks_ GUARDED_BY(mu_);
+  std::deque<TaskKey> start_queue_ GUARDED_BY(mu_);
+  bool shutting_down_ GUARDED_BY(mu_) = false;        // Launch refuses when set
+  std::chrono::steady_clock::time_point lease_expires_ GUARDED_BY(mu_);
+  std::chrono::milliseconds lease_granted_ GUARDED_BY(mu_) = std::chrono::milliseconds(0);  // last valid_for
+  bool quit_ GUARDED_BY(mu_) = false;                 // ends the executor thread
+  std::thread thread_;                                // started last in the constructor
 };
 
 }  // namespace cohort::agent

@@ -57,18 +57,23 @@ HealthChecker::HealthChecker(std::string command, Millis interval, std::string w
 
 HealthChecker::~HealthChecker() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void HealthChecker::Loop() {
   while (true) {
     RunOnce();
-    std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, interval_, [&] { return stop_; })) return;
+    MutexLock lock(mu_);
+    if (cv_.WaitFor(mu_, interval_, [this] {
+          mu_.AssertHeld();
+          return stop_;
+        })) {
+      return;
+    }
   }
 }
 
@@ -87,15 +92,18 @@ void HealthChecker::RunOnce() {
   auto deadline = SteadyClock::now() + timeout;
   std::optional<ExitStatus> st;
   while (!(st = p->TryWait())) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (stop_ || SteadyClock::now() >= deadline) break;
-    cv_.wait_for(lock, Millis(20), [&] { return stop_; });
+    cv_.WaitFor(mu_, Millis(20), [this] {
+      mu_.AssertHeld();
+      return stop_;
+    });
   }
   bool timed_out = false;
   if (!st) {
     p->Signal(SIGKILL, /*group=*/true);
     (void)p->Wait();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stop_) return;  // the agent is stopping: not a verdict on the GPUs
     timed_out = true;
   }

@@ -10,12 +10,10 @@
 // run, so a GPU resumed before it is fixed is marked again.
 //
 // Threads: one thread of its own; the constructor starts it, the destructor stops it
-// (killing a running check).
+// (killing a running check). Construct and destroy it from one owning thread.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -24,6 +22,7 @@
 
 #include "agent/gpu/gpu.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 
 namespace cohort::agent {
 
@@ -40,8 +39,8 @@ class HealthChecker {
   HealthChecker& operator=(const HealthChecker&) = delete;
 
  private:
-  void Loop();
-  void RunOnce();
+  void Loop() EXCLUDES(mu_);     // the checker's thread
+  void RunOnce() EXCLUDES(mu_);  // the checker's thread: one run of the command
 
   const std::string command_;
   const Millis interval_;
@@ -49,9 +48,9 @@ class HealthChecker {
   const int num_gpus_;
   GpuMonitor* const monitor_;
   const std::function<void()> wake_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;                    // signalled with mu_ when stop_ is set
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -2,7 +2,7 @@
 // build needs neither the header nor the library.
 #include <dlfcn.h>
 
-#include <mutex>
+#include <mutex>  // std::call_once
 #include <set>
 
 #include "common/log.h"
@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "agent/gpu/gpu.h"
+#include "common/mutex.h"
 
 namespace cohort::agent {
 namespace {
@@ -178,14 +179,14 @@ class NvmlGpuMonitor final : public GpuMonitor {
     api_->shutdown();
   }
 
-  void RecordHealthEvent(int index, std::string what) override {
-    std::lock_guard lock(mu_);
+  void RecordHealthEvent(int index, std::string what) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (index < 0 || static_cast<size_t>(index) >= state_.size()) return;
     HealthEventLocked(state_[static_cast<size_t>(index)], std::move(what));
   }
 
-  std::vector<GpuReading> Sample(const std::vector<bool>&, SteadyTime) override {
-    std::lock_guard lock(mu_);
+  std::vector<GpuReading> Sample(const std::vector<bool>&, SteadyTime) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     DrainEventsLocked();
     std::vector<GpuReading> out;
     for (size_t i = 0; i < devices_.size(); ++i) {
@@ -232,7 +233,8 @@ class NvmlGpuMonitor final : public GpuMonitor {
     std::string last_lost;
   };
 
-  void HealthEventLocked(State& st, std::string what) {
+  // Counts one health event in `st` (an element of state_).
+  void HealthEventLocked(State& st, std::string what) REQUIRES(mu_) {
     if (what == st.last_lost) return;  // a lost GPU stays lost: one event
     if (what.starts_with("GPU is lost")) st.last_lost = what;
     st.health_events += 1;
@@ -240,7 +242,7 @@ class NvmlGpuMonitor final : public GpuMonitor {
   }
 
   // Reads every pending XID event without blocking.
-  void DrainEventsLocked() {
+  void DrainEventsLocked() REQUIRES(mu_) {
     if (!events_) return;
     for (int n = 0; n < 256; ++n) {
       nvmlEventData_t data{};
@@ -263,8 +265,8 @@ class NvmlGpuMonitor final : public GpuMonitor {
   const NvmlApi* api_;
   const std::vector<nvmlDevice_t> devices_;
   nvmlEventSet_t events_ = nullptr;
-  std::mutex mu_;
-  std::vector<State> state_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<State> state_ GUARDED_BY(mu_);
 };
 
 }  // namespace

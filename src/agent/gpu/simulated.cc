@@ -1,10 +1,10 @@
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 
 #include <fmt/format.h>
 
 #include "agent/gpu/gpu.h"
+#include "common/mutex.h"
 
 namespace cohort::agent {
 namespace {
@@ -45,8 +45,8 @@ class SimulatedGpuMonitor final : public GpuMonitor {
  public:
   explicit SimulatedGpuMonitor(const std::vector<GpuInfo>& gpus) : gpus_(gpus), state_(gpus.size()) {}
 
-  std::vector<GpuReading> Sample(const std::vector<bool>& busy, SteadyTime now) override {
-    std::lock_guard lock(mu_);
+  std::vector<GpuReading> Sample(const std::vector<bool>& busy, SteadyTime now) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     std::vector<GpuReading> out;
     for (size_t i = 0; i < gpus_.size(); ++i) {
       State& st = state_[i];
@@ -75,8 +75,8 @@ class SimulatedGpuMonitor final : public GpuMonitor {
     return out;
   }
 
-  Result<void> InjectXid(int index, int xid) override {
-    std::lock_guard lock(mu_);
+  Result<void> InjectXid(int index, int xid) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (index < 0 || static_cast<size_t>(index) >= gpus_.size()) {
       return FieldError("gpu", "this node has GPUs 0..{}, got {}", int(gpus_.size()) - 1, index);
     }
@@ -91,8 +91,8 @@ class SimulatedGpuMonitor final : public GpuMonitor {
     return {};
   }
 
-  void RecordHealthEvent(int index, std::string what) override {
-    std::lock_guard lock(mu_);
+  void RecordHealthEvent(int index, std::string what) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (index < 0 || static_cast<size_t>(index) >= state_.size()) return;
     state_[static_cast<size_t>(index)].health_events += 1;
     state_[static_cast<size_t>(index)].health_event = std::move(what);
@@ -107,8 +107,8 @@ class SimulatedGpuMonitor final : public GpuMonitor {
     std::string health_event;
   };
   const std::vector<GpuInfo> gpus_;
-  std::mutex mu_;
-  std::vector<State> state_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<State> state_ GUARDED_BY(mu_);
 };
 
 }  // namespace
