@@ -22,8 +22,6 @@ namespace cohort::agent {
 
 namespace fs = std::filesystem;
 
-static const char* kVersion = "0.1.0";
-
 namespace {
 
 std::string RandomToken() {
@@ -34,10 +32,10 @@ std::string RandomToken() {
 
 TaskKey KeyOf(api::JobId job, int attempt, int rank) { return TaskKey{job, attempt, rank}; }
 
-
-}  // namespace
-
-Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
+// Fills in the defaults of `config` (name, address, listen host, CPUs, work directory) and
+// creates the work directory; an error if the head URL is malformed, the address cannot
+// be found or the work directory cannot be created.
+Result<AgentConfig> ResolveConfig(AgentConfig config) {
   auto head = COHORT_TRY(ParseHttpUrl(config.head_url));
   if (config.name.empty()) {
     char host[256] = {};
@@ -55,17 +53,34 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   fs::create_directories(config.work_dir, ec);
   if (ec) return Errorf(ErrorCode::kInvalidArgument, "cannot create work directory {}: {}", config.work_dir, ec.message());
   config.work_dir = fs::absolute(config.work_dir).string();
+  return config;
+}
 
-  std::vector<GpuInfo> gpus;
-  std::unique_ptr<GpuMonitor> monitor;
-  if (config.simulated_gpus >= 0) {
-    gpus = SimulatedGpus(config.simulated_gpus, config.name);
-    monitor = MakeSimulatedGpuMonitor(gpus);
+}  // namespace
+
+Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
+  AgentConfig resolved = COHORT_TRY(ResolveConfig(std::move(config)));
+  std::unique_ptr<Agent> a(new Agent());
+  a->config_ = std::move(resolved);
+  a->DiscoverGpus();
+  a->head_ = std::make_unique<HttpClient>(a->config_.head_url, Millis(2000));
+  a->BuildServer();
+  COHORT_TRY_VOID(a->Listen());
+  a->BuildRegistration();
+  a->StartHealthChecker();
+  a->StartThreads();
+  return a;
+}
+
+void Agent::DiscoverGpus() {
+  if (config_.simulated_gpus >= 0) {
+    gpus_ = SimulatedGpus(config_.simulated_gpus, config_.name);
+    monitor_ = MakeSimulatedGpuMonitor(gpus_);
   } else if (auto found = DiscoverNvmlGpus(); found) {
-    gpus = std::move(*found);
-    if (!gpus.empty()) {
+    gpus_ = std::move(*found);
+    if (!gpus_.empty()) {
       if (auto m = OpenNvmlGpuMonitor(); m) {
-        monitor = std::move(*m);
+        monitor_ = std::move(*m);
       } else {
         LOG_WARN("no GPU telemetry: {}", m.error().message);
       }
@@ -74,109 +89,42 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
     LOG_WARN("no NVIDIA GPUs: {}; this node offers CPUs only (use --simulated-gpus N to simulate GPUs)",
              found.error().message);
   }
+}
 
-  std::unique_ptr<Agent> a(new Agent());
-  a->config_ = config;
-  a->gpus_ = gpus;
-  a->monitor_ = std::move(monitor);
-  a->head_ = std::make_unique<HttpClient>(config.head_url, Millis(2000));
-  a->server_ = std::make_unique<httplib::Server>();
-  auto& srv = *a->server_;
-  srv.new_task_queue = [] { return new httplib::ThreadPool(4); };
-  Agent* self = a.get();
-  srv.Post("/v1/wake", [self](const httplib::Request&, httplib::Response& res) {
-    self->Wake();
-    SendJson(res, json{{"ok", true}});
-  });
-  srv.Get("/v1/health", [self](const httplib::Request&, httplib::Response& res) {
-    SendJson(res, json{{"status", "ok"}, {"node", self->config_.name}, {"version", kVersion}});
-  });
-  srv.Get("/metrics", [self](const httplib::Request&, httplib::Response& res) {
-    std::vector<GpuReading> readings;
-    std::vector<TaskUsageSample> tasks;
-    {
-      std::lock_guard lock(self->mu_);
-      readings = self->last_readings_;
-      tasks = self->last_tasks_;
-    }
-    auto text = RenderAgentMetrics(self->config_.name, self->gpus_, readings, tasks);
-    if (!text) return SendError(res, text.error());
-    res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  if (config.simulated_gpus >= 0) {
-    srv.Post("/v1/simulate/xid", [self](const httplib::Request& req, httplib::Response& res) {
-      auto body = ParseJson(req.body, "request body");
-      if (!body) return SendError(res, body.error());
-      auto r = ObjectReader::Open(*body);
-      if (!r) return SendError(res, r.error());
-      auto gpu = r->Int("gpu", std::nullopt, 0, 1 << 20);
-      if (!gpu) return SendError(res, gpu.error());
-      auto xid = r->Int("xid", 79, 1, 1000);
-      if (!xid) return SendError(res, xid.error());
-      if (auto fin = r->Finish(); !fin) return SendError(res, fin.error());
-      if (auto ok = self->monitor_->InjectXid(static_cast<int>(*gpu), static_cast<int>(*xid)); !ok) {
-        return SendError(res, ok.error());
-      }
-      LOG_WARN("fault injection: {} on simulated GPU {}", DescribeXid(static_cast<int>(*xid)), *gpu);
-      self->Wake();
-      SendJson(res, json{{"ok", true}, {"gpu", *gpu}, {"event", DescribeXid(static_cast<int>(*xid))}});
-    });
-  }
-  srv.Get("/v1/logs", [self](const httplib::Request& req, httplib::Response& res) {
-    auto job = QueryIntParam(req, "job", std::nullopt, 1, INT64_MAX);
-    auto attempt = QueryIntParam(req, "attempt", std::nullopt, 0, INT32_MAX);
-    auto rank = QueryIntParam(req, "rank", std::nullopt, 0, INT32_MAX);
-    auto offset = QueryIntParam(req, "offset", std::nullopt, 0, INT64_MAX);
-    auto limit = QueryIntParam(req, "limit", std::nullopt, 1, 16 << 20);
-    for (auto* r : {&job, &attempt, &rank, &offset, &limit}) {
-      if (!*r) return SendError(res, r->error());
-    }
-    Executor* executor = self->executor();
-    if (!executor) return SendError(res, Error{ErrorCode::kNotFound, "this agent has run no tasks"});
-    auto chunk = executor->ReadLog(KeyOf(*job, static_cast<int>(*attempt), static_cast<int>(*rank)),
-                                          *offset, *limit);
-    if (!chunk) return SendError(res, chunk.error());
-    res.set_header("X-Cohort-Next-Offset", std::to_string(chunk->next_offset));
-    res.set_header("X-Cohort-Size", std::to_string(chunk->size));
-    res.set_header("X-Cohort-Done", chunk->done ? "1" : "0");
-    res.set_content(std::move(chunk->data), "application/octet-stream");
-  });
-  int port = config.port == 0 ? srv.bind_to_any_port(config.listen_host)
-                              : (srv.bind_to_port(config.listen_host, config.port) ? config.port : -1);
-  if (port <= 0) {
-    return Errorf(ErrorCode::kUnavailable, "agent cannot listen on {}:{}", config.listen_host, config.port);
-  }
-  a->url_ = fmt::format("http://{}:{}", config.address, port);
-
-  a->registration_.name = config.name;
-  a->registration_.address = config.address;
-  a->registration_.agent_url = a->url_;
-  a->registration_.incarnation = RandomToken();
-  a->registration_.version = kVersion;
-  a->registration_.cpus = config.cpus;
-  for (const auto& g : gpus) {
+void Agent::BuildRegistration() {
+  registration_.name = config_.name;
+  registration_.address = config_.address;
+  registration_.agent_url = url_;
+  registration_.incarnation = RandomToken();
+  registration_.version = kAgentVersion;
+  registration_.cpus = config_.cpus;
+  for (const auto& g : gpus_) {
     api::Gpu gpu;
     gpu.index = g.index;
     gpu.name = g.name;
     gpu.uuid = g.uuid;
     gpu.memory_bytes = g.memory_bytes;
     gpu.simulated = g.simulated;
-    a->registration_.gpus.push_back(std::move(gpu));
+    registration_.gpus.push_back(std::move(gpu));
   }
+}
 
-  if (!config.health_check.empty() && a->monitor_ && !gpus.empty()) {
-    a->health_checker_ = std::make_unique<HealthChecker>(config.health_check, Millis(config.health_check_interval_ms),
-                                                         config.work_dir, static_cast<int>(gpus.size()),
-                                                         a->monitor_.get(), [self] { self->Wake(); });
-  } else if (!config.health_check.empty()) {
+void Agent::StartHealthChecker() {
+  if (!config_.health_check.empty() && monitor_ && !gpus_.empty()) {
+    health_checker_ = std::make_unique<HealthChecker>(config_.health_check, Millis(config_.health_check_interval_ms),
+                                                      config_.work_dir, static_cast<int>(gpus_.size()),
+                                                      monitor_.get(), [this] { Wake(); });
+  } else if (!config_.health_check.empty()) {
     LOG_WARN("--health-check ignored: this node has no GPUs");
   }
-  a->server_thread_ = std::thread([&srv] { srv.listen_after_bind(); });
-  a->last_ok_send_ = SteadyClock::now();
-  a->loop_thread_ = std::thread([self] { self->Loop(); });
-  LOG_INFO("agent {} ({} GPU(s), {} CPU(s)) serving {}, head {}", config.name, gpus.size(), config.cpus,
-           a->url_, config.head_url);
-  return a;
+}
+
+void Agent::StartThreads() {
+  server_thread_ = std::thread([this] { server_->listen_after_bind(); });
+  last_ok_send_ = SteadyClock::now();
+  loop_thread_ = std::thread([this] { Loop(); });
+  LOG_INFO("agent {} ({} GPU(s), {} CPU(s)) serving {}, head {}", config_.name, gpus_.size(), config_.cpus, url_,
+           config_.head_url);
 }
 
 Agent::~Agent() {
@@ -185,16 +133,16 @@ Agent::~Agent() {
 }
 
 Executor* Agent::executor() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return executor_published_;
 }
 
 void Agent::Wake() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     wake_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 Result<void> Agent::RegisterOnce() {
@@ -212,7 +160,7 @@ Result<void> Agent::RegisterOnce() {
     opts.lease_timeout = Millis(timing_.fence_timeout_ms);
     opts.on_task_exit = [this] { Wake(); };
     executor_ = std::make_unique<Executor>(std::move(opts));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     executor_published_ = executor_.get();
   }
   LOG_INFO("registered with {} as {} (heartbeat {} ms, fence after {} ms)", config_.head_url, config_.name,
@@ -283,7 +231,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
     hb.gpus.push_back(std::move(g));
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     last_readings_ = std::move(readings);
     last_tasks_ = std::move(usage_samples);
   }
@@ -367,7 +315,7 @@ void Agent::Loop() {
   auto last_error_log = SteadyClock::now() - std::chrono::hours(1);
   while (true) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
       wake_ = false;
     }
@@ -412,19 +360,22 @@ void Agent::Loop() {
         }
       }
     }
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     Millis wait = ok ? Millis(timing_.heartbeat_interval_ms) : Millis(std::min<int64_t>(200, timing_.heartbeat_interval_ms));
-    cv_.wait_for(lock, wait, [&] { return wake_ || stopping_; });
+    cv_.WaitFor(mu_, wait, [this] {
+      mu_.AssertHeld();
+      return wake_ || stopping_;
+    });
   }
 }
 
 void Agent::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   health_checker_.reset();
   if (loop_thread_.joinable()) loop_thread_.join();
   if (executor_) {

@@ -30,15 +30,19 @@
 // had reported the XID; the next heartbeat (sent at once) makes the head mark the GPU
 // unhealthy. Without simulated GPUs the endpoint does not exist (404).
 //
+// Structure: Start runs named steps (resolve the config, discover GPUs, build the HTTP
+// server, listen, build the registration, start the health checker, start the threads);
+// the HTTP routes and their handlers live in agent_http.cc. The heartbeat loop
+// (register, heartbeat, apply, fence) runs on the loop thread.
+//
 // Threads: Start/Stop/Wait from the owning thread; the heartbeat loop, the HTTP server
-// and the executor run their own threads.
+// and the executor run their own threads. State shared between them is under mu_ (checked
+// by Clang's thread-safety analysis, common/mutex.h); the rest belongs to the loop thread,
+// or is set by Start before any other thread runs and read-only afterwards.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -52,14 +56,20 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/http.h"
+#include "common/mutex.h"
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace cohort::agent {
 
 class Executor;
+
+// The version an agent reports at registration and on GET /v1/health.
+inline constexpr char kAgentVersion[] = "0.1.0";
 
 struct AgentConfig {
   std::string head_url;
@@ -86,41 +96,59 @@ class Agent {
   const std::string& name() const { return config_.name; }
   const std::string& url() const { return url_; }
   // Stops tasks (gracefully), reports their exits to the head, stops the threads.
-  void Stop();
+  void Stop() EXCLUDES(mu_);
   void Wait();
 
  private:
   Agent() = default;
-  void Loop();
-  Result<void> RegisterOnce();
-  Result<void> HeartbeatOnce();
+
+  // ---- Start's steps, in order (the owning thread, before the agent's threads run).
+  void DiscoverGpus();         // fills gpus_ and monitor_: simulated GPUs, else NVML, else none
+  void BuildServer();          // creates server_ with every route (agent_http.cc)
+  Result<void> Listen();       // binds server_, sets url_; kUnavailable if it cannot bind
+  void BuildRegistration();    // fills registration_: identity, a fresh incarnation, GPUs
+  void StartHealthChecker();   // with --health-check on a node with GPUs; else logs why not
+  void StartThreads();         // starts the HTTP server thread and the heartbeat loop
+
+  // ---- HTTP handlers (HTTP server threads; agent_http.cc).
+  void ServeMetrics(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
+  void ServeSimulateXid(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
+  void ServeLogs(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
+
+  // ---- The heartbeat loop (loop thread; Stop calls HeartbeatOnce after joining it).
+  void Loop() EXCLUDES(mu_);
+  Result<void> RegisterOnce() EXCLUDES(mu_);
+  Result<void> HeartbeatOnce() EXCLUDES(mu_);
   void Apply(const api::HeartbeatReply& reply);
   void Fence(const std::string& why);
-  void Wake();
-  api::Heartbeat BuildHeartbeat();
-  Executor* executor() const;  // null until the first registration; any thread
+  api::Heartbeat BuildHeartbeat() EXCLUDES(mu_);
 
+  void Wake() EXCLUDES(mu_);                   // any thread: heartbeat now
+  Executor* executor() const EXCLUDES(mu_);   // null until the first registration; any thread
+
+  // Set by Start, then read-only.
   AgentConfig config_;
-  api::Registration registration_;
-  std::unique_ptr<HttpClient> head_;
   std::unique_ptr<httplib::Server> server_;
-  // Created on the loop thread at the first registration (the kill grace comes from the
-  // head), then never replaced; HTTP threads read it through executor().
-  std::unique_ptr<Executor> executor_;
-  std::thread server_thread_;
-  std::thread loop_thread_;
   std::string url_;
   std::vector<GpuInfo> gpus_;
   std::unique_ptr<GpuMonitor> monitor_;  // null when the node has no GPUs; thread-safe
+  std::thread server_thread_;
+  std::thread loop_thread_;
   std::unique_ptr<HealthChecker> health_checker_;  // with --health-check; reset by Stop
+  // Loop thread (built by Start; the head client is replaced at each registration).
+  api::Registration registration_;
+  std::unique_ptr<HttpClient> head_;
+  // Created on the loop thread at the first registration (the kill grace comes from the
+  // head), then never replaced; HTTP threads read it through executor().
+  std::unique_ptr<Executor> executor_;
 
-  mutable std::mutex mu_;
-  std::vector<GpuReading> last_readings_;     // the latest heartbeat's sample; guarded by mu_
-  std::vector<TaskUsageSample> last_tasks_;   // running tasks then; guarded by mu_
-  std::condition_variable cv_;                // signalled with mu_
-  bool wake_ = false;                         // guarded by mu_
-  bool stopping_ = false;                     // guarded by mu_
-  Executor* executor_published_ = nullptr;    // executor_.get() once created; guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;                                                 // signalled with mu_
+  std::vector<GpuReading> last_readings_ GUARDED_BY(mu_);      // the latest heartbeat's sample
+  std::vector<TaskUsageSample> last_tasks_ GUARDED_BY(mu_);    // running tasks then
+  bool wake_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  Executor* executor_published_ GUARDED_BY(mu_) = nullptr;   // executor_.get() once created
   // Loop-thread only:
   bool registered_ = false;
   bool fenced_ = false;
@@ -129,7 +157,6 @@ class Agent {
   int64_t applied_version_ = 0;
   api::AgentTiming timing_;
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat
-  SteadyTime last_conflict_log_;
   std::map<int, ProcUsage> usage_;  // the latest /proc read, by task session
   std::set<int> usage_sessions_;
   SteadyTime usage_read_;

@@ -246,219 +246,288 @@ void DrainSignalFd(int sfd) {
   _exit(127);
 }
 
-}  // namespace
+// The shim's life after its command line is parsed, one step per method. The shim is a
+// single-threaded process: every method runs on its only thread.
+class TaskShim {
+ public:
+  explicit TaskShim(ShimArgs args)
+      : args_(std::move(args)), expected_parent_(args_.parent_pid ? args_.parent_pid : getppid()) {}
+  TaskShim(const TaskShim&) = delete;
+  TaskShim& operator=(const TaskShim&) = delete;
 
-int RunTaskShim(int argc, char** argv) {
-  auto parsed = ParseArgs(argc, argv);
-  if (!parsed) {
-    fprintf(stderr, "cohort task-shim: %s\n", parsed.error().message.c_str());
-    fprintf(stderr,
-            "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
-            "[--parent-pid PID] [--lease FILE] -- command [args...]\n");
-    return 2;
-  }
-  const ShimArgs& args = *parsed;
-  const pid_t expected_parent = args.parent_pid ? args.parent_pid : getppid();
+  // Blocks the signals the shim acts on, ignores the ones that could kill it by accident,
+  // leaves the agent's session and asks for SIGUSR1 when the agent dies. False if the
+  // agent is already gone.
+  bool LeaveAgentSession();
+  // Becomes the subreaper of the task's descendants and opens the signalfd.
+  Result<void> BecomeSupervisor();
+  // Opens the task's log for appending; from here on the shim's messages go there.
+  Result<void> OpenTaskLog();
+  // Forks the task as the leader of its own process group and execs it (ExecTask).
+  Result<void> SpawnTask();
+  // Forwards signals, enforces the SIGTERM grace and watches the lease until the task
+  // leader exits.
+  void Supervise();
+  // SIGKILLs and reaps everything the leader left behind, in its group or not (bounded).
+  void ReapDescendants();
+  // Writes the status file and returns the shim's exit code (the task's).
+  int ReportExit();
 
-  // Until the task runs, messages go to our own stderr (the agent points it at the log).
-  int log_fd = 2;
+  // Records a failure before the task ran: exit code 127 with `error` in the status file
+  // (and in the log when `log_it`). Returns 127.
+  int FailStart(const std::string& error, bool log_it = true);
 
+ private:
+  // Supervise's parts.
+  int PollTimeoutMs() const;        // until the SIGKILL deadline or the lease expiry; -1: none
+  void ReadChildFailure();          // the exec child's report, if any; closes the pipe
+  void CheckLease();                // SIGKILLs the task once the lease has expired unrenewed
+  void CheckKillDeadline();         // SIGKILLs the task once its SIGTERM grace has passed
+  void HandleSignals();             // SIGTERM, SIGUSR1 and queued SIGUSR2 from the agent
+  void SendTerm();                  // SIGTERM to the group once; arms the SIGKILL deadline
+
+  const ShimArgs args_;
+  const pid_t expected_parent_;
+  sigset_t mask_{};
+  int log_fd_ = 2;  // until the task runs, our own stderr (the agent points it at the log)
+  int sfd_ = -1;
+  pid_t task_ = -1;
+  int err_rd_ = -1;  // read end of the exec child's close-on-exec error pipe
+  std::string start_error_;
+  std::optional<int> leader_status_;
+  bool kill_armed_ = false;  // SIGKILL is due at kill_at_ (a SIGTERM grace is running)
+  SteadyTime kill_at_{};
+  bool term_sent_ = false;
+  // The lease: checked when the expiry last read comes due; the file is re-read then, so a
+  // renewed lease costs one read per renewal period.
+  bool lease_watch_ = false;
+  Lease lease_{};
+  std::string fence_error_;
+};
+
+bool TaskShim::LeaveAgentSession() {
   // Signals we act on are blocked and read from a signalfd; the rest that could kill us
   // by accident are ignored. The task child restores everything before exec.
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGUSR1);
-  sigaddset(&mask, SIGUSR2);  // sigqueue'd by the agent: forward the value's signal
-  sigaddset(&mask, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  sigemptyset(&mask_);
+  sigaddset(&mask_, SIGTERM);
+  sigaddset(&mask_, SIGUSR1);
+  sigaddset(&mask_, SIGUSR2);  // sigqueue'd by the agent: forward the value's signal
+  sigaddset(&mask_, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask_, nullptr);
   signal(SIGINT, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
   // Fails with EPERM if we already lead a process group; we still have our own group then.
   setsid();
   prctl(PR_SET_PDEATHSIG, SIGUSR1);
-  if (getppid() != expected_parent) {
-    WriteStatus(args.status_path, 127, 0, "the agent exited before the task started", log_fd);
-    return 127;
-  }
+  return getppid() == expected_parent_;
+}
+
+Result<void> TaskShim::BecomeSupervisor() {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (sfd < 0) {
-    std::string err = fmt::format("signalfd: {}", strerror(errno));
-    LogLine(log_fd, err);
-    WriteStatus(args.status_path, 127, 0, err, log_fd);
-    return 127;
-  }
+  sfd_ = signalfd(-1, &mask_, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd_ < 0) return Errorf(ErrorCode::kInternal, "signalfd: {}", strerror(errno));
+  return {};
+}
 
-  int task_log = open(args.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+Result<void> TaskShim::OpenTaskLog() {
+  int task_log = open(args_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (task_log < 0) {
-    std::string err = fmt::format("cannot open log {}: {}", args.log_path, strerror(errno));
-    LogLine(log_fd, err);
-    WriteStatus(args.status_path, 127, 0, err, log_fd);
-    return 127;
+    return Errorf(ErrorCode::kInternal, "cannot open log {}: {}", args_.log_path, strerror(errno));
   }
-  log_fd = task_log;
+  log_fd_ = task_log;
+  return {};
+}
 
+Result<void> TaskShim::SpawnTask() {
   int errpipe[2];
-  if (pipe2(errpipe, O_CLOEXEC) != 0) {
-    std::string err = fmt::format("pipe: {}", strerror(errno));
-    LogLine(log_fd, err);
-    WriteStatus(args.status_path, 127, 0, err, log_fd);
-    return 127;
-  }
-  std::vector<std::string> cmd = args.command;
+  if (pipe2(errpipe, O_CLOEXEC) != 0) return Errorf(ErrorCode::kInternal, "pipe: {}", strerror(errno));
+  std::vector<std::string> cmd = args_.command;
   std::vector<char*> cargv;
   for (auto& s : cmd) cargv.push_back(s.data());
   cargv.push_back(nullptr);
 
   const pid_t self = getpid();
-  const pid_t task = fork();
-  if (task < 0) {
-    std::string err = fmt::format("fork: {}", strerror(errno));
-    LogLine(log_fd, err);
-    WriteStatus(args.status_path, 127, 0, err, log_fd);
-    return 127;
-  }
-  if (task == 0) ExecTask(args, cargv, log_fd, errpipe[1], self);
-  setpgid(task, task);  // also here, so killpg never races the child's own setpgid
+  task_ = fork();
+  if (task_ < 0) return Errorf(ErrorCode::kInternal, "fork: {}", strerror(errno));
+  if (task_ == 0) ExecTask(args_, cargv, log_fd_, errpipe[1], self);
+  setpgid(task_, task_);  // also here, so killpg never races the child's own setpgid
   close(errpipe[1]);
-  int err_rd = errpipe[0];
+  err_rd_ = errpipe[0];
+  return {};
+}
 
-  std::string start_error;
-  auto read_child_failure = [&]() {
-    ChildFailure f;
-    ssize_t n;
-    do {
-      n = read(err_rd, &f, sizeof f);
-    } while (n < 0 && errno == EINTR);
-    if (n == static_cast<ssize_t>(sizeof f)) {
-      start_error = f.stage == kStageChdir
-                        ? fmt::format("cannot enter working directory '{}': {}", args.cwd,
-                                      strerror(f.err))
-                        : fmt::format("cannot execute '{}': {}", args.command[0], strerror(f.err));
-    }
-    close(err_rd);
-    err_rd = -1;
-  };
+int TaskShim::FailStart(const std::string& error, bool log_it) {
+  if (log_it) LogLine(log_fd_, error);
+  WriteStatus(args_.status_path, 127, 0, error, log_fd_);
+  return 127;
+}
 
-  // Supervise until the task leader exits.
-  std::optional<int> leader_status;
-  bool kill_armed = false;  // SIGKILL is due at kill_at (a SIGTERM grace is running)
-  SteadyTime kill_at{};
-  bool term_sent = false;
-  // The lease: checked when the expiry last read comes due; the file is re-read then, so a
-  // renewed lease costs one read per renewal period.
-  bool lease_watch = !args.lease_path.empty();
-  Lease lease{SteadyClock::now(), 0};  // an unreadable lease at start counts as expired
-  std::string fence_error;
-  if (lease_watch) {
-    if (auto l = ReadLease(args.lease_path)) lease = *l;
+void TaskShim::ReadChildFailure() {
+  ChildFailure f;
+  ssize_t n;
+  do {
+    n = read(err_rd_, &f, sizeof f);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof f)) {
+    start_error_ = f.stage == kStageChdir
+                       ? fmt::format("cannot enter working directory '{}': {}", args_.cwd, strerror(f.err))
+                       : fmt::format("cannot execute '{}': {}", args_.command[0], strerror(f.err));
   }
-  auto send_term = [&] {
-    if (term_sent) return;
-    term_sent = true;
-    killpg(task, SIGTERM);
-    killpg(task, SIGCONT);  // a stopped task must run to see SIGTERM
-    if (args.grace_ms == 0) {
-      killpg(task, SIGKILL);
-    } else {
-      kill_at = SteadyClock::now() + Millis(args.grace_ms);
-      kill_armed = true;
+  close(err_rd_);
+  err_rd_ = -1;
+}
+
+void TaskShim::SendTerm() {
+  if (term_sent_) return;
+  term_sent_ = true;
+  killpg(task_, SIGTERM);
+  killpg(task_, SIGCONT);  // a stopped task must run to see SIGTERM
+  if (args_.grace_ms == 0) {
+    killpg(task_, SIGKILL);
+  } else {
+    kill_at_ = SteadyClock::now() + Millis(args_.grace_ms);
+    kill_armed_ = true;
+  }
+}
+
+int TaskShim::PollTimeoutMs() const {
+  int timeout = -1;
+  if (kill_armed_) {
+    auto left = std::chrono::ceil<Millis>(kill_at_ - SteadyClock::now()).count();
+    timeout = static_cast<int>(std::max<int64_t>(0, left));
+  }
+  if (lease_watch_) {
+    auto left = std::max<int64_t>(0, std::chrono::ceil<Millis>(lease_.expires - SteadyClock::now()).count());
+    left = std::min<int64_t>(left, 60'000);
+    timeout = timeout < 0 ? static_cast<int>(left) : std::min(timeout, static_cast<int>(left));
+  }
+  return timeout;
+}
+
+void TaskShim::CheckLease() {
+  if (!lease_watch_ || SteadyClock::now() < lease_.expires) return;
+  if (auto l = ReadLease(args_.lease_path); l && l->expires > lease_.expires) lease_ = *l;
+  if (SteadyClock::now() < lease_.expires) return;
+  lease_watch_ = false;
+  fence_error_ = fmt::format(
+      "stopped by its task shim: the agent did not renew the task's lease for {} (the "
+      "agent is stopped, hung or cut off from the head, so the head may run the job "
+      "elsewhere)",
+      FormatDuration(lease_.timeout_ms));
+  LogLine(log_fd_, fence_error_);
+  // SIGKILL at once, as the agent's own fence does: the head places the gang elsewhere
+  // one failure timeout after the last heartbeat, and a SIGTERM grace would overlap it.
+  killpg(task_, SIGKILL);
+  kill_armed_ = false;
+}
+
+void TaskShim::CheckKillDeadline() {
+  if (!kill_armed_ || SteadyClock::now() < kill_at_) return;
+  LogLine(log_fd_, fmt::format("task did not exit within {} ms of SIGTERM; sending SIGKILL", args_.grace_ms));
+  killpg(task_, SIGKILL);
+  kill_armed_ = false;
+}
+
+void TaskShim::HandleSignals() {
+  signalfd_siginfo si;
+  while (read(sfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    if (si.ssi_signo == SIGTERM) {
+      SendTerm();
+    } else if (si.ssi_signo == SIGUSR1) {
+      killpg(task_, SIGKILL);
+      kill_armed_ = false;
+    } else if (si.ssi_signo == SIGUSR2 && si.ssi_code == SI_QUEUE) {
+      // The job's checkpoint signal (Executor::Signal); only the ones a spec may name.
+      const int forward = si.ssi_int;
+      if (forward == SIGUSR1 || forward == SIGUSR2 || forward == SIGHUP || forward == SIGINT ||
+          forward == SIGTERM) {
+        LogLine(log_fd_, fmt::format("delivering SIG{} to the task: the head asked it to checkpoint",
+                                     sigabbrev_np(forward)));
+        killpg(task_, forward);
+      }
     }
-  };
-  while (!leader_status) {
-    int timeout = -1;
-    if (kill_armed) {
-      auto left = std::chrono::ceil<Millis>(kill_at - SteadyClock::now()).count();
-      timeout = static_cast<int>(std::max<int64_t>(0, left));
-    }
-    if (lease_watch) {
-      auto left = std::max<int64_t>(0, std::chrono::ceil<Millis>(lease.expires - SteadyClock::now()).count());
-      left = std::min<int64_t>(left, 60'000);
-      timeout = timeout < 0 ? static_cast<int>(left) : std::min(timeout, static_cast<int>(left));
-    }
-    pollfd fds[2] = {{sfd, POLLIN, 0}, {err_rd, POLLIN, 0}};
-    int r = poll(fds, err_rd >= 0 ? 2 : 1, timeout);
+  }
+}
+
+void TaskShim::Supervise() {
+  lease_watch_ = !args_.lease_path.empty();
+  lease_ = Lease{SteadyClock::now(), 0};  // an unreadable lease at start counts as expired
+  if (lease_watch_) {
+    if (auto l = ReadLease(args_.lease_path)) lease_ = *l;
+  }
+  while (!leader_status_) {
+    pollfd fds[2] = {{sfd_, POLLIN, 0}, {err_rd_, POLLIN, 0}};
+    int r = poll(fds, err_rd_ >= 0 ? 2 : 1, PollTimeoutMs());
     if (r < 0 && errno != EINTR) {
-      LogLine(log_fd, fmt::format("poll: {}", strerror(errno)));
-      killpg(task, SIGKILL);
+      LogLine(log_fd_, fmt::format("poll: {}", strerror(errno)));
+      killpg(task_, SIGKILL);
     }
-    if (err_rd >= 0 && r > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-      read_child_failure();
-    }
-    if (lease_watch && SteadyClock::now() >= lease.expires) {
-      if (auto l = ReadLease(args.lease_path); l && l->expires > lease.expires) lease = *l;
-      if (SteadyClock::now() >= lease.expires) {
-        lease_watch = false;
-        fence_error = fmt::format(
-            "stopped by its task shim: the agent did not renew the task's lease for {} (the "
-            "agent is stopped, hung or cut off from the head, so the head may run the job "
-            "elsewhere)",
-            FormatDuration(lease.timeout_ms));
-        LogLine(log_fd, fence_error);
-        // SIGKILL at once, as the agent's own fence does: the head places the gang elsewhere
-        // one failure timeout after the last heartbeat, and a SIGTERM grace would overlap it.
-        killpg(task, SIGKILL);
-        kill_armed = false;
-      }
-    }
-    if (kill_armed && SteadyClock::now() >= kill_at) {
-      LogLine(log_fd, fmt::format("task did not exit within {} ms of SIGTERM; sending SIGKILL",
-                                  args.grace_ms));
-      killpg(task, SIGKILL);
-      kill_armed = false;
-    }
-    signalfd_siginfo si;
-    while (read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-      if (si.ssi_signo == SIGTERM) {
-        send_term();
-      } else if (si.ssi_signo == SIGUSR1) {
-        killpg(task, SIGKILL);
-        kill_armed = false;
-      } else if (si.ssi_signo == SIGUSR2 && si.ssi_code == SI_QUEUE) {
-        // The job's checkpoint signal (Executor::Signal); only the ones a spec may name.
-        const int forward = si.ssi_int;
-        if (forward == SIGUSR1 || forward == SIGUSR2 || forward == SIGHUP || forward == SIGINT ||
-            forward == SIGTERM) {
-          LogLine(log_fd, fmt::format("delivering SIG{} to the task: the head asked it to checkpoint",
-                                      sigabbrev_np(forward)));
-          killpg(task, forward);
-        }
-      }
-    }
-    ReapAvailable(task, &leader_status);
+    if (err_rd_ >= 0 && r > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) ReadChildFailure();
+    CheckLease();
+    CheckKillDeadline();
+    HandleSignals();
+    ReapAvailable(task_, &leader_status_);
   }
-  if (err_rd >= 0) read_child_failure();  // the child is gone, so this cannot block
+  if (err_rd_ >= 0) ReadChildFailure();  // the child is gone, so this cannot block
+}
 
-  // The leader is gone: end everything it left behind, in its group or not.
+void TaskShim::ReapDescendants() {
   const auto deadline = SteadyClock::now() + kReapTimeout;
   while (true) {
-    killpg(task, SIGKILL);
+    killpg(task_, SIGKILL);
     KillOwnChildren();
-    if (!ReapAvailable(task, &leader_status)) break;
+    if (!ReapAvailable(task_, &leader_status_)) break;
     if (SteadyClock::now() >= deadline) {
-      LogLine(log_fd, fmt::format("some processes of the task did not exit within {} ms of "
-                                  "SIGKILL; reporting the task as finished anyway",
-                                  kReapTimeout.count()));
+      LogLine(log_fd_, fmt::format("some processes of the task did not exit within {} ms of "
+                                   "SIGKILL; reporting the task as finished anyway",
+                                   kReapTimeout.count()));
       break;
     }
-    pollfd pfd = {sfd, POLLIN, 0};
+    pollfd pfd = {sfd_, POLLIN, 0};
     poll(&pfd, 1, kReapPollMs);
-    DrainSignalFd(sfd);
+    DrainSignalFd(sfd_);
   }
+}
 
-  ExitStatus es = DecodeWaitStatus(*leader_status);
+int TaskShim::ReportExit() {
+  ExitStatus es = DecodeWaitStatus(*leader_status_);
   int exit_code = es.Code();
   int sig = es.signal;
-  if (!start_error.empty()) {
+  if (!start_error_.empty()) {
     exit_code = 127;
     sig = 0;
   }
-  WriteStatus(args.status_path, exit_code, sig, start_error.empty() ? fence_error : start_error, log_fd);
-  close(log_fd);
-  close(sfd);
+  WriteStatus(args_.status_path, exit_code, sig, start_error_.empty() ? fence_error_ : start_error_, log_fd_);
+  close(log_fd_);
+  close(sfd_);
   return exit_code;
+}
+
+// A command line the shim cannot parse: the reason and the usage on stderr; exit code 2.
+int ReportUsage(const Error& error) {
+  fprintf(stderr, "cohort task-shim: %s\n", error.message.c_str());
+  fprintf(stderr,
+          "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
+          "[--parent-pid PID] [--lease FILE] -- command [args...]\n");
+  return 2;
+}
+
+}  // namespace
+
+int RunTaskShim(int argc, char** argv) {
+  auto parsed = ParseArgs(argc, argv);
+  if (!parsed) return ReportUsage(parsed.error());
+  TaskShim shim(std::move(*parsed));
+  if (!shim.LeaveAgentSession()) {
+    return shim.FailStart("the agent exited before the task started", /*log_it=*/false);
+  }
+  if (auto r = shim.BecomeSupervisor(); !r) return shim.FailStart(r.error().message);
+  if (auto r = shim.OpenTaskLog(); !r) return shim.FailStart(r.error().message);
+  if (auto r = shim.SpawnTask(); !r) return shim.FailStart(r.error().message);
+  shim.Supervise();
+  shim.ReapDescendants();
+  return shim.ReportExit();
 }
 
 }  // namespace cohort::agent

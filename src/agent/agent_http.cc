@@ -1,0 +1,99 @@
+// The agent's HTTP server: its routes and their handlers (Agent's methods, agent.h).
+// Handlers run on the server's threads; what they share with the heartbeat loop is read
+// under Agent::mu_ (the sample of the last heartbeat, the executor pointer).
+#include <httplib.h>
+
+#include "agent/agent.h"
+#include "agent/executor.h"
+#include "agent/metrics.h"
+#include "common/log.h"
+
+namespace cohort::agent {
+
+void Agent::BuildServer() {
+  server_ = std::make_unique<httplib::Server>();
+  auto& srv = *server_;
+  srv.new_task_queue = [] { return new httplib::ThreadPool(4); };
+  srv.Post("/v1/wake", [this](const httplib::Request&, httplib::Response& res) {
+    Wake();
+    SendJson(res, json{{"ok", true}});
+  });
+  srv.Get("/v1/health", [this](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, json{{"status", "ok"}, {"node", config_.name}, {"version", kAgentVersion}});
+  });
+  srv.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) { ServeMetrics(req, res); });
+  if (config_.simulated_gpus >= 0) {
+    srv.Post("/v1/simulate/xid",
+             [this](const httplib::Request& req, httplib::Response& res) { ServeSimulateXid(req, res); });
+  }
+  srv.Get("/v1/logs", [this](const httplib::Request& req, httplib::Response& res) { ServeLogs(req, res); });
+}
+
+Result<void> Agent::Listen() {
+  auto& srv = *server_;
+  int port = config_.port == 0 ? srv.bind_to_any_port(config_.listen_host)
+                               : (srv.bind_to_port(config_.listen_host, config_.port) ? config_.port : -1);
+  if (port <= 0) {
+    return Errorf(ErrorCode::kUnavailable, "agent cannot listen on {}:{}", config_.listen_host, config_.port);
+  }
+  url_ = fmt::format("http://{}:{}", config_.address, port);
+  return {};
+}
+
+// GET /metrics: the last heartbeat's GPU and task samples, in the Prometheus text format.
+void Agent::ServeMetrics(const httplib::Request&, httplib::Response& res) {
+  std::vector<GpuReading> readings;
+  std::vector<TaskUsageSample> tasks;
+  {
+    MutexLock lock(mu_);
+    readings = last_readings_;
+    tasks = last_tasks_;
+  }
+  auto text = RenderAgentMetrics(config_.name, gpus_, readings, tasks);
+  if (!text) return SendError(res, text.error());
+  res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+// POST /v1/simulate/xid {"gpu": N, "xid": X}: records a health event on a simulated GPU
+// and heartbeats at once.
+void Agent::ServeSimulateXid(const httplib::Request& req, httplib::Response& res) {
+  auto body = ParseJson(req.body, "request body");
+  if (!body) return SendError(res, body.error());
+  auto r = ObjectReader::Open(*body);
+  if (!r) return SendError(res, r.error());
+  auto gpu = r->Int("gpu", std::nullopt, 0, 1 << 20);
+  if (!gpu) return SendError(res, gpu.error());
+  auto xid = r->Int("xid", 79, 1, 1000);
+  if (!xid) return SendError(res, xid.error());
+  if (auto fin = r->Finish(); !fin) return SendError(res, fin.error());
+  if (auto ok = monitor_->InjectXid(static_cast<int>(*gpu), static_cast<int>(*xid)); !ok) {
+    return SendError(res, ok.error());
+  }
+  LOG_WARN("fault injection: {} on simulated GPU {}", DescribeXid(static_cast<int>(*xid)), *gpu);
+  Wake();
+  SendJson(res, json{{"ok", true}, {"gpu", *gpu}, {"event", DescribeXid(static_cast<int>(*xid))}});
+}
+
+// GET /v1/logs?job=&attempt=&rank=&offset=&limit=: a chunk of one task's log, with its
+// position in the X-Cohort-* headers; kNotFound before the agent has run any task.
+void Agent::ServeLogs(const httplib::Request& req, httplib::Response& res) {
+  auto job = QueryIntParam(req, "job", std::nullopt, 1, INT64_MAX);
+  auto attempt = QueryIntParam(req, "attempt", std::nullopt, 0, INT32_MAX);
+  auto rank = QueryIntParam(req, "rank", std::nullopt, 0, INT32_MAX);
+  auto offset = QueryIntParam(req, "offset", std::nullopt, 0, INT64_MAX);
+  auto limit = QueryIntParam(req, "limit", std::nullopt, 1, 16 << 20);
+  for (auto* r : {&job, &attempt, &rank, &offset, &limit}) {
+    if (!*r) return SendError(res, r->error());
+  }
+  Executor* executor = this->executor();
+  if (!executor) return SendError(res, Error{ErrorCode::kNotFound, "this agent has run no tasks"});
+  TaskKey key{*job, static_cast<int>(*attempt), static_cast<int>(*rank)};
+  auto chunk = executor->ReadLog(key, *offset, *limit);
+  if (!chunk) return SendError(res, chunk.error());
+  res.set_header("X-Cohort-Next-Offset", std::to_string(chunk->next_offset));
+  res.set_header("X-Cohort-Size", std::to_string(chunk->size));
+  res.set_header("X-Cohort-Done", chunk->done ? "1" : "0");
+  res.set_content(std::move(chunk->data), "application/octet-stream");
+}
+
+}  // namespace cohort::agent
