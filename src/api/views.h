@@ -1,14 +1,23 @@
 // Views: what the head's read endpoints show beyond the stored records, shared by the
 // head (which fills them) and the CLI (which reads them back from JSON).
 //
-// Plain values, copied freely between threads.
+// Each view has ToJson and a FromJson (views.cc) that checks the type and range of every
+// field the view adds and names a bad one by its path ("nodes[2].gpus_allocated: must be
+// an integer ..."); the stored record inside a view (Node, Job) is read by NodeFromJson /
+// JobFromJson, its errors prefixed with the path. Fields a view does not know are ignored,
+// so a CLI older than its head still reads the head's replies. The dashboard's and the
+// usage report's views are in dashboard.h and usage.h. Plain values, copied freely
+// between threads.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "api/types.h"
+#include "common/error.h"
+#include "common/json.h"
 
 namespace cohort::api {
 
@@ -31,5 +40,31 @@ struct TaskUsage {
   double cpu_seconds = 0;
   int64_t rss_bytes = 0;
 };
+
+// A job as GET /v1/jobs lists it: the stored Job plus its accounting.
+struct JobStatus {
+  Job job;
+  double gpu_seconds = 0;  // GPU time of all its attempts so far
+  // A RUNNING job's tasks (possibly none reported yet); absent for any other state.
+  std::optional<std::vector<TaskUsage>> tasks_usage;
+};
+
+// The Node's fields, then "display_state", "gpus_allocated", "cpus_allocated", "jobs",
+// "heartbeat_age_ms", "unhealthy_gpus" (all required).
+json ToJson(const NodeStatus& s);
+// `path` prefixes field names in errors ("nodes[2]"); empty for a whole reply.
+Result<NodeStatus> NodeStatusFromJson(const json& j, const std::string& path = {});
+
+// GET /v1/nodes's reply: {"nodes": [NodeStatus, ...]}.
+json NodeListToJson(const std::vector<NodeStatus>& nodes);
+Result<std::vector<NodeStatus>> NodeListFromJson(const json& j);
+
+// {"rank", "node", "cpu_seconds", "rss_bytes"}.
+json ToJson(const TaskUsage& t);
+Result<TaskUsage> TaskUsageFromJson(const json& j, const std::string& path = {});
+
+// The Job's fields, then "gpu_seconds" (required) and, when set, "tasks_usage".
+json ToJson(const JobStatus& s);
+Result<JobStatus> JobStatusFromJson(const json& j, const std::string& path = {});
 
 }  // namespace cohort::api

@@ -1,0 +1,55 @@
+// The job contract's environment (job_env.h).
+#include "api/job_env.h"
+
+#include <fmt/format.h>
+
+#include "api/routes.h"
+
+namespace cohort::api {
+
+TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view token,
+                                     std::string_view checkpoint_root, JobId job) {
+  TaskEnvOptions o;
+  o.head_url = std::string(head_url);
+  o.rendezvous_url = o.head_url + routes::Rendezvous(token);
+  o.report_url = o.head_url + routes::Report(token);
+  o.checkpoint_dir = fmt::format("{}/job-{}", checkpoint_root, job);
+  return o;
+}
+
+std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAllocation& node,
+                                                   const TaskPlacement& task, const TaskEnvOptions& options) {
+  std::map<std::string, std::string> env = job.spec.env;
+  auto set = [&](const char* name, std::string value) { env[name] = std::move(value); };
+  auto set_if = [&](const char* name, const std::string& value) {
+    if (!value.empty()) env[name] = value;
+  };
+  set("RANK", std::to_string(task.rank));
+  set("WORLD_SIZE", std::to_string(job.world_size()));
+  set("LOCAL_RANK", std::to_string(task.local_rank));
+  set("LOCAL_WORLD_SIZE", std::to_string(job.spec.tasks_per_node));
+  set("NODE_RANK", std::to_string(node.node_rank));
+  set("GROUP_RANK", std::to_string(node.node_rank));
+  set("MASTER_ADDR", job.allocation.master_addr);
+  set("MASTER_PORT", std::to_string(job.allocation.master_port));
+  if (options.set_visible_devices) {
+    std::string gpus;
+    for (size_t i = 0; i < task.gpus.size(); ++i) gpus += (i ? "," : "") + std::to_string(task.gpus[i]);
+    set("CUDA_VISIBLE_DEVICES", std::move(gpus));
+  }
+  if (job.id > 0) {
+    set("COHORT_JOB_ID", std::to_string(job.id));
+    set("COHORT_JOB_NAME", job.spec.name);
+  }
+  set("COHORT_ATTEMPT", std::to_string(job.attempt));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(job.attempt));
+  set_if("COHORT_NODE", node.node);
+  set("COHORT_NUM_NODES", std::to_string(job.allocation.nodes.size()));
+  set_if("COHORT_HEAD", options.head_url);
+  set_if("COHORT_RENDEZVOUS", options.rendezvous_url);
+  set_if("COHORT_REPORT", options.report_url);
+  set_if("COHORT_CHECKPOINT_DIR", options.checkpoint_dir);
+  return env;
+}
+
+}  // namespace cohort::api

@@ -1,0 +1,43 @@
+// The job contract's environment (DESIGN.md, "The job contract"): the variables every
+// task of a job gets, built in one place for the head (tasks it sends to agents) and for
+// `cohort run` (local ranks outside any cluster). Pure functions of plain values; any
+// thread.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "api/types.h"
+
+namespace cohort::api {
+
+// Where a task reaches the cluster, and what a local run leaves out.
+struct TaskEnvOptions {
+  std::string head_url;        // COHORT_HEAD; empty: not set (a local run)
+  std::string rendezvous_url;  // COHORT_RENDEZVOUS; empty: not set
+  std::string report_url;      // COHORT_REPORT; empty: not set
+  std::string checkpoint_dir;  // COHORT_CHECKPOINT_DIR; empty: not set
+  // CUDA_VISIBLE_DEVICES = the task's GPUs ("" for none, hiding every GPU); false: not
+  // set, the task sees what its parent sees (`cohort run` without --gpus-per-rank).
+  bool set_visible_devices = true;
+};
+
+// The options of a task the head launches: the head's URL, the attempt's rendezvous
+// store and progress endpoint on it (`token` names the job's attempt,
+// RendezvousStore::Token), and checkpoints under {checkpoint_root}/job-{job}.
+TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view token,
+                                     std::string_view checkpoint_root, JobId job);
+
+// The environment of `task` (placed on `node`, one part of job.allocation) of the job's
+// current attempt: job.spec.env, then over it RANK, WORLD_SIZE (job.world_size()),
+// LOCAL_RANK, LOCAL_WORLD_SIZE (tasks_per_node), NODE_RANK and GROUP_RANK,
+// MASTER_ADDR/MASTER_PORT (the allocation's), COHORT_ATTEMPT and
+// TORCHELASTIC_RESTART_COUNT, COHORT_NUM_NODES (the allocation's node count),
+// CUDA_VISIBLE_DEVICES and the URLs of `options`. A job with an id (> 0) also gets
+// COHORT_JOB_ID and COHORT_JOB_NAME; a named node, COHORT_NODE; `cohort run` passes
+// neither (id 0, node "").
+std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAllocation& node,
+                                                   const TaskPlacement& task, const TaskEnvOptions& options);
+
+}  // namespace cohort::api

@@ -1,0 +1,95 @@
+// Codecs of the views in views.h.
+#include "api/views.h"
+
+#include <climits>
+
+#include "api/view_reader.h"
+
+namespace cohort::api {
+
+namespace vr = view_reader;
+
+json ToJson(const NodeStatus& s) {
+  json j = ToJson(s.node);
+  j["display_state"] = s.display_state;
+  j["gpus_allocated"] = s.gpus_allocated;
+  j["cpus_allocated"] = s.cpus_allocated;
+  j["jobs"] = s.jobs;
+  j["heartbeat_age_ms"] = s.heartbeat_age_ms;
+  j["unhealthy_gpus"] = s.unhealthy_gpus;
+  return j;
+}
+
+Result<NodeStatus> NodeStatusFromJson(const json& j, const std::string& path) {
+  auto r = COHORT_TRY(ObjectReader::Open(j, path));
+  NodeStatus s;
+  s.node = COHORT_TRY(vr::Record(NodeFromJson(j), path));
+  s.display_state = COHORT_TRY(r.String("display_state"));
+  if (s.display_state != "UP" && s.display_state != "DOWN" && s.display_state != "DRAINING" &&
+      s.display_state != "DRAINED") {
+    return FieldError(r.FieldName("display_state"), "must be UP, DOWN, DRAINING or DRAINED, got '{}'",
+                      s.display_state);
+  }
+  s.gpus_allocated = static_cast<int>(COHORT_TRY(r.Int("gpus_allocated", std::nullopt, 0, kMaxGpusPerNode)));
+  s.cpus_allocated = static_cast<int>(COHORT_TRY(r.Int("cpus_allocated", std::nullopt, 0, INT_MAX)));
+  s.jobs = COHORT_TRY(vr::List<JobId>(r, "jobs", true, [](const json& e, const std::string& name) -> Result<JobId> {
+    if (!e.is_number_integer() || e.get<int64_t>() < 1) return FieldError(name, "must be a job id (a positive integer)");
+    return e.get<JobId>();
+  }));
+  s.heartbeat_age_ms = COHORT_TRY(r.Int("heartbeat_age_ms", std::nullopt, -1, INT64_MAX));
+  s.unhealthy_gpus = static_cast<int>(COHORT_TRY(r.Int("unhealthy_gpus", std::nullopt, 0, kMaxGpusPerNode)));
+  return s;
+}
+
+json NodeListToJson(const std::vector<NodeStatus>& nodes) {
+  json list = json::array();
+  for (const auto& n : nodes) list.push_back(ToJson(n));
+  return json{{"nodes", std::move(list)}};
+}
+
+Result<std::vector<NodeStatus>> NodeListFromJson(const json& j) {
+  auto r = COHORT_TRY(ObjectReader::Open(j));
+  return vr::List<NodeStatus>(r, "nodes", true, [](const json& e, const std::string& name) {
+    return NodeStatusFromJson(e, name);
+  });
+}
+
+json ToJson(const TaskUsage& t) {
+  return json{{"rank", t.rank}, {"node", t.node}, {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes}};
+}
+
+Result<TaskUsage> TaskUsageFromJson(const json& j, const std::string& path) {
+  auto r = COHORT_TRY(ObjectReader::Open(j, path));
+  TaskUsage t;
+  t.rank = static_cast<int>(COHORT_TRY(r.Int("rank", std::nullopt, 0, INT_MAX)));
+  t.node = COHORT_TRY(r.String("node"));
+  t.cpu_seconds = COHORT_TRY(r.Double("cpu_seconds", std::nullopt, 0, 1e300));
+  t.rss_bytes = COHORT_TRY(r.Int("rss_bytes", std::nullopt, 0, INT64_MAX));
+  return t;
+}
+
+json ToJson(const JobStatus& s) {
+  json j = ToJson(s.job);
+  j["gpu_seconds"] = s.gpu_seconds;
+  if (s.tasks_usage) {
+    json list = json::array();
+    for (const auto& t : *s.tasks_usage) list.push_back(ToJson(t));
+    j["tasks_usage"] = std::move(list);
+  }
+  return j;
+}
+
+Result<JobStatus> JobStatusFromJson(const json& j, const std::string& path) {
+  auto r = COHORT_TRY(ObjectReader::Open(j, path));
+  JobStatus s;
+  s.job = COHORT_TRY(vr::Record(JobFromJson(j), path));
+  s.gpu_seconds = COHORT_TRY(r.Double("gpu_seconds", std::nullopt, 0, 1e300));
+  if (r.Has("tasks_usage")) {
+    s.tasks_usage = COHORT_TRY(vr::List<TaskUsage>(r, "tasks_usage", true, [](const json& e, const std::string& name) {
+      return TaskUsageFromJson(e, name);
+    }));
+  }
+  return s;
+}
+
+}  // namespace cohort::api
