@@ -15,6 +15,7 @@
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
 #include "agent/proc_usage.h"
+#include "api/routes.h"
 #include "common/log.h"
 #include "common/signals.h"
 
@@ -146,7 +147,7 @@ void Agent::Wake() {
 }
 
 Result<void> Agent::RegisterOnce() {
-  auto reply = COHORT_TRY(head_->Post("/v1/agents/register", api::ToJson(registration_)));
+  auto reply = COHORT_TRY(head_->Post(api::routes::kAgentRegister, api::ToJson(registration_)));
   if (!reply.is_object() || !reply.contains("timing")) {
     return MakeError(ErrorCode::kInternal, "registration reply has no timing");
   }
@@ -241,7 +242,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
 
 Result<void> Agent::HeartbeatOnce() {
   auto sent = SteadyClock::now();
-  auto reply_json = COHORT_TRY(head_->Post(fmt::format("/v1/agents/{}/heartbeat", config_.name),
+  auto reply_json = COHORT_TRY(head_->Post(api::routes::AgentHeartbeat(config_.name),
                                            api::ToJson(BuildHeartbeat())));
   auto reply = COHORT_TRY(api::HeartbeatReplyFromJson(reply_json));
   // The head has heard from us: the tasks may run for one more fence timeout, counted from

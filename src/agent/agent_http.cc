@@ -6,27 +6,32 @@
 #include "agent/agent.h"
 #include "agent/executor.h"
 #include "agent/metrics.h"
+#include "api/routes.h"
 #include "common/log.h"
 
 namespace cohort::agent {
+
+namespace routes = api::routes;
 
 void Agent::BuildServer() {
   server_ = std::make_unique<httplib::Server>();
   auto& srv = *server_;
   srv.new_task_queue = [] { return new httplib::ThreadPool(4); };
-  srv.Post("/v1/wake", [this](const httplib::Request&, httplib::Response& res) {
+  srv.Post(routes::kAgentWake, [this](const httplib::Request&, httplib::Response& res) {
     Wake();
     SendJson(res, json{{"ok", true}});
   });
-  srv.Get("/v1/health", [this](const httplib::Request&, httplib::Response& res) {
+  srv.Get(routes::kHealth, [this](const httplib::Request&, httplib::Response& res) {
     SendJson(res, json{{"status", "ok"}, {"node", config_.name}, {"version", kAgentVersion}});
   });
-  srv.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) { ServeMetrics(req, res); });
+  srv.Get(routes::kMetrics,
+          [this](const httplib::Request& req, httplib::Response& res) { ServeMetrics(req, res); });
   if (config_.simulated_gpus >= 0) {
-    srv.Post("/v1/simulate/xid",
+    srv.Post(routes::kAgentSimulateXid,
              [this](const httplib::Request& req, httplib::Response& res) { ServeSimulateXid(req, res); });
   }
-  srv.Get("/v1/logs", [this](const httplib::Request& req, httplib::Response& res) { ServeLogs(req, res); });
+  srv.Get(routes::kAgentLogs,
+          [this](const httplib::Request& req, httplib::Response& res) { ServeLogs(req, res); });
 }
 
 Result<void> Agent::Listen() {
@@ -40,7 +45,8 @@ Result<void> Agent::Listen() {
   return {};
 }
 
-// GET /metrics: the last heartbeat's GPU and task samples, in the Prometheus text format.
+// GET routes::kMetrics: the last heartbeat's GPU and task samples, in the Prometheus text
+// format.
 void Agent::ServeMetrics(const httplib::Request&, httplib::Response& res) {
   std::vector<GpuReading> readings;
   std::vector<TaskUsageSample> tasks;
@@ -54,8 +60,8 @@ void Agent::ServeMetrics(const httplib::Request&, httplib::Response& res) {
   res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");
 }
 
-// POST /v1/simulate/xid {"gpu": N, "xid": X}: records a health event on a simulated GPU
-// and heartbeats at once.
+// POST routes::kAgentSimulateXid {"gpu": N, "xid": X}: records a health event on a
+// simulated GPU and heartbeats at once.
 void Agent::ServeSimulateXid(const httplib::Request& req, httplib::Response& res) {
   auto body = ParseJson(req.body, "request body");
   if (!body) return SendError(res, body.error());
@@ -74,8 +80,8 @@ void Agent::ServeSimulateXid(const httplib::Request& req, httplib::Response& res
   SendJson(res, json{{"ok", true}, {"gpu", *gpu}, {"event", DescribeXid(static_cast<int>(*xid))}});
 }
 
-// GET /v1/logs?job=&attempt=&rank=&offset=&limit=: a chunk of one task's log, with its
-// position in the X-Cohort-* headers; kNotFound before the agent has run any task.
+// GET routes::kAgentLogs?job=&attempt=&rank=&offset=&limit=: a chunk of one task's log,
+// with its position in the X-Cohort-* headers; kNotFound before the agent has run any task.
 void Agent::ServeLogs(const httplib::Request& req, httplib::Response& res) {
   auto job = QueryIntParam(req, "job", std::nullopt, 1, INT64_MAX);
   auto attempt = QueryIntParam(req, "attempt", std::nullopt, 0, INT32_MAX);
