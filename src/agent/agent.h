@@ -89,7 +89,8 @@ struct AgentConfig {
 class Agent {
  public:
   // Discovers GPUs, binds the HTTP server and starts the heartbeat loop. Registration
-  // itself happens in the loop and is retried until it succeeds.
+  // itself happens in the loop and is retried until it succeeds. Fails if the head URL is
+  // malformed, the work directory cannot be created or the port cannot be bound.
   static Result<std::unique_ptr<Agent>> Start(AgentConfig config);
   ~Agent();
 
