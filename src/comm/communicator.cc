@@ -1,14 +1,12 @@
 #include "comm/communicator.h"
 
-#include <algorithm>
-
-#include <fmt/ranges.h>
-
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/gloo/gloo_communicator.h"
 #if COHORT_HAVE_NCCL
 #include "comm/nccl/nccl_communicator.h"
+#include "common/cuda_status.h"
 #endif
 
 namespace cohort::comm {
@@ -48,7 +46,7 @@ std::string_view ReduceOpName(ReduceOp op) {
 std::vector<std::string> AvailableBackends() {
   std::vector<std::string> out = {"gloo"};
 #if COHORT_HAVE_NCCL
-  if (NcclDeviceCount().has_value()) out.push_back("nccl");  // built in and a GPU present
+  if (CudaDeviceCount().has_value()) out.push_back("nccl");  // built in and a GPU present
 #endif
   return out;
 }
@@ -80,25 +78,6 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& opti
   }
   return FieldError("backend", "unknown backend '{}' (available: {})", options.backend,
                     fmt::join(AvailableBackends(), ", "));
-}
-
-Result<int> CheckSplitMembers(std::span<const int> ranks, int size, int rank) {
-  if (ranks.empty()) return Errorf(ErrorCode::kInvalidArgument, "split: the member list is empty");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= size) {
-      return Errorf(ErrorCode::kInvalidArgument, "split: rank {} is not in a group of {}", ranks[i], size);
-    }
-    if (i > 0 && ranks[i] <= ranks[i - 1]) {
-      return Errorf(ErrorCode::kInvalidArgument, "split: ranks must be sorted and unique, got {} after {}",
-                    ranks[i], ranks[i - 1]);
-    }
-  }
-  auto self = std::find(ranks.begin(), ranks.end(), rank);
-  if (self == ranks.end()) {
-    return Errorf(ErrorCode::kInvalidArgument, "split: rank {} called Split for a group it is not in ([{}])", rank,
-                  fmt::join(ranks, ", "));
-  }
-  return static_cast<int>(self - ranks.begin());
 }
 
 }  // namespace cohort::comm

@@ -2,7 +2,9 @@
 //
 // A Communicator is one rank's handle on a group of `size()` ranks numbered 0..size-1.
 // Backends (chosen by name in CommOptions): "gloo" moves host memory over TCP; "nccl"
-// moves GPU memory (nccl/nccl_communicator.h). Every backend passes the same test suite.
+// moves GPU memory (nccl/nccl_communicator.h). Both derive from CommunicatorBase
+// (communicator_base.h), which checks arguments, numbers collectives, keeps the broken
+// state and splits; every backend passes the same test suite.
 //
 // Ordering contract. Collectives (AllReduce .. Barrier) are matched by order: the n-th
 // collective a rank calls on a communicator meets the n-th collective of every other
@@ -134,10 +136,6 @@ struct CommOptions {
 
 // Names of the backends usable here: "gloo", and "nccl" when this binary is built with
 // CUDA/NCCL and this process sees a CUDA device.
-// For backends: checks a Split member list (non-empty, in [0, size), sorted, unique,
-// containing `rank`) and returns this rank's index in it; kInvalidArgument otherwise.
-Result<int> CheckSplitMembers(std::span<const int> ranks, int size, int rank);
-
 std::vector<std::string> AvailableBackends();
 
 // Creates this rank's communicator and connects it to the others (blocks until all

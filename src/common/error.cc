@@ -10,6 +10,7 @@ std::string_view ErrorCodeName(ErrorCode code) {
     case ErrorCode::kFailedPrecondition: return "failed_precondition";
     case ErrorCode::kUnsatisfiable: return "unsatisfiable";
     case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kResourceExhausted: return "resource_exhausted";
     case ErrorCode::kDeadlineExceeded: return "deadline_exceeded";
     case ErrorCode::kInternal: return "internal";
   }
@@ -20,7 +21,8 @@ ErrorCode ErrorCodeFromName(std::string_view name) {
   for (ErrorCode c : {ErrorCode::kInvalidArgument, ErrorCode::kNotFound,
                       ErrorCode::kAlreadyExists, ErrorCode::kFailedPrecondition,
                       ErrorCode::kUnsatisfiable, ErrorCode::kUnavailable,
-                      ErrorCode::kDeadlineExceeded, ErrorCode::kInternal}) {
+                      ErrorCode::kResourceExhausted, ErrorCode::kDeadlineExceeded,
+                      ErrorCode::kInternal}) {
     if (ErrorCodeName(c) == name) return c;
   }
   return ErrorCode::kInternal;
@@ -34,6 +36,7 @@ int HttpStatusFor(ErrorCode code) {
     case ErrorCode::kFailedPrecondition: return 409;
     case ErrorCode::kUnsatisfiable: return 422;
     case ErrorCode::kUnavailable: return 503;
+    case ErrorCode::kResourceExhausted: return 429;
     case ErrorCode::kDeadlineExceeded: return 504;
     case ErrorCode::kInternal: return 500;
   }
@@ -45,6 +48,7 @@ int ExitCodeFor(const Error& e) {
     case ErrorCode::kInvalidArgument: return 2;
     case ErrorCode::kUnavailable:
     case ErrorCode::kDeadlineExceeded: return 3;
+    case ErrorCode::kResourceExhausted: return 1;
     default: return 1;
   }
 }

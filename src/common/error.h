@@ -22,6 +22,8 @@ enum class ErrorCode {
   kFailedPrecondition,  // the object is in the wrong state for this request (409)
   kUnsatisfiable,       // valid, but can never be satisfied by this cluster (422)
   kUnavailable,         // a peer or resource cannot be reached now; retry may help (503)
+  kResourceExhausted,   // out of a finite resource (device memory); retrying the same
+                        // request will not help, a smaller one may (429)
   kDeadlineExceeded,    // a wait ran past its deadline (504)
   kInternal,            // a bug or an unexpected system failure (500)
 };
@@ -34,7 +36,8 @@ int HttpStatusFor(ErrorCode code);
 struct Error;
 
 // The exit code a command-line program returns for `e`: 2 for bad input, 3 when a peer
-// (the head, a store) could not be reached or did not answer in time, 1 otherwise.
+// (the head, a store) could not be reached or did not answer in time, 1 otherwise
+// (kResourceExhausted included: rerunning the same command would fail again).
 int ExitCodeFor(const Error& e);
 
 struct Error {

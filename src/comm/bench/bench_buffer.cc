@@ -6,7 +6,7 @@
 #if COHORT_HAVE_NCCL
 #include <cuda_runtime_api.h>
 
-#include "comm/nccl/nccl_errors.h"  // COHORT_CUDA_CHECK
+#include "common/cuda_status.h"
 #endif
 
 namespace cohort::comm::bench {
@@ -72,12 +72,7 @@ Result<std::unique_ptr<BenchBuffer>> AllocateBenchBuffer(std::string_view backen
 Result<void> UseLocalDevice(std::string_view backend, int local_rank) {
   if (backend != "nccl") return {};
 #if COHORT_HAVE_NCCL
-  int n = 0;
-  const cudaError_t s = cudaGetDeviceCount(&n);
-  if (s != cudaSuccess || n <= 0) {
-    return Errorf(ErrorCode::kUnavailable, "no CUDA device: {}",
-                  s != cudaSuccess ? cudaGetErrorString(s) : "the device count is 0");
-  }
+  const int n = COHORT_TRY(CudaDeviceCount());
   COHORT_CUDA_CHECK(cudaSetDevice(local_rank % n));
   return {};
 #else

@@ -29,6 +29,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "comm/communicator_base.h"
 #include "comm/communicator_descriptor.h"
 #include "comm/gloo/gloo_errors.h"
 #include "comm/gloo/gloo_reduce.h"
@@ -75,11 +76,8 @@ constexpr uint8_t kSplitAllGatherSlotPrefix = 0xC3;
 
 // What a communicator and the sub-groups split from it share.
 struct GlooShared {
-  std::shared_ptr<Store> store;  // null only for a world of one without a store
+  GroupConfig group;
   std::shared_ptr<::gloo::transport::Device> device;
-  std::string prefix;
-  Millis timeout;
-  bool check_consistency;
 };
 
 // Calls f.template operator()<T>() with T an element type of `type`'s size.
@@ -92,14 +90,6 @@ void WithElementType(DataType type, F&& f) {
     case DataType::kInt32: f.template operator()<int32_t>(); return;
     case DataType::kInt64: f.template operator()<int64_t>(); return;
   }
-}
-
-Result<void> CheckPointer(std::string_view op, std::string_view what, const void* p,
-                          size_t count) {
-  if (p == nullptr && count > 0) {
-    return Errorf(ErrorCode::kInvalidArgument, "{}: {} is null for {} elements", op, what, count);
-  }
-  return {};
 }
 
 Result<std::shared_ptr<::gloo::transport::Device>> OpenDevice(const std::string& iface_host) {
@@ -149,44 +139,35 @@ bool LooksLikeConnectionFailure(std::string_view what) {
   return IsGlooTimeout(what);
 }
 
-// A short, store-safe name for a member list: "s0-2-4-6", or a hash for big lists.
-std::string MemberKey(const std::vector<int>& members) {
-  if (members.size() <= 16) return fmt::format("s{}", fmt::join(members, "-"));
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int m : members) {
-    h ^= static_cast<uint32_t>(m);
-    h *= 0x100000001b3ull;
-  }
-  return fmt::format("s{}x{:016x}", members.size(), h);
-}
-
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public CommunicatorBase {
  public:
   // Rendezvous of `world_ranks.size()` ranks under group `group_id`; this is `rank`.
   static Result<std::unique_ptr<GlooCommunicator>> Connect(std::shared_ptr<const GlooShared> shared,
                                                            std::string group_id,
                                                            std::vector<int> world_ranks, int rank);
 
-  GlooCommunicator(const GlooCommunicator&) = delete;  // buffers point into members
-  GlooCommunicator& operator=(const GlooCommunicator&) = delete;
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   std::string_view backend() const override { return "gloo"; }
 
-  Result<void> AllReduce(const void* send, void* recv, size_t count, DataType type,
-                         ReduceOp op) override;
-  Result<void> ReduceScatter(const void* send, void* recv, std::span<const size_t> recv_counts,
-                             DataType type, ReduceOp op) override;
-  Result<void> AllGather(const void* send, void* recv, std::span<const size_t> counts,
-                         DataType type) override;
-  Result<void> Broadcast(void* buf, size_t count, DataType type, int root) override;
-  Result<void> Barrier() override;
-  Result<void> Send(const void* buf, size_t count, DataType type, int peer, int tag) override;
-  Result<void> Recv(void* buf, size_t count, DataType type, int peer, int tag) override;
-  Result<std::unique_ptr<Communicator>> Split(std::span<const int> ranks) override;
-
  private:
+  // CommunicatorBase: the transfers over Gloo.
+  Result<void> RunAllReduce(const CollectiveDescriptor& d, const void* send, void* recv,
+                            size_t count, DataType type, ReduceOp op) override;
+  Result<void> RunReduceScatter(const CollectiveDescriptor& d, const void* send, void* recv,
+                                std::span<const size_t> recv_counts, DataType type,
+                                ReduceOp op) override;
+  Result<void> RunAllGather(const CollectiveDescriptor& d, const void* send, void* recv,
+                            std::span<const size_t> counts, DataType type) override;
+  Result<void> RunBroadcast(const CollectiveDescriptor& d, void* buf, size_t count, DataType type,
+                            int root) override;
+  Result<void> RunBarrier(const CollectiveDescriptor& d) override;
+  Result<void> RunPointToPoint(const PointToPointCall& call) override;
+  Result<std::unique_ptr<Communicator>> ConnectGroup(std::string group_id,
+                                                     std::vector<int> world_ranks,
+                                                     int rank) override;
+  // Closes every connection of this group, so that peers still waiting on this rank fail
+  // now instead of at their timeout (like ncclCommAbort).
+  void OnBroken() override;
+
   GlooCommunicator(std::shared_ptr<const GlooShared> shared, std::string group_id,
                    std::vector<int> world_ranks, int rank,
                    std::shared_ptr<::gloo::rendezvous::Context> context, PeerDirectory peers);
@@ -208,16 +189,16 @@ class GlooCommunicator final : public Communicator {
               // all-to-all allgather of the reduced chunks (2 rounds in all)
   };
   FusedMode PickMode(const FusedAllReduce& f) const;
-  // Elements before chunk `c` when `count` elements are split into size_ chunks.
+  // Elements before chunk `c` when `count` elements are split into size() chunks.
   size_t ChunkBegin(size_t count, int c) const;
 
-  // Runs one collective: sequence number, descriptor exchange, then `body(tag)`, turning
-  // Gloo exceptions into Errors. Any failure but a mismatch breaks the communicator.
+  // Runs one collective `d` (already numbered): descriptor exchange, then `body(tag)`,
+  // turning Gloo exceptions into Errors. Any failure but a mismatch breaks the communicator.
   // With `fused` (an allreduce) the data may ride in the exchange (PickMode): kInline is
   // reduced here instead of running `body` (one message round in place of the exchange
   // plus Gloo's 2(size-1) ring steps); kSplit finishes with SplitAllGather (two rounds).
   template <typename Body>
-  Result<void> RunCollective(CollectiveDescriptor d, Body&& body,
+  Result<void> RunCollective(const CollectiveDescriptor& d, Body&& body,
                              const FusedAllReduce* fused = nullptr);
   // Runs `f` (a data phase of collective `d`), turning Gloo exceptions into Errors; any
   // failure breaks the communicator.
@@ -240,31 +221,13 @@ class GlooCommunicator final : public Communicator {
   Result<void> RingReduceScatter(const CollectiveDescriptor& d, const void* send, void* recv,
                                  std::span<const size_t> counts, DataType type, ReduceOp op,
                                  uint32_t tag);
-  Result<void> PointToPoint(bool is_send, void* buf, size_t count, DataType type, int peer,
-                            int tag);
-
   // The error for a Gloo exception text during `op`; `peer` is the rank waited on, if known.
   Error TransportError(const std::string& op, std::string_view what,
                        std::optional<int> peer) const;
-  Result<void> CheckUsable() const;
-  // Records the failure and closes every connection of this group, so that peers still
-  // waiting on this rank fail now instead of at their timeout (like ncclCommAbort).
-  void MarkBroken(const Error& e);
-  const std::string& Name(int r) const { return rank_names_[static_cast<size_t>(r)]; }
-  std::string Timeout() const { return FormatDuration(shared_->timeout.count()); }
 
   const std::shared_ptr<const GlooShared> shared_;
-  const std::string group_id_;
-  const std::vector<int> world_ranks_;  // world rank of each member
-  const int rank_;
-  const int size_;
-  std::vector<std::string> rank_names_;  // "rank 1 (world rank 3)"
   std::shared_ptr<::gloo::rendezvous::Context> context_;
   PeerDirectory peers_;
-
-  uint64_t seq_ = 0;                                 // collectives started so far
-  std::map<std::vector<int>, int> split_counts_;     // member list -> splits so far
-  std::optional<Error> broken_;                      // the failure that broke it
 
   // Descriptor exchange buffers, reused by every collective: per peer a descriptor, then
   // a payload of up to payload_capacity_ bytes (a receive accepts any shorter message).
@@ -283,28 +246,24 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<const GlooShared> shared,
                                    std::string group_id, std::vector<int> world_ranks, int rank,
                                    std::shared_ptr<::gloo::rendezvous::Context> context,
                                    PeerDirectory peers)
-    : shared_(std::move(shared)),
-      group_id_(std::move(group_id)),
-      world_ranks_(std::move(world_ranks)),
-      rank_(rank),
-      size_(static_cast<int>(world_ranks_.size())),
+    : CommunicatorBase(shared->group, std::move(group_id), std::move(world_ranks), rank),
+      shared_(std::move(shared)),
       context_(std::move(context)),
       peers_(std::move(peers)),
-      desc_in_(static_cast<size_t>(size_)) {
-  for (int r = 0; r < size_; ++r) rank_names_.push_back(RankName(r, world_ranks_[r]));
-  if (shared_->check_consistency && size_ > 1) {
-    payload_capacity_ = (kFusedBudget / static_cast<size_t>(size_ - 1)) & ~size_t{63};
-    inline_limit_ = size_ == 2 ? kInlineLimitPair
-                               : (kInlineBudget / static_cast<size_t>(size_ - 1)) & ~size_t{7};
+      desc_in_(static_cast<size_t>(size())) {
+  if (config().check_consistency && size() > 1) {
+    payload_capacity_ = (kFusedBudget / static_cast<size_t>(size() - 1)) & ~size_t{63};
+    inline_limit_ = size() == 2 ? kInlineLimitPair
+                               : (kInlineBudget / static_cast<size_t>(size() - 1)) & ~size_t{7};
     inline_limit_ = std::min(inline_limit_, payload_capacity_);
   }
   constexpr size_t kDesc = sizeof(CollectiveDescriptor);
   desc_out_buf_ = context_->createUnboundBuffer(&desc_out_, kDesc);
-  desc_in_bufs_.resize(static_cast<size_t>(size_));
-  scratch_.resize(static_cast<size_t>(size_));
-  scratch_bufs_.resize(static_cast<size_t>(size_));
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
+  desc_in_bufs_.resize(static_cast<size_t>(size()));
+  scratch_.resize(static_cast<size_t>(size()));
+  scratch_bufs_.resize(static_cast<size_t>(size()));
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank) continue;
     desc_in_bufs_[r] = context_->createUnboundBuffer(&desc_in_[r], kDesc);
     if (payload_capacity_ > 0) {
       scratch_[r].reset(new std::byte[payload_capacity_]);  // uninitialized: not touched
@@ -317,24 +276,15 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     std::shared_ptr<const GlooShared> shared, std::string group_id, std::vector<int> world_ranks,
     int rank) {
   const int size = static_cast<int>(world_ranks.size());
-  const std::string what =
-      fmt::format("rendezvous of gloo group '{}' (rank {} of {})", group_id, rank, size);
+  const std::string what = RendezvousName("gloo", group_id, rank, size);
   auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
-  const std::string key_prefix = fmt::format("{}/{}/", shared->prefix, group_id);
-  if (shared->store != nullptr) {
-    // Two processes claiming one rank would race for its address key; count the claims.
-    auto claims = shared->store->Add(fmt::format("{}claims/{}", key_prefix, rank), 1);
-    if (!claims) return std::unexpected(WithContext(claims.error(), what));
-    if (*claims > 1) {
-      return Errorf(ErrorCode::kInvalidArgument,
-                    "{}: rank {} was claimed {} times (two processes with the same rank, or a "
-                    "prefix reused from an earlier communicator: make CommOptions.prefix unique)",
-                    what, rank, *claims);
-    }
-  }
-  GlooStore store(shared->store, key_prefix, shared->timeout, size);
+  const GroupConfig& group = shared->group;
+  const std::string key_prefix = GroupKeyPrefix(group, "", group_id);
+  // Two processes claiming one rank would race for its address key.
+  COHORT_TRY_VOID(ClaimRank(group.store, key_prefix, rank, what));
+  GlooStore store(group.store, key_prefix, group.timeout, size);
   try {
-    context->setTimeout(shared->timeout);
+    context->setTimeout(group.timeout);
     std::shared_ptr<::gloo::transport::Device> device = shared->device;
     context->connectFullMesh(store, device);
   } catch (const StoreFailure& e) {
@@ -352,15 +302,7 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
       std::move(peers)));
 }
 
-Result<void> GlooCommunicator::CheckUsable() const {
-  if (!broken_) return {};
-  return Errorf(ErrorCode::kFailedPrecondition,
-                "communicator unusable after an earlier failure; create a new one ({})",
-                broken_->message);
-}
-
-void GlooCommunicator::MarkBroken(const Error& e) {
-  broken_ = e;
+void GlooCommunicator::OnBroken() {
   try {
     context_->closeConnections();
   } catch (const std::exception&) {
@@ -378,10 +320,10 @@ Error GlooCommunicator::TransportError(const std::string& op, std::string_view w
                    fmt::format("{} timed out after {} waiting for {} ({})", op, Timeout(),
                                Name(*peer), msg));
     }
-    std::string checked_in = shared_->check_consistency
+    std::string checked_in = config().check_consistency
                                  ? fmt::format("all {} ranks had started it, so one stalled or "
                                                "died mid-transfer",
-                                               size_)
+                                               size())
                                  : "enable check_consistency to learn which rank is missing";
     return Error(ErrorCode::kDeadlineExceeded,
                  fmt::format("{} timed out after {}; {} ({})", op, Timeout(), checked_in, msg));
@@ -397,13 +339,13 @@ GlooCommunicator::FusedMode GlooCommunicator::PickMode(const FusedAllReduce& f) 
   if (payload_capacity_ == 0 || f.count == 0) return FusedMode::kNone;
   const size_t esz = SizeOf(f.type);
   if (f.count * esz <= inline_limit_) return FusedMode::kInline;
-  const size_t n = static_cast<size_t>(size_);
+  const size_t n = static_cast<size_t>(size());
   const size_t largest_chunk = (f.count / n + (f.count % n != 0 ? 1 : 0)) * esz;
   return largest_chunk <= payload_capacity_ ? FusedMode::kSplit : FusedMode::kNone;
 }
 
 size_t GlooCommunicator::ChunkBegin(size_t count, int c) const {
-  const size_t n = static_cast<size_t>(size_);
+  const size_t n = static_cast<size_t>(size());
   const size_t uc = static_cast<size_t>(c);
   return uc * (count / n) + std::min(uc, count % n);
 }
@@ -432,11 +374,9 @@ Result<void> GlooCommunicator::Guarded(const CollectiveDescriptor& d, F&& f) {
 }
 
 template <typename Body>
-Result<void> GlooCommunicator::RunCollective(CollectiveDescriptor d, Body&& body,
+Result<void> GlooCommunicator::RunCollective(const CollectiveDescriptor& d, Body&& body,
                                              const FusedAllReduce* fused) {
-  COHORT_TRY_VOID(CheckUsable());
-  d.seq = ++seq_;
-  if (shared_->check_consistency && size_ > 1) {
+  if (config().check_consistency && size() > 1) {
     // Every rank decides alike: matching descriptors mean the same mode everywhere (and a
     // mismatched peer's payload still fits the receive, see kFusedBudget).
     const FusedMode mode = fused != nullptr ? PickMode(*fused) : FusedMode::kNone;
@@ -445,7 +385,9 @@ Result<void> GlooCommunicator::RunCollective(CollectiveDescriptor d, Body&& body
     if (d.kind == static_cast<uint32_t>(CollectiveKind::kBarrier)) return {};
     if (mode == FusedMode::kInline) {
       FoldInRankOrder(fused->recv, fused->send, fused->count, fused->type, fused->op);
-      if (fused->op == ReduceOp::kAvg) DivideInPlace(fused->recv, fused->count, fused->type, size_);
+      if (fused->op == ReduceOp::kAvg) {
+        DivideInPlace(fused->recv, fused->count, fused->type, size());
+      }
       return {};
     }
     if (mode == FusedMode::kSplit) {
@@ -459,32 +401,32 @@ void GlooCommunicator::FoldInRankOrder(void* out, const void* mine, size_t n, Da
                                        ReduceOp op) {
   if (n == 0) return;
   auto contribution = [&](int r) -> const void* {
-    return r == rank_ ? mine : static_cast<const void*>(scratch_[r].get());
+    return r == rank() ? mine : static_cast<const void*>(scratch_[r].get());
   };
   const auto reduce = ReduceFunction(type, op);
   // Rank 0 may accumulate in `out` (its own contribution is read first); any other rank
   // accumulates in rank 0's scratch until the last step, so `mine` is intact when read.
-  void* acc = rank_ == 0 ? out : static_cast<void*>(scratch_[0].get());
-  for (int r = 1; r < size_; ++r) {
-    reduce(r == size_ - 1 ? out : acc, r == 1 ? contribution(0) : acc, contribution(r), n);
+  void* acc = rank() == 0 ? out : static_cast<void*>(scratch_[0].get());
+  for (int r = 1; r < size(); ++r) {
+    reduce(r == size() - 1 ? out : acc, r == 1 ? contribution(0) : acc, contribution(r), n);
   }
 }
 
 Result<void> GlooCommunicator::SplitAllGather(const CollectiveDescriptor& d,
                                               const FusedAllReduce& f) {
   const size_t esz = SizeOf(f.type);
-  const size_t begin = ChunkBegin(f.count, rank_);
-  const size_t mine = ChunkBegin(f.count, rank_ + 1) - begin;
+  const size_t begin = ChunkBegin(f.count, rank());
+  const size_t mine = ChunkBegin(f.count, rank() + 1) - begin;
   auto* recv = static_cast<std::byte*>(f.recv);
   FoldInRankOrder(recv + begin * esz, static_cast<const std::byte*>(f.send) + begin * esz, mine,
                   f.type, f.op);
-  if (f.op == ReduceOp::kAvg) DivideInPlace(recv + begin * esz, mine, f.type, size_);
+  if (f.op == ReduceOp::kAvg) DivideInPlace(recv + begin * esz, mine, f.type, size());
   const uint64_t slot = ::gloo::Slot::build(kSplitAllGatherSlotPrefix, static_cast<uint32_t>(d.seq));
   const std::string op_name = DescribeOp(d);
   // One buffer per peer, so that a wait that fails names the peer it waited on.
-  std::vector<std::unique_ptr<UnboundBuffer>> in(static_cast<size_t>(size_));
-  for (int i = 1; i < size_; ++i) {
-    const int p = (rank_ + i) % size_;
+  std::vector<std::unique_ptr<UnboundBuffer>> in(static_cast<size_t>(size()));
+  for (int i = 1; i < size(); ++i) {
+    const int p = (rank() + i) % size();
     const size_t b = ChunkBegin(f.count, p);
     const size_t bytes = (ChunkBegin(f.count, p + 1) - b) * esz;
     if (bytes == 0) continue;
@@ -499,8 +441,8 @@ Result<void> GlooCommunicator::SplitAllGather(const CollectiveDescriptor& d,
   int sends = 0;
   if (mine > 0) {
     out = context_->createUnboundBuffer(recv + begin * esz, mine * esz);
-    for (int i = 1; i < size_; ++i) {
-      const int p = (rank_ + i) % size_;
+    for (int i = 1; i < size(); ++i) {
+      const int p = (rank() + i) % size();
       try {
         out->send(p, slot);
         ++sends;
@@ -509,11 +451,11 @@ Result<void> GlooCommunicator::SplitAllGather(const CollectiveDescriptor& d,
       }
     }
   }
-  for (int i = 1; i < size_; ++i) {
-    const int p = (rank_ + i) % size_;
+  for (int i = 1; i < size(); ++i) {
+    const int p = (rank() + i) % size();
     if (in[p] == nullptr) continue;
     try {
-      if (!in[p]->waitRecv(shared_->timeout)) throw ::gloo::IoException("wait aborted");
+      if (!in[p]->waitRecv(config().timeout)) throw ::gloo::IoException("wait aborted");
     } catch (const std::exception& e) {
       return std::unexpected(TransportError(op_name, e.what(), p));
     }
@@ -521,7 +463,7 @@ Result<void> GlooCommunicator::SplitAllGather(const CollectiveDescriptor& d,
   for (int i = 0; i < sends; ++i) {
     int to = -1;
     try {
-      if (!out->waitSend(&to, shared_->timeout)) throw ::gloo::IoException("wait aborted");
+      if (!out->waitSend(&to, config().timeout)) throw ::gloo::IoException("wait aborted");
     } catch (const std::exception& e) {
       return std::unexpected(TransportError(op_name, e.what(), std::nullopt));
     }
@@ -532,7 +474,7 @@ Result<void> GlooCommunicator::SplitAllGather(const CollectiveDescriptor& d,
 Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& mine,
                                                    const FusedAllReduce* fused, FusedMode mode) {
   const uint64_t slot = ::gloo::Slot::build(kDescriptorSlotPrefix, 0);
-  const SteadyTime deadline = SteadyClock::now() + shared_->timeout;
+  const SteadyTime deadline = SteadyClock::now() + config().timeout;
   auto time_left = [&] {
     return std::max(Millis(0),
                     std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()));
@@ -553,7 +495,7 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
     payload = context_->createUnboundBuffer(const_cast<void*>(fused->send), fused->count * esz);
   }
   // Per peer: why it did not answer (empty: it did).
-  std::vector<std::string> failure(static_cast<size_t>(size_));
+  std::vector<std::string> failure(static_cast<size_t>(size()));
   auto note = [&](int p, const char* what) {
     failure[p] = CleanGlooMessage(what);
     if (failure[p].empty()) failure[p] = "unknown failure";
@@ -562,8 +504,8 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
   // in order, and every rank sends (and expects) exactly two messages per peer per
   // collective, so a rank that is a collective behind is paired with the others' current
   // one.
-  for (int i = 1; i < size_; ++i) {
-    const int p = (rank_ + i) % size_;
+  for (int i = 1; i < size(); ++i) {
+    const int p = (rank() + i) % size();
     try {
       desc_in_bufs_[p]->recv(p, slot);
       scratch_bufs_[p]->recv(p, slot, 0, payload_capacity_);
@@ -573,8 +515,8 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
   }
   int desc_sends = 0;
   int payload_sends = 0;
-  for (int i = 1; i < size_; ++i) {
-    const int p = (rank_ + i) % size_;
+  for (int i = 1; i < size(); ++i) {
+    const int p = (rank() + i) % size();
     if (!failure[p].empty()) continue;
     try {
       desc_out_buf_->send(p, slot, 0, sizeof(CollectiveDescriptor));
@@ -594,8 +536,8 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
   // Wait for every peer's descriptor and payload. After a timeout Gloo fails every
   // pending wait at once, and a wait on a message that already arrived still succeeds: so
   // the peers noted below are exactly those that had not checked in by the deadline.
-  for (int i = 1; i < size_; ++i) {
-    const int p = (rank_ + i) % size_;
+  for (int i = 1; i < size(); ++i) {
+    const int p = (rank() + i) % size();
     if (!failure[p].empty()) continue;
     try {
       if (!desc_in_bufs_[p]->waitRecv(time_left()) || !scratch_bufs_[p]->waitRecv(time_left())) {
@@ -625,7 +567,7 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
     std::vector<std::string> silent;  // timed out: never checked in
     std::vector<std::string> lost;    // connection broke
     std::string first_lost_reason;
-    for (int p = 0; p < size_; ++p) {
+    for (int p = 0; p < size(); ++p) {
       if (failure[p].empty()) continue;
       if (IsGlooTimeout(failure[p])) {
         silent.push_back(Name(p));
@@ -636,9 +578,7 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
     }
     Error err;
     if (lost.empty()) {
-      err = Error(ErrorCode::kDeadlineExceeded,
-                  fmt::format("{} timed out after {} waiting for {}, which never started it",
-                              DescribeOp(mine), Timeout(), JoinRankNames(silent)));
+      err = NeverStarted(DescribeOp(mine), silent);
     } else {
       std::string also = silent.empty() ? ""
                                         : fmt::format("; no answer from {} within {}",
@@ -650,20 +590,19 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
     MarkBroken(err);
     return std::unexpected(err);
   }
-  std::vector<CollectiveDescriptor> all(static_cast<size_t>(size_));
-  for (int p = 0; p < size_; ++p) {
-    if (p != rank_) all[p] = desc_in_[p];
+  std::vector<CollectiveDescriptor> all(static_cast<size_t>(size()));
+  for (int p = 0; p < size(); ++p) {
+    if (p != rank()) all[p] = desc_in_[p];
   }
-  all[static_cast<size_t>(rank_)] = mine;
-  return CheckDescriptors(all, rank_names_);
+  all[static_cast<size_t>(rank())] = mine;
+  return CheckDescriptors(all, rank_names());
 }
 
-Result<void> GlooCommunicator::AllReduce(const void* send, void* recv, size_t count,
-                                         DataType type, ReduceOp op) {
-  COHORT_TRY_VOID(CheckPointer("allreduce", "send", send, count));
-  COHORT_TRY_VOID(CheckPointer("allreduce", "recv", recv, count));
+Result<void> GlooCommunicator::RunAllReduce(const CollectiveDescriptor& d, const void* send,
+                                            void* recv, size_t count, DataType type,
+                                            ReduceOp op) {
   const FusedAllReduce fused{send, recv, count, type, op};
-  return RunCollective(DescribeAllReduce(count, type, op), [&](uint32_t tag) -> Result<void> {
+  return RunCollective(d, [&](uint32_t tag) -> Result<void> {
     if (count == 0) return {};
     ::gloo::AllreduceOptions opts(context_);
     WithElementType(type, [&]<typename T>() {
@@ -672,25 +611,16 @@ Result<void> GlooCommunicator::AllReduce(const void* send, void* recv, size_t co
     });
     opts.setReduceFunction(ReduceFunction(type, op));
     opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
+    opts.setTimeout(config().timeout);
     ::gloo::allreduce(opts);
-    if (op == ReduceOp::kAvg) DivideInPlace(recv, count, type, size_);
+    if (op == ReduceOp::kAvg) DivideInPlace(recv, count, type, size());
     return {};
   }, &fused);
 }
 
-Result<void> GlooCommunicator::ReduceScatter(const void* send, void* recv,
-                                             std::span<const size_t> recv_counts, DataType type,
-                                             ReduceOp op) {
-  if (recv_counts.size() != static_cast<size_t>(size_)) {
-    return Errorf(ErrorCode::kInvalidArgument,
-                  "reduce_scatter: recv_counts has {} entries, the group has {} ranks",
-                  recv_counts.size(), size_);
-  }
-  const size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
-  COHORT_TRY_VOID(CheckPointer("reduce_scatter", "send", send, total));
-  COHORT_TRY_VOID(CheckPointer("reduce_scatter", "recv", recv, recv_counts[rank_]));
-  const CollectiveDescriptor d = DescribeReduceScatter(recv_counts, type, op);
+Result<void> GlooCommunicator::RunReduceScatter(const CollectiveDescriptor& d, const void* send,
+                                                void* recv, std::span<const size_t> recv_counts,
+                                                DataType type, ReduceOp op) {
   return RunCollective(d, [&](uint32_t tag) {
     return RingReduceScatter(d, send, recv, recv_counts, type, op, tag);
   });
@@ -705,10 +635,10 @@ Result<void> GlooCommunicator::RingReduceScatter(const CollectiveDescriptor& d, 
   const size_t esz = SizeOf(type);
   std::vector<size_t> offset(counts.size() + 1, 0);  // in elements
   for (size_t i = 0; i < counts.size(); ++i) offset[i + 1] = offset[i] + counts[i];
-  const size_t mine = counts[rank_];
-  if (size_ == 1) {
+  const size_t mine = counts[rank()];
+  if (size() == 1) {
     if (mine > 0 && send != recv) std::memmove(recv, send, mine * esz);
-    if (op == ReduceOp::kAvg) DivideInPlace(recv, mine, type, size_);
+    if (op == ReduceOp::kAvg) DivideInPlace(recv, mine, type, size());
     return {};
   }
   std::vector<std::byte> work(offset.back() * esz);
@@ -718,14 +648,14 @@ Result<void> GlooCommunicator::RingReduceScatter(const CollectiveDescriptor& d, 
   auto work_buf = context_->createUnboundBuffer(work.data(), work.size());
   auto tmp_buf = context_->createUnboundBuffer(tmp.data(), tmp.size());
   const uint64_t slot = ::gloo::Slot::build(kReduceScatterSlotPrefix, tag);
-  const int left = (rank_ + size_ - 1) % size_;
-  const int right = (rank_ + 1) % size_;
+  const int left = (rank() + size() - 1) % size();
+  const int right = (rank() + 1) % size();
   const auto reduce = ReduceFunction(type, op);
   const std::string op_name = DescribeOp(d);
-  auto chunk = [&](int i) { return static_cast<size_t>(((i % size_) + size_) % size_); };
-  for (int s = 0; s < size_ - 1; ++s) {
-    const size_t cs = chunk(rank_ - s - 1);  // the chunk we pass on
-    const size_t cr = chunk(rank_ - s - 2);  // the chunk we add to
+  auto chunk = [&](int i) { return static_cast<size_t>(((i % size()) + size()) % size()); };
+  for (int s = 0; s < size() - 1; ++s) {
+    const size_t cs = chunk(rank() - s - 1);  // the chunk we pass on
+    const size_t cr = chunk(rank() - s - 2);  // the chunk we add to
     try {
       if (counts[cr] > 0) tmp_buf->recv(left, slot, 0, counts[cr] * esz);
     } catch (const std::exception& e) {
@@ -738,7 +668,7 @@ Result<void> GlooCommunicator::RingReduceScatter(const CollectiveDescriptor& d, 
     }
     if (counts[cr] > 0) {
       try {
-        if (!tmp_buf->waitRecv(shared_->timeout)) throw ::gloo::IoException("wait aborted");
+        if (!tmp_buf->waitRecv(config().timeout)) throw ::gloo::IoException("wait aborted");
       } catch (const std::exception& e) {
         return std::unexpected(TransportError(op_name, e.what(), left));
       }
@@ -747,132 +677,90 @@ Result<void> GlooCommunicator::RingReduceScatter(const CollectiveDescriptor& d, 
     }
     if (counts[cs] > 0) {
       try {
-        if (!work_buf->waitSend(shared_->timeout)) throw ::gloo::IoException("wait aborted");
+        if (!work_buf->waitSend(config().timeout)) throw ::gloo::IoException("wait aborted");
       } catch (const std::exception& e) {
         return std::unexpected(TransportError(op_name, e.what(), right));
       }
     }
   }
-  if (mine > 0) std::memcpy(recv, work.data() + offset[rank_] * esz, mine * esz);
-  if (op == ReduceOp::kAvg) DivideInPlace(recv, mine, type, size_);
+  if (mine > 0) std::memcpy(recv, work.data() + offset[rank()] * esz, mine * esz);
+  if (op == ReduceOp::kAvg) DivideInPlace(recv, mine, type, size());
   return {};
 }
 
-Result<void> GlooCommunicator::AllGather(const void* send, void* recv,
-                                         std::span<const size_t> counts, DataType type) {
-  if (counts.size() != static_cast<size_t>(size_)) {
-    return Errorf(ErrorCode::kInvalidArgument,
-                  "allgather: counts has {} entries, the group has {} ranks", counts.size(),
-                  size_);
-  }
-  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-  COHORT_TRY_VOID(CheckPointer("allgather", "send", send, counts[rank_]));
-  COHORT_TRY_VOID(CheckPointer("allgather", "recv", recv, total));
-  return RunCollective(DescribeAllGather(counts, type), [&](uint32_t tag) -> Result<void> {
-    if (total == 0) return {};
+Result<void> GlooCommunicator::RunAllGather(const CollectiveDescriptor& d, const void* send,
+                                            void* recv, std::span<const size_t> counts,
+                                            DataType type) {
+  return RunCollective(d, [&](uint32_t tag) -> Result<void> {
+    if (d.count == 0) return {};  // sum(counts)
     const size_t esz = SizeOf(type);
     const size_t my_offset =
-        std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0}) * esz;
+        std::accumulate(counts.begin(), counts.begin() + rank(), size_t{0}) * esz;
     const bool in_place = static_cast<const std::byte*>(send) ==
                           static_cast<const std::byte*>(recv) + my_offset;
     ::gloo::AllgathervOptions opts(context_);
     WithElementType(type, [&]<typename T>() {
-      if (!in_place) opts.setInput(static_cast<T*>(const_cast<void*>(send)), counts[rank_]);
+      if (!in_place) opts.setInput(static_cast<T*>(const_cast<void*>(send)), counts[rank()]);
       opts.setOutput(static_cast<T*>(recv), std::vector<size_t>(counts.begin(), counts.end()));
     });
     opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
+    opts.setTimeout(config().timeout);
     ::gloo::allgatherv(opts);
     return {};
   });
 }
 
-Result<void> GlooCommunicator::Broadcast(void* buf, size_t count, DataType type, int root) {
-  if (root < 0 || root >= size_) {
-    return Errorf(ErrorCode::kInvalidArgument, "broadcast: root {} is not a rank of a group of {}",
-                  root, size_);
-  }
-  COHORT_TRY_VOID(CheckPointer("broadcast", "buf", buf, count));
-  return RunCollective(DescribeBroadcast(count, type, root), [&](uint32_t tag) -> Result<void> {
+Result<void> GlooCommunicator::RunBroadcast(const CollectiveDescriptor& d, void* buf,
+                                            size_t count, DataType type, int root) {
+  return RunCollective(d, [&](uint32_t tag) -> Result<void> {
     if (count == 0) return {};
     ::gloo::BroadcastOptions opts(context_);
     WithElementType(type, [&]<typename T>() { opts.setOutput(static_cast<T*>(buf), count); });
     opts.setRoot(root);
     opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
+    opts.setTimeout(config().timeout);
     ::gloo::broadcast(opts);
     return {};
   });
 }
 
-Result<void> GlooCommunicator::Barrier() {
-  return RunCollective(DescribeBarrier(), [&](uint32_t tag) -> Result<void> {
-    if (size_ == 1) return {};
+Result<void> GlooCommunicator::RunBarrier(const CollectiveDescriptor& d) {
+  return RunCollective(d, [&](uint32_t tag) -> Result<void> {
+    if (size() == 1) return {};
     ::gloo::BarrierOptions opts(context_);
     opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
+    opts.setTimeout(config().timeout);
     ::gloo::barrier(opts);
     return {};
   });
 }
 
-Result<void> GlooCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
-                                    int tag) {
-  return PointToPoint(true, const_cast<void*>(buf), count, type, peer, tag);
-}
-
-Result<void> GlooCommunicator::Recv(void* buf, size_t count, DataType type, int peer, int tag) {
-  return PointToPoint(false, buf, count, type, peer, tag);
-}
-
-Result<void> GlooCommunicator::PointToPoint(bool is_send, void* buf, size_t count, DataType type,
-                                            int peer, int tag) {
-  const char* verb = is_send ? "send" : "recv";
-  if (peer < 0 || peer >= size_ || peer == rank_) {
-    return Errorf(ErrorCode::kInvalidArgument, "{}: peer {} must be another rank of a group of {}",
-                  verb, peer, size_);
-  }
-  if (tag < 0) return Errorf(ErrorCode::kInvalidArgument, "{}: tag must be >= 0, got {}", verb, tag);
-  COHORT_TRY_VOID(CheckPointer(verb, "buf", buf, count));
-  COHORT_TRY_VOID(CheckUsable());
-  const std::string op = fmt::format("{} {} {} (tag {}, {}, {} elements)", verb,
-                                     is_send ? "to" : "from", Name(peer), tag,
-                                     DataTypeName(type), count);
+Result<void> GlooCommunicator::RunPointToPoint(const PointToPointCall& call) {
   try {
-    auto ub = context_->createUnboundBuffer(buf, count * SizeOf(type));
-    const uint64_t slot = ::gloo::Slot::build(kPointToPointSlotPrefix, static_cast<uint32_t>(tag));
+    auto ub = context_->createUnboundBuffer(call.buf, call.count * SizeOf(call.type));
+    const uint64_t slot =
+        ::gloo::Slot::build(kPointToPointSlotPrefix, static_cast<uint32_t>(call.tag));
     bool done;
-    if (is_send) {
-      ub->send(peer, slot);
-      done = ub->waitSend(shared_->timeout);
+    if (call.is_send) {
+      ub->send(call.peer, slot);
+      done = ub->waitSend(config().timeout);
     } else {
-      ub->recv(peer, slot);
-      done = ub->waitRecv(shared_->timeout);
+      ub->recv(call.peer, slot);
+      done = ub->waitRecv(config().timeout);
     }
     if (!done) throw ::gloo::IoException("wait aborted");
   } catch (const std::exception& e) {
-    Error err = TransportError(op, e.what(), peer);
+    Error err = TransportError(call.op, e.what(), call.peer);
     MarkBroken(err);
     return std::unexpected(err);
   }
   return {};
 }
 
-Result<std::unique_ptr<Communicator>> GlooCommunicator::Split(std::span<const int> ranks) {
-  const int self_index = COHORT_TRY(CheckSplitMembers(ranks, size_, rank_));
-  COHORT_TRY_VOID(CheckUsable());
-  std::vector<int> members(ranks.begin(), ranks.end());
-  const int nth = split_counts_[members]++;
-  std::string child_id = fmt::format("{}/{}.{}", group_id_, MemberKey(members), nth);
-  std::vector<int> child_world;
-  for (int r : members) child_world.push_back(world_ranks_[r]);
-  auto child = Connect(shared_, child_id, std::move(child_world),
-                       self_index);
-  if (!child) {
-    return std::unexpected(WithContext(
-        child.error(), fmt::format("split into [{}] (every member must call Split with this list)",
-                                   fmt::join(members, ", "))));
-  }
+Result<std::unique_ptr<Communicator>> GlooCommunicator::ConnectGroup(
+    std::string group_id, std::vector<int> world_ranks, int rank) {
+  auto child = Connect(shared_, std::move(group_id), std::move(world_ranks), rank);
+  if (!child) return std::unexpected(child.error());
   return std::unique_ptr<Communicator>(std::move(*child));
 }
 
@@ -883,12 +771,10 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommOptions& 
   // and kills this rank instead of failing the collective (seen in CI).
   IgnoreSigpipeIfDefault();
   auto device = COHORT_TRY(OpenDevice(options.iface_host));
-  auto shared = std::make_shared<GlooShared>(GlooShared{
-      options.store, std::move(device), options.prefix, options.timeout,
-      options.check_consistency});
-  std::vector<int> world(static_cast<size_t>(options.world_size));
-  std::iota(world.begin(), world.end(), 0);
-  auto comm = GlooCommunicator::Connect(std::move(shared), "world", std::move(world), options.rank);
+  auto shared =
+      std::make_shared<GlooShared>(GlooShared{GroupConfig::From(options), std::move(device)});
+  auto comm = GlooCommunicator::Connect(std::move(shared), "world",
+                                        WorldRanks(options.world_size), options.rank);
   if (!comm) return std::unexpected(comm.error());
   return std::unique_ptr<Communicator>(std::move(*comm));
 }

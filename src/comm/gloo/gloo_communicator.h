@@ -32,7 +32,9 @@
 // Gloo's exceptions (gloo::IoException, gloo::EnforceNotMet, ...) are caught here and
 // become Errors. A Gloo timeout poisons every pair of its context, so after any
 // transport failure the communicator reports kFailedPrecondition from then on.
-// Threading: as Communicator (one thread at a time per communicator).
+// The argument checks, broken state, sequence numbers and Split are CommunicatorBase's
+// (communicator_base.h). Threading: as Communicator (one thread at a time per
+// communicator).
 #pragma once
 
 #include <memory>

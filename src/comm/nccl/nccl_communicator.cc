@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include "comm/communicator_base.h"
 #include "comm/communicator_descriptor.h"
 #include "comm/nccl/nccl_errors.h"
 #include "comm/nccl/nccl_reduce.h"
@@ -30,19 +31,18 @@ namespace cohort::comm {
 
 namespace {
 
-using nccl_backend::CudaError;
 using nccl_backend::NcclError;
 using nccl_backend::ShareUniqueId;
 using nccl_backend::ToNccl;
 
 // What a communicator and the sub-groups split from it share.
 struct NcclShared {
-  std::shared_ptr<Store> store;  // null only for a world of one without a store
-  std::string prefix;
-  Millis timeout;
-  bool check_consistency;
+  GroupConfig group;
   int device;  // the CUDA device every call runs on
 };
+
+// The store keys of group g live under "<prefix>/nccl/<g>/".
+constexpr std::string_view kKeyDir = "nccl/";
 
 // Travels before each point-to-point payload when check_consistency is on.
 struct P2PHeader {
@@ -60,26 +60,6 @@ struct CallContext {
   uint64_t seq = 0;         // collectives: their number; 0 for send/recv
   SteadyTime start;
 };
-
-Result<void> CheckPointer(std::string_view op, std::string_view what, const void* p,
-                          size_t count) {
-  if (p == nullptr && count > 0) {
-    return Errorf(ErrorCode::kInvalidArgument, "{}: {} is null for {} elements", op, what, count);
-  }
-  return {};
-}
-
-// A short, store-safe name for a member list: "s0-2-4-6", or a hash for big lists (the
-// same naming as the gloo backend, so both backends lay out the store alike).
-std::string MemberKey(const std::vector<int>& members) {
-  if (members.size() <= 16) return fmt::format("s{}", fmt::join(members, "-"));
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int m : members) {
-    h ^= static_cast<uint32_t>(m);
-    h *= 0x100000001b3ull;
-  }
-  return fmt::format("s{}x{:016x}", members.size(), h);
-}
 
 // Sleeps a little between polls: spins (yielding) for the first 2ms, so that short
 // collectives return promptly, then sleeps ~2% of the time spent so far (20us..1ms).
@@ -113,34 +93,37 @@ void PollPause(SteadyTime start) {
     }                                                                                     \
   } while (0)
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public CommunicatorBase {
  public:
   // Rendezvous of `world_ranks.size()` ranks under group `group_id`; this is `rank`.
   static Result<std::unique_ptr<NcclCommunicator>> Connect(std::shared_ptr<const NcclShared> shared,
                                                            std::string group_id,
                                                            std::vector<int> world_ranks, int rank);
 
-  NcclCommunicator(const NcclCommunicator&) = delete;
-  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
   ~NcclCommunicator() override;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   std::string_view backend() const override { return "nccl"; }
 
-  Result<void> AllReduce(const void* send, void* recv, size_t count, DataType type,
-                         ReduceOp op) override;
-  Result<void> ReduceScatter(const void* send, void* recv, std::span<const size_t> recv_counts,
-                             DataType type, ReduceOp op) override;
-  Result<void> AllGather(const void* send, void* recv, std::span<const size_t> counts,
-                         DataType type) override;
-  Result<void> Broadcast(void* buf, size_t count, DataType type, int root) override;
-  Result<void> Barrier() override;
-  Result<void> Send(const void* buf, size_t count, DataType type, int peer, int tag) override;
-  Result<void> Recv(void* buf, size_t count, DataType type, int peer, int tag) override;
-  Result<std::unique_ptr<Communicator>> Split(std::span<const int> ranks) override;
-
  private:
+  // CommunicatorBase: the transfers, enqueued on stream_ and waited for.
+  Result<void> RunAllReduce(const CollectiveDescriptor& d, const void* send, void* recv,
+                            size_t count, DataType type, ReduceOp op) override;
+  Result<void> RunReduceScatter(const CollectiveDescriptor& d, const void* send, void* recv,
+                                std::span<const size_t> recv_counts, DataType type,
+                                ReduceOp op) override;
+  Result<void> RunAllGather(const CollectiveDescriptor& d, const void* send, void* recv,
+                            std::span<const size_t> counts, DataType type) override;
+  Result<void> RunBroadcast(const CollectiveDescriptor& d, void* buf, size_t count, DataType type,
+                            int root) override;
+  Result<void> RunBarrier(const CollectiveDescriptor& d) override;
+  Result<void> RunPointToPoint(const PointToPointCall& call) override;
+  Result<std::unique_ptr<Communicator>> ConnectGroup(std::string group_id,
+                                                     std::vector<int> world_ranks,
+                                                     int rank) override;
+  // Aborts the NCCL communicator: stops NCCL's kernels and proxy threads for it (peers
+  // still inside the collective find out at their own timeout; NCCL cannot tell them).
+  void OnBroken() override;
+
   NcclCommunicator(std::shared_ptr<const NcclShared> shared, std::string group_id,
                    std::vector<int> world_ranks, int rank);
 
@@ -148,14 +131,12 @@ class NcclCommunicator final : public Communicator {
   // waiting at most the timeout for every rank to join.
   Result<void> Init(const ncclUniqueId& id);
 
-  // Runs one collective: sequence number, descriptor exchange, `body(ctx)` (which
+  // Runs one collective `d` (already numbered): descriptor exchange, `body(ctx)` (which
   // enqueues), then waits for it. Any failure but a mismatch breaks the communicator.
   template <typename Body>
-  Result<void> RunCollective(CollectiveDescriptor d, Body&& body);
+  Result<void> RunCollective(const CollectiveDescriptor& d, Body&& body);
   // ncclAllGather of every rank's descriptor; kInvalidArgument on a mismatch.
   Result<void> ExchangeDescriptors(const CollectiveDescriptor& mine, const CallContext& ctx);
-  Result<void> PointToPoint(bool is_send, void* buf, size_t count, DataType type, int peer,
-                            int tag);
 
   // Polls until NCCL has accepted the work enqueued so far (no ncclInProgress) and, with
   // `drain`, until the stream has finished it; at most the timeout from ctx.start. On an
@@ -165,22 +146,13 @@ class NcclCommunicator final : public Communicator {
   Error TimedOut(const CallContext& ctx);
   // Prefixes the operation (and peer) to `e`, breaks the communicator, returns `e`.
   Error Break(Error e, const CallContext& ctx);
-  void MarkBroken(const Error& e);
-  Result<void> CheckUsable() const;
 
   std::string WaitingKey(int r) const {
-    return fmt::format("{}/nccl/{}/waiting/{}", shared_->prefix, group_id_, r);
+    return GroupKeyPrefix(config(), kKeyDir, group_id()) + fmt::format("waiting/{}", r);
   }
-  const std::string& Name(int r) const { return rank_names_[static_cast<size_t>(r)]; }
-  std::string Timeout() const { return FormatDuration(shared_->timeout.count()); }
 
   const std::shared_ptr<const NcclShared> shared_;
-  const std::string group_id_;
-  const std::string comm_name_;         // NCCL's commName, for its logs
-  const std::vector<int> world_ranks_;  // world rank of each member
-  const int rank_;
-  const int size_;
-  std::vector<std::string> rank_names_;  // "rank 1 (world rank 3)"
+  const std::string comm_name_;  // NCCL's commName, for its logs
 
   ncclComm_t comm_ = nullptr;  // null once aborted
   cudaStream_t stream_ = nullptr;
@@ -193,22 +165,13 @@ class NcclCommunicator final : public Communicator {
   // keeps its bound).
   CollectiveDescriptor* desc_host_ = nullptr;
   P2PHeader* header_host_ = nullptr;
-
-  uint64_t seq_ = 0;                              // collectives started so far
-  std::map<std::vector<int>, int> split_counts_;  // member list -> splits so far
-  std::optional<Error> broken_;                   // the failure that broke it
 };
 
 NcclCommunicator::NcclCommunicator(std::shared_ptr<const NcclShared> shared,
                                    std::string group_id, std::vector<int> world_ranks, int rank)
-    : shared_(std::move(shared)),
-      group_id_(std::move(group_id)),
-      comm_name_(fmt::format("{}/{}", shared_->prefix, group_id_)),
-      world_ranks_(std::move(world_ranks)),
-      rank_(rank),
-      size_(static_cast<int>(world_ranks_.size())) {
-  for (int r = 0; r < size_; ++r) rank_names_.push_back(RankName(r, world_ranks_[r]));
-}
+    : CommunicatorBase(shared->group, std::move(group_id), std::move(world_ranks), rank),
+      shared_(std::move(shared)),
+      comm_name_(fmt::format("{}/{}", config().prefix, this->group_id())) {}
 
 NcclCommunicator::~NcclCommunicator() {
   // Nothing here may throw or wait unboundedly. Errors are ignored: there is nobody
@@ -221,7 +184,7 @@ NcclCommunicator::~NcclCommunicator() {
     const ncclResult_t f = ncclCommFinalize(comm_);
     if (f == ncclSuccess || f == ncclInProgress) {
       const SteadyTime start = SteadyClock::now();
-      const SteadyTime deadline = start + shared_->timeout;
+      const SteadyTime deadline = start + config().timeout;
       while (SteadyClock::now() < deadline) {
         ncclResult_t state = ncclSuccess;
         if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
@@ -255,21 +218,12 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
     std::shared_ptr<const NcclShared> shared, std::string group_id, std::vector<int> world_ranks,
     int rank) {
   const int size = static_cast<int>(world_ranks.size());
-  const std::string what =
-      fmt::format("rendezvous of nccl group '{}' (rank {} of {})", group_id, rank, size);
-  const std::string key_prefix = fmt::format("{}/nccl/{}/", shared->prefix, group_id);
-  if (shared->store != nullptr) {
-    // Two processes claiming one rank would both wait for a peer that never comes.
-    auto claims = shared->store->Add(key_prefix + fmt::format("claims/{}", rank), 1);
-    if (!claims) return std::unexpected(WithContext(claims.error(), what));
-    if (*claims > 1) {
-      return Errorf(ErrorCode::kInvalidArgument,
-                    "{}: rank {} was claimed {} times (two processes with the same rank, or a "
-                    "prefix reused from an earlier communicator: make CommOptions.prefix unique)",
-                    what, rank, *claims);
-    }
-  }
-  auto id = ShareUniqueId(shared->store, key_prefix, rank == 0, shared->timeout);
+  const std::string what = RendezvousName("nccl", group_id, rank, size);
+  const GroupConfig& group = shared->group;
+  const std::string key_prefix = GroupKeyPrefix(group, kKeyDir, group_id);
+  // Two processes claiming one rank would both wait for a peer that never comes.
+  COHORT_TRY_VOID(ClaimRank(group.store, key_prefix, rank, what));
+  auto id = ShareUniqueId(group.store, key_prefix, rank == 0, group.timeout);
   if (!id) return std::unexpected(WithContext(id.error(), what));
   std::unique_ptr<NcclCommunicator> comm(
       new NcclCommunicator(std::move(shared), std::move(group_id), std::move(world_ranks), rank));
@@ -281,8 +235,8 @@ Result<void> NcclCommunicator::Init(const ncclUniqueId& id) {
   COHORT_CUDA_CHECK(cudaSetDevice(shared_->device));
   // A blocking stream: it waits for work the caller queued on the legacy default stream.
   COHORT_CUDA_CHECK(cudaStreamCreate(&stream_));
-  if (shared_->check_consistency) {
-    const size_t n = static_cast<size_t>(size_) + 1;
+  if (config().check_consistency) {
+    const size_t n = static_cast<size_t>(size()) + 1;
     COHORT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&desc_dev_), n * sizeof(CollectiveDescriptor)));
     COHORT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&desc_host_), n * sizeof(CollectiveDescriptor)));
     COHORT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&header_dev_), 2 * sizeof(P2PHeader)));
@@ -291,11 +245,11 @@ Result<void> NcclCommunicator::Init(const ncclUniqueId& id) {
   COHORT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&barrier_dev_), sizeof(int32_t)));
   COHORT_CUDA_CHECK(cudaMemset(barrier_dev_, 0, sizeof(int32_t)));
 
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // every NCCL call returns at once; we poll with a deadline
-  config.commName = comm_name_.c_str();
+  ncclConfig_t nccl_config = NCCL_CONFIG_INITIALIZER;
+  nccl_config.blocking = 0;  // every NCCL call returns at once; we poll with a deadline
+  nccl_config.commName = comm_name_.c_str();
   const SteadyTime start = SteadyClock::now();
-  const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+  const ncclResult_t r = ncclCommInitRankConfig(&comm_, size(), id, rank(), &nccl_config);
   if (r != ncclSuccess && r != ncclInProgress) {
     Error e = NcclError(r, "ncclCommInitRankConfig", __FILE__, __LINE__);
     if (comm_ != nullptr) (void)ncclCommAbort(comm_);
@@ -313,30 +267,20 @@ Result<void> NcclCommunicator::Init(const ncclUniqueId& id) {
       comm_ = nullptr;
       return std::unexpected(e);
     }
-    if (SteadyClock::now() - start >= shared_->timeout) {
+    if (SteadyClock::now() - start >= config().timeout) {
       (void)ncclCommAbort(comm_);
       comm_ = nullptr;
       return Errorf(ErrorCode::kDeadlineExceeded,
                     "ncclCommInitRankConfig did not finish within {} (are all {} ranks running, "
                     "each on its own GPU, and can they reach each other?)",
-                    Timeout(), size_);
+                    Timeout(), size());
     }
     PollPause(start);
   }
 }
 
-Result<void> NcclCommunicator::CheckUsable() const {
-  if (!broken_) return {};
-  return Errorf(ErrorCode::kFailedPrecondition,
-                "communicator unusable after an earlier failure; create a new one ({})",
-                broken_->message);
-}
-
-void NcclCommunicator::MarkBroken(const Error& e) {
-  if (!broken_) broken_ = e;
+void NcclCommunicator::OnBroken() {
   if (comm_ != nullptr) {
-    // Stops NCCL's kernels and proxy threads for this communicator; peers still inside
-    // the collective find out at their own timeout (NCCL cannot tell them).
     (void)ncclCommAbort(comm_);
     comm_ = nullptr;
   }
@@ -354,26 +298,25 @@ Error NcclCommunicator::TimedOut(const CallContext& ctx) {
   if (ctx.peer) {
     e.message = fmt::format("{} timed out after {} waiting for {}", ctx.op, Timeout(),
                             Name(*ctx.peer));
-  } else if (shared_->store == nullptr || size_ < 2) {
+  } else if (config().store == nullptr || size() < 2) {
     e.message = fmt::format("{} timed out after {}", ctx.op, Timeout());
   } else {
     // Peers that were in this collective too have set their waiting key to its number
     // at half the timeout; the others never reached it.
-    (void)shared_->store->Set(WaitingKey(rank_), std::to_string(ctx.seq));
+    (void)config().store->Set(WaitingKey(rank()), std::to_string(ctx.seq));
     std::vector<std::string> absent;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      auto v = shared_->store->Get(WaitingKey(r), Millis(1));
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      auto v = config().store->Get(WaitingKey(r), Millis(1));
       const auto seq = v ? ParseInt64(*v) : std::nullopt;
       if (!seq || static_cast<uint64_t>(*seq) != ctx.seq) absent.push_back(Name(r));
     }
     if (absent.empty()) {
       e.message = fmt::format("{} timed out after {}; all {} ranks had started it, so one "
                               "stalled or died mid-transfer",
-                              ctx.op, Timeout(), size_);
+                              ctx.op, Timeout(), size());
     } else {
-      e.message = fmt::format("{} timed out after {} waiting for {}, which never started it",
-                              ctx.op, Timeout(), JoinRankNames(absent));
+      e = NeverStarted(ctx.op, absent);
     }
   }
   MarkBroken(e);
@@ -381,9 +324,9 @@ Error NcclCommunicator::TimedOut(const CallContext& ctx) {
 }
 
 Result<void> NcclCommunicator::Wait(const CallContext& ctx, bool drain) {
-  const SteadyTime deadline = ctx.start + shared_->timeout;
-  const SteadyTime post_at = ctx.start + shared_->timeout / 2;
-  const bool may_post = ctx.seq > 0 && shared_->store != nullptr && size_ > 1;
+  const SteadyTime deadline = ctx.start + config().timeout;
+  const SteadyTime post_at = ctx.start + config().timeout / 2;
+  const bool may_post = ctx.seq > 0 && config().store != nullptr && size() > 1;
   bool posted = false;
   while (true) {
     ncclResult_t state = ncclSuccess;
@@ -407,7 +350,7 @@ Result<void> NcclCommunicator::Wait(const CallContext& ctx, bool drain) {
     const SteadyTime now = SteadyClock::now();
     if (now >= deadline) return std::unexpected(TimedOut(ctx));
     if (may_post && !posted && now >= post_at) {
-      (void)shared_->store->Set(WaitingKey(rank_), std::to_string(ctx.seq));
+      (void)config().store->Set(WaitingKey(rank()), std::to_string(ctx.seq));
       posted = true;
     }
     PollPause(ctx.start);
@@ -415,12 +358,10 @@ Result<void> NcclCommunicator::Wait(const CallContext& ctx, bool drain) {
 }
 
 template <typename Body>
-Result<void> NcclCommunicator::RunCollective(CollectiveDescriptor d, Body&& body) {
-  COHORT_TRY_VOID(CheckUsable());
-  d.seq = ++seq_;
+Result<void> NcclCommunicator::RunCollective(const CollectiveDescriptor& d, Body&& body) {
   const CallContext ctx{DescribeOp(d), std::nullopt, d.seq, SteadyClock::now()};
   COHORT_CUDA_ENQUEUE(cudaSetDevice(shared_->device), ctx);
-  if (shared_->check_consistency && size_ > 1) COHORT_TRY_VOID(ExchangeDescriptors(d, ctx));
+  if (config().check_consistency && size() > 1) COHORT_TRY_VOID(ExchangeDescriptors(d, ctx));
   COHORT_TRY_VOID(body(ctx));
   return Wait(ctx, /*drain=*/true);
 }
@@ -431,41 +372,32 @@ Result<void> NcclCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
   desc_host_[0] = mine;
   COHORT_CUDA_ENQUEUE(cudaMemcpyAsync(desc_dev_, desc_host_, kBytes, cudaMemcpyHostToDevice, stream_), ctx);
   COHORT_NCCL_ENQUEUE(ncclAllGather(desc_dev_, desc_dev_ + 1, kBytes, ncclUint8, comm_, stream_), ctx);
-  COHORT_CUDA_ENQUEUE(cudaMemcpyAsync(desc_host_ + 1, desc_dev_ + 1, size_ * kBytes,
+  COHORT_CUDA_ENQUEUE(cudaMemcpyAsync(desc_host_ + 1, desc_dev_ + 1, size() * kBytes,
                                       cudaMemcpyDeviceToHost, stream_), ctx);
   COHORT_TRY_VOID(Wait(ctx, /*drain=*/true));
   // Every rank sees the same descriptors, so a mismatch fails everywhere alike and
   // before any data moved; the communicator stays usable.
-  return CheckDescriptors(std::span<const CollectiveDescriptor>(desc_host_ + 1, size_), rank_names_);
+  return CheckDescriptors(std::span<const CollectiveDescriptor>(desc_host_ + 1, size()),
+                          rank_names());
 }
 
-Result<void> NcclCommunicator::AllReduce(const void* send, void* recv, size_t count,
-                                         DataType type, ReduceOp op) {
-  COHORT_TRY_VOID(CheckPointer("allreduce", "send", send, count));
-  COHORT_TRY_VOID(CheckPointer("allreduce", "recv", recv, count));
-  return RunCollective(DescribeAllReduce(count, type, op), [&](const CallContext& ctx) -> Result<void> {
+Result<void> NcclCommunicator::RunAllReduce(const CollectiveDescriptor& d, const void* send,
+                                            void* recv, size_t count, DataType type,
+                                            ReduceOp op) {
+  return RunCollective(d, [&](const CallContext& ctx) -> Result<void> {
     if (count == 0) return {};
     COHORT_NCCL_ENQUEUE(ncclAllReduce(send, recv, count, ToNccl(type), ToNccl(op), comm_, stream_), ctx);
     return {};
   });
 }
 
-Result<void> NcclCommunicator::ReduceScatter(const void* send, void* recv,
-                                             std::span<const size_t> recv_counts, DataType type,
-                                             ReduceOp op) {
-  if (recv_counts.size() != static_cast<size_t>(size_)) {
-    return Errorf(ErrorCode::kInvalidArgument,
-                  "reduce_scatter: recv_counts has {} entries, the group has {} ranks",
-                  recv_counts.size(), size_);
-  }
-  const size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
-  COHORT_TRY_VOID(CheckPointer("reduce_scatter", "send", send, total));
-  COHORT_TRY_VOID(CheckPointer("reduce_scatter", "recv", recv, recv_counts[rank_]));
+Result<void> NcclCommunicator::RunReduceScatter(const CollectiveDescriptor& d, const void* send,
+                                                void* recv, std::span<const size_t> recv_counts,
+                                                DataType type, ReduceOp op) {
   const bool even = std::all_of(recv_counts.begin(), recv_counts.end(),
                                 [&](size_t c) { return c == recv_counts[0]; });
-  return RunCollective(DescribeReduceScatter(recv_counts, type, op),
-                       [&](const CallContext& ctx) -> Result<void> {
-    if (total == 0) return {};
+  return RunCollective(d, [&](const CallContext& ctx) -> Result<void> {
+    if (d.count == 0) return {};  // sum(recv_counts)
     if (even) {
       COHORT_NCCL_ENQUEUE(ncclReduceScatter(send, recv, recv_counts[0], ToNccl(type), ToNccl(op),
                                             comm_, stream_), ctx);
@@ -475,12 +407,12 @@ Result<void> NcclCommunicator::ReduceScatter(const void* send, void* recv,
     const size_t esz = SizeOf(type);
     COHORT_NCCL_ENQUEUE(ncclGroupStart(), ctx);
     size_t offset = 0;
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < size(); ++r) {
       const size_t c = recv_counts[r];
       if (c > 0) {
         const void* block = static_cast<const std::byte*>(send) + offset * esz;
         // recvbuff is only read on the root.
-        COHORT_NCCL_ENQUEUE(ncclReduce(block, r == rank_ ? recv : nullptr, c, ToNccl(type),
+        COHORT_NCCL_ENQUEUE(ncclReduce(block, r == rank() ? recv : nullptr, c, ToNccl(type),
                                        ToNccl(op), r, comm_, stream_), ctx);
       }
       offset += c;
@@ -490,20 +422,13 @@ Result<void> NcclCommunicator::ReduceScatter(const void* send, void* recv,
   });
 }
 
-Result<void> NcclCommunicator::AllGather(const void* send, void* recv,
-                                         std::span<const size_t> counts, DataType type) {
-  if (counts.size() != static_cast<size_t>(size_)) {
-    return Errorf(ErrorCode::kInvalidArgument,
-                  "allgather: counts has {} entries, the group has {} ranks", counts.size(),
-                  size_);
-  }
-  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-  COHORT_TRY_VOID(CheckPointer("allgather", "send", send, counts[rank_]));
-  COHORT_TRY_VOID(CheckPointer("allgather", "recv", recv, total));
+Result<void> NcclCommunicator::RunAllGather(const CollectiveDescriptor& d, const void* send,
+                                            void* recv, std::span<const size_t> counts,
+                                            DataType type) {
   const bool even =
       std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
-  return RunCollective(DescribeAllGather(counts, type), [&](const CallContext& ctx) -> Result<void> {
-    if (total == 0) return {};
+  return RunCollective(d, [&](const CallContext& ctx) -> Result<void> {
+    if (d.count == 0) return {};  // sum(counts)
     if (even) {
       // In place when send == recv + rank * count: NCCL's in-place rule is ours.
       COHORT_NCCL_ENQUEUE(ncclAllGather(send, recv, counts[0], ToNccl(type), comm_, stream_), ctx);
@@ -513,12 +438,12 @@ Result<void> NcclCommunicator::AllGather(const void* send, void* recv,
     const size_t esz = SizeOf(type);
     COHORT_NCCL_ENQUEUE(ncclGroupStart(), ctx);
     size_t offset = 0;
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < size(); ++r) {
       const size_t c = counts[r];
       if (c > 0) {
         void* block = static_cast<std::byte*>(recv) + offset * esz;
         // sendbuff is only read on the root; send == block (in place) is fine.
-        COHORT_NCCL_ENQUEUE(ncclBroadcast(r == rank_ ? send : block, block, c, ToNccl(type), r,
+        COHORT_NCCL_ENQUEUE(ncclBroadcast(r == rank() ? send : block, block, c, ToNccl(type), r,
                                           comm_, stream_), ctx);
       }
       offset += c;
@@ -528,75 +453,63 @@ Result<void> NcclCommunicator::AllGather(const void* send, void* recv,
   });
 }
 
-Result<void> NcclCommunicator::Broadcast(void* buf, size_t count, DataType type, int root) {
-  if (root < 0 || root >= size_) {
-    return Errorf(ErrorCode::kInvalidArgument, "broadcast: root {} is not a rank of a group of {}",
-                  root, size_);
-  }
-  COHORT_TRY_VOID(CheckPointer("broadcast", "buf", buf, count));
-  return RunCollective(DescribeBroadcast(count, type, root), [&](const CallContext& ctx) -> Result<void> {
+Result<void> NcclCommunicator::RunBroadcast(const CollectiveDescriptor& d, void* buf,
+                                            size_t count, DataType type, int root) {
+  return RunCollective(d, [&](const CallContext& ctx) -> Result<void> {
     if (count == 0) return {};
     COHORT_NCCL_ENQUEUE(ncclBroadcast(buf, buf, count, ToNccl(type), root, comm_, stream_), ctx);
     return {};
   });
 }
 
-Result<void> NcclCommunicator::Barrier() {
-  return RunCollective(DescribeBarrier(), [&](const CallContext& ctx) -> Result<void> {
-    if (size_ == 1) return {};
+Result<void> NcclCommunicator::RunBarrier(const CollectiveDescriptor& d) {
+  return RunCollective(d, [&](const CallContext& ctx) -> Result<void> {
+    if (size() == 1) return {};
     COHORT_NCCL_ENQUEUE(ncclAllReduce(barrier_dev_, barrier_dev_, 1, ncclInt32, ncclSum, comm_,
                                       stream_), ctx);
     return {};
   });
 }
 
-Result<void> NcclCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
-                                    int tag) {
-  return PointToPoint(true, const_cast<void*>(buf), count, type, peer, tag);
-}
-
-Result<void> NcclCommunicator::Recv(void* buf, size_t count, DataType type, int peer, int tag) {
-  return PointToPoint(false, buf, count, type, peer, tag);
-}
-
-Result<void> NcclCommunicator::PointToPoint(bool is_send, void* buf, size_t count, DataType type,
-                                            int peer, int tag) {
-  const char* verb = is_send ? "send" : "recv";
-  if (peer < 0 || peer >= size_ || peer == rank_) {
-    return Errorf(ErrorCode::kInvalidArgument, "{}: peer {} must be another rank of a group of {}",
-                  verb, peer, size_);
-  }
-  if (tag < 0) return Errorf(ErrorCode::kInvalidArgument, "{}: tag must be >= 0, got {}", verb, tag);
-  COHORT_TRY_VOID(CheckPointer(verb, "buf", buf, count));
-  COHORT_TRY_VOID(CheckUsable());
-  const CallContext ctx{fmt::format("{} {} {} (tag {}, {}, {} elements)", verb,
-                                    is_send ? "to" : "from", Name(peer), tag, DataTypeName(type),
-                                    count),
-                        peer, 0, SteadyClock::now()};
+Result<void> NcclCommunicator::RunPointToPoint(const PointToPointCall& call) {
+  const CallContext ctx{call.op, call.peer, 0, SteadyClock::now()};
   COHORT_CUDA_ENQUEUE(cudaSetDevice(shared_->device), ctx);
-  const bool check = shared_->check_consistency;
-  const P2PHeader mine{count, tag, static_cast<uint32_t>(type)};
-  if (check && is_send) {
+  const bool check = config().check_consistency;
+  const P2PHeader mine{call.count, call.tag, static_cast<uint32_t>(call.type)};
+  if (check && call.is_send) {
     header_host_[0] = mine;
     COHORT_CUDA_ENQUEUE(cudaMemcpyAsync(header_dev_, header_host_, sizeof(P2PHeader),
                                         cudaMemcpyHostToDevice, stream_), ctx);
   }
   // Header and payload in one group: one launch, and NCCL keeps their order per peer.
   COHORT_NCCL_ENQUEUE(ncclGroupStart(), ctx);
-  if (is_send) {
-    if (check) COHORT_NCCL_ENQUEUE(ncclSend(header_dev_, sizeof(P2PHeader), ncclUint8, peer, comm_, stream_), ctx);
-    if (count > 0) COHORT_NCCL_ENQUEUE(ncclSend(buf, count, ToNccl(type), peer, comm_, stream_), ctx);
+  const int peer = call.peer;
+  if (call.is_send) {
+    if (check) {
+      COHORT_NCCL_ENQUEUE(
+          ncclSend(header_dev_, sizeof(P2PHeader), ncclUint8, peer, comm_, stream_), ctx);
+    }
+    if (call.count > 0) {
+      COHORT_NCCL_ENQUEUE(
+          ncclSend(call.buf, call.count, ToNccl(call.type), peer, comm_, stream_), ctx);
+    }
   } else {
-    if (check) COHORT_NCCL_ENQUEUE(ncclRecv(header_dev_ + 1, sizeof(P2PHeader), ncclUint8, peer, comm_, stream_), ctx);
-    if (count > 0) COHORT_NCCL_ENQUEUE(ncclRecv(buf, count, ToNccl(type), peer, comm_, stream_), ctx);
+    if (check) {
+      COHORT_NCCL_ENQUEUE(
+          ncclRecv(header_dev_ + 1, sizeof(P2PHeader), ncclUint8, peer, comm_, stream_), ctx);
+    }
+    if (call.count > 0) {
+      COHORT_NCCL_ENQUEUE(
+          ncclRecv(call.buf, call.count, ToNccl(call.type), peer, comm_, stream_), ctx);
+    }
   }
   COHORT_NCCL_ENQUEUE(ncclGroupEnd(), ctx);
-  if (check && !is_send) {
+  if (check && !call.is_send) {
     COHORT_CUDA_ENQUEUE(cudaMemcpyAsync(header_host_ + 1, header_dev_ + 1, sizeof(P2PHeader),
                                         cudaMemcpyDeviceToHost, stream_), ctx);
   }
   COHORT_TRY_VOID(Wait(ctx, /*drain=*/true));
-  if (check && !is_send && !(header_host_[1] == mine)) {
+  if (check && !call.is_send && !(header_host_[1] == mine)) {
     const P2PHeader& theirs = header_host_[1];
     const std::string_view their_type =
         theirs.dtype <= static_cast<uint32_t>(DataType::kInt64)
@@ -605,53 +518,27 @@ Result<void> NcclCommunicator::PointToPoint(bool is_send, void* buf, size_t coun
     return Errorf(ErrorCode::kInvalidArgument,
                   "{} was paired with {}'s send (tag {}, {}, {} elements): NCCL pairs the sends "
                   "and receives of two ranks in call order, so tags must come in the same order",
-                  ctx.op, Name(peer), theirs.tag, their_type, theirs.count);
+                  ctx.op, Name(call.peer), theirs.tag, their_type, theirs.count);
   }
   return {};
 }
 
-Result<std::unique_ptr<Communicator>> NcclCommunicator::Split(std::span<const int> ranks) {
-  const int self_index = COHORT_TRY(CheckSplitMembers(ranks, size_, rank_));
-  COHORT_TRY_VOID(CheckUsable());
-  std::vector<int> members(ranks.begin(), ranks.end());
-  const int nth = split_counts_[members]++;
-  std::string child_id = fmt::format("{}/{}.{}", group_id_, MemberKey(members), nth);
-  std::vector<int> child_world;
-  for (int r : members) child_world.push_back(world_ranks_[r]);
-  auto child = Connect(shared_, std::move(child_id), std::move(child_world),
-                       self_index);
-  if (!child) {
-    return std::unexpected(WithContext(
-        child.error(), fmt::format("split into [{}] (every member must call Split with this list)",
-                                   fmt::join(members, ", "))));
-  }
+Result<std::unique_ptr<Communicator>> NcclCommunicator::ConnectGroup(
+    std::string group_id, std::vector<int> world_ranks, int rank) {
+  auto child = Connect(shared_, std::move(group_id), std::move(world_ranks), rank);
+  if (!child) return std::unexpected(child.error());
   return std::unique_ptr<Communicator>(std::move(*child));
 }
 
 }  // namespace
 
-Result<int> NcclDeviceCount() {
-  static const Result<int> count = []() -> Result<int> {
-    int n = 0;
-    const cudaError_t s = cudaGetDeviceCount(&n);
-    if (s != cudaSuccess) {
-      return Errorf(ErrorCode::kUnavailable, "no CUDA device: {}", cudaGetErrorString(s));
-    }
-    if (n <= 0) return Errorf(ErrorCode::kUnavailable, "no CUDA device: the device count is 0");
-    return n;
-  }();
-  return count;
-}
-
 Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const CommOptions& options) {
-  COHORT_TRY_VOID(NcclDeviceCount());
+  COHORT_TRY_VOID(CudaDeviceCount());
   int device = 0;
   COHORT_CUDA_CHECK(cudaGetDevice(&device));
-  auto shared = std::make_shared<NcclShared>(
-      NcclShared{options.store, options.prefix, options.timeout, options.check_consistency, device});
-  std::vector<int> world(static_cast<size_t>(options.world_size));
-  std::iota(world.begin(), world.end(), 0);
-  auto comm = NcclCommunicator::Connect(std::move(shared), "world", std::move(world), options.rank);
+  auto shared = std::make_shared<NcclShared>(NcclShared{GroupConfig::From(options), device});
+  auto comm = NcclCommunicator::Connect(std::move(shared), "world",
+                                        WorldRanks(options.world_size), options.rank);
   if (!comm) return std::unexpected(comm.error());
   return std::unique_ptr<Communicator>(std::move(*comm));
 }

@@ -39,8 +39,9 @@
 // count) travels with the payload in one group, and a receive whose header differs
 // fails with kInvalidArgument naming both sides. Without it, tags are ignored.
 //
-// Threading: as Communicator (one thread at a time per communicator).
-// This header has no CUDA includes; the backend is compiled only with CUDA and NCCL.
+// The argument checks, broken state, sequence numbers and Split are CommunicatorBase's
+// (communicator_base.h). Threading: as Communicator (one thread at a time per
+// communicator). This header has no CUDA includes; the backend is compiled only with CUDA and NCCL.
 #pragma once
 
 #include <memory>
@@ -51,12 +52,8 @@
 namespace cohort::comm {
 
 // CreateCommunicator's "nccl" branch; `options` are already validated by it.
-// kUnavailable "no CUDA device: <cuda error>" when no device can be used.
+// kUnavailable "no CUDA device: <cuda error>" (CudaDeviceCount, common/cuda_status.h)
+// when no device can be used.
 Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const CommOptions& options);
-
-// The number of CUDA devices this process sees (> 0), or kUnavailable "no CUDA device:
-// <cuda error string>" (no GPU, no driver, CUDA_VISIBLE_DEVICES empty). Never crashes on
-// a machine without a GPU. Computed once; thread-safe.
-Result<int> NcclDeviceCount();
 
 }  // namespace cohort::comm
