@@ -57,12 +57,12 @@ if(TARGET cohort_engine_kernels_cuda)
   set_source_files_properties(${_emu_dir}/cublaslt_emu.cc PROPERTIES COMPILE_OPTIONS
                               "-O2;-fno-sanitize=all")
 
-  # Everything emulated in one library: the kernels, status.cc, matmul.cc on the host
+  # Everything emulated in one library: the kernels, common/cuda_status.cc, matmul.cc on the host
   # cuBLASLt, the runtime stand-ins and GptCudaModel. ASan/UBSan throughout (device buffers
   # are host allocations, so a kernel or the model overrunning one is reported).
   add_library(cohort_cuda_emu STATIC
     ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/cublaslt_emu.cc ${_emu_dir}/stub_cudart.cc
-    ${_cuda_src}/status.cc ${_cuda_src}/matmul.cc ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc)
+    ${PROJECT_SOURCE_DIR}/src/common/cuda_status.cc ${_cuda_src}/matmul.cc ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc)
   target_include_directories(cohort_cuda_emu PUBLIC ${_emu_dir})
   target_include_directories(cohort_cuda_emu SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
   target_compile_definitions(cohort_cuda_emu PUBLIC COHORT_HAVE_CUDA_ENGINE=1)

@@ -29,7 +29,6 @@
 #include "engine/kernels/cuda/matmul.cuh"
 #include "engine/kernels/cuda/matmul.h"
 #include "engine/kernels/cuda/residual.cuh"
-#include "engine/kernels/cuda/status.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/grad_clip.h"
 #include "cuda_test_util.h"

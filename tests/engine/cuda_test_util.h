@@ -24,13 +24,13 @@
 #include <utility>
 #include <vector>
 
-#include "engine/kernels/cuda/status.h"
+#include "common/cuda_status.h"
 
-// Skips the current test (GTEST_SKIP, with DeviceCount()'s reason) when no CUDA device can
-// be used. Call it first in every GPU test body.
+// Skips the current test (GTEST_SKIP, with CudaDeviceCount()'s reason) when no CUDA device
+// can be used. Call it first in every GPU test body.
 #define COHORT_SKIP_WITHOUT_GPU()                                                  \
   do {                                                                             \
-    auto _cohort_devices = ::cohort::engine::cuda::DeviceCount();                  \
+    auto _cohort_devices = ::cohort::CudaDeviceCount();                            \
     if (!_cohort_devices) GTEST_SKIP() << _cohort_devices.error().ToString();      \
   } while (0)
 

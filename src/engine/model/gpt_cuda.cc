@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "common/cuda_status.h"
 #include "engine/kernels/cuda/adamw.cuh"
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/cross_entropy.cuh"
@@ -20,7 +21,6 @@
 #include "engine/kernels/cuda/layernorm.cuh"
 #include "engine/kernels/cuda/matmul.h"
 #include "engine/kernels/cuda/residual.cuh"
-#include "engine/kernels/cuda/status.h"
 #include "engine/model/gpt_layout.h"
 
 namespace cohort::engine {
@@ -210,7 +210,7 @@ Error OutOfMemory(const std::string& what, size_t bytes, int device) {
     where += fmt::format(" ({} free of {})", GiB(free_bytes), GiB(total_bytes));
   }
   (void)cudaGetLastError();  // a failed cudaMalloc leaves its error in the last-error slot
-  return Error(ErrorCode::kUnsatisfiable,
+  return Error(ErrorCode::kResourceExhausted,
                fmt::format("out of device memory: {} needs {} bytes ({}) on {}", what, bytes,
                            GiB(bytes), where));
 }
@@ -220,7 +220,7 @@ Result<void*> DeviceAlloc(size_t bytes, const std::string& what, int device) {
   void* p = nullptr;
   const cudaError_t st = cudaMalloc(&p, bytes);
   if (st == cudaErrorMemoryAllocation) return std::unexpected(OutOfMemory(what, bytes, device));
-  COHORT_TRY_VOID(k::CheckCuda(st, "cudaMalloc"));
+  if (st != cudaSuccess) return std::unexpected(CudaError(st, "cudaMalloc", __FILE__, __LINE__));
   return p;
 }
 
@@ -266,7 +266,10 @@ struct GptCudaModel::Impl {
     if (stream != nullptr) (void)cudaStreamDestroy(stream);
   }
 
-  Result<void> UseDevice() { return k::CheckCuda(cudaSetDevice(device), "cudaSetDevice"); }
+  Result<void> UseDevice() {
+    COHORT_CUDA_CHECK(cudaSetDevice(device));
+    return {};
+  }
 
   // Per-layer slices (fixed stride of the maximum shape, see Buffers).
   size_t MaxN() const { return static_cast<size_t>(max_batch) * max_seq; }
@@ -275,7 +278,7 @@ struct GptCudaModel::Impl {
 
   Result<void> Notify(size_t slice, const GradReadyFn& ready) {
     const Slice& s = slices[slice];
-    COHORT_TRY_VOID(k::CheckCuda(cudaEventRecord(s.event, stream), "cudaEventRecord"));
+    COHORT_CUDA_CHECK(cudaEventRecord(s.event, stream));
     if (ready) ready(s.offset, s.count);
     return {};
   }
@@ -288,14 +291,14 @@ Result<GptCudaMemory> GptCudaModel::PlanMemory(const GptConfig& config, int max_
   (void)Carve(nullptr, config, max_batch, max_seq, &mem);
   // Without a device the encoder's sort cannot size its temporary storage (a few KB to MB,
   // counted as 0 then) and leaves its failure in the runtime's last-error slot: clear it.
-  if (!k::DeviceCount()) (void)cudaGetLastError();
+  if (!CudaDeviceCount()) (void)cudaGetLastError();
   return mem;
 }
 
 Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& config,
                                                            int max_batch, int max_seq) {
   COHORT_TRY_VOID(CheckShape(config, max_batch, max_seq));
-  COHORT_TRY(k::DeviceCount());
+  COHORT_TRY(CudaDeviceCount());
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.config = config;
@@ -303,9 +306,8 @@ Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& conf
   m.Vp = config.padded_vocab_size();
   m.max_batch = max_batch;
   m.max_seq = max_seq;
-  COHORT_TRY_VOID(k::CheckCuda(cudaGetDevice(&m.device), "cudaGetDevice"));
-  COHORT_TRY_VOID(
-      k::CheckCuda(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+  COHORT_CUDA_CHECK(cudaGetDevice(&m.device));
+  COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
 
   (void)Carve(nullptr, config, max_batch, max_seq, &m.memory);
   const std::string what = fmt::format(
@@ -319,7 +321,7 @@ Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& conf
   m.buf = Carve(m.arena, config, max_batch, max_seq, &check);
 
   void* pinned = nullptr;
-  COHORT_TRY_VOID(k::CheckCuda(cudaMallocHost(&pinned, sizeof(float)), "cudaMallocHost"));
+  COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(float)));
   m.loss_host = static_cast<float*>(pinned);
   m.matmul.emplace(COHORT_TRY(k::Matmul::Create(m.stream)));
 
@@ -333,21 +335,17 @@ Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& conf
   m.slices.push_back({lay.wpe, static_cast<size_t>(config.max_seq_len) * C});
   m.slices.push_back({lay.wte, static_cast<size_t>(m.Vp) * C});
   for (Slice& s : m.slices) {
-    COHORT_TRY_VOID(k::CheckCuda(cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming),
-                                 "cudaEventCreate"));
+    COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming));
   }
 
   // Zeroed parameters and gradients, as GptModel::Create.
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemsetAsync(m.buf.params, 0, m.config.num_parameters() * sizeof(float), m.stream),
-      "cudaMemsetAsync(params)"));
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemsetAsync(m.buf.params_bf16, 0, m.config.num_parameters() * sizeof(bf16), m.stream),
-      "cudaMemsetAsync(params_bf16)"));
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemsetAsync(m.buf.grads, 0, m.config.num_parameters() * sizeof(float), m.stream),
-      "cudaMemsetAsync(grads)"));
-  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(m.stream), "GptCudaModel::Create"));
+  COHORT_CUDA_CHECK(
+      cudaMemsetAsync(m.buf.params, 0, m.config.num_parameters() * sizeof(float), m.stream));
+  COHORT_CUDA_CHECK(
+      cudaMemsetAsync(m.buf.params_bf16, 0, m.config.num_parameters() * sizeof(bf16), m.stream));
+  COHORT_CUDA_CHECK(
+      cudaMemsetAsync(m.buf.grads, 0, m.config.num_parameters() * sizeof(float), m.stream));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   return std::unique_ptr<GptCudaModel>(new GptCudaModel(std::move(impl)));
 }
 
@@ -374,21 +372,21 @@ Result<void> GptCudaModel::CopyParamsFromHost(std::span<const float> params) {
     return FieldError("params", "has {} values, the model {}", params.size(), num_parameters());
   }
   COHORT_TRY_VOID(m.UseDevice());
-  COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(m.buf.params, params.data(),
-                                               params.size() * sizeof(float),
-                                               cudaMemcpyHostToDevice, m.stream),
-                               "cudaMemcpyAsync(params to device)"));
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(m.buf.params, params.data(), params.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, m.stream));
   k::ConvertToBf16(m.buf.params_bf16, m.buf.params, params.size(), m.stream);
-  COHORT_TRY_VOID(k::CheckLastLaunch("ConvertToBf16(params)"));
-  return k::CheckCuda(cudaStreamSynchronize(m.stream), "CopyParamsFromHost");
+  COHORT_CUDA_CHECK(cudaGetLastError());  // ConvertToBf16(params)
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return {};
 }
 
 Result<void> GptCudaModel::ParamsWritten() {
   Impl& m = *impl_;
   COHORT_TRY_VOID(m.UseDevice());
   k::ConvertToBf16(m.buf.params_bf16, m.buf.params, num_parameters(), m.stream);
-  COHORT_TRY_VOID(k::CheckLastLaunch("ConvertToBf16(params)"));
-  return k::CheckCuda(cudaStreamSynchronize(m.stream), "ParamsWritten");
+  COHORT_CUDA_CHECK(cudaGetLastError());  // ConvertToBf16(params)
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return {};
 }
 
 Result<void> GptCudaModel::CopyParamsToHost(std::span<float> params) {
@@ -397,11 +395,10 @@ Result<void> GptCudaModel::CopyParamsToHost(std::span<float> params) {
     return FieldError("params", "has {} values, the model {}", params.size(), num_parameters());
   }
   COHORT_TRY_VOID(m.UseDevice());
-  COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(params.data(), m.buf.params,
-                                               params.size() * sizeof(float),
-                                               cudaMemcpyDeviceToHost, m.stream),
-                               "cudaMemcpyAsync(params to host)"));
-  return k::CheckCuda(cudaStreamSynchronize(m.stream), "CopyParamsToHost");
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(params.data(), m.buf.params, params.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost, m.stream));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return {};
 }
 
 Result<void> GptCudaModel::CopyGradsToHost(std::span<float> grads) {
@@ -410,24 +407,23 @@ Result<void> GptCudaModel::CopyGradsToHost(std::span<float> grads) {
     return FieldError("grads", "has {} values, the model {}", grads.size(), num_parameters());
   }
   COHORT_TRY_VOID(m.UseDevice());
-  COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(grads.data(), m.buf.grads,
-                                               grads.size() * sizeof(float),
-                                               cudaMemcpyDeviceToHost, m.stream),
-                               "cudaMemcpyAsync(grads to host)"));
-  return k::CheckCuda(cudaStreamSynchronize(m.stream), "CopyGradsToHost");
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(grads.data(), m.buf.grads, grads.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost, m.stream));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return {};
 }
 
 Result<void> GptCudaModel::ZeroGrad() {
   Impl& m = *impl_;
   COHORT_TRY_VOID(m.UseDevice());
-  return k::CheckCuda(
-      cudaMemsetAsync(m.buf.grads, 0, num_parameters() * sizeof(float), m.stream),
-      "cudaMemsetAsync(grads)");
+  COHORT_CUDA_CHECK(cudaMemsetAsync(m.buf.grads, 0, num_parameters() * sizeof(float), m.stream));
+  return {};
 }
 
 Result<void> GptCudaModel::Synchronize() {
   COHORT_TRY_VOID(impl_->UseDevice());
-  return k::CheckCuda(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  return {};
 }
 
 Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
@@ -456,13 +452,11 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
   cudaStream_t st = m.stream;
   // Pageable sources: cudaMemcpyAsync stages them before returning, so the spans may
   // change as soon as it returns; the copies stay ordered on the stream.
-  COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(b.tokens, tokens.data(), BT * sizeof(int32_t),
-                                               cudaMemcpyHostToDevice, st),
-                               "cudaMemcpyAsync(tokens)"));
+  COHORT_CUDA_CHECK(
+      cudaMemcpyAsync(b.tokens, tokens.data(), BT * sizeof(int32_t), cudaMemcpyHostToDevice, st));
   if (!targets.empty()) {
-    COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(b.targets, targets.data(),
-                                                 BT * sizeof(int32_t), cudaMemcpyHostToDevice, st),
-                                 "cudaMemcpyAsync(targets)"));
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(b.targets, targets.data(), BT * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, st));
   }
 
   const int C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer, N = static_cast<int>(BT);
@@ -471,7 +465,7 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
   k::Matmul& mm = *m.matmul;
 
   k::EncoderForward(b.encoded, b.tokens, m.Pb(lay.wte), m.Pb(lay.wpe), B, T, C, st);
-  COHORT_TRY_VOID(k::CheckLastLaunch("EncoderForward"));
+  COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderForward
   for (int l = 0; l < L; ++l) {
     const LayerOffsets& w = lay.layers[l];
     const size_t lc = l * maxN * C, ls = l * maxN;  // this layer's slice: (maxN, C), (maxN)
@@ -489,8 +483,7 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
     k::LayerNormForward(ln1, b.ln1_mean + ls, b.ln1_rstd + ls, residual, m.Pb(w.ln1_w),
                         m.Pb(w.ln1_b), N, C, st);
     COHORT_TRY_VOID(mm.Forward(qkv, ln1, m.Pb(w.qkv_w), m.Pb(w.qkv_b), N, C, 3 * C));
-    COHORT_TRY_VOID(
-        k::CheckCuda(k::AttentionForward(atty, lse, qkv, B, T, C, NH, st), "AttentionForward"));
+    COHORT_CUDA_CHECK(k::AttentionForward(atty, lse, qkv, B, T, C, NH, st));
     COHORT_TRY_VOID(mm.Forward(residual2, atty, m.Pb(w.attn_proj_w), m.Pb(w.attn_proj_b), N, C, C));
     k::ResidualForward(residual2, residual2, residual, NC, st);
     k::LayerNormForward(ln2, b.ln2_mean + ls, b.ln2_rstd + ls, residual2, m.Pb(w.ln2_w),
@@ -500,13 +493,13 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
     COHORT_TRY_VOID(
         mm.Forward(residual3, fch_gelu, m.Pb(w.fc_proj_w), m.Pb(w.fc_proj_b), N, 4 * C, C));
     k::ResidualForward(residual3, residual3, residual2, NC, st);
-    COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Forward (transformer block)"));
+    COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (transformer block)
   }
   const bf16* last = b.residual3 + (L - 1) * maxN * C;
   k::LayerNormForward(b.lnf, b.lnf_mean, b.lnf_rstd, last, m.Pb(lay.ln_f_w), m.Pb(lay.ln_f_b), N,
                       C, st);
   COHORT_TRY_VOID(mm.Forward(b.logits, b.lnf, m.Pb(lay.wte), nullptr, N, C, m.Vp));
-  COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Forward (head)"));
+  COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (head)
   m.logits_valid = true;
   if (targets.empty()) return 0.0f;
 
@@ -515,11 +508,10 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
   k::FusedClassifier(b.logits, b.losses, b.targets, N, cfg.vocab_size, m.Vp, 0.0f,
                      /*write_grad=*/false, st);
   k::SumLosses(b.loss_sum, b.losses, N, st);
-  COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Forward (loss)"));
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemcpyAsync(m.loss_host, b.loss_sum, sizeof(float), cudaMemcpyDeviceToHost, st),
-      "cudaMemcpyAsync(loss)"));
-  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(st), "GptCudaModel::Forward"));
+  COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (loss)
+  COHORT_CUDA_CHECK(
+      cudaMemcpyAsync(m.loss_host, b.loss_sum, sizeof(float), cudaMemcpyDeviceToHost, st));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
   m.backward_ready = true;
   return count > 0 ? *m.loss_host / static_cast<float>(count) : 0.0f;
 }
@@ -535,12 +527,10 @@ Result<std::vector<float>> GptCudaModel::LastLogits() {
   std::vector<uint16_t> bits(B * V);
   // Row (b·T + T − 1) of the (B·T, Vp) logits for each b: a 2-D copy with a source pitch
   // of T rows.
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemcpy2DAsync(bits.data(), V * sizeof(uint16_t), m.buf.logits + (T - 1) * Vp,
-                        T * Vp * sizeof(bf16), V * sizeof(bf16), B, cudaMemcpyDeviceToHost,
-                        m.stream),
-      "cudaMemcpy2DAsync(logits)"));
-  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(m.stream), "LastLogits"));
+  COHORT_CUDA_CHECK(cudaMemcpy2DAsync(bits.data(), V * sizeof(uint16_t),
+                                      m.buf.logits + (T - 1) * Vp, T * Vp * sizeof(bf16),
+                                      V * sizeof(bf16), B, cudaMemcpyDeviceToHost, m.stream));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   std::vector<float> out(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) out[i] = Bf16BitsToFloat(bits[i]);
   return out;
@@ -581,12 +571,11 @@ Result<void> GptCudaModel::Backward(float loss_scale, const GradReadyFn& ready) 
   COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(lay.wte), nullptr, b.logits, b.lnf, m.Pb(lay.wte),
                               N, C, m.Vp));
   // The residual stream's gradient starts at zero; every LayerNorm backward adds into it.
-  COHORT_TRY_VOID(k::CheckCuda(cudaMemsetAsync(b.dresidual, 0, NC * sizeof(bf16), st),
-                               "cudaMemsetAsync(dresidual)"));
+  COHORT_CUDA_CHECK(cudaMemsetAsync(b.dresidual, 0, NC * sizeof(bf16), st));
   k::LayerNormBackward(b.dresidual, m.G(lay.ln_f_w), m.G(lay.ln_f_b), b.dsmall,
                        b.residual3 + (L - 1) * maxN * C, m.Pb(lay.ln_f_w), b.lnf_mean,
                        b.lnf_rstd, N, C, b.scratch, st);
-  COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Backward (head)"));
+  COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Backward (head)
   size_t slice = 0;
   COHORT_TRY_VOID(m.Notify(slice++, ready));  // ln_f
 
@@ -616,19 +605,18 @@ Result<void> GptCudaModel::Backward(float loss_scale, const GradReadyFn& ready) 
     // dsmall = datty; dbig = dqkv (N, 3C); dsmall = dln1.
     COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(w.attn_proj_w), m.G(w.attn_proj_b), b.dresidual,
                                 atty, m.Pb(w.attn_proj_w), N, C, C));
-    COHORT_TRY_VOID(k::CheckCuda(
-        k::AttentionBackward(b.dbig, b.dsmall, qkv, atty, lse, B, T, C, NH, b.scratch, st),
-        "AttentionBackward"));
+    COHORT_CUDA_CHECK(
+        k::AttentionBackward(b.dbig, b.dsmall, qkv, atty, lse, B, T, C, NH, b.scratch, st));
     COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(w.qkv_w), m.G(w.qkv_b), b.dbig, ln1,
                                 m.Pb(w.qkv_w), N, C, 3 * C));
     k::LayerNormBackward(b.dresidual, m.G(w.ln1_w), m.G(w.ln1_b), b.dsmall, residual,
                          m.Pb(w.ln1_w), b.ln1_mean + ls, b.ln1_rstd + ls, N, C, b.scratch, st);
-    COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaModel::Backward (transformer block)"));
+    COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Backward (transformer block)
     COHORT_TRY_VOID(m.Notify(slice++, ready));  // layer l
   }
 
   k::EncoderBackward(m.G(lay.wte), m.G(lay.wpe), b.dresidual, b.tokens, B, T, C, b.scratch, st);
-  COHORT_TRY_VOID(k::CheckLastLaunch("EncoderBackward"));
+  COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderBackward
   COHORT_TRY_VOID(m.Notify(slice++, ready));  // wpe
   COHORT_TRY_VOID(m.Notify(slice++, ready));  // wte
   return {};
@@ -641,7 +629,7 @@ Result<void> GptCudaModel::WaitGradsReady(size_t offset, size_t count) {
   const size_t end = offset + count;
   for (const Slice& s : impl_->slices) {
     if (s.offset >= end || s.offset + s.count <= offset) continue;
-    COHORT_TRY_VOID(k::CheckCuda(cudaEventSynchronize(s.event), "cudaEventSynchronize(gradients)"));
+    COHORT_CUDA_CHECK(cudaEventSynchronize(s.event));
   }
   return {};
 }
@@ -699,7 +687,7 @@ Result<std::unique_ptr<GptCudaAdamW>> GptCudaAdamW::Create(GptCudaModel& model,
     return Errorf(ErrorCode::kInternal, "parameter layout covers {} of {} values", covered, o.n);
   }
 
-  COHORT_TRY_VOID(k::CheckCuda(cudaSetDevice(model.device()), "cudaSetDevice"));
+  COHORT_CUDA_CHECK(cudaSetDevice(model.device()));
   Carver sizing(nullptr);
   (void)sizing.Take<float>(o.n, nullptr);
   (void)sizing.Take<float>(o.n, nullptr);
@@ -717,14 +705,12 @@ Result<std::unique_ptr<GptCudaAdamW>> GptCudaAdamW::Create(GptCudaModel& model,
   o.clip_scale = cv.Take<float>(1, nullptr);
   o.scratch = cv.Take<char>(std::max<size_t>(1, k::GradNormScratchBytes(o.n)), nullptr);
   void* pinned = nullptr;
-  COHORT_TRY_VOID(k::CheckCuda(cudaMallocHost(&pinned, sizeof(double)), "cudaMallocHost"));
+  COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(double)));
   o.norm_host = static_cast<double*>(pinned);
   cudaStream_t st = model.stream();
-  COHORT_TRY_VOID(k::CheckCuda(cudaMemsetAsync(o.m, 0, o.n * sizeof(float), st),
-                               "cudaMemsetAsync(m)"));
-  COHORT_TRY_VOID(k::CheckCuda(cudaMemsetAsync(o.v, 0, o.n * sizeof(float), st),
-                               "cudaMemsetAsync(v)"));
-  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(st), "GptCudaAdamW::Create"));
+  COHORT_CUDA_CHECK(cudaMemsetAsync(o.m, 0, o.n * sizeof(float), st));
+  COHORT_CUDA_CHECK(cudaMemsetAsync(o.v, 0, o.n * sizeof(float), st));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
   return std::unique_ptr<GptCudaAdamW>(new GptCudaAdamW(std::move(impl)));
 }
 
@@ -739,7 +725,7 @@ size_t GptCudaAdamW::device_bytes() const { return impl_->bytes; }
 Result<double> GptCudaAdamW::Step(float lr, double max_norm) {
   Impl& o = *impl_;
   GptCudaModel& model = *o.model;
-  COHORT_TRY_VOID(k::CheckCuda(cudaSetDevice(model.device()), "cudaSetDevice"));
+  COHORT_CUDA_CHECK(cudaSetDevice(model.device()));
   cudaStream_t st = model.stream();
   float* params = model.params_device().data();
   const float* grads = model.grads_device().data();
@@ -759,11 +745,10 @@ Result<double> GptCudaAdamW::Step(float lr, double max_norm) {
     k::AdamWUpdate(params + r.offset, params_bf16 + r.offset, grads + r.offset, o.m + r.offset,
                    o.v + r.offset, r.count, s, st);
   }
-  COHORT_TRY_VOID(k::CheckLastLaunch("GptCudaAdamW::Step"));
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemcpyAsync(o.norm_host, o.norm_sq, sizeof(double), cudaMemcpyDeviceToHost, st),
-      "cudaMemcpyAsync(grad norm)"));
-  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(st), "GptCudaAdamW::Step"));
+  COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaAdamW::Step
+  COHORT_CUDA_CHECK(
+      cudaMemcpyAsync(o.norm_host, o.norm_sq, sizeof(double), cudaMemcpyDeviceToHost, st));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
   return std::sqrt(*o.norm_host);
 }
 
@@ -773,14 +758,13 @@ Result<void> GptCudaAdamW::CopyStateToHost(std::span<float> m, std::span<float> 
     return FieldError("m", "m and v need {} values each, got {} and {}", o.n, m.size(), v.size());
   }
   cudaStream_t st = o.model->stream();
-  COHORT_TRY_VOID(k::CheckCuda(cudaSetDevice(o.model->device()), "cudaSetDevice"));
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemcpyAsync(m.data(), o.m, o.n * sizeof(float), cudaMemcpyDeviceToHost, st),
-      "cudaMemcpyAsync(m to host)"));
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemcpyAsync(v.data(), o.v, o.n * sizeof(float), cudaMemcpyDeviceToHost, st),
-      "cudaMemcpyAsync(v to host)"));
-  return k::CheckCuda(cudaStreamSynchronize(st), "GptCudaAdamW::CopyStateToHost");
+  COHORT_CUDA_CHECK(cudaSetDevice(o.model->device()));
+  COHORT_CUDA_CHECK(
+      cudaMemcpyAsync(m.data(), o.m, o.n * sizeof(float), cudaMemcpyDeviceToHost, st));
+  COHORT_CUDA_CHECK(
+      cudaMemcpyAsync(v.data(), o.v, o.n * sizeof(float), cudaMemcpyDeviceToHost, st));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
+  return {};
 }
 
 Result<void> GptCudaAdamW::Restore(std::span<const float> m, std::span<const float> v,
@@ -790,14 +774,12 @@ Result<void> GptCudaAdamW::Restore(std::span<const float> m, std::span<const flo
   if (v.size() != o.n) return FieldError("v", "has {} values, the optimizer {}", v.size(), o.n);
   if (t < 0) return FieldError("t", "must be >= 0, got {}", t);
   cudaStream_t st = o.model->stream();
-  COHORT_TRY_VOID(k::CheckCuda(cudaSetDevice(o.model->device()), "cudaSetDevice"));
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemcpyAsync(o.m, m.data(), o.n * sizeof(float), cudaMemcpyHostToDevice, st),
-      "cudaMemcpyAsync(m to device)"));
-  COHORT_TRY_VOID(k::CheckCuda(
-      cudaMemcpyAsync(o.v, v.data(), o.n * sizeof(float), cudaMemcpyHostToDevice, st),
-      "cudaMemcpyAsync(v to device)"));
-  COHORT_TRY_VOID(k::CheckCuda(cudaStreamSynchronize(st), "GptCudaAdamW::Restore"));
+  COHORT_CUDA_CHECK(cudaSetDevice(o.model->device()));
+  COHORT_CUDA_CHECK(
+      cudaMemcpyAsync(o.m, m.data(), o.n * sizeof(float), cudaMemcpyHostToDevice, st));
+  COHORT_CUDA_CHECK(
+      cudaMemcpyAsync(o.v, v.data(), o.n * sizeof(float), cudaMemcpyHostToDevice, st));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
   o.t = t;
   return {};
 }

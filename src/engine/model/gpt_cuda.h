@@ -70,9 +70,9 @@ class GptCudaModel {
   // max_batch < 1, max_seq outside [1, config.max_seq_len], model.n_embd not a multiple
   // of 8 (16-byte vector access), or a head size (n_embd / n_head) that the attention
   // kernel does not support. kUnavailable when there is no usable device.
-  // kUnsatisfiable "out of device memory: ... needs N bytes" when the allocation fails
-  // (Cohort's ErrorCode has no resource-exhausted code; unsatisfiable is the nearest:
-  // this configuration cannot run on this device); kInternal for other CUDA failures.
+  // kResourceExhausted "out of device memory: ... needs N bytes" when the allocation fails
+  // (this configuration cannot run on this device); other CUDA failures as
+  // COHORT_CUDA_CHECK classifies them (common/cuda_status.h).
   static Result<std::unique_ptr<GptCudaModel>> Create(const GptConfig& config, int max_batch,
                                                       int max_seq);
   ~GptCudaModel();
@@ -146,7 +146,7 @@ class GptCudaModel {
 // the model it was made for, which must outlive it.
 class GptCudaAdamW {
  public:
-  // kInvalidArgument from config.Validate(); kUnsatisfiable / kInternal as Create.
+  // kInvalidArgument from config.Validate(); kResourceExhausted / CUDA errors as Create.
   static Result<std::unique_ptr<GptCudaAdamW>> Create(GptCudaModel& model,
                                                       const AdamWConfig& config);
   ~GptCudaAdamW();

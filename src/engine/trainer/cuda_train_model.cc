@@ -11,7 +11,7 @@
 #if COHORT_HAVE_CUDA_ENGINE
 #include <cuda_runtime.h>
 
-#include "engine/kernels/cuda/status.h"
+#include "common/cuda_status.h"
 #include "engine/model/gpt_cuda.h"
 #endif
 
@@ -21,14 +21,12 @@ namespace cohort::engine {
 
 namespace {
 
-namespace k = ::cohort::engine::cuda;
-
 constexpr const char* kNoDevice = "train.device is cuda but no CUDA device is usable";
 
 // The error for "no usable GPU", with the CUDA status that says why.
 Error NoDevice(const std::string& reason) {
   std::string why = reason;
-  // DeviceCount() says "no CUDA device: <error>": do not repeat the words.
+  // CudaDeviceCount() says "no CUDA device: <error>": do not repeat the words.
   if (why.starts_with("no CUDA device: ")) why = why.substr(16);
   return Error(ErrorCode::kUnavailable, fmt::format("{}: {}", kNoDevice, why));
 }
@@ -162,9 +160,9 @@ class CudaTrainModel final : public TrainModel {
   }
   // A copy on the model's stream (never the legacy default stream), complete on return.
   Result<void> Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-    COHORT_TRY_VOID(k::CheckCuda(cudaMemcpyAsync(dst, src, bytes, kind, model_->stream()),
-                                 "cudaMemcpyAsync(collective staging)"));
-    return k::CheckCuda(cudaStreamSynchronize(model_->stream()), "collective staging");
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, model_->stream()));
+    COHORT_CUDA_CHECK(cudaStreamSynchronize(model_->stream()));
+    return {};
   }
 
   std::unique_ptr<GptCudaModel> model_;
@@ -178,7 +176,7 @@ class CudaTrainModel final : public TrainModel {
 bool CudaTrainingBuilt() { return true; }
 
 Result<CudaDeviceChoice> SelectCudaDevice(int local_rank) {
-  auto count = k::DeviceCount();
+  auto count = CudaDeviceCount();
   if (!count) return std::unexpected(NoDevice(count.error().message));
   CudaDeviceChoice choice;
   choice.visible = *count;
@@ -220,8 +218,7 @@ Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
   COHORT_TRY_VOID(model->CopyParamsFromHost(initial.params()));
   auto optimizer = COHORT_TRY(GptCudaAdamW::Create(*model, adamw));
   void* staging = nullptr;
-  COHORT_TRY_VOID(k::CheckCuda(cudaMalloc(&staging, CudaTrainModel::kStagingBytes),
-                               "cudaMalloc(collective staging)"));
+  COHORT_CUDA_CHECK(cudaMalloc(&staging, CudaTrainModel::kStagingBytes));
   if (description != nullptr) {
     *description = fmt::format(
         "{:.2f} GiB of device memory (model and activations for {} x {} tokens {:.2f} GiB, "

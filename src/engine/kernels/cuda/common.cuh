@@ -9,13 +9,13 @@
 //
 // Launchers are host functions that enqueue work on `stream` and return at once; they
 // never synchronize. A launch error surfaces through cudaGetLastError at the caller's
-// next check point (status.h). Shapes are the caller's responsibility (the model
+// next check point (COHORT_CUDA_CHECK(cudaGetLastError()), common/cuda_status.h). Shapes are the caller's responsibility (the model
 // validates them once); launchers with shape limits say so and return
 // cudaErrorInvalidValue.
 //
 // .cu files are compiled as C++20 by nvcc, which has no std::expected: no .cu/.cuh file
-// includes common/error.h. Host-only code that returns Result (status.h, matmul.h) is
-// plain C++23 in .cc files.
+// includes common/error.h or common/cuda_status.h. Host-only code that returns Result
+// (matmul.h, the model) is plain C++23 in .cc files.
 #pragma once
 
 #include <cuda_bf16.h>

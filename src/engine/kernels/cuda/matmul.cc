@@ -38,17 +38,20 @@
 #include <tuple>
 #include <utility>
 
+#include "common/cuda_status.h"
 #include "engine/kernels/cuda/matmul.cuh"
-#include "engine/kernels/cuda/status.h"
 
 namespace cohort::engine::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
+// kResourceExhausted when cuBLASLt could not allocate, else kInternal.
 Result<void> CheckLt(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return {};
-  return Errorf(ErrorCode::kInternal, "cuBLASLt {}: {}: {}", what, cublasLtGetStatusName(status),
+  const ErrorCode code = status == CUBLAS_STATUS_ALLOC_FAILED ? ErrorCode::kResourceExhausted
+                                                              : ErrorCode::kInternal;
+  return Errorf(code, "cuBLASLt {}: {}: {}", what, cublasLtGetStatusName(status),
                 cublasLtGetStatusString(status));
 }
 
@@ -222,12 +225,11 @@ struct Matmul::Impl {
     if (bytes > bias_scratch_bytes) {
       if (bias_scratch != nullptr) {
         // cudaFree waits for the device, so earlier work on the old buffer is done.
-        COHORT_TRY_VOID(CheckCuda(cudaFree(bias_scratch), "cudaFree (bias-gradient scratch)"));
+        COHORT_CUDA_CHECK(cudaFree(bias_scratch));
         bias_scratch = nullptr;
         bias_scratch_bytes = 0;
       }
-      COHORT_TRY_VOID(
-          CheckCuda(cudaMalloc(&bias_scratch, bytes), "cudaMalloc (bias-gradient scratch)"));
+      COHORT_CUDA_CHECK(cudaMalloc(&bias_scratch, bytes));
       bias_scratch_bytes = bytes;
     }
     return bias_scratch;
@@ -239,8 +241,7 @@ Result<Matmul> Matmul::Create(cudaStream_t stream) {
   Matmul matmul(impl);  // owns impl from here on, whatever happens below
   impl->stream = stream;
   COHORT_TRY_VOID(CheckLt(cublasLtCreate(&impl->handle), "cublasLtCreate"));
-  COHORT_TRY_VOID(CheckCuda(cudaMalloc(&impl->workspace, kWorkspaceBytes),
-                            "cudaMalloc (cuBLASLt workspace, 32 MiB)"));
+  COHORT_CUDA_CHECK(cudaMalloc(&impl->workspace, kWorkspaceBytes));
   return matmul;
 }
 
@@ -305,7 +306,7 @@ Result<void> Matmul::Backward(bf16* dinp, float* dw, float* dbias, const bf16* d
   if (dbias != nullptr) {
     void* scratch = COHORT_TRY(impl_->BiasScratch(BiasGradScratchBytes(N, OC)));
     BiasGradient(dbias, dout, N, OC, scratch, impl_->stream);
-    COHORT_TRY_VOID(CheckLastLaunch("matmul backward: bias gradient"));
+    COHORT_CUDA_CHECK(cudaGetLastError());  // matmul backward: bias gradient
   }
   if (dinp != nullptr) {
     Gemm g;

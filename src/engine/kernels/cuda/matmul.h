@@ -14,7 +14,8 @@ namespace cohort::engine::cuda {
 // One cuBLASLt handle and workspace, bound to one stream. Not thread-safe; one per model.
 class Matmul {
  public:
-  // kInternal naming the cuBLASLt status on failure.
+  // kInternal naming the cuBLASLt status on failure (kResourceExhausted when it could not
+  // allocate); CUDA failures as COHORT_CUDA_CHECK (common/cuda_status.h).
   static Result<Matmul> Create(cudaStream_t stream);
   Matmul(Matmul&&) noexcept;
   Matmul& operator=(Matmul&&) noexcept;

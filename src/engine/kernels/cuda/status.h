@@ -1,20 +1,13 @@
-// Host-side CUDA status helpers (C++23, so they can return Result; see common.cuh).
+// Kept only for bench/train_throughput.cc, which is outside the engine: the engine's CUDA
+// status helpers are now common/cuda_status.h (COHORT_CUDA_CHECK, CudaDeviceCount).
+// Switch that benchmark to CudaDeviceCount() and delete this header.
 #pragma once
 
-#include <cuda_runtime.h>
-
-#include "common/error.h"
+#include "common/cuda_status.h"
 
 namespace cohort::engine::cuda {
 
-// kInternal "<what>: <cudaGetErrorName>: <cudaGetErrorString>" if `status` is not
-// cudaSuccess.
-Result<void> CheckCuda(cudaError_t status, const char* what);
-// CheckCuda(cudaGetLastError(), what): call after a group of launches.
-Result<void> CheckLastLaunch(const char* what);
-
-// Number of CUDA devices (> 0), or kUnavailable "no CUDA device: <error>". Never
-// crashes on a machine without a GPU or driver. Computed once; thread-safe.
-Result<int> DeviceCount();
+// CudaDeviceCount() under its old name.
+inline Result<int> DeviceCount() { return CudaDeviceCount(); }
 
 }  // namespace cohort::engine::cuda
