@@ -1,5 +1,6 @@
 #include "head/agent_waker.h"
 
+#include "api/routes.h"
 #include "common/http.h"
 #include "common/log.h"
 
@@ -40,7 +41,7 @@ void AgentWaker::Run() {
       queued_.erase(url);
     }
     HttpClient client(url, Millis(500));
-    if (auto r = client.Post("/v1/wake", json::object()); !r) {
+    if (auto r = client.Post(api::routes::kAgentWake, json::object()); !r) {
       LOG_DEBUG("wake-up of {} failed: {}", url, r.error().message);
     }
   }

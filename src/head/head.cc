@@ -95,7 +95,8 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   h->cluster_->set_wake_agents([w = h->waker_.get()](std::vector<std::string> urls) { w->Wake(std::move(urls)); });
 
   Cluster& cluster = *h->cluster_;
-  srv.Get("/v1/health", [&cluster, url = h->url_](const httplib::Request&, httplib::Response& res) {
+  h->dashboard_ = std::make_unique<DashboardSnapshots>(cluster);
+  srv.Get(api::routes::kHealth, [&cluster, url = h->url_](const httplib::Request&, httplib::Response& res) {
     SendJson(res, json{{"status", "ok"}, {"version", kVersion}, {"url", url},
                        {"nodes", cluster.ListNodes().size()},
                        {"last_pass_ms", cluster.last_pass_duration().count()}});
@@ -108,7 +109,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   RegisterProgressRoutes(srv, cluster);
   RegisterMetricsRoutes(srv, cluster);
   RegisterUsageRoutes(srv, cluster);
-  RegisterDashboardRoutes(srv, cluster);
+  RegisterDashboardRoutes(srv, *h->dashboard_);
   RegisterWebRoutes(srv);
   PreferGzipOverBrotli(srv);
   srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -161,6 +162,7 @@ void HeadServer::ControlLoop() {
 void HeadServer::Stop() {
   if (stopping_.exchange(true)) return;
   if (server_) server_->stop();
+  if (dashboard_) dashboard_->Stop();
 }
 
 void HeadServer::Wait() {

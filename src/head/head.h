@@ -1,10 +1,13 @@
 // HeadServer: the head daemon — state store, cluster state, HTTP API and control loop.
 //
 // Start opens (or creates) state_dir/state.db, reconciles the loaded state, binds the
-// HTTP server and starts two threads besides the server's pool: the control loop
-// (liveness every 100 ms, scheduling passes on events and periodically) and the agent
-// waker (asks agents to heartbeat now when their assignments change). Stop may be called
-// from any thread, once or more; Wait blocks until Stop.
+// HTTP server and starts three threads besides the server's pool: the control loop
+// (liveness every 100 ms, scheduling passes on events and periodically), the agent
+// waker (asks agents to heartbeat now when their assignments change) and the dashboard's
+// snapshot refresher (DashboardSnapshots, head/routes.h). Stop may be called from any
+// thread, once or more: it stops the HTTP server and joins the refresher; Wait blocks
+// until Stop and joins the rest. The cluster is destroyed last, after every thread that
+// uses it.
 #pragma once
 
 #include <atomic>
@@ -22,6 +25,7 @@ namespace cohort::head {
 
 class Cluster;
 class AgentWaker;
+class DashboardSnapshots;
 
 class HeadServer {
  public:
@@ -42,6 +46,9 @@ class HeadServer {
   HeadConfig config_;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<AgentWaker> waker_;
+  // Declared after cluster_ and before server_ (whose handlers use it): destroyed after
+  // the server, before the cluster.
+  std::unique_ptr<DashboardSnapshots> dashboard_;
   std::unique_ptr<httplib::Server> server_;
   std::thread server_thread_;
   std::thread control_thread_;

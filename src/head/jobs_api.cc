@@ -1,4 +1,4 @@
-// /v1/jobs: submit, list, show, cancel.
+// /v1/jobs: submit, list, show, cancel; listed and shown jobs are the api::JobStatus view.
 #include "head/routes.h"
 #include "head/usage.h"
 
@@ -30,7 +30,7 @@ Result<JobFilter> ParseFilter(const httplib::Request& req) {
 }  // namespace
 
 void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Post("/v1/jobs", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Post(api::routes::kJobs, [&](const httplib::Request& req, httplib::Response& res) {
     auto body = BodyJson(req);
     if (!body) return SendError(res, body.error());
     auto spec = api::JobSpecFromJson(*body);
@@ -40,36 +40,33 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
     SendJson(res, api::ToJson(*job), 201);
   });
 
-  server.Get("/v1/jobs", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Get(api::routes::kJobs, [&](const httplib::Request& req, httplib::Response& res) {
     auto filter = ParseFilter(req);
     if (!filter) return SendError(res, filter.error());
     json jobs = json::array();
     auto usage = cluster.RunningTaskUsage();
     int64_t now = NowUnixMs();
     for (const auto& j : cluster.ListJobs(*filter)) {
-      json out = api::ToJson(j);
       auto u = usage.find(j.id);
-      AddJobUsageJson(out, j, now, u != usage.end() ? &u->second : nullptr);
-      jobs.push_back(std::move(out));
+      jobs.push_back(api::ToJson(JobStatusAt(j, now, u != usage.end() ? &u->second : nullptr)));
     }
     SendJson(res, json{{"jobs", std::move(jobs)}});
   });
 
-  server.Get(R"(/v1/jobs/([^/]+))", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Get(api::routes::kJobPattern, [&](const httplib::Request& req, httplib::Response& res) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");
     if (!id) return SendError(res, id.error());
     auto job = cluster.GetJob(*id);
     Reply(res, job, [&](const api::Job& j) {
-      json out = api::ToJson(j);
-      if (auto p = cluster.progress().Latest(j.id)) out["progress"] = ToJson(*p);
       auto usage = cluster.RunningTaskUsage();
       auto u = usage.find(j.id);
-      AddJobUsageJson(out, j, NowUnixMs(), u != usage.end() ? &u->second : nullptr);
+      json out = api::ToJson(JobStatusAt(j, NowUnixMs(), u != usage.end() ? &u->second : nullptr));
+      if (auto p = cluster.progress().Latest(j.id)) out["progress"] = ToJson(*p);
       return out;
     });
   });
 
-  server.Post(R"(/v1/jobs/([^/]+)/cancel)", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Post(api::routes::kJobCancelPattern, [&](const httplib::Request& req, httplib::Response& res) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");
     if (!id) return SendError(res, id.error());
     auto job = cluster.Cancel(*id);

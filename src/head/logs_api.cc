@@ -7,7 +7,7 @@
 
 namespace cohort::head {
 void RegisterLogRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Get(R"(/v1/jobs/([^/]+)/logs)", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Get(api::routes::kJobLogsPattern, [&](const httplib::Request& req, httplib::Response& res) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");
     if (!id) return SendError(res, id.error());
     auto job = cluster.GetJob(*id);
@@ -30,8 +30,11 @@ void RegisterLogRoutes(httplib::Server& server, Cluster& cluster) {
                                   fmt::format("the log of rank {} is on node {}, which is down", *rank, loc->node)});
     }
     HttpClient agent(loc->agent_url, Millis(5000));
-    auto r = agent.GetRaw(fmt::format("/v1/logs?job={}&attempt={}&rank={}&offset={}&limit={}", *id,
-                                      *attempt, *rank, *offset, *limit));
+    auto r = agent.GetRaw(api::routes::WithQuery(api::routes::kAgentLogs, {{"job", std::to_string(*id)},
+                                                                       {"attempt", std::to_string(*attempt)},
+                                                                       {"rank", std::to_string(*rank)},
+                                                                       {"offset", std::to_string(*offset)},
+                                                                       {"limit", std::to_string(*limit)}}));
     if (!r) {
       return SendError(res, Error{ErrorCode::kUnavailable,
                                   fmt::format("cannot read the log of rank {} from node {}: its agent at {} does not answer",

@@ -57,7 +57,7 @@ Result<std::string> RenderHeadMetrics(const ClusterMetrics& m) {
 }
 
 void RegisterMetricsRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+  server.Get(api::routes::kMetrics, [&](const httplib::Request&, httplib::Response& res) {
     auto text = RenderHeadMetrics(cluster.Metrics());
     if (!text) return SendError(res, text.error());
     res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");

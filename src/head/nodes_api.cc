@@ -1,36 +1,23 @@
-// /v1/nodes: list, show, drain, resume.
+// /v1/nodes: list, show, drain, resume; each node as the api::NodeStatus view.
 #include "head/routes.h"
 
 namespace cohort::head {
-
-json ToJson(const NodeStatus& s) {
-  json j = api::ToJson(s.node);
-  j["display_state"] = s.display_state;
-  j["gpus_allocated"] = s.gpus_allocated;
-  j["cpus_allocated"] = s.cpus_allocated;
-  j["jobs"] = s.jobs;
-  j["heartbeat_age_ms"] = s.heartbeat_age_ms;
-  j["unhealthy_gpus"] = s.unhealthy_gpus;
-  return j;
-}
 
 // How long `drain --now` waits for a job's checkpoint before moving it anyway.
 constexpr int64_t kDefaultDrainTimeoutS = 60;
 
 void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
-  auto to_json = [](const NodeStatus& s) { return ToJson(s); };
+  auto to_json = [](const NodeStatus& s) { return api::ToJson(s); };
 
-  server.Get("/v1/nodes", [&](const httplib::Request&, httplib::Response& res) {
-    json nodes = json::array();
-    for (const auto& s : cluster.ListNodes()) nodes.push_back(ToJson(s));
-    SendJson(res, json{{"nodes", std::move(nodes)}});
+  server.Get(api::routes::kNodes, [&](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, api::NodeListToJson(cluster.ListNodes()));
   });
 
-  server.Get(R"(/v1/nodes/([^/]+))", [&, to_json](const httplib::Request& req, httplib::Response& res) {
+  server.Get(api::routes::kNodePattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
     Reply(res, cluster.GetNode(req.matches[1].str()), to_json);
   });
 
-  server.Post(R"(/v1/nodes/([^/]+)/drain)", [&, to_json](const httplib::Request& req, httplib::Response& res) {
+  server.Post(api::routes::kNodeDrainPattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
     // Body (optional): {"reason": text, "now": bool, "timeout_s": N}. With now, the jobs on
     // the node are asked to checkpoint and moved (after a new checkpoint, or timeout_s).
     std::string reason;
@@ -56,7 +43,7 @@ void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
     Reply(res, cluster.Drain(req.matches[1].str(), reason, now, timeout_s * 1000), to_json);
   });
 
-  server.Post(R"(/v1/nodes/([^/]+)/resume)", [&, to_json](const httplib::Request& req, httplib::Response& res) {
+  server.Post(api::routes::kNodeResumePattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
     Reply(res, cluster.Resume(req.matches[1].str()), to_json);
   });
 }

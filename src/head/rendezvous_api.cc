@@ -24,7 +24,7 @@ Result<RendezvousScope> ScopeOf(Cluster& cluster, const httplib::Request& req, c
 }  // namespace
 
 void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Put(R"(/v1/rendezvous/([^/]+)/keys/([\s\S]+))", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Put(api::routes::kRendezvousKeyPattern, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());
@@ -32,7 +32,7 @@ void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
     SendJson(res, json{{"ok", true}});
   });
 
-  server.Get(R"(/v1/rendezvous/([^/]+)/keys/([\s\S]+))", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Get(api::routes::kRendezvousKeyPattern, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());
@@ -45,7 +45,7 @@ void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
     res.set_content(std::move(*value), "application/octet-stream");
   });
 
-  server.Post(R"(/v1/rendezvous/([^/]+)/add/([\s\S]+))", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Post(api::routes::kRendezvousAddPattern, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());

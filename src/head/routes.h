@@ -1,11 +1,18 @@
 // HTTP routes of the head, one file per resource. Each Register* function installs its
 // handlers on `server`; handlers call into `cluster` (thread-safe) and convert Results to
-// JSON responses at the edge.
+// JSON responses at the edge. Paths and their patterns come from api/routes.h.
 #pragma once
 
 #include <httplib.h>
 
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "api/routes.h"
 #include "common/http.h"
+#include "common/mutex.h"
 #include "head/cluster.h"
 
 namespace cohort::head {
@@ -18,7 +25,8 @@ void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster);
 void RegisterProgressRoutes(httplib::Server& server, Cluster& cluster);
 void RegisterMetricsRoutes(httplib::Server& server, Cluster& cluster);  // GET /metrics
 void RegisterUsageRoutes(httplib::Server& server, Cluster& cluster);    // GET /v1/usage
-void RegisterDashboardRoutes(httplib::Server& server, Cluster& cluster);
+class DashboardSnapshots;
+void RegisterDashboardRoutes(httplib::Server& server, DashboardSnapshots& snapshots);
 // The dashboard's static files (web/) at the root URL; register after the /v1 routes.
 void RegisterWebRoutes(httplib::Server& server);
 // Drops "br" from requests' Accept-Encoding, so that replies to browsers are gzipped:
@@ -51,6 +59,46 @@ inline Result<json> BodyJson(const httplib::Request& req) {
   return ParseJson(req.body, "request body");
 }
 
-json ToJson(const NodeStatus& s);
+// GET /v1/dashboard's query: how much of each list to include (dashboard_api.cc).
+struct DashboardQuery {
+  size_t recent = 20;
+  size_t queue = 500;
+  size_t points = 40;
+};
+
+// Serialized GET /v1/dashboard replies, one per query, rebuilt by one background thread
+// while they are asked for (dashboard_api.cc says how often). The head server owns it:
+// the constructor starts the thread; Stop (also run by the destructor) ends and joins it,
+// and must run before `cluster` goes. Get is called from HTTP threads, also after Stop
+// (each reply is then built afresh). Stop from one thread at a time, never the
+// refresher's own.
+class DashboardSnapshots {
+ public:
+  explicit DashboardSnapshots(Cluster& cluster);
+  ~DashboardSnapshots();
+  DashboardSnapshots(const DashboardSnapshots&) = delete;
+  DashboardSnapshots& operator=(const DashboardSnapshots&) = delete;
+
+  // The newest snapshot for `q`; the first request for a query waits for one build.
+  std::shared_ptr<const std::string> Get(const DashboardQuery& q) EXCLUDES(mu_);
+  void Stop() EXCLUDES(mu_);
+
+ private:
+  struct Entry {
+    DashboardQuery query;
+    std::shared_ptr<const std::string> body;
+    int64_t last_request_ms = 0;
+  };
+
+  std::shared_ptr<const std::string> Build(const DashboardQuery& q);
+  void Loop() EXCLUDES(mu_);
+
+  Cluster& cluster_;
+  Mutex mu_;
+  CondVar cv_;
+  std::map<std::string, Entry> entries_ GUARDED_BY(mu_);  // by DashboardQuery, as "recent/queue/points"
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::thread thread_;  // the refresher; joined by Stop
+};
 
 }  // namespace cohort::head

@@ -1,6 +1,8 @@
 #include "head/usage.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 namespace cohort::head {
 
@@ -69,43 +71,10 @@ UsageReport ComputeUsage(const std::vector<api::Job>& jobs, int64_t now_ms, Usag
   return r;
 }
 
-json ToJson(const UsageReport& r) {
-  json users = json::array();
-  for (const auto& u : r.users) {
-    users.push_back({{"user", u.user}, {"gpu_seconds", u.gpu_seconds}, {"gpu_hours", u.gpu_seconds / 3600.0},
-                     {"jobs", u.jobs}});
-  }
-  json jobs = json::array();
-  for (const auto& j : r.jobs) {
-    jobs.push_back({{"id", j.id},
-                    {"name", j.name},
-                    {"user", j.user},
-                    {"state", api::JobStateName(j.state)},
-                    {"gpus", j.gpus},
-                    {"attempts", j.attempts},
-                    {"gpu_seconds", j.gpu_seconds},
-                    {"gpu_hours", j.gpu_seconds / 3600.0}});
-  }
-  bool open = r.window.until_ms == std::numeric_limits<int64_t>::max();
-  return json{{"since_ms", r.window.since_ms},
-              {"until_ms", open ? json(nullptr) : json(r.window.until_ms)},
-              {"now_ms", r.now_ms},
-              {"total_gpu_seconds", r.total_gpu_seconds},
-              {"total_gpu_hours", r.total_gpu_seconds / 3600.0},
-              {"users", std::move(users)},
-              {"jobs", std::move(jobs)}};
-}
-
-void AddJobUsageJson(json& out, const api::Job& job, int64_t now_ms, const std::vector<TaskUsage>* tasks) {
-  out["gpu_seconds"] = JobGpuSeconds(job, now_ms);
-  if (job.state != api::JobState::kRunning) return;
-  json list = json::array();
-  if (tasks) {
-    for (const auto& t : *tasks) {
-      list.push_back({{"rank", t.rank}, {"node", t.node}, {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes}});
-    }
-  }
-  out["tasks_usage"] = std::move(list);
+api::JobStatus JobStatusAt(const api::Job& job, int64_t now_ms, const std::vector<api::TaskUsage>* tasks) {
+  api::JobStatus s{job, JobGpuSeconds(job, now_ms), std::nullopt};
+  if (job.state == api::JobState::kRunning) s.tasks_usage = tasks ? *tasks : std::vector<api::TaskUsage>{};
+  return s;
 }
 
 }  // namespace cohort::head

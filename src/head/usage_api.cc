@@ -6,7 +6,7 @@
 namespace cohort::head {
 
 void RegisterUsageRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Get("/v1/usage", [&](const httplib::Request& req, httplib::Response& res) {
+  server.Get(api::routes::kUsage, [&](const httplib::Request& req, httplib::Response& res) {
     UsageWindow w;
     auto since = QueryIntParam(req, "since", 0, 0, INT64_MAX);
     if (!since) return SendError(res, since.error());
@@ -22,7 +22,7 @@ void RegisterUsageRoutes(httplib::Server& server, Cluster& cluster) {
     std::string user = req.has_param("user") ? req.get_param_value("user") : "";
     if (user.size() > 64) return SendError(res, Error{ErrorCode::kInvalidArgument, "user: at most 64 characters", "user"});
     auto report = ComputeUsage(cluster.ListJobs({}), NowUnixMs(), w, user);
-    SendJson(res, ToJson(report));
+    SendJson(res, api::ToJson(report));
   });
 }
 

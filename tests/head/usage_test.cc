@@ -69,7 +69,7 @@ TEST(UsageTest, PerUserAndPerJob) {
   EXPECT_EQ(r.jobs[2].gpus, 4);
   EXPECT_DOUBLE_EQ(r.total_gpu_seconds, 7200 + 3600 + 1800);
 
-  json j = ToJson(r);
+  json j = api::ToJson(r);
   EXPECT_DOUBLE_EQ(j["total_gpu_hours"].get<double>(), 3.5);
   EXPECT_DOUBLE_EQ(j["users"][1]["gpu_hours"].get<double>(), 0.5);
   EXPECT_TRUE(j["until_ms"].is_null());
@@ -79,13 +79,15 @@ TEST(UsageTest, PerUserAndPerJob) {
   ASSERT_EQ(bob.jobs.size(), 1u);
   EXPECT_EQ(bob.jobs[0].id, 2);
 
-  json job_json;
-  std::vector<TaskUsage> tasks = {{0, "n1", 1.5, 100}};
-  AddJobUsageJson(job_json, c, now, &tasks);
+  std::vector<api::TaskUsage> tasks = {{0, "n1", 1.5, 100}};
+  json job_json = api::ToJson(JobStatusAt(c, now, &tasks));
   EXPECT_DOUBLE_EQ(job_json["gpu_seconds"].get<double>(), 3600);
   EXPECT_EQ(job_json["tasks_usage"][0]["node"], "n1");
-  json done_json;
-  AddJobUsageJson(done_json, a, now, nullptr);
+  EXPECT_EQ(job_json["id"], 3);
+  // Running with nothing reported yet: an empty list; not running: none at all.
+  EXPECT_EQ(api::ToJson(JobStatusAt(c, now, nullptr))["tasks_usage"], json::array());
+  json done_json = api::ToJson(JobStatusAt(a, now, nullptr));
+  EXPECT_DOUBLE_EQ(done_json["gpu_seconds"].get<double>(), 7200);
   EXPECT_FALSE(done_json.contains("tasks_usage"));
 }
 
