@@ -4,8 +4,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
