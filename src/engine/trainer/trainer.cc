@@ -62,6 +62,15 @@ bool CheckpointSignalled() {
   return true;
 }
 
+// What one training step measured.
+struct StepStats {
+  double lr = 0;       // the learning rate it used
+  double loss = 0;     // mean over the global batch (all ranks)
+  double norm = 0;     // gradient norm before clipping
+  double seconds = 0;  // wall time of the step
+  double tokens_per_s = 0;
+};
+
 // Words of the broadcast that carries a checkpoint's scalars from rank 0.
 struct ResumeHeader {
   int64_t found = 0;  // 1: a checkpoint follows; 0: start fresh; -1: rank 0 failed
@@ -110,22 +119,59 @@ struct Trainer::Impl {
     std::fflush(ctx.out);
   }
 
+  // Everything Run needs, in order: device, communicator, data, model, resume, reducer,
+  // reporter and log.file; fails before training on any bad input.
   Result<void> Setup();
+  // train.device cuda: selects and binds this rank's GPU.
   Result<void> SetupDevice();
+  // world > 1: opens the rendezvous store and creates the communicator.
   Result<void> SetupComm();
+  // The tokenizer, the training and validation tokens, and the batch buffers.
   Result<void> SetupData();
+  // The global batch (accumulation steps for this world size) and the samplers.
   Result<void> SetupBatches();
+  // The model (random or imported) on config.device, its optimizer and the peak figures.
   Result<void> SetupModel();
+  // Rank 0 loads the newest valid checkpoint and every rank takes its state, or every
+  // rank takes rank 0's initial parameters; kInvalidArgument when it cannot resume.
   Result<void> Resume();
+  // Keeps a checkpoint's global batch on a new world size (see the definition).
   Result<void> KeepCheckpointBatch(int64_t step, int64_t tokens_seen);
-  Result<double> TrainStep();
-  Result<double> AverageOverRanks(double value);
-  Result<double> Evaluate();
-  Result<void> SaveCheckpointNow();
-  Result<std::string> SampleText();
+
+  // Trains to config.steps, or until ctx.stop_at_step, one Step at a time.
   Result<TrainResult> Run();
+  // One step on one global batch: forward/backward, the gradient all-reduce, clip and
+  // update; advances progress. kInternal when the loss is not finite.
+  Result<StepStats> Step();
+  // The micro-batches of one step; returns the loss averaged over the global batch.
+  Result<double> TrainStep();
+  // Prints the step's line every log.every steps (and at the last) and posts progress
+  // to COHORT_REPORT (whose reply may ask for a checkpoint).
+  void LogStep(const StepStats& s);
+  // Runs validation when eval.every says so; its loss goes into `result` and `line`.
+  Result<void> MaybeEvaluate(TrainResult& result, json& line);
+  // Validation loss over eval.batches batches, averaged over the ranks.
+  Result<double> Evaluate();
+  // Writes a checkpoint every checkpoint.every steps, at the last step, when `stopping`
+  // or when asked (the head, SIGUSR1); a failed write is logged and training goes on.
+  void MaybeCheckpoint(const StepStats& s, bool stopping);
+  // Rank 0 writes a checkpoint of the current state; the error is already logged.
+  Result<void> SaveCheckpointNow();
+  // Rank 0 prints a sample every sample.every steps (not at the last step).
+  Result<void> MaybeSample();
+  // Text generated from sample.prompt with the run's generator.
+  Result<std::string> SampleText();
+  // After the last step: the median throughput, the export, the final sample, and a
+  // barrier so that no rank leaves before rank 0 is done.
+  Result<TrainResult> Finish(TrainResult result, std::vector<double> rates);
+  // `value` averaged over the ranks (itself on one rank).
+  Result<double> AverageOverRanks(double value);
+
+  // log.file: queues a line (written once a checkpoint covers its step).
   void Record(json line);
+  // log.file: writes the queued lines.
   void FlushRecords();
+  // log.file: drops lines past the resumed step (their checkpoint was lost).
   Result<void> TrimRecord();
   std::vector<std::string> pending_records;  // log.file lines not yet covered by a checkpoint
 
@@ -570,80 +616,107 @@ Result<TrainResult> Trainer::Impl::Run() {
         config.steps);
   }
   std::vector<double> rates;
-  const int64_t tokens_per_step = global_batch * config.seq_len;
-  bool first = true;
   while (progress.step < config.steps) {
-    const double lr = LearningRate(schedule, progress.step);
-    const auto start = Clock::now();
-    const double loss = COHORT_TRY(TrainStep());
-    const double norm = COHORT_TRY(model->ClipAndStep(config.grad_clip, static_cast<float>(lr)));
-    const double seconds = Seconds(Clock::now() - start);
-    ++progress.step;
-    ++progress.next_batch;
-    progress.tokens_seen += tokens_per_step;
-    if (!std::isfinite(loss)) {
-      return Errorf(ErrorCode::kInternal, "loss is {} at step {}; stopping (lower train.lr?)",
-                    loss, progress.step);
-    }
-    if (first) result.first_loss = loss;
-    first = false;
-    result.final_loss = loss;
-    const double tok_s = tokens_per_step / seconds;
-    rates.push_back(tok_s);
-    if (progress.step % config.log_every == 0 || progress.step == config.steps) {
-      // MFU against the device's peak (unknown for a GPU that is not in the table).
-      const std::string mfu =
-          peak.flops > 0
-              ? fmt::format("{:.1f}%", flops_per_token * tok_s / (peak.flops * world) * 100)
-              : std::string("n/a");
-      Log("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:6.0f} ms | {:.0f} tok/s | "
-          "MFU {}",
-          progress.step, config.steps, loss, lr, norm, seconds * 1000, tok_s, mfu);
-      if (reporter) {
-        checkpoint_requested |=
-            reporter->Post({progress.step, loss, tok_s, tok_s / config.seq_len, rank, checkpoint_step});
-      }
-    }
-    json line = {{"step", progress.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                 {"tokens_per_s", tok_s}};
-    if (config.eval_every > 0 &&
-        (progress.step % config.eval_every == 0 || progress.step == config.steps)) {
-      result.final_val_loss = COHORT_TRY(Evaluate());
-      Log("step {:5d}/{} | val loss {:.4f}", progress.step, config.steps, result.final_val_loss);
-      line["val_loss"] = result.final_val_loss;
-    }
+    const StepStats s = COHORT_TRY(Step());
+    if (rates.empty()) result.first_loss = s.loss;
+    result.final_loss = s.loss;
+    rates.push_back(s.tokens_per_s);
+    LogStep(s);
+    json line = {{"step", progress.step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.norm},
+                 {"tokens_per_s", s.tokens_per_s}};
+    COHORT_TRY_VOID(MaybeEvaluate(result, line));
     Record(std::move(line));
     const bool stopping = ctx.stop_at_step > 0 && progress.step >= ctx.stop_at_step;
-    // A checkpoint asked for from outside: the head's reply, or the job's checkpoint
-    // signal (SIGUSR1; every rank takes the signal, rank 0 writes the checkpoint).
-    const bool signalled = CheckpointSignalled();
-    const bool requested = leader() && (checkpoint_requested || signalled);
-    if (requested) {
-      Log("checkpoint requested ({}): writing one at step {}",
-          signalled ? "SIGUSR1" : "by the head", progress.step);
-    }
-    if (!config.checkpoint_dir.empty() &&
-        ((config.checkpoint_every > 0 && progress.step % config.checkpoint_every == 0) ||
-         progress.step == config.steps || stopping || requested)) {
-      const int64_t before = checkpoint_step;
-      (void)SaveCheckpointNow();
-      // Tell the head at once: it moves the job when it sees the new checkpoint.
-      if (requested && reporter && checkpoint_step != before) {
-        checkpoint_requested = reporter->Post({progress.step, loss, 0, 0, rank, checkpoint_step});
-      }
-    } else if (requested) {
-      Log("no checkpoint.dir: cannot checkpoint on request");
-      checkpoint_requested = false;
-    }
-    if (leader() && config.sample_every > 0 && config.sample_tokens > 0 &&
-        progress.step % config.sample_every == 0 && progress.step != config.steps) {
-      Log("---- sample at step {} ----\n{}\n----", progress.step, COHORT_TRY(SampleText()));
-    }
+    MaybeCheckpoint(s, stopping);
+    COHORT_TRY_VOID(MaybeSample());
     if (stopping) {
       Log("stopping at step {} of {} (--stop-at-step)", progress.step, config.steps);
       break;
     }
   }
+  return Finish(std::move(result), std::move(rates));
+}
+
+Result<StepStats> Trainer::Impl::Step() {
+  const int64_t tokens_per_step = global_batch * config.seq_len;
+  StepStats s;
+  s.lr = LearningRate(schedule, progress.step);
+  const auto start = Clock::now();
+  s.loss = COHORT_TRY(TrainStep());
+  s.norm = COHORT_TRY(model->ClipAndStep(config.grad_clip, static_cast<float>(s.lr)));
+  s.seconds = Seconds(Clock::now() - start);
+  ++progress.step;
+  ++progress.next_batch;
+  progress.tokens_seen += tokens_per_step;
+  if (!std::isfinite(s.loss)) {
+    return Errorf(ErrorCode::kInternal, "loss is {} at step {}; stopping (lower train.lr?)",
+                  s.loss, progress.step);
+  }
+  s.tokens_per_s = tokens_per_step / s.seconds;
+  return s;
+}
+
+void Trainer::Impl::LogStep(const StepStats& s) {
+  if (progress.step % config.log_every != 0 && progress.step != config.steps) return;
+  // MFU against the device's peak (unknown for a GPU that is not in the table).
+  const std::string mfu =
+      peak.flops > 0
+          ? fmt::format("{:.1f}%", flops_per_token * s.tokens_per_s / (peak.flops * world) * 100)
+          : std::string("n/a");
+  Log("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:6.0f} ms | {:.0f} tok/s | "
+      "MFU {}",
+      progress.step, config.steps, s.loss, s.lr, s.norm, s.seconds * 1000, s.tokens_per_s, mfu);
+  if (reporter) {
+    checkpoint_requested |= reporter->Post({progress.step, s.loss, s.tokens_per_s,
+                                            s.tokens_per_s / config.seq_len, rank,
+                                            checkpoint_step});
+  }
+}
+
+Result<void> Trainer::Impl::MaybeEvaluate(TrainResult& result, json& line) {
+  if (config.eval_every <= 0 ||
+      (progress.step % config.eval_every != 0 && progress.step != config.steps)) {
+    return {};
+  }
+  result.final_val_loss = COHORT_TRY(Evaluate());
+  Log("step {:5d}/{} | val loss {:.4f}", progress.step, config.steps, result.final_val_loss);
+  line["val_loss"] = result.final_val_loss;
+  return {};
+}
+
+void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
+  // A checkpoint asked for from outside: the head's reply, or the job's checkpoint
+  // signal (SIGUSR1; every rank takes the signal, rank 0 writes the checkpoint).
+  const bool signalled = CheckpointSignalled();
+  const bool requested = leader() && (checkpoint_requested || signalled);
+  if (requested) {
+    Log("checkpoint requested ({}): writing one at step {}",
+        signalled ? "SIGUSR1" : "by the head", progress.step);
+  }
+  if (!config.checkpoint_dir.empty() &&
+      ((config.checkpoint_every > 0 && progress.step % config.checkpoint_every == 0) ||
+       progress.step == config.steps || stopping || requested)) {
+    const int64_t before = checkpoint_step;
+    (void)SaveCheckpointNow();
+    // Tell the head at once: it moves the job when it sees the new checkpoint.
+    if (requested && reporter && checkpoint_step != before) {
+      checkpoint_requested = reporter->Post({progress.step, s.loss, 0, 0, rank, checkpoint_step});
+    }
+  } else if (requested) {
+    Log("no checkpoint.dir: cannot checkpoint on request");
+    checkpoint_requested = false;
+  }
+}
+
+Result<void> Trainer::Impl::MaybeSample() {
+  if (leader() && config.sample_every > 0 && config.sample_tokens > 0 &&
+      progress.step % config.sample_every == 0 && progress.step != config.steps) {
+    Log("---- sample at step {} ----\n{}\n----", progress.step, COHORT_TRY(SampleText()));
+  }
+  return {};
+}
+
+Result<TrainResult> Trainer::Impl::Finish(TrainResult result, std::vector<double> rates) {
   result.final_step = progress.step;
   FlushRecords();
   if (!rates.empty()) {
