@@ -35,14 +35,14 @@ Result<ProgressPoint> ProgressPointFromJson(const json& j) {
 }
 
 void ProgressLog::Add(api::JobId job, ProgressPoint p) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& q = points_[job];
   q.push_back(std::move(p));
   while (q.size() > kMaxPoints) q.pop_front();
 }
 
 std::vector<ProgressPoint> ProgressLog::Get(api::JobId job, size_t limit) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = points_.find(job);
   if (it == points_.end()) return {};
   size_t n = std::min(limit, it->second.size());
@@ -50,14 +50,14 @@ std::vector<ProgressPoint> ProgressLog::Get(api::JobId job, size_t limit) const 
 }
 
 std::optional<ProgressPoint> ProgressLog::Latest(api::JobId job) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = points_.find(job);
   if (it == points_.end() || it->second.empty()) return std::nullopt;
   return it->second.back();
 }
 
 std::optional<ProgressPoint> ProgressLog::LatestOfAttempt(api::JobId job, int attempt) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = points_.find(job);
   if (it == points_.end()) return std::nullopt;
   for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
@@ -88,7 +88,7 @@ LossSeries ProgressLog::Loss(api::JobId job, size_t max_points) const {
   LossSeries s;
   std::vector<LossPoint> raw;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = points_.find(job);
     if (it == points_.end()) return s;
     int rank = INT32_MAX;

@@ -6,13 +6,13 @@
 
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "api/types.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "common/mutex.h"
 
 namespace cohort::head {
 
@@ -70,8 +70,8 @@ class ProgressLog {
   LossSeries Loss(api::JobId job, size_t max_points) const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<api::JobId, std::deque<ProgressPoint>> points_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<api::JobId, std::deque<ProgressPoint>> points_ GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::head

@@ -76,16 +76,17 @@ Result<RendezvousScope> RendezvousStore::Verify(const std::string& token) const 
 
 void RendezvousStore::Set(const RendezvousScope& scope, const std::string& key, std::string value) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     keys_[scope][key] = std::move(value);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 std::optional<std::string> RendezvousStore::Get(const RendezvousScope& scope, const std::string& key, Millis wait) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   std::optional<std::string> out;
-  cv_.wait_for(lock, wait, [&] {
+  cv_.WaitFor(mu_, wait, [&] {
+    mu_.AssertHeld();
     auto s = keys_.find(scope);
     if (s == keys_.end()) return false;
     auto k = s->second.find(key);
@@ -99,7 +100,7 @@ std::optional<std::string> RendezvousStore::Get(const RendezvousScope& scope, co
 Result<int64_t> RendezvousStore::Add(const RendezvousScope& scope, const std::string& key, int64_t delta) {
   int64_t sum = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::string& v = keys_[scope][key];
     int64_t cur = 0;
     if (!v.empty()) {
@@ -111,22 +112,22 @@ Result<int64_t> RendezvousStore::Add(const RendezvousScope& scope, const std::st
     sum = cur + delta;
     v = std::to_string(sum);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   return sum;
 }
 
 void RendezvousStore::DropJob(api::JobId job) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto it = keys_.begin(); it != keys_.end();) {
       it = it->first.job == job ? keys_.erase(it) : std::next(it);
     }
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 size_t RendezvousStore::KeyCount() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [scope, keys] : keys_) n += keys.size();
   return n;

@@ -11,15 +11,14 @@
 // cluster's mutex may be held when calling DropJob, never the reverse).
 #pragma once
 
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "api/types.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/mutex.h"
 
 namespace cohort::head {
 
@@ -50,9 +49,9 @@ class RendezvousStore {
 
  private:
   const std::string secret_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // signalled with mu_ on every Set, Add and DropJob
-  std::map<RendezvousScope, std::map<std::string, std::string>> keys_;  // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;  // signalled after every Set, Add and DropJob
+  std::map<RendezvousScope, std::map<std::string, std::string>> keys_ GUARDED_BY(mu_);
 };
 
 // A new random secret (32 bytes, hex) for a fresh state store.

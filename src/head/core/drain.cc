@@ -1,0 +1,111 @@
+#include "head/core/drain.h"
+
+#include <algorithm>
+
+#include "common/clock.h"
+#include "head/core/lifecycle.h"
+
+namespace cohort::head::core {
+
+using api::Job;
+using api::JobState;
+
+namespace {
+
+// Asks the jobs running on `node` to checkpoint and move off it within `timeout_ms`.
+void RequestMoves(Tx& tx, const std::string& node, int64_t timeout_ms) {
+  auto nj = tx.s.node_jobs.find(node);
+  if (nj == tx.s.node_jobs.end()) return;
+  for (api::JobId id : nj->second) {
+    Job& job = tx.s.jobs.at(id);
+    if (job.state != JobState::kRunning) continue;
+    if (job.move && !job.move->grow) continue;  // already asked (a grow gives way to the drain)
+    api::MoveRequest m;
+    m.node = node;
+    m.requested_ms = tx.now.unix_ms;
+    m.deadline_ms = tx.now.unix_ms + timeout_ms;
+    // A checkpoint counts once it is past everything reported so far: the newest
+    // checkpoint and the newest step (a checkpoint of that step may already exist
+    // unreported, written before the request).
+    if (auto last = tx.ctx.latest_progress(id, job.attempt)) {
+      m.baseline_checkpoint = std::max(last->step, last->checkpoint_step.value_or(-1));
+    }
+    job.move = std::move(m);
+    tx.fx.StoreJob(job);
+    // The agents deliver the checkpoint signal on their next heartbeat: make it now.
+    for (const auto& na : job.allocation.nodes) tx.Wake(na.node);
+    tx.fx.Info("job {} asked to checkpoint before moving off {} (within {})", id, node, FormatDuration(timeout_ms));
+  }
+}
+
+}  // namespace
+
+Result<Effects> Drain(ClusterState& s, const Context& ctx, const std::string& name, std::string reason, bool now_flag,
+                      int64_t timeout_ms, Now now) {
+  auto it = s.nodes.find(name);
+  if (it == s.nodes.end()) return Errorf(ErrorCode::kNotFound, "node '{}' not found", name);
+  Tx tx(s, ctx, now);
+  it->second.drain = true;
+  it->second.drain_reason = reason.empty() ? "drained by request" : std::move(reason);
+  tx.fx.StoreNode(it->second);
+  tx.RequestSchedule();
+  tx.fx.Info("node {} draining{}: {}", name, now_flag ? " now (moving its jobs)" : "", it->second.drain_reason);
+  if (now_flag) RequestMoves(tx, name, timeout_ms);
+  return std::move(tx.fx);
+}
+
+Result<Effects> Resume(ClusterState& s, const Context& ctx, const std::string& name, Now now) {
+  auto it = s.nodes.find(name);
+  if (it == s.nodes.end()) return Errorf(ErrorCode::kNotFound, "node '{}' not found", name);
+  Tx tx(s, ctx, now);
+  it->second.drain = false;
+  it->second.drain_reason.clear();
+  for (auto& g : it->second.gpus) {
+    if (g.healthy) continue;
+    tx.fx.Info("node {} GPU {} marked healthy again (was: {})", name, g.index, g.health_reason);
+    g.healthy = true;
+    g.health_reason.clear();
+  }
+  tx.fx.StoreNode(it->second);
+  tx.RequestSchedule();
+  tx.fx.Info("node {} resumed", name);
+  return std::move(tx.fx);
+}
+
+ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId id, int attempt,
+                          std::optional<int64_t> checkpoint, Now now) {
+  ProgressResult out;
+  Job* job = CurrentAttempt(s, id, attempt);
+  if (!job || !job->move) return out;
+  const api::MoveRequest& m = *job->move;
+  // Not yet: keep asking (a grow waits for the job's own next checkpoint).
+  if (!checkpoint || *checkpoint <= m.baseline_checkpoint) {
+    out.checkpoint = !m.grow;
+    return out;
+  }
+  std::string why =
+      m.grow ? fmt::format("growing back to {} nodes at its checkpoint at step {}", job->spec.nodes, *checkpoint)
+             : fmt::format("node {} drained now; checkpoint at step {} written {} after the request", m.node,
+                           *checkpoint, FormatDuration(now.unix_ms - m.requested_ms));
+  Tx tx(s, ctx, now);
+  MoveJob(tx, *job, why);
+  out.effects = std::move(tx.fx);
+  return out;
+}
+
+void MoveOverdueJobs(Tx& tx, const std::set<api::JobId>& running) {
+  for (api::JobId id : running) {
+    Job& job = tx.s.jobs.at(id);
+    if (job.state != JobState::kRunning || !job.move || job.move->deadline_ms == 0 ||
+        tx.now.unix_ms < job.move->deadline_ms) {
+      continue;
+    }
+    const api::MoveRequest m = *job.move;
+    MoveJob(tx, job,
+            fmt::format("node {} drained now; no new checkpoint reported within {} (work since the last checkpoint "
+                        "is redone)",
+                        m.node, FormatDuration(m.deadline_ms - m.requested_ms)));
+  }
+}
+
+}  // namespace cohort::head::core

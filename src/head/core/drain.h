@@ -1,0 +1,47 @@
+// Draining nodes and planned moves in the head's core.
+//
+// `drain` stops placing jobs on a node. `drain --now` also moves the jobs running there:
+// each is asked to checkpoint (the job's checkpoint_signal to its tasks, and "checkpoint":
+// true in the replies to its progress reports); once it reports a checkpoint newer than
+// the request, or at the request's deadline, its gang is stopped and requeued as a move (a
+// new attempt that does not count against max_restarts) onto other nodes. An elastic job
+// growing back to full size (schedule.h) moves the same way at its next checkpoint. The
+// request is stored with the job (api::MoveRequest), so a restarted head carries it out.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+
+#include "common/error.h"
+#include "head/core/effects.h"
+#include "head/core/state.h"
+#include "head/core/tx.h"
+
+namespace cohort::head::core {
+
+// Marks the node drained with `reason` (default "drained by request"); with `now`, asks
+// each job running there to checkpoint and move within `timeout_ms`. kNotFound for an
+// unknown node.
+Result<Effects> Drain(ClusterState& s, const Context& ctx, const std::string& node, std::string reason, bool now_flag,
+                      int64_t timeout_ms, Now now);
+
+// Clears the drain mark and marks every GPU of the node healthy again (after the
+// operator's check). kNotFound for an unknown node.
+Result<Effects> Resume(ClusterState& s, const Context& ctx, const std::string& node, Now now);
+
+struct ProgressResult {
+  Effects effects;
+  bool checkpoint = false;  // the head wants this attempt to write a checkpoint now
+};
+
+// A progress report of `attempt` of `job` (already added to the progress log) with the
+// checkpoint it reports, if any: moves the job when it answers its move request; says
+// whether the head still wants a checkpoint (a drain request not yet answered).
+ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId job, int attempt,
+                          std::optional<int64_t> checkpoint_step, Now now);
+
+// Step of CheckLiveness: moves the jobs among `running` whose request is past its deadline.
+void MoveOverdueJobs(Tx& tx, const std::set<api::JobId>& running);
+
+}  // namespace cohort::head::core

@@ -1,0 +1,267 @@
+#include "head/core/lifecycle.h"
+
+#include <algorithm>
+
+#include <fmt/ranges.h>
+
+namespace cohort::head::core {
+
+using api::Job;
+using api::JobState;
+
+namespace {
+
+void CloseAttempt(Job& job, int64_t now, const std::string& reason) {
+  if (!job.history.empty() && job.history.back().attempt == job.attempt && job.history.back().end_ms == 0) {
+    job.history.back().end_ms = now;
+    job.history.back().end_reason = reason;
+  }
+}
+
+// Takes the job off its nodes: its rendezvous keys go, each node gets a new assignment
+// version, and the attempt stays fenced on every UP node until its agent confirms the
+// tasks gone (a DOWN node's tasks are already fenced; tasks that all exited need nothing).
+void DetachJob(Tx& tx, const Job& job) {
+  tx.fx.drop_rendezvous.push_back(job.id);
+  for (const auto& na : job.allocation.nodes) {
+    auto it = tx.s.node_jobs.find(na.node);
+    if (it != tx.s.node_jobs.end()) {
+      it->second.erase(job.id);
+      if (it->second.empty()) tx.s.node_jobs.erase(it);
+    }
+    tx.BumpVersion(na.node);
+    auto n = tx.s.nodes.find(na.node);
+    bool all_exited = std::all_of(na.tasks.begin(), na.tasks.end(),
+                                  [&](const api::TaskPlacement& t) { return job.HasExit(t.rank); });
+    if (n == tx.s.nodes.end() || n->second.state != api::NodeState::kUp || all_exited) continue;
+    NodeRuntime& rt = tx.s.runtime[na.node];
+    rt.stopping.push_back({job.id, job.attempt, na.gpus, na.cpus, rt.desired_version});
+  }
+  tx.RequestSchedule();
+}
+
+std::map<std::string, std::string> TaskEnv(const Context& ctx, const Job& job, const api::NodeAllocation& na,
+                                           const api::TaskPlacement& t) {
+  std::map<std::string, std::string> env = job.spec.env;
+  std::string gpus;
+  for (size_t i = 0; i < t.gpus.size(); ++i) gpus += (i ? "," : "") + std::to_string(t.gpus[i]);
+  const std::string& head = ctx.head_url;
+  const std::string token = ctx.rendezvous_token(job.id, job.attempt);
+  env["RANK"] = std::to_string(t.rank);
+  env["WORLD_SIZE"] = std::to_string(job.world_size());
+  env["LOCAL_RANK"] = std::to_string(t.local_rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(job.spec.tasks_per_node);
+  env["NODE_RANK"] = std::to_string(na.node_rank);
+  env["GROUP_RANK"] = std::to_string(na.node_rank);
+  env["MASTER_ADDR"] = job.allocation.master_addr;
+  env["MASTER_PORT"] = std::to_string(job.allocation.master_port);
+  env["CUDA_VISIBLE_DEVICES"] = gpus;
+  env["COHORT_JOB_ID"] = std::to_string(job.id);
+  env["COHORT_JOB_NAME"] = job.spec.name;
+  env["COHORT_ATTEMPT"] = std::to_string(job.attempt);
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.attempt);
+  env["COHORT_NODE"] = na.node;
+  env["COHORT_NUM_NODES"] = std::to_string(job.allocation.nodes.size());
+  env["COHORT_HEAD"] = head;
+  env["COHORT_RENDEZVOUS"] = fmt::format("{}/v1/rendezvous/{}", head, token);
+  env["COHORT_REPORT"] = fmt::format("{}/v1/report/{}", head, token);
+  env["COHORT_CHECKPOINT_DIR"] = fmt::format("{}/job-{}", ctx.checkpoint_root, job.id);
+  return env;
+}
+
+}  // namespace
+
+void StartJob(Tx& tx, Job& job, const std::vector<NodePlacement>& nodes) {
+  const int64_t now = tx.now.unix_ms;
+  const int tpn = job.spec.tasks_per_node;
+  const int gpt = job.spec.gpus_per_task();
+  // Queue wait: since submission, or since the previous attempt ended.
+  int64_t queued_since = job.history.empty() ? job.submit_ms : job.history.back().end_ms;
+  if (queued_since > 0 && now >= queued_since) tx.fx.queue_wait_seconds.push_back((now - queued_since) / 1000.0);
+  tx.CountTransition(job.state, JobState::kRunning);
+  job.state = JobState::kRunning;
+  job.reason.clear();
+  job.start_ms = now;
+  job.end_ms = 0;
+  job.exit_code.reset();
+  job.exits.clear();
+  job.allocation = {};
+  api::AttemptRecord rec;
+  rec.attempt = job.attempt;
+  rec.start_ms = now;
+  rec.gpus = 0;
+  for (const auto& n : nodes) rec.gpus += static_cast<int>(n.gpus.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodePlacement& p = nodes[i];
+    tx.BumpVersion(p.node);
+    api::NodeAllocation na;
+    na.node = p.node;
+    na.address = tx.s.nodes.at(p.node).address;
+    na.node_rank = static_cast<int>(i);
+    na.gpus = p.gpus;
+    na.cpus = p.cpus;
+    na.version = tx.s.runtime[p.node].desired_version;
+    for (int l = 0; l < tpn; ++l) {
+      api::TaskPlacement t;
+      t.rank = static_cast<int>(i) * tpn + l;
+      t.local_rank = l;
+      for (int g = 0; g < gpt; ++g) t.gpus.push_back(p.gpus[static_cast<size_t>(l * gpt + g)]);
+      na.tasks.push_back(std::move(t));
+    }
+    job.allocation.nodes.push_back(std::move(na));
+    tx.s.node_jobs[p.node].insert(job.id);
+    rec.nodes.push_back(p.node);
+  }
+  // MASTER_PORT: a port the rank-0 node found free, else one derived from the job.
+  auto& ports = tx.s.runtime[nodes.front().node].free_ports;
+  job.allocation.master_addr = job.allocation.nodes.front().address;
+  if (!ports.empty()) {
+    job.allocation.master_port = ports.back();
+    ports.pop_back();
+  } else {
+    job.allocation.master_port = 20000 + static_cast<int>((job.id * 31 + job.attempt) % 10000);
+  }
+  job.history.push_back(std::move(rec));
+  tx.s.pending.erase(job.id);
+  tx.s.pending_reasons.erase(job.id);
+  tx.fx.StoreJob(job);
+  tx.fx.Info("job {} attempt {} started on {} node(s): {}", job.id, job.attempt, nodes.size(),
+             fmt::join(job.history.back().nodes, ","));
+}
+
+void FinishJob(Tx& tx, Job& job, JobState state, std::string reason, std::optional<int> exit_code) {
+  const int64_t now = tx.now.unix_ms;
+  if (job.state == JobState::kRunning) DetachJob(tx, job);
+  CloseAttempt(job, now, reason);
+  job.move.reset();
+  tx.s.pending.erase(job.id);
+  tx.s.pending_reasons.erase(job.id);
+  tx.CountTransition(job.state, state);
+  job.state = state;
+  job.reason = std::move(reason);
+  job.end_ms = now;
+  job.exit_code = exit_code;
+  tx.fx.StoreJob(job);
+  tx.fx.Info("job {} {}: {}", job.id, api::JobStateName(state), job.reason);
+}
+
+void Requeue(Tx& tx, Job& job, const std::string& why) {
+  if (job.state == JobState::kRunning) DetachJob(tx, job);
+  CloseAttempt(job, tx.now.unix_ms, why);
+  job.move.reset();
+  job.attempt += 1;
+  tx.CountTransition(job.state, JobState::kPending);
+  job.state = JobState::kPending;
+  job.exits.clear();
+  job.allocation = {};
+  tx.s.pending.insert(job.id);
+  tx.fx.StoreJob(job);
+}
+
+void MoveJob(Tx& tx, Job& job, const std::string& why) {
+  Requeue(tx, job, why);
+  job.moves += 1;
+  job.reason = fmt::format("moved: {}", why);
+  tx.fx.Info("job {} moved as attempt {}: {}", job.id, job.attempt, why);
+}
+
+void FailGang(Tx& tx, Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart) {
+  // Moves are not failures: only the attempts that failed count as restarts.
+  if (may_restart && job.attempt - job.moves < job.spec.max_restarts) {
+    Requeue(tx, job, why);
+    job.reason = fmt::format("requeued after: {} (restart {} of {})", why, job.attempt - job.moves,
+                             job.spec.max_restarts);
+    tx.fx.Warn("job {} requeued as attempt {}: {}", job.id, job.attempt, why);
+    return;
+  }
+  std::string reason = why;
+  if (job.spec.max_restarts > 0) reason += fmt::format(" (no restarts left of {})", job.spec.max_restarts);
+  FinishJob(tx, job, JobState::kFailed, std::move(reason), exit_code);
+}
+
+void FailJobsOnNode(Tx& tx, const std::string& node, const std::string& why) {
+  auto nj = tx.s.node_jobs.find(node);
+  if (nj == tx.s.node_jobs.end()) return;
+  std::vector<api::JobId> ids(nj->second.begin(), nj->second.end());  // FailGang edits the set
+  for (api::JobId id : ids) FailGang(tx, tx.s.jobs.at(id), why, std::nullopt, /*may_restart=*/true);
+}
+
+void RecordExit(Tx& tx, Job& job, const std::string& node, const api::TaskReport& t) {
+  api::TaskExit e;
+  e.rank = t.rank;
+  e.node = node;
+  e.exit_code = t.exit_code;
+  e.signal = t.signal;
+  e.error = t.error;
+  e.finished_ms = t.finished_ms ? t.finished_ms : tx.now.unix_ms;
+  job.exits.push_back(e);
+  tx.fx.StoreJob(job);
+  if (e.signal != 0 || e.exit_code != 0) {
+    std::string how = e.signal ? fmt::format("was killed by signal {}", e.signal)
+                               : fmt::format("exited with code {}", e.exit_code);
+    std::string why = fmt::format("rank {} on {} {}", e.rank, node, how);
+    if (!e.error.empty()) why += ": " + e.error;
+    FailGang(tx, job, why, e.signal ? 128 + e.signal : e.exit_code, /*may_restart=*/true);
+    return;
+  }
+  if (static_cast<int>(job.exits.size()) == job.world_size()) {
+    FinishJob(tx, job, JobState::kSucceeded, "all ranks exited 0", 0);
+  }
+}
+
+bool ConfirmStopped(NodeRuntime& rt) {
+  auto confirmed = [&](const StoppingAttempt& s) {
+    if (rt.applied_version < s.version) return false;
+    return std::none_of(rt.reported.begin(), rt.reported.end(), [&](const api::TaskReport& t) {
+      return t.running && t.job == s.job && t.attempt == s.attempt;
+    });
+  };
+  return std::erase_if(rt.stopping, confirmed) > 0;
+}
+
+std::string StoppingWhere(const ClusterState& s, api::JobId id) {
+  std::string nodes;
+  int attempt = -1;
+  for (const auto& [name, rt] : s.runtime) {
+    for (const auto& st : rt.stopping) {
+      if (st.job != id) continue;
+      nodes += (nodes.empty() ? "" : ", ") + name;
+      attempt = st.attempt;
+      break;
+    }
+  }
+  if (nodes.empty()) return {};
+  return fmt::format("attempt {} on {}", attempt, nodes);
+}
+
+std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node) {
+  std::vector<api::TaskLaunch> out;
+  auto it = s.node_jobs.find(node);
+  if (it == s.node_jobs.end()) return out;
+  for (api::JobId id : it->second) {
+    const Job& job = s.jobs.at(id);
+    for (const auto& na : job.allocation.nodes) {
+      if (na.node != node) continue;
+      for (const auto& t : na.tasks) {
+        if (job.HasExit(t.rank)) continue;
+        api::TaskLaunch l;
+        l.job = job.id;
+        l.attempt = job.attempt;
+        l.rank = t.rank;
+        l.command = job.spec.command;
+        l.env = TaskEnv(ctx, job, na, t);
+        l.workdir = job.spec.workdir;
+        l.gpus = t.gpus;
+        l.cpus = job.spec.cpus_per_task;
+        if (job.move && !job.move->grow) {
+          l.checkpoint_requested = true;
+          l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
+        }
+        out.push_back(std::move(l));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace cohort::head::core

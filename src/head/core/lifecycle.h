@@ -1,0 +1,65 @@
+// Job lifecycle steps of the head's core: PENDING → RUNNING → SUCCEEDED / FAILED /
+// CANCELLED, with gang restarts and moves.
+//
+// A job's tasks start together and fail together: the first task that ends badly, or a
+// node that goes down, ends the attempt on every node. With restarts left the job goes
+// back to PENDING with attempt + 1 (COHORT_ATTEMPT); otherwise it fails with the reason.
+// A move (`drain --now`, an elastic job growing back) is a new attempt that does not count
+// against max_restarts. These are the steps the public transitions are made of; each runs
+// inside a Tx (tx.h) and records its effects there.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/types.h"
+#include "head/core/tx.h"
+
+namespace cohort::head::core {
+
+// Where one node's part of a new attempt goes: the node, its GPUs and CPUs.
+struct NodePlacement {
+  std::string node;
+  std::vector<int> gpus;
+  int cpus = 0;
+};
+
+// Starts an attempt of a PENDING job on `nodes` (node rank order): builds the allocation
+// (ranks, GPUs per task, MASTER_ADDR/PORT), bumps each node's assignment version, records
+// the attempt in the history and the queue wait.
+void StartJob(Tx& tx, api::Job& job, const std::vector<NodePlacement>& nodes);
+
+// Ends the current attempt: the job is FAILED, SUCCEEDED or CANCELLED with `reason`.
+void FinishJob(Tx& tx, api::Job& job, api::JobState state, std::string reason, std::optional<int> exit_code);
+
+// Ends the current attempt and puts the job back in the queue as attempt + 1.
+void Requeue(Tx& tx, api::Job& job, const std::string& why);
+
+// Ends the current attempt and requeues it as a move (not a failure).
+void MoveJob(Tx& tx, api::Job& job, const std::string& why);
+
+// Ends the current attempt; requeues it when restarts remain and `may_restart`, else the
+// job FAILS with `why` (and `exit_code`).
+void FailGang(Tx& tx, api::Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart);
+
+// FailGang (with restarts) for every job running on `node`, each with `why`.
+void FailJobsOnNode(Tx& tx, const std::string& node, const std::string& why);
+
+// Records the exit of a task of the job's current attempt on `node`: a failure ends the
+// gang; the last rank exiting 0 makes the job SUCCEEDED.
+void RecordExit(Tx& tx, api::Job& job, const std::string& node, const api::TaskReport& report);
+
+// Drops the node's stopping entries that its latest heartbeat confirms; true if any went.
+bool ConfirmStopped(NodeRuntime& rt);
+
+// "attempt N on node-1, node-2" when an earlier attempt of `id` still stops somewhere;
+// empty otherwise.
+std::string StoppingWhere(const ClusterState& s, api::JobId id);
+
+// The tasks the head wants on `node`: every task of a RUNNING job placed there that has
+// not exited, with its command and the job contract's environment.
+std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node);
+
+}  // namespace cohort::head::core

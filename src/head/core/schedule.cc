@@ -1,0 +1,209 @@
+#include "head/core/schedule.h"
+
+#include <algorithm>
+#include <set>
+
+#include "head/core/lifecycle.h"
+#include "head/core/tx.h"
+
+namespace cohort::head::core {
+
+using api::Job;
+using api::JobState;
+using api::NodeState;
+
+namespace {
+
+struct Busy {
+  std::set<int> gpus;
+  int cpus = 0;
+};
+
+// GPUs and CPUs in use per node: RUNNING jobs, stopping attempts, and tasks the agent
+// still reports that belong to no current attempt.
+std::map<std::string, Busy> BusyResources(const ClusterState& s) {
+  std::map<std::string, Busy> busy;
+  for (const auto& [name, ids] : s.node_jobs) {
+    for (api::JobId id : ids) {
+      for (const auto& na : s.jobs.at(id).allocation.nodes) {
+        if (na.node != name) continue;
+        busy[name].gpus.insert(na.gpus.begin(), na.gpus.end());
+        busy[name].cpus += na.cpus;
+      }
+    }
+  }
+  for (const auto& [name, rt] : s.runtime) {
+    for (const auto& st : rt.stopping) {
+      busy[name].gpus.insert(st.gpus.begin(), st.gpus.end());
+      busy[name].cpus += st.cpus;
+    }
+    for (const auto& t : rt.reported) {
+      if (!t.running) continue;
+      bool fenced = std::any_of(rt.stopping.begin(), rt.stopping.end(), [&](const StoppingAttempt& st) {
+        return st.job == t.job && st.attempt == t.attempt;
+      });
+      if (fenced) continue;  // counted above
+      auto nj = s.node_jobs.find(name);
+      bool current = CurrentAttempt(s, t.job, t.attempt) && nj != s.node_jobs.end() && nj->second.contains(t.job);
+      if (current) continue;
+      busy[name].gpus.insert(t.gpus.begin(), t.gpus.end());
+      busy[name].cpus += t.cpus;
+    }
+  }
+  return busy;
+}
+
+bool AnyElasticJobBelowSize(const ClusterState& s) {
+  for (const auto& [node, ids] : s.node_jobs) {
+    for (api::JobId id : ids) {
+      const Job& j = s.jobs.at(id);
+      if (j.spec.min_nodes > 0 && static_cast<int>(j.allocation.nodes.size()) < j.spec.nodes) return true;
+    }
+  }
+  return false;
+}
+
+// Asks elastic jobs running below `nodes` to grow back when the free nodes allow it and
+// nothing waits, and withdraws the request when they no longer do.
+void PlanGrowth(Tx& tx, const sched::Snapshot& snap, const sched::Decision& decision) {
+  // Free resources per node after this pass's starts.
+  struct Free {
+    int gpus = 0, cpus = 0;
+    bool usable = false;
+  };
+  std::map<std::string, Free> free;
+  for (const auto& v : snap.nodes) free[v.id] = {static_cast<int>(v.free_gpus.size()), v.free_cpus, v.unavailable.empty()};
+  for (const auto& p : decision.start) {
+    for (const auto& a : p.nodes) {
+      free[a.node].gpus -= static_cast<int>(a.gpus.size());
+      free[a.node].cpus -= a.cpus;
+    }
+  }
+  const bool queue_empty = tx.s.pending.empty();
+  for (api::JobId id : RunningJobIds(tx.s)) {
+    Job& job = tx.s.jobs.at(id);
+    const int have = static_cast<int>(job.allocation.nodes.size());
+    if (job.state != JobState::kRunning || job.spec.min_nodes == 0 || have >= job.spec.nodes) continue;
+    if (job.move && !job.move->grow) continue;  // a drain move is under way
+    // Nodes outside the gang that could take one more member of it.
+    std::vector<std::string> spare;
+    for (const auto& [name, f] : free) {
+      bool mine = std::any_of(job.allocation.nodes.begin(), job.allocation.nodes.end(),
+                              [&](const api::NodeAllocation& na) { return na.node == name; });
+      if (!mine && f.usable && f.gpus >= job.spec.gpus_per_node &&
+          f.cpus >= job.spec.tasks_per_node * job.spec.cpus_per_task) {
+        spare.push_back(name);
+      }
+    }
+    const bool can_grow = queue_empty && have + static_cast<int>(spare.size()) >= job.spec.nodes;
+    if (!can_grow) {
+      if (job.move) {
+        tx.fx.Info("job {} will not grow: the nodes it would use are taken or other jobs wait", id);
+        job.move.reset();
+        tx.fx.StoreJob(job);
+      }
+      continue;
+    }
+    // Count the nodes it would use as taken for the jobs after it.
+    for (int k = 0; k < job.spec.nodes - have; ++k) {
+      free[spare[static_cast<size_t>(k)]].gpus -= job.spec.gpus_per_node;
+      free[spare[static_cast<size_t>(k)]].cpus -= job.spec.tasks_per_node * job.spec.cpus_per_task;
+    }
+    if (job.move) continue;  // already asked
+    api::MoveRequest r;
+    r.requested_ms = snap.now_ms;
+    r.grow = true;
+    if (auto last = tx.ctx.latest_progress(id, job.attempt); last && last->checkpoint_step) {
+      r.baseline_checkpoint = *last->checkpoint_step;
+    }
+    job.move = std::move(r);
+    tx.fx.StoreJob(job);
+    tx.fx.Info("job {} runs on {} of {} nodes and the rest are free: it grows back at its next checkpoint", id, have,
+               job.spec.nodes);
+  }
+}
+
+}  // namespace
+
+sched::JobRequest ToRequest(const Job& job) {
+  sched::JobRequest r;
+  r.id = job.id;
+  r.priority = job.spec.priority;
+  r.submit_ms = job.submit_ms;
+  r.nodes = job.spec.nodes;
+  r.min_nodes = job.spec.min_nodes;
+  r.tasks_per_node = job.spec.tasks_per_node;
+  r.gpus_per_node = job.spec.gpus_per_node;
+  r.cpus_per_task = job.spec.cpus_per_task;
+  r.placement = job.spec.placement == api::Placement::kPack ? sched::Placement::kPack : sched::Placement::kSpread;
+  r.time_limit_ms = job.spec.time_limit_s * 1000;
+  return r;
+}
+
+SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
+  SchedulerInput in;
+  sched::Snapshot& snap = in.snapshot;
+  snap.now_ms = now.unix_ms;
+  std::map<std::string, Busy> busy = BusyResources(s);
+  for (const auto& [name, n] : s.nodes) {
+    sched::NodeView v;
+    v.id = name;
+    if (n.state == NodeState::kDown) {
+      v.unavailable = "down";
+    } else if (n.drain) {
+      v.unavailable = "draining";
+    }
+    v.total_gpus = static_cast<int>(n.gpus.size());
+    const Busy& b = busy[name];
+    for (int g = 0; g < v.total_gpus; ++g) {
+      // An unhealthy GPU is never free (gpu_health.h); `cohort resume` returns it.
+      if (!b.gpus.contains(g) && n.gpus[static_cast<size_t>(g)].healthy) v.free_gpus.push_back(g);
+    }
+    v.total_cpus = n.cpus;
+    v.free_cpus = std::max(0, n.cpus - b.cpus);
+    snap.nodes.push_back(std::move(v));
+  }
+  for (api::JobId id : RunningJobIds(s)) {
+    const Job& job = s.jobs.at(id);
+    sched::RunningJob r;
+    r.id = id;
+    r.end_ms = job.spec.time_limit_s > 0 ? job.start_ms + job.spec.time_limit_s * 1000 : INT64_MAX;
+    for (const auto& na : job.allocation.nodes) r.usage.push_back({na.node, static_cast<int>(na.gpus.size()), na.cpus});
+    snap.running.push_back(std::move(r));
+  }
+  for (api::JobId id : s.pending) {
+    // The previous attempt must be gone everywhere before the next one starts.
+    if (std::string where = StoppingWhere(s, id); !where.empty()) {
+      in.stopping_reasons[id] = "waiting for " + where + " to stop";
+      continue;
+    }
+    snap.pending.push_back(ToRequest(s.jobs.at(id)));
+  }
+  return in;
+}
+
+PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
+  PassResult out;
+  // Nothing to place; a pass still runs while an elastic job could grow back.
+  if (s.pending.empty() && !AnyElasticJobBelowSize(s)) return out;
+  out.ran = true;
+  Tx tx(s, ctx, now);
+  SchedulerInput in = BuildSchedulerInput(s, now);
+  sched::Decision decision = sched::Schedule(in.snapshot);
+  for (const auto& p : decision.start) {
+    std::vector<NodePlacement> nodes;
+    for (const auto& a : p.nodes) nodes.push_back({a.node, a.gpus, a.cpus});
+    StartJob(tx, s.jobs.at(p.job_id), nodes);
+  }
+  PlanGrowth(tx, in.snapshot, decision);
+  s.pending_reasons.clear();
+  for (auto& [id, reason] : decision.pending_reasons) {
+    if (s.pending.contains(id)) s.pending_reasons[id] = std::move(reason);
+  }
+  for (auto& [id, text] : in.stopping_reasons) s.pending_reasons[id] = std::move(text);
+  out.started = static_cast<int>(decision.start.size());
+  out.effects = std::move(tx.fx);
+  return out;
+}
+
+}  // namespace cohort::head::core

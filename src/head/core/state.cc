@@ -1,0 +1,86 @@
+#include "head/core/state.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "head/core/tx.h"
+
+namespace cohort::head::core {
+
+using api::Job;
+using api::JobState;
+
+namespace {
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+std::string JobStateLabel(JobState st) { return Lower(api::JobStateName(st)); }
+
+const Job* CurrentAttempt(const ClusterState& s, api::JobId job, int attempt) {
+  auto it = s.jobs.find(job);
+  if (it == s.jobs.end() || it->second.state != JobState::kRunning || it->second.attempt != attempt) return nullptr;
+  return &it->second;
+}
+
+Job* CurrentAttempt(ClusterState& s, api::JobId job, int attempt) {
+  return const_cast<Job*>(CurrentAttempt(static_cast<const ClusterState&>(s), job, attempt));
+}
+
+std::set<api::JobId> RunningJobIds(const ClusterState& s) {
+  std::set<api::JobId> running;
+  for (const auto& [node, ids] : s.node_jobs) running.insert(ids.begin(), ids.end());
+  return running;
+}
+
+int64_t HeartbeatAgeMs(const NodeRuntime& rt, Now now) { return now.mono_ms - rt.last_seen_mono_ms; }
+
+ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs, Now now) {
+  ClusterState s;
+  int64_t max_version = 0;
+  for (auto& n : nodes) {
+    NodeRuntime rt;
+    rt.last_seen_mono_ms = now.mono_ms;  // one failure timeout of grace for every agent to report in
+    s.runtime[n.name] = rt;
+    s.nodes[n.name] = std::move(n);
+  }
+  for (auto& j : jobs) {
+    if (j.state == JobState::kPending) s.pending.insert(j.id);
+    if (j.state == JobState::kRunning) {
+      for (const auto& na : j.allocation.nodes) {
+        s.node_jobs[na.node].insert(j.id);
+        max_version = std::max(max_version, na.version);
+        auto& rt = s.runtime[na.node];
+        rt.desired_version = std::max(rt.desired_version, na.version);
+      }
+    }
+    s.jobs[j.id] = std::move(j);
+  }
+  // Versions increase across restarts: start above both the clock and anything stored.
+  s.next_version = std::max(now.unix_ms * 1000, max_version + 1);
+  s.loaded_ms = now.unix_ms;
+  return s;
+}
+
+void Tx::Wake(const std::string& node) {
+  auto it = s.nodes.find(node);
+  if (it != s.nodes.end() && !it->second.agent_url.empty() && it->second.state == api::NodeState::kUp) {
+    fx.wake.insert(it->second.agent_url);
+  }
+}
+
+void Tx::BumpVersion(const std::string& node) {
+  s.runtime[node].desired_version = ++s.next_version;
+  Wake(node);
+}
+
+void Tx::CountTransition(std::optional<JobState> from, JobState to) {
+  s.counters.transitions[{from ? JobStateLabel(*from) : "none", JobStateLabel(to)}] += 1;
+}
+
+}  // namespace cohort::head::core

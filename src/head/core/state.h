@@ -1,0 +1,114 @@
+// ClusterState: the head's whole in-memory view of the cluster, as plain values.
+//
+// The head is a functional core inside a locked shell (docs/ARCHITECTURE.md). This file is
+// the core's data: nodes and jobs (the durable records, as stored), the per-node runtime
+// facts that are not stored (heartbeat times, reported tasks, assignment versions,
+// stopping attempts, telemetry), and the indexes kept beside them. Transition functions
+// (submit.h, agents.h, liveness.h, drain.h, schedule.h) take a ClusterState, an event and
+// the time, change the state in place and return Effects (effects.h); queries (queries.h)
+// read it. None of them reads a clock, takes a lock, or does I/O, so a test drives them
+// with plain values. The shell (head::Cluster) owns one ClusterState under its mutex.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "api/types.h"
+#include "head/progress.h"
+
+namespace cohort::head::core {
+
+// The time of an event, read once by the shell: wall clock (stored and shown) and a
+// monotonic clock (for heartbeat ages, so a wall-clock jump never fails a node).
+struct Now {
+  int64_t unix_ms = 0;
+  int64_t mono_ms = 0;
+};
+
+// An ended attempt's tasks on a node that the agent has not yet confirmed stopped: the
+// agent must have applied the assignment version that dropped them (`version`) and report
+// none of them running. Until then their GPUs and CPUs stay busy and the job's next
+// attempt is not placed anywhere (a job never runs twice, and a restart never lands on
+// GPUs its previous attempt still holds). A node that goes DOWN or re-registers with a new
+// agent drops its entries: its agent fenced those tasks (lease) or they died with it.
+struct StoppingAttempt {
+  api::JobId job = 0;
+  int attempt = 0;
+  std::vector<int> gpus;
+  int cpus = 0;
+  int64_t version = 0;
+};
+
+// What the head knows of a node beyond its stored record.
+struct NodeRuntime {
+  int64_t last_seen_mono_ms = 0;            // last heartbeat or registration (Now::mono_ms)
+  std::vector<StoppingAttempt> stopping;
+  std::vector<api::TaskReport> reported;    // tasks in the last heartbeat
+  std::vector<int> free_ports;              // for MASTER_PORT
+  int64_t desired_version = 0;              // the assignment version the head wants applied
+  int64_t applied_version = 0;              // the newest one the agent reports applied
+  // GPU telemetry and health counters from the heartbeats (gpu_health.h).
+  std::vector<std::optional<api::GpuTelemetry>> telemetry;  // by GPU index
+  std::vector<int64_t> health_seen;  // each GPU's health-event counter last seen
+  // False until the counters are known: after a head restart the first heartbeat's
+  // counters are adopted, not read as new events.
+  bool health_baseline = false;
+};
+
+// Counters for /metrics, kept with the state they count.
+struct Counters {
+  std::map<std::pair<std::string, std::string>, uint64_t> transitions;  // (from, to), lower case
+  uint64_t heartbeats = 0;
+  uint64_t gpu_health_events = 0;
+};
+
+struct ClusterState {
+  std::map<std::string, api::Node> nodes;
+  std::map<std::string, NodeRuntime> runtime;           // one per node in `nodes`
+  std::map<api::JobId, api::Job> jobs;
+  std::set<api::JobId> pending;                          // PENDING jobs
+  std::map<std::string, std::set<api::JobId>> node_jobs;  // RUNNING jobs per node
+  std::map<api::JobId, std::string> pending_reasons;     // from the last scheduling pass
+  int64_t next_version = 0;  // assignment versions increase across restarts
+  int64_t loaded_ms = 0;     // Unix ms the state was loaded: progress reports before it are lost
+  Counters counters;
+};
+
+// What transitions may read besides the state: the head's configuration and two lookups
+// into parts of the head that live outside the core (both pure from the core's view).
+struct Context {
+  api::AgentTiming timing;
+  std::string head_url;         // how tasks reach the head (COHORT_HEAD)
+  std::string checkpoint_root;  // COHORT_CHECKPOINT_DIR is {checkpoint_root}/job-{id}
+  // The rendezvous token of a job's attempt (RendezvousStore::Token).
+  std::function<std::string(api::JobId, int attempt)> rendezvous_token;
+  // The newest progress report of a job's attempt, any rank (ProgressLog::LatestOfAttempt).
+  std::function<std::optional<ProgressPoint>(api::JobId, int attempt)> latest_progress;
+};
+
+// The one rule for "is this the job's current attempt": the job exists, is RUNNING, and
+// `attempt` is its attempt. Returns the job, or null. Reports, exits, rendezvous tokens and
+// task usage of any other attempt belong to the past.
+const api::Job* CurrentAttempt(const ClusterState& s, api::JobId job, int attempt);
+api::Job* CurrentAttempt(ClusterState& s, api::JobId job, int attempt);
+
+// "pending", "running", ...: a job state as a metric label.
+std::string JobStateLabel(api::JobState st);
+
+// The ids of every RUNNING job (those placed on some node).
+std::set<api::JobId> RunningJobIds(const ClusterState& s);
+
+// Milliseconds since the node last reported, at `now`.
+int64_t HeartbeatAgeMs(const NodeRuntime& rt, Now now);
+
+// Builds the state from stored records: every node gets a fresh failure timer (one
+// failure timeout for its agent to report in), RUNNING jobs are indexed on their nodes,
+// and the version counter starts above the clock and anything stored.
+ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs, Now now);
+
+}  // namespace cohort::head::core

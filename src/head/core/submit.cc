@@ -1,0 +1,53 @@
+#include "head/core/submit.h"
+
+#include "head/core/lifecycle.h"
+#include "head/core/schedule.h"
+#include "head/core/tx.h"
+#include "sched/feasibility.h"
+
+namespace cohort::head::core {
+
+using api::Job;
+using api::JobState;
+
+Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
+  std::vector<sched::NodeCapacity> capacity;
+  for (const auto& [name, n] : s.nodes) capacity.push_back({name, static_cast<int>(n.gpus.size()), n.cpus});
+  Job job;
+  job.spec = std::move(spec);
+  job.submit_ms = now.unix_ms;
+  job.state = JobState::kPending;
+  if (capacity.empty()) {
+    return MakeError(ErrorCode::kUnsatisfiable,
+                     "no nodes have registered with this head yet; start an agent (cohort agent --head URL) and "
+                     "submit again");
+  }
+  if (auto ok = sched::CheckFeasible(capacity, ToRequest(job)); !ok) return std::unexpected(ok.error());
+  job.reason = "waiting for the scheduler";
+  return job;
+}
+
+Effects AddJob(ClusterState& s, const Context& ctx, Job job, Now now) {
+  Tx tx(s, ctx, now);
+  tx.fx.Info("job {} ({}) submitted by {}: {} node(s) x {} task(s), {} GPU(s)/node", job.id, job.spec.name,
+             job.spec.user, job.spec.nodes, job.spec.tasks_per_node, job.spec.gpus_per_node);
+  s.pending.insert(job.id);
+  s.jobs[job.id] = std::move(job);
+  tx.CountTransition(std::nullopt, JobState::kPending);
+  tx.RequestSchedule();
+  return std::move(tx.fx);
+}
+
+Result<Effects> Cancel(ClusterState& s, const Context& ctx, api::JobId id, Now now) {
+  auto it = s.jobs.find(id);
+  if (it == s.jobs.end()) return Errorf(ErrorCode::kNotFound, "job {} not found", id);
+  Job& job = it->second;
+  if (api::IsTerminal(job.state)) {
+    return Errorf(ErrorCode::kFailedPrecondition, "job {} has already ended ({})", id, api::JobStateName(job.state));
+  }
+  Tx tx(s, ctx, now);
+  FinishJob(tx, job, JobState::kCancelled, "cancelled by request", std::nullopt);
+  return std::move(tx.fx);
+}
+
+}  // namespace cohort::head::core

@@ -1,0 +1,152 @@
+// The agent protocol's transitions: registration, heartbeats, exits, lost tasks.
+#include "core_test_util.h"
+
+namespace cohort::head::core::testing {
+namespace {
+
+using api::JobState;
+using api::NodeState;
+
+TEST_F(CoreTest, RegisterStoresTheNodeAndAsksForAPass) {
+  Register(Reg("n1"));
+  EXPECT_EQ(fx_.nodes_to_store, std::set<std::string>{"n1"});
+  EXPECT_TRUE(fx_.schedule);
+  EXPECT_TRUE(Logged("node n1 registered: 2 GPU(s), 8 CPU(s)"));
+  EXPECT_EQ(state_.nodes.at("n1").state, NodeState::kUp);
+  EXPECT_EQ(state_.runtime.at("n1").last_seen_mono_ms, now_.mono_ms);
+}
+
+TEST_F(CoreTest, AnotherLiveAgentCannotTakeTheNameAndNothingChanges) {
+  Register(Reg("n1"));
+  Advance(1000);
+  auto r = core::Register(state_, ctx_, Reg("n1", 2, "intruder"), now_);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kAlreadyExists);
+  EXPECT_EQ(state_.nodes.at("n1").incarnation, "inc1");
+}
+
+TEST_F(CoreTest, ANewAgentAfterTheOldOneWentSilentFailsItsGangsAndKeepsUnhealthyMarks) {
+  Register(Reg("n1"));
+  const api::JobId id = Submit(Spec(1, 1, /*max_restarts=*/1));
+  ASSERT_EQ(Pass(), 1);
+  state_.nodes.at("n1").gpus[1].healthy = false;
+  state_.nodes.at("n1").gpus[1].health_reason = "XID 79";
+  Advance(4000);  // past the failure timeout: the old agent is gone
+  Register(Reg("n1", 2, "inc2"));
+  EXPECT_EQ(Job(id).state, JobState::kPending);
+  EXPECT_EQ(Job(id).attempt, 1);
+  EXPECT_EQ(Job(id).history.back().end_reason, "node n1 restarted: its agent's tasks are gone");
+  EXPECT_FALSE(state_.nodes.at("n1").gpus[1].healthy);
+  EXPECT_EQ(state_.nodes.at("n1").gpus[1].health_reason, "XID 79");
+  EXPECT_TRUE(fx_.jobs_to_store.contains(id));
+  EXPECT_EQ(fx_.drop_rendezvous, std::vector<api::JobId>{id});
+}
+
+TEST_F(CoreTest, HeartbeatsFromUnknownNodesOrOldIncarnationsChangeNothing) {
+  Register(Reg("n1"));
+  api::Heartbeat hb;
+  hb.incarnation = "inc1";
+  auto unknown = core::Heartbeat(state_, ctx_, "nx", hb, now_);
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
+  hb.incarnation = "old";
+  Advance(2000);
+  auto stale = core::Heartbeat(state_, ctx_, "n1", hb, now_);
+  ASSERT_FALSE(stale.has_value());
+  EXPECT_EQ(stale.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(state_.counters.heartbeats, 0u);
+  EXPECT_EQ(state_.runtime.at("n1").last_seen_mono_ms, now_.mono_ms - 2000);
+}
+
+TEST_F(CoreTest, AHeartbeatBringsADownNodeBackUp) {
+  Register(Reg("n1"));
+  Advance(3500);
+  CheckLiveness(state_, ctx_, now_);
+  ASSERT_EQ(state_.nodes.at("n1").state, NodeState::kDown);
+  Beat("n1");
+  EXPECT_EQ(state_.nodes.at("n1").state, NodeState::kUp);
+  EXPECT_TRUE(fx_.nodes_to_store.contains("n1"));
+  EXPECT_TRUE(fx_.schedule);
+  EXPECT_TRUE(Logged("node n1 is UP again"));
+}
+
+TEST_F(CoreTest, TheReplyCarriesEveryTaskWithTheJobContractEnvironment) {
+  Register(Reg("n1", 4));
+  api::JobSpec spec = Spec(1, 4);
+  spec.tasks_per_node = 2;
+  spec.env = {{"EXTRA", "1"}};
+  const api::JobId id = Submit(spec);
+  ASSERT_EQ(Pass(), 1);
+  EXPECT_TRUE(fx_.wake.contains("http://agent-n1"));
+  // The agent's first heartbeat after the wake-up: it has not applied the new version yet.
+  api::Heartbeat hb;
+  hb.incarnation = "inc1";
+  auto r = core::Heartbeat(state_, ctx_, "n1", hb, now_);
+  ASSERT_TRUE(r.has_value());
+  const api::HeartbeatReply& reply = r->reply;
+  ASSERT_EQ(reply.tasks.size(), 2u);
+  EXPECT_EQ(reply.version, state_.runtime.at("n1").desired_version);
+  const auto& env = reply.tasks[1].env;
+  EXPECT_EQ(env.at("RANK"), "1");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "2");
+  EXPECT_EQ(env.at("LOCAL_RANK"), "1");
+  ASSERT_EQ(reply.tasks[1].gpus.size(), 2u);
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), fmt::format("{},{}", reply.tasks[1].gpus[0], reply.tasks[1].gpus[1]));
+  EXPECT_EQ(env.at("COHORT_RENDEZVOUS"), fmt::format("http://head:8470/v1/rendezvous/tok-{}-0", id));
+  EXPECT_EQ(env.at("COHORT_REPORT"), fmt::format("http://head:8470/v1/report/tok-{}-0", id));
+  EXPECT_EQ(env.at("COHORT_CHECKPOINT_DIR"), fmt::format("/ckpt/job-{}", id));
+  EXPECT_EQ(env.at("MASTER_ADDR"), "10.0.0.1");
+  EXPECT_EQ(env.at("EXTRA"), "1");
+}
+
+TEST_F(CoreTest, AFailedRankFailsTheGangAndEveryFinishedTaskIsAcknowledged) {
+  Register(Reg("n1"));
+  const api::JobId id = Submit(Spec(1, 2, /*max_restarts=*/1));
+  ASSERT_EQ(Pass(), 1);
+  api::HeartbeatReply reply = Beat("n1", {Exited(id, 0, 0, 3), Exited(99, 0, 0, 0)});
+  EXPECT_EQ(Job(id).state, JobState::kPending);
+  EXPECT_EQ(Job(id).attempt, 1);
+  EXPECT_EQ(Job(id).reason, "requeued after: rank 0 on n1 exited with code 3 (restart 1 of 1)");
+  ASSERT_EQ(reply.acked.size(), 2u);  // the unknown job's task too: the agent may forget it
+  EXPECT_TRUE(reply.tasks.empty());
+  EXPECT_TRUE(fx_.jobs_to_store.contains(id));
+}
+
+TEST_F(CoreTest, AnExitOfAnEarlierAttemptIsAcknowledgedButNotRecorded) {
+  Register(Reg("n1"));
+  const api::JobId id = Submit(Spec(1, 1, /*max_restarts=*/2));
+  ASSERT_EQ(Pass(), 1);
+  Beat("n1", {Exited(id, 0, 0, 1)});  // attempt 0 fails: requeued as attempt 1
+  Beat("n1");                          // the agent confirms attempt 0 gone
+  ASSERT_EQ(Pass(), 1);
+  ASSERT_EQ(Job(id).attempt, 1);
+  api::HeartbeatReply reply = Beat("n1", {Running(id, 1, 0), Exited(id, 0, 0, 1)});
+  EXPECT_EQ(Job(id).state, JobState::kRunning);
+  EXPECT_TRUE(Job(id).exits.empty());
+  EXPECT_EQ(reply.acked.size(), 1u);
+}
+
+TEST_F(CoreTest, ATaskTheAgentNoLongerHasFailsItsGang) {
+  Register(Reg("n1"));
+  const api::JobId id = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 1);
+  Beat("n1", {});  // has applied the version that placed rank 0, and reports nothing
+  EXPECT_EQ(Job(id).state, JobState::kFailed);
+  EXPECT_EQ(Job(id).reason, "rank 0 on n1 is gone (its agent no longer has the task)");
+}
+
+TEST_F(CoreTest, AllRanksExitingZeroSucceed) {
+  Register(Reg("n1"));
+  Register(Reg("n2"));
+  const api::JobId id = Submit(Spec(2, 1));
+  ASSERT_EQ(Pass(), 1);
+  Beat("n1", {Exited(id, 0, 0, 0)});
+  EXPECT_EQ(Job(id).state, JobState::kRunning);
+  Beat("n2", {Exited(id, 0, 1, 0)});
+  EXPECT_EQ(Job(id).state, JobState::kSucceeded);
+  EXPECT_EQ(Job(id).exit_code, 0);
+  EXPECT_EQ(state_.counters.transitions.at({"running", "succeeded"}), 1u);
+}
+
+}  // namespace
+}  // namespace cohort::head::core::testing
