@@ -18,7 +18,7 @@ int Run(const std::vector<std::string>& ids, const GlobalOptions& global) {
       if (rc == 0) rc = code;
       continue;
     }
-    auto reply = head.Post(fmt::format("/v1/jobs/{}/cancel", *id), json::object());
+    auto reply = head.Post(api::routes::JobCancel(*id), json::object());
     if (!reply) {
       int code = ReportError(reply.error());
       if (code == 3) return code;

@@ -16,7 +16,11 @@
 #include <utility>
 #include <vector>
 
+#include "api/dashboard.h"
+#include "api/routes.h"
 #include "api/types.h"
+#include "api/usage.h"
+#include "api/views.h"
 #include "cli/cli.h"
 #include "common/error.h"
 #include "common/json.h"
@@ -35,22 +39,19 @@ Result<api::JobId> ParseJobId(std::string_view text);
 // GET /v1/jobs/{id}, decoded.
 Result<api::Job> FetchJob(const HttpClient& head, api::JobId id);
 
-// Percent-encodes everything but unreserved characters, for a query parameter.
-std::string UrlEncode(std::string_view s);
-
 // Prints `j` indented by two spaces, then a newline, to stdout.
 void PrintJson(const json& j);
 
-// A node as GET /v1/nodes returns it: the stored node plus the head's live view.
-struct NodeView {
-  api::Node node;
-  std::string display_state;  // UP, DOWN, DRAINING, DRAINED
-  int gpus_allocated = 0;
-  int cpus_allocated = 0;
-  std::vector<api::JobId> jobs;
-  int64_t heartbeat_age_ms = -1;  // -1: never heard from
-};
-Result<NodeView> NodeViewFromJson(const json& j);
+// A view decoded from a head's reply (api::NodeStatusFromJson etc.): a decoding error
+// becomes kInternal, "malformed {what} from the head: ..." (naming the bad field).
+template <typename T>
+Result<T> FromHead(Result<T> decoded, std::string_view what) {
+  if (decoded) return decoded;
+  Error e = std::move(decoded.error());
+  e.code = ErrorCode::kInternal;
+  e.message = fmt::format("malformed {} from the head: {}", what, e.message);
+  return std::unexpected(std::move(e));
+}
 
 // Time the job has run: RUNNING, since its current attempt started; ended, from its first
 // start to its end. std::nullopt for a job that never started.
@@ -124,35 +125,36 @@ std::string RenderJob(const api::Job& job, int64_t now_ms);
 
 // ---- nodes (nodes.cc) ----
 
-// The node table: NAME STATE GPUS CPUS GPU-TYPE ADDRESS HEARTBEAT JOBS REASON.
-std::string RenderNodes(const std::vector<NodeView>& nodes);
+// The node table: NAME STATE GPUS CPUS GPU-TYPE ADDRESS HEARTBEAT JOBS REASON; GPUS is
+// "allocated/total", with ", N bad" when the head counts unhealthy GPUs.
+std::string RenderNodes(const std::vector<api::NodeStatus>& nodes);
 // The detail report of one node, with a row per GPU.
-std::string RenderNode(const NodeView& node);
+std::string RenderNode(const api::NodeStatus& node);
 
 // ---- drain (drain.cc) ----
 
 // "Node n1 is DRAINING (jobs 3, 4 still running)" and similar.
-std::string NodeStateLine(const NodeView& node);
+std::string NodeStateLine(const api::NodeStatus& node);
 
 // ---- usage (usage.cc) ----
 
 // The tables of `cohort usage` from a GET /v1/usage reply: per user (with a TOTAL row)
 // and per job, GPU-hours with 4 decimals and, with a price, COST with 2.
-Result<std::string> RenderUsage(const json& report, std::optional<double> price_per_gpu_hour);
+std::string RenderUsage(const api::UsageReport& report, std::optional<double> price_per_gpu_hour);
 
 // ---- top (top.cc) ----
 
 struct TopOptions {
   std::string head_url;  // shown in the first line
   size_t width = 120;    // columns every line is cut to (at least 40)
-  int64_t now_ms = 0;    // used when the reply lacks "time_ms"
+  int64_t now_ms = 0;    // used when the dashboard has no time_ms (none fetched yet)
   std::string status;    // an extra line under the summary ("cannot refresh: ...")
 };
 
 // One frame of `cohort top` from a GET /v1/dashboard reply: a summary line, then NODES,
-// GPUS, RUNNING, QUEUE and RECENT tables. Fields the reply lacks (telemetry, health
-// before the agents report them) show as "-". No escape codes.
-std::string RenderTop(const json& dashboard, const TopOptions& options);
+// GPUS, RUNNING, QUEUE and RECENT tables. Readings the head does not have (telemetry
+// before the agents report it) show as "-". No escape codes.
+std::string RenderTop(const api::Dashboard& dashboard, const TopOptions& options);
 
 // ---- logs (logs.cc) ----
 

@@ -33,7 +33,7 @@ int Run(const DrainFlags& f, bool drain, const GlobalOptions& global) {
   int rc = 0;
   json done = json::array();
   for (const auto& name : f.nodes) {
-    auto reply = head.Post(fmt::format("/v1/nodes/{}/{}", UrlEncode(name), drain ? "drain" : "resume"), body);
+    auto reply = head.Post(drain ? api::routes::NodeDrain(name) : api::routes::NodeResume(name), body);
     if (!reply) {
       int code = ReportError(reply.error());
       if (code == 3) return code;
@@ -44,7 +44,7 @@ int Run(const DrainFlags& f, bool drain, const GlobalOptions& global) {
       done.push_back(std::move(*reply));
       continue;
     }
-    auto node = NodeViewFromJson(*reply);
+    auto node = FromHead(api::NodeStatusFromJson(*reply), "node");
     if (!node) return ReportError(node.error());
     std::printf("%s\n", NodeStateLine(*node).c_str());
     std::fflush(stdout);
@@ -55,7 +55,7 @@ int Run(const DrainFlags& f, bool drain, const GlobalOptions& global) {
 
 }  // namespace
 
-std::string NodeStateLine(const NodeView& v) {
+std::string NodeStateLine(const api::NodeStatus& v) {
   std::string line = fmt::format("Node {} is {}", v.node.name, v.display_state);
   if (!v.jobs.empty()) {
     std::vector<std::string> ids;

@@ -121,8 +121,10 @@ class LogReader {
   // One GET. A log that cannot be read (its node is down, the agent lost it) prints a
   // note and marks the rank done and failed: nullopt. An unreachable head is an error.
   Result<std::optional<HttpResponse>> Fetch(int attempt, RankStream& s, int64_t offset, int64_t limit) {
-    auto r = COHORT_TRY(head_.GetRaw(fmt::format("/v1/jobs/{}/logs?rank={}&attempt={}&offset={}&limit={}", id_,
-                                                  s.rank, attempt, offset, limit)));
+    auto r = COHORT_TRY(head_.GetRaw(api::routes::WithQuery(api::routes::JobLogs(id_), {{"rank", std::to_string(s.rank)},
+                                                                                      {"attempt", std::to_string(attempt)},
+                                                                                      {"offset", std::to_string(offset)},
+                                                                                      {"limit", std::to_string(limit)}})));
     if (r.status >= 200 && r.status < 300) return std::optional<HttpResponse>(std::move(r));
     Error e = ErrorFromResponse(r.status, r.body);
     if (e.code == ErrorCode::kFailedPrecondition || e.code == ErrorCode::kInvalidArgument) {

@@ -33,7 +33,14 @@ std::string GpuHealthReason(const api::Node& n) {
   return first.empty() ? which + " unhealthy" : fmt::format("{} unhealthy: {}", which, first);
 }
 
-std::string NodeReason(const NodeView& v) {
+// "1/8", or "1/8, 2 bad" with unhealthy GPUs.
+std::string GpuCounts(const api::NodeStatus& v) {
+  std::string out = fmt::format("{}/{}", v.gpus_allocated, v.node.gpus.size());
+  if (v.unhealthy_gpus > 0) out += fmt::format(", {} bad", v.unhealthy_gpus);
+  return out;
+}
+
+std::string NodeReason(const api::NodeStatus& v) {
   std::string reason;
   if (v.node.drain) {
     reason = v.node.drain_reason.empty() ? "drained by request" : v.node.drain_reason;
@@ -61,53 +68,45 @@ std::string JobList(const std::vector<api::JobId>& jobs) {
 int Run(const std::string& name, const GlobalOptions& global) {
   HttpClient head = HeadClient(global);
   if (!name.empty()) {
-    auto reply = head.Get("/v1/nodes/" + UrlEncode(name));
+    auto reply = head.Get(api::routes::Node(name));
     if (!reply) return ReportError(reply.error());
     if (global.json) {
       PrintJson(*reply);
       return 0;
     }
-    auto node = NodeViewFromJson(*reply);
+    auto node = FromHead(api::NodeStatusFromJson(*reply), "node");
     if (!node) return ReportError(node.error());
     std::fputs(RenderNode(*node).c_str(), stdout);
     return 0;
   }
-  auto reply = head.Get("/v1/nodes");
+  auto reply = head.Get(api::routes::kNodes);
   if (!reply) return ReportError(reply.error());
   if (global.json) {
     PrintJson(*reply);
     return 0;
   }
-  if (!reply->is_object() || !reply->contains("nodes") || !(*reply)["nodes"].is_array()) {
-    return ReportError(MakeError(ErrorCode::kInternal, "malformed node list from the head: no 'nodes' array").error());
-  }
-  std::vector<NodeView> nodes;
-  for (const auto& j : (*reply)["nodes"]) {
-    auto node = NodeViewFromJson(j);
-    if (!node) return ReportError(node.error());
-    nodes.push_back(std::move(*node));
-  }
-  std::fputs(RenderNodes(nodes).c_str(), stdout);
+  auto nodes = FromHead(api::NodeListFromJson(*reply), "node list");
+  if (!nodes) return ReportError(nodes.error());
+  std::fputs(RenderNodes(*nodes).c_str(), stdout);
   return 0;
 }
 
 }  // namespace
 
-std::string RenderNodes(const std::vector<NodeView>& nodes) {
+std::string RenderNodes(const std::vector<api::NodeStatus>& nodes) {
   Table t({"NAME", "STATE", "GPUS", "CPUS", "GPU-TYPE", "ADDRESS", "HEARTBEAT", "JOBS", "REASON"});
   t.SetMaxWidth(4, 32);
   t.SetMaxWidth(7, 24);
   t.SetMaxWidth(8, 48);
   for (const auto& v : nodes) {
-    t.AddRow({v.node.name, v.display_state,
-              fmt::format("{}/{}", v.gpus_allocated, v.node.gpus.size()),
+    t.AddRow({v.node.name, v.display_state, GpuCounts(v),
               fmt::format("{}/{}", v.cpus_allocated, v.node.cpus), GpuType(v.node), v.node.address,
               HeartbeatAge(v.heartbeat_age_ms), JobList(v.jobs), NodeReason(v)});
   }
   return t.Render();
 }
 
-std::string RenderNode(const NodeView& v) {
+std::string RenderNode(const api::NodeStatus& v) {
   const api::Node& n = v.node;
   std::vector<std::pair<std::string, std::string>> kv = {
       {"name", n.name},
@@ -121,7 +120,8 @@ std::string RenderNode(const NodeView& v) {
       {"last heartbeat",
        n.last_heartbeat_ms > 0 ? fmt::format("{} ({})", FormatTimestamp(n.last_heartbeat_ms), HeartbeatAge(v.heartbeat_age_ms))
                                : "never"},
-      {"gpus", fmt::format("{} allocated of {}", v.gpus_allocated, n.gpus.size())},
+      {"gpus", fmt::format("{} allocated of {}{}", v.gpus_allocated, n.gpus.size(),
+                           v.unhealthy_gpus > 0 ? fmt::format(", {} unhealthy", v.unhealthy_gpus) : "")},
       {"cpus", fmt::format("{} allocated of {}", v.cpus_allocated, n.cpus)},
       {"jobs", JobList(v.jobs)},
   };

@@ -38,12 +38,11 @@ Result<std::string> StateQuery(const QueueFlags& f) {
 int Run(const QueueFlags& f, const GlobalOptions& global) {
   auto states = StateQuery(f);
   if (!states) return ReportError(states.error());
-  std::vector<std::string> params;
-  if (!states->empty()) params.push_back("state=" + *states);
-  if (!f.user.empty()) params.push_back("user=" + UrlEncode(f.user));
-  if (f.limit > 0) params.push_back("limit=" + std::to_string(f.limit));
-  std::string path = "/v1/jobs";
-  if (!params.empty()) path += "?" + Join(params, "&");
+  std::vector<std::pair<std::string, std::string>> params;
+  if (!states->empty()) params.emplace_back("state", *states);
+  if (!f.user.empty()) params.emplace_back("user", f.user);
+  if (f.limit > 0) params.emplace_back("limit", std::to_string(f.limit));
+  std::string path = api::routes::WithQuery(api::routes::kJobs, params);
 
   auto reply = HeadClient(global).Get(path);
   if (!reply) return ReportError(reply.error());

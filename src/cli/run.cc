@@ -1,10 +1,12 @@
 // `cohort run -n N [flags] -- program args`: N local ranks with a job's environment,
 // outside any cluster (like `torchrun --standalone`).
 //
-// Every rank gets the job contract's variables (RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, MASTER_ADDR, MASTER_PORT, COHORT_ATTEMPT,
-// TORCHELASTIC_RESTART_COUNT) plus COHORT_RENDEZVOUS=tcp://127.0.0.1:PORT, a store that
-// rank 0 hosts (a separate free port from MASTER_PORT, which PyTorch's own store binds).
+// Every rank gets the job contract's variables (api::TaskEnvironment, as the head builds
+// them: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, MASTER_ADDR,
+// MASTER_PORT, COHORT_ATTEMPT, TORCHELASTIC_RESTART_COUNT, COHORT_NUM_NODES) less those
+// only a cluster has (job id and name, node, head and report URLs), with
+// COHORT_RENDEZVOUS=tcp://127.0.0.1:PORT, a store that rank 0 hosts (a separate free port
+// from MASTER_PORT, which PyTorch's own store binds).
 // The ranks share this terminal's output. Like torchrun, the first rank that fails
 // stops the others (SIGTERM to each rank's process group, SIGKILL after a grace) and its
 // exit code becomes this command's; Ctrl-C stops all ranks.
@@ -15,6 +17,7 @@
 #include <thread>
 
 #include "agent/net.h"
+#include "api/job_env.h"
 #include "cli/cli.h"
 #include "common/signals.h"
 #include "common/subprocess.h"
@@ -46,22 +49,22 @@ int RunRanks(const RunFlags& f) {
   auto stop_all = [&](int sig) {
     for (auto& p : procs) p.Signal(sig, /*group=*/true);
   };
+  // One unnamed node, no job id and no head: the contract's variables less the cluster's.
+  api::Job job;
+  job.spec.tasks_per_node = f.ranks;
+  job.allocation.master_addr = "127.0.0.1";
+  job.allocation.master_port = ports[0];
+  job.allocation.nodes = {api::NodeAllocation{}};
+  api::TaskEnvOptions env_options;
+  env_options.rendezvous_url = fmt::format("tcp://127.0.0.1:{}", ports[1]);
+  env_options.checkpoint_dir = f.checkpoint_dir;
+  env_options.set_visible_devices = f.gpus_per_rank >= 0;
   for (int r = 0; r < f.ranks; ++r) {
+    api::TaskPlacement task{r, r, {}};
+    for (int g = 0; g < f.gpus_per_rank; ++g) task.gpus.push_back(r * f.gpus_per_rank + g);
     SpawnOptions o;
     o.argv = f.command;
-    o.env = {{"RANK", std::to_string(r)},          {"WORLD_SIZE", std::to_string(f.ranks)},
-             {"LOCAL_RANK", std::to_string(r)},    {"LOCAL_WORLD_SIZE", std::to_string(f.ranks)},
-             {"NODE_RANK", "0"},                   {"GROUP_RANK", "0"},
-             {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(ports[0])},
-             {"COHORT_ATTEMPT", "0"},              {"TORCHELASTIC_RESTART_COUNT", "0"},
-             {"COHORT_NUM_NODES", "1"},
-             {"COHORT_RENDEZVOUS", fmt::format("tcp://127.0.0.1:{}", ports[1])}};
-    if (f.gpus_per_rank >= 0) {
-      std::string gpus;
-      for (int g = 0; g < f.gpus_per_rank; ++g) gpus += (g ? "," : "") + std::to_string(r * f.gpus_per_rank + g);
-      o.env["CUDA_VISIBLE_DEVICES"] = gpus;
-    }
-    if (!f.checkpoint_dir.empty()) o.env["COHORT_CHECKPOINT_DIR"] = f.checkpoint_dir;
+    o.env = api::TaskEnvironment(job, job.allocation.nodes[0], task, env_options);
     o.cwd = cwd;
     o.new_process_group = true;  // Ctrl-C reaches `cohort run`, which stops the ranks in order
     o.parent_death_signal = SIGKILL;

@@ -34,7 +34,7 @@ std::string ExitResult(const api::TaskExit& e) {
 int Run(const std::string& id_text, const GlobalOptions& global) {
   auto id = ParseJobId(id_text);
   if (!id) return ReportError(id.error());
-  auto reply = HeadClient(global).Get(fmt::format("/v1/jobs/{}", *id));
+  auto reply = HeadClient(global).Get(api::routes::Job(*id));
   if (!reply) return ReportError(reply.error());
   if (global.json) {
     PrintJson(*reply);

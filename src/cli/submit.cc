@@ -184,7 +184,7 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   }
 
   HttpClient head = HeadClient(global);
-  auto created = head.Post("/v1/jobs", api::ToJson(*spec));
+  auto created = head.Post(api::routes::kJobs, api::ToJson(*spec));
   if (!created) return ReportError(WithContext(created.error(), "submitting the job"));
   auto job = api::JobFromJson(*created);
   if (!job) return ReportError(job.error());
@@ -206,7 +206,7 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   SteadyTime unreachable_since{};
   while (!api::IsTerminal(job->state)) {
     std::this_thread::sleep_for(kWaitPoll);
-    auto j = head.Get(fmt::format("/v1/jobs/{}", job->id));
+    auto j = head.Get(api::routes::Job(job->id));
     if (!j) {
       if (ExitCodeFor(j.error()) != 3) return ReportError(j.error());
       if (unreachable_since == SteadyTime{}) unreachable_since = SteadyClock::now();

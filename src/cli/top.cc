@@ -28,24 +28,20 @@ namespace cohort::cli {
 namespace {
 
 constexpr const char* kDash = "-";
-constexpr const char* kDashboardQuery = "/v1/dashboard?recent=8&queue=200&points=2";
 
-// ---- reading the reply (fields may be absent or null: show "-") ----
-
-std::string Str(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return kDash;
-  const auto& s = j[key].get_ref<const std::string&>();
-  return s.empty() ? kDash : s;
+// The query `top` asks: the latest 8 finished jobs, at most 200 queued, no loss curves
+// to speak of (top does not draw them).
+std::string DashboardPath() {
+  return api::routes::WithQuery(api::routes::kDashboard, {{"recent", "8"}, {"queue", "200"}, {"points", "2"}});
 }
 
-std::optional<double> Num(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
-  return j[key].get<double>();
-}
+// ---- formatting (a value the head does not have shows as "-") ----
 
-int64_t Int(const json& j, const char* key, int64_t def = 0) {
-  auto v = Num(j, key);
-  return v ? static_cast<int64_t>(*v) : def;
+std::string OrDash(const std::string& s) { return s.empty() ? kDash : s; }
+
+template <typename T>
+std::optional<double> AsDouble(const std::optional<T>& v) {
+  return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
 }
 
 std::string Percent(std::optional<double> ratio) {
@@ -68,49 +64,35 @@ std::string Compact(std::optional<double> v, int digits = 4) {
   return fmt::format("{:.{}g}", *v, digits);
 }
 
-std::string Duration(std::optional<int64_t> ms) { return ms && *ms >= 0 ? FormatDuration(*ms) : kDash; }
+std::string Duration(int64_t ms) { return ms >= 0 ? FormatDuration(ms) : kDash; }
 
-const json& Telemetry(const json& gpu) {
-  static const json kNull;
-  if (gpu.is_object() && gpu.contains("telemetry") && gpu["telemetry"].is_object()) return gpu["telemetry"];
-  return kNull;
+std::string Health(const api::Gpu& gpu) {
+  if (gpu.healthy) return "ok";
+  return gpu.health_reason.empty() ? "UNHEALTHY" : "UNHEALTHY: " + gpu.health_reason;
 }
 
-std::string Health(const json& gpu) {
-  if (!gpu.is_object() || !gpu.contains("healthy") || !gpu["healthy"].is_boolean()) return kDash;
-  if (gpu["healthy"].get<bool>()) return "ok";
-  std::string why = Str(gpu, "health_reason");
-  return why == kDash ? "UNHEALTHY" : "UNHEALTHY: " + why;
+const api::GpuTelemetry& Telemetry(const api::Gpu& gpu) {
+  static const api::GpuTelemetry kUnknown{};
+  return gpu.telemetry ? *gpu.telemetry : kUnknown;
 }
 
 // node name -> GPU index -> job id, from the running jobs' allocations.
-std::map<std::string, std::map<int, int64_t>> GpuOwners(const json& running) {
-  std::map<std::string, std::map<int, int64_t>> owners;
-  for (const auto& j : running) {
-    if (!j.contains("allocation") || !j["allocation"].contains("nodes")) continue;
-    for (const auto& na : j["allocation"]["nodes"]) {
-      for (const auto& g : na.value("gpus", json::array())) owners[na.value("node", "")][g.get<int>()] = Int(j, "id");
+std::map<std::string, std::map<int, api::JobId>> GpuOwners(const std::vector<api::DashboardJob>& running) {
+  std::map<std::string, std::map<int, api::JobId>> owners;
+  for (const auto& d : running) {
+    const api::Job& j = d.status.job;
+    for (const auto& na : j.allocation.nodes) {
+      for (int g : na.gpus) owners[na.node][g] = j.id;
     }
   }
   return owners;
 }
 
-const json& Array(const json& d, const char* key) {
-  static const json kEmpty = json::array();
-  return d.is_object() && d.contains(key) && d[key].is_array() ? d[key] : kEmpty;
-}
+int64_t JobGpus(const api::Job& j) { return int64_t{j.spec.nodes} * j.spec.gpus_per_node; }
 
-std::string JobName(const json& j) { return j.contains("spec") ? Str(j["spec"], "name") : kDash; }
-std::string JobUser(const json& j) { return j.contains("spec") ? Str(j["spec"], "user") : kDash; }
-int64_t JobGpus(const json& j) {
-  return j.contains("spec") ? Int(j["spec"], "nodes") * Int(j["spec"], "gpus_per_node") : 0;
-}
-
-std::string Hosts(const json& j) {
+std::string Hosts(const api::Job& j) {
   std::vector<std::string> names;
-  if (j.contains("allocation") && j["allocation"].contains("nodes")) {
-    for (const auto& na : j["allocation"]["nodes"]) names.push_back(na.value("node", "?"));
-  }
+  for (const auto& na : j.allocation.nodes) names.push_back(na.node);
   return FormatHostList(names);
 }
 
@@ -124,152 +106,151 @@ std::string FitTable(Table& t, const std::vector<size_t>& widths, size_t flex, s
   return t.Render();
 }
 
-}  // namespace
+// ---- the frame's sections, top to bottom; each returns its lines ----
 
-std::string RenderTop(const json& d, const TopOptions& o) {
-  const int64_t now = d.is_object() && d.contains("time_ms") ? Int(d, "time_ms") : o.now_ms;
-  const size_t width = std::max<size_t>(o.width, 40);
-  std::string out;
-  const json& s = d.is_object() && d.contains("summary") ? d["summary"] : json::object();
-  out += fmt::format("cohort top - {} - {}\n", o.head_url, FormatTimestamp(now));
-  std::string summary = fmt::format("nodes {}/{} up   GPUs {}/{} allocated   running {}   pending {}",
-                                    Int(s, "nodes_up"), Int(s, "nodes"), Int(s, "gpus_allocated"), Int(s, "gpus"),
-                                    Int(s, "running"), Int(s, "pending"));
-  if (Int(s, "unhealthy_gpus") > 0) summary += fmt::format("   unhealthy GPUs {}", Int(s, "unhealthy_gpus"));
-  out += summary + "\n";
+// The title (head URL, the dashboard's time) and the cluster's counts, then `status`.
+std::string SummarySection(const api::Dashboard& d, int64_t now, const TopOptions& o) {
+  const api::DashboardSummary& s = d.summary;
+  std::string out = fmt::format("cohort top - {} - {}\n", o.head_url, FormatTimestamp(now));
+  out += fmt::format("nodes {}/{} up   GPUs {}/{} allocated   running {}   pending {}", s.nodes_up, s.nodes,
+                     s.gpus_allocated, s.gpus, s.running, s.pending);
+  if (s.unhealthy_gpus > 0) out += fmt::format("   unhealthy GPUs {}", s.unhealthy_gpus);
+  out += "\n";
   if (!o.status.empty()) out += o.status + "\n";
+  return out;
+}
 
-  const json& nodes = Array(d, "nodes");
-  const json& running = Array(d, "running");
-  auto owners = GpuOwners(running);
-  const bool wide = width >= 110;
-
-  // Nodes, one row each, with their GPUs summed up.
-  out += fmt::format("\nNODES ({})\n", nodes.size());
-  {
-    Table t({"NAME", "STATE", "GPUS", "CPUS", "UTIL", "MEM GiB", "TEMP", "HEALTH", "HEARTBEAT", "JOBS"});
-    for (const auto& n : nodes) {
-      const json& gpus = Array(n, "gpus");
-      double util = 0, mem_used = 0, mem_total = 0, temp = -1;
-      int util_n = 0, mem_n = 0;
-      for (const auto& g : gpus) {
-        const json& tel = Telemetry(g);
-        if (auto u = Num(tel, "utilization")) util += *u, ++util_n;
-        if (auto m = Num(tel, "memory_used_bytes")) {
-          mem_used += *m;
-          ++mem_n;
-          mem_total += Num(tel, "memory_total_bytes").value_or(Num(g, "memory_bytes").value_or(0));
-        }
-        if (auto c = Num(tel, "temperature_celsius")) temp = std::max(temp, *c);
+// NODES: one row per node, its GPUs' readings summed up and its unhealthy GPUs counted.
+std::string NodesSection(const api::Dashboard& d, size_t width) {
+  std::string out = fmt::format("\nNODES ({})\n", d.nodes.size());
+  Table t({"NAME", "STATE", "GPUS", "CPUS", "UTIL", "MEM GiB", "TEMP", "HEALTH", "HEARTBEAT", "JOBS"});
+  for (const auto& n : d.nodes) {
+    double util = 0, mem_used = 0, mem_total = 0, temp = -1;
+    int util_n = 0, mem_n = 0;
+    for (const auto& g : n.node.gpus) {
+      const api::GpuTelemetry& tel = Telemetry(g);
+      if (tel.utilization) util += *tel.utilization, ++util_n;
+      if (tel.memory_used_bytes) {
+        mem_used += static_cast<double>(*tel.memory_used_bytes);
+        ++mem_n;
+        mem_total += static_cast<double>(tel.memory_total_bytes.value_or(g.memory_bytes));
       }
-      int64_t unhealthy = 0;
-      bool health_known = false;
-      for (const auto& g : gpus) {
-        if (g.contains("healthy") && g["healthy"].is_boolean()) {
-          health_known = true;
-          unhealthy += !g["healthy"].get<bool>();
-        }
-      }
-      std::vector<std::string> jobs;
-      for (const auto& id : Array(n, "jobs")) jobs.push_back(id.dump());
-      int64_t hb = Int(n, "heartbeat_age_ms", -1);
-      t.AddRow({Str(n, "name"), Str(n, "display_state"), fmt::format("{}/{}", Int(n, "gpus_allocated"), gpus.size()),
-                fmt::format("{}/{}", Int(n, "cpus_allocated"), Int(n, "cpus")),
-                util_n ? Percent(util / util_n) : kDash,
-                mem_n ? fmt::format("{}/{}", Gib(mem_used), Gib(mem_total)) : kDash,
-                temp >= 0 ? fmt::format("{:.0f}C", temp) : kDash,
-                !health_known ? kDash : unhealthy ? fmt::format("{} bad", unhealthy) : "ok",
-                hb < 0 ? "never" : FormatDuration(hb) + " ago", Join(jobs, ",")});
+      if (tel.temperature_celsius) temp = std::max(temp, *tel.temperature_celsius);
     }
-    out += FitTable(t, {16, 8, 5, 7, 4, 11, 4, 6, 10, 10}, 9, width);
+    std::vector<std::string> jobs;
+    for (auto id : n.jobs) jobs.push_back(std::to_string(id));
+    t.AddRow({OrDash(n.node.name), OrDash(n.display_state), fmt::format("{}/{}", n.gpus_allocated, n.node.gpus.size()),
+              fmt::format("{}/{}", n.cpus_allocated, n.node.cpus), util_n ? Percent(util / util_n) : kDash,
+              mem_n ? fmt::format("{}/{}", Gib(mem_used), Gib(mem_total)) : kDash,
+              temp >= 0 ? fmt::format("{:.0f}C", temp) : kDash,
+              n.node.gpus.empty() ? kDash : n.unhealthy_gpus ? fmt::format("{} bad", n.unhealthy_gpus) : "ok",
+              n.heartbeat_age_ms < 0 ? "never" : FormatDuration(n.heartbeat_age_ms) + " ago", Join(jobs, ",")});
   }
+  return out + FitTable(t, {16, 8, 5, 7, 4, 11, 4, 6, 10, 10}, 9, width);
+}
 
-  // GPUs, one row each.
+// GPUS: one row per GPU with the job on it, its readings and its health; the SM clock
+// only on a wide screen.
+std::string GpusSection(const api::Dashboard& d, size_t width) {
   size_t gpu_count = 0;
-  for (const auto& n : nodes) gpu_count += Array(n, "gpus").size();
-  out += fmt::format("\nGPUS ({})\n", gpu_count);
-  {
-    std::vector<std::string> header = {"NODE", "GPU", "JOB", "UTIL", "MEM GiB", "TEMP", "POWER"};
-    if (wide) header.push_back("SM MHz");
-    header.push_back("HEALTH");
-    Table t(header);
-    for (const auto& n : nodes) {
-      std::string name = Str(n, "name");
-      for (const auto& g : Array(n, "gpus")) {
-        const json& tel = Telemetry(g);
-        int index = static_cast<int>(Int(g, "index"));
-        auto owner = owners[name].find(index);
-        auto mem_total = Num(tel, "memory_total_bytes");
-        if (!mem_total) mem_total = Num(g, "memory_bytes");
-        auto power = Num(tel, "power_watts");
-        auto temp = Num(tel, "temperature_celsius");
-        auto clock = Num(tel, "sm_clock_hz");
-        std::vector<std::string> row = {
-            name, std::to_string(index), owner == owners[name].end() ? kDash : std::to_string(owner->second),
-            Percent(Num(tel, "utilization")), fmt::format("{}/{}", Gib(Num(tel, "memory_used_bytes")), Gib(mem_total)),
-            temp ? fmt::format("{:.0f}C", *temp) : kDash, power ? fmt::format("{:.0f}W", *power) : kDash};
-        if (wide) row.push_back(clock ? fmt::format("{:.0f}", *clock / 1e6) : kDash);
-        row.push_back(Health(g));
-        t.AddRow(std::move(row));
-      }
+  for (const auto& n : d.nodes) gpu_count += n.node.gpus.size();
+  std::string out = fmt::format("\nGPUS ({})\n", gpu_count);
+  const bool wide = width >= 110;
+  auto owners = GpuOwners(d.running);
+  std::vector<std::string> header = {"NODE", "GPU", "JOB", "UTIL", "MEM GiB", "TEMP", "POWER"};
+  if (wide) header.push_back("SM MHz");
+  header.push_back("HEALTH");
+  Table t(header);
+  for (const auto& n : d.nodes) {
+    const std::string name = OrDash(n.node.name);
+    const auto& on_node = owners[n.node.name];
+    for (const auto& g : n.node.gpus) {
+      const api::GpuTelemetry& tel = Telemetry(g);
+      auto owner = on_node.find(g.index);
+      double mem_total = static_cast<double>(tel.memory_total_bytes.value_or(g.memory_bytes));
+      std::vector<std::string> row = {
+          name, std::to_string(g.index), owner == on_node.end() ? kDash : std::to_string(owner->second),
+          Percent(tel.utilization), fmt::format("{}/{}", Gib(AsDouble(tel.memory_used_bytes)), Gib(mem_total)),
+          tel.temperature_celsius ? fmt::format("{:.0f}C", *tel.temperature_celsius) : kDash,
+          tel.power_watts ? fmt::format("{:.0f}W", *tel.power_watts) : kDash};
+      if (wide) row.push_back(tel.sm_clock_hz ? fmt::format("{:.0f}", *tel.sm_clock_hz / 1e6) : kDash);
+      row.push_back(Health(g));
+      t.AddRow(std::move(row));
     }
-    std::vector<size_t> w = {16, 3, 6, 4, 11, 4, 5};
-    if (wide) w.push_back(6);
-    w.push_back(20);
-    out += FitTable(t, w, w.size() - 1, width);
   }
+  std::vector<size_t> w = {16, 3, 6, 4, 11, 4, 5};
+  if (wide) w.push_back(6);
+  w.push_back(20);
+  return out + FitTable(t, w, w.size() - 1, width);
+}
 
-  out += fmt::format("\nRUNNING ({})\n", running.size());
-  {
-    Table t({"ID", "NAME", "USER", "GPUS", "TIME", "STEP", "LOSS", "TOK/S", "NODES"});
-    for (const auto& j : running) {
-      const json& p = j.contains("progress") ? j["progress"] : json::object();
-      t.AddRow({std::to_string(Int(j, "id")), JobName(j), JobUser(j), std::to_string(JobGpus(j)),
-                Duration(now - Int(j, "start_ms")), Compact(Num(p, "step")), Compact(Num(p, "loss")),
-                Compact(Num(p, "tokens_per_s")), Hosts(j)});
-    }
-    if (t.rows() == 0) out += "  (none)\n";
-    else out += FitTable(t, {6, 20, 10, 4, 8, 7, 7, 7, 20}, 8, width);
+// RUNNING: one row per running job with its time so far and latest progress.
+std::string RunningSection(const api::Dashboard& d, int64_t now, size_t width) {
+  std::string out = fmt::format("\nRUNNING ({})\n", d.running.size());
+  Table t({"ID", "NAME", "USER", "GPUS", "TIME", "STEP", "LOSS", "TOK/S", "NODES"});
+  for (const auto& r : d.running) {
+    const api::Job& j = r.status.job;
+    const std::optional<api::ProgressPoint>& p = r.progress;
+    t.AddRow({std::to_string(j.id), OrDash(j.spec.name), OrDash(j.spec.user), std::to_string(JobGpus(j)),
+              Duration(now - j.start_ms), Compact(p ? std::optional<double>(static_cast<double>(p->step)) : std::nullopt),
+              Compact(p ? p->loss : std::nullopt), Compact(p ? p->tokens_per_s : std::nullopt), Hosts(j)});
   }
+  if (t.rows() == 0) return out + "  (none)\n";
+  return out + FitTable(t, {6, 20, 10, 4, 8, 7, 7, 7, 20}, 8, width);
+}
 
-  const json& queue = Array(d, "queue");
-  int64_t pending = Int(s, "pending", static_cast<int64_t>(queue.size()));
-  out += pending > static_cast<int64_t>(queue.size()) ? fmt::format("\nQUEUE ({} of {})\n", queue.size(), pending)
-                                                      : fmt::format("\nQUEUE ({})\n", pending);
-  {
-    Table t({"ID", "NAME", "USER", "PRIO", "GPUS", "WAIT", "REASON"});
-    for (const auto& j : queue) {
-      t.AddRow({std::to_string(Int(j, "id")), JobName(j), JobUser(j),
-                j.contains("spec") ? std::to_string(Int(j["spec"], "priority")) : kDash, std::to_string(JobGpus(j)),
-                Duration(now - Int(j, "submit_ms")), Str(j, "reason")});
-    }
-    if (t.rows() == 0) out += "  (empty)\n";
-    else out += FitTable(t, {6, 20, 10, 4, 4, 8, 30}, 6, width);
+// QUEUE: the pending jobs in queue order, with how long each has waited and why; says
+// when the list is cut short of the summary's count.
+std::string QueueSection(const api::Dashboard& d, int64_t now, size_t width) {
+  const int64_t shown = static_cast<int64_t>(d.queue.size());
+  const int64_t pending = std::max(d.summary.pending, shown);
+  std::string out = pending > shown ? fmt::format("\nQUEUE ({} of {})\n", shown, pending)
+                                    : fmt::format("\nQUEUE ({})\n", pending);
+  Table t({"ID", "NAME", "USER", "PRIO", "GPUS", "WAIT", "REASON"});
+  for (const auto& q : d.queue) {
+    const api::Job& j = q.status.job;
+    t.AddRow({std::to_string(j.id), OrDash(j.spec.name), OrDash(j.spec.user), std::to_string(j.spec.priority),
+              std::to_string(JobGpus(j)), Duration(now - j.submit_ms), OrDash(j.reason)});
   }
+  if (t.rows() == 0) return out + "  (empty)\n";
+  return out + FitTable(t, {6, 20, 10, 4, 4, 8, 30}, 6, width);
+}
 
-  const json& recent = Array(d, "recent");
-  if (!recent.empty()) {
-    out += "\nRECENT\n";
-    Table t({"ID", "NAME", "USER", "STATE", "ENDED", "REASON"});
-    for (const auto& j : recent) {
-      int64_t end = Int(j, "end_ms");
-      t.AddRow({std::to_string(Int(j, "id")), JobName(j), JobUser(j), Str(j, "state"),
-                end > 0 ? FormatDuration(now - end) + " ago" : kDash, Str(j, "reason")});
-    }
-    out += FitTable(t, {6, 20, 10, 9, 10, 30}, 5, width);
+// RECENT: the latest finished jobs, how they ended and when; nothing when there are none.
+std::string RecentSection(const api::Dashboard& d, int64_t now, size_t width) {
+  if (d.recent.empty()) return "";
+  std::string out = "\nRECENT\n";
+  Table t({"ID", "NAME", "USER", "STATE", "ENDED", "REASON"});
+  for (const auto& r : d.recent) {
+    const api::Job& j = r.status.job;
+    t.AddRow({std::to_string(j.id), OrDash(j.spec.name), OrDash(j.spec.user), std::string(api::JobStateName(j.state)),
+              j.end_ms > 0 ? FormatDuration(now - j.end_ms) + " ago" : kDash, OrDash(j.reason)});
   }
+  return out + FitTable(t, {6, 20, 10, 9, 10, 30}, 5, width);
+}
 
-  // Every line cut to the width (the tables already fit; the header lines may not).
+// Every line of `text` cut to `width` columns (the tables already fit; the title may not).
+std::string CutLines(const std::string& text, size_t width) {
   std::string fitted;
   size_t start = 0;
-  while (start < out.size()) {
-    size_t end = out.find('\n', start);
-    if (end == std::string::npos) end = out.size();
-    fitted += Truncate(std::string_view(out).substr(start, end - start), width);
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    fitted += Truncate(std::string_view(text).substr(start, end - start), width);
     fitted += '\n';
     start = end + 1;
   }
   return fitted;
+}
+
+}  // namespace
+
+std::string RenderTop(const api::Dashboard& d, const TopOptions& o) {
+  const int64_t now = d.time_ms > 0 ? d.time_ms : o.now_ms;
+  const size_t width = std::max<size_t>(o.width, 40);
+  return CutLines(SummarySection(d, now, o) + NodesSection(d, width) + GpusSection(d, width) +
+                      RunningSection(d, now, width) + QueueSection(d, now, width) + RecentSection(d, now, width),
+                  width);
 }
 
 namespace {
@@ -365,12 +346,14 @@ int Run(const TopFlags& f, const GlobalOptions& global) {
   TopOptions o;
   o.head_url = head.base_url();
   if (f.once) {
-    auto d = head.Get(kDashboardQuery);
-    if (!d) return ReportError(d.error());
+    auto reply = head.Get(DashboardPath());
+    if (!reply) return ReportError(reply.error());
     if (global.json) {
-      PrintJson(*d);
+      PrintJson(*reply);
       return 0;
     }
+    auto d = FromHead(api::DashboardFromJson(*reply), "dashboard");
+    if (!d) return ReportError(d.error());
     size_t width = 120, height = 0;
     TerminalSize(width, height);
     o.width = f.width > 0 ? static_cast<size_t>(f.width) : width;
@@ -382,12 +365,14 @@ int Run(const TopFlags& f, const GlobalOptions& global) {
 
   g_quit = 0;
   TerminalSession term;
-  json last;
+  api::Dashboard last;  // nothing fetched yet: empty tables
   std::string more;
   auto next_fetch = SteadyClock::now();
   while (!g_quit) {
     if (SteadyClock::now() >= next_fetch) {
-      auto d = head.Get(kDashboardQuery);
+      auto reply = head.Get(DashboardPath());
+      Result<api::Dashboard> d = reply ? FromHead(api::DashboardFromJson(*reply), "dashboard")
+                                       : Result<api::Dashboard>(std::unexpected(reply.error()));
       if (d) {
         last = std::move(*d);
         o.status.clear();

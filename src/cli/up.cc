@@ -13,6 +13,7 @@
 
 #include "agent/gpu/gpu.h"
 #include "cli/cli.h"
+#include "cli/client.h"
 #include "cli/daemon_flags.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -155,11 +156,15 @@ int RunUp(UpFlags& f) {
   deadline = SteadyClock::now() + std::chrono::seconds(20);
   while (true) {
     int up = 0;
-    if (auto nodes = client.Get("/v1/nodes"); nodes) {
-      for (const auto& n : (*nodes)["nodes"]) {
-        std::string name = n.value("name", "");
-        bool ours = std::any_of(agents.begin(), agents.end(), [&](const Daemon& d) { return d.name == name; });
-        if (ours && n.value("state", "") == "UP") ++up;
+    if (auto reply = client.Get(api::routes::kNodes); reply) {
+      auto nodes = api::NodeListFromJson(*reply);
+      if (!nodes) {
+        stop_all();
+        return ReportError(FromHead(std::move(nodes), "node list").error());
+      }
+      for (const auto& n : *nodes) {
+        bool ours = std::any_of(agents.begin(), agents.end(), [&](const Daemon& d) { return d.name == n.node.name; });
+        if (ours && n.node.state == api::NodeState::kUp) ++up;
       }
     }
     if (up == f.agents) break;

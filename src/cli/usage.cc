@@ -1,6 +1,8 @@
 // `cohort usage [--price-per-gpu-hour X] [--user U] [--since DURATION]`: GPU-hours (and
 // their cost at a price) per user and per job, from GET /v1/usage. Running jobs count up
 // to now.
+#include <limits>
+
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -19,77 +21,70 @@ std::string Hours(double gpu_seconds) { return fmt::format("{:.4f}", gpu_seconds
 std::string Cost(double gpu_seconds, double price) { return fmt::format("{:.2f}", gpu_seconds / 3600.0 * price); }
 
 int Run(const UsageFlags& f, const GlobalOptions& global) {
-  std::string path = "/v1/usage";
-  std::vector<std::string> query;
-  if (!f.user.empty()) query.push_back("user=" + UrlEncode(f.user));
+  std::vector<std::pair<std::string, std::string>> query;
+  if (!f.user.empty()) query.emplace_back("user", f.user);
   if (!f.since.empty()) {
     auto ms = ParseDurationMs(f.since, "--since");
     if (!ms) return ReportError(ms.error());
-    query.push_back(fmt::format("since={}", std::max<int64_t>(0, NowUnixMs() - *ms)));
+    query.emplace_back("since", std::to_string(std::max<int64_t>(0, NowUnixMs() - *ms)));
   }
-  for (size_t i = 0; i < query.size(); ++i) path += (i ? "&" : "?") + query[i];
-  auto reply = HeadClient(global).Get(path);
+  auto reply = HeadClient(global).Get(api::routes::WithQuery(api::routes::kUsage, query));
   if (!reply) return ReportError(reply.error());
+  auto report = FromHead(api::UsageReportFromJson(*reply), "usage report");
+  if (!report) return ReportError(report.error());
   if (global.json) {
     json out = *reply;
     if (f.price) {
       out["price_per_gpu_hour"] = *f.price;
-      out["total_cost"] = out.value("total_gpu_hours", 0.0) * *f.price;
-      for (auto& u : out["users"]) u["cost"] = u.value("gpu_hours", 0.0) * *f.price;
-      for (auto& j : out["jobs"]) j["cost"] = j.value("gpu_hours", 0.0) * *f.price;
+      out["total_cost"] = report->total_gpu_seconds / 3600.0 * *f.price;
+      for (size_t i = 0; i < report->users.size(); ++i) {
+        out["users"][i]["cost"] = report->users[i].gpu_seconds / 3600.0 * *f.price;
+      }
+      for (size_t i = 0; i < report->jobs.size(); ++i) {
+        out["jobs"][i]["cost"] = report->jobs[i].gpu_seconds / 3600.0 * *f.price;
+      }
     }
     PrintJson(out);
     return 0;
   }
-  auto text = RenderUsage(*reply, f.price);
-  if (!text) return ReportError(text.error());
-  std::fputs(text->c_str(), stdout);
+  std::fputs(RenderUsage(*report, f.price).c_str(), stdout);
   return 0;
 }
 
 }  // namespace
 
-Result<std::string> RenderUsage(const json& report, std::optional<double> price) {
-  try {
-    std::vector<std::string> uh = {"USER", "JOBS", "GPU-HOURS"};
-    std::vector<std::string> jh = {"JOBID", "NAME", "USER", "STATE", "GPUS", "ATTEMPTS", "GPU-HOURS"};
-    if (price) {
-      uh.push_back("COST");
-      jh.push_back("COST");
-    }
-    Table users(uh);
-    for (const auto& u : report.at("users")) {
-      double s = u.at("gpu_seconds").get<double>();
-      std::vector<std::string> row = {u.at("user").get<std::string>(), std::to_string(u.at("jobs").get<int>()), Hours(s)};
-      if (price) row.push_back(Cost(s, *price));
-      users.AddRow(std::move(row));
-    }
-    double total = report.at("total_gpu_seconds").get<double>();
-    std::vector<std::string> total_row = {"TOTAL", std::to_string(report.at("jobs").size()), Hours(total)};
-    if (price) total_row.push_back(Cost(total, *price));
-    users.AddRow(std::move(total_row));
-    Table jobs(jh);
-    jobs.SetMaxWidth(1, 32);
-    for (const auto& j : report.at("jobs")) {
-      double s = j.at("gpu_seconds").get<double>();
-      std::vector<std::string> row = {std::to_string(j.at("id").get<int64_t>()), j.at("name").get<std::string>(),
-                                      j.at("user").get<std::string>(), j.at("state").get<std::string>(),
-                                      std::to_string(j.at("gpus").get<int>()),
-                                      std::to_string(j.at("attempts").get<int>()), Hours(s)};
-      if (price) row.push_back(Cost(s, *price));
-      jobs.AddRow(std::move(row));
-    }
-    int64_t since = report.value("since_ms", int64_t(0));
-    std::string out = fmt::format("GPU usage {} to {}", since > 0 ? "from " + FormatTimestamp(since) : "from the start",
-                                  report.at("until_ms").is_null() ? std::string("now")
-                                                                  : FormatTimestamp(report["until_ms"].get<int64_t>()));
-    if (price) out += fmt::format(", at {:.2f} per GPU-hour", *price);
-    out += "\n\n" + users.Render();
-    if (jobs.rows() > 0) out += "\n" + jobs.Render();
-    return out;
-  } catch (const json::exception& e) {
-    return Errorf(ErrorCode::kInternal, "malformed usage report from the head: {}", e.what());
+std::string RenderUsage(const api::UsageReport& report, std::optional<double> price) {
+  std::vector<std::string> uh = {"USER", "JOBS", "GPU-HOURS"};
+  std::vector<std::string> jh = {"JOBID", "NAME", "USER", "STATE", "GPUS", "ATTEMPTS", "GPU-HOURS"};
+  if (price) {
+    uh.push_back("COST");
+    jh.push_back("COST");
   }
+  Table users(uh);
+  for (const auto& u : report.users) {
+    std::vector<std::string> row = {u.user, std::to_string(u.jobs), Hours(u.gpu_seconds)};
+    if (price) row.push_back(Cost(u.gpu_seconds, *price));
+    users.AddRow(std::move(row));
+  }
+  std::vector<std::string> total_row = {"TOTAL", std::to_string(report.jobs.size()), Hours(report.total_gpu_seconds)};
+  if (price) total_row.push_back(Cost(report.total_gpu_seconds, *price));
+  users.AddRow(std::move(total_row));
+  Table jobs(jh);
+  jobs.SetMaxWidth(1, 32);
+  for (const auto& j : report.jobs) {
+    std::vector<std::string> row = {std::to_string(j.id), j.name, j.user, std::string(api::JobStateName(j.state)),
+                                    std::to_string(j.gpus), std::to_string(j.attempts), Hours(j.gpu_seconds)};
+    if (price) row.push_back(Cost(j.gpu_seconds, *price));
+    jobs.AddRow(std::move(row));
+  }
+  const api::UsageWindow& w = report.window;
+  std::string out = fmt::format("GPU usage {} to {}", w.since_ms > 0 ? "from " + FormatTimestamp(w.since_ms) : "from the start",
+                                w.until_ms == std::numeric_limits<int64_t>::max() ? std::string("now")
+                                                                                  : FormatTimestamp(w.until_ms));
+  if (price) out += fmt::format(", at {:.2f} per GPU-hour", *price);
+  out += "\n\n" + users.Render();
+  if (jobs.rows() > 0) out += "\n" + jobs.Render();
+  return out;
 }
 
 void AddUsageCommand(CommandContext& ctx) {

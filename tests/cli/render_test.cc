@@ -150,11 +150,11 @@ json NodeJson() {
       {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1", "memory_bytes": 85899345920, "simulated": false},
       {"index": 1, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-2", "memory_bytes": 85899345920, "simulated": false}],
     "display_state": "DRAINING", "gpus_allocated": 1, "cpus_allocated": 4, "jobs": [12, 14],
-    "heartbeat_age_ms": 450})");
+    "heartbeat_age_ms": 450, "unhealthy_gpus": 0})");
 }
 
 TEST(RenderNodesTest, NodeTableAndDetail) {
-  auto node = NodeViewFromJson(NodeJson());
+  auto node = api::NodeStatusFromJson(NodeJson());
   ASSERT_TRUE(node.has_value()) << node.error().message;
   EXPECT_EQ(node->display_state, "DRAINING");
   EXPECT_EQ(node->jobs, (std::vector<api::JobId>{12, 14}));
@@ -170,7 +170,7 @@ TEST(RenderNodesTest, NodeTableAndDetail) {
   down_json["gpus_allocated"] = 0;
   down_json["cpus_allocated"] = 0;
   down_json["heartbeat_age_ms"] = 61000;
-  auto down = NodeViewFromJson(down_json);
+  auto down = api::NodeStatusFromJson(down_json);
   ASSERT_TRUE(down.has_value());
 
   EXPECT_EQ(RenderNodes({*node, *down}),
@@ -187,8 +187,36 @@ TEST(RenderNodesTest, NodeTableAndDetail) {
                                 "  0      NVIDIA H100 80GB HBM3  GPU-1  80.0 GiB  no\n"));
 }
 
+TEST(RenderNodesTest, ShowsUnhealthyGpus) {
+  json j = NodeJson();
+  j["drain"] = false;
+  j["display_state"] = "UP";
+  j["gpus"][1]["healthy"] = false;
+  j["gpus"][1]["health_reason"] = "XID 79";
+  j["unhealthy_gpus"] = 1;
+  auto node = api::NodeStatusFromJson(j);
+  ASSERT_TRUE(node.has_value()) << node.error().message;
+  EXPECT_EQ(node->unhealthy_gpus, 1);
+  EXPECT_EQ(RenderNodes({*node}),
+            "NAME   STATE  GPUS        CPUS  GPU-TYPE               ADDRESS   HEARTBEAT  JOBS   REASON\n"
+            "node1  UP     1/2, 1 bad  4/64  NVIDIA H100 80GB HBM3  10.0.0.1  450ms ago  12,14  GPU 1 unhealthy: XID 79\n");
+  std::string detail = RenderNode(*node);
+  EXPECT_THAT(detail, HasSubstr("gpus:           1 allocated of 2, 1 unhealthy\n"));
+  EXPECT_THAT(detail, HasSubstr("reason:         GPU 1 unhealthy: XID 79\n"));
+}
+
+TEST(RenderNodesTest, AMalformedNodeNamesTheField) {
+  json j = NodeJson();
+  j["unhealthy_gpus"] = "some";
+  auto node = FromHead(api::NodeStatusFromJson(j), "node");
+  ASSERT_FALSE(node.has_value());
+  EXPECT_EQ(node.error().code, ErrorCode::kInternal);
+  EXPECT_EQ(node.error().field, "unhealthy_gpus");
+  EXPECT_THAT(node.error().message, HasSubstr("malformed node from the head: unhealthy_gpus: must be an integer"));
+}
+
 TEST(NodeStateLineTest, NamesStateJobsAndReason) {
-  auto node = NodeViewFromJson(NodeJson());
+  auto node = api::NodeStatusFromJson(NodeJson());
   ASSERT_TRUE(node.has_value());
   EXPECT_EQ(NodeStateLine(*node), "Node node1 is DRAINING (jobs 12, 14 still running): disk swap");
   node->jobs = {};

@@ -8,33 +8,68 @@
 namespace cohort::cli {
 namespace {
 
-json Dashboard(bool telemetry) {
-  json gpu0 = {{"index", 0}, {"name", "H100"}, {"memory_bytes", 80LL << 30}};
-  json gpu1 = gpu0;
-  gpu1["index"] = 1;
-  if (telemetry) {
-    gpu0["healthy"] = true;
-    gpu0["health_reason"] = "";
-    gpu0["telemetry"] = {{"utilization", 0.875}, {"memory_used_bytes", 40LL << 30}, {"memory_total_bytes", 80LL << 30},
-                         {"temperature_celsius", 64.4}, {"power_watts", 512.0}, {"sm_clock_hz", 1.98e9}, {"updated_ms", 1}};
-    gpu1["healthy"] = false;
-    gpu1["health_reason"] = "XID 79: fallen off the bus";
-    gpu1["telemetry"] = nullptr;
+api::Job TopJob(api::JobId id, api::JobState state, const std::string& name, const std::string& user, int gpus,
+                int priority) {
+  api::Job j;
+  j.id = id;
+  j.state = state;
+  j.spec.name = name;
+  j.spec.user = user;
+  j.spec.command = {"train"};
+  j.spec.nodes = 1;
+  j.spec.gpus_per_node = gpus;
+  j.spec.priority = priority;
+  return j;
+}
+
+// Goes through the wire: what the head would send, decoded as `cohort top` decodes it.
+api::Dashboard Dashboard(bool telemetry) {
+  api::NodeStatus n;
+  n.node.name = "n1";
+  n.node.cpus = 32;
+  for (int i = 0; i < 2; ++i) {
+    api::Gpu g;
+    g.index = i;
+    g.name = "H100";
+    g.memory_bytes = 80LL << 30;
+    n.node.gpus.push_back(g);
   }
-  json job = {{"id", 7}, {"state", "RUNNING"}, {"start_ms", 1000}, {"submit_ms", 500},
-              {"spec", {{"name", "gpt-small"}, {"user", "ada"}, {"nodes", 1}, {"gpus_per_node", 1}, {"priority", 0}}},
-              {"allocation", {{"nodes", {{{"node", "n1"}, {"gpus", {0}}}}}}},
-              {"progress", {{"step", 1200}, {"loss", 2.3456}, {"tokens_per_s", 151234.0}}}};
-  json pending = {{"id", 8}, {"state", "PENDING"}, {"submit_ms", 61000}, {"reason", "waiting for 8 free GPUs on 1 node"},
-                  {"spec", {{"name", "big"}, {"user", "bob"}, {"nodes", 1}, {"gpus_per_node", 8}, {"priority", 3}}}};
-  return {{"time_ms", 121000},
-          {"summary", {{"nodes", 1}, {"nodes_up", 1}, {"gpus", 2}, {"gpus_allocated", 1}, {"running", 1}, {"pending", 1},
-                       {"unhealthy_gpus", telemetry ? 1 : 0}}},
-          {"nodes", {{{"name", "n1"}, {"display_state", "UP"}, {"gpus", {gpu0, gpu1}}, {"gpus_allocated", 1},
-                      {"cpus", 32}, {"cpus_allocated", 1}, {"jobs", {7}}, {"heartbeat_age_ms", 300}}}},
-          {"queue", {pending}},
-          {"running", {job}},
-          {"recent", json::array()}};
+  if (telemetry) {
+    n.node.gpus[0].telemetry = api::GpuTelemetry{0.875, 40LL << 30, 80LL << 30, 64.4, 512.0, 1.98e9, 1};
+    n.node.gpus[1].healthy = false;
+    n.node.gpus[1].health_reason = "XID 79: fallen off the bus";
+    n.unhealthy_gpus = 1;
+  }
+  n.display_state = "UP";
+  n.gpus_allocated = 1;
+  n.cpus_allocated = 1;
+  n.jobs = {7};
+  n.heartbeat_age_ms = 300;
+
+  api::Job running = TopJob(7, api::JobState::kRunning, "gpt-small", "ada", 1, 0);
+  running.start_ms = 1000;
+  running.submit_ms = 500;
+  api::NodeAllocation na;
+  na.node = "n1";
+  na.gpus = {0};
+  running.allocation.nodes = {na};
+  api::ProgressPoint p;
+  p.step = 1200;
+  p.loss = 2.3456;
+  p.tokens_per_s = 151234.0;
+  api::Job pending = TopJob(8, api::JobState::kPending, "big", "bob", 8, 3);
+  pending.submit_ms = 61000;
+  pending.reason = "waiting for 8 free GPUs on 1 node";
+
+  api::Dashboard d;
+  d.time_ms = 121000;
+  d.summary = {1, 1, 2, 1, telemetry ? 1 : 0, 1, 1};
+  d.nodes = {n};
+  d.queue = {{{pending, 0, std::nullopt}, std::nullopt, std::nullopt}};
+  d.running = {{{running, 60, std::vector<api::TaskUsage>{}}, p, std::nullopt}};
+  auto decoded = api::DashboardFromJson(api::ToJson(d));
+  EXPECT_TRUE(decoded.has_value()) << decoded.error().message;
+  return decoded ? *decoded : api::Dashboard{};
 }
 
 TEST(RenderTop, ShowsTelemetryAndHealth) {
@@ -66,8 +101,33 @@ TEST(RenderTop, ShowsDashesWithoutTelemetry) {
   std::string out = RenderTop(Dashboard(false), o);
   EXPECT_NE(out.find("GPUS (2)"), std::string::npos) << out;
   EXPECT_EQ(out.find("UNHEALTHY"), std::string::npos) << out;
+  EXPECT_EQ(out.find("bad"), std::string::npos) << out;
   EXPECT_EQ(out.find("SM MHz"), std::string::npos) << "narrow screens drop the clock column:\n" << out;
   EXPECT_NE(out.find("-/80.0"), std::string::npos) << out;  // memory total from the GPU, use unknown
+}
+
+TEST(RenderTop, SectionsComeInOrderAndRecentJobsShowHowTheyEnded) {
+  api::Dashboard d = Dashboard(true);
+  api::Job done = TopJob(5, api::JobState::kFailed, "old", "cy", 1, 0);
+  done.end_ms = 61000;
+  done.reason = "rank 0 exited with code 1";
+  d.recent = {{{done, 10, std::nullopt}, std::nullopt, std::nullopt}};
+  TopOptions o;
+  o.width = 160;
+  std::string out = RenderTop(d, o);
+  size_t nodes = out.find("\nNODES (1)\n"), gpus = out.find("\nGPUS (2)\n"), running = out.find("\nRUNNING (1)\n"),
+         queue = out.find("\nQUEUE (1)\n"), recent = out.find("\nRECENT\n");
+  ASSERT_NE(recent, std::string::npos) << out;
+  EXPECT_LT(nodes, gpus);
+  EXPECT_LT(gpus, running);
+  EXPECT_LT(running, queue);
+  EXPECT_LT(queue, recent);
+  EXPECT_NE(out.find("FAILED", recent), std::string::npos) << out;
+  EXPECT_NE(out.find("1m00s ago", recent), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0 exited with code 1", recent), std::string::npos) << out;
+
+  d.summary.pending = 40;  // the head cut the queue short
+  EXPECT_NE(RenderTop(d, o).find("\nQUEUE (1 of 40)\n"), std::string::npos);
 }
 
 TEST(RenderTop, FitsTheWidthAndSurvivesAnEmptyReply) {
@@ -82,7 +142,7 @@ TEST(RenderTop, FitsTheWidthAndSurvivesAnEmptyReply) {
       start = end + 1;
     }
   }
-  std::string empty = RenderTop(json(), o);
+  std::string empty = RenderTop(api::Dashboard{}, o);
   EXPECT_NE(empty.find("NODES (0)"), std::string::npos) << empty;
   EXPECT_NE(empty.find("(none)"), std::string::npos) << empty;
 }

@@ -3,25 +3,26 @@
 #include <gtest/gtest.h>
 
 #include "cli/client.h"
+#include "common/clock.h"
 
 namespace cohort::cli {
 namespace {
 
-json Report() {
-  return json::parse(R"({
+api::UsageReport Report() {
+  auto r = api::UsageReportFromJson(json::parse(R"({
     "since_ms": 0, "until_ms": null, "now_ms": 1000, "total_gpu_seconds": 9000, "total_gpu_hours": 2.5,
     "users": [{"user": "alice", "gpu_seconds": 7200, "gpu_hours": 2, "jobs": 1},
               {"user": "bob", "gpu_seconds": 1800, "gpu_hours": 0.5, "jobs": 1}],
     "jobs": [{"id": 1, "name": "train", "user": "alice", "state": "SUCCEEDED", "gpus": 2, "attempts": 1,
               "gpu_seconds": 7200, "gpu_hours": 2},
              {"id": 2, "name": "eval", "user": "bob", "state": "RUNNING", "gpus": 1, "attempts": 2,
-              "gpu_seconds": 1800, "gpu_hours": 0.5}]})");
+              "gpu_seconds": 1800, "gpu_hours": 0.5}]})"));
+  EXPECT_TRUE(r.has_value()) << r.error().message;
+  return r ? *r : api::UsageReport{};
 }
 
 TEST(RenderUsageTest, PerUserAndPerJobWithCost) {
-  auto text = RenderUsage(Report(), 2.0);
-  ASSERT_TRUE(text.has_value()) << text.error().message;
-  EXPECT_EQ(*text,
+  EXPECT_EQ(RenderUsage(Report(), 2.0),
             "GPU usage from the start to now, at 2.00 per GPU-hour\n"
             "\n"
             "USER   JOBS  GPU-HOURS  COST\n"
@@ -32,10 +33,15 @@ TEST(RenderUsageTest, PerUserAndPerJobWithCost) {
             "JOBID  NAME   USER   STATE      GPUS  ATTEMPTS  GPU-HOURS  COST\n"
             "1      train  alice  SUCCEEDED  2     1         2.0000     4.00\n"
             "2      eval   bob    RUNNING    1     2         0.5000     1.00\n");
-  auto no_price = RenderUsage(Report(), std::nullopt);
-  ASSERT_TRUE(no_price.has_value());
-  EXPECT_THAT(*no_price, ::testing::Not(::testing::HasSubstr("COST")));
-  EXPECT_FALSE(RenderUsage(json::object(), 1.0).has_value());
+  EXPECT_THAT(RenderUsage(Report(), std::nullopt), ::testing::Not(::testing::HasSubstr("COST")));
+}
+
+TEST(RenderUsageTest, ShowsAClosedWindow) {
+  api::UsageReport r = Report();
+  r.window = {1'800'000'000'000, 1'800'000'360'000};
+  std::string text = RenderUsage(r, std::nullopt);
+  EXPECT_THAT(text, ::testing::StartsWith("GPU usage from " + FormatTimestamp(r.window.since_ms) + " to " +
+                                          FormatTimestamp(r.window.until_ms) + "\n"));
 }
 
 }  // namespace
