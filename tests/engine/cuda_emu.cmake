@@ -2,13 +2,16 @@
 # `engine`). Each kernel family's own .cu source is rewritten at build time by
 # gen_cuda_emu.py: the tensor-core and shared-memory primitives are emulated, static and
 # dynamic __shared__ storage becomes per-block memory whose every word is shadowed (races,
-# reads of unwaited cp.async data and of unwritten memory fail the test), each block runs as
-# OS threads with real barriers, and everything runs under AddressSanitizer. The CUDA
+# reads of unwaited cp.async data and of unwritten memory fail the test), each CUDA thread of
+# a block runs as a fiber switched at the barriers (cuda_emu/fiber.h), and everything runs
+# under AddressSanitizer, which is told of every fiber switch. The CUDA
 # runtime is stub_cudart.cc (host memory; copies checked against device allocations and
 # their kind) and cuBLASLt is cublaslt_emu.cc (the documented semantics of the calls
 # matmul.cc makes, on the host). cub's sort is cub_shim.h (a host stable sort).
 #
-# Three tests, each the GPU parity test compiled against the emulator:
+# The emulator's own test, engine_cuda_emu_selftest (cuda_emu/selftest.cc), injects each
+# hazard it must catch into a tiny kernel and expects the report. Then four tests, each the
+# GPU test compiled against the emulator:
 #   engine_cuda_attention_emu_test  cuda_attention_test.cc (the large shapes, T=1024,
 #                                   B=4097, C=768, are too slow here: cuda_emu/run.sh runs
 #                                   any filter by hand);
@@ -61,7 +64,8 @@ if(TARGET cohort_engine_kernels_cuda)
   # cuBLASLt, the runtime stand-ins and GptCudaModel. ASan/UBSan throughout (device buffers
   # are host allocations, so a kernel or the model overrunning one is reported).
   add_library(cohort_cuda_emu STATIC
-    ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/cublaslt_emu.cc ${_emu_dir}/stub_cudart.cc
+    ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/emu.cc ${_emu_dir}/fiber.cc
+    ${_emu_dir}/cublaslt_emu.cc ${_emu_dir}/stub_cudart.cc
     ${PROJECT_SOURCE_DIR}/src/common/cuda_status.cc ${_cuda_src}/matmul.cc ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc)
   target_include_directories(cohort_cuda_emu PUBLIC ${_emu_dir})
   target_include_directories(cohort_cuda_emu SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
@@ -87,12 +91,31 @@ if(TARGET cohort_engine_kernels_cuda)
                          PROPERTIES LABELS engine TIMEOUT 900)
   endfunction()
 
+  # The emulator's self-test: selftest_kernels.cu through the same rewrite as the engine's
+  # kernels, each with one injected bug (a missing barrier, a read before a cp.async wait, ...)
+  # that selftest.cc expects to be reported; without emu_check.cc, since it moves the counters.
+  set(_selftest_cu ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu/selftest_kernels_emu.cc)
+  add_custom_command(
+    OUTPUT ${_selftest_cu}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu
+    COMMAND ${Python3_EXECUTABLE} ${_emu_dir}/gen_cuda_emu.py ${_emu_dir}/selftest_kernels.cu
+            ${_selftest_cu} --expect-dynamic-smem 2
+    DEPENDS ${_emu_dir}/gen_cuda_emu.py ${_emu_dir}/selftest_kernels.cu
+    COMMENT "selftest_kernels.cu -> selftest_kernels_emu.cc (CPU emulator)")
+  set_source_files_properties(${_selftest_cu} PROPERTIES COMPILE_OPTIONS
+                              "-Wno-unused-parameter;-Wno-unknown-pragmas")
+  add_executable(engine_cuda_emu_selftest ${_emu_dir}/selftest.cc ${_selftest_cu})
+  target_link_libraries(engine_cuda_emu_selftest PRIVATE cohort_cuda_emu GTest::gtest
+                        GTest::gtest_main)
+  gtest_discover_tests(engine_cuda_emu_selftest DISCOVERY_TIMEOUT 60 TEST_PREFIX "Emu."
+                       PROPERTIES LABELS engine)
+
   _cohort_emu_test(engine_cuda_attention_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_attention_test.cc
     FILTER "-*T1024*:*B4097*:*B2_T256_C768*")
 
-  # The other families and matmul.cc. The slowest test, GradNorm's (n = 1000003, 6 launches
-  # of 1024 blocks), takes ~40 s here.
+  # The other families and matmul.cc. The slowest tests, matmul.cc's on the host cuBLASLt and
+  # GradNorm's (n = 1000003, 6 launches of 1024 blocks of 256 threads), take ~6-8 s here.
   _cohort_emu_test(engine_cuda_kernels_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels_test.cc)
 

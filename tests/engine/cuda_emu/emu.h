@@ -1,8 +1,12 @@
 // A small SIMT emulator to run the CUDA kernels (src/engine/kernels/cuda/*.cu, rewritten by
 // gen_cuda_emu.py) on the CPU (no GPU on this machine).
-// Each block runs as blockDim OS threads (pooled across launches, running the blocks one
-// after another); __syncthreads is a std::barrier; warp collectives
-// (mma.sync, ldmatrix, shfl) exchange through per-warp slots between two warp barriers.
+// Each CUDA thread of a block is a fiber (fiber.h) on the OS thread that launched the kernel;
+// the blocks of a launch run one after another. The fibers are switched only at barriers:
+// __syncthreads and the warp barriers that warp collectives (mma.sync, ldmatrix, shfl, ballot)
+// exchange their per-warp slots between suspend the thread until every thread of the block
+// (or warp) has arrived, and a block whose threads all wait with none left to run is a
+// deadlock (a barrier in divergent code, or threads that exited before a barrier): reported,
+// then abort. Launches from several host threads run side by side, each on its own fibers.
 // Shared memory is shadowed per 4-byte word to detect races between barriers:
 //   - read of a word written by another thread since the last __syncthreads (RAW)
 //   - write of a word read/written by another thread since the last __syncthreads (WAR/WAW)
@@ -12,15 +16,14 @@
 // Static __shared__ variables (gen_cuda_emu.py rewrites them to SharedArray / SharedRef) live
 // in a per-block area after the dynamic shared memory; every access to them is shadowed as
 // above, and a read of a never-written (all 0xFF) element is reported.
+// Threads: a block, its shadow and its fibers belong to the OS thread running the launch;
+// g_stats is shared by all (atomic counters, a mutex for the messages).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <barrier>
-#include <chrono>
-#include <condition_variable>
 #include <cmath>
 #include <cstdint>
 #include <cstdarg>
@@ -33,8 +36,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "fiber.h"
 
 #define __launch_bounds__(...)
 
@@ -60,8 +64,10 @@ struct Stats {
   std::atomic<int> max_conflict{0};
   std::atomic<long> conflict_phases{0};  // ldmatrix phases with > 1-way conflict
   std::mutex msg_mu;
-  int messages = 0;
+  int messages = 0;  // guarded by msg_mu
   void Report(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  // Zeroes every counter and the message count (the emulator's self-test, between cases).
+  void Reset();
 };
 inline Stats g_stats;
 inline void Stats::Report(const char* fmt, ...) {
@@ -73,11 +79,23 @@ inline void Stats::Report(const char* fmt, ...) {
   va_end(ap);
   std::fputc('\n', stderr);
 }
+inline void Stats::Reset() {
+  for (auto* c : {&races, &pending_access, &poison_reads, &misaligned, &oob, &leftover_async,
+                  &ldmatrix_calls, &mma_calls, &conflict_phases}) {
+    c->store(0);
+  }
+  max_conflict = 0;
+  std::lock_guard<std::mutex> lock(msg_mu);
+  messages = 0;
+}
 
-struct Block;
-struct Completion {
-  Block* b;
-  void operator()() noexcept;
+struct CudaThread;
+
+// A barrier between fibers: the last of `expected` arrivals releases the others.
+struct FiberBarrier {
+  int expected = 0;
+  int arrived = 0;
+  std::vector<CudaThread*> waiting;  // arrived and suspended, in arrival order
 };
 
 struct WarpSlots {
@@ -95,37 +113,35 @@ struct Block {
   int nthreads;
   size_t dyn_bytes;                  // dynamic shared memory: [0, dyn_bytes)
   size_t static_base;                // static __shared__ variables from here
-  std::atomic<size_t> static_used{0};  // high-water mark of the static area
+  size_t static_used = 0;            // high-water mark of the static area
   std::vector<unsigned char> smem;
   std::vector<Word> shadow;
-  std::mutex mu;
-  uint32_t epoch = 1;
-  std::barrier<Completion> bar;
-  std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
+  uint32_t epoch = 1;                // advanced by every __syncthreads
+  FiberBarrier bar;                  // __syncthreads
+  std::vector<FiberBarrier> warp_bar;
   std::vector<WarpSlots> slots;
+  std::deque<CudaThread*> ready;     // threads to resume, in order
   Block(int n, size_t smem_bytes)
       : nthreads(n),
         dyn_bytes(smem_bytes),
         static_base((smem_bytes + 15) / 16 * 16),
         smem(static_base + kStaticSmemBytes, 0xFF),
-        shadow(smem.size() / 4),
-        bar(n, Completion{this}) {
+        shadow(smem.size() / 4) {
+    bar.expected = n;
     const int warps = (n + 31) / 32;
-    for (int w = 0; w < warps; ++w) {
-      warp_bar.push_back(std::make_unique<std::barrier<>>(std::min(32, n - 32 * w)));
-    }
+    warp_bar.resize(warps);
+    for (int w = 0; w < warps; ++w) warp_bar[w].expected = std::min(32, n - 32 * w);
     slots.resize(warps);
   }
-  // Between two blocks of a launch (every thread waiting): poison what the last block used
+  // Between two blocks of a launch (every thread done): poison what the last block used
   // again and start a new epoch, so nothing carries over (the shadow's old epochs are dead).
   void Reset() {
-    const size_t used = static_base + static_used.load();
+    const size_t used = static_base + static_used;
     std::memset(smem.data(), 0xFF, std::min(used, smem.size()));
     static_used = 0;
     ++epoch;
   }
 };
-inline void Completion::operator()() noexcept { ++b->epoch; }
 
 struct Copy {
   unsigned char* dst;
@@ -133,11 +149,27 @@ struct Copy {
   bool valid;
 };
 
+// One CUDA thread: its fiber and its per-thread emulator state. Reused across blocks and
+// launches by the OS thread that created it (emu.cc).
+struct CudaThread {
+  explicit CudaThread(int index);
+  int tid = 0;
+  uint3 idx{};
+  std::deque<std::vector<Copy>> groups;  // committed cp.async groups, oldest first
+  std::vector<Copy> open;                // cp.async issued since the last commit
+  size_t static_off = 0;                 // the next static __shared__ offset
+  bool done = false;                     // ran the kernel to its end for this block
+  const std::function<void()>* job = nullptr;
+  Fiber fiber;
+};
+
 inline thread_local Block* t_block = nullptr;
+inline thread_local CudaThread* t_thread = nullptr;  // the running fiber's
 inline thread_local int t_tid = 0;
-inline thread_local std::deque<std::vector<Copy>> t_groups;
-inline thread_local std::vector<Copy> t_open;
-inline thread_local size_t t_static_off = 0;  // this thread's next static __shared__ offset
+
+// Suspends the running CUDA thread at `bar` until all its threads have arrived (the last
+// arrival goes on at once); `sync_block` starts a new shared-memory epoch on release.
+void BarrierWait(FiberBarrier& bar, bool sync_block);
 
 inline unsigned char* SharedBase() { return t_block->smem.data(); }
 
@@ -150,7 +182,7 @@ inline size_t WordIndex(const void* p) {
   return static_cast<size_t>(static_cast<const unsigned char*>(p) - t_block->smem.data()) / 4;
 }
 
-// Shadow checks; caller holds t_block->mu.
+// Shadow checks.
 inline void ShadowRead(const void* p, size_t bytes, const char* what) {
   Block& b = *t_block;
   for (size_t w = WordIndex(p); w < WordIndex(p) + (bytes + 3) / 4; ++w) {
@@ -197,7 +229,7 @@ inline void ShadowWrite(const void* p, size_t bytes, const char* what, bool comp
   }
 }
 
-inline void WarpSync() { t_block->warp_bar[t_tid / 32]->arrive_and_wait(); }
+inline void WarpSync() { BarrierWait(t_block->warp_bar[t_tid / 32], false); }
 inline WarpSlots& Slots() { return t_block->slots[t_tid / 32]; }
 inline int Lane() { return t_tid % 32; }
 
@@ -222,7 +254,6 @@ inline void EmuCpAsync16(void* dst, const void* src, bool valid) {
     g_stats.Report("cp.async: src %p not 16-byte aligned", src);
   }
   {
-    std::lock_guard<std::mutex> lock(t_block->mu);
     Block& b = *t_block;
     for (size_t w = WordIndex(dst); w < WordIndex(dst) + 4; ++w) {
       Word& s = b.shadow[w];
@@ -238,24 +269,25 @@ inline void EmuCpAsync16(void* dst, const void* src, bool valid) {
       s.pending = true;
     }
   }
-  t_open.push_back(Copy{static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), valid});
+  t_thread->open.push_back(
+      Copy{static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), valid});
 }
 inline void EmuCpAsyncCommit() {
-  t_groups.push_back(std::move(t_open));
-  t_open.clear();
+  t_thread->groups.push_back(std::move(t_thread->open));
+  t_thread->open.clear();
 }
 inline void EmuCpAsyncWait(int n) {
-  while (static_cast<int>(t_groups.size()) > n) {
-    for (const Copy& c : t_groups.front()) {
+  auto& groups = t_thread->groups;
+  while (static_cast<int>(groups.size()) > n) {
+    for (const Copy& c : groups.front()) {
       if (c.valid) {
         std::memcpy(c.dst, c.src, 16);  // ASan checks the global read
       } else {
         std::memset(c.dst, 0, 16);
       }
-      std::lock_guard<std::mutex> lock(t_block->mu);
       ShadowWrite(c.dst, 16, "cp.async completion", true);
     }
-    t_groups.pop_front();
+    groups.pop_front();
   }
 }
 
@@ -267,10 +299,7 @@ inline void EmuLdMatrix(uint32_t (&r)[4], const void* p, bool trans) {
     g_stats.Report("ldmatrix: bad row address %p (tid %d)", p, t_tid);
     std::abort();
   }
-  {
-    std::lock_guard<std::mutex> lock(t_block->mu);
-    ShadowRead(c, 16, trans ? "ldmatrix.trans" : "ldmatrix");
-  }
+  ShadowRead(c, 16, trans ? "ldmatrix.trans" : "ldmatrix");
   WarpSlots& s = Slots();
   const int lane = Lane();
   s.addr[lane] = c;
@@ -363,7 +392,6 @@ inline void EmuSharedStoreU32(void* p, uint32_t v) {
     g_stats.Report("st.shared.u32: bad address %p", p);
     std::abort();
   }
-  std::lock_guard<std::mutex> lock(t_block->mu);
   ShadowWrite(p, 4, "st.shared.u32", false);
   std::memcpy(p, &v, 4);
 }
@@ -373,7 +401,6 @@ inline void EmuSharedStoreF32(float* p, float v) {
     g_stats.Report("st.shared.f32: bad address %p", static_cast<void*>(p));
     std::abort();
   }
-  std::lock_guard<std::mutex> lock(t_block->mu);
   ShadowWrite(p, 4, "st.shared.f32", false);
   *p = v;
 }
@@ -383,7 +410,6 @@ inline float EmuSharedLoadF32(const float* p) {
     g_stats.Report("ld.shared.f32: bad address %p", static_cast<const void*>(p));
     std::abort();
   }
-  std::lock_guard<std::mutex> lock(t_block->mu);
   ShadowRead(p, 4, "ld.shared.f32");
   uint32_t u;
   std::memcpy(&u, p, 4);
@@ -394,101 +420,10 @@ inline float EmuSharedLoadF32(const float* p) {
   return *p;
 }
 
-// OS threads kept across launches: creating blockDim threads per launch (expensive under
-// ASan) dominated the whole model's runs. Run(n, job) has workers 0..n-1 each call job(i)
-// once and returns when all have; workers are created on first need and never exit (the
-// pool is never destroyed: process exit ends them). One Run at a time.
-class WorkerPool {
- public:
-  static WorkerPool& Get() {
-    static WorkerPool* pool = new WorkerPool;
-    return *pool;
-  }
-  void Run(int n, const std::function<void(int)>& job) {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (static_cast<int>(threads_.size()) < n) {
-      // The worker starts from the generation before this Run's, so it takes part in it.
-      const int index = static_cast<int>(threads_.size());
-      threads_.emplace_back([this, index, seen = generation_] { Work(index, seen); });
-      threads_.back().detach();
-    }
-    job_ = &job;
-    active_ = n;
-    remaining_ = n;
-    ++generation_;
-    start_.notify_all();
-    done_.wait(lock, [this] { return remaining_ == 0; });
-    job_ = nullptr;
-  }
-
- private:
-  void Work(int index, uint64_t seen) {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      start_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
-      if (index >= active_) continue;
-      const std::function<void(int)>* job = job_;
-      lock.unlock();
-      (*job)(index);
-      lock.lock();
-      if (--remaining_ == 0) done_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable start_, done_;
-  std::vector<std::thread> threads_;
-  const std::function<void(int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int active_ = 0, remaining_ = 0;
-};
-
-// Runs kernel() for every block of the grid, one block at a time, on blockDim pooled OS
-// threads (a barrier between blocks resets the block's state). Launches from several host
-// threads run one after another.
-inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()>& kernel) {
-  static std::mutex launch_mu;
-  std::lock_guard<std::mutex> launch_lock(launch_mu);
-  const int nthreads = static_cast<int>(block.x * block.y * block.z);
-  const long nblocks = static_cast<long>(grid.x) * grid.y * grid.z;
-  if (nthreads <= 0 || nthreads > 1024 || nblocks <= 0) {
-    g_stats.Report("launch: bad configuration grid (%u,%u,%u) block (%u,%u,%u)", grid.x, grid.y,
-                   grid.z, block.x, block.y, block.z);
-    std::abort();
-  }
-  Block blk(nthreads, smem_bytes);
-  long current = 0;
-  auto next = [&]() noexcept {
-    ++current;
-    blk.Reset();
-  };
-  std::barrier<decltype(next)> end_of_block(nthreads, next);
-  WorkerPool::Get().Run(nthreads, [&](int t) {
-    threadIdx = uint3{static_cast<unsigned>(t % block.x),
-                      static_cast<unsigned>(t / block.x % block.y),
-                      static_cast<unsigned>(t / (block.x * block.y))};
-    blockDim = block;
-    gridDim = grid;
-    t_block = &blk;
-    t_tid = t;
-    while (current < nblocks) {
-      const long b = current;
-      blockIdx = uint3{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
-                       static_cast<unsigned>(b / (static_cast<long>(grid.x) * grid.y))};
-      t_groups.clear();
-      t_open.clear();
-      t_static_off = 0;
-      kernel();
-      if (!t_groups.empty() || !t_open.empty()) {
-        g_stats.leftover_async++;
-        g_stats.Report("tid %d ended with cp.async groups outstanding", t);
-      }
-      end_of_block.arrive_and_wait();
-    }
-    t_block = nullptr;
-  });
-}
+// Runs kernel() for every block of the grid, one block at a time, each thread of the block a
+// fiber on the calling OS thread (emu.cc). Returns when the grid is done; a bad
+// configuration, a launch from inside a kernel or a deadlocked block is reported and aborts.
+void Launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()>& kernel);
 
 // ---- static __shared__ variables (gen_cuda_emu.py's rewrite of `__shared__ T x[N];`) ----
 
@@ -505,11 +440,8 @@ inline T SharedLoad(const T* p) {
     g_stats.Report("shared load: misaligned %p", static_cast<const void*>(p));
   }
   unsigned char raw[sizeof(T)];
-  {
-    std::lock_guard<std::mutex> lock(t_block->mu);
-    ShadowRead(p, sizeof(T), "shared load");
-    std::memcpy(raw, p, sizeof(T));
-  }
+  ShadowRead(p, sizeof(T), "shared load");
+  std::memcpy(raw, p, sizeof(T));
   bool poison = true;
   for (unsigned char c : raw) poison = poison && c == 0xFF;
   if (poison) {
@@ -533,7 +465,6 @@ inline void SharedStore(T* p, const T& v) {
     g_stats.misaligned++;
     g_stats.Report("shared store: misaligned %p", static_cast<void*>(p));
   }
-  std::lock_guard<std::mutex> lock(t_block->mu);
   ShadowWrite(p, sizeof(T), "shared store", false);
   std::memcpy(static_cast<void*>(p), &v, sizeof(T));
 }
@@ -584,24 +515,22 @@ template <class T>
 inline SharedArray<T> StaticShared(size_t count) {
   Block& b = *t_block;
   const size_t align = alignof(T) > 16 ? alignof(T) : 16;
-  const size_t off = (t_static_off + align - 1) / align * align;
+  const size_t off = (t_thread->static_off + align - 1) / align * align;
   const size_t end = off + count * sizeof(T);
   if (end > kStaticSmemBytes) {
     g_stats.Report("static __shared__: %zu bytes exceed the %zu-byte static limit", end,
                    kStaticSmemBytes);
     std::abort();
   }
-  t_static_off = end;
-  size_t prev = b.static_used.load();
-  while (end > prev && !b.static_used.compare_exchange_weak(prev, end)) {
-  }
+  t_thread->static_off = end;
+  b.static_used = std::max(b.static_used, end);
   return SharedArray<T>(reinterpret_cast<T*>(b.smem.data() + b.static_base + off), count);
 }
 
 }  // namespace emu
 
 // ---- CUDA built-ins used by the kernels ----
-inline void __syncthreads() { emu::t_block->bar.arrive_and_wait(); }
+inline void __syncthreads() { emu::BarrierWait(emu::t_block->bar, true); }
 namespace emu {
 // A full-warp shuffle: every lane publishes v, then reads lane src(lane)'s value (its own when
 // src is outside the warp, as the hardware's shfl.down/up clamp does).
