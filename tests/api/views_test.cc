@@ -82,6 +82,13 @@ std::string FieldOf(const Result<T>& r) {
   return r ? std::string("(accepted)") : r.error().field;
 }
 
+// The field named when `base`, changed by `edit`, is decoded by `decode`.
+template <typename Edit, typename Decode>
+std::string FieldAfterEdit(json base, Edit edit, Decode decode) {
+  edit(base);
+  return FieldOf(decode(base));
+}
+
 TEST(NodeStatusCodecTest, RoundTrips) {
   NodeStatus s = TestNodeStatus();
   json j = ToJson(s);
@@ -202,11 +209,7 @@ TEST(DashboardCodecTest, RoundTripsAndLeavesOutWhatOnlyAJobsDetailShows) {
 
 TEST(DashboardCodecTest, BadFieldsAreNamed) {
   json j = ToJson(TestDashboard());
-  auto field_with = [&](auto edit) {
-    json copy = j;
-    edit(copy);
-    return FieldOf(DashboardFromJson(copy));
-  };
+  auto field_with = [&](auto edit) { return FieldAfterEdit(j, edit, [](const json& c) { return DashboardFromJson(c); }); };
   EXPECT_EQ(field_with([](json& c) { c["summary"]["pending"] = "many"; }), "summary.pending");
   EXPECT_EQ(field_with([](json& c) { c.erase("summary"); }), "summary");
   EXPECT_EQ(field_with([](json& c) { c["nodes"][0]["gpus_allocated"] = 1.5; }), "nodes[0].gpus_allocated");
@@ -250,11 +253,7 @@ TEST(UsageCodecTest, RoundTripsWithAnOpenOrClosedWindow) {
 
 TEST(UsageCodecTest, BadFieldsAreNamed) {
   json j = ToJson(TestUsage());
-  auto field_with = [&](auto edit) {
-    json copy = j;
-    edit(copy);
-    return FieldOf(UsageReportFromJson(copy));
-  };
+  auto field_with = [&](auto edit) { return FieldAfterEdit(j, edit, [](const json& c) { return UsageReportFromJson(c); }); };
   EXPECT_EQ(field_with([](json& c) { c["jobs"][1]["state"] = "SLEEPING"; }), "jobs[1].state");
   EXPECT_EQ(field_with([](json& c) { c["users"][0]["jobs"] = "one"; }), "users[0].jobs");
   EXPECT_EQ(field_with([](json& c) { c["users"][1].erase("user"); }), "users[1].user");

@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "api/dashboard.h"
 #include "head/cluster.h"
 #include "head/head.h"
 #include "head/progress.h"
+#include "head/routes.h"
 #include "head/web_assets.h"
 
 namespace cohort::head {
@@ -161,6 +163,61 @@ TEST_F(DashboardTest, ShowsNodesQueueRunningAndRecentJobs) {
   ASSERT_EQ(d["recent"].size(), 1u);
   EXPECT_EQ(d["recent"][0]["id"], gone.id);
   EXPECT_EQ(d["recent"][0]["state"], "CANCELLED");
+}
+
+// The reply is the api::Dashboard view: it decodes strictly and encodes back to itself,
+// and a job in it is GET /v1/jobs's entry less what only a job's detail shows.
+TEST_F(DashboardTest, IsTheDashboardViewAndListsJobsAsGetJobsDoes) {
+  AddNode("n1", 2);
+  api::Job train = Submit("train", 1, 2);
+  Submit("waits", 1, 2);
+  cluster().Schedule();
+  ProgressPoint p;
+  p.step = 3;
+  p.loss = 1.25;
+  cluster().progress().Add(train.id, p);
+
+  json d = Dashboard();
+  auto view = api::DashboardFromJson(d);
+  ASSERT_TRUE(view.has_value()) << view.error().message;
+  EXPECT_EQ(api::ToJson(*view), d);
+  ASSERT_EQ(view->running.size(), 1u);
+  EXPECT_EQ(view->running[0].progress->step, 3);
+  ASSERT_TRUE(view->running[0].loss.has_value());
+  EXPECT_EQ(view->queue.size(), 1u);
+
+  auto jobs = http_->Get("/v1/jobs?state=RUNNING");
+  ASSERT_TRUE(jobs);
+  json listed = json::parse(jobs->body)["jobs"][0];
+  listed.erase("exits");
+  listed.erase("history");
+  for (auto& na : listed["allocation"]["nodes"]) {
+    na.erase("tasks");
+    na.erase("version");
+  }
+  json shown = d["running"][0];
+  shown.erase("progress");
+  shown.erase("loss");
+  listed.erase("gpu_seconds");  // grows with time
+  shown.erase("gpu_seconds");
+  EXPECT_EQ(listed, shown);
+}
+
+// After Stop (the head server stops the snapshots before its cluster goes) nothing
+// refreshes a snapshot, so every request is built afresh and sees changes at once.
+TEST_F(DashboardTest, StoppedSnapshotsBuildEachReplyAfresh) {
+  AddNode("n1", 1);
+  DashboardSnapshots snapshots(cluster());
+  DashboardQuery q;
+  json before = json::parse(*snapshots.Get(q));
+  EXPECT_EQ(before["summary"]["pending"], 0);
+  snapshots.Stop();
+  snapshots.Stop();  // twice is harmless
+  Submit("one", 1, 1);
+  Submit("two", 1, 1);
+  json after = json::parse(*snapshots.Get(q));
+  // The control loop may have placed one of them meanwhile.
+  EXPECT_EQ(after["summary"]["pending"].get<int>() + after["summary"]["running"].get<int>(), 2) << after.dump();
 }
 
 TEST_F(DashboardTest, LimitsTheQueueAndRecentJobs) {
