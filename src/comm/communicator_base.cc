@@ -39,16 +39,19 @@ Result<int> CheckSplitMembers(std::span<const int> ranks, int size, int rank) {
   if (ranks.empty()) return Errorf(ErrorCode::kInvalidArgument, "split: the member list is empty");
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= size) {
-      return Errorf(ErrorCode::kInvalidArgument, "split: rank {} is not in a group of {}", ranks[i], size);
+      return Errorf(ErrorCode::kInvalidArgument, "split: rank {} is not in a group of {}", ranks[i],
+                    size);
     }
     if (i > 0 && ranks[i] <= ranks[i - 1]) {
-      return Errorf(ErrorCode::kInvalidArgument, "split: ranks must be sorted and unique, got {} after {}",
-                    ranks[i], ranks[i - 1]);
+      return Errorf(ErrorCode::kInvalidArgument,
+                    "split: ranks must be sorted and unique, got {} after {}", ranks[i],
+                    ranks[i - 1]);
     }
   }
   auto self = std::find(ranks.begin(), ranks.end(), rank);
   if (self == ranks.end()) {
-    return Errorf(ErrorCode::kInvalidArgument, "split: rank {} called Split for a group it is not in ([{}])", rank,
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "split: rank {} called Split for a group it is not in ([{}])", rank,
                   fmt::join(ranks, ", "));
   }
   return static_cast<int>(self - ranks.begin());
@@ -188,7 +191,9 @@ Result<void> CommunicatorBase::PointToPoint(bool is_send, void* buf, size_t coun
     return Errorf(ErrorCode::kInvalidArgument, "{}: peer {} must be another rank of a group of {}",
                   verb, peer, size_);
   }
-  if (tag < 0) return Errorf(ErrorCode::kInvalidArgument, "{}: tag must be >= 0, got {}", verb, tag);
+  if (tag < 0) {
+    return Errorf(ErrorCode::kInvalidArgument, "{}: tag must be >= 0, got {}", verb, tag);
+  }
   COHORT_TRY_VOID(CheckPointer(verb, "buf", buf, count));
   COHORT_TRY_VOID(CheckUsable());
   PointToPointCall call{is_send, buf, count, type, peer, tag, ""};

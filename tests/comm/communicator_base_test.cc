@@ -113,7 +113,8 @@ TEST(CommunicatorBase, BadArgumentsNeverReachTheBackend) {
   expect_invalid(c->Recv(x, 8, DataType::kFloat32, 0, -1), "recv: tag must be >= 0, got -1");
   auto split = c->Split(std::vector<int>{0, 2});
   ASSERT_FALSE(split.has_value());
-  EXPECT_THAT(split.error().message, HasSubstr("split: rank 1 called Split for a group it is not in"));
+  EXPECT_THAT(split.error().message,
+              HasSubstr("split: rank 1 called Split for a group it is not in"));
   EXPECT_TRUE(journal->calls.empty());
   EXPECT_TRUE(journal->groups.empty());
   // Null buffers are fine for zero elements, and the first valid collective is #1.
@@ -200,7 +201,8 @@ TEST(CommunicatorBase, StoreNamesAndClaims) {
   GroupConfig config{nullptr, "train/j/0", Millis(1000), true};
   EXPECT_EQ(GroupKeyPrefix(config, "", "world/s0-1.0"), "train/j/0/world/s0-1.0/");
   EXPECT_EQ(GroupKeyPrefix(config, "nccl/", "world"), "train/j/0/nccl/world/");
-  EXPECT_EQ(RendezvousName("gloo", "world", 1, 4), "rendezvous of gloo group 'world' (rank 1 of 4)");
+  EXPECT_EQ(RendezvousName("gloo", "world", 1, 4),
+            "rendezvous of gloo group 'world' (rank 1 of 4)");
   EXPECT_TRUE(ClaimRank(nullptr, "p/world/", 0, "x"));  // a world of one without a store
   auto store = std::make_shared<commtest::MemStore>();
   const std::string what = RendezvousName("gloo", "world", 1, 2);

@@ -41,7 +41,8 @@
 //
 // The argument checks, broken state, sequence numbers and Split are CommunicatorBase's
 // (communicator_base.h). Threading: as Communicator (one thread at a time per
-// communicator). This header has no CUDA includes; the backend is compiled only with CUDA and NCCL.
+// communicator). This header has no CUDA includes; the backend is compiled only with CUDA
+// and NCCL.
 #pragma once
 
 #include <memory>
