@@ -57,12 +57,13 @@ std::vector<std::unique_ptr<CudaThread>>& ThreadsOfThisOsThread(int n) {
 CudaThread::CudaThread(int index)
     : tid(index), fiber(Fiber::kDefaultStackBytes, &CudaThreadMain, this) {}
 
-void BarrierWait(FiberBarrier& bar, bool sync_block) {
+void BarrierWait(FiberBarrier& bar, bool sync_block, void (*on_release)(void*), void* arg) {
   Block& b = *t_block;
   CudaThread* self = t_thread;
   if (++bar.arrived == bar.expected) {
     bar.arrived = 0;
     if (sync_block) ++b.epoch;
+    if (on_release != nullptr) on_release(arg);
     for (CudaThread* t : bar.waiting) b.ready.push_back(t);
     bar.waiting.clear();
     return;

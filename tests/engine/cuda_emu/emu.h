@@ -104,6 +104,8 @@ struct WarpSlots {
   uint32_t b[32][2];
   const unsigned char* addr[32];
   float f[32];
+  float mma_a[16][16];  // the assembled operands of the warp's current mma
+  float mma_b[16][8];
 };
 
 // Static __shared__ storage per block (the hardware's static limit).
@@ -168,8 +170,10 @@ inline thread_local CudaThread* t_thread = nullptr;  // the running fiber's
 inline thread_local int t_tid = 0;
 
 // Suspends the running CUDA thread at `bar` until all its threads have arrived (the last
-// arrival goes on at once); `sync_block` starts a new shared-memory epoch on release.
-void BarrierWait(FiberBarrier& bar, bool sync_block);
+// arrival goes on at once); `sync_block` starts a new shared-memory epoch on release, and
+// the last arrival runs on_release(arg), if given, before anyone goes on.
+void BarrierWait(FiberBarrier& bar, bool sync_block, void (*on_release)(void*) = nullptr,
+                 void* arg = nullptr);
 
 inline unsigned char* SharedBase() { return t_block->smem.data(); }
 
@@ -346,6 +350,33 @@ inline void EmuLdMatrix(uint32_t (&r)[4], const void* p, bool trans) {
 //    col = 2t + (i & 1) + (i >= 4 ? 8 : 0).
 // B: b_i (i = 0..3): row(k) = 2t + (i & 1) + (i >= 2 ? 8 : 0), col(n) = g.
 // C/D: c_i: row = g + (i >= 2 ? 8 : 0), col = 2t + (i & 1).
+// The warp's A (16x16) and B (16x8) from the 32 lanes' fragments in the slots; once per warp
+// and mma, by the lane whose arrival completes the warp barrier. Aborts if the fragment
+// tables do not cover each element exactly once.
+inline void AssembleMmaOperands(WarpSlots& s) {
+  int seenA[16][16] = {{0}}, seenB[16][8] = {{0}};
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 8; ++i) {
+      const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+      const int col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
+      s.mma_a[row][col] = Bf16LoToFloat(s.a[l][i / 2], i & 1);
+      seenA[row][col]++;
+    }
+    for (int i = 0; i < 4; ++i) {
+      const int row = 2 * t + (i & 1) + (i >= 2 ? 8 : 0);
+      s.mma_b[row][g] = Bf16LoToFloat(s.b[l][i / 2], i & 1);
+      seenB[row][g]++;
+    }
+  }
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c)
+      if (seenA[r][c] != 1) std::abort();
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 8; ++c)
+      if (seenB[r][c] != 1) std::abort();
+}
+
 inline void EmuMma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   g_stats.mma_calls++;
   WarpSlots& s = Slots();
@@ -353,37 +384,16 @@ inline void EmuMma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t 
   for (int i = 0; i < 4; ++i) s.a[lane][i] = a[i];
   s.b[lane][0] = b0;
   s.b[lane][1] = b1;
-  WarpSync();
-  float A[16][16], B[16][8];
-  int seenA[16][16] = {{0}}, seenB[16][8] = {{0}};
-  for (int l = 0; l < 32; ++l) {
-    const int g = l / 4, t = l % 4;
-    for (int i = 0; i < 8; ++i) {
-      const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
-      const int col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
-      A[row][col] = Bf16LoToFloat(s.a[l][i / 2], i & 1);
-      seenA[row][col]++;
-    }
-    for (int i = 0; i < 4; ++i) {
-      const int row = 2 * t + (i & 1) + (i >= 2 ? 8 : 0);
-      B[row][g] = Bf16LoToFloat(s.b[l][i / 2], i & 1);
-      seenB[row][g]++;
-    }
-  }
-  WarpSync();
-  for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 16; ++c)
-      if (seenA[r][c] != 1) std::abort();
-  for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 8; ++c)
-      if (seenB[r][c] != 1) std::abort();
+  BarrierWait(t_block->warp_bar[t_tid / 32], false,
+              [](void* slots) { AssembleMmaOperands(*static_cast<WarpSlots*>(slots)); }, &s);
   const int g = lane / 4, t = lane % 4;
   for (int i = 0; i < 4; ++i) {
     const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
     float acc = d[i];
-    for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+    for (int k = 0; k < 16; ++k) acc += s.mma_a[row][k] * s.mma_b[k][col];
     d[i] = acc;
   }
+  WarpSync();  // every lane has read mma_a/mma_b before the warp's next collective
 }
 
 inline void EmuSharedStoreU32(void* p, uint32_t v) {
