@@ -43,7 +43,7 @@
 #if COHORT_HAVE_CUDA_ENGINE
 #include <cuda_runtime.h>
 
-#include "engine/kernels/cuda/status.h"
+#include "common/cuda_status.h"
 #include "engine/model/gpt_cuda.h"
 #endif
 
@@ -171,7 +171,7 @@ int RunCuda(const Options& opt, const GptConfig& cfg) {
     return 1;
   };
   const int B = opt.batch, T = cfg.max_seq_len;
-  if (auto n = cohort::engine::cuda::DeviceCount(); !n) return fail(n.error());
+  if (auto n = cohort::CudaDeviceCount(); !n) return fail(n.error());
   if (cudaSetDevice(0) != cudaSuccess) {
     std::fprintf(stderr, "error: cudaSetDevice(0) failed\n");
     return 1;

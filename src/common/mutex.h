@@ -5,7 +5,7 @@
 // libstdc++'s std::mutex carries no annotations, so Clang cannot reason about it; these
 // thin wrappers (Abseil's absl::Mutex is the model) cost nothing at run time. GCC ignores
 // the annotations. CI checks them with `clang++ -Wthread-safety -Werror` over the head's
-// and the agent's sources (scripts/check-thread-safety.sh, ctest label `lint`).
+// and the agent's sources (scripts/check_thread_safety.py, ctest label `lint`).
 //
 // Threads: a Mutex may be locked from any thread; a MutexLock belongs to the thread that
 // made it.

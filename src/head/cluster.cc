@@ -39,6 +39,7 @@ Result<void> Cluster::Load() {
   context_.checkpoint_root = config_.checkpoint_root;
   context_.rendezvous_token = [r = rendezvous_.get()](JobId job, int attempt) { return r->Token(job, attempt); };
   context_.latest_progress = [p = &progress_](JobId job, int attempt) { return p->LatestOfAttempt(job, attempt); };
+  context_.newest_checkpoint = [p = &progress_](JobId job) { return p->NewestCheckpoint(job); };
 
   auto nodes = COHORT_TRY(store_->LoadNodes());
   auto jobs = COHORT_TRY(store_->LoadJobs());

@@ -61,7 +61,7 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
       auto usage = cluster.RunningTaskUsage();
       auto u = usage.find(j.id);
       json out = api::ToJson(JobStatusAt(j, NowUnixMs(), u != usage.end() ? &u->second : nullptr));
-      if (auto p = cluster.progress().Latest(j.id)) out["progress"] = ToJson(*p);
+      if (auto p = cluster.progress().Latest(j.id)) out["progress"] = api::ToJson(*p);
       return out;
     });
   });

@@ -5,16 +5,7 @@
 
 namespace cohort::head {
 
-json ToJson(const ProgressPoint& p) {
-  json j = {{"time_ms", p.time_ms}, {"attempt", p.attempt}, {"rank", p.rank}, {"step", p.step}};
-  if (p.loss) j["loss"] = *p.loss;
-  if (p.samples_per_s) j["samples_per_s"] = *p.samples_per_s;
-  if (p.tokens_per_s) j["tokens_per_s"] = *p.tokens_per_s;
-  if (p.checkpoint_step) j["checkpoint_step"] = *p.checkpoint_step;
-  return j;
-}
-
-Result<ProgressPoint> ProgressPointFromJson(const json& j) {
+Result<ProgressPoint> ProgressReportFromJson(const json& j) {
   auto r = COHORT_TRY(ObjectReader::Open(j));
   ProgressPoint p;
   p.step = COHORT_TRY(r.Int("step", std::nullopt, 0, INT64_MAX));
@@ -36,6 +27,10 @@ Result<ProgressPoint> ProgressPointFromJson(const json& j) {
 
 void ProgressLog::Add(api::JobId job, ProgressPoint p) {
   MutexLock lock(mu_);
+  if (p.checkpoint_step) {
+    auto [c, fresh] = newest_checkpoint_.try_emplace(job, *p.checkpoint_step);
+    if (!fresh) c->second = std::max(c->second, *p.checkpoint_step);
+  }
   auto& q = points_[job];
   q.push_back(std::move(p));
   while (q.size() > kMaxPoints) q.pop_front();
@@ -54,6 +49,13 @@ std::optional<ProgressPoint> ProgressLog::Latest(api::JobId job) const {
   auto it = points_.find(job);
   if (it == points_.end() || it->second.empty()) return std::nullopt;
   return it->second.back();
+}
+
+std::optional<int64_t> ProgressLog::NewestCheckpoint(api::JobId job) const {
+  MutexLock lock(mu_);
+  auto it = newest_checkpoint_.find(job);
+  if (it == newest_checkpoint_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::optional<ProgressPoint> ProgressLog::LatestOfAttempt(api::JobId job, int attempt) const {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "api/dashboard.h"
 #include "api/types.h"
 #include "common/error.h"
 #include "common/json.h"
@@ -16,29 +17,14 @@
 
 namespace cohort::head {
 
-struct ProgressPoint {
-  int64_t time_ms = 0;
-  int attempt = 0;
-  int rank = 0;
-  int64_t step = 0;
-  std::optional<double> loss;
-  std::optional<double> samples_per_s;
-  std::optional<double> tokens_per_s;
-  // The newest checkpoint this attempt has written (its step), when the job reports it:
-  // `cohort drain --now` moves a job once it reports a checkpoint newer than the request.
-  std::optional<int64_t> checkpoint_step;
-};
+// A task's report and a loss-curve point are the api's views (api/dashboard.h).
+using ProgressPoint = api::ProgressPoint;
+using LossPoint = api::LossPoint;
 
-json ToJson(const ProgressPoint& p);
-// Validates a report body: {"step": N, "loss": x, "samples_per_s": x, "tokens_per_s": x,
-// "rank": r, "checkpoint_step": N}; only "step" is required; unknown fields are rejected.
-Result<ProgressPoint> ProgressPointFromJson(const json& j);
-
-// One point of a loss curve.
-struct LossPoint {
-  int64_t step = 0;
-  double loss = 0;
-};
+// Validates a report body (POST COHORT_REPORT): {"step": N, "loss": x, "samples_per_s": x,
+// "tokens_per_s": x, "rank": r, "checkpoint_step": N}; only "step" is required; unknown
+// fields are rejected. time_ms and attempt are the head's to fill.
+Result<ProgressPoint> ProgressReportFromJson(const json& j);
 
 // Shrinks `points` (oldest first) to at most `max_points` for drawing: the series is cut
 // into `max_points` runs of consecutive points and each run becomes one point, the mean
@@ -66,12 +52,16 @@ class ProgressLog {
   // has reported nothing. Cheap: scans back from the newest point only past points of
   // later attempts.
   std::optional<ProgressPoint> LatestOfAttempt(api::JobId job, int attempt) const;
+  // The highest checkpoint_step any attempt of the job has reported (the checkpoint a run
+  // wrote or resumed from); std::nullopt when none has. O(1).
+  std::optional<int64_t> NewestCheckpoint(api::JobId job) const;
   // The job's loss curve, at most `max_points` points; empty when no loss was reported.
   LossSeries Loss(api::JobId job, size_t max_points) const;
 
  private:
   mutable Mutex mu_;
   std::map<api::JobId, std::deque<ProgressPoint>> points_ GUARDED_BY(mu_);
+  std::map<api::JobId, int64_t> newest_checkpoint_ GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::head

@@ -11,7 +11,7 @@ void RegisterProgressRoutes(httplib::Server& server, Cluster& cluster) {
     if (!scope) return SendError(res, scope.error());
     auto body = BodyJson(req);
     if (!body) return SendError(res, body.error());
-    auto point = ProgressPointFromJson(*body);
+    auto point = ProgressReportFromJson(*body);
     if (!point) return SendError(res, point.error());
     point->time_ms = NowUnixMs();
     // "checkpoint": the head asks the job to write a checkpoint now (cohort drain --now).

@@ -69,7 +69,9 @@ void DrainNowMovesFromTheRequestedCheckpoint(bool kill_head) {
   // The signal took the other path too: rank 1's shim delivered it and the trainer saw it.
   // (After a head kill the restarted head's reply to a progress report may ask first, and
   // the move can end attempt 0 before any agent delivers the signal.)
-  if (!kill_head) EXPECT_NE(c.Logs(t.id, 1, 0).find("SIGUSR1"), std::string::npos) << c.Logs(t.id, 1, 0);
+  if (!kill_head) {
+    EXPECT_NE(c.Logs(t.id, 1, 0).find("SIGUSR1"), std::string::npos) << c.Logs(t.id, 1, 0);
+  }
 }
 
 TEST(PlannedMoves, DrainNowMovesTheJobFromTheCheckpointItAskedFor) {

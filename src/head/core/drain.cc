@@ -25,10 +25,12 @@ void RequestMoves(Tx& tx, const std::string& node, int64_t timeout_ms) {
     m.requested_ms = tx.now.unix_ms;
     m.deadline_ms = tx.now.unix_ms + timeout_ms;
     // A checkpoint counts once it is past everything reported so far: the newest
-    // checkpoint and the newest step (a checkpoint of that step may already exist
+    // checkpoint of any attempt (a new attempt's first report names the one it resumed
+    // from) and the attempt's newest step (a checkpoint of that step may already exist
     // unreported, written before the request).
+    m.baseline_checkpoint = tx.ctx.newest_checkpoint(id).value_or(-1);
     if (auto last = tx.ctx.latest_progress(id, job.attempt)) {
-      m.baseline_checkpoint = std::max(last->step, last->checkpoint_step.value_or(-1));
+      m.baseline_checkpoint = std::max(m.baseline_checkpoint, last->step);
     }
     job.move = std::move(m);
     tx.fx.StoreJob(job);

@@ -4,6 +4,8 @@
 
 #include <fmt/ranges.h>
 
+#include "api/job_env.h"
+
 namespace cohort::head::core {
 
 using api::Job;
@@ -38,35 +40,6 @@ void DetachJob(Tx& tx, const Job& job) {
     rt.stopping.push_back({job.id, job.attempt, na.gpus, na.cpus, rt.desired_version});
   }
   tx.RequestSchedule();
-}
-
-std::map<std::string, std::string> TaskEnv(const Context& ctx, const Job& job, const api::NodeAllocation& na,
-                                           const api::TaskPlacement& t) {
-  std::map<std::string, std::string> env = job.spec.env;
-  std::string gpus;
-  for (size_t i = 0; i < t.gpus.size(); ++i) gpus += (i ? "," : "") + std::to_string(t.gpus[i]);
-  const std::string& head = ctx.head_url;
-  const std::string token = ctx.rendezvous_token(job.id, job.attempt);
-  env["RANK"] = std::to_string(t.rank);
-  env["WORLD_SIZE"] = std::to_string(job.world_size());
-  env["LOCAL_RANK"] = std::to_string(t.local_rank);
-  env["LOCAL_WORLD_SIZE"] = std::to_string(job.spec.tasks_per_node);
-  env["NODE_RANK"] = std::to_string(na.node_rank);
-  env["GROUP_RANK"] = std::to_string(na.node_rank);
-  env["MASTER_ADDR"] = job.allocation.master_addr;
-  env["MASTER_PORT"] = std::to_string(job.allocation.master_port);
-  env["CUDA_VISIBLE_DEVICES"] = gpus;
-  env["COHORT_JOB_ID"] = std::to_string(job.id);
-  env["COHORT_JOB_NAME"] = job.spec.name;
-  env["COHORT_ATTEMPT"] = std::to_string(job.attempt);
-  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.attempt);
-  env["COHORT_NODE"] = na.node;
-  env["COHORT_NUM_NODES"] = std::to_string(job.allocation.nodes.size());
-  env["COHORT_HEAD"] = head;
-  env["COHORT_RENDEZVOUS"] = fmt::format("{}/v1/rendezvous/{}", head, token);
-  env["COHORT_REPORT"] = fmt::format("{}/v1/report/{}", head, token);
-  env["COHORT_CHECKPOINT_DIR"] = fmt::format("{}/job-{}", ctx.checkpoint_root, job.id);
-  return env;
 }
 
 }  // namespace
@@ -249,7 +222,9 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
         l.attempt = job.attempt;
         l.rank = t.rank;
         l.command = job.spec.command;
-        l.env = TaskEnv(ctx, job, na, t);
+        l.env = api::TaskEnvironment(
+            job, na, t,
+            api::ClusterTaskEnvOptions(ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id));
         l.workdir = job.spec.workdir;
         l.gpus = t.gpus;
         l.cpus = job.spec.cpus_per_task;

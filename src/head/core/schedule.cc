@@ -110,12 +110,16 @@ void PlanGrowth(Tx& tx, const sched::Snapshot& snap, const sched::Decision& deci
       free[spare[static_cast<size_t>(k)]].cpus -= job.spec.tasks_per_node * job.spec.cpus_per_task;
     }
     if (job.move) continue;  // already asked
+    // The job's own next checkpoint counts: past every one reported so far, including the
+    // one this attempt resumed from, which only its first report names (a checkpoint the
+    // previous attempt wrote but never reported). So ask only once the attempt has
+    // reported; a job that never reports progress never grows.
+    auto last = tx.ctx.latest_progress(id, job.attempt);
+    if (!last) continue;
     api::MoveRequest r;
     r.requested_ms = snap.now_ms;
     r.grow = true;
-    if (auto last = tx.ctx.latest_progress(id, job.attempt); last && last->checkpoint_step) {
-      r.baseline_checkpoint = *last->checkpoint_step;
-    }
+    r.baseline_checkpoint = std::max(tx.ctx.newest_checkpoint(id).value_or(-1), last->checkpoint_step.value_or(-1));
     job.move = std::move(r);
     tx.fx.StoreJob(job);
     tx.fx.Info("job {} runs on {} of {} nodes and the rest are free: it grows back at its next checkpoint", id, have,

@@ -89,6 +89,8 @@ struct Context {
   std::function<std::string(api::JobId, int attempt)> rendezvous_token;
   // The newest progress report of a job's attempt, any rank (ProgressLog::LatestOfAttempt).
   std::function<std::optional<ProgressPoint>(api::JobId, int attempt)> latest_progress;
+  // The highest checkpoint any attempt of a job reported (ProgressLog::NewestCheckpoint).
+  std::function<std::optional<int64_t>(api::JobId)> newest_checkpoint;
 };
 
 // The one rule for "is this the job's current attempt": the job exists, is RUNNING, and

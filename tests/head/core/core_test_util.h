@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -80,6 +81,13 @@ class CoreTest : public ::testing::Test {
       auto it = progress_.find({j, a});
       if (it == progress_.end()) return std::nullopt;
       return it->second;
+    };
+    ctx_.newest_checkpoint = [this](api::JobId j) -> std::optional<int64_t> {
+      std::optional<int64_t> best;
+      for (const auto& [key, p] : progress_) {
+        if (key.first == j && p.checkpoint_step) best = std::max(best.value_or(-1), *p.checkpoint_step);
+      }
+      return best;
     };
     state_ = LoadState({}, {}, now_);
   }

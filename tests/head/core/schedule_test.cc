@@ -82,6 +82,8 @@ TEST_F(CoreTest, AnElasticJobBelowItsSizeIsAskedToGrowWhenNodesFreeUp) {
   ASSERT_EQ(Job(id).allocation.nodes.size(), 1u);
   EXPECT_FALSE(Job(id).move.has_value());
   Register(Reg("n2", 1));
+  Pass();
+  EXPECT_FALSE(Job(id).move.has_value()) << "no report from the attempt yet";
   ProgressPoint p;
   p.checkpoint_step = 40;
   progress_[{id, 0}] = p;
@@ -94,6 +96,48 @@ TEST_F(CoreTest, AnElasticJobBelowItsSizeIsAskedToGrowWhenNodesFreeUp) {
   Submit(Spec(1, 1));
   Pass();
   EXPECT_FALSE(Job(id).move.has_value());
+}
+
+TEST_F(CoreTest, AGrowWaitsForACheckpointPastTheOneTheAttemptResumedFrom) {
+  Register(Reg("n1", 1));
+  Register(Reg("n2", 1));
+  api::JobSpec spec = Spec(2, 1, /*max_restarts=*/1);
+  spec.min_nodes = 1;
+  const api::JobId id = Submit(spec);
+  ASSERT_EQ(Pass(), 1);
+  ProgressPoint before;
+  before.step = 60;
+  before.checkpoint_step = 50;
+  progress_[{id, 0}] = before;
+  // n2 goes silent: the job restarts small on n1 as attempt 1.
+  Advance(2000);
+  Beat("n1", {Running(id, 0, 0)});
+  Advance(1500);
+  CheckLiveness(state_, ctx_, now_);
+  ASSERT_EQ(Job(id).attempt, 1);
+  Beat("n1", {});
+  ASSERT_EQ(Pass(), 1);
+  ASSERT_EQ(Job(id).allocation.nodes.size(), 1u);
+  // n2 is back before attempt 1 has reported anything, and attempt 0 wrote a checkpoint
+  // at step 100 that it never reported: the grow waits for attempt 1's first report.
+  Beat("n2");
+  Pass();
+  EXPECT_FALSE(Job(id).move.has_value());
+  ProgressPoint first;
+  first.step = 101;
+  first.checkpoint_step = 100;  // the checkpoint it resumed from
+  progress_[{id, 1}] = first;
+  ProgressResult resumed = OnProgress(state_, ctx_, id, 1, 100, now_);
+  EXPECT_EQ(Job(id).attempt, 1);
+  EXPECT_FALSE(resumed.checkpoint) << "a grow does not ask for a checkpoint";
+  Pass();
+  ASSERT_TRUE(Job(id).move.has_value());
+  EXPECT_EQ(Job(id).move->baseline_checkpoint, 100);
+  OnProgress(state_, ctx_, id, 1, 100, now_);
+  EXPECT_EQ(Job(id).attempt, 1) << "moved at the checkpoint it resumed from";
+  OnProgress(state_, ctx_, id, 1, 150, now_);
+  EXPECT_EQ(Job(id).attempt, 2);
+  EXPECT_EQ(Job(id).moves, 1);
 }
 
 }  // namespace
