@@ -140,7 +140,10 @@ TEST(GptTest, TwoHalfBatchesWithHalfScaleEqualTheWholeBatch) {
     ref += whole[i] * whole[i];
   }
   ASSERT_GT(ref, 0.0);
-  EXPECT_LT(std::sqrt(diff / ref), 1e-5);
+  // float32 rounding only: a batch of 4 and two of 2 go through sgemm in different blockings.
+  // OpenBLAS's FMA kernels (Haswell, Zen) differ by 3.2e-5 here, its SSE3 ones by under 1e-5;
+  // a mistake in accumulation or scaling differs by order 1.
+  EXPECT_LT(std::sqrt(diff / ref), 1e-4);
   // Accumulation really adds: a second Backward of the same batch doubles the gradient.
   m.ZeroGrad();
   ASSERT_TRUE(m.Forward(tokens, targets, B, T).has_value());
