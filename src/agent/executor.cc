@@ -193,15 +193,12 @@ Result<void> Executor::Launch(const TaskSpec& spec) {
     StartShim(spec.key);
     return {};
   }
+  // The executor thread forks the shim. The caller does not wait for it: the agent's
+  // heartbeat loop launches whole gangs, and forking dozens of shims on a loaded node takes
+  // longer than a fence timeout (tasks would die of their own unrenewed leases).
   start_queue_.push_back(spec.key);
   lk.Unlock();
   Wake();
-  lk.Lock();
-  while (true) {
-    auto it = tasks_.find(spec.key);
-    if (it == tasks_.end() || it->second.spawned) break;
-    cv_.Wait(mu_);
-  }
   return {};
 }
 

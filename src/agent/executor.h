@@ -113,11 +113,13 @@ class Executor {
   // Any other failure (empty command, directories that cannot be created, a shim that
   // cannot be executed) still returns success: the task is recorded as finished with
   // exit_code 127 and the reason in `error` (and in the log when it can be written), so
-  // the head learns of it the same way as of any other exit. Returns once the shim has
-  // been started. The task's environment is this process's environment plus spec.env;
+  // the head learns of it the same way as of any other exit. The task's environment is
+  // this process's environment plus spec.env;
   // CUDA_VISIBLE_DEVICES is set to spec.gpus (comma-separated, empty for none) and
   // CUDA_DEVICE_ORDER to PCI_BUS_ID (so CUDA numbers GPUs as NVML does), unless spec.env
-  // sets them. A relaunch of a forgotten key truncates its log.
+  // sets them. A relaunch of a forgotten key truncates its log. Returns at once: the
+  // executor thread starts the shim (the status shows the task running, pid 0 until then);
+  // a Stop before the shim starts is delivered when it does.
   Result<void> Launch(const TaskSpec& spec) EXCLUDES(mu_);
 
   // Stops a running task: graceful sends SIGTERM to the group and SIGKILL after

@@ -233,12 +233,11 @@ TEST_F(ExecutorTest, UnstartableShimOrEmptyCommandIsRecordedAsFinished) {
   auto ex = MakeExecutor(1s, tmp_.Sub("no-such-shim"));
   TaskSpec spec = Shell({8, 0, 0}, "true");
   ASSERT_TRUE(ex->Launch(spec));  // success: the failure is in the status
-  auto snap = ex->Snapshot();
-  ASSERT_EQ(snap.size(), 1u);
-  EXPECT_FALSE(snap[0].running);
-  EXPECT_EQ(snap[0].exit_code, 127);
-  EXPECT_THAT(snap[0].error, HasSubstr("cannot start the task shim"));
-  EXPECT_THAT(ReadFile(snap[0].log_path), HasSubstr("cohort: cannot start the task shim"));
+  TaskStatus failed = WaitFinished(*ex, spec.key);  // Launch returns before the shim starts
+  ASSERT_EQ(ex->Snapshot().size(), 1u);
+  EXPECT_EQ(failed.exit_code, 127);
+  EXPECT_THAT(failed.error, HasSubstr("cannot start the task shim"));
+  EXPECT_THAT(ReadFile(failed.log_path), HasSubstr("cohort: cannot start the task shim"));
 
   TaskSpec empty;
   empty.key = {8, 0, 1};
