@@ -10,8 +10,8 @@
 # matmul.cc makes, on the host). cub's sort is cub_shim.h (a host stable sort).
 #
 # The emulator's own test, engine_cuda_emu_selftest (cuda_emu/selftest.cc), injects each
-# hazard it must catch into a tiny kernel and expects the report. Then four tests, each the
-# GPU test compiled against the emulator:
+# hazard it must catch into a tiny kernel and expects the report. Then the GPU tests, each
+# compiled against the emulator:
 #   engine_cuda_attention_emu_test  cuda_attention_test.cc (the large shapes, T=1024,
 #                                   B=4097, C=768, are too slow here: cuda_emu/run.sh runs
 #                                   any filter by hand);
@@ -20,11 +20,15 @@
 #   engine_cuda_model_emu_test      cuda_model_test.cc: GptCudaModel and GptCudaAdamW
 #                                   against the CPU model, and 2-rank DDP over gloo (the
 #                                   `cohort train` cases need the real binary; the
-#                                   hundred-step run, ~10 s a step here, is left to
-#                                   cuda_emu/run.sh by hand).
+#                                   hundred-step run, ~4 s a step here, is left to
+#                                   cuda_emu/run.sh by hand);
+#   engine_cuda_trainer_emu_test    cuda_trainer_test.cc: the trainer with train.device
+#                                   cuda, in process.
 # What the emulator cannot prove: that its fragment layouts match the hardware, anything
 # about memory ordering beyond barrier epochs or between streams (everything is
-# synchronous here), cuBLASLt's own kernels, or anything about speed.
+# synchronous here), cuBLASLt's own kernels, or anything about speed. It runs one schedule:
+# each thread to its next barrier in turn (the shadow finds a race whatever the order, but a
+# kernel spinning on a flag another thread of its block sets would hang here).
 if(TARGET cohort_engine_kernels_cuda)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
   # The headers only: the emulated code never calls the real cudart (cohort_comm brings it for
