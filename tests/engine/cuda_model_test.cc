@@ -588,8 +588,9 @@ TEST(GptCudaTrainCliTest, CheckpointsMoveBetweenCpuAndGpu) {
 // --- e) two ranks over NCCL ------------------------------------------------------------------
 // On the emulator, device memory is host memory and gloo stands in for NCCL: the model's
 // gradient-slice reports and events, and the reducer's buckets over them, still run.
-// The emulator runs one launch at a time across threads, so a rank can wait far longer
-// than the usual 10 s for its peer's kernels to reach the collective.
+// Emulated kernels run on the CPU, hundreds of times slower than a GPU, and the two ranks
+// share the machine's cores, so a rank can wait far longer than the usual 10 s for its
+// peer's kernels to reach the collective.
 #ifdef COHORT_CUDA_EMULATED
 constexpr const char* kDdpBackend = "gloo";
 constexpr Millis kDdpTimeout{900'000};
