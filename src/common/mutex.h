@@ -99,10 +99,7 @@ class CondVar {
   // (a lambda that reads guarded fields says so with `mu.AssertHeld()`).
   template <typename Rep, typename Period, typename Pred>
   bool WaitFor(Mutex& mu, std::chrono::duration<Rep, Period> timeout, Pred done) REQUIRES(mu) {
-    std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
-    bool r = cv_.wait_for(lock, timeout, std::move(done));
-    lock.release();
-    return r;
+    return WaitUntil(mu, std::chrono::steady_clock::now() + timeout, std::move(done));
   }
   // Waits until `done()` or `deadline`; returns done().
   template <typename Clock, typename Duration, typename Pred>
