@@ -12,29 +12,29 @@ AgentWaker::AgentWaker(int threads) {
 
 AgentWaker::~AgentWaker() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (auto& t : threads_) t.join();
 }
 
 void AgentWaker::Wake(std::vector<std::string> agent_urls) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto& url : agent_urls) {
       if (queued_.insert(url).second) queue_.push_back(std::move(url));
     }
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void AgentWaker::Run() {
   while (true) {
     std::string url;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && queue_.empty()) cv_.Wait(mu_);
       if (stopping_) return;
       url = std::move(queue_.front());
       queue_.pop_front();

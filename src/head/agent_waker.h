@@ -5,13 +5,13 @@
 // pool of sender threads so a slow agent does not hold up the others.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace cohort::head {
 
@@ -20,16 +20,16 @@ class AgentWaker {
   explicit AgentWaker(int threads = 4);
   ~AgentWaker();  // stops the senders; queued wake-ups are dropped
 
-  void Wake(std::vector<std::string> agent_urls);
+  void Wake(std::vector<std::string> agent_urls) EXCLUDES(mu_);
 
  private:
-  void Run();
+  void Run() EXCLUDES(mu_);  // each sender thread
 
-  std::mutex mu_;
-  std::condition_variable cv_;         // signalled with mu_
-  std::deque<std::string> queue_;      // guarded by mu_
-  std::set<std::string> queued_;       // guarded by mu_
-  bool stopping_ = false;              // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;  // signalled when the queue grows and when stopping
+  std::deque<std::string> queue_ GUARDED_BY(mu_);
+  std::set<std::string> queued_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 
