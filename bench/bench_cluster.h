@@ -76,7 +76,7 @@ class BenchCluster {
   void WaitForNodes(size_t n) {
     HttpClient c(url_);
     for (int i = 0; i < 2000; ++i) {
-      if (auto r = c.Get("/v1/nodes"); r && (*r)["nodes"].size() == n) return;
+      if (auto r = c.Get("/v1/nodes?limit=10000&fields=state"); r && (*r)["nodes"].size() == n) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     Die("agents did not register");

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
       if (j.contains("loss")) curve_points += j["loss"]["points"].size();
     }
     auto t1 = SteadyClock::now();
-    if (auto n = client.GetRaw("/v1/nodes"); n && n->status == 200) {
+    if (auto n = client.GetRaw("/v1/nodes?limit=10000"); n && n->status == 200) {
       nodes_ms.push_back(bench::MillisSince(t1));
       nodes_bytes = n->body.size();
     }

@@ -51,10 +51,10 @@ int main(int argc, char** argv) {
   const auto& hb_ms = agents.heartbeat_ms();
 
   int up = 0, running = 0;
-  if (auto r = client.Get("/v1/nodes"); r) {
+  if (auto r = client.Get("/v1/nodes?limit=10000&fields=state"); r) {
     for (const auto& n : (*r)["nodes"]) up += n["state"] == "UP";
   }
-  if (auto r = client.Get("/v1/jobs?state=RUNNING"); r) running = static_cast<int>((*r)["jobs"].size());
+  if (auto r = client.Get("/v1/jobs?state=RUNNING&limit=10000&fields=state"); r) running = static_cast<int>((*r)["jobs"].size());
   double hb_rate = hb_ms.size() / std::chrono::duration<double>(SteadyClock::now() - agents.start()).count();
   std::printf("head at scale: %d simulated agents x 8 GPUs heartbeating every 1 s, %d jobs (%d running, %zu in the queue view)\n",
               nodes, jobs, running, rows);

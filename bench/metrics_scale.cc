@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   const auto& hb_ms = agents.heartbeat_ms();
 
   int running = 0;
-  if (auto r = client.Get("/v1/jobs?state=RUNNING"); r) running = static_cast<int>((*r)["jobs"].size());
+  if (auto r = client.Get("/v1/jobs?state=RUNNING&limit=10000&fields=state"); r) running = static_cast<int>((*r)["jobs"].size());
   double hb_rate = hb_ms.size() / std::chrono::duration<double>(SteadyClock::now() - agents.start()).count();
   std::printf("metrics at scale: %d simulated agents x 8 GPUs heartbeating every 1 s with telemetry, %d jobs (%d running)\n",
               nodes, jobs, running);

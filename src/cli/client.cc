@@ -26,6 +26,25 @@ Result<api::Job> FetchJob(const HttpClient& head, api::JobId id) {
   return api::JobFromJson(j);
 }
 
+Result<json> FetchAllPages(const HttpClient& head, const std::string& path, const std::string& key) {
+  json all = json::array();
+  std::string cursor;
+  do {
+    std::string page_path = cursor.empty() ? path
+                            : path + (path.find('?') == std::string::npos ? "?" : "&") + "cursor=" +
+                                  api::routes::UrlEncode(cursor);
+    json page = COHORT_TRY(head.Get(page_path));
+    if (!page.is_object() || !page.contains(key) || !page[key].is_array()) {
+      return MakeError(ErrorCode::kInternal, fmt::format("malformed list from the head: no '{}' array", key));
+    }
+    for (auto& item : page[key]) all.push_back(std::move(item));
+    std::string next = page.contains("next_cursor") && page["next_cursor"].is_string() ? page["next_cursor"].get<std::string>() : "";
+    if (!next.empty() && next == cursor) return MakeError(ErrorCode::kInternal, "the head repeated a list cursor");
+    cursor = next;
+  } while (!cursor.empty());
+  return json{{key, std::move(all)}};
+}
+
 void PrintJson(const json& j) {
   std::string text = j.dump(2, ' ', false, json::error_handler_t::replace);
   std::fwrite(text.data(), 1, text.size(), stdout);

@@ -39,6 +39,10 @@ Result<api::JobId> ParseJobId(std::string_view text);
 // GET /v1/jobs/{id}, decoded.
 Result<api::Job> FetchJob(const HttpClient& head, api::JobId id);
 
+// GET `path` (a list endpoint) and every page after it, following "next_cursor": the
+// pages' `key` arrays concatenated, as {key: [...]}.
+Result<json> FetchAllPages(const HttpClient& head, const std::string& path, const std::string& key);
+
 // Prints `j` indented by two spaces, then a newline, to stdout.
 void PrintJson(const json& j);
 

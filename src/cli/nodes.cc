@@ -79,7 +79,7 @@ int Run(const std::string& name, const GlobalOptions& global) {
     std::fputs(RenderNode(*node).c_str(), stdout);
     return 0;
   }
-  auto reply = head.Get(api::routes::kNodes);
+  auto reply = FetchAllPages(head, api::routes::kNodes, "nodes");
   if (!reply) return ReportError(reply.error());
   if (global.json) {
     PrintJson(*reply);

@@ -16,7 +16,7 @@ struct QueueFlags {
 
 // "PENDING,RUNNING" for the query, after checking each name locally.
 Result<std::string> StateQuery(const QueueFlags& f) {
-  if (f.states.empty()) return f.all ? std::string() : std::string("PENDING,RUNNING");
+  if (f.states.empty()) return f.all ? std::string("all") : std::string("PENDING,RUNNING");
   std::vector<std::string> names;
   for (const auto& item : f.states) {
     size_t start = 0;
@@ -44,7 +44,8 @@ int Run(const QueueFlags& f, const GlobalOptions& global) {
   if (f.limit > 0) params.emplace_back("limit", std::to_string(f.limit));
   std::string path = api::routes::WithQuery(api::routes::kJobs, params);
 
-  auto reply = HeadClient(global).Get(path);
+  // --limit: the newest N, one page; otherwise every page.
+  auto reply = f.limit > 0 ? HeadClient(global).Get(path) : FetchAllPages(HeadClient(global), path, "jobs");
   if (!reply) return ReportError(reply.error());
   if (global.json) {
     PrintJson(*reply);
@@ -97,7 +98,7 @@ void AddQueueCommand(CommandContext& ctx) {
   sub->add_option("-s,--state", f->states, "Only jobs in these states (PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED)")
       ->delimiter(',');
   sub->add_option("-u,--user", f->user, "Only this user's jobs");
-  sub->add_option("--limit", f->limit, "At most this many jobs (the newest)")->check(CLI::Range(1, 1'000'000));
+  sub->add_option("--limit", f->limit, "At most this many jobs (the newest)")->check(CLI::Range(1, 10'000));
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;
   ctx.on_run(sub, [f, &global] { return Run(*f, global); });

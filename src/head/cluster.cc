@@ -127,13 +127,20 @@ std::vector<Job> Cluster::ListJobs(const JobFilter& filter) const {
   return core::ListJobs(state_, filter);
 }
 
-std::vector<NodeStatus> Cluster::ListNodes() const {
+std::vector<NodeStatus> Cluster::ListNodes(const std::string& after, size_t limit) const {
   MutexLock lock(mu_);
   const core::Now now = Now();
   std::vector<NodeStatus> out;
-  out.reserve(state_.nodes.size());
-  for (const auto& [name, n] : state_.nodes) out.push_back(core::StatusOf(state_, n, now));
+  auto it = after.empty() ? state_.nodes.begin() : state_.nodes.upper_bound(after);
+  for (; it != state_.nodes.end() && (limit == 0 || out.size() < limit); ++it) {
+    out.push_back(core::StatusOf(state_, it->second, now));
+  }
   return out;
+}
+
+size_t Cluster::NodeCount() const {
+  MutexLock lock(mu_);
+  return state_.nodes.size();
 }
 
 Result<NodeStatus> Cluster::GetNode(const std::string& name) const {

@@ -63,7 +63,9 @@ class Cluster {
   Result<api::Job> Cancel(api::JobId id) EXCLUDES(mu_);
   Result<api::Job> GetJob(api::JobId id) const EXCLUDES(mu_);
   std::vector<api::Job> ListJobs(const JobFilter& filter) const EXCLUDES(mu_);
-  std::vector<NodeStatus> ListNodes() const EXCLUDES(mu_);
+  // Nodes by name: those after `after` (all when empty), at most `limit` (0: no limit).
+  std::vector<NodeStatus> ListNodes(const std::string& after = "", size_t limit = 0) const EXCLUDES(mu_);
+  size_t NodeCount() const EXCLUDES(mu_);
   Result<NodeStatus> GetNode(const std::string& name) const EXCLUDES(mu_);
   // Stops placing jobs on the node. With `now`, also moves the jobs running there
   // (core/drain.h). kNotFound for an unknown node; kUnavailable if the store fails.

@@ -17,7 +17,18 @@ struct HeadConfig {
   std::string port_file;           // when set, the bound port is written here once listening
   api::AgentTiming timing;         // heartbeat interval, failure and fence timeouts, kill grace
   int64_t schedule_interval_ms = 1000;  // periodic pass, besides the event-driven ones
-  int http_threads = 64;  // rendezvous reads park a thread for up to 1 s each
+  // HTTP (common/http_server.h): threads per pool. Agents (registration, heartbeats) and
+  // tasks (rendezvous, progress reports) have pools of their own that API clients cannot
+  // take; rendezvous reads park a task thread for up to 1 s each. API requests are CPU
+  // work (building and serializing lists), so their pool is sized to the cores (0: twice
+  // the cores, at least 4) and runs at nice +5: a storm of list requests cannot take the
+  // CPU from heartbeats.
+  int http_threads = 0;         // the API's pool
+  int agent_http_threads = 16;  // the agent protocol's pool
+  int task_http_threads = 64;   // rendezvous and progress reports
+  int64_t request_timeout_ms = 10'000;  // a request must arrive whole within this (408)
+  int max_connections_per_client = 1024;  // per client address, at once (429)
+  int api_requests_per_client = 64;       // one address's API requests queued or running (429)
 };
 
 }  // namespace cohort::head

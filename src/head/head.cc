@@ -13,6 +13,7 @@
 #include <httplib.h>
 
 #include "common/http.h"
+#include "common/http_server.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "head/agent_waker.h"
@@ -25,6 +26,35 @@ namespace cohort::head {
 namespace fs = std::filesystem;
 
 static const char* kVersion = "0.1.0";
+
+namespace {
+
+enum Pool : size_t { kApiPool = 0, kAgentPool = 1, kTaskPool = 2 };
+
+// Agents and tasks get threads of their own: no API traffic can delay a heartbeat (and so
+// fail the node's jobs) or a rendezvous.
+size_t ClassifyRequest(std::string_view, std::string_view path) {
+  if (path.starts_with("/v1/agents/")) return kAgentPool;
+  if (path.starts_with("/v1/rendezvous/") || path.starts_with("/v1/report/")) return kTaskPool;
+  return kApiPool;
+}
+
+HttpServerOptions HttpOptions(const HeadConfig& c) {
+  HttpServerOptions o;
+  o.host = c.listen_host;
+  o.port = c.port;
+  const int api_threads = c.http_threads > 0 ? c.http_threads
+                                             : std::max(4, 2 * static_cast<int>(std::thread::hardware_concurrency()));
+  o.pools = {{"api", api_threads, 4096, /*nice=*/5, c.api_requests_per_client},
+             {"agents", c.agent_http_threads, 65536, 0, 0},
+             {"tasks", c.task_http_threads, 65536, 0, 0}};
+  o.classify = ClassifyRequest;
+  o.request_timeout = Millis(c.request_timeout_ms);
+  o.max_connections_per_client = c.max_connections_per_client;
+  return o;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   if (config.state_dir.empty()) return MakeError(ErrorCode::kInvalidArgument, "--state-dir is required", "state_dir");
@@ -63,26 +93,11 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   std::unique_ptr<HeadServer> h(new HeadServer());
   h->lock_fd_ = lock_fd;  // released by ~HeadServer, also on the error paths below
   auto store = COHORT_TRY(store::OpenSqliteStateStore(config.state_dir + "/state.db"));
-  h->server_ = std::make_unique<httplib::Server>();
+  h->server_ = std::make_unique<HttpServer>(HttpOptions(config));
   auto& srv = *h->server_;
-  int threads = config.http_threads;
-  srv.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  srv.set_payload_max_length(4 << 20);
-  srv.set_keep_alive_max_count(100);
-  srv.set_read_timeout(10, 0);
-  srv.set_write_timeout(10, 0);
-
-  ListenBacklog backlog(srv);
-  if (config.port == 0) {
-    h->port_ = srv.bind_to_any_port(config.listen_host);
-  } else {
-    h->port_ = srv.bind_to_port(config.listen_host, config.port) ? config.port : -1;
-  }
-  if (h->port_ <= 0) {
-    return Errorf(ErrorCode::kUnavailable, "cannot listen on {}:{} (in use, or not an address of this machine)",
-                  config.listen_host, config.port);
-  }
-  backlog.Raise();
+  auto port = srv.Bind();
+  if (!port) return std::unexpected(port.error());
+  h->port_ = *port;
   if (config.advertise_url.empty()) {
     std::string host = config.listen_host == "0.0.0.0" ? "127.0.0.1" : config.listen_host;
     config.advertise_url = fmt::format("http://{}:{}", host, h->port_);
@@ -98,7 +113,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   h->dashboard_ = std::make_unique<DashboardSnapshots>(cluster);
   srv.Get(api::routes::kHealth, [&cluster, url = h->url_](const httplib::Request&, httplib::Response& res) {
     SendJson(res, json{{"status", "ok"}, {"version", kVersion}, {"url", url},
-                       {"nodes", cluster.ListNodes().size()},
+                       {"nodes", cluster.NodeCount()},
                        {"last_pass_ms", cluster.last_pass_duration().count()}});
   });
   RegisterJobRoutes(srv, cluster);
@@ -135,7 +150,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
     SendError(res, Error{ErrorCode::kInternal, "internal error: " + what});
   });
 
-  h->server_thread_ = std::thread([&srv] { srv.listen_after_bind(); });
+  h->server_thread_ = std::thread([&srv] { srv.Serve(); });
   h->control_thread_ = std::thread([hp = h.get()] { hp->ControlLoop(); });
   if (!config.port_file.empty()) {
     std::string tmp = config.port_file + ".tmp";
@@ -161,7 +176,7 @@ void HeadServer::ControlLoop() {
 
 void HeadServer::Stop() {
   if (stopping_.exchange(true)) return;
-  if (server_) server_->stop();
+  if (server_) server_->Stop();
   if (dashboard_) dashboard_->Stop();
 }
 

@@ -17,8 +17,8 @@
 #include "common/error.h"
 #include "head/config.h"
 
-namespace httplib {
-class Server;
+namespace cohort {
+class HttpServer;
 }
 
 namespace cohort::head {
@@ -49,7 +49,7 @@ class HeadServer {
   // Declared after cluster_ and before server_ (whose handlers use it): destroyed after
   // the server, before the cluster.
   std::unique_ptr<DashboardSnapshots> dashboard_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpServer> server_;
   std::thread server_thread_;
   std::thread control_thread_;
   std::atomic<bool> stopping_{false};

@@ -1,13 +1,18 @@
 // /v1/jobs: submit, list, show, cancel; listed and shown jobs are the api::JobStatus view.
+#include "head/list_page.h"
 #include "head/routes.h"
 #include "head/usage.h"
 
 namespace cohort::head {
 namespace {
 
+// ?state= names states (comma-separated) or "all"; without it, the active ones: PENDING
+// and RUNNING.
 Result<JobFilter> ParseFilter(const httplib::Request& req) {
   JobFilter f;
-  if (req.has_param("state")) {
+  if (!req.has_param("state")) {
+    f.states = {api::JobState::kPending, api::JobState::kRunning};
+  } else if (req.get_param_value("state") != "all") {
     std::string states = req.get_param_value("state");
     size_t start = 0;
     while (start <= states.size()) {
@@ -23,7 +28,6 @@ Result<JobFilter> ParseFilter(const httplib::Request& req) {
     }
   }
   if (req.has_param("user")) f.user = req.get_param_value("user");
-  if (req.has_param("limit")) f.limit = COHORT_TRY(QueryIntParam(req, "limit", std::nullopt, 1, 1'000'000));
   return f;
 }
 
@@ -41,16 +45,36 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
   });
 
   server.Get(api::routes::kJobs, [&](const httplib::Request& req, httplib::Response& res) {
+    static const std::set<std::string> known = [] {
+      api::JobStatus sample;
+      sample.tasks_usage.emplace();
+      return KeysOf(api::ToJson(sample));
+    }();
     auto filter = ParseFilter(req);
     if (!filter) return SendError(res, filter.error());
+    auto page = ParsePageParams(req, known);
+    if (!page) return SendError(res, page.error());
+    if (!page->cursor.empty()) {
+      auto before = ParseIdParam(page->cursor, "cursor");
+      if (!before) return SendError(res, before.error());
+      filter->before = *before;
+    }
+    filter->limit = page->limit + 1;  // one more than the page: whether a next page exists
+    auto list = cluster.ListJobs(*filter);
+    json out = json::object();
+    if (list.size() > page->limit) {
+      list.erase(list.begin());  // the oldest: it starts the next page
+      out["next_cursor"] = std::to_string(list.front().id);
+    }
     json jobs = json::array();
     auto usage = cluster.RunningTaskUsage();
     int64_t now = NowUnixMs();
-    for (const auto& j : cluster.ListJobs(*filter)) {
+    for (const auto& j : list) {
       auto u = usage.find(j.id);
-      jobs.push_back(api::ToJson(JobStatusAt(j, now, u != usage.end() ? &u->second : nullptr)));
+      jobs.push_back(Project(api::ToJson(JobStatusAt(j, now, u != usage.end() ? &u->second : nullptr)), page->fields, "id"));
     }
-    SendJson(res, json{{"jobs", std::move(jobs)}});
+    out["jobs"] = std::move(jobs);
+    SendJson(res, out);
   });
 
   server.Get(api::routes::kJobPattern, [&](const httplib::Request& req, httplib::Response& res) {

@@ -13,6 +13,8 @@
 //   cohort_scheduler_pass_duration_seconds       histogram of scheduling passes
 //   cohort_job_queue_wait_seconds                histogram: submit (or requeue) to start
 //   cohort_head_heartbeats_total, cohort_head_gpu_health_events_total
+//   cohort_http_*                                the HTTP server's connections, pools and
+//                                                refusals (common/http_server.h), when given
 #pragma once
 
 #include <string>
@@ -20,8 +22,12 @@
 #include "common/error.h"
 #include "head/cluster.h"
 
+namespace cohort {
+struct HttpServerStats;
+}
+
 namespace cohort::head {
 
-Result<std::string> RenderHeadMetrics(const ClusterMetrics& m);
+Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerStats* http = nullptr);
 
 }  // namespace cohort::head

@@ -3,13 +3,14 @@
 
 #include <cctype>
 
+#include "common/http_server.h"
 #include "head/routes.h"
 
 namespace cohort::head {
 
 using prom::MetricType;
 
-Result<std::string> RenderHeadMetrics(const ClusterMetrics& m) {
+Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerStats* http) {
   prom::TextWriter w;
   std::map<std::string, int> by_state = {{"up", 0}, {"down", 0}, {"draining", 0}, {"drained", 0}};
   int allocated = 0, unhealthy = 0, free = 0, unavailable = 0;
@@ -53,12 +54,15 @@ Result<std::string> RenderHeadMetrics(const ClusterMetrics& m) {
   w.Family("cohort_head_gpu_health_events_total", MetricType::kCounter,
            "GPU health events (XID, ECC, lost GPU) reported by agents since the head started");
   w.Sample({}, static_cast<double>(m.gpu_health_events));
+  if (http) WriteHttpServerMetrics(w, *http);
   return w.Finish();
 }
 
 void RegisterMetricsRoutes(httplib::Server& server, Cluster& cluster) {
   server.Get(api::routes::kMetrics, [&](const httplib::Request&, httplib::Response& res) {
-    auto text = RenderHeadMetrics(cluster.Metrics());
+    std::optional<HttpServerStats> http;
+    if (auto* s = dynamic_cast<HttpServer*>(&server)) http = s->Stats();
+    auto text = RenderHeadMetrics(cluster.Metrics(), http ? &*http : nullptr);
     if (!text) return SendError(res, text.error());
     res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");
   });

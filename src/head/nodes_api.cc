@@ -1,4 +1,5 @@
 // /v1/nodes: list, show, drain, resume; each node as the api::NodeStatus view.
+#include "head/list_page.h"
 #include "head/routes.h"
 
 namespace cohort::head {
@@ -9,8 +10,21 @@ constexpr int64_t kDefaultDrainTimeoutS = 60;
 void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
   auto to_json = [](const NodeStatus& s) { return api::ToJson(s); };
 
-  server.Get(api::routes::kNodes, [&](const httplib::Request&, httplib::Response& res) {
-    SendJson(res, api::NodeListToJson(cluster.ListNodes()));
+  server.Get(api::routes::kNodes, [&](const httplib::Request& req, httplib::Response& res) {
+    static const std::set<std::string> known = KeysOf(api::ToJson(NodeStatus{}));
+    auto page = ParsePageParams(req, known);
+    if (!page) return SendError(res, page.error());
+    // One more than the page: whether a next page exists.
+    auto nodes = cluster.ListNodes(page->cursor, page->limit + 1);
+    json out = json::object();
+    if (nodes.size() > page->limit) {
+      nodes.pop_back();
+      out["next_cursor"] = nodes.back().node.name;
+    }
+    json list = json::array();
+    for (const auto& n : nodes) list.push_back(Project(api::ToJson(n), page->fields, "name"));
+    out["nodes"] = std::move(list);
+    SendJson(res, out);
   });
 
   server.Get(api::routes::kNodePattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {

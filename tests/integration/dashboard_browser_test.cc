@@ -192,7 +192,7 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
   ClickElement(cdp, "#submit button[type=submit]");
   int64_t submitted_id = 0;
   ASSERT_TRUE(WaitUntil([&] {
-    auto jobs = c.client().Get("/v1/jobs");
+    auto jobs = c.client().Get("/v1/jobs?state=all");
     if (!jobs) return false;
     for (const auto& j : (*jobs)["jobs"]) {
       if (j["spec"]["name"] == "from-page") submitted_id = j["id"];

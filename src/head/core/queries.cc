@@ -70,7 +70,8 @@ Result<Job> GetJob(const ClusterState& s, JobId id) {
 
 std::vector<Job> ListJobs(const ClusterState& s, const JobFilter& filter) {
   std::vector<Job> out;
-  for (auto it = s.jobs.rbegin(); it != s.jobs.rend(); ++it) {
+  auto start = filter.before > 0 ? std::make_reverse_iterator(s.jobs.lower_bound(filter.before)) : s.jobs.rbegin();
+  for (auto it = start; it != s.jobs.rend(); ++it) {
     const Job& j = it->second;
     if (!filter.states.empty() && !filter.states.contains(j.state)) continue;
     if (!filter.user.empty() && j.spec.user != filter.user) continue;

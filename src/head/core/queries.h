@@ -21,6 +21,7 @@ struct JobFilter {
   std::set<api::JobState> states;  // empty: all
   std::string user;                // empty: all
   size_t limit = 0;                // 0: no limit; the newest jobs are kept
+  api::JobId before = 0;           // > 0: only jobs with a smaller id (the next page's cursor)
 };
 
 // Where the log of one task lives.

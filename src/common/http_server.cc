@@ -1,0 +1,754 @@
+#include "common/http_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "common/http.h"
+#include "common/log.h"
+#include "common/mutex.h"
+#include "common/prometheus.h"
+
+namespace cohort {
+
+namespace {
+
+int64_t MonoMs() {
+  return std::chrono::duration_cast<Millis>(SteadyClock::now().time_since_epoch()).count();
+}
+
+// One client connection. Owned by the event loop while it waits for a request, by one
+// worker while that worker runs a request on it.
+struct Conn {
+  int fd = -1;
+  std::string peer_ip;
+  int peer_port = 0;
+  std::string buf;          // bytes read and not yet consumed by a request
+  bool reading = false;     // a request has begun (bytes are in buf)
+  int64_t deadline_ms = 0;  // the request's deadline while reading, else the idle deadline
+  int served = 0;           // requests run on this connection
+  bool close_after = false; // the response said "Connection: close"
+  bool peer_closed = false; // the client shut down its side after sending
+};
+
+// What the event loop needs of a request whose headers have arrived.
+struct RequestHead {
+  size_t header_bytes = 0;  // through the blank line
+  std::string method;
+  std::string path;
+  uint64_t content_length = 0;
+  bool chunked = false;
+  bool expect_continue = false;
+};
+
+bool HeaderIs(std::string_view name, std::string_view want) {
+  return name.size() == want.size() &&
+         std::equal(name.begin(), name.end(), want.begin(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+         });
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+bool ContainsToken(std::string_view value, std::string_view token) {
+  std::string lower(value);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.find(token) != std::string::npos;
+}
+
+// Reads one header line into the head; false for a Content-Length that is not a number.
+bool ReadHeaderLine(std::string_view line, RequestHead& head) {
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return true;  // httplib skips it as it does
+  std::string_view name = Trim(line.substr(0, colon));
+  std::string_view value = Trim(line.substr(colon + 1));
+  if (HeaderIs(name, "content-length")) {
+    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), head.content_length);
+    return ec == std::errc() && ptr == value.data() + value.size();
+  }
+  if (HeaderIs(name, "transfer-encoding")) head.chunked = ContainsToken(value, "chunked");
+  if (HeaderIs(name, "expect")) head.expect_continue = ContainsToken(value, "100-continue");
+  return true;
+}
+
+// The head at the start of `buf`: std::nullopt until its blank line has arrived; an error
+// message for a request line or Content-Length that cannot be read.
+std::optional<Result<RequestHead>> ParseHead(std::string_view buf) {
+  size_t end = buf.find("\r\n\r\n");
+  if (end == std::string_view::npos) return std::nullopt;
+  RequestHead head;
+  head.header_bytes = end + 4;
+  std::string_view text = buf.substr(0, end + 2);
+  size_t eol = text.find("\r\n");
+  std::string_view line = text.substr(0, eol);
+  size_t sp1 = line.find(' ');
+  size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos) {
+    return Result<RequestHead>(MakeError(ErrorCode::kInvalidArgument, "malformed request line"));
+  }
+  head.method = std::string(line.substr(0, sp1));
+  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  head.path = std::string(target.substr(0, target.find('?')));
+  for (size_t pos = eol + 2; pos < text.size();) {
+    size_t next = text.find("\r\n", pos);
+    if (!ReadHeaderLine(text.substr(pos, next - pos), head)) {
+      return Result<RequestHead>(MakeError(ErrorCode::kInvalidArgument, "Content-Length is not a number"));
+    }
+    pos = next + 2;
+  }
+  return Result<RequestHead>(std::move(head));
+}
+
+// Waits up to `ms` for `events` on `fd`; true when ready.
+bool PollFor(int fd, short events, int64_t ms) {
+  pollfd p{fd, events, 0};
+  for (;;) {
+    int n = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(ms, 0, 60'000)));
+    if (n > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
+    if (n == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+// Writes all of `data` before `deadline_ms` (monotonic); false on error or timeout.
+bool WriteAll(int fd, const char* data, size_t size, int64_t deadline_ms) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::send(fd, data + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!PollFor(fd, POLLOUT, deadline_ms - MonoMs())) return false;
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+const char* ReasonPhrase(int status) {
+  switch (status) {
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Bad Request";
+  }
+}
+
+// A complete error response in the API's error format, closing the connection.
+std::string ErrorResponse(int status, ErrorCode code, std::string_view message) {
+  std::string body = ErrorToJson(Error{code, std::string(message)}).dump();
+  std::string retry = status == 429 || status == 503 ? "Retry-After: 1\r\n" : "";
+  return fmt::format(
+      "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n{}",
+      status, ReasonPhrase(status), body.size(), retry, body);
+}
+
+// httplib's view of a connection for one request: the bytes the event loop read first,
+// then the socket, every read before the request's deadline and within its byte budget.
+class ConnStream final : public httplib::Stream {
+ public:
+  ConnStream(Conn& conn, int64_t deadline_ms, size_t budget, Millis write_timeout)
+      : conn_(conn), deadline_ms_(deadline_ms), budget_(budget), write_timeout_(write_timeout) {}
+
+  // The bytes a request did not consume stay in the connection's buffer.
+  ~ConnStream() override { conn_.buf.erase(0, consumed_); }
+
+  bool is_readable() const override {
+    return consumed_ < conn_.buf.size() || PollFor(conn_.fd, POLLIN, deadline_ms_ - MonoMs());
+  }
+  bool is_writable() const override { return PollFor(conn_.fd, POLLOUT, write_timeout_.count()); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (size == 0) return 0;
+    if (consumed_ < conn_.buf.size()) {
+      size_t n = std::min(size, conn_.buf.size() - consumed_);
+      std::memcpy(ptr, conn_.buf.data() + consumed_, n);
+      consumed_ += n;
+      return static_cast<ssize_t>(n);
+    }
+    if (from_socket_ >= budget_) return -1;  // the request is larger than any allowed
+    size = std::min(size, budget_ - from_socket_);
+    for (;;) {
+      if (!PollFor(conn_.fd, POLLIN, deadline_ms_ - MonoMs())) return -1;
+      ssize_t n = ::recv(conn_.fd, ptr, size, MSG_DONTWAIT);
+      if (n > 0) {
+        from_socket_ += static_cast<size_t>(n);
+        return n;
+      }
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      return -1;
+    }
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    return WriteAll(conn_.fd, ptr, size, MonoMs() + write_timeout_.count()) ? static_cast<ssize_t>(size) : -1;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = conn_.peer_ip;
+    port = conn_.peer_port;
+  }
+
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    ip.clear();
+    port = 0;
+    if (getsockname(conn_.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+      ip = host;
+      port = std::atoi(serv);
+    }
+  }
+
+  socket_t socket() const override { return conn_.fd; }
+
+ private:
+  Conn& conn_;
+  int64_t deadline_ms_;
+  size_t budget_;
+  Millis write_timeout_;
+  size_t consumed_ = 0;
+  size_t from_socket_ = 0;
+};
+
+thread_local Conn* current_conn = nullptr;
+
+}  // namespace
+
+// ---- Worker pools --------------------------------------------------------------------
+
+struct HttpServer::Impl {
+  struct PoolState {
+    size_t index = 0;
+    HttpServerOptions::Pool options;
+    Mutex mu;
+    CondVar cv;
+    std::deque<std::unique_ptr<Conn>> queue GUARDED_BY(mu);
+    bool stopping GUARDED_BY(mu) = false;
+    std::vector<std::thread> threads;
+    std::atomic<int64_t> busy{0}, handled{0}, rejected{0}, queued{0};
+  };
+
+  HttpServer& server;
+  HttpServerOptions options;
+  int listen_fd = -1;
+  int epoll_fd = -1;
+  int wake_fd = -1;
+  std::vector<std::unique_ptr<PoolState>> pools;
+
+  // Event loop state (the loop thread only).
+  std::unordered_map<int, std::unique_ptr<Conn>> waiting;
+
+  Mutex mu;  // the hand-back queue and per-client counts, shared with the workers
+  std::vector<std::unique_ptr<Conn>> handed_back GUARDED_BY(mu);
+  std::unordered_map<std::string, int> per_client GUARDED_BY(mu);
+  // (pool, client) → requests queued or running, for pools with max_per_client.
+  std::map<std::pair<size_t, std::string>, int> in_flight GUARDED_BY(mu);
+  std::atomic<bool> stopping{false};
+
+  std::atomic<int64_t> connections{0}, rejected_connections{0}, timed_out{0}, oversized{0};
+
+  Impl(HttpServer& s, HttpServerOptions o) : server(s), options(std::move(o)) {
+    if (options.pools.empty()) options.pools.push_back(HttpServerOptions::Pool{});
+    for (const auto& p : options.pools) {
+      pools.push_back(std::make_unique<PoolState>());
+      pools.back()->index = pools.size() - 1;
+      pools.back()->options = p;
+    }
+  }
+
+  ~Impl() {
+    for (int fd : {listen_fd, epoll_fd, wake_fd}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  // ---- Connections.
+
+  void Close(std::unique_ptr<Conn> conn) {
+    ::close(conn->fd);
+    connections -= 1;
+    MutexLock lock(mu);
+    auto it = per_client.find(conn->peer_ip);
+    if (it != per_client.end() && --it->second <= 0) per_client.erase(it);
+  }
+
+  // Answers `status` with `message` (best effort, the client may not read) and closes.
+  void Reject(std::unique_ptr<Conn> conn, int status, ErrorCode code, std::string_view message) {
+    std::string text = ErrorResponse(status, code, message);
+    WriteAll(conn->fd, text.data(), text.size(), MonoMs() + 100);
+    ::shutdown(conn->fd, SHUT_WR);
+    Close(std::move(conn));
+  }
+
+  void Wake() {
+    uint64_t one = 1;
+    (void)!::write(wake_fd, &one, sizeof one);
+  }
+
+  // A worker is done with a request; the connection waits for the next one in the loop.
+  void HandBack(std::unique_ptr<Conn> conn) {
+    if (stopping) return Close(std::move(conn));
+    {
+      MutexLock lock(mu);
+      handed_back.push_back(std::move(conn));
+    }
+    Wake();
+  }
+
+  // ---- Per-client limits of a pool.
+
+  // Counts one more request of `client` in `pool`; false if it already has its maximum.
+  bool BeginInFlight(const PoolState& pool, const std::string& client) {
+    if (pool.options.max_per_client <= 0) return true;
+    MutexLock lock(mu);
+    int& n = in_flight[{pool.index, client}];
+    if (n >= pool.options.max_per_client) return false;
+    n += 1;
+    return true;
+  }
+
+  void EndInFlight(const PoolState& pool, const std::string& client) {
+    if (pool.options.max_per_client <= 0) return;
+    MutexLock lock(mu);
+    auto it = in_flight.find({pool.index, client});
+    if (it != in_flight.end() && --it->second <= 0) in_flight.erase(it);
+  }
+
+  // ---- Workers.
+
+  void RunRequest(std::unique_ptr<Conn> conn) {
+    const bool last = conn->served + 1 >= options.keep_alive_max_count || stopping.load();
+    bool closed = false;
+    bool ok = false;
+    {
+      const size_t budget = options.max_header_bytes + options.max_body_bytes + (64 << 10);
+      ConnStream stream(*conn, conn->deadline_ms, budget, options.write_timeout);
+      current_conn = conn.get();
+      ok = server.ProcessOne(stream, last, closed);
+      current_conn = nullptr;
+    }
+    conn->served += 1;
+    // A client that shut down its side may still have whole requests in the buffer: the
+    // loop serves them, then closes.
+    if (!ok || closed || last || conn->close_after) return Close(std::move(conn));
+    HandBack(std::move(conn));
+  }
+
+  void WorkerLoop(PoolState& pool) {
+    if (pool.options.nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), pool.options.nice);
+    for (;;) {
+      std::unique_ptr<Conn> conn;
+      {
+        MutexLock lock(pool.mu);
+        while (!pool.stopping && pool.queue.empty()) pool.cv.Wait(pool.mu);
+        if (pool.queue.empty()) return;
+        conn = std::move(pool.queue.front());
+        pool.queue.pop_front();
+        pool.queued -= 1;
+      }
+      pool.busy += 1;
+      pool.handled += 1;
+      const std::string client = conn->peer_ip;
+      RunRequest(std::move(conn));
+      pool.busy -= 1;
+      EndInFlight(pool, client);
+    }
+  }
+
+  void StartPools() {
+    for (auto& p : pools) {
+      for (int i = 0; i < std::max(1, p->options.threads); ++i) {
+        p->threads.emplace_back([this, pool = p.get()] { WorkerLoop(*pool); });
+      }
+    }
+  }
+
+  void StopPools() {
+    for (auto& p : pools) {
+      std::deque<std::unique_ptr<Conn>> left;
+      {
+        MutexLock lock(p->mu);
+        p->stopping = true;
+        left.swap(p->queue);
+      }
+      p->cv.NotifyAll();
+      for (auto& c : left) Close(std::move(c));
+    }
+    for (auto& p : pools) {
+      for (auto& t : p->threads) t.join();
+    }
+  }
+
+  // ---- The event loop.
+
+  void Watch(Conn& conn) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = conn.fd;
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, conn.fd, &ev);
+  }
+
+  // Starts the connection's request clock when its first byte has arrived.
+  void NoteRequestStart(Conn& conn) {
+    if (!conn.reading && !conn.buf.empty()) {
+      conn.reading = true;
+      conn.deadline_ms = MonoMs() + options.request_timeout.count();
+    }
+  }
+
+  // Admits a new connection, or turns it away over the caps.
+  void Admit(int fd, const sockaddr_storage& addr, socklen_t len) {
+    auto conn = std::make_unique<Conn>();
+    conn->fd = fd;
+    char host[NI_MAXHOST] = "", serv[NI_MAXSERV] = "0";
+    getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, host, sizeof host, serv, sizeof serv,
+                NI_NUMERICHOST | NI_NUMERICSERV);
+    conn->peer_ip = host;
+    conn->peer_port = std::atoi(serv);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    connections += 1;
+    int from_client = 0;
+    {
+      MutexLock lock(mu);
+      from_client = ++per_client[conn->peer_ip];
+    }
+    if (connections > options.max_connections) {
+      rejected_connections += 1;
+      return Reject(std::move(conn), 503, ErrorCode::kUnavailable,
+                    fmt::format("server busy: {} connections open (at most {})", connections.load(),
+                                options.max_connections));
+    }
+    if (from_client > options.max_connections_per_client) {
+      rejected_connections += 1;
+      return Reject(std::move(conn), 429, ErrorCode::kResourceExhausted,
+                    fmt::format("too many connections from {} (at most {} at once)", conn->peer_ip,
+                                options.max_connections_per_client));
+    }
+    conn->deadline_ms = MonoMs() + options.idle_timeout.count();
+    Watch(*conn);
+    waiting[fd] = std::move(conn);
+  }
+
+  void AcceptAll() {
+    for (;;) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE) LOG_WARN("http: cannot accept: {}", strerror(errno));
+        return;
+      }
+      Admit(fd, addr, len);
+    }
+  }
+
+  // Takes `conn` out of the loop and gives it to the pool its request belongs to.
+  void Dispatch(std::unique_ptr<Conn> conn, const RequestHead& head) {
+    size_t index = options.classify ? options.classify(head.method, head.path) : 0;
+    PoolState& pool = *pools[std::min(index, pools.size() - 1)];
+    if (!BeginInFlight(pool, conn->peer_ip)) {
+      pool.rejected += 1;
+      const std::string client = conn->peer_ip;
+      return Reject(std::move(conn), 429, ErrorCode::kResourceExhausted,
+                    fmt::format("too many requests from {} at once (at most {} queued or running)", client,
+                                pool.options.max_per_client));
+    }
+    const std::string client = conn->peer_ip;
+    {
+      MutexLock lock(pool.mu);
+      if (pool.queue.size() < pool.options.max_queued) {
+        pool.queue.push_back(std::move(conn));
+        pool.queued += 1;
+      }
+    }
+    if (!conn) return pool.cv.NotifyOne();
+    EndInFlight(pool, client);
+    pool.rejected += 1;
+    Reject(std::move(conn), 503, ErrorCode::kUnavailable,
+           fmt::format("server busy: {} requests already queued for the {} threads", pool.options.max_queued,
+                       pool.options.name));
+  }
+
+  // Dispatches the connection's request if enough of it has arrived, rejects it if it
+  // can never be served, or leaves it waiting.
+  void TryDispatch(int fd) {
+    Conn& conn = *waiting.at(fd);
+    auto head = ParseHead(conn.buf);
+    if (!head) {
+      if (conn.buf.size() <= options.max_header_bytes) return;
+      oversized += 1;
+      return Reject(Take(fd), 431, ErrorCode::kInvalidArgument,
+                    fmt::format("request headers are too large (at most {} KiB)", options.max_header_bytes >> 10));
+    }
+    if (!*head) return Reject(Take(fd), 400, ErrorCode::kInvalidArgument, (*head).error().message);
+    const RequestHead& h = **head;
+    if (h.content_length > options.max_body_bytes) {
+      oversized += 1;
+      return Reject(Take(fd), 413, ErrorCode::kInvalidArgument,
+                    fmt::format("request body is too large: {} bytes (at most {} MiB)", h.content_length,
+                                options.max_body_bytes >> 20));
+    }
+    const bool whole = h.chunked || h.expect_continue || conn.buf.size() >= h.header_bytes + h.content_length;
+    if (!whole) return;
+    Dispatch(Take(fd), h);
+  }
+
+  std::unique_ptr<Conn> Take(int fd) {
+    auto it = waiting.find(fd);
+    auto conn = std::move(it->second);
+    waiting.erase(it);
+    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+    return conn;
+  }
+
+  void OnReadable(int fd) {
+    Conn& conn = *waiting.at(fd);
+    const size_t cap = options.max_header_bytes + options.max_body_bytes + (64 << 10);
+    char chunk[64 << 10];
+    for (;;) {
+      ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+      if (n > 0) {
+        conn.buf.append(chunk, static_cast<size_t>(n));
+        if (conn.buf.size() >= cap) break;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n < 0) return Close(Take(fd));  // the connection broke
+      conn.peer_closed = true;             // a request may still be whole in the buffer
+      break;
+    }
+    NoteRequestStart(conn);
+    TryDispatch(fd);
+    if (waiting.count(fd) && conn.peer_closed) Close(Take(fd));
+  }
+
+  void TakeHandBacks() {
+    uint64_t count = 0;
+    (void)!::read(wake_fd, &count, sizeof count);
+    std::vector<std::unique_ptr<Conn>> back;
+    {
+      MutexLock lock(mu);
+      back.swap(handed_back);
+    }
+    for (auto& conn : back) {
+      conn->reading = false;
+      conn->close_after = false;
+      conn->deadline_ms = MonoMs() + options.idle_timeout.count();
+      NoteRequestStart(*conn);
+      int fd = conn->fd;
+      const bool peer_closed = conn->peer_closed;
+      Watch(*conn);
+      waiting[fd] = std::move(conn);
+      TryDispatch(fd);
+      if (peer_closed && waiting.count(fd)) Close(Take(fd));
+    }
+  }
+
+  // Closes the connections past their deadline: 408 for a request that did not arrive in
+  // time, silently for an idle one.
+  void Sweep() {
+    const int64_t now = MonoMs();
+    std::vector<int> expired;
+    for (const auto& [fd, conn] : waiting) {
+      if (now >= conn->deadline_ms) expired.push_back(fd);
+    }
+    for (int fd : expired) {
+      auto conn = Take(fd);
+      if (!conn->reading) {
+        Close(std::move(conn));
+        continue;
+      }
+      timed_out += 1;
+      Reject(std::move(conn), 408, ErrorCode::kDeadlineExceeded,
+             fmt::format("the request did not arrive within {}", FormatDuration(options.request_timeout.count())));
+    }
+  }
+
+  void Loop() {
+    epoll_event events[256];
+    int64_t next_sweep = MonoMs() + 100;
+    while (!stopping) {
+      int n = epoll_wait(epoll_fd, events, 256, 100);
+      for (int i = 0; i < n; ++i) {
+        int fd = events[i].data.fd;
+        if (fd == listen_fd) {
+          AcceptAll();
+        } else if (fd == wake_fd) {
+          TakeHandBacks();
+        } else if (waiting.count(fd)) {
+          OnReadable(fd);
+        }
+      }
+      if (MonoMs() >= next_sweep) {
+        Sweep();
+        next_sweep = MonoMs() + 100;
+      }
+    }
+  }
+
+  void Shutdown() {
+    ::close(listen_fd);
+    listen_fd = -1;
+    std::vector<int> fds;
+    for (const auto& [fd, conn] : waiting) fds.push_back(fd);
+    for (int fd : fds) Close(Take(fd));
+    StopPools();
+    std::vector<std::unique_ptr<Conn>> back;
+    {
+      MutexLock lock(mu);
+      back.swap(handed_back);
+    }
+    for (auto& conn : back) Close(std::move(conn));
+  }
+
+  Result<int> Bind() {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    addrinfo* res = nullptr;
+    std::string port = std::to_string(options.port);
+    if (int rc = getaddrinfo(options.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+      return Errorf(ErrorCode::kInvalidArgument, "cannot resolve listen address {}: {}", options.host, gai_strerror(rc));
+    }
+    std::string why = "no address";
+    for (addrinfo* ai = res; ai && listen_fd < 0; ai = ai->ai_next) {
+      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) continue;
+      int yes = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+      if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 4096) == 0) {
+        listen_fd = fd;
+      } else {
+        why = strerror(errno);
+        ::close(fd);
+      }
+    }
+    freeaddrinfo(res);
+    if (listen_fd < 0) {
+      return Errorf(ErrorCode::kUnavailable, "cannot listen on {}:{} ({}: in use, or not an address of this machine)", options.host, options.port, why);
+    }
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    int bound = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                           : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    for (int fd : {listen_fd, wake_fd}) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+    }
+    return bound;
+  }
+};
+
+// ---- HttpServer ---------------------------------------------------------------------
+
+HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>(*this, std::move(options))) {
+  const auto& o = impl_->options;
+  set_payload_max_length(o.max_body_bytes);
+  set_keep_alive_max_count(static_cast<size_t>(std::max(1, o.keep_alive_max_count)));
+  set_keep_alive_timeout(std::max<int64_t>(1, o.idle_timeout.count() / 1000));
+  // A response that closes its connection ("Connection: close", e.g. a 413 that stopped
+  // reading the body) must not leave the unread rest to be parsed as the next request.
+  set_logger([](const httplib::Request&, const httplib::Response& res) {
+    if (current_conn && res.get_header_value("Connection") == "close") current_conn->close_after = true;
+  });
+}
+
+// The owner joins the thread that runs Serve before destroying the server.
+HttpServer::~HttpServer() { Stop(); }
+
+Result<int> HttpServer::Bind() { return impl_->Bind(); }
+
+void HttpServer::Serve() {
+  if (impl_->listen_fd < 0) return;
+  impl_->StartPools();
+  impl_->Loop();
+  impl_->Shutdown();
+}
+
+void HttpServer::Stop() {
+  if (impl_->stopping.exchange(true)) return;
+  if (impl_->wake_fd >= 0) impl_->Wake();
+}
+
+bool HttpServer::ProcessOne(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
+  return process_request(stream, close_connection, connection_closed, nullptr);
+}
+
+HttpServerStats HttpServer::Stats() const {
+  HttpServerStats s;
+  s.connections = impl_->connections;
+  s.rejected_connections = impl_->rejected_connections;
+  s.timed_out_requests = impl_->timed_out;
+  s.oversized_requests = impl_->oversized;
+  for (const auto& p : impl_->pools) {
+    s.pools.push_back({p->options.name, p->queued.load(), p->busy.load(), p->handled.load(), p->rejected.load()});
+  }
+  return s;
+}
+
+void WriteHttpServerMetrics(prom::TextWriter& w, const HttpServerStats& s) {
+  using prom::MetricType;
+  w.Family("cohort_http_connections", MetricType::kGauge, "Client connections open now");
+  w.Sample({}, static_cast<double>(s.connections));
+  w.Family("cohort_http_rejected_connections_total", MetricType::kCounter,
+           "Connections turned away: over the total or the per-client connection cap");
+  w.Sample({}, static_cast<double>(s.rejected_connections));
+  w.Family("cohort_http_timed_out_requests_total", MetricType::kCounter,
+           "Requests that did not arrive whole within the request timeout (408)");
+  w.Sample({}, static_cast<double>(s.timed_out_requests));
+  w.Family("cohort_http_oversized_requests_total", MetricType::kCounter,
+           "Requests refused for the size of their headers (431) or body (413)");
+  w.Sample({}, static_cast<double>(s.oversized_requests));
+  w.Family("cohort_http_queued_requests", MetricType::kGauge, "Requests waiting for a thread, by pool");
+  for (const auto& p : s.pools) w.Sample({{"pool", p.name}}, static_cast<double>(p.queued));
+  w.Family("cohort_http_busy_threads", MetricType::kGauge, "Threads running a request now, by pool");
+  for (const auto& p : s.pools) w.Sample({{"pool", p.name}}, static_cast<double>(p.busy));
+  w.Family("cohort_http_requests_total", MetricType::kCounter, "Requests started, by pool");
+  for (const auto& p : s.pools) w.Sample({{"pool", p.name}}, static_cast<double>(p.handled));
+  w.Family("cohort_http_busy_rejections_total", MetricType::kCounter,
+           "Requests turned away because their pool's queue was full (503), by pool");
+  for (const auto& p : s.pools) w.Sample({{"pool", p.name}}, static_cast<double>(p.rejected));
+}
+
+}  // namespace cohort
