@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the head's and the agent's locking with Clang's thread-safety analysis.
 
-Compiles (syntax only) every source of src/head and src/agent listed in the build's
+Compiles (syntax only) every source of src/head and src/agent (and the HTTP front,
+src/common/http_server.cc, whose pools they share) listed in the build's
 compile_commands.json with `clang++ -Wthread-safety -Werror`: a field marked
 GUARDED_BY(mu_) read without mu_, or a REQUIRES(mu_) method called without it, fails the
 check with Clang's message. The annotations and the annotated Mutex live in
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 
-DIRS = ("src/head/", "src/agent/")
+DIRS = ("src/head/", "src/agent/", "src/common/http_server.cc")
 # libstdc++ 12 hides std::expected unless __cpp_concepts >= 202002L, a value Clang (14-18)
 # does not yet claim although it compiles what <expected> needs.
 CLANG_FLAGS = ["-std=c++2b", "-U__cpp_concepts", "-D__cpp_concepts=202002L", "-fsyntax-only",
