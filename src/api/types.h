@@ -144,8 +144,9 @@ struct Job {
   JobState state = JobState::kPending;
   std::string reason;    // PENDING: why it waits; terminal: why it ended
   int attempt = 0;       // current (or last) attempt; COHORT_ATTEMPT
-  // Attempts that ended because the job was moved (`cohort drain --now`), not because it
-  // failed: they do not count against max_restarts (restarts = attempt - moves).
+  // Attempts that ended because the job was moved (`cohort drain --now`), or fenced while
+  // the head could not hear a node of it, not because it failed: they do not count
+  // against max_restarts (restarts = attempt - moves).
   int moves = 0;
   int64_t submit_ms = 0;
   int64_t start_ms = 0;  // first start of the current attempt

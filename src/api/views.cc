@@ -25,9 +25,9 @@ Result<NodeStatus> NodeStatusFromJson(const json& j, const std::string& path) {
   NodeStatus s;
   s.node = COHORT_TRY(vr::Record(NodeFromJson(j), path));
   s.display_state = COHORT_TRY(r.String("display_state"));
-  if (s.display_state != "UP" && s.display_state != "DOWN" && s.display_state != "DRAINING" &&
-      s.display_state != "DRAINED") {
-    return FieldError(r.FieldName("display_state"), "must be UP, DOWN, DRAINING or DRAINED, got '{}'",
+  if (s.display_state != "UP" && s.display_state != "DOWN" && s.display_state != "UNREACHABLE" &&
+      s.display_state != "DRAINING" && s.display_state != "DRAINED") {
+    return FieldError(r.FieldName("display_state"), "must be UP, DOWN, UNREACHABLE, DRAINING or DRAINED, got '{}'",
                       s.display_state);
   }
   s.gpus_allocated = static_cast<int>(COHORT_TRY(r.Int("gpus_allocated", std::nullopt, 0, kMaxGpusPerNode)));

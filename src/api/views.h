@@ -25,7 +25,8 @@ namespace cohort::api {
 // plus the head's runtime view of it.
 struct NodeStatus {
   Node node;
-  std::string display_state;  // UP, DOWN, DRAINING (drain set, jobs still on it), DRAINED
+  std::string display_state;  // UP, DOWN, UNREACHABLE (silent, not yet DOWN: the head's
+                              // unhealthy zone), DRAINING (drain set, jobs still on it), DRAINED
   int gpus_allocated = 0;
   int cpus_allocated = 0;
   std::vector<JobId> jobs;

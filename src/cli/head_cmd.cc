@@ -1,8 +1,11 @@
 // `cohort head`: run the head daemon.
+#include <cstdlib>
+
 #include "cli/cli.h"
 #include "cli/daemon_flags.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "head/core/liveness.h"
 #include "head/head.h"
 
 namespace cohort::cli {
@@ -23,6 +26,18 @@ void AddHeadCommand(CommandContext& ctx) {
   sub->add_option("--checkpoint-root", f->config.checkpoint_root,
                   "Parent of each job's COHORT_CHECKPOINT_DIR (default STATE_DIR/checkpoints)");
   sub->add_option("--port-file", f->config.port_file, "Write the bound port to this file once listening");
+  sub->add_option("--unhealthy-zone-threshold", f->config.unhealthy_zone_threshold,
+                  "When at least this fraction of the UP nodes (and at least 3) are silent at once, the head "
+                  "blames itself or its network and marks none DOWN (default 0.55)")
+      ->check(CLI::Validator(
+          [](const std::string& text) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(text.c_str(), &end);
+            if (end == text.c_str() || *end != '\0') return "--unhealthy-zone-threshold: not a number: '" + text + "'";
+            auto ok = head::core::ValidateUnhealthyZoneThreshold(v);
+            return ok ? "" : ok.error().message;
+          },
+          "FRACTION in (0,1]"));
   f->timing.AddTo(sub);
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {

@@ -18,6 +18,7 @@ Cluster::Cluster(HeadConfig config, std::unique_ptr<store::StateStore> store)
     : config_(std::move(config)), store_(std::move(store)) {}
 
 Result<std::unique_ptr<Cluster>> Cluster::Open(HeadConfig config, std::unique_ptr<store::StateStore> store) {
+  COHORT_TRY_VOID(core::ValidateUnhealthyZoneThreshold(config.unhealthy_zone_threshold));
   std::unique_ptr<Cluster> c(new Cluster(std::move(config), std::move(store)));
   MutexLock lock(c->mu_);
   COHORT_TRY_VOID(c->Load());
@@ -37,6 +38,8 @@ Result<void> Cluster::Load() {
   context_.timing = config_.timing;
   context_.head_url = config_.advertise_url;
   context_.checkpoint_root = config_.checkpoint_root;
+  context_.liveness_interval_ms = config_.liveness_interval_ms;
+  context_.unhealthy_zone_threshold = config_.unhealthy_zone_threshold;
   context_.rendezvous_token = [r = rendezvous_.get()](JobId job, int attempt) { return r->Token(job, attempt); };
   context_.latest_progress = [p = &progress_](JobId job, int attempt) { return p->LatestOfAttempt(job, attempt); };
   context_.newest_checkpoint = [p = &progress_](JobId job) { return p->NewestCheckpoint(job); };
@@ -82,7 +85,11 @@ Result<void> Cluster::Flush() {
   store::WriteBatch batch;
   for (JobId id : unstored_jobs_) batch.jobs.push_back(state_.jobs.at(id));
   for (const auto& name : unstored_nodes_) batch.nodes.push_back(state_.nodes.at(name));
+  const auto t0 = SteadyClock::now();
   auto r = store_->Write(batch);
+  const auto took = SteadyClock::now() - t0;
+  store_commit_seconds_.Observe(std::chrono::duration<double>(took).count());
+  WarnIfLagging(fmt::format("a state store commit ({} jobs, {} nodes)", batch.jobs.size(), batch.nodes.size()), took);
   if (!r) {
     LOG_ERROR("state store write failed ({} jobs, {} nodes kept for retry): {}", batch.jobs.size(), batch.nodes.size(),
               r.error().ToString());
@@ -91,6 +98,12 @@ Result<void> Cluster::Flush() {
   unstored_jobs_.clear();
   unstored_nodes_.clear();
   return {};
+}
+
+void Cluster::WarnIfLagging(std::string_view what, SteadyClock::duration took) const {
+  const int64_t ms = std::chrono::duration_cast<Millis>(took).count();
+  if (ms < core::LagThresholdMs(config_.timing)) return;
+  LOG_WARN("{} took {} while holding the head's lock: heartbeats waited meanwhile", what, FormatDuration(ms));
 }
 
 // ---- users ----
@@ -233,8 +246,10 @@ int Cluster::Schedule() {
   core::PassResult pass = core::Schedule(state_, context_, Now());
   if (!pass.ran) return 0;
   (void)Apply(std::move(pass.effects), wakes);
-  last_pass_ = std::chrono::duration_cast<Millis>(SteadyClock::now() - t0);
-  pass_seconds_.Observe(std::chrono::duration<double>(SteadyClock::now() - t0).count());
+  const auto took = SteadyClock::now() - t0;
+  last_pass_ = std::chrono::duration_cast<Millis>(took);
+  pass_seconds_.Observe(std::chrono::duration<double>(took).count());
+  WarnIfLagging(fmt::format("a scheduling pass ({} started)", pass.started), took);
   return pass.started;
 }
 
@@ -249,6 +264,10 @@ void Cluster::WaitForWork(Millis timeout) {
     mu_.AssertHeld();
     return schedule_requested_;
   });
+}
+
+void Cluster::ObserveControlLoopLateness(Millis lateness) {
+  loop_lateness_seconds_.Observe(std::chrono::duration<double>(lateness).count());
 }
 
 Millis Cluster::last_pass_duration() const {
@@ -276,6 +295,8 @@ ClusterMetrics Cluster::Metrics() const {
   }
   m.pass_seconds = pass_seconds_.Snapshot();
   m.queue_wait_seconds = queue_wait_seconds_.Snapshot();
+  m.control_loop_lateness_seconds = loop_lateness_seconds_.Snapshot();
+  m.store_commit_seconds = store_commit_seconds_.Snapshot();
   return m;
 }
 

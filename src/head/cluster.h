@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/types.h"
@@ -48,6 +49,7 @@ class Cluster {
  public:
   // Loads the state from `store` and reconciles what was running: every loaded node gets
   // a fresh failure timer, so agents have one timeout to report in before they are DOWN.
+  // kInvalidArgument for a configuration out of range (unhealthy_zone_threshold).
   static Result<std::unique_ptr<Cluster>> Open(HeadConfig config,
                                                std::unique_ptr<store::StateStore> store);
 
@@ -90,8 +92,11 @@ class Cluster {
   Result<api::HeartbeatReply> Heartbeat(const std::string& node, const api::Heartbeat& hb) EXCLUDES(mu_);
 
   // ---- control loop ----
-  // Marks silent nodes DOWN (failing their gangs), enforces time limits, fails hung
-  // attempts and moves jobs past their move deadline.
+  // Marks silent nodes DOWN (failing their gangs) unless the unhealthy zone holds,
+  // enforces time limits, fails hung attempts and moves jobs past their move deadline
+  // (core/liveness.h). Called every config().liveness_interval_ms: a longer time between
+  // two calls with no heartbeat in between is time the head did not listen (stopped, or
+  // a pass or a store write held the lock), and it is not counted against any node.
   void CheckLiveness() EXCLUDES(mu_);
   // Fails hung attempts as of `now_ms` (Unix ms; core/liveness.h). Tests pass a fake time.
   void CheckProgress(int64_t now_ms) EXCLUDES(mu_);
@@ -101,6 +106,8 @@ class Cluster {
   bool schedule_requested() const EXCLUDES(mu_);
   // Blocks up to `timeout` until a pass is requested.
   void WaitForWork(Millis timeout) EXCLUDES(mu_);
+  // The control loop woke `lateness` after it planned to (for /metrics).
+  void ObserveControlLoopLateness(Millis lateness);
 
   // ---- rendezvous (COHORT_RENDEZVOUS) ----
   // The scope of a task's token while its attempt runs; kNotFound for a bad token or an
@@ -141,8 +148,10 @@ class Cluster {
   // queue waits, adds the agents to wake to `wakes`, then writes every unstored record.
   // Returns the write's result (the records stay queued for the next write on failure).
   Result<void> Apply(core::Effects fx, Wakes& wakes) REQUIRES(mu_);
-  // Writes the records queued by Apply; on failure keeps them and logs.
+  // Writes the records queued by Apply; on failure keeps them and logs. Times the write.
   Result<void> Flush() REQUIRES(mu_);
+  // Logs `what` when it took long enough to count as the head's lag (core::LagThresholdMs).
+  void WarnIfLagging(std::string_view what, SteadyClock::duration took) const;
 
   const HeadConfig config_;
   std::function<void(std::vector<std::string>)> wake_agents_;  // set before serving
@@ -160,6 +169,10 @@ class Cluster {
   Millis last_pass_ GUARDED_BY(mu_){0};
   prom::Histogram pass_seconds_{prom::ExponentialBuckets(0.0005, 2, 14)};      // thread-safe
   prom::Histogram queue_wait_seconds_{prom::ExponentialBuckets(0.1, 4, 10)};  // thread-safe
+  // The head's own lag (thread-safe): how late the control loop woke, and how long the
+  // store took to commit each batch of records.
+  prom::Histogram loop_lateness_seconds_{prom::ExponentialBuckets(0.001, 4, 10)};
+  prom::Histogram store_commit_seconds_{prom::ExponentialBuckets(0.0005, 2, 16)};
 };
 
 }  // namespace cohort::head

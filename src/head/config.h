@@ -17,6 +17,10 @@ struct HeadConfig {
   std::string port_file;           // when set, the bound port is written here once listening
   api::AgentTiming timing;         // heartbeat interval, failure and fence timeouts, kill grace
   int64_t schedule_interval_ms = 1000;  // periodic pass, besides the event-driven ones
+  int64_t liveness_interval_ms = 100;   // how often the control loop checks node liveness
+  // When at least this fraction of the UP nodes (and at least 3) are silent at once, no node
+  // is marked DOWN (core/liveness.h); a fraction in (0, 1].
+  double unhealthy_zone_threshold = 0.55;
   // HTTP (common/http_server.h): threads per pool. Agents (registration, heartbeats) and
   // tasks (rendezvous, progress reports) have pools of their own that API clients cannot
   // take; rendezvous reads park a task thread for up to 1 s each. API requests are CPU

@@ -164,13 +164,19 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
 void HeadServer::ControlLoop() {
   auto last_pass = SteadyClock::now();
   const Millis interval(config_.schedule_interval_ms);
+  const Millis tick(config_.liveness_interval_ms);
   while (!stopping_) {
     cluster_->CheckLiveness();
     if (cluster_->schedule_requested() || SteadyClock::now() - last_pass >= interval) {
       cluster_->Schedule();
       last_pass = SteadyClock::now();
     }
-    cluster_->WaitForWork(Millis(100));
+    // Lateness: how long after the planned wake-up the loop runs again (a stopped or
+    // starved head). Woken early for a pass, it is on time.
+    const auto planned = SteadyClock::now() + tick;
+    cluster_->WaitForWork(tick);
+    const auto late = std::chrono::duration_cast<Millis>(SteadyClock::now() - planned);
+    cluster_->ObserveControlLoopLateness(late > Millis(0) ? late : Millis(0));
   }
 }
 

@@ -1,7 +1,8 @@
 // The head's /metrics in the Prometheus text format: the cluster as a whole.
 //
 // Series:
-//   cohort_nodes{state}                          nodes by display state (up, down, draining, drained)
+//   cohort_nodes{state}                          nodes by display state (up, down, unreachable,
+//                                                draining, drained)
 //   cohort_node_up{node}                         1 while the node's agent heartbeats
 //   cohort_node_heartbeat_age_seconds{node}      time since the node's last heartbeat
 //   cohort_gpus{state}                           GPUs: allocated, free, unhealthy, unavailable
@@ -13,6 +14,12 @@
 //   cohort_scheduler_pass_duration_seconds       histogram of scheduling passes
 //   cohort_job_queue_wait_seconds                histogram: submit (or requeue) to start
 //   cohort_head_heartbeats_total, cohort_head_gpu_health_events_total
+//   cohort_liveness_suspended                    1 while the unhealthy zone holds off DOWN
+//                                                (core/liveness.h)
+//   cohort_liveness_silent_ratio                 silent fraction of the UP nodes
+//   cohort_head_unheard_seconds_total            the head's own gaps, not counted against nodes
+//   cohort_head_control_loop_lateness_seconds    histogram: how late the control loop woke
+//   cohort_head_store_commit_duration_seconds    histogram: state store writes
 //   cohort_http_*                                the HTTP server's connections, pools and
 //                                                refusals (common/http_server.h), when given
 #pragma once

@@ -10,9 +10,33 @@ namespace cohort::head {
 
 using prom::MetricType;
 
+namespace {
+
+// The head's own lag and the unhealthy zone (core/liveness.h).
+void RenderLiveness(prom::TextWriter& w, const ClusterMetrics& m) {
+  w.Family("cohort_liveness_suspended", MetricType::kGauge,
+           "1 while so many nodes are silent at once (the unhealthy zone) that none is marked DOWN");
+  w.Sample({}, m.liveness_suspended ? 1 : 0);
+  w.Family("cohort_liveness_silent_ratio", MetricType::kGauge,
+           "Fraction of the UP nodes silent for more than half the failure timeout, at the last liveness check");
+  w.Sample({}, m.silent_ratio);
+  w.Family("cohort_head_unheard_seconds_total", MetricType::kCounter,
+           "Time the head itself did not listen (stopped or stalled), not counted against any node");
+  w.Sample({}, m.unheard_seconds);
+  w.Family("cohort_head_control_loop_lateness_seconds", MetricType::kHistogram,
+           "How much later than planned the head's control loop woke");
+  w.Histogram({}, m.control_loop_lateness_seconds);
+  w.Family("cohort_head_store_commit_duration_seconds", MetricType::kHistogram,
+           "Duration of the head's writes of changed records to its state store");
+  w.Histogram({}, m.store_commit_seconds);
+}
+
+}  // namespace
+
 Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerStats* http) {
   prom::TextWriter w;
-  std::map<std::string, int> by_state = {{"up", 0}, {"down", 0}, {"draining", 0}, {"drained", 0}};
+  std::map<std::string, int> by_state = {
+      {"up", 0}, {"down", 0}, {"unreachable", 0}, {"draining", 0}, {"drained", 0}};
   int allocated = 0, unhealthy = 0, free = 0, unavailable = 0;
   for (const auto& n : m.nodes) {
     std::string st = n.display_state;
@@ -25,8 +49,11 @@ Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerS
   }
   w.Family("cohort_nodes", MetricType::kGauge, "Worker nodes by state");
   for (const auto& [st, count] : by_state) w.Sample({{"state", st}}, count);
-  w.Family("cohort_node_up", MetricType::kGauge, "1 while the node's agent heartbeats, 0 when it is down");
-  for (const auto& n : m.nodes) w.Sample({{"node", n.name}}, n.display_state == "DOWN" ? 0 : 1);
+  w.Family("cohort_node_up", MetricType::kGauge,
+           "1 while the node's agent heartbeats, 0 when it is down or unreachable");
+  for (const auto& n : m.nodes) {
+    w.Sample({{"node", n.name}}, n.display_state == "DOWN" || n.display_state == "UNREACHABLE" ? 0 : 1);
+  }
   w.Family("cohort_node_heartbeat_age_seconds", MetricType::kGauge, "Time since the node's last heartbeat");
   for (const auto& n : m.nodes) {
     if (n.heartbeat_age_s >= 0) w.Sample({{"node", n.name}}, n.heartbeat_age_s);
@@ -54,6 +81,7 @@ Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerS
   w.Family("cohort_head_gpu_health_events_total", MetricType::kCounter,
            "GPU health events (XID, ECC, lost GPU) reported by agents since the head started");
   w.Sample({}, static_cast<double>(m.gpu_health_events));
+  RenderLiveness(w, m);
   if (http) WriteHttpServerMetrics(w, *http);
   return w.Finish();
 }

@@ -154,6 +154,8 @@ class FaultCluster {
     head_.Signal(sig);
     (void)head_.Wait();
   }
+  // Sends `sig` to the head without waiting for it to exit (SIGSTOP, SIGCONT).
+  void SignalHead(int sig) { head_.Signal(sig); }
 
   // Starts agent `name` (its own namespace and address when netns()).
   void StartAgent(const std::string& name, int gpus = 1) {
@@ -202,6 +204,11 @@ class FaultCluster {
     auto r = client().Get("/v1/nodes/" + name);
     return r ? r->value("state", "") : "";
   }
+  // UP, DOWN, UNREACHABLE, DRAINING or DRAINED ("" if the head does not answer).
+  std::string DisplayState(const std::string& name) {
+    auto r = client().Get("/v1/nodes/" + name);
+    return r ? r->value("display_state", "") : "";
+  }
   void WaitForNodes(int n) {
     ASSERT_TRUE(WaitUntil([&] {
       auto r = client().Get("/v1/nodes");
@@ -213,6 +220,9 @@ class FaultCluster {
   }
   bool WaitForNodeState(const std::string& name, const std::string& state, std::chrono::milliseconds timeout) {
     return WaitUntil([&] { return NodeState(name) == state; }, timeout);
+  }
+  bool WaitForDisplayState(const std::string& name, const std::string& state, std::chrono::milliseconds timeout) {
+    return WaitUntil([&] { return DisplayState(name) == state; }, timeout);
   }
 
   json Submit(const json& spec) {
@@ -525,6 +535,16 @@ inline void ExpectResumedFrom(FaultCluster& c, const TrainJob& t, int attempt, i
   EXPECT_NE(log.find(std::string("resuming from ")), std::string::npos) << log;
   EXPECT_NE(log.find(want), std::string::npos) << "attempt " << attempt << " did not resume from step " << step
                                                << ":\n" << log;
+}
+
+// ExpectConsistentRecord, and each attempt after the first resumed from the checkpoint
+// before its first step.
+inline void ExpectRecordResumedFromCheckpoints(FaultCluster& c, const TrainJob& t, int min_attempts,
+                                               int64_t recorded_before_fault) {
+  auto first = ExpectConsistentRecord(t, min_attempts, recorded_before_fault);
+  for (const auto& [attempt, step] : first) {
+    if (attempt > 0) ExpectResumedFrom(c, t, attempt, step - 1);
+  }
 }
 
 // Head + `agents` agents node-a, node-b, ... (1 GPU each) + the training job, running and

@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "head/core/gpu_health.h"
 #include "head/core/lifecycle.h"
+#include "head/core/liveness.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -35,7 +36,7 @@ void ForgetPreviousAgent(Tx& tx, const api::Registration& reg) {
 
 // Heartbeat step: the node is alive now; a DOWN node comes back UP.
 void MarkAlive(Tx& tx, api::Node& node, NodeRuntime& rt) {
-  rt.last_seen_mono_ms = tx.now.mono_ms;
+  Heard(rt, tx.now);
   node.last_heartbeat_ms = tx.now.unix_ms;
   if (node.state != NodeState::kDown) return;
   node.state = NodeState::kUp;
@@ -154,7 +155,7 @@ Result<Effects> Register(ClusterState& s, const Context& ctx, const api::Registr
   n.reason.clear();
   n.registered_ms = now.unix_ms;
   n.last_heartbeat_ms = n.registered_ms;
-  s.runtime[reg.name].last_seen_mono_ms = now.mono_ms;
+  Heard(s.runtime[reg.name], now);
   tx.fx.StoreNode(n);
   tx.RequestSchedule();
   return std::move(tx.fx);
@@ -174,6 +175,8 @@ Result<HeartbeatResult> Heartbeat(ClusterState& s, const Context& ctx, const std
   }
   Tx tx(s, ctx, now);
   NodeRuntime& rt = s.runtime[name];
+  AccountUnheardTime(tx);
+  ExcuseFencesAfterSilence(tx, name, rt);
   MarkAlive(tx, node, rt);
   RecordReportedTasks(tx, rt, hb);
   ++s.counters.heartbeats;

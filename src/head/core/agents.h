@@ -30,7 +30,9 @@ struct HeartbeatResult {
   api::HeartbeatReply reply;  // valid once the effects are stored
 };
 
-// A heartbeat from `node`: marks it alive (UP again if it was DOWN), records the tasks it
+// A heartbeat from `node`: credits the head's own gap to every node and, after a silence
+// the head caused, excuses the node's fences (liveness.h); marks it alive (UP again if it
+// was DOWN), records the tasks it
 // reports, confirms stopped attempts, applies GPU telemetry and health, records exits of
 // the current attempts (acknowledging every finished task), fails gangs whose tasks the
 // agent no longer has, and builds the reply. kNotFound for an unknown node and

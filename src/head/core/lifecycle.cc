@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "api/job_env.h"
+#include "head/core/liveness.h"
 
 namespace cohort::head::core {
 
@@ -174,6 +175,7 @@ void RecordExit(Tx& tx, Job& job, const std::string& node, const api::TaskReport
                                : fmt::format("exited with code {}", e.exit_code);
     std::string why = fmt::format("rank {} on {} {}", e.rank, node, how);
     if (!e.error.empty()) why += ": " + e.error;
+    if (FencedByTheHead(tx, job)) return RequeueFenced(tx, job, why);
     FailGang(tx, job, why, e.signal ? 128 + e.signal : e.exit_code, /*may_restart=*/true);
     return;
   }

@@ -48,7 +48,8 @@ void FailGang(Tx& tx, api::Job& job, const std::string& why, std::optional<int> 
 void FailJobsOnNode(Tx& tx, const std::string& node, const std::string& why);
 
 // Records the exit of a task of the job's current attempt on `node`: a failure ends the
-// gang; the last rank exiting 0 makes the job SUCCEEDED.
+// gang (requeued without counting a restart when the head caused it by not hearing a node
+// of the gang: liveness.h); the last rank exiting 0 makes the job SUCCEEDED.
 void RecordExit(Tx& tx, api::Job& job, const std::string& node, const api::TaskReport& report);
 
 // Drops the node's stopping entries that its latest heartbeat confirms; true if any went.

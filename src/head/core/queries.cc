@@ -46,16 +46,19 @@ api::NodeStatus StatusOf(const ClusterState& s, const api::Node& n, Now now) {
       st.jobs.push_back(id);
     }
   }
+  auto rt = s.runtime.find(n.name);
   if (n.state == NodeState::kDown) {
     st.display_state = "DOWN";
+  } else if (rt != s.runtime.end() && rt->second.unreachable) {
+    st.display_state = "UNREACHABLE";
   } else if (n.drain) {
     st.display_state = st.jobs.empty() ? "DRAINED" : "DRAINING";
   } else {
     st.display_state = "UP";
   }
-  if (auto it = s.runtime.find(n.name); it != s.runtime.end()) {
-    st.heartbeat_age_ms = HeartbeatAgeMs(it->second, now);
-    const auto& tel = it->second.telemetry;
+  if (rt != s.runtime.end()) {
+    st.heartbeat_age_ms = HeartbeatAgeMs(rt->second, now);
+    const auto& tel = rt->second.telemetry;
     for (size_t i = 0; i < st.node.gpus.size() && i < tel.size(); ++i) st.node.gpus[i].telemetry = tel[i];
   }
   for (const auto& g : n.gpus) st.unhealthy_gpus += !g.healthy;
@@ -139,6 +142,9 @@ ClusterMetrics Metrics(const ClusterState& s, Now now) {
   m.transitions = s.counters.transitions;
   m.heartbeats = s.counters.heartbeats;
   m.gpu_health_events = s.counters.gpu_health_events;
+  m.liveness_suspended = s.liveness.suspended;
+  m.silent_ratio = s.liveness.up > 0 ? static_cast<double>(s.liveness.silent) / s.liveness.up : 0;
+  m.unheard_seconds = static_cast<double>(s.counters.unheard_ms) / 1000.0;
   return m;
 }
 

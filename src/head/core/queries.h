@@ -36,7 +36,7 @@ struct LogLocation {
 struct ClusterMetrics {
   struct NodeLine {
     std::string name;
-    std::string display_state;  // UP, DOWN, DRAINING, DRAINED
+    std::string display_state;  // UP, DOWN, UNREACHABLE, DRAINING, DRAINED
     int gpus = 0;
     int gpus_allocated = 0;
     int gpus_unhealthy = 0;
@@ -48,11 +48,18 @@ struct ClusterMetrics {
   std::map<std::pair<std::string, std::string>, uint64_t> transitions;  // (from, to) → count
   uint64_t heartbeats = 0;
   uint64_t gpu_health_events = 0;
-  prom::HistogramSnapshot pass_seconds;        // filled by the shell
-  prom::HistogramSnapshot queue_wait_seconds;  // filled by the shell
+  // Liveness (liveness.h), as of the last check.
+  bool liveness_suspended = false;  // the unhealthy zone holds off marking nodes DOWN
+  double silent_ratio = 0;          // UP nodes silent for half the failure timeout, of all UP
+  double unheard_seconds = 0;       // the head's own gaps, credited to every node
+  prom::HistogramSnapshot pass_seconds;                   // filled by the shell
+  prom::HistogramSnapshot queue_wait_seconds;             // filled by the shell
+  prom::HistogramSnapshot control_loop_lateness_seconds;  // filled by the shell
+  prom::HistogramSnapshot store_commit_seconds;           // filled by the shell
 };
 
-// The node as GET /v1/nodes shows it: allocation, jobs, display state, heartbeat age,
+// The node as GET /v1/nodes shows it: allocation, jobs, display state (UNREACHABLE: silent
+// past the failure timeout but not DOWN, liveness.h), heartbeat age,
 // live GPU telemetry and the count of unhealthy GPUs.
 api::NodeStatus StatusOf(const ClusterState& s, const api::Node& node, Now now);
 

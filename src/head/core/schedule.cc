@@ -154,6 +154,8 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
     v.id = name;
     if (n.state == NodeState::kDown) {
       v.unavailable = "down";
+    } else if (auto rt = s.runtime.find(name); rt != s.runtime.end() && rt->second.unreachable) {
+      v.unavailable = "unreachable";  // liveness.h: silent, not DOWN while the unhealthy zone holds
     } else if (n.drain) {
       v.unavailable = "draining";
     }

@@ -40,6 +40,20 @@ std::set<api::JobId> RunningJobIds(const ClusterState& s) {
 
 int64_t HeartbeatAgeMs(const NodeRuntime& rt, Now now) { return now.mono_ms - rt.last_seen_mono_ms; }
 
+void Heard(NodeRuntime& rt, Now now) {
+  rt.last_seen_mono_ms = now.mono_ms;
+  rt.credited_ms = 0;
+  rt.unreachable = false;
+}
+
+void CreditUnheardTime(ClusterState& s, Now now, int64_t gap_ms) {
+  for (auto& [name, rt] : s.runtime) {
+    const int64_t credit = std::clamp<int64_t>(now.mono_ms - rt.last_seen_mono_ms, 0, gap_ms);
+    rt.last_seen_mono_ms += credit;
+    rt.credited_ms += credit;
+  }
+}
+
 ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs, Now now) {
   ClusterState s;
   int64_t max_version = 0;

@@ -58,6 +58,23 @@ struct NodeRuntime {
   // False until the counters are known: after a head restart the first heartbeat's
   // counters are adopted, not read as new events.
   bool health_baseline = false;
+  // Liveness (liveness.h), reset by every heartbeat or registration (Heard):
+  int64_t credited_ms = 0;  // the head's own gaps since the last heartbeat, not in its age
+  bool unreachable = false;  // silent past the failure timeout while liveness was suspended
+  // Until then (Now::mono_ms), a task of a gang on this node that ends badly was fenced
+  // because the head could not hear the node: requeued without counting a restart.
+  int64_t fence_excused_until_mono_ms = 0;
+};
+
+// The head's view of its own listening and of the unhealthy zone (liveness.h).
+struct LivenessState {
+  // Unheard time before this is accounted for; 0 until the first liveness check.
+  int64_t accounted_mono_ms = 0;
+  int64_t resumed_unix_ms = 0;      // the end of the last credited gap (hung-attempt clocks restart)
+  int64_t zone_since_mono_ms = 0;   // when the unhealthy zone began; 0 outside one
+  bool suspended = false;           // in the zone and within its timeout: no node is marked DOWN
+  int up = 0;                       // UP nodes at the last check
+  int silent = 0;                   // of them, silent for more than half the failure timeout
 };
 
 // Counters for /metrics, kept with the state they count.
@@ -65,6 +82,7 @@ struct Counters {
   std::map<std::pair<std::string, std::string>, uint64_t> transitions;  // (from, to), lower case
   uint64_t heartbeats = 0;
   uint64_t gpu_health_events = 0;
+  uint64_t unheard_ms = 0;  // the head's own gaps, credited to every node
 };
 
 struct ClusterState {
@@ -77,6 +95,7 @@ struct ClusterState {
   int64_t next_version = 0;  // assignment versions increase across restarts
   int64_t loaded_ms = 0;     // Unix ms the state was loaded: progress reports before it are lost
   Counters counters;
+  LivenessState liveness;
 };
 
 // What transitions may read besides the state: the head's configuration and two lookups
@@ -85,6 +104,8 @@ struct Context {
   api::AgentTiming timing;
   std::string head_url;         // how tasks reach the head (COHORT_HEAD)
   std::string checkpoint_root;  // COHORT_CHECKPOINT_DIR is {checkpoint_root}/job-{id}
+  int64_t liveness_interval_ms = 100;     // how often the shell checks liveness (CheckLiveness)
+  double unhealthy_zone_threshold = 0.55;  // liveness.h
   // The rendezvous token of a job's attempt (RendezvousStore::Token).
   std::function<std::string(api::JobId, int attempt)> rendezvous_token;
   // The newest progress report of a job's attempt, any rank (ProgressLog::LatestOfAttempt).
@@ -105,8 +126,18 @@ std::string JobStateLabel(api::JobState st);
 // The ids of every RUNNING job (those placed on some node).
 std::set<api::JobId> RunningJobIds(const ClusterState& s);
 
-// Milliseconds since the node last reported, at `now`.
+// Milliseconds since the node last reported, at `now`, less the head's own gaps since
+// (CreditUnheardTime): the silence the head could have heard.
 int64_t HeartbeatAgeMs(const NodeRuntime& rt, Now now);
+
+// The node reported (heartbeat or registration) at `now`: its silence starts over.
+void Heard(NodeRuntime& rt, Now now);
+
+// Time the head did not listen is not a node's silence: every node's heartbeat clock moves
+// forward by `gap_ms`, at most to `now` (NodeRuntime::credited_ms records how much). The
+// rule a restart follows too: LoadState, which knows nothing of the time the head was
+// down, starts every clock at the load.
+void CreditUnheardTime(ClusterState& s, Now now, int64_t gap_ms);
 
 // Builds the state from stored records: every node gets a fresh failure timer (one
 // failure timeout for its agent to report in), RUNNING jobs are indexed on their nodes,
