@@ -33,7 +33,7 @@ void AddHeadCommand(CommandContext& ctx) {
           [](const std::string& text) -> std::string {
             char* end = nullptr;
             const double v = std::strtod(text.c_str(), &end);
-            if (end == text.c_str() || *end != '\0') return "--unhealthy-zone-threshold: not a number: '" + text + "'";
+            if (end == text.c_str() || *end != '\0') return "not a number: '" + text + "'";
             auto ok = head::core::ValidateUnhealthyZoneThreshold(v);
             return ok ? "" : ok.error().message;
           },

@@ -179,7 +179,7 @@ Effects CheckProgress(ClusterState& s, const Context& ctx, Now now) {
 Result<void> ValidateUnhealthyZoneThreshold(double threshold) {
   if (threshold > 0 && threshold <= 1) return {};
   return MakeError(ErrorCode::kInvalidArgument,
-                   fmt::format("--unhealthy-zone-threshold must be a fraction in (0, 1], got {}", threshold),
+                   fmt::format("the unhealthy zone threshold must be a fraction in (0, 1], got {}", threshold),
                    "unhealthy_zone_threshold");
 }
 

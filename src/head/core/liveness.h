@@ -14,10 +14,11 @@
 //    check or heartbeat exceeds one interval by at least LagThresholdMs, the head was not
 //    listening (stopped, swapped out, a pass or a store commit holding the lock): every
 //    node's heartbeat clock moves forward by the excess. A restarted head, which cannot
-//    know its gap, starts every clock at the load (LoadState). A heartbeat is timed when the head processes it, so
-//    a heartbeat that waited in the HTTP server's queue counts as fresh, and the time it
-//    waited counts as silence only if the control loop kept running meanwhile (threads
-//    busy with other requests); if that starves most nodes at once, the zone rule holds.
+//    know its gap, starts every clock at the load (LoadState). A heartbeat is timed when
+//    the head processes it, so a heartbeat that waited in the HTTP server's queue counts
+//    as fresh, and the time it waited counts as silence only if the control loop kept
+//    running meanwhile (threads busy with other requests); if that starves most nodes at
+//    once, the zone rule holds.
 //
 //  - The unhealthy zone (Kubernetes' node lifecycle controller, --unhealthy-zone-threshold):
 //    when at least kMinSilentNodesForZone nodes and at least the threshold fraction of
@@ -30,10 +31,10 @@
 //    one failure timeout to report in (nodes cut off together come back a few heartbeats
 //    apart), as after a restart, and are DOWN if they do not. The suspension ends after
 //    kZoneTimeoutFailureTimeouts failure timeouts: nodes silent that long are DOWN and
-//    their gangs requeued, so no job waits on a node forever. A job never runs twice all the same: the silent agents fenced
-//    their tasks after the fence timeout (they cannot tell a head's network cut from
-//    their own), and the head places a gang again only after marking its node DOWN or
-//    hearing that its tasks are gone.
+//    their gangs requeued, so no job waits on a node forever. A job never runs twice all
+//    the same: the silent agents fenced their tasks after the fence timeout (they cannot
+//    tell a head's network cut from their own), and the head places a gang again only
+//    after marking its node DOWN or hearing that its tasks are gone.
 //
 //  - Fences the head caused are not the job's failures. An agent that could not reach the
 //    head for the fence timeout killed its tasks, and reports them killed when it is

@@ -59,7 +59,8 @@ class LagTest : public CoreTest {
   }
   // Whether any liveness check so far logged `part`.
   bool Said(const std::string& part) const {
-    return std::any_of(said_.begin(), said_.end(), [&](const std::string& l) { return l.find(part) != std::string::npos; });
+    return std::any_of(said_.begin(), said_.end(),
+                       [&](const std::string& l) { return l.find(part) != std::string::npos; });
   }
   NodeState State(const std::string& node) const { return state_.nodes.at(node).state; }
   std::string Shown(const std::string& node) const {
