@@ -80,7 +80,7 @@ struct AgentConfig {
   int simulated_gpus = -1;      // >= 0: present that many simulated GPUs instead of NVML
   int cpus = 0;                 // 0: the machine's hardware threads
   std::string work_dir;         // task logs and status files; default ~/.cohort/agent-<name>
-  std::string shim_path;        // default: this executable
+  std::string shim_path;        // default: cohort-task-shim next to this executable, else this executable
   int64_t head_down_grace_ms = 60'000;
   std::string health_check;               // a GPU health check command (health_check.h); empty: none
   int64_t health_check_interval_ms = 60'000;

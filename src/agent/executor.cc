@@ -91,14 +91,33 @@ std::optional<ShimResult> ReadStatusFile(const std::string& path) {
 }
 
 Executor::Options Normalize(Executor::Options o) {
-  if (o.shim_path.empty()) o.shim_path = SelfExePath();
   if (o.kill_grace < Millis(0)) o.kill_grace = Millis(0);
   return o;
 }
 
+ShimCommand ResolveShim(const std::string& shim_path) {
+  if (!shim_path.empty()) return ShimCommand{shim_path, true};
+  const std::string self = SelfExePath();
+  ShimCommand shim = FindTaskShim(self);
+  if (shim.path == self) {
+    LOG_WARN("executor: no {} next to {}; tasks start under `{} {}` instead, which loads all of cohort's "
+             "libraries for every task",
+             kTaskShimProgram, self, self, kTaskShimCommand);
+  }
+  return shim;
+}
+
 }  // namespace
 
-Executor::Executor(Options options) : options_(Normalize(std::move(options))) {
+ShimCommand FindTaskShim(const std::string& self_exe) {
+  fs::path lean = fs::path(self_exe).parent_path() / kTaskShimProgram;
+  std::error_code ec;
+  if (fs::is_regular_file(lean, ec) && access(lean.c_str(), X_OK) == 0) return ShimCommand{lean.string(), false};
+  return ShimCommand{self_exe, true};
+}
+
+Executor::Executor(Options options)
+    : options_(Normalize(std::move(options))), shim_(ResolveShim(options_.shim_path)) {
   lease_expires_ = SteadyClock::now() + options_.lease_timeout;
   lease_granted_ = options_.lease_timeout;
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -245,16 +264,16 @@ void Executor::StartShim(const TaskKey& key) {
   }
   if (error.empty()) {
     SpawnOptions so;
-    so.argv = {options_.shim_path,
-               kTaskShimCommand,
-               "--log",
+    so.argv = {shim_.path};
+    if (shim_.subcommand) so.argv.push_back(kTaskShimCommand);
+    so.argv.insert(so.argv.end(), {"--log",
                log,
                "--status",
                status,
                "--grace-ms",
                std::to_string(options_.kill_grace.count()),
                "--parent-pid",
-               std::to_string(getpid())};
+               std::to_string(getpid())});
     if (leased) {
       so.argv.push_back("--lease");
       so.argv.push_back(LeasePath(key));

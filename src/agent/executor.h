@@ -86,11 +86,24 @@ struct LogChunk {
   bool done = false;        // the task has finished and next_offset == size
 };
 
+// How to start a task shim: `path [task-shim] --log ...`.
+struct ShimCommand {
+  std::string path;
+  bool subcommand = true;  // put kTaskShimCommand after the path (the cohort binary needs it)
+};
+
+// The lean kTaskShimProgram in the directory of `self_exe` (the running cohort binary) if
+// it is an executable file there; else `self_exe task-shim`, the same shim inside the
+// whole cohort binary (correct, but every task start then loads all of cohort's libraries).
+ShimCommand FindTaskShim(const std::string& self_exe);
+
 class Executor {
  public:
   struct Options {
     std::string work_dir;     // root of the jobs/ tree; created as needed
-    std::string shim_path;    // binary run as `<shim_path> task-shim ...`; empty: SelfExePath()
+    // A program that runs RunTaskShim, started as `<shim_path> task-shim ...`; empty:
+    // FindTaskShim(SelfExePath()).
+    std::string shim_path;
     std::chrono::milliseconds kill_grace{5000};  // SIGTERM → SIGKILL delay of a graceful stop
     // > 0: tasks run under a lease (above), first valid for this long from construction;
     // 0: no lease, the shims run until stopped.
@@ -176,6 +189,7 @@ class Executor {
   bool WriteLeaseLocked(const TaskKey& key) REQUIRES(mu_);
 
   const Options options_;
+  const ShimCommand shim_;  // from options_.shim_path, or found next to this executable
   int wake_fd_ = -1;  // eventfd that interrupts the executor thread's poll
 
   mutable Mutex mu_;

@@ -1,9 +1,12 @@
 // Task shim: the small supervisor that stands between the agent and one task.
 //
-// The agent never runs a job command itself. For every task it spawns the cohort binary
-// as `cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR]
-// [--parent-pid PID] [--lease FILE] -- command args...` with the task's environment already in the
-// shim's environment (compare slurmstepd, containerd-shim). The shim:
+// The agent never runs a job command itself. For every task it spawns the lean
+// `cohort-task-shim` program installed next to `cohort` (task_shim_main.cc; it links no
+// more than this file needs, so a task start does not pay for loading the whole cohort
+// binary, CUDA libraries included) as `cohort-task-shim --log FILE --status FILE
+// --grace-ms N [--cwd DIR] [--parent-pid PID] [--lease FILE] -- command args...`, or,
+// without it, `cohort task-shim ...`, with the task's environment already in the shim's
+// environment (compare slurmstepd, containerd-shim). The shim:
 //
 //  - leaves the agent's session (setsid), ignores SIGINT/SIGHUP/SIGPIPE and asks for
 //    SIGUSR1 when its parent dies (PR_SET_PDEATHSIG, then re-checks getppid());
@@ -38,12 +41,17 @@
 // RunTaskShim is the whole program: call it from main() in a fresh, single-threaded
 // process. `argv[0]` is the program; an optional "task-shim" word after it is skipped, so
 // the cohort binary can pass its full argv.
+//
+// kTaskShimProgram is the lean program's file name; FindTaskShim (executor.h) looks for it
+// next to the running binary.
 #pragma once
 
 namespace cohort::agent {
 
 // The subcommand word the agent puts after the binary path.
 inline constexpr char kTaskShimCommand[] = "task-shim";
+// The lean shim program's file name, installed next to `cohort`.
+inline constexpr char kTaskShimProgram[] = "cohort-task-shim";
 
 int RunTaskShim(int argc, char** argv);
 
