@@ -20,13 +20,16 @@
 //  - on SIGTERM sends SIGTERM to the task's group and SIGKILL after --grace-ms; on
 //    SIGUSR1 (the agent died, or the agent fences the task) sends SIGKILL at once.
 //    Signals are read from a signalfd; no work happens in signal handlers;
-//  - with --lease, watches the lease file the agent renews (format in executor.h): once
-//    the expiry has passed and a re-read of the file shows no later one, it SIGKILLs the
-//    task at once (as the agent's fence does: a grace would overlap the head's rerun of the
-//    gang elsewhere) and records why in `error`. The shim
-//    is its own process, so this works while the agent is stopped (SIGSTOP) or hung: a
-//    fenced node's tasks end by themselves. A lease unreadable at start counts as expired;
-//    one that becomes unreadable later is treated as not renewed;
+//  - with --lease, watches the lease file the agent renews (lease.h): once the expiry has
+//    passed and a re-read of the file shows no later one, it SIGKILLs the task at once (as
+//    the agent's fence does: a grace would overlap the head's rerun of the gang
+//    elsewhere) and records why in `error`. A lapse that the node's scheduling delay
+//    explains is forgiven, within the lease's deadline: the shim wakes every 100 ms and
+//    tracks how late those wake-ups are (wakeup_lateness.h), and kills at
+//    Lease::KillAt(that lateness), re-reading the file until then. The shim is its own
+//    process, so this works while the agent is stopped (SIGSTOP) or hung: a fenced
+//    node's tasks end by themselves. A lease unreadable at start counts as expired; one
+//    that becomes unreadable later is treated as not renewed;
 //  - when the task leader exits for any reason, SIGKILLs the rest of its group and kills
 //    and reaps every remaining descendant (bounded wait), so that when the status file
 //    appears no process of the task is left;

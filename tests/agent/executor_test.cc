@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "agent/lease.h"
 #include "agent/task_shim.h"
 #include "common/subprocess.h"
 #include "test_util.h"
@@ -477,6 +478,19 @@ TaskStatus RunOne(Executor::Options o, std::vector<std::string> command) {
     return true;
   }));
   return out;
+}
+
+TEST(ExecutorLease, TasksRunUnderTheOwnersLeaseFile) {
+  TempDir tmp;
+  SteadyTime expires = SteadyClock::now() + 300ms;
+  ASSERT_TRUE(WriteLeaseFile(tmp.Sub("tasks.lease"), Lease{expires, expires, 300ms}));
+  Executor::Options o;
+  o.work_dir = tmp.Sub("work");
+  o.shim_path = COHORT_TEST_SHIM;
+  o.lease_path = tmp.Sub("tasks.lease");
+  TaskStatus st = RunOne(o, {"sleep", "100"});  // nobody renews
+  EXPECT_EQ(st.signal, SIGKILL);
+  EXPECT_THAT(st.error, HasSubstr("did not renew the task's lease"));
 }
 
 TEST(ExecutorShim, TheLeanShimProgramRunsTasks) {
