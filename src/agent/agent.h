@@ -40,8 +40,8 @@
 // the HTTP routes and their handlers live in agent_http.cc. The heartbeat loop
 // (register, heartbeat, apply, fence) runs on the loop thread.
 //
-// Threads: Start/Stop/Wait from the owning thread; the heartbeat loop, the HTTP server
-// and the executor run their own threads. State shared between them is under mu_ (checked
+// Threads: Start/Stop/Wait from the owning thread; the heartbeat loop, the HTTP server,
+// the executor and the lease keeper run their own threads. State shared between them is under mu_ (checked
 // by Clang's thread-safety analysis, common/mutex.h); the rest belongs to the loop thread,
 // or is set by Start before any other thread runs and read-only afterwards.
 #pragma once
