@@ -33,6 +33,12 @@ std::string RandomToken() {
 
 TaskKey KeyOf(api::JobId job, int attempt, int rank) { return TaskKey{job, attempt, rank}; }
 
+// The time between a lease's expiry and the earliest moment the head may declare the node
+// DOWN (lease.h): failure timeout - fence timeout.
+Millis FenceMargin(const api::AgentTiming& t) {
+  return Millis(std::max<int64_t>(0, t.failure_timeout_ms - t.fence_timeout_ms));
+}
+
 // Fills in the defaults of `config` (name, address, listen host, CPUs, work directory) and
 // creates the work directory; an error if the head URL is malformed, the address cannot
 // be found or the work directory cannot be created.
@@ -154,11 +160,12 @@ Result<void> Agent::RegisterOnce() {
   timing_ = COHORT_TRY(api::AgentTimingFromJson(reply["timing"]));
   head_ = std::make_unique<HttpClient>(config_.head_url, Millis(std::max<int64_t>(timing_.heartbeat_interval_ms, 500)));
   if (!executor_) {
+    StartLeaseKeeper();
     Executor::Options opts;
     opts.work_dir = config_.work_dir;
     opts.shim_path = config_.shim_path;
     opts.kill_grace = Millis(timing_.kill_grace_ms);
-    opts.lease_timeout = Millis(timing_.fence_timeout_ms);
+    if (leases_) opts.lease_path = leases_->path();
     opts.on_task_exit = [this] { Wake(); };
     executor_ = std::make_unique<Executor>(std::move(opts));
     MutexLock lock(mu_);
@@ -167,6 +174,17 @@ Result<void> Agent::RegisterOnce() {
   LOG_INFO("registered with {} as {} (heartbeat {} ms, fence after {} ms)", config_.head_url, config_.name,
            timing_.heartbeat_interval_ms, timing_.fence_timeout_ms);
   return {};
+}
+
+void Agent::StartLeaseKeeper() {
+  LeaseKeeper::Options opts;
+  opts.path = config_.work_dir + "/tasks.lease";
+  auto keeper = LeaseKeeper::Start(std::move(opts), Millis(timing_.fence_timeout_ms), FenceMargin(timing_));
+  if (!keeper) {
+    LOG_WARN("tasks run without a lease (only this agent can fence them): {}", keeper.error().message);
+    return;
+  }
+  leases_ = std::move(*keeper);
 }
 
 api::Heartbeat Agent::BuildHeartbeat() {
@@ -241,14 +259,17 @@ api::Heartbeat Agent::BuildHeartbeat() {
 }
 
 Result<void> Agent::HeartbeatOnce() {
+  // The send time is taken after the heartbeat is built (GPU samples, /proc, free ports):
+  // that time is the agent's, not the head's, and must not shorten the tasks' lease.
+  json body = api::ToJson(BuildHeartbeat());
   auto sent = SteadyClock::now();
-  auto reply_json = COHORT_TRY(head_->Post(api::routes::AgentHeartbeat(config_.name),
-                                           api::ToJson(BuildHeartbeat())));
+  auto reply_json = COHORT_TRY(head_->Post(api::routes::AgentHeartbeat(config_.name), body));
   auto reply = COHORT_TRY(api::HeartbeatReplyFromJson(reply_json));
   // The head has heard from us: the tasks may run for one more fence timeout, counted from
-  // the send (a reply that arrives late grants no more). Renewed before Apply, so tasks it
-  // starts get the new lease.
-  executor_->RenewLeases(sent, Millis(reply.timing.fence_timeout_ms));
+  // the send (a reply that arrives late grants no more). The lease keeper writes it on its
+  // own thread, before Apply starts anything.
+  last_ok_send_ = sent;
+  if (leases_) leases_->Renew(sent, Millis(reply.timing.fence_timeout_ms), FenceMargin(reply.timing));
   Apply(reply);
   return {};
 }
@@ -312,15 +333,12 @@ void Agent::Fence(const std::string& why) {
 }
 
 void Agent::Loop() {
-  auto head = ParseHttpUrl(config_.head_url);
-  auto last_error_log = SteadyClock::now() - std::chrono::hours(1);
   while (true) {
     {
       MutexLock lock(mu_);
       if (stopping_) return;
       wake_ = false;
     }
-    auto sent = SteadyClock::now();
     Result<void> r = registered_ ? HeartbeatOnce() : RegisterOnce();
     bool ok = r.has_value();
     if (ok && !registered_) {
@@ -328,38 +346,9 @@ void Agent::Loop() {
       continue;  // heartbeat right away
     }
     if (ok) {
-      last_ok_send_ = sent;
       fenced_ = false;
     } else {
-      const Error& e = r.error();
-      if (registered_ && (e.code == ErrorCode::kNotFound || e.code == ErrorCode::kFailedPrecondition)) {
-        LOG_WARN("head no longer knows this agent ({}); registering again", e.message);
-        registered_ = false;
-      }
-      if (SteadyClock::now() - last_error_log > std::chrono::seconds(5)) {
-        LOG_WARN("{} failed: {}", registered_ ? "heartbeat" : "registration", e.message);
-        last_error_log = SteadyClock::now();
-      }
-      auto now = SteadyClock::now();
-      int64_t silent = std::chrono::duration_cast<Millis>(now - last_ok_send_).count();
-      // Checked on every failure, not only past the fence timeout, so that the task leases
-      // are renewed before they run out.
-      bool head_process_down = head && e.code == ErrorCode::kUnavailable &&
-                               ConnectionRefused(head->host, head->port);
-      if (head_process_down && silent < config_.head_down_grace_ms && executor_) {
-        // Nobody can reschedule while the head is down: the tasks keep running, up to the
-        // grace, and their leases with them (a stopped agent stops renewing them).
-        auto grace_end = last_ok_send_ + Millis(config_.head_down_grace_ms);
-        auto until = std::min(now + Millis(timing_.fence_timeout_ms), grace_end);
-        executor_->RenewLeases(now, std::chrono::duration_cast<Millis>(until - now));
-      }
-      if (!fenced_ && silent > timing_.fence_timeout_ms) {
-        if (head_process_down && silent < config_.head_down_grace_ms) {
-          // Nobody can reschedule while the head is down; keep running and keep trying.
-        } else {
-          Fence(fmt::format("no successful heartbeat for {}", FormatDuration(silent)));
-        }
-      }
+      OnFailure(r.error());
     }
     MutexLock lock(mu_);
     Millis wait = ok ? Millis(timing_.heartbeat_interval_ms) : Millis(std::min<int64_t>(200, timing_.heartbeat_interval_ms));
@@ -367,6 +356,40 @@ void Agent::Loop() {
       mu_.AssertHeld();
       return wake_ || stopping_;
     });
+  }
+}
+
+void Agent::OnFailure(const Error& e) {
+  if (registered_ && (e.code == ErrorCode::kNotFound || e.code == ErrorCode::kFailedPrecondition)) {
+    LOG_WARN("head no longer knows this agent ({}); registering again", e.message);
+    registered_ = false;
+  }
+  if (SteadyClock::now() - last_error_log_ > std::chrono::seconds(5)) {
+    LOG_WARN("{} failed: {}", registered_ ? "heartbeat" : "registration", e.message);
+    last_error_log_ = SteadyClock::now();
+  }
+  auto now = SteadyClock::now();
+  int64_t silent = std::chrono::duration_cast<Millis>(now - last_ok_send_).count();
+  // Checked on every failure, not only past the fence timeout, so that the task lease is
+  // renewed before it runs out.
+  auto head = ParseHttpUrl(config_.head_url);
+  bool head_process_down = head && e.code == ErrorCode::kUnavailable && ConnectionRefused(head->host, head->port);
+  if (head_process_down && silent < config_.head_down_grace_ms) {
+    // Nobody can reschedule while the head is down: the tasks keep running, up to the
+    // grace, and their lease with it (a stopped agent stops renewing it). The restarted
+    // head gives every node a failure timeout from its start, later than `now`, so the
+    // lease's deadline (`margin` past its expiry) is safe too.
+    auto grace_end = last_ok_send_ + Millis(config_.head_down_grace_ms);
+    auto until = std::min(now + Millis(timing_.fence_timeout_ms), grace_end);
+    if (leases_) leases_->Renew(now, std::chrono::duration_cast<Millis>(until - now), FenceMargin(timing_));
+    return;  // keep running and keep trying
+  }
+  // Past the fence timeout, as much more as this process's own scheduling delay explains
+  // (LeaseKeeper::Allowance; bounded by the margin before the head may declare the node
+  // DOWN, like the shims' leases).
+  Millis allowance = leases_ ? leases_->Allowance(FenceMargin(timing_)) : Millis(0);
+  if (!fenced_ && silent > timing_.fence_timeout_ms + allowance.count()) {
+    Fence(fmt::format("no successful heartbeat for {}", FormatDuration(silent)));
   }
 }
 

@@ -15,10 +15,15 @@
 // every node one failure timeout to report in.
 //
 // Leases: the agent can only fence while it runs. So that a stopped (SIGSTOP) or hung
-// agent cannot leave a stale gang running while the head places it elsewhere, each task's
-// shim holds a lease (executor.h) valid for the fence timeout, which the agent renews
-// after every successful heartbeat (from its send time) and, while the head refuses
-// connections, up to head_down_grace; an expired lease makes the shim stop its task.
+// agent cannot leave a stale gang running while the head places it elsewhere, its task
+// shims hold a lease (lease.h, one file per agent) valid for the fence timeout, which the
+// agent renews after every successful heartbeat (from its send time) and, while the head
+// refuses connections, up to head_down_grace; an expired lease makes the shims stop their
+// tasks. A LeaseKeeper thread writes the file, so a renewal waits for nothing else the
+// loop does. On a loaded node the shims, and the agent's own fence check, allow past the
+// fence timeout what their measured scheduling delay explains, never more than the
+// failure timeout's margin over it (wakeup_lateness.h): a task is gone before the head may
+// declare the node DOWN, and a stopped or dead agent's tasks are still fenced.
 //
 // Telemetry: every heartbeat carries a sample of each GPU (GpuMonitor: NVML, or the
 // simulated model driven by the tasks holding the GPUs) with its health-event counter,
@@ -35,8 +40,8 @@
 // the HTTP routes and their handlers live in agent_http.cc. The heartbeat loop
 // (register, heartbeat, apply, fence) runs on the loop thread.
 //
-// Threads: Start/Stop/Wait from the owning thread; the heartbeat loop, the HTTP server
-// and the executor run their own threads. State shared between them is under mu_ (checked
+// Threads: Start/Stop/Wait from the owning thread; the heartbeat loop, the HTTP server,
+// the executor and the lease keeper run their own threads. State shared between them is under mu_ (checked
 // by Clang's thread-safety analysis, common/mutex.h); the rest belongs to the loop thread,
 // or is set by Start before any other thread runs and read-only afterwards.
 #pragma once
@@ -50,6 +55,7 @@
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/health_check.h"
+#include "agent/lease_keeper.h"
 #include "agent/metrics.h"
 #include "agent/proc_usage.h"
 #include "api/types.h"
@@ -80,7 +86,7 @@ struct AgentConfig {
   int simulated_gpus = -1;      // >= 0: present that many simulated GPUs instead of NVML
   int cpus = 0;                 // 0: the machine's hardware threads
   std::string work_dir;         // task logs and status files; default ~/.cohort/agent-<name>
-  std::string shim_path;        // default: this executable
+  std::string shim_path;        // default: cohort-task-shim next to this executable, else this executable
   int64_t head_down_grace_ms = 60'000;
   std::string health_check;               // a GPU health check command (health_check.h); empty: none
   int64_t health_check_interval_ms = 60'000;
@@ -119,7 +125,12 @@ class Agent {
   // ---- The heartbeat loop (loop thread; Stop calls HeartbeatOnce after joining it).
   void Loop() EXCLUDES(mu_);
   Result<void> RegisterOnce() EXCLUDES(mu_);
+  // On success: renews the lease from the send time, then applies the reply.
   Result<void> HeartbeatOnce() EXCLUDES(mu_);
+  // After a failed registration or heartbeat: re-register if the head forgot us, renew the
+  // lease while the head's process is down, fence once silent for too long.
+  void OnFailure(const Error& e);
+  void StartLeaseKeeper();  // at the first registration; leaves leases_ null if it fails
   void Apply(const api::HeartbeatReply& reply);
   void Fence(const std::string& why);
   api::Heartbeat BuildHeartbeat() EXCLUDES(mu_);
@@ -139,6 +150,9 @@ class Agent {
   // Loop thread (built by Start; the head client is replaced at each registration).
   api::Registration registration_;
   std::unique_ptr<HttpClient> head_;
+  // Created on the loop thread at the first registration (the fence timeout comes from the
+  // head), then never replaced; thread-safe. Declared before executor_, so it outlives it.
+  std::unique_ptr<LeaseKeeper> leases_;
   // Created on the loop thread at the first registration (the kill grace comes from the
   // head), then never replaced; HTTP threads read it through executor().
   std::unique_ptr<Executor> executor_;
@@ -158,6 +172,7 @@ class Agent {
   int64_t applied_version_ = 0;
   api::AgentTiming timing_;
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat
+  SteadyTime last_error_log_;                 // when a failure was last logged (rate limit)
   std::map<int, ProcUsage> usage_;  // the latest /proc read, by task session
   std::set<int> usage_sessions_;
   SteadyTime usage_read_;

@@ -91,16 +91,33 @@ std::optional<ShimResult> ReadStatusFile(const std::string& path) {
 }
 
 Executor::Options Normalize(Executor::Options o) {
-  if (o.shim_path.empty()) o.shim_path = SelfExePath();
   if (o.kill_grace < Millis(0)) o.kill_grace = Millis(0);
   return o;
 }
 
+ShimCommand ResolveShim(const std::string& shim_path) {
+  if (!shim_path.empty()) return ShimCommand{shim_path, true};
+  const std::string self = SelfExePath();
+  ShimCommand shim = FindTaskShim(self);
+  if (shim.path == self) {
+    LOG_WARN("executor: no {} next to {}; tasks start under `{} {}` instead, which loads all of cohort's "
+             "libraries for every task",
+             kTaskShimProgram, self, self, kTaskShimCommand);
+  }
+  return shim;
+}
+
 }  // namespace
 
-Executor::Executor(Options options) : options_(Normalize(std::move(options))) {
-  lease_expires_ = SteadyClock::now() + options_.lease_timeout;
-  lease_granted_ = options_.lease_timeout;
+ShimCommand FindTaskShim(const std::string& self_exe) {
+  fs::path lean = fs::path(self_exe).parent_path() / kTaskShimProgram;
+  std::error_code ec;
+  if (fs::is_regular_file(lean, ec) && access(lean.c_str(), X_OK) == 0) return ShimCommand{lean.string(), false};
+  return ShimCommand{self_exe, true};
+}
+
+Executor::Executor(Options options)
+    : options_(Normalize(std::move(options))), shim_(ResolveShim(options_.shim_path)) {
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) LOG_WARN("executor: eventfd: {}; falling back to polling", strerror(errno));
   thread_ = std::thread(&Executor::Loop, this);
@@ -135,34 +152,6 @@ std::string Executor::LogPath(const TaskKey& k) const {
 std::string Executor::StatusPath(const TaskKey& k) const {
   return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.status.json", options_.work_dir, k.job_id,
                      k.attempt, k.rank);
-}
-
-std::string Executor::LeasePath(const TaskKey& k) const {
-  return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.lease", options_.work_dir, k.job_id,
-                     k.attempt, k.rank);
-}
-
-bool Executor::WriteLeaseLocked(const TaskKey& key) {
-  const std::string path = LeasePath(key);
-  const std::string tmp = path + ".tmp";
-  int64_t expires = std::chrono::duration_cast<Millis>(lease_expires_.time_since_epoch()).count();
-  std::string text = json{{"expires_ms", expires}, {"timeout_ms", lease_granted_.count()}}.dump() + "\n";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  if (fd >= 0) close(fd);
-  ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) LOG_WARN("executor: cannot write lease {}: {}", path, strerror(errno));
-  return ok;
-}
-
-void Executor::RenewLeases(SteadyTime from, Millis valid_for) {
-  if (options_.lease_timeout <= Millis(0)) return;
-  MutexLock lk(mu_);
-  lease_expires_ = from + valid_for;
-  lease_granted_ = valid_for;
-  for (const auto& [key, t] : tasks_) {
-    if (t.status.running && t.leased) WriteLeaseLocked(key);
-  }
 }
 
 void Executor::Wake() {
@@ -236,35 +225,9 @@ void Executor::StartShim(const TaskKey& key) {
   if (error.empty() && (spec.command.empty() || spec.command[0].empty())) {
     error = "empty command";
   }
-  bool leased = false;
-  if (error.empty() && options_.lease_timeout > Millis(0)) {
-    MutexLock lk(mu_);
-    // Without a lease file the task still runs, fenced only by this process.
-    leased = WriteLeaseLocked(key);
-    tasks_.at(key).leased = leased;
-  }
   if (error.empty()) {
     SpawnOptions so;
-    so.argv = {options_.shim_path,
-               kTaskShimCommand,
-               "--log",
-               log,
-               "--status",
-               status,
-               "--grace-ms",
-               std::to_string(options_.kill_grace.count()),
-               "--parent-pid",
-               std::to_string(getpid())};
-    if (leased) {
-      so.argv.push_back("--lease");
-      so.argv.push_back(LeasePath(key));
-    }
-    if (!spec.workdir.empty()) {
-      so.argv.push_back("--cwd");
-      so.argv.push_back(spec.workdir);
-    }
-    so.argv.push_back("--");
-    so.argv.insert(so.argv.end(), spec.command.begin(), spec.command.end());
+    so.argv = ShimArgv(key, spec);
     so.env = spec.env;
     // GPU indices are NVML's, which count in PCI bus order; CUDA must count the same way.
     so.env.try_emplace("CUDA_VISIBLE_DEVICES", JoinInts(spec.gpus));
@@ -310,6 +273,18 @@ void Executor::StartShim(const TaskKey& key) {
   }
   cv_.NotifyAll();
   if (failed && options_.on_task_exit) options_.on_task_exit();
+}
+
+std::vector<std::string> Executor::ShimArgv(const TaskKey& key, const TaskSpec& spec) const {
+  std::vector<std::string> argv = {shim_.path};
+  if (shim_.subcommand) argv.push_back(kTaskShimCommand);
+  argv.insert(argv.end(), {"--log", LogPath(key), "--status", StatusPath(key), "--grace-ms",
+                           std::to_string(options_.kill_grace.count()), "--parent-pid", std::to_string(getpid())});
+  if (!options_.lease_path.empty()) argv.insert(argv.end(), {"--lease", options_.lease_path});
+  if (!spec.workdir.empty()) argv.insert(argv.end(), {"--cwd", spec.workdir});
+  argv.push_back("--");
+  argv.insert(argv.end(), spec.command.begin(), spec.command.end());
+  return argv;
 }
 
 void Executor::TryReap(const TaskKey& key) {

@@ -10,18 +10,12 @@
 // Files, under Options::work_dir:
 //   jobs/<job_id>/attempt-<attempt>/rank-<rank>.log          stdout + stderr of the task
 //   jobs/<job_id>/attempt-<attempt>/rank-<rank>.status.json  written by the shim at exit
-//   jobs/<job_id>/attempt-<attempt>/rank-<rank>.lease        the task's lease (below)
 // Logs stay after Forget, so ReadLog keeps working for forgotten tasks.
 //
-// Leases (when Options::lease_timeout > 0): every task's shim watches a lease file that
-// this executor writes, and stops the task by itself (SIGTERM, SIGKILL after the kill
-// grace) once the lease has expired without renewal. The owner calls RenewLeases whenever
-// it may keep its tasks running (after each successful heartbeat); a process that is
-// stopped or hung renews nothing, so its tasks end even though it cannot act. The file is
-// one JSON object written atomically (FILE.tmp, then rename):
-//   {"expires_ms": E, "timeout_ms": T}
-// E is the expiry on CLOCK_MONOTONIC (std::chrono::steady_clock, the same in every process
-// of the machine) in milliseconds; T the renewal period that was granted, for messages.
+// Leases (when Options::lease_path is set): every task's shim watches that lease file
+// (lease.h), which the owner keeps current (LeaseKeeper, lease_keeper.h), and kills its
+// task by itself once the lease has run out; a process that is stopped or hung renews
+// nothing, so its tasks end even though it cannot act.
 //
 // Threads: every public method may be called from any thread. One internal thread (the
 // executor thread) starts every shim and reaps them: a shim is told of its parent's death
@@ -86,15 +80,28 @@ struct LogChunk {
   bool done = false;        // the task has finished and next_offset == size
 };
 
+// How to start a task shim: `path [task-shim] --log ...`.
+struct ShimCommand {
+  std::string path;
+  bool subcommand = true;  // put kTaskShimCommand after the path (the cohort binary needs it)
+};
+
+// The lean kTaskShimProgram in the directory of `self_exe` (the running cohort binary) if
+// it is an executable file there; else `self_exe task-shim`, the same shim inside the
+// whole cohort binary (correct, but every task start then loads all of cohort's libraries).
+ShimCommand FindTaskShim(const std::string& self_exe);
+
 class Executor {
  public:
   struct Options {
     std::string work_dir;     // root of the jobs/ tree; created as needed
-    std::string shim_path;    // binary run as `<shim_path> task-shim ...`; empty: SelfExePath()
+    // A program that runs RunTaskShim, started as `<shim_path> task-shim ...`; empty:
+    // FindTaskShim(SelfExePath()).
+    std::string shim_path;
     std::chrono::milliseconds kill_grace{5000};  // SIGTERM → SIGKILL delay of a graceful stop
-    // > 0: tasks run under a lease (above), first valid for this long from construction;
-    // 0: no lease, the shims run until stopped.
-    std::chrono::milliseconds lease_timeout{0};
+    // Non-empty: every task runs under this lease file (above); empty: no lease, the
+    // shims run until stopped.
+    std::string lease_path;
     // Called on the executor thread, without the lock held, after a task's status flips
     // to finished (including tasks that could not be started). It may call any method
     // except that it must not block on a task (WaitAllExited).
@@ -132,12 +139,6 @@ class Executor {
   // False when the task is unknown, finished or not yet spawned (try again later).
   bool Signal(const TaskKey& key, int signo) EXCLUDES(mu_);
 
-  // Extends the lease of every task, running or started later, to `from + valid_for`
-  // (`from` should be when the owner last knew it may keep running, e.g. the send time of
-  // a heartbeat that succeeded). No-op without leases. Lease files that cannot be written
-  // are logged; their tasks stop when the old lease runs out.
-  void RenewLeases(std::chrono::steady_clock::time_point from, std::chrono::milliseconds valid_for) EXCLUDES(mu_);
-
   // Blocks until no task is running or `timeout` passes; true when none is running.
   bool WaitAllExited(std::chrono::milliseconds timeout) EXCLUDES(mu_);
 
@@ -156,7 +157,6 @@ class Executor {
   // Paths of a task's files (whether or not the task exists).
   std::string LogPath(const TaskKey& key) const;
   std::string StatusPath(const TaskKey& key) const;
-  std::string LeasePath(const TaskKey& key) const;
 
  private:
   struct Task {
@@ -165,17 +165,16 @@ class Executor {
     bool spawned = false;   // the shim was started (or failed to start); pid is final
     int pidfd = -1;         // -1 when pidfd_open is unavailable (polled with WNOHANG)
     int pending_signal = 0; // a stop that arrived before the shim was started
-    bool leased = false;    // its lease file exists; RenewLeases rewrites it
   };
 
   void Loop() EXCLUDES(mu_);                         // the executor thread
   void StartShim(const TaskKey& key) EXCLUDES(mu_);  // executor thread
   void TryReap(const TaskKey& key) EXCLUDES(mu_);    // executor thread
   void Wake();                                       // any thread; lock-free (eventfd)
-  // Writes the lease file of `key` with lease_expires_; false (logged) on failure.
-  bool WriteLeaseLocked(const TaskKey& key) REQUIRES(mu_);
+  std::vector<std::string> ShimArgv(const TaskKey& key, const TaskSpec& spec) const;
 
   const Options options_;
+  const ShimCommand shim_;  // from options_.shim_path, or found next to this executable
   int wake_fd_ = -1;  // eventfd that interrupts the executor thread's poll
 
   mutable Mutex mu_;
@@ -183,8 +182,6 @@ class Executor {
   std::map<TaskKey, Task> tasks_ GUARDED_BY(mu_);
   std::deque<TaskKey> start_queue_ GUARDED_BY(mu_);
   bool shutting_down_ GUARDED_BY(mu_) = false;        // Launch refuses when set
-  std::chrono::steady_clock::time_point lease_expires_ GUARDED_BY(mu_);
-  std::chrono::milliseconds lease_granted_ GUARDED_BY(mu_) = std::chrono::milliseconds(0);  // last valid_for
   bool quit_ GUARDED_BY(mu_) = false;                 // ends the executor thread
   std::thread thread_;                                // started last in the constructor
 };

@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/lease.h"
+#include "agent/wakeup_lateness.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/subprocess.h"
@@ -30,6 +32,10 @@ namespace {
 constexpr Millis kReapTimeout{30000};
 // How often the cleanup loop rescans for orphans when no SIGCHLD arrives.
 constexpr int kReapPollMs = 20;
+// Under a lease, the shim wakes this often to measure how late its wake-ups are (the
+// node's scheduling delay, wakeup_lateness.h), and remembers a lateness this long.
+constexpr Millis kLeaseTick{100};
+constexpr Millis kLatenessWindow{10'000};
 
 struct ShimArgs {
   std::string log_path;
@@ -175,34 +181,6 @@ bool ReapAvailable(pid_t leader, std::optional<int>* leader_status) {
   }
 }
 
-// Bounds of the lease's numbers (~285 years in ms; steady-clock nanoseconds must not overflow).
-constexpr int64_t kMaxLeaseMs = 9'000'000'000'000;
-
-// A lease as the agent wrote it (executor.h): expiry on the steady clock, and the renewal
-// period it granted.
-struct Lease {
-  SteadyTime expires;
-  int64_t timeout_ms = 0;
-};
-
-// Reads the lease file; std::nullopt if it is missing or malformed.
-std::optional<Lease> ReadLease(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char buf[512];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return std::nullopt;
-  auto j = ParseJson(std::string_view(buf, static_cast<size_t>(n)), "lease file");
-  if (!j || !j->is_object()) return std::nullopt;
-  auto r = ObjectReader::Open(*j);
-  if (!r) return std::nullopt;
-  auto expires = r->Int("expires_ms", std::nullopt, 0, kMaxLeaseMs);
-  auto timeout = r->Int("timeout_ms", 0, 0, kMaxLeaseMs);
-  if (!expires || !timeout) return std::nullopt;
-  return Lease{SteadyTime(Millis(*expires)), *timeout};
-}
-
 void DrainSignalFd(int sfd) {
   signalfd_siginfo si;
   while (read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
@@ -279,9 +257,11 @@ class TaskShim {
 
  private:
   // Supervise's parts.
-  int PollTimeoutMs() const;        // until the SIGKILL deadline or the lease expiry; -1: none
+  int PollTimeoutMs() const;        // until the SIGKILL deadline or the lease's next check; -1: none
   void ReadChildFailure();          // the exec child's report, if any; closes the pipe
-  void CheckLease();                // SIGKILLs the task once the lease has expired unrenewed
+  void Tick();                      // records how late the lease tick was, if it was due
+  void CheckLease();                // SIGKILLs the task once the lease has run out unrenewed
+  void FenceTask(Millis allowance); // the SIGKILL of CheckLease, and why
   void CheckKillDeadline();         // SIGKILLs the task once its SIGTERM grace has passed
   void HandleSignals();             // SIGTERM, SIGUSR1 and queued SIGUSR2 from the agent
   void SendTerm();                  // SIGTERM to the group once; arms the SIGKILL deadline
@@ -299,9 +279,14 @@ class TaskShim {
   SteadyTime kill_at_{};
   bool term_sent_ = false;
   // The lease: checked when the expiry last read comes due; the file is re-read then, so a
-  // renewed lease costs one read per renewal period.
+  // renewed lease costs one read per renewal period. Past the expiry the task lives on
+  // while the shim's own lateness explains the lapse (Lease::KillAt), re-reading the file
+  // at every tick.
   bool lease_watch_ = false;
   Lease lease_{};
+  SteadyTime lease_check_at_{};  // the expiry, or once it has passed, the kill time
+  SteadyTime tick_due_{};
+  WakeupLateness lateness_{kLatenessWindow};
   std::string fence_error_;
 };
 
@@ -398,23 +383,49 @@ int TaskShim::PollTimeoutMs() const {
     timeout = static_cast<int>(std::max<int64_t>(0, left));
   }
   if (lease_watch_) {
-    auto left = std::max<int64_t>(0, std::chrono::ceil<Millis>(lease_.expires - SteadyClock::now()).count());
-    left = std::min<int64_t>(left, 60'000);
+    auto next = std::min(lease_check_at_, tick_due_);
+    auto left = std::max<int64_t>(0, std::chrono::ceil<Millis>(next - SteadyClock::now()).count());
     timeout = timeout < 0 ? static_cast<int>(left) : std::min(timeout, static_cast<int>(left));
   }
   return timeout;
 }
 
+void TaskShim::Tick() {
+  const SteadyTime now = SteadyClock::now();
+  if (!lease_watch_ || now < tick_due_) return;
+  lateness_.Record(tick_due_, now);
+  tick_due_ = now + kLeaseTick;
+}
+
 void TaskShim::CheckLease() {
-  if (!lease_watch_ || SteadyClock::now() < lease_.expires) return;
-  if (auto l = ReadLease(args_.lease_path); l && l->expires > lease_.expires) lease_ = *l;
-  if (SteadyClock::now() < lease_.expires) return;
+  if (!lease_watch_) return;
+  const SteadyTime now = SteadyClock::now();
+  if (now >= lease_.expires) {
+    if (auto l = ReadLeaseFile(args_.lease_path); l && l->expires > lease_.expires) lease_ = *l;
+  }
+  if (now < lease_.expires) {
+    lease_check_at_ = lease_.expires;
+    return;
+  }
+  // The lease ran out. A lapse that the shim's own late wake-ups explain (the node is
+  // loaded, so the agent's renewal is late too) is forgiven, never past the lease's
+  // deadline: the head cannot place the gang elsewhere before it (lease.h).
+  lease_check_at_ = lease_.KillAt(lateness_.Recent(now));
+  if (now < lease_check_at_) return;
+  FenceTask(std::chrono::duration_cast<Millis>(lease_check_at_ - lease_.expires));
+}
+
+void TaskShim::FenceTask(Millis allowance) {
   lease_watch_ = false;
+  std::string forgiven =
+      allowance > Millis(0)
+          ? fmt::format(", nor in the {} more that this node's scheduling delay explains", FormatDuration(allowance.count()))
+          : "";
   fence_error_ = fmt::format(
-      "stopped by its task shim: the agent did not renew the task's lease for {} (the "
+      "stopped by its task shim: the agent did not renew the task's lease for {}{} (the "
       "agent is stopped, hung or cut off from the head, so the head may run the job "
       "elsewhere)",
-      FormatDuration(lease_.timeout_ms));
+      FormatDuration(lease_.granted.count()), forgiven);
   LogLine(log_fd_, fence_error_);
   // SIGKILL at once, as the agent's own fence does: the head places the gang elsewhere
   // one failure timeout after the last heartbeat, and a SIGTERM grace would overlap it.
@@ -452,10 +463,13 @@ void TaskShim::HandleSignals() {
 
 void TaskShim::Supervise() {
   lease_watch_ = !args_.lease_path.empty();
-  lease_ = Lease{SteadyClock::now(), 0};  // an unreadable lease at start counts as expired
+  const SteadyTime start = SteadyClock::now();
+  lease_ = Lease{start, start, Millis(0)};  // an unreadable lease at start counts as expired
   if (lease_watch_) {
-    if (auto l = ReadLease(args_.lease_path)) lease_ = *l;
+    if (auto l = ReadLeaseFile(args_.lease_path)) lease_ = *l;
   }
+  lease_check_at_ = lease_.expires;
+  tick_due_ = start + kLeaseTick;
   while (!leader_status_) {
     pollfd fds[2] = {{sfd_, POLLIN, 0}, {err_rd_, POLLIN, 0}};
     int r = poll(fds, err_rd_ >= 0 ? 2 : 1, PollTimeoutMs());
@@ -464,6 +478,7 @@ void TaskShim::Supervise() {
       killpg(task_, SIGKILL);
     }
     if (err_rd_ >= 0 && r > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) ReadChildFailure();
+    Tick();
     CheckLease();
     CheckKillDeadline();
     HandleSignals();

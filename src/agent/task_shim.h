@@ -1,9 +1,12 @@
 // Task shim: the small supervisor that stands between the agent and one task.
 //
-// The agent never runs a job command itself. For every task it spawns the cohort binary
-// as `cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR]
-// [--parent-pid PID] [--lease FILE] -- command args...` with the task's environment already in the
-// shim's environment (compare slurmstepd, containerd-shim). The shim:
+// The agent never runs a job command itself. For every task it spawns the lean
+// `cohort-task-shim` program installed next to `cohort` (task_shim_main.cc; it links no
+// more than this file needs, so a task start does not pay for loading the whole cohort
+// binary, CUDA libraries included) as `cohort-task-shim --log FILE --status FILE
+// --grace-ms N [--cwd DIR] [--parent-pid PID] [--lease FILE] -- command args...`, or,
+// without it, `cohort task-shim ...`, with the task's environment already in the shim's
+// environment (compare slurmstepd, containerd-shim). The shim:
 //
 //  - leaves the agent's session (setsid), ignores SIGINT/SIGHUP/SIGPIPE and asks for
 //    SIGUSR1 when its parent dies (PR_SET_PDEATHSIG, then re-checks getppid());
@@ -17,13 +20,16 @@
 //  - on SIGTERM sends SIGTERM to the task's group and SIGKILL after --grace-ms; on
 //    SIGUSR1 (the agent died, or the agent fences the task) sends SIGKILL at once.
 //    Signals are read from a signalfd; no work happens in signal handlers;
-//  - with --lease, watches the lease file the agent renews (format in executor.h): once
-//    the expiry has passed and a re-read of the file shows no later one, it SIGKILLs the
-//    task at once (as the agent's fence does: a grace would overlap the head's rerun of the
-//    gang elsewhere) and records why in `error`. The shim
-//    is its own process, so this works while the agent is stopped (SIGSTOP) or hung: a
-//    fenced node's tasks end by themselves. A lease unreadable at start counts as expired;
-//    one that becomes unreadable later is treated as not renewed;
+//  - with --lease, watches the lease file the agent renews (lease.h): once the expiry has
+//    passed and a re-read of the file shows no later one, it SIGKILLs the task at once (as
+//    the agent's fence does: a grace would overlap the head's rerun of the gang
+//    elsewhere) and records why in `error`. A lapse that the node's scheduling delay
+//    explains is forgiven, within the lease's deadline: the shim wakes every 100 ms and
+//    tracks how late those wake-ups are (wakeup_lateness.h), and kills at
+//    Lease::KillAt(that lateness), re-reading the file until then. The shim is its own
+//    process, so this works while the agent is stopped (SIGSTOP) or hung: a fenced
+//    node's tasks end by themselves. A lease unreadable at start counts as expired; one
+//    that becomes unreadable later is treated as not renewed;
 //  - when the task leader exits for any reason, SIGKILLs the rest of its group and kills
 //    and reaps every remaining descendant (bounded wait), so that when the status file
 //    appears no process of the task is left;
@@ -38,12 +44,17 @@
 // RunTaskShim is the whole program: call it from main() in a fresh, single-threaded
 // process. `argv[0]` is the program; an optional "task-shim" word after it is skipped, so
 // the cohort binary can pass its full argv.
+//
+// kTaskShimProgram is the lean program's file name; FindTaskShim (executor.h) looks for it
+// next to the running binary.
 #pragma once
 
 namespace cohort::agent {
 
 // The subcommand word the agent puts after the binary path.
 inline constexpr char kTaskShimCommand[] = "task-shim";
+// The lean shim program's file name, installed next to `cohort`.
+inline constexpr char kTaskShimProgram[] = "cohort-task-shim";
 
 int RunTaskShim(int argc, char** argv);
 

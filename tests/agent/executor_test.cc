@@ -6,12 +6,14 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "agent/lease.h"
 #include "agent/task_shim.h"
 #include "common/subprocess.h"
 #include "test_util.h"
@@ -447,6 +449,77 @@ TEST_F(ExecutorTest, OnTaskExitMayLaunch) {
   ASSERT_TRUE(ex.Launch(Shell({15, 0, 0}, "true")));
   TaskStatus st = WaitFinished(ex, {15, 1, 0});
   EXPECT_EQ(st.exit_code, 4);
+}
+
+}  // namespace
+}  // namespace cohort::agent
+
+namespace cohort::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using agent_testing::ReadFile;
+using agent_testing::TempDir;
+using agent_testing::WaitFor;
+using ::testing::HasSubstr;
+
+// Runs one task to its end under `o` and returns its status.
+TaskStatus RunOne(Executor::Options o, std::vector<std::string> command) {
+  Executor ex(std::move(o));
+  TaskSpec spec;
+  spec.key = {1, 0, 0};
+  spec.command = std::move(command);
+  EXPECT_TRUE(ex.Launch(spec));
+  TaskStatus out;
+  EXPECT_TRUE(WaitFor([&] {
+    auto s = ex.Snapshot();
+    if (s.empty() || s[0].running) return false;
+    out = s[0];
+    return true;
+  }));
+  return out;
+}
+
+TEST(ExecutorLease, TasksRunUnderTheOwnersLeaseFile) {
+  TempDir tmp;
+  SteadyTime expires = SteadyClock::now() + 300ms;
+  ASSERT_TRUE(WriteLeaseFile(tmp.Sub("tasks.lease"), Lease{expires, expires, 300ms}));
+  Executor::Options o;
+  o.work_dir = tmp.Sub("work");
+  o.shim_path = COHORT_TEST_SHIM;
+  o.lease_path = tmp.Sub("tasks.lease");
+  TaskStatus st = RunOne(o, {"sleep", "100"});  // nobody renews
+  EXPECT_EQ(st.signal, SIGKILL);
+  EXPECT_THAT(st.error, HasSubstr("did not renew the task's lease"));
+}
+
+TEST(ExecutorShim, TheLeanShimProgramRunsTasks) {
+  TempDir tmp;
+  Executor::Options o;
+  o.work_dir = tmp.Sub("work");
+  o.shim_path = COHORT_TASK_SHIM;
+  TaskStatus st = RunOne(o, {"sh", "-c", "echo from-the-task; exit 3"});
+  EXPECT_EQ(st.exit_code, 3);
+  EXPECT_EQ(st.error, "");
+  EXPECT_EQ(ReadFile(st.log_path), "from-the-task\n");
+}
+
+TEST(ExecutorShim, FindTaskShimPrefersTheLeanProgramNextToTheBinary) {
+  TempDir tmp;
+  const std::string self = tmp.Sub("cohort");
+  const std::string lean = tmp.Sub(kTaskShimProgram);
+  std::ofstream(self) << "#!/bin/sh\n";
+  ShimCommand none = FindTaskShim(self);
+  EXPECT_EQ(none.path, self);
+  EXPECT_TRUE(none.subcommand) << "the cohort binary needs the task-shim word";
+
+  std::ofstream(lean) << "#!/bin/sh\n";
+  EXPECT_EQ(FindTaskShim(self).path, self) << "a shim that cannot be executed is not used";
+
+  std::filesystem::permissions(lean, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+  ShimCommand found = FindTaskShim(self);
+  EXPECT_EQ(found.path, lean);
+  EXPECT_FALSE(found.subcommand);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "agent/lease.h"
 #include "common/json.h"
 #include "common/subprocess.h"
 #include "test_util.h"
@@ -22,7 +23,7 @@ using ::testing::HasSubstr;
 class TaskShimTest : public ::testing::Test {
  protected:
   Result<Subprocess> StartShim(std::vector<std::string> command, int grace_ms = 5000,
-                               bool with_subcommand = true) {
+                               bool with_subcommand = true, std::vector<std::string> flags = {}) {
     SpawnOptions so;
     so.argv = {COHORT_TEST_SHIM};
     if (with_subcommand) so.argv.push_back(kTaskShimCommand);
@@ -30,6 +31,7 @@ class TaskShimTest : public ::testing::Test {
       so.argv.push_back(a);
     }
     so.argv.push_back(std::to_string(grace_ms));
+    so.argv.insert(so.argv.end(), flags.begin(), flags.end());
     so.argv.push_back("--");
     so.argv.insert(so.argv.end(), command.begin(), command.end());
     so.stdout_path = log_;
@@ -43,9 +45,45 @@ class TaskShimTest : public ::testing::Test {
     return j ? *j : json();
   }
 
+  // Writes the lease file: it expires `expires_in` from now, its deadline `margin` later.
+  void WriteLease(Millis expires_in, Millis margin) {
+    lease_expires_ = SteadyClock::now() + expires_in;
+    ASSERT_TRUE(WriteLeaseFile(lease_, Lease{lease_expires_, lease_expires_ + margin, expires_in}));
+  }
+  // A shim under the lease whose task waits for `go` (after touching `ready`), then exits 0.
+  Result<Subprocess> StartLeasedShim() {
+    return StartShim({"sh", "-c", "touch " + ready_ + "; while [ ! -e " + go_ + " ]; do sleep 0.01; done"}, 5000,
+                     true, {"--lease", lease_});
+  }
+  // Starts a shim under a lease that expires in 1 s with `margin` to its deadline, waits
+  // for its task, and stops the shim (SIGSTOP) until `past` after the expiry: to the shim,
+  // a stretch in which the node did not schedule it. Then lets it go on.
+  Result<Subprocess> StartLeasedShimAndStopItPastExpiry(Millis margin, Millis past) {
+    WriteLease(1000ms, margin);
+    auto shim = StartLeasedShim();
+    if (!shim) return shim;
+    EXPECT_TRUE(WaitForFile(ready_));
+    shim->Signal(SIGSTOP);
+    std::this_thread::sleep_until(lease_expires_ + past);
+    shim->Signal(SIGCONT);
+    return shim;
+  }
+  // Waits for the shim and returns why it killed its task (the status's error); expects
+  // the task to have been SIGKILLed.
+  std::string KilledFor(Subprocess& shim) {
+    EXPECT_TRUE(shim.Wait());
+    json j = Status();
+    EXPECT_EQ(j["signal"], SIGKILL);
+    return j.value("error", "");
+  }
+
   TempDir tmp_;
   std::string log_ = tmp_.Sub("task.log");
   std::string status_ = tmp_.Sub("task.status.json");
+  std::string lease_ = tmp_.Sub("tasks.lease");
+  std::string ready_ = tmp_.Sub("ready");
+  std::string go_ = tmp_.Sub("go");
+  SteadyTime lease_expires_;
 };
 
 TEST_F(TaskShimTest, ExitsWithTheTaskCodeAndWritesStatus) {
@@ -125,6 +163,56 @@ TEST_F(TaskShimTest, BadCommandLineExits2) {
   EXPECT_EQ(st->exit_code, 2);
   EXPECT_THAT(ReadFile(log_), HasSubstr("unknown flag '--bogus'"));
   EXPECT_FALSE(std::filesystem::exists(status_));
+}
+
+TEST_F(TaskShimTest, AnExpiredLeaseKillsTheTask) {
+  ASSERT_NO_FATAL_FAILURE(WriteLease(200ms, 0ms));
+  auto shim = StartLeasedShim();
+  ASSERT_TRUE(shim);
+  // Nobody renews and nobody creates `go`.
+  EXPECT_THAT(KilledFor(*shim), HasSubstr("did not renew the task's lease for 200ms ("));
+  EXPECT_THAT(ReadFile(log_), HasSubstr("did not renew the task's lease"));
+}
+
+TEST_F(TaskShimTest, ALeaseRenewedInTimeKeepsTheTask) {
+  ASSERT_NO_FATAL_FAILURE(WriteLease(std::chrono::hours(1), 0ms));
+  auto shim = StartLeasedShim();
+  ASSERT_TRUE(shim);
+  ASSERT_TRUE(WaitForFile(ready_));
+  std::ofstream(go_) << "go";
+  auto st = shim->Wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->exit_code, 0);
+  EXPECT_EQ(Status()["error"], "");
+}
+
+// The shim was not scheduled (SIGSTOP) across its lease's expiry, and the agent renews only
+// after it runs again: the lapse is its own lateness, so the task lives.
+TEST_F(TaskShimTest, ALapseItsOwnLatenessExplainsIsForgiven) {
+  // Stopped 1.2 s past the expiry, so late by more than 1.1 s: allowed over 4.4 s past it.
+  auto shim = StartLeasedShimAndStopItPastExpiry(60s, 1200ms);
+  ASSERT_TRUE(shim);
+  ASSERT_NO_FATAL_FAILURE(WriteLease(60s, 60s));
+  std::ofstream(go_) << "go";
+  auto st = shim->Wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->exit_code, 0) << ReadFile(log_);
+  EXPECT_EQ(Status()["error"], "");
+}
+
+// The same lapse without a renewal: the task dies once the allowance is used up.
+TEST_F(TaskShimTest, TheAllowanceRunsOutWithoutARenewal) {
+  auto shim = StartLeasedShimAndStopItPastExpiry(60s, 500ms);
+  ASSERT_TRUE(shim);
+  EXPECT_THAT(KilledFor(*shim), HasSubstr("that this node's scheduling delay explains"));
+}
+
+// However late the shim ran, it never lets the task live past the lease's deadline (the
+// head's failure timeout): stopped beyond it, it kills at once when it runs again.
+TEST_F(TaskShimTest, NoAllowanceOutlivesTheDeadline) {
+  auto shim = StartLeasedShimAndStopItPastExpiry(200ms, 1000ms);
+  ASSERT_TRUE(shim);
+  EXPECT_THAT(KilledFor(*shim), HasSubstr("did not renew the task's lease for 1.0s ("));
 }
 
 }  // namespace

@@ -52,9 +52,15 @@ inline bool ProcessAlive(int pid) {
   return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
 }
 
+// The file's content; empty if it cannot be read. A /proc file of a process that exits
+// while it is read fails with ESRCH, which libstdc++ throws from the stream buffer.
 inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  } catch (const std::exception&) {
+    return std::string();
+  }
 }
 
 struct Timing {
