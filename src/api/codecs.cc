@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cctype>
 
+#include "api/spec_limits.h"
 #include "api/types.h"
 #include "common/http.h"
 
@@ -218,7 +219,9 @@ int CheckpointSignalNumber(const std::string& name) {
   return 0;
 }
 
-Result<JobSpec> JobSpecFromJson(const json& j) {
+// The spec's fields and ValidateJobSpec, without CheckSpecFitsNodes: how a stored job's
+// spec is read back.
+static Result<JobSpec> DecodeJobSpec(const json& j) {
   auto r = COHORT_TRY(ObjectReader::Open(j));
   JobSpec s;
   s.command = COHORT_TRY(r.StringList("command", std::nullopt));
@@ -265,6 +268,12 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   return s;
 }
 
+Result<JobSpec> JobSpecFromJson(const json& j) {
+  JobSpec s = COHORT_TRY(DecodeJobSpec(j));
+  COHORT_TRY_VOID(CheckSpecFitsNodes(s));
+  return s;
+}
+
 Result<void> ValidateJobSpec(const JobSpec& s) {
   if (s.command.empty()) return FieldError("command", "must name a program to run (got an empty list)");
   if (s.command[0].empty()) return FieldError("command[0]", "the program name is empty");
@@ -293,7 +302,8 @@ Result<void> ValidateJobSpec(const JobSpec& s) {
       return FieldError("env." + k, "value must be at most 32 KiB with no NUL byte");
     }
   }
-  if (!s.workdir.empty() && (s.workdir[0] != '/' || s.workdir.find('\0') != std::string::npos)) {
+  if (s.workdir.find('\0') != std::string::npos) return FieldError("workdir", "contains a NUL byte");
+  if (!s.workdir.empty() && s.workdir[0] != '/') {
     return FieldError("workdir", "must be an absolute path, got '{}'", s.workdir);
   }
   if (s.gpus_per_node % s.tasks_per_node != 0) {
@@ -377,7 +387,7 @@ Result<Job> JobFromJson(const json& j) {
   return Guard("job", [&]() -> Result<Job> {
     Job job;
     job.id = j.at("id").get<JobId>();
-    job.spec = COHORT_TRY(JobSpecFromJson(j.at("spec")));
+    job.spec = COHORT_TRY(DecodeJobSpec(j.at("spec")));
     job.state = COHORT_TRY(ParseJobState(j.at("state").get<std::string>()));
     job.reason = j.value("reason", "");
     job.attempt = j.value("attempt", 0);

@@ -87,6 +87,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"env": {"OK": 2}})", "env.OK", "must be a string"},
         BadCase{R"({"env": ["A=1"]})", "env", "object of strings"},
         BadCase{R"({"workdir": "tmp"})", "workdir", "absolute path"},
+        BadCase{R"({"workdir": "/tmp/a\u0000b"})", "workdir", "NUL byte"},
+        BadCase{R"({"workdir": "/home/../etc"})", "workdir", "must not have '..' components"},
+        BadCase{R"({"nodes": -99999999999999999999})", "nodes", "must be an integer"},
+        BadCase{R"({"nodes": 1e308})", "nodes", "must be an integer"},
+        BadCase{R"({"priority": 18446744073709551615})", "priority", "between -1000 and 1000"},
+        BadCase{R"({"time_limit_s": 9223372036854775808})", "time_limit_s", "must be between 0"},
         BadCase{R"({"gpu_per_node": 1})", "gpu_per_node", "did you mean 'gpus_per_node'"},
         BadCase{R"({"colour": 1})", "colour", "unknown field 'colour'"}));
 
