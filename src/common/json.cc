@@ -187,14 +187,16 @@ const json* ObjectReader::Find(std::string_view key) {
 
 const json* ObjectReader::Raw(std::string_view key) { return Find(key); }
 
-Result<std::string> ObjectReader::String(std::string_view key, std::optional<std::string> def) {
+Result<std::string> ObjectReader::String(std::string_view key, std::optional<std::string> def, size_t max_bytes) {
   const json* v = Find(key);
   if (!v) {
     if (def) return *def;
     return FieldError(FieldName(key), "is required");
   }
   if (!v->is_string()) return FieldError(FieldName(key), "must be a string, got {}", JsonTypeName(*v));
-  return v->get<std::string>();
+  const auto& s = v->get_ref<const std::string&>();
+  if (s.size() > max_bytes) return FieldError(FieldName(key), "must be at most {} bytes, got {}", max_bytes, s.size());
+  return s;
 }
 
 Result<int64_t> ObjectReader::Int(std::string_view key, std::optional<int64_t> def, int64_t min,

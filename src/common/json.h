@@ -65,8 +65,10 @@ class ObjectReader {
 
   bool Has(std::string_view key) const;
 
-  // A missing field takes `def`; with no default the field is required.
-  Result<std::string> String(std::string_view key, std::optional<std::string> def = std::nullopt);
+  // A missing field takes `def`; with no default the field is required. A string longer
+  // than `max_bytes` is an error naming the limit.
+  Result<std::string> String(std::string_view key, std::optional<std::string> def = std::nullopt,
+                             size_t max_bytes = SIZE_MAX);
   Result<int64_t> Int(std::string_view key, std::optional<int64_t> def, int64_t min, int64_t max);
   Result<double> Double(std::string_view key, std::optional<double> def, double min, double max);
   Result<bool> Bool(std::string_view key, std::optional<bool> def = std::nullopt);
