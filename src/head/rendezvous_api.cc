@@ -28,7 +28,7 @@ void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());
-    cluster.rendezvous().Set(*scope, key, req.body);
+    if (auto ok = cluster.rendezvous().Set(*scope, key, req.body); !ok) return SendError(res, ok.error());
     SendJson(res, json{{"ok", true}});
   });
 
