@@ -35,8 +35,8 @@ class BoundedInput : public ::testing::Test {
 
   // The jobs still run, the node is up, and the head holds the jobs it held.
   void TearDown() override {
-    for (int64_t id : running_) EXPECT_EQ(cluster_->Job(id).value("state", ""), "RUNNING") << "job " << id;
-    EXPECT_EQ(cluster_->Node("node-a").value("state", ""), "UP");
+    for (int64_t id : running_) EXPECT_EQ(State(cluster_->Job(id)), "RUNNING") << "job " << id;
+    EXPECT_EQ(State(cluster_->Node("node-a")), "UP");
     auto jobs = cluster_->client().Get("/v1/jobs?state=all");
     ASSERT_TRUE(jobs.has_value()) << jobs.error().message;
     EXPECT_EQ((*jobs)["jobs"].size(), jobs_);
@@ -45,8 +45,14 @@ class BoundedInput : public ::testing::Test {
   static std::pair<int, json> Post(const std::string& path, const std::string& body) {
     return PostRaw(*cluster_, path, body);
   }
-  static std::string Field(const json& j) { return j.is_object() ? j["error"].value("field", "") : ""; }
-  static std::string Message(const json& j) { return j.is_object() ? j["error"].value("message", "") : ""; }
+  // A job's or node's "state"; "" when the head did not answer.
+  static std::string State(const json& j) { return j.is_object() ? j.value("state", "") : ""; }
+  static std::string Field(const json& j) { return ErrorPart(j, "field"); }
+  static std::string Message(const json& j) { return ErrorPart(j, "message"); }
+  static std::string ErrorPart(const json& j, const char* key) {
+    bool error = j.is_object() && j.contains("error") && j["error"].is_object();
+    return error ? j["error"].value(key, "") : "";
+  }
 
   static std::string Write(const std::string& name, const std::string& text) {
     std::string path = cluster_->dir() + "/" + name;
