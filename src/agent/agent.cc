@@ -127,7 +127,7 @@ void Agent::StartHealthChecker() {
 }
 
 void Agent::StartThreads() {
-  server_thread_ = std::thread([this] { server_->listen_after_bind(); });
+  server_thread_ = std::thread([this] { server_->Serve(); });
   last_ok_send_ = SteadyClock::now();
   loop_thread_ = std::thread([this] { Loop(); });
   LOG_INFO("agent {} ({} GPU(s), {} CPU(s)) serving {}, head {}", config_.name, gpus_.size(), config_.cpus, url_,
@@ -407,7 +407,7 @@ void Agent::Stop() {
     executor_->WaitAllExited(Millis(timing_.kill_grace_ms + 2000));
     if (registered_) (void)HeartbeatOnce();  // report the exits now rather than at the failure timeout
   }
-  if (server_) server_->stop();
+  if (server_) server_->Stop();
 }
 
 void Agent::Wait() {

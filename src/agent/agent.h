@@ -62,6 +62,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/http.h"
+#include "common/http_server.h"
 #include "common/mutex.h"
 
 namespace httplib {
@@ -140,7 +141,7 @@ class Agent {
 
   // Set by Start, then read-only.
   AgentConfig config_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpServer> server_;
   std::string url_;
   std::vector<GpuInfo> gpus_;
   std::unique_ptr<GpuMonitor> monitor_;  // null when the node has no GPUs; thread-safe

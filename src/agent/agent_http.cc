@@ -7,17 +7,31 @@
 #include "agent/executor.h"
 #include "agent/metrics.h"
 #include "api/routes.h"
+#include "common/http_server.h"
 #include "common/log.h"
 
 namespace cohort::agent {
 
 namespace routes = api::routes;
 
+namespace {
+
+// The agent's API is small (wake-ups, logs, metrics): one pool of four threads, behind
+// HttpServer's limits on headers, bodies, slow and idle clients.
+HttpServerOptions AgentHttpOptions(const AgentConfig& c) {
+  HttpServerOptions o;
+  o.host = c.listen_host;
+  o.port = c.port;
+  o.pools = {{"agent", 4, 1024}};
+  return o;
+}
+
+}  // namespace
+
 void Agent::BuildServer() {
-  server_ = std::make_unique<httplib::Server>();
+  server_ = std::make_unique<HttpServer>(AgentHttpOptions(config_));
   auto& srv = *server_;
-  srv.new_task_queue = [] { return new httplib::ThreadPool(4); };
-  srv.Post(routes::kAgentWake, [this](const httplib::Request&, httplib::Response& res) {
+  PostWithBodyCap(srv, routes::kAgentWake, [this](const httplib::Request&, httplib::Response& res) {
     Wake();
     SendJson(res, json{{"ok", true}});
   });
@@ -27,7 +41,7 @@ void Agent::BuildServer() {
   srv.Get(routes::kMetrics,
           [this](const httplib::Request& req, httplib::Response& res) { ServeMetrics(req, res); });
   if (config_.simulated_gpus >= 0) {
-    srv.Post(routes::kAgentSimulateXid,
+    PostWithBodyCap(srv, routes::kAgentSimulateXid,
              [this](const httplib::Request& req, httplib::Response& res) { ServeSimulateXid(req, res); });
   }
   srv.Get(routes::kAgentLogs,
@@ -35,13 +49,9 @@ void Agent::BuildServer() {
 }
 
 Result<void> Agent::Listen() {
-  auto& srv = *server_;
-  int port = config_.port == 0 ? srv.bind_to_any_port(config_.listen_host)
-                               : (srv.bind_to_port(config_.listen_host, config_.port) ? config_.port : -1);
-  if (port <= 0) {
-    return Errorf(ErrorCode::kUnavailable, "agent cannot listen on {}:{}", config_.listen_host, config_.port);
-  }
-  url_ = fmt::format("http://{}:{}", config_.address, port);
+  auto port = server_->Bind();
+  if (!port) return std::unexpected(port.error());
+  url_ = fmt::format("http://{}:{}", config_.address, *port);
   return {};
 }
 

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cctype>
 
+#include "api/spec_limits.h"
 #include "api/types.h"
 #include "common/http.h"
 
@@ -25,6 +26,23 @@ bool ValidEnvName(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
   });
+}
+
+// Limits on what an agent reports. A GPU's name and UUID are NVML's (under 100 bytes);
+// a node runs at most kMaxReportedTasks tasks at once.
+constexpr size_t kMaxGpuNameBytes = 256;
+constexpr size_t kMaxReportedTasks = 65536;
+// A task's error ("cannot execute '...': ...") is kept to its first 4 KiB: a head that
+// refused a longer one would refuse the agent's heartbeats, and the node would go DOWN.
+constexpr size_t kMaxTaskErrorBytes = 4096;
+
+// `text` cut to at most `max_bytes` bytes at a UTF-8 character boundary, "..." marking a cut.
+std::string CutText(std::string text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes - 3;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  text.resize(end);
+  return text + "...";
 }
 
 template <typename F>
@@ -64,8 +82,8 @@ Result<std::vector<Gpu>> GpusFromJson(ObjectReader& r, std::string_view key) {
     auto g = COHORT_TRY(ObjectReader::Open((*v)[i], fmt::format("{}[{}]", r.FieldName(key), i)));
     Gpu gpu;
     gpu.index = static_cast<int>(COHORT_TRY(g.Int("index", std::nullopt, 0, kMaxGpusPerNode - 1)));
-    gpu.name = COHORT_TRY(g.String("name", ""));
-    gpu.uuid = COHORT_TRY(g.String("uuid", ""));
+    gpu.name = COHORT_TRY(g.String("name", "", kMaxGpuNameBytes));
+    gpu.uuid = COHORT_TRY(g.String("uuid", "", kMaxGpuNameBytes));
     gpu.memory_bytes = COHORT_TRY(g.Int("memory_bytes", 0, 0, int64_t(1) << 50));
     gpu.simulated = COHORT_TRY(g.Bool("simulated", false));
     COHORT_TRY_VOID(g.Finish());
@@ -218,7 +236,9 @@ int CheckpointSignalNumber(const std::string& name) {
   return 0;
 }
 
-Result<JobSpec> JobSpecFromJson(const json& j) {
+// The spec's fields and ValidateJobSpec, without CheckSpecFitsNodes: how a stored job's
+// spec is read back.
+static Result<JobSpec> DecodeJobSpec(const json& j) {
   auto r = COHORT_TRY(ObjectReader::Open(j));
   JobSpec s;
   s.command = COHORT_TRY(r.StringList("command", std::nullopt));
@@ -265,6 +285,12 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   return s;
 }
 
+Result<JobSpec> JobSpecFromJson(const json& j) {
+  JobSpec s = COHORT_TRY(DecodeJobSpec(j));
+  COHORT_TRY_VOID(CheckSpecFitsNodes(s));
+  return s;
+}
+
 Result<void> ValidateJobSpec(const JobSpec& s) {
   if (s.command.empty()) return FieldError("command", "must name a program to run (got an empty list)");
   if (s.command[0].empty()) return FieldError("command[0]", "the program name is empty");
@@ -293,7 +319,8 @@ Result<void> ValidateJobSpec(const JobSpec& s) {
       return FieldError("env." + k, "value must be at most 32 KiB with no NUL byte");
     }
   }
-  if (!s.workdir.empty() && (s.workdir[0] != '/' || s.workdir.find('\0') != std::string::npos)) {
+  if (s.workdir.find('\0') != std::string::npos) return FieldError("workdir", "contains a NUL byte");
+  if (!s.workdir.empty() && s.workdir[0] != '/') {
     return FieldError("workdir", "must be an absolute path, got '{}'", s.workdir);
   }
   if (s.gpus_per_node % s.tasks_per_node != 0) {
@@ -377,7 +404,7 @@ Result<Job> JobFromJson(const json& j) {
   return Guard("job", [&]() -> Result<Job> {
     Job job;
     job.id = j.at("id").get<JobId>();
-    job.spec = COHORT_TRY(JobSpecFromJson(j.at("spec")));
+    job.spec = COHORT_TRY(DecodeJobSpec(j.at("spec")));
     job.state = COHORT_TRY(ParseJobState(j.at("state").get<std::string>()));
     job.reason = j.value("reason", "");
     job.attempt = j.value("attempt", 0);
@@ -532,7 +559,7 @@ Result<Registration> RegistrationFromJson(const json& j) {
   reg.address = COHORT_TRY(r.String("address"));
   reg.agent_url = COHORT_TRY(r.String("agent_url", ""));
   reg.incarnation = COHORT_TRY(r.String("incarnation"));
-  reg.version = COHORT_TRY(r.String("version", ""));
+  reg.version = COHORT_TRY(r.String("version", "", 64));
   reg.gpus = COHORT_TRY(GpusFromJson(r, "gpus"));
   reg.cpus = static_cast<int>(COHORT_TRY(r.Int("cpus", 0, 0, 1 << 20)));
   COHORT_TRY_VOID(r.Finish());
@@ -610,7 +637,9 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
   h.free_ports = COHORT_TRY(IntList(r, "free_ports", 1, 65535, 64));
   const json* tasks = r.Raw("tasks");
   if (tasks) {
-    if (!tasks->is_array() || tasks->size() > 65536) return FieldError("tasks", "must be an array");
+    if (!tasks->is_array() || tasks->size() > kMaxReportedTasks) {
+      return FieldError("tasks", "must be an array of at most {} task reports", kMaxReportedTasks);
+    }
     for (size_t i = 0; i < tasks->size(); ++i) {
       auto t = COHORT_TRY(ObjectReader::Open((*tasks)[i], fmt::format("tasks[{}]", i)));
       TaskReport rep;
@@ -623,7 +652,7 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
       rep.cpus = static_cast<int>(COHORT_TRY(t.Int("cpus", 0, 0, 1 << 20)));
       rep.exit_code = static_cast<int>(COHORT_TRY(t.Int("exit_code", 0, -1, 255)));
       rep.signal = static_cast<int>(COHORT_TRY(t.Int("signal", 0, 0, 128)));
-      rep.error = COHORT_TRY(t.String("error", ""));
+      rep.error = CutText(COHORT_TRY(t.String("error", "")), kMaxTaskErrorBytes);
       rep.finished_ms = COHORT_TRY(t.Int("finished_ms", 0, 0, INT64_MAX));
       rep.cpu_seconds = COHORT_TRY(t.Double("cpu_seconds", 0, 0, 1e12));
       rep.rss_bytes = COHORT_TRY(t.Int("rss_bytes", 0, 0, int64_t(1) << 50));
@@ -641,10 +670,7 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
       rep.index = static_cast<int>(COHORT_TRY(g.Int("index", std::nullopt, 0, kMaxGpusPerNode - 1)));
       rep.telemetry = COHORT_TRY(TelemetryFromReport(g));
       rep.health_events = COHORT_TRY(g.Int("health_events", 0, 0, INT64_MAX));
-      rep.health_event = COHORT_TRY(g.String("health_event", ""));
-      if (rep.health_event.size() > 1024) {
-        return FieldError(g.FieldName("health_event"), "must be at most 1024 characters");
-      }
+      rep.health_event = COHORT_TRY(g.String("health_event", "", 1024));
       COHORT_TRY_VOID(g.Finish());
       h.gpus.push_back(std::move(rep));
     }

@@ -303,11 +303,15 @@ struct HeartbeatReply {
 
 // JSON codecs. FromJson validates everything and names the bad field.
 json ToJson(const JobSpec& s);
+// A spec as submitted: its fields, ValidateJobSpec, and api::CheckSpecFitsNodes (what no
+// node could start: exec's size limits, impossible working directories).
 Result<JobSpec> JobSpecFromJson(const json& j);
 // Cross-field checks, also applied by JobSpecFromJson.
 Result<void> ValidateJobSpec(const JobSpec& s);
 
 json ToJson(const Job& j);
+// A stored or replied job; its spec is checked as JobSpecFromJson checks it, except for
+// CheckSpecFitsNodes, so that jobs stored before a limit existed still load.
 Result<Job> JobFromJson(const json& j);
 json ToJson(const Gpu& g);
 json ToJson(const GpuTelemetry& t);  // unknown readings are null

@@ -9,12 +9,20 @@
 #include <filesystem>
 #include <limits>
 #include <set>
+#include <sstream>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 namespace cohort {
 namespace {
 
+// Aliases (`*a`, naming a node anchored `&a`) become copies of their node when a document
+// is converted. This bounds what a document may expand to, so that "billion laughs"
+// (anchors of lists of aliases of anchors ...) fails at once with little memory instead of
+// taking gigabytes; the nesting it may reach is kMaxJsonDepth, as for JSON. Spec files and
+// configs that share a block with an anchor copy tens to hundreds of nodes.
+constexpr size_t kMaxAliasNodes = 100'000;  // nodes copied by all aliases of one document
 
 std::unexpected<Error> InputError(std::string message) {
   return MakeError(ErrorCode::kInvalidArgument, std::move(message));
@@ -100,6 +108,128 @@ std::string Where(std::string_view source, const YAML::Mark& m) {
   return fmt::format("{}:{}:{}", source, m.line + 1, m.column + 1);
 }
 
+// Thrown by AliasChecker out of yaml-cpp's parser; caught in CheckAliases.
+struct AliasError {
+  YAML::Mark mark;
+  std::string message;
+};
+
+// Follows a document's parse events (no nodes are built) and knows, for every anchored
+// node, how many nodes it expands to and how deep it nests, so that an alias that would
+// expand the document past kMaxAliasNodes, nest it past kMaxJsonDepth, or refer to a node
+// that contains it (`a: &a [*a]`, a cycle) is refused before anything is converted.
+class AliasChecker : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {
+    anchors_.clear();
+    frames_.clear();
+    expanded_ = 0;
+  }
+  void OnDocumentEnd() override {}
+  void OnAnchor(const YAML::Mark&, const std::string& name) override { anchor_name_ = name; }
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { Leaf(anchor); }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, const std::string&) override {
+    Leaf(anchor);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(mark, anchor);
+  }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(mark, anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapEnd() override { Close(); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override;
+
+ private:
+  struct Tree {
+    size_t nodes = 1;
+    size_t height = 0;  // collections nested in it, itself included; 0 for a scalar
+  };
+  struct Anchor {
+    std::string name;
+    Tree tree;
+    bool open = false;  // a collection still being read: an alias to it is a cycle
+  };
+  struct Frame {
+    YAML::anchor_t anchor = 0;
+    Tree tree;
+  };
+
+  Anchor* Define(YAML::anchor_t anchor) {
+    if (anchor == YAML::NullAnchor) return nullptr;
+    if (anchors_.size() <= anchor) anchors_.resize(anchor + 1);
+    anchors_[anchor].name = anchor_name_;
+    return &anchors_[anchor];
+  }
+  void Leaf(YAML::anchor_t anchor) {
+    if (Anchor* a = Define(anchor)) a->tree = Tree{};
+    Add(Tree{});
+  }
+  void Open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (frames_.size() >= kMaxJsonDepth) {
+      throw AliasError{mark, fmt::format("nested more than {} levels deep", kMaxJsonDepth)};
+    }
+    if (Anchor* a = Define(anchor)) a->open = true;
+    frames_.push_back({anchor, Tree{1, 1}});
+  }
+  void Close() {
+    Frame f = frames_.back();
+    frames_.pop_back();
+    if (f.anchor != YAML::NullAnchor) {
+      anchors_[f.anchor].tree = f.tree;
+      anchors_[f.anchor].open = false;
+    }
+    Add(f.tree);
+  }
+  // Counts `child` into the collection being read.
+  void Add(const Tree& child) {
+    if (frames_.empty()) return;
+    Tree& t = frames_.back().tree;
+    t.nodes += child.nodes;
+    t.height = std::max(t.height, child.height + 1);
+  }
+
+  std::vector<Anchor> anchors_;  // by yaml-cpp's anchor number (from 1, per document)
+  std::vector<Frame> frames_;    // the collections being read, outermost first
+  std::string anchor_name_;      // the name of the anchor the next node event carries
+  size_t expanded_ = 0;          // nodes copied by this document's aliases so far
+};
+
+void AliasChecker::OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) {
+  const Anchor& a = anchors_.at(anchor);
+  if (a.open) {
+    throw AliasError{mark, fmt::format("recursive alias *{}: it refers to the node that contains it", a.name)};
+  }
+  expanded_ += a.tree.nodes;
+  if (expanded_ > kMaxAliasNodes) {
+    throw AliasError{mark, fmt::format("YAML alias expansion exceeds {} nodes (at alias *{})", kMaxAliasNodes, a.name)};
+  }
+  if (frames_.size() + a.tree.height > kMaxJsonDepth) {
+    throw AliasError{mark, fmt::format("alias *{} nests the document more than {} levels deep", a.name, kMaxJsonDepth)};
+  }
+  Add(a.tree);
+}
+
+// Reads every document of `text` with AliasChecker; syntax errors are reported as
+// YamlToJson reports them.
+Result<void> CheckAliases(std::string_view text, std::string_view source) {
+  std::istringstream in{std::string(text)};
+  YAML::Parser parser(in);
+  AliasChecker checker;
+  try {
+    while (parser.HandleNextDocument(checker)) {
+    }
+  } catch (const AliasError& e) {
+    return InputError(fmt::format("{}: {}", Where(source, e.mark), e.message));
+  } catch (const YAML::Exception& e) {
+    return InputError(fmt::format("{}: invalid YAML: {}", Where(source, e.mark), e.msg));
+  }
+  return {};
+}
+
 // `as_strings`: numbers and booleans keep their text (under a string-only field).
 Result<json> Convert(const YAML::Node& node, std::string_view source, bool as_strings,
                      const std::set<std::string, std::less<>>* string_fields = nullptr) {
@@ -183,6 +313,7 @@ Result<std::string> ReadDocumentText(const std::string& path, size_t max_bytes) 
 
 Result<json> YamlToJson(std::string_view text, std::string_view source,
                         const std::set<std::string, std::less<>>& string_fields) {
+  COHORT_TRY_VOID(CheckAliases(text, source));
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(text));
@@ -202,29 +333,25 @@ Result<json> YamlToJson(std::string_view text, std::string_view source,
 }
 
 Result<json> JsonFromText(std::string_view text, std::string_view source) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.byte is 1-based: the position of the last character read.
-    size_t pos = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < pos; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..."
-    if (size_t p = what.find(": "); p != std::string::npos && what.find("parse error") < p) {
-      what = what.substr(p + 2);
-    } else if (size_t b = what.find("] "); b != std::string::npos) {
-      what = what.substr(b + 2);
-    }
-    return InputError(fmt::format("{}:{}:{}: invalid JSON: {}", source, line, col, what));
+  auto j = ParseJsonText(text);
+  if (j) return std::move(*j);
+  const JsonParseError& e = j.error();
+  if (e.byte == 0) {
+    return InputError(e.field.empty() ? fmt::format("{}: {}", source, e.message)
+                                      : fmt::format("{}: {}: {}", source, e.field, e.message));
   }
+  // e.byte is 1-based: the position of the last character read.
+  size_t pos = std::min<size_t>(e.byte - 1, text.size());
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < pos; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return InputError(fmt::format("{}:{}:{}: invalid JSON: {}", source, line, col, e.message));
 }
 
 Result<json> LoadDocument(const std::string& path,

@@ -135,6 +135,76 @@ void SendError(httplib::Response& res, const Error& e) {
   SendJson(res, ErrorToJson(e), HttpStatusFor(e.code));
 }
 
+namespace {
+
+std::string ByteSize(size_t bytes) {
+  if (bytes % (1 << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes % (1 << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} bytes", bytes);
+}
+
+// Replies with `message` and asks for the connection to close: the rest of the body was
+// not read, and would otherwise be parsed as the next request.
+void RejectBody(httplib::Response& res, int status, std::string message) {
+  SendJson(res, ErrorToJson(Error{ErrorCode::kInvalidArgument, std::move(message)}), status);
+  res.set_header("Connection", "close");
+}
+
+// The Content-Length a request declares; 0 for none or a chunked body.
+size_t DeclaredLength(const httplib::Request& req) {
+  if (!req.has_header("Content-Length") || req.get_header_value("Transfer-Encoding") == "chunked") return 0;
+  std::string text = req.get_header_value("Content-Length");
+  size_t n = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  return ec == std::errc::result_out_of_range ? SIZE_MAX : n;
+}
+
+void ServeWithBodyCap(const HttpHandler& handler, size_t max_bytes, const httplib::Request& req,
+                      httplib::Response& res, const httplib::ContentReader& reader) {
+  if (req.is_multipart_form_data()) return RejectBody(res, 415, "request body must be JSON, not multipart/form-data");
+  if (DeclaredLength(req) > max_bytes) return RejectBody(res, 413, BodyTooLargeMessage(max_bytes));
+  std::string body;
+  bool too_large = false;
+  bool ok = reader([&](const char* data, size_t n) {
+    too_large = n > max_bytes - body.size();
+    if (!too_large) body.append(data, n);
+    return !too_large;
+  });
+  if (too_large || res.status == 413) return RejectBody(res, 413, BodyTooLargeMessage(max_bytes));
+  if (res.status == 415) return RejectBody(res, 415, "request body has an unsupported Content-Encoding");
+  if (!ok) {
+    return RejectBody(res, 400, fmt::format("request body could not be read whole (a malformed chunk, more than {} "
+                                            "on the wire, or the client stopped sending)",
+                                            ByteSize(max_bytes)));
+  }
+  // httplib hands content-reader handlers a const Request, but the object is a non-const
+  // local of the thread serving the connection (Server::process_request), and body is the
+  // field httplib's own reader fills for every other handler.
+  const_cast<httplib::Request&>(req).body = std::move(body);
+  handler(req, res);
+}
+
+httplib::Server::HandlerWithContentReader CappedHandler(HttpHandler handler, size_t max_bytes) {
+  return [handler = std::move(handler), max_bytes](const httplib::Request& req, httplib::Response& res,
+                                                   const httplib::ContentReader& reader) {
+    ServeWithBodyCap(handler, max_bytes, req, res, reader);
+  };
+}
+
+}  // namespace
+
+std::string BodyTooLargeMessage(size_t max_bytes) {
+  return fmt::format("request body is too large (at most {})", ByteSize(max_bytes));
+}
+
+void PostWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler, size_t max_bytes) {
+  server.Post(pattern, CappedHandler(std::move(handler), max_bytes));
+}
+
+void PutWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler, size_t max_bytes) {
+  server.Put(pattern, CappedHandler(std::move(handler), max_bytes));
+}
+
 Result<int64_t> ParseIntParam(std::string_view text, std::string_view field, int64_t min, int64_t max) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);

@@ -7,6 +7,7 @@
 // one client may be used from several threads at once.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -86,6 +87,26 @@ class ListenBacklog {
 // Server side.
 void SendJson(httplib::Response& res, const json& body, int status = 200);
 void SendError(httplib::Response& res, const Error& e);
+
+// The most a request body may hold, once decoded, on the head's and the agents' APIs.
+inline constexpr size_t kMaxRequestBodyBytes = 4 << 20;
+
+using HttpHandler = std::function<void(const httplib::Request&, httplib::Response&)>;
+
+// Registers `handler` for POST (PUT) requests matching `pattern`, with the body read into
+// req.body before it runs, chunked or not, up to `max_bytes` once decoded: httplib checks
+// only a Content-Length against its payload limit and reads a chunked body whole. A body
+// past the cap is answered 413 "request body is too large (at most 4 MiB)" as soon as it
+// passes it (a declared Content-Length past it, before any is read), a multipart one 415,
+// an unreadable one 400; each of those replies says "Connection: close", since the rest of
+// the body was not read (HttpServer then closes the connection).
+void PostWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler,
+                     size_t max_bytes = kMaxRequestBodyBytes);
+void PutWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler,
+                    size_t max_bytes = kMaxRequestBodyBytes);
+
+// "request body is too large (at most 4 MiB)".
+std::string BodyTooLargeMessage(size_t max_bytes);
 
 // Parses a decimal integer in [min, max] from a path or query parameter; the error names
 // `field` ("limit: must be an integer from 1 to 1000000, got 'x'").

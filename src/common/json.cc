@@ -5,20 +5,130 @@
 
 namespace cohort {
 
-Result<json> ParseJson(std::string_view text, std::string_view what) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    // Re-parse with exceptions only to learn where the syntax error is.
-    try {
-      json unused = json::parse(text);
-      (void)unused;
-    } catch (const json::parse_error& e) {
-      return Errorf(ErrorCode::kInvalidArgument, "{} is not valid JSON: syntax error at byte {}",
-                    what, e.byte);
+namespace {
+
+// Thrown by the parse callback when the text nests deeper than kMaxJsonDepth; caught in
+// ParseJsonText and never outside this file.
+struct TooDeep {};
+
+// Follows nlohmann's parse events to know which field the parser is in, so that an error
+// the lexer finds (a number out of range) names the field, and to refuse deep nesting
+// before anything recursive walks the value.
+class FieldTracker {
+ public:
+  bool On(json::parse_event_t event, const json& parsed) {
+    using E = json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        if (frames_.size() == kMaxJsonDepth) throw TooDeep{};
+        frames_.push_back({event == E::array_start, 0, {}});
+        break;
+      case E::key:
+        frames_.back().key = parsed.get<std::string>();
+        break;
+      case E::object_end:
+      case E::array_end:
+        frames_.pop_back();
+        ElementDone();
+        break;
+      case E::value:
+        ElementDone();
+        break;
     }
-    return Errorf(ErrorCode::kInvalidArgument, "{} is not valid JSON", what);
+    return true;
   }
-  return j;
+
+  // "tasks[2].rss_bytes": where the parser is now; empty at the top level.
+  std::string Path() const {
+    std::string out;
+    for (const Frame& f : frames_) {
+      if (f.array) {
+        out += fmt::format("[{}]", f.index);
+      } else if (!f.key.empty()) {
+        out += (out.empty() ? "" : ".") + f.key;
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    size_t index = 0;  // arrays: the element being read
+    std::string key;   // objects: the latest key read
+  };
+
+  void ElementDone() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+
+  std::vector<Frame> frames_;
+};
+
+std::string Shorten(std::string s, size_t max_chars) {
+  if (s.size() > max_chars) {
+    s.resize(max_chars);
+    s += "...";
+  }
+  return s;
+}
+
+// nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: syntax
+// error ..." without the exception's name and the position.
+std::string SyntaxMessage(const json::parse_error& e) {
+  std::string what = e.what();
+  if (size_t p = what.find(": "); p != std::string::npos && what.find("parse error") < p) {
+    what = what.substr(p + 2);
+  } else if (size_t b = what.find("] "); b != std::string::npos) {
+    what = what.substr(b + 2);
+  }
+  return Shorten(std::move(what), 300);
+}
+
+// "number out of range: 1e400" from nlohmann's "... number overflow parsing '1e400'".
+std::string OutOfRangeMessage(const json::exception& e) {
+  std::string what = e.what();
+  size_t open = what.find('\'');
+  size_t close = what.rfind('\'');
+  if (open == std::string::npos || close <= open) return "number out of range";
+  return "number out of range: " + Shorten(what.substr(open + 1, close - open - 1), 40);
+}
+
+}  // namespace
+
+std::expected<json, JsonParseError> ParseJsonText(std::string_view text) {
+  FieldTracker tracker;
+  auto callback = [&tracker](int, json::parse_event_t event, json& parsed) { return tracker.On(event, parsed); };
+  try {
+    return json::parse(text, callback);
+  } catch (const json::parse_error& e) {
+    return std::unexpected(JsonParseError{e.byte, tracker.Path(), SyntaxMessage(e)});
+  } catch (const json::exception& e) {
+    return std::unexpected(JsonParseError{0, tracker.Path(), OutOfRangeMessage(e)});
+  } catch (const TooDeep&) {
+    return std::unexpected(
+        JsonParseError{0, {}, fmt::format("arrays and objects nested more than {} levels deep", kMaxJsonDepth)});
+  }
+}
+
+Result<json> ParseJson(std::string_view text, std::string_view what) {
+  auto j = ParseJsonText(text);
+  if (j) return std::move(*j);
+  const JsonParseError& e = j.error();
+  if (e.byte > 0) {
+    return Errorf(ErrorCode::kInvalidArgument, "{} is not valid JSON: syntax error at byte {}", what, e.byte);
+  }
+  if (!e.field.empty()) return FieldError(e.field, "{}", e.message);
+  return Errorf(ErrorCode::kInvalidArgument, "{}: {}", what, e.message);
+}
+
+std::string JsonValueText(const json& j, size_t max_chars) {
+  if (j.is_number_float() && !std::isfinite(j.get<double>())) {
+    double d = j.get<double>();
+    return std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf";
+  }
+  return Shorten(j.dump(-1, ' ', false, json::error_handler_t::replace), max_chars);
 }
 
 std::string_view JsonTypeName(const json& j) {
@@ -77,14 +187,16 @@ const json* ObjectReader::Find(std::string_view key) {
 
 const json* ObjectReader::Raw(std::string_view key) { return Find(key); }
 
-Result<std::string> ObjectReader::String(std::string_view key, std::optional<std::string> def) {
+Result<std::string> ObjectReader::String(std::string_view key, std::optional<std::string> def, size_t max_bytes) {
   const json* v = Find(key);
   if (!v) {
     if (def) return *def;
     return FieldError(FieldName(key), "is required");
   }
   if (!v->is_string()) return FieldError(FieldName(key), "must be a string, got {}", JsonTypeName(*v));
-  return v->get<std::string>();
+  const auto& s = v->get_ref<const std::string&>();
+  if (s.size() > max_bytes) return FieldError(FieldName(key), "must be at most {} bytes, got {}", max_bytes, s.size());
+  return s;
 }
 
 Result<int64_t> ObjectReader::Int(std::string_view key, std::optional<int64_t> def, int64_t min,
@@ -97,7 +209,7 @@ Result<int64_t> ObjectReader::Int(std::string_view key, std::optional<int64_t> d
   int64_t x = 0;
   if (v->is_number_integer()) {
     if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) {
-      return FieldError(FieldName(key), "must be between {} and {}, got {}", min, max, v->dump());
+      return FieldError(FieldName(key), "must be between {} and {}, got {}", min, max, JsonValueText(*v));
     }
     x = v->get<int64_t>();
   } else if (v->is_number_float() && std::isfinite(v->get<double>()) &&
@@ -105,7 +217,7 @@ Result<int64_t> ObjectReader::Int(std::string_view key, std::optional<int64_t> d
              std::fabs(v->get<double>()) < 9e15) {
     x = static_cast<int64_t>(v->get<double>());
   } else {
-    return FieldError(FieldName(key), "must be an integer, got {} {}", JsonTypeName(*v), v->dump());
+    return FieldError(FieldName(key), "must be an integer, got {} {}", JsonTypeName(*v), JsonValueText(*v));
   }
   if (x < min || x > max) {
     return FieldError(FieldName(key), "must be between {} and {}, got {}", min, max, x);
@@ -123,7 +235,7 @@ Result<double> ObjectReader::Double(std::string_view key, std::optional<double> 
   if (!v->is_number()) return FieldError(FieldName(key), "must be a number, got {}", JsonTypeName(*v));
   double x = v->get<double>();
   if (!std::isfinite(x) || x < min || x > max) {
-    return FieldError(FieldName(key), "must be between {} and {}, got {}", min, max, v->dump());
+    return FieldError(FieldName(key), "must be between {} and {}, got {}", min, max, JsonValueText(*v));
   }
   return x;
 }

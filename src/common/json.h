@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <expected>
 #include <map>
 #include <optional>
 #include <set>
@@ -23,8 +24,33 @@ namespace cohort {
 
 using json = nlohmann::json;
 
-// Parses text as JSON; a syntax error becomes kInvalidArgument with the byte offset.
+// JSON from outside is nested at most this deep (arrays and objects): nlohmann's dump,
+// copy and comparison recurse once per level, so a 4 MiB body of '[' would overflow a
+// thread's stack. Real bodies, specs and configs nest fewer than ten levels.
+inline constexpr size_t kMaxJsonDepth = 64;
+
+// Why JSON text did not parse. `byte` is the 1-based offset of a syntax error (0: the
+// error has no position); `field` is the field being read when the parser gave up
+// ("tasks[2].rss_bytes", empty at the top level); `message` says what is wrong, without
+// either ("number out of range: 1e400").
+struct JsonParseError {
+  size_t byte = 0;
+  std::string field;
+  std::string message;
+};
+
+// Parses text as JSON, refusing syntax errors, numbers beyond a double (1e400, -1e400)
+// and nesting deeper than kMaxJsonDepth. Never throws.
+std::expected<json, JsonParseError> ParseJsonText(std::string_view text);
+
+// ParseJsonText with kInvalidArgument errors: a syntax error names `what` and the byte
+// offset ("request body is not valid JSON: syntax error at byte 12"); a number out of
+// range names its field ("nodes: number out of range: 1e400"), or `what` at the top level.
 Result<json> ParseJson(std::string_view text, std::string_view what = "request body");
+
+// A value as messages show it: dump(), except that non-finite numbers (which dump() writes
+// as null) read "inf", "-inf" or "nan", and long values are cut at `max_chars`.
+std::string JsonValueText(const json& j, size_t max_chars = 200);
 
 // Human name of a JSON value's type ("string", "integer", "array").
 std::string_view JsonTypeName(const json& j);
@@ -39,8 +65,10 @@ class ObjectReader {
 
   bool Has(std::string_view key) const;
 
-  // A missing field takes `def`; with no default the field is required.
-  Result<std::string> String(std::string_view key, std::optional<std::string> def = std::nullopt);
+  // A missing field takes `def`; with no default the field is required. A string longer
+  // than `max_bytes` is an error naming the limit.
+  Result<std::string> String(std::string_view key, std::optional<std::string> def = std::nullopt,
+                             size_t max_bytes = SIZE_MAX);
   Result<int64_t> Int(std::string_view key, std::optional<int64_t> def, int64_t min, int64_t max);
   Result<double> Double(std::string_view key, std::optional<double> def, double min, double max);
   Result<bool> Bool(std::string_view key, std::optional<bool> def = std::nullopt);

@@ -4,7 +4,7 @@
 namespace cohort::head {
 
 void RegisterAgentRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Post(api::routes::kAgentRegister, [&](const httplib::Request& req, httplib::Response& res) {
+  PostWithBodyCap(server, api::routes::kAgentRegister, [&](const httplib::Request& req, httplib::Response& res) {
     auto body = BodyJson(req);
     if (!body) return SendError(res, body.error());
     auto reg = api::RegistrationFromJson(*body);
@@ -13,7 +13,7 @@ void RegisterAgentRoutes(httplib::Server& server, Cluster& cluster) {
     Reply(res, timing, [](const api::AgentTiming& t) { return json{{"timing", api::ToJson(t)}}; });
   });
 
-  server.Post(api::routes::kAgentHeartbeatPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  PostWithBodyCap(server, api::routes::kAgentHeartbeatPattern, [&](const httplib::Request& req, httplib::Response& res) {
     auto body = BodyJson(req);
     if (!body) return SendError(res, body.error());
     auto hb = api::HeartbeatFromJson(*body);

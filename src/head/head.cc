@@ -129,11 +129,12 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   PreferGzipOverBrotli(srv);
   srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    ErrorCode code = res.status == 404 ? ErrorCode::kNotFound
-                     : res.status == 413 ? ErrorCode::kInvalidArgument
-                                         : ErrorCode::kInternal;
+    ErrorCode code = res.status == 404  ? ErrorCode::kNotFound
+                     : res.status < 500 ? ErrorCode::kInvalidArgument
+                                        : ErrorCode::kInternal;
     std::string msg = res.status == 404   ? fmt::format("no such endpoint: {} {}", req.method, req.path)
-                      : res.status == 413 ? "request body is too large (at most 4 MiB)"
+                      : res.status == 413 ? BodyTooLargeMessage(kMaxRequestBodyBytes)
+                      : res.status == 400 ? "the request could not be read: malformed, or its body past 4 MiB"
                                           : fmt::format("HTTP {}", res.status);
     int status = res.status;
     SendJson(res, ErrorToJson(Error{code, msg}), status);

@@ -34,7 +34,7 @@ Result<JobFilter> ParseFilter(const httplib::Request& req) {
 }  // namespace
 
 void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Post(api::routes::kJobs, [&](const httplib::Request& req, httplib::Response& res) {
+  PostWithBodyCap(server, api::routes::kJobs, [&](const httplib::Request& req, httplib::Response& res) {
     auto body = BodyJson(req);
     if (!body) return SendError(res, body.error());
     auto spec = api::JobSpecFromJson(*body);
@@ -90,7 +90,7 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
     });
   });
 
-  server.Post(api::routes::kJobCancelPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  PostWithBodyCap(server, api::routes::kJobCancelPattern, [&](const httplib::Request& req, httplib::Response& res) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");
     if (!id) return SendError(res, id.error());
     auto job = cluster.Cancel(*id);

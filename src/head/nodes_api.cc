@@ -31,7 +31,7 @@ void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
     Reply(res, cluster.GetNode(req.matches[1].str()), to_json);
   });
 
-  server.Post(api::routes::kNodeDrainPattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
+  PostWithBodyCap(server, api::routes::kNodeDrainPattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
     // Body (optional): {"reason": text, "now": bool, "timeout_s": N}. With now, the jobs on
     // the node are asked to checkpoint and moved (after a new checkpoint, or timeout_s).
     std::string reason;
@@ -57,7 +57,7 @@ void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
     Reply(res, cluster.Drain(req.matches[1].str(), reason, now, timeout_s * 1000), to_json);
   });
 
-  server.Post(api::routes::kNodeResumePattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
+  PostWithBodyCap(server, api::routes::kNodeResumePattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
     Reply(res, cluster.Resume(req.matches[1].str()), to_json);
   });
 }

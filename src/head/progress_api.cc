@@ -6,7 +6,7 @@
 namespace cohort::head {
 
 void RegisterProgressRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Post(api::routes::kReportPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  PostWithBodyCap(server, api::routes::kReportPattern, [&](const httplib::Request& req, httplib::Response& res) {
     auto scope = cluster.RendezvousFor(req.matches[1].str());
     if (!scope) return SendError(res, scope.error());
     auto body = BodyJson(req);

@@ -74,12 +74,29 @@ Result<RendezvousScope> RendezvousStore::Verify(const std::string& token) const 
   return s;
 }
 
-void RendezvousStore::Set(const RendezvousScope& scope, const std::string& key, std::string value) {
+Result<void> RendezvousStore::StoreLocked(const RendezvousScope& scope, const std::string& key, std::string value) {
+  auto entry_bytes = [&](const std::string& v) { return key.size() + v.size() + kEntryOverheadBytes; };
+  Keys& keys = keys_[scope];
+  auto it = keys.values.find(key);
+  size_t bytes = keys.bytes - (it == keys.values.end() ? 0 : entry_bytes(it->second)) + entry_bytes(value);
+  if (bytes > kMaxBytesPerAttempt) {
+    return Errorf(ErrorCode::kResourceExhausted,
+                  "the rendezvous store of job {} attempt {} would hold {} MiB; it holds at most {} MiB per attempt "
+                  "(addresses, ids and counters, not data)",
+                  scope.job, scope.attempt, bytes >> 20, kMaxBytesPerAttempt >> 20);
+  }
+  keys.bytes = bytes;
+  keys.values.insert_or_assign(key, std::move(value));
+  return {};
+}
+
+Result<void> RendezvousStore::Set(const RendezvousScope& scope, const std::string& key, std::string value) {
   {
     MutexLock lock(mu_);
-    keys_[scope][key] = std::move(value);
+    COHORT_TRY_VOID(StoreLocked(scope, key, std::move(value)));
   }
   cv_.NotifyAll();
+  return {};
 }
 
 std::optional<std::string> RendezvousStore::Get(const RendezvousScope& scope, const std::string& key, Millis wait) {
@@ -89,8 +106,8 @@ std::optional<std::string> RendezvousStore::Get(const RendezvousScope& scope, co
     mu_.AssertHeld();
     auto s = keys_.find(scope);
     if (s == keys_.end()) return false;
-    auto k = s->second.find(key);
-    if (k == s->second.end()) return false;
+    auto k = s->second.values.find(key);
+    if (k == s->second.values.end()) return false;
     out = k->second;
     return true;
   });
@@ -101,16 +118,22 @@ Result<int64_t> RendezvousStore::Add(const RendezvousScope& scope, const std::st
   int64_t sum = 0;
   {
     MutexLock lock(mu_);
-    std::string& v = keys_[scope][key];
     int64_t cur = 0;
-    if (!v.empty()) {
-      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), cur);
-      if (ec != std::errc() || p != v.data() + v.size()) {
-        return Errorf(ErrorCode::kFailedPrecondition, "key '{}' holds a value that is not an integer", key);
+    if (auto s = keys_.find(scope); s != keys_.end()) {
+      if (auto k = s->second.values.find(key); k != s->second.values.end() && !k->second.empty()) {
+        const std::string& v = k->second;
+        auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), cur);
+        if (ec != std::errc() || p != v.data() + v.size()) {
+          return Errorf(ErrorCode::kFailedPrecondition, "key '{}' holds a value that is not an integer", key);
+        }
       }
     }
-    sum = cur + delta;
-    v = std::to_string(sum);
+    if (__builtin_add_overflow(cur, delta, &sum)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("delta: adding {} to key '{}' ({}) overflows a 64-bit integer", delta, key, cur),
+                       "delta");
+    }
+    COHORT_TRY_VOID(StoreLocked(scope, key, std::to_string(sum)));
   }
   cv_.NotifyAll();
   return sum;
@@ -129,7 +152,7 @@ void RendezvousStore::DropJob(api::JobId job) {
 size_t RendezvousStore::KeyCount() const {
   MutexLock lock(mu_);
   size_t n = 0;
-  for (const auto& [scope, keys] : keys_) n += keys.size();
+  for (const auto& [scope, keys] : keys_) n += keys.values.size();
   return n;
 }
 

@@ -38,20 +38,36 @@ class RendezvousStore {
   // Checks a token's MAC; kNotFound (deliberately vague) when it is not one of ours.
   Result<RendezvousScope> Verify(const std::string& token) const;
 
-  void Set(const RendezvousScope& scope, const std::string& key, std::string value);
+  // What one attempt's keys and values may take of the head's memory together, each key
+  // counted with kEntryOverheadBytes for the map. Rendezvous data is addresses, ids and
+  // counters: kilobytes per rank.
+  static constexpr size_t kMaxBytesPerAttempt = 64 << 20;
+  static constexpr size_t kEntryOverheadBytes = 64;
+
+  // kResourceExhausted when the attempt's keys would pass kMaxBytesPerAttempt.
+  Result<void> Set(const RendezvousScope& scope, const std::string& key, std::string value);
   // The value, waiting up to `wait` for it; nullopt if still absent (or the scope dropped).
   std::optional<std::string> Get(const RendezvousScope& scope, const std::string& key, Millis wait);
-  // kFailedPrecondition if the key holds something other than an integer.
+  // kFailedPrecondition if the key holds something other than an integer; kInvalidArgument
+  // (field "delta") if the sum would overflow 64 bits; kResourceExhausted as Set.
   Result<int64_t> Add(const RendezvousScope& scope, const std::string& key, int64_t delta);
   // Forgets every key of every attempt of `job` and wakes its waiters.
   void DropJob(api::JobId job);
   size_t KeyCount() const;
 
  private:
+  struct Keys {
+    std::map<std::string, std::string> values;
+    size_t bytes = 0;  // of values and their keys, with kEntryOverheadBytes each
+  };
+
+  // Sets `key` in `scope` unless that passes kMaxBytesPerAttempt.
+  Result<void> StoreLocked(const RendezvousScope& scope, const std::string& key, std::string value) REQUIRES(mu_);
+
   const std::string secret_;
   mutable Mutex mu_;
   CondVar cv_;  // signalled after every Set, Add and DropJob
-  std::map<RendezvousScope, std::map<std::string, std::string>> keys_ GUARDED_BY(mu_);
+  std::map<RendezvousScope, Keys> keys_ GUARDED_BY(mu_);
 };
 
 // A new random secret (32 bytes, hex) for a fresh state store.

@@ -24,11 +24,11 @@ Result<RendezvousScope> ScopeOf(Cluster& cluster, const httplib::Request& req, c
 }  // namespace
 
 void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Put(api::routes::kRendezvousKeyPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  PutWithBodyCap(server, api::routes::kRendezvousKeyPattern, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());
-    cluster.rendezvous().Set(*scope, key, req.body);
+    if (auto ok = cluster.rendezvous().Set(*scope, key, req.body); !ok) return SendError(res, ok.error());
     SendJson(res, json{{"ok", true}});
   });
 
@@ -45,7 +45,7 @@ void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
     res.set_content(std::move(*value), "application/octet-stream");
   });
 
-  server.Post(api::routes::kRendezvousAddPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  PostWithBodyCap(server, api::routes::kRendezvousAddPattern, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());

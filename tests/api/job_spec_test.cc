@@ -87,6 +87,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"env": {"OK": 2}})", "env.OK", "must be a string"},
         BadCase{R"({"env": ["A=1"]})", "env", "object of strings"},
         BadCase{R"({"workdir": "tmp"})", "workdir", "absolute path"},
+        BadCase{R"({"workdir": "/tmp/a\u0000b"})", "workdir", "NUL byte"},
+        BadCase{R"({"workdir": "/home/../etc"})", "workdir", "must not have '..' components"},
+        BadCase{R"({"nodes": -99999999999999999999})", "nodes", "must be an integer"},
+        BadCase{R"({"nodes": 1e308})", "nodes", "must be an integer"},
+        BadCase{R"({"priority": 18446744073709551615})", "priority", "between -1000 and 1000"},
+        BadCase{R"({"time_limit_s": 9223372036854775808})", "time_limit_s", "must be between 0"},
         BadCase{R"({"gpu_per_node": 1})", "gpu_per_node", "did you mean 'gpus_per_node'"},
         BadCase{R"({"colour": 1})", "colour", "unknown field 'colour'"}));
 
@@ -94,6 +100,30 @@ TEST(JobSpec, NotAnObject) {
   auto s = JobSpecFromJson(json::array());
   ASSERT_FALSE(s.has_value());
   EXPECT_NE(s.error().message.find("JSON object"), std::string::npos);
+}
+
+TEST(Heartbeat, ReportsAreBounded) {
+  json hb = {{"incarnation", "abc"}, {"tasks", json::array()}};
+  for (int i = 0; i < 65537; ++i) hb["tasks"].push_back(json::object());
+  auto many = HeartbeatFromJson(hb);
+  ASSERT_FALSE(many.has_value());
+  EXPECT_EQ(many.error().message, "tasks: must be an array of at most 65536 task reports");
+
+  // A long task error is kept to its first 4 KiB (refusing it would refuse the node's
+  // heartbeats), cut between UTF-8 characters.
+  json task = {{"job", 1}, {"attempt", 0}, {"rank", 0}, {"running", false}, {"error", std::string(4092, 'a') + "\xc3\xa9zzz"}};
+  auto cut = HeartbeatFromJson({{"incarnation", "abc"}, {"tasks", json::array({task})}});
+  ASSERT_TRUE(cut.has_value()) << cut.error().message;
+  EXPECT_EQ(cut->tasks[0].error, std::string(4092, 'a') + "...");
+
+  json gpu = {{"index", 0}, {"name", std::string(300, 'g')}};
+  auto reg = RegistrationFromJson({{"name", "n1"}, {"address", "10.0.0.1"}, {"incarnation", "i1"}, {"gpus", json::array({gpu})}});
+  ASSERT_FALSE(reg.has_value());
+  EXPECT_EQ(reg.error().message, "gpus[0].name: must be at most 256 bytes, got 300");
+  auto version = RegistrationFromJson(
+      {{"name", "n1"}, {"address", "10.0.0.1"}, {"incarnation", "i1"}, {"version", std::string(65, 'v')}});
+  ASSERT_FALSE(version.has_value());
+  EXPECT_EQ(version.error().field, "version");
 }
 
 TEST(Heartbeat, RoundTripAndValidation) {

@@ -1,6 +1,7 @@
 #include <signal.h>
 
 #include <fstream>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +17,44 @@ TEST(Json, ParseErrorsSayWhere) {
   auto r = ParseJson("{\"a\": ", "spec");
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.error().message.find("spec is not valid JSON"), std::string::npos) << r.error().message;
+}
+
+TEST(Json, NumbersBeyondADoubleNameTheirField) {
+  for (const char* number : {"1e400", "-1e400", "1" "000000000000000000000000000000000000000e380"}) {
+    std::string body = std::string("{\"tasks\": [{}, {}, {\"rss_bytes\": ") + number + "}]}";
+    auto r = ParseJson(body);
+    ASSERT_FALSE(r.has_value()) << body;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(r.error().field, "tasks[2].rss_bytes") << r.error().message;
+    EXPECT_NE(r.error().message.find("tasks[2].rss_bytes: number out of range: "), std::string::npos)
+        << r.error().message;
+  }
+  auto top = ParseJson("1e400", "request body");
+  ASSERT_FALSE(top.has_value());
+  EXPECT_EQ(top.error().message, "request body: number out of range: 1e400");
+  // Tiny numbers round to zero; they are not out of range.
+  EXPECT_TRUE(ParseJson("{\"x\": 1e-400}").has_value());
+}
+
+TEST(Json, NestingIsBounded) {
+  auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  EXPECT_TRUE(ParseJson(nested(kMaxJsonDepth)).has_value());
+  auto deep = ParseJson("{\"nodes\": " + nested(kMaxJsonDepth) + "}");
+  ASSERT_FALSE(deep.has_value());
+  EXPECT_EQ(deep.error().message, "request body: arrays and objects nested more than 64 levels deep");
+  // Far deeper than any stack could walk: still a plain error, not a crash.
+  EXPECT_FALSE(ParseJson(nested(2'000'000)).has_value());
+}
+
+TEST(Json, ValueTextShowsNonFiniteNumbersAndCutsLongValues) {
+  EXPECT_EQ(JsonValueText(json(std::numeric_limits<double>::infinity())), "inf");
+  EXPECT_EQ(JsonValueText(json(-std::numeric_limits<double>::infinity())), "-inf");
+  EXPECT_EQ(JsonValueText(json(std::string(500, 'x')), 10), "\"xxxxxxxxx...");
+  json j = {{"n", std::numeric_limits<double>::infinity()}};
+  auto r = ObjectReader::Open(j);
+  auto n = r->Int("n", std::nullopt, 0, 10);
+  ASSERT_FALSE(n.has_value());
+  EXPECT_EQ(n.error().message, "n: must be an integer, got number inf");
 }
 
 TEST(Json, ReaderChecksTypesRangesAndUnknownFields) {

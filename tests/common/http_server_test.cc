@@ -14,8 +14,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/http.h"
 #include "common/json.h"
 #include "common/prometheus.h"
+#include "raw_http.h"
 
 namespace cohort {
 namespace {
@@ -222,6 +224,21 @@ TEST(HttpServer, AChunkedBodyOverTheCapFailsTheRequest) {
   std::string all = c.ReadUntilClosed();
   EXPECT_FALSE(handled);
   EXPECT_EQ(all.find("HTTP/1.1 200"), std::string::npos) << all.substr(0, 200);
+}
+
+// A route registered with PostWithBodyCap answers a chunked body past the cap with 413
+// naming it; the server then closes the connection, whose unread rest is never parsed.
+TEST(HttpServer, ACappedRouteAnswersAnEndlessChunkedBody413) {
+  Running r(SmallOptions(), [](HttpServer& s) {
+    PostWithBodyCap(s, "/capped", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  });
+  testing::MemoryWatch memory;
+  auto reply = testing::RawUpload(r.port(), testing::ChunkedPost("/capped"), int64_t(300) << 20, /*chunked=*/true);
+  EXPECT_EQ(reply.status, 413) << reply.text.substr(0, 300);
+  EXPECT_EQ(testing::ReplyErrorMessage(reply.text), "request body is too large (at most 4 MiB)");
+  EXPECT_TRUE(reply.closed);
+  EXPECT_LT(reply.sent, int64_t(300) << 20);
+  EXPECT_LT(memory.PeakGrowth(), int64_t(64) << 20);
 }
 
 TEST(HttpServer, ConnectionsPerClientAreCapped) {

@@ -21,13 +21,8 @@ class BadInput : public ::testing::Test {
     cluster_ = nullptr;
   }
 
-  // Raw POST so malformed bodies reach the server as written.
   static std::pair<int, json> Post(const std::string& path, const std::string& body) {
-    auto url = ParseHttpUrl(cluster_->url());
-    httplib::Client cli(url->host, url->port);
-    auto r = cli.Post(path, body, "application/json");
-    if (!r) return {0, json()};
-    return {r->status, json::parse(r->body, nullptr, false)};
+    return PostRaw(*cluster_, path, body);
   }
   static std::pair<int, json> Get(const std::string& path) {
     auto url = ParseHttpUrl(cluster_->url());

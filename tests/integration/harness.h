@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "common/http.h"
 #include "common/json.h"
@@ -205,6 +206,51 @@ class LocalCluster {
   Subprocess head_;
   std::map<std::string, Subprocess> agents_;
 };
+
+// POSTs `body` to the cluster's head exactly as written, so that malformed bodies reach it;
+// returns the status (0: no reply) and the reply parsed as JSON (discarded if it is not).
+inline std::pair<int, json> PostRaw(const LocalCluster& c, const std::string& path, const std::string& body) {
+  auto url = ParseHttpUrl(c.url());
+  httplib::Client cli(url->host, url->port);
+  auto r = cli.Post(path, body, "application/json");
+  if (!r) return {0, json()};
+  return {r->status, json::parse(r->body, nullptr, false)};
+}
+
+struct CliResult {
+  ExitStatus status;
+  std::string output;  // standard output
+  std::string errors;  // standard error
+};
+
+// Runs `argv` (a cohort command, or a shell that execs one) with its output in the
+// cluster's directory; a command that does not finish in 30 s is killed and fails the test.
+inline CliResult RunCli(const LocalCluster& c, const std::vector<std::string>& argv) {
+  SpawnOptions o;
+  o.argv = argv;
+  o.stdout_path = c.dir() + "/cli.out";
+  o.stderr_path = c.dir() + "/cli.err";
+  std::filesystem::remove(o.stdout_path);
+  std::filesystem::remove(o.stderr_path);
+  auto p = Subprocess::Spawn(o);
+  EXPECT_TRUE(p.has_value());
+  if (!p) return {};
+  auto st = p->WaitFor(std::chrono::seconds(30));
+  EXPECT_TRUE(st.has_value()) << argv[0] << " did not finish";
+  if (!st) {
+    p->Signal(SIGKILL);
+    (void)p->Wait();
+    return {};
+  }
+  return {*st, ReadFile(o.stdout_path), ReadFile(o.stderr_path)};
+}
+
+// Runs `cohort ARGS...` against the cluster's head.
+inline CliResult Cohort(const LocalCluster& c, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {COHORT_BINARY, "--head", c.url()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCli(c, argv);
+}
 
 // Parses "KEY=VALUE" lines into a map.
 inline std::map<std::string, std::string> ParseEnvLines(const std::string& text) {

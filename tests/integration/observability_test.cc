@@ -14,31 +14,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct CliResult {
-  ExitStatus status;
-  std::string output;
-};
-
-// Runs `cohort ARGS...` against the cluster's head; returns its exit status and output.
-CliResult Cohort(LocalCluster& c, std::vector<std::string> args, const std::string& stdin_path = {}) {
-  SpawnOptions o;
-  o.argv = {COHORT_BINARY, "--head", c.url()};
-  o.argv.insert(o.argv.end(), args.begin(), args.end());
-  o.stdout_path = c.dir() + "/cli.out";
-  std::filesystem::remove(o.stdout_path);
-  auto p = Subprocess::Spawn(o);
-  EXPECT_TRUE(p.has_value());
-  if (!p) return {};
-  auto st = p->WaitFor(std::chrono::seconds(30));
-  EXPECT_TRUE(st.has_value()) << "cohort did not finish";
-  if (!st) {
-    p->Signal(SIGKILL);
-    (void)p->Wait();
-    return {};
-  }
-  return {*st, ReadFile(o.stdout_path)};
-}
-
 // `promtool check metrics` on `text`; empty when it passes, else its complaints.
 // std::nullopt when promtool is not installed.
 std::optional<std::string> Promtool(const std::string& dir, const std::string& text) {

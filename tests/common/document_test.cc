@@ -1,0 +1,105 @@
+// Documents from outside are bounded: YAML aliases cannot expand a document past a fixed
+// number of nodes or into a cycle, and JSON cannot nest past kMaxJsonDepth or hold a
+// number beyond a double. Each failure is a clear kInvalidArgument naming the place.
+#include "common/document.h"
+
+#include <sys/resource.h>
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace cohort {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// A "billion laughs" of `levels` anchors, each a list of ten aliases of the one before:
+// 10^levels strings once expanded, from a few hundred bytes of text.
+std::string AliasBomb(int levels) {
+  std::string text = "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int i = 1; i <= levels; ++i) {
+    std::string prev = "*a" + std::to_string(i - 1);
+    text += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) text += (k ? ", " : "") + prev;
+    text += "]\n";
+  }
+  return text;
+}
+
+// The process's peak resident set, in bytes.
+int64_t PeakRssBytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t(u.ru_maxrss) * 1024;
+}
+
+TEST(YamlAliases, SharedBlocksStillExpand) {
+  auto j = YamlToJson("base: &env {A: 1, B: two}\nfirst: *env\nsecond: [*env, *env]\n", "job.yaml");
+  ASSERT_TRUE(j.has_value()) << j.error().message;
+  EXPECT_EQ((*j)["first"], (*j)["base"]);
+  EXPECT_EQ((*j)["second"][1]["B"], "two");
+}
+
+TEST(YamlAliases, RecursiveAliasIsRefusedWithItsName) {
+  for (const char* text : {"a: &a [*a]\n", "a: &a {b: [1, {c: *a}]}\n"}) {
+    auto j = YamlToJson(text, "job.yaml");
+    ASSERT_FALSE(j.has_value()) << text;
+    EXPECT_EQ(j.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_THAT(j.error().message, StartsWith("job.yaml:1:")) << j.error().message;
+    EXPECT_THAT(j.error().message, HasSubstr("recursive alias *a")) << j.error().message;
+  }
+}
+
+TEST(YamlAliases, BillionLaughsFailsFastWithLittleMemory) {
+  int64_t before = PeakRssBytes();
+  auto j = YamlToJson(AliasBomb(9), "bomb.yaml");
+  ASSERT_FALSE(j.has_value());
+  EXPECT_THAT(j.error().message, StartsWith("bomb.yaml:")) << j.error().message;
+  EXPECT_THAT(j.error().message, HasSubstr("YAML alias expansion exceeds 100000 nodes")) << j.error().message;
+  EXPECT_THAT(j.error().message, HasSubstr("at alias *a")) << j.error().message;
+  EXPECT_LT(PeakRssBytes() - before, int64_t(64) << 20);
+}
+
+TEST(YamlAliases, ExpansionBelowTheLimitConverts) {
+  // Four levels: 10^4 strings, well under the limit.
+  auto j = YamlToJson(AliasBomb(3), "ok.yaml");
+  ASSERT_TRUE(j.has_value()) << j.error().message;
+  EXPECT_EQ((*j)["a3"].size(), 10u);
+  EXPECT_EQ((*j)["a3"][9][9][9][9], "lol");
+}
+
+TEST(YamlAliases, AliasesCannotNestPastTheDepthLimit) {
+  // Each anchor nests the one before one level deeper: 80 levels from 80 short lines.
+  std::string text = "l0: &l0 [x]\n";
+  for (int i = 1; i < 80; ++i) {
+    text += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [*l" + std::to_string(i - 1) + "]\n";
+  }
+  auto j = YamlToJson(text, "deep.yaml");
+  ASSERT_FALSE(j.has_value());
+  EXPECT_THAT(j.error().message, HasSubstr("more than 64 levels deep")) << j.error().message;
+}
+
+TEST(YamlAliases, DeepNestingWithoutAliasesIsRefused) {
+  std::string text = std::string(100, '[') + std::string(100, ']');
+  auto j = YamlToJson(text, "deep.yaml");
+  ASSERT_FALSE(j.has_value());
+  EXPECT_THAT(j.error().message, HasSubstr("deep.yaml:1:65: nested more than 64 levels deep")) << j.error().message;
+}
+
+TEST(JsonDocuments, NumberOutOfRangeNamesTheField) {
+  auto j = JsonFromText("{\"command\": [\"x\"], \"nodes\": 1e400}", "job.json");
+  ASSERT_FALSE(j.has_value());
+  EXPECT_EQ(j.error().message, "job.json: nodes: number out of range: 1e400");
+}
+
+TEST(JsonDocuments, SyntaxErrorsKeepLineAndColumn) {
+  auto j = JsonFromText("{\n  \"nodes\": 1,\n  oops\n}", "job.json");
+  ASSERT_FALSE(j.has_value());
+  EXPECT_THAT(j.error().message, StartsWith("job.json:3:3: invalid JSON: syntax error")) << j.error().message;
+}
+
+}  // namespace
+}  // namespace cohort

@@ -1,0 +1,47 @@
+// RendezvousStore's bounds: one attempt's keys take at most kMaxBytesPerAttempt of the
+// head's memory, and a counter that would overflow 64 bits is an error, not a wrap.
+#include "head/rendezvous.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace cohort::head {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(RendezvousStoreBounds, AnAttemptsKeysStayWithinItsBudget) {
+  RendezvousStore store(NewRendezvousSecret());
+  RendezvousScope scope{12, 0};
+  const std::string value(1 << 20, 'v');
+  size_t stored = 0;
+  Result<void> r;
+  while ((r = store.Set(scope, "k" + std::to_string(stored), value))) ++stored;
+  EXPECT_EQ(stored, RendezvousStore::kMaxBytesPerAttempt / (1 << 20) - 1);
+  EXPECT_EQ(r.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_THAT(r.error().message, HasSubstr("the rendezvous store of job 12 attempt 0 would hold 64 MiB"));
+  // Overwriting a key, another attempt and a dropped job's room are not affected.
+  EXPECT_TRUE(store.Set(scope, "k0", "small").has_value());
+  EXPECT_TRUE(store.Set(scope, "k1", value).has_value());
+  EXPECT_TRUE(store.Set({12, 1}, "k0", value).has_value());
+  store.DropJob(12);
+  EXPECT_EQ(store.KeyCount(), 0u);
+  EXPECT_TRUE(store.Set(scope, "k0", value).has_value());
+}
+
+TEST(RendezvousStoreBounds, CountersDoNotOverflow) {
+  RendezvousStore store(NewRendezvousSecret());
+  RendezvousScope scope{3, 0};
+  ASSERT_TRUE(store.Set(scope, "n", std::to_string(INT64_MAX - 1)).has_value());
+  EXPECT_EQ(*store.Add(scope, "n", 1), INT64_MAX);
+  auto over = store.Add(scope, "n", 1);
+  ASSERT_FALSE(over.has_value());
+  EXPECT_EQ(over.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(over.error().field, "delta");
+  EXPECT_THAT(over.error().message, HasSubstr("overflows a 64-bit integer"));
+  EXPECT_EQ(*store.Add(scope, "n", -5), INT64_MAX - 5);
+  EXPECT_EQ(*store.Add(scope, "fresh", -7), -7);
+}
+
+}  // namespace
+}  // namespace cohort::head
