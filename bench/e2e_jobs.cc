@@ -60,5 +60,12 @@ int main(int argc, char** argv) {
               submit_s * 1000 / jobs);
   std::printf("  first submit -> last done:  %6.3f s   target < 3 s   %s\n", total_s, total_s < 3 ? "OK" : "MISSED");
   std::printf("  throughput:                 %6.1f jobs/s\n", jobs / total_s);
+  if (auto m = client.GetRaw("/metrics"); m && m->status == 200) {
+    for (std::string_view name : {"cohort_scheduler_pass_duration_seconds_count", "cohort_scheduler_pass_duration_seconds_sum",
+                                  "cohort_store_commit_duration_seconds_count", "cohort_store_commit_duration_seconds_sum"}) {
+      auto at = m->body.find(std::string(name) + " ");
+      if (at != std::string::npos) std::printf("  %s\n", m->body.substr(at, m->body.find('\n', at) - at).c_str());
+    }
+  }
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -49,6 +50,82 @@ Subprocess& Subprocess::operator=(Subprocess&& o) noexcept {
   o.pid_ = -1;
   return *this;
 }
+
+namespace {
+
+// What the child of Spawn does between vfork and execve, all prepared by the parent.
+struct ChildPlan {
+  const char* exe;
+  char* const* argv;
+  char* const* envp;
+  const char* cwd;  // nullptr: stay
+  int null_fd, out_fd, err_fd, errpipe_w;
+  pid_t parent;
+  bool new_process_group;
+  int parent_death_signal;
+  const std::vector<int>* blocked_signals;
+};
+
+// The child: async-signal-safe calls only, no allocation, never returns. Reports a failure
+// to start as its errno on `errpipe_w`.
+[[noreturn]] void ExecChild(const ChildPlan& p) {
+  for (int s = 1; s < NSIG; ++s) {
+    if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+  }
+  if (p.new_process_group) setpgid(0, 0);
+  if (p.parent_death_signal) {
+    prctl(PR_SET_PDEATHSIG, p.parent_death_signal);
+    if (getppid() != p.parent) _exit(127);  // the parent died before prctl took effect
+  }
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : *p.blocked_signals) sigaddset(&mask, s);
+  sigprocmask(SIG_SETMASK, &mask, nullptr);
+  // dup2(fd, fd) is a no-op that leaves close-on-exec set (the parent had that standard
+  // fd closed, so open() returned it): clear the flag instead.
+  auto redirect = [](int from, int to) {
+    if (from == to) {
+      fcntl(to, F_SETFD, 0);
+    } else {
+      dup2(from, to);
+    }
+  };
+  if (p.null_fd >= 0) redirect(p.null_fd, 0);
+  if (p.out_fd >= 0) redirect(p.out_fd, 1);
+  if (p.err_fd >= 0) {
+    redirect(p.err_fd, 2);
+  } else if (p.out_fd >= 0) {
+    redirect(p.out_fd, 2);
+  }
+  if (p.cwd && chdir(p.cwd) != 0) {
+    int e = errno;
+    (void)!write(p.errpipe_w, &e, sizeof e);
+    _exit(127);
+  }
+  execve(p.exe, p.argv, p.envp);
+  int e = errno;
+  (void)!write(p.errpipe_w, &e, sizeof e);
+  _exit(127);
+}
+
+// vfork, not fork: the child shares the parent's memory until it calls execve, so starting
+// it costs the same whatever the parent's size (fork copied the page tables of the
+// CUDA-linked agent: ~6 ms per task, most of a short job's start). Every signal stays
+// blocked in the calling thread meanwhile, so no handler of the parent runs in the child
+// on the shared memory; the child resets its dispositions before it sets its own mask.
+// Returns the child's pid, or -1 with `*error` set.
+pid_t VforkExec(const ChildPlan& plan, int* error) {
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &saved);
+  pid_t pid = vfork();
+  if (pid == 0) ExecChild(plan);
+  *error = errno;
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  return pid;
+}
+
+}  // namespace
 
 Result<Subprocess> Subprocess::Spawn(const SpawnOptions& opts) {
   if (opts.argv.empty() || opts.argv[0].empty()) {
@@ -100,23 +177,23 @@ Result<Subprocess> Subprocess::Spawn(const SpawnOptions& opts) {
     exe = found;
   }
 
-  int out_fd = -1, err_fd = -1;
-  if (!opts.stdout_path.empty()) {
-    out_fd = open(opts.stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (out_fd < 0) {
-      return Errorf(ErrorCode::kUnavailable, "cannot open {}: {}", opts.stdout_path,
-                    strerror(errno));
-    }
+  const int out_fd = opts.stdout_path.empty()
+                         ? -1
+                         : open(opts.stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (!opts.stdout_path.empty() && out_fd < 0) {
+    return Errorf(ErrorCode::kUnavailable, "cannot open {}: {}", opts.stdout_path, strerror(errno));
   }
+  const int err_fd = opts.stderr_path.empty()
+                         ? -1
+                         : open(opts.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (!opts.stderr_path.empty()) {
-    err_fd = open(opts.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (err_fd < 0) {
       if (out_fd >= 0) close(out_fd);
       return Errorf(ErrorCode::kUnavailable, "cannot open {}: {}", opts.stderr_path,
                     strerror(errno));
     }
   }
-  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) {
     int e = errno;
@@ -125,56 +202,18 @@ Result<Subprocess> Subprocess::Spawn(const SpawnOptions& opts) {
     if (null_fd >= 0) close(null_fd);
     return Errorf(ErrorCode::kInternal, "pipe: {}", strerror(e));
   }
-  pid_t parent = getpid();
-  pid_t pid = fork();
+  const ChildPlan plan{exe.c_str(), argv.data(), envp.data(), opts.cwd.empty() ? nullptr : opts.cwd.c_str(),
+                       null_fd, out_fd, err_fd, errpipe[1], getpid(), opts.new_process_group,
+                       opts.parent_death_signal, &opts.blocked_signals};
+  int fork_errno = 0;
+  pid_t pid = VforkExec(plan, &fork_errno);
   if (pid < 0) {
-    int e = errno;
     close(errpipe[0]);
     close(errpipe[1]);
     if (out_fd >= 0) close(out_fd);
     if (err_fd >= 0) close(err_fd);
     if (null_fd >= 0) close(null_fd);
-    return Errorf(ErrorCode::kUnavailable, "fork: {}", strerror(e));
-  }
-  if (pid == 0) {
-    // Child: async-signal-safe calls only.
-    if (opts.new_process_group) setpgid(0, 0);
-    if (opts.parent_death_signal) {
-      prctl(PR_SET_PDEATHSIG, opts.parent_death_signal);
-      if (getppid() != parent) _exit(127);  // the parent died before prctl took effect
-    }
-    sigset_t mask;
-    sigemptyset(&mask);
-    for (int s : opts.blocked_signals) sigaddset(&mask, s);
-    sigprocmask(SIG_SETMASK, &mask, nullptr);
-    for (int s = 1; s < NSIG; ++s) {
-      if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
-    }
-    // dup2(fd, fd) is a no-op that leaves close-on-exec set (the parent had that
-    // standard fd closed, so open() returned it): clear the flag instead.
-    auto redirect = [](int from, int to) {
-      if (from == to) {
-        fcntl(to, F_SETFD, 0);
-      } else {
-        dup2(from, to);
-      }
-    };
-    if (null_fd >= 0) redirect(null_fd, 0);
-    if (out_fd >= 0) redirect(out_fd, 1);
-    if (err_fd >= 0) {
-      redirect(err_fd, 2);
-    } else if (out_fd >= 0) {
-      redirect(out_fd, 2);
-    }
-    if (!opts.cwd.empty() && chdir(opts.cwd.c_str()) != 0) {
-      int e = errno;
-      (void)!write(errpipe[1], &e, sizeof e);
-      _exit(127);
-    }
-    execve(exe.c_str(), argv.data(), envp.data());
-    int e = errno;
-    (void)!write(errpipe[1], &e, sizeof e);
-    _exit(127);
+    return Errorf(ErrorCode::kUnavailable, "vfork: {}", strerror(fork_errno));
   }
   close(errpipe[1]);
   if (out_fd >= 0) close(out_fd);
