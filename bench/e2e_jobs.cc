@@ -1,71 +1,119 @@
-// End to end: 200 single-GPU jobs running `true` on one agent with 8 simulated GPUs,
-// from the first submit to the last job finished (the head's own timestamps).
-// Target: under 3 s.
+// End to end: single-GPU jobs running `true` on real agents with simulated GPUs, from the
+// first submit to the last job finished (the head's own timestamps).
+//
+//   bench_e2e_jobs [JOBS=200] [AGENTS=1] [GPUS_PER_AGENT=8] [SUBMITTERS=1]
+//
+// Targets (issue 23): 200 jobs on 1 agent x 8 GPUs, one client submitting one job at a
+// time, under 1 s; 10,000 jobs through 64 GPUs (8 agents x 8) at 1,000 jobs/s or more,
+// submitted by 8 clients at once (as many users' scripts, or xargs -P, would). Slurm 22.05
+// on the same machine took 68.2 s for the 200 (issue 23's measurement).
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <thread>
 
 #include "bench_cluster.h"
 #include "common/clock.h"
 
 using namespace cohort;
 
+namespace {
+
+// Reads one sample of a /metrics family ("name value"), or -1.
+double Metric(const std::string& text, const std::string& name) {
+  auto at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::atof(text.c_str() + at + name.size() + 2);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  int jobs = argc > 1 ? std::atoi(argv[1]) : 200;
+  const int jobs = argc > 1 ? std::atoi(argv[1]) : 200;
+  const int agents = argc > 2 ? std::atoi(argv[2]) : 1;
+  const int gpus = argc > 3 ? std::atoi(argv[3]) : 8;
+  const int submitters = argc > 4 ? std::atoi(argv[4]) : 1;
+  if (jobs < 1 || agents < 1 || gpus < 1 || submitters < 1) {
+    bench::BenchCluster::Die("usage: bench_e2e_jobs [JOBS>=1] [AGENTS>=1] [GPUS_PER_AGENT>=1] [SUBMITTERS>=1]");
+  }
   bench::BenchCluster c;
   c.StartHead();
-  c.StartAgent("node-1", 8);
-  c.WaitForNodes(1);
-  HttpClient client(c.url());
+  for (int a = 0; a < agents; ++a) c.StartAgent("node-" + std::to_string(a + 1), gpus);
+  c.WaitForNodes(agents);
+  HttpClient client(c.url(), Millis(30000));
 
+  // Submitters take job numbers from one counter, each on its own connection.
+  std::atomic<int> next{0};
+  std::atomic<bool> failed{false};
+  std::string error;
+  std::mutex error_mu;
   int64_t first_submit = NowUnixMs();
   auto t0 = SteadyClock::now();
-  std::vector<int64_t> ids;
-  for (int i = 0; i < jobs; ++i) {
-    auto r = client.Post("/v1/jobs", json{{"command", {"true"}}, {"gpus_per_node", 1}});
-    if (!r) bench::BenchCluster::Die(r.error().message);
-    ids.push_back((*r)["id"].get<int64_t>());
-  }
-  double submit_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
-  // Every ended job, through the list's pages (only the two fields read).
-  auto ended = [&] {
-    json all = json::array();
-    std::string cursor;
-    do {
-      auto r = client.Get("/v1/jobs?state=SUCCEEDED,FAILED,CANCELLED&limit=10000&fields=state,end_ms" +
-                          (cursor.empty() ? std::string() : "&cursor=" + cursor));
-      if (!r) bench::BenchCluster::Die(r.error().message);
-      for (auto& j : (*r)["jobs"]) all.push_back(std::move(j));
-      cursor = r->value("next_cursor", "");
-    } while (!cursor.empty());
-    return all;
-  };
-  int64_t last_end = 0;
-  while (true) {
-    json done = ended();
-    if (done.size() == ids.size()) {
-      int failed = 0;
-      for (const auto& j : done) {
-        last_end = std::max(last_end, j["end_ms"].get<int64_t>());
-        failed += j["state"] != "SUCCEEDED";
+  std::vector<std::thread> threads;
+  for (int s = 0; s < submitters; ++s) {
+    threads.emplace_back([&] {
+      HttpClient hc(c.url(), Millis(30000));
+      while (!failed && next.fetch_add(1) < jobs) {
+        auto r = hc.Post("/v1/jobs", json{{"command", {"true"}}, {"gpus_per_node", 1}});
+        if (!r) {
+          std::lock_guard lock(error_mu);
+          error = r.error().message;
+          failed = true;
+        }
       }
-      if (failed) bench::BenchCluster::Die(std::to_string(failed) + " jobs did not succeed");
-      break;
-    }
-    if (SteadyClock::now() - t0 > std::chrono::seconds(600)) bench::BenchCluster::Die("timed out");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    });
   }
-  double total_s = (last_end - first_submit) / 1000.0;
-  std::printf("e2e: %d single-GPU `true` jobs on 1 agent x 8 simulated GPUs\n", jobs);
-  std::printf("  submitting all:             %6.3f s (%.1f ms per accepted job, durable)\n", submit_s,
+  for (auto& t : threads) t.join();
+  if (failed) bench::BenchCluster::Die("submit: " + error);
+  double submit_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+
+  // Done when no job is active (the default list: PENDING and RUNNING; one row is enough).
+  while (true) {
+    auto r = client.Get("/v1/jobs?limit=1&fields=id");
+    if (!r) bench::BenchCluster::Die(r.error().message);
+    if ((*r)["jobs"].empty()) break;
+    if (SteadyClock::now() - t0 > std::chrono::seconds(900)) bench::BenchCluster::Die("timed out");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Every job, through the list's pages (only the fields read).
+  int64_t last_end = 0;
+  int done = 0, not_ok = 0;
+  std::string cursor;
+  do {
+    auto r = client.Get("/v1/jobs?state=all&limit=10000&fields=state,end_ms" +
+                        (cursor.empty() ? std::string() : "&cursor=" + cursor));
+    if (!r) bench::BenchCluster::Die(r.error().message);
+    for (const auto& j : (*r)["jobs"]) {
+      ++done;
+      not_ok += j["state"] != "SUCCEEDED";
+      last_end = std::max(last_end, j["end_ms"].get<int64_t>());
+    }
+    cursor = r->value("next_cursor", "");
+  } while (!cursor.empty());
+  if (done != jobs) bench::BenchCluster::Die(fmt::format("{} jobs listed, {} submitted", done, jobs));
+  if (not_ok) bench::BenchCluster::Die(std::to_string(not_ok) + " jobs did not succeed");
+
+  const double total_s = (last_end - first_submit) / 1000.0;
+  const double rate = jobs / total_s;
+  std::printf("e2e: %d single-GPU `true` jobs on %d agent(s) x %d simulated GPUs, %d client(s) submitting\n", jobs,
+              agents, gpus, submitters);
+  std::printf("  submitting all:             %7.3f s (%.2f ms per accepted job, durable)\n", submit_s,
               submit_s * 1000 / jobs);
-  std::printf("  first submit -> last done:  %6.3f s   target < 3 s   %s\n", total_s, total_s < 3 ? "OK" : "MISSED");
-  std::printf("  throughput:                 %6.1f jobs/s\n", jobs / total_s);
-  if (auto m = client.GetRaw("/metrics"); m && m->status == 200) {
-    for (std::string_view name : {"cohort_scheduler_pass_duration_seconds_count", "cohort_scheduler_pass_duration_seconds_sum",
-                                  "cohort_store_commit_duration_seconds_count", "cohort_store_commit_duration_seconds_sum"}) {
-      auto at = m->body.find(std::string(name) + " ");
-      if (at != std::string::npos) std::printf("  %s\n", m->body.substr(at, m->body.find('\n', at) - at).c_str());
-    }
+  if (jobs <= 1000) {
+    std::printf("  first submit -> last done:  %7.3f s   target < 1 s   %s\n", total_s, total_s < 1 ? "OK" : "MISSED");
+    std::printf("  throughput:                 %7.1f jobs/s\n", rate);
+  } else {
+    std::printf("  first submit -> last done:  %7.3f s\n", total_s);
+    std::printf("  throughput:                 %7.1f jobs/s   target >= 1000 jobs/s   %s\n", rate,
+                rate >= 1000 ? "OK" : "MISSED");
   }
+  if (auto m = client.GetRaw("/metrics"); m && m->status == 200) {
+    std::printf("  head: %.0f scheduling passes (%.3f s), %.0f store commits (%.3f s)\n",
+                Metric(m->body, "cohort_scheduler_pass_duration_seconds_count"),
+                Metric(m->body, "cohort_scheduler_pass_duration_seconds_sum"),
+                Metric(m->body, "cohort_head_store_commit_duration_seconds_count"),
+                Metric(m->body, "cohort_head_store_commit_duration_seconds_sum"));
+  }
+  std::printf("  for scale: Slurm 22.05, 200 such jobs on this machine: 68.2 s (issue 23)\n");
   return 0;
 }

@@ -137,17 +137,46 @@ void WriteStatus(const std::string& path, int exit_code, int sig, const std::str
 }
 
 // SIGKILLs every live child of this process (orphans of the task that left its process
-// group and were reparented to us, the subreaper). Zombies are left for waitpid.
+// group and were reparented to us, the subreaper). Zombies are left for waitpid. The shim
+// is single-threaded, so /proc/self/task/<pid>/children lists them all: reading it costs
+// the same however many processes the node runs (a scan of /proc read every process's
+// stat file at every task's exit, most of a short task's cost on a busy node). Falls back
+// to the scan on a kernel without that file (CONFIG_PROC_CHILDREN).
 void KillOwnChildren() {
+  const pid_t self = getpid();
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/children", self);
+  if (int fd = open(path, O_RDONLY | O_CLOEXEC); fd >= 0) {
+    std::string list;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) list.append(buf, static_cast<size_t>(n));
+    close(fd);
+    if (n == 0) {
+      const char* p = list.data();
+      const char* end = p + list.size();
+      while (p < end) {
+        pid_t pid = 0;
+        auto [next, ec] = std::from_chars(p, end, pid);
+        if (ec == std::errc() && pid > 0) {
+          // A zombie child ignores SIGKILL; a live one dies (the listed pid is ours until
+          // we reap it, so it cannot be a stranger's).
+          kill(pid, SIGKILL);
+          p = next;
+        }
+        while (p < end && (*p == ' ' || *p == '\n')) ++p;
+        if (ec != std::errc()) break;
+      }
+      return;
+    }
+  }
   DIR* d = opendir("/proc");
   if (!d) return;
-  pid_t self = getpid();
   while (dirent* e = readdir(d)) {
     pid_t pid = 0;
     std::string_view name = e->d_name;
     auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
     if (ec != std::errc() || p != name.data() + name.size() || pid <= 0) continue;
-    char path[64];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;

@@ -60,7 +60,7 @@ Cluster::Wakes::~Wakes() {
   if (!urls.empty() && cluster_.wake_agents_) cluster_.wake_agents_({urls.begin(), urls.end()});
 }
 
-Result<void> Cluster::Apply(core::Effects fx, Wakes& wakes) {
+void Cluster::Stage(core::Effects fx, Wakes& wakes) {
   for (const auto& line : fx.log) {
     switch (line.level) {
       case core::LogLevel::kInfo: LOG_INFO("{}", line.text); break;
@@ -71,39 +71,96 @@ Result<void> Cluster::Apply(core::Effects fx, Wakes& wakes) {
   for (JobId id : fx.drop_rendezvous) rendezvous_->DropJob(id);
   for (double s : fx.queue_wait_seconds) queue_wait_seconds_.Observe(s);
   wakes.urls.merge(fx.wake);
-  unstored_jobs_.merge(fx.jobs_to_store);
-  unstored_nodes_.merge(fx.nodes_to_store);
+  if (!fx.jobs_to_store.empty() || !fx.nodes_to_store.empty()) {
+    unstored_jobs_.merge(fx.jobs_to_store);
+    unstored_nodes_.merge(fx.nodes_to_store);
+    ++staged_seq_;
+  }
   if (fx.schedule) {
     schedule_requested_ = true;
     work_cv_.NotifyAll();
   }
-  return Flush();
 }
 
-Result<void> Cluster::Flush() {
-  if (unstored_jobs_.empty() && unstored_nodes_.empty()) return {};
-  store::WriteBatch batch;
-  for (JobId id : unstored_jobs_) batch.jobs.push_back(state_.jobs.at(id));
-  for (const auto& name : unstored_nodes_) batch.nodes.push_back(state_.nodes.at(name));
-  const auto t0 = SteadyClock::now();
-  auto r = store_->Write(batch);
-  const auto took = SteadyClock::now() - t0;
-  store_commit_seconds_.Observe(std::chrono::duration<double>(took).count());
-  WarnIfLagging(fmt::format("a state store commit ({} jobs, {} nodes)", batch.jobs.size(), batch.nodes.size()), took);
-  if (!r) {
-    LOG_ERROR("state store write failed ({} jobs, {} nodes kept for retry): {}", batch.jobs.size(), batch.nodes.size(),
-              r.error().ToString());
-    return r;
+Result<void> Cluster::Apply(core::Effects fx, Wakes& wakes) {
+  Stage(std::move(fx), wakes);
+  return Durable(staged_seq_, wakes);
+}
+
+Result<void> Cluster::Durable(uint64_t seq, Wakes& wakes) {
+  while (durable_seq_ < seq) {
+    if (!committing_) {
+      // Lead: this round takes everything staged so far, `seq` included.
+      auto r = CommitRound(wakes);
+      if (!r) return r;
+      continue;
+    }
+    // Wait for the round under way; it covers `seq` only if it began after `seq` was staged.
+    const uint64_t round = rounds_;
+    while (rounds_ == round) commit_cv_.Wait(mu_);
+    if (durable_seq_ < seq && last_round_error_ && last_round_seq_ >= seq) return std::unexpected(*last_round_error_);
   }
-  unstored_jobs_.clear();
-  unstored_nodes_.clear();
   return {};
 }
 
-void Cluster::WarnIfLagging(std::string_view what, SteadyClock::duration took) const {
+Result<void> Cluster::CommitRound(Wakes& wakes) {
+  committing_ = true;
+  const uint64_t round_seq = staged_seq_;
+  std::vector<Creation*> creations;
+  creations.swap(creations_);
+  std::set<JobId> jobs;
+  jobs.swap(unstored_jobs_);
+  std::set<std::string> nodes;
+  nodes.swap(unstored_nodes_);
+  store::WriteBatch batch;
+  for (Creation* c : creations) batch.create.push_back(c->job);
+  for (JobId id : jobs) batch.jobs.push_back(state_.jobs.at(id));
+  for (const auto& name : nodes) batch.nodes.push_back(state_.nodes.at(name));
+
+  // The write, without the lock: transitions go on and stage for the next round.
+  mu_.Unlock();
+  const auto t0 = SteadyClock::now();
+  Result<std::vector<JobId>> ids = store_->Commit(batch);
+  const auto took = SteadyClock::now() - t0;
+  mu_.Lock();
+
+  store_commit_seconds_.Observe(std::chrono::duration<double>(took).count());
+  WarnIfLagging(fmt::format("a state store commit ({} new jobs, {} jobs, {} nodes)", batch.create.size(),
+                            batch.jobs.size(), batch.nodes.size()),
+                took, "replies waited for it");
+  Result<void> out;
+  if (ids) {
+    durable_seq_ = std::max(durable_seq_, round_seq);
+    last_round_error_.reset();
+    const core::Now now = Now();
+    for (size_t i = 0; i < creations.size(); ++i) {
+      Job job = std::move(creations[i]->job);
+      job.id = (*ids)[i];
+      creations[i]->result = job;
+      Stage(core::AddJob(state_, context_, std::move(job), now), wakes);
+    }
+  } else {
+    LOG_ERROR("state store commit failed ({} new jobs not created; {} jobs, {} nodes kept for retry): {}",
+              batch.create.size(), batch.jobs.size(), batch.nodes.size(), ids.error().ToString());
+    unstored_jobs_.merge(jobs);
+    unstored_nodes_.merge(nodes);
+    for (Creation* c : creations) {
+      c->result = MakeError(ErrorCode::kUnavailable, "cannot store the job: " + ids.error().message);
+    }
+    last_round_error_ = ids.error();
+    out = std::unexpected(ids.error());
+  }
+  last_round_seq_ = round_seq;
+  ++rounds_;
+  committing_ = false;
+  commit_cv_.NotifyAll();
+  return out;
+}
+
+void Cluster::WarnIfLagging(std::string_view what, SteadyClock::duration took, std::string_view consequence) const {
   const int64_t ms = std::chrono::duration_cast<Millis>(took).count();
   if (ms < core::LagThresholdMs(config_.timing)) return;
-  LOG_WARN("{} took {} while holding the head's lock: heartbeats waited meanwhile", what, FormatDuration(ms));
+  LOG_WARN("{} took {}: {}", what, FormatDuration(ms), consequence);
 }
 
 // ---- users ----
@@ -111,12 +168,12 @@ void Cluster::WarnIfLagging(std::string_view what, SteadyClock::duration took) c
 Result<Job> Cluster::Submit(api::JobSpec spec) {
   Wakes wakes(*this);
   MutexLock lock(mu_);
-  const core::Now now = Now();
-  Job job = COHORT_TRY(core::NewJob(state_, std::move(spec), now));
-  auto created = store_->CreateJob(job);
-  if (!created) return MakeError(ErrorCode::kUnavailable, "cannot store the job: " + created.error().message);
-  (void)Apply(core::AddJob(state_, context_, *created, now), wakes);
-  return *created;
+  Creation c{COHORT_TRY(core::NewJob(state_, std::move(spec), Now())), std::nullopt};
+  creations_.push_back(&c);
+  // Every round that covers this seq took `c` and set its result, success or not.
+  (void)Durable(++staged_seq_, wakes);
+  if (!c.result) return MakeError(ErrorCode::kInternal, "the job's commit ended without a result");
+  return std::move(*c.result);
 }
 
 Result<Job> Cluster::Cancel(JobId id) {
@@ -245,11 +302,14 @@ int Cluster::Schedule() {
   schedule_requested_ = false;
   core::PassResult pass = core::Schedule(state_, context_, Now());
   if (!pass.ran) return 0;
-  (void)Apply(std::move(pass.effects), wakes);
+  Stage(std::move(pass.effects), wakes);
+  // The pass's own time, under the lock; its commit is timed with the store's.
   const auto took = SteadyClock::now() - t0;
   last_pass_ = std::chrono::duration_cast<Millis>(took);
   pass_seconds_.Observe(std::chrono::duration<double>(took).count());
-  WarnIfLagging(fmt::format("a scheduling pass ({} started)", pass.started), took);
+  WarnIfLagging(fmt::format("a scheduling pass ({} started)", pass.started), took,
+                "heartbeats waited for the head's lock meanwhile");
+  (void)Durable(staged_seq_, wakes);
   return pass.started;
 }
 
@@ -298,6 +358,21 @@ ClusterMetrics Cluster::Metrics() const {
   m.control_loop_lateness_seconds = loop_lateness_seconds_.Snapshot();
   m.store_commit_seconds = store_commit_seconds_.Snapshot();
   return m;
+}
+
+Cluster::Overview Cluster::GetOverview(size_t recent) const {
+  Overview o;
+  MutexLock lock(mu_);
+  const core::Now now = Now();
+  for (const auto& [name, node] : state_.nodes) o.nodes.push_back(core::StatusOf(state_, node, now));
+  o.pending = core::ListJobs(state_, JobFilter{{api::JobState::kPending}, "", 0});
+  o.running = core::ListJobs(state_, JobFilter{{api::JobState::kRunning}, "", 0});
+  if (recent > 0) {
+    o.recent = core::ListJobs(
+        state_, JobFilter{{api::JobState::kSucceeded, api::JobState::kFailed, api::JobState::kCancelled}, "", recent});
+  }
+  o.usage = core::RunningTaskUsage(state_);
+  return o;
 }
 
 std::map<JobId, std::vector<TaskUsage>> Cluster::RunningTaskUsage() const {

@@ -2,13 +2,23 @@
 //
 // The HTTP handlers and the head's control loop call into one Cluster. It owns the core's
 // ClusterState under one mutex and does only what the core cannot: it reads the clock,
-// calls the core's transition for the event, writes the records the transition changed
-// through the StateStore before the call returns (so an acknowledged submission or
+// calls the core's transition for the event, makes the records the transition changed
+// durable through the StateStore before the call returns (so an acknowledged submission or
 // transition survives kill -9), and performs the other effects (log lines, agent wake-ups,
-// dropped rendezvous keys, a scheduling pass request, histogram observations). Records a
-// failed write leaves unstored are kept and written with the next change. Agents are
+// dropped rendezvous keys, a scheduling pass request, histogram observations). Agents are
 // driven level-triggered: each heartbeat reply carries the whole set of tasks the head
 // wants on that node.
+//
+// Group commit: a transition changes the state in memory and stages the records it changed
+// (a sequence number counts stagings); before its call returns, everything staged up to
+// then must be durable. One caller at a time commits (the leader): it takes every record
+// staged so far, releases `mu_` for the write, and so every transition that happened
+// meanwhile rides on the next commit: a burst of submissions or heartbeats costs a few
+// store commits instead of one each, and the lock is never held across a write. A reply
+// (heartbeat tasks, a job's state) is sent only once what it shows is durable. A new job
+// enters the state only once stored, with the id the store gave it. Records a failed
+// commit leaves unstored are kept and written with the next one; the callers it covered
+// get its error.
 //
 // Threads: every public method may be called from any thread; each takes `mu_` (checked by
 // Clang's thread-safety analysis). Agent wake-ups are sent after `mu_` is released.
@@ -119,6 +129,15 @@ class Cluster {
 
   // ---- observability ----
   ClusterMetrics Metrics() const EXCLUDES(mu_);
+  // What the dashboard shows, read at one instant (separate reads could show a job both
+  // queued and running): every node, the PENDING and RUNNING jobs, the `recent` newest
+  // ended jobs and running tasks' resource use.
+  struct Overview {
+    std::vector<NodeStatus> nodes;
+    std::vector<api::Job> pending, running, recent;
+    std::map<api::JobId, std::vector<TaskUsage>> usage;
+  };
+  Overview GetOverview(size_t recent) const EXCLUDES(mu_);
   // Resource use of every task of RUNNING jobs, by job, from the agents' heartbeats.
   std::map<api::JobId, std::vector<TaskUsage>> RunningTaskUsage() const EXCLUDES(mu_);
 
@@ -144,14 +163,27 @@ class Cluster {
     const Cluster& cluster_;
   };
 
+  // A submission waiting for the commit that creates its job.
+  struct Creation {
+    api::Job job;                             // validated, without an id
+    std::optional<Result<api::Job>> result;  // set by the commit round that took it
+  };
+
   // Performs `fx` under the lock: logs, drops rendezvous keys, requests a pass, observes
-  // queue waits, adds the agents to wake to `wakes`, then writes every unstored record.
-  // Returns the write's result (the records stay queued for the next write on failure).
+  // queue waits, adds the agents to wake to `wakes` and stages the changed records.
+  void Stage(core::Effects fx, Wakes& wakes) REQUIRES(mu_);
+  // Stage, then Durable(everything staged so far). Returns the commit's result (on failure
+  // the records stay queued for the next commit).
   Result<void> Apply(core::Effects fx, Wakes& wakes) REQUIRES(mu_);
-  // Writes the records queued by Apply; on failure keeps them and logs. Times the write.
-  Result<void> Flush() REQUIRES(mu_);
+  // Returns once everything staged up to `seq` is durable: waits for the commit under way,
+  // or leads the next one. The error of a failed commit that covered `seq`. `mu_` is
+  // released while waiting and while writing.
+  Result<void> Durable(uint64_t seq, Wakes& wakes) REQUIRES(mu_);
+  // One group commit (the caller leads): writes every staged record and creation with
+  // `mu_` released, then adds the created jobs to the state. Times the write.
+  Result<void> CommitRound(Wakes& wakes) REQUIRES(mu_);
   // Logs `what` when it took long enough to count as the head's lag (core::LagThresholdMs).
-  void WarnIfLagging(std::string_view what, SteadyClock::duration took) const;
+  void WarnIfLagging(std::string_view what, SteadyClock::duration took, std::string_view consequence) const;
 
   const HeadConfig config_;
   std::function<void(std::vector<std::string>)> wake_agents_;  // set before serving
@@ -161,10 +193,19 @@ class Cluster {
 
   mutable Mutex mu_;
   CondVar work_cv_;                                       // signalled with mu_ when a pass is requested
-  std::unique_ptr<store::StateStore> store_ GUARDED_BY(mu_);
+  const std::unique_ptr<store::StateStore> store_;        // thread-safe; written by one leader at a time
   core::ClusterState state_ GUARDED_BY(mu_);
   std::set<api::JobId> unstored_jobs_ GUARDED_BY(mu_);    // changed, not yet written
   std::set<std::string> unstored_nodes_ GUARDED_BY(mu_);  // changed, not yet written
+  std::vector<Creation*> creations_ GUARDED_BY(mu_);      // submissions for the next commit
+  // Group commit: stagings counted, how far they are durable, the round under way.
+  CondVar commit_cv_;                                     // signalled with mu_ when a round ends
+  uint64_t staged_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t durable_seq_ GUARDED_BY(mu_) = 0;
+  bool committing_ GUARDED_BY(mu_) = false;
+  uint64_t rounds_ GUARDED_BY(mu_) = 0;                   // rounds ended
+  uint64_t last_round_seq_ GUARDED_BY(mu_) = 0;           // what the last round covered
+  std::optional<Error> last_round_error_ GUARDED_BY(mu_);  // its error, if it failed
   bool schedule_requested_ GUARDED_BY(mu_) = true;
   Millis last_pass_ GUARDED_BY(mu_){0};
   prom::Histogram pass_seconds_{prom::ExponentialBuckets(0.0005, 2, 14)};      // thread-safe

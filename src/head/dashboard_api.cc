@@ -86,9 +86,10 @@ api::Dashboard BuildDashboard(Cluster& cluster, const DashboardQuery& q) {
   api::Dashboard d;
   const int64_t now = NowUnixMs();
   d.time_ms = now;
-  const UsageByJob usage = cluster.RunningTaskUsage();
+  Cluster::Overview o = cluster.GetOverview(q.recent);
+  const UsageByJob& usage = o.usage;
   api::DashboardSummary& sum = d.summary;
-  d.nodes = cluster.ListNodes();
+  d.nodes = std::move(o.nodes);
   for (const auto& s : d.nodes) {
     sum.nodes += 1;
     if (s.display_state == "UP") sum.nodes_up += 1;
@@ -98,19 +99,16 @@ api::Dashboard BuildDashboard(Cluster& cluster, const DashboardQuery& q) {
   }
 
   // The queue in the order the scheduler considers it: priority, then submission.
-  auto pending = cluster.ListJobs(JobFilter{{api::JobState::kPending}, "", 0});
+  auto& pending = o.pending;
   std::stable_sort(pending.begin(), pending.end(), [](const api::Job& a, const api::Job& b) {
     return a.spec.priority > b.spec.priority;
   });
   for (size_t i = 0; i < pending.size() && i < q.queue; ++i) d.queue.push_back(QueuedJob(pending[i], now, usage));
 
-  auto running_jobs = cluster.ListJobs(JobFilter{{api::JobState::kRunning}, "", 0});
+  const auto& running_jobs = o.running;
   for (const auto& j : running_jobs) d.running.push_back(JobWithProgress(cluster, j, now, usage, q.points));
-
-  if (q.recent > 0) {
-    JobFilter f{{api::JobState::kSucceeded, api::JobState::kFailed, api::JobState::kCancelled}, "", q.recent};
-    auto done = cluster.ListJobs(f);
-    for (auto it = done.rbegin(); it != done.rend(); ++it) d.recent.push_back(JobWithProgress(cluster, *it, now, usage, q.points));
+  for (auto it = o.recent.rbegin(); it != o.recent.rend(); ++it) {
+    d.recent.push_back(JobWithProgress(cluster, *it, now, usage, q.points));
   }
 
   sum.pending = static_cast<int64_t>(pending.size());

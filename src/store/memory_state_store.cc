@@ -6,32 +6,38 @@
 
 namespace cohort::store {
 
-Result<api::Job> MemoryStateStore::CreateJob(api::Job job) {
-  job.id = 0;
-  json record = COHORT_TRY(JobRecord(job));
-  std::lock_guard lock(mu_);
-  job.id = last_id_ + 1;
-  record["id"] = job.id;
-  jobs_[job.id] = DumpRecord(record);
-  last_id_ = job.id;
-  return job;
-}
-
-Result<void> MemoryStateStore::Write(const WriteBatch& batch) {
+Result<std::vector<api::JobId>> MemoryStateStore::Commit(const WriteBatch& batch) {
   // Encode everything first, so that nothing is applied unless everything can be.
+  std::vector<json> created;
+  for (const auto& job : batch.create) {
+    api::Job j = job;
+    j.id = 0;
+    created.push_back(COHORT_TRY(JobRecord(j)));
+  }
   std::vector<std::pair<api::JobId, std::string>> jobs;
   for (const auto& job : batch.jobs) jobs.emplace_back(job.id, DumpRecord(COHORT_TRY(JobRecord(job))));
   std::vector<std::pair<std::string, std::string>> nodes;
   for (const auto& node : batch.nodes) nodes.emplace_back(node.name, DumpRecord(api::ToJson(node)));
 
   std::lock_guard lock(mu_);
+  const api::JobId first = last_id_ + 1;
+  const api::JobId last = last_id_ + static_cast<api::JobId>(created.size());
   for (const auto& [id, record] : jobs) {
-    if (!jobs_.contains(id)) return Errorf(ErrorCode::kNotFound, "job {} does not exist", id);
+    if (!jobs_.contains(id) && (id < first || id > last)) {
+      return Errorf(ErrorCode::kNotFound, "job {} does not exist", id);
+    }
+  }
+  std::vector<api::JobId> ids;
+  for (auto& record : created) {
+    api::JobId id = ++last_id_;
+    record["id"] = id;
+    jobs_[id] = DumpRecord(record);
+    ids.push_back(id);
   }
   for (auto& [id, record] : jobs) jobs_[id] = std::move(record);
   for (auto& [name, record] : nodes) nodes_[name] = std::move(record);
   for (const auto& [key, value] : batch.meta) meta_[key] = value;
-  return {};
+  return ids;
 }
 
 Result<api::Job> MemoryStateStore::GetJob(api::JobId id) {

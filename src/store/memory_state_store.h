@@ -1,7 +1,7 @@
 // MemoryStateStore: a StateStore that keeps everything in this process's memory, for tests.
 //
 // Same semantics as SqliteStateStore, checked by the shared suite in tests/store: ids
-// start at 1, increase and are never reused; a Write is all-or-nothing (an unknown job id
+// start at 1, increase and are never reused; a Commit is all-or-nothing (an unknown job id
 // is kNotFound and nothing is applied); records are kept as the same JSON text, so what
 // GetJob returns is exactly what a SqliteStateStore would return, and a job that would not
 // load back is refused the same way. Nothing survives the object.
@@ -21,8 +21,7 @@ class MemoryStateStore final : public StateStore {
  public:
   MemoryStateStore() = default;
 
-  Result<api::Job> CreateJob(api::Job job) override;
-  Result<void> Write(const WriteBatch& batch) override;
+  Result<std::vector<api::JobId>> Commit(const WriteBatch& batch) override;
   Result<api::Job> GetJob(api::JobId id) override;
   Result<std::vector<api::Job>> LoadJobs() override;
   Result<std::vector<api::Node>> LoadNodes() override;

@@ -251,29 +251,17 @@ Result<void> SqliteStateStore::InTransactionLocked(F&& body) {
   return result;
 }
 
-Result<api::Job> SqliteStateStore::CreateJob(api::Job job) {
-  job.id = 0;
-  json record = COHORT_TRY(JobRecord(job));
-  const std::string state(api::JobStateName(job.state));
-  std::lock_guard lock(mu_);
-  COHORT_TRY_VOID(InTransactionLocked([&]() -> Result<void> {
-    COHORT_TRY_VOID(Call(insert_job_.get(), path_).BindText(1, state).BindInt(2, job.submit_ms)
-                        .Run("creating a job"));
-    job.id = sqlite3_last_insert_rowid(db_);
-    record["id"] = job.id;
-    return Call(update_job_.get(), path_)
-        .BindInt(1, job.id)
-        .BindText(2, state)
-        .BindInt(3, job.submit_ms)
-        .BindText(4, DumpRecord(record))
-        .Run(fmt::format("storing new job {}", job.id));
-  }));
-  return job;
-}
-
-Result<void> SqliteStateStore::Write(const WriteBatch& batch) {
-  if (batch.empty()) return {};
+Result<std::vector<api::JobId>> SqliteStateStore::Commit(const WriteBatch& batch) {
+  std::vector<api::JobId> ids;
+  if (batch.empty()) return ids;
   // Encode outside the lock; a job that would not load back fails the batch here.
+  std::vector<json> created;
+  created.reserve(batch.create.size());
+  for (const auto& job : batch.create) {
+    api::Job j = job;
+    j.id = 0;
+    created.push_back(COHORT_TRY(JobRecord(j)));
+  }
   std::vector<std::string> job_records;
   job_records.reserve(batch.jobs.size());
   for (const auto& job : batch.jobs) job_records.push_back(DumpRecord(COHORT_TRY(JobRecord(job))));
@@ -282,7 +270,23 @@ Result<void> SqliteStateStore::Write(const WriteBatch& batch) {
   for (const auto& node : batch.nodes) node_records.push_back(DumpRecord(api::ToJson(node)));
 
   std::lock_guard lock(mu_);
-  return InTransactionLocked([&]() -> Result<void> {
+  COHORT_TRY_VOID(InTransactionLocked([&]() -> Result<void> {
+    ids.clear();
+    for (size_t i = 0; i < batch.create.size(); ++i) {
+      const api::Job& job = batch.create[i];
+      const std::string state(api::JobStateName(job.state));
+      COHORT_TRY_VOID(Call(insert_job_.get(), path_).BindText(1, state).BindInt(2, job.submit_ms)
+                          .Run("creating a job"));
+      const api::JobId id = sqlite3_last_insert_rowid(db_);
+      created[i]["id"] = id;
+      COHORT_TRY_VOID(Call(update_job_.get(), path_)
+                          .BindInt(1, id)
+                          .BindText(2, state)
+                          .BindInt(3, job.submit_ms)
+                          .BindText(4, DumpRecord(created[i]))
+                          .Run(fmt::format("storing new job {}", id)));
+      ids.push_back(id);
+    }
     for (size_t i = 0; i < batch.jobs.size(); ++i) {
       const api::Job& job = batch.jobs[i];
       Call update(update_job_.get(), path_);
@@ -306,7 +310,8 @@ Result<void> SqliteStateStore::Write(const WriteBatch& batch) {
                           .Run(fmt::format("storing meta '{}'", key)));
     }
     return {};
-  });
+  }));
+  return ids;
 }
 
 Result<api::Job> SqliteStateStore::GetJob(api::JobId id) {

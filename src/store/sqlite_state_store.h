@@ -48,8 +48,7 @@ class SqliteStateStore final : public StateStore {
 
   // StateStore. Each also fails with kUnavailable (the file is locked by another writer
   // past busy_timeout) or kInternal (an I/O or SQLite error; its message included).
-  Result<api::Job> CreateJob(api::Job job) override;
-  Result<void> Write(const WriteBatch& batch) override;
+  Result<std::vector<api::JobId>> Commit(const WriteBatch& batch) override;
   Result<api::Job> GetJob(api::JobId id) override;
   Result<std::vector<api::Job>> LoadJobs() override;
   Result<std::vector<api::Node>> LoadNodes() override;

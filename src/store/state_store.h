@@ -18,29 +18,31 @@
 
 namespace cohort::store {
 
-// Upserts applied in one atomic, durable transaction.
+// New jobs and upserts applied in one atomic, durable transaction.
 struct WriteBatch {
-  std::vector<api::Job> jobs;    // each must already exist (created by CreateJob)
+  std::vector<api::Job> create;  // new jobs, given the next ids in order (their `id` is ignored)
+  std::vector<api::Job> jobs;    // each must already exist (created before, or earlier in `create`)
   std::vector<api::Node> nodes;  // inserted or replaced by name
   std::vector<std::pair<std::string, std::string>> meta;  // key → value
 
-  bool empty() const { return jobs.empty() && nodes.empty() && meta.empty(); }
+  bool empty() const { return create.empty() && jobs.empty() && nodes.empty() && meta.empty(); }
 };
 
 class StateStore {
  public:
   virtual ~StateStore() = default;
 
-  // Gives `job` the next id (ids increase and are never reused, even across restarts),
-  // stores it durably and returns it with the id set. `job.id` on input is ignored.
-  // kInvalidArgument (nothing stored) if the job would not load back through
-  // api::JobFromJson, e.g. an empty command or user.
-  virtual Result<api::Job> CreateJob(api::Job job) = 0;
+  // Applies `batch` atomically: each job of `create` gets the next id (ids increase and
+  // are never reused, even across restarts) and is stored, then every upsert. Returns the
+  // ids given to `create`, in order. kInvalidArgument (and nothing written) if a job would
+  // not load back through api::JobFromJson, e.g. an empty command or user; kNotFound (and
+  // nothing written) if a job of `jobs` was never created.
+  virtual Result<std::vector<api::JobId>> Commit(const WriteBatch& batch) = 0;
 
-  // Applies every upsert in `batch` atomically. Returns kNotFound (and writes nothing)
-  // if a job in the batch was never created, kInvalidArgument (and writes nothing) if a
-  // job would not load back, as for CreateJob.
-  virtual Result<void> Write(const WriteBatch& batch) = 0;
+  // Commit of one new job: returns it with its id set.
+  Result<api::Job> CreateJob(api::Job job);
+  // Commit of upserts only.
+  Result<void> Write(const WriteBatch& batch);
 
   // Returns kNotFound if no job has `id`.
   virtual Result<api::Job> GetJob(api::JobId id) = 0;
