@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +39,12 @@ class BenchCluster {
   const std::string& dir() const { return dir_; }
   const std::string& url() const { return url_; }
   int head_pid() const { return head_pid_; }
+  // Every process started (the head first, then the agents in start order).
+  std::vector<int> pids() const {
+    std::vector<int> out;
+    for (const auto& p : procs_) out.push_back(p.pid());
+    return out;
+  }
 
   // Starts the head with `extra` flags; exits the benchmark on failure.
   void StartHead(std::vector<std::string> extra = {}) {
@@ -108,6 +116,26 @@ inline int64_t RssBytes(int pid) {
     std::getline(in, rest);
   }
   return 0;
+}
+
+// CPU time of a live process in seconds: its own (user + system) and that of its reaped
+// children (an agent's task shims, and through them the tasks). {0, 0} if unknown.
+struct CpuSeconds {
+  double self = 0, children = 0;
+};
+inline CpuSeconds ProcessCpu(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // "pid (comm) state ppid ...": fields from 3 on follow the last ')'.
+  auto rp = text.rfind(')');
+  if (rp == std::string::npos) return {};
+  std::istringstream rest(text.substr(rp + 1));
+  std::vector<std::string> f;
+  for (std::string w; rest >> w;) f.push_back(w);
+  if (f.size() < 15) return {};
+  // f[0] is field 3 (state): utime, stime, cutime, cstime are fields 14..17.
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return {(std::stod(f[11]) + std::stod(f[12])) / tick, (std::stod(f[13]) + std::stod(f[14])) / tick};
 }
 
 }  // namespace cohort::bench

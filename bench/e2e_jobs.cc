@@ -114,6 +114,17 @@ int main(int argc, char** argv) {
                 Metric(m->body, "cohort_head_store_commit_duration_seconds_count"),
                 Metric(m->body, "cohort_head_store_commit_duration_seconds_sum"));
   }
+  // Where the CPU went, per job: what bounds the rate on a machine with few cores.
+  const std::vector<int> pids = c.pids();
+  bench::CpuSeconds head = bench::ProcessCpu(pids[0]);
+  double agents_cpu = 0, tasks_cpu = 0;
+  for (size_t i = 1; i < pids.size(); ++i) {
+    bench::CpuSeconds a = bench::ProcessCpu(pids[i]);
+    agents_cpu += a.self;
+    tasks_cpu += a.children;
+  }
+  std::printf("  CPU per job: head %.2f ms, agents %.2f ms, task shims with their tasks %.2f ms (%ld cores here)\n",
+              head.self * 1000 / jobs, agents_cpu * 1000 / jobs, tasks_cpu * 1000 / jobs, sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("  for scale: Slurm 22.05, 200 such jobs on this machine: 68.2 s (issue 23)\n");
   return 0;
 }

@@ -199,12 +199,13 @@ api::Heartbeat Agent::BuildHeartbeat() {
     for (const auto& s : snapshot) {
       if (s.running && s.pid > 0) sessions.insert(s.pid);
     }
-    // /proc is read at most once a second (heartbeats may be far more frequent).
+    // /proc is read at most once a second: heartbeats may be far more frequent (one per
+    // wave of starts and exits), and each read scans every process of the node. A task
+    // started since the last read shows its use from the next one.
     auto now = SteadyClock::now();
-    if (now - usage_read_ >= std::chrono::seconds(1) || sessions != usage_sessions_) {
+    if (now - usage_read_ >= std::chrono::seconds(1)) {
       usage_ = UsageBySession(sessions);
       usage_read_ = now;
-      usage_sessions_ = sessions;
     }
     const auto& usage = usage_;
     for (const auto& s : snapshot) {

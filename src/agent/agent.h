@@ -175,7 +175,6 @@ class Agent {
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat
   SteadyTime last_error_log_;                 // when a failure was last logged (rate limit)
   std::map<int, ProcUsage> usage_;  // the latest /proc read, by task session
-  std::set<int> usage_sessions_;
   SteadyTime usage_read_;
 };
 

@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 
 #include <charconv>
+#include <mutex>
+#include <vector>
 
 #include <httplib.h>
 
@@ -32,8 +34,39 @@ Result<UrlParts> ParseHttpUrl(std::string_view url) {
   return p;
 }
 
+// Connections a call left open, for the next call. One is reused only while it has been
+// idle less than kReuseIdle, well under the idle timeout of our servers (HttpServer and
+// httplib's: 5 s), so a request is not sent on a connection the server is closing;
+// httplib also checks that the socket is still open before reusing it (a restarted
+// server's old connection is replaced, not failed).
+struct HttpClient::Pool {
+  static constexpr auto kReuseIdle = std::chrono::seconds(2);
+  static constexpr size_t kMaxIdle = 8;
+  struct Idle {
+    std::unique_ptr<httplib::Client> client;
+    SteadyClock::time_point since;
+  };
+  std::mutex mu;
+  std::vector<Idle> idle;  // guarded by mu; newest last
+
+  std::unique_ptr<httplib::Client> Take() {
+    std::lock_guard lock(mu);
+    const auto now = SteadyClock::now();
+    while (!idle.empty()) {
+      Idle i = std::move(idle.back());
+      idle.pop_back();
+      if (now - i.since < kReuseIdle) return std::move(i.client);
+    }
+    return nullptr;
+  }
+  void Give(std::unique_ptr<httplib::Client> c) {
+    std::lock_guard lock(mu);
+    if (idle.size() < kMaxIdle) idle.push_back({std::move(c), SteadyClock::now()});
+  }
+};
+
 HttpClient::HttpClient(std::string base_url, Millis timeout)
-    : base_url_(std::move(base_url)), timeout_(timeout) {
+    : base_url_(std::move(base_url)), timeout_(timeout), pool_(std::make_shared<Pool>()) {
   while (base_url_.ends_with('/')) base_url_.pop_back();
   auto p = ParseHttpUrl(base_url_);
   if (p) {
@@ -46,19 +79,29 @@ HttpClient::HttpClient(std::string base_url, Millis timeout)
 Result<HttpResponse> HttpClient::Send(const std::string& method, const std::string& path,
                                       const std::string* body) const {
   if (!valid_) return std::unexpected(valid_.error());
-  httplib::Client cli(parts_.host, parts_.port);
-  auto secs = timeout_.count() / 1000;
-  auto usecs = (timeout_.count() % 1000) * 1000;
-  cli.set_connection_timeout(secs, usecs);
-  cli.set_read_timeout(secs, usecs);
-  cli.set_write_timeout(secs, usecs);
-  httplib::Result r = method == "GET"    ? cli.Get(path)
-                      : method == "POST" ? cli.Post(path, body ? *body : std::string(), "application/json")
-                                         : cli.Delete(path);
+  std::unique_ptr<httplib::Client> cli = pool_->Take();
+  if (!cli) {
+    cli = std::make_unique<httplib::Client>(parts_.host, parts_.port);
+    auto secs = timeout_.count() / 1000;
+    auto usecs = (timeout_.count() % 1000) * 1000;
+    cli->set_connection_timeout(secs, usecs);
+    cli->set_read_timeout(secs, usecs);
+    cli->set_write_timeout(secs, usecs);
+    cli->set_keep_alive(true);
+    // httplib sends a request's headers and body in separate writes: with Nagle's algorithm a
+    // reused connection holds the body until the server's delayed ACK (40 ms a request).
+    cli->set_tcp_nodelay(true);
+  }
+  httplib::Result r = method == "GET"    ? cli->Get(path)
+                      : method == "POST" ? cli->Post(path, body ? *body : std::string(), "application/json")
+                                         : cli->Delete(path);
   if (!r) {
+    // The connection is dropped with its client: the next call opens a fresh one.
     return Errorf(ErrorCode::kUnavailable, "cannot reach {}{}: {}", base_url_, path,
                   httplib::to_string(r.error()));
   }
+  // A reply with "Connection: close" left the client closed; it reconnects if reused.
+  pool_->Give(std::move(cli));
   HttpResponse out;
   out.status = r->status;
   out.body = std::move(r->body);

@@ -3,8 +3,10 @@
 //
 // Wire format of an error body, produced by SendError and read by the client:
 //   {"error": {"code": "invalid_argument", "message": "spec.nodes: ...", "field": "spec.nodes"}}
-// HttpClient holds only the base URL and timeouts; each call opens its own connection, so
-// one client may be used from several threads at once.
+// HttpClient keeps the connections its calls opened alive for the next calls (a small pool
+// shared by its copies), so a heartbeat, a wake-up or a submission does not pay for a TCP
+// connection each; one client may be used from several threads at once (each call takes
+// its own connection from the pool, or opens one).
 #pragma once
 
 #include <functional>
@@ -59,10 +61,13 @@ class HttpClient {
   Result<HttpResponse> Send(const std::string& method, const std::string& path,
                             const std::string* body) const;
 
+  struct Pool;  // idle keep-alive connections; thread-safe, shared by copies
+
   std::string base_url_;
   UrlParts parts_;
   Result<void> valid_;
   Millis timeout_;
+  std::shared_ptr<Pool> pool_;
 };
 
 json ErrorToJson(const Error& e);
