@@ -84,16 +84,19 @@ void RecordExits(Tx& tx, const std::string& node, const api::Heartbeat& hb, api:
   }
 }
 
-// Heartbeat step: a task the agent has been told about (its allocation's version is
-// applied) but neither runs nor reports finished is gone: its gang fails.
-void FailMissingTasks(Tx& tx, const std::string& node, const NodeRuntime& rt, const api::Heartbeat& hb) {
+// Heartbeat step: a task the agent has been told about (this heartbeat's applied version
+// covers its allocation's) but neither runs nor reports finished is gone: its gang fails.
+// This heartbeat's own version, not the highest seen: a heartbeat that was sent before the
+// agent applied the allocation and reaches the head after a newer one (its client gave up
+// on a slow reply and sent the next) lists what the agent ran then, not a lost task.
+void FailMissingTasks(Tx& tx, const std::string& node, const api::Heartbeat& hb) {
   auto nj = tx.s.node_jobs.find(node);
   if (nj == tx.s.node_jobs.end()) return;
   std::vector<api::JobId> ids(nj->second.begin(), nj->second.end());
   for (api::JobId id : ids) {
     Job& job = tx.s.jobs.at(id);
     for (const auto& na : job.allocation.nodes) {
-      if (na.node != node || na.version > rt.applied_version) continue;
+      if (na.node != node || na.version > hb.applied_version) continue;
       for (const auto& tp : na.tasks) {
         if (job.HasExit(tp.rank)) continue;
         bool seen = std::any_of(hb.tasks.begin(), hb.tasks.end(), [&](const api::TaskReport& r) {
@@ -183,7 +186,7 @@ Result<HeartbeatResult> Heartbeat(ClusterState& s, const Context& ctx, const std
   ApplyGpuReports(tx, node, rt, hb.gpus);
   HeartbeatResult out;
   RecordExits(tx, name, hb, out.reply);
-  FailMissingTasks(tx, name, rt, hb);
+  FailMissingTasks(tx, name, hb);
   out.reply.version = rt.desired_version;
   out.reply.tasks = DesiredTasks(s, ctx, name);
   out.reply.timing = ctx.timing;

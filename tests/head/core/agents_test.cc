@@ -135,6 +135,25 @@ TEST_F(CoreTest, ATaskTheAgentNoLongerHasFailsItsGang) {
   EXPECT_EQ(Job(id).reason, "rank 0 on n1 is gone (its agent no longer has the task)");
 }
 
+// A heartbeat sent before the agent applied the placement can reach the head after a newer
+// one (the agent's client gave up on a slow reply and sent the next): it lists what ran
+// then, and loses nothing.
+TEST_F(CoreTest, AHeartbeatOlderThanThePlacementLosesNoTask) {
+  Register(Reg("n1"));
+  const int64_t before = state_.runtime.at("n1").desired_version;
+  const api::JobId id = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 1);
+  Beat("n1", {Running(id, 0, 0)});  // the newer heartbeat: rank 0 runs
+  api::Heartbeat stale;
+  stale.incarnation = state_.nodes.at("n1").incarnation;
+  stale.applied_version = before;  // sent before the placement was applied
+  auto r = core::Heartbeat(state_, ctx_, "n1", stale, now_);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(Job(id).state, JobState::kRunning) << Job(id).reason;
+  Beat("n1", {});  // a current heartbeat without the task still fails the gang
+  EXPECT_EQ(Job(id).state, JobState::kFailed);
+}
+
 TEST_F(CoreTest, AllRanksExitingZeroSucceed) {
   Register(Reg("n1"));
   Register(Reg("n2"));
