@@ -2,12 +2,15 @@
 // transition or query of the core, and performs its effects (Apply).
 #include "head/cluster.h"
 
+#include <charconv>
+
 #include "common/log.h"
 #include "head/core/agents.h"
 #include "head/core/drain.h"
 #include "head/core/liveness.h"
 #include "head/core/schedule.h"
 #include "head/core/submit.h"
+#include "head/core/timing.h"
 
 namespace cohort::head {
 
@@ -19,6 +22,7 @@ Cluster::Cluster(HeadConfig config, std::unique_ptr<store::StateStore> store)
 
 Result<std::unique_ptr<Cluster>> Cluster::Open(HeadConfig config, std::unique_ptr<store::StateStore> store) {
   COHORT_TRY_VOID(core::ValidateUnhealthyZoneThreshold(config.unhealthy_zone_threshold));
+  COHORT_TRY_VOID(core::ValidateHeartbeatRateTarget(config.heartbeat_rate_target));
   std::unique_ptr<Cluster> c(new Cluster(std::move(config), std::move(store)));
   MutexLock lock(c->mu_);
   COHORT_TRY_VOID(c->Load());
@@ -35,7 +39,8 @@ Result<void> Cluster::Load() {
     COHORT_TRY_VOID(store_->Write(batch));
   }
   rendezvous_ = std::make_unique<RendezvousStore>(*secret);
-  context_.timing = config_.timing;
+  context_.base_timing = config_.timing;
+  context_.heartbeat_rate_target = config_.heartbeat_rate_target;
   context_.head_url = config_.advertise_url;
   context_.checkpoint_root = config_.checkpoint_root;
   context_.liveness_interval_ms = config_.liveness_interval_ms;
@@ -46,7 +51,27 @@ Result<void> Cluster::Load() {
 
   auto nodes = COHORT_TRY(store_->LoadNodes());
   auto jobs = COHORT_TRY(store_->LoadJobs());
-  state_ = core::LoadState(std::move(nodes), std::move(jobs), Now());
+  const core::Now now = Now();
+  state_ = core::LoadState(std::move(nodes), std::move(jobs), now);
+  // Agents may still hold leases granted under a longer timing than this run's (a higher
+  // target or a shorter base now): every node is held to it for one such timeout.
+  if (auto granted = COHORT_TRY(store_->GetMeta(core::kGrantedFailureTimeoutMeta))) {
+    int64_t ms = 0;
+    auto [end, ec] = std::from_chars(granted->data(), granted->data() + granted->size(), ms);
+    if (ec == std::errc() && end == granted->data() + granted->size()) {
+      stored_granted_failure_ms_ = ms;
+      core::AdoptGrantedBeforeRestart(state_, ms, now);
+    } else {
+      LOG_WARN("ignoring a malformed {} in the state store: '{}'", core::kGrantedFailureTimeoutMeta, *granted);
+    }
+  }
+  const api::AgentTiming timing = core::CurrentTiming(state_, context_);
+  if (timing.heartbeat_interval_ms != config_.timing.heartbeat_interval_ms) {
+    LOG_INFO("{} nodes at a heartbeat rate target of {}/s: agents heartbeat every {} (failure timeout {}, fence "
+             "timeout {})",
+             state_.nodes.size(), context_.heartbeat_rate_target, FormatDuration(timing.heartbeat_interval_ms),
+             FormatDuration(timing.failure_timeout_ms), FormatDuration(timing.fence_timeout_ms));
+  }
   LOG_INFO("loaded {} nodes and {} jobs ({} pending, {} running) from the state store", state_.nodes.size(),
            state_.jobs.size(), state_.pending.size(), core::RunningJobIds(state_).size());
   return {};
@@ -81,8 +106,10 @@ Result<void> Cluster::Apply(core::Effects fx, Wakes& wakes) {
 }
 
 Result<void> Cluster::Flush() {
-  if (unstored_jobs_.empty() && unstored_nodes_.empty()) return {};
+  const int64_t granted = core::CurrentTiming(state_, context_).failure_timeout_ms;
+  if (unstored_jobs_.empty() && unstored_nodes_.empty() && granted == stored_granted_failure_ms_) return {};
   store::WriteBatch batch;
+  if (granted != stored_granted_failure_ms_) batch.meta.emplace_back(core::kGrantedFailureTimeoutMeta, std::to_string(granted));
   for (JobId id : unstored_jobs_) batch.jobs.push_back(state_.jobs.at(id));
   for (const auto& name : unstored_nodes_) batch.nodes.push_back(state_.nodes.at(name));
   const auto t0 = SteadyClock::now();
@@ -97,6 +124,7 @@ Result<void> Cluster::Flush() {
   }
   unstored_jobs_.clear();
   unstored_nodes_.clear();
+  stored_granted_failure_ms_ = granted;
   return {};
 }
 
@@ -206,10 +234,17 @@ Result<LogLocation> Cluster::LocateLog(JobId id, int attempt, int rank) const {
 Result<api::AgentTiming> Cluster::Register(const api::Registration& reg) {
   Wakes wakes(*this);
   MutexLock lock(mu_);
-  core::Effects fx = COHORT_TRY(core::Register(state_, context_, reg, Now()));
-  auto stored = Apply(std::move(fx), wakes);
+  const api::AgentTiming before = core::CurrentTiming(state_, context_);
+  core::RegisterResult r = COHORT_TRY(core::Register(state_, context_, reg, Now()));
+  if (r.timing.heartbeat_interval_ms != before.heartbeat_interval_ms) {
+    LOG_INFO("{} nodes at a heartbeat rate target of {}/s: agents now heartbeat every {} (failure timeout {}, fence "
+             "timeout {})",
+             state_.nodes.size(), context_.heartbeat_rate_target, FormatDuration(r.timing.heartbeat_interval_ms),
+             FormatDuration(r.timing.failure_timeout_ms), FormatDuration(r.timing.fence_timeout_ms));
+  }
+  auto stored = Apply(std::move(r.effects), wakes);
   if (!stored) return MakeError(ErrorCode::kUnavailable, "cannot store the node: " + stored.error().message);
-  return config_.timing;
+  return r.timing;
 }
 
 Result<api::HeartbeatReply> Cluster::Heartbeat(const std::string& name, const api::Heartbeat& hb) {

@@ -84,7 +84,8 @@ class Cluster {
   Result<LogLocation> LocateLog(api::JobId id, int attempt, int rank) const EXCLUDES(mu_);
 
   // ---- agents ----
-  // kAlreadyExists if a live agent with another incarnation holds the name.
+  // kAlreadyExists if a live agent with another incarnation holds the name. Returns the
+  // timing for the agent (core/timing.h: scaled to the nodes, this one counted).
   Result<api::AgentTiming> Register(const api::Registration& reg) EXCLUDES(mu_);
   // kNotFound if the node is unknown and kFailedPrecondition if `hb.incarnation` is not the
   // registered one: the agent must register (again). kUnavailable if the exits it reports
@@ -165,6 +166,9 @@ class Cluster {
   core::ClusterState state_ GUARDED_BY(mu_);
   std::set<api::JobId> unstored_jobs_ GUARDED_BY(mu_);    // changed, not yet written
   std::set<std::string> unstored_nodes_ GUARDED_BY(mu_);  // changed, not yet written
+  // The failure timeout granted to agents (core::kGrantedFailureTimeoutMeta) as stored; a
+  // different current one is written with the next batch.
+  int64_t stored_granted_failure_ms_ GUARDED_BY(mu_) = 0;
   bool schedule_requested_ GUARDED_BY(mu_) = true;
   Millis last_pass_ GUARDED_BY(mu_){0};
   prom::Histogram pass_seconds_{prom::ExponentialBuckets(0.0005, 2, 14)};      // thread-safe

@@ -7,6 +7,7 @@
 #include "head/core/gpu_health.h"
 #include "head/core/lifecycle.h"
 #include "head/core/liveness.h"
+#include "head/core/timing.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -111,15 +112,16 @@ void FailMissingTasks(Tx& tx, const std::string& node, const NodeRuntime& rt, co
 
 }  // namespace
 
-Result<Effects> Register(ClusterState& s, const Context& ctx, const api::Registration& reg, Now now) {
+Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::Registration& reg, Now now) {
   Tx tx(s, ctx, now);
   auto it = s.nodes.find(reg.name);
   std::map<std::string, std::string> unhealthy;  // uuid → reason: marks survive a new agent
   if (it != s.nodes.end()) {
     const api::Node& n = it->second;
     if (n.incarnation != reg.incarnation) {
-      int64_t age = HeartbeatAgeMs(s.runtime[reg.name], now);
-      if (n.state == NodeState::kUp && age < ctx.timing.failure_timeout_ms) {
+      const NodeRuntime& rt = s.runtime[reg.name];
+      int64_t age = HeartbeatAgeMs(rt, now);
+      if (n.state == NodeState::kUp && age < NodeFailureTimeoutMs(s, ctx, rt, now)) {
         return Errorf(ErrorCode::kAlreadyExists,
                       "node '{}' is already registered by a running agent (incarnation {}, last "
                       "heartbeat {} ago); stop that agent or choose another --name",
@@ -155,10 +157,15 @@ Result<Effects> Register(ClusterState& s, const Context& ctx, const api::Registr
   n.reason.clear();
   n.registered_ms = now.unix_ms;
   n.last_heartbeat_ms = n.registered_ms;
-  Heard(s.runtime[reg.name], now);
+  NodeRuntime& rt = s.runtime[reg.name];
+  Heard(rt, now);
   tx.fx.StoreNode(n);
   tx.RequestSchedule();
-  return std::move(tx.fx);
+  RegisterResult out;
+  out.timing = CurrentTiming(s, ctx);  // with this node counted
+  Grant(rt, out.timing, now);
+  out.effects = std::move(tx.fx);
+  return out;
 }
 
 Result<HeartbeatResult> Heartbeat(ClusterState& s, const Context& ctx, const std::string& name,
@@ -186,7 +193,8 @@ Result<HeartbeatResult> Heartbeat(ClusterState& s, const Context& ctx, const std
   FailMissingTasks(tx, name, rt, hb);
   out.reply.version = rt.desired_version;
   out.reply.tasks = DesiredTasks(s, ctx, name);
-  out.reply.timing = ctx.timing;
+  out.reply.timing = CurrentTiming(s, ctx);
+  Grant(rt, out.reply.timing, now);
   out.effects = std::move(tx.fx);
   return out;
 }

@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "head/core/drain.h"
 #include "head/core/lifecycle.h"
+#include "head/core/timing.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -17,9 +18,11 @@ namespace {
 // Nodes silent this long count towards the unhealthy zone: half the failure timeout, so
 // that nodes cut off at once count together although their last heartbeats were up to an
 // interval apart (a live agent heartbeats every interval, at most half the fence timeout).
-int64_t ZoneSilenceMs(const Context& ctx) { return ctx.timing.failure_timeout_ms / 2; }
+int64_t ZoneSilenceMs(const Tx& tx, const NodeRuntime& rt) { return NodeFailureTimeoutMs(tx.s, tx.ctx, rt, tx.now) / 2; }
 
-int64_t ZoneTimeoutMs(const Context& ctx) { return ctx.timing.failure_timeout_ms * kZoneTimeoutFailureTimeouts; }
+int64_t ZoneTimeoutMs(const Tx& tx) {
+  return CurrentTiming(tx.s, tx.ctx).failure_timeout_ms * kZoneTimeoutFailureTimeouts;
+}
 
 // Counts the UP nodes and those silent long enough to count towards the zone.
 void CountSilentNodes(Tx& tx) {
@@ -29,7 +32,8 @@ void CountSilentNodes(Tx& tx) {
   for (const auto& [name, node] : tx.s.nodes) {
     if (node.state != NodeState::kUp) continue;
     ++l.up;
-    if (HeartbeatAgeMs(tx.s.runtime[name], tx.now) > ZoneSilenceMs(tx.ctx)) ++l.silent;
+    const NodeRuntime& rt = tx.s.runtime[name];
+    if (HeartbeatAgeMs(rt, tx.now) > ZoneSilenceMs(tx, rt)) ++l.silent;
   }
 }
 
@@ -58,7 +62,7 @@ void UpdateZone(Tx& tx) {
     l.suspended = true;
     tx.fx.Warn("{} of {} UP nodes are silent at once (unhealthy zone threshold {}): taking it for a fault of the "
                "head or its network, no node is marked DOWN and no job fails for them for up to {}",
-               l.silent, l.up, tx.ctx.unhealthy_zone_threshold, FormatDuration(ZoneTimeoutMs(tx.ctx)));
+               l.silent, l.up, tx.ctx.unhealthy_zone_threshold, FormatDuration(ZoneTimeoutMs(tx)));
   } else if (!holds && in_zone) {
     tx.fx.Warn("left the unhealthy zone after {}: {} of {} UP nodes silent; nodes still silent one failure timeout "
                "from now are marked DOWN",
@@ -66,7 +70,7 @@ void UpdateZone(Tx& tx) {
     l.zone_since_mono_ms = 0;
     l.suspended = false;
     GiveUnreachableNodesOneTimeout(tx);
-  } else if (in_zone && l.suspended && tx.now.mono_ms - l.zone_since_mono_ms > ZoneTimeoutMs(tx.ctx)) {
+  } else if (in_zone && l.suspended && tx.now.mono_ms - l.zone_since_mono_ms > ZoneTimeoutMs(tx)) {
     l.suspended = false;
     tx.fx.Warn("the unhealthy zone has lasted {}: its silent nodes are taken for failed and marked DOWN",
                FormatDuration(tx.now.mono_ms - l.zone_since_mono_ms));
@@ -102,7 +106,7 @@ void MarkSilentNodesDown(Tx& tx) {
     if (node.state != NodeState::kUp) continue;
     NodeRuntime& rt = tx.s.runtime[name];
     int64_t age = HeartbeatAgeMs(rt, tx.now);
-    if (age <= tx.ctx.timing.failure_timeout_ms) continue;
+    if (age <= NodeFailureTimeoutMs(tx.s, tx.ctx, rt, tx.now)) continue;
     if (tx.s.liveness.suspended) {
       MarkUnreachable(tx, name, rt, age);
     } else {
@@ -191,7 +195,7 @@ void AccountUnheardTime(Tx& tx) {
   const int64_t unheard = tx.now.mono_ms - l.accounted_mono_ms;
   const int64_t gap = unheard - tx.ctx.liveness_interval_ms;
   l.accounted_mono_ms = std::max(l.accounted_mono_ms, tx.now.mono_ms);
-  if (gap < LagThresholdMs(tx.ctx.timing)) return;
+  if (gap < LagThresholdMs(CurrentTiming(tx.s, tx.ctx))) return;
   CreditUnheardTime(tx.s, tx.now, gap);
   tx.s.counters.unheard_ms += static_cast<uint64_t>(gap);
   l.resumed_unix_ms = tx.now.unix_ms;
@@ -201,7 +205,8 @@ void AccountUnheardTime(Tx& tx) {
 }
 
 void ExcuseFencesAfterSilence(Tx& tx, const std::string& node, NodeRuntime& rt) {
-  const api::AgentTiming& t = tx.ctx.timing;
+  // The timing the agent lived by: the last one it was sent.
+  const api::AgentTiming t = rt.granted.value_or(CurrentTiming(tx.s, tx.ctx));
   const int64_t silence = HeartbeatAgeMs(rt, tx.now) + rt.credited_ms;  // as the agent lived it
   // The agent fences after the fence timeout counted from when it sent its last heartbeat
   // that got through: up to an interval before the head heard it.

@@ -64,6 +64,12 @@ struct NodeRuntime {
   // Until then (Now::mono_ms), a task of a gang on this node that ends badly was fenced
   // because the head could not hear the node: requeued without counting a restart.
   int64_t fence_excused_until_mono_ms = 0;
+  // Adaptive timing (timing.h): the timing in the last reply to this node's agent (none
+  // since the head started), and a longer failure timeout granted before it that still
+  // binds until previous_until_mono_ms.
+  std::optional<api::AgentTiming> granted;
+  int64_t previous_failure_timeout_ms = 0;
+  int64_t previous_until_mono_ms = 0;
 };
 
 // The head's view of its own listening and of the unhealthy zone (liveness.h).
@@ -101,7 +107,9 @@ struct ClusterState {
 // What transitions may read besides the state: the head's configuration and two lookups
 // into parts of the head that live outside the core (both pure from the core's view).
 struct Context {
-  api::AgentTiming timing;
+  // The configured timing; agents get it scaled to the number of nodes (timing.h).
+  api::AgentTiming base_timing;
+  double heartbeat_rate_target = 1000;  // heartbeats per second (timing.h)
   std::string head_url;         // how tasks reach the head (COHORT_HEAD)
   std::string checkpoint_root;  // COHORT_CHECKPOINT_DIR is {checkpoint_root}/job-{id}
   int64_t liveness_interval_ms = 100;     // how often the shell checks liveness (CheckLiveness)
