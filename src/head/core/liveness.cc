@@ -18,7 +18,9 @@ namespace {
 // Nodes silent this long count towards the unhealthy zone: half the failure timeout, so
 // that nodes cut off at once count together although their last heartbeats were up to an
 // interval apart (a live agent heartbeats every interval, at most half the fence timeout).
-int64_t ZoneSilenceMs(const Tx& tx, const NodeRuntime& rt) { return NodeFailureTimeoutMs(tx.s, tx.ctx, rt, tx.now) / 2; }
+int64_t ZoneSilenceMs(const Tx& tx, const NodeRuntime& rt, int64_t current_failure_ms) {
+  return NodeFailureTimeoutMs(current_failure_ms, rt, tx.now) / 2;
+}
 
 int64_t ZoneTimeoutMs(const Tx& tx) {
   return CurrentTiming(tx.s, tx.ctx).failure_timeout_ms * kZoneTimeoutFailureTimeouts;
@@ -29,12 +31,12 @@ void CountSilentNodes(Tx& tx) {
   LivenessState& l = tx.s.liveness;
   l.up = 0;
   l.silent = 0;
-  for (const auto& [name, node] : tx.s.nodes) {
-    if (node.state != NodeState::kUp) continue;
+  const int64_t current = CurrentTiming(tx.s, tx.ctx).failure_timeout_ms;
+  ForEachNode(tx.s, [&](const std::string&, const api::Node& node, const NodeRuntime& rt) {
+    if (node.state != NodeState::kUp) return;
     ++l.up;
-    const NodeRuntime& rt = tx.s.runtime[name];
-    if (HeartbeatAgeMs(rt, tx.now) > ZoneSilenceMs(tx, rt)) ++l.silent;
-  }
+    if (HeartbeatAgeMs(rt, tx.now) > ZoneSilenceMs(tx, rt, current)) ++l.silent;
+  });
 }
 
 bool ZoneHolds(const Tx& tx) {
@@ -102,17 +104,17 @@ void MarkDown(Tx& tx, api::Node& node, NodeRuntime& rt, int64_t age) {
 void MarkSilentNodesDown(Tx& tx) {
   CountSilentNodes(tx);
   UpdateZone(tx);
-  for (auto& [name, node] : tx.s.nodes) {
-    if (node.state != NodeState::kUp) continue;
-    NodeRuntime& rt = tx.s.runtime[name];
+  const int64_t current = CurrentTiming(tx.s, tx.ctx).failure_timeout_ms;
+  ForEachNode(tx.s, [&](const std::string& name, api::Node& node, NodeRuntime& rt) {
+    if (node.state != NodeState::kUp) return;
     int64_t age = HeartbeatAgeMs(rt, tx.now);
-    if (age <= NodeFailureTimeoutMs(tx.s, tx.ctx, rt, tx.now)) continue;
+    if (age <= NodeFailureTimeoutMs(current, rt, tx.now)) return;
     if (tx.s.liveness.suspended) {
       MarkUnreachable(tx, name, rt, age);
     } else {
       MarkDown(tx, node, rt, age);
     }
-  }
+  });
 }
 
 // True when `pred` holds for the runtime of some node of the job's allocation.

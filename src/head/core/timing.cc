@@ -50,7 +50,11 @@ void Grant(NodeRuntime& rt, const api::AgentTiming& timing, Now now) {
 }
 
 int64_t NodeFailureTimeoutMs(const ClusterState& s, const Context& ctx, const NodeRuntime& rt, Now now) {
-  int64_t t = CurrentTiming(s, ctx).failure_timeout_ms;
+  return NodeFailureTimeoutMs(CurrentTiming(s, ctx).failure_timeout_ms, rt, now);
+}
+
+int64_t NodeFailureTimeoutMs(int64_t current_failure_ms, const NodeRuntime& rt, Now now) {
+  int64_t t = current_failure_ms;
   if (rt.granted) t = std::max(t, rt.granted->failure_timeout_ms);
   if (rt.previous_until_mono_ms >= now.mono_ms) t = std::max(t, rt.previous_failure_timeout_ms);
   return t;

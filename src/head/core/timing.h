@@ -65,6 +65,8 @@ void Grant(NodeRuntime& rt, const api::AgentTiming& timing, Now now);
 // timeout, the one last granted to the node, and a longer one granted before that is
 // still within its window.
 int64_t NodeFailureTimeoutMs(const ClusterState& s, const Context& ctx, const NodeRuntime& rt, Now now);
+// The same with the current failure timeout given (CurrentTiming), for passes over every node.
+int64_t NodeFailureTimeoutMs(int64_t current_failure_ms, const NodeRuntime& rt, Now now);
 
 // After a restart: every node is held to `failure_timeout_ms` (the longest granted before
 // the restart) for that long from `now`, as if it had just been granted and replaced.
