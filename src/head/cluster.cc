@@ -11,6 +11,7 @@
 #include "head/core/schedule.h"
 #include "head/core/submit.h"
 #include "head/core/timing.h"
+#include "head/usage.h"
 
 namespace cohort::head {
 
@@ -96,6 +97,14 @@ Result<void> Cluster::Apply(core::Effects fx, Wakes& wakes) {
   for (JobId id : fx.drop_rendezvous) rendezvous_->DropJob(id);
   for (double s : fx.queue_wait_seconds) queue_wait_seconds_.Observe(s);
   wakes.urls.merge(fx.wake);
+  for (JobId id : fx.jobs_to_store) {
+    serialized_jobs_.erase(id);
+    if (api::IsTerminal(state_.jobs.at(id).state)) {
+      job_revisions_.erase(id);  // never serialized again (ListJobsSerialized keeps active jobs)
+    } else {
+      ++job_revisions_[id];
+    }
+  }
   unstored_jobs_.merge(fx.jobs_to_store);
   unstored_nodes_.merge(fx.nodes_to_store);
   if (fx.schedule) {
@@ -166,6 +175,55 @@ Result<Job> Cluster::GetJob(JobId id) const {
 std::vector<Job> Cluster::ListJobs(const JobFilter& filter) const {
   MutexLock lock(mu_);
   return core::ListJobs(state_, filter);
+}
+
+std::vector<Cluster::ListedJob> Cluster::ListJobsSerialized(const JobFilter& filter, int64_t now_ms) const {
+  struct Miss {
+    size_t index;
+    Job job;  // as shown
+    uint64_t revision;
+  };
+  std::vector<ListedJob> out;
+  std::vector<Miss> misses;
+  {
+    MutexLock lock(mu_);
+    core::VisitJobs(state_, filter, [&](const Job& j) {
+      const std::string& reason = core::ShownReason(state_, j);
+      ListedJob item;
+      item.id = j.id;
+      item.gpu_seconds = JobGpuSeconds(j, now_ms);
+      item.running = j.state == api::JobState::kRunning;
+      const auto rev = job_revisions_.find(j.id);
+      const uint64_t revision = rev == job_revisions_.end() ? 0 : rev->second;
+      if (auto c = serialized_jobs_.find(j.id);
+          c != serialized_jobs_.end() && c->second.revision == revision && c->second.reason == reason) {
+        item.json = c->second.json;
+      } else {
+        Job shown = j;
+        shown.reason = reason;
+        misses.push_back({out.size(), std::move(shown), revision});
+      }
+      out.push_back(std::move(item));
+    });
+  }
+  // Serialized without the lock; kept if the job is still active and unchanged.
+  for (auto& m : misses) {
+    out[m.index].json = std::make_shared<const std::string>(
+        api::ToJson(m.job).dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  if (!misses.empty()) {
+    MutexLock lock(mu_);
+    for (const auto& m : misses) {
+      auto j = state_.jobs.find(m.job.id);
+      if (j == state_.jobs.end() || api::IsTerminal(j->second.state)) continue;
+      const auto rev = job_revisions_.find(m.job.id);
+      if ((rev == job_revisions_.end() ? 0 : rev->second) != m.revision) continue;
+      if (core::ShownReason(state_, j->second) != m.job.reason) continue;
+      serialized_jobs_[m.job.id] = {m.revision, m.job.reason, out[m.index].json};
+    }
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
 }
 
 std::vector<NodeStatus> Cluster::ListNodes(const std::string& after, size_t limit) const {
