@@ -139,7 +139,9 @@ Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::
                reg.address);
     s.runtime[reg.name].health_baseline = true;
   }
-  api::Node& n = s.nodes[reg.name];
+  auto [node_it, is_new] = s.nodes.try_emplace(reg.name);
+  api::Node& n = node_it->second;
+  if (!is_new) NoteShape(s, n, -1);  // its GPUs or CPUs may differ now
   n.name = reg.name;
   n.address = reg.address;
   n.agent_url = reg.agent_url;
@@ -153,6 +155,7 @@ Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::
     }
   }
   n.cpus = reg.cpus;
+  NoteShape(s, n, +1);
   n.state = NodeState::kUp;
   n.reason.clear();
   n.registered_ms = now.unix_ms;

@@ -98,6 +98,9 @@ struct ClusterState {
   std::set<api::JobId> pending;                          // PENDING jobs
   std::map<std::string, std::set<api::JobId>> node_jobs;  // RUNNING jobs per node
   std::map<api::JobId, std::string> pending_reasons;     // from the last scheduling pass
+  // How many nodes have each (GPUs, CPUs) shape: what feasibility at submit reads, kept
+  // by LoadState and Register (NoteShape) so a submit does not walk every node.
+  std::map<std::pair<int, int>, int> node_shapes;
   int64_t next_version = 0;  // assignment versions increase across restarts
   int64_t loaded_ms = 0;     // Unix ms the state was loaded: progress reports before it are lost
   Counters counters;
@@ -160,6 +163,10 @@ void Heard(NodeRuntime& rt, Now now);
 // rule a restart follows too: LoadState, which knows nothing of the time the head was
 // down, starts every clock at the load.
 void CreditUnheardTime(ClusterState& s, Now now, int64_t gap_ms);
+
+// Counts `node`'s shape in ClusterState::node_shapes (`delta` +1 when it joins or takes
+// this shape, -1 when it leaves it).
+void NoteShape(ClusterState& s, const api::Node& node, int delta);
 
 // Builds the state from stored records: every node gets a fresh failure timer (one
 // failure timeout for its agent to report in), RUNNING jobs are indexed on their nodes,
