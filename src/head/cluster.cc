@@ -188,6 +188,7 @@ std::vector<Cluster::ListedJob> Cluster::ListJobsSerialized(const JobFilter& fil
   {
     MutexLock lock(mu_);
     core::VisitJobs(state_, filter, [&](const Job& j) {
+      mu_.AssertHeld();  // the lambda runs inside VisitJobs, under the lock above
       const std::string& reason = core::ShownReason(state_, j);
       ListedJob item;
       item.id = j.id;
