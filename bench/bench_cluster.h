@@ -4,10 +4,13 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,6 +111,22 @@ inline int64_t RssBytes(int pid) {
     std::getline(in, rest);
   }
   return 0;
+}
+
+// CPU time (user + system) a process has used, in seconds; 0 if unknown.
+inline double CpuSeconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t paren = stat.rfind(')');  // the command may hold spaces
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string f;
+  long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {  // fields 14 and 15: utime, stime
+    if (i == 14) utime = std::atoll(f.c_str());
+    if (i == 15) stime = std::atoll(f.c_str());
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace cohort::bench

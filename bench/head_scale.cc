@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
 
   // The timed window.
   const bench::SimStats before = agents.Stats();
+  const double cpu_before = bench::CpuSeconds(c.head_pid());
   std::vector<double> queue_ms;
   size_t rows = 0, bytes = 0;
   int64_t peak_rss = 0;
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const bench::SimStats after = agents.Stats();
+  const double head_cpu_s = bench::CpuSeconds(c.head_pid()) - cpu_before;
 
   int up = 0;
   std::string cursor;
@@ -113,6 +115,7 @@ int main(int argc, char** argv) {
   const int pending_end = CountJobs(client, "PENDING");
   agents.Stop();
   const std::vector<double> hb_ms = agents.HeartbeatMillisSince(before.at);
+  const double longest_gap_ms = agents.LongestGapMillisSince(before.at);
 
   const double window_s = std::chrono::duration<double>(after.at - before.at).count();
   const double sent_rate = (after.sent - before.sent) / window_s;
@@ -129,10 +132,15 @@ int main(int argc, char** argv) {
               placed_s, static_cast<long long>(after.tasks), static_cast<long long>(after.wakes));
   std::printf("  heartbeat interval chosen by the head: %lld ms (due: %.0f/s)\n",
               static_cast<long long>(after.interval_ms), due_rate);
-  std::printf("  heartbeats in %.0f s: sent %.0f/s, handled %.0f/s, errors %lld; p50 %.2f ms, p99 %.2f ms   "
-              "target: all handled   %s\n",
-              window_s, sent_rate, handled_rate, static_cast<long long>(errors), Percentile(hb_ms, 0.5),
-              Percentile(hb_ms, 0.99), Verdict(errors == 0 && sent_rate >= 0.9 * due_rate));
+  const int64_t sent = after.sent - before.sent, handled = after.handled - before.handled;
+  std::printf("  heartbeats in %.0f s: sent %lld (%.0f/s), handled %lld (%.0f/s), errors %lld; p50 %.2f ms, p99 "
+              "%.2f ms; longest gap between a node's heartbeats %.0f ms   target: all handled   %s\n",
+              window_s, static_cast<long long>(sent), sent_rate, static_cast<long long>(handled), handled_rate,
+              static_cast<long long>(errors), Percentile(hb_ms, 0.5), Percentile(hb_ms, 0.99), longest_gap_ms,
+              Verdict(errors == 0 && handled == sent));
+  std::printf("  head CPU in the window: %.0f%% of a core (%.0f us per heartbeat handled, everything included: "
+              "queue requests, liveness, passes)\n",
+              100 * head_cpu_s / window_s, handled_rate > 0 ? 1e6 * head_cpu_s / (handled_rate * window_s) : 0.0);
   std::printf("  nodes UP at the end: %d/%d   target: all   %s; jobs running at the end: %d, pending %d\n", up, nodes,
               Verdict(up == nodes), running_end, pending_end);
   std::printf("  queue request (%zu samples, %zu jobs, %.0f KB): p50 %.2f ms, p99 %.2f ms   target p99 < %.0f ms   %s\n",

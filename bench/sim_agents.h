@@ -47,6 +47,7 @@ struct SimNode {
   int64_t applied = 0;
   int64_t interval_ms = 1000;            // from the head's last reply
   SteadyClock::time_point due{};         // the next heartbeat
+  SteadyClock::time_point last_sent{};   // the last one
   std::vector<api::TaskReport> running;
 };
 
@@ -237,8 +238,20 @@ class SimAgents {
   std::vector<double> HeartbeatMillisSince(SteadyClock::time_point from) const {
     std::vector<double> out;
     for (const auto& lane : lanes_) {
-      for (const auto& [t, ms] : lane.latency) {
-        if (t >= from) out.push_back(ms);
+      for (const auto& b : lane.latency) {
+        if (b.sent >= from) out.push_back(b.ms);
+      }
+    }
+    return out;
+  }
+
+  // The longest time (ms) a node went between two heartbeats sent, the second from
+  // `from` on; call after Stop().
+  double LongestGapMillisSince(SteadyClock::time_point from) const {
+    double out = 0;
+    for (const auto& lane : lanes_) {
+      for (const auto& b : lane.latency) {
+        if (b.sent >= from) out = std::max(out, b.gap_ms);
       }
     }
     return out;
@@ -250,7 +263,12 @@ class SimAgents {
     std::mutex mu;
     std::condition_variable cv;
     std::vector<int> woken;  // guarded by mu
-    std::vector<std::pair<SteadyClock::time_point, double>> latency;  // the thread's own until Stop
+    struct Sample {
+      SteadyClock::time_point sent;
+      double ms;      // to the last byte of the reply
+      double gap_ms;  // since the node's previous heartbeat (0 for its first)
+    };
+    std::vector<Sample> latency;  // the thread's own until Stop
   };
 
   using Due = std::pair<SteadyClock::time_point, int>;  // (when, node)
@@ -306,7 +324,11 @@ class SimAgents {
     const auto t0 = SteadyClock::now();
     ++sent_;
     auto r = hc.Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
-    lane.latency.emplace_back(t0, MillisSince(t0));
+    const double gap = s.last_sent == SteadyClock::time_point{}
+                           ? 0
+                           : std::chrono::duration<double, std::milli>(t0 - s.last_sent).count();
+    s.last_sent = t0;
+    lane.latency.push_back({t0, MillisSince(t0), gap});
     s.due = t0 + std::chrono::milliseconds(s.interval_ms);
     if (!r) {
       ++errors_;
