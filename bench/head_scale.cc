@@ -14,6 +14,7 @@
 //
 // Usage: bench_head_scale [nodes=1000] [jobs=1000] [seconds=15] [head flags...]
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 
 #include "bench_cluster.h"
@@ -137,7 +138,9 @@ int main(int argc, char** argv) {
               "%.2f ms; longest gap between a node's heartbeats %.0f ms   target: all handled   %s\n",
               window_s, static_cast<long long>(sent), sent_rate, static_cast<long long>(handled), handled_rate,
               static_cast<long long>(errors), Percentile(hb_ms, 0.5), Percentile(hb_ms, 0.99), longest_gap_ms,
-              Verdict(errors == 0 && handled == sent));
+              // Counted when sent and when answered: up to one per thread is in flight at
+              // either end of the window.
+              Verdict(errors == 0 && std::abs(sent - handled) <= bench::SimAgents::kThreads));
   std::printf("  head CPU in the window: %.0f%% of a core (%.0f us per heartbeat handled, everything included: "
               "queue requests, liveness, passes)\n",
               100 * head_cpu_s / window_s, handled_rate > 0 ? 1e6 * head_cpu_s / (handled_rate * window_s) : 0.0);
