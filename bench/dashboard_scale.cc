@@ -41,13 +41,6 @@ int main(int argc, char** argv) {
   c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s"});
   HttpClient client(c.url(), Millis(10000));
 
-  bench::SubmitJobs(client, jobs, [](int i) -> json {
-    auto [n, g] = bench::JobShape(i);
-    return {{"name", fmt::format("train-{}", i)}, {"user", fmt::format("user{}", i % 13)},
-            {"command", {"python", "train.py", "--config", fmt::format("exp{}.yaml", i)}},
-            {"nodes", n}, {"gpus_per_node", g}, {"tasks_per_node", 1}, {"priority", i % 7}};
-  });
-
   // Rank 0's COHORT_REPORT path of each running job, as the heartbeat replies reveal them.
   std::mutex report_mu;
   std::map<int64_t, std::string> report_paths;  // guarded by report_mu
@@ -60,6 +53,12 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   agents.Start();
   agents.WaitRegistered();
+  bench::SubmitJobs(client, jobs, [](int i) -> json {
+    auto [n, g] = bench::JobShape(i);
+    return {{"name", fmt::format("train-{}", i)}, {"user", fmt::format("user{}", i % 13)},
+            {"command", {"python", "train.py", "--config", fmt::format("exp{}.yaml", i)}},
+            {"nodes", n}, {"gpus_per_node", g}, {"tasks_per_node", 1}, {"priority", i % 7}};
+  });
 
   // Progress: every running job's rank 0 reports `points_per_job` steps (a falling loss),
   // then one step per job per pass while the requests are timed.
