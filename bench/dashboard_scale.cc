@@ -41,18 +41,10 @@ int main(int argc, char** argv) {
   c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s"});
   HttpClient client(c.url(), Millis(10000));
 
-  std::vector<bench::SimNode> sims = bench::RegisterSimNodes(client, nodes);
-  bench::SubmitJobs(client, jobs, [](int i) -> json {
-    auto [n, g] = bench::JobShape(i);
-    return {{"name", fmt::format("train-{}", i)}, {"user", fmt::format("user{}", i % 13)},
-            {"command", {"python", "train.py", "--config", fmt::format("exp{}.yaml", i)}},
-            {"nodes", n}, {"gpus_per_node", g}, {"tasks_per_node", 1}, {"priority", i % 7}};
-  });
-
   // Rank 0's COHORT_REPORT path of each running job, as the heartbeat replies reveal them.
   std::mutex report_mu;
   std::map<int64_t, std::string> report_paths;  // guarded by report_mu
-  bench::SimAgents agents(c.url(), std::move(sims), bench::Telemetry::kOn, [&](const api::TaskLaunch& l) {
+  bench::SimAgents agents(c.url(), nodes, bench::Telemetry::kOn, [&](const api::TaskLaunch& l) {
     if (l.rank != 0) return;
     auto env = l.env.find("COHORT_REPORT");
     std::lock_guard lock(report_mu);
@@ -60,6 +52,13 @@ int main(int argc, char** argv) {
   });
   std::atomic<bool> stop{false};
   agents.Start();
+  agents.WaitRegistered();
+  bench::SubmitJobs(client, jobs, [](int i) -> json {
+    auto [n, g] = bench::JobShape(i);
+    return {{"name", fmt::format("train-{}", i)}, {"user", fmt::format("user{}", i % 13)},
+            {"command", {"python", "train.py", "--config", fmt::format("exp{}.yaml", i)}},
+            {"nodes", n}, {"gpus_per_node", g}, {"tasks_per_node", 1}, {"priority", i % 7}};
+  });
 
   // Progress: every running job's rank 0 reports `points_per_job` steps (a falling loss),
   // then one step per job per pass while the requests are timed.
@@ -158,7 +157,7 @@ int main(int argc, char** argv) {
   std::printf("  reply: %zu nodes, %zu running jobs (%zu loss points drawn), queue %zu of %zu pending, %.0f KB; "
               "%lld progress reports posted; heartbeat errors %d\n",
               n_nodes, n_running, curve_points, n_queue, pending, bytes / 1024.0,
-              static_cast<long long>(reports.load()), agents.errors());
+              static_cast<long long>(reports.load()), static_cast<int>(agents.Stats().errors));
   double p50 = Percentile(dash_ms, 0.5), p99 = Percentile(dash_ms, 0.99);
   std::printf("  GET /v1/dashboard (%zu samples): p50 %.2f ms, p99 %.2f ms   target p99 < 50 ms   %s\n",
               dash_ms.size(), p50, p99, p99 < 50 ? "OK" : "MISSED");

@@ -22,9 +22,10 @@ int main(int argc, char** argv) {
   c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s"});
   HttpClient client(c.url(), Millis(10000));
 
-  bench::SimAgents agents(c.url(), bench::RegisterSimNodes(client, nodes), bench::Telemetry::kOn);
-  bench::SubmitJobs(client, jobs, bench::PlainJobSpec);
+  bench::SimAgents agents(c.url(), nodes, bench::Telemetry::kOn);
   agents.Start();
+  agents.WaitRegistered();
+  bench::SubmitJobs(client, jobs, bench::PlainJobSpec);
 
   std::this_thread::sleep_for(std::chrono::seconds(3));
   std::vector<double> scrape_ms;
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   agents.Stop();
-  const auto& hb_ms = agents.heartbeat_ms();
+  const auto hb_ms = agents.HeartbeatMillisSince(agents.start());
 
   int running = 0;
   if (auto r = client.Get("/v1/jobs?state=RUNNING&limit=10000&fields=state"); r) running = static_cast<int>((*r)["jobs"].size());
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
   std::printf("metrics at scale: %d simulated agents x 8 GPUs heartbeating every 1 s with telemetry, %d jobs (%d running)\n",
               nodes, jobs, running);
   std::printf("  heartbeats: %.0f/s, p50 %.2f ms, p99 %.2f ms, errors %d\n", hb_rate, Percentile(hb_ms, 0.5),
-              Percentile(hb_ms, 0.99), agents.errors());
+              Percentile(hb_ms, 0.99), static_cast<int>(agents.Stats().errors));
   double p99 = Percentile(scrape_ms, 0.99);
   std::printf("  GET /metrics (%zu scrapes, %zu lines, %.0f KB): p50 %.2f ms, p99 %.2f ms   target p99 < 100 ms   %s\n",
               scrape_ms.size(), lines, bytes / 1024.0, Percentile(scrape_ms, 0.5), p99, p99 < 100 ? "OK" : "MISSED");

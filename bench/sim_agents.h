@@ -1,25 +1,36 @@
 // Simulated agents for the head-at-scale benchmarks (head_scale, metrics_scale,
 // dashboard_scale): many fake nodes that speak the real agent protocol to one head over
 // HTTP, without any agent processes. Each node registers with 8 simulated 80 GB GPUs and
-// 64 CPUs, then heartbeats once a second (node i at i/N of each second), reporting the
-// tasks the head assigned it in the previous reply as running, and optionally the GPU
-// telemetry and per-task resource use a real agent would send.
+// 64 CPUs and then behaves as a real agent does: it heartbeats right away, then every
+// interval the head's last reply asked for (the head scales it with the cluster's size),
+// reports the tasks the head assigned it in the previous reply as running (and,
+// optionally, the GPU telemetry and per-task resource use a real agent sends), and
+// heartbeats at once when the head wakes it (POST /v1/wake) after its assignments changed.
 //
-// `SimAgents` owns the heartbeat threads and the nodes' state; Start() and Stop() are
-// called from one thread (the benchmark's main thread), and the results (`heartbeat_ms`,
-// `errors`) are read after Stop(). The `on_task` hook runs on the heartbeat threads and
-// must do its own locking. Fatal setup errors exit the benchmark (BenchCluster::Die).
+// Wakes: every node advertises its own agent URL, http://127.A.B.C:PORT, one loopback
+// address per node and one port for all (Linux routes all of 127/8 to lo); a small HTTP
+// server on that port tells the nodes apart by the address the wake was sent to.
+//
+// `SimAgents` owns the heartbeat threads, the wake server and the nodes' state; Start(),
+// WaitRegistered(), Stats() and Stop() are called from one thread (the benchmark's main
+// thread). The `on_task` hook runs on the heartbeat threads and must do its own locking.
+// Fatal errors (a registration the head refuses) exit the benchmark (BenchCluster::Die).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <queue>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <httplib.h>
 
 #include "api/types.h"
 #include "bench_cluster.h"
@@ -32,7 +43,11 @@ namespace cohort::bench {
 struct SimNode {
   std::string name;
   std::string incarnation;
+  bool registered = false;
   int64_t applied = 0;
+  int64_t interval_ms = 1000;            // from the head's last reply
+  SteadyClock::time_point due{};         // the next heartbeat
+  SteadyClock::time_point last_sent{};   // the last one
   std::vector<api::TaskReport> running;
 };
 
@@ -68,34 +83,41 @@ inline std::vector<api::GpuReport> SimGpuReports(const SimNode& s) {
   return out;
 }
 
-// Registers `nodes` simulated agents ("sim-0000", ...), each with 8 GPUs and 64 CPUs, and
-// returns their state. Exits the benchmark if a registration fails.
-inline std::vector<SimNode> RegisterSimNodes(HttpClient& client, int nodes) {
-  std::vector<SimNode> sims(nodes);
-  for (int i = 0; i < nodes; ++i) {
-    sims[i].name = fmt::format("sim-{:04d}", i);
-    sims[i].incarnation = fmt::format("inc{}", i);
-    api::Registration reg;
-    reg.name = sims[i].name;
-    reg.address = "127.0.0.1";
-    reg.incarnation = sims[i].incarnation;
-    reg.cpus = 64;
-    for (int g = 0; g < 8; ++g) {
-      api::Gpu gpu;
-      gpu.index = g;
-      gpu.name = "Cohort Simulated GPU 80GB";
-      gpu.uuid = fmt::format("GPU-{}-{}", i, g);
-      gpu.memory_bytes = 80LL << 30;
-      gpu.simulated = true;
-      reg.gpus.push_back(gpu);
-    }
-    if (auto r = client.Post("/v1/agents/register", api::ToJson(reg)); !r) BenchCluster::Die(r.error().message);
+// Node i's loopback address, 127.A.B.C with B and C in 1..250 (no .0 or .255).
+inline std::string SimNodeAddress(int i) {
+  return fmt::format("127.{}.{}.{}", 10 + i / (250 * 250), 1 + (i / 250) % 250, 1 + i % 250);
+}
+
+// The inverse of SimNodeAddress; -1 for any other address.
+inline int SimNodeIndex(const std::string& addr) {
+  int a = 0, b = 0, c = 0, d = 0;
+  if (std::sscanf(addr.c_str(), "%d.%d.%d.%d", &a, &b, &c, &d) != 4 || a != 127) return -1;
+  if (b < 10 || c < 1 || c > 250 || d < 1 || d > 250) return -1;
+  return (b - 10) * 250 * 250 + (c - 1) * 250 + (d - 1);
+}
+
+// The registration of simulated node i: 8 GPUs, 64 CPUs, agent URL on `wake_port`.
+inline api::Registration SimRegistration(const SimNode& s, int i, int wake_port) {
+  api::Registration reg;
+  reg.name = s.name;
+  reg.address = SimNodeAddress(i);
+  reg.agent_url = fmt::format("http://{}:{}", reg.address, wake_port);
+  reg.incarnation = s.incarnation;
+  reg.cpus = 64;
+  for (int g = 0; g < 8; ++g) {
+    api::Gpu gpu;
+    gpu.index = g;
+    gpu.name = "Cohort Simulated GPU 80GB";
+    gpu.uuid = fmt::format("GPU-{}-{}", i, g);
+    gpu.memory_bytes = 80LL << 30;
+    gpu.simulated = true;
+    reg.gpus.push_back(gpu);
   }
-  return sims;
+  return reg;
 }
 
 // The gang shape of the i-th benchmark job, cycling 1x1, 1x2, 1x4, 1x8, 2x8, 4x8
-// (nodes x GPUs per node).
+// (nodes x GPUs per node): 63 GPUs per 6 jobs.
 struct SimJobShape {
   int nodes;
   int gpus_per_node;
@@ -123,96 +145,236 @@ inline void SubmitJobs(HttpClient& client, int jobs, const std::function<json(in
 // RSS use, as a real agent's do, or only the task list.
 enum class Telemetry { kOff, kOn };
 
-// The heartbeat loop of every simulated node, spread over kThreads threads (thread t
-// drives nodes t, t + kThreads, ...), each with its own HTTP client. `on_task`, if set,
-// is called on a heartbeat thread for every task a heartbeat reply assigns.
+// Heartbeat counters, cumulative since Start (Stats()).
+struct SimStats {
+  int64_t registered = 0;  // nodes registered
+  int64_t sent = 0;        // heartbeats sent
+  int64_t handled = 0;     // heartbeats the head answered with a reply
+  int64_t errors = 0;      // heartbeats with no reply or an error status
+  int64_t wakes = 0;       // POST /v1/wake received from the head
+  int64_t tasks = 0;       // tasks the nodes run (as of their last replies)
+  int64_t interval_ms = 0; // the newest interval the head asked for
+  SteadyClock::time_point at;
+};
+
+// The simulated nodes "sim-0000", ..., spread over kThreads threads (thread t drives nodes
+// t, t + kThreads, ...), each with its own HTTP client: it registers its nodes in order
+// (each heartbeats right after), then heartbeats each when it is due or woken.
+// `on_task`, if set, is called on a heartbeat thread for every task a reply assigns.
 class SimAgents {
  public:
   static constexpr int kThreads = 8;
   using OnTask = std::function<void(const api::TaskLaunch&)>;
 
-  SimAgents(std::string url, std::vector<SimNode> sims, Telemetry telemetry, OnTask on_task = {})
-      : url_(std::move(url)), sims_(std::move(sims)), telemetry_(telemetry == Telemetry::kOn),
-        on_task_(std::move(on_task)) {}
+  SimAgents(std::string url, int nodes, Telemetry telemetry, OnTask on_task = {})
+      : url_(std::move(url)), sims_(nodes), telemetry_(telemetry == Telemetry::kOn), on_task_(std::move(on_task)),
+        lanes_(kThreads) {
+    for (int i = 0; i < nodes; ++i) {
+      sims_[i].name = fmt::format("sim-{:04d}", i);
+      sims_[i].incarnation = fmt::format("inc{}", i);
+    }
+  }
   SimAgents(const SimAgents&) = delete;
   SimAgents& operator=(const SimAgents&) = delete;
   ~SimAgents() { Stop(); }
 
-  // Starts the heartbeat threads; the first round begins now.
+  // Starts the wake server and the threads; registration begins now.
   void Start() {
     start_ = SteadyClock::now();
+    wake_server_.Post("/v1/wake", [this](const httplib::Request& req, httplib::Response& res) {
+      int i = SimNodeIndex(req.local_addr);
+      if (i >= 0 && i < static_cast<int>(sims_.size())) {
+        ++wakes_;
+        Lane& lane = lanes_[i % kThreads];
+        {
+          std::lock_guard lock(lane.mu);
+          lane.woken.push_back(i);
+        }
+        lane.cv.notify_one();
+      }
+      res.set_content("{}", "application/json");
+    });
+    wake_port_ = wake_server_.bind_to_any_port("0.0.0.0");
+    if (wake_port_ <= 0) BenchCluster::Die("cannot bind the simulated agents' wake server");
+    wake_thread_ = std::thread([this] { wake_server_.listen_after_bind(); });
     for (int t = 0; t < kThreads; ++t) workers_.emplace_back([this, t] { Run(t); });
   }
 
-  // Stops and joins the threads (each finishes its heartbeat in flight). Idempotent.
+  // Waits until every node has registered (the benchmark dies if one cannot).
+  void WaitRegistered() {
+    while (registered_.load() < static_cast<int64_t>(sims_.size())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Stops and joins the threads (each finishes its request in flight). Idempotent.
   void Stop() {
-    stop_ = true;
+    if (stop_.exchange(true)) return;
+    for (auto& lane : lanes_) lane.cv.notify_all();
     for (auto& w : workers_) w.join();
     workers_.clear();
+    wake_server_.stop();
+    if (wake_thread_.joinable()) wake_thread_.join();
   }
 
   SteadyClock::time_point start() const { return start_; }
-  // Latency of every heartbeat sent, to the last byte of the reply; valid after Stop().
-  const std::vector<double>& heartbeat_ms() const { return hb_ms_; }
-  // Heartbeats that got no reply.
-  int errors() const { return hb_errors_.load(); }
 
- private:
-  void Run(int t) {
-    const int nodes = static_cast<int>(sims_.size());
-    HttpClient hc(url_, Millis(10000));
-    std::vector<double> mine;
-    for (int round = 0; !stop_; ++round) {
-      for (int i = t; i < nodes && !stop_; i += kThreads) {
-        // Node i heartbeats at i/nodes of each second.
-        std::this_thread::sleep_until(start_ + std::chrono::milliseconds(round * 1000 + i * 1000 / nodes));
-        SimNode& s = sims_[i];
-        api::Heartbeat hb;
-        hb.incarnation = s.incarnation;
-        hb.applied_version = s.applied;
-        hb.tasks = s.running;
-        if (telemetry_) hb.gpus = SimGpuReports(s);
-        auto t0 = SteadyClock::now();
-        auto r = hc.Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
-        mine.push_back(MillisSince(t0));
-        if (!r) {
-          ++hb_errors_;
-          continue;
-        }
-        auto reply = api::HeartbeatReplyFromJson(*r);
-        if (!reply) continue;
-        s.applied = reply->version;
-        s.running.clear();
-        for (const auto& l : reply->tasks) {
-          api::TaskReport tr;
-          tr.job = l.job;
-          tr.attempt = l.attempt;
-          tr.rank = l.rank;
-          tr.running = true;
-          tr.gpus = l.gpus;
-          if (telemetry_) {
-            tr.cpu_seconds = 12.5;
-            tr.rss_bytes = int64_t{2} << 30;
-          }
-          s.running.push_back(tr);
-          if (on_task_) on_task_(l);
-        }
+  // The counters now (any time after Start).
+  SimStats Stats() const {
+    SimStats s;
+    s.registered = registered_;
+    s.sent = sent_;
+    s.handled = handled_;
+    s.errors = errors_;
+    s.wakes = wakes_;
+    s.tasks = tasks_;
+    s.interval_ms = interval_ms_;
+    s.at = SteadyClock::now();
+    return s;
+  }
+
+  // Latencies (ms, to the last byte of the reply) of the heartbeats sent from `from` on;
+  // call after Stop().
+  std::vector<double> HeartbeatMillisSince(SteadyClock::time_point from) const {
+    std::vector<double> out;
+    for (const auto& lane : lanes_) {
+      for (const auto& b : lane.latency) {
+        if (b.sent >= from) out.push_back(b.ms);
       }
     }
-    std::lock_guard lock(mu_);
-    hb_ms_.insert(hb_ms_.end(), mine.begin(), mine.end());
+    return out;
+  }
+
+  // The longest time (ms) a node went between two heartbeats sent, the second from
+  // `from` on; call after Stop().
+  double LongestGapMillisSince(SteadyClock::time_point from) const {
+    double out = 0;
+    for (const auto& lane : lanes_) {
+      for (const auto& b : lane.latency) {
+        if (b.sent >= from) out = std::max(out, b.gap_ms);
+      }
+    }
+    return out;
+  }
+
+ private:
+  // A thread's share of the nodes: its wake-ups (from the wake server) and its samples.
+  struct Lane {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int> woken;  // guarded by mu
+    struct Sample {
+      SteadyClock::time_point sent;
+      double ms;      // to the last byte of the reply
+      double gap_ms;  // since the node's previous heartbeat (0 for its first)
+    };
+    std::vector<Sample> latency;  // the thread's own until Stop
+  };
+
+  using Due = std::pair<SteadyClock::time_point, int>;  // (when, node)
+
+  void Run(int t) {
+    const int nodes = static_cast<int>(sims_.size());
+    Lane& lane = lanes_[t];
+    HttpClient hc(url_, Millis(30'000));
+    std::priority_queue<Due, std::vector<Due>, std::greater<>> due;
+    for (int i = t; i < nodes && !stop_; i += kThreads) {
+      SimNode& s = sims_[i];
+      if (auto r = hc.Post("/v1/agents/register", api::ToJson(SimRegistration(s, i, wake_port_))); !r) {
+        BenchCluster::Die("registration of " + s.name + " failed: " + r.error().message);
+      } else if (auto timing = api::AgentTimingFromJson((*r)["timing"])) {
+        s.interval_ms = timing->heartbeat_interval_ms;
+      }
+      s.registered = true;
+      ++registered_;
+      Beat(hc, lane, s);  // a real agent heartbeats right after registering
+      due.emplace(s.due, i);
+    }
+    while (!stop_) {
+      std::vector<int> woken;
+      {
+        std::unique_lock lock(lane.mu);
+        auto until = due.empty() ? SteadyClock::now() + std::chrono::seconds(1) : due.top().first;
+        lane.cv.wait_until(lock, until, [&] { return stop_ || !lane.woken.empty(); });
+        woken.swap(lane.woken);
+      }
+      if (stop_) break;
+      for (int i : woken) {
+        Beat(hc, lane, sims_[i]);
+        due.emplace(sims_[i].due, i);
+      }
+      const auto now = SteadyClock::now();
+      while (!due.empty() && due.top().first <= now && !stop_) {
+        auto [when, i] = due.top();
+        due.pop();
+        if (when != sims_[i].due) continue;  // superseded by a woken heartbeat
+        Beat(hc, lane, sims_[i]);
+        due.emplace(sims_[i].due, i);
+      }
+    }
+  }
+
+  // One heartbeat of `s`; sets its next due time from the reply's interval.
+  void Beat(HttpClient& hc, Lane& lane, SimNode& s) {
+    api::Heartbeat hb;
+    hb.incarnation = s.incarnation;
+    hb.applied_version = s.applied;
+    hb.tasks = s.running;
+    if (telemetry_) hb.gpus = SimGpuReports(s);
+    const auto t0 = SteadyClock::now();
+    ++sent_;
+    auto r = hc.Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
+    const double gap = s.last_sent == SteadyClock::time_point{}
+                           ? 0
+                           : std::chrono::duration<double, std::milli>(t0 - s.last_sent).count();
+    s.last_sent = t0;
+    lane.latency.push_back({t0, MillisSince(t0), gap});
+    s.due = t0 + std::chrono::milliseconds(s.interval_ms);
+    if (!r) {
+      ++errors_;
+      s.due = t0 + std::chrono::milliseconds(std::min<int64_t>(200, s.interval_ms));  // as an agent retries
+      return;
+    }
+    auto reply = api::HeartbeatReplyFromJson(*r);
+    if (!reply) {
+      ++errors_;
+      return;
+    }
+    ++handled_;
+    s.interval_ms = reply->timing.heartbeat_interval_ms;
+    interval_ms_ = s.interval_ms;
+    s.due = t0 + std::chrono::milliseconds(s.interval_ms);
+    s.applied = reply->version;
+    tasks_ += static_cast<int64_t>(reply->tasks.size()) - static_cast<int64_t>(s.running.size());
+    s.running.clear();
+    for (const auto& l : reply->tasks) {
+      api::TaskReport tr;
+      tr.job = l.job;
+      tr.attempt = l.attempt;
+      tr.rank = l.rank;
+      tr.running = true;
+      tr.gpus = l.gpus;
+      if (telemetry_) {
+        tr.cpu_seconds = 12.5;
+        tr.rss_bytes = int64_t{2} << 30;
+      }
+      s.running.push_back(tr);
+      if (on_task_) on_task_(l);
+    }
   }
 
   const std::string url_;
   std::vector<SimNode> sims_;  // sims_[i] is touched only by thread i % kThreads
   const bool telemetry_;
   const OnTask on_task_;
+  std::vector<Lane> lanes_;
+  httplib::Server wake_server_;
+  int wake_port_ = 0;
+  std::thread wake_thread_;
   SteadyClock::time_point start_;
   std::atomic<bool> stop_{false};
-  std::atomic<int> hb_errors_{0};
+  std::atomic<int64_t> registered_{0}, sent_{0}, handled_{0}, errors_{0}, wakes_{0}, tasks_{0}, interval_ms_{0};
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::vector<double> hb_ms_;  // guarded by mu_ while the threads run
 };
 
 }  // namespace cohort::bench

@@ -320,6 +320,16 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
   }
   for (const auto& a : reply.acked) executor_->Forget(KeyOf(a.job, a.attempt, a.rank));
   applied_version_ = std::max(applied_version_, reply.version);
+  // The head scales the interval and the timeouts with the cluster's size (its
+  // --heartbeat-rate-target): the newest reply's timing is the one to keep. The lease was
+  // renewed with it already (HeartbeatOnce); a lease granted under a longer fence timeout
+  // still runs to its end, which the head allows for (head/core/timing.h).
+  if (reply.timing.heartbeat_interval_ms != timing_.heartbeat_interval_ms ||
+      reply.timing.fence_timeout_ms != timing_.fence_timeout_ms) {
+    LOG_INFO("the head asks for a heartbeat every {} (fence after {}, failure timeout {})",
+             FormatDuration(reply.timing.heartbeat_interval_ms), FormatDuration(reply.timing.fence_timeout_ms),
+             FormatDuration(reply.timing.failure_timeout_ms));
+  }
   timing_ = reply.timing;
 }
 

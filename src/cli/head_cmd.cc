@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/signals.h"
 #include "head/core/liveness.h"
+#include "head/core/timing.h"
 #include "head/head.h"
 
 namespace cohort::cli {
@@ -38,6 +39,19 @@ void AddHeadCommand(CommandContext& ctx) {
             return ok ? "" : ok.error().message;
           },
           "FRACTION in (0,1]"));
+  sub->add_option("--heartbeat-rate-target", f->config.heartbeat_rate_target,
+                  "Heartbeats per second the head aims to handle: with more nodes than --heartbeat-interval "
+                  "allows at this rate, agents heartbeat less often and the failure and fence timeouts grow "
+                  "by the same factor (default 1000)")
+      ->check(CLI::Validator(
+          [](const std::string& text) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(text.c_str(), &end);
+            if (end == text.c_str() || *end != '\0') return "not a number: '" + text + "'";
+            auto ok = head::core::ValidateHeartbeatRateTarget(v);
+            return ok ? "" : ok.error().message;
+          },
+          "HEARTBEATS/S in [1,1000000]"));
   f->timing.AddTo(sub);
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {

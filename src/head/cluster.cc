@@ -2,12 +2,16 @@
 // transition or query of the core, and performs its effects (Apply).
 #include "head/cluster.h"
 
+#include <charconv>
+
 #include "common/log.h"
 #include "head/core/agents.h"
 #include "head/core/drain.h"
 #include "head/core/liveness.h"
 #include "head/core/schedule.h"
 #include "head/core/submit.h"
+#include "head/core/timing.h"
+#include "head/usage.h"
 
 namespace cohort::head {
 
@@ -19,6 +23,7 @@ Cluster::Cluster(HeadConfig config, std::unique_ptr<store::StateStore> store)
 
 Result<std::unique_ptr<Cluster>> Cluster::Open(HeadConfig config, std::unique_ptr<store::StateStore> store) {
   COHORT_TRY_VOID(core::ValidateUnhealthyZoneThreshold(config.unhealthy_zone_threshold));
+  COHORT_TRY_VOID(core::ValidateHeartbeatRateTarget(config.heartbeat_rate_target));
   std::unique_ptr<Cluster> c(new Cluster(std::move(config), std::move(store)));
   MutexLock lock(c->mu_);
   COHORT_TRY_VOID(c->Load());
@@ -35,7 +40,8 @@ Result<void> Cluster::Load() {
     COHORT_TRY_VOID(store_->Write(batch));
   }
   rendezvous_ = std::make_unique<RendezvousStore>(*secret);
-  context_.timing = config_.timing;
+  context_.base_timing = config_.timing;
+  context_.heartbeat_rate_target = config_.heartbeat_rate_target;
   context_.head_url = config_.advertise_url;
   context_.checkpoint_root = config_.checkpoint_root;
   context_.liveness_interval_ms = config_.liveness_interval_ms;
@@ -46,7 +52,27 @@ Result<void> Cluster::Load() {
 
   auto nodes = COHORT_TRY(store_->LoadNodes());
   auto jobs = COHORT_TRY(store_->LoadJobs());
-  state_ = core::LoadState(std::move(nodes), std::move(jobs), Now());
+  const core::Now now = Now();
+  state_ = core::LoadState(std::move(nodes), std::move(jobs), now);
+  // Agents may still hold leases granted under a longer timing than this run's (a higher
+  // target or a shorter base now): every node is held to it for one such timeout.
+  if (auto granted = COHORT_TRY(store_->GetMeta(core::kGrantedFailureTimeoutMeta))) {
+    int64_t ms = 0;
+    auto [end, ec] = std::from_chars(granted->data(), granted->data() + granted->size(), ms);
+    if (ec == std::errc() && end == granted->data() + granted->size()) {
+      stored_granted_failure_ms_ = ms;
+      core::AdoptGrantedBeforeRestart(state_, ms, now);
+    } else {
+      LOG_WARN("ignoring a malformed {} in the state store: '{}'", core::kGrantedFailureTimeoutMeta, *granted);
+    }
+  }
+  const api::AgentTiming timing = core::CurrentTiming(state_, context_);
+  if (timing.heartbeat_interval_ms != config_.timing.heartbeat_interval_ms) {
+    LOG_INFO("{} nodes at a heartbeat rate target of {}/s: agents heartbeat every {} (failure timeout {}, fence "
+             "timeout {})",
+             state_.nodes.size(), context_.heartbeat_rate_target, FormatDuration(timing.heartbeat_interval_ms),
+             FormatDuration(timing.failure_timeout_ms), FormatDuration(timing.fence_timeout_ms));
+  }
   LOG_INFO("loaded {} nodes and {} jobs ({} pending, {} running) from the state store", state_.nodes.size(),
            state_.jobs.size(), state_.pending.size(), core::RunningJobIds(state_).size());
   return {};
@@ -71,6 +97,14 @@ void Cluster::Stage(core::Effects fx, Wakes& wakes) {
   for (JobId id : fx.drop_rendezvous) rendezvous_->DropJob(id);
   for (double s : fx.queue_wait_seconds) queue_wait_seconds_.Observe(s);
   wakes.urls.merge(fx.wake);
+  for (JobId id : fx.jobs_to_store) {
+    serialized_jobs_.erase(id);
+    if (api::IsTerminal(state_.jobs.at(id).state)) {
+      job_revisions_.erase(id);  // never serialized again (ListJobsSerialized keeps active jobs)
+    } else {
+      ++job_revisions_[id];
+    }
+  }
   if (!fx.jobs_to_store.empty() || !fx.nodes_to_store.empty()) {
     unstored_jobs_.merge(fx.jobs_to_store);
     unstored_nodes_.merge(fx.nodes_to_store);
@@ -113,6 +147,9 @@ Result<void> Cluster::CommitRound(Wakes& wakes) {
   std::set<std::string> nodes;
   nodes.swap(unstored_nodes_);
   store::WriteBatch batch;
+  // The failure timeout granted to agents goes with the first commit after it changes.
+  const int64_t granted = core::CurrentTiming(state_, context_).failure_timeout_ms;
+  if (granted != stored_granted_failure_ms_) batch.meta.emplace_back(core::kGrantedFailureTimeoutMeta, std::to_string(granted));
   for (Creation* c : creations) batch.create.push_back(c->job);
   for (JobId id : jobs) batch.jobs.push_back(state_.jobs.at(id));
   for (const auto& name : nodes) batch.nodes.push_back(state_.nodes.at(name));
@@ -132,6 +169,7 @@ Result<void> Cluster::CommitRound(Wakes& wakes) {
   if (ids) {
     durable_seq_ = std::max(durable_seq_, round_seq);
     last_round_error_.reset();
+    stored_granted_failure_ms_ = granted;
     const core::Now now = Now();
     for (size_t i = 0; i < creations.size(); ++i) {
       Job job = std::move(creations[i]->job);
@@ -195,6 +233,56 @@ Result<Job> Cluster::GetJob(JobId id) const {
 std::vector<Job> Cluster::ListJobs(const JobFilter& filter) const {
   MutexLock lock(mu_);
   return core::ListJobs(state_, filter);
+}
+
+std::vector<Cluster::ListedJob> Cluster::ListJobsSerialized(const JobFilter& filter, int64_t now_ms) const {
+  struct Miss {
+    size_t index;
+    Job job;  // as shown
+    uint64_t revision;
+  };
+  std::vector<ListedJob> out;
+  std::vector<Miss> misses;
+  {
+    MutexLock lock(mu_);
+    core::VisitJobs(state_, filter, [&](const Job& j) {
+      mu_.AssertHeld();  // the lambda runs inside VisitJobs, under the lock above
+      const std::string& reason = core::ShownReason(state_, j);
+      ListedJob item;
+      item.id = j.id;
+      item.gpu_seconds = JobGpuSeconds(j, now_ms);
+      item.running = j.state == api::JobState::kRunning;
+      const auto rev = job_revisions_.find(j.id);
+      const uint64_t revision = rev == job_revisions_.end() ? 0 : rev->second;
+      if (auto c = serialized_jobs_.find(j.id);
+          c != serialized_jobs_.end() && c->second.revision == revision && c->second.reason == reason) {
+        item.json = c->second.json;
+      } else {
+        Job shown = j;
+        shown.reason = reason;
+        misses.push_back({out.size(), std::move(shown), revision});
+      }
+      out.push_back(std::move(item));
+    });
+  }
+  // Serialized without the lock; kept if the job is still active and unchanged.
+  for (auto& m : misses) {
+    out[m.index].json = std::make_shared<const std::string>(
+        api::ToJson(m.job).dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  if (!misses.empty()) {
+    MutexLock lock(mu_);
+    for (const auto& m : misses) {
+      auto j = state_.jobs.find(m.job.id);
+      if (j == state_.jobs.end() || api::IsTerminal(j->second.state)) continue;
+      const auto rev = job_revisions_.find(m.job.id);
+      if ((rev == job_revisions_.end() ? 0 : rev->second) != m.revision) continue;
+      if (core::ShownReason(state_, j->second) != m.job.reason) continue;
+      serialized_jobs_[m.job.id] = {m.revision, m.job.reason, out[m.index].json};
+    }
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
 }
 
 std::vector<NodeStatus> Cluster::ListNodes(const std::string& after, size_t limit) const {
@@ -263,10 +351,17 @@ Result<LogLocation> Cluster::LocateLog(JobId id, int attempt, int rank) const {
 Result<api::AgentTiming> Cluster::Register(const api::Registration& reg) {
   Wakes wakes(*this);
   MutexLock lock(mu_);
-  core::Effects fx = COHORT_TRY(core::Register(state_, context_, reg, Now()));
-  auto stored = Apply(std::move(fx), wakes);
+  const api::AgentTiming before = core::CurrentTiming(state_, context_);
+  core::RegisterResult r = COHORT_TRY(core::Register(state_, context_, reg, Now()));
+  if (r.timing.heartbeat_interval_ms != before.heartbeat_interval_ms) {
+    LOG_INFO("{} nodes at a heartbeat rate target of {}/s: agents now heartbeat every {} (failure timeout {}, fence "
+             "timeout {})",
+             state_.nodes.size(), context_.heartbeat_rate_target, FormatDuration(r.timing.heartbeat_interval_ms),
+             FormatDuration(r.timing.failure_timeout_ms), FormatDuration(r.timing.fence_timeout_ms));
+  }
+  auto stored = Apply(std::move(r.effects), wakes);
   if (!stored) return MakeError(ErrorCode::kUnavailable, "cannot store the node: " + stored.error().message);
-  return config_.timing;
+  return r.timing;
 }
 
 Result<api::HeartbeatReply> Cluster::Heartbeat(const std::string& name, const api::Heartbeat& hb) {

@@ -31,6 +31,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "api/types.h"
@@ -75,6 +76,19 @@ class Cluster {
   Result<api::Job> Cancel(api::JobId id) EXCLUDES(mu_);
   Result<api::Job> GetJob(api::JobId id) const EXCLUDES(mu_);
   std::vector<api::Job> ListJobs(const JobFilter& filter) const EXCLUDES(mu_);
+  // A job of a list as the API sends it: `json` is api::ToJson of the job as shown (with
+  // its pending reason), serialized; the list adds gpu_seconds (as of the call) and, for a
+  // RUNNING job, its tasks' usage. The text of an active job is kept until the job
+  // changes, so listing the queue costs neither a copy of every job under the lock nor
+  // serializing every job again.
+  struct ListedJob {
+    api::JobId id = 0;
+    std::shared_ptr<const std::string> json;
+    double gpu_seconds = 0;
+    bool running = false;
+  };
+  // ListJobs' jobs (oldest first), serialized.
+  std::vector<ListedJob> ListJobsSerialized(const JobFilter& filter, int64_t now_ms) const EXCLUDES(mu_);
   // Nodes by name: those after `after` (all when empty), at most `limit` (0: no limit).
   std::vector<NodeStatus> ListNodes(const std::string& after = "", size_t limit = 0) const EXCLUDES(mu_);
   size_t NodeCount() const EXCLUDES(mu_);
@@ -94,7 +108,8 @@ class Cluster {
   Result<LogLocation> LocateLog(api::JobId id, int attempt, int rank) const EXCLUDES(mu_);
 
   // ---- agents ----
-  // kAlreadyExists if a live agent with another incarnation holds the name.
+  // kAlreadyExists if a live agent with another incarnation holds the name. Returns the
+  // timing for the agent (core/timing.h: scaled to the nodes, this one counted).
   Result<api::AgentTiming> Register(const api::Registration& reg) EXCLUDES(mu_);
   // kNotFound if the node is unknown and kFailedPrecondition if `hb.incarnation` is not the
   // registered one: the agent must register (again). kUnavailable if the exits it reports
@@ -206,6 +221,19 @@ class Cluster {
   uint64_t rounds_ GUARDED_BY(mu_) = 0;                   // rounds ended
   uint64_t last_round_seq_ GUARDED_BY(mu_) = 0;           // what the last round covered
   std::optional<Error> last_round_error_ GUARDED_BY(mu_);  // its error, if it failed
+  // ListJobsSerialized's texts of active (PENDING or RUNNING) jobs, each valid while its
+  // job's revision (bumped whenever Apply stores the job) and shown reason are the ones
+  // it was made from. Terminal jobs are not kept (nor their revisions).
+  struct SerializedJob {
+    uint64_t revision = 0;
+    std::string reason;
+    std::shared_ptr<const std::string> json;
+  };
+  mutable std::unordered_map<api::JobId, SerializedJob> serialized_jobs_ GUARDED_BY(mu_);
+  std::unordered_map<api::JobId, uint64_t> job_revisions_ GUARDED_BY(mu_);
+  // The failure timeout granted to agents (core::kGrantedFailureTimeoutMeta) as stored; a
+  // different current one is written with the next batch.
+  int64_t stored_granted_failure_ms_ GUARDED_BY(mu_) = 0;
   bool schedule_requested_ GUARDED_BY(mu_) = true;
   Millis last_pass_ GUARDED_BY(mu_){0};
   prom::Histogram pass_seconds_{prom::ExponentialBuckets(0.0005, 2, 14)};      // thread-safe

@@ -16,6 +16,10 @@ struct HeadConfig {
   std::string checkpoint_root;     // COHORT_CHECKPOINT_DIR parent; default state_dir/checkpoints
   std::string port_file;           // when set, the bound port is written here once listening
   api::AgentTiming timing;         // heartbeat interval, failure and fence timeouts, kill grace
+  // Heartbeats per second the head aims to handle: with more nodes than the interval
+  // allows at this rate, agents get a longer interval and proportionally longer
+  // timeouts (core/timing.h). In [1, 1e6].
+  double heartbeat_rate_target = 1000;
   int64_t schedule_interval_ms = 1000;  // periodic pass, besides the event-driven ones
   int64_t liveness_interval_ms = 100;   // how often the control loop checks node liveness
   // When at least this fraction of the UP nodes (and at least 3) are silent at once, no node

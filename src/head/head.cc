@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <httplib.h>
 
@@ -163,19 +164,40 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
 }
 
 void HeadServer::ControlLoop() {
-  auto last_pass = SteadyClock::now();
   const Millis interval(config_.schedule_interval_ms);
   const Millis tick(config_.liveness_interval_ms);
+  auto last_pass = SteadyClock::now();
+  auto last_check = SteadyClock::time_point{};
+  Millis pass_took{0};
   while (!stopping_) {
-    cluster_->CheckLiveness();
-    if (cluster_->schedule_requested() || SteadyClock::now() - last_pass >= interval) {
+    auto now = SteadyClock::now();
+    // Liveness once a tick, not after every pass: at 10,000 nodes a check walks them all.
+    if (now - last_check >= tick) {
+      cluster_->CheckLiveness();
+      last_check = now;
+    }
+    // Passes that events ask for are paced by the last one's duration: while submissions
+    // or heartbeats keep asking, the lock is free at least half the time for the API and
+    // the agents, and a start waits at most one pass more. The periodic pass is not paced.
+    const auto paced_until = last_pass + pass_took;
+    now = SteadyClock::now();
+    if ((cluster_->schedule_requested() && now >= paced_until) || now - last_pass >= interval + pass_took) {
+      const auto t0 = SteadyClock::now();
       cluster_->Schedule();
       last_pass = SteadyClock::now();
+      pass_took = std::chrono::duration_cast<Millis>(last_pass - t0);
     }
-    // Lateness: how long after the planned wake-up the loop runs again (a stopped or
-    // starved head). Woken early for a pass, it is on time.
-    const auto planned = SteadyClock::now() + tick;
-    cluster_->WaitForWork(tick);
+    // Until the next check (or the paced pass, if one is asked for), unless a pass is
+    // asked for sooner. Lateness: how long after the planned wake-up the loop runs again
+    // (a stopped or starved head). Woken early for a pass, it is on time.
+    now = SteadyClock::now();
+    auto planned = std::max(last_check + tick, now);
+    if (cluster_->schedule_requested() && last_pass + pass_took > now) {
+      planned = std::min(planned, last_pass + pass_took);
+      std::this_thread::sleep_until(planned);
+    } else {
+      cluster_->WaitForWork(std::chrono::ceil<Millis>(planned - now));
+    }
     const auto late = std::chrono::duration_cast<Millis>(SteadyClock::now() - planned);
     cluster_->ObserveControlLoopLateness(late > Millis(0) ? late : Millis(0));
   }

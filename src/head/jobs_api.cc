@@ -31,6 +31,45 @@ Result<JobFilter> ParseFilter(const httplib::Request& req) {
   return f;
 }
 
+// The whole list (no ?fields=) as text: each job's JSON as the Cluster keeps it, with
+// gpu_seconds and tasks_usage added, the same object api::ToJson(JobStatus) makes.
+void SendJobList(httplib::Response& res, Cluster& cluster, const JobFilter& filter, size_t limit) {
+  auto list = cluster.ListJobsSerialized(filter, NowUnixMs());
+  std::string next_cursor;
+  if (list.size() > limit) {
+    list.erase(list.begin());  // the oldest: it starts the next page
+    next_cursor = std::to_string(list.front().id);
+  }
+  const auto usage = cluster.RunningTaskUsage();
+  size_t bytes = 64;
+  for (const auto& j : list) bytes += j.json->size() + 64;
+  std::string body;
+  body.reserve(bytes);
+  body += "{\"jobs\":[";
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto& j = list[i];
+    if (i) body += ',';
+    // The job's object without its closing brace, then the fields of the status view.
+    body.append(*j.json, 0, j.json->size() - 1);
+    body += ",\"gpu_seconds\":";
+    body += json(j.gpu_seconds).dump();
+    if (j.running) {
+      json tasks = json::array();
+      if (auto u = usage.find(j.id); u != usage.end()) {
+        for (const auto& t : u->second) tasks.push_back(api::ToJson(t));
+      }
+      body += ",\"tasks_usage\":";
+      body += tasks.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    body += '}';
+  }
+  body += ']';
+  if (!next_cursor.empty()) body += ",\"next_cursor\":\"" + next_cursor + "\"";
+  body += '}';
+  res.status = 200;
+  res.set_content(std::move(body), "application/json");
+}
+
 }  // namespace
 
 void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
@@ -60,6 +99,7 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
       filter->before = *before;
     }
     filter->limit = page->limit + 1;  // one more than the page: whether a next page exists
+    if (page->fields.empty()) return SendJobList(res, cluster, *filter, page->limit);
     auto list = cluster.ListJobs(*filter);
     json out = json::object();
     if (list.size() > page->limit) {

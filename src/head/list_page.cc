@@ -46,7 +46,7 @@ json Project(json item, const std::vector<std::string>& fields, std::string_view
   json out = json::object();
   if (item.contains(key)) out[std::string(key)] = std::move(item[std::string(key)]);
   for (const auto& f : fields) {
-    if (item.contains(f)) out[f] = std::move(item[f]);
+    if (f != key && item.contains(f)) out[f] = std::move(item[f]);  // the key is moved already
   }
   return out;
 }

@@ -49,7 +49,16 @@ std::string NewRendezvousSecret() {
 RendezvousStore::RendezvousStore(std::string secret) : secret_(std::move(secret)) {}
 
 std::string RendezvousStore::Token(api::JobId job, int attempt) const {
-  return fmt::format("{}-{}-{}", job, attempt, Mac(secret_, job, attempt));
+  const RendezvousScope scope{job, attempt};
+  {
+    MutexLock lock(tokens_mu_);
+    if (auto it = tokens_.find(scope); it != tokens_.end()) return it->second;
+  }
+  std::string token = fmt::format("{}-{}-{}", job, attempt, Mac(secret_, job, attempt));
+  MutexLock lock(tokens_mu_);
+  if (tokens_.size() >= kMaxKeptTokens) tokens_.clear();  // jobs not dropped: start over
+  tokens_.emplace(scope, token);
+  return token;
 }
 
 Result<RendezvousScope> RendezvousStore::Verify(const std::string& token) const {
@@ -145,6 +154,10 @@ void RendezvousStore::DropJob(api::JobId job) {
     for (auto it = keys_.begin(); it != keys_.end();) {
       it = it->first.job == job ? keys_.erase(it) : std::next(it);
     }
+  }
+  {
+    MutexLock lock(tokens_mu_);
+    tokens_.erase(tokens_.lower_bound({job, 0}), tokens_.lower_bound({job + 1, 0}));
   }
   cv_.NotifyAll();
 }

@@ -33,8 +33,9 @@ class RendezvousStore {
   // `secret` keys the token MAC; at least 16 bytes.
   explicit RendezvousStore(std::string secret);
 
-  // The token for a job's attempt: "<job>-<attempt>-<hex MAC>".
-  std::string Token(api::JobId job, int attempt) const;
+  // The token for a job's attempt: "<job>-<attempt>-<hex MAC>". Kept once made (every
+  // heartbeat reply carries it in each task's environment) until DropJob.
+  std::string Token(api::JobId job, int attempt) const EXCLUDES(tokens_mu_);
   // Checks a token's MAC; kNotFound (deliberately vague) when it is not one of ours.
   Result<RendezvousScope> Verify(const std::string& token) const;
 
@@ -52,7 +53,7 @@ class RendezvousStore {
   // (field "delta") if the sum would overflow 64 bits; kResourceExhausted as Set.
   Result<int64_t> Add(const RendezvousScope& scope, const std::string& key, int64_t delta);
   // Forgets every key of every attempt of `job` and wakes its waiters.
-  void DropJob(api::JobId job);
+  void DropJob(api::JobId job) EXCLUDES(mu_, tokens_mu_);
   size_t KeyCount() const;
 
  private:
@@ -68,6 +69,11 @@ class RendezvousStore {
   mutable Mutex mu_;
   CondVar cv_;  // signalled after every Set, Add and DropJob
   std::map<RendezvousScope, Keys> keys_ GUARDED_BY(mu_);
+  // Tokens made so far (an HMAC each), at most kMaxKeptTokens; a lock of their own, so
+  // heartbeats never wait on rendezvous traffic.
+  static constexpr size_t kMaxKeptTokens = 100'000;
+  mutable Mutex tokens_mu_;
+  mutable std::map<RendezvousScope, std::string> tokens_ GUARDED_BY(tokens_mu_);
 };
 
 // A new random secret (32 bytes, hex) for a fresh state store.

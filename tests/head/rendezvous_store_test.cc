@@ -43,5 +43,21 @@ TEST(RendezvousStoreBounds, CountersDoNotOverflow) {
   EXPECT_EQ(*store.Add(scope, "fresh", -7), -7);
 }
 
+TEST(RendezvousStoreTokens, AKeptTokenIsTheOneTheSecretMakes) {
+  const std::string secret = NewRendezvousSecret();
+  RendezvousStore store(secret);
+  const std::string first = store.Token(7, 2);
+  EXPECT_EQ(store.Token(7, 2), first) << "kept";
+  EXPECT_EQ(RendezvousStore(secret).Token(7, 2), first) << "what a fresh store (a restarted head) makes";
+  EXPECT_NE(store.Token(7, 3), first);
+  store.DropJob(7);
+  EXPECT_EQ(store.Token(7, 2), first) << "made again after the job's tokens are dropped";
+  auto scope = store.Verify(first);
+  ASSERT_TRUE(scope.has_value());
+  EXPECT_EQ(scope->job, 7);
+  EXPECT_EQ(scope->attempt, 2);
+  EXPECT_FALSE(RendezvousStore(NewRendezvousSecret()).Verify(first).has_value());
+}
+
 }  // namespace
 }  // namespace cohort::head

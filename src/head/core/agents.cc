@@ -7,6 +7,7 @@
 #include "head/core/gpu_health.h"
 #include "head/core/lifecycle.h"
 #include "head/core/liveness.h"
+#include "head/core/timing.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -114,15 +115,16 @@ void FailMissingTasks(Tx& tx, const std::string& node, const api::Heartbeat& hb)
 
 }  // namespace
 
-Result<Effects> Register(ClusterState& s, const Context& ctx, const api::Registration& reg, Now now) {
+Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::Registration& reg, Now now) {
   Tx tx(s, ctx, now);
   auto it = s.nodes.find(reg.name);
   std::map<std::string, std::string> unhealthy;  // uuid → reason: marks survive a new agent
   if (it != s.nodes.end()) {
     const api::Node& n = it->second;
     if (n.incarnation != reg.incarnation) {
-      int64_t age = HeartbeatAgeMs(s.runtime[reg.name], now);
-      if (n.state == NodeState::kUp && age < ctx.timing.failure_timeout_ms) {
+      const NodeRuntime& rt = s.runtime[reg.name];
+      int64_t age = HeartbeatAgeMs(rt, now);
+      if (n.state == NodeState::kUp && age < NodeFailureTimeoutMs(s, ctx, rt, now)) {
         return Errorf(ErrorCode::kAlreadyExists,
                       "node '{}' is already registered by a running agent (incarnation {}, last "
                       "heartbeat {} ago); stop that agent or choose another --name",
@@ -140,7 +142,9 @@ Result<Effects> Register(ClusterState& s, const Context& ctx, const api::Registr
                reg.address);
     s.runtime[reg.name].health_baseline = true;
   }
-  api::Node& n = s.nodes[reg.name];
+  auto [node_it, is_new] = s.nodes.try_emplace(reg.name);
+  api::Node& n = node_it->second;
+  if (!is_new) NoteShape(s, n, -1);  // its GPUs or CPUs may differ now
   n.name = reg.name;
   n.address = reg.address;
   n.agent_url = reg.agent_url;
@@ -154,14 +158,20 @@ Result<Effects> Register(ClusterState& s, const Context& ctx, const api::Registr
     }
   }
   n.cpus = reg.cpus;
+  NoteShape(s, n, +1);
   n.state = NodeState::kUp;
   n.reason.clear();
   n.registered_ms = now.unix_ms;
   n.last_heartbeat_ms = n.registered_ms;
-  Heard(s.runtime[reg.name], now);
+  NodeRuntime& rt = s.runtime[reg.name];
+  Heard(rt, now);
   tx.fx.StoreNode(n);
   tx.RequestSchedule();
-  return std::move(tx.fx);
+  RegisterResult out;
+  out.timing = CurrentTiming(s, ctx);  // with this node counted
+  Grant(rt, out.timing, now);
+  out.effects = std::move(tx.fx);
+  return out;
 }
 
 Result<HeartbeatResult> Heartbeat(ClusterState& s, const Context& ctx, const std::string& name,
@@ -189,7 +199,8 @@ Result<HeartbeatResult> Heartbeat(ClusterState& s, const Context& ctx, const std
   FailMissingTasks(tx, name, hb);
   out.reply.version = rt.desired_version;
   out.reply.tasks = DesiredTasks(s, ctx, name);
-  out.reply.timing = ctx.timing;
+  out.reply.timing = CurrentTiming(s, ctx);
+  Grant(rt, out.reply.timing, now);
   out.effects = std::move(tx.fx);
   return out;
 }

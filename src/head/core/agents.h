@@ -18,12 +18,17 @@
 
 namespace cohort::head::core {
 
+struct RegisterResult {
+  Effects effects;
+  api::AgentTiming timing;  // for the registration reply (timing.h), valid once stored
+};
+
 // An agent (re)registers its node. A new incarnation of a known node means the previous
 // agent process is gone with its tasks: their gangs fail (and are requeued). Unhealthy
 // GPU marks survive (matched by UUID). kAlreadyExists, with nothing changed, if another
-// live agent (a different incarnation that heartbeated within the failure timeout) holds
-// the name.
-Result<Effects> Register(ClusterState& s, const Context& ctx, const api::Registration& reg, Now now);
+// live agent (a different incarnation that heartbeated within its failure timeout) holds
+// the name. The reply's timing is the current one (timing.h), with this node counted.
+Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::Registration& reg, Now now);
 
 struct HeartbeatResult {
   Effects effects;
@@ -32,10 +37,10 @@ struct HeartbeatResult {
 
 // A heartbeat from `node`: credits the head's own gap to every node and, after a silence
 // the head caused, excuses the node's fences (liveness.h); marks it alive (UP again if it
-// was DOWN), records the tasks it
-// reports, confirms stopped attempts, applies GPU telemetry and health, records exits of
-// the current attempts (acknowledging every finished task), fails gangs whose tasks the
-// agent no longer has, and builds the reply. kNotFound for an unknown node and
+// was DOWN), records the tasks it reports, confirms stopped attempts, applies GPU
+// telemetry and health, records exits of the current attempts (acknowledging every
+// finished task), fails gangs whose tasks the agent no longer has, and builds the reply
+// with the current timing (timing.h). kNotFound for an unknown node and
 // kFailedPrecondition for another incarnation (the agent must register again); nothing
 // changes then.
 Result<HeartbeatResult> Heartbeat(ClusterState& s, const Context& ctx, const std::string& node,

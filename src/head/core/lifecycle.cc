@@ -194,21 +194,6 @@ bool ConfirmStopped(NodeRuntime& rt) {
   return std::erase_if(rt.stopping, confirmed) > 0;
 }
 
-std::string StoppingWhere(const ClusterState& s, api::JobId id) {
-  std::string nodes;
-  int attempt = -1;
-  for (const auto& [name, rt] : s.runtime) {
-    for (const auto& st : rt.stopping) {
-      if (st.job != id) continue;
-      nodes += (nodes.empty() ? "" : ", ") + name;
-      attempt = st.attempt;
-      break;
-    }
-  }
-  if (nodes.empty()) return {};
-  return fmt::format("attempt {} on {}", attempt, nodes);
-}
-
 std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node) {
   std::vector<api::TaskLaunch> out;
   auto it = s.node_jobs.find(node);

@@ -55,10 +55,6 @@ void RecordExit(Tx& tx, api::Job& job, const std::string& node, const api::TaskR
 // Drops the node's stopping entries that its latest heartbeat confirms; true if any went.
 bool ConfirmStopped(NodeRuntime& rt);
 
-// "attempt N on node-1, node-2" when an earlier attempt of `id` still stops somewhere;
-// empty otherwise.
-std::string StoppingWhere(const ClusterState& s, api::JobId id);
-
 // The tasks the head wants on `node`: every task of a RUNNING job placed there that has
 // not exited, with its command and the job contract's environment.
 std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node);

@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "head/core/drain.h"
 #include "head/core/lifecycle.h"
+#include "head/core/timing.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -17,20 +18,25 @@ namespace {
 // Nodes silent this long count towards the unhealthy zone: half the failure timeout, so
 // that nodes cut off at once count together although their last heartbeats were up to an
 // interval apart (a live agent heartbeats every interval, at most half the fence timeout).
-int64_t ZoneSilenceMs(const Context& ctx) { return ctx.timing.failure_timeout_ms / 2; }
+int64_t ZoneSilenceMs(const Tx& tx, const NodeRuntime& rt, int64_t current_failure_ms) {
+  return NodeFailureTimeoutMs(current_failure_ms, rt, tx.now) / 2;
+}
 
-int64_t ZoneTimeoutMs(const Context& ctx) { return ctx.timing.failure_timeout_ms * kZoneTimeoutFailureTimeouts; }
+int64_t ZoneTimeoutMs(const Tx& tx) {
+  return CurrentTiming(tx.s, tx.ctx).failure_timeout_ms * kZoneTimeoutFailureTimeouts;
+}
 
 // Counts the UP nodes and those silent long enough to count towards the zone.
 void CountSilentNodes(Tx& tx) {
   LivenessState& l = tx.s.liveness;
   l.up = 0;
   l.silent = 0;
-  for (const auto& [name, node] : tx.s.nodes) {
-    if (node.state != NodeState::kUp) continue;
+  const int64_t current = CurrentTiming(tx.s, tx.ctx).failure_timeout_ms;
+  ForEachNode(tx.s, [&](const std::string&, const api::Node& node, const NodeRuntime& rt) {
+    if (node.state != NodeState::kUp) return;
     ++l.up;
-    if (HeartbeatAgeMs(tx.s.runtime[name], tx.now) > ZoneSilenceMs(tx.ctx)) ++l.silent;
-  }
+    if (HeartbeatAgeMs(rt, tx.now) > ZoneSilenceMs(tx, rt, current)) ++l.silent;
+  });
 }
 
 bool ZoneHolds(const Tx& tx) {
@@ -58,7 +64,7 @@ void UpdateZone(Tx& tx) {
     l.suspended = true;
     tx.fx.Warn("{} of {} UP nodes are silent at once (unhealthy zone threshold {}): taking it for a fault of the "
                "head or its network, no node is marked DOWN and no job fails for them for up to {}",
-               l.silent, l.up, tx.ctx.unhealthy_zone_threshold, FormatDuration(ZoneTimeoutMs(tx.ctx)));
+               l.silent, l.up, tx.ctx.unhealthy_zone_threshold, FormatDuration(ZoneTimeoutMs(tx)));
   } else if (!holds && in_zone) {
     tx.fx.Warn("left the unhealthy zone after {}: {} of {} UP nodes silent; nodes still silent one failure timeout "
                "from now are marked DOWN",
@@ -66,7 +72,7 @@ void UpdateZone(Tx& tx) {
     l.zone_since_mono_ms = 0;
     l.suspended = false;
     GiveUnreachableNodesOneTimeout(tx);
-  } else if (in_zone && l.suspended && tx.now.mono_ms - l.zone_since_mono_ms > ZoneTimeoutMs(tx.ctx)) {
+  } else if (in_zone && l.suspended && tx.now.mono_ms - l.zone_since_mono_ms > ZoneTimeoutMs(tx)) {
     l.suspended = false;
     tx.fx.Warn("the unhealthy zone has lasted {}: its silent nodes are taken for failed and marked DOWN",
                FormatDuration(tx.now.mono_ms - l.zone_since_mono_ms));
@@ -98,17 +104,17 @@ void MarkDown(Tx& tx, api::Node& node, NodeRuntime& rt, int64_t age) {
 void MarkSilentNodesDown(Tx& tx) {
   CountSilentNodes(tx);
   UpdateZone(tx);
-  for (auto& [name, node] : tx.s.nodes) {
-    if (node.state != NodeState::kUp) continue;
-    NodeRuntime& rt = tx.s.runtime[name];
+  const int64_t current = CurrentTiming(tx.s, tx.ctx).failure_timeout_ms;
+  ForEachNode(tx.s, [&](const std::string& name, api::Node& node, NodeRuntime& rt) {
+    if (node.state != NodeState::kUp) return;
     int64_t age = HeartbeatAgeMs(rt, tx.now);
-    if (age <= tx.ctx.timing.failure_timeout_ms) continue;
+    if (age <= NodeFailureTimeoutMs(current, rt, tx.now)) return;
     if (tx.s.liveness.suspended) {
       MarkUnreachable(tx, name, rt, age);
     } else {
       MarkDown(tx, node, rt, age);
     }
-  }
+  });
 }
 
 // True when `pred` holds for the runtime of some node of the job's allocation.
@@ -191,7 +197,7 @@ void AccountUnheardTime(Tx& tx) {
   const int64_t unheard = tx.now.mono_ms - l.accounted_mono_ms;
   const int64_t gap = unheard - tx.ctx.liveness_interval_ms;
   l.accounted_mono_ms = std::max(l.accounted_mono_ms, tx.now.mono_ms);
-  if (gap < LagThresholdMs(tx.ctx.timing)) return;
+  if (gap < LagThresholdMs(CurrentTiming(tx.s, tx.ctx))) return;
   CreditUnheardTime(tx.s, tx.now, gap);
   tx.s.counters.unheard_ms += static_cast<uint64_t>(gap);
   l.resumed_unix_ms = tx.now.unix_ms;
@@ -201,7 +207,8 @@ void AccountUnheardTime(Tx& tx) {
 }
 
 void ExcuseFencesAfterSilence(Tx& tx, const std::string& node, NodeRuntime& rt) {
-  const api::AgentTiming& t = tx.ctx.timing;
+  // The timing the agent lived by: the last one it was sent.
+  const api::AgentTiming t = rt.granted.value_or(CurrentTiming(tx.s, tx.ctx));
   const int64_t silence = HeartbeatAgeMs(rt, tx.now) + rt.credited_ms;  // as the agent lived it
   // The agent fences after the fence timeout counted from when it sent its last heartbeat
   // that got through: up to an interval before the head heard it.

@@ -71,18 +71,30 @@ Result<Job> GetJob(const ClusterState& s, JobId id) {
   return Shown(s, it->second);
 }
 
-std::vector<Job> ListJobs(const ClusterState& s, const JobFilter& filter) {
-  std::vector<Job> out;
+void VisitJobs(const ClusterState& s, const JobFilter& filter, const std::function<void(const Job&)>& f) {
+  size_t n = 0;
   auto start = filter.before > 0 ? std::make_reverse_iterator(s.jobs.lower_bound(filter.before)) : s.jobs.rbegin();
   for (auto it = start; it != s.jobs.rend(); ++it) {
     const Job& j = it->second;
     if (!filter.states.empty() && !filter.states.contains(j.state)) continue;
     if (!filter.user.empty() && j.spec.user != filter.user) continue;
-    out.push_back(Shown(s, j));
-    if (filter.limit && out.size() >= filter.limit) break;
+    f(j);
+    if (filter.limit && ++n >= filter.limit) break;
   }
+}
+
+std::vector<Job> ListJobs(const ClusterState& s, const JobFilter& filter) {
+  std::vector<Job> out;
+  VisitJobs(s, filter, [&](const Job& j) { out.push_back(Shown(s, j)); });
   std::reverse(out.begin(), out.end());
   return out;
+}
+
+const std::string& ShownReason(const ClusterState& s, const Job& job) {
+  if (job.state == JobState::kPending) {
+    if (auto r = s.pending_reasons.find(job.id); r != s.pending_reasons.end()) return r->second;
+  }
+  return job.reason;
 }
 
 Result<LogLocation> LocateLog(const ClusterState& s, JobId id, int attempt, int rank) {

@@ -4,6 +4,7 @@
 // them under its lock and returns copies.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -68,6 +69,13 @@ Result<api::Job> GetJob(const ClusterState& s, api::JobId id);
 
 // Jobs matching `filter`, oldest first (the newest `limit` when limited).
 std::vector<api::Job> ListJobs(const ClusterState& s, const JobFilter& filter);
+
+// The reason a job shows: for a PENDING job the last pass's pending reason, if any.
+const std::string& ShownReason(const ClusterState& s, const api::Job& job);
+
+// Calls f(job) for each job ListJobs returns, without copying, newest first (the shown
+// reason is ShownReason's).
+void VisitJobs(const ClusterState& s, const JobFilter& filter, const std::function<void(const api::Job&)>& f);
 
 // Where the log of `rank` of `attempt` of a job lives. kNotFound for an unknown job or an
 // attempt that never started; kInvalidArgument (field "rank") for a rank the job lacks.

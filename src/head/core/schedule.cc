@@ -14,43 +14,69 @@ using api::NodeState;
 
 namespace {
 
+// GPUs (by index) and CPUs in use on one node.
 struct Busy {
-  std::set<int> gpus;
+  std::vector<bool> gpus;
   int cpus = 0;
+  void Take(const std::vector<int>& g, int c) {
+    for (int i : g) {
+      if (i >= 0 && static_cast<size_t>(i) < gpus.size()) gpus[static_cast<size_t>(i)] = true;
+    }
+    cpus += c;
+  }
 };
 
-// GPUs and CPUs in use per node: RUNNING jobs, stopping attempts, and tasks the agent
-// still reports that belong to no current attempt.
-std::map<std::string, Busy> BusyResources(const ClusterState& s) {
-  std::map<std::string, Busy> busy;
-  for (const auto& [name, ids] : s.node_jobs) {
-    for (api::JobId id : ids) {
+// GPUs and CPUs in use on node `name`: its RUNNING jobs (`here`, may be null), stopping
+// attempts, and tasks the agent still reports that belong to no current attempt.
+Busy BusyOn(const ClusterState& s, const api::Node& node, const NodeRuntime* rt, const std::set<api::JobId>* here) {
+  Busy busy;
+  busy.gpus.assign(node.gpus.size(), false);
+  if (here) {
+    for (api::JobId id : *here) {
       for (const auto& na : s.jobs.at(id).allocation.nodes) {
-        if (na.node != name) continue;
-        busy[name].gpus.insert(na.gpus.begin(), na.gpus.end());
-        busy[name].cpus += na.cpus;
+        if (na.node == node.name) busy.Take(na.gpus, na.cpus);
       }
     }
   }
-  for (const auto& [name, rt] : s.runtime) {
-    for (const auto& st : rt.stopping) {
-      busy[name].gpus.insert(st.gpus.begin(), st.gpus.end());
-      busy[name].cpus += st.cpus;
-    }
-    for (const auto& t : rt.reported) {
-      if (!t.running) continue;
-      bool fenced = std::any_of(rt.stopping.begin(), rt.stopping.end(), [&](const StoppingAttempt& st) {
-        return st.job == t.job && st.attempt == t.attempt;
-      });
-      if (fenced) continue;  // counted above
-      auto nj = s.node_jobs.find(name);
-      bool current = CurrentAttempt(s, t.job, t.attempt) && nj != s.node_jobs.end() && nj->second.contains(t.job);
-      if (current) continue;
-      busy[name].gpus.insert(t.gpus.begin(), t.gpus.end());
-      busy[name].cpus += t.cpus;
-    }
+  if (!rt) return busy;
+  for (const auto& st : rt->stopping) busy.Take(st.gpus, st.cpus);
+  for (const auto& t : rt->reported) {
+    if (!t.running) continue;
+    bool fenced = std::any_of(rt->stopping.begin(), rt->stopping.end(), [&](const StoppingAttempt& st) {
+      return st.job == t.job && st.attempt == t.attempt;
+    });
+    if (fenced) continue;  // counted above
+    bool current = CurrentAttempt(s, t.job, t.attempt) && here && here->contains(t.job);
+    if (current) continue;
+    busy.Take(t.gpus, t.cpus);
   }
   return busy;
+}
+
+// The entry of `map` (sorted by node name) for `name`, advancing `it` past smaller names:
+// walking the nodes in order, each map is walked once.
+template <typename Map>
+const typename Map::mapped_type* Seek(const Map& map, typename Map::const_iterator& it, const std::string& name) {
+  while (it != map.end() && it->first < name) ++it;
+  return it != map.end() && it->first == name ? &it->second : nullptr;
+}
+
+// For each job whose earlier attempt still stops somewhere, "attempt N on node-1, node-2",
+// from one pass over the nodes (not one per pending job).
+std::map<api::JobId, std::string> StoppingByJob(const ClusterState& s) {
+  std::map<api::JobId, std::pair<int, std::string>> where;  // job → (attempt, nodes)
+  for (const auto& [name, rt] : s.runtime) {
+    std::set<api::JobId> seen;  // the first entry of each job on this node
+    for (const auto& st : rt.stopping) {
+      if (!seen.insert(st.job).second) continue;
+      auto& [attempt, nodes] = where[st.job];
+      nodes += (nodes.empty() ? "" : ", ") + name;
+      attempt = st.attempt;
+    }
+  }
+  std::map<api::JobId, std::string> out;
+  for (auto& [id, w] : where) out[id] = fmt::format("attempt {} on {}", w.first, w.second);
+  return out;
 }
 
 bool AnyElasticJobBelowSize(const ClusterState& s) {
@@ -66,6 +92,7 @@ bool AnyElasticJobBelowSize(const ClusterState& s) {
 // Asks elastic jobs running below `nodes` to grow back when the free nodes allow it and
 // nothing waits, and withdraws the request when they no longer do.
 void PlanGrowth(Tx& tx, const sched::Snapshot& snap, const sched::Decision& decision) {
+  if (!AnyElasticJobBelowSize(tx.s)) return;  // nothing to grow or withdraw
   // Free resources per node after this pass's starts.
   struct Free {
     int gpus = 0, cpus = 0;
@@ -148,22 +175,25 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
   SchedulerInput in;
   sched::Snapshot& snap = in.snapshot;
   snap.now_ms = now.unix_ms;
-  std::map<std::string, Busy> busy = BusyResources(s);
+  auto rt_it = s.runtime.cbegin();
+  auto jobs_it = s.node_jobs.cbegin();
+  snap.nodes.reserve(s.nodes.size());
   for (const auto& [name, n] : s.nodes) {
+    const NodeRuntime* rt = Seek(s.runtime, rt_it, name);
     sched::NodeView v;
     v.id = name;
     if (n.state == NodeState::kDown) {
       v.unavailable = "down";
-    } else if (auto rt = s.runtime.find(name); rt != s.runtime.end() && rt->second.unreachable) {
+    } else if (rt && rt->unreachable) {
       v.unavailable = "unreachable";  // liveness.h: silent, not DOWN while the unhealthy zone holds
     } else if (n.drain) {
       v.unavailable = "draining";
     }
     v.total_gpus = static_cast<int>(n.gpus.size());
-    const Busy& b = busy[name];
+    const Busy b = BusyOn(s, n, rt, Seek(s.node_jobs, jobs_it, name));
     for (int g = 0; g < v.total_gpus; ++g) {
       // An unhealthy GPU is never free (gpu_health.h); `cohort resume` returns it.
-      if (!b.gpus.contains(g) && n.gpus[static_cast<size_t>(g)].healthy) v.free_gpus.push_back(g);
+      if (!b.gpus[static_cast<size_t>(g)] && n.gpus[static_cast<size_t>(g)].healthy) v.free_gpus.push_back(g);
     }
     v.total_cpus = n.cpus;
     v.free_cpus = std::max(0, n.cpus - b.cpus);
@@ -177,10 +207,11 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
     for (const auto& na : job.allocation.nodes) r.usage.push_back({na.node, static_cast<int>(na.gpus.size()), na.cpus});
     snap.running.push_back(std::move(r));
   }
+  const std::map<api::JobId, std::string> stopping = StoppingByJob(s);
   for (api::JobId id : s.pending) {
     // The previous attempt must be gone everywhere before the next one starts.
-    if (std::string where = StoppingWhere(s, id); !where.empty()) {
-      in.stopping_reasons[id] = "waiting for " + where + " to stop";
+    if (auto where = stopping.find(id); where != stopping.end()) {
+      in.stopping_reasons[id] = "waiting for " + where->second + " to stop";
       continue;
     }
     snap.pending.push_back(ToRequest(s.jobs.at(id)));

@@ -54,6 +54,11 @@ void CreditUnheardTime(ClusterState& s, Now now, int64_t gap_ms) {
   }
 }
 
+void NoteShape(ClusterState& s, const api::Node& node, int delta) {
+  const std::pair<int, int> shape{static_cast<int>(node.gpus.size()), node.cpus};
+  if ((s.node_shapes[shape] += delta) <= 0) s.node_shapes.erase(shape);
+}
+
 ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs, Now now) {
   ClusterState s;
   int64_t max_version = 0;
@@ -61,6 +66,7 @@ ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs,
     NodeRuntime rt;
     rt.last_seen_mono_ms = now.mono_ms;  // one failure timeout of grace for every agent to report in
     s.runtime[n.name] = rt;
+    NoteShape(s, n, +1);
     s.nodes[n.name] = std::move(n);
   }
   for (auto& j : jobs) {

@@ -64,6 +64,12 @@ struct NodeRuntime {
   // Until then (Now::mono_ms), a task of a gang on this node that ends badly was fenced
   // because the head could not hear the node: requeued without counting a restart.
   int64_t fence_excused_until_mono_ms = 0;
+  // Adaptive timing (timing.h): the timing in the last reply to this node's agent (none
+  // since the head started), and a longer failure timeout granted before it that still
+  // binds until previous_until_mono_ms.
+  std::optional<api::AgentTiming> granted;
+  int64_t previous_failure_timeout_ms = 0;
+  int64_t previous_until_mono_ms = 0;
 };
 
 // The head's view of its own listening and of the unhealthy zone (liveness.h).
@@ -92,6 +98,9 @@ struct ClusterState {
   std::set<api::JobId> pending;                          // PENDING jobs
   std::map<std::string, std::set<api::JobId>> node_jobs;  // RUNNING jobs per node
   std::map<api::JobId, std::string> pending_reasons;     // from the last scheduling pass
+  // How many nodes have each (GPUs, CPUs) shape: what feasibility at submit reads, kept
+  // by LoadState and Register (NoteShape) so a submit does not walk every node.
+  std::map<std::pair<int, int>, int> node_shapes;
   int64_t next_version = 0;  // assignment versions increase across restarts
   int64_t loaded_ms = 0;     // Unix ms the state was loaded: progress reports before it are lost
   Counters counters;
@@ -101,7 +110,9 @@ struct ClusterState {
 // What transitions may read besides the state: the head's configuration and two lookups
 // into parts of the head that live outside the core (both pure from the core's view).
 struct Context {
-  api::AgentTiming timing;
+  // The configured timing; agents get it scaled to the number of nodes (timing.h).
+  api::AgentTiming base_timing;
+  double heartbeat_rate_target = 1000;  // heartbeats per second (timing.h)
   std::string head_url;         // how tasks reach the head (COHORT_HEAD)
   std::string checkpoint_root;  // COHORT_CHECKPOINT_DIR is {checkpoint_root}/job-{id}
   int64_t liveness_interval_ms = 100;     // how often the shell checks liveness (CheckLiveness)
@@ -126,6 +137,20 @@ std::string JobStateLabel(api::JobState st);
 // The ids of every RUNNING job (those placed on some node).
 std::set<api::JobId> RunningJobIds(const ClusterState& s);
 
+// Calls f(name, node, runtime) for every node in name order. Walks `nodes` and `runtime`
+// (sorted by the same names) side by side, so a pass over 10,000 nodes costs no lookup
+// per node; a node without a runtime entry gets a fresh one (as runtime[name] would).
+template <typename F>
+void ForEachNode(ClusterState& s, F&& f) {
+  auto rt = s.runtime.begin();
+  for (auto& [name, node] : s.nodes) {
+    while (rt != s.runtime.end() && rt->first < name) ++rt;
+    if (rt == s.runtime.end() || rt->first != name) rt = s.runtime.try_emplace(rt, name);
+    f(name, node, rt->second);
+    ++rt;
+  }
+}
+
 // Milliseconds since the node last reported, at `now`, less the head's own gaps since
 // (CreditUnheardTime): the silence the head could have heard.
 int64_t HeartbeatAgeMs(const NodeRuntime& rt, Now now);
@@ -138,6 +163,10 @@ void Heard(NodeRuntime& rt, Now now);
 // rule a restart follows too: LoadState, which knows nothing of the time the head was
 // down, starts every clock at the load.
 void CreditUnheardTime(ClusterState& s, Now now, int64_t gap_ms);
+
+// Counts `node`'s shape in ClusterState::node_shapes (`delta` +1 when it joins or takes
+// this shape, -1 when it leaves it).
+void NoteShape(ClusterState& s, const api::Node& node, int delta);
 
 // Builds the state from stored records: every node gets a fresh failure timer (one
 // failure timeout for its agent to report in), RUNNING jobs are indexed on their nodes,

@@ -73,7 +73,7 @@ inline api::TaskReport Exited(api::JobId job, int attempt, int rank, int code) {
 class CoreTest : public ::testing::Test {
  protected:
   CoreTest() {
-    ctx_.timing.failure_timeout_ms = 3000;
+    ctx_.base_timing.failure_timeout_ms = 3000;
     ctx_.head_url = "http://head:8470";
     ctx_.checkpoint_root = "/ckpt";
     ctx_.rendezvous_token = [](api::JobId j, int a) { return "tok-" + std::to_string(j) + "-" + std::to_string(a); };
@@ -100,7 +100,8 @@ class CoreTest : public ::testing::Test {
   void Register(const api::Registration& reg) {
     auto fx = core::Register(state_, ctx_, reg, now_);
     ASSERT_TRUE(fx.has_value()) << fx.error().message;
-    fx_ = std::move(*fx);
+    fx_ = std::move(fx->effects);
+    timing_ = fx->timing;
   }
 
   // NewJob, then the id the store would give, then AddJob.
@@ -145,6 +146,7 @@ class CoreTest : public ::testing::Test {
   Context ctx_;
   Now now_{1'700'000'000'000, 5'000'000};
   Effects fx_;  // the last transition's
+  api::AgentTiming timing_;  // the last registration reply's
   std::map<std::pair<api::JobId, int>, ProgressPoint> progress_;
   api::JobId next_id_ = 1;
 };

@@ -14,9 +14,9 @@ using api::NodeState;
 class LagTest : public CoreTest {
  protected:
   LagTest() {
-    ctx_.timing.heartbeat_interval_ms = 100;
-    ctx_.timing.fence_timeout_ms = 2000;
-    ctx_.timing.failure_timeout_ms = 3000;
+    ctx_.base_timing.heartbeat_interval_ms = 100;
+    ctx_.base_timing.fence_timeout_ms = 2000;
+    ctx_.base_timing.failure_timeout_ms = 3000;
     ctx_.liveness_interval_ms = 100;
   }
 
@@ -252,7 +252,7 @@ TEST_F(LagTest, TheZoneLastingItsTimeoutMarksTheSilentNodesDown) {
   const api::JobId id = Submit(Spec(2, 1, /*max_restarts=*/1));
   ASSERT_EQ(Pass(), 1);
   RunFor(500, {});
-  const int64_t timeout = ctx_.timing.failure_timeout_ms * kZoneTimeoutFailureTimeouts;
+  const int64_t timeout = ctx_.base_timing.failure_timeout_ms * kZoneTimeoutFailureTimeouts;
   RunFor(timeout, {"n1", "n2", "n3"});
   EXPECT_EQ(State("n1"), NodeState::kUp) << "not before the zone's timeout";
   RunFor(2000, {"n1", "n2", "n3"});

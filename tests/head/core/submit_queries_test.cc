@@ -121,3 +121,25 @@ TEST_F(CoreTest, AGrownHealthCounterMarksTheGpuAndFailsItsJob) {
 
 }  // namespace
 }  // namespace cohort::head::core::testing
+
+namespace cohort::head::core::testing {
+namespace {
+
+TEST_F(CoreTest, FeasibilityFollowsNodesThatReRegisterWithOtherGpus) {
+  Register(Reg("n1", 2));
+  Register(Reg("n2", 2));
+  EXPECT_FALSE(NewJob(state_, Spec(1, 4), now_).has_value()) << "no node has 4 GPUs";
+  Advance(3001);                   // n1's agent is gone...
+  Register(Reg("n1", 4, "inc2"));  // ...and its new one finds 4 GPUs
+  EXPECT_TRUE(NewJob(state_, Spec(1, 4), now_).has_value());
+  EXPECT_FALSE(NewJob(state_, Spec(2, 4), now_).has_value()) << "only one node has 4";
+  EXPECT_TRUE(NewJob(state_, Spec(2, 2), now_).has_value());
+  EXPECT_EQ((state_.node_shapes), (std::map<std::pair<int, int>, int>{{{2, 8}, 1}, {{4, 8}, 1}}));
+  // A restart counts the same shapes.
+  std::vector<api::Node> nodes;
+  for (const auto& [name, n] : state_.nodes) nodes.push_back(n);
+  EXPECT_EQ(LoadState(nodes, {}, now_).node_shapes, state_.node_shapes);
+}
+
+}  // namespace
+}  // namespace cohort::head::core::testing

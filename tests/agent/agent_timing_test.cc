@@ -1,0 +1,187 @@
+// The agent obeys the timing in the head's newest reply (the head scales it with the
+// cluster, head/core/timing.h): its heartbeat interval, its tasks' lease (the fence
+// timeout, and failure - fence beyond it), and a lease that never shrinks when the timing
+// does; a wake-up (POST /v1/wake) brings a heartbeat however long the interval. Against a
+// fake head in the test (httplib on a kernel-chosen port); no test asserts on speed: the
+// waits are conditions with generous deadlines, and the one timing bound is a lower one
+// (heartbeats no closer than the interval asked for).
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "agent/agent.h"
+#include "agent/lease.h"
+#include "api/routes.h"
+#include "api/types.h"
+#include "common/http.h"
+
+namespace cohort::agent {
+namespace {
+
+api::AgentTiming Timing(int64_t interval, int64_t failure, int64_t fence) {
+  api::AgentTiming t;
+  t.heartbeat_interval_ms = interval;
+  t.failure_timeout_ms = failure;
+  t.fence_timeout_ms = fence;
+  t.kill_grace_ms = 1000;
+  return t;
+}
+
+// A head that answers registrations and heartbeats with the timing the test sets, and
+// records when each heartbeat arrived.
+class FakeHead {
+ public:
+  explicit FakeHead(api::AgentTiming timing) : timing_(timing) {
+    server_.Post(api::routes::kAgentRegister, [this](const httplib::Request&, httplib::Response& res) {
+      std::lock_guard lock(mu_);
+      res.set_content(json{{"timing", api::ToJson(timing_)}}.dump(), "application/json");
+    });
+    server_.Post(api::routes::kAgentHeartbeatPattern, [this](const httplib::Request&, httplib::Response& res) {
+      api::HeartbeatReply reply;
+      {
+        std::lock_guard lock(mu_);
+        reply.timing = timing_;
+        beats_.push_back({SteadyClock::now(), timing_});
+      }
+      cv_.notify_all();
+      res.set_content(api::ToJson(reply).dump(), "application/json");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~FakeHead() {
+    server_.stop();
+    thread_.join();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  void SetTiming(api::AgentTiming t) {
+    std::lock_guard lock(mu_);
+    timing_ = t;
+  }
+
+  struct Beat {
+    SteadyTime at;
+    api::AgentTiming sent;  // the timing in this heartbeat's reply
+  };
+
+  // Waits (up to 30 s) until at least `n` heartbeats arrived; returns them all.
+  std::vector<Beat> WaitForBeats(size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return beats_.size() >= n; });
+    return beats_;
+  }
+
+  size_t beats() {
+    std::lock_guard lock(mu_);
+    return beats_.size();
+  }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  api::AgentTiming timing_;  // guarded by mu_
+  std::vector<Beat> beats_;  // guarded by mu_
+};
+
+class AgentTimingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cohort-agent-timing-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override {
+    agent_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  void StartAgent(const FakeHead& head) {
+    AgentConfig c;
+    c.head_url = head.url();
+    c.name = "n1";
+    c.address = "127.0.0.1";
+    c.simulated_gpus = 0;
+    c.cpus = 1;
+    c.work_dir = dir_ + "/agent";
+    c.shim_path = "/bin/false";  // no task starts here
+    auto a = Agent::Start(c);
+    ASSERT_TRUE(a.has_value()) << a.error().message;
+    agent_ = std::move(*a);
+  }
+
+  // Waits (up to 30 s) until the lease file was granted `granted`; returns it.
+  std::optional<Lease> WaitForLease(Millis granted) {
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+    std::optional<Lease> l;
+    while (SteadyClock::now() < deadline) {
+      l = ReadLeaseFile(dir_ + "/agent/tasks.lease");
+      if (l && l->granted == granted) return l;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return l;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Agent> agent_;
+};
+
+TEST_F(AgentTimingTest, FollowsTheIntervalAndFenceTimeoutOfTheNewestReply) {
+  FakeHead head(Timing(50, 3000, 2000));
+  StartAgent(head);
+  ASSERT_GE(head.WaitForBeats(3).size(), 3u);
+  auto lease = WaitForLease(Millis(2000));
+  ASSERT_TRUE(lease);
+  EXPECT_EQ(lease->granted, Millis(2000));
+  EXPECT_EQ(lease->deadline - lease->expires, Millis(1000)) << "failure - fence beyond the expiry";
+
+  // The cluster grew: a longer interval and timeouts, from the next reply on.
+  head.SetTiming(Timing(300, 12'000, 8000));
+  lease = WaitForLease(Millis(8000));
+  ASSERT_TRUE(lease);
+  EXPECT_EQ(lease->granted, Millis(8000)) << "the lease follows the reply's fence timeout";
+  EXPECT_EQ(lease->deadline - lease->expires, Millis(4000));
+  const size_t from = head.beats();
+  auto beats = head.WaitForBeats(from + 4);
+  ASSERT_GE(beats.size(), from + 4);
+  // Every heartbeat after one that carried the new timing waits its interval.
+  for (size_t i = 1; i < beats.size(); ++i) {
+    if (beats[i - 1].sent.heartbeat_interval_ms != 300) continue;
+    EXPECT_GE(beats[i].at - beats[i - 1].at, Millis(300)) << "heartbeat " << i;
+  }
+
+  // The timing shrinks again: a lease granted under the longer fence still runs to its end
+  // (the head holds the node to the longer failure timeout meanwhile).
+  const Lease before = *lease;
+  head.SetTiming(Timing(50, 3000, 2000));
+  const size_t now = head.beats();
+  head.WaitForBeats(now + 3);
+  auto after = ReadLeaseFile(dir_ + "/agent/tasks.lease");
+  ASSERT_TRUE(after);
+  EXPECT_GE(after->expires, before.expires) << "a lease never shrinks";
+  EXPECT_GE(after->deadline, before.deadline);
+}
+
+TEST_F(AgentTimingTest, AWakeUpBringsAHeartbeatWithinALongInterval) {
+  FakeHead head(Timing(60'000, 180'000, 120'000));
+  StartAgent(head);
+  ASSERT_GE(head.WaitForBeats(1).size(), 1u) << "an agent heartbeats right after registering";
+  // The interval is a minute; a wake-up (what the head sends when assignments change)
+  // brings the next heartbeat long before it.
+  HttpClient client(agent_->url(), Millis(5000));
+  ASSERT_TRUE(client.Post(api::routes::kAgentWake, json::object()).has_value());
+  EXPECT_GE(head.WaitForBeats(2).size(), 2u);
+}
+
+}  // namespace
+}  // namespace cohort::agent
