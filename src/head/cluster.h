@@ -14,8 +14,9 @@
 // then must be durable. One caller at a time commits (the leader): it takes every record
 // staged so far, releases `mu_` for the write, and so every transition that happened
 // meanwhile rides on the next commit: a burst of submissions or heartbeats costs a few
-// store commits instead of one each, and the lock is never held across a write. A reply
-// (heartbeat tasks, a job's state) is sent only once what it shows is durable. A new job
+// store commits instead of one each, and the lock is never held across a write. A
+// transition's reply (heartbeat tasks, a cancelled job) is sent only once what it shows is
+// durable; plain reads see memory, up to one commit ahead of the disk. A new job
 // enters the state only once stored, with the id the store gave it. Records a failed
 // commit leaves unstored are kept and written with the next one; the callers it covered
 // get its error.
