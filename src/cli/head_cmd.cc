@@ -11,6 +11,24 @@
 
 namespace cohort::cli {
 
+namespace {
+
+// A flag's validator: the text must be a number, which `validate` (the core's own check,
+// whose message names the limit) accepts.
+CLI::Validator NumberCheckedBy(Result<void> (*validate)(double), std::string description) {
+  return CLI::Validator(
+      [validate](const std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "not a number: '" + text + "'";
+        auto ok = validate(v);
+        return ok ? "" : ok.error().message;
+      },
+      std::move(description));
+}
+
+}  // namespace
+
 void AddHeadCommand(CommandContext& ctx) {
   struct Flags {
     head::HeadConfig config;
@@ -30,28 +48,12 @@ void AddHeadCommand(CommandContext& ctx) {
   sub->add_option("--unhealthy-zone-threshold", f->config.unhealthy_zone_threshold,
                   "When at least this fraction of the UP nodes (and at least 3) are silent at once, the head "
                   "blames itself or its network and marks none DOWN (default 0.55)")
-      ->check(CLI::Validator(
-          [](const std::string& text) -> std::string {
-            char* end = nullptr;
-            const double v = std::strtod(text.c_str(), &end);
-            if (end == text.c_str() || *end != '\0') return "not a number: '" + text + "'";
-            auto ok = head::core::ValidateUnhealthyZoneThreshold(v);
-            return ok ? "" : ok.error().message;
-          },
-          "FRACTION in (0,1]"));
+      ->check(NumberCheckedBy(head::core::ValidateUnhealthyZoneThreshold, "FRACTION in (0,1]"));
   sub->add_option("--heartbeat-rate-target", f->config.heartbeat_rate_target,
                   "Heartbeats per second the head aims to handle: with more nodes than --heartbeat-interval "
                   "allows at this rate, agents heartbeat less often and the failure and fence timeouts grow "
                   "by the same factor (default 1000)")
-      ->check(CLI::Validator(
-          [](const std::string& text) -> std::string {
-            char* end = nullptr;
-            const double v = std::strtod(text.c_str(), &end);
-            if (end == text.c_str() || *end != '\0') return "not a number: '" + text + "'";
-            auto ok = head::core::ValidateHeartbeatRateTarget(v);
-            return ok ? "" : ok.error().message;
-          },
-          "HEARTBEATS/S in [1,1000000]"));
+      ->check(NumberCheckedBy(head::core::ValidateHeartbeatRateTarget, "HEARTBEATS/S in [1,1000000]"));
   f->timing.AddTo(sub);
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {

@@ -131,7 +131,7 @@ Result<Subprocess> Subprocess::Spawn(const SpawnOptions& opts) {
   if (opts.argv.empty() || opts.argv[0].empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "empty command");
   }
-  // Everything the child needs is built here, before fork.
+  // Everything the child needs is built here, before vfork.
   std::map<std::string, std::string> envmap;
   if (opts.inherit_env) {
     for (char** e = environ; e && *e; ++e) {

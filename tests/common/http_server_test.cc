@@ -45,6 +45,26 @@ class Running {
   std::thread thread_;
 };
 
+// A handler's barrier: requests that reach Pass() wait there until Open(). Declared before
+// the server whose handlers use it.
+class Gate {
+ public:
+  void Pass() {
+    entered_ += 1;
+    opened_.wait();
+  }
+  // Waits until a request has reached Pass().
+  void WaitForOne() const {
+    while (entered_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  void Open() { open_.set_value(); }
+
+ private:
+  std::promise<void> open_;
+  std::shared_future<void> opened_ = open_.get_future().share();
+  std::atomic<int> entered_{0};
+};
+
 // A raw client connection.
 class RawConn {
  public:
@@ -269,24 +289,21 @@ TEST(HttpServer, APoolWhoseThreadsAreBusyDoesNotDelayAnother) {
   HttpServerOptions o;
   o.pools = {{"api", 1, 16}, {"agents", 1, 16}};
   o.classify = [](std::string_view, std::string_view path) -> size_t { return path == "/heartbeat" ? 1 : 0; };
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> blocked{0};
+  Gate gate;
   Running r(o, [&](HttpServer& s) {
     s.Get("/slow", [&](const httplib::Request&, httplib::Response& res) {
-      blocked += 1;
-      released.wait();
+      gate.Pass();
       res.set_content("done", "text/plain");
     });
     s.Get("/heartbeat", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
   });
   auto slow = std::async(std::launch::async, [&] { return httplib::Client("127.0.0.1", r.port()).Get("/slow"); });
-  while (blocked == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  gate.WaitForOne();
   auto hb = httplib::Client("127.0.0.1", r.port()).Get("/heartbeat");
   ASSERT_TRUE(hb);
   EXPECT_EQ(hb->body, "ok");
   EXPECT_EQ(r.server().Stats().pools[0].busy, 1);
-  release.set_value();
+  gate.Open();
   auto s = slow.get();
   ASSERT_TRUE(s);
   EXPECT_EQ(s->body, "done");
@@ -295,23 +312,20 @@ TEST(HttpServer, APoolWhoseThreadsAreBusyDoesNotDelayAnother) {
 TEST(HttpServer, AFullQueueAnswers503) {
   HttpServerOptions o;
   o.pools = {{"api", 1, 1}};
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> blocked{0};
+  Gate gate;
   Running r(o, [&](HttpServer& s) {
     s.Get("/slow", [&](const httplib::Request&, httplib::Response&) {
-      blocked += 1;
-      released.wait();
+      gate.Pass();
     });
   });
   RawConn running(r.port()), queued(r.port()), refused(r.port());
   ASSERT_TRUE(running.Send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"));
-  while (blocked == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  gate.WaitForOne();
   ASSERT_TRUE(queued.Send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"));
   while (r.server().Stats().pools[0].queued == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(refused.Send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"));
   EXPECT_EQ(refused.ReadStatusLine(), "HTTP/1.1 503 Service Unavailable");
-  release.set_value();
+  gate.Open();
   EXPECT_EQ(running.ReadStatusLine(), "HTTP/1.1 200 OK");
   EXPECT_EQ(queued.ReadStatusLine(), "HTTP/1.1 200 OK");
   EXPECT_EQ(r.server().Stats().pools[0].rejected, 1);
@@ -320,24 +334,21 @@ TEST(HttpServer, AFullQueueAnswers503) {
 TEST(HttpServer, OneClientsRequestsInAPoolAreCapped) {
   HttpServerOptions o;
   o.pools = {{"api", 1, 16, 0, /*max_per_client=*/1}};
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> blocked{0};
+  Gate gate;
   Running r(o, [&](HttpServer& s) {
     s.Get("/slow", [&](const httplib::Request&, httplib::Response&) {
-      blocked += 1;
-      released.wait();
+      gate.Pass();
     });
   });
   RawConn first(r.port()), second(r.port());
   ASSERT_TRUE(first.Send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"));
-  while (blocked == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  gate.WaitForOne();
   ASSERT_TRUE(second.Send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"));
   EXPECT_EQ(second.ReadStatusLine(), "HTTP/1.1 429 Too Many Requests");
   std::string rest = second.ReadUntilClosed();
   EXPECT_NE(rest.find("too many requests from 127.0.0.1 at once (at most 1 queued or running)"), std::string::npos)
       << rest;
-  release.set_value();
+  gate.Open();
   EXPECT_EQ(first.ReadStatusLine(), "HTTP/1.1 200 OK");
   // Its request done (the count drops just after the response is written), the client
   // may send another.

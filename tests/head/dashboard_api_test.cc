@@ -13,6 +13,7 @@
 #include "api/dashboard.h"
 #include "head/cluster.h"
 #include "head/head.h"
+#include "head_server_fixture.h"
 #include "head/progress.h"
 #include "head/routes.h"
 #include "head/web_assets.h"
@@ -20,52 +21,8 @@
 namespace cohort::head {
 namespace {
 
-class DashboardTest : public ::testing::Test {
+class DashboardTest : public HeadServerTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/cohort-dash-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    HeadConfig config;
-    config.port = 0;
-    config.state_dir = dir_ + "/head";
-    config.http_threads = 4;
-    // Nobody heartbeats in these tests: keep every node UP for the test's lifetime.
-    config.timing.heartbeat_interval_ms = 1000;
-    config.timing.fence_timeout_ms = 300'000;
-    config.timing.failure_timeout_ms = 600'000;
-    auto h = HeadServer::Start(config);
-    ASSERT_TRUE(h.has_value()) << h.error().message;
-    head_ = std::move(*h);
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", head_->port());
-  }
-  void TearDown() override {
-    head_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
-  Cluster& cluster() { return head_->cluster(); }
-
-  void AddNode(const std::string& name, int gpus) {
-    api::Registration reg;
-    reg.name = name;
-    reg.address = "127.0.0.1";
-    reg.agent_url = "http://127.0.0.1:1";
-    reg.incarnation = "inc-" + name;
-    reg.cpus = 16;
-    for (int g = 0; g < gpus; ++g) {
-      api::Gpu gpu;
-      gpu.index = g;
-      gpu.name = "Test GPU 80GB";
-      gpu.uuid = name + "-gpu" + std::to_string(g);
-      gpu.memory_bytes = 80LL << 30;
-      gpu.simulated = true;
-      reg.gpus.push_back(gpu);
-    }
-    auto r = cluster().Register(reg);
-    ASSERT_TRUE(r.has_value()) << r.error().message;
-  }
-
   api::Job Submit(const std::string& name, int nodes, int gpus_per_node, int priority = 0) {
     api::JobSpec spec;
     spec.name = name;
@@ -79,18 +36,8 @@ class DashboardTest : public ::testing::Test {
     return j ? *j : api::Job{};
   }
 
-  json Dashboard(const std::string& query = "") {
-    auto res = http_->Get("/v1/dashboard" + query);
-    EXPECT_TRUE(res) << "no reply";
-    if (!res) return json();
-    EXPECT_EQ(res->status, 200) << res->body;
-    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
-    return json::parse(res->body);
-  }
+  json Dashboard(const std::string& query = "") { return GetJson("/v1/dashboard" + query); }
 
-  std::string dir_;
-  std::unique_ptr<HeadServer> head_;
-  std::unique_ptr<httplib::Client> http_;
 };
 
 TEST_F(DashboardTest, ShowsNodesQueueRunningAndRecentJobs) {

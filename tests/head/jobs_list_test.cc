@@ -2,65 +2,18 @@
 // Cluster keeps it between requests (Cluster::ListJobsSerialized), so it must be the same
 // object, field for field, as the projected list (?fields=..., built from api::ToJson of
 // the JobStatus view), and show every change of a job at once.
-#include <unistd.h>
-
-#include <filesystem>
-
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include "api/views.h"
 #include "head/cluster.h"
 #include "head/head.h"
+#include "head_server_fixture.h"
 
 namespace cohort::head {
 namespace {
 
-class JobsListTest : public ::testing::Test {
+class JobsListTest : public HeadServerTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/cohort-jobs-list-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    HeadConfig config;
-    config.port = 0;
-    config.state_dir = dir_ + "/head";
-    config.http_threads = 4;
-    // Nobody heartbeats on a clock here: keep every node UP for the test's lifetime.
-    config.timing.heartbeat_interval_ms = 1000;
-    config.timing.fence_timeout_ms = 300'000;
-    config.timing.failure_timeout_ms = 600'000;
-    auto h = HeadServer::Start(config);
-    ASSERT_TRUE(h.has_value()) << h.error().message;
-    head_ = std::move(*h);
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", head_->port());
-  }
-  void TearDown() override {
-    head_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
-  Cluster& cluster() { return head_->cluster(); }
-
-  void AddNode(const std::string& name, int gpus) {
-    api::Registration reg;
-    reg.name = name;
-    reg.address = "127.0.0.1";
-    reg.agent_url = "http://127.0.0.1:1";
-    reg.incarnation = "inc-" + name;
-    reg.cpus = 16;
-    for (int g = 0; g < gpus; ++g) {
-      api::Gpu gpu;
-      gpu.index = g;
-      gpu.name = "Test GPU";
-      gpu.uuid = name + "-gpu" + std::to_string(g);
-      gpu.memory_bytes = 80LL << 30;
-      gpu.simulated = true;
-      reg.gpus.push_back(gpu);
-    }
-    ASSERT_TRUE(cluster().Register(reg).has_value());
-  }
-
   api::Job Submit(const std::string& name, int gpus) {
     api::JobSpec spec;
     spec.name = name;
@@ -73,22 +26,13 @@ class JobsListTest : public ::testing::Test {
     return j ? *j : api::Job{};
   }
 
-  json Get(const std::string& path) {
-    auto res = http_->Get(path);
-    EXPECT_TRUE(res) << "no reply to " << path;
-    if (!res) return json();
-    EXPECT_EQ(res->status, 200) << res->body;
-    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
-    return json::parse(res->body);
-  }
-
   // Both forms of the list, gpu_seconds aside (it grows between the two requests).
   void ExpectListsAgree(const std::string& query) {
     static const std::string all =
         "allocation,attempt,end_ms,exit_code,exits,gpu_seconds,history,id,moves,reason,spec,start_ms,state,"
         "submit_ms,tasks_usage";
-    json whole = Get("/v1/jobs?" + query);
-    json projected = Get("/v1/jobs?" + query + "&fields=" + all);
+    json whole = GetJson("/v1/jobs?" + query);
+    json projected = GetJson("/v1/jobs?" + query + "&fields=" + all);
     ASSERT_EQ(whole["jobs"].size(), projected["jobs"].size()) << query;
     EXPECT_EQ(whole.value("next_cursor", ""), projected.value("next_cursor", "")) << query;
     for (size_t i = 0; i < whole["jobs"].size(); ++i) {
@@ -102,9 +46,6 @@ class JobsListTest : public ::testing::Test {
     }
   }
 
-  std::string dir_;
-  std::unique_ptr<HeadServer> head_;
-  std::unique_ptr<httplib::Client> http_;
 };
 
 TEST_F(JobsListTest, TheWholeListIsTheProjectedListFieldForField) {
@@ -134,7 +75,7 @@ TEST_F(JobsListTest, TheWholeListIsTheProjectedListFieldForField) {
     ExpectListsAgree("state=all&limit=1");
     ExpectListsAgree("state=all&limit=2&cursor=" + std::to_string(c.id));
   }
-  json active = Get("/v1/jobs");
+  json active = GetJson("/v1/jobs");
   ASSERT_EQ(active["jobs"].size(), 2u);
   EXPECT_EQ(active["jobs"][0]["state"], "RUNNING");
   ASSERT_EQ(active["jobs"][0]["tasks_usage"].size(), 1u);
@@ -148,16 +89,16 @@ TEST_F(JobsListTest, AChangedJobIsListedAsItIsNow) {
   api::Job a = Submit("a", 4);
   api::Job b = Submit("b", 4);
   cluster().Schedule();
-  json before = Get("/v1/jobs");
+  json before = GetJson("/v1/jobs");
   ASSERT_EQ(before["jobs"].size(), 2u);
   EXPECT_EQ(before["jobs"][0]["state"], "RUNNING");
   EXPECT_EQ(before["jobs"][1]["state"], "PENDING");
   // a is cancelled: it leaves the active list; b's reason changes with the next pass.
   ASSERT_TRUE(cluster().Cancel(a.id).has_value());
-  json after = Get("/v1/jobs?state=all");
+  json after = GetJson("/v1/jobs?state=all");
   ASSERT_EQ(after["jobs"].size(), 2u);
   EXPECT_EQ(after["jobs"][0]["state"], "CANCELLED");
-  json active = Get("/v1/jobs");
+  json active = GetJson("/v1/jobs");
   ASSERT_EQ(active["jobs"].size(), 1u);
   EXPECT_EQ(active["jobs"][0]["id"], b.id);
   ExpectListsAgree("state=all");

@@ -1,0 +1,83 @@
+// An in-process head for the head's HTTP tests: HeadServer on a kernel-chosen port with a
+// fresh state directory, its "agents" registered by calls into its Cluster (nobody
+// heartbeats, so the timing keeps every node UP for the test's lifetime), and an HTTP
+// client to it.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "common/json.h"
+#include "head/cluster.h"
+#include "head/head.h"
+
+namespace cohort::head {
+
+class HeadServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cohort-head-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    HeadConfig config;
+    config.port = 0;
+    config.state_dir = dir_ + "/head";
+    config.http_threads = 4;
+    config.timing.heartbeat_interval_ms = 1000;
+    config.timing.fence_timeout_ms = 300'000;
+    config.timing.failure_timeout_ms = 600'000;
+    auto h = HeadServer::Start(config);
+    ASSERT_TRUE(h.has_value()) << h.error().message;
+    head_ = std::move(*h);
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", head_->port());
+  }
+  void TearDown() override {
+    head_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  Cluster& cluster() { return head_->cluster(); }
+
+  // Registers node `name` with `gpus` simulated 80 GB GPUs named "Test GPU 80GB".
+  void AddNode(const std::string& name, int gpus) {
+    api::Registration reg;
+    reg.name = name;
+    reg.address = "127.0.0.1";
+    reg.agent_url = "http://127.0.0.1:1";
+    reg.incarnation = "inc-" + name;
+    reg.cpus = 16;
+    for (int g = 0; g < gpus; ++g) {
+      api::Gpu gpu;
+      gpu.index = g;
+      gpu.name = "Test GPU 80GB";
+      gpu.uuid = name + "-gpu" + std::to_string(g);
+      gpu.memory_bytes = 80LL << 30;
+      gpu.simulated = true;
+      reg.gpus.push_back(gpu);
+    }
+    auto r = cluster().Register(reg);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+  }
+
+  // GET `path`: expects 200 with a JSON body and returns it parsed (null if no reply).
+  json GetJson(const std::string& path) {
+    auto res = http_->Get(path);
+    EXPECT_TRUE(res) << "no reply to " << path;
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+    return json::parse(res->body);
+  }
+
+  std::string dir_;
+  std::unique_ptr<HeadServer> head_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+}  // namespace cohort::head
