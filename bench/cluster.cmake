@@ -2,6 +2,6 @@
 foreach(b e2e_jobs head_scale metrics_scale)
   add_executable(bench_${b} ${CMAKE_CURRENT_LIST_DIR}/${b}.cc)
   target_link_libraries(bench_${b} PRIVATE cohort_common cohort_api)
-  target_compile_definitions(bench_${b} PRIVATE COHORT_BINARY="$<TARGET_FILE:cohort>")
+  cohort_build_paths(bench_${b} COHORT_BINARY $<TARGET_FILE:cohort>)
   add_dependencies(bench_${b} cohort)
 endforeach()

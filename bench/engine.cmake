@@ -17,5 +17,6 @@ if(TARGET cohort_engine_model_cuda)
   target_link_libraries(bench_train_throughput PRIVATE cohort_engine_model_cuda)
 endif()
 target_compile_definitions(bench_train_throughput PRIVATE
-  COHORT_TORCH_PYTHON="${COHORT_TORCH_PYTHON}"
-  COHORT_TORCH_BENCH_SCRIPT="${CMAKE_CURRENT_LIST_DIR}/torch_train_throughput.py")
+  COHORT_TORCH_PYTHON="${COHORT_TORCH_PYTHON}")
+cohort_build_paths(bench_train_throughput
+  COHORT_TORCH_BENCH_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/torch_train_throughput.py)

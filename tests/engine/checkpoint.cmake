@@ -3,5 +3,5 @@ cohort_test(engine_checkpoint_test SOURCES checkpoint_test.cc
             LIBS cohort_engine_checkpoint LABELS engine)
 cohort_test(engine_safetensors_test SOURCES safetensors_test.cc
             LIBS cohort_engine_checkpoint LABELS engine)
-target_compile_definitions(engine_safetensors_test PRIVATE
-  COHORT_ENGINE_TESTDATA="${CMAKE_CURRENT_SOURCE_DIR}/testdata")
+cohort_build_paths(engine_safetensors_test
+  COHORT_ENGINE_TESTDATA ${CMAKE_CURRENT_SOURCE_DIR}/testdata)

@@ -11,7 +11,7 @@ if(TARGET cohort_engine_kernels_cuda)
          cohort_comm cohort_common
     LABELS engine gpu)
   target_include_directories(engine_cuda_model_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
-  target_compile_definitions(engine_cuda_model_test PRIVATE COHORT_BINARY="$<TARGET_FILE:cohort>")
+  cohort_build_paths(engine_cuda_model_test COHORT_BINARY $<TARGET_FILE:cohort>)
   add_dependencies(engine_cuda_model_test cohort)
 
   # The trainer with train.device cuda in process (also run on the CPU emulator in CI,

@@ -13,8 +13,9 @@ cohort_test(engine_torch_parity_test
   LIBS cohort_engine_model cohort_engine_optim cohort_common
   LABELS engine)
 target_compile_definitions(engine_torch_parity_test PRIVATE
-  COHORT_TORCH_PYTHON="${COHORT_TORCH_PYTHON}"
-  COHORT_TORCH_REFERENCE="${CMAKE_CURRENT_LIST_DIR}/torch_reference.py")
+  COHORT_TORCH_PYTHON="${COHORT_TORCH_PYTHON}")
+cohort_build_paths(engine_torch_parity_test
+  COHORT_TORCH_REFERENCE ${CMAKE_CURRENT_LIST_DIR}/torch_reference.py)
 
 cohort_test(engine_kernels_grad_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kernels_grad_test.cc

@@ -19,6 +19,7 @@ cohort_test(engine_train_cli_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_cli_test.cc
   LIBS cohort_common
   LABELS engine integration)
-target_compile_definitions(engine_train_cli_test PRIVATE COHORT_BINARY="$<TARGET_FILE:cohort>"
+cohort_build_paths(engine_train_cli_test COHORT_BINARY $<TARGET_FILE:cohort>)
+target_compile_definitions(engine_train_cli_test PRIVATE
   COHORT_CUDA_ENGINE_BUILT=$<BOOL:${COHORT_HAVE_CUDA}>)
 add_dependencies(engine_train_cli_test cohort)
