@@ -45,11 +45,11 @@ TEST(AgentFaults, StoppedAgentDoesNotResumeTheStaleGang) {
 
   EXPECT_TRUE(c.WaitForNodeState(victim, "DOWN", std::chrono::seconds(15))) << c.HeadLog();
   json moved = c.WaitForJob(t.id, RunningWithout(victim), "running again without " + victim, std::chrono::seconds(30));
-  std::printf("tasks of attempt 0 alive at SIGCONT: %zu\n", TrainPids(t.id, 0).size());
+  std::printf("tasks of attempt 0 alive at SIGCONT: %zu\n", TrainPids(t, 0).size());
   c.agent(victim).Signal(SIGCONT);
 
   // The stale attempt is gone everywhere, and the woken node rejoins.
-  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t.id, 0).empty(); }, std::chrono::seconds(15)))
+  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t, 0).empty(); }, std::chrono::seconds(15)))
       << "tasks of attempt 0 still run after SIGCONT; agent log:\n" << c.AgentLog(victim);
   EXPECT_TRUE(c.WaitForNodeState(victim, "UP", std::chrono::seconds(15))) << c.AgentLog(victim);
   json done = c.WaitForState(t.id, "SUCCEEDED", std::chrono::seconds(120));
@@ -88,11 +88,11 @@ TEST(AgentFaults, StoppedGangDoesNotOutliveItsMove) {
   json moved = c.WaitForJob(t.id, [&](const json& j) { return off0(j) && off1(j); }, "running on node-c and node-d",
                             std::chrono::seconds(30));
   // Stale tasks must be gone by the time the job has moved (they would race the new gang).
-  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t.id, 0).empty(); }, std::chrono::seconds(5)))
-      << TrainPids(t.id, 0).size() << " tasks of attempt 0 still run after the job moved";
+  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t, 0).empty(); }, std::chrono::seconds(5)))
+      << TrainPids(t, 0).size() << " tasks of attempt 0 still run after the job moved";
   c.agent(v0).Signal(SIGCONT);
   c.agent(v1).Signal(SIGCONT);
-  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t.id, 0).empty(); }, std::chrono::seconds(15)))
+  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t, 0).empty(); }, std::chrono::seconds(15)))
       << "tasks of attempt 0 still run after SIGCONT";
   EXPECT_TRUE(c.WaitForNodeState(v0, "UP", std::chrono::seconds(15))) << c.AgentLog(v0);
   EXPECT_TRUE(c.WaitForNodeState(v1, "UP", std::chrono::seconds(15))) << c.AgentLog(v1);
@@ -120,7 +120,7 @@ TEST(AgentFaults, CutLinkFencesTheNodeAndItRejoins) {
   } restore{c, victim};
 
   // The cut-off agent fences its rank within the fence timeout.
-  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t.id, 0, 0).empty(); }, std::chrono::seconds(15)))
+  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t, 0, 0).empty(); }, std::chrono::seconds(15)))
       << "the cut-off agent did not fence; its log:\n" << c.AgentLog(victim);
   EXPECT_TRUE(c.WaitForNodeState(victim, "DOWN", std::chrono::seconds(15))) << c.HeadLog();
   json moved = c.WaitForJob(t.id, RunningWithout(victim), "running again without " + victim, std::chrono::seconds(30));

@@ -56,7 +56,7 @@ void RunDamagedCheckpointJob(FaultCluster& c, TrainJob& t, int64_t& newest) {
   ASSERT_FALSE(victim.empty());
   c.agent(victim).Signal(SIGKILL);
   (void)c.agent(victim).Wait();
-  ASSERT_TRUE(WaitUntil([&] { return TrainPids(t.id, 0, 0).empty(); }, std::chrono::seconds(10)));
+  ASSERT_TRUE(WaitUntil([&] { return TrainPids(t, 0, 0).empty(); }, std::chrono::seconds(10)));
   const auto steps = CheckpointSteps(c.CheckpointDir(t.id));
   ASSERT_GE(steps.size(), 2u) << c.CheckpointDir(t.id);
   newest = std::stoll(steps.back().substr(5));

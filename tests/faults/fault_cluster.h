@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -84,12 +85,6 @@ inline std::vector<int> FindProcesses(const std::string& needle, const std::vect
   return out;
 }
 
-// The `cohort train` processes of one attempt of a job (optionally one rank).
-inline std::vector<int> TrainPids(int64_t job, int attempt, int rank = -1) {
-  std::vector<std::string> env = {"COHORT_JOB_ID=" + std::to_string(job), "COHORT_ATTEMPT=" + std::to_string(attempt)};
-  if (rank >= 0) env.push_back("RANK=" + std::to_string(rank));
-  return FindProcesses(" train --config ", env);
-}
 
 // A job predicate: a later attempt than 0 RUNNING (or already SUCCEEDED) on nodes other
 // than `node`. (A peer's exit can requeue the gang before `node` is DOWN, and that
@@ -291,8 +286,18 @@ class FaultCluster {
       netns_reason_ = "not root";
       return;
     }
-    const int pid = getpid();
-    subnet_ = "10." + std::to_string(200 + (pid >> 8) % 50) + "." + std::to_string(pid & 0xff);
+    // A /24 of 10.200-249.x per test process, derived from its pid; fault tests run side
+    // by side, so one another test's bridge already holds is skipped.
+    std::string in_use;
+    if (FILE* p = popen("ip -4 -o addr show 2>/dev/null", "r")) {
+      char buf[512];
+      while (fgets(buf, sizeof(buf), p)) in_use += buf;
+      pclose(p);
+    }
+    for (int n = getpid(), tries = 0; tries < 12800; ++n, ++tries) {
+      subnet_ = "10." + std::to_string(200 + (n >> 8) % 50) + "." + std::to_string(n & 0xff);
+      if (in_use.find(" " + subnet_ + ".") == std::string::npos) break;
+    }
     bridge_ = "cfb" + tag_;
     const std::string probe = "cohort-f" + tag_ + "-probe";
     if (!Ip({"netns", "add", probe})) {
@@ -393,7 +398,18 @@ struct TrainJob {
   int64_t id = 0;
   std::string record;  // log.file
   TrainJobSpec spec;
+  // The head's COHORT_CHECKPOINT_DIR for the job: under this cluster's directory, so it
+  // tells this test's tasks from those of a fault test running beside it (job ids repeat).
+  std::string head_checkpoint_dir;
 };
+
+// The `cohort train` processes of one attempt of a job (optionally one rank).
+inline std::vector<int> TrainPids(const TrainJob& t, int attempt, int rank = -1) {
+  std::vector<std::string> env = {"COHORT_JOB_ID=" + std::to_string(t.id), "COHORT_ATTEMPT=" + std::to_string(attempt),
+                                  "COHORT_CHECKPOINT_DIR=" + t.head_checkpoint_dir};
+  if (rank >= 0) env.push_back("RANK=" + std::to_string(rank));
+  return FindProcesses(" train --config ", env);
+}
 
 // Submits a small `cohort train` as a 2-node job (1 task, 1 GPU per node) with a loss
 // record; steps take milliseconds, checkpoints every `checkpoint_every` steps.
@@ -423,6 +439,7 @@ inline TrainJob SubmitTraining(FaultCluster& c, TrainJobSpec spec = {}) {
                        {"max_restarts", spec.max_restarts},
                        {"env", {{"OMP_NUM_THREADS", "1"}}}});
   t.id = job.value("id", int64_t{0});
+  t.head_checkpoint_dir = c.CheckpointDir(t.id);
   return t;
 }
 

@@ -39,7 +39,8 @@ TEST(HeadLagFaults, StoppedHeadDeclaresNoNodeDownAndFencedJobsGoOnWithoutARestar
   ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{400, 10, "", /*max_restarts=*/0}));
   json sleeper = c.Submit({{"command", {"sleep", "300"}}, {"nodes", 1}, {"gpus_per_node", 1}, {"max_restarts", 0}});
   const int64_t sleeper_id = sleeper.value("id", int64_t{0});
-  const std::vector<std::string> sleeper_env = {"COHORT_JOB_ID=" + std::to_string(sleeper_id), "COHORT_ATTEMPT=0"};
+  const std::vector<std::string> sleeper_env = {"COHORT_JOB_ID=" + std::to_string(sleeper_id), "COHORT_ATTEMPT=0",
+                                                "COHORT_CHECKPOINT_DIR=" + c.CheckpointDir(sleeper_id)};
   ASSERT_TRUE(WaitUntil([&] { return !FindProcesses("sleep 300", sleeper_env).empty(); }, std::chrono::seconds(20)))
       << "the second job's task did not start; head log:\n" << c.HeadLog();
   const int64_t recorded = LastRecordedStep(t.record);
@@ -47,7 +48,7 @@ TEST(HeadLagFaults, StoppedHeadDeclaresNoNodeDownAndFencedJobsGoOnWithoutARestar
   const auto stopped_at = std::chrono::steady_clock::now();
   c.SignalHead(SIGSTOP);
   // The agents cannot reach the head: they fence (kill) their tasks within the fence timeout.
-  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t.id, 0).empty() && FindProcesses("sleep 300", sleeper_env).empty(); },
+  EXPECT_TRUE(WaitUntil([&] { return TrainPids(t, 0).empty() && FindProcesses("sleep 300", sleeper_env).empty(); },
                         std::chrono::seconds(15)))
       << "the agents did not fence their tasks while the head was stopped";
   // The fault: the head stays stopped for twice the failure timeout (2 s).
