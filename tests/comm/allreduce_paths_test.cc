@@ -12,9 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <latch>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -52,7 +55,15 @@ size_t SplitMaxCount(int world, DataType type) {
 
 double Value(int rank, size_t i) { return static_cast<double>(static_cast<int>((i * 7 + rank * 3) % 17) - 8); }
 
-void CheckPaths(int world, bool check) {
+struct PathCase {
+  DataType type;
+  ReduceOp op;
+  size_t count;
+};
+
+// The counts, types and ops CheckPaths runs for one world size.
+std::vector<PathCase> PathCases(int world, bool check) {
+  std::vector<PathCase> cases;
   for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
                         DataType::kInt32, DataType::kInt64}) {
     const size_t at_cap = InlineLimit(world) / SizeOf(type);
@@ -73,43 +84,59 @@ void CheckPaths(int world, bool check) {
             (type != DataType::kFloat32 || op != ReduceOp::kSum)) {
           continue;
         }
-        std::mutex mu;
-        std::vector<std::vector<std::byte>> results(static_cast<size_t>(world));
-        RunRanks("gloo", world, [&](Communicator& comm) {
-          std::vector<double> mine(count);
-          for (size_t i = 0; i < count; ++i) mine[i] = Value(comm.rank(), i);
-          auto buf = Encode(type, mine);
-          auto r = comm.AllReduce(buf.data(), buf.data(), count, type, op);
-          ASSERT_TRUE(r.has_value()) << r.error().ToString();
-          std::lock_guard<std::mutex> lock(mu);
-          results[comm.rank()] = std::move(buf);
-        }, [&](CommOptions& o) { o.check_consistency = check; });
-        const std::string what = fmt::format("world {} check {} {} {} count {}", world, check,
-                                             DataTypeName(type), ReduceOpName(op), count);
-        for (int r = 1; r < world; ++r) {
-          ASSERT_EQ(results[r], results[0]) << what << ": rank " << r << " differs from rank 0";
+        cases.push_back({type, op, count});
+      }
+    }
+  }
+  return cases;
+}
+
+// Every case on one communicator per rank (a communicator's setup and Gloo's teardown
+// cost tens of milliseconds, and the cases are hundreds): each rank checks its result
+// against the exact expected values and keeps a digest of its bytes, and the digests of
+// every rank must agree, case by case.
+void CheckPaths(int world, bool check) {
+  const std::vector<PathCase> cases = PathCases(world, check);
+  std::vector<std::vector<size_t>> digests(cases.size(), std::vector<size_t>(world, 0));
+  RunRanks("gloo", world, [&](Communicator& comm) {
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const auto [type, op, count] = cases[c];
+      const std::string what = fmt::format("world {} check {} {} {} count {} rank {}", world, check,
+                                           DataTypeName(type), ReduceOpName(op), count, comm.rank());
+      std::vector<double> mine(count);
+      for (size_t i = 0; i < count; ++i) mine[i] = Value(comm.rank(), i);
+      auto buf = Encode(type, mine);
+      auto r = comm.AllReduce(buf.data(), buf.data(), count, type, op);
+      ASSERT_TRUE(r.has_value()) << what << ": " << r.error().ToString();
+      digests[c][comm.rank()] = std::hash<std::string_view>{}(
+          std::string_view(reinterpret_cast<const char*>(buf.data()), buf.size()));
+      const auto got = Decode(type, buf);
+      ASSERT_EQ(got.size(), count) << what;
+      int misses = 0;
+      for (size_t i = 0; i < count && misses < 3; ++i) {
+        double want = Value(0, i);
+        for (int p = 1; p < world; ++p) {
+          const double x = Value(p, i);
+          if (op == ReduceOp::kMax) want = std::max(want, x);
+          else if (op == ReduceOp::kMin) want = std::min(want, x);
+          else want += x;
         }
-        const auto got = Decode(type, results[0]);
-        ASSERT_EQ(got.size(), count) << what;
-        int misses = 0;
-        for (size_t i = 0; i < count && misses < 3; ++i) {
-          double want = Value(0, i);
-          for (int r = 1; r < world; ++r) {
-            const double x = Value(r, i);
-            if (op == ReduceOp::kMax) want = std::max(want, x);
-            else if (op == ReduceOp::kMin) want = std::min(want, x);
-            else want += x;
-          }
-          if (op == ReduceOp::kAvg) {
-            want /= world;
-            if (!commtest::IsFloat(type)) want = std::trunc(want);  // integers truncate
-          }
-          if (got[i] != want) {
-            ++misses;
-            ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want;
-          }
+        if (op == ReduceOp::kAvg) {
+          want /= world;
+          if (!commtest::IsFloat(type)) want = std::trunc(want);  // integers truncate
+        }
+        if (got[i] != want) {
+          ++misses;
+          ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want;
         }
       }
+    }
+  }, [&](CommOptions& o) { o.check_consistency = check; });
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (int r = 1; r < world; ++r) {
+      ASSERT_EQ(digests[c][r], digests[c][0])
+          << fmt::format("world {} check {} {} {} count {}: rank {} differs from rank 0", world, check,
+                         DataTypeName(cases[c].type), ReduceOpName(cases[c].op), cases[c].count, r);
     }
   }
 }
@@ -262,37 +289,42 @@ TEST(GlooAllReducePaths, OtherMismatchesOnTheFusedPathsFail) {
 
 TEST(GlooAllReducePaths, AbsentRankIsNamedOnEveryPath) {
   // The last rank never calls the allreduce (but keeps its connections open until the
-  // others have timed out): they name it, whatever path the size takes.
+  // others have timed out): they name it, whatever path the size takes. The cases wait
+  // out their timeouts side by side, one thread each, rather than one after another.
+  std::vector<std::thread> cases;
   for (int world : {2, 3, 4}) {
     for (const auto& [name, count] : CountsAcrossLimits(world)) {
-      SCOPED_TRACE(fmt::format("world {}, {} ({})", world, name, count));
-      std::latch others_done(world - 1);
-      RunRanks("gloo", world, [&, count = count](Communicator& comm) {
-        const int r = comm.rank();
-        if (r == world - 1) {
-          others_done.wait();
-          return;
-        }
-        std::vector<float> buf(count, 1.0f);
-        const auto start = SteadyClock::now();
-        auto res = comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
-        const double took = std::chrono::duration<double>(SteadyClock::now() - start).count();
-        others_done.count_down();
-        ASSERT_FALSE(res.has_value());
-        EXPECT_EQ(res.error().code, ErrorCode::kDeadlineExceeded);
-        EXPECT_THAT(res.error().message,
-                    HasSubstr(fmt::format("allreduce #1 (float32, {} elements) timed out after 1.0s "
-                                          "waiting for rank {}, which never started it",
-                                          count, world - 1)));
-        EXPECT_GE(took, 0.9);
-        EXPECT_LT(took, 3.0);
-        EXPECT_EQ(buf[0], 1.0f);
-        auto after = comm.Barrier();
-        ASSERT_FALSE(after.has_value());
-        EXPECT_EQ(after.error().code, ErrorCode::kFailedPrecondition);
-      }, [](CommOptions& o) { o.timeout = Millis(1000); });
+      cases.emplace_back([world, name = name, count = count] {
+        SCOPED_TRACE(fmt::format("world {}, {} ({})", world, name, count));
+        std::latch others_done(world - 1);
+        RunRanks("gloo", world, [&, count = count](Communicator& comm) {
+          const int r = comm.rank();
+          if (r == world - 1) {
+            others_done.wait();
+            return;
+          }
+          std::vector<float> buf(count, 1.0f);
+          const auto start = SteadyClock::now();
+          auto res = comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          const double took = std::chrono::duration<double>(SteadyClock::now() - start).count();
+          others_done.count_down();
+          ASSERT_FALSE(res.has_value());
+          EXPECT_EQ(res.error().code, ErrorCode::kDeadlineExceeded);
+          EXPECT_THAT(res.error().message,
+                      HasSubstr(fmt::format("allreduce #1 (float32, {} elements) timed out after 1.0s "
+                                            "waiting for rank {}, which never started it",
+                                            count, world - 1)));
+          EXPECT_GE(took, 0.9);
+          EXPECT_LT(took, 3.0);
+          EXPECT_EQ(buf[0], 1.0f);
+          auto after = comm.Barrier();
+          ASSERT_FALSE(after.has_value());
+          EXPECT_EQ(after.error().code, ErrorCode::kFailedPrecondition);
+        }, [](CommOptions& o) { o.timeout = Millis(1000); });
+      });
     }
   }
+  for (auto& t : cases) t.join();
 }
 
 }  // namespace
