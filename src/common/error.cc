@@ -13,6 +13,8 @@ std::string_view ErrorCodeName(ErrorCode code) {
     case ErrorCode::kResourceExhausted: return "resource_exhausted";
     case ErrorCode::kDeadlineExceeded: return "deadline_exceeded";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kUnauthenticated: return "unauthenticated";
+    case ErrorCode::kPermissionDenied: return "permission_denied";
   }
   return "internal";
 }
@@ -22,7 +24,8 @@ ErrorCode ErrorCodeFromName(std::string_view name) {
                       ErrorCode::kAlreadyExists, ErrorCode::kFailedPrecondition,
                       ErrorCode::kUnsatisfiable, ErrorCode::kUnavailable,
                       ErrorCode::kResourceExhausted, ErrorCode::kDeadlineExceeded,
-                      ErrorCode::kInternal}) {
+                      ErrorCode::kInternal, ErrorCode::kUnauthenticated,
+                      ErrorCode::kPermissionDenied}) {
     if (ErrorCodeName(c) == name) return c;
   }
   return ErrorCode::kInternal;
@@ -39,6 +42,8 @@ int HttpStatusFor(ErrorCode code) {
     case ErrorCode::kResourceExhausted: return 429;
     case ErrorCode::kDeadlineExceeded: return 504;
     case ErrorCode::kInternal: return 500;
+    case ErrorCode::kUnauthenticated: return 401;
+    case ErrorCode::kPermissionDenied: return 403;
   }
   return 500;
 }
@@ -49,6 +54,8 @@ int ExitCodeFor(const Error& e) {
     case ErrorCode::kUnavailable:
     case ErrorCode::kDeadlineExceeded: return 3;
     case ErrorCode::kResourceExhausted: return 1;
+    case ErrorCode::kUnauthenticated:
+    case ErrorCode::kPermissionDenied: return 4;
     default: return 1;
   }
 }

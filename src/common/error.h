@@ -26,6 +26,8 @@ enum class ErrorCode {
                         // request will not help, a smaller one may (429)
   kDeadlineExceeded,    // a wait ran past its deadline (504)
   kInternal,            // a bug or an unexpected system failure (500)
+  kUnauthenticated,     // no valid credentials: none, unknown, expired or revoked (401)
+  kPermissionDenied,    // the caller is known but may not do this (403)
 };
 
 // Stable lowercase name used on the wire ("invalid_argument"); parsed back by FromName.
@@ -36,7 +38,8 @@ int HttpStatusFor(ErrorCode code);
 struct Error;
 
 // The exit code a command-line program returns for `e`: 2 for bad input, 3 when a peer
-// (the head, a store) could not be reached or did not answer in time, 1 otherwise
+// (the head, a store) could not be reached or did not answer in time, 4 when the head
+// refused the credentials (none, unknown, revoked, or not allowed), 1 otherwise
 // (kResourceExhausted included: rerunning the same command would fail again).
 int ExitCodeFor(const Error& e);
 

@@ -92,9 +92,11 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
     // reused connection holds the body until the server's delayed ACK (40 ms a request).
     cli->set_tcp_nodelay(true);
   }
-  httplib::Result r = method == "GET"    ? cli->Get(path)
-                      : method == "POST" ? cli->Post(path, body ? *body : std::string(), "application/json")
-                                         : cli->Delete(path);
+  httplib::Headers headers;
+  if (!bearer_.empty()) headers.emplace("Authorization", "Bearer " + bearer_);
+  httplib::Result r = method == "GET"    ? cli->Get(path, headers)
+                      : method == "POST" ? cli->Post(path, headers, body ? *body : std::string(), "application/json")
+                                         : cli->Delete(path, headers);
   if (!r) {
     // The connection is dropped with its client: the next call opens a fresh one.
     return Errorf(ErrorCode::kUnavailable, "cannot reach {}{}: {}", base_url_, path,

@@ -46,6 +46,9 @@ class HttpClient {
   explicit HttpClient(std::string base_url, Millis timeout = Millis(10'000));
 
   const std::string& base_url() const { return base_url_; }
+  // Sends "Authorization: Bearer <token>" with every request (empty: none).
+  void set_bearer_token(std::string token) { bearer_ = std::move(token); }
+  const std::string& bearer_token() const { return bearer_; }
 
   // JSON calls: 2xx → the parsed body (null for an empty one); an error body → its Error;
   // no connection → kUnavailable naming the URL.
@@ -67,6 +70,7 @@ class HttpClient {
   UrlParts parts_;
   Result<void> valid_;
   Millis timeout_;
+  std::string bearer_;
   std::shared_ptr<Pool> pool_;
 };
 
