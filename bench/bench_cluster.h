@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -52,8 +53,12 @@ class BenchCluster {
     std::string port_file = dir_ + "/head.port";
     SpawnOptions o;
     o.argv = {COHORT_BINARY, "head", "--port", "0", "--state-dir", dir_ + "/head", "--port-file", port_file,
-              "--log-level", "warn"};
+              "--log-level", "warn", "--client-config", ""};
     o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+    // COHORT_BENCH_INSECURE=1: the same run without tokens, for the cost of security.
+    if (const char* e = std::getenv("COHORT_BENCH_INSECURE"); e && std::string(e) == "1") {
+      o.argv.push_back("--insecure");
+    }
     o.stdout_path = dir_ + "/head.log";
     o.parent_death_signal = SIGKILL;
     auto p = Subprocess::Spawn(o);
@@ -68,13 +73,25 @@ class BenchCluster {
     }
     if (port == 0) Die("head did not start; see " + dir_ + "/head.log");
     url_ = "http://127.0.0.1:" + std::to_string(port);
+    // The first start's tokens (head/auth.h); none with --insecure.
+    std::ifstream(dir_ + "/head/admin.token") >> admin_token_;
+    std::ifstream(dir_ + "/head/join.token") >> join_token_;
   }
+
+  // A client of the head that presents the admin token.
+  HttpClient Client(Millis timeout = Millis(10'000)) const {
+    HttpClient c(url_, timeout);
+    c.set_bearer_token(admin_token_);
+    return c;
+  }
+  const std::string& join_token() const { return join_token_; }
 
   void StartAgent(const std::string& name, int gpus) {
     SpawnOptions o;
     o.argv = {COHORT_BINARY, "agent", "--head", url_, "--name", name, "--address", "127.0.0.1",
               "--simulated-gpus", std::to_string(gpus), "--cpus", "64", "--work-dir", dir_ + "/" + name,
               "--log-level", "warn"};
+    if (!join_token_.empty()) o.argv.insert(o.argv.end(), {"--join-token", join_token_});
     o.stdout_path = dir_ + "/" + name + ".log";
     o.parent_death_signal = SIGKILL;
     auto p = Subprocess::Spawn(o);
@@ -83,7 +100,7 @@ class BenchCluster {
   }
 
   void WaitForNodes(size_t n) {
-    HttpClient c(url_);
+    HttpClient c = Client();
     for (int i = 0; i < 2000; ++i) {
       if (auto r = c.Get("/v1/nodes?limit=10000&fields=state"); r && (*r)["nodes"].size() == n) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -98,6 +115,8 @@ class BenchCluster {
 
  private:
   std::string dir_;
+  std::string admin_token_;
+  std::string join_token_;
   std::string url_;
   int head_pid_ = 0;
   std::vector<Subprocess> procs_;

@@ -39,12 +39,12 @@ int main(int argc, char** argv) {
   const int points_per_job = argc > 4 ? std::atoi(argv[4]) : 200;
   bench::BenchCluster c;
   c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s"});
-  HttpClient client(c.url(), Millis(10000));
+  HttpClient client = c.Client(Millis(10000));
 
   // Rank 0's COHORT_REPORT path of each running job, as the heartbeat replies reveal them.
   std::mutex report_mu;
   std::map<int64_t, std::string> report_paths;  // guarded by report_mu
-  bench::SimAgents agents(c.url(), nodes, bench::Telemetry::kOn, [&](const api::TaskLaunch& l) {
+  bench::SimAgents agents(c.url(), c.join_token(), nodes, bench::Telemetry::kOn, [&](const api::TaskLaunch& l) {
     if (l.rank != 0) return;
     auto env = l.env.find("COHORT_REPORT");
     std::lock_guard lock(report_mu);
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   std::vector<std::thread> reporters;
   for (int t = 0; t < 2; ++t) {
     reporters.emplace_back([&, t] {
-      HttpClient hc(c.url(), Millis(10000));
+      HttpClient hc = c.Client(Millis(10000));
       std::map<int64_t, int> steps;
       while (!stop) {
         std::vector<std::pair<int64_t, std::string>> mine;

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   c.StartHead();
   for (int a = 0; a < agents; ++a) c.StartAgent("node-" + std::to_string(a + 1), gpus);
   c.WaitForNodes(agents);
-  HttpClient client(c.url(), Millis(30000));
+  HttpClient client = c.Client(Millis(30000));
 
   // Submitters take job numbers from one counter, each on its own connection.
   std::atomic<int> next{0};
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int s = 0; s < submitters; ++s) {
     threads.emplace_back([&] {
-      HttpClient hc(c.url(), Millis(30000));
+      HttpClient hc = c.Client(Millis(30000));
       while (!failed && next.fetch_add(1) < jobs) {
         auto r = hc.Post("/v1/jobs", json{{"command", {"true"}}, {"gpus_per_node", 1}});
         if (!r) {

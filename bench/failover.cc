@@ -73,7 +73,7 @@ Trial RunTrial() {
   c.StartHead();  // the head's default heartbeat (1 s) and failure timeout (3 s)
   for (const char* n : {"node-1", "node-2", "node-3"}) c.StartAgent(n, 1);
   c.WaitForNodes(3);
-  HttpClient client(c.url());
+  HttpClient client = c.Client();
 
   const std::string record = c.dir() + "/losses.jsonl";
   {

@@ -58,10 +58,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> flags = {"--failure-timeout", "10s", "--fence-timeout", "6s"};
   for (int i = 4; i < argc; ++i) flags.emplace_back(argv[i]);
   c.StartHead(flags);
-  HttpClient client(c.url(), Millis(30000));
+  HttpClient client = c.Client(Millis(30000));
 
   // Registration: the nodes join as real agents do, each heartbeating from then on.
-  bench::SimAgents agents(c.url(), nodes, bench::Telemetry::kOff);
+  bench::SimAgents agents(c.url(), c.join_token(), nodes, bench::Telemetry::kOff);
   agents.Start();
   agents.WaitRegistered();
   const double register_s = bench::MillisSince(agents.start()) / 1000;

@@ -20,9 +20,9 @@ int main(int argc, char** argv) {
   const int seconds = argc > 3 ? std::atoi(argv[3]) : 15;
   bench::BenchCluster c;
   c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s"});
-  HttpClient client(c.url(), Millis(10000));
+  HttpClient client = c.Client(Millis(10000));
 
-  bench::SimAgents agents(c.url(), nodes, bench::Telemetry::kOn);
+  bench::SimAgents agents(c.url(), c.join_token(), nodes, bench::Telemetry::kOn);
   agents.Start();
   agents.WaitRegistered();
   bench::SubmitJobs(client, jobs, bench::PlainJobSpec);

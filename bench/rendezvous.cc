@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   c.StartHead();
   c.StartAgent("node-1", 0);
   c.WaitForNodes(1);
-  HttpClient client(c.url());
+  HttpClient client = c.Client();
   auto job = client.Post("/v1/jobs", json{{"command", {self}}, {"tasks_per_node", ranks}, {"cpus_per_task", 0}});
   if (!job) bench::BenchCluster::Die(job.error().message);
   int64_t id = (*job)["id"];

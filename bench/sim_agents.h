@@ -44,6 +44,7 @@ struct SimNode {
   std::string name;
   std::string incarnation;
   bool registered = false;
+  std::string credential;                // from the registration reply
   int64_t applied = 0;
   int64_t interval_ms = 1000;            // from the head's last reply
   SteadyClock::time_point due{};         // the next heartbeat
@@ -166,8 +167,10 @@ class SimAgents {
   static constexpr int kThreads = 8;
   using OnTask = std::function<void(const api::TaskLaunch&)>;
 
-  SimAgents(std::string url, int nodes, Telemetry telemetry, OnTask on_task = {})
-      : url_(std::move(url)), sims_(nodes), telemetry_(telemetry == Telemetry::kOn), on_task_(std::move(on_task)),
+  // `join_token` registers the nodes (head/auth.h); each then heartbeats with the node
+  // credential its registration reply carries.
+  SimAgents(std::string url, std::string join_token, int nodes, Telemetry telemetry, OnTask on_task = {})
+      : url_(std::move(url)), join_token_(std::move(join_token)), sims_(nodes), telemetry_(telemetry == Telemetry::kOn), on_task_(std::move(on_task)),
         lanes_(kThreads) {
     for (int i = 0; i < nodes; ++i) {
       sims_[i].name = fmt::format("sim-{:04d}", i);
@@ -277,13 +280,16 @@ class SimAgents {
     const int nodes = static_cast<int>(sims_.size());
     Lane& lane = lanes_[t];
     HttpClient hc(url_, Millis(30'000));
+    HttpClient join = hc;  // shares hc's connections
+    join.set_bearer_token(join_token_);
     std::priority_queue<Due, std::vector<Due>, std::greater<>> due;
     for (int i = t; i < nodes && !stop_; i += kThreads) {
       SimNode& s = sims_[i];
-      if (auto r = hc.Post("/v1/agents/register", api::ToJson(SimRegistration(s, i, wake_port_))); !r) {
+      if (auto r = join.Post("/v1/agents/register", api::ToJson(SimRegistration(s, i, wake_port_))); !r) {
         BenchCluster::Die("registration of " + s.name + " failed: " + r.error().message);
-      } else if (auto timing = api::AgentTimingFromJson((*r)["timing"])) {
-        s.interval_ms = timing->heartbeat_interval_ms;
+      } else {
+        if (auto timing = api::AgentTimingFromJson((*r)["timing"])) s.interval_ms = timing->heartbeat_interval_ms;
+        s.credential = r->value("node_credential", "");
       }
       s.registered = true;
       ++registered_;
@@ -323,7 +329,9 @@ class SimAgents {
     if (telemetry_) hb.gpus = SimGpuReports(s);
     const auto t0 = SteadyClock::now();
     ++sent_;
-    auto r = hc.Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
+    HttpClient as_node = hc;  // shares hc's connections
+    as_node.set_bearer_token(s.credential);
+    auto r = as_node.Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
     const double gap = s.last_sent == SteadyClock::time_point{}
                            ? 0
                            : std::chrono::duration<double, std::milli>(t0 - s.last_sent).count();
@@ -364,6 +372,7 @@ class SimAgents {
   }
 
   const std::string url_;
+  const std::string join_token_;
   std::vector<SimNode> sims_;  // sims_[i] is touched only by thread i % kThreads
   const bool telemetry_;
   const OnTask on_task_;

@@ -106,14 +106,42 @@
   }
   function badge(text) { return el('span', { class: 'state ' + text, text }); }
 
+  // ---- the token ----
+  // Asked for once (when the head answers 401) and kept in a cookie of this origin for 30
+  // days; sent as "Authorization: Bearer ..." (the head reads no cookies).
+  const TOKEN_COOKIE = 'cohort_token';
+  function token() {
+    const m = document.cookie.match(/(?:^|; )cohort_token=([^;]*)/);
+    return m ? decodeURIComponent(m[1]) : '';
+  }
+  function authHeaders() {
+    const t = token();
+    return t ? { Authorization: 'Bearer ' + t } : {};
+  }
+  function askForToken(message) {
+    const form = $('login');
+    form.hidden = false;
+    $('login-message').textContent = message;
+  }
+  function saveToken(ev) {
+    ev.preventDefault();
+    const t = $('login-token').value.trim();
+    if (!t) return;
+    document.cookie = `${TOKEN_COOKIE}=${encodeURIComponent(t)}; path=/; max-age=${30 * 24 * 3600}; SameSite=Strict`;
+    $('login').hidden = true;
+    $('login-token').value = '';
+    poll();
+  }
+
   // ---- HTTP ----
   async function api(method, path, body) {
-    const opts = { method, cache: 'no-store', headers: {} };
+    const opts = { method, cache: 'no-store', headers: authHeaders() };
     if (body !== undefined) {
       opts.headers['Content-Type'] = 'application/json';
       opts.body = JSON.stringify(body);
     }
     const res = await fetch(path, opts);
+    if (res.status === 401) askForToken('The head asks for a token: ' + ((await res.clone().json().catch(() => ({}))).error?.message || 'HTTP 401'));
     const text = await res.text();
     let json = null;
     try { json = text ? JSON.parse(text) : null; } catch (e) { json = null; }
@@ -456,13 +484,13 @@
     try {
       if (L.offset === null) {
         // Learn the size, then show only the tail.
-        const head = await fetch(base + '&offset=0&limit=1', { cache: 'no-store' });
+        const head = await fetch(base + '&offset=0&limit=1', { cache: 'no-store', headers: authHeaders() });
         if (!head.ok) throw new Error((await head.json().catch(() => ({}))).error?.message || 'HTTP ' + head.status);
         const size = Number(head.headers.get('X-Cohort-Size') || 0);
         L.offset = Math.max(0, size - LOG_TAIL_BYTES);
         if (L.offset > 0) out.textContent = `… (${L.offset} earlier bytes not shown)\n`;
       }
-      const res = await fetch(`${base}&offset=${L.offset}&limit=${LOG_TAIL_BYTES}`, { cache: 'no-store' });
+      const res = await fetch(`${base}&offset=${L.offset}&limit=${LOG_TAIL_BYTES}`, { cache: 'no-store', headers: authHeaders() });
       if (state.log !== L) return;  // the selection changed while we waited
       if (!res.ok) throw new Error((await res.json().catch(() => ({}))).error?.message || 'HTTP ' + res.status);
       const bytes = new Uint8Array(await res.arrayBuffer());
@@ -547,6 +575,7 @@
 
   document.addEventListener('DOMContentLoaded', () => {
     $('submit').addEventListener('submit', submit);
+    $('login').addEventListener('submit', saveToken);
     $('detail-close').addEventListener('click', () => { state.selected = null; state.detail = null; state.log = null; render(); });
     $('log-rank').addEventListener('change', () => { state.log = null; pollLog(); });
     poll();

@@ -153,12 +153,27 @@ void Agent::Wake() {
 }
 
 Result<void> Agent::RegisterOnce() {
-  auto reply = COHORT_TRY(head_->Post(api::routes::kAgentRegister, api::ToJson(registration_)));
+  // Registration presents the join token; everything after it, the node's credential.
+  HttpClient join(config_.head_url, Millis(2000));
+  join.set_bearer_token(config_.join_token);
+  auto reply = COHORT_TRY(join.Post(api::routes::kAgentRegister, api::ToJson(registration_)));
   if (!reply.is_object() || !reply.contains("timing")) {
     return MakeError(ErrorCode::kInternal, "registration reply has no timing");
   }
   timing_ = COHORT_TRY(api::AgentTimingFromJson(reply["timing"]));
+  std::string credential;
+  if (auto it = reply.find("node_credential"); it != reply.end()) {
+    if (!it->is_string() || it->get<std::string>().empty() || it->get<std::string>().size() > 1024) {
+      return MakeError(ErrorCode::kInternal, "registration reply: node_credential is not a credential");
+    }
+    credential = it->get<std::string>();
+  }
+  {
+    MutexLock lock(mu_);
+    node_credential_ = credential;
+  }
   head_ = std::make_unique<HttpClient>(config_.head_url, Millis(std::max<int64_t>(timing_.heartbeat_interval_ms, 500)));
+  head_->set_bearer_token(credential);
   if (!executor_) {
     StartLeaseKeeper();
     Executor::Options opts;

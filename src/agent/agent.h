@@ -91,6 +91,10 @@ struct AgentConfig {
   int64_t head_down_grace_ms = 60'000;
   std::string health_check;               // a GPU health check command (health_check.h); empty: none
   int64_t health_check_interval_ms = 60'000;
+  // Presented when registering (head/auth.h): a token of role agent (or admin). The head's
+  // reply holds the node's credential, which heartbeats present and which the head shows
+  // when it calls this agent. Empty: an --insecure head.
+  std::string join_token;
 };
 
 class Agent {
@@ -138,6 +142,8 @@ class Agent {
 
   void Wake() EXCLUDES(mu_);                   // any thread: heartbeat now
   Executor* executor() const EXCLUDES(mu_);   // null until the first registration; any thread
+  // OK if `req` carries the node credential (or the head gave none); kUnauthenticated else.
+  Result<void> CheckHeadCredential(const httplib::Request& req) const EXCLUDES(mu_);
 
   // Set by Start, then read-only.
   AgentConfig config_;
@@ -165,6 +171,9 @@ class Agent {
   bool wake_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   Executor* executor_published_ GUARDED_BY(mu_) = nullptr;   // executor_.get() once created
+  // The node credential from the last registration ("" from an --insecure head): the head
+  // presents it on the requests it makes here; nothing else may read logs.
+  std::string node_credential_ GUARDED_BY(mu_);
   // Loop-thread only:
   bool registered_ = false;
   bool fenced_ = false;

@@ -41,11 +41,30 @@ void Agent::BuildServer() {
   srv.Get(routes::kMetrics,
           [this](const httplib::Request& req, httplib::Response& res) { ServeMetrics(req, res); });
   if (config_.simulated_gpus >= 0) {
+    // Simulated GPUs only (tests and demos): open to anyone who reaches the agent.
     PostWithBodyCap(srv, routes::kAgentSimulateXid,
-             [this](const httplib::Request& req, httplib::Response& res) { ServeSimulateXid(req, res); });
+                    [this](const httplib::Request& req, httplib::Response& res) { ServeSimulateXid(req, res); });
   }
-  srv.Get(routes::kAgentLogs,
-          [this](const httplib::Request& req, httplib::Response& res) { ServeLogs(req, res); });
+  srv.Get(routes::kAgentLogs, [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
+    ServeLogs(req, res);
+  });
+}
+
+Result<void> Agent::CheckHeadCredential(const httplib::Request& req) const {
+  std::string want;
+  {
+    MutexLock lock(mu_);
+    want = node_credential_;
+  }
+  if (want.empty()) return {};
+  const std::string got = req.get_header_value("Authorization");
+  const std::string expected = "Bearer " + want;
+  // Constant time in the credential's length.
+  unsigned char diff = got.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) diff |= static_cast<unsigned char>(expected[i] ^ (i < got.size() ? got[i] : 0));
+  if (diff == 0) return {};
+  return MakeError(ErrorCode::kUnauthenticated, "only the head may call this (with the node's credential)");
 }
 
 Result<void> Agent::Listen() {

@@ -155,6 +155,8 @@ Result<GpuTelemetry> TelemetryFromReport(ObjectReader& r) {
 
 }  // namespace
 
+bool ValidUserName(std::string_view name) { return ValidName(name, 64); }
+
 std::string_view PlacementName(Placement p) { return p == Placement::kPack ? "pack" : "spread"; }
 
 std::string_view JobStateName(JobState s) {

@@ -64,6 +64,13 @@ inline constexpr char kRendezvousAddPattern[] = R"(/v1/rendezvous/([^/]+)/add/([
 std::string Report(std::string_view token);  // POST
 inline constexpr char kReportPattern[] = R"(/v1/report/([^/]+))";
 
+// API tokens (admin only): GET lists, POST {"user", "role", "expires_s", "description"}
+// makes one (the reply holds the token, shown this once).
+inline constexpr char kTokens[] = "/v1/tokens";
+inline constexpr char kWhoAmI[] = "/v1/whoami";  // GET: the caller's user, role and token id
+std::string TokenRevoke(std::string_view id);  // POST
+inline constexpr char kTokenRevokePattern[] = R"(/v1/tokens/([^/]+)/revoke)";
+
 inline constexpr char kDashboard[] = "/v1/dashboard";  // GET ?recent=&queue=&points=
 inline constexpr char kUsage[] = "/v1/usage";          // GET ?since=&until=&user=
 

@@ -306,6 +306,8 @@ json ToJson(const JobSpec& s);
 // A spec as submitted: its fields, ValidateJobSpec, and api::CheckSpecFitsNodes (what no
 // node could start: exec's size limits, impossible working directories).
 Result<JobSpec> JobSpecFromJson(const json& j);
+// A job's or a token's user: 1-64 characters of letters, digits, '.', '_' or '-'.
+bool ValidUserName(std::string_view name);
 // Cross-field checks, also applied by JobSpecFromJson.
 Result<void> ValidateJobSpec(const JobSpec& s);
 

@@ -13,6 +13,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::string head_down_grace = "60s";
     std::string log_level = "info";
     std::string health_check_interval = "60s";
+    std::string join_token_file;
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
@@ -32,8 +33,17 @@ void AddAgentCommand(CommandContext& ctx) {
                   "GPU health check, run with /bin/sh -c every interval: a non-zero exit marks GPUs unhealthy "
                   "(lines 'gpu N: reason' name them; otherwise all)");
   sub->add_option("--health-check-interval", f->health_check_interval, "How often to run --health-check (default 60s)");
+  sub->add_option("--join-token", f->config.join_token,
+                  "Token that lets this node join (role agent; default $COHORT_JOIN_TOKEN, or the head's "
+                  "state_dir/join.token with --join-token-file)");
+  sub->add_option("--join-token-file", f->join_token_file, "Read --join-token from this file");
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {
+    if (auto t = ResolveJoinToken(f->config.join_token, f->join_token_file); !t) {
+      return ReportError(t.error());
+    } else {
+      f->config.join_token = *t;
+    }
     auto grace = ParseDurationMs(f->head_down_grace, "--head-down-grace");
     if (!grace) return ReportError(grace.error());
     f->config.head_down_grace_ms = *grace;

@@ -5,16 +5,55 @@
 #include <cstring>
 
 #include "agent/task_shim.h"
+#include "common/client_config.h"
 
 namespace cohort::cli {
+
+namespace {
+
+// The client config file's values; an unreadable or malformed file is reported once and
+// ignored (the flags and environment still work).
+const ClientConfig& LoadedClientConfig() {
+  static const ClientConfig config = [] {
+    const std::string path = ClientConfigPath();
+    if (path.empty()) return ClientConfig{};
+    auto c = ReadClientConfig(path);
+    if (!c) {
+      std::fprintf(stderr, "cohort: warning: ignoring %s\n", c.error().message.c_str());
+      return ClientConfig{};
+    }
+    return c->value_or(ClientConfig{});
+  }();
+  return config;
+}
+
+std::string WithoutTrailingSlash(std::string url) {
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url;
+}
+
+}  // namespace
 
 std::string ResolveHeadUrl(const GlobalOptions& g) {
   if (!g.head_url.empty()) return g.head_url;
   if (const char* env = std::getenv("COHORT_HEAD"); env && *env) return env;
+  if (const auto& c = LoadedClientConfig(); !c.head.empty()) return c.head;
   return "http://127.0.0.1:8470";
 }
 
-HttpClient HeadClient(const GlobalOptions& g) { return HttpClient(ResolveHeadUrl(g), Millis(15000)); }
+std::string ResolveToken(const std::string& head_url) {
+  if (const char* env = std::getenv("COHORT_TOKEN"); env && *env) return env;
+  // The config's token belongs to the config's head: it is not sent anywhere else.
+  const auto& c = LoadedClientConfig();
+  if (c.head.empty() || WithoutTrailingSlash(c.head) == WithoutTrailingSlash(head_url)) return c.token;
+  return "";
+}
+
+HttpClient HeadClient(const GlobalOptions& g) {
+  HttpClient client(ResolveHeadUrl(g), Millis(15000));
+  client.set_bearer_token(ResolveToken(client.base_url()));
+  return client;
+}
 
 int ReportError(const Error& e) {
   std::fprintf(stderr, "cohort: error: %s\n", e.message.c_str());
@@ -34,7 +73,8 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "cohort 0.1.0");
   GlobalOptions global;
-  app.add_option("--head", global.head_url, "Head URL (default: $COHORT_HEAD or http://127.0.0.1:8470)");
+  app.add_option("--head", global.head_url,
+                 "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or http://127.0.0.1:8470)");
   app.add_flag("--json", global.json, "Print JSON instead of tables");
 
   CommandFn chosen;
@@ -54,6 +94,7 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   AddRunCommand(ctx);
   AddTopCommand(ctx);
   AddUsageCommand(ctx);
+  AddTokenCommands(ctx);
   // Listed for --help only: a matching argv[1] never reaches the parser (see above).
   for (const auto& cmd : external) {
     ctx.app.add_subcommand(cmd.name, cmd.description)->allow_extras()->prefix_command();

@@ -35,8 +35,13 @@ struct CommandContext {
   std::function<void(CLI::App*, CommandFn)> on_run;
 };
 
-// Default head URL: --head, $COHORT_HEAD, or the local default.
+// Default head URL: --head, $COHORT_HEAD, the client config's `head`
+// (common/client_config.h), or the local default.
 std::string ResolveHeadUrl(const GlobalOptions& g);
+// The token for `head_url`: $COHORT_TOKEN, else the client config's token if the config
+// names that head (or none); "" if neither.
+std::string ResolveToken(const std::string& head_url);
+// A client of the resolved head that sends the resolved token.
 HttpClient HeadClient(const GlobalOptions& g);
 
 // Prints "cohort: error: ..." and returns the exit code for the error.
@@ -57,6 +62,7 @@ void AddDrainCommands(CommandContext& ctx);  // drain and resume
 void AddRunCommand(CommandContext& ctx);
 void AddTopCommand(CommandContext& ctx);
 void AddUsageCommand(CommandContext& ctx);
+void AddTokenCommands(CommandContext& ctx);  // token create/ls/revoke, and login
 
 using ExternalCommand = ::cohort::ExternalCommand;
 

@@ -1,5 +1,10 @@
 #include "cli/daemon_flags.h"
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
 #include "common/clock.h"
 
 namespace cohort::cli {
@@ -28,6 +33,21 @@ Result<api::AgentTiming> TimingFlags::Resolve() const {
 void AddLogLevelFlag(CLI::App* sub, std::string& level) {
   sub->add_option("--log-level", level, "trace, debug, info, warn or error (default info)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+}
+
+Result<std::string> ResolveJoinToken(const std::string& token, const std::string& file) {
+  if (!token.empty()) return token;
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) return Errorf(ErrorCode::kInvalidArgument, "--join-token-file: cannot read {}: {}", file, std::strerror(errno));
+    std::string line;
+    std::getline(in, line);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.empty()) return Errorf(ErrorCode::kInvalidArgument, "--join-token-file: {} holds no token", file);
+    return line;
+  }
+  if (const char* env = std::getenv("COHORT_JOIN_TOKEN"); env && *env) return std::string(env);
+  return std::string();
 }
 
 }  // namespace cohort::cli

@@ -24,4 +24,8 @@ struct TimingFlags {
 // --log-level trace|debug|info|warn|error.
 void AddLogLevelFlag(CLI::App* sub, std::string& level);
 
+// An agent's join token: `token` if given, else the first line of `file` if given (an
+// unreadable or empty file is kInvalidArgument naming it), else $COHORT_JOIN_TOKEN, else "".
+Result<std::string> ResolveJoinToken(const std::string& token, const std::string& file);
+
 }  // namespace cohort::cli

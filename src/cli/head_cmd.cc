@@ -3,6 +3,7 @@
 
 #include "cli/cli.h"
 #include "cli/daemon_flags.h"
+#include "common/client_config.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "head/core/liveness.h"
@@ -54,6 +55,13 @@ void AddHeadCommand(CommandContext& ctx) {
                   "allows at this rate, agents heartbeat less often and the failure and fence timeouts grow "
                   "by the same factor (default 1000)")
       ->check(NumberCheckedBy(head::core::ValidateHeartbeatRateTarget, "HEARTBEATS/S in [1,1000000]"));
+  sub->add_flag("--insecure", f->config.insecure,
+                "Ask no one for credentials: anyone who can reach the head may do anything (tests on a "
+                "private machine only; the head says so when it starts)");
+  sub->add_option("--client-config", f->config.client_config_path,
+                  "Where the first start writes the admin's head URL and token (default "
+                  "$XDG_CONFIG_HOME/cohort/config or ~/.config/cohort/config; \"\" for nowhere)");
+  f->config.client_config_path = ClientConfigPath();
   f->timing.AddTo(sub);
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {

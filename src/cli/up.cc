@@ -33,6 +33,7 @@ struct UpFlags {
   std::string state_dir;
   TimingFlags timing;
   std::string log_level = "info";
+  bool insecure = false;
 };
 
 struct Daemon {
@@ -104,6 +105,7 @@ int RunUp(UpFlags& f) {
   std::vector<std::string> head_args = {self, "head", "--port", std::to_string(f.port), "--state-dir",
                                         f.state_dir + "/head", "--port-file", port_file, "--log-level", f.log_level};
   head_args.insert(head_args.end(), timing_args.begin(), timing_args.end());
+  if (f.insecure) head_args.push_back("--insecure");
   auto head = SpawnDaemon("head", head_args, f.state_dir + "/head.log");
   if (!head) return ReportError(head.error());
 
@@ -139,6 +141,11 @@ int RunUp(UpFlags& f) {
     std::vector<std::string> args = {self, "agent", "--head", url, "--name", name, "--address", "127.0.0.1",
                                      "--cpus", std::to_string(f.cpus_per_agent), "--work-dir",
                                      f.state_dir + "/" + name, "--log-level", f.log_level};
+    // The head's first start wrote the agents' join token there (head/auth.h).
+    if (!f.insecure) {
+      args.push_back("--join-token-file");
+      args.push_back(f.state_dir + "/head/join.token");
+    }
     if (simulated) {
       args.push_back("--simulated-gpus");
       args.push_back(std::to_string(gpus));
@@ -153,6 +160,12 @@ int RunUp(UpFlags& f) {
 
   // Wait until every agent has registered and is UP.
   HttpClient client(url, Millis(2000));
+  if (!f.insecure) {
+    std::ifstream admin(f.state_dir + "/head/admin.token");
+    std::string token;
+    std::getline(admin, token);
+    client.set_bearer_token(token);
+  }
   deadline = SteadyClock::now() + std::chrono::seconds(20);
   while (true) {
     int up = 0;
@@ -231,6 +244,7 @@ void AddUpCommand(CommandContext& ctx) {
   sub->add_option("--cpus-per-agent", f->cpus_per_agent, "CPUs each agent offers (default 16)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--port", f->port, "Head port (default 8470; 0 picks a free one)")->check(CLI::Range(0, 65535));
   sub->add_option("--state-dir", f->state_dir, "State and logs (default ~/.cohort/up)");
+  sub->add_flag("--insecure", f->insecure, "Run the head with --insecure: no credentials asked of anyone");
   f->timing.AddTo(sub);
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {

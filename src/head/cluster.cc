@@ -21,6 +21,14 @@ using api::JobId;
 Cluster::Cluster(HeadConfig config, std::unique_ptr<store::StateStore> store)
     : config_(std::move(config)), store_(std::move(store)) {}
 
+Result<std::optional<std::string>> Cluster::GetMeta(const std::string& key) { return store_->GetMeta(key); }
+
+Result<void> Cluster::PutMeta(const std::string& key, const std::string& value) {
+  store::WriteBatch batch;
+  batch.meta.emplace_back(key, value);
+  return store_->Write(batch);
+}
+
 Result<std::unique_ptr<Cluster>> Cluster::Open(HeadConfig config, std::unique_ptr<store::StateStore> store) {
   COHORT_TRY_VOID(core::ValidateUnhealthyZoneThreshold(config.unhealthy_zone_threshold));
   COHORT_TRY_VOID(core::ValidateHeartbeatRateTarget(config.heartbeat_rate_target));

@@ -69,6 +69,12 @@ class Cluster {
   // is the agent URLs to wake. Set once before serving.
   void set_wake_agents(std::function<void(std::vector<std::string>)> fn) { wake_agents_ = std::move(fn); }
 
+  // ---- meta values of other parts of the head (the token book) ----
+  // Read and written straight through the store (not the job commit rounds): for rare
+  // changes whose callers serialize their own writes of a key.
+  Result<std::optional<std::string>> GetMeta(const std::string& key);
+  Result<void> PutMeta(const std::string& key, const std::string& value);
+
   // ---- users ----
   // Validates feasibility against the cluster's nodes and stores the job (PENDING).
   // kUnsatisfiable when no placement could ever satisfy it; kUnavailable if the store fails.

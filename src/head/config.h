@@ -37,6 +37,13 @@ struct HeadConfig {
   int64_t request_timeout_ms = 10'000;  // a request must arrive whole within this (408)
   int max_connections_per_client = 1024;  // per client address, at once (429)
   int api_requests_per_client = 64;       // one address's API requests queued or running (429)
+  // Security (auth.h): every route but health and the dashboard's page asks for a token.
+  // --insecure turns that off (anyone may do anything), and the head says so when it starts.
+  bool insecure = false;
+  // Where the first start (a store without tokens) writes the admin's client config
+  // (common/client_config.h); "" writes none. The tokens also go to state_dir/admin.token
+  // and state_dir/join.token.
+  std::string client_config_path;
 };
 
 }  // namespace cohort::head

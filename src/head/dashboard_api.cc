@@ -193,8 +193,8 @@ void DashboardSnapshots::Loop() {
   }
 }
 
-void RegisterDashboardRoutes(httplib::Server& server, DashboardSnapshots& snapshots) {
-  server.Get(api::routes::kDashboard, [&snapshots](const httplib::Request& req, httplib::Response& res) {
+void RegisterDashboardRoutes(Router& router, DashboardSnapshots& snapshots) {
+  router.Get(api::routes::kDashboard, Access::kViewer, [&snapshots](const httplib::Request& req, httplib::Response& res) {
     auto q = ParseQuery(req);
     if (!q) return SendError(res, q.error());
     res.set_header("Cache-Control", "no-store");

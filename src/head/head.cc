@@ -1,6 +1,7 @@
 #include "head/head.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,11 +14,14 @@
 
 #include <httplib.h>
 
+#include "common/client_config.h"
 #include "common/http.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "head/agent_waker.h"
+#include "head/auth.h"
+#include "head/router.h"
 #include "head/cluster.h"
 #include "head/routes.h"
 #include "store/state_store.h"
@@ -53,6 +57,64 @@ HttpServerOptions HttpOptions(const HeadConfig& c) {
   o.request_timeout = Millis(c.request_timeout_ms);
   o.max_connections_per_client = c.max_connections_per_client;
   return o;
+}
+
+// The token book, with the secret of node credentials made on the store's first use.
+Result<std::unique_ptr<TokenBook>> OpenTokenBook(Cluster& cluster) {
+  auto node_secret = COHORT_TRY(cluster.GetMeta(kNodeSecretMeta));
+  if (!node_secret) {
+    node_secret = RandomHex(32);
+    COHORT_TRY_VOID(cluster.PutMeta(kNodeSecretMeta, *node_secret));
+  }
+  return TokenBook::Open(COHORT_TRY(cluster.GetMeta(kTokensMeta)), *node_secret,
+                         [&cluster](const std::string& key, const std::string& value) {
+                           return cluster.PutMeta(key, value);
+                         });
+}
+
+// Writes `text` to `path`, readable by the head's user only.
+Result<void> WritePrivateFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errorf(ErrorCode::kUnavailable, "cannot write {}: {}", tmp, strerror(errno));
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
+  close(fd);
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    return Errorf(ErrorCode::kUnavailable, "cannot write {}: {}", path, strerror(errno));
+  }
+  return {};
+}
+
+// On the first start (no tokens yet): an admin token for the user running the head and a
+// join token for agents, in state_dir/admin.token and state_dir/join.token (0600), and
+// the admin's in the client config, so that the CLI on this machine works at once.
+Result<void> BootstrapTokens(TokenBook& tokens, const HeadConfig& config, const std::string& url) {
+  if (!tokens.Empty()) return {};
+  std::string user = "admin";
+  if (const passwd* pw = getpwuid(geteuid()); pw && pw->pw_name && api::ValidUserName(pw->pw_name)) {
+    user = pw->pw_name;
+  }
+  const int64_t now = NowUnixMs();
+  auto admin = COHORT_TRY(tokens.Create(user, Role::kAdmin, 0, "head", "made at the head's first start", now));
+  auto join = COHORT_TRY(tokens.Create("agents", Role::kAgent, 0, "head", "agents' join token, made at the head's first start", now));
+  COHORT_TRY_VOID(WritePrivateFile(config.state_dir + "/admin.token", admin.token + "\n"));
+  COHORT_TRY_VOID(WritePrivateFile(config.state_dir + "/join.token", join.token + "\n"));
+  std::string wrote = "";
+  if (!config.client_config_path.empty()) {
+    auto existing = ReadClientConfig(config.client_config_path);
+    if (existing && (!*existing || (*existing)->head.empty() || (*existing)->head == url || (*existing)->token.empty())) {
+      if (auto w = WriteClientConfig(config.client_config_path, ClientConfig{url, admin.token}); w) {
+        wrote = ", and in " + config.client_config_path;
+      } else {
+        LOG_WARN("cannot write the client config: {}", w.error().message);
+      }
+    } else {
+      LOG_INFO("left {} alone: it names another head", config.client_config_path);
+    }
+  }
+  LOG_INFO("first start: made admin token {} for {} (in {}/admin.token{}) and join token {} for agents (in "
+           "{}/join.token)", admin.info.id, user, config.state_dir, wrote, join.info.id, config.state_dir);
+  return {};
 }
 
 }  // namespace
@@ -111,22 +173,33 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   h->cluster_->set_wake_agents([w = h->waker_.get()](std::vector<std::string> urls) { w->Wake(std::move(urls)); });
 
   Cluster& cluster = *h->cluster_;
+  h->tokens_ = COHORT_TRY(OpenTokenBook(cluster));
+  if (config.insecure) {
+    LOG_WARN("--insecure: the head asks no one for credentials; anyone who can reach {} may run commands, "
+             "cancel jobs and read their logs and secrets", h->url_);
+  } else {
+    COHORT_TRY_VOID(BootstrapTokens(*h->tokens_, config, h->url_));
+  }
+  h->router_ = std::make_unique<Router>(srv, h->tokens_.get(), config.insecure);
+  Router& router = *h->router_;
   h->dashboard_ = std::make_unique<DashboardSnapshots>(cluster);
-  srv.Get(api::routes::kHealth, [&cluster, url = h->url_](const httplib::Request&, httplib::Response& res) {
-    SendJson(res, json{{"status", "ok"}, {"version", kVersion}, {"url", url},
-                       {"nodes", cluster.NodeCount()},
-                       {"last_pass_ms", cluster.last_pass_duration().count()}});
-  });
-  RegisterJobRoutes(srv, cluster);
-  RegisterNodeRoutes(srv, cluster);
-  RegisterAgentRoutes(srv, cluster);
-  RegisterLogRoutes(srv, cluster);
-  RegisterRendezvousRoutes(srv, cluster);
-  RegisterProgressRoutes(srv, cluster);
-  RegisterMetricsRoutes(srv, cluster);
-  RegisterUsageRoutes(srv, cluster);
-  RegisterDashboardRoutes(srv, *h->dashboard_);
-  RegisterWebRoutes(srv);
+  router.Get(api::routes::kHealth, Access::kPublic,
+             [&cluster, url = h->url_](const httplib::Request&, httplib::Response& res) {
+               SendJson(res, json{{"status", "ok"}, {"version", kVersion}, {"url", url},
+                                  {"nodes", cluster.NodeCount()},
+                                  {"last_pass_ms", cluster.last_pass_duration().count()}});
+             });
+  RegisterJobRoutes(router, cluster);
+  RegisterNodeRoutes(router, cluster);
+  RegisterAgentRoutes(router, cluster);
+  RegisterLogRoutes(router, cluster);
+  RegisterRendezvousRoutes(router, cluster);
+  RegisterProgressRoutes(router, cluster);
+  RegisterMetricsRoutes(router, cluster);
+  RegisterUsageRoutes(router, cluster);
+  RegisterTokenRoutes(router, *h->tokens_);
+  RegisterDashboardRoutes(router, *h->dashboard_);
+  RegisterWebRoutes(router);
   PreferGzipOverBrotli(srv);
   srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

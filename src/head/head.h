@@ -26,6 +26,8 @@ namespace cohort::head {
 class Cluster;
 class AgentWaker;
 class DashboardSnapshots;
+class TokenBook;
+class Router;
 
 class HeadServer {
  public:
@@ -35,6 +37,8 @@ class HeadServer {
   int port() const { return port_; }
   const std::string& url() const { return url_; }
   Cluster& cluster() { return *cluster_; }
+  // Every route registered, with the access it asks (router.h).
+  const Router& router() const { return *router_; }
 
   void Stop();
   void Wait();
@@ -49,7 +53,9 @@ class HeadServer {
   // Declared after cluster_ and before server_ (whose handlers use it): destroyed after
   // the server, before the cluster.
   std::unique_ptr<DashboardSnapshots> dashboard_;
+  std::unique_ptr<TokenBook> tokens_;
   std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<Router> router_;  // registers on server_; its handlers use tokens_
   std::thread server_thread_;
   std::thread control_thread_;
   std::atomic<bool> stopping_{false};

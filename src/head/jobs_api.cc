@@ -72,18 +72,54 @@ void SendJobList(httplib::Response& res, Cluster& cluster, const JobFilter& filt
 
 }  // namespace
 
-void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
-  PostWithBodyCap(server, api::routes::kJobs, [&](const httplib::Request& req, httplib::Response& res) {
+// Another user's job as a caller who is neither its owner nor an admin may see it: the
+// values of its environment (where secrets go) are hidden, the names kept.
+void HideEnvUnlessOwner(json& job, const Caller& caller) {
+  if (caller.MayActFor(job.contains("spec") ? job["spec"].value("user", "") : "")) return;
+  auto spec = job.find("spec");
+  if (spec == job.end() || !spec->is_object()) return;
+  auto env = spec->find("env");
+  if (env == spec->end() || !env->is_object()) return;
+  for (auto& [name, value] : env->items()) value = "(hidden)";
+}
+
+Result<std::string> JobOwner(const Caller& caller, bool spec_names_user, const std::string& spec_user) {
+  if (caller.kind == Caller::Kind::kInsecure) return spec_user;
+  if (!spec_names_user || spec_user == caller.user) return caller.user;
+  if (caller.IsAdmin()) return spec_user;  // as Slurm's root may submit for others
+  return MakeError(ErrorCode::kPermissionDenied,
+                   fmt::format("user: {} may not submit a job as '{}' (only an admin may)", caller.Describe(), spec_user),
+                   "user");
+}
+
+Result<void> CheckOwner(Cluster& cluster, const Caller& caller, api::JobId id, std::string_view what) {
+  if (caller.IsAdmin()) return {};
+  auto job = cluster.GetJob(id);
+  if (!job) return std::unexpected(job.error());
+  if (caller.MayActFor(job->spec.user)) return {};
+  return Errorf(ErrorCode::kPermissionDenied, "{} may not {} job {}: it belongs to {}", caller.Describe(), what, id,
+                job->spec.user);
+}
+
+void RegisterJobRoutes(Router& router, Cluster& cluster) {
+  router.Post(api::routes::kJobs, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
+                                                     httplib::Response& res) {
     auto body = BodyJson(req);
     if (!body) return SendError(res, body.error());
     auto spec = api::JobSpecFromJson(*body);
     if (!spec) return SendError(res, spec.error());
+    if (auto user = JobOwner(caller, body->is_object() && body->contains("user"), spec->user); !user) {
+      return SendError(res, user.error());
+    } else {
+      spec->user = *user;
+    }
     auto job = cluster.Submit(std::move(*spec));
     if (!job) return SendError(res, job.error());
     SendJson(res, api::ToJson(*job), 201);
   });
 
-  server.Get(api::routes::kJobs, [&](const httplib::Request& req, httplib::Response& res) {
+  router.Get(api::routes::kJobs, Access::kViewer, [&](const Caller& caller, const httplib::Request& req,
+                                                      httplib::Response& res) {
     static const std::set<std::string> known = [] {
       api::JobStatus sample;
       sample.tasks_usage.emplace();
@@ -99,7 +135,8 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
       filter->before = *before;
     }
     filter->limit = page->limit + 1;  // one more than the page: whether a next page exists
-    if (page->fields.empty()) return SendJobList(res, cluster, *filter, page->limit);
+    // The kept texts hold every job's environment: only an admin gets them as they are.
+    if (page->fields.empty() && caller.IsAdmin()) return SendJobList(res, cluster, *filter, page->limit);
     auto list = cluster.ListJobs(*filter);
     json out = json::object();
     if (list.size() > page->limit) {
@@ -111,13 +148,16 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
     int64_t now = NowUnixMs();
     for (const auto& j : list) {
       auto u = usage.find(j.id);
-      jobs.push_back(Project(api::ToJson(JobStatusAt(j, now, u != usage.end() ? &u->second : nullptr)), page->fields, "id"));
+      json status = api::ToJson(JobStatusAt(j, now, u != usage.end() ? &u->second : nullptr));
+      HideEnvUnlessOwner(status, caller);
+      jobs.push_back(Project(std::move(status), page->fields, "id"));
     }
     out["jobs"] = std::move(jobs);
     SendJson(res, out);
   });
 
-  server.Get(api::routes::kJobPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  router.Get(api::routes::kJobPattern, Access::kViewer, [&](const Caller& caller, const httplib::Request& req,
+                                                            httplib::Response& res) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");
     if (!id) return SendError(res, id.error());
     auto job = cluster.GetJob(*id);
@@ -126,13 +166,16 @@ void RegisterJobRoutes(httplib::Server& server, Cluster& cluster) {
       auto u = usage.find(j.id);
       json out = api::ToJson(JobStatusAt(j, NowUnixMs(), u != usage.end() ? &u->second : nullptr));
       if (auto p = cluster.progress().Latest(j.id)) out["progress"] = api::ToJson(*p);
+      HideEnvUnlessOwner(out, caller);
       return out;
     });
   });
 
-  PostWithBodyCap(server, api::routes::kJobCancelPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  router.Post(api::routes::kJobCancelPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
+                                                                 httplib::Response& res) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");
     if (!id) return SendError(res, id.error());
+    if (auto mine = CheckOwner(cluster, caller, *id, "cancel"); !mine) return SendError(res, mine.error());
     auto job = cluster.Cancel(*id);
     Reply(res, job, [](const api::Job& j) { return api::ToJson(j); });
   });

@@ -6,10 +6,12 @@
 #include "head/routes.h"
 
 namespace cohort::head {
-void RegisterLogRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Get(api::routes::kJobLogsPattern, [&](const httplib::Request& req, httplib::Response& res) {
+void RegisterLogRoutes(Router& router, Cluster& cluster) {
+  router.Get(api::routes::kJobLogsPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
+                                                              httplib::Response& res) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");
     if (!id) return SendError(res, id.error());
+    if (auto mine = CheckOwner(cluster, caller, *id, "read the logs of"); !mine) return SendError(res, mine.error());
     auto job = cluster.GetJob(*id);
     if (!job) return SendError(res, job.error());
     if (job->history.empty()) {
@@ -30,6 +32,8 @@ void RegisterLogRoutes(httplib::Server& server, Cluster& cluster) {
                                   fmt::format("the log of rank {} is on node {}, which is down", *rank, loc->node)});
     }
     HttpClient agent(loc->agent_url, Millis(5000));
+    // The agent serves logs only to the head: its node credential proves it (auth.h).
+    if (!router.insecure() && router.tokens()) agent.set_bearer_token(router.tokens()->NodeCredential(loc->node));
     auto r = agent.GetRaw(api::routes::WithQuery(api::routes::kAgentLogs, {{"job", std::to_string(*id)},
                                                                        {"attempt", std::to_string(*attempt)},
                                                                        {"rank", std::to_string(*rank)},

@@ -86,10 +86,10 @@ Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerS
   return w.Finish();
 }
 
-void RegisterMetricsRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Get(api::routes::kMetrics, [&](const httplib::Request&, httplib::Response& res) {
+void RegisterMetricsRoutes(Router& router, Cluster& cluster) {
+  router.Get(api::routes::kMetrics, Access::kViewer, [&](const httplib::Request&, httplib::Response& res) {
     std::optional<HttpServerStats> http;
-    if (auto* s = dynamic_cast<HttpServer*>(&server)) http = s->Stats();
+    if (auto* s = dynamic_cast<HttpServer*>(&router.server())) http = s->Stats();
     auto text = RenderHeadMetrics(cluster.Metrics(), http ? &*http : nullptr);
     if (!text) return SendError(res, text.error());
     res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");

@@ -7,10 +7,10 @@ namespace cohort::head {
 // How long `drain --now` waits for a job's checkpoint before moving it anyway.
 constexpr int64_t kDefaultDrainTimeoutS = 60;
 
-void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
+void RegisterNodeRoutes(Router& router, Cluster& cluster) {
   auto to_json = [](const NodeStatus& s) { return api::ToJson(s); };
 
-  server.Get(api::routes::kNodes, [&](const httplib::Request& req, httplib::Response& res) {
+  router.Get(api::routes::kNodes, Access::kViewer, [&](const httplib::Request& req, httplib::Response& res) {
     static const std::set<std::string> known = KeysOf(api::ToJson(NodeStatus{}));
     auto page = ParsePageParams(req, known);
     if (!page) return SendError(res, page.error());
@@ -27,11 +27,11 @@ void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
     SendJson(res, out);
   });
 
-  server.Get(api::routes::kNodePattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
+  router.Get(api::routes::kNodePattern, Access::kViewer, [&, to_json](const httplib::Request& req, httplib::Response& res) {
     Reply(res, cluster.GetNode(req.matches[1].str()), to_json);
   });
 
-  PostWithBodyCap(server, api::routes::kNodeDrainPattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
+  router.Post(api::routes::kNodeDrainPattern, Access::kAdmin, [&, to_json](const httplib::Request& req, httplib::Response& res) {
     // Body (optional): {"reason": text, "now": bool, "timeout_s": N}. With now, the jobs on
     // the node are asked to checkpoint and moved (after a new checkpoint, or timeout_s).
     std::string reason;
@@ -57,7 +57,7 @@ void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster) {
     Reply(res, cluster.Drain(req.matches[1].str(), reason, now, timeout_s * 1000), to_json);
   });
 
-  PostWithBodyCap(server, api::routes::kNodeResumePattern, [&, to_json](const httplib::Request& req, httplib::Response& res) {
+  router.Post(api::routes::kNodeResumePattern, Access::kAdmin, [&, to_json](const httplib::Request& req, httplib::Response& res) {
     Reply(res, cluster.Resume(req.matches[1].str()), to_json);
   });
 }

@@ -5,8 +5,8 @@
 
 namespace cohort::head {
 
-void RegisterProgressRoutes(httplib::Server& server, Cluster& cluster) {
-  PostWithBodyCap(server, api::routes::kReportPattern, [&](const httplib::Request& req, httplib::Response& res) {
+void RegisterProgressRoutes(Router& router, Cluster& cluster) {
+  router.Post(api::routes::kReportPattern, Access::kTask, [&](const httplib::Request& req, httplib::Response& res) {
     auto scope = cluster.RendezvousFor(req.matches[1].str());
     if (!scope) return SendError(res, scope.error());
     auto body = BodyJson(req);
@@ -19,7 +19,7 @@ void RegisterProgressRoutes(httplib::Server& server, Cluster& cluster) {
     SendJson(res, json{{"ok", true}, {"checkpoint", checkpoint}});
   });
 
-  server.Get(api::routes::kJobProgressPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  router.Get(api::routes::kJobProgressPattern, Access::kViewer, [&](const httplib::Request& req, httplib::Response& res) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");
     if (!id) return SendError(res, id.error());
     if (auto job = cluster.GetJob(*id); !job) return SendError(res, job.error());

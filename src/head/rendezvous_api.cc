@@ -23,8 +23,8 @@ Result<RendezvousScope> ScopeOf(Cluster& cluster, const httplib::Request& req, c
 
 }  // namespace
 
-void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
-  PutWithBodyCap(server, api::routes::kRendezvousKeyPattern, [&](const httplib::Request& req, httplib::Response& res) {
+void RegisterRendezvousRoutes(Router& router, Cluster& cluster) {
+  router.Put(api::routes::kRendezvousKeyPattern, Access::kTask, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());
@@ -32,7 +32,7 @@ void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
     SendJson(res, json{{"ok", true}});
   });
 
-  server.Get(api::routes::kRendezvousKeyPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  router.Get(api::routes::kRendezvousKeyPattern, Access::kTask, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());
@@ -45,7 +45,7 @@ void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster) {
     res.set_content(std::move(*value), "application/octet-stream");
   });
 
-  PostWithBodyCap(server, api::routes::kRendezvousAddPattern, [&](const httplib::Request& req, httplib::Response& res) {
+  router.Post(api::routes::kRendezvousAddPattern, Access::kTask, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key = req.matches[2].str();
     auto scope = ScopeOf(cluster, req, key);
     if (!scope) return SendError(res, scope.error());

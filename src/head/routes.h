@@ -1,5 +1,5 @@
 // HTTP routes of the head, one file per resource. Each Register* function installs its
-// handlers on `server`; handlers call into `cluster` (thread-safe) and convert Results to
+// handlers through `router` (router.h: each route names the access it asks); handlers call into `cluster` (thread-safe) and convert Results to
 // JSON responses at the edge. Paths and their patterns come from api/routes.h.
 #pragma once
 
@@ -14,25 +14,34 @@
 #include "common/http.h"
 #include "common/mutex.h"
 #include "head/cluster.h"
+#include "head/router.h"
 
 namespace cohort::head {
 
-void RegisterJobRoutes(httplib::Server& server, Cluster& cluster);
-void RegisterNodeRoutes(httplib::Server& server, Cluster& cluster);
-void RegisterAgentRoutes(httplib::Server& server, Cluster& cluster);
-void RegisterLogRoutes(httplib::Server& server, Cluster& cluster);
-void RegisterRendezvousRoutes(httplib::Server& server, Cluster& cluster);
-void RegisterProgressRoutes(httplib::Server& server, Cluster& cluster);
-void RegisterMetricsRoutes(httplib::Server& server, Cluster& cluster);  // GET /metrics
-void RegisterUsageRoutes(httplib::Server& server, Cluster& cluster);    // GET /v1/usage
+void RegisterJobRoutes(Router& router, Cluster& cluster);
+void RegisterNodeRoutes(Router& router, Cluster& cluster);
+void RegisterAgentRoutes(Router& router, Cluster& cluster);
+void RegisterLogRoutes(Router& router, Cluster& cluster);
+void RegisterRendezvousRoutes(Router& router, Cluster& cluster);
+void RegisterProgressRoutes(Router& router, Cluster& cluster);
+void RegisterMetricsRoutes(Router& router, Cluster& cluster);  // GET /metrics
+void RegisterUsageRoutes(Router& router, Cluster& cluster);    // GET /v1/usage
+void RegisterTokenRoutes(Router& router, TokenBook& tokens);   // /v1/tokens
 class DashboardSnapshots;
-void RegisterDashboardRoutes(httplib::Server& server, DashboardSnapshots& snapshots);
+void RegisterDashboardRoutes(Router& router, DashboardSnapshots& snapshots);
 // The dashboard's static files (web/) at the root URL; register after the /v1 routes.
-void RegisterWebRoutes(httplib::Server& server);
+void RegisterWebRoutes(Router& router);
 // Drops "br" from requests' Accept-Encoding, so that replies to browsers are gzipped:
 // cpp-httplib compresses Brotli at quality 11, which takes seconds for a reply of a few
 // MB (GET /v1/dashboard at 1,000 nodes: 5.1 s with br, 0.11 s with gzip, 0.10 s plain).
 void PreferGzipOverBrotli(httplib::Server& server);
+
+// The user a submitted job belongs to: the caller's own (a spec naming another user is
+// refused unless the caller is an admin); with --insecure, the spec's.
+Result<std::string> JobOwner(const Caller& caller, bool spec_names_user, const std::string& spec_user);
+// OK if `caller` may act on job `id` (its owner, or an admin); kPermissionDenied naming
+// `what` ("cancel") otherwise, kNotFound if there is no such job.
+Result<void> CheckOwner(Cluster& cluster, const Caller& caller, api::JobId id, std::string_view what);
 
 // Sends `r`'s value with `status`, or its error with the error's status.
 inline void Reply(httplib::Response& res, const Result<json>& r, int status = 200) {

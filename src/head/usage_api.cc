@@ -5,8 +5,8 @@
 
 namespace cohort::head {
 
-void RegisterUsageRoutes(httplib::Server& server, Cluster& cluster) {
-  server.Get(api::routes::kUsage, [&](const httplib::Request& req, httplib::Response& res) {
+void RegisterUsageRoutes(Router& router, Cluster& cluster) {
+  router.Get(api::routes::kUsage, Access::kViewer, [&](const httplib::Request& req, httplib::Response& res) {
     UsageWindow w;
     auto since = QueryIntParam(req, "since", 0, 0, INT64_MAX);
     if (!since) return SendError(res, since.error());

@@ -85,10 +85,10 @@ void PreferGzipOverBrotli(httplib::Server& server) {
   });
 }
 
-void RegisterWebRoutes(httplib::Server& server) {
-  server.Get("/", ServeAsset);
+void RegisterWebRoutes(Router& router) {
+  router.Get("/", Access::kPublic, ServeAsset);
   // One path segment of plain characters: never a /v1/... route, never a directory walk.
-  server.Get(R"(/[A-Za-z0-9._-]+)", ServeAsset);
+  router.Get(R"(/[A-Za-z0-9._-]+)", Access::kPublic, ServeAsset);
 }
 
 }  // namespace cohort::head

@@ -135,7 +135,7 @@ class FaultCluster {
 
   const std::string& dir() const { return dir_; }
   const std::string& url() const { return url_; }
-  HttpClient client() const { return HttpClient(url_, std::chrono::milliseconds(5000)); }
+  HttpClient client() const { return AdminClient(url_); }
   std::string HeadLog() const { return ReadFile(dir_ + "/head.log"); }
   std::string AgentLog(const std::string& name) const { return ReadFile(dir_ + "/" + name + ".log"); }
 

@@ -45,7 +45,7 @@ TEST(HeadFault, KillHeadWhileSubmissionsArriveLosesNoAcceptedJob) {
   int refused = 0;
   std::atomic<bool> stop{false};
   std::thread submitter([&] {
-    HttpClient client(c.url(), std::chrono::milliseconds(2000));
+    HttpClient client = AdminClient(c.url(), std::chrono::milliseconds(2000));
     for (int i = 0; !stop; ++i) {
       auto r = client.Post("/v1/jobs", json{{"command", {"true"}}, {"name", "burst-" + std::to_string(i)}});
       std::lock_guard lock(mu);

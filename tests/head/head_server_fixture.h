@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -31,10 +32,15 @@ class HeadServerTest : public ::testing::Test {
     config.timing.heartbeat_interval_ms = 1000;
     config.timing.fence_timeout_ms = 300'000;
     config.timing.failure_timeout_ms = 600'000;
+    config.client_config_path = "";  // never the user's own
     auto h = HeadServer::Start(config);
     ASSERT_TRUE(h.has_value()) << h.error().message;
     head_ = std::move(*h);
+    // The admin token the first start wrote (head/auth.h), sent with every request.
+    std::ifstream token_file(config.state_dir + "/admin.token");
+    ASSERT_TRUE(std::getline(token_file, admin_token_) && !admin_token_.empty());
     http_ = std::make_unique<httplib::Client>("127.0.0.1", head_->port());
+    http_->set_default_headers({{"Authorization", "Bearer " + admin_token_}});
   }
   void TearDown() override {
     head_.reset();
@@ -78,6 +84,7 @@ class HeadServerTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<HeadServer> head_;
   std::unique_ptr<httplib::Client> http_;
+  std::string admin_token_;
 };
 
 }  // namespace cohort::head

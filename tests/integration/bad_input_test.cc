@@ -27,7 +27,7 @@ class BadInput : public ::testing::Test {
   static std::pair<int, json> Get(const std::string& path) {
     auto url = ParseHttpUrl(cluster_->url());
     httplib::Client cli(url->host, url->port);
-    auto r = cli.Get(path);
+    auto r = cli.Get(path, {{"Authorization", "Bearer " + TestToken()}});
     if (!r) return {0, json()};
     return {r->status, json::parse(r->body, nullptr, false)};
   }
@@ -115,10 +115,22 @@ TEST_F(BadInput, UnknownIds) {
 }
 
 TEST_F(BadInput, AgentProtocolRejectsStrangers) {
+  // No credentials, or a user's: only a node's own credential heartbeats (head/auth.h).
+  auto [s0, b0] = PostRaw(*cluster_, "/v1/agents/node-a/heartbeat", R"({"incarnation": "abc", "tasks": []})", "");
+  EXPECT_EQ(s0, 401) << b0.dump();
   auto [s1, b1] = Post("/v1/agents/ghost/heartbeat", R"({"incarnation": "abc", "tasks": []})");
-  EXPECT_EQ(s1, 404);
-  auto [s2, b2] = Post("/v1/agents/node-a/heartbeat", R"({"incarnation": "wrong", "tasks": []})");
-  EXPECT_EQ(s2, 409);
+  EXPECT_EQ(s1, 403) << b1.dump();
+  // A node registered here (its credential comes with the reply) cannot heartbeat for
+  // another node, and its own heartbeat with a stale incarnation is refused.
+  auto [sr, reg] = Post("/v1/agents/register", R"({"name": "stranger", "address": "127.0.0.9", "incarnation": "i1", "cpus": 1})");
+  ASSERT_EQ(sr, 200) << reg.dump();
+  const std::string credential = reg.value("node_credential", "");
+  ASSERT_FALSE(credential.empty()) << reg.dump();
+  auto [s2, b2] = PostRaw(*cluster_, "/v1/agents/node-a/heartbeat", R"({"incarnation": "i1", "tasks": []})", credential);
+  EXPECT_EQ(s2, 403) << b2.dump();
+  auto [s2b, b2b] = PostRaw(*cluster_, "/v1/agents/stranger/heartbeat", R"({"incarnation": "wrong", "tasks": []})",
+                            credential);
+  EXPECT_EQ(s2b, 409) << b2b.dump();
   auto [s3, b3] = Post("/v1/agents/register", R"({"name": "x y", "address": "1.2.3.4", "incarnation": "i1"})");
   EXPECT_EQ(s3, 400);
   EXPECT_EQ(Field(b3), "name");

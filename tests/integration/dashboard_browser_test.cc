@@ -122,6 +122,14 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
   auto nav = cdp.Call("Page.navigate", {{"url", c.url() + "/"}}, dl());
   ASSERT_TRUE(nav.has_value()) << nav.error().message;
   ASSERT_FALSE(nav->contains("errorText")) << nav->dump();
+  // Without a token the page asks for one; typed in, it is kept and the dashboard loads.
+  ASSERT_NO_FATAL_FAILURE(WaitInPage(cdp, "!document.getElementById('login').hidden", "the token form",
+                                     "document.getElementById('status').textContent"));
+  auto typed = cdp.Evaluate(fmt::format(R"((() => {{
+      document.getElementById('login-token').value = '{}';
+      document.getElementById('login').requestSubmit();
+      return document.cookie.includes('cohort_token='); }})())", TestToken()), dl());
+  ASSERT_TRUE(typed.has_value()) << typed.error().message;
 
   const std::string probe = R"(JSON.stringify({
       polls: window.cohortDashboard && window.cohortDashboard.polls,

@@ -71,6 +71,14 @@ struct Timing {
   std::string kill_grace = "2s";
 };
 
+// The admin token of the running test head: its first start writes it to
+// <dir>/head/admin.token (head/auth.h). SpawnTestHead sets it and exports it as
+// COHORT_TOKEN, so the `cohort` commands a test runs use it too.
+inline std::string& TestToken() {
+  static std::string token;
+  return token;
+}
+
 // Starts a test head on `host`:`port` (0: the kernel picks) with its state and log in
 // `dir`, waits for its port file and returns the port through `port_out`. Shared by
 // LocalCluster and the fault suite's namespaced cluster; a failure is a fatal gtest failure.
@@ -81,7 +89,9 @@ inline void SpawnTestHead(const std::string& dir, const std::string& host, int p
   SpawnOptions o;
   o.argv = {COHORT_BINARY, "head", "--host", host, "--port", std::to_string(port), "--state-dir", dir + "/head",
             "--port-file", port_file, "--heartbeat-interval", timing.heartbeat, "--failure-timeout",
-            timing.failure, "--fence-timeout", timing.fence, "--kill-grace", timing.kill_grace};
+            timing.failure, "--fence-timeout", timing.fence, "--kill-grace", timing.kill_grace,
+            // Never the user's own client config.
+            "--client-config", ""};
   o.stdout_path = dir + "/head.log";
   o.parent_death_signal = SIGKILL;
   auto p = Subprocess::Spawn(o);
@@ -92,6 +102,19 @@ inline void SpawnTestHead(const std::string& dir, const std::string& host, int p
     int v = 0;
     return bool(in >> v) && v > 0 && (port_out = v);
   }, std::chrono::seconds(10))) << "head did not start:\n" << ReadFile(dir + "/head.log");
+  std::ifstream token_file(dir + "/head/admin.token");
+  std::string token;
+  ASSERT_TRUE(std::getline(token_file, token) && !token.empty())
+      << "the head wrote no admin token:\n" << ReadFile(dir + "/head.log");
+  TestToken() = token;
+  setenv("COHORT_TOKEN", token.c_str(), 1);
+}
+
+// An HTTP client of `url` that presents the test head's admin token.
+inline HttpClient AdminClient(const std::string& url, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  HttpClient c(url, timeout);
+  c.set_bearer_token(TestToken());
+  return c;
 }
 
 // The argv of a test agent with simulated GPUs, its work directory and log in `dir`.
@@ -100,7 +123,7 @@ inline std::vector<std::string> TestAgentArgv(const std::string& head_url, const
                                               int cpus) {
   return {COHORT_BINARY, "agent", "--head", head_url, "--name", name, "--address", address,
           "--simulated-gpus", std::to_string(gpus), "--cpus", std::to_string(cpus), "--work-dir",
-          dir + "/" + name, "--head-down-grace", "30s"};
+          dir + "/" + name, "--head-down-grace", "30s", "--join-token-file", dir + "/head/join.token"};
 }
 
 class LocalCluster {
@@ -125,7 +148,7 @@ class LocalCluster {
   const std::string& dir() const { return dir_; }
   const std::string& url() const { return url_; }
   int port() const { return port_; }
-  HttpClient client() const { return HttpClient(url_, std::chrono::milliseconds(5000)); }
+  HttpClient client() const { return AdminClient(url_); }
 
   // Starts the head; `port` 0 lets the kernel choose (the same port is reused on restart).
   void StartHead(int port = 0) {
@@ -209,10 +232,14 @@ class LocalCluster {
 
 // POSTs `body` to the cluster's head exactly as written, so that malformed bodies reach it;
 // returns the status (0: no reply) and the reply parsed as JSON (discarded if it is not).
-inline std::pair<int, json> PostRaw(const LocalCluster& c, const std::string& path, const std::string& body) {
+// It presents `token` (default: the admin's; "" sends none).
+inline std::pair<int, json> PostRaw(const LocalCluster& c, const std::string& path, const std::string& body,
+                                    const std::string& token = TestToken()) {
   auto url = ParseHttpUrl(c.url());
   httplib::Client cli(url->host, url->port);
-  auto r = cli.Post(path, body, "application/json");
+  httplib::Headers headers;
+  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  auto r = cli.Post(path, headers, body, "application/json");
   if (!r) return {0, json()};
   return {r->status, json::parse(r->body, nullptr, false)};
 }

@@ -76,7 +76,7 @@ TEST(Load, ListStormAndSlowClientsLeaveEveryNodeUpAndEveryJobRunning) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);  // four failure timeouts
   for (int i = 0; i < 200; ++i) {
     storm.emplace_back([&] {
-      HttpClient client(c.url(), std::chrono::seconds(60));
+      HttpClient client = AdminClient(c.url(), std::chrono::seconds(60));
       do {
         auto r = client.GetRaw("/v1/jobs?state=all&limit=10000");
         if (!r) {

@@ -42,6 +42,13 @@ std::string Encode(const std::string& s) {
   return out;
 }
 
+// A viewer token made by the admin (`cohort token create --role viewer` does the same).
+std::string ViewerToken(LocalCluster& c) {
+  auto r = c.client().Post("/v1/tokens", json{{"user", "prometheus"}, {"role", "viewer"}});
+  EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message);
+  return r ? r->value("token", "") : "";
+}
+
 TEST(PrometheusScrape, RealServerScrapesHeadAndAgents) {
   if (!std::filesystem::exists("/usr/bin/prometheus")) GTEST_SKIP() << "prometheus is not installed";
   LocalCluster c;
@@ -58,9 +65,11 @@ TEST(PrometheusScrape, RealServerScrapesHeadAndAgents) {
   std::ofstream(config) << fmt::format(
       "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
       "scrape_configs:\n"
-      "  - job_name: cohort-head\n    static_configs:\n      - targets: ['{}']\n"
+      // The head's /metrics takes a token (Prometheus' authorization block); a viewer's does.
+      "  - job_name: cohort-head\n    authorization:\n      credentials: '{}'\n"
+      "    static_configs:\n      - targets: ['{}']\n"
       "  - job_name: cohort-agent\n    static_configs:\n      - targets: ['{}', '{}']\n",
-      HostPort(c.url()), agents[0], agents[1]);
+      ViewerToken(c), HostPort(c.url()), agents[0], agents[1]);
   SpawnOptions o;
   o.argv = {"prometheus", "--config.file=" + config, "--storage.tsdb.path=" + c.dir() + "/tsdb",
             fmt::format("--web.listen-address=127.0.0.1:{}", port), "--log.level=warn"};

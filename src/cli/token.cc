@@ -1,0 +1,163 @@
+// `cohort token create|ls|revoke` (admins: API tokens, head/auth.h) and `cohort login`
+// (keeps a head's URL and a token in the client config, common/client_config.h).
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/client.h"
+#include "cli/table.h"
+#include "common/client_config.h"
+#include "common/clock.h"
+
+namespace cohort::cli {
+
+// "30d", "12h", "90m", "3600" (seconds), or "never"/"0"; in seconds (0: never).
+Result<int64_t> ParseTokenExpiry(std::string_view text) {
+  if (text == "never" || text == "0") return 0;
+  if (text.size() >= 2 && text.back() == 'd') {
+    int64_t days = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size() - 1, days);
+    if (ec != std::errc() || p != text.data() + text.size() - 1 || days < 1 || days > 3650) {
+      return FieldError("--expires", "days must be a whole number from 1 to 3650, got '{}'", text);
+    }
+    return days * 24 * 3600;
+  }
+  const int64_t ms = COHORT_TRY(ParseDurationMs(text, "--expires"));
+  if (ms < 1000) return FieldError("--expires", "must be at least one second, got '{}'", text);
+  return ms / 1000;
+}
+
+namespace {
+
+std::string TokenState(const json& t, int64_t now_ms) {
+  if (t.value("revoked_ms", int64_t{0}) != 0) return "revoked";
+  const int64_t exp = t.value("expires_ms", int64_t{0});
+  if (exp != 0 && exp <= now_ms) return "expired";
+  return "active";
+}
+
+int RunCreate(const GlobalOptions& global, const std::string& user, const std::string& role,
+              const std::string& expires, const std::string& description) {
+  auto secs = ParseTokenExpiry(expires);
+  if (!secs) return ReportError(secs.error());
+  auto reply = HeadClient(global).Post(api::routes::kTokens, json{{"user", user},
+                                                                  {"role", role},
+                                                                  {"expires_s", *secs},
+                                                                  {"description", description}});
+  if (!reply) return ReportError(reply.error());
+  if (global.json) {
+    PrintJson(*reply);
+  } else {
+    std::printf("%s\n", reply->value("token", "").c_str());
+    std::fprintf(stderr, "token %s for %s (%s)%s: shown once, keep it secret\n", reply->value("id", "").c_str(),
+                 user.c_str(), role.c_str(),
+                 *secs ? (", expires " + FormatTimestamp(reply->value("expires_ms", int64_t{0}))).c_str() : "");
+  }
+  return 0;
+}
+
+int RunList(const GlobalOptions& global) {
+  auto reply = HeadClient(global).Get(api::routes::kTokens);
+  if (!reply) return ReportError(reply.error());
+  if (global.json) {
+    PrintJson(*reply);
+    return 0;
+  }
+  const int64_t now = NowUnixMs();
+  Table table({"ID", "USER", "ROLE", "STATE", "CREATED", "EXPIRES", "BY", "DESCRIPTION"});
+  for (const auto& t : reply->value("tokens", json::array())) {
+    const int64_t exp = t.value("expires_ms", int64_t{0});
+    table.AddRow({t.value("id", ""), t.value("user", ""), t.value("role", ""), TokenState(t, now),
+                  FormatTimestamp(t.value("created_ms", int64_t{0})), exp ? FormatTimestamp(exp) : "never",
+                  t.value("created_by", ""), t.value("description", "")});
+  }
+  std::fputs(table.Render().c_str(), stdout);
+  return 0;
+}
+
+int RunRevoke(const GlobalOptions& global, const std::vector<std::string>& ids) {
+  HttpClient head = HeadClient(global);
+  int rc = 0;
+  for (const auto& id : ids) {
+    auto reply = head.Post(api::routes::TokenRevoke(id), json::object());
+    if (!reply) {
+      const int code = ReportError(reply.error());
+      if (code == 3) return code;
+      if (rc == 0) rc = code;
+      continue;
+    }
+    if (global.json) {
+      PrintJson(*reply);
+    } else {
+      std::printf("Revoked token %s (%s)\n", id.c_str(), reply->value("user", "").c_str());
+    }
+  }
+  return rc;
+}
+
+int RunLogin(const GlobalOptions& global, std::string token) {
+  const std::string url = ResolveHeadUrl(global);
+  if (token.empty()) {
+    if (isatty(STDIN_FILENO)) std::fprintf(stderr, "Token for %s: ", url.c_str());
+    std::getline(std::cin, token);
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  }
+  if (token.empty()) return ReportError(Error{ErrorCode::kInvalidArgument, "no token given (--token, or on stdin)"});
+  HttpClient head(url, Millis(15000));
+  head.set_bearer_token(token);
+  auto who = head.Get(api::routes::kWhoAmI);
+  if (!who) return ReportError(WithContext(who.error(), "the head did not accept the token"));
+  const std::string path = ClientConfigPath();
+  if (path.empty()) return ReportError(Error{ErrorCode::kInvalidArgument, "no home directory for the client config"});
+  if (auto w = WriteClientConfig(path, ClientConfig{url, token}); !w) return ReportError(w.error());
+  if (global.json) {
+    PrintJson(*who);
+  } else {
+    std::printf("Logged in to %s as %s (%s); saved in %s\n", url.c_str(), who->value("user", "").c_str(),
+                who->value("role", "").c_str(), path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddTokenCommands(CommandContext& ctx) {
+  GlobalOptions& global = ctx.global;
+  auto* token = ctx.app.add_subcommand("token", "API tokens (admins): create, ls, revoke");
+  token->require_subcommand(1);
+
+  struct CreateFlags {
+    std::string user;
+    std::string role = "user";
+    std::string expires = "never";
+    std::string description;
+  };
+  auto cf = std::make_shared<CreateFlags>();
+  auto* create = token->add_subcommand("create", "Make a token; it is printed once");
+  create->add_option("--user", cf->user, "Whose token it is")->required();
+  create->add_option("--role", cf->role, "viewer (reads), user (runs jobs), admin (everything), agent (joins nodes)");
+  create->add_option("--expires", cf->expires, "Lifetime: 30d, 12h, 90m, seconds, or never (default)");
+  create->add_option("--description", cf->description, "What it is for");
+  AddClientOptions(create, global);
+  ctx.on_run(create, [cf, &global] { return RunCreate(global, cf->user, cf->role, cf->expires, cf->description); });
+
+  auto* ls = token->add_subcommand("ls", "List tokens (never their secrets)");
+  AddClientOptions(ls, global);
+  ctx.on_run(ls, [&global] { return RunList(global); });
+
+  auto ids = std::make_shared<std::vector<std::string>>();
+  auto* revoke = token->add_subcommand("revoke", "Revoke tokens by id; they stop working at once");
+  revoke->add_option("ID", *ids, "Token ids (cohort token ls)")->required();
+  AddClientOptions(revoke, global);
+  ctx.on_run(revoke, [ids, &global] { return RunRevoke(global, *ids); });
+
+  auto login_token = std::make_shared<std::string>();
+  auto* login = ctx.app.add_subcommand("login", "Keep a head's URL and your token in the client config");
+  login->add_option("--token", *login_token, "The token (default: read from stdin)");
+  AddClientOptions(login, global);
+  ctx.on_run(login, [login_token, &global] { return RunLogin(global, *login_token); });
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,87 @@
+#include "head/router.h"
+
+#include "common/clock.h"
+
+namespace cohort::head {
+
+namespace {
+
+std::string_view HostOfOrigin(std::string_view origin) {
+  const size_t scheme = origin.find("://");
+  if (scheme == std::string_view::npos) return {};
+  std::string_view rest = origin.substr(scheme + 3);
+  return rest.substr(0, rest.find('/'));
+}
+
+bool IsJson(const std::string& content_type) {
+  std::string_view t = content_type;
+  t = t.substr(0, t.find(';'));
+  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  return t == "application/json";
+}
+
+}  // namespace
+
+bool SameOrigin(const httplib::Request& req) {
+  if (!req.has_header("Origin")) return true;  // not a browser's cross-site request
+  const std::string origin = req.get_header_value("Origin");
+  const std::string host = req.get_header_value("Host");
+  return !host.empty() && HostOfOrigin(origin) == host;
+}
+
+Result<Caller> Router::Identify(const httplib::Request& req) const {
+  if (insecure_) return Caller{Caller::Kind::kInsecure};
+  if (!req.has_header("Authorization")) return Caller{};
+  const std::string header = req.get_header_value("Authorization");
+  const std::string_view bearer = BearerOf(header);
+  if (bearer.empty()) {
+    return MakeError(ErrorCode::kUnauthenticated, "Authorization: expected \"Bearer <token>\"");
+  }
+  if (tokens_ == nullptr) return MakeError(ErrorCode::kUnauthenticated, "this server accepts no tokens");
+  return tokens_->Authenticate(bearer, NowUnixMs());
+}
+
+Result<Caller> Router::Admit(const std::string& method, Access access, const httplib::Request& req) const {
+  auto caller = Identify(req);
+  if (!caller) return caller;
+  if (auto ok = Authorize(access, *caller); !ok) return std::unexpected(ok.error());
+  if (method != "GET" && access != Access::kTask && !insecure_) {
+    if (!SameOrigin(req)) {
+      return Errorf(ErrorCode::kPermissionDenied, "cross-origin request refused: Origin {} does not match Host {}",
+                    req.get_header_value("Origin").substr(0, 200), req.get_header_value("Host").substr(0, 200));
+    }
+    if (!req.body.empty() && !IsJson(req.get_header_value("Content-Type"))) {
+      return Errorf(ErrorCode::kInvalidArgument, "Content-Type: a {} body must be application/json, got '{}'", method,
+                    req.get_header_value("Content-Type").substr(0, 100));
+    }
+  }
+  return caller;
+}
+
+void Router::Add(const std::string& method, const std::string& pattern, Access access, Handler handler,
+                 size_t max_body) {
+  routes_.push_back(Route{method, pattern, access});
+  const bool mutating = method != "GET";
+  HttpHandler wrapped = [this, method, access, mutating, handler = std::move(handler)](const httplib::Request& req,
+                                                                                      httplib::Response& res) {
+    auto caller = Admit(method, access, req);
+    if (!caller) {
+      SendError(res, caller.error());
+      if (mutating && observer_) observer_(Caller{}, req, res);
+      return;
+    }
+    handler(*caller, req, res);
+    if (mutating && observer_) observer_(*caller, req, res);
+  };
+  if (method == "GET") {
+    server_.Get(pattern, std::move(wrapped));
+  } else if (method == "POST") {
+    PostWithBodyCap(server_, pattern, std::move(wrapped), max_body);
+  } else if (method == "PUT") {
+    PutWithBodyCap(server_, pattern, std::move(wrapped), max_body);
+  } else {
+    server_.Delete(pattern, std::move(wrapped));
+  }
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,98 @@
+// Router: how the head's routes are registered. Each route names the Access it asks
+// (auth.h); the Router wraps its handler so that, before the handler runs, the request's
+// caller is identified from its bearer credential (or is everyone, with --insecure), the
+// route's access is checked (401 without valid credentials, 403 when they are not
+// enough), and a request that changes state must be JSON (when it has a body) and
+// same-origin (an Origin header, when a browser sends one, must name the Host it was
+// sent to), so a page of another site cannot submit jobs through a user's browser. It
+// keeps the list of routes it registered, so that a test can walk every one and none is
+// forgotten. Register everything before the server starts; handlers run on the server's
+// threads.
+#pragma once
+
+#include <httplib.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "common/http.h"
+#include "head/auth.h"
+
+namespace cohort::head {
+
+class Router {
+ public:
+  using Handler = std::function<void(const Caller&, const httplib::Request&, httplib::Response&)>;
+
+  // `tokens` authenticates bearer credentials; with `insecure`, every caller is
+  // Caller::Kind::kInsecure and no check is made.
+  Router(httplib::Server& server, const TokenBook* tokens, bool insecure)
+      : server_(server), tokens_(tokens), insecure_(insecure) {}
+
+  // `handler` takes (const Caller&, req, res) or just (req, res).
+  template <typename F>
+  void Get(const std::string& pattern, Access access, F&& handler) {
+    Add("GET", pattern, access, Wrap(std::forward<F>(handler)), 0);
+  }
+  template <typename F>
+  void Post(const std::string& pattern, Access access, F&& handler, size_t max_body = kMaxRequestBodyBytes) {
+    Add("POST", pattern, access, Wrap(std::forward<F>(handler)), max_body);
+  }
+  template <typename F>
+  void Put(const std::string& pattern, Access access, F&& handler, size_t max_body = kMaxRequestBodyBytes) {
+    Add("PUT", pattern, access, Wrap(std::forward<F>(handler)), max_body);
+  }
+  template <typename F>
+  void Delete(const std::string& pattern, Access access, F&& handler) {
+    Add("DELETE", pattern, access, Wrap(std::forward<F>(handler)), 0);
+  }
+
+  struct Route {
+    std::string method;
+    std::string pattern;  // as registered (a regex for paths with segments)
+    Access access;
+  };
+  const std::vector<Route>& routes() const { return routes_; }
+  httplib::Server& server() const { return server_; }
+  const TokenBook* tokens() const { return tokens_; }
+  bool insecure() const { return insecure_; }
+
+  // The caller `req` names: kInsecure with --insecure; kAnonymous without an
+  // Authorization header; kUnauthenticated for credentials the head does not accept.
+  Result<Caller> Identify(const httplib::Request& req) const;
+
+  // Called after every request that changes state (POST, PUT, DELETE), with its outcome;
+  // for the audit log. Set before the server starts.
+  using Observer = std::function<void(const Caller&, const httplib::Request&, const httplib::Response&)>;
+  void set_observer(Observer o) { observer_ = std::move(o); }
+
+ private:
+  template <typename F>
+  static Handler Wrap(F&& f) {
+    if constexpr (std::is_invocable_v<F&, const Caller&, const httplib::Request&, httplib::Response&>) {
+      return Handler(std::forward<F>(f));
+    } else {
+      return [f = std::forward<F>(f)](const Caller&, const httplib::Request& req, httplib::Response& res) {
+        f(req, res);
+      };
+    }
+  }
+  void Add(const std::string& method, const std::string& pattern, Access access, Handler handler, size_t max_body);
+  // The checks before a handler: identity, access, content type and origin.
+  Result<Caller> Admit(const std::string& method, Access access, const httplib::Request& req) const;
+
+  httplib::Server& server_;
+  const TokenBook* tokens_;
+  const bool insecure_;
+  std::vector<Route> routes_;
+  Observer observer_;
+};
+
+// True if the request's Origin header (when present) names the host it was sent to.
+bool SameOrigin(const httplib::Request& req);
+
+}  // namespace cohort::head

@@ -1,0 +1,210 @@
+// Every route the head registered (read from its Router, so a new route cannot be left
+// out) against no token, each role's token and a node's credential: 401 without valid
+// credentials, 403 when they are not enough, and past the check otherwise. Then what the
+// handlers add: owners and admins, the submitting user, revocation, same-origin and JSON
+// bodies for state changes, and --insecure.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <regex>
+#include <string>
+
+#include "head/router.h"
+#include "head_server_fixture.h"
+
+namespace cohort::head {
+namespace {
+
+// A concrete path for a registered pattern: "n1" for a name or id segment, "k" for a key.
+std::string SamplePath(std::string pattern) {
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"([^/]+)", "n1"}, {R"(([\s\S]+))", "k"}, {"[A-Za-z0-9._-]+", "index.html"}}) {
+    for (size_t at; (at = pattern.find(from)) != std::string::npos;) pattern.replace(at, from.size(), to);
+  }
+  return pattern;
+}
+
+class AuthRoutesTest : public HeadServerTest {
+ protected:
+  // A new token of `role` for `user`, made through the API with the admin token.
+  std::string MakeToken(const std::string& user, const std::string& role) {
+    auto res = http_->Post("/v1/tokens", json{{"user", user}, {"role", role}}.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 201) << (res ? res->body : "no reply");
+    return res ? json::parse(res->body).value("token", "") : "";
+  }
+
+  // The status of `method path` with `token` ("": none) and a JSON body for changes.
+  int Status(const std::string& method, const std::string& path, const std::string& token,
+             const std::string& body = "{}", httplib::Headers extra = {}) {
+    httplib::Client c("127.0.0.1", head_->port());
+    httplib::Headers h = std::move(extra);
+    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+    httplib::Result r = method == "GET"    ? c.Get(path, h)
+                        : method == "POST" ? c.Post(path, h, body, "application/json")
+                        : method == "PUT"  ? c.Put(path, h, body, "application/json")
+                                           : c.Delete(path, h);
+    EXPECT_TRUE(r) << method << " " << path;
+    return r ? r->status : 0;
+  }
+};
+
+TEST_F(AuthRoutesTest, EveryRouteAsksForItsAccessAndNoMore) {
+  const auto& routes = head_->router().routes();
+  ASSERT_GE(routes.size(), 20u) << "the Router lists every route the head serves";
+  const std::map<std::string, std::string> tokens = {
+      {"anonymous", ""},
+      {"viewer", MakeToken("vera", "viewer")},
+      {"user", MakeToken("ulla", "user")},
+      {"admin", admin_token_},
+      {"agent", MakeToken("agents2", "agent")},
+  };
+  // A node registered by the admin: its credential comes with the reply.
+  auto reg = http_->Post("/v1/agents/register",
+                         json{{"name", "n1"}, {"address", "127.0.0.1"}, {"incarnation", "i1"}, {"cpus", 1}}.dump(),
+                         "application/json");
+  ASSERT_TRUE(reg && reg->status == 200) << (reg ? reg->body : "no reply");
+  const std::string node = json::parse(reg->body).value("node_credential", "");
+  ASSERT_FALSE(node.empty());
+
+  // Who may call what (auth.h): the same table Authorize has, checked over HTTP.
+  const std::map<Access, std::set<std::string>> allowed = {
+      {Access::kPublic, {"anonymous", "viewer", "user", "admin", "agent", "node"}},
+      {Access::kTask, {"anonymous", "viewer", "user", "admin", "agent", "node"}},
+      {Access::kViewer, {"viewer", "user", "admin"}},
+      {Access::kUser, {"user", "admin"}},
+      {Access::kAdmin, {"admin"}},
+      {Access::kAgentJoin, {"agent", "admin"}},
+      {Access::kNode, {"node"}},
+  };
+  for (const auto& route : routes) {
+    const std::string path = SamplePath(route.pattern);
+    std::map<std::string, std::string> callers = tokens;
+    callers["node"] = node;
+    for (const auto& [who, token] : callers) {
+      const int status = Status(route.method, path, token);
+      const bool may = allowed.at(route.access).contains(who);
+      SCOPED_TRACE(route.method + " " + route.pattern + " (" + std::string(AccessName(route.access)) + ") as " + who);
+      if (may) {
+        EXPECT_NE(status, 401);
+        EXPECT_NE(status, 403);
+      } else {
+        EXPECT_EQ(status, who == "anonymous" ? 401 : 403);
+      }
+    }
+  }
+}
+
+TEST_F(AuthRoutesTest, UsersActOnTheirOwnJobsAndAdminsOnAll) {
+  AddNode("gpu-1", 2);
+  const std::string alice = MakeToken("alice", "user");
+  const std::string bob = MakeToken("bob", "user");
+  httplib::Client c("127.0.0.1", head_->port());
+  auto submit = [&](const std::string& token, json spec) {
+    return c.Post("/v1/jobs", {{"Authorization", "Bearer " + token}}, spec.dump(), "application/json");
+  };
+  const json spec = {{"command", {"sleep", "100"}}, {"gpus_per_node", 1}};
+  auto mine = submit(alice, spec);
+  ASSERT_TRUE(mine && mine->status == 201) << (mine ? mine->body : "");
+  const json job = json::parse(mine->body);
+  EXPECT_EQ(job["spec"].value("user", ""), "alice") << "the job belongs to the token's user";
+  const std::string id = std::to_string(job.value("id", 0));
+
+  json as_bob = spec;
+  as_bob["user"] = "bob";
+  auto forged = submit(alice, as_bob);
+  ASSERT_TRUE(forged);
+  EXPECT_EQ(forged->status, 403) << forged->body;
+  auto for_bob = submit(admin_token_, as_bob);
+  ASSERT_TRUE(for_bob && for_bob->status == 201) << (for_bob ? for_bob->body : "");
+  EXPECT_EQ(json::parse(for_bob->body)["spec"].value("user", ""), "bob") << "an admin may submit for another user";
+
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/cancel", bob), 403);
+  EXPECT_EQ(Status("GET", "/v1/jobs/" + id + "/logs", bob), 403);
+  EXPECT_NE(cluster().GetJob(job.value("id", int64_t{0}))->state, api::JobState::kCancelled);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/cancel", alice), 200);
+  auto other = submit(alice, spec);
+  ASSERT_TRUE(other && other->status == 201);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + std::to_string(json::parse(other->body).value("id", 0)) + "/cancel",
+                   admin_token_),
+            200);
+}
+
+TEST_F(AuthRoutesTest, OthersSeeAJobsEnvironmentNamesButNotItsValues) {
+  AddNode("gpu-1", 1);
+  const std::string alice = MakeToken("alice", "user");
+  const std::string viewer = MakeToken("vic", "viewer");
+  httplib::Client c("127.0.0.1", head_->port());
+  auto r = c.Post("/v1/jobs", {{"Authorization", "Bearer " + alice}},
+                  json{{"command", {"true"}}, {"env", {{"API_KEY", "s3cr3t-value"}}}}.dump(), "application/json");
+  ASSERT_TRUE(r && r->status == 201) << (r ? r->body : "");
+  const std::string id = std::to_string(json::parse(r->body).value("id", 0));
+  auto get = [&](const std::string& token, const std::string& path) {
+    auto res = c.Get(path, {{"Authorization", "Bearer " + token}});
+    EXPECT_TRUE(res && res->status == 200) << path;
+    return res ? res->body : std::string();
+  };
+  for (const std::string& path : std::vector<std::string>{"/v1/jobs?state=all", "/v1/jobs/" + id,
+                                                           "/v1/jobs?state=all&fields=id,spec"}) {
+    const std::string seen = get(viewer, path);
+    EXPECT_EQ(seen.find("s3cr3t-value"), std::string::npos) << path << ": " << seen;
+    EXPECT_NE(seen.find("API_KEY"), std::string::npos) << path;
+    EXPECT_NE(get(alice, path).find("s3cr3t-value"), std::string::npos) << "the owner sees it: " << path;
+    EXPECT_NE(get(admin_token_, path).find("s3cr3t-value"), std::string::npos) << "an admin sees it: " << path;
+  }
+}
+
+TEST_F(AuthRoutesTest, ARevokedTokenStopsWorkingOnTheNextRequest) {
+  auto res = http_->Post("/v1/tokens", json{{"user", "carol"}, {"role", "user"}}.dump(), "application/json");
+  ASSERT_TRUE(res && res->status == 201);
+  const json made = json::parse(res->body);
+  const std::string token = made.value("token", "");
+  EXPECT_EQ(Status("GET", "/v1/jobs", token), 200);
+  auto listed = http_->Get("/v1/tokens");
+  ASSERT_TRUE(listed && listed->status == 200);
+  EXPECT_EQ(listed->body.find(token.substr(20)), std::string::npos) << "a listing never shows a secret";
+  EXPECT_EQ(Status("POST", "/v1/tokens/" + made.value("id", "") + "/revoke", admin_token_), 200);
+  EXPECT_EQ(Status("GET", "/v1/jobs", token), 401);
+  // A user may not make or revoke tokens.
+  const std::string dave = MakeToken("dave", "user");
+  EXPECT_EQ(Status("POST", "/v1/tokens", dave, json{{"user", "dave"}, {"role", "admin"}}.dump()), 403);
+}
+
+TEST_F(AuthRoutesTest, StateChangesMustBeJsonAndSameOrigin) {
+  AddNode("gpu-1", 1);
+  const std::string body = json{{"command", {"true"}}}.dump();
+  const std::string port = std::to_string(head_->port());
+  // A page of another site posting with the user's credentials.
+  EXPECT_EQ(Status("POST", "/v1/jobs", admin_token_, body, {{"Origin", "http://evil.example"}}), 403);
+  EXPECT_EQ(Status("POST", "/v1/jobs", admin_token_, body, {{"Origin", "http://127.0.0.1:" + port}}), 201);
+  // A form's text/plain body.
+  httplib::Client c("127.0.0.1", head_->port());
+  auto r = c.Post("/v1/jobs", {{"Authorization", "Bearer " + admin_token_}}, body, "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("application/json"), std::string::npos) << r->body;
+  EXPECT_EQ(cluster().ListJobs({}).size(), 1u) << "only the same-origin JSON submission was taken";
+}
+
+TEST(AuthInsecureTest, InsecureAsksNoOneAndWritesNoTokens) {
+  char tmpl[] = "/tmp/cohort-head-insecure-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  HeadConfig config;
+  config.port = 0;
+  config.state_dir = dir + "/head";
+  config.insecure = true;
+  config.client_config_path = "";
+  auto h = HeadServer::Start(config);
+  ASSERT_TRUE(h.has_value()) << h.error().message;
+  httplib::Client c("127.0.0.1", (*h)->port());
+  auto r = c.Post("/v1/nodes/none/drain", "{}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << "past the access check: " << r->body;
+  EXPECT_FALSE(std::filesystem::exists(config.state_dir + "/admin.token"));
+  h->reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cohort::head
