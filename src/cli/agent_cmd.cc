@@ -13,6 +13,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::string head_down_grace = "60s";
     std::string log_level = "info";
     std::string health_check_interval = "60s";
+    std::string task_user = "job";
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
@@ -32,6 +33,11 @@ void AddAgentCommand(CommandContext& ctx) {
                   "GPU health check, run with /bin/sh -c every interval: a non-zero exit marks GPUs unhealthy "
                   "(lines 'gpu N: reason' name them; otherwise all)");
   sub->add_option("--health-check-interval", f->health_check_interval, "How often to run --health-check (default 60s)");
+  sub->add_option("--task-user", f->task_user,
+                  "Which account runs tasks: 'job' (default: each task as its job's user, which needs a root "
+                  "agent; a non-root agent runs only its own user's jobs) or 'agent' (every task as this agent's "
+                  "user, whatever the job names: a single-user cluster); the last one given counts")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {
     auto grace = ParseDurationMs(f->head_down_grace, "--head-down-grace");
@@ -44,6 +50,9 @@ void AddAgentCommand(CommandContext& ctx) {
                                "health_check_interval"});
     }
     f->config.health_check_interval_ms = *check_interval;
+    auto task_user = agent::ParseTaskUserPolicy(f->task_user);
+    if (!task_user) return ReportError(task_user.error());
+    f->config.task_user = *task_user;
     BlockTerminationSignals();
     InitLogging(f->config.name.empty() ? "agent" : "agent " + f->config.name, f->log_level);
     return agent::RunAgent(f->config);

@@ -138,7 +138,9 @@ int RunUp(UpFlags& f) {
     std::string name = fmt::format("node-{}", i);
     std::vector<std::string> args = {self, "agent", "--head", url, "--name", name, "--address", "127.0.0.1",
                                      "--cpus", std::to_string(f.cpus_per_agent), "--work-dir",
-                                     f.state_dir + "/" + name, "--log-level", f.log_level};
+                                     f.state_dir + "/" + name, "--log-level", f.log_level,
+                                     // One user's cluster: tasks run as whoever ran `cohort up`.
+                                     "--task-user", "agent"};
     if (simulated) {
       args.push_back("--simulated-gpus");
       args.push_back(std::to_string(gpus));
