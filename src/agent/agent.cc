@@ -16,6 +16,7 @@
 #include "agent/net.h"
 #include "agent/proc_usage.h"
 #include "api/routes.h"
+#include "common/file_modes.h"
 #include "common/log.h"
 #include "common/signals.h"
 
@@ -56,9 +57,11 @@ Result<AgentConfig> ResolveConfig(AgentConfig config) {
     const char* home = std::getenv("HOME");
     config.work_dir = fmt::format("{}/.cohort/agent-{}", home ? home : "/tmp", config.name);
   }
-  std::error_code ec;
-  fs::create_directories(config.work_dir, ec);
-  if (ec) return Errorf(ErrorCode::kInvalidArgument, "cannot create work directory {}: {}", config.work_dir, ec.message());
+  // Private: it holds every task's log, and the tasks of a multi-user node must not read
+  // each other's (task logs are their own users' too, but the tree is the agent's).
+  if (auto r = MakePrivateDir(config.work_dir); !r) {
+    return Errorf(ErrorCode::kInvalidArgument, "work directory: {}", r.error().message);
+  }
   config.work_dir = fs::absolute(config.work_dir).string();
   return config;
 }
@@ -180,6 +183,8 @@ Result<void> Agent::RegisterOnce() {
     opts.work_dir = config_.work_dir;
     opts.shim_path = config_.shim_path;
     opts.kill_grace = Millis(timing_.kill_grace_ms);
+    opts.task_user = config_.task_user;
+    opts.node_name = config_.name;
     if (leases_) opts.lease_path = leases_->path();
     opts.on_task_exit = [this] { Wake(); };
     executor_ = std::make_unique<Executor>(std::move(opts));
@@ -298,18 +303,16 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     TaskKey key = KeyOf(t.job, t.attempt, t.rank);
     desired.insert(key);
     if (known.contains(key)) continue;
-    if (auto it = t.env.find("COHORT_CHECKPOINT_DIR"); it != t.env.end()) {
-      std::error_code ec;
-      fs::create_directories(it->second, ec);
-      if (ec) LOG_WARN("cannot create checkpoint directory {}: {}", it->second, ec.message());
-    }
     TaskSpec spec;
+    // The executor creates the checkpoint directory and gives it to the task's user.
+    if (auto it = t.env.find("COHORT_CHECKPOINT_DIR"); it != t.env.end()) spec.owned_dirs.push_back(it->second);
     spec.key = key;
     spec.command = t.command;
     spec.env = t.env;
     spec.workdir = t.workdir;
     spec.gpus = t.gpus;
     spec.cpus = t.cpus;
+    spec.user = t.user;
     if (auto r = executor_->Launch(spec); !r) {
       LOG_WARN("cannot launch job {} rank {}: {}", t.job, t.rank, r.error().message);
     } else {

@@ -86,7 +86,7 @@ struct AgentConfig {
   int port = 0;                 // the agent's HTTP port; 0 = any free port
   int simulated_gpus = -1;      // >= 0: present that many simulated GPUs instead of NVML
   int cpus = 0;                 // 0: the machine's hardware threads
-  std::string work_dir;         // task logs and status files; default ~/.cohort/agent-<name>
+  std::string work_dir;         // task logs and status files, mode 0700; default ~/.cohort/agent-<name>
   std::string shim_path;        // default: cohort-task-shim next to this executable, else this executable
   int64_t head_down_grace_ms = 60'000;
   std::string health_check;               // a GPU health check command (health_check.h); empty: none
@@ -95,6 +95,9 @@ struct AgentConfig {
   // reply holds the node's credential, which heartbeats present and which the head shows
   // when it calls this agent. Empty: an --insecure head.
   std::string join_token;
+  // Which account runs a task (task_user.h): its job's user (a root agent switches to it)
+  // or, for a single-user cluster (`cohort up`), this agent's own.
+  TaskUserPolicy task_user = TaskUserPolicy::kJobUser;
 };
 
 class Agent {

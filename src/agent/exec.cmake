@@ -1,7 +1,9 @@
-# cohort_task_shim: the task shim and the lease file it watches, all that the lean
-# cohort-task-shim program links besides cohort_common's pieces it calls.
+# cohort_task_shim: the task shim, the identity it gives a task and the lease file it
+# watches: all that the lean cohort-task-shim program links besides cohort_common's pieces
+# it calls.
 add_library(cohort_task_shim
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
+  ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc
   ${CMAKE_CURRENT_LIST_DIR}/wakeup_lateness.cc
 )
@@ -17,6 +19,7 @@ target_link_libraries(cohort_task_shim PUBLIC cohort_common)
 set(COHORT_TASK_SHIM_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/task_shim_main.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
+  ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc
   ${CMAKE_CURRENT_LIST_DIR}/wakeup_lateness.cc
   ${PROJECT_SOURCE_DIR}/src/common/clock.cc
@@ -47,6 +50,7 @@ add_library(cohort_agent_exec
   ${CMAKE_CURRENT_LIST_DIR}/executor.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease_keeper.cc
   ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc
+  ${CMAKE_CURRENT_LIST_DIR}/task_user.cc
   ${CMAKE_CURRENT_LIST_DIR}/gpu/nvml.cc
   ${CMAKE_CURRENT_LIST_DIR}/gpu/simulated.cc
 )

@@ -15,7 +15,9 @@
 #include <optional>
 
 #include "agent/task_shim.h"
+#include "agent/task_identity.h"
 #include "common/clock.h"
+#include "common/file_modes.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/subprocess.h"
@@ -57,7 +59,7 @@ std::string JoinInts(const std::vector<int>& v) {
 }
 
 void AppendLine(const std::string& path, std::string_view line) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return;
   std::string text = fmt::format("cohort: {}\n", line);
   (void)!write(fd, text.data(), text.size());
@@ -88,6 +90,34 @@ std::optional<ShimResult> ReadStatusFile(const std::string& path) {
   auto err = r->String("error", std::string());
   if (!code || !sig || !err) return std::nullopt;
   return ShimResult{static_cast<int>(*code), static_cast<int>(*sig), *err};
+}
+
+// Creates `dir` (parents as this process) and gives it to the task's account (nullopt:
+// this process) with mode 0700, never through a symbolic link. A directory that belongs to
+// a third account stays as it is and fails the start: handing it over would give the task
+// someone else's files.
+Result<void> PrepareOwnedDir(const std::string& dir, const std::optional<TaskAccount>& account) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Errorf(ErrorCode::kInternal, "cannot create {}: {}", dir, ec.message());
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Errorf(ErrorCode::kInternal, "cannot open directory {}: {}", dir, strerror(errno));
+  const uid_t self = geteuid();
+  const uid_t uid = account ? account->identity.uid : self;
+  std::string error;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    error = fmt::format("stat {}: {}", dir, strerror(errno));
+  } else if (st.st_uid != uid && st.st_uid != self) {
+    error = fmt::format("{} belongs to uid {}, not to the task's user (uid {})", dir, st.st_uid, uid);
+  } else if (st.st_uid != uid && fchown(fd, uid, account->identity.gid) != 0) {
+    error = fmt::format("cannot give {} to uid {}: {}", dir, uid, strerror(errno));
+  } else if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) != 0) {
+    error = fmt::format("chmod {}: {}", dir, strerror(errno));
+  }
+  close(fd);
+  if (!error.empty()) return MakeError(ErrorCode::kInternal, std::move(error));
+  return {};
 }
 
 Executor::Options Normalize(Executor::Options o) {
@@ -201,34 +231,19 @@ void Executor::StartShim(const TaskKey& key) {
     it->second.spec = TaskSpec{};
   }
   const std::string log = LogPath(key);
-  const std::string status = StatusPath(key);
-  std::string error;
+  std::optional<TaskAccount> account;
+  bool have_log = false;
+  std::string error = PrepareTask(key, spec, account, have_log);
   pid_t pid = -1;
   int pidfd = -1;
-
-  std::error_code ec;
-  fs::path dir = fs::path(log).parent_path();
-  fs::create_directories(dir, ec);
-  const bool have_dir = !ec;
-  if (!have_dir) {
-    error = fmt::format("cannot create {}: {}", dir.string(), ec.message());
-  } else {
-    fs::remove(status, ec);
-    fs::remove(status + ".tmp", ec);
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      error = fmt::format("cannot create {}: {}", log, strerror(errno));
-    } else {
-      close(fd);
-    }
-  }
   if (error.empty() && (spec.command.empty() || spec.command[0].empty())) {
     error = "empty command";
   }
   if (error.empty()) {
     SpawnOptions so;
-    so.argv = ShimArgv(key, spec);
+    so.argv = ShimArgv(key, spec, account);
     so.env = spec.env;
+    if (account) AddUserEnvironment(*account, so.env);
     // GPU indices are NVML's, which count in PCI bus order; CUDA must count the same way.
     so.env.try_emplace("CUDA_VISIBLE_DEVICES", JoinInts(spec.gpus));
     so.env.try_emplace("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
@@ -248,7 +263,7 @@ void Executor::StartShim(const TaskKey& key) {
     }
   }
   if (!error.empty()) {
-    if (have_dir) AppendLine(log, error);
+    if (have_log) AppendLine(log, error);
     LOG_WARN("executor: {}: {}", KeyName(key), error);
   } else {
     LOG_INFO("executor: started {} (shim pid {})", KeyName(key), pid);
@@ -275,13 +290,49 @@ void Executor::StartShim(const TaskKey& key) {
   if (failed && options_.on_task_exit) options_.on_task_exit();
 }
 
-std::vector<std::string> Executor::ShimArgv(const TaskKey& key, const TaskSpec& spec) const {
+std::string Executor::PrepareTask(const TaskKey& key, const TaskSpec& spec, std::optional<TaskAccount>& account,
+                                  bool& have_log) const {
+  const std::string log = LogPath(key);
+  const std::string status = StatusPath(key);
+  have_log = false;
+  if (auto r = MakePrivateDir(fs::path(log).parent_path().string()); !r) return r.error().message;
+  std::error_code ec;
+  fs::remove(status, ec);
+  fs::remove(status + ".tmp", ec);
+  int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return fmt::format("cannot create {}: {}", log, strerror(errno));
+  have_log = true;
+  auto resolved = ResolveTaskUser(spec.user, options_.task_user, geteuid(), options_.node_name,
+                                  options_.lookup_user ? options_.lookup_user : UserLookup(LookupSystemUser));
+  std::string error;
+  if (!resolved) {
+    error = resolved.error().message;
+  } else {
+    account = std::move(*resolved);
+    // The task writes its log through the descriptor the shim hands it; the file is its
+    // account's, and no one else's to read (the agent reads it as root, or as its owner).
+    if (fchmod(fd, 0600) != 0 ||
+        (account && fchown(fd, account->identity.uid, account->identity.gid) != 0)) {
+      error = fmt::format("cannot give {} to user '{}': {}", log, spec.user, strerror(errno));
+    }
+  }
+  close(fd);
+  for (const auto& dir : spec.owned_dirs) {
+    if (!error.empty()) break;
+    if (auto r = PrepareOwnedDir(dir, account); !r) error = r.error().message;
+  }
+  return error;
+}
+
+std::vector<std::string> Executor::ShimArgv(const TaskKey& key, const TaskSpec& spec,
+                                            const std::optional<TaskAccount>& account) const {
   std::vector<std::string> argv = {shim_.path};
   if (shim_.subcommand) argv.push_back(kTaskShimCommand);
   argv.insert(argv.end(), {"--log", LogPath(key), "--status", StatusPath(key), "--grace-ms",
                            std::to_string(options_.kill_grace.count()), "--parent-pid", std::to_string(getpid())});
   if (!options_.lease_path.empty()) argv.insert(argv.end(), {"--lease", options_.lease_path});
   if (!spec.workdir.empty()) argv.insert(argv.end(), {"--cwd", spec.workdir});
+  if (account) argv.insert(argv.end(), {"--user", FormatTaskIdentity(account->identity)});
   argv.push_back("--");
   argv.insert(argv.end(), spec.command.begin(), spec.command.end());
   return argv;

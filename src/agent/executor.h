@@ -12,6 +12,13 @@
 //   jobs/<job_id>/attempt-<attempt>/rank-<rank>.status.json  written by the shim at exit
 // Logs stay after Forget, so ReadLog keeps working for forgotten tasks.
 //
+// Users (task_user.h): a task whose spec names a user runs as the account
+// ResolveTaskUser picks under Options::task_user; the shim enters it just before exec.
+// Its log belongs to that account, mode 0600; the attempt directory (0700) and the status
+// file (0600) stay this process's, so the task cannot replace them (with a link that would
+// make a privileged agent write or serve another file). The spec's owned_dirs (the job's
+// checkpoint directory) are created and given to the task's account with mode 0700.
+//
 // Leases (when Options::lease_path is set): every task's shim watches that lease file
 // (lease.h), which the owner keeps current (LeaseKeeper, lease_keeper.h), and kills its
 // task by itself once the lease has run out; a process that is stopped or hung renews
@@ -33,10 +40,12 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "agent/task_user.h"
 #include "common/error.h"
 #include "common/mutex.h"
 
@@ -56,6 +65,11 @@ struct TaskSpec {
   std::string workdir;                       // empty: the agent's working directory
   std::vector<int> gpus;                     // node-local GPU indices
   int cpus = 0;                              // recorded; not enforced yet
+  std::string user;                          // the job's user; empty: run as this process
+  // Directories the task owns: created if missing (parents as this process), then given
+  // to the task's account with mode 0700, never through a symbolic link. One that belongs
+  // to a third account fails the start.
+  std::vector<std::string> owned_dirs;
 };
 
 struct TaskStatus {
@@ -102,6 +116,11 @@ class Executor {
     // Non-empty: every task runs under this lease file (above); empty: no lease, the
     // shims run until stopped.
     std::string lease_path;
+    // Who runs a task whose spec names a user (task_user.h), the node's name for the
+    // errors, and how accounts are found (null: LookupSystemUser).
+    TaskUserPolicy task_user = TaskUserPolicy::kJobUser;
+    std::string node_name;
+    UserLookup lookup_user;
     // Called on the executor thread, without the lock held, after a task's status flips
     // to finished (including tasks that could not be started). It may call any method
     // except that it must not block on a task (WaitAllExited).
@@ -117,11 +136,13 @@ class Executor {
 
   // Starts a task. Returns kAlreadyExists if `spec.key` is known (running, or finished
   // and not yet forgotten), kFailedPrecondition while the executor is shutting down.
-  // Any other failure (empty command, directories that cannot be created, a shim that
-  // cannot be executed) still returns success: the task is recorded as finished with
+  // Any other failure (empty command, directories that cannot be created, a user with no
+  // account here or one this process cannot become, a shim that cannot be executed) still
+  // returns success: the task is recorded as finished with
   // exit_code 127 and the reason in `error` (and in the log when it can be written), so
   // the head learns of it the same way as of any other exit. The task's environment is
-  // this process's environment plus spec.env;
+  // this process's environment plus spec.env, plus HOME, USER, LOGNAME and SHELL of the
+  // task's account when it is not this process's (unless spec.env sets them);
   // CUDA_VISIBLE_DEVICES is set to spec.gpus (comma-separated, empty for none) and
   // CUDA_DEVICE_ORDER to PCI_BUS_ID (so CUDA numbers GPUs as NVML does), unless spec.env
   // sets them. A relaunch of a forgotten key truncates its log. Returns at once: the
@@ -171,7 +192,13 @@ class Executor {
   void StartShim(const TaskKey& key) EXCLUDES(mu_);  // executor thread
   void TryReap(const TaskKey& key) EXCLUDES(mu_);    // executor thread
   void Wake();                                       // any thread; lock-free (eventfd)
-  std::vector<std::string> ShimArgv(const TaskKey& key, const TaskSpec& spec) const;
+  std::vector<std::string> ShimArgv(const TaskKey& key, const TaskSpec& spec,
+                                    const std::optional<TaskAccount>& account) const;
+  // StartShim's files, before the shim runs: the account (from spec.user), the attempt
+  // directory, the log (truncated, owned by the account), the owned directories. Returns
+  // the error that fails the start, or "" with `account` set (nullopt: this process).
+  std::string PrepareTask(const TaskKey& key, const TaskSpec& spec, std::optional<TaskAccount>& account,
+                          bool& have_log) const;
 
   const Options options_;
   const ShimCommand shim_;  // from options_.shim_path, or found next to this executable

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "agent/lease.h"
+#include "agent/task_identity.h"
 #include "agent/wakeup_lateness.h"
 #include "common/clock.h"
 #include "common/json.h"
@@ -44,16 +46,20 @@ struct ShimArgs {
   int64_t grace_ms = 5000;
   pid_t parent_pid = 0;  // 0: compare against the parent seen at start
   std::string lease_path;  // empty: no lease
+  // --user: the task's account, entered in the task's child before exec; the shim stays
+  // as it was started.
+  std::optional<TaskIdentity> identity;
   std::vector<std::string> command;
 };
 
 // What the task child reports through the close-on-exec pipe when it cannot start.
 struct ChildFailure {
-  int stage = 0;  // kStageChdir or kStageExec
+  int stage = 0;  // kStageChdir, kStageExec or kStageIdentity
   int err = 0;
 };
 constexpr int kStageChdir = 1;
 constexpr int kStageExec = 2;
+constexpr int kStageIdentity = 3;
 
 Result<int64_t> ParseInt(std::string_view flag, std::string_view s) {
   int64_t v = 0;
@@ -89,6 +95,8 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
       grace_set = true;
     } else if (arg == "--lease") {
       a.lease_path = value;
+    } else if (arg == "--user") {
+      a.identity = COHORT_TRY(ParseTaskIdentity(value));
     } else if (arg == "--parent-pid") {
       a.parent_pid = static_cast<pid_t>(COHORT_TRY(ParseInt(arg, value)));
     } else {
@@ -124,7 +132,7 @@ void WriteStatus(const std::string& path, int exit_code, int sig, const std::str
   json j = {{"exit_code", exit_code}, {"signal", sig}, {"error", error}};
   std::string text = j.dump() + "\n";
   std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     LogLine(log_fd, fmt::format("cannot write status file {}: {}", tmp, strerror(errno)));
     return;
@@ -216,14 +224,15 @@ void DrainSignalFd(int sfd) {
   }
 }
 
+std::string IdentityError(const TaskIdentity& id, int err) {
+  return fmt::format("cannot run the task as user '{}' (uid {}, gid {}): {}", id.user, id.uid, id.gid, strerror(err));
+}
+
 // Runs in the forked task child (the shim is single-threaded, so ordinary calls are safe
 // here). Never returns.
 [[noreturn]] void ExecTask(const ShimArgs& args, std::vector<char*>& argv, int log_fd,
                            int err_fd, pid_t shim_pid) {
   setpgid(0, 0);
-  // A backstop: if the shim itself is killed (OOM killer), the leader goes with it.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != shim_pid) _exit(127);
   for (int s = 1; s < NSIG; ++s) {
     if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
   }
@@ -239,7 +248,17 @@ void DrainSignalFd(int sfd) {
   dup2(log_fd, 2);
   ChildFailure f;
   std::string msg;
-  if (!args.cwd.empty() && chdir(args.cwd.c_str()) != 0) {
+  // The job's account, here and not in the shim: the shim keeps the agent's identity, so
+  // the task cannot signal, stop or trace the process that enforces its lease and reaps it.
+  const int id_err = args.identity ? AssumeTaskIdentity(*args.identity) : 0;
+  // A backstop: if the shim itself is killed (OOM killer), the leader goes with it. Set
+  // after the identity change, which clears it.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != shim_pid) _exit(127);
+  if (id_err != 0) {
+    f = {kStageIdentity, id_err};
+    msg = fmt::format("cohort: {}\n", IdentityError(*args.identity, id_err));
+  } else if (!args.cwd.empty() && chdir(args.cwd.c_str()) != 0) {
     f = {kStageChdir, errno};
     msg = fmt::format("cohort: cannot enter working directory '{}': {}\n", args.cwd,
                       strerror(f.err));
@@ -345,7 +364,7 @@ Result<void> TaskShim::BecomeSupervisor() {
 }
 
 Result<void> TaskShim::OpenTaskLog() {
-  int task_log = open(args_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int task_log = open(args_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (task_log < 0) {
     return Errorf(ErrorCode::kInternal, "cannot open log {}: {}", args_.log_path, strerror(errno));
   }
@@ -384,9 +403,10 @@ void TaskShim::ReadChildFailure() {
     n = read(err_rd_, &f, sizeof f);
   } while (n < 0 && errno == EINTR);
   if (n == static_cast<ssize_t>(sizeof f)) {
-    start_error_ = f.stage == kStageChdir
-                       ? fmt::format("cannot enter working directory '{}': {}", args_.cwd, strerror(f.err))
-                       : fmt::format("cannot execute '{}': {}", args_.command[0], strerror(f.err));
+    start_error_ = f.stage == kStageChdir      ? fmt::format("cannot enter working directory '{}': {}", args_.cwd,
+                                                             strerror(f.err))
+                   : f.stage == kStageIdentity ? IdentityError(*args_.identity, f.err)
+                                               : fmt::format("cannot execute '{}': {}", args_.command[0], strerror(f.err));
   }
   close(err_rd_);
   err_rd_ = -1;
@@ -553,7 +573,7 @@ int ReportUsage(const Error& error) {
   fprintf(stderr, "cohort task-shim: %s\n", error.message.c_str());
   fprintf(stderr,
           "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
-          "[--parent-pid PID] [--lease FILE] -- command [args...]\n");
+          "[--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUP,...] -- command [args...]\n");
   return 2;
 }
 

@@ -4,7 +4,8 @@
 // `cohort-task-shim` program installed next to `cohort` (task_shim_main.cc; it links no
 // more than this file needs, so a task start does not pay for loading the whole cohort
 // binary, CUDA libraries included) as `cohort-task-shim --log FILE --status FILE
-// --grace-ms N [--cwd DIR] [--parent-pid PID] [--lease FILE] -- command args...`, or,
+// --grace-ms N [--cwd DIR] [--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUPS]
+// -- command args...`, or,
 // without it, `cohort task-shim ...`, with the task's environment already in the shim's
 // environment (compare slurmstepd, containerd-shim). The shim:
 //
@@ -13,10 +14,14 @@
 //  - becomes a child subreaper, so every orphaned descendant of the task is reparented to
 //    it rather than to init;
 //  - forks the task as the leader of its own process group: stdin from /dev/null, stdout
-//    and stderr appended to the log, the working directory entered, default signal
-//    dispositions and an empty mask restored, then execvp. If chdir or exec fails, the
-//    child writes one line into the log ("cohort: cannot execute 'foo': No such file or
-//    directory") and exits 127, and the shim records the same text as the error;
+//    and stderr appended to the log, default signal dispositions and an empty mask
+//    restored; with --user, the job's account entered (supplementary groups, gid, uid:
+//    task_identity.h) and only then the parent-death signal set, which a credential change
+//    clears; the working directory entered (as that user), then execvp. The shim itself
+//    keeps the identity it was started with (root on a multi-user node), so the task cannot
+//    signal, stop or ptrace its supervisor. If the identity change, chdir or exec fails,
+//    the child writes one line into the log ("cohort: cannot execute 'foo': No such file
+//    or directory") and exits 127, and the shim records the same text as the error;
 //  - on SIGTERM sends SIGTERM to the task's group and SIGKILL after --grace-ms; on
 //    SIGUSR1 (the agent died, or the agent fences the task) sends SIGKILL at once.
 //    Signals are read from a signalfd; no work happens in signal handlers;
@@ -33,6 +38,8 @@
 //  - when the task leader exits for any reason, SIGKILLs the rest of its group and kills
 //    and reaps every remaining descendant (bounded wait), so that when the status file
 //    appears no process of the task is left;
+//  - creates the log (if the agent has not) and the status file 0600, never through a
+//    symbolic link;
 //  - writes the status file atomically (FILE.tmp, then rename) as one JSON object
 //    `{"exit_code": N, "signal": S, "error": "..."}`: `signal` is the signal that ended
 //    the task leader (0 if it exited), `exit_code` its exit status, or 128 + signal when

@@ -692,6 +692,7 @@ json ToJson(const HeartbeatReply& r) {
                      {"workdir", t.workdir},
                      {"gpus", t.gpus},
                      {"cpus", t.cpus},
+                     {"user", t.user},
                      {"checkpoint_requested", t.checkpoint_requested},
                      {"checkpoint_signal", t.checkpoint_signal}});
   }
@@ -714,6 +715,7 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
       l.workdir = t.value("workdir", "");
       l.gpus = t.value("gpus", std::vector<int>{});
       l.cpus = t.value("cpus", 0);
+      l.user = t.value("user", "");
       l.checkpoint_requested = t.value("checkpoint_requested", false);
       l.checkpoint_signal = t.value("checkpoint_signal", 0);
       r.tasks.push_back(std::move(l));

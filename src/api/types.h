@@ -274,6 +274,9 @@ struct TaskLaunch {
   std::string workdir;
   std::vector<int> gpus;
   int cpus = 0;
+  // The job's user: a root agent runs the task as this account (agent/task_user.h). Empty
+  // from a head that predates it: the task runs as the agent.
+  std::string user;
   // The head asks this attempt to checkpoint (`cohort drain --now`): the agent delivers
   // `checkpoint_signal` (a signal number; 0: none) to the task once, the first time it sees
   // checkpoint_requested set. Level-triggered: every reply repeats it while the request

@@ -14,6 +14,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::string log_level = "info";
     std::string health_check_interval = "60s";
     std::string join_token_file;
+    std::string task_user = "job";
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
@@ -37,6 +38,11 @@ void AddAgentCommand(CommandContext& ctx) {
                   "Token that lets this node join (role agent; default $COHORT_JOIN_TOKEN, or the head's "
                   "state_dir/join.token with --join-token-file)");
   sub->add_option("--join-token-file", f->join_token_file, "Read --join-token from this file");
+  sub->add_option("--task-user", f->task_user,
+                  "Which account runs tasks: 'job' (default: each task as its job's user, which needs a root "
+                  "agent; a non-root agent runs only its own user's jobs) or 'agent' (every task as this agent's "
+                  "user, whatever the job names: a single-user cluster); the last one given counts")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {
     if (auto t = ResolveJoinToken(f->config.join_token, f->join_token_file); !t) {
@@ -54,6 +60,9 @@ void AddAgentCommand(CommandContext& ctx) {
                                "health_check_interval"});
     }
     f->config.health_check_interval_ms = *check_interval;
+    auto task_user = agent::ParseTaskUserPolicy(f->task_user);
+    if (!task_user) return ReportError(task_user.error());
+    f->config.task_user = *task_user;
     BlockTerminationSignals();
     InitLogging(f->config.name.empty() ? "agent" : "agent " + f->config.name, f->log_level);
     return agent::RunAgent(f->config);

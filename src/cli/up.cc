@@ -140,7 +140,9 @@ int RunUp(UpFlags& f) {
     std::string name = fmt::format("node-{}", i);
     std::vector<std::string> args = {self, "agent", "--head", url, "--name", name, "--address", "127.0.0.1",
                                      "--cpus", std::to_string(f.cpus_per_agent), "--work-dir",
-                                     f.state_dir + "/" + name, "--log-level", f.log_level};
+                                     f.state_dir + "/" + name, "--log-level", f.log_level,
+                                     // One user's cluster: tasks run as whoever ran `cohort up`.
+                                     "--task-user", "agent"};
     // The head's first start wrote the agents' join token there (head/auth.h).
     if (!f.insecure) {
       args.push_back("--join-token-file");

@@ -15,6 +15,7 @@
 #include <httplib.h>
 
 #include "common/client_config.h"
+#include "common/file_modes.h"
 #include "common/http.h"
 #include "common/http_server.h"
 #include "common/log.h"
@@ -130,9 +131,13 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "the heartbeat interval must be at most half the fence timeout", "heartbeat_interval");
   }
+  // The state directory holds the rendezvous secret (in state.db): only the head's user
+  // may read it, and the database files are created private before SQLite opens them
+  // (an older head's world-readable ones are closed on this start).
+  if (auto r = MakePrivateDir(config.state_dir); !r) {
+    return Errorf(ErrorCode::kInvalidArgument, "state directory: {}", r.error().message);
+  }
   std::error_code ec;
-  fs::create_directories(config.state_dir, ec);
-  if (ec) return Errorf(ErrorCode::kInvalidArgument, "cannot create state directory {}: {}", config.state_dir, ec.message());
   config.state_dir = fs::absolute(config.state_dir).string();
   if (config.checkpoint_root.empty()) config.checkpoint_root = config.state_dir + "/checkpoints";
   fs::create_directories(config.checkpoint_root, ec);
@@ -140,8 +145,9 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
 
   // One head per state directory: a second one would race the first on every write.
   std::string lock_path = config.state_dir + "/head.lock";
-  int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd < 0) return Errorf(ErrorCode::kUnavailable, "cannot open {}: {}", lock_path, strerror(errno));
+  (void)fchmod(lock_fd, 0600);  // one an older head made 0644
   if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     char pid[32] = {};
     (void)!read(lock_fd, pid, sizeof pid - 1);
@@ -155,7 +161,11 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
 
   std::unique_ptr<HeadServer> h(new HeadServer());
   h->lock_fd_ = lock_fd;  // released by ~HeadServer, also on the error paths below
-  auto store = COHORT_TRY(store::OpenSqliteStateStore(config.state_dir + "/state.db"));
+  const std::string db = config.state_dir + "/state.db";
+  // SQLite gives -wal and -shm the database file's mode when it creates them.
+  COHORT_TRY_VOID(MakePrivateFile(db));
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) COHORT_TRY_VOID(RestrictFileIfPresent(db + suffix));
+  auto store = COHORT_TRY(store::OpenSqliteStateStore(db));
   h->server_ = std::make_unique<HttpServer>(HttpOptions(config));
   auto& srv = *h->server_;
   auto port = srv.Bind();

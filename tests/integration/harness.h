@@ -82,8 +82,9 @@ inline std::string& TestToken() {
 // Starts a test head on `host`:`port` (0: the kernel picks) with its state and log in
 // `dir`, waits for its port file and returns the port through `port_out`. Shared by
 // LocalCluster and the fault suite's namespaced cluster; a failure is a fatal gtest failure.
+// `extra` is appended to the head's arguments.
 inline void SpawnTestHead(const std::string& dir, const std::string& host, int port, const Timing& timing,
-                          Subprocess& head, int& port_out) {
+                          Subprocess& head, int& port_out, const std::vector<std::string>& extra = {}) {
   const std::string port_file = dir + "/head.port";
   std::filesystem::remove(port_file);
   SpawnOptions o;
@@ -92,6 +93,7 @@ inline void SpawnTestHead(const std::string& dir, const std::string& host, int p
             timing.failure, "--fence-timeout", timing.fence, "--kill-grace", timing.kill_grace,
             // Never the user's own client config.
             "--client-config", ""};
+  o.argv.insert(o.argv.end(), extra.begin(), extra.end());
   o.stdout_path = dir + "/head.log";
   o.parent_death_signal = SIGKILL;
   auto p = Subprocess::Spawn(o);
@@ -117,13 +119,16 @@ inline HttpClient AdminClient(const std::string& url, std::chrono::milliseconds 
   return c;
 }
 
-// The argv of a test agent with simulated GPUs, its work directory and log in `dir`.
+// The argv of a test agent with simulated GPUs, its work directory and log in `dir`. Its
+// tasks run as the test's own user, as under `cohort up`, whatever user a job names (extra
+// arguments `--task-user job` make it switch users as a root agent on a shared node does).
 inline std::vector<std::string> TestAgentArgv(const std::string& head_url, const std::string& dir,
                                               const std::string& name, const std::string& address, int gpus,
                                               int cpus) {
   return {COHORT_BINARY, "agent", "--head", head_url, "--name", name, "--address", address,
           "--simulated-gpus", std::to_string(gpus), "--cpus", std::to_string(cpus), "--work-dir",
-          dir + "/" + name, "--head-down-grace", "30s", "--join-token-file", dir + "/head/join.token"};
+          dir + "/" + name, "--head-down-grace", "30s", "--task-user", "agent", "--join-token-file",
+          dir + "/head/join.token"};
 }
 
 class LocalCluster {
@@ -151,8 +156,9 @@ class LocalCluster {
   HttpClient client() const { return AdminClient(url_); }
 
   // Starts the head; `port` 0 lets the kernel choose (the same port is reused on restart).
-  void StartHead(int port = 0) {
-    ASSERT_NO_FATAL_FAILURE(SpawnTestHead(dir_, "127.0.0.1", port ? port : port_, timing_, head_, port_));
+  // `extra` is appended to its arguments.
+  void StartHead(int port = 0, const std::vector<std::string>& extra = {}) {
+    ASSERT_NO_FATAL_FAILURE(SpawnTestHead(dir_, "127.0.0.1", port ? port : port_, timing_, head_, port_, extra));
     url_ = "http://127.0.0.1:" + std::to_string(port_);
   }
 

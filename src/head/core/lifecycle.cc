@@ -215,6 +215,7 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
         l.workdir = job.spec.workdir;
         l.gpus = t.gpus;
         l.cpus = job.spec.cpus_per_task;
+        l.user = job.spec.user;
         if (job.move && !job.move->grow) {
           l.checkpoint_requested = true;
           l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
