@@ -113,7 +113,7 @@ TEST(YamlStrings, InvalidUtf8IsRefusedWithItsPlace) {
   ASSERT_FALSE(j.has_value());
   EXPECT_EQ(j.error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(j.error().message,
-            "job.yaml:2:5: a string is not valid UTF-8 (byte 0xef at offset 66 of it)");
+            "job.yaml:2:5: a string is not valid UTF-8 (byte 0xef at offset 69 of it)");
 
   const std::pair<std::string, std::string> cases[] = {
       {"name: caf\xe9\n", "job.yaml:1:7: a string is not valid UTF-8 (byte 0xe9 at offset 3"},
