@@ -8,30 +8,25 @@
 #include "api/views.h"
 #include "fuzz_util.h"
 
+namespace {
+
+using namespace cohort;
+
+json Encode(const auto& value) { return api::ToJson(value); }
+Result<api::JobStatus> JobStatusFromJson(const json& j) { return api::JobStatusFromJson(j); }
+
+const fuzz::BodyFuzzer kDecoders[] = {
+    [](std::string_view b) { fuzz::FuzzMessage(b, api::JobFromJson, Encode<api::Job>, "job"); },
+    [](std::string_view b) { fuzz::FuzzMessage(b, api::NodeFromJson, Encode<api::Node>, "node"); },
+    [](std::string_view b) { fuzz::FuzzMessage(b, api::NodeListFromJson, api::NodeListToJson, "node list"); },
+    [](std::string_view b) { fuzz::FuzzMessage(b, JobStatusFromJson, Encode<api::JobStatus>, "job status"); },
+    [](std::string_view b) { fuzz::FuzzMessage(b, api::DashboardFromJson, Encode<api::Dashboard>, "dashboard"); },
+    [](std::string_view b) { fuzz::FuzzMessage(b, api::UsageReportFromJson, Encode<api::UsageReport>, "usage report"); },
+};
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace cohort;
-  auto [which, body] = fuzz::Select(data, size, 6);
-  auto encode = [](const auto& v) { return api::ToJson(v); };
-  switch (which) {
-    case 0:
-      fuzz::FuzzMessage(body, api::JobFromJson, encode, "job");
-      break;
-    case 1:
-      fuzz::FuzzMessage(body, api::NodeFromJson, encode, "node");
-      break;
-    case 2:
-      fuzz::FuzzMessage(body, api::NodeListFromJson, api::NodeListToJson, "node list");
-      break;
-    case 3:
-      fuzz::FuzzMessage(body, [](const json& j) { return api::JobStatusFromJson(j); }, encode,
-                        "job status");
-      break;
-    case 4:
-      fuzz::FuzzMessage(body, api::DashboardFromJson, encode, "dashboard");
-      break;
-    default:
-      fuzz::FuzzMessage(body, api::UsageReportFromJson, encode, "usage report");
-      break;
-  }
+  fuzz::FuzzSelected(data, size, kDecoders);
   return 0;
 }

@@ -119,11 +119,21 @@ void FuzzMessage(std::string_view body, Decode decode, Encode encode, std::strin
   if (value) CheckRoundTrip(encode(*value), decode, encode, what);
 }
 
-// The decoder an input is for, from its first byte (`n` decoders; the seed corpus starts
+// The kind of input an input is, from its first byte (`n` kinds; the seed corpus starts
 // its files with a digit, '0' choosing the first), and the rest of the input.
 inline std::pair<size_t, std::string_view> Select(const uint8_t* data, size_t size, size_t n) {
   if (size == 0) return {0, {}};
   return {static_cast<size_t>(data[0] - '0') % n, AsText(data + 1, size - 1)};
+}
+
+// Fuzzes one kind of input: the bytes after the selector byte.
+using BodyFuzzer = void (*)(std::string_view body);
+
+// Runs the fuzzer that Select picks on the rest of the input.
+template <size_t N>
+void FuzzSelected(const uint8_t* data, size_t size, const BodyFuzzer (&fuzzers)[N]) {
+  auto [which, body] = Select(data, size, N);
+  fuzzers[which](body);
 }
 
 }  // namespace cohort::fuzz

@@ -5,23 +5,22 @@
 #include "api/types.h"
 #include "fuzz_util.h"
 
+namespace {
+
+using namespace cohort;
+
+json Encode(const auto& value) { return api::ToJson(value); }
+
+const fuzz::BodyFuzzer kDecoders[] = {
+    [](std::string_view b) { fuzz::FuzzMessage(b, api::RegistrationFromJson, Encode<api::Registration>, "registration"); },
+    [](std::string_view b) { fuzz::FuzzMessage(b, api::HeartbeatFromJson, Encode<api::Heartbeat>, "heartbeat"); },
+    [](std::string_view b) { fuzz::FuzzMessage(b, api::HeartbeatReplyFromJson, Encode<api::HeartbeatReply>, "heartbeat reply"); },
+    [](std::string_view b) { fuzz::FuzzMessage(b, api::AgentTimingFromJson, Encode<api::AgentTiming>, "agent timing"); },
+};
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace cohort;
-  auto [which, body] = fuzz::Select(data, size, 4);
-  auto encode = [](const auto& v) { return api::ToJson(v); };
-  switch (which) {
-    case 0:
-      fuzz::FuzzMessage(body, api::RegistrationFromJson, encode, "registration");
-      break;
-    case 1:
-      fuzz::FuzzMessage(body, api::HeartbeatFromJson, encode, "heartbeat");
-      break;
-    case 2:
-      fuzz::FuzzMessage(body, api::HeartbeatReplyFromJson, encode, "heartbeat reply");
-      break;
-    default:
-      fuzz::FuzzMessage(body, api::AgentTimingFromJson, encode, "agent timing");
-      break;
-  }
+  fuzz::FuzzSelected(data, size, kDecoders);
   return 0;
 }

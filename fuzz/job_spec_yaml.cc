@@ -1,11 +1,8 @@
 // A job spec file in YAML as `cohort submit job.yaml` reads it: common/document's YAML
 // to JSON conversion (alias and depth checks, core-schema scalars, `command` and `env`
-// kept as strings) then cli::JobSpecFromDocument. What is accepted must survive its own
-// encoding (ToJson, dump, parse), as the CLI sends it to the head.
-#include "api/types.h"
-#include "cli/job_spec_file.h"
+// kept as strings), then the checks of job_spec_check.h.
 #include "common/document.h"
-#include "fuzz_util.h"
+#include "job_spec_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace cohort;
@@ -16,11 +13,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // (the same depth limit; non-finite numbers dump as null).
   auto sent = ParseJson(doc->dump(-1, ' ', false, json::error_handler_t::replace), "yaml");
   if (!sent) fuzz::Fail("YAML converted to JSON the parser refuses: {}", sent.error().message);
-  auto spec = cli::JobSpecFromDocument(*doc, "job.yaml");
-  fuzz::CheckError(spec, "JobSpecFromDocument");
-  if (!spec) return 0;
-  fuzz::CheckRoundTrip(
-      api::ToJson(*spec), [](const json& j) { return api::JobSpecFromJson(j); },
-      [](const api::JobSpec& s) { return api::ToJson(s); }, "job spec from YAML");
+  fuzz::CheckJobSpecDocument(*doc, "job.yaml");
   return 0;
 }

@@ -6,6 +6,8 @@
 #   scripts/fuzz.sh [--build-dir DIR] [--runs N | --time SECONDS] [--keep] [--jobs N]
 #                   [TARGET...]
 #
+# DIR (default build/fuzz, where ctest's Fuzz.Corpus builds too): ccache shares compiles
+#   between checkouts whose fuzz build sits at the same depth below the checkout.
 # --runs N (default 2000): N inputs per target, the seeds first, with a fixed seed
 #   (-seed=1), so a run is repeatable; what CI runs (ctest -L fuzz). New inputs go to a
 #   temporary directory: the repository's corpus is only read.
@@ -21,7 +23,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-build_dir="$root/build-fuzz"
+build_dir="$root/build/fuzz"
 runs=2000
 seconds=""
 keep=0
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
     --time) seconds=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -141,7 +143,11 @@ for t in "${targets[@]}"; do
   fi
 done
 
-echo "== fuzz targets (${seconds:+$seconds s each}${seconds:-$runs runs each, -seed=1}) =="
+if [ -n "$seconds" ]; then
+  echo "== fuzz targets ($seconds s each, -seed=1) =="
+else
+  echo "== fuzz targets ($runs runs each, -seed=1) =="
+fi
 printf '%s\n' "${summary[@]}"
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "fuzz.sh: failed: ${failed[*]}"
