@@ -41,13 +41,17 @@ inline std::vector<std::string_view> SplitParts(std::string_view in, size_t n) {
   return parts;
 }
 
-// A directory of this process's own, made on first use and removed at exit; under
-// /dev/shm when it exists (a file write per input then costs no disk).
+// A directory of this process's own, made on first use and removed at a normal exit; under
+// $COHORT_FUZZ_SCRATCH when set (scripts/fuzz.sh removes that one, also after a crash,
+// which skips exit handlers), else under /dev/shm when it exists (a file write per input
+// then costs no disk).
 inline const std::string& ScratchDir() {
   // Never destroyed: the exit handler that removes it runs after static destructors.
   static const std::string* const dir = [] {
     std::error_code ec;
-    std::string base = std::filesystem::is_directory("/dev/shm", ec)
+    const char* env = std::getenv("COHORT_FUZZ_SCRATCH");
+    std::string base = env != nullptr && *env != '\0' ? env
+                       : std::filesystem::is_directory("/dev/shm", ec)
                            ? "/dev/shm"
                            : std::filesystem::temp_directory_path().string();
     auto* path = new std::string(base + "/cohort-fuzz-XXXXXX");

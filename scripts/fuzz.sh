@@ -57,7 +57,11 @@ max_len_of() {
 # A clang that links -fsanitize=fuzzer (clang alone is not enough: libFuzzer is in
 # libclang-rt-N-dev).
 probe_dir=$(mktemp -d)
-trap 'rm -rf "$probe_dir"' EXIT
+# The targets' scratch files (fuzz_util.h's ScratchDir), removed even when a target
+# crashed; in memory when /dev/shm exists.
+scratch=$(mktemp -d "$([ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo "$probe_dir")/cohort-fuzz.XXXXXX")
+export COHORT_FUZZ_SCRATCH=$scratch
+trap 'rm -rf "$probe_dir" "$scratch"' EXIT
 clang=""
 for c in clang++-16 clang++-17 clang++-18 clang++; do
   command -v "$c" >/dev/null 2>&1 || continue
