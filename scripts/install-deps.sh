@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev libpcre2-dev   # the training engine: sgemm; GPT-2 BPE pre-tokenizer regex
   procps iproute2 curl python3
   clang-16   # checks the head's and the agent's locking (-Wthread-safety); GCC builds
+  libclang-rt-16-dev libomp-16-dev   # the fuzz targets (libFuzzer, sanitizers; OpenMP for the engine)
   chromium   # the dashboard's browser test (headless, driven over the DevTools protocol)
   prometheus      # promtool check metrics and a real scrape in the observability tests
   python3-torch   # the PyTorch DDP example and its test (Debian's CPU build)

@@ -103,9 +103,54 @@ json PlainScalar(const std::string& s) {
   return s;
 }
 
+// The offset of the first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no
+// overlong forms, surrogates or code points past U+10FFFF), or npos. JSON text is UTF-8,
+// so a YAML string that is not could be neither sent nor stored.
+size_t InvalidUtf8At(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // overlong
+      if (c == 0xED) hi = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // overlong
+      if (c == 0xF4) hi = 0x8F;  // past U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    for (size_t k = 1; k < len; ++k) {
+      auto cc = static_cast<unsigned char>(s[i + k]);
+      if (cc < (k == 1 ? lo : 0x80) || cc > (k == 1 ? hi : 0xBF)) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 std::string Where(std::string_view source, const YAML::Mark& m) {
   if (m.is_null()) return std::string(source);
   return fmt::format("{}:{}:{}", source, m.line + 1, m.column + 1);
+}
+
+// Fails unless a scalar's text is UTF-8, naming where it is and the first bad byte.
+Result<void> CheckUtf8(const YAML::Node& node, std::string_view source) {
+  const std::string& text = node.Scalar();
+  size_t at = InvalidUtf8At(text);
+  if (at == std::string_view::npos) return {};
+  return InputError(fmt::format("{}: a string is not valid UTF-8 (byte 0x{:02x} at offset {} of it)",
+                                Where(source, node.Mark()), static_cast<unsigned char>(text[at]),
+                                at));
 }
 
 // Thrown by AliasChecker out of yaml-cpp's parser; caught in CheckAliases.
@@ -118,9 +163,24 @@ struct AliasError {
 // node, how many nodes it expands to and how deep it nests, so that an alias that would
 // expand the document past kMaxAliasNodes, nest it past kMaxJsonDepth, or refer to a node
 // that contains it (`a: &a [*a]`, a cycle) is refused before anything is converted.
+//
+// It also stops yaml-cpp 0.7's parser where it would loop for ever: on a token that no
+// rule takes (a ',' outside a flow collection), HandleNextDocument reports an empty
+// document and leaves the token in place, so every later call reports another one there
+// (yaml-cpp issue 1040, fixed upstream after 0.8). A document that starts where the one
+// before it started is that loop.
 class AliasChecker : public YAML::EventHandler {
  public:
-  void OnDocumentStart(const YAML::Mark&) override {
+  explicit AliasChecker(std::string_view text) : text_(text) {}
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (documents_++ > 0 && mark.pos == last_start_.pos) {
+      std::string token = mark.pos >= 0 && static_cast<size_t>(mark.pos) < text_.size()
+                              ? fmt::format(" '{}'", text_[static_cast<size_t>(mark.pos)])
+                              : "";
+      throw AliasError{mark, fmt::format("invalid YAML: unexpected token{}", token)};
+    }
+    last_start_ = mark;
     anchors_.clear();
     frames_.clear();
     expanded_ = 0;
@@ -192,6 +252,9 @@ class AliasChecker : public YAML::EventHandler {
     t.height = std::max(t.height, child.height + 1);
   }
 
+  std::string_view text_;        // the whole input, to name a token the parser stops at
+  size_t documents_ = 0;         // documents started so far
+  YAML::Mark last_start_;        // where the last one started
   std::vector<Anchor> anchors_;  // by yaml-cpp's anchor number (from 1, per document)
   std::vector<Frame> frames_;    // the collections being read, outermost first
   std::string anchor_name_;      // the name of the anchor the next node event carries
@@ -218,7 +281,7 @@ void AliasChecker::OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) {
 Result<void> CheckAliases(std::string_view text, std::string_view source) {
   std::istringstream in{std::string(text)};
   YAML::Parser parser(in);
-  AliasChecker checker;
+  AliasChecker checker(text);
   try {
     while (parser.HandleNextDocument(checker)) {
     }
@@ -239,6 +302,7 @@ Result<json> Convert(const YAML::Node& node, std::string_view source, bool as_st
     case YAML::NodeType::Null:
       return json(nullptr);
     case YAML::NodeType::Scalar: {
+      COHORT_TRY_VOID(CheckUtf8(node, source));
       const std::string& tag = node.Tag();
       const std::string& value = node.Scalar();
       // "!" is the non-specific tag of quoted and block scalars; "?" marks a plain one.
@@ -266,6 +330,7 @@ Result<json> Convert(const YAML::Node& node, std::string_view source, bool as_st
           return InputError(
               fmt::format("{}: a mapping key must be a plain name", Where(source, kv.first.Mark())));
         }
+        COHORT_TRY_VOID(CheckUtf8(kv.first, source));
         const std::string& key = kv.first.Scalar();
         if (out.contains(key)) {
           return InputError(fmt::format("{}: duplicate key '{}'", Where(source, kv.first.Mark()), key));

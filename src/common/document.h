@@ -25,7 +25,8 @@ namespace cohort {
 
 // Converts one YAML document to JSON. `source` names the text in errors. Fails on a
 // syntax error (with line and column), on more than one document, on a mapping key that
-// is not a scalar, and on a duplicate key.
+// is not a scalar, on a duplicate key, and on a key or value that is not UTF-8 (JSON
+// cannot hold it).
 Result<json> YamlToJson(std::string_view text, std::string_view source,
                         const std::set<std::string, std::less<>>& string_fields = {});
 

@@ -101,5 +101,67 @@ TEST(JsonDocuments, SyntaxErrorsKeepLineAndColumn) {
   EXPECT_THAT(j.error().message, StartsWith("job.json:3:3: invalid JSON: syntax error")) << j.error().message;
 }
 
+// JSON holds only UTF-8, so a YAML string that is not could be neither sent to the head
+// nor stored: converting it used to succeed, and dumping the spec then threw (found by
+// fuzz/job_spec_yaml; its input, truncated inside a three-byte character, is the first
+// case, kept in fuzz/corpus/job_spec_yaml/crash-invalid-utf8.yaml).
+TEST(YamlStrings, InvalidUtf8IsRefusedWithItsPlace) {
+  std::string fuzzed = "command:\n  - s!str 1wo";
+  for (int i = 0; i < 20; ++i) fuzzed += "\xef\xbf\xbd";
+  fuzzed += "\xef\xbf" "d\n";
+  auto j = YamlToJson(fuzzed, "job.yaml", {"command"});
+  ASSERT_FALSE(j.has_value());
+  EXPECT_EQ(j.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(j.error().message,
+            "job.yaml:2:5: a string is not valid UTF-8 (byte 0xef at offset 69 of it)");
+
+  const std::pair<std::string, std::string> cases[] = {
+      {"name: caf\xe9\n", "job.yaml:1:7: a string is not valid UTF-8 (byte 0xe9 at offset 3"},
+      {"\"k\\xff\": 1\n", ""},  // an escape YAML decodes to U+00FF: valid, converts
+      {"env: {\"\xc0\xaf\": x}\n", "job.yaml:1:7: a string is not valid UTF-8 (byte 0xc0 at offset 0"},
+      {"command: [\"\xed\xa0\x80\"]\n", "job.yaml:1:11: a string is not valid UTF-8 (byte 0xed"},
+      {"x: \xf4\x90\x80\x80\n", "job.yaml:1:4: a string is not valid UTF-8 (byte 0xf4"},
+  };
+  for (const auto& [text, error] : cases) {
+    auto r = YamlToJson(text, "job.yaml", {"command", "env"});
+    if (error.empty()) {
+      EXPECT_TRUE(r.has_value()) << text << ": " << r.error().message;
+    } else {
+      ASSERT_FALSE(r.has_value()) << text;
+      EXPECT_THAT(r.error().message, StartsWith(error)) << text;
+    }
+  }
+}
+
+// yaml-cpp 0.7 reports an empty document at a token no rule takes and leaves the token in
+// place, so reading the documents looped for ever, allocating (found by fuzz/train_config;
+// its input, a config with a stray ',' at the top, is
+// fuzz/corpus/train_config/hang-stray-comma). Now it is a syntax error at the token.
+TEST(YamlSyntax, StrayCommaIsAnErrorNotALoop) {
+  const std::pair<std::string, std::string> cases[] = {
+      {",", "job.yaml:1:1: invalid YAML: unexpected token ','"},
+      {"\n  ,\n", "job.yaml:2:3: invalid YAML: unexpected token ','"},
+      {"- !+(.,.)", "job.yaml:"},
+  };
+  for (const auto& [text, error] : cases) {
+    auto j = YamlToJson(text, "job.yaml");
+    ASSERT_FALSE(j.has_value()) << text;
+    EXPECT_EQ(j.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_THAT(j.error().message, StartsWith(error)) << text;
+  }
+  // Documents that do move on are still counted.
+  auto two = YamlToJson("a: 1\n---\nb: 2\n", "job.yaml");
+  ASSERT_FALSE(two.has_value());
+  EXPECT_THAT(two.error().message, HasSubstr("has 2 YAML documents"));
+}
+
+TEST(YamlStrings, Utf8ConvertsUnchanged) {
+  auto j = YamlToJson("name: \"caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x9a\x80\"\n\xc3\xa9: 1\n", "job.yaml");
+  ASSERT_TRUE(j.has_value()) << j.error().message;
+  EXPECT_EQ((*j)["name"], "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x9a\x80");
+  EXPECT_EQ((*j)["\xc3\xa9"], 1);
+  EXPECT_NO_THROW((void)j->dump());
+}
+
 }  // namespace
 }  // namespace cohort

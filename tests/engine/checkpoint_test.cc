@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+#include <zlib.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -196,6 +199,64 @@ TEST_F(CheckpointTest, DamagedNewestFallsBackWithAWarning) {
     EXPECT_THAT(ck->warnings[0], HasSubstr(newest)) << d.name;
     EXPECT_THAT(ck->warnings[0], HasSubstr(d.reason)) << d.name;
     EXPECT_THAT(ck->warnings[0], HasSubstr("using step_00000010")) << d.name;
+  }
+}
+
+// A state.json whose checksum matches but whose fields have the wrong types is damaged,
+// not a crash: `"format": 1` made nlohmann's value() throw out of the loader (found by
+// fuzz/checkpoint_manifest; its input is fuzz/corpus/checkpoint_manifest/state_types).
+TEST_F(CheckpointTest, StateWithWrongTypesIsDamagedNotACrash) {
+  const nlohmann::json config = {{"vocab_size", 50}, {"max_seq_len", 8}, {"n_layer", 2},
+                                 {"n_head", 2}, {"n_embd", 8}};
+  const nlohmann::json progress = {{"step", 20}, {"next_batch", 40}, {"tokens_seen", 1},
+                                   {"rng_state", {"1"}}};
+  const nlohmann::json good = {{"format", "cohort-checkpoint"}, {"version", 1},
+                               {"config", config}, {"progress", progress}, {"adam_t", 20},
+                               {"metadata", nlohmann::json::object()}};
+  struct Case {
+    const char* name;
+    nlohmann::json state;
+    const char* reason;
+  };
+  auto with = [&](const char* key, nlohmann::json value) {
+    nlohmann::json s = good;
+    s[key] = std::move(value);
+    return s;
+  };
+  auto with_config = [&](const char* key, nlohmann::json value) {
+    nlohmann::json c = config;
+    c[key] = std::move(value);
+    return with("config", c);
+  };
+  const Case cases[] = {
+      {"format a number", with("format", 1), "unknown format/version"},
+      {"config past int", with_config("n_layer", int64_t{1} << 32 | 2), "config.n_layer"},
+      {"config past int64", with_config("vocab_size", UINT64_MAX), "config.vocab_size"},
+      {"adam_t past int64", with("adam_t", UINT64_MAX), "adam_t"},
+      {"metadata a list", with("metadata", nlohmann::json::array()), "metadata is not an object"},
+  };
+  for (const Case& c : cases) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    Save(10);
+    std::string newest = Save(20);
+    // Replace state.json and give MANIFEST its new size and checksum, as a careless tool
+    // rewriting the checkpoint would.
+    std::string text = c.state.dump();
+    std::ofstream(newest + "/state.json", std::ios::binary | std::ios::trunc) << text;
+    nlohmann::json manifest;
+    std::ifstream(newest + "/MANIFEST") >> manifest;
+    manifest["files"]["state.json"]["bytes"] = text.size();
+    manifest["files"]["state.json"]["crc32"] = fmt::format(
+        "{:08x}", crc32(crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(text.data()),
+                        static_cast<uInt>(text.size())));
+    std::ofstream(newest + "/MANIFEST", std::ios::trunc) << manifest.dump();
+    auto ck = LoadLatestCheckpoint(dir_, SmallConfig());
+    ASSERT_TRUE(ck) << c.name << ": " << ck.error().ToString();
+    EXPECT_EQ(ck->progress.step, 10) << c.name;
+    ASSERT_EQ(ck->warnings.size(), 1u) << c.name;
+    EXPECT_THAT(ck->warnings[0], HasSubstr("state.json: ")) << c.name;
+    EXPECT_THAT(ck->warnings[0], HasSubstr(c.reason)) << c.name << ": " << ck->warnings[0];
   }
 }
 

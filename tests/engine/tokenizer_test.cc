@@ -267,5 +267,20 @@ TEST_F(BpeTokenizerTest, MalformedFilesNameFileAndLine) {
   EXPECT_THAT(r.error().message, HasSubstr("\"qz\", which is not in"));
 }
 
+// A number beyond a double in vocab.json made nlohmann throw out_of_range, which the
+// loader did not catch, so `cohort train` died (found by fuzz/bpe_tokenizer; the input is
+// fuzz/corpus/bpe_tokenizer/crash-number-out-of-range). It is malformed JSON naming the
+// file and the symbol.
+TEST_F(BpeTokenizerTest, NumberBeyondADoubleIsMalformedJson) {
+  for (const char* text : {"{\"a\": 1e400}", "{\n  \"b\": -1e999\n}\n", "[1e400]"}) {
+    WriteFile("huge.json", text);
+    auto r = LoadGpt2BpeTokenizer(Path("huge.json"), Path("merges.txt"));
+    ASSERT_FALSE(r) << text;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument) << text;
+    EXPECT_THAT(r.error().message, HasSubstr(Path("huge.json") + ": malformed JSON: ")) << text;
+    EXPECT_THAT(r.error().message, HasSubstr("number out of range")) << r.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace cohort::engine

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -206,8 +207,12 @@ Result<GptConfig> ConfigFromJson(const nlohmann::json& j) {
   GptConfig c;
   auto field = [&](const char* name, int& out) -> Result<void> {
     auto it = j.find(name);
-    if (it == j.end() || !it->is_number_integer()) {
-      return Errorf(ErrorCode::kInvalidArgument, "config.{} missing or not an integer", name);
+    // get<int>() would wrap a larger number into range (2^32 + 8 reading as 8).
+    if (it == j.end() || !it->is_number_integer() ||
+        (it->is_number_unsigned() ? it->get<uint64_t>() > uint64_t{INT_MAX}
+                                  : it->get<int64_t>() < INT_MIN || it->get<int64_t>() > INT_MAX)) {
+      return Errorf(ErrorCode::kInvalidArgument, "config.{} missing or not an integer of int's range",
+                    name);
     }
     out = it->get<int>();
     return {};
@@ -223,8 +228,10 @@ Result<GptConfig> ConfigFromJson(const nlohmann::json& j) {
 
 Result<int64_t> IntField(const nlohmann::json& j, const char* name) {
   auto it = j.find(name);
-  if (it == j.end() || !it->is_number_integer()) {
-    return Errorf(ErrorCode::kInvalidArgument, "{} missing or not an integer", name);
+  if (it == j.end() || !it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{INT64_MAX})) {
+    return Errorf(ErrorCode::kInvalidArgument, "{} missing or not an integer of int64's range",
+                  name);
   }
   return it->get<int64_t>();
 }
@@ -284,8 +291,10 @@ Result<Checkpoint> LoadOne(const std::string& path, int64_t step) {
     return MakeError(ErrorCode::kInvalidArgument, "state.json: not a JSON object");
   }
   auto parse_state = [&](Checkpoint& ck) -> Result<void> {
-    if (state.value("format", "") != kFormat || !state.contains("version") ||
-        state["version"] != kVersion) {
+    // value("format", "") would throw on a format that is not a string.
+    auto format = state.find("format");
+    if (format == state.end() || !format->is_string() || *format != kFormat ||
+        !state.contains("version") || state["version"] != kVersion) {
       return Errorf(ErrorCode::kInvalidArgument, "unknown format/version (want {} {})", kFormat,
                     kVersion);
     }
@@ -302,6 +311,9 @@ Result<Checkpoint> LoadOne(const std::string& path, int64_t step) {
     }
     for (const auto& w : *rng) ck.progress.rng_state.push_back(COHORT_TRY(ParseU64(w)));
     ck.metadata = state.value("metadata", nlohmann::json::object());
+    if (!ck.metadata.is_object()) {
+      return MakeError(ErrorCode::kInvalidArgument, "metadata is not an object");
+    }
     if (ck.progress.step != step) {
       return Errorf(ErrorCode::kInvalidArgument, "step {} does not match the directory name",
                     ck.progress.step);

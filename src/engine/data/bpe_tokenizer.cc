@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json.h"
 #include "engine/data/tokenizer.h"
 
 namespace cohort::engine {
@@ -227,14 +228,17 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::Load(const std::string& voc
   std::string vocab_text = COHORT_TRY(ReadText(vocab_path));
   std::string merges_text = COHORT_TRY(ReadText(merges_path));
 
-  // vocab.json: {"symbol": id, ...}
-  nlohmann::json vocab;
-  try {
-    vocab = nlohmann::json::parse(vocab_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    return Errorf(ErrorCode::kInvalidArgument, "{}:{}: malformed JSON: {}", vocab_path,
-                  LineOf(vocab_text, e.byte == 0 ? 0 : e.byte - 1), e.what());
+  // vocab.json: {"symbol": id, ...}. The strict reader never throws: nlohmann's parse
+  // threw out_of_range, not parse_error, for a number beyond a double (1e400).
+  auto parsed = ParseJsonText(vocab_text);
+  if (!parsed) {
+    const JsonParseError& e = parsed.error();
+    std::string where = e.byte == 0 ? vocab_path
+                                    : fmt::format("{}:{}", vocab_path, LineOf(vocab_text, e.byte - 1));
+    return Errorf(ErrorCode::kInvalidArgument, "{}: malformed JSON: {}{}", where,
+                  e.field.empty() ? "" : e.field + ": ", e.message);
   }
+  nlohmann::json vocab = std::move(*parsed);
   if (!vocab.is_object()) {
     return Errorf(ErrorCode::kInvalidArgument, "{}:1: expected a JSON object of symbol: id",
                   vocab_path);
