@@ -1,5 +1,7 @@
 #include "common/client_config.h"
 
+#include "common/file_modes.h"
+
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -94,16 +96,8 @@ Result<void> WriteClientConfig(const std::string& path, const ClientConfig& conf
   text << "# Written by cohort (cohort login, or a head's first start). Keep it private.\n";
   if (!config.head.empty()) text << "head: " << config.head << "\n";
   if (!config.token.empty()) text << "token: " << config.token << "\n";
-  const std::string body = text.str();
-  const std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Errorf(ErrorCode::kInvalidArgument, "cannot write {}: {}", tmp, std::strerror(errno));
-  const bool ok = write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size()) && fsync(fd) == 0;
-  close(fd);
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    unlink(tmp.c_str());
-    return Errorf(ErrorCode::kInvalidArgument, "cannot write {}: {}", path, why);
+  if (auto w = WritePrivateFileAtomically(path, text.str()); !w) {
+    return MakeError(ErrorCode::kInvalidArgument, w.error().message);  // a path the user chose
   }
   return {};
 }

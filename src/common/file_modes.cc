@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <string>
 
 namespace cohort {
 namespace {
@@ -55,6 +56,20 @@ Result<void> MakePrivateFile(const std::string& path) {
 
 Result<void> RestrictFileIfPresent(const std::string& path) {
   return OpenAndSetMode(path, O_RDONLY | O_NOFOLLOW, kPrivateFileMode, /*missing_ok=*/true);
+}
+
+Result<void> WritePrivateFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + "." + std::to_string(getpid()) + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return Errorf(ErrorCode::kUnavailable, "cannot write {}: {}", tmp, strerror(errno));
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
+  close(fd);
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = strerror(errno);
+    unlink(tmp.c_str());
+    return Errorf(ErrorCode::kUnavailable, "cannot write {}: {}", path, why);
+  }
+  return {};
 }
 
 }  // namespace cohort

@@ -23,4 +23,9 @@ Result<void> MakePrivateFile(const std::string& path);
 // Sets mode 0600 on `path` if it exists (never through a symbolic link); nothing if not.
 Result<void> RestrictFileIfPresent(const std::string& path);
 
+// Replaces `path` with `text`, mode 0600 from the first byte: written to a temporary file
+// beside it, synced, then renamed over it, so a reader sees the old file or the new one.
+// kUnavailable naming the path when it cannot.
+Result<void> WritePrivateFileAtomically(const std::string& path, const std::string& text);
+
 }  // namespace cohort

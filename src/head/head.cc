@@ -73,19 +73,6 @@ Result<std::unique_ptr<TokenBook>> OpenTokenBook(Cluster& cluster) {
                          });
 }
 
-// Writes `text` to `path`, readable by the head's user only.
-Result<void> WritePrivateFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Errorf(ErrorCode::kUnavailable, "cannot write {}: {}", tmp, strerror(errno));
-  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
-  close(fd);
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    return Errorf(ErrorCode::kUnavailable, "cannot write {}: {}", path, strerror(errno));
-  }
-  return {};
-}
-
 // On the first start (no tokens yet): an admin token for the user running the head and a
 // join token for agents, in state_dir/admin.token and state_dir/join.token (0600), and
 // the admin's in the client config, so that the CLI on this machine works at once.
@@ -98,8 +85,8 @@ Result<void> BootstrapTokens(TokenBook& tokens, const HeadConfig& config, const 
   const int64_t now = NowUnixMs();
   auto admin = COHORT_TRY(tokens.Create(user, Role::kAdmin, 0, "head", "made at the head's first start", now));
   auto join = COHORT_TRY(tokens.Create("agents", Role::kAgent, 0, "head", "agents' join token, made at the head's first start", now));
-  COHORT_TRY_VOID(WritePrivateFile(config.state_dir + "/admin.token", admin.token + "\n"));
-  COHORT_TRY_VOID(WritePrivateFile(config.state_dir + "/join.token", join.token + "\n"));
+  COHORT_TRY_VOID(WritePrivateFileAtomically(config.state_dir + "/admin.token", admin.token + "\n"));
+  COHORT_TRY_VOID(WritePrivateFileAtomically(config.state_dir + "/join.token", join.token + "\n"));
   std::string wrote = "";
   if (!config.client_config_path.empty()) {
     auto existing = ReadClientConfig(config.client_config_path);
