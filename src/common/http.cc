@@ -8,24 +8,34 @@
 
 #include <httplib.h>
 
+#include "common/tls.h"
+
+#include <openssl/err.h>
+
 namespace cohort {
 
 Result<UrlParts> ParseHttpUrl(std::string_view url) {
-  constexpr std::string_view kScheme = "http://";
-  if (!url.starts_with(kScheme)) {
-    return Errorf(ErrorCode::kInvalidArgument, "URL '{}' must start with http://", url);
+  UrlParts p;
+  std::string_view rest;
+  if (url.starts_with("http://")) {
+    rest = url.substr(7);
+  } else if (url.starts_with("https://")) {
+    rest = url.substr(8);
+    p.tls = true;
+  } else {
+    return Errorf(ErrorCode::kInvalidArgument, "URL '{}' must start with http:// or https://", url);
   }
-  std::string_view rest = url.substr(kScheme.size());
   while (rest.ends_with('/')) rest.remove_suffix(1);
   if (rest.find('/') != std::string_view::npos) {
-    return Errorf(ErrorCode::kInvalidArgument, "URL '{}' must be http://host:port with no path", url);
+    return Errorf(ErrorCode::kInvalidArgument, "URL '{}' must be http(s)://host:port with no path", url);
   }
   size_t colon = rest.rfind(':');
   if (colon == std::string_view::npos || colon == 0) {
     return Errorf(ErrorCode::kInvalidArgument, "URL '{}' must name a host and a port", url);
   }
-  UrlParts p;
   p.host = std::string(rest.substr(0, colon));
+  // "[::1]:8470": the brackets are the URL's, not the address's.
+  if (p.host.size() > 2 && p.host.front() == '[' && p.host.back() == ']') p.host = p.host.substr(1, p.host.size() - 2);
   std::string_view port = rest.substr(colon + 1);
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p.port);
   if (ec != std::errc() || ptr != port.data() + port.size() || p.port <= 0 || p.port > 65535) {
@@ -43,13 +53,13 @@ struct HttpClient::Pool {
   static constexpr auto kReuseIdle = std::chrono::seconds(2);
   static constexpr size_t kMaxIdle = 8;
   struct Idle {
-    std::unique_ptr<httplib::Client> client;
+    std::unique_ptr<httplib::ClientImpl> client;
     SteadyClock::time_point since;
   };
   std::mutex mu;
   std::vector<Idle> idle;  // guarded by mu; newest last
 
-  std::unique_ptr<httplib::Client> Take() {
+  std::unique_ptr<httplib::ClientImpl> Take() {
     std::lock_guard lock(mu);
     const auto now = SteadyClock::now();
     while (!idle.empty()) {
@@ -59,7 +69,7 @@ struct HttpClient::Pool {
     }
     return nullptr;
   }
-  void Give(std::unique_ptr<httplib::Client> c) {
+  void Give(std::unique_ptr<httplib::ClientImpl> c) {
     std::lock_guard lock(mu);
     if (idle.size() < kMaxIdle) idle.push_back({std::move(c), SteadyClock::now()});
   }
@@ -74,14 +84,39 @@ HttpClient::HttpClient(std::string base_url, Millis timeout)
   } else {
     valid_ = std::unexpected(p.error());
   }
+  if (valid_ && parts_.tls) {
+    if (auto env = tls::ClientOptionsFromEnv(); !env) {
+      valid_ = std::unexpected(env.error());
+    } else if (*env) {
+      tls_ = std::make_shared<const tls::ClientOptions>(std::move(**env));
+    }
+  }
+}
+
+void HttpClient::set_tls(const tls::ClientOptions& options) {
+  tls_ = std::make_shared<const tls::ClientOptions>(options);
+  pool_ = std::make_shared<Pool>();  // connections made before trusted something else
+}
+
+// A new connection's client: plain, or TLS trusting what tls_ says.
+Result<std::unique_ptr<httplib::ClientImpl>> HttpClient::Connect() const {
+  if (!parts_.tls) return std::make_unique<httplib::ClientImpl>(parts_.host, parts_.port);
+  auto cli = std::make_unique<httplib::SSLClient>(parts_.host, parts_.port);
+  if (tls_) {
+    // Verified by OpenSSL against only this authority (and the host checked in the
+    // handshake), not by httplib, which would add the system's authorities.
+    cli->enable_server_certificate_verification(false);
+    COHORT_TRY_VOID(tls::ConfigureClientContext(cli->ssl_context(), *tls_, parts_.host));
+  }
+  return std::unique_ptr<httplib::ClientImpl>(std::move(cli));
 }
 
 Result<HttpResponse> HttpClient::Send(const std::string& method, const std::string& path,
                                       const std::string* body) const {
   if (!valid_) return std::unexpected(valid_.error());
-  std::unique_ptr<httplib::Client> cli = pool_->Take();
+  std::unique_ptr<httplib::ClientImpl> cli = pool_->Take();
   if (!cli) {
-    cli = std::make_unique<httplib::Client>(parts_.host, parts_.port);
+    cli = COHORT_TRY(Connect());
     auto secs = timeout_.count() / 1000;
     auto usecs = (timeout_.count() % 1000) * 1000;
     cli->set_connection_timeout(secs, usecs);
@@ -99,6 +134,15 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
                                          : cli->Delete(path, headers);
   if (!r) {
     // The connection is dropped with its client: the next call opens a fresh one.
+    if (r.error() == httplib::Error::SSLConnection || r.error() == httplib::Error::SSLServerVerification) {
+      const char* why = ERR_reason_error_string(ERR_peek_last_error());
+      ERR_clear_error();
+      return Errorf(ErrorCode::kUnavailable,
+                    "cannot reach {}{}: TLS handshake failed ({}): the server's certificate is not from the "
+                    "authority this client trusts ($COHORT_CA_FILE, the client config's ca), does not name {}, "
+                    "or the server refused this client's certificate",
+                    base_url_, path, why ? why : httplib::to_string(r.error()), parts_.host);
+    }
     return Errorf(ErrorCode::kUnavailable, "cannot reach {}{}: {}", base_url_, path,
                   httplib::to_string(r.error()));
   }

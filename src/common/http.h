@@ -20,6 +20,7 @@
 #include "common/json.h"
 
 namespace httplib {
+class ClientImpl;
 struct Response;
 struct Request;
 class Server;
@@ -36,10 +37,16 @@ struct HttpResponse {
 struct UrlParts {
   std::string host;
   int port = 0;
+  bool tls = false;  // https
 };
 
-// Accepts "http://host:port" (an optional trailing '/'); anything else is kInvalidArgument.
+// Accepts "http://host:port" or "https://host:port" (an optional trailing '/'); anything
+// else is kInvalidArgument.
 Result<UrlParts> ParseHttpUrl(std::string_view url);
+
+namespace tls {
+struct ClientOptions;
+}
 
 class HttpClient {
  public:
@@ -48,6 +55,11 @@ class HttpClient {
   const std::string& base_url() const { return base_url_; }
   // Sends "Authorization: Bearer <token>" with every request (empty: none).
   void set_bearer_token(std::string token) { bearer_ = std::move(token); }
+  // For an https URL: the authority to trust (only it) and the certificate to present.
+  // Without it, an https client trusts $COHORT_CA or $COHORT_CA_FILE (tls.h), and
+  // without those the system's authorities. Set before the first call; connections
+  // opened later present the identity's certificate of the moment (renewals).
+  void set_tls(const tls::ClientOptions& options);
   const std::string& bearer_token() const { return bearer_; }
 
   // JSON calls: 2xx → the parsed body (null for an empty one); an error body → its Error;
@@ -61,6 +73,7 @@ class HttpClient {
 
  private:
   Result<json> Decode(Result<HttpResponse> r) const;
+  Result<std::unique_ptr<httplib::ClientImpl>> Connect() const;
   Result<HttpResponse> Send(const std::string& method, const std::string& path,
                             const std::string* body) const;
 
@@ -71,6 +84,7 @@ class HttpClient {
   Result<void> valid_;
   Millis timeout_;
   std::string bearer_;
+  std::shared_ptr<const tls::ClientOptions> tls_;  // https only; null: the system's authorities
   std::shared_ptr<Pool> pool_;
 };
 

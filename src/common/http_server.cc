@@ -12,6 +12,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -26,6 +29,7 @@
 #include "common/log.h"
 #include "common/mutex.h"
 #include "common/prometheus.h"
+#include "common/tls.h"
 
 namespace cohort {
 
@@ -47,6 +51,8 @@ struct Conn {
   int served = 0;           // requests run on this connection
   bool close_after = false; // the response said "Connection: close"
   bool peer_closed = false; // the client shut down its side after sending
+  SSL* ssl = nullptr;       // a TLS connection (HttpServerOptions::tls), else plain
+  bool handshaking = false; // its TLS handshake has not completed
 };
 
 // What the event loop needs of a request whose headers have arrived.
@@ -151,6 +157,48 @@ bool WriteAll(int fd, const char* data, size_t size, int64_t deadline_ms) {
   return true;
 }
 
+// The same over a TLS connection whose handshake is done.
+bool WriteAllTls(SSL* ssl, int fd, const char* data, size_t size, int64_t deadline_ms) {
+  size_t done = 0;
+  while (done < size) {
+    ERR_clear_error();
+    int n = SSL_write(ssl, data + done, static_cast<int>(std::min<size_t>(size - done, 1 << 30)));
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    const int err = SSL_get_error(ssl, n);
+    if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
+      if (!PollFor(fd, err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, deadline_ms - MonoMs())) return false;
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+bool ConnWrite(const Conn& conn, const char* data, size_t size, int64_t deadline_ms) {
+  if (!conn.ssl) return WriteAll(conn.fd, data, size, deadline_ms);
+  if (conn.handshaking) return false;  // nothing can be said before the handshake
+  return WriteAllTls(conn.ssl, conn.fd, data, size, deadline_ms);
+}
+
+// One read from a TLS connection: > 0 bytes, 0 when nothing can be read now (`want`
+// says what to wait for), -1 when it is closed (cleanly: `eof`) or broken.
+ssize_t ReadTls(SSL* ssl, char* ptr, size_t size, short& want, bool& eof) {
+  ERR_clear_error();
+  int n = SSL_read(ssl, ptr, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+  if (n > 0) return n;
+  const int err = SSL_get_error(ssl, n);
+  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+    want = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+    return 0;
+  }
+  eof = err == SSL_ERROR_ZERO_RETURN;
+  ERR_clear_error();
+  return -1;
+}
+
 const char* ReasonPhrase(int status) {
   switch (status) {
     case 408: return "Request Timeout";
@@ -182,7 +230,8 @@ class ConnStream final : public httplib::Stream {
   ~ConnStream() override { conn_.buf.erase(0, consumed_); }
 
   bool is_readable() const override {
-    return consumed_ < conn_.buf.size() || PollFor(conn_.fd, POLLIN, deadline_ms_ - MonoMs());
+    return consumed_ < conn_.buf.size() || (conn_.ssl && SSL_pending(conn_.ssl) > 0) ||
+           PollFor(conn_.fd, POLLIN, deadline_ms_ - MonoMs());
   }
   bool is_writable() const override { return PollFor(conn_.fd, POLLOUT, write_timeout_.count()); }
 
@@ -196,6 +245,18 @@ class ConnStream final : public httplib::Stream {
     }
     if (from_socket_ >= budget_) return -1;  // the request is larger than any allowed
     size = std::min(size, budget_ - from_socket_);
+    if (conn_.ssl) {
+      for (;;) {
+        short want = POLLIN;
+        bool eof = false;
+        ssize_t n = ReadTls(conn_.ssl, ptr, size, want, eof);
+        if (n > 0) {
+          from_socket_ += static_cast<size_t>(n);
+          return n;
+        }
+        if (n < 0 || !PollFor(conn_.fd, want, deadline_ms_ - MonoMs())) return -1;
+      }
+    }
     for (;;) {
       if (!PollFor(conn_.fd, POLLIN, deadline_ms_ - MonoMs())) return -1;
       ssize_t n = ::recv(conn_.fd, ptr, size, MSG_DONTWAIT);
@@ -209,7 +270,7 @@ class ConnStream final : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    return WriteAll(conn_.fd, ptr, size, MonoMs() + write_timeout_.count()) ? static_cast<ssize_t>(size) : -1;
+    return ConnWrite(conn_, ptr, size, MonoMs() + write_timeout_.count()) ? static_cast<ssize_t>(size) : -1;
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
@@ -277,7 +338,7 @@ struct HttpServer::Impl {
   std::map<std::pair<size_t, std::string>, int> in_flight GUARDED_BY(mu);
   std::atomic<bool> stopping{false};
 
-  std::atomic<int64_t> connections{0}, rejected_connections{0}, timed_out{0}, oversized{0};
+  std::atomic<int64_t> connections{0}, rejected_connections{0}, timed_out{0}, oversized{0}, tls_failures{0};
 
   Impl(HttpServer& s, HttpServerOptions o) : server(s), options(std::move(o)) {
     if (options.pools.empty()) options.pools.push_back(HttpServerOptions::Pool{});
@@ -297,6 +358,11 @@ struct HttpServer::Impl {
   // ---- Connections.
 
   void Close(std::unique_ptr<Conn> conn) {
+    if (conn->ssl) {
+      if (!conn->handshaking) SSL_shutdown(conn->ssl);  // best effort: the socket does not block
+      SSL_free(conn->ssl);
+      ERR_clear_error();
+    }
     ::close(conn->fd);
     connections -= 1;
     MutexLock lock(mu);
@@ -307,7 +373,7 @@ struct HttpServer::Impl {
   // Answers `status` with `message` (best effort, the client may not read) and closes.
   void Reject(std::unique_ptr<Conn> conn, int status, ErrorCode code, std::string_view message) {
     std::string text = ErrorResponse(status, code, message);
-    WriteAll(conn->fd, text.data(), text.size(), MonoMs() + 100);
+    ConnWrite(*conn, text.data(), text.size(), MonoMs() + 100);
     ::shutdown(conn->fd, SHUT_WR);
     Close(std::move(conn));
   }
@@ -420,6 +486,45 @@ struct HttpServer::Impl {
     epoll_ctl(epoll_fd, EPOLL_CTL_ADD, conn.fd, &ev);
   }
 
+  // What the loop waits for on a connection: input, and also room to write while a TLS
+  // handshake waits to send.
+  void WatchFor(Conn& conn, bool writable) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | (writable ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+    ev.data.fd = conn.fd;
+    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, conn.fd, &ev);
+  }
+
+  // Advances a TLS handshake; false when the connection is done for (closed here).
+  bool Handshake(int fd) {
+    Conn& conn = *waiting.at(fd);
+    ERR_clear_error();
+    const int rc = SSL_do_handshake(conn.ssl);
+    if (rc == 1) {
+      conn.handshaking = false;
+      WatchFor(conn, false);
+      return true;
+    }
+    const int err = SSL_get_error(conn.ssl, rc);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      // A handshake under way is a request under way: it must finish in time.
+      if (!conn.reading) {
+        conn.reading = true;
+        conn.deadline_ms = MonoMs() + options.request_timeout.count();
+      }
+      WatchFor(conn, err == SSL_ERROR_WANT_WRITE);
+      return true;
+    }
+    tls_failures += 1;
+    if (tls_failures.load() % 100 == 1) {
+      LOG_DEBUG("http: TLS handshake with {} failed: {}", conn.peer_ip,
+                ERR_reason_error_string(ERR_peek_error()) ? ERR_reason_error_string(ERR_peek_error()) : "closed");
+    }
+    ERR_clear_error();
+    Close(Take(fd));
+    return false;
+  }
+
   // Starts the connection's request clock when its first byte has arrived.
   void NoteRequestStart(Conn& conn) {
     if (!conn.reading && !conn.buf.empty()) {
@@ -456,6 +561,14 @@ struct HttpServer::Impl {
       return Reject(std::move(conn), 429, ErrorCode::kResourceExhausted,
                     fmt::format("too many connections from {} (at most {} at once)", conn->peer_ip,
                                 options.max_connections_per_client));
+    }
+    if (options.tls) {
+      conn->ssl = options.tls->NewConnection(fd);
+      if (!conn->ssl) {
+        ERR_clear_error();
+        return Close(std::move(conn));
+      }
+      conn->handshaking = true;
     }
     conn->deadline_ms = MonoMs() + options.idle_timeout.count();
     Watch(*conn);
@@ -537,10 +650,26 @@ struct HttpServer::Impl {
 
   void OnReadable(int fd) {
     Conn& conn = *waiting.at(fd);
+    if (conn.handshaking) {
+      if (!Handshake(fd)) return;
+      if (conn.handshaking) return;
+      conn.reading = false;  // the request's clock starts with its first byte
+      conn.deadline_ms = MonoMs() + options.idle_timeout.count();
+    }
     const size_t cap = options.max_header_bytes + options.max_body_bytes + (64 << 10);
     char chunk[64 << 10];
     for (;;) {
-      ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+      ssize_t n = 0;
+      bool eof = false;
+      if (conn.ssl) {
+        short want = POLLIN;
+        n = ReadTls(conn.ssl, chunk, sizeof chunk, want, eof);
+        if (n == 0) break;  // nothing more now
+        if (n < 0 && !eof) return Close(Take(fd));
+        if (n < 0) n = 0;
+      } else {
+        n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+      }
       if (n > 0) {
         conn.buf.append(chunk, static_cast<size_t>(n));
         if (conn.buf.size() >= cap) break;
@@ -572,8 +701,14 @@ struct HttpServer::Impl {
       NoteRequestStart(*conn);
       int fd = conn->fd;
       const bool peer_closed = conn->peer_closed;
+      SSL* ssl = conn->ssl;
       Watch(*conn);
       waiting[fd] = std::move(conn);
+      // Bytes TLS already decrypted wake no epoll: read them now.
+      if (ssl && SSL_pending(ssl) > 0) {
+        OnReadable(fd);
+        continue;
+      }
       TryDispatch(fd);
       if (peer_closed && waiting.count(fd)) Close(Take(fd));
     }
@@ -589,7 +724,7 @@ struct HttpServer::Impl {
     }
     for (int fd : expired) {
       auto conn = Take(fd);
-      if (!conn->reading) {
+      if (!conn->reading || conn->handshaking) {
         Close(std::move(conn));
         continue;
       }
@@ -712,7 +847,10 @@ void HttpServer::Stop() {
 }
 
 bool HttpServer::ProcessOne(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
-  return process_request(stream, close_connection, connection_closed, nullptr);
+  SSL* ssl = current_conn ? current_conn->ssl : nullptr;
+  if (!ssl) return process_request(stream, close_connection, connection_closed, nullptr);
+  // Handlers see the connection's TLS (tls::PeerName: who presented which certificate).
+  return process_request(stream, close_connection, connection_closed, [ssl](httplib::Request& req) { req.ssl = ssl; });
 }
 
 HttpServerStats HttpServer::Stats() const {
@@ -721,6 +859,7 @@ HttpServerStats HttpServer::Stats() const {
   s.rejected_connections = impl_->rejected_connections;
   s.timed_out_requests = impl_->timed_out;
   s.oversized_requests = impl_->oversized;
+  s.tls_handshake_failures = impl_->tls_failures;
   for (const auto& p : impl_->pools) {
     s.pools.push_back({p->options.name, p->queued.load(), p->busy.load(), p->handled.load(), p->rejected.load()});
   }
@@ -740,6 +879,9 @@ void WriteHttpServerMetrics(prom::TextWriter& w, const HttpServerStats& s) {
   w.Family("cohort_http_oversized_requests_total", MetricType::kCounter,
            "Requests refused for the size of their headers (431) or body (413)");
   w.Sample({}, static_cast<double>(s.oversized_requests));
+  w.Family("cohort_http_tls_handshake_failures_total", MetricType::kCounter,
+           "TLS connections that failed their handshake (an untrusted certificate, not TLS at all)");
+  w.Sample({}, static_cast<double>(s.tls_handshake_failures));
   w.Family("cohort_http_queued_requests", MetricType::kGauge, "Requests waiting for a thread, by pool");
   for (const auto& p : s.pools) w.Sample({{"pool", p.name}}, static_cast<double>(p.queued));
   w.Family("cohort_http_busy_threads", MetricType::kGauge, "Threads running a request now, by pool");

@@ -49,6 +49,9 @@ namespace cohort {
 namespace prom {
 class TextWriter;
 }
+namespace tls {
+class ServerContext;
+}
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
@@ -77,6 +80,9 @@ struct HttpServerOptions {
   int max_connections = 20'000;
   int max_connections_per_client = 1024;
   int keep_alive_max_count = 1000;
+  // Set: every connection is TLS (tls.h), its handshake done by the event loop before the
+  // first request is read; handlers find the connection's SSL in req.ssl.
+  std::shared_ptr<tls::ServerContext> tls;
 };
 
 // Counters for /metrics.
@@ -92,6 +98,7 @@ struct HttpServerStats {
   int64_t rejected_connections = 0;    // over max_connections or max_connections_per_client
   int64_t timed_out_requests = 0;      // 408s: a request that did not arrive in time
   int64_t oversized_requests = 0;      // 413s and 431s
+  int64_t tls_handshake_failures = 0;  // TLS connections closed before their handshake completed
   std::vector<Pool> pools;
 };
 

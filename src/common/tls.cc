@@ -1,0 +1,461 @@
+#include "common/tls.h"
+
+#include <arpa/inet.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+
+namespace cohort::tls {
+
+namespace {
+
+template <typename T, void (*F)(T*)>
+struct Free {
+  void operator()(T* p) const { F(p); }
+};
+using BioPtr = std::unique_ptr<BIO, Free<BIO, BIO_free_all>>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, Free<EVP_PKEY, EVP_PKEY_free>>;
+using CertPtr = std::unique_ptr<X509, Free<X509, X509_free>>;
+using ReqPtr = std::unique_ptr<X509_REQ, Free<X509_REQ, X509_REQ_free>>;
+using StorePtr = std::unique_ptr<X509_STORE, Free<X509_STORE, X509_STORE_free>>;
+using StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, Free<X509_STORE_CTX, X509_STORE_CTX_free>>;
+using NamesPtr = std::unique_ptr<GENERAL_NAMES, Free<GENERAL_NAMES, GENERAL_NAMES_free>>;
+
+// OpenSSL's error queue as text (and cleared), for a message.
+std::string SslErrors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "no detail" : out;
+}
+
+std::unexpected<Error> SslError(ErrorCode code, std::string_view what) {
+  return Errorf(code, "{}: {}", what, SslErrors());
+}
+
+BioPtr MemBio(const std::string& text) {
+  return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
+}
+
+std::string BioText(BIO* bio) {
+  char* data = nullptr;
+  long n = BIO_get_mem_data(bio, &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+Result<KeyPtr> ReadKey(const std::string& pem) {
+  auto bio = MemBio(pem);
+  KeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  if (!key) return SslError(ErrorCode::kInvalidArgument, "not a PEM private key");
+  return key;
+}
+
+Result<CertPtr> ReadCert(const std::string& pem) {
+  auto bio = MemBio(pem);
+  CertPtr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  if (!cert) return SslError(ErrorCode::kInvalidArgument, "not a PEM certificate");
+  return cert;
+}
+
+Result<std::string> CertPem(X509* cert) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  if (!PEM_write_bio_X509(bio.get(), cert)) return SslError(ErrorCode::kInternal, "cannot encode a certificate");
+  return BioText(bio.get());
+}
+
+int64_t AsnTimeMs(const ASN1_TIME* t) {
+  tm parts{};
+  if (!t || ASN1_TIME_to_tm(t, &parts) != 1) return 0;
+  return static_cast<int64_t>(timegm(&parts)) * 1000;
+}
+
+std::string Hex(const unsigned char* p, size_t n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  out.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[p[i] >> 4];
+    out += kDigits[p[i] & 15];
+  }
+  return out;
+}
+
+bool IsIpAddress(const std::string& s) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
+}
+
+Result<void> AddExtension(X509* cert, X509V3_CTX* ctx, int nid, const std::string& value) {
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, ctx, nid, value.c_str());
+  if (!ext) return SslError(ErrorCode::kInvalidArgument, fmt::format("certificate extension '{}'", value));
+  const int ok = X509_add_ext(cert, ext, -1);
+  X509_EXTENSION_free(ext);
+  if (!ok) return SslError(ErrorCode::kInternal, "cannot add a certificate extension");
+  return {};
+}
+
+Result<void> SetName(X509_NAME* name, const std::string& common_name) {
+  if (common_name.empty() || common_name.size() > 64) {
+    return Errorf(ErrorCode::kInvalidArgument, "certificate name '{}' must have 1 to 64 characters", common_name);
+  }
+  if (!X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
+                                  reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0)) {
+    return SslError(ErrorCode::kInvalidArgument, "certificate name");
+  }
+  return {};
+}
+
+// A certificate for `key` with a random serial, valid from `from_ms` to `to_ms`, its
+// issuer `issuer` (nullptr: itself), not yet signed.
+Result<CertPtr> NewCert(EVP_PKEY* key, const std::string& common_name, X509* issuer, int64_t from_ms,
+                        int64_t to_ms) {
+  CertPtr cert(X509_new());
+  if (!cert || !X509_set_version(cert.get(), 2)) return SslError(ErrorCode::kInternal, "X509_new");
+  unsigned char serial[16];
+  if (RAND_bytes(serial, sizeof serial) != 1) return SslError(ErrorCode::kInternal, "RAND_bytes");
+  serial[0] &= 0x7f;  // positive
+  BIGNUM* bn = BN_bin2bn(serial, sizeof serial, nullptr);
+  ASN1_INTEGER* asn_serial = BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(cert.get()));
+  BN_free(bn);
+  if (!asn_serial) return SslError(ErrorCode::kInternal, "certificate serial");
+  if (!ASN1_TIME_set(X509_getm_notBefore(cert.get()), static_cast<time_t>(from_ms / 1000)) ||
+      !ASN1_TIME_set(X509_getm_notAfter(cert.get()), static_cast<time_t>(to_ms / 1000))) {
+    return SslError(ErrorCode::kInternal, "certificate validity");
+  }
+  COHORT_TRY_VOID(SetName(X509_get_subject_name(cert.get()), common_name));
+  if (!X509_set_issuer_name(cert.get(), issuer ? X509_get_subject_name(issuer) : X509_get_subject_name(cert.get())) ||
+      !X509_set_pubkey(cert.get(), key)) {
+    return SslError(ErrorCode::kInternal, "certificate issuer or key");
+  }
+  return cert;
+}
+
+Result<std::string> IssueForPublicKey(const Authority& ca, EVP_PKEY* key, const LeafProfile& profile, int64_t now_ms) {
+  if (profile.lifetime_ms <= 0) return MakeError(ErrorCode::kInvalidArgument, "certificate lifetime must be positive");
+  auto ca_cert = COHORT_TRY(ReadCert(ca.cert_pem));
+  auto ca_key = COHORT_TRY(ReadKey(ca.key_pem));
+  // Never past the authority's own expiry: a chain is only as valid as its root.
+  const int64_t ca_end = AsnTimeMs(X509_get0_notAfter(ca_cert.get()));
+  const int64_t end = std::min(now_ms + profile.lifetime_ms, ca_end);
+  auto cert = COHORT_TRY(NewCert(key, profile.common_name, ca_cert.get(), now_ms - kClockSkewMs, end));
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, ca_cert.get(), cert.get(), nullptr, nullptr, 0);
+  COHORT_TRY_VOID(AddExtension(cert.get(), &ctx, NID_basic_constraints, "critical,CA:FALSE"));
+  COHORT_TRY_VOID(AddExtension(cert.get(), &ctx, NID_key_usage, "critical,digitalSignature,keyAgreement"));
+  std::string eku;
+  if (profile.server) eku += "serverAuth";
+  if (profile.client) eku += std::string(eku.empty() ? "" : ",") + "clientAuth";
+  if (!eku.empty()) COHORT_TRY_VOID(AddExtension(cert.get(), &ctx, NID_ext_key_usage, eku));
+  COHORT_TRY_VOID(AddExtension(cert.get(), &ctx, NID_subject_key_identifier, "hash"));
+  COHORT_TRY_VOID(AddExtension(cert.get(), &ctx, NID_authority_key_identifier, "keyid:always"));
+  std::string san;
+  for (const auto& d : profile.dns_names) {
+    if (d.empty() || d.find_first_of(",: \t\r\n") != std::string::npos) {
+      return Errorf(ErrorCode::kInvalidArgument, "'{}' is not a DNS name for a certificate", d);
+    }
+    san += (san.empty() ? "DNS:" : ",DNS:") + d;
+  }
+  for (const auto& ip : profile.ip_addresses) {
+    if (!IsIpAddress(ip)) return Errorf(ErrorCode::kInvalidArgument, "'{}' is not an IP address", ip);
+    san += (san.empty() ? "IP:" : ",IP:") + ip;
+  }
+  if (!san.empty()) COHORT_TRY_VOID(AddExtension(cert.get(), &ctx, NID_subject_alt_name, san));
+  if (!X509_sign(cert.get(), ca_key.get(), EVP_sha256())) return SslError(ErrorCode::kInternal, "cannot sign");
+  return CertPem(cert.get());
+}
+
+std::vector<std::string> SubjectAltNames(X509* cert, int type) {
+  std::vector<std::string> out;
+  NamesPtr names(static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
+  if (!names) return out;
+  for (int i = 0; i < sk_GENERAL_NAME_num(names.get()); ++i) {
+    const GENERAL_NAME* n = sk_GENERAL_NAME_value(names.get(), i);
+    if (n->type != type) continue;
+    if (type == GEN_DNS) {
+      const ASN1_STRING* s = n->d.dNSName;
+      out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)), ASN1_STRING_length(s));
+    } else if (type == GEN_IPADD) {
+      const ASN1_OCTET_STRING* s = n->d.iPAddress;
+      char text[INET6_ADDRSTRLEN] = {};
+      const int len = ASN1_STRING_length(s);
+      if (len == 4 || len == 16) {
+        inet_ntop(len == 4 ? AF_INET : AF_INET6, ASN1_STRING_get0_data(s), text, sizeof text);
+        out.emplace_back(text);
+      }
+    }
+  }
+  return out;
+}
+
+std::string CommonName(X509* cert) {
+  char buf[256] = {};
+  int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, buf, sizeof buf);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+CertInfo InfoOf(X509* cert) {
+  CertInfo info;
+  info.common_name = CommonName(cert);
+  info.dns_names = SubjectAltNames(cert, GEN_DNS);
+  info.ip_addresses = SubjectAltNames(cert, GEN_IPADD);
+  info.not_before_ms = AsnTimeMs(X509_get0_notBefore(cert));
+  info.not_after_ms = AsnTimeMs(X509_get0_notAfter(cert));
+  if (BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr)) {
+    char* hex = BN_bn2hex(bn);
+    info.serial_hex = hex ? hex : "";
+    OPENSSL_free(hex);
+    BN_free(bn);
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (X509_digest(cert, EVP_sha256(), md, &len)) info.sha256 = Hex(md, len);
+  return info;
+}
+
+Result<StorePtr> StoreOf(const std::string& ca_pem) {
+  auto ca = COHORT_TRY(ReadCert(ca_pem));
+  StorePtr store(X509_STORE_new());
+  if (!store || !X509_STORE_add_cert(store.get(), ca.get())) return SslError(ErrorCode::kInternal, "trust store");
+  return store;
+}
+
+}  // namespace
+
+Result<std::string> NewPrivateKeyPem() {
+  KeyPtr key(EVP_EC_gen("P-256"));
+  if (!key) return SslError(ErrorCode::kInternal, "cannot make a key");
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  if (!PEM_write_bio_PrivateKey(bio.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr)) {
+    return SslError(ErrorCode::kInternal, "cannot encode a key");
+  }
+  return BioText(bio.get());
+}
+
+Result<std::string> MakeCsrPem(const std::string& key_pem, const std::string& common_name) {
+  auto key = COHORT_TRY(ReadKey(key_pem));
+  ReqPtr req(X509_REQ_new());
+  if (!req || !X509_REQ_set_version(req.get(), 0)) return SslError(ErrorCode::kInternal, "X509_REQ_new");
+  COHORT_TRY_VOID(SetName(X509_REQ_get_subject_name(req.get()), common_name));
+  if (!X509_REQ_set_pubkey(req.get(), key.get()) || !X509_REQ_sign(req.get(), key.get(), EVP_sha256())) {
+    return SslError(ErrorCode::kInternal, "cannot sign a certificate request");
+  }
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  if (!PEM_write_bio_X509_REQ(bio.get(), req.get())) return SslError(ErrorCode::kInternal, "cannot encode a request");
+  return BioText(bio.get());
+}
+
+Result<Authority> NewAuthority(const std::string& name, int64_t lifetime_ms, int64_t now_ms) {
+  Authority ca;
+  ca.key_pem = COHORT_TRY(NewPrivateKeyPem());
+  auto key = COHORT_TRY(ReadKey(ca.key_pem));
+  auto cert = COHORT_TRY(NewCert(key.get(), name, nullptr, now_ms - kClockSkewMs, now_ms + lifetime_ms));
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, cert.get(), cert.get(), nullptr, nullptr, 0);
+  COHORT_TRY_VOID(AddExtension(cert.get(), &ctx, NID_basic_constraints, "critical,CA:TRUE,pathlen:0"));
+  COHORT_TRY_VOID(AddExtension(cert.get(), &ctx, NID_key_usage, "critical,keyCertSign,cRLSign"));
+  COHORT_TRY_VOID(AddExtension(cert.get(), &ctx, NID_subject_key_identifier, "hash"));
+  if (!X509_sign(cert.get(), key.get(), EVP_sha256())) return SslError(ErrorCode::kInternal, "cannot sign");
+  ca.cert_pem = COHORT_TRY(CertPem(cert.get()));
+  return ca;
+}
+
+Result<void> CheckAuthority(const Authority& ca, std::string_view what) {
+  auto cert = ReadCert(ca.cert_pem);
+  if (!cert) return Errorf(ErrorCode::kInvalidArgument, "{}: certificate: {}", what, cert.error().message);
+  auto key = ReadKey(ca.key_pem);
+  if (!key) return Errorf(ErrorCode::kInvalidArgument, "{}: key: {}", what, key.error().message);
+  if (X509_check_ca(cert->get()) == 0) {
+    return Errorf(ErrorCode::kInvalidArgument, "{}: the certificate is not a certificate authority's", what);
+  }
+  if (X509_check_private_key(cert->get(), key->get()) != 1) {
+    ERR_clear_error();
+    return Errorf(ErrorCode::kInvalidArgument, "{}: the key is not the certificate's", what);
+  }
+  return {};
+}
+
+Result<std::string> IssueFromCsr(const Authority& ca, const std::string& csr_pem, const LeafProfile& profile,
+                                 int64_t now_ms) {
+  auto bio = MemBio(csr_pem);
+  ReqPtr req(PEM_read_bio_X509_REQ(bio.get(), nullptr, nullptr, nullptr));
+  if (!req) {
+    ERR_clear_error();
+    return MakeError(ErrorCode::kInvalidArgument, "csr: not a PEM certificate request", "csr");
+  }
+  EVP_PKEY* key = X509_REQ_get0_pubkey(req.get());
+  if (!key || X509_REQ_verify(req.get(), key) != 1) {
+    ERR_clear_error();
+    return MakeError(ErrorCode::kInvalidArgument, "csr: the request's signature does not verify", "csr");
+  }
+  return IssueForPublicKey(ca, key, profile, now_ms);
+}
+
+Result<std::string> IssueForKey(const Authority& ca, const std::string& key_pem, const LeafProfile& profile,
+                                int64_t now_ms) {
+  auto key = COHORT_TRY(ReadKey(key_pem));
+  return IssueForPublicKey(ca, key.get(), profile, now_ms);
+}
+
+Result<CertInfo> Inspect(const std::string& cert_pem) {
+  auto cert = COHORT_TRY(ReadCert(cert_pem));
+  return InfoOf(cert.get());
+}
+
+Result<void> VerifyIssuedBy(const std::string& ca_pem, const std::string& cert_pem, int64_t now_ms) {
+  auto store = COHORT_TRY(StoreOf(ca_pem));
+  auto cert = COHORT_TRY(ReadCert(cert_pem));
+  StoreCtxPtr ctx(X509_STORE_CTX_new());
+  if (!ctx || !X509_STORE_CTX_init(ctx.get(), store.get(), cert.get(), nullptr)) {
+    return SslError(ErrorCode::kInternal, "X509_STORE_CTX_init");
+  }
+  X509_STORE_CTX_set_time(ctx.get(), 0, static_cast<time_t>(now_ms / 1000));
+  if (X509_verify_cert(ctx.get()) == 1) return {};
+  const int err = X509_STORE_CTX_get_error(ctx.get());
+  ERR_clear_error();
+  return Errorf(ErrorCode::kUnauthenticated, "certificate does not verify: {}", X509_verify_cert_error_string(err));
+}
+
+Result<std::shared_ptr<const Identity>> Identity::Parse(const std::string& cert_pem, const std::string& key_pem) {
+  auto cert = COHORT_TRY(ReadCert(cert_pem));
+  auto key = COHORT_TRY(ReadKey(key_pem));
+  if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    ERR_clear_error();
+    return MakeError(ErrorCode::kInvalidArgument, "the private key is not the certificate's");
+  }
+  std::shared_ptr<Identity> id(new Identity());
+  id->info_ = InfoOf(cert.get());
+  id->cert_ = cert.release();
+  id->key_ = key.release();
+  id->cert_pem_ = cert_pem;
+  return std::shared_ptr<const Identity>(std::move(id));
+}
+
+Identity::~Identity() {
+  X509_free(cert_);
+  EVP_PKEY_free(key_);
+}
+
+void IdentitySlot::Set(std::shared_ptr<const Identity> id) {
+  MutexLock lock(mu_);
+  current_ = std::move(id);
+}
+
+std::shared_ptr<const Identity> IdentitySlot::Get() const {
+  MutexLock lock(mu_);
+  return current_;
+}
+
+Result<std::string> ReadCaFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Errorf(ErrorCode::kInvalidArgument, "cannot read CA certificate {}", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (auto c = ReadCert(ss.str()); !c) {
+    return Errorf(ErrorCode::kInvalidArgument, "{} is not a PEM certificate", path);
+  }
+  return ss.str();
+}
+
+Result<std::optional<ClientOptions>> ClientOptionsFromEnv() {
+  if (const char* pem = std::getenv("COHORT_CA"); pem && *pem) {
+    if (auto c = ReadCert(pem); !c) return MakeError(ErrorCode::kInvalidArgument, "$COHORT_CA is not a PEM certificate");
+    return std::optional<ClientOptions>(ClientOptions{pem, nullptr});
+  }
+  if (const char* path = std::getenv("COHORT_CA_FILE"); path && *path) {
+    auto pem = ReadCaFile(path);
+    if (!pem) return Errorf(ErrorCode::kInvalidArgument, "$COHORT_CA_FILE: {}", pem.error().message);
+    return std::optional<ClientOptions>(ClientOptions{*pem, nullptr});
+  }
+  return std::optional<ClientOptions>();
+}
+
+Result<void> ConfigureClientContext(SSL_CTX* ctx, const ClientOptions& options, const std::string& host) {
+  auto store = COHORT_TRY(StoreOf(options.ca_pem));
+  SSL_CTX_set_cert_store(ctx, store.release());  // the context owns it now
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  X509_VERIFY_PARAM* param = SSL_CTX_get0_param(ctx);
+  const int ok = IsIpAddress(host) ? X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str())
+                                   : X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size());
+  if (ok != 1) return SslError(ErrorCode::kInvalidArgument, fmt::format("host '{}'", host));
+  if (options.identity) {
+    if (auto id = options.identity->Get()) {
+      if (SSL_CTX_use_certificate(ctx, id->cert()) != 1 || SSL_CTX_use_PrivateKey(ctx, id->key()) != 1) {
+        return SslError(ErrorCode::kInternal, "client certificate");
+      }
+    }
+  }
+  return {};
+}
+
+Result<std::shared_ptr<ServerContext>> ServerContext::Create(const std::string& client_ca_pem) {
+  std::shared_ptr<ServerContext> s(new ServerContext());
+  s->ctx_ = SSL_CTX_new(TLS_server_method());
+  if (!s->ctx_) return SslError(ErrorCode::kInternal, "SSL_CTX_new");
+  SSL_CTX_set_min_proto_version(s->ctx_, TLS1_2_VERSION);
+  SSL_CTX_set_mode(s->ctx_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
+  SSL_CTX_set_cert_cb(s->ctx_, &ServerContext::CertCallback, s.get());
+  static const unsigned char kSessionContext[] = "cohort";
+  SSL_CTX_set_session_id_context(s->ctx_, kSessionContext, sizeof kSessionContext - 1);
+  if (!client_ca_pem.empty()) {
+    auto store = COHORT_TRY(StoreOf(client_ca_pem));
+    SSL_CTX_set_cert_store(s->ctx_, store.release());
+    // A client certificate is asked for, not required (users' CLIs and browsers have
+    // none); one that is presented must verify, or the handshake fails.
+    SSL_CTX_set_verify(s->ctx_, SSL_VERIFY_PEER, nullptr);
+    auto ca = COHORT_TRY(ReadCert(client_ca_pem));
+    STACK_OF(X509_NAME)* names = sk_X509_NAME_new_null();
+    sk_X509_NAME_push(names, X509_NAME_dup(X509_get_subject_name(ca.get())));
+    SSL_CTX_set_client_CA_list(s->ctx_, names);
+  }
+  return s;
+}
+
+ServerContext::~ServerContext() { SSL_CTX_free(ctx_); }
+
+int ServerContext::CertCallback(SSL* ssl, void* arg) {
+  auto id = static_cast<ServerContext*>(arg)->identity_.Get();
+  if (!id) return 0;  // no certificate yet: the handshake fails
+  return SSL_use_certificate(ssl, id->cert()) == 1 && SSL_use_PrivateKey(ssl, id->key()) == 1 ? 1 : 0;
+}
+
+SSL* ServerContext::NewConnection(int fd) const {
+  SSL* ssl = SSL_new(ctx_);
+  if (!ssl) return nullptr;
+  if (SSL_set_fd(ssl, fd) != 1) {
+    SSL_free(ssl);
+    return nullptr;
+  }
+  SSL_set_accept_state(ssl);
+  return ssl;
+}
+
+std::optional<std::string> PeerName(const SSL* ssl) {
+  if (!ssl) return std::nullopt;
+  X509* peer = SSL_get0_peer_certificate(ssl);
+  if (!peer || SSL_get_verify_result(ssl) != X509_V_OK) return std::nullopt;
+  return CommonName(peer);
+}
+
+std::string Fingerprint(const CertInfo& info) { return "sha256:" + info.sha256; }
+
+}  // namespace cohort::tls

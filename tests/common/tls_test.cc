@@ -1,0 +1,258 @@
+// TLS (common/tls.h): the authority, the certificates it issues and their checks, and
+// HttpServer and HttpClient over TLS on loopback: server and client certificates, a
+// client that trusts another authority, a certificate for another host, renewal, and
+// clients that speak plain HTTP or stall in the handshake.
+#include "common/tls.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "common/clock.h"
+#include "common/http.h"
+#include "common/http_server.h"
+
+namespace cohort::tls {
+namespace {
+
+constexpr int64_t kDay = 24LL * 3600 * 1000;
+
+Authority MakeCa(const std::string& name = "test-ca") {
+  auto ca = NewAuthority(name, 30 * kDay, NowUnixMs());
+  EXPECT_TRUE(ca.has_value()) << (ca ? "" : ca.error().message);
+  return ca.value_or(Authority{});
+}
+
+struct Leaf {
+  std::string cert_pem;
+  std::string key_pem;
+  std::shared_ptr<const Identity> identity() const { return Identity::Parse(cert_pem, key_pem).value(); }
+};
+
+Leaf MakeLeaf(const Authority& ca, const std::string& name, std::vector<std::string> ips = {"127.0.0.1"},
+              std::vector<std::string> dns = {}, int64_t lifetime = kDay) {
+  Leaf l;
+  l.key_pem = NewPrivateKeyPem().value();
+  LeafProfile p;
+  p.common_name = name;
+  p.ip_addresses = std::move(ips);
+  p.dns_names = std::move(dns);
+  p.lifetime_ms = lifetime;
+  auto cert = IssueForKey(ca, l.key_pem, p, NowUnixMs());
+  EXPECT_TRUE(cert.has_value()) << (cert ? "" : cert.error().message);
+  l.cert_pem = cert.value_or("");
+  return l;
+}
+
+TEST(Tls, AuthorityIssuesCertificatesThatSayWhatWasAsked) {
+  Authority ca = MakeCa();
+  ASSERT_TRUE(CheckAuthority(ca, "ca").has_value());
+  Leaf leaf = MakeLeaf(ca, "node-7", {"127.0.0.1", "::1"}, {"localhost", "gpu-7.example"});
+  auto info = Inspect(leaf.cert_pem);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->common_name, "node-7");
+  EXPECT_EQ(info->ip_addresses, (std::vector<std::string>{"127.0.0.1", "::1"}));
+  EXPECT_EQ(info->dns_names, (std::vector<std::string>{"localhost", "gpu-7.example"}));
+  const int64_t now = NowUnixMs();
+  EXPECT_LE(info->not_before_ms, now - kClockSkewMs + 1000);
+  EXPECT_NEAR(static_cast<double>(info->not_after_ms), static_cast<double>(now + kDay), 2000.0);
+  EXPECT_EQ(info->sha256.size(), 64u);
+  EXPECT_TRUE(VerifyIssuedBy(ca.cert_pem, leaf.cert_pem, now).has_value());
+
+  // Another authority's certificate, and this one past its expiry, do not verify.
+  Authority other = MakeCa("other-ca");
+  auto wrong = VerifyIssuedBy(other.cert_pem, leaf.cert_pem, now);
+  ASSERT_FALSE(wrong.has_value());
+  EXPECT_EQ(wrong.error().code, ErrorCode::kUnauthenticated);
+  auto late = VerifyIssuedBy(ca.cert_pem, leaf.cert_pem, now + 2 * kDay);
+  ASSERT_FALSE(late.has_value());
+  EXPECT_NE(late.error().message.find("expired"), std::string::npos) << late.error().message;
+}
+
+TEST(Tls, CertificateRequestsAreCheckedBeforeSigning) {
+  Authority ca = MakeCa();
+  std::string key = NewPrivateKeyPem().value();
+  std::string csr = MakeCsrPem(key, "whatever-the-agent-says").value();
+  LeafProfile p{"gpu-3", {}, {"10.0.0.3"}, true, true, kDay};
+  auto cert = IssueFromCsr(ca, csr, p, NowUnixMs());
+  ASSERT_TRUE(cert.has_value()) << cert.error().message;
+  // The head names the certificate, not the request; the key is the requester's.
+  EXPECT_EQ(Inspect(*cert)->common_name, "gpu-3");
+  EXPECT_TRUE(Identity::Parse(*cert, key).has_value());
+
+  auto garbage = IssueFromCsr(ca, "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n", p,
+                              NowUnixMs());
+  ASSERT_FALSE(garbage.has_value());
+  EXPECT_EQ(garbage.error().field, "csr");
+  // A request whose signature was tampered with: flip a character in its body.
+  std::string tampered = csr;
+  size_t mid = tampered.find('\n') + 40;
+  tampered[mid] = tampered[mid] == 'A' ? 'B' : 'A';
+  auto bad = IssueFromCsr(ca, tampered, p, NowUnixMs());
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().field, "csr");
+}
+
+TEST(Tls, AuthorityChecksCatchMismatchedFiles) {
+  Authority a = MakeCa("a"), b = MakeCa("b");
+  auto mixed = CheckAuthority(Authority{a.cert_pem, b.key_pem}, "--tls-ca");
+  ASSERT_FALSE(mixed.has_value());
+  EXPECT_NE(mixed.error().message.find("not the certificate's"), std::string::npos) << mixed.error().message;
+  Leaf leaf = MakeLeaf(a, "leaf");
+  auto not_ca = CheckAuthority(Authority{leaf.cert_pem, leaf.key_pem}, "--tls-ca");
+  ASSERT_FALSE(not_ca.has_value());
+  EXPECT_NE(not_ca.error().message.find("not a certificate authority"), std::string::npos);
+  EXPECT_FALSE(Identity::Parse(leaf.cert_pem, b.key_pem).has_value());
+}
+
+// A TLS server on a free loopback port; GET /who answers the client certificate's name.
+class TlsServer {
+ public:
+  TlsServer(const Authority& ca, const Leaf& leaf, Millis idle = Millis(5000)) {
+    ctx_ = ServerContext::Create(ca.cert_pem).value();
+    ctx_->SetIdentity(leaf.identity());
+    HttpServerOptions o;
+    o.tls = ctx_;
+    o.idle_timeout = idle;
+    o.request_timeout = idle;
+    server_ = std::make_unique<HttpServer>(o);
+    server_->Get("/who", [](const httplib::Request& req, httplib::Response& res) {
+      SendJson(res, json{{"peer", PeerName(req.ssl).value_or("")}});
+    });
+    PostWithBodyCap(*server_, "/echo", [](const httplib::Request& req, httplib::Response& res) {
+      res.set_content(req.body, "application/octet-stream");
+    });
+    port_ = server_->Bind().value();
+    thread_ = std::thread([this] { server_->Serve(); });
+  }
+  ~TlsServer() {
+    server_->Stop();
+    thread_.join();
+  }
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  ServerContext& ctx() { return *ctx_; }
+  HttpServer& server() { return *server_; }
+
+ private:
+  std::shared_ptr<ServerContext> ctx_;
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+HttpClient Client(const std::string& url, const Authority& trust, std::shared_ptr<IdentitySlot> id = nullptr) {
+  HttpClient c(url, Millis(5000));
+  c.set_tls(ClientOptions{trust.cert_pem, std::move(id)});
+  return c;
+}
+
+TEST(Tls, ServerAndClientCertificatesOverHttpServer) {
+  Authority ca = MakeCa();
+  TlsServer server(ca, MakeLeaf(ca, kHeadName));
+
+  // A client without a certificate (a user's CLI) is served; it is nobody in particular.
+  auto anon = Client(server.url(), ca).Get("/who");
+  ASSERT_TRUE(anon.has_value()) << anon.error().message;
+  EXPECT_EQ((*anon)["peer"], "");
+
+  // A client with a certificate from the authority is named by it, on every request of a
+  // kept-alive connection.
+  auto slot = std::make_shared<IdentitySlot>();
+  slot->Set(MakeLeaf(ca, "node-1").identity());
+  HttpClient node = Client(server.url(), ca, slot);
+  for (int i = 0; i < 5; ++i) {
+    auto who = node.Get("/who");
+    ASSERT_TRUE(who.has_value()) << who.error().message;
+    EXPECT_EQ((*who)["peer"], "node-1");
+  }
+  // A renewed certificate is presented on the next new connection.
+  slot->Set(MakeLeaf(ca, "node-1-renewed").identity());
+  auto renewed = Client(server.url(), ca, slot).Get("/who");
+  ASSERT_TRUE(renewed.has_value());
+  EXPECT_EQ((*renewed)["peer"], "node-1-renewed");
+
+  // A body far larger than one TLS record goes both ways intact.
+  std::string big(3 << 20, 'x');
+  for (size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>('a' + i % 26);
+  httplib::SSLClient raw("127.0.0.1", server.port());
+  raw.enable_server_certificate_verification(false);
+  auto echoed = raw.Post("/echo", big, "application/octet-stream");
+  ASSERT_TRUE(echoed);
+  EXPECT_EQ(echoed->status, 200);
+  EXPECT_TRUE(echoed->body == big);
+}
+
+TEST(Tls, UntrustedPartiesAreRefusedInTheHandshake) {
+  Authority ca = MakeCa(), other = MakeCa("other-ca");
+  TlsServer server(ca, MakeLeaf(ca, kHeadName));
+
+  // A client that trusts another authority refuses the server.
+  auto distrust = Client(server.url(), other).Get("/who");
+  ASSERT_FALSE(distrust.has_value());
+  EXPECT_NE(distrust.error().message.find("TLS handshake failed"), std::string::npos) << distrust.error().message;
+
+  // A client certificate from another authority is refused by the server.
+  auto slot = std::make_shared<IdentitySlot>();
+  slot->Set(MakeLeaf(other, "node-1").identity());
+  auto forged = Client(server.url(), ca, slot).Get("/who");
+  ASSERT_FALSE(forged.has_value());
+  EXPECT_GE(server.server().Stats().tls_handshake_failures, 1);
+
+  // Plain HTTP to the TLS port gets no answer, and the server goes on serving.
+  auto plain = HttpClient("http://127.0.0.1:" + std::to_string(server.port()), Millis(3000)).Get("/who");
+  EXPECT_FALSE(plain.has_value());
+  EXPECT_TRUE(Client(server.url(), ca).Get("/who").has_value());
+}
+
+TEST(Tls, ClientChecksTheServerCertificateNamesTheHost) {
+  Authority ca = MakeCa();
+  // Names only "localhost", and the client dials 127.0.0.1.
+  TlsServer server(ca, MakeLeaf(ca, kHeadName, {}, {"localhost"}));
+  auto wrong_host = Client(server.url(), ca).Get("/who");
+  ASSERT_FALSE(wrong_host.has_value());
+  EXPECT_NE(wrong_host.error().message.find("does not name 127.0.0.1"), std::string::npos);
+  auto by_name = Client("https://localhost:" + std::to_string(server.port()), ca).Get("/who");
+  EXPECT_TRUE(by_name.has_value()) << by_name.error().message;
+}
+
+TEST(Tls, AStalledHandshakeHoldsNothingElseUp) {
+  Authority ca = MakeCa();
+  TlsServer server(ca, MakeLeaf(ca, kHeadName), Millis(60'000));
+  // A client that opens a connection and sends three bytes of a ClientHello, then stops.
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(server.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(send(fd, "\x16\x03\x01", 3, 0), 3);
+  // Others are served meanwhile: the handshake does not block the event loop.
+  for (int i = 0; i < 3; ++i) {
+    auto r = Client(server.url(), ca).Get("/who");
+    EXPECT_TRUE(r.has_value()) << r.error().message;
+  }
+  close(fd);
+}
+
+TEST(Tls, CaFromTheEnvironment) {
+  Authority ca = MakeCa();
+  TlsServer server(ca, MakeLeaf(ca, kHeadName));
+  ASSERT_EQ(setenv("COHORT_CA", ca.cert_pem.c_str(), 1), 0);
+  auto r = HttpClient(server.url(), Millis(5000)).Get("/who");
+  EXPECT_TRUE(r.has_value()) << r.error().message;
+  ASSERT_EQ(setenv("COHORT_CA", "not a certificate", 1), 0);
+  auto bad = HttpClient(server.url(), Millis(5000)).Get("/who");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("$COHORT_CA"), std::string::npos);
+  unsetenv("COHORT_CA");
+}
+
+}  // namespace
+}  // namespace cohort::tls
