@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -55,10 +56,24 @@ class BenchCluster {
     o.argv = {COHORT_BINARY, "head", "--port", "0", "--state-dir", dir_ + "/head", "--port-file", port_file,
               "--log-level", "warn", "--client-config", ""};
     o.argv.insert(o.argv.end(), extra.begin(), extra.end());
-    // COHORT_BENCH_INSECURE=1: the same run without tokens, for the cost of security.
-    if (const char* e = std::getenv("COHORT_BENCH_INSECURE"); e && std::string(e) == "1") {
-      o.argv.push_back("--insecure");
+    // The cost of security: COHORT_BENCH_SECURITY=tls (the default: tokens, HTTPS, agents
+    // with certificates), tokens (--no-tls) or insecure (--insecure; also
+    // COHORT_BENCH_INSECURE=1). A benchmark whose simulated agents speak plain HTTP passes
+    // --no-tls itself.
+    std::string security = "tls";
+    if (const char* e = std::getenv("COHORT_BENCH_SECURITY"); e && *e) security = e;
+    if (const char* e = std::getenv("COHORT_BENCH_INSECURE"); e && std::string(e) == "1") security = "insecure";
+    if (security != "tls" && security != "tokens" && security != "insecure") {
+      Die("COHORT_BENCH_SECURITY must be tls, tokens or insecure, got " + security);
     }
+    const bool no_tls = std::find(extra.begin(), extra.end(), "--no-tls") != extra.end();
+    if (security == "insecure") o.argv.push_back("--insecure");
+    if (security == "tokens" && !no_tls) o.argv.push_back("--no-tls");
+    const bool https = security == "tls" && !no_tls;
+    std::fprintf(stderr, "bench: head security: %s\n",
+                 security == "insecure" ? "--insecure (no tokens, HTTP)"
+                 : https               ? "tokens, HTTPS, agents with certificates (mTLS)"
+                                       : "tokens over plain HTTP (--no-tls)");
     o.stdout_path = dir_ + "/head.log";
     o.parent_death_signal = SIGKILL;
     auto p = Subprocess::Spawn(o);
@@ -72,7 +87,9 @@ class BenchCluster {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (port == 0) Die("head did not start; see " + dir_ + "/head.log");
-    url_ = "http://127.0.0.1:" + std::to_string(port);
+    url_ = (https ? "https" : "http") + std::string("://127.0.0.1:") + std::to_string(port);
+    // This process's clients (and the agents it starts) trust the head's authority.
+    if (https) setenv("COHORT_CA_FILE", (dir_ + "/head/tls/ca.crt").c_str(), 1);
     // The first start's tokens (head/auth.h); none with --insecure.
     std::ifstream(dir_ + "/head/admin.token") >> admin_token_;
     std::ifstream(dir_ + "/head/join.token") >> join_token_;

@@ -55,7 +55,9 @@ int main(int argc, char** argv) {
 
   bench::BenchCluster c;
   // Generous timeouts: the load generator shares the machine with the head.
-  std::vector<std::string> flags = {"--failure-timeout", "10s", "--fence-timeout", "6s"};
+  // The simulated agents speak plain HTTP (they present no node certificates): tokens
+  // over HTTP, or --insecure with COHORT_BENCH_SECURITY=insecure.
+  std::vector<std::string> flags = {"--failure-timeout", "10s", "--fence-timeout", "6s", "--no-tls"};
   for (int i = 4; i < argc; ++i) flags.emplace_back(argv[i]);
   c.StartHead(flags);
   HttpClient client = c.Client(Millis(30000));

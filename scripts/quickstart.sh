@@ -24,15 +24,17 @@ stop_cluster() {
 trap stop_cluster EXIT
 
 # The head's first start writes an admin token to its state directory (and to
-# ~/.config/cohort/config when that names no other head); this cluster's is used here.
+# ~/.config/cohort/config when that names no other head), and serves HTTPS with a
+# certificate from the authority it made there; this cluster's are used here.
+export COHORT_CA_FILE="$state/head/tls/ca.crt"
 for _ in $(seq 1 300); do
   [ -s "$state/head.port" ] && [ -s "$state/head/admin.token" ] &&
-    COHORT_TOKEN=$(cat "$state/head/admin.token") "$cohort" --head "http://127.0.0.1:$(cat "$state/head.port")" \
+    COHORT_TOKEN=$(cat "$state/head/admin.token") "$cohort" --head "https://127.0.0.1:$(cat "$state/head.port")" \
       nodes --json 2>/dev/null | grep -c '"state": *"UP"' | grep -qx 2 && break
   kill -0 "$up_pid" 2>/dev/null || { echo "cohort up exited"; exit 1; }
   sleep 0.1
 done
-export COHORT_HEAD="http://127.0.0.1:$(cat "$state/head.port")"
+export COHORT_HEAD="https://127.0.0.1:$(cat "$state/head.port")"
 COHORT_TOKEN=$(cat "$state/head/admin.token")
 export COHORT_TOKEN
 

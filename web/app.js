@@ -127,7 +127,9 @@
     ev.preventDefault();
     const t = $('login-token').value.trim();
     if (!t) return;
-    document.cookie = `${TOKEN_COOKIE}=${encodeURIComponent(t)}; path=/; max-age=${30 * 24 * 3600}; SameSite=Strict`;
+    // Secure over HTTPS (the default): never sent over a plain connection.
+    const secure = location.protocol === 'https:' ? '; Secure' : '';
+    document.cookie = `${TOKEN_COOKIE}=${encodeURIComponent(t)}; path=/; max-age=${30 * 24 * 3600}; SameSite=Strict${secure}`;
     $('login').hidden = true;
     $('login-token').value = '';
     poll();

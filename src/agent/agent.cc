@@ -75,6 +75,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   a->DiscoverGpus();
   a->head_ = std::make_unique<HttpClient>(a->config_.head_url, Millis(2000));
   a->BuildServer();
+  COHORT_TRY_VOID(a->SetUpTls());
   COHORT_TRY_VOID(a->Listen());
   a->BuildRegistration();
   a->StartHealthChecker();
@@ -155,14 +156,81 @@ void Agent::Wake() {
   cv_.NotifyAll();
 }
 
+Result<void> Agent::SetUpTls() {
+  auto head = COHORT_TRY(ParseHttpUrl(config_.head_url));
+  if (!head.tls) return {};
+  std::string ca;
+  if (!config_.head_ca_file.empty()) {
+    ca = COHORT_TRY(tls::ReadCaFile(config_.head_ca_file));
+  } else if (auto env = COHORT_TRY(tls::ClientOptionsFromEnv())) {
+    ca = env->ca_pem;
+  } else {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "the head {} uses TLS: give its certificate authority with --head-ca FILE (the head's "
+                  "state_dir/tls/ca.crt) or $COHORT_CA_FILE", config_.head_url);
+  }
+  tls_ = tls::ClientOptions{ca, std::make_shared<tls::IdentitySlot>()};
+  // Until it registers the node has no certificate: the server completes no handshake
+  // (the head calls it only after), and then presents the node's.
+  server_tls_ = COHORT_TRY(tls::ServerContext::Create(ca));
+  server_->set_tls(server_tls_);
+  head_->set_tls(*tls_);
+  return {};
+}
+
+Result<void> Agent::TakeCertificate(const json& reply, const std::string& key_pem) {
+  auto it = reply.find("certificate");
+  if (it == reply.end() || !it->is_string() || it->get<std::string>().size() > (64 << 10)) {
+    return MakeError(ErrorCode::kInternal, "the head's reply has no certificate for this node");
+  }
+  if (auto ok = tls::VerifyIssuedBy(tls_->ca_pem, it->get<std::string>(), NowUnixMs()); !ok) {
+    return Errorf(ErrorCode::kInternal, "the head sent a certificate that {}", ok.error().message);
+  }
+  auto id = COHORT_TRY(tls::Identity::Parse(it->get<std::string>(), key_pem));
+  if (id->info().common_name != config_.name) {
+    return Errorf(ErrorCode::kInternal, "the head sent a certificate for node '{}', not {}", id->info().common_name,
+                  config_.name);
+  }
+  tls_->identity->Set(id);
+  server_tls_->SetIdentity(id);
+  // Renewed with a third of its life left (from now: the clocks may differ).
+  const int64_t now = NowUnixMs();
+  cert_renew_at_ms_ = now + (id->info().not_after_ms - now) * 2 / 3;
+  LOG_INFO("node certificate {} until {} (renewed from {})", tls::Fingerprint(id->info()),
+           FormatTimestamp(id->info().not_after_ms), FormatTimestamp(cert_renew_at_ms_));
+  return {};
+}
+
+void Agent::RenewCertificateIfDue() {
+  if (!tls_ || cert_renew_at_ms_ == 0 || NowUnixMs() < cert_renew_at_ms_) return;
+  if (SteadyClock::now() - last_renew_try_ < std::chrono::seconds(5)) return;
+  last_renew_try_ = SteadyClock::now();
+  auto renewed = [&]() -> Result<void> {
+    std::string key = COHORT_TRY(tls::NewPrivateKeyPem());
+    std::string csr = COHORT_TRY(tls::MakeCsrPem(key, config_.name));
+    auto reply = COHORT_TRY(head_->Post(api::routes::AgentCertificate(config_.name), json{{"csr", csr}}));
+    return TakeCertificate(reply, key);
+  }();
+  // The old one is still good for a third of its life: try again after a while.
+  if (!renewed) LOG_WARN("cannot renew the node's certificate: {}", renewed.error().message);
+}
+
 Result<void> Agent::RegisterOnce() {
   // Registration presents the join token; everything after it, the node's credential.
   HttpClient join(config_.head_url, Millis(2000));
   join.set_bearer_token(config_.join_token);
+  std::string key_pem;
+  if (tls_) {
+    // A fresh key at every registration: the head issues the node a certificate for it.
+    join.set_tls(tls::ClientOptions{tls_->ca_pem, nullptr});
+    key_pem = COHORT_TRY(tls::NewPrivateKeyPem());
+    registration_.csr = COHORT_TRY(tls::MakeCsrPem(key_pem, config_.name));
+  }
   auto reply = COHORT_TRY(join.Post(api::routes::kAgentRegister, api::ToJson(registration_)));
   if (!reply.is_object() || !reply.contains("timing")) {
     return MakeError(ErrorCode::kInternal, "registration reply has no timing");
   }
+  if (tls_) COHORT_TRY_VOID(TakeCertificate(reply, key_pem));
   timing_ = COHORT_TRY(api::AgentTimingFromJson(reply["timing"]));
   std::string credential;
   if (auto it = reply.find("node_credential"); it != reply.end()) {
@@ -177,6 +245,7 @@ Result<void> Agent::RegisterOnce() {
   }
   head_ = std::make_unique<HttpClient>(config_.head_url, Millis(std::max<int64_t>(timing_.heartbeat_interval_ms, 500)));
   head_->set_bearer_token(credential);
+  if (tls_) head_->set_tls(*tls_);
   if (!executor_) {
     StartLeaseKeeper();
     Executor::Options opts;
@@ -376,6 +445,7 @@ void Agent::Loop() {
     }
     if (ok) {
       fenced_ = false;
+      RenewCertificateIfDue();
     } else {
       OnFailure(r.error());
     }

@@ -48,6 +48,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -64,6 +65,7 @@
 #include "common/http.h"
 #include "common/http_server.h"
 #include "common/mutex.h"
+#include "common/tls.h"
 
 namespace httplib {
 class Server;
@@ -95,6 +97,10 @@ struct AgentConfig {
   // reply holds the node's credential, which heartbeats present and which the head shows
   // when it calls this agent. Empty: an --insecure head.
   std::string join_token;
+  // The head's certificate authority (PEM file), for an https head: the agent trusts only
+  // it, sends a certificate request when it registers, and serves HTTPS with the node's
+  // certificate from then on. Empty: $COHORT_CA / $COHORT_CA_FILE.
+  std::string head_ca_file;
   // Which account runs a task (task_user.h): its job's user (a root agent switches to it)
   // or, for a single-user cluster (`cohort up`), this agent's own.
   TaskUserPolicy task_user = TaskUserPolicy::kJobUser;
@@ -147,6 +153,10 @@ class Agent {
   Executor* executor() const EXCLUDES(mu_);   // null until the first registration; any thread
   // OK if `req` carries the node credential (or the head gave none); kUnauthenticated else.
   Result<void> CheckHeadCredential(const httplib::Request& req) const EXCLUDES(mu_);
+  // ---- TLS (an https head): the CA, the node's key, its certificate and its renewal.
+  Result<void> SetUpTls();           // Start, before Listen
+  Result<void> TakeCertificate(const json& reply, const std::string& key_pem);  // loop thread
+  void RenewCertificateIfDue();      // loop thread, after a good heartbeat
 
   // Set by Start, then read-only.
   AgentConfig config_;
@@ -160,6 +170,14 @@ class Agent {
   // Loop thread (built by Start; the head client is replaced at each registration).
   api::Registration registration_;
   std::unique_ptr<HttpClient> head_;
+  // TLS, with an https head (set by Start, then read-only but for the slot's contents):
+  // what the agent trusts, and the node's certificate (empty until it registers), shared
+  // by its server and its client of the head.
+  std::optional<tls::ClientOptions> tls_;
+  std::shared_ptr<tls::ServerContext> server_tls_;
+  std::string pending_key_pem_;      // loop thread: the key of the request sent at registration
+  int64_t cert_renew_at_ms_ = 0;     // loop thread: Unix ms; 0: nothing to renew
+  SteadyTime last_renew_try_{};      // loop thread
   // Created on the loop thread at the first registration (the fence timeout comes from the
   // head), then never replaced; thread-safe. Declared before executor_, so it outlives it.
   std::unique_ptr<LeaseKeeper> leases_;

@@ -31,7 +31,11 @@ HttpServerOptions AgentHttpOptions(const AgentConfig& c) {
 void Agent::BuildServer() {
   server_ = std::make_unique<HttpServer>(AgentHttpOptions(config_));
   auto& srv = *server_;
-  PostWithBodyCap(srv, routes::kAgentWake, [this](const httplib::Request&, httplib::Response& res) {
+  PostWithBodyCap(srv, routes::kAgentWake, [this](const httplib::Request& req, httplib::Response& res) {
+    // Over TLS only the head (its certificate) may wake the agent.
+    if (tls_ && tls::PeerName(req.ssl) != tls::kHeadName) {
+      return SendError(res, Error{ErrorCode::kUnauthenticated, "only the head may call this (with its certificate)"});
+    }
     Wake();
     SendJson(res, json{{"ok", true}});
   });
@@ -52,6 +56,9 @@ void Agent::BuildServer() {
 }
 
 Result<void> Agent::CheckHeadCredential(const httplib::Request& req) const {
+  if (tls_ && tls::PeerName(req.ssl) != tls::kHeadName) {
+    return MakeError(ErrorCode::kUnauthenticated, "only the head may call this (with its certificate)");
+  }
   std::string want;
   {
     MutexLock lock(mu_);
@@ -70,7 +77,7 @@ Result<void> Agent::CheckHeadCredential(const httplib::Request& req) const {
 Result<void> Agent::Listen() {
   auto port = server_->Bind();
   if (!port) return std::unexpected(port.error());
-  url_ = fmt::format("http://{}:{}", config_.address, *port);
+  url_ = fmt::format("{}://{}:{}", tls_ ? "https" : "http", config_.address, *port);
   return {};
 }
 

@@ -551,7 +551,7 @@ json ToJson(const Registration& r) {
                  for (const auto& g : r.gpus) a.push_back(RegisteredGpuToJson(g));
                  return a;
                }()},
-              {"cpus", r.cpus}};
+              {"cpus", r.cpus}, {"csr", r.csr}};
 }
 
 Result<Registration> RegistrationFromJson(const json& j) {
@@ -564,6 +564,7 @@ Result<Registration> RegistrationFromJson(const json& j) {
   reg.version = COHORT_TRY(r.String("version", "", 64));
   reg.gpus = COHORT_TRY(GpusFromJson(r, "gpus"));
   reg.cpus = static_cast<int>(COHORT_TRY(r.Int("cpus", 0, 0, 1 << 20)));
+  reg.csr = COHORT_TRY(r.String("csr", "", 16 << 10));
   COHORT_TRY_VOID(r.Finish());
   if (!ValidName(reg.name, 64)) {
     return FieldError("name", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'", reg.name);

@@ -8,12 +8,13 @@
 namespace cohort::api {
 
 TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view token,
-                                     std::string_view checkpoint_root, JobId job) {
+                                     std::string_view checkpoint_root, JobId job, std::string_view ca_pem) {
   TaskEnvOptions o;
   o.head_url = std::string(head_url);
   o.rendezvous_url = o.head_url + routes::Rendezvous(token);
   o.report_url = o.head_url + routes::Report(token);
   o.checkpoint_dir = fmt::format("{}/job-{}", checkpoint_root, job);
+  o.ca_pem = std::string(ca_pem);
   return o;
 }
 
@@ -49,6 +50,7 @@ std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAll
   set_if("COHORT_RENDEZVOUS", options.rendezvous_url);
   set_if("COHORT_REPORT", options.report_url);
   set_if("COHORT_CHECKPOINT_DIR", options.checkpoint_dir);
+  set_if("COHORT_CA", options.ca_pem);
   return env;
 }
 

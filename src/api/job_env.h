@@ -18,6 +18,7 @@ struct TaskEnvOptions {
   std::string rendezvous_url;  // COHORT_RENDEZVOUS; empty: not set
   std::string report_url;      // COHORT_REPORT; empty: not set
   std::string checkpoint_dir;  // COHORT_CHECKPOINT_DIR; empty: not set
+  std::string ca_pem;          // COHORT_CA: the head's authority (PEM), with TLS; empty: not set
   // CUDA_VISIBLE_DEVICES = the task's GPUs ("" for none, hiding every GPU); false: not
   // set, the task sees what its parent sees (`cohort run` without --gpus-per-rank).
   bool set_visible_devices = true;
@@ -27,14 +28,14 @@ struct TaskEnvOptions {
 // store and progress endpoint on it (`token` names the job's attempt,
 // RendezvousStore::Token), and checkpoints under {checkpoint_root}/job-{job}.
 TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view token,
-                                     std::string_view checkpoint_root, JobId job);
+                                     std::string_view checkpoint_root, JobId job, std::string_view ca_pem = {});
 
 // The environment of `task` (placed on `node`, one part of job.allocation) of the job's
 // current attempt: job.spec.env, then over it RANK, WORLD_SIZE (job.world_size()),
 // LOCAL_RANK, LOCAL_WORLD_SIZE (tasks_per_node), NODE_RANK and GROUP_RANK,
 // MASTER_ADDR/MASTER_PORT (the allocation's), COHORT_ATTEMPT and
 // TORCHELASTIC_RESTART_COUNT, COHORT_NUM_NODES (the allocation's node count),
-// CUDA_VISIBLE_DEVICES and the URLs of `options`. A job with an id (> 0) also gets
+// CUDA_VISIBLE_DEVICES, the URLs of `options` and COHORT_CA (with a TLS head). A job with an id (> 0) also gets
 // COHORT_JOB_ID and COHORT_JOB_NAME; a named node, COHORT_NODE; `cohort run` passes
 // neither (id 0, node "").
 std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAllocation& node,

@@ -52,6 +52,7 @@ std::string Node(std::string_view name) { return Path("/v1/nodes/", name); }
 std::string NodeDrain(std::string_view name) { return Path("/v1/nodes/", name, "/drain"); }
 std::string NodeResume(std::string_view name) { return Path("/v1/nodes/", name, "/resume"); }
 std::string AgentHeartbeat(std::string_view name) { return Path("/v1/agents/", name, "/heartbeat"); }
+std::string AgentCertificate(std::string_view name) { return Path("/v1/agents/", name, "/certificate"); }
 std::string Rendezvous(std::string_view token) { return Path("/v1/rendezvous/", token); }
 std::string Report(std::string_view token) { return Path("/v1/report/", token); }
 std::string TokenRevoke(std::string_view id) { return Path("/v1/tokens/", id) + "/revoke"; }

@@ -53,6 +53,9 @@ inline constexpr char kNodeResumePattern[] = R"(/v1/nodes/([^/]+)/resume)";
 inline constexpr char kAgentRegister[] = "/v1/agents/register";  // POST Registration
 std::string AgentHeartbeat(std::string_view name);               // POST Heartbeat
 inline constexpr char kAgentHeartbeatPattern[] = R"(/v1/agents/([^/]+)/heartbeat)";
+// POST {"csr": PEM} with the node's current certificate: a new one (TLS heads only).
+std::string AgentCertificate(std::string_view name);
+inline constexpr char kAgentCertificatePattern[] = R"(/v1/agents/([^/]+)/certificate)";
 
 // A job's rendezvous store (COHORT_RENDEZVOUS is the head URL + Rendezvous(token)); its
 // clients add "/keys/{key}" (PUT, GET) and "/add/{key}" (POST) themselves.

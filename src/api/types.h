@@ -215,6 +215,9 @@ struct Registration {
   std::string version;
   std::vector<Gpu> gpus;
   int cpus = 0;
+  // A certificate request (PEM) for the node's key, to a head with TLS: the reply holds
+  // the node's certificate. Not kept with the node.
+  std::string csr;
 };
 
 // Timing the head imposes on its agents (in the registration and heartbeat replies).

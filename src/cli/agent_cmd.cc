@@ -18,7 +18,7 @@ void AddAgentCommand(CommandContext& ctx) {
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
-  sub->add_option("--head", f->config.head_url, "Head URL, e.g. http://10.0.0.1:8470")->required();
+  sub->add_option("--head", f->config.head_url, "Head URL, e.g. https://10.0.0.1:8470")->required();
   sub->add_option("--name", f->config.name, "Node name (default: host name)");
   sub->add_option("--address", f->config.address, "Address other nodes reach this one at (default: detected)");
   sub->add_option("--listen", f->config.listen_host, "Address the agent's HTTP server binds (default: --address)");
@@ -38,6 +38,9 @@ void AddAgentCommand(CommandContext& ctx) {
                   "Token that lets this node join (role agent; default $COHORT_JOIN_TOKEN, or the head's "
                   "state_dir/join.token with --join-token-file)");
   sub->add_option("--join-token-file", f->join_token_file, "Read --join-token from this file");
+  sub->add_option("--head-ca", f->config.head_ca_file,
+                  "The head's certificate authority, for an https head (its state_dir/tls/ca.crt; default "
+                  "$COHORT_CA_FILE)");
   sub->add_option("--task-user", f->task_user,
                   "Which account runs tasks: 'job' (default: each task as its job's user, which needs a root "
                   "agent; a non-root agent runs only its own user's jobs) or 'agent' (every task as this agent's "

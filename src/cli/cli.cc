@@ -6,6 +6,7 @@
 
 #include "agent/task_shim.h"
 #include "common/client_config.h"
+#include "common/tls.h"
 
 namespace cohort::cli {
 
@@ -38,7 +39,7 @@ std::string ResolveHeadUrl(const GlobalOptions& g) {
   if (!g.head_url.empty()) return g.head_url;
   if (const char* env = std::getenv("COHORT_HEAD"); env && *env) return env;
   if (const auto& c = LoadedClientConfig(); !c.head.empty()) return c.head;
-  return "http://127.0.0.1:8470";
+  return "https://127.0.0.1:8470";
 }
 
 std::string ResolveToken(const std::string& head_url) {
@@ -49,9 +50,26 @@ std::string ResolveToken(const std::string& head_url) {
   return "";
 }
 
+std::string ResolveCaFile(const std::string& head_url) {
+  // $COHORT_CA and $COHORT_CA_FILE are read by HttpClient itself (common/tls.h).
+  const auto& c = LoadedClientConfig();
+  if (c.head.empty() || WithoutTrailingSlash(c.head) == WithoutTrailingSlash(head_url)) return c.ca;
+  return "";
+}
+
 HttpClient HeadClient(const GlobalOptions& g) {
   HttpClient client(ResolveHeadUrl(g), Millis(15000));
   client.set_bearer_token(ResolveToken(client.base_url()));
+  const bool ca_from_env = std::getenv("COHORT_CA") || std::getenv("COHORT_CA_FILE");
+  if (std::string ca = ResolveCaFile(client.base_url()); !ca.empty() && !ca_from_env && client.base_url().starts_with("https://")) {
+    // A CA file that cannot be read fails the first call with the file's name (below).
+    if (auto pem = tls::ReadCaFile(ca); pem) {
+      client.set_tls(tls::ClientOptions{*pem, nullptr});
+    } else {
+      std::fprintf(stderr, "cohort: error: the client config's ca: %s\n", pem.error().message.c_str());
+      std::exit(ExitCodeFor(pem.error()));
+    }
+  }
   return client;
 }
 
@@ -74,7 +92,7 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   app.set_version_flag("--version", "cohort 0.1.0");
   GlobalOptions global;
   app.add_option("--head", global.head_url,
-                 "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or http://127.0.0.1:8470)");
+                 "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or https://127.0.0.1:8470)");
   app.add_flag("--json", global.json, "Print JSON instead of tables");
 
   CommandFn chosen;

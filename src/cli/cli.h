@@ -41,8 +41,16 @@ std::string ResolveHeadUrl(const GlobalOptions& g);
 // The token for `head_url`: $COHORT_TOKEN, else the client config's token if the config
 // names that head (or none); "" if neither.
 std::string ResolveToken(const std::string& head_url);
-// A client of the resolved head that sends the resolved token.
+// The CA file for `head_url` from the client config (when it names that head, or none);
+// "" if none. $COHORT_CA and $COHORT_CA_FILE come before it.
+std::string ResolveCaFile(const std::string& head_url);
+// A client of the resolved head that sends the resolved token and, for https, trusts the
+// resolved CA.
 HttpClient HeadClient(const GlobalOptions& g);
+
+// A lifetime flag: "30d", "12h", "90m", "3600" (seconds), or "never"/"0"; in seconds (0:
+// never); the error names "--expires".
+Result<int64_t> ParseTokenExpiry(std::string_view text);
 
 // Prints "cohort: error: ..." and returns the exit code for the error.
 // (The exit code itself comes from cohort::ExitCodeFor in common/error.h.)

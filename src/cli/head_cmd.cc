@@ -62,12 +62,35 @@ void AddHeadCommand(CommandContext& ctx) {
                   "Where the first start writes the admin's head URL and token (default "
                   "$XDG_CONFIG_HOME/cohort/config or ~/.config/cohort/config; \"\" for nowhere)");
   f->config.client_config_path = ClientConfigPath();
+  auto no_tls = std::make_shared<bool>(false);
+  auto node_cert_ttl = std::make_shared<std::string>("7d");
+  sub->add_flag("--no-tls", *no_tls,
+                "Serve plain HTTP (tokens are still required): only behind a proxy that terminates TLS, on a "
+                "network nothing else reaches");
+  sub->add_option("--tls-san", f->config.tls_san,
+                  "Another DNS name or IP address clients reach the head at, for its certificate (repeatable)");
+  sub->add_option("--tls-ca-cert", f->config.tls_ca_cert,
+                  "The site's certificate authority (PEM) to issue the head's and nodes' certificates from, "
+                  "instead of one the head makes in state_dir/tls");
+  sub->add_option("--tls-ca-key", f->config.tls_ca_key, "The private key of --tls-ca-cert (PEM)");
+  sub->add_option("--node-cert-ttl", *node_cert_ttl,
+                  "How long a node's certificate is valid: 7d (default), 12h, 90m, seconds; agents renew it "
+                  "with a third left");
   f->timing.AddTo(sub);
   AddLogLevelFlag(sub, f->log_level);
-  ctx.on_run(sub, [f] {
+  ctx.on_run(sub, [f, no_tls, node_cert_ttl] {
     auto timing = f->timing.Resolve();
     if (!timing) return ReportError(timing.error());
     f->config.timing = *timing;
+    f->config.tls = !*no_tls;
+    auto ttl = ParseTokenExpiry(*node_cert_ttl);
+    if (!ttl || *ttl == 0 || *ttl < 60) {
+      return ReportError(Error{ErrorCode::kInvalidArgument,
+                               fmt::format("--node-cert-ttl: must be a lifetime of at least 60 seconds (7d, 12h, 90m, "
+                                           "seconds), got '{}'", *node_cert_ttl),
+                               "--node-cert-ttl"});
+    }
+    f->config.node_cert_ttl_ms = *ttl * 1000;
     BlockTerminationSignals();
     InitLogging("head", f->log_level);
     return head::RunHead(f->config);

@@ -10,6 +10,9 @@
 #include "cli/table.h"
 #include "common/client_config.h"
 #include "common/clock.h"
+#include "common/tls.h"
+
+#include <filesystem>
 
 namespace cohort::cli {
 
@@ -97,7 +100,7 @@ int RunRevoke(const GlobalOptions& global, const std::vector<std::string>& ids) 
   return rc;
 }
 
-int RunLogin(const GlobalOptions& global, std::string token) {
+int RunLogin(const GlobalOptions& global, std::string token, std::string ca_file) {
   const std::string url = ResolveHeadUrl(global);
   if (token.empty()) {
     if (isatty(STDIN_FILENO)) std::fprintf(stderr, "Token for %s: ", url.c_str());
@@ -107,11 +110,18 @@ int RunLogin(const GlobalOptions& global, std::string token) {
   if (token.empty()) return ReportError(Error{ErrorCode::kInvalidArgument, "no token given (--token, or on stdin)"});
   HttpClient head(url, Millis(15000));
   head.set_bearer_token(token);
+  if (ca_file.empty()) ca_file = ResolveCaFile(url);
+  if (!ca_file.empty()) {
+    auto pem = tls::ReadCaFile(ca_file);
+    if (!pem) return ReportError(WithContext(pem.error(), "--ca"));
+    ca_file = std::filesystem::absolute(ca_file).string();
+    head.set_tls(tls::ClientOptions{*pem, nullptr});
+  }
   auto who = head.Get(api::routes::kWhoAmI);
   if (!who) return ReportError(WithContext(who.error(), "the head did not accept the token"));
   const std::string path = ClientConfigPath();
   if (path.empty()) return ReportError(Error{ErrorCode::kInvalidArgument, "no home directory for the client config"});
-  if (auto w = WriteClientConfig(path, ClientConfig{url, token}); !w) return ReportError(w.error());
+  if (auto w = WriteClientConfig(path, ClientConfig{url, token, ca_file}); !w) return ReportError(w.error());
   if (global.json) {
     PrintJson(*who);
   } else {
@@ -154,10 +164,14 @@ void AddTokenCommands(CommandContext& ctx) {
   ctx.on_run(revoke, [ids, &global] { return RunRevoke(global, *ids); });
 
   auto login_token = std::make_shared<std::string>();
+  auto login_ca = std::make_shared<std::string>();
   auto* login = ctx.app.add_subcommand("login", "Keep a head's URL and your token in the client config");
   login->add_option("--token", *login_token, "The token (default: read from stdin)");
+  login->add_option("--ca", *login_ca,
+                    "The head's certificate authority (its state_dir/tls/ca.crt), for an https head; kept in the "
+                    "config");
   AddClientOptions(login, global);
-  ctx.on_run(login, [login_token, &global] { return RunLogin(global, *login_token); });
+  ctx.on_run(login, [login_token, login_ca, &global] { return RunLogin(global, *login_token, *login_ca); });
 }
 
 }  // namespace cohort::cli

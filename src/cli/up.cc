@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "cli/client.h"
 #include "cli/daemon_flags.h"
+#include "common/tls.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "common/subprocess.h"
@@ -128,7 +129,10 @@ int RunUp(UpFlags& f) {
       std::this_thread::sleep_for(Millis(20));
     }
   }
-  std::string url = fmt::format("http://127.0.0.1:{}", port);
+  // The head serves HTTPS (--insecure: HTTP) with a certificate from the authority it made
+  // in its state directory, which the agents and this command trust.
+  std::string url = fmt::format("{}://127.0.0.1:{}", f.insecure ? "http" : "https", port);
+  const std::string ca_file = f.state_dir + "/head/tls/ca.crt";
 
   std::vector<Daemon> agents;
   auto stop_all = [&] {
@@ -145,8 +149,7 @@ int RunUp(UpFlags& f) {
                                      "--task-user", "agent"};
     // The head's first start wrote the agents' join token there (head/auth.h).
     if (!f.insecure) {
-      args.push_back("--join-token-file");
-      args.push_back(f.state_dir + "/head/join.token");
+      args.insert(args.end(), {"--join-token-file", f.state_dir + "/head/join.token", "--head-ca", ca_file});
     }
     if (simulated) {
       args.push_back("--simulated-gpus");
@@ -167,6 +170,12 @@ int RunUp(UpFlags& f) {
     std::string token;
     std::getline(admin, token);
     client.set_bearer_token(token);
+    auto ca = tls::ReadCaFile(ca_file);
+    if (!ca) {
+      stop_all();
+      return ReportError(ca.error());
+    }
+    client.set_tls(tls::ClientOptions{*ca, nullptr});
   }
   deadline = SteadyClock::now() + std::chrono::seconds(20);
   while (true) {

@@ -8,11 +8,12 @@
 #include "comm/store_util.h"
 #include "common/http.h"
 #include "common/json.h"
+#include "common/tls.h"
 
 namespace cohort::comm {
 namespace {
 
-void SetTimeouts(httplib::Client& cli, Millis connect, Millis io) {
+void SetTimeouts(httplib::ClientImpl& cli, Millis connect, Millis io) {
   auto secs = [](Millis d) { return static_cast<time_t>(std::max<int64_t>(d.count(), 1) / 1000); };
   auto usecs = [](Millis d) { return static_cast<time_t>((std::max<int64_t>(d.count(), 1) % 1000) * 1000); };
   cli.set_connection_timeout(secs(connect), usecs(connect));
@@ -28,13 +29,17 @@ std::string TransportCause(httplib::Error e) {
     case httplib::Error::ConnectionTimeout: return "connection timed out";
     case httplib::Error::Read: return "no complete reply (read failed or timed out)";
     case httplib::Error::Write: return "could not send the request";
+    case httplib::Error::SSLConnection:
+    case httplib::Error::SSLServerVerification:
+      return "TLS handshake failed (is $COHORT_CA the head's authority?)";
     default: return httplib::to_string(e);
   }
 }
 
 // A refused or timed-out connection never carried the request.
 bool NeverSent(httplib::Error e) {
-  return e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout;
+  return e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout ||
+         e == httplib::Error::SSLConnection || e == httplib::Error::SSLServerVerification;
 }
 
 bool RetryableStatus(int status) { return status == 502 || status == 503 || status == 504; }
@@ -45,16 +50,25 @@ Millis LeftUntil(SteadyTime deadline) {
 
 }  // namespace
 
-HttpStore::HttpStore(std::string host, int port, std::string path, Millis timeout)
-    : host_(std::move(host)), port_(port), path_(std::move(path)), timeout_(timeout) {}
+HttpStore::HttpStore(std::string host, int port, std::string path, Millis timeout,
+                     std::optional<tls::ClientOptions> tls)
+    : host_(std::move(host)), port_(port), path_(std::move(path)), timeout_(timeout), tls_(std::move(tls)) {}
+
+Result<std::unique_ptr<httplib::ClientImpl>> HttpStore::Connect() const {
+  if (!tls_) return std::make_unique<httplib::ClientImpl>(host_, port_);
+  auto cli = std::make_unique<httplib::SSLClient>(host_, port_);
+  cli->enable_server_certificate_verification(false);  // OpenSSL checks it (tls.h)
+  COHORT_TRY_VOID(tls::ConfigureClientContext(cli->ssl_context(), *tls_, host_));
+  return std::unique_ptr<httplib::ClientImpl>(std::move(cli));
+}
 
 Result<std::unique_ptr<HttpStore>> HttpStore::Open(const std::string& base_url, Millis timeout) {
-  constexpr std::string_view kScheme = "http://";
   std::string_view url = base_url;
-  if (!url.starts_with(kScheme)) {
-    return Errorf(ErrorCode::kInvalidArgument, "store URL '{}' must start with http://", base_url);
+  const bool https = url.starts_with("https://");
+  if (!https && !url.starts_with("http://")) {
+    return Errorf(ErrorCode::kInvalidArgument, "store URL '{}' must start with http:// or https://", base_url);
   }
-  std::string_view rest = url.substr(kScheme.size());
+  std::string_view rest = url.substr(https ? 8 : 7);
   size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   std::string path = slash == std::string_view::npos ? std::string() : std::string(rest.substr(slash));
@@ -65,16 +79,26 @@ Result<std::unique_ptr<HttpStore>> HttpStore::Open(const std::string& base_url, 
   HostPort hp;
   if (!authority.empty() && authority.find(':') == std::string_view::npos) {
     hp.host = std::string(authority);
-    hp.port = 80;
+    hp.port = https ? 443 : 80;
   } else {
     hp = COHORT_TRY(ParseHostPort(authority, base_url, /*allow_zero_port=*/false));
   }
-  return std::unique_ptr<HttpStore>(new HttpStore(std::move(hp.host), hp.port, std::move(path), timeout));
+  std::optional<tls::ClientOptions> tls;
+  if (https) {
+    // The head gives its tasks its authority as $COHORT_CA.
+    tls = COHORT_TRY(tls::ClientOptionsFromEnv());
+    if (!tls) {
+      return Errorf(ErrorCode::kInvalidArgument,
+                    "store URL '{}' is https: set $COHORT_CA or $COHORT_CA_FILE to the head's certificate authority",
+                    base_url);
+    }
+  }
+  return std::unique_ptr<HttpStore>(new HttpStore(std::move(hp.host), hp.port, std::move(path), timeout, std::move(tls)));
 }
 
 std::string HttpStore::Where() const {
   std::string host = host_.find(':') != std::string::npos ? "[" + host_ + "]" : host_;
-  return fmt::format("rendezvous store http://{}:{}", host, port_);
+  return fmt::format("rendezvous store {}://{}:{}", tls_ ? "https" : "http", host, port_);
 }
 
 Result<void> HttpStore::Set(const std::string& key, const std::string& value) {
@@ -83,9 +107,9 @@ Result<void> HttpStore::Set(const std::string& key, const std::string& value) {
   SteadyTime deadline = SteadyClock::now() + timeout_;
   Backoff backoff(Millis(50), Millis(1000));
   for (;;) {
-    httplib::Client cli(host_, port_);
-    SetTimeouts(cli, LeftUntil(deadline), LeftUntil(deadline));
-    httplib::Result r = cli.Put(path, value, "application/octet-stream");
+    auto cli = COHORT_TRY(Connect());
+    SetTimeouts(*cli, LeftUntil(deadline), LeftUntil(deadline));
+    httplib::Result r = cli->Put(path, value, "application/octet-stream");
     std::string cause;
     if (!r) {
       cause = TransportCause(r.error());
@@ -108,9 +132,9 @@ Result<std::optional<std::string>> HttpStore::GetOnce(const std::string& key, Mi
                                                       bool& retryable) const {
   retryable = false;
   std::string path = fmt::format("{}/keys/{}?wait_ms={}", path_, PercentEncode(key), wait.count());
-  httplib::Client cli(host_, port_);
-  SetTimeouts(cli, timeout_, io_timeout);
-  httplib::Result r = cli.Get(path);
+  auto cli = COHORT_TRY(Connect());
+  SetTimeouts(*cli, timeout_, io_timeout);
+  httplib::Result r = cli->Get(path);
   if (!r) {
     retryable = true;
     return Errorf(ErrorCode::kUnavailable, "{}", TransportCause(r.error()));
@@ -168,9 +192,9 @@ Result<int64_t> HttpStore::Add(const std::string& key, int64_t delta) {
   SteadyTime deadline = SteadyClock::now() + timeout_;
   Backoff backoff(Millis(50), Millis(1000));
   for (;;) {
-    httplib::Client cli(host_, port_);
-    SetTimeouts(cli, LeftUntil(deadline), LeftUntil(deadline));
-    httplib::Result r = cli.Post(path, body, "application/json");
+    auto cli = COHORT_TRY(Connect());
+    SetTimeouts(*cli, LeftUntil(deadline), LeftUntil(deadline));
+    httplib::Result r = cli->Post(path, body, "application/json");
     std::string cause;
     if (!r) {
       cause = TransportCause(r.error());

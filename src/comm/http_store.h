@@ -23,6 +23,11 @@
 #include <string>
 
 #include "comm/store.h"
+#include "common/tls.h"
+
+namespace httplib {
+class ClientImpl;
+}
 
 namespace cohort::comm {
 
@@ -41,7 +46,10 @@ class HttpStore final : public Store {
   static constexpr Millis kMaxServerWait{1000};
 
  private:
-  HttpStore(std::string host, int port, std::string path, Millis timeout);
+  HttpStore(std::string host, int port, std::string path, Millis timeout, std::optional<tls::ClientOptions> tls);
+
+  // A client for one request: plain, or (https) trusting tls_'s authority only.
+  Result<std::unique_ptr<httplib::ClientImpl>> Connect() const;
 
   // One GET ?wait_ms: the value; nullopt if still absent; the Error otherwise.
   // `retryable` is set when a transport failure or a 5xx made the request fail.
@@ -54,6 +62,7 @@ class HttpStore final : public Store {
   const int port_;
   const std::string path_;  // "/v1/rendezvous/TOKEN", no trailing '/'
   const Millis timeout_;
+  const std::optional<tls::ClientOptions> tls_;  // https: $COHORT_CA from the head
 };
 
 }  // namespace cohort::comm

@@ -9,7 +9,7 @@
 namespace cohort::comm {
 namespace {
 
-constexpr std::string_view kSchemes = "(use http://, tcp:// or file://)";
+constexpr std::string_view kSchemes = "(use http://, https://, tcp:// or file://)";
 
 Result<std::unique_ptr<Store>> OpenTcp(const std::string& url, bool is_server, Millis timeout) {
   std::string_view rest = std::string_view(url).substr(6);  // after "tcp://"
@@ -27,7 +27,7 @@ Result<std::unique_ptr<Store>> OpenTcp(const std::string& url, bool is_server, M
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenStore(const std::string& url, bool is_server, Millis timeout) {
-  if (url.starts_with("http://")) return COHORT_TRY(HttpStore::Open(url, timeout));
+  if (url.starts_with("http://") || url.starts_with("https://")) return COHORT_TRY(HttpStore::Open(url, timeout));
   if (url.starts_with("tcp://")) return OpenTcp(url, is_server, timeout);
   if (url.starts_with("file://")) {
     std::string path = url.substr(7);

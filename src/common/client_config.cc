@@ -70,8 +70,10 @@ Result<std::optional<ClientConfig>> ReadClientConfig(const std::string& path) {
       c.head = value;
     } else if (key == "token") {
       c.token = value;
+    } else if (key == "ca") {
+      c.ca = value;
     } else {
-      return Errorf(ErrorCode::kInvalidArgument, "{}:{}: unknown key '{}' (known: head, token)", path, n,
+      return Errorf(ErrorCode::kInvalidArgument, "{}:{}: unknown key '{}' (known: head, token, ca)", path, n,
                     key.substr(0, 80));
     }
   }
@@ -80,7 +82,7 @@ Result<std::optional<ClientConfig>> ReadClientConfig(const std::string& path) {
 
 Result<void> WriteClientConfig(const std::string& path, const ClientConfig& config) {
   namespace fs = std::filesystem;
-  for (const std::string* v : {&config.head, &config.token}) {
+  for (const std::string* v : {&config.head, &config.token, &config.ca}) {
     if (v->find_first_of("\n\r#") != std::string::npos) {
       return MakeError(ErrorCode::kInvalidArgument, "client config values may not hold newlines or '#'");
     }
@@ -96,6 +98,7 @@ Result<void> WriteClientConfig(const std::string& path, const ClientConfig& conf
   text << "# Written by cohort (cohort login, or a head's first start). Keep it private.\n";
   if (!config.head.empty()) text << "head: " << config.head << "\n";
   if (!config.token.empty()) text << "token: " << config.token << "\n";
+  if (!config.ca.empty()) text << "ca: " << config.ca << "\n";
   if (auto w = WritePrivateFileAtomically(path, text.str()); !w) {
     return MakeError(ErrorCode::kInvalidArgument, w.error().message);  // a path the user chose
   }

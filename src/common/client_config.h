@@ -1,7 +1,8 @@
 // The client configuration file: which head the CLI talks to and with which token.
 //
 // $XDG_CONFIG_HOME/cohort/config, else ~/.config/cohort/config: lines "key: value" (a
-// YAML subset), keys `head` (the head's URL) and `token`; '#' starts a comment. Written by
+// YAML subset), keys `head` (the head's URL), `token` and `ca` (the file of the
+// certificate authority an https head's certificate comes from); '#' starts a comment. Written by
 // `cohort login` and by a head's first start (for the user who started it), always with
 // mode 0600 in a 0700 directory, atomically (a temporary file renamed over it).
 #pragma once
@@ -16,6 +17,7 @@ namespace cohort {
 struct ClientConfig {
   std::string head;   // "" when unset
   std::string token;  // "" when unset
+  std::string ca;     // path of a PEM file; "" when unset
 };
 
 // The file's path ($XDG_CONFIG_HOME or $HOME, then the passwd entry's home); "" if no home

@@ -109,6 +109,8 @@ class HttpServer : public httplib::Server {
 
   // Listens; the port (options.port, or the one chosen).
   Result<int> Bind();
+  // Serves TLS with `ctx` (HttpServerOptions::tls); after Bind, before Serve.
+  void set_tls(std::shared_ptr<tls::ServerContext> ctx);
   // Runs the event loop and the pools until Stop. Bind first.
   void Serve();
   // Stops accepting, closes every connection, waits for running requests. Idempotent.

@@ -7,14 +7,16 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
-#include <sstream>
 
 #include "common/log.h"
 
@@ -364,15 +366,22 @@ std::shared_ptr<const Identity> IdentitySlot::Get() const {
   return current_;
 }
 
+Result<std::string> ReadPemFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Errorf(ErrorCode::kInvalidArgument, "cannot read {}: {}", path, std::strerror(errno));
+  std::string text(1 << 20, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (!in.eof()) return Errorf(ErrorCode::kInvalidArgument, "{} is larger than 1 MiB: not a PEM file", path);
+  return text;
+}
+
 Result<std::string> ReadCaFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Errorf(ErrorCode::kInvalidArgument, "cannot read CA certificate {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (auto c = ReadCert(ss.str()); !c) {
+  std::string pem = COHORT_TRY(ReadPemFile(path));
+  if (auto c = ReadCert(pem); !c) {
     return Errorf(ErrorCode::kInvalidArgument, "{} is not a PEM certificate", path);
   }
-  return ss.str();
+  return pem;
 }
 
 Result<std::optional<ClientOptions>> ClientOptionsFromEnv() {
@@ -457,5 +466,18 @@ std::optional<std::string> PeerName(const SSL* ssl) {
 }
 
 std::string Fingerprint(const CertInfo& info) { return "sha256:" + info.sha256; }
+
+Result<std::string> SpkiSha256Base64(const std::string& cert_pem) {
+  auto cert = COHORT_TRY(ReadCert(cert_pem));
+  unsigned char* der = nullptr;
+  const int len = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(cert.get()), &der);
+  if (len <= 0) return SslError(ErrorCode::kInternal, "cannot encode a public key");
+  unsigned char md[32];
+  SHA256(der, static_cast<size_t>(len), md);
+  OPENSSL_free(der);
+  unsigned char b64[64] = {};
+  const int n = EVP_EncodeBlock(b64, md, sizeof md);
+  return std::string(reinterpret_cast<char*>(b64), static_cast<size_t>(n));
+}
 
 }  // namespace cohort::tls

@@ -122,6 +122,8 @@ struct ClientOptions {
 // tasks) or $COHORT_CA_FILE (a path); nullopt when neither is set; an error naming the
 // variable when it does not hold a certificate.
 Result<std::optional<ClientOptions>> ClientOptionsFromEnv();
+// Reads a PEM file (at most 1 MiB); kInvalidArgument naming the file when it cannot.
+Result<std::string> ReadPemFile(const std::string& path);
 // Reads a CA certificate file; the error names the file.
 Result<std::string> ReadCaFile(const std::string& path);
 
@@ -155,5 +157,8 @@ std::optional<std::string> PeerName(const SSL* ssl);
 
 // "sha256:<hex>" of a certificate, for logs and `cohort login`.
 std::string Fingerprint(const CertInfo& info);
+// The base64 SHA-256 of a certificate's public key (its SubjectPublicKeyInfo): what
+// browsers pin (Chromium's --ignore-certificate-errors-spki-list, HPKP).
+Result<std::string> SpkiSha256Base64(const std::string& cert_pem);
 
 }  // namespace cohort::tls

@@ -1,12 +1,14 @@
 #include "head/agent_waker.h"
 
+#include <map>
+
 #include "api/routes.h"
 #include "common/http.h"
 #include "common/log.h"
 
 namespace cohort::head {
 
-AgentWaker::AgentWaker(int threads) {
+AgentWaker::AgentWaker(int threads, std::optional<tls::ClientOptions> tls) : tls_(std::move(tls)) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
 }
 
@@ -30,6 +32,7 @@ void AgentWaker::Wake(std::vector<std::string> agent_urls) {
 }
 
 void AgentWaker::Run() {
+  std::map<std::string, HttpClient> clients;  // by agent URL
   while (true) {
     std::string url;
     {
@@ -40,8 +43,13 @@ void AgentWaker::Run() {
       queue_.pop_front();
       queued_.erase(url);
     }
-    HttpClient client(url, Millis(500));
-    if (auto r = client.Post(api::routes::kAgentWake, json::object()); !r) {
+    if (clients.size() > 4096) clients.clear();  // agents come and go: forget them now and then
+    auto it = clients.find(url);
+    if (it == clients.end()) {
+      it = clients.emplace(url, HttpClient(url, Millis(500))).first;
+      if (tls_) it->second.set_tls(*tls_);
+    }
+    if (auto r = it->second.Post(api::routes::kAgentWake, json::object()); !r) {
       LOG_DEBUG("wake-up of {} failed: {}", url, r.error().message);
     }
   }

@@ -2,22 +2,27 @@
 // assignment or a kill reaches them in milliseconds rather than at the next heartbeat.
 // Best effort: a lost wake-up only delays the change until the next regular heartbeat.
 // Wake may be called from any thread; requests are deduplicated and sent by a small
-// pool of sender threads so a slow agent does not hold up the others.
+// pool of sender threads so a slow agent does not hold up the others. Each sender keeps
+// its connections to the agents it woke (a TLS handshake per wake-up would cost more than
+// the wake-up).
 #pragma once
 
 #include <deque>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/tls.h"
 
 namespace cohort::head {
 
 class AgentWaker {
  public:
-  explicit AgentWaker(int threads = 4);
+  // `tls`: what the head trusts and presents when it calls agents over HTTPS.
+  explicit AgentWaker(int threads = 4, std::optional<tls::ClientOptions> tls = std::nullopt);
   ~AgentWaker();  // stops the senders; queued wake-ups are dropped
 
   void Wake(std::vector<std::string> agent_urls) EXCLUDES(mu_);
@@ -30,6 +35,7 @@ class AgentWaker {
   std::deque<std::string> queue_ GUARDED_BY(mu_);
   std::set<std::string> queued_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
+  const std::optional<tls::ClientOptions> tls_;
   std::vector<std::thread> threads_;
 };
 

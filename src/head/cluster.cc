@@ -51,6 +51,7 @@ Result<void> Cluster::Load() {
   context_.base_timing = config_.timing;
   context_.heartbeat_rate_target = config_.heartbeat_rate_target;
   context_.head_url = config_.advertise_url;
+  context_.ca_pem = config_.task_ca_pem;
   context_.checkpoint_root = config_.checkpoint_root;
   context_.liveness_interval_ms = config_.liveness_interval_ms;
   context_.unhealthy_zone_threshold = config_.unhealthy_zone_threshold;

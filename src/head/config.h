@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "api/types.h"
 
@@ -44,6 +45,17 @@ struct HeadConfig {
   // (common/client_config.h); "" writes none. The tokens also go to state_dir/admin.token
   // and state_dir/join.token.
   std::string client_config_path;
+  // TLS (head_tls.h): the API and the agent protocol over HTTPS, agents with certificates
+  // of their own. Off with --insecure, or with --no-tls (tokens are still asked for: for a
+  // head behind a proxy that terminates TLS, on a network nothing else reaches).
+  bool tls = true;
+  std::vector<std::string> tls_san;  // more names (DNS or IP) the head's certificate carries
+  std::string tls_ca_cert;           // the site's authority, instead of one the head makes
+  std::string tls_ca_key;
+  int64_t node_cert_ttl_ms = 7LL * 24 * 3600 * 1000;  // agents renew with a third left
+  // Set by the head when it starts with TLS: its authority's certificate, which tasks get
+  // as COHORT_CA to reach it (rendezvous, progress reports).
+  std::string task_ca_pem;
 };
 
 }  // namespace cohort::head

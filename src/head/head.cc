@@ -76,7 +76,8 @@ Result<std::unique_ptr<TokenBook>> OpenTokenBook(Cluster& cluster) {
 // On the first start (no tokens yet): an admin token for the user running the head and a
 // join token for agents, in state_dir/admin.token and state_dir/join.token (0600), and
 // the admin's in the client config, so that the CLI on this machine works at once.
-Result<void> BootstrapTokens(TokenBook& tokens, const HeadConfig& config, const std::string& url) {
+Result<void> BootstrapTokens(TokenBook& tokens, const HeadConfig& config, const std::string& url,
+                             const std::string& ca_path) {
   if (!tokens.Empty()) return {};
   std::string user = "admin";
   if (const passwd* pw = getpwuid(geteuid()); pw && pw->pw_name && api::ValidUserName(pw->pw_name)) {
@@ -91,7 +92,7 @@ Result<void> BootstrapTokens(TokenBook& tokens, const HeadConfig& config, const 
   if (!config.client_config_path.empty()) {
     auto existing = ReadClientConfig(config.client_config_path);
     if (existing && (!*existing || (*existing)->head.empty() || (*existing)->head == url || (*existing)->token.empty())) {
-      if (auto w = WriteClientConfig(config.client_config_path, ClientConfig{url, admin.token}); w) {
+      if (auto w = WriteClientConfig(config.client_config_path, ClientConfig{url, admin.token, ca_path}); w) {
         wrote = ", and in " + config.client_config_path;
       } else {
         LOG_WARN("cannot write the client config: {}", w.error().message);
@@ -153,6 +154,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   COHORT_TRY_VOID(MakePrivateFile(db));
   for (const char* suffix : {"-wal", "-shm", "-journal"}) COHORT_TRY_VOID(RestrictFileIfPresent(db + suffix));
   auto store = COHORT_TRY(store::OpenSqliteStateStore(db));
+  if (config.insecure) config.tls = false;
   h->server_ = std::make_unique<HttpServer>(HttpOptions(config));
   auto& srv = *h->server_;
   auto port = srv.Bind();
@@ -160,13 +162,25 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   h->port_ = *port;
   if (config.advertise_url.empty()) {
     std::string host = config.listen_host == "0.0.0.0" ? "127.0.0.1" : config.listen_host;
-    config.advertise_url = fmt::format("http://{}:{}", host, h->port_);
+    config.advertise_url = fmt::format("{}://{}:{}", config.tls ? "https" : "http", host, h->port_);
+  } else if (auto u = ParseHttpUrl(config.advertise_url); !u) {
+    return Errorf(ErrorCode::kInvalidArgument, "--advertise-url: {}", u.error().message);
+  } else if (u->tls != config.tls) {
+    return Errorf(ErrorCode::kInvalidArgument, "--advertise-url {} must be {}:// for a head {} TLS",
+                  config.advertise_url, config.tls ? "https" : "http", config.tls ? "with" : "without");
   }
   h->url_ = config.advertise_url;
+  if (config.tls) {
+    // The certificate names the advertised address, which needs the port: the server
+    // binds first and gets its TLS before it serves.
+    h->tls_ = COHORT_TRY(HeadTls::SetUp(config, h->url_));
+    srv.set_tls(h->tls_->server());
+    config.task_ca_pem = h->tls_->ca_pem();
+  }
   h->config_ = config;
 
   h->cluster_ = COHORT_TRY(Cluster::Open(config, std::move(store)));
-  h->waker_ = std::make_unique<AgentWaker>();
+  h->waker_ = h->tls_ ? std::make_unique<AgentWaker>(4, h->tls_->client()) : std::make_unique<AgentWaker>();
   h->cluster_->set_wake_agents([w = h->waker_.get()](std::vector<std::string> urls) { w->Wake(std::move(urls)); });
 
   Cluster& cluster = *h->cluster_;
@@ -175,9 +189,13 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
     LOG_WARN("--insecure: the head asks no one for credentials; anyone who can reach {} may run commands, "
              "cancel jobs and read their logs and secrets", h->url_);
   } else {
-    COHORT_TRY_VOID(BootstrapTokens(*h->tokens_, config, h->url_));
+    COHORT_TRY_VOID(BootstrapTokens(*h->tokens_, config, h->url_, h->tls_ ? h->tls_->ca_path() : ""));
+    if (!h->tls_) {
+      LOG_WARN("--no-tls: the API, tokens included, and the agent protocol travel in clear text; use it only "
+               "behind a proxy that terminates TLS, on a network nothing else reaches");
+    }
   }
-  h->router_ = std::make_unique<Router>(srv, h->tokens_.get(), config.insecure);
+  h->router_ = std::make_unique<Router>(srv, h->tokens_.get(), config.insecure, h->tls_.get());
   Router& router = *h->router_;
   h->dashboard_ = std::make_unique<DashboardSnapshots>(cluster);
   router.Get(api::routes::kHealth, Access::kPublic,

@@ -28,6 +28,7 @@ class AgentWaker;
 class DashboardSnapshots;
 class TokenBook;
 class Router;
+class HeadTls;
 
 class HeadServer {
  public:
@@ -53,6 +54,7 @@ class HeadServer {
   // Declared after cluster_ and before server_ (whose handlers use it): destroyed after
   // the server, before the cluster.
   std::unique_ptr<DashboardSnapshots> dashboard_;
+  std::unique_ptr<HeadTls> tls_;  // with TLS (config.tls)
   std::unique_ptr<TokenBook> tokens_;
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<Router> router_;  // registers on server_; its handlers use tokens_

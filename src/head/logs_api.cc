@@ -34,6 +34,7 @@ void RegisterLogRoutes(Router& router, Cluster& cluster) {
     HttpClient agent(loc->agent_url, Millis(5000));
     // The agent serves logs only to the head: its node credential proves it (auth.h).
     if (!router.insecure() && router.tokens()) agent.set_bearer_token(router.tokens()->NodeCredential(loc->node));
+    if (router.tls()) agent.set_tls(router.tls()->client());
     auto r = agent.GetRaw(api::routes::WithQuery(api::routes::kAgentLogs, {{"job", std::to_string(*id)},
                                                                        {"attempt", std::to_string(*attempt)},
                                                                        {"rank", std::to_string(*rank)},

@@ -30,7 +30,11 @@ bool SameOrigin(const httplib::Request& req) {
 }
 
 Result<Caller> Router::Identify(const httplib::Request& req) const {
-  if (insecure_) return Caller{Caller::Kind::kInsecure};
+  if (insecure_) {
+    Caller anyone;
+    anyone.kind = Caller::Kind::kInsecure;
+    return anyone;
+  }
   if (!req.has_header("Authorization")) return Caller{};
   const std::string header = req.get_header_value("Authorization");
   const std::string_view bearer = BearerOf(header);
@@ -38,7 +42,18 @@ Result<Caller> Router::Identify(const httplib::Request& req) const {
     return MakeError(ErrorCode::kUnauthenticated, "Authorization: expected \"Bearer <token>\"");
   }
   if (tokens_ == nullptr) return MakeError(ErrorCode::kUnauthenticated, "this server accepts no tokens");
-  return tokens_->Authenticate(bearer, NowUnixMs());
+  auto caller = tokens_->Authenticate(bearer, NowUnixMs());
+  if (caller && caller->kind == Caller::Kind::kNode && tls_) {
+    // A node's credential is a bearer secret; over TLS it must also come from the node's
+    // own certificate, so a leaked credential alone cannot act for the node.
+    const auto peer = tls::PeerName(req.ssl);
+    if (!peer || *peer != caller->node) {
+      return Errorf(ErrorCode::kUnauthenticated, "node {}'s credential came over a connection {}", caller->node,
+                    peer ? fmt::format("with node {}'s certificate", peer->substr(0, 64))
+                         : std::string("without a client certificate"));
+    }
+  }
+  return caller;
 }
 
 Result<Caller> Router::Admit(const std::string& method, Access access, const httplib::Request& req) const {

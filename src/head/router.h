@@ -21,6 +21,7 @@
 
 #include "common/http.h"
 #include "head/auth.h"
+#include "head/head_tls.h"
 
 namespace cohort::head {
 
@@ -29,9 +30,10 @@ class Router {
   using Handler = std::function<void(const Caller&, const httplib::Request&, httplib::Response&)>;
 
   // `tokens` authenticates bearer credentials; with `insecure`, every caller is
-  // Caller::Kind::kInsecure and no check is made.
-  Router(httplib::Server& server, const TokenBook* tokens, bool insecure)
-      : server_(server), tokens_(tokens), insecure_(insecure) {}
+  // Caller::Kind::kInsecure and no check is made. With `tls` (the server is HTTPS), a node
+  // credential counts only over a connection whose client certificate names its node.
+  Router(httplib::Server& server, const TokenBook* tokens, bool insecure, const HeadTls* tls = nullptr)
+      : server_(server), tokens_(tokens), insecure_(insecure), tls_(tls) {}
 
   // `handler` takes (const Caller&, req, res) or just (req, res).
   template <typename F>
@@ -60,6 +62,7 @@ class Router {
   httplib::Server& server() const { return server_; }
   const TokenBook* tokens() const { return tokens_; }
   bool insecure() const { return insecure_; }
+  const HeadTls* tls() const { return tls_; }
 
   // The caller `req` names: kInsecure with --insecure; kAnonymous without an
   // Authorization header; kUnauthenticated for credentials the head does not accept.
@@ -88,6 +91,7 @@ class Router {
   httplib::Server& server_;
   const TokenBook* tokens_;
   const bool insecure_;
+  const HeadTls* tls_;
   std::vector<Route> routes_;
   Observer observer_;
 };

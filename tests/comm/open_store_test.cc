@@ -17,9 +17,9 @@ TEST(OpenStore, RejectsMalformedUrls) {
     EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument) << url << ": " << s.error().ToString();
   }
   EXPECT_EQ(OpenStore("foo://bar", false, Millis(100)).error().message,
-            "unknown store URL scheme 'foo://' (use http://, tcp:// or file://)");
+            "unknown store URL scheme 'foo://' (use http://, https://, tcp:// or file://)");
   EXPECT_EQ(OpenStore("localhost:29500", false, Millis(100)).error().message,
-            "store URL 'localhost:29500' has no scheme (use http://, tcp:// or file://)");
+            "store URL 'localhost:29500' has no scheme (use http://, https://, tcp:// or file://)");
 }
 
 TEST(OpenStore, OpensEachScheme) {

@@ -26,7 +26,8 @@ class ClientConfigTest : public ::testing::Test {
 
 TEST_F(ClientConfigTest, WrittenPrivateAndReadBack) {
   const std::string path = dir_ + "/xdg/cohort/config";
-  ASSERT_TRUE(WriteClientConfig(path, ClientConfig{"http://10.0.0.1:8470", "cohort_abc_def"}).has_value());
+  ASSERT_TRUE(WriteClientConfig(path, ClientConfig{"https://10.0.0.1:8470", "cohort_abc_def", "/etc/cohort/ca.crt"})
+                  .has_value());
   struct stat st {};
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -35,10 +36,12 @@ TEST_F(ClientConfigTest, WrittenPrivateAndReadBack) {
   auto c = ReadClientConfig(path);
   ASSERT_TRUE(c.has_value()) << c.error().message;
   ASSERT_TRUE(c->has_value());
-  EXPECT_EQ((*c)->head, "http://10.0.0.1:8470");
+  EXPECT_EQ((*c)->head, "https://10.0.0.1:8470");
   EXPECT_EQ((*c)->token, "cohort_abc_def");
+  EXPECT_EQ((*c)->ca, "/etc/cohort/ca.crt");
   EXPECT_FALSE(ReadClientConfig(dir_ + "/absent")->has_value());
-  EXPECT_FALSE(WriteClientConfig(path, ClientConfig{"http://x\nhead: y", ""}).has_value());
+  EXPECT_FALSE(WriteClientConfig(path, ClientConfig{"http://x\nhead: y", "", ""}).has_value());
+  EXPECT_FALSE(WriteClientConfig(path, ClientConfig{"http://x", "", "/ca\ntoken: stolen"}).has_value());
 }
 
 TEST_F(ClientConfigTest, BadLinesNameTheFileAndLine) {

@@ -100,7 +100,13 @@ TEST(Http, UrlParsing) {
   ASSERT_TRUE(u.has_value());
   EXPECT_EQ(u->host, "10.0.0.1");
   EXPECT_EQ(u->port, 8470);
-  for (const char* bad : {"10.0.0.1:8470", "https://a:1", "http://a", "http://a:0", "http://a:70000", "http://a:1/x"}) {
+  EXPECT_FALSE(u->tls);
+  auto s = ParseHttpUrl("https://[::1]:8470");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_TRUE(s->tls);
+  EXPECT_EQ(s->host, "::1");
+  for (const char* bad : {"10.0.0.1:8470", "ftp://a:1", "https://a", "http://a", "http://a:0", "http://a:70000",
+                          "http://a:1/x"}) {
     EXPECT_FALSE(ParseHttpUrl(bad).has_value()) << bad;
   }
 }

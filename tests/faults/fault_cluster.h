@@ -142,7 +142,7 @@ class FaultCluster {
   // Starts (or restarts, on the same port and state) the head.
   void StartHead() {
     ASSERT_NO_FATAL_FAILURE(SpawnTestHead(dir_, HeadAddress(), port_, timing_, head_, port_));
-    url_ = "http://" + HeadAddress() + ":" + std::to_string(port_);
+    url_ = "https://" + HeadAddress() + ":" + std::to_string(port_);
   }
   void KillHead(int sig = SIGKILL) {
     if (!head_.valid()) return;

@@ -33,6 +33,8 @@ class HeadServerTest : public ::testing::Test {
     config.timing.fence_timeout_ms = 300'000;
     config.timing.failure_timeout_ms = 600'000;
     config.client_config_path = "";  // never the user's own
+    // Routes and their checks over plain HTTP; TLS itself is head_tls_test's.
+    config.tls = false;
     auto h = HeadServer::Start(config);
     ASSERT_TRUE(h.has_value()) << h.error().message;
     head_ = std::move(*h);

@@ -25,9 +25,7 @@ class BadInput : public ::testing::Test {
     return PostRaw(*cluster_, path, body);
   }
   static std::pair<int, json> Get(const std::string& path) {
-    auto url = ParseHttpUrl(cluster_->url());
-    httplib::Client cli(url->host, url->port);
-    auto r = cli.Get(path, {{"Authorization", "Bearer " + TestToken()}});
+    auto r = RawClient(cluster_->url())->Get(path, {{"Authorization", "Bearer " + TestToken()}});
     if (!r) return {0, json()};
     return {r->status, json::parse(r->body, nullptr, false)};
   }
@@ -120,16 +118,25 @@ TEST_F(BadInput, AgentProtocolRejectsStrangers) {
   EXPECT_EQ(s0, 401) << b0.dump();
   auto [s1, b1] = Post("/v1/agents/ghost/heartbeat", R"({"incarnation": "abc", "tasks": []})");
   EXPECT_EQ(s1, 403) << b1.dump();
-  // A node registered here (its credential comes with the reply) cannot heartbeat for
-  // another node, and its own heartbeat with a stale incarnation is refused.
-  auto [sr, reg] = Post("/v1/agents/register", R"({"name": "stranger", "address": "127.0.0.9", "incarnation": "i1", "cpus": 1})");
+  // A node registered here (its credential and certificate come with the reply) cannot
+  // heartbeat for another node, its credential needs its certificate, and its own
+  // heartbeat with a stale incarnation is refused.
+  NodeKey key;
+  json registration = {{"name", "stranger"}, {"address", "127.0.0.9"}, {"agent_url", "https://127.0.0.9:1"},
+                       {"incarnation", "i1"}, {"cpus", 1}, {"csr", key.csr}};
+  auto [sr, reg] = Post("/v1/agents/register", registration.dump());
   ASSERT_EQ(sr, 200) << reg.dump();
   const std::string credential = reg.value("node_credential", "");
   ASSERT_FALSE(credential.empty()) << reg.dump();
-  auto [s2, b2] = PostRaw(*cluster_, "/v1/agents/node-a/heartbeat", R"({"incarnation": "i1", "tasks": []})", credential);
+  auto cert = key.Identity(reg);
+  auto [s2, b2] = PostRaw(*cluster_, "/v1/agents/node-a/heartbeat", R"({"incarnation": "i1", "tasks": []})", credential,
+                          cert);
   EXPECT_EQ(s2, 403) << b2.dump();
-  auto [s2b, b2b] = PostRaw(*cluster_, "/v1/agents/stranger/heartbeat", R"({"incarnation": "wrong", "tasks": []})",
+  auto [s2a, b2a] = PostRaw(*cluster_, "/v1/agents/stranger/heartbeat", R"({"incarnation": "i1", "tasks": []})",
                             credential);
+  EXPECT_EQ(s2a, 401) << b2a.dump();
+  auto [s2b, b2b] = PostRaw(*cluster_, "/v1/agents/stranger/heartbeat", R"({"incarnation": "wrong", "tasks": []})",
+                            credential, cert);
   EXPECT_EQ(s2b, 409) << b2b.dump();
   auto [s3, b3] = Post("/v1/agents/register", R"({"name": "x y", "address": "1.2.3.4", "incarnation": "i1"})");
   EXPECT_EQ(s3, 400);

@@ -334,15 +334,18 @@ class HeadlessChromium {
 
   // Starts the browser with its profile in `dir` and connects a session to a fresh page.
   // kUnavailable (with the browser's log) when it cannot start here.
-  Result<void> Start(const std::string& binary, const std::string& dir, int width, int height) {
+  // `extra` is appended to the browser's arguments.
+  Result<void> Start(const std::string& binary, const std::string& dir, int width, int height,
+                     const std::vector<std::string>& extra = {}) {
     std::filesystem::create_directories(dir + "/profile");
     log_path_ = dir + "/chromium.log";
     SpawnOptions o;
     o.argv = {binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
               "--no-first-run", "--no-default-browser-check", "--disable-extensions",
               "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-              "--user-data-dir=" + dir + "/profile", fmt::format("--window-size={},{}", width, height),
-              "about:blank"};
+              "--user-data-dir=" + dir + "/profile", fmt::format("--window-size={},{}", width, height)};
+    o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+    o.argv.push_back("about:blank");
     o.stdout_path = log_path_;
     o.new_process_group = true;
     o.parent_death_signal = SIGKILL;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "cdp_client.h"
+#include "common/tls.h"
 #include "harness.h"
 
 namespace cohort::testing {
@@ -19,10 +20,10 @@ namespace {
 #endif
 
 // A job that reports 20 steps of a falling loss at COHORT_REPORT, logs, then keeps running.
-const char* kTrainScript =
+const std::string kTrainScript = std::string(kTaskCaFile) +
     "for i in $(seq 1 20); do "
     "  loss=$(awk \"BEGIN{print 4/$i}\"); "
-    "  curl -sf -o /dev/null -X POST -d \"{\\\"step\\\": $i, \\\"loss\\\": $loss, \\\"tokens_per_s\\\": 12345.5}\" "
+    "  curl -sf --cacert \"$ca\" -o /dev/null -X POST -d \"{\\\"step\\\": $i, \\\"loss\\\": $loss, \\\"tokens_per_s\\\": 12345.5}\" "
     "    \"$COHORT_REPORT\" || exit 9; "
     "done; echo 'trained 20 steps <i class=pwned>not markup</i>'; exec sleep 600";
 
@@ -110,7 +111,15 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
   std::string out_dir = std::string(COHORT_TEST_OUTPUT_DIR) + "/dashboard_browser_test";
   std::filesystem::create_directories(out_dir);
   HeadlessChromium browser;
-  auto started = browser.Start(binary, c.dir() + "/chromium", 1400, 1000);
+  // The head's certificate is from its own authority, which this fresh profile does not
+  // know: the browser trusts exactly that certificate's key (as an admin would install
+  // the authority), and nothing else it would otherwise refuse.
+  auto head_cert = tls::ReadPemFile(c.dir() + "/head/tls/head.crt");
+  ASSERT_TRUE(head_cert.has_value()) << head_cert.error().message;
+  auto spki = tls::SpkiSha256Base64(*head_cert);
+  ASSERT_TRUE(spki.has_value()) << spki.error().message;
+  auto started = browser.Start(binary, c.dir() + "/chromium", 1400, 1000,
+                               {"--ignore-certificate-errors-spki-list=" + *spki});
   if (!started) GTEST_SKIP() << "chromium cannot start here: " << started.error().message;
   CdpSession& cdp = browser.cdp();
   auto dl = [] { return After(std::chrono::seconds(20)); };

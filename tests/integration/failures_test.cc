@@ -154,7 +154,8 @@ TEST(Failures, AgentRegisteringTwiceUnderOneNameIsRejected) {
   c.StartHead();
   c.StartAgent("node-a", 1);
   c.WaitForNodes(1);
-  json reg = {{"name", "node-a"}, {"address", "127.0.0.1"}, {"incarnation", "someoneelse"}, {"cpus", 4}};
+  json reg = {{"name", "node-a"}, {"address", "127.0.0.1"}, {"incarnation", "someoneelse"}, {"cpus", 4},
+              {"agent_url", "https://127.0.0.1:1"}, {"csr", NodeKey().csr}};
   auto r = c.client().Post("/v1/agents/register", reg);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, ErrorCode::kAlreadyExists);

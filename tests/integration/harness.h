@@ -24,6 +24,7 @@
 #include "common/http.h"
 #include "common/json.h"
 #include "common/subprocess.h"
+#include "common/tls.h"
 
 namespace cohort::testing {
 
@@ -73,7 +74,10 @@ struct Timing {
 
 // The admin token of the running test head: its first start writes it to
 // <dir>/head/admin.token (head/auth.h). SpawnTestHead sets it and exports it as
-// COHORT_TOKEN, so the `cohort` commands a test runs use it too.
+// COHORT_TOKEN, so the `cohort` commands a test runs use it too. The head serves HTTPS
+// (head_tls.h) with a certificate authority it made in <dir>/head/tls: SpawnTestHead
+// exports its file as COHORT_CA_FILE, which this process's clients, the `cohort` commands
+// and the agents it starts trust.
 inline std::string& TestToken() {
   static std::string token;
   return token;
@@ -110,7 +114,21 @@ inline void SpawnTestHead(const std::string& dir, const std::string& host, int p
       << "the head wrote no admin token:\n" << ReadFile(dir + "/head.log");
   TestToken() = token;
   setenv("COHORT_TOKEN", token.c_str(), 1);
+  const std::string ca = dir + "/head/tls/ca.crt";
+  if (std::filesystem::exists(ca)) setenv("COHORT_CA_FILE", ca.c_str(), 1);  // absent with --insecure/--no-tls
 }
+
+// The scheme of a test head started with `extra` arguments.
+inline std::string TestHeadScheme(const std::vector<std::string>& extra) {
+  for (const auto& a : extra) {
+    if (a == "--insecure" || a == "--no-tls") return "http";
+  }
+  return "https";
+}
+
+// Shell for a task that calls the head with curl: writes the head's authority (COHORT_CA,
+// PEM) to the file $ca, so that `curl --cacert "$ca" ...` trusts it.
+inline constexpr char kTaskCaFile[] = "ca=$(mktemp); printf '%s\\n' \"$COHORT_CA\" > \"$ca\"; ";
 
 // An HTTP client of `url` that presents the test head's admin token.
 inline HttpClient AdminClient(const std::string& url, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
@@ -159,7 +177,7 @@ class LocalCluster {
   // `extra` is appended to its arguments.
   void StartHead(int port = 0, const std::vector<std::string>& extra = {}) {
     ASSERT_NO_FATAL_FAILURE(SpawnTestHead(dir_, "127.0.0.1", port ? port : port_, timing_, head_, port_, extra));
-    url_ = "http://127.0.0.1:" + std::to_string(port_);
+    url_ = TestHeadScheme(extra) + "://127.0.0.1:" + std::to_string(port_);
   }
 
   void KillHead(int sig = SIGKILL) {
@@ -236,19 +254,56 @@ class LocalCluster {
   std::map<std::string, Subprocess> agents_;
 };
 
+// A raw httplib client of `base_url` ("http(s)://host:port"), for requests HttpClient would
+// not send as they are; an https one trusts the test head's authority ($COHORT_CA_FILE).
+// `identity`, if set, is the client certificate it presents.
+inline std::unique_ptr<httplib::ClientImpl> RawClient(const std::string& base_url,
+                                                      std::shared_ptr<tls::IdentitySlot> identity = nullptr) {
+  auto url = ParseHttpUrl(base_url);
+  EXPECT_TRUE(url.has_value()) << base_url;
+  if (!url) return std::make_unique<httplib::ClientImpl>("127.0.0.1", 1);
+  if (!url->tls) return std::make_unique<httplib::ClientImpl>(url->host, url->port);
+  auto cli = std::make_unique<httplib::SSLClient>(url->host, url->port);
+  cli->enable_server_certificate_verification(false);  // OpenSSL checks it against the CA
+  auto env = tls::ClientOptionsFromEnv();
+  EXPECT_TRUE(env.has_value() && env->has_value()) << "no $COHORT_CA_FILE for " << base_url;
+  if (env && *env) {
+    (*env)->identity = std::move(identity);
+    EXPECT_TRUE(tls::ConfigureClientContext(cli->ssl_context(), **env, url->host).has_value());
+  }
+  return cli;
+}
+
 // POSTs `body` to the cluster's head exactly as written, so that malformed bodies reach it;
 // returns the status (0: no reply) and the reply parsed as JSON (discarded if it is not).
 // It presents `token` (default: the admin's; "" sends none).
 inline std::pair<int, json> PostRaw(const LocalCluster& c, const std::string& path, const std::string& body,
-                                    const std::string& token = TestToken()) {
-  auto url = ParseHttpUrl(c.url());
-  httplib::Client cli(url->host, url->port);
+                                    const std::string& token = TestToken(),
+                                    std::shared_ptr<tls::IdentitySlot> identity = nullptr) {
+  auto cli = RawClient(c.url(), std::move(identity));
   httplib::Headers headers;
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
-  auto r = cli.Post(path, headers, body, "application/json");
+  auto r = cli->Post(path, headers, body, "application/json");
   if (!r) return {0, json()};
   return {r->status, json::parse(r->body, nullptr, false)};
 }
+
+// A certificate request for a node registered by hand, and the identity its registration
+// reply's certificate makes with the request's key.
+struct NodeKey {
+  std::string key_pem = tls::NewPrivateKeyPem().value();
+  std::string csr = tls::MakeCsrPem(key_pem, "node").value();
+  // The client certificate of a registration reply (empty slot without one).
+  std::shared_ptr<tls::IdentitySlot> Identity(const json& reply) const {
+    auto slot = std::make_shared<tls::IdentitySlot>();
+    if (reply.is_object() && reply.contains("certificate")) {
+      auto id = tls::Identity::Parse(reply["certificate"].get<std::string>(), key_pem);
+      EXPECT_TRUE(id.has_value()) << id.error().message;
+      if (id) slot->Set(*id);
+    }
+    return slot;
+  }
+};
 
 struct CliResult {
   ExitStatus status;

@@ -61,15 +61,19 @@ TEST(PrometheusScrape, RealServerScrapesHeadAndAgents) {
 
   int port = FreePort();
   ASSERT_GT(port, 0);
+  const std::string ca = c.dir() + "/head/tls/ca.crt";
   std::string config = c.dir() + "/prometheus.yml";
   std::ofstream(config) << fmt::format(
       "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
       "scrape_configs:\n"
       // The head's /metrics takes a token (Prometheus' authorization block); a viewer's does.
-      "  - job_name: cohort-head\n    authorization:\n      credentials: '{}'\n"
+      // Head and agents serve HTTPS with certificates from the head's authority.
+      "  - job_name: cohort-head\n    scheme: https\n    tls_config:\n      ca_file: '{}'\n"
+      "    authorization:\n      credentials: '{}'\n"
       "    static_configs:\n      - targets: ['{}']\n"
-      "  - job_name: cohort-agent\n    static_configs:\n      - targets: ['{}', '{}']\n",
-      ViewerToken(c), HostPort(c.url()), agents[0], agents[1]);
+      "  - job_name: cohort-agent\n    scheme: https\n    tls_config:\n      ca_file: '{}'\n"
+      "    static_configs:\n      - targets: ['{}', '{}']\n",
+      ca, ViewerToken(c), HostPort(c.url()), ca, agents[0], agents[1]);
   SpawnOptions o;
   o.argv = {"prometheus", "--config.file=" + config, "--storage.tsdb.path=" + c.dir() + "/tsdb",
             fmt::format("--web.listen-address=127.0.0.1:{}", port), "--log.level=warn"};

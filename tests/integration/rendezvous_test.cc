@@ -13,14 +13,12 @@ struct Raw {
 
 // Raw HTTP against a full URL (the rendezvous base comes from a task's environment).
 Raw Call(const std::string& method, const std::string& url, const std::string& body = "") {
-  auto slash = url.find('/', 7);
-  auto parts = ParseHttpUrl(url.substr(0, slash));
-  if (!parts) return {};
-  httplib::Client cli(parts->host, parts->port);
+  auto slash = url.find('/', url.find("://") + 3);
+  auto cli = RawClient(url.substr(0, slash));
   std::string path = url.substr(slash);
-  httplib::Result r = method == "GET"    ? cli.Get(path)
-                      : method == "PUT"  ? cli.Put(path, body, "application/octet-stream")
-                                         : cli.Post(path, body, "application/json");
+  httplib::Result r = method == "GET"    ? cli->Get(path)
+                      : method == "PUT"  ? cli->Put(path, body, "application/octet-stream")
+                                         : cli->Post(path, body, "application/json");
   if (!r) return {};
   return {r->status, r->body};
 }
@@ -41,9 +39,9 @@ TEST(Rendezvous, RanksExchangeValuesThroughTheHead) {
   c.StartAgent("node-b", 2);
   c.WaitForNodes(2);
   // Rank 0 publishes; rank 1 waits for it (the way an NCCL unique id is shared).
-  std::string script =
-      "if [ $RANK = 0 ]; then curl -sf -X PUT --data-binary \"hello from $COHORT_NODE\" \"$COHORT_RENDEZVOUS/keys/greeting\"; "
-      "else for i in $(seq 1 50); do v=$(curl -sf \"$COHORT_RENDEZVOUS/keys/greeting?wait_ms=1000\") && break; done; "
+  std::string script = std::string(kTaskCaFile) +
+      "if [ $RANK = 0 ]; then curl -sf --cacert \"$ca\" -X PUT --data-binary \"hello from $COHORT_NODE\" \"$COHORT_RENDEZVOUS/keys/greeting\"; "
+      "else for i in $(seq 1 50); do v=$(curl -sf --cacert \"$ca\" \"$COHORT_RENDEZVOUS/keys/greeting?wait_ms=1000\") && break; done; "
       "echo \"got: $v\"; test -n \"$v\"; fi";
   json job = c.Submit({{"command", {"sh", "-c", script}}, {"nodes", 2}, {"gpus_per_node", 1}, {"placement", "spread"}});
   c.WaitForState(job["id"], "SUCCEEDED");
@@ -108,10 +106,10 @@ TEST(Progress, TasksReportStepAndLossAtCohortReport) {
   c.StartHead();
   c.StartAgent("node-a", 1);
   c.WaitForNodes(1);
-  std::string script =
-      "for s in 1 2 3; do curl -sf -X POST -d \"{\\\"step\\\": $s, \\\"loss\\\": 2.$s, \\\"tokens_per_s\\\": 1000}\" "
+  std::string script = std::string(kTaskCaFile) +
+      "for s in 1 2 3; do curl -sf --cacert \"$ca\" -X POST -d \"{\\\"step\\\": $s, \\\"loss\\\": 2.$s, \\\"tokens_per_s\\\": 1000}\" "
       "\"$COHORT_REPORT\" || exit 9; done; "
-      "curl -s -o /dev/null -w '%{http_code}\\n' -X POST -d '{\"step\": -1}' \"$COHORT_REPORT\"";
+      "curl -s --cacert \"$ca\" -o /dev/null -w '%{http_code}\\n' -X POST -d '{\"step\": -1}' \"$COHORT_REPORT\"";
   json job = c.Submit({{"command", {"sh", "-c", script}}});
   c.WaitForState(job["id"], "SUCCEEDED");
   EXPECT_NE(c.Logs(job["id"], 0).find("400"), std::string::npos) << "a bad report must be refused: " << c.Logs(job["id"], 0);

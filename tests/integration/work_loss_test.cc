@@ -34,8 +34,8 @@ TEST(WorkLoss, HungTaskFailsTheGangAfterProgressTimeout) {
   c.WaitForNodes(1);
   std::string file = c.dir() + "/records";
   // Reports one step, then hangs without ever exiting.
-  std::string report =
-      "curl -s -o /dev/null -X POST -H 'Content-Type: application/json' -d '{\"step\": 7}' \"$COHORT_REPORT\"";
+  std::string report = std::string(kTaskCaFile) +
+      "curl -s --cacert \"$ca\" -o /dev/null -X POST -H 'Content-Type: application/json' -d '{\"step\": 7}' \"$COHORT_REPORT\"";
   json job = c.Submit({{"command", {"sh", "-c", RecordThen(file, report + "; exec sleep 1000")}},
                        {"progress_timeout_s", 2},
                        {"max_restarts", 1}});

@@ -211,7 +211,8 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
         l.command = job.spec.command;
         l.env = api::TaskEnvironment(
             job, na, t,
-            api::ClusterTaskEnvOptions(ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id));
+            api::ClusterTaskEnvOptions(ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id,
+                                       ctx.ca_pem));
         l.workdir = job.spec.workdir;
         l.gpus = t.gpus;
         l.cpus = job.spec.cpus_per_task;

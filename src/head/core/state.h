@@ -114,6 +114,7 @@ struct Context {
   api::AgentTiming base_timing;
   double heartbeat_rate_target = 1000;  // heartbeats per second (timing.h)
   std::string head_url;         // how tasks reach the head (COHORT_HEAD)
+  std::string ca_pem;           // the authority tasks trust to reach it over TLS (COHORT_CA); "" without TLS
   std::string checkpoint_root;  // COHORT_CHECKPOINT_DIR is {checkpoint_root}/job-{id}
   int64_t liveness_interval_ms = 100;     // how often the shell checks liveness (CheckLiveness)
   double unhealthy_zone_threshold = 0.55;  // liveness.h
