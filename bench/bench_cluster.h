@@ -107,7 +107,10 @@ class BenchCluster {
     SpawnOptions o;
     o.argv = {COHORT_BINARY, "agent", "--head", url_, "--name", name, "--address", "127.0.0.1",
               "--simulated-gpus", std::to_string(gpus), "--cpus", "64", "--work-dir", dir_ + "/" + name,
-              "--log-level", "warn"};
+              "--log-level", "warn",
+              // One user's benchmark, as under `cohort up`: with --insecure jobs name no
+              // account ("anonymous"), and a root agent would refuse to run them as it.
+              "--task-user", "agent"};
     if (!join_token_.empty()) o.argv.insert(o.argv.end(), {"--join-token", join_token_});
     o.stdout_path = dir_ + "/" + name + ".log";
     o.parent_death_signal = SIGKILL;
