@@ -26,6 +26,13 @@ HttpServerOptions AgentHttpOptions(const AgentConfig& c) {
   return o;
 }
 
+// Over TLS (`tls`), OK only for a connection with the head's certificate; always OK
+// without TLS.
+Result<void> FromHeadCertificate(bool tls, const httplib::Request& req) {
+  if (!tls || tls::PeerName(req.ssl) == tls::kHeadName) return {};
+  return MakeError(ErrorCode::kUnauthenticated, "only the head may call this (with its certificate)");
+}
+
 }  // namespace
 
 void Agent::BuildServer() {
@@ -33,9 +40,7 @@ void Agent::BuildServer() {
   auto& srv = *server_;
   PostWithBodyCap(srv, routes::kAgentWake, [this](const httplib::Request& req, httplib::Response& res) {
     // Over TLS only the head (its certificate) may wake the agent.
-    if (tls_ && tls::PeerName(req.ssl) != tls::kHeadName) {
-      return SendError(res, Error{ErrorCode::kUnauthenticated, "only the head may call this (with its certificate)"});
-    }
+    if (auto ok = FromHeadCertificate(tls_.has_value(), req); !ok) return SendError(res, ok.error());
     Wake();
     SendJson(res, json{{"ok", true}});
   });
@@ -56,9 +61,7 @@ void Agent::BuildServer() {
 }
 
 Result<void> Agent::CheckHeadCredential(const httplib::Request& req) const {
-  if (tls_ && tls::PeerName(req.ssl) != tls::kHeadName) {
-    return MakeError(ErrorCode::kUnauthenticated, "only the head may call this (with its certificate)");
-  }
+  COHORT_TRY_VOID(FromHeadCertificate(tls_.has_value(), req));
   std::string want;
   {
     MutexLock lock(mu_);

@@ -7,6 +7,7 @@
 
 #include "comm/store_util.h"
 #include "common/http.h"
+#include "common/httplib_client.h"
 #include "common/json.h"
 #include "common/tls.h"
 
@@ -55,11 +56,7 @@ HttpStore::HttpStore(std::string host, int port, std::string path, Millis timeou
     : host_(std::move(host)), port_(port), path_(std::move(path)), timeout_(timeout), tls_(std::move(tls)) {}
 
 Result<std::unique_ptr<httplib::ClientImpl>> HttpStore::Connect() const {
-  if (!tls_) return std::make_unique<httplib::ClientImpl>(host_, port_);
-  auto cli = std::make_unique<httplib::SSLClient>(host_, port_);
-  cli->enable_server_certificate_verification(false);  // OpenSSL checks it (tls.h)
-  COHORT_TRY_VOID(tls::ConfigureClientContext(cli->ssl_context(), *tls_, host_));
-  return std::unique_ptr<httplib::ClientImpl>(std::move(cli));
+  return NewHttplibClient(host_, port_, tls_.has_value(), tls_ ? &*tls_ : nullptr);
 }
 
 Result<std::unique_ptr<HttpStore>> HttpStore::Open(const std::string& base_url, Millis timeout) {

@@ -8,6 +8,7 @@
 
 #include <httplib.h>
 
+#include "common/httplib_client.h"
 #include "common/tls.h"
 
 #include <openssl/err.h>
@@ -98,17 +99,20 @@ void HttpClient::set_tls(const tls::ClientOptions& options) {
   pool_ = std::make_shared<Pool>();  // connections made before trusted something else
 }
 
-// A new connection's client: plain, or TLS trusting what tls_ says.
-Result<std::unique_ptr<httplib::ClientImpl>> HttpClient::Connect() const {
-  if (!parts_.tls) return std::make_unique<httplib::ClientImpl>(parts_.host, parts_.port);
-  auto cli = std::make_unique<httplib::SSLClient>(parts_.host, parts_.port);
-  if (tls_) {
-    // Verified by OpenSSL against only this authority (and the host checked in the
-    // handshake), not by httplib, which would add the system's authorities.
+Result<std::unique_ptr<httplib::ClientImpl>> NewHttplibClient(const std::string& host, int port, bool https,
+                                                              const tls::ClientOptions* trust) {
+  if (!https) return std::make_unique<httplib::ClientImpl>(host, port);
+  auto cli = std::make_unique<httplib::SSLClient>(host, port);
+  if (trust) {
     cli->enable_server_certificate_verification(false);
-    COHORT_TRY_VOID(tls::ConfigureClientContext(cli->ssl_context(), *tls_, parts_.host));
+    COHORT_TRY_VOID(tls::ConfigureClientContext(cli->ssl_context(), *trust, host));
   }
   return std::unique_ptr<httplib::ClientImpl>(std::move(cli));
+}
+
+// A new connection's client: plain, or TLS trusting what tls_ says.
+Result<std::unique_ptr<httplib::ClientImpl>> HttpClient::Connect() const {
+  return NewHttplibClient(parts_.host, parts_.port, parts_.tls, tls_.get());
 }
 
 Result<HttpResponse> HttpClient::Send(const std::string& method, const std::string& path,

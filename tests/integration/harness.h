@@ -22,6 +22,7 @@
 #include <httplib.h>
 
 #include "common/http.h"
+#include "common/httplib_client.h"
 #include "common/json.h"
 #include "common/subprocess.h"
 #include "common/tls.h"
@@ -262,16 +263,18 @@ inline std::unique_ptr<httplib::ClientImpl> RawClient(const std::string& base_ur
   auto url = ParseHttpUrl(base_url);
   EXPECT_TRUE(url.has_value()) << base_url;
   if (!url) return std::make_unique<httplib::ClientImpl>("127.0.0.1", 1);
-  if (!url->tls) return std::make_unique<httplib::ClientImpl>(url->host, url->port);
-  auto cli = std::make_unique<httplib::SSLClient>(url->host, url->port);
-  cli->enable_server_certificate_verification(false);  // OpenSSL checks it against the CA
-  auto env = tls::ClientOptionsFromEnv();
-  EXPECT_TRUE(env.has_value() && env->has_value()) << "no $COHORT_CA_FILE for " << base_url;
-  if (env && *env) {
-    (*env)->identity = std::move(identity);
-    EXPECT_TRUE(tls::ConfigureClientContext(cli->ssl_context(), **env, url->host).has_value());
+  std::optional<tls::ClientOptions> trust;
+  if (url->tls) {
+    auto env = tls::ClientOptionsFromEnv();
+    EXPECT_TRUE(env.has_value() && env->has_value()) << "no $COHORT_CA_FILE for " << base_url;
+    if (env && *env) {
+      trust = std::move(**env);
+      trust->identity = std::move(identity);
+    }
   }
-  return cli;
+  auto cli = NewHttplibClient(url->host, url->port, url->tls, trust ? &*trust : nullptr);
+  EXPECT_TRUE(cli.has_value()) << (cli ? "" : cli.error().message);
+  return cli ? std::move(*cli) : std::make_unique<httplib::ClientImpl>("127.0.0.1", 1);
 }
 
 // POSTs `body` to the cluster's head exactly as written, so that malformed bodies reach it;
