@@ -71,6 +71,9 @@ inline constexpr char kWhoAmI[] = "/v1/whoami";  // GET: the caller's user, role
 std::string TokenRevoke(std::string_view id);  // POST
 inline constexpr char kTokenRevokePattern[] = R"(/v1/tokens/([^/]+)/revoke)";
 
+// The audit log (admin only): GET ?since=&until=&user=&limit=&cursor= (head/audit.h).
+inline constexpr char kAudit[] = "/v1/audit";
+
 inline constexpr char kDashboard[] = "/v1/dashboard";  // GET ?recent=&queue=&points=
 inline constexpr char kUsage[] = "/v1/usage";          // GET ?since=&until=&user=
 

@@ -62,6 +62,7 @@ void AddDrainCommands(CommandContext& ctx);  // drain and resume
 void AddRunCommand(CommandContext& ctx);
 void AddTopCommand(CommandContext& ctx);
 void AddUsageCommand(CommandContext& ctx);
+void AddAuditCommand(CommandContext& ctx);
 void AddTokenCommands(CommandContext& ctx);  // token create/ls/revoke, and login
 
 using ExternalCommand = ::cohort::ExternalCommand;

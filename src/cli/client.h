@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/audit.h"
 #include "api/dashboard.h"
 #include "api/routes.h"
 #include "api/types.h"
@@ -145,6 +146,29 @@ std::string NodeStateLine(const api::NodeStatus& node);
 // The tables of `cohort usage` from a GET /v1/usage reply: per user (with a TOTAL row)
 // and per job, GPU-hours with 4 decimals and, with a price, COST with 2.
 std::string RenderUsage(const api::UsageReport& report, std::optional<double> price_per_gpu_hour);
+
+// ---- audit (audit.cc) ----
+
+// A point in time typed on the command line: an RFC 3339 time ("2026-03-01T12:00:00Z",
+// "2026-03-01T13:00:00.5+01:00") or a duration back from `now_ms` ("30m", "1h", "7d");
+// Unix ms. kInvalidArgument naming `flag` otherwise.
+Result<int64_t> ParseTimeFlag(std::string_view text, std::string_view flag, int64_t now_ms);
+
+// Flags of `cohort audit`, as typed ("" for one not given).
+struct AuditFlags {
+  std::string user;
+  std::string since;
+  std::string until;
+  std::string limit = "100";
+};
+
+// The query of GET /v1/audit for `flags`: each flag checked, an error naming it (--user a
+// valid user name, --since and --until times with since before until, --limit 1-10000).
+Result<std::vector<std::pair<std::string, std::string>>> AuditQueryFor(const AuditFlags& flags, int64_t now_ms);
+
+// The table of audit rows: TIME WHO TOKEN CLIENT REQUEST STATUS JOB ERROR (WHO: the user,
+// else "node N", else the caller as the head described it).
+std::string RenderAudit(const std::vector<api::AuditEntry>& entries);
 
 // ---- top (top.cc) ----
 

@@ -74,6 +74,9 @@ class Cluster {
   // changes whose callers serialize their own writes of a key.
   Result<std::optional<std::string>> GetMeta(const std::string& key);
   Result<void> PutMeta(const std::string& key, const std::string& value);
+  // The store itself, for parts of the head that keep records of their own in it (the
+  // audit log, audit.h); thread-safe.
+  store::StateStore& store() { return *store_; }
 
   // ---- users ----
   // Validates feasibility against the cluster's nodes and stores the job (PENDING).

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/signals.h"
 #include "head/agent_waker.h"
+#include "head/audit.h"
 #include "head/auth.h"
 #include "head/router.h"
 #include "head/cluster.h"
@@ -118,6 +119,10 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "the heartbeat interval must be at most half the fence timeout", "heartbeat_interval");
   }
+  if (config.audit_retention_ms < 0 || config.audit_max_rows < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "the audit log's retention and row cap must be 0 (none) or more",
+                     "audit_retention");
+  }
   // The state directory holds the rendezvous secret (in state.db): only the head's user
   // may read it, and the database files are created private before SQLite opens them
   // (an older head's world-readable ones are closed on this start).
@@ -179,6 +184,14 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   }
   h->router_ = std::make_unique<Router>(srv, h->tokens_.get(), config.insecure);
   Router& router = *h->router_;
+  AuditLog::Options audit_options;
+  audit_options.retention_ms = config.audit_retention_ms;
+  audit_options.max_rows = config.audit_max_rows;
+  h->audit_ = std::make_unique<AuditLog>(cluster.store(), std::move(audit_options));
+  router.set_observer([audit = h->audit_.get()](const Router::Route& route, const Caller& caller,
+                                                const httplib::Request& req, const httplib::Response& res) {
+    if (auto entry = AuditEntryFor(route, caller, req, res, NowUnixMs())) audit->Record(std::move(*entry));
+  });
   h->dashboard_ = std::make_unique<DashboardSnapshots>(cluster);
   router.Get(api::routes::kHealth, Access::kPublic,
              [&cluster, url = h->url_](const httplib::Request&, httplib::Response& res) {
@@ -192,9 +205,10 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   RegisterLogRoutes(router, cluster);
   RegisterRendezvousRoutes(router, cluster);
   RegisterProgressRoutes(router, cluster);
-  RegisterMetricsRoutes(router, cluster);
+  RegisterMetricsRoutes(router, cluster, *h->audit_);
   RegisterUsageRoutes(router, cluster);
   RegisterTokenRoutes(router, *h->tokens_);
+  RegisterAuditRoutes(router, *h->audit_);
   RegisterDashboardRoutes(router, *h->dashboard_);
   RegisterWebRoutes(router);
   PreferGzipOverBrotli(srv);

@@ -30,7 +30,11 @@ bool SameOrigin(const httplib::Request& req) {
 }
 
 Result<Caller> Router::Identify(const httplib::Request& req) const {
-  if (insecure_) return Caller{Caller::Kind::kInsecure};
+  if (insecure_) {
+    Caller anyone;
+    anyone.kind = Caller::Kind::kInsecure;
+    return anyone;
+  }
   if (!req.has_header("Authorization")) return Caller{};
   const std::string header = req.get_header_value("Authorization");
   const std::string_view bearer = BearerOf(header);
@@ -41,44 +45,49 @@ Result<Caller> Router::Identify(const httplib::Request& req) const {
   return tokens_->Authenticate(bearer, NowUnixMs());
 }
 
-Result<Caller> Router::Admit(const std::string& method, Access access, const httplib::Request& req) const {
-  auto caller = Identify(req);
-  if (!caller) return caller;
-  if (auto ok = Authorize(access, *caller); !ok) return std::unexpected(ok.error());
-  if (method != "GET" && access != Access::kTask && !insecure_) {
+Result<void> Router::Admit(const Route& route, const httplib::Request& req, Caller& caller) const {
+  caller = COHORT_TRY(Identify(req));
+  COHORT_TRY_VOID(Authorize(route.access, caller));
+  if (route.method != "GET" && route.access != Access::kTask && !insecure_) {
     if (!SameOrigin(req)) {
       return Errorf(ErrorCode::kPermissionDenied, "cross-origin request refused: Origin {} does not match Host {}",
                     req.get_header_value("Origin").substr(0, 200), req.get_header_value("Host").substr(0, 200));
     }
     if (!req.body.empty() && !IsJson(req.get_header_value("Content-Type"))) {
-      return Errorf(ErrorCode::kInvalidArgument, "Content-Type: a {} body must be application/json, got '{}'", method,
-                    req.get_header_value("Content-Type").substr(0, 100));
+      return Errorf(ErrorCode::kInvalidArgument, "Content-Type: a {} body must be application/json, got '{}'",
+                    route.method, req.get_header_value("Content-Type").substr(0, 100));
     }
   }
-  return caller;
+  return {};
 }
 
 void Router::Add(const std::string& method, const std::string& pattern, Access access, Handler handler,
                  size_t max_body) {
   routes_.push_back(Route{method, pattern, access});
   const bool mutating = method != "GET";
-  HttpHandler wrapped = [this, method, access, mutating, handler = std::move(handler)](const httplib::Request& req,
-                                                                                      httplib::Response& res) {
-    auto caller = Admit(method, access, req);
-    if (!caller) {
-      SendError(res, caller.error());
-      if (mutating && observer_) observer_(Caller{}, req, res);
-      return;
+  HttpHandler wrapped = [this, route = routes_.back(), mutating, handler = std::move(handler)](
+                            const httplib::Request& req, httplib::Response& res) {
+    Caller caller;
+    if (auto admitted = Admit(route, req, caller); admitted) {
+      handler(caller, req, res);
+    } else {
+      SendError(res, admitted.error());
     }
-    handler(*caller, req, res);
-    if (mutating && observer_) observer_(*caller, req, res);
+    if (mutating && observer_) observer_(route, caller, req, res);
+  };
+  // A body refused before the checks (too large, multipart, unreadable): observed too.
+  RefusalObserver refused = [this, route = routes_.back()](const httplib::Request& req, const httplib::Response& res) {
+    if (!observer_) return;
+    Caller caller;
+    if (auto identified = Identify(req)) caller = *identified;
+    observer_(route, caller, req, res);
   };
   if (method == "GET") {
     server_.Get(pattern, std::move(wrapped));
   } else if (method == "POST") {
-    PostWithBodyCap(server_, pattern, std::move(wrapped), max_body);
+    PostWithBodyCap(server_, pattern, std::move(wrapped), max_body, std::move(refused));
   } else if (method == "PUT") {
-    PutWithBodyCap(server_, pattern, std::move(wrapped), max_body);
+    PutWithBodyCap(server_, pattern, std::move(wrapped), max_body, std::move(refused));
   } else {
     server_.Delete(pattern, std::move(wrapped));
   }

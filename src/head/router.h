@@ -65,9 +65,14 @@ class Router {
   // Authorization header; kUnauthenticated for credentials the head does not accept.
   Result<Caller> Identify(const httplib::Request& req) const;
 
-  // Called after every request that changes state (POST, PUT, DELETE), with its outcome;
-  // for the audit log. Set before the server starts.
-  using Observer = std::function<void(const Caller&, const httplib::Request&, const httplib::Response&)>;
+  // Called after every request that would change state (POST, PUT, DELETE) with its
+  // route, its caller and its answer: the handler's, or the refusal of a check before it
+  // (401, 403, 400 ..., and a body refused as too large, 413, or multipart, 415). The caller is who the request named once identified: anonymous
+  // when it brought no credentials or ones the head does not accept, the token's user when
+  // only the access or a later check refused it. For the audit log (audit.h). Set before
+  // the server starts; runs on the handler's thread, after the response is complete.
+  using Observer =
+      std::function<void(const Route&, const Caller&, const httplib::Request&, const httplib::Response&)>;
   void set_observer(Observer o) { observer_ = std::move(o); }
 
  private:
@@ -82,8 +87,9 @@ class Router {
     }
   }
   void Add(const std::string& method, const std::string& pattern, Access access, Handler handler, size_t max_body);
-  // The checks before a handler: identity, access, content type and origin.
-  Result<Caller> Admit(const std::string& method, Access access, const httplib::Request& req) const;
+  // The checks before a handler: identity, access, content type and origin. Sets `caller`
+  // once the request's credentials are accepted, also when a later check refuses it.
+  Result<void> Admit(const Route& route, const httplib::Request& req, Caller& caller) const;
 
   httplib::Server& server_;
   const TokenBook* tokens_;
