@@ -10,6 +10,7 @@
 #include "head/core/liveness.h"
 #include "head/core/timing.h"
 #include "head/head.h"
+#include "head/rate_limit.h"
 
 namespace cohort::cli {
 
@@ -57,6 +58,14 @@ void AddHeadCommand(CommandContext& ctx) {
                   "allows at this rate, agents heartbeat less often and the failure and fence timeouts grow "
                   "by the same factor (default 1000)")
       ->check(NumberCheckedBy(head::core::ValidateHeartbeatRateTarget, "HEARTBEATS/S in [1,1000000]"));
+  sub->add_option("--rate-limit", f->config.rate_limit,
+                  "API requests a second each caller (a token; an address without one) may make, sustained; "
+                  "past it the head answers 429 with Retry-After (0: no limit; default 50). Agents and tasks "
+                  "are exempt")
+      ->check(NumberCheckedBy([](double v) { return head::RateLimiter::Validate(v, 1); }, "REQUESTS/S >= 0"));
+  sub->add_option("--rate-burst", f->config.rate_burst,
+                  "API requests each caller may make at once, after an idle spell (default 200)")
+      ->check(NumberCheckedBy([](double v) { return head::RateLimiter::Validate(1, v); }, "REQUESTS >= 1"));
   sub->add_option("--audit-retention", f->audit_retention,
                   "Delete audit log rows older than this (e.g. 90d, 12h; 0 keeps them however old; default 90d)");
   sub->add_option("--audit-max-rows", f->config.audit_max_rows,

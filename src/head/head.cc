@@ -23,6 +23,7 @@
 #include "head/agent_waker.h"
 #include "head/audit.h"
 #include "head/auth.h"
+#include "head/rate_limit.h"
 #include "head/router.h"
 #include "head/cluster.h"
 #include "head/routes.h"
@@ -119,6 +120,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "the heartbeat interval must be at most half the fence timeout", "heartbeat_interval");
   }
+  COHORT_TRY_VOID(RateLimiter::Validate(config.rate_limit, config.rate_burst));
   if (config.audit_retention_ms < 0 || config.audit_max_rows < 0) {
     return MakeError(ErrorCode::kInvalidArgument, "the audit log's retention and row cap must be 0 (none) or more",
                      "audit_retention");
@@ -184,6 +186,11 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   }
   h->router_ = std::make_unique<Router>(srv, h->tokens_.get(), config.insecure);
   Router& router = *h->router_;
+  RateLimiter::Options limits;
+  limits.rate = config.rate_limit;
+  limits.burst = config.rate_burst;
+  h->limiter_ = std::make_unique<RateLimiter>(std::move(limits));
+  router.set_rate_limiter(h->limiter_.get());
   AuditLog::Options audit_options;
   audit_options.retention_ms = config.audit_retention_ms;
   audit_options.max_rows = config.audit_max_rows;

@@ -30,6 +30,7 @@ class DashboardSnapshots;
 class TokenBook;
 class Router;
 class AuditLog;
+class RateLimiter;
 
 class HeadServer {
  public:
@@ -60,8 +61,9 @@ class HeadServer {
   // the server, before the cluster.
   std::unique_ptr<DashboardSnapshots> dashboard_;
   std::unique_ptr<TokenBook> tokens_;
+  std::unique_ptr<RateLimiter> limiter_;  // used by router_'s handlers
   std::unique_ptr<HttpServer> server_;
-  std::unique_ptr<Router> router_;  // registers on server_; its handlers use tokens_
+  std::unique_ptr<Router> router_;  // registers on server_; its handlers use tokens_ and limiter_
   std::thread server_thread_;
   std::thread control_thread_;
   std::atomic<bool> stopping_{false};

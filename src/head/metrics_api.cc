@@ -85,6 +85,9 @@ Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerS
   RenderLiveness(w, m);
   if (http) WriteHttpServerMetrics(w, *http);
   if (edge) {
+    w.Family("cohort_http_rate_limited_total", MetricType::kCounter,
+             "API requests refused (429) because their caller was past its rate limit");
+    w.Sample({}, static_cast<double>(edge->rate_limited));
     w.Family("cohort_audit_written_total", MetricType::kCounter, "Audit log rows stored");
     w.Sample({}, static_cast<double>(edge->audit_written));
     w.Family("cohort_audit_dropped_total", MetricType::kCounter,
@@ -100,7 +103,7 @@ void RegisterMetricsRoutes(Router& router, Cluster& cluster, const AuditLog& aud
     std::optional<HttpServerStats> http;
     if (auto* s = dynamic_cast<HttpServer*>(&router.server())) http = s->Stats();
     const AuditLog::Stats a = audit.stats();
-    const EdgeStats edge{a.written, a.dropped_queue_full, a.dropped_write_failed};
+    const EdgeStats edge{router.rate_limited(), a.written, a.dropped_queue_full, a.dropped_write_failed};
     auto text = RenderHeadMetrics(cluster.Metrics(), http ? &*http : nullptr, &edge);
     if (!text) return SendError(res, text.error());
     res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");

@@ -45,8 +45,35 @@ Result<Caller> Router::Identify(const httplib::Request& req) const {
   return tokens_->Authenticate(bearer, NowUnixMs());
 }
 
-Result<void> Router::Admit(const Route& route, const httplib::Request& req, Caller& caller) const {
-  caller = COHORT_TRY(Identify(req));
+bool Router::RateLimited(const Route& route, const httplib::Request& req, const Caller& caller, bool identified,
+                         httplib::Response& res) const {
+  if (!limiter_ || route.access == Access::kAgentJoin || route.access == Access::kNode ||
+      route.access == Access::kTask) {
+    return false;
+  }
+  std::string key;
+  std::string who;
+  if (identified && caller.kind == Caller::Kind::kToken) {
+    key = "token " + caller.token_id;
+    who = caller.Describe();
+  } else if (identified && caller.kind == Caller::Kind::kNode) {
+    key = "node " + caller.node;
+    who = caller.Describe();
+  } else {
+    key = "address " + req.remote_addr;
+    who = req.remote_addr + (caller.kind == Caller::Kind::kInsecure ? "" : " (no accepted token)");
+  }
+  const RateLimiter::Decision d = limiter_->Admit(key);
+  if (d.admitted) return false;
+  const int64_t retry_s = (d.retry_after.count() + 999) / 1000;
+  res.set_header("Retry-After", std::to_string(retry_s));
+  SendError(res, Error{ErrorCode::kResourceExhausted,
+                       fmt::format("too many requests from {}: at most {} a second, {} at once; retry in {}s", who,
+                                   limiter_->options().rate, limiter_->options().burst, retry_s)});
+  return true;
+}
+
+Result<void> Router::Check(const Route& route, const httplib::Request& req, const Caller& caller) const {
   COHORT_TRY_VOID(Authorize(route.access, caller));
   if (route.method != "GET" && route.access != Access::kTask && !insecure_) {
     if (!SameOrigin(req)) {
@@ -68,7 +95,11 @@ void Router::Add(const std::string& method, const std::string& pattern, Access a
   HttpHandler wrapped = [this, route = routes_.back(), mutating, handler = std::move(handler)](
                             const httplib::Request& req, httplib::Response& res) {
     Caller caller;
-    if (auto admitted = Admit(route, req, caller); admitted) {
+    Result<Caller> identified = Identify(req);
+    if (identified) caller = *identified;
+    if (RateLimited(route, req, caller, identified.has_value(), res)) return;
+    Result<void> admitted = identified ? Check(route, req, caller) : std::unexpected(identified.error());
+    if (admitted) {
       handler(caller, req, res);
     } else {
       SendError(res, admitted.error());
