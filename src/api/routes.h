@@ -42,7 +42,7 @@ inline constexpr char kJobProgressPattern[] = R"(/v1/jobs/([^/]+)/progress)";
 
 // Nodes: GET lists.
 inline constexpr char kNodes[] = "/v1/nodes";
-std::string Node(std::string_view name);  // GET: one node
+std::string Node(std::string_view name);  // GET: one node; DELETE ?force=: remove it (admins)
 inline constexpr char kNodePattern[] = R"(/v1/nodes/([^/]+))";
 std::string NodeDrain(std::string_view name);  // POST {"now": bool}
 inline constexpr char kNodeDrainPattern[] = R"(/v1/nodes/([^/]+)/drain)";

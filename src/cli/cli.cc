@@ -90,6 +90,7 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   AddCancelCommand(ctx);
   AddLogsCommand(ctx);
   AddNodesCommand(ctx);
+  AddNodeCommands(ctx);
   AddDrainCommands(ctx);
   AddRunCommand(ctx);
   AddTopCommand(ctx);

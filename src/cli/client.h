@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,6 +47,14 @@ Result<json> FetchAllPages(const HttpClient& head, const std::string& path, cons
 
 // Prints `j` indented by two spaces, then a newline, to stdout.
 void PrintJson(const json& j);
+
+// For the commands that act on several objects one by one (cancel, drain, resume, node
+// rm, token revoke): calls `act` on each of `names` in order, and `done` with its reply. A
+// failure is reported (ReportError) and the next name goes on, except that an unreachable
+// head (exit code 3) stops at once; `done` may stop with a nonzero exit code. Returns the
+// exit code of the first failure, or 0.
+int ForEachName(const std::vector<std::string>& names, const std::function<Result<json>(const std::string&)>& act,
+                const std::function<int(const std::string&, json)>& done);
 
 // A view decoded from a head's reply (api::NodeStatusFromJson etc.): a decoding error
 // becomes kInternal, "malformed {what} from the head: ..." (naming the bad field).

@@ -69,10 +69,10 @@ Result<std::unique_ptr<TokenBook>> OpenTokenBook(Cluster& cluster) {
     node_secret = RandomHex(32);
     COHORT_TRY_VOID(cluster.PutMeta(kNodeSecretMeta, *node_secret));
   }
-  return TokenBook::Open(COHORT_TRY(cluster.GetMeta(kTokensMeta)), *node_secret,
-                         [&cluster](const std::string& key, const std::string& value) {
-                           return cluster.PutMeta(key, value);
-                         });
+  return TokenBook::Open(
+      COHORT_TRY(cluster.GetMeta(kTokensMeta)), *node_secret,
+      [&cluster](const std::string& key, const std::string& value) { return cluster.PutMeta(key, value); },
+      COHORT_TRY(cluster.GetMeta(kNodeGenerationsMeta)));
 }
 
 // On the first start (no tokens yet): an admin token for the user running the head and a
@@ -207,7 +207,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
                                   {"last_pass_ms", cluster.last_pass_duration().count()}});
              });
   RegisterJobRoutes(router, cluster);
-  RegisterNodeRoutes(router, cluster);
+  RegisterNodeRoutes(router, cluster, *h->tokens_);
   RegisterAgentRoutes(router, cluster);
   RegisterLogRoutes(router, cluster);
   RegisterRendezvousRoutes(router, cluster);

@@ -19,7 +19,7 @@
 namespace cohort::head {
 
 void RegisterJobRoutes(Router& router, Cluster& cluster);
-void RegisterNodeRoutes(Router& router, Cluster& cluster);
+void RegisterNodeRoutes(Router& router, Cluster& cluster, TokenBook& tokens);
 void RegisterAgentRoutes(Router& router, Cluster& cluster);
 void RegisterLogRoutes(Router& router, Cluster& cluster);
 void RegisterRendezvousRoutes(Router& router, Cluster& cluster);

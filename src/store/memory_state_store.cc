@@ -36,6 +36,7 @@ Result<std::vector<api::JobId>> MemoryStateStore::Commit(const WriteBatch& batch
   }
   for (auto& [id, record] : jobs) jobs_[id] = std::move(record);
   for (auto& [name, record] : nodes) nodes_[name] = std::move(record);
+  for (const auto& name : batch.remove_nodes) nodes_.erase(name);
   for (const auto& [key, value] : batch.meta) meta_[key] = value;
   return ids;
 }

@@ -191,8 +191,8 @@ SqliteStateStore::SqliteStateStore(std::string path, sqlite3* db) : path_(std::m
 SqliteStateStore::~SqliteStateStore() {
   std::lock_guard lock(mu_);
   for (Stmt* s : {&begin_, &commit_, &rollback_, &insert_job_, &update_job_, &select_job_, &select_jobs_,
-                  &upsert_node_, &select_nodes_, &upsert_meta_, &select_meta_, &insert_audit_, &select_audit_,
-                  &select_audit_of_user_, &trim_audit_}) {
+                  &upsert_node_, &select_nodes_, &delete_node_, &upsert_meta_, &select_meta_, &insert_audit_,
+                  &select_audit_, &select_audit_of_user_, &trim_audit_}) {
     s->reset();
   }
   sqlite3_close_v2(db_);
@@ -241,6 +241,7 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   store->upsert_node_ = COHORT_TRY(store->PrepareLocked(
       "INSERT INTO nodes(name, body) VALUES(?1, ?2) ON CONFLICT(name) DO UPDATE SET body = excluded.body"));
   store->select_nodes_ = COHORT_TRY(store->PrepareLocked("SELECT name, body FROM nodes ORDER BY name"));
+  store->delete_node_ = COHORT_TRY(store->PrepareLocked("DELETE FROM nodes WHERE name = ?1"));
   store->upsert_meta_ = COHORT_TRY(store->PrepareLocked(
       "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value"));
   store->select_meta_ = COHORT_TRY(store->PrepareLocked("SELECT value FROM meta WHERE key = ?1"));
@@ -359,6 +360,9 @@ Result<std::vector<api::JobId>> SqliteStateStore::Commit(const WriteBatch& batch
                           .BindText(1, key)
                           .BindText(2, value)
                           .Run(fmt::format("storing meta '{}'", key)));
+    }
+    for (const auto& name : batch.remove_nodes) {
+      COHORT_TRY_VOID(Call(delete_node_.get(), path_).BindText(1, name).Run(fmt::format("removing node '{}'", name)));
     }
     return {};
   }));

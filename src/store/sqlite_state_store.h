@@ -88,7 +88,7 @@ class SqliteStateStore final : public StateStore {
   // Cached statements; guarded by mu_ (they belong to db_).
   Stmt begin_, commit_, rollback_;
   Stmt insert_job_, update_job_, select_job_, select_jobs_;
-  Stmt upsert_node_, select_nodes_;
+  Stmt upsert_node_, select_nodes_, delete_node_;
   Stmt upsert_meta_, select_meta_;
   Stmt insert_audit_, select_audit_, select_audit_of_user_, trim_audit_;
 };

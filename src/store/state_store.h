@@ -28,8 +28,11 @@ struct WriteBatch {
   std::vector<api::Job> jobs;    // each must already exist (created before, or earlier in `create`)
   std::vector<api::Node> nodes;  // inserted or replaced by name
   std::vector<std::pair<std::string, std::string>> meta;  // key → value
+  std::vector<std::string> remove_nodes;  // deleted by name after the upserts (absent ones: nothing)
 
-  bool empty() const { return create.empty() && jobs.empty() && nodes.empty() && meta.empty(); }
+  bool empty() const {
+    return create.empty() && jobs.empty() && nodes.empty() && meta.empty() && remove_nodes.empty();
+  }
 };
 
 // Which rows of the audit log QueryAudit returns: all of these hold.

@@ -230,6 +230,23 @@ TEST_P(StateStoreTest, NodeRoundTripsAndUpsertReplaces) {
   ExpectNodeEq(replaced, nodes->front(), "after upsert");
 }
 
+TEST_P(StateStoreTest, RemovedNodesAreGoneAndUnknownNamesAreNoError) {
+  ASSERT_TRUE(store_->Write({.nodes = {FullNode("n1"), FullNode("n2"), FullNode("n3")}}));
+  WriteBatch batch;
+  batch.remove_nodes = {"n2", "never-there"};
+  ASSERT_TRUE(store_->Write(batch));
+  auto nodes = store_->LoadNodes();
+  ASSERT_TRUE(nodes) << nodes.error().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].name, "n1");
+  EXPECT_EQ((*nodes)[1].name, "n3");
+  // A removed name may join again.
+  ASSERT_TRUE(store_->Write({.nodes = {FullNode("n2", 1)}}));
+  nodes = store_->LoadNodes();
+  ASSERT_TRUE(nodes);
+  EXPECT_EQ(nodes->size(), 3u);
+}
+
 TEST_P(StateStoreTest, LoadNodesInNameOrder) {
   ASSERT_TRUE(store_->Write({.nodes = {FullNode("node-b"), FullNode("node-10")}}));
   ASSERT_TRUE(store_->Write({.nodes = {FullNode("node-a"), FullNode("node-2")}}));
