@@ -42,7 +42,7 @@ inline constexpr char kJobProgressPattern[] = R"(/v1/jobs/([^/]+)/progress)";
 
 // Nodes: GET lists.
 inline constexpr char kNodes[] = "/v1/nodes";
-std::string Node(std::string_view name);  // GET: one node
+std::string Node(std::string_view name);  // GET: one node; DELETE ?force=: remove it (admins)
 inline constexpr char kNodePattern[] = R"(/v1/nodes/([^/]+))";
 std::string NodeDrain(std::string_view name);  // POST {"now": bool}
 inline constexpr char kNodeDrainPattern[] = R"(/v1/nodes/([^/]+)/drain)";
@@ -73,6 +73,9 @@ inline constexpr char kTokens[] = "/v1/tokens";
 inline constexpr char kWhoAmI[] = "/v1/whoami";  // GET: the caller's user, role and token id
 std::string TokenRevoke(std::string_view id);  // POST
 inline constexpr char kTokenRevokePattern[] = R"(/v1/tokens/([^/]+)/revoke)";
+
+// The audit log (admin only): GET ?since=&until=&user=&limit=&cursor= (head/audit.h).
+inline constexpr char kAudit[] = "/v1/audit";
 
 inline constexpr char kDashboard[] = "/v1/dashboard";  // GET ?recent=&queue=&points=
 inline constexpr char kUsage[] = "/v1/usage";          // GET ?since=&until=&user=

@@ -9,29 +9,22 @@ namespace {
 
 int Run(const std::vector<std::string>& ids, const GlobalOptions& global) {
   HttpClient head = HeadClient(global);
-  int rc = 0;
   json cancelled = json::array();
-  for (const auto& text : ids) {
-    auto id = ParseJobId(text);
-    if (!id) {
-      int code = ReportError(id.error());
-      if (rc == 0) rc = code;
-      continue;
-    }
-    auto reply = head.Post(api::routes::JobCancel(*id), json::object());
-    if (!reply) {
-      int code = ReportError(reply.error());
-      if (code == 3) return code;
-      if (rc == 0) rc = code;
-      continue;
-    }
-    if (global.json) {
-      cancelled.push_back(std::move(*reply));
-    } else {
-      std::printf("Cancelled job %lld\n", static_cast<long long>(*id));
-      std::fflush(stdout);
-    }
-  }
+  const int rc = ForEachName(
+      ids,
+      [&](const std::string& text) -> Result<json> {
+        const api::JobId id = COHORT_TRY(ParseJobId(text));
+        return head.Post(api::routes::JobCancel(id), json::object());
+      },
+      [&](const std::string&, json reply) {
+        if (global.json) {
+          cancelled.push_back(std::move(reply));
+        } else {
+          std::printf("Cancelled job %lld\n", static_cast<long long>(reply.value("id", int64_t{0})));
+          std::fflush(stdout);
+        }
+        return 0;
+      });
   if (global.json) PrintJson(json{{"jobs", std::move(cancelled)}});
   return rc;
 }

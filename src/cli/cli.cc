@@ -108,10 +108,12 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   AddCancelCommand(ctx);
   AddLogsCommand(ctx);
   AddNodesCommand(ctx);
+  AddNodeCommands(ctx);
   AddDrainCommands(ctx);
   AddRunCommand(ctx);
   AddTopCommand(ctx);
   AddUsageCommand(ctx);
+  AddAuditCommand(ctx);
   AddTokenCommands(ctx);
   // Listed for --help only: a matching argv[1] never reaches the parser (see above).
   for (const auto& cmd : external) {

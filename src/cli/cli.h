@@ -67,9 +67,11 @@ void AddCancelCommand(CommandContext& ctx);
 void AddLogsCommand(CommandContext& ctx);
 void AddNodesCommand(CommandContext& ctx);
 void AddDrainCommands(CommandContext& ctx);  // drain and resume
+void AddNodeCommands(CommandContext& ctx);   // node rm
 void AddRunCommand(CommandContext& ctx);
 void AddTopCommand(CommandContext& ctx);
 void AddUsageCommand(CommandContext& ctx);
+void AddAuditCommand(CommandContext& ctx);
 void AddTokenCommands(CommandContext& ctx);  // token create/ls/revoke, and login
 
 using ExternalCommand = ::cohort::ExternalCommand;

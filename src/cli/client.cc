@@ -45,6 +45,22 @@ Result<json> FetchAllPages(const HttpClient& head, const std::string& path, cons
   return json{{key, std::move(all)}};
 }
 
+int ForEachName(const std::vector<std::string>& names, const std::function<Result<json>(const std::string&)>& act,
+                const std::function<int(const std::string&, json)>& done) {
+  int rc = 0;
+  for (const auto& name : names) {
+    auto reply = act(name);
+    if (!reply) {
+      const int code = ReportError(reply.error());
+      if (code == 3) return code;
+      if (rc == 0) rc = code;
+      continue;
+    }
+    if (const int stop = done(name, std::move(*reply)); stop != 0) return stop;
+  }
+  return rc;
+}
+
 void PrintJson(const json& j) {
   std::string text = j.dump(2, ' ', false, json::error_handler_t::replace);
   std::fwrite(text.data(), 1, text.size(), stdout);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/audit.h"
 #include "api/dashboard.h"
 #include "api/routes.h"
 #include "api/types.h"
@@ -45,6 +47,14 @@ Result<json> FetchAllPages(const HttpClient& head, const std::string& path, cons
 
 // Prints `j` indented by two spaces, then a newline, to stdout.
 void PrintJson(const json& j);
+
+// For the commands that act on several objects one by one (cancel, drain, resume, node
+// rm, token revoke): calls `act` on each of `names` in order, and `done` with its reply. A
+// failure is reported (ReportError) and the next name goes on, except that an unreachable
+// head (exit code 3) stops at once; `done` may stop with a nonzero exit code. Returns the
+// exit code of the first failure, or 0.
+int ForEachName(const std::vector<std::string>& names, const std::function<Result<json>(const std::string&)>& act,
+                const std::function<int(const std::string&, json)>& done);
 
 // A view decoded from a head's reply (api::NodeStatusFromJson etc.): a decoding error
 // becomes kInternal, "malformed {what} from the head: ..." (naming the bad field).
@@ -145,6 +155,29 @@ std::string NodeStateLine(const api::NodeStatus& node);
 // The tables of `cohort usage` from a GET /v1/usage reply: per user (with a TOTAL row)
 // and per job, GPU-hours with 4 decimals and, with a price, COST with 2.
 std::string RenderUsage(const api::UsageReport& report, std::optional<double> price_per_gpu_hour);
+
+// ---- audit (audit.cc) ----
+
+// A point in time typed on the command line: an RFC 3339 time ("2026-03-01T12:00:00Z",
+// "2026-03-01T13:00:00.5+01:00") or a duration back from `now_ms` ("30m", "1h", "7d");
+// Unix ms. kInvalidArgument naming `flag` otherwise.
+Result<int64_t> ParseTimeFlag(std::string_view text, std::string_view flag, int64_t now_ms);
+
+// Flags of `cohort audit`, as typed ("" for one not given).
+struct AuditFlags {
+  std::string user;
+  std::string since;
+  std::string until;
+  std::string limit = "100";
+};
+
+// The query of GET /v1/audit for `flags`: each flag checked, an error naming it (--user a
+// valid user name, --since and --until times with since before until, --limit 1-10000).
+Result<std::vector<std::pair<std::string, std::string>>> AuditQueryFor(const AuditFlags& flags, int64_t now_ms);
+
+// The table of audit rows: TIME WHO TOKEN CLIENT REQUEST STATUS JOB ERROR (WHO: the user,
+// else "node N", else the caller as the head described it).
+std::string RenderAudit(const std::vector<api::AuditEntry>& entries);
 
 // ---- top (top.cc) ----
 

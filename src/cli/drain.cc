@@ -30,25 +30,23 @@ int Run(const DrainFlags& f, bool drain, const GlobalOptions& global) {
       body["timeout_s"] = *ms / 1000;
     }
   }
-  int rc = 0;
   json done = json::array();
-  for (const auto& name : f.nodes) {
-    auto reply = head.Post(drain ? api::routes::NodeDrain(name) : api::routes::NodeResume(name), body);
-    if (!reply) {
-      int code = ReportError(reply.error());
-      if (code == 3) return code;
-      if (rc == 0) rc = code;
-      continue;
-    }
-    if (global.json) {
-      done.push_back(std::move(*reply));
-      continue;
-    }
-    auto node = FromHead(api::NodeStatusFromJson(*reply), "node");
-    if (!node) return ReportError(node.error());
-    std::printf("%s\n", NodeStateLine(*node).c_str());
-    std::fflush(stdout);
-  }
+  const int rc = ForEachName(
+      f.nodes,
+      [&](const std::string& name) {
+        return head.Post(drain ? api::routes::NodeDrain(name) : api::routes::NodeResume(name), body);
+      },
+      [&](const std::string&, json reply) {
+        if (global.json) {
+          done.push_back(std::move(reply));
+          return 0;
+        }
+        auto node = FromHead(api::NodeStatusFromJson(reply), "node");
+        if (!node) return ReportError(node.error());
+        std::printf("%s\n", NodeStateLine(*node).c_str());
+        std::fflush(stdout);
+        return 0;
+      });
   if (global.json) PrintJson(json{{"nodes", std::move(done)}});
   return rc;
 }

@@ -4,11 +4,13 @@
 #include "cli/cli.h"
 #include "cli/daemon_flags.h"
 #include "common/client_config.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "head/core/liveness.h"
 #include "head/core/timing.h"
 #include "head/head.h"
+#include "head/rate_limit.h"
 
 namespace cohort::cli {
 
@@ -34,6 +36,7 @@ void AddHeadCommand(CommandContext& ctx) {
   struct Flags {
     head::HeadConfig config;
     TimingFlags timing;
+    std::string audit_retention = "90d";
     std::string log_level = "info";
   };
   auto f = std::make_shared<Flags>();
@@ -55,6 +58,19 @@ void AddHeadCommand(CommandContext& ctx) {
                   "allows at this rate, agents heartbeat less often and the failure and fence timeouts grow "
                   "by the same factor (default 1000)")
       ->check(NumberCheckedBy(head::core::ValidateHeartbeatRateTarget, "HEARTBEATS/S in [1,1000000]"));
+  sub->add_option("--rate-limit", f->config.rate_limit,
+                  "API requests a second each caller (a token; an address without one) may make, sustained; "
+                  "past it the head answers 429 with Retry-After (0: no limit; default 50). Agents and tasks "
+                  "are exempt")
+      ->check(NumberCheckedBy([](double v) { return head::RateLimiter::Validate(v, 1); }, "REQUESTS/S >= 0"));
+  sub->add_option("--rate-burst", f->config.rate_burst,
+                  "API requests each caller may make at once, after an idle spell (default 200)")
+      ->check(NumberCheckedBy([](double v) { return head::RateLimiter::Validate(1, v); }, "REQUESTS >= 1"));
+  sub->add_option("--audit-retention", f->audit_retention,
+                  "Delete audit log rows older than this (e.g. 90d, 12h; 0 keeps them however old; default 90d)");
+  sub->add_option("--audit-max-rows", f->config.audit_max_rows,
+                  "Keep at most this many audit log rows, the newest (0: no cap; default 10000000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000'000}));
   sub->add_flag("--insecure", f->config.insecure,
                 "Ask no one for credentials: anyone who can reach the head may do anything (tests on a "
                 "private machine only; the head says so when it starts)");
@@ -91,6 +107,9 @@ void AddHeadCommand(CommandContext& ctx) {
                                "--node-cert-ttl"});
     }
     f->config.node_cert_ttl_ms = *ttl * 1000;
+    auto retention = ParseDurationMs(f->audit_retention, "--audit-retention");
+    if (!retention) return ReportError(retention.error());
+    f->config.audit_retention_ms = *retention;
     BlockTerminationSignals();
     InitLogging("head", f->log_level);
     return head::RunHead(f->config);

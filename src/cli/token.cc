@@ -82,22 +82,16 @@ int RunList(const GlobalOptions& global) {
 
 int RunRevoke(const GlobalOptions& global, const std::vector<std::string>& ids) {
   HttpClient head = HeadClient(global);
-  int rc = 0;
-  for (const auto& id : ids) {
-    auto reply = head.Post(api::routes::TokenRevoke(id), json::object());
-    if (!reply) {
-      const int code = ReportError(reply.error());
-      if (code == 3) return code;
-      if (rc == 0) rc = code;
-      continue;
-    }
-    if (global.json) {
-      PrintJson(*reply);
-    } else {
-      std::printf("Revoked token %s (%s)\n", id.c_str(), reply->value("user", "").c_str());
-    }
-  }
-  return rc;
+  return ForEachName(
+      ids, [&](const std::string& id) { return head.Post(api::routes::TokenRevoke(id), json::object()); },
+      [&](const std::string& id, json reply) {
+        if (global.json) {
+          PrintJson(reply);
+        } else {
+          std::printf("Revoked token %s (%s)\n", id.c_str(), reply.value("user", "").c_str());
+        }
+        return 0;
+      });
 }
 
 int RunLogin(const GlobalOptions& global, std::string token, std::string ca_file) {

@@ -35,7 +35,7 @@ std::string FormatDuration(int64_t ms) {
 Result<int64_t> ParseDurationMs(std::string_view text, std::string_view what) {
   auto bad = [&] {
     return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("{}: '{}' is not a duration (examples: 500ms, 3s, 1m, 2h)", what, text),
+                     fmt::format("{}: '{}' is not a duration (examples: 500ms, 3s, 1m, 2h, 7d)", what, text),
                      std::string(what));
   };
   size_t i = 0;
@@ -59,6 +59,8 @@ Result<int64_t> ParseDurationMs(std::string_view text, std::string_view what) {
     scale = 60'000;
   } else if (unit == "h") {
     scale = 3'600'000;
+  } else if (unit == "d") {
+    scale = 86'400'000;
   } else {
     return bad();
   }

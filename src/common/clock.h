@@ -25,8 +25,8 @@ std::string FormatTimestamp(int64_t unix_ms);
 // "1h02m", "3.2s", "450ms".
 std::string FormatDuration(int64_t ms);
 
-// Parses "500ms", "3s", "2.5s", "1m", "2h" (a bare number means seconds) into
-// milliseconds; kInvalidArgument naming `what` otherwise.
+// Parses "500ms", "3s", "2.5s", "1m", "2h", "90d" (a bare number means seconds) into
+// milliseconds, at most 1e12 (about 31 years); kInvalidArgument naming `what` otherwise.
 Result<int64_t> ParseDurationMs(std::string_view text, std::string_view what);
 
 }  // namespace cohort

@@ -252,10 +252,17 @@ size_t DeclaredLength(const httplib::Request& req) {
   return ec == std::errc::result_out_of_range ? SIZE_MAX : n;
 }
 
-void ServeWithBodyCap(const HttpHandler& handler, size_t max_bytes, const httplib::Request& req,
-                      httplib::Response& res, const httplib::ContentReader& reader) {
-  if (req.is_multipart_form_data()) return RejectBody(res, 415, "request body must be JSON, not multipart/form-data");
-  if (DeclaredLength(req) > max_bytes) return RejectBody(res, 413, BodyTooLargeMessage(max_bytes));
+// Reads the body into req.body within the cap; false after replying with the refusal.
+bool ReadBodyWithCap(size_t max_bytes, const httplib::Request& req, httplib::Response& res,
+                     const httplib::ContentReader& reader) {
+  if (req.is_multipart_form_data()) {
+    RejectBody(res, 415, "request body must be JSON, not multipart/form-data");
+    return false;
+  }
+  if (DeclaredLength(req) > max_bytes) {
+    RejectBody(res, 413, BodyTooLargeMessage(max_bytes));
+    return false;
+  }
   std::string body;
   bool too_large = false;
   bool ok = reader([&](const char* data, size_t n) {
@@ -263,24 +270,36 @@ void ServeWithBodyCap(const HttpHandler& handler, size_t max_bytes, const httpli
     if (!too_large) body.append(data, n);
     return !too_large;
   });
-  if (too_large || res.status == 413) return RejectBody(res, 413, BodyTooLargeMessage(max_bytes));
-  if (res.status == 415) return RejectBody(res, 415, "request body has an unsupported Content-Encoding");
+  if (too_large || res.status == 413) {
+    RejectBody(res, 413, BodyTooLargeMessage(max_bytes));
+    return false;
+  }
+  if (res.status == 415) {
+    RejectBody(res, 415, "request body has an unsupported Content-Encoding");
+    return false;
+  }
   if (!ok) {
-    return RejectBody(res, 400, fmt::format("request body could not be read whole (a malformed chunk, more than {} "
-                                            "on the wire, or the client stopped sending)",
-                                            ByteSize(max_bytes)));
+    RejectBody(res, 400, fmt::format("request body could not be read whole (a malformed chunk, more than {} "
+                                     "on the wire, or the client stopped sending)",
+                                     ByteSize(max_bytes)));
+    return false;
   }
   // httplib hands content-reader handlers a const Request, but the object is a non-const
   // local of the thread serving the connection (Server::process_request), and body is the
   // field httplib's own reader fills for every other handler.
   const_cast<httplib::Request&>(req).body = std::move(body);
-  handler(req, res);
+  return true;
 }
 
-httplib::Server::HandlerWithContentReader CappedHandler(HttpHandler handler, size_t max_bytes) {
-  return [handler = std::move(handler), max_bytes](const httplib::Request& req, httplib::Response& res,
-                                                   const httplib::ContentReader& reader) {
-    ServeWithBodyCap(handler, max_bytes, req, res, reader);
+httplib::Server::HandlerWithContentReader CappedHandler(HttpHandler handler, size_t max_bytes,
+                                                        RefusalObserver refused) {
+  return [handler = std::move(handler), max_bytes, refused = std::move(refused)](
+             const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    if (ReadBodyWithCap(max_bytes, req, res, reader)) {
+      handler(req, res);
+    } else if (refused) {
+      refused(req, res);
+    }
   };
 }
 
@@ -290,12 +309,14 @@ std::string BodyTooLargeMessage(size_t max_bytes) {
   return fmt::format("request body is too large (at most {})", ByteSize(max_bytes));
 }
 
-void PostWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler, size_t max_bytes) {
-  server.Post(pattern, CappedHandler(std::move(handler), max_bytes));
+void PostWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler, size_t max_bytes,
+                     RefusalObserver refused) {
+  server.Post(pattern, CappedHandler(std::move(handler), max_bytes, std::move(refused)));
 }
 
-void PutWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler, size_t max_bytes) {
-  server.Put(pattern, CappedHandler(std::move(handler), max_bytes));
+void PutWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler, size_t max_bytes,
+                    RefusalObserver refused) {
+  server.Put(pattern, CappedHandler(std::move(handler), max_bytes, std::move(refused)));
 }
 
 Result<int64_t> ParseIntParam(std::string_view text, std::string_view field, int64_t min, int64_t max) {

@@ -122,11 +122,13 @@ using HttpHandler = std::function<void(const httplib::Request&, httplib::Respons
 // past the cap is answered 413 "request body is too large (at most 4 MiB)" as soon as it
 // passes it (a declared Content-Length past it, before any is read), a multipart one 415,
 // an unreadable one 400; each of those replies says "Connection: close", since the rest of
-// the body was not read (HttpServer then closes the connection).
+// the body was not read (HttpServer then closes the connection). `refused`, when set, is
+// called with the request and such a reply, on the same thread (the head's audit log).
+using RefusalObserver = std::function<void(const httplib::Request&, const httplib::Response&)>;
 void PostWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler,
-                     size_t max_bytes = kMaxRequestBodyBytes);
+                     size_t max_bytes = kMaxRequestBodyBytes, RefusalObserver refused = nullptr);
 void PutWithBodyCap(httplib::Server& server, const std::string& pattern, HttpHandler handler,
-                    size_t max_bytes = kMaxRequestBodyBytes);
+                    size_t max_bytes = kMaxRequestBodyBytes, RefusalObserver refused = nullptr);
 
 // "request body is too large (at most 4 MiB)".
 std::string BodyTooLargeMessage(size_t max_bytes);

@@ -152,7 +152,7 @@ std::string RandomHex(size_t bytes) {
 }
 
 Result<std::unique_ptr<TokenBook>> TokenBook::Open(const std::optional<std::string>& stored, std::string node_secret,
-                                                   Persist persist) {
+                                                   Persist persist, const std::optional<std::string>& generations) {
   if (node_secret.size() < 16) return MakeError(ErrorCode::kInvalidArgument, "node secret: at least 16 bytes");
   std::map<std::string, Record> records;
   if (stored) {
@@ -188,7 +188,21 @@ Result<std::unique_ptr<TokenBook>> TokenBook::Open(const std::optional<std::stri
       records[*id] = std::move(rec);
     }
   }
-  return std::unique_ptr<TokenBook>(new TokenBook(std::move(records), std::move(node_secret), std::move(persist)));
+  std::map<std::string, int64_t, std::less<>> gens;
+  if (generations) {
+    auto doc = ParseJson(*generations, kNodeGenerationsMeta);
+    if (!doc) return std::unexpected(doc.error());
+    if (!doc->is_object()) return MakeError(ErrorCode::kInvalidArgument, "auth/node_generations: not a JSON object");
+    for (const auto& [name, gen] : doc->items()) {
+      if (!gen.is_number_integer() || gen.get<int64_t>() < 1) {
+        return Errorf(ErrorCode::kInvalidArgument, "auth/node_generations: '{}' is not a positive integer",
+                      name.substr(0, 80));
+      }
+      gens[name] = gen.get<int64_t>();
+    }
+  }
+  return std::unique_ptr<TokenBook>(
+      new TokenBook(std::move(records), std::move(gens), std::move(node_secret), std::move(persist)));
 }
 
 Result<void> TokenBook::SaveLocked() {
@@ -259,10 +273,43 @@ bool TokenBook::Empty() const {
   return records_.empty();
 }
 
+int64_t TokenBook::GenerationLocked(std::string_view node) const {
+  auto it = generations_.find(node);
+  return it == generations_.end() ? 0 : it->second;
+}
+
 std::string TokenBook::NodeCredential(std::string_view node) const {
+  int64_t generation = 0;
+  {
+    MutexLock lock(mu_);
+    generation = GenerationLocked(node);
+  }
+  return NodeCredentialAt(node, generation);
+}
+
+Result<void> TokenBook::RetireNodeCredentials(const std::string& node) {
+  MutexLock lock(mu_);
+  const int64_t before = GenerationLocked(node);
+  generations_[node] = before + 1;
+  json saved = json::object();
+  for (const auto& [name, gen] : generations_) saved[name] = gen;
+  if (auto r = persist_(kNodeGenerationsMeta, saved.dump()); !r) {
+    if (before == 0) {
+      generations_.erase(node);
+    } else {
+      generations_[node] = before;
+    }
+    return r;
+  }
+  return {};
+}
+
+std::string TokenBook::NodeCredentialAt(std::string_view node, int64_t generation) const {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  const std::string input = "node\n" + std::string(node);
+  // Generation 0 is the name alone: credentials given before generations existed hold.
+  std::string input = "node\n" + std::string(node);
+  if (generation > 0) input += "\n" + std::to_string(generation);
   HMAC(EVP_sha256(), node_secret_.data(), static_cast<int>(node_secret_.size()),
        reinterpret_cast<const unsigned char*>(input.data()), input.size(), mac, &len);
   return std::string(kNodePrefix) + Hex(mac, len) + "_" + std::string(node);
@@ -277,7 +324,24 @@ Result<Caller> TokenBook::Authenticate(std::string_view bearer, int64_t now_ms) 
     const size_t us = rest.find('_');
     if (us == std::string_view::npos || us + 1 >= rest.size()) return unknown();
     const std::string_view node = rest.substr(us + 1);
-    if (!ConstantTimeEqual(NodeCredential(node), bearer)) return unknown();
+    int64_t generation = 0;
+    {
+      MutexLock lock(mu_);
+      generation = GenerationLocked(node);
+    }
+    if (!ConstantTimeEqual(NodeCredentialAt(node, generation), bearer)) {
+      // One of the name's retired credentials (the last few): say so, so its agent's
+      // operator knows to register it again.
+      for (int64_t g = generation - 1; g >= 0 && g >= generation - 8; --g) {
+        if (ConstantTimeEqual(NodeCredentialAt(node, g), bearer)) {
+          return Errorf(ErrorCode::kUnauthenticated,
+                        "the credential of node {} was retired when the node was removed; restart its agent to "
+                        "register again with a join token",
+                        node.substr(0, 200));
+        }
+      }
+      return unknown();
+    }
     Caller c;
     c.kind = Caller::Kind::kNode;
     c.node = std::string(node);

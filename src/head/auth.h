@@ -9,10 +9,14 @@
 // only registers nodes).
 //
 // Nodes: an agent that registers with a join token gets its node credential,
-// "cohortnode_<mac>_<node>", an HMAC-SHA256 of the node name under the head's secret. It
-// is not stored (the head recomputes it, so it survives restarts) and it names its node:
-// an agent can act only for the node it registered. The head also presents it to that
-// agent when it calls it (wake, logs).
+// "cohortnode_<mac>_<node>", an HMAC-SHA256 of the node name (and, once the name has been
+// removed, its generation) under the head's secret. It is not stored (the head recomputes
+// it, so it survives restarts) and it names its node: an agent can act only for the node
+// it registered. The head also presents it to that agent when it calls it (wake, logs).
+// Removing a node (`cohort node rm`) retires its credentials: the name's generation goes
+// up (kept under meta kNodeGenerationsMeta, only for names ever removed), so every
+// credential given before stops working, and the name needs a join token to register
+// again.
 //
 // Threads: every method may be called from any thread (one mutex; Create and Revoke
 // hold it while they persist, so book changes are written in order).
@@ -42,6 +46,8 @@ Result<Role> ParseRole(std::string_view name);
 inline constexpr char kTokensMeta[] = "auth/tokens";
 // The meta key of the secret that keys node credentials.
 inline constexpr char kNodeSecretMeta[] = "auth/node_secret";
+// The meta key of the credential generations of removed node names: {"name": N, ...}.
+inline constexpr char kNodeGenerationsMeta[] = "auth/node_generations";
 
 // A token as listed (never its secret).
 struct TokenInfo {
@@ -98,9 +104,11 @@ class TokenBook {
   using Persist = std::function<Result<void>(const std::string& key, const std::string& value)>;
 
   // `stored`: the kTokensMeta value (nullopt: no tokens yet); `node_secret`: at least 16
-  // bytes. kInvalidArgument if the stored list does not decode.
+  // bytes; `generations`: the kNodeGenerationsMeta value (nullopt: no node removed yet).
+  // kInvalidArgument if the stored list or generations do not decode.
   static Result<std::unique_ptr<TokenBook>> Open(const std::optional<std::string>& stored, std::string node_secret,
-                                                 Persist persist);
+                                                 Persist persist,
+                                                 const std::optional<std::string>& generations = std::nullopt);
 
   struct Created {
     std::string token;  // shown once
@@ -118,7 +126,12 @@ class TokenBook {
   // expired or revoked one (the message says which, never the secret).
   Result<Caller> Authenticate(std::string_view bearer, int64_t now_ms) const EXCLUDES(mu_);
 
-  std::string NodeCredential(std::string_view node) const;
+  // The credential of `node` as of now (its current generation).
+  std::string NodeCredential(std::string_view node) const EXCLUDES(mu_);
+  // Retires every credential `node` was given (it was removed): they stop working at once;
+  // the next registration of the name gets a new one. Persisted before it returns (on
+  // failure nothing changes).
+  Result<void> RetireNodeCredentials(const std::string& node) EXCLUDES(mu_);
 
  private:
   struct Record {
@@ -126,12 +139,21 @@ class TokenBook {
     std::string salt;  // hex
     std::string hash;  // hex SHA-256 of salt bytes + secret text
   };
-  TokenBook(std::map<std::string, Record> records, std::string node_secret, Persist persist)
-      : records_(std::move(records)), node_secret_(std::move(node_secret)), persist_(std::move(persist)) {}
+  TokenBook(std::map<std::string, Record> records, std::map<std::string, int64_t, std::less<>> generations,
+            std::string node_secret, Persist persist)
+      : records_(std::move(records)),
+        generations_(std::move(generations)),
+        node_secret_(std::move(node_secret)),
+        persist_(std::move(persist)) {}
   Result<void> SaveLocked() REQUIRES(mu_);
+  // The credential of `node` at `generation`.
+  std::string NodeCredentialAt(std::string_view node, int64_t generation) const;
+  int64_t GenerationLocked(std::string_view node) const REQUIRES(mu_);
 
   mutable Mutex mu_;
   std::map<std::string, Record> records_ GUARDED_BY(mu_);  // by id
+  // Node names ever removed → their credentials' generation (absent: 0).
+  std::map<std::string, int64_t, std::less<>> generations_ GUARDED_BY(mu_);
   const std::string node_secret_;
   const Persist persist_;
 };

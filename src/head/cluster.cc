@@ -8,6 +8,7 @@
 #include "head/core/agents.h"
 #include "head/core/drain.h"
 #include "head/core/liveness.h"
+#include "head/core/remove_node.h"
 #include "head/core/schedule.h"
 #include "head/core/submit.h"
 #include "head/core/timing.h"
@@ -114,9 +115,16 @@ void Cluster::Stage(core::Effects fx, Wakes& wakes) {
       ++job_revisions_[id];
     }
   }
-  if (!fx.jobs_to_store.empty() || !fx.nodes_to_store.empty()) {
+  if (!fx.jobs_to_store.empty() || !fx.nodes_to_store.empty() || !fx.nodes_to_remove.empty()) {
     unstored_jobs_.merge(fx.jobs_to_store);
+    // A node stored after its removal (it joined again) is written, not deleted; one
+    // removed after a change is deleted, not written.
+    for (const auto& name : fx.nodes_to_store) removed_nodes_.erase(name);
     unstored_nodes_.merge(fx.nodes_to_store);
+    for (const auto& name : fx.nodes_to_remove) {
+      unstored_nodes_.erase(name);
+      removed_nodes_.insert(name);
+    }
     ++staged_seq_;
   }
   if (fx.schedule) {
@@ -155,13 +163,19 @@ Result<void> Cluster::CommitRound(Wakes& wakes) {
   jobs.swap(unstored_jobs_);
   std::set<std::string> nodes;
   nodes.swap(unstored_nodes_);
+  std::set<std::string> removed;
+  removed.swap(removed_nodes_);
   store::WriteBatch batch;
   // The failure timeout granted to agents goes with the first commit after it changes.
   const int64_t granted = core::CurrentTiming(state_, context_).failure_timeout_ms;
   if (granted != stored_granted_failure_ms_) batch.meta.emplace_back(core::kGrantedFailureTimeoutMeta, std::to_string(granted));
   for (Creation* c : creations) batch.create.push_back(c->job);
   for (JobId id : jobs) batch.jobs.push_back(state_.jobs.at(id));
-  for (const auto& name : nodes) batch.nodes.push_back(state_.nodes.at(name));
+  for (const auto& name : nodes) {
+    // Kept for retry by a failed round, then removed: its deletion is staged instead.
+    if (auto it = state_.nodes.find(name); it != state_.nodes.end()) batch.nodes.push_back(it->second);
+  }
+  batch.remove_nodes.assign(removed.begin(), removed.end());
 
   // The write, without the lock: transitions go on and stage for the next round.
   mu_.Unlock();
@@ -191,6 +205,9 @@ Result<void> Cluster::CommitRound(Wakes& wakes) {
               batch.create.size(), batch.jobs.size(), batch.nodes.size(), ids.error().ToString());
     unstored_jobs_.merge(jobs);
     unstored_nodes_.merge(nodes);
+    for (const auto& name : removed) {
+      if (!state_.nodes.contains(name)) removed_nodes_.insert(name);  // unless it joined again meanwhile
+    }
     for (Creation* c : creations) {
       c->result = MakeError(ErrorCode::kUnavailable, "cannot store the job: " + ids.error().message);
     }
@@ -348,6 +365,23 @@ Result<NodeStatus> Cluster::Resume(const std::string& name) {
   core::Effects fx = COHORT_TRY(core::Resume(state_, context_, name, now));
   COHORT_TRY_VOID(Apply(std::move(fx), wakes));
   return core::StatusOf(state_, state_.nodes.at(name), now);
+}
+
+Result<void> Cluster::CheckRemovable(const std::string& name, bool force) const {
+  MutexLock lock(mu_);
+  return core::CanRemoveNode(state_, context_, name, force, Now());
+}
+
+Result<NodeStatus> Cluster::RemoveNode(const std::string& name, bool force) {
+  Wakes wakes(*this);
+  MutexLock lock(mu_);
+  const core::Now now = Now();
+  auto it = state_.nodes.find(name);
+  if (it == state_.nodes.end()) return Errorf(ErrorCode::kNotFound, "node '{}' not found", name);
+  NodeStatus was = core::StatusOf(state_, it->second, now);
+  core::Effects fx = COHORT_TRY(core::RemoveNode(state_, context_, name, force, now));
+  COHORT_TRY_VOID(Apply(std::move(fx), wakes));
+  return was;
 }
 
 Result<LogLocation> Cluster::LocateLog(JobId id, int attempt, int rank) const {

@@ -74,6 +74,9 @@ class Cluster {
   // changes whose callers serialize their own writes of a key.
   Result<std::optional<std::string>> GetMeta(const std::string& key);
   Result<void> PutMeta(const std::string& key, const std::string& value);
+  // The store itself, for parts of the head that keep records of their own in it (the
+  // audit log, audit.h); thread-safe.
+  store::StateStore& store() { return *store_; }
 
   // ---- users ----
   // Validates feasibility against the cluster's nodes and stores the job (PENDING).
@@ -111,6 +114,13 @@ class Cluster {
   // Clears the drain mark and marks every GPU of the node healthy again (after the
   // operator's check); kNotFound for an unknown node.
   Result<NodeStatus> Resume(const std::string& name) EXCLUDES(mu_);
+  // OK if RemoveNode(name, force) would remove the node now (core/remove_node.h):
+  // kNotFound for an unknown node, kFailedPrecondition for one alive or holding work.
+  Result<void> CheckRemovable(const std::string& name, bool force) const EXCLUDES(mu_);
+  // Removes a node that has left (core/remove_node.h), durably: returns its status as it
+  // was. CheckRemovable's errors; kUnavailable if the store fails (the node is gone from
+  // memory and its deletion is retried with the next commit).
+  Result<NodeStatus> RemoveNode(const std::string& name, bool force) EXCLUDES(mu_);
   // kNotFound for an unknown job or a rank/attempt it never had.
   Result<LogLocation> LocateLog(api::JobId id, int attempt, int rank) const EXCLUDES(mu_);
 
@@ -219,6 +229,7 @@ class Cluster {
   core::ClusterState state_ GUARDED_BY(mu_);
   std::set<api::JobId> unstored_jobs_ GUARDED_BY(mu_);    // changed, not yet written
   std::set<std::string> unstored_nodes_ GUARDED_BY(mu_);  // changed, not yet written
+  std::set<std::string> removed_nodes_ GUARDED_BY(mu_);   // removed, not yet deleted from the store
   std::vector<Creation*> creations_ GUARDED_BY(mu_);      // submissions for the next commit
   // Group commit: stagings counted, how far they are durable, the round under way.
   CondVar commit_cv_;                                     // signalled with mu_ when a round ends

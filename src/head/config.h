@@ -41,6 +41,15 @@ struct HeadConfig {
   // Security (auth.h): every route but health and the dashboard's page asks for a token.
   // --insecure turns that off (anyone may do anything), and the head says so when it starts.
   bool insecure = false;
+  // Requests a second each API caller may make, sustained, and at once (rate_limit.h;
+  // router.h says who is a caller and which routes are exempt); rate 0: no limit. Sized so
+  // that people and their scripts never meet it; a runaway loop does.
+  double rate_limit = 50;
+  double rate_burst = 200;
+  // The audit log (audit.h): rows older than this are deleted (0: kept however old), and
+  // beyond the newest audit_max_rows (0: no cap).
+  int64_t audit_retention_ms = int64_t{90} * 24 * 3600 * 1000;
+  int64_t audit_max_rows = 10'000'000;
   // Where the first start (a store without tokens) writes the admin's client config
   // (common/client_config.h); "" writes none. The tokens also go to state_dir/admin.token
   // and state_dir/join.token.

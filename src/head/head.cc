@@ -21,7 +21,9 @@
 #include "common/log.h"
 #include "common/signals.h"
 #include "head/agent_waker.h"
+#include "head/audit.h"
 #include "head/auth.h"
+#include "head/rate_limit.h"
 #include "head/router.h"
 #include "head/cluster.h"
 #include "head/routes.h"
@@ -67,10 +69,10 @@ Result<std::unique_ptr<TokenBook>> OpenTokenBook(Cluster& cluster) {
     node_secret = RandomHex(32);
     COHORT_TRY_VOID(cluster.PutMeta(kNodeSecretMeta, *node_secret));
   }
-  return TokenBook::Open(COHORT_TRY(cluster.GetMeta(kTokensMeta)), *node_secret,
-                         [&cluster](const std::string& key, const std::string& value) {
-                           return cluster.PutMeta(key, value);
-                         });
+  return TokenBook::Open(
+      COHORT_TRY(cluster.GetMeta(kTokensMeta)), *node_secret,
+      [&cluster](const std::string& key, const std::string& value) { return cluster.PutMeta(key, value); },
+      COHORT_TRY(cluster.GetMeta(kNodeGenerationsMeta)));
 }
 
 // On the first start (no tokens yet): an admin token for the user running the head and a
@@ -118,6 +120,11 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   if (config.timing.heartbeat_interval_ms * 2 > config.timing.fence_timeout_ms) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "the heartbeat interval must be at most half the fence timeout", "heartbeat_interval");
+  }
+  COHORT_TRY_VOID(RateLimiter::Validate(config.rate_limit, config.rate_burst));
+  if (config.audit_retention_ms < 0 || config.audit_max_rows < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "the audit log's retention and row cap must be 0 (none) or more",
+                     "audit_retention");
   }
   // The state directory holds the rendezvous secret (in state.db): only the head's user
   // may read it, and the database files are created private before SQLite opens them
@@ -197,6 +204,19 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   }
   h->router_ = std::make_unique<Router>(srv, h->tokens_.get(), config.insecure, h->tls_.get());
   Router& router = *h->router_;
+  RateLimiter::Options limits;
+  limits.rate = config.rate_limit;
+  limits.burst = config.rate_burst;
+  h->limiter_ = std::make_unique<RateLimiter>(std::move(limits));
+  router.set_rate_limiter(h->limiter_.get());
+  AuditLog::Options audit_options;
+  audit_options.retention_ms = config.audit_retention_ms;
+  audit_options.max_rows = config.audit_max_rows;
+  h->audit_ = std::make_unique<AuditLog>(cluster.store(), std::move(audit_options));
+  router.set_observer([audit = h->audit_.get()](const Router::Route& route, const Caller& caller,
+                                                const httplib::Request& req, const httplib::Response& res) {
+    if (auto entry = AuditEntryFor(route, caller, req, res, NowUnixMs())) audit->Record(std::move(*entry));
+  });
   h->dashboard_ = std::make_unique<DashboardSnapshots>(cluster);
   router.Get(api::routes::kHealth, Access::kPublic,
              [&cluster, url = h->url_](const httplib::Request&, httplib::Response& res) {
@@ -205,14 +225,15 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
                                   {"last_pass_ms", cluster.last_pass_duration().count()}});
              });
   RegisterJobRoutes(router, cluster);
-  RegisterNodeRoutes(router, cluster);
+  RegisterNodeRoutes(router, cluster, *h->tokens_);
   RegisterAgentRoutes(router, cluster);
   RegisterLogRoutes(router, cluster);
   RegisterRendezvousRoutes(router, cluster);
   RegisterProgressRoutes(router, cluster);
-  RegisterMetricsRoutes(router, cluster);
+  RegisterMetricsRoutes(router, cluster, *h->audit_);
   RegisterUsageRoutes(router, cluster);
   RegisterTokenRoutes(router, *h->tokens_);
+  RegisterAuditRoutes(router, *h->audit_);
   RegisterDashboardRoutes(router, *h->dashboard_);
   RegisterWebRoutes(router);
   PreferGzipOverBrotli(srv);

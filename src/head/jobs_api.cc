@@ -115,6 +115,7 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
     }
     auto job = cluster.Submit(std::move(*spec));
     if (!job) return SendError(res, job.error());
+    res.set_header("Location", api::routes::Job(job->id));  // also what the audit log reads
     SendJson(res, api::ToJson(*job), 201);
   });
 

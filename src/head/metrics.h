@@ -22,6 +22,11 @@
 //   cohort_head_store_commit_duration_seconds    histogram: state store writes
 //   cohort_http_*                                the HTTP server's connections, pools and
 //                                                refusals (common/http_server.h), when given
+//   cohort_http_rate_limited_total               API requests refused by the per-caller rate
+//                                                limit (rate_limit.h), when given
+//   cohort_audit_written_total                   audit log rows stored (audit.h), when given
+//   cohort_audit_dropped_total{reason}           rows lost: queue_full (the writer was behind),
+//                                                write_failed (the store refused a batch)
 #pragma once
 
 #include <string>
@@ -35,6 +40,15 @@ struct HttpServerStats;
 
 namespace cohort::head {
 
-Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerStats* http = nullptr);
+// Counters of the head's HTTP edge: the Router's and the audit log's.
+struct EdgeStats {
+  uint64_t rate_limited = 0;
+  uint64_t audit_written = 0;
+  uint64_t audit_dropped_queue_full = 0;
+  uint64_t audit_dropped_write_failed = 0;
+};
+
+Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerStats* http = nullptr,
+                                      const EdgeStats* edge = nullptr);
 
 }  // namespace cohort::head

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "common/http_server.h"
+#include "head/audit.h"
 #include "head/routes.h"
 
 namespace cohort::head {
@@ -33,7 +34,7 @@ void RenderLiveness(prom::TextWriter& w, const ClusterMetrics& m) {
 
 }  // namespace
 
-Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerStats* http) {
+Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerStats* http, const EdgeStats* edge) {
   prom::TextWriter w;
   std::map<std::string, int> by_state = {
       {"up", 0}, {"down", 0}, {"unreachable", 0}, {"draining", 0}, {"drained", 0}};
@@ -83,14 +84,27 @@ Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerS
   w.Sample({}, static_cast<double>(m.gpu_health_events));
   RenderLiveness(w, m);
   if (http) WriteHttpServerMetrics(w, *http);
+  if (edge) {
+    w.Family("cohort_http_rate_limited_total", MetricType::kCounter,
+             "API requests refused (429) because their caller was past its rate limit");
+    w.Sample({}, static_cast<double>(edge->rate_limited));
+    w.Family("cohort_audit_written_total", MetricType::kCounter, "Audit log rows stored");
+    w.Sample({}, static_cast<double>(edge->audit_written));
+    w.Family("cohort_audit_dropped_total", MetricType::kCounter,
+             "Audit log rows lost: the writer was behind (queue_full) or the store refused them (write_failed)");
+    w.Sample({{"reason", "queue_full"}}, static_cast<double>(edge->audit_dropped_queue_full));
+    w.Sample({{"reason", "write_failed"}}, static_cast<double>(edge->audit_dropped_write_failed));
+  }
   return w.Finish();
 }
 
-void RegisterMetricsRoutes(Router& router, Cluster& cluster) {
+void RegisterMetricsRoutes(Router& router, Cluster& cluster, const AuditLog& audit) {
   router.Get(api::routes::kMetrics, Access::kViewer, [&](const httplib::Request&, httplib::Response& res) {
     std::optional<HttpServerStats> http;
     if (auto* s = dynamic_cast<HttpServer*>(&router.server())) http = s->Stats();
-    auto text = RenderHeadMetrics(cluster.Metrics(), http ? &*http : nullptr);
+    const AuditLog::Stats a = audit.stats();
+    const EdgeStats edge{router.rate_limited(), a.written, a.dropped_queue_full, a.dropped_write_failed};
+    auto text = RenderHeadMetrics(cluster.Metrics(), http ? &*http : nullptr, &edge);
     if (!text) return SendError(res, text.error());
     res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");
   });

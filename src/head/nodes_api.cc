@@ -1,4 +1,4 @@
-// /v1/nodes: list, show, drain, resume; each node as the api::NodeStatus view.
+// /v1/nodes: list, show, drain, resume, remove; each node as the api::NodeStatus view.
 #include "head/list_page.h"
 #include "head/routes.h"
 
@@ -7,7 +7,7 @@ namespace cohort::head {
 // How long `drain --now` waits for a job's checkpoint before moving it anyway.
 constexpr int64_t kDefaultDrainTimeoutS = 60;
 
-void RegisterNodeRoutes(Router& router, Cluster& cluster) {
+void RegisterNodeRoutes(Router& router, Cluster& cluster, TokenBook& tokens) {
   auto to_json = [](const NodeStatus& s) { return api::ToJson(s); };
 
   router.Get(api::routes::kNodes, Access::kViewer, [&](const httplib::Request& req, httplib::Response& res) {
@@ -59,6 +59,28 @@ void RegisterNodeRoutes(Router& router, Cluster& cluster) {
 
   router.Post(api::routes::kNodeResumePattern, Access::kAdmin, [&, to_json](const httplib::Request& req, httplib::Response& res) {
     Reply(res, cluster.Resume(req.matches[1].str()), to_json);
+  });
+
+  // ?force=true: also a dead node that still holds work (core/remove_node.h). Replies with
+  // the node as it was. Its credentials are retired before it is removed, so that a
+  // removal that fails halfway leaves a node that must register again, never a removed
+  // node whose agent could still heartbeat.
+  router.Delete(api::routes::kNodePattern, Access::kAdmin, [&, to_json](const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches[1].str();
+    bool force = false;
+    if (req.has_param("force")) {
+      const std::string f = req.get_param_value("force");
+      if (f != "true" && f != "false") {
+        return SendError(res, Error{ErrorCode::kInvalidArgument,
+                                    fmt::format("force: must be true or false, got '{}'", f.substr(0, 40)), "force"});
+      }
+      force = f == "true";
+    }
+    if (auto ok = cluster.CheckRemovable(name, force); !ok) return SendError(res, ok.error());
+    if (auto retired = tokens.RetireNodeCredentials(name); !retired) {
+      return SendError(res, WithContext(retired.error(), fmt::format("cannot retire node {}'s credentials", name)));
+    }
+    Reply(res, cluster.RemoveNode(name, force), to_json);
   });
 }
 

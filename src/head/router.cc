@@ -56,44 +56,80 @@ Result<Caller> Router::Identify(const httplib::Request& req) const {
   return caller;
 }
 
-Result<Caller> Router::Admit(const std::string& method, Access access, const httplib::Request& req) const {
-  auto caller = Identify(req);
-  if (!caller) return caller;
-  if (auto ok = Authorize(access, *caller); !ok) return std::unexpected(ok.error());
-  if (method != "GET" && access != Access::kTask && !insecure_) {
+bool Router::RateLimited(const Route& route, const httplib::Request& req, const Caller& caller, bool identified,
+                         httplib::Response& res) const {
+  if (!limiter_ || route.access == Access::kAgentJoin || route.access == Access::kNode ||
+      route.access == Access::kTask) {
+    return false;
+  }
+  std::string key;
+  std::string who;
+  if (identified && caller.kind == Caller::Kind::kToken) {
+    key = "token " + caller.token_id;
+    who = caller.Describe();
+  } else if (identified && caller.kind == Caller::Kind::kNode) {
+    key = "node " + caller.node;
+    who = caller.Describe();
+  } else {
+    key = "address " + req.remote_addr;
+    who = req.remote_addr + (caller.kind == Caller::Kind::kInsecure ? "" : " (no accepted token)");
+  }
+  const RateLimiter::Decision d = limiter_->Admit(key);
+  if (d.admitted) return false;
+  const int64_t retry_s = (d.retry_after.count() + 999) / 1000;
+  res.set_header("Retry-After", std::to_string(retry_s));
+  SendError(res, Error{ErrorCode::kResourceExhausted,
+                       fmt::format("too many requests from {}: at most {} a second, {} at once; retry in {}s", who,
+                                   limiter_->options().rate, limiter_->options().burst, retry_s)});
+  return true;
+}
+
+Result<void> Router::Check(const Route& route, const httplib::Request& req, const Caller& caller) const {
+  COHORT_TRY_VOID(Authorize(route.access, caller));
+  if (route.method != "GET" && route.access != Access::kTask && !insecure_) {
     if (!SameOrigin(req)) {
       return Errorf(ErrorCode::kPermissionDenied, "cross-origin request refused: Origin {} does not match Host {}",
                     req.get_header_value("Origin").substr(0, 200), req.get_header_value("Host").substr(0, 200));
     }
     if (!req.body.empty() && !IsJson(req.get_header_value("Content-Type"))) {
-      return Errorf(ErrorCode::kInvalidArgument, "Content-Type: a {} body must be application/json, got '{}'", method,
-                    req.get_header_value("Content-Type").substr(0, 100));
+      return Errorf(ErrorCode::kInvalidArgument, "Content-Type: a {} body must be application/json, got '{}'",
+                    route.method, req.get_header_value("Content-Type").substr(0, 100));
     }
   }
-  return caller;
+  return {};
 }
 
 void Router::Add(const std::string& method, const std::string& pattern, Access access, Handler handler,
                  size_t max_body) {
   routes_.push_back(Route{method, pattern, access});
   const bool mutating = method != "GET";
-  HttpHandler wrapped = [this, method, access, mutating, handler = std::move(handler)](const httplib::Request& req,
-                                                                                      httplib::Response& res) {
-    auto caller = Admit(method, access, req);
-    if (!caller) {
-      SendError(res, caller.error());
-      if (mutating && observer_) observer_(Caller{}, req, res);
-      return;
+  HttpHandler wrapped = [this, route = routes_.back(), mutating, handler = std::move(handler)](
+                            const httplib::Request& req, httplib::Response& res) {
+    Caller caller;
+    Result<Caller> identified = Identify(req);
+    if (identified) caller = *identified;
+    if (RateLimited(route, req, caller, identified.has_value(), res)) return;
+    Result<void> admitted = identified ? Check(route, req, caller) : std::unexpected(identified.error());
+    if (admitted) {
+      handler(caller, req, res);
+    } else {
+      SendError(res, admitted.error());
     }
-    handler(*caller, req, res);
-    if (mutating && observer_) observer_(*caller, req, res);
+    if (mutating && observer_) observer_(route, caller, req, res);
+  };
+  // A body refused before the checks (too large, multipart, unreadable): observed too.
+  RefusalObserver refused = [this, route = routes_.back()](const httplib::Request& req, const httplib::Response& res) {
+    if (!observer_) return;
+    Caller caller;
+    if (auto identified = Identify(req)) caller = *identified;
+    observer_(route, caller, req, res);
   };
   if (method == "GET") {
     server_.Get(pattern, std::move(wrapped));
   } else if (method == "POST") {
-    PostWithBodyCap(server_, pattern, std::move(wrapped), max_body);
+    PostWithBodyCap(server_, pattern, std::move(wrapped), max_body, std::move(refused));
   } else if (method == "PUT") {
-    PutWithBodyCap(server_, pattern, std::move(wrapped), max_body);
+    PutWithBodyCap(server_, pattern, std::move(wrapped), max_body, std::move(refused));
   } else {
     server_.Delete(pattern, std::move(wrapped));
   }

@@ -1,6 +1,7 @@
 // Router: how the head's routes are registered. Each route names the Access it asks
 // (auth.h); the Router wraps its handler so that, before the handler runs, the request's
 // caller is identified from its bearer credential (or is everyone, with --insecure), the
+// caller's request rate is checked (rate_limit.h: 429 with Retry-After past it), the
 // route's access is checked (401 without valid credentials, 403 when they are not
 // enough), and a request that changes state must be JSON (when it has a body) and
 // same-origin (an Origin header, when a browser sends one, must name the Host it was
@@ -8,6 +9,12 @@
 // keeps the list of routes it registered, so that a test can walk every one and none is
 // forgotten. Register everything before the server starts; handlers run on the server's
 // threads.
+//
+// The rate limit counts per caller: a token's id, a node's name, and for a caller without
+// accepted credentials (anonymous, a bad token, --insecure) its address, so that guessing
+// tokens is slowed as well. The agent protocol and tasks (kAgentJoin, kNode, kTask: joins,
+// heartbeats, rendezvous, progress reports) are exempt: their pools and the head's timing
+// bound them, and a big job's ranks or a cluster's agents joining at once are not abuse.
 #pragma once
 
 #include <httplib.h>
@@ -22,6 +29,7 @@
 #include "common/http.h"
 #include "head/auth.h"
 #include "head/head_tls.h"
+#include "head/rate_limit.h"
 
 namespace cohort::head {
 
@@ -68,9 +76,22 @@ class Router {
   // Authorization header; kUnauthenticated for credentials the head does not accept.
   Result<Caller> Identify(const httplib::Request& req) const;
 
-  // Called after every request that changes state (POST, PUT, DELETE), with its outcome;
-  // for the audit log. Set before the server starts.
-  using Observer = std::function<void(const Caller&, const httplib::Request&, const httplib::Response&)>;
+  // Limits each caller's requests (see above); null (the default): no limit. Set before
+  // the server starts; `limiter` must outlive the server.
+  void set_rate_limiter(RateLimiter* limiter) { limiter_ = limiter; }
+  // Requests refused by the rate limit so far.
+  uint64_t rate_limited() const { return limiter_ ? limiter_->refused() : 0; }
+
+  // Called after every request that would change state (POST, PUT, DELETE) with its
+  // route, its caller and its answer: the handler's, or the refusal of a check before it
+  // (401, 403, 400 ..., and a body refused as too large, 413, or multipart, 415). The caller is who the request named once identified: anonymous
+  // when it brought no credentials or ones the head does not accept, the token's user when
+  // only the access or a later check refused it. For the audit log (audit.h). Set before
+  // the server starts; runs on the handler's thread, after the response is complete. Not
+  // called for requests the rate limit refused (cohort_http_rate_limited_total counts
+  // them), so that a flood cannot crowd the audit log.
+  using Observer =
+      std::function<void(const Route&, const Caller&, const httplib::Request&, const httplib::Response&)>;
   void set_observer(Observer o) { observer_ = std::move(o); }
 
  private:
@@ -85,8 +106,13 @@ class Router {
     }
   }
   void Add(const std::string& method, const std::string& pattern, Access access, Handler handler, size_t max_body);
-  // The checks before a handler: identity, access, content type and origin.
-  Result<Caller> Admit(const std::string& method, Access access, const httplib::Request& req) const;
+  // The checks before a handler once the caller is identified: access, content type and
+  // origin.
+  Result<void> Check(const Route& route, const httplib::Request& req, const Caller& caller) const;
+  // True, after answering 429, when `route` is rate-limited and the caller is past its
+  // limit. `identified`: the caller's credentials were accepted.
+  bool RateLimited(const Route& route, const httplib::Request& req, const Caller& caller, bool identified,
+                   httplib::Response& res) const;
 
   httplib::Server& server_;
   const TokenBook* tokens_;
@@ -94,6 +120,7 @@ class Router {
   const HeadTls* tls_;
   std::vector<Route> routes_;
   Observer observer_;
+  RateLimiter* limiter_ = nullptr;
 };
 
 // True if the request's Origin header (when present) names the host it was sent to.

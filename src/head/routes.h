@@ -19,14 +19,16 @@
 namespace cohort::head {
 
 void RegisterJobRoutes(Router& router, Cluster& cluster);
-void RegisterNodeRoutes(Router& router, Cluster& cluster);
+void RegisterNodeRoutes(Router& router, Cluster& cluster, TokenBook& tokens);
 void RegisterAgentRoutes(Router& router, Cluster& cluster);
 void RegisterLogRoutes(Router& router, Cluster& cluster);
 void RegisterRendezvousRoutes(Router& router, Cluster& cluster);
 void RegisterProgressRoutes(Router& router, Cluster& cluster);
-void RegisterMetricsRoutes(Router& router, Cluster& cluster);  // GET /metrics
+class AuditLog;
+void RegisterMetricsRoutes(Router& router, Cluster& cluster, const AuditLog& audit);  // GET /metrics
 void RegisterUsageRoutes(Router& router, Cluster& cluster);    // GET /v1/usage
 void RegisterTokenRoutes(Router& router, TokenBook& tokens);   // /v1/tokens
+void RegisterAuditRoutes(Router& router, AuditLog& audit);      // GET /v1/audit
 class DashboardSnapshots;
 void RegisterDashboardRoutes(Router& router, DashboardSnapshots& snapshots);
 // The dashboard's static files (web/) at the root URL; register after the /v1 routes.

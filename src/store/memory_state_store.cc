@@ -36,6 +36,7 @@ Result<std::vector<api::JobId>> MemoryStateStore::Commit(const WriteBatch& batch
   }
   for (auto& [id, record] : jobs) jobs_[id] = std::move(record);
   for (auto& [name, record] : nodes) nodes_[name] = std::move(record);
+  for (const auto& name : batch.remove_nodes) nodes_.erase(name);
   for (const auto& [key, value] : batch.meta) meta_[key] = value;
   return ids;
 }
@@ -80,6 +81,46 @@ Result<std::optional<std::string>> MemoryStateStore::GetMeta(const std::string& 
   auto it = meta_.find(key);
   if (it == meta_.end()) return std::optional<std::string>();
   return std::optional<std::string>(it->second);
+}
+
+Result<void> MemoryStateStore::AppendAudit(const std::vector<api::AuditEntry>& entries) {
+  std::lock_guard lock(mu_);
+  for (const auto& e : entries) {
+    api::AuditEntry row = e;
+    row.id = ++last_audit_id_;
+    audit_[row.id] = std::move(row);
+  }
+  return {};
+}
+
+Result<std::vector<api::AuditEntry>> MemoryStateStore::QueryAudit(const AuditQuery& q) {
+  std::vector<api::AuditEntry> out;
+  std::lock_guard lock(mu_);
+  auto it = q.before_id > 0 ? audit_.lower_bound(q.before_id) : audit_.end();
+  while (it != audit_.begin() && out.size() < q.limit) {
+    --it;
+    const api::AuditEntry& e = it->second;
+    if (e.time_ms < q.since_ms || e.time_ms >= q.until_ms) continue;
+    if (!q.user.empty() && e.user != q.user) continue;
+    out.push_back(e);
+  }
+  return out;
+}
+
+Result<int64_t> MemoryStateStore::TrimAudit(int64_t before_ms, int64_t max_rows) {
+  std::lock_guard lock(mu_);
+  int64_t deleted = 0;
+  // Rows with ids up to keep_from go: the newest max_rows ids stay.
+  const int64_t keep_from = max_rows > 0 && !audit_.empty() ? audit_.rbegin()->first - max_rows : 0;
+  for (auto it = audit_.begin(); it != audit_.end();) {
+    if (it->second.time_ms < before_ms || it->first <= keep_from) {
+      it = audit_.erase(it);
+      ++deleted;
+    } else {
+      ++it;
+    }
+  }
+  return deleted;
 }
 
 std::unique_ptr<StateStore> NewMemoryStateStore() { return std::make_unique<MemoryStateStore>(); }

@@ -26,6 +26,9 @@ class MemoryStateStore final : public StateStore {
   Result<std::vector<api::Job>> LoadJobs() override;
   Result<std::vector<api::Node>> LoadNodes() override;
   Result<std::optional<std::string>> GetMeta(const std::string& key) override;
+  Result<void> AppendAudit(const std::vector<api::AuditEntry>& entries) override;
+  Result<std::vector<api::AuditEntry>> QueryAudit(const AuditQuery& q) override;
+  Result<int64_t> TrimAudit(int64_t before_ms, int64_t max_rows) override;
 
  private:
   std::mutex mu_;
@@ -33,6 +36,8 @@ class MemoryStateStore final : public StateStore {
   std::map<api::JobId, std::string> jobs_;    // guarded by mu_; id → record
   std::map<std::string, std::string> nodes_;  // guarded by mu_; name → record
   std::map<std::string, std::string> meta_;   // guarded by mu_
+  int64_t last_audit_id_ = 0;                 // guarded by mu_; the highest audit id ever given
+  std::map<int64_t, api::AuditEntry> audit_;  // guarded by mu_; id → row
 };
 
 }  // namespace cohort::store

@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "common/log.h"
@@ -10,11 +12,13 @@
 namespace cohort::store {
 namespace {
 
-constexpr int64_t kSchemaVersion = 1;
+constexpr int64_t kSchemaVersion = 2;
 // PRAGMA application_id of a Cohort state database: "Cohr".
 constexpr int64_t kApplicationId = 0x436f6872;
 
-constexpr std::string_view kSchemaSql = R"sql(
+// Version 1, as the first release made it. A new file gets it and then every migration,
+// so a new database and a migrated one are the same by construction.
+constexpr std::string_view kSchemaV1Sql = R"sql(
 CREATE TABLE jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, state TEXT NOT NULL,
                   submit_ms INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE TABLE nodes(name TEXT PRIMARY KEY, body TEXT NOT NULL);
@@ -22,7 +26,32 @@ CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 PRAGMA application_id = 1131374706;
 PRAGMA user_version = 1;
 )sql";
-static_assert(kApplicationId == 1131374706 && kSchemaVersion == 1, "keep kSchemaSql in step");
+static_assert(kApplicationId == 1131374706, "keep kSchemaV1Sql in step");
+
+// Migrations, each in the transaction that checked the version it starts from; each ends
+// by setting user_version to `to`. Plain SQL (no SQLite-only types), so that another
+// StateStore can create the same tables.
+struct Migration {
+  int64_t to;
+  std::string_view sql;
+};
+constexpr Migration kMigrations[] = {
+    // 2: the audit log (head/audit.h). `username` and not `user`, which PostgreSQL reserves.
+    {2, R"sql(
+CREATE TABLE audit(id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, caller TEXT NOT NULL,
+                   username TEXT NOT NULL, token_id TEXT NOT NULL, node TEXT NOT NULL, client TEXT NOT NULL,
+                   method TEXT NOT NULL, path TEXT NOT NULL, status INTEGER NOT NULL, error TEXT NOT NULL,
+                   job_id INTEGER NOT NULL);
+CREATE INDEX audit_by_time ON audit(time_ms);
+CREATE INDEX audit_by_user ON audit(username, id);
+PRAGMA user_version = 2;
+)sql"},
+};
+static_assert(std::size(kMigrations) == kSchemaVersion - 1 && kMigrations[std::size(kMigrations) - 1].to == kSchemaVersion,
+              "one migration per version after the first");
+
+constexpr std::string_view kAuditColumns =
+    "id, time_ms, caller, username, token_id, node, client, method, path, status, error, job_id";
 
 // "state database PATH: WHAT: ERRMSG (sqlite error N)". A lock held past busy_timeout is
 // kUnavailable (retrying may help); anything else is kInternal.
@@ -120,10 +149,10 @@ Result<int64_t> QueryInt(sqlite3* db, std::string_view path, const std::string& 
   }
 }
 
-enum class FileKind { kEmpty, kCohort };
+enum class FileKind { kEmpty, kOlder, kCohort };
 
-// Decides, by reading only, whether the file is a fresh (empty) database or a Cohort
-// state database this binary understands.
+// Decides, by reading only, whether the file is a fresh (empty) database, a Cohort state
+// database of an older schema (to migrate), or one of this binary's.
 Result<FileKind> Classify(sqlite3* db, const std::string& path) {
   auto app_id = QueryInt(db, path, "PRAGMA application_id");
   if (!app_id) {
@@ -146,11 +175,11 @@ Result<FileKind> Classify(sqlite3* db, const std::string& path) {
                   "newer cohort",
                   path, version, kSchemaVersion);
   }
-  if (version < kSchemaVersion) {
+  if (version < 1) {
     return Errorf(ErrorCode::kInternal, "{} is a damaged Cohort state database (schema version {})", path,
                   version);
   }
-  return FileKind::kCohort;
+  return version < kSchemaVersion ? FileKind::kOlder : FileKind::kCohort;
 }
 
 }  // namespace
@@ -161,8 +190,9 @@ SqliteStateStore::SqliteStateStore(std::string path, sqlite3* db) : path_(std::m
 
 SqliteStateStore::~SqliteStateStore() {
   std::lock_guard lock(mu_);
-  for (Stmt* s : {&begin_, &commit_, &rollback_, &insert_job_, &update_job_, &select_job_,
-                  &select_jobs_, &upsert_node_, &select_nodes_, &upsert_meta_, &select_meta_}) {
+  for (Stmt* s : {&begin_, &commit_, &rollback_, &insert_job_, &update_job_, &select_job_, &select_jobs_,
+                  &upsert_node_, &select_nodes_, &delete_node_, &upsert_meta_, &select_meta_, &insert_audit_,
+                  &select_audit_, &select_audit_of_user_, &trim_audit_}) {
     s->reset();
   }
   sqlite3_close_v2(db_);
@@ -200,7 +230,7 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   store->begin_ = COHORT_TRY(store->PrepareLocked("BEGIN IMMEDIATE"));
   store->commit_ = COHORT_TRY(store->PrepareLocked("COMMIT"));
   store->rollback_ = COHORT_TRY(store->PrepareLocked("ROLLBACK"));
-  if (kind == FileKind::kEmpty) COHORT_TRY_VOID(store->InitSchemaLocked());
+  if (kind != FileKind::kCohort) COHORT_TRY_VOID(store->InitSchemaLocked());
 
   store->insert_job_ = COHORT_TRY(store->PrepareLocked(
       "INSERT INTO jobs(state, submit_ms, body) VALUES(?1, ?2, '')"));
@@ -211,9 +241,21 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   store->upsert_node_ = COHORT_TRY(store->PrepareLocked(
       "INSERT INTO nodes(name, body) VALUES(?1, ?2) ON CONFLICT(name) DO UPDATE SET body = excluded.body"));
   store->select_nodes_ = COHORT_TRY(store->PrepareLocked("SELECT name, body FROM nodes ORDER BY name"));
+  store->delete_node_ = COHORT_TRY(store->PrepareLocked("DELETE FROM nodes WHERE name = ?1"));
   store->upsert_meta_ = COHORT_TRY(store->PrepareLocked(
       "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value"));
   store->select_meta_ = COHORT_TRY(store->PrepareLocked("SELECT value FROM meta WHERE key = ?1"));
+  store->insert_audit_ = COHORT_TRY(store->PrepareLocked(
+      "INSERT INTO audit(time_ms, caller, username, token_id, node, client, method, path, status, error, job_id) "
+      "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"));
+  // ?4 = 0: no cursor (ids start at 1).
+  const std::string window = "time_ms >= ?1 AND time_ms < ?2 AND (?4 = 0 OR id < ?4)";
+  store->select_audit_ = COHORT_TRY(store->PrepareLocked(fmt::format(
+      "SELECT {} FROM audit WHERE {} AND ?3 = '' ORDER BY id DESC LIMIT ?5", kAuditColumns, window)));
+  store->select_audit_of_user_ = COHORT_TRY(store->PrepareLocked(fmt::format(
+      "SELECT {} FROM audit WHERE username = ?3 AND {} ORDER BY id DESC LIMIT ?5", kAuditColumns, window)));
+  store->trim_audit_ = COHORT_TRY(store->PrepareLocked(
+      "DELETE FROM audit WHERE time_ms < ?1 OR (?2 > 0 AND id <= (SELECT max(id) FROM audit) - ?2)"));
   return store;
 }
 
@@ -228,10 +270,20 @@ Result<SqliteStateStore::Stmt> SqliteStateStore::PrepareLocked(std::string_view 
 
 Result<void> SqliteStateStore::InitSchemaLocked() {
   return InTransactionLocked([&]() -> Result<void> {
-    // Another process may have created the schema since Classify looked.
-    if (COHORT_TRY(Classify(db_, path_)) == FileKind::kCohort) return {};
-    LOG_INFO("creating Cohort state database {}", path_);
-    return Exec(db_, path_, std::string(kSchemaSql), "creating the schema");
+    // Another process may have created or migrated the schema since Classify looked.
+    const FileKind kind = COHORT_TRY(Classify(db_, path_));
+    if (kind == FileKind::kCohort) return {};
+    if (kind == FileKind::kEmpty) {
+      LOG_INFO("creating Cohort state database {}", path_);
+      COHORT_TRY_VOID(Exec(db_, path_, std::string(kSchemaV1Sql), "creating the schema"));
+    }
+    const int64_t from = COHORT_TRY(QueryInt(db_, path_, "PRAGMA user_version"));
+    for (const Migration& m : kMigrations) {
+      if (m.to <= from) continue;
+      if (kind == FileKind::kOlder) LOG_INFO("state database {}: migrating the schema to version {}", path_, m.to);
+      COHORT_TRY_VOID(Exec(db_, path_, std::string(m.sql), fmt::format("migrating the schema to version {}", m.to)));
+    }
+    return {};
   });
 }
 
@@ -309,6 +361,9 @@ Result<std::vector<api::JobId>> SqliteStateStore::Commit(const WriteBatch& batch
                           .BindText(2, value)
                           .Run(fmt::format("storing meta '{}'", key)));
     }
+    for (const auto& name : batch.remove_nodes) {
+      COHORT_TRY_VOID(Call(delete_node_.get(), path_).BindText(1, name).Run(fmt::format("removing node '{}'", name)));
+    }
     return {};
   }));
   return ids;
@@ -358,6 +413,68 @@ Result<std::optional<std::string>> SqliteStateStore::GetMeta(const std::string& 
   bool found = COHORT_TRY(select.BindText(1, key).Step(fmt::format("reading meta '{}'", key)));
   if (!found) return std::optional<std::string>();
   return std::optional<std::string>(select.Text(0));
+}
+
+Result<void> SqliteStateStore::AppendAudit(const std::vector<api::AuditEntry>& entries) {
+  if (entries.empty()) return {};
+  std::lock_guard lock(mu_);
+  return InTransactionLocked([&]() -> Result<void> {
+    for (const auto& e : entries) {
+      COHORT_TRY_VOID(Call(insert_audit_.get(), path_)
+                          .BindInt(1, e.time_ms)
+                          .BindText(2, e.caller)
+                          .BindText(3, e.user)
+                          .BindText(4, e.token_id)
+                          .BindText(5, e.node)
+                          .BindText(6, e.client)
+                          .BindText(7, e.method)
+                          .BindText(8, e.path)
+                          .BindInt(9, e.status)
+                          .BindText(10, e.error)
+                          .BindInt(11, e.job_id)
+                          .Run("appending to the audit log"));
+    }
+    return {};
+  });
+}
+
+Result<std::vector<api::AuditEntry>> SqliteStateStore::QueryAudit(const AuditQuery& q) {
+  std::vector<api::AuditEntry> out;
+  std::lock_guard lock(mu_);
+  Call select(q.user.empty() ? select_audit_.get() : select_audit_of_user_.get(), path_);
+  select.BindInt(1, q.since_ms)
+      .BindInt(2, q.until_ms)
+      .BindText(3, q.user)
+      .BindInt(4, q.before_id)
+      .BindInt(5, static_cast<int64_t>(std::min<size_t>(q.limit, INT64_MAX)));
+  while (COHORT_TRY(select.Step("reading the audit log"))) {
+    api::AuditEntry e;
+    e.id = select.Int(0);
+    e.time_ms = select.Int(1);
+    e.caller = select.Text(2);
+    e.user = select.Text(3);
+    e.token_id = select.Text(4);
+    e.node = select.Text(5);
+    e.client = select.Text(6);
+    e.method = select.Text(7);
+    e.path = select.Text(8);
+    e.status = static_cast<int>(select.Int(9));
+    e.error = select.Text(10);
+    e.job_id = select.Int(11);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Result<int64_t> SqliteStateStore::TrimAudit(int64_t before_ms, int64_t max_rows) {
+  std::lock_guard lock(mu_);
+  int64_t deleted = 0;
+  COHORT_TRY_VOID(InTransactionLocked([&]() -> Result<void> {
+    COHORT_TRY_VOID(Call(trim_audit_.get(), path_).BindInt(1, before_ms).BindInt(2, max_rows).Run("trimming the audit log"));
+    deleted = sqlite3_changes64(db_);
+    return {};
+  }));
+  return deleted;
 }
 
 Result<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path) {

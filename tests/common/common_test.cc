@@ -85,7 +85,8 @@ TEST(Clock, Durations) {
   EXPECT_EQ(*ParseDurationMs("1.5s", "x"), 1500);
   EXPECT_EQ(*ParseDurationMs("2m", "x"), 120000);
   EXPECT_EQ(*ParseDurationMs("1h", "x"), 3600000);
-  for (const char* bad : {"", "s", "3x", "-1s", "1..2s", "abc"}) {
+  EXPECT_EQ(*ParseDurationMs("90d", "x"), int64_t{90} * 86'400'000);
+  for (const char* bad : {"", "s", "3x", "-1s", "1..2s", "abc", "1w", "12000d"}) {
     auto r = ParseDurationMs(bad, "--timeout");
     ASSERT_FALSE(r.has_value()) << bad;
     EXPECT_NE(r.error().message.find("--timeout"), std::string::npos);

@@ -28,23 +28,10 @@ std::string SamplePath(std::string pattern) {
 
 class AuthRoutesTest : public HeadServerTest {
  protected:
-  // A new token of `role` for `user`, made through the API with the admin token.
-  std::string MakeToken(const std::string& user, const std::string& role) {
-    auto res = http_->Post("/v1/tokens", json{{"user", user}, {"role", role}}.dump(), "application/json");
-    EXPECT_TRUE(res && res->status == 201) << (res ? res->body : "no reply");
-    return res ? json::parse(res->body).value("token", "") : "";
-  }
-
   // The status of `method path` with `token` ("": none) and a JSON body for changes.
   int Status(const std::string& method, const std::string& path, const std::string& token,
              const std::string& body = "{}", httplib::Headers extra = {}) {
-    httplib::Client c("127.0.0.1", head_->port());
-    httplib::Headers h = std::move(extra);
-    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
-    httplib::Result r = method == "GET"    ? c.Get(path, h)
-                        : method == "POST" ? c.Post(path, h, body, "application/json")
-                        : method == "PUT"  ? c.Put(path, h, body, "application/json")
-                                           : c.Delete(path, h);
+    httplib::Result r = Send(method, path, token, body, std::move(extra));
     EXPECT_TRUE(r) << method << " " << path;
     return r ? r->status : 0;
   }

@@ -161,5 +161,52 @@ TEST(AuthorizeTest, BearerOfReadsTheSchemeCaseInsensitively) {
   EXPECT_EQ(BearerOf("Bearer"), "");
 }
 
+// `cohort node rm`: the removed name's credentials stop working, the name gets new ones,
+// other nodes keep theirs, and a reopened book remembers.
+TEST_F(TokenBookTest, RetiredNodeCredentialsStopWorkingAndTheNameGetsNewOnes) {
+  const std::string old = book_->NodeCredential("n1");
+  const std::string other = book_->NodeCredential("n2");
+  ASSERT_TRUE(book_->Authenticate(old, 1));
+  ASSERT_TRUE(book_->RetireNodeCredentials("n1"));
+  auto refused = book_->Authenticate(old, 1);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnauthenticated);
+  EXPECT_NE(refused.error().message.find("retired when the node was removed"), std::string::npos)
+      << refused.error().message;
+  const std::string fresh = book_->NodeCredential("n1");
+  EXPECT_NE(fresh, old);
+  auto c = book_->Authenticate(fresh, 1);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->node, "n1");
+  EXPECT_TRUE(book_->Authenticate(other, 1)) << "other nodes keep theirs";
+
+  // Removed again: both earlier generations are refused.
+  ASSERT_TRUE(book_->RetireNodeCredentials("n1"));
+  EXPECT_FALSE(book_->Authenticate(fresh, 1));
+  EXPECT_FALSE(book_->Authenticate(old, 1));
+  const std::string third = book_->NodeCredential("n1");
+
+  auto reopened = TokenBook::Open(std::nullopt, "0123456789abcdef0123456789abcdef",
+                                  [](const std::string&, const std::string&) -> Result<void> { return {}; },
+                                  meta_.at(kNodeGenerationsMeta));
+  ASSERT_TRUE(reopened) << reopened.error().message;
+  EXPECT_EQ((*reopened)->NodeCredential("n1"), third);
+  EXPECT_FALSE((*reopened)->Authenticate(old, 1));
+  EXPECT_TRUE((*reopened)->Authenticate(other, 1));
+
+  // A failed write retires nothing.
+  fail_writes_ = true;
+  EXPECT_FALSE(book_->RetireNodeCredentials("n1"));
+  EXPECT_TRUE(book_->Authenticate(third, 1));
+  EXPECT_FALSE(book_->RetireNodeCredentials("n9"));
+  EXPECT_TRUE(book_->Authenticate(book_->NodeCredential("n9"), 1));
+  for (const char* bad : {"[]", "{\"n1\": 0}", "{\"n1\": \"2\"}", "nope"}) {
+    EXPECT_FALSE(TokenBook::Open(std::nullopt, "0123456789abcdef0123456789abcdef",
+                                 [](const std::string&, const std::string&) -> Result<void> { return {}; },
+                                 std::string(bad)))
+        << bad;
+  }
+}
+
 }  // namespace
 }  // namespace cohort::head

@@ -1,7 +1,8 @@
 // An in-process head for the head's HTTP tests: HeadServer on a kernel-chosen port with a
 // fresh state directory, its "agents" registered by calls into its Cluster (nobody
 // heartbeats, so the timing keeps every node UP for the test's lifetime), and an HTTP
-// client to it.
+// client to it. A test fixture may change the configuration (Configure) and restart the
+// head on the same state (Restart).
 #pragma once
 
 #include <unistd.h>
@@ -25,21 +26,31 @@ class HeadServerTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/cohort-head-test-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    HeadConfig config;
-    config.port = 0;
-    config.state_dir = dir_ + "/head";
-    config.http_threads = 4;
-    config.timing.heartbeat_interval_ms = 1000;
-    config.timing.fence_timeout_ms = 300'000;
-    config.timing.failure_timeout_ms = 600'000;
-    config.client_config_path = "";  // never the user's own
+    config_.port = 0;
+    config_.state_dir = dir_ + "/head";
+    config_.http_threads = 4;
+    config_.timing.heartbeat_interval_ms = 1000;
+    config_.timing.fence_timeout_ms = 300'000;
+    config_.timing.failure_timeout_ms = 600'000;
+    config_.client_config_path = "";  // never the user's own
     // Routes and their checks over plain HTTP; TLS itself is head_tls_test's.
-    config.tls = false;
-    auto h = HeadServer::Start(config);
+    config_.tls = false;
+    Configure(config_);
+    Restart();
+  }
+
+  // Changes the configuration before the head starts.
+  virtual void Configure(HeadConfig&) {}
+
+  // Stops the head (if it runs) and starts it again on the same state directory.
+  void Restart() {
+    http_.reset();
+    head_.reset();
+    auto h = HeadServer::Start(config_);
     ASSERT_TRUE(h.has_value()) << h.error().message;
     head_ = std::move(*h);
     // The admin token the first start wrote (head/auth.h), sent with every request.
-    std::ifstream token_file(config.state_dir + "/admin.token");
+    std::ifstream token_file(config_.state_dir + "/admin.token");
     ASSERT_TRUE(std::getline(token_file, admin_token_) && !admin_token_.empty());
     http_ = std::make_unique<httplib::Client>("127.0.0.1", head_->port());
     http_->set_default_headers({{"Authorization", "Bearer " + admin_token_}});
@@ -73,6 +84,27 @@ class HeadServerTest : public ::testing::Test {
     ASSERT_TRUE(r.has_value()) << r.error().message;
   }
 
+  // A new token of `role` for `user`, made through the API with the admin token.
+  std::string MakeToken(const std::string& user, const std::string& role) {
+    auto res = http_->Post("/v1/tokens", json{{"user", user}, {"role", role}}.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 201) << (res ? res->body : "no reply");
+    return res ? json::parse(res->body).value("token", "") : "";
+  }
+
+  // `method path` on a connection of its own, with `token` ("": none) and, for a change,
+  // `body` of `content_type`.
+  httplib::Result Send(const std::string& method, const std::string& path, const std::string& token,
+                       const std::string& body = "{}", httplib::Headers extra = {},
+                       const std::string& content_type = "application/json") {
+    httplib::Client c("127.0.0.1", head_->port());
+    httplib::Headers h = std::move(extra);
+    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+    return method == "GET"    ? c.Get(path, h)
+           : method == "POST" ? c.Post(path, h, body, content_type)
+           : method == "PUT"  ? c.Put(path, h, body, content_type)
+                              : c.Delete(path, h);
+  }
+
   // GET `path`: expects 200 with a JSON body and returns it parsed (null if no reply).
   json GetJson(const std::string& path) {
     auto res = http_->Get(path);
@@ -84,6 +116,7 @@ class HeadServerTest : public ::testing::Test {
   }
 
   std::string dir_;
+  HeadConfig config_;
   std::unique_ptr<HeadServer> head_;
   std::unique_ptr<httplib::Client> http_;
   std::string admin_token_;

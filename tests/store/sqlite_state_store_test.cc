@@ -95,7 +95,7 @@ TEST(SqliteStateStoreTest, FileHasWalModeSchemaVersionAndColumns) {
   job.state = api::JobState::kRunning;
   ASSERT_TRUE(store->Write({.jobs = {job}}));
   EXPECT_EQ(RawQuery(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), "1");
+  EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), "2");
   EXPECT_EQ(RawQuery(path, "SELECT state || ' ' || submit_ms FROM jobs WHERE id = " + std::to_string(job.id)),
             "RUNNING 4242");
   // The body carries the assigned id.
@@ -173,12 +173,52 @@ TEST(SqliteStateStoreTest, NewerSchemaIsFailedPrecondition) {
   TempDir dir;
   const std::string path = dir.File("state.db");
   { ASSERT_TRUE(MustOpen(path)); }
-  RawExec(path, "PRAGMA user_version = 2");
+  RawExec(path, "PRAGMA user_version = 3");
   const std::string before = ReadFileBytes(path);
   auto store = OpenSqliteStateStore(path);
   ASSERT_FALSE(store);
   EXPECT_EQ(store.error().code, ErrorCode::kFailedPrecondition) << store.error().ToString();
   EXPECT_EQ(ReadFileBytes(path), before);
+}
+
+// A database the first release made (schema version 1, no audit table) is migrated on
+// open: its jobs, nodes and meta stay, the audit log works, and the next open finds it
+// current.
+TEST(SqliteStateStoreTest, VersionOneDatabaseIsMigratedKeepingItsData) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  api::Job job = SmallJob("old");
+  {
+    auto store = MustOpen(path);
+    ASSERT_TRUE(store);
+    job.id = store->CreateJob(job)->id;
+    ASSERT_TRUE(store->Write({.nodes = {FullNode("n1")}, .meta = {{"k", "v"}}}));
+  }
+  // Back to what version 1 was.
+  RawExec(path, "DROP TABLE audit; PRAGMA user_version = 1;");
+  ASSERT_EQ(RawQuery(path, "SELECT count(*) FROM sqlite_master WHERE name = 'audit'"), "0");
+  for (int open = 0; open < 2; ++open) {
+    SCOPED_TRACE(open == 0 ? "migrating open" : "next open");
+    auto store = MustOpen(path);
+    ASSERT_TRUE(store);
+    EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), "2");
+    auto got = store->GetJob(job.id);
+    ASSERT_TRUE(got) << got.error().ToString();
+    ExpectJobEq(job, *got);
+    auto nodes = store->LoadNodes();
+    ASSERT_TRUE(nodes && nodes->size() == 1u);
+    EXPECT_EQ(store->GetMeta("k").value(), std::optional<std::string>("v"));
+    api::AuditEntry e;
+    e.time_ms = 5;
+    e.caller = "anonymous";
+    e.method = "POST";
+    e.path = "/v1/jobs";
+    e.status = 401;
+    ASSERT_TRUE(store->AppendAudit({e}));
+    auto rows = store->QueryAudit({});
+    ASSERT_TRUE(rows) << rows.error().ToString();
+    EXPECT_EQ(rows->size(), size_t(open + 1));
+  }
 }
 
 TEST(SqliteStateStoreTest, UnopenablePathIsAnError) {

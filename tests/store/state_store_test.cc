@@ -230,6 +230,23 @@ TEST_P(StateStoreTest, NodeRoundTripsAndUpsertReplaces) {
   ExpectNodeEq(replaced, nodes->front(), "after upsert");
 }
 
+TEST_P(StateStoreTest, RemovedNodesAreGoneAndUnknownNamesAreNoError) {
+  ASSERT_TRUE(store_->Write({.nodes = {FullNode("n1"), FullNode("n2"), FullNode("n3")}}));
+  WriteBatch batch;
+  batch.remove_nodes = {"n2", "never-there"};
+  ASSERT_TRUE(store_->Write(batch));
+  auto nodes = store_->LoadNodes();
+  ASSERT_TRUE(nodes) << nodes.error().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].name, "n1");
+  EXPECT_EQ((*nodes)[1].name, "n3");
+  // A removed name may join again.
+  ASSERT_TRUE(store_->Write({.nodes = {FullNode("n2", 1)}}));
+  nodes = store_->LoadNodes();
+  ASSERT_TRUE(nodes);
+  EXPECT_EQ(nodes->size(), 3u);
+}
+
 TEST_P(StateStoreTest, LoadNodesInNameOrder) {
   ASSERT_TRUE(store_->Write({.nodes = {FullNode("node-b"), FullNode("node-10")}}));
   ASSERT_TRUE(store_->Write({.nodes = {FullNode("node-a"), FullNode("node-2")}}));
@@ -293,6 +310,106 @@ TEST_P(StateStoreTest, ConcurrentCreatesGetDistinctIds) {
   auto jobs = store_->LoadJobs();
   ASSERT_TRUE(jobs);
   EXPECT_EQ(jobs->size(), all.size());
+}
+
+// An audit row with every field set; `n` makes it distinct.
+api::AuditEntry AuditRow(int64_t time_ms, const std::string& user, int n = 0) {
+  api::AuditEntry e;
+  e.id = 999;  // ignored
+  e.time_ms = time_ms;
+  e.caller = user.empty() ? "anonymous" : user + " (admin, token 0123456789ab)";
+  e.user = user;
+  e.token_id = user.empty() ? "" : "0123456789ab";
+  e.node = "n" + std::to_string(n);
+  e.client = "10.0.0." + std::to_string(n);
+  e.method = "POST";
+  e.path = "/v1/jobs/" + std::to_string(n) + "/cancel";
+  e.status = n % 2 ? 403 : 200;
+  e.error = n % 2 ? "not yours" : "";
+  e.job_id = n;
+  return e;
+}
+
+std::vector<int64_t> Ids(const Result<std::vector<api::AuditEntry>>& rows) {
+  EXPECT_TRUE(rows) << rows.error().ToString();
+  std::vector<int64_t> out;
+  if (rows) {
+    for (const auto& e : *rows) out.push_back(e.id);
+  }
+  return out;
+}
+
+TEST_P(StateStoreTest, AuditRowsRoundTripNewestFirstWithIncreasingIds) {
+  ASSERT_TRUE(store_->AppendAudit({AuditRow(1000, "alice", 1), AuditRow(2000, "bob", 2)}));
+  ASSERT_TRUE(store_->AppendAudit({AuditRow(3000, "", 3)}));
+  ASSERT_TRUE(store_->AppendAudit({}));
+  auto rows = store_->QueryAudit({});
+  ASSERT_TRUE(rows) << rows.error().ToString();
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_GT((*rows)[0].id, (*rows)[1].id);
+  EXPECT_GT((*rows)[1].id, (*rows)[2].id);
+  api::AuditEntry want = AuditRow(1000, "alice", 1);
+  const api::AuditEntry& got = (*rows)[2];
+  EXPECT_GT(got.id, 0);
+  EXPECT_NE(got.id, 999) << "the store gives the id";
+  want.id = got.id;
+  EXPECT_EQ(api::ToJson(got), api::ToJson(want));
+  EXPECT_EQ((*rows)[0].job_id, 3);
+  EXPECT_EQ((*rows)[0].user, "");
+}
+
+TEST_P(StateStoreTest, AuditQueryFiltersByTimeUserCursorAndLimit) {
+  std::vector<api::AuditEntry> rows;
+  for (int i = 1; i <= 10; ++i) rows.push_back(AuditRow(i * 100, i % 2 ? "alice" : "bob", i));
+  ASSERT_TRUE(store_->AppendAudit(rows));
+  const std::vector<int64_t> all = Ids(store_->QueryAudit({}));
+  ASSERT_EQ(all.size(), 10u);
+  auto times = [&](const AuditQuery& q) {
+    std::vector<int64_t> out;
+    auto r = store_->QueryAudit(q);
+    EXPECT_TRUE(r) << r.error().ToString();
+    if (r) {
+      for (const auto& e : *r) out.push_back(e.time_ms);
+    }
+    return out;
+  };
+  EXPECT_EQ(times({.since_ms = 300, .until_ms = 600}), (std::vector<int64_t>{500, 400, 300}))
+      << "since is inclusive, until exclusive";
+  EXPECT_EQ(times({.user = "alice"}), (std::vector<int64_t>{900, 700, 500, 300, 100}));
+  EXPECT_EQ(times({.user = "carol"}), std::vector<int64_t>{});
+  EXPECT_EQ(times({.user = "bob", .limit = 2}), (std::vector<int64_t>{1000, 800}));
+  EXPECT_EQ(times({.limit = 3}), (std::vector<int64_t>{1000, 900, 800}));
+  // The next page: ids below the last one seen.
+  EXPECT_EQ(times({.before_id = all[2], .limit = 3}), (std::vector<int64_t>{700, 600, 500}));
+  EXPECT_EQ(times({.since_ms = 200, .user = "alice", .before_id = all[2]}), (std::vector<int64_t>{700, 500, 300}));
+}
+
+TEST_P(StateStoreTest, AuditTrimDropsOldRowsAndKeepsTheNewestMaxRows) {
+  std::vector<api::AuditEntry> rows;
+  for (int i = 1; i <= 10; ++i) rows.push_back(AuditRow(i * 100, "alice", i));
+  ASSERT_TRUE(store_->AppendAudit(rows));
+  auto by_time = store_->TrimAudit(/*before_ms=*/350, /*max_rows=*/0);
+  ASSERT_TRUE(by_time) << by_time.error().ToString();
+  EXPECT_EQ(*by_time, 3);
+  auto by_rows = store_->TrimAudit(0, 4);
+  ASSERT_TRUE(by_rows) << by_rows.error().ToString();
+  EXPECT_EQ(*by_rows, 3);
+  auto left = store_->QueryAudit({});
+  ASSERT_TRUE(left);
+  ASSERT_EQ(left->size(), 4u);
+  EXPECT_EQ(left->front().time_ms, 1000);
+  EXPECT_EQ(left->back().time_ms, 700);
+  auto none = store_->TrimAudit(0, 0);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(*none, 0);
+  // Ids are never reused, even once every row is gone.
+  const int64_t newest = left->front().id;
+  ASSERT_TRUE(store_->TrimAudit(INT64_MAX, 0));
+  ASSERT_TRUE(store_->AppendAudit({AuditRow(50, "bob")}));
+  auto after = store_->QueryAudit({});
+  ASSERT_TRUE(after);
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_GT(after->front().id, newest);
 }
 
 INSTANTIATE_TEST_SUITE_P(

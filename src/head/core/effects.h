@@ -30,6 +30,7 @@ struct LogLine {
 struct Effects {
   std::set<api::JobId> jobs_to_store;        // changed job records
   std::set<std::string> nodes_to_store;      // changed node records (by name)
+  std::set<std::string> nodes_to_remove;     // node records to delete (the node was removed)
   std::set<std::string> wake;                // agent URLs to ask for a heartbeat now
   std::vector<api::JobId> drop_rendezvous;   // jobs whose rendezvous keys go
   bool schedule = false;                     // an event may let more jobs start
@@ -51,6 +52,7 @@ struct Effects {
   void Merge(Effects&& o) {
     jobs_to_store.merge(o.jobs_to_store);
     nodes_to_store.merge(o.nodes_to_store);
+    nodes_to_remove.merge(o.nodes_to_remove);
     wake.merge(o.wake);
     drop_rendezvous.insert(drop_rendezvous.end(), o.drop_rendezvous.begin(), o.drop_rendezvous.end());
     schedule = schedule || o.schedule;

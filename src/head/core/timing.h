@@ -8,8 +8,8 @@
 // more nodes do not change it every time). The failure and fence timeouts grow by the
 // same factor as the interval, so every relation the base keeps still holds: fence
 // timeout < failure timeout, and at least two intervals in the fence timeout. The kill
-// grace does not change. Nodes are never removed, so within one run the interval only
-// grows.
+// grace does not change. Within one run the interval only grows, unless an operator
+// removes nodes (remove_node.h): it may shrink then, which the rule below covers.
 //
 // The timing travels to the agents in the registration reply and in every heartbeat
 // reply; an agent uses the newest it got (its interval, its lease and its fence). The
