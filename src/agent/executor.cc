@@ -242,6 +242,10 @@ void Executor::StartShim(const TaskKey& key) {
   if (error.empty()) {
     SpawnOptions so;
     so.argv = ShimArgv(key, spec, account);
+    // The agent's own credentials stay with it: a task inherits the agent's environment,
+    // and with it a join token would let the task register nodes, an operator's token act
+    // as them. The task's own (its job's token, what its spec sets) come from spec.env.
+    so.unset_env = {"COHORT_JOIN_TOKEN", "COHORT_TOKEN"};
     so.env = spec.env;
     if (account) AddUserEnvironment(*account, so.env);
     // GPU indices are NVML's, which count in PCI bus order; CUDA must count the same way.

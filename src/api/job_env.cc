@@ -51,6 +51,7 @@ std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAll
   set_if("COHORT_REPORT", options.report_url);
   set_if("COHORT_CHECKPOINT_DIR", options.checkpoint_dir);
   set_if("COHORT_CA", options.ca_pem);
+  set_if("COHORT_JOB_TOKEN", options.job_token);
   return env;
 }
 

@@ -19,6 +19,7 @@ struct TaskEnvOptions {
   std::string report_url;      // COHORT_REPORT; empty: not set
   std::string checkpoint_dir;  // COHORT_CHECKPOINT_DIR; empty: not set
   std::string ca_pem;          // COHORT_CA: the head's authority (PEM), with TLS; empty: not set
+  std::string job_token;       // COHORT_JOB_TOKEN: the attempt's bearer token for its own job; empty: not set
   // CUDA_VISIBLE_DEVICES = the task's GPUs ("" for none, hiding every GPU); false: not
   // set, the task sees what its parent sees (`cohort run` without --gpus-per-rank).
   bool set_visible_devices = true;
@@ -35,7 +36,8 @@ TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view
 // LOCAL_RANK, LOCAL_WORLD_SIZE (tasks_per_node), NODE_RANK and GROUP_RANK,
 // MASTER_ADDR/MASTER_PORT (the allocation's), COHORT_ATTEMPT and
 // TORCHELASTIC_RESTART_COUNT, COHORT_NUM_NODES (the allocation's node count),
-// CUDA_VISIBLE_DEVICES, the URLs of `options` and COHORT_CA (with a TLS head). A job with an id (> 0) also gets
+// CUDA_VISIBLE_DEVICES, the URLs of `options`, COHORT_CA (with a TLS head) and
+// COHORT_JOB_TOKEN. A job with an id (> 0) also gets
 // COHORT_JOB_ID and COHORT_JOB_NAME; a named node, COHORT_NODE; `cohort run` passes
 // neither (id 0, node "").
 std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAllocation& node,

@@ -46,7 +46,16 @@ std::string ResolveToken(const std::string& head_url) {
   if (const char* env = std::getenv("COHORT_TOKEN"); env && *env) return env;
   // The config's token belongs to the config's head: it is not sent anywhere else.
   const auto& c = LoadedClientConfig();
-  if (c.head.empty() || WithoutTrailingSlash(c.head) == WithoutTrailingSlash(head_url)) return c.token;
+  if (!c.token.empty() && (c.head.empty() || WithoutTrailingSlash(c.head) == WithoutTrailingSlash(head_url))) {
+    return c.token;
+  }
+  // Inside a task: its job's own token, for the head that started it (COHORT_HEAD), so that
+  // `cohort status $COHORT_JOB_ID` and `cohort logs` work there as the job.
+  const char* job_token = std::getenv("COHORT_JOB_TOKEN");
+  const char* task_head = std::getenv("COHORT_HEAD");
+  if (job_token && *job_token && task_head && WithoutTrailingSlash(task_head) == WithoutTrailingSlash(head_url)) {
+    return job_token;
+  }
   return "";
 }
 

@@ -39,7 +39,8 @@ struct CommandContext {
 // (common/client_config.h), or the local default.
 std::string ResolveHeadUrl(const GlobalOptions& g);
 // The token for `head_url`: $COHORT_TOKEN, else the client config's token if the config
-// names that head (or none); "" if neither.
+// names that head (or none), else, inside a task of that head ($COHORT_HEAD), its job's
+// token ($COHORT_JOB_TOKEN); "" if none.
 std::string ResolveToken(const std::string& head_url);
 // The CA file for `head_url` from the client config (when it names that head, or none);
 // "" if none. $COHORT_CA and $COHORT_CA_FILE come before it.

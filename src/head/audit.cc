@@ -61,6 +61,8 @@ std::optional<api::AuditEntry> AuditEntryFor(const Router::Route& route, const C
   if (caller.kind == Caller::Kind::kToken) {
     e.user = caller.user;
     e.token_id = caller.token_id;
+  } else if (caller.kind == Caller::Kind::kJob) {
+    e.user = caller.user;
   } else if (caller.kind == Caller::Kind::kNode) {
     e.node = caller.node;
   }

@@ -97,16 +97,23 @@ std::string Caller::Describe() const {
     case Kind::kInsecure: return "anyone (--insecure)";
     case Kind::kNode: return "node " + node;
     case Kind::kToken: return fmt::format("{} ({}, token {})", user, RoleName(role), token_id);
+    case Kind::kJob: return fmt::format("job {} ({})", job, user);
   }
   return "anonymous";
 }
 
-Result<void> Authorize(Access access, const Caller& caller) {
+Result<void> Authorize(Access access, const Caller& caller, JobScope scope) {
   if (access == Access::kPublic || access == Access::kTask || caller.kind == Caller::Kind::kInsecure) return {};
   if (caller.kind == Caller::Kind::kAnonymous) {
     return MakeError(ErrorCode::kUnauthenticated,
                      "this request needs a token: send \"Authorization: Bearer <token>\" (cohort login, or "
                      "COHORT_TOKEN; an admin makes tokens with `cohort token create`)");
+  }
+  if (caller.kind == Caller::Kind::kJob) {
+    if (scope == JobScope::kOwnJob) return {};
+    return Errorf(ErrorCode::kPermissionDenied,
+                  "{} may not do this: a job's token only reads its own job (its state, logs and progress)",
+                  caller.Describe());
   }
   const bool node = caller.kind == Caller::Kind::kNode;
   const Role role = caller.role;

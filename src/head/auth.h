@@ -18,6 +18,12 @@
 // credential given before stops working, and the name needs a join token to register
 // again.
 //
+// Jobs: each attempt of a job has a job token (COHORT_JOB_TOKEN in its tasks' environment;
+// RendezvousStore::JobToken makes and checks it), a Caller of kind kJob while that attempt
+// runs. It reads only its own job (its state, logs and progress: the routes registered
+// with JobScope::kOwnJob, whose path names the job) and does nothing else; rendezvous and
+// progress reports keep their capability URLs.
+//
 // Threads: every method may be called from any thread (one mutex; Create and Revoke
 // hold it while they persist, so book changes are written in order).
 #pragma once
@@ -69,17 +75,23 @@ struct Caller {
     kToken,      // a user's (or a join) token: user and role
     kNode,       // an agent's node credential: node
     kInsecure,   // the head runs with --insecure: anyone, as admin
+    kJob,        // a job's token (COHORT_JOB_TOKEN): job, attempt, and the job's owner as user
   };
   Kind kind = Kind::kAnonymous;
   std::string user;  // kToken
   Role role = Role::kViewer;
   std::string token_id;  // kToken
   std::string node;      // kNode
+  int64_t job = 0;       // kJob
+  int attempt = 0;       // kJob
 
   bool IsAdmin() const { return kind == Kind::kInsecure || (kind == Kind::kToken && role == Role::kAdmin); }
-  // May act on what `owner` owns (a job): its owner, or an admin.
-  bool MayActFor(std::string_view owner) const { return IsAdmin() || (kind == Kind::kToken && user == owner); }
-  // For logs and the audit trail: "alice (admin, token 1a2b..)", "node gpu-3", "anonymous".
+  // May act on job `id`, owned by `owner`: its owner, an admin, or the job's own token.
+  bool MayActOn(int64_t id, std::string_view owner) const {
+    return IsAdmin() || (kind == Kind::kToken && user == owner) || (kind == Kind::kJob && job == id);
+  }
+  // For logs and the audit trail: "alice (admin, token 1a2b..)", "node gpu-3", "job 42
+  // (alice)", "anonymous".
   std::string Describe() const;
 };
 
@@ -94,9 +106,17 @@ enum class Access {
   kTask,       // the path carries its own capability (rendezvous and report tokens)
 };
 std::string_view AccessName(Access access);
-// OK if `caller` may call a route that asks `access`; kUnauthenticated (401) when it
-// brought no valid credentials, kPermissionDenied (403) when they are not enough.
-Result<void> Authorize(Access access, const Caller& caller);
+
+// Whether a job's token may call a route (besides its Access, which job tokens never meet).
+enum class JobScope {
+  kNone,    // no job token
+  kOwnJob,  // a job token, for its own job: the path's first capture is the job id
+};
+
+// OK if `caller` may call a route that asks `access` (and `scope`, for a job's token: the
+// router checks the path names its job); kUnauthenticated (401) when it brought no valid
+// credentials, kPermissionDenied (403) when they are not enough.
+Result<void> Authorize(Access access, const Caller& caller, JobScope scope = JobScope::kNone);
 
 class TokenBook {
  public:

@@ -57,6 +57,7 @@ Result<void> Cluster::Load() {
   context_.liveness_interval_ms = config_.liveness_interval_ms;
   context_.unhealthy_zone_threshold = config_.unhealthy_zone_threshold;
   context_.rendezvous_token = [r = rendezvous_.get()](JobId job, int attempt) { return r->Token(job, attempt); };
+  context_.job_token = [r = rendezvous_.get()](JobId job, int attempt) { return r->JobToken(job, attempt); };
   context_.latest_progress = [p = &progress_](JobId job, int attempt) { return p->LatestOfAttempt(job, attempt); };
   context_.newest_checkpoint = [p = &progress_](JobId job) { return p->NewestCheckpoint(job); };
 
@@ -483,6 +484,17 @@ Result<RendezvousScope> Cluster::RendezvousFor(const std::string& token) const {
                   scope.attempt);
   }
   return scope;
+}
+
+Result<Cluster::JobTokenScope> Cluster::JobTokenOwner(std::string_view token) const {
+  auto scope = COHORT_TRY(rendezvous_->VerifyJobToken(token));
+  MutexLock lock(mu_);
+  const api::Job* job = core::CurrentAttempt(state_, scope.job, scope.attempt);
+  if (job == nullptr) {
+    return Errorf(ErrorCode::kUnauthenticated, "the token of job {} attempt {} ended with that attempt", scope.job,
+                  scope.attempt);
+  }
+  return JobTokenScope{scope, job->spec.user};
 }
 
 ClusterMetrics Cluster::Metrics() const {

@@ -155,6 +155,14 @@ class Cluster {
   // The scope of a task's token while its attempt runs; kNotFound for a bad token or an
   // attempt that has ended.
   Result<RendezvousScope> RendezvousFor(const std::string& token) const EXCLUDES(mu_);
+  // The job a job token (COHORT_JOB_TOKEN) names, while its attempt runs: its scope and
+  // owner. kUnauthenticated for a token that is not ours or whose attempt has ended (the
+  // message says which).
+  struct JobTokenScope {
+    RendezvousScope scope;
+    std::string owner;
+  };
+  Result<JobTokenScope> JobTokenOwner(std::string_view token) const EXCLUDES(mu_);
   RendezvousStore& rendezvous() { return *rendezvous_; }
   // Progress reported at COHORT_REPORT (thread-safe on its own).
   ProgressLog& progress() { return progress_; }

@@ -209,6 +209,16 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   limits.burst = config.rate_burst;
   h->limiter_ = std::make_unique<RateLimiter>(std::move(limits));
   router.set_rate_limiter(h->limiter_.get());
+  // A task's COHORT_JOB_TOKEN: its own job, while its attempt runs (auth.h).
+  router.set_job_tokens([&cluster](std::string_view token) -> Result<Caller> {
+    auto owner = COHORT_TRY(cluster.JobTokenOwner(token));
+    Caller job;
+    job.kind = Caller::Kind::kJob;
+    job.job = owner.scope.job;
+    job.attempt = owner.scope.attempt;
+    job.user = std::move(owner.owner);
+    return job;
+  });
   AuditLog::Options audit_options;
   audit_options.retention_ms = config.audit_retention_ms;
   audit_options.max_rows = config.audit_max_rows;

@@ -75,7 +75,8 @@ void SendJobList(httplib::Response& res, Cluster& cluster, const JobFilter& filt
 // Another user's job as a caller who is neither its owner nor an admin may see it: the
 // values of its environment (where secrets go) are hidden, the names kept.
 void HideEnvUnlessOwner(json& job, const Caller& caller) {
-  if (caller.MayActFor(job.contains("spec") ? job["spec"].value("user", "") : "")) return;
+  const int64_t id = job.contains("id") && job["id"].is_number_integer() ? job["id"].get<int64_t>() : 0;
+  if (caller.MayActOn(id, job.contains("spec") ? job["spec"].value("user", "") : "")) return;
   auto spec = job.find("spec");
   if (spec == job.end() || !spec->is_object()) return;
   auto env = spec->find("env");
@@ -96,7 +97,7 @@ Result<void> CheckOwner(Cluster& cluster, const Caller& caller, api::JobId id, s
   if (caller.IsAdmin()) return {};
   auto job = cluster.GetJob(id);
   if (!job) return std::unexpected(job.error());
-  if (caller.MayActFor(job->spec.user)) return {};
+  if (caller.MayActOn(id, job->spec.user)) return {};
   return Errorf(ErrorCode::kPermissionDenied, "{} may not {} job {}: it belongs to {}", caller.Describe(), what, id,
                 job->spec.user);
 }
@@ -170,7 +171,7 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
       HideEnvUnlessOwner(out, caller);
       return out;
     });
-  });
+  }, JobScope::kOwnJob);
 
   router.Post(api::routes::kJobCancelPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                                  httplib::Response& res) {

@@ -58,7 +58,7 @@ void RegisterLogRoutes(Router& router, Cluster& cluster) {
     res.set_header("X-Cohort-Attempt", std::to_string(*attempt));
     res.set_header("X-Cohort-Node", loc->node);
     res.set_content(std::move(r->body), "application/octet-stream");
-  });
+  }, JobScope::kOwnJob);
 }
 
 }  // namespace cohort::head

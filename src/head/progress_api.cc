@@ -28,7 +28,7 @@ void RegisterProgressRoutes(Router& router, Cluster& cluster) {
     json points = json::array();
     for (const auto& p : cluster.progress().Get(*id, static_cast<size_t>(*limit))) points.push_back(ToJson(p));
     SendJson(res, json{{"points", std::move(points)}});
-  });
+  }, JobScope::kOwnJob);
 }
 
 }  // namespace cohort::head

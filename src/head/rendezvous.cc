@@ -22,13 +22,42 @@ std::string Hex(const unsigned char* data, size_t n) {
   return out;
 }
 
-std::string Mac(const std::string& secret, api::JobId job, int attempt) {
-  std::string msg = fmt::format("cohort-rendezvous:{}:{}", job, attempt);
+// The MAC of a job's attempt for one purpose: "cohort-rendezvous" (the rendezvous and
+// report capability) or "cohort-job-token" (the job's bearer token), so that neither can
+// be made from the other.
+std::string Mac(const std::string& secret, std::string_view purpose, api::JobId job, int attempt) {
+  std::string msg = fmt::format("{}:{}:{}", purpose, job, attempt);
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
        reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
   return Hex(out, 16);  // 128 bits are plenty against guessing
+}
+
+constexpr std::string_view kRendezvousPurpose = "cohort-rendezvous";
+constexpr std::string_view kJobTokenPurpose = "cohort-job-token";
+
+// "<job>-<attempt>-<MAC>" checked against `purpose`; nullopt if it is not one of ours.
+std::optional<RendezvousScope> VerifyScoped(const std::string& secret, std::string_view purpose,
+                                            std::string_view token) {
+  size_t a = token.find('-');
+  size_t b = a == std::string_view::npos ? a : token.find('-', a + 1);
+  if (b == std::string_view::npos) return std::nullopt;
+  RendezvousScope s;
+  auto r1 = std::from_chars(token.data(), token.data() + a, s.job);
+  auto r2 = std::from_chars(token.data() + a + 1, token.data() + b, s.attempt);
+  if (r1.ec != std::errc() || r1.ptr != token.data() + a || r2.ec != std::errc() ||
+      r2.ptr != token.data() + b || s.job <= 0 || s.attempt < 0) {
+    return std::nullopt;
+  }
+  std::string want = Mac(secret, purpose, s.job, s.attempt);
+  std::string_view got = token.substr(b + 1);
+  // Constant-time comparison: the MAC must not be learnable byte by byte.
+  if (got.size() != want.size()) return std::nullopt;
+  unsigned diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned>(got[i] ^ want[i]);
+  if (diff != 0) return std::nullopt;
+  return s;
 }
 
 }  // namespace
@@ -48,39 +77,34 @@ std::string NewRendezvousSecret() {
 
 RendezvousStore::RendezvousStore(std::string secret) : secret_(std::move(secret)) {}
 
-std::string RendezvousStore::Token(api::JobId job, int attempt) const {
+RendezvousStore::Tokens RendezvousStore::TokensOf(api::JobId job, int attempt) const {
   const RendezvousScope scope{job, attempt};
   {
     MutexLock lock(tokens_mu_);
     if (auto it = tokens_.find(scope); it != tokens_.end()) return it->second;
   }
-  std::string token = fmt::format("{}-{}-{}", job, attempt, Mac(secret_, job, attempt));
+  Tokens made;
+  made.rendezvous = fmt::format("{}-{}-{}", job, attempt, Mac(secret_, kRendezvousPurpose, job, attempt));
+  made.job = fmt::format("{}{}-{}-{}", kJobTokenPrefix, job, attempt, Mac(secret_, kJobTokenPurpose, job, attempt));
   MutexLock lock(tokens_mu_);
   if (tokens_.size() >= kMaxKeptTokens) tokens_.clear();  // jobs not dropped: start over
-  tokens_.emplace(scope, token);
-  return token;
+  return tokens_.emplace(scope, std::move(made)).first->second;
 }
 
+std::string RendezvousStore::Token(api::JobId job, int attempt) const { return TokensOf(job, attempt).rendezvous; }
+
+std::string RendezvousStore::JobToken(api::JobId job, int attempt) const { return TokensOf(job, attempt).job; }
+
 Result<RendezvousScope> RendezvousStore::Verify(const std::string& token) const {
-  auto bad = [] { return MakeError(ErrorCode::kNotFound, "unknown rendezvous token"); };
-  size_t a = token.find('-');
-  size_t b = a == std::string::npos ? a : token.find('-', a + 1);
-  if (b == std::string::npos) return bad();
-  RendezvousScope s;
-  auto r1 = std::from_chars(token.data(), token.data() + a, s.job);
-  auto r2 = std::from_chars(token.data() + a + 1, token.data() + b, s.attempt);
-  if (r1.ec != std::errc() || r1.ptr != token.data() + a || r2.ec != std::errc() ||
-      r2.ptr != token.data() + b || s.job <= 0 || s.attempt < 0) {
-    return bad();
+  if (auto s = VerifyScoped(secret_, kRendezvousPurpose, token)) return *s;
+  return MakeError(ErrorCode::kNotFound, "unknown rendezvous token");
+}
+
+Result<RendezvousScope> RendezvousStore::VerifyJobToken(std::string_view token) const {
+  if (token.substr(0, kJobTokenPrefix.size()) == kJobTokenPrefix) {
+    if (auto s = VerifyScoped(secret_, kJobTokenPurpose, token.substr(kJobTokenPrefix.size()))) return *s;
   }
-  std::string want = Mac(secret_, s.job, s.attempt);
-  std::string_view got = std::string_view(token).substr(b + 1);
-  // Constant-time comparison: the MAC must not be learnable byte by byte.
-  if (got.size() != want.size()) return bad();
-  unsigned diff = 0;
-  for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned>(got[i] ^ want[i]);
-  if (diff != 0) return bad();
-  return s;
+  return MakeError(ErrorCode::kUnauthenticated, "not a job token of this head");
 }
 
 Result<void> RendezvousStore::StoreLocked(const RendezvousScope& scope, const std::string& key, std::string value) {

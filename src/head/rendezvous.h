@@ -3,7 +3,10 @@
 // A job's tasks reach it at {head}/v1/rendezvous/{token}. The token names the job and
 // attempt and carries an HMAC-SHA256 of both under a secret the head keeps in its state
 // store, so it survives head restarts and cannot be guessed: jobs cannot read each
-// other's keys. Keys live in memory, per (job, attempt); they go when the attempt ends
+// other's keys. The same secret makes each attempt's job token (COHORT_JOB_TOKEN,
+// "cohortjob_<job>-<attempt>-<MAC>", the MAC over another purpose so neither token can be
+// made from the other): the bearer credential with which a task reads its own job's state
+// through the API (auth.h, Caller::Kind::kJob). Keys live in memory, per (job, attempt); they go when the attempt ends
 // (the gang finished, failed or was requeued) and are lost if the head restarts.
 //
 // Threads: every method may be called from any thread; one mutex guards the keys and a
@@ -14,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "api/types.h"
 #include "common/clock.h"
@@ -38,6 +42,12 @@ class RendezvousStore {
   std::string Token(api::JobId job, int attempt) const EXCLUDES(tokens_mu_);
   // Checks a token's MAC; kNotFound (deliberately vague) when it is not one of ours.
   Result<RendezvousScope> Verify(const std::string& token) const;
+  // The job token of a job's attempt, kept as Token is.
+  std::string JobToken(api::JobId job, int attempt) const EXCLUDES(tokens_mu_);
+  // Checks a job token; kUnauthenticated when it is not one of ours. Whether its attempt
+  // still runs is the caller's to check (Cluster::JobTokenOwner).
+  Result<RendezvousScope> VerifyJobToken(std::string_view token) const;
+  static constexpr std::string_view kJobTokenPrefix = "cohortjob_";
 
   // What one attempt's keys and values may take of the head's memory together, each key
   // counted with kEntryOverheadBytes for the map. Rendezvous data is addresses, ids and
@@ -62,6 +72,11 @@ class RendezvousStore {
     size_t bytes = 0;  // of values and their keys, with kEntryOverheadBytes each
   };
 
+  struct Tokens {
+    std::string rendezvous;
+    std::string job;
+  };
+  Tokens TokensOf(api::JobId job, int attempt) const EXCLUDES(tokens_mu_);
   // Sets `key` in `scope` unless that passes kMaxBytesPerAttempt.
   Result<void> StoreLocked(const RendezvousScope& scope, const std::string& key, std::string value) REQUIRES(mu_);
 
@@ -73,7 +88,7 @@ class RendezvousStore {
   // heartbeats never wait on rendezvous traffic.
   static constexpr size_t kMaxKeptTokens = 100'000;
   mutable Mutex tokens_mu_;
-  mutable std::map<RendezvousScope, std::string> tokens_ GUARDED_BY(tokens_mu_);
+  mutable std::map<RendezvousScope, Tokens> tokens_ GUARDED_BY(tokens_mu_);
 };
 
 // A new random secret (32 bytes, hex) for a fresh state store.

@@ -1,6 +1,7 @@
 #include "head/router.h"
 
 #include "common/clock.h"
+#include "head/rendezvous.h"
 
 namespace cohort::head {
 
@@ -41,6 +42,10 @@ Result<Caller> Router::Identify(const httplib::Request& req) const {
   if (bearer.empty()) {
     return MakeError(ErrorCode::kUnauthenticated, "Authorization: expected \"Bearer <token>\"");
   }
+  if (bearer.starts_with(RendezvousStore::kJobTokenPrefix)) {
+    if (!job_tokens_) return MakeError(ErrorCode::kUnauthenticated, "this server accepts no job tokens");
+    return job_tokens_(bearer);
+  }
   if (tokens_ == nullptr) return MakeError(ErrorCode::kUnauthenticated, "this server accepts no tokens");
   auto caller = tokens_->Authenticate(bearer, NowUnixMs());
   if (caller && caller->kind == Caller::Kind::kNode && tls_) {
@@ -70,6 +75,9 @@ bool Router::RateLimited(const Route& route, const httplib::Request& req, const 
   } else if (identified && caller.kind == Caller::Kind::kNode) {
     key = "node " + caller.node;
     who = caller.Describe();
+  } else if (identified && caller.kind == Caller::Kind::kJob) {
+    key = "job " + std::to_string(caller.job);
+    who = caller.Describe();
   } else {
     key = "address " + req.remote_addr;
     who = req.remote_addr + (caller.kind == Caller::Kind::kInsecure ? "" : " (no accepted token)");
@@ -85,7 +93,14 @@ bool Router::RateLimited(const Route& route, const httplib::Request& req, const 
 }
 
 Result<void> Router::Check(const Route& route, const httplib::Request& req, const Caller& caller) const {
-  COHORT_TRY_VOID(Authorize(route.access, caller));
+  COHORT_TRY_VOID(Authorize(route.access, caller, route.job_scope));
+  // Past Authorize, a job's token is on a public or task route, or on one of
+  // JobScope::kOwnJob, whose first capture is a job id.
+  if (caller.kind == Caller::Kind::kJob && route.job_scope == JobScope::kOwnJob &&
+      (req.matches.size() < 2 || req.matches[1].str() != std::to_string(caller.job))) {
+    return Errorf(ErrorCode::kPermissionDenied, "{} may not read job {}: a job's token only reads its own job",
+                  caller.Describe(), req.matches.size() < 2 ? std::string() : req.matches[1].str().substr(0, 40));
+  }
   if (route.method != "GET" && route.access != Access::kTask && !insecure_) {
     if (!SameOrigin(req)) {
       return Errorf(ErrorCode::kPermissionDenied, "cross-origin request refused: Origin {} does not match Host {}",
@@ -100,8 +115,8 @@ Result<void> Router::Check(const Route& route, const httplib::Request& req, cons
 }
 
 void Router::Add(const std::string& method, const std::string& pattern, Access access, Handler handler,
-                 size_t max_body) {
-  routes_.push_back(Route{method, pattern, access});
+                 size_t max_body, JobScope scope) {
+  routes_.push_back(Route{method, pattern, access, scope});
   const bool mutating = method != "GET";
   HttpHandler wrapped = [this, route = routes_.back(), mutating, handler = std::move(handler)](
                             const httplib::Request& req, httplib::Response& res) {

@@ -7,10 +7,11 @@
 // same-origin (an Origin header, when a browser sends one, must name the Host it was
 // sent to), so a page of another site cannot submit jobs through a user's browser. It
 // keeps the list of routes it registered, so that a test can walk every one and none is
-// forgotten. Register everything before the server starts; handlers run on the server's
+// forgotten. A job's token (auth.h) passes only routes registered with JobScope::kOwnJob,
+// and only for the job their path names. Register everything before the server starts; handlers run on the server's
 // threads.
 //
-// The rate limit counts per caller: a token's id, a node's name, and for a caller without
+// The rate limit counts per caller: a token's id, a node's name, a job's id, and for a caller without
 // accepted credentials (anonymous, a bad token, --insecure) its address, so that guessing
 // tokens is slowed as well. The agent protocol and tasks (kAgentJoin, kNode, kTask: joins,
 // heartbeats, rendezvous, progress reports) are exempt: their pools and the head's timing
@@ -44,9 +45,10 @@ class Router {
       : server_(server), tokens_(tokens), insecure_(insecure), tls_(tls) {}
 
   // `handler` takes (const Caller&, req, res) or just (req, res).
+  // `scope` kOwnJob: a job's token may also read this route for its own job (auth.h).
   template <typename F>
-  void Get(const std::string& pattern, Access access, F&& handler) {
-    Add("GET", pattern, access, Wrap(std::forward<F>(handler)), 0);
+  void Get(const std::string& pattern, Access access, F&& handler, JobScope scope = JobScope::kNone) {
+    Add("GET", pattern, access, Wrap(std::forward<F>(handler)), 0, scope);
   }
   template <typename F>
   void Post(const std::string& pattern, Access access, F&& handler, size_t max_body = kMaxRequestBodyBytes) {
@@ -65,6 +67,7 @@ class Router {
     std::string method;
     std::string pattern;  // as registered (a regex for paths with segments)
     Access access;
+    JobScope job_scope = JobScope::kNone;
   };
   const std::vector<Route>& routes() const { return routes_; }
   httplib::Server& server() const { return server_; }
@@ -75,6 +78,12 @@ class Router {
   // The caller `req` names: kInsecure with --insecure; kAnonymous without an
   // Authorization header; kUnauthenticated for credentials the head does not accept.
   Result<Caller> Identify(const httplib::Request& req) const;
+
+  // Checks a job's token (COHORT_JOB_TOKEN: RendezvousStore::kJobTokenPrefix) and names
+  // its caller (Caller::Kind::kJob), or says why not (kUnauthenticated). Unset: job tokens
+  // are refused. Set before the server starts.
+  using JobTokens = std::function<Result<Caller>(std::string_view token)>;
+  void set_job_tokens(JobTokens f) { job_tokens_ = std::move(f); }
 
   // Limits each caller's requests (see above); null (the default): no limit. Set before
   // the server starts; `limiter` must outlive the server.
@@ -105,7 +114,8 @@ class Router {
       };
     }
   }
-  void Add(const std::string& method, const std::string& pattern, Access access, Handler handler, size_t max_body);
+  void Add(const std::string& method, const std::string& pattern, Access access, Handler handler, size_t max_body,
+           JobScope scope = JobScope::kNone);
   // The checks before a handler once the caller is identified: access, content type and
   // origin.
   Result<void> Check(const Route& route, const httplib::Request& req, const Caller& caller) const;
@@ -120,6 +130,7 @@ class Router {
   const HeadTls* tls_;
   std::vector<Route> routes_;
   Observer observer_;
+  JobTokens job_tokens_;
   RateLimiter* limiter_ = nullptr;
 };
 

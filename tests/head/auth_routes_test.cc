@@ -10,6 +10,7 @@
 #include <set>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "head/router.h"
 #include "head_server_fixture.h"
@@ -54,6 +55,18 @@ TEST_F(AuthRoutesTest, EveryRouteAsksForItsAccessAndNoMore) {
   ASSERT_TRUE(reg && reg->status == 200) << (reg ? reg->body : "no reply");
   const std::string node = json::parse(reg->body).value("node_credential", "");
   ASSERT_FALSE(node.empty());
+  // A running job and its own token (COHORT_JOB_TOKEN).
+  AddNode("gpu-1", 1);
+  auto submitted = Send("POST", "/v1/jobs", admin_token_, json{{"command", {"sleep", "100"}}, {"gpus_per_node", 1}}.dump());
+  ASSERT_TRUE(submitted && submitted->status == 201) << (submitted ? submitted->body : "no reply");
+  const int64_t job_id = json::parse(submitted->body).value("id", int64_t{0});
+  auto job = cluster().GetJob(job_id);
+  for (int i = 0; i < 200 && job.has_value() && job->state != api::JobState::kRunning; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the next scheduling pass places it
+    job = cluster().GetJob(job_id);
+  }
+  ASSERT_TRUE(job.has_value() && job->state == api::JobState::kRunning) << "placed on the free node";
+  const std::string job_token = cluster().rendezvous().JobToken(job_id, job->attempt);
 
   // Who may call what (auth.h): the same table Authorize has, checked over HTTP.
   const std::map<Access, std::set<std::string>> allowed = {
@@ -69,9 +82,13 @@ TEST_F(AuthRoutesTest, EveryRouteAsksForItsAccessAndNoMore) {
     const std::string path = SamplePath(route.pattern);
     std::map<std::string, std::string> callers = tokens;
     callers["node"] = node;
+    callers["job"] = job_token;
     for (const auto& [who, token] : callers) {
       const int status = Status(route.method, path, token);
-      const bool may = allowed.at(route.access).contains(who);
+      // A job's token passes only the public and task routes here: the sample path's job
+      // ("n1") is not its own.
+      const bool may = who == "job" ? route.access == Access::kPublic || route.access == Access::kTask
+                                    : allowed.at(route.access).contains(who);
       SCOPED_TRACE(route.method + " " + route.pattern + " (" + std::string(AccessName(route.access)) + ") as " + who);
       if (may) {
         EXPECT_NE(status, 401);
@@ -80,7 +97,22 @@ TEST_F(AuthRoutesTest, EveryRouteAsksForItsAccessAndNoMore) {
         EXPECT_EQ(status, who == "anonymous" ? 401 : 403);
       }
     }
+    // Its own job, on the routes that let a job's token read it: past the check (or, for
+    // a route it may not call, still refused); another job's id: refused.
+    if (route.pattern.find("/v1/jobs/([^/]+)") != 0) continue;
+    const std::string own_path =
+        SamplePath("/v1/jobs/" + std::to_string(job_id) + route.pattern.substr(std::string("/v1/jobs/([^/]+)").size()));
+    SCOPED_TRACE(route.method + " " + own_path + " as the job's own token");
+    const int own_status = Status(route.method, own_path, job_token);
+    if (route.job_scope == JobScope::kOwnJob) {
+      EXPECT_NE(own_status, 401);
+      EXPECT_NE(own_status, 403);
+      EXPECT_EQ(route.method, "GET") << "a job's token only reads";
+    } else {
+      EXPECT_EQ(own_status, 403);
+    }
   }
+  EXPECT_EQ(cluster().GetJob(job_id)->state, api::JobState::kRunning) << "nothing the job's token did changed it";
 }
 
 TEST_F(AuthRoutesTest, UsersActOnTheirOwnJobsAndAdminsOnAll) {

@@ -129,13 +129,14 @@ TEST(AuthorizeTest, EachAccessLetsInExactlyItsCallers) {
   Caller agent{Caller::Kind::kToken, "agents", Role::kAgent, "id4", ""};
   Caller node{Caller::Kind::kNode, "", Role::kViewer, "", "n1"};
   Caller insecure{Caller::Kind::kInsecure};
+  Caller job{Caller::Kind::kJob, "u", Role::kViewer, "", "", 42, 0};
   struct Row {
     Access access;
     std::vector<const Caller*> allowed;
   };
   const std::vector<Row> rows = {
-      {Access::kPublic, {&anon, &viewer, &user, &admin, &agent, &node, &insecure}},
-      {Access::kTask, {&anon, &viewer, &user, &admin, &agent, &node, &insecure}},
+      {Access::kPublic, {&anon, &viewer, &user, &admin, &agent, &node, &insecure, &job}},
+      {Access::kTask, {&anon, &viewer, &user, &admin, &agent, &node, &insecure, &job}},
       {Access::kViewer, {&viewer, &user, &admin, &insecure}},
       {Access::kUser, {&user, &admin, &insecure}},
       {Access::kAdmin, {&admin, &insecure}},
@@ -143,15 +144,24 @@ TEST(AuthorizeTest, EachAccessLetsInExactlyItsCallers) {
       {Access::kNode, {&node, &insecure}},
   };
   for (const auto& row : rows) {
-    for (const Caller* c : {&anon, &viewer, &user, &admin, &agent, &node, &insecure}) {
+    for (const Caller* c : {&anon, &viewer, &user, &admin, &agent, &node, &insecure, &job}) {
       const bool want = std::find(row.allowed.begin(), row.allowed.end(), c) != row.allowed.end();
       auto got = Authorize(row.access, *c);
       EXPECT_EQ(got.has_value(), want) << AccessName(row.access) << " for " << c->Describe();
       if (!got) {
         EXPECT_EQ(got.error().code, c == &anon ? ErrorCode::kUnauthenticated : ErrorCode::kPermissionDenied);
       }
+      // A route a job's token may read: the same, and the job's token as well (the router
+      // then checks the path names its job).
+      auto scoped = Authorize(row.access, *c, JobScope::kOwnJob);
+      EXPECT_EQ(scoped.has_value(), want || c == &job) << AccessName(row.access) << " (own job) for " << c->Describe();
     }
   }
+  EXPECT_TRUE(job.MayActOn(42, "someone"));
+  EXPECT_FALSE(job.MayActOn(43, "u")) << "a job's token acts for its job, not for its owner's other jobs";
+  EXPECT_TRUE(user.MayActOn(43, "u"));
+  EXPECT_FALSE(user.MayActOn(43, "v"));
+  EXPECT_EQ(job.Describe(), "job 42 (u)");
 }
 
 TEST(AuthorizeTest, BearerOfReadsTheSchemeCaseInsensitively) {

@@ -59,5 +59,33 @@ TEST(RendezvousStoreTokens, AKeptTokenIsTheOneTheSecretMakes) {
   EXPECT_FALSE(RendezvousStore(NewRendezvousSecret()).Verify(first).has_value());
 }
 
+TEST(RendezvousStoreTokens, AJobTokenNamesItsAttemptAndIsNeitherTheRendezvousTokenNorMadeFromIt) {
+  const std::string secret = NewRendezvousSecret();
+  RendezvousStore store(secret);
+  const std::string job = store.JobToken(7, 2);
+  ASSERT_EQ(job.rfind(RendezvousStore::kJobTokenPrefix, 0), 0u) << job;
+  EXPECT_EQ(RendezvousStore(secret).JobToken(7, 2), job) << "a restarted head makes the same";
+  auto scope = store.VerifyJobToken(job);
+  ASSERT_TRUE(scope.has_value()) << scope.error().message;
+  EXPECT_EQ(*scope, (RendezvousScope{7, 2}));
+  // Different MACs: the rendezvous URL's token (which goes into paths, and so into logs
+  // and the audit trail redacted) cannot serve as the job's bearer token, nor the reverse.
+  const std::string rendezvous = store.Token(7, 2);
+  const std::string job_mac = job.substr(job.rfind('-') + 1);
+  EXPECT_NE(rendezvous.substr(rendezvous.rfind('-') + 1), job_mac);
+  EXPECT_FALSE(store.VerifyJobToken(std::string(RendezvousStore::kJobTokenPrefix) + rendezvous).has_value());
+  EXPECT_FALSE(store.Verify(job.substr(RendezvousStore::kJobTokenPrefix.size())).has_value());
+  // Another job's id or attempt with this MAC, a changed MAC, another head's secret, junk.
+  for (const std::string& forged :
+       {std::string(RendezvousStore::kJobTokenPrefix) + "8-2-" + job_mac,
+        std::string(RendezvousStore::kJobTokenPrefix) + "7-3-" + job_mac, job.substr(0, job.size() - 1) + "x",
+        RendezvousStore(NewRendezvousSecret()).JobToken(7, 2), std::string("cohortjob_"), std::string("cohortjob_7-2"),
+        std::string("cohortjob_-1-2-") + job_mac, job.substr(RendezvousStore::kJobTokenPrefix.size())}) {
+    auto bad = store.VerifyJobToken(forged);
+    ASSERT_FALSE(bad.has_value()) << forged;
+    EXPECT_EQ(bad.error().code, ErrorCode::kUnauthenticated) << forged;
+  }
+}
+
 }  // namespace
 }  // namespace cohort::head

@@ -209,10 +209,10 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
         l.attempt = job.attempt;
         l.rank = t.rank;
         l.command = job.spec.command;
-        l.env = api::TaskEnvironment(
-            job, na, t,
-            api::ClusterTaskEnvOptions(ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id,
-                                       ctx.ca_pem));
+        api::TaskEnvOptions options = api::ClusterTaskEnvOptions(
+            ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id, ctx.ca_pem);
+        if (ctx.job_token) options.job_token = ctx.job_token(job.id, job.attempt);
+        l.env = api::TaskEnvironment(job, na, t, options);
         l.workdir = job.spec.workdir;
         l.gpus = t.gpus;
         l.cpus = job.spec.cpus_per_task;

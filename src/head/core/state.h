@@ -120,6 +120,8 @@ struct Context {
   double unhealthy_zone_threshold = 0.55;  // liveness.h
   // The rendezvous token of a job's attempt (RendezvousStore::Token).
   std::function<std::string(api::JobId, int attempt)> rendezvous_token;
+  // The job token of a job's attempt (RendezvousStore::JobToken); null: tasks get none.
+  std::function<std::string(api::JobId, int attempt)> job_token;
   // The newest progress report of a job's attempt, any rank (ProgressLog::LatestOfAttempt).
   std::function<std::optional<ProgressPoint>(api::JobId, int attempt)> latest_progress;
   // The highest checkpoint any attempt of a job reported (ProgressLog::NewestCheckpoint).
