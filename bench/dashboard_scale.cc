@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   const int seconds = argc > 3 ? std::atoi(argv[3]) : 15;
   const int points_per_job = argc > 4 ? std::atoi(argv[4]) : 200;
   bench::BenchCluster c;
-  c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s", "--no-tls"});  // simulated agents: plain HTTP
+  c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s", "--no-tls"});  // what is measured is the dashboard, not TLS (bench_head_scale's)
   HttpClient client = c.Client(Millis(10000));
 
   // Rank 0's COHORT_REPORT path of each running job, as the heartbeat replies reveal them.

@@ -54,10 +54,14 @@ int main(int argc, char** argv) {
   const double rss_target_mb = large ? 1024 : 200;
 
   bench::BenchCluster c;
-  // Generous timeouts: the load generator shares the machine with the head.
-  // The simulated agents speak plain HTTP (they present no node certificates): tokens
-  // over HTTP, or --insecure with COHORT_BENCH_SECURITY=insecure.
-  std::vector<std::string> flags = {"--failure-timeout", "10s", "--fence-timeout", "6s", "--no-tls"};
+  // Generous timeouts: the load generator shares the machine with the head. Security as
+  // COHORT_BENCH_SECURITY says (bench_cluster.h): by default HTTPS, and the simulated
+  // agents present node certificates (mTLS) as real ones do.
+  // Under mTLS each simulated node has a connection of its own (its certificate), and all
+  // come from 127.0.0.1: more than the head allows one address by default (1,024), as
+  // agents behind a NAT would.
+  std::vector<std::string> flags = {"--failure-timeout", "10s", "--fence-timeout", "6s",
+                                    "--max-connections-per-client", std::to_string(nodes + 1024)};
   for (int i = 4; i < argc; ++i) flags.emplace_back(argv[i]);
   c.StartHead(flags);
   HttpClient client = c.Client(Millis(30000));

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   const int jobs = argc > 2 ? std::atoi(argv[2]) : 1000;
   const int seconds = argc > 3 ? std::atoi(argv[3]) : 15;
   bench::BenchCluster c;
-  c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s", "--no-tls"});  // simulated agents: plain HTTP
+  c.StartHead({"--failure-timeout", "10s", "--fence-timeout", "6s", "--no-tls"});  // what is measured is /metrics, not TLS (bench_head_scale's)
   HttpClient client = c.Client(Millis(10000));
 
   bench::SimAgents agents(c.url(), c.join_token(), nodes, bench::Telemetry::kOn);

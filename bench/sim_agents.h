@@ -11,6 +11,14 @@
 // address per node and one port for all (Linux routes all of 127/8 to lo); a small HTTP
 // server on that port tells the nodes apart by the address the wake was sent to.
 //
+// With an https head (the benchmarks' default, COHORT_BENCH_SECURITY=tls) each node is
+// what a real agent is under mutual TLS: it makes a key and a certificate request when it
+// registers, heartbeats over connections of its own that present the certificate the head
+// issued it (the head accepts a node's credential only with that node's certificate), and
+// the wake server is HTTPS, answering each node's address with that node's certificate
+// (the head checks it names the address it called). The head's authority comes from
+// $COHORT_CA_FILE, which BenchCluster sets.
+//
 // `SimAgents` owns the heartbeat threads, the wake server and the nodes' state; Start(),
 // WaitRegistered(), Stats() and Stop() are called from one thread (the benchmark's main
 // thread). The `on_task` hook runs on the heartbeat threads and must do its own locking.
@@ -30,12 +38,17 @@
 #include <utility>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include "api/types.h"
 #include "bench_cluster.h"
 #include "common/clock.h"
 #include "common/http.h"
+#include "common/tls.h"
 
 namespace cohort::bench {
 
@@ -50,6 +63,7 @@ struct SimNode {
   SteadyClock::time_point due{};         // the next heartbeat
   SteadyClock::time_point last_sent{};   // the last one
   std::vector<api::TaskReport> running;
+  std::unique_ptr<HttpClient> client;    // with TLS: the node's own, presenting its certificate
 };
 
 // The p-quantile (0..1) of `v` by nearest rank; 0 for an empty sample.
@@ -97,12 +111,14 @@ inline int SimNodeIndex(const std::string& addr) {
   return (b - 10) * 250 * 250 + (c - 1) * 250 + (d - 1);
 }
 
-// The registration of simulated node i: 8 GPUs, 64 CPUs, agent URL on `wake_port`.
-inline api::Registration SimRegistration(const SimNode& s, int i, int wake_port) {
+// The registration of simulated node i: 8 GPUs, 64 CPUs, agent URL on `wake_port` (https
+// when it carries a certificate request, `csr`).
+inline api::Registration SimRegistration(const SimNode& s, int i, int wake_port, std::string csr = {}) {
   api::Registration reg;
+  reg.csr = std::move(csr);
   reg.name = s.name;
   reg.address = SimNodeAddress(i);
-  reg.agent_url = fmt::format("http://{}:{}", reg.address, wake_port);
+  reg.agent_url = fmt::format("http{}://{}:{}", reg.csr.empty() ? "" : "s", reg.address, wake_port);
   reg.incarnation = s.incarnation;
   reg.cpus = 64;
   for (int g = 0; g < 8; ++g) {
@@ -172,6 +188,13 @@ class SimAgents {
   SimAgents(std::string url, std::string join_token, int nodes, Telemetry telemetry, OnTask on_task = {})
       : url_(std::move(url)), join_token_(std::move(join_token)), sims_(nodes), telemetry_(telemetry == Telemetry::kOn), on_task_(std::move(on_task)),
         lanes_(kThreads) {
+    https_ = url_.rfind("https://", 0) == 0;
+    if (https_) {
+      auto trust = tls::ClientOptionsFromEnv();
+      if (!trust || !trust->has_value()) BenchCluster::Die("an https head, but no $COHORT_CA_FILE to trust it by");
+      ca_pem_ = (*trust)->ca_pem;
+    }
+    for (int i = 0; i < nodes; ++i) identities_.push_back(std::make_shared<tls::IdentitySlot>());
     for (int i = 0; i < nodes; ++i) {
       sims_[i].name = fmt::format("sim-{:04d}", i);
       sims_[i].incarnation = fmt::format("inc{}", i);
@@ -184,7 +207,15 @@ class SimAgents {
   // Starts the wake server and the threads; registration begins now.
   void Start() {
     start_ = SteadyClock::now();
-    wake_server_.Post("/v1/wake", [this](const httplib::Request& req, httplib::Response& res) {
+    if (https_) {
+      wake_server_ = std::make_unique<httplib::SSLServer>([this](SSL_CTX& ctx) {
+        SSL_CTX_set_cert_cb(&ctx, &SimAgents::PickCertificate, this);
+        return true;
+      });
+    } else {
+      wake_server_ = std::make_unique<httplib::Server>();
+    }
+    wake_server_->Post("/v1/wake", [this](const httplib::Request& req, httplib::Response& res) {
       int i = SimNodeIndex(req.local_addr);
       if (i >= 0 && i < static_cast<int>(sims_.size())) {
         ++wakes_;
@@ -197,9 +228,9 @@ class SimAgents {
       }
       res.set_content("{}", "application/json");
     });
-    wake_port_ = wake_server_.bind_to_any_port("0.0.0.0");
+    wake_port_ = wake_server_->bind_to_any_port("0.0.0.0");
     if (wake_port_ <= 0) BenchCluster::Die("cannot bind the simulated agents' wake server");
-    wake_thread_ = std::thread([this] { wake_server_.listen_after_bind(); });
+    wake_thread_ = std::thread([this] { wake_server_->listen_after_bind(); });
     for (int t = 0; t < kThreads; ++t) workers_.emplace_back([this, t] { Run(t); });
   }
 
@@ -216,7 +247,7 @@ class SimAgents {
     for (auto& lane : lanes_) lane.cv.notify_all();
     for (auto& w : workers_) w.join();
     workers_.clear();
-    wake_server_.stop();
+    if (wake_server_) wake_server_->stop();
     if (wake_thread_.joinable()) wake_thread_.join();
   }
 
@@ -276,6 +307,50 @@ class SimAgents {
 
   using Due = std::pair<SteadyClock::time_point, int>;  // (when, node)
 
+  // The wake server's certificate for a handshake: that of the node whose address the head
+  // connected to (OpenSSL's certificate callback: 1 to go on, 0 to fail the handshake).
+  static int PickCertificate(SSL* ssl, void* arg) {
+    auto* self = static_cast<SimAgents*>(arg);
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    char text[INET_ADDRSTRLEN] = {};
+    if (getsockname(SSL_get_fd(ssl), reinterpret_cast<sockaddr*>(&local), &len) != 0 ||
+        inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) == nullptr) {
+      return 0;
+    }
+    const int i = SimNodeIndex(text);
+    if (i < 0 || i >= static_cast<int>(self->identities_.size())) return 0;
+    auto id = self->identities_[i]->Get();
+    if (!id) return 0;
+    return SSL_use_certificate(ssl, id->cert()) == 1 && SSL_use_PrivateKey(ssl, id->key()) == 1 ? 1 : 0;
+  }
+
+  // Registers node i as a real agent does (with TLS: a key, a certificate request, and the
+  // certificate the reply carries, presented from then on); dies on a refusal.
+  void Register(HttpClient& join, int i) {
+    SimNode& s = sims_[i];
+    std::string key, csr;
+    if (https_) {
+      auto k = tls::NewPrivateKeyPem();
+      auto c = k ? tls::MakeCsrPem(*k, s.name) : std::unexpected(k.error());
+      if (!c) BenchCluster::Die("cannot make " + s.name + "'s certificate request: " + c.error().message);
+      key = std::move(*k);
+      csr = std::move(*c);
+    }
+    auto r = join.Post("/v1/agents/register", api::ToJson(SimRegistration(s, i, wake_port_, std::move(csr))));
+    if (!r) BenchCluster::Die("registration of " + s.name + " failed: " + r.error().message);
+    if (auto timing = api::AgentTimingFromJson((*r)["timing"])) s.interval_ms = timing->heartbeat_interval_ms;
+    s.credential = r->value("node_credential", "");
+    if (https_) {
+      auto id = tls::Identity::Parse(r->value("certificate", ""), key);
+      if (!id) BenchCluster::Die("the head's certificate for " + s.name + ": " + id.error().message);
+      identities_[i]->Set(std::move(*id));
+      s.client = std::make_unique<HttpClient>(url_, Millis(30'000));
+      s.client->set_tls(tls::ClientOptions{ca_pem_, identities_[i]});
+      s.client->set_bearer_token(s.credential);
+    }
+  }
+
   void Run(int t) {
     const int nodes = static_cast<int>(sims_.size());
     Lane& lane = lanes_[t];
@@ -285,12 +360,7 @@ class SimAgents {
     std::priority_queue<Due, std::vector<Due>, std::greater<>> due;
     for (int i = t; i < nodes && !stop_; i += kThreads) {
       SimNode& s = sims_[i];
-      if (auto r = join.Post("/v1/agents/register", api::ToJson(SimRegistration(s, i, wake_port_))); !r) {
-        BenchCluster::Die("registration of " + s.name + " failed: " + r.error().message);
-      } else {
-        if (auto timing = api::AgentTimingFromJson((*r)["timing"])) s.interval_ms = timing->heartbeat_interval_ms;
-        s.credential = r->value("node_credential", "");
-      }
+      Register(join, i);
       s.registered = true;
       ++registered_;
       Beat(hc, lane, s);  // a real agent heartbeats right after registering
@@ -331,7 +401,7 @@ class SimAgents {
     ++sent_;
     HttpClient as_node = hc;  // shares hc's connections
     as_node.set_bearer_token(s.credential);
-    auto r = as_node.Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
+    auto r = (s.client ? *s.client : as_node).Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
     const double gap = s.last_sent == SteadyClock::time_point{}
                            ? 0
                            : std::chrono::duration<double, std::milli>(t0 - s.last_sent).count();
@@ -377,7 +447,11 @@ class SimAgents {
   const bool telemetry_;
   const OnTask on_task_;
   std::vector<Lane> lanes_;
-  httplib::Server wake_server_;
+  bool https_ = false;
+  std::string ca_pem_;  // the head's authority, with https
+  // Node i's certificate and key (with https), set by its registration.
+  std::vector<std::shared_ptr<tls::IdentitySlot>> identities_;
+  std::unique_ptr<httplib::Server> wake_server_;
   int wake_port_ = 0;
   std::thread wake_thread_;
   SteadyClock::time_point start_;

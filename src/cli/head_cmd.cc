@@ -66,6 +66,10 @@ void AddHeadCommand(CommandContext& ctx) {
   sub->add_option("--rate-burst", f->config.rate_burst,
                   "API requests each caller may make at once, after an idle spell (default 200)")
       ->check(NumberCheckedBy([](double v) { return head::RateLimiter::Validate(1, v); }, "REQUESTS >= 1"));
+  sub->add_option("--max-connections-per-client", f->config.max_connections_per_client,
+                  "Connections one client address may hold open at once; past it a new one gets 429 (default "
+                  "1024). Raise it when many agents reach the head through one address (a NAT, a proxy)")
+      ->check(CLI::Range(1, 1'000'000));
   sub->add_option("--audit-retention", f->audit_retention,
                   "Delete audit log rows older than this (e.g. 90d, 12h; 0 keeps them however old; default 90d)");
   sub->add_option("--audit-max-rows", f->config.audit_max_rows,

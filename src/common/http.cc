@@ -51,7 +51,13 @@ Result<UrlParts> ParseHttpUrl(std::string_view url) {
 // httplib also checks that the socket is still open before reusing it (a restarted
 // server's old connection is replaced, not failed).
 struct HttpClient::Pool {
-  static constexpr auto kReuseIdle = std::chrono::seconds(2);
+  // Below the idle timeout of Cohort's servers (75 s, HttpServerOptions), so a reused
+  // connection is never one the server is closing at that moment (one it closed earlier
+  // shows its FIN and is not reused); above the agents' heartbeat interval (1 s, 10 s at
+  // 10,000 nodes), so each agent keeps one connection to the head. It was 2 s: every
+  // heartbeat past it opened a new connection, under mTLS a full handshake each
+  // (bench_head_scale, 1,000 nodes: 4 ms of the head's CPU per heartbeat).
+  static constexpr auto kReuseIdle = std::chrono::seconds(60);
   static constexpr size_t kMaxIdle = 8;
   struct Idle {
     std::unique_ptr<httplib::ClientImpl> client;

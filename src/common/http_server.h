@@ -73,7 +73,11 @@ struct HttpServerOptions {
   std::function<size_t(std::string_view method, std::string_view path)> classify;
 
   Millis request_timeout{10'000};
-  Millis idle_timeout{5'000};
+  // Longer than HttpClient's reuse of an idle connection (60 s, common/http.cc), so that
+  // a client never sends on a connection the server is closing; and longer than the
+  // agents' heartbeat interval, which grows with the cluster (10 s at 10,000 nodes): a
+  // connection closed between two heartbeats costs each a new TLS handshake.
+  Millis idle_timeout{75'000};
   Millis write_timeout{10'000};
   size_t max_header_bytes = 64 << 10;
   size_t max_body_bytes = 4 << 20;

@@ -402,6 +402,7 @@ Result<void> ConfigureClientContext(SSL_CTX* ctx, const ClientOptions& options, 
   SSL_CTX_set_cert_store(ctx, store.release());  // the context owns it now
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   X509_VERIFY_PARAM* param = SSL_CTX_get0_param(ctx);
   const int ok = IsIpAddress(host) ? X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str())
                                    : X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size());
@@ -421,7 +422,10 @@ Result<std::shared_ptr<ServerContext>> ServerContext::Create(const std::string& 
   s->ctx_ = SSL_CTX_new(TLS_server_method());
   if (!s->ctx_) return SslError(ErrorCode::kInternal, "SSL_CTX_new");
   SSL_CTX_set_min_proto_version(s->ctx_, TLS1_2_VERSION);
-  SSL_CTX_set_mode(s->ctx_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
+  // Released buffers: an idle kept-alive connection (an agent's between heartbeats) holds
+  // no 34 KB of record buffers.
+  SSL_CTX_set_mode(s->ctx_,
+                   SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_cert_cb(s->ctx_, &ServerContext::CertCallback, s.get());
   static const unsigned char kSessionContext[] = "cohort";
   SSL_CTX_set_session_id_context(s->ctx_, kSessionContext, sizeof kSessionContext - 1);
