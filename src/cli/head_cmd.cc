@@ -66,6 +66,11 @@ void AddHeadCommand(CommandContext& ctx) {
   sub->add_option("--rate-burst", f->config.rate_burst,
                   "API requests each caller may make at once, after an idle spell (default 200)")
       ->check(NumberCheckedBy([](double v) { return head::RateLimiter::Validate(1, v); }, "REQUESTS >= 1"));
+  sub->add_flag("--new-admin-token", f->config.new_admin_token,
+                "Make a new admin token for the user running the head, in STATE_DIR/admin.token and the client "
+                "config, as the first start does (a lost or leaked one: revoke it with the new one)");
+  sub->add_flag("--new-join-token", f->config.new_join_token,
+                "Make a new join token for agents in STATE_DIR/join.token, as the first start does");
   sub->add_option("--max-connections-per-client", f->config.max_connections_per_client,
                   "Connections one client address may hold open at once; past it a new one gets 429 (default "
                   "1024). Raise it when many agents reach the head through one address (a NAT, a proxy)")

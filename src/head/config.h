@@ -54,6 +54,11 @@ struct HeadConfig {
   // (common/client_config.h); "" writes none. The tokens also go to state_dir/admin.token
   // and state_dir/join.token.
   std::string client_config_path;
+  // Recovery, for an admin token or a join token lost or leaked: this start makes a new one
+  // as the first start does (admin: for the user running the head, in admin.token and the
+  // client config; join: in join.token). The old ones keep working until revoked.
+  bool new_admin_token = false;
+  bool new_join_token = false;
   // TLS (head_tls.h): the API and the agent protocol over HTTPS, agents with certificates
   // of their own. Off with --insecure, or with --no-tls (tokens are still asked for: for a
   // head behind a proxy that terminates TLS, on a network nothing else reaches).

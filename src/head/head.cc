@@ -75,21 +75,16 @@ Result<std::unique_ptr<TokenBook>> OpenTokenBook(Cluster& cluster) {
       COHORT_TRY(cluster.GetMeta(kNodeGenerationsMeta)));
 }
 
-// On the first start (no tokens yet): an admin token for the user running the head and a
-// join token for agents, in state_dir/admin.token and state_dir/join.token (0600), and
-// the admin's in the client config, so that the CLI on this machine works at once.
-Result<void> BootstrapTokens(TokenBook& tokens, const HeadConfig& config, const std::string& url,
-                             const std::string& ca_path) {
-  if (!tokens.Empty()) return {};
+// An admin token for the user running the head, in state_dir/admin.token (0600) and the
+// client config (unless that names another head), so that the CLI on this machine works.
+Result<TokenInfo> MakeLocalAdminToken(TokenBook& tokens, const HeadConfig& config, const std::string& url,
+                                      const std::string& ca_path, const std::string& why) {
   std::string user = "admin";
   if (const passwd* pw = getpwuid(geteuid()); pw && pw->pw_name && api::ValidUserName(pw->pw_name)) {
     user = pw->pw_name;
   }
-  const int64_t now = NowUnixMs();
-  auto admin = COHORT_TRY(tokens.Create(user, Role::kAdmin, 0, "head", "made at the head's first start", now));
-  auto join = COHORT_TRY(tokens.Create("agents", Role::kAgent, 0, "head", "agents' join token, made at the head's first start", now));
+  auto admin = COHORT_TRY(tokens.Create(user, Role::kAdmin, 0, "head", why, NowUnixMs()));
   COHORT_TRY_VOID(WritePrivateFileAtomically(config.state_dir + "/admin.token", admin.token + "\n"));
-  COHORT_TRY_VOID(WritePrivateFileAtomically(config.state_dir + "/join.token", join.token + "\n"));
   std::string wrote = "";
   if (!config.client_config_path.empty()) {
     auto existing = ReadClientConfig(config.client_config_path);
@@ -103,8 +98,33 @@ Result<void> BootstrapTokens(TokenBook& tokens, const HeadConfig& config, const 
       LOG_INFO("left {} alone: it names another head", config.client_config_path);
     }
   }
-  LOG_INFO("first start: made admin token {} for {} (in {}/admin.token{}) and join token {} for agents (in "
-           "{}/join.token)", admin.info.id, user, config.state_dir, wrote, join.info.id, config.state_dir);
+  LOG_INFO("{}: admin token {} for {} (in {}/admin.token{})", why, admin.info.id, user, config.state_dir, wrote);
+  return admin.info;
+}
+
+// A join token for agents, in state_dir/join.token (0600).
+Result<TokenInfo> MakeJoinToken(TokenBook& tokens, const HeadConfig& config, const std::string& why) {
+  auto join = COHORT_TRY(tokens.Create("agents", Role::kAgent, 0, "head", why, NowUnixMs()));
+  COHORT_TRY_VOID(WritePrivateFileAtomically(config.state_dir + "/join.token", join.token + "\n"));
+  LOG_INFO("{}: join token {} for agents (in {}/join.token)", why, join.info.id, config.state_dir);
+  return join.info;
+}
+
+// On the first start (no tokens yet): an admin token and a join token; with
+// --new-admin-token or --new-join-token, a new one of that kind (the old ones stay valid
+// until revoked).
+Result<void> BootstrapTokens(TokenBook& tokens, const HeadConfig& config, const std::string& url,
+                             const std::string& ca_path) {
+  const bool first = tokens.Empty();
+  if (first || config.new_admin_token) {
+    COHORT_TRY_VOID(MakeLocalAdminToken(tokens, config, url, ca_path,
+                                        first ? "made at the head's first start" : "made by --new-admin-token"));
+  }
+  if (first || config.new_join_token) {
+    COHORT_TRY_VOID(MakeJoinToken(tokens, config,
+                                  first ? "agents' join token, made at the head's first start"
+                                        : "agents' join token, made by --new-join-token"));
+  }
   return {};
 }
 
@@ -192,6 +212,12 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
 
   Cluster& cluster = *h->cluster_;
   h->tokens_ = COHORT_TRY(OpenTokenBook(cluster));
+  if (config.insecure && (config.new_admin_token || config.new_join_token)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("{}: with --insecure the head makes and asks for no tokens",
+                                 config.new_admin_token ? "--new-admin-token" : "--new-join-token"),
+                     config.new_admin_token ? "new_admin_token" : "new_join_token");
+  }
   if (config.insecure) {
     LOG_WARN("--insecure: the head asks no one for credentials; anyone who can reach {} may run commands, "
              "cancel jobs and read their logs and secrets", h->url_);

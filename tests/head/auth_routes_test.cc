@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <regex>
@@ -188,6 +189,48 @@ TEST_F(AuthRoutesTest, ARevokedTokenStopsWorkingOnTheNextRequest) {
   // A user may not make or revoke tokens.
   const std::string dave = MakeToken("dave", "user");
   EXPECT_EQ(Status("POST", "/v1/tokens", dave, json{{"user", "dave"}, {"role", "admin"}}.dump()), 403);
+}
+
+TEST_F(AuthRoutesTest, NewAdminAndJoinTokensRecoverLostOnesAndTheOldStayUntilRevoked) {
+  auto read = [&](const std::string& name) {
+    std::string token;
+    std::ifstream(config_.state_dir + "/" + name) >> token;
+    return token;
+  };
+  const std::string old_admin = admin_token_;
+  const std::string old_join = read("join.token");
+  const size_t before = head_->router().tokens()->List().size();
+
+  config_.new_admin_token = true;
+  Restart();  // the fixture reads admin.token again
+  EXPECT_NE(admin_token_, old_admin);
+  EXPECT_EQ(read("join.token"), old_join) << "only the admin token was asked for";
+  EXPECT_EQ(head_->router().tokens()->List().size(), before + 1);
+  EXPECT_EQ(Status("GET", "/v1/tokens", admin_token_), 200);
+  EXPECT_EQ(Status("GET", "/v1/tokens", old_admin), 200) << "the old one works until it is revoked";
+  const std::string old_id = old_admin.substr(std::string("cohort_").size(), 12);
+  EXPECT_EQ(Status("POST", "/v1/tokens/" + old_id + "/revoke", admin_token_), 200);
+  EXPECT_EQ(Status("GET", "/v1/tokens", old_admin), 401);
+
+  const std::string new_admin = admin_token_;
+  config_.new_admin_token = false;
+  config_.new_join_token = true;
+  Restart();
+  EXPECT_EQ(admin_token_, new_admin);
+  EXPECT_NE(read("join.token"), old_join);
+  config_.new_join_token = false;
+  Restart();
+  EXPECT_EQ(head_->router().tokens()->List().size(), before + 2) << "a start without the flags makes none";
+
+  // --insecure has no tokens to make.
+  HeadConfig insecure = config_;
+  insecure.state_dir = dir_ + "/insecure";
+  insecure.insecure = true;
+  insecure.new_admin_token = true;
+  auto refused = HeadServer::Start(insecure);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.error().message.find("--new-admin-token"), std::string::npos) << refused.error().message;
 }
 
 TEST_F(AuthRoutesTest, StateChangesMustBeJsonAndSameOrigin) {
