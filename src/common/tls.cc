@@ -427,6 +427,10 @@ Result<std::shared_ptr<ServerContext>> ServerContext::Create(const std::string& 
   SSL_CTX_set_mode(s->ctx_,
                    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_cert_cb(s->ctx_, &ServerContext::CertCallback, s.get());
+  // No TLS 1.3 session tickets: no Cohort client resumes a session (each connection is
+  // kept instead), so the two tickets OpenSSL sends after every handshake were work for
+  // the server and, with cpp-httplib's client, two 1 ms sleeps before the first reply.
+  SSL_CTX_set_num_tickets(s->ctx_, 0);
   static const unsigned char kSessionContext[] = "cohort";
   SSL_CTX_set_session_id_context(s->ctx_, kSessionContext, sizeof kSessionContext - 1);
   if (!client_ca_pem.empty()) {
