@@ -9,6 +9,7 @@
 #include <httplib.h>
 
 #include "common/httplib_client.h"
+#include "common/signals.h"
 #include "common/tls.h"
 
 #include <openssl/err.h>
@@ -108,6 +109,11 @@ void HttpClient::set_tls(const tls::ClientOptions& options) {
 Result<std::unique_ptr<httplib::ClientImpl>> NewHttplibClient(const std::string& host, int port, bool https,
                                                               const tls::ClientOptions* trust) {
   if (!https) return std::make_unique<httplib::ClientImpl>(host, port);
+  // OpenSSL writes with write(2), not send(MSG_NOSIGNAL) as httplib does over plain TCP: a
+  // server that closed (a head killed or restarting, a 413 that stopped reading) would end
+  // a process that runs no server of its own (the CLI, a task's progress reporter) by
+  // SIGPIPE instead of failing the request.
+  IgnoreSigpipeIfDefault();
   auto cli = std::make_unique<httplib::SSLClient>(host, port);
   if (trust) {
     cli->enable_server_certificate_verification(false);

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include <csignal>
 #include <httplib.h>
 
 #include "common/clock.h"
@@ -187,6 +189,19 @@ TEST(Tls, ServerAndClientCertificatesOverHttpServer) {
   ASSERT_TRUE(echoed);
   EXPECT_EQ(echoed->status, 200);
   EXPECT_TRUE(echoed->body == big);
+}
+
+// A process that runs no server (the CLI, a task's progress reporter) has SIGPIPE at its
+// default action. A TLS client writing to a connection the server closed must get an
+// error, not be killed: here the server refuses a 64 MiB body after its headers (413)
+// and closes while the client is still writing it.
+TEST(Tls, AClientWritingToAClosedConnectionGetsAnErrorNotKilledBySigpipe) {
+  Authority ca = MakeCa();
+  TlsServer server(ca, MakeLeaf(ca, kHeadName));
+  auto previous = signal(SIGPIPE, SIG_DFL);  // httplib's server set SIG_IGN for the process
+  auto r = Client(server.url(), ca).Post("/echo", json{{"x", std::string(64 << 20, 'a')}});
+  if (r) ADD_FAILURE() << "a 64 MiB body past the 4 MiB limit was accepted";
+  EXPECT_EQ(signal(SIGPIPE, previous), SIG_IGN) << "the client ignores SIGPIPE once it speaks TLS";
 }
 
 TEST(Tls, UntrustedPartiesAreRefusedInTheHandshake) {
