@@ -231,7 +231,7 @@ class ConnStream final : public httplib::Stream {
   ~ConnStream() override { conn_.buf.erase(0, consumed_); }
 
   bool is_readable() const override {
-    return consumed_ < conn_.buf.size() || (conn_.ssl && SSL_pending(conn_.ssl) > 0) ||
+    return consumed_ < conn_.buf.size() || (conn_.ssl && SSL_has_pending(conn_.ssl) == 1) ||
            PollFor(conn_.fd, POLLIN, deadline_ms_ - MonoMs());
   }
   bool is_writable() const override { return PollFor(conn_.fd, POLLOUT, write_timeout_.count()); }
@@ -718,7 +718,7 @@ struct HttpServer::Impl {
       Watch(*conn);
       waiting[fd] = std::move(conn);
       // Bytes TLS already decrypted wake no epoll: read them now.
-      if (ssl && SSL_pending(ssl) > 0) {
+      if (ssl && SSL_has_pending(ssl) == 1) {
         OnReadable(fd);
         continue;
       }
