@@ -33,6 +33,14 @@ std::string WithoutTrailingSlash(std::string url) {
   return url;
 }
 
+// The client config, when it belongs to `head_url` (it names that head, or none): its token
+// and CA are not sent or trusted anywhere else. Null otherwise.
+const ClientConfig* ConfigFor(const std::string& head_url) {
+  const auto& c = LoadedClientConfig();
+  if (c.head.empty() || WithoutTrailingSlash(c.head) == WithoutTrailingSlash(head_url)) return &c;
+  return nullptr;
+}
+
 }  // namespace
 
 std::string ResolveHeadUrl(const GlobalOptions& g) {
@@ -44,13 +52,9 @@ std::string ResolveHeadUrl(const GlobalOptions& g) {
 
 std::string ResolveToken(const std::string& head_url) {
   if (const char* env = std::getenv("COHORT_TOKEN"); env && *env) return env;
-  // The config's token belongs to the config's head: it is not sent anywhere else.
-  const auto& c = LoadedClientConfig();
-  if (!c.token.empty() && (c.head.empty() || WithoutTrailingSlash(c.head) == WithoutTrailingSlash(head_url))) {
-    return c.token;
-  }
+  if (const ClientConfig* c = ConfigFor(head_url); c && !c->token.empty()) return c->token;
   // Inside a task: its job's own token, for the head that started it (COHORT_HEAD), so that
-  // `cohort status $COHORT_JOB_ID` and `cohort logs` work there as the job.
+  // `cohort show $COHORT_JOB_ID` and `cohort logs` work there as the job.
   const char* job_token = std::getenv("COHORT_JOB_TOKEN");
   const char* task_head = std::getenv("COHORT_HEAD");
   if (job_token && *job_token && task_head && WithoutTrailingSlash(task_head) == WithoutTrailingSlash(head_url)) {
@@ -61,9 +65,8 @@ std::string ResolveToken(const std::string& head_url) {
 
 std::string ResolveCaFile(const std::string& head_url) {
   // $COHORT_CA and $COHORT_CA_FILE are read by HttpClient itself (common/tls.h).
-  const auto& c = LoadedClientConfig();
-  if (c.head.empty() || WithoutTrailingSlash(c.head) == WithoutTrailingSlash(head_url)) return c.ca;
-  return "";
+  const ClientConfig* c = ConfigFor(head_url);
+  return c ? c->ca : "";
 }
 
 HttpClient HeadClient(const GlobalOptions& g) {

@@ -146,6 +146,12 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
     return MakeError(ErrorCode::kInvalidArgument, "the audit log's retention and row cap must be 0 (none) or more",
                      "audit_retention");
   }
+  if (config.insecure && (config.new_admin_token || config.new_join_token)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("{}: with --insecure the head makes and asks for no tokens",
+                                 config.new_admin_token ? "--new-admin-token" : "--new-join-token"),
+                     config.new_admin_token ? "new_admin_token" : "new_join_token");
+  }
   // The state directory holds the rendezvous secret (in state.db): only the head's user
   // may read it, and the database files are created private before SQLite opens them
   // (an older head's world-readable ones are closed on this start).
@@ -212,12 +218,6 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
 
   Cluster& cluster = *h->cluster_;
   h->tokens_ = COHORT_TRY(OpenTokenBook(cluster));
-  if (config.insecure && (config.new_admin_token || config.new_join_token)) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("{}: with --insecure the head makes and asks for no tokens",
-                                 config.new_admin_token ? "--new-admin-token" : "--new-join-token"),
-                     config.new_admin_token ? "new_admin_token" : "new_join_token");
-  }
   if (config.insecure) {
     LOG_WARN("--insecure: the head asks no one for credentials; anyone who can reach {} may run commands, "
              "cancel jobs and read their logs and secrets", h->url_);
