@@ -36,6 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using engine::testing::RecordedLosses;
 using engine::testing::RunCohort;
 using engine::testing::TrainRun;
@@ -256,6 +257,53 @@ TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   }
   const auto want = Losses(ref), got = Losses(log);
   for (int64_t s = 6; s <= 20; ++s) EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
+}
+
+// A checkpoint is made durable before the record lines it covers are written; a run
+// killed between the two leaves them out of log.file. The checkpoint carries them, and the
+// run that resumes from it writes them back: every step stays recorded exactly once.
+TEST_F(TrainCliTest, RecordLinesLostAfterACheckpointComeBackFromIt) {
+  auto cfg = Config("checkpoint: {every: 5, keep: 3}\n");
+  const fs::path ref = dir_ / "ref.jsonl", ck = dir_ / "ck", log = dir_ / "log.jsonl";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", (dir_ / "ck0").string(),
+                        "--log-file", ref.string()}).status.Success());
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(),
+                        "--log-file", log.string(), "--stop-at-step", "10"}).status.Success());
+  // As if the run had died after step_00000010 was renamed into place: steps 6..10 never
+  // reached the file.
+  {
+    std::ifstream in(log);
+    std::string line, kept;
+    for (int n = 0; n < 5 && std::getline(in, line); ++n) kept += line + "\n";
+    in.close();
+    std::ofstream(log, std::ios::trunc) << kept;
+  }
+  ASSERT_EQ(RecordedLosses(log).size(), 5u);
+  TrainRun r = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(), "--log-file",
+                         log.string()});
+  ASSERT_TRUE(r.status.Success()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("(step 10)"));
+  EXPECT_THAT(r.output, HasSubstr("loss record: restored 5 lines up to step 10"));
+  std::vector<int64_t> steps;
+  {
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line)) steps.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
+  }
+  ASSERT_EQ(steps.size(), 20u);
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], int64_t(i) + 1);
+  const auto want = Losses(ref), got = Losses(log);
+  for (int64_t s = 1; s <= 20; ++s) EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
+
+  // A record that already holds them gets nothing twice.
+  const fs::path ck2 = dir_ / "ck2", log2 = dir_ / "log2.jsonl";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck2.string(),
+                        "--log-file", log2.string(), "--stop-at-step", "10"}).status.Success());
+  TrainRun again = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck2.string(),
+                             "--log-file", log2.string()});
+  ASSERT_TRUE(again.status.Success()) << again.output;
+  EXPECT_THAT(again.output, Not(HasSubstr("loss record:")));
+  EXPECT_EQ(RecordedLosses(log2).size(), 20u);
 }
 
 // Token shards from `cohort tokenize`, then GPT-2 safetensors out (--export) and back in

@@ -171,9 +171,13 @@ struct Trainer::Impl {
   void Record(json line);
   // log.file: writes the queued lines.
   void FlushRecords();
-  // log.file: drops lines past the resumed step (their checkpoint was lost).
-  Result<void> TrimRecord();
+  // log.file: drops lines past the resumed step (their checkpoint was lost) and appends
+  // the resumed checkpoint's lines the record lacks (the run that wrote it died before
+  // it wrote them).
+  Result<void> ReconcileRecord();
   std::vector<std::string> pending_records;  // log.file lines not yet covered by a checkpoint
+  // The lines the resumed checkpoint carries (pending_records when it was written).
+  std::vector<std::string> checkpoint_records;
 
   ~Impl() {
     if (record) std::fclose(record);
@@ -193,26 +197,48 @@ void Trainer::Impl::Record(json line) {
   if (config.checkpoint_dir.empty()) FlushRecords();
 }
 
+// The step of a log.file line; nullopt for a line that is not an object with an integer step.
+static std::optional<int64_t> RecordStep(const std::string& line) {
+  auto j = ParseJson(line, "log.file line");
+  if (!j || !j->is_object() || !j->contains("step") || !(*j)["step"].is_number_integer()) {
+    return std::nullopt;
+  }
+  return (*j)["step"].get<int64_t>();
+}
+
 // With checkpoints the record holds exactly the steps a checkpoint covers. Lines past the
 // step this run resumes from were covered by a checkpoint that has since been lost (found
-// damaged): their steps are trained again, so they leave the record first. The file is
-// rewritten through a temporary file and a rename, so a crash leaves the old or the new one.
-Result<void> Trainer::Impl::TrimRecord() {
+// damaged): their steps are trained again, so they leave the record first. A checkpoint
+// carries the lines it covers that were not yet written, and they are written only once it
+// is durable; a run killed in between leaves them out of the file, so they are appended
+// here from the checkpoint. The file is rewritten through a temporary file and a rename,
+// so a crash leaves the old or the new one.
+Result<void> Trainer::Impl::ReconcileRecord() {
   std::ifstream in(config.log_file);
-  if (!in) return {};  // no record yet
   std::string line, kept;
   size_t dropped = 0;
-  while (std::getline(in, line)) {
-    auto j = ParseJson(line, "log.file line");
-    const bool past = j && j->is_object() && j->contains("step") && (*j)["step"].is_number_integer() &&
-                      (*j)["step"].get<int64_t>() > progress.step;
-    if (past) {
+  int64_t last = 0;  // the last step the kept record holds
+  while (in && std::getline(in, line)) {
+    const auto step = RecordStep(line);
+    if (step && *step > progress.step) {
       ++dropped;
-    } else {
-      kept += line + "\n";
+      continue;
     }
+    if (step) last = std::max(last, *step);
+    kept += line + "\n";
   }
-  if (dropped == 0) return {};
+  in.close();
+  size_t restored = 0;
+  for (const auto& text : checkpoint_records) {
+    const auto step = RecordStep(text);
+    if (!step || *step <= last || *step > progress.step) continue;
+    kept += text;
+    if (kept.back() != '\n') kept += '\n';
+    last = *step;
+    ++restored;
+  }
+  checkpoint_records.clear();
+  if (dropped == 0 && restored == 0) return {};
   const std::string tmp = config.log_file + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -225,9 +251,16 @@ Result<void> Trainer::Impl::TrimRecord() {
   if (std::rename(tmp.c_str(), config.log_file.c_str()) != 0) {
     return FieldError("log.file", "cannot replace {}: {}", config.log_file, std::strerror(errno));
   }
-  Log("loss record: dropped {} lines past step {} (their checkpoint was lost; those steps are "
-      "trained again)",
-      dropped, progress.step);
+  if (dropped > 0) {
+    Log("loss record: dropped {} lines past step {} (their checkpoint was lost; those steps are "
+        "trained again)",
+        dropped, progress.step);
+  }
+  if (restored > 0) {
+    Log("loss record: restored {} lines up to step {} from the checkpoint (the run that wrote "
+        "it stopped before writing them)",
+        restored, last);
+  }
   return {};
 }
 
@@ -418,6 +451,12 @@ Result<void> Trainer::Impl::Resume() {
       ckpt = std::move(*loaded);
       for (const auto& w : ckpt->warnings) Log("checkpoint: {}", w);
       Log("resuming from {} (step {})", ckpt->path, ckpt->progress.step);
+      if (const auto it = ckpt->metadata.find("record");
+          it != ckpt->metadata.end() && it->is_array()) {
+        for (const auto& l : *it) {
+          if (l.is_string()) checkpoint_records.push_back(l.get<std::string>());
+        }
+      }
       checkpoint_step = ckpt->progress.step;
       header.found = 1;
       header.adam_t = ckpt->adam_t;
@@ -506,7 +545,7 @@ Result<void> Trainer::Impl::Setup() {
   }
   if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
   if (leader() && !config.log_file.empty()) {
-    if (!config.checkpoint_dir.empty()) COHORT_TRY_VOID(TrimRecord());
+    if (!config.checkpoint_dir.empty()) COHORT_TRY_VOID(ReconcileRecord());
     record = std::fopen(config.log_file.c_str(), "a");
     if (!record) {
       return FieldError("log.file", "cannot open {} for appending: {}", config.log_file,
@@ -581,6 +620,9 @@ Result<void> Trainer::Impl::SaveCheckpointNow() {
                        {"tokenizer", std::string(tokenizer->name())},
                        {"job", ctx.job_id},
                        {"attempt", ctx.attempt}};
+  // The record lines this checkpoint covers, written to log.file only once it is durable:
+  // a run killed in between gets them back from here when it resumes.
+  if (record) view.metadata["record"] = pending_records;
   auto path = SaveCheckpoint(config.checkpoint_dir, view, config.checkpoint_keep);
   if (!path) {
     // Training goes on: a later checkpoint may succeed, and older ones are intact.
