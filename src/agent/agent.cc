@@ -351,10 +351,21 @@ api::Heartbeat Agent::BuildHeartbeat() {
 Result<void> Agent::HeartbeatOnce() {
   // The send time is taken after the heartbeat is built (GPU samples, /proc, free ports):
   // that time is the agent's, not the head's, and must not shorten the tasks' lease.
+  const auto start = SteadyClock::now();
   json body = api::ToJson(BuildHeartbeat());
   auto sent = SteadyClock::now();
   auto reply_json = COHORT_TRY(head_->Post(api::routes::AgentHeartbeat(config_.name), body));
   auto reply = COHORT_TRY(api::HeartbeatReplyFromJson(reply_json));
+  // A round trip that ate half the fence timeout leaves the tasks' lease little room: say
+  // where the time went (building it here, or the head's answer), at most every 5 s.
+  const auto answered = SteadyClock::now();
+  if (answered - sent > Millis(timing_.fence_timeout_ms / 2) && answered - last_slow_log_ > std::chrono::seconds(5)) {
+    last_slow_log_ = answered;
+    LOG_WARN("heartbeat answered after {} (built in {}; the fence timeout is {})",
+             FormatDuration(std::chrono::duration_cast<Millis>(answered - sent).count()),
+             FormatDuration(std::chrono::duration_cast<Millis>(sent - start).count()),
+             FormatDuration(timing_.fence_timeout_ms));
+  }
   // The head has heard from us: the tasks may run for one more fence timeout, counted from
   // the send (a reply that arrives late grants no more). The lease keeper writes it on its
   // own thread, before Apply starts anything.
@@ -372,6 +383,13 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     TaskKey key = KeyOf(t.job, t.attempt, t.rank);
     desired.insert(key);
     if (known.contains(key)) continue;
+    if (t.command.empty()) {
+      // The head believed this node runs it (a heartbeat reported it) and left out its
+      // launch: the next heartbeat does not report it, and the reply to that one has it.
+      LOG_WARN("job {} attempt {} rank {}: no launch details in the head's reply; starting it on the next one",
+               t.job, t.attempt, t.rank);
+      continue;
+    }
     TaskSpec spec;
     // The executor creates the checkpoint directory and gives it to the task's user.
     if (auto it = t.env.find("COHORT_CHECKPOINT_DIR"); it != t.env.end()) spec.owned_dirs.push_back(it->second);

@@ -203,6 +203,7 @@ class Agent {
   int64_t applied_version_ = 0;
   api::AgentTiming timing_;
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat
+  SteadyTime last_slow_log_;                  // the last "heartbeat answered after" warning
   SteadyTime last_error_log_;                 // when a failure was last logged (rate limit)
   std::map<int, ProcUsage> usage_;  // the latest /proc read, by task session
   SteadyTime usage_read_;

@@ -685,17 +685,20 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
 json ToJson(const HeartbeatReply& r) {
   json tasks = json::array();
   for (const auto& t : r.tasks) {
-    tasks.push_back({{"job", t.job},
-                     {"attempt", t.attempt},
-                     {"rank", t.rank},
-                     {"command", t.command},
-                     {"env", t.env},
-                     {"workdir", t.workdir},
-                     {"gpus", t.gpus},
-                     {"cpus", t.cpus},
-                     {"user", t.user},
-                     {"checkpoint_requested", t.checkpoint_requested},
-                     {"checkpoint_signal", t.checkpoint_signal}});
+    json l = {{"job", t.job}, {"attempt", t.attempt}, {"rank", t.rank}, {"gpus", t.gpus}};
+    // A task the agent already runs goes without its launch details (DesiredTasks).
+    if (!t.command.empty()) {
+      l["command"] = t.command;
+      l["env"] = t.env;
+      l["workdir"] = t.workdir;
+      l["cpus"] = t.cpus;
+      l["user"] = t.user;
+    }
+    if (t.checkpoint_requested) {
+      l["checkpoint_requested"] = true;
+      l["checkpoint_signal"] = t.checkpoint_signal;
+    }
+    tasks.push_back(std::move(l));
   }
   json acked = json::array();
   for (const auto& a : r.acked) acked.push_back({{"job", a.job}, {"attempt", a.attempt}, {"rank", a.rank}});
@@ -711,7 +714,7 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
       l.job = t.at("job").get<JobId>();
       l.attempt = t.at("attempt").get<int>();
       l.rank = t.at("rank").get<int>();
-      l.command = t.at("command").get<std::vector<std::string>>();
+      l.command = t.value("command", std::vector<std::string>{});  // none: the agent runs it already
       l.env = t.value("env", std::map<std::string, std::string>{});
       l.workdir = t.value("workdir", "");
       l.gpus = t.value("gpus", std::vector<int>{});

@@ -20,6 +20,7 @@
 #include "api/routes.h"
 #include "api/types.h"
 #include "common/http.h"
+#include "common/json.h"
 
 namespace cohort::agent {
 namespace {
@@ -42,12 +43,17 @@ class FakeHead {
       std::lock_guard lock(mu_);
       res.set_content(json{{"timing", api::ToJson(timing_)}}.dump(), "application/json");
     });
-    server_.Post(api::routes::kAgentHeartbeatPattern, [this](const httplib::Request&, httplib::Response& res) {
+    server_.Post(api::routes::kAgentHeartbeatPattern, [this](const httplib::Request& req, httplib::Response& res) {
       api::HeartbeatReply reply;
+      std::vector<api::TaskReport> reported;
+      if (auto body = ParseJson(req.body, "heartbeat")) {
+        if (auto hb = api::HeartbeatFromJson(*body)) reported = hb->tasks;
+      }
       {
         std::lock_guard lock(mu_);
         reply.timing = timing_;
-        beats_.push_back({SteadyClock::now(), timing_});
+        reply.tasks = tasks_;
+        beats_.push_back({SteadyClock::now(), timing_, std::move(reported)});
       }
       cv_.notify_all();
       res.set_content(api::ToJson(reply).dump(), "application/json");
@@ -67,9 +73,16 @@ class FakeHead {
     timing_ = t;
   }
 
+  // The tasks every reply from now on assigns.
+  void SetTasks(std::vector<api::TaskLaunch> tasks) {
+    std::lock_guard lock(mu_);
+    tasks_ = std::move(tasks);
+  }
+
   struct Beat {
     SteadyTime at;
-    api::AgentTiming sent;  // the timing in this heartbeat's reply
+    api::AgentTiming sent;                // the timing in this heartbeat's reply
+    std::vector<api::TaskReport> tasks;  // the tasks the heartbeat reported
   };
 
   // Waits (up to 30 s) until at least `n` heartbeats arrived; returns them all.
@@ -90,8 +103,9 @@ class FakeHead {
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
-  api::AgentTiming timing_;  // guarded by mu_
-  std::vector<Beat> beats_;  // guarded by mu_
+  api::AgentTiming timing_;             // guarded by mu_
+  std::vector<api::TaskLaunch> tasks_;  // guarded by mu_
+  std::vector<Beat> beats_;             // guarded by mu_
 };
 
 class AgentTimingTest : public ::testing::Test {
@@ -181,6 +195,33 @@ TEST_F(AgentTimingTest, AWakeUpBringsAHeartbeatWithinALongInterval) {
   HttpClient client(agent_->url(), Millis(5000));
   ASSERT_TRUE(client.Post(api::routes::kAgentWake, json::object()).has_value());
   EXPECT_GE(head.WaitForBeats(2).size(), 2u);
+}
+
+// The head leaves out the launch of a task its agent reported (head/core DesiredTasks).
+// An agent that gets such a launch for a task it does not have (it ended and was
+// forgotten, say) does not start it with no command: its next heartbeat does not report
+// the task, and once a reply carries the whole launch the agent starts it.
+TEST_F(AgentTimingTest, ALaunchWithoutItsCommandStartsNothingUntilTheWholeLaunchComes) {
+  FakeHead head(Timing(50, 3000, 2000));
+  api::TaskLaunch held;
+  held.job = 5;
+  held.rank = 0;
+  head.SetTasks({held});
+  StartAgent(head);
+  auto beats = head.WaitForBeats(6);
+  ASSERT_GE(beats.size(), 6u);
+  for (const auto& b : beats) EXPECT_TRUE(b.tasks.empty()) << "nothing was started";
+
+  api::TaskLaunch whole = held;
+  whole.command = {"/bin/true"};
+  head.SetTasks({whole});
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+  bool reported = false;
+  while (!reported && SteadyClock::now() < deadline) {
+    beats = head.WaitForBeats(beats.size() + 1);
+    for (const auto& t : beats.back().tasks) reported |= t.job == 5 && t.rank == 0;
+  }
+  EXPECT_TRUE(reported) << "the whole launch starts the task (the heartbeats report it)";
 }
 
 }  // namespace

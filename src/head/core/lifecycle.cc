@@ -194,10 +194,16 @@ bool ConfirmStopped(NodeRuntime& rt) {
   return std::erase_if(rt.stopping, confirmed) > 0;
 }
 
-std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node) {
+std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node,
+                                          const std::vector<api::TaskReport>& held) {
   std::vector<api::TaskLaunch> out;
   auto it = s.node_jobs.find(node);
   if (it == s.node_jobs.end()) return out;
+  const auto is_held = [&](const Job& job, int rank) {
+    return std::any_of(held.begin(), held.end(), [&](const api::TaskReport& r) {
+      return r.job == job.id && r.attempt == job.attempt && r.rank == rank;
+    });
+  };
   for (api::JobId id : it->second) {
     const Job& job = s.jobs.at(id);
     for (const auto& na : job.allocation.nodes) {
@@ -208,18 +214,20 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
         l.job = job.id;
         l.attempt = job.attempt;
         l.rank = t.rank;
-        l.command = job.spec.command;
-        api::TaskEnvOptions options = api::ClusterTaskEnvOptions(
-            ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id, ctx.ca_pem);
-        if (ctx.job_token) options.job_token = ctx.job_token(job.id, job.attempt);
-        l.env = api::TaskEnvironment(job, na, t, options);
-        l.workdir = job.spec.workdir;
         l.gpus = t.gpus;
-        l.cpus = job.spec.cpus_per_task;
-        l.user = job.spec.user;
         if (job.move && !job.move->grow) {
           l.checkpoint_requested = true;
           l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
+        }
+        if (!is_held(job, t.rank)) {
+          l.command = job.spec.command;
+          api::TaskEnvOptions options = api::ClusterTaskEnvOptions(
+              ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id, ctx.ca_pem);
+          if (ctx.job_token) options.job_token = ctx.job_token(job.id, job.attempt);
+          l.env = api::TaskEnvironment(job, na, t, options);
+          l.workdir = job.spec.workdir;
+          l.cpus = job.spec.cpus_per_task;
+          l.user = job.spec.user;
         }
         out.push_back(std::move(l));
       }

@@ -56,7 +56,11 @@ void RecordExit(Tx& tx, api::Job& job, const std::string& node, const api::TaskR
 bool ConfirmStopped(NodeRuntime& rt);
 
 // The tasks the head wants on `node`: every task of a RUNNING job placed there that has
-// not exited, with its command and the job contract's environment.
-std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node);
+// not exited, with its command and the job contract's environment. A task in `held` (the
+// node's heartbeat reported it, so its agent has the launch already) goes out as its key,
+// GPUs and checkpoint request alone, with no command: the reply to a heartbeat carries a
+// task's environment once, not every second for as long as it runs.
+std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node,
+                                          const std::vector<api::TaskReport>& held = {});
 
 }  // namespace cohort::head::core

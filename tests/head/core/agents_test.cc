@@ -99,6 +99,41 @@ TEST_F(CoreTest, TheReplyCarriesEveryTaskWithTheJobContractEnvironment) {
   EXPECT_EQ(env.at("EXTRA"), "1");
 }
 
+// A task the heartbeat reports goes back as its key alone: its environment (tokens, the
+// CA) travels once, in the reply that starts it, not in every reply while it runs. The
+// rank the agent did not report still gets its whole launch.
+TEST_F(CoreTest, TheReplyLeavesOutTheLaunchOfTasksTheAgentReportsRunning) {
+  Register(Reg("n1", 4));
+  api::JobSpec spec = Spec(1, 4);
+  spec.tasks_per_node = 2;
+  const api::JobId id = Submit(spec);
+  ASSERT_EQ(Pass(), 1);
+  api::Heartbeat hb;
+  hb.incarnation = "inc1";
+  // Rank 1 is reported for an attempt the head does not run: not a match.
+  hb.tasks = {Running(id, 0, 0), Running(id, 7, 1)};
+  auto r = core::Heartbeat(state_, ctx_, "n1", hb, now_);
+  ASSERT_TRUE(r.has_value());
+  const auto& tasks = r->reply.tasks;
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_EQ(tasks[0].rank, 0);
+  EXPECT_TRUE(tasks[0].command.empty());
+  EXPECT_TRUE(tasks[0].env.empty());
+  EXPECT_EQ(tasks[0].gpus.size(), 2u);
+  EXPECT_EQ(tasks[1].rank, 1);
+  EXPECT_EQ(tasks[1].command, spec.command);
+  EXPECT_EQ(tasks[1].env.at("RANK"), "1");
+  // On the wire: no command, no env; and it decodes back the same.
+  const json wire = api::ToJson(r->reply);
+  EXPECT_FALSE(wire["tasks"][0].contains("command"));
+  EXPECT_FALSE(wire["tasks"][0].contains("env"));
+  auto back = api::HeartbeatReplyFromJson(wire);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_TRUE(back->tasks[0].command.empty());
+  EXPECT_EQ(back->tasks[1].command, spec.command);
+  EXPECT_EQ(back->tasks[1].env, tasks[1].env);
+}
+
 TEST_F(CoreTest, AFailedRankFailsTheGangAndEveryFinishedTaskIsAcknowledged) {
   Register(Reg("n1"));
   const api::JobId id = Submit(Spec(1, 2, /*max_restarts=*/1));
