@@ -53,6 +53,7 @@ struct Conn {
   bool peer_closed = false; // the client shut down its side after sending
   SSL* ssl = nullptr;       // a TLS connection (HttpServerOptions::tls), else plain
   bool handshaking = false; // its TLS handshake has not completed
+  std::optional<std::pair<std::string, int>> local;  // this end's address, once asked for
 };
 
 // What the event loop needs of a request whose headers have arrived.
@@ -222,15 +223,32 @@ std::string ErrorResponse(int status, ErrorCode code, std::string_view message, 
 
 // httplib's view of a connection for one request: the bytes the event loop read first,
 // then the socket, every read before the request's deadline and within its byte budget.
+// Writes up to kCoalesceBytes wait in a buffer, so that a response's head and a small
+// body leave together: one send, and under TLS one record (one seal, one syscall),
+// instead of two. The buffer goes out before any read (a "100 Continue" must reach the
+// client before its body can come) and at Flush, which the caller calls when the request
+// is done.
 class ConnStream final : public httplib::Stream {
  public:
+  static constexpr size_t kCoalesceBytes = 16 << 10;  // one TLS record's payload
+
   ConnStream(Conn& conn, int64_t deadline_ms, size_t budget, Millis write_timeout)
       : conn_(conn), deadline_ms_(deadline_ms), budget_(budget), write_timeout_(write_timeout) {}
 
   // The bytes a request did not consume stay in the connection's buffer.
   ~ConnStream() override { conn_.buf.erase(0, consumed_); }
 
+  // Sends what the buffer holds; false if the connection failed.
+  bool Flush() const {
+    if (out_.empty()) return !write_failed_;
+    const bool ok = ConnWrite(conn_, out_.data(), out_.size(), MonoMs() + write_timeout_.count());
+    out_.clear();
+    write_failed_ |= !ok;
+    return ok;
+  }
+
   bool is_readable() const override {
+    if (!Flush()) return false;
     return consumed_ < conn_.buf.size() || (conn_.ssl && SSL_has_pending(conn_.ssl) == 1) ||
            PollFor(conn_.fd, POLLIN, deadline_ms_ - MonoMs());
   }
@@ -238,6 +256,7 @@ class ConnStream final : public httplib::Stream {
 
   ssize_t read(char* ptr, size_t size) override {
     if (size == 0) return 0;
+    if (!Flush()) return -1;
     if (consumed_ < conn_.buf.size()) {
       size_t n = std::min(size, conn_.buf.size() - consumed_);
       std::memcpy(ptr, conn_.buf.data() + consumed_, n);
@@ -271,7 +290,15 @@ class ConnStream final : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    return ConnWrite(conn_, ptr, size, MonoMs() + write_timeout_.count()) ? static_cast<ssize_t>(size) : -1;
+    if (write_failed_) return -1;
+    if (out_.size() + size > kCoalesceBytes && !Flush()) return -1;
+    if (size <= kCoalesceBytes) {
+      out_.append(ptr, size);
+      return static_cast<ssize_t>(size);
+    }
+    const bool ok = ConnWrite(conn_, ptr, size, MonoMs() + write_timeout_.count());
+    write_failed_ |= !ok;
+    return ok ? static_cast<ssize_t>(size) : -1;
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
@@ -279,18 +306,21 @@ class ConnStream final : public httplib::Stream {
     port = conn_.peer_port;
   }
 
+  // httplib asks on every request: the connection's first answer is kept.
   void get_local_ip_and_port(std::string& ip, int& port) const override {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    ip.clear();
-    port = 0;
-    if (getsockname(conn_.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
-    char host[NI_MAXHOST], serv[NI_MAXSERV];
-    if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, serv, sizeof serv,
-                    NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
-      ip = host;
-      port = std::atoi(serv);
+    if (!conn_.local) {
+      conn_.local.emplace("", 0);
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      char host[NI_MAXHOST], serv[NI_MAXSERV];
+      if (getsockname(conn_.fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+          getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, serv, sizeof serv,
+                      NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+        conn_.local.emplace(host, std::atoi(serv));
+      }
     }
+    ip = conn_.local->first;
+    port = conn_.local->second;
   }
 
   socket_t socket() const override { return conn_.fd; }
@@ -302,6 +332,9 @@ class ConnStream final : public httplib::Stream {
   Millis write_timeout_;
   size_t consumed_ = 0;
   size_t from_socket_ = 0;
+  // Written, not yet sent; mutable since httplib's const is_readable must send it first.
+  mutable std::string out_;
+  mutable bool write_failed_ = false;  // a send failed: the response cannot be completed
 };
 
 thread_local Conn* current_conn = nullptr;
@@ -424,6 +457,7 @@ struct HttpServer::Impl {
       ConnStream stream(*conn, conn->deadline_ms, budget, options.write_timeout);
       current_conn = conn.get();
       ok = server.ProcessOne(stream, last, closed);
+      ok = stream.Flush() && ok;
       current_conn = nullptr;
     }
     conn->served += 1;
