@@ -298,6 +298,7 @@ Result<void> TokenBook::RetireNodeCredentials(const std::string& node) {
   MutexLock lock(mu_);
   const int64_t before = GenerationLocked(node);
   generations_[node] = before + 1;
+  known_credentials_.erase(node);
   json saved = json::object();
   for (const auto& [name, gen] : generations_) saved[name] = gen;
   if (auto r = persist_(kNodeGenerationsMeta, saved.dump()); !r) {
@@ -332,11 +333,17 @@ Result<Caller> TokenBook::Authenticate(std::string_view bearer, int64_t now_ms) 
     if (us == std::string_view::npos || us + 1 >= rest.size()) return unknown();
     const std::string_view node = rest.substr(us + 1);
     int64_t generation = 0;
+    std::string expected;
     {
       MutexLock lock(mu_);
       generation = GenerationLocked(node);
+      if (auto it = known_credentials_.find(node); it != known_credentials_.end() && it->second.generation == generation) {
+        expected = it->second.credential;
+      }
     }
-    if (!ConstantTimeEqual(NodeCredentialAt(node, generation), bearer)) {
+    const bool cached = !expected.empty();
+    if (!cached) expected = NodeCredentialAt(node, generation);
+    if (!ConstantTimeEqual(expected, bearer)) {
       // One of the name's retired credentials (the last few): say so, so its agent's
       // operator knows to register it again.
       for (int64_t g = generation - 1; g >= 0 && g >= generation - 8; --g) {
@@ -348,6 +355,10 @@ Result<Caller> TokenBook::Authenticate(std::string_view bearer, int64_t now_ms) 
         }
       }
       return unknown();
+    }
+    if (!cached) {
+      MutexLock lock(mu_);
+      if (GenerationLocked(node) == generation) known_credentials_[std::string(node)] = {generation, expected};
     }
     Caller c;
     c.kind = Caller::Kind::kNode;

@@ -177,6 +177,12 @@ TEST_F(TokenBookTest, RetiredNodeCredentialsStopWorkingAndTheNameGetsNewOnes) {
   const std::string old = book_->NodeCredential("n1");
   const std::string other = book_->NodeCredential("n2");
   ASSERT_TRUE(book_->Authenticate(old, 1));
+  ASSERT_TRUE(book_->Authenticate(old, 1)) << "again, from the head's memory of it";
+  std::string forged = old;
+  const size_t digit = std::string("cohortnode_").size();
+  ASSERT_LT(digit, forged.size());
+  forged[digit] = forged[digit] == '0' ? '1' : '0';
+  EXPECT_FALSE(book_->Authenticate(forged, 1)) << "a remembered credential is compared, not trusted by name";
   ASSERT_TRUE(book_->RetireNodeCredentials("n1"));
   auto refused = book_->Authenticate(old, 1);
   ASSERT_FALSE(refused);
