@@ -63,7 +63,7 @@ struct SimNode {
   SteadyClock::time_point due{};         // the next heartbeat
   SteadyClock::time_point last_sent{};   // the last one
   std::vector<api::TaskReport> running;
-  std::unique_ptr<HttpClient> client;    // with TLS: the node's own, presenting its certificate
+  std::unique_ptr<HttpClient> client;    // the node's own (with TLS, presenting its certificate)
 };
 
 // The p-quantile (0..1) of `v` by nearest rank; 0 for an empty sample.
@@ -345,17 +345,19 @@ class SimAgents {
       auto id = tls::Identity::Parse(r->value("certificate", ""), key);
       if (!id) BenchCluster::Die("the head's certificate for " + s.name + ": " + id.error().message);
       identities_[i]->Set(std::move(*id));
-      s.client = std::make_unique<HttpClient>(url_, Millis(30'000));
-      s.client->set_tls(tls::ClientOptions{ca_pem_, identities_[i]});
-      s.client->set_bearer_token(s.credential);
     }
+    // The node's own client and connection, as each real agent has, whatever the security
+    // mode: 1,000 agents are 1,000 connections to the head (its sweeps, epoll and socket
+    // buffers), never a few shared ones.
+    s.client = std::make_unique<HttpClient>(url_, Millis(30'000));
+    if (https_) s.client->set_tls(tls::ClientOptions{ca_pem_, identities_[i]});
+    s.client->set_bearer_token(s.credential);
   }
 
   void Run(int t) {
     const int nodes = static_cast<int>(sims_.size());
     Lane& lane = lanes_[t];
-    HttpClient hc(url_, Millis(30'000));
-    HttpClient join = hc;  // shares hc's connections
+    HttpClient join(url_, Millis(30'000));
     join.set_bearer_token(join_token_);
     std::priority_queue<Due, std::vector<Due>, std::greater<>> due;
     for (int i = t; i < nodes && !stop_; i += kThreads) {
@@ -363,7 +365,7 @@ class SimAgents {
       Register(join, i);
       s.registered = true;
       ++registered_;
-      Beat(hc, lane, s);  // a real agent heartbeats right after registering
+      Beat(lane, s);  // a real agent heartbeats right after registering
       due.emplace(s.due, i);
     }
     while (!stop_) {
@@ -376,7 +378,7 @@ class SimAgents {
       }
       if (stop_) break;
       for (int i : woken) {
-        Beat(hc, lane, sims_[i]);
+        Beat(lane, sims_[i]);
         due.emplace(sims_[i].due, i);
       }
       const auto now = SteadyClock::now();
@@ -384,14 +386,14 @@ class SimAgents {
         auto [when, i] = due.top();
         due.pop();
         if (when != sims_[i].due) continue;  // superseded by a woken heartbeat
-        Beat(hc, lane, sims_[i]);
+        Beat(lane, sims_[i]);
         due.emplace(sims_[i].due, i);
       }
     }
   }
 
   // One heartbeat of `s`; sets its next due time from the reply's interval.
-  void Beat(HttpClient& hc, Lane& lane, SimNode& s) {
+  void Beat(Lane& lane, SimNode& s) {
     api::Heartbeat hb;
     hb.incarnation = s.incarnation;
     hb.applied_version = s.applied;
@@ -399,9 +401,7 @@ class SimAgents {
     if (telemetry_) hb.gpus = SimGpuReports(s);
     const auto t0 = SteadyClock::now();
     ++sent_;
-    HttpClient as_node = hc;  // shares hc's connections
-    as_node.set_bearer_token(s.credential);
-    auto r = (s.client ? *s.client : as_node).Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
+    auto r = s.client->Post("/v1/agents/" + s.name + "/heartbeat", api::ToJson(hb));
     const double gap = s.last_sent == SteadyClock::time_point{}
                            ? 0
                            : std::chrono::duration<double, std::milli>(t0 - s.last_sent).count();
