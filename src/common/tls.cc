@@ -99,11 +99,6 @@ std::string Hex(const unsigned char* p, size_t n) {
   return out;
 }
 
-bool IsIpAddress(const std::string& s) {
-  unsigned char buf[16];
-  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
-}
-
 Result<void> AddExtension(X509* cert, X509V3_CTX* ctx, int nid, const std::string& value) {
   X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, ctx, nid, value.c_str());
   if (!ext) return SslError(ErrorCode::kInvalidArgument, fmt::format("certificate extension '{}'", value));
@@ -475,6 +470,11 @@ std::optional<std::string> PeerName(const SSL* ssl) {
   X509* peer = SSL_get0_peer_certificate(ssl);
   if (!peer || SSL_get_verify_result(ssl) != X509_V_OK) return std::nullopt;
   return CommonName(peer);
+}
+
+bool IsIpAddress(const std::string& s) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
 }
 
 std::string Fingerprint(const CertInfo& info) { return "sha256:" + info.sha256; }

@@ -260,6 +260,18 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
                                   {"nodes", cluster.NodeCount()},
                                   {"last_pass_ms", cluster.last_pass_duration().count()}});
              });
+  // Public: a certificate authority is no secret, and a client pins it by its fingerprint.
+  router.Get(api::routes::kCa, Access::kPublic,
+             [pem = h->tls_ ? h->tls_->ca_pem() : std::string()](const httplib::Request&, httplib::Response& res) {
+               if (pem.empty()) {
+                 SendError(res, Error{ErrorCode::kNotFound,
+                                      "this head serves plain HTTP (--no-tls or --insecure): it has no certificate "
+                                      "authority"});
+                 return;
+               }
+               res.status = 200;
+               res.set_content(pem, "application/x-pem-file");
+             });
   RegisterJobRoutes(router, cluster);
   RegisterNodeRoutes(router, cluster, *h->tokens_);
   RegisterAgentRoutes(router, cluster);
