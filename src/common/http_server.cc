@@ -833,7 +833,9 @@ struct HttpServer::Impl {
     for (auto& conn : back) Close(std::move(conn));
   }
 
-  Result<int> Bind() {
+  // Binds the address without listening: connections are refused until Listen.
+  Result<int> Reserve() {
+    if (listen_fd >= 0) return Errorf(ErrorCode::kFailedPrecondition, "the server is already bound");
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -849,7 +851,7 @@ struct HttpServer::Impl {
       if (fd < 0) continue;
       int yes = 1;
       setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-      if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 4096) == 0) {
+      if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
         listen_fd = fd;
       } else {
         why = strerror(errno);
@@ -863,8 +865,16 @@ struct HttpServer::Impl {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    int bound = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                           : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    return addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  }
+
+  Result<void> Listen() {
+    if (listen_fd < 0) return Errorf(ErrorCode::kFailedPrecondition, "Listen before Reserve");
+    if (epoll_fd >= 0) return {};  // listening already
+    if (::listen(listen_fd, 4096) != 0) {
+      return Errorf(ErrorCode::kUnavailable, "cannot listen on {}:{}: {}", options.host, options.port, strerror(errno));
+    }
     epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     for (int fd : {listen_fd, wake_fd}) {
@@ -873,7 +883,7 @@ struct HttpServer::Impl {
       ev.data.fd = fd;
       epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
     }
-    return bound;
+    return {};
   }
 };
 
@@ -894,12 +904,20 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
 // The owner joins the thread that runs Serve before destroying the server.
 HttpServer::~HttpServer() { Stop(); }
 
-Result<int> HttpServer::Bind() { return impl_->Bind(); }
+Result<int> HttpServer::Bind() {
+  const int port = COHORT_TRY(impl_->Reserve());
+  COHORT_TRY_VOID(impl_->Listen());
+  return port;
+}
+
+Result<int> HttpServer::Reserve() { return impl_->Reserve(); }
+
+Result<void> HttpServer::Listen() { return impl_->Listen(); }
 
 void HttpServer::set_tls(std::shared_ptr<tls::ServerContext> ctx) { impl_->options.tls = std::move(ctx); }
 
 void HttpServer::Serve() {
-  if (impl_->listen_fd < 0) return;
+  if (impl_->listen_fd < 0 || impl_->epoll_fd < 0) return;
   impl_->StartPools();
   impl_->Loop();
   impl_->Shutdown();
