@@ -226,6 +226,24 @@ TEST(HttpServer, OversizedBodiesAndHeadersAreRefusedUnread) {
   EXPECT_EQ(r.server().Stats().oversized_requests, 2);
 }
 
+// A client still sending a body the server refused gets the refusal, not a reset: the
+// server stops writing, keeps reading (and dropping) what arrives for a while, and closes
+// only then, so the answer is not lost to the RST that closing with unread input sends.
+TEST(HttpServer, AClientStillSendingARefusedBodyReadsTheRefusal) {
+  HttpServerOptions o = SmallOptions();
+  o.max_body_bytes = 1 << 20;
+  Running r(o, EchoRoutes);
+  for (int i = 0; i < 5; ++i) {
+    HttpClient client("http://127.0.0.1:" + std::to_string(r.port()));
+    json big = {{"data", std::string(3 << 20, 'x')}};
+    auto res = client.Post("/echo", big);
+    ASSERT_FALSE(res.has_value());
+    EXPECT_NE(res.error().message.find("request body is too large"), std::string::npos)
+        << "round " << i << ": " << res.error().message;
+  }
+  EXPECT_EQ(r.server().Stats().oversized_requests, 5);
+}
+
 // A chunked body has no length up front: the worker reads it, and no more than the cap.
 TEST(HttpServer, AChunkedBodyOverTheCapFailsTheRequest) {
   HttpServerOptions o = SmallOptions();
