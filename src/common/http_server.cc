@@ -763,6 +763,10 @@ struct HttpServer::Impl {
       if (n > 0) {
         conn.buf.append(chunk, static_cast<size_t>(n));
         if (conn.buf.size() >= cap) break;
+        // Drained for now (TLS holds nothing decrypted or read ahead; a plain read came
+        // back short): epoll is level-triggered and says when more arrives, so a request
+        // costs no read that finds nothing (under TLS an SSL_read and a read(2) each).
+        if (conn.ssl ? SSL_has_pending(conn.ssl) == 0 : static_cast<size_t>(n) < sizeof chunk) break;
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
