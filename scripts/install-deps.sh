@@ -15,6 +15,7 @@ packages=(
   chromium   # the dashboard's browser test (headless, driven over the DevTools protocol)
   prometheus      # promtool check metrics and a real scrape in the observability tests
   python3-torch   # the PyTorch DDP example and its test (Debian's CPU build)
+  podman runc catatonit busybox-static   # container jobs and their test (scripts/setup-podman.sh)
 )
 
 missing=()

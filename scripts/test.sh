@@ -71,6 +71,7 @@ trap on_exit EXIT
 
 begin_phase "install deps"
 scripts/install-deps.sh
+scripts/setup-podman.sh   # the container jobs' test needs a Podman that can run here
 # Re-check: install-deps may just have installed it.
 command -v ccache >/dev/null 2>&1 && have_ccache=1
 end_phase

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
 #include "agent/proc_usage.h"
+#include "api/container_spec.h"
 #include "api/routes.h"
 #include "common/file_modes.h"
 #include "common/log.h"
@@ -67,6 +69,25 @@ Result<AgentConfig> ResolveConfig(AgentConfig config) {
 }
 
 }  // namespace
+
+Result<std::map<std::string, std::string>> ParseContainerRuntimes(const std::vector<std::string>& values) {
+  std::map<std::string, std::string> out;
+  for (const auto& v : values) {
+    if (v == "none" && values.size() == 1) return out;
+    const auto eq = v.find('=');
+    const std::string kind = v.substr(0, eq);
+    if (eq == std::string::npos || eq + 1 == v.size() ||
+        std::find(std::begin(api::kContainerRuntimes), std::end(api::kContainerRuntimes), kind) ==
+            std::end(api::kContainerRuntimes)) {
+      return Errorf(ErrorCode::kInvalidArgument,
+                    "--container-runtime '{}': expected KIND=COMMAND with KIND podman or docker (e.g. "
+                    "podman=/usr/bin/podman), or 'none' alone",
+                    v);
+    }
+    out[kind] = v.substr(eq + 1);
+  }
+  return out;
+}
 
 Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   AgentConfig resolved = COHORT_TRY(ResolveConfig(std::move(config)));
@@ -252,6 +273,7 @@ Result<void> Agent::RegisterOnce() {
     opts.kill_grace = Millis(timing_.kill_grace_ms);
     opts.task_user = config_.task_user;
     opts.node_name = config_.name;
+    opts.container_runtimes = config_.container_runtimes;
     if (leases_) opts.lease_path = leases_->path();
     opts.on_task_exit = [this] { Wake(); };
     executor_ = std::make_unique<Executor>(std::move(opts));
@@ -398,6 +420,8 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     spec.gpus = t.gpus;
     spec.cpus = t.cpus;
     spec.user = t.user;
+    spec.container_image = t.container.image;
+    spec.container_runtime = t.container.runtime;
     if (auto r = executor_->Launch(spec); !r) {
       LOG_WARN("cannot launch job {} rank {}: {}", t.job, t.rank, r.error().message);
     } else {

@@ -104,7 +104,15 @@ struct AgentConfig {
   // Which account runs a task (task_user.h): its job's user (a root agent switches to it)
   // or, for a single-user cluster (`cohort up`), this agent's own.
   TaskUserPolicy task_user = TaskUserPolicy::kJobUser;
+  // The container runtimes this node offers to jobs with `container:` (container.h): kind
+  // (podman, docker) → the command that runs it. Empty: none (such jobs fail to start here,
+  // saying so).
+  std::map<std::string, std::string> container_runtimes = {{"podman", "podman"}, {"docker", "docker"}};
 };
+
+// `--container-runtime` values: "KIND=COMMAND" each (kind podman or docker), or the one
+// word "none". kInvalidArgument naming the value that is wrong.
+Result<std::map<std::string, std::string>> ParseContainerRuntimes(const std::vector<std::string>& values);
 
 class Agent {
  public:

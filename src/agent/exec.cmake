@@ -1,7 +1,8 @@
-# cohort_task_shim: the task shim, the identity it gives a task and the lease file it
-# watches: all that the lean cohort-task-shim program links besides cohort_common's pieces
-# it calls.
+# cohort_task_shim: the task shim, the identity it gives a task, the lease file it watches
+# and the container runtime's command lines: all that the lean cohort-task-shim program
+# links besides cohort_common's pieces it calls.
 add_library(cohort_task_shim
+  ${CMAKE_CURRENT_LIST_DIR}/container.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc
@@ -18,6 +19,7 @@ target_link_libraries(cohort_task_shim PUBLIC cohort_common)
 # and no CUDA library.
 set(COHORT_TASK_SHIM_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/task_shim_main.cc
+  ${CMAKE_CURRENT_LIST_DIR}/container.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc

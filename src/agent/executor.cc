@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "agent/container.h"
 #include "agent/task_shim.h"
 #include "agent/task_identity.h"
 #include "common/clock.h"
@@ -241,7 +242,6 @@ void Executor::StartShim(const TaskKey& key) {
   }
   if (error.empty()) {
     SpawnOptions so;
-    so.argv = ShimArgv(key, spec, account);
     // The agent's own credentials stay with it: a task inherits the agent's environment,
     // and with it a join token would let the task register nodes, an operator's token act
     // as them. The task's own (its job's token, what its spec sets) come from spec.env.
@@ -251,6 +251,11 @@ void Executor::StartShim(const TaskKey& key) {
     // GPU indices are NVML's, which count in PCI bus order; CUDA must count the same way.
     so.env.try_emplace("CUDA_VISIBLE_DEVICES", JoinInts(spec.gpus));
     so.env.try_emplace("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    if (auto argv = ShimArgv(key, spec, account, so.env)) {
+      so.argv = std::move(*argv);
+    } else {
+      error = argv.error().message;
+    }
     so.stdout_path = log;            // the shim's own messages land in the log too
     so.new_process_group = false;    // the shim calls setsid(), which a group leader cannot
     so.parent_death_signal = SIGUSR1;
@@ -258,12 +263,14 @@ void Executor::StartShim(const TaskKey& key) {
     // right after the spawn (a stop, a checkpoint signal) waits for its signalfd instead
     // of killing it by the default action.
     so.blocked_signals = {SIGTERM, SIGUSR1, SIGUSR2};
-    auto child = Subprocess::Spawn(so);
-    if (!child) {
-      error = "cannot start the task shim: " + child.error().message;
-    } else {
-      pid = child->pid();
-      pidfd = PidfdOpen(pid);
+    if (error.empty()) {
+      auto child = Subprocess::Spawn(so);
+      if (!child) {
+        error = "cannot start the task shim: " + child.error().message;
+      } else {
+        pid = child->pid();
+        pidfd = PidfdOpen(pid);
+      }
     }
   }
   if (!error.empty()) {
@@ -328,13 +335,45 @@ std::string Executor::PrepareTask(const TaskKey& key, const TaskSpec& spec, std:
   return error;
 }
 
-std::vector<std::string> Executor::ShimArgv(const TaskKey& key, const TaskSpec& spec,
-                                            const std::optional<TaskAccount>& account) const {
+Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const TaskSpec& spec,
+                                                    const std::optional<TaskAccount>& account,
+                                                    const std::map<std::string, std::string>& env) const {
   std::vector<std::string> argv = {shim_.path};
   if (shim_.subcommand) argv.push_back(kTaskShimCommand);
   argv.insert(argv.end(), {"--log", LogPath(key), "--status", StatusPath(key), "--grace-ms",
                            std::to_string(options_.kill_grace.count()), "--parent-pid", std::to_string(getpid())});
   if (!options_.lease_path.empty()) argv.insert(argv.end(), {"--lease", options_.lease_path});
+  if (!spec.container_image.empty()) {
+    // The runtime runs as this process and enters the job's identity and directories
+    // inside the container (container.h); the shim only supervises it.
+    auto runtime = options_.container_runtimes.find(spec.container_runtime);
+    if (runtime == options_.container_runtimes.end()) {
+      std::vector<std::string> kinds;
+      for (const auto& [kind, command] : options_.container_runtimes) kinds.push_back(kind);
+      return Errorf(ErrorCode::kFailedPrecondition, "the job asks for container runtime '{}'; node {} offers {}",
+                    spec.container_runtime, options_.node_name,
+                    kinds.empty() ? std::string("none") : fmt::format("{}", fmt::join(kinds, ", ")));
+    }
+    ContainerLaunch c;
+    c.runtime_command = runtime->second;
+    c.runtime = spec.container_runtime;
+    c.image = spec.container_image;
+    c.name = ContainerName(options_.work_dir, key.job_id, key.attempt, key.rank);
+    for (const auto& [name, value] : env) c.env_names.push_back(name);
+    if (!spec.workdir.empty()) c.mounts.push_back(spec.workdir);
+    for (const auto& dir : spec.owned_dirs) {
+      if (dir != spec.workdir) c.mounts.push_back(dir);
+    }
+    c.workdir = spec.workdir;
+    if (account) c.identity = account->identity;
+    if (options_.container_devices) c.devices = options_.container_devices(spec.gpus);
+    c.command = spec.command;
+    argv.insert(argv.end(), {"--container-runtime", c.runtime_command, "--container-name", c.name,
+                             "--container-image", c.image, "--"});
+    auto run = ContainerRunArgv(c);
+    argv.insert(argv.end(), run.begin(), run.end());
+    return argv;
+  }
   if (!spec.workdir.empty()) argv.insert(argv.end(), {"--cwd", spec.workdir});
   if (account) argv.insert(argv.end(), {"--user", FormatTaskIdentity(account->identity)});
   argv.push_back("--");

@@ -70,6 +70,10 @@ struct TaskSpec {
   // to the task's account with mode 0700, never through a symbolic link. One that belongs
   // to a third account fails the start.
   std::vector<std::string> owned_dirs;
+  // Non-empty: the task runs in this image under the runtime of that kind (container.h);
+  // the working directory and owned_dirs are mounted into it.
+  std::string container_image;
+  std::string container_runtime = "podman";
 };
 
 struct TaskStatus {
@@ -125,6 +129,12 @@ class Executor {
     // to finished (including tasks that could not be started). It may call any method
     // except that it must not block on a task (WaitAllExited).
     std::function<void()> on_task_exit;
+    // Container tasks (container.h): the command of each runtime kind this node offers
+    // ("podman" → "podman"); a task asking for another kind fails to start, saying which
+    // the node has. And the --device values for a task's GPUs (the agent's CDI names);
+    // null: none (simulated GPUs pass only the environment).
+    std::map<std::string, std::string> container_runtimes = {{"podman", "podman"}, {"docker", "docker"}};
+    std::function<std::vector<std::string>(const std::vector<int>& gpus)> container_devices;
   };
 
   explicit Executor(Options options);
@@ -192,8 +202,11 @@ class Executor {
   void StartShim(const TaskKey& key) EXCLUDES(mu_);  // executor thread
   void TryReap(const TaskKey& key) EXCLUDES(mu_);    // executor thread
   void Wake();                                       // any thread; lock-free (eventfd)
-  std::vector<std::string> ShimArgv(const TaskKey& key, const TaskSpec& spec,
-                                    const std::optional<TaskAccount>& account) const;
+  // The shim's command line for a task whose environment is `env`; an error when the
+  // task cannot be started here (a container runtime this node does not offer).
+  Result<std::vector<std::string>> ShimArgv(const TaskKey& key, const TaskSpec& spec,
+                                            const std::optional<TaskAccount>& account,
+                                            const std::map<std::string, std::string>& env) const;
   // StartShim's files, before the shim runs: the account (from spec.user), the attempt
   // directory, the log (truncated, owned by the account), the owned directories. Returns
   // the error that fails the start, or "" with `account` set (nullopt: this process).

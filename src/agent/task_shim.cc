@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/container.h"
 #include "agent/lease.h"
 #include "agent/task_identity.h"
 #include "agent/wakeup_lateness.h"
@@ -49,6 +50,12 @@ struct ShimArgs {
   // --user: the task's account, entered in the task's child before exec; the shim stays
   // as it was started.
   std::optional<TaskIdentity> identity;
+  // --container-runtime/-name/-image: the command is `RUNTIME run ... IMAGE ...`
+  // (container.h); the shim removes the container after the task and explains the
+  // runtime's own failures.
+  std::string container_runtime;
+  std::string container_name;
+  std::string container_image;
   std::vector<std::string> command;
 };
 
@@ -97,6 +104,12 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
       a.lease_path = value;
     } else if (arg == "--user") {
       a.identity = COHORT_TRY(ParseTaskIdentity(value));
+    } else if (arg == "--container-runtime") {
+      a.container_runtime = value;
+    } else if (arg == "--container-name") {
+      a.container_name = value;
+    } else if (arg == "--container-image") {
+      a.container_image = value;
     } else if (arg == "--parent-pid") {
       a.parent_pid = static_cast<pid_t>(COHORT_TRY(ParseInt(arg, value)));
     } else {
@@ -110,6 +123,11 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
   if (!grace_set) return MakeError(ErrorCode::kInvalidArgument, "--grace-ms is required");
   if (a.command.empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "no command after '--'");
+  }
+  if (a.container_runtime.empty() != a.container_name.empty() ||
+      a.container_runtime.empty() != a.container_image.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "--container-runtime, --container-name and --container-image go together");
   }
   return a;
 }
@@ -296,6 +314,9 @@ class TaskShim {
   void Supervise();
   // SIGKILLs and reaps everything the leader left behind, in its group or not (bounded).
   void ReapDescendants();
+  // A container task: explains a failure of the runtime itself (exit 125) in the task's
+  // error, then removes the container (bounded).
+  void FinishContainer();
   // Writes the status file and returns the shim's exit code (the task's).
   int ReportExit();
 
@@ -336,6 +357,7 @@ class TaskShim {
   SteadyTime tick_due_{};
   WakeupLateness lateness_{kLatenessWindow};
   std::string fence_error_;
+  std::string runtime_error_;  // a container runtime's own failure (FinishContainer)
 };
 
 bool TaskShim::LeaveAgentSession() {
@@ -554,6 +576,75 @@ void TaskShim::ReapDescendants() {
   }
 }
 
+namespace {
+
+// Runs a runtime command with no output kept; its exit code, or -1 when it cannot run or
+// takes longer than `timeout`.
+int RunQuietly(const std::vector<std::string>& argv, Millis timeout) {
+  SpawnOptions so;
+  so.argv = argv;
+  so.stdout_path = "/dev/null";
+  auto child = Subprocess::Spawn(so);
+  if (!child) return -1;
+  auto status = child->WaitFor(timeout);
+  if (!status) {
+    child->Signal(SIGKILL, /*group=*/true);
+    (void)child->Wait();
+    return -1;
+  }
+  return status->Code();
+}
+
+// The last line of `path` that starts with "Error: " (Podman's and Docker's own failure
+// messages), from the last 8 KiB; empty if none.
+std::string LastRuntimeError(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return {};
+  std::string tail(8192, '\0');
+  off_t size = lseek(fd, 0, SEEK_END);
+  off_t from = size > static_cast<off_t>(tail.size()) ? size - static_cast<off_t>(tail.size()) : 0;
+  ssize_t n = pread(fd, tail.data(), tail.size(), from);
+  close(fd);
+  tail.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  std::string found;
+  size_t pos = 0;
+  while (pos < tail.size()) {
+    size_t end = tail.find('\n', pos);
+    std::string_view line(tail.data() + pos, (end == std::string::npos ? tail.size() : end) - pos);
+    if (line.starts_with("Error: ")) found = line.substr(7);
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return found;
+}
+
+}  // namespace
+
+void TaskShim::FinishContainer() {
+  if (args_.container_name.empty() || !leader_status_ || !start_error_.empty()) return;
+  constexpr Millis kRuntimeTimeout{30000};
+  const ExitStatus runtime = DecodeWaitStatus(*leader_status_);
+  // 125 is the runtime's own failure in Podman's and Docker's convention (the command's
+  // codes pass through); the image may be missing, or the runtime misconfigured.
+  if (runtime.Code() == 125 && fence_error_.empty()) {
+    const std::string why = LastRuntimeError(args_.log_path);
+    const bool have_image = RunQuietly(ContainerImageExistsArgv(args_.container_runtime, args_.container_image),
+                                       kRuntimeTimeout) == 0;
+    runtime_error_ = have_image ? fmt::format("{} could not run image '{}': {}", args_.container_runtime,
+                                            args_.container_image, why.empty() ? "exit code 125" : why)
+                              : fmt::format("container image '{}' is not on this node and could not be pulled: {}",
+                                            args_.container_image, why.empty() ? "exit code 125" : why);
+    LogLine(log_fd_, runtime_error_);
+  }
+  // A runtime that exited by itself removed its container (--rm); one that was killed, or
+  // failed, may have left it.
+  if (runtime.signal == 0 && runtime.exit_code != 125) return;
+  if (RunQuietly(ContainerRemoveArgv(args_.container_runtime, args_.container_name), kRuntimeTimeout) < 0) {
+    LogLine(log_fd_, fmt::format("could not remove container {} with {} within {} ms", args_.container_name,
+                                 args_.container_runtime, kRuntimeTimeout.count()));
+  }
+}
+
 int TaskShim::ReportExit() {
   ExitStatus es = DecodeWaitStatus(*leader_status_);
   int exit_code = es.Code();
@@ -562,7 +653,8 @@ int TaskShim::ReportExit() {
     exit_code = 127;
     sig = 0;
   }
-  WriteStatus(args_.status_path, exit_code, sig, start_error_.empty() ? fence_error_ : start_error_, log_fd_);
+  const std::string& error = !start_error_.empty() ? start_error_ : !fence_error_.empty() ? fence_error_ : runtime_error_;
+  WriteStatus(args_.status_path, exit_code, sig, error, log_fd_);
   close(log_fd_);
   close(sfd_);
   return exit_code;
@@ -573,7 +665,8 @@ int ReportUsage(const Error& error) {
   fprintf(stderr, "cohort task-shim: %s\n", error.message.c_str());
   fprintf(stderr,
           "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
-          "[--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUP,...] -- command [args...]\n");
+          "[--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUP,...] "
+          "[--container-runtime CMD --container-name NAME --container-image IMAGE] -- command [args...]\n");
   return 2;
 }
 
@@ -591,6 +684,7 @@ int RunTaskShim(int argc, char** argv) {
   if (auto r = shim.SpawnTask(); !r) return shim.FailStart(r.error().message);
   shim.Supervise();
   shim.ReapDescendants();
+  shim.FinishContainer();
   return shim.ReportExit();
 }
 

@@ -5,7 +5,8 @@
 // more than this file needs, so a task start does not pay for loading the whole cohort
 // binary, CUDA libraries included) as `cohort-task-shim --log FILE --status FILE
 // --grace-ms N [--cwd DIR] [--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUPS]
-// -- command args...`, or,
+// [--container-runtime CMD --container-name NAME --container-image IMAGE] -- command
+// args...`, or,
 // without it, `cohort task-shim ...`, with the task's environment already in the shim's
 // environment (compare slurmstepd, containerd-shim). The shim:
 //
@@ -45,6 +46,12 @@
 //    the task leader (0 if it exited), `exit_code` its exit status, or 128 + signal when
 //    it was killed, or 127 when it could not be started; `error` is empty unless the
 //    task could not be started, the shim failed, or its lease expired;
+//  - for a container task (the --container-* flags; the command is the runtime's `run`,
+//    agent/container.h), once the task is over: when the runtime itself failed (exit
+//    125) records its "Error: " line from the log as `error`, saying whether the image
+//    is missing from the node; and when the runtime was killed or failed, removes the
+//    container by name (`RUNTIME rm --force`, bounded), since its monitor and processes
+//    were killed as orphans and its record may remain;
 //  - exits with the same code as `exit_code` (2 for a command line it cannot parse, in
 //    which case no status file is written).
 //

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cctype>
 
+#include "api/container_spec.h"
 #include "api/spec_limits.h"
 #include "api/types.h"
 #include "common/http.h"
@@ -208,7 +209,7 @@ bool IsReservedEnvName(std::string_view name) {
 // ---- JobSpec ----
 
 json ToJson(const JobSpec& s) {
-  return json{{"name", s.name},
+  json j{{"name", s.name},
               {"user", s.user},
               {"command", s.command},
               {"env", s.env},
@@ -224,6 +225,8 @@ json ToJson(const JobSpec& s) {
               {"time_limit_s", s.time_limit_s},
               {"progress_timeout_s", s.progress_timeout_s},
               {"checkpoint_signal", s.checkpoint_signal}};
+  if (s.container.enabled()) j["container"] = ToJson(s.container);
+  return j;
 }
 
 namespace {
@@ -274,6 +277,7 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
     return FieldError("checkpoint_signal", "must be one of USR1, USR2, HUP, INT, TERM (or empty), got '{}'",
                       s.checkpoint_signal);
   }
+  if (const json* c = r.Raw("container")) s.container = COHORT_TRY(ContainerSpecFromJson(*c, r.FieldName("container")));
   COHORT_TRY_VOID(r.Finish());
   if (s.name.empty() && !s.command.empty()) {
     std::string base = s.command[0].substr(s.command[0].find_last_of('/') + 1);
@@ -693,6 +697,7 @@ json ToJson(const HeartbeatReply& r) {
       l["workdir"] = t.workdir;
       l["cpus"] = t.cpus;
       l["user"] = t.user;
+      if (t.container.enabled()) l["container"] = ToJson(t.container);
     }
     if (t.checkpoint_requested) {
       l["checkpoint_requested"] = true;
@@ -720,6 +725,7 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
       l.gpus = t.value("gpus", std::vector<int>{});
       l.cpus = t.value("cpus", 0);
       l.user = t.value("user", "");
+      if (t.contains("container")) l.container = COHORT_TRY(ContainerSpecFromJson(t["container"], "tasks[].container"));
       l.checkpoint_requested = t.value("checkpoint_requested", false);
       l.checkpoint_signal = t.value("checkpoint_signal", 0);
       r.tasks.push_back(std::move(l));

@@ -42,6 +42,15 @@ inline constexpr int kMaxRestarts = 1000;
 inline constexpr int64_t kMaxTimeLimitS = 366LL * 24 * 3600;
 inline constexpr int64_t kMaxProgressTimeoutS = kMaxTimeLimitS;
 
+// A job that runs in a container image (`container:` in a spec, `--container IMAGE`): the
+// agent starts every task with `RUNTIME run ... IMAGE command...` (agent/container.h).
+// Empty image: the tasks are bare processes.
+struct ContainerSpec {
+  std::string image;              // an OCI image reference: [registry/]name[:tag][@digest]
+  std::string runtime = "podman";  // podman or docker (the same `run` syntax)
+  bool enabled() const { return !image.empty(); }
+};
+
 // What a user submits (POST /v1/jobs, `cohort submit`).
 struct JobSpec {
   std::string name;                        // [A-Za-z0-9._-], ≤ 128; default: basename of command[0]
@@ -72,6 +81,8 @@ struct JobSpec {
   // reply to its progress reports), or SIGUSR1, SIGUSR2, SIGHUP, SIGINT, SIGTERM (written
   // with or without "SIG"). Stored as the canonical "USR1" etc.
   std::string checkpoint_signal;
+  // Run every task in this image; empty: bare processes. Specs stored without it load empty.
+  ContainerSpec container;
 
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
@@ -286,6 +297,7 @@ struct TaskLaunch {
   // stands.
   bool checkpoint_requested = false;
   int checkpoint_signal = 0;
+  ContainerSpec container;  // the job's image, if any (sent with the launch details)
 };
 
 struct TaskRef {

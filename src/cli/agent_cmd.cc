@@ -15,6 +15,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::string health_check_interval = "60s";
     std::string join_token_file;
     std::string task_user = "job";
+    std::vector<std::string> container_runtimes;
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
@@ -46,6 +47,9 @@ void AddAgentCommand(CommandContext& ctx) {
                   "agent; a non-root agent runs only its own user's jobs) or 'agent' (every task as this agent's "
                   "user, whatever the job names: a single-user cluster); the last one given counts")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  sub->add_option("--container-runtime", f->container_runtimes,
+                  "A container runtime this node offers to jobs with `container:`, as KIND=COMMAND (kind podman "
+                  "or docker; repeat for both), or 'none' (default: podman=podman and docker=docker)");
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {
     if (auto t = ResolveJoinToken(f->config.join_token, f->join_token_file); !t) {
@@ -66,6 +70,11 @@ void AddAgentCommand(CommandContext& ctx) {
     auto task_user = agent::ParseTaskUserPolicy(f->task_user);
     if (!task_user) return ReportError(task_user.error());
     f->config.task_user = *task_user;
+    if (!f->container_runtimes.empty()) {
+      auto runtimes = agent::ParseContainerRuntimes(f->container_runtimes);
+      if (!runtimes) return ReportError(runtimes.error());
+      f->config.container_runtimes = std::move(*runtimes);
+    }
     BlockTerminationSignals();
     InitLogging(f->config.name.empty() ? "agent" : "agent " + f->config.name, f->log_level);
     return agent::RunAgent(f->config);

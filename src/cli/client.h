@@ -79,6 +79,7 @@ struct SubmitFlags {
   std::optional<int> nodes;
   std::optional<int> min_nodes;                  // elastic: smallest gang
   std::optional<std::string> checkpoint_signal;  // USR1 etc., sent on drain --now
+  std::optional<std::string> container;          // container.image
   std::optional<int> tasks_per_node;
   std::optional<int> gpus_per_node;
   std::optional<int> cpus_per_task;

@@ -92,6 +92,7 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
                                           s.progress_timeout_s));
   }
   r.Add("command", ShellJoin(s.command));
+  if (s.container.enabled()) r.Add("container", fmt::format("{} ({})", s.container.image, s.container.runtime));
   r.Add("workdir", s.workdir.empty() ? "(the agent's work directory)" : s.workdir);
   r.Add("nodes", fmt::format("{} x {} task{} per node (world size {})", s.nodes, s.tasks_per_node,
                              s.tasks_per_node == 1 ? "" : "s", s.world_size()));

@@ -39,6 +39,7 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"nodes", "--nodes"},
       {"min_nodes", "--min-nodes"},
       {"checkpoint_signal", "--checkpoint-signal"},
+      {"container.image", "--container"},
       {"tasks_per_node", "--tasks-per-node"},
       {"gpus_per_node", "--gpus-per-node"},
       {"cpus_per_task", "--cpus-per-task"},
@@ -57,6 +58,7 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "nodes") return f.nodes.has_value();
   if (field == "min_nodes") return f.min_nodes.has_value();
   if (field == "checkpoint_signal") return f.checkpoint_signal.has_value();
+  if (field == "container.image") return f.container.has_value();
   if (field == "tasks_per_node") return f.tasks_per_node.has_value();
   if (field == "gpus_per_node") return f.gpus_per_node.has_value();
   if (field == "cpus_per_task") return f.cpus_per_task.has_value();
@@ -374,6 +376,10 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("name", flags.name);
   set("placement", flags.placement);
   set("user", flags.user);
+  if (flags.container) {
+    if (!base.contains("container") || !base["container"].is_object()) base["container"] = json::object();
+    base["container"]["image"] = *flags.container;
+  }
   if (flags.time_limit) base["time_limit_s"] = COHORT_TRY(ParseTimeLimit(*flags.time_limit));
   if (flags.progress_timeout) {
     base["progress_timeout_s"] = COHORT_TRY(ParseProgressTimeout(*flags.progress_timeout));
@@ -444,6 +450,9 @@ void AddSubmitCommand(CommandContext& ctx) {
   AddOptional(sub, "--checkpoint-signal", f.checkpoint_signal,
               "Signal sent to the tasks when `cohort drain --now` asks the job to checkpoint: USR1, USR2, HUP, "
               "INT or TERM (default none)");
+  AddOptional(sub, "--container", f.container,
+              "Run every task in this container image (Podman on the nodes; the spec's container.runtime may "
+              "say docker): e.g. localhost/trainer:1.0");
   AddOptional(sub, "-n,--tasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
   AddOptional(sub, "-G,--gpus-per-node", f.gpus_per_node, "GPUs per node, split evenly among its tasks (default 0)");
   AddOptional(sub, "-c,--cpus-per-task", f.cpus_per_task, "CPU cores per task (default 1)");

@@ -26,7 +26,10 @@ TEST(JobSpec, RoundTripsThroughJson) {
             {"workdir", "/tmp"}, {"nodes", 2}, {"tasks_per_node", 4}, {"gpus_per_node", 8},
             {"cpus_per_task", 3}, {"priority", -5}, {"placement", "spread"}, {"max_restarts", 2},
             {"time_limit_s", 3600}, {"progress_timeout_s", 120}, {"min_nodes", 1},
-            {"checkpoint_signal", "USR1"}};
+            {"checkpoint_signal", "USR1"},
+            {"container", {{"image", "registry.example.com:5000/team/trainer:1.2@sha256:"
+                                     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+                           {"runtime", "docker"}}}};
   auto s = JobSpecFromJson(j);
   ASSERT_TRUE(s.has_value()) << s.error().message;
   EXPECT_EQ(s->gpus_per_task(), 2);
@@ -75,6 +78,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"min_nodes": -1})", "min_nodes", "min_nodes"},
         BadCase{R"({"checkpoint_signal": "STOP"})", "checkpoint_signal", "USR1, USR2, HUP, INT, TERM"},
         BadCase{R"({"placement": "best"})", "placement", "'pack' or 'spread'"},
+        BadCase{R"({"container": {"image": ""}})", "container.image", "is empty"},
+        BadCase{R"({"container": {}})", "container.image", "required"},
+        BadCase{R"({"container": "busybox"})", "container", "object"},
+        BadCase{R"({"container": {"image": "--privileged"}})", "container.image", "lowercase letters and digits"},
+        BadCase{R"({"container": {"image": "Busybox"}})", "container.image", "'Busybox' must be lowercase"},
+        BadCase{R"({"container": {"image": "busybox:-x"}})", "container.image", "the tag '-x'"},
+        BadCase{R"({"container": {"image": "busybox@sha256:xyz"}})", "container.image", "digest"},
+        BadCase{R"({"container": {"image": "a..b/c"}})", "container.image", "'a..b' is not a registry host"},
+        BadCase{R"({"container": {"image": "busybox", "runtime": "lxc"}})", "container.runtime",
+                "'podman' or 'docker', got 'lxc'"},
+        BadCase{R"({"container": {"image": "busybox", "privileged": true}})", "container.privileged", "unknown"},
         BadCase{R"({"max_restarts": -1})", "max_restarts", "between 0"},
         BadCase{R"({"time_limit_s": -5})", "time_limit_s", "between 0"},
         BadCase{R"({"progress_timeout_s": -1})", "progress_timeout_s", "between 0"},

@@ -148,6 +148,22 @@ TEST(MergeSubmitFlagsTest, RelativeWorkdirIsMadeAbsolute) {
   EXPECT_EQ((*MergeSubmitFlags(json::object(), f, Defaults()))["workdir"], "/abs");
 }
 
+TEST(MergeSubmitFlagsTest, ContainerFlagSetsTheImageAndKeepsTheFilesRuntime) {
+  SubmitFlags f;
+  f.command = {"true"};
+  f.container = "localhost/trainer:2";
+  auto merged = MergeSubmitFlags(json::parse(R"({"container": {"image": "old:1", "runtime": "docker"}})"), f, Defaults());
+  ASSERT_TRUE(merged.has_value()) << merged.error().message;
+  EXPECT_EQ((*merged)["container"], json::parse(R"({"image": "localhost/trainer:2", "runtime": "docker"})"));
+  auto spec = api::JobSpecFromJson(*merged);
+  ASSERT_TRUE(spec.has_value()) << spec.error().message;
+  EXPECT_EQ(spec->container.image, "localhost/trainer:2");
+  EXPECT_EQ(spec->container.runtime, "docker");
+  auto flag_only = MergeSubmitFlags(json::object(), f, Defaults());
+  ASSERT_TRUE(flag_only.has_value());
+  EXPECT_EQ((*flag_only)["container"], json::parse(R"({"image": "localhost/trainer:2"})"));
+}
+
 TEST(MergeSubmitFlagsTest, BadFlagValuesFail) {
   SubmitFlags f;
   f.time_limit = "soon";

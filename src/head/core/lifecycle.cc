@@ -228,6 +228,7 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
           l.workdir = job.spec.workdir;
           l.cpus = job.spec.cpus_per_task;
           l.user = job.spec.user;
+          l.container = job.spec.container;
         }
         out.push_back(std::move(l));
       }

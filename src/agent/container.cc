@@ -1,0 +1,49 @@
+#include "agent/container.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+
+namespace cohort::agent {
+
+std::vector<std::string> ContainerRunArgv(const ContainerLaunch& c) {
+  std::vector<std::string> argv = {c.runtime_command, "run", "--rm", "--init", "--name", c.name,
+                                   "--network=host", "--ipc=host", "--pull=missing"};
+  // An earlier container of this name can only be a leftover of this same task (a shim
+  // killed before it could remove it): Podman replaces it; Docker has no such flag, and
+  // the shim's removal after every task is what keeps the name free.
+  if (c.runtime == "podman") argv.push_back("--replace");
+  for (const auto& name : c.env_names) argv.insert(argv.end(), {"-e", name});
+  for (const auto& dir : c.mounts) argv.insert(argv.end(), {"-v", dir + ":" + dir});
+  if (!c.workdir.empty()) argv.insert(argv.end(), {"-w", c.workdir});
+  if (c.identity) {
+    argv.insert(argv.end(), {"--user", fmt::format("{}:{}", c.identity->uid, c.identity->gid)});
+    for (gid_t g : c.identity->groups) {
+      if (g != c.identity->gid) argv.insert(argv.end(), {"--group-add", std::to_string(g)});
+    }
+  }
+  for (const auto& d : c.devices) argv.insert(argv.end(), {"--device", d});
+  argv.push_back(c.image);
+  argv.insert(argv.end(), c.command.begin(), c.command.end());
+  return argv;
+}
+
+std::vector<std::string> ContainerRemoveArgv(const std::string& runtime_command, const std::string& name) {
+  return {runtime_command, "rm", "--force", name};
+}
+
+std::vector<std::string> ContainerImageExistsArgv(const std::string& runtime_command, const std::string& image) {
+  return {runtime_command, "image", "inspect", "--format", "{{.Id}}", image};
+}
+
+std::string ContainerName(const std::string& agent_work_dir, int64_t job, int attempt, int rank) {
+  // FNV-1a: stable across runs and builds (std::hash need not be).
+  uint32_t h = 2166136261u;
+  for (unsigned char ch : agent_work_dir) {
+    h ^= ch;
+    h *= 16777619u;
+  }
+  return fmt::format("cohort-{:08x}-j{}-a{}-r{}", h, job, attempt, rank);
+}
+
+}  // namespace cohort::agent

@@ -1,0 +1,203 @@
+// Jobs in container images with a real Podman: the image is made here from Debian's
+// busybox-static (`podman import` of a one-binary root file system; no registry), tagged
+// uniquely and removed at the end. Skips, saying why, when Podman cannot run a container
+// on this machine (not installed, or the host needs the configuration that
+// scripts/install-deps.sh writes).
+#include <unistd.h>
+
+#include <set>
+#include <sstream>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+// Runs argv; its exit code and output (stdout and stderr together).
+std::pair<int, std::string> RunTool(std::vector<std::string> argv, const std::string& dir) {
+  SpawnOptions o;
+  o.argv = std::move(argv);
+  o.stdout_path = dir + "/run.out";
+  std::filesystem::remove(o.stdout_path);
+  auto p = Subprocess::Spawn(o);
+  if (!p) return {-1, p.error().message};
+  auto st = p->Wait();
+  return {st ? st->Code() : -1, ReadFile(o.stdout_path)};
+}
+
+class Containers : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/cohort-image-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    image_ = "localhost/cohort-test-busybox:" + std::to_string(getpid());
+    const std::string busybox = "/bin/busybox";
+    if (access(busybox.c_str(), X_OK) != 0) {
+      skip_ = "no /bin/busybox (Debian's busybox-static, which scripts/install-deps.sh installs)";
+      return;
+    }
+    const std::string root = dir_ + "/rootfs";
+    std::filesystem::create_directories(root + "/bin");
+    std::filesystem::create_directories(root + "/etc");
+    std::filesystem::copy_file(busybox, root + "/bin/busybox");
+    for (const char* tool : {"sh", "true", "echo", "cat", "sleep", "test", "env", "id", "ls", "pwd"}) {
+      std::filesystem::create_symlink("busybox", root + "/bin/" + tool);
+    }
+    std::ofstream(root + "/etc/cohort-marker") << "inside-the-image\n";
+    auto [rc, out] = RunTool({"sh", "-c", "tar -C '" + root + "' -c . | podman import - " + image_}, dir_);
+    if (rc != 0) {
+      skip_ = "podman cannot import an image here: " + out;
+      return;
+    }
+    auto [run_rc, run_out] = RunTool({"podman", "run", "--rm", "--network=host", image_, "/bin/true"}, dir_);
+    if (run_rc != 0) {
+      skip_ = "podman cannot run a container here (scripts/setup-podman.sh configures it): " + run_out;
+      return;
+    }
+  }
+  static void TearDownTestSuite() {
+    RunTool({"podman", "rmi", "--force", image_}, dir_);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+  }
+
+  // The containers of job `id` that Podman still knows, any state.
+  static std::string ContainersOf(int64_t id) {
+    auto [rc, out] = RunTool({"podman", "ps", "--all", "--format", "{{.Names}}"}, dir_);
+    std::string mine;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("-j" + std::to_string(id) + "-a") != std::string::npos) mine += line + " ";
+    }
+    return mine;
+  }
+
+  static inline std::string dir_, image_, skip_;
+};
+
+TEST_F(Containers, TaskRunsInTheImageWithItsEnvironmentDirectoriesAndExitCode) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 2);
+  c.WaitForNodes(1);
+  const std::string work = c.dir() + "/work";
+  std::filesystem::create_directories(work);
+  const std::string script =
+      "echo RANK=$RANK; echo WORLD_SIZE=$WORLD_SIZE; echo MY_VAR=$MY_VAR; echo GPUS=$CUDA_VISIBLE_DEVICES; "
+      "echo PWD=$(pwd); echo MARKER=$(cat /etc/cohort-marker); "
+      "test -d \"$COHORT_CHECKPOINT_DIR\" && echo ok > \"$COHORT_CHECKPOINT_DIR/written\" && echo CKPT=1; "
+      "echo from-the-container > out.txt; exit 3";
+  json job = c.Submit({{"command", {"sh", "-c", script}},
+                       {"tasks_per_node", 2},
+                       {"gpus_per_node", 2},
+                       {"workdir", work},
+                       {"env", {{"MY_VAR", "hello container"}}},
+                       {"container", {{"image", image_}}}});
+  const int64_t id = job["id"];
+  json done = c.WaitForState(id, "FAILED", std::chrono::seconds(60));
+  EXPECT_EQ(done["exit_code"], 3) << done.dump(2);
+  std::set<std::string> gpus;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto env = ParseEnvLines(c.Logs(id, rank));
+    EXPECT_EQ(env["RANK"], std::to_string(rank)) << c.Logs(id, rank);
+    EXPECT_EQ(env["WORLD_SIZE"], "2");
+    EXPECT_EQ(env["MY_VAR"], "hello container");
+    EXPECT_EQ(env["MARKER"], "inside-the-image") << "the task did not run in the image";
+    EXPECT_EQ(env["PWD"], work);
+    EXPECT_EQ(env["CKPT"], "1") << "the checkpoint directory is not mounted";
+    gpus.insert(env["GPUS"]);
+  }
+  EXPECT_EQ(gpus.size(), 2u) << "each task gets its own simulated GPU";
+  EXPECT_EQ(ReadFile(work + "/out.txt"), "from-the-container\n");
+  // The job's JSON shows its image, and no container is left behind.
+  EXPECT_EQ(done["spec"]["container"]["image"], image_);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(10))) << ContainersOf(id);
+}
+
+TEST_F(Containers, CancelStopsTheContainerAndLeavesNoneBehind) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  json job = c.Submit({{"command", {"sh", "-c", "echo started; exec sleep 1000"}},
+                       {"container", {{"image", image_}, {"runtime", "podman"}}}});
+  const int64_t id = job["id"];
+  c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
+  ASSERT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find("started") != std::string::npos; }, std::chrono::seconds(30)))
+      << c.Logs(id, 0);
+  EXPECT_FALSE(ContainersOf(id).empty()) << "the task is not in a container";
+  auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ((*r)["state"], "CANCELLED");
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
+      << "still there: " << ContainersOf(id);
+}
+
+// The agent dies: its shims SIGKILL their tasks at once (no grace), which kills the
+// runtime without letting it clean up; the container's processes and record must go too.
+TEST_F(Containers, AKilledAgentLeavesNoContainerAndNoProcessBehind) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  // A duration no other process sleeps, to find the task's own process by its command line.
+  const std::string sleep = "sleep 9" + std::to_string(getpid());
+  json job = c.Submit({{"command", {"sh", "-c", "echo started; exec " + sleep}},
+                       {"container", {{"image", image_}}}});
+  const int64_t id = job["id"];
+  c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
+  ASSERT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find("started") != std::string::npos; }, std::chrono::seconds(30)));
+  auto sleeping = [&] { return RunTool({"pgrep", "-f", "^" + sleep + "$"}, dir_).first == 0; };
+  ASSERT_TRUE(WaitUntil(sleeping, std::chrono::seconds(10))) << "the task's process is not visible on the host";
+  c.agent("node-a").Signal(SIGKILL);
+  EXPECT_TRUE(WaitUntil([&] { return !sleeping(); }, std::chrono::seconds(30))) << "the container's process survived";
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
+      << "still there: " << ContainersOf(id);
+}
+
+TEST_F(Containers, AMissingImageFailsTheJobWithItsReason) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const std::string missing = "localhost/cohort-no-such-image:" + std::to_string(getpid());
+  json job = c.Submit({{"command", {"true"}}, {"container", {{"image", missing}}}});
+  const int64_t id = job["id"];
+  json done = c.WaitForState(id, "FAILED", std::chrono::seconds(60));
+  ASSERT_EQ(done["exits"].size(), 1u) << done.dump(2);
+  const std::string error = done["exits"][0].value("error", "");
+  EXPECT_NE(error.find("container image '" + missing + "' is not on this node"), std::string::npos) << error;
+  EXPECT_EQ(done["exits"][0]["exit_code"], 125);
+  EXPECT_TRUE(ContainersOf(id).empty()) << ContainersOf(id);
+}
+
+TEST_F(Containers, ARuntimeTheNodeDoesNotOfferFailsTheStartSayingWhichItHas) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1, 4, {"--container-runtime", "podman=podman"});
+  c.WaitForNodes(1);
+  json job = c.Submit({{"command", {"true"}}, {"container", {{"image", image_}, {"runtime", "docker"}}}});
+  json done = c.WaitForState(job["id"], "FAILED", std::chrono::seconds(30));
+  ASSERT_EQ(done["exits"].size(), 1u) << done.dump(2);
+  EXPECT_EQ(done["exits"][0].value("error", ""),
+            "the job asks for container runtime 'docker'; node node-a offers podman");
+}
+
+TEST(ContainerFlags, AnAgentRefusesARuntimeItCannotName) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("cohort-flags-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto [rc, out] = RunTool({COHORT_BINARY, "agent", "--head", "http://127.0.0.1:1", "--join-token", "x",
+                        "--container-runtime", "lxc=/usr/bin/lxc"},
+                       dir);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--container-runtime 'lxc=/usr/bin/lxc': expected KIND=COMMAND with KIND podman or docker"),
+            std::string::npos)
+      << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cohort::testing
