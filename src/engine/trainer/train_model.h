@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -29,6 +30,7 @@
 #include "engine/model/gpt.h"
 #include "engine/optim/adamw.h"
 #include "engine/parallel/ddp.h"
+#include "engine/parallel/layout.h"
 #include "engine/trainer/device_peak.h"
 
 namespace cohort::engine {
@@ -45,6 +47,30 @@ class TrainModel {
   virtual Result<float> Forward(std::span<const int32_t> tokens,
                                 std::span<const int32_t> targets, int B, int T) = 0;
   virtual Result<void> Backward(float loss_scale, const GradReadyFn& ready) = 0;
+  // Fills micro-batch `a` of a step: B·T input ids and B·T targets.
+  using LoadMicrobatch =
+      std::function<Result<void>(int a, std::span<int32_t> inputs, std::span<int32_t> targets)>;
+
+  // One step's forward and backward passes over `count` micro-batches of B × T tokens:
+  // zeroes the gradients, scales each micro-batch's loss by 1/count and leaves the
+  // gradient of the mean loss, averaged over the data-parallel ranks, in grads(). Returns
+  // the mean loss of this rank's micro-batches (of its replica, for a model split over
+  // ranks: the same value on every rank of the replica). The default is the data-parallel
+  // loop: Forward and Backward per micro-batch, `reducer` (may be null) all-reducing the
+  // buckets during the last backward pass.
+  virtual Result<double> TrainMicrobatches(int count, int B, int T, const LoadMicrobatch& load,
+                                           DdpReducer* reducer);
+  // The mean loss over `count` micro-batches, forward only (evaluation).
+  virtual Result<double> EvalMicrobatches(int count, int B, int T, const LoadMicrobatch& load);
+
+  // True when the model is split over ranks (tensor or pipeline parallelism): then
+  // StateForCheckpoint, Export and NextTokenLogits are collectives that every rank calls
+  // (rank 0 gets the result), and the model reduces its own gradients (the trainer makes
+  // no DdpReducer).
+  virtual bool model_parallel() const { return false; }
+  // A note for the step's log line ("bubble 21.0% (1f1b theory 20.0%)"); "" for none.
+  virtual std::string StepNote() const { return ""; }
+
   // Clips the gradients to max_norm (torch's clip_grad_norm_; <= 0: no clipping) and
   // applies one AdamW step with `lr`. Returns the gradient norm before clipping.
   virtual Result<double> ClipAndStep(double max_norm, float lr) = 0;
@@ -107,6 +133,16 @@ Result<CudaDeviceChoice> SelectCudaDevice(int local_rank);
 Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
                                                        const AdamWConfig& adamw, int max_batch,
                                                        int max_seq, std::string* description);
+
+// A CPU model split over `world` by `layout` (tensor and/or pipeline > 1): this rank's
+// shard of `initial` (every rank passes the same initial model), its own AdamW, and the
+// communicators of its groups, split from `world` (every rank calls this at the same
+// point). `description` receives a line for the log (parameters and memory of this rank).
+Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptModel& initial,
+                                                              const AdamWConfig& adamw,
+                                                              const ParallelLayout& layout,
+                                                              comm::Communicator& world,
+                                                              std::string* description);
 
 // True when this binary was built with the CUDA engine.
 bool CudaTrainingBuilt();
