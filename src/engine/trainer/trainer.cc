@@ -464,8 +464,15 @@ Result<void> Trainer::Impl::SetupModel() {
       model->num_params() / 1e6);
   Log("layout: {}", layout.Describe());
   if (layout.model_parallel()) Log("shard: {}", memory);
-  Log("batch: {} ranks x {} accumulation steps x {} sequences x {} tokens = {} tokens per step",
-      data_world, accum, config.micro_batch, config.seq_len, global_batch * config.seq_len);
+  if (layout.model_parallel()) {
+    Log("batch: {} data-parallel replicas x {} micro-batches x {} sequences x {} tokens = {} "
+        "tokens per step",
+        data_world, accum, config.micro_batch, config.seq_len, global_batch * config.seq_len);
+  } else {
+    Log("batch: {} ranks x {} accumulation steps x {} sequences x {} tokens = {} tokens per "
+        "step",
+        data_world, accum, config.micro_batch, config.seq_len, global_batch * config.seq_len);
+  }
   if (layout.pipeline > 1) {
     Log("pipeline: {} micro-batches per step through {} stages; {} schedule, theoretical "
         "bubble {:.1f}%",
@@ -572,10 +579,11 @@ Result<void> Trainer::Impl::KeepCheckpointBatch(int64_t step, int64_t tokens_see
 
 Result<void> Trainer::Impl::Setup() {
   threads = ConfigureThreads(config.threads, ctx.env.local_world_size);
-  // The GPU first: a missing one fails before any communicator, data or checkpoint is
-  // touched, and the nccl communicator binds to the device current on this thread.
-  COHORT_TRY_VOID(SetupDevice());
+  // The layout (pure) and the GPU first: an impossible layout or a missing GPU fails before
+  // any communicator, data or checkpoint is touched, and the nccl communicator binds to the
+  // device current on this thread.
   COHORT_TRY_VOID(SetupLayout());
+  COHORT_TRY_VOID(SetupDevice());
   COHORT_TRY_VOID(SetupComm());
   COHORT_TRY_VOID(SetupData());
   COHORT_TRY_VOID(SetupModel());
