@@ -69,11 +69,16 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   const GptConfig& config() const override { return config_; }
   size_t num_params() const override { return config_.num_parameters(); }
   bool model_parallel() const override { return true; }
-  std::string StepNote() const override {
-    if (layout_.pipeline == 1) return "";
-    return fmt::format("bubble {:.1f}% ({} theory {:.1f}%)", bubble_ * 100,
-                       ScheduleName(layout_.schedule),
-                       TheoreticalBubble(layout_, microbatches_) * 100);
+  std::optional<ParallelStats> parallel_stats() const override {
+    ParallelStats st;
+    st.pipeline = layout_.pipeline;
+    st.bubble = bubble_;
+    st.theory = TheoreticalBubble(layout_, microbatches_);
+    st.schedule = ScheduleName(layout_.schedule);
+    st.peak_activation_bytes = peak_activation_bytes_;
+    st.microbatch_activation_bytes = microbatch_activation_bytes_;
+    st.shard_floats = shard_->layout().total;
+    return st;
   }
 
   // The per-micro-batch interface is the data-parallel loop's; a split model runs whole
@@ -92,7 +97,10 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
     COHORT_TRY_VOID(LoadAll(count, B, T, load));
     shard_->ZeroGrad();
     scale_ = 1.0f / static_cast<float>(count);
+    shard_->ResetPeak();
+    microbatch_activation_bytes_ = 0;
     const PipelineStepStats stats = COHORT_TRY(runner_->Run(*this, count, false));
+    peak_activation_bytes_ = shard_->peak_activation_bytes();
     COHORT_TRY_VOID(ReduceGradients());
     return ReplicaLoss(count, stats.bubble());
   }
@@ -276,7 +284,9 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
     batch.T = T_;
     batch.tokens = std::span<const int32_t>(tokens_).subspan(mb * per, per);
     if (!targets_.empty()) batch.targets = std::span<const int32_t>(targets_).subspan(mb * per, per);
+    const size_t before = shard_->activation_bytes();
     const float loss = COHORT_TRY(shard_->Forward(local, mb, batch, input, output));
+    if (mb == 0 && !forward_only) microbatch_activation_bytes_ += shard_->activation_bytes() - before;
     const bool head = chunk == layout_.num_chunks() - 1;
     if (head) loss_sum_ += loss;
     if (forward_only && !(head && keep_head_)) shard_->Release(local, mb);
@@ -304,6 +314,8 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   double loss_sum_ = 0;
   bool keep_head_ = false;  // sampling: keep the head's stash for its logits
   double bubble_ = 0;       // the last training step's measured bubble, averaged over stages
+  size_t peak_activation_bytes_ = 0;        // the last training step's
+  size_t microbatch_activation_bytes_ = 0;  // micro-batch 0's stash over this rank's chunks
   LogicalState gathered_;   // rank 0: the state of the last StateForCheckpoint
 };
 

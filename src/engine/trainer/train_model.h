@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,8 +69,18 @@ class TrainModel {
   // (rank 0 gets the result), and the model reduces its own gradients (the trainer makes
   // no DdpReducer).
   virtual bool model_parallel() const { return false; }
-  // A note for the step's log line ("bubble 21.0% (1f1b theory 20.0%)"); "" for none.
-  virtual std::string StepNote() const { return ""; }
+  // What the last training step of a model split over ranks measured (the log's bubble
+  // and the benchmarks); nullopt for a model on one rank.
+  struct ParallelStats {
+    int pipeline = 1;
+    double bubble = 0;           // measured: 1 − compute / span, averaged over the stages
+    double theory = 0;           // the schedule's (p − 1) / (v·m + p − 1)
+    std::string schedule;        // "1f1b"
+    size_t peak_activation_bytes = 0;  // this rank: activations stashed at once, at most
+    size_t microbatch_activation_bytes = 0;  // this rank: one micro-batch's, all its chunks
+    size_t shard_floats = 0;     // this rank's parameters (and gradients, and each moment)
+  };
+  virtual std::optional<ParallelStats> parallel_stats() const { return std::nullopt; }
 
   // Clips the gradients to max_norm (torch's clip_grad_norm_; <= 0: no clipping) and
   // applies one AdamW step with `lr`. Returns the gradient norm before clipping.

@@ -756,7 +756,11 @@ void Trainer::Impl::LogStep(const StepStats& s) {
       peak.flops > 0
           ? fmt::format("{:.1f}%", flops_per_token * s.tokens_per_s / (peak.flops * world) * 100)
           : std::string("n/a");
-  const std::string note = model->StepNote();
+  std::string note;
+  if (const auto ps = model->parallel_stats(); ps && ps->pipeline > 1) {
+    note = fmt::format("bubble {:.1f}% ({} theory {:.1f}%)", ps->bubble * 100, ps->schedule,
+                       ps->theory * 100);
+  }
   Log("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:6.0f} ms | {:.0f} tok/s | "
       "MFU {}{}",
       progress.step, config.steps, s.loss, s.lr, s.norm, s.seconds * 1000, s.tokens_per_s, mfu,
