@@ -2,6 +2,7 @@
 // gloo over loopback, in one process), printed beside their targets.
 //
 //   bench_parallel_train [--section bubble|memory|throughput|all] [--steps S] [--stages P]
+//                        [--baseline-threads N]
 //
 // bubble      P (default 4) ranks as pipeline P: GPipe, 1F1B and interleaved (2 chunks per stage), the
 //             bubble measured from each stage's compute timeline (1 − time in forward and
@@ -16,7 +17,7 @@
 //             machine's cores, in one run (median step over S steps after one warm-up).
 //
 // Each rank runs one OpenMP thread; the one-rank baseline runs as many as the machine has
-// cores. On a machine with fewer cores than ranks the ranks share the cores, which the
+// cores (or --baseline-threads). On a machine with fewer cores than ranks the ranks share the cores, which the
 // figures then include (the log says so).
 #include <omp.h>
 #include <unistd.h>
@@ -249,10 +250,11 @@ void Memory() {
   }
 }
 
-void Throughput(int steps) {
+void Throughput(int steps, int baseline_threads) {
   const GptConfig cfg = Model(12, 768, 12, 50257, 64);
   const int B = 1, T = 64, global = 8;  // 8 sequences of 64 tokens per step
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int cores = baseline_threads > 0 ? baseline_threads
+                                         : static_cast<int>(std::thread::hardware_concurrency());
   std::printf("\n== tokens/s: d_model 768, 12 layers, GPT-2 vocabulary, %d tokens per step "
               "(%d sequences of %d), %d cores ==\n",
               global * T, global, T, cores);
@@ -301,12 +303,15 @@ void Throughput(int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // figures appear as they are measured
   std::string section = "all";
-  int steps = 3, stages = 4;
+  int steps = 3, stages = 4, baseline_threads = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--section" && i + 1 < argc) {
       section = argv[++i];
+    } else if (a == "--baseline-threads" && i + 1 < argc) {
+      baseline_threads = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--stages" && i + 1 < argc) {
       stages = std::clamp(std::atoi(argv[++i]), 2, 8);
     } else if (a == "--steps" && i + 1 < argc) {
@@ -314,7 +319,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_parallel_train [--section bubble|memory|throughput|all] "
-                   "[--steps S] [--stages P]\n");
+                   "[--steps S] [--stages P] [--baseline-threads N]\n");
       return 2;
     }
   }
@@ -322,6 +327,6 @@ int main(int argc, char** argv) {
               std::thread::hardware_concurrency());
   if (section == "bubble" || section == "all") Bubble(steps, stages);
   if (section == "memory" || section == "all") Memory();
-  if (section == "throughput" || section == "all") Throughput(steps);
+  if (section == "throughput" || section == "all") Throughput(steps, baseline_threads);
   return 0;
 }
