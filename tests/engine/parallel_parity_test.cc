@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <mutex>
 #include <string>
@@ -122,6 +123,29 @@ RunResult RunParallel(const GptConfig& cfg, ParallelConfig pc, int world, int m,
       ASSERT_TRUE(comm.AllReduce(&avg, &avg, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg));
       mine.losses.push_back(avg);
       if (step == steps - 1) {
+        // Replicated tensors (LayerNorms, row-parallel biases, wpe, ln_f) get bit-identical
+        // gradients on every rank of a stage (every tensor rank and replica), so their
+        // copies never drift apart: a checksum of those gradients, compared over the world.
+        const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(*layout, cfg, comm.rank()));
+        uint64_t hash = 1469598103934665603ULL;
+        for (const ShardTensor& t : shard.tensors) {
+          if (t.tied_head_copy || t.local.numel != size_t(t.logical_rows * t.logical_cols)) continue;
+          for (size_t i = t.local.offset; i < t.local.offset + t.local.numel; ++i) {
+            uint32_t bits;
+            std::memcpy(&bits, &model.grads()[i], 4);
+            hash = (hash ^ bits) * 1099511628211ULL;
+          }
+        }
+        std::vector<int64_t> hashes(world);
+        int64_t mine_hash = static_cast<int64_t>(hash);
+        std::vector<size_t> ones(world, 1);
+        ASSERT_TRUE(comm.AllGather(&mine_hash, hashes.data(), ones, comm::DataType::kInt64));
+        for (int r = 0; r < world; ++r) {
+          if (layout->CoordsOf(r).stage == layout->CoordsOf(comm.rank()).stage) {
+            EXPECT_EQ(hashes[r], mine_hash) << "replicated gradients of rank " << r << " and "
+                                            << comm.rank() << " differ";
+          }
+        }
         // The logical gradient, gathered as if it were the parameters.
         std::vector<float> g(model.grads().begin(), model.grads().end()), zero(g.size());
         auto full = GatherShardedState(comm, *layout, cfg, {g, zero, zero});

@@ -343,6 +343,13 @@ Result<void> Trainer::Impl::SetupLayout() {
   const RankCoords at = layout.CoordsOf(ctx.env.rank);
   data_rank = at.data;
   data_world = layout.data;
+  rank = ctx.env.rank;
+  if (layout.tensor > 1 && ctx.env.local_world_size % layout.tensor != 0) {
+    Log("layout: warning: {} ranks per node (LOCAL_WORLD_SIZE) is not a multiple of "
+        "parallel.tensor {}, so some tensor groups span nodes (every block's all-reduces then "
+        "cross the network); a job spec can declare tensor_group_size to refuse that",
+        ctx.env.local_world_size, layout.tensor);
+  }
   return {};
 }
 
