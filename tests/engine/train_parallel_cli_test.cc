@@ -106,7 +106,8 @@ void ExpectClose(const std::map<int64_t, double>& got, const std::map<int64_t, d
 
 TEST_F(TrainParallelCliTest, TensorAndPipelineLayoutsTrainTheOneRankModel) {
   const fs::path cfg = Config();
-  TrainRun one = Train(1, {"-c", cfg.string(), "--log-file", (dir_ / "l1.jsonl").string()});
+  TrainRun one = Train(1, {"-c", cfg.string(), "--log-file", (dir_ / "l1.jsonl").string(),
+                           "--export", (dir_ / "one.safetensors").string()});
   ASSERT_TRUE(one.status.Success()) << one.output;
   const auto want = RecordedLosses(dir_ / "l1.jsonl");
   ASSERT_EQ(want.size(), 12u);
@@ -135,7 +136,9 @@ TEST_F(TrainParallelCliTest, TensorAndPipelineLayoutsTrainTheOneRankModel) {
   };
   for (const Layout& l : layouts) {
     const fs::path log = dir_ / ("l-" + std::to_string(runs_) + ".jsonl");
-    std::vector<std::string> args = {"-c", cfg.string(), "--log-file", log.string()};
+    const fs::path exported = dir_ / ("m-" + std::to_string(runs_) + ".safetensors");
+    std::vector<std::string> args = {"-c", cfg.string(), "--log-file", log.string(), "--export",
+                                     exported.string()};
     args.insert(args.end(), l.sets.begin(), l.sets.end());
     TrainRun r = Train(l.ranks, args);
     ASSERT_TRUE(r.status.Success()) << r.output;
@@ -147,6 +150,9 @@ TEST_F(TrainParallelCliTest, TensorAndPipelineLayoutsTrainTheOneRankModel) {
     }
     ExpectClose(RecordedLosses(log), want, 1e-5, l.layout_line);
     ExpectClose(ValLosses(log), ValLosses(dir_ / "l1.jsonl"), 1e-5, l.layout_line + " (val)");
+    // The export gathers the whole model (the same tensors as one rank's file).
+    ASSERT_TRUE(fs::exists(exported)) << l.layout_line;
+    EXPECT_EQ(fs::file_size(exported), fs::file_size(dir_ / "one.safetensors")) << l.layout_line;
     // Sampling runs through the stages and gives the 1-rank text.
     EXPECT_EQ(Sample(r.output), Sample(one.output)) << l.layout_line;
     EXPECT_NE(Sample(r.output), "");
