@@ -161,7 +161,9 @@ Result<PipelineStepStats> PipelineRunner::Run(PipelineCompute& compute, int micr
     stats.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
     return r;
   };
-  for (const PipelineOp& op : BuildSchedule(layout_, stage_, microbatches, forward_only)) {
+  auto [it, fresh] = schedules_.try_emplace({microbatches, forward_only});
+  if (fresh) it->second = BuildSchedule(layout_, stage_, microbatches, forward_only);
+  for (const PipelineOp& op : it->second) {
     auto context = [&op](const Error& e) { return WithContext(e, "pipeline " + OpName(op)); };
     if (op.forward) {
       const bool first = op.chunk == 0, final = op.chunk == last;

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -105,6 +106,8 @@ class PipelineRunner {
   int stage_;
   PipelineLinks& links_;
   std::vector<float> in_, out_;
+  // Schedules built so far, by (micro-batches, forward only): a step reuses its schedule.
+  std::map<std::pair<int, bool>, std::vector<PipelineOp>> schedules_;
 };
 
 }  // namespace cohort::engine

@@ -13,6 +13,11 @@
 // them through device memory on CUDA. Parameters and optimizer state are broadcast where
 // they live.
 //
+// Models split over ranks (MakeParallelCpuTrainModel: tensor and pipeline parallelism)
+// implement the same interface; they train whole steps (TrainMicrobatches) rather than
+// single micro-batches, hold only their shard (num_params() is still the whole model's),
+// and their checkpoint state, export and sampling are collectives (model_parallel()).
+//
 // Threads: the training thread calls everything; DdpReducer's thread calls the function
 // grad_wait() returns.
 #pragma once
