@@ -141,16 +141,15 @@ RunFigures RunLayout(const GptConfig& cfg, const ParallelConfig& pc, int world, 
     auto layout = Check(MakeParallelLayout(pc, cfg, world), "layout");
     std::unique_ptr<TrainModel> model;
     std::unique_ptr<DdpReducer> reducer;
-    {
+    if (layout.model_parallel()) {
+      model = Check(MakeParallelCpuTrainModel(cfg, InitialParams{1, nullptr}, AdamWConfig{},
+                                              layout, comm, nullptr),
+                    "parallel model");
+    } else {
       GptModel init = Check(GptModel::Create(cfg), "model");
       init.InitRandom(1);
-      if (layout.model_parallel()) {
-        model = Check(MakeParallelCpuTrainModel(init, AdamWConfig{}, layout, comm, nullptr),
-                      "parallel model");
-      } else {
-        model = Check(MakeCpuTrainModel(std::move(init), AdamWConfig{}), "model");
-        reducer = std::make_unique<DdpReducer>(comm, model->grads(), size_t{4} << 20);
-      }
+      model = Check(MakeCpuTrainModel(std::move(init), AdamWConfig{}), "model");
+      reducer = std::make_unique<DdpReducer>(comm, model->grads(), size_t{4} << 20);
     }
     const int replica = layout.CoordsOf(comm.rank()).data;
     for (int step = 0; step < steps; ++step) {

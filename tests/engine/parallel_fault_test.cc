@@ -50,9 +50,8 @@ std::vector<Outcome> RunWithFailure(int victim, bool hang, Millis timeout) {
         pc.tensor = 2;
         pc.pipeline = 2;
         auto layout = MakeParallelLayout(pc, cfg, world).value();
-        GptModel init = GptModel::Create(cfg).value();
-        init.InitRandom(3);
-        auto model = MakeParallelCpuTrainModel(init, AdamWConfig{}, layout, comm, nullptr);
+        auto model =
+            MakeParallelCpuTrainModel(cfg, InitialParams{3, nullptr}, AdamWConfig{}, layout, comm, nullptr);
         ASSERT_TRUE(model.has_value()) << model.error().ToString();
         const int me = comm.rank();
         for (int step = 0; step < 2; ++step) {

@@ -104,10 +104,14 @@ RunResult RunParallel(const GptConfig& cfg, ParallelConfig pc, int world, int m,
     omp_set_num_threads(1);
     auto layout = MakeParallelLayout(pc, cfg, world);
     ASSERT_TRUE(layout.has_value()) << layout.error().ToString();
+    // Initial parameters both ways: each rank generating its slices from the seed, or
+    // cutting them from a whole model (an imported file); they are the same values.
     GptModel init = GptModel::Create(cfg).value();
     init.InitRandom(7);
+    const bool whole = layout->data > 1;
     std::string desc;
-    auto made = MakeParallelCpuTrainModel(init, Adam(), *layout, comm, &desc);
+    auto made = MakeParallelCpuTrainModel(cfg, InitialParams{7, whole ? &init : nullptr}, Adam(),
+                                          *layout, comm, &desc);
     ASSERT_TRUE(made.has_value()) << made.error().ToString();
     TrainModel& model = **made;
     const int replica = layout->CoordsOf(comm.rank()).data;
@@ -286,6 +290,29 @@ TEST(PipelineSchedulesTest, EveryScheduleGivesGpipesGradientsBitForBit) {
       for (size_t i = 0; i < want.grads.size(); ++i) differ += got.grads[i] != want.grads[i];
       EXPECT_EQ(differ, 0u) << what << ": gradient elements that differ from GPipe's";
       EXPECT_NEAR(got.losses[0], want.losses[0], 1e-6 * want.losses[0]) << what;
+    }
+  }
+}
+
+// Each rank's slices generated from the seed are exactly the slices of the whole model
+// initialised from it.
+TEST(ShardedStateTest, ShardsInitialiseFromTheSeedAsTheWholeModelDoes) {
+  const GptConfig cfg = TinyConfig(5);
+  GptModel whole = GptModel::Create(cfg).value();
+  whole.InitRandom(99);
+  for (auto [t, p] : {std::pair{2, 1}, std::pair{4, 2}, std::pair{1, 4}, std::pair{2, 2}}) {
+    ParallelConfig pc;
+    pc.tensor = t;
+    pc.pipeline = p;
+    auto layout = MakeParallelLayout(pc, cfg, t * p).value();
+    for (int r = 0; r < t * p; ++r) {
+      const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, r));
+      std::vector<float> cut(shard.total), generated(shard.total, -1.0f);
+      ExtractShard(shard, whole.params(), cut);
+      GenerateInitialParams(cfg, 99, [&](const ParamTensor& tensor, std::span<const float> v) {
+        ExtractTensor(shard, tensor, v, generated);
+      });
+      EXPECT_EQ(generated, cut) << "tensor " << t << " pipeline " << p << " rank " << r;
     }
   }
 }

@@ -141,6 +141,16 @@ void ExtractShard(const GptShardLayout& layout, std::span<const float> logical,
   }
 }
 
+void ExtractTensor(const GptShardLayout& layout, const ParamTensor& logical,
+                   std::span<const float> values, std::span<float> local) {
+  for (const ShardTensor& t : layout.tensors) {
+    if (t.logical_offset != logical.offset) continue;
+    ForEachRun(t, [&](size_t lo, size_t gl, size_t n) {
+      std::memcpy(local.data() + lo, values.data() + (gl - logical.offset), n * sizeof(float));
+    });
+  }
+}
+
 void PlaceShard(const GptShardLayout& layout, std::span<const float> local,
                 std::span<float> logical) {
   for (const ShardTensor& t : layout.tensors) {

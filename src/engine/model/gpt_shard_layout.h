@@ -88,6 +88,11 @@ struct GptShardLayout {
 // `local` (total floats).
 void ExtractShard(const GptShardLayout& layout, std::span<const float> logical,
                   std::span<float> local);
+// Copies this shard's slices of one logical tensor (`values`: its numel() values, e.g. from
+// GenerateInitialParams) into `local` (total floats); tensors the shard does not hold are
+// skipped, and both copies of wte get their slice.
+void ExtractTensor(const GptShardLayout& layout, const ParamTensor& logical,
+                   std::span<const float> values, std::span<float> local);
 // Writes this shard's slices into a logical buffer; tied head copies are skipped (the
 // embedding's slice is the one that counts).
 void PlaceShard(const GptShardLayout& layout, std::span<const float> local,

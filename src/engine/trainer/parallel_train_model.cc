@@ -45,9 +45,9 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
         optimizer_(std::move(optimizer)),
         tp_(nullptr) {}
 
-  Result<void> Init(const GptModel& initial) {
+  Result<void> Init(const GptConfig& config, const InitialParams& initial) {
     const int rank = world_.rank();
-    config_ = initial.config();
+    config_ = config;
     tp_comm_ = COHORT_TRY(SplitGroup(world_, layout_.TensorGroup(rank), "tensor"));
     dp_comm_ = COHORT_TRY(SplitGroup(world_, layout_.DataGroup(rank), "data"));
     pipe_comm_ = COHORT_TRY(SplitGroup(world_, layout_.PipelineGroup(rank), "pipeline"));
@@ -58,7 +58,14 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
     links_ = COHORT_TRY(PipelineLinks::Create(world_, layout_, rank));
     tp_ = TensorParallelGroup(tp_comm_.get());
     shard_ = COHORT_TRY(GptShardModel::Create(ShardSpecFor(layout_, config_, rank), tp_));
-    ExtractShard(shard_->layout(), initial.params(), shard_->params());
+    if (initial.from != nullptr) {
+      ExtractShard(shard_->layout(), initial.from->params(), shard_->params());
+    } else {
+      GenerateInitialParams(config_, initial.seed,
+                            [this](const ParamTensor& t, std::span<const float> values) {
+                              ExtractTensor(shard_->layout(), t, values, shard_->params());
+                            });
+    }
     runner_ = std::make_unique<PipelineRunner>(layout_, at_.stage, *links_);
     const std::vector<int> mine = layout_.ChunksOf(at_.stage);
     local_.assign(layout_.num_chunks(), -1);
@@ -321,20 +328,26 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
 
 }  // namespace
 
-Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptModel& initial,
+Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& config,
+                                                              const InitialParams& initial,
                                                               const AdamWConfig& adamw,
                                                               const ParallelLayout& layout,
                                                               comm::Communicator& world,
                                                               std::string* description) {
-  const GptShardLayout shard =
-      GptShardLayout::Build(ShardSpecFor(layout, initial.config(), world.rank()));
+  COHORT_TRY_VOID(config.Validate());
+  if (initial.from != nullptr && initial.from->config().num_parameters() != config.num_parameters()) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "initial model has {} parameters; the configuration {}",
+                  initial.from->config().num_parameters(), config.num_parameters());
+  }
+  const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, config, world.rank()));
   std::vector<DecayRange> ranges;
   for (const ShardTensor& t : shard.tensors) {
     ranges.push_back({t.local.offset, t.local.numel, t.local.weight_decay});
   }
   AdamW optimizer = COHORT_TRY(AdamW::Create(shard.total, std::move(ranges), adamw));
   auto model = std::make_unique<ParallelCpuTrainModel>(layout, world, std::move(optimizer));
-  COHORT_TRY_VOID(model->Init(initial));
+  COHORT_TRY_VOID(model->Init(config, initial));
   if (description) *description = model->Describe();
   return std::unique_ptr<TrainModel>(std::move(model));
 }

@@ -150,11 +150,20 @@ Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
                                                        const AdamWConfig& adamw, int max_batch,
                                                        int max_seq, std::string* description);
 
-// A CPU model split over `world` by `layout` (tensor and/or pipeline > 1): this rank's
-// shard of `initial` (every rank passes the same initial model), its own AdamW, and the
-// communicators of its groups, split from `world` (every rank calls this at the same
-// point). `description` receives a line for the log (parameters and memory of this rank).
-Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptModel& initial,
+// Where a split model's initial parameters come from: GPT-2 initialisation from `seed`, each
+// rank generating only its slices (GenerateInitialParams: no rank holds the whole model), or
+// `from`, a whole model every rank holds (an imported GPT-2 file).
+struct InitialParams {
+  uint64_t seed = 0;
+  const GptModel* from = nullptr;
+};
+
+// A CPU model of shape `config` split over `world` by `layout` (tensor and/or pipeline > 1):
+// this rank's shard, its own AdamW, and the communicators of its groups, split from `world`
+// (every rank calls this at the same point, with the same config and initial parameters).
+// `description` receives a line for the log (parameters and memory of this rank).
+Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& config,
+                                                              const InitialParams& initial,
                                                               const AdamWConfig& adamw,
                                                               const ParallelLayout& layout,
                                                               comm::Communicator& world,

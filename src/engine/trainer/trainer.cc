@@ -426,11 +426,16 @@ Result<void> Trainer::Impl::SetupBatches() {
 
 Result<void> Trainer::Impl::SetupModel() {
   const GptConfig& mc = model_config;
-  GptModel initial = COHORT_TRY(GptModel::Create(mc));
-  if (!config.init_from.empty()) {
-    COHORT_TRY_VOID(ImportGpt2(config.init_from, initial));
-  } else {
-    initial.InitRandom(config.seed);
+  // The whole initial model, unless this rank's shard can be initialised by itself (a
+  // split model from a seed: each rank generates only its slices).
+  std::optional<GptModel> initial;
+  if (!layout.model_parallel() || !config.init_from.empty()) {
+    initial = COHORT_TRY(GptModel::Create(mc));
+    if (!config.init_from.empty()) {
+      COHORT_TRY_VOID(ImportGpt2(config.init_from, *initial));
+    } else {
+      initial->InitRandom(config.seed);
+    }
   }
   if (auto r = train_data->CheckVocab(mc.vocab_size); !r) {
     return std::unexpected(WithContext(r.error(), "training data"));
@@ -447,14 +452,15 @@ Result<void> Trainer::Impl::SetupModel() {
   ac.weight_decay = static_cast<float>(config.weight_decay);
   std::string memory;
   if (layout.model_parallel()) {
-    model = COHORT_TRY(MakeParallelCpuTrainModel(initial, ac, layout, *comm, &memory));
+    model = COHORT_TRY(MakeParallelCpuTrainModel(
+        mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory));
   } else if (gpu) {
     // The GPU starts from the weights the CPU would (same seed or file), then the host
     // copy is dropped.
     model = COHORT_TRY(
-        MakeCudaTrainModel(initial, ac, config.micro_batch, config.seq_len, &memory));
+        MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory));
   } else {
-    model = COHORT_TRY(MakeCpuTrainModel(std::move(initial), ac));
+    model = COHORT_TRY(MakeCpuTrainModel(std::move(*initial), ac));
   }
 
   schedule.max_lr = config.lr;
