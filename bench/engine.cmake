@@ -20,3 +20,9 @@ target_compile_definitions(bench_train_throughput PRIVATE
   COHORT_TORCH_PYTHON="${COHORT_TORCH_PYTHON}")
 cohort_build_paths(bench_train_throughput
   COHORT_TORCH_BENCH_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/torch_train_throughput.py)
+
+# Tensor and pipeline parallelism on CPU ranks (threads, gloo on loopback): the pipeline
+# bubble beside theory, memory per rank, tokens/s of several layouts beside one rank.
+add_executable(bench_parallel_train ${CMAKE_CURRENT_LIST_DIR}/parallel_train.cc)
+target_link_libraries(bench_parallel_train PRIVATE cohort_engine_trainer cohort_engine_parallel
+                                                   cohort_comm cohort_common)

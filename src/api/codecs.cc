@@ -225,6 +225,8 @@ json ToJson(const JobSpec& s) {
               {"time_limit_s", s.time_limit_s},
               {"progress_timeout_s", s.progress_timeout_s},
               {"checkpoint_signal", s.checkpoint_signal}};
+  // Written only when declared, so specs without them read and dump as before.
+  if (s.tensor_group_size > 0) j["tensor_group_size"] = s.tensor_group_size;
   if (s.container.enabled()) j["container"] = ToJson(s.container);
   return j;
 }
@@ -257,6 +259,8 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
     return FieldError("min_nodes", "must be at most nodes ({}), got {}", s.nodes, s.min_nodes);
   }
   s.tasks_per_node = static_cast<int>(COHORT_TRY(r.Int("tasks_per_node", 1, 1, kMaxTasksPerNode)));
+  s.tensor_group_size =
+      static_cast<int>(COHORT_TRY(r.Int("tensor_group_size", 0, 0, kMaxTasksPerNode)));
   s.gpus_per_node = static_cast<int>(COHORT_TRY(r.Int("gpus_per_node", 0, 0, kMaxGpusPerNode)));
   s.cpus_per_task = static_cast<int>(COHORT_TRY(r.Int("cpus_per_task", 1, 0, kMaxCpusPerTask)));
   s.priority = static_cast<int>(COHORT_TRY(r.Int("priority", 0, -kMaxPriority, kMaxPriority)));
@@ -333,6 +337,13 @@ Result<void> ValidateJobSpec(const JobSpec& s) {
     return FieldError("gpus_per_node",
                       "{} GPUs cannot be split evenly among {} tasks per node; use a multiple of tasks_per_node",
                       s.gpus_per_node, s.tasks_per_node);
+  }
+  if (s.tensor_group_size > 0 && s.tasks_per_node % s.tensor_group_size != 0) {
+    std::string msg = fmt::format(
+        "tensor_group_size: a tensor group of {} tasks must stay inside one node, but "
+        "tasks_per_node {} is not a multiple of {} (ranks fill nodes {} at a time)",
+        s.tensor_group_size, s.tasks_per_node, s.tensor_group_size, s.tasks_per_node);
+    return MakeError(ErrorCode::kUnsatisfiable, std::move(msg), "tensor_group_size");
   }
   if (static_cast<int64_t>(s.nodes) * s.tasks_per_node > 65536) {
     return FieldError("nodes", "a job may have at most 65536 tasks in all, got {} x {}", s.nodes, s.tasks_per_node);

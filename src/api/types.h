@@ -66,6 +66,11 @@ struct JobSpec {
   // elastic (always exactly `nodes`).
   int min_nodes = 0;
   int tasks_per_node = 1;                  // processes per node
+  // Tasks that must share a node: ranks go to nodes in consecutive blocks of
+  // tasks_per_node, so a tensor-parallel group of this many consecutive ranks (`cohort
+  // train`'s parallel.tensor) stays inside one node when tasks_per_node is a multiple of it.
+  // 0: nothing declared. A spec whose tasks_per_node cannot hold one is unsatisfiable (422).
+  int tensor_group_size = 0;
   int gpus_per_node = 0;                   // split evenly among the node's tasks; 0: CPU-only
   int cpus_per_task = 1;                   // CPU cores reserved per task
   int priority = 0;                        // higher runs first; -1000..1000

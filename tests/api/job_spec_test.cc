@@ -110,6 +110,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"gpu_per_node": 1})", "gpu_per_node", "did you mean 'gpus_per_node'"},
         BadCase{R"({"colour": 1})", "colour", "unknown field 'colour'"}));
 
+TEST(JobSpec, TensorGroupsMustFitInsideANode) {
+  json ok = Valid();
+  ok["tasks_per_node"] = 8;
+  ok["tensor_group_size"] = 4;
+  auto s = JobSpecFromJson(ok);
+  ASSERT_TRUE(s.has_value()) << s.error().message;
+  EXPECT_EQ(s->tensor_group_size, 4);
+  EXPECT_EQ(ToJson(*s)["tensor_group_size"], 4);
+  EXPECT_FALSE(ToJson(*JobSpecFromJson(Valid())).contains("tensor_group_size"));
+
+  json bad = Valid();
+  bad["nodes"] = 2;
+  bad["tasks_per_node"] = 6;
+  bad["tensor_group_size"] = 4;
+  auto e = JobSpecFromJson(bad);
+  ASSERT_FALSE(e.has_value());
+  EXPECT_EQ(e.error().code, ErrorCode::kUnsatisfiable);  // HTTP 422
+  EXPECT_EQ(e.error().field, "tensor_group_size");
+  EXPECT_EQ(e.error().message,
+            "tensor_group_size: a tensor group of 4 tasks must stay inside one node, but "
+            "tasks_per_node 6 is not a multiple of 4 (ranks fill nodes 6 at a time)");
+  bad["tensor_group_size"] = -1;
+  EXPECT_EQ(JobSpecFromJson(bad).error().code, ErrorCode::kInvalidArgument);
+}
+
 TEST(JobSpec, NotAnObject) {
   auto s = JobSpecFromJson(json::array());
   ASSERT_FALSE(s.has_value());

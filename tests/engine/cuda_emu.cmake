@@ -145,7 +145,8 @@ if(TARGET cohort_engine_kernels_cuda)
   add_library(cohort_engine_trainer_emu STATIC ${_trainer_srcs})
   target_link_libraries(cohort_engine_trainer_emu
     PUBLIC cohort_cuda_emu cohort_engine_model cohort_engine_optim cohort_engine_data
-           cohort_engine_checkpoint cohort_engine_parallel cohort_comm cohort_common
+           cohort_engine_checkpoint cohort_engine_parallel cohort_engine_model_shard cohort_comm
+           cohort_common
     PRIVATE CLI11::CLI11)
   _cohort_emu_test(engine_cuda_trainer_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_trainer_test.cc

@@ -582,6 +582,106 @@ TEST(CudaCrossEntropyTest, FusedClassifierMatchesCpu) {
   CheckClassifier(6, 3, 8);            // fewer columns than threads
 }
 
+// The vocabulary-parallel pieces on `shards` column slices of (N, Vp) logits: each shard's
+// statistics match the CPU shard kernels, and combined as the tensor group combines them
+// (max, then sums) they give the whole row's losses and dlogits (kernels/cpu).
+void CheckShardedClassifier(int N, int V, int Vp, int shards) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " V=" << V << " Vp=" << Vp
+                                    << " shards=" << shards);
+  ASSERT_EQ(Vp % shards, 0);
+  const int Vs = Vp / shards;
+  std::vector<float> logits = RoundBf16(RandomVector(static_cast<size_t>(N) * Vp, 171, 4.0f));
+  std::vector<int32_t> targets = RandomTokens(N, V, 172);
+  targets[1] = -1;
+  targets[0] = V - 1;
+  int count = 0;
+  std::vector<float> lse(N);
+  cpu::CrossEntropyForward(lse.data(), logits.data(), targets.data(), N, V, Vp, &count);
+  const float scale = 2.0f / static_cast<float>(count);
+  std::vector<float> dlogits = logits;
+  cpu::CrossEntropyBackwardInPlace(dlogits.data(), lse.data(), targets.data(), N, V, Vp, scale);
+
+  std::vector<std::vector<float>> slices(shards, std::vector<float>(static_cast<size_t>(N) * Vs));
+  for (int r = 0; r < shards; ++r) {
+    for (int n = 0; n < N; ++n) {
+      std::memcpy(slices[r].data() + static_cast<size_t>(n) * Vs,
+                  logits.data() + static_cast<size_t>(n) * Vp + r * Vs, Vs * sizeof(float));
+    }
+  }
+  DeviceBuffer<int32_t> d_targets(targets);
+  DeviceBuffer<float> d_a(N), d_b(N), d_stat(N);
+  // Max over the group.
+  std::vector<float> group_max(N, -INFINITY);
+  for (int r = 0; r < shards; ++r) {
+    auto d_logits = ct::UploadBf16(slices[r]);
+    d_a.Poison();
+    CrossEntropyShardMax(d_a.data(), d_logits.data(), N, Vs, r * Vs, V, kStream);
+    COHORT_ASSERT_LAUNCHES_OK();
+    std::vector<float> want(N);
+    cpu::CrossEntropyShardMax(want.data(), slices[r].data(), N, Vs, r * Vs, V);
+    const std::vector<float> got = d_a.Download();
+    EXPECT_TRUE(BitwiseEqual(got, want)) << "row max of shard " << r;
+    for (int n = 0; n < N; ++n) group_max[n] = std::max(group_max[n], got[n]);
+  }
+  // Sums with the group's max.
+  d_stat.Upload(group_max);
+  std::vector<double> sum(N, 0.0), target_logit(N, 0.0);
+  for (int r = 0; r < shards; ++r) {
+    auto d_logits = ct::UploadBf16(slices[r]);
+    d_a.Poison();
+    d_b.Poison();
+    CrossEntropyShardSums(d_a.data(), d_b.data(), d_logits.data(), d_targets.data(),
+                          d_stat.data(), N, Vs, r * Vs, V, kStream);
+    COHORT_ASSERT_LAUNCHES_OK();
+    std::vector<float> want_sum(N), want_target(N);
+    cpu::CrossEntropyShardSums(want_sum.data(), want_target.data(), slices[r].data(),
+                               targets.data(), group_max.data(), N, Vs, r * Vs, V);
+    const std::vector<float> got_sum = d_a.Download(), got_target = d_b.Download();
+    EXPECT_LT(RelError(got_sum, want_sum), kFloatTol) << "sum of exponentials of shard " << r;
+    EXPECT_TRUE(BitwiseEqual(got_target, want_target)) << "target logit of shard " << r;
+    for (int n = 0; n < N; ++n) {
+      sum[n] += got_sum[n];
+      target_logit[n] += got_target[n];
+    }
+  }
+  std::vector<float> group_lse(N), losses(N), want_losses(N);
+  for (int n = 0; n < N; ++n) {
+    group_lse[n] = group_max[n] + static_cast<float>(std::log(sum[n]));
+    const int t = targets[n];
+    losses[n] = t < 0 ? 0.0f : group_lse[n] - static_cast<float>(target_logit[n]);
+    want_losses[n] = t < 0 ? 0.0f : lse[n] - logits[static_cast<size_t>(n) * Vp + t];
+  }
+  EXPECT_LT(RelError(losses, want_losses), kFloatTol) << "losses";
+  // Backward on each shard from the group's lse; the slices together are the row's dlogits.
+  d_stat.Upload(group_lse);
+  std::vector<float> got(static_cast<size_t>(N) * Vp);
+  for (int r = 0; r < shards; ++r) {
+    auto d_logits = ct::UploadBf16(slices[r]);
+    CrossEntropyShardBackward(d_logits.data(), d_stat.data(), d_targets.data(), N, Vs, r * Vs,
+                              V, scale, kStream);
+    COHORT_ASSERT_LAUNCHES_OK();
+    const std::vector<float> slice = ct::DownloadBf16(d_logits);
+    for (int n = 0; n < N; ++n) {
+      std::memcpy(got.data() + static_cast<size_t>(n) * Vp + r * Vs,
+                  slice.data() + static_cast<size_t>(n) * Vs, Vs * sizeof(float));
+    }
+  }
+  EXPECT_LT(RelError(got, dlogits), kBf16Tol) << "dlogits";
+  for (int n = 0; n < N; ++n) {
+    for (int v = V; v < Vp; ++v) {
+      ASSERT_EQ(got[static_cast<size_t>(n) * Vp + v], 0.0f) << "padded column " << v;
+    }
+  }
+}
+
+TEST(CudaCrossEntropyTest, VocabularyParallelPiecesCombineToTheWholeRow) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckShardedClassifier(37, 1000, 1024, 2);  // 16-byte path, padding in the last shard
+  CheckShardedClassifier(8, 50257, 50304, 4);  // GPT-2's vocabulary on 4 ranks
+  CheckShardedClassifier(5, 257, 264, 2);      // Vs % 8 != 0: scalar path
+  CheckShardedClassifier(6, 20, 64, 4);        // shards holding only padding
+}
+
 TEST(CudaCrossEntropyTest, SumLossesIsDeterministic) {
   COHORT_SKIP_WITHOUT_GPU();
   for (int n : {1, 37, 5000, 100003}) {

@@ -1,6 +1,8 @@
 // TrainConfig decoding: defaults, every section, and errors that name the field.
 #include "engine/trainer/config.h"
 
+#include <cstdio>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -89,6 +91,64 @@ TEST(TrainConfigTest, ErrorsNameTheField) {
               HasSubstr("data.val_fraction"));
   EXPECT_THAT(ErrorOf("train: {steps: 1}\ndata: {text: a}\nmodel: 3\n"), HasSubstr("model"));
   EXPECT_THAT(ErrorOf(""), HasSubstr("empty"));
+}
+
+TEST(TrainConfigTest, ParallelSectionAndItsErrors) {
+  auto c = FromYaml(R"(
+train: {steps: 1}
+data: {text: a}
+parallel: {tensor: 2, pipeline: 2, schedule: interleaved, virtual_stages: 2, microbatches: 8,
+           pipeline_layers: [1, 1, 1, 1]}
+)");
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->parallel.tensor, 2);
+  EXPECT_EQ(c->parallel.pipeline, 2);
+  EXPECT_EQ(c->parallel.schedule, "interleaved");
+  EXPECT_EQ(c->parallel.virtual_stages, 2);
+  EXPECT_EQ(c->parallel.microbatches, 8);
+  EXPECT_EQ(c->parallel.pipeline_layers, (std::vector<int>{1, 1, 1, 1}));
+  auto d = FromYaml("train: {steps: 1}\ndata: {text: a}\n");
+  EXPECT_EQ(d->parallel.tensor, 1);
+  EXPECT_EQ(d->parallel.schedule, "1f1b");
+  const std::string base = "train: {steps: 1}\ndata: {text: a}\n";
+  EXPECT_THAT(ErrorOf(base + "parallel: {tensor: 0}\n"), HasSubstr("parallel.tensor"));
+  EXPECT_THAT(ErrorOf(base + "parallel: {tensor: 3}\n"),
+              HasSubstr("parallel.tensor: 3 does not divide n_head 4"));
+  EXPECT_THAT(ErrorOf(base + "parallel: {schedule: zigzag}\n"), HasSubstr("parallel.schedule"));
+  EXPECT_THAT(ErrorOf(base + "parallel: {pipeline_layers: 3}\n"),
+              HasSubstr("parallel.pipeline_layers: must be a list"));
+  EXPECT_THAT(ErrorOf(base + "parallel: {pipeline_layers: [2, x]}\n"),
+              HasSubstr("parallel.pipeline_layers: entry 1 must be a layer count"));
+  EXPECT_THAT(ErrorOf(base + "parallel: {tensors: 2}\n"), HasSubstr("did you mean 'tensor'"));
+}
+
+// --set section.key=value overrides the file before decoding.
+TEST(TrainConfigTest, SetOverridesTheFile) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/set-test.yaml";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("train: {steps: 5}\ndata: {text: a}\n", f);
+    std::fclose(f);
+  }
+  auto c = LoadTrainConfig(path, {"parallel.tensor=2", "train.steps=9", "parallel.schedule=gpipe",
+                                  "sample.prompt=a=b", "parallel.pipeline_layers=[2,2]"});
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->parallel.tensor, 2);
+  EXPECT_EQ(c->steps, 9);
+  EXPECT_EQ(c->parallel.schedule, "gpipe");
+  EXPECT_EQ(c->sample_prompt, "a=b");
+  EXPECT_EQ(c->parallel.pipeline_layers, (std::vector<int>{2, 2}));
+  for (const char* bad : {"parallel", "tensor=2", "parallel.a.b=1", ".x=1"}) {
+    auto e = LoadTrainConfig(path, {bad});
+    ASSERT_FALSE(e.has_value()) << bad;
+    EXPECT_THAT(e.error().message, HasSubstr("--set")) << bad;
+  }
+  auto unknown = LoadTrainConfig(path, {"parallel.tensr=2"});
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_THAT(unknown.error().message, HasSubstr("did you mean 'tensor'"));
+  std::remove(path.c_str());
 }
 
 TEST(TrainConfigTest, AccumulationStepsFollowTheWorldSize) {

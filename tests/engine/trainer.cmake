@@ -23,3 +23,25 @@ cohort_build_paths(engine_train_cli_test COHORT_BINARY $<TARGET_FILE:cohort>)
 target_compile_definitions(engine_train_cli_test PRIVATE
   COHORT_CUDA_ENGINE_BUILT=$<BOOL:${COHORT_HAVE_CUDA}>)
 add_dependencies(engine_train_cli_test cohort)
+
+# Tensor and pipeline parallelism: the layout and the schedules (pure), and parity with one
+# rank for every layout up to 8 ranks (one thread per rank, gloo on loopback).
+cohort_test(engine_parallel_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/parallel_layout_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/parallel_parity_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/parallel_fault_test.cc
+          ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
+          ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
+  LIBS cohort_engine_trainer cohort_comm
+  LABELS engine)
+target_include_directories(engine_parallel_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
+
+# `cohort train` with tensor and pipeline parallelism end to end (real processes): layouts
+# train the 1-rank model, checkpoints resume across layouts, a killed rank's job resumes,
+# impossible layouts fail before writing anything.
+cohort_test(engine_train_parallel_cli_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_parallel_cli_test.cc
+  LIBS cohort_common
+  LABELS engine integration)
+cohort_build_paths(engine_train_parallel_cli_test COHORT_BINARY $<TARGET_FILE:cohort>)
+add_dependencies(engine_train_parallel_cli_test cohort)

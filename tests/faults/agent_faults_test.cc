@@ -31,6 +31,31 @@ TEST(AgentFaults, KillAgentMovesTheJobAndTheRecordContinues) {
   }
 }
 
+// The same with the model split across the nodes (pipeline 2: a stage per node): the dead
+// node's stage takes the other down with it (its peer fails within the communicator's
+// timeout, or is stopped with the gang), and the restarted gang resumes every stage from
+// the last checkpoint.
+TEST(AgentFaults, KillAgentOfAPipelineStageResumesTheJobFromItsCheckpoint) {
+  FaultCluster c;
+  TrainJob t;
+  TrainJobSpec spec{400, 10, "", 3};
+  spec.extra_config = "parallel: {pipeline: 2}";
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, spec));
+  const std::string victim = c.NodeOfRank(t.id, 1);
+  ASSERT_FALSE(victim.empty()) << c.Job(t.id).dump(2);
+  const int64_t recorded = LastRecordedStep(t.record);
+  c.agent(victim).Signal(SIGKILL);
+  (void)c.agent(victim).Wait();
+
+  EXPECT_TRUE(c.WaitForNodeState(victim, "DOWN", std::chrono::seconds(15))) << c.HeadLog();
+  json moved = c.WaitForJob(t.id, RunningWithout(victim), "running again without " + victim, std::chrono::seconds(30));
+  json done = c.WaitForState(t.id, "SUCCEEDED", std::chrono::seconds(120));
+  EXPECT_EQ(done.value("attempt", -1), moved.value("attempt", -2)) << done.dump(2);
+  const std::string log = c.Logs(t.id, 0, done.value("attempt", 0));
+  EXPECT_NE(log.find("pipeline 2"), std::string::npos) << log;
+  ExpectRecordResumedFromCheckpoints(c, t, 2, recorded);
+}
+
 // A stopped agent cannot fence: its tasks run on until SIGCONT. By then the head has
 // moved the job; the woken agent must kill the stale gang (not resume it or report it as
 // current), rejoin, and the job must go on undisturbed on its new nodes.

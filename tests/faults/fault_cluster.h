@@ -392,6 +392,8 @@ struct TrainJobSpec {
   // True when checkpoints may also fall between the interval's steps (drain --now asks
   // for one): an attempt may then resume from any step.
   bool checkpoints_on_request = false;
+  // Appended to the training config, e.g. "parallel: {pipeline: 2}" (a stage per node).
+  std::string extra_config = "";
 };
 
 struct TrainJob {
@@ -428,7 +430,8 @@ inline TrainJob SubmitTraining(FaultCluster& c, TrainJobSpec spec = {}) {
       << "checkpoint: {every: " << spec.checkpoint_every << ", keep: 3"
       << (spec.checkpoint_dir.empty() ? "" : ", dir: " + spec.checkpoint_dir) << "}\n"
       << "sample: {tokens: 0}\n"
-         "log: {every: 5, file: " << t.record << "}\n";
+         "log: {every: 5, file: " << t.record << "}\n"
+      << spec.extra_config << "\n";
   }
   json job = c.Submit({{"command", {COHORT_BINARY, "train", "--config", cfg}},
                        {"nodes", 2},

@@ -104,5 +104,24 @@ TEST_F(JobsListTest, AChangedJobIsListedAsItIsNow) {
   ExpectListsAgree("state=all");
 }
 
+// A spec that declares its tensor groups stay inside one node (tensor_group_size) is refused
+// with 422 and the reason when tasks_per_node cannot hold one; accepted when it can.
+TEST_F(JobsListTest, ASpecWhoseNodesCannotHoldATensorGroupIsUnprocessable) {
+  AddNode("n1", 8);
+  AddNode("n2", 8);
+  json spec = {{"command", {"/bin/true"}}, {"nodes", 2}, {"tasks_per_node", 6},
+               {"tensor_group_size", 4}};
+  auto refused = http_->Post("/v1/jobs", spec.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 422) << refused->body;
+  EXPECT_NE(refused->body.find("tasks_per_node 6 is not a multiple of 4"), std::string::npos)
+      << refused->body;
+  spec["tasks_per_node"] = 8;
+  auto accepted = http_->Post("/v1/jobs", spec.dump(), "application/json");
+  ASSERT_TRUE(accepted);
+  EXPECT_EQ(accepted->status, 201) << accepted->body;
+  EXPECT_EQ(json::parse(accepted->body)["spec"]["tensor_group_size"], 4) << accepted->body;
+}
+
 }  // namespace
 }  // namespace cohort::head

@@ -196,14 +196,16 @@ void GptModel::ZeroGrad() {
   for (size_t i = 0; i < n; ++i) g[i] = 0.0f;
 }
 
-void GptModel::InitRandom(uint64_t seed) {
-  Impl& m = *impl_;
-  const GptConfig& c = m.config;
+void GenerateInitialParams(
+    const GptConfig& c, uint64_t seed,
+    const std::function<void(const ParamTensor&, std::span<const float>)>& sink) {
   const float std_base = 0.02f;
   const float std_proj = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
   NormalRng rng(seed);
-  for (const ParamTensor& t : m.layout.tensors) {
-    float* p = m.P(t.offset);
+  std::vector<float> values;
+  for (const ParamTensor& t : GptLayout::Build(c).tensors) {
+    values.resize(t.numel);
+    float* p = values.data();
     const std::string& n = t.name;
     auto ends_with = [&n](std::string_view s) {
       return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
@@ -220,7 +222,15 @@ void GptModel::InitRandom(uint64_t seed) {
       const float sd = ends_with("attn_proj.w") || ends_with("fc_proj.w") ? std_proj : std_base;
       for (size_t i = 0; i < t.numel; ++i) p[i] = sd * rng.Next();
     }
+    sink(t, values);
   }
+}
+
+void GptModel::InitRandom(uint64_t seed) {
+  Impl& m = *impl_;
+  GenerateInitialParams(m.config, seed, [&m](const ParamTensor& t, std::span<const float> v) {
+    std::copy(v.begin(), v.end(), m.P(t.offset));
+  });
 }
 
 Result<int> ValidateBatch(const GptConfig& cfg, std::span<const int32_t> tokens,

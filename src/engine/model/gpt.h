@@ -125,6 +125,14 @@ class GptModel {
 Result<int> ValidateBatch(const GptConfig& config, std::span<const int32_t> tokens,
                           std::span<const int32_t> targets, int B, int T);
 
+// GptModel::InitRandom one tensor at a time, without a model: calls sink(tensor, values)
+// for every tensor of the layout in order, `values` holding its numel() initial values
+// (valid during the call). Needs memory for the largest tensor only, so a rank holding a
+// shard of a large model initialises its slices without the whole model.
+void GenerateInitialParams(
+    const GptConfig& config, uint64_t seed,
+    const std::function<void(const ParamTensor&, std::span<const float>)>& sink);
+
 // Model FLOPs per token for a training step (forward + backward), as in PaLM's MFU:
 // 6 × (non-embedding parameters + the tied output head) + 12 × L × C × T (attention).
 double TrainingFlopsPerToken(const GptConfig& config, int seq_len);

@@ -5,18 +5,25 @@
 
 namespace cohort::engine {
 
-double GlobalNorm(std::span<const float> grads) {
+double SquaredNorm(std::span<const float> grads) {
   const float* g = grads.data();
   const size_t n = grads.size();
   double sum = 0.0;
 #pragma omp parallel for simd schedule(static) reduction(+ : sum)
   for (size_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
-  return std::sqrt(sum);
+  return sum;
 }
+
+double GlobalNorm(std::span<const float> grads) { return std::sqrt(SquaredNorm(grads)); }
 
 double ClipGradNorm(std::span<float> grads, double max_norm) {
   const double norm = GlobalNorm(grads);
-  if (max_norm <= 0.0) return norm;
+  ClipToNorm(grads, norm, max_norm);
+  return norm;
+}
+
+void ClipToNorm(std::span<float> grads, double norm, double max_norm) {
+  if (max_norm <= 0.0) return;
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {
     const float c = static_cast<float>(coef);
@@ -25,7 +32,6 @@ double ClipGradNorm(std::span<float> grads, double max_norm) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; ++i) g[i] *= c;
   }
-  return norm;
 }
 
 }  // namespace cohort::engine

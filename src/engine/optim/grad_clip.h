@@ -5,8 +5,15 @@
 
 namespace cohort::engine {
 
+// sum g², accumulated in double.
+double SquaredNorm(std::span<const float> grads);
+
 // sqrt(sum g²) accumulated in double.
 double GlobalNorm(std::span<const float> grads);
+
+// Scales grads by max_norm / (norm + 1e-6) when that factor is below 1, for a norm computed
+// elsewhere (over every shard of a model split across ranks). max_norm <= 0: no clipping.
+void ClipToNorm(std::span<float> grads, double norm, double max_norm);
 
 // Scales grads by max_norm / (norm + 1e-6) when that factor is below 1 and returns the
 // norm before clipping. max_norm <= 0 disables clipping (the norm is still returned).

@@ -146,6 +146,38 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
     COHORT_TRY_VOID(r.Finish());
   }
   {
+    ObjectReader r = COHORT_TRY(Section(top, empty, "parallel"));
+    ParallelConfig& p = c.parallel;
+    p.tensor = static_cast<int>(COHORT_TRY(r.Int("tensor", p.tensor, 1, 4096)));
+    p.pipeline = static_cast<int>(COHORT_TRY(r.Int("pipeline", p.pipeline, 1, 4096)));
+    p.schedule = COHORT_TRY(r.String("schedule", p.schedule));
+    p.virtual_stages =
+        static_cast<int>(COHORT_TRY(r.Int("virtual_stages", p.virtual_stages, 1, 1024)));
+    p.microbatches = static_cast<int>(COHORT_TRY(r.Int("microbatches", p.microbatches, 0, 1 << 20)));
+    if (const json* layers = r.Raw("pipeline_layers")) {
+      if (!layers->is_array()) {
+        return FieldError("parallel.pipeline_layers", "must be a list of layer counts, got {}",
+                          JsonTypeName(*layers));
+      }
+      for (size_t i = 0; i < layers->size(); ++i) {
+        const json& v = (*layers)[i];
+        if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1 << 20) {
+          return FieldError("parallel.pipeline_layers",
+                            "entry {} must be a layer count >= 1, got {}", i, v.dump());
+        }
+        p.pipeline_layers.push_back(v.get<int>());
+      }
+    }
+    COHORT_TRY_VOID(r.Finish());
+    if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {
+      return FieldError("parallel.schedule", "must be gpipe, 1f1b or interleaved, got '{}'",
+                        p.schedule);
+    }
+    if (p.tensor > 1 && c.n_head % p.tensor != 0 && c.init_from.empty()) {
+      return FieldError("parallel.tensor", "{} does not divide n_head {}", p.tensor, c.n_head);
+    }
+  }
+  {
     ObjectReader r = COHORT_TRY(Section(top, empty, "comm"));
     // The default backend is the one that reaches the device's gradients.
     c.backend = COHORT_TRY(r.String("backend", c.device == "cuda" ? "nccl" : "gloo"));
@@ -157,8 +189,37 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
   return c;
 }
 
-Result<TrainConfig> LoadTrainConfig(const std::string& path) {
+namespace {
+
+// Applies one "section.key=value" override to the document.
+Result<void> ApplyOverride(json& doc, const std::string& setting) {
+  const size_t eq = setting.find('=');
+  const std::string key = setting.substr(0, eq);
+  const size_t dot = key.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == key.size() ||
+      key.find('.', dot + 1) != std::string::npos) {
+    return FieldError("--set", "'{}' is not section.key=value (e.g. parallel.tensor=2)", setting);
+  }
+  const std::string text = setting.substr(eq + 1);
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+  if (doc.is_null()) doc = json::object();
+  if (!doc.is_object()) return FieldError("--set", "the config is not a mapping");
+  json& section = doc[key.substr(0, dot)];
+  if (section.is_null()) section = json::object();
+  if (!section.is_object()) {
+    return FieldError("--set", "'{}' is not a section of the config", key.substr(0, dot));
+  }
+  section[key.substr(dot + 1)] = std::move(value);
+  return {};
+}
+
+}  // namespace
+
+Result<TrainConfig> LoadTrainConfig(const std::string& path,
+                                    const std::vector<std::string>& overrides) {
   json doc = COHORT_TRY(LoadDocument(path, {}, 1 << 20));
+  for (const std::string& o : overrides) COHORT_TRY_VOID(ApplyOverride(doc, o));
   auto c = TrainConfigFromJson(doc, fs::path(path).parent_path().string());
   if (!c) return std::unexpected(WithContext(c.error(), path));
   return c;

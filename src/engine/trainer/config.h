@@ -23,6 +23,11 @@
 //   log:        every, file (JSON lines, one per logged step, appended by rank 0: step,
 //               loss, lr, grad norm, tokens/s, attempt; val_loss on evaluated steps;
 //               with checkpoints, a step is appended once a checkpoint covers it)
+//   parallel:   tensor, pipeline (ranks per tensor group and pipeline; data parallelism
+//               takes what remains of the world size), schedule (gpipe | 1f1b |
+//               interleaved), virtual_stages (chunks per stage, interleaved), microbatches
+//               (per replica and step; 0: what the batch gives), pipeline_layers (blocks
+//               per chunk; default: balanced). See engine/parallel/layout.h.
 //   comm:       backend (gloo for train.device cpu, nccl for cuda; the default follows
 //               the device, and a backend that cannot reach the gradients is an error),
 //               timeout_s
@@ -32,9 +37,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/json.h"
+#include "engine/parallel/layout.h"
 
 namespace cohort::engine {
 
@@ -83,6 +90,8 @@ struct TrainConfig {
   // log
   int64_t log_every = 1;
   std::string log_file;
+  // parallel
+  ParallelConfig parallel;
   // comm (TrainConfigFromJson sets "nccl" when device is cuda and no backend is given)
   std::string backend = "gloo";
   double comm_timeout_s = 300;
@@ -91,8 +100,13 @@ struct TrainConfig {
 // Decodes a config document; `base_dir` resolves relative paths.
 Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base_dir);
 
-// Reads `path` (YAML or JSON) and decodes it; errors start with the path.
-Result<TrainConfig> LoadTrainConfig(const std::string& path);
+// Reads `path` (YAML or JSON) and decodes it; errors start with the path. `overrides` are
+// "section.key=value" settings (`cohort train --set`) applied to the document before
+// decoding: the value is read as JSON when it parses (numbers, true/false, [lists]) and as
+// a string otherwise. kInvalidArgument naming the setting when it has no '=' or no
+// section.
+Result<TrainConfig> LoadTrainConfig(const std::string& path,
+                                    const std::vector<std::string>& overrides = {});
 
 // kInvalidArgument (field comm.backend) when the backend cannot move the device's
 // gradients: cuda needs nccl, and nccl needs cuda.

@@ -42,6 +42,7 @@ struct Flags {
   int threads = -1;
   int sample_tokens = -1;
   int64_t stop_at_step = 0;
+  std::vector<std::string> sets;
 };
 
 // Replaces this process with `args` (args[0] is this binary); returns only on failure.
@@ -87,7 +88,7 @@ void UseFastBlasKernels(int argc, char** argv) {
 }
 
 int RunTrain(int argc, char** argv) {
-  CLI::App app{"Train a GPT-2-style model (one rank of a data-parallel job)", "cohort train"};
+  CLI::App app{"Train a GPT-2-style model (one rank of a data x pipeline x tensor parallel job)", "cohort train"};
   Flags f;
   app.add_option("-c,--config", f.config, "Training config (YAML or JSON)")->required();
   app.add_option("-n,--ranks", f.ranks, "Train on N local ranks (re-runs under `cohort run -n N`)")
@@ -105,6 +106,9 @@ int RunTrain(int argc, char** argv) {
   app.add_option("--stop-at-step", f.stop_at_step,
                  "Stop (and checkpoint) after this step; the schedule still runs to train.steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--set", f.sets,
+                 "Set a config field: section.key=value, e.g. --set parallel.tensor=2 (repeatable)")
+      ->allow_extra_args(false);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -114,7 +118,7 @@ int RunTrain(int argc, char** argv) {
   UseFastBlasKernels(argc, argv);
   if (f.ranks > 0) return Launch(argc, argv, f.ranks);
 
-  auto config = LoadTrainConfig(f.config);
+  auto config = LoadTrainConfig(f.config, f.sets);
   if (!config) return Report(config.error());
   if (f.steps > 0) config->steps = f.steps;
   if (!f.checkpoint_dir.empty()) config->checkpoint_dir = f.checkpoint_dir;
@@ -155,8 +159,8 @@ int RunTrain(int argc, char** argv) {
 
 ExternalCommand TrainCommand() {
   return ExternalCommand{"train",
-                         "Train a GPT-2-style model on CPU or GPU ranks (data parallel, "
-                         "checkpoints)",
+                         "Train a GPT-2-style model on CPU or GPU ranks (data, pipeline and "
+                         "tensor parallel, checkpoints)",
                          &RunTrain};
 }
 

@@ -13,12 +13,19 @@
 // them through device memory on CUDA. Parameters and optimizer state are broadcast where
 // they live.
 //
+// Models split over ranks (MakeParallelCpuTrainModel: tensor and pipeline parallelism)
+// implement the same interface; they train whole steps (TrainMicrobatches) rather than
+// single micro-batches, hold only their shard (num_params() is still the whole model's),
+// and their checkpoint state, export and sampling are collectives (model_parallel()).
+//
 // Threads: the training thread calls everything; DdpReducer's thread calls the function
 // grad_wait() returns.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,6 +36,7 @@
 #include "engine/model/gpt.h"
 #include "engine/optim/adamw.h"
 #include "engine/parallel/ddp.h"
+#include "engine/parallel/layout.h"
 #include "engine/trainer/device_peak.h"
 
 namespace cohort::engine {
@@ -45,6 +53,40 @@ class TrainModel {
   virtual Result<float> Forward(std::span<const int32_t> tokens,
                                 std::span<const int32_t> targets, int B, int T) = 0;
   virtual Result<void> Backward(float loss_scale, const GradReadyFn& ready) = 0;
+  // Fills micro-batch `a` of a step: B·T input ids and B·T targets.
+  using LoadMicrobatch =
+      std::function<Result<void>(int a, std::span<int32_t> inputs, std::span<int32_t> targets)>;
+
+  // One step's forward and backward passes over `count` micro-batches of B × T tokens:
+  // zeroes the gradients, scales each micro-batch's loss by 1/count and leaves the
+  // gradient of the mean loss, averaged over the data-parallel ranks, in grads(). Returns
+  // the mean loss of this rank's micro-batches (of its replica, for a model split over
+  // ranks: the same value on every rank of the replica). The default is the data-parallel
+  // loop: Forward and Backward per micro-batch, `reducer` (may be null) all-reducing the
+  // buckets during the last backward pass.
+  virtual Result<double> TrainMicrobatches(int count, int B, int T, const LoadMicrobatch& load,
+                                           DdpReducer* reducer);
+  // The mean loss over `count` micro-batches, forward only (evaluation).
+  virtual Result<double> EvalMicrobatches(int count, int B, int T, const LoadMicrobatch& load);
+
+  // True when the model is split over ranks (tensor or pipeline parallelism): then
+  // StateForCheckpoint, Export and NextTokenLogits are collectives that every rank calls
+  // (rank 0 gets the result), and the model reduces its own gradients (the trainer makes
+  // no DdpReducer).
+  virtual bool model_parallel() const { return false; }
+  // What the last training step of a model split over ranks measured (the log's bubble
+  // and the benchmarks); nullopt for a model on one rank.
+  struct ParallelStats {
+    int pipeline = 1;
+    double bubble = 0;           // measured: 1 − compute / span, averaged over the stages
+    double theory = 0;           // the schedule's (p − 1) / (v·m + p − 1)
+    std::string schedule;        // "1f1b"
+    size_t peak_activation_bytes = 0;  // this rank: activations stashed at once, at most
+    size_t microbatch_activation_bytes = 0;  // this rank: one micro-batch's, all its chunks
+    size_t shard_floats = 0;     // this rank's parameters (and gradients, and each moment)
+  };
+  virtual std::optional<ParallelStats> parallel_stats() const { return std::nullopt; }
+
   // Clips the gradients to max_norm (torch's clip_grad_norm_; <= 0: no clipping) and
   // applies one AdamW step with `lr`. Returns the gradient norm before clipping.
   virtual Result<double> ClipAndStep(double max_norm, float lr) = 0;
@@ -107,6 +149,25 @@ Result<CudaDeviceChoice> SelectCudaDevice(int local_rank);
 Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
                                                        const AdamWConfig& adamw, int max_batch,
                                                        int max_seq, std::string* description);
+
+// Where a split model's initial parameters come from: GPT-2 initialisation from `seed`, each
+// rank generating only its slices (GenerateInitialParams: no rank holds the whole model), or
+// `from`, a whole model every rank holds (an imported GPT-2 file).
+struct InitialParams {
+  uint64_t seed = 0;
+  const GptModel* from = nullptr;
+};
+
+// A CPU model of shape `config` split over `world` by `layout` (tensor and/or pipeline > 1):
+// this rank's shard, its own AdamW, and the communicators of its groups, split from `world`
+// (every rank calls this at the same point, with the same config and initial parameters).
+// `description` receives a line for the log (parameters and memory of this rank).
+Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& config,
+                                                              const InitialParams& initial,
+                                                              const AdamWConfig& adamw,
+                                                              const ParallelLayout& layout,
+                                                              comm::Communicator& world,
+                                                              std::string* description);
 
 // True when this binary was built with the CUDA engine.
 bool CudaTrainingBuilt();

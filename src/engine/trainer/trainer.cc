@@ -85,6 +85,11 @@ struct Trainer::Impl {
   TrainConfig config;
   TrainerContext ctx;
   int rank = 0, world = 1, accum = 1;
+  // Data parallelism: this rank's replica and the number of replicas (the world size
+  // without tensor and pipeline parallelism).
+  int data_rank = 0, data_world = 1;
+  ParallelLayout layout;   // data x pipeline x tensor
+  GptConfig model_config;  // the model's shape (config, or init_from's file)
   int64_t global_batch = 0;  // sequences per step (G)
   std::shared_ptr<comm::Store> store;
   std::unique_ptr<comm::Communicator> comm;
@@ -107,9 +112,11 @@ struct Trainer::Impl {
   DevicePeak peak;
   double flops_per_token = 0;
   int threads = 1;
-  std::vector<int32_t> inputs, targets;
 
   bool leader() const { return rank == 0; }
+  // Checkpoints, export and sampling are collectives of every rank (a model split over
+  // ranks), not rank 0's business alone.
+  bool collective_io() const { return model && model->model_parallel(); }
 
   template <typename... Args>
   void Log(fmt::format_string<Args...> f, Args&&... args) {
@@ -124,6 +131,9 @@ struct Trainer::Impl {
   Result<void> Setup();
   // train.device cuda: selects and binds this rank's GPU.
   Result<void> SetupDevice();
+  // The tokenizer, the model's shape and the data x pipeline x tensor layout: every
+  // impossible layout fails here, before any communicator, data or checkpoint.
+  Result<void> SetupLayout();
   // world > 1: opens the rendezvous store and creates the communicator.
   Result<void> SetupComm();
   // The tokenizer, the training and validation tokens, and the batch buffers.
@@ -296,75 +306,13 @@ Result<void> Trainer::Impl::SetupComm() {
   return {};
 }
 
-Result<void> Trainer::Impl::SetupData() {
+Result<void> Trainer::Impl::SetupLayout() {
   if (config.tokenizer == "gpt2") {
     tokenizer = COHORT_TRY(LoadGpt2BpeTokenizer(config.bpe_vocab, config.bpe_merges));
   } else {
     tokenizer = MakeByteTokenizer();
   }
-  if (!config.data_text.empty()) {
-    TextCorpus corpus = COHORT_TRY(LoadTextCorpus(config.data_text, *tokenizer, config.val_fraction));
-    Log("data: {} text files, {} bytes -> {} training and {} validation tokens ({} tokenizer)",
-        corpus.files.size(), corpus.bytes, corpus.train.size(), corpus.val.size(),
-        tokenizer->name());
-    train_data = TokenDataset::FromTokens(std::move(corpus.train));
-    if (!corpus.val.empty()) val_data = TokenDataset::FromTokens(std::move(corpus.val));
-  } else {
-    train_data = COHORT_TRY(TokenDataset::Open(config.data_train));
-    if (!config.data_val.empty()) val_data = COHORT_TRY(TokenDataset::Open(config.data_val));
-    Log("data: {} training tokens in {} shards, {} validation tokens", train_data->size(),
-        train_data->files().size(), val_data ? val_data->size() : 0);
-  }
-  COHORT_TRY_VOID(SetupBatches());
-  inputs.resize(size_t(config.micro_batch) * config.seq_len);
-  targets.resize(inputs.size());
-  return {};
-}
-
-// The global batch (accumulation steps for this world size) and the samplers that follow
-// from it. Again at resume when the checkpoint's batch is kept (KeepCheckpointBatch).
-Result<void> Trainer::Impl::SetupBatches() {
-  accum = COHORT_TRY(AccumulationSteps(config, world));
-  global_batch = int64_t{world} * accum * config.micro_batch;
-
-  SamplerConfig sc;
-  sc.num_tokens = train_data->size();
-  sc.seq_len = config.seq_len;
-  sc.global_batch = global_batch;
-  sc.seed = config.seed;
-  sc.shuffle = config.shuffle;
-  auto s = DistributedSampler::Create(sc);
-  if (!s) return std::unexpected(WithContext(s.error(), "training data"));
-  sampler = std::move(*s);
-
-  if (config.eval_every > 0) {
-    if (!val_data) {
-      return FieldError("eval.every", "validation needs data (data.val, or data.val_fraction > 0)");
-    }
-    // The validation batch is the training batch when the data allows, else the largest
-    // whole number of micro-batches per rank that fits.
-    const int64_t per_round = int64_t{world} * config.micro_batch;
-    const int64_t windows = static_cast<int64_t>((val_data->size() - 1) / config.seq_len);
-    val_accum = static_cast<int>(std::min<int64_t>(accum, windows / per_round));
-    if (val_accum < 1) {
-      return FieldError("eval.every",
-                        "validation data has {} windows of {} tokens; one round of {} ranks x "
-                        "train.micro_batch {} needs {}",
-                        windows, config.seq_len + 1, world, config.micro_batch, per_round);
-    }
-    SamplerConfig vc = sc;
-    vc.num_tokens = val_data->size();
-    vc.global_batch = per_round * val_accum;
-    vc.shuffle = false;
-    auto v = DistributedSampler::Create(vc);
-    if (!v) return std::unexpected(WithContext(v.error(), "validation data"));
-    val_sampler = std::move(*v);
-  }
-  return {};
-}
-
-Result<void> Trainer::Impl::SetupModel() {
-  GptConfig mc;
+  GptConfig& mc = model_config;
   if (!config.init_from.empty()) {
     mc = COHORT_TRY(ReadGpt2Config(config.init_from, config.n_head));
     if (mc.max_seq_len < config.seq_len) {
@@ -382,11 +330,112 @@ Result<void> Trainer::Impl::SetupModel() {
     mc.n_head = config.n_head;
     mc.n_embd = config.n_embd;
   }
-  GptModel initial = COHORT_TRY(GptModel::Create(mc));
-  if (!config.init_from.empty()) {
-    COHORT_TRY_VOID(ImportGpt2(config.init_from, initial));
+  COHORT_TRY_VOID(mc.Validate());
+  GptConfig shape = mc;
+  shape.max_seq_len = config.seq_len;  // the stage balance counts the trained context
+  layout = COHORT_TRY(MakeParallelLayout(config.parallel, shape, ctx.env.world_size));
+  if (layout.model_parallel() && config.device != "cpu") {
+    return FieldError("parallel",
+                      "tensor {} x pipeline {} needs train.device cpu: tensor and pipeline "
+                      "parallelism are not built for train.device {} yet",
+                      layout.tensor, layout.pipeline, config.device);
+  }
+  const RankCoords at = layout.CoordsOf(ctx.env.rank);
+  data_rank = at.data;
+  data_world = layout.data;
+  rank = ctx.env.rank;
+  if (layout.tensor > 1 && ctx.env.local_world_size % layout.tensor != 0) {
+    Log("layout: warning: {} ranks per node (LOCAL_WORLD_SIZE) is not a multiple of "
+        "parallel.tensor {}, so some tensor groups span nodes (every block's all-reduces then "
+        "cross the network); a job spec can declare tensor_group_size to refuse that",
+        ctx.env.local_world_size, layout.tensor);
+  }
+  return {};
+}
+
+Result<void> Trainer::Impl::SetupData() {
+  if (!config.data_text.empty()) {
+    TextCorpus corpus = COHORT_TRY(LoadTextCorpus(config.data_text, *tokenizer, config.val_fraction));
+    Log("data: {} text files, {} bytes -> {} training and {} validation tokens ({} tokenizer)",
+        corpus.files.size(), corpus.bytes, corpus.train.size(), corpus.val.size(),
+        tokenizer->name());
+    train_data = TokenDataset::FromTokens(std::move(corpus.train));
+    if (!corpus.val.empty()) val_data = TokenDataset::FromTokens(std::move(corpus.val));
   } else {
-    initial.InitRandom(config.seed);
+    train_data = COHORT_TRY(TokenDataset::Open(config.data_train));
+    if (!config.data_val.empty()) val_data = COHORT_TRY(TokenDataset::Open(config.data_val));
+    Log("data: {} training tokens in {} shards, {} validation tokens", train_data->size(),
+        train_data->files().size(), val_data ? val_data->size() : 0);
+  }
+  COHORT_TRY_VOID(SetupBatches());
+  return {};
+}
+
+// The global batch (accumulation steps for this world size) and the samplers that follow
+// from it. Again at resume when the checkpoint's batch is kept (KeepCheckpointBatch).
+Result<void> Trainer::Impl::SetupBatches() {
+  accum = COHORT_TRY(AccumulationSteps(config, data_world));
+  if (config.parallel.microbatches > 0) {
+    if (config.global_batch_tokens == 0) {
+      accum = config.parallel.microbatches;
+    } else if (accum != config.parallel.microbatches) {
+      return FieldError("parallel.microbatches",
+                        "{} but train.global_batch_tokens {} / (data {} x train.micro_batch {} x "
+                        "model.seq_len {}) gives {} micro-batches per replica",
+                        config.parallel.microbatches, config.global_batch_tokens, data_world,
+                        config.micro_batch, config.seq_len, accum);
+    }
+  }
+  global_batch = int64_t{data_world} * accum * config.micro_batch;
+
+  SamplerConfig sc;
+  sc.num_tokens = train_data->size();
+  sc.seq_len = config.seq_len;
+  sc.global_batch = global_batch;
+  sc.seed = config.seed;
+  sc.shuffle = config.shuffle;
+  auto s = DistributedSampler::Create(sc);
+  if (!s) return std::unexpected(WithContext(s.error(), "training data"));
+  sampler = std::move(*s);
+
+  if (config.eval_every > 0) {
+    if (!val_data) {
+      return FieldError("eval.every", "validation needs data (data.val, or data.val_fraction > 0)");
+    }
+    // The validation batch is the training batch when the data allows, else the largest
+    // whole number of micro-batches per rank that fits.
+    const int64_t per_round = int64_t{data_world} * config.micro_batch;
+    const int64_t windows = static_cast<int64_t>((val_data->size() - 1) / config.seq_len);
+    val_accum = static_cast<int>(std::min<int64_t>(accum, windows / per_round));
+    if (val_accum < 1) {
+      return FieldError("eval.every",
+                        "validation data has {} windows of {} tokens; one round of {} ranks x "
+                        "train.micro_batch {} needs {}",
+                        windows, config.seq_len + 1, data_world, config.micro_batch, per_round);
+    }
+    SamplerConfig vc = sc;
+    vc.num_tokens = val_data->size();
+    vc.global_batch = per_round * val_accum;
+    vc.shuffle = false;
+    auto v = DistributedSampler::Create(vc);
+    if (!v) return std::unexpected(WithContext(v.error(), "validation data"));
+    val_sampler = std::move(*v);
+  }
+  return {};
+}
+
+Result<void> Trainer::Impl::SetupModel() {
+  const GptConfig& mc = model_config;
+  // The whole initial model, unless this rank's shard can be initialised by itself (a
+  // split model from a seed: each rank generates only its slices).
+  std::optional<GptModel> initial;
+  if (!layout.model_parallel() || !config.init_from.empty()) {
+    initial = COHORT_TRY(GptModel::Create(mc));
+    if (!config.init_from.empty()) {
+      COHORT_TRY_VOID(ImportGpt2(config.init_from, *initial));
+    } else {
+      initial->InitRandom(config.seed);
+    }
   }
   if (auto r = train_data->CheckVocab(mc.vocab_size); !r) {
     return std::unexpected(WithContext(r.error(), "training data"));
@@ -402,13 +451,16 @@ Result<void> Trainer::Impl::SetupModel() {
   ac.eps = static_cast<float>(config.eps);
   ac.weight_decay = static_cast<float>(config.weight_decay);
   std::string memory;
-  if (gpu) {
+  if (layout.model_parallel()) {
+    model = COHORT_TRY(MakeParallelCpuTrainModel(
+        mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory));
+  } else if (gpu) {
     // The GPU starts from the weights the CPU would (same seed or file), then the host
     // copy is dropped.
     model = COHORT_TRY(
-        MakeCudaTrainModel(initial, ac, config.micro_batch, config.seq_len, &memory));
+        MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory));
   } else {
-    model = COHORT_TRY(MakeCpuTrainModel(std::move(initial), ac));
+    model = COHORT_TRY(MakeCpuTrainModel(std::move(*initial), ac));
   }
 
   schedule.max_lr = config.lr;
@@ -423,8 +475,23 @@ Result<void> Trainer::Impl::SetupModel() {
       "parameters",
       mc.n_layer, mc.n_head, mc.n_embd, config.seq_len, mc.vocab_size,
       model->num_params() / 1e6);
-  Log("batch: {} ranks x {} accumulation steps x {} sequences x {} tokens = {} tokens per step",
-      world, accum, config.micro_batch, config.seq_len, global_batch * config.seq_len);
+  Log("layout: {}", layout.Describe());
+  if (layout.model_parallel()) Log("shard: {}", memory);
+  if (layout.model_parallel()) {
+    Log("batch: {} data-parallel replicas x {} micro-batches x {} sequences x {} tokens = {} "
+        "tokens per step",
+        data_world, accum, config.micro_batch, config.seq_len, global_batch * config.seq_len);
+  } else {
+    Log("batch: {} ranks x {} accumulation steps x {} sequences x {} tokens = {} tokens per "
+        "step",
+        data_world, accum, config.micro_batch, config.seq_len, global_batch * config.seq_len);
+  }
+  if (layout.pipeline > 1) {
+    Log("pipeline: {} micro-batches per step through {} stages; {} schedule, theoretical "
+        "bubble {:.1f}%",
+        accum, layout.pipeline, ScheduleName(layout.schedule),
+        TheoreticalBubble(layout, accum) * 100);
+  }
   if (gpu) {
     Log("device: cuda:{} {} ({:.0f} GiB; {} visible), peak {} per rank (dense bf16); {:.3g} "
         "training FLOPs per token; bf16 activations, float32 master weights; {}",
@@ -508,6 +575,7 @@ Result<void> Trainer::Impl::KeepCheckpointBatch(int64_t step, int64_t tokens_see
   const int64_t per_step = tokens_seen / step;
   if (per_step == global_batch * config.seq_len) return {};
   config.global_batch_tokens = per_step;
+  config.parallel.microbatches = 0;  // the checkpoint's batch decides the micro-batches
   if (auto r = SetupBatches(); !r) {
     return Errorf(ErrorCode::kInvalidArgument,
                   "cannot resume: the checkpoint at step {} trained on {} tokens per step, and "
@@ -518,14 +586,16 @@ Result<void> Trainer::Impl::KeepCheckpointBatch(int64_t step, int64_t tokens_see
   Log("batch: keeping the checkpoint's {} tokens per step: {} ranks x {} accumulation steps x {} "
       "sequences x {} tokens (train.global_batch_tokens is 0, and this run's ranks x "
       "train.micro_batch alone would give another batch)",
-      per_step, world, accum, config.micro_batch, config.seq_len);
+      per_step, data_world, accum, config.micro_batch, config.seq_len);
   return {};
 }
 
 Result<void> Trainer::Impl::Setup() {
   threads = ConfigureThreads(config.threads, ctx.env.local_world_size);
-  // The GPU first: a missing one fails before any communicator, data or checkpoint is
-  // touched, and the nccl communicator binds to the device current on this thread.
+  // The layout (pure) and the GPU first: an impossible layout or a missing GPU fails before
+  // any communicator, data or checkpoint is touched, and the nccl communicator binds to the
+  // device current on this thread.
+  COHORT_TRY_VOID(SetupLayout());
   COHORT_TRY_VOID(SetupDevice());
   COHORT_TRY_VOID(SetupComm());
   COHORT_TRY_VOID(SetupData());
@@ -538,7 +608,7 @@ Result<void> Trainer::Impl::Setup() {
         config.checkpoint_every);
   }
   COHORT_TRY_VOID(Resume());
-  if (comm) {
+  if (comm && !model->model_parallel()) {
     reducer = std::make_unique<DdpReducer>(*comm, model->grads(),
                                            static_cast<size_t>(config.bucket_mb * (1 << 20)),
                                            model->grad_wait());
@@ -557,26 +627,13 @@ Result<void> Trainer::Impl::Setup() {
 
 Result<double> Trainer::Impl::TrainStep() {
   const int B = config.micro_batch, T = config.seq_len;
-  COHORT_TRY_VOID(model->ZeroGrad());
-  double loss_sum = 0;
-  for (int a = 0; a < accum; ++a) {
-    auto starts = COHORT_TRY(sampler->WindowStarts(progress.next_batch, rank, world, accum, a, B));
-    COHORT_TRY_VOID(LoadBatch(*train_data, starts, T, inputs, targets));
-    loss_sum += COHORT_TRY(model->Forward(inputs, targets, B, T));
-    const float scale = 1.0f / static_cast<float>(accum);
-    if (reducer && a == accum - 1) {
-      reducer->Begin();
-      auto backward = model->Backward(scale, [&](size_t offset, size_t count) {
-        reducer->GradReady(offset, count);
-      });
-      auto reduced = reducer->Finish();
-      COHORT_TRY_VOID(backward);
-      COHORT_TRY_VOID(reduced);
-    } else {
-      COHORT_TRY_VOID(model->Backward(scale, {}));
-    }
-  }
-  return AverageOverRanks(loss_sum / accum);
+  auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> out) -> Result<void> {
+    auto starts = COHORT_TRY(
+        sampler->WindowStarts(progress.next_batch, data_rank, data_world, accum, a, B));
+    return LoadBatch(*train_data, starts, T, in, out);
+  };
+  const double loss = COHORT_TRY(model->TrainMicrobatches(accum, B, T, load, reducer.get()));
+  return AverageOverRanks(loss);
 }
 
 Result<double> Trainer::Impl::AverageOverRanks(double value) {
@@ -591,21 +648,24 @@ Result<double> Trainer::Impl::Evaluate() {
   double sum = 0;
   const int64_t batches = std::min<int64_t>(config.eval_batches, val_sampler->batches_per_epoch());
   for (int64_t b = 0; b < batches; ++b) {
-    for (int a = 0; a < val_accum; ++a) {
-      auto starts = COHORT_TRY(val_sampler->WindowStarts(b, rank, world, val_accum, a, B));
-      COHORT_TRY_VOID(LoadBatch(*val_data, starts, T, inputs, targets));
-      sum += COHORT_TRY(model->Forward(inputs, targets, B, T));
-    }
+    auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> out) -> Result<void> {
+      auto starts = COHORT_TRY(
+          val_sampler->WindowStarts(b, data_rank, data_world, val_accum, a, B));
+      return LoadBatch(*val_data, starts, T, in, out);
+    };
+    sum += COHORT_TRY(model->EvalMicrobatches(val_accum, B, T, load));
   }
-  return AverageOverRanks(sum / double(batches * val_accum));
+  return AverageOverRanks(sum / double(batches));
 }
 
 Result<void> Trainer::Impl::SaveCheckpointNow() {
-  if (!leader()) return {};
+  if (!leader() && !collective_io()) return {};
   const auto start = Clock::now();
   CheckpointView view;
   view.config = model->config();
-  if (auto state = model->StateForCheckpoint(view); !state) {
+  auto state = model->StateForCheckpoint(view);  // a collective when collective_io()
+  if (!leader()) return state;
+  if (!state) {
     Log("checkpoint at step {} FAILED (training continues; older checkpoints kept): {}",
         progress.step, state.error().ToString());
     return std::unexpected(state.error());
@@ -614,6 +674,10 @@ Result<void> Trainer::Impl::SaveCheckpointNow() {
   const auto words = rng.state();
   view.progress.rng_state.assign(words.begin(), words.end());
   view.metadata = json{{"world_size", world},
+                       {"parallel", {{"data", layout.data},
+                                     {"pipeline", layout.pipeline},
+                                     {"tensor", layout.tensor},
+                                     {"schedule", ScheduleName(layout.schedule)}}},
                        {"accumulation_steps", accum},
                        {"micro_batch", config.micro_batch},
                        {"seq_len", config.seq_len},
@@ -705,9 +769,15 @@ void Trainer::Impl::LogStep(const StepStats& s) {
       peak.flops > 0
           ? fmt::format("{:.1f}%", flops_per_token * s.tokens_per_s / (peak.flops * world) * 100)
           : std::string("n/a");
+  std::string note;
+  if (const auto ps = model->parallel_stats(); ps && ps->pipeline > 1) {
+    note = fmt::format("bubble {:.1f}% ({} theory {:.1f}%)", ps->bubble * 100, ps->schedule,
+                       ps->theory * 100);
+  }
   Log("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:6.0f} ms | {:.0f} tok/s | "
-      "MFU {}",
-      progress.step, config.steps, s.loss, s.lr, s.norm, s.seconds * 1000, s.tokens_per_s, mfu);
+      "MFU {}{}",
+      progress.step, config.steps, s.loss, s.lr, s.norm, s.seconds * 1000, s.tokens_per_s, mfu,
+      note.empty() ? "" : " | " + note);
   if (reporter) {
     checkpoint_requested |= reporter->Post({progress.step, s.loss, s.tokens_per_s,
                                             s.tokens_per_s / config.seq_len, rank,
@@ -730,9 +800,18 @@ void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
   // A checkpoint asked for from outside: the head's reply, or the job's checkpoint
   // signal (SIGUSR1; every rank takes the signal, rank 0 writes the checkpoint).
   const bool signalled = CheckpointSignalled();
-  const bool requested = leader() && (checkpoint_requested || signalled);
+  bool requested = leader() && (checkpoint_requested || signalled);
+  if (collective_io()) {
+    // Writing is a collective: every rank learns of rank 0's request.
+    int64_t flag = requested ? 1 : 0;
+    if (auto r = model->BroadcastHost(*comm, &flag, 1, comm::DataType::kInt64); r) {
+      requested = flag != 0;
+    } else {
+      Log("checkpoint request could not reach every rank: {}", r.error().ToString());
+    }
+  }
   if (requested) {
-    Log("checkpoint requested ({}): writing one at step {}",
+    if (leader()) Log("checkpoint requested ({}): writing one at step {}",
         signalled ? "SIGUSR1" : "by the head", progress.step);
   }
   if (!config.checkpoint_dir.empty() &&
@@ -751,7 +830,7 @@ void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
 }
 
 Result<void> Trainer::Impl::MaybeSample() {
-  if (leader() && config.sample_every > 0 && config.sample_tokens > 0 &&
+  if ((leader() || collective_io()) && config.sample_every > 0 && config.sample_tokens > 0 &&
       progress.step % config.sample_every == 0 && progress.step != config.steps) {
     Log("---- sample at step {} ----\n{}\n----", progress.step, COHORT_TRY(SampleText()));
   }
@@ -765,11 +844,11 @@ Result<TrainResult> Trainer::Impl::Finish(TrainResult result, std::vector<double
     std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
     result.tokens_per_s = rates[rates.size() / 2];
   }
-  if (leader() && !ctx.export_path.empty()) {
+  if ((leader() || collective_io()) && !ctx.export_path.empty()) {
     COHORT_TRY_VOID(model->Export(ctx.export_path));
     Log("exported the model to {} (GPT-2 safetensors)", ctx.export_path);
   }
-  if (leader() && config.sample_tokens > 0) {
+  if ((leader() || collective_io()) && config.sample_tokens > 0) {
     result.sample = COHORT_TRY(SampleText());
     Log("---- sample after {} steps (temperature {}, top-k {}) ----\n{}\n----", progress.step,
         config.temperature, config.top_k, result.sample);

@@ -1,7 +1,13 @@
-// Trainer: the training loop of `cohort train` — one rank of a data-parallel job.
+// Trainer: the training loop of `cohort train` — one rank of a data × pipeline × tensor
+// parallel job.
 //
-// Every rank holds the whole model and optimizer state, in host memory (train.device cpu)
-// or on its GPU (cuda: GPU LOCAL_RANK, reduced over nccl; train_model.h). A step trains on
+// Without tensor or pipeline parallelism (parallel.tensor = parallel.pipeline = 1) every
+// rank holds the whole model and optimizer state, in host memory (train.device cpu) or on
+// its GPU (cuda: GPU LOCAL_RANK, reduced over nccl; train_model.h). With them (CPU only),
+// each rank holds its shard (engine/parallel/layout.h) and the model runs whole steps
+// through the pipeline; the data-parallel replicas below are then the world size divided by
+// tensor × pipeline, and checkpoints, export and sampling are collectives of every rank. A
+// step trains on
 // one global batch of G = global_batch_tokens / seq_len sequences: each of the `world`
 // ranks runs `accum` micro-batches of micro_batch sequences (DistributedSampler decides
 // which), the last micro-batch's backward pass all-reduces the gradient in buckets as they

@@ -20,4 +20,22 @@ double CrossEntropyForward(float* lse, const float* logits, const int32_t* targe
 void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets,
                                  int N, int V, int Vp, float scale);
 
+// Vocabulary-parallel cross-entropy (Megatron-LM; model/gpt_shard.h): logits (N, Vs) hold
+// columns [v0, v0 + Vs) of the padded vocabulary, and only columns below V are real. The
+// tensor group combines the pieces: max over ranks of row_max, then lse = max +
+// log(Σ over ranks of sum_exp), and the target's logit summed over ranks (exactly one
+// rank holds it). The full logits are never gathered.
+
+// row_max[n] = the largest real logit of the row in this shard (-inf when it has none).
+void CrossEntropyShardMax(float* row_max, const float* logits, int N, int Vs, int v0, int V);
+// sum_exp[n] = Σ e^{logit − max[n]} over the shard's real columns; target_logit[n] = the
+// logit of targets[n] when this shard holds it, else 0 (also 0 for targets of -1).
+void CrossEntropyShardSums(float* sum_exp, float* target_logit, const float* logits,
+                           const int32_t* targets, const float* max, int N, int Vs, int v0,
+                           int V);
+// As CrossEntropyBackwardInPlace on the shard's columns: scale · (softmax − onehot) from the
+// global lse, 0 for padding and for rows with target -1.
+void CrossEntropyShardBackwardInPlace(float* logits, const float* lse, const int32_t* targets,
+                                      int N, int Vs, int v0, int V, float scale);
+
 }  // namespace cohort::engine::cpu

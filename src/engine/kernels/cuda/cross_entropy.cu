@@ -14,6 +14,10 @@
 //   an all-zero row, without reading the logits.
 // SumLosses: one block; thread j adds losses j, j + 1024, ... in order, then a fixed
 // shared-memory tree adds the 1024 partial sums (deterministic).
+// CrossEntropyShard*: one block of kThreads per row, thread j on the W-wide column groups
+// j, j + kThreads, ... as FusedClassifier (W = 8 when Vs % 8 == 0 and logits is 16-byte
+// aligned). Max and Sums reduce each thread's value across the warp by a butterfly and
+// across warps in warp order through shared memory; Backward is elementwise.
 #include <math.h>
 
 #include "engine/kernels/cuda/cross_entropy.cuh"
@@ -143,7 +147,139 @@ __global__ void __launch_bounds__(kSumThreads)
   if (tid == 0) *out = partial[0];
 }
 
+// The block's reduction of one value per thread (kThreads): max when `take_max`, else the
+// sum; warps by butterfly, then the warps in order. Every thread gets the result.
+// `warp_vals`: the kernel's __shared__ float[kWarps] (any indexable type: the emulator's
+// shared arrays are not plain pointers).
+template <bool take_max, typename SharedFloats>
+__device__ __forceinline__ float BlockReduce(float x, SharedFloats& warp_vals) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, offset);
+    x = take_max ? fmaxf(x, y) : x + y;
+  }
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid % 32 == 0) warp_vals[tid / 32] = x;
+  __syncthreads();
+  float r = warp_vals[0];
+  for (int w = 1; w < kWarps; ++w) r = take_max ? fmaxf(r, warp_vals[w]) : r + warp_vals[w];
+  return r;
+}
+
+template <int W>
+__global__ void __launch_bounds__(kThreads)
+    ShardMaxKernel(float* __restrict__ row_max, const bf16* __restrict__ logits, int Vs,
+                   int real) {
+  __shared__ float warp_vals[kWarps];
+  const int row = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  const bf16* x = logits + static_cast<size_t>(row) * Vs;
+  float m = -INFINITY;
+  for (int g = tid; g < Vs / W; g += kThreads) {
+    const Bf16Vec<W> raw = reinterpret_cast<const Bf16Vec<W>*>(x)[g];
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      if (g * W + k < real) m = fmaxf(m, __bfloat162float(raw.v[k]));
+    }
+  }
+  m = BlockReduce<true>(m, warp_vals);
+  if (tid == 0) row_max[row] = m;
+}
+
+template <int W>
+__global__ void __launch_bounds__(kThreads)
+    ShardSumsKernel(float* __restrict__ sum_exp, float* __restrict__ target_logit,
+                    const bf16* __restrict__ logits, const int32_t* __restrict__ targets,
+                    const float* __restrict__ max, int Vs, int v0, int real) {
+  __shared__ float warp_vals[kWarps];
+  const int row = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  const bf16* x = logits + static_cast<size_t>(row) * Vs;
+  const float mx = max[row];
+  float s = 0.0f;
+  if (mx != -INFINITY) {  // a row with no real logit anywhere sums nothing
+    for (int g = tid; g < Vs / W; g += kThreads) {
+      const Bf16Vec<W> raw = reinterpret_cast<const Bf16Vec<W>*>(x)[g];
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        if (g * W + k < real) s += expf(__bfloat162float(raw.v[k]) - mx);
+      }
+    }
+  }
+  s = BlockReduce<false>(s, warp_vals);
+  if (tid == 0) {
+    sum_exp[row] = s;
+    const int t = targets[row] - v0;
+    target_logit[row] = targets[row] >= 0 && t >= 0 && t < real ? __bfloat162float(x[t]) : 0.0f;
+  }
+}
+
+template <int W>
+__global__ void __launch_bounds__(kThreads)
+    ShardBackwardKernel(bf16* __restrict__ logits, const float* __restrict__ lse,
+                        const int32_t* __restrict__ targets, int Vs, int v0, int real,
+                        float scale) {
+  const int row = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  bf16* x = logits + static_cast<size_t>(row) * Vs;
+  const bool ignored = targets[row] < 0;  // uniform over the block
+  const int t = targets[row] - v0;
+  const float row_lse = lse[row];
+  for (int g = tid; g < Vs / W; g += kThreads) {
+    Bf16Vec<W> raw = reinterpret_cast<const Bf16Vec<W>*>(x)[g];
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const int col = g * W + k;
+      float grad = 0.0f;
+      if (!ignored && col < real) {
+        grad = scale * expf(__bfloat162float(raw.v[k]) - row_lse);
+        if (col == t) grad -= scale;
+      }
+      raw.v[k] = __float2bfloat16_rn(grad);
+    }
+    reinterpret_cast<Bf16Vec<W>*>(x)[g] = raw;
+  }
+}
+
+int RealColumns(int Vs, int v0, int V) { return V - v0 < 0 ? 0 : (V - v0 > Vs ? Vs : V - v0); }
+
 }  // namespace
+
+void CrossEntropyShardMax(float* row_max, const bf16* logits, int N, int Vs, int v0, int V,
+                          cudaStream_t stream) {
+  if (N <= 0 || Vs <= 0) return;
+  const int real = RealColumns(Vs, v0, V);
+  if (Vs % 8 == 0 && Aligned16(logits)) {
+    ShardMaxKernel<8><<<N, kThreads, 0, stream>>>(row_max, logits, Vs, real);
+  } else {
+    ShardMaxKernel<1><<<N, kThreads, 0, stream>>>(row_max, logits, Vs, real);
+  }
+}
+
+void CrossEntropyShardSums(float* sum_exp, float* target_logit, const bf16* logits,
+                           const int32_t* targets, const float* max, int N, int Vs, int v0,
+                           int V, cudaStream_t stream) {
+  if (N <= 0 || Vs <= 0) return;
+  const int real = RealColumns(Vs, v0, V);
+  if (Vs % 8 == 0 && Aligned16(logits)) {
+    ShardSumsKernel<8><<<N, kThreads, 0, stream>>>(sum_exp, target_logit, logits, targets, max,
+                                                   Vs, v0, real);
+  } else {
+    ShardSumsKernel<1><<<N, kThreads, 0, stream>>>(sum_exp, target_logit, logits, targets, max,
+                                                   Vs, v0, real);
+  }
+}
+
+void CrossEntropyShardBackward(bf16* logits, const float* lse, const int32_t* targets, int N,
+                               int Vs, int v0, int V, float scale, cudaStream_t stream) {
+  if (N <= 0 || Vs <= 0) return;
+  const int real = RealColumns(Vs, v0, V);
+  if (Vs % 8 == 0 && Aligned16(logits)) {
+    ShardBackwardKernel<8><<<N, kThreads, 0, stream>>>(logits, lse, targets, Vs, v0, real, scale);
+  } else {
+    ShardBackwardKernel<1><<<N, kThreads, 0, stream>>>(logits, lse, targets, Vs, v0, real, scale);
+  }
+}
 
 void FusedClassifier(bf16* logits, float* losses, const int32_t* targets, int N, int V, int Vp,
                      float scale, bool write_grad, cudaStream_t stream) {

@@ -1,0 +1,331 @@
+// bench_parallel_train: tensor and pipeline parallelism on CPU ranks (one thread per rank,
+// gloo over loopback, in one process), printed beside their targets.
+//
+//   bench_parallel_train [--section bubble|memory|throughput|all] [--steps S] [--stages P]
+//                        [--baseline-threads N]
+//
+// bubble      P (default 4) ranks as pipeline P: GPipe, 1F1B and interleaved (2 chunks per stage), the
+//             bubble measured from each stage's compute timeline (1 − time in forward and
+//             backward / the step's span, averaged over the stages; median over S steps)
+//             beside (p − 1) / (v·m + p − 1). Target: within 3 points.
+// memory      parameters, gradients and AdamW moments per rank at tensor 4 against one rank
+//             (GPT-2 small's shape; target 1/4 within 10%, the replicated LayerNorms, biases
+//             and wpe aside), and the activations stashed at once per rank, 1F1B against
+//             GPipe on pipeline 4 (target: 1F1B holds at most p micro-batches).
+// throughput  tokens/s of a d_model 768, 12-layer model (GPT-2 vocabulary) on 4 ranks as data
+//             4, tensor 4, pipeline 4 and tensor 2 x pipeline 2, beside one rank using all the
+//             machine's cores, in one run (median step over S steps after one warm-up).
+//
+// Each rank runs one OpenMP thread; the one-rank baseline runs as many as the machine has
+// cores (or --baseline-threads). On a machine with fewer cores than ranks the ranks share the cores, which the
+// figures then include (the log says so).
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "comm/communicator.h"
+#include "comm/store.h"
+#include "engine/model/gpt.h"
+#include "engine/model/gpt_shard_layout.h"
+#include "engine/parallel/ddp.h"
+#include "engine/parallel/layout.h"
+#include "engine/trainer/train_model.h"
+
+namespace {
+
+using namespace cohort;
+using namespace cohort::engine;
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Runs body(comm) on `world` threads, each a rank with its own gloo communicator over a file
+// store in a fresh temporary directory. Exits on a setup failure.
+void RunRanks(int world, const std::function<void(comm::Communicator&)>& body) {
+  static int runs = 0;
+  const std::string dir =
+      (std::filesystem::temp_directory_path() /
+       fmt::format("cohort-bench-parallel-{}-{}", ::getpid(), runs++))
+          .string();
+  std::filesystem::create_directories(dir);
+  std::shared_ptr<comm::Store> store(
+      comm::OpenStore("file://" + dir, false, Millis(60000)).value().release());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      comm::CommOptions o;
+      o.backend = "gloo";
+      o.rank = r;
+      o.world_size = world;
+      o.store = store;
+      o.prefix = "bench";
+      o.timeout = Millis(600000);
+      o.iface_host = "127.0.0.1";
+      auto c = comm::CreateCommunicator(o);
+      if (!c) {
+        std::fprintf(stderr, "rank %d: %s\n", r, c.error().ToString().c_str());
+        std::exit(1);
+      }
+      omp_set_num_threads(1);
+      body(**c);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::filesystem::remove_all(dir);
+}
+
+template <typename T>
+T Check(Result<T> r, const char* what) {
+  if (!r) {
+    std::fprintf(stderr, "%s: %s\n", what, r.error().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*r);
+}
+void Check(Result<void> r, const char* what) {
+  if (!r) {
+    std::fprintf(stderr, "%s: %s\n", what, r.error().ToString().c_str());
+    std::exit(1);
+  }
+}
+
+GptConfig Model(int layers, int embd, int heads, int vocab, int seq) {
+  GptConfig c;
+  c.n_layer = layers;
+  c.n_embd = embd;
+  c.n_head = heads;
+  c.vocab_size = vocab;
+  c.max_seq_len = seq;
+  return c;
+}
+
+// Random tokens (fixed seed per micro-batch).
+void Fill(int k, std::span<int32_t> in, std::span<int32_t> out, int vocab) {
+  uint64_t x = 0x9e3779b97f4a7c15ULL * (k + 1);
+  for (size_t i = 0; i < in.size(); ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    in[i] = static_cast<int32_t>((x >> 33) % vocab);
+    out[i] = static_cast<int32_t>((x >> 17) % vocab);
+  }
+}
+
+struct RunFigures {
+  std::vector<double> step_s;                    // rank 0
+  std::vector<double> bubble;                    // per step
+  std::vector<TrainModel::ParallelStats> stats;  // per rank, last step
+};
+
+// `steps` training steps of `m` micro-batches of B x T per replica in `layout` on its world.
+RunFigures RunLayout(const GptConfig& cfg, const ParallelConfig& pc, int world, int m, int B,
+                     int T, int steps) {
+  RunFigures out;
+  out.stats.resize(world);
+  std::mutex mu;
+  RunRanks(world, [&](comm::Communicator& comm) {
+    auto layout = Check(MakeParallelLayout(pc, cfg, world), "layout");
+    std::unique_ptr<TrainModel> model;
+    std::unique_ptr<DdpReducer> reducer;
+    if (layout.model_parallel()) {
+      model = Check(MakeParallelCpuTrainModel(cfg, InitialParams{1, nullptr}, AdamWConfig{},
+                                              layout, comm, nullptr),
+                    "parallel model");
+    } else {
+      GptModel init = Check(GptModel::Create(cfg), "model");
+      init.InitRandom(1);
+      model = Check(MakeCpuTrainModel(std::move(init), AdamWConfig{}), "model");
+      reducer = std::make_unique<DdpReducer>(comm, model->grads(), size_t{4} << 20);
+    }
+    const int replica = layout.CoordsOf(comm.rank()).data;
+    for (int step = 0; step < steps; ++step) {
+      Check(comm.Barrier(), "barrier");
+      const auto t0 = Clock::now();
+      auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> tg) -> Result<void> {
+        Fill(step * 1000 + replica * m + a, in, tg, cfg.vocab_size);
+        return {};
+      };
+      Check(model->TrainMicrobatches(m, B, T, load, reducer.get()), "step");
+      Check(model->ClipAndStep(1.0, 1e-4f), "optimizer");
+      Check(comm.Barrier(), "barrier");
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (comm.rank() == 0) {
+        std::lock_guard lock(mu);
+        out.step_s.push_back(s);
+        if (auto ps = model->parallel_stats()) out.bubble.push_back(ps->bubble);
+      }
+    }
+    if (auto ps = model->parallel_stats()) {
+      std::lock_guard lock(mu);
+      out.stats[comm.rank()] = *ps;
+    }
+  });
+  return out;
+}
+
+void Bubble(int steps, int p) {
+  // Compute-heavy blocks, a cheap head (byte vocabulary): stages of equal cost.
+  const GptConfig cfg = Model(8, 512, 8, 256, 128);
+  const int m = 8, B = 2;
+  std::printf("\n== pipeline bubble: %d ranks as pipeline %d, d_model %d, %d layers, %d "
+              "micro-batches of %d x %d tokens ==\n",
+              p, p, cfg.n_embd, cfg.n_layer, m, B, cfg.max_seq_len);
+  std::printf("%-12s %10s %10s %10s %8s\n", "schedule", "measured", "theory", "diff", "target");
+  for (auto [name, v] : {std::pair{"gpipe", 1}, std::pair{"1f1b", 1}, std::pair{"interleaved", 2}}) {
+    ParallelConfig pc;
+    pc.pipeline = p;
+    pc.schedule = name;
+    pc.virtual_stages = v;
+    RunFigures f = RunLayout(cfg, pc, p, m, B, cfg.max_seq_len, steps + 1);
+    f.bubble.erase(f.bubble.begin());  // the warm-up step
+    const double measured = Median(f.bubble) * 100, theory = f.stats[0].theory * 100;
+    std::printf("%-12s %9.1f%% %9.1f%% %+9.1f  %s\n", name, measured, theory, measured - theory,
+                std::abs(measured - theory) <= 3 ? "within 3 points" : "MISSED (3 points)");
+  }
+}
+
+void Memory() {
+  const GptConfig gpt2 = Model(12, 768, 12, 50257, 1024);
+  std::printf("\n== memory per rank: GPT-2 small (124M), tensor 4 vs one rank ==\n");
+  const size_t full = gpt2.num_parameters();
+  ParallelConfig pc;
+  pc.tensor = 4;
+  const ParallelLayout layout = Check(MakeParallelLayout(pc, gpt2, 4), "layout");
+  size_t worst = 0, replicated = 0;
+  for (int r = 0; r < 4; ++r) {
+    const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, gpt2, r));
+    worst = std::max(worst, shard.total);
+    if (r == 0) {
+      for (const ShardTensor& t : shard.tensors) {
+        if (t.local.numel == static_cast<size_t>(t.logical_rows * t.logical_cols)) {
+          replicated += t.local.numel;  // whole on every tensor rank
+        }
+      }
+    }
+  }
+  // Parameters, gradients, AdamW m and v: four float32 buffers of the shard's size.
+  const double one = 16.0 * full / 1e6, per = 16.0 * worst / 1e6;
+  const double ratio = double(worst) / full;
+  const double sharded_ratio = double(worst - replicated) / double(full - replicated);
+  std::printf("one rank: %.1f MB (params + grads + AdamW m, v); tensor 4: %.1f MB per rank = "
+              "%.3f of one rank (target 0.25 +- 10%%: %s)\n",
+              one, per, ratio, std::abs(ratio - 0.25) <= 0.025 ? "met" : "missed");
+  std::printf("replicated on every tensor rank (LayerNorms, row-parallel biases, wpe): %.2fM "
+              "floats; the rest: %.4f of one rank's\n",
+              replicated / 1e6, sharded_ratio);
+
+  // Activations stashed at once on each stage, 1F1B against GPipe.
+  const GptConfig cfg = Model(8, 256, 4, 256, 64);
+  const int m = 8, B = 2;
+  std::printf("\n== activations stashed per rank: pipeline 4, %d micro-batches ==\n", m);
+  std::printf("%-6s %-8s %14s %14s %12s\n", "stage", "schedule", "peak MB", "one m-b MB",
+              "micro-batches");
+  for (const char* name : {"gpipe", "1f1b"}) {
+    ParallelConfig p4;
+    p4.pipeline = 4;
+    p4.schedule = name;
+    RunFigures f = RunLayout(cfg, p4, 4, m, B, cfg.max_seq_len, 1);
+    for (int s = 0; s < 4; ++s) {
+      const auto& st = f.stats[s];
+      const double held = double(st.peak_activation_bytes) / st.microbatch_activation_bytes;
+      std::printf("%-6d %-8s %14.2f %14.2f %12.1f%s\n", s, name, st.peak_activation_bytes / 1e6,
+                  st.microbatch_activation_bytes / 1e6, held,
+                  std::string(name) == "1f1b" ? (held <= 4.0 + 1e-9 ? "  (<= p = 4: met)" : "  (> p: MISSED)") : "");
+    }
+  }
+}
+
+void Throughput(int steps, int baseline_threads) {
+  const GptConfig cfg = Model(12, 768, 12, 50257, 64);
+  const int B = 1, T = 64, global = 8;  // 8 sequences of 64 tokens per step
+  const int cores = baseline_threads > 0 ? baseline_threads
+                                         : static_cast<int>(std::thread::hardware_concurrency());
+  std::printf("\n== tokens/s: d_model 768, 12 layers, GPT-2 vocabulary, %d tokens per step "
+              "(%d sequences of %d), %d cores ==\n",
+              global * T, global, T, cores);
+  // One rank with every core.
+  double base = 0;
+  {
+    omp_set_num_threads(cores);
+    GptModel init = Check(GptModel::Create(cfg), "model");
+    init.InitRandom(1);
+    auto model = Check(MakeCpuTrainModel(std::move(init), AdamWConfig{}), "model");
+    std::vector<double> times;
+    for (int step = 0; step <= steps; ++step) {
+      const auto t0 = Clock::now();
+      auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> tg) -> Result<void> {
+        Fill(step * 1000 + a, in, tg, cfg.vocab_size);
+        return {};
+      };
+      Check(model->TrainMicrobatches(global, B, T, load, nullptr), "step");
+      Check(model->ClipAndStep(1.0, 1e-4f), "optimizer");
+      if (step > 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    base = global * T / Median(times);
+    std::printf("%-34s %10.0f tokens/s (%d threads)\n", "1 rank", base, cores);
+  }
+  struct Case {
+    const char* name;
+    int tensor, pipeline;
+    const char* schedule;
+  };
+  for (const Case& c : {Case{"4 ranks: data 4", 1, 1, "1f1b"}, Case{"4 ranks: tensor 4", 4, 1, "1f1b"},
+                        Case{"4 ranks: pipeline 4 (1f1b)", 1, 4, "1f1b"},
+                        Case{"4 ranks: tensor 2 x pipeline 2", 2, 2, "1f1b"}}) {
+    ParallelConfig pc;
+    pc.tensor = c.tensor;
+    pc.pipeline = c.pipeline;
+    pc.schedule = c.schedule;
+    const int data = 4 / (c.tensor * c.pipeline);
+    RunFigures f = RunLayout(cfg, pc, 4, global / data, B, T, steps + 1);
+    f.step_s.erase(f.step_s.begin());
+    const double rate = global * T / Median(f.step_s);
+    std::printf("%-34s %10.0f tokens/s = %.2fx one rank (1 thread per rank)\n", c.name, rate,
+                rate / base);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // figures appear as they are measured
+  std::string section = "all";
+  int steps = 3, stages = 4, baseline_threads = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--section" && i + 1 < argc) {
+      section = argv[++i];
+    } else if (a == "--baseline-threads" && i + 1 < argc) {
+      baseline_threads = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--stages" && i + 1 < argc) {
+      stages = std::clamp(std::atoi(argv[++i]), 2, 8);
+    } else if (a == "--steps" && i + 1 < argc) {
+      steps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_parallel_train [--section bubble|memory|throughput|all] "
+                   "[--steps S] [--stages P] [--baseline-threads N]\n");
+      return 2;
+    }
+  }
+  std::printf("bench_parallel_train: %u cores; each rank is a thread with one OpenMP thread\n",
+              std::thread::hardware_concurrency());
+  if (section == "bubble" || section == "all") Bubble(steps, stages);
+  if (section == "memory" || section == "all") Memory();
+  if (section == "throughput" || section == "all") Throughput(steps, baseline_threads);
+  return 0;
+}

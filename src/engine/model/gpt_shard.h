@@ -1,0 +1,91 @@
+// GptShardModel: one rank's part of a GPT-2 model under tensor and pipeline parallelism, on
+// the CPU (float32, the kernels of kernels/cpu): the chunks of its pipeline stage, each
+// block split across the tensor group as gpt_shard_layout.h describes. It is GptModel
+// (gpt.h) cut into pieces: with one chunk holding everything and a tensor group of one it
+// computes the same function (up to float summation order).
+//
+// A pipeline drives it one (chunk, micro-batch) at a time: Forward stashes the chunk's
+// activations under the micro-batch's slot until the matching Backward consumes them, so
+// any number of micro-batches may be in flight (GPipe holds m of them, 1F1B at most p).
+// The first chunk reads token ids; the others read the activation (B·T·C floats) the
+// previous chunk produced, and all but the last write theirs. The last chunk computes the
+// vocabulary-parallel cross-entropy and its Backward starts from the loss; the others
+// start from the gradient of their output and write the gradient of their input.
+//
+// Tensor parallelism goes through TensorParallelGroup (parallel/tensor_parallel.h): one
+// all-reduce per block half in forward and one in backward, one after the embedding, and
+// the cross-entropy's row statistics. LayerNorms and the row-parallel biases are
+// replicated: every tensor rank computes the same gradient for them from the same
+// (all-reduced) inputs.
+//
+// Gradients accumulate over Backward calls until ZeroGrad (gradient accumulation is the
+// micro-batch loop). Threads: one thread at a time; kernels use OpenMP inside.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/error.h"
+#include "engine/model/gpt_shard_layout.h"
+#include "engine/parallel/tensor_parallel.h"
+
+namespace cohort::engine {
+
+// What a chunk reads of a micro-batch: the embedding chunk the tokens, the head chunk the
+// targets (empty: no loss, logits only).
+struct MicrobatchTokens {
+  std::span<const int32_t> tokens;
+  std::span<const int32_t> targets;
+  int B = 0, T = 0;
+};
+
+class GptShardModel {
+ public:
+  // `tp` (tensor group of spec.tensor_size ranks) must outlive the model. Parameters start
+  // zeroed: ExtractShard a logical model into params().
+  static Result<std::unique_ptr<GptShardModel>> Create(const ShardSpec& spec,
+                                                       TensorParallelGroup& tp);
+  ~GptShardModel();
+
+  const GptShardLayout& layout() const;
+  int num_chunks() const;
+  std::span<float> params();
+  std::span<float> grads();
+  void ZeroGrad();
+
+  // Forward of local chunk `chunk` on a micro-batch, stashed under `slot` (kInvalidArgument
+  // if that slot is already stashed, or on a bad batch). `input`: the previous chunk's
+  // output (not read by the embedding chunk); `output`: B·T·C floats (not written by the
+  // head chunk). Returns the mean cross-entropy over targets >= 0 for the head chunk with
+  // targets, 0 otherwise.
+  Result<float> Forward(int chunk, int slot, const MicrobatchTokens& batch, const float* input,
+                        float* output);
+  // Backward of the stash in `slot`, adding loss_scale × the gradient into grads() and
+  // releasing the stash. `doutput`: the gradient of the chunk's output (not read by the
+  // head chunk); `dinput`: B·T·C floats receiving the gradient of its input (not written
+  // by the embedding chunk). kFailedPrecondition if nothing is stashed there, or the head
+  // chunk's forward had no targets.
+  Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
+                        float* dinput);
+  // Drops the stash in `slot` without a backward (evaluation, sampling).
+  void Release(int chunk, int slot);
+
+  // The head chunk, after a Forward of `slot`: the vocab_size logits of sequence 0's
+  // position `position`, gathered from the tensor group (a collective on it).
+  Result<std::vector<float>> Logits(int chunk, int slot, int position);
+
+  // Bytes of activations stashed now, and the most at once since the last ResetPeak.
+  size_t activation_bytes() const;
+  size_t peak_activation_bytes() const;
+  void ResetPeak();
+
+ private:
+  struct Impl;
+  explicit GptShardModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort::engine
