@@ -147,6 +147,7 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
   if (!bearer_.empty()) headers.emplace("Authorization", "Bearer " + bearer_);
   httplib::Result r = method == "GET"    ? cli->Get(path, headers)
                       : method == "POST" ? cli->Post(path, headers, body ? *body : std::string(), "application/json")
+                      : method == "PUT"  ? cli->Put(path, headers, body ? *body : std::string(), "application/json")
                                          : cli->Delete(path, headers);
   if (!r) {
     // The connection is dropped with its client: the next call opens a fresh one.
@@ -185,6 +186,11 @@ Result<json> HttpClient::Get(const std::string& path) const {
 Result<json> HttpClient::Post(const std::string& path, const json& body) const {
   std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return Decode(Send("POST", path, &text));
+}
+
+Result<json> HttpClient::Put(const std::string& path, const json& body) const {
+  std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return Decode(Send("PUT", path, &text));
 }
 
 Result<json> HttpClient::Delete(const std::string& path) const {
