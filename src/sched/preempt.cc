@@ -34,7 +34,7 @@ double WorkAtRiskGpuSeconds(const RunningJob& job, int64_t now_ms) {
 }
 
 PreemptionPlanner::PreemptionPlanner(const Snapshot& snapshot, const NodePool& pool)
-    : snapshot_(snapshot), pool_(pool) {
+    : snapshot_(snapshot), pool_(pool), held_(snapshot.shares->teams, snapshot.running) {
   std::unordered_map<std::string_view, int> index;
   index.reserve(snapshot.nodes.size());
   for (size_t i = 0; i < snapshot.nodes.size(); ++i) index.emplace(snapshot.nodes[i].id, static_cast<int>(i));
@@ -65,6 +65,11 @@ std::optional<std::vector<Preemption>> PreemptionPlanner::Plan(const JobRequest&
   const int64_t now = snapshot_.now_ms;
   const std::string& team = job.team;
   const bool may_reclaim = quotas.WithinQuota(team, gpus);
+  // What a team holds once the victims promised earlier in the pass are gone.
+  const auto held = [&](const std::string& t) {
+    auto it = released_.find(t);
+    return held_.used(t) - (it == released_.end() ? 0 : it->second);
+  };
 
   // Every running job that may give way to this one.
   std::vector<std::optional<Candidate>> candidate(snapshot_.running.size());
@@ -78,7 +83,7 @@ std::optional<std::vector<Preemption>> PreemptionPlanner::Plan(const JobRequest&
       if (rj.priority >= job.priority) continue;
       kind = PreemptKind::kPriority;
     } else {
-      if (!may_reclaim || !quotas.borrowing(rj.team)) continue;
+      if (!may_reclaim || held(rj.team) <= quotas.quota(rj.team)) continue;
       kind = PreemptKind::kReclaim;
     }
     candidate[r] = Candidate{static_cast<int>(r), kind, WorkAtRiskGpuSeconds(rj, now)};
@@ -149,7 +154,7 @@ std::optional<std::vector<Preemption>> PreemptionPlanner::Plan(const JobRequest&
     const RunningJob& rj = snapshot_.running[static_cast<size_t>(c.running)];
     if (c.kind == PreemptKind::kReclaim) {
       reclaims = true;
-      if (quotas.used(rj.team) - removed[rj.team] <= quotas.quota(rj.team)) {
+      if (held(rj.team) - removed[rj.team] <= quotas.quota(rj.team)) {
         *why = fmt::format("reclaiming would push team {} below its quota of {} GPUs", rj.team,
                            quotas.quota(rj.team));
         return std::nullopt;
@@ -194,7 +199,9 @@ std::optional<std::vector<Preemption>> PreemptionPlanner::Plan(const JobRequest&
 void PreemptionPlanner::Commit(const std::vector<Preemption>& plan) {
   for (const Preemption& p : plan) {
     for (size_t r = 0; r < snapshot_.running.size(); ++r) {
-      if (snapshot_.running[r].id == p.victim) taken_[r] = true;
+      if (snapshot_.running[r].id != p.victim || taken_[r]) continue;
+      taken_[r] = true;
+      released_[snapshot_.running[r].team] += gpus_of_[r];
     }
   }
 }

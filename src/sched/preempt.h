@@ -8,7 +8,8 @@
 //   - it never preempted the blocked job (JobRequest::preempted_by): two jobs never
 //     preempt each other back and forth;
 //   - reclaim: its team is another and holds more than its quota, and stays borrowing
-//     until its last victim is chosen (no team is pushed below its quota); the blocked
+//     until its last victim is chosen (no team is pushed below its quota; both as the
+//     pass began, before the jobs it started); the blocked
 //     job's team stays within its quota once it starts;
 //   - priority: its team is the blocked job's and its priority is strictly lower; the
 //     blocked job's team stays within quota + borrow limit once it starts.
@@ -67,6 +68,11 @@ class PreemptionPlanner {
   std::vector<std::vector<std::pair<int, Usage>>> on_node_;  // pool node -> (running index, its use there)
   std::vector<int64_t> gpus_of_;                             // running index -> GPUs held in all
   std::vector<bool> taken_;                                  // running index -> promised this pass
+  std::map<std::string, int64_t, std::less<>> released_;     // team -> GPUs of its victims this pass
+  // What the running jobs hold, without this pass's starts: a team borrows (and may be
+  // reclaimed from) only if it held more than its quota when the pass began, so a pass
+  // never starts a team's job and preempts an older one of it for the same GPUs.
+  QuotaBook held_;
 };
 
 }  // namespace cohort::sched
