@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sched/quota.h"
@@ -69,7 +70,7 @@ class PriorityModel {
   int64_t now_ms_;
   int64_t cluster_gpus_;
   std::vector<TeamStanding> standings_;
-  std::map<std::string, double, std::less<>> factor_;
+  std::unordered_map<std::string, double, TeamNameHash, std::equal_to<>> factor_;
 };
 
 // The GPUs a job asks for in all (nodes x gpus_per_node; 0 for an invalid request).

@@ -30,24 +30,34 @@ QuotaBook::Entry& QuotaBook::At(std::string_view team) {
   return it->second;
 }
 
-int64_t QuotaBook::used(std::string_view team) const {
+const QuotaBook::Entry* QuotaBook::Find(std::string_view team) const {
   auto it = teams_.find(team);
-  return it == teams_.end() ? 0 : it->second.used;
+  return it == teams_.end() ? nullptr : &it->second;
+}
+
+int64_t QuotaBook::used(std::string_view team) const {
+  const Entry* e = Find(team);
+  return e ? e->used : 0;
 }
 
 int64_t QuotaBook::quota(std::string_view team) const {
-  auto it = teams_.find(team);
-  return it == teams_.end() ? 0 : it->second.quota;
+  const Entry* e = Find(team);
+  return e ? e->quota : 0;
 }
 
 int64_t QuotaBook::limit(std::string_view team) const {
-  auto it = teams_.find(team);
-  return it == teams_.end() ? kUnlimited : it->second.limit;
+  const Entry* e = Find(team);
+  return e ? e->limit : kUnlimited;
+}
+
+bool QuotaBook::WithinQuota(std::string_view team, int64_t gpus) const {
+  const Entry* e = Find(team);
+  return gpus > 0 && (e ? e->used : 0) + gpus <= (e ? e->quota : 0);
 }
 
 bool QuotaBook::Admits(std::string_view team, int64_t gpus) const {
-  const int64_t l = limit(team);
-  return l == kUnlimited || used(team) + gpus <= l;
+  const Entry* e = Find(team);
+  return !e || e->limit == kUnlimited || e->used + gpus <= e->limit;
 }
 
 std::string QuotaBook::LimitReason(std::string_view team, int64_t gpus) const {

@@ -12,14 +12,22 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "sched/snapshot.h"
 
 namespace cohort::sched {
+
+// Hashes team names for maps a pass looks up for every pending job: heterogeneous lookup
+// with a string_view, no copies.
+struct TeamNameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
 
 class QuotaBook {
  public:
@@ -34,9 +42,7 @@ class QuotaBook {
 
   // True if a job of `gpus` GPUs (at least 1) keeps `team` within its quota: its GPUs are
   // guaranteed (it comes before borrowers and may reclaim). A CPU-only job never is.
-  bool WithinQuota(std::string_view team, int64_t gpus) const {
-    return gpus > 0 && used(team) + gpus <= quota(team);
-  }
+  bool WithinQuota(std::string_view team, int64_t gpus) const;
   // True if `gpus` more keep `team` within quota + borrow limit.
   bool Admits(std::string_view team, int64_t gpus) const;
   // "team ml is at its limit: 20 of 24 GPUs in use (quota 16 + borrow limit 8); this job
@@ -52,8 +58,9 @@ class QuotaBook {
     int64_t used = 0;
   };
   Entry& At(std::string_view team);
+  const Entry* Find(std::string_view team) const;  // null for a team never seen
 
-  std::map<std::string, Entry, std::less<>> teams_;
+  std::unordered_map<std::string, Entry, TeamNameHash, std::equal_to<>> teams_;
 };
 
 }  // namespace cohort::sched
