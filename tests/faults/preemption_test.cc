@@ -124,7 +124,8 @@ TEST(Preemption, TheOwnerReclaimsBorrowedGpusAndTheTrainingJobResumesFromItsChec
   EXPECT_TRUE(c.Job(owner_id).value("preemptions", json::array()).empty()) << "the owner was never preempted back";
 }
 
-// Bad team input through the CLI and the head: clear errors, and the teams as they were.
+// Bad team input through the CLI and the head: clear errors, and the teams as they were;
+// `cohort queue --priority`; the teams survive a head restart.
 TEST(Preemption, BadTeamInputIsRefusedAndChangesNothing) {
   FaultCluster c;
   ASSERT_NO_FATAL_FAILURE(c.StartHead());
@@ -166,6 +167,25 @@ TEST(Preemption, BadTeamInputIsRefusedAndChangesNothing) {
   const Cli after = RunCohort(c, {"team", "ls"});
   ASSERT_TRUE(after.ok) << after.out;
   EXPECT_EQ(after.out, before.out) << "a refused change changed the teams";
+
+  // A second job of ml waits (ml holds the node's 2 GPUs): `cohort queue --priority` shows
+  // its factors, like sprio.
+  json waiting = c.Submit({{"command", {"/bin/true"}}, {"nodes", 1}, {"gpus_per_node", 1}, {"team", "ml"}});
+  const int64_t waiting_id = waiting.value("id", int64_t{0});
+  const Cli prio = RunCohort(c, {"queue", "--priority"});
+  ASSERT_TRUE(prio.ok) << prio.out;
+  EXPECT_NE(prio.out.find("FAIRSHARE"), std::string::npos) << prio.out;
+  EXPECT_TRUE(std::regex_search(prio.out, std::regex("\\b" + std::to_string(waiting_id) + "\\s+\\S+\\s+ml\\b")))
+      << "job " << waiting_id << " of team ml is not listed:\n" << prio.out;
+
+  // Teams are stored: a head killed and started again has them as they were.
+  c.KillHead(SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(1));
+  const Cli restarted = RunCohort(c, {"team", "ls"});
+  ASSERT_TRUE(restarted.ok) << restarted.out;
+  EXPECT_EQ(restarted.out, before.out) << "the teams changed across a head restart";
+  EXPECT_EQ(c.Job(waiting_id).value("spec", json::object()).value("team", ""), "ml");
   auto cancelled = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
   EXPECT_TRUE(cancelled.has_value()) << cancelled.error().message;
 }
