@@ -224,7 +224,8 @@ json ToJson(const JobSpec& s) {
               {"max_restarts", s.max_restarts},
               {"time_limit_s", s.time_limit_s},
               {"progress_timeout_s", s.progress_timeout_s},
-              {"checkpoint_signal", s.checkpoint_signal}};
+              {"checkpoint_signal", s.checkpoint_signal},
+              {"team", s.team}};
   // Written only when declared, so specs without them read and dump as before.
   if (s.tensor_group_size > 0) j["tensor_group_size"] = s.tensor_group_size;
   if (s.container.enabled()) j["container"] = ToJson(s.container);
@@ -282,6 +283,10 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
                       s.checkpoint_signal);
   }
   if (const json* c = r.Raw("container")) s.container = COHORT_TRY(ContainerSpecFromJson(*c, r.FieldName("container")));
+  s.team = COHORT_TRY(r.String("team", ""));
+  if (!s.team.empty() && !ValidName(s.team, 64)) {
+    return FieldError("team", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'", s.team);
+  }
   COHORT_TRY_VOID(r.Finish());
   if (s.name.empty() && !s.command.empty()) {
     std::string base = s.command[0].substr(s.command[0].find_last_of('/') + 1);
@@ -413,6 +418,25 @@ json ToJson(const Job& job) {
                    {"deadline_ms", m.deadline_ms},
                    {"baseline_checkpoint", m.baseline_checkpoint},
                    {"grow", m.grow}};
+    if (m.preempted_for != 0) {
+      out["move"]["preempted_for"] = m.preempted_for;
+      out["move"]["preempt_reason"] = m.preempt_reason;
+    }
+  }
+  if (!job.preemptions.empty()) {
+    json list = json::array();
+    for (const auto& p : job.preemptions) {
+      list.push_back({{"requested_ms", p.requested_ms},
+                      {"attempt", p.attempt},
+                      {"by_job", p.by_job},
+                      {"by_team", p.by_team},
+                      {"kind", p.kind},
+                      {"reason", p.reason},
+                      {"work_at_risk_gpu_s", p.work_at_risk_gpu_s},
+                      {"ended_ms", p.ended_ms},
+                      {"outcome", p.outcome}});
+    }
+    out["preemptions"] = std::move(list);
   }
   return out;
 }
@@ -468,11 +492,19 @@ Result<Job> JobFromJson(const json& j) {
       r.deadline_ms = m.value("deadline_ms", int64_t(0));
       r.baseline_checkpoint = m.value("baseline_checkpoint", int64_t(-1));
       r.grow = m.value("grow", false);
+      r.preempted_for = m.value("preempted_for", JobId(0));
+      r.preempt_reason = m.value("preempt_reason", "");
       if (r.deadline_ms < 0) {
         return Errorf(ErrorCode::kInternal, "malformed job record: move.deadline_ms {} is negative", r.deadline_ms);
       }
       // Only a running job's request means anything.
       if (job.state == JobState::kRunning) job.move = std::move(r);
+    }
+    for (const auto& p : j.value("preemptions", json::array())) {
+      job.preemptions.push_back({p.value("requested_ms", int64_t(0)), p.value("attempt", 0),
+                                 p.value("by_job", JobId(0)), p.value("by_team", ""), p.value("kind", ""),
+                                 p.value("reason", ""), p.value("work_at_risk_gpu_s", 0.0),
+                                 p.value("ended_ms", int64_t(0)), p.value("outcome", "")});
     }
     return job;
   });

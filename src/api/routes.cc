@@ -49,6 +49,7 @@ std::string JobCancel(int64_t id) { return Path("/v1/jobs/", std::to_string(id),
 std::string JobLogs(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/logs"); }
 std::string JobProgress(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/progress"); }
 std::string Node(std::string_view name) { return Path("/v1/nodes/", name); }
+std::string Team(std::string_view name) { return Path("/v1/teams/", name); }
 std::string NodeDrain(std::string_view name) { return Path("/v1/nodes/", name, "/drain"); }
 std::string NodeResume(std::string_view name) { return Path("/v1/nodes/", name, "/resume"); }
 std::string AgentHeartbeat(std::string_view name) { return Path("/v1/agents/", name, "/heartbeat"); }

@@ -80,6 +80,14 @@ inline constexpr char kTokenRevokePattern[] = R"(/v1/tokens/([^/]+)/revoke)";
 // The audit log (admin only): GET ?since=&until=&user=&limit=&cursor= (head/audit.h).
 inline constexpr char kAudit[] = "/v1/audit";
 
+// Teams (api/team.h): GET lists, POST creates (admins). One team: GET, PUT changes it and
+// DELETE removes it (admins).
+inline constexpr char kTeams[] = "/v1/teams";
+std::string Team(std::string_view name);
+inline constexpr char kTeamPattern[] = R"(/v1/teams/([^/]+))";
+inline constexpr char kShares[] = "/v1/shares";          // GET: each team's share, usage, factor
+inline constexpr char kPriorities[] = "/v1/priorities";  // GET: pending jobs' priority factors
+
 inline constexpr char kDashboard[] = "/v1/dashboard";  // GET ?recent=&queue=&points=
 inline constexpr char kUsage[] = "/v1/usage";          // GET ?since=&until=&user=
 

@@ -88,6 +88,10 @@ struct JobSpec {
   std::string checkpoint_signal;
   // Run every task in this image; empty: bare processes. Specs stored without it load empty.
   ContainerSpec container;
+  // The team the job's GPUs count against (api/team.h): quota, borrowing and fair share.
+  // "" in a submission: the user's team, else "default"; the head fills it in. A job may
+  // name only a team its user belongs to (admins: any existing team).
+  std::string team;
 
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
@@ -152,6 +156,27 @@ struct MoveRequest {
   // before the request (-1: nothing reported).
   int64_t baseline_checkpoint = -1;
   bool grow = false;
+  // A preemption (head/core/preempt.h): the job that needs the GPUs (0: not a
+  // preemption), and why ("reclaim: ...", "priority: ...").
+  JobId preempted_for = 0;
+  std::string preempt_reason;
+};
+
+// One preemption of a job, kept with it for `cohort show` (head/core/preempt.h): when the
+// head asked the attempt to checkpoint and give its GPUs to another job, why, and how it
+// ended. The attempt is requeued as a move: it never counts against max_restarts.
+struct PreemptionRecord {
+  int64_t requested_ms = 0;
+  int attempt = 0;      // the attempt that was preempted
+  JobId by_job = 0;     // the job that needed the GPUs
+  std::string by_team;
+  std::string kind;     // "reclaim" (its team takes back its quota) or "priority"
+  std::string reason;
+  // Work at risk when asked: GPU-seconds since the attempt's last reported checkpoint
+  // (or its start).
+  double work_at_risk_gpu_s = 0;
+  int64_t ended_ms = 0;  // when the attempt stopped (0: still checkpointing)
+  std::string outcome;   // "checkpoint at step N", "no checkpoint within 5m0s", ...
 };
 
 struct Job {
@@ -172,6 +197,7 @@ struct Job {
   std::vector<TaskExit> exits;   // ranks of the current attempt that have ended
   std::vector<AttemptRecord> history;
   std::optional<MoveRequest> move;  // RUNNING: a move asked of the current attempt
+  std::vector<PreemptionRecord> preemptions;  // oldest first
 
   bool HasExit(int rank) const;
   // Ranks of the current (or last) attempt: its allocation's nodes × tasks_per_node

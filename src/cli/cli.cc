@@ -127,6 +127,8 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   AddUsageCommand(ctx);
   AddAuditCommand(ctx);
   AddTokenCommands(ctx);
+  AddTeamCommands(ctx);
+  AddSharesCommand(ctx);
   // Listed for --help only: a matching argv[1] never reaches the parser (see above).
   for (const auto& cmd : external) {
     ctx.app.add_subcommand(cmd.name, cmd.description)->allow_extras()->prefix_command();

@@ -74,6 +74,8 @@ void AddTopCommand(CommandContext& ctx);
 void AddUsageCommand(CommandContext& ctx);
 void AddAuditCommand(CommandContext& ctx);
 void AddTokenCommands(CommandContext& ctx);  // token create/ls/revoke, and login
+void AddTeamCommands(CommandContext& ctx);   // team create/ls/set/rm
+void AddSharesCommand(CommandContext& ctx);
 
 using ExternalCommand = ::cohort::ExternalCommand;
 

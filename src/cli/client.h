@@ -20,6 +20,7 @@
 #include "api/audit.h"
 #include "api/dashboard.h"
 #include "api/routes.h"
+#include "api/team.h"
 #include "api/types.h"
 #include "api/usage.h"
 #include "api/views.h"
@@ -179,6 +180,24 @@ Result<std::vector<std::pair<std::string, std::string>>> AuditQueryFor(const Aud
 // The table of audit rows: TIME WHO TOKEN CLIENT REQUEST STATUS JOB ERROR (WHO: the user,
 // else "node N", else the caller as the head described it).
 std::string RenderAudit(const std::vector<api::AuditEntry>& entries);
+
+// The preemptions of a job (`cohort show`): attempt, when, for which job and team, why,
+// the work at risk and how each ended.
+std::string RenderPreemptions(const api::Job& job);
+
+// ---- teams and fair share (team.cc, shares.cc) ----
+
+// A GPU amount of a team flag: "16" or "gpus=16", a whole number from 0 to
+// api::kMaxTeamGpus; kInvalidArgument naming `flag` otherwise.
+Result<int64_t> ParseTeamGpus(std::string_view text, std::string_view flag);
+// `cohort team ls`: NAME QUOTA BORROW WEIGHT USERS.
+std::string RenderTeams(const std::vector<api::Team>& teams);
+// `cohort shares`, like sshare: each team's weight and share, quota and borrowing, GPUs in
+// use, decayed usage and fair-share factor.
+std::string RenderShares(const api::SharesReport& report);
+// `cohort queue --priority`, like sprio: each pending job's priority and its weighted
+// factors, in the order the scheduler considers them.
+std::string RenderPriorities(const api::PriorityReport& report);
 
 // ---- top (top.cc) ----
 

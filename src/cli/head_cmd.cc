@@ -3,6 +3,7 @@
 
 #include "cli/cli.h"
 #include "cli/daemon_flags.h"
+#include "cli/share_flags.h"
 #include "common/client_config.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -36,6 +37,7 @@ void AddHeadCommand(CommandContext& ctx) {
   struct Flags {
     head::HeadConfig config;
     TimingFlags timing;
+    ShareFlags shares;
     std::string audit_retention = "90d";
     std::string log_level = "info";
   };
@@ -102,11 +104,15 @@ void AddHeadCommand(CommandContext& ctx) {
                   "How long a node's certificate is valid: 7d (default), 12h, 90m, seconds; agents renew it "
                   "with a third left");
   f->timing.AddTo(sub);
+  f->shares.AddTo(sub);
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f, no_tls, node_cert_ttl] {
     auto timing = f->timing.Resolve();
     if (!timing) return ReportError(timing.error());
     f->config.timing = *timing;
+    auto shares = f->shares.Resolve();
+    if (!shares) return ReportError(shares.error());
+    f->config.shares = *shares;
     f->config.tls = !*no_tls;
     auto ttl = ParseTokenExpiry(*node_cert_ttl);
     if (!ttl || *ttl == 0 || *ttl < 60) {

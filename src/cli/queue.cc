@@ -1,5 +1,6 @@
 // `cohort queue [--all] [--state S[,S...]] [--user U] [--limit N]`: the job list, like
 // squeue. By default PENDING and RUNNING jobs, oldest first; --all adds ended ones.
+// `cohort queue --priority`: the pending jobs' priority factors instead, like sprio.
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -12,7 +13,21 @@ struct QueueFlags {
   std::vector<std::string> states;
   std::string user;
   int limit = 0;
+  bool priority = false;
 };
+
+int RunPriority(const GlobalOptions& global) {
+  auto reply = HeadClient(global).Get(api::routes::kPriorities);
+  if (!reply) return ReportError(reply.error());
+  if (global.json) {
+    PrintJson(*reply);
+    return 0;
+  }
+  auto report = FromHead(api::PriorityReportFromJson(*reply), "priority report");
+  if (!report) return ReportError(report.error());
+  std::fputs(RenderPriorities(*report).c_str(), stdout);
+  return 0;
+}
 
 // "PENDING,RUNNING" for the query, after checking each name locally.
 Result<std::string> StateQuery(const QueueFlags& f) {
@@ -36,6 +51,7 @@ Result<std::string> StateQuery(const QueueFlags& f) {
 }
 
 int Run(const QueueFlags& f, const GlobalOptions& global) {
+  if (f.priority) return RunPriority(global);
   auto states = StateQuery(f);
   if (!states) return ReportError(states.error());
   std::vector<std::pair<std::string, std::string>> params;
@@ -98,6 +114,8 @@ void AddQueueCommand(CommandContext& ctx) {
   sub->add_option("-s,--state", f->states, "Only jobs in these states (PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED)")
       ->delimiter(',');
   sub->add_option("-u,--user", f->user, "Only this user's jobs");
+  sub->add_flag("--priority", f->priority,
+                "The pending jobs' priority and its factors (fair share, age, size, the job's own), like sprio");
   sub->add_option("--limit", f->limit, "At most this many jobs (the newest)")->check(CLI::Range(1, 10'000));
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;

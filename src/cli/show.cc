@@ -75,6 +75,10 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
                                : std::string("its first checkpoint");
     if (m.grow) {
       r.Add("move", fmt::format("growing back to {} nodes at {}", s.nodes, at));
+    } else if (m.preempted_for != 0) {
+      r.Add("move", fmt::format("preempted for job {} at {}; asked {} ago, stops without one in {}", m.preempted_for,
+                                at, FormatDuration(std::max<int64_t>(0, now_ms - m.requested_ms)),
+                                FormatDuration(std::max<int64_t>(0, m.deadline_ms - now_ms))));
     } else {
       r.Add("move", fmt::format("leaving {} (drain --now) at {}; asked {} ago, moves without one in {}", m.node, at,
                                 FormatDuration(std::max<int64_t>(0, now_ms - m.requested_ms)),
@@ -101,6 +105,7 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   r.Add("cpus per task", std::to_string(s.cpus_per_task));
   r.Add("placement", std::string(api::PlacementName(s.placement)));
   r.Add("priority", std::to_string(s.priority));
+  r.Add("team", s.team.empty() ? std::string(api::kDefaultTeam) : s.team);
   std::vector<std::string> env;
   for (const auto& [k, v] : s.env) env.push_back(k + "=" + v);
   r.Add("env", Truncate(ShellJoin(env), 200));
@@ -137,6 +142,7 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
     }
     out += t.Render(2);
   }
+  if (!job.preemptions.empty()) out += "\n" + RenderPreemptions(job);
   if (!job.history.empty()) {
     out += "\nattempts:\n";
     Table t({"ATTEMPT", "STARTED", "ENDED", "DURATION", "NODES", "END REASON"});
@@ -151,6 +157,25 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
     out += t.Render(2);
   }
   return out;
+}
+
+std::string RenderPreemptions(const api::Job& job) {
+  std::string out = "preemptions:\n";
+  Table t({"ATTEMPT", "ASKED", "FOR JOB", "TEAM", "KIND", "AT RISK", "ENDED", "OUTCOME", "REASON"});
+  t.SetMaxWidth(7, 60);
+  t.SetMaxWidth(8, 100);
+  for (const auto& p : job.preemptions) {
+    std::string outcome = p.outcome;
+    if (p.ended_ms == 0) {
+      // A record closes when the attempt moves; an attempt that ended otherwise meanwhile
+      // (it failed, finished, was cancelled) leaves it open.
+      const bool open = job.state == api::JobState::kRunning && job.attempt == p.attempt;
+      outcome = open ? "(checkpointing)" : "(the attempt ended before it was moved)";
+    }
+    t.AddRow({std::to_string(p.attempt), FormatTimestamp(p.requested_ms), std::to_string(p.by_job), p.by_team, p.kind,
+              fmt::format("{:.0f} GPU-s", p.work_at_risk_gpu_s), FormatTimestamp(p.ended_ms), outcome, p.reason});
+  }
+  return out + t.Render(2);
 }
 
 void AddShowCommand(CommandContext& ctx) {

@@ -162,6 +162,7 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
                      })
       : method == "GET"  ? cli->Get(path, headers)
       : method == "POST" ? cli->Post(path, headers, body ? *body : std::string(), "application/json")
+      : method == "PUT"  ? cli->Put(path, headers, body ? *body : std::string(), "application/json")
                          : cli->Delete(path, headers);
   if (over_cap) {
     return Errorf(ErrorCode::kResourceExhausted, "the reply from {}{} is larger than {} bytes: not read", base_url_,
@@ -204,6 +205,11 @@ Result<json> HttpClient::Get(const std::string& path) const {
 Result<json> HttpClient::Post(const std::string& path, const json& body) const {
   std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return Decode(Send("POST", path, &text));
+}
+
+Result<json> HttpClient::Put(const std::string& path, const json& body) const {
+  std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return Decode(Send("PUT", path, &text));
 }
 
 Result<json> HttpClient::Delete(const std::string& path) const {

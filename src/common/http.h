@@ -70,6 +70,7 @@ class HttpClient {
   // no connection → kUnavailable naming the URL.
   Result<json> Get(const std::string& path) const;
   Result<json> Post(const std::string& path, const json& body) const;
+  Result<json> Put(const std::string& path, const json& body) const;
   Result<json> Delete(const std::string& path) const;
 
   // Raw GET: any status is returned; only transport failures are errors.

@@ -10,7 +10,9 @@
 #include "head/core/liveness.h"
 #include "head/core/remove_node.h"
 #include "head/core/schedule.h"
+#include "head/core/shares.h"
 #include "head/core/submit.h"
+#include "head/core/teams.h"
 #include "head/core/timing.h"
 #include "head/usage.h"
 
@@ -33,6 +35,7 @@ Result<void> Cluster::PutMeta(const std::string& key, const std::string& value) 
 Result<std::unique_ptr<Cluster>> Cluster::Open(HeadConfig config, std::unique_ptr<store::StateStore> store) {
   COHORT_TRY_VOID(core::ValidateUnhealthyZoneThreshold(config.unhealthy_zone_threshold));
   COHORT_TRY_VOID(core::ValidateHeartbeatRateTarget(config.heartbeat_rate_target));
+  COHORT_TRY_VOID(core::ValidateSharesConfig(config.shares));
   std::unique_ptr<Cluster> c(new Cluster(std::move(config), std::move(store)));
   MutexLock lock(c->mu_);
   COHORT_TRY_VOID(c->Load());
@@ -60,11 +63,20 @@ Result<void> Cluster::Load() {
   context_.job_token = [r = rendezvous_.get()](JobId job, int attempt) { return r->JobToken(job, attempt); };
   context_.latest_progress = [p = &progress_](JobId job, int attempt) { return p->LatestOfAttempt(job, attempt); };
   context_.newest_checkpoint = [p = &progress_](JobId job) { return p->NewestCheckpoint(job); };
+  context_.shares = config_.shares;
 
   auto nodes = COHORT_TRY(store_->LoadNodes());
   auto jobs = COHORT_TRY(store_->LoadJobs());
   const core::Now now = Now();
   state_ = core::LoadState(std::move(nodes), std::move(jobs), now);
+  if (auto teams = COHORT_TRY(store_->GetMeta(core::kTeamsMeta))) {
+    auto parsed = ParseJson(*teams, "the stored teams");
+    if (!parsed) return std::unexpected(parsed.error());
+    auto list = api::TeamsFromJson(*parsed);
+    if (!list) return std::unexpected(WithContext(list.error(), "the stored teams"));
+    core::LoadTeams(state_, std::move(*list));
+  }
+  core::RebuildUsage(state_, context_, now);  // fair share: from the jobs' attempt history
   // Agents may still hold leases granted under a longer timing than this run's (a higher
   // target or a shorter base now): every node is held to it for one such timeout.
   if (auto granted = COHORT_TRY(store_->GetMeta(core::kGrantedFailureTimeoutMeta))) {
@@ -116,7 +128,8 @@ void Cluster::Stage(core::Effects fx, Wakes& wakes) {
       ++job_revisions_[id];
     }
   }
-  if (!fx.jobs_to_store.empty() || !fx.nodes_to_store.empty() || !fx.nodes_to_remove.empty()) {
+  if (fx.teams_changed) unstored_teams_ = true;
+  if (!fx.jobs_to_store.empty() || !fx.nodes_to_store.empty() || !fx.nodes_to_remove.empty() || fx.teams_changed) {
     unstored_jobs_.merge(fx.jobs_to_store);
     // A node stored after its removal (it joined again) is written, not deleted; one
     // removed after a change is deleted, not written.
@@ -177,6 +190,9 @@ Result<void> Cluster::CommitRound(Wakes& wakes) {
     if (auto it = state_.nodes.find(name); it != state_.nodes.end()) batch.nodes.push_back(it->second);
   }
   batch.remove_nodes.assign(removed.begin(), removed.end());
+  const bool teams = unstored_teams_;
+  unstored_teams_ = false;
+  if (teams) batch.meta.emplace_back(core::kTeamsMeta, api::TeamsToJson(core::ListTeams(state_)).dump());
 
   // The write, without the lock: transitions go on and stage for the next round.
   mu_.Unlock();
@@ -206,6 +222,7 @@ Result<void> Cluster::CommitRound(Wakes& wakes) {
               batch.create.size(), batch.jobs.size(), batch.nodes.size(), ids.error().ToString());
     unstored_jobs_.merge(jobs);
     unstored_nodes_.merge(nodes);
+    unstored_teams_ = unstored_teams_ || teams;
     for (const auto& name : removed) {
       if (!state_.nodes.contains(name)) removed_nodes_.insert(name);  // unless it joined again meanwhile
     }
@@ -230,9 +247,10 @@ void Cluster::WarnIfLagging(std::string_view what, SteadyClock::duration took, s
 
 // ---- users ----
 
-Result<Job> Cluster::Submit(api::JobSpec spec) {
+Result<Job> Cluster::Submit(api::JobSpec spec, bool any_team) {
   Wakes wakes(*this);
   MutexLock lock(mu_);
+  COHORT_TRY_VOID(core::ResolveTeam(state_, spec, any_team));
   Creation c{COHORT_TRY(core::NewJob(state_, std::move(spec), Now())), std::nullopt};
   creations_.push_back(&c);
   // Every round that covers this seq took `c` and set its result, success or not.
@@ -388,6 +406,54 @@ Result<NodeStatus> Cluster::RemoveNode(const std::string& name, bool force) {
 Result<LogLocation> Cluster::LocateLog(JobId id, int attempt, int rank) const {
   MutexLock lock(mu_);
   return core::LocateLog(state_, id, attempt, rank);
+}
+
+// ---- teams and fair share ----
+
+Result<api::Team> Cluster::CreateTeam(api::Team team) {
+  Wakes wakes(*this);
+  MutexLock lock(mu_);
+  const std::string name = team.name;
+  core::Effects fx = COHORT_TRY(core::CreateTeam(state_, context_, std::move(team), Now()));
+  COHORT_TRY_VOID(Apply(std::move(fx), wakes));
+  return state_.shares.teams.at(name);
+}
+
+Result<api::Team> Cluster::UpdateTeam(const std::string& name, const api::TeamPatch& patch) {
+  Wakes wakes(*this);
+  MutexLock lock(mu_);
+  core::Effects fx = COHORT_TRY(core::UpdateTeam(state_, context_, name, patch, Now()));
+  COHORT_TRY_VOID(Apply(std::move(fx), wakes));
+  return state_.shares.teams.at(name);
+}
+
+Result<void> Cluster::RemoveTeam(const std::string& name) {
+  Wakes wakes(*this);
+  MutexLock lock(mu_);
+  core::Effects fx = COHORT_TRY(core::RemoveTeam(state_, context_, name, Now()));
+  return Apply(std::move(fx), wakes);
+}
+
+std::vector<api::Team> Cluster::ListTeams() const {
+  MutexLock lock(mu_);
+  return core::ListTeams(state_);
+}
+
+Result<api::Team> Cluster::GetTeam(const std::string& name) const {
+  MutexLock lock(mu_);
+  auto it = state_.shares.teams.find(name);
+  if (it == state_.shares.teams.end()) return Errorf(ErrorCode::kNotFound, "team '{}' not found", name);
+  return it->second;
+}
+
+api::SharesReport Cluster::Shares() const {
+  MutexLock lock(mu_);
+  return core::Shares(state_, context_, Now());
+}
+
+api::PriorityReport Cluster::Priorities() const {
+  MutexLock lock(mu_);
+  return core::Priorities(state_, context_, Now());
 }
 
 // ---- agents ----

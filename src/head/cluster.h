@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/team.h"
 #include "api/types.h"
 #include "api/views.h"
 #include "common/clock.h"
@@ -79,9 +80,11 @@ class Cluster {
   store::StateStore& store() { return *store_; }
 
   // ---- users ----
-  // Validates feasibility against the cluster's nodes and stores the job (PENDING).
-  // kUnsatisfiable when no placement could ever satisfy it; kUnavailable if the store fails.
-  Result<api::Job> Submit(api::JobSpec spec) EXCLUDES(mu_);
+  // Resolves the job's team (core/teams.h: `any_team` for admins, who may name any team),
+  // validates feasibility against the cluster's nodes and stores the job (PENDING).
+  // kNotFound or kPermissionDenied for its team; kUnsatisfiable when no placement could
+  // ever satisfy it; kUnavailable if the store fails.
+  Result<api::Job> Submit(api::JobSpec spec, bool any_team = true) EXCLUDES(mu_);
   // kNotFound for an unknown id; kFailedPrecondition if the job has already ended.
   Result<api::Job> Cancel(api::JobId id) EXCLUDES(mu_);
   Result<api::Job> GetJob(api::JobId id) const EXCLUDES(mu_);
@@ -123,6 +126,18 @@ class Cluster {
   Result<NodeStatus> RemoveNode(const std::string& name, bool force) EXCLUDES(mu_);
   // kNotFound for an unknown job or a rank/attempt it never had.
   Result<LogLocation> LocateLog(api::JobId id, int attempt, int rank) const EXCLUDES(mu_);
+
+  // ---- teams and fair share (core/teams.h, core/shares.h) ----
+  // Each change is durable before it returns; the errors are the core's, and kUnavailable
+  // if the store fails (the change stays in memory and is written with the next commit).
+  Result<api::Team> CreateTeam(api::Team team) EXCLUDES(mu_);
+  Result<api::Team> UpdateTeam(const std::string& name, const api::TeamPatch& patch) EXCLUDES(mu_);
+  Result<void> RemoveTeam(const std::string& name) EXCLUDES(mu_);
+  std::vector<api::Team> ListTeams() const EXCLUDES(mu_);
+  // kNotFound for a team never created ("default" included until it is).
+  Result<api::Team> GetTeam(const std::string& name) const EXCLUDES(mu_);
+  api::SharesReport Shares() const EXCLUDES(mu_);
+  api::PriorityReport Priorities() const EXCLUDES(mu_);
 
   // ---- agents ----
   // kAlreadyExists if a live agent with another incarnation holds the name. Returns the
@@ -238,6 +253,7 @@ class Cluster {
   std::set<api::JobId> unstored_jobs_ GUARDED_BY(mu_);    // changed, not yet written
   std::set<std::string> unstored_nodes_ GUARDED_BY(mu_);  // changed, not yet written
   std::set<std::string> removed_nodes_ GUARDED_BY(mu_);   // removed, not yet deleted from the store
+  bool unstored_teams_ GUARDED_BY(mu_) = false;           // the teams changed, not yet written
   std::vector<Creation*> creations_ GUARDED_BY(mu_);      // submissions for the next commit
   // Group commit: stagings counted, how far they are durable, the round under way.
   CondVar commit_cv_;                                     // signalled with mu_ when a round ends

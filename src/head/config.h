@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "api/types.h"
+#include "head/core/share_state.h"
 
 namespace cohort::head {
 
@@ -70,6 +71,9 @@ struct HeadConfig {
   // Set by the head when it starts with TLS: its authority's certificate, which tasks get
   // as COHORT_CA to reach it (rendezvous, progress reports).
   std::string task_ca_pem;
+  // Fair share, quotas' preemption (core/share_state.h): priority weights, usage
+  // half-life, preemption on or off, a victim's minimum runtime and checkpoint grace.
+  core::SharesConfig shares;
 };
 
 }  // namespace cohort::head

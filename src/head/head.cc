@@ -284,6 +284,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   RegisterProgressRoutes(router, cluster);
   RegisterMetricsRoutes(router, cluster, *h->audit_);
   RegisterUsageRoutes(router, cluster);
+  RegisterTeamRoutes(router, cluster);
   RegisterTokenRoutes(router, *h->tokens_);
   RegisterAuditRoutes(router, *h->audit_);
   RegisterDashboardRoutes(router, *h->dashboard_);

@@ -27,6 +27,7 @@ void RegisterProgressRoutes(Router& router, Cluster& cluster);
 class AuditLog;
 void RegisterMetricsRoutes(Router& router, Cluster& cluster, const AuditLog& audit);  // GET /metrics
 void RegisterUsageRoutes(Router& router, Cluster& cluster);    // GET /v1/usage
+void RegisterTeamRoutes(Router& router, Cluster& cluster);     // /v1/teams, /v1/shares, /v1/priorities
 void RegisterTokenRoutes(Router& router, TokenBook& tokens);   // /v1/tokens
 void RegisterAuditRoutes(Router& router, AuditLog& audit);      // GET /v1/audit
 class DashboardSnapshots;

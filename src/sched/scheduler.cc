@@ -1,5 +1,7 @@
 #include "sched/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -8,9 +10,12 @@
 #include <vector>
 
 #include "sched/backfill.h"
+#include "sched/fair_share.h"
 #include "sched/gang_fit.h"
 #include "sched/node_pool.h"
+#include "sched/preempt.h"
 #include "sched/priority.h"
+#include "sched/quota.h"
 #include "sched/reasons.h"
 
 namespace cohort::sched {
@@ -37,11 +42,22 @@ std::vector<Release> RunningReleases(const Snapshot& snapshot) {
 class Pass {
  public:
   explicit Pass(const Snapshot& snapshot)
-      : now_(snapshot.now_ms),
+      : snapshot_(snapshot),
+        now_(snapshot.now_ms),
         pool_(snapshot.nodes),
         unavailable_(UnavailableSuffix(snapshot.nodes)),
         releases_(RunningReleases(snapshot)) {
     decision_.start.reserve(snapshot.pending.size());
+    if (snapshot.shares) quotas_.emplace(snapshot.shares->teams, snapshot.running);
+  }
+
+  // The pending jobs in the order this pass considers them.
+  std::vector<const JobRequest*> Order() const {
+    if (!quotas_) return OrderQueue(snapshot_.pending);
+    std::vector<const JobRequest*> order;
+    order.reserve(snapshot_.pending.size());
+    for (const RankedJob& r : RankQueue(snapshot_, *quotas_)) order.push_back(r.job);
+    return order;
   }
 
   void Consider(const JobRequest& job) {
@@ -50,10 +66,14 @@ class Pass {
       decision_.pending_reasons[job.id] = InvalidReason(demand.error().message);
       return;
     }
-    // An elastic job takes the largest gang from nodes down to min_nodes that fits now.
+    // An elastic job takes the largest gang from nodes down to min_nodes that fits now
+    // (and, with quotas, that its team may hold).
     const int smallest = job.min_nodes > 0 ? std::min(job.min_nodes, demand->nodes) : demand->nodes;
     GangDemand size = *demand;
+    bool admitted = false;
     for (; size.nodes >= smallest; --size.nodes) {
+      if (quotas_ && !quotas_->Admits(job.team, GpusOf(size))) continue;
+      admitted = true;
       blocked_.clear();
       if (guard_) guard_->BlockedNodes(size, job.time_limit_ms, &blocked_);
       if (std::optional<GangFit> fit = FitGang(pool_, size, job.placement, blocked_)) {
@@ -61,13 +81,55 @@ class Pass {
         return;
       }
     }
+    if (quotas_ && TryPreempt(job, *demand)) return;
+    if (!admitted) {
+      decision_.pending_reasons[job.id] = quotas_->LimitReason(job.team, GpusOf(*demand));
+      return;
+    }
     decision_.pending_reasons[job.id] = Wait(job, *demand);
   }
 
   Decision Finish() && { return std::move(decision_); }
 
  private:
+  static int64_t GpusOf(const GangDemand& d) { return static_cast<int64_t>(d.nodes) * d.gpus; }
+
+  // With preemption on, plans victims for a blocked job; true if it preempts (its reason
+  // then says whom) or waits for the victims it preempted earlier.
+  bool TryPreempt(const JobRequest& job, const GangDemand& demand) {
+    const PreemptionPolicy& policy = snapshot_.shares->preemption;
+    if (!policy.enabled) return false;
+    if (job.nominated) {
+      // It preempted already: it waits for those GPUs and preempts nothing more.
+      std::string victims;
+      for (const RunningJob& r : snapshot_.running) {
+        if (r.preempting_for == job.id) victims += (victims.empty() ? "" : ", ") + std::to_string(r.id);
+      }
+      std::string reason = victims.empty() ? "waiting for the GPUs of the jobs preempted for it to be released"
+                                           : "waiting for preempted job(s) " + victims + " to checkpoint and stop";
+      // Keeps the reservation logic: the first such job holds the nodes being freed.
+      decision_.pending_reasons[job.id] = reason + "; " + Wait(job, demand);
+      return true;
+    }
+    if (preempt_attempts_ >= policy.max_preemptors) return false;
+    ++preempt_attempts_;
+    if (!planner_) planner_.emplace(snapshot_, pool_);
+    std::string why;
+    const int64_t gpus = GpusOf(demand);
+    auto plan = planner_->Plan(job, demand, gpus, *quotas_, &why);
+    if (!plan) return false;
+    planner_->Commit(*plan);
+    quotas_->Add(job.team, gpus);  // its GPUs are promised: later jobs of its team count them
+    std::string victims;
+    for (const Preemption& p : *plan) victims += (victims.empty() ? "" : ", ") + std::to_string(p.victim);
+    decision_.pending_reasons[job.id] =
+        fmt::format("preempting job(s) {} ({})", victims, plan->front().kind == PreemptKind::kReclaim ? "reclaim" : "priority");
+    for (Preemption& p : *plan) decision_.preempt.push_back(std::move(p));
+    return true;
+  }
+
   void Start(const JobRequest& job, const GangDemand& demand, GangFit fit) {
+    if (quotas_) quotas_->Add(job.team, GpusOf(demand));
     JobPlacement& placed = decision_.start.emplace_back();
     placed.job_id = job.id;
     placed.backfilled = guard_.has_value();
@@ -117,8 +179,12 @@ class Pass {
     return ReservedSuffix(r.start_ms, now_);
   }
 
+  const Snapshot& snapshot_;
   const int64_t now_;
   NodePool pool_;
+  std::optional<QuotaBook> quotas_;                // with shares
+  std::optional<PreemptionPlanner> planner_;       // made at the first preemption attempt
+  int preempt_attempts_ = 0;
   const std::string unavailable_;       // " (2 nodes draining, 1 down)"
   std::vector<Release> releases_;       // running jobs, then jobs started before the head job
   std::optional<BackfillGuard> guard_;  // set once the head job is reserved for
@@ -131,7 +197,7 @@ class Pass {
 
 Decision Schedule(const Snapshot& snapshot) {
   Pass pass(snapshot);
-  for (const JobRequest* job : OrderQueue(snapshot.pending)) pass.Consider(*job);
+  for (const JobRequest* job : pass.Order()) pass.Consider(*job);
   return std::move(pass).Finish();
 }
 

@@ -9,6 +9,12 @@
 // (reasons.h). A job that cannot fit even on the full capacity of the schedulable nodes
 // gets no reservation, so it cannot hold the queue up.
 //
+// With `Snapshot::shares` (fair share, quotas with borrowing, preemption), the queue runs
+// in fair_share.h's order (jobs waiting on GPUs they preempted for, then jobs within their
+// team's quota, then borrowers, each class by multifactor priority), a job starts only
+// within its team's quota + borrow limit (quota.h), and a blocked job may preempt running
+// jobs (preempt.h): the decision then lists the victims, and the job waits for them.
+//
 // The pass is a pure function of the snapshot: no I/O, no clock, no threads; any thread
 // may call it. It runs in about O(jobs × (GPU-count buckets × log nodes + gang size)).
 #pragma once

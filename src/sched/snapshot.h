@@ -46,6 +46,15 @@ struct RunningJob {
   int64_t id = 0;
   int64_t end_ms = kNever;  // expected end; kNever when the job has no time limit
   std::vector<Usage> usage;
+  // For fair share, quotas and preemption (Snapshot::shares; ignored without it):
+  std::string team;
+  int priority = 0;           // the job's own priority (JobSpec::priority)
+  int64_t start_ms = 0;       // when the current attempt started
+  int64_t checkpoint_ms = 0;  // its last reported checkpoint (or start_ms): work since is lost
+  // False while the head is already moving or preempting the job (its GPUs are being
+  // given back): it is no candidate for another preemption.
+  bool preemptible = true;
+  int64_t preempting_for = 0;  // the job it is being preempted for, 0 if none
 };
 
 struct JobRequest {
@@ -59,6 +68,49 @@ struct JobRequest {
   int cpus_per_task = 1;  // may be 0: the job needs only a schedulable node
   Placement placement = Placement::kPack;
   int64_t time_limit_ms = 0;  // 0 = unknown/unlimited
+  // For fair share, quotas and preemption (Snapshot::shares; ignored without it):
+  std::string team;
+  // Victims are being preempted for this job: it is considered first, and preempts no
+  // more until they are gone (or the head gives up waiting on them).
+  bool nominated = false;
+  std::vector<int64_t> preempted_by;  // jobs that preempted this one: never its victims
+};
+
+// A team as the scheduler sees it (api/team.h): its quota, borrow limit, fair-share
+// weight and decayed usage.
+struct TeamView {
+  std::string name;
+  int64_t weight = 1;
+  int64_t quota_gpus = 0;          // nominal quota, guaranteed
+  int64_t borrow_limit_gpus = -1;  // more it may use while others leave GPUs idle; -1: no limit
+  double usage_gpu_s = 0;          // decayed GPU-seconds (fair_share.h)
+};
+
+// Multifactor priority (Slurm's priority/multifactor): each factor is in [0, 1] and counts
+// its weight in points; the queue runs in descending points. Defaults: one step of a job's
+// own priority (-1000..1000) is worth 20,000 points, more than fair share (10,000 at
+// most, for a team that used nothing) and age (1,000 once a job waited max_age_ms)
+// together, so that a job's explicit priority still orders the queue and fair share
+// orders the jobs of equal priority across teams.
+struct PriorityWeights {
+  double fair_share = 10'000;
+  double age = 1'000;
+  double size = 0;  // factor: the job's GPUs over the cluster's
+  double job = 40'000'000;
+  int64_t max_age_ms = 7LL * 24 * 3600 * 1000;
+};
+
+// When the scheduler may take GPUs back from running jobs (preempt.h).
+struct PreemptionPolicy {
+  bool enabled = true;
+  int64_t min_runtime_ms = 10LL * 60 * 1000;  // a job that started more recently is never a victim
+  int max_preemptors = 8;                     // jobs that may start preemptions in one pass
+};
+
+struct SharePolicy {
+  std::vector<TeamView> teams;  // teams a job names but this list lacks are "default"-like
+  PriorityWeights weights;
+  PreemptionPolicy preemption;
 };
 
 struct Snapshot {
@@ -66,6 +118,9 @@ struct Snapshot {
   std::vector<NodeView> nodes;
   std::vector<RunningJob> running;
   std::vector<JobRequest> pending;
+  // Fair share, quotas with borrowing and preemption. Absent: the queue runs by priority
+  // and submit order alone (priority.h), with no quotas and no preemption.
+  std::optional<SharePolicy> shares;
 };
 
 // One gang member: the node, the GPU indices it gets there (sorted), and its CPU count.
@@ -88,10 +143,25 @@ struct Reservation {
   std::vector<std::string> nodes;  // in node-rank order
 };
 
+enum class PreemptKind {
+  kReclaim,   // the victim's team borrows; the preemptor's team takes back its quota
+  kPriority,  // the victim is of the preemptor's team and of lower priority
+};
+
+// One running job to checkpoint and requeue so that `preemptor` can start.
+struct Preemption {
+  int64_t victim = 0;
+  int64_t preemptor = 0;
+  PreemptKind kind = PreemptKind::kReclaim;
+  std::string reason;           // "reclaim: team ml needs 8 GPUs of its quota of 16; team cv borrows 8"
+  double work_at_risk_gpu_s = 0;  // GPU-seconds since the victim's last checkpoint
+};
+
 struct Decision {
   std::vector<JobPlacement> start;                 // in queue order
   std::map<int64_t, std::string> pending_reasons;  // every pending job not started
   std::optional<Reservation> reservation;
+  std::vector<Preemption> preempt;                 // with Snapshot::shares only
 };
 
 // A node's full size, regardless of state or usage (for CheckFeasible).

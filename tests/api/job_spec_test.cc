@@ -26,7 +26,7 @@ TEST(JobSpec, RoundTripsThroughJson) {
             {"workdir", "/tmp"}, {"nodes", 2}, {"tasks_per_node", 4}, {"gpus_per_node", 8},
             {"cpus_per_task", 3}, {"priority", -5}, {"placement", "spread"}, {"max_restarts", 2},
             {"time_limit_s", 3600}, {"progress_timeout_s", 120}, {"min_nodes", 1},
-            {"checkpoint_signal", "USR1"},
+            {"checkpoint_signal", "USR1"}, {"team", "ml"},
             {"container", {{"image", "registry.example.com:5000/team/trainer:1.2@sha256:"
                                      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
                            {"runtime", "docker"}}}};
@@ -219,7 +219,7 @@ TEST(Job, MoveRequestRoundTripsForARunningJobOnly) {
   j.spec = *JobSpecFromJson(Valid());
   j.state = JobState::kRunning;
   j.attempt = 1;
-  j.move = MoveRequest{"n2", 1000, 61000, 40, false};
+  j.move = MoveRequest{"n2", 1000, 61000, 40, false, 0, ""};
   json stored = ToJson(j);
   ASSERT_TRUE(stored.contains("move")) << stored.dump();
   auto back = JobFromJson(stored);

@@ -132,11 +132,11 @@ TEST(RenderJobTest, PendingJobHasNoSections) {
 
 TEST(RenderJobTest, ShowsAMoveUnderWay) {
   api::Job job = RunningJob();
-  job.move = api::MoveRequest{"node2", kNow - 12'000, kNow + 48'000, 40, false};
+  job.move = api::MoveRequest{"node2", kNow - 12'000, kNow + 48'000, 40, false, 0, ""};
   EXPECT_THAT(RenderJob(job, kNow),
               HasSubstr("move:          leaving node2 (drain --now) at its first checkpoint after step 40; asked "
                         "12.0s ago, moves without one in 48.0s\n"));
-  job.move = api::MoveRequest{"", kNow, 0, -1, true};
+  job.move = api::MoveRequest{"", kNow, 0, -1, true, 0, ""};
   EXPECT_THAT(RenderJob(job, kNow), HasSubstr("move:          growing back to 2 nodes at its first checkpoint\n"));
 }
 

@@ -139,9 +139,11 @@ class FaultCluster {
   std::string HeadLog() const { return ReadFile(dir_ + "/head.log"); }
   std::string AgentLog(const std::string& name) const { return ReadFile(dir_ + "/" + name + ".log"); }
 
-  // Starts (or restarts, on the same port and state) the head.
-  void StartHead() {
-    ASSERT_NO_FATAL_FAILURE(SpawnTestHead(dir_, HeadAddress(), port_, timing_, head_, port_));
+  // Starts (or restarts, on the same port and state) the head; `extra` head flags are
+  // kept for restarts.
+  void StartHead(std::vector<std::string> extra = {}) {
+    if (!extra.empty()) head_extra_ = std::move(extra);
+    ASSERT_NO_FATAL_FAILURE(SpawnTestHead(dir_, HeadAddress(), port_, timing_, head_, port_, head_extra_));
     url_ = "https://" + HeadAddress() + ":" + std::to_string(port_);
   }
   void KillHead(int sig = SIGKILL) {
@@ -376,6 +378,7 @@ class FaultCluster {
   std::string bridge_;
   std::map<std::string, Host> hosts_;
   std::vector<std::string> mounts_;
+  std::vector<std::string> head_extra_;
   Subprocess head_;
   std::map<std::string, Subprocess> agents_;
 };
@@ -414,8 +417,9 @@ inline std::vector<int> TrainPids(const TrainJob& t, int attempt, int rank = -1)
 }
 
 // Submits a small `cohort train` as a 2-node job (1 task, 1 GPU per node) with a loss
-// record; steps take milliseconds, checkpoints every `checkpoint_every` steps.
-inline TrainJob SubmitTraining(FaultCluster& c, TrainJobSpec spec = {}) {
+// record; steps take milliseconds, checkpoints every `checkpoint_every` steps. The job
+// counts against `team` ("": its user's).
+inline TrainJob SubmitTraining(FaultCluster& c, TrainJobSpec spec = {}, const std::string& team = "") {
   TrainJob t;
   t.spec = spec;
   t.record = c.dir() + "/losses.jsonl";
@@ -440,7 +444,8 @@ inline TrainJob SubmitTraining(FaultCluster& c, TrainJobSpec spec = {}) {
                        {"tasks_per_node", 1},
                        {"gpus_per_node", 1},
                        {"max_restarts", spec.max_restarts},
-                       {"env", {{"OMP_NUM_THREADS", "1"}}}});
+                       {"env", {{"OMP_NUM_THREADS", "1"}}},
+                       {"team", team}});
   t.id = job.value("id", int64_t{0});
   t.head_checkpoint_dir = c.CheckpointDir(t.id);
   return t;

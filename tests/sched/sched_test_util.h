@@ -58,7 +58,11 @@ inline JobRequest CpuJob(int64_t id, int nodes, int tasks_per_node, int cpus_per
 }
 
 inline RunningJob Running(int64_t id, int64_t end_ms, std::vector<Usage> usage) {
-  return RunningJob{id, end_ms, std::move(usage)};
+  RunningJob job;
+  job.id = id;
+  job.end_ms = end_ms;
+  job.usage = std::move(usage);
+  return job;
 }
 
 // The placement of `job_id` in `d`, or nullptr.

@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "head/core/lifecycle.h"
+#include "head/core/preempt.h"
 
 namespace cohort::head::core {
 
@@ -24,23 +25,27 @@ void RequestMoves(Tx& tx, const std::string& node, int64_t timeout_ms) {
     m.node = node;
     m.requested_ms = tx.now.unix_ms;
     m.deadline_ms = tx.now.unix_ms + timeout_ms;
-    // A checkpoint counts once it is past everything reported so far: the newest
-    // checkpoint of any attempt (a new attempt's first report names the one it resumed
-    // from) and the attempt's newest step (a checkpoint of that step may already exist
-    // unreported, written before the request).
-    m.baseline_checkpoint = tx.ctx.newest_checkpoint(id).value_or(-1);
-    if (auto last = tx.ctx.latest_progress(id, job.attempt)) {
-      m.baseline_checkpoint = std::max(m.baseline_checkpoint, last->step);
-    }
-    job.move = std::move(m);
-    tx.fx.StoreJob(job);
-    // The agents deliver the checkpoint signal on their next heartbeat: make it now.
-    for (const auto& na : job.allocation.nodes) tx.Wake(na.node);
+    RequestCheckpointMove(tx, job, std::move(m));
     tx.fx.Info("job {} asked to checkpoint before moving off {} (within {})", id, node, FormatDuration(timeout_ms));
   }
 }
 
 }  // namespace
+
+void RequestCheckpointMove(Tx& tx, Job& job, api::MoveRequest m) {
+  // A checkpoint counts once it is past everything reported so far: the newest
+  // checkpoint of any attempt (a new attempt's first report names the one it resumed
+  // from) and the attempt's newest step (a checkpoint of that step may already exist
+  // unreported, written before the request).
+  m.baseline_checkpoint = tx.ctx.newest_checkpoint(job.id).value_or(-1);
+  if (auto last = tx.ctx.latest_progress(job.id, job.attempt)) {
+    m.baseline_checkpoint = std::max(m.baseline_checkpoint, last->step);
+  }
+  job.move = std::move(m);
+  tx.fx.StoreJob(job);
+  // The agents deliver the checkpoint signal on their next heartbeat: make it now.
+  for (const auto& na : job.allocation.nodes) tx.Wake(na.node);
+}
 
 Result<Effects> Drain(ClusterState& s, const Context& ctx, const std::string& name, std::string reason, bool now_flag,
                       int64_t timeout_ms, Now now) {
@@ -77,6 +82,7 @@ Result<Effects> Resume(ClusterState& s, const Context& ctx, const std::string& n
 ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId id, int attempt,
                           std::optional<int64_t> checkpoint, Now now) {
   ProgressResult out;
+  NoteCheckpoint(s, id, attempt, checkpoint, now);
   Job* job = CurrentAttempt(s, id, attempt);
   if (!job || !job->move) return out;
   const api::MoveRequest& m = *job->move;
@@ -85,11 +91,14 @@ ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId id, in
     out.checkpoint = !m.grow;
     return out;
   }
+  const std::string written =
+      fmt::format("checkpoint at step {} written {} after the request", *checkpoint, FormatDuration(now.unix_ms - m.requested_ms));
   std::string why =
-      m.grow ? fmt::format("growing back to {} nodes at its checkpoint at step {}", job->spec.nodes, *checkpoint)
-             : fmt::format("node {} drained now; checkpoint at step {} written {} after the request", m.node,
-                           *checkpoint, FormatDuration(now.unix_ms - m.requested_ms));
+      m.grow              ? fmt::format("growing back to {} nodes at its checkpoint at step {}", job->spec.nodes, *checkpoint)
+      : m.preempted_for   ? PreemptedMoveReason(m, written)
+                          : fmt::format("node {} drained now; {}", m.node, written);
   Tx tx(s, ctx, now);
+  if (m.preempted_for) EndPreemption(*job, now.unix_ms, written);
   MoveJob(tx, *job, why);
   out.effects = std::move(tx.fx);
   return out;
@@ -103,10 +112,14 @@ void MoveOverdueJobs(Tx& tx, const std::set<api::JobId>& running) {
       continue;
     }
     const api::MoveRequest m = *job.move;
-    MoveJob(tx, job,
-            fmt::format("node {} drained now; no new checkpoint reported within {} (work since the last checkpoint "
-                        "is redone)",
-                        m.node, FormatDuration(m.deadline_ms - m.requested_ms)));
+    const std::string late = fmt::format("no new checkpoint reported within {} (work since the last checkpoint is redone)",
+                                         FormatDuration(m.deadline_ms - m.requested_ms));
+    if (m.preempted_for) {
+      EndPreemption(job, tx.now.unix_ms, late);
+      MoveJob(tx, job, PreemptedMoveReason(m, late));
+      continue;
+    }
+    MoveJob(tx, job, fmt::format("node {} drained now; {}", m.node, late));
   }
 }
 

@@ -41,6 +41,13 @@ struct ProgressResult {
 ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId job, int attempt,
                           std::optional<int64_t> checkpoint_step, Now now);
 
+// Asks the RUNNING `job` to checkpoint and then move, for `m` (its node or preemption,
+// request time and deadline set by the caller): sets its baseline (a checkpoint counts
+// once past everything reported so far), stores the request with the job, and wakes the
+// job's agents to deliver the checkpoint signal now. The path of `drain --now` and of
+// preemptions (preempt.h).
+void RequestCheckpointMove(Tx& tx, api::Job& job, api::MoveRequest m);
+
 // Step of CheckLiveness: moves the jobs among `running` whose request is past its deadline.
 void MoveOverdueJobs(Tx& tx, const std::set<api::JobId>& running);
 

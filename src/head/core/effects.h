@@ -34,6 +34,7 @@ struct Effects {
   std::set<std::string> wake;                // agent URLs to ask for a heartbeat now
   std::vector<api::JobId> drop_rendezvous;   // jobs whose rendezvous keys go
   bool schedule = false;                     // an event may let more jobs start
+  bool teams_changed = false;                // the teams (ClusterState::shares.teams) are to be stored
   std::vector<double> queue_wait_seconds;    // one per attempt started
   std::vector<LogLine> log;
 
@@ -56,6 +57,7 @@ struct Effects {
     wake.merge(o.wake);
     drop_rendezvous.insert(drop_rendezvous.end(), o.drop_rendezvous.begin(), o.drop_rendezvous.end());
     schedule = schedule || o.schedule;
+    teams_changed = teams_changed || o.teams_changed;
     queue_wait_seconds.insert(queue_wait_seconds.end(), o.queue_wait_seconds.begin(), o.queue_wait_seconds.end());
     log.insert(log.end(), std::make_move_iterator(o.log.begin()), std::make_move_iterator(o.log.end()));
   }

@@ -4,6 +4,8 @@
 #include <set>
 
 #include "head/core/lifecycle.h"
+#include "head/core/preempt.h"
+#include "head/core/shares.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -221,17 +223,23 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
 
 PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   PassResult out;
+  AccrueUsage(s, ctx, now);  // fair share (shares.h)
   // Nothing to place; a pass still runs while an elastic job could grow back.
   if (s.pending.empty() && !AnyElasticJobBelowSize(s)) return out;
   out.ran = true;
   Tx tx(s, ctx, now);
+  PrunePreemptions(s, ctx, now);
   SchedulerInput in = BuildSchedulerInput(s, now);
+  AddShares(s, ctx, now, in.snapshot);
   sched::Decision decision = sched::Schedule(in.snapshot);
   for (const auto& p : decision.start) {
     std::vector<NodePlacement> nodes;
     for (const auto& a : p.nodes) nodes.push_back({a.node, a.gpus, a.cpus});
     StartJob(tx, s.jobs.at(p.job_id), nodes);
+    s.shares.nominated.erase(p.job_id);
   }
+  AccrueUsage(s, ctx, now);  // the attempts just started are accounted from now
+  ApplyPreemptions(tx, decision.preempt);
   PlanGrowth(tx, in.snapshot, decision);
   s.pending_reasons.clear();
   for (auto& [id, reason] : decision.pending_reasons) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "api/types.h"
+#include "head/core/share_state.h"
 #include "head/progress.h"
 
 namespace cohort::head::core {
@@ -105,6 +106,7 @@ struct ClusterState {
   int64_t loaded_ms = 0;     // Unix ms the state was loaded: progress reports before it are lost
   Counters counters;
   LivenessState liveness;
+  ShareState shares;  // teams, fair-share usage, preemptions (share_state.h)
 };
 
 // What transitions may read besides the state: the head's configuration and two lookups
@@ -126,6 +128,7 @@ struct Context {
   std::function<std::optional<ProgressPoint>(api::JobId, int attempt)> latest_progress;
   // The highest checkpoint any attempt of a job reported (ProgressLog::NewestCheckpoint).
   std::function<std::optional<int64_t>(api::JobId)> newest_checkpoint;
+  SharesConfig shares;  // fair share and preemption (share_state.h)
 };
 
 // The one rule for "is this the job's current attempt": the job exists, is RUNNING, and

@@ -1,0 +1,74 @@
+#include "head/core/preempt.h"
+
+#include "common/clock.h"
+#include "head/core/drain.h"
+#include "head/core/teams.h"
+
+namespace cohort::head::core {
+
+using api::Job;
+using api::JobState;
+
+void PrunePreemptions(ClusterState& s, const Context& ctx, Now now) {
+  ShareState& sh = s.shares;
+  const int64_t patience = ctx.shares.preempt_grace_ms + ctx.shares.nomination_slack_ms;
+  std::erase_if(sh.nominated, [&](const auto& n) {
+    return !s.pending.contains(n.first) || now.unix_ms - n.second > patience;
+  });
+  std::erase_if(sh.checkpoints, [&](const auto& c) {
+    auto job = s.jobs.find(c.first);
+    return job == s.jobs.end() || job->second.state != JobState::kRunning || job->second.attempt != c.second.attempt;
+  });
+}
+
+void ApplyPreemptions(Tx& tx, const std::vector<sched::Preemption>& preempt) {
+  for (const sched::Preemption& p : preempt) {
+    auto victim = tx.s.jobs.find(p.victim);
+    auto preemptor = tx.s.jobs.find(p.preemptor);
+    if (victim == tx.s.jobs.end() || preemptor == tx.s.jobs.end()) continue;
+    Job& job = victim->second;
+    if (job.state != JobState::kRunning || job.move) continue;
+    const std::string kind = p.kind == sched::PreemptKind::kReclaim ? "reclaim" : "priority";
+    api::PreemptionRecord rec;
+    rec.requested_ms = tx.now.unix_ms;
+    rec.attempt = job.attempt;
+    rec.by_job = p.preemptor;
+    rec.by_team = std::string(TeamOf(preemptor->second));
+    rec.kind = kind;
+    rec.reason = p.reason;
+    rec.work_at_risk_gpu_s = p.work_at_risk_gpu_s;
+    job.preemptions.push_back(std::move(rec));
+    api::MoveRequest m;
+    m.requested_ms = tx.now.unix_ms;
+    m.deadline_ms = tx.now.unix_ms + tx.ctx.shares.preempt_grace_ms;
+    m.preempted_for = p.preemptor;
+    m.preempt_reason = p.reason;
+    RequestCheckpointMove(tx, job, std::move(m));
+    tx.s.shares.nominated.try_emplace(p.preemptor, tx.now.unix_ms);
+    tx.fx.Info("job {} preempted for job {} ({}; {:.0f} GPU-s since its last checkpoint): asked to checkpoint within {}",
+               job.id, p.preemptor, p.reason, p.work_at_risk_gpu_s, FormatDuration(tx.ctx.shares.preempt_grace_ms));
+  }
+}
+
+void NoteCheckpoint(ClusterState& s, api::JobId id, int attempt, std::optional<int64_t> step, Now now) {
+  if (!step || !CurrentAttempt(s, id, attempt)) return;
+  auto [it, fresh] = s.shares.checkpoints.try_emplace(id, ShareState::Checkpoint{attempt, *step, now.unix_ms});
+  if (fresh) return;
+  ShareState::Checkpoint& c = it->second;
+  if (c.attempt != attempt || *step > c.step) c = {attempt, *step, now.unix_ms};
+}
+
+std::string PreemptedMoveReason(const api::MoveRequest& m, const std::string& outcome) {
+  return fmt::format("preempted for job {} ({}); {}", m.preempted_for, m.preempt_reason, outcome);
+}
+
+void EndPreemption(Job& job, int64_t now_ms, const std::string& outcome) {
+  for (auto it = job.preemptions.rbegin(); it != job.preemptions.rend(); ++it) {
+    if (it->ended_ms != 0) continue;
+    it->ended_ms = now_ms;
+    it->outcome = outcome;
+    return;
+  }
+}
+
+}  // namespace cohort::head::core

@@ -1,0 +1,60 @@
+// ShareState and SharesConfig: the head core's teams, fair-share usage and preemption
+// bookkeeping (teams.h, shares.h, preempt.h), part of ClusterState.
+//
+// Teams are stored records (the state store's meta value "teams", written with the group
+// commit whenever Effects::teams_changed). Usage is not stored: it is rebuilt from the
+// jobs' attempt history when the head loads (RebuildUsage), exactly as accrued pass by
+// pass since. Nominations and checkpoint times live in memory only; after a restart a
+// nominated job may preempt again and work at risk counts from the attempt's start.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "api/team.h"
+#include "api/types.h"
+#include "sched/snapshot.h"
+
+namespace cohort::head::core {
+
+// `cohort head` flags for fair share and preemption.
+struct SharesConfig {
+  sched::PriorityWeights weights;                       // --priority-weight-*, --priority-max-age
+  int64_t half_life_ms = 7LL * 24 * 3600 * 1000;        // --fairshare-half-life
+  sched::PreemptionPolicy preemption;                   // --preemption, --preempt-min-runtime
+  int64_t preempt_grace_ms = 5LL * 60 * 1000;           // --preempt-grace: checkpoint deadline
+  // A job that preempted others waits this long past the grace for their GPUs before it
+  // may preempt again (their agents must confirm the tasks stopped).
+  int64_t nomination_slack_ms = 60'000;
+};
+
+// Checks the configuration; kInvalidArgument naming the flag and the value.
+Result<void> ValidateSharesConfig(const SharesConfig& c);
+
+struct ShareState {
+  std::map<std::string, api::Team> teams;  // created teams, by name
+
+  // Decayed GPU-seconds per team, as of accrued_ms, of every ended attempt and of running
+  // attempts up to accrued_ms (those in `accounted`).
+  std::map<std::string, double> usage;
+  int64_t accrued_ms = 0;
+  struct Accounted {
+    int attempt = 0;
+    int64_t gpus = 0;
+    std::string team;
+  };
+  std::map<api::JobId, Accounted> accounted;
+
+  // Jobs that preempted others and wait for their GPUs, since when (Unix ms).
+  std::map<api::JobId, int64_t> nominated;
+  // Each running job's last new checkpoint: the attempt, the step and when it was reported.
+  struct Checkpoint {
+    int attempt = 0;
+    int64_t step = -1;
+    int64_t reported_ms = 0;
+  };
+  std::map<api::JobId, Checkpoint> checkpoints;
+};
+
+}  // namespace cohort::head::core

@@ -1,0 +1,66 @@
+// Quotas with borrowing (Kueue's ClusterQueues in one cohort), for one scheduling pass.
+//
+// Each team has a nominal quota of GPUs, guaranteed to it, and a borrow limit: how many
+// GPUs beyond its quota it may hold while other teams leave theirs idle (unlimited when
+// not set). A team whose running jobs hold more than its quota is borrowing, and the GPUs
+// it borrows are reclaimed by preemption (preempt.h) when a team within its quota needs
+// them. A job starts only if its team's GPUs in use plus the job's stay within quota +
+// borrow limit. A team the snapshot does not list has quota 0 and no borrow limit.
+//
+// QuotaBook counts the GPUs each team's running jobs hold and grows as the pass starts
+// jobs. Plain value; one pass owns one book.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "sched/snapshot.h"
+
+namespace cohort::sched {
+
+// Hashes team names for maps a pass looks up for every pending job: heterogeneous lookup
+// with a string_view, no copies.
+struct TeamNameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+class QuotaBook {
+ public:
+  QuotaBook(std::span<const TeamView> teams, std::span<const RunningJob> running);
+
+  int64_t used(std::string_view team) const;
+  int64_t quota(std::string_view team) const;
+  // quota + borrow limit; INT64_MAX when borrowing is unlimited.
+  int64_t limit(std::string_view team) const;
+  // True if the team holds more than its quota.
+  bool borrowing(std::string_view team) const { return used(team) > quota(team); }
+
+  // True if a job of `gpus` GPUs (at least 1) keeps `team` within its quota: its GPUs are
+  // guaranteed (it comes before borrowers and may reclaim). A CPU-only job never is.
+  bool WithinQuota(std::string_view team, int64_t gpus) const;
+  // True if `gpus` more keep `team` within quota + borrow limit.
+  bool Admits(std::string_view team, int64_t gpus) const;
+  // "team ml is at its limit: 20 of 24 GPUs in use (quota 16 + borrow limit 8); this job
+  // needs 8" (for a job that Admits refuses).
+  std::string LimitReason(std::string_view team, int64_t gpus) const;
+
+  void Add(std::string_view team, int64_t gpus);
+
+ private:
+  struct Entry {
+    int64_t quota = 0;
+    int64_t limit = 0;  // INT64_MAX: unlimited
+    int64_t used = 0;
+  };
+  Entry& At(std::string_view team);
+  const Entry* Find(std::string_view team) const;  // null for a team never seen
+
+  std::unordered_map<std::string, Entry, TeamNameHash, std::equal_to<>> teams_;
+};
+
+}  // namespace cohort::sched
