@@ -118,6 +118,8 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   AddQueueCommand(ctx);
   AddShowCommand(ctx);
   AddCancelCommand(ctx);
+  AddJobControlCommands(ctx);
+  AddHistoryCommand(ctx);
   AddLogsCommand(ctx);
   AddNodesCommand(ctx);
   AddNodeCommands(ctx);

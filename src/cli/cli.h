@@ -74,6 +74,8 @@ void AddTopCommand(CommandContext& ctx);
 void AddUsageCommand(CommandContext& ctx);
 void AddAuditCommand(CommandContext& ctx);
 void AddTokenCommands(CommandContext& ctx);  // token create/ls/revoke, and login
+void AddJobControlCommands(CommandContext& ctx);  // hold, release, update
+void AddHistoryCommand(CommandContext& ctx);      // history (alias sacct)
 
 using ExternalCommand = ::cohort::ExternalCommand;
 

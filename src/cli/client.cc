@@ -21,6 +21,26 @@ Result<api::JobId> ParseJobId(std::string_view text) {
   return *id;
 }
 
+Result<std::string> ParseStateList(const std::vector<std::string>& items, std::string_view flag) {
+  std::string out;
+  for (const auto& item : items) {
+    size_t start = 0;
+    while (start <= item.size()) {
+      size_t end = item.find(',', start);
+      if (end == std::string::npos) end = item.size();
+      std::string s = item.substr(start, end - start);
+      if (!s.empty()) {
+        auto st = api::ParseJobState(s);
+        if (!st) return std::unexpected(WithContext(st.error(), flag));
+        if (!out.empty()) out += ',';
+        out += api::JobStateName(*st);
+      }
+      start = end + 1;
+    }
+  }
+  return out;
+}
+
 Result<api::Job> FetchJob(const HttpClient& head, api::JobId id) {
   json j = COHORT_TRY(head.Get(api::routes::Job(id)));
   return api::JobFromJson(j);

@@ -38,6 +38,10 @@ void AddClientOptions(CLI::App* sub, GlobalOptions& global);
 // Parses a job id as typed on the command line ("12"); kInvalidArgument otherwise.
 Result<api::JobId> ParseJobId(std::string_view text);
 
+// Job states as typed after --state (each item may hold several, comma-separated; any
+// case): their canonical names joined by commas ("PENDING,RUNNING"); errors name `flag`.
+Result<std::string> ParseStateList(const std::vector<std::string>& items, std::string_view flag);
+
 // GET /v1/jobs/{id}, decoded.
 Result<api::Job> FetchJob(const HttpClient& head, api::JobId id);
 
@@ -126,6 +130,32 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
 
 // "Job 12 SUCCEEDED after 3.2s" / "Job 12 FAILED after 1m02s (exit code 1): <reason>".
 std::string FinalStateLine(const api::Job& job);
+
+// ---- hold, release, update (job_control.cc) ----
+
+// The body of POST /v1/jobs/{id}/update for `cohort update`'s flags: each checked (the
+// error names the flag); kInvalidArgument when none is given.
+Result<json> UpdateBody(const std::optional<std::string>& time_limit, const std::optional<int>& priority,
+                        const std::optional<std::string>& name);
+
+// ---- history (history.cc) ----
+
+// Flags of `cohort history`, as typed ("" for one not given).
+struct HistoryFlags {
+  std::string user;
+  std::vector<std::string> states;  // default: the ended states
+  std::string since;
+  std::string until;
+  int limit = 100;
+};
+
+// The query of GET /v1/jobs for `flags` at `now_ms`: states checked (default SUCCEEDED,
+// FAILED, CANCELLED, TIMEOUT), times as ParseTimeFlag reads them; errors name the flag.
+Result<std::vector<std::pair<std::string, std::string>>> HistoryQueryFor(const HistoryFlags& flags, int64_t now_ms);
+
+// The sacct-like table: JOBID NAME USER STATE EXIT ELAPSED GPU-HOURS SUBMITTED ENDED
+// REASON. EXIT is Slurm's "code:signal" ("-" for a job that never ran).
+std::string RenderHistory(const std::vector<api::JobStatus>& jobs, int64_t now_ms);
 
 // ---- queue (queue.cc) ----
 

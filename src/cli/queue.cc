@@ -17,22 +17,7 @@ struct QueueFlags {
 // "PENDING,RUNNING" for the query, after checking each name locally.
 Result<std::string> StateQuery(const QueueFlags& f) {
   if (f.states.empty()) return f.all ? std::string("all") : std::string("PENDING,RUNNING");
-  std::vector<std::string> names;
-  for (const auto& item : f.states) {
-    size_t start = 0;
-    while (start <= item.size()) {
-      size_t end = item.find(',', start);
-      if (end == std::string::npos) end = item.size();
-      std::string s = item.substr(start, end - start);
-      if (!s.empty()) {
-        auto st = api::ParseJobState(s);
-        if (!st) return std::unexpected(WithContext(st.error(), "--state"));
-        names.emplace_back(api::JobStateName(*st));
-      }
-      start = end + 1;
-    }
-  }
-  return Join(names, ",", "");
+  return ParseStateList(f.states, "--state");
 }
 
 int Run(const QueueFlags& f, const GlobalOptions& global) {
@@ -95,7 +80,7 @@ void AddQueueCommand(CommandContext& ctx) {
   auto f = std::make_shared<QueueFlags>();
   auto* sub = ctx.app.add_subcommand("queue", "List jobs (pending and running by default), like squeue");
   sub->add_flag("-a,--all", f->all, "Include jobs that have ended");
-  sub->add_option("-s,--state", f->states, "Only jobs in these states (PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED)")
+  sub->add_option("-s,--state", f->states, "Only jobs in these states (PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED,TIMEOUT)")
       ->delimiter(',');
   sub->add_option("-u,--user", f->user, "Only this user's jobs");
   sub->add_option("--limit", f->limit, "At most this many jobs (the newest)")->check(CLI::Range(1, 10'000));

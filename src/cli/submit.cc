@@ -227,24 +227,14 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   return job->state == api::JobState::kSucceeded ? 0 : 1;
 }
 
-// Parses a run of decimal digits (at most 12) into `out`.
-bool ParseDigits(std::string_view s, int64_t& out) {
-  if (s.empty() || s.size() > 12) return false;
-  out = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    out = out * 10 + (c - '0');
-  }
-  return true;
-}
-
 }  // namespace
 
 Result<int64_t> ParseTimeLimit(std::string_view text) {
   auto bad = [&] {
     return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("--time-limit: '{}' is not a time limit; use seconds (3600), 90s, 15m, 2h, "
-                                 "1d, MM:SS, HH:MM:SS, D-HH:MM:SS, or 0/unlimited",
+                     fmt::format("--time-limit: '{}' is not a time limit; use whole seconds as a duration (3600, "
+                                 "90s, 15m, 2h, 1d12h, MM:SS, HH:MM:SS, D-HH:MM:SS; cohort help durations) or "
+                                 "0/unlimited",
                                  text),
                      "time_limit_s");
   };
@@ -254,59 +244,15 @@ Result<int64_t> ParseTimeLimit(std::string_view text) {
   std::string lower = s;
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "unlimited" || lower == "infinite" || lower == "none") return int64_t{0};
-  if (s.empty()) return bad();
-
-  int64_t total = 0;
-  int64_t v = 0;
-  char unit = s.back();
-  if (std::string_view("smhd").find(unit) != std::string_view::npos && s.size() > 1) {
-    if (!ParseDigits(std::string_view(s).substr(0, s.size() - 1), v)) return bad();
-    total = v * (unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : 86400);
-  } else if (ParseDigits(s, v)) {
-    total = v;
-  } else {
-    // Slurm: [D-]HH[:MM[:SS]] with days, MM:SS or HH:MM:SS without.
-    std::string_view rest = s;
-    int64_t days = -1;
-    if (size_t dash = rest.find('-'); dash != std::string_view::npos) {
-      if (!ParseDigits(rest.substr(0, dash), days)) return bad();
-      rest = rest.substr(dash + 1);
-    }
-    std::vector<int64_t> parts;
-    while (true) {
-      size_t colon = rest.find(':');
-      int64_t p = 0;
-      if (!ParseDigits(rest.substr(0, colon), p)) return bad();
-      parts.push_back(p);
-      if (colon == std::string_view::npos) break;
-      rest = rest.substr(colon + 1);
-    }
-    if (parts.size() > 3) return bad();
-    if (days >= 0) {
-      // D-HH, D-HH:MM, D-HH:MM:SS
-      if (parts[0] >= 24) return bad();
-      for (size_t i = 1; i < parts.size(); ++i) {
-        if (parts[i] >= 60) return bad();
-      }
-      total = days * 86400 + parts[0] * 3600 + (parts.size() > 1 ? parts[1] * 60 : 0) +
-              (parts.size() > 2 ? parts[2] : 0);
-    } else if (parts.size() == 2) {  // MM:SS
-      if (parts[1] >= 60) return bad();
-      total = parts[0] * 60 + parts[1];
-    } else if (parts.size() == 3) {  // HH:MM:SS
-      if (parts[1] >= 60 || parts[2] >= 60) return bad();
-      total = parts[0] * 3600 + parts[1] * 60 + parts[2];
-    } else {
-      return bad();
-    }
-  }
-  if (total > api::kMaxTimeLimitS) {
+  auto ms = ParseDurationMs(s, "--time-limit");
+  if (!ms || *ms % 1000 != 0) return bad();
+  if (*ms / 1000 > api::kMaxTimeLimitS) {
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("--time-limit: '{}' is longer than the maximum of {} days", text,
                                  api::kMaxTimeLimitS / 86400),
                      "time_limit_s");
   }
-  return total;
+  return *ms / 1000;
 }
 
 Result<int64_t> ParseProgressTimeout(std::string_view text) {
@@ -452,7 +398,7 @@ void AddSubmitCommand(CommandContext& ctx) {
   AddOptional(sub, "--placement", f.placement, "pack (fewest free GPUs that fit) or spread (most free)");
   AddOptional(sub, "--max-restarts", f.max_restarts, "Gang restarts after a node or task failure (default 0)");
   AddOptional(sub, "-t,--time-limit", f.time_limit,
-              "Time limit: seconds, 90s/15m/2h/1d, MM:SS, HH:MM:SS or D-HH:MM:SS (default unlimited)");
+              "Time limit, a duration: 3600, 90s, 15m, 2h, 1d12h, HH:MM:SS, D-HH:MM:SS (default unlimited)");
   AddOptional(sub, "--progress-timeout", f.progress_timeout,
               "Fail (and restart) the gang when no progress is reported at $COHORT_REPORT for this long: "
               "120, 90s, 15m, 2h (default off)");

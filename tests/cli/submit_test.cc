@@ -35,6 +35,8 @@ TEST(TimeLimitTest, ParsesEveryForm) {
       {"1-02:03", 93780},     // D-HH:MM
       {"1-02:03:04", 93784},  // D-HH:MM:SS
       {"366-00:00:00", 366 * 86400},
+      {"1h30m", 5400},        // the one duration syntax: compound units
+      {"1d12h", 129600},
   };
   for (const auto& [text, seconds] : ok) {
     auto v = ParseTimeLimit(text);
@@ -45,7 +47,7 @@ TEST(TimeLimitTest, ParsesEveryForm) {
 
 TEST(TimeLimitTest, RejectsMalformedLimits) {
   for (std::string text : {"", "abc", "-5", "1.5", "1:2:3:4", "1:60", "1:00:60", "1-24:00", "1-2:60",
-                           "5x", "s", "1--2", ":30", "30:", "1h30m", "9999999999999d"}) {
+                           "5x", "s", "1--2", ":30", "30:", "30m1h", "1500ms", "9999999999999d"}) {
     auto v = ParseTimeLimit(text);
     ASSERT_FALSE(v.has_value()) << "'" << text << "' parsed as " << *v;
     EXPECT_EQ(v.error().code, ErrorCode::kInvalidArgument);
