@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "agent/task_shim.h"
+#include "cli/suggest.h"
 #include "common/client_config.h"
 #include "common/tls.h"
 
@@ -41,7 +42,18 @@ const ClientConfig* ConfigFor(const std::string& head_url) {
   return nullptr;
 }
 
+// The options of the command being run, for the hint an unreachable head gets (set by
+// RunCli once it has parsed; the CLI is one thread).
+const GlobalOptions* g_options = nullptr;
+
 }  // namespace
+
+std::string HeadUrlSource(const GlobalOptions& g) {
+  if (!g.head_url.empty()) return "--head";
+  if (const char* env = std::getenv("COHORT_HEAD"); env && *env) return "$COHORT_HEAD";
+  if (const auto& c = LoadedClientConfig(); !c.head.empty()) return "the client config (" + ClientConfigPath() + ")";
+  return "the default (no --head, $COHORT_HEAD or client config)";
+}
 
 std::string ResolveHeadUrl(const GlobalOptions& g) {
   if (!g.head_url.empty()) return g.head_url;
@@ -87,29 +99,30 @@ HttpClient HeadClient(const GlobalOptions& g) {
 
 int ReportError(const Error& e) {
   std::fprintf(stderr, "cohort: error: %s\n", e.message.c_str());
-  return ExitCodeFor(e);
+  const int code = ExitCodeFor(e);
+  if (code == 3 && g_options != nullptr && e.message.starts_with("cannot reach ")) {
+    std::fprintf(stderr,
+                 "cohort: hint: the head URL %s came from %s. Is a head running there? Start a local cluster with "
+                 "`cohort up`, or point at another head with --head URL, COHORT_HEAD=URL or `cohort login --head "
+                 "URL` (which saves it in the client config; see cohort help config).\n",
+                 ResolveHeadUrl(*g_options).c_str(), HeadUrlSource(*g_options).c_str());
+  }
+  return code;
 }
 
-int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
-  // The task shim is internal and must not pay for CLI parsing or touch global state.
-  if (argc >= 2 && std::strcmp(argv[1], "task-shim") == 0) {
-    return agent::RunTaskShim(argc - 1, argv + 1);
-  }
-  // Commands from outside the CLI parse their own flags.
-  for (const auto& cmd : external) {
-    if (argc >= 2 && cmd.name == argv[1] && cmd.run) return cmd.run(argc - 1, argv + 1);
-  }
-  CLI::App app{"Cohort: many GPU machines working as one computer", "cohort"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "cohort 0.1.0");
-  GlobalOptions global;
-  app.add_option("--head", global.head_url,
-                 "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or https://127.0.0.1:8470)");
-  app.add_flag("--json", global.json, "Print JSON instead of tables");
+std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(CommandFn)> chosen,
+                                      std::span<const ExternalCommand> external) {
+  auto app = std::make_unique<CLI::App>("Cohort: many GPU machines working as one computer", "cohort");
+  app->require_subcommand(1);
+  app->set_version_flag("--version", "cohort 0.1.0");
+  app->add_option("--head", global.head_url,
+                  "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or https://127.0.0.1:8470)");
+  app->add_flag("--json", global.json, "Print JSON instead of tables");
+  app->footer("Topics: cohort help (durations, states, environment, config, exit-codes, spec). Completion: "
+              "source <(cohort completion bash)");
 
-  CommandFn chosen;
-  CommandContext ctx{app, global, [&](CLI::App* sub, CommandFn fn) {
-                       sub->callback([&chosen, fn] { chosen = fn; });
+  CommandContext ctx{*app, global, [chosen](CLI::App* sub, CommandFn fn) {
+                       sub->callback([chosen, fn] { chosen(fn); });
                      }};
   AddHeadCommand(ctx);
   AddAgentCommand(ctx);
@@ -129,17 +142,41 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   AddUsageCommand(ctx);
   AddAuditCommand(ctx);
   AddTokenCommands(ctx);
-  // Listed for --help only: a matching argv[1] never reaches the parser (see above).
+  AddHelpCommand(ctx);
+  AddCompletionCommand(ctx);
+  // Listed for --help only: a matching argv[1] never reaches the parser (see RunCli).
   for (const auto& cmd : external) {
     ctx.app.add_subcommand(cmd.name, cmd.description)->allow_extras()->prefix_command();
   }
+  return app;
+}
+
+int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
+  // The task shim is internal and must not pay for CLI parsing or touch global state.
+  if (argc >= 2 && std::strcmp(argv[1], "task-shim") == 0) {
+    return agent::RunTaskShim(argc - 1, argv + 1);
+  }
+  // Commands from outside the CLI parse their own flags.
+  for (const auto& cmd : external) {
+    if (argc >= 2 && cmd.name == argv[1] && cmd.run) return cmd.run(argc - 1, argv + 1);
+  }
+  GlobalOptions global;
+  CommandFn chosen;
+  std::unique_ptr<CLI::App> built = BuildCliApp(global, [&chosen](CommandFn fn) { chosen = std::move(fn); }, external);
+  CLI::App& app = *built;
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
+    if (rc != 0) {
+      if (std::string hint = DidYouMean(app, argc, argv); !hint.empty()) {
+        std::fprintf(stderr, "cohort: %s\n", hint.c_str());
+      }
+    }
     return rc == 0 ? 0 : 2;
   }
+  g_options = &global;
   return chosen ? chosen() : 2;
 }
 

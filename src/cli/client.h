@@ -162,6 +162,21 @@ std::string RenderHistory(const std::vector<api::JobStatus>& jobs, int64_t now_m
 // The squeue-like table: JOBID NAME USER STATE ATTEMPT NODES GPUS TIME NODELIST(REASON).
 std::string RenderQueue(const std::vector<api::Job>& jobs, int64_t now_ms);
 
+// How `cohort queue` lays the table out: which columns (--format; empty: the default
+// ones), the sort (--sort: column keys, each descending when given as -KEY), and the width
+// to fit (0: none; the widest columns are cut first, never below a few characters, and
+// when that is not enough the default table drops ATTEMPT, GPUS, NODES, USER, TIME in that
+// order; columns named with --format are kept).
+struct QueueView {
+  std::vector<std::string> columns;
+  std::vector<std::pair<std::string, bool>> sort;  // (key, descending)
+  size_t width = 0;
+};
+// --format and --sort as typed ("id,name,state", "-priority,id"); errors name the flag
+// and list the columns.
+Result<QueueView> ParseQueueView(const std::string& format, const std::string& sort, size_t width);
+std::string RenderQueue(std::vector<api::Job> jobs, int64_t now_ms, const QueueView& view);
+
 // ---- show (show.cc) ----
 
 // The `key: value` report of one job, with its allocation, exits and attempt history.

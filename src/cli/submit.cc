@@ -15,6 +15,7 @@
 
 #include "cli/client.h"
 #include "cli/job_spec_file.h"
+#include "cli/suggest.h"
 #include "cli/table.h"
 #include "common/clock.h"
 
@@ -137,10 +138,12 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
     if (a != "--") extras.push_back(a);
   }
   if (!extras.empty() && extras.front().starts_with("-")) {
+    const std::string typed = extras.front().substr(0, extras.front().find('='));
+    auto close = ClosestNames(typed, FlagNames(*sub));
     return ReportError(MakeError(ErrorCode::kInvalidArgument,
-                                 fmt::format("unknown option '{}' (see cohort submit --help; a command's own "
+                                 fmt::format("unknown option '{}'{} (see cohort submit --help; a command's own "
                                              "options go after --)",
-                                             extras.front()))
+                                             extras.front(), close.empty() ? "" : "; did you mean " + close[0] + "?"))
                            .error());
   }
   if (!extras.empty()) {
