@@ -190,7 +190,11 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   if (config.insecure) config.tls = false;
   h->server_ = std::make_unique<HttpServer>(HttpOptions(config));
   auto& srv = *h->server_;
-  auto port = srv.Bind();
+  // The port now (the advertised URL and the certificate name it); connections only once
+  // the state is loaded and every route registered (Listen, below): until then a
+  // connecting agent is refused, which it reads as a head restarting and rides out, not
+  // as a partition that fences its tasks.
+  auto port = srv.Reserve();
   if (!port) return std::unexpected(port.error());
   h->port_ = *port;
   if (config.advertise_url.empty()) {
@@ -310,6 +314,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
     SendError(res, Error{ErrorCode::kInternal, "internal error: " + what});
   });
 
+  COHORT_TRY_VOID(srv.Listen());
   h->server_thread_ = std::thread([&srv] { srv.Serve(); });
   h->control_thread_ = std::thread([hp = h.get()] { hp->ControlLoop(); });
   if (!config.port_file.empty()) {
