@@ -95,6 +95,7 @@ struct SubmitFlags {
   std::optional<std::string> workdir;
   std::optional<std::string> user;
   std::vector<std::string> env;      // "KEY=VALUE" (or "KEY": its value in `environment`)
+  std::string export_env = "ALL";   // --export: ALL, NONE or VAR[=VALUE],... (cli/job_env.h)
   std::vector<std::string> command;  // after "--"; replaces the file's command
 };
 
@@ -176,6 +177,13 @@ struct QueueView {
 // and list the columns.
 Result<QueueView> ParseQueueView(const std::string& format, const std::string& sort, size_t width);
 std::string RenderQueue(std::vector<api::Job> jobs, int64_t now_ms, const QueueView& view);
+
+// ---- logs (logs.cc) ----
+
+// Where the last `lines` lines of a log begin, given `window`, its bytes from offset
+// `window_start` to the end: an absolute offset, or -1 when the window holds fewer lines
+// and does not reach the start (read a larger one). A final newline ends a line.
+int64_t TailLineStart(std::string_view window, int64_t window_start, int64_t lines);
 
 // ---- show (show.cc) ----
 

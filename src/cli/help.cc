@@ -51,6 +51,20 @@ COHORT_ATTEMPT TORCHELASTIC_RESTART_COUNT COHORT_NODE COHORT_NUM_NODES COHORT_HE
 COHORT_RENDEZVOUS COHORT_REPORT COHORT_CHECKPOINT_DIR COHORT_JOB_TOKEN (and COHORT_CA
 with TLS), plus the spec's env (--env KEY=VALUE). A job spec may not set these.
 
+cohort submit sends the submitting shell's environment (--export, Slurm's semantics):
+  --export=ALL         the default: every variable but a deny list: LD_PRELOAD, LD_AUDIT,
+                       LD_DEBUG, HOME, USER, LOGNAME, SHELL, MAIL, PWD, OLDPWD, SHLVL, _,
+                       HOSTNAME, DISPLAY, XAUTHORITY, SSH_*, BASH_FUNC_*, TMUX, XDG_RUNTIME_DIR
+                       and the session's other XDG_SESSION/DBUS names, and the names above
+                       (COHORT_*, COHORT_TOKEN included, RANK, ...)
+  --export=NONE        nothing
+  --export=A,B=1       only A (its value here) and B=1; ALL,B=1 adds B=1 to ALL
+The spec file's env and --env override what --export sends. The command's program is
+resolved where you submit: a name through the exported PATH (yours when PATH is not
+exported), a relative path against the working directory; the job runs that absolute
+path, so python3 is the python3 you had (a shared filesystem, as with Slurm). A program
+missing here is an error at submit (exit 2).
+
 A root agent runs the task as the job's user with that account's HOME, USER, LOGNAME
 and SHELL. Post progress (step, loss, samples_per_s) to $COHORT_REPORT to see it in
 cohort show, cohort top and the dashboard.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli/client.h"
+#include "cli/job_env.h"
 #include "cli/job_spec_file.h"
 #include "cli/suggest.h"
 #include "cli/table.h"
@@ -177,8 +178,16 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
     }
     base = std::move(*doc);
   }
-  auto merged = MergeSubmitFlags(std::move(base), st.flags, CurrentDefaults());
+  const SubmitDefaults defaults = CurrentDefaults();
+  auto merged = MergeSubmitFlags(std::move(base), st.flags, defaults);
   if (!merged) return ReportError(merged.error());
+  // The spec as given is checked first, so that its own errors come before the
+  // submitting side's (an unset --export variable, a program missing here).
+  if (auto given = api::JobSpecFromJson(*merged); !given) {
+    return ReportError(AttributeError(given.error(), st.flags, source));
+  }
+  merged = ApplySubmittingSide(std::move(*merged), st.flags.export_env, defaults.environment);
+  if (!merged) return ReportError(AttributeError(merged.error(), st.flags, source));
   auto spec = api::JobSpecFromJson(*merged);
   if (!spec) return ReportError(AttributeError(spec.error(), st.flags, source));
   if (st.dry_run) {
@@ -407,6 +416,9 @@ void AddSubmitCommand(CommandContext& ctx) {
               "120, 90s, 15m, 2h (default off)");
   sub->add_option("--env", f.env, "Environment variable KEY=VALUE (or KEY: its value here); repeatable")
       ->allow_extra_args(false);
+  sub->add_option("--export", f.export_env,
+                  "Environment sent from here: ALL (default: all but a deny list, see cohort help environment), "
+                  "NONE, or VAR[=VALUE],... (only those; ALL,VAR=VALUE adds to all)");
   AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");
   AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
   sub->add_flag("--wait", st->wait, "Wait until the job ends; exit 0 only if it SUCCEEDED");

@@ -214,3 +214,22 @@ TEST(QueueViewTest, FormatSortAndFittingTheTerminal) {
 
 }  // namespace
 }  // namespace cohort::cli
+
+namespace cohort::cli {
+namespace {
+
+TEST(TailLineStartTest, FindsTheLastNLinesOrAsksForMore) {
+  const std::string log = "one\ntwo\nthree\n";
+  EXPECT_EQ(TailLineStart(log, 0, 1), 8);   // "three\n"
+  EXPECT_EQ(TailLineStart(log, 0, 2), 4);   // "two\nthree\n"
+  EXPECT_EQ(TailLineStart(log, 0, 3), 0);
+  EXPECT_EQ(TailLineStart(log, 0, 10), 0);  // fewer lines than asked: all of them
+  EXPECT_EQ(TailLineStart(log, 0, 0), static_cast<int64_t>(log.size()));
+  EXPECT_EQ(TailLineStart("a\nno newline yet", 100, 1), 102);  // a partial last line counts
+  // A window that starts mid-log and holds too few lines asks for a larger one.
+  EXPECT_EQ(TailLineStart("x\ny\n", 500, 5), -1);
+  EXPECT_EQ(TailLineStart("x\ny\n", 500, 1), 502);
+}
+
+}  // namespace
+}  // namespace cohort::cli

@@ -82,5 +82,45 @@ TEST(JobControl, HoldUpdateReleaseAndHistoryThroughTheCli) {
   EXPECT_NE(bad_state.errors.find("unknown job state 'DONE'"), std::string::npos) << bad_state.errors;
 }
 
+// `cohort logs -f` on a job that has not started says that it waits and why, and `--tail N`
+// counts lines.
+TEST(JobControl, LogsFollowOnAPendingJobSaysWhyAndTailCountsLines) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const std::string gate = c.dir() + "/gate";
+  json blocker = c.Submit({{"command", {"sh", "-c", "while [ ! -e " + gate + " ]; do sleep 0.05; done"}},
+                           {"gpus_per_node", 1}});
+  c.WaitForState(blocker["id"], "RUNNING");
+  json held = c.Submit({{"name", "waits"}, {"command", {"true"}}, {"gpus_per_node", 1}});
+  const std::string id = std::to_string(held["id"].get<int64_t>());
+  auto hold = Cohort(c, {"hold", id});
+  ASSERT_EQ(hold.status.Code(), 0) << hold.errors;
+  std::ofstream(gate).put('\n');
+  c.WaitForState(blocker["id"], "SUCCEEDED");
+
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "--head", c.url(), "logs", "-f", id};
+  o.stdout_path = c.dir() + "/follow.out";
+  o.stderr_path = c.dir() + "/follow.err";
+  auto follower = Subprocess::Spawn(o);
+  ASSERT_TRUE(follower.has_value());
+  EXPECT_TRUE(WaitUntil([&] { return ReadFile(o.stderr_path).find("waiting for it to start: held by") != std::string::npos; },
+                        std::chrono::seconds(10)))
+      << ReadFile(o.stderr_path);
+  ASSERT_EQ(Cohort(c, {"cancel", id}).status.Code(), 0);
+  auto st = follower->WaitFor(std::chrono::seconds(10));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->Code(), 1);
+  EXPECT_NE(ReadFile(o.stderr_path).find("ended before it started"), std::string::npos) << ReadFile(o.stderr_path);
+
+  json lines = c.Submit({{"command", {"sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done"}}});
+  c.WaitForState(lines["id"], "SUCCEEDED");
+  auto tail = Cohort(c, {"logs", std::to_string(lines["id"].get<int64_t>()), "--rank", "0", "--tail", "2"});
+  ASSERT_EQ(tail.status.Code(), 0) << tail.errors;
+  EXPECT_EQ(tail.output, "line4\nline5\n");
+}
+
 }  // namespace
 }  // namespace cohort::testing
