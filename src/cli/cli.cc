@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "agent/task_shim.h"
+#include "cli/context.h"
 #include "cli/suggest.h"
 #include "common/client_config.h"
 #include "common/tls.h"
@@ -13,19 +14,33 @@ namespace cohort::cli {
 
 namespace {
 
-// The client config file's values; an unreadable or malformed file is reported once and
-// ignored (the flags and environment still work).
+// The file LoadedClientConfig reads: the client config, or the context --context or
+// $COHORT_CONTEXT names (set by RunCli once it has parsed; the CLI is one thread).
+std::string g_config_path;
+
+const std::string& ActiveConfig() {
+  if (g_config_path.empty()) g_config_path = ClientConfigPath();
+  return g_config_path;
+}
+
+// The active config file's values, read once per file; an unreadable or malformed file
+// is reported once and ignored (the flags and environment still work).
 const ClientConfig& LoadedClientConfig() {
-  static const ClientConfig config = [] {
-    const std::string path = ClientConfigPath();
-    if (path.empty()) return ClientConfig{};
-    auto c = ReadClientConfig(path);
-    if (!c) {
-      std::fprintf(stderr, "cohort: warning: ignoring %s\n", c.error().message.c_str());
-      return ClientConfig{};
-    }
-    return c->value_or(ClientConfig{});
-  }();
+  static std::string loaded_path;
+  static ClientConfig config;
+  static bool loaded = false;
+  const std::string& path = ActiveConfig();
+  if (loaded && loaded_path == path) return config;
+  loaded = true;
+  loaded_path = path;
+  config = ClientConfig{};
+  if (path.empty()) return config;
+  auto c = ReadClientConfig(path);
+  if (!c) {
+    std::fprintf(stderr, "cohort: warning: ignoring %s\n", c.error().message.c_str());
+    return config;
+  }
+  config = c->value_or(ClientConfig{});
   return config;
 }
 
@@ -51,7 +66,7 @@ const GlobalOptions* g_options = nullptr;
 std::string HeadUrlSource(const GlobalOptions& g) {
   if (!g.head_url.empty()) return "--head";
   if (const char* env = std::getenv("COHORT_HEAD"); env && *env) return "$COHORT_HEAD";
-  if (const auto& c = LoadedClientConfig(); !c.head.empty()) return "the client config (" + ClientConfigPath() + ")";
+  if (const auto& c = LoadedClientConfig(); !c.head.empty()) return "the client config (" + ActiveConfig() + ")";
   return "the default (no --head, $COHORT_HEAD or client config)";
 }
 
@@ -104,7 +119,7 @@ int ReportError(const Error& e) {
     std::fprintf(stderr,
                  "cohort: hint: the head URL %s came from %s. Is a head running there? Start a local cluster with "
                  "`cohort up`, or point at another head with --head URL, COHORT_HEAD=URL or `cohort login --head "
-                 "URL` (which saves it in the client config; see cohort help config).\n",
+                 "URL` (which saves it in the client config) or `cohort context use NAME` (see cohort help config).\n",
                  ResolveHeadUrl(*g_options).c_str(), HeadUrlSource(*g_options).c_str());
   }
   return code;
@@ -118,6 +133,9 @@ std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(
   app->add_option("--head", global.head_url,
                   "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or https://127.0.0.1:8470)");
   app->add_flag("--json", global.json, "Print JSON instead of tables");
+  app->add_option("--context", global.context,
+                  "Use this saved context's head and token for this command (default: $COHORT_CONTEXT, else the "
+                  "client config; cohort context ls)");
   app->footer("Topics: cohort help (durations, states, environment, config, exit-codes, spec). Completion: "
               "source <(cohort completion bash)");
 
@@ -144,6 +162,7 @@ std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(
   AddTokenCommands(ctx);
   AddHelpCommand(ctx);
   AddCompletionCommand(ctx);
+  AddContextCommands(ctx);
   // Listed for --help only: a matching argv[1] never reaches the parser (see RunCli).
   for (const auto& cmd : external) {
     ctx.app.add_subcommand(cmd.name, cmd.description)->allow_extras()->prefix_command();
@@ -177,7 +196,16 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
     return rc == 0 ? 0 : 2;
   }
   g_options = &global;
-  return chosen ? chosen() : 2;
+  auto config_path = ActiveConfigPath(global.context);
+  if (!config_path) {
+    Error e = config_path.error();
+    e.code = ErrorCode::kInvalidArgument;  // a context that does not exist is bad input (exit 2)
+    return ReportError(e);
+  }
+  g_config_path = *config_path;
+  const int rc = chosen ? chosen() : 2;
+  g_config_path.clear();  // (tests run several commands in one process)
+  return rc;
 }
 
 }  // namespace cohort::cli

@@ -23,6 +23,7 @@ namespace cohort::cli {
 struct GlobalOptions {
   std::string head_url;  // --head, else $COHORT_HEAD, else http://127.0.0.1:8470
   bool json = false;     // --json: machine-readable output
+  std::string context;   // --context, else $COHORT_CONTEXT: a saved context instead of the client config
 };
 
 // What a command registers: its CLI11 subcommand and the function run when it is chosen.
@@ -81,6 +82,7 @@ void AddJobControlCommands(CommandContext& ctx);  // hold, release, update
 void AddHistoryCommand(CommandContext& ctx);      // history (alias sacct)
 void AddHelpCommand(CommandContext& ctx);         // help TOPIC|COMMAND
 void AddCompletionCommand(CommandContext& ctx);   // completion bash|zsh
+void AddContextCommands(CommandContext& ctx);     // context ls|save|use|rm (context.h)
 
 // The script `cohort completion SHELL` prints for the commands of `root` (bash or zsh;
 // kInvalidArgument otherwise).

@@ -79,6 +79,14 @@ then https://127.0.0.1:8470. The client config is $XDG_CONFIG_HOME/cohort/config
   ca: /home/me/.config/cohort/ca.crt
 
 cohort login writes it; a head's first start writes it for the user who started it.
+
+Contexts, like kubectl's, keep several heads: copies of the config under
+~/.config/cohort/contexts/NAME.
+  cohort context save NAME    keep the current config (head, token, ca) as NAME
+  cohort context use NAME     make NAME the current config (alias use-context)
+  cohort context ls           list them; * marks the current one
+  cohort context rm NAME
+  cohort --context NAME ...   (or COHORT_CONTEXT=NAME) one command against NAME
 $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
 )"},
     {"exit-codes", "What cohort's exit codes mean",
