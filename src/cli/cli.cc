@@ -187,12 +187,15 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    if (rc != 0) {
+    // A misspelt word is the cause: say that instead of CLI11's consequence of it ("A
+    // subcommand is required", "arguments were not expected").
+    if (e.get_exit_code() != 0) {
       if (std::string hint = DidYouMean(app, argc, argv); !hint.empty()) {
-        std::fprintf(stderr, "cohort: %s\n", hint.c_str());
+        std::fprintf(stderr, "cohort: error: %s\n", hint.c_str());
+        return 2;
       }
     }
+    int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
   g_options = &global;

@@ -20,7 +20,8 @@ struct QueueFlags {
   int limit = 0;
   std::string format;
   std::string sort;
-  double watch_s = 0;  // > 0: redraw every this many seconds
+  bool watching = false;  // --watch given
+  std::string watch;      // its value, a duration ("" : 2s)
   int width = -1;      // -1: the terminal's when stdout is one; 0: never cut
 };
 
@@ -62,7 +63,14 @@ int Run(const QueueFlags& f, const GlobalOptions& global) {
   if (!f.user.empty()) params.emplace_back("user", f.user);
   if (f.limit > 0) params.emplace_back("limit", std::to_string(f.limit));
   const std::string path = api::routes::WithQuery(api::routes::kJobs, params);
-  if (f.watch_s <= 0) {
+  int64_t watch_ms = 0;
+  if (f.watching) {
+    auto ms = f.watch.empty() ? Result<int64_t>(2000) : ParseDurationMs(f.watch, "--watch");
+    if (!ms) return ReportError(ms.error());
+    if (*ms < 100) return ReportError(FieldError("--watch", "must be at least 100ms, got '{}'", f.watch).error());
+    watch_ms = *ms;
+  }
+  if (watch_ms == 0) {
     auto frame = Frame(f, *view, path, global);
     if (!frame) return ReportError(frame.error());
     std::fputs(frame->c_str(), stdout);
@@ -73,13 +81,13 @@ int Run(const QueueFlags& f, const GlobalOptions& global) {
   const bool tty = isatty(STDOUT_FILENO);
   while (true) {
     auto frame = Frame(f, *view, path, global);
-    std::string text = fmt::format("{}Every {}s: cohort queue    {}\n\n", tty ? "\033[H\033[2J" : "",
-                                   f.watch_s, FormatTimestamp(NowUnixMs()));
+    std::string text = fmt::format("{}Every {}: cohort queue    {}\n\n", tty ? "\033[H\033[2J" : "",
+                                   FormatDuration(watch_ms), FormatTimestamp(NowUnixMs()));
     text += frame ? *frame : "cohort: error: " + frame.error().message + "\n";
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
     if (!frame && ExitCodeFor(frame.error()) != 3) return ReportError(frame.error());
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(f.watch_s * 1000)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(watch_ms));
   }
 }
 
@@ -277,14 +285,13 @@ void AddQueueCommand(CommandContext& ctx) {
                   "Columns, comma-separated: " + Join(ColumnKeys(), ",", "") +
                       " (default id,name,user,state,attempt,nodes,gpus,time,nodelist)");
   sub->add_option("-S,--sort", f->sort, "Sort by columns, comma-separated; -KEY reverses (e.g. -priority,id)");
-  sub->add_option("-w,--watch", f->watch_s, "Redraw every N seconds (default 2) until Ctrl-C")
-      ->expected(0, 1)
-      ->default_str("2");
+  sub->add_option("-w,--watch", f->watch, "Redraw every this long, a duration (default 2s), until Ctrl-C")
+      ->expected(0, 1);
   sub->add_option("--width", f->width, "Cut the table to this many columns (default: the terminal's; 0: never)");
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;
   ctx.on_run(sub, [f, sub, &global] {
-    if (sub->count("--watch") && f->watch_s <= 0) f->watch_s = 2;
+    f->watching = sub->count("--watch") > 0;
     return Run(*f, global);
   });
 }

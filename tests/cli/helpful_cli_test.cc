@@ -62,7 +62,19 @@ TEST(DidYouMeanTest, RunCliPrintsTheHintAndExits2) {
   int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, 2);
-  EXPECT_THAT(err, HasSubstr("did you mean: cohort queue"));
+  EXPECT_EQ(err, "cohort: error: unknown command 'qeueu'; did you mean: cohort queue\n");
+}
+
+TEST(DurationFlagsTest, WatchAndIntervalTakeTheOneDurationSyntax) {
+  for (std::vector<const char*> argv : {std::vector<const char*>{"cohort", "queue", "--watch", "1x"},
+                                        std::vector<const char*>{"cohort", "queue", "--watch", "50ms"},
+                                        std::vector<const char*>{"cohort", "top", "--interval", "1d"}}) {
+    testing::internal::CaptureStderr();
+    int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 2) << argv[2];
+    EXPECT_THAT(err, HasSubstr(argv[2])) << err;
+  }
 }
 
 TEST(CompletionTest, ScriptsNameEveryCommandAliasAndFlag) {
