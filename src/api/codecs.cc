@@ -167,6 +167,7 @@ std::string_view JobStateName(JobState s) {
     case JobState::kSucceeded: return "SUCCEEDED";
     case JobState::kFailed: return "FAILED";
     case JobState::kCancelled: return "CANCELLED";
+    case JobState::kTimeout: return "TIMEOUT";
   }
   return "UNKNOWN";
 }
@@ -177,15 +178,16 @@ Result<JobState> ParseJobState(std::string_view s) {
   std::string up(s);
   for (auto& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kSucceeded,
-                      JobState::kFailed, JobState::kCancelled}) {
+                      JobState::kFailed, JobState::kCancelled, JobState::kTimeout}) {
     if (JobStateName(st) == up) return st;
   }
   return Errorf(ErrorCode::kInvalidArgument,
-                "unknown job state '{}' (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED)", s);
+                "unknown job state '{}' (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, TIMEOUT)", s);
 }
 
 bool IsTerminal(JobState s) {
-  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled ||
+         s == JobState::kTimeout;
 }
 
 int Job::world_size() const {
@@ -410,7 +412,9 @@ json ToJson(const Job& job) {
                 {"master_addr", job.allocation.master_addr},
                 {"master_port", job.allocation.master_port}}},
               {"exits", exits},
-              {"history", history}};
+              {"history", history},
+              {"held", job.held},
+              {"held_by", job.held_by}};
   if (job.move) {
     const MoveRequest& m = *job.move;
     out["move"] = {{"node", m.node},
@@ -453,6 +457,9 @@ Result<Job> JobFromJson(const json& j) {
     job.submit_ms = j.value("submit_ms", int64_t(0));
     job.start_ms = j.value("start_ms", int64_t(0));
     job.end_ms = j.value("end_ms", int64_t(0));
+    // Only a pending job is held; records stored before holds existed load unheld.
+    job.held = job.state == JobState::kPending && j.value("held", false);
+    if (job.held) job.held_by = j.value("held_by", "");
     if (j.contains("exit_code") && !j["exit_code"].is_null()) job.exit_code = j["exit_code"].get<int>();
     if (j.contains("allocation")) {
       const json& a = j["allocation"];

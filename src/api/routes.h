@@ -32,12 +32,19 @@ inline constexpr char kCa[] = "/v1/ca";
 inline constexpr char kMetrics[] = "/metrics";   // GET: Prometheus text format
 
 // ---- The head's API.
-// Jobs: POST submits, GET lists (?state=&user=&limit=).
+// Jobs: POST submits, GET lists (?state=&user=&since=&until=&limit=).
 inline constexpr char kJobs[] = "/v1/jobs";
 std::string Job(int64_t id);  // GET: one job in detail
 inline constexpr char kJobPattern[] = R"(/v1/jobs/([^/]+))";
 std::string JobCancel(int64_t id);  // POST
 inline constexpr char kJobCancelPattern[] = R"(/v1/jobs/([^/]+)/cancel)";
+// Job control of a PENDING job (POST): hold, release, update {time_limit_s, priority, name}.
+std::string JobHold(int64_t id);
+inline constexpr char kJobHoldPattern[] = R"(/v1/jobs/([^/]+)/hold)";
+std::string JobRelease(int64_t id);
+inline constexpr char kJobReleasePattern[] = R"(/v1/jobs/([^/]+)/release)";
+std::string JobUpdate(int64_t id);
+inline constexpr char kJobUpdatePattern[] = R"(/v1/jobs/([^/]+)/update)";
 std::string JobLogs(int64_t id);  // GET ?rank=&attempt=&offset=&limit=
 inline constexpr char kJobLogsPattern[] = R"(/v1/jobs/([^/]+)/logs)";
 std::string JobProgress(int64_t id);  // GET ?limit=

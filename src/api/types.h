@@ -23,7 +23,8 @@ using JobId = int64_t;
 using NodeId = std::string;
 
 enum class Placement { kPack, kSpread };
-enum class JobState { kPending, kRunning, kSucceeded, kFailed, kCancelled };
+// TIMEOUT: killed at its time limit (time_limit_s), as Slurm's TIMEOUT.
+enum class JobState { kPending, kRunning, kSucceeded, kFailed, kCancelled, kTimeout };
 enum class NodeState { kUp, kDown };
 
 std::string_view PlacementName(Placement p);
@@ -198,6 +199,11 @@ struct Job {
   std::vector<AttemptRecord> history;
   std::optional<MoveRequest> move;  // RUNNING: a move asked of the current attempt
   std::vector<PreemptionRecord> preemptions;  // oldest first
+  // PENDING and held (`cohort hold`, Slurm's scontrol hold): the scheduler passes it over
+  // until `cohort release`. `held_by` is the user who held it; a user may release only a
+  // hold of their own, an admin any (head/core/job_control.h).
+  bool held = false;
+  std::string held_by;
 
   bool HasExit(int rank) const;
   // Ranks of the current (or last) attempt: its allocation's nodes × tasks_per_node

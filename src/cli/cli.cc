@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "agent/task_shim.h"
+#include "cli/context.h"
+#include "cli/suggest.h"
 #include "common/client_config.h"
 #include "common/tls.h"
 
@@ -12,19 +14,33 @@ namespace cohort::cli {
 
 namespace {
 
-// The client config file's values; an unreadable or malformed file is reported once and
-// ignored (the flags and environment still work).
+// The file LoadedClientConfig reads: the client config, or the context --context or
+// $COHORT_CONTEXT names (set by RunCli once it has parsed; the CLI is one thread).
+std::string g_config_path;
+
+const std::string& ActiveConfig() {
+  if (g_config_path.empty()) g_config_path = ClientConfigPath();
+  return g_config_path;
+}
+
+// The active config file's values, read once per file; an unreadable or malformed file
+// is reported once and ignored (the flags and environment still work).
 const ClientConfig& LoadedClientConfig() {
-  static const ClientConfig config = [] {
-    const std::string path = ClientConfigPath();
-    if (path.empty()) return ClientConfig{};
-    auto c = ReadClientConfig(path);
-    if (!c) {
-      std::fprintf(stderr, "cohort: warning: ignoring %s\n", c.error().message.c_str());
-      return ClientConfig{};
-    }
-    return c->value_or(ClientConfig{});
-  }();
+  static std::string loaded_path;
+  static ClientConfig config;
+  static bool loaded = false;
+  const std::string& path = ActiveConfig();
+  if (loaded && loaded_path == path) return config;
+  loaded = true;
+  loaded_path = path;
+  config = ClientConfig{};
+  if (path.empty()) return config;
+  auto c = ReadClientConfig(path);
+  if (!c) {
+    std::fprintf(stderr, "cohort: warning: ignoring %s\n", c.error().message.c_str());
+    return config;
+  }
+  config = c->value_or(ClientConfig{});
   return config;
 }
 
@@ -41,7 +57,18 @@ const ClientConfig* ConfigFor(const std::string& head_url) {
   return nullptr;
 }
 
+// The options of the command being run, for the hint an unreachable head gets (set by
+// RunCli once it has parsed; the CLI is one thread).
+const GlobalOptions* g_options = nullptr;
+
 }  // namespace
+
+std::string HeadUrlSource(const GlobalOptions& g) {
+  if (!g.head_url.empty()) return "--head";
+  if (const char* env = std::getenv("COHORT_HEAD"); env && *env) return "$COHORT_HEAD";
+  if (const auto& c = LoadedClientConfig(); !c.head.empty()) return "the client config (" + ActiveConfig() + ")";
+  return "the default (no --head, $COHORT_HEAD or client config)";
+}
 
 std::string ResolveHeadUrl(const GlobalOptions& g) {
   if (!g.head_url.empty()) return g.head_url;
@@ -87,29 +114,33 @@ HttpClient HeadClient(const GlobalOptions& g) {
 
 int ReportError(const Error& e) {
   std::fprintf(stderr, "cohort: error: %s\n", e.message.c_str());
-  return ExitCodeFor(e);
+  const int code = ExitCodeFor(e);
+  if (code == 3 && g_options != nullptr && e.message.starts_with("cannot reach ")) {
+    std::fprintf(stderr,
+                 "cohort: hint: the head URL %s came from %s. Is a head running there? Start a local cluster with "
+                 "`cohort up`, or point at another head with --head URL, COHORT_HEAD=URL or `cohort login --head "
+                 "URL` (which saves it in the client config) or `cohort context use NAME` (see cohort help config).\n",
+                 ResolveHeadUrl(*g_options).c_str(), HeadUrlSource(*g_options).c_str());
+  }
+  return code;
 }
 
-int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
-  // The task shim is internal and must not pay for CLI parsing or touch global state.
-  if (argc >= 2 && std::strcmp(argv[1], "task-shim") == 0) {
-    return agent::RunTaskShim(argc - 1, argv + 1);
-  }
-  // Commands from outside the CLI parse their own flags.
-  for (const auto& cmd : external) {
-    if (argc >= 2 && cmd.name == argv[1] && cmd.run) return cmd.run(argc - 1, argv + 1);
-  }
-  CLI::App app{"Cohort: many GPU machines working as one computer", "cohort"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "cohort 0.1.0");
-  GlobalOptions global;
-  app.add_option("--head", global.head_url,
-                 "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or https://127.0.0.1:8470)");
-  app.add_flag("--json", global.json, "Print JSON instead of tables");
+std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(CommandFn)> chosen,
+                                      std::span<const ExternalCommand> external) {
+  auto app = std::make_unique<CLI::App>("Cohort: many GPU machines working as one computer", "cohort");
+  app->require_subcommand(1);
+  app->set_version_flag("--version", "cohort 0.1.0");
+  app->add_option("--head", global.head_url,
+                  "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or https://127.0.0.1:8470)");
+  app->add_flag("--json", global.json, "Print JSON instead of tables");
+  app->add_option("--context", global.context,
+                  "Use this saved context's head and token for this command (default: $COHORT_CONTEXT, else the "
+                  "client config; cohort context ls)");
+  app->footer("Topics: cohort help (durations, states, environment, config, exit-codes, spec). Completion: "
+              "source <(cohort completion bash)");
 
-  CommandFn chosen;
-  CommandContext ctx{app, global, [&](CLI::App* sub, CommandFn fn) {
-                       sub->callback([&chosen, fn] { chosen = fn; });
+  CommandContext ctx{*app, global, [chosen](CLI::App* sub, CommandFn fn) {
+                       sub->callback([chosen, fn] { chosen(fn); });
                      }};
   AddHeadCommand(ctx);
   AddAgentCommand(ctx);
@@ -118,6 +149,8 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   AddQueueCommand(ctx);
   AddShowCommand(ctx);
   AddCancelCommand(ctx);
+  AddJobControlCommands(ctx);
+  AddHistoryCommand(ctx);
   AddLogsCommand(ctx);
   AddNodesCommand(ctx);
   AddNodeCommands(ctx);
@@ -129,18 +162,55 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   AddTokenCommands(ctx);
   AddTeamCommands(ctx);
   AddSharesCommand(ctx);
-  // Listed for --help only: a matching argv[1] never reaches the parser (see above).
+  AddHelpCommand(ctx);
+  AddCompletionCommand(ctx);
+  AddContextCommands(ctx);
+  // Listed for --help only: a matching argv[1] never reaches the parser (see RunCli).
   for (const auto& cmd : external) {
     ctx.app.add_subcommand(cmd.name, cmd.description)->allow_extras()->prefix_command();
   }
+  return app;
+}
+
+int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
+  // The task shim is internal and must not pay for CLI parsing or touch global state.
+  if (argc >= 2 && std::strcmp(argv[1], "task-shim") == 0) {
+    return agent::RunTaskShim(argc - 1, argv + 1);
+  }
+  // Commands from outside the CLI parse their own flags.
+  for (const auto& cmd : external) {
+    if (argc >= 2 && cmd.name == argv[1] && cmd.run) return cmd.run(argc - 1, argv + 1);
+  }
+  GlobalOptions global;
+  CommandFn chosen;
+  std::unique_ptr<CLI::App> built = BuildCliApp(global, [&chosen](CommandFn fn) { chosen = std::move(fn); }, external);
+  CLI::App& app = *built;
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A misspelt word is the cause: say that instead of CLI11's consequence of it ("A
+    // subcommand is required", "arguments were not expected").
+    if (e.get_exit_code() != 0) {
+      if (std::string hint = DidYouMean(app, argc, argv); !hint.empty()) {
+        std::fprintf(stderr, "cohort: error: %s\n", hint.c_str());
+        return 2;
+      }
+    }
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  return chosen ? chosen() : 2;
+  g_options = &global;
+  auto config_path = ActiveConfigPath(global.context);
+  if (!config_path) {
+    Error e = config_path.error();
+    e.code = ErrorCode::kInvalidArgument;  // a context that does not exist is bad input (exit 2)
+    return ReportError(e);
+  }
+  g_config_path = *config_path;
+  const int rc = chosen ? chosen() : 2;
+  g_config_path.clear();  // (tests run several commands in one process)
+  return rc;
 }
 
 }  // namespace cohort::cli

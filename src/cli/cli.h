@@ -23,6 +23,7 @@ namespace cohort::cli {
 struct GlobalOptions {
   std::string head_url;  // --head, else $COHORT_HEAD, else http://127.0.0.1:8470
   bool json = false;     // --json: machine-readable output
+  std::string context;   // --context, else $COHORT_CONTEXT: a saved context instead of the client config
 };
 
 // What a command registers: its CLI11 subcommand and the function run when it is chosen.
@@ -38,6 +39,9 @@ struct CommandContext {
 // Default head URL: --head, $COHORT_HEAD, the client config's `head`
 // (common/client_config.h), or the local default.
 std::string ResolveHeadUrl(const GlobalOptions& g);
+// Where ResolveHeadUrl's answer came from, for messages: "--head", "$COHORT_HEAD", "the
+// client config (PATH)", or "the default ...".
+std::string HeadUrlSource(const GlobalOptions& g);
 // The token for `head_url`: $COHORT_TOKEN, else the client config's token if the config
 // names that head (or none), else, inside a task of that head ($COHORT_HEAD), its job's
 // token ($COHORT_JOB_TOKEN); "" if none.
@@ -76,8 +80,23 @@ void AddAuditCommand(CommandContext& ctx);
 void AddTokenCommands(CommandContext& ctx);  // token create/ls/revoke, and login
 void AddTeamCommands(CommandContext& ctx);   // team create/ls/set/rm
 void AddSharesCommand(CommandContext& ctx);
+void AddJobControlCommands(CommandContext& ctx);  // hold, release, update
+void AddHistoryCommand(CommandContext& ctx);      // history (alias sacct)
+void AddHelpCommand(CommandContext& ctx);         // help TOPIC|COMMAND
+void AddCompletionCommand(CommandContext& ctx);   // completion bash|zsh
+void AddContextCommands(CommandContext& ctx);     // context ls|save|use|rm (context.h)
+
+// The script `cohort completion SHELL` prints for the commands of `root` (bash or zsh;
+// kInvalidArgument otherwise).
+Result<std::string> CompletionScript(CLI::App& root, std::string_view shell);
+// The text of `cohort help NAME` for a topic, or null when NAME is no topic.
+const char* HelpTopicText(std::string_view name);
 
 using ExternalCommand = ::cohort::ExternalCommand;
+
+// The root app with every command added (what RunCli parses), for tests and generators.
+std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(CommandFn)> chosen,
+                                      std::span<const ExternalCommand> external = {});
 
 // Parses argv and runs the chosen command. `external` commands (common/external_command.h)
 // are dispatched before parsing when argv[1] names one, and listed in `cohort --help`.

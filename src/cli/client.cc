@@ -10,6 +10,7 @@ namespace cohort::cli {
 void AddClientOptions(CLI::App* sub, GlobalOptions& global) {
   sub->add_option("--head", global.head_url, "Head URL (default: $COHORT_HEAD or http://127.0.0.1:8470)");
   sub->add_flag("--json", global.json, "Print JSON instead of text");
+  sub->add_option("--context", global.context, "Use this saved context's head and token (cohort context ls)");
 }
 
 Result<api::JobId> ParseJobId(std::string_view text) {
@@ -19,6 +20,26 @@ Result<api::JobId> ParseJobId(std::string_view text) {
                      fmt::format("'{}' is not a job id (a positive integer, as `cohort queue` shows)", text));
   }
   return *id;
+}
+
+Result<std::string> ParseStateList(const std::vector<std::string>& items, std::string_view flag) {
+  std::string out;
+  for (const auto& item : items) {
+    size_t start = 0;
+    while (start <= item.size()) {
+      size_t end = item.find(',', start);
+      if (end == std::string::npos) end = item.size();
+      std::string s = item.substr(start, end - start);
+      if (!s.empty()) {
+        auto st = api::ParseJobState(s);
+        if (!st) return std::unexpected(WithContext(st.error(), flag));
+        if (!out.empty()) out += ',';
+        out += api::JobStateName(*st);
+      }
+      start = end + 1;
+    }
+  }
+  return out;
 }
 
 Result<api::Job> FetchJob(const HttpClient& head, api::JobId id) {

@@ -39,6 +39,10 @@ void AddClientOptions(CLI::App* sub, GlobalOptions& global);
 // Parses a job id as typed on the command line ("12"); kInvalidArgument otherwise.
 Result<api::JobId> ParseJobId(std::string_view text);
 
+// Job states as typed after --state (each item may hold several, comma-separated; any
+// case): their canonical names joined by commas ("PENDING,RUNNING"); errors name `flag`.
+Result<std::string> ParseStateList(const std::vector<std::string>& items, std::string_view flag);
+
 // GET /v1/jobs/{id}, decoded.
 Result<api::Job> FetchJob(const HttpClient& head, api::JobId id);
 
@@ -93,6 +97,7 @@ struct SubmitFlags {
   std::optional<std::string> workdir;
   std::optional<std::string> user;
   std::vector<std::string> env;      // "KEY=VALUE" (or "KEY": its value in `environment`)
+  std::string export_env = "ALL";   // --export: ALL, NONE or VAR[=VALUE],... (cli/job_env.h)
   std::vector<std::string> command;  // after "--"; replaces the file's command
 };
 
@@ -129,10 +134,58 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
 // "Job 12 SUCCEEDED after 3.2s" / "Job 12 FAILED after 1m02s (exit code 1): <reason>".
 std::string FinalStateLine(const api::Job& job);
 
+// ---- hold, release, update (job_control.cc) ----
+
+// The body of POST /v1/jobs/{id}/update for `cohort update`'s flags: each checked (the
+// error names the flag); kInvalidArgument when none is given.
+Result<json> UpdateBody(const std::optional<std::string>& time_limit, const std::optional<int>& priority,
+                        const std::optional<std::string>& name);
+
+// ---- history (history.cc) ----
+
+// Flags of `cohort history`, as typed ("" for one not given).
+struct HistoryFlags {
+  std::string user;
+  std::vector<std::string> states;  // default: the ended states
+  std::string since;
+  std::string until;
+  int limit = 100;
+};
+
+// The query of GET /v1/jobs for `flags` at `now_ms`: states checked (default SUCCEEDED,
+// FAILED, CANCELLED, TIMEOUT), times as ParseTimeFlag reads them; errors name the flag.
+Result<std::vector<std::pair<std::string, std::string>>> HistoryQueryFor(const HistoryFlags& flags, int64_t now_ms);
+
+// The sacct-like table: JOBID NAME USER STATE EXIT ELAPSED GPU-HOURS SUBMITTED ENDED
+// REASON. EXIT is Slurm's "code:signal" ("-" for a job that never ran).
+std::string RenderHistory(const std::vector<api::JobStatus>& jobs, int64_t now_ms);
+
 // ---- queue (queue.cc) ----
 
 // The squeue-like table: JOBID NAME USER STATE ATTEMPT NODES GPUS TIME NODELIST(REASON).
 std::string RenderQueue(const std::vector<api::Job>& jobs, int64_t now_ms);
+
+// How `cohort queue` lays the table out: which columns (--format; empty: the default
+// ones), the sort (--sort: column keys, each descending when given as -KEY), and the width
+// to fit (0: none; the widest columns are cut first, never below a few characters, and
+// when that is not enough the default table drops ATTEMPT, GPUS, NODES, USER, TIME in that
+// order; columns named with --format are kept).
+struct QueueView {
+  std::vector<std::string> columns;
+  std::vector<std::pair<std::string, bool>> sort;  // (key, descending)
+  size_t width = 0;
+};
+// --format and --sort as typed ("id,name,state", "-priority,id"); errors name the flag
+// and list the columns.
+Result<QueueView> ParseQueueView(const std::string& format, const std::string& sort, size_t width);
+std::string RenderQueue(std::vector<api::Job> jobs, int64_t now_ms, const QueueView& view);
+
+// ---- logs (logs.cc) ----
+
+// Where the last `lines` lines of a log begin, given `window`, its bytes from offset
+// `window_start` to the end: an absolute offset, or -1 when the window holds fewer lines
+// and does not reach the start (read a larger one). A final newline ends a line.
+int64_t TailLineStart(std::string_view window, int64_t window_start, int64_t lines);
 
 // ---- show (show.cc) ----
 

@@ -1,4 +1,7 @@
-// `cohort logs JOB [-f] [--rank R] [--attempt A] [--tail BYTES]`: a job's output.
+// `cohort logs JOB [-f] [--rank R] [--attempt A] [--tail LINES | --tail-bytes N]`: a
+// job's output. --tail starts each rank's log at its last LINES lines (like tail -n),
+// found by reading windows back from the end, 64 KiB and doubling; --tail-bytes at a
+// byte count before the end.
 //
 // Without --rank every rank of the attempt is read (world size = nodes × tasks_per_node)
 // and each line is printed as "[rank N] line"; partial lines wait per rank for their
@@ -26,8 +29,12 @@ struct LogsFlags {
   bool follow = false;
   std::optional<int> rank;
   std::optional<int> attempt;
-  std::optional<int64_t> tail;
+  std::optional<int64_t> tail;        // lines
+  std::optional<int64_t> tail_bytes;  // bytes
 };
+
+constexpr int64_t kTailWindowBytes = 64 << 10;
+constexpr int64_t kTailMaxWindowBytes = 16 << 20;  // the head's largest log read
 
 // Read position of one rank's log.
 struct RankStream {
@@ -92,10 +99,27 @@ class LogReader {
  private:
   // Reads what `s` has now, chunk by chunk. Returns whether any bytes came.
   Result<bool> Drain(int attempt, RankStream& s) {
-    if (flags_.tail && !s.positioned) {
+    if ((flags_.tail || flags_.tail_bytes) && !s.positioned) {
       auto r = COHORT_TRY(Fetch(attempt, s, 0, 1));
       if (!r) return false;
-      s.offset = std::max<int64_t>(0, HeaderInt(*r, "X-Cohort-Size", 0) - *flags_.tail);
+      const int64_t size = HeaderInt(*r, "X-Cohort-Size", 0);
+      if (flags_.tail_bytes) {
+        s.offset = std::max<int64_t>(0, size - *flags_.tail_bytes);
+      } else {
+        // Windows back from the end until one holds the last N lines or the start; past
+        // the head's largest read (16 MiB) the output starts where that window does.
+        s.offset = 0;
+        for (int64_t window = kTailWindowBytes; size > 0; window *= 2) {
+          const int64_t start = std::max<int64_t>(0, size - std::min(window, kTailMaxWindowBytes));
+          auto w = COHORT_TRY(Fetch(attempt, s, start, size - start));
+          if (!w) return false;
+          const int64_t at = TailLineStart(w->body, start, *flags_.tail);
+          if (at >= 0 || window >= kTailMaxWindowBytes) {
+            s.offset = at >= 0 ? at : start;
+            break;
+          }
+        }
+      }
       s.positioned = true;
     }
     bool progress = false;
@@ -151,8 +175,10 @@ class LogReader {
 };
 
 // The job once it has started (history not empty). Without -f a job that has not started
-// is kFailedPrecondition; with -f this polls until it starts or ends without starting.
+// is kFailedPrecondition; with -f this polls until it starts or ends without starting,
+// saying on stderr that it waits and why (again whenever the reason changes).
 Result<api::Job> WaitForStart(const HttpClient& head, api::JobId id, bool follow) {
+  std::string told;  // the last "waiting" note, printed again only when the reason changes
   while (true) {
     api::Job job = COHORT_TRY(FetchJob(head, id));
     if (!job.history.empty()) return job;
@@ -164,6 +190,10 @@ Result<api::Job> WaitForStart(const HttpClient& head, api::JobId id, bool follow
       return Errorf(ErrorCode::kFailedPrecondition, "job {} has not started yet ({}: {}); use -f to wait for it",
                     id, api::JobStateName(job.state), job.reason.empty() ? "no reason given" : job.reason);
     }
+    std::string note = fmt::format("job {} is {}, waiting for it to start: {}", id, api::JobStateName(job.state),
+                                   job.reason.empty() ? "no reason given" : job.reason);
+    if (note != told) Note(note);
+    told = std::move(note);
     std::this_thread::sleep_for(kPollInterval);
   }
 }
@@ -249,6 +279,18 @@ std::string RankLinePrefixer::Flush(int rank) {
   return out;
 }
 
+int64_t TailLineStart(std::string_view window, int64_t window_start, int64_t lines) {
+  // A final newline ends the last line; it starts none.
+  size_t end = window.size();
+  if (end > 0 && window[end - 1] == '\n') --end;
+  if (lines == 0) return window_start + static_cast<int64_t>(window.size());
+  int64_t seen = 0;
+  for (size_t i = end; i > 0; --i) {
+    if (window[i - 1] == '\n' && ++seen == lines) return window_start + static_cast<int64_t>(i);
+  }
+  return window_start == 0 ? 0 : -1;
+}
+
 void AddLogsCommand(CommandContext& ctx) {
   auto f = std::make_shared<LogsFlags>();
   auto* sub = ctx.app.add_subcommand("logs", "Print a job's output (every rank, prefixed; or one rank, raw)");
@@ -259,9 +301,13 @@ void AddLogsCommand(CommandContext& ctx) {
   sub->add_option_function<int>("-a,--attempt", [f](const int& a) { f->attempt = a; },
                                 "This attempt (default: the latest)")
       ->check(CLI::NonNegativeNumber);
-  sub->add_option_function<int64_t>("--tail", [f](const int64_t& t) { f->tail = t; },
+  auto* lines = sub->add_option_function<int64_t>("--tail", [f](const int64_t& t) { f->tail = t; },
+                                                  "Start at the last this many lines of each rank's log (like tail -n)")
+                    ->check(CLI::NonNegativeNumber);
+  sub->add_option_function<int64_t>("--tail-bytes", [f](const int64_t& t) { f->tail_bytes = t; },
                                     "Start this many bytes before the end of each rank's log")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->excludes(lines);
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;
   ctx.on_run(sub, [f, &global] { return Run(*f, global); });

@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "cli/client.h"
+#include "cli/job_env.h"
 #include "cli/job_spec_file.h"
+#include "cli/suggest.h"
 #include "cli/table.h"
 #include "common/clock.h"
 
@@ -139,10 +141,12 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
     if (a != "--") extras.push_back(a);
   }
   if (!extras.empty() && extras.front().starts_with("-")) {
+    const std::string typed = extras.front().substr(0, extras.front().find('='));
+    auto close = ClosestNames(typed, FlagNames(*sub));
     return ReportError(MakeError(ErrorCode::kInvalidArgument,
-                                 fmt::format("unknown option '{}' (see cohort submit --help; a command's own "
+                                 fmt::format("unknown option '{}'{} (see cohort submit --help; a command's own "
                                              "options go after --)",
-                                             extras.front()))
+                                             extras.front(), close.empty() ? "" : "; did you mean " + close[0] + "?"))
                            .error());
   }
   if (!extras.empty()) {
@@ -176,8 +180,16 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
     }
     base = std::move(*doc);
   }
-  auto merged = MergeSubmitFlags(std::move(base), st.flags, CurrentDefaults());
+  const SubmitDefaults defaults = CurrentDefaults();
+  auto merged = MergeSubmitFlags(std::move(base), st.flags, defaults);
   if (!merged) return ReportError(merged.error());
+  // The spec as given is checked first, so that its own errors come before the
+  // submitting side's (an unset --export variable, a program missing here).
+  if (auto given = api::JobSpecFromJson(*merged); !given) {
+    return ReportError(AttributeError(given.error(), st.flags, source));
+  }
+  merged = ApplySubmittingSide(std::move(*merged), st.flags.export_env, defaults.environment);
+  if (!merged) return ReportError(AttributeError(merged.error(), st.flags, source));
   auto spec = api::JobSpecFromJson(*merged);
   if (!spec) return ReportError(AttributeError(spec.error(), st.flags, source));
   if (st.dry_run) {
@@ -229,24 +241,14 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   return job->state == api::JobState::kSucceeded ? 0 : 1;
 }
 
-// Parses a run of decimal digits (at most 12) into `out`.
-bool ParseDigits(std::string_view s, int64_t& out) {
-  if (s.empty() || s.size() > 12) return false;
-  out = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    out = out * 10 + (c - '0');
-  }
-  return true;
-}
-
 }  // namespace
 
 Result<int64_t> ParseTimeLimit(std::string_view text) {
   auto bad = [&] {
     return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("--time-limit: '{}' is not a time limit; use seconds (3600), 90s, 15m, 2h, "
-                                 "1d, MM:SS, HH:MM:SS, D-HH:MM:SS, or 0/unlimited",
+                     fmt::format("--time-limit: '{}' is not a time limit; use whole seconds as a duration (3600, "
+                                 "90s, 15m, 2h, 1d12h, MM:SS, HH:MM:SS, D-HH:MM:SS; cohort help durations) or "
+                                 "0/unlimited",
                                  text),
                      "time_limit_s");
   };
@@ -256,59 +258,15 @@ Result<int64_t> ParseTimeLimit(std::string_view text) {
   std::string lower = s;
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "unlimited" || lower == "infinite" || lower == "none") return int64_t{0};
-  if (s.empty()) return bad();
-
-  int64_t total = 0;
-  int64_t v = 0;
-  char unit = s.back();
-  if (std::string_view("smhd").find(unit) != std::string_view::npos && s.size() > 1) {
-    if (!ParseDigits(std::string_view(s).substr(0, s.size() - 1), v)) return bad();
-    total = v * (unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : 86400);
-  } else if (ParseDigits(s, v)) {
-    total = v;
-  } else {
-    // Slurm: [D-]HH[:MM[:SS]] with days, MM:SS or HH:MM:SS without.
-    std::string_view rest = s;
-    int64_t days = -1;
-    if (size_t dash = rest.find('-'); dash != std::string_view::npos) {
-      if (!ParseDigits(rest.substr(0, dash), days)) return bad();
-      rest = rest.substr(dash + 1);
-    }
-    std::vector<int64_t> parts;
-    while (true) {
-      size_t colon = rest.find(':');
-      int64_t p = 0;
-      if (!ParseDigits(rest.substr(0, colon), p)) return bad();
-      parts.push_back(p);
-      if (colon == std::string_view::npos) break;
-      rest = rest.substr(colon + 1);
-    }
-    if (parts.size() > 3) return bad();
-    if (days >= 0) {
-      // D-HH, D-HH:MM, D-HH:MM:SS
-      if (parts[0] >= 24) return bad();
-      for (size_t i = 1; i < parts.size(); ++i) {
-        if (parts[i] >= 60) return bad();
-      }
-      total = days * 86400 + parts[0] * 3600 + (parts.size() > 1 ? parts[1] * 60 : 0) +
-              (parts.size() > 2 ? parts[2] : 0);
-    } else if (parts.size() == 2) {  // MM:SS
-      if (parts[1] >= 60) return bad();
-      total = parts[0] * 60 + parts[1];
-    } else if (parts.size() == 3) {  // HH:MM:SS
-      if (parts[1] >= 60 || parts[2] >= 60) return bad();
-      total = parts[0] * 3600 + parts[1] * 60 + parts[2];
-    } else {
-      return bad();
-    }
-  }
-  if (total > api::kMaxTimeLimitS) {
+  auto ms = ParseDurationMs(s, "--time-limit");
+  if (!ms || *ms % 1000 != 0) return bad();
+  if (*ms / 1000 > api::kMaxTimeLimitS) {
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("--time-limit: '{}' is longer than the maximum of {} days", text,
                                  api::kMaxTimeLimitS / 86400),
                      "time_limit_s");
   }
-  return total;
+  return *ms / 1000;
 }
 
 Result<int64_t> ParseProgressTimeout(std::string_view text) {
@@ -461,12 +419,15 @@ void AddSubmitCommand(CommandContext& ctx) {
   AddOptional(sub, "--placement", f.placement, "pack (fewest free GPUs that fit) or spread (most free)");
   AddOptional(sub, "--max-restarts", f.max_restarts, "Gang restarts after a node or task failure (default 0)");
   AddOptional(sub, "-t,--time-limit", f.time_limit,
-              "Time limit: seconds, 90s/15m/2h/1d, MM:SS, HH:MM:SS or D-HH:MM:SS (default unlimited)");
+              "Time limit, a duration: 3600, 90s, 15m, 2h, 1d12h, HH:MM:SS, D-HH:MM:SS (default unlimited)");
   AddOptional(sub, "--progress-timeout", f.progress_timeout,
               "Fail (and restart) the gang when no progress is reported at $COHORT_REPORT for this long: "
               "120, 90s, 15m, 2h (default off)");
   sub->add_option("--env", f.env, "Environment variable KEY=VALUE (or KEY: its value here); repeatable")
       ->allow_extra_args(false);
+  sub->add_option("--export", f.export_env,
+                  "Environment sent from here: ALL (default: all but a deny list, see cohort help environment), "
+                  "NONE, or VAR[=VALUE],... (only those; ALL,VAR=VALUE adds to all)");
   AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");
   AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
   sub->add_flag("--wait", st->wait, "Wait until the job ends; exit 0 only if it SUCCEEDED");

@@ -24,16 +24,9 @@ namespace cohort::cli {
 // "30d", "12h", "90m", "3600" (seconds), or "never"/"0"; in seconds (0: never).
 Result<int64_t> ParseTokenExpiry(std::string_view text) {
   if (text == "never" || text == "0") return 0;
-  if (text.size() >= 2 && text.back() == 'd') {
-    int64_t days = 0;
-    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size() - 1, days);
-    if (ec != std::errc() || p != text.data() + text.size() - 1 || days < 1 || days > 3650) {
-      return FieldError("--expires", "days must be a whole number from 1 to 3650, got '{}'", text);
-    }
-    return days * 24 * 3600;
-  }
   const int64_t ms = COHORT_TRY(ParseDurationMs(text, "--expires"));
   if (ms < 1000) return FieldError("--expires", "must be at least one second, got '{}'", text);
+  if (ms > int64_t{3650} * 86'400'000) return FieldError("--expires", "must be at most 3650 days, got '{}'", text);
   return ms / 1000;
 }
 

@@ -333,14 +333,18 @@ void TerminalSize(size_t& width, size_t& height) {
 }
 
 struct TopFlags {
-  double interval_s = 2;
+  std::string interval = "2s";  // a duration (cohort help durations)
   bool once = false;
   int width = 0;  // 0: the terminal's
 };
 
 int Run(const TopFlags& f, const GlobalOptions& global) {
-  if (!(f.interval_s >= 0.1 && f.interval_s <= 3600)) {
-    return ReportError(MakeError(ErrorCode::kInvalidArgument, "--interval: must be from 0.1 to 3600 seconds").error());
+  auto interval_ms = ParseDurationMs(f.interval, "--interval");
+  if (!interval_ms) return ReportError(interval_ms.error());
+  if (*interval_ms < 100 || *interval_ms > 3'600'000) {
+    return ReportError(
+        MakeError(ErrorCode::kInvalidArgument, fmt::format("--interval: must be from 100ms to 1h, got '{}'", f.interval))
+            .error());
   }
   HttpClient head = HeadClient(global);
   TopOptions o;
@@ -379,7 +383,7 @@ int Run(const TopFlags& f, const GlobalOptions& global) {
       } else {
         o.status = "cannot refresh: " + d.error().message + " (showing the last data; retrying)";
       }
-      next_fetch = SteadyClock::now() + Millis(static_cast<int64_t>(f.interval_s * 1000));
+      next_fetch = SteadyClock::now() + Millis(*interval_ms);
     }
     g_resized = 0;
     size_t width = 80, height = 24;
@@ -419,7 +423,7 @@ int Run(const TopFlags& f, const GlobalOptions& global) {
 void AddTopCommand(CommandContext& ctx) {
   auto f = std::make_shared<TopFlags>();
   auto* sub = ctx.app.add_subcommand("top", "Live view of nodes, GPUs and jobs (q quits)");
-  sub->add_option("--interval", f->interval_s, "Seconds between refreshes (default 2)");
+  sub->add_option("--interval", f->interval, "Time between refreshes, a duration: 2, 500ms, 5s (default 2s)");
   sub->add_flag("--once", f->once, "Print one frame without escape codes and exit");
   sub->add_option("--width", f->width, "Columns to fit (default: the terminal's)")->check(CLI::Range(40, 1000));
   AddClientOptions(sub, ctx.global);

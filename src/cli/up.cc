@@ -210,9 +210,17 @@ int RunUp(UpFlags& f) {
 
   std::printf("Cohort is up: head %s, %d node(s) x %d %sGPU(s)\n", url.c_str(), f.agents, gpus,
               simulated ? "simulated " : "");
+  if (f.insecure) {
+    std::printf("  dashboard:      %s/\n", url.c_str());
+  } else {
+    std::printf("  dashboard:      %s/  (sign in with the token in %s/head/admin.token)\n", url.c_str(),
+                f.state_dir.c_str());
+  }
+  std::printf("  live view:      cohort top\n");
   std::printf("  state and logs: %s\n", f.state_dir.c_str());
   if (port != 8470) std::printf("  export COHORT_HEAD=%s\n", url.c_str());
   std::printf("  try: cohort nodes; cohort submit -N 2 -n 4 -G 4 -- examples/hello_rank.sh; cohort queue\n");
+  std::printf("  help: cohort help (topics), cohort COMMAND --help\n");
   std::printf("Press Ctrl-C to stop.\n");
   std::fflush(stdout);
 

@@ -25,7 +25,10 @@ std::string FormatTimestamp(int64_t unix_ms);
 // "1h02m", "3.2s", "450ms".
 std::string FormatDuration(int64_t ms);
 
-// Parses "500ms", "3s", "2.5s", "1m", "2h", "90d" (a bare number means seconds) into
+// The one duration syntax of every flag (`cohort help durations`): a bare number of
+// seconds ("3600"); a number with a unit, ms, s, m (or min), h or d ("500ms", "2.5s",
+// "90d"), or several from the largest unit down ("1d12h", "1h30m", "2m30s"); or Slurm's
+// clock forms MM:SS, HH:MM:SS, D-HH, D-HH:MM and D-HH:MM:SS ("1-12:00:00"). Returns
 // milliseconds, at most 1e12 (about 31 years); kInvalidArgument naming `what` otherwise.
 Result<int64_t> ParseDurationMs(std::string_view text, std::string_view what);
 

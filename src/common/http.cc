@@ -16,6 +16,21 @@
 
 namespace cohort {
 
+namespace {
+
+// httplib's error as a person reads it ("Connection" alone says little).
+std::string DescribeTransportError(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection: return "connection refused or host unreachable (nothing listens there?)";
+    case httplib::Error::ConnectionTimeout: return "connection timed out (a firewall, or the wrong address?)";
+    case httplib::Error::Read: return "the connection broke while reading the reply";
+    case httplib::Error::Write: return "the connection broke while sending the request";
+    default: return httplib::to_string(e);
+  }
+}
+
+}  // namespace
+
 Result<UrlParts> ParseHttpUrl(std::string_view url) {
   UrlParts p;
   std::string_view rest;
@@ -179,8 +194,7 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
                     "or the server refused this client's certificate",
                     base_url_, path, why ? why : httplib::to_string(r.error()), parts_.host);
     }
-    return Errorf(ErrorCode::kUnavailable, "cannot reach {}{}: {}", base_url_, path,
-                  httplib::to_string(r.error()));
+    return Errorf(ErrorCode::kUnavailable, "cannot reach {}{}: {}", base_url_, path, DescribeTransportError(r.error()));
   }
   // A reply with "Connection: close" left the client closed; it reconnects if reused.
   pool_->Give(std::move(cli));

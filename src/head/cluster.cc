@@ -585,7 +585,10 @@ Cluster::Overview Cluster::GetOverview(size_t recent) const {
   o.running = core::ListJobs(state_, JobFilter{{api::JobState::kRunning}, "", 0});
   if (recent > 0) {
     o.recent = core::ListJobs(
-        state_, JobFilter{{api::JobState::kSucceeded, api::JobState::kFailed, api::JobState::kCancelled}, "", recent});
+        state_, JobFilter{{api::JobState::kSucceeded, api::JobState::kFailed, api::JobState::kCancelled,
+                             api::JobState::kTimeout},
+                            "",
+                            recent});
   }
   o.usage = core::RunningTaskUsage(state_);
   return o;

@@ -44,6 +44,7 @@
 #include "common/prometheus.h"
 #include "head/config.h"
 #include "head/core/effects.h"
+#include "head/core/job_control.h"
 #include "head/core/queries.h"
 #include "head/core/state.h"
 #include "head/progress.h"
@@ -87,6 +88,11 @@ class Cluster {
   Result<api::Job> Submit(api::JobSpec spec, bool any_team = true) EXCLUDES(mu_);
   // kNotFound for an unknown id; kFailedPrecondition if the job has already ended.
   Result<api::Job> Cancel(api::JobId id) EXCLUDES(mu_);
+  // Job control of a PENDING job (core/job_control.h; cluster_job_control.cc): the job as
+  // changed, durably. The core's errors; kUnavailable if the store fails.
+  Result<api::Job> Hold(api::JobId id, const std::string& by) EXCLUDES(mu_);
+  Result<api::Job> Release(api::JobId id) EXCLUDES(mu_);
+  Result<api::Job> Update(api::JobId id, const core::JobUpdate& update) EXCLUDES(mu_);
   Result<api::Job> GetJob(api::JobId id) const EXCLUDES(mu_);
   std::vector<api::Job> ListJobs(const JobFilter& filter) const EXCLUDES(mu_);
   // A job of a list as the API sends it: `json` is api::ToJson of the job as shown (with

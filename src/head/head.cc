@@ -277,6 +277,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
                res.set_content(pem, "application/x-pem-file");
              });
   RegisterJobRoutes(router, cluster);
+  RegisterJobControlRoutes(router, cluster);
   RegisterNodeRoutes(router, cluster, *h->tokens_);
   RegisterAgentRoutes(router, cluster);
   RegisterLogRoutes(router, cluster);

@@ -28,6 +28,12 @@ Result<JobFilter> ParseFilter(const httplib::Request& req) {
     }
   }
   if (req.has_param("user")) f.user = req.get_param_value("user");
+  // ?since= and ?until=: Unix milliseconds (the CLI turns "2d" or an RFC 3339 time into them).
+  f.since_ms = COHORT_TRY(QueryIntParam(req, "since", 0, 0, int64_t{1} << 53));
+  f.until_ms = COHORT_TRY(QueryIntParam(req, "until", 0, 0, int64_t{1} << 53));
+  if (f.since_ms > 0 && f.until_ms > 0 && f.since_ms >= f.until_ms) {
+    return MakeError(ErrorCode::kInvalidArgument, "since must be before until", "since");
+  }
   return f;
 }
 

@@ -19,6 +19,7 @@
 namespace cohort::head {
 
 void RegisterJobRoutes(Router& router, Cluster& cluster);
+void RegisterJobControlRoutes(Router& router, Cluster& cluster);  // hold, release, update
 void RegisterNodeRoutes(Router& router, Cluster& cluster, TokenBook& tokens);
 void RegisterAgentRoutes(Router& router, Cluster& cluster);
 void RegisterLogRoutes(Router& router, Cluster& cluster);

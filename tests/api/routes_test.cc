@@ -19,6 +19,9 @@ void ExpectMatches(const std::string& path, const char* pattern, std::vector<std
 TEST(RoutesTest, BuildersMatchTheirPatterns) {
   ExpectMatches(Job(42), kJobPattern, {"42"});
   ExpectMatches(JobCancel(42), kJobCancelPattern, {"42"});
+  ExpectMatches(JobHold(42), kJobHoldPattern, {"42"});
+  ExpectMatches(JobRelease(42), kJobReleasePattern, {"42"});
+  ExpectMatches(JobUpdate(42), kJobUpdatePattern, {"42"});
   ExpectMatches(JobLogs(42), kJobLogsPattern, {"42"});
   ExpectMatches(JobProgress(42), kJobProgressPattern, {"42"});
   ExpectMatches(Node("gpu-01"), kNodePattern, {"gpu-01"});
@@ -33,6 +36,8 @@ TEST(RoutesTest, BuildersMatchTheirPatterns) {
 TEST(RoutesTest, PathsAreTheV1Paths) {
   EXPECT_EQ(Job(7), "/v1/jobs/7");
   EXPECT_EQ(JobCancel(7), "/v1/jobs/7/cancel");
+  EXPECT_EQ(JobHold(7), "/v1/jobs/7/hold");
+  EXPECT_EQ(JobUpdate(7), "/v1/jobs/7/update");
   EXPECT_EQ(JobLogs(7), "/v1/jobs/7/logs");
   EXPECT_EQ(JobProgress(7), "/v1/jobs/7/progress");
   EXPECT_EQ(Node("n1"), "/v1/nodes/n1");

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "cli/client.h"
+#include "cli/job_env.h"
 
 namespace cohort::cli {
 namespace {
@@ -35,6 +36,8 @@ TEST(TimeLimitTest, ParsesEveryForm) {
       {"1-02:03", 93780},     // D-HH:MM
       {"1-02:03:04", 93784},  // D-HH:MM:SS
       {"366-00:00:00", 366 * 86400},
+      {"1h30m", 5400},        // the one duration syntax: compound units
+      {"1d12h", 129600},
   };
   for (const auto& [text, seconds] : ok) {
     auto v = ParseTimeLimit(text);
@@ -45,7 +48,7 @@ TEST(TimeLimitTest, ParsesEveryForm) {
 
 TEST(TimeLimitTest, RejectsMalformedLimits) {
   for (std::string text : {"", "abc", "-5", "1.5", "1:2:3:4", "1:60", "1:00:60", "1-24:00", "1-2:60",
-                           "5x", "s", "1--2", ":30", "30:", "1h30m", "9999999999999d"}) {
+                           "5x", "s", "1--2", ":30", "30:", "30m1h", "1500ms", "9999999999999d"}) {
     auto v = ParseTimeLimit(text);
     ASSERT_FALSE(v.has_value()) << "'" << text << "' parsed as " << *v;
     EXPECT_EQ(v.error().code, ErrorCode::kInvalidArgument);
@@ -223,6 +226,13 @@ CliRun RunCommand(std::vector<std::string> args) {
   return r;
 }
 
+// `program` as submit resolves it with this process's PATH.
+std::string Resolved(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  auto r = ResolveProgram(program, path ? path : "", std::filesystem::current_path().string());
+  return r ? *r : "(" + r.error().message + ")";
+}
+
 class SubmitCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -243,10 +253,12 @@ class SubmitCommandTest : public ::testing::Test {
 
 TEST_F(SubmitCommandTest, CommandAfterDashDash) {
   auto r = RunCommand({"submit", "--dry-run", "-N", "2", "-n", "4", "-G", "8", "-J", "ddp", "-t", "2h",
-                       "--env", "A=1", "--env", "B=2", "--", "python", "train.py", "--lr", "3e-4", "-v"});
+                       "--export", "NONE", "--env", "A=1", "--env", "B=2", "--", "sh", "train.py", "--lr", "3e-4",
+                       "-v"});
   ASSERT_EQ(r.rc, 0) << r.err;
   json spec = json::parse(r.out);
-  EXPECT_EQ(spec["command"], json::parse(R"(["python", "train.py", "--lr", "3e-4", "-v"])"));
+  // The program as resolved here (cli/job_env.h): an absolute path.
+  EXPECT_EQ(spec["command"], (json{Resolved("sh"), "train.py", "--lr", "3e-4", "-v"}));
   EXPECT_EQ(spec["nodes"], 2);
   EXPECT_EQ(spec["tasks_per_node"], 4);
   EXPECT_EQ(spec["gpus_per_node"], 8);
@@ -257,17 +269,17 @@ TEST_F(SubmitCommandTest, CommandAfterDashDash) {
 }
 
 TEST_F(SubmitCommandTest, FileThenFlagsThenCommand) {
-  std::string path = Write("job.yaml", "name: f\ncommand: [python, a.py]\nnodes: 4\npriority: 3\n");
+  std::string path = Write("job.yaml", "name: f\ncommand: [sh, a.py]\nnodes: 4\npriority: 3\n");
   auto r = RunCommand({"submit", path, "--dry-run", "-N", "2"});
   ASSERT_EQ(r.rc, 0) << r.err;
   json spec = json::parse(r.out);
   EXPECT_EQ(spec["nodes"], 2);
   EXPECT_EQ(spec["priority"], 3);
-  EXPECT_EQ(spec["command"], json::parse(R"(["python", "a.py"])"));
+  EXPECT_EQ(spec["command"], (json{Resolved("sh"), "a.py"}));
 
   auto r2 = RunCommand({"submit", path, "--dry-run", "--", "echo", "x"});
   ASSERT_EQ(r2.rc, 0) << r2.err;
-  EXPECT_EQ(json::parse(r2.out)["command"], json::parse(R"(["echo", "x"])"));
+  EXPECT_EQ(json::parse(r2.out)["command"], (json{Resolved("echo"), "x"}));
   EXPECT_EQ(json::parse(r2.out)["nodes"], 4);
 }
 
@@ -314,6 +326,35 @@ TEST_F(SubmitCommandTest, BadInputExitsTwoBeforeAnyNetworkCall) {
   auto split = RunCommand({"submit", "-G", "3", "-n", "2", "--", "true"});
   EXPECT_EQ(split.rc, 2);
   EXPECT_THAT(split.err, HasSubstr("--gpus-per-node: 3 GPUs cannot be split evenly"));
+}
+
+TEST_F(SubmitCommandTest, ExportSendsTheEnvironmentAndAMissingProgramIsAnErrorAtSubmit) {
+  setenv("COHORT_TEST_ONLY_SECRET_TOKEN_FREE", "x", 1);
+  setenv("LD_PRELOAD", "", 1);
+  auto all = RunCommand({"submit", "--dry-run", "--", "true"});
+  ASSERT_EQ(all.rc, 0) << all.err;
+  json env = json::parse(all.out)["env"];
+  EXPECT_EQ(env["PATH"], std::getenv("PATH"));
+  EXPECT_FALSE(env.contains("LD_PRELOAD"));
+  EXPECT_FALSE(env.contains("COHORT_HEAD"));  // the job gets its own
+  EXPECT_FALSE(env.contains("HOME"));         // the agent sets the job's user's
+  unsetenv("LD_PRELOAD");
+  unsetenv("COHORT_TEST_ONLY_SECRET_TOKEN_FREE");
+
+  auto only = RunCommand({"submit", "--dry-run", "--export", "PATH,X=1", "--", "true"});
+  ASSERT_EQ(only.rc, 0) << only.err;
+  EXPECT_EQ(json::parse(only.out)["env"], (json{{"PATH", std::getenv("PATH")}, {"X", "1"}}));
+
+  auto bad = RunCommand({"submit", "--dry-run", "--export", "NONE,X", "--", "true"});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--export"));
+
+  auto missing = RunCommand({"submit", "--", "no-such-program-anywhere", "x"});
+  EXPECT_EQ(missing.rc, 2);  // not 3: nothing reached for the head
+  EXPECT_THAT(missing.err, HasSubstr("'no-such-program-anywhere' is not found in PATH on the submitting side"));
+  auto relative = RunCommand({"submit", "--workdir", dir_.string(), "--", "./train.sh"});
+  EXPECT_EQ(relative.rc, 2);
+  EXPECT_THAT(relative.err, HasSubstr((dir_ / "train.sh").string() + ") does not exist"));
 }
 
 TEST_F(SubmitCommandTest, UnreachableHeadExitsThree) {

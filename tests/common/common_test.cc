@@ -86,7 +86,17 @@ TEST(Clock, Durations) {
   EXPECT_EQ(*ParseDurationMs("2m", "x"), 120000);
   EXPECT_EQ(*ParseDurationMs("1h", "x"), 3600000);
   EXPECT_EQ(*ParseDurationMs("90d", "x"), int64_t{90} * 86'400'000);
-  for (const char* bad : {"", "s", "3x", "-1s", "1..2s", "abc", "1w", "12000d"}) {
+  // One syntax everywhere: compound units and Slurm's clock forms.
+  EXPECT_EQ(*ParseDurationMs("1d12h", "x"), int64_t{36} * 3'600'000);
+  EXPECT_EQ(*ParseDurationMs("1h30m", "x"), 5'400'000);
+  EXPECT_EQ(*ParseDurationMs("2m30s", "x"), 150'000);
+  EXPECT_EQ(*ParseDurationMs("1s500ms", "x"), 1500);
+  EXPECT_EQ(*ParseDurationMs("10:30", "x"), 630'000);
+  EXPECT_EQ(*ParseDurationMs("01:30:00", "x"), 5'400'000);
+  EXPECT_EQ(*ParseDurationMs("2-00", "x"), int64_t{2} * 86'400'000);
+  EXPECT_EQ(*ParseDurationMs("1-02:03:04", "x"), (int64_t{93784}) * 1000);
+  for (const char* bad : {"", "s", "3x", "-1s", "1..2s", "abc", "1w", "12000d", "30m1h", "1h1h", "1h 30m",
+                          "1:60", "1-24", "1:2:3:4", "-5", "1h30", "10:"}) {
     auto r = ParseDurationMs(bad, "--timeout");
     ASSERT_FALSE(r.has_value()) << bad;
     EXPECT_NE(r.error().message.find("--timeout"), std::string::npos);

@@ -151,6 +151,33 @@ TEST_F(AuthRoutesTest, UsersActOnTheirOwnJobsAndAdminsOnAll) {
             200);
 }
 
+TEST_F(AuthRoutesTest, JobControlIsTheOwnersAndAnAdminsHoldOnlyAnAdminReleases) {
+  AddNode("gpu-1", 1);
+  const std::string alice = MakeToken("alice", "user");
+  const std::string bob = MakeToken("bob", "user");
+  httplib::Client c("127.0.0.1", head_->port());
+  auto submit = [&](const std::string& token) {
+    auto r = c.Post("/v1/jobs", {{"Authorization", "Bearer " + token}},
+                    json{{"command", {"sleep", "100"}}, {"gpus_per_node", 1}}.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 201) << (r ? r->body : "");
+    return r ? std::to_string(json::parse(r->body).value("id", 0)) : std::string("0");
+  };
+  submit(alice);  // takes the GPU
+  const std::string id = submit(alice);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/hold", bob), 403);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", bob, R"({"priority": 5})"), 403);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/hold", alice), 200);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", alice, R"({"priority": 5})"), 200);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", alice, R"({"priority": 5000})"), 400);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", alice, R"({"nodes": 2})"), 400) << "only what update may change";
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/release", alice), 200);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/hold", admin_token_), 200);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/release", alice), 403) << "an admin's hold is not the user's to lift";
+  EXPECT_TRUE(cluster().GetJob(std::stoll(id))->held);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/release", admin_token_), 200);
+  EXPECT_EQ(Status("GET", "/v1/jobs?state=all&since=yesterday", alice), 400);
+}
+
 TEST_F(AuthRoutesTest, OthersSeeAJobsEnvironmentNamesButNotItsValues) {
   AddNode("gpu-1", 1);
   const std::string alice = MakeToken("alice", "user");

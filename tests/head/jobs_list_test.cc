@@ -29,7 +29,7 @@ class JobsListTest : public HeadServerTest {
   // Both forms of the list, gpu_seconds aside (it grows between the two requests).
   void ExpectListsAgree(const std::string& query) {
     static const std::string all =
-        "allocation,attempt,end_ms,exit_code,exits,gpu_seconds,history,id,moves,reason,spec,start_ms,state,"
+        "allocation,attempt,end_ms,exit_code,exits,gpu_seconds,held,held_by,history,id,moves,reason,spec,start_ms,state,"
         "submit_ms,tasks_usage";
     json whole = GetJson("/v1/jobs?" + query);
     json projected = GetJson("/v1/jobs?" + query + "&fields=" + all);

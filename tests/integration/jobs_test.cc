@@ -147,7 +147,7 @@ TEST(Jobs, TimeLimitEndsTheJob) {
   c.StartAgent("node-a", 1);
   c.WaitForNodes(1);
   json job = c.Submit({{"command", {"sleep", "300"}}, {"time_limit_s", 1}});
-  json done = c.WaitForState(job["id"], "FAILED", std::chrono::seconds(10));
+  json done = c.WaitForState(job["id"], "TIMEOUT", std::chrono::seconds(10));
   EXPECT_NE(done["reason"].get<std::string>().find("time limit"), std::string::npos) << done["reason"];
 }
 

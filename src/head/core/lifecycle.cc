@@ -108,6 +108,8 @@ void FinishJob(Tx& tx, Job& job, JobState state, std::string reason, std::option
   if (job.state == JobState::kRunning) DetachJob(tx, job);
   CloseAttempt(job, now, reason);
   job.move.reset();
+  job.held = false;  // a held job ends only by cancel; the hold ends with it
+  job.held_by.clear();
   tx.s.pending.erase(job.id);
   tx.s.pending_reasons.erase(job.id);
   tx.CountTransition(job.state, state);

@@ -1,5 +1,5 @@
 // Job lifecycle steps of the head's core: PENDING → RUNNING → SUCCEEDED / FAILED /
-// CANCELLED, with gang restarts and moves.
+// CANCELLED / TIMEOUT, with gang restarts and moves.
 //
 // A job's tasks start together and fail together: the first task that ends badly, or a
 // node that goes down, ends the attempt on every node. With restarts left the job goes
@@ -31,7 +31,7 @@ struct NodePlacement {
 // the attempt in the history and the queue wait.
 void StartJob(Tx& tx, api::Job& job, const std::vector<NodePlacement>& nodes);
 
-// Ends the current attempt: the job is FAILED, SUCCEEDED or CANCELLED with `reason`.
+// Ends the current attempt: the job is FAILED, SUCCEEDED, CANCELLED or TIMEOUT with `reason`.
 void FinishJob(Tx& tx, api::Job& job, api::JobState state, std::string reason, std::optional<int> exit_code);
 
 // Ends the current attempt and puts the job back in the queue as attempt + 1.

@@ -135,7 +135,7 @@ void EnforceTimeLimits(Tx& tx, const std::set<api::JobId>& running) {
     api::Job& job = tx.s.jobs.at(id);
     if (job.state != JobState::kRunning) continue;
     if (job.spec.time_limit_s > 0 && tx.now.unix_ms - job.start_ms > job.spec.time_limit_s * 1000) {
-      FinishJob(tx, job, JobState::kFailed,
+      FinishJob(tx, job, JobState::kTimeout,
                 fmt::format("time limit of {} exceeded", FormatDuration(job.spec.time_limit_s * 1000)), std::nullopt);
     }
   }

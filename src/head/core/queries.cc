@@ -19,6 +19,7 @@ std::string ReasonKind(std::string_view reason) {
   if (reason.starts_with("waiting for job ")) return "priority";
   if (reason.starts_with("waiting for attempt ")) return "stopping";  // previous attempt not yet gone
   if (reason.starts_with("invalid request")) return "invalid";
+  if (reason.starts_with("held ")) return "held";  // cohort hold (job_control.h)
   return "scheduler";  // not yet considered by a pass
 }
 
@@ -78,6 +79,8 @@ void VisitJobs(const ClusterState& s, const JobFilter& filter, const std::functi
     const Job& j = it->second;
     if (!filter.states.empty() && !filter.states.contains(j.state)) continue;
     if (!filter.user.empty() && j.spec.user != filter.user) continue;
+    if (filter.until_ms > 0 && j.submit_ms >= filter.until_ms) continue;
+    if (filter.since_ms > 0 && api::IsTerminal(j.state) && j.end_ms < filter.since_ms) continue;
     f(j);
     if (filter.limit && ++n >= filter.limit) break;
   }
@@ -142,11 +145,11 @@ ClusterMetrics Metrics(const ClusterState& s, Now now) {
     m.nodes.push_back(std::move(line));
   }
   for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kSucceeded, JobState::kFailed,
-                      JobState::kCancelled}) {
+                      JobState::kCancelled, JobState::kTimeout}) {
     m.jobs_by_state[JobStateLabel(st)] = 0;
   }
   for (const auto& [id, j] : s.jobs) m.jobs_by_state[JobStateLabel(j.state)] += 1;
-  for (const char* kind : {"resources", "priority", "invalid", "stopping", "scheduler"}) m.pending_by_reason[kind] = 0;
+  for (const char* kind : {"resources", "priority", "invalid", "stopping", "held", "scheduler"}) m.pending_by_reason[kind] = 0;
   for (JobId id : s.pending) {
     auto r = s.pending_reasons.find(id);
     m.pending_by_reason[ReasonKind(r != s.pending_reasons.end() ? r->second : s.jobs.at(id).reason)] += 1;

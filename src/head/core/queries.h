@@ -23,6 +23,10 @@ struct JobFilter {
   std::string user;                // empty: all
   size_t limit = 0;                // 0: no limit; the newest jobs are kept
   api::JobId before = 0;           // > 0: only jobs with a smaller id (the next page's cursor)
+  // A time window (Unix ms; 0: open), as sacct's -S/-E: only jobs in the cluster during
+  // it, submitted before `until` and not ended before `since`.
+  int64_t since_ms = 0;
+  int64_t until_ms = 0;
 };
 
 // Where the log of one task lives.

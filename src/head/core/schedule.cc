@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "head/core/job_control.h"
 #include "head/core/lifecycle.h"
 #include "head/core/preempt.h"
 #include "head/core/shares.h"
@@ -211,6 +212,10 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
   }
   const std::map<api::JobId, std::string> stopping = StoppingByJob(s);
   for (api::JobId id : s.pending) {
+    if (const Job& job = s.jobs.at(id); job.held) {
+      in.held_reasons[id] = HeldReason(job);
+      continue;
+    }
     // The previous attempt must be gone everywhere before the next one starts.
     if (auto where = stopping.find(id); where != stopping.end()) {
       in.stopping_reasons[id] = "waiting for " + where->second + " to stop";
@@ -246,6 +251,7 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
     if (s.pending.contains(id)) s.pending_reasons[id] = std::move(reason);
   }
   for (auto& [id, text] : in.stopping_reasons) s.pending_reasons[id] = std::move(text);
+  for (auto& [id, text] : in.held_reasons) s.pending_reasons[id] = std::move(text);
   out.started = static_cast<int>(decision.start.size());
   out.effects = std::move(tx.fx);
   return out;

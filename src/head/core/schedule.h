@@ -28,6 +28,8 @@ struct SchedulerInput {
   // Pending jobs left out of the snapshot because an earlier attempt still stops
   // somewhere, with their reason ("waiting for attempt 0 on n1 to stop").
   std::map<api::JobId, std::string> stopping_reasons;
+  // Held jobs (job_control.h), left out too, with their reason.
+  std::map<api::JobId, std::string> held_reasons;
 };
 
 // What the scheduler sees at `now`: every node with its free GPUs and CPUs, the running

@@ -29,7 +29,7 @@ TEST_F(CoreTest, ANodeSilentForTheFailureTimeoutIsDownAndItsGangsAreRequeued) {
   ASSERT_EQ(state_.runtime.at("n2").stopping.size(), 1u);
 }
 
-TEST_F(CoreTest, ATimeLimitFailsTheJob) {
+TEST_F(CoreTest, ATimeLimitEndsTheJobAsTimeout) {
   Register(Reg("n1"));
   api::JobSpec spec = Spec(1, 1);
   spec.time_limit_s = 10;
@@ -44,7 +44,7 @@ TEST_F(CoreTest, ATimeLimitFailsTheJob) {
   Advance(1);
   Beat("n1", {Running(id, 0, 0)});
   fx_ = CheckLiveness(state_, ctx_, now_);
-  EXPECT_EQ(Job(id).state, JobState::kFailed);
+  EXPECT_EQ(Job(id).state, JobState::kTimeout) << "TIMEOUT, as Slurm's, not FAILED";
   EXPECT_EQ(Job(id).reason, "time limit of 10.0s exceeded");
 }
 

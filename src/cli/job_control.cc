@@ -1,0 +1,104 @@
+// `cohort hold JOB...`, `cohort release JOB...` and `cohort update JOB [--time-limit D]
+// [--priority P] [--name N]`: job control of pending jobs, like Slurm's `scontrol hold`,
+// `scontrol release` and `scontrol update`. Each job goes on its own (ForEachName): the
+// exit code is that of the first failure, an unreachable head stops at once with 3.
+#include "cli/client.h"
+
+namespace cohort::cli {
+namespace {
+
+// Runs `path_of(id)` for each job with `body` and prints "<verb> job N" (or the jobs, --json).
+int ForEachJob(const std::vector<std::string>& ids, const GlobalOptions& global, const char* verb,
+               const std::function<std::string(api::JobId)>& path_of, const json& body) {
+  HttpClient head = HeadClient(global);
+  json done = json::array();
+  const int rc = ForEachName(
+      ids,
+      [&](const std::string& text) -> Result<json> {
+        const api::JobId id = COHORT_TRY(ParseJobId(text));
+        return head.Post(path_of(id), body);
+      },
+      [&](const std::string&, json reply) {
+        if (global.json) {
+          done.push_back(std::move(reply));
+        } else {
+          auto job = api::JobFromJson(reply);
+          std::printf("%s job %lld", verb, static_cast<long long>(reply.value("id", int64_t{0})));
+          if (job && job->state == api::JobState::kPending) std::printf(" (%s)", job->reason.c_str());
+          std::printf("\n");
+          std::fflush(stdout);
+        }
+        return 0;
+      });
+  if (global.json) PrintJson(json{{"jobs", std::move(done)}});
+  return rc;
+}
+
+struct UpdateFlags {
+  std::optional<std::string> time_limit;
+  std::optional<int> priority;
+  std::optional<std::string> name;
+};
+
+}  // namespace
+
+Result<json> UpdateBody(const std::optional<std::string>& time_limit, const std::optional<int>& priority,
+                        const std::optional<std::string>& name) {
+  json body = json::object();
+  if (time_limit) body["time_limit_s"] = COHORT_TRY(ParseTimeLimit(*time_limit));
+  if (priority) {
+    if (*priority < -api::kMaxPriority || *priority > api::kMaxPriority) {
+      return FieldError("--priority", "must be between {} and {}, got {}", -api::kMaxPriority, api::kMaxPriority,
+                        *priority);
+    }
+    body["priority"] = *priority;
+  }
+  if (name) body["name"] = *name;
+  if (body.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "nothing to update: give --time-limit, --priority or --name");
+  }
+  return body;
+}
+
+void AddJobControlCommands(CommandContext& ctx) {
+  GlobalOptions& global = ctx.global;
+  {
+    auto ids = std::make_shared<std::vector<std::string>>();
+    auto* sub = ctx.app.add_subcommand("hold", "Keep pending jobs from starting until released, like scontrol hold");
+    sub->add_option("JOB", *ids, "Job ids")->required();
+    AddClientOptions(sub, global);
+    ctx.on_run(sub, [ids, &global] {
+      return ForEachJob(*ids, global, "Held", [](api::JobId id) { return api::routes::JobHold(id); }, json::object());
+    });
+  }
+  {
+    auto ids = std::make_shared<std::vector<std::string>>();
+    auto* sub = ctx.app.add_subcommand("release", "Let held jobs start again, like scontrol release");
+    sub->add_option("JOB", *ids, "Job ids")->required();
+    AddClientOptions(sub, global);
+    ctx.on_run(sub, [ids, &global] {
+      return ForEachJob(*ids, global, "Released", [](api::JobId id) { return api::routes::JobRelease(id); },
+                        json::object());
+    });
+  }
+  {
+    auto ids = std::make_shared<std::vector<std::string>>();
+    auto f = std::make_shared<UpdateFlags>();
+    auto* sub = ctx.app.add_subcommand(
+        "update", "Change a pending job's time limit, priority or name, like scontrol update");
+    sub->add_option("JOB", *ids, "Job ids")->required();
+    sub->add_option_function<std::string>("-t,--time-limit", [f](const std::string& v) { f->time_limit = v; },
+                                          "New time limit, a duration (2h, 1d12h, HH:MM:SS; 0: unlimited)");
+    sub->add_option_function<int>("-p,--priority", [f](const int& v) { f->priority = v; },
+                                  "New priority, -1000..1000");
+    sub->add_option_function<std::string>("-J,--name", [f](const std::string& v) { f->name = v; }, "New name");
+    AddClientOptions(sub, global);
+    ctx.on_run(sub, [ids, f, &global] {
+      auto body = UpdateBody(f->time_limit, f->priority, f->name);
+      if (!body) return ReportError(body.error());
+      return ForEachJob(*ids, global, "Updated", [](api::JobId id) { return api::routes::JobUpdate(id); }, *body);
+    });
+  }
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,94 @@
+#include "head/core/job_control.h"
+
+#include <fmt/format.h>
+
+#include "head/core/tx.h"
+
+namespace cohort::head::core {
+
+using api::Job;
+using api::JobState;
+
+namespace {
+
+// The job `id` if it is PENDING; the transition's errors otherwise.
+Result<Job*> PendingJob(ClusterState& s, api::JobId id, std::string_view verb) {
+  auto it = s.jobs.find(id);
+  if (it == s.jobs.end()) return Errorf(ErrorCode::kNotFound, "job {} not found", id);
+  Job& job = it->second;
+  if (job.state != JobState::kPending) {
+    return Errorf(ErrorCode::kFailedPrecondition, "job {} is {}: only a PENDING job can be {}", id,
+                  api::JobStateName(job.state), verb);
+  }
+  return &job;
+}
+
+}  // namespace
+
+std::string HeldReason(const Job& job) {
+  return fmt::format("held by {} (cohort release {})", job.held_by.empty() ? "request" : job.held_by, job.id);
+}
+
+Result<Effects> Hold(ClusterState& s, const Context& ctx, api::JobId id, const std::string& by, Now now) {
+  Job* job = COHORT_TRY(PendingJob(s, id, "held"));
+  if (job->held) return Errorf(ErrorCode::kFailedPrecondition, "job {} is already {}", id, HeldReason(*job));
+  Tx tx(s, ctx, now);
+  job->held = true;
+  job->held_by = by;
+  job->reason = HeldReason(*job);
+  s.pending_reasons.erase(id);
+  tx.fx.StoreJob(*job);
+  tx.fx.Info("job {} held by {}", id, by);
+  tx.RequestSchedule();  // its reservation, if it had one, no longer holds others back
+  return std::move(tx.fx);
+}
+
+Result<Effects> Release(ClusterState& s, const Context& ctx, api::JobId id, Now now) {
+  Job* job = COHORT_TRY(PendingJob(s, id, "released"));
+  if (!job->held) return Errorf(ErrorCode::kFailedPrecondition, "job {} is not held", id);
+  Tx tx(s, ctx, now);
+  job->held = false;
+  job->held_by.clear();
+  job->reason = "waiting for the scheduler";
+  s.pending_reasons.erase(id);
+  tx.fx.StoreJob(*job);
+  tx.fx.Info("job {} released", id);
+  tx.RequestSchedule();
+  return std::move(tx.fx);
+}
+
+Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const JobUpdate& update, Now now) {
+  if (update.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "nothing to update: give time_limit_s, priority or name");
+  }
+  Job* job = COHORT_TRY(PendingJob(s, id, "updated"));
+  api::JobSpec spec = job->spec;
+  if (update.time_limit_s) {
+    if (*update.time_limit_s < 0 || *update.time_limit_s > api::kMaxTimeLimitS) {
+      return FieldError("time_limit_s", "must be between 0 (unlimited) and {} seconds, got {}", api::kMaxTimeLimitS,
+                        *update.time_limit_s);
+    }
+    spec.time_limit_s = *update.time_limit_s;
+  }
+  if (update.priority) {
+    if (*update.priority < -api::kMaxPriority || *update.priority > api::kMaxPriority) {
+      return FieldError("priority", "must be between {} and {}, got {}", -api::kMaxPriority, api::kMaxPriority,
+                        *update.priority);
+    }
+    spec.priority = *update.priority;
+  }
+  if (update.name) spec.name = *update.name;
+  COHORT_TRY_VOID(api::ValidateJobSpec(spec));
+  Tx tx(s, ctx, now);
+  std::string what;
+  if (update.time_limit_s) what += fmt::format(" time_limit_s {} -> {}", job->spec.time_limit_s, spec.time_limit_s);
+  if (update.priority) what += fmt::format(" priority {} -> {}", job->spec.priority, spec.priority);
+  if (update.name) what += fmt::format(" name {} -> {}", job->spec.name, spec.name);
+  job->spec = std::move(spec);
+  tx.fx.StoreJob(*job);
+  tx.fx.Info("job {} updated:{}", id, what);
+  tx.RequestSchedule();  // a new priority or limit may change the order or let a backfill in
+  return std::move(tx.fx);
+}
+
+}  // namespace cohort::head::core

@@ -1,0 +1,44 @@
+// Job control in the head's core: holding, releasing and updating a PENDING job (Slurm's
+// `scontrol hold/release/update`).
+//
+// A held job stays PENDING and in the queue but the scheduler passes it over (it gets no
+// reservation either), its reason saying who held it and how to release it. An update
+// changes a pending job's time limit, priority or name; the new spec is checked as a
+// submitted one is. Each transition changes nothing and returns an error when it does not
+// apply: kNotFound for an unknown job, kFailedPrecondition for one that is not PENDING (or
+// is already held / not held), kInvalidArgument for an update out of range (naming the
+// field). Who may call them is the HTTP handler's business (head/jobs_control_api.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "api/types.h"
+#include "common/error.h"
+#include "head/core/effects.h"
+#include "head/core/state.h"
+
+namespace cohort::head::core {
+
+// The reason a held job shows: "held by alice (cohort release 12)".
+std::string HeldReason(const api::Job& job);
+
+// Holds a PENDING job on behalf of `by` (a user name).
+Result<Effects> Hold(ClusterState& s, const Context& ctx, api::JobId id, const std::string& by, Now now);
+
+// Releases a held job: it waits for the scheduler again.
+Result<Effects> Release(ClusterState& s, const Context& ctx, api::JobId id, Now now);
+
+// What `cohort update` may change; an unset field stays.
+struct JobUpdate {
+  std::optional<int64_t> time_limit_s;  // 0..api::kMaxTimeLimitS; 0: unlimited
+  std::optional<int> priority;          // -api::kMaxPriority..api::kMaxPriority
+  std::optional<std::string> name;      // as JobSpec::name
+  bool empty() const { return !time_limit_s && !priority && !name; }
+};
+
+// Applies `update` to a PENDING job (held or not). kInvalidArgument for an empty update.
+Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const JobUpdate& update, Now now);
+
+}  // namespace cohort::head::core

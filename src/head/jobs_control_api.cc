@@ -1,0 +1,66 @@
+// /v1/jobs/{id}/hold, /release, /update: job control of a PENDING job (core/job_control.h).
+// A user acts on their own jobs, an admin on any (CheckOwner); a user may release only a
+// hold they made, so an admin's hold stays until an admin releases it (as Slurm's).
+#include "head/routes.h"
+
+namespace cohort::head {
+namespace {
+
+// The update's fields from a JSON body: {"time_limit_s", "priority", "name"}, each
+// optional, unknown ones refused (the error names the field).
+Result<core::JobUpdate> UpdateFromJson(const json& body) {
+  auto r = COHORT_TRY(ObjectReader::Open(body));
+  core::JobUpdate u;
+  if (r.Raw("time_limit_s")) u.time_limit_s = COHORT_TRY(r.Int("time_limit_s", std::nullopt, 0, api::kMaxTimeLimitS));
+  if (r.Raw("priority")) {
+    u.priority = static_cast<int>(COHORT_TRY(r.Int("priority", std::nullopt, -api::kMaxPriority, api::kMaxPriority)));
+  }
+  if (r.Raw("name")) u.name = COHORT_TRY(r.String("name", std::nullopt, 128));
+  COHORT_TRY_VOID(r.Finish());
+  return u;
+}
+
+}  // namespace
+
+void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
+  router.Post(api::routes::kJobHoldPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
+                                                               httplib::Response& res) {
+    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    if (!id) return SendError(res, id.error());
+    if (auto mine = CheckOwner(cluster, caller, *id, "hold"); !mine) return SendError(res, mine.error());
+    Reply(res, cluster.Hold(*id, caller.kind == Caller::Kind::kInsecure ? "admin" : caller.user),
+          [](const api::Job& j) { return api::ToJson(j); });
+  });
+
+  router.Post(api::routes::kJobReleasePattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
+                                                                  httplib::Response& res) {
+    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    if (!id) return SendError(res, id.error());
+    if (auto mine = CheckOwner(cluster, caller, *id, "release"); !mine) return SendError(res, mine.error());
+    if (!caller.IsAdmin()) {
+      auto job = cluster.GetJob(*id);
+      if (!job) return SendError(res, job.error());
+      if (job->held && job->held_by != caller.user) {
+        return SendError(res, Error{ErrorCode::kPermissionDenied,
+                                    fmt::format("{} may not release job {}: it was held by {} (only they or an "
+                                                "admin may release it)",
+                                                caller.Describe(), *id, job->held_by)});
+      }
+    }
+    Reply(res, cluster.Release(*id), [](const api::Job& j) { return api::ToJson(j); });
+  });
+
+  router.Post(api::routes::kJobUpdatePattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
+                                                                 httplib::Response& res) {
+    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    if (!id) return SendError(res, id.error());
+    auto body = BodyJson(req);
+    if (!body) return SendError(res, body.error());
+    auto update = UpdateFromJson(*body);
+    if (!update) return SendError(res, update.error());
+    if (auto mine = CheckOwner(cluster, caller, *id, "update"); !mine) return SendError(res, mine.error());
+    Reply(res, cluster.Update(*id, *update), [](const api::Job& j) { return api::ToJson(j); });
+  });
+}
+
+}  // namespace cohort::head

@@ -1,0 +1,247 @@
+// The CLI that helps: "did you mean" for commands and flags, completion scripts and help
+// topics generated from the CLI's own definition, queue --format/--sort/fitting, and the
+// message an unreachable head gets.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli/cli.h"
+#include "cli/client.h"
+#include "cli/suggest.h"
+#include "cli/table.h"
+
+namespace cohort::cli {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+constexpr int64_t kNow = 1'800'000'000'000;
+
+// The hint for argv as typed (argv[0] included).
+std::string HintFor(std::vector<const char*> argv) {
+  GlobalOptions global;
+  auto app = BuildCliApp(global, [](CommandFn) {});
+  return DidYouMean(*app, static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(ClosestNamesTest, TyposSwapsAndPrefixes) {
+  const std::vector<std::string> names = {"hold", "history", "help", "queue", "release", "show"};
+  EXPECT_THAT(ClosestNames("hlod", names), ElementsAre("hold"));  // a swap is one edit
+  EXPECT_THAT(ClosestNames("qeueu", names), ElementsAre("queue"));
+  EXPECT_THAT(ClosestNames("hist", names), ElementsAre("history"));  // a prefix
+  EXPECT_THAT(ClosestNames("xyzzy", names), IsEmpty());
+  EXPECT_THAT(ClosestNames("hold", names), IsEmpty());  // the name itself is no suggestion
+}
+
+TEST(DidYouMeanTest, MisspeltCommandSuggestsTheRightOne) {
+  EXPECT_EQ(HintFor({"cohort", "hlod", "12"}), "unknown command 'hlod'; did you mean: cohort hold 12");
+  EXPECT_THAT(HintFor({"cohort", "--json", "qeueu"}), HasSubstr("did you mean: cohort --json queue"));
+  EXPECT_THAT(HintFor({"cohort", "token", "craete", "--user", "bob"}), HasSubstr("cohort token create --user bob"));
+  EXPECT_EQ(HintFor({"cohort", "frobnicate"}), "");  // nothing close
+}
+
+TEST(DidYouMeanTest, MisspeltFlagSuggestsTheRightOne) {
+  EXPECT_THAT(HintFor({"cohort", "queue", "--stat", "RUNNING"}),
+              HasSubstr("unknown flag '--stat' of cohort queue; did you mean: cohort queue --state RUNNING"));
+  // "=value" stays with the corrected flag; the root's flags count under a subcommand.
+  EXPECT_THAT(HintFor({"cohort", "queue", "--haed=http://h:1"}), HasSubstr("cohort queue --head=http://h:1"));
+  // A known flag's value is not taken for a command.
+  EXPECT_EQ(HintFor({"cohort", "--head", "hlod", "queue", "--limit", "3"}), "");
+}
+
+TEST(DidYouMeanTest, RunCliPrintsTheHintAndExits2) {
+  std::vector<const char*> argv = {"cohort", "qeueu"};
+  testing::internal::CaptureStderr();
+  int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_EQ(err, "cohort: error: unknown command 'qeueu'; did you mean: cohort queue\n");
+}
+
+TEST(DurationFlagsTest, WatchAndIntervalTakeTheOneDurationSyntax) {
+  for (std::vector<const char*> argv : {std::vector<const char*>{"cohort", "queue", "--watch", "1x"},
+                                        std::vector<const char*>{"cohort", "queue", "--watch", "50ms"},
+                                        std::vector<const char*>{"cohort", "top", "--interval", "1d"}}) {
+    testing::internal::CaptureStderr();
+    int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 2) << argv[2];
+    EXPECT_THAT(err, HasSubstr(argv[2])) << err;
+  }
+}
+
+TEST(CompletionTest, ScriptsNameEveryCommandAliasAndFlag) {
+  GlobalOptions global;
+  auto app = BuildCliApp(global, [](CommandFn) {});
+  for (const char* shell : {"bash", "zsh"}) {
+    auto script = CompletionScript(*app, shell);
+    ASSERT_TRUE(script.has_value()) << shell;
+    // Every top-level command is offered after `cohort`.
+    EXPECT_THAT(*script, HasSubstr("\"\") echo \"" + Join(SubcommandNames(*app), " ", "") + "\""));
+    EXPECT_THAT(*script, HasSubstr("\"queue\") echo \""));
+    EXPECT_THAT(*script, HasSubstr("--sort"));
+    EXPECT_THAT(*script, HasSubstr("\"squeue\") echo \""));  // the alias completes like queue
+    EXPECT_THAT(*script, HasSubstr("\"token\") echo \"create ls revoke\""));  // token's own subcommands
+  }
+  EXPECT_THAT(*CompletionScript(*app, "bash"), HasSubstr("complete -o default -F _cohort cohort"));
+  EXPECT_THAT(*CompletionScript(*app, "zsh"), HasSubstr("#compdef cohort"));
+  auto fish = CompletionScript(*app, "fish");
+  ASSERT_FALSE(fish.has_value());
+  EXPECT_THAT(fish.error().message, HasSubstr("SHELL"));
+}
+
+TEST(CompletionTest, BashScriptCompletesInARealShell) {
+  if (system("command -v bash >/dev/null 2>&1") != 0) GTEST_SKIP() << "no bash";
+  GlobalOptions global;
+  auto app = BuildCliApp(global, [](CommandFn) {});
+  auto script = CompletionScript(*app, "bash");
+  ASSERT_TRUE(script.has_value());
+  char path[] = "/tmp/cohort-completion-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, script->data(), script->size()), static_cast<ssize_t>(script->size()));
+  close(fd);
+  auto complete = [&](const std::string& words, int cword) {
+    std::string cmd = "bash -c 'source " + std::string(path) + "; COMP_WORDS=(" + words + "); COMP_CWORD=" +
+                      std::to_string(cword) + "; _cohort; echo \"${COMPREPLY[*]}\"'";
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (p && fgets(buf, sizeof buf, p)) out += buf;
+    if (p) pclose(p);
+    return out;
+  };
+  EXPECT_THAT(complete("cohort hi", 1), HasSubstr("history"));
+  EXPECT_THAT(complete("cohort queue --so", 2), HasSubstr("--sort"));
+  EXPECT_THAT(complete("cohort token cr", 2), HasSubstr("create"));
+  EXPECT_THAT(complete("cohort token cr", 2), Not(HasSubstr("history")));
+  unlink(path);
+}
+
+TEST(HelpTopicTest, TopicsExplainAndUnknownOnesSuggest) {
+  ASSERT_NE(HelpTopicText("durations"), nullptr);
+  EXPECT_THAT(HelpTopicText("durations"), HasSubstr("1d12h"));
+  EXPECT_THAT(HelpTopicText("states"), HasSubstr("TIMEOUT"));
+  EXPECT_THAT(HelpTopicText("exit-codes"), HasSubstr("3  the head could not be reached"));
+  EXPECT_EQ(HelpTopicText("nonsense"), nullptr);
+
+  std::vector<const char*> argv = {"cohort", "help", "duratoins"};
+  testing::internal::CaptureStderr();
+  int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(err, HasSubstr("did you mean durations?"));
+
+  argv = {"cohort", "help", "queue"};
+  testing::internal::CaptureStdout();
+  rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("--format"));
+}
+
+// A port on loopback that nothing listens on: bound, then closed.
+int ClosedPort() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+TEST(UnreachableHeadTest, SaysWhatFailedWhereTheUrlCameFromAndWhatToDo) {
+  const std::string url = "http://127.0.0.1:" + std::to_string(ClosedPort());
+  std::vector<const char*> argv = {"cohort", "--head", url.c_str(), "queue"};
+  testing::internal::CaptureStderr();
+  int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 3);
+  EXPECT_THAT(err, HasSubstr("cannot reach " + url));
+  EXPECT_THAT(err, HasSubstr("connection refused"));
+  EXPECT_THAT(err, HasSubstr("came from --head"));
+  EXPECT_THAT(err, HasSubstr("cohort up"));
+  EXPECT_THAT(err, HasSubstr("COHORT_HEAD"));
+}
+
+api::Job QueueJob(int64_t id, std::string name, int priority) {
+  api::Job j;
+  j.id = id;
+  j.spec.name = std::move(name);
+  j.spec.user = "alice";
+  j.spec.command = {"python3", "train.py"};
+  j.spec.priority = priority;
+  j.reason = "waiting for 4 nodes with 8 free GPUs and a long explanation of why";
+  return j;
+}
+
+TEST(QueueViewTest, FormatSortAndFittingTheTerminal) {
+  auto view = ParseQueueView("id,priority,name", "-priority,id", 0);
+  ASSERT_TRUE(view.has_value()) << view.error().message;
+  std::vector<api::Job> jobs = {QueueJob(1, "a", 0), QueueJob(2, "b", 5), QueueJob(3, "c", 5)};
+  EXPECT_EQ(RenderQueue(jobs, kNow, *view),
+            "JOBID  PRIORITY  NAME\n"
+            "2      5         b\n"
+            "3      5         c\n"
+            "1      0         a\n");
+
+  // Fitting: every line within the width, the widest column cut first.
+  jobs[0].spec.name = "a-very-long-job-name-that-goes-on";
+  auto narrow = ParseQueueView("", "", 60);
+  ASSERT_TRUE(narrow.has_value());
+  std::string table = RenderQueue(jobs, kNow, *narrow);
+  size_t start = 0;
+  while (start < table.size()) {
+    size_t end = table.find('\n', start);
+    EXPECT_LE(DisplayWidth(table.substr(start, end - start)), 60u) << table;
+    start = end + 1;
+  }
+  EXPECT_THAT(table, HasSubstr("JOBID"));
+  EXPECT_THAT(table, HasSubstr("PENDING"));  // a state is never cut
+  EXPECT_THAT(table, Not(HasSubstr("ATTEMPT")));  // dropped first
+  EXPECT_THAT(table, HasSubstr("NODELIST"));
+  EXPECT_THAT(table, HasSubstr("…"));
+  // Wide enough: nothing is dropped or cut.
+  EXPECT_EQ(RenderQueue(jobs, kNow, *ParseQueueView("", "", 200)), RenderQueue(jobs, kNow));
+
+  auto bad_col = ParseQueueView("id,nmae", "", 0);
+  ASSERT_FALSE(bad_col.has_value());
+  EXPECT_THAT(bad_col.error().message, HasSubstr("--format"));
+  EXPECT_THAT(bad_col.error().message, HasSubstr("nmae"));
+  auto bad_sort = ParseQueueView("", "-prio", 0);
+  ASSERT_FALSE(bad_sort.has_value());
+  EXPECT_THAT(bad_sort.error().message, HasSubstr("--sort"));
+  EXPECT_EQ(ExitCodeFor(bad_sort.error()), 2);
+}
+
+}  // namespace
+}  // namespace cohort::cli
+
+namespace cohort::cli {
+namespace {
+
+TEST(TailLineStartTest, FindsTheLastNLinesOrAsksForMore) {
+  const std::string log = "one\ntwo\nthree\n";
+  EXPECT_EQ(TailLineStart(log, 0, 1), 8);   // "three\n"
+  EXPECT_EQ(TailLineStart(log, 0, 2), 4);   // "two\nthree\n"
+  EXPECT_EQ(TailLineStart(log, 0, 3), 0);
+  EXPECT_EQ(TailLineStart(log, 0, 10), 0);  // fewer lines than asked: all of them
+  EXPECT_EQ(TailLineStart(log, 0, 0), static_cast<int64_t>(log.size()));
+  EXPECT_EQ(TailLineStart("a\nno newline yet", 100, 1), 102);  // a partial last line counts
+  // A window that starts mid-log and holds too few lines asks for a larger one.
+  EXPECT_EQ(TailLineStart("x\ny\n", 500, 5), -1);
+  EXPECT_EQ(TailLineStart("x\ny\n", 500, 1), 502);
+}
+
+}  // namespace
+}  // namespace cohort::cli

@@ -1,0 +1,139 @@
+// Hold, release and update of pending jobs (core/job_control.h).
+#include "core_test_util.h"
+#include "head/core/job_control.h"
+
+namespace cohort::head::core::testing {
+namespace {
+
+using api::JobState;
+
+JobUpdate Priority(int p) {
+  JobUpdate u;
+  u.priority = p;
+  return u;
+}
+JobUpdate TimeLimit(int64_t s) {
+  JobUpdate u;
+  u.time_limit_s = s;
+  return u;
+}
+JobUpdate Name(std::string n) {
+  JobUpdate u;
+  u.name = std::move(n);
+  return u;
+}
+JobFilter Window(int64_t since_ms, int64_t until_ms) {
+  JobFilter f;
+  f.since_ms = since_ms;
+  f.until_ms = until_ms;
+  return f;
+}
+
+TEST_F(CoreTest, AHeldJobIsPassedOverUntilReleased) {
+  Register(Reg("n1", 1));
+  const api::JobId held = Submit(Spec(1, 1));
+  const api::JobId other = Submit(Spec(1, 1));
+  auto fx = Hold(state_, ctx_, held, "alice", now_);
+  ASSERT_TRUE(fx.has_value()) << fx.error().message;
+  EXPECT_TRUE(fx->jobs_to_store.contains(held)) << "the hold is stored";
+  EXPECT_TRUE(Job(held).held);
+  ASSERT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(held).state, JobState::kPending);
+  EXPECT_EQ(Job(other).state, JobState::kRunning) << "the later job takes the GPU the held one would have";
+  EXPECT_EQ(GetJob(state_, held)->reason, "held by alice (cohort release " + std::to_string(held) + ")");
+  EXPECT_EQ(Metrics(state_, now_).pending_by_reason.at("held"), 1);
+
+  auto again = Hold(state_, ctx_, held, "alice", now_);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code, ErrorCode::kFailedPrecondition);
+
+  fx = Release(state_, ctx_, held, now_);
+  ASSERT_TRUE(fx.has_value()) << fx.error().message;
+  EXPECT_TRUE(fx->schedule);
+  EXPECT_FALSE(Job(held).held);
+  EXPECT_EQ(Job(held).held_by, "");
+  Pass();
+  EXPECT_NE(GetJob(state_, held)->reason.find("needs 1 node"), std::string::npos) << GetJob(state_, held)->reason;
+  auto not_held = Release(state_, ctx_, held, now_);
+  ASSERT_FALSE(not_held.has_value());
+  EXPECT_EQ(not_held.error().code, ErrorCode::kFailedPrecondition);
+}
+
+TEST_F(CoreTest, OnlyAPendingJobCanBeHeldReleasedOrUpdated) {
+  Register(Reg("n1", 1));
+  const api::JobId id = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 1);
+  for (auto r : {Hold(state_, ctx_, id, "alice", now_), Release(state_, ctx_, id, now_),
+                 Update(state_, ctx_, id, Priority(5), now_)}) {
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, ErrorCode::kFailedPrecondition);
+    EXPECT_NE(r.error().message.find("is RUNNING"), std::string::npos) << r.error().message;
+  }
+  auto missing = Hold(state_, ctx_, 999, "alice", now_);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+}
+
+TEST_F(CoreTest, CancellingAHeldJobEndsTheHold) {
+  Register(Reg("n1", 1));
+  const api::JobId id = Submit(Spec(1, 1));
+  ASSERT_TRUE(Hold(state_, ctx_, id, "alice", now_).has_value());
+  ASSERT_TRUE(Cancel(state_, ctx_, id, now_).has_value());
+  EXPECT_EQ(Job(id).state, JobState::kCancelled);
+  EXPECT_FALSE(Job(id).held);
+}
+
+TEST_F(CoreTest, AnUpdateChangesTheOrderAndIsChecked) {
+  Register(Reg("n1", 1));
+  const api::JobId first = Submit(Spec(1, 1));
+  const api::JobId second = Submit(Spec(1, 1));
+  JobUpdate all = Priority(10);
+  all.time_limit_s = 600;
+  all.name = "urgent";
+  auto fx = Update(state_, ctx_, second, all, now_);
+  ASSERT_TRUE(fx.has_value()) << fx.error().message;
+  EXPECT_TRUE(fx->jobs_to_store.contains(second));
+  EXPECT_EQ(Job(second).spec.priority, 10);
+  EXPECT_EQ(Job(second).spec.time_limit_s, 600);
+  EXPECT_EQ(Job(second).spec.name, "urgent");
+  ASSERT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(second).state, JobState::kRunning) << "the higher priority goes first";
+  EXPECT_EQ(Job(first).state, JobState::kPending);
+
+  const std::vector<std::pair<JobUpdate, std::string>> bad_updates = {
+      {Priority(1001), "priority"},
+      {TimeLimit(-1), "time_limit_s"},
+      {TimeLimit(api::kMaxTimeLimitS + 1), "time_limit_s"},
+      {Name("no spaces"), "name"}};
+  for (const auto& [update, field] : bad_updates) {
+    auto bad = Update(state_, ctx_, first, update, now_);
+    ASSERT_FALSE(bad.has_value()) << field;
+    EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(bad.error().field, field) << bad.error().message;
+  }
+  EXPECT_EQ(Job(first).spec.priority, 0) << "a refused update changes nothing";
+  auto empty = Update(state_, ctx_, first, JobUpdate{}, now_);
+  ASSERT_FALSE(empty.has_value());
+  EXPECT_EQ(empty.error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST_F(CoreTest, TheTimeWindowOfAListKeepsJobsThatOverlapIt) {
+  Register(Reg("n1", 1));
+  const api::JobId early = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 1);
+  ASSERT_TRUE(Cancel(state_, ctx_, early, now_).has_value());
+  const int64_t after_early = now_.unix_ms + 1;
+  Advance(10'000);
+  const api::JobId late = Submit(Spec(1, 1));
+  auto ids = [&](JobFilter f) {
+    std::vector<api::JobId> out;
+    for (const auto& j : ListJobs(state_, f)) out.push_back(j.id);
+    return out;
+  };
+  EXPECT_EQ(ids(Window(after_early, 0)), std::vector<api::JobId>{late}) << "ended before the window";
+  EXPECT_EQ(ids(Window(0, after_early)), std::vector<api::JobId>{early}) << "submitted after the window";
+  EXPECT_EQ(ids({}), (std::vector<api::JobId>{early, late}));
+}
+
+}  // namespace
+}  // namespace cohort::head::core::testing

@@ -1,0 +1,126 @@
+// Job control through the CLI on a real head and agent: hold, update and release a pending
+// job, a time limit ending in TIMEOUT, and `cohort history` (sacct) of what ended.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+TEST(JobControl, HoldUpdateReleaseAndHistoryThroughTheCli) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const std::string gate = c.dir() + "/gate";
+  json first = c.Submit({{"name", "blocker"}, {"command", {"sh", "-c", "while [ ! -e " + gate + " ]; do sleep 0.05; done"}},
+                         {"gpus_per_node", 1}});
+  c.WaitForState(first["id"], "RUNNING");
+  json second = c.Submit({{"name", "later"}, {"command", {"true"}}, {"gpus_per_node", 1}});
+  const std::string id = std::to_string(second["id"].get<int64_t>());
+
+  auto held = Cohort(c, {"hold", id});
+  ASSERT_EQ(held.status.Code(), 0) << held.errors;
+  EXPECT_NE(held.output.find("Held job " + id + " (held by "), std::string::npos) << held.output;
+  auto queue = Cohort(c, {"queue"});
+  EXPECT_NE(queue.output.find("(held by"), std::string::npos) << queue.output;
+  auto again = Cohort(c, {"hold", id});
+  EXPECT_EQ(again.status.Code(), 1);
+  EXPECT_NE(again.errors.find("already held"), std::string::npos) << again.errors;
+
+  auto updated = Cohort(c, {"update", id, "--time-limit", "1d12h", "--priority", "7", "--name", "renamed"});
+  ASSERT_EQ(updated.status.Code(), 0) << updated.errors;
+  json job = c.Job(second["id"]);
+  EXPECT_EQ(job["spec"]["time_limit_s"], 36 * 3600);
+  EXPECT_EQ(job["spec"]["priority"], 7);
+  EXPECT_EQ(job["spec"]["name"], "renamed");
+  EXPECT_EQ(job["held"], true) << "an update keeps the hold";
+
+  // Bad input: exit 2 before anything is sent; a running job: the head says no (1).
+  auto nothing = Cohort(c, {"update", id});
+  EXPECT_EQ(nothing.status.Code(), 2);
+  EXPECT_NE(nothing.errors.find("nothing to update"), std::string::npos) << nothing.errors;
+  auto bad_limit = Cohort(c, {"update", id, "--time-limit", "30m1h"});
+  EXPECT_EQ(bad_limit.status.Code(), 2);
+  EXPECT_NE(bad_limit.errors.find("--time-limit"), std::string::npos) << bad_limit.errors;
+  auto running = Cohort(c, {"update", std::to_string(first["id"].get<int64_t>()), "--priority", "1"});
+  EXPECT_EQ(running.status.Code(), 1);
+  EXPECT_NE(running.errors.find("is RUNNING: only a PENDING job can be updated"), std::string::npos) << running.errors;
+
+  // Held, it does not start even with the GPU free.
+  std::ofstream(gate).put('\n');
+  c.WaitForState(first["id"], "SUCCEEDED");
+  json pass = c.Submit({{"command", {"true"}}, {"gpus_per_node", 1}});  // takes the free GPU the held job passed over
+  c.WaitForState(pass["id"], "SUCCEEDED");
+  EXPECT_EQ(c.Job(second["id"])["state"], "PENDING");
+  auto released = Cohort(c, {"release", id});
+  ASSERT_EQ(released.status.Code(), 0) << released.errors;
+  c.WaitForState(second["id"], "SUCCEEDED");
+
+  json timed = c.Submit({{"name", "slow"}, {"command", {"sleep", "300"}}, {"time_limit_s", 1}});
+  c.WaitForState(timed["id"], "TIMEOUT", std::chrono::seconds(15));
+
+  auto history = Cohort(c, {"history", "--since", "1h"});
+  ASSERT_EQ(history.status.Code(), 0) << history.errors;
+  EXPECT_NE(history.output.find("JOBID"), std::string::npos);
+  EXPECT_NE(history.output.find("GPU-HOURS"), std::string::npos);
+  for (const char* want : {"blocker", "renamed", "slow", "TIMEOUT", "time limit of 1.0s exceeded"}) {
+    EXPECT_NE(history.output.find(want), std::string::npos) << want << " in\n" << history.output;
+  }
+  auto timeouts = Cohort(c, {"--json", "sacct", "--state", "timeout"});
+  ASSERT_EQ(timeouts.status.Code(), 0) << timeouts.errors;
+  json list = json::parse(timeouts.output);
+  ASSERT_EQ(list["jobs"].size(), 1u) << timeouts.output;
+  EXPECT_EQ(list["jobs"][0]["id"], timed["id"]);
+  auto future = Cohort(c, {"history", "--until", "2020-01-01T00:00:00Z"});
+  ASSERT_EQ(future.status.Code(), 0) << future.errors;
+  EXPECT_EQ(future.output.find("blocker"), std::string::npos) << "nothing was submitted before 2020";
+  auto bad_state = Cohort(c, {"history", "--state", "DONE"});
+  EXPECT_EQ(bad_state.status.Code(), 2);
+  EXPECT_NE(bad_state.errors.find("unknown job state 'DONE'"), std::string::npos) << bad_state.errors;
+}
+
+// `cohort logs -f` on a job that has not started says that it waits and why, and `--tail N`
+// counts lines.
+TEST(JobControl, LogsFollowOnAPendingJobSaysWhyAndTailCountsLines) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const std::string gate = c.dir() + "/gate";
+  json blocker = c.Submit({{"command", {"sh", "-c", "while [ ! -e " + gate + " ]; do sleep 0.05; done"}},
+                           {"gpus_per_node", 1}});
+  c.WaitForState(blocker["id"], "RUNNING");
+  json held = c.Submit({{"name", "waits"}, {"command", {"true"}}, {"gpus_per_node", 1}});
+  const std::string id = std::to_string(held["id"].get<int64_t>());
+  auto hold = Cohort(c, {"hold", id});
+  ASSERT_EQ(hold.status.Code(), 0) << hold.errors;
+  std::ofstream(gate).put('\n');
+  c.WaitForState(blocker["id"], "SUCCEEDED");
+
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "--head", c.url(), "logs", "-f", id};
+  o.stdout_path = c.dir() + "/follow.out";
+  o.stderr_path = c.dir() + "/follow.err";
+  auto follower = Subprocess::Spawn(o);
+  ASSERT_TRUE(follower.has_value());
+  EXPECT_TRUE(WaitUntil([&] { return ReadFile(o.stderr_path).find("waiting for it to start: held by") != std::string::npos; },
+                        std::chrono::seconds(10)))
+      << ReadFile(o.stderr_path);
+  ASSERT_EQ(Cohort(c, {"cancel", id}).status.Code(), 0);
+  auto st = follower->WaitFor(std::chrono::seconds(10));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->Code(), 1);
+  EXPECT_NE(ReadFile(o.stderr_path).find("ended before it started"), std::string::npos) << ReadFile(o.stderr_path);
+
+  json lines = c.Submit({{"command", {"sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done"}}});
+  c.WaitForState(lines["id"], "SUCCEEDED");
+  auto tail = Cohort(c, {"logs", std::to_string(lines["id"].get<int64_t>()), "--rank", "0", "--tail", "2"});
+  ASSERT_EQ(tail.status.Code(), 0) << tail.errors;
+  EXPECT_EQ(tail.output, "line4\nline5\n");
+}
+
+}  // namespace
+}  // namespace cohort::testing
