@@ -51,6 +51,8 @@ std::string JobProgress(int64_t id) { return Path("/v1/jobs/", std::to_string(id
 std::string Node(std::string_view name) { return Path("/v1/nodes/", name); }
 std::string NodeDrain(std::string_view name) { return Path("/v1/nodes/", name, "/drain"); }
 std::string NodeResume(std::string_view name) { return Path("/v1/nodes/", name, "/resume"); }
+std::string Service(std::string_view name) { return Path("/v1/services/", name); }
+std::string ServiceScale(std::string_view name) { return Path("/v1/services/", name, "/scale"); }
 std::string AgentHeartbeat(std::string_view name) { return Path("/v1/agents/", name, "/heartbeat"); }
 std::string AgentCertificate(std::string_view name) { return Path("/v1/agents/", name, "/certificate"); }
 std::string Rendezvous(std::string_view token) { return Path("/v1/rendezvous/", token); }

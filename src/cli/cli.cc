@@ -96,7 +96,9 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
     return agent::RunTaskShim(argc - 1, argv + 1);
   }
   // Commands from outside the CLI parse their own flags.
+  const bool serve_control = argc >= 3 && std::strcmp(argv[1], "serve") == 0 && ServeControlVerb(argv[2]);
   for (const auto& cmd : external) {
+    if (serve_control) break;
     if (argc >= 2 && cmd.name == argv[1] && cmd.run) return cmd.run(argc - 1, argv + 1);
   }
   CLI::App app{"Cohort: many GPU machines working as one computer", "cohort"};
@@ -127,8 +129,11 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   AddUsageCommand(ctx);
   AddAuditCommand(ctx);
   AddTokenCommands(ctx);
-  // Listed for --help only: a matching argv[1] never reaches the parser (see above).
+  AddServeCommands(ctx);
+  // Listed for --help only: a matching argv[1] never reaches the parser (see above);
+  // `serve` is listed by AddServeCommands.
   for (const auto& cmd : external) {
+    if (cmd.name == "serve") continue;
     ctx.app.add_subcommand(cmd.name, cmd.description)->allow_extras()->prefix_command();
   }
 

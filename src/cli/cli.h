@@ -74,6 +74,10 @@ void AddTopCommand(CommandContext& ctx);
 void AddUsageCommand(CommandContext& ctx);
 void AddAuditCommand(CommandContext& ctx);
 void AddTokenCommands(CommandContext& ctx);  // token create/ls/revoke, and login
+void AddServeCommands(CommandContext& ctx);  // serve deploy/scale/ls/rm (services)
+// True for the second words of `cohort serve` that the CLI handles itself (services);
+// every other `cohort serve ...` goes to the data plane's serve command.
+bool ServeControlVerb(std::string_view word);
 
 using ExternalCommand = ::cohort::ExternalCommand;
 

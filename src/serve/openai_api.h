@@ -32,6 +32,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/openai_error.h"
 #include "engine/data/tokenizer.h"
 #include "serve/batcher.h"
 
@@ -51,10 +52,6 @@ Result<ApiRequest> ParseApiRequest(const json& body, bool chat, const engine::To
 // The chat template above applied to `messages` (already checked).
 std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages);
 
-// {"error": {"message", "type", "param", "code"}} for an Error (type from its code:
-// invalid_request_error, authentication_error, permission_error, not_found_error,
-// rate_limit_error, service_unavailable_error, server_error).
-json OpenAiErrorBody(const Error& e);
 // The SSE body text of an error inside a stream ("data: {...}\n\n").
 std::string SseData(const json& j);
 // A JSON text safe for any bytes (invalid UTF-8 becomes U+FFFD).
