@@ -123,6 +123,13 @@ void Gateway::HealthLoop() {
 }
 
 void Gateway::Tick() {
+  for (const auto& key : Discover()) {
+    if (stopping_) return;
+    Check(key);
+  }
+}
+
+std::vector<std::string> Gateway::Discover() {
   JobFilter filter;
   filter.states = {api::JobState::kPending, api::JobState::kRunning};
   std::vector<api::Job> jobs = cluster_.ListJobs(filter);
@@ -169,10 +176,7 @@ void Gateway::Tick() {
     }
     replicas_.swap(next);
   }
-  for (const auto& key : keys) {
-    if (stopping_) return;
-    Check(key);
-  }
+  return keys;
 }
 
 void Gateway::Check(const std::string& key) {
@@ -609,6 +613,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
         continue;
       }
       res.status = r->status;
+      res.set_header("X-Cohort-Replica", (*lease)->key);
       if (r->has_header("Retry-After")) res.set_header("Retry-After", r->get_header_value("Retry-After"));
       const std::string type = r->get_header_value("Content-Type");
       res.set_content(std::move(r->body), type.empty() ? "application/json" : type);
@@ -698,6 +703,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
   if (!start(&res, nullptr)) return;
 
   res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Cohort-Replica", st->lease->key);
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, st, start](size_t, httplib::DataSink& sink) {

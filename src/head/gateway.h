@@ -30,7 +30,8 @@
 //     the client receives every token exactly once. The gateway gives every streamed
 //     sampling request a seed when it has none, so the continuation equals what the dead
 //     replica would have sent (seeded sampling is keyed by token index, sampling.h).
-// Errors are in OpenAI's shape: 404 unknown model (param "model"), 503 no healthy replica,
+// Replies name the replica that answered (X-Cohort-Replica: "job.attempt"; a stream's
+// first). Errors are in OpenAI's shape: 404 unknown model (param "model"), 503 no healthy replica,
 // 429 overloaded with Retry-After, 400 for a body that is not a JSON object with a model.
 //
 // Threads: Start runs the health thread; handlers run on the HTTP pool's threads; every
@@ -92,6 +93,9 @@ class Gateway {
   void Stop();
   // Finds the replicas and checks their health now (the health thread's tick).
   void Tick() EXCLUDES(mu_);
+  // Finds the replicas now, without checking them (after a service changed): a removed
+  // one is gone at once, a new one waits for its canary. Returns the running replicas' keys.
+  std::vector<std::string> Discover() EXCLUDES(mu_);
 
   // POST /v1/completions, POST /v1/chat/completions, GET /v1/models.
   void Register(Router& router);

@@ -92,6 +92,7 @@ Result<api::ServiceStatus> Services::Deploy(api::ServiceSpec spec) {
     }
     made.push_back(std::move(*job));
   }
+  gateway_.Discover();
   return StatusOf(spec.name, made);
 }
 
@@ -125,6 +126,7 @@ Result<api::ServiceStatus> Services::Scale(const std::string& name, int replicas
     }
     jobs.erase(victim);
   }
+  gateway_.Discover();
   return StatusOf(name, jobs);
 }
 
@@ -143,6 +145,7 @@ Result<api::ServiceStatus> Services::Remove(const std::string& name, const Calle
       return std::unexpected(c.error());
     }
   }
+  gateway_.Discover();
   return s;
 }
 

@@ -23,7 +23,7 @@ class Gateway;
 
 class Services {
  public:
-  Services(Cluster& cluster, const Gateway& gateway) : cluster_(cluster), gateway_(gateway) {}
+  Services(Cluster& cluster, Gateway& gateway) : cluster_(cluster), gateway_(gateway) {}
 
   // kAlreadyExists when a service of that name has replicas; the Cluster's errors
   // (kUnsatisfiable: no node could run a replica) with every replica made so far cancelled.
@@ -41,7 +41,7 @@ class Services {
   api::ServiceStatus StatusOf(const std::string& name, const std::vector<api::Job>& jobs) const;
 
   Cluster& cluster_;
-  const Gateway& gateway_;
+  Gateway& gateway_;  // told to look again after each change
   Mutex mu_;  // serializes Deploy, Scale and Remove
 };
 
