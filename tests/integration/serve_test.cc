@@ -230,6 +230,42 @@ TEST(ServeIntegrationTest, DeployRouteScaleAndRemoveAService) {
   EXPECT_EQ(gone.status, 404);
 }
 
+// The official OpenAI SDK (npm "openai", installed by scripts/install-deps.sh) against the
+// gateway, with a Cohort token as its apiKey: models, completions, chat, streams, errors.
+TEST(ServeIntegrationTest, TheOpenAiSdkTalksToTheGateway) {
+  if (std::system("node --version > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "node cannot run here (the OpenAI SDK is a Node package)";
+  }
+  const std::string sdk_dir = std::string(COHORT_SOURCE_DIR) + "/tests/integration/openai_sdk";
+  ASSERT_TRUE(std::filesystem::exists(sdk_dir + "/node_modules/openai/package.json"))
+      << "the OpenAI SDK is not installed: run scripts/install-deps.sh (or scripts/install-openai-sdk.sh)";
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("n1", 0, 4);
+  c.WaitForNodes(1);
+  const std::string model = MakeCheckpoint(c, false);
+  auto deployed = Cohort(c, {"serve", "deploy", ServiceFile(c, "sdk", model, 1)});
+  ASSERT_EQ(deployed.status.Code(), 0) << deployed.errors;
+  ASSERT_NO_FATAL_FAILURE(WaitHealthy(c, "sdk", 1, std::chrono::seconds(60)));
+  SpawnOptions o;
+  o.argv = {"node", sdk_dir + "/sdk_test.mjs"};
+  o.env = {{"COHORT_GATEWAY", c.url()},
+           {"COHORT_TOKEN", TestToken()},
+           {"COHORT_MODEL", "sdk-model"},
+           {"NODE_EXTRA_CA_CERTS", c.dir() + "/head/tls/ca.crt"}};
+  o.stdout_path = c.dir() + "/sdk.log";
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.has_value());
+  auto st = p->WaitFor(std::chrono::seconds(120));
+  ASSERT_TRUE(st.has_value()) << "the SDK test did not finish";
+  const std::string log = ReadFile(c.dir() + "/sdk.log");
+  EXPECT_TRUE(st->Success()) << st->ToString() << "\n" << log;
+  for (const char* check : {"ok models.list", "ok completions.create stream", "ok chat.completions.create stream",
+                            "ok errors", "ok serving after errors"}) {
+    EXPECT_NE(log.find(check), std::string::npos) << check << "\n" << log;
+  }
+}
+
 // kill -9 of the agent under a replica while 32 streams are in flight.
 TEST(ServeIntegrationTest, KillingAnAgentMidStreamLosesNoTokenAndTheServiceRecovers) {
   // Longer leases than the default test timing: 32 streams and two replicas keep both
