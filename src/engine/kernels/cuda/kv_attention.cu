@@ -49,7 +49,7 @@ __global__ void KvAttentionKernel(bf16* out, const bf16* qkv, const bf16* k_cach
   const int ctx = context[r];
   const int32_t* table = tables + table_offset[r];
   const bf16* q = qkv + static_cast<size_t>(r) * 3 * C + static_cast<size_t>(h) * hs;
-  const float scale = rsqrtf(static_cast<float>(hs));
+  const float scale = 1.0f / sqrtf(static_cast<float>(hs));
   float local_max = -INFINITY;
   for (int j = threadIdx.x; j < ctx; j += blockDim.x) {
     const size_t slot = static_cast<size_t>(table[j / block_size]) * block_size + j % block_size;
@@ -61,7 +61,7 @@ __global__ void KvAttentionKernel(bf16* out, const bf16* qkv, const bf16* k_cach
   }
   red[threadIdx.x] = local_max;
   __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
     if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
     __syncthreads();
   }
@@ -69,13 +69,13 @@ __global__ void KvAttentionKernel(bf16* out, const bf16* qkv, const bf16* k_cach
   __syncthreads();
   float local_sum = 0.0f;
   for (int j = threadIdx.x; j < ctx; j += blockDim.x) {
-    const float e = __expf(scores[j] - mx);
+    const float e = expf(scores[j] - mx);
     scores[j] = e;
     local_sum += e;
   }
   red[threadIdx.x] = local_sum;
   __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
     if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
     __syncthreads();
   }
