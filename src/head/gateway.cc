@@ -194,6 +194,7 @@ void Gateway::Check(const std::string& key) {
     canary_due = !r.canaried || r.ticks_since_canary + 1 >= options_.canary_every;
   }
   httplib::Client c(host, port);
+  c.set_tcp_nodelay(true);
   const auto t = options_.check_timeout;
   c.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
   c.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
@@ -355,6 +356,7 @@ std::unique_ptr<httplib::Client> Gateway::TakeClient(const Lease& lease) {
   }
   auto c = std::make_unique<httplib::Client>(lease.host, lease.port);
   c->set_keep_alive(true);
+  c->set_tcp_nodelay(true);  // httplib writes a request's head and body apart
   c->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.connect_timeout));
   c->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.read_timeout));
   c->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.connect_timeout));
@@ -391,6 +393,7 @@ class Gateway::Upstream {
     thread_ = std::thread([this, host, port, o, path = std::move(path), body = std::move(body),
                            headers = std::move(headers)]() mutable {
       httplib::Client cli(host, port);
+      cli.set_tcp_nodelay(true);
       cli.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(o.connect_timeout));
       cli.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(o.read_timeout));
       httplib::Request req;
