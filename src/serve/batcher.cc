@@ -1,5 +1,7 @@
 #include "serve/batcher.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -103,6 +105,7 @@ Result<std::unique_ptr<Batcher>> Batcher::Start(std::unique_ptr<InferenceModel> 
   if (options.max_waiting < 0) {
     return FieldError("--max-waiting", "must be >= 0, got {}", options.max_waiting);
   }
+  if (options.threads < 0) return FieldError("--threads", "must be >= 0, got {}", options.threads);
   if (options.prefill_chunk < 1) {
     return FieldError("--prefill-chunk", "must be >= 1, got {}", options.prefill_chunk);
   }
@@ -324,6 +327,7 @@ void Batcher::PublishLoad() {
 }
 
 void Batcher::Loop() {
+  if (options_.threads > 0) omp_set_num_threads(options_.threads);
   for (;;) {
     {
       MutexLock l(mu_);

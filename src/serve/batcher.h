@@ -86,6 +86,9 @@ struct BatcherOptions {
   int max_running = 64;    // sequences in the batch at once
   int max_waiting = 256;   // queued requests before 429
   int prefill_chunk = 256;  // prompt tokens per sequence per step
+  // OpenMP threads of the model's kernels (> 0), set on the step thread itself: an
+  // OpenMP thread count belongs to the thread that sets it. 0: OpenMP's default.
+  int threads = 0;
 };
 
 // What the replica reports to the gateway (GET /load) and to /metrics.

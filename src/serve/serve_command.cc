@@ -1,6 +1,6 @@
 #include "serve/serve_command.h"
 
-#include <omp.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +12,8 @@
 
 #include "common/log.h"
 #include "common/signals.h"
+#include "common/subprocess.h"
+#include "engine/kernels/cpu/matmul.h"
 #include "serve/cuda_model.h"
 #include "serve/model_loader.h"
 #include "serve/server.h"
@@ -37,6 +39,24 @@ struct Flags {
   int threads = 0;
   int http_threads = 128;
 };
+
+// OpenBLAS picks its kernels when it is loaded and falls back to slow generic ones on CPUs
+// it does not know (engine/kernels/cpu/matmul.h): start again with OPENBLAS_CORETYPE set
+// when that helps, as `cohort train` does. Returns only when there is nothing to do (or
+// the exec failed, which the kernels survive, slower).
+void UseFastBlasKernels(int argc, char** argv) {
+  const std::string core = engine::cpu::SuggestedBlasCoreType();
+  if (core.empty()) return;
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  std::vector<std::string> args = {SelfExePath(), "serve"};
+  args.insert(args.end(), argv + 1, argv + argc);
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::fflush(stdout);
+  execv(args[0].c_str(), cargv.data());
+  std::fprintf(stderr, "cohort serve: warning: could not re-execute with OPENBLAS_CORETYPE=%s\n", core.c_str());
+}
 
 int RunServe(int argc, char** argv) {
   CLI::App app{"Serve a GPT model over an OpenAI-compatible HTTP API (one replica)", "cohort serve"};
@@ -69,6 +89,7 @@ int RunServe(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  if (f.device == "cpu") UseFastBlasKernels(argc, argv);
   BlockTerminationSignals();
   InitLogging("serve");
 
@@ -84,11 +105,8 @@ int RunServe(int argc, char** argv) {
     so.port = std::atoi(port);
     if (!app.count("--host")) so.host = "0.0.0.0";
   }
-  if (f.threads > 0) {
-    omp_set_num_threads(f.threads);
-  } else if (!std::getenv("OMP_NUM_THREADS")) {
-    omp_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  }
+  // The kernels run on the batcher's thread, which sets its own OpenMP thread count.
+  f.batcher.threads = f.threads > 0 ? f.threads : 0;
 
   auto loaded = LoadServeModel(f.source);
   if (!loaded) return Report(loaded.error());
