@@ -132,8 +132,8 @@ void Gateway::Tick() {
 std::vector<std::string> Gateway::Discover() {
   JobFilter filter;
   filter.states = {api::JobState::kPending, api::JobState::kRunning};
-  std::vector<api::Job> jobs = cluster_.ListJobs(filter);
-  std::erase_if(jobs, [](const api::Job& j) { return !j.spec.is_service(); });
+  filter.services_only = true;
+  const std::vector<api::Job> jobs = cluster_.ListJobs(filter);
   std::map<std::string, std::string> sites;
   if (!jobs.empty()) {
     for (const auto& n : cluster_.ListNodes()) {

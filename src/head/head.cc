@@ -60,7 +60,7 @@ HttpServerOptions HttpOptions(const HeadConfig& c) {
   o.pools = {{"api", api_threads, 4096, /*nice=*/5, c.api_requests_per_client},
              {"agents", c.agent_http_threads, 65536, 0, 0},
              {"tasks", c.task_http_threads, 65536, 0, 0},
-             {"gateway", c.gateway_http_threads, 65536, 0, 0}};
+             {"gateway", c.gateway_http_threads, 4096, 0, 0}};
   o.classify = ClassifyRequest;
   o.request_timeout = Millis(c.request_timeout_ms);
   o.max_connections_per_client = c.max_connections_per_client;

@@ -12,10 +12,9 @@ namespace cohort::head {
 std::map<std::string, std::vector<api::Job>> Services::Active() const {
   JobFilter filter;
   filter.states = {api::JobState::kPending, api::JobState::kRunning};
+  filter.services_only = true;
   std::map<std::string, std::vector<api::Job>> out;
-  for (auto& j : cluster_.ListJobs(filter)) {
-    if (j.spec.is_service()) out[j.spec.service].push_back(std::move(j));
-  }
+  for (auto& j : cluster_.ListJobs(filter)) out[j.spec.service].push_back(std::move(j));
   for (auto& [name, jobs] : out) {
     std::sort(jobs.begin(), jobs.end(), [](const api::Job& a, const api::Job& b) { return a.id < b.id; });
   }

@@ -78,6 +78,7 @@ void VisitJobs(const ClusterState& s, const JobFilter& filter, const std::functi
     const Job& j = it->second;
     if (!filter.states.empty() && !filter.states.contains(j.state)) continue;
     if (!filter.user.empty() && j.spec.user != filter.user) continue;
+    if (filter.services_only && !j.spec.is_service()) continue;
     f(j);
     if (filter.limit && ++n >= filter.limit) break;
   }

@@ -23,6 +23,7 @@ struct JobFilter {
   std::string user;                // empty: all
   size_t limit = 0;                // 0: no limit; the newest jobs are kept
   api::JobId before = 0;           // > 0: only jobs with a smaller id (the next page's cursor)
+  bool services_only = false;      // only service replicas (JobSpec::service set)
 };
 
 // Where the log of one task lives.
