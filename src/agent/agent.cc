@@ -244,9 +244,7 @@ Result<void> Agent::RegisterOnce() {
     MutexLock lock(mu_);
     node_credential_ = credential;
   }
-  head_ = std::make_unique<HttpClient>(config_.head_url, Millis(std::max<int64_t>(timing_.heartbeat_interval_ms, 500)));
-  head_->set_bearer_token(credential);
-  if (tls_) head_->set_tls(*tls_);
+  head_ = MakeHeadClient(credential);
   if (!executor_) {
     StartLeaseKeeper();
     Executor::Options opts;
@@ -430,13 +428,24 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
   // --heartbeat-rate-target): the newest reply's timing is the one to keep. The lease was
   // renewed with it already (HeartbeatOnce); a lease granted under a longer fence timeout
   // still runs to its end, which the head allows for (head/core/timing.h).
-  if (reply.timing.heartbeat_interval_ms != timing_.heartbeat_interval_ms ||
-      reply.timing.fence_timeout_ms != timing_.fence_timeout_ms) {
+  const bool interval_changed = reply.timing.heartbeat_interval_ms != timing_.heartbeat_interval_ms;
+  if (interval_changed || reply.timing.fence_timeout_ms != timing_.fence_timeout_ms) {
     LOG_INFO("the head asks for a heartbeat every {} (fence after {}, failure timeout {})",
              FormatDuration(reply.timing.heartbeat_interval_ms), FormatDuration(reply.timing.fence_timeout_ms),
              FormatDuration(reply.timing.failure_timeout_ms));
   }
   timing_ = reply.timing;
+  // A request to the head may take as long as the new interval (MakeHeadClient): a client
+  // made under a 1 s interval would give up after 1 s on a 10,000-node cluster's 10 s one.
+  if (interval_changed && head_) head_ = MakeHeadClient(head_->bearer_token());
+}
+
+std::unique_ptr<HttpClient> Agent::MakeHeadClient(const std::string& credential) const {
+  auto client =
+      std::make_unique<HttpClient>(config_.head_url, Millis(std::max<int64_t>(timing_.heartbeat_interval_ms, 500)));
+  client->set_bearer_token(credential);
+  if (tls_) client->set_tls(*tls_);
+  return client;
 }
 
 void Agent::Fence(const std::string& why) {

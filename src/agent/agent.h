@@ -147,6 +147,10 @@ class Agent {
   void OnFailure(const Error& e);
   void StartLeaseKeeper();  // at the first registration; leaves leases_ null if it fails
   void Apply(const api::HeartbeatReply& reply);
+  // The client for the head: presents `credential`, gives up on a request after the
+  // heartbeat interval (at least 500 ms). Remade at registration and whenever the head
+  // changes the interval. Loop thread.
+  std::unique_ptr<HttpClient> MakeHeadClient(const std::string& credential) const;
   void Fence(const std::string& why);
   api::Heartbeat BuildHeartbeat() EXCLUDES(mu_);
 
@@ -168,7 +172,8 @@ class Agent {
   std::thread server_thread_;
   std::thread loop_thread_;
   std::unique_ptr<HealthChecker> health_checker_;  // with --health-check; reset by Stop
-  // Loop thread (built by Start; the head client is replaced at each registration).
+  // Loop thread (built by Start; the head client is replaced at each registration and
+  // when the heartbeat interval changes).
   api::Registration registration_;
   std::unique_ptr<HttpClient> head_;
   // TLS, with an https head (set by Start, then read-only but for the slot's contents):

@@ -26,6 +26,9 @@ std::string WithQuery(std::string path, const std::vector<std::pair<std::string,
 
 // ---- Served by both the head and the agent.
 inline constexpr char kHealth[] = "/v1/health";  // GET: liveness and identity
+// GET (public): the head's certificate authority, PEM; `cohort login --ca-fingerprint`
+// fetches it and trusts it only if its SHA-256 is the one given.
+inline constexpr char kCa[] = "/v1/ca";
 inline constexpr char kMetrics[] = "/metrics";   // GET: Prometheus text format
 
 // ---- The head's API.

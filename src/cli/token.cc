@@ -6,10 +6,15 @@
 #include <cstdio>
 #include <iostream>
 
+#include <httplib.h>
+
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/client_config.h"
 #include "common/clock.h"
+#include "common/file_modes.h"
+#include "common/http.h"
+#include "common/signals.h"
 #include "common/tls.h"
 
 #include <filesystem>
@@ -94,8 +99,84 @@ int RunRevoke(const GlobalOptions& global, const std::vector<std::string>& ids) 
       });
 }
 
-int RunLogin(const GlobalOptions& global, std::string token, std::string ca_file) {
+// --ca-fingerprint: "sha256:" and the certificate's 32-byte SHA-256 in hex (colons between
+// bytes allowed, either case), as the head logs it at start; 64 lowercase hex digits.
+Result<std::string> ParseCaFingerprint(std::string_view text) {
+  std::string_view rest = text;
+  if (rest.starts_with("sha256:") || rest.starts_with("SHA256:")) rest.remove_prefix(7);
+  std::string hex;
+  for (char c : rest) {
+    if (c == ':') continue;
+    if (!std::isxdigit(static_cast<unsigned char>(c))) {
+      hex.clear();
+      break;
+    }
+    hex += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (hex.size() != 64) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "--ca-fingerprint: expected sha256: and 64 hex digits (the authority's fingerprint the "
+                     "head logs when it starts), got '" + std::string(text.substr(0, 100)) + "'");
+  }
+  return hex;
+}
+
+// The head's certificate authority (PEM), read from its public GET /v1/ca before anything
+// is trusted, and returned only when its SHA-256 is `want` (as kubeadm pins a cluster's CA
+// by hash): whoever is in between cannot make another authority with that fingerprint.
+Result<std::string> FetchPinnedCa(const std::string& url, const std::string& want) {
+  const UrlParts parts = COHORT_TRY(ParseHttpUrl(url));
+  if (!parts.tls) {
+    return MakeError(ErrorCode::kInvalidArgument, "--ca-fingerprint is for an https head; " + url + " is plain HTTP");
+  }
+  IgnoreSigpipeIfDefault();  // OpenSSL writes with write(2): a closed head is an error, not a SIGPIPE
+  httplib::SSLClient cli(parts.host, parts.port);
+  cli.enable_server_certificate_verification(false);  // the fingerprint decides, below
+  cli.set_connection_timeout(10, 0);
+  cli.set_read_timeout(15, 0);
+  auto res = cli.Get(api::routes::kCa);
+  if (!res) {
+    return Errorf(ErrorCode::kUnavailable, "cannot read {}{}: {}", url, api::routes::kCa, httplib::to_string(res.error()));
+  }
+  if (res->status != 200) {
+    return Errorf(ErrorCode::kUnavailable, "{}{} answered {} (a head that predates it, or no TLS): {}", url,
+                  api::routes::kCa, res->status, res->body.substr(0, 200));
+  }
+  auto info = tls::Inspect(res->body);
+  if (!info) return Errorf(ErrorCode::kUnavailable, "{}{} is not a certificate: {}", url, api::routes::kCa, info.error().message);
+  if (info->sha256 != want) {
+    return Errorf(ErrorCode::kUnauthenticated,
+                  "the authority {} presents is sha256:{}, not the --ca-fingerprint given (sha256:{}): not trusting it "
+                  "(a mistyped fingerprint, another head, or someone in between)",
+                  url, info->sha256, want);
+  }
+  return std::move(res->body);
+}
+
+// Where a pinned authority is kept: beside the client config, one file per head.
+Result<std::string> KeepPinnedCa(const std::string& url, const std::string& pem, const std::string& config_path) {
+  const UrlParts parts = COHORT_TRY(ParseHttpUrl(url));
+  namespace fs = std::filesystem;
+  const std::string file =
+      (fs::path(config_path).parent_path() / fmt::format("ca-{}-{}.crt", parts.host, parts.port)).string();
+  std::error_code ec;
+  fs::create_directories(fs::path(file).parent_path(), ec);
+  if (auto w = WritePrivateFileAtomically(file, pem); !w) return std::unexpected(w.error());
+  return file;
+}
+
+int RunLogin(const GlobalOptions& global, std::string token, std::string ca_file, const std::string& ca_fingerprint) {
   const std::string url = ResolveHeadUrl(global);
+  std::string pinned;  // the fingerprint's 64 hex digits
+  if (!ca_fingerprint.empty()) {
+    if (!ca_file.empty()) {
+      return ReportError(Error{ErrorCode::kInvalidArgument, "--ca and --ca-fingerprint: give one (the file, or the "
+                                                            "fingerprint to fetch it by)"});
+    }
+    auto p = ParseCaFingerprint(ca_fingerprint);
+    if (!p) return ReportError(p.error());
+    pinned = *p;
+  }
   if (token.empty()) {
     if (isatty(STDIN_FILENO)) std::fprintf(stderr, "Token for %s: ", url.c_str());
     std::getline(std::cin, token);
@@ -104,8 +185,17 @@ int RunLogin(const GlobalOptions& global, std::string token, std::string ca_file
   if (token.empty()) return ReportError(Error{ErrorCode::kInvalidArgument, "no token given (--token, or on stdin)"});
   HttpClient head(url, Millis(15000));
   head.set_bearer_token(token);
-  if (ca_file.empty()) ca_file = ResolveCaFile(url);
-  if (!ca_file.empty()) {
+  const std::string path = ClientConfigPath();
+  if (path.empty()) return ReportError(Error{ErrorCode::kInvalidArgument, "no home directory for the client config"});
+  std::string pinned_pem;  // kept beside the config once the head has accepted the token
+  if (!pinned.empty()) {
+    auto fetched = FetchPinnedCa(url, pinned);
+    if (!fetched) return ReportError(fetched.error());
+    pinned_pem = std::move(*fetched);
+    head.set_tls(tls::ClientOptions{pinned_pem, nullptr});
+  }
+  if (pinned_pem.empty() && ca_file.empty()) ca_file = ResolveCaFile(url);
+  if (pinned_pem.empty() && !ca_file.empty()) {
     auto pem = tls::ReadCaFile(ca_file);
     if (!pem) return ReportError(WithContext(pem.error(), "--ca"));
     ca_file = std::filesystem::absolute(ca_file).string();
@@ -113,8 +203,11 @@ int RunLogin(const GlobalOptions& global, std::string token, std::string ca_file
   }
   auto who = head.Get(api::routes::kWhoAmI);
   if (!who) return ReportError(WithContext(who.error(), "the head did not accept the token"));
-  const std::string path = ClientConfigPath();
-  if (path.empty()) return ReportError(Error{ErrorCode::kInvalidArgument, "no home directory for the client config"});
+  if (!pinned_pem.empty()) {
+    auto kept = KeepPinnedCa(url, pinned_pem, path);
+    if (!kept) return ReportError(kept.error());
+    ca_file = *kept;
+  }
   if (auto w = WriteClientConfig(path, ClientConfig{url, token, ca_file}); !w) return ReportError(w.error());
   if (global.json) {
     PrintJson(*who);
@@ -159,13 +252,19 @@ void AddTokenCommands(CommandContext& ctx) {
 
   auto login_token = std::make_shared<std::string>();
   auto login_ca = std::make_shared<std::string>();
+  auto login_fingerprint = std::make_shared<std::string>();
   auto* login = ctx.app.add_subcommand("login", "Keep a head's URL and your token in the client config");
   login->add_option("--token", *login_token, "The token (default: read from stdin)");
   login->add_option("--ca", *login_ca,
                     "The head's certificate authority (its state_dir/tls/ca.crt), for an https head; kept in the "
                     "config");
+  login->add_option("--ca-fingerprint", *login_fingerprint,
+                    "Instead of --ca: fetch the head's authority from it and trust it only if its SHA-256 is this "
+                    "(sha256:..., which the head logs when it starts)");
   AddClientOptions(login, global);
-  ctx.on_run(login, [login_token, login_ca, &global] { return RunLogin(global, *login_token, *login_ca); });
+  ctx.on_run(login, [login_token, login_ca, login_fingerprint, &global] {
+    return RunLogin(global, *login_token, *login_ca, *login_fingerprint);
+  });
 }
 
 }  // namespace cohort::cli

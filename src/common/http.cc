@@ -145,9 +145,28 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
   }
   httplib::Headers headers;
   if (!bearer_.empty()) headers.emplace("Authorization", "Bearer " + bearer_);
-  httplib::Result r = method == "GET"    ? cli->Get(path, headers)
-                      : method == "POST" ? cli->Post(path, headers, body ? *body : std::string(), "application/json")
-                                         : cli->Delete(path, headers);
+  // A capped GET reads its body through a receiver that stops at the cap.
+  std::string capped_body;
+  bool over_cap = false;
+  const size_t cap = max_response_bytes_;
+  httplib::Result r =
+      method == "GET" && cap > 0
+          ? cli->Get(path, headers,
+                     [&](const char* data, size_t n) {
+                       if (capped_body.size() + n > cap) {
+                         over_cap = true;
+                         return false;
+                       }
+                       capped_body.append(data, n);
+                       return true;
+                     })
+      : method == "GET"  ? cli->Get(path, headers)
+      : method == "POST" ? cli->Post(path, headers, body ? *body : std::string(), "application/json")
+                         : cli->Delete(path, headers);
+  if (over_cap) {
+    return Errorf(ErrorCode::kResourceExhausted, "the reply from {}{} is larger than {} bytes: not read", base_url_,
+                  path, cap);
+  }
   if (!r) {
     // The connection is dropped with its client: the next call opens a fresh one.
     if (r.error() == httplib::Error::SSLConnection || r.error() == httplib::Error::SSLServerVerification) {
@@ -166,7 +185,7 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
   pool_->Give(std::move(cli));
   HttpResponse out;
   out.status = r->status;
-  out.body = std::move(r->body);
+  out.body = cap > 0 && method == "GET" ? std::move(capped_body) : std::move(r->body);
   for (const auto& [k, v] : r->headers) out.headers[k] = v;
   return out;
 }

@@ -61,6 +61,10 @@ class HttpClient {
   // opened later present the identity's certificate of the moment (renewals).
   void set_tls(const tls::ClientOptions& options);
   const std::string& bearer_token() const { return bearer_; }
+  // Refuses a GET reply whose body exceeds `bytes` (0: no cap, the default) without
+  // reading the rest: kResourceExhausted naming the URL and the cap. For a peer trusted
+  // less than the caller (the head reading an agent's log).
+  void set_max_response_bytes(size_t bytes) { max_response_bytes_ = bytes; }
 
   // JSON calls: 2xx → the parsed body (null for an empty one); an error body → its Error;
   // no connection → kUnavailable naming the URL.
@@ -86,6 +90,7 @@ class HttpClient {
   std::string bearer_;
   std::shared_ptr<const tls::ClientOptions> tls_;  // https only; null: the system's authorities
   std::shared_ptr<Pool> pool_;
+  size_t max_response_bytes_ = 0;
 };
 
 json ErrorToJson(const Error& e);

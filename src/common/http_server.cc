@@ -53,6 +53,8 @@ struct Conn {
   bool peer_closed = false; // the client shut down its side after sending
   SSL* ssl = nullptr;       // a TLS connection (HttpServerOptions::tls), else plain
   bool handshaking = false; // its TLS handshake has not completed
+  bool draining = false;    // answered and shut for writing: input is read and dropped until it ends
+  size_t drain_budget = 0;  // bytes a draining connection may still drop before it is closed
   std::optional<std::pair<std::string, int>> local;  // this end's address, once asked for
 };
 
@@ -413,12 +415,50 @@ struct HttpServer::Impl {
     if (it != per_client.end() && --it->second <= 0) per_client.erase(it);
   }
 
-  // Answers `status` with `message` (best effort, the client may not read) and closes.
-  void Reject(std::unique_ptr<Conn> conn, int status, ErrorCode code, std::string_view message) {
+  // How long, and how many bytes, a rejected connection is drained before it is closed.
+  static constexpr int64_t kDrainMs = 2000;
+  static constexpr size_t kDrainFactor = 4;  // x max_body_bytes
+
+  // Answers `status` with `message` (best effort, the client may not read) and closes the
+  // connection for writing. Closing a socket with unread input sends a reset, and a client
+  // still sending (a body the answer refuses) would lose the answer with it; so the loop
+  // reads and drops what arrives until the client closes too, or kDrainMs, or
+  // kDrainFactor bodies' worth of bytes, and only then closes (nginx's lingering close).
+  // Without `drain` (a connection over the caps, a client too slow to finish its request)
+  // it closes at once. Event loop only.
+  void Reject(std::unique_ptr<Conn> conn, int status, ErrorCode code, std::string_view message, bool drain = true) {
     std::string text = ErrorResponse(status, code, message);
-    ConnWrite(*conn, text.data(), text.size(), MonoMs() + 100);
+    const bool written = ConnWrite(*conn, text.data(), text.size(), MonoMs() + 100);
+    if (!drain || !written || conn->peer_closed || stopping) {
+      ::shutdown(conn->fd, SHUT_WR);
+      return Close(std::move(conn));
+    }
     ::shutdown(conn->fd, SHUT_WR);
-    Close(std::move(conn));
+    conn->draining = true;
+    conn->drain_budget = options.max_body_bytes * kDrainFactor;
+    conn->deadline_ms = MonoMs() + kDrainMs;
+    conn->buf.clear();
+    const int fd = conn->fd;
+    Watch(*conn);
+    waiting[fd] = std::move(conn);
+  }
+
+  // Drops what a draining connection's client sent; closes it once the client is done or
+  // the budget is spent.
+  void Drain(int fd) {
+    Conn& conn = *waiting.at(fd);
+    char chunk[64 << 10];
+    for (;;) {
+      const ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+      if (n > 0) {
+        if (static_cast<size_t>(n) >= conn.drain_budget) return Close(Take(fd));
+        conn.drain_budget -= static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      return Close(Take(fd));  // the client closed (or the connection broke)
+    }
   }
 
   void Wake() {
@@ -600,13 +640,15 @@ struct HttpServer::Impl {
       rejected_connections += 1;
       return Reject(std::move(conn), 503, ErrorCode::kUnavailable,
                     fmt::format("server busy: {} connections open (at most {})", connections.load(),
-                                options.max_connections));
+                                options.max_connections),
+                    /*drain=*/false);
     }
     if (from_client > options.max_connections_per_client) {
       rejected_connections += 1;
       return Reject(std::move(conn), 429, ErrorCode::kResourceExhausted,
                     fmt::format("too many connections from {} (at most {} at once)", conn->peer_ip,
-                                options.max_connections_per_client));
+                                options.max_connections_per_client),
+                    /*drain=*/false);
     }
     if (options.tls) {
       conn->ssl = options.tls->NewConnection(fd);
@@ -708,6 +750,7 @@ struct HttpServer::Impl {
 
   void OnReadable(int fd) {
     Conn& conn = *waiting.at(fd);
+    if (conn.draining) return Drain(fd);
     if (conn.handshaking) {
       if (!Handshake(fd)) return;
       if (conn.handshaking) return;
@@ -731,6 +774,10 @@ struct HttpServer::Impl {
       if (n > 0) {
         conn.buf.append(chunk, static_cast<size_t>(n));
         if (conn.buf.size() >= cap) break;
+        // Drained for now (TLS holds nothing decrypted or read ahead; a plain read came
+        // back short): epoll is level-triggered and says when more arrives, so a request
+        // costs no read that finds nothing (under TLS an SSL_read and a read(2) each).
+        if (conn.ssl ? SSL_has_pending(conn.ssl) == 0 : static_cast<size_t>(n) < sizeof chunk) break;
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -782,13 +829,14 @@ struct HttpServer::Impl {
     }
     for (int fd : expired) {
       auto conn = Take(fd);
-      if (!conn->reading || conn->handshaking) {
+      if (!conn->reading || conn->handshaking || conn->draining) {
         Close(std::move(conn));
         continue;
       }
       timed_out += 1;
       Reject(std::move(conn), 408, ErrorCode::kDeadlineExceeded,
-             fmt::format("the request did not arrive within {}", FormatDuration(options.request_timeout.count())));
+             fmt::format("the request did not arrive within {}", FormatDuration(options.request_timeout.count())),
+             /*drain=*/false);
     }
   }
 
@@ -844,7 +892,9 @@ struct HttpServer::Impl {
     for (auto& conn : back) Close(std::move(conn));
   }
 
-  Result<int> Bind() {
+  // Binds the address without listening: connections are refused until Listen.
+  Result<int> Reserve() {
+    if (listen_fd >= 0) return Errorf(ErrorCode::kFailedPrecondition, "the server is already bound");
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -860,7 +910,7 @@ struct HttpServer::Impl {
       if (fd < 0) continue;
       int yes = 1;
       setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-      if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 4096) == 0) {
+      if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
         listen_fd = fd;
       } else {
         why = strerror(errno);
@@ -874,8 +924,16 @@ struct HttpServer::Impl {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    int bound = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                           : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    return addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  }
+
+  Result<void> Listen() {
+    if (listen_fd < 0) return Errorf(ErrorCode::kFailedPrecondition, "Listen before Reserve");
+    if (epoll_fd >= 0) return {};  // listening already
+    if (::listen(listen_fd, 4096) != 0) {
+      return Errorf(ErrorCode::kUnavailable, "cannot listen on {}:{}: {}", options.host, options.port, strerror(errno));
+    }
     epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     for (int fd : {listen_fd, wake_fd}) {
@@ -884,7 +942,7 @@ struct HttpServer::Impl {
       ev.data.fd = fd;
       epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
     }
-    return bound;
+    return {};
   }
 };
 
@@ -905,12 +963,20 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
 // The owner joins the thread that runs Serve before destroying the server.
 HttpServer::~HttpServer() { Stop(); }
 
-Result<int> HttpServer::Bind() { return impl_->Bind(); }
+Result<int> HttpServer::Bind() {
+  const int port = COHORT_TRY(impl_->Reserve());
+  COHORT_TRY_VOID(impl_->Listen());
+  return port;
+}
+
+Result<int> HttpServer::Reserve() { return impl_->Reserve(); }
+
+Result<void> HttpServer::Listen() { return impl_->Listen(); }
 
 void HttpServer::set_tls(std::shared_ptr<tls::ServerContext> ctx) { impl_->options.tls = std::move(ctx); }
 
 void HttpServer::Serve() {
-  if (impl_->listen_fd < 0) return;
+  if (impl_->listen_fd < 0 || impl_->epoll_fd < 0) return;
   // httplib's content providers (streamed replies) run while its own listening socket is
   // valid and stop once it is not ("shutting down"): ours stands for it until Stop.
   svr_sock_ = impl_->listen_fd;

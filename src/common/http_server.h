@@ -111,11 +111,21 @@ class HttpServer : public httplib::Server {
   explicit HttpServer(HttpServerOptions options);
   ~HttpServer() override;
 
-  // Listens; the port (options.port, or the one chosen).
+  // Listens; the port (options.port, or the one chosen). Reserve and then Listen.
   Result<int> Bind();
+  // Binds the address (the port, options.port or the one chosen) but does not listen yet:
+  // a client that connects meanwhile is refused at once, as by a server that is not
+  // running, rather than accepted into a backlog nobody reads (the head binds early for
+  // its certificate's address and listens once its state is loaded: agents treat a
+  // refused head as restarting, a silent one as a partition). kFailedPrecondition when
+  // already bound.
+  Result<int> Reserve();
+  // Starts listening on the reserved address; Serve then accepts. Idempotent.
+  Result<void> Listen();
   // Serves TLS with `ctx` (HttpServerOptions::tls); after Bind, before Serve.
   void set_tls(std::shared_ptr<tls::ServerContext> ctx);
-  // Runs the event loop and the pools until Stop. Bind first.
+  // Runs the event loop and the pools until Stop. Bind (or Reserve and Listen) first;
+  // returns at once otherwise.
   void Serve();
   // Stops accepting, closes every connection, waits for running requests. Idempotent.
   void Stop();

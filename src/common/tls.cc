@@ -99,11 +99,6 @@ std::string Hex(const unsigned char* p, size_t n) {
   return out;
 }
 
-bool IsIpAddress(const std::string& s) {
-  unsigned char buf[16];
-  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
-}
-
 Result<void> AddExtension(X509* cert, X509V3_CTX* ctx, int nid, const std::string& value) {
   X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, ctx, nid, value.c_str());
   if (!ext) return SslError(ErrorCode::kInvalidArgument, fmt::format("certificate extension '{}'", value));
@@ -426,6 +421,9 @@ Result<std::shared_ptr<ServerContext>> ServerContext::Create(const std::string& 
   // no 34 KB of record buffers.
   SSL_CTX_set_mode(s->ctx_,
                    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_RELEASE_BUFFERS);
+  // No TLS 1.2 renegotiation: a connection's certificate is the one of its handshake
+  // (PeerName keeps it for the connection's life).
+  SSL_CTX_set_options(s->ctx_, SSL_OP_NO_RENEGOTIATION);
   SSL_CTX_set_cert_cb(s->ctx_, &ServerContext::CertCallback, s.get());
   // No TLS 1.3 session tickets: no Cohort client resumes a session (each connection is
   // kept instead), so the two tickets OpenSSL sends after every handshake were work for
@@ -470,11 +468,48 @@ SSL* ServerContext::NewConnection(int fd) const {
   return ssl;
 }
 
+namespace {
+
+// A connection's peer name, worked out at its first request and kept with its SSL
+// (ex_data), since every request asks (the router's who-is-calling, the agent's "is it
+// the head"). The certificate cannot change under it: TLS 1.3 has no renegotiation and
+// Cohort's servers refuse TLS 1.2's (SSL_OP_NO_RENEGOTIATION).
+struct CachedPeerName {
+  std::optional<std::string> name;
+};
+
+void FreeCachedPeerName(void* /*parent*/, void* ptr, CRYPTO_EX_DATA* /*ad*/, int /*idx*/, long /*argl*/,
+                        void* /*argp*/) {
+  delete static_cast<CachedPeerName*>(ptr);
+}
+
+int PeerNameIndex() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, &FreeCachedPeerName);
+  return index;
+}
+
+}  // namespace
+
 std::optional<std::string> PeerName(const SSL* ssl) {
   if (!ssl) return std::nullopt;
+  const int index = PeerNameIndex();
+  if (index >= 0) {
+    if (auto* cached = static_cast<CachedPeerName*>(SSL_get_ex_data(ssl, index))) return cached->name;
+  }
   X509* peer = SSL_get0_peer_certificate(ssl);
-  if (!peer || SSL_get_verify_result(ssl) != X509_V_OK) return std::nullopt;
-  return CommonName(peer);
+  std::optional<std::string> name;
+  if (peer && SSL_get_verify_result(ssl) == X509_V_OK) name = CommonName(peer);
+  // Only once the handshake is done is the answer final.
+  if (index >= 0 && SSL_is_init_finished(ssl) == 1) {
+    // One thread serves a connection's request at a time: nobody else fills this slot now.
+    SSL_set_ex_data(const_cast<SSL*>(ssl), index, new CachedPeerName{name});
+  }
+  return name;
+}
+
+bool IsIpAddress(const std::string& s) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
 }
 
 std::string Fingerprint(const CertInfo& info) { return "sha256:" + info.sha256; }

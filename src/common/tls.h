@@ -157,6 +157,9 @@ std::optional<std::string> PeerName(const SSL* ssl);
 
 // "sha256:<hex>" of a certificate, for logs and `cohort login`.
 std::string Fingerprint(const CertInfo& info);
+
+// True when `s` is an IPv4 or IPv6 address (a certificate names it as an IP SAN).
+bool IsIpAddress(const std::string& s);
 // The base64 SHA-256 of a certificate's public key (its SubjectPublicKeyInfo): what
 // browsers pin (Chromium's --ignore-certificate-errors-spki-list, HPKP).
 Result<std::string> SpkiSha256Base64(const std::string& cert_pem);

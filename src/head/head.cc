@@ -195,7 +195,11 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   if (config.insecure) config.tls = false;
   h->server_ = std::make_unique<HttpServer>(HttpOptions(config));
   auto& srv = *h->server_;
-  auto port = srv.Bind();
+  // The port now (the advertised URL and the certificate name it); connections only once
+  // the state is loaded and every route registered (Listen, below): until then a
+  // connecting agent is refused, which it reads as a head restarting and rides out, not
+  // as a partition that fences its tasks.
+  auto port = srv.Reserve();
   if (!port) return std::unexpected(port.error());
   h->port_ = *port;
   if (config.advertise_url.empty()) {
@@ -265,6 +269,18 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
                                   {"nodes", cluster.NodeCount()},
                                   {"last_pass_ms", cluster.last_pass_duration().count()}});
              });
+  // Public: a certificate authority is no secret, and a client pins it by its fingerprint.
+  router.Get(api::routes::kCa, Access::kPublic,
+             [pem = h->tls_ ? h->tls_->ca_pem() : std::string()](const httplib::Request&, httplib::Response& res) {
+               if (pem.empty()) {
+                 SendError(res, Error{ErrorCode::kNotFound,
+                                      "this head serves plain HTTP (--no-tls or --insecure): it has no certificate "
+                                      "authority"});
+                 return;
+               }
+               res.status = 200;
+               res.set_content(pem, "application/x-pem-file");
+             });
   RegisterJobRoutes(router, cluster);
   RegisterNodeRoutes(router, cluster, *h->tokens_);
   RegisterAgentRoutes(router, cluster);
@@ -307,6 +323,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   });
 
   h->gateway_->Start();
+  COHORT_TRY_VOID(srv.Listen());
   h->server_thread_ = std::thread([&srv] { srv.Serve(); });
   h->control_thread_ = std::thread([hp = h.get()] { hp->ControlLoop(); });
   if (!config.port_file.empty()) {

@@ -24,11 +24,6 @@ constexpr int64_t kDayMs = 24LL * 3600 * 1000;
 constexpr int64_t kCaLifetimeMs = 10 * 365 * kDayMs;
 constexpr int64_t kHeadCertLifetimeMs = 365 * kDayMs;
 
-bool IsIp(const std::string& s) {
-  unsigned char buf[16];
-  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
-}
-
 bool ListensEverywhere(const std::string& host) { return host.empty() || host == "0.0.0.0" || host == "::"; }
 
 // Every address of this machine's interfaces that are up.
@@ -59,7 +54,7 @@ tls::LeafProfile HeadProfile(const HeadConfig& config, const std::string& advert
   std::set<std::string> dns = {"localhost"}, ips = {"127.0.0.1", "::1"};
   auto add = [&](const std::string& name) {
     if (name.empty()) return;
-    (IsIp(name) ? ips : dns).insert(name);
+    (tls::IsIpAddress(name) ? ips : dns).insert(name);
   };
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) add(host);
@@ -167,9 +162,11 @@ Result<std::unique_ptr<HeadTls>> HeadTls::SetUp(const HeadConfig& config, const 
   t->client_ = tls::ClientOptions{t->ca_.cert_pem, slot};
   t->node_cert_ttl_ms_ = config.node_cert_ttl_ms;
   const auto& info = identity->info();
-  LOG_INFO("TLS: certificate {} for {} and {} (until {}), authority {}", tls::Fingerprint(info),
+  const tls::CertInfo ca_info = COHORT_TRY(tls::Inspect(t->ca_.cert_pem));
+  // The authority's fingerprint is what `cohort login --ca-fingerprint` pins.
+  LOG_INFO("TLS: certificate {} for {} and {} (until {}), authority {} ({})", tls::Fingerprint(info),
            fmt::join(info.dns_names, ", "), fmt::join(info.ip_addresses, ", "), FormatTimestamp(info.not_after_ms),
-           t->ca_path_);
+           tls::Fingerprint(ca_info), t->ca_path_);
   return t;
 }
 
@@ -177,7 +174,7 @@ Result<HeadTls::Issued> HeadTls::IssueNode(const std::string& node, const std::s
                                            const std::string& csr_pem, int64_t now_ms) const {
   tls::LeafProfile p;
   p.common_name = node;
-  (IsIp(address) ? p.ip_addresses : p.dns_names).push_back(address);
+  (tls::IsIpAddress(address) ? p.ip_addresses : p.dns_names).push_back(address);
   p.lifetime_ms = node_cert_ttl_ms_;
   Issued out;
   out.cert_pem = COHORT_TRY(tls::IssueFromCsr(ca_, csr_pem, p, now_ms));

@@ -32,6 +32,8 @@ void RegisterLogRoutes(Router& router, Cluster& cluster) {
                                   fmt::format("the log of rank {} is on node {}, which is down", *rank, loc->node)});
     }
     HttpClient agent(loc->agent_url, Millis(5000));
+    // What was asked for and a little more: a node that answers with more is not read.
+    agent.set_max_response_bytes(static_cast<size_t>(*limit) + (64 << 10));
     // The agent serves logs only to the head: its node credential proves it (auth.h).
     if (!router.insecure() && router.tokens()) agent.set_bearer_token(router.tokens()->NodeCredential(loc->node));
     if (router.tls()) agent.set_tls(router.tls()->client());
@@ -40,6 +42,11 @@ void RegisterLogRoutes(Router& router, Cluster& cluster) {
                                                                        {"rank", std::to_string(*rank)},
                                                                        {"offset", std::to_string(*offset)},
                                                                        {"limit", std::to_string(*limit)}}));
+    if (!r && r.error().code == ErrorCode::kResourceExhausted) {
+      return SendError(res, Error{ErrorCode::kInternal, fmt::format("the agent of node {} sent more than the {} bytes "
+                                                                    "asked for: {}",
+                                                                    loc->node, *limit, r.error().message)});
+    }
     if (!r) {
       return SendError(res, Error{ErrorCode::kUnavailable,
                                   fmt::format("cannot read the log of rank {} from node {}: its agent at {} does not answer",

@@ -49,13 +49,16 @@ class FakeHead {
       if (auto body = ParseJson(req.body, "heartbeat")) {
         if (auto hb = api::HeartbeatFromJson(*body)) reported = hb->tasks;
       }
+      Millis delay{0};
       {
         std::lock_guard lock(mu_);
         reply.timing = timing_;
         reply.tasks = tasks_;
+        delay = reply_delay_;
         beats_.push_back({SteadyClock::now(), timing_, std::move(reported)});
       }
       cv_.notify_all();
+      if (delay > Millis(0)) std::this_thread::sleep_for(delay);  // a slow head, answering late
       res.set_content(api::ToJson(reply).dump(), "application/json");
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
@@ -71,6 +74,12 @@ class FakeHead {
   void SetTiming(api::AgentTiming t) {
     std::lock_guard lock(mu_);
     timing_ = t;
+  }
+
+  // Every heartbeat from now on is answered `delay` after it arrived.
+  void SetReplyDelay(Millis delay) {
+    std::lock_guard lock(mu_);
+    reply_delay_ = delay;
   }
 
   // The tasks every reply from now on assigns.
@@ -106,6 +115,7 @@ class FakeHead {
   api::AgentTiming timing_;             // guarded by mu_
   std::vector<api::TaskLaunch> tasks_;  // guarded by mu_
   std::vector<Beat> beats_;             // guarded by mu_
+  Millis reply_delay_{0};               // guarded by mu_
 };
 
 class AgentTimingTest : public ::testing::Test {
@@ -184,6 +194,32 @@ TEST_F(AgentTimingTest, FollowsTheIntervalAndFenceTimeoutOfTheNewestReply) {
   ASSERT_TRUE(after);
   EXPECT_GE(after->expires, before.expires) << "a lease never shrinks";
   EXPECT_GE(after->deadline, before.deadline);
+}
+
+// A request to the head may take as long as the interval the head asked for, not the one
+// of the agent's registration: when the cluster grows to a longer interval, a head that
+// answers slower than the old interval still gets its heartbeats through. A heartbeat
+// that gets its answer waits the interval before the next; one that timed out would be
+// retried 200 ms later, so the gaps tell which happened.
+TEST_F(AgentTimingTest, ARequestMayTakeAsLongAsTheNewestInterval) {
+  FakeHead head(Timing(50, 3000, 2000));  // the agent's first client gives up after 500 ms
+  StartAgent(head);
+  ASSERT_GE(head.WaitForBeats(2).size(), 2u);
+  head.SetTiming(Timing(1000, 20'000, 15'000));
+  // Once a reply carried the new timing, the head starts answering 700 ms late.
+  for (;;) {
+    auto beats = head.WaitForBeats(head.beats() + 1);
+    ASSERT_FALSE(beats.empty());
+    if (beats.back().sent.heartbeat_interval_ms == 1000) break;
+  }
+  head.SetReplyDelay(Millis(700));
+  const size_t from = head.beats();
+  auto beats = head.WaitForBeats(from + 3);
+  ASSERT_GE(beats.size(), from + 3);
+  for (size_t i = from + 1; i < beats.size(); ++i) {
+    EXPECT_GE(beats[i].at - beats[i - 1].at, Millis(700 + 1000))
+        << "heartbeat " << i << " came early: the one before it timed out instead of waiting for its answer";
+  }
 }
 
 TEST_F(AgentTimingTest, AWakeUpBringsAHeartbeatWithinALongInterval) {

@@ -226,6 +226,24 @@ TEST(HttpServer, OversizedBodiesAndHeadersAreRefusedUnread) {
   EXPECT_EQ(r.server().Stats().oversized_requests, 2);
 }
 
+// A client still sending a body the server refused gets the refusal, not a reset: the
+// server stops writing, keeps reading (and dropping) what arrives for a while, and closes
+// only then, so the answer is not lost to the RST that closing with unread input sends.
+TEST(HttpServer, AClientStillSendingARefusedBodyReadsTheRefusal) {
+  HttpServerOptions o = SmallOptions();
+  o.max_body_bytes = 1 << 20;
+  Running r(o, EchoRoutes);
+  for (int i = 0; i < 5; ++i) {
+    HttpClient client("http://127.0.0.1:" + std::to_string(r.port()));
+    json big = {{"data", std::string(3 << 20, 'x')}};
+    auto res = client.Post("/echo", big);
+    ASSERT_FALSE(res.has_value());
+    EXPECT_NE(res.error().message.find("request body is too large"), std::string::npos)
+        << "round " << i << ": " << res.error().message;
+  }
+  EXPECT_EQ(r.server().Stats().oversized_requests, 5);
+}
+
 // A chunked body has no length up front: the worker reads it, and no more than the cap.
 TEST(HttpServer, AChunkedBodyOverTheCapFailsTheRequest) {
   HttpServerOptions o = SmallOptions();
@@ -394,6 +412,52 @@ TEST(HttpServer, BindingAPortInUseIsAClearError) {
   ASSERT_FALSE(port);
   EXPECT_NE(port.error().message.find("cannot listen on 127.0.0.1:" + std::to_string(r.port())), std::string::npos)
       << port.error().message;
+}
+
+// A reserved port refuses connections until Listen: a client connecting while the
+// owner is still getting ready (the head loading its state) is told at once that nobody
+// serves there, rather than accepted into a backlog no one reads until it times out.
+TEST(HttpServer, AReservedPortRefusesUntilItListens) {
+  HttpServer server(SmallOptions());
+  EchoRoutes(server);
+  auto port = server.Reserve();
+  ASSERT_TRUE(port.has_value()) << port.error().message;
+  {
+    RawConn early(*port);
+    EXPECT_FALSE(early.connected()) << "a reserved port must refuse";
+  }
+  EXPECT_FALSE(server.Reserve().has_value()) << "reserving twice";
+  ASSERT_TRUE(server.Listen().has_value());
+  std::thread serving([&] { server.Serve(); });
+  RawConn conn(*port);
+  ASSERT_TRUE(conn.connected());
+  ASSERT_TRUE(conn.Send("GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(conn.ReadStatusLine(), "HTTP/1.1 200 OK");
+  server.Stop();
+  serving.join();
+}
+
+// A client that caps a reply's size stops reading at the cap and says so; under the cap
+// it gets the body whole, and the client stays usable.
+TEST(HttpClient, ACappedGetRefusesALargerReply) {
+  const std::string big(1 << 20, 'z');
+  Running r(SmallOptions(), [&](HttpServer& s) {
+    s.Get("/big", [&](const httplib::Request&, httplib::Response& res) { res.set_content(big, "text/plain"); });
+    EchoRoutes(s);
+  });
+  HttpClient client("http://127.0.0.1:" + std::to_string(r.port()));
+  client.set_max_response_bytes(100 << 10);
+  auto refused = client.GetRaw("/big");
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("is larger than 102400 bytes"), std::string::npos) << refused.error().message;
+  auto small = client.GetRaw("/ping");
+  ASSERT_TRUE(small.has_value()) << small.error().message;
+  EXPECT_EQ(small->body, "pong");
+  client.set_max_response_bytes(big.size());
+  auto exact = client.GetRaw("/big");
+  ASSERT_TRUE(exact.has_value()) << exact.error().message;
+  EXPECT_TRUE(exact->body == big);
 }
 
 }  // namespace

@@ -16,12 +16,19 @@
 #include <csignal>
 #include <httplib.h>
 
+#include <openssl/crypto.h>
+
 #include "common/clock.h"
 #include "common/http.h"
 #include "common/http_server.h"
+#include "common/tls_buffers.h"
+
+// As cohort's main does: every test here runs its TLS over the record-buffer pool.
+COHORT_TLS_RECORD_BUFFER_POOL_AT_START();
 
 namespace cohort::tls {
 namespace {
+
 
 constexpr int64_t kDay = 24LL * 3600 * 1000;
 
@@ -267,6 +274,74 @@ TEST(Tls, CaFromTheEnvironment) {
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.error().message.find("$COHORT_CA"), std::string::npos);
   unsetenv("COHORT_CA");
+}
+
+}  // namespace
+}  // namespace cohort::tls
+
+namespace cohort::tls {
+namespace {
+
+TEST(TlsBuffers, OpenSslAllocatesThroughThePool) {
+  ASSERT_TRUE(GetRecordBufferPoolStats().installed) << "OpenSSL allocated before the preinit hook ran";
+  EXPECT_FALSE(InstallRecordBufferPool()) << "a second install must be refused";
+
+  // A freed record-sized buffer is the next one handed out.
+  const auto before = GetRecordBufferPoolStats();
+  void* a = OPENSSL_malloc(16709);
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 0xab, 16709);
+  OPENSSL_free(a);
+  void* b = OPENSSL_malloc(17000);
+  EXPECT_EQ(a, b);
+  const auto after = GetRecordBufferPoolStats();
+  EXPECT_EQ(after.handed_out - before.handed_out, 2u);
+  EXPECT_EQ(after.reused - before.reused, 1u);
+
+  // realloc keeps the bytes across every kind of move: within the block, out to malloc,
+  // back into a pooled block, and plain sizes as they are.
+  auto* p = static_cast<unsigned char*>(b);
+  for (size_t i = 0; i < 17000; ++i) p[i] = static_cast<unsigned char>(i * 7);
+  p = static_cast<unsigned char*>(OPENSSL_realloc(p, kBufferBytes));
+  ASSERT_NE(p, nullptr);
+  p = static_cast<unsigned char*>(OPENSSL_realloc(p, 100000));
+  ASSERT_NE(p, nullptr);
+  for (size_t i = 0; i < 17000; ++i) ASSERT_EQ(p[i], static_cast<unsigned char>(i * 7)) << i;
+  p = static_cast<unsigned char*>(OPENSSL_realloc(p, 16500));
+  ASSERT_NE(p, nullptr);
+  for (size_t i = 0; i < 16500; ++i) ASSERT_EQ(p[i], static_cast<unsigned char>(i * 7)) << i;
+  OPENSSL_free(p);
+  auto* small = static_cast<char*>(OPENSSL_malloc(10));
+  std::memcpy(small, "cohort!!!", 10);
+  small = static_cast<char*>(OPENSSL_realloc(small, 5000));
+  EXPECT_STREQ(small, "cohort!!!");
+  OPENSSL_free(small);
+  EXPECT_LE(GetRecordBufferPoolStats().idle, kMaxIdle);
+}
+
+// The reason for the pool: a server that releases a kept-alive connection's record
+// buffers after every request gets them back from the pool on the next, instead of
+// from malloc. If OpenSSL's buffers fell outside the pooled sizes, nothing would be
+// handed out here.
+TEST(TlsBuffers, RequestsOnAKeptConnectionReuseReleasedBuffers) {
+  Authority ca = MakeCa();
+  TlsServer server(ca, MakeLeaf(ca, kHeadName));
+  auto slot = std::make_shared<IdentitySlot>();
+  slot->Set(MakeLeaf(ca, "node-1").identity());
+  HttpClient node = Client(server.url(), ca, slot);
+  ASSERT_TRUE(node.Get("/who").has_value());  // the handshake's allocations are not counted
+  const auto before = GetRecordBufferPoolStats();
+  constexpr int kRequests = 50;
+  for (int i = 0; i < kRequests; ++i) {
+    auto who = node.Get("/who");
+    ASSERT_TRUE(who.has_value()) << who.error().message;
+    EXPECT_EQ((*who)["peer"], "node-1");
+  }
+  const auto after = GetRecordBufferPoolStats();
+  const uint64_t handed = after.handed_out - before.handed_out;
+  const uint64_t reused = after.reused - before.reused;
+  EXPECT_GE(handed, static_cast<uint64_t>(kRequests)) << "a read buffer per request on the server at least";
+  EXPECT_GE(reused + 4, handed) << "released buffers come back from the pool";
 }
 
 }  // namespace

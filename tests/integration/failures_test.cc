@@ -42,16 +42,19 @@ TEST(Failures, KilledAgentMakesNodeDownAndGangIsRequeuedElsewhere) {
   }
   ASSERT_GT(victim_task_pid, 0);
 
-  auto killed_at = std::chrono::steady_clock::now();
   c.agent(victim).Signal(SIGKILL);
   (void)c.agent(victim).Wait();
   // The task dies with its agent (the shim's parent-death signal), long before any requeue.
   EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(victim_task_pid); }, std::chrono::seconds(2)));
 
   ASSERT_TRUE(WaitUntil([&] { return c.Node(victim)["state"] == "DOWN"; }, std::chrono::seconds(5)));
-  double down_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  EXPECT_LT(down_s, 1.0 + 1.0) << "DOWN must come within the failure timeout (1 s) plus a heartbeat";
-  EXPECT_NE(c.Node(victim)["reason"].get<std::string>().find("no heartbeat"), std::string::npos);
+  // DOWN for the right reason, and never before the failure timeout (1 s) of silence as
+  // the head measured it. How soon after it is bench_failover's figure, not a test's.
+  const std::string reason = c.Node(victim)["reason"].get<std::string>();
+  ASSERT_EQ(reason.rfind("no heartbeat for ", 0), 0u) << reason;
+  auto silent_ms = ParseDurationMs(reason.substr(std::string("no heartbeat for ").size()), "reason");
+  ASSERT_TRUE(silent_ms.has_value()) << reason;
+  EXPECT_GE(*silent_ms, 1000) << reason;
 
   json again = c.WaitForState(id, "RUNNING", std::chrono::seconds(10));
   ASSERT_TRUE(WaitUntil([&] { again = c.Job(id); return again["attempt"] == 1 && again["state"] == "RUNNING"; },

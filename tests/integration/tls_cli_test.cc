@@ -89,6 +89,70 @@ TEST(TlsCli, LoginKeepsTheAuthorityAndTheCliUsesItAlone) {
   EXPECT_NE(nodes.output.find("n1"), std::string::npos) << nodes.output;
 }
 
+// `cohort login --ca-fingerprint`: with the fingerprint the head logs at start, login
+// fetches the authority itself (no file to copy), keeps it beside the config and the CLI
+// works from it; a fingerprint that is not the head's authority's refuses it and writes
+// nothing; a malformed one, or one given with --ca, is named.
+TEST(TlsCli, LoginPinsTheAuthorityByItsFingerprint) {
+  LocalCluster c;
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("n1", 1));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(1));
+  const std::string ca = c.dir() + "/head/tls/ca.crt";
+  auto info = tls::Inspect(ReadFile(ca));
+  ASSERT_TRUE(info.has_value()) << info.error().message;
+  const std::string fingerprint = tls::Fingerprint(*info);
+  EXPECT_NE(ReadFile(c.dir() + "/head.log").find("authority " + fingerprint), std::string::npos)
+      << "the head logs the fingerprint a user pins";
+  const std::string xdg = c.dir() + "/xdg";
+  const std::map<std::string, std::string> env = {{"XDG_CONFIG_HOME", xdg}};
+  const std::vector<std::string> unset = {"COHORT_TOKEN", "COHORT_CA_FILE", "COHORT_CA", "COHORT_HEAD"};
+  auto login = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {COHORT_BINARY, "login", "--head", c.url(), "--token", TestToken()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunWithEnv(c, argv, env, unset);
+  };
+
+  std::string wrong = fingerprint;
+  wrong.back() = wrong.back() == '0' ? '1' : '0';
+  auto refused = login({"--ca-fingerprint", wrong});
+  EXPECT_EQ(refused.status.exit_code, 4) << refused.errors;
+  EXPECT_NE(refused.errors.find("not the --ca-fingerprint given"), std::string::npos) << refused.errors;
+  EXPECT_FALSE(std::filesystem::exists(xdg + "/cohort/config"));
+  auto malformed = login({"--ca-fingerprint", "sha256:12ab"});
+  EXPECT_EQ(malformed.status.exit_code, 2) << malformed.errors;
+  EXPECT_NE(malformed.errors.find("--ca-fingerprint: expected sha256: and 64 hex digits"), std::string::npos)
+      << malformed.errors;
+  auto both = login({"--ca-fingerprint", fingerprint, "--ca", ca});
+  EXPECT_EQ(both.status.exit_code, 2) << both.errors;
+  EXPECT_FALSE(std::filesystem::exists(xdg + "/cohort/config"));
+
+  // The right authority but a token the head refuses: nothing is kept.
+  const std::string kept = xdg + "/cohort/ca-127.0.0.1-" + std::to_string(c.port()) + ".crt";
+  auto refused_token = RunWithEnv(
+      c, {COHORT_BINARY, "login", "--head", c.url(), "--token", "not-a-token", "--ca-fingerprint", fingerprint}, env,
+      unset);
+  EXPECT_EQ(refused_token.status.exit_code, 4) << refused_token.errors;
+  EXPECT_FALSE(std::filesystem::exists(kept));
+  EXPECT_FALSE(std::filesystem::exists(xdg + "/cohort/config"));
+
+  // Upper case with colons between the bytes, as other tools print fingerprints.
+  std::string colons = "SHA256:";
+  for (size_t i = 7; i < fingerprint.size(); i += 2) {
+    if (i > 7) colons += ':';
+    colons += static_cast<char>(std::toupper(static_cast<unsigned char>(fingerprint[i])));
+    colons += static_cast<char>(std::toupper(static_cast<unsigned char>(fingerprint[i + 1])));
+  }
+  auto ok = login({"--ca-fingerprint", colons});
+  ASSERT_TRUE(ok.status.Success()) << ok.errors;
+  const std::string config = ReadFile(xdg + "/cohort/config");
+  EXPECT_NE(config.find("ca: " + kept), std::string::npos) << config;
+  EXPECT_EQ(ReadFile(kept), ReadFile(ca));
+  auto nodes = RunWithEnv(c, {COHORT_BINARY, "nodes"}, env, unset);
+  ASSERT_TRUE(nodes.status.Success()) << nodes.errors;
+  EXPECT_NE(nodes.output.find("n1"), std::string::npos) << nodes.output;
+}
+
 TEST(TlsCli, AgentsMustTrustTheHeadAndSpeakTls) {
   LocalCluster c;
   ASSERT_NO_FATAL_FAILURE(c.StartHead());
