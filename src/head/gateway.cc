@@ -175,8 +175,21 @@ std::vector<std::string> Gateway::Discover() {
       keys.push_back(key);
     }
     replicas_.swap(next);
+    std::erase_if(latency_, [&](const auto& entry) {
+      return std::none_of(model_services_.begin(), model_services_.end(),
+                          [&](const auto& ms) { return ms.second == entry.first; });
+    });
   }
   return keys;
+}
+
+std::shared_ptr<Gateway::ServiceLatency> Gateway::LatencyOf(const std::string& model) {
+  MutexLock l(mu_);
+  auto it = model_services_.find(model);
+  if (it == model_services_.end()) return nullptr;
+  auto& latency = latency_[it->second];
+  if (!latency) latency = std::make_shared<ServiceLatency>();
+  return latency;
 }
 
 void Gateway::Check(const std::string& key) {
@@ -532,7 +545,9 @@ struct Gateway::StreamState {
   bool done = false;
   SteadyTime started = SteadyClock::now();
   bool first_token = false;
+  SteadyTime last_token_at;
   std::optional<SteadyTime> moved_at;  // a failover under way since
+  std::shared_ptr<ServiceLatency> latency;  // the service's (nullptr: it went away)
 };
 
 void Gateway::Handle(bool chat, const std::string& path, const httplib::Request& req, httplib::Response& res) {
@@ -630,6 +645,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
     body["seed"] = static_cast<int64_t>(std::random_device{}() >> 1);
   }
   auto st = std::make_shared<StreamState>();
+  st->latency = LatencyOf(model);
   st->path = path;
   st->model = model;
   st->session = session;
@@ -738,10 +754,15 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
                   for (const auto& id : *ids) {
                     if (id.is_number_integer()) st->sent.push_back(id.get<int64_t>());
                   }
+                  const SteadyTime now = SteadyClock::now();
                   if (!st->first_token) {
                     st->first_token = true;
-                    ttft_seconds_.Observe(Seconds(SteadyClock::now() - st->started));
+                    ttft_seconds_.Observe(Seconds(now - st->started));
+                    if (st->latency) st->latency->ttft.Observe(Seconds(now - st->started));
+                  } else if (st->latency) {
+                    st->latency->itl.Observe(Seconds(now - st->last_token_at));
                   }
+                  st->last_token_at = now;
                   if (st->moved_at) {
                     moved_extra_seconds_.Observe(Seconds(SteadyClock::now() - *st->moved_at));
                     st->moved_at.reset();
@@ -908,6 +929,12 @@ void Gateway::WriteMetrics(prom::TextWriter& w) const {
     w.Family(name, MetricType::kGauge, help);
     for (const auto& [service, a] : services) w.Sample({{"service", service}}, get(a));
   }
+  w.Family("cohort_service_time_to_first_token_seconds", MetricType::kHistogram,
+           "From a streamed request's arrival at the gateway to its first token, per service");
+  for (const auto& [service, l] : latency_) w.Histogram({{"service", service}}, l->ttft.Snapshot());
+  w.Family("cohort_service_inter_token_latency_seconds", MetricType::kHistogram,
+           "Between a stream's tokens as the gateway relays them (a failover's gap included), per service");
+  for (const auto& [service, l] : latency_) w.Histogram({{"service", service}}, l->itl.Snapshot());
 }
 
 }  // namespace cohort::head

@@ -150,6 +150,16 @@ class Gateway {
   std::atomic<int64_t> requests_{0}, retries_{0}, failovers_{0}, overloaded_{0}, unavailable_{0};
   prom::Histogram ttft_seconds_{prom::ExponentialBuckets(0.001, 2, 16)};
   prom::Histogram moved_extra_seconds_{prom::ExponentialBuckets(0.001, 2, 16)};
+  // What the clients of one service's streams see through the gateway: arrival to first
+  // token, and the gap between tokens (a failover's included). Kept while the service has
+  // replicas; a stream holds its own reference.
+  struct ServiceLatency {
+    prom::Histogram ttft{prom::ExponentialBuckets(0.001, 2, 16)};
+    prom::Histogram itl{prom::ExponentialBuckets(0.0005, 2, 16)};
+  };
+  std::map<std::string, std::shared_ptr<ServiceLatency>> latency_ GUARDED_BY(mu_);  // by service
+  // The histograms of the service that serves `model` (nullptr: none does).
+  std::shared_ptr<ServiceLatency> LatencyOf(const std::string& model) EXCLUDES(mu_);
 
   std::atomic<bool> stopping_{false};
   Mutex stop_mu_;

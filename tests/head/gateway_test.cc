@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/http_server.h"
+#include "common/prometheus.h"
 #include "head/cluster.h"
 #include "head/gateway.h"
 #include "head/router.h"
@@ -314,6 +315,15 @@ TEST_F(GatewayTest, AStreamMovesWhenItsReplicaDiesAndNoTokenRepeats) {
   EXPECT_EQ(moved["seed"], replicas_["east"]->last_body()["seed"]);
   EXPECT_EQ(gateway_->counters().failovers, 1);
   EXPECT_FALSE(Healthy("east"));
+  // The service's latency as its client saw it: one first token, nine gaps (the move's too).
+  prom::TextWriter w;
+  gateway_->WriteMetrics(w);
+  auto text = w.Finish();
+  ASSERT_TRUE(text.has_value()) << text.error().message;
+  EXPECT_NE(text->find("cohort_service_time_to_first_token_seconds_count{service=\"svc\"} 1\n"), std::string::npos)
+      << *text;
+  EXPECT_NE(text->find("cohort_service_inter_token_latency_seconds_count{service=\"svc\"} 9\n"), std::string::npos)
+      << *text;
 }
 
 }  // namespace
