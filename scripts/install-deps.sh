@@ -23,8 +23,12 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
+# The official OpenAI SDK for the gateway's client test (npm, pinned; see the script).
+sdk() { bash "$(dirname "$0")/install-openai-sdk.sh"; }
+
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
+  sdk
   exit 0
 fi
 
@@ -34,3 +38,4 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+sdk

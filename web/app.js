@@ -376,6 +376,29 @@
     ])), 8, 'No finished jobs yet.');
   }
 
+  // Inference services (GET /v1/services): one row per replica, with its load as the
+  // gateway last read it.
+  function fmtMs(s) { return isNum(s) && s > 0 ? fmtNum(s * 1000, 3) + ' ms' : DASH; }
+  function renderServices(list) {
+    const rows = [];
+    for (const s of list || []) {
+      for (const r of s.replica_status || []) {
+        const kv = r.kv_blocks_total ? Math.round(100 * r.kv_blocks_used / r.kv_blocks_total) + '%' : DASH;
+        rows.push(el('tr', null, ...[
+          s.name, s.model_name, String(r.job), badge(r.state), r.node || DASH, r.site || DASH,
+          el('td', { class: 'reason', text: r.healthy ? 'ok' : (r.health || DASH) }),
+          r.state === 'RUNNING' ? `${r.running}+${r.waiting}` : DASH, kv, fmtRate(r.tokens_per_second),
+          `${fmtMs(r.ttft_p50_seconds)} / ${fmtMs(r.ttft_p99_seconds)}`,
+          `${fmtMs(r.itl_p50_seconds)} / ${fmtMs(r.itl_p99_seconds)}`,
+        ].map((c) => (c instanceof Node ? (c.tagName === 'TD' ? c : el('td', null, c)) : el('td', { text: c })))));
+      }
+    }
+    const healthy = (list || []).reduce((n, s) => n + s.healthy, 0);
+    const replicas = (list || []).reduce((n, s) => n + s.replicas, 0);
+    $('services-count').textContent = `(${(list || []).length}; ${healthy} of ${replicas} replicas healthy)`;
+    fillTable('services', rows, 12, 'No services (cohort serve deploy).');
+  }
+
   function findJob(id) {
     if (state.detail && state.detail.id === id && state.detail.job) return state.detail.job;
     const d = state.data || {};
@@ -427,6 +450,7 @@
     renderSummary(state.data);
     renderNodes(state.data);
     renderJobs(state.data);
+    renderServices(state.services);
     renderDetail();
   }
 
@@ -562,6 +586,7 @@
     clearTimeout(state.timer);
     try {
       state.data = await api('GET', '/v1/dashboard?recent=20&points=32');
+      state.services = (await api('GET', '/v1/services')).services;
       hooks.polls++;
       hooks.lastError = null;
       await pollDetail();

@@ -7,10 +7,11 @@
 #include "comm/bench/bench_command.h"
 #include "engine/trainer/tokenize_command.h"
 #include "engine/trainer/train_command.h"
+#include "serve/serve_command.h"
 
 extern "C" [[gnu::visibility("default")]] int cohort_data_plane_run(const char* name, int argc, char** argv) {
   const cohort::ExternalCommand commands[] = {cohort::comm::BenchCommand(), cohort::engine::TrainCommand(),
-                                              cohort::engine::TokenizeCommand()};
+                                              cohort::engine::TokenizeCommand(), cohort::serve::ServeCommand()};
   for (const auto& cmd : commands) {
     if (cmd.name == std::string_view(name)) return cmd.run(argc, argv);
   }

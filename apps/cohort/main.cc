@@ -1,5 +1,5 @@
 // cohort: parse the subcommand and dispatch (src/cli). The data plane's commands (src/comm
-// benchmarks, src/engine training) run in the data-plane module, loaded only when one of
+// benchmarks, src/engine training, src/serve inference replicas) run in the data-plane module, loaded only when one of
 // them is asked for (data_plane_module.h): the CLI library and this binary never link the
 // data plane.
 #include "apps/cohort/data_plane_loader.h"
@@ -24,6 +24,11 @@ int main(int argc, char** argv) {
       DataPlaneCommand("bench", "Data-plane benchmarks (allreduce: nccl-tests style, against Gloo's ring)"),
       DataPlaneCommand("train", "Train a GPT-2-style model on CPU or GPU ranks (data parallel, checkpoints)"),
       DataPlaneCommand("tokenize", "Tokenize text into token shards for `cohort train`"),
+      // `cohort serve --model PATH` (one replica); `cohort serve deploy|scale|ls|rm` are the
+      // CLI's own (cli/serve.cc) and never load the module.
+      DataPlaneCommand("serve",
+                       "Serve a GPT model over an OpenAI-compatible API (deploy, scale, ls, rm: services on "
+                       "the cluster)"),
   };
   return cohort::cli::RunCli(argc, argv, external);
 }

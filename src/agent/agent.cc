@@ -130,6 +130,7 @@ void Agent::BuildRegistration() {
   registration_.incarnation = RandomToken();
   registration_.version = kAgentVersion;
   registration_.cpus = config_.cpus;
+  registration_.labels = config_.labels;
   for (const auto& g : gpus_) {
     api::Gpu gpu;
     gpu.index = g.index;

@@ -88,6 +88,7 @@ struct AgentConfig {
   int port = 0;                 // the agent's HTTP port; 0 = any free port
   int simulated_gpus = -1;      // >= 0: present that many simulated GPUs instead of NVML
   int cpus = 0;                 // 0: the machine's hardware threads
+  std::map<std::string, std::string> labels;  // topology labels (--topology site=...)
   std::string work_dir;         // task logs and status files, mode 0700; default ~/.cohort/agent-<name>
   std::string shim_path;        // default: cohort-task-shim next to this executable, else this executable
   int64_t head_down_grace_ms = 60'000;

@@ -231,6 +231,11 @@ json ToJson(const JobSpec& s) {
   // Written only when declared, so specs without them read and dump as before.
   if (s.tensor_group_size > 0) j["tensor_group_size"] = s.tensor_group_size;
   if (s.container.enabled()) j["container"] = ToJson(s.container);
+  if (s.is_service()) {
+    j["kind"] = "service";
+    j["service"] = s.service;
+    j["service_model"] = s.service_model;
+  }
   return j;
 }
 
@@ -288,6 +293,27 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
   s.team = COHORT_TRY(r.String("team", ""));
   if (!s.team.empty() && !ValidName(s.team, 64)) {
     return FieldError("team", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'", s.team);
+  }
+  const std::string kind = COHORT_TRY(r.String("kind", "batch"));
+  if (kind == "service") {
+    s.service = COHORT_TRY(r.String("service"));
+    s.service_model = COHORT_TRY(r.String("service_model", s.service));
+    if (!ValidName(s.service, 64)) {
+      return FieldError("service", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'",
+                        s.service);
+    }
+    if (s.service_model.empty() || s.service_model.size() > 256) {
+      return FieldError("service_model", "must be 1-256 characters, got {}", s.service_model.size());
+    }
+    if (s.nodes != 1 || s.tasks_per_node != 1 || s.min_nodes != 0) {
+      return FieldError("nodes", "a service replica is one task on one node (nodes 1, tasks_per_node 1)");
+    }
+    if (s.time_limit_s != 0 || s.progress_timeout_s != 0) {
+      return FieldError(s.time_limit_s != 0 ? "time_limit_s" : "progress_timeout_s",
+                        "a service replica runs until it is removed: it takes no time limit");
+    }
+  } else if (kind != "batch") {
+    return FieldError("kind", "must be 'batch' or 'service', got '{}'", kind);
   }
   COHORT_TRY_VOID(r.Finish());
   if (s.name.empty() && !s.command.empty()) {
@@ -358,6 +384,24 @@ Result<void> ValidateJobSpec(const JobSpec& s) {
   if (static_cast<int64_t>(s.cpus_per_task) * s.tasks_per_node > kMaxCpusPerTask) {
     return FieldError("cpus_per_task", "{} tasks x {} CPUs per node exceeds {}", s.tasks_per_node,
                       s.cpus_per_task, kMaxCpusPerTask);
+  }
+  return {};
+}
+
+Result<void> ValidateNodeLabels(const std::map<std::string, std::string>& labels, const std::string& field) {
+  if (labels.size() > 16) return FieldError(field, "at most 16 labels, got {}", labels.size());
+  for (const auto& [k, v] : labels) {
+    const bool key_ok = !k.empty() && k.size() <= 63 && std::islower(static_cast<unsigned char>(k[0])) &&
+                        std::all_of(k.begin(), k.end(), [](char c) {
+                          return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+                                 c == '.' || c == '_' || c == '-';
+                        });
+    if (!key_ok) {
+      return FieldError(field + "." + k, "a label name is 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter");
+    }
+    if (v.size() > 63 || !ValidName(v, 63)) {
+      return FieldError(field + "." + k, "a label value is 1-63 characters of letters, digits, '.', '_' or '-', got '{}'", v);
+    }
   }
   return {};
 }
@@ -567,6 +611,7 @@ json ToJson(const Node& n) {
               {"version", n.version},
               {"gpus", GpusToJson(n.gpus)},
               {"cpus", n.cpus},
+              {"labels", n.labels},
               {"state", NodeStateName(n.state)},
               {"reason", n.reason},
               {"drain", n.drain},
@@ -585,6 +630,7 @@ Result<Node> NodeFromJson(const json& j) {
     n.version = j.value("version", "");
     for (const auto& g : j.value("gpus", json::array())) n.gpus.push_back(GpuFromStored(g));
     n.cpus = j.value("cpus", 0);
+    n.labels = j.value("labels", std::map<std::string, std::string>{});
     n.state = j.value("state", "UP") == "DOWN" ? NodeState::kDown : NodeState::kUp;
     n.reason = j.value("reason", "");
     n.drain = j.value("drain", false);
@@ -605,7 +651,7 @@ json ToJson(const Registration& r) {
                  for (const auto& g : r.gpus) a.push_back(RegisteredGpuToJson(g));
                  return a;
                }()},
-              {"cpus", r.cpus}, {"csr", r.csr}};
+              {"cpus", r.cpus}, {"labels", r.labels}, {"csr", r.csr}};
 }
 
 Result<Registration> RegistrationFromJson(const json& j) {
@@ -618,6 +664,8 @@ Result<Registration> RegistrationFromJson(const json& j) {
   reg.version = COHORT_TRY(r.String("version", "", 64));
   reg.gpus = COHORT_TRY(GpusFromJson(r, "gpus"));
   reg.cpus = static_cast<int>(COHORT_TRY(r.Int("cpus", 0, 0, 1 << 20)));
+  reg.labels = COHORT_TRY(r.StringMap("labels"));
+  COHORT_TRY_VOID(ValidateNodeLabels(reg.labels, "labels"));
   reg.csr = COHORT_TRY(r.String("csr", "", 16 << 10));
   COHORT_TRY_VOID(r.Finish());
   if (!ValidName(reg.name, 64)) {

@@ -55,6 +55,8 @@ std::string Node(std::string_view name) { return Path("/v1/nodes/", name); }
 std::string Team(std::string_view name) { return Path("/v1/teams/", name); }
 std::string NodeDrain(std::string_view name) { return Path("/v1/nodes/", name, "/drain"); }
 std::string NodeResume(std::string_view name) { return Path("/v1/nodes/", name, "/resume"); }
+std::string Service(std::string_view name) { return Path("/v1/services/", name); }
+std::string ServiceScale(std::string_view name) { return Path("/v1/services/", name, "/scale"); }
 std::string AgentHeartbeat(std::string_view name) { return Path("/v1/agents/", name, "/heartbeat"); }
 std::string AgentCertificate(std::string_view name) { return Path("/v1/agents/", name, "/certificate"); }
 std::string Rendezvous(std::string_view token) { return Path("/v1/rendezvous/", token); }

@@ -56,7 +56,9 @@ std::string Node(std::string_view name);  // GET: one node; DELETE ?force=: remo
 inline constexpr char kNodePattern[] = R"(/v1/nodes/([^/]+))";
 std::string NodeDrain(std::string_view name);  // POST {"now": bool}
 inline constexpr char kNodeDrainPattern[] = R"(/v1/nodes/([^/]+)/drain)";
-std::string NodeResume(std::string_view name);  // POST
+std::string NodeResume(std::string_view name);
+std::string Service(std::string_view name);
+std::string ServiceScale(std::string_view name);  // POST
 inline constexpr char kNodeResumePattern[] = R"(/v1/nodes/([^/]+)/resume)";
 
 // The agent protocol (agent → head).
@@ -94,6 +96,14 @@ std::string Team(std::string_view name);
 inline constexpr char kTeamPattern[] = R"(/v1/teams/([^/]+))";
 inline constexpr char kShares[] = "/v1/shares";          // GET: each team's share, usage, factor
 inline constexpr char kPriorities[] = "/v1/priorities";  // GET: pending jobs' priority factors
+// Inference services (api/service.h): POST a ServiceSpec, GET the list; GET, DELETE one;
+// POST {"replicas": N} to scale. The gateway's OpenAI-compatible routes (head/gateway.h).
+inline constexpr char kServices[] = "/v1/services";
+inline constexpr char kServicePattern[] = R"(/v1/services/([^/]+))";
+inline constexpr char kServiceScalePattern[] = R"(/v1/services/([^/]+)/scale)";
+inline constexpr char kCompletions[] = "/v1/completions";
+inline constexpr char kChatCompletions[] = "/v1/chat/completions";
+inline constexpr char kModels[] = "/v1/models";
 
 inline constexpr char kDashboard[] = "/v1/dashboard";  // GET ?recent=&queue=&points=
 inline constexpr char kUsage[] = "/v1/usage";          // GET ?since=&until=&user=

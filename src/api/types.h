@@ -93,7 +93,15 @@ struct JobSpec {
   // "" in a submission: the user's team, else "default"; the head fills it in. A job may
   // name only a team its user belongs to (admins: any existing team).
   std::string team;
+  // A replica of an inference service (api/service.h; `cohort serve deploy`) when
+  // `service` is set (on the wire: "kind": "service", "service", "service_model"). The
+  // head keeps it running: whatever way it ends except a cancellation, it is requeued
+  // (core/lifecycle.h), never SUCCEEDED or FAILED; its restarts are not counted against
+  // max_restarts. The gateway routes requests for `service_model` to it.
+  std::string service;        // the service's name; "" for a batch job
+  std::string service_model;  // the model name requests use
 
+  bool is_service() const { return !service.empty(); }
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
 };
@@ -246,6 +254,9 @@ struct Node {
   std::string version;      // cohort version of the agent
   std::vector<Gpu> gpus;
   int cpus = 0;
+  // Topology labels the agent was started with (`--topology site=eu-west`): the gateway
+  // prefers replicas on nodes whose `site` a request names. Replaced at each registration.
+  std::map<std::string, std::string> labels;
   NodeState state = NodeState::kUp;
   std::string reason;       // why DOWN
   bool drain = false;
@@ -263,6 +274,7 @@ struct Registration {
   std::string version;
   std::vector<Gpu> gpus;
   int cpus = 0;
+  std::map<std::string, std::string> labels;  // ValidateNodeLabels
   // A certificate request (PEM) for the node's key, to a head with TLS: the reply holds
   // the node's certificate. Not kept with the node.
   std::string csr;
@@ -365,6 +377,9 @@ Result<JobSpec> JobSpecFromJson(const json& j);
 bool ValidUserName(std::string_view name);
 // Cross-field checks, also applied by JobSpecFromJson.
 Result<void> ValidateJobSpec(const JobSpec& s);
+// Node labels: at most 16, keys 1-63 characters of [a-z0-9._-] starting with a letter,
+// values 1-63 characters of [A-Za-z0-9._-]; kInvalidArgument naming `field`.key.
+Result<void> ValidateNodeLabels(const std::map<std::string, std::string>& labels, const std::string& field);
 
 json ToJson(const Job& j);
 // A stored or replied job; its spec is checked as JobSpecFromJson checks it, except for

@@ -1,5 +1,6 @@
 // `cohort agent`: run a worker agent.
 #include "agent/agent.h"
+#include "api/types.h"
 #include "cli/cli.h"
 #include "cli/daemon_flags.h"
 #include "common/log.h"
@@ -16,6 +17,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::string join_token_file;
     std::string task_user = "job";
     std::vector<std::string> container_runtimes;
+    std::vector<std::string> topology;
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
@@ -28,6 +30,9 @@ void AddAgentCommand(CommandContext& ctx) {
                   "Present N simulated GPUs instead of the real ones (NVML)")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--cpus", f->config.cpus, "CPUs to offer (default: hardware threads)")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--topology", f->topology,
+                  "A topology label KEY=VALUE of this node (repeatable), e.g. site=eu-west: the gateway "
+                  "prefers replicas whose site a request names");
   sub->add_option("--work-dir", f->config.work_dir, "Task logs and status files (default ~/.cohort/agent-NAME)");
   sub->add_option("--head-down-grace", f->head_down_grace,
                   "Keep tasks running this long while the head refuses connections (default 60s; 0 fences at once)");
@@ -67,6 +72,15 @@ void AddAgentCommand(CommandContext& ctx) {
                                "health_check_interval"});
     }
     f->config.health_check_interval_ms = *check_interval;
+    for (const std::string& label : f->topology) {
+      const size_t eq = label.find('=');
+      if (eq == std::string::npos) {
+        return ReportError(Error{ErrorCode::kInvalidArgument, "--topology: expected KEY=VALUE, got '" + label + "'",
+                                 "topology"});
+      }
+      f->config.labels[label.substr(0, eq)] = label.substr(eq + 1);
+    }
+    if (auto v = api::ValidateNodeLabels(f->config.labels, "--topology"); !v) return ReportError(v.error());
     auto task_user = agent::ParseTaskUserPolicy(f->task_user);
     if (!task_user) return ReportError(task_user.error());
     f->config.task_user = *task_user;

@@ -165,8 +165,11 @@ std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(
   AddHelpCommand(ctx);
   AddCompletionCommand(ctx);
   AddContextCommands(ctx);
-  // Listed for --help only: a matching argv[1] never reaches the parser (see RunCli).
+  AddServeCommands(ctx);
+  // Listed for --help only: a matching argv[1] never reaches the parser (see RunCli);
+  // `serve` is listed by AddServeCommands.
   for (const auto& cmd : external) {
+    if (cmd.name == "serve") continue;
     ctx.app.add_subcommand(cmd.name, cmd.description)->allow_extras()->prefix_command();
   }
   return app;
@@ -178,7 +181,9 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
     return agent::RunTaskShim(argc - 1, argv + 1);
   }
   // Commands from outside the CLI parse their own flags.
+  const bool serve_control = argc >= 3 && std::strcmp(argv[1], "serve") == 0 && ServeControlVerb(argv[2]);
   for (const auto& cmd : external) {
+    if (serve_control) break;
     if (argc >= 2 && cmd.name == argv[1] && cmd.run) return cmd.run(argc - 1, argv + 1);
   }
   GlobalOptions global;

@@ -91,6 +91,10 @@ void AddContextCommands(CommandContext& ctx);     // context ls|save|use|rm (con
 Result<std::string> CompletionScript(CLI::App& root, std::string_view shell);
 // The text of `cohort help NAME` for a topic, or null when NAME is no topic.
 const char* HelpTopicText(std::string_view name);
+void AddServeCommands(CommandContext& ctx);  // serve deploy/scale/ls/rm (services)
+// True for the second words of `cohort serve` that the CLI handles itself (services);
+// every other `cohort serve ...` goes to the data plane's serve command.
+bool ServeControlVerb(std::string_view word);
 
 using ExternalCommand = ::cohort::ExternalCommand;
 

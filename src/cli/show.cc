@@ -66,8 +66,13 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   r.Add("state", std::string(api::JobStateName(job.state)));
   r.Add("reason", job.reason);
   r.Add("exit code", job.exit_code ? std::to_string(*job.exit_code) : "");
-  r.Add("attempt", s.max_restarts > 0 ? fmt::format("{} (max_restarts {})", job.attempt, s.max_restarts)
-                                      : fmt::format("{} (no restarts)", job.attempt));
+  if (s.is_service()) {
+    r.Add("service", fmt::format("replica of {} (model {}); kept running until removed", s.service, s.service_model));
+    r.Add("attempt", fmt::format("{} (restarts without limit)", job.attempt));
+  } else {
+    r.Add("attempt", s.max_restarts > 0 ? fmt::format("{} (max_restarts {})", job.attempt, s.max_restarts)
+                                        : fmt::format("{} (no restarts)", job.attempt));
+  }
   if (job.move) {
     const api::MoveRequest& m = *job.move;
     const std::string at = m.baseline_checkpoint >= 0
@@ -110,7 +115,8 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   for (const auto& [k, v] : s.env) env.push_back(k + "=" + v);
   r.Add("env", Truncate(ShellJoin(env), 200));
   if (!job.allocation.master_addr.empty()) {
-    r.Add("master", fmt::format("{}:{}", job.allocation.master_addr, job.allocation.master_port));
+    r.Add(s.is_service() ? "endpoint" : "master",
+          fmt::format("{}{}:{}", s.is_service() ? "http://" : "", job.allocation.master_addr, job.allocation.master_port));
   }
   std::string out = r.Render();
 

@@ -293,6 +293,10 @@ class ConnStream final : public httplib::Stream {
 
   ssize_t write(const char* ptr, size_t size) override {
     if (write_failed_) return -1;
+    if (write_through_) {
+      out_.append(ptr, size);
+      return Flush() ? static_cast<ssize_t>(size) : -1;
+    }
     if (out_.size() + size > kCoalesceBytes && !Flush()) return -1;
     if (size <= kCoalesceBytes) {
       out_.append(ptr, size);
@@ -327,6 +331,9 @@ class ConnStream final : public httplib::Stream {
 
   socket_t socket() const override { return conn_.fd; }
 
+  // From now on every write goes out at once (HttpServer::StreamResponse).
+  void WriteThrough() { write_through_ = true; }
+
  private:
   Conn& conn_;
   int64_t deadline_ms_;
@@ -337,9 +344,11 @@ class ConnStream final : public httplib::Stream {
   // Written, not yet sent; mutable since httplib's const is_readable must send it first.
   mutable std::string out_;
   mutable bool write_failed_ = false;  // a send failed: the response cannot be completed
+  bool write_through_ = false;
 };
 
 thread_local Conn* current_conn = nullptr;
+thread_local ConnStream* current_stream = nullptr;
 
 }  // namespace
 
@@ -496,8 +505,10 @@ struct HttpServer::Impl {
       const size_t budget = options.max_header_bytes + options.max_body_bytes + (64 << 10);
       ConnStream stream(*conn, conn->deadline_ms, budget, options.write_timeout);
       current_conn = conn.get();
+      current_stream = &stream;
       ok = server.ProcessOne(stream, last, closed);
       ok = stream.Flush() && ok;
+      current_stream = nullptr;
       current_conn = nullptr;
     }
     conn->served += 1;
@@ -966,12 +977,16 @@ void HttpServer::set_tls(std::shared_ptr<tls::ServerContext> ctx) { impl_->optio
 
 void HttpServer::Serve() {
   if (impl_->listen_fd < 0 || impl_->epoll_fd < 0) return;
+  // httplib's content providers (streamed replies) run while its own listening socket is
+  // valid and stop once it is not ("shutting down"): ours stands for it until Stop.
+  svr_sock_ = impl_->listen_fd;
   impl_->StartPools();
   impl_->Loop();
   impl_->Shutdown();
 }
 
 void HttpServer::Stop() {
+  svr_sock_ = INVALID_SOCKET;  // streamed replies end (httplib's content providers)
   if (impl_->stopping.exchange(true)) return;
   if (impl_->wake_fd >= 0) impl_->Wake();
 }
@@ -981,6 +996,10 @@ bool HttpServer::ProcessOne(httplib::Stream& stream, bool close_connection, bool
   if (!ssl) return process_request(stream, close_connection, connection_closed, nullptr);
   // Handlers see the connection's TLS (tls::PeerName: who presented which certificate).
   return process_request(stream, close_connection, connection_closed, [ssl](httplib::Request& req) { req.ssl = ssl; });
+}
+
+void HttpServer::StreamResponse() {
+  if (current_stream) current_stream->WriteThrough();
 }
 
 HttpServerStats HttpServer::Stats() const {

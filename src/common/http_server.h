@@ -132,6 +132,14 @@ class HttpServer : public httplib::Server {
 
   HttpServerStats Stats() const;
 
+  // Streamed replies: a handler may set httplib's content providers (set_chunked_content_
+  // provider); they run until the reply ends or Stop.
+  // Called from a handler (or its content provider) on a pool thread: the rest of this
+  // response leaves as it is written instead of being coalesced into 16 KiB writes, so a
+  // streamed reply (server-sent events) reaches the client token by token. A streaming
+  // response holds its pool thread until it ends: give such routes a pool of their own.
+  static void StreamResponse();
+
  private:
   struct Impl;
   friend struct Impl;

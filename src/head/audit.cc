@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "api/routes.h"
 #include "common/http.h"
 #include "common/log.h"
 
@@ -55,6 +56,9 @@ std::optional<api::AuditEntry> AuditEntryFor(const Router::Route& route, const C
   if (route.method == "GET") return std::nullopt;
   const bool agents_or_tasks = route.access == Access::kNode || route.access == Access::kTask;
   if (agents_or_tasks && res.status < 400) return std::nullopt;
+  // Inference requests change nothing the head keeps: only their refusals are kept.
+  const bool inference = route.pattern == api::routes::kCompletions || route.pattern == api::routes::kChatCompletions;
+  if (inference && res.status < 400) return std::nullopt;
   api::AuditEntry e;
   e.time_ms = now_ms;
   e.caller = caller.Describe();

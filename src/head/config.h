@@ -36,6 +36,7 @@ struct HeadConfig {
   int http_threads = 0;         // the API's pool
   int agent_http_threads = 16;  // the agent protocol's pool
   int task_http_threads = 64;   // rendezvous and progress reports
+  int gateway_http_threads = 256;  // inference requests (gateway.h): each stream holds one
   int64_t request_timeout_ms = 10'000;  // a request must arrive whole within this (408)
   int max_connections_per_client = 1024;  // per client address, at once (429)
   int api_requests_per_client = 64;       // one address's API requests queued or running (429)

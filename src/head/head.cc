@@ -26,6 +26,8 @@
 #include "head/rate_limit.h"
 #include "head/router.h"
 #include "head/cluster.h"
+#include "head/gateway.h"
+#include "head/services.h"
 #include "head/routes.h"
 #include "store/state_store.h"
 
@@ -37,13 +39,15 @@ static const char* kVersion = "0.1.0";
 
 namespace {
 
-enum Pool : size_t { kApiPool = 0, kAgentPool = 1, kTaskPool = 2 };
+enum Pool : size_t { kApiPool = 0, kAgentPool = 1, kTaskPool = 2, kGatewayPool = 3 };
 
 // Agents and tasks get threads of their own: no API traffic can delay a heartbeat (and so
 // fail the node's jobs) or a rendezvous.
 size_t ClassifyRequest(std::string_view, std::string_view path) {
   if (path.starts_with("/v1/agents/")) return kAgentPool;
   if (path.starts_with("/v1/rendezvous/") || path.starts_with("/v1/report/")) return kTaskPool;
+  // Inference through the gateway: a stream holds its thread until its last token.
+  if (path == api::routes::kCompletions || path == api::routes::kChatCompletions) return kGatewayPool;
   return kApiPool;
 }
 
@@ -55,7 +59,8 @@ HttpServerOptions HttpOptions(const HeadConfig& c) {
                                              : std::max(4, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   o.pools = {{"api", api_threads, 4096, /*nice=*/5, c.api_requests_per_client},
              {"agents", c.agent_http_threads, 65536, 0, 0},
-             {"tasks", c.task_http_threads, 65536, 0, 0}};
+             {"tasks", c.task_http_threads, 65536, 0, 0},
+             {"gateway", c.gateway_http_threads, 4096, 0, 0}};
   o.classify = ClassifyRequest;
   o.request_timeout = Millis(c.request_timeout_ms);
   o.max_connections_per_client = c.max_connections_per_client;
@@ -283,12 +288,16 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   RegisterLogRoutes(router, cluster);
   RegisterRendezvousRoutes(router, cluster);
   RegisterProgressRoutes(router, cluster);
-  RegisterMetricsRoutes(router, cluster, *h->audit_);
+  h->gateway_ = std::make_unique<Gateway>(cluster);
+  h->services_ = std::make_unique<Services>(cluster, *h->gateway_);
+  RegisterMetricsRoutes(router, cluster, *h->audit_, h->gateway_.get());
   RegisterUsageRoutes(router, cluster);
   RegisterTeamRoutes(router, cluster);
   RegisterTokenRoutes(router, *h->tokens_);
   RegisterAuditRoutes(router, *h->audit_);
   RegisterDashboardRoutes(router, *h->dashboard_);
+  h->gateway_->Register(router);
+  RegisterServiceRoutes(router, *h->services_);
   RegisterWebRoutes(router);
   PreferGzipOverBrotli(srv);
   srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -315,6 +324,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
     SendError(res, Error{ErrorCode::kInternal, "internal error: " + what});
   });
 
+  h->gateway_->Start();
   COHORT_TRY_VOID(srv.Listen());
   h->server_thread_ = std::thread([&srv] { srv.Serve(); });
   h->control_thread_ = std::thread([hp = h.get()] { hp->ControlLoop(); });
@@ -371,6 +381,7 @@ void HeadServer::Stop() {
   if (stopping_.exchange(true)) return;
   if (server_) server_->Stop();
   if (dashboard_) dashboard_->Stop();
+  if (gateway_) gateway_->Stop();
 }
 
 void HeadServer::Wait() {

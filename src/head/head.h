@@ -32,6 +32,8 @@ class Router;
 class AuditLog;
 class RateLimiter;
 class HeadTls;
+class Gateway;
+class Services;
 
 class HeadServer {
  public:
@@ -58,6 +60,8 @@ class HeadServer {
   std::unique_ptr<AgentWaker> waker_;
   // After cluster_ (its store) and before server_ (whose handlers record into it).
   std::unique_ptr<AuditLog> audit_;
+  std::unique_ptr<Gateway> gateway_;    // inference requests to service replicas
+  std::unique_ptr<Services> services_;
   // Declared after cluster_ and before server_ (whose handlers use it): destroyed after
   // the server, before the cluster.
   std::unique_ptr<DashboardSnapshots> dashboard_;

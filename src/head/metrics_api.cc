@@ -5,6 +5,7 @@
 
 #include "common/http_server.h"
 #include "head/audit.h"
+#include "head/gateway.h"
 #include "head/routes.h"
 
 namespace cohort::head {
@@ -98,14 +99,21 @@ Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerS
   return w.Finish();
 }
 
-void RegisterMetricsRoutes(Router& router, Cluster& cluster, const AuditLog& audit) {
-  router.Get(api::routes::kMetrics, Access::kViewer, [&](const httplib::Request&, httplib::Response& res) {
+void RegisterMetricsRoutes(Router& router, Cluster& cluster, const AuditLog& audit, const Gateway* gateway) {
+  router.Get(api::routes::kMetrics, Access::kViewer, [&, gateway](const httplib::Request&, httplib::Response& res) {
     std::optional<HttpServerStats> http;
     if (auto* s = dynamic_cast<HttpServer*>(&router.server())) http = s->Stats();
     const AuditLog::Stats a = audit.stats();
     const EdgeStats edge{router.rate_limited(), a.written, a.dropped_queue_full, a.dropped_write_failed};
     auto text = RenderHeadMetrics(cluster.Metrics(), http ? &*http : nullptr, &edge);
     if (!text) return SendError(res, text.error());
+    if (gateway) {
+      prom::TextWriter w;
+      gateway->WriteMetrics(w);
+      auto more = w.Finish();
+      if (!more) return SendError(res, more.error());
+      *text += *more;
+    }
     res.set_content(std::move(*text), "text/plain; version=0.0.4; charset=utf-8");
   });
 }

@@ -26,7 +26,9 @@ void RegisterLogRoutes(Router& router, Cluster& cluster);
 void RegisterRendezvousRoutes(Router& router, Cluster& cluster);
 void RegisterProgressRoutes(Router& router, Cluster& cluster);
 class AuditLog;
-void RegisterMetricsRoutes(Router& router, Cluster& cluster, const AuditLog& audit);  // GET /metrics
+class Gateway;
+// GET /metrics; with `gateway`, its families too.
+void RegisterMetricsRoutes(Router& router, Cluster& cluster, const AuditLog& audit, const Gateway* gateway = nullptr);
 void RegisterUsageRoutes(Router& router, Cluster& cluster);    // GET /v1/usage
 void RegisterTeamRoutes(Router& router, Cluster& cluster);     // /v1/teams, /v1/shares, /v1/priorities
 void RegisterTokenRoutes(Router& router, TokenBook& tokens);   // /v1/tokens
@@ -35,6 +37,8 @@ class DashboardSnapshots;
 void RegisterDashboardRoutes(Router& router, DashboardSnapshots& snapshots);
 // The dashboard's static files (web/) at the root URL; register after the /v1 routes.
 void RegisterWebRoutes(Router& router);
+class Services;
+void RegisterServiceRoutes(Router& router, Services& services);  // /v1/services
 // Drops "br" from requests' Accept-Encoding, so that replies to browsers are gzipped:
 // cpp-httplib compresses Brotli at quality 11, which takes seconds for a reply of a few
 // MB (GET /v1/dashboard at 1,000 nodes: 5.1 s with br, 0.11 s with gzip, 0.10 s plain).

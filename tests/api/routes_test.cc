@@ -27,6 +27,8 @@ TEST(RoutesTest, BuildersMatchTheirPatterns) {
   ExpectMatches(Node("gpu-01"), kNodePattern, {"gpu-01"});
   ExpectMatches(NodeDrain("gpu-01"), kNodeDrainPattern, {"gpu-01"});
   ExpectMatches(NodeResume("gpu-01"), kNodeResumePattern, {"gpu-01"});
+  ExpectMatches(Service("chat-1"), kServicePattern, {"chat-1"});
+  ExpectMatches(ServiceScale("chat.v2"), kServiceScalePattern, {"chat.v2"});
   ExpectMatches(AgentHeartbeat("gpu-01"), kAgentHeartbeatPattern, {"gpu-01"});
   ExpectMatches(Report("tok"), kReportPattern, {"tok"});
   ExpectMatches(Rendezvous("tok") + "/keys/a/b", kRendezvousKeyPattern, {"tok", "a/b"});

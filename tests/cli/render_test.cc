@@ -112,6 +112,16 @@ TEST(RenderJobTest, KeyValueReportWithSections) {
   EXPECT_THAT(out, HasSubstr("node[1-2]  (running)\n"));
 }
 
+TEST(RenderJobTest, AServiceReplicaShowsItsServiceAndEndpoint) {
+  api::Job job = RunningJob();
+  job.spec.service = "chat";
+  job.spec.service_model = "tiny";
+  std::string out = RenderJob(job, kNow);
+  EXPECT_THAT(out, HasSubstr("service:       replica of chat (model tiny); kept running until removed\n"));
+  EXPECT_THAT(out, HasSubstr("attempt:       1 (restarts without limit)\n"));
+  EXPECT_THAT(out, HasSubstr("endpoint:      http://10.0.0.1:29500\n"));
+}
+
 TEST(RenderJobTest, PendingJobHasNoSections) {
   api::Job job;
   job.id = 3;

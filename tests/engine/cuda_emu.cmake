@@ -39,11 +39,13 @@ if(TARGET cohort_engine_kernels_cuda)
 
   # <family>.cu -> kernels_emu/<family>_emu.cc, once per family; _emu_<family> names it.
   foreach(_k attention gelu residual common layernorm cross_entropy adamw grad_norm matmul
-             encoder)
+             encoder kv_attention)
     set(_out ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu/${_k}_emu.cc)
     set(_extra)
     if(_k STREQUAL "attention")
       set(_extra --expect-dynamic-smem 2)  # forward and backward
+    elseif(_k STREQUAL "kv_attention")
+      set(_extra --expect-dynamic-smem 1)  # the scores of one query row
     endif()
     add_custom_command(
       OUTPUT ${_out}
@@ -58,7 +60,8 @@ if(TARGET cohort_engine_kernels_cuda)
     set(_emu_${_k} ${_out})
   endforeach()
   set(_emu_not_attention ${_emu_gelu} ${_emu_residual} ${_emu_common} ${_emu_layernorm}
-      ${_emu_cross_entropy} ${_emu_adamw} ${_emu_grad_norm} ${_emu_matmul} ${_emu_encoder})
+      ${_emu_cross_entropy} ${_emu_adamw} ${_emu_grad_norm} ${_emu_matmul} ${_emu_encoder}
+      ${_emu_kv_attention})
   # The host cuBLASLt does the products: unsanitised and optimised, or the model's hundred
   # steps take minutes.
   set_source_files_properties(${_emu_dir}/cublaslt_emu.cc PROPERTIES COMPILE_OPTIONS
@@ -136,6 +139,17 @@ if(TARGET cohort_engine_kernels_cuda)
   target_include_directories(engine_cuda_model_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
   target_compile_definitions(engine_cuda_model_emu_test PRIVATE COHORT_CUDA_EMULATED=1
                                                                COHORT_BINARY="cohort")
+
+  # The inference server's GPU backend (src/serve/cuda_model.cc) against its CPU backend,
+  # and continuous batching on it; built from the serve sources it needs.
+  _cohort_emu_test(serve_cuda_emu_test
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/serve/cuda_model_test.cc
+            ${PROJECT_SOURCE_DIR}/src/serve/cuda_model.cc ${PROJECT_SOURCE_DIR}/src/serve/cpu_model.cc
+            ${PROJECT_SOURCE_DIR}/src/serve/kv_cache.cc ${PROJECT_SOURCE_DIR}/src/serve/batcher.cc
+            ${PROJECT_SOURCE_DIR}/src/serve/sampling.cc ${PROJECT_SOURCE_DIR}/src/serve/text_stream.cc
+            ${PROJECT_SOURCE_DIR}/src/serve/serve_metrics.cc
+    LIBS cohort_engine_data)
+  target_include_directories(serve_cuda_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/serve)
 
   # The trainer with train.device cuda, in process: cohort_engine_trainer's own sources
   # built again against the emulated CUDA engine (a single rank needs no communicator, so

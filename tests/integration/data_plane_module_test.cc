@@ -45,7 +45,7 @@ TEST(DataPlaneModule, EveryDataPlaneCommandRunsFromTheModule) {
   LocalCluster c;
   auto help = RunCli(c, {COHORT_BINARY, "--help"});
   ASSERT_TRUE(help.status.Success()) << help.errors;
-  for (const std::string name : {"bench", "train", "tokenize"}) {
+  for (const std::string name : {"bench", "train", "tokenize", "serve"}) {
     EXPECT_NE(help.output.find("  " + name + " "), std::string::npos) << name << " not listed:\n" << help.output;
     auto r = RunCli(c, {COHORT_BINARY, name, "--help"});
     EXPECT_TRUE(r.status.Success()) << name << ": " << r.errors;
@@ -67,9 +67,14 @@ TEST(DataPlaneModule, ABinaryWithoutItsModuleSaysWhichFileItCouldNotLoad) {
   EXPECT_EQ(r.status.exit_code, 1) << r.output << r.errors;
   EXPECT_NE(r.errors.find("libcohort-data.so, which cannot be loaded"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find(dir + "/libcohort-data.so: not there"), std::string::npos) << r.errors;
-  // The control plane does not need it.
+  // The control plane does not need it, `cohort serve`'s service verbs included.
   auto version = RunCli(c, {exe, "--version"});
   EXPECT_TRUE(version.status.Success()) << version.errors;
+  auto services = RunCli(c, {exe, "serve", "ls", "--help"});
+  EXPECT_TRUE(services.status.Success()) << services.errors;
+  EXPECT_NE(services.output.find("Usage: cohort serve ls"), std::string::npos) << services.output;
+  auto replica = RunCli(c, {exe, "serve", "--help"});
+  EXPECT_EQ(replica.status.exit_code, 1) << "a replica runs in the module: " << replica.output;
 }
 
 }  // namespace

@@ -158,6 +158,7 @@ Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::
     }
   }
   n.cpus = reg.cpus;
+  n.labels = reg.labels;
   NoteShape(s, n, +1);
   n.state = NodeState::kUp;
   n.reason.clear();

@@ -141,7 +141,15 @@ void MoveJob(Tx& tx, Job& job, const std::string& why) {
   tx.fx.Info("job {} moved as attempt {}: {}", job.id, job.attempt, why);
 }
 
+void RestartReplica(Tx& tx, Job& job, const std::string& why) {
+  Requeue(tx, job, why);
+  job.reason = fmt::format("replica restarting after: {} (attempt {})", why, job.attempt);
+  tx.fx.Warn("service {} replica job {} requeued as attempt {}: {}", job.spec.service, job.id, job.attempt, why);
+}
+
 void FailGang(Tx& tx, Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart) {
+  // A service replica is kept running: it restarts however it ended.
+  if (job.spec.is_service()) return RestartReplica(tx, job, why);
   // Moves are not failures: only the attempts that failed count as restarts.
   if (may_restart && job.attempt - job.moves < job.spec.max_restarts) {
     Requeue(tx, job, why);
@@ -182,6 +190,8 @@ void RecordExit(Tx& tx, Job& job, const std::string& node, const api::TaskReport
     return;
   }
   if (static_cast<int>(job.exits.size()) == job.world_size()) {
+    // A service never succeeds: a replica that exits 0 is started again.
+    if (job.spec.is_service()) return RestartReplica(tx, job, fmt::format("rank {} on {} exited 0", e.rank, node));
     FinishJob(tx, job, JobState::kSucceeded, "all ranks exited 0", 0);
   }
 }

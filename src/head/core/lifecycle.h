@@ -42,7 +42,12 @@ void MoveJob(Tx& tx, api::Job& job, const std::string& why);
 
 // Ends the current attempt; requeues it when restarts remain and `may_restart`, else the
 // job FAILS with `why` (and `exit_code`).
+// A service replica (spec.is_service()) is never failed: it is requeued with every restart
+// allowed (RestartReplica), whatever `may_restart` says.
 void FailGang(Tx& tx, api::Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart);
+// Requeues a service replica as a new attempt (it never succeeds or fails; only a
+// cancellation ends it), with `why` in its reason.
+void RestartReplica(Tx& tx, api::Job& job, const std::string& why);
 
 // FailGang (with restarts) for every job running on `node`, each with `why`.
 void FailJobsOnNode(Tx& tx, const std::string& node, const std::string& why);

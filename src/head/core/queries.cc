@@ -81,6 +81,7 @@ void VisitJobs(const ClusterState& s, const JobFilter& filter, const std::functi
     if (!filter.user.empty() && j.spec.user != filter.user) continue;
     if (filter.until_ms > 0 && j.submit_ms >= filter.until_ms) continue;
     if (filter.since_ms > 0 && api::IsTerminal(j.state) && j.end_ms < filter.since_ms) continue;
+    if (filter.services_only && !j.spec.is_service()) continue;
     f(j);
     if (filter.limit && ++n >= filter.limit) break;
   }

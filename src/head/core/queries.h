@@ -27,6 +27,7 @@ struct JobFilter {
   // it, submitted before `until` and not ended before `since`.
   int64_t since_ms = 0;
   int64_t until_ms = 0;
+  bool services_only = false;      // only service replicas (JobSpec::service set)
 };
 
 // Where the log of one task lives.

@@ -1,0 +1,48 @@
+// Services: deploying, scaling, listing and removing inference services (api/service.h)
+// over the Cluster. A service is its replica jobs (JobSpec::service): deploy submits
+// `replicas` of them, scale submits more (copies of a running one's spec) or cancels the
+// newest, rm cancels them all, and the list groups the active ones by service, each
+// replica with the gateway's view of it. Nothing else is stored: the jobs are.
+//
+// Threads: any; deploy, scale and rm are serialized among themselves (two scales of one
+// service at once must not both add replicas).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "api/service.h"
+#include "common/error.h"
+#include "common/mutex.h"
+#include "head/auth.h"
+
+namespace cohort::head {
+
+class Cluster;
+class Gateway;
+
+class Services {
+ public:
+  Services(Cluster& cluster, Gateway& gateway) : cluster_(cluster), gateway_(gateway) {}
+
+  // kAlreadyExists when a service of that name has replicas; the Cluster's errors
+  // (kUnsatisfiable: no node could run a replica) with every replica made so far cancelled.
+  Result<api::ServiceStatus> Deploy(api::ServiceSpec spec) EXCLUDES(mu_);
+  // kNotFound for a service without replicas; kPermissionDenied unless `caller` owns it
+  // (or is an admin).
+  Result<api::ServiceStatus> Scale(const std::string& name, int replicas, const Caller& caller) EXCLUDES(mu_);
+  Result<api::ServiceStatus> Remove(const std::string& name, const Caller& caller) EXCLUDES(mu_);
+  std::vector<api::ServiceStatus> List() const;
+  Result<api::ServiceStatus> Get(const std::string& name) const;
+
+ private:
+  // The active (PENDING or RUNNING) replica jobs of each service, oldest first.
+  std::map<std::string, std::vector<api::Job>> Active() const;
+  api::ServiceStatus StatusOf(const std::string& name, const std::vector<api::Job>& jobs) const;
+
+  Cluster& cluster_;
+  Gateway& gateway_;  // told to look again after each change
+  Mutex mu_;  // serializes Deploy, Scale and Remove
+};
+
+}  // namespace cohort::head

@@ -1,0 +1,159 @@
+// Batcher: continuous batching over one InferenceModel (Orca's iteration-level scheduling,
+// vLLM's block reservation).
+//
+// Requests wait in a bounded FIFO. At every step the batcher's thread admits waiting
+// requests while the cache has the blocks for their prompt and max_tokens (reserved whole
+// at admission, so a running sequence never waits for memory), then runs one model step
+// over every running sequence: one token for each decoding sequence first, then the
+// prompts still being read in chunks of at most prefill_chunk tokens, within the step's
+// token budget (chunked prefill: a long prompt never stalls the decoders for more than a
+// chunk). Sequences join and leave the batch at every step. A full queue is refused
+// (kResourceExhausted, HTTP 429); a request that could never fit is kInvalidArgument
+// naming the field.
+//
+// Each request gets a RequestChannel: the batcher pushes one TokenEvent per generated
+// token (its id, the text it released, its log-probabilities), the last one carrying the
+// finish reason. The HTTP handler pops them (Next) and may Cancel (client gone), which
+// frees the sequence's blocks at the next step.
+//
+// Threads: Submit, Load and Stop from any thread; the step loop runs on the batcher's own
+// thread, the only one that touches the model, the allocator and the sequences.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "common/mutex.h"
+#include "engine/data/tokenizer.h"
+#include "serve/inference_model.h"
+#include "serve/sampling.h"
+#include "serve/serve_metrics.h"
+
+namespace cohort::serve {
+
+struct GenerationRequest {
+  // The prompt's tokens; for a request taking over a generation (failover), followed by
+  // the `resumed` tokens already generated and sent.
+  std::vector<int32_t> tokens;
+  int resumed = 0;
+  int max_tokens = 16;  // new tokens to generate after all of `tokens`
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  int top_logprobs = -1;  // -1: no log-probabilities; otherwise also the top N (0..20)
+  bool stop_at_eot = true;
+};
+
+struct TokenEvent {
+  int32_t token = -1;        // -1 for an event without a token (an error)
+  std::string text;          // text released with this token (may be empty)
+  float logprob = 0;         // when log-probabilities were asked
+  std::vector<TokenLogprob> top;
+  std::string finish_reason;  // "" until the last event: "stop", "length" or "error"
+  std::string error;          // finish_reason "error": what happened
+};
+
+class RequestChannel {
+ public:
+  // Blocks until an event is there, the request is cancelled, or `timeout` passes
+  // (nullopt then). Any thread (the handler's).
+  std::optional<TokenEvent> Next(std::chrono::milliseconds timeout) EXCLUDES(mu_);
+  // The client went away: stop generating. Any thread.
+  void Cancel() EXCLUDES(mu_);
+  bool cancelled() const EXCLUDES(mu_);
+
+  // The batcher's side.
+  void Push(TokenEvent e) EXCLUDES(mu_);
+
+  int prompt_tokens = 0;  // set before Submit returns
+
+ private:
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<TokenEvent> events_ GUARDED_BY(mu_);
+  bool cancelled_ GUARDED_BY(mu_) = false;
+};
+
+struct BatcherOptions {
+  int max_running = 64;    // sequences in the batch at once
+  int max_waiting = 256;   // queued requests before 429
+  int prefill_chunk = 256;  // prompt tokens per sequence per step
+  // OpenMP threads of the model's kernels (> 0), set on the step thread itself: an
+  // OpenMP thread count belongs to the thread that sets it. 0: OpenMP's default.
+  int threads = 0;
+};
+
+// What the replica reports to the gateway (GET /load) and to /metrics.
+struct LoadReport {
+  int running = 0;
+  int waiting = 0;
+  int64_t queued_tokens = 0;    // prompt + max_tokens of the waiting requests
+  int64_t inflight_tokens = 0;  // prompt still to read + tokens still to generate, running
+  int kv_blocks_used = 0;
+  int kv_blocks_total = 0;
+  int64_t steps = 0;
+};
+
+class Batcher {
+ public:
+  // Starts the step thread. `tokenizer` must outlive the batcher.
+  static Result<std::unique_ptr<Batcher>> Start(std::unique_ptr<InferenceModel> model,
+                                                const engine::Tokenizer* tokenizer,
+                                                BatcherOptions options, ServeMetrics* metrics);
+  ~Batcher();
+
+  // Queues a request. kInvalidArgument naming the field ("max_tokens", "prompt") when it
+  // can never run here; kResourceExhausted when the queue is full; kUnavailable once
+  // stopping.
+  Result<std::shared_ptr<RequestChannel>> Submit(GenerationRequest request) EXCLUDES(mu_);
+
+  LoadReport Load() const EXCLUDES(mu_);
+  const engine::GptConfig& config() const { return config_; }
+  const InferenceModel& model() const { return *model_; }
+
+  // Fails every request still queued or running ("error": the server is stopping) and
+  // joins the thread. Idempotent.
+  void Stop() EXCLUDES(mu_);
+
+ private:
+  struct Waiting;
+  struct Sequence;
+  Batcher(std::unique_ptr<InferenceModel> model, const engine::Tokenizer* tokenizer,
+          BatcherOptions options, ServeMetrics* metrics);
+  void Loop() EXCLUDES(mu_);
+  // One step over `running_` (the step thread only).
+  void RunStep();
+  void Admit() EXCLUDES(mu_);
+  // Copies the step thread's view of the batch into load_ for Load().
+  void PublishLoad() EXCLUDES(mu_);
+  void Finish(Sequence& seq, TokenEvent last);
+
+  std::unique_ptr<InferenceModel> model_;
+  const engine::GptConfig config_;
+  const engine::Tokenizer* tokenizer_;
+  const BatcherOptions options_;
+  ServeMetrics* metrics_;
+
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<std::unique_ptr<Waiting>> waiting_ GUARDED_BY(mu_);
+  int64_t queued_tokens_ GUARDED_BY(mu_) = 0;
+  LoadReport load_ GUARDED_BY(mu_);  // the step thread's part, published after each step
+  bool stopping_ GUARDED_BY(mu_) = false;
+
+  // The step thread's own.
+  KvBlockAllocator blocks_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  int64_t steps_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace cohort::serve

@@ -1,0 +1,391 @@
+#include "serve/openai_api.h"
+
+#include <algorithm>
+#include <random>
+
+namespace cohort::serve {
+
+namespace {
+
+constexpr int kMaxStopStrings = 4;
+constexpr size_t kMaxStopBytes = 256;
+constexpr size_t kMaxPromptBytes = 4 << 20;
+
+// Reads `stop`: a string or an array of at most 4 strings.
+Result<std::vector<std::string>> ReadStop(const json* v) {
+  std::vector<std::string> out;
+  if (!v) return out;
+  if (v->is_string()) {
+    out.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > kMaxStopStrings) {
+      return FieldError("stop", "at most {} stop strings, got {}", kMaxStopStrings, v->size());
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string()) {
+        return FieldError(fmt::format("stop[{}]", i), "must be a string, got {}", JsonTypeName((*v)[i]));
+      }
+      out.push_back((*v)[i].get<std::string>());
+    }
+  } else {
+    return FieldError("stop", "must be a string or an array of strings, got {}", JsonTypeName(*v));
+  }
+  for (const auto& s : out) {
+    if (s.size() > kMaxStopBytes) return FieldError("stop", "a stop string is at most {} bytes", kMaxStopBytes);
+  }
+  return out;
+}
+
+Result<std::vector<int32_t>> ReadTokenIds(const json& v, const std::string& field, int vocab) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& t = v[i];
+    if (!t.is_number_integer()) {
+      return FieldError(fmt::format("{}[{}]", field, i), "must be a token id (an integer), got {}",
+                        JsonTypeName(t));
+    }
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= vocab) {
+      return FieldError(fmt::format("{}[{}]", field, i), "token id {} is outside [0, {})", id, vocab);
+    }
+    out.push_back(static_cast<int32_t>(id));
+  }
+  return out;
+}
+
+// The prompt of /v1/completions: a string, [string], token ids, or [token ids].
+Result<std::vector<int32_t>> ReadPrompt(const json* v, const engine::Tokenizer& tok) {
+  if (!v) return FieldError("prompt", "is required");
+  if (v->is_string()) {
+    const auto& s = v->get_ref<const std::string&>();
+    if (s.size() > kMaxPromptBytes) return FieldError("prompt", "is longer than {} bytes", kMaxPromptBytes);
+    return tok.Encode(s);
+  }
+  if (!v->is_array()) {
+    return FieldError("prompt", "must be a string or an array of token ids, got {}", JsonTypeName(*v));
+  }
+  if (v->empty()) return FieldError("prompt", "is empty");
+  const json& first = (*v)[0];
+  if (first.is_string() || first.is_array()) {
+    if (v->size() != 1) {
+      return FieldError("prompt", "one prompt per request is supported, got {}", v->size());
+    }
+    if (first.is_string()) return tok.Encode(first.get<std::string>());
+    return ReadTokenIds(first, "prompt[0]", tok.vocab_size());
+  }
+  return ReadTokenIds(*v, "prompt", tok.vocab_size());
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> ReadMessages(const json* v) {
+  if (!v) return FieldError("messages", "is required");
+  if (!v->is_array()) return FieldError("messages", "must be an array, got {}", JsonTypeName(*v));
+  if (v->empty()) return FieldError("messages", "is empty");
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const std::string path = fmt::format("messages[{}]", i);
+    ObjectReader m = COHORT_TRY(ObjectReader::Open((*v)[i], path));
+    std::string role = COHORT_TRY(m.String("role"));
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant") {
+      return FieldError(path + ".role", "must be system, developer, user or assistant, got '{}'", role);
+    }
+    const json* content = m.Raw("content");
+    std::string text;
+    if (!content || content->is_null()) {
+      text = "";
+    } else if (content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t k = 0; k < content->size(); ++k) {
+        const std::string part_path = fmt::format("{}.content[{}]", path, k);
+        ObjectReader part = COHORT_TRY(ObjectReader::Open((*content)[k], part_path));
+        const std::string type = COHORT_TRY(part.String("type"));
+        if (type != "text") return FieldError(part_path + ".type", "only text parts are supported, got '{}'", type);
+        text += COHORT_TRY(part.String("text"));
+        COHORT_TRY_VOID(part.Finish());
+      }
+    } else {
+      return FieldError(path + ".content", "must be a string or an array of text parts, got {}",
+                        JsonTypeName(*content));
+    }
+    (void)m.Raw("name");
+    COHORT_TRY_VOID(m.Finish());
+    out.emplace_back(std::move(role), std::move(text));
+  }
+  return out;
+}
+
+// Without nulls (OpenAI clients send "stop": null for "not given").
+json WithoutNulls(const json& body) {
+  json out = json::object();
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (!it.value().is_null()) out[it.key()] = it.value();
+  }
+  return out;
+}
+
+// A field OpenAI defines that is accepted only with its neutral value.
+Result<void> RequireNeutral(ObjectReader& r, std::string_view key, double neutral) {
+  if (!r.Has(key)) return {};
+  const double v = COHORT_TRY(r.Double(key, neutral, -1e9, 1e9));
+  if (v != neutral) {
+    return FieldError(std::string(key), "only {} is supported, got {}", neutral, v);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages) {
+  std::string out;
+  for (const auto& [role, content] : messages) {
+    out += role == "system" ? "System: " : role == "user" ? "User: " : "Assistant: ";
+    out += content;
+    out += "\n";
+  }
+  out += "Assistant:";
+  return out;
+}
+
+Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tokenizer& tok) {
+  if (!raw.is_object()) {
+    return FieldError("body", "must be a JSON object, got {}", JsonTypeName(raw));
+  }
+  const json body = WithoutNulls(raw);
+  ObjectReader r = COHORT_TRY(ObjectReader::Open(body));
+  ApiRequest out;
+  out.chat = chat;
+  out.model = COHORT_TRY(r.String("model", std::nullopt, 256));
+  GenerationRequest& g = out.generation;
+  std::vector<std::string> extra_stop;
+  if (chat) {
+    const auto messages = COHORT_TRY(ReadMessages(r.Raw("messages")));
+    g.tokens = tok.Encode(ApplyChatTemplate(messages));
+    extra_stop = {"\nUser:", "\nSystem:"};
+  } else {
+    g.tokens = COHORT_TRY(ReadPrompt(r.Raw("prompt"), tok));
+    if (g.tokens.empty()) return FieldError("prompt", "is empty (it encodes to no tokens)");
+  }
+  constexpr int64_t kMaxTokens = 1 << 20;
+  if (chat && r.Has("max_completion_tokens")) {
+    g.max_tokens = static_cast<int>(COHORT_TRY(r.Int("max_completion_tokens", 16, 1, kMaxTokens)));
+    (void)r.Raw("max_tokens");
+  } else {
+    g.max_tokens = static_cast<int>(COHORT_TRY(r.Int("max_tokens", chat ? 256 : 16, 1, kMaxTokens)));
+  }
+  g.sampling.temperature = COHORT_TRY(r.Double("temperature", 1.0, 0.0, 2.0));
+  g.sampling.top_p = COHORT_TRY(r.Double("top_p", 1.0, 0.0, 1.0));
+  if (g.sampling.top_p <= 0) return FieldError("top_p", "must be greater than 0, got {}", g.sampling.top_p);
+  g.sampling.top_k = static_cast<int>(COHORT_TRY(r.Int("top_k", 0, -1, 1 << 20)));
+  if (g.sampling.top_k < 0) g.sampling.top_k = 0;  // vLLM's -1: no limit
+  if (r.Has("seed")) {
+    g.sampling.seed = static_cast<uint64_t>(COHORT_TRY(r.Int("seed", 0, INT64_MIN, INT64_MAX)));
+  } else {
+    g.sampling.seed = std::random_device{}() * 0x100000001ULL ^ std::random_device{}();
+  }
+  g.stop = COHORT_TRY(ReadStop(r.Raw("stop")));
+  for (auto& s : extra_stop) g.stop.push_back(s);
+  out.stream = COHORT_TRY(r.Bool("stream", false));
+  if (const json* so = r.Raw("stream_options")) {
+    ObjectReader s = COHORT_TRY(ObjectReader::Open(*so, "stream_options"));
+    out.include_usage = COHORT_TRY(s.Bool("include_usage", false));
+    COHORT_TRY_VOID(s.Finish());
+    if (!out.stream) return FieldError("stream_options", "is only allowed with stream: true");
+  }
+  if (chat) {
+    const bool lp = COHORT_TRY(r.Bool("logprobs", false));
+    const int top = static_cast<int>(COHORT_TRY(r.Int("top_logprobs", 0, 0, 20)));
+    if (r.Has("top_logprobs") && !lp) return FieldError("top_logprobs", "needs logprobs: true");
+    g.top_logprobs = lp ? top : -1;
+  } else {
+    g.top_logprobs = r.Has("logprobs") ? static_cast<int>(COHORT_TRY(r.Int("logprobs", 0, 0, 5))) : -1;
+  }
+  (void)COHORT_TRY(r.String("user", "", 256));
+  COHORT_TRY_VOID(RequireNeutral(r, "n", 1));
+  COHORT_TRY_VOID(RequireNeutral(r, "best_of", 1));
+  COHORT_TRY_VOID(RequireNeutral(r, "presence_penalty", 0));
+  COHORT_TRY_VOID(RequireNeutral(r, "frequency_penalty", 0));
+  if (!chat && COHORT_TRY(r.Bool("echo", false))) return FieldError("echo", "is not supported");
+  if (!chat && r.Has("suffix")) {
+    if (!COHORT_TRY(r.String("suffix", "", 1 << 20)).empty()) return FieldError("suffix", "is not supported");
+  }
+  if (const json* lb = r.Raw("logit_bias"); lb && !(lb->is_object() && lb->empty())) {
+    return FieldError("logit_bias", "is not supported");
+  }
+  if (const json* resume = r.Raw("cohort_resume")) {
+    ObjectReader s = COHORT_TRY(ObjectReader::Open(*resume, "cohort_resume"));
+    const json* tokens = s.Raw("tokens");
+    if (!tokens || !tokens->is_array()) return FieldError("cohort_resume.tokens", "must be an array of token ids");
+    const std::vector<int32_t> ids = COHORT_TRY(ReadTokenIds(*tokens, "cohort_resume.tokens", tok.vocab_size()));
+    COHORT_TRY_VOID(s.Finish());
+    if (static_cast<int64_t>(ids.size()) >= g.max_tokens) {
+      return FieldError("cohort_resume.tokens", "{} tokens already sent leave none of max_tokens {}",
+                        ids.size(), g.max_tokens);
+    }
+    g.tokens.insert(g.tokens.end(), ids.begin(), ids.end());
+    g.resumed = static_cast<int>(ids.size());
+    g.max_tokens -= g.resumed;
+  }
+  COHORT_TRY_VOID(r.Finish());
+  return out;
+}
+
+std::string DumpJson(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string SseData(const json& j) { return "data: " + DumpJson(j) + "\n\n"; }
+
+// ----- ResponseBuilder ---------------------------------------------------------------------
+
+ResponseBuilder::ResponseBuilder(const ApiRequest& request, const engine::Tokenizer& tokenizer,
+                                 std::string id, int64_t created, std::string model_name,
+                                 int prompt_tokens)
+    : request_(request),
+      tokenizer_(tokenizer),
+      id_(std::move(id)),
+      created_(created),
+      model_(std::move(model_name)),
+      prompt_tokens_(prompt_tokens),
+      completion_tokens_(request.generation.resumed) {}
+
+json ResponseBuilder::LogprobsOf(const TokenEvent& e) const {
+  auto text_of = [&](int32_t t) { return tokenizer_.Decode(std::span<const int32_t>(&t, 1)); };
+  auto bytes_of = [&](const std::string& s) {
+    json b = json::array();
+    for (unsigned char c : s) b.push_back(static_cast<int>(c));
+    return b;
+  };
+  if (request_.chat) {
+    json top = json::array();
+    for (const auto& t : e.top) {
+      const std::string s = text_of(t.token);
+      top.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}});
+    }
+    const std::string s = text_of(e.token);
+    return {{"token", s}, {"logprob", e.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}};
+  }
+  json top = json::object();
+  for (const auto& t : e.top) top[text_of(t.token)] = t.logprob;
+  return {{"token", text_of(e.token)}, {"logprob", e.logprob}, {"top", top}};
+}
+
+json ResponseBuilder::Usage() const {
+  return {{"prompt_tokens", prompt_tokens_},
+          {"completion_tokens", completion_tokens_},
+          {"total_tokens", prompt_tokens_ + completion_tokens_}};
+}
+
+json ResponseBuilder::Choice(const TokenEvent* e, const std::string& text, bool last) const {
+  json c = {{"index", 0}};
+  const bool want_lp = request_.generation.top_logprobs >= 0;
+  if (request_.chat) {
+    c["delta"] = text.empty() && !e ? json::object() : json{{"content", text}};
+  } else {
+    c["text"] = text;
+  }
+  if (want_lp && e && e->token >= 0) {
+    json lp = LogprobsOf(*e);
+    if (request_.chat) {
+      c["logprobs"] = {{"content", json::array({lp})}};
+    } else {
+      c["logprobs"] = {{"tokens", json::array({lp["token"]})},
+                       {"token_logprobs", json::array({lp["logprob"]})},
+                       {"top_logprobs", json::array({lp["top"]})},
+                       {"text_offset", json::array({text_offset_})}};
+    }
+  } else {
+    c["logprobs"] = nullptr;
+  }
+  c["finish_reason"] = last ? json(finish_reason_) : json(nullptr);
+  if (e && e->token >= 0) c["token_ids"] = json::array({e->token});
+  return c;
+}
+
+std::string ResponseBuilder::Opening() const {
+  if (!request_.chat || request_.generation.resumed > 0) return "";
+  json chunk = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_}};
+  chunk["choices"] = json::array({{{"index", 0},
+                                   {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", nullptr}}});
+  return SseData(chunk);
+}
+
+std::string ResponseBuilder::Add(const TokenEvent& e) {
+  if (e.token >= 0) ++completion_tokens_;
+  const bool last = !e.finish_reason.empty();
+  if (last) {
+    finish_reason_ = e.finish_reason == "error" ? "error" : e.finish_reason;
+    error_ = e.error;
+  }
+  const size_t offset = text_offset_;
+  text_ += e.text;
+  if (!request_.stream) {
+    if (request_.generation.top_logprobs >= 0 && e.token >= 0) {
+      events_.push_back(e);
+      offsets_.push_back(offset);
+    }
+    text_offset_ += e.text.size();
+    return "";
+  }
+  if (last && e.finish_reason == "error") {
+    Error err(ErrorCode::kInternal, e.error.empty() ? "generation failed" : e.error);
+    return SseData(OpenAiErrorBody(err));
+  }
+  json chunk = {{"id", id_},
+                {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", model_}};
+  chunk["choices"] = json::array({Choice(&e, e.text, last)});
+  text_offset_ += e.text.size();
+  return SseData(chunk);
+}
+
+std::string ResponseBuilder::Finish() const {
+  std::string out;
+  if (request_.include_usage) {
+    json chunk = {{"id", id_},
+                  {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", created_},
+                  {"model", model_},
+                  {"choices", json::array()},
+                  {"usage", Usage()}};
+    out += SseData(chunk);
+  }
+  out += "data: [DONE]\n\n";
+  return out;
+}
+
+json ResponseBuilder::Body() const {
+  json choice = {{"index", 0}, {"finish_reason", finish_reason_}};
+  json lp = nullptr;
+  if (request_.generation.top_logprobs >= 0) {
+    if (request_.chat) {
+      lp = {{"content", json::array()}};
+      for (const auto& e : events_) lp["content"].push_back(LogprobsOf(e));
+    } else {
+      lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+            {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+      for (size_t i = 0; i < events_.size(); ++i) {
+        json one = LogprobsOf(events_[i]);
+        lp["tokens"].push_back(one["token"]);
+        lp["token_logprobs"].push_back(one["logprob"]);
+        lp["top_logprobs"].push_back(one["top"]);
+        lp["text_offset"].push_back(offsets_[i]);
+      }
+    }
+  }
+  choice["logprobs"] = lp;
+  if (request_.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+  } else {
+    choice["text"] = text_;
+  }
+  return {{"id", id_},
+          {"object", request_.chat ? "chat.completion" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", json::array({choice})},
+          {"usage", Usage()}};
+}
+
+}  // namespace cohort::serve

@@ -1,0 +1,97 @@
+// The OpenAI-compatible wire format of the server: requests of POST /v1/completions and
+// POST /v1/chat/completions decoded into a GenerationRequest, replies and stream chunks
+// encoded, errors in OpenAI's shape.
+//
+// Requests are read strictly (common/json.h): a wrong type or a value out of range is a
+// 400 that names the field in `param`; a field OpenAI defines but this server does not
+// implement is accepted only with its neutral value (n = 1, echo = false, penalties 0,
+// best_of 1, no logit_bias), and an unknown field is refused. Supported: prompt (a string
+// or token ids; one prompt per request), messages (chat), max_tokens (chat also
+// max_completion_tokens), temperature [0, 2], top_p (0, 1], top_k (an extension, as vLLM's),
+// seed, stop (a string or up to 4), stream with stream_options.include_usage, logprobs
+// (completions: 0..5 top alternatives; chat: logprobs true with top_logprobs 0..20), user.
+//
+// Chat template, for models without a chat format of their own (GPT-2 has none): each
+// message becomes "<Role>: <content>\n" (System, User, Assistant), and the prompt ends with
+// "Assistant:"; "\nUser:" and "\nSystem:" are added to the stop strings so that the model's
+// turn ends where it would start writing the next one.
+//
+// Failover (the gateway's extension): "cohort_resume": {"tokens": [ids]} appends tokens a
+// failed replica already generated and sent to the prompt; this replica continues after
+// them (GenerationRequest::resumed), counts them in usage.completion_tokens, and does not
+// repeat the chat stream's opening role chunk. Every stream chunk that carries a generated
+// token lists it in "token_ids" (an extension OpenAI clients ignore), which is how the
+// gateway knows what it has sent.
+//
+// Plain functions over values; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "common/openai_error.h"
+#include "engine/data/tokenizer.h"
+#include "serve/batcher.h"
+
+namespace cohort::serve {
+
+struct ApiRequest {
+  bool chat = false;
+  std::string model;
+  GenerationRequest generation;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+// Decodes a request body (parsed JSON) for the given endpoint. Errors name the field.
+Result<ApiRequest> ParseApiRequest(const json& body, bool chat, const engine::Tokenizer& tokenizer);
+
+// The chat template above applied to `messages` (already checked).
+std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages);
+
+// The SSE body text of an error inside a stream ("data: {...}\n\n").
+std::string SseData(const json& j);
+// A JSON text safe for any bytes (invalid UTF-8 becomes U+FFFD).
+std::string DumpJson(const json& j);
+
+// Builds one request's reply: feed every TokenEvent to Add; in a stream, Add returns the
+// chunk to send (empty: nothing for this event), Finish the closing chunks; otherwise
+// Body() is the whole reply once the last event was added.
+class ResponseBuilder {
+ public:
+  ResponseBuilder(const ApiRequest& request, const engine::Tokenizer& tokenizer, std::string id,
+                  int64_t created, std::string model_name, int prompt_tokens);
+
+  // The chunk announcing the assistant's turn (chat streams not resumed), or "".
+  std::string Opening() const;
+  std::string Add(const TokenEvent& e);
+  // Closing chunks of a stream: usage (when asked) and "data: [DONE]".
+  std::string Finish() const;
+  json Body() const;
+
+  const std::string& finish_reason() const { return finish_reason_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  json Choice(const TokenEvent* e, const std::string& text, bool last) const;
+  json LogprobsOf(const TokenEvent& e) const;
+  json Usage() const;
+
+  const ApiRequest& request_;
+  const engine::Tokenizer& tokenizer_;
+  std::string id_;
+  int64_t created_;
+  std::string model_;
+  int prompt_tokens_;
+  int completion_tokens_;
+  std::string text_;
+  size_t text_offset_ = 0;
+  std::vector<TokenEvent> events_;  // non-stream, with log-probabilities
+  std::vector<size_t> offsets_;     // each such token's text offset
+  std::string finish_reason_, error_;
+};
+
+}  // namespace cohort::serve

@@ -1,0 +1,41 @@
+// Token sampling for the server: greedy, or temperature with top-k and top-p (nucleus),
+// and the log-probabilities the API reports.
+//
+// Reproducibility: the random draw for the i-th generated token of a request comes from
+// a generator seeded by (seed, i) alone, not from a stream advanced by earlier tokens.
+// So a request re-submitted with its first i tokens appended to the prompt (the gateway's
+// failover) draws exactly what the original would have drawn for token i on: seeded
+// sampling is as exact across a failover as greedy decoding.
+//
+// Greedy (temperature 0) takes the first largest logit, as the engine's own sampler
+// (engine/trainer/sampling.h) does. Plain functions; any thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace cohort::serve {
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0: greedy
+  int top_k = 0;             // 0: no limit
+  double top_p = 1.0;        // (0, 1]
+  uint64_t seed = 0;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+// The id to emit as generated token number `index` (0-based) after `logits`
+// (vocab_size values).
+int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, int64_t index);
+
+// log softmax(logits)[token], and the `top` most likely ids with theirs (highest first,
+// ties by id), from the model's distribution before temperature.
+float TokenLogprobOf(std::span<const float> logits, int32_t token);
+std::vector<TokenLogprob> TopLogprobs(std::span<const float> logits, int top);
+
+}  // namespace cohort::serve

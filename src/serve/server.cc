@@ -1,0 +1,207 @@
+#include "serve/server.h"
+
+#include <atomic>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "common/clock.h"
+#include "common/http.h"
+#include "common/http_server.h"
+#include "common/prometheus.h"
+#include "serve/openai_api.h"
+
+namespace cohort::serve {
+
+namespace {
+
+constexpr auto kIdleKeepAlive = std::chrono::seconds(10);
+
+void SendApiError(httplib::Response& res, const Error& e, int retry_after_s) {
+  res.status = HttpStatusFor(e.code);
+  if (e.code == ErrorCode::kResourceExhausted) res.set_header("Retry-After", std::to_string(retry_after_s));
+  res.set_content(DumpJson(OpenAiErrorBody(e)), "application/json");
+}
+
+std::string NewId(bool chat) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}();
+  return fmt::format("{}-{:x}{:08x}", chat ? "chatcmpl" : "cmpl", salt & 0xffffffff, ++counter);
+}
+
+int64_t MonoNowMs() {
+  return std::chrono::duration_cast<Millis>(SteadyClock::now().time_since_epoch()).count();
+}
+
+// One streamed reply's state, shared by the content provider's calls.
+struct StreamState {
+  ApiRequest request;
+  std::shared_ptr<RequestChannel> channel;
+  std::unique_ptr<ResponseBuilder> builder;
+  bool opened = false;
+  bool done = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<InferenceServer>> InferenceServer::Create(
+    std::unique_ptr<engine::Tokenizer> tokenizer, std::unique_ptr<InferenceModel> model,
+    BatcherOptions batcher, ServerOptions options) {
+  if (options.model_name.empty()) return FieldError("--name", "is empty");
+  if (options.http_threads < 1 || options.http_threads > 4096) {
+    return FieldError("--http-threads", "must be between 1 and 4096, got {}", options.http_threads);
+  }
+  std::unique_ptr<InferenceServer> s(new InferenceServer());
+  s->options_ = std::move(options);
+  s->tokenizer_ = std::move(tokenizer);
+  s->created_ = NowUnixMs() / 1000;
+  s->batcher_ = COHORT_TRY(Batcher::Start(std::move(model), s->tokenizer_.get(), batcher, &s->metrics_));
+  HttpServerOptions http;
+  http.host = s->options_.host;
+  http.port = s->options_.port;
+  http.pools = {HttpServerOptions::Pool{"generate", s->options_.http_threads, 4096},
+                HttpServerOptions::Pool{"status", 4, 1024}};
+  http.classify = [](std::string_view method, std::string_view) -> size_t {
+    return method == "POST" ? 0 : 1;
+  };
+  // A request may wait in the batcher's queue for long; the stream itself sets the pace.
+  http.write_timeout = Millis(60'000);
+  s->http_ = std::make_unique<HttpServer>(std::move(http));
+  s->Routes();
+  return s;
+}
+
+InferenceServer::~InferenceServer() { Stop(); }
+
+Result<int> InferenceServer::Bind() { return http_->Bind(); }
+void InferenceServer::Serve() { http_->Serve(); }
+
+void InferenceServer::Stop() {
+  if (batcher_) batcher_->Stop();
+  if (http_) http_->Stop();
+}
+
+json InferenceServer::LoadJson() const {
+  const LoadReport l = batcher_->Load();
+  const int64_t now = MonoNowMs();
+  return {{"model", options_.model_name},
+          {"device", std::string(batcher_->model().device())},
+          {"running", l.running},
+          {"waiting", l.waiting},
+          {"queued_tokens", l.queued_tokens},
+          {"inflight_tokens", l.inflight_tokens},
+          {"kv_blocks_used", l.kv_blocks_used},
+          {"kv_blocks_total", l.kv_blocks_total},
+          {"steps", l.steps},
+          {"tokens_per_second", metrics_.TokensPerSecond(now)},
+          {"ttft_p50_seconds", metrics_.TimeToFirstTokenQuantile(0.5)},
+          {"ttft_p99_seconds", metrics_.TimeToFirstTokenQuantile(0.99)},
+          {"itl_p50_seconds", metrics_.InterTokenLatencyQuantile(0.5)},
+          {"itl_p99_seconds", metrics_.InterTokenLatencyQuantile(0.99)}};
+}
+
+void InferenceServer::Routes() {
+  HttpServer& http = *http_;
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, {{"status", "ok"}});
+  });
+  http.Get("/load", [this](const httplib::Request&, httplib::Response& res) { SendJson(res, LoadJson()); });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, {{"object", "list"},
+                   {"data", json::array({{{"id", options_.model_name},
+                                          {"object", "model"},
+                                          {"created", created_},
+                                          {"owned_by", "cohort"}}})}});
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    prom::TextWriter w;
+    metrics_.Write(w, options_.model_name, batcher_->Load(), MonoNowMs());
+    auto body = w.Finish();
+    if (!body) return SendError(res, body.error());
+    res.set_content(*body, "text/plain; version=0.0.4");
+  });
+
+  auto generate = [this](bool chat) {
+    return [this, chat](const httplib::Request& req, httplib::Response& res) {
+      auto body = ParseJson(req.body);
+      if (!body) {
+        metrics_.CountRequest("invalid");
+        return SendApiError(res, body.error(), options_.retry_after_s);
+      }
+      auto parsed = ParseApiRequest(*body, chat, *tokenizer_);
+      if (!parsed) {
+        metrics_.CountRequest("invalid");
+        return SendApiError(res, parsed.error(), options_.retry_after_s);
+      }
+      if (parsed->model != options_.model_name) {
+        metrics_.CountRequest("invalid");
+        return SendApiError(res,
+                            Error(ErrorCode::kNotFound,
+                                  fmt::format("model '{}' does not exist; this server serves '{}'",
+                                              parsed->model, options_.model_name),
+                                  "model"),
+                            options_.retry_after_s);
+      }
+      const int prompt_tokens =
+          static_cast<int>(parsed->generation.tokens.size()) - parsed->generation.resumed;
+      auto channel = batcher_->Submit(parsed->generation);
+      if (!channel) {
+        metrics_.CountRequest(channel.error().code == ErrorCode::kResourceExhausted ? "rejected" : "invalid");
+        return SendApiError(res, channel.error(), options_.retry_after_s);
+      }
+      metrics_.CountPromptTokens(prompt_tokens);
+      std::string id = req.get_header_value("X-Cohort-Request-Id");
+      if (id.empty() || id.size() > 128) id = NewId(chat);
+      auto state = std::make_shared<StreamState>();
+      state->request = std::move(*parsed);
+      state->channel = std::move(*channel);
+      state->builder = std::make_unique<ResponseBuilder>(state->request, *tokenizer_, std::move(id),
+                                                         NowUnixMs() / 1000, options_.model_name,
+                                                         prompt_tokens);
+      if (!state->request.stream) {
+        for (;;) {
+          std::optional<TokenEvent> e = state->channel->Next(std::chrono::seconds(3600));
+          if (!e) continue;
+          state->builder->Add(*e);
+          if (!e->finish_reason.empty()) break;
+        }
+        if (state->builder->finish_reason() == "error") {
+          return SendApiError(res, Error(ErrorCode::kUnavailable, state->builder->error()),
+                              options_.retry_after_s);
+        }
+        return SendJson(res, state->builder->Body());
+      }
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [state](size_t, httplib::DataSink& sink) {
+            HttpServer::StreamResponse();
+            auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
+            if (!state->opened) {
+              state->opened = true;
+              if (!write(state->builder->Opening())) return false;
+            }
+            if (state->done) {
+              sink.done();
+              return true;
+            }
+            std::optional<TokenEvent> e = state->channel->Next(kIdleKeepAlive);
+            if (!e) return write(": keep-alive\n\n");
+            if (!write(state->builder->Add(*e))) return false;
+            if (!e->finish_reason.empty()) {
+              state->done = true;
+              if (e->finish_reason != "error" && !write(state->builder->Finish())) return false;
+              sink.done();
+            }
+            return true;
+          },
+          [state](bool) {
+            if (!state->done) state->channel->Cancel();
+          });
+    };
+  };
+  PostWithBodyCap(http, "/v1/completions", generate(false));
+  PostWithBodyCap(http, "/v1/chat/completions", generate(true));
+}
+
+}  // namespace cohort::serve

@@ -1,0 +1,330 @@
+// The head's gateway (head/gateway.h) against fake replicas: small HTTP servers that answer
+// /load, completions and streams as a `cohort serve` replica does, and can be told to be
+// overloaded, to fail, or to die mid-stream. The replicas are real service jobs placed by
+// a Cluster (in-memory store) on two nodes whose free port is the fake's.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/http_server.h"
+#include "common/prometheus.h"
+#include "head/cluster.h"
+#include "head/gateway.h"
+#include "head/router.h"
+#include "store/state_store.h"
+
+namespace cohort::head {
+namespace {
+
+// A replica stand-in. Its tokens: the i-th generated token is (seed + i) % 1000, where
+// seed is the prompt's length; a stream honours cohort_resume like a real replica (it
+// continues after the tokens it is given).
+class FakeReplica {
+ public:
+  enum class Mode { kOk, kOverloaded, kFailing };
+
+  FakeReplica() {
+    server_.Get("/load", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(json{{"running", 0}, {"waiting", 0}, {"queued_tokens", load_.load()}, {"inflight_tokens", 0},
+                           {"kv_blocks_used", 1}, {"kv_blocks_total", 10}, {"tokens_per_second", 5.0}}
+                          .dump(),
+                      "application/json");
+    });
+    server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { Complete(req, res); });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // Bound means listening; a stop() before the loop runs would be lost, so wait for it.
+    while (!server_.is_running()) std::this_thread::yield();
+  }
+  ~FakeReplica() {
+    server_.stop();
+    thread_.join();
+  }
+
+  int port() const { return port_; }
+  void set_mode(Mode m) { mode_ = m; }
+  void set_load(int64_t tokens) { load_ = tokens; }
+  // Streams break (the connection drops) after this many tokens; -1: never.
+  void die_after(int tokens) { die_after_ = tokens; }
+  int requests() const { return requests_; }
+  json last_body() {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_body_;
+  }
+
+ private:
+  void Complete(const httplib::Request& req, httplib::Response& res) {
+    json body = json::parse(req.body);
+    bool canary = body.value("prompt", json()) == "Hi" && body.value("max_tokens", 0) == 1;
+    if (!canary) {
+      ++requests_;
+      std::lock_guard<std::mutex> l(mu_);
+      last_body_ = body;
+    }
+    if (!canary && mode_ == Mode::kOverloaded) {
+      res.status = 429;
+      res.set_content(R"({"error":{"message":"busy","type":"rate_limit_error"}})", "application/json");
+      return;
+    }
+    if (mode_ == Mode::kFailing) {
+      res.status = 500;
+      res.set_content(R"({"error":{"message":"broken","type":"server_error"}})", "application/json");
+      return;
+    }
+    const int64_t seed = body.contains("prompt") && body["prompt"].is_string() ? body["prompt"].get<std::string>().size() : 0;
+    const int max_tokens = body.value("max_tokens", 16);
+    std::vector<int64_t> resumed;
+    if (body.contains("cohort_resume")) resumed = body["cohort_resume"]["tokens"].get<std::vector<int64_t>>();
+    if (!body.value("stream", false)) {
+      res.set_content(json{{"object", "text_completion"}, {"choices", json::array({{{"text", "ok"}}})},
+                           {"usage", {{"completion_tokens", max_tokens}}}}
+                          .dump(),
+                      "application/json");
+      return;
+    }
+    const int die = die_after_;
+    auto next = std::make_shared<int>(static_cast<int>(resumed.size()));
+    auto sent = std::make_shared<int>(0);
+    res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
+      if (*next >= max_tokens) {
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        return true;
+      }
+      if (die >= 0 && *sent >= die) return false;  // the replica "dies": the connection drops
+      const int i = (*next)++;
+      ++*sent;
+      json chunk = {{"object", "text_completion"},
+                    {"choices", json::array({{{"text", std::to_string(i)},
+                                              {"token_ids", json::array({(seed + i) % 1000})},
+                                              {"finish_reason", *next == max_tokens ? json("length") : json()}}})}};
+      const std::string ev = "data: " + chunk.dump() + "\n\n";
+      return sink.write(ev.data(), ev.size());
+    });
+  }
+
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::atomic<Mode> mode_{Mode::kOk};
+  std::atomic<int64_t> load_{0};
+  std::atomic<int> die_after_{-1};
+  std::atomic<int> requests_{0};
+  std::mutex mu_;
+  json last_body_;
+};
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HeadConfig config;
+    config.advertise_url = "http://127.0.0.1:1";
+    config.timing.failure_timeout_ms = 600'000;
+    auto c = Cluster::Open(config, store::NewMemoryStateStore());
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    cluster_ = std::move(*c);
+    // Two nodes, sites east and west, each offering its fake replica's port as MASTER_PORT.
+    const char* names[] = {"east", "west"};
+    for (int i = 0; i < 2; ++i) {
+      replicas_[names[i]] = std::make_unique<FakeReplica>();
+      api::Registration reg;
+      reg.name = names[i];
+      reg.address = "127.0.0.1";
+      reg.agent_url = "http://127.0.0.1:1";
+      reg.incarnation = "inc";
+      reg.cpus = 8;
+      reg.labels = {{"site", names[i]}};
+      ASSERT_TRUE(cluster_->Register(reg).has_value());
+      api::Heartbeat hb;
+      hb.incarnation = "inc";
+      hb.free_ports = {replicas_[names[i]]->port()};
+      ASSERT_TRUE(cluster_->Heartbeat(names[i], hb).has_value());
+    }
+    api::JobSpec spec;
+    spec.name = "svc";
+    spec.user = "u";
+    spec.command = {"cohort", "serve"};
+    spec.service = "svc";
+    spec.service_model = "m";
+    spec.placement = api::Placement::kSpread;
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster_->Submit(spec).has_value());
+    ASSERT_EQ(cluster_->Schedule(), 2);
+    for (const auto& j : cluster_->ListJobs({})) key_of_[j.allocation.nodes.at(0).node] = fmt::format("{}.{}", j.id, j.attempt);
+
+    GatewayOptions o;
+    o.canary_every = 1000;  // one canary when first seen
+    o.queue_timeout = Millis(200);
+    gateway_ = std::make_unique<Gateway>(*cluster_, o);
+    HttpServerOptions ho;
+    ho.pools = {HttpServerOptions::Pool{"all", 16, 256}};
+    http_ = std::make_unique<HttpServer>(ho);
+    router_ = std::make_unique<Router>(*http_, nullptr, /*insecure=*/true);
+    gateway_->Register(*router_);
+    auto port = http_->Bind();
+    ASSERT_TRUE(port.has_value());
+    port_ = *port;
+    serve_ = std::thread([this] { http_->Serve(); });
+    gateway_->Tick();
+  }
+  void TearDown() override {
+    http_->Stop();
+    serve_.join();
+    gateway_->Stop();
+  }
+
+  httplib::Result Post(const json& body, httplib::Headers headers = {}) {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(30, 0);
+    return c.Post("/v1/completions", headers, body.dump(), "application/json");
+  }
+
+  bool Healthy(const std::string& node) {
+    for (const auto& r : gateway_->Replicas("svc")) {
+      if (r.node == node) return r.healthy;
+    }
+    return false;
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::map<std::string, std::unique_ptr<FakeReplica>> replicas_;
+  std::map<std::string, std::string> key_of_;  // node -> replica key
+  std::unique_ptr<Gateway> gateway_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<Router> router_;
+  std::thread serve_;
+  int port_ = 0;
+};
+
+const json kRequest = {{"model", "m"}, {"prompt", "hello"}, {"max_tokens", 4}};
+
+TEST_F(GatewayTest, RoutesBySiteSessionAndLoad) {
+  ASSERT_TRUE(Healthy("east") && Healthy("west"));
+  for (const std::string site : {"east", "west"}) {
+    for (int i = 0; i < 3; ++i) {
+      auto r = Post(kRequest, {{"X-Cohort-Site", site}});
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 200);
+      EXPECT_EQ(r->get_header_value("X-Cohort-Replica"), key_of_[site]);
+    }
+  }
+  std::set<std::string> sessions;
+  for (int i = 0; i < 5; ++i) sessions.insert(Post(kRequest, {{"X-Session-Id", "s-1"}})->get_header_value("X-Cohort-Replica"));
+  EXPECT_EQ(sessions.size(), 1u);
+  // West reports a long queue: new requests go east.
+  replicas_["west"]->set_load(100'000);
+  gateway_->Tick();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Post(kRequest)->get_header_value("X-Cohort-Replica"), key_of_["east"]);
+}
+
+TEST_F(GatewayTest, UnknownModelIs404AndNoHealthyReplicaIs503) {
+  auto r = Post(json{{"model", "other"}, {"prompt", "x"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "model");
+  replicas_["east"]->set_mode(FakeReplica::Mode::kFailing);
+  replicas_["west"]->set_mode(FakeReplica::Mode::kFailing);
+  r = Post(kRequest);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["type"], "service_unavailable_error");
+  auto bad = Post(json("not json"));
+  EXPECT_EQ(bad->status, 400);
+}
+
+TEST_F(GatewayTest, AnOverloadedReplicaIsNotUnhealthyAndTheRequestGoesElsewhere) {
+  replicas_["east"]->set_mode(FakeReplica::Mode::kOverloaded);
+  for (int i = 0; i < 4; ++i) {
+    auto r = Post(kRequest, {{"X-Cohort-Site", "east"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->get_header_value("X-Cohort-Replica"), key_of_["west"]);
+  }
+  EXPECT_TRUE(Healthy("east")) << "429 must not mark a replica unhealthy";
+  // Both overloaded: the request waits (bounded), then 429 with Retry-After.
+  replicas_["west"]->set_mode(FakeReplica::Mode::kOverloaded);
+  auto r = Post(kRequest);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_TRUE(r->has_header("Retry-After"));
+  EXPECT_TRUE(Healthy("east") && Healthy("west"));
+}
+
+TEST_F(GatewayTest, AFailingReplicaIsMarkedUnhealthyAndTheRequestRetried) {
+  replicas_["east"]->set_mode(FakeReplica::Mode::kFailing);
+  auto r = Post(kRequest, {{"X-Cohort-Site", "east"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("X-Cohort-Replica"), key_of_["west"]);
+  EXPECT_FALSE(Healthy("east"));
+  EXPECT_EQ(gateway_->counters().retries, 1);
+  // The canary keeps it out while it fails, and brings it back once it answers.
+  gateway_->Tick();
+  EXPECT_FALSE(Healthy("east"));
+  replicas_["east"]->set_mode(FakeReplica::Mode::kOk);
+  gateway_->Tick();
+  EXPECT_TRUE(Healthy("east"));
+}
+
+// A stream whose replica dies after 3 tokens continues on the other one from token 3: the
+// client gets tokens 0..9 once each, and the second replica was told what was sent.
+TEST_F(GatewayTest, AStreamMovesWhenItsReplicaDiesAndNoTokenRepeats) {
+  replicas_["east"]->die_after(3);
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(30, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"X-Cohort-Site", "east"}, {"Content-Type", "application/json"}};
+  req.body = json{{"model", "m"}, {"prompt", "hello"}, {"max_tokens", 10}, {"stream", true}, {"temperature", 0.7}}.dump();
+  std::string body;
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    body.append(d, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  ASSERT_TRUE(c.send(req, res, err)) << httplib::to_string(err);
+  std::vector<int64_t> tokens;
+  size_t pos = 0;
+  bool done = false;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    const std::string data = body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const json chunk = json::parse(data);  // named: a range-for over a temporary's member dangles
+    for (const auto& id : chunk["choices"][0]["token_ids"]) tokens.push_back(id.get<int64_t>());
+  }
+  EXPECT_TRUE(done);
+  std::vector<int64_t> expected;
+  for (int i = 0; i < 10; ++i) expected.push_back(5 + i);  // seed: the prompt's length
+  EXPECT_EQ(tokens, expected) << body;
+  const json moved = replicas_["west"]->last_body();
+  EXPECT_EQ(moved["cohort_resume"]["tokens"], json::array({5, 6, 7}));
+  EXPECT_TRUE(moved.contains("seed")) << "a sampled stream gets a seed, so its continuation is reproducible";
+  EXPECT_EQ(moved["seed"], replicas_["east"]->last_body()["seed"]);
+  EXPECT_EQ(gateway_->counters().failovers, 1);
+  EXPECT_FALSE(Healthy("east"));
+  // The service's latency as its client saw it: one first token, nine gaps (the move's too).
+  prom::TextWriter w;
+  gateway_->WriteMetrics(w);
+  auto text = w.Finish();
+  ASSERT_TRUE(text.has_value()) << text.error().message;
+  EXPECT_NE(text->find("cohort_service_time_to_first_token_seconds_count{service=\"svc\"} 1\n"), std::string::npos)
+      << *text;
+  EXPECT_NE(text->find("cohort_service_inter_token_latency_seconds_count{service=\"svc\"} 9\n"), std::string::npos)
+      << *text;
+}
+
+}  // namespace
+}  // namespace cohort::head

@@ -1,0 +1,84 @@
+// The official OpenAI SDK (npm "openai", pinned in package.json) against Cohort's gateway.
+// Run by tests/integration/serve_test.cc with COHORT_GATEWAY (the head's URL), COHORT_TOKEN
+// (a Cohort token, the SDK's apiKey), COHORT_MODEL and NODE_EXTRA_CA_CERTS (the head's CA).
+// Prints one line per check and exits non-zero on the first failure.
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const baseURL = `${process.env.COHORT_GATEWAY}/v1`;
+const model = process.env.COHORT_MODEL;
+const client = new OpenAI({ baseURL, apiKey: process.env.COHORT_TOKEN, maxRetries: 0, timeout: 60_000 });
+
+function ok(what) {
+  console.log(`ok ${what}`);
+}
+
+const models = await client.models.list();
+assert.ok(models.data.some((m) => m.id === model), `models.list has ${model}: ${JSON.stringify(models.data)}`);
+ok('models.list');
+
+const done = await client.completions.create({ model, prompt: 'Hello', max_tokens: 8, temperature: 0 });
+assert.equal(done.object, 'text_completion');
+assert.equal(done.usage.completion_tokens, 8);
+assert.equal(done.choices[0].finish_reason, 'length');
+ok('completions.create');
+
+const stream = await client.completions.create({ model, prompt: 'Hello', max_tokens: 8, temperature: 0, stream: true });
+let streamed = '';
+let chunks = 0;
+for await (const chunk of stream) {
+  streamed += chunk.choices[0]?.text ?? '';
+  chunks += 1;
+}
+assert.equal(streamed, done.choices[0].text);
+assert.equal(chunks, 8);
+ok('completions.create stream');
+
+const lp = await client.completions.create({ model, prompt: 'Hello', max_tokens: 3, temperature: 0, logprobs: 2 });
+assert.equal(lp.choices[0].logprobs.tokens.length, 3);
+assert.equal(Object.keys(lp.choices[0].logprobs.top_logprobs[0]).length <= 2, true);
+ok('completions.create logprobs');
+
+const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }];
+const chat = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0 });
+assert.equal(chat.object, 'chat.completion');
+assert.equal(chat.choices[0].message.role, 'assistant');
+ok('chat.completions.create');
+
+const chatStream = await client.chat.completions.create({
+  model, messages, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true },
+});
+let chatText = '';
+let usage = null;
+for await (const chunk of chatStream) {
+  chatText += chunk.choices[0]?.delta?.content ?? '';
+  if (chunk.usage) usage = chunk.usage;
+}
+assert.equal(chatText, chat.choices[0].message.content);
+assert.equal(usage.completion_tokens, 6);
+ok('chat.completions.create stream');
+
+async function expectError(cls, status, param, call) {
+  try {
+    await call();
+  } catch (e) {
+    assert.ok(e instanceof cls, `expected ${cls.name}, got ${e.constructor.name}: ${e.message}`);
+    assert.equal(e.status, status);
+    if (param !== undefined) assert.equal(e.param, param);
+    return e;
+  }
+  assert.fail(`expected ${cls.name}`);
+}
+await expectError(OpenAI.NotFoundError, 404, 'model', () => client.completions.create({ model: 'no-such-model', prompt: 'x' }));
+await expectError(OpenAI.BadRequestError, 400, 'max_tokens',
+  () => client.completions.create({ model, prompt: 'x', max_tokens: 1_000_000 }));
+await expectError(OpenAI.BadRequestError, 400, 'temperature',
+  () => client.chat.completions.create({ model, messages, temperature: 7 }));
+const stranger = new OpenAI({ baseURL, apiKey: 'cohort_not-a-token', maxRetries: 0 });
+await expectError(OpenAI.AuthenticationError, 401, undefined, () => stranger.models.list());
+ok('errors');
+
+// The gateway still serves after the errors.
+const after = await client.completions.create({ model, prompt: 'Hello', max_tokens: 8, temperature: 0 });
+assert.equal(after.choices[0].text, done.choices[0].text);
+ok('serving after errors');

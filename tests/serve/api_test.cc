@@ -1,0 +1,284 @@
+// One replica over HTTP: the OpenAI-compatible routes, streaming, log-probabilities, and
+// every kind of bad request answered in OpenAI's error shape while the server keeps serving.
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "common/json.h"
+#include "engine/data/tokenizer.h"
+#include "serve/openai_api.h"
+#include "serve/server.h"
+#include "serve_test_util.h"
+
+namespace cohort::serve {
+namespace {
+
+using testing::CpuModelOf;
+using testing::GatedModel;
+using testing::TinyModel;
+
+class ServerFixture {
+ public:
+  explicit ServerFixture(std::unique_ptr<InferenceModel> model, BatcherOptions batcher = {}) {
+    ServerOptions so;
+    so.model_name = "tiny";
+    so.http_threads = 8;
+    auto s = InferenceServer::Create(engine::MakeByteTokenizer(), std::move(model), batcher, so);
+    EXPECT_TRUE(s.has_value()) << s.error().message;
+    server_ = std::move(*s);
+    auto port = server_->Bind();
+    EXPECT_TRUE(port.has_value());
+    port_ = *port;
+    thread_ = std::thread([this] { server_->Serve(); });
+  }
+  ~ServerFixture() {
+    server_->Stop();
+    thread_.join();
+  }
+  httplib::Client Client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  InferenceServer& server() { return *server_; }
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<InferenceServer> server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+json Post(httplib::Client& c, const std::string& path, const std::string& body, int* status,
+          httplib::Headers* headers = nullptr) {
+  auto r = c.Post(path.c_str(), body, "application/json");
+  if (!r) {
+    ADD_FAILURE() << "no reply";
+    return nullptr;
+  }
+  *status = r->status;
+  if (headers) *headers = r->headers;
+  auto j = ParseJson(r->body);
+  EXPECT_TRUE(j.has_value()) << r->body;
+  return j ? *j : json(nullptr);
+}
+
+// The events of an SSE body: each "data: " payload ([DONE] as the string "[DONE]").
+std::vector<json> Events(const std::string& body) {
+  std::vector<json> out;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    const std::string data = body.substr(pos + 6, end - pos - 6);
+    if (data == "[DONE]") {
+      out.push_back("[DONE]");
+    } else {
+      auto j = ParseJson(data);
+      EXPECT_TRUE(j.has_value()) << data;
+      if (j) out.push_back(*j);
+    }
+    pos = end;
+  }
+  return out;
+}
+
+TEST(ServeApiTest, ModelsCompletionsAndStreams) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  json m = *ParseJson(models->body);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+
+  int status = 0;
+  json done = Post(c, "/v1/completions",
+                   R"({"model":"tiny","prompt":"Hello","max_tokens":12,"temperature":0})", &status);
+  ASSERT_EQ(status, 200) << done.dump();
+  EXPECT_EQ(done["object"], "text_completion");
+  EXPECT_EQ(done["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(done["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(done["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(done["usage"]["total_tokens"], 17);
+  const std::string text = done["choices"][0]["text"];
+
+  // The same request streamed: one chunk per token, the same text, usage, then [DONE].
+  auto r = c.Post("/v1/completions",
+                  R"({"model":"tiny","prompt":"Hello","max_tokens":12,"temperature":0,"stream":true,
+                      "stream_options":{"include_usage":true}})",
+                  "application/json");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  auto events = Events(r->body);
+  ASSERT_EQ(events.size(), 12u + 2);
+  std::string streamed;
+  for (size_t i = 0; i < 12; ++i) {
+    streamed += events[i]["choices"][0]["text"].get<std::string>();
+    EXPECT_EQ(events[i]["choices"][0]["token_ids"].size(), 1u);
+    EXPECT_EQ(events[i]["choices"][0]["finish_reason"].is_null(), i < 11);
+  }
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(events[12]["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(events[13], "[DONE]");
+
+  // Token ids as the prompt: the same continuation.
+  json ids = Post(c, "/v1/completions",
+                  R"({"model":"tiny","prompt":[72,101,108,108,111],"max_tokens":12,"temperature":0})", &status);
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(ids["choices"][0]["text"], text);
+
+  // Log-probabilities: one entry per token, each with its top alternatives.
+  json lp = Post(c, "/v1/completions",
+                 R"({"model":"tiny","prompt":"Hello","max_tokens":4,"temperature":0,"logprobs":3})", &status);
+  ASSERT_EQ(status, 200);
+  const json& l = lp["choices"][0]["logprobs"];
+  ASSERT_EQ(l["tokens"].size(), 4u);
+  ASSERT_EQ(l["top_logprobs"].size(), 4u);
+  EXPECT_EQ(l["top_logprobs"][0].size(), 3u);
+  for (const auto& v : l["token_logprobs"]) EXPECT_LE(v.get<double>(), 0.0);
+  // Greedy: the chosen token is the most likely one.
+  double best = -1e9;
+  for (auto& [tok, v] : l["top_logprobs"][0].items()) best = std::max(best, v.get<double>());
+  EXPECT_NEAR(l["token_logprobs"][0].get<double>(), best, 1e-5);
+}
+
+TEST(ServeApiTest, ChatUsesThePlainTemplate) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  int status = 0;
+  const std::string body = R"({"model":"tiny","messages":[{"role":"system","content":"Be brief."},
+      {"role":"user","content":"Hi"}],"max_tokens":6,"temperature":0,"seed":3})";
+  json done = Post(c, "/v1/chat/completions", body, &status);
+  ASSERT_EQ(status, 200) << done.dump();
+  EXPECT_EQ(done["object"], "chat.completion");
+  EXPECT_EQ(done["choices"][0]["message"]["role"], "assistant");
+  const std::string prompt = ApplyChatTemplate({{"system", "Be brief."}, {"user", "Hi"}});
+  EXPECT_EQ(prompt, "System: Be brief.\nUser: Hi\nAssistant:");
+  EXPECT_EQ(done["usage"]["prompt_tokens"], static_cast<int>(prompt.size()));
+  const std::string content = done["choices"][0]["message"]["content"];
+
+  std::string streamed_body = body;
+  streamed_body.insert(streamed_body.size() - 1, R"(,"stream":true)");
+  auto r = c.Post("/v1/chat/completions", streamed_body, "application/json");
+  ASSERT_TRUE(r);
+  auto events = Events(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string streamed;
+  for (size_t i = 1; i + 1 < events.size(); ++i) {
+    streamed += events[i]["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(streamed, content);
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+// Each bad request gets its 4xx in OpenAI's shape naming the field; the server keeps serving.
+TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  struct Case {
+    std::string path, body;
+    int status;
+    json param;
+  };
+  const std::string long_prompt(200, 'x');
+  const Case cases[] = {
+      {"/v1/completions", R"({"model":"nope","prompt":"x"})", 404, "model"},
+      {"/v1/completions", R"({"model":"tiny","prompt":")" + long_prompt + R"("})", 400, "prompt"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":0})", 400, "max_tokens"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":500})", 400, "max_tokens"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":-3})", 400, "max_tokens"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x",)", 400, nullptr},
+      {"/v1/completions", R"(["not an object"])", 400, "body"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","temperature":"hot"})", 400, "temperature"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","temperature":3})", 400, "temperature"},
+      {"/v1/completions", R"({"model":"tiny","prompt":7})", 400, "prompt"},
+      {"/v1/completions", R"({"model":"tiny","prompt":[1,2,999]})", 400, "prompt[2]"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","stop":[1]})", 400, "stop[0]"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":2})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","logprobs":9})", 400, "logprobs"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","temprature":1})", 400, "temprature"},
+      {"/v1/completions", R"({"prompt":"x"})", 400, "model"},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"robot","content":"x"}]})", 400,
+       "messages[0].role"},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":"hi"})", 400, "messages"},
+  };
+  for (const Case& k : cases) {
+    int status = 0;
+    json e = Post(c, k.path, k.body, &status);
+    EXPECT_EQ(status, k.status) << k.body << " -> " << e.dump();
+    ASSERT_TRUE(e.contains("error")) << e.dump();
+    EXPECT_FALSE(e["error"]["message"].get<std::string>().empty());
+    EXPECT_EQ(e["error"]["type"], k.status == 404 ? "not_found_error" : "invalid_request_error");
+    if (!k.param.is_null()) {
+      EXPECT_EQ(e["error"]["param"], k.param) << e.dump();
+    }
+  }
+  int status = 0;
+  json ok = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"still here","max_tokens":3})", &status);
+  EXPECT_EQ(status, 200) << ok.dump();
+  EXPECT_EQ(ok["usage"]["completion_tokens"], 3);
+}
+
+TEST(ServeApiTest, AFullQueueIsTooManyRequestsWithRetryAfter) {
+  engine::GptModel ref = TinyModel();
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref));
+  GatedModel* gate = gated.get();
+  BatcherOptions b;
+  b.max_running = 1;
+  b.max_waiting = 1;
+  ServerFixture f(std::move(gated), b);
+  const std::string body = R"({"model":"tiny","prompt":"q","max_tokens":4})";
+  std::thread first([&] {
+    auto c = f.Client();
+    int status = 0;
+    Post(c, "/v1/completions", body, &status);
+    EXPECT_EQ(status, 200);
+  });
+  ASSERT_TRUE(gate->WaitBlocked());
+  std::thread second([&] {
+    auto c = f.Client();
+    int status = 0;
+    Post(c, "/v1/completions", body, &status);
+    EXPECT_EQ(status, 200);
+  });
+  // Wait (with a deadline) until the second one is queued.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (f.server().batcher().Load().waiting < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  auto c = f.Client();
+  int status = 0;
+  httplib::Headers headers;
+  json e = Post(c, "/v1/completions", body, &status, &headers);
+  EXPECT_EQ(status, 429);
+  EXPECT_EQ(e["error"]["type"], "rate_limit_error");
+  EXPECT_TRUE(headers.count("Retry-After"));
+  auto load = c.Get("/load");
+  ASSERT_TRUE(load);
+  json l = *ParseJson(load->body);
+  EXPECT_EQ(l["waiting"], 1);
+  EXPECT_EQ(l["running"], 1);
+  gate->Open();
+  first.join();
+  second.join();
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("cohort_serve_requests_total{model=\"tiny\",outcome=\"rejected\"} 1"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("cohort_serve_time_to_first_token_seconds_count{model=\"tiny\"} 2"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::serve

@@ -1,0 +1,414 @@
+// The inference path against the engine's own model and sampler: the block-cache forward
+// equals GptModel::Forward, greedy serving equals engine::Generate, continuous batching
+// equals serving one request at a time, and seeded sampling resumes exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <thread>
+
+#include "engine/data/tokenizer.h"
+#include "engine/trainer/sampling.h"
+#include "serve/batcher.h"
+#include "serve/kv_cache.h"
+#include "serve/text_stream.h"
+#include "serve_test_util.h"
+
+namespace cohort::serve {
+namespace {
+
+using testing::CpuModelOf;
+using testing::GatedModel;
+using testing::TinyModel;
+
+std::vector<int32_t> Bytes(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }
+
+// Drains a channel: the generated tokens, the text and the finish reason.
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::string finish;
+  std::vector<float> logprobs;
+};
+
+// The batcher publishes its load after each step: waits (with a deadline) until `pred`.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+Outcome Drain(RequestChannel& ch) {
+  Outcome o;
+  for (;;) {
+    auto e = ch.Next(std::chrono::seconds(60));
+    if (!e) {
+      ADD_FAILURE() << "no event within 60 s";
+      return o;
+    }
+    if (e->token >= 0) o.tokens.push_back(e->token);
+    o.text += e->text;
+    o.logprobs.push_back(e->logprob);
+    if (!e->finish_reason.empty()) {
+      o.finish = e->finish_reason;
+      if (!e->error.empty()) o.finish += ": " + e->error;
+      return o;
+    }
+  }
+}
+
+TEST(KvCacheTest, PlansBlocksFromTheBudgetAndRefusesTooSmallOnes) {
+  engine::GptConfig c;
+  c.vocab_size = 256;
+  c.max_seq_len = 64;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  // A block: 2 (k, v) * 2 layers * 16 positions * 32 * 4 bytes = 8 KiB.
+  auto plan = PlanKvCache(c, 16, 100 * 8192 + 5, 4);
+  ASSERT_TRUE(plan.has_value()) << plan.error().message;
+  EXPECT_EQ(plan->bytes_per_block, 8192u);
+  EXPECT_EQ(plan->num_blocks, 100);
+  EXPECT_LE(plan->bytes(), 100u * 8192 + 5);
+  auto small = PlanKvCache(c, 16, 3 * 8192, 4);
+  ASSERT_FALSE(small.has_value());
+  EXPECT_EQ(small.error().field, "--kv-cache-mb");
+  EXPECT_NE(small.error().message.find("needs 4"), std::string::npos) << small.error().message;
+  EXPECT_FALSE(PlanKvCache(c, 0, 1 << 20, 4).has_value());
+
+  KvBlockAllocator a(5);
+  auto x = a.Allocate(3);
+  EXPECT_EQ(x.size(), 3u);
+  EXPECT_TRUE(a.Allocate(3).empty());
+  EXPECT_EQ(a.free(), 2);
+  a.Free(x);
+  EXPECT_EQ(a.used(), 0);
+  auto y = a.Allocate(5);
+  std::sort(y.begin(), y.end());
+  EXPECT_EQ(y, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+// The cache path, fed a prompt in uneven chunks and then token by token, gives the logits
+// GptModel::Forward computes over the whole window at every position.
+TEST(CpuInferenceModelTest, ChunkedPrefillAndDecodeMatchTheFullForward) {
+  engine::GptModel ref = TinyModel();
+  auto model = CpuModelOf(ref, /*blocks=*/16, /*block_size=*/8);
+  const std::vector<int32_t> tokens = Bytes("The quick brown fox jumps over the lazy dog, twice over.");
+  const int T = static_cast<int>(tokens.size());
+  ASSERT_TRUE(ref.Forward(tokens, {}, 1, T).has_value());
+  const int V = ref.config().vocab_size, Vp = ref.config().padded_vocab_size();
+  std::vector<int> blocks = {5, 2, 9, 0, 14, 7, 3, 11};  // scattered on purpose
+  auto expect_row = [&](const std::vector<float>& got, int pos) {
+    for (int v = 0; v < V; ++v) {
+      ASSERT_NEAR(got[v], ref.logits()[static_cast<size_t>(pos) * Vp + v], 2e-3)
+          << "position " << pos << " id " << v;
+    }
+  };
+  int pos = 0;
+  for (int chunk : {5, 11, 1, 17}) {
+    StepSequence q;
+    q.tokens = std::span<const int32_t>(tokens.data() + pos, chunk);
+    q.start = pos;
+    q.blocks = blocks;
+    q.want_logits = true;
+    std::vector<float> logits;
+    ASSERT_TRUE(model->Step(std::span<const StepSequence>(&q, 1), logits).has_value());
+    ASSERT_EQ(logits.size(), static_cast<size_t>(V));
+    pos += chunk;
+    expect_row(logits, pos - 1);
+  }
+  for (; pos < T; ++pos) {
+    StepSequence q;
+    q.tokens = std::span<const int32_t>(tokens.data() + pos, 1);
+    q.start = pos;
+    q.blocks = blocks;
+    q.want_logits = true;
+    std::vector<float> logits;
+    ASSERT_TRUE(model->Step(std::span<const StepSequence>(&q, 1), logits).has_value());
+    expect_row(logits, pos);
+  }
+}
+
+TEST(CpuInferenceModelTest, RefusesBadStepsNamingTheField) {
+  engine::GptModel ref = TinyModel();
+  auto model = CpuModelOf(ref, 4, 8, 16);
+  std::vector<int32_t> t(10, 65);
+  std::vector<int> blocks = {0};
+  StepSequence q{t, 0, blocks, true};
+  std::vector<float> logits;
+  auto r = model->Step(std::span<const StepSequence>(&q, 1), logits);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().field, "blocks");
+  blocks = {0, 9};
+  q.blocks = blocks;
+  r = model->Step(std::span<const StepSequence>(&q, 1), logits);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().field, "blocks");
+  std::vector<int32_t> many(17, 65);
+  blocks = {0, 1, 2};
+  q.blocks = blocks;
+  q.tokens = many;
+  r = model->Step(std::span<const StepSequence>(&q, 1), logits);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().field, "tokens");
+  t[3] = 300;
+  q.tokens = t;
+  r = model->Step(std::span<const StepSequence>(&q, 1), logits);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("300"), std::string::npos);
+}
+
+GenerationRequest Greedy(const std::string& prompt, int max_tokens) {
+  GenerationRequest r;
+  r.tokens = Bytes(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+// The server's greedy output is the engine's own sampler's on the same weights and prompt.
+TEST(BatcherTest, GreedyOutputEqualsTheEnginesSampler) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto batcher = Batcher::Start(CpuModelOf(ref), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(batcher.has_value());
+  for (const std::string prompt : {"Hello", "Once upon a time, ", "x"}) {
+    engine::SampleOptions opt;
+    opt.tokens = 40;
+    opt.temperature = 0;
+    engine::Rng rng(1);
+    const std::vector<int32_t> p = Bytes(prompt);
+    auto expected = engine::Generate(ref, p, opt, rng);
+    ASSERT_TRUE(expected.has_value());
+    auto ch = (*batcher)->Submit(Greedy(prompt, 40));
+    ASSERT_TRUE(ch.has_value()) << ch.error().message;
+    Outcome got = Drain(**ch);
+    EXPECT_EQ(got.tokens, *expected) << "prompt '" << prompt << "'";
+    EXPECT_EQ(got.finish, "length");
+    EXPECT_EQ(got.text, tokenizer->Decode(*expected));
+  }
+}
+
+// Requests served together, joining and leaving the batch at different steps with their
+// prompts read in chunks, produce the tokens they produce alone.
+TEST(BatcherTest, ContinuousBatchingGivesTheTokensOfOneAtATime) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  std::vector<GenerationRequest> reqs;
+  const char* prompts[] = {"a", "Where is the", "0123456789012345678901234567890123456789", "zz",
+                           "The rain in Spain", "?", "lorem ipsum dolor sit amet", "GPU"};
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r = Greedy(prompts[i], 5 + 7 * i % 30);
+    if (i % 2 == 1) {  // seeded sampling too
+      r.sampling.temperature = 0.9;
+      r.sampling.top_k = 20;
+      r.sampling.top_p = 0.9;
+      r.sampling.seed = 1000 + i;
+    }
+    reqs.push_back(r);
+  }
+  std::vector<Outcome> alone;
+  {
+    auto b = Batcher::Start(CpuModelOf(ref), tokenizer.get(), {}, nullptr);
+    ASSERT_TRUE(b.has_value());
+    for (const auto& r : reqs) alone.push_back(Drain(**(*b)->Submit(r)));
+  }
+  BatcherOptions opt;
+  opt.prefill_chunk = 6;  // long prompts take several steps, beside the decoders
+  opt.max_running = 8;
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref, 64, 8, 24));
+  GatedModel* gate = gated.get();
+  auto b = Batcher::Start(std::move(gated), tokenizer.get(), opt, nullptr);
+  ASSERT_TRUE(b.has_value());
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  // Half arrive together; the others join one step apart while the first half decode.
+  for (int i = 0; i < 4; ++i) chans.push_back(*(*b)->Submit(reqs[i]));
+  for (int i = 4; i < 8; ++i) {
+    ASSERT_TRUE(gate->WaitBlocked());
+    gate->Release(1 + i % 3);
+    chans.push_back(*(*b)->Submit(reqs[i]));
+  }
+  gate->Open();
+  for (int i = 0; i < 8; ++i) {
+    Outcome o = Drain(*chans[i]);
+    EXPECT_EQ(o.tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(o.text, alone[i].text) << "request " << i;
+    EXPECT_EQ(o.finish, alone[i].finish);
+  }
+  EXPECT_TRUE(Eventually([&] { return (*b)->Load().kv_blocks_used == 0; }));
+}
+
+// A request re-submitted with the first k generated tokens appended ("resumed") continues
+// with exactly the tokens and text the uninterrupted request produced: greedy and seeded.
+TEST(BatcherTest, ResumedRequestsContinueExactly) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto b = Batcher::Start(CpuModelOf(ref), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(b.has_value());
+  for (double temperature : {0.0, 1.0}) {
+    GenerationRequest r = Greedy("Resume me: ", 30);
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 42;
+    r.stop = {"zq"};
+    Outcome full = Drain(**(*b)->Submit(r));
+    ASSERT_GT(full.tokens.size(), 10u);
+    for (size_t k : {size_t{1}, size_t{7}, full.tokens.size() - 1}) {
+      GenerationRequest again = r;
+      again.tokens.insert(again.tokens.end(), full.tokens.begin(), full.tokens.begin() + k);
+      again.resumed = static_cast<int>(k);
+      again.max_tokens = r.max_tokens - static_cast<int>(k);
+      Outcome rest = Drain(**(*b)->Submit(again));
+      std::vector<int32_t> joined(full.tokens.begin(), full.tokens.begin() + k);
+      joined.insert(joined.end(), rest.tokens.begin(), rest.tokens.end());
+      EXPECT_EQ(joined, full.tokens) << "temperature " << temperature << " k " << k;
+      // The text already released for the first k tokens is not released again.
+      TextStream replay(tokenizer.get(), r.stop);
+      std::string before;
+      for (size_t i = 0; i < k; ++i) before += replay.Push(full.tokens[i]);
+      EXPECT_EQ(before + rest.text, full.text);
+    }
+  }
+}
+
+TEST(BatcherTest, SeedsDecideSampledTokens) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto b = Batcher::Start(CpuModelOf(ref), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(b.has_value());
+  GenerationRequest r = Greedy("seed", 40);
+  r.sampling.temperature = 1.5;
+  r.sampling.seed = 1;
+  Outcome a = Drain(**(*b)->Submit(r));
+  Outcome a2 = Drain(**(*b)->Submit(r));
+  r.sampling.seed = 2;
+  Outcome c = Drain(**(*b)->Submit(r));
+  EXPECT_EQ(a.tokens, a2.tokens);
+  EXPECT_NE(a.tokens, c.tokens);
+}
+
+TEST(BatcherTest, StopsAtStopStringsWithoutSendingThem) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto b = Batcher::Start(CpuModelOf(ref), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(b.has_value());
+  Outcome full = Drain(**(*b)->Submit(Greedy("stop", 40)));
+  ASSERT_GE(full.text.size(), 12u);
+  // Stop at the text generated at bytes 8..10: the reply is the 8 bytes before it.
+  GenerationRequest r = Greedy("stop", 40);
+  const std::string stop = full.text.substr(8, 3);
+  r.stop = {stop};
+  Outcome cut = Drain(**(*b)->Submit(r));
+  EXPECT_EQ(cut.finish, "stop");
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+}
+
+TEST(BatcherTest, RefusesWhatCanNeverRunAndWhatOverflowsTheQueue) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  BatcherOptions opt;
+  opt.max_running = 1;
+  opt.max_waiting = 1;
+  // 13 blocks of 8: a whole-context sequence (96) needs 12.
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref, 13, 8, 64));
+  GatedModel* gate = gated.get();
+  auto b = Batcher::Start(std::move(gated), tokenizer.get(), opt, nullptr);
+  ASSERT_TRUE(b.has_value());
+  auto too_long = (*b)->Submit(Greedy(std::string(96, 'x'), 1));
+  ASSERT_FALSE(too_long.has_value());
+  EXPECT_EQ(too_long.error().field, "prompt");
+  auto past_context = (*b)->Submit(Greedy("abc", 94));
+  ASSERT_FALSE(past_context.has_value());
+  EXPECT_EQ(past_context.error().field, "max_tokens");
+  EXPECT_NE(past_context.error().message.find("97"), std::string::npos) << past_context.error().message;
+  auto zero = (*b)->Submit(Greedy("abc", 0));
+  ASSERT_FALSE(zero.has_value());
+  EXPECT_EQ(zero.error().field, "max_tokens");
+
+  auto first = (*b)->Submit(Greedy("first", 80));  // holds 11 of the 13 blocks
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(gate->WaitBlocked());                  // running
+  auto second = (*b)->Submit(Greedy("second", 20));  // waits: one running at most
+  ASSERT_TRUE(second.has_value());
+  auto third = (*b)->Submit(Greedy("third", 20));
+  ASSERT_FALSE(third.has_value());
+  EXPECT_EQ(third.error().code, ErrorCode::kResourceExhausted);
+  LoadReport load = (*b)->Load();
+  EXPECT_EQ(load.waiting, 1);
+  EXPECT_EQ(load.queued_tokens, 6 + 20);
+  gate->Open();
+  EXPECT_EQ(Drain(**first).finish, "length");
+  EXPECT_EQ(Drain(**second).finish, "length");
+}
+
+// Blocks are reserved for the prompt and max_tokens: a request that does not fit next to
+// the running ones waits for them rather than overcommitting the cache.
+TEST(BatcherTest, RequestsWaitForCacheBlocks) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref, 13, 8, 64));
+  GatedModel* gate = gated.get();
+  auto b = Batcher::Start(std::move(gated), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(b.has_value());
+  auto a = (*b)->Submit(Greedy("aaaaaaaa", 56));  // 64 positions: 8 blocks
+  ASSERT_TRUE(gate->WaitBlocked());
+  auto c = (*b)->Submit(Greedy("cccccccc", 40));  // 48: 6 blocks; 5 are free
+  gate->Release(3);
+  ASSERT_TRUE(gate->WaitBlocked());
+  LoadReport load = (*b)->Load();
+  EXPECT_EQ(load.running, 1);
+  EXPECT_EQ(load.waiting, 1);
+  EXPECT_LE(load.kv_blocks_used, 13);
+  gate->Open();
+  EXPECT_EQ(Drain(**a).tokens.size(), 56u);
+  EXPECT_EQ(Drain(**c).tokens.size(), 40u);
+}
+
+TEST(BatcherTest, CancelledRequestsLeaveTheBatch) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref));
+  GatedModel* gate = gated.get();
+  auto b = Batcher::Start(std::move(gated), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(b.has_value());
+  auto ch = (*b)->Submit(Greedy("cancel", 80));
+  ASSERT_TRUE(gate->WaitBlocked());
+  (*ch)->Cancel();
+  gate->Open();
+  // The next step drops it: its blocks come back.
+  auto other = (*b)->Submit(Greedy("other", 3));
+  Drain(**other);
+  EXPECT_TRUE(Eventually([&] { return (*b)->Load().kv_blocks_used == 0 && (*b)->Load().running == 0; }));
+}
+
+TEST(TextStreamTest, HoldsBackPartialCharactersAndStopPrefixes) {
+  auto tokenizer = engine::MakeByteTokenizer();
+  TextStream s(tokenizer.get(), {"END"});
+  EXPECT_EQ(s.Push('a'), "a");
+  EXPECT_EQ(s.Push(0xC3), "");  // first byte of 'é'
+  EXPECT_EQ(s.Push(0xA9), "\xC3\xA9");
+  EXPECT_EQ(s.Push('E'), "");   // could be the stop string
+  EXPECT_EQ(s.Push('N'), "");
+  EXPECT_EQ(s.Push('x'), "ENx");
+  EXPECT_EQ(s.Push('E'), "");
+  EXPECT_EQ(s.Push('N'), "");
+  EXPECT_EQ(s.Push('D'), "");
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.Push('z'), "");
+  EXPECT_EQ(s.Flush(), "");
+
+  TextStream t(tokenizer.get(), {});
+  EXPECT_EQ(t.Push(0xE2), "");
+  EXPECT_EQ(t.Push(0x82), "");
+  EXPECT_EQ(t.Flush(), "\xE2\x82");  // an unfinished character goes out at the end
+  EXPECT_EQ(CompleteUtf8Prefix("ab\xF0\x9F\x98"), 2u);
+  EXPECT_EQ(CompleteUtf8Prefix("ab\xF0\x9F\x98\x80"), 6u);
+}
+
+}  // namespace
+}  // namespace cohort::serve
