@@ -97,7 +97,7 @@ struct SubmitFlags {
   std::optional<std::string> workdir;
   std::optional<std::string> user;
   std::vector<std::string> env;      // "KEY=VALUE" (or "KEY": its value in `environment`)
-  std::string export_env = "ALL";   // --export: ALL, NONE or VAR[=VALUE],... (cli/job_env.h)
+  std::string export_env;          // --export: ALL, NONE or VAR[=VALUE],...; "": the default (cli/job_env.h)
   std::vector<std::string> command;  // after "--"; replaces the file's command
 };
 

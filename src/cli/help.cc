@@ -63,7 +63,9 @@ The spec file's env and --env override what --export sends. The command's progra
 resolved where you submit: a name through the exported PATH (yours when PATH is not
 exported), a relative path against the working directory; the job runs that absolute
 path, so python3 is the python3 you had (a shared filesystem, as with Slurm). A program
-missing here is an error at submit (exit 2).
+missing here is an error at submit (exit 2). A job in a container image (--container)
+runs the image's programs in the image's environment: it sends only what --env and an
+explicit --export name, and its program is not looked up here.
 
 A root agent runs the task as the job's user with that account's HOME, USER, LOGNAME
 and SHELL. Post progress (step, loss, samples_per_s) to $COHORT_REPORT to see it in

@@ -121,6 +121,8 @@ Result<std::string> ResolveProgram(const std::string& program, std::string_view 
 
 Result<json> ApplySubmittingSide(json spec, std::string_view export_spec,
                                  const std::map<std::string, std::string>& environment) {
+  const bool container = spec.contains("container") && spec["container"].is_object();
+  if (export_spec.empty()) export_spec = container ? "NONE" : "ALL";
   std::map<std::string, std::string> env = COHORT_TRY(ExportedEnvironment(export_spec, environment));
   if (spec.contains("env") && spec["env"].is_object()) {
     for (const auto& [k, v] : spec["env"].items()) {
@@ -130,7 +132,7 @@ Result<json> ApplySubmittingSide(json spec, std::string_view export_spec,
   } else if (!spec.contains("env") || spec["env"].is_null()) {
     spec["env"] = env;
   }  // else: a malformed env, named by JobSpecFromJson
-  if (spec.contains("command") && spec["command"].is_array() && !spec["command"].empty() &&
+  if (!container && spec.contains("command") && spec["command"].is_array() && !spec["command"].empty() &&
       spec["command"][0].is_string() && spec.contains("workdir") && spec["workdir"].is_string()) {
     auto path = env.find("PATH");
     std::string path_var;

@@ -9,6 +9,10 @@
 // nothing; --export=A,B=1 only A (its value here) and B=1; ALL,B=1 everything and B=1.
 // The spec file's env and --env override what --export sends.
 //
+// A job in a container image (`container:`) runs the image's programs with the image's
+// environment, as `podman run` would: its default is NONE (ALL would put the submitter's
+// PATH, LD_LIBRARY_PATH, ... over the image's), and its program is not resolved here.
+//
 // The command's program is resolved as a shell would here: a name without '/' through the
 // exported PATH (the submitter's when PATH is not exported), a relative path against the
 // job's working directory; the spec gets the absolute path, so `python3` means on the
@@ -43,8 +47,9 @@ Result<std::map<std::string, std::string>> ExportedEnvironment(std::string_view 
 Result<std::string> ResolveProgram(const std::string& program, std::string_view path_var, const std::string& workdir);
 
 // `spec` (the merged spec as JSON) with the submitting side applied: env = what
-// --export=`export_spec` sends, overridden by the spec's own env; command[0] resolved
-// (ResolveProgram) against the final PATH and the spec's workdir. A spec whose command is
+// --export=`export_spec` sends ("": ALL, or NONE for a container job), overridden by the
+// spec's own env; command[0] resolved (ResolveProgram) against the final PATH and the
+// spec's workdir, except in a container job. A spec whose command is
 // missing or malformed is returned as is for api::JobSpecFromJson to name the field.
 Result<json> ApplySubmittingSide(json spec, std::string_view export_spec,
                                  const std::map<std::string, std::string>& environment);

@@ -426,8 +426,8 @@ void AddSubmitCommand(CommandContext& ctx) {
   sub->add_option("--env", f.env, "Environment variable KEY=VALUE (or KEY: its value here); repeatable")
       ->allow_extra_args(false);
   sub->add_option("--export", f.export_env,
-                  "Environment sent from here: ALL (default: all but a deny list, see cohort help environment), "
-                  "NONE, or VAR[=VALUE],... (only those; ALL,VAR=VALUE adds to all)");
+                  "Environment sent from here: ALL (default: all but a deny list, see cohort help environment; "
+                  "NONE for a --container job), NONE, or VAR[=VALUE],... (only those; ALL,VAR=VALUE adds to all)");
   AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");
   AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
   sub->add_flag("--wait", st->wait, "Wait until the job ends; exit 0 only if it SUCCEEDED");

@@ -96,6 +96,26 @@ TEST_F(JobEnvTest, ProgramsResolveWhereTheJobWasSubmitted) {
   }
 }
 
+TEST_F(JobEnvTest, AContainerJobSendsNothingByDefaultAndKeepsTheImagesProgram) {
+  json spec = {{"command", {"python3", "train.py"}}, {"workdir", dir_}, {"env", {{"NCCL_DEBUG", "TRACE"}}},
+               {"container", {{"image", "localhost/trainer:1"}}}};
+  auto out = ApplySubmittingSide(spec, "", user_env_);
+  ASSERT_TRUE(out.has_value()) << out.error().message;
+  EXPECT_EQ((*out)["env"], (json{{"NCCL_DEBUG", "TRACE"}})) << "the submitter's PATH would hide the image's";
+  EXPECT_EQ((*out)["command"][0], "python3") << "the program is the image's, not resolved here";
+  // An explicit --export still sends what it names.
+  auto named = ApplySubmittingSide(spec, "VIRTUAL_ENV", user_env_);
+  ASSERT_TRUE(named.has_value()) << named.error().message;
+  EXPECT_EQ((*named)["env"]["VIRTUAL_ENV"], "/home/testuser/venv");
+  // Without a container, the default is ALL.
+  spec.erase("container");
+  spec["command"] = {"tool"};
+  auto bare = ApplySubmittingSide(spec, "", user_env_);
+  ASSERT_TRUE(bare.has_value()) << bare.error().message;
+  EXPECT_EQ((*bare)["env"]["VIRTUAL_ENV"], "/home/testuser/venv");
+  EXPECT_EQ((*bare)["command"][0], dir_ + "/bin/tool");
+}
+
 TEST_F(JobEnvTest, SubmitSideSpecTakesExportThenItsOwnEnvAndAResolvedCommand) {
   json spec = {{"command", {"tool", "--flag"}}, {"workdir", dir_}, {"env", {{"NCCL_DEBUG", "TRACE"}}}};
   auto out = ApplySubmittingSide(spec, "ALL", user_env_);
