@@ -175,10 +175,12 @@ std::vector<std::string> Gateway::Discover() {
       keys.push_back(key);
     }
     replicas_.swap(next);
-    std::erase_if(latency_, [&](const auto& entry) {
-      return std::none_of(model_services_.begin(), model_services_.end(),
-                          [&](const auto& ms) { return ms.second == entry.first; });
-    });
+    // A plain loop: the lock analysis cannot see into a lambda that mu_ is held.
+    for (auto it = latency_.begin(); it != latency_.end();) {
+      bool served = false;
+      for (const auto& [model, service] : model_services_) served = served || service == it->first;
+      it = served ? std::next(it) : latency_.erase(it);
+    }
   }
   return keys;
 }
