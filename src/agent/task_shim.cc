@@ -636,9 +636,11 @@ void TaskShim::FinishContainer() {
                                             args_.container_image, why.empty() ? "exit code 125" : why);
     LogLine(log_fd_, runtime_error_);
   }
-  // A runtime that exited by itself removed its container (--rm); one that was killed, or
-  // failed, may have left it.
-  if (runtime.signal == 0 && runtime.exit_code != 125) return;
+  // A runtime that ran its container to the end removed it (--rm). One that was stopped
+  // (a SIGTERM reaching it while it was still creating the container makes it exit
+  // without its clean-up), killed or failed may have left it.
+  const bool stopped = term_sent_ || !fence_error_.empty();
+  if (!stopped && runtime.signal == 0 && runtime.exit_code != 125) return;
   if (RunQuietly(ContainerRemoveArgv(args_.container_runtime, args_.container_name), kRuntimeTimeout) < 0) {
     LogLine(log_fd_, fmt::format("could not remove container {} with {} within {} ms", args_.container_name,
                                  args_.container_runtime, kRuntimeTimeout.count()));

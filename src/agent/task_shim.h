@@ -49,7 +49,7 @@
 //  - for a container task (the --container-* flags; the command is the runtime's `run`,
 //    agent/container.h), once the task is over: when the runtime itself failed (exit
 //    125) records its "Error: " line from the log as `error`, saying whether the image
-//    is missing from the node; and when the runtime was killed or failed, removes the
+//    is missing from the node; and when the runtime was stopped, killed or failed, removes the
 //    container by name (`RUNTIME rm --force`, bounded), since its monitor and processes
 //    were killed as orphans and its record may remain;
 //  - exits with the same code as `exit_code` (2 for a command line it cannot parse, in

@@ -40,7 +40,7 @@ class Containers : public ::testing::Test {
     std::filesystem::create_directories(root + "/bin");
     std::filesystem::create_directories(root + "/etc");
     std::filesystem::copy_file(busybox, root + "/bin/busybox");
-    for (const char* tool : {"sh", "true", "echo", "cat", "sleep", "test", "env", "id", "ls", "pwd"}) {
+    for (const char* tool : {"sh", "true", "echo", "cat", "sleep", "seq", "test", "[", "env", "id", "ls", "pwd"}) {
       std::filesystem::create_symlink("busybox", root + "/bin/" + tool);
     }
     std::ofstream(root + "/etc/cohort-marker") << "inside-the-image\n";
@@ -89,7 +89,11 @@ TEST_F(Containers, TaskRunsInTheImageWithItsEnvironmentDirectoriesAndExitCode) {
       "echo RANK=$RANK; echo WORLD_SIZE=$WORLD_SIZE; echo MY_VAR=$MY_VAR; echo GPUS=$CUDA_VISIBLE_DEVICES; "
       "echo PWD=$(pwd); echo MARKER=$(cat /etc/cohort-marker); "
       "test -d \"$COHORT_CHECKPOINT_DIR\" && echo ok > \"$COHORT_CHECKPOINT_DIR/written\" && echo CKPT=1; "
-      "echo from-the-container > out.txt; exit 3";
+      "echo from-the-container > out.txt; "
+      // Rank 1 ends the gang with exit 3 once rank 0 has written all it prints (a failing
+      // rank stops the others; neither may be stopped before its output is in).
+      "if [ $RANK = 0 ]; then echo > rank0.done; exit 0; fi; "
+      "for i in $(seq 200); do [ -e rank0.done ] && exit 3; sleep 0.1; done; exit 4";
   json job = c.Submit({{"command", {"sh", "-c", script}},
                        {"tasks_per_node", 2},
                        {"gpus_per_node", 2},
@@ -132,6 +136,24 @@ TEST_F(Containers, CancelStopsTheContainerAndLeavesNoneBehind) {
   auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ((*r)["state"], "CANCELLED");
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
+      << "still there: " << ContainersOf(id);
+}
+
+// A failing rank stops the rest of its gang at once, often while their runtime is still
+// creating their container (where a SIGTERM makes Podman exit without its clean-up):
+// whenever the stop lands, no container may be left.
+TEST_F(Containers, AGangStoppedByAFailingRankLeavesNoContainer) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 4);
+  c.WaitForNodes(1);
+  json job = c.Submit({{"command", {"sh", "-c", "[ $RANK = 0 ] && exit 1; exec sleep 1000"}},
+                       {"tasks_per_node", 4},
+                       {"container", {{"image", image_}}}});
+  const int64_t id = job["id"];
+  json done = c.WaitForState(id, "FAILED", std::chrono::seconds(60));
+  EXPECT_EQ(done["exit_code"], 1) << done.dump(2);
   EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
       << "still there: " << ContainersOf(id);
 }
