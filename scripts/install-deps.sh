@@ -16,6 +16,7 @@ packages=(
   prometheus      # promtool check metrics and a real scrape in the observability tests
   python3-torch   # the PyTorch DDP example and its test (Debian's CPU build)
   podman runc catatonit busybox-static   # container jobs and their test (scripts/setup-podman.sh)
+  zsh   # the zsh completion script's test runs it in a real zsh
 )
 
 missing=()

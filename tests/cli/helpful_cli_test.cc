@@ -125,6 +125,40 @@ TEST(CompletionTest, BashScriptCompletesInARealShell) {
   unlink(path);
 }
 
+// zsh runs the script's completion function as its completion system would, with the
+// system's builtins replaced by functions that print what they are given: compadd's
+// candidates (zsh filters them by the word's prefix), _files for file completion.
+TEST(CompletionTest, ZshScriptCompletesInARealShell) {
+  if (system("command -v zsh >/dev/null 2>&1") != 0) GTEST_SKIP() << "no zsh (scripts/install-deps.sh installs it)";
+  GlobalOptions global;
+  auto app = BuildCliApp(global, [](CommandFn) {});
+  auto script = CompletionScript(*app, "zsh");
+  ASSERT_TRUE(script.has_value());
+  char path[] = "/tmp/cohort-zsh-completion-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, script->data(), script->size()), static_cast<ssize_t>(script->size()));
+  close(fd);
+  auto complete = [&](const std::string& words, int current) {
+    std::string cmd = "zsh -f -c 'compdef() { :; }; compadd() { [[ $1 == -- ]] && shift; print -l -- \"$@\"; }; "
+                      "_files() { print _files; }; source " +
+                      std::string(path) + "; words=(" + words + "); CURRENT=" + std::to_string(current) +
+                      "; _cohort' | tr \"\\n\" \" \"";
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (p && fgets(buf, sizeof buf, p)) out += buf;
+    if (p) pclose(p);
+    return " " + out;
+  };
+  EXPECT_THAT(complete("cohort hi", 2), HasSubstr(" history "));
+  EXPECT_THAT(complete("cohort queue --so", 3), HasSubstr(" --sort "));
+  EXPECT_THAT(complete("cohort token cr", 3), HasSubstr(" create "));
+  EXPECT_THAT(complete("cohort token cr", 3), Not(HasSubstr(" history ")));
+  EXPECT_EQ(complete("cohort submit -- py", 4), " _files ") << "after -- the command's words are files";
+  unlink(path);
+}
+
 TEST(HelpTopicTest, TopicsExplainAndUnknownOnesSuggest) {
   ASSERT_NE(HelpTopicText("durations"), nullptr);
   EXPECT_THAT(HelpTopicText("durations"), HasSubstr("1d12h"));
