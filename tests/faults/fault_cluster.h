@@ -33,6 +33,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -560,6 +561,28 @@ inline void ExpectResumedFrom(FaultCluster& c, const TrainJob& t, int attempt, i
   EXPECT_NE(log.find(std::string("resuming from ")), std::string::npos) << log;
   EXPECT_NE(log.find(want), std::string::npos) << "attempt " << attempt << " did not resume from step " << step
                                                << ":\n" << log;
+}
+
+// After a move or preemption that waited for the checkpoint at `requested` (a checkpoint
+// taken on request, not a periodic one): `attempt` resumed from it, or from a later one
+// also taken for the request (it can reach the trainer both ways, the reply to a progress
+// report and then the agent's signal, before the stop lands: seen under load), and its
+// record starts right after. Returns the step it resumed from (-1 if the log has none).
+inline int64_t ExpectResumedFromTheRequestedCheckpoint(FaultCluster& c, const TrainJob& t, int attempt,
+                                                       int64_t requested, const std::map<int, int64_t>& first_step) {
+  const std::string log = c.Logs(t.id, 0, attempt);
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex(R"(resuming from \S+ \(step ([0-9]+)\))"))) {
+    ADD_FAILURE() << "attempt " << attempt << " did not resume from a checkpoint:\n" << log;
+    return -1;
+  }
+  const int64_t resumed = std::stoll(m[1]);
+  EXPECT_GE(resumed, requested) << "attempt " << attempt << " resumed from a checkpoint older than the requested one";
+  EXPECT_NE(resumed % t.spec.checkpoint_every, 0) << "attempt " << attempt << " resumed from a periodic checkpoint";
+  auto it = first_step.find(attempt);
+  EXPECT_TRUE(it != first_step.end() && it->second == resumed + 1)
+      << "attempt " << attempt << " must record from the step after the checkpoint it resumed from (" << resumed << ")";
+  return resumed;
 }
 
 // ExpectConsistentRecord, and each attempt after the first resumed from the checkpoint
