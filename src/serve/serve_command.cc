@@ -40,24 +40,6 @@ struct Flags {
   int http_threads = 128;
 };
 
-// OpenBLAS picks its kernels when it is loaded and falls back to slow generic ones on CPUs
-// it does not know (engine/kernels/cpu/matmul.h): start again with OPENBLAS_CORETYPE set
-// when that helps, as `cohort train` does. Returns only when there is nothing to do (or
-// the exec failed, which the kernels survive, slower).
-void UseFastBlasKernels(int argc, char** argv) {
-  const std::string core = engine::cpu::SuggestedBlasCoreType();
-  if (core.empty()) return;
-  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  std::vector<std::string> args = {SelfExePath(), "serve"};
-  args.insert(args.end(), argv + 1, argv + argc);
-  std::vector<char*> cargv;
-  for (auto& a : args) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  std::fflush(stdout);
-  execv(args[0].c_str(), cargv.data());
-  std::fprintf(stderr, "cohort serve: warning: could not re-execute with OPENBLAS_CORETYPE=%s\n", core.c_str());
-}
-
 int RunServe(int argc, char** argv) {
   CLI::App app{"Serve a GPT model over an OpenAI-compatible HTTP API (one replica)", "cohort serve"};
   Flags f;
@@ -89,7 +71,8 @@ int RunServe(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (f.device == "cpu") UseFastBlasKernels(argc, argv);
+  // OpenBLAS's kernels for this CPU (engine/kernels/cpu/matmul.h): may re-execute.
+  if (f.device == "cpu") engine::cpu::ReexecWithSuggestedBlasCoreType("serve", argc, argv);
   BlockTerminationSignals();
   InitLogging("serve");
 

@@ -73,20 +73,6 @@ int Launch(int argc, char** argv, int ranks) {
                       fmt::format("cannot execute '{}': {}", self, std::strerror(errno))));
 }
 
-// OpenBLAS chooses its kernels when it is loaded and falls back to slow generic ones on CPUs
-// it does not know; re-executes this process with OPENBLAS_CORETYPE set when that helps.
-// Returns only when no re-execution is needed (or it failed).
-void UseFastBlasKernels(int argc, char** argv) {
-  const std::string core = cpu::SuggestedBlasCoreType();
-  if (core.empty()) return;
-  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  std::vector<std::string> args = {SelfExePath(), "train"};
-  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  ExecSelf(std::move(args));
-  std::fprintf(stderr, "cohort train: warning: could not re-execute with OPENBLAS_CORETYPE=%s: %s\n",
-               core.c_str(), std::strerror(errno));
-}
-
 int RunTrain(int argc, char** argv) {
   CLI::App app{"Train a GPT-2-style model (one rank of a data x pipeline x tensor parallel job)", "cohort train"};
   Flags f;
@@ -115,7 +101,8 @@ int RunTrain(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  UseFastBlasKernels(argc, argv);
+  // OpenBLAS's kernels for this CPU (cpu/matmul.h): may re-execute this process.
+  cpu::ReexecWithSuggestedBlasCoreType("train", argc, argv);
   if (f.ranks > 0) return Launch(argc, argv, f.ranks);
 
   auto config = LoadTrainConfig(f.config, f.sets);

@@ -4,12 +4,18 @@
 #include <omp.h>
 
 #include <strings.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
+#include <vector>
 
+#include "common/subprocess.h"
 #include "engine/kernels/cpu/parallel.h"
 
 namespace cohort::engine::cpu {
@@ -133,6 +139,22 @@ void MatmulBackward(float* dinp, float* dw, float* dbias, const float* dout, con
       }
     }
   }
+}
+
+void ReexecWithSuggestedBlasCoreType(const char* command, int argc, char** argv) {
+  const std::string core = SuggestedBlasCoreType();
+  if (core.empty()) return;
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  std::vector<std::string> args = {SelfExePath(), command};
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execv(args[0].c_str(), cargv.data());
+  std::fprintf(stderr, "cohort %s: warning: could not re-execute with OPENBLAS_CORETYPE=%s: %s\n", command,
+               core.c_str(), std::strerror(errno));
 }
 
 }  // namespace cohort::engine::cpu

@@ -27,6 +27,11 @@ std::string BlasCoreName();
 // (bench/train_throughput.cc does), or a launcher sets it in the environment.
 std::string SuggestedBlasCoreType();
 
+// Applies SuggestedBlasCoreType to a `cohort COMMAND` process: sets OPENBLAS_CORETYPE and
+// re-executes this binary as `cohort COMMAND argv[1..]`. Returns only when nothing needs
+// doing or the exec failed (a warning on stderr; the kernels still work, slower).
+void ReexecWithSuggestedBlasCoreType(const char* command, int argc, char** argv);
+
 // Makes OpenBLAS single-threaded. Every kernel calls it first (from the calling thread,
 // outside any parallel region); exposed for code that calls cblas directly.
 void UseOpenMpForBlas();
