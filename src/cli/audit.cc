@@ -103,22 +103,26 @@ Result<int64_t> ParseTimeFlag(std::string_view text, std::string_view flag, int6
                     text.substr(0, 64));
 }
 
+Result<TimeWindow> ParseUserAndWindow(const std::string& user, const std::string& since, const std::string& until,
+                                      int64_t now_ms) {
+  if (!user.empty() && !api::ValidUserName(user)) {
+    return FieldError("--user", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'",
+                      user.substr(0, 80));
+  }
+  TimeWindow w;
+  if (!since.empty()) w.since = COHORT_TRY(ParseTimeFlag(since, "--since", now_ms));
+  if (!until.empty()) w.until = COHORT_TRY(ParseTimeFlag(until, "--until", now_ms));
+  if (w.since && w.until && *w.since >= *w.until) {
+    return FieldError("--until", "must be after --since ({}), got {}", FormatTimestamp(*w.since),
+                      FormatTimestamp(*w.until));
+  }
+  return w;
+}
+
 Result<std::vector<std::pair<std::string, std::string>>> AuditQueryFor(const AuditFlags& f, int64_t now_ms) {
   std::vector<std::pair<std::string, std::string>> query;
-  if (!f.user.empty()) {
-    if (!api::ValidUserName(f.user)) {
-      return FieldError("--user", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'",
-                        f.user.substr(0, 80));
-    }
-    query.emplace_back("user", f.user);
-  }
-  std::optional<int64_t> since, until;
-  if (!f.since.empty()) since = COHORT_TRY(ParseTimeFlag(f.since, "--since", now_ms));
-  if (!f.until.empty()) until = COHORT_TRY(ParseTimeFlag(f.until, "--until", now_ms));
-  if (since && until && *since >= *until) {
-    return FieldError("--until", "must be after --since ({}), got {}", FormatTimestamp(*since),
-                      FormatTimestamp(*until));
-  }
+  const auto [since, until] = COHORT_TRY(ParseUserAndWindow(f.user, f.since, f.until, now_ms));
+  if (!f.user.empty()) query.emplace_back("user", f.user);
   if (until && *until <= 0) return FieldError("--until", "must be after 1970, got '{}'", f.until.substr(0, 64));
   if (since) query.emplace_back("since", std::to_string(*since));
   if (until) query.emplace_back("until", std::to_string(*until));

@@ -218,6 +218,15 @@ std::string RenderUsage(const api::UsageReport& report, std::optional<double> pr
 // Unix ms. kInvalidArgument naming `flag` otherwise.
 Result<int64_t> ParseTimeFlag(std::string_view text, std::string_view flag, int64_t now_ms);
 
+// The --user, --since and --until flags of a query (audit, history), as typed ("" for one
+// not given): the user's name checked, each time read by ParseTimeFlag, --until after
+// --since. Errors name the flag.
+struct TimeWindow {
+  std::optional<int64_t> since, until;  // Unix ms
+};
+Result<TimeWindow> ParseUserAndWindow(const std::string& user, const std::string& since, const std::string& until,
+                                      int64_t now_ms);
+
 // Flags of `cohort audit`, as typed ("" for one not given).
 struct AuditFlags {
   std::string user;

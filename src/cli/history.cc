@@ -53,20 +53,8 @@ Result<std::vector<std::pair<std::string, std::string>>> HistoryQueryFor(const H
   std::string states = f.states.empty() ? "SUCCEEDED,FAILED,CANCELLED,TIMEOUT"
                                         : COHORT_TRY(ParseStateList(f.states, "--state"));
   query.emplace_back("state", states.empty() ? "all" : states);
-  if (!f.user.empty()) {
-    if (!api::ValidUserName(f.user)) {
-      return FieldError("--user", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'",
-                        f.user.substr(0, 80));
-    }
-    query.emplace_back("user", f.user);
-  }
-  std::optional<int64_t> since, until;
-  if (!f.since.empty()) since = COHORT_TRY(ParseTimeFlag(f.since, "--since", now_ms));
-  if (!f.until.empty()) until = COHORT_TRY(ParseTimeFlag(f.until, "--until", now_ms));
-  if (since && until && *since >= *until) {
-    return FieldError("--until", "must be after --since ({}), got {}", FormatTimestamp(*since),
-                      FormatTimestamp(*until));
-  }
+  const auto [since, until] = COHORT_TRY(ParseUserAndWindow(f.user, f.since, f.until, now_ms));
+  if (!f.user.empty()) query.emplace_back("user", f.user);
   if (since && *since > 0) query.emplace_back("since", std::to_string(*since));
   if (until && *until > 0) query.emplace_back("until", std::to_string(*until));
   if (f.limit < 1 || f.limit > 10000) return FieldError("--limit", "must be between 1 and 10000, got {}", f.limit);
