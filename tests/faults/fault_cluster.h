@@ -563,6 +563,18 @@ inline void ExpectResumedFrom(FaultCluster& c, const TrainJob& t, int attempt, i
                                                << ":\n" << log;
 }
 
+// The step in "checkpoint at step N" of the attempt that ended with a move (a drain or a
+// preemption), or -1.
+inline int64_t MovedAtStep(const json& job, int attempt) {
+  for (const auto& h : job.value("history", json::array())) {
+    if (h.value("attempt", -1) != attempt) continue;
+    std::smatch m;
+    const std::string why = h.value("end_reason", "");
+    if (std::regex_search(why, m, std::regex("checkpoint at step ([0-9]+)"))) return std::stoll(m[1]);
+  }
+  return -1;
+}
+
 // After a move or preemption that waited for the checkpoint at `requested` (a checkpoint
 // taken on request, not a periodic one): `attempt` resumed from it, or from a later one
 // also taken for the request (it can reach the trainer both ways, the reply to a progress

@@ -10,23 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include <regex>
-
 #include "fault_cluster.h"
 
 namespace cohort::testing {
 namespace {
-
-// The step in "checkpoint at step N" of the attempt that ended with a move.
-int64_t MovedAtStep(const json& job, int attempt) {
-  for (const auto& h : job.value("history", json::array())) {
-    if (h.value("attempt", -1) != attempt) continue;
-    std::smatch m;
-    const std::string why = h.value("end_reason", "");
-    if (std::regex_search(why, m, std::regex("checkpoint at step ([0-9]+)"))) return std::stoll(m[1]);
-  }
-  return -1;
-}
 
 // `drain --now` of rank 1's node under a training job that checkpoints on request; with
 // `kill_head`, the head is killed (-9) just after it accepted the drain and started again.

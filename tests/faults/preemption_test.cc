@@ -35,16 +35,6 @@ Cli RunCohort(FaultCluster& c, const std::vector<std::string>& args) {
   return {st && st->Success(), ReadFile(o.stdout_path)};
 }
 
-int64_t MovedAtStep(const json& job, int attempt) {
-  for (const auto& h : job.value("history", json::array())) {
-    if (h.value("attempt", -1) != attempt) continue;
-    std::smatch m;
-    const std::string why = h.value("end_reason", "");
-    if (std::regex_search(why, m, std::regex("checkpoint at step ([0-9]+)"))) return std::stoll(m[1]);
-  }
-  return -1;
-}
-
 int64_t AttemptEnd(const json& job, int attempt) {
   for (const auto& h : job.value("history", json::array())) {
     if (h.value("attempt", -1) == attempt) return h.value("end_ms", int64_t{0});
