@@ -86,6 +86,17 @@ std::vector<RankedJob> RankQueue(const Snapshot& snapshot, const QuotaBook& quot
   const PriorityModel model(*snapshot.shares, snapshot.now_ms, cluster_gpus);
   std::vector<RankedJob> ranked;
   ranked.reserve(snapshot.pending.size());
+  // The sort runs on compact keys: comparing through the jobs' pointers costs a cache miss
+  // per comparison at 10,000 pending jobs.
+  struct Key {
+    int queue_class;
+    double minus_total;
+    int64_t submit_ms, id;
+    size_t index;  // into `ranked`
+    auto operator<=>(const Key&) const = default;
+  };
+  std::vector<Key> keys;
+  keys.reserve(snapshot.pending.size());
   for (const JobRequest& job : snapshot.pending) {
     RankedJob r;
     r.job = &job;
@@ -93,13 +104,14 @@ std::vector<RankedJob> RankQueue(const Snapshot& snapshot, const QuotaBook& quot
     r.queue_class = job.nominated                                     ? QueueClass::kNominated
                     : quotas.WithinQuota(job.team, RequestedGpus(job)) ? QueueClass::kWithinQuota
                                                                        : QueueClass::kBorrowing;
+    keys.push_back(Key{static_cast<int>(r.queue_class), -r.factors.total, job.submit_ms, job.id, ranked.size()});
     ranked.push_back(r);
   }
-  std::sort(ranked.begin(), ranked.end(), [](const RankedJob& a, const RankedJob& b) {
-    return std::tuple(static_cast<int>(a.queue_class), -a.factors.total, a.job->submit_ms, a.job->id) <
-           std::tuple(static_cast<int>(b.queue_class), -b.factors.total, b.job->submit_ms, b.job->id);
-  });
-  return ranked;
+  std::sort(keys.begin(), keys.end());
+  std::vector<RankedJob> out;
+  out.reserve(ranked.size());
+  for (const Key& k : keys) out.push_back(ranked[k.index]);
+  return out;
 }
 
 }  // namespace cohort::sched

@@ -48,6 +48,7 @@ class Pass {
         unavailable_(UnavailableSuffix(snapshot.nodes)),
         releases_(RunningReleases(snapshot)) {
     decision_.start.reserve(snapshot.pending.size());
+    pending_reason_.resize(snapshot.pending.size());
     if (snapshot.shares) quotas_.emplace(snapshot.shares->teams, snapshot.running);
   }
 
@@ -63,7 +64,7 @@ class Pass {
   void Consider(const JobRequest& job) {
     const Result<GangDemand> demand = DemandOf(job);
     if (!demand) {
-      decision_.pending_reasons[job.id] = InvalidReason(demand.error().message);
+      SetReason(job, InvalidReason(demand.error().message));
       return;
     }
     // An elastic job takes the largest gang from nodes down to min_nodes that fits now
@@ -83,13 +84,27 @@ class Pass {
     }
     if (quotas_ && TryPreempt(job, *demand)) return;
     if (!admitted) {
-      decision_.pending_reasons[job.id] = quotas_->LimitReason(job.team, GpusOf(*demand));
+      SetReason(job, quotas_->LimitReason(job.team, GpusOf(*demand)));
       return;
     }
-    decision_.pending_reasons[job.id] = Wait(job, *demand);
+    SetReason(job, Wait(job, *demand));
   }
 
-  Decision Finish() && { return std::move(decision_); }
+  void SetReason(const JobRequest& job, std::string reason) {
+    pending_reason_[&job - snapshot_.pending.data()] = std::move(reason);
+  }
+
+  Decision Finish() && {
+    // Collected in queue order, stored in the snapshot's order (the head's is by id): each
+    // goes in at the map's end, where a lookup per job in queue order missed the cache at
+    // every level of the tree.
+    for (size_t i = 0; i < pending_reason_.size(); ++i) {
+      if (pending_reason_[i].empty()) continue;
+      decision_.pending_reasons.emplace_hint(decision_.pending_reasons.end(), snapshot_.pending[i].id,
+                                             std::move(pending_reason_[i]));
+    }
+    return std::move(decision_);
+  }
 
  private:
   static int64_t GpusOf(const GangDemand& d) { return static_cast<int64_t>(d.nodes) * d.gpus; }
@@ -108,7 +123,7 @@ class Pass {
       std::string reason = victims.empty() ? "waiting for the GPUs of the jobs preempted for it to be released"
                                            : "waiting for preempted job(s) " + victims + " to checkpoint and stop";
       // Keeps the reservation logic: the first such job holds the nodes being freed.
-      decision_.pending_reasons[job.id] = reason + "; " + Wait(job, demand);
+      SetReason(job, reason + "; " + Wait(job, demand));
       return true;
     }
     if (preempt_attempts_ >= policy.max_preemptors) return false;
@@ -122,13 +137,13 @@ class Pass {
     quotas_->Add(job.team, gpus);  // its GPUs are promised: later jobs of its team count them
     std::string victims;
     for (const Preemption& p : *plan) victims += (victims.empty() ? "" : ", ") + std::to_string(p.victim);
-    decision_.pending_reasons[job.id] =
-        fmt::format("preempting job(s) {} ({})", victims, plan->front().kind == PreemptKind::kReclaim ? "reclaim" : "priority");
+    SetReason(job, fmt::format("preempting job(s) {} ({})", victims, plan->front().kind == PreemptKind::kReclaim ? "reclaim" : "priority"));
     for (Preemption& p : *plan) decision_.preempt.push_back(std::move(p));
     return true;
   }
 
   void Start(const JobRequest& job, const GangDemand& demand, GangFit fit) {
+    ++starts_;
     if (quotas_) quotas_->Add(job.team, GpusOf(demand));
     JobPlacement& placed = decision_.start.emplace_back();
     placed.job_id = job.id;
@@ -151,12 +166,30 @@ class Pass {
 
   // The reason `job` waits; reserves for it if it is the first job that could start later.
   std::string Wait(const JobRequest& job, const GangDemand& demand) {
+    if (guard_) return GuardedWait(demand);
     const int available = CountHosts(pool_, demand);
-    if (guard_ && available >= demand.nodes) return WaitingForReason(guard_->head_job());
     std::string reason =
         ResourceReason(demand, available, pool_.CountHosts(demand.gpus, 0), unavailable_);
-    if (!guard_) reason += Reserve(job, demand);
-    return reason;
+    return reason + Reserve(job, demand);
+  }
+
+  // Once the head job is reserved, a reason depends only on the demand and the free pool,
+  // which changes only when a job starts: in a saturated cluster most of the queue waits
+  // with a handful of demands, so each reason is worked out once per start, not per job.
+  const std::string& GuardedWait(const GangDemand& demand) {
+    for (CachedReason& c : guarded_reasons_) {
+      if (c.demand.nodes == demand.nodes && c.demand.gpus == demand.gpus && c.demand.cpus == demand.cpus) {
+        if (c.starts != starts_) c = CachedReason{demand, starts_, GuardedReason(demand)};
+        return c.reason;
+      }
+    }
+    return guarded_reasons_.emplace_back(CachedReason{demand, starts_, GuardedReason(demand)}).reason;
+  }
+
+  std::string GuardedReason(const GangDemand& demand) const {
+    const int available = CountHosts(pool_, demand);
+    if (available >= demand.nodes) return WaitingForReason(guard_->head_job());
+    return ResourceReason(demand, available, pool_.CountHosts(demand.gpus, 0), unavailable_);
   }
 
   // Makes `job` the head job if it can ever fit; returns what its reason gains.
@@ -190,6 +223,14 @@ class Pass {
   std::optional<BackfillGuard> guard_;  // set once the head job is reserved for
   std::vector<GangDemand> never_fit_;   // demands beyond the schedulable capacity
   std::vector<int> blocked_;            // scratch: reserved nodes the current job must avoid
+  struct CachedReason {
+    GangDemand demand;
+    int64_t starts = 0;  // starts_ when `reason` was worked out
+    std::string reason;
+  };
+  int64_t starts_ = 0;                  // jobs started so far: the pool changes only then
+  std::vector<CachedReason> guarded_reasons_;  // GuardedWait's, one per demand seen
+  std::vector<std::string> pending_reason_;  // by index in snapshot_.pending; empty: started
   Decision decision_;
 };
 

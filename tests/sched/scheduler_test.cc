@@ -32,6 +32,26 @@ TEST(Scheduler, DrainingAndDownNodesGetNothingAndShowInReasons) {
   }
 }
 
+// After the reservation a waiting job's reason is worked out once per demand and reused
+// until a job starts: a start in between must give the next job of the same demand a
+// fresh reason.
+TEST(Scheduler, AReasonFollowsThePoolAfterABackfilledStart) {
+  Snapshot snap;
+  snap.now_ms = kNow;
+  snap.nodes = {Node("n", 4, {3})};
+  snap.running = {Running(100, kNow + 100'000, {{"n", 3, 3}})};
+  snap.pending = {GpuJob(1, 1, 4, Placement::kPack, 3'600'000), GpuJob(2, 1, 1),
+                  GpuJob(3, 1, 1, Placement::kPack, 10'000), GpuJob(4, 1, 1)};
+  const Decision d = Schedule(snap);
+  ASSERT_TRUE(d.reservation.has_value());
+  EXPECT_EQ(d.reservation->job_id, 1);
+  // Job 2 could use the free GPU but would outlast the reservation; job 3 ends before it
+  // and takes that GPU; then nothing is free for job 4.
+  EXPECT_EQ(Reason(d, 2), "waiting for job 1 (higher priority; its resources are reserved)");
+  EXPECT_EQ(Where(d, 3), "n:3");
+  EXPECT_EQ(Reason(d, 4), "needs 1 node with 1 free GPU; 0 available");
+}
+
 TEST(Scheduler, UnavailableNodesAreSkippedEvenWhenIdle) {
   Snapshot snap;
   snap.now_ms = kNow;

@@ -246,10 +246,10 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   AccrueUsage(s, ctx, now);  // the attempts just started are accounted from now
   ApplyPreemptions(tx, decision.preempt);
   PlanGrowth(tx, in.snapshot, decision);
-  s.pending_reasons.clear();
-  for (auto& [id, reason] : decision.pending_reasons) {
-    if (s.pending.contains(id)) s.pending_reasons[id] = std::move(reason);
-  }
+  // The decision's reasons are in id order: the map takes them over, and drops those of
+  // jobs no longer pending, without a lookup per job.
+  s.pending_reasons = std::move(decision.pending_reasons);
+  std::erase_if(s.pending_reasons, [&](const auto& entry) { return !s.pending.contains(entry.first); });
   for (auto& [id, text] : in.stopping_reasons) s.pending_reasons[id] = std::move(text);
   for (auto& [id, text] : in.held_reasons) s.pending_reasons[id] = std::move(text);
   out.started = static_cast<int>(decision.start.size());
