@@ -180,4 +180,11 @@ inline CpuSeconds ProcessCpu(int pid) {
   return {(std::stod(f[11]) + std::stod(f[12])) / tick, (std::stod(f[13]) + std::stod(f[14])) / tick};
 }
 
+// Reads one unlabelled sample of a /metrics family ("name value") from `text`, or -1.
+inline double Metric(const std::string& text, const std::string& name) {
+  auto at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::atof(text.c_str() + at + name.size() + 2);
+}
+
 }  // namespace cohort::bench

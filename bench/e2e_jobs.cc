@@ -17,16 +17,7 @@
 
 using namespace cohort;
 
-namespace {
-
-// Reads one sample of a /metrics family ("name value"), or -1.
-double Metric(const std::string& text, const std::string& name) {
-  auto at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::atof(text.c_str() + at + name.size() + 2);
-}
-
-}  // namespace
+using bench::Metric;
 
 int main(int argc, char** argv) {
   const int jobs = argc > 1 ? std::atoi(argv[1]) : 200;

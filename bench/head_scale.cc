@@ -89,6 +89,14 @@ int main(int argc, char** argv) {
   const int pending = CountJobs(client, "PENDING");
 
   // The timed window.
+  // What the window's connections cost: accepted, and TLS handshakes (from /metrics).
+  const auto connection_counts = [&] {
+    auto m = client.GetRaw("/metrics");
+    const std::string text = m && m->status == 200 ? m->body : "";
+    return std::pair(bench::Metric(text, "cohort_http_accepted_connections_total"),
+                     bench::Metric(text, "cohort_http_tls_handshakes_total"));
+  };
+  const auto connections_before = connection_counts();
   const bench::SimStats before = agents.Stats();
   const double cpu_before = bench::ProcessCpu(c.head_pid()).self;
   std::vector<double> queue_ms;
@@ -109,6 +117,7 @@ int main(int argc, char** argv) {
   }
   const bench::SimStats after = agents.Stats();
   const double head_cpu_s = bench::ProcessCpu(c.head_pid()).self - cpu_before;
+  const auto connections_after = connection_counts();
 
   int up = 0;
   std::string cursor;
@@ -150,6 +159,8 @@ int main(int argc, char** argv) {
   std::printf("  head CPU in the window: %.0f%% of a core (%.0f us per heartbeat handled, everything included: "
               "queue requests, liveness, passes)\n",
               100 * head_cpu_s / window_s, handled_rate > 0 ? 1e6 * head_cpu_s / (handled_rate * window_s) : 0.0);
+  std::printf("  connections in the window: %.0f accepted, %.0f TLS handshakes\n",
+              connections_after.first - connections_before.first, connections_after.second - connections_before.second);
   std::printf("  nodes UP at the end: %d/%d   target: all   %s; jobs running at the end: %d, pending %d\n", up, nodes,
               Verdict(up == nodes), running_end, pending_end);
   std::printf("  queue request (%zu samples, %zu jobs, %.0f KB): p50 %.2f ms, p99 %.2f ms   target p99 < %.0f ms   %s\n",

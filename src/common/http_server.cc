@@ -384,6 +384,7 @@ struct HttpServer::Impl {
   std::atomic<bool> stopping{false};
 
   std::atomic<int64_t> connections{0}, rejected_connections{0}, timed_out{0}, oversized{0}, tls_failures{0};
+  std::atomic<int64_t> accepted{0}, tls_handshakes{0};  // totals
 
   Impl(HttpServer& s, HttpServerOptions o) : server(s), options(std::move(o)) {
     if (options.pools.empty()) options.pools.push_back(HttpServerOptions::Pool{});
@@ -587,6 +588,7 @@ struct HttpServer::Impl {
     ERR_clear_error();
     const int rc = SSL_do_handshake(conn.ssl);
     if (rc == 1) {
+      tls_handshakes += 1;
       conn.handshaking = false;
       WatchFor(conn, false);
       return true;
@@ -631,6 +633,7 @@ struct HttpServer::Impl {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     connections += 1;
+    accepted += 1;
     int from_client = 0;
     {
       MutexLock lock(mu);
@@ -1009,6 +1012,8 @@ HttpServerStats HttpServer::Stats() const {
   s.timed_out_requests = impl_->timed_out;
   s.oversized_requests = impl_->oversized;
   s.tls_handshake_failures = impl_->tls_failures;
+  s.accepted_connections = impl_->accepted;
+  s.tls_handshakes = impl_->tls_handshakes;
   for (const auto& p : impl_->pools) {
     s.pools.push_back({p->options.name, p->queued.load(), p->busy.load(), p->handled.load(), p->rejected.load()});
   }
@@ -1019,6 +1024,12 @@ void WriteHttpServerMetrics(prom::TextWriter& w, const HttpServerStats& s) {
   using prom::MetricType;
   w.Family("cohort_http_connections", MetricType::kGauge, "Client connections open now");
   w.Sample({}, static_cast<double>(s.connections));
+  w.Family("cohort_http_accepted_connections_total", MetricType::kCounter,
+           "Client connections accepted (including those then turned away over a cap)");
+  w.Sample({}, static_cast<double>(s.accepted_connections));
+  w.Family("cohort_http_tls_handshakes_total", MetricType::kCounter,
+           "TLS handshakes completed: what clients that reconnect cost the server most");
+  w.Sample({}, static_cast<double>(s.tls_handshakes));
   w.Family("cohort_http_rejected_connections_total", MetricType::kCounter,
            "Connections turned away: over the total or the per-client connection cap");
   w.Sample({}, static_cast<double>(s.rejected_connections));

@@ -103,6 +103,8 @@ struct HttpServerStats {
   int64_t timed_out_requests = 0;      // 408s: a request that did not arrive in time
   int64_t oversized_requests = 0;      // 413s and 431s
   int64_t tls_handshake_failures = 0;  // TLS connections closed before their handshake completed
+  int64_t accepted_connections = 0;    // connections accepted, in all
+  int64_t tls_handshakes = 0;          // TLS handshakes completed, in all
   std::vector<Pool> pools;
 };
 

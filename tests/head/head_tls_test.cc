@@ -274,6 +274,15 @@ TEST_F(HeadTlsTest, ANodeCredentialNeedsThatNodesCertificate) {
   ASSERT_TRUE(metrics.has_value());
   EXPECT_NE(metrics->body.find("cohort_http_tls_handshake_failures_total 1"), std::string::npos)
       << metrics->body.substr(0, 4000);
+  // Every connection was accepted first; the heartbeats above each made a handshake that
+  // completed (their refusals came after it), the forged one a handshake that failed.
+  const auto sample = [&](const std::string& name) {
+    const size_t at = metrics->body.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::atof(metrics->body.c_str() + at + name.size() + 2);
+  };
+  const double handshakes = sample("cohort_http_tls_handshakes_total");
+  EXPECT_GE(handshakes, 3) << metrics->body.substr(0, 4000);
+  EXPECT_GE(sample("cohort_http_accepted_connections_total"), handshakes + 1);
 }
 
 TEST_F(HeadTlsTest, RevokedJoinTokenGetsNoCertificate) {
