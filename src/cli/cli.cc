@@ -206,7 +206,9 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
     return rc == 0 ? 0 : 2;
   }
   g_options = &global;
-  auto config_path = ActiveConfigPath(global.context);
+  // `cohort login --context NAME` may name a context it is about to make.
+  const bool login = !app.get_subcommands().empty() && app.get_subcommands().front()->get_name() == "login";
+  auto config_path = login ? LoginConfigPath(global.context) : ActiveConfigPath(global.context);
   if (!config_path) {
     Error e = config_path.error();
     e.code = ErrorCode::kInvalidArgument;  // a context that does not exist is bad input (exit 2)

@@ -96,15 +96,32 @@ Result<void> RemoveContext(const std::string& config_path, const std::string& na
   return {};
 }
 
+namespace {
+
+// The context --context (`flag`) or $COHORT_CONTEXT names; empty for none.
+std::string ContextName(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("COHORT_CONTEXT"); env && *env) return env;
+  return {};
+}
+
+}  // namespace
+
 Result<std::string> ActiveConfigPath(const std::string& flag) {
   const std::string config_path = ClientConfigPath();
-  std::string name = flag;
-  if (name.empty()) {
-    if (const char* env = std::getenv("COHORT_CONTEXT"); env && *env) name = env;
-  }
+  const std::string name = ContextName(flag);
   if (name.empty()) return config_path;
   if (config_path.empty()) return Errorf(ErrorCode::kInvalidArgument, "no home directory to keep contexts in");
   COHORT_TRY(ReadContext(config_path, name));
+  return ContextPath(config_path, name);
+}
+
+Result<std::string> LoginConfigPath(const std::string& flag) {
+  const std::string config_path = ClientConfigPath();
+  const std::string name = ContextName(flag);
+  if (name.empty()) return config_path;
+  if (config_path.empty()) return Errorf(ErrorCode::kInvalidArgument, "no home directory to keep contexts in");
+  COHORT_TRY_VOID(CheckContextName(name));
   return ContextPath(config_path, name);
 }
 

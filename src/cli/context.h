@@ -39,4 +39,8 @@ Result<void> RemoveContext(const std::string& config_path, const std::string& na
 // that does not exist.
 Result<std::string> ActiveConfigPath(const std::string& flag);
 
+// The file `cohort login` writes: the context --context (`flag`) or $COHORT_CONTEXT names,
+// made if it is new (kInvalidArgument for a bad name), else the client config.
+Result<std::string> LoginConfigPath(const std::string& flag);
+
 }  // namespace cohort::cli

@@ -89,6 +89,7 @@ Contexts, like kubectl's, keep several heads: copies of the config under
   cohort context ls           list them; * marks the current one
   cohort context rm NAME
   cohort --context NAME ...   (or COHORT_CONTEXT=NAME) one command against NAME
+  cohort login --context NAME ...  log in to context NAME (made if new; the config stays as it is)
 $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
 )"},
     {"exit-codes", "What cohort's exit codes mean",

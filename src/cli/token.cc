@@ -9,6 +9,7 @@
 #include <httplib.h>
 
 #include "cli/client.h"
+#include "cli/context.h"
 #include "cli/table.h"
 #include "common/client_config.h"
 #include "common/clock.h"
@@ -178,7 +179,10 @@ int RunLogin(const GlobalOptions& global, std::string token, std::string ca_file
   if (token.empty()) return ReportError(Error{ErrorCode::kInvalidArgument, "no token given (--token, or on stdin)"});
   HttpClient head(url, Millis(15000));
   head.set_bearer_token(token);
-  const std::string path = ClientConfigPath();
+  // The client config, or the context --context or $COHORT_CONTEXT names (made here if new).
+  auto login_path = LoginConfigPath(global.context);
+  if (!login_path) return ReportError(login_path.error());
+  const std::string path = *login_path;
   if (path.empty()) return ReportError(Error{ErrorCode::kInvalidArgument, "no home directory for the client config"});
   std::string pinned_pem;  // kept beside the config once the head has accepted the token
   if (!pinned.empty()) {
