@@ -67,7 +67,9 @@ TEST_F(ClientConfigTest, ThePathFollowsXdgThenHome) {
   EXPECT_EQ(ClientConfigPath(), "/x/y/cohort/config");
   unsetenv("XDG_CONFIG_HOME");
   const char* home = std::getenv("HOME");
-  if (home && *home == '/') EXPECT_EQ(ClientConfigPath(), std::string(home) + "/.config/cohort/config");
+  if (home && *home == '/') {
+    EXPECT_EQ(ClientConfigPath(), std::string(home) + "/.config/cohort/config");
+  }
   if (old_xdg) setenv("XDG_CONFIG_HOME", saved.c_str(), 1);
 }
 

@@ -128,7 +128,11 @@ TEST(AuthorizeTest, EachAccessLetsInExactlyItsCallers) {
   Caller admin{Caller::Kind::kToken, "a", Role::kAdmin, "id3", ""};
   Caller agent{Caller::Kind::kToken, "agents", Role::kAgent, "id4", ""};
   Caller node{Caller::Kind::kNode, "", Role::kViewer, "", "n1"};
-  Caller insecure{Caller::Kind::kInsecure};
+  Caller insecure = [] {
+    Caller c;
+    c.kind = Caller::Kind::kInsecure;
+    return c;
+  }();
   Caller job{Caller::Kind::kJob, "u", Role::kViewer, "", "", 42, 0};
   struct Row {
     Access access;

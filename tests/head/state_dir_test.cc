@@ -52,7 +52,9 @@ class StateDirTest : public ::testing::Test {
     EXPECT_EQ(ModeOf(state_ + "/state.db"), 0600u);
     for (const char* suffix : {"-wal", "-shm"}) {
       const std::string f = state_ + "/state.db" + suffix;
-      if (std::filesystem::exists(f)) EXPECT_EQ(ModeOf(f), 0600u) << f;
+      if (std::filesystem::exists(f)) {
+        EXPECT_EQ(ModeOf(f), 0600u) << f;
+      }
     }
   }
 
@@ -72,7 +74,9 @@ TEST_F(StateDirTest, AnOlderHeadsWorldReadableStateIsClosedOnStart) {
   ASSERT_TRUE(Start());  // makes the database, then stops
   ASSERT_EQ(chmod(state_.c_str(), 0755), 0);
   for (const char* f : {"/head.lock", "/state.db", "/state.db-wal", "/state.db-shm"}) {
-    if (std::filesystem::exists(state_ + f)) ASSERT_EQ(chmod((state_ + f).c_str(), 0644), 0);
+    if (std::filesystem::exists(state_ + f)) {
+      ASSERT_EQ(chmod((state_ + f).c_str(), 0644), 0);
+    }
   }
   auto head = Start();
   ASSERT_TRUE(head);
