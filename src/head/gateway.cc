@@ -400,17 +400,18 @@ Gateway::Counters Gateway::counters() const {
 
 // One POST to a replica on a thread of its own, its server-sent events queued for the
 // gateway's handler: the handler can wait for the status first (to relay a 4xx as such)
-// and then for each event, and see the connection end.
+// and then for each event, and see the connection end. The connection comes from the
+// replica's kept-alive ones and goes back there when the reply ended whole (a stream cut
+// short leaves its connection mid-reply: it is closed): a connection per stream would
+// leave a socket in TIME_WAIT per stream, and at some hundreds of streams a second the
+// head's ephemeral ports to one replica run out.
 class Gateway::Upstream {
  public:
-  Upstream(const std::string& host, int port, const GatewayOptions& o, std::string path, std::string body,
+  Upstream(Gateway* gateway, std::shared_ptr<Lease> lease, std::string path, std::string body,
            httplib::Headers headers) {
-    thread_ = std::thread([this, host, port, o, path = std::move(path), body = std::move(body),
+    thread_ = std::thread([this, gateway, lease = std::move(lease), path = std::move(path), body = std::move(body),
                            headers = std::move(headers)]() mutable {
-      httplib::Client cli(host, port);
-      cli.set_tcp_nodelay(true);
-      cli.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(o.connect_timeout));
-      cli.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(o.read_timeout));
+      std::unique_ptr<httplib::Client> cli = gateway->TakeClient(*lease);
       httplib::Request req;
       req.method = "POST";
       req.path = path;
@@ -426,10 +427,18 @@ class Gateway::Upstream {
       req.content_receiver = [this](const char* d, size_t n, uint64_t, uint64_t) { return Receive(d, n); };
       httplib::Response res;
       httplib::Error err = httplib::Error::Success;
-      const bool ok = cli.send(req, res, err);
+      const bool ok = cli->send(req, res, err);
+      bool whole = false;
+      {
+        MutexLock l(mu_);
+        if (!ok) transport_error_ = httplib::to_string(err);
+        if (status_ == 0) status_ = -1;
+        whole = ok && !aborted_;
+      }
+      // Back in the pool before the handler hears of the end, so that a client's next
+      // request finds it there.
+      if (whole) gateway->ReturnClient(*lease, std::move(cli));
       MutexLock l(mu_);
-      if (!ok) transport_error_ = httplib::to_string(err);
-      if (status_ == 0) status_ = -1;
       done_ = true;
       cv_.NotifyAll();
     });
@@ -458,6 +467,14 @@ class Gateway::Upstream {
     std::string e = std::move(events_.front());
     events_.pop_front();
     return e;
+  }
+  // Waits (at most `timeout`) for the reply to end; true if it did.
+  bool WaitEnd(Millis timeout) {
+    MutexLock l(mu_);
+    return cv_.WaitFor(mu_, timeout, [&] {
+      mu_.AssertHeld();
+      return done_;
+    });
   }
   // The connection is over and every event was taken.
   bool ended() {
@@ -688,7 +705,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
         if (!last_failure.empty()) e.message += "; last failure: " + last_failure;
         return fail(e);
       }
-      auto up = std::make_unique<Upstream>((*lease)->host, (*lease)->port, options_, st->path, text, st->headers);
+      auto up = std::make_unique<Upstream>(this, *lease, st->path, text, st->headers);
       const int status = up->WaitStatus(options_.read_timeout);
       if (status == 200) {
         st->lease = std::move(*lease);
@@ -743,7 +760,13 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
         std::optional<std::string> ev = st->up->Next(Millis(1000));
         bool broken = false;
         if (ev) {
-          if (*ev == "[DONE]") return finish("data: [DONE]\n\n");
+          if (*ev == "[DONE]") {
+            // The reply's end follows [DONE] at once; waiting for it (at most a second, for
+            // a replica that keeps its reply open) returns the connection to the pool
+            // before the client can send its next request.
+            st->up->WaitEnd(Millis(1000));
+            return finish("data: [DONE]\n\n");
+          }
           auto j = ParseJson(*ev);
           if (j && j->is_object() && j->contains("error")) {
             broken = true;  // the replica failed the generation (it is stopping): move it

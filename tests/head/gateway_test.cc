@@ -37,6 +37,7 @@ class FakeReplica {
                       "application/json");
     });
     server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { Complete(req, res); });
+    server_.set_keep_alive_max_count(1000);  // a real replica keeps a connection for many requests
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // Bound means listening; a stop() before the loop runs would be lost, so wait for it.
@@ -57,6 +58,11 @@ class FakeReplica {
     std::lock_guard<std::mutex> l(mu_);
     return last_body_;
   }
+  // The connections (by the client's port) that requests other than canaries came on.
+  size_t connections() {
+    std::lock_guard<std::mutex> l(mu_);
+    return client_ports_.size();
+  }
 
  private:
   void Complete(const httplib::Request& req, httplib::Response& res) {
@@ -66,6 +72,7 @@ class FakeReplica {
       ++requests_;
       std::lock_guard<std::mutex> l(mu_);
       last_body_ = body;
+      client_ports_.insert(req.remote_port);
     }
     if (!canary && mode_ == Mode::kOverloaded) {
       res.status = 429;
@@ -119,6 +126,7 @@ class FakeReplica {
   std::atomic<int> requests_{0};
   std::mutex mu_;
   json last_body_;
+  std::set<int> client_ports_;
 };
 
 class GatewayTest : public ::testing::Test {
@@ -274,6 +282,23 @@ TEST_F(GatewayTest, AFailingReplicaIsMarkedUnhealthyAndTheRequestRetried) {
 
 // A stream whose replica dies after 3 tokens continues on the other one from token 3: the
 // client gets tokens 0..9 once each, and the second replica was told what was sent.
+// One stream after another to the same replica: one kept-alive connection, not one each
+// (each closed connection would hold a port in TIME_WAIT for a minute).
+TEST_F(GatewayTest, StreamsReuseTheReplicasConnection) {
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(30, 0);
+  for (int i = 0; i < 6; ++i) {
+    auto r = c.Post("/v1/completions", {{"X-Cohort-Site", "east"}},
+                    json{{"model", "m"}, {"prompt", "hello"}, {"max_tokens", 3}, {"stream", true}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r) << httplib::to_string(r.error());
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  }
+  EXPECT_EQ(replicas_["east"]->requests(), 6);
+  EXPECT_EQ(replicas_["east"]->connections(), 1u);
+}
+
 TEST_F(GatewayTest, AStreamMovesWhenItsReplicaDiesAndNoTokenRepeats) {
   replicas_["east"]->die_after(3);
   httplib::Client c("127.0.0.1", port_);

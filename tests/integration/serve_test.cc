@@ -3,6 +3,7 @@
 // session), errors and metrics; and kill -9 of the agent under a replica while 32 streams
 // are in flight: every stream completes, equal to a run without the failure, and the
 // service is back to full strength.
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -328,7 +329,11 @@ TEST(ServeIntegrationTest, KillingAnAgentMidStreamLosesNoTokenAndTheServiceRecov
   for (int i = 0; i < 32; ++i) {
     EXPECT_TRUE(got[i].done) << "stream " << i << ": " << got[i].error;
     EXPECT_EQ(got[i].finish, "length") << i;
-    EXPECT_EQ(got[i].tokens, reference[i].tokens) << "stream " << i;
+    const auto differ = std::mismatch(got[i].tokens.begin(), got[i].tokens.end(), reference[i].tokens.begin(),
+                                      reference[i].tokens.end());
+    EXPECT_EQ(got[i].tokens, reference[i].tokens)
+        << "stream " << i << (i % 2 ? " (sampled)" : " (greedy)") << ": the first difference at token "
+        << (differ.first - got[i].tokens.begin()) << " of " << got[i].tokens.size();
     EXPECT_EQ(got[i].text, reference[i].text) << "stream " << i;
   }
   auto metrics = c.client().GetRaw("/metrics");
