@@ -37,6 +37,9 @@ inline constexpr char kJobs[] = "/v1/jobs";
 std::string Job(int64_t id);  // GET: one job in detail
 inline constexpr char kJobPattern[] = R"(/v1/jobs/([^/]+))";
 std::string JobCancel(int64_t id);  // POST
+// The same two for a job written as users write it: "12", or "12_7" (element 7 of array 12).
+std::string JobByRef(std::string_view ref);
+std::string JobCancelByRef(std::string_view ref);
 inline constexpr char kJobCancelPattern[] = R"(/v1/jobs/([^/]+)/cancel)";
 // Job control of a PENDING job (POST): hold, release, update {time_limit_s, priority, name}.
 std::string JobHold(int64_t id);
@@ -48,6 +51,9 @@ inline constexpr char kJobUpdatePattern[] = R"(/v1/jobs/([^/]+)/update)";
 std::string JobLogs(int64_t id);  // GET ?rank=&attempt=&offset=&limit=
 inline constexpr char kJobLogsPattern[] = R"(/v1/jobs/([^/]+)/logs)";
 std::string JobProgress(int64_t id);  // GET ?limit=
+// GET: a sweep's elements with their values and last reported loss, best first (api/sweep.h).
+std::string JobSweep(int64_t id);
+inline constexpr char kJobSweepPattern[] = R"(/v1/jobs/([^/]+)/sweep)";
 inline constexpr char kJobProgressPattern[] = R"(/v1/jobs/([^/]+)/progress)";
 
 // Nodes: GET lists.
