@@ -232,6 +232,7 @@ Result<void> Cluster::CommitRound(Wakes& wakes) {
     last_round_error_ = ids.error();
     out = std::unexpected(ids.error());
   }
+  SettleArrayCreations(wakes);
   last_round_seq_ = round_seq;
   ++rounds_;
   committing_ = false;
@@ -505,8 +506,12 @@ int Cluster::Schedule() {
   MutexLock lock(mu_);
   auto t0 = SteadyClock::now();
   schedule_requested_ = false;
+  StageArrayElements(wakes);  // job arrays: elements to make, arrays to end
   core::PassResult pass = core::Schedule(state_, context_, Now());
-  if (!pass.ran) return 0;
+  if (!pass.ran) {
+    (void)Durable(staged_seq_, wakes);  // the arrays' changes, if any
+    return 0;
+  }
   Stage(std::move(pass.effects), wakes);
   // The pass's own time, under the lock; its commit is timed with the store's.
   const auto took = SteadyClock::now() - t0;
