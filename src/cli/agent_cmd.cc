@@ -55,6 +55,9 @@ void AddAgentCommand(CommandContext& ctx) {
   sub->add_option("--container-runtime", f->container_runtimes,
                   "A container runtime this node offers to jobs with `container:`, as KIND=COMMAND (kind podman "
                   "or docker; repeat for both), or 'none' (default: podman=podman and docker=docker)");
+  sub->add_option("--cdi-spec-dir", f->config.cdi_spec_dir,
+                  "Where to write the CDI spec of this node's GPUs, which container tasks get their GPUs by "
+                  "(cohort.dev/gpu=INDEX); a directory the runtime reads (default /var/run/cdi; '' for none)");
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {
     if (auto t = ResolveJoinToken(f->config.join_token, f->join_token_file); !t) {
