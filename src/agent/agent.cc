@@ -12,6 +12,7 @@
 
 #include <httplib.h>
 
+#include "agent/cdi.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
@@ -275,6 +276,7 @@ Result<void> Agent::RegisterOnce() {
     opts.task_user = config_.task_user;
     opts.node_name = config_.name;
     opts.container_runtimes = config_.container_runtimes;
+    opts.container_devices = ContainerDevices();
     if (leases_) opts.lease_path = leases_->path();
     opts.on_task_exit = [this] { Wake(); };
     executor_ = std::make_unique<Executor>(std::move(opts));
@@ -284,6 +286,20 @@ Result<void> Agent::RegisterOnce() {
   LOG_INFO("registered with {} as {} (heartbeat {} ms, fence after {} ms)", config_.head_url, config_.name,
            timing_.heartbeat_interval_ms, timing_.fence_timeout_ms);
   return {};
+}
+
+std::function<std::vector<std::string>(const std::vector<int>&)> Agent::ContainerDevices() const {
+  const bool real = std::any_of(gpus_.begin(), gpus_.end(), [](const GpuInfo& g) { return !g.simulated; });
+  if (!real || config_.container_runtimes.empty() || config_.cdi_spec_dir.empty()) return nullptr;
+  auto spec = MakeCdiSpec(gpus_, DiscoverCdiHostFiles());
+  auto written = spec ? WriteCdiSpec(config_.cdi_spec_dir, *spec) : Result<std::string>(std::unexpected(spec.error()));
+  if (!written) {
+    LOG_WARN("container tasks get no GPUs on this node: cannot write its CDI spec: {}", written.error().message);
+    return nullptr;
+  }
+  LOG_INFO("wrote the CDI spec of {} GPU(s) to {} (container tasks get --device {}=INDEX)", gpus_.size(), *written,
+           kCdiKind);
+  return [](const std::vector<int>& gpus) { return CdiDeviceNames(gpus); };
 }
 
 void Agent::StartLeaseKeeper() {

@@ -109,6 +109,10 @@ struct AgentConfig {
   // (podman, docker) → the command that runs it. Empty: none (such jobs fail to start here,
   // saying so).
   std::map<std::string, std::string> container_runtimes = {{"podman", "podman"}, {"docker", "docker"}};
+  // Where the agent writes the CDI spec of its real GPUs (cdi.h), a directory the container
+  // runtimes read (Podman and Docker: /etc/cdi and /var/run/cdi). Empty: none is written
+  // (container tasks then get no GPU devices).
+  std::string cdi_spec_dir = "/var/run/cdi";
 };
 
 // `--container-runtime` values: "KIND=COMMAND" each (kind podman or docker), or the one
@@ -154,6 +158,10 @@ class Agent {
   // lease while the head's process is down, fence once silent for too long.
   void OnFailure(const Error& e);
   void StartLeaseKeeper();  // at the first registration; leaves leases_ null if it fails
+  // The --device values of a container task's GPUs: with real GPUs and a container runtime,
+  // writes the node's CDI spec (cdi.h) and returns its names; null otherwise or on failure
+  // (logged).
+  std::function<std::vector<std::string>(const std::vector<int>&)> ContainerDevices() const;
   void Apply(const api::HeartbeatReply& reply);
   // The client for the head: presents `credential`, gives up on a request after the
   // heartbeat interval (at least 500 ms). Remade at registration and whenever the head
