@@ -34,11 +34,7 @@ Result<ArrayIndexSet> ArrayIndexSet::Parse(std::string_view text, const std::str
   ArrayIndexSet out;
   if (text.empty()) return FieldError(field, "is empty; write e.g. 0-99, 0-99:2, 1,3,5 or 0-999%16");
   int64_t total = 0;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string_view::npos) comma = text.size();
-    const std::string_view part = text.substr(pos, comma - pos);
+  for (const std::string_view part : SplitParts(text, ',')) {
     if (part.empty()) return FieldError(field, "'{}' has an empty part between commas", text);
     if (out.ranges_.size() >= kMaxArrayRanges) {
       return FieldError(field, "has more than {} comma-separated parts", kMaxArrayRanges);
@@ -71,7 +67,6 @@ Result<ArrayIndexSet> ArrayIndexSet::Parse(std::string_view text, const std::str
       return FieldError(field, "has more than {} elements", kMaxArrayElements);
     }
     out.ranges_.push_back(r);
-    pos = comma + 1;
   }
   std::sort(out.ranges_.begin(), out.ranges_.end(),
             [](const ArrayRange& a, const ArrayRange& b) { return a.first < b.first; });
@@ -209,6 +204,17 @@ Result<ArraySpec> ParseArraySpec(std::string_view text, const std::string& field
   }
   out.indices = COHORT_TRY(ArrayIndexSet::Parse(body, field));
   return out;
+}
+
+std::vector<std::string_view> SplitParts(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t at = text.find(sep, pos);
+    out.push_back(text.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos));
+    if (at == std::string_view::npos) return out;
+    pos = at + 1;
+  }
 }
 
 Result<JobRef> ParseJobRef(std::string_view text, const std::string& field) {

@@ -81,6 +81,9 @@ struct ArraySpec {
 // Parses "INDICES[%THROTTLE]"; kInvalidArgument naming `field` (e.g. "%0", "0-", "5-1").
 Result<ArraySpec> ParseArraySpec(std::string_view text, const std::string& field);
 
+// The parts of `text` between `sep`s, empty ones included ("1,,2" → "1", "", "2"; "" → "").
+std::vector<std::string_view> SplitParts(std::string_view text, char sep);
+
 // A job or one element of an array, as users write it: "12" or "12_7" (Slurm's form).
 struct JobRef {
   int64_t job = 0;

@@ -32,12 +32,7 @@ Result<std::vector<DependencyCondition>> ParseDependency(std::string_view text, 
                       text.substr(0, 64));
   }
   size_t ids = 0;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string_view::npos) comma = text.size();
-    const std::string_view part = text.substr(pos, comma - pos);
-    pos = comma + 1;
+  for (const std::string_view part : SplitParts(text, ',')) {
     if (part.empty()) return FieldError(field, "'{}' has an empty condition between commas", text.substr(0, 64));
     const size_t colon = part.find(':');
     const std::string_view type = part.substr(0, colon);
@@ -62,13 +57,9 @@ Result<std::vector<DependencyCondition>> ParseDependency(std::string_view text, 
     if (colon == std::string_view::npos) {
       return FieldError(field, "'{}' names no job: write {}:JOBID[:JOBID...]", part.substr(0, 64), type);
     }
-    size_t p = colon + 1;
-    while (p <= part.size()) {
-      size_t next = part.find(':', p);
-      if (next == std::string_view::npos) next = part.size();
-      c.jobs.push_back(COHORT_TRY(ParseJobRef(part.substr(p, next - p), field)));
+    for (const std::string_view id : SplitParts(part.substr(colon + 1), ':')) {
+      c.jobs.push_back(COHORT_TRY(ParseJobRef(id, field)));
       if (++ids > kMaxDependencyJobs) return FieldError(field, "names more than {} jobs", kMaxDependencyJobs);
-      p = next + 1;
     }
     out.push_back(std::move(c));
   }

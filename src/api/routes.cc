@@ -55,6 +55,7 @@ std::string JobLogs(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "
 std::string JobProgress(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/progress"); }
 std::string JobSweep(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/sweep"); }
 std::string Node(std::string_view name) { return Path("/v1/nodes/", name); }
+std::string NodeImages(std::string_view name) { return Path("/v1/nodes/", name, "/images"); }
 std::string Team(std::string_view name) { return Path("/v1/teams/", name); }
 std::string NodeDrain(std::string_view name) { return Path("/v1/nodes/", name, "/drain"); }
 std::string NodeResume(std::string_view name) { return Path("/v1/nodes/", name, "/resume"); }

@@ -62,6 +62,12 @@ std::string Node(std::string_view name);  // GET: one node; DELETE ?force=: remo
 inline constexpr char kNodePattern[] = R"(/v1/nodes/([^/]+))";
 std::string NodeDrain(std::string_view name);  // POST {"now": bool}
 inline constexpr char kNodeDrainPattern[] = R"(/v1/nodes/([^/]+)/drain)";
+// The node's image cache (agent/image_cache.h): GET lists it; POST .../remove {"image"}
+// removes one (admin); POST .../prune {"unused_for_s"} removes the unused (admin).
+std::string NodeImages(std::string_view name);
+inline constexpr char kNodeImagesPattern[] = R"(/v1/nodes/([^/]+)/images)";
+inline constexpr char kNodeImagesRemovePattern[] = R"(/v1/nodes/([^/]+)/images/remove)";
+inline constexpr char kNodeImagesPrunePattern[] = R"(/v1/nodes/([^/]+)/images/prune)";
 std::string NodeResume(std::string_view name);
 std::string Service(std::string_view name);
 std::string ServiceScale(std::string_view name);  // POST
@@ -119,5 +125,8 @@ inline constexpr char kAgentWake[] = "/v1/wake";  // POST: heartbeat now
 inline constexpr char kAgentLogs[] = "/v1/logs";  // GET ?job=&attempt=&rank=&offset=&limit=
 // POST, only with --simulated-gpus: inject an Xid on a simulated GPU.
 inline constexpr char kAgentSimulateXid[] = "/v1/simulate/xid";
+inline constexpr char kAgentImages[] = "/v1/images";               // GET: the image cache
+inline constexpr char kAgentImagesRemove[] = "/v1/images/remove";  // POST {"image"}
+inline constexpr char kAgentImagesPrune[] = "/v1/images/prune";    // POST {"unused_for_s"}
 
 }  // namespace cohort::api::routes

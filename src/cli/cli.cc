@@ -150,6 +150,7 @@ std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(
   AddShowCommand(ctx);
   AddCancelCommand(ctx);
   AddSweepCommand(ctx);
+  AddImagesCommand(ctx);
   AddJobControlCommands(ctx);
   AddHistoryCommand(ctx);
   AddLogsCommand(ctx);

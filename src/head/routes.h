@@ -21,6 +21,7 @@ namespace cohort::head {
 void RegisterJobRoutes(Router& router, Cluster& cluster);
 void RegisterJobControlRoutes(Router& router, Cluster& cluster);  // hold, release, update
 void RegisterSweepRoutes(Router& router, Cluster& cluster);       // GET /v1/jobs/{id}/sweep
+void RegisterImageRoutes(Router& router, Cluster& cluster);       // /v1/nodes/{name}/images
 void RegisterNodeRoutes(Router& router, Cluster& cluster, TokenBook& tokens);
 void RegisterAgentRoutes(Router& router, Cluster& cluster);
 void RegisterLogRoutes(Router& router, Cluster& cluster);
