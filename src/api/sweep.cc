@@ -61,6 +61,26 @@ Result<json> Range(const json& j, const std::string& field) {
   return json{{"min", lo}, {"max", hi}, {"scale", scale}, {"int", integer}};
 }
 
+// sweep.early_stop: {milestones: [steps, ascending], keep: 0 < f < 1, min_elements: N}.
+Result<json> EarlyStop(const json& j) {
+  auto r = COHORT_TRY(ObjectReader::Open(j, "sweep.early_stop"));
+  const json* milestones = r.Raw("milestones");
+  const double keep = COHORT_TRY(r.Double("keep", 0.5, 0.01, 0.99));
+  const int64_t min_elements = COHORT_TRY(r.Int("min_elements", 3, 2, kMaxArrayElements));
+  COHORT_TRY_VOID(r.Finish());
+  if (!milestones || !milestones->is_array() || milestones->empty() || milestones->size() > 32) {
+    return FieldError("sweep.early_stop.milestones", "must list 1-32 steps, ascending");
+  }
+  int64_t last = 0;
+  for (const auto& m : *milestones) {
+    if (!m.is_number_integer() || m.get<int64_t>() <= last) {
+      return FieldError("sweep.early_stop.milestones", "must be whole steps above 0, ascending, got {}", m.dump());
+    }
+    last = m.get<int64_t>();
+  }
+  return json{{"milestones", *milestones}, {"keep", keep}, {"min_elements", min_elements}};
+}
+
 uint64_t SplitMix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -83,10 +103,12 @@ Result<json> ValidateSweep(const json& j) {
   const json* grid = r.Raw("grid");
   const json* random = r.Raw("random");
   const int64_t parallel = COHORT_TRY(r.Int("parallel", 0, 0, kMaxArrayElements));
+  const json* early = r.Raw("early_stop");
   COHORT_TRY_VOID(r.Finish());
   if ((grid == nullptr) == (random == nullptr)) return FieldError("sweep", "needs exactly one of grid or random");
   json out = json::object();
   if (parallel > 0) out["parallel"] = parallel;
+  if (early && !early->is_null()) out["early_stop"] = COHORT_TRY(EarlyStop(*early));
   if (grid) {
     if (!grid->is_object() || grid->empty() || grid->size() > kMaxSweepParams) {
       return FieldError("sweep.grid", "must map 1-{} parameter names to lists of values", kMaxSweepParams);

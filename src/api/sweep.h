@@ -6,6 +6,10 @@
 //       train.lr: [3.0e-4, 1.0e-3]
 //       train.batch_size: [8, 16]
 //     parallel: 4                     # at most 4 elements at once (the array's %4)
+//     early_stop:                     # optional: asynchronous successive halving (ASHA)
+//       milestones: [100, 200, 400]   # steps at which elements are compared
+//       keep: 0.5                     # an element below the best half there is stopped
+//       min_elements: 3               # compared only once this many have reached it
 //
 //   sweep:
 //     random:                         # `samples` points drawn from ranges or lists

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "head/core/agents.h"
+#include "head/core/arrays.h"
 #include "head/core/drain.h"
 #include "head/core/liveness.h"
 #include "head/core/remove_node.h"
@@ -370,9 +371,12 @@ Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason, b
 bool Cluster::ReportProgress(const RendezvousScope& scope, ProgressPoint point) {
   point.attempt = scope.attempt;
   const std::optional<int64_t> checkpoint = point.checkpoint_step;
+  const int64_t step = point.step;
+  const std::optional<double> loss = point.loss;
   progress_.Add(scope.job, std::move(point));
   Wakes wakes(*this);
   MutexLock lock(mu_);
+  Stage(core::OnSweepProgress(state_, context_, scope.job, step, loss, Now()), wakes);  // ASHA (core/arrays.h)
   core::ProgressResult r = core::OnProgress(state_, context_, scope.job, scope.attempt, checkpoint, Now());
   (void)Apply(std::move(r.effects), wakes);
   return r.checkpoint;

@@ -73,6 +73,14 @@ TEST(SweepTest, BadSectionsNameTheField) {
   EXPECT_NE(ErrorOf(json::parse(R"({"random": {"samples": 2, "params": {"lr": {"min": 2, "max": 1}}}})"))
                 .find("must be at least min"),
             std::string::npos);
+  EXPECT_NE(ErrorOf(json::parse(R"({"grid": {"lr": [1]}, "early_stop": {"milestones": [20, 10]}})")).find("ascending"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(json::parse(R"({"grid": {"lr": [1]}, "early_stop": {"milestones": [10], "keep": 1.5}})"))
+                .find("sweep.early_stop.keep"),
+            std::string::npos);
+  auto early = ValidateSweep(json::parse(R"({"grid": {"lr": [1]}, "early_stop": {"milestones": [10, 20]}})"));
+  ASSERT_TRUE(early) << early.error().message;
+  EXPECT_EQ((*early)["early_stop"], json::parse(R"({"milestones": [10, 20], "keep": 0.5, "min_elements": 3})"));
   auto both = JobSpecFromJson({{"command", {"true"}}, {"array", "0-3"}, {"sweep", {{"grid", {{"lr", {1, 2}}}}}}});
   ASSERT_FALSE(both);
   EXPECT_NE(both.error().message.find("a sweep makes its own array (0-1)"), std::string::npos) << both.error().message;

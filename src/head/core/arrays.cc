@@ -1,5 +1,7 @@
 #include "head/core/arrays.h"
 
+#include <cmath>
+
 #include "api/job_array.h"
 #include "api/sweep.h"
 #include "head/core/lifecycle.h"
@@ -11,6 +13,8 @@ using api::JobId;
 using api::JobState;
 
 namespace {
+
+constexpr std::string_view kEarlyStopped = "early-stopped";
 
 // Element `task` of `array`: the array's spec less `array`, queued as of the array's
 // submission (its place in the queue is the array's).
@@ -43,14 +47,14 @@ api::ArrayIndexSet Left(Tx& tx, const Job& array) {
 // Ends an array none of whose indices is left to run or running.
 void EndArray(Tx& tx, Job& array) {
   const ArrayRuntime& rt = tx.s.arrays[array.id];
-  int64_t failed = 0, cancelled = array.array_cancelled;
+  int64_t failed = 0, cancelled = array.array_cancelled, stopped = 0;
   std::optional<int> exit_code = 0;
   for (const auto& [task, id] : rt.elements) {
     const Job& e = tx.s.jobs.at(id);
     if (e.state == JobState::kFailed || e.state == JobState::kTimeout) {
       if (failed++ == 0) exit_code = e.exit_code;
     } else if (e.state == JobState::kCancelled) {
-      ++cancelled;
+      ++(e.reason.starts_with(kEarlyStopped) ? stopped : cancelled);  // a sweep's early stop is no failure
     }
   }
   const int64_t total = static_cast<int64_t>(rt.elements.size()) + array.array_cancelled;
@@ -61,7 +65,10 @@ void EndArray(Tx& tx, Job& array) {
     FinishJob(tx, array, JobState::kCancelled, fmt::format("{} of {} elements cancelled", cancelled, total),
               std::nullopt);
   } else {
-    FinishJob(tx, array, JobState::kSucceeded, fmt::format("all {} elements succeeded", total), 0);
+    FinishJob(tx, array, JobState::kSucceeded,
+              stopped > 0 ? fmt::format("{} of {} elements succeeded, {} stopped early", total - stopped, total, stopped)
+                          : fmt::format("all {} elements succeeded", total),
+              0);
   }
 }
 
@@ -214,6 +221,38 @@ Result<Effects> CancelArrayTask(ClusterState& s, const Context& ctx, JobId array
   tx.fx.StoreJob(a);
   tx.fx.Info("job array {}: element {} cancelled before it started", array, task);
   tx.RequestSchedule();  // the array may have nothing left
+  return std::move(tx.fx);
+}
+
+Effects OnSweepProgress(ClusterState& s, const Context& ctx, JobId job, int64_t step, std::optional<double> loss,
+                        Now now) {
+  Tx tx(s, ctx, now);
+  auto e = s.jobs.find(job);
+  if (!loss || e == s.jobs.end() || !e->second.is_array_element() || e->second.state != JobState::kRunning) {
+    return std::move(tx.fx);
+  }
+  auto a = s.jobs.find(e->second.array_job_id);
+  if (a == s.jobs.end() || !a->second.spec.sweep.contains("early_stop")) return std::move(tx.fx);
+  const json& rule = a->second.spec.sweep["early_stop"];
+  ArrayRuntime& rt = s.arrays[a->first];
+  for (const auto& m : rule["milestones"]) {
+    const int64_t milestone = m.get<int64_t>();
+    if (step < milestone) break;
+    auto& losses = rt.milestone_losses[milestone];
+    if (!losses.emplace(job, *loss).second) continue;  // judged at this milestone already
+    const auto n = static_cast<int64_t>(losses.size());
+    if (n < rule.value("min_elements", int64_t{3})) continue;
+    int64_t rank = 1;
+    for (const auto& [other, l] : losses) rank += l < *loss;
+    const auto kept = std::max<int64_t>(1, static_cast<int64_t>(std::floor(rule.value("keep", 0.5) * n)));
+    if (rank <= kept) continue;
+    FinishJob(tx, e->second, JobState::kCancelled,
+              fmt::format("{} at step {}: loss {:.4f} ranks {} of {} (keeps the best {})", kEarlyStopped, milestone,
+                          *loss, rank, n, kept),
+              std::nullopt);
+    tx.RequestSchedule();  // its GPUs, and its array's next element
+    break;
+  }
   return std::move(tx.fx);
 }
 

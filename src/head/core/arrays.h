@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,13 @@ Effects CancelArray(ClusterState& s, const Context& ctx, api::Job& array, Now no
 // in array_cancelled). kNotFound for an index not in the array; kFailedPrecondition if
 // that element has ended.
 Result<Effects> CancelArrayTask(ClusterState& s, const Context& ctx, api::JobId array, int64_t task, Now now);
+
+// A progress report (step, loss) of sweep element `job`. With the sweep's early_stop
+// (ASHA): when the element first reports at or past a milestone, its loss is ranked among
+// those every element reported there; once min_elements have, an element outside the best
+// `keep` fraction is stopped (CANCELLED, "early-stopped at step M: loss L ranks R of N").
+Effects OnSweepProgress(ClusterState& s, const Context& ctx, api::JobId job, int64_t step, std::optional<double> loss,
+                        Now now);
 
 // How many of an array's elements are in each state ("PENDING" counts indices not yet
 // started too), for `cohort show`.

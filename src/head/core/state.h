@@ -98,6 +98,9 @@ struct ArrayRuntime {
   std::map<int64_t, api::JobId> elements;
   std::set<api::JobId> live;
   int64_t creating = 0;
+  // A sweep with early_stop (arrays.h, OnSweepProgress): the loss each element reported at
+  // each milestone it reached (memory only: a restarted head compares afresh).
+  std::map<int64_t, std::map<api::JobId, double>> milestone_losses;
 };
 
 struct ClusterState {

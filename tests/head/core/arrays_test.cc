@@ -5,6 +5,7 @@
 
 #include "api/job_array.h"
 #include "api/job_env.h"
+#include "api/sweep.h"
 #include "core_test_util.h"
 #include "head/core/arrays.h"
 #include "head/core/lifecycle.h"
@@ -208,6 +209,34 @@ TEST_F(ArrayTest, AHeadRestartMidArrayLosesNothingAndRunsNothingTwice) {
   }
   EXPECT_EQ(ran, (std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   EXPECT_EQ(Job(array).state, JobState::kSucceeded);
+}
+
+TEST_F(ArrayTest, EarlyStoppingStopsTheWorstElementsAtAMilestone) {
+  Register(Reg("n1", 4));
+  api::JobSpec spec = Spec(1, 1);
+  auto sweep = api::ValidateSweep(json::parse(
+      R"({"grid": {"train.lr": [1, 2, 3, 4]}, "early_stop": {"milestones": [10, 20], "keep": 0.5, "min_elements": 3}})"));
+  ASSERT_TRUE(sweep) << sweep.error().message;
+  spec.sweep = *sweep;
+  spec.array = api::SweepArray(spec.sweep);
+  const api::JobId array = Submit(spec);
+  Settle();
+  ASSERT_EQ(Pass(), 4);
+  std::vector<api::JobId> e;
+  for (int64_t t = 0; t < 4; ++t) e.push_back(*ArrayElementId(state_, array, t));
+  EXPECT_EQ(Job(e[1]).sweep_values.at("train.lr"), "2");
+  // Below min_elements nothing is judged; from the third on, each is ranked as it arrives.
+  OnSweepProgress(state_, ctx_, e[0], 10, 1.0, now_);
+  OnSweepProgress(state_, ctx_, e[1], 12, 3.0, now_);
+  OnSweepProgress(state_, ctx_, e[0], 11, 9.0, now_);  // judged at 10 already
+  EXPECT_EQ(Job(e[0]).state, JobState::kRunning);
+  EXPECT_EQ(Job(e[1]).state, JobState::kRunning);
+  OnSweepProgress(state_, ctx_, e[2], 10, 0.5, now_);
+  EXPECT_EQ(Job(e[2]).state, JobState::kRunning) << "the best of three";
+  OnSweepProgress(state_, ctx_, e[3], 15, 5.0, now_);
+  EXPECT_EQ(Job(e[3]).state, JobState::kCancelled);
+  EXPECT_EQ(Job(e[3]).reason, "early-stopped at step 10: loss 5.0000 ranks 4 of 4 (keeps the best 2)");
+  EXPECT_TRUE(OnSweepProgress(state_, ctx_, e[0], 5, std::nullopt, now_).jobs_to_store.empty());
 }
 
 TEST_F(ArrayTest, AHundredThousandElementsAreOneSmallRecordAndAWindow) {
