@@ -11,3 +11,10 @@ add_executable(bench_container_start ${CMAKE_CURRENT_LIST_DIR}/container_start.c
 target_link_libraries(bench_container_start PRIVATE cohort_common cohort_api)
 cohort_build_paths(bench_container_start COHORT_BINARY $<TARGET_FILE:cohort>)
 add_dependencies(bench_container_start cohort)
+
+# Job arrays: a 100,000-element submit and the head's memory; elements through 64 GPUs
+# against the ideal (issue 20).
+add_executable(bench_job_arrays ${CMAKE_CURRENT_LIST_DIR}/job_arrays.cc)
+target_link_libraries(bench_job_arrays PRIVATE cohort_common cohort_api)
+cohort_build_paths(bench_job_arrays COHORT_BINARY $<TARGET_FILE:cohort>)
+add_dependencies(bench_job_arrays cohort)

@@ -12,6 +12,7 @@
 
 #include <httplib.h>
 
+#include "agent/cdi.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
@@ -99,6 +100,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   COHORT_TRY_VOID(a->SetUpTls());
   COHORT_TRY_VOID(a->Listen());
   a->BuildRegistration();
+  a->images_ = std::make_unique<ImageCache>(a->config_.container_runtimes, a->config_.work_dir + "/images");
   a->StartHealthChecker();
   a->StartThreads();
   return a;
@@ -156,6 +158,9 @@ void Agent::StartThreads() {
   server_thread_ = std::thread([this] { server_->Serve(); });
   last_ok_send_ = SteadyClock::now();
   loop_thread_ = std::thread([this] { Loop(); });
+  if (config_.image_max_unused_ms > 0 && !config_.container_runtimes.empty()) {
+    prune_thread_ = std::thread([this] { PruneLoop(); });
+  }
   LOG_INFO("agent {} ({} GPU(s), {} CPU(s)) serving {}, head {}", config_.name, gpus_.size(), config_.cpus, url_,
            config_.head_url);
 }
@@ -275,6 +280,7 @@ Result<void> Agent::RegisterOnce() {
     opts.task_user = config_.task_user;
     opts.node_name = config_.name;
     opts.container_runtimes = config_.container_runtimes;
+    opts.container_devices = ContainerDevices();
     if (leases_) opts.lease_path = leases_->path();
     opts.on_task_exit = [this] { Wake(); };
     executor_ = std::make_unique<Executor>(std::move(opts));
@@ -284,6 +290,57 @@ Result<void> Agent::RegisterOnce() {
   LOG_INFO("registered with {} as {} (heartbeat {} ms, fence after {} ms)", config_.head_url, config_.name,
            timing_.heartbeat_interval_ms, timing_.fence_timeout_ms);
   return {};
+}
+
+std::function<std::vector<std::string>(const std::vector<int>&)> Agent::ContainerDevices() const {
+  const bool real = std::any_of(gpus_.begin(), gpus_.end(), [](const GpuInfo& g) { return !g.simulated; });
+  if (!real || config_.container_runtimes.empty() || config_.cdi_spec_dir.empty()) return nullptr;
+  auto spec = MakeCdiSpec(gpus_, DiscoverCdiHostFiles());
+  auto written = spec ? WriteCdiSpec(config_.cdi_spec_dir, *spec) : Result<std::string>(std::unexpected(spec.error()));
+  if (!written) {
+    LOG_WARN("container tasks get no GPUs on this node: cannot write its CDI spec: {}", written.error().message);
+    return nullptr;
+  }
+  LOG_INFO("wrote the CDI spec of {} GPU(s) to {} (container tasks get --device {}=INDEX)", gpus_.size(), *written,
+           kCdiKind);
+  return [](const std::vector<int>& gpus) { return CdiDeviceNames(gpus); };
+}
+
+std::vector<std::pair<std::string, std::string>> Agent::RunningImages() const {
+  std::set<TaskKey> running;
+  if (Executor* e = executor()) {
+    for (const auto& t : e->Snapshot()) {
+      if (t.running) running.insert(t.key);
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  MutexLock lock(mu_);
+  for (const auto& [key, image] : container_tasks_) {
+    if (running.contains(key)) out.push_back(image);
+  }
+  return out;
+}
+
+void Agent::PruneLoop() {
+  while (true) {
+    {
+      MutexLock lock(mu_);
+      cv_.WaitFor(mu_, Millis(config_.image_prune_interval_ms), [this] {
+        mu_.AssertHeld();
+        return stopping_;
+      });
+      if (stopping_) return;
+    }
+    auto removed = images_->Prune(config_.image_max_unused_ms, NowUnixMs(), RunningImages());
+    if (!removed) {
+      LOG_WARN("image cache: {}", removed.error().message);
+      continue;
+    }
+    for (const auto& i : *removed) {
+      LOG_INFO("image cache: removed {} ({}, {:.1f} MB), unused for {} or more", fmt::join(i.names, ","),
+               i.id.substr(0, 12), i.size_bytes / 1e6, FormatDuration(config_.image_max_unused_ms));
+    }
+  }
 }
 
 void Agent::StartLeaseKeeper() {
@@ -426,6 +483,11 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     if (auto r = executor_->Launch(spec); !r) {
       LOG_WARN("cannot launch job {} rank {}: {}", t.job, t.rank, r.error().message);
     } else {
+      if (!spec.container_image.empty()) {
+        images_->NoteStarted(spec.container_runtime, spec.container_image, NowUnixMs());
+        MutexLock lock(mu_);
+        container_tasks_[key] = {spec.container_runtime, spec.container_image};
+      }
       LOG_INFO("started job {} attempt {} rank {} (GPUs [{}])", t.job, t.attempt, t.rank, fmt::join(t.gpus, ","));
     }
   }
@@ -440,6 +502,10 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     }
   }
   std::erase_if(checkpoint_signalled_, [&](const TaskKey& k) { return !desired.contains(k); });
+  {
+    MutexLock lock(mu_);
+    std::erase_if(container_tasks_, [&](const auto& e) { return !desired.contains(e.first); });
+  }
   for (const auto& [key, running] : known) {
     if (running && !desired.contains(key)) {
       LOG_INFO("stopping job {} attempt {} rank {}: no longer assigned here", key.job_id, key.attempt, key.rank);
@@ -552,6 +618,7 @@ void Agent::Stop() {
   }
   cv_.NotifyAll();
   health_checker_.reset();
+  if (prune_thread_.joinable()) prune_thread_.join();
   if (loop_thread_.joinable()) loop_thread_.join();
   if (executor_) {
     executor_->StopAll(/*immediate=*/false);

@@ -56,6 +56,7 @@
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/health_check.h"
+#include "agent/image_cache.h"
 #include "agent/lease_keeper.h"
 #include "agent/metrics.h"
 #include "agent/proc_usage.h"
@@ -109,6 +110,14 @@ struct AgentConfig {
   // (podman, docker) → the command that runs it. Empty: none (such jobs fail to start here,
   // saying so).
   std::map<std::string, std::string> container_runtimes = {{"podman", "podman"}, {"docker", "docker"}};
+  // Where the agent writes the CDI spec of its real GPUs (cdi.h), a directory the container
+  // runtimes read (Podman and Docker: /etc/cdi and /var/run/cdi). Empty: none is written
+  // (container tasks then get no GPU devices).
+  std::string cdi_spec_dir = "/var/run/cdi";
+  // The image cache's policy (image_cache.h): images no task started in for this long are
+  // removed (checked every image_prune_interval_ms). 0: kept until removed on request.
+  int64_t image_max_unused_ms = 0;
+  int64_t image_prune_interval_ms = 600'000;
 };
 
 // `--container-runtime` values: "KIND=COMMAND" each (kind podman or docker), or the one
@@ -144,6 +153,15 @@ class Agent {
   void ServeMetrics(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
   void ServeSimulateXid(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
   void ServeLogs(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
+  // The image cache (image_cache.h): GET images, POST images/remove {"image"}, POST
+  // images/prune {"unused_for_s"}; the head's calls only.
+  void ServeImages(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
+  void ServeImageRemove(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
+  void ServeImagePrune(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
+  // (runtime, image) of every container task running now; any thread.
+  std::vector<std::pair<std::string, std::string>> RunningImages() const EXCLUDES(mu_);
+  // With --image-max-unused: prunes the image cache every image_prune_interval_ms until Stop.
+  void PruneLoop() EXCLUDES(mu_);
 
   // ---- The heartbeat loop (loop thread; Stop calls HeartbeatOnce after joining it).
   void Loop() EXCLUDES(mu_);
@@ -154,6 +172,10 @@ class Agent {
   // lease while the head's process is down, fence once silent for too long.
   void OnFailure(const Error& e);
   void StartLeaseKeeper();  // at the first registration; leaves leases_ null if it fails
+  // The --device values of a container task's GPUs: with real GPUs and a container runtime,
+  // writes the node's CDI spec (cdi.h) and returns its names; null otherwise or on failure
+  // (logged).
+  std::function<std::vector<std::string>(const std::vector<int>&)> ContainerDevices() const;
   void Apply(const api::HeartbeatReply& reply);
   // The client for the head: presents `credential`, gives up on a request after the
   // heartbeat interval (at least 500 ms). Remade at registration and whenever the head
@@ -180,6 +202,8 @@ class Agent {
   std::thread server_thread_;
   std::thread loop_thread_;
   std::unique_ptr<HealthChecker> health_checker_;  // with --health-check; reset by Stop
+  std::unique_ptr<ImageCache> images_;  // set by Start; thread-safe
+  std::thread prune_thread_;            // with --image-max-unused; joined by Stop
   // Loop thread (built by Start; the head client is replaced at each registration and
   // when the heartbeat interval changes).
   api::Registration registration_;
@@ -205,6 +229,9 @@ class Agent {
   std::vector<TaskUsageSample> last_tasks_ GUARDED_BY(mu_);    // running tasks then
   bool wake_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
+  // The image each container task runs in (runtime, reference), for the image cache's
+  // in-use marks (with the executor's running tasks); Apply drops those the head no longer wants.
+  std::map<TaskKey, std::pair<std::string, std::string>> container_tasks_ GUARDED_BY(mu_);
   Executor* executor_published_ GUARDED_BY(mu_) = nullptr;   // executor_.get() once created
   // The node credential from the last registration ("" from an --insecure head): the head
   // presents it on the requests it makes here; nothing else may read logs.

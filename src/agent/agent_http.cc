@@ -58,6 +58,18 @@ void Agent::BuildServer() {
     if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
     ServeLogs(req, res);
   });
+  srv.Get(routes::kAgentImages, [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
+    ServeImages(req, res);
+  });
+  PostWithBodyCap(srv, routes::kAgentImagesRemove, [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
+    ServeImageRemove(req, res);
+  });
+  PostWithBodyCap(srv, routes::kAgentImagesPrune, [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
+    ServeImagePrune(req, res);
+  });
 }
 
 Result<void> Agent::CheckHeadCredential(const httplib::Request& req) const {
@@ -139,6 +151,51 @@ void Agent::ServeLogs(const httplib::Request& req, httplib::Response& res) {
   res.set_header("X-Cohort-Size", std::to_string(chunk->size));
   res.set_header("X-Cohort-Done", chunk->done ? "1" : "0");
   res.set_content(std::move(chunk->data), "application/octet-stream");
+}
+
+namespace {
+
+json ImagesJson(const std::vector<NodeImage>& images) {
+  json list = json::array();
+  for (const auto& i : images) list.push_back(ToJson(i));
+  return list;
+}
+
+}  // namespace
+
+// GET routes::kAgentImages: {"images": [...]}, every runtime's images with their use.
+void Agent::ServeImages(const httplib::Request&, httplib::Response& res) {
+  auto images = images_->List(RunningImages());
+  if (!images) return SendError(res, images.error());
+  SendJson(res, json{{"images", ImagesJson(*images)}});
+}
+
+// POST routes::kAgentImagesRemove {"image": REF}: {"removed": [...]}.
+void Agent::ServeImageRemove(const httplib::Request& req, httplib::Response& res) {
+  auto body = ParseJson(req.body, "request body");
+  if (!body) return SendError(res, body.error());
+  auto r = ObjectReader::Open(*body);
+  if (!r) return SendError(res, r.error());
+  auto image = r->String("image", std::nullopt, 1024);
+  if (!image) return SendError(res, image.error());
+  if (auto done = r->Finish(); !done) return SendError(res, done.error());
+  auto removed = images_->Remove(*image, RunningImages());
+  if (!removed) return SendError(res, removed.error());
+  SendJson(res, json{{"removed", ImagesJson(*removed)}});
+}
+
+// POST routes::kAgentImagesPrune {"unused_for_s": N}: {"removed": [...]}.
+void Agent::ServeImagePrune(const httplib::Request& req, httplib::Response& res) {
+  auto body = ParseJson(req.body, "request body");
+  if (!body) return SendError(res, body.error());
+  auto r = ObjectReader::Open(*body);
+  if (!r) return SendError(res, r.error());
+  auto unused_for = r->Int("unused_for_s", 0, 0, api::kMaxTimeLimitS * 10);
+  if (!unused_for) return SendError(res, unused_for.error());
+  if (auto done = r->Finish(); !done) return SendError(res, done.error());
+  auto removed = images_->Prune(*unused_for * 1000, NowUnixMs(), RunningImages());
+  if (!removed) return SendError(res, removed.error());
+  SendJson(res, json{{"removed", ImagesJson(*removed)}});
 }
 
 }  // namespace cohort::agent

@@ -8,6 +8,9 @@
 #include <cctype>
 
 #include "api/container_spec.h"
+#include "api/job_array.h"
+#include "api/job_dependency.h"
+#include "api/sweep.h"
 #include "api/spec_limits.h"
 #include "api/types.h"
 #include "common/http.h"
@@ -231,6 +234,10 @@ json ToJson(const JobSpec& s) {
   // Written only when declared, so specs without them read and dump as before.
   if (s.tensor_group_size > 0) j["tensor_group_size"] = s.tensor_group_size;
   if (s.container.enabled()) j["container"] = ToJson(s.container);
+  if (s.is_array()) j["array"] = s.array;
+  if (!s.dependency.empty()) j["dependency"] = s.dependency;
+  if (s.kill_on_invalid_dep) j["kill_on_invalid_dep"] = true;
+  if (!s.sweep.is_null()) j["sweep"] = s.sweep;
   if (s.is_service()) {
     j["kind"] = "service";
     j["service"] = s.service;
@@ -290,6 +297,23 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
                       s.checkpoint_signal);
   }
   if (const json* c = r.Raw("container")) s.container = COHORT_TRY(ContainerSpecFromJson(*c, r.FieldName("container")));
+  if (std::string array = COHORT_TRY(r.String("array", "")); !array.empty()) {
+    s.array = COHORT_TRY(ParseArraySpec(array, "array")).ToString();
+  }
+  if (std::string dep = COHORT_TRY(r.String("dependency", "")); !dep.empty()) {
+    s.dependency = FormatDependency(COHORT_TRY(ParseDependency(dep, "dependency")));
+  }
+  s.kill_on_invalid_dep = COHORT_TRY(r.Bool("kill_on_invalid_dep", false));
+  if (const json* sweep = r.Raw("sweep"); sweep && !sweep->is_null()) {
+    s.sweep = COHORT_TRY(ValidateSweep(*sweep));
+    const std::string array = SweepArray(s.sweep);
+    if (!s.array.empty() && s.array != array) {
+      return FieldError("array", "a sweep makes its own array ({}); give sweep.parallel for a throttle instead of "
+                                 "array '{}'",
+                        array, s.array);
+    }
+    s.array = array;
+  }
   s.team = COHORT_TRY(r.String("team", ""));
   if (!s.team.empty() && !ValidName(s.team, 64)) {
     return FieldError("team", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'", s.team);
@@ -308,6 +332,7 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
     if (s.nodes != 1 || s.tasks_per_node != 1 || s.min_nodes != 0) {
       return FieldError("nodes", "a service replica is one task on one node (nodes 1, tasks_per_node 1)");
     }
+    if (s.is_array()) return FieldError("array", "a service replica cannot be a job array");
     if (s.time_limit_s != 0 || s.progress_timeout_s != 0) {
       return FieldError(s.time_limit_s != 0 ? "time_limit_s" : "progress_timeout_s",
                         "a service replica runs until it is removed: it takes no time limit");
@@ -459,6 +484,15 @@ json ToJson(const Job& job) {
               {"history", history},
               {"held", job.held},
               {"held_by", job.held_by}};
+  if (job.is_array_element()) {
+    out["array_job_id"] = job.array_job_id;
+    out["array_task_id"] = job.array_task_id;
+  }
+  if (!job.sweep_values.empty()) out["sweep_values"] = job.sweep_values;
+  if (job.spec.is_array()) {
+    out["array_left"] = job.array_left;
+    out["array_cancelled"] = job.array_cancelled;
+  }
   if (job.move) {
     const MoveRequest& m = *job.move;
     out["move"] = {{"node", m.node},
@@ -504,6 +538,18 @@ Result<Job> JobFromJson(const json& j) {
     // Only a pending job is held; records stored before holds existed load unheld.
     job.held = job.state == JobState::kPending && j.value("held", false);
     if (job.held) job.held_by = j.value("held_by", "");
+    job.array_job_id = j.value("array_job_id", JobId(0));
+    job.array_task_id = j.value("array_task_id", int64_t(-1));
+    if (job.array_job_id < 0 || (job.array_job_id > 0 && job.array_task_id < 0)) {
+      return Errorf(ErrorCode::kInternal, "malformed job record: array element {} of array {}", job.array_task_id,
+                    job.array_job_id);
+    }
+    if (j.contains("sweep_values")) job.sweep_values = j["sweep_values"].get<std::map<std::string, std::string>>();
+    if (job.spec.is_array()) {
+      job.array_left = j.value("array_left", "");
+      if (!job.array_left.empty()) COHORT_TRY_VOID(ArrayIndexSet::Parse(job.array_left, "array_left"));
+      job.array_cancelled = std::max<int64_t>(0, j.value("array_cancelled", int64_t(0)));
+    }
     if (j.contains("exit_code") && !j["exit_code"].is_null()) job.exit_code = j["exit_code"].get<int>();
     if (j.contains("allocation")) {
       const json& a = j["allocation"];

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "api/routes.h"
+#include "api/sweep.h"
 
 namespace cohort::api {
 
@@ -21,7 +22,7 @@ TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view
 std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAllocation& node,
                                                    const TaskPlacement& task, const TaskEnvOptions& options) {
   std::map<std::string, std::string> env = job.spec.env;
-  auto set = [&](const char* name, std::string value) { env[name] = std::move(value); };
+  auto set = [&](const std::string& name, std::string value) { env[name] = std::move(value); };
   auto set_if = [&](const char* name, const std::string& value) {
     if (!value.empty()) env[name] = value;
   };
@@ -42,6 +43,13 @@ std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAll
     set("COHORT_JOB_ID", std::to_string(job.id));
     set("COHORT_JOB_NAME", job.spec.name);
   }
+  if (job.is_array_element()) {  // head/core/arrays.h; Slurm's names too
+    for (const char* prefix : {"COHORT", "SLURM"}) {
+      set(fmt::format("{}_ARRAY_JOB_ID", prefix), std::to_string(job.array_job_id));
+      set(fmt::format("{}_ARRAY_TASK_ID", prefix), std::to_string(job.array_task_id));
+    }
+  }
+  for (const auto& [name, value] : job.sweep_values) set(SweepEnvName(name), value);  // api/sweep.h
   set("COHORT_ATTEMPT", std::to_string(job.attempt));
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(job.attempt));
   set_if("COHORT_NODE", node.node);

@@ -46,12 +46,16 @@ std::string WithQuery(std::string path, const std::vector<std::pair<std::string,
 
 std::string Job(int64_t id) { return Path("/v1/jobs/", std::to_string(id)); }
 std::string JobCancel(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/cancel"); }
+std::string JobByRef(std::string_view ref) { return Path("/v1/jobs/", ref); }
+std::string JobCancelByRef(std::string_view ref) { return Path("/v1/jobs/", ref, "/cancel"); }
 std::string JobHold(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/hold"); }
 std::string JobRelease(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/release"); }
 std::string JobUpdate(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/update"); }
 std::string JobLogs(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/logs"); }
 std::string JobProgress(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/progress"); }
+std::string JobSweep(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/sweep"); }
 std::string Node(std::string_view name) { return Path("/v1/nodes/", name); }
+std::string NodeImages(std::string_view name) { return Path("/v1/nodes/", name, "/images"); }
 std::string Team(std::string_view name) { return Path("/v1/teams/", name); }
 std::string NodeDrain(std::string_view name) { return Path("/v1/nodes/", name, "/drain"); }
 std::string NodeResume(std::string_view name) { return Path("/v1/nodes/", name, "/resume"); }

@@ -37,6 +37,9 @@ inline constexpr char kJobs[] = "/v1/jobs";
 std::string Job(int64_t id);  // GET: one job in detail
 inline constexpr char kJobPattern[] = R"(/v1/jobs/([^/]+))";
 std::string JobCancel(int64_t id);  // POST
+// The same two for a job written as users write it: "12", or "12_7" (element 7 of array 12).
+std::string JobByRef(std::string_view ref);
+std::string JobCancelByRef(std::string_view ref);
 inline constexpr char kJobCancelPattern[] = R"(/v1/jobs/([^/]+)/cancel)";
 // Job control of a PENDING job (POST): hold, release, update {time_limit_s, priority, name}.
 std::string JobHold(int64_t id);
@@ -48,6 +51,9 @@ inline constexpr char kJobUpdatePattern[] = R"(/v1/jobs/([^/]+)/update)";
 std::string JobLogs(int64_t id);  // GET ?rank=&attempt=&offset=&limit=
 inline constexpr char kJobLogsPattern[] = R"(/v1/jobs/([^/]+)/logs)";
 std::string JobProgress(int64_t id);  // GET ?limit=
+// GET: a sweep's elements with their values and last reported loss, best first (api/sweep.h).
+std::string JobSweep(int64_t id);
+inline constexpr char kJobSweepPattern[] = R"(/v1/jobs/([^/]+)/sweep)";
 inline constexpr char kJobProgressPattern[] = R"(/v1/jobs/([^/]+)/progress)";
 
 // Nodes: GET lists.
@@ -56,6 +62,12 @@ std::string Node(std::string_view name);  // GET: one node; DELETE ?force=: remo
 inline constexpr char kNodePattern[] = R"(/v1/nodes/([^/]+))";
 std::string NodeDrain(std::string_view name);  // POST {"now": bool}
 inline constexpr char kNodeDrainPattern[] = R"(/v1/nodes/([^/]+)/drain)";
+// The node's image cache (agent/image_cache.h): GET lists it; POST .../remove {"image"}
+// removes one (admin); POST .../prune {"unused_for_s"} removes the unused (admin).
+std::string NodeImages(std::string_view name);
+inline constexpr char kNodeImagesPattern[] = R"(/v1/nodes/([^/]+)/images)";
+inline constexpr char kNodeImagesRemovePattern[] = R"(/v1/nodes/([^/]+)/images/remove)";
+inline constexpr char kNodeImagesPrunePattern[] = R"(/v1/nodes/([^/]+)/images/prune)";
 std::string NodeResume(std::string_view name);
 std::string Service(std::string_view name);
 std::string ServiceScale(std::string_view name);  // POST
@@ -113,5 +125,8 @@ inline constexpr char kAgentWake[] = "/v1/wake";  // POST: heartbeat now
 inline constexpr char kAgentLogs[] = "/v1/logs";  // GET ?job=&attempt=&rank=&offset=&limit=
 // POST, only with --simulated-gpus: inject an Xid on a simulated GPU.
 inline constexpr char kAgentSimulateXid[] = "/v1/simulate/xid";
+inline constexpr char kAgentImages[] = "/v1/images";               // GET: the image cache
+inline constexpr char kAgentImagesRemove[] = "/v1/images/remove";  // POST {"image"}
+inline constexpr char kAgentImagesPrune[] = "/v1/images/prune";    // POST {"unused_for_s"}
 
 }  // namespace cohort::api::routes

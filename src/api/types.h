@@ -100,7 +100,21 @@ struct JobSpec {
   // max_restarts. The gateway routes requests for `service_model` to it.
   std::string service;        // the service's name; "" for a batch job
   std::string service_model;  // the model name requests use
+  // A job array (api/job_array.h; `--array 0-999%16`): "" for a single job. Canonical text
+  // (ArraySpec::ToString). Each element is a job of its own with this spec less `array`,
+  // COHORT_ARRAY_TASK_ID in its environment (head/core/arrays.h).
+  std::string array;
 
+  // Dependencies (api/job_dependency.h; `--dependency afterok:12`): "" for none. Canonical
+  // text (FormatDependency). With kill_on_invalid_dep, a job whose dependency can never be
+  // satisfied is cancelled; without, it stays PENDING (DependencyNeverSatisfied), as Slurm.
+  std::string dependency;
+  bool kill_on_invalid_dep = false;
+  // A sweep (api/sweep.h; `sweep:` in a spec): null for none, else its canonical section.
+  // A sweep makes the job an array of its points (`array` is derived from it).
+  json sweep;
+
+  bool is_array() const { return !array.empty(); }
   bool is_service() const { return !service.empty(); }
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
@@ -212,6 +226,19 @@ struct Job {
   // hold of their own, an admin any (head/core/job_control.h).
   bool held = false;
   std::string held_by;
+  // Job arrays (head/core/arrays.h). An element: its array's id and its index (-1: not an
+  // element). The array itself (spec.array set): the indices not yet started as elements
+  // (ArrayIndexSet text, "" when none are left), and how many of them were cancelled
+  // before they started.
+  JobId array_job_id = 0;
+  int64_t array_task_id = -1;
+  std::string array_left;
+  int64_t array_cancelled = 0;
+  // An element of a sweep: its point (parameter → value), as COHORT_SWEEP_* in its tasks'
+  // environment (api/sweep.h).
+  std::map<std::string, std::string> sweep_values;
+
+  bool is_array_element() const { return array_job_id > 0; }
 
   bool HasExit(int rank) const;
   // Ranks of the current (or last) attempt: its allocation's nodes × tasks_per_node

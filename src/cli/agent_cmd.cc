@@ -18,6 +18,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::string task_user = "job";
     std::vector<std::string> container_runtimes;
     std::vector<std::string> topology;
+    std::string image_max_unused = "0";
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
@@ -55,6 +56,12 @@ void AddAgentCommand(CommandContext& ctx) {
   sub->add_option("--container-runtime", f->container_runtimes,
                   "A container runtime this node offers to jobs with `container:`, as KIND=COMMAND (kind podman "
                   "or docker; repeat for both), or 'none' (default: podman=podman and docker=docker)");
+  sub->add_option("--image-max-unused", f->image_max_unused,
+                  "Remove container images no task started in for this long (checked every 10 minutes): 7d, "
+                  "12h (default 0: keep them until `cohort images rm|prune`)");
+  sub->add_option("--cdi-spec-dir", f->config.cdi_spec_dir,
+                  "Where to write the CDI spec of this node's GPUs, which container tasks get their GPUs by "
+                  "(cohort.dev/gpu=INDEX); a directory the runtime reads (default /var/run/cdi; '' for none)");
   AddLogLevelFlag(sub, f->log_level);
   ctx.on_run(sub, [f] {
     if (auto t = ResolveJoinToken(f->config.join_token, f->join_token_file); !t) {
@@ -72,6 +79,9 @@ void AddAgentCommand(CommandContext& ctx) {
                                "health_check_interval"});
     }
     f->config.health_check_interval_ms = *check_interval;
+    auto max_unused = ParseDurationMs(f->image_max_unused, "--image-max-unused");
+    if (!max_unused) return ReportError(max_unused.error());
+    f->config.image_max_unused_ms = *max_unused;
     for (const std::string& label : f->topology) {
       const size_t eq = label.find('=');
       if (eq == std::string::npos) {

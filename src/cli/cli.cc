@@ -149,6 +149,8 @@ std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(
   AddQueueCommand(ctx);
   AddShowCommand(ctx);
   AddCancelCommand(ctx);
+  AddSweepCommand(ctx);
+  AddImagesCommand(ctx);
   AddJobControlCommands(ctx);
   AddHistoryCommand(ctx);
   AddLogsCommand(ctx);

@@ -85,6 +85,12 @@ void AddHistoryCommand(CommandContext& ctx);      // history (alias sacct)
 void AddHelpCommand(CommandContext& ctx);         // help TOPIC|COMMAND
 void AddCompletionCommand(CommandContext& ctx);   // completion bash|zsh
 void AddContextCommands(CommandContext& ctx);     // context ls|save|use|rm (context.h)
+void AddSweepCommand(CommandContext& ctx);        // sweep show (sweep.cc)
+void AddImagesCommand(CommandContext& ctx);       // images, images rm, images prune (images.cc)
+// `cohort images`'s table from {node: [image, ...]} (the agents' replies).
+std::string RenderImages(const json& by_node, int64_t now_ms);
+// `cohort sweep show`'s table from the head's GET /v1/jobs/{id}/sweep reply.
+Result<std::string> RenderSweep(const json& reply);
 
 // The script `cohort completion SHELL` prints for the commands of `root` (bash or zsh;
 // kInvalidArgument otherwise).

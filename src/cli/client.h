@@ -85,6 +85,9 @@ struct SubmitFlags {
   std::optional<int> min_nodes;                  // elastic: smallest gang
   std::optional<std::string> checkpoint_signal;  // USR1 etc., sent on drain --now
   std::optional<std::string> container;          // container.image
+  std::optional<std::string> array;              // array: Slurm's --array (api/job_array.h)
+  std::optional<std::string> dependency;         // dependency (api/job_dependency.h)
+  bool kill_on_invalid_dep = false;              // kill_on_invalid_dep
   std::optional<int> tasks_per_node;
   std::optional<int> gpus_per_node;
   std::optional<int> cpus_per_task;

@@ -15,6 +15,7 @@
 #include <cctype>
 #include <thread>
 
+#include "api/job_array.h"
 #include "cli/client.h"
 #include "cli/table.h"
 
@@ -211,9 +212,15 @@ Result<std::optional<int>> NextAttempt(const HttpClient& head, api::JobId id, in
 }
 
 int Run(const LogsFlags& flags, const GlobalOptions& global) {
-  auto id = ParseJobId(flags.job);
-  if (!id) return ReportError(id.error());
+  auto ref = api::ParseJobRef(flags.job, "job id");
+  if (!ref) return ReportError(ref.error());
   HttpClient head = HeadClient(global);
+  std::optional<api::JobId> id = ref->job;
+  if (ref->is_element()) {  // "12_7": the element's own job
+    auto element = head.Get(api::routes::JobByRef(flags.job));
+    if (!element) return ReportError(element.error());
+    id = element->value("id", api::JobId{0});
+  }
   auto job = WaitForStart(head, *id, flags.follow);
   if (!job) return ReportError(job.error());
   int world = job->spec.world_size();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "api/job_array.h"
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -130,7 +131,7 @@ std::string WhereOrWhy(const api::Job& job) {
 
 const std::vector<Column>& Columns() {
   static const std::vector<Column> kColumns = {
-      {"id", "JOBID", 0, 5, [](const api::Job& j, int64_t) { return std::to_string(j.id); }},
+      {"id", "JOBID", 0, 5, [](const api::Job& j, int64_t) { return api::DisplayJobId(j); }},
       {"name", "NAME", 24, 8, [](const api::Job& j, int64_t) { return j.spec.name; }},
       {"user", "USER", 16, 6, [](const api::Job& j, int64_t) { return j.spec.user; }},
       {"state", "STATE", 0, 9, [](const api::Job& j, int64_t) { return std::string(api::JobStateName(j.state)); }},
@@ -220,6 +221,10 @@ Result<QueueView> ParseQueueView(const std::string& format, const std::string& s
 }
 
 std::string RenderQueue(std::vector<api::Job> jobs, int64_t now_ms, const QueueView& view) {
+  // An active array is shown by its elements once none of its indices waits unstarted.
+  std::erase_if(jobs, [](const api::Job& j) {
+    return j.spec.is_array() && !api::IsTerminal(j.state) && j.array_left.empty();
+  });
   std::vector<const Column*> cols;
   static const std::vector<std::string> kDefault = {"id",    "name", "user", "state",   "attempt",
                                                     "nodes", "gpus", "time", "nodelist"};

@@ -1,6 +1,7 @@
 // `cohort show JOB`: everything about one job as a `key: value` report, like
 // `scontrol show job`: spec, state and times, allocation per node, task exits and the
 // history of attempts.
+#include "api/job_array.h"
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -32,9 +33,9 @@ std::string ExitResult(const api::TaskExit& e) {
 }
 
 int Run(const std::string& id_text, const GlobalOptions& global) {
-  auto id = ParseJobId(id_text);
-  if (!id) return ReportError(id.error());
-  auto reply = HeadClient(global).Get(api::routes::Job(*id));
+  auto ref = api::ParseJobRef(id_text, "job id");  // "12", or "12_7" for an array's element
+  if (!ref) return ReportError(ref.error());
+  auto reply = HeadClient(global).Get(ref->is_element() ? api::routes::JobByRef(id_text) : api::routes::Job(ref->job));
   if (!reply) return ReportError(reply.error());
   if (global.json) {
     PrintJson(*reply);
@@ -52,6 +53,13 @@ int Run(const std::string& id_text, const GlobalOptions& global) {
     if (p.contains("samples_per_s")) line += fmt::format(", {:.1f} samples/s", p["samples_per_s"].get<double>());
     std::printf("%s\n", line.c_str());
   }
+  if (const auto& a = (*reply)["array_summary"]; a.is_object()) {
+    std::string line = "\narray elements:";
+    for (const auto& [state, n] : a.items()) {
+      if (n.is_number_integer() && n.get<int64_t>() > 0) line += fmt::format(" {} {}", n.get<int64_t>(), state);
+    }
+    std::printf("%s\n", line.c_str());
+  }
   return 0;
 }
 
@@ -61,6 +69,10 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   const api::JobSpec& s = job.spec;
   Report r;
   r.Add("id", std::to_string(job.id));
+  if (job.is_array_element()) r.Add("array element", api::DisplayJobId(job));
+  if (s.is_array()) {
+    r.Add("array", fmt::format("{} (not started yet: {})", s.array, job.array_left.empty() ? "none" : job.array_left));
+  }
   r.Add("name", s.name);
   r.Add("user", s.user);
   r.Add("state", std::string(api::JobStateName(job.state)));

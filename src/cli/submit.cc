@@ -42,6 +42,8 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"min_nodes", "--min-nodes"},
       {"checkpoint_signal", "--checkpoint-signal"},
       {"container.image", "--container"},
+      {"array", "--array"},
+      {"dependency", "--dependency"},
       {"tasks_per_node", "--tasks-per-node"},
       {"gpus_per_node", "--gpus-per-node"},
       {"cpus_per_task", "--cpus-per-task"},
@@ -61,6 +63,8 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "min_nodes") return f.min_nodes.has_value();
   if (field == "checkpoint_signal") return f.checkpoint_signal.has_value();
   if (field == "container.image") return f.container.has_value();
+  if (field == "array") return f.array.has_value();
+  if (field == "dependency") return f.dependency.has_value();
   if (field == "tasks_per_node") return f.tasks_per_node.has_value();
   if (field == "gpus_per_node") return f.gpus_per_node.has_value();
   if (field == "cpus_per_task") return f.cpus_per_task.has_value();
@@ -334,6 +338,9 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("name", flags.name);
   set("placement", flags.placement);
   set("user", flags.user);
+  set("array", flags.array);
+  set("dependency", flags.dependency);
+  if (flags.kill_on_invalid_dep) base["kill_on_invalid_dep"] = true;
   if (flags.container) {
     if (!base.contains("container") || !base["container"].is_object()) base["container"] = json::object();
     base["container"]["image"] = *flags.container;
@@ -411,6 +418,15 @@ void AddSubmitCommand(CommandContext& ctx) {
   AddOptional(sub, "--container", f.container,
               "Run every task in this container image (Podman on the nodes; the spec's container.runtime may "
               "say docker): e.g. localhost/trainer:1.0");
+  AddOptional(sub, "-a,--array", f.array,
+              "A job array, as Slurm's: indices 0-999, 0-99:2 or 1,3,5, and %N to run at most N at once "
+              "(0-999%16); each element gets COHORT_ARRAY_TASK_ID (and SLURM_ARRAY_TASK_ID)");
+  AddOptional(sub, "-d,--dependency", f.dependency,
+              "Start only after other jobs, as Slurm's: afterok:12, afterany:12:13, afternotok:14, after:15, "
+              "singleton; join with ',' (all must hold); 12_7 names one element of array 12");
+  sub->add_flag("--kill-on-invalid-dep", f.kill_on_invalid_dep,
+                "Cancel the job if its dependency can never be satisfied (default: it stays PENDING with reason "
+                "DependencyNeverSatisfied)");
   AddOptional(sub, "-n,--tasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
   AddOptional(sub, "-G,--gpus-per-node", f.gpus_per_node, "GPUs per node, split evenly among its tasks (default 0)");
   AddOptional(sub, "-c,--cpus-per-task", f.cpus_per_task, "CPU cores per task (default 1)");

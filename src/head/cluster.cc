@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "head/core/agents.h"
+#include "head/core/arrays.h"
 #include "head/core/drain.h"
 #include "head/core/liveness.h"
 #include "head/core/remove_node.h"
@@ -232,6 +233,7 @@ Result<void> Cluster::CommitRound(Wakes& wakes) {
     last_round_error_ = ids.error();
     out = std::unexpected(ids.error());
   }
+  SettleArrayCreations(wakes);
   last_round_seq_ = round_seq;
   ++rounds_;
   committing_ = false;
@@ -369,9 +371,12 @@ Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason, b
 bool Cluster::ReportProgress(const RendezvousScope& scope, ProgressPoint point) {
   point.attempt = scope.attempt;
   const std::optional<int64_t> checkpoint = point.checkpoint_step;
+  const int64_t step = point.step;
+  const std::optional<double> loss = point.loss;
   progress_.Add(scope.job, std::move(point));
   Wakes wakes(*this);
   MutexLock lock(mu_);
+  Stage(core::OnSweepProgress(state_, context_, scope.job, step, loss, Now()), wakes);  // ASHA (core/arrays.h)
   core::ProgressResult r = core::OnProgress(state_, context_, scope.job, scope.attempt, checkpoint, Now());
   (void)Apply(std::move(r.effects), wakes);
   return r.checkpoint;
@@ -505,8 +510,12 @@ int Cluster::Schedule() {
   MutexLock lock(mu_);
   auto t0 = SteadyClock::now();
   schedule_requested_ = false;
+  StageArrayElements(wakes);  // job arrays: elements to make, arrays to end
   core::PassResult pass = core::Schedule(state_, context_, Now());
-  if (!pass.ran) return 0;
+  if (!pass.ran) {
+    (void)Durable(staged_seq_, wakes);  // the arrays' changes, if any
+    return 0;
+  }
   Stage(std::move(pass.effects), wakes);
   // The pass's own time, under the lock; its commit is timed with the store's.
   const auto took = SteadyClock::now() - t0;

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/job_array.h"
 #include "api/team.h"
 #include "api/types.h"
 #include "api/views.h"
@@ -88,6 +90,17 @@ class Cluster {
   Result<api::Job> Submit(api::JobSpec spec, bool any_team = true) EXCLUDES(mu_);
   // kNotFound for an unknown id; kFailedPrecondition if the job has already ended.
   Result<api::Job> Cancel(api::JobId id) EXCLUDES(mu_);
+  // Job arrays (core/arrays.h; cluster_arrays.cc). The job `ref` names: "12" is job 12,
+  // "12_7" element 7 of array 12 (kNotFound, saying why, if it has not started or is not
+  // one of the array's indices).
+  Result<api::JobId> ResolveJob(const api::JobRef& ref) const EXCLUDES(mu_);
+  // Cancels element `task` of array `array` (its job, or its index if it has not started);
+  // returns the element's job, or the array's record for an index that never started.
+  Result<api::Job> CancelArrayTask(api::JobId array, int64_t task) EXCLUDES(mu_);
+  // An array's elements counted by state (core::ArraySummary); empty if `id` is no array.
+  std::map<std::string, int64_t> ArraySummary(api::JobId id) const EXCLUDES(mu_);
+  // Every element made so far of array `id`, by index; kNotFound if `id` is no array.
+  Result<std::vector<api::Job>> ArrayElementJobs(api::JobId id) const EXCLUDES(mu_);
   // Job control of a PENDING job (core/job_control.h; cluster_job_control.cc): the job as
   // changed, durably. The core's errors; kUnavailable if the store fails.
   Result<api::Job> Hold(api::JobId id, const std::string& by) EXCLUDES(mu_);
@@ -230,6 +243,12 @@ class Cluster {
     std::optional<Result<api::Job>> result;  // set by the commit round that took it
   };
 
+  // Settles the job arrays (core::SettleArrays): stages the elements to create with the
+  // array records that gave up their indices, for the next commit round.
+  void StageArrayElements(Wakes& wakes) REQUIRES(mu_);
+  // After a commit round: forgets the element creations it took; on failure their indices
+  // go back to their arrays.
+  void SettleArrayCreations(Wakes& wakes) REQUIRES(mu_);
   // Performs `fx` under the lock: logs, drops rendezvous keys, requests a pass, observes
   // queue waits, adds the agents to wake to `wakes` and stages the changed records.
   void Stage(core::Effects fx, Wakes& wakes) REQUIRES(mu_);
@@ -261,6 +280,8 @@ class Cluster {
   std::set<std::string> removed_nodes_ GUARDED_BY(mu_);   // removed, not yet deleted from the store
   bool unstored_teams_ GUARDED_BY(mu_) = false;           // the teams changed, not yet written
   std::vector<Creation*> creations_ GUARDED_BY(mu_);      // submissions for the next commit
+  // Array elements being created (core/arrays.h), owned here; each is also in creations_.
+  std::list<Creation> array_creations_ GUARDED_BY(mu_);
   // Group commit: stagings counted, how far they are durable, the round under way.
   CondVar commit_cv_;                                     // signalled with mu_ when a round ends
   uint64_t staged_seq_ GUARDED_BY(mu_) = 0;

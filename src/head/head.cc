@@ -283,6 +283,8 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
              });
   RegisterJobRoutes(router, cluster);
   RegisterJobControlRoutes(router, cluster);
+  RegisterSweepRoutes(router, cluster);
+  RegisterImageRoutes(router, cluster);
   RegisterNodeRoutes(router, cluster, *h->tokens_);
   RegisterAgentRoutes(router, cluster);
   RegisterLogRoutes(router, cluster);

@@ -108,6 +108,10 @@ Result<void> CheckOwner(Cluster& cluster, const Caller& caller, api::JobId id, s
                 job->spec.user);
 }
 
+Result<api::JobId> JobIdOfPath(const Cluster& cluster, const std::string& text) {
+  return cluster.ResolveJob(COHORT_TRY(api::ParseJobRef(text, "job id")));
+}
+
 void RegisterJobRoutes(Router& router, Cluster& cluster) {
   router.Post(api::routes::kJobs, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                      httplib::Response& res) {
@@ -167,7 +171,7 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
 
   router.Get(api::routes::kJobPattern, Access::kViewer, [&](const Caller& caller, const httplib::Request& req,
                                                             httplib::Response& res) {
-    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    auto id = JobIdOfPath(cluster, req.matches[1].str());
     if (!id) return SendError(res, id.error());
     auto job = cluster.GetJob(*id);
     Reply(res, job, [&](const api::Job& j) {
@@ -175,6 +179,7 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
       auto u = usage.find(j.id);
       json out = api::ToJson(JobStatusAt(j, NowUnixMs(), u != usage.end() ? &u->second : nullptr));
       if (auto p = cluster.progress().Latest(j.id)) out["progress"] = api::ToJson(*p);
+      if (j.spec.is_array()) out["array_summary"] = cluster.ArraySummary(j.id);  // elements by state
       HideEnvUnlessOwner(out, caller);
       return out;
     });
@@ -182,10 +187,11 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
 
   router.Post(api::routes::kJobCancelPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                                  httplib::Response& res) {
-    auto id = ParseIdParam(req.matches[1].str(), "job id");
-    if (!id) return SendError(res, id.error());
-    if (auto mine = CheckOwner(cluster, caller, *id, "cancel"); !mine) return SendError(res, mine.error());
-    auto job = cluster.Cancel(*id);
+    auto ref = api::ParseJobRef(req.matches[1].str(), "job id");
+    if (!ref) return SendError(res, ref.error());
+    // An element belongs to its array's owner; one not yet started exists only in the array.
+    if (auto mine = CheckOwner(cluster, caller, ref->job, "cancel"); !mine) return SendError(res, mine.error());
+    auto job = ref->is_element() ? cluster.CancelArrayTask(ref->job, ref->task) : cluster.Cancel(ref->job);
     Reply(res, job, [](const api::Job& j) { return api::ToJson(j); });
   });
 }

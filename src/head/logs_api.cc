@@ -9,7 +9,7 @@ namespace cohort::head {
 void RegisterLogRoutes(Router& router, Cluster& cluster) {
   router.Get(api::routes::kJobLogsPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                               httplib::Response& res) {
-    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    auto id = JobIdOfPath(cluster, req.matches[1].str());
     if (!id) return SendError(res, id.error());
     if (auto mine = CheckOwner(cluster, caller, *id, "read the logs of"); !mine) return SendError(res, mine.error());
     auto job = cluster.GetJob(*id);

@@ -20,6 +20,8 @@ namespace cohort::head {
 
 void RegisterJobRoutes(Router& router, Cluster& cluster);
 void RegisterJobControlRoutes(Router& router, Cluster& cluster);  // hold, release, update
+void RegisterSweepRoutes(Router& router, Cluster& cluster);       // GET /v1/jobs/{id}/sweep
+void RegisterImageRoutes(Router& router, Cluster& cluster);       // /v1/nodes/{name}/images
 void RegisterNodeRoutes(Router& router, Cluster& cluster, TokenBook& tokens);
 void RegisterAgentRoutes(Router& router, Cluster& cluster);
 void RegisterLogRoutes(Router& router, Cluster& cluster);
@@ -50,6 +52,9 @@ Result<std::string> JobOwner(const Caller& caller, bool spec_names_user, const s
 // OK if `caller` may act on job `id` (its owner, or an admin); kPermissionDenied naming
 // `what` ("cancel") otherwise, kNotFound if there is no such job.
 Result<void> CheckOwner(Cluster& cluster, const Caller& caller, api::JobId id, std::string_view what);
+// The job a path's {id} names: "12", or "12_7" for element 7 of array 12 (its own job id;
+// kNotFound saying why if it has not started). kInvalidArgument for anything else.
+Result<api::JobId> JobIdOfPath(const Cluster& cluster, const std::string& text);
 
 // Sends `r`'s value with `status`, or its error with the error's status.
 inline void Reply(httplib::Response& res, const Result<json>& r, int status = 200) {

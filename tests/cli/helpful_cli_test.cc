@@ -219,6 +219,24 @@ api::Job QueueJob(int64_t id, std::string name, int priority) {
   return j;
 }
 
+TEST(QueueViewTest, AnArrayCollapsesItsUnstartedIndices) {
+  api::Job array = QueueJob(12, "sweep", 0);
+  array.spec.array = "0-999%16";
+  array.array_left = "5-999";
+  api::Job element = QueueJob(13, "sweep", 0);
+  element.array_job_id = 12;
+  element.array_task_id = 4;
+  api::Job started = array;  // every index made into an element: shown by its elements only
+  started.id = 20;
+  started.array_left = "";
+  auto view = ParseQueueView("id,name", "", 0);
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(RenderQueue({array, element, started}, kNow, *view),
+            "JOBID          NAME\n"
+            "12_[5-999%16]  sweep\n"
+            "12_4           sweep\n");
+}
+
 TEST(QueueViewTest, FormatSortAndFittingTheTerminal) {
   auto view = ParseQueueView("id,priority,name", "-priority,id", 0);
   ASSERT_TRUE(view.has_value()) << view.error().message;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -165,6 +166,34 @@ TEST(MergeSubmitFlagsTest, ContainerFlagSetsTheImageAndKeepsTheFilesRuntime) {
   auto flag_only = MergeSubmitFlags(json::object(), f, Defaults());
   ASSERT_TRUE(flag_only.has_value());
   EXPECT_EQ((*flag_only)["container"], json::parse(R"({"image": "localhost/trainer:2"})"));
+}
+
+TEST(MergeSubmitFlagsTest, ArrayAndDependencyFlagsReachTheSpec) {
+  SubmitFlags f;
+  f.command = {"true"};
+  f.array = "0-99:2%4";
+  f.dependency = "afterok:12:13_2,singleton";
+  f.kill_on_invalid_dep = true;
+  auto merged = MergeSubmitFlags(json::object(), f, Defaults());
+  ASSERT_TRUE(merged.has_value()) << merged.error().message;
+  auto spec = api::JobSpecFromJson(*merged);
+  ASSERT_TRUE(spec.has_value()) << spec.error().message;
+  EXPECT_EQ(spec->array, "0-98:2%4");
+  EXPECT_EQ(spec->dependency, "afterok:12:13_2,singleton");
+  EXPECT_TRUE(spec->kill_on_invalid_dep);
+  for (auto [array, dep, want] : {std::tuple{"0-", "", "no last index"}, {"%0", "", "throttle"},
+                                  {"1", "afterok", "names no job"}, {"1", "afterok:x", "is not a job id"},
+                                  {"1", "after:1?afterok:2", "'?'"}, {"1", "singleton:3", "takes no job ids"}}) {
+    SubmitFlags g = f;
+    g.array = array;
+    g.dependency = dep;
+    auto m = MergeSubmitFlags(json::object(), g, Defaults());
+    ASSERT_TRUE(m.has_value());
+    if (std::string(dep).empty()) m->erase("dependency");
+    auto bad = api::JobSpecFromJson(*m);
+    ASSERT_FALSE(bad.has_value()) << array << " " << dep;
+    EXPECT_NE(bad.error().message.find(want), std::string::npos) << bad.error().message;
+  }
 }
 
 TEST(MergeSubmitFlagsTest, BadFlagValuesFail) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "head/core/dependencies.h"
 #include "head/core/job_control.h"
 #include "head/core/lifecycle.h"
 #include "head/core/preempt.h"
@@ -235,6 +236,7 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   Tx tx(s, ctx, now);
   PrunePreemptions(s, ctx, now);
   SchedulerInput in = BuildSchedulerInput(s, now);
+  WithholdForDependencies(tx, in);
   AddShares(s, ctx, now, in.snapshot);
   sched::Decision decision = sched::Schedule(in.snapshot);
   for (const auto& p : decision.start) {
@@ -252,6 +254,9 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   std::erase_if(s.pending_reasons, [&](const auto& entry) { return !s.pending.contains(entry.first); });
   for (auto& [id, text] : in.stopping_reasons) s.pending_reasons[id] = std::move(text);
   for (auto& [id, text] : in.held_reasons) s.pending_reasons[id] = std::move(text);
+  for (auto& [id, text] : in.dependency_reasons) {
+    if (s.pending.contains(id)) s.pending_reasons[id] = std::move(text);
+  }
   out.started = static_cast<int>(decision.start.size());
   out.effects = std::move(tx.fx);
   return out;

@@ -30,6 +30,8 @@ struct SchedulerInput {
   std::map<api::JobId, std::string> stopping_reasons;
   // Held jobs (job_control.h), left out too, with their reason.
   std::map<api::JobId, std::string> held_reasons;
+  // Jobs whose dependency is not satisfied (dependencies.h), left out, with their reason.
+  std::map<api::JobId, std::string> dependency_reasons;
 };
 
 // What the scheduler sees at `now`: every node with its free GPUs and CPUs, the running

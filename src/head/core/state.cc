@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "head/core/arrays.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -70,7 +71,8 @@ ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs,
     s.nodes[n.name] = std::move(n);
   }
   for (auto& j : jobs) {
-    if (j.state == JobState::kPending) s.pending.insert(j.id);
+    if (j.state == JobState::kPending && !j.spec.is_array()) s.pending.insert(j.id);  // an array never queues
+    IndexArrayJob(s, j);
     if (j.state == JobState::kRunning) {
       for (const auto& na : j.allocation.nodes) {
         s.node_jobs[na.node].insert(j.id);

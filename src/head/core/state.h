@@ -92,6 +92,17 @@ struct Counters {
   uint64_t unheard_ms = 0;  // the head's own gaps, credited to every node
 };
 
+// A job array's elements as the head knows them (arrays.h): every element made so far by
+// index, those not yet ended, and how many are being created (staged, not yet stored).
+struct ArrayRuntime {
+  std::map<int64_t, api::JobId> elements;
+  std::set<api::JobId> live;
+  int64_t creating = 0;
+  // A sweep with early_stop (arrays.h, OnSweepProgress): the loss each element reported at
+  // each milestone it reached (memory only: a restarted head compares afresh).
+  std::map<int64_t, std::map<api::JobId, double>> milestone_losses;
+};
+
 struct ClusterState {
   std::map<std::string, api::Node> nodes;
   std::map<std::string, NodeRuntime> runtime;           // one per node in `nodes`
@@ -107,6 +118,8 @@ struct ClusterState {
   Counters counters;
   LivenessState liveness;
   ShareState shares;  // teams, fair-share usage, preemptions (share_state.h)
+  std::map<api::JobId, ArrayRuntime> arrays;  // every job array (arrays.h)
+  std::set<api::JobId> open_arrays;           // those not ended
 };
 
 // What transitions may read besides the state: the head's configuration and two lookups

@@ -1,5 +1,7 @@
 #include "head/core/submit.h"
 
+#include "head/core/arrays.h"
+#include "head/core/dependencies.h"
 #include "head/core/lifecycle.h"
 #include "head/core/schedule.h"
 #include "head/core/tx.h"
@@ -26,17 +28,29 @@ Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
                      "submit again");
   }
   if (auto ok = sched::CheckFeasible(capacity, ToRequest(job)); !ok) return std::unexpected(ok.error());
+  COHORT_TRY_VOID(CheckDependencyTargets(s, job.spec));  // every job it names exists
   job.reason = "waiting for the scheduler";
+  if (job.spec.is_array()) job.array_left = ArrayIndices(job.spec);  // every index waits (arrays.h)
   return job;
 }
 
 Effects AddJob(ClusterState& s, const Context& ctx, Job job, Now now) {
   Tx tx(s, ctx, now);
-  tx.fx.Info("job {} ({}) submitted by {}: {} node(s) x {} task(s), {} GPU(s)/node", job.id, job.spec.name,
-             job.spec.user, job.spec.nodes, job.spec.tasks_per_node, job.spec.gpus_per_node);
-  s.pending.insert(job.id);
-  s.jobs[job.id] = std::move(job);
+  if (!job.is_array_element()) {  // an array's elements are logged as they start
+    tx.fx.Info("job {} ({}) submitted by {}: {} node(s) x {} task(s), {} GPU(s)/node{}", job.id, job.spec.name,
+               job.spec.user, job.spec.nodes, job.spec.tasks_per_node, job.spec.gpus_per_node,
+               job.spec.is_array() ? ", array " + job.spec.array : std::string());
+  }
+  const api::JobId id = job.id;
+  if (job.spec.is_array()) {
+    // An array never queues: its elements do, a few at a time (arrays.h).
+    IndexArrayJob(s, job);
+  } else {
+    s.pending.insert(id);
+  }
+  s.jobs[id] = std::move(job);
   tx.CountTransition(std::nullopt, JobState::kPending);
+  if (s.jobs[id].is_array_element()) AdoptArrayElement(tx, s.jobs[id]);
   tx.RequestSchedule();
   return std::move(tx.fx);
 }
@@ -48,6 +62,7 @@ Result<Effects> Cancel(ClusterState& s, const Context& ctx, api::JobId id, Now n
   if (api::IsTerminal(job.state)) {
     return Errorf(ErrorCode::kFailedPrecondition, "job {} has already ended ({})", id, api::JobStateName(job.state));
   }
+  if (job.spec.is_array()) return CancelArray(s, ctx, job, now);  // every element with it
   Tx tx(s, ctx, now);
   FinishJob(tx, job, JobState::kCancelled, "cancelled by request", std::nullopt);
   return std::move(tx.fx);

@@ -1,0 +1,255 @@
+// Job arrays in the head's core (core/arrays.h): elements made a few at a time, the
+// throttle at every moment, cancellation of one element or all, the array's end state, and
+// a restart in the middle of an array.
+#include <set>
+
+#include "api/job_array.h"
+#include "api/job_env.h"
+#include "api/sweep.h"
+#include "core_test_util.h"
+#include "head/core/arrays.h"
+#include "head/core/lifecycle.h"
+
+namespace cohort::head::core::testing {
+namespace {
+
+using api::JobState;
+
+class ArrayTest : public CoreTest {
+ protected:
+  api::JobSpec ArraySpec(const std::string& array, int gpus = 1) {
+    api::JobSpec s = Spec(1, gpus);
+    s.array = array;
+    return s;
+  }
+
+  // What the shell does at each pass: SettleArrays, then the store's ids and AddJob for
+  // every element made (the array records commit with them).
+  int Settle() {
+    ArrayElements made = SettleArrays(state_, ctx_, now_);
+    fx_ = std::move(made.effects);
+    for (api::Job& e : made.create) {
+      e.id = next_id_++;
+      fx_.Merge(AddJob(state_, ctx_, e, now_));
+    }
+    return static_cast<int>(made.create.size());
+  }
+
+  // The array's elements that are made and not ended, and of them those RUNNING.
+  std::pair<int, int> Live(api::JobId array) const {
+    int live = 0, running = 0;
+    for (const auto& [id, j] : state_.jobs) {
+      if (j.array_job_id != array || api::IsTerminal(j.state)) continue;
+      ++live;
+      running += j.state == JobState::kRunning;
+    }
+    return {live, running};
+  }
+
+  // Every RUNNING element exits with `code` (from its node's heartbeat); returns their indices.
+  std::vector<int64_t> FinishRunning(api::JobId array, int code = 0) {
+    std::vector<int64_t> done;
+    std::map<std::string, std::vector<api::TaskReport>> exits;
+    for (const auto& [id, j] : state_.jobs) {
+      if (j.array_job_id != array || j.state != JobState::kRunning) continue;
+      exits[j.allocation.nodes.at(0).node].push_back(Exited(id, j.attempt, 0, code));
+      done.push_back(j.array_task_id);
+    }
+    for (auto& [node, tasks] : exits) Beat(node, tasks);
+    return done;
+  }
+};
+
+TEST_F(ArrayTest, TheThrottleHoldsAtEveryMomentAndEveryIndexRunsOnce) {
+  Register(Reg("n1", 2));
+  Register(Reg("n2", 2));
+  const api::JobId array = Submit(ArraySpec("0-19:2%3"));
+  EXPECT_FALSE(state_.pending.contains(array)) << "an array never queues itself";
+  EXPECT_EQ(Job(array).array_left, "0-18:2");
+  std::multiset<int64_t> ran;
+  for (int round = 0; round < 20 && !api::IsTerminal(Job(array).state); ++round) {
+    Settle();
+    EXPECT_LE(Live(array).first, 3) << "round " << round;
+    Pass();
+    EXPECT_LE(Live(array).second, 3) << "round " << round;
+    Settle();  // nothing more while three are live
+    EXPECT_LE(Live(array).first, 3) << "round " << round;
+    for (int64_t t : FinishRunning(array)) ran.insert(t);
+  }
+  Settle();
+  std::multiset<int64_t> want;
+  for (int64_t i = 0; i <= 18; i += 2) want.insert(i);
+  EXPECT_EQ(ran, want);
+  EXPECT_EQ(Job(array).state, JobState::kSucceeded);
+  EXPECT_EQ(Job(array).reason, "all 10 elements succeeded");
+  EXPECT_EQ(ArraySummary(state_, Job(array)).at("SUCCEEDED"), 10);
+}
+
+TEST_F(ArrayTest, ElementsGetTheirIndexAndTheArrayCollapsesInTheQueue) {
+  Register(Reg("n1", 2));
+  const api::JobId array = Submit(ArraySpec("5-999%2"));
+  Settle();
+  Pass();
+  std::set<std::string> tasks;
+  for (const auto& t : DesiredTasks(state_, ctx_, "n1")) {
+    EXPECT_EQ(t.env.at("COHORT_ARRAY_JOB_ID"), std::to_string(array));
+    EXPECT_EQ(t.env.at("SLURM_ARRAY_JOB_ID"), std::to_string(array));
+    EXPECT_EQ(t.env.at("COHORT_ARRAY_TASK_ID"), t.env.at("SLURM_ARRAY_TASK_ID"));
+    tasks.insert(t.env.at("COHORT_ARRAY_TASK_ID"));
+  }
+  EXPECT_EQ(tasks, (std::set<std::string>{"5", "6"}));
+  EXPECT_EQ(api::DisplayJobId(Job(array)), std::to_string(array) + "_[7-999%2]");
+  auto e = ArrayElementId(state_, array, 6);
+  ASSERT_TRUE(e) << e.error().message;
+  EXPECT_EQ(api::DisplayJobId(Job(*e)), std::to_string(array) + "_6");
+  auto waiting = ArrayElementId(state_, array, 7);
+  ASSERT_FALSE(waiting);
+  EXPECT_NE(waiting.error().message.find("has not started yet"), std::string::npos);
+  auto outside = ArrayElementId(state_, array, 4);
+  ASSERT_FALSE(outside);
+  EXPECT_NE(outside.error().message.find("has no element 4"), std::string::npos);
+  EXPECT_FALSE(ArrayElementId(state_, *e, 0)) << "an element is no array";
+}
+
+TEST_F(ArrayTest, CancelOneElementStartedOrNotThenTheWholeArray) {
+  Register(Reg("n1", 1));
+  const api::JobId array = Submit(ArraySpec("0-9"));
+  Settle();
+  Pass();
+  auto e0 = ArrayElementId(state_, array, 0);
+  ASSERT_TRUE(e0);
+  ASSERT_EQ(Job(*e0).state, JobState::kRunning);
+  // A running element.
+  auto fx = CancelArrayTask(state_, ctx_, array, 0, now_);
+  ASSERT_TRUE(fx) << fx.error().message;
+  EXPECT_EQ(Job(*e0).state, JobState::kCancelled);
+  auto again = CancelArrayTask(state_, ctx_, array, 0, now_);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kFailedPrecondition);
+  // An index not yet made into an element leaves the array's record.
+  const api::JobId second = Submit(ArraySpec("0-999%1"));
+  Settle();
+  fx = CancelArrayTask(state_, ctx_, second, 500, now_);
+  ASSERT_TRUE(fx) << fx.error().message;
+  EXPECT_TRUE(fx->jobs_to_store.contains(second)) << "the array record is stored without the index";
+  EXPECT_EQ(Job(second).array_left, "1-499,501-999");
+  EXPECT_EQ(Job(second).array_cancelled, 1);
+  EXPECT_EQ(CancelArrayTask(state_, ctx_, second, 500, now_).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(CancelArrayTask(state_, ctx_, second, 1000, now_).error().code, ErrorCode::kNotFound);
+  // The whole first array: its running and pending elements and what it had left.
+  auto all = Cancel(state_, ctx_, array, now_);
+  ASSERT_TRUE(all) << all.error().message;
+  EXPECT_EQ(Job(array).state, JobState::kCancelled);
+  for (const auto& [id, j] : state_.jobs) {
+    if (j.array_job_id == array) {
+      EXPECT_EQ(j.state, JobState::kCancelled) << j.array_task_id;
+    }
+  }
+  EXPECT_EQ(ArraySummary(state_, Job(array)).at("CANCELLED"), 10);
+  auto all2 = Cancel(state_, ctx_, second, now_);
+  ASSERT_TRUE(all2);
+  EXPECT_EQ(Job(second).array_left, "");
+  EXPECT_EQ(Job(second).array_cancelled, 999) << "all but element 0, which was made";
+  EXPECT_EQ(ArraySummary(state_, Job(second)).at("CANCELLED"), 1000);
+  EXPECT_EQ(ArraySummary(state_, Job(second)).at("PENDING"), 0);
+}
+
+TEST_F(ArrayTest, AFailedElementFailsTheArrayWithItsExitCode) {
+  Register(Reg("n1", 2));
+  const api::JobId array = Submit(ArraySpec("1-2"));
+  Settle();
+  ASSERT_EQ(Pass(), 2);
+  auto e1 = ArrayElementId(state_, array, 1), e2 = ArrayElementId(state_, array, 2);
+  ASSERT_TRUE(e1 && e2);
+  Beat(Job(*e1).allocation.nodes[0].node, {Exited(*e1, 0, 0, 0), Exited(*e2, 0, 0, 7)});
+  Settle();
+  EXPECT_EQ(Job(array).state, JobState::kFailed);
+  EXPECT_EQ(Job(array).reason, "1 of 2 elements failed");
+  EXPECT_EQ(Job(array).exit_code, 7);
+}
+
+TEST_F(ArrayTest, AFailedCreationGivesTheIndexBack) {
+  Register(Reg("n1", 1));
+  const api::JobId array = Submit(ArraySpec("0-3%2"));
+  ArrayElements made = SettleArrays(state_, ctx_, now_);
+  ASSERT_EQ(made.create.size(), 2u);
+  EXPECT_EQ(Job(array).array_left, "2-3");
+  EXPECT_TRUE(made.effects.jobs_to_store.contains(array)) << "stored in the same commit as the elements";
+  EXPECT_EQ(SettleArrays(state_, ctx_, now_).create.size(), 0u) << "elements being created count against %2";
+  ReturnArrayElement(state_, ctx_, made.create[0], now_);
+  ReturnArrayElement(state_, ctx_, made.create[1], now_);
+  EXPECT_EQ(Job(array).array_left, "0-3");
+  EXPECT_EQ(Settle(), 2);
+  EXPECT_EQ(Job(array).array_left, "2-3");
+}
+
+TEST_F(ArrayTest, AHeadRestartMidArrayLosesNothingAndRunsNothingTwice) {
+  Register(Reg("n1", 2));
+  const api::JobId array = Submit(ArraySpec("0-9%2"));
+  std::multiset<int64_t> ran;
+  Settle();
+  Pass();
+  for (int64_t t : FinishRunning(array)) ran.insert(t);
+  Settle();
+  Pass();  // two more running when the head restarts
+  ASSERT_EQ(Live(array).second, 2);
+  // The head restarts from its stored records (every record here was stored).
+  std::vector<api::Job> stored;
+  for (const auto& [id, j] : state_.jobs) stored.push_back(j);
+  std::vector<api::Node> nodes;
+  for (const auto& [name, n] : state_.nodes) nodes.push_back(n);
+  state_ = LoadState(nodes, stored, now_);
+  EXPECT_EQ(state_.arrays.at(array).live.size(), 2u);
+  EXPECT_EQ(Settle(), 0) << "the two running elements still count against %2";
+  for (int round = 0; round < 10 && !api::IsTerminal(Job(array).state); ++round) {
+    for (int64_t t : FinishRunning(array)) ran.insert(t);
+    Settle();
+    Pass();
+    EXPECT_LE(Live(array).first, 2);
+  }
+  EXPECT_EQ(ran, (std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(Job(array).state, JobState::kSucceeded);
+}
+
+TEST_F(ArrayTest, EarlyStoppingStopsTheWorstElementsAtAMilestone) {
+  Register(Reg("n1", 4));
+  api::JobSpec spec = Spec(1, 1);
+  auto sweep = api::ValidateSweep(json::parse(
+      R"({"grid": {"train.lr": [1, 2, 3, 4]}, "early_stop": {"milestones": [10, 20], "keep": 0.5, "min_elements": 3}})"));
+  ASSERT_TRUE(sweep) << sweep.error().message;
+  spec.sweep = *sweep;
+  spec.array = api::SweepArray(spec.sweep);
+  const api::JobId array = Submit(spec);
+  Settle();
+  ASSERT_EQ(Pass(), 4);
+  std::vector<api::JobId> e;
+  for (int64_t t = 0; t < 4; ++t) e.push_back(*ArrayElementId(state_, array, t));
+  EXPECT_EQ(Job(e[1]).sweep_values.at("train.lr"), "2");
+  // Below min_elements nothing is judged; from the third on, each is ranked as it arrives.
+  OnSweepProgress(state_, ctx_, e[0], 10, 1.0, now_);
+  OnSweepProgress(state_, ctx_, e[1], 12, 3.0, now_);
+  OnSweepProgress(state_, ctx_, e[0], 11, 9.0, now_);  // judged at 10 already
+  EXPECT_EQ(Job(e[0]).state, JobState::kRunning);
+  EXPECT_EQ(Job(e[1]).state, JobState::kRunning);
+  OnSweepProgress(state_, ctx_, e[2], 10, 0.5, now_);
+  EXPECT_EQ(Job(e[2]).state, JobState::kRunning) << "the best of three";
+  OnSweepProgress(state_, ctx_, e[3], 15, 5.0, now_);
+  EXPECT_EQ(Job(e[3]).state, JobState::kCancelled);
+  EXPECT_EQ(Job(e[3]).reason, "early-stopped at step 10: loss 5.0000 ranks 4 of 4 (keeps the best 2)");
+  EXPECT_TRUE(OnSweepProgress(state_, ctx_, e[0], 5, std::nullopt, now_).jobs_to_store.empty());
+}
+
+TEST_F(ArrayTest, AHundredThousandElementsAreOneSmallRecordAndAWindow) {
+  Register(Reg("n1", 2));
+  const api::JobId array = Submit(ArraySpec("0-99999"));
+  EXPECT_LT(api::ToJson(Job(array)).dump().size(), 1000u);
+  EXPECT_EQ(Settle(), kArrayWindow) << "without a throttle, a window of pending elements";
+  EXPECT_EQ(Settle(), 0);
+  EXPECT_EQ(Pass(), 2);
+  EXPECT_EQ(Settle(), 2) << "the window refills as elements start";
+  EXPECT_EQ(ArraySummary(state_, Job(array)).at("PENDING"), 99998);
+  EXPECT_EQ(ArraySummary(state_, Job(array)).at("RUNNING"), 2);
+}
+
+}  // namespace
+}  // namespace cohort::head::core::testing
