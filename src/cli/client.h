@@ -96,6 +96,11 @@ struct SubmitFlags {
   std::optional<std::string> progress_timeout;  // as typed: "120", "120s", "5m"; "0"/"off": none
   std::optional<std::string> workdir;
   std::optional<std::string> user;
+  // Node constraints (sched/constraints.h), as typed.
+  std::optional<std::string> mem;         // --mem: "64G" per node
+  std::optional<std::string> nodelist;    // -w: "node[1-4]"
+  std::optional<std::string> exclude;     // -x
+  std::optional<std::string> constraint;  // -C: "a100&ib"
   std::vector<std::string> env;      // "KEY=VALUE" (or "KEY": its value in `environment`)
   std::string export_env;          // --export: ALL, NONE or VAR[=VALUE],...; "": the default (cli/job_env.h)
   std::vector<std::string> command;  // after "--"; replaces the file's command
@@ -133,6 +138,10 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
 
 // "Job 12 SUCCEEDED after 3.2s" / "Job 12 FAILED after 1m02s (exit code 1): <reason>".
 std::string FinalStateLine(const api::Job& job);
+
+// The syntax of a spec's node constraints (--nodelist, --exclude, --constraint, --mem),
+// checked before submitting as the head checks it: kInvalidArgument naming the flag.
+Result<void> CheckConstraintSyntax(const api::JobSpec& spec);
 
 // ---- hold, release, update (job_control.cc) ----
 
