@@ -76,6 +76,7 @@ json ToJson(const JobStatus& s) {
     for (const auto& t : *s.tasks_usage) list.push_back(ToJson(t));
     j["tasks_usage"] = std::move(list);
   }
+  if (s.progress_eta) j["progress_eta"] = ToJson(*s.progress_eta);
   return j;
 }
 
@@ -89,6 +90,7 @@ Result<JobStatus> JobStatusFromJson(const json& j, const std::string& path) {
       return TaskUsageFromJson(e, name);
     }));
   }
+  if (const json* e = r.Raw("progress_eta")) s.progress_eta = COHORT_TRY(ProgressEtaFromJson(*e, r.FieldName("progress_eta")));
   return s;
 }
 

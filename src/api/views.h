@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "api/progress_eta.h"
 #include "api/types.h"
 #include "common/error.h"
 #include "common/json.h"
@@ -48,6 +49,8 @@ struct JobStatus {
   double gpu_seconds = 0;  // GPU time of all its attempts so far
   // A RUNNING job's tasks (possibly none reported yet); absent for any other state.
   std::optional<std::vector<TaskUsage>> tasks_usage;
+  // A RUNNING job that reports progress: percent, rate and ETA (api/progress_eta.h).
+  std::optional<ProgressEta> progress_eta;
 };
 
 // The Node's fields, then "display_state", "gpus_allocated", "cpus_allocated", "jobs",
@@ -64,7 +67,8 @@ Result<std::vector<NodeStatus>> NodeListFromJson(const json& j);
 json ToJson(const TaskUsage& t);
 Result<TaskUsage> TaskUsageFromJson(const json& j, const std::string& path = {});
 
-// The Job's fields, then "gpu_seconds" (required) and, when set, "tasks_usage".
+// The Job's fields, then "gpu_seconds" (required) and, when set, "tasks_usage" and
+// "progress_eta".
 json ToJson(const JobStatus& s);
 Result<JobStatus> JobStatusFromJson(const json& j, const std::string& path = {});
 

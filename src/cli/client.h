@@ -183,7 +183,13 @@ struct QueueView {
   std::vector<std::string> columns;
   std::vector<std::pair<std::string, bool>> sort;  // (key, descending)
   size_t width = 0;
+  // The PROGRESS cells of running jobs that report progress (api::FormatProgressEta of
+  // their "progress_eta"); by default the column shows only when some job has one.
+  std::map<api::JobId, std::string> progress;
 };
+// `cohort show`'s progress line: "progress: 45% 2.1/s ETA 3m12s (step 450 of 1000)".
+std::string RenderProgressEta(const api::ProgressEta& e);
+
 // --format and --sort as typed ("id,name,state", "-priority,id"); errors name the flag
 // and list the columns.
 Result<QueueView> ParseQueueView(const std::string& format, const std::string& sort, size_t width);

@@ -248,6 +248,19 @@ TEST(QueueViewTest, FormatSortAndFittingTheTerminal) {
   // Wide enough: nothing is dropped or cut.
   EXPECT_EQ(RenderQueue(jobs, kNow, *ParseQueueView("", "", 200)), RenderQueue(jobs, kNow));
 
+  // PROGRESS shows by default only when some running job reports progress.
+  EXPECT_THAT(RenderQueue(jobs, kNow, *ParseQueueView("", "", 0)), Not(HasSubstr("PROGRESS")));
+  QueueView with_progress = *ParseQueueView("id,progress", "", 0);
+  with_progress.progress[2] = "45% 2.1/s ETA 3m12s";
+  EXPECT_EQ(RenderQueue(jobs, kNow, with_progress),
+            "JOBID  PROGRESS\n"
+            "1      -\n"
+            "2      45% 2.1/s ETA 3m12s\n"
+            "3      -\n");
+  QueueView defaults = *ParseQueueView("", "", 0);
+  defaults.progress[2] = "45%";
+  EXPECT_THAT(RenderQueue(jobs, kNow, defaults), HasSubstr("PROGRESS"));
+
   auto bad_col = ParseQueueView("id,nmae", "", 0);
   ASSERT_FALSE(bad_col.has_value());
   EXPECT_THAT(bad_col.error().message, HasSubstr("--format"));
