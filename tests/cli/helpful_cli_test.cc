@@ -163,6 +163,7 @@ TEST(HelpTopicTest, TopicsExplainAndUnknownOnesSuggest) {
   ASSERT_NE(HelpTopicText("durations"), nullptr);
   EXPECT_THAT(HelpTopicText("durations"), HasSubstr("1d12h"));
   EXPECT_THAT(HelpTopicText("states"), HasSubstr("TIMEOUT"));
+  EXPECT_THAT(HelpTopicText("spec"), HasSubstr("constraint: a100&ib"));
   EXPECT_THAT(HelpTopicText("exit-codes"), HasSubstr("3  the head could not be reached"));
   EXPECT_EQ(HelpTopicText("nonsense"), nullptr);
 
