@@ -347,6 +347,31 @@
         unhealthy ? el('span', { class: 'health', text: ' ✕ ' + (g.health_reason || 'unhealthy') }) : null));
   }
 
+  // A node's mean GPU utilization over time ([[time_ms, ratio], ...], oldest first) with
+  // its axes labelled: 0-100% up the side, the time span along the bottom.
+  function utilChart(history, now) {
+    if (!Array.isArray(history) || history.length === 0) return null;
+    const w = 240, h = 64, left = 30, bottom = 14, top = 4, right = 4;
+    const s = svg('svg', { class: 'util', width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: 'img' });
+    const t0 = history[0][0], t1 = Math.max(history[history.length - 1][0], t0 + 1);
+    const x = (t) => left + (history.length > 1 ? (t - t0) / (t1 - t0) * (w - left - right) : (w - left - right));
+    const y = (u) => top + (1 - u) * (h - top - bottom);
+    s.append(svg('line', { class: 'axis', x1: left, y1: top, x2: left, y2: h - bottom }));
+    s.append(svg('line', { class: 'axis', x1: left, y1: h - bottom, x2: w - right, y2: h - bottom }));
+    const label = (lx, ly, text, anchor) => {
+      const t = svg('text', { x: lx, y: ly, 'text-anchor': anchor });
+      t.textContent = text;
+      s.append(t);
+    };
+    label(left - 3, top + 7, '100%', 'end');
+    label(left - 3, h - bottom, '0%', 'end');
+    label(left, h - 2, fmtDuration(now - t0) + ' ago', 'start');
+    label(w - right, h - 2, 'GPU util · now', 'end');
+    const d = history.map(([t, u], i) => (i ? 'L' : 'M') + x(t).toFixed(1) + ' ' + y(u).toFixed(1)).join('');
+    s.append(svg('path', { class: 'line', d: history.length > 1 ? d : d + 'L' + (left).toFixed(1) + ' ' + y(history[0][1]).toFixed(1) }));
+    return s;
+  }
+
   function renderNodes(d) {
     const owners = gpuOwners(d);
     const nodes = d.nodes || [];
@@ -367,7 +392,8 @@
       const own = owners.get(n.name) || new Map();
       return el('div', { class: 'node ' + st, dataset: { node: n.name } }, head,
         reason ? el('div', { class: 'muted', text: reason }) : null,
-        gpus.length ? el('div', { class: 'gpus' }, ...gpus.map((g) => gpuCell(g, own.get(g.index)))) : el('div', { class: 'muted', text: 'no GPUs' }));
+        gpus.length ? el('div', { class: 'gpus' }, ...gpus.map((g) => gpuCell(g, own.get(g.index)))) : el('div', { class: 'muted', text: 'no GPUs' }),
+        utilChart(n.gpu_util_history, d.time_ms || Date.now()));
     });
     $('nodes').replaceChildren(...cards);
   }

@@ -24,6 +24,12 @@ namespace cohort::api {
 
 // A node as GET /v1/nodes shows it: the stored Node (with live GPU telemetry filled in)
 // plus the head's runtime view of it.
+// One sample of a node's GPU utilization history: the mean over its GPUs that reported one.
+struct UtilSample {
+  int64_t time_ms = 0;
+  double utilization = 0;  // ratio 0..1
+};
+
 struct NodeStatus {
   Node node;
   std::string display_state;  // UP, DOWN, UNREACHABLE (silent, not yet DOWN: the head's
@@ -33,6 +39,9 @@ struct NodeStatus {
   std::vector<JobId> jobs;
   int64_t heartbeat_age_ms = -1;  // -1: never heard from
   int unhealthy_gpus = 0;         // node.gpus[i].healthy == false
+  // Mean GPU utilization over the last minutes, oldest first (head/core/util_history.h);
+  // on the wire as "gpu_util_history": [[time_ms, ratio], ...] only when not empty.
+  std::vector<UtilSample> gpu_util_history;
 };
 
 // One running task's resource use, from its agent's latest heartbeat.

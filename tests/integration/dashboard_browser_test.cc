@@ -158,8 +158,10 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
       return names.join(',') === 'gpu-a,gpu-b' &&
              document.querySelectorAll('#nodes .node[data-node="gpu-a"] .gpu').length === 4 &&
              document.querySelectorAll('#nodes .gpu').length === 8 &&
-             document.querySelectorAll('#nodes .gpu.busy').length === 4;
-    })())", "both nodes with 4 GPUs each, 4 of them busy", probe);
+             document.querySelectorAll('#nodes .gpu.busy').length === 4 &&
+             document.querySelectorAll('#nodes .node svg.util path.line').length === 2 &&
+             [...document.querySelectorAll('#nodes .node svg.util text')].some(t => t.textContent === 'GPU util · now');
+    })())", "both nodes with 4 GPUs each, 4 of them busy, and each node's utilization chart", probe);
 
   // The running job with its progress and loss curve.
   std::string row = fmt::format("#running tbody tr[data-job=\"{}\"]", train_id);
