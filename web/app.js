@@ -372,6 +372,15 @@
     return s;
   }
 
+  // The kept samples (one per 10 s) end at the latest readings: the line reaches "now".
+  function withLiveUtil(history, gpus, now) {
+    const known = gpus.map((g) => g.telemetry && g.telemetry.utilization).filter(isNum);
+    if (!Array.isArray(history) || history.length === 0 || known.length === 0) return history;
+    const last = history[history.length - 1];
+    if (now <= last[0]) return history;
+    return history.concat([[now, known.reduce((a, b) => a + b, 0) / known.length]]);
+  }
+
   function renderNodes(d) {
     const owners = gpuOwners(d);
     const nodes = d.nodes || [];
@@ -393,7 +402,7 @@
       return el('div', { class: 'node ' + st, dataset: { node: n.name } }, head,
         reason ? el('div', { class: 'muted', text: reason }) : null,
         gpus.length ? el('div', { class: 'gpus' }, ...gpus.map((g) => gpuCell(g, own.get(g.index)))) : el('div', { class: 'muted', text: 'no GPUs' }),
-        utilChart(n.gpu_util_history, d.time_ms || Date.now()));
+        utilChart(withLiveUtil(n.gpu_util_history, gpus, d.time_ms || Date.now()), d.time_ms || Date.now()));
     });
     $('nodes').replaceChildren(...cards);
   }
