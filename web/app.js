@@ -70,16 +70,37 @@
     if (v >= 1e3) return (v / 1e3).toFixed(1) + ' k';
     return v.toFixed(1);
   }
+  // Durations and times exactly as the CLI writes them (common/clock.h FormatDuration,
+  // FormatTimestamp): "450ms", "3.2s", "1m05s", "1h02m", "2d03h"; "2026-11-21T09:14:57Z".
   function fmtDuration(ms) {
     if (!isNum(ms) || ms < 0) return DASH;
+    ms = Math.floor(ms);
+    if (ms < 1000) return ms + 'ms';
+    if (ms < 60000) return (ms / 1000).toFixed(1) + 's';
     let s = Math.floor(ms / 1000);
-    if (s < 60) return s + 's';
-    let m = Math.floor(s / 60); s %= 60;
-    if (m < 60) return m + 'm' + String(s).padStart(2, '0') + 's';
-    let h = Math.floor(m / 60); m %= 60;
-    if (h < 24) return h + 'h' + String(m).padStart(2, '0') + 'm';
-    const d = Math.floor(h / 24); h %= 24;
-    return d + 'd' + String(h).padStart(2, '0') + 'h';
+    if (s < 3600) return Math.floor(s / 60) + 'm' + String(s % 60).padStart(2, '0') + 's';
+    if (s < 86400) return Math.floor(s / 3600) + 'h' + String(Math.floor((s % 3600) / 60)).padStart(2, '0') + 'm';
+    return Math.floor(s / 86400) + 'd' + String(Math.floor((s % 86400) / 3600)).padStart(2, '0') + 'h';
+  }
+  // Percent, rate and ETA as the CLI's PROGRESS column (api::FormatProgressEta).
+  function fmtProgress(e) {
+    if (!e) return DASH;
+    let out = isNum(e.percent) ? Math.floor(e.percent) + '%' : 'step ' + e.step;
+    if (isNum(e.steps_per_s)) {
+      const r = e.steps_per_s;
+      out += ' ' + (r >= 10 ? r.toFixed(0) : r >= 0.1 ? r.toFixed(1) : r.toFixed(3)) + '/s';
+    }
+    if (isNum(e.eta_s)) out += ' ETA ' + fmtDuration(e.eta_s * 1000);
+    return out;
+  }
+  function progressCell(j) {
+    const e = j.progress_eta;
+    const td = el('td', { class: 'progress', text: fmtProgress(e) });
+    if (e && isNum(e.percent)) {
+      const bar = el('div', { class: 'bar' }, el('div', { class: 'fill', width: Math.min(100, e.percent).toFixed(1) + '%' }));
+      td.prepend(bar);
+    }
+    return td;
   }
   function fmtGiB(bytes) {
     if (!isNum(bytes)) return DASH;
@@ -88,7 +109,7 @@
   }
   function fmtTime(ms) {
     if (!isNum(ms) || ms <= 0) return DASH;
-    return new Date(ms).toLocaleString();
+    return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
   }
   function hostList(job) {
     const nodes = (job.allocation && job.allocation.nodes) || [];
@@ -182,25 +203,48 @@
     return s;
   }
 
+  // The loss curve (and the validation loss, when reported) against steps, with axis
+  // titles and the ranges at the ends of each axis.
   function lossChart(job) {
-    const pts = job.loss && job.loss.points;
-    if (!pts || pts.length === 0) return el('p', { class: 'muted', text: 'No loss reported yet (tasks post it to $COHORT_REPORT).' });
-    const w = 520, h = 220, left = 56, bottom = 20, top = 8, right = 10;
+    const pts = (job.loss && job.loss.points) || [];
+    const val = (job.loss && job.loss.val) || [];
+    if (pts.length === 0 && val.length === 0) return el('p', { class: 'muted', text: 'No loss reported yet (tasks post it to $COHORT_REPORT).' });
+    const w = 520, h = 236, left = 64, bottom = 34, top = 8, right = 10;
     const s = svg('svg', { class: 'chart-svg', width: '100%', viewBox: `0 0 ${w} ${h}`, role: 'img' });
-    const r = lossPath(pts, left, top, w - left - right, h - top - bottom);
+    // One scale for both series.
+    const all = pts.concat(val);
+    const r = lossPath(all, left, top, w - left - right, h - top - bottom);
+    const scaled = (series) => {
+      if (series.length === 0) return '';
+      const sx = r.maxS > r.minS ? (w - left - right) / (r.maxS - r.minS) : 0;
+      const sy = r.maxL > r.minL ? (h - top - bottom) / (r.maxL - r.minL) : 0;
+      return series.map(([st, l], i) => {
+        const x = left + (sx ? (st - r.minS) * sx : (w - left - right) / 2);
+        const y = top + (sy ? (h - top - bottom) - (l - r.minL) * sy : (h - top - bottom) / 2);
+        return (i ? 'L' : 'M') + x.toFixed(1) + ' ' + y.toFixed(1);
+      }).join('');
+    };
     s.append(svg('line', { class: 'axis', x1: left, y1: top, x2: left, y2: h - bottom }));
     s.append(svg('line', { class: 'axis', x1: left, y1: h - bottom, x2: w - right, y2: h - bottom }));
-    const label = (x, y, text, anchor) => {
-      const t = svg('text', { x, y, 'text-anchor': anchor });
+    const label = (x, y, text, anchor, cls) => {
+      const t = svg('text', { x, y, 'text-anchor': anchor, class: cls || '' });
       t.textContent = text;
       s.append(t);
+      return t;
     };
     label(left - 4, top + 8, fmtNum(r.maxL, 4), 'end');
     label(left - 4, h - bottom, fmtNum(r.minL, 4), 'end');
-    label(left, h - 4, 'step ' + fmtNum(r.minS), 'start');
-    label(w - right, h - 4, 'step ' + fmtNum(r.maxS), 'end');
-    s.append(svg('path', { class: 'line', d: r.d }));
-    const title = el('div', { class: 'muted', text: `loss of rank ${job.loss.rank} (${job.loss.total} points, ${pts.length} drawn)` });
+    label(left, h - bottom + 14, fmtNum(r.minS), 'start');
+    label(w - right, h - bottom + 14, fmtNum(r.maxS), 'end');
+    label(left + (w - left - right) / 2, h - 4, 'step', 'middle', 'axis-title');
+    label(12, top + (h - top - bottom) / 2, 'loss', 'middle', 'axis-title')
+      .setAttribute('transform', `rotate(-90 12 ${top + (h - top - bottom) / 2})`);
+    if (pts.length) s.append(svg('path', { class: 'line', d: scaled(pts) }));
+    if (val.length) s.append(svg('path', { class: 'line val', d: scaled(val) }));
+    const parts = [];
+    if (pts.length) parts.push(`loss of rank ${job.loss.rank} (${job.loss.total} points, ${pts.length} drawn)`);
+    if (val.length) parts.push(`val loss (${val.length} points, dashed)`);
+    const title = el('div', { class: 'muted', text: parts.join(' · ') });
     return el('div', null, title, s);
   }
 
@@ -303,6 +347,40 @@
         unhealthy ? el('span', { class: 'health', text: ' ✕ ' + (g.health_reason || 'unhealthy') }) : null));
   }
 
+  // A node's mean GPU utilization over time ([[time_ms, ratio], ...], oldest first) with
+  // its axes labelled: 0-100% up the side, the time span along the bottom.
+  function utilChart(history, now) {
+    if (!Array.isArray(history) || history.length === 0) return null;
+    const w = 240, h = 64, left = 30, bottom = 14, top = 4, right = 4;
+    const s = svg('svg', { class: 'util', width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: 'img' });
+    const t0 = history[0][0], t1 = Math.max(history[history.length - 1][0], t0 + 1);
+    const x = (t) => left + (history.length > 1 ? (t - t0) / (t1 - t0) * (w - left - right) : (w - left - right));
+    const y = (u) => top + (1 - u) * (h - top - bottom);
+    s.append(svg('line', { class: 'axis', x1: left, y1: top, x2: left, y2: h - bottom }));
+    s.append(svg('line', { class: 'axis', x1: left, y1: h - bottom, x2: w - right, y2: h - bottom }));
+    const label = (lx, ly, text, anchor) => {
+      const t = svg('text', { x: lx, y: ly, 'text-anchor': anchor });
+      t.textContent = text;
+      s.append(t);
+    };
+    label(left - 3, top + 7, '100%', 'end');
+    label(left - 3, h - bottom, '0%', 'end');
+    label(left, h - 2, fmtDuration(now - t0) + ' ago', 'start');
+    label(w - right, h - 2, 'GPU util · now', 'end');
+    const d = history.map(([t, u], i) => (i ? 'L' : 'M') + x(t).toFixed(1) + ' ' + y(u).toFixed(1)).join('');
+    s.append(svg('path', { class: 'line', d: history.length > 1 ? d : d + 'L' + (left).toFixed(1) + ' ' + y(history[0][1]).toFixed(1) }));
+    return s;
+  }
+
+  // The kept samples (one per 10 s) end at the latest readings: the line reaches "now".
+  function withLiveUtil(history, gpus, now) {
+    const known = gpus.map((g) => g.telemetry && g.telemetry.utilization).filter(isNum);
+    if (!Array.isArray(history) || history.length === 0 || known.length === 0) return history;
+    const last = history[history.length - 1];
+    if (now <= last[0]) return history;
+    return history.concat([[now, known.reduce((a, b) => a + b, 0) / known.length]]);
+  }
+
   function renderNodes(d) {
     const owners = gpuOwners(d);
     const nodes = d.nodes || [];
@@ -323,12 +401,15 @@
       const own = owners.get(n.name) || new Map();
       return el('div', { class: 'node ' + st, dataset: { node: n.name } }, head,
         reason ? el('div', { class: 'muted', text: reason }) : null,
-        gpus.length ? el('div', { class: 'gpus' }, ...gpus.map((g) => gpuCell(g, own.get(g.index)))) : el('div', { class: 'muted', text: 'no GPUs' }));
+        gpus.length ? el('div', { class: 'gpus' }, ...gpus.map((g) => gpuCell(g, own.get(g.index)))) : el('div', { class: 'muted', text: 'no GPUs' }),
+        utilChart(withLiveUtil(n.gpu_util_history, gpus, d.time_ms || Date.now()), d.time_ms || Date.now()));
     });
     $('nodes').replaceChildren(...cards);
   }
 
   function jobRow(job, cells) {
+    // The id links to the job's own URL (#job/ID), which opens its detail when loaded.
+    cells[0] = el('td', null, el('a', { class: 'job-link', href: '#job/' + job.id, text: String(job.id) }));
     const tr = el('tr', { dataset: { job: String(job.id) } }, ...cells.map((c) => (c instanceof Node && c.tagName === 'TD') ? c : el('td', null, c)));
     if (state.selected === job.id) tr.classList.add('selected');
     tr.addEventListener('click', () => select(job.id));
@@ -351,9 +432,9 @@
         String(j.id), el('td', { class: 'name', text: j.spec.name, title: shellJoin(j.spec.command) }), j.spec.user,
         hostList(j), String(jobGpus(j)), fmtDuration(now - j.start_ms),
         isNum(p.step) ? fmtNum(p.step) : DASH, fmtNum(p.loss, 4), fmtRate(p.tokens_per_s),
-        sparkline(j), cancelButton(j),
+        progressCell(j), sparkline(j), cancelButton(j),
       ]);
-    }), 11, 'No running jobs.');
+    }), 12, 'No running jobs.');
 
     const queue = d.queue || [];
     const total = d.summary && isNum(d.summary.pending) ? d.summary.pending : queue.length;
@@ -427,8 +508,11 @@
       ['attempt', String(job.attempt)],
       ['submitted', fmtTime(job.submit_ms)],
       ['running for', job.state === 'RUNNING' ? fmtDuration(now - job.start_ms) : DASH],
-      ['step', isNum(p.step) ? fmtNum(p.step) : DASH],
+      ['exit code', job.exit_code === null || job.exit_code === undefined ? DASH : String(job.exit_code)],
+      ['step', isNum(p.step) ? fmtNum(p.step) + (isNum(p.total_steps) ? ' of ' + fmtNum(p.total_steps) : '') : DASH],
+      ['progress', fmtProgress(job.progress_eta)],
       ['loss', fmtNum(p.loss, 5)],
+      ['val loss', fmtNum(p.val_loss, 5)],
       ['tokens/s', fmtRate(p.tokens_per_s)],
       ['samples/s', fmtRate(p.samples_per_s)],
       ['GPU time', isNum(job.gpu_seconds) ? fmtDuration(job.gpu_seconds * 1000) : DASH],
@@ -478,6 +562,11 @@
           }
           out[out.length - 1] = [mine[n - 1].step, mine[n - 1].loss];
           loss = { rank, total: n, points: out };
+        }
+        const val = (prog.points || []).filter((p) => isNum(p.val_loss));
+        if (val.length) {
+          if (!loss) loss = { rank: val[0].rank, total: 0, points: [] };
+          loss.val = val.slice(-CHART_POINTS).map((p) => [p.step, p.val_loss]);
         }
       }
       if (state.selected === id) state.detail = { id, job, loss };
@@ -536,6 +625,7 @@
   }
 
   async function select(id) {
+    if (location.hash !== '#job/' + id) history.replaceState(null, '', '#job/' + id);
     state.selected = id;
     state.detail = null;
     state.log = null;
@@ -591,7 +681,7 @@
       hooks.lastError = null;
       await pollDetail();
       render();
-      setStatus('updated ' + new Date().toLocaleTimeString(), false);
+      setStatus('updated ' + fmtTime(Date.now()), false);
       await pollLog();
     } catch (e) {
       hooks.lastError = e.message;
@@ -603,7 +693,17 @@
   document.addEventListener('DOMContentLoaded', () => {
     $('submit').addEventListener('submit', submit);
     $('login').addEventListener('submit', saveToken);
-    $('detail-close').addEventListener('click', () => { state.selected = null; state.detail = null; state.log = null; render(); });
+    $('detail-close').addEventListener('click', () => {
+      state.selected = null; state.detail = null; state.log = null;
+      history.replaceState(null, '', location.pathname + location.search);
+      render();
+    });
+    const fromHash = () => {
+      const m = /^#job\/(\d+)$/.exec(location.hash);
+      if (m && Number(m[1]) !== state.selected) select(Number(m[1]));
+    };
+    window.addEventListener('hashchange', fromHash);
+    fromHash();
     $('log-rank').addEventListener('change', () => { state.log = null; pollLog(); });
     poll();
   });

@@ -56,6 +56,11 @@ Result<AgentConfig> ResolveConfig(AgentConfig config) {
   if (config.address.empty()) config.address = COHORT_TRY(LocalAddressToward(head.host, head.port));
   if (config.listen_host.empty()) config.listen_host = config.address;
   if (config.cpus <= 0) config.cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (config.memory_bytes <= 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) config.memory_bytes = static_cast<int64_t>(pages) * page;
+  }
   if (config.work_dir.empty()) {
     const char* home = std::getenv("HOME");
     config.work_dir = fmt::format("{}/.cohort/agent-{}", home ? home : "/tmp", config.name);
@@ -133,6 +138,8 @@ void Agent::BuildRegistration() {
   registration_.version = kAgentVersion;
   registration_.cpus = config_.cpus;
   registration_.labels = config_.labels;
+  registration_.features = config_.features;
+  registration_.memory_bytes = config_.memory_bytes;
   for (const auto& g : gpus_) {
     api::Gpu gpu;
     gpu.index = g.index;

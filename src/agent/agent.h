@@ -90,6 +90,8 @@ struct AgentConfig {
   int simulated_gpus = -1;      // >= 0: present that many simulated GPUs instead of NVML
   int cpus = 0;                 // 0: the machine's hardware threads
   std::map<std::string, std::string> labels;  // topology labels (--topology site=...)
+  std::vector<std::string> features;  // node features for --constraint (--features a100,ib)
+  int64_t memory_bytes = 0;           // memory offered to --mem jobs; 0: the machine's
   std::string work_dir;         // task logs and status files, mode 0700; default ~/.cohort/agent-<name>
   std::string shim_path;        // default: cohort-task-shim next to this executable, else this executable
   int64_t head_down_grace_ms = 60'000;

@@ -233,6 +233,10 @@ json ToJson(const JobSpec& s) {
               {"team", s.team}};
   // Written only when declared, so specs without them read and dump as before.
   if (s.tensor_group_size > 0) j["tensor_group_size"] = s.tensor_group_size;
+  if (!s.nodelist.empty()) j["nodelist"] = s.nodelist;
+  if (!s.exclude.empty()) j["exclude"] = s.exclude;
+  if (!s.constraint.empty()) j["constraint"] = s.constraint;
+  if (s.mem_per_node_mb > 0) j["mem_per_node_mb"] = s.mem_per_node_mb;
   if (s.container.enabled()) j["container"] = ToJson(s.container);
   if (s.is_array()) j["array"] = s.array;
   if (!s.dependency.empty()) j["dependency"] = s.dependency;
@@ -315,6 +319,11 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
     s.array = array;
   }
   s.team = COHORT_TRY(r.String("team", ""));
+  // Syntax is the head's (sched/constraints.h, at submit); here only sizes.
+  s.nodelist = COHORT_TRY(r.String("nodelist", "", 4096));
+  s.exclude = COHORT_TRY(r.String("exclude", "", 4096));
+  s.constraint = COHORT_TRY(r.String("constraint", "", 1024));
+  s.mem_per_node_mb = COHORT_TRY(r.Int("mem_per_node_mb", 0, 0, int64_t{1} << 40));
   if (!s.team.empty() && !ValidName(s.team, 64)) {
     return FieldError("team", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'", s.team);
   }
@@ -409,6 +418,17 @@ Result<void> ValidateJobSpec(const JobSpec& s) {
   if (static_cast<int64_t>(s.cpus_per_task) * s.tasks_per_node > kMaxCpusPerTask) {
     return FieldError("cpus_per_task", "{} tasks x {} CPUs per node exceeds {}", s.tasks_per_node,
                       s.cpus_per_task, kMaxCpusPerTask);
+  }
+  return {};
+}
+
+Result<void> ValidateNodeFeatures(const std::vector<std::string>& features, const std::string& field) {
+  if (features.size() > 64) return FieldError(field, "at most 64 features, got {}", features.size());
+  for (const std::string& f : features) {
+    const bool ok = !f.empty() && f.size() <= 63 && std::all_of(f.begin(), f.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '-';
+    });
+    if (!ok) return FieldError(field, "'{}' is not a feature name (1-63 of letters, digits, '.', '_', ':', '-')", f);
   }
   return {};
 }
@@ -658,6 +678,8 @@ json ToJson(const Node& n) {
               {"gpus", GpusToJson(n.gpus)},
               {"cpus", n.cpus},
               {"labels", n.labels},
+              {"features", n.features},
+              {"memory_bytes", n.memory_bytes},
               {"state", NodeStateName(n.state)},
               {"reason", n.reason},
               {"drain", n.drain},
@@ -677,6 +699,8 @@ Result<Node> NodeFromJson(const json& j) {
     for (const auto& g : j.value("gpus", json::array())) n.gpus.push_back(GpuFromStored(g));
     n.cpus = j.value("cpus", 0);
     n.labels = j.value("labels", std::map<std::string, std::string>{});
+    n.features = j.value("features", std::vector<std::string>{});
+    n.memory_bytes = j.value("memory_bytes", int64_t(0));
     n.state = j.value("state", "UP") == "DOWN" ? NodeState::kDown : NodeState::kUp;
     n.reason = j.value("reason", "");
     n.drain = j.value("drain", false);
@@ -697,7 +721,8 @@ json ToJson(const Registration& r) {
                  for (const auto& g : r.gpus) a.push_back(RegisteredGpuToJson(g));
                  return a;
                }()},
-              {"cpus", r.cpus}, {"labels", r.labels}, {"csr", r.csr}};
+              {"cpus", r.cpus}, {"labels", r.labels}, {"features", r.features},
+              {"memory_bytes", r.memory_bytes}, {"csr", r.csr}};
 }
 
 Result<Registration> RegistrationFromJson(const json& j) {
@@ -712,6 +737,9 @@ Result<Registration> RegistrationFromJson(const json& j) {
   reg.cpus = static_cast<int>(COHORT_TRY(r.Int("cpus", 0, 0, 1 << 20)));
   reg.labels = COHORT_TRY(r.StringMap("labels"));
   COHORT_TRY_VOID(ValidateNodeLabels(reg.labels, "labels"));
+  reg.features = COHORT_TRY(r.StringList("features", std::vector<std::string>{}));
+  COHORT_TRY_VOID(ValidateNodeFeatures(reg.features, "features"));
+  reg.memory_bytes = COHORT_TRY(r.Int("memory_bytes", 0, 0, int64_t{1} << 60));
   reg.csr = COHORT_TRY(r.String("csr", "", 16 << 10));
   COHORT_TRY_VOID(r.Finish());
   if (!ValidName(reg.name, 64)) {

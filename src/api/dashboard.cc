@@ -15,6 +15,8 @@ json ToJson(const ProgressPoint& p) {
   if (p.samples_per_s) j["samples_per_s"] = *p.samples_per_s;
   if (p.tokens_per_s) j["tokens_per_s"] = *p.tokens_per_s;
   if (p.checkpoint_step) j["checkpoint_step"] = *p.checkpoint_step;
+  if (p.total_steps) j["total_steps"] = *p.total_steps;
+  if (p.val_loss) j["val_loss"] = *p.val_loss;
   return j;
 }
 
@@ -29,6 +31,8 @@ Result<ProgressPoint> ProgressPointFromJson(const json& j, const std::string& pa
   p.samples_per_s = COHORT_TRY(vr::OptionalDouble(r, "samples_per_s", 0, 1e300));
   p.tokens_per_s = COHORT_TRY(vr::OptionalDouble(r, "tokens_per_s", 0, 1e300));
   p.checkpoint_step = COHORT_TRY(vr::OptionalInt(r, "checkpoint_step", 0, INT64_MAX));
+  p.total_steps = COHORT_TRY(vr::OptionalInt(r, "total_steps", 1, INT64_MAX));
+  p.val_loss = COHORT_TRY(vr::OptionalDouble(r, "val_loss", -1e300, 1e300));
   return p;
 }
 

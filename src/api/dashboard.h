@@ -29,6 +29,8 @@ struct ProgressPoint {
   std::optional<double> samples_per_s;
   std::optional<double> tokens_per_s;
   std::optional<int64_t> checkpoint_step;  // the newest checkpoint the attempt wrote
+  std::optional<int64_t> total_steps;      // the step the job ends at (for percent and ETA)
+  std::optional<double> val_loss;          // a validation loss measured at this step
 };
 
 // One point of a loss curve.
@@ -71,7 +73,7 @@ struct Dashboard {
 };
 
 // {"time_ms", "attempt", "rank", "step"} and each known reading ("loss", "samples_per_s",
-// "tokens_per_s", "checkpoint_step").
+// "tokens_per_s", "checkpoint_step", "total_steps", "val_loss").
 json ToJson(const ProgressPoint& p);
 Result<ProgressPoint> ProgressPointFromJson(const json& j, const std::string& path = {});
 

@@ -104,6 +104,13 @@ struct JobSpec {
   // (ArraySpec::ToString). Each element is a job of its own with this spec less `array`,
   // COHORT_ARRAY_TASK_ID in its environment (head/core/arrays.h).
   std::string array;
+  // Node constraints (sched/constraints.h; Slurm's --nodelist, --exclude, --constraint and
+  // --mem), checked by the head at submit. On the wire only when set; specs stored without
+  // them load empty.
+  std::string nodelist;         // host list ("node[1-4,7]"): every named node is a member
+  std::string exclude;          // host list: never these nodes
+  std::string constraint;       // node features: "a100&ib|h100"
+  int64_t mem_per_node_mb = 0;  // MiB each node must have unreserved; 0: none asked
 
   // Dependencies (api/job_dependency.h; `--dependency afterok:12`): "" for none. Canonical
   // text (FormatDependency). With kill_on_invalid_dep, a job whose dependency can never be
@@ -284,6 +291,10 @@ struct Node {
   // Topology labels the agent was started with (`--topology site=eu-west`): the gateway
   // prefers replicas on nodes whose `site` a request names. Replaced at each registration.
   std::map<std::string, std::string> labels;
+  // Node constraints (sched/constraints.h): the agent's --features and its memory (bytes;
+  // 0: unknown). Replaced at each registration.
+  std::vector<std::string> features;
+  int64_t memory_bytes = 0;
   NodeState state = NodeState::kUp;
   std::string reason;       // why DOWN
   bool drain = false;
@@ -302,6 +313,8 @@ struct Registration {
   std::vector<Gpu> gpus;
   int cpus = 0;
   std::map<std::string, std::string> labels;  // ValidateNodeLabels
+  std::vector<std::string> features;          // ValidateNodeFeatures
+  int64_t memory_bytes = 0;                   // host memory; 0: unknown
   // A certificate request (PEM) for the node's key, to a head with TLS: the reply holds
   // the node's certificate. Not kept with the node.
   std::string csr;
@@ -407,6 +420,9 @@ Result<void> ValidateJobSpec(const JobSpec& s);
 // Node labels: at most 16, keys 1-63 characters of [a-z0-9._-] starting with a letter,
 // values 1-63 characters of [A-Za-z0-9._-]; kInvalidArgument naming `field`.key.
 Result<void> ValidateNodeLabels(const std::map<std::string, std::string>& labels, const std::string& field);
+// Node features (`cohort agent --features a100,ib`): at most 64, each 1-63 characters of
+// [A-Za-z0-9._:-]; kInvalidArgument naming `field`.
+Result<void> ValidateNodeFeatures(const std::vector<std::string>& features, const std::string& field);
 
 json ToJson(const Job& j);
 // A stored or replied job; its spec is checked as JobSpecFromJson checks it, except for

@@ -17,6 +17,11 @@ json ToJson(const NodeStatus& s) {
   j["jobs"] = s.jobs;
   j["heartbeat_age_ms"] = s.heartbeat_age_ms;
   j["unhealthy_gpus"] = s.unhealthy_gpus;
+  if (!s.gpu_util_history.empty()) {
+    json h = json::array();
+    for (const auto& u : s.gpu_util_history) h.push_back(json::array({u.time_ms, u.utilization}));
+    j["gpu_util_history"] = std::move(h);
+  }
   return j;
 }
 
@@ -38,6 +43,16 @@ Result<NodeStatus> NodeStatusFromJson(const json& j, const std::string& path) {
   }));
   s.heartbeat_age_ms = COHORT_TRY(r.Int("heartbeat_age_ms", std::nullopt, -1, INT64_MAX));
   s.unhealthy_gpus = static_cast<int>(COHORT_TRY(r.Int("unhealthy_gpus", std::nullopt, 0, kMaxGpusPerNode)));
+  if (r.Has("gpu_util_history")) {
+    s.gpu_util_history = COHORT_TRY(vr::List<UtilSample>(r, "gpu_util_history", true,
+                                                         [](const json& e, const std::string& name) -> Result<UtilSample> {
+      if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number() || e[1].get<double>() < 0 ||
+          e[1].get<double>() > 1) {
+        return FieldError(name, "must be [time_ms, utilization 0..1]");
+      }
+      return UtilSample{e[0].get<int64_t>(), e[1].get<double>()};
+    }));
+  }
   return s;
 }
 
@@ -76,6 +91,7 @@ json ToJson(const JobStatus& s) {
     for (const auto& t : *s.tasks_usage) list.push_back(ToJson(t));
     j["tasks_usage"] = std::move(list);
   }
+  if (s.progress_eta) j["progress_eta"] = ToJson(*s.progress_eta);
   return j;
 }
 
@@ -89,6 +105,7 @@ Result<JobStatus> JobStatusFromJson(const json& j, const std::string& path) {
       return TaskUsageFromJson(e, name);
     }));
   }
+  if (const json* e = r.Raw("progress_eta")) s.progress_eta = COHORT_TRY(ProgressEtaFromJson(*e, r.FieldName("progress_eta")));
   return s;
 }
 

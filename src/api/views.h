@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "api/progress_eta.h"
 #include "api/types.h"
 #include "common/error.h"
 #include "common/json.h"
@@ -23,6 +24,12 @@ namespace cohort::api {
 
 // A node as GET /v1/nodes shows it: the stored Node (with live GPU telemetry filled in)
 // plus the head's runtime view of it.
+// One sample of a node's GPU utilization history: the mean over its GPUs that reported one.
+struct UtilSample {
+  int64_t time_ms = 0;
+  double utilization = 0;  // ratio 0..1
+};
+
 struct NodeStatus {
   Node node;
   std::string display_state;  // UP, DOWN, UNREACHABLE (silent, not yet DOWN: the head's
@@ -32,6 +39,9 @@ struct NodeStatus {
   std::vector<JobId> jobs;
   int64_t heartbeat_age_ms = -1;  // -1: never heard from
   int unhealthy_gpus = 0;         // node.gpus[i].healthy == false
+  // Mean GPU utilization over the last minutes, oldest first (head/core/util_history.h);
+  // on the wire as "gpu_util_history": [[time_ms, ratio], ...] only when not empty.
+  std::vector<UtilSample> gpu_util_history;
 };
 
 // One running task's resource use, from its agent's latest heartbeat.
@@ -48,6 +58,8 @@ struct JobStatus {
   double gpu_seconds = 0;  // GPU time of all its attempts so far
   // A RUNNING job's tasks (possibly none reported yet); absent for any other state.
   std::optional<std::vector<TaskUsage>> tasks_usage;
+  // A RUNNING job that reports progress: percent, rate and ETA (api/progress_eta.h).
+  std::optional<ProgressEta> progress_eta;
 };
 
 // The Node's fields, then "display_state", "gpus_allocated", "cpus_allocated", "jobs",
@@ -64,7 +76,8 @@ Result<std::vector<NodeStatus>> NodeListFromJson(const json& j);
 json ToJson(const TaskUsage& t);
 Result<TaskUsage> TaskUsageFromJson(const json& j, const std::string& path = {});
 
-// The Job's fields, then "gpu_seconds" (required) and, when set, "tasks_usage".
+// The Job's fields, then "gpu_seconds" (required) and, when set, "tasks_usage" and
+// "progress_eta".
 json ToJson(const JobStatus& s);
 Result<JobStatus> JobStatusFromJson(const json& j, const std::string& path = {});
 

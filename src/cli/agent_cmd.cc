@@ -5,6 +5,7 @@
 #include "cli/daemon_flags.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "sched/constraints.h"
 
 namespace cohort::cli {
 
@@ -19,6 +20,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::vector<std::string> container_runtimes;
     std::vector<std::string> topology;
     std::string image_max_unused = "0";
+    std::string memory;
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
@@ -34,6 +36,11 @@ void AddAgentCommand(CommandContext& ctx) {
   sub->add_option("--topology", f->topology,
                   "A topology label KEY=VALUE of this node (repeatable), e.g. site=eu-west: the gateway "
                   "prefers replicas whose site a request names");
+  sub->add_option("--features", f->config.features,
+                  "Node features jobs select with --constraint, comma-separated (e.g. a100,ib,nvlink)")
+      ->delimiter(',');
+  sub->add_option("--memory", f->memory,
+                  "Memory offered to jobs that ask with --mem: 512 (MiB), 64G, 1T (default: the machine's)");
   sub->add_option("--work-dir", f->config.work_dir, "Task logs and status files (default ~/.cohort/agent-NAME)");
   sub->add_option("--head-down-grace", f->head_down_grace,
                   "Keep tasks running this long while the head refuses connections (default 60s; 0 fences at once)");
@@ -91,6 +98,12 @@ void AddAgentCommand(CommandContext& ctx) {
       f->config.labels[label.substr(0, eq)] = label.substr(eq + 1);
     }
     if (auto v = api::ValidateNodeLabels(f->config.labels, "--topology"); !v) return ReportError(v.error());
+    if (auto v = api::ValidateNodeFeatures(f->config.features, "--features"); !v) return ReportError(v.error());
+    if (!f->memory.empty()) {
+      auto mb = sched::ParseMemoryMb(f->memory, "--memory");
+      if (!mb) return ReportError(mb.error());
+      f->config.memory_bytes = *mb << 20;
+    }
     auto task_user = agent::ParseTaskUserPolicy(f->task_user);
     if (!task_user) return ReportError(task_user.error());
     f->config.task_user = *task_user;

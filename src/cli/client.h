@@ -99,6 +99,11 @@ struct SubmitFlags {
   std::optional<std::string> progress_timeout;  // as typed: "120", "120s", "5m"; "0"/"off": none
   std::optional<std::string> workdir;
   std::optional<std::string> user;
+  // Node constraints (sched/constraints.h), as typed.
+  std::optional<std::string> mem;         // --mem: "64G" per node
+  std::optional<std::string> nodelist;    // -w: "node[1-4]"
+  std::optional<std::string> exclude;     // -x
+  std::optional<std::string> constraint;  // -C: "a100&ib"
   std::vector<std::string> env;      // "KEY=VALUE" (or "KEY": its value in `environment`)
   std::string export_env;          // --export: ALL, NONE or VAR[=VALUE],...; "": the default (cli/job_env.h)
   std::vector<std::string> command;  // after "--"; replaces the file's command
@@ -136,6 +141,10 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
 
 // "Job 12 SUCCEEDED after 3.2s" / "Job 12 FAILED after 1m02s (exit code 1): <reason>".
 std::string FinalStateLine(const api::Job& job);
+
+// The syntax of a spec's node constraints (--nodelist, --exclude, --constraint, --mem),
+// checked before submitting as the head checks it: kInvalidArgument naming the flag.
+Result<void> CheckConstraintSyntax(const api::JobSpec& spec);
 
 // ---- hold, release, update (job_control.cc) ----
 
@@ -177,7 +186,13 @@ struct QueueView {
   std::vector<std::string> columns;
   std::vector<std::pair<std::string, bool>> sort;  // (key, descending)
   size_t width = 0;
+  // The PROGRESS cells of running jobs that report progress (api::FormatProgressEta of
+  // their "progress_eta"); by default the column shows only when some job has one.
+  std::map<api::JobId, std::string> progress;
 };
+// `cohort show`'s progress line: "progress: 45% 2.1/s ETA 3m12s (step 450 of 1000)".
+std::string RenderProgressEta(const api::ProgressEta& e);
+
 // --format and --sort as typed ("id,name,state", "-priority,id"); errors name the flag
 // and list the columns.
 Result<QueueView> ParseQueueView(const std::string& format, const std::string& sort, size_t width);

@@ -69,7 +69,8 @@ explicit --export name, and its program is not looked up here.
 
 A root agent runs the task as the job's user with that account's HOME, USER, LOGNAME
 and SHELL. Post progress (step, loss, samples_per_s) to $COHORT_REPORT to see it in
-cohort show, cohort top and the dashboard.
+cohort show, cohort top and the dashboard; with total_steps they show percent, rate and
+ETA (cohort queue too), and val_loss is drawn beside the loss.
 )"},
     {"config", "The client config file: which head, which token, which authority",
      R"(The CLI finds its head in this order: --head URL, $COHORT_HEAD, the client config,
@@ -119,6 +120,10 @@ $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
   checkpoint_signal: USR1    # sent on drain --now
   env: {NCCL_DEBUG: INFO}    # --env
   workdir: /abs/path         # --workdir; default: the submitting directory
+  nodelist: "gpu[1-2]"       # -w; these nodes are members (a Slurm host list)
+  exclude: gpu7              # -x; never these nodes
+  constraint: a100&ib        # -C; node features (cohort agent --features): & | ( )
+  mem_per_node_mb: 65536     # --mem 64G; scheduled per node, not enforced
 )"},
 };
 

@@ -3,6 +3,7 @@
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
+#include "sched/constraints.h"
 
 namespace cohort::cli {
 namespace {
@@ -123,6 +124,9 @@ std::string RenderNode(const api::NodeStatus& v) {
       {"gpus", fmt::format("{} allocated of {}{}", v.gpus_allocated, n.gpus.size(),
                            v.unhealthy_gpus > 0 ? fmt::format(", {} unhealthy", v.unhealthy_gpus) : "")},
       {"cpus", fmt::format("{} allocated of {}", v.cpus_allocated, n.cpus)},
+      // For --mem and --constraint (sched/constraints.h).
+      {"memory", n.memory_bytes > 0 ? sched::FormatMemoryMb(n.memory_bytes >> 20) : "unknown"},
+      {"features", n.features.empty() ? "" : Join(n.features, ",", "")},
       {"jobs", JobList(v.jobs)},
   };
   size_t width = 0;

@@ -65,8 +65,15 @@ Result<std::string> Frame(const QueueFlags& f, const QueueView& view, const std:
     return MakeError(ErrorCode::kInternal, "malformed job list from the head: no 'jobs' array");
   }
   std::vector<api::Job> jobs;
-  for (const auto& j : reply["jobs"]) jobs.push_back(COHORT_TRY(api::JobFromJson(j)));
-  return RenderQueue(std::move(jobs), NowUnixMs(), view);
+  QueueView with_progress = view;
+  for (const auto& j : reply["jobs"]) {
+    jobs.push_back(COHORT_TRY(api::JobFromJson(j)));
+    if (j.contains("progress_eta")) {
+      auto eta = COHORT_TRY(api::ProgressEtaFromJson(j["progress_eta"], "progress_eta"));
+      with_progress.progress[jobs.back().id] = api::FormatProgressEta(eta);
+    }
+  }
+  return RenderQueue(std::move(jobs), NowUnixMs(), with_progress);
 }
 
 int Run(const QueueFlags& f, const GlobalOptions& global) {
@@ -151,6 +158,8 @@ const std::vector<Column>& Columns() {
          auto run = JobRunTimeMs(j, now);
          return run ? FormatDuration(*run) : std::string("-");
        }},
+      // Filled from QueueView::progress by RenderQueue (the Job alone does not carry it).
+      {"progress", "PROGRESS", 28, 8, [](const api::Job&, int64_t) { return std::string("-"); }},
       {"nodelist", "NODELIST(REASON)", 80, 16, [](const api::Job& j, int64_t) { return WhereOrWhy(j); }},
       {"priority", "PRIORITY", 0, 8, [](const api::Job& j, int64_t) { return std::to_string(j.spec.priority); }},
       {"submitted", "SUBMITTED", 0, 9, [](const api::Job& j, int64_t) { return FormatTimestamp(j.submit_ms); }},
@@ -228,7 +237,9 @@ std::string RenderQueue(std::vector<api::Job> jobs, int64_t now_ms, const QueueV
   std::vector<const Column*> cols;
   static const std::vector<std::string> kDefault = {"id",    "name", "user", "state",   "attempt",
                                                     "nodes", "gpus", "time", "nodelist"};
-  for (const auto& key : view.columns.empty() ? kDefault : view.columns) {
+  std::vector<std::string> defaults = kDefault;
+  if (!view.progress.empty()) defaults.insert(defaults.end() - 1, "progress");
+  for (const auto& key : view.columns.empty() ? defaults : view.columns) {
     for (const auto& c : Columns()) {
       if (key == c.key) cols.push_back(&c);
     }
@@ -244,7 +255,7 @@ std::string RenderQueue(std::vector<api::Job> jobs, int64_t now_ms, const QueueV
   }
   // The default columns the table drops, in this order, when even cut to their minimums
   // they overflow the width (columns named with --format are kept).
-  static const std::vector<std::string> kDropOrder = {"attempt", "gpus", "nodes", "user", "time"};
+  static const std::vector<std::string> kDropOrder = {"attempt", "gpus", "nodes", "user", "time", "progress"};
   size_t dropped = 0;
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
@@ -255,7 +266,14 @@ std::string RenderQueue(std::vector<api::Job> jobs, int64_t now_ms, const QueueV
     for (const Column* c : cols) header.emplace_back(c->header);
     for (const auto& job : jobs) {
       std::vector<std::string> row;
-      for (const Column* c : cols) row.push_back(c->value(job, now_ms));
+      for (const Column* c : cols) {
+        if (std::string_view(c->key) == "progress") {
+          auto p = view.progress.find(job.id);
+          row.push_back(p != view.progress.end() ? p->second : "-");
+        } else {
+          row.push_back(c->value(job, now_ms));
+        }
+      }
       rows.push_back(std::move(row));
     }
     // Each column as wide as its widest cell (within its maximum); to fit `width`, the

@@ -51,6 +51,7 @@ int Run(const std::string& id_text, const GlobalOptions& global) {
     if (p.contains("loss")) line += fmt::format(", loss {:.4f}", p["loss"].get<double>());
     if (p.contains("tokens_per_s")) line += fmt::format(", {:.0f} tokens/s", p["tokens_per_s"].get<double>());
     if (p.contains("samples_per_s")) line += fmt::format(", {:.1f} samples/s", p["samples_per_s"].get<double>());
+    if (p.contains("val_loss")) line += fmt::format(", val loss {:.4f}", p["val_loss"].get<double>());
     std::printf("%s\n", line.c_str());
   }
   if (const auto& a = (*reply)["array_summary"]; a.is_object()) {
@@ -60,10 +61,21 @@ int Run(const std::string& id_text, const GlobalOptions& global) {
     }
     std::printf("%s\n", line.c_str());
   }
+  if (reply->contains("progress_eta")) {
+    auto eta = api::ProgressEtaFromJson((*reply)["progress_eta"], "progress_eta");
+    if (!eta) return ReportError(eta.error());
+    std::printf("%s\n", RenderProgressEta(*eta).c_str());
+  }
   return 0;
 }
 
 }  // namespace
+
+std::string RenderProgressEta(const api::ProgressEta& e) {
+  std::string line = "progress: " + api::FormatProgressEta(e);
+  if (e.total_steps) line += fmt::format(" (step {} of {})", e.step, *e.total_steps);
+  return line;
+}
 
 std::string RenderJob(const api::Job& job, int64_t now_ms) {
   const api::JobSpec& s = job.spec;

@@ -19,6 +19,7 @@
 #include "cli/suggest.h"
 #include "cli/table.h"
 #include "common/clock.h"
+#include "sched/constraints.h"
 
 extern char** environ;
 
@@ -54,7 +55,11 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"time_limit_s", "--time-limit"},
       {"progress_timeout_s", "--progress-timeout"},
       {"workdir", "--workdir"},
-      {"user", "--user"}};
+      {"user", "--user"},
+      {"mem_per_node_mb", "--mem"},
+      {"nodelist", "--nodelist"},
+      {"exclude", "--exclude"},
+      {"constraint", "--constraint"}};
   return kFlags;
 }
 
@@ -76,6 +81,10 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "progress_timeout_s") return f.progress_timeout.has_value();
   if (field == "workdir") return f.workdir.has_value();
   if (field == "user") return f.user.has_value();
+  if (field == "mem_per_node_mb") return f.mem.has_value();
+  if (field == "nodelist") return f.nodelist.has_value();
+  if (field == "exclude") return f.exclude.has_value();
+  if (field == "constraint") return f.constraint.has_value();
   return false;
 }
 
@@ -196,6 +205,7 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   if (!merged) return ReportError(AttributeError(merged.error(), st.flags, source));
   auto spec = api::JobSpecFromJson(*merged);
   if (!spec) return ReportError(AttributeError(spec.error(), st.flags, source));
+  if (auto ok = CheckConstraintSyntax(*spec); !ok) return ReportError(ok.error());
   if (st.dry_run) {
     PrintJson(api::ToJson(*spec));
     return 0;
@@ -341,6 +351,10 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("array", flags.array);
   set("dependency", flags.dependency);
   if (flags.kill_on_invalid_dep) base["kill_on_invalid_dep"] = true;
+  set("nodelist", flags.nodelist);
+  set("exclude", flags.exclude);
+  set("constraint", flags.constraint);
+  if (flags.mem) base["mem_per_node_mb"] = COHORT_TRY(sched::ParseMemoryMb(*flags.mem, "--mem"));
   if (flags.container) {
     if (!base.contains("container") || !base["container"].is_object()) base["container"] = json::object();
     base["container"]["image"] = *flags.container;
@@ -371,6 +385,16 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   if (missing("workdir") && !defaults.workdir.empty()) base["workdir"] = defaults.workdir;
   if (missing("user") && !defaults.user.empty()) base["user"] = defaults.user;
   return base;
+}
+
+Result<void> CheckConstraintSyntax(const api::JobSpec& spec) {
+  sched::JobRequest r;
+  r.nodes = spec.nodes;
+  r.nodelist = spec.nodelist;
+  r.exclude = spec.exclude;
+  r.constraint = spec.constraint;
+  r.mem_per_node_mb = spec.mem_per_node_mb;
+  return sched::CheckConstraintSyntax(r);
 }
 
 std::string FinalStateLine(const api::Job& job) {
@@ -444,6 +468,13 @@ void AddSubmitCommand(CommandContext& ctx) {
   sub->add_option("--export", f.export_env,
                   "Environment sent from here: ALL (default: all but a deny list, see cohort help environment; "
                   "NONE for a --container job), NONE, or VAR[=VALUE],... (only those; ALL,VAR=VALUE adds to all)");
+  AddOptional(sub, "--mem", f.mem,
+              "Memory per node the job reserves (scheduled, not enforced): 512 (MiB), 1500M, 64G, 1T");
+  AddOptional(sub, "-w,--nodelist", f.nodelist,
+              "Nodes the job must include, as a host list: node[1-4,7],gpu-a (others are added up to --nodes)");
+  AddOptional(sub, "-x,--exclude", f.exclude, "Nodes the job must not use, as a host list: node[5-8]");
+  AddOptional(sub, "-C,--constraint", f.constraint,
+              "Node features the job needs (cohort agent --features): a100, a100&ib, h100|a100, (a|b)&ib");
   AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");
   AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
   sub->add_flag("--wait", st->wait, "Wait until the job ends; exit 0 only if it SUCCEEDED");

@@ -187,16 +187,17 @@ std::string GpusSection(const api::Dashboard& d, size_t width) {
 // RUNNING: one row per running job with its time so far and latest progress.
 std::string RunningSection(const api::Dashboard& d, int64_t now, size_t width) {
   std::string out = fmt::format("\nRUNNING ({})\n", d.running.size());
-  Table t({"ID", "NAME", "USER", "GPUS", "TIME", "STEP", "LOSS", "TOK/S", "NODES"});
+  Table t({"ID", "NAME", "USER", "GPUS", "TIME", "STEP", "LOSS", "TOK/S", "PROGRESS", "NODES"});
   for (const auto& r : d.running) {
     const api::Job& j = r.status.job;
     const std::optional<api::ProgressPoint>& p = r.progress;
     t.AddRow({std::to_string(j.id), OrDash(j.spec.name), OrDash(j.spec.user), std::to_string(JobGpus(j)),
               Duration(now - j.start_ms), Compact(p ? std::optional<double>(static_cast<double>(p->step)) : std::nullopt),
-              Compact(p ? p->loss : std::nullopt), Compact(p ? p->tokens_per_s : std::nullopt), Hosts(j)});
+              Compact(p ? p->loss : std::nullopt), Compact(p ? p->tokens_per_s : std::nullopt),
+              r.status.progress_eta ? api::FormatProgressEta(*r.status.progress_eta) : kDash, Hosts(j)});
   }
   if (t.rows() == 0) return out + "  (none)\n";
-  return out + FitTable(t, {6, 20, 10, 4, 8, 7, 7, 7, 20}, 8, width);
+  return out + FitTable(t, {6, 20, 10, 4, 8, 7, 7, 7, 22, 20}, 9, width);
 }
 
 // QUEUE: the pending jobs in queue order, with how long each has waited and why; says

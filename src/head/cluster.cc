@@ -299,6 +299,7 @@ std::vector<Cluster::ListedJob> Cluster::ListJobsSerialized(const JobFilter& fil
       item.id = j.id;
       item.gpu_seconds = JobGpuSeconds(j, now_ms);
       item.running = j.state == api::JobState::kRunning;
+      item.attempt = j.attempt;
       const auto rev = job_revisions_.find(j.id);
       const uint64_t revision = rev == job_revisions_.end() ? 0 : rev->second;
       if (auto c = serialized_jobs_.find(j.id);

@@ -118,6 +118,7 @@ class Cluster {
     std::shared_ptr<const std::string> json;
     double gpu_seconds = 0;
     bool running = false;
+    int attempt = 0;  // the current attempt (for a RUNNING job's progress_eta)
   };
   // ListJobs' jobs (oldest first), serialized.
   std::vector<ListedJob> ListJobsSerialized(const JobFilter& filter, int64_t now_ms) const EXCLUDES(mu_);

@@ -63,8 +63,9 @@ double Round5(double v) {
 }
 
 api::ProgressPoint ToView(const ProgressPoint& p) {
-  return api::ProgressPoint{p.time_ms, p.attempt, p.rank, p.step, p.loss, p.samples_per_s, p.tokens_per_s,
-                            p.checkpoint_step};
+  return api::ProgressPoint{p.time_ms,     p.attempt,         p.rank,         p.step,
+                            p.loss,        p.samples_per_s,   p.tokens_per_s, p.checkpoint_step,
+                            p.total_steps, p.val_loss};
 }
 
 // ... with its latest progress and loss curve.
@@ -73,6 +74,7 @@ api::DashboardJob JobWithProgress(Cluster& cluster, const api::Job& job, int64_t
   api::DashboardJob d = QueuedJob(job, now_ms, usage);
   auto& progress = cluster.progress();
   if (auto p = progress.Latest(job.id)) d.progress = ToView(*p);
+  if (job.state == api::JobState::kRunning) d.status.progress_eta = progress.Eta(job.id, job.attempt);
   LossSeries s = progress.Loss(job.id, points);
   if (!s.points.empty()) {
     api::LossCurve c{s.rank, static_cast<int64_t>(s.total), {}};

@@ -66,6 +66,7 @@ void SendJobList(httplib::Response& res, Cluster& cluster, const JobFilter& filt
       }
       body += ",\"tasks_usage\":";
       body += tasks.dump(-1, ' ', false, json::error_handler_t::replace);
+      if (auto eta = cluster.progress().Eta(j.id, j.attempt)) body += ",\"progress_eta\":" + api::ToJson(*eta).dump();
     }
     body += '}';
   }
@@ -161,7 +162,9 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
     int64_t now = NowUnixMs();
     for (const auto& j : list) {
       auto u = usage.find(j.id);
-      json status = api::ToJson(JobStatusAt(j, now, u != usage.end() ? &u->second : nullptr));
+      api::JobStatus view = JobStatusAt(j, now, u != usage.end() ? &u->second : nullptr);
+      if (j.state == api::JobState::kRunning) view.progress_eta = cluster.progress().Eta(j.id, j.attempt);
+      json status = api::ToJson(view);
       HideEnvUnlessOwner(status, caller);
       jobs.push_back(Project(std::move(status), page->fields, "id"));
     }
@@ -177,7 +180,9 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
     Reply(res, job, [&](const api::Job& j) {
       auto usage = cluster.RunningTaskUsage();
       auto u = usage.find(j.id);
-      json out = api::ToJson(JobStatusAt(j, NowUnixMs(), u != usage.end() ? &u->second : nullptr));
+      api::JobStatus view = JobStatusAt(j, NowUnixMs(), u != usage.end() ? &u->second : nullptr);
+      if (j.state == api::JobState::kRunning) view.progress_eta = cluster.progress().Eta(j.id, j.attempt);
+      json out = api::ToJson(view);
       if (auto p = cluster.progress().Latest(j.id)) out["progress"] = api::ToJson(*p);
       if (j.spec.is_array()) out["array_summary"] = cluster.ArraySummary(j.id);  // elements by state
       HideEnvUnlessOwner(out, caller);

@@ -1,7 +1,9 @@
 // ProgressLog: what tasks report at COHORT_REPORT (step, loss, throughput), per job.
 //
 // Kept in memory (the newest kMaxPoints per job) for `cohort show` and the dashboard;
-// lost when the head restarts. Thread-safe: one mutex.
+// lost when the head restarts. A report of the same attempt, rank and step as the newest
+// point completes it (its readings replace the point's) rather than adding one. Thread-
+// safe: one mutex.
 #pragma once
 
 #include <deque>
@@ -22,7 +24,8 @@ using ProgressPoint = api::ProgressPoint;
 using LossPoint = api::LossPoint;
 
 // Validates a report body (POST COHORT_REPORT): {"step": N, "loss": x, "samples_per_s": x,
-// "tokens_per_s": x, "rank": r, "checkpoint_step": N}; only "step" is required; unknown
+// "tokens_per_s": x, "rank": r, "checkpoint_step": N, "total_steps": N, "val_loss": x};
+// only "step" is required; unknown
 // fields are rejected. time_ms and attempt are the head's to fill.
 Result<ProgressPoint> ProgressReportFromJson(const json& j);
 
@@ -39,6 +42,14 @@ struct LossSeries {
   size_t total = 0;  // points with a loss that rank reported (before downsampling)
   std::vector<LossPoint> points;
 };
+
+// Percent, rate and ETA from the newest reports of one attempt (`newest_first`, all of that
+// attempt): the step is the newest report's; the rate is steps per second between the
+// oldest and the newest of the last kEtaWindow reports of the newest report's rank (none
+// with fewer than two at different times, or when the steps went back); total_steps is the
+// newest one reported; ETA = (total_steps - step) / rate. nullopt for no reports.
+inline constexpr size_t kEtaWindow = 32;
+std::optional<api::ProgressEta> EstimateProgress(const std::vector<ProgressPoint>& newest_first);
 
 class ProgressLog {
  public:
@@ -57,6 +68,9 @@ class ProgressLog {
   std::optional<int64_t> NewestCheckpoint(api::JobId job) const;
   // The job's loss curve, at most `max_points` points; empty when no loss was reported.
   LossSeries Loss(api::JobId job, size_t max_points) const;
+  // Percent, rate and ETA of `attempt` (EstimateProgress over its newest reports);
+  // std::nullopt when that attempt has reported nothing.
+  std::optional<api::ProgressEta> Eta(api::JobId job, int attempt) const;
 
  private:
   mutable Mutex mu_;

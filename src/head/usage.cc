@@ -72,7 +72,7 @@ UsageReport ComputeUsage(const std::vector<api::Job>& jobs, int64_t now_ms, Usag
 }
 
 api::JobStatus JobStatusAt(const api::Job& job, int64_t now_ms, const std::vector<api::TaskUsage>* tasks) {
-  api::JobStatus s{job, JobGpuSeconds(job, now_ms), std::nullopt};
+  api::JobStatus s{job, JobGpuSeconds(job, now_ms), std::nullopt, std::nullopt};
   if (job.state == api::JobState::kRunning) s.tasks_usage = tasks ? *tasks : std::vector<api::TaskUsage>{};
   return s;
 }

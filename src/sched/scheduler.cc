@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sched/backfill.h"
+#include "sched/constraints.h"
 #include "sched/fair_share.h"
 #include "sched/gang_fit.h"
 #include "sched/node_pool.h"
@@ -45,6 +46,7 @@ class Pass {
       : snapshot_(snapshot),
         now_(snapshot.now_ms),
         pool_(snapshot.nodes),
+        constraints_(snapshot.nodes),
         unavailable_(UnavailableSuffix(snapshot.nodes)),
         releases_(RunningReleases(snapshot)) {
     decision_.start.reserve(snapshot.pending.size());
@@ -77,12 +79,14 @@ class Pass {
       admitted = true;
       blocked_.clear();
       if (guard_) guard_->BlockedNodes(size, job.time_limit_ms, &blocked_);
-      if (std::optional<GangFit> fit = FitGang(pool_, size, job.placement, blocked_)) {
+      std::optional<GangFit> fit = IsConstrained(job) ? constraints_.Fit(pool_, job, size, blocked_)
+                                                      : FitGang(pool_, size, job.placement, blocked_);
+      if (fit) {
         Start(job, size, std::move(*fit));
         return;
       }
     }
-    if (quotas_ && TryPreempt(job, *demand)) return;
+    if (quotas_ && !IsConstrained(job) && TryPreempt(job, *demand)) return;
     if (!admitted) {
       SetReason(job, quotas_->LimitReason(job.team, GpusOf(*demand)));
       return;
@@ -153,6 +157,7 @@ class Pass {
     for (size_t k = 0; k < fit.nodes.size(); ++k) {
       const int node = fit.nodes[k];
       pool_.Take(node, fit.gpus[k], cpus);
+      constraints_.Take(node, job.mem_per_node_mb);
       placed.nodes.push_back(NodeAssignment{pool_.id(node), std::move(fit.gpus[k]), cpus});
     }
     if (guard_) {
@@ -166,6 +171,12 @@ class Pass {
 
   // The reason `job` waits; reserves for it if it is the first job that could start later.
   std::string Wait(const JobRequest& job, const GangDemand& demand) {
+    if (IsConstrained(job)) {  // no reservation: it plans with GPUs and CPUs alone
+      if (guard_ && constraints_.CountHosts(pool_, job, demand) >= demand.nodes) {
+        return WaitingForReason(guard_->head_job());
+      }
+      return constraints_.Reason(pool_, job, demand, unavailable_);
+    }
     if (guard_) return GuardedWait(demand);
     const int available = CountHosts(pool_, demand);
     std::string reason =
@@ -215,6 +226,7 @@ class Pass {
   const Snapshot& snapshot_;
   const int64_t now_;
   NodePool pool_;
+  ConstraintBook constraints_;
   std::optional<QuotaBook> quotas_;                // with shares
   std::optional<PreemptionPlanner> planner_;       // made at the first preemption attempt
   int preempt_attempts_ = 0;

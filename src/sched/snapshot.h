@@ -33,6 +33,11 @@ struct NodeView {
   std::vector<int> free_gpus;  // sorted indices free now
   int total_cpus = 0;
   int free_cpus = 0;
+  // Node constraints (constraints.h): the agent's --features, its memory in MiB (0:
+  // unknown) and the MiB not reserved by the jobs running there (their --mem).
+  std::vector<std::string> features;
+  int64_t memory_mb = 0;
+  int64_t free_memory_mb = 0;
 };
 
 // What a running job holds on one node: `gpus` is a count.
@@ -74,6 +79,11 @@ struct JobRequest {
   // more until they are gone (or the head gives up waiting on them).
   bool nominated = false;
   std::vector<int64_t> preempted_by;  // jobs that preempted this one: never its victims
+  // Node constraints (constraints.h); empty / 0: none.
+  std::string nodelist;        // Slurm host list: every named node is a member
+  std::string exclude;         // Slurm host list: never these nodes
+  std::string constraint;      // feature expression: "a100&ib|h100"
+  int64_t mem_per_node_mb = 0;  // unreserved memory each member node needs
 };
 
 // A team as the scheduler sees it (api/team.h): its quota, borrow limit, fair-share
@@ -169,6 +179,8 @@ struct NodeCapacity {
   std::string id;
   int gpus = 0;
   int cpus = 0;
+  std::vector<std::string> features;  // for CheckConstraintsFeasible (constraints.h)
+  int64_t memory_mb = 0;
 };
 
 }  // namespace cohort::sched

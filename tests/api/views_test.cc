@@ -140,7 +140,8 @@ TEST(NodeStatusCodecTest, NodeListRoundTripsAndNamesTheBadNode) {
 }
 
 TEST(JobStatusCodecTest, RoundTripsWithAndWithoutTaskUsage) {
-  JobStatus s{TestJob(3, JobState::kRunning), 123.5, std::vector<TaskUsage>{{0, "n1", 1.25, 4096}}};
+  JobStatus s{TestJob(3, JobState::kRunning), 123.5, std::vector<TaskUsage>{{0, "n1", 1.25, 4096}},
+              ProgressEta{40, 100, 40.0, 2.5, 24, 5000}};
   json j = ToJson(s);
   EXPECT_EQ(j["tasks_usage"][0]["rss_bytes"], 4096);
   auto back = JobStatusFromJson(j);
@@ -148,13 +149,16 @@ TEST(JobStatusCodecTest, RoundTripsWithAndWithoutTaskUsage) {
   EXPECT_EQ(ToJson(*back), j);
   ASSERT_TRUE(back->tasks_usage.has_value());
   EXPECT_EQ((*back->tasks_usage)[0].cpu_seconds, 1.25);
+  ASSERT_TRUE(back->progress_eta.has_value());
+  EXPECT_EQ(back->progress_eta->eta_s, 24);
 
-  JobStatus done{TestJob(4, JobState::kSucceeded), 10, std::nullopt};
+  JobStatus done{TestJob(4, JobState::kSucceeded), 10, std::nullopt, std::nullopt};
   json dj = ToJson(done);
   EXPECT_FALSE(dj.contains("tasks_usage"));
   auto done_back = JobStatusFromJson(dj);
   ASSERT_TRUE(done_back.has_value());
   EXPECT_FALSE(done_back->tasks_usage.has_value());
+  EXPECT_FALSE(dj.contains("progress_eta"));
 
   j["tasks_usage"][0]["cpu_seconds"] = "lots";
   EXPECT_EQ(FieldOf(JobStatusFromJson(j, "running[0]")), "running[0].tasks_usage[0].cpu_seconds");
@@ -170,14 +174,14 @@ Dashboard TestDashboard() {
   Job pending = TestJob(8, JobState::kPending);
   pending.allocation = {};
   pending.reason = "waiting for 8 free GPUs";
-  d.queue = {{{pending, 0, std::nullopt}, std::nullopt, std::nullopt}};
+  d.queue = {{{pending, 0, std::nullopt, std::nullopt}, std::nullopt, std::nullopt}};
   ProgressPoint p;
   p.time_ms = 5000;
   p.attempt = 1;
   p.step = 1200;
   p.loss = 2.3456;
   p.tokens_per_s = 151234.0;
-  d.running = {{{TestJob(7, JobState::kRunning), 60, std::vector<TaskUsage>{}}, p,
+  d.running = {{{TestJob(7, JobState::kRunning), 60, std::vector<TaskUsage>{}, std::nullopt}, p,
                 LossCurve{0, 3, {{1, 9.5}, {1200, 2.3456}}}}};
   return d;
 }

@@ -163,6 +163,7 @@ TEST(HelpTopicTest, TopicsExplainAndUnknownOnesSuggest) {
   ASSERT_NE(HelpTopicText("durations"), nullptr);
   EXPECT_THAT(HelpTopicText("durations"), HasSubstr("1d12h"));
   EXPECT_THAT(HelpTopicText("states"), HasSubstr("TIMEOUT"));
+  EXPECT_THAT(HelpTopicText("spec"), HasSubstr("constraint: a100&ib"));
   EXPECT_THAT(HelpTopicText("exit-codes"), HasSubstr("3  the head could not be reached"));
   EXPECT_EQ(HelpTopicText("nonsense"), nullptr);
 
@@ -265,6 +266,19 @@ TEST(QueueViewTest, FormatSortAndFittingTheTerminal) {
   EXPECT_THAT(table, HasSubstr("…"));
   // Wide enough: nothing is dropped or cut.
   EXPECT_EQ(RenderQueue(jobs, kNow, *ParseQueueView("", "", 200)), RenderQueue(jobs, kNow));
+
+  // PROGRESS shows by default only when some running job reports progress.
+  EXPECT_THAT(RenderQueue(jobs, kNow, *ParseQueueView("", "", 0)), Not(HasSubstr("PROGRESS")));
+  QueueView with_progress = *ParseQueueView("id,progress", "", 0);
+  with_progress.progress[2] = "45% 2.1/s ETA 3m12s";
+  EXPECT_EQ(RenderQueue(jobs, kNow, with_progress),
+            "JOBID  PROGRESS\n"
+            "1      -\n"
+            "2      45% 2.1/s ETA 3m12s\n"
+            "3      -\n");
+  QueueView defaults = *ParseQueueView("", "", 0);
+  defaults.progress[2] = "45%";
+  EXPECT_THAT(RenderQueue(jobs, kNow, defaults), HasSubstr("PROGRESS"));
 
   auto bad_col = ParseQueueView("id,nmae", "", 0);
   ASSERT_FALSE(bad_col.has_value());

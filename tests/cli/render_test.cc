@@ -193,6 +193,13 @@ TEST(RenderNodesTest, NodeTableAndDetail) {
   EXPECT_THAT(detail, HasSubstr("reason:         disk swap\n"));
   EXPECT_THAT(detail, HasSubstr("gpus:           1 allocated of 2\n"));
   EXPECT_THAT(detail, HasSubstr("jobs:           12,14\n"));
+  EXPECT_THAT(detail, HasSubstr("memory:         unknown\n"));
+  json featured = NodeJson();
+  featured["features"] = {"a100", "ib"};
+  featured["memory_bytes"] = int64_t{256} << 30;
+  std::string with = RenderNode(*api::NodeStatusFromJson(featured));
+  EXPECT_THAT(with, HasSubstr("memory:         256G\n"));
+  EXPECT_THAT(with, HasSubstr("features:       a100,ib\n"));
   EXPECT_THAT(detail, HasSubstr("  INDEX  NAME                   UUID   MEMORY    SIMULATED\n"
                                 "  0      NVIDIA H100 80GB HBM3  GPU-1  80.0 GiB  no\n"));
 }

@@ -65,8 +65,9 @@ api::Dashboard Dashboard(bool telemetry) {
   d.time_ms = 121000;
   d.summary = {1, 1, 2, 1, telemetry ? 1 : 0, 1, 1};
   d.nodes = {n};
-  d.queue = {{{pending, 0, std::nullopt}, std::nullopt, std::nullopt}};
-  d.running = {{{running, 60, std::vector<api::TaskUsage>{}}, p, std::nullopt}};
+  d.queue = {{{pending, 0, std::nullopt, std::nullopt}, std::nullopt, std::nullopt}};
+  const api::ProgressEta eta{1200, 4800, 25.0, 2.0, 1800, 120000};
+  d.running = {{{running, 60, std::vector<api::TaskUsage>{}, eta}, p, std::nullopt}};
   auto decoded = api::DashboardFromJson(api::ToJson(d));
   EXPECT_TRUE(decoded.has_value()) << decoded.error().message;
   return decoded ? *decoded : api::Dashboard{};
@@ -90,6 +91,8 @@ TEST(RenderTop, ShowsTelemetryAndHealth) {
   EXPECT_NE(out.find("1200"), std::string::npos) << out;
   EXPECT_NE(out.find("2.346"), std::string::npos) << out;
   EXPECT_NE(out.find("151.2k"), std::string::npos) << out;
+  EXPECT_NE(out.find("PROGRESS"), std::string::npos) << out;
+  EXPECT_NE(out.find("25% 2.0/s ETA 30m"), std::string::npos) << out;
   EXPECT_NE(out.find("waiting for 8 free GPUs on 1 node"), std::string::npos) << out;
   EXPECT_NE(out.find("2m00s"), std::string::npos) << out;  // running since 1000, now 121000
   EXPECT_EQ(out.find('\x1b'), std::string::npos);
@@ -111,7 +114,7 @@ TEST(RenderTop, SectionsComeInOrderAndRecentJobsShowHowTheyEnded) {
   api::Job done = TopJob(5, api::JobState::kFailed, "old", "cy", 1, 0);
   done.end_ms = 61000;
   done.reason = "rank 0 exited with code 1";
-  d.recent = {{{done, 10, std::nullopt}, std::nullopt, std::nullopt}};
+  d.recent = {{{done, 10, std::nullopt, std::nullopt}, std::nullopt, std::nullopt}};
   TopOptions o;
   o.width = 160;
   std::string out = RenderTop(d, o);

@@ -23,8 +23,10 @@ namespace {
 const std::string kTrainScript = std::string(kTaskCaFile) +
     "for i in $(seq 1 20); do "
     "  loss=$(awk \"BEGIN{print 4/$i}\"); "
-    "  curl -sf --cacert \"$ca\" -o /dev/null -X POST -d \"{\\\"step\\\": $i, \\\"loss\\\": $loss, \\\"tokens_per_s\\\": 12345.5}\" "
+    "  curl -sf --cacert \"$ca\" -o /dev/null -X POST -d \"{\\\"step\\\": $i, \\\"loss\\\": $loss, \\\"tokens_per_s\\\": 12345.5, \\\"total_steps\\\": 40}\" "
     "    \"$COHORT_REPORT\" || exit 9; "
+    "  if [ $((i % 5)) = 0 ]; then val=$(awk \"BEGIN{print 5/$i}\"); "
+    "    curl -sf --cacert \"$ca\" -o /dev/null -X POST -d \"{\\\"step\\\": $i, \\\"val_loss\\\": $val}\" \"$COHORT_REPORT\" || exit 9; fi; "
     "done; echo 'trained 20 steps <i class=pwned>not markup</i>'; exec sleep 600";
 
 class DashboardBrowserTest : public ::testing::Test {
@@ -156,8 +158,10 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
       return names.join(',') === 'gpu-a,gpu-b' &&
              document.querySelectorAll('#nodes .node[data-node="gpu-a"] .gpu').length === 4 &&
              document.querySelectorAll('#nodes .gpu').length === 8 &&
-             document.querySelectorAll('#nodes .gpu.busy').length === 4;
-    })())", "both nodes with 4 GPUs each, 4 of them busy", probe);
+             document.querySelectorAll('#nodes .gpu.busy').length === 4 &&
+             document.querySelectorAll('#nodes .node svg.util path.line').length === 2 &&
+             [...document.querySelectorAll('#nodes .node svg.util text')].some(t => t.textContent === 'GPU util · now');
+    })())", "both nodes with 4 GPUs each, 4 of them busy, and each node's utilization chart", probe);
 
   // The running job with its progress and loss curve.
   std::string row = fmt::format("#running tbody tr[data-job=\"{}\"]", train_id);
@@ -166,8 +170,10 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
       if (!r) return false;
       const cells = [...r.cells].map(c => c.textContent);
       return cells[1] === 'train-gpt' && cells[6] === '20' && cells[7] === '0.2000' &&
-             cells[8].startsWith('12.') && !!r.querySelector('svg.spark path');
-    }})())", row), "the running job with step 20, loss 0.2, 12.3 k tokens/s and a sparkline", probe);
+             cells[8].startsWith('12.') && cells[9].startsWith('50%') && !!r.querySelector('td.progress .bar .fill') &&
+             !!r.querySelector('svg.spark path') && r.querySelector('a.job-link').getAttribute('href') === '#job/{}';
+    }})())", row, train_id), "the running job with step 20, loss 0.2, 12.3 k tokens/s, 50% of 40 steps, a link and a sparkline",
+             probe);
 
   // The pending job with its reason; its markup command stays text.
   WaitInPage(cdp, fmt::format(R"((() => {{
@@ -179,12 +185,15 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
   // The job's detail: its loss chart and its log (markup in the log stays text).
   ClickUntil(cdp, row + " td.name", "!document.getElementById('detail-section').hidden", "the job's detail");
   ASSERT_FALSE(HasFatalFailure());
-  WaitInPage(cdp, R"((() => {
+  WaitInPage(cdp, fmt::format(R"((() => {{
       const log = document.getElementById('log').textContent;
+      const titles = [...document.querySelectorAll('#detail-chart svg text.axis-title')].map(t => t.textContent);
       return !document.getElementById('detail-section').hidden &&
              !!document.querySelector('#detail-chart svg path.line') &&
+             !!document.querySelector('#detail-chart svg path.line.val') && titles.join(',') === 'step,loss' &&
+             location.hash === '#job/{}' && document.getElementById('detail-facts').textContent.includes('20 of 40') &&
              log.includes('trained 20 steps <i class=pwned>') && !document.querySelector('i.pwned');
-    })())", "the job's chart and log", probe);
+    }})())", train_id), "the job's chart (loss and val loss, axis titles), its URL, and its log", probe);
 
   ASSERT_TRUE(cdp.Evaluate("window.scrollTo(0, 0); true", dl()).has_value());  // the sticky header on top
   auto shot = cdp.Call("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", true}}, dl());

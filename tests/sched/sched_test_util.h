@@ -17,7 +17,9 @@ inline NodeView Node(std::string id, int total_gpus, std::vector<int> free_gpus,
                      int total_cpus = 64, int free_cpus = 64, std::string unavailable = "") {
   return NodeView{std::move(id), std::move(unavailable),
                   total_gpus,    std::move(free_gpus),
-                  total_cpus,    free_cpus};
+                  total_cpus,    free_cpus,
+                  {},            0,
+                  0};
 }
 
 // Indices [0, n).

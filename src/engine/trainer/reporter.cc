@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace cohort::engine {
 
 ProgressReporter::ProgressReporter(const std::string& url) {
@@ -20,7 +22,10 @@ ProgressReporter::ProgressReporter(const std::string& url) {
 
 bool ProgressReporter::Post(const ProgressSample& s) {
   if (!client_) return false;
-  json body = {{"step", s.step}, {"loss", s.loss}, {"rank", s.rank}};
+  json body = {{"step", s.step}, {"rank", s.rank}};
+  if (std::isfinite(s.loss)) body["loss"] = s.loss;  // NaN: a validation-only report
+  if (s.total_steps > 0) body["total_steps"] = s.total_steps;
+  if (s.val_loss >= 0) body["val_loss"] = s.val_loss;
   if (s.tokens_per_s > 0) body["tokens_per_s"] = s.tokens_per_s;
   if (s.samples_per_s > 0) body["samples_per_s"] = s.samples_per_s;
   if (s.checkpoint_step >= 0) body["checkpoint_step"] = s.checkpoint_step;

@@ -18,6 +18,8 @@ struct ProgressSample {
   double samples_per_s = 0;
   int rank = 0;
   int64_t checkpoint_step = -1;  // the newest checkpoint this run wrote or resumed from; -1: none
+  int64_t total_steps = 0;       // the step training ends at (percent and ETA); 0: not sent
+  double val_loss = -1;          // a validation loss at this step; < 0: none
 };
 
 class ProgressReporter {

@@ -781,7 +781,7 @@ void Trainer::Impl::LogStep(const StepStats& s) {
   if (reporter) {
     checkpoint_requested |= reporter->Post({progress.step, s.loss, s.tokens_per_s,
                                             s.tokens_per_s / config.seq_len, rank,
-                                            checkpoint_step});
+                                            checkpoint_step, config.steps});
   }
 }
 
@@ -793,6 +793,10 @@ Result<void> Trainer::Impl::MaybeEvaluate(TrainResult& result, json& line) {
   result.final_val_loss = COHORT_TRY(Evaluate());
   Log("step {:5d}/{} | val loss {:.4f}", progress.step, config.steps, result.final_val_loss);
   line["val_loss"] = result.final_val_loss;
+  if (reporter) {  // the head keeps it beside the loss curve (a report without a loss)
+    checkpoint_requested |= reporter->Post({progress.step, std::nan(""), 0, 0, rank, checkpoint_step, config.steps,
+                                            result.final_val_loss});
+  }
   return {};
 }
 
@@ -821,7 +825,7 @@ void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
     (void)SaveCheckpointNow();
     // Tell the head at once: it moves the job when it sees the new checkpoint.
     if (requested && reporter && checkpoint_step != before) {
-      checkpoint_requested = reporter->Post({progress.step, s.loss, 0, 0, rank, checkpoint_step});
+      checkpoint_requested = reporter->Post({progress.step, s.loss, 0, 0, rank, checkpoint_step, config.steps});
     }
   } else if (requested) {
     Log("no checkpoint.dir: cannot checkpoint on request");

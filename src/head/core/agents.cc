@@ -159,6 +159,8 @@ Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::
   }
   n.cpus = reg.cpus;
   n.labels = reg.labels;
+  n.features = reg.features;
+  n.memory_bytes = reg.memory_bytes;
   NoteShape(s, n, +1);
   n.state = NodeState::kUp;
   n.reason.clear();

@@ -1,6 +1,7 @@
 #include "head/core/gpu_health.h"
 
 #include "head/core/lifecycle.h"
+#include "head/core/util_history.h"
 
 namespace cohort::head::core {
 
@@ -21,6 +22,7 @@ void ApplyGpuReports(Tx& tx, api::Node& node, NodeRuntime& rt, const std::vector
     }
     rt.health_seen[i] = r.health_events;
   }
+  NoteGpuUtilization(rt.gpu_util, rt.telemetry, tx.now.unix_ms);
 }
 
 void MarkGpuUnhealthy(Tx& tx, api::Node& node, int index, const std::string& reason) {

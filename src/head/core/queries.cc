@@ -62,6 +62,7 @@ api::NodeStatus StatusOf(const ClusterState& s, const api::Node& n, Now now) {
     st.heartbeat_age_ms = HeartbeatAgeMs(rt->second, now);
     const auto& tel = rt->second.telemetry;
     for (size_t i = 0; i < st.node.gpus.size() && i < tel.size(); ++i) st.node.gpus[i].telemetry = tel[i];
+    st.gpu_util_history.assign(rt->second.gpu_util.begin(), rt->second.gpu_util.end());
   }
   for (const auto& g : n.gpus) st.unhealthy_gpus += !g.healthy;
   return st;

@@ -172,6 +172,10 @@ sched::JobRequest ToRequest(const Job& job) {
   r.cpus_per_task = job.spec.cpus_per_task;
   r.placement = job.spec.placement == api::Placement::kPack ? sched::Placement::kPack : sched::Placement::kSpread;
   r.time_limit_ms = job.spec.time_limit_s * 1000;
+  r.nodelist = job.spec.nodelist;
+  r.exclude = job.spec.exclude;
+  r.constraint = job.spec.constraint;
+  r.mem_per_node_mb = job.spec.mem_per_node_mb;
   return r;
 }
 
@@ -194,13 +198,21 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
       v.unavailable = "draining";
     }
     v.total_gpus = static_cast<int>(n.gpus.size());
-    const Busy b = BusyOn(s, n, rt, Seek(s.node_jobs, jobs_it, name));
+    const std::set<api::JobId>* here = Seek(s.node_jobs, jobs_it, name);
+    const Busy b = BusyOn(s, n, rt, here);
     for (int g = 0; g < v.total_gpus; ++g) {
       // An unhealthy GPU is never free (gpu_health.h); `cohort resume` returns it.
       if (!b.gpus[static_cast<size_t>(g)] && n.gpus[static_cast<size_t>(g)].healthy) v.free_gpus.push_back(g);
     }
     v.total_cpus = n.cpus;
     v.free_cpus = std::max(0, n.cpus - b.cpus);
+    // Node constraints (sched/constraints.h): features, and memory less the running jobs' --mem.
+    v.features = n.features;
+    v.memory_mb = n.memory_bytes >> 20;
+    v.free_memory_mb = v.memory_mb;
+    if (here) {
+      for (api::JobId id : *here) v.free_memory_mb -= s.jobs.at(id).spec.mem_per_node_mb;
+    }
     snap.nodes.push_back(std::move(v));
   }
   for (api::JobId id : RunningJobIds(s)) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -56,6 +57,7 @@ struct NodeRuntime {
   // GPU telemetry and health counters from the heartbeats (gpu_health.h).
   std::vector<std::optional<api::GpuTelemetry>> telemetry;  // by GPU index
   std::vector<int64_t> health_seen;  // each GPU's health-event counter last seen
+  std::deque<api::UtilSample> gpu_util;  // mean utilization over time (util_history.h)
   // False until the counters are known: after a head restart the first heartbeat's
   // counters are adopted, not read as new events.
   bool health_baseline = false;

@@ -5,6 +5,7 @@
 #include "head/core/lifecycle.h"
 #include "head/core/schedule.h"
 #include "head/core/tx.h"
+#include "sched/constraints.h"
 #include "sched/feasibility.h"
 
 namespace cohort::head::core {
@@ -17,7 +18,7 @@ Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
   // node (10,000 of them made each submit slow).
   std::vector<sched::NodeCapacity> capacity;
   capacity.reserve(s.nodes.size());
-  for (const auto& [shape, count] : s.node_shapes) capacity.insert(capacity.end(), count, {{}, shape.first, shape.second});
+  for (const auto& [shape, count] : s.node_shapes) capacity.insert(capacity.end(), count, {{}, shape.first, shape.second, {}, 0});
   Job job;
   job.spec = std::move(spec);
   job.submit_ms = now.unix_ms;
@@ -27,7 +28,18 @@ Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
                      "no nodes have registered with this head yet; start an agent (cohort agent --head URL) and "
                      "submit again");
   }
-  if (auto ok = sched::CheckFeasible(capacity, ToRequest(job)); !ok) return std::unexpected(ok.error());
+  const sched::JobRequest request = ToRequest(job);
+  if (sched::IsConstrained(request)) COHORT_TRY_VOID(sched::CheckConstraintSyntax(request));
+  if (auto ok = sched::CheckFeasible(capacity, request); !ok) return std::unexpected(ok.error());
+  if (sched::IsConstrained(request)) {
+    // Constraints name nodes and features: a walk over the nodes, for these jobs only.
+    std::vector<sched::NodeCapacity> nodes;
+    nodes.reserve(s.nodes.size());
+    for (const auto& [name, n] : s.nodes) {
+      nodes.push_back({name, static_cast<int>(n.gpus.size()), n.cpus, n.features, n.memory_bytes >> 20});
+    }
+    COHORT_TRY_VOID(sched::CheckConstraintsFeasible(nodes, request));
+  }
   COHORT_TRY_VOID(CheckDependencyTargets(s, job.spec));  // every job it names exists
   job.reason = "waiting for the scheduler";
   if (job.spec.is_array()) job.array_left = ArrayIndices(job.spec);  // every index waits (arrays.h)
