@@ -259,6 +259,31 @@ TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   for (int64_t s = 6; s <= 20; ++s) EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
 }
 
+// checkpoint.dir: none writes nothing (no directory named "none" beside the config) and
+// resumes from nothing: a second run trains the same steps again from step 0.
+TEST_F(TrainCliTest, CheckpointDirNoneWritesAndResumesNothing) {
+  auto cfg = Config("checkpoint: {dir: none, every: 2}\n");
+  const fs::path log = dir_ / "log.jsonl";
+  for (int run = 0; run < 2; ++run) {
+    TrainRun r = Train(1, {"--config", cfg.string(), "--steps", "3", "--log-file", log.string()});
+    ASSERT_TRUE(r.status.Success()) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("checkpoint: none (checkpoint.dir is none)"));
+    EXPECT_THAT(r.output, Not(HasSubstr("resuming from")));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "none"));
+  std::ifstream in(log);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) ++lines;
+  EXPECT_EQ(lines, 6);
+  // --checkpoint-dir none overrides a directory in the config.
+  auto with_dir = Config("checkpoint: {dir: ck, every: 2}\n", "with_dir.yaml");
+  TrainRun r = Train(1, {"--config", with_dir.string(), "--steps", "2", "--checkpoint-dir", "none"});
+  ASSERT_TRUE(r.status.Success()) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "ck"));
+  EXPECT_FALSE(fs::exists(dir_ / "none"));
+}
+
 // A checkpoint is made durable before the record lines it covers are written; a run
 // killed between the two leaves them out of log.file. The checkpoint carries them, and the
 // run that resumes from it writes them back: every step stays recorded exactly once.

@@ -60,6 +60,21 @@ comm: {backend: gloo, timeout_s: 30}
   EXPECT_DOUBLE_EQ(c->comm_timeout_s, 30);
 }
 
+// checkpoint.dir: none means no checkpoints, not a directory named "none" beside the config.
+TEST(TrainConfigTest, CheckpointDirNoneTurnsCheckpointsOff) {
+  auto off = FromYaml("train: {steps: 3}\ndata: {text: c.txt}\ncheckpoint: {dir: none, every: 5}\n");
+  ASSERT_TRUE(off.has_value()) << off.error().message;
+  EXPECT_TRUE(off->checkpoints_off);
+  EXPECT_EQ(off->checkpoint_dir, "");
+  auto dir = FromYaml("train: {steps: 3}\ndata: {text: c.txt}\ncheckpoint: {dir: none/x}\n");
+  ASSERT_TRUE(dir.has_value()) << dir.error().message;
+  EXPECT_FALSE(dir->checkpoints_off);
+  EXPECT_EQ(dir->checkpoint_dir, "/base/none/x");
+  SetCheckpointDir(*dir, "none", "");
+  EXPECT_TRUE(dir->checkpoints_off);
+  EXPECT_EQ(dir->checkpoint_dir, "");
+}
+
 TEST(TrainConfigTest, DefaultsNeedOnlyStepsAndData) {
   auto c = FromYaml("train: {steps: 3}\ndata: {train: 'shards/*.bin'}\n");
   ASSERT_TRUE(c.has_value()) << c.error().message;

@@ -125,7 +125,7 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
   }
   {
     ObjectReader r = COHORT_TRY(Section(top, empty, "checkpoint"));
-    c.checkpoint_dir = Resolve(COHORT_TRY(r.String("dir", "")), base_dir);
+    SetCheckpointDir(c, COHORT_TRY(r.String("dir", "")), base_dir);
     c.checkpoint_every = COHORT_TRY(r.Int("every", c.checkpoint_every, 0, int64_t{1} << 40));
     c.checkpoint_keep = static_cast<int>(COHORT_TRY(r.Int("keep", c.checkpoint_keep, 1, 1 << 20)));
     COHORT_TRY_VOID(r.Finish());
@@ -223,6 +223,11 @@ Result<TrainConfig> LoadTrainConfig(const std::string& path,
   auto c = TrainConfigFromJson(doc, fs::path(path).parent_path().string());
   if (!c) return std::unexpected(WithContext(c.error(), path));
   return c;
+}
+
+void SetCheckpointDir(TrainConfig& c, const std::string& dir, const std::string& base_dir) {
+  c.checkpoints_off = dir == "none";
+  c.checkpoint_dir = c.checkpoints_off ? std::string() : Resolve(dir, base_dir);
 }
 
 Result<int> AccumulationSteps(const TrainConfig& c, int world) {

@@ -601,8 +601,12 @@ Result<void> Trainer::Impl::Setup() {
   COHORT_TRY_VOID(SetupData());
   COHORT_TRY_VOID(SetupModel());
   rng = Rng(config.seed ^ 0x5eedULL);
-  if (config.checkpoint_dir.empty()) config.checkpoint_dir = ctx.checkpoint_dir;
-  if (config.checkpoint_dir.empty() && config.checkpoint_every > 0) {
+  if (config.checkpoints_off) {
+    Log("checkpoint: none (checkpoint.dir is none): nothing is resumed or written");
+  } else if (config.checkpoint_dir.empty()) {
+    config.checkpoint_dir = ctx.checkpoint_dir;
+  }
+  if (config.checkpoint_dir.empty() && !config.checkpoints_off && config.checkpoint_every > 0) {
     Log("checkpoint: none will be written (checkpoint.every is {} but there is no "
         "checkpoint.dir, --checkpoint-dir or COHORT_CHECKPOINT_DIR)",
         config.checkpoint_every);
