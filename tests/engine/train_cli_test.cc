@@ -244,6 +244,9 @@ TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   ASSERT_TRUE(r.status.Success()) << r.output;
   EXPECT_THAT(r.output, HasSubstr("step_00000010"));
   EXPECT_THAT(r.output, HasSubstr("damaged"));
+  // The damaged range is named: its file, bytes and writer.
+  EXPECT_THAT(r.output, HasSubstr("params.bin: checksum mismatch in params.bin bytes [0, "));
+  EXPECT_THAT(r.output, HasSubstr("written by rank 0"));
   EXPECT_THAT(r.output, HasSubstr("(step 5)"));
   // Steps 6..10 were recorded with the lost checkpoint and are trained again: the record
   // drops them first, so every step appears once.

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -186,6 +187,16 @@ TEST_F(TrainParallelCliTest, CheckpointsResumeInAnyLayout) {
     if (&leg != &legs.front()) {
       EXPECT_THAT(r.output, HasSubstr("resuming from"));
     }
+    // Every rank wrote ranges of the newest checkpoint (by range, in parallel).
+    fs::path newest;
+    for (const auto& e : fs::directory_iterator(dir_ / "ck")) {
+      if (e.path().filename().string().starts_with("step_") && e.path() > newest) newest = e.path();
+    }
+    nlohmann::json manifest;
+    std::ifstream(newest / "MANIFEST") >> manifest;
+    std::set<int> writers;
+    for (const auto& range : manifest["ranges"]) writers.insert(range["rank"].get<int>());
+    EXPECT_EQ(static_cast<int>(writers.size()), leg.ranks) << newest;
   }
   ExpectClose(RecordedLosses(log), want, 1e-5, "resumed across layouts");
 }

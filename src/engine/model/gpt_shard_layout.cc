@@ -151,6 +151,29 @@ void ExtractTensor(const GptShardLayout& layout, const ParamTensor& logical,
   }
 }
 
+std::vector<ShardRun> CheckpointRuns(const GptShardLayout& layout) {
+  std::vector<ShardRun> out;
+  for (const ShardTensor& t : layout.tensors) {
+    if (!t.counts_in_norm || t.tied_head_copy) continue;
+    size_t local = t.local.offset;
+    const size_t cols = static_cast<size_t>(t.logical_cols);
+    const size_t width = static_cast<size_t>(t.col_end - t.col_begin);
+    for (const RowRange& r : t.rows) {
+      const size_t rows = static_cast<size_t>(r.end - r.begin);
+      if (rows == 0 || width == 0) continue;
+      const size_t logical = t.logical_offset + static_cast<size_t>(r.begin) * cols +
+                             static_cast<size_t>(t.col_begin);
+      if (width == cols) {
+        out.push_back({local, logical, rows * cols, rows * cols, 1});
+      } else {
+        out.push_back({local, logical, width, cols, rows});
+      }
+      local += rows * width;
+    }
+  }
+  return out;
+}
+
 void PlaceShard(const GptShardLayout& layout, std::span<const float> local,
                 std::span<float> logical) {
   for (const ShardTensor& t : layout.tensors) {

@@ -167,6 +167,26 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   }
   // Every rank extracted its shard from the same initial model (same seed or file).
   Result<void> BroadcastParams(comm::Communicator&) override { return {}; }
+  Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
+                                                        int64_t* adam_t) override {
+    *adam_t = optimizer_.t();
+    const std::vector<ShardRun> runs = CheckpointRuns(shard_->layout());
+    const std::pair<CheckpointArray, std::span<const float>> arrays[] = {
+        {CheckpointArray::kParams, shard_->params()},
+        {CheckpointArray::kAdamM, optimizer_.m()},
+        {CheckpointArray::kAdamV, optimizer_.v()}};
+    std::vector<CheckpointRange> out;
+    for (size_t i = static_cast<size_t>(replica); i < runs.size(); i += static_cast<size_t>(replicas)) {
+      const ShardRun& r = runs[i];
+      for (const auto& [array, values] : arrays) {
+        out.push_back({array, r.logical, r.width, r.stride, r.runs,
+                       values.subspan(r.local, r.width * r.runs)});
+      }
+    }
+    return out;
+  }
+  // Rank 0 gets the logical state (the tests compare layouts with it; checkpoints are
+  // written by range, CheckpointRanges).
   Result<void> StateForCheckpoint(CheckpointView& view) override {
     gathered_ = COHORT_TRY(GatherShardedState(world_, layout_, config_,
                                               {shard_->params(), optimizer_.m(), optimizer_.v()}));

@@ -112,6 +112,15 @@ class TrainModel {
   // Points view.params, adam_m, adam_v at host copies of the state and sets adam_t; the
   // spans stay valid until the next call on the model.
   virtual Result<void> StateForCheckpoint(CheckpointView& view) = 0;
+  // What this rank writes into a checkpoint (SaveCheckpointRanges, every rank): the ranges
+  // of the logical parameters and AdamW moments it owns, for data replica `replica` of
+  // `replicas`. A model on one rank holds the whole state: replica r writes its r-th share
+  // of each array (so the replicas write in parallel). A model split over ranks writes its
+  // shard's slices (gpt_shard_layout.h CheckpointRuns), shared out among the replicas that
+  // hold the same shard. The values stay valid until the next call on the model; *adam_t is
+  // set.
+  virtual Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
+                                                                int64_t* adam_t);
 
   // Sampling: runs the model on `window` (1 to max_window() ids) and returns the
   // vocab_size logits of its last position.

@@ -165,7 +165,8 @@ struct Trainer::Impl {
   // Writes a checkpoint every checkpoint.every steps, at the last step, when `stopping`
   // or when asked (the head, SIGUSR1); a failed write is logged and training goes on.
   void MaybeCheckpoint(const StepStats& s, bool stopping);
-  // Rank 0 writes a checkpoint of the current state; the error is already logged.
+  // Every rank writes its ranges of a checkpoint of the current state (a collective); the
+  // error is already logged.
   Result<void> SaveCheckpointNow();
   // Rank 0 prints a sample every sample.every steps (not at the last step).
   Result<void> MaybeSample();
@@ -662,43 +663,67 @@ Result<double> Trainer::Impl::Evaluate() {
   return AverageOverRanks(sum / double(batches));
 }
 
-Result<void> Trainer::Impl::SaveCheckpointNow() {
-  if (!leader() && !collective_io()) return {};
-  const auto start = Clock::now();
-  CheckpointView view;
-  view.config = model->config();
-  auto state = model->StateForCheckpoint(view);  // a collective when collective_io()
-  if (!leader()) return state;
-  if (!state) {
-    Log("checkpoint at step {} FAILED (training continues; older checkpoints kept): {}",
-        progress.step, state.error().ToString());
-    return std::unexpected(state.error());
+namespace {
+
+// The world's ranks as a CheckpointGroup, through the model's host collectives (staged
+// through device memory on CUDA).
+class ModelCheckpointGroup : public CheckpointGroup {
+ public:
+  ModelCheckpointGroup(TrainModel& model, comm::Communicator& comm) : model_(model), comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  Result<void> Broadcast(std::span<int64_t> values) override {
+    return model_.BroadcastHost(comm_, values.data(), values.size(), comm::DataType::kInt64);
   }
-  view.progress = progress;
+  Result<void> Max(std::span<float> values) override {
+    return model_.AllReduceHost(comm_, values.data(), values.size(), comm::ReduceOp::kMax);
+  }
+
+ private:
+  TrainModel& model_;
+  comm::Communicator& comm_;
+};
+
+}  // namespace
+
+Result<void> Trainer::Impl::SaveCheckpointNow() {
+  const auto start = Clock::now();
+  CheckpointHeader header;
+  header.config = model->config();
+  header.progress = progress;
   const auto words = rng.state();
-  view.progress.rng_state.assign(words.begin(), words.end());
-  view.metadata = json{{"world_size", world},
-                       {"parallel", {{"data", layout.data},
-                                     {"pipeline", layout.pipeline},
-                                     {"tensor", layout.tensor},
-                                     {"schedule", ScheduleName(layout.schedule)}}},
-                       {"accumulation_steps", accum},
-                       {"micro_batch", config.micro_batch},
-                       {"seq_len", config.seq_len},
-                       {"tokenizer", std::string(tokenizer->name())},
-                       {"job", ctx.job_id},
-                       {"attempt", ctx.attempt}};
+  header.progress.rng_state.assign(words.begin(), words.end());
+  header.metadata = json{{"world_size", world},
+                         {"parallel", {{"data", layout.data},
+                                       {"pipeline", layout.pipeline},
+                                       {"tensor", layout.tensor},
+                                       {"schedule", ScheduleName(layout.schedule)}}},
+                         {"accumulation_steps", accum},
+                         {"micro_batch", config.micro_batch},
+                         {"seq_len", config.seq_len},
+                         {"tokenizer", std::string(tokenizer->name())},
+                         {"job", ctx.job_id},
+                         {"attempt", ctx.attempt}};
   // The record lines this checkpoint covers, written to log.file only once it is durable:
   // a run killed in between gets them back from here when it resumes.
-  if (record) view.metadata["record"] = pending_records;
-  auto path = SaveCheckpoint(config.checkpoint_dir, view, config.checkpoint_keep);
+  if (record) header.metadata["record"] = pending_records;
+  // Every rank writes the ranges it owns, in parallel (checkpoint.h); a rank whose state
+  // cannot be read still takes part, with no ranges, so that the others learn of it.
+  auto mine = model->CheckpointRanges(data_rank, data_world, &header.adam_t);
+  std::vector<CheckpointRange> none;
+  std::optional<ModelCheckpointGroup> group;
+  if (comm) group.emplace(*model, *comm);
+  auto path = SaveCheckpointRanges(group ? &*group : nullptr, config.checkpoint_dir, header,
+                                   mine ? *mine : none, config.checkpoint_keep);
+  if (!mine && path) path = std::unexpected(mine.error());
   if (!path) {
     // Training goes on: a later checkpoint may succeed, and older ones are intact.
     Log("checkpoint at step {} FAILED (training continues; older checkpoints kept): {}",
-        progress.step, path.error().ToString());
+        progress.step, (mine ? path.error() : mine.error()).ToString());
     return std::unexpected(path.error());
   }
-  Log("checkpoint: wrote {} in {:.0f} ms", *path, Seconds(Clock::now() - start) * 1000);
+  Log("checkpoint: wrote {} in {:.0f} ms ({} ranks wrote their ranges)", *path,
+      Seconds(Clock::now() - start) * 1000, comm ? world : 1);
   checkpoint_step = progress.step;
   FlushRecords();
   return {};
@@ -805,7 +830,7 @@ void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
   // signal (SIGUSR1; every rank takes the signal, rank 0 writes the checkpoint).
   const bool signalled = CheckpointSignalled();
   bool requested = leader() && (checkpoint_requested || signalled);
-  if (collective_io()) {
+  if (comm) {
     // Writing is a collective: every rank learns of rank 0's request.
     int64_t flag = requested ? 1 : 0;
     if (auto r = model->BroadcastHost(*comm, &flag, 1, comm::DataType::kInt64); r) {
