@@ -1,6 +1,7 @@
 #include "engine/parallel/ddp.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace cohort::engine {
@@ -15,6 +16,15 @@ DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t 
     end = begin;
   }
   if (comm_.size() > 1) thread_ = std::thread([this] { Loop(); });
+}
+
+DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
+                       const ZeroPartition& shards)
+    : DdpReducer(comm, grads, bucket_bytes) {
+  shards_ = shards;
+  size_t widest = 0;
+  for (const Bucket& b : buckets_) widest = std::max(widest, b.end - b.begin);
+  scratch_.resize(widest);
 }
 
 DdpReducer::~DdpReducer() {
@@ -73,7 +83,16 @@ void DdpReducer::Loop() {
       // Pointer arithmetic only: the elements may be device memory.
       float* data = grads_.data() + b.begin;
       if (wait_ready_) r = wait_ready_(b.begin, b.end - b.begin);
-      if (r) {
+      if (r && shards_) {
+        const std::vector<size_t> counts = shards_->counts_in(b.begin, b.end);
+        r = comm_.ReduceScatter(data, scratch_.data(), counts, comm::DataType::kFloat32,
+                                comm::ReduceOp::kAvg);
+        const size_t mine = counts[static_cast<size_t>(comm_.rank())];
+        if (r && mine > 0) {
+          const size_t at = std::max(b.begin, shards_->begin(comm_.rank()));
+          std::memcpy(grads_.data() + at, scratch_.data(), mine * sizeof(float));
+        }
+      } else if (r) {
         r = comm_.AllReduce(data, data, b.end - b.begin, comm::DataType::kFloat32,
                             comm::ReduceOp::kAvg);
       }

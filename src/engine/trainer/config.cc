@@ -20,6 +20,43 @@ Result<ObjectReader> Section(ObjectReader& top, const json& empty, std::string_v
   return ObjectReader::Open(raw ? *raw : empty, std::string(name));
 }
 
+// parallel.zero and parallel.offload against the device and the layout: what is built.
+Result<void> CheckZero(const TrainConfig& c) {
+  const ParallelConfig& p = c.parallel;
+  if (p.offload != "none" && p.offload != "optimizer" && p.offload != "optimizer+params") {
+    return FieldError("parallel.offload", "must be none, optimizer or optimizer+params, got '{}'",
+                      p.offload);
+  }
+  if (p.offload != "none" && c.device == "cpu") {
+    return FieldError("parallel.offload",
+                      "'{}' moves GPU state to host memory; with train.device cpu everything is "
+                      "already there (use none)",
+                      p.offload);
+  }
+  if (p.offload == "optimizer+params" && p.zero != 3) {
+    return FieldError("parallel.offload", "optimizer+params needs parallel.zero 3, got {}", p.zero);
+  }
+  if (p.offload != "none") {
+    return FieldError("parallel.offload", "'{}' is not built yet (only none)", p.offload);
+  }
+  if (p.zero == 3) {
+    return FieldError("parallel.zero",
+                      "3 (parameters sharded and gathered per layer) is not built yet; stages 0, "
+                      "1 and 2 are");
+  }
+  if (p.zero > 0 && c.device != "cpu") {
+    return FieldError("parallel.zero", "{} runs on train.device cpu for now (got {})", p.zero,
+                      c.device);
+  }
+  if (p.zero > 0 && (p.tensor > 1 || p.pipeline > 1)) {
+    return FieldError("parallel.zero",
+                      "{} with parallel.tensor {} x parallel.pipeline {} is not built yet (ZeRO "
+                      "runs on data parallelism alone for now)",
+                      p.zero, p.tensor, p.pipeline);
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<void> CheckDeviceBackend(const TrainConfig& c) {
@@ -168,7 +205,10 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
         p.pipeline_layers.push_back(v.get<int>());
       }
     }
+    p.zero = static_cast<int>(COHORT_TRY(r.Int("zero", p.zero, 0, 3)));
+    p.offload = COHORT_TRY(r.String("offload", p.offload));
     COHORT_TRY_VOID(r.Finish());
+    COHORT_TRY_VOID(CheckZero(c));
     if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {
       return FieldError("parallel.schedule", "must be gpipe, 1f1b or interleaved, got '{}'",
                         p.schedule);

@@ -29,6 +29,9 @@
 //               interleaved), virtual_stages (chunks per stage, interleaved), microbatches
 //               (per replica and step; 0: what the batch gives), pipeline_layers (blocks
 //               per chunk; default: balanced). See engine/parallel/layout.h.
+//               zero (0 | 1 | 2: ZeRO stage in the data-parallel group, engine/parallel/
+//               zero.h; 3 is refused until built), offload (none | optimizer |
+//               optimizer+params: train.device cuda only, and refused until built).
 //   comm:       backend (gloo for train.device cpu, nccl for cuda; the default follows
 //               the device, and a backend that cannot reach the gradients is an error),
 //               timeout_s

@@ -167,6 +167,10 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   }
   // Every rank extracted its shard from the same initial model (same seed or file).
   Result<void> BroadcastParams(comm::Communicator&) override { return {}; }
+  ModelStateBytes model_state_bytes() override {
+    return {shard_->params().size() * sizeof(float), shard_->grads().size() * sizeof(float),
+            (optimizer_.m().size() + optimizer_.v().size()) * sizeof(float)};
+  }
   Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
                                                         int64_t* adam_t) override {
     *adam_t = optimizer_.t();

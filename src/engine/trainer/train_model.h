@@ -37,6 +37,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/parallel/ddp.h"
 #include "engine/parallel/layout.h"
+#include "engine/parallel/zero.h"
 #include "engine/trainer/device_peak.h"
 
 namespace cohort::engine {
@@ -87,6 +88,14 @@ class TrainModel {
   };
   virtual std::optional<ParallelStats> parallel_stats() const { return std::nullopt; }
 
+  // ZeRO (parallel/zero.h): the optimizer sharded over the data-parallel group, or null.
+  virtual const ZeroOptimizer* zero() const { return nullptr; }
+  // The model states this rank holds, counted where the model allocates them (bytes).
+  struct ModelStateBytes {
+    size_t params = 0, grads = 0, optimizer = 0;
+  };
+  virtual ModelStateBytes model_state_bytes() = 0;
+
   // Clips the gradients to max_norm (torch's clip_grad_norm_; <= 0: no clipping) and
   // applies one AdamW step with `lr`. Returns the gradient norm before clipping.
   virtual Result<double> ClipAndStep(double max_norm, float lr) = 0;
@@ -133,6 +142,11 @@ class TrainModel {
 
 // The CPU reference: takes the (initialised) model.
 Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const AdamWConfig& adamw);
+
+// The CPU reference with ZeRO stage 1 or 2 over `data` (the data-parallel group, which must
+// outlive the model): AdamW state for this rank's shard only (parallel/zero.h).
+Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
+                                                          comm::Communicator& data, int stage);
 
 // The device a CUDA rank trains on, chosen by SelectCudaDevice.
 struct CudaDeviceChoice {

@@ -1,6 +1,7 @@
 #include "engine/trainer/trainer.h"
 
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <csignal>
@@ -460,6 +461,8 @@ Result<void> Trainer::Impl::SetupModel() {
     // copy is dropped.
     model = COHORT_TRY(
         MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory));
+  } else if (config.parallel.zero > 0 && comm) {
+    model = COHORT_TRY(MakeZeroCpuTrainModel(std::move(*initial), ac, *comm, config.parallel.zero));
   } else {
     model = COHORT_TRY(MakeCpuTrainModel(std::move(*initial), ac));
   }
@@ -478,6 +481,16 @@ Result<void> Trainer::Impl::SetupModel() {
       model->num_params() / 1e6);
   Log("layout: {}", layout.Describe());
   if (layout.model_parallel()) Log("shard: {}", memory);
+  {
+    // What the model allocated for its states on this rank (ZeRO shrinks the optimizer's).
+    const TrainModel::ModelStateBytes b = model->model_state_bytes();
+    const int zero_ranks = model->zero() ? model->zero()->partition().ranks : data_world;
+    Log("model states per rank: parameters {:.3g} MB, gradients {:.3g} MB, optimizer {:.3g} MB "
+        "({}; bytes {} + {} + {})",
+        b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
+        ZeroDescription(model->zero() ? model->zero()->stage() : 0, zero_ranks), b.params,
+        b.grads, b.optimizer);
+  }
   if (layout.model_parallel()) {
     Log("batch: {} data-parallel replicas x {} micro-batches x {} sequences x {} tokens = {} "
         "tokens per step",
@@ -614,9 +627,14 @@ Result<void> Trainer::Impl::Setup() {
   }
   COHORT_TRY_VOID(Resume());
   if (comm && !model->model_parallel()) {
-    reducer = std::make_unique<DdpReducer>(*comm, model->grads(),
-                                           static_cast<size_t>(config.bucket_mb * (1 << 20)),
-                                           model->grad_wait());
+    const size_t bucket = static_cast<size_t>(config.bucket_mb * (1 << 20));
+    if (model->zero() && model->zero()->stage() == 2) {
+      // ZeRO-2: each bucket reduce-scattered into the ranks' shards.
+      reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket,
+                                             model->zero()->partition());
+    } else {
+      reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket, model->grad_wait());
+    }
   }
   if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
   if (leader() && !config.log_file.empty()) {
@@ -872,6 +890,16 @@ Result<TrainResult> Trainer::Impl::Finish(TrainResult result, std::vector<double
   if (!rates.empty()) {
     std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
     result.tokens_per_s = rates[rates.size() / 2];
+  }
+  {
+    // Peak resident memory of the ranks (the largest), beside this rank's model states.
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    float peak_mb = static_cast<float>(usage.ru_maxrss) * 1024.0f / 1e6f;
+    if (comm) COHORT_TRY_VOID(model->AllReduceHost(*comm, &peak_mb, 1, comm::ReduceOp::kMax));
+    const TrainModel::ModelStateBytes b = model->model_state_bytes();
+    Log("peak memory per rank: RSS {:.1f} MB (the largest of {} rank{}; model states {:.3g} MB)",
+        peak_mb, world, world == 1 ? "" : "s", (b.params + b.grads + b.optimizer) / 1e6);
   }
   if ((leader() || collective_io()) && !ctx.export_path.empty()) {
     COHORT_TRY_VOID(model->Export(ctx.export_path));
