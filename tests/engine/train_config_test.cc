@@ -75,6 +75,33 @@ TEST(TrainConfigTest, CheckpointDirNoneTurnsCheckpointsOff) {
   EXPECT_EQ(dir->checkpoint_dir, "");
 }
 
+TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
+  const std::string base = "train: {steps: 3}\ndata: {text: c.txt}\n";
+  auto z = FromYaml(base + "parallel: {zero: 2}\n");
+  ASSERT_TRUE(z.has_value()) << z.error().message;
+  EXPECT_EQ(z->parallel.zero, 2);
+  EXPECT_EQ(z->parallel.offload, "none");
+  EXPECT_EQ(FromYaml(base)->parallel.zero, 0);
+  EXPECT_THAT(ErrorOf(base + "parallel: {zero: 4}\n"), HasSubstr("parallel.zero"));
+  // Offload moves GPU state: on the CPU it is an error naming the field.
+  auto off = FromYaml(base + "parallel: {zero: 1, offload: optimizer}\n");
+  ASSERT_FALSE(off.has_value());
+  EXPECT_EQ(off.error().field, "parallel.offload");
+  EXPECT_THAT(off.error().message, HasSubstr("train.device cpu"));
+  EXPECT_THAT(ErrorOf(base + "parallel: {offload: disk}\n"),
+              HasSubstr("must be none, optimizer or optimizer+params, got 'disk'"));
+  EXPECT_THAT(ErrorOf("train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n"
+                      "parallel: {zero: 1, offload: optimizer+params}\n"),
+              HasSubstr("optimizer+params needs parallel.zero 3"));
+  // What is not built yet is refused by name, not ignored.
+  EXPECT_THAT(ErrorOf(base + "parallel: {zero: 3}\n"), HasSubstr("not built yet"));
+  EXPECT_THAT(ErrorOf(base + "parallel: {zero: 1, tensor: 2}\n"),
+              HasSubstr("parallel.tensor 2 x parallel.pipeline 1"));
+  EXPECT_THAT(ErrorOf("train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n"
+                      "parallel: {zero: 2}\n"),
+              HasSubstr("train.device cpu for now"));
+}
+
 TEST(TrainConfigTest, DefaultsNeedOnlyStepsAndData) {
   auto c = FromYaml("train: {steps: 3}\ndata: {train: 'shards/*.bin'}\n");
   ASSERT_TRUE(c.has_value()) << c.error().message;

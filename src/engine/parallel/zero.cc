@@ -56,13 +56,19 @@ Result<double> ZeroOptimizer::Step(std::span<float> params, std::span<float> gra
   }
   const size_t lo = shard_begin(), n = partition_.size(rank_);
   std::span<float> my_params = params.subspan(lo, n), my_grads = grads.subspan(lo, n);
-  // The global norm: each shard's sum of squares, summed as (float, float remainder) so the
-  // total keeps double precision through a float32 all-reduce.
+  // The global norm: each shard's sum of squares as a (float, float remainder) pair, all
+  // gathered and summed in double in rank order (a float32 all-reduce would round the sum).
   const double local = SquaredNorm(my_grads);
   float pair[2] = {static_cast<float>(local), 0.0f};
   pair[1] = static_cast<float>(local - static_cast<double>(pair[0]));
-  COHORT_TRY_VOID(comm_->AllReduce(pair, pair, 2, comm::DataType::kFloat32, comm::ReduceOp::kSum));
-  const double norm = std::sqrt(std::max(0.0, static_cast<double>(pair[0]) + pair[1]));
+  pairs_.resize(2 * static_cast<size_t>(partition_.ranks));
+  const std::vector<size_t> two(static_cast<size_t>(partition_.ranks), 2);
+  COHORT_TRY_VOID(comm_->AllGather(pair, pairs_.data(), two, comm::DataType::kFloat32));
+  double squares = 0;
+  for (size_t r = 0; r < two.size(); ++r) {
+    squares += static_cast<double>(pairs_[2 * r]) + static_cast<double>(pairs_[2 * r + 1]);
+  }
+  const double norm = std::sqrt(std::max(0.0, squares));
   ClipToNorm(my_grads, norm, max_norm);
   adamw_.Step(my_params, my_grads, lr);
   // Every rank's updated shard into every rank's parameters (the send buffer is a copy: the

@@ -9,8 +9,8 @@
 //            with the partition's shard counts): each rank receives the average of its own
 //            shard only, then as stage 1.
 //
-// Clipping uses the global norm over all shards (each rank's sum of squares, all-reduced as
-// a float pair so that the sum keeps double precision): the norm a single rank computes.
+// Clipping uses the global norm over all shards (each rank's sum of squares, all-gathered as
+// a float pair and summed in double): the norm a single rank computes, to ~1e-12.
 // AdamW is elementwise, so a shard's update is exactly the replicated one; losses equal DDP's
 // up to the clip factor's last bits.
 //
@@ -80,6 +80,7 @@ class ZeroOptimizer {
   ZeroPartition partition_;
   AdamW adamw_;
   std::vector<float> scratch_;  // this rank's updated shard, sent by the all-gather
+  std::vector<float> pairs_;    // every rank's sum of squares (float pairs)
 };
 
 }  // namespace cohort::engine
