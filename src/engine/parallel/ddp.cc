@@ -9,22 +9,25 @@ namespace cohort::engine {
 DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
                        WaitReadyFn wait_ready)
     : comm_(comm), grads_(grads), wait_ready_(std::move(wait_ready)) {
-  const size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
-  for (size_t end = grads.size(); end > 0;) {
-    const size_t begin = end > per ? end - per : 0;
-    buckets_.push_back({begin, end, end - begin});
-    end = begin;
-  }
-  if (comm_.size() > 1) thread_ = std::thread([this] { Loop(); });
+  Start(bucket_bytes);
 }
 
 DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
                        const ZeroPartition& shards)
-    : DdpReducer(comm, grads, bucket_bytes) {
-  shards_ = shards;
-  size_t widest = 0;
-  for (const Bucket& b : buckets_) widest = std::max(widest, b.end - b.begin);
-  scratch_.resize(widest);
+    : comm_(comm), grads_(grads), shards_(shards) {
+  Start(bucket_bytes);
+}
+
+void DdpReducer::Start(size_t bucket_bytes) {
+  const size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
+  for (size_t end = grads_.size(); end > 0;) {
+    const size_t begin = end > per ? end - per : 0;
+    buckets_.push_back({begin, end, end - begin});
+    end = begin;
+  }
+  if (shards_) scratch_.resize(std::min(per, grads_.size()));
+  // Last: the thread reads the members above.
+  if (comm_.size() > 1) thread_ = std::thread([this] { Loop(); });
 }
 
 DdpReducer::~DdpReducer() {

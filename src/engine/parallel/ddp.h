@@ -78,6 +78,7 @@ class DdpReducer {
     size_t begin = 0, end = 0;
     size_t pending = 0;  // elements not yet reported this round
   };
+  void Start(size_t bucket_bytes);  // the buckets, the scratch, then the thread
   void Issue();  // launches complete buckets in order; caller holds mu_
   void Loop();
 
