@@ -95,8 +95,9 @@ TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
               HasSubstr("optimizer+params needs parallel.zero 3"));
   // What is not built yet is refused by name, not ignored.
   EXPECT_THAT(ErrorOf(base + "parallel: {zero: 3}\n"), HasSubstr("not built yet"));
-  EXPECT_THAT(ErrorOf(base + "parallel: {zero: 1, tensor: 2}\n"),
+  EXPECT_THAT(ErrorOf(base + "parallel: {zero: 2, tensor: 2}\n"),
               HasSubstr("parallel.tensor 2 x parallel.pipeline 1"));
+  EXPECT_TRUE(FromYaml(base + "parallel: {zero: 1, tensor: 2, pipeline: 2}\n").has_value());
   EXPECT_THAT(ErrorOf("train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n"
                       "parallel: {zero: 2}\n"),
               HasSubstr("train.device cpu for now"));

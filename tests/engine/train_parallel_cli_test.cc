@@ -170,12 +170,14 @@ TEST_F(TrainParallelCliTest, CheckpointsResumeInAnyLayout) {
     int ranks;
     std::vector<std::string> sets;
   };
-  // tensor 2 x pipeline 2 -> pipeline 4 (1F1B, uneven) -> data parallel 2 -> tensor 2 x data 2.
+  // tensor 2 x pipeline 2 -> pipeline 4 (GPipe) -> data parallel 2 with ZeRO-2 -> tensor 2 x
+  // data 2 with ZeRO-1 (each data rank writes its part of the shard, runs cut mid-row) -> 1 rank.
   const std::vector<Leg> legs = {
       {4, {"--set", "parallel.tensor=2", "--set", "parallel.pipeline=2", "--stop-at-step", "3"}},
       {4, {"--set", "parallel.pipeline=4", "--set", "parallel.schedule=gpipe", "--stop-at-step", "6"}},
-      {2, {"--stop-at-step", "9"}},
-      {4, {"--set", "parallel.tensor=2"}},
+      {2, {"--set", "parallel.zero=2", "--stop-at-step", "9"}},
+      {4, {"--set", "parallel.tensor=2", "--set", "parallel.zero=1", "--stop-at-step", "11"}},
+      {1, {}},
   };
   const fs::path log = dir_ / "legs.jsonl";
   for (const Leg& leg : legs) {

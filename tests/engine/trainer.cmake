@@ -32,6 +32,7 @@ cohort_test(engine_parallel_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/parallel_layout_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/parallel_parity_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/parallel_fault_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/checkpoint_runs_test.cc
           ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
           ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
   LIBS cohort_engine_trainer cohort_comm

@@ -174,6 +174,31 @@ std::vector<ShardRun> CheckpointRuns(const GptShardLayout& layout) {
   return out;
 }
 
+std::vector<ShardRun> CutRuns(std::span<const ShardRun> runs, size_t lo, size_t hi) {
+  std::vector<ShardRun> out;
+  for (const ShardRun& r : runs) {
+    const size_t first = std::max(lo, r.local), last = std::min(hi, r.local + r.width * r.runs);
+    if (first >= last) continue;
+    size_t k0 = (first - r.local) / r.width;
+    const size_t off0 = (first - r.local) % r.width;
+    const size_t k1 = (last - r.local) / r.width, off1 = (last - r.local) % r.width;
+    if (k0 == k1) {
+      out.push_back({first, r.logical + k0 * r.stride + off0, last - first, last - first, 1});
+      continue;
+    }
+    if (off0 > 0) {
+      out.push_back({first, r.logical + k0 * r.stride + off0, r.width - off0, r.width - off0, 1});
+      ++k0;
+    }
+    if (k1 > k0) {
+      out.push_back({r.local + k0 * r.width, r.logical + k0 * r.stride, r.width,
+                     k1 - k0 > 1 ? r.stride : r.width, k1 - k0});
+    }
+    if (off1 > 0) out.push_back({r.local + k1 * r.width, r.logical + k1 * r.stride, off1, off1, 1});
+  }
+  return out;
+}
+
 void PlaceShard(const GptShardLayout& layout, std::span<const float> local,
                 std::span<float> logical) {
   for (const ShardTensor& t : layout.tensors) {

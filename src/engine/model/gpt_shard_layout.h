@@ -103,6 +103,9 @@ struct ShardRun {
 // only on tensor rank 0, never the tied head copy). One run per row range, strided when the
 // shard holds a column range.
 std::vector<ShardRun> CheckpointRuns(const GptShardLayout& layout);
+// The parts of `runs` that lie in [lo, hi) of the shard buffer (a ZeRO shard of it): a run cut
+// mid-way becomes up to three (a partial first row, whole rows, a partial last row).
+std::vector<ShardRun> CutRuns(std::span<const ShardRun> runs, size_t lo, size_t hi);
 
 // Writes this shard's slices into a logical buffer; tied head copies are skipped (the
 // embedding's slice is the one that counts).

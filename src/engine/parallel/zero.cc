@@ -69,14 +69,25 @@ Result<double> ZeroOptimizer::Step(std::span<float> params, std::span<float> gra
     squares += static_cast<double>(pairs_[2 * r]) + static_cast<double>(pairs_[2 * r + 1]);
   }
   const double norm = std::sqrt(std::max(0.0, squares));
+  COHORT_TRY_VOID(StepWithNorm(params, grads, norm, max_norm, lr));
+  return norm;
+}
+
+Result<void> ZeroOptimizer::StepWithNorm(std::span<float> params, std::span<float> grads,
+                                         double norm, double max_norm, float lr) {
+  if (params.size() != partition_.total || grads.size() != partition_.total) {
+    return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} parameters and {} gradients, want {}",
+                  params.size(), grads.size(), partition_.total);
+  }
+  const size_t lo = shard_begin(), n = partition_.size(rank_);
+  std::span<float> my_params = params.subspan(lo, n), my_grads = grads.subspan(lo, n);
   ClipToNorm(my_grads, norm, max_norm);
   adamw_.Step(my_params, my_grads, lr);
   // Every rank's updated shard into every rank's parameters (the send buffer is a copy: the
   // receive buffer holds it).
   scratch_.assign(my_params.begin(), my_params.end());
   const std::vector<size_t> counts = partition_.counts();
-  COHORT_TRY_VOID(comm_->AllGather(scratch_.data(), params.data(), counts, comm::DataType::kFloat32));
-  return norm;
+  return comm_->AllGather(scratch_.data(), params.data(), counts, comm::DataType::kFloat32);
 }
 
 }  // namespace cohort::engine

@@ -63,6 +63,10 @@ class ZeroOptimizer {
   // stage 1, reduce-scattered in stage 2), and all-gathers `params`. Returns the global norm
   // before clipping. The communicator's errors.
   Result<double> Step(std::span<float> params, std::span<float> grads, double max_norm, float lr);
+  // As Step with the global norm computed by the caller (a tensor/pipeline shard's norm over
+  // its model group, every data rank holding the whole averaged gradient: stage 1).
+  Result<void> StepWithNorm(std::span<float> params, std::span<float> grads, double norm,
+                            double max_norm, float lr);
 
   int stage() const { return stage_; }
   const ZeroPartition& partition() const { return partition_; }

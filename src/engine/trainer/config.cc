@@ -48,10 +48,10 @@ Result<void> CheckZero(const TrainConfig& c) {
     return FieldError("parallel.zero", "{} runs on train.device cpu for now (got {})", p.zero,
                       c.device);
   }
-  if (p.zero > 0 && (p.tensor > 1 || p.pipeline > 1)) {
+  if (p.zero > 1 && (p.tensor > 1 || p.pipeline > 1)) {
     return FieldError("parallel.zero",
-                      "{} with parallel.tensor {} x parallel.pipeline {} is not built yet (ZeRO "
-                      "runs on data parallelism alone for now)",
+                      "{} with parallel.tensor {} x parallel.pipeline {} is not built yet (stage 1 "
+                      "is: it shards each position's AdamW state over its data-parallel ranks)",
                       p.zero, p.tensor, p.pipeline);
   }
   return {};

@@ -185,12 +185,15 @@ struct InitialParams {
 // this rank's shard, its own AdamW, and the communicators of its groups, split from `world`
 // (every rank calls this at the same point, with the same config and initial parameters).
 // `description` receives a line for the log (parameters and memory of this rank).
+// zero_stage 1: ZeRO-1 in the data-parallel group of this tensor/pipeline position (the
+// AdamW state of part of the shard per data rank); 2 and 3 are kInvalidArgument.
 Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& config,
                                                               const InitialParams& initial,
                                                               const AdamWConfig& adamw,
                                                               const ParallelLayout& layout,
                                                               comm::Communicator& world,
-                                                              std::string* description);
+                                                              std::string* description,
+                                                              int zero_stage = 0);
 
 // True when this binary was built with the CUDA engine.
 bool CudaTrainingBuilt();

@@ -455,7 +455,8 @@ Result<void> Trainer::Impl::SetupModel() {
   std::string memory;
   if (layout.model_parallel()) {
     model = COHORT_TRY(MakeParallelCpuTrainModel(
-        mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory));
+        mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory,
+        config.parallel.zero));
   } else if (gpu) {
     // The GPU starts from the weights the CPU would (same seed or file), then the host
     // copy is dropped.
