@@ -18,23 +18,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "checkpoint_test_util.h"
+
 #include "engine/checkpoint/checkpoint.h"
 
 namespace cohort::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::BitwiseEqual;
+using testing::SmallConfig;
 using ::testing::HasSubstr;
-
-GptConfig SmallConfig() {
-  GptConfig c;
-  c.vocab_size = 50;
-  c.max_seq_len = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 8;
-  return c;
-}
 
 // The ranks of one process as a CheckpointGroup: collectives meet at a barrier. `broken`
 // makes Max fail on every rank (a communicator whose peer died).
@@ -161,10 +155,6 @@ class CheckpointRangesTest : public ::testing::Test {
   std::string dir_;
   Logical state_{SmallConfig().num_parameters()};
 };
-
-bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
 
 TEST_F(CheckpointRangesTest, FourRanksWriteTheLogicalStateInParallel) {
   for (const auto& r : SaveOnRanks(4, 7)) {
