@@ -15,8 +15,10 @@
 // up to the clip factor's last bits.
 //
 // The parallel logic (partition, norm, all-gather) is written once against spans and a
-// Communicator; the update underneath is AdamW's (optim/adamw.h). Stage 3 (parameters
-// sharded, gathered per layer) and offload are not built yet (config.cc refuses them).
+// Communicator; the update underneath is AdamW's (optim/adamw.h). Inside a tensor/pipeline
+// layout the "buffer" is the rank's shard and the group its data-parallel group (stage 1,
+// StepWithNorm). Stage 3 (parameters sharded, gathered per layer) and offload are not built
+// yet (config.cc refuses them).
 //
 // Threads: the training thread; the communicator is the data-parallel group's, idle while
 // these run.
