@@ -26,3 +26,10 @@ cohort_build_paths(bench_train_throughput
 add_executable(bench_parallel_train ${CMAKE_CURRENT_LIST_DIR}/parallel_train.cc)
 target_link_libraries(bench_parallel_train PRIVATE cohort_engine_trainer cohort_engine_parallel
                                                    cohort_comm cohort_common)
+
+# ZeRO stages on CPU ranks (threads, gloo on loopback): model-state bytes per rank beside the
+# ZeRO paper's formula, step time of stages 1 and 2 beside DDP, and checkpoints written by
+# range from every rank beside one process writing the same bytes.
+add_executable(bench_zero ${CMAKE_CURRENT_LIST_DIR}/zero.cc)
+target_link_libraries(bench_zero PRIVATE cohort_engine_trainer cohort_engine_parallel
+                                         cohort_comm cohort_common)

@@ -42,88 +42,14 @@
 #include "engine/parallel/ddp.h"
 #include "engine/parallel/layout.h"
 #include "engine/trainer/train_model.h"
+#include "engine_bench_util.h"
 
 namespace {
 
 using namespace cohort;
 using namespace cohort::engine;
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Runs body(comm) on `world` threads, each a rank with its own gloo communicator over a file
-// store in a fresh temporary directory. Exits on a setup failure.
-void RunRanks(int world, const std::function<void(comm::Communicator&)>& body) {
-  static int runs = 0;
-  const std::string dir =
-      (std::filesystem::temp_directory_path() /
-       fmt::format("cohort-bench-parallel-{}-{}", ::getpid(), runs++))
-          .string();
-  std::filesystem::create_directories(dir);
-  std::shared_ptr<comm::Store> store(
-      comm::OpenStore("file://" + dir, false, Millis(60000)).value().release());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      comm::CommOptions o;
-      o.backend = "gloo";
-      o.rank = r;
-      o.world_size = world;
-      o.store = store;
-      o.prefix = "bench";
-      o.timeout = Millis(600000);
-      o.iface_host = "127.0.0.1";
-      auto c = comm::CreateCommunicator(o);
-      if (!c) {
-        std::fprintf(stderr, "rank %d: %s\n", r, c.error().ToString().c_str());
-        std::exit(1);
-      }
-      omp_set_num_threads(1);
-      body(**c);
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::filesystem::remove_all(dir);
-}
-
-template <typename T>
-T Check(Result<T> r, const char* what) {
-  if (!r) {
-    std::fprintf(stderr, "%s: %s\n", what, r.error().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(*r);
-}
-void Check(Result<void> r, const char* what) {
-  if (!r) {
-    std::fprintf(stderr, "%s: %s\n", what, r.error().ToString().c_str());
-    std::exit(1);
-  }
-}
-
-GptConfig Model(int layers, int embd, int heads, int vocab, int seq) {
-  GptConfig c;
-  c.n_layer = layers;
-  c.n_embd = embd;
-  c.n_head = heads;
-  c.vocab_size = vocab;
-  c.max_seq_len = seq;
-  return c;
-}
-
-// Random tokens (fixed seed per micro-batch).
-void Fill(int k, std::span<int32_t> in, std::span<int32_t> out, int vocab) {
-  uint64_t x = 0x9e3779b97f4a7c15ULL * (k + 1);
-  for (size_t i = 0; i < in.size(); ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    in[i] = static_cast<int32_t>((x >> 33) % vocab);
-    out[i] = static_cast<int32_t>((x >> 17) % vocab);
-  }
-}
+using namespace cohort::engine::bench;
 
 struct RunFigures {
   std::vector<double> step_s;                    // rank 0

@@ -3,6 +3,9 @@
 find_package(ZLIB REQUIRED)
 cohort_test(engine_checkpoint_test SOURCES checkpoint_test.cc
             LIBS cohort_engine_checkpoint ZLIB::ZLIB LABELS engine)
+# Checkpoints written by range from several ranks (threads) and the first format's loading.
+cohort_test(engine_checkpoint_ranges_test SOURCES checkpoint_ranges_test.cc
+            LIBS cohort_engine_checkpoint ZLIB::ZLIB LABELS engine)
 cohort_test(engine_safetensors_test SOURCES safetensors_test.cc
             LIBS cohort_engine_checkpoint LABELS engine)
 cohort_build_paths(engine_safetensors_test

@@ -14,21 +14,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "checkpoint_test_util.h"
+
 namespace cohort::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::BitwiseEqual;
+using testing::SmallConfig;
 using ::testing::HasSubstr;
-
-GptConfig SmallConfig() {
-  GptConfig c;
-  c.vocab_size = 50;
-  c.max_seq_len = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 8;
-  return c;
-}
 
 // A checkpoint's contents, with distinct values everywhere (incl. -0, denormals, NaN bits).
 struct State {
@@ -87,10 +81,6 @@ class CheckpointTest : public ::testing::Test {
   }
   std::string dir_;
 };
-
-bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
 
 TEST_F(CheckpointTest, RoundTripIsBitwise) {
   std::string path = Save(100);

@@ -244,6 +244,9 @@ TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   ASSERT_TRUE(r.status.Success()) << r.output;
   EXPECT_THAT(r.output, HasSubstr("step_00000010"));
   EXPECT_THAT(r.output, HasSubstr("damaged"));
+  // The damaged range is named: its file, bytes and writer.
+  EXPECT_THAT(r.output, HasSubstr("params.bin: checksum mismatch in params.bin bytes [0, "));
+  EXPECT_THAT(r.output, HasSubstr("written by rank 0"));
   EXPECT_THAT(r.output, HasSubstr("(step 5)"));
   // Steps 6..10 were recorded with the lost checkpoint and are trained again: the record
   // drops them first, so every step appears once.
@@ -257,6 +260,80 @@ TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   }
   const auto want = Losses(ref), got = Losses(log);
   for (int64_t s = 6; s <= 20; ++s) EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
+}
+
+// ZeRO stages 1 and 2 on 2 and 4 ranks train the 1-rank model (relative 1e-5 over 20
+// steps); resuming ZeRO-2 on 4 ranks is bitwise; its checkpoint (each rank's shard, by range)
+// resumes without ZeRO on 1 rank and with ZeRO-1 on 2 ranks, the losses going on as in an
+// uninterrupted run. The start reports the model states per rank, the end the peak RSS.
+TEST_F(TrainCliTest, ZeroStagesTrainTheOneRankModelAndResumeInAnyLayout) {
+  auto cfg = Config("checkpoint: {every: 5, keep: 3}\n");
+  auto losses = [&](int ranks, int zero, const fs::path& ck, const std::string& log,
+                    std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--config", cfg.string(), "--set",
+                                     "parallel.zero=" + std::to_string(zero), "--checkpoint-dir",
+                                     ck.string(), "--log-file", (dir_ / log).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    TrainRun r = Train(ranks, args);
+    EXPECT_TRUE(r.status.Success()) << r.output;
+    return std::make_pair(Losses(dir_ / log), r.output);
+  };
+  const auto [ref, ref_out] = losses(1, 0, dir_ / "ck-ref", "ref.jsonl");
+  ASSERT_EQ(ref.size(), 20u);
+  for (int ranks : {2, 4}) {
+    for (int zero : {1, 2}) {
+      const std::string name = "z" + std::to_string(zero) + "-" + std::to_string(ranks);
+      const auto [got, out] = losses(ranks, zero, dir_ / ("ck-" + name), name + ".jsonl");
+      ExpectClose(got, ref, 1, 20, 1e-5);
+      EXPECT_THAT(out, HasSubstr("(ZeRO-" + std::to_string(zero) + " over " +
+                                 std::to_string(ranks) + " ranks;"));
+      EXPECT_THAT(out, HasSubstr("peak memory per rank: RSS "));
+    }
+  }
+  const auto [full, full_out] = losses(4, 2, dir_ / "ck-z2", "z2-full.jsonl");
+  // Stop ZeRO-2 on 4 ranks at step 10; resume it on 4 ranks: bitwise.
+  const fs::path ck = dir_ / "ck-stop";
+  losses(4, 2, ck, "stop.jsonl", {"--stop-at-step", "10"});
+  fs::copy(ck, dir_ / "ck-to1", fs::copy_options::recursive);
+  fs::copy(ck, dir_ / "ck-to2", fs::copy_options::recursive);
+  fs::copy(dir_ / "stop.jsonl", dir_ / "to1.jsonl");
+  fs::copy(dir_ / "stop.jsonl", dir_ / "to2.jsonl");
+  const auto [resumed, resumed_out] = losses(4, 2, ck, "stop.jsonl");
+  EXPECT_THAT(resumed_out, HasSubstr("(step 10)"));
+  ASSERT_EQ(resumed.size(), 20u);
+  for (int64_t s = 1; s <= 20; ++s) EXPECT_EQ(resumed.at(s), full.at(s)) << "step " << s;
+  // Written by 4 ZeRO-2 shards; read without ZeRO on 1 rank, and with ZeRO-1 on 2.
+  const auto [to1, to1_out] = losses(1, 0, dir_ / "ck-to1", "to1.jsonl");
+  EXPECT_THAT(to1_out, HasSubstr("(step 10)"));
+  ExpectClose(to1, ref, 11, 20, 1e-5);
+  const auto [to2, to2_out] = losses(2, 1, dir_ / "ck-to2", "to2.jsonl");
+  EXPECT_THAT(to2_out, HasSubstr("(step 10)"));
+  ExpectClose(to2, ref, 11, 20, 1e-5);
+}
+
+// checkpoint.dir: none writes nothing (no directory named "none" beside the config) and
+// resumes from nothing: a second run trains the same steps again from step 0.
+TEST_F(TrainCliTest, CheckpointDirNoneWritesAndResumesNothing) {
+  auto cfg = Config("checkpoint: {dir: none, every: 2}\n");
+  const fs::path log = dir_ / "log.jsonl";
+  for (int run = 0; run < 2; ++run) {
+    TrainRun r = Train(1, {"--config", cfg.string(), "--steps", "3", "--log-file", log.string()});
+    ASSERT_TRUE(r.status.Success()) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("checkpoint: none (checkpoint.dir is none)"));
+    EXPECT_THAT(r.output, Not(HasSubstr("resuming from")));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "none"));
+  std::ifstream in(log);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) ++lines;
+  EXPECT_EQ(lines, 6);
+  // --checkpoint-dir none overrides a directory in the config.
+  auto with_dir = Config("checkpoint: {dir: ck, every: 2}\n", "with_dir.yaml");
+  TrainRun r = Train(1, {"--config", with_dir.string(), "--steps", "2", "--checkpoint-dir", "none"});
+  ASSERT_TRUE(r.status.Success()) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "ck"));
+  EXPECT_FALSE(fs::exists(dir_ / "none"));
 }
 
 // A checkpoint is made durable before the record lines it covers are written; a run

@@ -60,6 +60,49 @@ comm: {backend: gloo, timeout_s: 30}
   EXPECT_DOUBLE_EQ(c->comm_timeout_s, 30);
 }
 
+// checkpoint.dir: none means no checkpoints, not a directory named "none" beside the config.
+TEST(TrainConfigTest, CheckpointDirNoneTurnsCheckpointsOff) {
+  auto off = FromYaml("train: {steps: 3}\ndata: {text: c.txt}\ncheckpoint: {dir: none, every: 5}\n");
+  ASSERT_TRUE(off.has_value()) << off.error().message;
+  EXPECT_TRUE(off->checkpoints_off);
+  EXPECT_EQ(off->checkpoint_dir, "");
+  auto dir = FromYaml("train: {steps: 3}\ndata: {text: c.txt}\ncheckpoint: {dir: none/x}\n");
+  ASSERT_TRUE(dir.has_value()) << dir.error().message;
+  EXPECT_FALSE(dir->checkpoints_off);
+  EXPECT_EQ(dir->checkpoint_dir, "/base/none/x");
+  SetCheckpointDir(*dir, "none", "");
+  EXPECT_TRUE(dir->checkpoints_off);
+  EXPECT_EQ(dir->checkpoint_dir, "");
+}
+
+TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
+  const std::string base = "train: {steps: 3}\ndata: {text: c.txt}\n";
+  auto z = FromYaml(base + "parallel: {zero: 2}\n");
+  ASSERT_TRUE(z.has_value()) << z.error().message;
+  EXPECT_EQ(z->parallel.zero, 2);
+  EXPECT_EQ(z->parallel.offload, "none");
+  EXPECT_EQ(FromYaml(base)->parallel.zero, 0);
+  EXPECT_THAT(ErrorOf(base + "parallel: {zero: 4}\n"), HasSubstr("parallel.zero"));
+  // Offload moves GPU state: on the CPU it is an error naming the field.
+  auto off = FromYaml(base + "parallel: {zero: 1, offload: optimizer}\n");
+  ASSERT_FALSE(off.has_value());
+  EXPECT_EQ(off.error().field, "parallel.offload");
+  EXPECT_THAT(off.error().message, HasSubstr("train.device cpu"));
+  EXPECT_THAT(ErrorOf(base + "parallel: {offload: disk}\n"),
+              HasSubstr("must be none, optimizer or optimizer+params, got 'disk'"));
+  EXPECT_THAT(ErrorOf("train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n"
+                      "parallel: {zero: 1, offload: optimizer+params}\n"),
+              HasSubstr("optimizer+params needs parallel.zero 3"));
+  // What is not built yet is refused by name, not ignored.
+  EXPECT_THAT(ErrorOf(base + "parallel: {zero: 3}\n"), HasSubstr("not built yet"));
+  EXPECT_THAT(ErrorOf(base + "parallel: {zero: 2, tensor: 2}\n"),
+              HasSubstr("parallel.tensor 2 x parallel.pipeline 1"));
+  EXPECT_TRUE(FromYaml(base + "parallel: {zero: 1, tensor: 2, pipeline: 2}\n").has_value());
+  EXPECT_THAT(ErrorOf("train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n"
+                      "parallel: {zero: 2}\n"),
+              HasSubstr("train.device cpu for now"));
+}
+
 TEST(TrainConfigTest, DefaultsNeedOnlyStepsAndData) {
   auto c = FromYaml("train: {steps: 3}\ndata: {train: 'shards/*.bin'}\n");
   ASSERT_TRUE(c.has_value()) << c.error().message;

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -169,12 +170,14 @@ TEST_F(TrainParallelCliTest, CheckpointsResumeInAnyLayout) {
     int ranks;
     std::vector<std::string> sets;
   };
-  // tensor 2 x pipeline 2 -> pipeline 4 (1F1B, uneven) -> data parallel 2 -> tensor 2 x data 2.
+  // tensor 2 x pipeline 2 -> pipeline 4 (GPipe) -> data parallel 2 with ZeRO-2 -> tensor 2 x
+  // data 2 with ZeRO-1 (each data rank writes its part of the shard, runs cut mid-row) -> 1 rank.
   const std::vector<Leg> legs = {
       {4, {"--set", "parallel.tensor=2", "--set", "parallel.pipeline=2", "--stop-at-step", "3"}},
       {4, {"--set", "parallel.pipeline=4", "--set", "parallel.schedule=gpipe", "--stop-at-step", "6"}},
-      {2, {"--stop-at-step", "9"}},
-      {4, {"--set", "parallel.tensor=2"}},
+      {2, {"--set", "parallel.zero=2", "--stop-at-step", "9"}},
+      {4, {"--set", "parallel.tensor=2", "--set", "parallel.zero=1", "--stop-at-step", "11"}},
+      {1, {}},
   };
   const fs::path log = dir_ / "legs.jsonl";
   for (const Leg& leg : legs) {
@@ -186,6 +189,16 @@ TEST_F(TrainParallelCliTest, CheckpointsResumeInAnyLayout) {
     if (&leg != &legs.front()) {
       EXPECT_THAT(r.output, HasSubstr("resuming from"));
     }
+    // Every rank wrote ranges of the newest checkpoint (by range, in parallel).
+    fs::path newest;
+    for (const auto& e : fs::directory_iterator(dir_ / "ck")) {
+      if (e.path().filename().string().starts_with("step_") && e.path() > newest) newest = e.path();
+    }
+    nlohmann::json manifest;
+    std::ifstream(newest / "MANIFEST") >> manifest;
+    std::set<int> writers;
+    for (const auto& range : manifest["ranges"]) writers.insert(range["rank"].get<int>());
+    EXPECT_EQ(static_cast<int>(writers.size()), leg.ranks) << newest;
   }
   ExpectClose(RecordedLosses(log), want, 1e-5, "resumed across layouts");
 }

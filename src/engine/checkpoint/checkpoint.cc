@@ -16,10 +16,12 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include <fmt/ranges.h>
 
+#include "engine/checkpoint/checkpoint_ranges.h"
 #include "engine/data/file_util.h"
 
 namespace cohort::engine {
@@ -30,16 +32,15 @@ static_assert(std::endian::native == std::endian::little,
               "checkpoints are little-endian; a big-endian host needs byte swaps");
 
 constexpr std::string_view kFormat = "cohort-checkpoint";
-constexpr int kVersion = 1;
+constexpr int kVersion = 1;          // state.json's
+constexpr int kManifestVersion = 2;  // 1: whole-file checksums of params.bin and optim.bin
 constexpr std::string_view kStepPrefix = "step_";
 constexpr std::string_view kTempPrefix = ".tmp-step_";
 constexpr size_t kChunk = size_t{8} << 20;
 constexpr const char* kDataFiles[] = {"params.bin", "optim.bin", "state.json"};
 
-uint32_t Crc32(uint32_t crc, const void* data, size_t bytes) {
-  return static_cast<uint32_t>(
-      crc32_z(crc, static_cast<const Bytef*>(data), static_cast<z_size_t>(bytes)));
-}
+using ckpt::Crc32;
+using ckpt::CrcHex;
 
 std::string StepName(int64_t step) { return fmt::format("step_{:08d}", step); }
 
@@ -78,15 +79,9 @@ Result<FileSum> WriteParts(const std::string& path,
   return sum;
 }
 
-std::span<const uint8_t> AsBytes(std::span<const float> f) {
-  return {reinterpret_cast<const uint8_t*>(f.data()), f.size_bytes()};
-}
-
 std::span<const uint8_t> AsBytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
-
-std::string CrcHex(uint32_t crc) { return fmt::format("{:08x}", crc); }
 
 nlohmann::json ConfigToJson(const GptConfig& c) {
   return {{"vocab_size", c.vocab_size},
@@ -107,33 +102,35 @@ void RemoveTempDirs(const std::string& dir) {
   }
 }
 
-Result<void> WriteCheckpointFiles(const std::string& tmp, const CheckpointView& view) {
-  FileSum params = COHORT_TRY(WriteParts(tmp + "/params.bin", {AsBytes(view.params)}));
-  FileSum optim =
-      COHORT_TRY(WriteParts(tmp + "/optim.bin", {AsBytes(view.adam_m), AsBytes(view.adam_v)}));
+// Rank 0, once every rank's ranges are durable in `tmp`: state.json, then MANIFEST (the
+// tensor files' sizes and every range), each fsynced, then the directory.
+Result<void> WriteStateAndManifest(const std::string& tmp, const CheckpointHeader& header,
+                                   const std::map<std::string, uint64_t>& sizes,
+                                   std::span<const ckpt::RangeRecord> ranges) {
   nlohmann::json rng = nlohmann::json::array();
-  for (uint64_t w : view.progress.rng_state) rng.push_back(std::to_string(w));
+  for (uint64_t w : header.progress.rng_state) rng.push_back(std::to_string(w));
   nlohmann::json state = {
       {"format", kFormat},
       {"version", kVersion},
-      {"config", ConfigToJson(view.config)},
+      {"config", ConfigToJson(header.config)},
       {"progress",
-       {{"step", view.progress.step},
-        {"next_batch", view.progress.next_batch},
-        {"tokens_seen", view.progress.tokens_seen},
+       {{"step", header.progress.step},
+        {"next_batch", header.progress.next_batch},
+        {"tokens_seen", header.progress.tokens_seen},
         {"rng_state", rng}}},
-      {"adam_t", view.adam_t},
-      {"metadata", view.metadata},
+      {"adam_t", header.adam_t},
+      {"metadata", header.metadata},
   };
   std::string state_text = state.dump(2) + "\n";
   FileSum state_sum = COHORT_TRY(WriteParts(tmp + "/state.json", {AsBytes(state_text)}));
   nlohmann::json files = nlohmann::json::object();
-  const FileSum sums[] = {params, optim, state_sum};
-  for (int i = 0; i < 3; ++i) {
-    files[kDataFiles[i]] = {{"bytes", sums[i].bytes}, {"crc32", CrcHex(sums[i].crc)}};
-  }
-  nlohmann::json manifest = {{"format", kFormat}, {"version", kVersion}, {"files", files}};
-  std::string manifest_text = manifest.dump(2) + "\n";
+  files["state.json"] = {{"bytes", state_sum.bytes}, {"crc32", CrcHex(state_sum.crc)}};
+  for (const auto& [name, bytes] : sizes) files[name] = {{"bytes", bytes}};
+  nlohmann::json list = nlohmann::json::array();
+  for (const ckpt::RangeRecord& r : ranges) list.push_back(ckpt::ToJson(r));
+  nlohmann::json manifest = {
+      {"format", kFormat}, {"version", kManifestVersion}, {"files", files}, {"ranges", list}};
+  std::string manifest_text = manifest.dump(1) + "\n";
   COHORT_TRY(WriteParts(tmp + "/MANIFEST", {AsBytes(manifest_text)}));
   return FsyncDir(tmp);
 }
@@ -163,8 +160,8 @@ Result<std::vector<uint8_t>> ReadWhole(const std::string& path) {
 }
 
 // Reads `path` into `out` (exactly out.size() floats, or several spans in turn) while
-// checking its size and CRC against the manifest entry.
-Result<void> ReadVerified(const std::string& path, const FileSum& want,
+// checking its size and, given `want` (a version 1 manifest's whole-file entry), its CRC.
+Result<void> ReadVerified(const std::string& path, const FileSum* want,
                           std::initializer_list<std::span<float>> outs) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Errorf(ErrorCode::kInvalidArgument, "cannot open: {}", std::strerror(errno));
@@ -195,9 +192,9 @@ Result<void> ReadVerified(const std::string& path, const FileSum& want,
   }
   close(fd);
   if (!failure.empty()) return MakeError(ErrorCode::kInvalidArgument, failure);
-  if (crc != want.crc) {
+  if (want && crc != want->crc) {
     return Errorf(ErrorCode::kInvalidArgument, "checksum mismatch (crc32 {} != manifest {})",
-                  CrcHex(crc), CrcHex(want.crc));
+                  CrcHex(crc), CrcHex(want->crc));
   }
   return {};
 }
@@ -259,21 +256,48 @@ Result<Checkpoint> LoadOne(const std::string& path, int64_t step) {
       !manifest["files"].is_object()) {
     return MakeError(ErrorCode::kInvalidArgument, "MANIFEST: not a valid manifest");
   }
+  // Version 1: a whole-file CRC-32 for each file. Version 2: state.json's CRC-32, the tensor
+  // files' sizes and their ranges, each with its CRC-32.
+  const auto& version = manifest.value("version", nlohmann::json());
+  const bool by_range = version == kManifestVersion;
+  if (!by_range && version != 1) {
+    return Errorf(ErrorCode::kInvalidArgument, "MANIFEST: unknown version {} (want 1 or {})",
+                  version.dump(), kManifestVersion);
+  }
   FileSum sums[3];
   for (int i = 0; i < 3; ++i) {
     const auto& files = manifest["files"];
+    const bool needs_crc = !by_range || i == 2;
     auto it = files.find(kDataFiles[i]);
     if (it == files.end() || !it->is_object() || !it->contains("bytes") ||
-        !(*it)["bytes"].is_number_unsigned() || !it->contains("crc32") ||
-        !(*it)["crc32"].is_string()) {
+        !(*it)["bytes"].is_number_unsigned() ||
+        (needs_crc && (!it->contains("crc32") || !(*it)["crc32"].is_string()))) {
       return Errorf(ErrorCode::kInvalidArgument, "MANIFEST: no valid entry for {}",
                     kDataFiles[i]);
     }
     sums[i].bytes = (*it)["bytes"].get<uint64_t>();
+    if (!needs_crc) continue;
     const std::string& hex = (*it)["crc32"].get_ref<const std::string&>();
     auto [p, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), sums[i].crc, 16);
     if (ec != std::errc() || p != hex.data() + hex.size()) {
       return Errorf(ErrorCode::kInvalidArgument, "MANIFEST: bad crc32 for {}", kDataFiles[i]);
+    }
+  }
+  std::vector<ckpt::RangeRecord> ranges;
+  if (by_range) {
+    auto list = manifest.find("ranges");
+    if (list == manifest.end() || !list->is_array()) {
+      return MakeError(ErrorCode::kInvalidArgument, "MANIFEST: no list of ranges");
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      auto r = ckpt::RangeFromJson((*list)[i]);
+      if (!r) return Errorf(ErrorCode::kInvalidArgument, "MANIFEST: range {}: {}", i, r.error().message);
+      ranges.push_back(std::move(*r));
+    }
+    if (auto r = ckpt::CheckTiling({{kDataFiles[0], sums[0].bytes}, {kDataFiles[1], sums[1].bytes}},
+                                   ranges);
+        !r) {
+      return MakeError(ErrorCode::kInvalidArgument, "MANIFEST: " + r.error().message);
     }
   }
   // state.json first: it says how large the other files must be.
@@ -339,11 +363,23 @@ Result<Checkpoint> LoadOne(const std::string& path, int64_t step) {
   ck.params.resize(n);
   ck.adam_m.resize(n);
   ck.adam_v.resize(n);
-  if (auto r = ReadVerified(path + "/params.bin", sums[0], {ck.params}); !r) {
+  if (auto r = ReadVerified(path + "/params.bin", by_range ? nullptr : &sums[0], {ck.params});
+      !r) {
     return MakeError(ErrorCode::kInvalidArgument, "params.bin: " + r.error().message);
   }
-  if (auto r = ReadVerified(path + "/optim.bin", sums[1], {ck.adam_m, ck.adam_v}); !r) {
+  if (auto r = ReadVerified(path + "/optim.bin", by_range ? nullptr : &sums[1],
+                            {ck.adam_m, ck.adam_v});
+      !r) {
     return MakeError(ErrorCode::kInvalidArgument, "optim.bin: " + r.error().message);
+  }
+  if (by_range) {
+    auto bytes = [](const std::vector<float>& v) {
+      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                      v.size() * sizeof(float));
+    };
+    COHORT_TRY_VOID(ckpt::VerifyRanges(
+        {{kDataFiles[0], {bytes(ck.params)}}, {kDataFiles[1], {bytes(ck.adam_m), bytes(ck.adam_v)}}},
+        ranges));
   }
   return ck;
 }
@@ -394,12 +430,18 @@ Result<std::string> SaveCheckpoint(const std::string& dir, const CheckpointView&
                   "checkpoint: params/adam_m/adam_v have {}/{}/{} floats, the config needs {}",
                   view.params.size(), view.adam_m.size(), view.adam_v.size(), n);
   }
-  if (view.progress.step < 0) {
-    return FieldError("progress.step", "must be >= 0, got {}", view.progress.step);
-  }
-  if (!view.metadata.is_object()) {
-    return FieldError("metadata", "must be a JSON object");
-  }
+  const CheckpointHeader header{view.config, view.adam_t, view.progress, view.metadata};
+  const CheckpointRange ranges[] = {{CheckpointArray::kParams, 0, n, n, 1, view.params},
+                                    {CheckpointArray::kAdamM, 0, n, n, 1, view.adam_m},
+                                    {CheckpointArray::kAdamV, 0, n, n, 1, view.adam_v}};
+  return SaveCheckpointRanges(nullptr, dir, header, ranges, keep_last);
+}
+
+namespace {
+
+// Rank 0: the temporary directory with params.bin and optim.bin at their full size (space
+// reserved, so a full disk fails here, before any rank writes).
+Result<void> PrepareTemp(const std::string& dir, const std::string& tmp, size_t n) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -407,43 +449,154 @@ Result<std::string> SaveCheckpoint(const std::string& dir, const CheckpointView&
                   ec.message());
   }
   RemoveTempDirs(dir);
-
-  std::string name = StepName(view.progress.step);
-  std::string final_path = (fs::path(dir) / name).string();
-  std::random_device rd;
-  std::string tmp = (fs::path(dir) / fmt::format("{}{:08d}-{}-{:08x}", kTempPrefix,
-                                                 view.progress.step, getpid(), rd()))
-                        .string();
-  auto attempt = [&]() -> Result<void> {
-    if (mkdir(tmp.c_str(), 0755) != 0) {
-      return std::unexpected(IoError("creating", tmp, errno));
-    }
-    COHORT_TRY_VOID(WriteCheckpointFiles(tmp, view));
-    // Re-saving a step (a restarted run) replaces the old directory: move it aside first.
-    std::string old_aside;
-    if (fs::exists(final_path, ec)) {
-      old_aside = tmp + "-old";
-      if (rename(final_path.c_str(), old_aside.c_str()) != 0) {
-        return std::unexpected(IoError("moving aside", final_path, errno));
-      }
-    }
-    if (rename(tmp.c_str(), final_path.c_str()) != 0) {
-      int err = errno;
-      if (!old_aside.empty()) rename(old_aside.c_str(), final_path.c_str());
-      return std::unexpected(IoError("renaming " + tmp + " to", final_path, err));
-    }
-    if (!old_aside.empty()) fs::remove_all(old_aside, ec);
-    return FsyncDir(dir);
-  };
-  if (auto r = attempt(); !r) {
-    std::error_code ignore;
-    fs::remove_all(tmp, ignore);
-    return std::unexpected(WithContext(
-        r.error(), fmt::format("writing checkpoint {} in {} (nothing was renamed into place; "
-                               "older checkpoints are kept)",
-                               name, dir)));
+  if (mkdir(tmp.c_str(), 0755) != 0) return std::unexpected(IoError("creating", tmp, errno));
+  const uint64_t sizes[] = {uint64_t{n} * sizeof(float), uint64_t{2} * n * sizeof(float)};
+  for (int i = 0; i < 2; ++i) {
+    const std::string path = tmp + "/" + kDataFiles[i];
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return std::unexpected(IoError("creating", path, errno));
+    int err = posix_fallocate(fd, 0, static_cast<off_t>(sizes[i]));
+    if (err == EOPNOTSUPP || err == EINVAL) err = ftruncate(fd, static_cast<off_t>(sizes[i])) ? errno : 0;
+    close(fd);
+    if (err != 0) return std::unexpected(IoError("reserving space for", path, err));
   }
-  if (keep_last > 0) {
+  return {};
+}
+
+// Rank 0, once every rank's ranges are durable: their records, tiling checked, into the
+// MANIFEST, and the directory renamed into place.
+Result<void> Commit(const std::string& dir, const std::string& tmp, const std::string& final_path,
+                    const CheckpointHeader& header, int ranks) {
+  const size_t n = header.config.num_parameters();
+  std::vector<ckpt::RangeRecord> all;
+  for (int r = 0; r < ranks; ++r) {
+    const std::string part = fmt::format("{}/ranges-{}.json", tmp, r);
+    auto bytes = ReadWhole(part);
+    if (!bytes) return Errorf(ErrorCode::kUnavailable, "{}: {}", part, bytes.error().message);
+    auto list = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);
+    if (list.is_discarded() || !list.is_array()) {
+      return Errorf(ErrorCode::kInternal, "{}: not a list of ranges", part);
+    }
+    for (const auto& j : list) all.push_back(COHORT_TRY(ckpt::RangeFromJson(j)));
+    if (unlink(part.c_str()) != 0) return std::unexpected(IoError("removing", part, errno));
+  }
+  const std::map<std::string, uint64_t> sizes = {{kDataFiles[0], uint64_t{n} * sizeof(float)},
+                                                 {kDataFiles[1], uint64_t{2} * n * sizeof(float)}};
+  if (auto r = ckpt::CheckTiling(sizes, all); !r) {
+    return Errorf(ErrorCode::kInternal, "the ranks' checkpoint ranges do not tile the state: {}",
+                  r.error().message);
+  }
+  COHORT_TRY_VOID(WriteStateAndManifest(tmp, header, sizes, all));
+  // Re-saving a step (a restarted run) replaces the old directory: move it aside first.
+  std::error_code ec;
+  std::string old_aside;
+  if (fs::exists(final_path, ec)) {
+    old_aside = tmp + "-old";
+    if (rename(final_path.c_str(), old_aside.c_str()) != 0) {
+      return std::unexpected(IoError("moving aside", final_path, errno));
+    }
+  }
+  if (rename(tmp.c_str(), final_path.c_str()) != 0) {
+    int err = errno;
+    if (!old_aside.empty()) rename(old_aside.c_str(), final_path.c_str());
+    return std::unexpected(IoError("renaming " + tmp + " to", final_path, err));
+  }
+  if (!old_aside.empty()) fs::remove_all(old_aside, ec);
+  return FsyncDir(dir);
+}
+
+// This rank's ranges into `tmp`, and their records (ranges-<rank>.json, fsynced).
+Result<void> WriteMine(const std::string& tmp, size_t n, int rank,
+                       std::span<const CheckpointRange> mine) {
+  std::vector<ckpt::RangeRecord> records = COHORT_TRY(ckpt::WriteRanges(tmp, n, rank, mine));
+  nlohmann::json list = nlohmann::json::array();
+  for (const ckpt::RangeRecord& r : records) list.push_back(ckpt::ToJson(r));
+  const std::string text = list.dump();
+  COHORT_TRY(WriteParts(fmt::format("{}/ranges-{}.json", tmp, rank), {AsBytes(text)}));
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> SaveCheckpointRanges(CheckpointGroup* group, const std::string& dir,
+                                         const CheckpointHeader& header,
+                                         std::span<const CheckpointRange> mine, int keep_last) {
+  const int rank = group ? group->rank() : 0;
+  const int ranks = group ? group->size() : 1;
+  const std::string name = StepName(header.progress.step);
+  const std::string final_path = (fs::path(dir) / name).string();
+  auto context = [&](const Error& e) {
+    return std::unexpected(WithContext(
+        e, fmt::format("writing checkpoint {} in {} (nothing was renamed into place; older "
+                       "checkpoints are kept)",
+                       name, dir)));
+  };
+  // 1. Rank 0 checks the header and prepares the temporary directory; its outcome and the
+  // directory's name reach every rank.
+  Result<void> ready;
+  if (auto v = header.config.Validate(); !v) {
+    ready = v;
+  } else if (header.progress.step < 0) {
+    ready = FieldError("progress.step", "must be >= 0, got {}", header.progress.step);
+  } else if (!header.metadata.is_object()) {
+    ready = FieldError("metadata", "must be a JSON object");
+  }
+  const size_t n = ready ? header.config.num_parameters() : 0;
+  std::random_device rd;
+  int64_t shared[3] = {0, static_cast<int64_t>(getpid()), static_cast<int64_t>(rd())};
+  std::string tmp;
+  auto temp_name = [&] {
+    return (fs::path(dir) / fmt::format("{}{:08d}-{}-{:08x}", kTempPrefix, header.progress.step,
+                                        shared[1], static_cast<uint32_t>(shared[2])))
+        .string();
+  };
+  if (rank == 0) {
+    tmp = temp_name();
+    if (ready) ready = PrepareTemp(dir, tmp, n);
+    shared[0] = ready ? 1 : 0;
+  }
+  auto remove_tmp = [&] {
+    std::error_code ignore;
+    if (rank == 0) fs::remove_all(tmp, ignore);
+  };
+  if (group) {
+    if (auto b = group->Broadcast(shared); !b) {
+      remove_tmp();
+      return context(b.error());
+    }
+  }
+  if (shared[0] == 0) {
+    remove_tmp();
+    if (rank == 0) return context(ready.error());
+    return context(MakeError(ErrorCode::kUnavailable,
+                             "rank 0 could not prepare the checkpoint (see its log)")
+                       .error());
+  }
+  if (rank != 0) tmp = temp_name();
+  // 2. Every rank writes its ranges; then all learn whether every rank succeeded.
+  Result<void> wrote = WriteMine(tmp, n, rank, mine);
+  float failed[2] = {wrote ? 0.0f : 1.0f, wrote ? -1.0f : static_cast<float>(rank)};
+  Result<void> agreed = group ? group->Max(failed) : Result<void>{};
+  // 3. Rank 0 commits only when every rank's ranges are durable.
+  Result<void> committed = wrote;
+  if (!agreed) {
+    committed = agreed;
+  } else if (wrote && failed[0] != 0) {
+    committed = Errorf(ErrorCode::kUnavailable, "rank {} could not write its ranges (see its log)",
+                       static_cast<int>(failed[1]));
+  }
+  if (rank == 0 && committed) committed = Commit(dir, tmp, final_path, header, ranks);
+  if (!committed) remove_tmp();
+  int64_t outcome = committed ? 1 : 0;
+  if (group && agreed) {
+    if (auto b = group->Broadcast(std::span<int64_t>(&outcome, 1)); !b && committed) committed = b;
+    if (rank != 0 && committed && outcome == 0) {
+      committed = MakeError(ErrorCode::kUnavailable,
+                            "rank 0 could not commit the checkpoint (see its log)");
+    }
+  }
+  if (!committed) return context(committed.error());
+  if (rank == 0 && keep_last > 0) {
     std::vector<std::string> all = ListCheckpoints(dir);
     for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
       std::error_code ignore;

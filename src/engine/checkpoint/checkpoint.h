@@ -1,20 +1,33 @@
 // Training checkpoints: everything needed to continue a run exactly.
 //
 // A checkpoint is a directory `<dir>/step_<8 digits>` holding
-//   params.bin   the model parameters (float32, GptModel layout, little-endian)
+//   params.bin   the model parameters (float32, the logical single-rank GptModel layout,
+//                little-endian), whatever parallel layout wrote them
 //   optim.bin    AdamW's m then v (float32, same layout)
 //   state.json   model config, step, AdamW t, data position, RNG state, and the
 //                trainer's own metadata (free-form JSON object)
-//   MANIFEST     JSON: for each file its byte size and CRC-32 (zlib's crc32), written last
+//   MANIFEST     JSON, written last: state.json's byte size and CRC-32 (zlib's crc32); the
+//                byte size of params.bin and optim.bin; and "ranges", every range of those two
+//                files as one rank wrote it (byte offset, run length, stride, runs, the rank,
+//                and the CRC-32 of its runs in order). The ranges of a file tile it exactly.
 // state.json holds the GptConfig fields, progress (rng_state words as decimal strings,
 // since a uint64 does not fit a JSON double), adam_t and the metadata object.
-// It is written to a temporary directory `<dir>/.tmp-step_*` (each file fsynced),
-// renamed into place and the parent directory fsynced, so a crash leaves either the
-// whole checkpoint or none. The state is not sharded, so a checkpoint written by N ranks loads on M.
 //
-// Loading picks the newest checkpoint whose MANIFEST verifies; a newer one that does
-// not verify is skipped with a warning naming it and the reason. Free functions; the
-// caller serialises calls on one directory (rank 0 writes).
+// Writing (SaveCheckpointRanges) is a collective of the ranks that hold the state: each
+// writes the ranges of the logical tensors it owns (a data-parallel replica's share, a
+// tensor/pipeline shard's slices) into the files, in parallel, fsyncs them and records its
+// ranges and checksums; rank 0 then checks that the ranges tile the files, writes state.json
+// and MANIFEST and renames the temporary directory `<dir>/.tmp-step_*` into place (parent
+// fsynced). Nothing is renamed unless every rank's ranges are durable: a rank that dies or
+// cannot write (a full disk) leaves the previous checkpoints as they were. Since the files
+// hold logical tensors, a checkpoint written with any (data, tensor, pipeline, ZeRO) layout
+// loads with any other.
+//
+// Loading picks the newest checkpoint whose MANIFEST verifies; a newer one that does not
+// verify (a damaged range is named: file, bytes and the rank that wrote it) is skipped with
+// a warning. Checkpoints of the first format (MANIFEST version 1: a whole-file CRC-32 for
+// params.bin and optim.bin) still load. Free functions; the caller serialises calls on one
+// directory.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +61,43 @@ struct CheckpointView {
   nlohmann::json metadata = nlohmann::json::object();
 };
 
+// What rank 0 writes beside the tensors (SaveCheckpointRanges).
+struct CheckpointHeader {
+  GptConfig config;
+  int64_t adam_t = 0;
+  TrainProgress progress;
+  nlohmann::json metadata = nlohmann::json::object();
+};
+
+// The logical arrays of a checkpoint, each config.num_parameters() floats.
+enum class CheckpointArray { kParams, kAdamM, kAdamV };
+
+// A range of a logical array that one rank writes: `runs` runs of `width` floats, the first
+// at float `offset` and each next one `stride` floats further (stride >= width; a
+// contiguous range is one run). `values` holds the runs in order (runs × width floats) and
+// is read during the call only.
+struct CheckpointRange {
+  CheckpointArray array = CheckpointArray::kParams;
+  size_t offset = 0;
+  size_t width = 0;
+  size_t stride = 0;
+  size_t runs = 1;
+  std::span<const float> values;
+};
+
+// The ranks that write one checkpoint together, rank 0 coordinating (a data-parallel group,
+// or every rank of a tensor × pipeline × data layout). Collectives on host values.
+class CheckpointGroup {
+ public:
+  virtual ~CheckpointGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Rank 0's values into every rank's.
+  virtual Result<void> Broadcast(std::span<int64_t> values) = 0;
+  // The maximum over the ranks, in place.
+  virtual Result<void> Max(std::span<float> values) = 0;
+};
+
 struct Checkpoint {
   std::string path;   // the step directory loaded
   GptConfig config;
@@ -68,6 +118,18 @@ struct Checkpoint {
 // kInvalidArgument when the spans' lengths disagree with the config.
 Result<std::string> SaveCheckpoint(const std::string& dir, const CheckpointView& view,
                                    int keep_last);
+
+// SaveCheckpoint written by several ranks: every rank of `group` (null: this process alone)
+// calls it with the same dir, keep_last and header (config and step; rank 0's is the one
+// written), and `mine`, this rank's ranges (may be empty). Together the ranks' ranges must cover each array
+// exactly once (kInternal naming the first gap or overlap otherwise). Every rank returns
+// the new directory, or an error: its own (kInvalidArgument for a range outside its array,
+// kUnavailable for I/O, "no space left on device" for ENOSPC), or kUnavailable "rank N could
+// not write its ranges" / the communicator's error. On any error nothing is renamed into
+// place and older checkpoints are untouched.
+Result<std::string> SaveCheckpointRanges(CheckpointGroup* group, const std::string& dir,
+                                         const CheckpointHeader& header,
+                                         std::span<const CheckpointRange> mine, int keep_last);
 
 // Loads the newest valid checkpoint in `dir`. kNotFound when `dir` has no checkpoint
 // (or does not exist); kInvalidArgument when checkpoints exist but none verifies (each

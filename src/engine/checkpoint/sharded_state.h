@@ -1,16 +1,18 @@
-// Sharded training state <-> checkpoints. A checkpoint always holds the logical model (the
-// single-rank GptModel layout of params.bin and optim.bin, checkpoint.h), whatever layout
-// wrote it, so one written by data × pipeline × tensor ranks resumes on any other layout,
-// and checkpoints written before tensor and pipeline parallelism load unchanged.
+// Sharded training state <-> the logical model. Checkpoints always hold the logical model
+// (the single-rank GptModel layout of params.bin and optim.bin, checkpoint.h), whatever
+// layout wrote them, so one written by data × pipeline × tensor ranks resumes on any other
+// layout. Ranks write their own slices of a checkpoint by range (checkpoint.h,
+// SaveCheckpointRanges); these two functions move whole states through world rank 0:
 //
-// Writing: the ranks of data replica 0 send their slices (parameters, AdamW m and v) to
-// world rank 0, which places them into logical buffers (gpt_shard_layout.h); the tied
-// output head's copy of wte is not sent (the embedding's slice is the same value).
-// Reading: world rank 0 holds the loaded checkpoint and sends every other rank its slices.
+// Gathering (the export of a split model, and the layout tests): the ranks of data replica
+// 0 send their slices (parameters, AdamW m and v) to world rank 0, which places them into
+// logical buffers (gpt_shard_layout.h); the tied output head's copy of wte is not sent (the
+// embedding's slice is the same value).
+// Scattering (resume): world rank 0 holds the loaded checkpoint and sends every other rank
+// its slices.
 // Both go over the world communicator's point-to-point calls, one message per buffer and
 // rank, so they run on the training thread while no other collective of `world` is in
-// flight. (A layout-independent format written by range, by each owner, is the next step:
-// ZeRO's issue.)
+// flight.
 //
 // Threads: the training thread of every rank, at the same point of the run.
 #pragma once

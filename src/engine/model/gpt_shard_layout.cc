@@ -151,6 +151,54 @@ void ExtractTensor(const GptShardLayout& layout, const ParamTensor& logical,
   }
 }
 
+std::vector<ShardRun> CheckpointRuns(const GptShardLayout& layout) {
+  std::vector<ShardRun> out;
+  for (const ShardTensor& t : layout.tensors) {
+    if (!t.counts_in_norm || t.tied_head_copy) continue;
+    size_t local = t.local.offset;
+    const size_t cols = static_cast<size_t>(t.logical_cols);
+    const size_t width = static_cast<size_t>(t.col_end - t.col_begin);
+    for (const RowRange& r : t.rows) {
+      const size_t rows = static_cast<size_t>(r.end - r.begin);
+      if (rows == 0 || width == 0) continue;
+      const size_t logical = t.logical_offset + static_cast<size_t>(r.begin) * cols +
+                             static_cast<size_t>(t.col_begin);
+      if (width == cols) {
+        out.push_back({local, logical, rows * cols, rows * cols, 1});
+      } else {
+        out.push_back({local, logical, width, cols, rows});
+      }
+      local += rows * width;
+    }
+  }
+  return out;
+}
+
+std::vector<ShardRun> CutRuns(std::span<const ShardRun> runs, size_t lo, size_t hi) {
+  std::vector<ShardRun> out;
+  for (const ShardRun& r : runs) {
+    const size_t first = std::max(lo, r.local), last = std::min(hi, r.local + r.width * r.runs);
+    if (first >= last) continue;
+    size_t k0 = (first - r.local) / r.width;
+    const size_t off0 = (first - r.local) % r.width;
+    const size_t k1 = (last - r.local) / r.width, off1 = (last - r.local) % r.width;
+    if (k0 == k1) {
+      out.push_back({first, r.logical + k0 * r.stride + off0, last - first, last - first, 1});
+      continue;
+    }
+    if (off0 > 0) {
+      out.push_back({first, r.logical + k0 * r.stride + off0, r.width - off0, r.width - off0, 1});
+      ++k0;
+    }
+    if (k1 > k0) {
+      out.push_back({r.local + k0 * r.width, r.logical + k0 * r.stride, r.width,
+                     k1 - k0 > 1 ? r.stride : r.width, k1 - k0});
+    }
+    if (off1 > 0) out.push_back({r.local + k1 * r.width, r.logical + k1 * r.stride, off1, off1, 1});
+  }
+  return out;
+}
+
 void PlaceShard(const GptShardLayout& layout, std::span<const float> local,
                 std::span<float> logical) {
   for (const ShardTensor& t : layout.tensors) {

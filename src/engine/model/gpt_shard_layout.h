@@ -93,6 +93,20 @@ void ExtractShard(const GptShardLayout& layout, std::span<const float> logical,
 // skipped, and both copies of wte get their slice.
 void ExtractTensor(const GptShardLayout& layout, const ParamTensor& logical,
                    std::span<const float> values, std::span<float> local);
+// A strided slice of the shard for a checkpoint: `runs` runs of `width` floats, contiguous in
+// the shard buffer from `local`, in the logical buffer from `logical`, `stride` apart.
+struct ShardRun {
+  size_t local = 0, logical = 0, width = 0, stride = 0, runs = 1;
+};
+// The slices this shard writes into a logical checkpoint: over the ranks of one data
+// replica every logical value exactly once (tensors that count in the norm: replicated ones
+// only on tensor rank 0, never the tied head copy). One run per row range, strided when the
+// shard holds a column range.
+std::vector<ShardRun> CheckpointRuns(const GptShardLayout& layout);
+// The parts of `runs` that lie in [lo, hi) of the shard buffer (a ZeRO shard of it): a run cut
+// mid-way becomes up to three (a partial first row, whole rows, a partial last row).
+std::vector<ShardRun> CutRuns(std::span<const ShardRun> runs, size_t lo, size_t hi);
+
 // Writes this shard's slices into a logical buffer; tied head copies are skipped (the
 // embedding's slice is the one that counts).
 void PlaceShard(const GptShardLayout& layout, std::span<const float> local,

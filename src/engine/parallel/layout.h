@@ -45,6 +45,8 @@ struct ParallelConfig {
   int virtual_stages = 1;         // chunks per stage; interleaved needs >= 2
   int microbatches = 0;           // per replica and step; 0: what the batch gives
   std::vector<int> pipeline_layers;  // blocks per chunk, in chunk order; empty: balanced
+  int zero = 0;                      // ZeRO stage in the data-parallel group (zero.h)
+  std::string offload = "none";      // none | optimizer | optimizer+params (cuda only)
 };
 
 // One contiguous piece of the model.

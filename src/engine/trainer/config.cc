@@ -20,6 +20,43 @@ Result<ObjectReader> Section(ObjectReader& top, const json& empty, std::string_v
   return ObjectReader::Open(raw ? *raw : empty, std::string(name));
 }
 
+// parallel.zero and parallel.offload against the device and the layout: what is built.
+Result<void> CheckZero(const TrainConfig& c) {
+  const ParallelConfig& p = c.parallel;
+  if (p.offload != "none" && p.offload != "optimizer" && p.offload != "optimizer+params") {
+    return FieldError("parallel.offload", "must be none, optimizer or optimizer+params, got '{}'",
+                      p.offload);
+  }
+  if (p.offload != "none" && c.device == "cpu") {
+    return FieldError("parallel.offload",
+                      "'{}' moves GPU state to host memory; with train.device cpu everything is "
+                      "already there (use none)",
+                      p.offload);
+  }
+  if (p.offload == "optimizer+params" && p.zero != 3) {
+    return FieldError("parallel.offload", "optimizer+params needs parallel.zero 3, got {}", p.zero);
+  }
+  if (p.offload != "none") {
+    return FieldError("parallel.offload", "'{}' is not built yet (only none)", p.offload);
+  }
+  if (p.zero == 3) {
+    return FieldError("parallel.zero",
+                      "3 (parameters sharded and gathered per layer) is not built yet; stages 0, "
+                      "1 and 2 are");
+  }
+  if (p.zero > 0 && c.device != "cpu") {
+    return FieldError("parallel.zero", "{} runs on train.device cpu for now (got {})", p.zero,
+                      c.device);
+  }
+  if (p.zero > 1 && (p.tensor > 1 || p.pipeline > 1)) {
+    return FieldError("parallel.zero",
+                      "{} with parallel.tensor {} x parallel.pipeline {} is not built yet (stage 1 "
+                      "is: it shards each position's AdamW state over its data-parallel ranks)",
+                      p.zero, p.tensor, p.pipeline);
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<void> CheckDeviceBackend(const TrainConfig& c) {
@@ -125,7 +162,7 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
   }
   {
     ObjectReader r = COHORT_TRY(Section(top, empty, "checkpoint"));
-    c.checkpoint_dir = Resolve(COHORT_TRY(r.String("dir", "")), base_dir);
+    SetCheckpointDir(c, COHORT_TRY(r.String("dir", "")), base_dir);
     c.checkpoint_every = COHORT_TRY(r.Int("every", c.checkpoint_every, 0, int64_t{1} << 40));
     c.checkpoint_keep = static_cast<int>(COHORT_TRY(r.Int("keep", c.checkpoint_keep, 1, 1 << 20)));
     COHORT_TRY_VOID(r.Finish());
@@ -168,7 +205,10 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
         p.pipeline_layers.push_back(v.get<int>());
       }
     }
+    p.zero = static_cast<int>(COHORT_TRY(r.Int("zero", p.zero, 0, 3)));
+    p.offload = COHORT_TRY(r.String("offload", p.offload));
     COHORT_TRY_VOID(r.Finish());
+    COHORT_TRY_VOID(CheckZero(c));
     if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {
       return FieldError("parallel.schedule", "must be gpipe, 1f1b or interleaved, got '{}'",
                         p.schedule);
@@ -223,6 +263,11 @@ Result<TrainConfig> LoadTrainConfig(const std::string& path,
   auto c = TrainConfigFromJson(doc, fs::path(path).parent_path().string());
   if (!c) return std::unexpected(WithContext(c.error(), path));
   return c;
+}
+
+void SetCheckpointDir(TrainConfig& c, const std::string& dir, const std::string& base_dir) {
+  c.checkpoints_off = dir == "none";
+  c.checkpoint_dir = c.checkpoints_off ? std::string() : Resolve(dir, base_dir);
 }
 
 Result<int> AccumulationSteps(const TrainConfig& c, int world) {

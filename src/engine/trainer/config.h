@@ -18,7 +18,8 @@
 //               device (cpu: the float32 reference; cuda: bf16 mixed precision on GPU
 //               LOCAL_RANK, data parallel over nccl)
 //   eval:       every (steps; 0 = never), batches (global batches of validation data)
-//   checkpoint: dir (default $COHORT_CHECKPOINT_DIR; none: no checkpoints), every, keep
+//   checkpoint: dir (default $COHORT_CHECKPOINT_DIR; none: no checkpoints: nothing is
+//               written or resumed, whatever COHORT_CHECKPOINT_DIR says), every, keep
 //   sample:     every (0 = only at the end), prompt, tokens, temperature, top_k
 //   log:        every, file (JSON lines, one per logged step, appended by rank 0: step,
 //               loss, lr, grad norm, tokens/s, attempt; val_loss on evaluated steps;
@@ -28,6 +29,9 @@
 //               interleaved), virtual_stages (chunks per stage, interleaved), microbatches
 //               (per replica and step; 0: what the batch gives), pipeline_layers (blocks
 //               per chunk; default: balanced). See engine/parallel/layout.h.
+//               zero (0 | 1 | 2: ZeRO stage in the data-parallel group, engine/parallel/
+//               zero.h; 3 is refused until built), offload (none | optimizer |
+//               optimizer+params: train.device cuda only, and refused until built).
 //   comm:       backend (gloo for train.device cpu, nccl for cuda; the default follows
 //               the device, and a backend that cannot reach the gradients is an error),
 //               timeout_s
@@ -78,7 +82,8 @@ struct TrainConfig {
   int64_t eval_every = 0;
   int eval_batches = 4;
   // checkpoint
-  std::string checkpoint_dir;
+  std::string checkpoint_dir;      // empty: COHORT_CHECKPOINT_DIR, unless checkpoints_off
+  bool checkpoints_off = false;    // checkpoint.dir: none
   int64_t checkpoint_every = 0;
   int checkpoint_keep = 3;
   // sample
@@ -111,6 +116,10 @@ Result<TrainConfig> LoadTrainConfig(const std::string& path,
 // kInvalidArgument (field comm.backend) when the backend cannot move the device's
 // gradients: cuda needs nccl, and nccl needs cuda.
 Result<void> CheckDeviceBackend(const TrainConfig& c);
+
+// Sets checkpoint.dir from the config or --checkpoint-dir: the word "none" turns checkpoints
+// off (checkpoints_off, empty dir); anything else is a directory, resolved against base_dir.
+void SetCheckpointDir(TrainConfig& c, const std::string& dir, const std::string& base_dir);
 
 // Accumulation steps per rank for `world` ranks: global_batch_tokens / (world ×
 // micro_batch × seq_len). kInvalidArgument (field train.global_batch_tokens) when that is

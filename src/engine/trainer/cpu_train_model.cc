@@ -1,10 +1,14 @@
 // The CPU TrainModel: GptModel + AdamW + ClipGradNorm in host memory, exactly the calls the
-// trainer made before it had a device choice (so CPU runs are unchanged, bitwise).
+// trainer made before it had a device choice (so CPU runs are unchanged, bitwise). With ZeRO
+// (stages 1 and 2, parallel/zero.h) the AdamW state is this rank's shard only and the step is
+// ZeroOptimizer's; checkpoints then hold the shard's ranges.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "engine/checkpoint/gpt2_safetensors.h"
 #include "engine/optim/grad_clip.h"
+#include "engine/parallel/zero.h"
 #include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
@@ -14,6 +18,8 @@ class CpuTrainModel final : public TrainModel {
  public:
   CpuTrainModel(GptModel model, AdamW optimizer)
       : model_(std::move(model)), optimizer_(std::move(optimizer)) {}
+  CpuTrainModel(GptModel model, ZeroOptimizer zero)
+      : model_(std::move(model)), zero_(std::move(zero)) {}
 
   const GptConfig& config() const override { return model_.config(); }
   size_t num_params() const override { return model_.params().size(); }
@@ -30,9 +36,16 @@ class CpuTrainModel final : public TrainModel {
     return model_.Backward(loss_scale, ready);
   }
   Result<double> ClipAndStep(double max_norm, float lr) override {
+    if (zero_) return zero_->Step(model_.params(), model_.grads(), max_norm, lr);
     const double norm = ClipGradNorm(model_.grads(), max_norm);
-    optimizer_.Step(model_.params(), model_.grads(), lr);
+    optimizer_->Step(model_.params(), model_.grads(), lr);
     return norm;
+  }
+  const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
+  ModelStateBytes model_state_bytes() override {
+    AdamW& a = zero_ ? zero_->adamw() : *optimizer_;
+    return {model_.params().size() * sizeof(float), model_.grads().size() * sizeof(float),
+            (a.m().size() + a.v().size()) * sizeof(float)};
   }
 
   std::span<float> grads() override { return model_.grads(); }
@@ -60,18 +73,47 @@ class CpuTrainModel final : public TrainModel {
       COHORT_TRY_VOID(comm->Broadcast(m.data(), m.size(), comm::DataType::kFloat32, 0));
       COHORT_TRY_VOID(comm->Broadcast(v.data(), v.size(), comm::DataType::kFloat32, 0));
     }
-    return optimizer_.Restore(m, v, adam_t);
+    if (zero_) {
+      const size_t lo = zero_->shard_begin(), n = zero_->adamw().num_params();
+      return zero_->adamw().Restore(std::span<const float>(m).subspan(lo, n),
+                                    std::span<const float>(v).subspan(lo, n), adam_t);
+    }
+    return optimizer_->Restore(m, v, adam_t);
   }
   Result<void> BroadcastParams(comm::Communicator& comm) override {
     auto params = model_.params();
     return comm.Broadcast(params.data(), params.size(), comm::DataType::kFloat32, 0);
   }
   Result<void> StateForCheckpoint(CheckpointView& view) override {
+    if (zero_) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "ZeRO keeps only this rank's shard of the AdamW state: checkpoints are "
+                       "written by range (CheckpointRanges)");
+    }
     view.params = model_.params();
-    view.adam_m = optimizer_.m();
-    view.adam_v = optimizer_.v();
-    view.adam_t = optimizer_.t();
+    view.adam_m = optimizer_->m();
+    view.adam_v = optimizer_->v();
+    view.adam_t = optimizer_->t();
     return {};
+  }
+  // With ZeRO each rank writes its shard: the parameters' (replicated, but the shard is the
+  // part this rank updated) and its AdamW moments. The shards are the data replicas' shares.
+  Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
+                                                        int64_t* adam_t) override {
+    if (!zero_) return TrainModel::CheckpointRanges(replica, replicas, adam_t);
+    if (replica != zero_->rank() || replicas != zero_->partition().ranks) {
+      return Errorf(ErrorCode::kInternal, "ZeRO shard {} of {} asked for replica {} of {}",
+                    zero_->rank(), zero_->partition().ranks, replica, replicas);
+    }
+    AdamW& a = zero_->adamw();
+    *adam_t = a.t();
+    const size_t lo = zero_->shard_begin(), n = a.num_params();
+    std::vector<CheckpointRange> out;
+    if (n == 0) return out;
+    out.push_back({CheckpointArray::kParams, lo, n, n, 1, model_.params().subspan(lo, n)});
+    out.push_back({CheckpointArray::kAdamM, lo, n, n, 1, a.m()});
+    out.push_back({CheckpointArray::kAdamV, lo, n, n, 1, a.v()});
+    return out;
   }
 
   Result<std::vector<float>> NextTokenLogits(std::span<const int32_t> window) override {
@@ -88,7 +130,8 @@ class CpuTrainModel final : public TrainModel {
 
  private:
   GptModel model_;
-  AdamW optimizer_;
+  std::optional<AdamW> optimizer_;    // without ZeRO
+  std::optional<ZeroOptimizer> zero_;  // with ZeRO
 };
 
 }  // namespace
@@ -98,6 +141,15 @@ Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const Adam
   for (const auto& t : model.tensors()) ranges.push_back({t.offset, t.numel, t.weight_decay});
   AdamW optimizer = COHORT_TRY(AdamW::Create(model.params().size(), std::move(ranges), adamw));
   return std::unique_ptr<TrainModel>(new CpuTrainModel(std::move(model), std::move(optimizer)));
+}
+
+Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
+                                                          comm::Communicator& data, int stage) {
+  std::vector<DecayRange> ranges;
+  for (const auto& t : model.tensors()) ranges.push_back({t.offset, t.numel, t.weight_decay});
+  ZeroOptimizer zero =
+      COHORT_TRY(ZeroOptimizer::Create(data, stage, model.params().size(), ranges, adamw));
+  return std::unique_ptr<TrainModel>(new CpuTrainModel(std::move(model), std::move(zero)));
 }
 
 }  // namespace cohort::engine

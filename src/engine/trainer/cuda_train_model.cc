@@ -67,6 +67,13 @@ class CudaTrainModel final : public TrainModel {
   }
 
   std::span<float> grads() override { return model_->grads_device(); }
+  // float32 master parameters and their bf16 copy, float32 gradients and moments.
+  ModelStateBytes model_state_bytes() override {
+    const size_t n = model_->num_parameters();
+    return {model_->params_device().size() * sizeof(float) + n * sizeof(cuda::bf16),
+            model_->grads_device().size() * sizeof(float),
+            (optimizer_->m_device().size() + optimizer_->v_device().size()) * sizeof(float)};
+  }
   DdpReducer::WaitReadyFn grad_wait() override {
     GptCudaModel* model = model_.get();
     return [model](size_t offset, size_t count) { return model->WaitGradsReady(offset, count); };

@@ -11,6 +11,7 @@
 // over the replica's model-parallel group, so the norm is the one a single rank computes.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -38,12 +39,22 @@ Result<std::unique_ptr<comm::Communicator>> SplitGroup(comm::Communicator& world
 
 class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
  public:
-  ParallelCpuTrainModel(const ParallelLayout& layout, comm::Communicator& world, AdamW optimizer)
-      : layout_(layout),
-        world_(world),
-        at_(layout.CoordsOf(world.rank())),
-        optimizer_(std::move(optimizer)),
-        tp_(nullptr) {}
+  ParallelCpuTrainModel(const ParallelLayout& layout, comm::Communicator& world)
+      : layout_(layout), world_(world), at_(layout.CoordsOf(world.rank())), tp_(nullptr) {}
+
+  // The optimizer of this rank's shard: AdamW over all of it, or (ZeRO-1, parallel/zero.h)
+  // over its part of the shard in the data-parallel group of this tensor/pipeline position.
+  // After Init (the data group's communicator).
+  Result<void> InitOptimizer(std::vector<DecayRange> ranges, const AdamWConfig& adamw,
+                             int zero_stage) {
+    const size_t n = shard_->layout().total;
+    if (zero_stage > 0 && dp_comm_) {
+      zero_ = COHORT_TRY(ZeroOptimizer::Create(*dp_comm_, zero_stage, n, ranges, adamw));
+    } else {
+      optimizer_ = COHORT_TRY(AdamW::Create(n, std::move(ranges), adamw));
+    }
+    return {};
+  }
 
   Result<void> Init(const GptConfig& config, const InitialParams& initial) {
     const int rank = world_.rank();
@@ -135,8 +146,12 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
       sq = static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
     }
     const double norm = std::sqrt(sq);
+    if (zero_) {
+      COHORT_TRY_VOID(zero_->StepWithNorm(shard_->params(), shard_->grads(), norm, max_norm, lr));
+      return norm;
+    }
     ClipToNorm(shard_->grads(), norm, max_norm);
-    optimizer_.Step(shard_->params(), shard_->grads(), lr);
+    optimizer_->Step(shard_->params(), shard_->grads(), lr);
     return norm;
   }
 
@@ -163,17 +178,58 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
     std::vector<float> m(n), v(n);
     COHORT_TRY_VOID(ScatterShardedState(comm, layout_, config_, ckpt ? &full : nullptr,
                                         {shard_->params(), m, v}));
-    return optimizer_.Restore(m, v, adam_t);
+    const size_t lo = opt_begin(), k = adamw().num_params();
+    return adamw().Restore(std::span<const float>(m).subspan(lo, k),
+                           std::span<const float>(v).subspan(lo, k), adam_t);
   }
   // Every rank extracted its shard from the same initial model (same seed or file).
   Result<void> BroadcastParams(comm::Communicator&) override { return {}; }
+  ModelStateBytes model_state_bytes() override {
+    return {shard_->params().size() * sizeof(float), shard_->grads().size() * sizeof(float),
+            (adamw().m().size() + adamw().v().size()) * sizeof(float)};
+  }
+  const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
+  AdamW& adamw() { return zero_ ? zero_->adamw() : *optimizer_; }
+  // Where the optimizer's part of the shard buffer starts (0 without ZeRO).
+  size_t opt_begin() const { return zero_ ? zero_->shard_begin() : 0;
+  }
+  Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
+                                                        int64_t* adam_t) override {
+    *adam_t = adamw().t();
+    std::vector<ShardRun> runs = CheckpointRuns(shard_->layout());
+    // With ZeRO each data rank writes the runs of its part of the shard, where its moments
+    // are; without, the replicas take turns over the runs.
+    const size_t lo = opt_begin();
+    if (zero_) runs = CutRuns(runs, lo, lo + adamw().num_params());
+    const size_t first = zero_ ? 0 : static_cast<size_t>(replica);
+    const size_t step = zero_ ? 1 : static_cast<size_t>(replicas);
+    std::vector<CheckpointRange> out;
+    for (size_t i = first; i < runs.size(); i += step) {
+      const ShardRun& r = runs[i];
+      const size_t count = r.width * r.runs;
+      out.push_back({CheckpointArray::kParams, r.logical, r.width, r.stride, r.runs,
+                     shard_->params().subspan(r.local, count)});
+      out.push_back({CheckpointArray::kAdamM, r.logical, r.width, r.stride, r.runs,
+                     adamw().m().subspan(r.local - lo, count)});
+      out.push_back({CheckpointArray::kAdamV, r.logical, r.width, r.stride, r.runs,
+                     adamw().v().subspan(r.local - lo, count)});
+    }
+    return out;
+  }
+  // Rank 0 gets the logical state (the tests compare layouts with it; checkpoints are
+  // written by range, CheckpointRanges).
   Result<void> StateForCheckpoint(CheckpointView& view) override {
+    if (zero_) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "ZeRO keeps part of the shard's AdamW state per data rank: checkpoints are "
+                       "written by range (CheckpointRanges)");
+    }
     gathered_ = COHORT_TRY(GatherShardedState(world_, layout_, config_,
-                                              {shard_->params(), optimizer_.m(), optimizer_.v()}));
+                                              {shard_->params(), optimizer_->m(), optimizer_->v()}));
     view.params = gathered_.params;
     view.adam_m = gathered_.adam_m;
     view.adam_v = gathered_.adam_v;
-    view.adam_t = optimizer_.t();
+    view.adam_t = optimizer_->t();
     return {};
   }
 
@@ -204,8 +260,10 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   int max_window() const override { return config_.max_seq_len; }
 
   Result<void> Export(const std::string& path) override {
-    LogicalState full = COHORT_TRY(GatherShardedState(
-        world_, layout_, config_, {shard_->params(), optimizer_.m(), optimizer_.v()}));
+    // The parameters only (the moments' slots get zeros: ZeRO may hold part of them).
+    std::vector<float> none(shard_->layout().total, 0.0f);
+    LogicalState full =
+        COHORT_TRY(GatherShardedState(world_, layout_, config_, {shard_->params(), none, none}));
     if (world_.rank() != 0) return {};
     GptModel host = COHORT_TRY(GptModel::Create(config_));
     std::copy(full.params.begin(), full.params.end(), host.params().begin());
@@ -218,7 +276,8 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
         "this rank (data {}, stage {}, tensor {}) holds {:.2f}M of the {:.2f}M parameters: "
         "{:.1f} MB of parameters, gradients and AdamW moments",
         at_.data, at_.stage, at_.tensor, n / 1e6, config_.num_parameters() / 1e6,
-        4.0 * n * sizeof(float) / 1e6);
+        (2.0 * n + 2.0 * (zero_ ? zero_->partition().size(zero_->rank()) : n)) * sizeof(float) /
+            1e6);
   }
 
  private:
@@ -307,7 +366,8 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   comm::Communicator& world_;
   const RankCoords at_;
   GptConfig config_;
-  AdamW optimizer_;
+  std::optional<AdamW> optimizer_;    // without ZeRO
+  std::optional<ZeroOptimizer> zero_;  // ZeRO-1 over dp_comm_
   std::unique_ptr<comm::Communicator> tp_comm_, dp_comm_, pipe_comm_, emb_comm_, model_comm_;
   TensorParallelGroup tp_;
   std::unique_ptr<PipelineLinks> links_;
@@ -333,8 +393,13 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
                                                               const AdamWConfig& adamw,
                                                               const ParallelLayout& layout,
                                                               comm::Communicator& world,
-                                                              std::string* description) {
+                                                              std::string* description,
+                                                              int zero_stage) {
   COHORT_TRY_VOID(config.Validate());
+  if (zero_stage > 1) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "ZeRO-{} with tensor/pipeline parallelism is not built (stage 1 is)", zero_stage);
+  }
   if (initial.from != nullptr && initial.from->config().num_parameters() != config.num_parameters()) {
     return Errorf(ErrorCode::kInvalidArgument,
                   "initial model has {} parameters; the configuration {}",
@@ -345,9 +410,9 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
   for (const ShardTensor& t : shard.tensors) {
     ranges.push_back({t.local.offset, t.local.numel, t.local.weight_decay});
   }
-  AdamW optimizer = COHORT_TRY(AdamW::Create(shard.total, std::move(ranges), adamw));
-  auto model = std::make_unique<ParallelCpuTrainModel>(layout, world, std::move(optimizer));
+  auto model = std::make_unique<ParallelCpuTrainModel>(layout, world);
   COHORT_TRY_VOID(model->Init(config, initial));
+  COHORT_TRY_VOID(model->InitOptimizer(std::move(ranges), adamw, zero_stage));
   if (description) *description = model->Describe();
   return std::unique_ptr<TrainModel>(std::move(model));
 }

@@ -80,7 +80,7 @@ int RunTrain(int argc, char** argv) {
   app.add_option("-n,--ranks", f.ranks, "Train on N local ranks (re-runs under `cohort run -n N`)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--steps", f.steps, "Override train.steps")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  app.add_option("--checkpoint-dir", f.checkpoint_dir, "Override checkpoint.dir");
+  app.add_option("--checkpoint-dir", f.checkpoint_dir, "Override checkpoint.dir (none: no checkpoints)");
   app.add_option("--export", f.export_path,
                  "Write the final model here as GPT-2 safetensors (Hugging Face names)");
   app.add_option("--log-file", f.log_file, "Override log.file (JSON lines of the loss record)");
@@ -108,7 +108,7 @@ int RunTrain(int argc, char** argv) {
   auto config = LoadTrainConfig(f.config, f.sets);
   if (!config) return Report(config.error());
   if (f.steps > 0) config->steps = f.steps;
-  if (!f.checkpoint_dir.empty()) config->checkpoint_dir = f.checkpoint_dir;
+  if (!f.checkpoint_dir.empty()) SetCheckpointDir(*config, f.checkpoint_dir, "");
   if (f.log_every > 0) config->log_every = f.log_every;
   if (!f.log_file.empty()) config->log_file = f.log_file;
   if (f.threads >= 0) config->threads = f.threads;

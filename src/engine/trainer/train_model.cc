@@ -2,6 +2,7 @@
 // shares.
 #include "engine/trainer/train_model.h"
 
+#include <utility>
 #include <vector>
 
 namespace cohort::engine {
@@ -26,6 +27,25 @@ Result<double> TrainModel::TrainMicrobatches(int count, int B, int T, const Load
     }
   }
   return loss_sum / count;
+}
+
+Result<std::vector<CheckpointRange>> TrainModel::CheckpointRanges(int replica, int replicas,
+                                                                  int64_t* adam_t) {
+  CheckpointView view;
+  COHORT_TRY_VOID(StateForCheckpoint(view));
+  *adam_t = view.adam_t;
+  const size_t n = view.params.size();
+  const size_t lo = n * replica / replicas, hi = n * (replica + 1) / replicas;
+  std::vector<CheckpointRange> out;
+  if (hi == lo) return out;
+  const std::pair<CheckpointArray, std::span<const float>> arrays[] = {
+      {CheckpointArray::kParams, view.params},
+      {CheckpointArray::kAdamM, view.adam_m},
+      {CheckpointArray::kAdamV, view.adam_v}};
+  for (const auto& [array, values] : arrays) {
+    out.push_back({array, lo, hi - lo, hi - lo, 1, values.subspan(lo, hi - lo)});
+  }
+  return out;
 }
 
 Result<double> TrainModel::EvalMicrobatches(int count, int B, int T, const LoadMicrobatch& load) {

@@ -37,6 +37,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/parallel/ddp.h"
 #include "engine/parallel/layout.h"
+#include "engine/parallel/zero.h"
 #include "engine/trainer/device_peak.h"
 
 namespace cohort::engine {
@@ -87,6 +88,14 @@ class TrainModel {
   };
   virtual std::optional<ParallelStats> parallel_stats() const { return std::nullopt; }
 
+  // ZeRO (parallel/zero.h): the optimizer sharded over the data-parallel group, or null.
+  virtual const ZeroOptimizer* zero() const { return nullptr; }
+  // The model states this rank holds, counted where the model allocates them (bytes).
+  struct ModelStateBytes {
+    size_t params = 0, grads = 0, optimizer = 0;
+  };
+  virtual ModelStateBytes model_state_bytes() = 0;
+
   // Clips the gradients to max_norm (torch's clip_grad_norm_; <= 0: no clipping) and
   // applies one AdamW step with `lr`. Returns the gradient norm before clipping.
   virtual Result<double> ClipAndStep(double max_norm, float lr) = 0;
@@ -112,6 +121,15 @@ class TrainModel {
   // Points view.params, adam_m, adam_v at host copies of the state and sets adam_t; the
   // spans stay valid until the next call on the model.
   virtual Result<void> StateForCheckpoint(CheckpointView& view) = 0;
+  // What this rank writes into a checkpoint (SaveCheckpointRanges, every rank): the ranges
+  // of the logical parameters and AdamW moments it owns, for data replica `replica` of
+  // `replicas`. A model on one rank holds the whole state: replica r writes its r-th share
+  // of each array (so the replicas write in parallel). A model split over ranks writes its
+  // shard's slices (gpt_shard_layout.h CheckpointRuns), shared out among the replicas that
+  // hold the same shard. The values stay valid until the next call on the model; *adam_t is
+  // set.
+  virtual Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
+                                                                int64_t* adam_t);
 
   // Sampling: runs the model on `window` (1 to max_window() ids) and returns the
   // vocab_size logits of its last position.
@@ -124,6 +142,11 @@ class TrainModel {
 
 // The CPU reference: takes the (initialised) model.
 Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const AdamWConfig& adamw);
+
+// The CPU reference with ZeRO stage 1 or 2 over `data` (the data-parallel group, which must
+// outlive the model): AdamW state for this rank's shard only (parallel/zero.h).
+Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
+                                                          comm::Communicator& data, int stage);
 
 // The device a CUDA rank trains on, chosen by SelectCudaDevice.
 struct CudaDeviceChoice {
@@ -162,12 +185,15 @@ struct InitialParams {
 // this rank's shard, its own AdamW, and the communicators of its groups, split from `world`
 // (every rank calls this at the same point, with the same config and initial parameters).
 // `description` receives a line for the log (parameters and memory of this rank).
+// zero_stage 1: ZeRO-1 in the data-parallel group of this tensor/pipeline position (the
+// AdamW state of part of the shard per data rank); 2 and 3 are kInvalidArgument.
 Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& config,
                                                               const InitialParams& initial,
                                                               const AdamWConfig& adamw,
                                                               const ParallelLayout& layout,
                                                               comm::Communicator& world,
-                                                              std::string* description);
+                                                              std::string* description,
+                                                              int zero_stage = 0);
 
 // True when this binary was built with the CUDA engine.
 bool CudaTrainingBuilt();

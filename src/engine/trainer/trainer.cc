@@ -1,6 +1,7 @@
 #include "engine/trainer/trainer.h"
 
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <csignal>
@@ -165,7 +166,8 @@ struct Trainer::Impl {
   // Writes a checkpoint every checkpoint.every steps, at the last step, when `stopping`
   // or when asked (the head, SIGUSR1); a failed write is logged and training goes on.
   void MaybeCheckpoint(const StepStats& s, bool stopping);
-  // Rank 0 writes a checkpoint of the current state; the error is already logged.
+  // Every rank writes its ranges of a checkpoint of the current state (a collective); the
+  // error is already logged.
   Result<void> SaveCheckpointNow();
   // Rank 0 prints a sample every sample.every steps (not at the last step).
   Result<void> MaybeSample();
@@ -453,12 +455,15 @@ Result<void> Trainer::Impl::SetupModel() {
   std::string memory;
   if (layout.model_parallel()) {
     model = COHORT_TRY(MakeParallelCpuTrainModel(
-        mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory));
+        mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory,
+        config.parallel.zero));
   } else if (gpu) {
     // The GPU starts from the weights the CPU would (same seed or file), then the host
     // copy is dropped.
     model = COHORT_TRY(
         MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory));
+  } else if (config.parallel.zero > 0 && comm) {
+    model = COHORT_TRY(MakeZeroCpuTrainModel(std::move(*initial), ac, *comm, config.parallel.zero));
   } else {
     model = COHORT_TRY(MakeCpuTrainModel(std::move(*initial), ac));
   }
@@ -477,6 +482,16 @@ Result<void> Trainer::Impl::SetupModel() {
       model->num_params() / 1e6);
   Log("layout: {}", layout.Describe());
   if (layout.model_parallel()) Log("shard: {}", memory);
+  {
+    // What the model allocated for its states on this rank (ZeRO shrinks the optimizer's).
+    const TrainModel::ModelStateBytes b = model->model_state_bytes();
+    const int zero_ranks = model->zero() ? model->zero()->partition().ranks : data_world;
+    Log("model states per rank: parameters {:.3g} MB, gradients {:.3g} MB, optimizer {:.3g} MB "
+        "({}; bytes {} + {} + {})",
+        b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
+        ZeroDescription(model->zero() ? model->zero()->stage() : 0, zero_ranks), b.params,
+        b.grads, b.optimizer);
+  }
   if (layout.model_parallel()) {
     Log("batch: {} data-parallel replicas x {} micro-batches x {} sequences x {} tokens = {} "
         "tokens per step",
@@ -601,17 +616,26 @@ Result<void> Trainer::Impl::Setup() {
   COHORT_TRY_VOID(SetupData());
   COHORT_TRY_VOID(SetupModel());
   rng = Rng(config.seed ^ 0x5eedULL);
-  if (config.checkpoint_dir.empty()) config.checkpoint_dir = ctx.checkpoint_dir;
-  if (config.checkpoint_dir.empty() && config.checkpoint_every > 0) {
+  if (config.checkpoints_off) {
+    Log("checkpoint: none (checkpoint.dir is none): nothing is resumed or written");
+  } else if (config.checkpoint_dir.empty()) {
+    config.checkpoint_dir = ctx.checkpoint_dir;
+  }
+  if (config.checkpoint_dir.empty() && !config.checkpoints_off && config.checkpoint_every > 0) {
     Log("checkpoint: none will be written (checkpoint.every is {} but there is no "
         "checkpoint.dir, --checkpoint-dir or COHORT_CHECKPOINT_DIR)",
         config.checkpoint_every);
   }
   COHORT_TRY_VOID(Resume());
   if (comm && !model->model_parallel()) {
-    reducer = std::make_unique<DdpReducer>(*comm, model->grads(),
-                                           static_cast<size_t>(config.bucket_mb * (1 << 20)),
-                                           model->grad_wait());
+    const size_t bucket = static_cast<size_t>(config.bucket_mb * (1 << 20));
+    if (model->zero() && model->zero()->stage() == 2) {
+      // ZeRO-2: each bucket reduce-scattered into the ranks' shards.
+      reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket,
+                                             model->zero()->partition());
+    } else {
+      reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket, model->grad_wait());
+    }
   }
   if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
   if (leader() && !config.log_file.empty()) {
@@ -658,43 +682,67 @@ Result<double> Trainer::Impl::Evaluate() {
   return AverageOverRanks(sum / double(batches));
 }
 
-Result<void> Trainer::Impl::SaveCheckpointNow() {
-  if (!leader() && !collective_io()) return {};
-  const auto start = Clock::now();
-  CheckpointView view;
-  view.config = model->config();
-  auto state = model->StateForCheckpoint(view);  // a collective when collective_io()
-  if (!leader()) return state;
-  if (!state) {
-    Log("checkpoint at step {} FAILED (training continues; older checkpoints kept): {}",
-        progress.step, state.error().ToString());
-    return std::unexpected(state.error());
+namespace {
+
+// The world's ranks as a CheckpointGroup, through the model's host collectives (staged
+// through device memory on CUDA).
+class ModelCheckpointGroup : public CheckpointGroup {
+ public:
+  ModelCheckpointGroup(TrainModel& model, comm::Communicator& comm) : model_(model), comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  Result<void> Broadcast(std::span<int64_t> values) override {
+    return model_.BroadcastHost(comm_, values.data(), values.size(), comm::DataType::kInt64);
   }
-  view.progress = progress;
+  Result<void> Max(std::span<float> values) override {
+    return model_.AllReduceHost(comm_, values.data(), values.size(), comm::ReduceOp::kMax);
+  }
+
+ private:
+  TrainModel& model_;
+  comm::Communicator& comm_;
+};
+
+}  // namespace
+
+Result<void> Trainer::Impl::SaveCheckpointNow() {
+  const auto start = Clock::now();
+  CheckpointHeader header;
+  header.config = model->config();
+  header.progress = progress;
   const auto words = rng.state();
-  view.progress.rng_state.assign(words.begin(), words.end());
-  view.metadata = json{{"world_size", world},
-                       {"parallel", {{"data", layout.data},
-                                     {"pipeline", layout.pipeline},
-                                     {"tensor", layout.tensor},
-                                     {"schedule", ScheduleName(layout.schedule)}}},
-                       {"accumulation_steps", accum},
-                       {"micro_batch", config.micro_batch},
-                       {"seq_len", config.seq_len},
-                       {"tokenizer", std::string(tokenizer->name())},
-                       {"job", ctx.job_id},
-                       {"attempt", ctx.attempt}};
+  header.progress.rng_state.assign(words.begin(), words.end());
+  header.metadata = json{{"world_size", world},
+                         {"parallel", {{"data", layout.data},
+                                       {"pipeline", layout.pipeline},
+                                       {"tensor", layout.tensor},
+                                       {"schedule", ScheduleName(layout.schedule)}}},
+                         {"accumulation_steps", accum},
+                         {"micro_batch", config.micro_batch},
+                         {"seq_len", config.seq_len},
+                         {"tokenizer", std::string(tokenizer->name())},
+                         {"job", ctx.job_id},
+                         {"attempt", ctx.attempt}};
   // The record lines this checkpoint covers, written to log.file only once it is durable:
   // a run killed in between gets them back from here when it resumes.
-  if (record) view.metadata["record"] = pending_records;
-  auto path = SaveCheckpoint(config.checkpoint_dir, view, config.checkpoint_keep);
+  if (record) header.metadata["record"] = pending_records;
+  // Every rank writes the ranges it owns, in parallel (checkpoint.h); a rank whose state
+  // cannot be read still takes part, with no ranges, so that the others learn of it.
+  auto mine = model->CheckpointRanges(data_rank, data_world, &header.adam_t);
+  std::vector<CheckpointRange> none;
+  std::optional<ModelCheckpointGroup> group;
+  if (comm) group.emplace(*model, *comm);
+  auto path = SaveCheckpointRanges(group ? &*group : nullptr, config.checkpoint_dir, header,
+                                   mine ? *mine : none, config.checkpoint_keep);
+  if (!mine && path) path = std::unexpected(mine.error());
   if (!path) {
     // Training goes on: a later checkpoint may succeed, and older ones are intact.
     Log("checkpoint at step {} FAILED (training continues; older checkpoints kept): {}",
-        progress.step, path.error().ToString());
+        progress.step, (mine ? path.error() : mine.error()).ToString());
     return std::unexpected(path.error());
   }
-  Log("checkpoint: wrote {} in {:.0f} ms", *path, Seconds(Clock::now() - start) * 1000);
+  Log("checkpoint: wrote {} in {:.0f} ms ({} ranks wrote their ranges)", *path,
+      Seconds(Clock::now() - start) * 1000, comm ? world : 1);
   checkpoint_step = progress.step;
   FlushRecords();
   return {};
@@ -805,7 +853,7 @@ void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
   // signal (SIGUSR1; every rank takes the signal, rank 0 writes the checkpoint).
   const bool signalled = CheckpointSignalled();
   bool requested = leader() && (checkpoint_requested || signalled);
-  if (collective_io()) {
+  if (comm) {
     // Writing is a collective: every rank learns of rank 0's request.
     int64_t flag = requested ? 1 : 0;
     if (auto r = model->BroadcastHost(*comm, &flag, 1, comm::DataType::kInt64); r) {
@@ -847,6 +895,16 @@ Result<TrainResult> Trainer::Impl::Finish(TrainResult result, std::vector<double
   if (!rates.empty()) {
     std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
     result.tokens_per_s = rates[rates.size() / 2];
+  }
+  {
+    // Peak resident memory of the ranks (the largest), beside this rank's model states.
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    float peak_mb = static_cast<float>(usage.ru_maxrss) * 1024.0f / 1e6f;
+    if (comm) COHORT_TRY_VOID(model->AllReduceHost(*comm, &peak_mb, 1, comm::ReduceOp::kMax));
+    const TrainModel::ModelStateBytes b = model->model_state_bytes();
+    Log("peak memory per rank: RSS {:.1f} MB (the largest of {} rank{}; model states {:.3g} MB)",
+        peak_mb, world, world == 1 ? "" : "s", (b.params + b.grads + b.optimizer) / 1e6);
   }
   if ((leader() || collective_io()) && !ctx.export_path.empty()) {
     COHORT_TRY_VOID(model->Export(ctx.export_path));

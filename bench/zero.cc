@@ -1,0 +1,230 @@
+// bench_zero: ZeRO in the data-parallel group and checkpoints by range, on CPU ranks (one
+// thread per rank, gloo over loopback, in one process), printed beside their targets.
+//
+//   bench_zero [--section memory|step|checkpoint|all] [--ranks N] [--steps S]
+//
+// memory      model-state bytes per rank for ZeRO stages 0, 1 and 2 on N (4) ranks, counted
+//             where the model allocates them (TrainModel::model_state_bytes), beside the
+//             ZeRO paper's formula for float32 training (Ψ parameters: parameters 4Ψ,
+//             gradients 4Ψ, AdamW moments 8Ψ; stage 1 shards the moments, stage 2 also the
+//             gradients, stage 3 also the parameters). Target: within 5%.
+// step        median step time (forward, backward with the bucket reduction, clip and
+//             AdamW; S steps after one warm-up) of stages 1 and 2 beside DDP (stage 0) on N
+//             ranks. Target on CPU: within 1.3x of DDP (the figure for stage 3).
+// checkpoint  a checkpoint of a GPT-2-vocabulary model's state written by N ranks by range
+//             (SaveCheckpointRanges: each its 1/N of every array, in parallel) beside one
+//             process writing the same bytes (SaveCheckpoint), and the load time. Target:
+//             the parallel write at least as fast.
+//
+// Each rank runs one OpenMP thread; on a machine with fewer cores than ranks they share the
+// cores, which the figures then include.
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/parallel/ddp.h"
+#include "engine/parallel/zero.h"
+#include "engine/trainer/train_model.h"
+#include "engine_bench_util.h"
+
+namespace {
+
+using namespace cohort;
+using namespace cohort::engine;
+using namespace cohort::engine::bench;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+std::unique_ptr<TrainModel> MakeModel(const GptConfig& c, comm::Communicator& comm, int stage) {
+  GptModel init = Check(GptModel::Create(c), "model");
+  init.InitRandom(7);
+  if (stage == 0) return Check(MakeCpuTrainModel(std::move(init), AdamWConfig{}), "model");
+  return Check(MakeZeroCpuTrainModel(std::move(init), AdamWConfig{}, comm, stage), "model");
+}
+
+void Memory(int ranks) {
+  const GptConfig c = Model(4, 256, 4, 50257, 128);
+  const double psi = static_cast<double>(c.num_parameters());
+  fmt::print("== model states per rank: {} ranks, {:.2f}M parameters (vocab 50257, d_model 256, "
+             "4 layers), float32 ==\n",
+             ranks, psi / 1e6);
+  fmt::print("{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8}  {}\n", "stage", "params MB",
+             "grads MB", "optim MB", "total MB", "formula MB", "ratio", "target (within 5%)");
+  for (int stage = 0; stage <= 3; ++stage) {
+    // The paper's formula for float32 AdamW (no separate master copy: the parameters are).
+    const double nd = ranks;
+    const double formula = stage == 0   ? 16 * psi
+                           : stage == 1 ? 4 * psi + 4 * psi + 8 * psi / nd
+                           : stage == 2 ? 4 * psi + (4 + 8) * psi / nd
+                                        : 16 * psi / nd;
+    if (stage == 3) {
+      fmt::print("{:<8} {:>12} {:>12} {:>12} {:>12} {:>12.1f} {:>8}  not built\n", "ZeRO-3", "-",
+                 "-", "-", "-", formula / 1e6, "-");
+      continue;
+    }
+    std::mutex mu;
+    TrainModel::ModelStateBytes worst;
+    RunRanks(ranks, [&](comm::Communicator& comm) {
+      auto model = MakeModel(c, comm, stage);
+      const TrainModel::ModelStateBytes b = model->model_state_bytes();
+      std::lock_guard lock(mu);
+      if (b.params + b.grads + b.optimizer > worst.params + worst.grads + worst.optimizer) worst = b;
+    });
+    const double total = static_cast<double>(worst.params + worst.grads + worst.optimizer);
+    const double ratio = total / formula;
+    fmt::print("{:<8} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.1f} {:>8.3f}  {}\n",
+               fmt::format("ZeRO-{}", stage), worst.params / 1e6, worst.grads / 1e6,
+               worst.optimizer / 1e6, total / 1e6, formula / 1e6, ratio,
+               std::abs(ratio - 1) <= 0.05 ? "met" : "MISSED");
+  }
+}
+
+void Step(int ranks, int steps) {
+  const GptConfig c = Model(4, 256, 4, 4096, 128);
+  const int B = 4, T = 128;
+  fmt::print("== step time: {} ranks, d_model 256, 4 layers, vocab 4096, {} x {} tokens per rank, "
+             "median of {} steps ==\n",
+             ranks, B, T, steps);
+  fmt::print("{:<8} {:>10} {:>10}  {}\n", "stage", "step ms", "vs DDP", "target (<= 1.3x DDP)");
+  double ddp = 0;
+  for (int stage = 0; stage <= 2; ++stage) {
+    std::vector<double> times;
+    RunRanks(ranks, [&](comm::Communicator& comm) {
+      auto model = MakeModel(c, comm, stage);
+      const size_t bucket = size_t{4} << 20;
+      std::unique_ptr<DdpReducer> reducer =
+          stage == 2 ? std::make_unique<DdpReducer>(comm, model->grads(), bucket,
+                                                    model->zero()->partition())
+                     : std::make_unique<DdpReducer>(comm, model->grads(), bucket);
+      auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> out) -> Result<void> {
+        Fill(a + comm.rank() * 1000, in, out, c.vocab_size);
+        return {};
+      };
+      for (int s = 0; s <= steps; ++s) {
+        Check(comm.Barrier(), "barrier");
+        const auto t0 = Clock::now();
+        Check(model->TrainMicrobatches(1, B, T, load, reducer.get()), "step");
+        Check(model->ClipAndStep(1.0, 1e-4f), "optimizer");
+        Check(comm.Barrier(), "barrier");
+        if (comm.rank() == 0 && s > 0) times.push_back(Seconds(t0));
+      }
+    });
+    const double ms = Median(times) * 1000;
+    if (stage == 0) ddp = ms;
+    fmt::print("{:<8} {:>10.1f} {:>9.2f}x  {}\n", fmt::format("ZeRO-{}", stage), ms, ms / ddp,
+               stage == 0 ? "baseline" : (ms <= 1.3 * ddp ? "met" : "MISSED"));
+  }
+  fmt::print("{:<8} {:>10} {:>10}  not built\n", "ZeRO-3", "-", "-");
+}
+
+// The world's ranks as a CheckpointGroup over a gloo communicator.
+class CommGroup : public CheckpointGroup {
+ public:
+  explicit CommGroup(comm::Communicator& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  Result<void> Broadcast(std::span<int64_t> v) override {
+    return c_.Broadcast(v.data(), v.size(), comm::DataType::kInt64, 0);
+  }
+  Result<void> Max(std::span<float> v) override {
+    return c_.AllReduce(v.data(), v.data(), v.size(), comm::DataType::kFloat32, comm::ReduceOp::kMax);
+  }
+
+ private:
+  comm::Communicator& c_;
+};
+
+void CheckpointIo(int ranks) {
+  const GptConfig c = Model(12, 768, 12, 50257, 1024);  // GPT-2 small: 124M parameters
+  const size_t n = c.num_parameters();
+  std::vector<float> params(n, 0.5f), m(n, 0.25f), v(n, 0.125f);
+  for (size_t i = 0; i < n; ++i) params[i] += static_cast<float>(i % 1021) * 1e-4f;
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("cohort-bench-zero-ckpt-{}", ::getpid()))
+                              .string();
+  std::filesystem::remove_all(dir);
+  CheckpointHeader header;
+  header.config = c;
+  header.progress.step = 1;
+  const double gb = 3.0 * n * sizeof(float) / 1e9;
+  fmt::print("== checkpoint of GPT-2 small's state ({:.2f} GB: parameters and AdamW moments) in "
+             "{} ==\n",
+             gb, std::filesystem::temp_directory_path().string());
+  // One process writes everything.
+  CheckpointView view;
+  view.config = c;
+  view.params = params;
+  view.adam_m = m;
+  view.adam_v = v;
+  view.progress = header.progress;
+  auto t0 = Clock::now();
+  Check(SaveCheckpoint(dir + "/one", view, 1), "one-process checkpoint");
+  const double one = Seconds(t0);
+  // N ranks, each its 1/N of every array, in parallel.
+  double parallel = 0;
+  RunRanks(ranks, [&](comm::Communicator& comm) {
+    CommGroup group(comm);
+    const ZeroPartition p{n, comm.size()};
+    const size_t lo = p.begin(comm.rank()), k = p.size(comm.rank());
+    const CheckpointRange mine[] = {
+        {CheckpointArray::kParams, lo, k, k, 1, std::span<const float>(params).subspan(lo, k)},
+        {CheckpointArray::kAdamM, lo, k, k, 1, std::span<const float>(m).subspan(lo, k)},
+        {CheckpointArray::kAdamV, lo, k, k, 1, std::span<const float>(v).subspan(lo, k)}};
+    Check(comm.Barrier(), "barrier");
+    const auto start = Clock::now();
+    Check(SaveCheckpointRanges(&group, dir + "/ranks", header, mine, 1), "parallel checkpoint");
+    if (comm.rank() == 0) parallel = Seconds(start);
+  });
+  t0 = Clock::now();
+  auto loaded = Check(LoadLatestCheckpoint(dir + "/ranks", c), "load");
+  const double load = Seconds(t0);
+  std::filesystem::remove_all(dir);
+  fmt::print("{:<34} {:>8} {:>9}  {}\n", "write", "seconds", "GB/s", "target");
+  fmt::print("{:<34} {:>8.2f} {:>9.2f}  baseline\n", "one process (SaveCheckpoint)", one, gb / one);
+  fmt::print("{:<34} {:>8.2f} {:>9.2f}  {}\n",
+             fmt::format("{} ranks by range", ranks), parallel, gb / parallel,
+             parallel <= one ? "met (at least as fast)" : "MISSED (slower than one process)");
+  fmt::print("{:<34} {:>8.2f} {:>9.2f}  (rank 0 reads and verifies every range)\n",
+             "load (verify ranges)", load, gb / load);
+  if (loaded.params.size() != n) std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::string section = "all";
+  int ranks = 4, steps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--section") section = argv[i + 1];
+    else if (flag == "--ranks") ranks = std::atoi(argv[i + 1]);
+    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: bench_zero [--section memory|step|checkpoint|all] [--ranks N] [--steps S]\n");
+      return 2;
+    }
+  }
+  if (ranks < 1 || steps < 1) {
+    std::fprintf(stderr, "--ranks and --steps must be >= 1\n");
+    return 2;
+  }
+  fmt::print("bench_zero: {} ranks as threads, {} cores online\n", ranks, sysconf(_SC_NPROCESSORS_ONLN));
+  if (section == "memory" || section == "all") Memory(ranks);
+  if (section == "step" || section == "all") Step(ranks, steps);
+  if (section == "checkpoint" || section == "all") CheckpointIo(ranks);
+  return 0;
+}

@@ -1,0 +1,93 @@
+#include "engine/parallel/zero.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "engine/optim/grad_clip.h"
+
+namespace cohort::engine {
+
+std::vector<size_t> ZeroPartition::counts() const {
+  std::vector<size_t> out(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) out[static_cast<size_t>(r)] = size(r);
+  return out;
+}
+
+std::vector<size_t> ZeroPartition::counts_in(size_t lo, size_t hi) const {
+  std::vector<size_t> out(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const size_t a = std::max(lo, begin(r)), b = std::min(hi, end(r));
+    out[static_cast<size_t>(r)] = b > a ? b - a : 0;
+  }
+  return out;
+}
+
+std::string ZeroDescription(int stage, int ranks) {
+  if (stage == 0) return fmt::format("no ZeRO, replicated over {} rank{}", ranks, ranks == 1 ? "" : "s");
+  return fmt::format("ZeRO-{} over {} rank{}", stage, ranks, ranks == 1 ? "" : "s");
+}
+
+Result<ZeroOptimizer> ZeroOptimizer::Create(comm::Communicator& comm, int stage, size_t total,
+                                            const std::vector<DecayRange>& tensors,
+                                            const AdamWConfig& config) {
+  if (stage < 1 || stage > 2) {
+    return Errorf(ErrorCode::kInvalidArgument, "ZeroOptimizer: stage {} (built: 1 and 2)", stage);
+  }
+  const ZeroPartition p{total, comm.size()};
+  const size_t lo = p.begin(comm.rank()), hi = p.end(comm.rank());
+  // The tensors' decay flags, cut to this shard and shifted to its start.
+  std::vector<DecayRange> mine;
+  for (const DecayRange& t : tensors) {
+    const size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.count);
+    if (b > a) mine.push_back({a - lo, b - a, t.decay});
+  }
+  AdamW adamw = COHORT_TRY(AdamW::Create(hi - lo, std::move(mine), config));
+  return ZeroOptimizer(comm, stage, p, std::move(adamw));
+}
+
+Result<double> ZeroOptimizer::Step(std::span<float> params, std::span<float> grads,
+                                   double max_norm, float lr) {
+  if (params.size() != partition_.total || grads.size() != partition_.total) {
+    return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} parameters and {} gradients, want {}",
+                  params.size(), grads.size(), partition_.total);
+  }
+  const size_t lo = shard_begin(), n = partition_.size(rank_);
+  std::span<float> my_params = params.subspan(lo, n), my_grads = grads.subspan(lo, n);
+  // The global norm: each shard's sum of squares as a (float, float remainder) pair, all
+  // gathered and summed in double in rank order (a float32 all-reduce would round the sum).
+  const double local = SquaredNorm(my_grads);
+  float pair[2] = {static_cast<float>(local), 0.0f};
+  pair[1] = static_cast<float>(local - static_cast<double>(pair[0]));
+  pairs_.resize(2 * static_cast<size_t>(partition_.ranks));
+  const std::vector<size_t> two(static_cast<size_t>(partition_.ranks), 2);
+  COHORT_TRY_VOID(comm_->AllGather(pair, pairs_.data(), two, comm::DataType::kFloat32));
+  double squares = 0;
+  for (size_t r = 0; r < two.size(); ++r) {
+    squares += static_cast<double>(pairs_[2 * r]) + static_cast<double>(pairs_[2 * r + 1]);
+  }
+  const double norm = std::sqrt(std::max(0.0, squares));
+  COHORT_TRY_VOID(StepWithNorm(params, grads, norm, max_norm, lr));
+  return norm;
+}
+
+Result<void> ZeroOptimizer::StepWithNorm(std::span<float> params, std::span<float> grads,
+                                         double norm, double max_norm, float lr) {
+  if (params.size() != partition_.total || grads.size() != partition_.total) {
+    return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} parameters and {} gradients, want {}",
+                  params.size(), grads.size(), partition_.total);
+  }
+  const size_t lo = shard_begin(), n = partition_.size(rank_);
+  std::span<float> my_params = params.subspan(lo, n), my_grads = grads.subspan(lo, n);
+  ClipToNorm(my_grads, norm, max_norm);
+  adamw_.Step(my_params, my_grads, lr);
+  // Every rank's updated shard into every rank's parameters (the send buffer is a copy: the
+  // receive buffer holds it).
+  scratch_.assign(my_params.begin(), my_params.end());
+  const std::vector<size_t> counts = partition_.counts();
+  return comm_->AllGather(scratch_.data(), params.data(), counts, comm::DataType::kFloat32);
+}
+
+}  // namespace cohort::engine

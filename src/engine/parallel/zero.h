@@ -1,0 +1,92 @@
+// ZeRO (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+// Models") inside the data-parallel group: the flat parameter buffer is cut into one
+// contiguous shard per data rank (ZeroPartition), and each rank keeps the AdamW moments of
+// its shard only and updates only its shard of the parameters (ZeroOptimizer):
+//
+//   stage 1  gradients all-reduced as in DDP (DdpReducer); each rank clips and steps its
+//            shard, then the parameters are all-gathered;
+//   stage 2  gradients reduce-scattered bucket by bucket during the backward pass (DdpReducer
+//            with the partition's shard counts): each rank receives the average of its own
+//            shard only, then as stage 1.
+//
+// Clipping uses the global norm over all shards (each rank's sum of squares, all-gathered as
+// a float pair and summed in double): the norm a single rank computes, to ~1e-12.
+// AdamW is elementwise, so a shard's update is exactly the replicated one; losses equal DDP's
+// up to the clip factor's last bits.
+//
+// The parallel logic (partition, norm, all-gather) is written once against spans and a
+// Communicator; the update underneath is AdamW's (optim/adamw.h). Inside a tensor/pipeline
+// layout the "buffer" is the rank's shard and the group its data-parallel group (stage 1,
+// StepWithNorm). Stage 3 (parameters sharded, gathered per layer) and offload are not built
+// yet (config.cc refuses them).
+//
+// Threads: the training thread; the communicator is the data-parallel group's, idle while
+// these run.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "engine/optim/adamw.h"
+
+namespace cohort::engine {
+
+// The shards of `total` values over `ranks`: rank r holds [total·r/ranks, total·(r+1)/ranks).
+// (The checkpoint's per-replica share uses the same split.)
+struct ZeroPartition {
+  size_t total = 0;
+  int ranks = 1;
+  size_t begin(int r) const { return total * static_cast<size_t>(r) / static_cast<size_t>(ranks); }
+  size_t end(int r) const { return begin(r + 1); }
+  size_t size(int r) const { return end(r) - begin(r); }
+  // size(r) for every rank (the counts of ReduceScatter and AllGather).
+  std::vector<size_t> counts() const;
+  // How many of [lo, hi) fall in each rank's shard.
+  std::vector<size_t> counts_in(size_t lo, size_t hi) const;
+};
+
+// "ZeRO-2 over 4 ranks" / "no ZeRO" for stage 0.
+std::string ZeroDescription(int stage, int ranks);
+
+class ZeroOptimizer {
+ public:
+  // AdamW over this rank's shard of a buffer of `total` parameters whose tensors are
+  // `tensors` (DecayRanges over [0, total), as for AdamW::Create). `comm` is the
+  // data-parallel group; it must outlive the optimizer.
+  static Result<ZeroOptimizer> Create(comm::Communicator& comm, int stage, size_t total,
+                                      const std::vector<DecayRange>& tensors,
+                                      const AdamWConfig& config);
+
+  // Clips to max_norm over all shards (<= 0: no clipping), steps this rank's shard of
+  // `params` with its shard of `grads` (already averaged over the group: all-reduced in
+  // stage 1, reduce-scattered in stage 2), and all-gathers `params`. Returns the global norm
+  // before clipping. The communicator's errors.
+  Result<double> Step(std::span<float> params, std::span<float> grads, double max_norm, float lr);
+  // As Step with the global norm computed by the caller (a tensor/pipeline shard's norm over
+  // its model group, every data rank holding the whole averaged gradient: stage 1).
+  Result<void> StepWithNorm(std::span<float> params, std::span<float> grads, double norm,
+                            double max_norm, float lr);
+
+  int stage() const { return stage_; }
+  const ZeroPartition& partition() const { return partition_; }
+  int rank() const { return rank_; }
+  // This rank's shard: [shard_begin, shard_begin + m().size()).
+  size_t shard_begin() const { return partition_.begin(rank_); }
+  AdamW& adamw() { return adamw_; }
+
+ private:
+  ZeroOptimizer(comm::Communicator& comm, int stage, ZeroPartition p, AdamW adamw)
+      : comm_(&comm), stage_(stage), rank_(comm.rank()), partition_(p), adamw_(std::move(adamw)) {}
+  comm::Communicator* comm_;
+  int stage_;
+  int rank_;
+  ZeroPartition partition_;
+  AdamW adamw_;
+  std::vector<float> scratch_;  // this rank's updated shard, sent by the all-gather
+  std::vector<float> pairs_;    // every rank's sum of squares (float pairs)
+};
+
+}  // namespace cohort::engine
