@@ -9,6 +9,8 @@
 
 #include "api/container_spec.h"
 #include "api/spec_limits.h"
+#include "api/gpu_request.h"
+#include "api/gpu_spec.h"
 #include "api/types.h"
 #include "common/http.h"
 
@@ -87,6 +89,13 @@ Result<std::vector<Gpu>> GpusFromJson(ObjectReader& r, std::string_view key) {
     gpu.uuid = COHORT_TRY(g.String("uuid", "", kMaxGpuNameBytes));
     gpu.memory_bytes = COHORT_TRY(g.Int("memory_bytes", 0, 0, int64_t(1) << 50));
     gpu.simulated = COHORT_TRY(g.Bool("simulated", false));
+    gpu.mig_profile = COHORT_TRY(g.String("mig_profile", "", 32));
+    if (!gpu.mig_profile.empty() && !IsMigProfile(gpu.mig_profile)) {
+      return FieldError(g.FieldName("mig_profile"), "'{}' is not a MIG profile name (e.g. 1g.10gb)", gpu.mig_profile);
+    }
+    gpu.mig_parent = static_cast<int>(COHORT_TRY(g.Int("mig_parent", -1, -1, kMaxGpusPerNode - 1)));
+    gpu.nvlink_island = static_cast<int>(COHORT_TRY(g.Int("nvlink_island", -1, -1, kMaxGpusPerNode - 1)));
+    gpu.pcie_switch = static_cast<int>(COHORT_TRY(g.Int("pcie_switch", -1, -1, kMaxGpusPerNode - 1)));
     COHORT_TRY_VOID(g.Finish());
     if (gpu.index != static_cast<int>(i)) {
       return FieldError(g.FieldName("index"), "GPUs must be listed in index order 0..n-1");
@@ -124,6 +133,10 @@ Gpu GpuFromStored(const json& j) {
   g.simulated = j.value("simulated", false);
   g.healthy = j.value("healthy", true);
   g.health_reason = j.value("health_reason", "");
+  g.mig_profile = j.value("mig_profile", "");
+  g.mig_parent = j.value("mig_parent", -1);
+  g.nvlink_island = j.value("nvlink_island", -1);
+  g.pcie_switch = j.value("pcie_switch", -1);
   if (auto it = j.find("telemetry"); it != j.end() && it->is_object()) g.telemetry = TelemetryFromStored(*it);
   return g;
 }
@@ -231,6 +244,7 @@ json ToJson(const JobSpec& s) {
   // Written only when declared, so specs without them read and dump as before.
   if (s.tensor_group_size > 0) j["tensor_group_size"] = s.tensor_group_size;
   if (s.container.enabled()) j["container"] = ToJson(s.container);
+  WriteGpuSpecFields(s, j);
   if (s.is_service()) {
     j["kind"] = "service";
     j["service"] = s.service;
@@ -271,6 +285,7 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
       static_cast<int>(COHORT_TRY(r.Int("tensor_group_size", 0, 0, kMaxTasksPerNode)));
   s.gpus_per_node = static_cast<int>(COHORT_TRY(r.Int("gpus_per_node", 0, 0, kMaxGpusPerNode)));
   s.cpus_per_task = static_cast<int>(COHORT_TRY(r.Int("cpus_per_task", 1, 0, kMaxCpusPerTask)));
+  COHORT_TRY_VOID(ReadGpuSpecFields(r, s));
   s.priority = static_cast<int>(COHORT_TRY(r.Int("priority", 0, -kMaxPriority, kMaxPriority)));
   std::string placement = COHORT_TRY(r.String("placement", "pack"));
   if (placement == "pack") {
@@ -371,6 +386,7 @@ Result<void> ValidateJobSpec(const JobSpec& s) {
                       "{} GPUs cannot be split evenly among {} tasks per node; use a multiple of tasks_per_node",
                       s.gpus_per_node, s.tasks_per_node);
   }
+  COHORT_TRY_VOID(ValidateGpuSpec(s));
   if (s.tensor_group_size > 0 && s.tasks_per_node % s.tensor_group_size != 0) {
     std::string msg = fmt::format(
         "tensor_group_size: a tensor group of {} tasks must stay inside one node, but "
@@ -413,7 +429,13 @@ json ToJson(const Job& job) {
   for (const auto& n : job.allocation.nodes) {
     json tasks = json::array();
     for (const auto& t : n.tasks) {
-      tasks.push_back({{"rank", t.rank}, {"local_rank", t.local_rank}, {"gpus", t.gpus}});
+      json task{{"rank", t.rank}, {"local_rank", t.local_rank}, {"gpus", t.gpus}};
+      if (t.gpu_share > 0 || t.gpu_memory_mib > 0) {
+        task["gpu_share"] = t.gpu_share;
+        task["gpu_memory_mib"] = t.gpu_memory_mib;
+      }
+      if (!t.devices.empty()) task["devices"] = t.devices;
+      tasks.push_back(std::move(task));
     }
     alloc_nodes.push_back({{"node", n.node},
                            {"address", n.address},
@@ -519,7 +541,9 @@ Result<Job> JobFromJson(const json& j) {
         na.version = n.value("version", int64_t(0));
         for (const auto& t : n.value("tasks", json::array())) {
           na.tasks.push_back({t.at("rank").get<int>(), t.value("local_rank", 0),
-                              t.value("gpus", std::vector<int>{})});
+                              t.value("gpus", std::vector<int>{}), t.value("gpu_share", 0),
+                              t.value("gpu_memory_mib", int64_t(0)),
+                              t.value("devices", std::vector<std::string>{})});
         }
         job.allocation.nodes.push_back(std::move(na));
       }
@@ -576,6 +600,16 @@ json ToJson(const GpuTelemetry& t) {
               {"updated_ms", t.updated_ms}};
 }
 
+// MIG and topology fields, written only when set so that plain GPUs read as before.
+static void AddGpuPlaceFields(const Gpu& g, json& j) {
+  if (!g.mig_profile.empty()) {
+    j["mig_profile"] = g.mig_profile;
+    j["mig_parent"] = g.mig_parent;
+  }
+  if (g.nvlink_island >= 0) j["nvlink_island"] = g.nvlink_island;
+  if (g.pcie_switch >= 0) j["pcie_switch"] = g.pcie_switch;
+}
+
 json ToJson(const Gpu& g) {
   json j{{"index", g.index},
          {"name", g.name},
@@ -584,17 +618,20 @@ json ToJson(const Gpu& g) {
          {"simulated", g.simulated},
          {"healthy", g.healthy},
          {"health_reason", g.health_reason}};
+  AddGpuPlaceFields(g, j);
   if (g.telemetry) j["telemetry"] = ToJson(*g.telemetry);
   return j;
 }
 
 // A GPU as an agent registers it: the inventory only (health and telemetry are the head's).
 static json RegisteredGpuToJson(const Gpu& g) {
-  return json{{"index", g.index},
-              {"name", g.name},
-              {"uuid", g.uuid},
-              {"memory_bytes", g.memory_bytes},
-              {"simulated", g.simulated}};
+  json j{{"index", g.index},
+         {"name", g.name},
+         {"uuid", g.uuid},
+         {"memory_bytes", g.memory_bytes},
+         {"simulated", g.simulated}};
+  AddGpuPlaceFields(g, j);
+  return j;
 }
 
 static json GpusToJson(const std::vector<Gpu>& gpus) {

@@ -26,10 +26,17 @@ enum class Placement { kPack, kSpread };
 // TIMEOUT: killed at its time limit (time_limit_s), as Slurm's TIMEOUT.
 enum class JobState { kPending, kRunning, kSucceeded, kFailed, kCancelled, kTimeout };
 enum class NodeState { kUp, kDown };
+// How a job's GPUs must be connected (`topology:` in a spec; docs: README, "Fractional
+// GPUs, MIG, GPU types and topology"). kPreferred: the best-connected GPUs inside a node
+// and the fewest network switches across nodes that are free now, never waiting for
+// better. kRequired: a node's GPUs in one NVLink island (or under one PCIe switch) and
+// all nodes under one switch, waiting until such a set is free.
+enum class Topology { kPreferred, kRequired };
 
 std::string_view PlacementName(Placement p);
 std::string_view JobStateName(JobState s);   // "PENDING", "RUNNING", ...
 std::string_view NodeStateName(NodeState s);  // "UP", "DOWN"
+std::string_view TopologyName(Topology t);     // "preferred", "required"
 Result<JobState> ParseJobState(std::string_view s);  // case-insensitive
 bool IsTerminal(JobState s);
 
@@ -100,7 +107,20 @@ struct JobSpec {
   // max_restarts. The gateway routes requests for `service_model` to it.
   std::string service;        // the service's name; "" for a batch job
   std::string service_model;  // the model name requests use
+  // GPUs beyond a plain count (api/gpu_request.h). gpu_type: "" (any whole GPU), a model's
+  // short name ("h100") or a MIG profile ("1g.10gb"): gpus_per_node devices of that type.
+  std::string gpu_type;
+  // A fraction of one GPU per task, in share units (1..kGpuShareUnits-1, `gpus_per_task:
+  // 0.5` is 2); 0: whole GPUs. A sharing job has gpus_per_node 0: each task holds a part
+  // of one GPU, with gpu_memory_mib of its memory (0: the share's part of the GPU's).
+  int gpu_share = 0;
+  int64_t gpu_memory_mib = 0;
+  // What the agent does when a sharing task uses more GPU memory than its part: "report"
+  // (a telemetry warning; the default) or "kill" (the task is stopped with that reason).
+  std::string gpu_memory_enforce = "report";
+  Topology topology = Topology::kPreferred;
 
+  bool shares_gpu() const { return gpu_share > 0 || gpu_memory_mib > 0; }
   bool is_service() const { return !service.empty(); }
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
@@ -111,6 +131,13 @@ struct TaskPlacement {
   int rank = 0;
   int local_rank = 0;
   std::vector<int> gpus;
+  // A task that shares its GPU (JobSpec::shares_gpu): its part, in share units of
+  // kGpuShareUnits per GPU, and the GPU memory it may use (MiB). 0 for whole GPUs.
+  int gpu_share = 0;
+  int64_t gpu_memory_mib = 0;
+  // MIG instances: their uuids, in the order of `gpus` (CUDA_VISIBLE_DEVICES names them);
+  // empty for whole GPUs, which it names by index.
+  std::vector<std::string> devices;
 };
 
 // The part of a job on one node.
@@ -237,6 +264,15 @@ struct Gpu {
   std::string uuid;
   int64_t memory_bytes = 0;
   bool simulated = false;
+  // A MIG instance (issue 18) is a device of its own: its profile ("1g.10gb"), the index
+  // of the physical GPU it is carved from, and a "MIG-..." uuid that CUDA_VISIBLE_DEVICES
+  // names. "" and -1 for a whole GPU. A GPU in MIG mode is reported as its instances only.
+  std::string mig_profile;
+  int mig_parent = -1;
+  // Where the GPU sits: GPUs with the same NVLink island talk over NVLink, GPUs with the
+  // same PCIe switch under one switch; -1 when unknown. Whole GPUs only.
+  int nvlink_island = -1;
+  int pcie_switch = -1;
   // Health, kept by the head: a GPU with a critical XID, uncorrectable ECC errors or a
   // failed health check is unhealthy until an operator runs `cohort resume NODE`. The
   // scheduler places nothing on an unhealthy GPU. Stored with the node.
