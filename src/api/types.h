@@ -137,7 +137,7 @@ struct TaskPlacement {
   int64_t gpu_memory_mib = 0;
   // MIG instances: their uuids, in the order of `gpus` (CUDA_VISIBLE_DEVICES names them);
   // empty for whole GPUs, which it names by index.
-  std::vector<std::string> devices;
+  std::vector<std::string> devices = {};
 };
 
 // The part of a job on one node.

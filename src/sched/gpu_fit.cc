@@ -234,13 +234,13 @@ std::optional<GangFit> FitDetailedGang(const NodePool& pool, const JobRequest& j
   return fit;
 }
 
-Result<void> CheckGpuFeasible(const std::vector<NodeCapacity>& capacity, const JobRequest& job) {
+Result<void> CheckGpuFeasible(const std::vector<NodeDevices>& capacity, const JobRequest& job) {
   if (!NeedsGpuDetail(job)) return {};
   std::map<std::string, int> types;  // what the cluster has, for the message
   int64_t largest_mib = 0;
   int hosts = 0;
   int most = 0;  // the most matching devices on one node
-  for (const NodeCapacity& node : capacity) {
+  for (const NodeDevices& node : capacity) {
     std::vector<GpuView> devices = node.devices;
     int matching = 0;
     for (GpuView& d : devices) {

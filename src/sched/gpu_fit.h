@@ -78,6 +78,6 @@ bool HasSwitches(const NodePool& pool);
 // Unsatisfiable naming the type, share or memory no node has, e.g. "job asks for GPU
 // type 'h200' but no node has it (the cluster has: h100 x 16, 1g.10gb x 14)",
 // "job asks for 100GiB of GPU memory per task but the largest GPU has 80GiB".
-Result<void> CheckGpuFeasible(const std::vector<NodeCapacity>& capacity, const JobRequest& job);
+Result<void> CheckGpuFeasible(const std::vector<NodeDevices>& capacity, const JobRequest& job);
 
 }  // namespace cohort::sched

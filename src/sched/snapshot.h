@@ -52,8 +52,8 @@ struct NodeView {
   int free_cpus = 0;
   // Issue 18: every device in detail; empty when only free_gpus is known (whole, untyped
   // GPUs). `free_gpus` lists the whole, non-MIG GPUs that no task holds any share of.
-  std::vector<GpuView> gpus;
-  std::string network_switch;  // the node's switch (its `switch` topology label); "" unknown
+  std::vector<GpuView> gpus = {};
+  std::string network_switch = {};  // the node's switch (its `switch` topology label); "" unknown
 };
 
 // What a running job holds on one node: `gpus` is a count.
@@ -164,7 +164,7 @@ struct NodeAssignment {
   std::vector<int> gpus;
   int cpus = 0;
   // A sharing job: one slice per task, in local-rank order (`gpus` then lists their GPUs).
-  std::vector<GpuSlice> slices;
+  std::vector<GpuSlice> slices = {};
 };
 
 struct JobPlacement {
@@ -206,7 +206,13 @@ struct NodeCapacity {
   std::string id;
   int gpus = 0;
   int cpus = 0;
-  std::vector<GpuView> devices;  // issue 18: every device, for typed and sharing jobs
+};
+
+// A node's devices in full (every one free), for typed and sharing jobs (gpu_fit.h).
+struct NodeDevices {
+  std::string id;
+  int cpus = 0;
+  std::vector<GpuView> devices;
 };
 
 }  // namespace cohort::sched

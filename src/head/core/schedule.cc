@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "head/core/gpu_detail.h"
 #include "head/core/job_control.h"
 #include "head/core/lifecycle.h"
 #include "head/core/preempt.h"
@@ -21,6 +22,7 @@ namespace {
 struct Busy {
   std::vector<bool> gpus;
   int cpus = 0;
+  SharedGpus shared;  // parts of GPUs held by sharing tasks (gpu_detail.h)
   void Take(const std::vector<int>& g, int c) {
     for (int i : g) {
       if (i >= 0 && static_cast<size_t>(i) < gpus.size()) gpus[static_cast<size_t>(i)] = true;
@@ -37,7 +39,12 @@ Busy BusyOn(const ClusterState& s, const api::Node& node, const NodeRuntime* rt,
   if (here) {
     for (api::JobId id : *here) {
       for (const auto& na : s.jobs.at(id).allocation.nodes) {
-        if (na.node == node.name) busy.Take(na.gpus, na.cpus);
+        if (na.node != node.name) continue;
+        if (AddSharedTasks(na, busy.shared)) {
+          busy.cpus += na.cpus;
+        } else {
+          busy.Take(na.gpus, na.cpus);
+        }
       }
     }
   }
@@ -171,12 +178,17 @@ sched::JobRequest ToRequest(const Job& job) {
   r.cpus_per_task = job.spec.cpus_per_task;
   r.placement = job.spec.placement == api::Placement::kPack ? sched::Placement::kPack : sched::Placement::kSpread;
   r.time_limit_ms = job.spec.time_limit_s * 1000;
+  AddGpuRequest(job.spec, r);
   return r;
 }
 
 SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
   SchedulerInput in;
   sched::Snapshot& snap = in.snapshot;
+  for (api::JobId id : s.pending) {
+    const api::JobSpec& spec = s.jobs.at(id).spec;
+    in.wants_gpu_detail |= !spec.gpu_type.empty() || spec.shares_gpu();
+  }
   snap.now_ms = now.unix_ms;
   auto rt_it = s.runtime.cbegin();
   auto jobs_it = s.node_jobs.cbegin();
@@ -192,12 +204,20 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
     } else if (n.drain) {
       v.unavailable = "draining";
     }
-    v.total_gpus = static_cast<int>(n.gpus.size());
     const Busy b = BusyOn(s, n, rt, Seek(s.node_jobs, jobs_it, name));
-    for (int g = 0; g < v.total_gpus; ++g) {
-      // An unhealthy GPU is never free (gpu_health.h); `cohort resume` returns it.
-      if (!b.gpus[static_cast<size_t>(g)] && n.gpus[static_cast<size_t>(g)].healthy) v.free_gpus.push_back(g);
+    bool detail = false;  // MIG instances or topology: the scheduler gets every device
+    for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
+      const api::Gpu& gpu = n.gpus[static_cast<size_t>(g)];
+      detail |= !gpu.mig_profile.empty() || gpu.nvlink_island >= 0 || gpu.pcie_switch >= 0;
+      if (!PlainGpu(gpu)) continue;
+      ++v.total_gpus;
+      // An unhealthy GPU is never free (gpu_health.h); `cohort resume` returns it. Nor is
+      // one that sharing tasks hold a part of.
+      if (!b.gpus[static_cast<size_t>(g)] && gpu.healthy && !b.shared.contains(g)) v.free_gpus.push_back(g);
     }
+    // Typed and sharing jobs need the devices; so do nodes with MIG or topology.
+    if (detail || !b.shared.empty() || in.wants_gpu_detail) v.gpus = DeviceViews(n, b.gpus, b.shared);
+    if (auto sw = n.labels.find("switch"); sw != n.labels.end()) v.network_switch = sw->second;
     v.total_cpus = n.cpus;
     v.free_cpus = std::max(0, n.cpus - b.cpus);
     snap.nodes.push_back(std::move(v));
@@ -207,7 +227,11 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
     sched::RunningJob r;
     r.id = id;
     r.end_ms = job.spec.time_limit_s > 0 ? job.start_ms + job.spec.time_limit_s * 1000 : INT64_MAX;
-    for (const auto& na : job.allocation.nodes) r.usage.push_back({na.node, static_cast<int>(na.gpus.size()), na.cpus});
+    for (const auto& na : job.allocation.nodes) {
+      // A sharing job gives back parts of GPUs, never a whole one.
+      const int whole = job.spec.shares_gpu() ? 0 : static_cast<int>(na.gpus.size());
+      r.usage.push_back({na.node, whole, na.cpus});
+    }
     snap.running.push_back(std::move(r));
   }
   const std::map<api::JobId, std::string> stopping = StoppingByJob(s);
@@ -239,7 +263,7 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   sched::Decision decision = sched::Schedule(in.snapshot);
   for (const auto& p : decision.start) {
     std::vector<NodePlacement> nodes;
-    for (const auto& a : p.nodes) nodes.push_back({a.node, a.gpus, a.cpus});
+    for (const auto& a : p.nodes) nodes.push_back({a.node, a.gpus, a.cpus, a.slices});
     StartJob(tx, s.jobs.at(p.job_id), nodes);
     s.shares.nominated.erase(p.job_id);
   }

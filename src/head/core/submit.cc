@@ -3,7 +3,9 @@
 #include "head/core/lifecycle.h"
 #include "head/core/schedule.h"
 #include "head/core/tx.h"
+#include "head/core/gpu_detail.h"
 #include "sched/feasibility.h"
+#include "sched/gpu_fit.h"
 
 namespace cohort::head::core {
 
@@ -25,7 +27,17 @@ Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
                      "no nodes have registered with this head yet; start an agent (cohort agent --head URL) and "
                      "submit again");
   }
-  if (auto ok = sched::CheckFeasible(capacity, ToRequest(job)); !ok) return std::unexpected(ok.error());
+  const sched::JobRequest request = ToRequest(job);
+  if (sched::NeedsGpuDetail(request)) {
+    // A typed or sharing job: its devices decide (gpu_fit.h), so walk the nodes; plain
+    // jobs keep the shape counts.
+    std::vector<sched::NodeDevices> detailed;
+    detailed.reserve(s.nodes.size());
+    for (const auto& [name, n] : s.nodes) detailed.push_back({name, n.cpus, CapacityViews(n)});
+    if (auto ok = sched::CheckGpuFeasible(detailed, request); !ok) return std::unexpected(ok.error());
+  } else if (auto ok = sched::CheckFeasible(capacity, request); !ok) {
+    return std::unexpected(ok.error());
+  }
   job.reason = "waiting for the scheduler";
   return job;
 }
