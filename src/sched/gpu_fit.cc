@@ -212,8 +212,10 @@ std::optional<GangFit> FitDetailedGang(const NodePool& pool, const JobRequest& j
     if (best) {
       chosen.assign(best->begin(), best->begin() + demand.nodes);
     } else if (job.topology_required) {
+      JobRequest plain = job;  // the GPUs' own connection is not what it waits for here
+      plain.topology_required = false;
       return fail(fmt::format("topology required: {} under one switch; at most {} under one switch now",
-                              NeedText(job, demand), largest));
+                              NeedText(plain, demand), largest));
     } else {
       std::vector<const std::vector<const Candidate*>*> order;
       for (const auto& [sw, members] : by_switch) order.push_back(&members);
