@@ -106,7 +106,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
 
 void Agent::DiscoverGpus() {
   if (config_.simulated_gpus >= 0) {
-    gpus_ = SimulatedGpus(config_.simulated_gpus, config_.name);
+    gpus_ = SimulatedGpus(config_.simulated_gpus, config_.name, config_.simulated_layout);
     monitor_ = MakeSimulatedGpuMonitor(gpus_);
   } else if (auto found = DiscoverNvmlGpus(); found) {
     gpus_ = std::move(*found);
@@ -138,6 +138,10 @@ void Agent::BuildRegistration() {
     gpu.uuid = g.uuid;
     gpu.memory_bytes = g.memory_bytes;
     gpu.simulated = g.simulated;
+    gpu.mig_profile = g.mig_profile;
+    gpu.mig_parent = g.mig_parent;
+    gpu.nvlink_island = g.nvlink_island;
+    gpu.pcie_switch = g.pcie_switch;
     registration_.gpus.push_back(std::move(gpu));
   }
 }

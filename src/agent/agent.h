@@ -87,6 +87,7 @@ struct AgentConfig {
   std::string listen_host;      // default: the address (0.0.0.0 when the address is not local)
   int port = 0;                 // the agent's HTTP port; 0 = any free port
   int simulated_gpus = -1;      // >= 0: present that many simulated GPUs instead of NVML
+  SimulatedLayout simulated_layout;  // their model, NVLink islands, PCIe switches, MIG (gpu/gpu.h)
   int cpus = 0;                 // 0: the machine's hardware threads
   std::map<std::string, std::string> labels;  // topology labels (--topology site=...)
   std::string work_dir;         // task logs and status files, mode 0700; default ~/.cohort/agent-<name>

@@ -60,10 +60,9 @@ void AddMigDevices(const api::Node& node, api::TaskPlacement& task) {
     return index >= 0 && static_cast<size_t>(index) < node.gpus.size() ? &node.gpus[static_cast<size_t>(index)]
                                                                          : nullptr;
   };
-  const bool mig = std::any_of(task.gpus.begin(), task.gpus.end(), [&](int g) {
-    const api::Gpu* d = gpu(g);
-    return d && !d->mig_profile.empty();
-  });
+  // On a node with MIG instances, device indices are not NVML's GPU indices: name every
+  // device by uuid.
+  const bool mig = std::any_of(node.gpus.begin(), node.gpus.end(), [](const api::Gpu& d) { return !d.mig_profile.empty(); });
   if (!mig) return;
   task.devices.clear();
   for (int g : task.gpus) task.devices.push_back(gpu(g) ? gpu(g)->uuid : std::to_string(g));

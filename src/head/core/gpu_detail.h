@@ -30,8 +30,8 @@ inline bool PlainGpu(const api::Gpu& g) { return g.mig_profile.empty(); }
 // Copies the spec's type, share, memory and topology into a scheduler request.
 void AddGpuRequest(const api::JobSpec& spec, sched::JobRequest& r);
 
-// Names a task's GPUs by uuid (TaskPlacement::devices) when any of them is a MIG instance,
-// which CUDA_VISIBLE_DEVICES can name only so.
+// Names a task's GPUs by uuid (TaskPlacement::devices) on a node with MIG instances, which
+// CUDA_VISIBLE_DEVICES can name only so (and whose device indices are not NVML's).
 void AddMigDevices(const api::Node& node, api::TaskPlacement& task);
 
 // Every device of `node` with all of it free: for submit-time feasibility of typed and
