@@ -94,6 +94,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   std::unique_ptr<Agent> a(new Agent());
   a->config_ = std::move(resolved);
   a->DiscoverGpus();
+  a->sharing_ = std::make_unique<GpuSharing>(a->gpus_, a->config_.work_dir);
   a->head_ = std::make_unique<HttpClient>(a->config_.head_url, Millis(2000));
   a->BuildServer();
   COHORT_TRY_VOID(a->SetUpTls());
@@ -131,6 +132,7 @@ void Agent::BuildRegistration() {
   registration_.version = kAgentVersion;
   registration_.cpus = config_.cpus;
   registration_.labels = config_.labels;
+  if (!gpus_.empty()) registration_.gpu_sharing = sharing_->mode();
   for (const auto& g : gpus_) {
     api::Gpu gpu;
     gpu.index = g.index;
@@ -427,6 +429,15 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     spec.user = t.user;
     spec.container_image = t.container.image;
     spec.container_runtime = t.container.runtime;
+    if (t.env.contains("COHORT_GPU_SHARE") && !t.gpus.empty()) {
+      // A part of one GPU: its MPS daemon, or time-slicing (gpu/sharing.h).
+      const std::string task = fmt::format("{}.{}.{}", t.job, t.attempt, t.rank);
+      if (auto r = sharing_->Prepare(task, t.gpus.front(), spec.env); !r) {
+        LOG_WARN("job {} rank {}: {}; the GPU is time-sliced for it", t.job, t.rank, r.error().message);
+        spec.env["COHORT_GPU_SHARING"] = "time-slicing";
+      }
+      sharing_tasks_[key] = t.gpus.front();
+    }
     if (auto r = executor_->Launch(spec); !r) {
       LOG_WARN("cannot launch job {} rank {}: {}", t.job, t.rank, r.error().message);
     } else {
@@ -444,6 +455,10 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     }
   }
   std::erase_if(checkpoint_signalled_, [&](const TaskKey& k) { return !desired.contains(k); });
+  std::erase_if(sharing_tasks_, [&](const auto& e) { return !desired.contains(e.first); });
+  std::set<int> shared;
+  for (const auto& [key, gpu] : sharing_tasks_) shared.insert(gpu);
+  sharing_->Reconcile(shared);
   for (const auto& [key, running] : known) {
     if (running && !desired.contains(key)) {
       LOG_INFO("stopping job {} attempt {} rank {}: no longer assigned here", key.job_id, key.attempt, key.rank);

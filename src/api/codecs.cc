@@ -444,6 +444,7 @@ json ToJson(const Job& job) {
                            {"cpus", n.cpus},
                            {"tasks", tasks},
                            {"version", n.version}});
+    if (!n.gpu_sharing.empty()) alloc_nodes.back()["gpu_sharing"] = n.gpu_sharing;
   }
   json exits = json::array();
   for (const auto& e : job.exits) {
@@ -456,12 +457,14 @@ json ToJson(const Job& job) {
   }
   json history = json::array();
   for (const auto& h : job.history) {
-    history.push_back({{"attempt", h.attempt},
-                       {"start_ms", h.start_ms},
-                       {"end_ms", h.end_ms},
-                       {"nodes", h.nodes},
-                       {"end_reason", h.end_reason},
-                       {"gpus", h.gpus}});
+    json rec{{"attempt", h.attempt},
+             {"start_ms", h.start_ms},
+             {"end_ms", h.end_ms},
+             {"nodes", h.nodes},
+             {"end_reason", h.end_reason},
+             {"gpus", h.gpus}};
+    if (h.gpu_share_units > 0) rec["gpu_share_units"] = h.gpu_share_units;
+    history.push_back(std::move(rec));
   }
   json out = {{"id", job.id},
               {"spec", ToJson(job.spec)},
@@ -539,6 +542,7 @@ Result<Job> JobFromJson(const json& j) {
         na.gpus = n.value("gpus", std::vector<int>{});
         na.cpus = n.value("cpus", 0);
         na.version = n.value("version", int64_t(0));
+        na.gpu_sharing = n.value("gpu_sharing", "");
         for (const auto& t : n.value("tasks", json::array())) {
           na.tasks.push_back({t.at("rank").get<int>(), t.value("local_rank", 0),
                               t.value("gpus", std::vector<int>{}), t.value("gpu_share", 0),
@@ -557,7 +561,8 @@ Result<Job> JobFromJson(const json& j) {
       job.history.push_back({h.value("attempt", 0), h.value("start_ms", int64_t(0)),
                              h.value("end_ms", int64_t(0)),
                              h.value("nodes", std::vector<std::string>{}),
-                             h.value("end_reason", ""), h.value("gpus", -1)});
+                             h.value("end_reason", ""), h.value("gpus", -1),
+                             h.value("gpu_share_units", int64_t(0))});
     }
     if (j.contains("move") && !j["move"].is_null()) {
       const json& m = j["move"];
@@ -649,6 +654,7 @@ json ToJson(const Node& n) {
               {"gpus", GpusToJson(n.gpus)},
               {"cpus", n.cpus},
               {"labels", n.labels},
+              {"gpu_sharing", n.gpu_sharing},
               {"state", NodeStateName(n.state)},
               {"reason", n.reason},
               {"drain", n.drain},
@@ -668,6 +674,7 @@ Result<Node> NodeFromJson(const json& j) {
     for (const auto& g : j.value("gpus", json::array())) n.gpus.push_back(GpuFromStored(g));
     n.cpus = j.value("cpus", 0);
     n.labels = j.value("labels", std::map<std::string, std::string>{});
+    n.gpu_sharing = j.value("gpu_sharing", "");
     n.state = j.value("state", "UP") == "DOWN" ? NodeState::kDown : NodeState::kUp;
     n.reason = j.value("reason", "");
     n.drain = j.value("drain", false);
@@ -688,7 +695,7 @@ json ToJson(const Registration& r) {
                  for (const auto& g : r.gpus) a.push_back(RegisteredGpuToJson(g));
                  return a;
                }()},
-              {"cpus", r.cpus}, {"labels", r.labels}, {"csr", r.csr}};
+              {"cpus", r.cpus}, {"labels", r.labels}, {"gpu_sharing", r.gpu_sharing}, {"csr", r.csr}};
 }
 
 Result<Registration> RegistrationFromJson(const json& j) {
@@ -703,6 +710,10 @@ Result<Registration> RegistrationFromJson(const json& j) {
   reg.cpus = static_cast<int>(COHORT_TRY(r.Int("cpus", 0, 0, 1 << 20)));
   reg.labels = COHORT_TRY(r.StringMap("labels"));
   COHORT_TRY_VOID(ValidateNodeLabels(reg.labels, "labels"));
+  reg.gpu_sharing = COHORT_TRY(r.String("gpu_sharing", ""));
+  if (!reg.gpu_sharing.empty() && reg.gpu_sharing != "mps" && reg.gpu_sharing != "time-slicing") {
+    return FieldError("gpu_sharing", "must be 'mps' or 'time-slicing', got '{}'", reg.gpu_sharing);
+  }
   reg.csr = COHORT_TRY(r.String("csr", "", 16 << 10));
   COHORT_TRY_VOID(r.Finish());
   if (!ValidName(reg.name, 64)) {

@@ -149,6 +149,9 @@ struct NodeAllocation {
   int cpus = 0;
   std::vector<TaskPlacement> tasks;
   int64_t version = 0;  // the node's assignment version when this part was assigned
+  // A sharing job: how its tasks share their GPUs on this node (Node::gpu_sharing when it
+  // started), for `cohort show`. "" otherwise.
+  std::string gpu_sharing = {};
 };
 
 struct Allocation {
@@ -177,6 +180,9 @@ struct AttemptRecord {
   // GPUs the attempt held (all nodes), for usage accounting. Records stored before this
   // field existed load with -1, read as nodes x gpus_per_node of the job's spec.
   int gpus = -1;
+  // A sharing job's parts of GPUs (all tasks), in share units (kGpuShareUnits per GPU):
+  // usage counts them as fractions of a GPU. 0 otherwise.
+  int64_t gpu_share_units = 0;
 };
 
 // The head asked the current attempt to checkpoint and move: `cohort drain --now` (it moves
@@ -293,6 +299,9 @@ struct Node {
   // Topology labels the agent was started with (`--topology site=eu-west`): the gateway
   // prefers replicas on nodes whose `site` a request names. Replaced at each registration.
   std::map<std::string, std::string> labels;
+  // How tasks share a GPU here (issue 18): "mps" (the agent runs an MPS control daemon per
+  // shared GPU) or "time-slicing"; "" from an agent that predates sharing.
+  std::string gpu_sharing = {};
   NodeState state = NodeState::kUp;
   std::string reason;       // why DOWN
   bool drain = false;
@@ -311,6 +320,7 @@ struct Registration {
   std::vector<Gpu> gpus;
   int cpus = 0;
   std::map<std::string, std::string> labels;  // ValidateNodeLabels
+  std::string gpu_sharing = {};               // Node::gpu_sharing
   // A certificate request (PEM) for the node's key, to a head with TLS: the reply holds
   // the node's certificate. Not kept with the node.
   std::string csr;

@@ -159,6 +159,7 @@ Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::
   }
   n.cpus = reg.cpus;
   n.labels = reg.labels;
+  n.gpu_sharing = reg.gpu_sharing;
   NoteShape(s, n, +1);
   n.state = NodeState::kUp;
   n.reason.clear();

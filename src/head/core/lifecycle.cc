@@ -65,7 +65,10 @@ void StartJob(Tx& tx, Job& job, const std::vector<NodePlacement>& nodes) {
   rec.attempt = job.attempt;
   rec.start_ms = now;
   rec.gpus = 0;
-  for (const auto& n : nodes) rec.gpus += n.slices.empty() ? static_cast<int>(n.gpus.size()) : 0;
+  for (const auto& n : nodes) {
+    rec.gpus += n.slices.empty() ? static_cast<int>(n.gpus.size()) : 0;
+    for (const sched::GpuSlice& slice : n.slices) rec.gpu_share_units += slice.share;
+  }
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodePlacement& p = nodes[i];
     tx.BumpVersion(p.node);
@@ -76,6 +79,7 @@ void StartJob(Tx& tx, Job& job, const std::vector<NodePlacement>& nodes) {
     na.gpus = p.gpus;
     na.cpus = p.cpus;
     na.version = tx.s.runtime[p.node].desired_version;
+    if (!p.slices.empty()) na.gpu_sharing = tx.s.nodes.at(p.node).gpu_sharing;
     for (int l = 0; l < tpn; ++l) {
       api::TaskPlacement t;
       t.rank = static_cast<int>(i) * tpn + l;
