@@ -120,6 +120,24 @@ std::vector<int> ChooseFreeGpus(const NodePool& pool, int node, int k, Placement
 std::optional<MemberFit> FitMember(std::span<const GpuView> devices, const JobRequest& job, int gpus,
                                    Placement policy) {
   MemberFit fit;
+  if (Shares(job) && job.tasks_per_node <= 1) {
+    // One task: the best device, without copying the node's free shares (the hot path).
+    const GpuView* best = nullptr;
+    GpuSlice best_slice;
+    for (const GpuView& d : devices) {
+      if (d.free_share == 0 || !DeviceMatches(d, job.gpu_type)) continue;
+      const GpuSlice sl = SliceOn(d, job);
+      if (sl.share == 0 || d.free_share < sl.share || (sl.memory_mib > 0 && d.free_memory_mib < sl.memory_mib)) continue;
+      if (!best || (policy == Placement::kPack ? d.free_share < best->free_share : d.free_share > best->free_share)) {
+        best = &d;
+        best_slice = sl;
+      }
+    }
+    if (!best) return std::nullopt;
+    fit.slices.push_back(best_slice);
+    fit.gpus.push_back(best_slice.gpu);
+    return fit;
+  }
   if (Shares(job)) {
     // Each task takes a slice of one GPU; later tasks see the slices of earlier ones.
     std::vector<int> free_share;
@@ -158,6 +176,7 @@ std::optional<MemberFit> FitMember(std::span<const GpuView> devices, const JobRe
       candidates.push_back(static_cast<int>(i));
     }
   }
+  if (static_cast<int>(candidates.size()) < gpus) return std::nullopt;
   auto chosen = ChooseConnected(devices, candidates, gpus, policy, job.topology_required);
   if (!chosen) return std::nullopt;
   fit.gpus = std::move(*chosen);
