@@ -100,6 +100,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   std::unique_ptr<Agent> a(new Agent());
   a->config_ = std::move(resolved);
   a->DiscoverGpus();
+  a->sharing_ = std::make_unique<GpuSharing>(a->gpus_, a->config_.work_dir);
   a->head_ = std::make_unique<HttpClient>(a->config_.head_url, Millis(2000));
   a->BuildServer();
   COHORT_TRY_VOID(a->SetUpTls());
@@ -113,7 +114,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
 
 void Agent::DiscoverGpus() {
   if (config_.simulated_gpus >= 0) {
-    gpus_ = SimulatedGpus(config_.simulated_gpus, config_.name);
+    gpus_ = SimulatedGpus(config_.simulated_gpus, config_.name, config_.simulated_layout);
     monitor_ = MakeSimulatedGpuMonitor(gpus_);
   } else if (auto found = DiscoverNvmlGpus(); found) {
     gpus_ = std::move(*found);
@@ -140,6 +141,7 @@ void Agent::BuildRegistration() {
   registration_.labels = config_.labels;
   registration_.features = config_.features;
   registration_.memory_bytes = config_.memory_bytes;
+  if (!gpus_.empty()) registration_.gpu_sharing = sharing_->mode();
   for (const auto& g : gpus_) {
     api::Gpu gpu;
     gpu.index = g.index;
@@ -147,6 +149,10 @@ void Agent::BuildRegistration() {
     gpu.uuid = g.uuid;
     gpu.memory_bytes = g.memory_bytes;
     gpu.simulated = g.simulated;
+    gpu.mig_profile = g.mig_profile;
+    gpu.mig_parent = g.mig_parent;
+    gpu.nvlink_island = g.nvlink_island;
+    gpu.pcie_switch = g.pcie_switch;
     registration_.gpus.push_back(std::move(gpu));
   }
 }
@@ -487,6 +493,15 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     spec.user = t.user;
     spec.container_image = t.container.image;
     spec.container_runtime = t.container.runtime;
+    if (t.env.contains("COHORT_GPU_SHARE") && !t.gpus.empty()) {
+      // A part of one GPU: its MPS daemon, or time-slicing (gpu/sharing.h).
+      const std::string task = fmt::format("{}.{}.{}", t.job, t.attempt, t.rank);
+      if (auto r = sharing_->Prepare(task, t.gpus.front(), spec.env); !r) {
+        LOG_WARN("job {} rank {}: {}; the GPU is time-sliced for it", t.job, t.rank, r.error().message);
+        spec.env["COHORT_GPU_SHARING"] = "time-slicing";
+      }
+      sharing_tasks_[key] = t.gpus.front();
+    }
     if (auto r = executor_->Launch(spec); !r) {
       LOG_WARN("cannot launch job {} rank {}: {}", t.job, t.rank, r.error().message);
     } else {
@@ -513,6 +528,10 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     MutexLock lock(mu_);
     std::erase_if(container_tasks_, [&](const auto& e) { return !desired.contains(e.first); });
   }
+  std::erase_if(sharing_tasks_, [&](const auto& e) { return !desired.contains(e.first); });
+  std::set<int> shared;
+  for (const auto& [key, gpu] : sharing_tasks_) shared.insert(gpu);
+  sharing_->Reconcile(shared);
   for (const auto& [key, running] : known) {
     if (running && !desired.contains(key)) {
       LOG_INFO("stopping job {} attempt {} rank {}: no longer assigned here", key.job_id, key.attempt, key.rank);

@@ -55,6 +55,7 @@
 
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
+#include "agent/gpu/sharing.h"
 #include "agent/health_check.h"
 #include "agent/image_cache.h"
 #include "agent/lease_keeper.h"
@@ -88,6 +89,7 @@ struct AgentConfig {
   std::string listen_host;      // default: the address (0.0.0.0 when the address is not local)
   int port = 0;                 // the agent's HTTP port; 0 = any free port
   int simulated_gpus = -1;      // >= 0: present that many simulated GPUs instead of NVML
+  SimulatedLayout simulated_layout;  // their model, NVLink islands, PCIe switches, MIG (gpu/gpu.h)
   int cpus = 0;                 // 0: the machine's hardware threads
   std::map<std::string, std::string> labels;  // topology labels (--topology site=...)
   std::vector<std::string> features;  // node features for --constraint (--features a100,ib)
@@ -201,6 +203,7 @@ class Agent {
   std::string url_;
   std::vector<GpuInfo> gpus_;
   std::unique_ptr<GpuMonitor> monitor_;  // null when the node has no GPUs; thread-safe
+  std::unique_ptr<GpuSharing> sharing_;  // MPS or time-slicing for sharing tasks (gpu/sharing.h)
   std::thread server_thread_;
   std::thread loop_thread_;
   std::unique_ptr<HealthChecker> health_checker_;  // with --health-check; reset by Stop
@@ -243,6 +246,7 @@ class Agent {
   bool fenced_ = false;
   // Tasks that have received their checkpoint signal (loop thread only).
   std::set<TaskKey> checkpoint_signalled_;
+  std::map<TaskKey, int> sharing_tasks_;  // launched sharing tasks and their GPU (heartbeat thread)
   int64_t applied_version_ = 0;
   api::AgentTiming timing_;
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat

@@ -12,6 +12,8 @@
 #include "api/job_dependency.h"
 #include "api/sweep.h"
 #include "api/spec_limits.h"
+#include "api/gpu_request.h"
+#include "api/gpu_spec.h"
 #include "api/types.h"
 #include "common/http.h"
 
@@ -90,6 +92,13 @@ Result<std::vector<Gpu>> GpusFromJson(ObjectReader& r, std::string_view key) {
     gpu.uuid = COHORT_TRY(g.String("uuid", "", kMaxGpuNameBytes));
     gpu.memory_bytes = COHORT_TRY(g.Int("memory_bytes", 0, 0, int64_t(1) << 50));
     gpu.simulated = COHORT_TRY(g.Bool("simulated", false));
+    gpu.mig_profile = COHORT_TRY(g.String("mig_profile", "", 32));
+    if (!gpu.mig_profile.empty() && !IsMigProfile(gpu.mig_profile)) {
+      return FieldError(g.FieldName("mig_profile"), "'{}' is not a MIG profile name (e.g. 1g.10gb)", gpu.mig_profile);
+    }
+    gpu.mig_parent = static_cast<int>(COHORT_TRY(g.Int("mig_parent", -1, -1, kMaxGpusPerNode - 1)));
+    gpu.nvlink_island = static_cast<int>(COHORT_TRY(g.Int("nvlink_island", -1, -1, kMaxGpusPerNode - 1)));
+    gpu.pcie_switch = static_cast<int>(COHORT_TRY(g.Int("pcie_switch", -1, -1, kMaxGpusPerNode - 1)));
     COHORT_TRY_VOID(g.Finish());
     if (gpu.index != static_cast<int>(i)) {
       return FieldError(g.FieldName("index"), "GPUs must be listed in index order 0..n-1");
@@ -127,6 +136,10 @@ Gpu GpuFromStored(const json& j) {
   g.simulated = j.value("simulated", false);
   g.healthy = j.value("healthy", true);
   g.health_reason = j.value("health_reason", "");
+  g.mig_profile = j.value("mig_profile", "");
+  g.mig_parent = j.value("mig_parent", -1);
+  g.nvlink_island = j.value("nvlink_island", -1);
+  g.pcie_switch = j.value("pcie_switch", -1);
   if (auto it = j.find("telemetry"); it != j.end() && it->is_object()) g.telemetry = TelemetryFromStored(*it);
   return g;
 }
@@ -242,6 +255,7 @@ json ToJson(const JobSpec& s) {
   if (!s.dependency.empty()) j["dependency"] = s.dependency;
   if (s.kill_on_invalid_dep) j["kill_on_invalid_dep"] = true;
   if (!s.sweep.is_null()) j["sweep"] = s.sweep;
+  WriteGpuSpecFields(s, j);
   if (s.is_service()) {
     j["kind"] = "service";
     j["service"] = s.service;
@@ -282,6 +296,7 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
       static_cast<int>(COHORT_TRY(r.Int("tensor_group_size", 0, 0, kMaxTasksPerNode)));
   s.gpus_per_node = static_cast<int>(COHORT_TRY(r.Int("gpus_per_node", 0, 0, kMaxGpusPerNode)));
   s.cpus_per_task = static_cast<int>(COHORT_TRY(r.Int("cpus_per_task", 1, 0, kMaxCpusPerTask)));
+  COHORT_TRY_VOID(ReadGpuSpecFields(r, s));
   s.priority = static_cast<int>(COHORT_TRY(r.Int("priority", 0, -kMaxPriority, kMaxPriority)));
   std::string placement = COHORT_TRY(r.String("placement", "pack"));
   if (placement == "pack") {
@@ -405,6 +420,7 @@ Result<void> ValidateJobSpec(const JobSpec& s) {
                       "{} GPUs cannot be split evenly among {} tasks per node; use a multiple of tasks_per_node",
                       s.gpus_per_node, s.tasks_per_node);
   }
+  COHORT_TRY_VOID(ValidateGpuSpec(s));
   if (s.tensor_group_size > 0 && s.tasks_per_node % s.tensor_group_size != 0) {
     std::string msg = fmt::format(
         "tensor_group_size: a tensor group of {} tasks must stay inside one node, but "
@@ -458,7 +474,13 @@ json ToJson(const Job& job) {
   for (const auto& n : job.allocation.nodes) {
     json tasks = json::array();
     for (const auto& t : n.tasks) {
-      tasks.push_back({{"rank", t.rank}, {"local_rank", t.local_rank}, {"gpus", t.gpus}});
+      json task{{"rank", t.rank}, {"local_rank", t.local_rank}, {"gpus", t.gpus}};
+      if (t.gpu_share > 0 || t.gpu_memory_mib > 0) {
+        task["gpu_share"] = t.gpu_share;
+        task["gpu_memory_mib"] = t.gpu_memory_mib;
+      }
+      if (!t.devices.empty()) task["devices"] = t.devices;
+      tasks.push_back(std::move(task));
     }
     alloc_nodes.push_back({{"node", n.node},
                            {"address", n.address},
@@ -467,6 +489,7 @@ json ToJson(const Job& job) {
                            {"cpus", n.cpus},
                            {"tasks", tasks},
                            {"version", n.version}});
+    if (!n.gpu_sharing.empty()) alloc_nodes.back()["gpu_sharing"] = n.gpu_sharing;
   }
   json exits = json::array();
   for (const auto& e : job.exits) {
@@ -479,12 +502,14 @@ json ToJson(const Job& job) {
   }
   json history = json::array();
   for (const auto& h : job.history) {
-    history.push_back({{"attempt", h.attempt},
-                       {"start_ms", h.start_ms},
-                       {"end_ms", h.end_ms},
-                       {"nodes", h.nodes},
-                       {"end_reason", h.end_reason},
-                       {"gpus", h.gpus}});
+    json rec{{"attempt", h.attempt},
+             {"start_ms", h.start_ms},
+             {"end_ms", h.end_ms},
+             {"nodes", h.nodes},
+             {"end_reason", h.end_reason},
+             {"gpus", h.gpus}};
+    if (h.gpu_share_units > 0) rec["gpu_share_units"] = h.gpu_share_units;
+    history.push_back(std::move(rec));
   }
   json out = {{"id", job.id},
               {"spec", ToJson(job.spec)},
@@ -583,9 +608,12 @@ Result<Job> JobFromJson(const json& j) {
         na.gpus = n.value("gpus", std::vector<int>{});
         na.cpus = n.value("cpus", 0);
         na.version = n.value("version", int64_t(0));
+        na.gpu_sharing = n.value("gpu_sharing", "");
         for (const auto& t : n.value("tasks", json::array())) {
           na.tasks.push_back({t.at("rank").get<int>(), t.value("local_rank", 0),
-                              t.value("gpus", std::vector<int>{})});
+                              t.value("gpus", std::vector<int>{}), t.value("gpu_share", 0),
+                              t.value("gpu_memory_mib", int64_t(0)),
+                              t.value("devices", std::vector<std::string>{})});
         }
         job.allocation.nodes.push_back(std::move(na));
       }
@@ -599,7 +627,8 @@ Result<Job> JobFromJson(const json& j) {
       job.history.push_back({h.value("attempt", 0), h.value("start_ms", int64_t(0)),
                              h.value("end_ms", int64_t(0)),
                              h.value("nodes", std::vector<std::string>{}),
-                             h.value("end_reason", ""), h.value("gpus", -1)});
+                             h.value("end_reason", ""), h.value("gpus", -1),
+                             h.value("gpu_share_units", int64_t(0))});
     }
     if (j.contains("move") && !j["move"].is_null()) {
       const json& m = j["move"];
@@ -642,6 +671,16 @@ json ToJson(const GpuTelemetry& t) {
               {"updated_ms", t.updated_ms}};
 }
 
+// MIG and topology fields, written only when set so that plain GPUs read as before.
+static void AddGpuPlaceFields(const Gpu& g, json& j) {
+  if (!g.mig_profile.empty()) {
+    j["mig_profile"] = g.mig_profile;
+    j["mig_parent"] = g.mig_parent;
+  }
+  if (g.nvlink_island >= 0) j["nvlink_island"] = g.nvlink_island;
+  if (g.pcie_switch >= 0) j["pcie_switch"] = g.pcie_switch;
+}
+
 json ToJson(const Gpu& g) {
   json j{{"index", g.index},
          {"name", g.name},
@@ -650,17 +689,20 @@ json ToJson(const Gpu& g) {
          {"simulated", g.simulated},
          {"healthy", g.healthy},
          {"health_reason", g.health_reason}};
+  AddGpuPlaceFields(g, j);
   if (g.telemetry) j["telemetry"] = ToJson(*g.telemetry);
   return j;
 }
 
 // A GPU as an agent registers it: the inventory only (health and telemetry are the head's).
 static json RegisteredGpuToJson(const Gpu& g) {
-  return json{{"index", g.index},
-              {"name", g.name},
-              {"uuid", g.uuid},
-              {"memory_bytes", g.memory_bytes},
-              {"simulated", g.simulated}};
+  json j{{"index", g.index},
+         {"name", g.name},
+         {"uuid", g.uuid},
+         {"memory_bytes", g.memory_bytes},
+         {"simulated", g.simulated}};
+  AddGpuPlaceFields(g, j);
+  return j;
 }
 
 static json GpusToJson(const std::vector<Gpu>& gpus) {
@@ -680,6 +722,7 @@ json ToJson(const Node& n) {
               {"labels", n.labels},
               {"features", n.features},
               {"memory_bytes", n.memory_bytes},
+              {"gpu_sharing", n.gpu_sharing},
               {"state", NodeStateName(n.state)},
               {"reason", n.reason},
               {"drain", n.drain},
@@ -701,6 +744,7 @@ Result<Node> NodeFromJson(const json& j) {
     n.labels = j.value("labels", std::map<std::string, std::string>{});
     n.features = j.value("features", std::vector<std::string>{});
     n.memory_bytes = j.value("memory_bytes", int64_t(0));
+    n.gpu_sharing = j.value("gpu_sharing", "");
     n.state = j.value("state", "UP") == "DOWN" ? NodeState::kDown : NodeState::kUp;
     n.reason = j.value("reason", "");
     n.drain = j.value("drain", false);
@@ -722,7 +766,7 @@ json ToJson(const Registration& r) {
                  return a;
                }()},
               {"cpus", r.cpus}, {"labels", r.labels}, {"features", r.features},
-              {"memory_bytes", r.memory_bytes}, {"csr", r.csr}};
+              {"memory_bytes", r.memory_bytes}, {"gpu_sharing", r.gpu_sharing}, {"csr", r.csr}};
 }
 
 Result<Registration> RegistrationFromJson(const json& j) {
@@ -740,6 +784,10 @@ Result<Registration> RegistrationFromJson(const json& j) {
   reg.features = COHORT_TRY(r.StringList("features", std::vector<std::string>{}));
   COHORT_TRY_VOID(ValidateNodeFeatures(reg.features, "features"));
   reg.memory_bytes = COHORT_TRY(r.Int("memory_bytes", 0, 0, int64_t{1} << 60));
+  reg.gpu_sharing = COHORT_TRY(r.String("gpu_sharing", ""));
+  if (!reg.gpu_sharing.empty() && reg.gpu_sharing != "mps" && reg.gpu_sharing != "time-slicing") {
+    return FieldError("gpu_sharing", "must be 'mps' or 'time-slicing', got '{}'", reg.gpu_sharing);
+  }
   reg.csr = COHORT_TRY(r.String("csr", "", 16 << 10));
   COHORT_TRY_VOID(r.Finish());
   if (!ValidName(reg.name, 64)) {

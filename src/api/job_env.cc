@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "api/gpu_request.h"
 #include "api/routes.h"
 #include "api/sweep.h"
 
@@ -36,8 +37,19 @@ std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAll
   set("MASTER_PORT", std::to_string(job.allocation.master_port));
   if (options.set_visible_devices) {
     std::string gpus;
-    for (size_t i = 0; i < task.gpus.size(); ++i) gpus += (i ? "," : "") + std::to_string(task.gpus[i]);
+    for (size_t i = 0; i < task.gpus.size(); ++i) {
+      // MIG instances by uuid (the only way CUDA names them), whole GPUs by index.
+      gpus += (i ? "," : "") + (i < task.devices.size() ? task.devices[i] : std::to_string(task.gpus[i]));
+    }
     set("CUDA_VISIBLE_DEVICES", std::move(gpus));
+  }
+  if (task.gpu_share > 0 || task.gpu_memory_mib > 0) {
+    // A part of one GPU (issue 18): the limits an MPS server applies to this client; the
+    // agent runs that server where it can, else the GPU is time-sliced (COHORT_GPU_SHARING).
+    set("COHORT_GPU_SHARE", GpuShareText(task.gpu_share));
+    set("COHORT_GPU_MEMORY_MIB", std::to_string(task.gpu_memory_mib));
+    set("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(task.gpu_share * 100 / kGpuShareUnits));
+    set("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", fmt::format("0={}M", task.gpu_memory_mib));
   }
   if (job.id > 0) {
     set("COHORT_JOB_ID", std::to_string(job.id));

@@ -26,10 +26,17 @@ enum class Placement { kPack, kSpread };
 // TIMEOUT: killed at its time limit (time_limit_s), as Slurm's TIMEOUT.
 enum class JobState { kPending, kRunning, kSucceeded, kFailed, kCancelled, kTimeout };
 enum class NodeState { kUp, kDown };
+// How a job's GPUs must be connected (`topology:` in a spec; docs: README, "Fractional
+// GPUs, MIG, GPU types and topology"). kPreferred: the best-connected GPUs inside a node
+// and the fewest network switches across nodes that are free now, never waiting for
+// better. kRequired: a node's GPUs in one NVLink island (or under one PCIe switch) and
+// all nodes under one switch, waiting until such a set is free.
+enum class Topology { kPreferred, kRequired };
 
 std::string_view PlacementName(Placement p);
 std::string_view JobStateName(JobState s);   // "PENDING", "RUNNING", ...
 std::string_view NodeStateName(NodeState s);  // "UP", "DOWN"
+std::string_view TopologyName(Topology t);     // "preferred", "required"
 Result<JobState> ParseJobState(std::string_view s);  // case-insensitive
 bool IsTerminal(JobState s);
 
@@ -122,6 +129,20 @@ struct JobSpec {
   json sweep;
 
   bool is_array() const { return !array.empty(); }
+  // GPUs beyond a plain count (api/gpu_request.h). gpu_type: "" (any whole GPU), a model's
+  // short name ("h100") or a MIG profile ("1g.10gb"): gpus_per_node devices of that type.
+  std::string gpu_type;
+  // A fraction of one GPU per task, in share units (1..kGpuShareUnits-1, `gpus_per_task:
+  // 0.5` is 2); 0: whole GPUs. A sharing job has gpus_per_node 0: each task holds a part
+  // of one GPU, with gpu_memory_mib of its memory (0: the share's part of the GPU's).
+  int gpu_share = 0;
+  int64_t gpu_memory_mib = 0;
+  // What the agent does when a sharing task uses more GPU memory than its part: "report"
+  // (a telemetry warning; the default) or "kill" (the task is stopped with that reason).
+  std::string gpu_memory_enforce = "report";
+  Topology topology = Topology::kPreferred;
+
+  bool shares_gpu() const { return gpu_share > 0 || gpu_memory_mib > 0; }
   bool is_service() const { return !service.empty(); }
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
@@ -132,6 +153,13 @@ struct TaskPlacement {
   int rank = 0;
   int local_rank = 0;
   std::vector<int> gpus;
+  // A task that shares its GPU (JobSpec::shares_gpu): its part, in share units of
+  // kGpuShareUnits per GPU, and the GPU memory it may use (MiB). 0 for whole GPUs.
+  int gpu_share = 0;
+  int64_t gpu_memory_mib = 0;
+  // MIG instances: their uuids, in the order of `gpus` (CUDA_VISIBLE_DEVICES names them);
+  // empty for whole GPUs, which it names by index.
+  std::vector<std::string> devices = {};
 };
 
 // The part of a job on one node.
@@ -143,6 +171,9 @@ struct NodeAllocation {
   int cpus = 0;
   std::vector<TaskPlacement> tasks;
   int64_t version = 0;  // the node's assignment version when this part was assigned
+  // A sharing job: how its tasks share their GPUs on this node (Node::gpu_sharing when it
+  // started), for `cohort show`. "" otherwise.
+  std::string gpu_sharing = {};
 };
 
 struct Allocation {
@@ -171,6 +202,9 @@ struct AttemptRecord {
   // GPUs the attempt held (all nodes), for usage accounting. Records stored before this
   // field existed load with -1, read as nodes x gpus_per_node of the job's spec.
   int gpus = -1;
+  // A sharing job's parts of GPUs (all tasks), in share units (kGpuShareUnits per GPU):
+  // usage counts them as fractions of a GPU. 0 otherwise.
+  int64_t gpu_share_units = 0;
 };
 
 // The head asked the current attempt to checkpoint and move: `cohort drain --now` (it moves
@@ -271,6 +305,15 @@ struct Gpu {
   std::string uuid;
   int64_t memory_bytes = 0;
   bool simulated = false;
+  // A MIG instance (issue 18) is a device of its own: its profile ("1g.10gb"), the index
+  // of the physical GPU it is carved from, and a "MIG-..." uuid that CUDA_VISIBLE_DEVICES
+  // names. "" and -1 for a whole GPU. A GPU in MIG mode is reported as its instances only.
+  std::string mig_profile;
+  int mig_parent = -1;
+  // Where the GPU sits: GPUs with the same NVLink island talk over NVLink, GPUs with the
+  // same PCIe switch under one switch; -1 when unknown. Whole GPUs only.
+  int nvlink_island = -1;
+  int pcie_switch = -1;
   // Health, kept by the head: a GPU with a critical XID, uncorrectable ECC errors or a
   // failed health check is unhealthy until an operator runs `cohort resume NODE`. The
   // scheduler places nothing on an unhealthy GPU. Stored with the node.
@@ -295,6 +338,9 @@ struct Node {
   // 0: unknown). Replaced at each registration.
   std::vector<std::string> features;
   int64_t memory_bytes = 0;
+  // How tasks share a GPU here (issue 18): "mps" (the agent runs an MPS control daemon per
+  // shared GPU) or "time-slicing"; "" from an agent that predates sharing.
+  std::string gpu_sharing = {};
   NodeState state = NodeState::kUp;
   std::string reason;       // why DOWN
   bool drain = false;
@@ -315,6 +361,7 @@ struct Registration {
   std::map<std::string, std::string> labels;  // ValidateNodeLabels
   std::vector<std::string> features;          // ValidateNodeFeatures
   int64_t memory_bytes = 0;                   // host memory; 0: unknown
+  std::string gpu_sharing = {};               // Node::gpu_sharing
   // A certificate request (PEM) for the node's key, to a head with TLS: the reply holds
   // the node's certificate. Not kept with the node.
   std::string csr;

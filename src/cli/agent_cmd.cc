@@ -21,6 +21,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::vector<std::string> topology;
     std::string image_max_unused = "0";
     std::string memory;
+    std::string simulated_mig;
   };
   auto f = std::make_shared<Flags>();
   auto* sub = ctx.app.add_subcommand("agent", "Run a worker agent: register GPUs, run tasks");
@@ -32,10 +33,21 @@ void AddAgentCommand(CommandContext& ctx) {
   sub->add_option("--simulated-gpus", f->config.simulated_gpus,
                   "Present N simulated GPUs instead of the real ones (NVML)")
       ->check(CLI::Range(0, 1024));
+  sub->add_option("--simulated-gpu-model", f->config.simulated_layout.model,
+                  "Simulated GPUs' model as NVML names it, e.g. 'NVIDIA H100 80GB HBM3' (jobs ask for it as h100)");
+  sub->add_option("--simulated-nvlink-island", f->config.simulated_layout.nvlink_island,
+                  "Simulated GPUs form NVLink islands of N consecutive GPUs")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--simulated-pcie-switch", f->config.simulated_layout.pcie_switch,
+                  "Simulated GPUs sit under PCIe switches of N consecutive GPUs")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--simulated-mig", f->simulated_mig,
+                  "Simulated GPU 0 in MIG mode, carved into PROFILE:COUNT[,...] instances, e.g. 1g.10gb:3,3g.40gb:1");
   sub->add_option("--cpus", f->config.cpus, "CPUs to offer (default: hardware threads)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--topology", f->topology,
-                  "A topology label KEY=VALUE of this node (repeatable), e.g. site=eu-west: the gateway "
-                  "prefers replicas whose site a request names");
+                  "Topology labels KEY=VALUE of this node (repeatable or comma-separated), e.g. "
+                  "rack=r1,switch=s3: multi-node gangs prefer the fewest switches; the gateway prefers replicas "
+                  "whose site a request names");
   sub->add_option("--features", f->config.features,
                   "Node features jobs select with --constraint, comma-separated (e.g. a100,ib,nvlink)")
       ->delimiter(',');
@@ -89,13 +101,24 @@ void AddAgentCommand(CommandContext& ctx) {
     auto max_unused = ParseDurationMs(f->image_max_unused, "--image-max-unused");
     if (!max_unused) return ReportError(max_unused.error());
     f->config.image_max_unused_ms = *max_unused;
-    for (const std::string& label : f->topology) {
-      const size_t eq = label.find('=');
-      if (eq == std::string::npos) {
-        return ReportError(Error{ErrorCode::kInvalidArgument, "--topology: expected KEY=VALUE, got '" + label + "'",
-                                 "topology"});
+    for (const std::string& labels : f->topology) {
+      // KEY=VALUE, repeated or comma-separated (rack=r1,switch=s3).
+      for (size_t start = 0; start <= labels.size();) {
+        const size_t comma = std::min(labels.find(',', start), labels.size());
+        const std::string label = labels.substr(start, comma - start);
+        start = comma + 1;
+        const size_t eq = label.find('=');
+        if (eq == std::string::npos) {
+          return ReportError(Error{ErrorCode::kInvalidArgument, "--topology: expected KEY=VALUE, got '" + label + "'",
+                                   "topology"});
+        }
+        f->config.labels[label.substr(0, eq)] = label.substr(eq + 1);
       }
-      f->config.labels[label.substr(0, eq)] = label.substr(eq + 1);
+    }
+    if (!f->simulated_mig.empty()) {
+      auto mig = agent::ParseSimulatedMig(f->simulated_mig);
+      if (!mig) return ReportError(mig.error());
+      f->config.simulated_layout.mig = std::move(*mig);
     }
     if (auto v = api::ValidateNodeLabels(f->config.labels, "--topology"); !v) return ReportError(v.error());
     if (auto v = api::ValidateNodeFeatures(f->config.features, "--features"); !v) return ReportError(v.error());

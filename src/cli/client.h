@@ -90,6 +90,14 @@ struct SubmitFlags {
   bool kill_on_invalid_dep = false;              // kill_on_invalid_dep
   std::optional<int> tasks_per_node;
   std::optional<int> gpus_per_node;
+  // Issue 18 (api/gpu_spec.h): -G/--gpus [TYPE:]COUNT per node, replacing the file's
+  // gpus, gpu_type and gpus_per_node; a fraction or whole GPUs per task; memory per task;
+  // what to do over it; topology.
+  std::optional<std::string> gpus;
+  std::optional<std::string> gpus_per_task;
+  std::optional<std::string> gpu_memory;
+  std::optional<std::string> gpu_memory_enforce;
+  std::optional<std::string> topology;
   std::optional<int> cpus_per_task;
   std::optional<int> priority;
   std::optional<int> max_restarts;

@@ -111,6 +111,10 @@ $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
   min_nodes: 1               # elastic: may run on fewer, grows back at a checkpoint
   tasks_per_node: 4          # -n
   gpus_per_node: 4           # -G; split evenly among the node's tasks
+  # gpus: h100:4             # -G TYPE:COUNT instead: a model (h100) or MIG profile (1g.10gb:2)
+  # gpus_per_task: 0.5       # instead: a shared part of one GPU per task (0.25, 0.5, 0.75)
+  # gpu_memory: 20GiB        # GPU memory per task on a shared GPU
+  # topology: required       # preferred (default) | required: one NVLink island, one switch
   cpus_per_task: 1           # -c
   priority: 0                # -p; -1000..1000
   placement: pack            # pack | spread

@@ -1,5 +1,6 @@
 // `cohort nodes [NAME]`: the worker nodes, like sinfo / kubectl get nodes; with a name,
 // one node in detail with a row per GPU.
+#include "api/gpu_request.h"
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -92,6 +93,45 @@ int Run(const std::string& name, const GlobalOptions& global) {
   return 0;
 }
 
+// Issue 18: what each device is (model short name or MIG profile) and how the whole GPUs
+// connect, as `nvidia-smi topo -m` does: NV (one NVLink island), PIX (one PCIe switch),
+// SYS (otherwise, or unknown). "" when no device carries MIG or topology.
+std::string GpuTopologyText(const api::Node& n) {
+  bool any = !n.gpu_sharing.empty();
+  for (const auto& g : n.gpus) any |= !g.mig_profile.empty() || g.nvlink_island >= 0 || g.pcie_switch >= 0;
+  if (!any) return "";
+  const auto field = [](int v) { return v < 0 ? std::string("-") : std::to_string(v); };
+  std::string out = "\ngpu topology" + (n.gpu_sharing.empty() ? std::string() : " (sharing: " + n.gpu_sharing + ")") + ":\n";
+  Table t({"INDEX", "TYPE", "NVLINK-ISLAND", "PCIE-SWITCH", "MIG-PARENT"});
+  std::vector<const api::Gpu*> whole;
+  for (const auto& g : n.gpus) {
+    t.AddRow({std::to_string(g.index), g.mig_profile.empty() ? api::GpuShortName(g.name) : g.mig_profile,
+              field(g.nvlink_island), field(g.pcie_switch), field(g.mig_parent)});
+    if (g.mig_profile.empty()) whole.push_back(&g);
+  }
+  out += t.Render(2);
+  if (whole.size() < 2 || whole.size() > 16) return out;
+  std::vector<std::string> header = {""};
+  for (const api::Gpu* g : whole) header.push_back("GPU" + std::to_string(g->index));
+  Table m(header);
+  for (const api::Gpu* a : whole) {
+    std::vector<std::string> row = {"GPU" + std::to_string(a->index)};
+    for (const api::Gpu* b : whole) {
+      if (a == b) {
+        row.push_back("X");
+      } else if (a->nvlink_island >= 0 && a->nvlink_island == b->nvlink_island) {
+        row.push_back("NV");
+      } else if (a->pcie_switch >= 0 && a->pcie_switch == b->pcie_switch) {
+        row.push_back("PIX");
+      } else {
+        row.push_back("SYS");
+      }
+    }
+    m.AddRow(row);
+  }
+  return out + "\n  connections (NV: NVLink island, PIX: one PCIe switch, SYS: otherwise):\n" + m.Render(2);
+}
+
 }  // namespace
 
 std::string RenderNodes(const std::vector<api::NodeStatus>& nodes) {
@@ -144,6 +184,7 @@ std::string RenderNode(const api::NodeStatus& v) {
                 FormatGiB(g.memory_bytes), g.simulated ? "yes" : "no"});
     }
     out += t.Render(2);
+    out += GpuTopologyText(n);
     bool any = false;
     for (const auto& g : n.gpus) any |= g.telemetry.has_value() || !g.healthy;
     if (any) {

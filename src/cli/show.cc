@@ -2,6 +2,8 @@
 // `scontrol show job`: spec, state and times, allocation per node, task exits and the
 // history of attempts.
 #include "api/job_array.h"
+#include "api/gpu_request.h"
+#include "api/gpu_spec.h"
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -129,8 +131,14 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   r.Add("workdir", s.workdir.empty() ? "(the agent's work directory)" : s.workdir);
   r.Add("nodes", fmt::format("{} x {} task{} per node (world size {})", s.nodes, s.tasks_per_node,
                              s.tasks_per_node == 1 ? "" : "s", s.world_size()));
-  r.Add("gpus per node", s.gpus_per_node == 0 ? "0 (CPU only)"
-                                              : fmt::format("{} ({} per task)", s.gpus_per_node, s.gpus_per_task()));
+  if (!s.gpu_type.empty() || s.shares_gpu()) {
+    r.Add("gpus", api::GpuSpecText(s));  // issue 18: a type, MIG instances or a shared part
+    if (s.shares_gpu()) r.Add("gpu memory over share", s.gpu_memory_enforce == "kill" ? "killed" : "reported");
+  } else {
+    r.Add("gpus per node", s.gpus_per_node == 0 ? "0 (CPU only)"
+                                                : fmt::format("{} ({} per task)", s.gpus_per_node, s.gpus_per_task()));
+  }
+  if (s.topology == api::Topology::kRequired) r.Add("topology", "required (one NVLink island per node, one switch)");
   r.Add("cpus per task", std::to_string(s.cpus_per_task));
   r.Add("placement", std::string(api::PlacementName(s.placement)));
   r.Add("priority", std::to_string(s.priority));
@@ -153,12 +161,24 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
       std::vector<std::string> task_gpus;
       for (const auto& task : n.tasks) {
         ranks.push_back(task.rank);
-        if (!task.gpus.empty()) task_gpus.push_back(fmt::format("{}:{}", task.rank, FormatIndexList(task.gpus)));
+        if (task.gpus.empty()) continue;
+        std::string gpus = FormatIndexList(task.gpus);
+        // A shared part: "0:3(0.5, 40GiB)"; the sharing mode follows the table.
+        if (task.gpu_share > 0) {
+          gpus += fmt::format("({}, {})", api::GpuShareText(task.gpu_share), api::MemoryMibText(task.gpu_memory_mib));
+        }
+        task_gpus.push_back(fmt::format("{}:{}", task.rank, gpus));
       }
       t.AddRow({std::to_string(n.node_rank), n.node, n.address, FormatIndexList(n.gpus), std::to_string(n.cpus),
                 FormatIndexList(ranks), Join(task_gpus, " ")});
     }
     out += t.Render(2);
+    for (const auto& n : job.allocation.nodes) {
+      if (n.gpu_sharing.empty()) continue;
+      out += fmt::format("  GPU sharing on {}: {}\n", n.node,
+                         n.gpu_sharing == "mps" ? "NVIDIA MPS (limits per task: thread percentage, pinned memory)"
+                                                : "time-slicing (no MPS on this node: limits are not enforced by the GPU)");
+    }
   }
   if (!job.exits.empty()) {
     out += "\nexits (attempt " + std::to_string(job.attempt) + "):\n";

@@ -47,6 +47,12 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"dependency", "--dependency"},
       {"tasks_per_node", "--tasks-per-node"},
       {"gpus_per_node", "--gpus-per-node"},
+      {"gpus", "--gpus"},
+      {"gpu_type", "--gpus"},
+      {"gpus_per_task", "--gpus-per-task"},
+      {"gpu_memory", "--gpu-memory"},
+      {"gpu_memory_enforce", "--gpu-memory-enforce"},
+      {"topology", "--topology"},
       {"cpus_per_task", "--cpus-per-task"},
       {"priority", "--priority"},
       {"max_restarts", "--max-restarts"},
@@ -71,7 +77,12 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "array") return f.array.has_value();
   if (field == "dependency") return f.dependency.has_value();
   if (field == "tasks_per_node") return f.tasks_per_node.has_value();
-  if (field == "gpus_per_node") return f.gpus_per_node.has_value();
+  if (field == "gpus_per_node") return f.gpus_per_node.has_value() || f.gpus.has_value();
+  if (field == "gpus" || field == "gpu_type") return f.gpus.has_value();
+  if (field == "gpus_per_task") return f.gpus_per_task.has_value();
+  if (field == "gpu_memory") return f.gpu_memory.has_value();
+  if (field == "gpu_memory_enforce") return f.gpu_memory_enforce.has_value();
+  if (field == "topology") return f.topology.has_value();
   if (field == "cpus_per_task") return f.cpus_per_task.has_value();
   if (field == "priority") return f.priority.has_value();
   if (field == "max_restarts") return f.max_restarts.has_value();
@@ -342,6 +353,20 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("checkpoint_signal", flags.checkpoint_signal);
   set("tasks_per_node", flags.tasks_per_node);
   set("gpus_per_node", flags.gpus_per_node);
+  if (flags.gpus) {
+    // -G replaces what the file asks of GPUs; the API parses it (api/gpu_spec.h).
+    for (const char* k : {"gpus", "gpu_type", "gpus_per_node"}) base.erase(k);
+    base["gpus"] = *flags.gpus;
+  }
+  if (flags.gpus_per_task) {
+    base.erase("gpus_per_task");
+    base["gpus_per_task"] = *flags.gpus_per_task;
+    // A fraction holds a part of one GPU: the file's whole-GPU count no longer applies.
+    if (flags.gpus_per_task->find('.') != std::string::npos && !flags.gpus) base.erase("gpus_per_node");
+  }
+  set("gpu_memory", flags.gpu_memory);
+  set("gpu_memory_enforce", flags.gpu_memory_enforce);
+  set("topology", flags.topology);
   set("cpus_per_task", flags.cpus_per_task);
   set("priority", flags.priority);
   set("max_restarts", flags.max_restarts);
@@ -452,7 +477,17 @@ void AddSubmitCommand(CommandContext& ctx) {
                 "Cancel the job if its dependency can never be satisfied (default: it stays PENDING with reason "
                 "DependencyNeverSatisfied)");
   AddOptional(sub, "-n,--tasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
-  AddOptional(sub, "-G,--gpus-per-node", f.gpus_per_node, "GPUs per node, split evenly among its tasks (default 0)");
+  AddOptional(sub, "-G,--gpus,--gpus-per-node", f.gpus,
+              "GPUs per node, [TYPE:]COUNT, split evenly among its tasks: 4, h100:4 (a model, as NVML names it "
+              "in short), 1g.10gb:2 (MIG instances) (default 0)");
+  AddOptional(sub, "--gpus-per-task", f.gpus_per_task,
+              "A part of one GPU per task, shared with other tasks: 0.25, 0.5 or 0.75 (or a whole number of GPUs)");
+  AddOptional(sub, "--gpu-memory", f.gpu_memory, "GPU memory per task on a shared GPU, e.g. 20GiB");
+  AddOptional(sub, "--gpu-memory-enforce", f.gpu_memory_enforce,
+              "A task over its GPU memory share is reported (report, the default) or stopped (kill)");
+  AddOptional(sub, "--topology", f.topology,
+              "preferred (default: best-connected GPUs, fewest switches, never waiting for them) or required "
+              "(wait for one NVLink island per node and one switch)");
   AddOptional(sub, "-c,--cpus-per-task", f.cpus_per_task, "CPU cores per task (default 1)");
   AddOptional(sub, "-J,--name", f.name, "Job name (default: the program's name)");
   AddOptional(sub, "-p,--priority", f.priority, "Priority, -1000..1000; higher runs first (default 0)");

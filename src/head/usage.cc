@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "api/gpu_request.h"
+
 namespace cohort::head {
 
 int AttemptGpus(const api::Job& job, const api::AttemptRecord& attempt) {
@@ -32,7 +34,11 @@ bool Overlaps(const api::AttemptRecord& a, int64_t now_ms, const UsageWindow& w)
 
 double JobGpuSeconds(const api::Job& job, int64_t now_ms, UsageWindow window) {
   double s = 0;
-  for (const auto& a : job.history) s += AttemptGpus(job, a) * (OverlapMs(a, now_ms, window) / 1000.0);
+  for (const auto& a : job.history) {
+    // A sharing attempt counts its parts of GPUs (issue 18).
+    const double gpus = AttemptGpus(job, a) + static_cast<double>(a.gpu_share_units) / api::kGpuShareUnits;
+    s += gpus * (OverlapMs(a, now_ms, window) / 1000.0);
+  }
   return s;
 }
 

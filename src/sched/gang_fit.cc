@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sched/gpu_fit.h"
+
 namespace cohort::sched {
 
 Result<GangDemand> DemandOf(const JobRequest& job) {
@@ -38,7 +40,7 @@ std::optional<GangFit> FitGang(const NodePool& pool, const GangDemand& demand, P
   });
   fit.gpus.reserve(fit.nodes.size());
   for (int node : fit.nodes) {
-    fit.gpus.push_back(ChooseGpus(pool.free_gpus(node), demand.gpus, policy));
+    fit.gpus.push_back(ChooseFreeGpus(pool, node, demand.gpus, policy));
   }
   return fit;
 }

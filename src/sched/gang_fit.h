@@ -40,6 +40,7 @@ Result<GangDemand> DemandOf(const JobRequest& job);
 struct GangFit {
   std::vector<int> nodes;
   std::vector<std::vector<int>> gpus;
+  std::vector<std::vector<GpuSlice>> slices = {};  // a sharing job's (gpu_fit.h); else empty
 };
 
 // Places `demand` on the free resources of `pool` under `policy`, never on a node listed

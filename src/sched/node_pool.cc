@@ -32,6 +32,16 @@ NodePool::NodePool(std::span<const NodeView> nodes) {
     node.free_cpus = std::max(view.free_cpus, 0);
     node.capacity_gpus = std::max(view.total_gpus, static_cast<int>(node.free_gpus.size()));
     node.capacity_cpus = std::max(view.total_cpus, node.free_cpus);
+    node.devices = view.gpus;
+    if (node.devices.empty()) {
+      for (int g : node.free_gpus) {
+        GpuView d;
+        d.index = g;
+        node.devices.push_back(std::move(d));
+      }
+    }
+    std::sort(node.devices.begin(), node.devices.end(),
+              [](const GpuView& a, const GpuView& b) { return a.index < b.index; });
     if (node.schedulable) max_free = std::max(max_free, static_cast<int>(node.free_gpus.size()));
   }
 
@@ -72,8 +82,24 @@ int NodePool::CountHosts(int gpus, int64_t cpus) const {
   return count;
 }
 
-void NodePool::Take(int node, std::span<const int> gpus, int cpus) {
+void NodePool::Take(int node, std::span<const int> gpus, int cpus, std::span<const GpuSlice> slices) {
   Node& n = nodes_[node];
+  const auto device = [&](int index) -> GpuView* {
+    auto it = std::lower_bound(n.devices.begin(), n.devices.end(), index,
+                               [](const GpuView& d, int i) { return d.index < i; });
+    return it != n.devices.end() && it->index == index ? &*it : nullptr;
+  };
+  if (slices.empty()) {
+    for (int g : gpus) {
+      if (GpuView* d = device(g)) d->free_share = 0;
+    }
+  }
+  for (const GpuSlice& s : slices) {
+    if (GpuView* d = device(s.gpu)) {
+      d->free_share = std::max(d->free_share - s.share, 0);
+      d->free_memory_mib = std::max<int64_t>(d->free_memory_mib - s.memory_mib, 0);
+    }
+  }
   const size_t old_count = n.free_gpus.size();
   const uint64_t old_key = Key(n.free_cpus, n.rank);
 

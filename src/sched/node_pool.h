@@ -55,8 +55,14 @@ class NodePool {
   void VisitHosts(int gpus, int64_t cpus, Placement policy, Visit&& visit) const;
 
   // Takes `gpus` (indices, sorted, all free on `node`) and `cpus` (at most the free
-  // CPUs) from a schedulable node.
-  void Take(int node, std::span<const int> gpus, int cpus);
+  // CPUs) from a schedulable node. With `slices` (a sharing job), takes those parts of
+  // their GPUs instead of whole GPUs: a GPU that any task shares is no longer free whole.
+  void Take(int node, std::span<const int> gpus, int cpus, std::span<const GpuSlice> slices = {});
+
+  // Issue 18: the node's devices in detail (the snapshot's, or its free GPUs as whole
+  // untyped devices when it gave none), as this pass has left them; its switch label.
+  std::span<const GpuView> devices(int node) const { return nodes_[node].devices; }
+  const std::string& network_switch(int node) const { return nodes_[node].view->network_switch; }
 
  private:
   struct Node {
@@ -67,6 +73,7 @@ class NodePool {
     int free_cpus = 0;
     int capacity_gpus = 0;
     int capacity_cpus = 0;
+    std::vector<GpuView> devices;  // sorted by index
   };
 
   // Bucket keys order by free CPUs, then id rank.

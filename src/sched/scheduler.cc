@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "sched/constraints.h"
 #include "sched/fair_share.h"
 #include "sched/gang_fit.h"
+#include "sched/gpu_fit.h"
 #include "sched/node_pool.h"
 #include "sched/preempt.h"
 #include "sched/priority.h"
@@ -48,7 +51,8 @@ class Pass {
         pool_(snapshot.nodes),
         constraints_(snapshot.nodes),
         unavailable_(UnavailableSuffix(snapshot.nodes)),
-        releases_(RunningReleases(snapshot)) {
+        releases_(RunningReleases(snapshot)),
+        switches_(HasSwitches(pool_)) {
     decision_.start.reserve(snapshot.pending.size());
     pending_reason_.resize(snapshot.pending.size());
     if (snapshot.shares) quotas_.emplace(snapshot.shares->teams, snapshot.running);
@@ -74,17 +78,31 @@ class Pass {
     const int smallest = job.min_nodes > 0 ? std::min(job.min_nodes, demand->nodes) : demand->nodes;
     GangDemand size = *demand;
     bool admitted = false;
+    // Typed, sharing or topology-bound jobs, and gangs over switches (gpu_fit.h).
+    const bool detailed = NeedsGpuDetail(job);
+    std::string detail_why;
     for (; size.nodes >= smallest; --size.nodes) {
       if (quotas_ && !quotas_->Admits(job.team, GpusOf(size))) continue;
       admitted = true;
       blocked_.clear();
       if (guard_) guard_->BlockedNodes(size, job.time_limit_ms, &blocked_);
-      std::optional<GangFit> fit = IsConstrained(job) ? constraints_.Fit(pool_, job, size, blocked_)
-                                                      : FitGang(pool_, size, job.placement, blocked_);
+      std::optional<GangFit> fit;
+      if (IsConstrained(job)) {  // node constraints (constraints.h; never with detailed GPUs)
+        fit = constraints_.Fit(pool_, job, size, blocked_);
+      } else if (detailed || (size.nodes > 1 && switches_)) {
+        fit = FitDetailed(job, size, &detail_why);
+      } else {
+        fit = FitGang(pool_, size, job.placement, blocked_);
+      }
       if (fit) {
         Start(job, size, std::move(*fit));
         return;
       }
+    }
+    if (detailed && admitted) {
+      // Not reserved for: the reservation and preemption plans count whole GPUs.
+      SetReason(job, detail_why + unavailable_);
+      return;
     }
     if (quotas_ && !IsConstrained(job) && TryPreempt(job, *demand)) return;
     if (!admitted) {
@@ -112,6 +130,22 @@ class Pass {
 
  private:
   static int64_t GpusOf(const GangDemand& d) { return static_cast<int64_t>(d.nodes) * d.gpus; }
+
+  // FitDetailedGang, skipping a request that already failed in this pass with no nodes
+  // blocked: resources only shrink during a pass.
+  std::optional<GangFit> FitDetailed(const JobRequest& job, const GangDemand& size, std::string* why) {
+    const auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required,
+                                job.tasks_per_node, job.placement == Placement::kPack, size.nodes, size.gpus, size.cpus);
+    if (blocked_.empty()) {
+      if (auto it = detail_failed_.find(key); it != detail_failed_.end()) {
+        *why = it->second;
+        return std::nullopt;
+      }
+    }
+    std::optional<GangFit> fit = FitDetailedGang(pool_, job, size, blocked_, why);
+    if (!fit && blocked_.empty()) detail_failed_.emplace(key, *why);
+    return fit;
+  }
 
   // With preemption on, plans victims for a blocked job; true if it preempts (its reason
   // then says whom) or waits for the victims it preempted earlier.
@@ -156,9 +190,12 @@ class Pass {
     const int cpus = static_cast<int>(demand.cpus);  // fits on a node, so fits an int
     for (size_t k = 0; k < fit.nodes.size(); ++k) {
       const int node = fit.nodes[k];
-      pool_.Take(node, fit.gpus[k], cpus);
+      std::vector<GpuSlice> slices = k < fit.slices.size() ? std::move(fit.slices[k]) : std::vector<GpuSlice>{};
+      std::vector<int> taken = fit.gpus[k];
+      std::sort(taken.begin(), taken.end());  // a sharing job's GPUs are in task order
+      pool_.Take(node, taken, cpus, slices);
       constraints_.Take(node, job.mem_per_node_mb);
-      placed.nodes.push_back(NodeAssignment{pool_.id(node), std::move(fit.gpus[k]), cpus});
+      placed.nodes.push_back(NodeAssignment{pool_.id(node), std::move(fit.gpus[k]), cpus, std::move(slices)});
     }
     if (guard_) {
       guard_->Commit(demand, job.time_limit_ms, fit.nodes);
@@ -243,6 +280,9 @@ class Pass {
   int64_t starts_ = 0;                  // jobs started so far: the pool changes only then
   std::vector<CachedReason> guarded_reasons_;  // GuardedWait's, one per demand seen
   std::vector<std::string> pending_reason_;  // by index in snapshot_.pending; empty: started
+  const bool switches_;                 // nodes carry switch labels: gangs prefer fewest switches
+  // Detailed requests that did not fit, with why (keys: FitDetailed).
+  std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t>, std::string> detail_failed_;
   Decision decision_;
 };
 

@@ -26,6 +26,23 @@ enum class Placement {
   kSpread,  // load balancing: use the emptiest nodes first
 };
 
+// GPU share units per device (api::kGpuShareUnits): a fractional task holds some of them.
+inline constexpr int kGpuShareUnits = 4;
+
+// One device of a node in detail (issue 18), for requests that name a GPU type, share a
+// GPU or need connected GPUs (gpu_fit.h). A MIG instance is a device of its own.
+struct GpuView {
+  int index = 0;
+  std::string type;   // model short name ("h100") or MIG profile ("1g.10gb"); "" unknown
+  bool mig = false;
+  bool healthy = true;                // an unhealthy device is never placed on
+  int64_t memory_mib = 0;             // the device's memory; 0 unknown
+  int free_share = kGpuShareUnits;    // share units free; 0 once a whole-device job holds it
+  int64_t free_memory_mib = 0;        // memory not promised to sharing tasks
+  int nvlink_island = -1;             // devices with the same island talk over NVLink; -1 unknown
+  int pcie_switch = -1;               // ... under the same PCIe switch; -1 unknown
+};
+
 struct NodeView {
   std::string id;
   std::string unavailable;     // "" if schedulable; else why not: "down", "draining"
@@ -38,6 +55,10 @@ struct NodeView {
   std::vector<std::string> features;
   int64_t memory_mb = 0;
   int64_t free_memory_mb = 0;
+  // Issue 18: every device in detail; empty when only free_gpus is known (whole, untyped
+  // GPUs). `free_gpus` lists the whole, non-MIG GPUs that no task holds any share of.
+  std::vector<GpuView> gpus = {};
+  std::string network_switch = {};  // the node's switch (its `switch` topology label); "" unknown
 };
 
 // What a running job holds on one node: `gpus` is a count.
@@ -84,6 +105,13 @@ struct JobRequest {
   std::string exclude;         // Slurm host list: never these nodes
   std::string constraint;      // feature expression: "a100&ib|h100"
   int64_t mem_per_node_mb = 0;  // unreserved memory each member node needs
+  // Issue 18 (gpu_fit.h): a device type ("h100", "1g.10gb"; "" any whole GPU); a share of
+  // one GPU per task (gpu_share units and/or gpu_memory_mib; gpus_per_node is then 0); and
+  // whether connected GPUs and one switch are required (else preferred).
+  std::string gpu_type;
+  int gpu_share = 0;
+  int64_t gpu_memory_mib = 0;
+  bool topology_required = false;
 };
 
 // A team as the scheduler sees it (api/team.h): its quota, borrow limit, fair-share
@@ -133,11 +161,20 @@ struct Snapshot {
   std::optional<SharePolicy> shares;
 };
 
+// A part of one GPU that one task of a sharing job holds.
+struct GpuSlice {
+  int gpu = 0;
+  int share = 0;            // share units
+  int64_t memory_mib = 0;
+};
+
 // One gang member: the node, the GPU indices it gets there (sorted), and its CPU count.
 struct NodeAssignment {
   std::string node;
   std::vector<int> gpus;
   int cpus = 0;
+  // A sharing job: one slice per task, in local-rank order (`gpus` then lists their GPUs).
+  std::vector<GpuSlice> slices = {};
 };
 
 struct JobPlacement {
@@ -181,6 +218,13 @@ struct NodeCapacity {
   int cpus = 0;
   std::vector<std::string> features;  // for CheckConstraintsFeasible (constraints.h)
   int64_t memory_mb = 0;
+};
+
+// A node's devices in full (every one free), for typed and sharing jobs (gpu_fit.h).
+struct NodeDevices {
+  std::string id;
+  int cpus = 0;
+  std::vector<GpuView> devices;
 };
 
 }  // namespace cohort::sched

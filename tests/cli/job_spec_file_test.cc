@@ -172,9 +172,10 @@ TEST_F(SpecFileTest, CommandErrors) {
 }
 
 TEST_F(SpecFileTest, UnknownFieldSuggestsTheNearestName) {
-  Error e = YamlError("gpus: 4\n");
-  EXPECT_EQ(e.field, "gpus");
-  EXPECT_THAT(e.message, HasSubstr("job.yaml: gpus: unknown field 'gpus' (did you mean 'gpus_per_node'?)"));
+  Error e = YamlError("gpu_per_node: 4\n");  // `gpus: 4` is a GPU request (issue 18)
+  EXPECT_EQ(e.field, "gpu_per_node");
+  EXPECT_THAT(e.message,
+              HasSubstr("job.yaml: gpu_per_node: unknown field 'gpu_per_node' (did you mean 'gpus_per_node'?)"));
   Error e2 = YamlError("node: 2\n");
   EXPECT_THAT(e2.message, HasSubstr("unknown field 'node' (did you mean 'nodes'?)"));
   Error e3 = YamlError("zzzzzz: 2\n");

@@ -52,7 +52,9 @@ TEST_F(BadInput, EachBadFieldIsNamed) {
     std::string body, field, text;
   };
   std::vector<Case> cases = {
-      {R"({"command": ["true"], "gpus": 1})", "gpus", "did you mean 'gpus_per_node'"},
+      {R"({"command": ["true"], "gpu": 1})", "gpu", "did you mean 'gpus'"},
+      {R"({"command": ["true"], "gpus": "h100:x"})", "gpus", "[TYPE:]COUNT"},
+      {R"({"command": ["true"], "gpus_per_task": 1.5})", "gpus_per_task", "0.25, 0.5 or 0.75"},
       {R"({"command": ["true"], "gpus_per_node": -1})", "gpus_per_node", "between 0 and 1024"},
       {R"({"command": ["true"], "gpus_per_node": 1000000000})", "gpus_per_node", "between 0 and 1024"},
       {R"({"command": ["true"], "nodes": 0})", "nodes", "between 1 and 4096"},

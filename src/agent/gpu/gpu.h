@@ -26,6 +26,12 @@ struct GpuInfo {
   std::string uuid;          // "GPU-8d9f0c1e-...": stable across reboots
   int64_t memory_bytes = 0;  // total device memory
   bool simulated = false;
+  // Issue 18 (api::Gpu has the same fields): a MIG instance's profile and parent GPU, and
+  // the GPU's NVLink island and PCIe switch (-1 unknown).
+  std::string mig_profile;
+  int mig_parent = -1;
+  int nvlink_island = -1;
+  int pcie_switch = -1;
 };
 
 // The GPUs the NVIDIA driver sees, in index order. Returns kUnavailable when the NVML
@@ -37,6 +43,26 @@ Result<std::vector<GpuInfo>> DiscoverNvmlGpus();
 // format ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx") derived from `node_name` and the
 // index, so they are the same on every run and differ between nodes and indices.
 std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name);
+
+// How simulated GPUs present themselves beyond their count (agent flags
+// --simulated-gpu-model, --simulated-nvlink-island, --simulated-pcie-switch,
+// --simulated-mig), so that typed, MIG and topology-aware scheduling is tested without GPUs.
+struct SimulatedLayout {
+  std::string model;            // the NVML-style name ("NVIDIA H100 80GB HBM3"); "" the default
+  int nvlink_island = 0;        // GPUs per NVLink island, consecutive indices; 0 none
+  int pcie_switch = 0;          // GPUs per PCIe switch, consecutive indices; 0 none
+  // GPU 0 in MIG mode, carved into these instances (profile, count), reported instead of it.
+  std::vector<std::pair<std::string, int>> mig;
+};
+
+// Parses --simulated-mig "1g.10gb:3,3g.40gb:1". kInvalidArgument naming the flag for a bad
+// profile or count, or instances whose memory exceeds the GPU's 80 GiB.
+Result<std::vector<std::pair<std::string, int>>> ParseSimulatedMig(std::string_view text);
+
+// `n` simulated GPUs laid out as `layout` says. Whole GPUs keep their index's uuid; a MIG
+// GPU 0 becomes its instances (indices 0..k-1, uuids "MIG-..." derived like the GPUs'),
+// and the other GPUs follow at indices k, k+1, ...; every device is then named by uuid.
+std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name, const SimulatedLayout& layout);
 
 // ---- Telemetry and health ----
 //

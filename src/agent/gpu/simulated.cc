@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "agent/gpu/gpu.h"
+#include "api/gpu_request.h"
 #include "common/mutex.h"
 
 namespace cohort::agent {
@@ -145,14 +146,83 @@ std::unique_ptr<GpuMonitor> MakeSimulatedGpuMonitor(const std::vector<GpuInfo>& 
 }
 
 std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name) {
+  return SimulatedGpus(n, node_name, SimulatedLayout{});
+}
+
+namespace {
+
+// "1g.10gb" -> 10 GiB in bytes; 0 if the profile names no memory.
+int64_t MigProfileBytes(std::string_view profile) {
+  const size_t dot = profile.find('.');
+  const size_t gb = profile.find("gb", dot);
+  if (dot == std::string_view::npos || gb == std::string_view::npos) return 0;
+  int64_t n = 0;
+  for (char c : profile.substr(dot + 1, gb - dot - 1)) {
+    if (c < '0' || c > '9' || n > 1'000'000) return 0;
+    n = n * 10 + (c - '0');
+  }
+  return n << 30;
+}
+
+}  // namespace
+
+Result<std::vector<std::pair<std::string, int>>> ParseSimulatedMig(std::string_view text) {
+  std::vector<std::pair<std::string, int>> out;
+  int64_t bytes = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    const size_t colon = item.rfind(':');
+    const std::string profile(item.substr(0, colon == std::string_view::npos ? item.size() : colon));
+    int count = 0;
+    if (colon != std::string_view::npos) {
+      for (char c : item.substr(colon + 1)) count = (c >= '0' && c <= '9' && count < 100) ? count * 10 + (c - '0') : -1000;
+    }
+    if (!api::IsMigProfile(profile) || colon == std::string_view::npos || count < 1 || count > 7) {
+      return FieldError("--simulated-mig", "'{}' must be PROFILE:COUNT with a MIG profile such as 1g.10gb and a count 1-7",
+                        item);
+    }
+    bytes += MigProfileBytes(profile) * count;
+    out.emplace_back(profile, count);
+    start = comma + 1;
+  }
+  if (bytes > kSimulatedMemoryBytes) {
+    return FieldError("--simulated-mig", "instances of {} GiB in all exceed the simulated GPU's 80 GiB", bytes >> 30);
+  }
+  return out;
+}
+
+std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name, const SimulatedLayout& layout) {
   std::vector<GpuInfo> gpus;
+  const std::string model = layout.model.empty() ? std::string(kSimulatedName) : layout.model;
+  int next = 0;
   for (int i = 0; i < n; ++i) {
+    if (i == 0 && !layout.mig.empty()) {
+      int k = 0;
+      for (const auto& [profile, count] : layout.mig) {
+        for (int c = 0; c < count; ++c, ++k) {
+          GpuInfo g;
+          g.index = next++;
+          g.name = fmt::format("{} MIG {}", model, profile);
+          g.uuid = "MIG-" + SimulatedUuid(node_name, 1000 + k).substr(4);
+          g.memory_bytes = MigProfileBytes(profile);
+          g.simulated = true;
+          g.mig_profile = profile;
+          g.mig_parent = 0;
+          gpus.push_back(std::move(g));
+        }
+      }
+      continue;
+    }
     GpuInfo g;
-    g.index = i;
-    g.name = kSimulatedName;
+    g.index = next++;
+    g.name = model;
     g.uuid = SimulatedUuid(node_name, i);
     g.memory_bytes = kSimulatedMemoryBytes;
     g.simulated = true;
+    if (layout.nvlink_island > 0) g.nvlink_island = i / layout.nvlink_island;
+    if (layout.pcie_switch > 0) g.pcie_switch = i / layout.pcie_switch;
     gpus.push_back(std::move(g));
   }
   return gpus;

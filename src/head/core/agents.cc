@@ -161,6 +161,7 @@ Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::
   n.labels = reg.labels;
   n.features = reg.features;
   n.memory_bytes = reg.memory_bytes;
+  n.gpu_sharing = reg.gpu_sharing;
   NoteShape(s, n, +1);
   n.state = NodeState::kUp;
   n.reason.clear();

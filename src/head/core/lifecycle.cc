@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "api/job_env.h"
+#include "head/core/gpu_detail.h"
 #include "head/core/liveness.h"
 
 namespace cohort::head::core {
@@ -64,7 +65,10 @@ void StartJob(Tx& tx, Job& job, const std::vector<NodePlacement>& nodes) {
   rec.attempt = job.attempt;
   rec.start_ms = now;
   rec.gpus = 0;
-  for (const auto& n : nodes) rec.gpus += static_cast<int>(n.gpus.size());
+  for (const auto& n : nodes) {
+    rec.gpus += n.slices.empty() ? static_cast<int>(n.gpus.size()) : 0;
+    for (const sched::GpuSlice& slice : n.slices) rec.gpu_share_units += slice.share;
+  }
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodePlacement& p = nodes[i];
     tx.BumpVersion(p.node);
@@ -75,11 +79,20 @@ void StartJob(Tx& tx, Job& job, const std::vector<NodePlacement>& nodes) {
     na.gpus = p.gpus;
     na.cpus = p.cpus;
     na.version = tx.s.runtime[p.node].desired_version;
+    if (!p.slices.empty()) na.gpu_sharing = tx.s.nodes.at(p.node).gpu_sharing;
     for (int l = 0; l < tpn; ++l) {
       api::TaskPlacement t;
       t.rank = static_cast<int>(i) * tpn + l;
       t.local_rank = l;
-      for (int g = 0; g < gpt; ++g) t.gpus.push_back(p.gpus[static_cast<size_t>(l * gpt + g)]);
+      if (static_cast<size_t>(l) < p.slices.size()) {
+        const sched::GpuSlice& slice = p.slices[static_cast<size_t>(l)];
+        t.gpus.push_back(slice.gpu);
+        t.gpu_share = slice.share;
+        t.gpu_memory_mib = slice.memory_mib;
+      } else {
+        for (int g = 0; g < gpt; ++g) t.gpus.push_back(p.gpus[static_cast<size_t>(l * gpt + g)]);
+      }
+      AddMigDevices(tx.s.nodes.at(p.node), t);
       na.tasks.push_back(std::move(t));
     }
     job.allocation.nodes.push_back(std::move(na));

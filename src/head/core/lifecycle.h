@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "api/types.h"
+#include "sched/snapshot.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -24,6 +25,7 @@ struct NodePlacement {
   std::string node;
   std::vector<int> gpus;
   int cpus = 0;
+  std::vector<sched::GpuSlice> slices = {};  // a sharing job: one per task, in local-rank order
 };
 
 // Starts an attempt of a PENDING job on `nodes` (node rank order): builds the allocation

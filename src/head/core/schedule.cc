@@ -4,6 +4,7 @@
 #include <set>
 
 #include "head/core/dependencies.h"
+#include "head/core/gpu_detail.h"
 #include "head/core/job_control.h"
 #include "head/core/lifecycle.h"
 #include "head/core/preempt.h"
@@ -22,6 +23,7 @@ namespace {
 struct Busy {
   std::vector<bool> gpus;
   int cpus = 0;
+  SharedGpus shared;  // parts of GPUs held by sharing tasks (gpu_detail.h)
   void Take(const std::vector<int>& g, int c) {
     for (int i : g) {
       if (i >= 0 && static_cast<size_t>(i) < gpus.size()) gpus[static_cast<size_t>(i)] = true;
@@ -38,7 +40,12 @@ Busy BusyOn(const ClusterState& s, const api::Node& node, const NodeRuntime* rt,
   if (here) {
     for (api::JobId id : *here) {
       for (const auto& na : s.jobs.at(id).allocation.nodes) {
-        if (na.node == node.name) busy.Take(na.gpus, na.cpus);
+        if (na.node != node.name) continue;
+        if (AddSharedTasks(na, busy.shared)) {
+          busy.cpus += na.cpus;
+        } else {
+          busy.Take(na.gpus, na.cpus);
+        }
       }
     }
   }
@@ -176,12 +183,17 @@ sched::JobRequest ToRequest(const Job& job) {
   r.exclude = job.spec.exclude;
   r.constraint = job.spec.constraint;
   r.mem_per_node_mb = job.spec.mem_per_node_mb;
+  AddGpuRequest(job.spec, r);
   return r;
 }
 
 SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
   SchedulerInput in;
   sched::Snapshot& snap = in.snapshot;
+  for (api::JobId id : s.pending) {
+    const api::JobSpec& spec = s.jobs.at(id).spec;
+    in.wants_gpu_detail |= !spec.gpu_type.empty() || spec.shares_gpu();
+  }
   snap.now_ms = now.unix_ms;
   auto rt_it = s.runtime.cbegin();
   auto jobs_it = s.node_jobs.cbegin();
@@ -197,13 +209,21 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
     } else if (n.drain) {
       v.unavailable = "draining";
     }
-    v.total_gpus = static_cast<int>(n.gpus.size());
     const std::set<api::JobId>* here = Seek(s.node_jobs, jobs_it, name);
     const Busy b = BusyOn(s, n, rt, here);
-    for (int g = 0; g < v.total_gpus; ++g) {
-      // An unhealthy GPU is never free (gpu_health.h); `cohort resume` returns it.
-      if (!b.gpus[static_cast<size_t>(g)] && n.gpus[static_cast<size_t>(g)].healthy) v.free_gpus.push_back(g);
+    bool detail = false;  // MIG instances or topology: the scheduler gets every device
+    for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
+      const api::Gpu& gpu = n.gpus[static_cast<size_t>(g)];
+      detail |= !gpu.mig_profile.empty() || gpu.nvlink_island >= 0 || gpu.pcie_switch >= 0;
+      if (!PlainGpu(gpu)) continue;
+      ++v.total_gpus;
+      // An unhealthy GPU is never free (gpu_health.h); `cohort resume` returns it. Nor is
+      // one that sharing tasks hold a part of.
+      if (!b.gpus[static_cast<size_t>(g)] && gpu.healthy && !b.shared.contains(g)) v.free_gpus.push_back(g);
     }
+    // Typed and sharing jobs need the devices; so do nodes with MIG or topology.
+    if (detail || !b.shared.empty() || in.wants_gpu_detail) v.gpus = DeviceViews(n, b.gpus, b.shared);
+    if (auto sw = n.labels.find("switch"); sw != n.labels.end()) v.network_switch = sw->second;
     v.total_cpus = n.cpus;
     v.free_cpus = std::max(0, n.cpus - b.cpus);
     // Node constraints (sched/constraints.h): features, and memory less the running jobs' --mem.
@@ -220,7 +240,11 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
     sched::RunningJob r;
     r.id = id;
     r.end_ms = job.spec.time_limit_s > 0 ? job.start_ms + job.spec.time_limit_s * 1000 : INT64_MAX;
-    for (const auto& na : job.allocation.nodes) r.usage.push_back({na.node, static_cast<int>(na.gpus.size()), na.cpus});
+    for (const auto& na : job.allocation.nodes) {
+      // A sharing job gives back parts of GPUs, never a whole one.
+      const int whole = job.spec.shares_gpu() ? 0 : static_cast<int>(na.gpus.size());
+      r.usage.push_back({na.node, whole, na.cpus});
+    }
     snap.running.push_back(std::move(r));
   }
   const std::map<api::JobId, std::string> stopping = StoppingByJob(s);
@@ -253,7 +277,7 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   sched::Decision decision = sched::Schedule(in.snapshot);
   for (const auto& p : decision.start) {
     std::vector<NodePlacement> nodes;
-    for (const auto& a : p.nodes) nodes.push_back({a.node, a.gpus, a.cpus});
+    for (const auto& a : p.nodes) nodes.push_back({a.node, a.gpus, a.cpus, a.slices});
     StartJob(tx, s.jobs.at(p.job_id), nodes);
     s.shares.nominated.erase(p.job_id);
   }

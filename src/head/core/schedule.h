@@ -32,6 +32,8 @@ struct SchedulerInput {
   std::map<api::JobId, std::string> held_reasons;
   // Jobs whose dependency is not satisfied (dependencies.h), left out, with their reason.
   std::map<api::JobId, std::string> dependency_reasons;
+  // A pending job names a GPU type or shares a GPU: every node's devices go in detail.
+  bool wants_gpu_detail = false;
 };
 
 // What the scheduler sees at `now`: every node with its free GPUs and CPUs, the running

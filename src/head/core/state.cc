@@ -56,7 +56,10 @@ void CreditUnheardTime(ClusterState& s, Now now, int64_t gap_ms) {
 }
 
 void NoteShape(ClusterState& s, const api::Node& node, int delta) {
-  const std::pair<int, int> shape{static_cast<int>(node.gpus.size()), node.cpus};
+  // Plain jobs count whole GPUs; MIG instances are for typed requests (gpu_detail.h).
+  const int whole = static_cast<int>(std::count_if(node.gpus.begin(), node.gpus.end(),
+                                                   [](const api::Gpu& g) { return g.mig_profile.empty(); }));
+  const std::pair<int, int> shape{whole, node.cpus};
   if ((s.node_shapes[shape] += delta) <= 0) s.node_shapes.erase(shape);
 }
 

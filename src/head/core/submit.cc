@@ -2,11 +2,13 @@
 
 #include "head/core/arrays.h"
 #include "head/core/dependencies.h"
+#include "head/core/gpu_detail.h"
 #include "head/core/lifecycle.h"
 #include "head/core/schedule.h"
 #include "head/core/tx.h"
 #include "sched/constraints.h"
 #include "sched/feasibility.h"
+#include "sched/gpu_fit.h"
 
 namespace cohort::head::core {
 
@@ -29,8 +31,25 @@ Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
                      "submit again");
   }
   const sched::JobRequest request = ToRequest(job);
-  if (sched::IsConstrained(request)) COHORT_TRY_VOID(sched::CheckConstraintSyntax(request));
-  if (auto ok = sched::CheckFeasible(capacity, request); !ok) return std::unexpected(ok.error());
+  if (sched::IsConstrained(request)) {
+    COHORT_TRY_VOID(sched::CheckConstraintSyntax(request));
+    if (sched::NeedsGpuDetail(request)) {
+      // The two placement paths (constraints.h, gpu_fit.h) do not compose yet.
+      return FieldError("constraint",
+                        "--nodelist, --exclude, --constraint and --mem cannot yet be combined with a GPU type, a "
+                        "fraction of a GPU, gpu_memory or topology: required");
+    }
+  }
+  if (sched::NeedsGpuDetail(request)) {
+    // A typed or sharing job: its devices decide (gpu_fit.h), so walk the nodes; plain
+    // jobs keep the shape counts.
+    std::vector<sched::NodeDevices> detailed;
+    detailed.reserve(s.nodes.size());
+    for (const auto& [name, n] : s.nodes) detailed.push_back({name, n.cpus, CapacityViews(n)});
+    if (auto ok = sched::CheckGpuFeasible(detailed, request); !ok) return std::unexpected(ok.error());
+  } else if (auto ok = sched::CheckFeasible(capacity, request); !ok) {
+    return std::unexpected(ok.error());
+  }
   if (sched::IsConstrained(request)) {
     // Constraints name nodes and features: a walk over the nodes, for these jobs only.
     std::vector<sched::NodeCapacity> nodes;
