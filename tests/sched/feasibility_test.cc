@@ -41,7 +41,16 @@ TEST_P(FeasibilityTest, NamesTheShortfall) {
   EXPECT_EQ(r.error().message, c.error);
 }
 
-const std::vector<NodeCapacity> kMixed = {{"a", 8, 64}, {"b", 8, 64}, {"c", 4, 32}, {"d", 0, 16}};
+// A node's GPUs and CPUs (no features, memory unknown).
+NodeCapacity Cap(std::string id, int gpus, int cpus) {
+  NodeCapacity n;
+  n.id = std::move(id);
+  n.gpus = gpus;
+  n.cpus = cpus;
+  return n;
+}
+
+const std::vector<NodeCapacity> kMixed = {Cap("a", 8, 64), Cap("b", 8, 64), Cap("c", 4, 32), Cap("d", 0, 16)};
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, FeasibilityTest,
@@ -55,7 +64,7 @@ INSTANTIATE_TEST_SUITE_P(
                      "job needs 3 nodes with 8 GPUs each but only 2 nodes in the cluster have 8 "
                      "or more GPUs"},
         FeasibleCase{"OneBigNode",
-                     {{"a", 8, 64}, {"b", 2, 64}},
+                     {Cap("a", 8, 64), Cap("b", 2, 64)},
                      Shape(2, 4),
                      "job needs 2 nodes with 4 GPUs each but only 1 node in the cluster has 4 or "
                      "more GPUs"},
@@ -64,18 +73,18 @@ INSTANTIATE_TEST_SUITE_P(
         FeasibleCase{"MultiNodeLargerThanLargest", kMixed, Shape(2, 16),
                      "job needs 2 nodes with 16 GPUs each but the largest node has 8"},
         FeasibleCase{"MoreCpusThanLargestNode",
-                     {{"a", 8, 2}},
+                     {Cap("a", 8, 2)},
                      Shape(1, 1, 2, 2),
                      "job needs 4 CPUs per node (2 tasks x 2 CPUs) but the largest node has 2"},
         FeasibleCase{"MoreCpusSingleTask",
-                     {{"a", 8, 2}},
+                     {Cap("a", 8, 2)},
                      Shape(1, 1, 1, 3),
                      "job needs 3 CPUs per node but the largest node has 2"},
         FeasibleCase{"TooFewNodesWithCpus", kMixed, Shape(3, 0, 1, 48),
                      "job needs 3 nodes with 48 CPUs each but only 2 nodes in the cluster have "
                      "48 or more CPUs"},
         FeasibleCase{"GpusAndCpusOnDifferentNodes",
-                     {{"a", 8, 8}, {"b", 2, 64}},
+                     {Cap("a", 8, 8), Cap("b", 2, 64)},
                      Shape(1, 8, 1, 32),
                      "job needs 1 node with 8 GPUs and 32 CPUs but no node in the cluster has 8 "
                      "or more GPUs and 32 or more CPUs"},
