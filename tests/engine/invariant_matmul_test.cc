@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/kernels/cpu/matmul.h"
@@ -87,7 +88,10 @@ TEST_P(RowInvariance, ValuesAreTheBlasProducts) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RowInvariance,
                          ::testing::Values(Shape{64, 192}, Shape{37, 13}, Shape{5, 3}, Shape{100, 131},
-                                           Shape{384, 1152}));
+                                           Shape{384, 1152}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return "C" + std::to_string(info.param.C) + "_OC" + std::to_string(info.param.OC);
+                         });
 
 }  // namespace
 }  // namespace cohort::engine::cpu
