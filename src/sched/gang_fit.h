@@ -26,6 +26,8 @@ struct GangDemand {
   int gpus = 0;
   int64_t cpus = 0;
 
+  bool operator==(const GangDemand&) const = default;
+
   // True if every component of this demand is at least that of `other`.
   bool Covers(const GangDemand& other) const {
     return nodes >= other.nodes && gpus >= other.gpus && cpus >= other.cpus;

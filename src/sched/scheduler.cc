@@ -226,7 +226,7 @@ class Pass {
   // with a handful of demands, so each reason is worked out once per start, not per job.
   const std::string& GuardedWait(const GangDemand& demand) {
     for (CachedReason& c : guarded_reasons_) {
-      if (c.demand.nodes == demand.nodes && c.demand.gpus == demand.gpus && c.demand.cpus == demand.cpus) {
+      if (c.demand == demand) {
         if (c.starts != starts_) c = CachedReason{demand, starts_, GuardedReason(demand)};
         return c.reason;
       }

@@ -166,8 +166,7 @@ bool MatmulForwardRowInvariantOn(std::string_view isa, float* out, const float* 
   Isa chosen;
   if (isa == "avx512" && kIsa == Isa::kAvx512) {
     chosen = Isa::kAvx512;
-  } else if (isa == "avx2" && (kIsa == Isa::kAvx512 || kIsa == Isa::kAvx2) && __builtin_cpu_supports("avx2") &&
-             __builtin_cpu_supports("fma")) {
+  } else if (isa == "avx2" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     chosen = Isa::kAvx2;
   } else if (isa == "scalar") {
     chosen = Isa::kScalar;
