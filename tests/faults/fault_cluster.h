@@ -308,7 +308,15 @@ class FaultCluster {
       return;
     }
     Ip({"netns", "del", probe});
-    if (!Ip({"link", "add", bridge_, "type", "bridge"}) || !Ip({"addr", "add", subnet_ + ".1/24", "dev", bridge_}) ||
+    // The bridge gets an address of its own: otherwise Linux gives it the lowest of its
+    // ports' addresses and changes it when a port with a lower one joins, and an agent that
+    // resolved the head's address before that keeps sending to the old one, which the
+    // bridge no longer takes as its own (the agent never registers: seen in CI, and 20 of
+    // 120 side-by-side setups in a shell reproduction; 0 of 120 with a fixed address).
+    const int pid = getpid();
+    char mac[32];
+    std::snprintf(mac, sizeof(mac), "02:c0:%02x:%02x:%02x:01", (pid >> 16) & 0xff, (pid >> 8) & 0xff, pid & 0xff);
+    if (!Ip({"link", "add", bridge_, "address", mac, "type", "bridge"}) || !Ip({"addr", "add", subnet_ + ".1/24", "dev", bridge_}) ||
         !Ip({"link", "set", bridge_, "up"})) {
       netns_reason_ = "cannot create a bridge: " + ReadFile(NetLog());
       Ip({"link", "del", bridge_});
