@@ -107,6 +107,7 @@ HttpClient::HttpClient(std::string base_url, Millis timeout)
   } else {
     valid_ = std::unexpected(p.error());
   }
+  url_valid_ = valid_;
   if (valid_ && parts_.tls) {
     if (auto env = tls::ClientOptionsFromEnv(); !env) {
       valid_ = std::unexpected(env.error());
@@ -118,6 +119,7 @@ HttpClient::HttpClient(std::string base_url, Millis timeout)
 
 void HttpClient::set_tls(const tls::ClientOptions& options) {
   tls_ = std::make_shared<const tls::ClientOptions>(options);
+  valid_ = url_valid_;  // an unreadable $COHORT_CA_FILE no longer matters
   pool_ = std::make_shared<Pool>();  // connections made before trusted something else
 }
 

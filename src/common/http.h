@@ -57,7 +57,9 @@ class HttpClient {
   void set_bearer_token(std::string token) { bearer_ = std::move(token); }
   // For an https URL: the authority to trust (only it) and the certificate to present.
   // Without it, an https client trusts $COHORT_CA or $COHORT_CA_FILE (tls.h), and
-  // without those the system's authorities. Set before the first call; connections
+  // without those the system's authorities; with it, the environment is not consulted (a
+  // head or agent started where a user's $COHORT_CA_FILE names a file that is gone still
+  // reaches its peers). Set before the first call; connections
   // opened later present the identity's certificate of the moment (renewals).
   void set_tls(const tls::ClientOptions& options);
   const std::string& bearer_token() const { return bearer_; }
@@ -86,7 +88,8 @@ class HttpClient {
 
   std::string base_url_;
   UrlParts parts_;
-  Result<void> valid_;
+  Result<void> valid_;      // the URL, then the environment's trust; set_tls replaces the latter
+  Result<void> url_valid_;  // the URL alone
   Millis timeout_;
   std::string bearer_;
   std::shared_ptr<const tls::ClientOptions> tls_;  // https only; null: the system's authorities

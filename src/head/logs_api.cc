@@ -49,8 +49,8 @@ void RegisterLogRoutes(Router& router, Cluster& cluster) {
     }
     if (!r) {
       return SendError(res, Error{ErrorCode::kUnavailable,
-                                  fmt::format("cannot read the log of rank {} from node {}: its agent at {} does not answer",
-                                              *rank, loc->node, loc->agent_url)});
+                                  fmt::format("cannot read the log of rank {} from node {}: its agent at {} does not answer ({})",
+                                              *rank, loc->node, loc->agent_url, r.error().message)});
     }
     if (r->status != 200) return SendError(res, ErrorFromResponse(r->status, r->body));
     auto next = ParseIntParam(r->headers["X-Cohort-Next-Offset"], "X-Cohort-Next-Offset", 0, INT64_MAX);

@@ -276,6 +276,24 @@ TEST(Tls, CaFromTheEnvironment) {
   unsetenv("COHORT_CA");
 }
 
+// A head or agent started where $COHORT_CA_FILE names a file that is gone (a user's
+// setting for another cluster, or an earlier test's head) still reaches its peers with
+// the authority it sets: set_tls replaces the environment's trust, and its error.
+TEST(Tls, ExplicitTrustIgnoresABrokenEnvironment) {
+  Authority ca = MakeCa();
+  TlsServer server(ca, MakeLeaf(ca, kHeadName));
+  ASSERT_EQ(setenv("COHORT_CA_FILE", "/nonexistent/ca.crt", 1), 0);
+  HttpClient env_only(server.url(), Millis(5000));
+  auto bad = env_only.Get("/who");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("$COHORT_CA_FILE"), std::string::npos) << bad.error().message;
+  HttpClient c(server.url(), Millis(5000));
+  c.set_tls(ClientOptions{ca.cert_pem, nullptr});
+  auto r = c.Get("/who");
+  EXPECT_TRUE(r.has_value()) << r.error().message;
+  unsetenv("COHORT_CA_FILE");
+}
+
 }  // namespace
 }  // namespace cohort::tls
 
