@@ -145,11 +145,7 @@ Stash& GptShardModel::Impl::NewStash(int chunk, int slot, int B, int T) {
   return ref;
 }
 
-GptShardModel::GptShardModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-GptShardModel::~GptShardModel() = default;
-
-Result<std::unique_ptr<GptShardModel>> GptShardModel::Create(const ShardSpec& spec,
-                                                             TensorParallelGroup& tp) {
+Result<void> ValidateShardSpec(const ShardSpec& spec, const TensorParallelGroup& tp) {
   COHORT_TRY_VOID(spec.config.Validate());
   const GptConfig& c = spec.config;
   if (spec.tensor_size < 1 || c.n_head % spec.tensor_size != 0 ||
@@ -167,6 +163,53 @@ Result<std::unique_ptr<GptShardModel>> GptShardModel::Create(const ShardSpec& sp
                     ch.begin_layer, ch.end_layer, c.n_layer);
     }
   }
+  return {};
+}
+
+Result<void> ValidateShardBatch(const GptShardLayout& layout, int chunk,
+                                const MicrobatchTokens& batch) {
+  const ShardChunkSpec& spec = layout.spec.chunks[chunk];
+  const int B = batch.B, T = batch.T, V = layout.spec.config.vocab_size;
+  if (B < 1 || T < 1 || T > layout.spec.config.max_seq_len) {
+    return Errorf(ErrorCode::kInvalidArgument, "shard: bad micro-batch shape {} x {}", B, T);
+  }
+  const size_t N = static_cast<size_t>(B) * T;
+  if (spec.embedding) {
+    if (batch.tokens.size() != N) {
+      return Errorf(ErrorCode::kInvalidArgument, "shard: expected {} token ids, got {}", N,
+                    batch.tokens.size());
+    }
+    for (size_t i = 0; i < N; ++i) {
+      if (batch.tokens[i] < 0 || batch.tokens[i] >= V) {
+        return Errorf(ErrorCode::kInvalidArgument,
+                      "shard: token id {} at position {} outside [0, vocab_size={})",
+                      batch.tokens[i], i, V);
+      }
+    }
+  }
+  if (spec.head && !batch.targets.empty()) {
+    if (batch.targets.size() != N) {
+      return Errorf(ErrorCode::kInvalidArgument, "shard: expected {} targets, got {}", N,
+                    batch.targets.size());
+    }
+    for (size_t i = 0; i < N; ++i) {
+      if (batch.targets[i] < -1 || batch.targets[i] >= V) {
+        return Errorf(ErrorCode::kInvalidArgument,
+                      "shard: target {} at position {} outside [-1, vocab_size={})",
+                      batch.targets[i], i, V);
+      }
+    }
+  }
+  return {};
+}
+
+GptShardModel::GptShardModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GptShardModel::~GptShardModel() = default;
+
+Result<std::unique_ptr<GptShardModel>> GptShardModel::Create(const ShardSpec& spec,
+                                                             TensorParallelGroup& tp) {
+  COHORT_TRY_VOID(ValidateShardSpec(spec, tp));
+  const GptConfig& c = spec.config;
   auto impl = std::make_unique<Impl>();
   impl->layout = GptShardLayout::Build(spec);
   impl->tp = &tp;
@@ -240,19 +283,9 @@ Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens
   const ShardChunkSpec& spec = m.layout.spec.chunks[chunk];
   const ShardChunkOffsets& co = m.layout.chunks[chunk];
   const int B = batch.B, T = batch.T, C = m.C, Cl = m.Cl, NHl = m.NHl;
-  if (B < 1 || T < 1 || T > m.layout.spec.config.max_seq_len) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: bad micro-batch shape {} x {}", B, T);
-  }
+  COHORT_TRY_VOID(ValidateShardBatch(m.layout, chunk, batch));
   const int N = B * T;
   const size_t BTC = static_cast<size_t>(N) * C, att_size = static_cast<size_t>(B) * NHl * T * T;
-  if (spec.embedding && batch.tokens.size() != static_cast<size_t>(N)) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: expected {} token ids, got {}", N,
-                  batch.tokens.size());
-  }
-  if (spec.head && !batch.targets.empty() && batch.targets.size() != static_cast<size_t>(N)) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: expected {} targets, got {}", N,
-                  batch.targets.size());
-  }
   Stash& s = m.NewStash(chunk, slot, B, T);
   if (spec.embedding) {
     s.tokens.assign(batch.tokens.begin(), batch.tokens.end());

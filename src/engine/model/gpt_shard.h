@@ -42,6 +42,16 @@ struct MicrobatchTokens {
   int B = 0, T = 0;
 };
 
+// The checks of Create (shared with the CUDA shard, gpt_shard_cuda.h): a valid config, a
+// tensor group that matches spec and splits n_head and the padded vocabulary, chunks inside
+// [0, n_layer). kInvalidArgument naming the numbers.
+Result<void> ValidateShardSpec(const ShardSpec& spec, const TensorParallelGroup& tp);
+// The checks of Forward on a micro-batch for `chunk`: its shape (B, T >= 1, T <= max_seq_len),
+// B·T token ids in [0, vocab_size) for the embedding chunk, B·T targets in [-1, vocab_size)
+// (or none) for the head chunk. kInvalidArgument naming the first bad value.
+Result<void> ValidateShardBatch(const GptShardLayout& layout, int chunk,
+                                const MicrobatchTokens& batch);
+
 class GptShardModel {
  public:
   // `tp` (tensor group of spec.tensor_size ranks) must outlive the model. Parameters start
