@@ -170,7 +170,8 @@ struct GptShardCudaModel::Impl {
 
   Result<void> ReserveTemporaries(int B, int T);
   Result<Stash*> NewStash(int chunk, int slot, int B, int T);
-  Result<float> HeadLoss(Stash& s, int N);
+  // `targets`: the micro-batch's host copy of what s.targets holds.
+  Result<float> HeadLoss(Stash& s, int N, const int32_t* targets);
 
   // Sums a bf16 (N, C) partial over the tensor group in float32 (Megatron's f in the
   // backward); a group of one only counts the call.
@@ -382,7 +383,7 @@ void GptShardCudaModel::Release(int chunk, int slot) {
   m.stashes[chunk].erase(it);
 }
 
-Result<float> GptShardCudaModel::Impl::HeadLoss(Stash& s, int N) {
+Result<float> GptShardCudaModel::Impl::HeadLoss(Stash& s, int N, const int32_t* targets) {
   // The group's row max, then Σ e^{x − max} and the target's logit summed in one
   // all-reduce; the log-sum-exp and the loss on the host in GptShardModel's arithmetic.
   float* mx = Fsum();
@@ -396,46 +397,31 @@ Result<float> GptShardCudaModel::Impl::HeadLoss(Stash& s, int N) {
   COHORT_CUDA_CHECK(cudaGetLastError());  // CrossEntropyShardSums
   COHORT_TRY_VOID(Sync());
   COHORT_TRY_VOID(tp->SumPartials(sums, 2 * static_cast<size_t>(N)));
-  host_stats.resize(3 * static_cast<size_t>(N));
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(host_stats.data(), mx, 3 * static_cast<size_t>(N) * sizeof(float),
+  const size_t stats = 3 * static_cast<size_t>(N);
+  host_stats.resize(stats);
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(host_stats.data(), mx, stats * sizeof(float),
                                     cudaMemcpyDeviceToHost, stream));
   COHORT_TRY_VOID(Sync());
   host_lse.resize(N);
-  std::vector<int32_t> targets(N);
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(targets.data(), s.targets, N * sizeof(int32_t),
-                                    cudaMemcpyDeviceToHost, stream));
-  COHORT_TRY_VOID(Sync());
-  double total = 0;
-  int count = 0;
-  for (int n = 0; n < N; ++n) {
-    host_lse[n] = host_stats[n] + std::log(host_stats[N + n]);
-    if (targets[n] >= 0) {
-      total += static_cast<double>(host_lse[n]) - static_cast<double>(host_stats[2 * N + n]);
-      ++count;
-    }
-  }
+  const float* h = host_stats.data();
+  const float loss = ShardCrossEntropyLoss(h, h + N, h + 2 * N, targets, N, host_lse.data(),
+                                           &s.num_targets);
   COHORT_CUDA_CHECK(cudaMemcpyAsync(s.lse, host_lse.data(), N * sizeof(float),
                                     cudaMemcpyHostToDevice, stream));
   COHORT_TRY_VOID(Sync());
-  s.num_targets = count;
   s.loss_ready = true;
-  return count > 0 ? static_cast<float>(total / count) : 0.0f;
+  return loss;
 }
 
 Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTokens& batch,
                                          const float* input, float* output) {
   Impl& m = *impl_;
-  if (chunk < 0 || chunk >= num_chunks()) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: no chunk {}", chunk);
-  }
-  if (m.stashes[chunk].contains(slot)) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: chunk {} already holds micro-batch {}",
-                  chunk, slot);
-  }
+  COHORT_TRY_VOID(ValidateShardForward(
+      m.layout, chunk, slot, chunk >= 0 && chunk < num_chunks() && m.stashes[chunk].contains(slot),
+      batch));
   const ShardChunkSpec& spec = m.layout.spec.chunks[chunk];
   const ShardChunkOffsets& co = m.layout.chunks[chunk];
   const int B = batch.B, T = batch.T, C = m.C, Cl = m.Cl, NHl = m.NHl;
-  COHORT_TRY_VOID(ValidateShardBatch(m.layout, chunk, batch));
   COHORT_TRY_VOID(m.UseDevice());
   COHORT_TRY_VOID(m.ReserveTemporaries(B, T));
   const int N = B * T;
@@ -505,23 +491,18 @@ Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTo
   }
   COHORT_CUDA_CHECK(cudaMemcpyAsync(s.targets, batch.targets.data(), N * sizeof(int32_t),
                                     cudaMemcpyHostToDevice, st));
-  return m.HeadLoss(s, N);
+  return m.HeadLoss(s, N, batch.targets.data());
 }
 
 Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
                                          const float* doutput, float* dinput) {
   Impl& m = *impl_;
-  if (chunk < 0 || chunk >= num_chunks() || !m.stashes[chunk].contains(slot)) {
-    return Errorf(ErrorCode::kFailedPrecondition,
-                  "shard: backward of chunk {} micro-batch {} without its forward", chunk, slot);
-  }
+  const bool stashed = chunk >= 0 && chunk < num_chunks() && m.stashes[chunk].contains(slot);
+  COHORT_TRY_VOID(ValidateShardBackward(m.layout, chunk, slot, stashed,
+                                        stashed && m.stashes[chunk][slot]->loss_ready));
   Stash& s = *m.stashes[chunk][slot];
   const ShardChunkSpec& spec = m.layout.spec.chunks[chunk];
   const ShardChunkOffsets& co = m.layout.chunks[chunk];
-  if (spec.head && !s.loss_ready) {
-    return Errorf(ErrorCode::kFailedPrecondition,
-                  "shard: backward of micro-batch {} needs a forward with targets", slot);
-  }
   COHORT_TRY_VOID(m.UseDevice());
   const int B = s.B, T = s.T, C = m.C, Cl = m.Cl, NHl = m.NHl, N = B * T;
   const size_t NC = static_cast<size_t>(N) * C, NCl = static_cast<size_t>(N) * Cl;
@@ -606,16 +587,10 @@ Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
 
 Result<std::vector<float>> GptShardCudaModel::Logits(int chunk, int slot, int position) {
   Impl& m = *impl_;
-  if (chunk < 0 || chunk >= num_chunks() || !m.layout.spec.chunks[chunk].head ||
-      !m.stashes[chunk].contains(slot)) {
-    return Errorf(ErrorCode::kFailedPrecondition,
-                  "shard: no head forward of micro-batch {} on chunk {}", slot, chunk);
-  }
+  const bool stashed = chunk >= 0 && chunk < num_chunks() && m.stashes[chunk].contains(slot);
+  COHORT_TRY_VOID(ValidateShardLogits(m.layout, chunk, slot, stashed, position,
+                                      stashed ? m.stashes[chunk][slot]->T : 0));
   Stash& s = *m.stashes[chunk][slot];
-  if (position < 0 || position >= s.T) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: position {} outside [0, {})", position,
-                  s.T);
-  }
   COHORT_TRY_VOID(m.UseDevice());
   const size_t all = static_cast<size_t>(m.Vl) * m.tp->size();
   float* gathered = reinterpret_cast<float*>(
