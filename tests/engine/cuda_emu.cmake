@@ -22,6 +22,8 @@
 #                                   `cohort train` cases need the real binary; the
 #                                   hundred-step run, ~4 s a step here, is left to
 #                                   cuda_emu/run.sh by hand);
+#   engine_cuda_shard_emu_test      cuda_shard_test.cc: the tensor/pipeline shard model
+#                                   against the CPU shard and the single-device model;
 #   engine_cuda_trainer_emu_test    cuda_trainer_test.cc: the trainer with train.device
 #                                   cuda, in process.
 # What the emulator cannot prove: that its fragment layouts match the hardware, anything
@@ -73,7 +75,9 @@ if(TARGET cohort_engine_kernels_cuda)
   add_library(cohort_cuda_emu STATIC
     ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/emu.cc ${_emu_dir}/fiber.cc
     ${_emu_dir}/cublaslt_emu.cc ${_emu_dir}/stub_cudart.cc
-    ${PROJECT_SOURCE_DIR}/src/common/cuda_status.cc ${_cuda_src}/matmul.cc ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc)
+    ${PROJECT_SOURCE_DIR}/src/common/cuda_status.cc ${_cuda_src}/matmul.cc ${PROJECT_SOURCE_DIR}/src/engine/model/cuda_arena.cc
+    ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc
+    ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_shard_cuda.cc)
   target_include_directories(cohort_cuda_emu PUBLIC ${_emu_dir})
   target_include_directories(cohort_cuda_emu SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
   target_compile_definitions(cohort_cuda_emu PUBLIC COHORT_HAVE_CUDA_ENGINE=1)
@@ -81,7 +85,7 @@ if(TARGET cohort_engine_kernels_cuda)
                                                 -fno-omit-frame-pointer)
   target_link_options(cohort_cuda_emu PUBLIC -fsanitize=address,undefined)
   target_link_libraries(cohort_cuda_emu PUBLIC cohort_engine_model cohort_engine_optim
-                        cohort_engine_kernels_cpu cohort_common)
+                        cohort_engine_model_shard cohort_engine_kernels_cpu cohort_common)
 
   # An emulated test executable: SOURCES with the hazard check, discovered with FILTER (a
   # gtest negative filter, or empty).
@@ -139,6 +143,16 @@ if(TARGET cohort_engine_kernels_cuda)
   target_include_directories(engine_cuda_model_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
   target_compile_definitions(engine_cuda_model_emu_test PRIVATE COHORT_CUDA_EMULATED=1
                                                                COHORT_BINARY="cohort")
+
+  # The CUDA shard model (tensor and pipeline parallelism) against the CPU shard model and
+  # the single-device CUDA model; tensor groups over gloo on the emulated device memory.
+  _cohort_emu_test(engine_cuda_shard_emu_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_shard_test.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
+    LIBS cohort_engine_parallel cohort_comm)
+  target_include_directories(engine_cuda_shard_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
+  target_compile_definitions(engine_cuda_shard_emu_test PRIVATE COHORT_CUDA_EMULATED=1)
 
   # The inference server's GPU backend (src/serve/cuda_model.cc) against its CPU backend,
   # and continuous batching on it; built from the serve sources it needs.

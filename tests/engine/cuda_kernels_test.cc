@@ -200,6 +200,67 @@ TEST(CudaEncoderTest, BackwardOneLongRun) {
   CheckEncoderBackward(tokens, 9, 37, 9, 6);  // scalar path
 }
 
+// The vocabulary-parallel pieces: rank r of 2 holds rows [r·V/2, (r+1)·V/2). Forward:
+// the float32 partial is the CPU's, and the two ranks' partials summed, plus wpe, are
+// EncoderForward's bits. Backward: the rank's rows and dwpe as the CPU's shard kernels.
+void CheckEncoderShard(int B, int T, int C, int V) {
+  SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " C=" << C << " V=" << V);
+  const size_t N = static_cast<size_t>(B) * T;
+  const std::vector<int32_t> tokens = RandomTokens(N, V, 51);
+  const std::vector<float> wte = RoundBf16(RandomVector(static_cast<size_t>(V) * C, 52));
+  const std::vector<float> wpe = RoundBf16(RandomVector(static_cast<size_t>(T) * C, 53));
+  const std::vector<float> dout = RoundBf16(RandomVector(N * C, 54));
+  DeviceBuffer<int32_t> d_tokens(tokens);
+  auto d_wpe = ct::UploadBf16(wpe);
+  auto d_dout = ct::UploadBf16(dout);
+  DeviceBuffer<char> scratch(EncoderBackwardScratchBytes(B, T));
+  const int rows = V / 2;
+  std::vector<float> sum(N * C, 0.0f);
+  for (int r = 0; r < 2; ++r) {
+    const int v0 = r * rows;
+    const std::vector<float> mine(wte.begin() + static_cast<size_t>(v0) * C,
+                                  wte.begin() + static_cast<size_t>(v0 + rows) * C);
+    std::vector<float> ref(N * C);
+    cpu::EmbeddingShardForward(ref.data(), tokens.data(), mine.data(), v0, rows, N, C);
+    auto d_mine = ct::UploadBf16(mine);
+    DeviceBuffer<float> d_part(N * C);
+    d_part.Poison();
+    EncoderShardForward(d_part.data(), d_tokens.data(), d_mine.data(), v0, rows, B, T, C,
+                        kStream);
+    COHORT_ASSERT_LAUNCHES_OK();
+    const std::vector<float> part = d_part.Download();
+    EXPECT_TRUE(BitwiseEqual(part, ref)) << "partial of rank " << r;
+    for (size_t i = 0; i < part.size(); ++i) sum[i] += part[i];
+
+    const std::vector<float> dwte0 = RandomVector(static_cast<size_t>(rows) * C, 55 + r, 0.5f);
+    const std::vector<float> dwpe0 = RandomVector(static_cast<size_t>(T) * C, 57, 0.5f);
+    std::vector<float> dwte = dwte0, dwpe = dwpe0;
+    cpu::EmbeddingShardBackward(dwte.data(), dout.data(), tokens.data(), v0, rows, N, C);
+    cpu::PositionBackward(dwpe.data(), dout.data(), B, T, C);
+    DeviceBuffer<float> d_dwte(dwte0), d_dwpe(dwpe0);
+    EncoderShardBackward(d_dwte.data(), d_dwpe.data(), d_dout.data(), d_tokens.data(), v0, rows,
+                         B, T, C, scratch.data(), kStream);
+    COHORT_ASSERT_LAUNCHES_OK();
+    EXPECT_LT(RelError(d_dwte.Download(), dwte), kFloatTol) << "dwte rows of rank " << r;
+    EXPECT_LT(RelError(d_dwpe.Download(), dwpe), kFloatTol) << "dwpe on rank " << r;
+  }
+  DeviceBuffer<float> d_sum(sum);
+  DeviceBuffer<ct::bf16> d_out(N * C), d_whole(N * C);
+  d_out.Poison();
+  EncoderAddPosition(d_out.data(), d_sum.data(), d_wpe.data(), B, T, C, kStream);
+  auto d_wte = ct::UploadBf16(wte);
+  EncoderForward(d_whole.data(), d_tokens.data(), d_wte.data(), d_wpe.data(), B, T, C, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_TRUE(BitwiseEqual(ct::DownloadBf16(d_out), ct::DownloadBf16(d_whole)))
+      << "summed partials + wpe differ from EncoderForward";
+}
+
+TEST(CudaEncoderTest, VocabularyShardMatchesCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckEncoderShard(2, 16, 64, 128);  // 16-byte wte path
+  CheckEncoderShard(3, 7, 12, 10);    // scalar path, odd B·T
+}
+
 // ---------------------------------------------------------------------------------------
 // layernorm.cuh
 
@@ -512,6 +573,27 @@ TEST(CudaResidualTest, MatchesCpu) {
   CheckResidual(8 * 999, 0);
   CheckResidual(65537, 0);
   CheckResidual(77, 1);
+}
+
+// The row-parallel finish: bf16(bf16(sum + bias[c]) + residual), exactly the two roundings,
+// in place over the residual.
+TEST(CudaResidualTest, BiasResidualFromSumRoundsTwice) {
+  COHORT_SKIP_WITHOUT_GPU();
+  const int N = 37, C = 24;
+  const std::vector<float> sum = RandomVector(static_cast<size_t>(N) * C, 121);
+  const std::vector<float> bias = RoundBf16(RandomVector(C, 122));
+  const std::vector<float> res = RoundBf16(RandomVector(static_cast<size_t>(N) * C, 123));
+  std::vector<float> ref(sum.size());
+  for (size_t i = 0; i < sum.size(); ++i) {
+    const float y = ct::Bf16BitsToFloat(ct::Bf16Bits(sum[i] + bias[i % C]));
+    ref[i] = ct::Bf16BitsToFloat(ct::Bf16Bits(y + res[i]));
+  }
+  DeviceBuffer<float> d_sum(sum);
+  auto d_bias = ct::UploadBf16(bias);
+  auto d_res = ct::UploadBf16(res);
+  BiasResidualFromSum(d_res.data(), d_sum.data(), d_bias.data(), d_res.data(), N, C, kStream);
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_TRUE(BitwiseEqual(ct::DownloadBf16(d_res), ref));
 }
 
 // ---------------------------------------------------------------------------------------

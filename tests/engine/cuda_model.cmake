@@ -14,6 +14,17 @@ if(TARGET cohort_engine_kernels_cuda)
   cohort_build_paths(engine_cuda_model_test COHORT_BINARY $<TARGET_FILE:cohort>)
   add_dependencies(engine_cuda_model_test cohort)
 
+  # The shard model (tensor and pipeline parallelism) on a real GPU, tensor groups over NCCL
+  # (2 GPUs; skips with fewer). Also on the emulator over gloo (cuda_emu.cmake).
+  cohort_test(engine_cuda_shard_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_shard_test.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
+    LIBS cohort_engine_model_shard_cuda cohort_engine_model_cuda cohort_engine_model_shard
+         cohort_engine_parallel cohort_comm cohort_common
+    LABELS engine gpu)
+  target_include_directories(engine_cuda_shard_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
+
   # The trainer with train.device cuda in process (also run on the CPU emulator in CI,
   # cuda_emu.cmake).
   cohort_test(engine_cuda_trainer_test

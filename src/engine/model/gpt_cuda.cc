@@ -21,6 +21,7 @@
 #include "engine/kernels/cuda/layernorm.cuh"
 #include "engine/kernels/cuda/matmul.h"
 #include "engine/kernels/cuda/residual.cuh"
+#include "engine/model/cuda_arena.h"
 #include "engine/model/gpt_layout.h"
 
 namespace cohort::engine {
@@ -29,42 +30,6 @@ namespace k = ::cohort::engine::cuda;
 using k::bf16;
 
 namespace {
-
-constexpr size_t kAlign = 256;  // every buffer of the arena starts on a 256-byte boundary
-
-size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// Hands out aligned pieces of one allocation. With a null base it only counts bytes (the
-// returned pointers are then null and never used).
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  T* Take(size_t count, size_t* category) {
-    offset_ = AlignUp(offset_);
-    const size_t bytes = count * sizeof(T);
-    T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + offset_) : nullptr;
-    offset_ += bytes;
-    if (category != nullptr) *category += AlignUp(bytes);
-    return p;
-  }
-  size_t total() const { return AlignUp(offset_); }
-
- private:
-  char* base_;
-  size_t offset_ = 0;
-};
-
-// The head sizes the attention kernel supports, for error messages ("16, 32, 64, 128").
-std::string SupportedHeadSizes() {
-  std::string out;
-  for (int hs = 1; hs <= 1024; ++hs) {
-    if (!k::AttentionSupportsHeadSize(hs)) continue;
-    if (!out.empty()) out += ", ";
-    out += std::to_string(hs);
-  }
-  return out.empty() ? "none" : out;
-}
 
 // The shape checks Create and PlanMemory share.
 Result<void> CheckShape(const GptConfig& config, int max_batch, int max_seq) {
@@ -85,20 +50,7 @@ Result<void> CheckShape(const GptConfig& config, int max_batch, int max_seq) {
       static_cast<long double>(std::numeric_limits<int64_t>::max() / 4)) {
     return FieldError("max_batch", "B x T x padded vocab is too large");
   }
-  if (config.n_embd % 8 != 0) {
-    return FieldError("model.n_embd",
-                      "must be a multiple of 8 on CUDA (16-byte vector access of bf16 rows), "
-                      "got {}",
-                      config.n_embd);
-  }
-  const int hs = config.n_embd / config.n_head;
-  if (!k::AttentionSupportsHeadSize(hs)) {
-    return FieldError("model.n_head",
-                      "the head size model.n_embd / model.n_head = {} / {} = {} is not supported "
-                      "by the CUDA attention kernel (supported: {})",
-                      config.n_embd, config.n_head, hs, SupportedHeadSizes());
-  }
-  return {};
+  return CheckCudaChannels(config, config.n_embd);
 }
 
 // The kernels' scratch: the largest of the users, which run one after another on the
@@ -111,8 +63,6 @@ size_t ScratchBytes(const GptConfig& c, int max_batch, int max_seq) {
                    k::AttentionBackwardScratchBytes(max_batch, max_seq, c.n_embd, c.n_head),
                    size_t{1}});
 }
-
-std::string GiB(size_t bytes) { return fmt::format("{:.2f} GiB", bytes / double(1 << 30)); }
 
 // Device buffers. Per-layer activations are stored layer-major with a fixed stride of the
 // maximum shape: layer l's slice of `ln1` starts at ln1 + l·maxN·C (maxN = max_batch·
@@ -201,36 +151,6 @@ struct Slice {
   size_t offset = 0, count = 0;
   cudaEvent_t event = nullptr;
 };
-
-// "out of device memory: <what> needs N bytes (X GiB) on device d (Y GiB free of Z)".
-Error OutOfMemory(const std::string& what, size_t bytes, int device) {
-  size_t free_bytes = 0, total_bytes = 0;
-  std::string where = fmt::format("device {}", device);
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
-    where += fmt::format(" ({} free of {})", GiB(free_bytes), GiB(total_bytes));
-  }
-  (void)cudaGetLastError();  // a failed cudaMalloc leaves its error in the last-error slot
-  return Error(ErrorCode::kResourceExhausted,
-               fmt::format("out of device memory: {} needs {} bytes ({}) on {}", what, bytes,
-                           GiB(bytes), where));
-}
-
-// cudaMalloc with the error above on failure.
-Result<void*> DeviceAlloc(size_t bytes, const std::string& what, int device) {
-  void* p = nullptr;
-  const cudaError_t st = cudaMalloc(&p, bytes);
-  if (st == cudaErrorMemoryAllocation) return std::unexpected(OutOfMemory(what, bytes, device));
-  if (st != cudaSuccess) return std::unexpected(CudaError(st, "cudaMalloc", __FILE__, __LINE__));
-  return p;
-}
-
-// bf16 bits to float (exact: a bf16 is the high half of a float).
-float Bf16BitsToFloat(uint16_t bits) {
-  const uint32_t word = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &word, sizeof f);
-  return f;
-}
 
 }  // namespace
 

@@ -145,11 +145,7 @@ Stash& GptShardModel::Impl::NewStash(int chunk, int slot, int B, int T) {
   return ref;
 }
 
-GptShardModel::GptShardModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-GptShardModel::~GptShardModel() = default;
-
-Result<std::unique_ptr<GptShardModel>> GptShardModel::Create(const ShardSpec& spec,
-                                                             TensorParallelGroup& tp) {
+Result<void> ValidateShardSpec(const ShardSpec& spec, const TensorParallelGroup& tp) {
   COHORT_TRY_VOID(spec.config.Validate());
   const GptConfig& c = spec.config;
   if (spec.tensor_size < 1 || c.n_head % spec.tensor_size != 0 ||
@@ -167,6 +163,99 @@ Result<std::unique_ptr<GptShardModel>> GptShardModel::Create(const ShardSpec& sp
                     ch.begin_layer, ch.end_layer, c.n_layer);
     }
   }
+  return {};
+}
+
+float ShardCrossEntropyLoss(const float* max, const float* sum_exp, const float* target_logit,
+                            const int32_t* targets, int N, float* lse, int* count) {
+  double total = 0;
+  *count = 0;
+  for (int n = 0; n < N; ++n) {
+    lse[n] = max[n] + std::log(sum_exp[n]);
+    if (targets[n] >= 0) {
+      total += static_cast<double>(lse[n]) - static_cast<double>(target_logit[n]);
+      ++*count;
+    }
+  }
+  return *count > 0 ? static_cast<float>(total / *count) : 0.0f;
+}
+
+Result<void> ValidateShardBackward(const GptShardLayout& layout, int chunk, int slot,
+                                   bool stashed, bool loss_ready) {
+  if (!stashed) {
+    return Errorf(ErrorCode::kFailedPrecondition,
+                  "shard: backward of chunk {} micro-batch {} without its forward", chunk, slot);
+  }
+  if (layout.spec.chunks[chunk].head && !loss_ready) {
+    return Errorf(ErrorCode::kFailedPrecondition,
+                  "shard: backward of micro-batch {} needs a forward with targets", slot);
+  }
+  return {};
+}
+
+Result<void> ValidateShardLogits(const GptShardLayout& layout, int chunk, int slot, bool stashed,
+                                 int position, int T) {
+  if (!stashed || !layout.spec.chunks[chunk].head) {
+    return Errorf(ErrorCode::kFailedPrecondition,
+                  "shard: no head forward of micro-batch {} on chunk {}", slot, chunk);
+  }
+  if (position < 0 || position >= T) {
+    return Errorf(ErrorCode::kInvalidArgument, "shard: position {} outside [0, {})", position, T);
+  }
+  return {};
+}
+
+Result<void> ValidateShardForward(const GptShardLayout& layout, int chunk, int slot,
+                                  bool slot_taken, const MicrobatchTokens& batch) {
+  if (chunk < 0 || chunk >= static_cast<int>(layout.chunks.size())) {
+    return Errorf(ErrorCode::kInvalidArgument, "shard: no chunk {}", chunk);
+  }
+  if (slot_taken) {
+    return Errorf(ErrorCode::kInvalidArgument, "shard: chunk {} already holds micro-batch {}",
+                  chunk, slot);
+  }
+  const ShardChunkSpec& spec = layout.spec.chunks[chunk];
+  const int B = batch.B, T = batch.T, V = layout.spec.config.vocab_size;
+  if (B < 1 || T < 1 || T > layout.spec.config.max_seq_len) {
+    return Errorf(ErrorCode::kInvalidArgument, "shard: bad micro-batch shape {} x {}", B, T);
+  }
+  const size_t N = static_cast<size_t>(B) * T;
+  if (spec.embedding) {
+    if (batch.tokens.size() != N) {
+      return Errorf(ErrorCode::kInvalidArgument, "shard: expected {} token ids, got {}", N,
+                    batch.tokens.size());
+    }
+    for (size_t i = 0; i < N; ++i) {
+      if (batch.tokens[i] < 0 || batch.tokens[i] >= V) {
+        return Errorf(ErrorCode::kInvalidArgument,
+                      "shard: token id {} at position {} outside [0, vocab_size={})",
+                      batch.tokens[i], i, V);
+      }
+    }
+  }
+  if (spec.head && !batch.targets.empty()) {
+    if (batch.targets.size() != N) {
+      return Errorf(ErrorCode::kInvalidArgument, "shard: expected {} targets, got {}", N,
+                    batch.targets.size());
+    }
+    for (size_t i = 0; i < N; ++i) {
+      if (batch.targets[i] < -1 || batch.targets[i] >= V) {
+        return Errorf(ErrorCode::kInvalidArgument,
+                      "shard: target {} at position {} outside [-1, vocab_size={})",
+                      batch.targets[i], i, V);
+      }
+    }
+  }
+  return {};
+}
+
+GptShardModel::GptShardModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GptShardModel::~GptShardModel() = default;
+
+Result<std::unique_ptr<GptShardModel>> GptShardModel::Create(const ShardSpec& spec,
+                                                             TensorParallelGroup& tp) {
+  COHORT_TRY_VOID(ValidateShardSpec(spec, tp));
+  const GptConfig& c = spec.config;
   auto impl = std::make_unique<Impl>();
   impl->layout = GptShardLayout::Build(spec);
   impl->tp = &tp;
@@ -213,46 +302,23 @@ Result<float> GptShardModel::Impl::HeadLoss(Stash& s, const ShardChunkOffsets& c
   cpu_k::CrossEntropyShardSums(sums, sums + N, s.logits.data(), s.targets.data(), mx, N, Vl, v0,
                                V);
   COHORT_TRY_VOID(tp->SumPartials(sums, 2 * static_cast<size_t>(N)));
-  double total = 0;
-  int count = 0;
-  for (int n = 0; n < N; ++n) {
-    s.lse[n] = mx[n] + std::log(sums[n]);
-    if (s.targets[n] >= 0) {
-      total += static_cast<double>(s.lse[n]) - static_cast<double>(sums[N + n]);
-      ++count;
-    }
-  }
-  s.num_targets = count;
+  const float loss = ShardCrossEntropyLoss(mx, sums, sums + N, s.targets.data(), N,
+                                           s.lse.data(), &s.num_targets);
   s.loss_ready = true;
-  return count > 0 ? static_cast<float>(total / count) : 0.0f;
+  return loss;
 }
 
 Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens& batch,
                                      const float* input, float* output) {
   Impl& m = *impl_;
-  if (chunk < 0 || chunk >= num_chunks()) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: no chunk {}", chunk);
-  }
-  if (m.stashes[chunk].contains(slot)) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: chunk {} already holds micro-batch {}",
-                  chunk, slot);
-  }
+  COHORT_TRY_VOID(ValidateShardForward(
+      m.layout, chunk, slot, chunk >= 0 && chunk < num_chunks() && m.stashes[chunk].contains(slot),
+      batch));
   const ShardChunkSpec& spec = m.layout.spec.chunks[chunk];
   const ShardChunkOffsets& co = m.layout.chunks[chunk];
   const int B = batch.B, T = batch.T, C = m.C, Cl = m.Cl, NHl = m.NHl;
-  if (B < 1 || T < 1 || T > m.layout.spec.config.max_seq_len) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: bad micro-batch shape {} x {}", B, T);
-  }
   const int N = B * T;
   const size_t BTC = static_cast<size_t>(N) * C, att_size = static_cast<size_t>(B) * NHl * T * T;
-  if (spec.embedding && batch.tokens.size() != static_cast<size_t>(N)) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: expected {} token ids, got {}", N,
-                  batch.tokens.size());
-  }
-  if (spec.head && !batch.targets.empty() && batch.targets.size() != static_cast<size_t>(N)) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: expected {} targets, got {}", N,
-                  batch.targets.size());
-  }
   Stash& s = m.NewStash(chunk, slot, B, T);
   if (spec.embedding) {
     s.tokens.assign(batch.tokens.begin(), batch.tokens.end());
@@ -310,17 +376,12 @@ Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens
 Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, const float* doutput,
                                      float* dinput) {
   Impl& m = *impl_;
-  if (chunk < 0 || chunk >= num_chunks() || !m.stashes[chunk].contains(slot)) {
-    return Errorf(ErrorCode::kFailedPrecondition,
-                  "shard: backward of chunk {} micro-batch {} without its forward", chunk, slot);
-  }
+  const bool stashed = chunk >= 0 && chunk < num_chunks() && m.stashes[chunk].contains(slot);
+  COHORT_TRY_VOID(ValidateShardBackward(m.layout, chunk, slot, stashed,
+                                        stashed && m.stashes[chunk][slot]->loss_ready));
   Stash& s = *m.stashes[chunk][slot];
   const ShardChunkSpec& spec = m.layout.spec.chunks[chunk];
   const ShardChunkOffsets& co = m.layout.chunks[chunk];
-  if (spec.head && !s.loss_ready) {
-    return Errorf(ErrorCode::kFailedPrecondition,
-                  "shard: backward of micro-batch {} needs a forward with targets", slot);
-  }
   const int B = s.B, T = s.T, C = m.C, Cl = m.Cl, NHl = m.NHl, N = B * T;
   const size_t BTC = static_cast<size_t>(N) * C, att_size = static_cast<size_t>(B) * NHl * T * T;
   const size_t BTCl = static_cast<size_t>(N) * Cl;
@@ -402,16 +463,10 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
 
 Result<std::vector<float>> GptShardModel::Logits(int chunk, int slot, int position) {
   Impl& m = *impl_;
-  if (chunk < 0 || chunk >= num_chunks() || !m.layout.spec.chunks[chunk].head ||
-      !m.stashes[chunk].contains(slot)) {
-    return Errorf(ErrorCode::kFailedPrecondition,
-                  "shard: no head forward of micro-batch {} on chunk {}", slot, chunk);
-  }
+  const bool stashed = chunk >= 0 && chunk < num_chunks() && m.stashes[chunk].contains(slot);
+  COHORT_TRY_VOID(ValidateShardLogits(m.layout, chunk, slot, stashed, position,
+                                      stashed ? m.stashes[chunk][slot]->T : 0));
   Stash& s = *m.stashes[chunk][slot];
-  if (position < 0 || position >= s.T) {
-    return Errorf(ErrorCode::kInvalidArgument, "shard: position {} outside [0, {})", position,
-                  s.T);
-  }
   std::vector<float> all(static_cast<size_t>(m.Vl) * m.tp->size());
   COHORT_TRY_VOID(m.tp->Gather(s.logits.data() + static_cast<size_t>(position) * m.Vl, m.Vl,
                                all.data()));

@@ -42,6 +42,33 @@ struct MicrobatchTokens {
   int B = 0, T = 0;
 };
 
+// The checks of Create (shared with the CUDA shard, gpt_shard_cuda.h): a valid config, a
+// tensor group that matches spec and splits n_head and the padded vocabulary, chunks inside
+// [0, n_layer). kInvalidArgument naming the numbers.
+Result<void> ValidateShardSpec(const ShardSpec& spec, const TensorParallelGroup& tp);
+// The checks of Forward of `chunk` on a micro-batch into `slot` (`slot_taken`: the chunk
+// already stashes that slot): a chunk of the layout, a free slot, the shape (B, T >= 1,
+// T <= max_seq_len), B·T token ids in [0, vocab_size) for the embedding chunk, B·T targets
+// in [-1, vocab_size) (or none) for the head chunk. kInvalidArgument naming the first bad
+// value.
+Result<void> ValidateShardForward(const GptShardLayout& layout, int chunk, int slot,
+                                  bool slot_taken, const MicrobatchTokens& batch);
+// The checks of Backward of (chunk, slot) (`stashed`: its forward's stash is held;
+// `loss_ready`: that forward had targets) and of Logits at `position` (`T`: the stashed
+// micro-batch's length). kFailedPrecondition without the forward (or, for the head chunk,
+// its targets; for Logits a chunk that is not the head), kInvalidArgument for a position
+// outside [0, T).
+Result<void> ValidateShardBackward(const GptShardLayout& layout, int chunk, int slot,
+                                   bool stashed, bool loss_ready);
+Result<void> ValidateShardLogits(const GptShardLayout& layout, int chunk, int slot, bool stashed,
+                                 int position, int T);
+// The vocabulary-parallel cross-entropy from the tensor group's combined row statistics
+// (max, Σ e^{x − max}, the target's logit; N each): lse[n] = max + log(sum), and the mean of
+// lse − target logit over the rows whose target is >= 0 (0 when none; *count gets their
+// number). Summed in double.
+float ShardCrossEntropyLoss(const float* max, const float* sum_exp, const float* target_logit,
+                            const int32_t* targets, int N, float* lse, int* count);
+
 class GptShardModel {
  public:
   // `tp` (tensor group of spec.tensor_size ranks) must outlive the model. Parameters start

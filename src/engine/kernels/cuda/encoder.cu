@@ -13,11 +13,16 @@
 //      exit. Each dwte element is thus written by exactly one thread, with the additions
 //      in the CPU reference's (b, t) order.
 //   3. dwpe: one thread per (t, W channels) adds Σ_b dout[b, t] in ascending b.
+// The vocabulary-parallel variant (tensor parallelism) is the same backward with the wte
+// gradient restricted to the rows [v0, v0 + rows) of this rank: runs of other tokens are
+// found as usual and skipped (dwte holds only the rank's rows, row token − v0).
 // Scratch: the iota of positions, the sorted tokens, the sorted positions and cub's
 // temporary storage, each 256-byte aligned; the cub part is cub's own size query for B·T
 // items (it depends on the device, so EncoderBackwardScratchBytes must be called on the
 // device that runs the backward).
 #include <cub/device/device_radix_sort.cuh>
+
+#include <limits>
 
 #include "engine/kernels/cuda/encoder.cuh"
 
@@ -109,7 +114,7 @@ template <int W>
 __global__ void EncoderBackwardWteKernel(float* __restrict__ dwte, const bf16* __restrict__ dout,
                                          const uint32_t* __restrict__ sorted_tokens,
                                          const int32_t* __restrict__ sorted_positions, int BT,
-                                         int C) {
+                                         int C, int64_t v0, int64_t rows) {
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int i = blockIdx.x * kWarpsPerBlock + warp;
@@ -128,9 +133,11 @@ __global__ void EncoderBackwardWteKernel(float* __restrict__ dwte, const bf16* _
       break;
     }
   }
+  const int64_t local = static_cast<int64_t>(token) - v0;
+  if (local < 0 || local >= rows) return;  // another rank's row; uniform
   const int c = (static_cast<int>(blockIdx.y) * 32 + lane) * W;
   if (c >= C) return;  // W = 8 only when C % 8 == 0, so c < C means c + 8 <= C
-  float* row = dwte + static_cast<size_t>(token) * C + c;
+  float* row = dwte + static_cast<size_t>(local) * C + c;
   float acc[W];
   LoadFloats<W>(acc, row);
   int j = i;
@@ -208,16 +215,62 @@ ScratchLayout LayoutFor(int n) {
 
 template <int W>
 void LaunchBackward(float* dwte, float* dwpe, const bf16* dout, const uint32_t* sorted_tokens,
-                    const int32_t* sorted_positions, int B, int T, int C, cudaStream_t stream) {
+                    const int32_t* sorted_positions, int B, int T, int C, int64_t v0,
+                    int64_t rows, cudaStream_t stream) {
   const int BT = B * T;
   const dim3 wte_grid(CeilDiv(BT, kWarpsPerBlock), CeilDiv(C, 32 * W));
-  EncoderBackwardWteKernel<W><<<wte_grid, kThreads, 0, stream>>>(dwte, dout, sorted_tokens,
-                                                                  sorted_positions, BT, C);
+  EncoderBackwardWteKernel<W><<<wte_grid, kThreads, 0, stream>>>(
+      dwte, dout, sorted_tokens, sorted_positions, BT, C, v0, rows);
   const size_t wpe_groups = static_cast<size_t>(T) * (C / W);
   EncoderBackwardWpeKernel<W><<<GridFor(wpe_groups), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
 }
 
+// out[bt, c] = wte[tokens[bt] − v0, c] when the token is one of the `rows` rows held, else 0
+// (float32: the partial the tensor group sums). Grid-stride, one element per thread.
+__global__ void EncoderShardForwardKernel(float* __restrict__ out,
+                                          const int32_t* __restrict__ tokens,
+                                          const bf16* __restrict__ wte, int64_t v0,
+                                          int64_t rows, int BT, int C) {
+  const size_t total = static_cast<size_t>(BT) * C;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const size_t bt = i / C, c = i % C;
+    const int64_t local = static_cast<int64_t>(tokens[bt]) - v0;
+    out[i] = local >= 0 && local < rows
+                 ? __bfloat162float(wte[static_cast<size_t>(local) * C + c])
+                 : 0.0f;
+  }
+}
+
+// out[b, t, c] = bf16(sum[b, t, c] + wpe[t, c]). Grid-stride, one element per thread.
+__global__ void EncoderAddPositionKernel(bf16* __restrict__ out, const float* __restrict__ sum,
+                                         const bf16* __restrict__ wpe, int BT, int T, int C) {
+  const size_t total = static_cast<size_t>(BT) * C;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const size_t t = (i / C) % static_cast<size_t>(T), c = i % C;
+    out[i] = __float2bfloat16_rn(sum[i] + __bfloat162float(wpe[t * C + c]));
+  }
+}
+
 }  // namespace
+
+void EncoderShardForward(float* out, const int32_t* tokens, const bf16* wte, int64_t v0,
+                         int64_t rows, int B, int T, int C, cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  const size_t n = static_cast<size_t>(B) * T * C;
+  EncoderShardForwardKernel<<<GridFor(n), kThreads, 0, stream>>>(out, tokens, wte, v0, rows,
+                                                                 B * T, C);
+}
+
+void EncoderAddPosition(bf16* out, const float* sum, const bf16* wpe, int B, int T, int C,
+                        cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  const size_t n = static_cast<size_t>(B) * T * C;
+  EncoderAddPositionKernel<<<GridFor(n), kThreads, 0, stream>>>(out, sum, wpe, B * T, T, C);
+}
 
 void EncoderForward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
                     int T, int C, cudaStream_t stream) {
@@ -241,6 +294,13 @@ size_t EncoderBackwardScratchBytes(int B, int T) {
 
 void EncoderBackward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B,
                      int T, int C, void* scratch, cudaStream_t stream) {
+  EncoderShardBackward(dwte, dwpe, dout, tokens, 0, std::numeric_limits<int32_t>::max(), B, T,
+                       C, scratch, stream);
+}
+
+void EncoderShardBackward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens,
+                          int64_t v0, int64_t rows, int B, int T, int C, void* scratch,
+                          cudaStream_t stream) {
   if (B <= 0 || T <= 0 || C <= 0) return;
   const int BT = B * T;
   const ScratchLayout layout = LayoutFor(BT);
@@ -265,9 +325,11 @@ void EncoderBackward(float* dwte, float* dwpe, const bf16* dout, const int32_t* 
   if (sorted != cudaSuccess) return;
 
   if (C % 8 == 0 && Aligned16(dwte) && Aligned16(dwpe) && Aligned16(dout)) {
-    LaunchBackward<8>(dwte, dwpe, dout, sorted_tokens, sorted_positions, B, T, C, stream);
+    LaunchBackward<8>(dwte, dwpe, dout, sorted_tokens, sorted_positions, B, T, C, v0, rows,
+                      stream);
   } else {
-    LaunchBackward<1>(dwte, dwpe, dout, sorted_tokens, sorted_positions, B, T, C, stream);
+    LaunchBackward<1>(dwte, dwpe, dout, sorted_tokens, sorted_positions, B, T, C, v0, rows,
+                      stream);
   }
 }
 

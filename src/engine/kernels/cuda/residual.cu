@@ -47,7 +47,30 @@ void LaunchAdd(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t s
   }
 }
 
+// Row-parallel finish (tensor parallelism): out = bf16(bf16(sum + bias[c]) + residual),
+// one thread per element (grid-stride). The inner rounding is the one cuBLASLt's bias
+// epilogue makes on one device; the outer is ResidualForward's. `out` may alias
+// `residual`.
+__global__ void BiasResidualFromSumKernel(bf16* out, const float* __restrict__ sum,
+                                          const bf16* __restrict__ bias, const bf16* residual,
+                                          size_t n, int C) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float y = __bfloat162float(
+        __float2bfloat16_rn(sum[i] + __bfloat162float(bias[i % static_cast<size_t>(C)])));
+    out[i] = __float2bfloat16_rn(y + __bfloat162float(residual[i]));
+  }
+}
+
 }  // namespace
+
+void BiasResidualFromSum(bf16* out, const float* sum, const bf16* bias, const bf16* residual,
+                         int N, int C, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(N) * C;
+  if (n == 0) return;
+  BiasResidualFromSumKernel<<<GridFor(n), kThreads, 0, stream>>>(out, sum, bias, residual, n, C);
+}
 
 void ResidualForward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream) {
   LaunchAdd(out, a, b, n, stream);
