@@ -121,8 +121,10 @@
     if (!Array.isArray(argv)) return DASH;
     return argv.map((a) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(a) ? a : "'" + String(a).replace(/'/g, "'\\''") + "'")).join(' ');
   }
+  // A job's GPUs; a sharing job's parts count as their fraction (two tasks of ½: 1).
   function jobGpus(job) {
     const s = job.spec || {};
+    if (isNum(s.gpus_per_task) && s.gpus_per_task < 1) return (s.nodes || 0) * (s.tasks_per_node || 1) * s.gpus_per_task;
     return (s.nodes || 0) * (s.gpus_per_node || 0);
   }
   function badge(text) { return el('span', { class: 'state ' + text, text }); }
@@ -303,22 +305,53 @@
     $('summary').replaceChildren(...parts);
   }
 
-  // node name -> gpu index -> job id, from the running jobs' allocations.
+  // node name -> gpu index -> the jobs holding it: [{job, share, memory, warning}], from
+  // the running jobs' allocations. `share` is the job's part of the GPU (1 for whole GPUs,
+  // 0.25/0.5/0.75 for a fraction, null for a memory-only part), `memory` its tasks' GPU
+  // memory on that GPU where their agents reported it (tasks_usage), `warning` the first
+  // task's over-share warning.
   function gpuOwners(d) {
     const owners = new Map();
     for (const j of d.running || []) {
+      const s = j.spec || {};
+      const share = isNum(s.gpus_per_task) && s.gpus_per_task < 1 ? s.gpus_per_task : (s.gpu_memory ? null : 1);
+      const holder = (node, g) => {
+        if (!owners.has(node)) owners.set(node, new Map());
+        const m = owners.get(node);
+        if (!m.has(g)) m.set(g, []);
+        let h = m.get(g).find((x) => x.job === j.id);
+        if (!h) m.get(g).push(h = { job: j.id, share, memory: null, warning: '', gpuMemory: s.gpu_memory || '' });
+        return h;
+      };
       for (const na of (j.allocation && j.allocation.nodes) || []) {
-        if (!owners.has(na.node)) owners.set(na.node, new Map());
-        for (const g of na.gpus || []) owners.get(na.node).set(g, j.id);
+        for (const g of na.gpus || []) holder(na.node, g);
+      }
+      for (const u of j.tasks_usage || []) {
+        const gpus = Array.isArray(u.gpus) ? u.gpus : [];
+        for (const g of gpus) {
+          const h = holder(u.node, g);
+          // A task on several GPUs: its memory is their sum; shown once, on its first GPU.
+          if (isNum(u.gpu_memory_bytes) && g === gpus[0]) h.memory = (h.memory || 0) + u.gpu_memory_bytes;
+          if (u.gpu_memory_warning && !h.warning) h.warning = u.gpu_memory_warning;
+        }
       }
     }
     return owners;
   }
 
-  function gpuCell(g, owner) {
+  function shareText(h) {
+    if (h.share === 1) return '';
+    if (h.share === null) return ' ' + h.gpuMemory;
+    return ' ' + ({ 0.25: '¼', 0.5: '½', 0.75: '¾' }[h.share] || String(h.share));
+  }
+
+  function gpuCell(g, holders) {
+    holders = holders || [];
     const t = g.telemetry && typeof g.telemetry === 'object' ? g.telemetry : null;
     const unhealthy = g.healthy === false;
-    const cls = 'gpu' + (owner !== undefined ? ' busy' : '') + (unhealthy ? ' unhealthy' : '');
+    const warned = holders.some((h) => h.warning);
+    const cls = 'gpu' + (holders.length ? ' busy' : '') + (holders.some((h) => h.share !== 1) ? ' shared' : '') +
+      (unhealthy ? ' unhealthy' : '') + (warned ? ' over' : '');
     const util = t && isNum(t.utilization) ? Math.max(0, Math.min(1, t.utilization)) : null;
     const memTotal = t && isNum(t.memory_total_bytes) && t.memory_total_bytes > 0 ? t.memory_total_bytes
       : (isNum(g.memory_bytes) && g.memory_bytes > 0 ? g.memory_bytes : null);
@@ -327,8 +360,10 @@
     const bar = (cls2, frac) => el('div', { class: 'bar ' + cls2 }, el('i', { width: `${frac === null ? 0 : (frac * 100).toFixed(0)}%` }));
     const tip = [
       `GPU ${g.index}: ${g.name || 'unknown'}${g.simulated ? ' (simulated)' : ''}`,
+      g.mig_profile ? `MIG instance ${g.mig_profile} of GPU ${g.mig_parent}` : null,
       g.uuid ? `uuid ${g.uuid}` : null,
-      owner !== undefined ? `job ${owner}` : 'free',
+      holders.length ? holders.map((h) => `job ${h.job}${shareText(h)}` +
+        (h.memory === null ? '' : ` · GPU memory ${fmtGiB(h.memory)} GiB`) + (h.warning ? ` · ${h.warning}` : '')).join('\n') : 'free',
       `utilization ${util === null ? DASH : Math.round(util * 100) + '%'}`,
       `memory ${memUsed === null ? DASH : fmtGiB(memUsed)} / ${memTotal === null ? DASH : fmtGiB(memTotal)} GiB`,
       `temperature ${t && isNum(t.temperature_celsius) ? t.temperature_celsius + ' °C' : DASH}`,
@@ -336,9 +371,14 @@
       `SM clock ${t && isNum(t.sm_clock_hz) ? Math.round(t.sm_clock_hz / 1e6) + ' MHz' : DASH}`,
       g.healthy === undefined ? 'health ' + DASH : (unhealthy ? 'UNHEALTHY: ' + (g.health_reason || 'no reason given') : 'healthy'),
     ].filter(Boolean).join('\n');
+    const owner = (h) => el('div', { class: 'holder' + (h.warning ? ' over' : ''), dataset: { job: String(h.job) } },
+      'j' + h.job + shareText(h), !(h.memory > 0) ? null : el('span', { class: 'gmem', text: ' ' + fmtGiB(h.memory) + 'G' }),
+      h.warning ? el('span', { class: 'health', text: ' ⚠' }) : null);
     return el('div', { class: cls, title: tip, dataset: { gpu: String(g.index) } },
       el('div', null, el('span', { class: 'idx', text: '#' + g.index }), ' ',
-        owner !== undefined ? el('span', { text: 'j' + owner }) : el('span', { class: 'muted', text: 'free' })),
+        g.mig_profile ? el('span', { class: 'mig-profile', text: g.mig_profile }) : null,
+        holders.length ? null : el('span', { class: 'muted', text: ' free' })),
+      ...holders.map(owner),
       el('div', { text: 'util ' + (util === null ? DASH : Math.round(util * 100) + '%') }),
       bar('util', util),
       el('div', { text: 'mem ' + (memUsed === null ? DASH : fmtGiB(memUsed)) + '/' + (memTotal === null ? DASH : fmtGiB(memTotal)) }),
@@ -381,6 +421,26 @@
     return history.concat([[now, known.reduce((a, b) => a + b, 0) / known.length]]);
   }
 
+  // Whole GPUs as cells; MIG instances grouped under their parent GPU, where it stood.
+  function gpuCells(gpus, own) {
+    const out = [];
+    const parents = new Map();
+    for (const g of gpus) {
+      if (!(isNum(g.mig_parent) && g.mig_parent >= 0)) {
+        out.push(gpuCell(g, own.get(g.index)));
+        continue;
+      }
+      if (!parents.has(g.mig_parent)) {
+        const box = el('div', { class: 'mig', dataset: { migParent: String(g.mig_parent) } },
+          el('div', { class: 'mig-head', text: `GPU ${g.mig_parent} · MIG` }));
+        parents.set(g.mig_parent, box);
+        out.push(box);
+      }
+      parents.get(g.mig_parent).append(gpuCell(g, own.get(g.index)));
+    }
+    return out;
+  }
+
   function renderNodes(d) {
     const owners = gpuOwners(d);
     const nodes = d.nodes || [];
@@ -401,7 +461,7 @@
       const own = owners.get(n.name) || new Map();
       return el('div', { class: 'node ' + st, dataset: { node: n.name } }, head,
         reason ? el('div', { class: 'muted', text: reason }) : null,
-        gpus.length ? el('div', { class: 'gpus' }, ...gpus.map((g) => gpuCell(g, own.get(g.index)))) : el('div', { class: 'muted', text: 'no GPUs' }),
+        gpus.length ? el('div', { class: 'gpus' }, ...gpuCells(gpus, own)) : el('div', { class: 'muted', text: 'no GPUs' }),
         utilChart(withLiveUtil(n.gpu_util_history, gpus, d.time_ms || Date.now()), d.time_ms || Date.now()));
     });
     $('nodes').replaceChildren(...cards);

@@ -115,7 +115,14 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
 void Agent::DiscoverGpus() {
   if (config_.simulated_gpus >= 0) {
     gpus_ = SimulatedGpus(config_.simulated_gpus, config_.name, config_.simulated_layout);
-    monitor_ = MakeSimulatedGpuMonitor(gpus_);
+    simulated_memory_dir_ = config_.work_dir + "/simulated-gpu-memory";
+    std::error_code ec;
+    std::filesystem::create_directories(simulated_memory_dir_, ec);
+    if (ec) {
+      LOG_WARN("simulated GPUs without process memory: cannot create {}: {}", simulated_memory_dir_, ec.message());
+      simulated_memory_dir_.clear();
+    }
+    monitor_ = MakeSimulatedGpuMonitor(gpus_, simulated_memory_dir_);
   } else if (auto found = DiscoverNvmlGpus(); found) {
     gpus_ = std::move(*found);
     if (!gpus_.empty()) {
@@ -386,6 +393,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
     if (now - usage_read_ >= std::chrono::seconds(1)) {
       usage_ = UsageBySession(sessions);
       usage_read_ = now;
+      MeasureGpuMemory(snapshot);
     }
     const auto& usage = usage_;
     for (const auto& s : snapshot) {
@@ -409,8 +417,10 @@ api::Heartbeat Agent::BuildHeartbeat() {
           t.cpu_seconds = u->second.cpu_seconds;
           t.rss_bytes = u->second.rss_bytes;
         }
+        if (auto m = gpu_memory_.find(s.key); m != gpu_memory_.end()) t.gpu_memory_bytes = m->second.bytes;
+        if (auto w = gpu_over_.find(s.key); w != gpu_over_.end()) t.gpu_memory_warning = w->second;
         usage_samples.push_back({t.job, t.attempt, t.rank, static_cast<int>(s.gpus.size()), t.cpu_seconds,
-                                 t.rss_bytes});
+                                 t.rss_bytes, t.gpu_memory_bytes, !t.gpu_memory_warning.empty()});
       }
       hb.tasks.push_back(std::move(t));
     }
@@ -437,6 +447,34 @@ api::Heartbeat Agent::BuildHeartbeat() {
   }
   hb.free_ports = FindFreePorts(4);
   return hb;
+}
+
+void Agent::MeasureGpuMemory(const std::vector<TaskStatus>& snapshot) {
+  gpu_memory_.clear();
+  if (!monitor_) return;
+  const std::vector<GpuProcess> processes = monitor_->Processes();
+  std::set<int> pids;
+  for (const GpuProcess& p : processes) pids.insert(p.pid);
+  const std::map<int, int> session_of = SessionsOf(pids);
+  for (const auto& s : snapshot) {
+    if (!s.running || s.pid <= 0) continue;
+    auto limit = gpu_limits_.find(s.key);
+    TaskGpuMemory m = MeasureTaskGpuMemory(s.key.rank, s.pid, s.gpus,
+                                           limit != gpu_limits_.end() ? limit->second : GpuMemoryLimit{}, processes,
+                                           session_of);
+    if (!m.over.empty()) {
+      if (!gpu_over_.contains(s.key)) {
+        LOG_WARN("job {} attempt {} rank {}: {}", s.key.job_id, s.key.attempt, s.key.rank, m.over);
+        gpu_over_[s.key] = m.over;
+      }
+      if (limit != gpu_limits_.end() && limit->second.kill && gpu_killed_.insert(s.key).second) {
+        LOG_WARN("stopping job {} attempt {} rank {}: over its GPU memory share", s.key.job_id, s.key.attempt,
+                 s.key.rank);
+        executor_->Stop(s.key, /*immediate=*/true, m.over);
+      }
+    }
+    gpu_memory_[s.key] = std::move(m);
+  }
 }
 
 Result<void> Agent::HeartbeatOnce() {
@@ -493,6 +531,12 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     spec.user = t.user;
     spec.container_image = t.container.image;
     spec.container_runtime = t.container.runtime;
+    if (!simulated_memory_dir_.empty()) spec.env["COHORT_SIMULATED_GPU_MEMORY_DIR"] = simulated_memory_dir_;
+    if (auto limit = GpuMemoryLimitFromEnv(t.env); !limit) {
+      LOG_WARN("job {} rank {}: its GPU memory is not checked: {}", t.job, t.rank, limit.error().message);
+    } else if (limit->share_bytes > 0) {
+      gpu_limits_[key] = *limit;
+    }
     if (t.env.contains("COHORT_GPU_SHARE") && !t.gpus.empty()) {
       // A part of one GPU: its MPS daemon, or time-slicing (gpu/sharing.h).
       const std::string task = fmt::format("{}.{}.{}", t.job, t.attempt, t.rank);
@@ -529,6 +573,9 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     std::erase_if(container_tasks_, [&](const auto& e) { return !desired.contains(e.first); });
   }
   std::erase_if(sharing_tasks_, [&](const auto& e) { return !desired.contains(e.first); });
+  std::erase_if(gpu_limits_, [&](const auto& e) { return !desired.contains(e.first); });
+  std::erase_if(gpu_over_, [&](const auto& e) { return !desired.contains(e.first); });
+  std::erase_if(gpu_killed_, [&](const TaskKey& k) { return !desired.contains(k); });
   std::set<int> shared;
   for (const auto& [key, gpu] : sharing_tasks_) shared.insert(gpu);
   sharing_->Reconcile(shared);

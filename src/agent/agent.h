@@ -27,8 +27,11 @@
 //
 // Telemetry: every heartbeat carries a sample of each GPU (GpuMonitor: NVML, or the
 // simulated model driven by the tasks holding the GPUs) with its health-event counter,
-// and each running task's CPU time and resident memory (proc_usage.h). The same samples
-// are served at GET /metrics in the Prometheus text format (metrics.h).
+// and each running task's CPU time, resident memory (proc_usage.h) and GPU memory
+// (gpu/task_memory.h: a task over its part of a shared GPU is reported, and stopped with
+// gpu_memory_enforce: kill). The same samples are served at GET /metrics in the
+// Prometheus text format (metrics.h). With simulated GPUs every task gets
+// COHORT_SIMULATED_GPU_MEMORY_DIR, where it may register device memory (gpu/gpu.h).
 //
 // Fault injection (only with --simulated-gpus): POST /v1/simulate/xid with
 // {"gpu": 0, "xid": 79} records a health event on that simulated GPU, as if the driver
@@ -56,6 +59,7 @@
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/gpu/sharing.h"
+#include "agent/gpu/task_memory.h"
 #include "agent/health_check.h"
 #include "agent/image_cache.h"
 #include "agent/lease_keeper.h"
@@ -254,6 +258,17 @@ class Agent {
   SteadyTime last_error_log_;                 // when a failure was last logged (rate limit)
   std::map<int, ProcUsage> usage_;  // the latest /proc read, by task session
   SteadyTime usage_read_;
+  // GPU memory (gpu/task_memory.h), loop thread: each sharing task's part (from its
+  // launch), the latest measurement, the warning of a task once over its part (kept for
+  // the task's life), and the tasks stopped for it. Dropped with the head's assignment.
+  std::map<TaskKey, GpuMemoryLimit> gpu_limits_;
+  std::map<TaskKey, TaskGpuMemory> gpu_memory_;
+  std::map<TaskKey, std::string> gpu_over_;
+  std::set<TaskKey> gpu_killed_;
+  // With simulated GPUs: where tasks register their device memory (gpu/gpu.h); set by Start.
+  std::string simulated_memory_dir_;
+  // Measures every running task's GPU memory (after a /proc read) and acts on the over.
+  void MeasureGpuMemory(const std::vector<TaskStatus>& snapshot);
 };
 
 // `cohort agent`: runs an agent until SIGINT or SIGTERM. Returns the process exit code.

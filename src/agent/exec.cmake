@@ -56,5 +56,6 @@ add_library(cohort_agent_exec
   ${CMAKE_CURRENT_LIST_DIR}/gpu/nvml.cc
   ${CMAKE_CURRENT_LIST_DIR}/gpu/sharing.cc
   ${CMAKE_CURRENT_LIST_DIR}/gpu/simulated.cc
+  ${CMAKE_CURRENT_LIST_DIR}/gpu/task_memory.cc
 )
 target_link_libraries(cohort_agent_exec PUBLIC cohort_task_shim cohort_api cohort_common PRIVATE ${CMAKE_DL_LIBS})

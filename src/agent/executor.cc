@@ -410,6 +410,9 @@ void Executor::TryReap(const TaskKey& key) {
       t.status.signal = 0;
       t.status.error = "task shim was reaped elsewhere; exit status unknown";
     }
+    if (!t.stop_reason.empty()) {
+      t.status.error = t.status.error.empty() ? t.stop_reason : t.stop_reason + "; " + t.status.error;
+    }
     t.status.running = false;
     t.status.finished_ms = NowUnixMs();
     if (t.pidfd >= 0) close(t.pidfd);
@@ -470,11 +473,12 @@ void Executor::Loop() {
   }
 }
 
-void Executor::Stop(const TaskKey& key, bool immediate) {
+void Executor::Stop(const TaskKey& key, bool immediate, std::string reason) {
   MutexLock lk(mu_);
   auto it = tasks_.find(key);
   if (it == tasks_.end() || !it->second.status.running) return;
   Task& t = it->second;
+  if (t.stop_reason.empty()) t.stop_reason = std::move(reason);
   int sig = immediate ? SIGUSR1 : SIGTERM;
   if (!t.spawned) {
     if (t.pending_signal != SIGUSR1) t.pending_signal = sig;

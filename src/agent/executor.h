@@ -162,8 +162,10 @@ class Executor {
 
   // Stops a running task: graceful sends SIGTERM to the group and SIGKILL after
   // kill_grace; immediate sends SIGKILL to the group at once. No-op for unknown or
-  // finished tasks. Returns without waiting; the exit shows up in Snapshot.
-  void Stop(const TaskKey& key, bool immediate) EXCLUDES(mu_);
+  // finished tasks. Returns without waiting; the exit shows up in Snapshot, with `reason`
+  // (when given; the first one given) leading its `error`, so that the head learns why
+  // the agent stopped it ("task 0 used 23.1 GiB of GPU 2, over its share of 20 GiB ...").
+  void Stop(const TaskKey& key, bool immediate, std::string reason = "") EXCLUDES(mu_);
   void StopAll(bool immediate) EXCLUDES(mu_);
   // Has the shim deliver signal `signo` to the task's process group (the job's
   // checkpoint_signal): sigqueue(SIGUSR2) to the shim with the number as its value.
@@ -196,6 +198,7 @@ class Executor {
     bool spawned = false;   // the shim was started (or failed to start); pid is final
     int pidfd = -1;         // -1 when pidfd_open is unavailable (polled with WNOHANG)
     int pending_signal = 0; // a stop that arrived before the shim was started
+    std::string stop_reason; // why this process stopped it (Stop's reason); empty: not given
   };
 
   void Loop() EXCLUDES(mu_);                         // the executor thread

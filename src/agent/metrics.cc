@@ -72,6 +72,11 @@ Result<std::string> RenderAgentMetrics(std::string_view node, const std::vector<
   for (const auto& t : tasks) w.Sample(task_labels(t), static_cast<double>(t.rss_bytes));
   w.Family("cohort_task_gpus", MetricType::kGauge, "GPUs allocated to the task");
   for (const auto& t : tasks) w.Sample(task_labels(t), t.gpus);
+  w.Family("cohort_task_gpu_memory_bytes", MetricType::kGauge, "GPU memory of the task's processes, all GPUs");
+  for (const auto& t : tasks) w.Sample(task_labels(t), static_cast<double>(t.gpu_memory_bytes));
+  w.Family("cohort_task_gpu_memory_over_share", MetricType::kGauge,
+           "1 once the task has used more GPU memory than its part of a shared GPU");
+  for (const auto& t : tasks) w.Sample(task_labels(t), t.gpu_memory_over_share ? 1 : 0);
   return w.Finish();
 }
 

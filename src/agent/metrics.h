@@ -6,7 +6,9 @@
 //   cohort_gpu_utilization_ratio, cohort_gpu_memory_used_bytes, cohort_gpu_memory_total_bytes,
 //   cohort_gpu_temperature_celsius, cohort_gpu_power_watts, cohort_gpu_sm_clock_hertz,
 //   cohort_gpu_health_events_total, cohort_gpu_info (1, with the name), cohort_task_cpu_seconds_total,
-//   cohort_task_resident_memory_bytes, cohort_task_gpus, cohort_agent_tasks_running.
+//   cohort_task_resident_memory_bytes, cohort_task_gpus, cohort_task_gpu_memory_bytes,
+//   cohort_task_gpu_memory_over_share (1 once over its part of a shared GPU),
+//   cohort_agent_tasks_running.
 // An unknown reading has no sample.
 #pragma once
 
@@ -27,6 +29,8 @@ struct TaskUsageSample {
   int gpus = 0;
   double cpu_seconds = 0;
   int64_t rss_bytes = 0;
+  int64_t gpu_memory_bytes = 0;  // its processes on all GPUs (gpu/task_memory.h)
+  bool gpu_memory_over_share = false;
 };
 
 Result<std::string> RenderAgentMetrics(std::string_view node, const std::vector<GpuInfo>& gpus,

@@ -64,4 +64,17 @@ std::map<int, ProcUsage> UsageBySession(const std::set<int>& sessions, std::stri
   return out;
 }
 
+std::map<int, int> SessionsOf(const std::set<int>& pids, std::string_view proc_root) {
+  std::map<int, int> out;
+  static const long ticks = sysconf(_SC_CLK_TCK);
+  static const long page = sysconf(_SC_PAGESIZE);
+  for (int pid : pids) {
+    std::ifstream in(std::string(proc_root) + "/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;  // the process is gone
+    if (auto st = ParseProcStat(line, ticks, page)) out[pid] = st->session;
+  }
+  return out;
+}
+
 }  // namespace cohort::agent

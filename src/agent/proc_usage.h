@@ -32,4 +32,8 @@ std::optional<ProcStat> ParseProcStat(std::string_view line, long ticks_per_s, l
 // with no process left are absent. One pass over /proc.
 std::map<int, ProcUsage> UsageBySession(const std::set<int>& sessions, std::string_view proc_root = "/proc");
 
+// The session of each of `pids` (from /proc/PID/stat); pids that are gone are absent.
+// How GPU processes (NVML reports pids) are mapped to tasks.
+std::map<int, int> SessionsOf(const std::set<int>& pids, std::string_view proc_root = "/proc");
+
 }  // namespace cohort::agent

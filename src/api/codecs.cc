@@ -12,6 +12,7 @@
 #include "api/job_dependency.h"
 #include "api/sweep.h"
 #include "api/spec_limits.h"
+#include "api/view_reader.h"
 #include "api/gpu_request.h"
 #include "api/gpu_spec.h"
 #include "api/types.h"
@@ -19,6 +20,8 @@
 
 namespace cohort::api {
 namespace {
+
+using view_reader::IntList;
 
 bool ValidName(std::string_view s, size_t max_len) {
   if (s.empty() || s.size() > max_len) return false;
@@ -58,23 +61,6 @@ auto Guard(std::string_view what, F&& f) -> decltype(f()) {
   } catch (const json::exception& e) {
     return Errorf(ErrorCode::kInternal, "malformed {} record: {}", what, e.what());
   }
-}
-
-Result<std::vector<int>> IntList(ObjectReader& r, std::string_view key, int min, int max,
-                                 size_t max_len) {
-  const json* v = r.Raw(key);
-  std::vector<int> out;
-  if (!v) return out;
-  if (!v->is_array() || v->size() > max_len) {
-    return FieldError(r.FieldName(key), "must be an array of at most {} integers", max_len);
-  }
-  for (const auto& e : *v) {
-    if (!e.is_number_integer() || e.get<int64_t>() < min || e.get<int64_t>() > max) {
-      return FieldError(r.FieldName(key), "elements must be integers between {} and {}", min, max);
-    }
-    out.push_back(e.get<int>());
-  }
-  return out;
 }
 
 Result<std::vector<Gpu>> GpusFromJson(ObjectReader& r, std::string_view key) {
@@ -824,7 +810,8 @@ static json TaskReportToJson(const TaskReport& t) {
               {"running", t.running}, {"pid", t.pid},           {"gpus", t.gpus},
               {"cpus", t.cpus},     {"exit_code", t.exit_code}, {"signal", t.signal},
               {"error", t.error},   {"finished_ms", t.finished_ms},
-              {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes}};
+              {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes},
+              {"gpu_memory_bytes", t.gpu_memory_bytes}, {"gpu_memory_warning", t.gpu_memory_warning}};
 }
 
 static json GpuReportToJson(const GpuReport& g) {
@@ -883,6 +870,8 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
       rep.finished_ms = COHORT_TRY(t.Int("finished_ms", 0, 0, INT64_MAX));
       rep.cpu_seconds = COHORT_TRY(t.Double("cpu_seconds", 0, 0, 1e12));
       rep.rss_bytes = COHORT_TRY(t.Int("rss_bytes", 0, 0, int64_t(1) << 50));
+      rep.gpu_memory_bytes = COHORT_TRY(t.Int("gpu_memory_bytes", 0, 0, int64_t(1) << 50));
+      rep.gpu_memory_warning = CutText(COHORT_TRY(t.String("gpu_memory_warning", "")), kMaxTaskErrorBytes);
       COHORT_TRY_VOID(t.Finish());
       h.tasks.push_back(std::move(rep));
     }

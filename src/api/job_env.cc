@@ -48,6 +48,7 @@ std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAll
     // agent runs that server where it can, else the GPU is time-sliced (COHORT_GPU_SHARING).
     set("COHORT_GPU_SHARE", GpuShareText(task.gpu_share));
     set("COHORT_GPU_MEMORY_MIB", std::to_string(task.gpu_memory_mib));
+    set("COHORT_GPU_MEMORY_ENFORCE", job.spec.gpu_memory_enforce);  // agent/gpu/task_memory.h
     set("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(task.gpu_share * 100 / kGpuShareUnits));
     set("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", fmt::format("0={}M", task.gpu_memory_mib));
   }

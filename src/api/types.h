@@ -391,6 +391,11 @@ struct TaskReport {
   // Resource use of a running task's whole process session (from /proc); 0 if unknown.
   double cpu_seconds = 0;
   int64_t rss_bytes = 0;
+  // Device memory of its processes on all GPUs (NVML's compute processes; 0 if none or
+  // unknown), and, once it used more than its part of a shared GPU, why (issue 18:
+  // agent/gpu/task_memory.h); "" otherwise.
+  int64_t gpu_memory_bytes = 0;
+  std::string gpu_memory_warning;
 };
 
 // One GPU in a heartbeat: its readings and its health-event counter. The counter counts

@@ -57,7 +57,7 @@ Result<JobUsage> JobUsageFromJson(const json& j, const std::string& path) {
   auto parsed = ParseJobState(state);
   if (!parsed) return FieldError(r.FieldName("state"), "{}", parsed.error().message);
   u.state = *parsed;
-  u.gpus = static_cast<int>(COHORT_TRY(r.Int("gpus", std::nullopt, 0, INT_MAX)));
+  u.gpus = COHORT_TRY(r.Double("gpus", std::nullopt, 0, INT_MAX));
   u.attempts = static_cast<int>(COHORT_TRY(r.Int("attempts", std::nullopt, 0, INT_MAX)));
   u.gpu_seconds = COHORT_TRY(r.Double("gpu_seconds", std::nullopt, 0, 1e300));
   return u;

@@ -24,7 +24,7 @@ struct JobUsage {
   std::string name;
   std::string user;
   JobState state = JobState::kPending;
-  int gpus = 0;      // GPUs of the latest attempt in the window
+  double gpus = 0;   // GPUs of the latest attempt in the window; a sharing job's parts (0.5)
   int attempts = 0;  // attempts that overlap the window
   double gpu_seconds = 0;
 };

@@ -1,4 +1,4 @@
-// Helpers shared by the views' decoders (views.cc, dashboard.cc, usage.cc): lists and
+// Helpers shared by the decoders (views.cc, dashboard.cc, usage.cc, codecs.cc): lists and
 // optional fields over ObjectReader, each naming the bad field by its full path. Not part
 // of the API; included only by those files.
 #pragma once
@@ -11,6 +11,24 @@
 #include "common/json.h"
 
 namespace cohort::api::view_reader {
+
+// `key`'s list of integers between min and max (at most max_len); empty when absent.
+inline Result<std::vector<int>> IntList(ObjectReader& r, std::string_view key, int min, int max,
+                                 size_t max_len) {
+  const json* v = r.Raw(key);
+  std::vector<int> out;
+  if (!v) return out;
+  if (!v->is_array() || v->size() > max_len) {
+    return FieldError(r.FieldName(key), "must be an array of at most {} integers", max_len);
+  }
+  for (const auto& e : *v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < min || e.get<int64_t>() > max) {
+      return FieldError(r.FieldName(key), "elements must be integers between {} and {}", min, max);
+    }
+    out.push_back(e.get<int>());
+  }
+  return out;
+}
 
 // Full name of element `i` of `key` ("nodes[3]").
 inline std::string ElementName(const ObjectReader& r, std::string_view key, size_t i) {

@@ -70,7 +70,11 @@ Result<std::vector<NodeStatus>> NodeListFromJson(const json& j) {
 }
 
 json ToJson(const TaskUsage& t) {
-  return json{{"rank", t.rank}, {"node", t.node}, {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes}};
+  json j{{"rank", t.rank},       {"node", t.node},
+         {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes},
+         {"gpus", t.gpus},       {"gpu_memory_bytes", t.gpu_memory_bytes}};
+  if (!t.gpu_memory_warning.empty()) j["gpu_memory_warning"] = t.gpu_memory_warning;
+  return j;
 }
 
 Result<TaskUsage> TaskUsageFromJson(const json& j, const std::string& path) {
@@ -80,6 +84,9 @@ Result<TaskUsage> TaskUsageFromJson(const json& j, const std::string& path) {
   t.node = COHORT_TRY(r.String("node"));
   t.cpu_seconds = COHORT_TRY(r.Double("cpu_seconds", std::nullopt, 0, 1e300));
   t.rss_bytes = COHORT_TRY(r.Int("rss_bytes", std::nullopt, 0, INT64_MAX));
+  t.gpus = COHORT_TRY(vr::IntList(r, "gpus", 0, kMaxGpusPerNode - 1, kMaxGpusPerNode));
+  t.gpu_memory_bytes = COHORT_TRY(r.Int("gpu_memory_bytes", 0, 0, INT64_MAX));
+  t.gpu_memory_warning = COHORT_TRY(r.String("gpu_memory_warning", ""));
   return t;
 }
 

@@ -50,6 +50,9 @@ struct TaskUsage {
   std::string node;
   double cpu_seconds = 0;
   int64_t rss_bytes = 0;
+  std::vector<int> gpus;            // the task's GPUs on its node (indices)
+  int64_t gpu_memory_bytes = 0;     // TaskReport's fields of the same names
+  std::string gpu_memory_warning;
 };
 
 // A job as GET /v1/jobs lists it: the stored Job plus its accounting.
@@ -72,7 +75,8 @@ Result<NodeStatus> NodeStatusFromJson(const json& j, const std::string& path = {
 json NodeListToJson(const std::vector<NodeStatus>& nodes);
 Result<std::vector<NodeStatus>> NodeListFromJson(const json& j);
 
-// {"rank", "node", "cpu_seconds", "rss_bytes"}.
+// {"rank", "node", "cpu_seconds", "rss_bytes", "gpus", "gpu_memory_bytes"}, and
+// "gpu_memory_warning" when set (the last three optional when read).
 json ToJson(const TaskUsage& t);
 Result<TaskUsage> TaskUsageFromJson(const json& j, const std::string& path = {});
 

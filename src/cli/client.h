@@ -217,6 +217,9 @@ int64_t TailLineStart(std::string_view window, int64_t window_start, int64_t lin
 
 // The `key: value` report of one job, with its allocation, exits and attempt history.
 std::string RenderJob(const api::Job& job, int64_t now_ms);
+// A running job's tasks_usage: CPU time, resident memory, GPU memory and the GPU memory
+// warning of a task over its part of a shared GPU (issue 18).
+std::string RenderTaskUsage(const std::vector<api::TaskUsage>& tasks);
 
 // ---- nodes (nodes.cc) ----
 

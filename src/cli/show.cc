@@ -46,6 +46,15 @@ int Run(const std::string& id_text, const GlobalOptions& global) {
   auto job = api::JobFromJson(*reply);
   if (!job) return ReportError(job.error());
   std::fputs(RenderJob(*job, NowUnixMs()).c_str(), stdout);
+  if (const auto& u = (*reply)["tasks_usage"]; u.is_array() && !u.empty()) {
+    std::vector<api::TaskUsage> tasks;
+    for (size_t i = 0; i < u.size(); ++i) {
+      auto t = api::TaskUsageFromJson(u[i], fmt::format("tasks_usage[{}]", i));
+      if (!t) return ReportError(t.error());
+      tasks.push_back(std::move(*t));
+    }
+    std::fputs(("\n" + RenderTaskUsage(tasks)).c_str(), stdout);
+  }
   if (const auto& p = (*reply)["progress"]; p.is_object()) {
     std::string line = fmt::format("\nprogress (attempt {}, rank {}, {} ago): step {}", p.value("attempt", 0),
                                    p.value("rank", 0), FormatDuration(NowUnixMs() - p.value("time_ms", int64_t(0))),
@@ -77,6 +86,17 @@ std::string RenderProgressEta(const api::ProgressEta& e) {
   std::string line = "progress: " + api::FormatProgressEta(e);
   if (e.total_steps) line += fmt::format(" (step {} of {})", e.step, *e.total_steps);
   return line;
+}
+
+std::string RenderTaskUsage(const std::vector<api::TaskUsage>& tasks) {
+  std::string out = "tasks (running):\n";
+  Table t({"RANK", "NODE", "CPU TIME", "RSS", "GPU MEMORY", "WARNING"});
+  t.SetMaxWidth(5, 100);
+  for (const auto& u : tasks) {
+    t.AddRow({std::to_string(u.rank), u.node, fmt::format("{:.1f}s", u.cpu_seconds), FormatGiB(u.rss_bytes),
+              FormatGiB(u.gpu_memory_bytes), u.gpu_memory_warning.empty() ? "-" : u.gpu_memory_warning});
+  }
+  return out + t.Render(2);
 }
 
 std::string RenderJob(const api::Job& job, int64_t now_ms) {

@@ -73,7 +73,7 @@ std::string RenderUsage(const api::UsageReport& report, std::optional<double> pr
   jobs.SetMaxWidth(1, 32);
   for (const auto& j : report.jobs) {
     std::vector<std::string> row = {std::to_string(j.id), j.name, j.user, std::string(api::JobStateName(j.state)),
-                                    std::to_string(j.gpus), std::to_string(j.attempts), Hours(j.gpu_seconds)};
+                                    fmt::format("{:g}", j.gpus), std::to_string(j.attempts), Hours(j.gpu_seconds)};
     if (price) row.push_back(Cost(j.gpu_seconds, *price));
     jobs.AddRow(std::move(row));
   }

@@ -54,7 +54,7 @@ UsageReport ComputeUsage(const std::vector<api::Job>& jobs, int64_t now_ms, Usag
     for (const auto& a : job.history) {
       if (!Overlaps(a, now_ms, window)) continue;
       u.attempts += 1;
-      u.gpus = AttemptGpus(job, a);
+      u.gpus = AttemptGpus(job, a) + static_cast<double>(a.gpu_share_units) / api::kGpuShareUnits;
     }
     if (u.attempts == 0) continue;
     u.id = job.id;

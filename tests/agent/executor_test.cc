@@ -184,6 +184,20 @@ TEST_F(ExecutorTest, ImmediateStopDoesNotWaitForTheGrace) {
   EXPECT_EQ(st.signal, SIGKILL);
 }
 
+TEST_F(ExecutorTest, StopReasonLeadsTheError) {
+  // The agent stops a task over its GPU memory share with the reason, which the head shows.
+  std::string ready = tmp_.Sub("ready");
+  TaskSpec spec = Shell({4, 0, 1}, "touch \"$READY\"; exec sleep 100");
+  spec.env = {{"READY", ready}};
+  ASSERT_TRUE(executor_->Launch(spec));
+  ASSERT_TRUE(WaitForFile(ready));
+  executor_->Stop(spec.key, /*immediate=*/true, "task 1 used 30 GiB of GPU 0, over its share of 20 GiB");
+  executor_->Stop(spec.key, /*immediate=*/true, "a later reason");  // the first one stays
+  TaskStatus st = WaitFinished(*executor_, spec.key, 8s);
+  EXPECT_EQ(st.signal, SIGKILL);
+  EXPECT_EQ(st.error, "task 1 used 30 GiB of GPU 0, over its share of 20 GiB");
+}
+
 TEST_F(ExecutorTest, LeaderExitLeavesNoStragglers) {
   std::string p = tmp_.Sub("p"), q = tmp_.Sub("q");
   // One straggler stays in the task's group; the other escapes it with setsid.

@@ -1,10 +1,15 @@
 // Simulated GPU telemetry, fault injection, /proc usage parsing and the agent's metrics.
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "agent/gpu/gpu.h"
+#include "agent/gpu/task_memory.h"
 #include "agent/health_check.h"
 #include "agent/metrics.h"
 #include "agent/proc_usage.h"
@@ -102,7 +107,7 @@ TEST(AgentMetricsTest, GpuAndTaskSeries) {
   auto mon = MakeSimulatedGpuMonitor(gpus);
   auto readings = mon->Sample({true, false}, SteadyTime{});
   readings[1].power_watts.reset();  // unknown: no sample
-  auto text = RenderAgentMetrics("n1", gpus, readings, {{7, 0, 3, 1, 12.5, 1 << 20}});
+  auto text = RenderAgentMetrics("n1", gpus, readings, {{7, 0, 3, 1, 12.5, 1 << 20, int64_t{3} << 30, true}});
   ASSERT_TRUE(text.has_value()) << text.error().message;
   std::string uuid0 = gpus[0].uuid;
   EXPECT_THAT(*text, HasSubstr("# TYPE cohort_gpu_utilization_ratio gauge\n"));
@@ -114,6 +119,100 @@ TEST(AgentMetricsTest, GpuAndTaskSeries) {
   EXPECT_THAT(*text, HasSubstr("cohort_task_cpu_seconds_total{node=\"n1\",job=\"7\",attempt=\"0\",rank=\"3\"} 12.5\n"));
   EXPECT_THAT(*text, HasSubstr("cohort_task_resident_memory_bytes{node=\"n1\",job=\"7\",attempt=\"0\",rank=\"3\"} 1048576\n"));
   EXPECT_THAT(*text, HasSubstr("cohort_agent_tasks_running{node=\"n1\"} 1\n"));
+  EXPECT_THAT(*text, HasSubstr("cohort_task_gpu_memory_bytes{node=\"n1\",job=\"7\",attempt=\"0\",rank=\"3\"} 3221225472\n"));
+  EXPECT_THAT(*text, HasSubstr("cohort_task_gpu_memory_over_share{node=\"n1\",job=\"7\",attempt=\"0\",rank=\"3\"} 1\n"));
+}
+
+// ---- Per-process GPU memory (issue 18) ----
+
+class SimulatedProcessMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("cohort-simmem-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void Register(int pid, const std::string& lines) { std::ofstream(dir_ / std::to_string(pid)) << lines; }
+  std::filesystem::path dir_;
+};
+
+TEST_F(SimulatedProcessMemoryTest, RegisteredMemoryIsReadByIndexOrUuidAndCountsAsUsed) {
+  auto gpus = SimulatedGpus(2, "n1");
+  auto mon = MakeSimulatedGpuMonitor(gpus, dir_.string());
+  const int self = getpid();
+  Register(self, "1 1073741824\n" + gpus[0].uuid + " 2048\nbogus 5\n");
+  auto procs = mon->Processes();
+  ASSERT_EQ(procs.size(), 2u);
+  EXPECT_EQ(procs[0].gpu, 0);
+  EXPECT_EQ(procs[0].pid, self);
+  EXPECT_EQ(procs[0].memory_bytes, 2048);
+  EXPECT_EQ(procs[1].gpu, 1);
+  EXPECT_EQ(procs[1].memory_bytes, int64_t{1} << 30);
+  auto r = mon->Sample({false, false}, SteadyTime{});
+  EXPECT_EQ(*r[1].memory_used_bytes, (int64_t{1} << 29) + (int64_t{1} << 30));
+}
+
+TEST_F(SimulatedProcessMemoryTest, FilesOfExitedProcessesAreDropped) {
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // reaped: the pid names no process now
+  Register(child, "0 4096\n");
+  auto mon = MakeSimulatedGpuMonitor(SimulatedGpus(1, "n1"), dir_.string());
+  EXPECT_TRUE(mon->Processes().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_ / std::to_string(child)));
+  // Without a directory: no processes, and no failure.
+  EXPECT_TRUE(MakeSimulatedGpuMonitor(SimulatedGpus(1, "n1"))->Processes().empty());
+}
+
+TEST(ProcUsageTest, SessionsOfLivePidsOnly) {
+  auto s = SessionsOf({getpid(), 0x7ffffff0});
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s.at(getpid()), getsid(0));
+}
+
+TEST(TaskGpuMemoryTest, LimitFromTheEnvironment) {
+  auto none = GpuMemoryLimitFromEnv({});
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->share_bytes, 0);
+  auto kill = GpuMemoryLimitFromEnv({{"COHORT_GPU_MEMORY_MIB", "20480"}, {"COHORT_GPU_MEMORY_ENFORCE", "kill"}});
+  ASSERT_TRUE(kill);
+  EXPECT_EQ(kill->share_bytes, int64_t{20} << 30);
+  EXPECT_TRUE(kill->kill);
+  EXPECT_FALSE(GpuMemoryLimitFromEnv({{"COHORT_GPU_MEMORY_MIB", "1024"}})->kill) << "report is the default";
+  auto bad = GpuMemoryLimitFromEnv({{"COHORT_GPU_MEMORY_MIB", "20GiB"}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "COHORT_GPU_MEMORY_MIB: must be a count of MiB (0 to 2^40), got '20GiB'");
+  auto mode = GpuMemoryLimitFromEnv({{"COHORT_GPU_MEMORY_MIB", "1024"}, {"COHORT_GPU_MEMORY_ENFORCE", "warn"}});
+  ASSERT_FALSE(mode);
+  EXPECT_EQ(mode.error().message, "COHORT_GPU_MEMORY_ENFORCE: must be 'report' or 'kill', got 'warn'");
+}
+
+TEST(TaskGpuMemoryTest, MeasuresTheTasksSessionAndJudgesItsShare) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  // Task session 100 (pids 100, 101) on GPU 2; pid 200 is another task's; 300 is no task's.
+  const std::map<int, int> session_of = {{100, 100}, {101, 100}, {200, 200}};
+  const std::vector<GpuProcess> procs = {
+      {2, 100, 20 * kGiB}, {2, 101, static_cast<int64_t>(3.1 * double(kGiB))}, {2, 200, 50 * kGiB},
+      {2, 300, 70 * kGiB}, {3, 101, kGiB}};
+  const GpuMemoryLimit share{20 * kGiB, /*kill=*/true};
+  TaskGpuMemory m = MeasureTaskGpuMemory(0, 100, {2}, share, procs, session_of);
+  EXPECT_EQ(m.bytes, 20 * kGiB + static_cast<int64_t>(3.1 * double(kGiB)) + kGiB);
+  EXPECT_EQ(m.by_gpu.at(3), kGiB);
+  EXPECT_EQ(m.over, "task 0 used 23.1 GiB of GPU 2, over its share of 20 GiB (gpu_memory_enforce: kill)");
+  // Within the share (exactly at it is within): nothing to report.
+  EXPECT_EQ(MeasureTaskGpuMemory(0, 100, {2}, {24 * kGiB, false}, procs, session_of).over, "");
+  // Report mode says so.
+  EXPECT_THAT(MeasureTaskGpuMemory(5, 100, {2}, {kGiB, false}, procs, session_of).over,
+              HasSubstr("task 5 used 23.1 GiB of GPU 2, over its share of 1 GiB (gpu_memory_enforce: report)"));
+  // A whole-GPU task (no share) is measured, never over.
+  TaskGpuMemory whole = MeasureTaskGpuMemory(1, 200, {2}, {}, procs, session_of);
+  EXPECT_EQ(whole.bytes, 50 * kGiB);
+  EXPECT_EQ(whole.over, "");
+  // Memory on a GPU the task does not hold is counted but not judged.
+  EXPECT_EQ(MeasureTaskGpuMemory(0, 100, {3}, {kGiB / 2, true}, procs, session_of).over,
+            "task 0 used 1 GiB of GPU 3, over its share of 0.5 GiB (gpu_memory_enforce: kill)");
+  EXPECT_EQ(MeasureTaskGpuMemory(0, 100, {4}, {kGiB / 2, true}, procs, session_of).over, "");
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ TEST(TelemetryCodecTest, HeartbeatGpuReportsRoundTrip) {
   t.job = 3;
   t.cpu_seconds = 1.25;
   t.rss_bytes = 4096;
+  t.gpu_memory_bytes = int64_t{50} << 30;
+  t.gpu_memory_warning = "task 0 used 50 GiB of GPU 1, over its share of 40 GiB (gpu_memory_enforce: report)";
   hb.tasks.push_back(t);
 
   json j = ToJson(hb);
@@ -47,6 +49,8 @@ TEST(TelemetryCodecTest, HeartbeatGpuReportsRoundTrip) {
   EXPECT_FALSE(back->gpus[1].telemetry.power_watts.has_value());
   EXPECT_EQ(back->tasks[0].cpu_seconds, 1.25);
   EXPECT_EQ(back->tasks[0].rss_bytes, 4096);
+  EXPECT_EQ(back->tasks[0].gpu_memory_bytes, int64_t{50} << 30);
+  EXPECT_EQ(back->tasks[0].gpu_memory_warning, t.gpu_memory_warning);
 
   // A heartbeat without the new fields (an older agent) still decodes.
   auto old = HeartbeatFromJson(json{{"incarnation", "abc"}, {"tasks", json::array()}});

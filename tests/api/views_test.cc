@@ -140,10 +140,16 @@ TEST(NodeStatusCodecTest, NodeListRoundTripsAndNamesTheBadNode) {
 }
 
 TEST(JobStatusCodecTest, RoundTripsWithAndWithoutTaskUsage) {
-  JobStatus s{TestJob(3, JobState::kRunning), 123.5, std::vector<TaskUsage>{{0, "n1", 1.25, 4096}},
+  JobStatus s{TestJob(3, JobState::kRunning), 123.5,
+              std::vector<TaskUsage>{{0, "n1", 1.25, 4096, {2}, int64_t{50} << 30, "over its share"},
+                                     {1, "n1", 0.5, 1024, {}, 0, ""}},
               ProgressEta{40, 100, 40.0, 2.5, 24, 5000}};
   json j = ToJson(s);
   EXPECT_EQ(j["tasks_usage"][0]["rss_bytes"], 4096);
+  EXPECT_EQ(j["tasks_usage"][0]["gpus"], json({2}));
+  EXPECT_EQ(j["tasks_usage"][0]["gpu_memory_bytes"], int64_t{50} << 30);
+  EXPECT_EQ(j["tasks_usage"][0]["gpu_memory_warning"], "over its share");
+  EXPECT_FALSE(j["tasks_usage"][1].contains("gpu_memory_warning")) << "written only when set";
   auto back = JobStatusFromJson(j);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(ToJson(*back), j);
@@ -160,6 +166,13 @@ TEST(JobStatusCodecTest, RoundTripsWithAndWithoutTaskUsage) {
   EXPECT_FALSE(done_back->tasks_usage.has_value());
   EXPECT_FALSE(dj.contains("progress_eta"));
 
+  // A view from before GPU memory (no gpus, gpu_memory_bytes) still reads; bad GPUs are named.
+  json old = j;
+  old["tasks_usage"][1].erase("gpus");
+  old["tasks_usage"][1].erase("gpu_memory_bytes");
+  ASSERT_TRUE(JobStatusFromJson(old).has_value());
+  old["tasks_usage"][0]["gpus"] = json({-1});
+  EXPECT_EQ(FieldOf(JobStatusFromJson(old)), "tasks_usage[0].gpus");
   j["tasks_usage"][0]["cpu_seconds"] = "lots";
   EXPECT_EQ(FieldOf(JobStatusFromJson(j, "running[0]")), "running[0].tasks_usage[0].cpu_seconds");
   j.erase("gpu_seconds");

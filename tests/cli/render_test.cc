@@ -112,6 +112,19 @@ TEST(RenderJobTest, KeyValueReportWithSections) {
   EXPECT_THAT(out, HasSubstr("node[1-2]  (running)\n"));
 }
 
+TEST(RenderJobTest, TaskUsageWithGpuMemoryAndItsWarning) {
+  std::vector<api::TaskUsage> tasks = {
+      {0, "n1", 12.5, int64_t{1} << 30, {1}, int64_t{50} << 30,
+       "task 0 used 50 GiB of GPU 1, over its share of 40 GiB (gpu_memory_enforce: report)"},
+      {1, "n2", 3, 0, {0}, 0, ""}};
+  EXPECT_EQ(RenderTaskUsage(tasks),
+            "tasks (running):\n"
+            "  RANK  NODE  CPU TIME  RSS      GPU MEMORY  WARNING\n"
+            "  0     n1    12.5s     1.0 GiB  50.0 GiB    task 0 used 50 GiB of GPU 1, over its share of 40 GiB "
+            "(gpu_memory_enforce: report)\n"
+            "  1     n2    3.0s      -        -           -\n");
+}
+
 TEST(RenderJobTest, AServiceReplicaShowsItsServiceAndEndpoint) {
   api::Job job = RunningJob();
   job.spec.service = "chat";

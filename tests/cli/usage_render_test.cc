@@ -15,7 +15,7 @@ api::UsageReport Report() {
               {"user": "bob", "gpu_seconds": 1800, "gpu_hours": 0.5, "jobs": 1}],
     "jobs": [{"id": 1, "name": "train", "user": "alice", "state": "SUCCEEDED", "gpus": 2, "attempts": 1,
               "gpu_seconds": 7200, "gpu_hours": 2},
-             {"id": 2, "name": "eval", "user": "bob", "state": "RUNNING", "gpus": 1, "attempts": 2,
+             {"id": 2, "name": "eval", "user": "bob", "state": "RUNNING", "gpus": 0.5, "attempts": 2,
               "gpu_seconds": 1800, "gpu_hours": 0.5}]})"));
   EXPECT_TRUE(r.has_value()) << r.error().message;
   return r ? *r : api::UsageReport{};
@@ -32,7 +32,7 @@ TEST(RenderUsageTest, PerUserAndPerJobWithCost) {
             "\n"
             "JOBID  NAME   USER   STATE      GPUS  ATTEMPTS  GPU-HOURS  COST\n"
             "1      train  alice  SUCCEEDED  2     1         2.0000     4.00\n"
-            "2      eval   bob    RUNNING    1     2         0.5000     1.00\n");
+            "2      eval   bob    RUNNING    0.5   2         0.5000     1.00\n");
   EXPECT_THAT(RenderUsage(Report(), std::nullopt), ::testing::Not(::testing::HasSubstr("COST")));
 }
 

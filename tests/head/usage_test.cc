@@ -45,6 +45,25 @@ TEST(UsageTest, GpusTimesWallTimeOfEachAttempt) {
   EXPECT_DOUBLE_EQ(JobGpuSeconds(cpu, 30'000), 0);
 }
 
+TEST(UsageTest, FractionsCountTheirPartOfAGpu) {
+  // A half-GPU job for an hour is half a GPU-hour; its usage row says 0.5 GPU.
+  api::Job half = MakeJob(1, "alice", 1, 0);
+  half.state = api::JobState::kSucceeded;
+  half.history = {Attempt(0, 1, 3'600'001, 0)};
+  half.history[0].gpu_share_units = 2;
+  EXPECT_DOUBLE_EQ(JobGpuSeconds(half, 4'000'000), 1800);
+  api::Job quarters = MakeJob(2, "bob", 1, 0);  // three tasks of a quarter each
+  quarters.state = api::JobState::kSucceeded;
+  quarters.history = {Attempt(0, 1, 3'600'001, 0)};
+  quarters.history[0].gpu_share_units = 3;
+  UsageReport r = ComputeUsage({half, quarters}, 4'000'000, {0, 4'000'000});
+  ASSERT_EQ(r.jobs.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.jobs[0].gpus, 0.5);
+  EXPECT_DOUBLE_EQ(r.jobs[0].gpu_seconds, 1800);
+  EXPECT_DOUBLE_EQ(r.jobs[1].gpus, 0.75);
+  EXPECT_DOUBLE_EQ(r.total_gpu_seconds, 1800 + 2700);
+}
+
 TEST(UsageTest, PerUserAndPerJob) {
   api::Job a = MakeJob(1, "alice", 1, 2);
   a.state = api::JobState::kSucceeded;
@@ -79,7 +98,7 @@ TEST(UsageTest, PerUserAndPerJob) {
   ASSERT_EQ(bob.jobs.size(), 1u);
   EXPECT_EQ(bob.jobs[0].id, 2);
 
-  std::vector<api::TaskUsage> tasks = {{0, "n1", 1.5, 100}};
+  std::vector<api::TaskUsage> tasks = {{0, "n1", 1.5, 100, {}, 0, ""}};
   json job_json = api::ToJson(JobStatusAt(c, now, &tasks));
   EXPECT_DOUBLE_EQ(job_json["gpu_seconds"].get<double>(), 3600);
   EXPECT_EQ(job_json["tasks_usage"][0]["node"], "n1");

@@ -50,6 +50,64 @@ class DashboardBrowserTest : public ::testing::Test {
     ASSERT_TRUE(ok) << "the page never showed " << what << "; last: " << last.dump(2);
   }
 
+  // Starts `browser` on the cluster's dashboard and logs in with the test token; `skip`
+  // says why not when Chromium cannot start here.
+  void OpenDashboard(LocalCluster& c, const std::string& binary, HeadlessChromium& browser, std::string& skip) {
+    // The head's certificate is from its own authority, which this fresh profile does not
+    // know: the browser trusts exactly that certificate's key (as an admin would install
+    // the authority), and nothing else it would otherwise refuse.
+    auto head_cert = tls::ReadPemFile(c.dir() + "/head/tls/head.crt");
+    ASSERT_TRUE(head_cert.has_value()) << head_cert.error().message;
+    auto spki = tls::SpkiSha256Base64(*head_cert);
+    ASSERT_TRUE(spki.has_value()) << spki.error().message;
+    auto started = browser.Start(binary, c.dir() + "/chromium", 1400, 1000,
+                                 {"--ignore-certificate-errors-spki-list=" + *spki});
+    if (!started) {
+      skip = "chromium cannot start here: " + started.error().message;
+      return;
+    }
+    CdpSession& cdp = browser.cdp();
+    auto dl = [] { return After(std::chrono::seconds(20)); };
+    ASSERT_TRUE(cdp.Call("Page.enable", json::object(), dl()).has_value());
+    ASSERT_TRUE(cdp.Call("Runtime.enable", json::object(), dl()).has_value());
+    ASSERT_TRUE(cdp.Call("Emulation.setDeviceMetricsOverride",
+                         {{"width", 1400}, {"height", 1000}, {"deviceScaleFactor", 1}, {"mobile", false}}, dl())
+                    .has_value());
+    auto nav = cdp.Call("Page.navigate", {{"url", c.url() + "/"}}, dl());
+    ASSERT_TRUE(nav.has_value()) << nav.error().message;
+    ASSERT_FALSE(nav->contains("errorText")) << nav->dump();
+    // Without a token the page asks for one; typed in, it is kept and the dashboard loads.
+    ASSERT_NO_FATAL_FAILURE(WaitInPage(cdp, "!document.getElementById('login').hidden", "the token form",
+                                       "document.getElementById('status').textContent"));
+    auto typed = cdp.Evaluate(fmt::format(R"((() => {{
+        document.getElementById('login-token').value = '{}';
+        document.getElementById('login').requestSubmit();
+        return document.cookie.includes('cohort_token='); }})())", TestToken()), dl());
+    ASSERT_TRUE(typed.has_value()) << typed.error().message;
+  }
+
+  // Where the screenshots go (created).
+  static std::string OutDir() {
+    std::string dir = std::string(COHORT_TEST_OUTPUT_DIR) + "/dashboard_browser_test";
+    std::filesystem::create_directories(dir);
+    return dir;
+  }
+
+  // Saves a full-page screenshot as `out_dir`/`name` and prints its path.
+  void Screenshot(CdpSession& cdp, const std::string& out_dir, const std::string& name) {
+    auto dl = [] { return After(std::chrono::seconds(20)); };
+    ASSERT_TRUE(cdp.Evaluate("window.scrollTo(0, 0); true", dl()).has_value());  // the sticky header on top
+    auto shot = cdp.Call("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", true}}, dl());
+    ASSERT_TRUE(shot.has_value()) << shot.error().message;
+    auto png = Base64Decode((*shot)["data"].get<std::string>());
+    ASSERT_TRUE(png.has_value());
+    ASSERT_GT(png->size(), 1000u);
+    EXPECT_EQ(png->substr(1, 3), "PNG");
+    std::string shot_path = out_dir + "/" + name;
+    std::ofstream(shot_path, std::ios::binary) << *png;
+    std::printf("dashboard screenshot: %s\n", shot_path.c_str());
+  }
+
   // Clicks the element `selector` with real mouse events at its centre.
   void ClickElement(CdpSession& cdp, const std::string& selector) {
     auto rect = cdp.Evaluate(fmt::format(R"((() => {{
@@ -110,37 +168,13 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
     return !reason.empty() && reason != "waiting for the scheduler";
   }, std::chrono::seconds(10))) << reason;
 
-  std::string out_dir = std::string(COHORT_TEST_OUTPUT_DIR) + "/dashboard_browser_test";
-  std::filesystem::create_directories(out_dir);
+  const std::string out_dir = OutDir();
   HeadlessChromium browser;
-  // The head's certificate is from its own authority, which this fresh profile does not
-  // know: the browser trusts exactly that certificate's key (as an admin would install
-  // the authority), and nothing else it would otherwise refuse.
-  auto head_cert = tls::ReadPemFile(c.dir() + "/head/tls/head.crt");
-  ASSERT_TRUE(head_cert.has_value()) << head_cert.error().message;
-  auto spki = tls::SpkiSha256Base64(*head_cert);
-  ASSERT_TRUE(spki.has_value()) << spki.error().message;
-  auto started = browser.Start(binary, c.dir() + "/chromium", 1400, 1000,
-                               {"--ignore-certificate-errors-spki-list=" + *spki});
-  if (!started) GTEST_SKIP() << "chromium cannot start here: " << started.error().message;
+  std::string skip;
+  ASSERT_NO_FATAL_FAILURE(OpenDashboard(c, binary, browser, skip));
+  if (!skip.empty()) GTEST_SKIP() << skip;
   CdpSession& cdp = browser.cdp();
   auto dl = [] { return After(std::chrono::seconds(20)); };
-  ASSERT_TRUE(cdp.Call("Page.enable", json::object(), dl()).has_value());
-  ASSERT_TRUE(cdp.Call("Runtime.enable", json::object(), dl()).has_value());
-  ASSERT_TRUE(cdp.Call("Emulation.setDeviceMetricsOverride",
-                       {{"width", 1400}, {"height", 1000}, {"deviceScaleFactor", 1}, {"mobile", false}}, dl())
-                  .has_value());
-  auto nav = cdp.Call("Page.navigate", {{"url", c.url() + "/"}}, dl());
-  ASSERT_TRUE(nav.has_value()) << nav.error().message;
-  ASSERT_FALSE(nav->contains("errorText")) << nav->dump();
-  // Without a token the page asks for one; typed in, it is kept and the dashboard loads.
-  ASSERT_NO_FATAL_FAILURE(WaitInPage(cdp, "!document.getElementById('login').hidden", "the token form",
-                                     "document.getElementById('status').textContent"));
-  auto typed = cdp.Evaluate(fmt::format(R"((() => {{
-      document.getElementById('login-token').value = '{}';
-      document.getElementById('login').requestSubmit();
-      return document.cookie.includes('cohort_token='); }})())", TestToken()), dl());
-  ASSERT_TRUE(typed.has_value()) << typed.error().message;
 
   const std::string probe = R"(JSON.stringify({
       polls: window.cohortDashboard && window.cohortDashboard.polls,
@@ -195,16 +229,7 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
              log.includes('trained 20 steps <i class=pwned>') && !document.querySelector('i.pwned');
     }})())", train_id), "the job's chart (loss and val loss, axis titles), its URL, and its log", probe);
 
-  ASSERT_TRUE(cdp.Evaluate("window.scrollTo(0, 0); true", dl()).has_value());  // the sticky header on top
-  auto shot = cdp.Call("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", true}}, dl());
-  ASSERT_TRUE(shot.has_value()) << shot.error().message;
-  auto png = Base64Decode((*shot)["data"].get<std::string>());
-  ASSERT_TRUE(png.has_value());
-  ASSERT_GT(png->size(), 1000u);
-  EXPECT_EQ(png->substr(1, 3), "PNG");
-  std::string shot_path = out_dir + "/dashboard.png";
-  std::ofstream(shot_path, std::ios::binary) << *png;
-  std::printf("dashboard screenshot: %s\n", shot_path.c_str());
+  ASSERT_NO_FATAL_FAILURE(Screenshot(cdp, out_dir, "dashboard.png"));
 
   // Submit through the form.
   auto filled = cdp.Evaluate(R"((() => {
@@ -247,6 +272,58 @@ TEST_F(DashboardBrowserTest, ShowsTheClusterAndCancelsAJobFromThePage) {
     }})())", train_id, train_id), "the cancelled job among the recent ones", probe);
   // With train-gpt gone the wide job gets both nodes.
   c.WaitForState(wide_id, "SUCCEEDED");
+}
+
+// Issue 18 on the page: each GPU's holders with their parts (two halves of one GPU, one
+// over its memory share and marked), their GPU memory, and MIG instances under their parent.
+TEST_F(DashboardBrowserTest, ShowsGpuFractionsMemoryAndMigInstances) {
+  std::string binary = HeadlessChromium::FindBinary();
+  if (binary.empty()) GTEST_SKIP() << "no chromium in PATH (set COHORT_CHROMIUM to a Chromium or Chrome binary)";
+  LocalCluster c;
+  c.StartHead();
+  // GPU 0 carved into three MIG instances (node indices 0-2), GPU 1 whole (index 3).
+  c.StartAgent("mig-a", 2, 16, {"--simulated-mig", "1g.10gb:2,3g.40gb:1"});
+  c.WaitForNodes(1);
+  auto half = [&](const std::string& name, int64_t gib) {
+    return c.Submit({{"name", name},
+                     {"command", {"sh", "-c",
+                                  "echo \"$CUDA_VISIBLE_DEVICES $((" + std::to_string(gib) +
+                                      " << 30))\" > \"$COHORT_SIMULATED_GPU_MEMORY_DIR/$$\"; exec sleep 600"}},
+                     {"gpus_per_task", 0.5}})["id"].get<int64_t>();
+  };
+  const int64_t big = half("big", 50), small = half("small", 10);
+  const int64_t mig = c.Submit({{"name", "mig"}, {"command", {"sleep", "600"}}, {"gpus", "1g.10gb:1"}})["id"];
+  c.WaitForState(mig, "RUNNING");
+  ASSERT_TRUE(WaitUntil([&] {
+    json j = c.Job(big);
+    return j.contains("tasks_usage") && j["tasks_usage"].size() == 1 && j["tasks_usage"][0].contains("gpu_memory_warning");
+  }, std::chrono::seconds(20))) << c.Job(big).dump(2);
+
+  const std::string out_dir = OutDir();
+  HeadlessChromium browser;
+  std::string skip;
+  ASSERT_NO_FATAL_FAILURE(OpenDashboard(c, binary, browser, skip));
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  CdpSession& cdp = browser.cdp();
+  const std::string probe = R"(JSON.stringify([...document.querySelectorAll('#nodes .node')].map(n => n.innerHTML)))";
+  WaitInPage(cdp, fmt::format(R"((() => {{
+      const mig = document.querySelector('#nodes .mig[data-mig-parent="0"]');
+      if (!mig || mig.querySelectorAll('.gpu').length !== 3) return false;
+      const profiles = [...mig.querySelectorAll('.gpu .mig-profile')].map(p => p.textContent).join(',');
+      const busyMig = mig.querySelectorAll('.gpu.busy .holder[data-job="{mig}"]').length;
+      const whole = document.querySelector('#nodes .gpu[data-gpu="3"]');
+      if (!whole || whole.closest('.mig')) return false;
+      const b = whole.querySelector('.holder[data-job="{big}"]'), s = whole.querySelector('.holder[data-job="{small}"]');
+      return profiles === '1g.10gb,1g.10gb,3g.40gb' && busyMig === 1 && whole.classList.contains('shared') &&
+             !!b && !!s && b.textContent.startsWith('j{big} ½') && b.textContent.includes('50.0G') &&
+             b.classList.contains('over') && s.textContent.startsWith('j{small} ½') && s.textContent.includes('10.0G') &&
+             !s.classList.contains('over') && whole.classList.contains('over') &&
+             whole.title.includes('over its share of 40 GiB') &&
+             document.querySelector('#running tbody tr[data-job="{big}"]')?.cells[4].textContent === '0.5';
+    }})())", fmt::arg("mig", mig), fmt::arg("big", big), fmt::arg("small", small)),
+             "GPU 0's three MIG instances under it (one busy), and GPU 3 shared by two halves with their memory, "
+             "the one over its share marked, and a half-GPU job counted as 0.5 GPU", probe);
+  ASSERT_NO_FATAL_FAILURE(Screenshot(cdp, out_dir, "dashboard_gpu_sharing.png"));
 }
 
 }  // namespace

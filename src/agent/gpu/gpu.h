@@ -34,9 +34,17 @@ struct GpuInfo {
   int pcie_switch = -1;
 };
 
-// The GPUs the NVIDIA driver sees, in index order. Returns kUnavailable when the NVML
-// library cannot be loaded or the driver does not answer (the message says which), and
-// kInternal when a per-device query fails. An empty vector means a driver with no GPUs.
+// The GPUs the NVIDIA driver sees, in node order: each whole GPU in NVML index order with
+// its NVLink island (GPUs joined by active NVLinks, directly or through NVSwitches: from
+// nvmlDeviceGetNvLinkState and the links' remote PCI addresses) and its PCIe switch (GPUs
+// whose nvmlDeviceGetTopologyCommonAncestor is INTERNAL, SINGLE or MULTIPLE); a GPU in MIG
+// mode is replaced by its instances (profile from the instance's name or attributes,
+// "MIG-..." uuid, its own memory, mig_parent the GPU's NVML index), so node indices are
+// NVML's only on a node without MIG. -1 where NVML cannot say. The library is
+// libnvidia-ml.so.1, or the path in COHORT_NVML_LIBRARY (read once per process). Returns
+// kUnavailable when the NVML library cannot be loaded or the driver does not answer (the
+// message says which), and kInternal when a per-device query fails. An empty vector means
+// a driver with no GPUs.
 Result<std::vector<GpuInfo>> DiscoverNvmlGpus();
 
 // `n` simulated GPUs: name "Cohort Simulated GPU 80GB", 80 GiB each, and UUIDs in NVML's
@@ -88,6 +96,14 @@ struct GpuReading {
   std::string health_event;   // the latest: "XID 79 (GPU has fallen off the bus)"
 };
 
+// One process's memory on one GPU (issue 18): NVML's compute processes, or what a task
+// registered with simulated GPUs. `gpu` is the device's node index (GpuInfo::index).
+struct GpuProcess {
+  int gpu = 0;
+  int pid = 0;  // in the agent's pid namespace
+  int64_t memory_bytes = 0;
+};
+
 class GpuMonitor {
  public:
   virtual ~GpuMonitor() = default;
@@ -103,6 +119,9 @@ class GpuMonitor {
   // Records a health event found outside the driver (a failed health check) on GPU
   // `index`; an index the node does not have is ignored.
   virtual void RecordHealthEvent(int index, std::string what) = 0;
+  // The processes that hold memory on each GPU now, GPU by GPU; empty when the source
+  // cannot say (an NVML without the query). Same thread rules as Sample.
+  virtual std::vector<GpuProcess> Processes() = 0;
 };
 
 // "XID 79 (GPU has fallen off the bus)"; the description is omitted for unknown codes.
@@ -113,13 +132,23 @@ bool IsApplicationXid(int xid);
 // The simulated model, a pure function of the busy flags over time: each GPU's load
 // moves toward 1 while a task holds it and toward 0 when idle, exponentially with a time
 // constant of 1 s. From load L: utilization 0.95 L, memory used 0.5 GiB + 60 GiB x L of
-// 80 GiB, temperature 35 + 40 L °C, power 70 + 630 L W, SM clock 345 MHz + 1635 MHz x L.
-// The first sample starts from load 0.
-std::unique_ptr<GpuMonitor> MakeSimulatedGpuMonitor(const std::vector<GpuInfo>& gpus);
+// 80 GiB (plus what processes registered, below; at most the total), temperature
+// 35 + 40 L °C, power 70 + 630 L W, SM clock 345 MHz + 1635 MHz x L. The first sample
+// starts from load 0.
+//
+// Simulated process memory: with a non-empty `process_dir`, a process "uses" device
+// memory by writing the file `process_dir/PID` (its own pid) with one line per device,
+// "DEVICE BYTES", where DEVICE is the GPU's node index or uuid (what CUDA_VISIBLE_DEVICES
+// names, so a task may write "$CUDA_VISIBLE_DEVICES 25769803776"). Processes reads every
+// such file of a live process (GPU by GPU, like NVML), and removes the files of processes
+// that have exited; unreadable lines and unknown devices are skipped. The agent gives
+// every task the directory as COHORT_SIMULATED_GPU_MEMORY_DIR.
+std::unique_ptr<GpuMonitor> MakeSimulatedGpuMonitor(const std::vector<GpuInfo>& gpus, std::string process_dir = "");
 
 // Telemetry through NVML for the GPUs DiscoverNvmlGpus found; every query symbol is
 // optional (a missing one reads as unknown). Registers for XID events where the driver
-// supports them. kUnavailable when NVML cannot be loaded or initialised.
+// supports them. Processes asks nvmlDeviceGetComputeRunningProcesses (_v3, else _v2, else
+// the first version). kUnavailable when NVML cannot be loaded or initialised.
 Result<std::unique_ptr<GpuMonitor>> OpenNvmlGpuMonitor();
 
 }  // namespace cohort::agent

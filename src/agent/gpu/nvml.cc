@@ -2,14 +2,19 @@
 // build needs neither the header nor the library.
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>  // std::call_once
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "common/log.h"
 
 #include <fmt/format.h>
 
 #include "agent/gpu/gpu.h"
+#include "api/gpu_request.h"
 #include "common/mutex.h"
 
 namespace cohort::agent {
@@ -45,6 +50,46 @@ constexpr int kNvmlMemoryErrorUncorrected = 1;
 constexpr int kNvmlVolatileEcc = 0;
 constexpr unsigned kNvmlBufferSize = 96;  // NVML_DEVICE_{NAME,UUID}_V2_BUFFER_SIZE
 constexpr char kNvmlLibrary[] = "libnvidia-ml.so.1";
+constexpr nvmlReturn_t kNvmlErrorInsufficientSize = 7;
+constexpr unsigned long long kNvmlValueNotAvailable = ~0ull;
+// nvmlProcessInfo_t as the _v2 and _v3 queries fill it, and the first version's.
+struct nvmlProcessInfo_t {
+  unsigned pid;
+  unsigned long long used_gpu_memory;
+  unsigned gpu_instance_id;
+  unsigned compute_instance_id;
+};
+struct nvmlProcessInfoV1_t {
+  unsigned pid;
+  unsigned long long used_gpu_memory;
+};
+// Processes asked for per GPU at most (a GPU holds far fewer compute processes).
+constexpr unsigned kMaxProcesses = 1024;
+// MIG and topology (issue 18).
+struct nvmlPciInfo_t {
+  char bus_id_legacy[16];
+  unsigned domain;
+  unsigned bus;
+  unsigned device;
+  unsigned pci_device_id;
+  unsigned pci_sub_system_id;
+  char bus_id[32];
+};
+struct nvmlDeviceAttributes_t {
+  unsigned multiprocessor_count;
+  unsigned shared_copy_engine_count;
+  unsigned shared_decoder_count;
+  unsigned shared_encoder_count;
+  unsigned shared_jpeg_count;
+  unsigned shared_ofa_count;
+  unsigned gpu_instance_slice_count;
+  unsigned compute_instance_slice_count;
+  unsigned long long memory_size_mb;
+};
+constexpr unsigned kNvmlDeviceMigEnable = 1;
+constexpr int kNvmlFeatureEnabled = 1;
+constexpr unsigned kNvmlNvLinkMaxLinks = 18;
+constexpr int kNvmlTopologyMultiple = 20;  // at most one chain of PCIe switches apart
 
 struct NvmlApi {
   nvmlReturn_t (*init)();
@@ -65,6 +110,18 @@ struct NvmlApi {
   nvmlReturn_t (*register_events)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);
   nvmlReturn_t (*event_set_wait)(nvmlEventSet_t, nvmlEventData_t*, unsigned);
   nvmlReturn_t (*event_set_free)(nvmlEventSet_t);
+  // Compute processes: the _v3/_v2 query (nvmlProcessInfo_t), else the first version.
+  nvmlReturn_t (*get_processes)(nvmlDevice_t, unsigned*, nvmlProcessInfo_t*);
+  nvmlReturn_t (*get_processes_v1)(nvmlDevice_t, unsigned*, nvmlProcessInfoV1_t*);
+  // MIG and topology: each optional (without them, no MIG instances or no topology).
+  nvmlReturn_t (*get_mig_mode)(nvmlDevice_t, unsigned*, unsigned*);
+  nvmlReturn_t (*get_max_mig_count)(nvmlDevice_t, unsigned*);
+  nvmlReturn_t (*get_mig_handle)(nvmlDevice_t, unsigned, nvmlDevice_t*);
+  nvmlReturn_t (*get_attributes)(nvmlDevice_t, nvmlDeviceAttributes_t*);
+  nvmlReturn_t (*get_pci_info)(nvmlDevice_t, nvmlPciInfo_t*);
+  nvmlReturn_t (*get_nvlink_state)(nvmlDevice_t, unsigned, int*);
+  nvmlReturn_t (*get_nvlink_remote_pci)(nvmlDevice_t, unsigned, nvmlPciInfo_t*);
+  nvmlReturn_t (*get_common_ancestor)(nvmlDevice_t, nvmlDevice_t, int*);
 
   std::string ErrorText(nvmlReturn_t r) const {
     const char* s = error_string ? error_string(r) : nullptr;
@@ -79,17 +136,21 @@ Result<const NvmlApi*> LoadNvml() {
   static NvmlApi api;
   static std::string load_error;
   std::call_once(once, [] {
-    void* lib = dlopen(kNvmlLibrary, RTLD_NOW | RTLD_LOCAL);
+    // COHORT_NVML_LIBRARY names another library (a path): a driver installed elsewhere,
+    // or the tests' table-driven fake.
+    const char* override_path = std::getenv("COHORT_NVML_LIBRARY");
+    const std::string path = override_path && *override_path ? override_path : kNvmlLibrary;
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char* e = dlerror();
       load_error = fmt::format("cannot load {} (is the NVIDIA driver installed?): {}",
-                               kNvmlLibrary, e ? e : "unknown error");
+                               path, e ? e : "unknown error");
       return;
     }
     auto sym = [&](const char* name) -> void* {
       void* p = dlsym(lib, name);
       if (!p && load_error.empty()) {
-        load_error = fmt::format("{} lacks the symbol {}", kNvmlLibrary, name);
+        load_error = fmt::format("{} lacks the symbol {}", path, name);
       }
       return p;
     };
@@ -115,37 +176,192 @@ Result<const NvmlApi*> LoadNvml() {
     opt(api.event_set_wait, "nvmlEventSetWait_v2");
     if (!api.event_set_wait) opt(api.event_set_wait, "nvmlEventSetWait");
     opt(api.event_set_free, "nvmlEventSetFree");
+    opt(api.get_processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (!api.get_processes) opt(api.get_processes, "nvmlDeviceGetComputeRunningProcesses_v2");
+    if (!api.get_processes) opt(api.get_processes_v1, "nvmlDeviceGetComputeRunningProcesses");
+    opt(api.get_mig_mode, "nvmlDeviceGetMigMode");
+    opt(api.get_max_mig_count, "nvmlDeviceGetMaxMigDeviceCount");
+    opt(api.get_mig_handle, "nvmlDeviceGetMigDeviceHandleByIndex");
+    opt(api.get_attributes, "nvmlDeviceGetAttributes_v2");
+    opt(api.get_pci_info, "nvmlDeviceGetPciInfo_v3");
+    opt(api.get_nvlink_state, "nvmlDeviceGetNvLinkState");
+    opt(api.get_nvlink_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+    opt(api.get_common_ancestor, "nvmlDeviceGetTopologyCommonAncestor");
   });
   if (!load_error.empty()) return MakeError(ErrorCode::kUnavailable, load_error);
   return &api;
 }
 
-Result<GpuInfo> QueryDevice(const NvmlApi& api, unsigned index) {
-  nvmlDevice_t dev = nullptr;
-  nvmlReturn_t r = api.get_handle(index, &dev);
-  if (r != kNvmlSuccess) {
-    return Errorf(ErrorCode::kInternal, "nvmlDeviceGetHandleByIndex({}): {}", index,
-                  api.ErrorText(r));
-  }
+// Name, uuid and memory of `dev`; `what` names it in errors ("GPU 3", "GPU 0 MIG 1").
+Result<GpuInfo> QueryDevice(const NvmlApi& api, nvmlDevice_t dev, const std::string& what) {
   GpuInfo g;
-  g.index = static_cast<int>(index);
+  nvmlReturn_t r;
   char buf[kNvmlBufferSize] = {};
   if ((r = api.get_name(dev, buf, sizeof buf)) != kNvmlSuccess) {
-    return Errorf(ErrorCode::kInternal, "nvmlDeviceGetName({}): {}", index, api.ErrorText(r));
+    return Errorf(ErrorCode::kInternal, "nvmlDeviceGetName({}): {}", what, api.ErrorText(r));
   }
   g.name = buf;
   char ubuf[kNvmlBufferSize] = {};
   if ((r = api.get_uuid(dev, ubuf, sizeof ubuf)) != kNvmlSuccess) {
-    return Errorf(ErrorCode::kInternal, "nvmlDeviceGetUUID({}): {}", index, api.ErrorText(r));
+    return Errorf(ErrorCode::kInternal, "nvmlDeviceGetUUID({}): {}", what, api.ErrorText(r));
   }
   g.uuid = ubuf;
   nvmlMemory_t mem{};
   if ((r = api.get_memory(dev, &mem)) != kNvmlSuccess) {
-    return Errorf(ErrorCode::kInternal, "nvmlDeviceGetMemoryInfo({}): {}", index,
-                  api.ErrorText(r));
+    return Errorf(ErrorCode::kInternal, "nvmlDeviceGetMemoryInfo({}): {}", what, api.ErrorText(r));
   }
   g.memory_bytes = static_cast<int64_t>(mem.total);
   return g;
+}
+
+// A MIG instance's profile: from its name ("NVIDIA A100-SXM4-80GB MIG 1g.10gb"), else from
+// its attributes (slices and memory); "" when neither gives a profile name.
+std::string MigProfile(const NvmlApi& api, nvmlDevice_t dev, const std::string& name) {
+  if (size_t at = name.rfind("MIG "); at != std::string::npos && api::IsMigProfile(name.substr(at + 4))) {
+    return name.substr(at + 4);
+  }
+  nvmlDeviceAttributes_t attr{};
+  if (api.get_attributes && api.get_attributes(dev, &attr) == kNvmlSuccess && attr.gpu_instance_slice_count > 0) {
+    std::string p = fmt::format("{}g.{}gb", attr.gpu_instance_slice_count, (attr.memory_size_mb + 512) / 1024);
+    if (api::IsMigProfile(p)) return p;
+  }
+  return "";
+}
+
+// Connected components over n + extra nodes; ids are given in order of the first member.
+class Components {
+ public:
+  explicit Components(size_t n) : parent_(n) {
+    for (size_t i = 0; i < n; ++i) parent_[i] = i;
+  }
+  size_t Add() {
+    parent_.push_back(parent_.size());
+    return parent_.size() - 1;
+  }
+  size_t Find(size_t x) {
+    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
+    return x;
+  }
+  void Join(size_t a, size_t b) { parent_[Find(a)] = Find(b); }
+  // The component id of each of the first `n` nodes where `member[i]`, else -1.
+  std::vector<int> Ids(size_t n, const std::vector<bool>& member) {
+    std::map<size_t, int> ids;
+    std::vector<int> out(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+      if (!member[i]) continue;
+      auto [it, fresh] = ids.emplace(Find(i), static_cast<int>(ids.size()));
+      out[i] = it->second;
+    }
+    return out;
+  }
+
+ private:
+  std::vector<size_t> parent_;
+};
+
+// NVLink islands of whole GPUs: GPUs joined by active links, directly or through NVSwitches
+// (a remote end that is no GPU of this node); -1 for a GPU with no active link.
+std::vector<int> NvLinkIslands(const NvmlApi& api, const std::vector<nvmlDevice_t>& gpus) {
+  const size_t n = gpus.size();
+  std::vector<bool> linked(n, false);
+  if (!api.get_pci_info || !api.get_nvlink_state || !api.get_nvlink_remote_pci) return std::vector<int>(n, -1);
+  using PciKey = std::tuple<unsigned, unsigned, unsigned>;
+  std::map<PciKey, size_t> node_of;
+  for (size_t i = 0; i < n; ++i) {
+    nvmlPciInfo_t pci{};
+    if (api.get_pci_info(gpus[i], &pci) == kNvmlSuccess) node_of[{pci.domain, pci.bus, pci.device}] = i;
+  }
+  Components c(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (unsigned link = 0; link < kNvmlNvLinkMaxLinks; ++link) {
+      int active = 0;
+      if (api.get_nvlink_state(gpus[i], link, &active) != kNvmlSuccess || active != kNvmlFeatureEnabled) continue;
+      nvmlPciInfo_t remote{};
+      if (api.get_nvlink_remote_pci(gpus[i], link, &remote) != kNvmlSuccess) continue;
+      const PciKey key{remote.domain, remote.bus, remote.device};
+      auto it = node_of.find(key);
+      if (it == node_of.end()) it = node_of.emplace(key, c.Add()).first;  // an NVSwitch
+      c.Join(i, it->second);
+      linked[i] = true;
+    }
+  }
+  return c.Ids(n, linked);
+}
+
+// PCIe switches of whole GPUs: GPUs whose common ancestor is at most a chain of PCIe
+// switches (NVML_TOPOLOGY_SINGLE or _MULTIPLE; INTERNAL: one board) share one; -1 for all
+// when NVML cannot say.
+std::vector<int> PcieSwitches(const NvmlApi& api, const std::vector<nvmlDevice_t>& gpus) {
+  const size_t n = gpus.size();
+  if (!api.get_common_ancestor) return std::vector<int>(n, -1);
+  Components c(n);
+  bool known = false;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = i + 1; j < n; ++j) {
+      int level = 0;
+      if (api.get_common_ancestor(gpus[i], gpus[j], &level) != kNvmlSuccess) continue;
+      known = true;
+      if (level <= kNvmlTopologyMultiple) c.Join(i, j);
+    }
+  }
+  if (!known) return std::vector<int>(n, -1);
+  return c.Ids(n, std::vector<bool>(n, true));
+}
+
+struct NvmlDevice {
+  nvmlDevice_t handle;
+  GpuInfo info;
+};
+
+// The node's devices in node order (gpu.h): each whole GPU with its NVLink island and
+// PCIe switch, and a GPU in MIG mode as its instances (uuids "MIG-...", mig_parent its
+// NVML index), which CUDA names by uuid. A MIG GPU without instances offers nothing.
+Result<std::vector<NvmlDevice>> EnumerateDevices(const NvmlApi& api) {
+  unsigned count = 0;
+  nvmlReturn_t r = api.get_count(&count);
+  if (r != kNvmlSuccess) return Errorf(ErrorCode::kUnavailable, "nvmlDeviceGetCount: {}", api.ErrorText(r));
+  std::vector<nvmlDevice_t> handles;
+  for (unsigned i = 0; i < count; ++i) {
+    nvmlDevice_t dev = nullptr;
+    if ((r = api.get_handle(i, &dev)) != kNvmlSuccess) {
+      return Errorf(ErrorCode::kInternal, "nvmlDeviceGetHandleByIndex({}): {}", i, api.ErrorText(r));
+    }
+    handles.push_back(dev);
+  }
+  const std::vector<int> islands = NvLinkIslands(api, handles);
+  const std::vector<int> switches = PcieSwitches(api, handles);
+  std::vector<NvmlDevice> out;
+  for (unsigned i = 0; i < count; ++i) {
+    unsigned current = 0, pending = 0, slots = 0;
+    const bool mig = api.get_mig_mode && api.get_max_mig_count && api.get_mig_handle &&
+                     api.get_mig_mode(handles[i], &current, &pending) == kNvmlSuccess &&
+                     current == kNvmlDeviceMigEnable && api.get_max_mig_count(handles[i], &slots) == kNvmlSuccess;
+    if (!mig) {
+      GpuInfo g = COHORT_TRY(QueryDevice(api, handles[i], fmt::format("GPU {}", i)));
+      g.index = static_cast<int>(out.size());
+      g.nvlink_island = islands[i];
+      g.pcie_switch = switches[i];
+      out.push_back({handles[i], std::move(g)});
+      continue;
+    }
+    size_t found = 0;
+    for (unsigned k = 0; k < slots; ++k) {
+      nvmlDevice_t inst = nullptr;
+      if (api.get_mig_handle(handles[i], k, &inst) != kNvmlSuccess) continue;  // an empty slot
+      GpuInfo g = COHORT_TRY(QueryDevice(api, inst, fmt::format("GPU {} MIG {}", i, k)));
+      g.mig_profile = MigProfile(api, inst, g.name);
+      if (g.mig_profile.empty()) {
+        LOG_WARN("NVML: GPU {} MIG instance {} ({}) has no profile name; it is not offered", i, g.uuid, g.name);
+        continue;
+      }
+      g.mig_parent = static_cast<int>(i);
+      g.index = static_cast<int>(out.size());
+      out.push_back({inst, std::move(g)});
+      ++found;
+    }
+    if (found == 0) LOG_WARN("NVML: GPU {} is in MIG mode with no instances; it offers nothing", i);
+  }
+  return out;
 }
 
 // Holds NVML initialised for its lifetime (nvmlInit is reference-counted, so discovery's
@@ -225,6 +441,40 @@ class NvmlGpuMonitor final : public GpuMonitor {
     return out;
   }
 
+  std::vector<GpuProcess> Processes() override {
+    std::vector<GpuProcess> out;
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      // The count is in/out: a GPU that gained processes since the size was chosen
+      // answers INSUFFICIENT_SIZE; one retry with its new count, else the GPU is skipped.
+      unsigned n = 0;
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        unsigned count = std::max(n, 64u);
+        std::vector<nvmlProcessInfo_t> infos(std::min(count, kMaxProcesses));
+        n = static_cast<unsigned>(infos.size());
+        nvmlReturn_t rc;
+        if (api_->get_processes) {
+          rc = api_->get_processes(devices_[i], &n, infos.data());
+        } else if (api_->get_processes_v1) {
+          std::vector<nvmlProcessInfoV1_t> v1(infos.size());
+          rc = api_->get_processes_v1(devices_[i], &n, v1.data());
+          for (size_t k = 0; k < v1.size() && k < n; ++k) infos[k] = {v1[k].pid, v1[k].used_gpu_memory, 0, 0};
+        } else {
+          return out;
+        }
+        if (rc == kNvmlErrorInsufficientSize) continue;
+        if (rc != kNvmlSuccess) break;
+        for (size_t k = 0; k < n && k < infos.size(); ++k) {
+          // Memory NVML cannot attribute (Windows WDDM, some containers) reads as unknown.
+          if (infos[k].used_gpu_memory == kNvmlValueNotAvailable) continue;
+          out.push_back({static_cast<int>(i), static_cast<int>(infos[k].pid),
+                         static_cast<int64_t>(infos[k].used_gpu_memory)});
+        }
+        break;
+      }
+    }
+    return out;
+  }
+
  private:
   struct State {
     unsigned long long ecc_baseline = 0;
@@ -277,20 +527,13 @@ Result<std::unique_ptr<GpuMonitor>> OpenNvmlGpuMonitor() {
   if (r != kNvmlSuccess) {
     return Errorf(ErrorCode::kUnavailable, "nvmlInit failed: {}", api->ErrorText(r));
   }
-  unsigned count = 0;
-  if ((r = api->get_count(&count)) != kNvmlSuccess) {
+  auto found = EnumerateDevices(*api);
+  if (!found) {
     api->shutdown();
-    return Errorf(ErrorCode::kUnavailable, "nvmlDeviceGetCount: {}", api->ErrorText(r));
+    return std::unexpected(found.error());
   }
   std::vector<nvmlDevice_t> devices;
-  for (unsigned i = 0; i < count; ++i) {
-    nvmlDevice_t dev = nullptr;
-    if ((r = api->get_handle(i, &dev)) != kNvmlSuccess) {
-      api->shutdown();
-      return Errorf(ErrorCode::kInternal, "nvmlDeviceGetHandleByIndex({}): {}", i, api->ErrorText(r));
-    }
-    devices.push_back(dev);
-  }
+  for (const NvmlDevice& d : *found) devices.push_back(d.handle);
   return std::unique_ptr<GpuMonitor>(std::make_unique<NvmlGpuMonitor>(api, std::move(devices)));
 }
 
@@ -301,21 +544,11 @@ Result<std::vector<GpuInfo>> DiscoverNvmlGpus() {
     return Errorf(ErrorCode::kUnavailable, "nvmlInit failed (is the NVIDIA driver loaded?): {}",
                   api->ErrorText(r));
   }
-  Result<std::vector<GpuInfo>> out = std::vector<GpuInfo>{};
-  unsigned count = 0;
-  r = api->get_count(&count);
-  if (r != kNvmlSuccess) {
-    out = Errorf(ErrorCode::kUnavailable, "nvmlDeviceGetCount: {}", api->ErrorText(r));
-  }
-  for (unsigned i = 0; out && i < count; ++i) {
-    auto g = QueryDevice(*api, i);
-    if (!g) {
-      out = std::unexpected(g.error());
-    } else {
-      out->push_back(std::move(*g));
-    }
-  }
+  auto found = EnumerateDevices(*api);
   api->shutdown();
+  if (!found) return std::unexpected(found.error());
+  std::vector<GpuInfo> out;
+  for (NvmlDevice& d : *found) out.push_back(std::move(d.info));
   return out;
 }
 

@@ -1,5 +1,13 @@
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -42,11 +50,49 @@ std::string SimulatedUuid(std::string_view node_name, int index) {
 
 constexpr double kTimeConstantS = 1.0;
 
+// The registrations of MakeSimulatedGpuMonitor's process directory (gpu.h): every
+// "DEVICE BYTES" line of every live process's file, GPU by GPU; files of processes that
+// are gone are removed.
+std::vector<GpuProcess> ReadSimulatedProcesses(const std::string& dir, const std::vector<GpuInfo>& gpus) {
+  std::vector<GpuProcess> out;
+  if (dir.empty()) return out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    int pid = 0;
+    auto [p, perr] = std::from_chars(name.data(), name.data() + name.size(), pid);
+    if (perr != std::errc() || p != name.data() + name.size() || pid <= 0) continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH) {
+      std::filesystem::remove(it->path(), ec);
+      ec.clear();
+      continue;
+    }
+    std::ifstream in(it->path());
+    std::string device;
+    long long bytes = 0;
+    while (in >> device >> bytes) {
+      if (bytes < 0) continue;
+      for (const GpuInfo& g : gpus) {
+        if (device == g.uuid || device == std::to_string(g.index)) out.push_back({g.index, pid, bytes});
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const GpuProcess& a, const GpuProcess& b) {
+    return a.gpu != b.gpu ? a.gpu < b.gpu : a.pid < b.pid;
+  });
+  return out;
+}
+
 class SimulatedGpuMonitor final : public GpuMonitor {
  public:
-  explicit SimulatedGpuMonitor(const std::vector<GpuInfo>& gpus) : gpus_(gpus), state_(gpus.size()) {}
+  SimulatedGpuMonitor(const std::vector<GpuInfo>& gpus, std::string process_dir)
+      : gpus_(gpus), process_dir_(std::move(process_dir)), state_(gpus.size()) {}
+
+  std::vector<GpuProcess> Processes() override { return ReadSimulatedProcesses(process_dir_, gpus_); }
 
   std::vector<GpuReading> Sample(const std::vector<bool>& busy, SteadyTime now) override EXCLUDES(mu_) {
+    std::map<int, int64_t> registered;  // GPU index -> bytes the processes registered
+    for (const GpuProcess& p : Processes()) registered[p.gpu] += p.memory_bytes;
     MutexLock lock(mu_);
     std::vector<GpuReading> out;
     for (size_t i = 0; i < gpus_.size(); ++i) {
@@ -65,7 +111,7 @@ class SimulatedGpuMonitor final : public GpuMonitor {
       r.utilization = 0.95 * l;
       r.memory_total_bytes = total;
       r.memory_used_bytes = std::min<int64_t>(
-          total, (int64_t{1} << 29) + static_cast<int64_t>(l * double(int64_t{60} << 30)));
+          total, (int64_t{1} << 29) + static_cast<int64_t>(l * double(int64_t{60} << 30)) + registered[gpus_[i].index]);
       r.temperature_celsius = 35.0 + 40.0 * l;
       r.power_watts = 70.0 + 630.0 * l;
       r.sm_clock_hz = 345e6 + 1635e6 * l;
@@ -108,6 +154,7 @@ class SimulatedGpuMonitor final : public GpuMonitor {
     std::string health_event;
   };
   const std::vector<GpuInfo> gpus_;
+  const std::string process_dir_;
   Mutex mu_;
   std::vector<State> state_ GUARDED_BY(mu_);
 };
@@ -141,8 +188,8 @@ std::string DescribeXid(int xid) {
 
 bool IsApplicationXid(int xid) { return xid == 13 || xid == 31 || xid == 43 || xid == 45 || xid == 68; }
 
-std::unique_ptr<GpuMonitor> MakeSimulatedGpuMonitor(const std::vector<GpuInfo>& gpus) {
-  return std::make_unique<SimulatedGpuMonitor>(gpus);
+std::unique_ptr<GpuMonitor> MakeSimulatedGpuMonitor(const std::vector<GpuInfo>& gpus, std::string process_dir) {
+  return std::make_unique<SimulatedGpuMonitor>(gpus, std::move(process_dir));
 }
 
 std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name) {
