@@ -278,7 +278,7 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   if (s.pending.empty() && !AnyElasticJobBelowSize(s)) return out;
   out.ran = true;
   Tx tx(s, ctx, now);
-  PrunePreemptions(s, ctx, now);
+  PrunePreemptions(tx);
   SchedulerInput in = BuildSchedulerInput(s, now);
   WithholdForDependencies(tx, in);
   AddShares(s, ctx, now, in.snapshot);
@@ -286,8 +286,10 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   for (const auto& p : decision.start) {
     std::vector<NodePlacement> nodes;
     for (const auto& a : p.nodes) nodes.push_back({a.node, a.gpus, a.cpus, a.slices});
-    StartJob(tx, s.jobs.at(p.job_id), nodes);
+    api::Job& job = s.jobs.at(p.job_id);
+    job.nomination.reset();  // stored with the start
     s.shares.nominated.erase(p.job_id);
+    StartJob(tx, job, nodes);
   }
   AccrueUsage(s, ctx, now);  // the attempts just started are accounted from now
   ApplyPreemptions(tx, decision.preempt);
