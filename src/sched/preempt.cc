@@ -157,6 +157,15 @@ std::optional<std::vector<Preemption>> PreemptionPlanner::Plan(const JobRequest&
     if (!detailed && !detail_[static_cast<size_t>(n)] && pool_.capacity_gpus(n) < demand.gpus) continue;
     if (rules && !rules->allowed[static_cast<size_t>(n)]) continue;
     if (std::find(excluded.begin(), excluded.end(), n) != excluded.end()) continue;
+    bool connected = true;
+    if (FitsWithout(n, need, {}, false, &connected)) {  // fits as it is: costs nothing
+      NodeChoice free_node;
+      free_node.node = n;
+      free_node.max_priority = std::numeric_limits<int>::min();
+      free_node.connected = connected;
+      usable.push_back(std::move(free_node));
+      continue;
+    }
     here.clear();
     for (const auto& [r, use] : on_node_[static_cast<size_t>(n)]) {
       if (candidate[static_cast<size_t>(r)]) here.push_back(*candidate[static_cast<size_t>(r)]);
@@ -357,6 +366,7 @@ std::optional<PreemptionPlanner::NodeChoice> PreemptionPlanner::ChooseOnNode(int
     return std::tuple(a.max_priority, !a.connected, a.work, a.victims.size()) <
            std::tuple(b.max_priority, !b.connected, b.work, b.victims.size());
   };
+  if (!NeedsGpuDetail(*need.job) && !detail_[static_cast<size_t>(node)]) return ByCount(node, need, here);
   std::optional<NodeChoice> best = greedy(here, false);
   if (!best || best->victims.empty() || !need.wants_connected || !detail_[static_cast<size_t>(node)]) return best;
   // Connected GPUs: the victims that free one domain, each domain tried in turn (its
@@ -385,6 +395,49 @@ std::optional<PreemptionPlanner::NodeChoice> PreemptionPlanner::ChooseOnNode(int
     if (auto choice = greedy(order, true); choice && better(*choice, *best)) best = std::move(choice);
   }
   return best;
+}
+
+std::optional<PreemptionPlanner::NodeChoice> PreemptionPlanner::ByCount(int node, const MemberNeed& need,
+                                                                        const std::vector<Candidate>& here) const {
+  // ChooseOnNode's greedy and pruning on counts, with running sums (the hot path: plain
+  // jobs on nodes without device detail).
+  struct Freed {
+    int64_t gpus = 0, cpus = 0, mem = 0;
+  };
+  const GangDemand& d = need.demand;
+  Freed have{static_cast<int64_t>(pool_.free_gpus(node).size()), pool_.free_cpus(node), constraints_.free_mb(node)};
+  const auto fits = [&] { return have.gpus >= d.gpus && have.cpus >= d.cpus && have.mem >= need.mem_mb; };
+  std::vector<std::pair<const Candidate*, Freed>> chosen;
+  for (size_t i = 0; !fits() && i < here.size(); ++i) {
+    Freed f;
+    for (const auto& [r, use] : on_node_[static_cast<size_t>(node)]) {
+      if (r != here[i].running) continue;
+      f.gpus += use.gpus;
+      f.cpus += use.cpus;
+      f.mem += use.memory_mb;
+    }
+    have = {have.gpus + f.gpus, have.cpus + f.cpus, have.mem + f.mem};
+    chosen.emplace_back(&here[i], f);
+  }
+  if (!fits()) return std::nullopt;
+  for (size_t k = chosen.size(); k-- > 0;) {
+    const Freed& f = chosen[k].second;
+    have = {have.gpus - f.gpus, have.cpus - f.cpus, have.mem - f.mem};
+    if (fits()) {
+      chosen.erase(chosen.begin() + static_cast<std::ptrdiff_t>(k));
+    } else {
+      have = {have.gpus + f.gpus, have.cpus + f.cpus, have.mem + f.mem};
+    }
+  }
+  NodeChoice choice;
+  choice.node = node;
+  choice.max_priority = std::numeric_limits<int>::min();
+  for (const auto& [c, f] : chosen) {
+    choice.victims.push_back(c->running);
+    choice.work += c->work;
+    choice.max_priority = std::max(choice.max_priority, snapshot_.running[static_cast<size_t>(c->running)].priority);
+  }
+  return choice;
 }
 
 void PreemptionPlanner::Commit(const std::vector<Preemption>& plan) {

@@ -100,6 +100,8 @@ class PreemptionPlanner {
   // The cheapest victims among `here` (candidates on `node`, cheapest first) that make
   // room for a member on `node`; nullopt if even all of them do not.
   std::optional<NodeChoice> ChooseOnNode(int node, const MemberNeed& need, std::vector<Candidate>& here) const;
+  // ChooseOnNode on counts alone, for a plain job on a node without device detail.
+  std::optional<NodeChoice> ByCount(int node, const MemberNeed& need, const std::vector<Candidate>& here) const;
   // True if a member fits on `node` once `victims` are gone; `*connected` says whether
   // it fits with its GPUs in one domain.
   bool FitsWithout(int node, const MemberNeed& need, std::span<const int> victims, bool connected_only,
