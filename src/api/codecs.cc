@@ -551,6 +551,12 @@ json ToJson(const Job& job) {
     }
     out["preemptions"] = std::move(list);
   }
+  if (job.nomination) out["nomination"] = {{"since_ms", job.nomination->since_ms}, {"nodes", job.nomination->nodes}};
+  if (job.last_checkpoint) {
+    out["last_checkpoint"] = {{"attempt", job.last_checkpoint->attempt},
+                              {"step", job.last_checkpoint->step},
+                              {"reported_ms", job.last_checkpoint->reported_ms}};
+  }
   return out;
 }
 
@@ -637,6 +643,26 @@ Result<Job> JobFromJson(const json& j) {
                                  p.value("by_job", JobId(0)), p.value("by_team", ""), p.value("kind", ""),
                                  p.value("reason", ""), p.value("work_at_risk_gpu_s", 0.0),
                                  p.value("ended_ms", int64_t(0)), p.value("outcome", "")});
+    }
+    if (j.contains("nomination")) {
+      const json& n = j.at("nomination");
+      Nomination nom{n.value("since_ms", int64_t(0)), n.value("nodes", std::vector<std::string>{})};
+      if (nom.since_ms <= 0) {
+        return Errorf(ErrorCode::kInternal, "malformed job record: nomination.since_ms {} is not positive",
+                      nom.since_ms);
+      }
+      // Only a pending job waits for GPUs freed for it.
+      if (job.state == JobState::kPending) job.nomination = std::move(nom);
+    }
+    if (j.contains("last_checkpoint")) {
+      const json& c = j.at("last_checkpoint");
+      CheckpointMark mark{c.value("attempt", 0), c.value("step", int64_t(0)), c.value("reported_ms", int64_t(0))};
+      if (mark.attempt < 0 || mark.step < 0 || mark.reported_ms < 0) {
+        return Errorf(ErrorCode::kInternal,
+                      "malformed job record: last_checkpoint attempt {}, step {}, reported_ms {} must not be negative",
+                      mark.attempt, mark.step, mark.reported_ms);
+      }
+      job.last_checkpoint = mark;
     }
     return job;
   });

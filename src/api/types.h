@@ -243,6 +243,21 @@ struct PreemptionRecord {
   std::string outcome;   // "checkpoint at step N", "no checkpoint within 5m0s", ...
 };
 
+// A job that preempted others waits for their GPUs (head/core/preempt.h): since when,
+// and the nodes they are being freed on (held for it meanwhile).
+struct Nomination {
+  int64_t since_ms = 0;
+  std::vector<std::string> nodes;
+};
+
+// The last new checkpoint an attempt reported, and when the head heard of it: the work
+// a preemption would lose counts from there.
+struct CheckpointMark {
+  int attempt = 0;
+  int64_t step = 0;
+  int64_t reported_ms = 0;
+};
+
 struct Job {
   JobId id = 0;
   JobSpec spec;
@@ -262,6 +277,11 @@ struct Job {
   std::vector<AttemptRecord> history;
   std::optional<MoveRequest> move;  // RUNNING: a move asked of the current attempt
   std::vector<PreemptionRecord> preemptions;  // oldest first
+  // Kept in the job's record so that a head restart keeps them: PENDING, it preempted
+  // jobs and waits for their GPUs; the last checkpoint of `attempt` (an older attempt's
+  // mark means none).
+  std::optional<Nomination> nomination;
+  std::optional<CheckpointMark> last_checkpoint;
   // PENDING and held (`cohort hold`, Slurm's scontrol hold): the scheduler passes it over
   // until `cohort release`. `held_by` is the user who held it; a user may release only a
   // hold of their own, an admin any (head/core/job_control.h).

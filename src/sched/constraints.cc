@@ -378,6 +378,21 @@ bool ConstraintBook::Eligible(const NodePool& pool, int node, const ConstraintFi
          f.Allows(v.id, v.features);
 }
 
+std::optional<ConstraintBook::Rules> ConstraintBook::RulesFor(const JobRequest& job) const {
+  const auto f = ConstraintFilter::Of(job);
+  if (!f) return std::nullopt;
+  Rules rules;
+  rules.mem_mb = f->mem_mb;
+  rules.allowed.reserve(nodes_.size());
+  for (const NodeView& v : nodes_) rules.allowed.push_back(f->Allows(v.id, v.features));
+  for (const std::string& name : f->nodelist) {
+    auto it = index_.find(name);
+    if (it == index_.end()) return std::nullopt;
+    rules.listed.push_back(it->second);
+  }
+  return rules;
+}
+
 std::optional<GangFit> ConstraintBook::Fit(const NodePool& pool, const JobRequest& job, const GangDemand& demand,
                                            std::span<const int> blocked) const {
   const auto f = ConstraintFilter::Of(job);

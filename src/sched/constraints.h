@@ -19,8 +19,9 @@
 //   mem          the node has this many MiB not reserved by the jobs running there (its
 //                memory, reported by the agent, less their --mem). A job without --mem
 //                reserves none. The scheduler fits it; the task shim does not enforce it.
-// A constrained job gets no EASY-backfill reservation and starts no preemption (both plan
-// with free GPUs and CPUs alone); it starts as soon as eligible nodes are free.
+// A constrained job gets no EASY-backfill reservation (it plans with free GPUs and CPUs
+// alone); it starts as soon as eligible nodes are free, and may preempt jobs on nodes it
+// may use (preempt.h, with the memory their --mem frees).
 // Pure functions and one pass-local book; not thread-safe (one pass owns one book).
 #pragma once
 
@@ -117,6 +118,20 @@ class ConstraintBook {
   //   "needs 2 nodes; 1 available; --nodelist: n3 is draining"
   std::string Reason(const NodePool& pool, const JobRequest& job, const GangDemand& demand,
                      std::string_view unavailable_suffix) const;
+
+  // For preemption (preempt.h): which nodes a constrained job may use by name and
+  // features (`allowed`, by node index), its --nodelist nodes (each must be a member) and
+  // the unreserved memory each member needs. nullopt if its constraints do not parse or
+  // name a node not in the snapshot.
+  struct Rules {
+    std::vector<bool> allowed;
+    std::vector<int> listed;
+    int64_t mem_mb = 0;
+  };
+  std::optional<Rules> RulesFor(const JobRequest& job) const;
+
+  // MiB of `node`'s memory that no job of the snapshot or of this pass reserves.
+  int64_t free_mb(int node) const { return free_mb_[static_cast<size_t>(node)]; }
 
  private:
   bool Eligible(const NodePool& pool, int node, const ConstraintFilter& f, const GangDemand& d) const;

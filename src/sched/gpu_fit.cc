@@ -16,13 +16,6 @@ bool IsMig(const std::string& type) {
   return g != std::string::npos && g > 0 && type.find("gb", g) != std::string::npos;
 }
 
-// A device's connection domain: its NVLink island, else its PCIe switch, else -1.
-int64_t Domain(const GpuView& d) {
-  if (d.nvlink_island >= 0) return d.nvlink_island;
-  if (d.pcie_switch >= 0) return (int64_t{1} << 32) + d.pcie_switch;
-  return -1;
-}
-
 // The share and memory one task of a sharing `job` takes on `d`; share 0 if it cannot.
 GpuSlice SliceOn(const GpuView& d, const JobRequest& job) {
   GpuSlice s{d.index, job.gpu_share, job.gpu_memory_mib};
@@ -66,6 +59,12 @@ std::string NeedText(const JobRequest& job, const GangDemand& demand) {
 
 }  // namespace
 
+int64_t ConnectionDomain(const GpuView& d) {
+  if (d.nvlink_island >= 0) return d.nvlink_island;
+  if (d.pcie_switch >= 0) return (int64_t{1} << 32) + d.pcie_switch;
+  return -1;
+}
+
 bool NeedsGpuDetail(const JobRequest& job) {
   return !job.gpu_type.empty() || Shares(job) || job.topology_required;
 }
@@ -80,7 +79,7 @@ std::optional<std::vector<int>> ChooseConnected(std::span<const GpuView> devices
   if (k <= 0) return std::vector<int>{};
   if (static_cast<int>(candidates.size()) < k) return std::nullopt;
   std::map<int64_t, std::vector<int>> domains;  // domain -> GPU indices, ascending
-  for (int c : candidates) domains[Domain(devices[c])].push_back(devices[c].index);
+  for (int c : candidates) domains[ConnectionDomain(devices[c])].push_back(devices[c].index);
   std::vector<int> out;
   if (domains.size() == 1) return ChooseGpus(domains.begin()->second, k, policy);
   // The smallest domain that holds k (best fit), else the fewest domains, largest first.
@@ -107,7 +106,7 @@ std::optional<std::vector<int>> ChooseConnected(std::span<const GpuView> devices
 std::vector<int> ChooseFreeGpus(const NodePool& pool, int node, int k, Placement policy) {
   const std::span<const int> free = pool.free_gpus(node);
   const std::span<const GpuView> devices = pool.devices(node);
-  const bool topology = std::any_of(devices.begin(), devices.end(), [](const GpuView& d) { return Domain(d) >= 0; });
+  const bool topology = std::any_of(devices.begin(), devices.end(), [](const GpuView& d) { return ConnectionDomain(d) >= 0; });
   if (!topology || k <= 1) return ChooseGpus(free, k, policy);
   std::vector<int> candidates;
   for (size_t i = 0; i < devices.size(); ++i) {

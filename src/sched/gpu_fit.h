@@ -22,6 +22,7 @@
 // required waits for one switch. Pure functions.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -35,6 +36,10 @@
 namespace cohort::sched {
 
 bool NeedsGpuDetail(const JobRequest& job);
+
+// A device's connection domain: its NVLink island, else its PCIe switch (offset past the
+// islands), else -1 (none known).
+int64_t ConnectionDomain(const GpuView& device);
 
 // True if `device` is one a request of `type` may take: "" takes healthy whole GPUs of
 // any model, a type takes healthy devices of that type (model or MIG profile).

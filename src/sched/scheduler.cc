@@ -56,6 +56,10 @@ class Pass {
     decision_.start.reserve(snapshot.pending.size());
     pending_reason_.resize(snapshot.pending.size());
     if (snapshot.shares) quotas_.emplace(snapshot.shares->teams, snapshot.running);
+    for (const JobRequest& job : snapshot.pending) {
+      if (!job.nominated) continue;
+      for (const std::string& node : job.nominated_nodes) Hold(node, job.id);
+    }
   }
 
   // The pending jobs in the order this pass considers them.
@@ -86,6 +90,7 @@ class Pass {
       admitted = true;
       blocked_.clear();
       if (guard_) guard_->BlockedNodes(size, job.time_limit_ms, &blocked_);
+      HeldAgainst(job, &blocked_);
       std::optional<GangFit> fit;
       if (IsConstrained(job)) {  // node constraints (constraints.h; never with detailed GPUs)
         fit = constraints_.Fit(pool_, job, size, blocked_);
@@ -100,11 +105,13 @@ class Pass {
       }
     }
     if (detailed && admitted) {
-      // Not reserved for: the reservation and preemption plans count whole GPUs.
+      // Not reserved for (the reservation plans count whole GPUs); it may preempt jobs
+      // whose devices it can use (preempt.h).
+      if (quotas_ && TryPreempt(job, *demand, &detail_why)) return;
       SetReason(job, detail_why + unavailable_);
       return;
     }
-    if (quotas_ && !IsConstrained(job) && TryPreempt(job, *demand)) return;
+    if (quotas_ && TryPreempt(job, *demand, nullptr)) return;
     if (!admitted) {
       SetReason(job, quotas_->LimitReason(job.team, GpusOf(*demand)));
       return;
@@ -148,8 +155,9 @@ class Pass {
   }
 
   // With preemption on, plans victims for a blocked job; true if it preempts (its reason
-  // then says whom) or waits for the victims it preempted earlier.
-  bool TryPreempt(const JobRequest& job, const GangDemand& demand) {
+  // then says whom) or waits for the victims it preempted earlier. `detail_why`: why a
+  // detailed job does not fit now (it waits without a reservation).
+  bool TryPreempt(const JobRequest& job, const GangDemand& demand, const std::string* detail_why) {
     const PreemptionPolicy& policy = snapshot_.shares->preemption;
     if (!policy.enabled) return false;
     if (job.nominated) {
@@ -160,24 +168,44 @@ class Pass {
       }
       std::string reason = victims.empty() ? "waiting for the GPUs of the jobs preempted for it to be released"
                                            : "waiting for preempted job(s) " + victims + " to checkpoint and stop";
+      if (quotas_->Admits(job.team, GpusOf(demand))) quotas_->Add(job.team, GpusOf(demand));  // still promised
       // Keeps the reservation logic: the first such job holds the nodes being freed.
-      SetReason(job, reason + "; " + Wait(job, demand));
+      SetReason(job, reason + "; " + (detail_why ? *detail_why + unavailable_ : Wait(job, demand)));
       return true;
     }
     if (preempt_attempts_ >= policy.max_preemptors) return false;
     ++preempt_attempts_;
-    if (!planner_) planner_.emplace(snapshot_, pool_);
+    if (!planner_) planner_.emplace(snapshot_, pool_, constraints_);
     std::string why;
     const int64_t gpus = GpusOf(demand);
-    auto plan = planner_->Plan(job, demand, gpus, *quotas_, &why);
+    std::vector<int> excluded;
+    HeldAgainst(job, &excluded);
+    auto plan = planner_->Plan(job, demand, gpus, *quotas_, excluded, &why);
     if (!plan) return false;
     planner_->Commit(*plan);
     quotas_->Add(job.team, gpus);  // its GPUs are promised: later jobs of its team count them
+    for (const std::string& node : plan->front().nodes) Hold(node, job.id);
     std::string victims;
     for (const Preemption& p : *plan) victims += (victims.empty() ? "" : ", ") + std::to_string(p.victim);
     SetReason(job, fmt::format("preempting job(s) {} ({})", victims, plan->front().kind == PreemptKind::kReclaim ? "reclaim" : "priority"));
     for (Preemption& p : *plan) decision_.preempt.push_back(std::move(p));
     return true;
+  }
+
+  // Holds `node` (a snapshot node id) for nominated `job`: no other job starts or
+  // preempts there in this pass.
+  void Hold(const std::string& node, int64_t job) {
+    if (node_index_.empty()) {
+      for (int n = 0; n < pool_.size(); ++n) node_index_.emplace(pool_.id(n), n);
+    }
+    if (auto it = node_index_.find(node); it != node_index_.end()) held_[it->second].push_back(job);
+  }
+
+  // Appends to `*out` the nodes held for nominated jobs other than `job`.
+  void HeldAgainst(const JobRequest& job, std::vector<int>* out) const {
+    for (const auto& [node, jobs] : held_) {
+      if (std::find(jobs.begin(), jobs.end(), job.id) == jobs.end()) out->push_back(node);
+    }
   }
 
   void Start(const JobRequest& job, const GangDemand& demand, GangFit fit) {
@@ -281,6 +309,9 @@ class Pass {
   std::vector<CachedReason> guarded_reasons_;  // GuardedWait's, one per demand seen
   std::vector<std::string> pending_reason_;  // by index in snapshot_.pending; empty: started
   const bool switches_;                 // nodes carry switch labels: gangs prefer fewest switches
+  // Nodes held for nominated jobs (their victims' GPUs come back to them): node -> jobs.
+  std::unordered_map<int, std::vector<int64_t>> held_;
+  std::unordered_map<std::string_view, int> node_index_;  // made at the first Hold
   // Detailed requests that did not fit, with why (keys: FitDetailed).
   std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t>, std::string> detail_failed_;
   Decision decision_;

@@ -61,11 +61,25 @@ struct NodeView {
   std::string network_switch = {};  // the node's switch (its `switch` topology label); "" unknown
 };
 
-// What a running job holds on one node: `gpus` is a count.
+// A part of one GPU that one task of a sharing job holds.
+struct GpuSlice {
+  int gpu = 0;
+  int share = 0;            // share units
+  int64_t memory_mib = 0;
+};
+
+// What a running job holds on one node: `gpus` is a count of whole GPUs.
 struct Usage {
   std::string node;
   int gpus = 0;
   int cpus = 0;
+  // In detail, for preemption of typed, sharing and topology-bound jobs (preempt.h): the
+  // device indices it holds whole, the slices its tasks hold (a sharing job), and the
+  // memory its --mem reserves on the node (MiB). Empty / 0 when unknown: the planner then
+  // counts `gpus` alone.
+  std::vector<int> devices = {};
+  std::vector<GpuSlice> slices = {};
+  int64_t memory_mb = 0;
 };
 
 struct RunningJob {
@@ -99,6 +113,10 @@ struct JobRequest {
   // Victims are being preempted for this job: it is considered first, and preempts no
   // more until they are gone (or the head gives up waiting on them).
   bool nominated = false;
+  // The nodes its victims are being freed on (Preemption::nodes): while it is nominated,
+  // no other job starts there or preempts there, so what its victims give back waits
+  // for it. Empty: none known (it then waits like any job).
+  std::vector<std::string> nominated_nodes = {};
   std::vector<int64_t> preempted_by;  // jobs that preempted this one: never its victims
   // Node constraints (constraints.h); empty / 0: none.
   std::string nodelist;        // Slurm host list: every named node is a member
@@ -161,13 +179,6 @@ struct Snapshot {
   std::optional<SharePolicy> shares;
 };
 
-// A part of one GPU that one task of a sharing job holds.
-struct GpuSlice {
-  int gpu = 0;
-  int share = 0;            // share units
-  int64_t memory_mib = 0;
-};
-
 // One gang member: the node, the GPU indices it gets there (sorted), and its CPU count.
 struct NodeAssignment {
   std::string node;
@@ -202,6 +213,9 @@ struct Preemption {
   PreemptKind kind = PreemptKind::kReclaim;
   std::string reason;           // "reclaim: team ml needs 8 GPUs of its quota of 16; team cv borrows 8"
   double work_at_risk_gpu_s = 0;  // GPU-seconds since the victim's last checkpoint
+  // The nodes the preemptor's gang will take once its victims are gone (the same for
+  // every victim of one preemptor): held for it while it is nominated.
+  std::vector<std::string> nodes = {};
 };
 
 struct Decision {

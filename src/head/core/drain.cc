@@ -82,8 +82,8 @@ Result<Effects> Resume(ClusterState& s, const Context& ctx, const std::string& n
 ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId id, int attempt,
                           std::optional<int64_t> checkpoint, Now now) {
   ProgressResult out;
-  NoteCheckpoint(s, id, attempt, checkpoint, now);
   Job* job = CurrentAttempt(s, id, attempt);
+  if (NoteCheckpoint(s, id, attempt, checkpoint, now)) out.effects.StoreJob(*job);
   if (!job || !job->move) return out;
   const api::MoveRequest& m = *job->move;
   // Not yet: keep asking (a grow waits for the job's own next checkpoint).
@@ -100,7 +100,7 @@ ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId id, in
   Tx tx(s, ctx, now);
   if (m.preempted_for) EndPreemption(*job, now.unix_ms, written);
   MoveJob(tx, *job, why);
-  out.effects = std::move(tx.fx);
+  out.effects.Merge(std::move(tx.fx));
   return out;
 }
 

@@ -9,15 +9,21 @@ namespace cohort::head::core {
 using api::Job;
 using api::JobState;
 
-void PrunePreemptions(ClusterState& s, const Context& ctx, Now now) {
-  ShareState& sh = s.shares;
-  const int64_t patience = ctx.shares.preempt_grace_ms + ctx.shares.nomination_slack_ms;
-  std::erase_if(sh.nominated, [&](const auto& n) {
-    return !s.pending.contains(n.first) || now.unix_ms - n.second > patience;
-  });
-  std::erase_if(sh.checkpoints, [&](const auto& c) {
-    auto job = s.jobs.find(c.first);
-    return job == s.jobs.end() || job->second.state != JobState::kRunning || job->second.attempt != c.second.attempt;
+void PrunePreemptions(Tx& tx) {
+  ClusterState& s = tx.s;
+  const int64_t patience = tx.ctx.shares.preempt_grace_ms + tx.ctx.shares.nomination_slack_ms;
+  std::erase_if(s.shares.nominated, [&](api::JobId id) {
+    auto job = s.jobs.find(id);
+    if (job == s.jobs.end()) return true;
+    if (s.pending.contains(id) && job->second.nomination &&
+        tx.now.unix_ms - job->second.nomination->since_ms <= patience) {
+      return false;
+    }
+    if (job->second.nomination) {
+      job->second.nomination.reset();
+      tx.fx.StoreJob(job->second);
+    }
+    return true;
   });
 }
 
@@ -44,18 +50,24 @@ void ApplyPreemptions(Tx& tx, const std::vector<sched::Preemption>& preempt) {
     m.preempted_for = p.preemptor;
     m.preempt_reason = p.reason;
     RequestCheckpointMove(tx, job, std::move(m));
-    tx.s.shares.nominated.try_emplace(p.preemptor, tx.now.unix_ms);
+    if (!preemptor->second.nomination) {
+      preemptor->second.nomination = api::Nomination{tx.now.unix_ms, p.nodes};
+      tx.s.shares.nominated.insert(p.preemptor);
+      tx.fx.StoreJob(preemptor->second);
+    }
     tx.fx.Info("job {} preempted for job {} ({}; {:.0f} GPU-s since its last checkpoint): asked to checkpoint within {}",
                job.id, p.preemptor, p.reason, p.work_at_risk_gpu_s, FormatDuration(tx.ctx.shares.preempt_grace_ms));
   }
 }
 
-void NoteCheckpoint(ClusterState& s, api::JobId id, int attempt, std::optional<int64_t> step, Now now) {
-  if (!step || !CurrentAttempt(s, id, attempt)) return;
-  auto [it, fresh] = s.shares.checkpoints.try_emplace(id, ShareState::Checkpoint{attempt, *step, now.unix_ms});
-  if (fresh) return;
-  ShareState::Checkpoint& c = it->second;
-  if (c.attempt != attempt || *step > c.step) c = {attempt, *step, now.unix_ms};
+bool NoteCheckpoint(ClusterState& s, api::JobId id, int attempt, std::optional<int64_t> step, Now now) {
+  if (!step || *step < 0) return false;
+  Job* job = CurrentAttempt(s, id, attempt);
+  if (!job) return false;
+  std::optional<api::CheckpointMark>& mark = job->last_checkpoint;
+  if (mark && mark->attempt == attempt && *step <= mark->step) return false;
+  mark = api::CheckpointMark{attempt, *step, now.unix_ms};
+  return true;
 }
 
 std::string PreemptedMoveReason(const api::MoveRequest& m, const std::string& outcome) {

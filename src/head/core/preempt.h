@@ -9,7 +9,10 @@
 // preemption is recorded with the job (api::PreemptionRecord: when, for which job, why,
 // the work at risk, how it ended) and shown by `cohort show`. The job it was preempted for
 // is nominated: it comes first in the queue and preempts nothing more while it waits for
-// those GPUs, until it starts, leaves the queue, or waits past the grace and some slack.
+// those GPUs, until it starts, leaves the queue, or waits past the grace and some slack;
+// no other job starts or preempts on the nodes being freed for it meanwhile. Nominations
+// and checkpoint marks are kept in the job records (api::Job::nomination,
+// last_checkpoint) and stored with them, so they survive a head restart.
 // Single-threaded like the whole core.
 #pragma once
 
@@ -24,9 +27,9 @@
 
 namespace cohort::head::core {
 
-// Step of a scheduling pass, before it builds its input: forgets nominations of jobs that
-// left the queue or waited too long, and checkpoint times of jobs no longer running.
-void PrunePreemptions(ClusterState& s, const Context& ctx, Now now);
+// Step of a scheduling pass, before it builds its input: forgets (and stores) the
+// nominations of jobs that left the queue or waited too long.
+void PrunePreemptions(Tx& tx);
 
 // Asks each victim of `preempt` to checkpoint and give way (once: a job already being
 // moved is skipped), records the preemption, and nominates its preemptor.
@@ -34,8 +37,8 @@ void ApplyPreemptions(Tx& tx, const std::vector<sched::Preemption>& preempt);
 
 // A progress report of `attempt` of `job` named checkpoint `step`: remembered, with its
 // time, as the attempt's last checkpoint when it is newer (the work a preemption loses is
-// counted from it).
-void NoteCheckpoint(ClusterState& s, api::JobId job, int attempt, std::optional<int64_t> step, Now now);
+// counted from it). True if the job's record changed (the caller stores it).
+bool NoteCheckpoint(ClusterState& s, api::JobId job, int attempt, std::optional<int64_t> step, Now now);
 
 // The reason a preempted job's attempt ends, for its history and its record: `outcome`
 // ("checkpoint at step 120 written 3.1s after the request", or "no new checkpoint

@@ -243,7 +243,15 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
     for (const auto& na : job.allocation.nodes) {
       // A sharing job gives back parts of GPUs, never a whole one.
       const int whole = job.spec.shares_gpu() ? 0 : static_cast<int>(na.gpus.size());
-      r.usage.push_back({na.node, whole, na.cpus});
+      sched::Usage& u = r.usage.emplace_back(sched::Usage{na.node, whole, na.cpus});
+      // In detail, so that a typed, sharing or topology-bound job preempts only the jobs
+      // whose devices it can use (sched/preempt.h).
+      u.memory_mb = job.spec.mem_per_node_mb;
+      if (whole > 0) u.devices = na.gpus;
+      for (const api::TaskPlacement& t : na.tasks) {
+        if (t.gpu_share <= 0 && t.gpu_memory_mib <= 0) continue;
+        for (int g : t.gpus) u.slices.push_back(sched::GpuSlice{g, t.gpu_share, t.gpu_memory_mib});
+      }
     }
     snap.running.push_back(std::move(r));
   }
@@ -270,7 +278,7 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   if (s.pending.empty() && !AnyElasticJobBelowSize(s)) return out;
   out.ran = true;
   Tx tx(s, ctx, now);
-  PrunePreemptions(s, ctx, now);
+  PrunePreemptions(tx);
   SchedulerInput in = BuildSchedulerInput(s, now);
   WithholdForDependencies(tx, in);
   AddShares(s, ctx, now, in.snapshot);
@@ -278,8 +286,10 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   for (const auto& p : decision.start) {
     std::vector<NodePlacement> nodes;
     for (const auto& a : p.nodes) nodes.push_back({a.node, a.gpus, a.cpus, a.slices});
-    StartJob(tx, s.jobs.at(p.job_id), nodes);
+    api::Job& job = s.jobs.at(p.job_id);
+    job.nomination.reset();  // stored with the start
     s.shares.nominated.erase(p.job_id);
+    StartJob(tx, job, nodes);
   }
   AccrueUsage(s, ctx, now);  // the attempts just started are accounted from now
   ApplyPreemptions(tx, decision.preempt);

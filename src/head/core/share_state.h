@@ -4,12 +4,16 @@
 // Teams are stored records (the state store's meta value "teams", written with the group
 // commit whenever Effects::teams_changed). Usage is not stored: it is rebuilt from the
 // jobs' attempt history when the head loads (RebuildUsage), exactly as accrued pass by
-// pass since. Nominations and checkpoint times live in memory only; after a restart a
-// nominated job may preempt again and work at risk counts from the attempt's start.
+// pass since. Nominations (a job that preempted others waits for their GPUs, on the
+// nodes being freed) and each attempt's last checkpoint time are kept in the job's
+// record (api::Job::nomination, last_checkpoint), stored with it: after a restart a
+// nominated job still waits for its victims (no second round of preemption for it) and
+// work at risk still counts from the last checkpoint.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "api/team.h"
@@ -46,15 +50,9 @@ struct ShareState {
   };
   std::map<api::JobId, Accounted> accounted;
 
-  // Jobs that preempted others and wait for their GPUs, since when (Unix ms).
-  std::map<api::JobId, int64_t> nominated;
-  // Each running job's last new checkpoint: the attempt, the step and when it was reported.
-  struct Checkpoint {
-    int attempt = 0;
-    int64_t step = -1;
-    int64_t reported_ms = 0;
-  };
-  std::map<api::JobId, Checkpoint> checkpoints;
+  // The pending jobs whose record carries a nomination (an index of api::Job::nomination,
+  // rebuilt when the head loads).
+  std::set<api::JobId> nominated;
 };
 
 }  // namespace cohort::head::core

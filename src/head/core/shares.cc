@@ -138,7 +138,6 @@ std::map<std::string, double> UsageAsOf(const ClusterState& s, const Context& ct
 }
 
 void AddShares(const ClusterState& s, const Context& ctx, Now now, sched::Snapshot& snap) {
-  const ShareState& sh = s.shares;
   sched::SharePolicy policy;
   policy.weights = ctx.shares.weights;
   policy.preemption = ctx.shares.preemption;
@@ -149,8 +148,8 @@ void AddShares(const ClusterState& s, const Context& ctx, Now now, sched::Snapsh
     r.priority = job.spec.priority;
     r.start_ms = job.start_ms;
     r.checkpoint_ms = job.start_ms;
-    if (auto c = sh.checkpoints.find(r.id); c != sh.checkpoints.end() && c->second.attempt == job.attempt) {
-      r.checkpoint_ms = std::max(r.checkpoint_ms, c->second.reported_ms);
+    if (job.last_checkpoint && job.last_checkpoint->attempt == job.attempt) {
+      r.checkpoint_ms = std::max(r.checkpoint_ms, job.last_checkpoint->reported_ms);
     }
     r.preemptible = !job.move.has_value();
     if (job.move) {
@@ -162,7 +161,10 @@ void AddShares(const ClusterState& s, const Context& ctx, Now now, sched::Snapsh
   for (sched::JobRequest& p : snap.pending) {
     const Job& job = s.jobs.at(p.id);
     p.team = std::string(TeamOf(job));
-    p.nominated = sh.nominated.contains(p.id);
+    if (job.nomination) {
+      p.nominated = true;
+      p.nominated_nodes = job.nomination->nodes;
+    }
     for (const auto& rec : job.preemptions) p.preempted_by.push_back(rec.by_job);
   }
   snap.shares = std::move(policy);

@@ -75,6 +75,7 @@ ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs,
   }
   for (auto& j : jobs) {
     if (j.state == JobState::kPending && !j.spec.is_array()) s.pending.insert(j.id);  // an array never queues
+    if (j.nomination) s.shares.nominated.insert(j.id);  // preempt.h: it still waits for its victims
     IndexArrayJob(s, j);
     if (j.state == JobState::kRunning) {
       for (const auto& na : j.allocation.nodes) {

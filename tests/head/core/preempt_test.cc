@@ -136,6 +136,57 @@ TEST_F(PreemptCoreTest, AVictimSilentPastTheGraceIsMovedAnyway) {
   EXPECT_NE(moved.reason.find(fmt::format("preempted for job {}", owner)), std::string::npos) << moved.reason;
 }
 
+// A head restart keeps the nomination (no second round of preemption for the same job)
+// and the victims' last checkpoint times: both travel in the stored job records.
+TEST_F(PreemptCoreTest, ARestartKeepsTheNominationAndTheCheckpointTimes) {
+  Register(Reg("n3", 1));
+  api::JobSpec s = Spec(1, 1);
+  s.team = "ml";
+  const api::JobId other = Submit(s);
+  ASSERT_EQ(Pass(), 1);
+  Beat("n3", {Running(other, 0, 0, {0})});
+  Advance(kMinRuntime + 1);
+  // The borrower checkpoints now: it has less work at risk than `other` (which never did).
+  Advance(1000);
+  ProgressResult r = OnProgress(state_, ctx_, borrower_, 0, 30, now_);
+  EXPECT_TRUE(r.effects.jobs_to_store.contains(borrower_)) << "the checkpoint time is stored with the job";
+  const int64_t checkpointed = now_.unix_ms;
+  Advance(1000);
+  const api::JobId owner = SubmitOwner();
+  EXPECT_EQ(Pass(), 0);
+  ASSERT_TRUE(Job(borrower_).move.has_value()) << "the borrower loses 2 GPU-s, the other job 62";
+  ASSERT_TRUE(Job(owner).nomination.has_value());
+  EXPECT_TRUE(fx_.jobs_to_store.contains(owner)) << "the nomination is stored with the preemptor";
+  const std::vector<std::string> freed = Job(owner).nomination->nodes;
+  ASSERT_EQ(freed.size(), 1u);
+
+  // Restart: every record goes through its stored form.
+  std::vector<api::Job> jobs;
+  for (const auto& [id, job] : state_.jobs) {
+    auto back = api::JobFromJson(api::ToJson(job));
+    ASSERT_TRUE(back.has_value()) << back.error().message;
+    jobs.push_back(std::move(*back));
+  }
+  std::vector<api::Node> nodes;
+  for (const auto& [name, node] : state_.nodes) nodes.push_back(node);
+  const auto teams = state_.shares.teams;
+  state_ = LoadState(std::move(nodes), std::move(jobs), now_);
+  state_.shares.teams = teams;
+  RebuildUsage(state_, ctx_, now_);
+
+  ASSERT_TRUE(Job(owner).nomination.has_value());
+  EXPECT_EQ(Job(owner).nomination->nodes, freed);
+  ASSERT_TRUE(Job(borrower_).last_checkpoint.has_value());
+  EXPECT_EQ(Job(borrower_).last_checkpoint->reported_ms, checkpointed);
+  EXPECT_EQ(Job(borrower_).last_checkpoint->step, 30);
+  Advance(1000);
+  EXPECT_EQ(Pass(), 0);
+  EXPECT_FALSE(Job(other).move.has_value()) << "the nominated owner waits for its victim; it preempts no more";
+  EXPECT_TRUE(Job(other).preemptions.empty());
+  EXPECT_NE(state_.pending_reasons.at(owner).find("waiting for preempted job(s)"), std::string::npos)
+      << state_.pending_reasons.at(owner);
+}
+
 TEST_F(PreemptCoreTest, AJobWithinItsMinimumRuntimeIsNotPreempted) {
   Advance(kMinRuntime - 1000);
   const api::JobId owner = SubmitOwner();
