@@ -1,5 +1,5 @@
 // GptModel behaviour beyond numerical parity: gradient accumulation, the `ready`
-// callback's coverage and order, the parameter layout, deterministic initialisation,
+// callback's coverage and order, the pieces BackwardToSink hands a GradSink, the parameter layout, deterministic initialisation,
 // TrainingFlopsPerToken, and clear errors for bad inputs.
 #include <gtest/gtest.h>
 
@@ -188,6 +188,87 @@ TEST(GptTest, ReadyCoversEveryElementOnceInOrder) {
   }
   EXPECT_EQ(calls[c.n_layer + 1], std::make_pair(m.FindTensor("wpe")->offset, m.FindTensor("wpe")->numel));
   EXPECT_EQ(calls[c.n_layer + 2], std::make_pair(m.FindTensor("wte")->offset, m.FindTensor("wte")->numel));
+}
+
+// A GradSink that keeps every piece in a whole buffer, and hands out buffers full of NaN
+// (so a piece the model did not zero shows).
+class CollectingSink : public GradSink {
+ public:
+  explicit CollectingSink(size_t total) : grads(total, 0.0f), seen(total, 0) {}
+  float* Acquire(size_t offset, size_t count) override {
+    EXPECT_FALSE(held) << "a second piece acquired before the first was done";
+    held = true;
+    buffer.assign(count, std::nanf(""));
+    pieces.emplace_back(offset, count);
+    return buffer.data();
+  }
+  void Done(size_t offset, size_t count) override {
+    EXPECT_TRUE(held);
+    held = false;
+    EXPECT_EQ(pieces.back(), std::make_pair(offset, count));
+    for (size_t i = 0; i < count; ++i) {
+      grads[offset + i] += buffer[i];
+      ++seen[offset + i];
+    }
+  }
+  std::vector<float> grads, buffer;
+  std::vector<int> seen;
+  std::vector<std::pair<size_t, size_t>> pieces;
+  bool held = false;
+};
+
+// BackwardToSink (ZeRO-2's gradient pieces): every element in exactly one piece, pieces in
+// descending order and none over MaxGradPiece (wte cut into row chunks: a vocabulary
+// larger than a block), and the gradient Backward writes into grads(), accumulated twice.
+TEST(GptTest, BackwardToSinkHandsBackwardsGradientInBoundedPieces) {
+  GptConfig c = SmallConfig();
+  c.vocab_size = 2000;  // wte 2048 x 16 floats: ten pieces of at most one block's size
+  GptModel m = MakeModel(c);
+  const int B = 2, T = 12;
+  auto tokens = RandomIds(B * T, c.vocab_size, 5);
+  auto targets = RandomIds(B * T, c.vocab_size, 6, /*with_ignored=*/true);
+  m.ZeroGrad();
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(m.Forward(tokens, targets, B, T).has_value());
+    ASSERT_TRUE(m.Backward(0.5f).has_value());
+  }
+  const std::vector<float> want(m.grads().begin(), m.grads().end());
+
+  CollectingSink sink(want.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(m.Forward(tokens, targets, B, T).has_value());
+    ASSERT_TRUE(m.BackwardToSink(0.5f, sink).has_value());
+  }
+  const size_t max_piece = GptModel::MaxGradPiece(c);
+  EXPECT_EQ(max_piece, 12u * 16 * 16 + 13 * 16);  // a block
+  size_t wte_pieces = 0;
+  for (size_t k = 0; k < sink.pieces.size() / 2; ++k) {
+    const auto [offset, count] = sink.pieces[k];
+    EXPECT_LE(count, max_piece) << "piece " << k;
+    if (k > 0) {
+      EXPECT_EQ(offset + count, sink.pieces[k - 1].first) << "piece " << k;
+    }
+    if (offset < m.FindTensor("wpe")->offset) ++wte_pieces;
+  }
+  EXPECT_EQ(sink.pieces.back().first, 0u);
+  EXPECT_EQ(wte_pieces, 10u);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(sink.seen[i], 2) << "element " << i;
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_FALSE(std::isnan(sink.grads[i])) << "element " << i << " was not zeroed";
+    diff += (sink.grads[i] - want[i]) * (sink.grads[i] - want[i]);
+    ref += want[i] * want[i];
+  }
+  ASSERT_GT(ref, 0.0);
+  // The same products, wte's gradient in row blocks: rounding only.
+  EXPECT_LT(std::sqrt(diff / ref), 1e-6);
+
+  // A model whose gradient buffer is released trains through a sink only.
+  m.ReleaseGradients();
+  EXPECT_TRUE(m.grads().empty());
+  ASSERT_TRUE(m.Forward(tokens, targets, B, T).has_value());
+  EXPECT_EQ(m.Backward(1.0f).error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_TRUE(m.BackwardToSink(1.0f, sink).has_value());
 }
 
 TEST(GptTest, LossIsLogVocabForZeroWeightsAndIgnoresMaskedTargets) {

@@ -24,6 +24,14 @@
 // micro-batch, in this order: ln_f, layer L-1 (the whole contiguous block), ...,
 // layer 0, wpe, wte. Data parallelism starts reducing a bucket from that callback.
 //
+// Sharded gradients (ZeRO-2, parallel/zero_grads.h). BackwardToSink writes no whole
+// gradient buffer: it asks a GradSink for a buffer per piece of the layout, in the order the
+// pieces become final (ln_f, layer L-1, ..., layer 0, wpe, then wte in row chunks from the
+// last), zeroes it, writes the piece's gradient of this micro-batch into it and hands it
+// back. No piece is larger than MaxGradPiece(config) floats (wte is cut into chunks of rows
+// that fit), so a sink needs bucket-sized scratch only. ReleaseGradients frees grads() for a
+// model trained that way.
+//
 // Threads: one thread calls a GptModel at a time; kernels use OpenMP internally. The
 // `ready` callback runs on the calling thread and must not touch the model.
 #pragma once
@@ -69,6 +77,17 @@ struct ParamTensor {
 // Called with a slice [offset, offset + count) of grads() whose gradient is final.
 using GradReadyFn = std::function<void(size_t offset, size_t count)>;
 
+// Where BackwardToSink writes gradients. Acquire returns a buffer of at least `count`
+// floats for grads [offset, offset + count) (it may block until one is free); Done hands the
+// written piece back. Pieces arrive in descending offset order, each exactly once per
+// Backward, and at most one piece is held at a time.
+class GradSink {
+ public:
+  virtual ~GradSink() = default;
+  virtual float* Acquire(size_t offset, size_t count) = 0;
+  virtual void Done(size_t offset, size_t count) = 0;
+};
+
 class GptModel {
  public:
   // kInvalidArgument if config.Validate() fails. Parameters start zeroed; call InitRandom
@@ -111,10 +130,20 @@ class GptModel {
   // kFailedPrecondition if no Forward with targets preceded it (each Forward can be
   // back-propagated once).
   Result<void> Backward(float loss_scale, const GradReadyFn& ready = {});
+  // As Backward, but this micro-batch's gradient (× loss_scale) goes piece by piece to
+  // `sink` (see above) instead of into grads(), which it neither reads nor needs.
+  Result<void> BackwardToSink(float loss_scale, GradSink& sink);
+  // The largest piece BackwardToSink hands a sink, in floats: the largest of a layer's
+  // block, wpe and ln_f (wte's chunks are cut to fit).
+  static size_t MaxGradPiece(const GptConfig& config);
+  // Frees grads() (it becomes empty; Backward then fails with kFailedPrecondition) for a
+  // model whose gradients go to a GradSink.
+  void ReleaseGradients();
 
  private:
   struct Impl;
   explicit GptModel(std::unique_ptr<Impl> impl);
+  Result<void> BackwardPass(float loss_scale, const GradReadyFn& ready, GradSink* sink);
   std::unique_ptr<Impl> impl_;
 };
 

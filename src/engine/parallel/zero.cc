@@ -50,12 +50,20 @@ Result<ZeroOptimizer> ZeroOptimizer::Create(comm::Communicator& comm, int stage,
 
 Result<double> ZeroOptimizer::Step(std::span<float> params, std::span<float> grads,
                                    double max_norm, float lr) {
-  if (params.size() != partition_.total || grads.size() != partition_.total) {
-    return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} parameters and {} gradients, want {}",
-                  params.size(), grads.size(), partition_.total);
+  if (grads.size() != partition_.total) {
+    return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} gradients, want {}", grads.size(),
+                  partition_.total);
   }
-  const size_t lo = shard_begin(), n = partition_.size(rank_);
-  std::span<float> my_params = params.subspan(lo, n), my_grads = grads.subspan(lo, n);
+  return StepShard(params, grads.subspan(shard_begin(), partition_.size(rank_)), max_norm, lr);
+}
+
+Result<double> ZeroOptimizer::StepShard(std::span<float> params, std::span<float> my_grads,
+                                        double max_norm, float lr) {
+  if (params.size() != partition_.total || my_grads.size() != partition_.size(rank_)) {
+    return Errorf(ErrorCode::kInternal,
+                  "ZeroOptimizer: {} parameters and a gradient shard of {}, want {} and {}",
+                  params.size(), my_grads.size(), partition_.total, partition_.size(rank_));
+  }
   // The global norm: each shard's sum of squares as a (float, float remainder) pair, all
   // gathered and summed in double in rank order (a float32 all-reduce would round the sum).
   const double local = SquaredNorm(my_grads);
@@ -69,7 +77,7 @@ Result<double> ZeroOptimizer::Step(std::span<float> params, std::span<float> gra
     squares += static_cast<double>(pairs_[2 * r]) + static_cast<double>(pairs_[2 * r + 1]);
   }
   const double norm = std::sqrt(std::max(0.0, squares));
-  COHORT_TRY_VOID(StepWithNorm(params, grads, norm, max_norm, lr));
+  COHORT_TRY_VOID(StepShardWithNorm(params, my_grads, norm, max_norm, lr));
   return norm;
 }
 
@@ -79,8 +87,13 @@ Result<void> ZeroOptimizer::StepWithNorm(std::span<float> params, std::span<floa
     return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} parameters and {} gradients, want {}",
                   params.size(), grads.size(), partition_.total);
   }
-  const size_t lo = shard_begin(), n = partition_.size(rank_);
-  std::span<float> my_params = params.subspan(lo, n), my_grads = grads.subspan(lo, n);
+  return StepShardWithNorm(params, grads.subspan(shard_begin(), partition_.size(rank_)), norm,
+                           max_norm, lr);
+}
+
+Result<void> ZeroOptimizer::StepShardWithNorm(std::span<float> params, std::span<float> my_grads,
+                                              double norm, double max_norm, float lr) {
+  std::span<float> my_params = params.subspan(shard_begin(), partition_.size(rank_));
   ClipToNorm(my_grads, norm, max_norm);
   adamw_.Step(my_params, my_grads, lr);
   // Every rank's updated shard into every rank's parameters (the send buffer is a copy: the

@@ -5,9 +5,10 @@
 //
 //   stage 1  gradients all-reduced as in DDP (DdpReducer); each rank clips and steps its
 //            shard, then the parameters are all-gathered;
-//   stage 2  gradients reduce-scattered bucket by bucket during the backward pass (DdpReducer
-//            with the partition's shard counts): each rank receives the average of its own
-//            shard only, then as stage 1.
+//   stage 2  each rank holds only its shard of the gradients (zero_grads.h): the backward
+//            pass writes each piece into bucket-sized scratch that is reduce-scattered into
+//            the shards as soon as it is done (every micro-batch: accumulation accumulates
+//            into the shard), then as stage 1 (StepShard).
 //
 // Clipping uses the global norm over all shards (each rank's sum of squares, all-gathered as
 // a float pair and summed in double): the norm a single rank computes, to ~1e-12.
@@ -65,6 +66,10 @@ class ZeroOptimizer {
   // stage 1, reduce-scattered in stage 2), and all-gathers `params`. Returns the global norm
   // before clipping. The communicator's errors.
   Result<double> Step(std::span<float> params, std::span<float> grads, double max_norm, float lr);
+  // As Step with only this rank's shard of the averaged gradient (`shard`: partition().size
+  // of this rank, ShardedGradients): stage 2's gradient memory.
+  Result<double> StepShard(std::span<float> params, std::span<float> shard, double max_norm,
+                           float lr);
   // As Step with the global norm computed by the caller (a tensor/pipeline shard's norm over
   // its model group, every data rank holding the whole averaged gradient: stage 1).
   Result<void> StepWithNorm(std::span<float> params, std::span<float> grads, double norm,
@@ -78,6 +83,9 @@ class ZeroOptimizer {
   AdamW& adamw() { return adamw_; }
 
  private:
+  // Clips and steps this rank's shard, then all-gathers `params` (sizes checked by callers).
+  Result<void> StepShardWithNorm(std::span<float> params, std::span<float> my_grads, double norm,
+                                 double max_norm, float lr);
   ZeroOptimizer(comm::Communicator& comm, int stage, ZeroPartition p, AdamW adamw)
       : comm_(&comm), stage_(stage), rank_(comm.rank()), partition_(p), adamw_(std::move(adamw)) {}
   comm::Communicator* comm_;

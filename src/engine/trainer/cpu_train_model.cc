@@ -1,7 +1,10 @@
 // The CPU TrainModel: GptModel + AdamW + ClipGradNorm in host memory, exactly the calls the
 // trainer made before it had a device choice (so CPU runs are unchanged, bitwise). With ZeRO
 // (stages 1 and 2, parallel/zero.h) the AdamW state is this rank's shard only and the step is
-// ZeroOptimizer's; checkpoints then hold the shard's ranges.
+// ZeroOptimizer's; checkpoints then hold the shard's ranges. Stage 2 also holds only its
+// shard of the gradients (ShardedGradients, parallel/zero_grads.h): the model's gradient
+// buffer is released and every backward pass reduce-scatters its pieces into the shard, so
+// the trainer makes no DdpReducer for it (grads() is empty).
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -9,6 +12,7 @@
 #include "engine/checkpoint/gpt2_safetensors.h"
 #include "engine/optim/grad_clip.h"
 #include "engine/parallel/zero.h"
+#include "engine/parallel/zero_grads.h"
 #include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
@@ -18,14 +22,20 @@ class CpuTrainModel final : public TrainModel {
  public:
   CpuTrainModel(GptModel model, AdamW optimizer)
       : model_(std::move(model)), optimizer_(std::move(optimizer)) {}
-  CpuTrainModel(GptModel model, ZeroOptimizer zero)
-      : model_(std::move(model)), zero_(std::move(zero)) {}
+  CpuTrainModel(GptModel model, ZeroOptimizer zero, std::unique_ptr<ShardedGradients> shards)
+      : model_(std::move(model)), zero_(std::move(zero)), shards_(std::move(shards)) {
+    if (shards_) model_.ReleaseGradients();
+  }
 
   const GptConfig& config() const override { return model_.config(); }
   size_t num_params() const override { return model_.params().size(); }
 
   Result<void> ZeroGrad() override {
-    model_.ZeroGrad();
+    if (shards_) {
+      shards_->ZeroShard();
+    } else {
+      model_.ZeroGrad();
+    }
     return {};
   }
   Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
@@ -33,9 +43,17 @@ class CpuTrainModel final : public TrainModel {
     return model_.Forward(tokens, targets, B, T);
   }
   Result<void> Backward(float loss_scale, const GradReadyFn& ready) override {
-    return model_.Backward(loss_scale, ready);
+    if (!shards_) return model_.Backward(loss_scale, ready);
+    // Stage 2: every micro-batch's pieces reduce-scattered into the shard (`ready` is a
+    // reducer's, and stage 2 has none).
+    shards_->Begin();
+    auto backward = model_.BackwardToSink(loss_scale, *shards_);
+    auto reduced = shards_->Finish();
+    COHORT_TRY_VOID(backward);
+    return reduced;
   }
   Result<double> ClipAndStep(double max_norm, float lr) override {
+    if (shards_) return zero_->StepShard(model_.params(), shards_->shard(), max_norm, lr);
     if (zero_) return zero_->Step(model_.params(), model_.grads(), max_norm, lr);
     const double norm = ClipGradNorm(model_.grads(), max_norm);
     optimizer_->Step(model_.params(), model_.grads(), lr);
@@ -44,8 +62,10 @@ class CpuTrainModel final : public TrainModel {
   const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
   ModelStateBytes model_state_bytes() override {
     AdamW& a = zero_ ? zero_->adamw() : *optimizer_;
-    return {model_.params().size() * sizeof(float), model_.grads().size() * sizeof(float),
-            (a.m().size() + a.v().size()) * sizeof(float)};
+    const size_t grads = shards_ ? shards_->shard().size() : model_.grads().size();
+    return {model_.params().size() * sizeof(float), grads * sizeof(float),
+            (a.m().size() + a.v().size()) * sizeof(float),
+            shards_ ? shards_->scratch_bytes() : 0};
   }
 
   std::span<float> grads() override { return model_.grads(); }
@@ -132,6 +152,7 @@ class CpuTrainModel final : public TrainModel {
   GptModel model_;
   std::optional<AdamW> optimizer_;    // without ZeRO
   std::optional<ZeroOptimizer> zero_;  // with ZeRO
+  std::unique_ptr<ShardedGradients> shards_;  // ZeRO-2: the gradient shard and its scratch
 };
 
 }  // namespace
@@ -149,7 +170,13 @@ Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const 
   for (const auto& t : model.tensors()) ranges.push_back({t.offset, t.numel, t.weight_decay});
   ZeroOptimizer zero =
       COHORT_TRY(ZeroOptimizer::Create(data, stage, model.params().size(), ranges, adamw));
-  return std::unique_ptr<TrainModel>(new CpuTrainModel(std::move(model), std::move(zero)));
+  std::unique_ptr<ShardedGradients> shards;
+  if (stage == 2) {
+    shards = std::make_unique<ShardedGradients>(data, zero.partition(),
+                                                GptModel::MaxGradPiece(model.config()));
+  }
+  return std::unique_ptr<TrainModel>(
+      new CpuTrainModel(std::move(model), std::move(zero), std::move(shards)));
 }
 
 }  // namespace cohort::engine
