@@ -3,9 +3,11 @@
 // TrainingFlopsPerToken, and clear errors for bad inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/gpt.h"
@@ -269,6 +271,69 @@ TEST(GptTest, BackwardToSinkHandsBackwardsGradientInBoundedPieces) {
   ASSERT_TRUE(m.Forward(tokens, targets, B, T).has_value());
   EXPECT_EQ(m.Backward(1.0f).error().code, ErrorCode::kFailedPrecondition);
   EXPECT_TRUE(m.BackwardToSink(1.0f, sink).has_value());
+}
+
+// A ParamSource that serves pieces of a whole copy, each into a buffer of its own that
+// Release frees, and counts what is held.
+class CopyingSource : public ParamSource {
+ public:
+  explicit CopyingSource(std::vector<float> all) : all_(std::move(all)) {}
+  const float* Gather(size_t offset, size_t count) override {
+    EXPECT_TRUE(held_.empty()) << "a second piece gathered before the first was released";
+    EXPECT_LE(offset + count, all_.size());
+    held_.assign(all_.begin() + offset, all_.begin() + offset + count);
+    pieces.emplace_back(offset, count);
+    peak = std::max(peak, held_.size());
+    return held_.data();
+  }
+  void Release(size_t offset, size_t count) override {
+    EXPECT_EQ(pieces.back(), std::make_pair(offset, count));
+    held_.clear();
+    held_.shrink_to_fit();
+  }
+  bool holds_nothing() const { return held_.empty(); }
+  std::vector<std::pair<size_t, size_t>> pieces;
+  size_t peak = 0;
+
+ private:
+  std::vector<float> all_, held_;
+};
+
+// ZeRO-3's model side: a model without its parameters (ReleaseParams) computes every piece
+// from a ParamSource's gathered buffer, one piece held at a time and released after use,
+// and gets the losses and gradients of the model holding them, bit for bit.
+TEST(GptTest, ParamSourcePiecesGiveTheSameLossAndGradients) {
+  GptConfig c = SmallConfig();
+  c.vocab_size = 2000;
+  GptModel whole = MakeModel(c);
+  GptModel sharded = MakeModel(c);
+  CopyingSource source(std::vector<float>(whole.params().begin(), whole.params().end()));
+  sharded.ReleaseParams();
+  EXPECT_TRUE(sharded.params().empty());
+  sharded.SetParamSource(&source);
+  const int B = 2, T = 12;
+  auto tokens = RandomIds(B * T, c.vocab_size, 7);
+  auto targets = RandomIds(B * T, c.vocab_size, 8, /*with_ignored=*/true);
+  CollectingSink want(whole.grads().size()), got(whole.grads().size());
+  const float loss_whole = whole.Forward(tokens, targets, B, T).value();
+  const float loss_sharded = sharded.Forward(tokens, targets, B, T).value();
+  EXPECT_EQ(loss_sharded, loss_whole);
+  ASSERT_TRUE(whole.BackwardToSink(1.0f, want).has_value());
+  ASSERT_TRUE(sharded.BackwardToSink(1.0f, got).has_value());
+  for (size_t i = 0; i < want.grads.size(); ++i) {
+    ASSERT_EQ(got.grads[i], want.grads[i]) << "element " << i;
+  }
+  EXPECT_TRUE(source.holds_nothing());
+  // Forward: embeddings, blocks 0..L-1, ln_f, wte; backward: wte, ln_f, blocks L-1..0.
+  const size_t wte = whole.FindTensor("wte")->numel, wpe = whole.FindTensor("wpe")->numel;
+  ASSERT_EQ(source.pieces.size(), 2 * static_cast<size_t>(c.n_layer) + 5);
+  EXPECT_EQ(source.pieces[0], std::make_pair(size_t{0}, wte + wpe));
+  EXPECT_EQ(source.pieces[c.n_layer + 2], std::make_pair(size_t{0}, wte));
+  EXPECT_EQ(source.pieces[c.n_layer + 3], std::make_pair(size_t{0}, wte));
+  EXPECT_EQ(source.pieces.back().first, whole.FindTensor("h.0.ln1.w")->offset);
+  // The most held at once: the embeddings, not the model.
+  EXPECT_EQ(source.peak, wte + wpe);
+  EXPECT_LT(source.peak, whole.grads().size());
 }
 
 TEST(GptTest, LossIsLogVocabForZeroWeightsAndIgnoresMaskedTargets) {

@@ -88,6 +88,20 @@ class GradSink {
   virtual void Done(size_t offset, size_t count) = 0;
 };
 
+// Where Forward and the backward passes read the parameters when the model does not hold
+// them (ZeRO-3: each rank holds a shard). Gather returns a buffer holding parameters
+// [offset, offset + count), valid until the matching Release; the model holds one piece at
+// a time, in this order: Forward the embeddings [wte, end of wpe), each layer's block
+// 0..L-1, ln_f, wte (the head); the backward passes wte (the head), ln_f, blocks L-1..0
+// (their gradients need no embedding parameters). The order is the same on every call with
+// the same config, so a source can gather collectively and prefetch the next piece.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  virtual const float* Gather(size_t offset, size_t count) = 0;
+  virtual void Release(size_t offset, size_t count) = 0;
+};
+
 class GptModel {
  public:
   // kInvalidArgument if config.Validate() fails. Parameters start zeroed; call InitRandom
@@ -136,6 +150,11 @@ class GptModel {
   // The largest piece BackwardToSink hands a sink, in floats: the largest of a layer's
   // block, wpe and ln_f (wte's chunks are cut to fit).
   static size_t MaxGradPiece(const GptConfig& config);
+  // Reads parameters from `source` (null: params(), the default) in Forward and the backward
+  // passes; `source` must outlive its use. ReleaseParams frees params() (it becomes empty)
+  // for a model whose parameters come from a source.
+  void SetParamSource(ParamSource* source);
+  void ReleaseParams();
   // Frees grads() (it becomes empty; Backward then fails with kFailedPrecondition) for a
   // model whose gradients go to a GradSink.
   void ReleaseGradients();
