@@ -2,7 +2,7 @@
 // replicated optimizer: the partition, stage 2's sharded gradients (each rank accumulates
 // the average of its shard only, piece by piece), ZeroOptimizer's steps equal AdamW +
 // ClipGradNorm on the whole buffer (clipping by the global norm over all shards), the model
-// states the CPU model allocates per rank equal the formula for each stage, and stages 0-2
+// states the CPU model allocates per rank equal the formula for each stage, and stages 0-3
 // train as one rank does.
 #include "engine/parallel/zero.h"
 
@@ -127,11 +127,12 @@ TEST_P(ZeroWorldTest, StepsEqualTheReplicatedOptimizer) {
   }
 }
 
-// Model states counted where the CPU model allocates them: parameters 4Ψ on every rank;
-// gradients 4Ψ (stages 0 and 1) or 4 × this rank's shard (stage 2: 4Ψ/N_d, up to the split's
-// rounding); the AdamW moments 8Ψ replicated (stage 0) or 8 × the shard (stages 1 and 2).
-// Stage 2's scratch for its gradient pieces is counted apart: two buffers of the largest
-// piece (a block) and a receive buffer, or one piece buffer on one rank.
+// Model states counted where the CPU model allocates them: parameters 4Ψ (stages 0-2) or
+// 4 × this rank's shard (stage 3: 4Ψ/N_d, up to the split's rounding); gradients 4Ψ (stages
+// 0 and 1) or 4 × the shard (stages 2 and 3); the AdamW moments 8Ψ replicated (stage 0) or
+// 8 × the shard. The scratch is counted apart: for the gradient pieces two buffers of the
+// largest piece (a block) and a receive buffer, or one piece buffer on one rank; for stage
+// 3's gathered parameters one buffer of the largest piece (the embeddings or a block).
 TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
   const int world = GetParam();
   GptConfig c;
@@ -142,7 +143,7 @@ TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
   c.n_embd = 32;
   const size_t psi = c.num_parameters();
   AdamWConfig ac;
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
       GptModel model = GptModel::Create(c).value();
       auto m = stage == 0 ? MakeCpuTrainModel(std::move(model), ac)
@@ -150,14 +151,19 @@ TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
       ASSERT_TRUE(m.has_value()) << m.error().ToString();
       const TrainModel::ModelStateBytes b = (*m)->model_state_bytes();
       const size_t shard = stage == 0 ? psi : ZeroPartition{psi, world}.size(comm.rank());
-      EXPECT_EQ(b.params, 4 * psi) << "stage " << stage;
-      EXPECT_EQ(b.grads, 4 * (stage == 2 ? shard : psi)) << "stage " << stage;
+      EXPECT_EQ(b.params, 4 * (stage == 3 ? shard : psi)) << "stage " << stage;
+      EXPECT_EQ(b.grads, 4 * (stage >= 2 ? shard : psi)) << "stage " << stage;
       EXPECT_EQ(b.optimizer, 8 * shard) << "stage " << stage;
       const size_t piece = 12 * 32 * 32 + 13 * 32;
-      EXPECT_EQ(b.scratch, stage < 2     ? 0
-                           : world == 1 ? 4 * piece
-                                        : 4 * (2 * piece + std::min(piece, shard)))
-          << "stage " << stage;
+      // Stage 3 reduce-scatters each piece before the next (no overlap): one piece buffer.
+      const size_t grad_scratch = stage < 2     ? 0
+                                  : world == 1 ? 4 * piece
+                                               : 4 * ((stage == 3 ? 1 : 2) * piece +
+                                                      std::min(piece, shard));
+      // Stage 3 gathers one piece at a time into one buffer of the largest piece: the
+      // embeddings (128 + 16 rows of 32) or a block, here the block.
+      const size_t gathered = stage == 3 ? 4 * std::max<size_t>((128 + 16) * 32, piece) : 0;
+      EXPECT_EQ(b.scratch, grad_scratch + gathered) << "stage " << stage;
       if (stage > 0) {
         EXPECT_LE(b.optimizer, 8 * (psi / world + 1));
         EXPECT_GE(b.optimizer, 8 * (psi / world));
@@ -168,9 +174,10 @@ TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
   }
 }
 
-// Stages 0 (DDP), 1 and 2 of the CPU model on `world` ranks train as one rank does over the
-// same global batch: 4 micro-batches of 2 x 16 tokens per step (each rank accumulates
-// 4 / world of them; stage 2 into its gradient shard), clipping at 1.0 (the first steps
+// Stages 0 (DDP), 1, 2 and 3 of the CPU model on `world` ranks train as one rank does over
+// the same global batch: 4 micro-batches of 2 x 16 tokens per step (each rank accumulates
+// 4 / world of them; stages 2 and 3 into their gradient shard; stage 3 gathers each piece
+// of the parameters as it computes), clipping at 1.0 (the first steps
 // clip), 20 steps: the ranks' mean loss equals one rank's to relative 1e-5 every step.
 TEST_P(ZeroWorldTest, StagesTrainAsOneRankWithAccumulation) {
   const int world = GetParam();
@@ -206,13 +213,13 @@ TEST_P(ZeroWorldTest, StagesTrainAsOneRankWithAccumulation) {
       ASSERT_TRUE(one->ClipAndStep(1.0, 3e-3f).has_value());
     }
   }
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
       auto m = stage == 0 ? MakeCpuTrainModel(fresh(), ac)
                           : MakeZeroCpuTrainModel(fresh(), ac, comm, stage);
       ASSERT_TRUE(m.has_value()) << m.error().ToString();
       TrainModel& model = **m;
-      // As the trainer: DDP's bucket all-reduce for stages 0 and 1; stage 2 reduces its own.
+      // As the trainer: DDP's bucket all-reduce for stages 0 and 1; 2 and 3 reduce their own.
       std::unique_ptr<DdpReducer> reducer;
       if (stage < 2 && world > 1) {
         reducer = std::make_unique<DdpReducer>(comm, model.grads(), /*bucket_bytes=*/4 * 4096);

@@ -364,6 +364,12 @@ size_t GptModel::MaxGradPiece(const GptConfig& c) {
 
 void GptModel::SetParamSource(ParamSource* source) { impl_->source = source; }
 
+size_t GptModel::MaxParamPiece(const GptConfig& c) {
+  const size_t C = static_cast<size_t>(c.n_embd);
+  const size_t embeddings = (static_cast<size_t>(c.padded_vocab_size()) + c.max_seq_len) * C;
+  return std::max({embeddings, 12 * C * C + 13 * C, 2 * C});
+}
+
 void GptModel::ReleaseParams() {
   impl_->params.clear();
   impl_->params.shrink_to_fit();

@@ -154,6 +154,9 @@ class GptModel {
   // passes; `source` must outlive its use. ReleaseParams frees params() (it becomes empty)
   // for a model whose parameters come from a source.
   void SetParamSource(ParamSource* source);
+  // The largest piece a ParamSource is asked for, in floats: the embeddings (wte and wpe) or
+  // a layer's block.
+  static size_t MaxParamPiece(const GptConfig& config);
   void ReleaseParams();
   // Frees grads() (it becomes empty; Backward then fails with kFailedPrecondition) for a
   // model whose gradients go to a GradSink.

@@ -18,8 +18,8 @@
 // The parallel logic (partition, norm, all-gather) is written once against spans and a
 // Communicator; the update underneath is AdamW's (optim/adamw.h). Inside a tensor/pipeline
 // layout the "buffer" is the rank's shard and the group its data-parallel group (stage 1,
-// StepWithNorm). Stage 3 (parameters sharded, gathered per layer) and offload are not built
-// yet (config.cc refuses them).
+// StepWithNorm). Stage 3 also shards the parameters (zero_params.h: gathered per piece as the
+// model computes, StepOwnShard steps the shard in place). Offload is not built yet.
 //
 // Threads: the training thread; the communicator is the data-parallel group's, idle while
 // these run.
@@ -70,6 +70,10 @@ class ZeroOptimizer {
   // of this rank, ShardedGradients): stage 2's gradient memory.
   Result<double> StepShard(std::span<float> params, std::span<float> shard, double max_norm,
                            float lr);
+  // Stage 3: clips and steps this rank's shard of the parameters in place (`my_params` and
+  // `my_grads` both partition().size of this rank); nothing is all-gathered.
+  Result<double> StepOwnShard(std::span<float> my_params, std::span<float> my_grads,
+                              double max_norm, float lr);
   // As Step with the global norm computed by the caller (a tensor/pipeline shard's norm over
   // its model group, every data rank holding the whole averaged gradient: stage 1).
   Result<void> StepWithNorm(std::span<float> params, std::span<float> grads, double norm,
@@ -83,6 +87,8 @@ class ZeroOptimizer {
   AdamW& adamw() { return adamw_; }
 
  private:
+  // The global norm of the gradient over every rank's shard (a collective).
+  Result<double> GlobalNorm(std::span<const float> my_grads);
   // Clips and steps this rank's shard, then all-gathers `params` (sizes checked by callers).
   Result<void> StepShardWithNorm(std::span<float> params, std::span<float> my_grads, double norm,
                                  double max_norm, float lr);

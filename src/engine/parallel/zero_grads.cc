@@ -6,19 +6,20 @@
 namespace cohort::engine {
 
 ShardedGradients::ShardedGradients(comm::Communicator& comm, const ZeroPartition& partition,
-                                   size_t max_piece)
+                                   size_t max_piece, bool overlap)
     : comm_(comm),
       partition_(partition),
       rank_(comm.rank()),
       max_piece_(std::max<size_t>(1, max_piece)),
       shard_(partition.size(comm.rank())) {
   const bool alone = comm.size() == 1;
-  slots_.resize(alone ? 1 : 2);
+  const bool threaded = overlap && !alone;
+  slots_.resize(threaded ? 2 : 1);
   for (auto& s : slots_) s.resize(max_piece_);
   busy_.assign(slots_.size(), false);
   if (!alone) received_.resize(std::min(max_piece_, shard_.size()));
   // Last: the thread reads the members above.
-  if (!alone) thread_ = std::thread([this] { Loop(); });
+  if (threaded) thread_ = std::thread([this] { Loop(); });
 }
 
 ShardedGradients::~ShardedGradients() {
@@ -66,7 +67,7 @@ void ShardedGradients::Done(size_t offset, size_t count) {
   const Piece p{next_slot_, offset, count};
   next_slot_ = (next_slot_ + 1) % static_cast<int>(slots_.size());
   reported_ += count;
-  if (!thread_.joinable()) {  // one rank: the piece is the average; add it in place
+  if (!thread_.joinable()) {  // no thread: reduced here, before the next piece
     Reduce(p);
     std::lock_guard lock(mu_);
     busy_[static_cast<size_t>(p.slot)] = false;
@@ -84,7 +85,7 @@ void ShardedGradients::Reduce(const Piece& p) {
   const size_t lo = std::max(p.offset, partition_.begin(rank_));
   const size_t hi = std::min(p.offset + p.count, partition_.end(rank_));
   const float* mine = piece + (lo - p.offset);
-  if (thread_.joinable()) {
+  if (comm_.size() > 1) {
     const std::vector<size_t> counts = partition_.counts_in(p.offset, p.offset + p.count);
     Result<void> r = comm_.ReduceScatter(piece, received_.data(), counts,
                                          comm::DataType::kFloat32, comm::ReduceOp::kAvg);

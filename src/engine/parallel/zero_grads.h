@@ -9,8 +9,8 @@
 //
 // Memory, counted where allocated: the shard, 4·size(r) bytes, and the scratch: two piece
 // buffers of max_piece floats (the model writes one while the other is reduce-scattered on
-// the communication thread) and a receive buffer of min(max_piece, size(r)) floats; with
-// one rank a single piece buffer and no receive buffer (the piece is added in place).
+// the communication thread) and a receive buffer of min(max_piece, size(r)) floats; without
+// overlap one piece buffer, and on one rank no receive buffer (the piece is added in place).
 //
 // Collectives are issued in the order pieces are Done, the same on every rank (the model's
 // piece order is fixed), so they match across ranks whatever the timing. After a
@@ -39,8 +39,11 @@ namespace cohort::engine {
 class ShardedGradients final : public GradSink {
  public:
   // `comm` is the data-parallel group (partition.ranks == comm.size()); it must outlive
-  // this object. max_piece >= 1: the largest piece Acquire is asked for.
-  ShardedGradients(comm::Communicator& comm, const ZeroPartition& partition, size_t max_piece);
+  // this object. max_piece >= 1: the largest piece Acquire is asked for. `overlap` false:
+  // each piece is reduce-scattered in Done, on the training thread (ZeRO-3, whose parameter
+  // gathers share the communicator and must stay in the same order on every rank).
+  ShardedGradients(comm::Communicator& comm, const ZeroPartition& partition, size_t max_piece,
+                   bool overlap = true);
   ~ShardedGradients() override;
   ShardedGradients(const ShardedGradients&) = delete;
   ShardedGradients& operator=(const ShardedGradients&) = delete;

@@ -491,8 +491,9 @@ Result<void> Trainer::Impl::SetupModel() {
         b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
         ZeroDescription(model->zero() ? model->zero()->stage() : 0, zero_ranks), b.params,
         b.grads, b.optimizer,
-        b.scratch ? fmt::format(", gradient scratch {:.3g} MB ({} bytes)", b.scratch / 1e6,
-                                b.scratch)
+        b.scratch ? fmt::format(", scratch {:.3g} MB ({} bytes: gradient pieces{})",
+                                b.scratch / 1e6, b.scratch,
+                                model->zero()->stage() == 3 ? ", gathered parameters" : "")
                   : std::string());
   }
   if (layout.model_parallel()) {
@@ -630,8 +631,8 @@ Result<void> Trainer::Impl::Setup() {
         config.checkpoint_every);
   }
   COHORT_TRY_VOID(Resume());
-  // ZeRO-2 reduce-scatters its gradient pieces itself (into each rank's shard), as a model
-  // split over ranks reduces its own.
+  // ZeRO-2 and 3 reduce-scatter their gradient pieces themselves (into each rank's shard), as
+  // a model split over ranks reduces its own.
   const bool reduces_own =
       model->model_parallel() || (model->zero() && model->zero()->stage() >= 2);
   if (comm && !reduces_own) {
