@@ -1,11 +1,13 @@
 // GptModel behaviour beyond numerical parity: gradient accumulation, the `ready`
-// callback's coverage and order, the parameter layout, deterministic initialisation,
+// callback's coverage and order, the pieces BackwardToSink hands a GradSink, the parameter layout, deterministic initialisation,
 // TrainingFlopsPerToken, and clear errors for bad inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/gpt.h"
@@ -188,6 +190,150 @@ TEST(GptTest, ReadyCoversEveryElementOnceInOrder) {
   }
   EXPECT_EQ(calls[c.n_layer + 1], std::make_pair(m.FindTensor("wpe")->offset, m.FindTensor("wpe")->numel));
   EXPECT_EQ(calls[c.n_layer + 2], std::make_pair(m.FindTensor("wte")->offset, m.FindTensor("wte")->numel));
+}
+
+// A GradSink that keeps every piece in a whole buffer, and hands out buffers full of NaN
+// (so a piece the model did not zero shows).
+class CollectingSink : public GradSink {
+ public:
+  explicit CollectingSink(size_t total) : grads(total, 0.0f), seen(total, 0) {}
+  float* Acquire(size_t offset, size_t count) override {
+    EXPECT_FALSE(held) << "a second piece acquired before the first was done";
+    held = true;
+    buffer.assign(count, std::nanf(""));
+    pieces.emplace_back(offset, count);
+    return buffer.data();
+  }
+  void Done(size_t offset, size_t count) override {
+    EXPECT_TRUE(held);
+    held = false;
+    EXPECT_EQ(pieces.back(), std::make_pair(offset, count));
+    for (size_t i = 0; i < count; ++i) {
+      grads[offset + i] += buffer[i];
+      ++seen[offset + i];
+    }
+  }
+  std::vector<float> grads, buffer;
+  std::vector<int> seen;
+  std::vector<std::pair<size_t, size_t>> pieces;
+  bool held = false;
+};
+
+// BackwardToSink (ZeRO-2's gradient pieces): every element in exactly one piece, pieces in
+// descending order and none over MaxGradPiece (wte cut into row chunks: a vocabulary
+// larger than a block), and the gradient Backward writes into grads(), accumulated twice.
+TEST(GptTest, BackwardToSinkHandsBackwardsGradientInBoundedPieces) {
+  GptConfig c = SmallConfig();
+  c.vocab_size = 2000;  // wte 2048 x 16 floats: ten pieces of at most one block's size
+  GptModel m = MakeModel(c);
+  const int B = 2, T = 12;
+  auto tokens = RandomIds(B * T, c.vocab_size, 5);
+  auto targets = RandomIds(B * T, c.vocab_size, 6, /*with_ignored=*/true);
+  m.ZeroGrad();
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(m.Forward(tokens, targets, B, T).has_value());
+    ASSERT_TRUE(m.Backward(0.5f).has_value());
+  }
+  const std::vector<float> want(m.grads().begin(), m.grads().end());
+
+  CollectingSink sink(want.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(m.Forward(tokens, targets, B, T).has_value());
+    ASSERT_TRUE(m.BackwardToSink(0.5f, sink).has_value());
+  }
+  const size_t max_piece = GptModel::MaxGradPiece(c);
+  EXPECT_EQ(max_piece, 12u * 16 * 16 + 13 * 16);  // a block
+  size_t wte_pieces = 0;
+  for (size_t k = 0; k < sink.pieces.size() / 2; ++k) {
+    const auto [offset, count] = sink.pieces[k];
+    EXPECT_LE(count, max_piece) << "piece " << k;
+    if (k > 0) {
+      EXPECT_EQ(offset + count, sink.pieces[k - 1].first) << "piece " << k;
+    }
+    if (offset < m.FindTensor("wpe")->offset) ++wte_pieces;
+  }
+  EXPECT_EQ(sink.pieces.back().first, 0u);
+  EXPECT_EQ(wte_pieces, 10u);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(sink.seen[i], 2) << "element " << i;
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_FALSE(std::isnan(sink.grads[i])) << "element " << i << " was not zeroed";
+    diff += (sink.grads[i] - want[i]) * (sink.grads[i] - want[i]);
+    ref += want[i] * want[i];
+  }
+  ASSERT_GT(ref, 0.0);
+  // The same products, wte's gradient in row blocks: rounding only.
+  EXPECT_LT(std::sqrt(diff / ref), 1e-6);
+
+  // A model whose gradient buffer is released trains through a sink only.
+  m.ReleaseGradients();
+  EXPECT_TRUE(m.grads().empty());
+  ASSERT_TRUE(m.Forward(tokens, targets, B, T).has_value());
+  EXPECT_EQ(m.Backward(1.0f).error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_TRUE(m.BackwardToSink(1.0f, sink).has_value());
+}
+
+// A ParamSource that serves pieces of a whole copy, each into a buffer of its own that
+// Release frees, and counts what is held.
+class CopyingSource : public ParamSource {
+ public:
+  explicit CopyingSource(std::vector<float> all) : all_(std::move(all)) {}
+  const float* Gather(size_t offset, size_t count) override {
+    EXPECT_TRUE(held_.empty()) << "a second piece gathered before the first was released";
+    EXPECT_LE(offset + count, all_.size());
+    held_.assign(all_.begin() + offset, all_.begin() + offset + count);
+    pieces.emplace_back(offset, count);
+    peak = std::max(peak, held_.size());
+    return held_.data();
+  }
+  void Release(size_t offset, size_t count) override {
+    EXPECT_EQ(pieces.back(), std::make_pair(offset, count));
+    held_.clear();
+    held_.shrink_to_fit();
+  }
+  bool holds_nothing() const { return held_.empty(); }
+  std::vector<std::pair<size_t, size_t>> pieces;
+  size_t peak = 0;
+
+ private:
+  std::vector<float> all_, held_;
+};
+
+// ZeRO-3's model side: a model without its parameters (ReleaseParams) computes every piece
+// from a ParamSource's gathered buffer, one piece held at a time and released after use,
+// and gets the losses and gradients of the model holding them, bit for bit.
+TEST(GptTest, ParamSourcePiecesGiveTheSameLossAndGradients) {
+  GptConfig c = SmallConfig();
+  c.vocab_size = 2000;
+  GptModel whole = MakeModel(c);
+  GptModel sharded = MakeModel(c);
+  CopyingSource source(std::vector<float>(whole.params().begin(), whole.params().end()));
+  sharded.ReleaseParams();
+  EXPECT_TRUE(sharded.params().empty());
+  sharded.SetParamSource(&source);
+  const int B = 2, T = 12;
+  auto tokens = RandomIds(B * T, c.vocab_size, 7);
+  auto targets = RandomIds(B * T, c.vocab_size, 8, /*with_ignored=*/true);
+  CollectingSink want(whole.grads().size()), got(whole.grads().size());
+  const float loss_whole = whole.Forward(tokens, targets, B, T).value();
+  const float loss_sharded = sharded.Forward(tokens, targets, B, T).value();
+  EXPECT_EQ(loss_sharded, loss_whole);
+  ASSERT_TRUE(whole.BackwardToSink(1.0f, want).has_value());
+  ASSERT_TRUE(sharded.BackwardToSink(1.0f, got).has_value());
+  for (size_t i = 0; i < want.grads.size(); ++i) {
+    ASSERT_EQ(got.grads[i], want.grads[i]) << "element " << i;
+  }
+  EXPECT_TRUE(source.holds_nothing());
+  // Forward: embeddings, blocks 0..L-1, ln_f, wte; backward: wte, ln_f, blocks L-1..0.
+  const size_t wte = whole.FindTensor("wte")->numel, wpe = whole.FindTensor("wpe")->numel;
+  ASSERT_EQ(source.pieces.size(), 2 * static_cast<size_t>(c.n_layer) + 5);
+  EXPECT_EQ(source.pieces[0], std::make_pair(size_t{0}, wte + wpe));
+  EXPECT_EQ(source.pieces[c.n_layer + 2], std::make_pair(size_t{0}, wte));
+  EXPECT_EQ(source.pieces[c.n_layer + 3], std::make_pair(size_t{0}, wte));
+  EXPECT_EQ(source.pieces.back().first, whole.FindTensor("h.0.ln1.w")->offset);
+  // The most held at once: the embeddings, not the model.
+  EXPECT_EQ(source.peak, wte + wpe);
+  EXPECT_LT(source.peak, whole.grads().size());
 }
 
 TEST(GptTest, LossIsLogVocabForZeroWeightsAndIgnoresMaskedTargets) {

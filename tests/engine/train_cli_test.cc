@@ -262,10 +262,12 @@ TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   for (int64_t s = 6; s <= 20; ++s) EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
 }
 
-// ZeRO stages 1 and 2 on 2 and 4 ranks train the 1-rank model (relative 1e-5 over 20
-// steps); resuming ZeRO-2 on 4 ranks is bitwise; its checkpoint (each rank's shard, by range)
-// resumes without ZeRO on 1 rank and with ZeRO-1 on 2 ranks, the losses going on as in an
-// uninterrupted run. The start reports the model states per rank, the end the peak RSS.
+// ZeRO stages 1, 2 and 3 on 2 and 4 ranks train the 1-rank model (relative 1e-5 over 20
+// steps; 2 ranks accumulate 2 micro-batches, stages 2 and 3 into their gradient shard);
+// resuming ZeRO-2 and ZeRO-3 on 4 ranks is bitwise; the ZeRO-3 checkpoint (each rank's shard,
+// by range) resumes without ZeRO on 1 rank, with ZeRO-2 on 2 ranks and as tensor 2 x data 2,
+// the losses going on as in an uninterrupted run. The start reports the model states per
+// rank (and the scratch of stages 2 and 3), the end the peak RSS.
 TEST_F(TrainCliTest, ZeroStagesTrainTheOneRankModelAndResumeInAnyLayout) {
   auto cfg = Config("checkpoint: {every: 5, keep: 3}\n");
   auto losses = [&](int ranks, int zero, const fs::path& ck, const std::string& log,
@@ -280,35 +282,47 @@ TEST_F(TrainCliTest, ZeroStagesTrainTheOneRankModelAndResumeInAnyLayout) {
   };
   const auto [ref, ref_out] = losses(1, 0, dir_ / "ck-ref", "ref.jsonl");
   ASSERT_EQ(ref.size(), 20u);
-  for (int ranks : {2, 4}) {
-    for (int zero : {1, 2}) {
-      const std::string name = "z" + std::to_string(zero) + "-" + std::to_string(ranks);
-      const auto [got, out] = losses(ranks, zero, dir_ / ("ck-" + name), name + ".jsonl");
-      ExpectClose(got, ref, 1, 20, 1e-5);
-      EXPECT_THAT(out, HasSubstr("(ZeRO-" + std::to_string(zero) + " over " +
-                                 std::to_string(ranks) + " ranks;"));
-      EXPECT_THAT(out, HasSubstr("peak memory per rank: RSS "));
+  for (const auto& [ranks, zero] : {std::pair{2, 1}, {2, 2}, {2, 3}, {4, 1}, {4, 2}, {4, 3}}) {
+    const std::string name = "z" + std::to_string(zero) + "-" + std::to_string(ranks);
+    const auto [got, out] = losses(ranks, zero, dir_ / ("ck-" + name), name + ".jsonl");
+    ExpectClose(got, ref, 1, 20, 1e-5);
+    EXPECT_THAT(out, HasSubstr("(ZeRO-" + std::to_string(zero) + " over " +
+                               std::to_string(ranks) + " ranks;"));
+    if (zero >= 2) {
+      EXPECT_THAT(out, HasSubstr(", scratch "));
     }
+    EXPECT_THAT(out, HasSubstr("peak memory per rank: RSS "));
+    // The sample at the end (every rank's Forward gathers for ZeRO-3) is written.
+    EXPECT_THAT(out, HasSubstr("---- sample after 20 steps"));
   }
-  const auto [full, full_out] = losses(4, 2, dir_ / "ck-z2", "z2-full.jsonl");
-  // Stop ZeRO-2 on 4 ranks at step 10; resume it on 4 ranks: bitwise.
-  const fs::path ck = dir_ / "ck-stop";
-  losses(4, 2, ck, "stop.jsonl", {"--stop-at-step", "10"});
-  fs::copy(ck, dir_ / "ck-to1", fs::copy_options::recursive);
-  fs::copy(ck, dir_ / "ck-to2", fs::copy_options::recursive);
-  fs::copy(dir_ / "stop.jsonl", dir_ / "to1.jsonl");
-  fs::copy(dir_ / "stop.jsonl", dir_ / "to2.jsonl");
-  const auto [resumed, resumed_out] = losses(4, 2, ck, "stop.jsonl");
-  EXPECT_THAT(resumed_out, HasSubstr("(step 10)"));
-  ASSERT_EQ(resumed.size(), 20u);
-  for (int64_t s = 1; s <= 20; ++s) EXPECT_EQ(resumed.at(s), full.at(s)) << "step " << s;
-  // Written by 4 ZeRO-2 shards; read without ZeRO on 1 rank, and with ZeRO-1 on 2.
+  for (int zero : {2, 3}) {
+    const std::string z = "z" + std::to_string(zero);
+    const auto [full, full_out] = losses(4, zero, dir_ / ("ck-full-" + z), z + "-full.jsonl");
+    // Stop on 4 ranks at step 10; resume on 4 ranks: bitwise.
+    const fs::path ck = dir_ / ("ck-stop-" + z);
+    losses(4, zero, ck, z + "-stop.jsonl", {"--stop-at-step", "10"});
+    if (zero == 3) {
+      for (const char* to : {"to1", "to2", "tp"}) {
+        fs::copy(ck, dir_ / ("ck-" + std::string(to)), fs::copy_options::recursive);
+        fs::copy(dir_ / (z + "-stop.jsonl"), dir_ / (std::string(to) + ".jsonl"));
+      }
+    }
+    const auto [resumed, resumed_out] = losses(4, zero, ck, z + "-stop.jsonl");
+    EXPECT_THAT(resumed_out, HasSubstr("(step 10)"));
+    ASSERT_EQ(resumed.size(), 20u);
+    for (int64_t s = 1; s <= 20; ++s) EXPECT_EQ(resumed.at(s), full.at(s)) << z << " step " << s;
+  }
+  // Written by 4 ZeRO-3 shards; read without ZeRO on 1 rank, with ZeRO-2 on 2, and as
+  // tensor 2 x data 2.
   const auto [to1, to1_out] = losses(1, 0, dir_ / "ck-to1", "to1.jsonl");
   EXPECT_THAT(to1_out, HasSubstr("(step 10)"));
   ExpectClose(to1, ref, 11, 20, 1e-5);
-  const auto [to2, to2_out] = losses(2, 1, dir_ / "ck-to2", "to2.jsonl");
+  const auto [to2, to2_out] = losses(2, 2, dir_ / "ck-to2", "to2.jsonl");
   EXPECT_THAT(to2_out, HasSubstr("(step 10)"));
   ExpectClose(to2, ref, 11, 20, 1e-5);
+  const auto [tp, tp_out] = losses(4, 0, dir_ / "ck-tp", "tp.jsonl", {"--set", "parallel.tensor=2"});
+  EXPECT_THAT(tp_out, HasSubstr("(step 10)"));
+  ExpectClose(tp, ref, 11, 20, 1e-5);
 }
 
 // checkpoint.dir: none writes nothing (no directory named "none" beside the config) and

@@ -1,19 +1,22 @@
 // ZeRO (parallel/zero.h) over real Gloo communicators, one thread per rank, against the
-// replicated optimizer: the partition, stage 2's per-bucket reduce-scatter (each rank gets
-// the average of its shard only), ZeroOptimizer's steps equal AdamW + ClipGradNorm on the
-// whole buffer (clipping by the global norm over all shards), and the model states the CPU
-// model allocates per rank equal the formula for each stage.
+// replicated optimizer: the partition, stage 2's sharded gradients (each rank accumulates
+// the average of its shard only, piece by piece), ZeroOptimizer's steps equal AdamW +
+// ClipGradNorm on the whole buffer (clipping by the global norm over all shards), the model
+// states the CPU model allocates per rank equal the formula for each stage, and stages 0-3
+// train as one rank does.
 #include "engine/parallel/zero.h"
 
 #include <cmath>
 #include <random>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "comm_test_util.h"
 #include "engine/model/gpt.h"
 #include "engine/optim/grad_clip.h"
 #include "engine/parallel/ddp.h"
+#include "engine/parallel/zero_grads.h"
 #include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
@@ -39,25 +42,54 @@ std::vector<float> Values(size_t n, uint32_t seed, float scale) {
 
 class ZeroWorldTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(ZeroWorldTest, StageTwoReduceScattersEachBucketIntoItsShard) {
+// ShardedGradients: pieces handed back in descending order (as the model's backward pass
+// does) are reduce-scattered into the shards, and a second round (gradient accumulation)
+// adds to them: each rank ends with the sum over rounds of the ranks' average, for its shard
+// only. Pieces that do not cover the buffer fail the round.
+TEST_P(ZeroWorldTest, ShardedGradientsAccumulateEachPiecesAverageIntoTheShard) {
   const int world = GetParam();
-  const size_t n = 5'003;
+  const size_t n = 5'003, piece = 211;
   comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
     const ZeroPartition shards{n, world};
-    std::vector<float> grads = Values(n, 100 + comm.rank(), 1.0f);
-    DdpReducer reducer(comm, grads, /*bucket_bytes=*/4 * 700, shards);
-    reducer.Begin();
-    for (size_t end = n; end > 0;) {
-      const size_t begin = end > 211 ? end - 211 : 0;
-      reducer.GradReady(begin, end - begin);
-      end = begin;
+    ShardedGradients g(comm, shards, /*max_piece=*/piece);
+    EXPECT_EQ(g.shard().size(), shards.size(comm.rank()));
+    EXPECT_EQ(g.scratch_bytes(),
+              world == 1 ? 4 * piece : 4 * (2 * piece + std::min(piece, g.shard().size())));
+    g.ZeroShard();
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<float> mine = Values(n, 100 * round + comm.rank(), 1.0f);
+      g.Begin();
+      for (size_t end = n; end > 0;) {
+        const size_t begin = end > piece ? end - piece : 0;
+        float* buffer = g.Acquire(begin, end - begin);
+        std::copy(mine.begin() + begin, mine.begin() + end, buffer);
+        g.Done(begin, end - begin);
+        end = begin;
+      }
+      auto r = g.Finish();
+      ASSERT_TRUE(r.has_value()) << r.error().ToString();
     }
-    ASSERT_TRUE(reducer.Finish().has_value());
     for (size_t i = shards.begin(comm.rank()); i < shards.end(comm.rank()); ++i) {
       double sum = 0;
-      for (int r = 0; r < world; ++r) sum += Values(n, 100 + r, 1.0f)[i];
-      ASSERT_NEAR(grads[i], sum / world, 1e-6) << "element " << i;
+      for (int round = 0; round < 2; ++round) {
+        double round_sum = 0;
+        for (int r = 0; r < world; ++r) round_sum += Values(n, 100 * round + r, 1.0f)[i];
+        sum += round_sum / world;
+      }
+      ASSERT_NEAR(g.shard()[i - shards.begin(comm.rank())], sum, 1e-5) << "element " << i;
     }
+    // A round that misses the first piece (every rank alike): an error naming the count.
+    g.Begin();
+    for (size_t end = n; end > piece;) {
+      const size_t begin = end > 2 * piece ? end - piece : piece;
+      g.Acquire(begin, end - begin);
+      g.Done(begin, end - begin);
+      end = begin;
+    }
+    auto r = g.Finish();
+    ASSERT_FALSE(r.has_value());
+    EXPECT_THAT(r.error().message, ::testing::HasSubstr("reported 4792 gradient elements of 5003"));
+    EXPECT_TRUE(comm.Barrier().has_value());
   });
 }
 
@@ -95,10 +127,12 @@ TEST_P(ZeroWorldTest, StepsEqualTheReplicatedOptimizer) {
   }
 }
 
-// Model states counted where the CPU model allocates them: parameters and gradients 4 bytes
-// each per parameter (Ψ) on every rank, and the AdamW moments 8Ψ replicated (stage 0) or
-// 8 × this rank's shard (stages 1 and 2: 8Ψ/N_d, up to the split's rounding). Stage 2's
-// gradients are reduced into the shard but the backward pass still fills a whole buffer.
+// Model states counted where the CPU model allocates them: parameters 4Ψ (stages 0-2) or
+// 4 × this rank's shard (stage 3: 4Ψ/N_d, up to the split's rounding); gradients 4Ψ (stages
+// 0 and 1) or 4 × the shard (stages 2 and 3); the AdamW moments 8Ψ replicated (stage 0) or
+// 8 × the shard. The scratch is counted apart: for the gradient pieces two buffers of the
+// largest piece (a block) and a receive buffer, or one piece buffer on one rank; for stage
+// 3's gathered parameters one buffer of the largest piece (the embeddings or a block).
 TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
   const int world = GetParam();
   GptConfig c;
@@ -109,7 +143,7 @@ TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
   c.n_embd = 32;
   const size_t psi = c.num_parameters();
   AdamWConfig ac;
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
       GptModel model = GptModel::Create(c).value();
       auto m = stage == 0 ? MakeCpuTrainModel(std::move(model), ac)
@@ -117,14 +151,94 @@ TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
       ASSERT_TRUE(m.has_value()) << m.error().ToString();
       const TrainModel::ModelStateBytes b = (*m)->model_state_bytes();
       const size_t shard = stage == 0 ? psi : ZeroPartition{psi, world}.size(comm.rank());
-      EXPECT_EQ(b.params, 4 * psi) << "stage " << stage;
-      EXPECT_EQ(b.grads, 4 * psi) << "stage " << stage;
+      EXPECT_EQ(b.params, 4 * (stage == 3 ? shard : psi)) << "stage " << stage;
+      EXPECT_EQ(b.grads, 4 * (stage >= 2 ? shard : psi)) << "stage " << stage;
       EXPECT_EQ(b.optimizer, 8 * shard) << "stage " << stage;
+      const size_t piece = 12 * 32 * 32 + 13 * 32;
+      // Stage 3 reduce-scatters each piece before the next (no overlap): one piece buffer.
+      const size_t grad_scratch = stage < 2     ? 0
+                                  : world == 1 ? 4 * piece
+                                               : 4 * ((stage == 3 ? 1 : 2) * piece +
+                                                      std::min(piece, shard));
+      // Stage 3 gathers one piece at a time into one buffer of the largest piece: the
+      // embeddings (128 + 16 rows of 32) or a block, here the block.
+      const size_t gathered = stage == 3 ? 4 * std::max<size_t>((128 + 16) * 32, piece) : 0;
+      EXPECT_EQ(b.scratch, grad_scratch + gathered) << "stage " << stage;
       if (stage > 0) {
         EXPECT_LE(b.optimizer, 8 * (psi / world + 1));
         EXPECT_GE(b.optimizer, 8 * (psi / world));
       }
       // No rank closes its connections while another is still making them.
+      EXPECT_TRUE(comm.Barrier().has_value());
+    });
+  }
+}
+
+// Stages 0 (DDP), 1, 2 and 3 of the CPU model on `world` ranks train as one rank does over
+// the same global batch: 4 micro-batches of 2 x 16 tokens per step (each rank accumulates
+// 4 / world of them; stages 2 and 3 into their gradient shard; stage 3 gathers each piece
+// of the parameters as it computes), clipping at 1.0 (the first steps
+// clip), 20 steps: the ranks' mean loss equals one rank's to relative 1e-5 every step.
+TEST_P(ZeroWorldTest, StagesTrainAsOneRankWithAccumulation) {
+  const int world = GetParam();
+  GptConfig c;
+  c.vocab_size = 64;
+  c.max_seq_len = 16;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  const int B = 2, T = 16, micro = 4, steps = 20;
+  AdamWConfig ac;
+  auto batch = [&](int step, int index, std::span<int32_t> in, std::span<int32_t> out) {
+    std::mt19937 g(static_cast<uint32_t>(1000 * step + index));
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = static_cast<int32_t>(g() % 64);
+      out[i] = static_cast<int32_t>(i % 3 == 0 ? in[i] : g() % 64);  // something to learn
+    }
+    return Result<void>{};
+  };
+  auto fresh = [&] {
+    GptModel m = GptModel::Create(c).value();
+    m.InitRandom(3);
+    return m;
+  };
+  std::vector<double> want;
+  {
+    auto one = MakeCpuTrainModel(fresh(), ac).value();
+    for (int s = 0; s < steps; ++s) {
+      auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> out) {
+        return batch(s, a, in, out);
+      };
+      want.push_back(one->TrainMicrobatches(micro, B, T, load, nullptr).value());
+      ASSERT_TRUE(one->ClipAndStep(1.0, 3e-3f).has_value());
+    }
+  }
+  for (int stage : {0, 1, 2, 3}) {
+    comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+      auto m = stage == 0 ? MakeCpuTrainModel(fresh(), ac)
+                          : MakeZeroCpuTrainModel(fresh(), ac, comm, stage);
+      ASSERT_TRUE(m.has_value()) << m.error().ToString();
+      TrainModel& model = **m;
+      // As the trainer: DDP's bucket all-reduce for stages 0 and 1; 2 and 3 reduce their own.
+      std::unique_ptr<DdpReducer> reducer;
+      if (stage < 2 && world > 1) {
+        reducer = std::make_unique<DdpReducer>(comm, model.grads(), /*bucket_bytes=*/4 * 4096);
+      }
+      const int accum = micro / world;
+      for (int s = 0; s < steps; ++s) {
+        auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> out) {
+          return batch(s, comm.rank() * accum + a, in, out);
+        };
+        auto loss = model.TrainMicrobatches(accum, B, T, load, reducer.get());
+        ASSERT_TRUE(loss.has_value()) << loss.error().ToString();
+        float mean = static_cast<float>(*loss);
+        ASSERT_TRUE(comm.AllReduce(&mean, &mean, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)
+                        .has_value());
+        EXPECT_NEAR(mean, want[static_cast<size_t>(s)], 1e-5 * want[static_cast<size_t>(s)])
+            << "stage " << stage << " step " << s;
+        auto norm = model.ClipAndStep(1.0, 3e-3f);
+        ASSERT_TRUE(norm.has_value()) << norm.error().ToString();
+      }
       EXPECT_TRUE(comm.Barrier().has_value());
     });
   }

@@ -104,8 +104,29 @@ struct GptModel::Impl {
   std::vector<float> dresidual, dln, datty, dqkv, dfch, dfch_gelu;
 
   void Allocate(int b, int t);
-  float* P(size_t offset) { return params.data() + offset; }
-  float* G(size_t offset) { return grads.data() + offset; }
+  // Parameters of the piece being computed: params() itself (origin 0), or a ParamSource's
+  // gathered buffer holding [param_origin, ...) between Fetch and Drop.
+  ParamSource* source = nullptr;
+  const float* param_base = nullptr;
+  size_t param_origin = 0;
+  const float* P(size_t offset) const { return param_base + (offset - param_origin); }
+  void Fetch(size_t offset, size_t count) {
+    if (!source) {
+      param_base = params.data();
+      param_origin = 0;
+      return;
+    }
+    param_base = source->Gather(offset, count);
+    param_origin = offset;
+  }
+  void Drop(size_t offset, size_t count) {
+    if (source) source->Release(offset, count);
+  }
+  // Gradients of the piece being written: grads() itself (origin 0), or a GradSink's buffer
+  // holding [grad_origin, ...) during BackwardToSink.
+  float* grad_base = nullptr;
+  size_t grad_origin = 0;
+  float* G(size_t offset) { return grad_base + (offset - grad_origin); }
 };
 
 namespace {
@@ -229,7 +250,7 @@ void GenerateInitialParams(
 void GptModel::InitRandom(uint64_t seed) {
   Impl& m = *impl_;
   GenerateInitialParams(m.config, seed, [&m](const ParamTensor& t, std::span<const float> v) {
-    std::copy(v.begin(), v.end(), m.P(t.offset));
+    std::copy(v.begin(), v.end(), m.params.data() + t.offset);
   });
 }
 
@@ -283,9 +304,15 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens,
   const GptLayout& lay = m.layout;
   const size_t BTC = BT * C, att_size = BT * NH * T;
 
+  // wte and wpe are contiguous: one piece for the embeddings.
+  const size_t embeddings = lay.wpe + static_cast<size_t>(cfg.max_seq_len) * C - lay.wte;
+  const size_t wte_count = static_cast<size_t>(m.Vp) * C, ln_f_count = 2 * static_cast<size_t>(C);
+  m.Fetch(lay.wte, embeddings);
   cpu_k::EncoderForward(m.encoded.data(), m.tokens.data(), m.P(lay.wte), m.P(lay.wpe), B, T, C);
+  m.Drop(lay.wte, embeddings);
   for (int l = 0; l < L; ++l) {
     const LayerOffsets& w = lay.layers[l];
+    m.Fetch(w.begin, w.end - w.begin);
     const float* residual = l == 0 ? m.encoded.data() : m.residual3.data() + (l - 1) * BTC;
     float* ln1 = m.ln1.data() + l * BTC;
     float* qkv = m.qkv.data() + l * BTC * 3;
@@ -309,11 +336,16 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens,
     cpu_k::GeluForward(fch_gelu, fch, BTC * 4);
     cpu_k::MatmulForward(residual3, fch_gelu, m.P(w.fc_proj_w), m.P(w.fc_proj_b), N, 4 * C, C);
     cpu_k::ResidualForward(residual3, residual3, residual2, BTC);
+    m.Drop(w.begin, w.end - w.begin);
   }
   const float* last = m.residual3.data() + (L - 1) * BTC;
+  m.Fetch(lay.ln_f_w, ln_f_count);
   cpu_k::LayerNormForward(m.lnf.data(), m.lnf_mean.data(), m.lnf_rstd.data(), last,
                           m.P(lay.ln_f_w), m.P(lay.ln_f_b), N, C);
+  m.Drop(lay.ln_f_w, ln_f_count);
+  m.Fetch(lay.wte, wte_count);
   cpu_k::MatmulForward(m.logits.data(), m.lnf.data(), m.P(lay.wte), nullptr, N, C, m.Vp);
+  m.Drop(lay.wte, wte_count);
 
   if (m.targets.empty()) return 0.0f;
   int count = 0;
@@ -325,7 +357,42 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens,
   return count > 0 ? static_cast<float>(total / count) : 0.0f;
 }
 
+size_t GptModel::MaxGradPiece(const GptConfig& c) {
+  const size_t C = static_cast<size_t>(c.n_embd);
+  return std::max({12 * C * C + 13 * C, static_cast<size_t>(c.max_seq_len) * C, 2 * C});
+}
+
+void GptModel::SetParamSource(ParamSource* source) { impl_->source = source; }
+
+size_t GptModel::MaxParamPiece(const GptConfig& c) {
+  const size_t C = static_cast<size_t>(c.n_embd);
+  const size_t embeddings = (static_cast<size_t>(c.padded_vocab_size()) + c.max_seq_len) * C;
+  return std::max({embeddings, 12 * C * C + 13 * C, 2 * C});
+}
+
+void GptModel::ReleaseParams() {
+  impl_->params.clear();
+  impl_->params.shrink_to_fit();
+}
+
+void GptModel::ReleaseGradients() {
+  impl_->grads.clear();
+  impl_->grads.shrink_to_fit();
+}
+
 Result<void> GptModel::Backward(float loss_scale, const GradReadyFn& ready) {
+  if (impl_->grads.empty()) {
+    return MakeError(ErrorCode::kFailedPrecondition,
+                     "Backward: the gradient buffer was released (gradients go to a GradSink)");
+  }
+  return BackwardPass(loss_scale, ready, nullptr);
+}
+
+Result<void> GptModel::BackwardToSink(float loss_scale, GradSink& sink) {
+  return BackwardPass(loss_scale, {}, &sink);
+}
+
+Result<void> GptModel::BackwardPass(float loss_scale, const GradReadyFn& ready, GradSink* sink) {
   Impl& m = *impl_;
   if (!m.backward_ready) {
     return MakeError(ErrorCode::kFailedPrecondition,
@@ -338,22 +405,43 @@ Result<void> GptModel::Backward(float loss_scale, const GradReadyFn& ready) {
   const int B = m.B, T = m.T, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
   const int N = B * T;
   const size_t BT = N, BTC = BT * C, att_size = BT * NH * T;
-  auto notify = [&ready](size_t offset, size_t count) {
-    if (ready) ready(offset, count);
+  m.grad_base = m.grads.data();
+  m.grad_origin = 0;
+  // A piece of the gradient starts (a sink's zeroed buffer becomes G) and ends (handed back,
+  // or reported final).
+  auto open = [&m, sink](size_t offset, size_t count) {
+    if (!sink) return;
+    m.grad_base = sink->Acquire(offset, count);
+    m.grad_origin = offset;
+    std::memset(m.grad_base, 0, count * sizeof(float));
+  };
+  auto close = [&ready, sink](size_t offset, size_t count) {
+    if (sink) {
+      sink->Done(offset, count);
+    } else if (ready) {
+      ready(offset, count);
+    }
   };
 
-  // Head: dlogits (in place), then dlnf and wte's first gradient contribution.
+  // Head: dlogits (in place), then dlnf and wte's first gradient contribution (with a sink,
+  // wte's gradient is computed last, chunk by chunk, from the dlogits kept in place).
   const float scale = m.num_targets > 0 ? loss_scale / static_cast<float>(m.num_targets) : 0.0f;
   cpu_k::CrossEntropyBackwardInPlace(m.logits.data(), m.lse.data(), m.targets.data(), N,
                                      cfg.vocab_size, m.Vp, scale);
   Zero(m.dln);
-  cpu_k::MatmulBackward(m.dln.data(), m.G(lay.wte), nullptr, m.logits.data(), m.lnf.data(),
-                        m.P(lay.wte), N, C, m.Vp);
+  const size_t wte_count = static_cast<size_t>(m.Vp) * C, ln_f_count = 2 * static_cast<size_t>(C);
+  m.Fetch(lay.wte, wte_count);
+  cpu_k::MatmulBackward(m.dln.data(), sink ? nullptr : m.G(lay.wte), nullptr, m.logits.data(),
+                        m.lnf.data(), m.P(lay.wte), N, C, m.Vp);
+  m.Drop(lay.wte, wte_count);
   Zero(m.dresidual);
+  m.Fetch(lay.ln_f_w, ln_f_count);
+  open(lay.ln_f_w, ln_f_count);
   cpu_k::LayerNormBackward(m.dresidual.data(), m.G(lay.ln_f_w), m.G(lay.ln_f_b), m.dln.data(),
                            m.residual3.data() + (L - 1) * BTC, m.P(lay.ln_f_w), m.lnf_mean.data(),
                            m.lnf_rstd.data(), N, C);
-  notify(lay.ln_f_w, 2 * static_cast<size_t>(C));
+  m.Drop(lay.ln_f_w, ln_f_count);
+  close(lay.ln_f_w, ln_f_count);
 
   // dresidual holds d(loss)/d(residual stream) and flows down through the skips; each
   // block adds its branch's contribution into it.
@@ -368,6 +456,8 @@ Result<void> GptModel::Backward(float loss_scale, const GradReadyFn& ready) {
     const float* ln2 = m.ln2.data() + l * BTC;
     const float* fch = m.fch.data() + l * BTC * 4;
     const float* fch_gelu = m.fch_gelu.data() + l * BTC * 4;
+    m.Fetch(w.begin, w.end - w.begin);
+    open(w.begin, w.end - w.begin);
 
     // MLP branch: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))).
     Zero(m.dfch_gelu);
@@ -393,13 +483,36 @@ Result<void> GptModel::Backward(float loss_scale, const GradReadyFn& ready) {
     cpu_k::LayerNormBackward(m.dresidual.data(), m.G(w.ln1_w), m.G(w.ln1_b), m.dln.data(),
                              residual, m.P(w.ln1_w), m.ln1_mean.data() + l * BT,
                              m.ln1_rstd.data() + l * BT, N, C);
-    notify(w.begin, w.end - w.begin);
+    m.Drop(w.begin, w.end - w.begin);
+    close(w.begin, w.end - w.begin);
   }
 
-  cpu_k::EncoderBackward(m.G(lay.wte), m.G(lay.wpe), m.dresidual.data(), m.tokens.data(), B, T,
-                         C);
-  notify(lay.wpe, static_cast<size_t>(cfg.max_seq_len) * C);
-  notify(lay.wte, static_cast<size_t>(m.Vp) * C);
+  const size_t wpe_count = static_cast<size_t>(cfg.max_seq_len) * C;
+  if (!sink) {
+    cpu_k::EncoderBackward(m.G(lay.wte), m.G(lay.wpe), m.dresidual.data(), m.tokens.data(), B,
+                           T, C);
+    close(lay.wpe, wpe_count);
+    close(lay.wte, static_cast<size_t>(m.Vp) * C);
+    return {};
+  }
+  open(lay.wpe, wpe_count);
+  cpu_k::PositionBackward(m.G(lay.wpe), m.dresidual.data(), B, T, C);
+  close(lay.wpe, wpe_count);
+  // wte in chunks of rows that fit a piece, from the last: the head's dlogitsᵀ · lnf, then
+  // the token embedding's rows.
+  const int rows = static_cast<int>(std::max<size_t>(1, MaxGradPiece(cfg) / C));
+  for (int hi = m.Vp; hi > 0;) {
+    const int lo = std::max(0, hi - rows);
+    const size_t offset = lay.wte + static_cast<size_t>(lo) * C;
+    const size_t count = static_cast<size_t>(hi - lo) * C;
+    open(offset, count);
+    cpu_k::MatmulBackwardWeightRows(m.G(offset), m.logits.data(), m.lnf.data(), N, C, m.Vp, lo,
+                                    hi - lo);
+    cpu_k::EmbeddingShardBackward(m.G(offset), m.dresidual.data(), m.tokens.data(), lo, hi - lo,
+                                  N, C);
+    close(offset, count);
+    hi = lo;
+  }
   return {};
 }
 

@@ -24,6 +24,14 @@
 // micro-batch, in this order: ln_f, layer L-1 (the whole contiguous block), ...,
 // layer 0, wpe, wte. Data parallelism starts reducing a bucket from that callback.
 //
+// Sharded gradients (ZeRO-2, parallel/zero_grads.h). BackwardToSink writes no whole
+// gradient buffer: it asks a GradSink for a buffer per piece of the layout, in the order the
+// pieces become final (ln_f, layer L-1, ..., layer 0, wpe, then wte in row chunks from the
+// last), zeroes it, writes the piece's gradient of this micro-batch into it and hands it
+// back. No piece is larger than MaxGradPiece(config) floats (wte is cut into chunks of rows
+// that fit), so a sink needs bucket-sized scratch only. ReleaseGradients frees grads() for a
+// model trained that way.
+//
 // Threads: one thread calls a GptModel at a time; kernels use OpenMP internally. The
 // `ready` callback runs on the calling thread and must not touch the model.
 #pragma once
@@ -69,6 +77,31 @@ struct ParamTensor {
 // Called with a slice [offset, offset + count) of grads() whose gradient is final.
 using GradReadyFn = std::function<void(size_t offset, size_t count)>;
 
+// Where BackwardToSink writes gradients. Acquire returns a buffer of at least `count`
+// floats for grads [offset, offset + count) (it may block until one is free); Done hands the
+// written piece back. Pieces arrive in descending offset order, each exactly once per
+// Backward, and at most one piece is held at a time.
+class GradSink {
+ public:
+  virtual ~GradSink() = default;
+  virtual float* Acquire(size_t offset, size_t count) = 0;
+  virtual void Done(size_t offset, size_t count) = 0;
+};
+
+// Where Forward and the backward passes read the parameters when the model does not hold
+// them (ZeRO-3: each rank holds a shard). Gather returns a buffer holding parameters
+// [offset, offset + count), valid until the matching Release; the model holds one piece at
+// a time, in this order: Forward the embeddings [wte, end of wpe), each layer's block
+// 0..L-1, ln_f, wte (the head); the backward passes wte (the head), ln_f, blocks L-1..0
+// (their gradients need no embedding parameters). The order is the same on every call with
+// the same config, so a source can gather collectively and prefetch the next piece.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  virtual const float* Gather(size_t offset, size_t count) = 0;
+  virtual void Release(size_t offset, size_t count) = 0;
+};
+
 class GptModel {
  public:
   // kInvalidArgument if config.Validate() fails. Parameters start zeroed; call InitRandom
@@ -111,10 +144,28 @@ class GptModel {
   // kFailedPrecondition if no Forward with targets preceded it (each Forward can be
   // back-propagated once).
   Result<void> Backward(float loss_scale, const GradReadyFn& ready = {});
+  // As Backward, but this micro-batch's gradient (× loss_scale) goes piece by piece to
+  // `sink` (see above) instead of into grads(), which it neither reads nor needs.
+  Result<void> BackwardToSink(float loss_scale, GradSink& sink);
+  // The largest piece BackwardToSink hands a sink, in floats: the largest of a layer's
+  // block, wpe and ln_f (wte's chunks are cut to fit).
+  static size_t MaxGradPiece(const GptConfig& config);
+  // Reads parameters from `source` (null: params(), the default) in Forward and the backward
+  // passes; `source` must outlive its use. ReleaseParams frees params() (it becomes empty)
+  // for a model whose parameters come from a source.
+  void SetParamSource(ParamSource* source);
+  // The largest piece a ParamSource is asked for, in floats: the embeddings (wte and wpe) or
+  // a layer's block.
+  static size_t MaxParamPiece(const GptConfig& config);
+  void ReleaseParams();
+  // Frees grads() (it becomes empty; Backward then fails with kFailedPrecondition) for a
+  // model whose gradients go to a GradSink.
+  void ReleaseGradients();
 
  private:
   struct Impl;
   explicit GptModel(std::unique_ptr<Impl> impl);
+  Result<void> BackwardPass(float loss_scale, const GradReadyFn& ready, GradSink* sink);
   std::unique_ptr<Impl> impl_;
 };
 

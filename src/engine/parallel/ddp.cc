@@ -1,7 +1,6 @@
 #include "engine/parallel/ddp.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 namespace cohort::engine {
@@ -9,23 +8,12 @@ namespace cohort::engine {
 DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
                        WaitReadyFn wait_ready)
     : comm_(comm), grads_(grads), wait_ready_(std::move(wait_ready)) {
-  Start(bucket_bytes);
-}
-
-DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
-                       const ZeroPartition& shards)
-    : comm_(comm), grads_(grads), shards_(shards) {
-  Start(bucket_bytes);
-}
-
-void DdpReducer::Start(size_t bucket_bytes) {
   const size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
   for (size_t end = grads_.size(); end > 0;) {
     const size_t begin = end > per ? end - per : 0;
     buckets_.push_back({begin, end, end - begin});
     end = begin;
   }
-  if (shards_) scratch_.resize(std::min(per, grads_.size()));
   // Last: the thread reads the members above.
   if (comm_.size() > 1) thread_ = std::thread([this] { Loop(); });
 }
@@ -86,16 +74,7 @@ void DdpReducer::Loop() {
       // Pointer arithmetic only: the elements may be device memory.
       float* data = grads_.data() + b.begin;
       if (wait_ready_) r = wait_ready_(b.begin, b.end - b.begin);
-      if (r && shards_) {
-        const std::vector<size_t> counts = shards_->counts_in(b.begin, b.end);
-        r = comm_.ReduceScatter(data, scratch_.data(), counts, comm::DataType::kFloat32,
-                                comm::ReduceOp::kAvg);
-        const size_t mine = counts[static_cast<size_t>(comm_.rank())];
-        if (r && mine > 0) {
-          const size_t at = std::max(b.begin, shards_->begin(comm_.rank()));
-          std::memcpy(grads_.data() + at, scratch_.data(), mine * sizeof(float));
-        }
-      } else if (r) {
+      if (r) {
         r = comm_.AllReduce(data, data, b.end - b.begin, comm::DataType::kFloat32,
                             comm::ReduceOp::kAvg);
       }

@@ -18,11 +18,6 @@
 // CUDA events recorded behind the slices' last kernels). NCCL's communicator orders its
 // own stream only, so without the wait it could read gradients still being written.
 //
-// ZeRO-2 (zero.h). Given a ZeroPartition, each bucket is reduce-scattered instead: every rank
-// receives the average of the bucket's part that falls in its own shard (written back into
-// `grads` there), and the rest of its gradient buffer is left unreduced. Host gradients only
-// (the received part goes through a host scratch buffer).
-//
 // Threads: Begin/GradReady/Finish on the training thread; the Communicator and
 // `wait_ready` are used only by the reducer's thread between Begin and Finish, so the
 // caller must not use the communicator then. A world of 1 reduces nothing and starts no
@@ -34,14 +29,12 @@
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "engine/parallel/zero.h"
 
 namespace cohort::engine {
 
@@ -55,9 +48,6 @@ class DdpReducer {
   // gradients are final when reported).
   DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
              WaitReadyFn wait_ready = {});
-  // ZeRO-2: `shards` over grads.size() values and comm.size() ranks.
-  DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
-             const ZeroPartition& shards);
   ~DdpReducer();
   DdpReducer(const DdpReducer&) = delete;
   DdpReducer& operator=(const DdpReducer&) = delete;
@@ -78,15 +68,12 @@ class DdpReducer {
     size_t begin = 0, end = 0;
     size_t pending = 0;  // elements not yet reported this round
   };
-  void Start(size_t bucket_bytes);  // the buckets, the scratch, then the thread
   void Issue();  // launches complete buckets in order; caller holds mu_
   void Loop();
 
   comm::Communicator& comm_;
   std::span<float> grads_;
   WaitReadyFn wait_ready_;  // reducer thread only (set at construction)
-  std::optional<ZeroPartition> shards_;  // ZeRO-2: reduce-scatter (set at construction)
-  std::vector<float> scratch_;           // reducer thread only: a bucket's received shard
   std::vector<Bucket> buckets_;  // buckets_[0] is the end of the buffer
   size_t next_to_issue_ = 0;     // training thread only
 

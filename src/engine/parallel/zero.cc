@@ -33,8 +33,8 @@ std::string ZeroDescription(int stage, int ranks) {
 Result<ZeroOptimizer> ZeroOptimizer::Create(comm::Communicator& comm, int stage, size_t total,
                                             const std::vector<DecayRange>& tensors,
                                             const AdamWConfig& config) {
-  if (stage < 1 || stage > 2) {
-    return Errorf(ErrorCode::kInvalidArgument, "ZeroOptimizer: stage {} (built: 1 and 2)", stage);
+  if (stage < 1 || stage > 3) {
+    return Errorf(ErrorCode::kInvalidArgument, "ZeroOptimizer: stage {} (built: 1 to 3)", stage);
   }
   const ZeroPartition p{total, comm.size()};
   const size_t lo = p.begin(comm.rank()), hi = p.end(comm.rank());
@@ -50,12 +50,40 @@ Result<ZeroOptimizer> ZeroOptimizer::Create(comm::Communicator& comm, int stage,
 
 Result<double> ZeroOptimizer::Step(std::span<float> params, std::span<float> grads,
                                    double max_norm, float lr) {
-  if (params.size() != partition_.total || grads.size() != partition_.total) {
-    return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} parameters and {} gradients, want {}",
-                  params.size(), grads.size(), partition_.total);
+  if (grads.size() != partition_.total) {
+    return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} gradients, want {}", grads.size(),
+                  partition_.total);
   }
-  const size_t lo = shard_begin(), n = partition_.size(rank_);
-  std::span<float> my_params = params.subspan(lo, n), my_grads = grads.subspan(lo, n);
+  return StepShard(params, grads.subspan(shard_begin(), partition_.size(rank_)), max_norm, lr);
+}
+
+Result<double> ZeroOptimizer::StepShard(std::span<float> params, std::span<float> my_grads,
+                                        double max_norm, float lr) {
+  if (params.size() != partition_.total || my_grads.size() != partition_.size(rank_)) {
+    return Errorf(ErrorCode::kInternal,
+                  "ZeroOptimizer: {} parameters and a gradient shard of {}, want {} and {}",
+                  params.size(), my_grads.size(), partition_.total, partition_.size(rank_));
+  }
+  const double norm = COHORT_TRY(GlobalNorm(my_grads));
+  COHORT_TRY_VOID(StepShardWithNorm(params, my_grads, norm, max_norm, lr));
+  return norm;
+}
+
+Result<double> ZeroOptimizer::StepOwnShard(std::span<float> my_params, std::span<float> my_grads,
+                                           double max_norm, float lr) {
+  const size_t n = partition_.size(rank_);
+  if (my_params.size() != n || my_grads.size() != n) {
+    return Errorf(ErrorCode::kInternal,
+                  "ZeroOptimizer: a parameter shard of {} and a gradient shard of {}, want {}",
+                  my_params.size(), my_grads.size(), n);
+  }
+  const double norm = COHORT_TRY(GlobalNorm(my_grads));
+  ClipToNorm(my_grads, norm, max_norm);
+  adamw_.Step(my_params, my_grads, lr);
+  return norm;
+}
+
+Result<double> ZeroOptimizer::GlobalNorm(std::span<const float> my_grads) {
   // The global norm: each shard's sum of squares as a (float, float remainder) pair, all
   // gathered and summed in double in rank order (a float32 all-reduce would round the sum).
   const double local = SquaredNorm(my_grads);
@@ -68,9 +96,7 @@ Result<double> ZeroOptimizer::Step(std::span<float> params, std::span<float> gra
   for (size_t r = 0; r < two.size(); ++r) {
     squares += static_cast<double>(pairs_[2 * r]) + static_cast<double>(pairs_[2 * r + 1]);
   }
-  const double norm = std::sqrt(std::max(0.0, squares));
-  COHORT_TRY_VOID(StepWithNorm(params, grads, norm, max_norm, lr));
-  return norm;
+  return std::sqrt(std::max(0.0, squares));
 }
 
 Result<void> ZeroOptimizer::StepWithNorm(std::span<float> params, std::span<float> grads,
@@ -79,8 +105,13 @@ Result<void> ZeroOptimizer::StepWithNorm(std::span<float> params, std::span<floa
     return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} parameters and {} gradients, want {}",
                   params.size(), grads.size(), partition_.total);
   }
-  const size_t lo = shard_begin(), n = partition_.size(rank_);
-  std::span<float> my_params = params.subspan(lo, n), my_grads = grads.subspan(lo, n);
+  return StepShardWithNorm(params, grads.subspan(shard_begin(), partition_.size(rank_)), norm,
+                           max_norm, lr);
+}
+
+Result<void> ZeroOptimizer::StepShardWithNorm(std::span<float> params, std::span<float> my_grads,
+                                              double norm, double max_norm, float lr) {
+  std::span<float> my_params = params.subspan(shard_begin(), partition_.size(rank_));
   ClipToNorm(my_grads, norm, max_norm);
   adamw_.Step(my_params, my_grads, lr);
   // Every rank's updated shard into every rank's parameters (the send buffer is a copy: the

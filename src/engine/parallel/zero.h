@@ -5,9 +5,10 @@
 //
 //   stage 1  gradients all-reduced as in DDP (DdpReducer); each rank clips and steps its
 //            shard, then the parameters are all-gathered;
-//   stage 2  gradients reduce-scattered bucket by bucket during the backward pass (DdpReducer
-//            with the partition's shard counts): each rank receives the average of its own
-//            shard only, then as stage 1.
+//   stage 2  each rank holds only its shard of the gradients (zero_grads.h): the backward
+//            pass writes each piece into bucket-sized scratch that is reduce-scattered into
+//            the shards as soon as it is done (every micro-batch: accumulation accumulates
+//            into the shard), then as stage 1 (StepShard).
 //
 // Clipping uses the global norm over all shards (each rank's sum of squares, all-gathered as
 // a float pair and summed in double): the norm a single rank computes, to ~1e-12.
@@ -17,8 +18,8 @@
 // The parallel logic (partition, norm, all-gather) is written once against spans and a
 // Communicator; the update underneath is AdamW's (optim/adamw.h). Inside a tensor/pipeline
 // layout the "buffer" is the rank's shard and the group its data-parallel group (stage 1,
-// StepWithNorm). Stage 3 (parameters sharded, gathered per layer) and offload are not built
-// yet (config.cc refuses them).
+// StepWithNorm). Stage 3 also shards the parameters (zero_params.h: gathered per piece as the
+// model computes, StepOwnShard steps the shard in place). Offload is not built yet.
 //
 // Threads: the training thread; the communicator is the data-parallel group's, idle while
 // these run.
@@ -65,6 +66,14 @@ class ZeroOptimizer {
   // stage 1, reduce-scattered in stage 2), and all-gathers `params`. Returns the global norm
   // before clipping. The communicator's errors.
   Result<double> Step(std::span<float> params, std::span<float> grads, double max_norm, float lr);
+  // As Step with only this rank's shard of the averaged gradient (`shard`: partition().size
+  // of this rank, ShardedGradients): stage 2's gradient memory.
+  Result<double> StepShard(std::span<float> params, std::span<float> shard, double max_norm,
+                           float lr);
+  // Stage 3: clips and steps this rank's shard of the parameters in place (`my_params` and
+  // `my_grads` both partition().size of this rank); nothing is all-gathered.
+  Result<double> StepOwnShard(std::span<float> my_params, std::span<float> my_grads,
+                              double max_norm, float lr);
   // As Step with the global norm computed by the caller (a tensor/pipeline shard's norm over
   // its model group, every data rank holding the whole averaged gradient: stage 1).
   Result<void> StepWithNorm(std::span<float> params, std::span<float> grads, double norm,
@@ -78,6 +87,11 @@ class ZeroOptimizer {
   AdamW& adamw() { return adamw_; }
 
  private:
+  // The global norm of the gradient over every rank's shard (a collective).
+  Result<double> GlobalNorm(std::span<const float> my_grads);
+  // Clips and steps this rank's shard, then all-gathers `params` (sizes checked by callers).
+  Result<void> StepShardWithNorm(std::span<float> params, std::span<float> my_grads, double norm,
+                                 double max_norm, float lr);
   ZeroOptimizer(comm::Communicator& comm, int stage, ZeroPartition p, AdamW adamw)
       : comm_(&comm), stage_(stage), rank_(comm.rank()), partition_(p), adamw_(std::move(adamw)) {}
   comm::Communicator* comm_;

@@ -39,11 +39,6 @@ Result<void> CheckZero(const TrainConfig& c) {
   if (p.offload != "none") {
     return FieldError("parallel.offload", "'{}' is not built yet (only none)", p.offload);
   }
-  if (p.zero == 3) {
-    return FieldError("parallel.zero",
-                      "3 (parameters sharded and gathered per layer) is not built yet; stages 0, "
-                      "1 and 2 are");
-  }
   if (p.zero > 0 && c.device != "cpu") {
     return FieldError("parallel.zero", "{} runs on train.device cpu for now (got {})", p.zero,
                       c.device);

@@ -1,7 +1,13 @@
 // The CPU TrainModel: GptModel + AdamW + ClipGradNorm in host memory, exactly the calls the
 // trainer made before it had a device choice (so CPU runs are unchanged, bitwise). With ZeRO
 // (stages 1 and 2, parallel/zero.h) the AdamW state is this rank's shard only and the step is
-// ZeroOptimizer's; checkpoints then hold the shard's ranges.
+// ZeroOptimizer's; checkpoints then hold the shard's ranges. Stage 2 also holds only its
+// shard of the gradients (ShardedGradients, parallel/zero_grads.h): the model's gradient
+// buffer is released and every backward pass reduce-scatters its pieces into the shard, so
+// the trainer makes no DdpReducer for it (grads() is empty). Stage 3 also holds only its
+// shard of the parameters (GatheredParams, parallel/zero_params.h): the model reads each
+// piece from an all-gather as it computes, so every Forward is a collective and the model
+// says model_parallel() (sampling and export on every rank).
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -9,6 +15,8 @@
 #include "engine/checkpoint/gpt2_safetensors.h"
 #include "engine/optim/grad_clip.h"
 #include "engine/parallel/zero.h"
+#include "engine/parallel/zero_grads.h"
+#include "engine/parallel/zero_params.h"
 #include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
@@ -18,24 +26,55 @@ class CpuTrainModel final : public TrainModel {
  public:
   CpuTrainModel(GptModel model, AdamW optimizer)
       : model_(std::move(model)), optimizer_(std::move(optimizer)) {}
-  CpuTrainModel(GptModel model, ZeroOptimizer zero)
-      : model_(std::move(model)), zero_(std::move(zero)) {}
+  CpuTrainModel(GptModel model, ZeroOptimizer zero, std::unique_ptr<ShardedGradients> shards,
+                std::unique_ptr<GatheredParams> gathered)
+      : model_(std::move(model)),
+        zero_(std::move(zero)),
+        shards_(std::move(shards)),
+        gathered_(std::move(gathered)) {
+    if (shards_) model_.ReleaseGradients();
+    if (gathered_) {
+      model_.ReleaseParams();
+      model_.SetParamSource(gathered_.get());
+    }
+  }
 
   const GptConfig& config() const override { return model_.config(); }
-  size_t num_params() const override { return model_.params().size(); }
+  size_t num_params() const override { return model_.config().num_parameters(); }
+  // ZeRO-3: every Forward gathers parameters from every rank, so sampling and export are
+  // collectives (the trainer then calls them on every rank).
+  bool model_parallel() const override { return gathered_ != nullptr; }
 
   Result<void> ZeroGrad() override {
-    model_.ZeroGrad();
+    if (shards_) {
+      shards_->ZeroShard();
+    } else {
+      model_.ZeroGrad();
+    }
     return {};
   }
   Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                         int B, int T) override {
-    return model_.Forward(tokens, targets, B, T);
+    auto loss = model_.Forward(tokens, targets, B, T);
+    if (gathered_) COHORT_TRY_VOID(gathered_->TakeError());
+    return loss;
   }
   Result<void> Backward(float loss_scale, const GradReadyFn& ready) override {
-    return model_.Backward(loss_scale, ready);
+    if (!shards_) return model_.Backward(loss_scale, ready);
+    // Stages 2 and 3: every micro-batch's pieces reduce-scattered into the shard (`ready` is
+    // a reducer's, and these stages have none).
+    shards_->Begin();
+    auto backward = model_.BackwardToSink(loss_scale, *shards_);
+    auto reduced = shards_->Finish();
+    if (gathered_) COHORT_TRY_VOID(gathered_->TakeError());
+    COHORT_TRY_VOID(backward);
+    return reduced;
   }
   Result<double> ClipAndStep(double max_norm, float lr) override {
+    if (gathered_) {
+      return zero_->StepOwnShard(gathered_->shard(), shards_->shard(), max_norm, lr);
+    }
+    if (shards_) return zero_->StepShard(model_.params(), shards_->shard(), max_norm, lr);
     if (zero_) return zero_->Step(model_.params(), model_.grads(), max_norm, lr);
     const double norm = ClipGradNorm(model_.grads(), max_norm);
     optimizer_->Step(model_.params(), model_.grads(), lr);
@@ -44,8 +83,12 @@ class CpuTrainModel final : public TrainModel {
   const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
   ModelStateBytes model_state_bytes() override {
     AdamW& a = zero_ ? zero_->adamw() : *optimizer_;
-    return {model_.params().size() * sizeof(float), model_.grads().size() * sizeof(float),
-            (a.m().size() + a.v().size()) * sizeof(float)};
+    const size_t grads = shards_ ? shards_->shard().size() : model_.grads().size();
+    const size_t params = gathered_ ? gathered_->shard().size() : model_.params().size();
+    return {params * sizeof(float), grads * sizeof(float),
+            (a.m().size() + a.v().size()) * sizeof(float),
+            (shards_ ? shards_->scratch_bytes() : 0) +
+                (gathered_ ? gathered_->gather_bytes() : 0)};
   }
 
   std::span<float> grads() override { return model_.grads(); }
@@ -60,8 +103,15 @@ class CpuTrainModel final : public TrainModel {
     return comm.AllReduce(data, data, count, comm::DataType::kFloat32, op);
   }
 
+  // ZeRO-3 restores through a whole buffer (every rank, for the broadcast) and keeps its
+  // shard, as the moments are restored.
   Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) override {
-    auto params = model_.params();
+    std::vector<float> whole;
+    std::span<float> params = model_.params();
+    if (gathered_) {
+      whole.resize(num_params());
+      params = whole;
+    }
     std::vector<float> m(params.size()), v(params.size());
     if (ckpt) {
       std::copy(ckpt->params.begin(), ckpt->params.end(), params.begin());
@@ -75,12 +125,25 @@ class CpuTrainModel final : public TrainModel {
     }
     if (zero_) {
       const size_t lo = zero_->shard_begin(), n = zero_->adamw().num_params();
+      if (gathered_) {
+        std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(lo), n,
+                    gathered_->shard().begin());
+      }
       return zero_->adamw().Restore(std::span<const float>(m).subspan(lo, n),
                                     std::span<const float>(v).subspan(lo, n), adam_t);
     }
     return optimizer_->Restore(m, v, adam_t);
   }
   Result<void> BroadcastParams(comm::Communicator& comm) override {
+    if (gathered_) {
+      // Rank 0's shards: gathered into a whole buffer on rank 0, broadcast, each rank's taken.
+      std::vector<float> whole = COHORT_TRY(gathered_->GatherAll());
+      COHORT_TRY_VOID(comm.Broadcast(whole.data(), whole.size(), comm::DataType::kFloat32, 0));
+      const size_t lo = zero_->shard_begin();
+      std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(lo), gathered_->shard().size(),
+                  gathered_->shard().begin());
+      return {};
+    }
     auto params = model_.params();
     return comm.Broadcast(params.data(), params.size(), comm::DataType::kFloat32, 0);
   }
@@ -110,7 +173,9 @@ class CpuTrainModel final : public TrainModel {
     const size_t lo = zero_->shard_begin(), n = a.num_params();
     std::vector<CheckpointRange> out;
     if (n == 0) return out;
-    out.push_back({CheckpointArray::kParams, lo, n, n, 1, model_.params().subspan(lo, n)});
+    const std::span<const float> params =
+        gathered_ ? gathered_->shard() : model_.params().subspan(lo, n);
+    out.push_back({CheckpointArray::kParams, lo, n, n, 1, params});
     out.push_back({CheckpointArray::kAdamM, lo, n, n, 1, a.m()});
     out.push_back({CheckpointArray::kAdamV, lo, n, n, 1, a.v()});
     return out;
@@ -119,19 +184,30 @@ class CpuTrainModel final : public TrainModel {
   Result<std::vector<float>> NextTokenLogits(std::span<const int32_t> window) override {
     const GptConfig& c = model_.config();
     const int T = static_cast<int>(window.size());
-    COHORT_TRY(model_.Forward(window, {}, 1, T));
+    COHORT_TRY(Forward(window, {}, 1, T));
     const size_t vp = c.padded_vocab_size();
     std::span<const float> last = model_.logits().subspan((T - 1) * vp, c.vocab_size);
     return std::vector<float>(last.begin(), last.end());
   }
   int max_window() const override { return model_.config().max_seq_len; }
 
-  Result<void> Export(const std::string& path) override { return ExportGpt2(model_, path); }
+  Result<void> Export(const std::string& path) override {
+    if (!gathered_) return ExportGpt2(model_, path);
+    // ZeRO-3 (every rank calls this): the shards gathered into a whole model on rank 0.
+    std::vector<float> whole = COHORT_TRY(gathered_->GatherAll());
+    if (zero_->rank() != 0) return {};
+    GptModel copy = COHORT_TRY(GptModel::Create(model_.config()));
+    copy.ReleaseGradients();
+    std::copy(whole.begin(), whole.end(), copy.params().begin());
+    return ExportGpt2(copy, path);
+  }
 
  private:
   GptModel model_;
   std::optional<AdamW> optimizer_;    // without ZeRO
   std::optional<ZeroOptimizer> zero_;  // with ZeRO
+  std::unique_ptr<ShardedGradients> shards_;  // ZeRO-2 and 3: the gradient shard and scratch
+  std::unique_ptr<GatheredParams> gathered_;  // ZeRO-3: the parameter shard, gathered per piece
 };
 
 }  // namespace
@@ -149,7 +225,20 @@ Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const 
   for (const auto& t : model.tensors()) ranges.push_back({t.offset, t.numel, t.weight_decay});
   ZeroOptimizer zero =
       COHORT_TRY(ZeroOptimizer::Create(data, stage, model.params().size(), ranges, adamw));
-  return std::unique_ptr<TrainModel>(new CpuTrainModel(std::move(model), std::move(zero)));
+  std::unique_ptr<ShardedGradients> shards;
+  std::unique_ptr<GatheredParams> gathered;
+  if (stage >= 2) {
+    // Stage 3's parameter gathers run on the training thread, so its reduce-scatters do too
+    // (one order of collectives on every rank).
+    shards = std::make_unique<ShardedGradients>(
+        data, zero.partition(), GptModel::MaxGradPiece(model.config()), /*overlap=*/stage == 2);
+  }
+  if (stage == 3) {
+    gathered = std::make_unique<GatheredParams>(data, zero.partition(), model.params(),
+                                                GptModel::MaxParamPiece(model.config()));
+  }
+  return std::unique_ptr<TrainModel>(new CpuTrainModel(std::move(model), std::move(zero),
+                                                       std::move(shards), std::move(gathered)));
 }
 
 }  // namespace cohort::engine

@@ -90,9 +90,11 @@ class TrainModel {
 
   // ZeRO (parallel/zero.h): the optimizer sharded over the data-parallel group, or null.
   virtual const ZeroOptimizer* zero() const { return nullptr; }
-  // The model states this rank holds, counted where the model allocates them (bytes).
+  // The model states this rank holds, counted where the model allocates them (bytes), and
+  // the scratch that ZeRO-2 adds for its gradient pieces (zero_grads.h), counted apart.
   struct ModelStateBytes {
     size_t params = 0, grads = 0, optimizer = 0;
+    size_t scratch = 0;
   };
   virtual ModelStateBytes model_state_bytes() = 0;
 
@@ -102,6 +104,7 @@ class TrainModel {
 
   // The gradient buffer DdpReducer averages (host or device memory, see DdpReducer) and
   // the wait it runs before each bucket (empty when reported gradients are already final).
+  // Empty for ZeRO-2, which reduces its gradient pieces into its shard itself.
   virtual std::span<float> grads() = 0;
   virtual DdpReducer::WaitReadyFn grad_wait() = 0;
 
@@ -144,7 +147,8 @@ class TrainModel {
 Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const AdamWConfig& adamw);
 
 // The CPU reference with ZeRO stage 1 or 2 over `data` (the data-parallel group, which must
-// outlive the model): AdamW state for this rank's shard only (parallel/zero.h).
+// outlive the model): AdamW state for this rank's shard only (parallel/zero.h); with stage 2
+// also the gradients (parallel/zero_grads.h: the model reduces them itself, grads() is empty).
 Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
                                                           comm::Communicator& data, int stage);
 

@@ -487,10 +487,14 @@ Result<void> Trainer::Impl::SetupModel() {
     const TrainModel::ModelStateBytes b = model->model_state_bytes();
     const int zero_ranks = model->zero() ? model->zero()->partition().ranks : data_world;
     Log("model states per rank: parameters {:.3g} MB, gradients {:.3g} MB, optimizer {:.3g} MB "
-        "({}; bytes {} + {} + {})",
+        "({}; bytes {} + {} + {}){}",
         b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
         ZeroDescription(model->zero() ? model->zero()->stage() : 0, zero_ranks), b.params,
-        b.grads, b.optimizer);
+        b.grads, b.optimizer,
+        b.scratch ? fmt::format(", scratch {:.3g} MB ({} bytes: gradient pieces{})",
+                                b.scratch / 1e6, b.scratch,
+                                model->zero()->stage() == 3 ? ", gathered parameters" : "")
+                  : std::string());
   }
   if (layout.model_parallel()) {
     Log("batch: {} data-parallel replicas x {} micro-batches x {} sequences x {} tokens = {} "
@@ -627,15 +631,13 @@ Result<void> Trainer::Impl::Setup() {
         config.checkpoint_every);
   }
   COHORT_TRY_VOID(Resume());
-  if (comm && !model->model_parallel()) {
+  // ZeRO-2 and 3 reduce-scatter their gradient pieces themselves (into each rank's shard), as
+  // a model split over ranks reduces its own.
+  const bool reduces_own =
+      model->model_parallel() || (model->zero() && model->zero()->stage() >= 2);
+  if (comm && !reduces_own) {
     const size_t bucket = static_cast<size_t>(config.bucket_mb * (1 << 20));
-    if (model->zero() && model->zero()->stage() == 2) {
-      // ZeRO-2: each bucket reduce-scattered into the ranks' shards.
-      reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket,
-                                             model->zero()->partition());
-    } else {
-      reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket, model->grad_wait());
-    }
+    reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket, model->grad_wait());
   }
   if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
   if (leader() && !config.log_file.empty()) {

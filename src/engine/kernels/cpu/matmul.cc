@@ -123,12 +123,16 @@ void MatmulBackward(float* dinp, float* dw, float* dbias, const float* dout, con
     }
     // dw rows [b, e) += alpha · dout[:, b:e]ᵀ · inp (each chunk repacks inp), and dbias.
     const size_t chunk = ChunkSize(OC, nth);
-    const long chunks = static_cast<long>((OC + chunk - 1) / chunk);
+    // Every thread takes the same branch: the worksharing loop is skipped by all or none.
+    const long chunks =
+        dw == nullptr && dbias == nullptr ? 0 : static_cast<long>((OC + chunk - 1) / chunk);
 #pragma omp for schedule(dynamic, 1)
     for (long k = 0; k < chunks; ++k) {
       const size_t b = k * chunk, e = std::min<size_t>(OC, b + chunk), m = e - b;
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(m), C, N, alpha,
-                  dout + b, OC, inp, C, 1.0f, dw + b * C, C);
+      if (dw != nullptr) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(m), C, N, alpha,
+                    dout + b, OC, inp, C, 1.0f, dw + b * C, C);
+      }
       if (dbias != nullptr) {
         float* db = dbias + b;
         for (int n = 0; n < N; ++n) {
@@ -137,6 +141,23 @@ void MatmulBackward(float* dinp, float* dw, float* dbias, const float* dout, con
           for (size_t o = 0; o < m; ++o) db[o] += alpha * d[o];
         }
       }
+    }
+  }
+}
+
+void MatmulBackwardWeightRows(float* dw_rows, const float* dout, const float* inp, int N, int C,
+                              int OC, int r0, int rows) {
+  UseOpenMpForBlas();
+#pragma omp parallel
+  {
+    // As MatmulBackward's dw: each chunk of rows one sgemm (repacking inp).
+    const size_t chunk = ChunkSize(rows, omp_get_num_threads());
+    const long chunks = static_cast<long>((rows + chunk - 1) / chunk);
+#pragma omp for schedule(dynamic, 1)
+    for (long k = 0; k < chunks; ++k) {
+      const size_t b = k * chunk, e = std::min<size_t>(rows, b + chunk);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(e - b), C, N, 1.0f,
+                  dout + r0 + b, OC, inp, C, 1.0f, dw_rows + b * C, C);
     }
   }
 }

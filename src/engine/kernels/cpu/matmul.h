@@ -41,9 +41,15 @@ void MatmulForward(float* out, const float* inp, const float* w, const float* bi
                    int C, int OC);
 
 // dinp (N, C) += dout · w; dw (OC, C) += doutᵀ · inp; dbias (OC) += Σ_rows dout.
-// dinp and dbias may be null (not needed). `alpha` scales dout in all three (1 for the
+// dinp, dw and dbias may be null (not needed). `alpha` scales dout in all three (1 for the
 // plain derivative).
 void MatmulBackward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                     const float* w, int N, int C, int OC, float alpha = 1.0f);
+
+// Rows [r0, r0 + rows) of MatmulBackward's dw: dw_rows (rows, C) += dout[:, r0:r0+rows]ᵀ · inp
+// (dout is N × OC). A weight's gradient computed a slice at a time into a buffer that holds
+// only the slice (ZeRO's gradient pieces, gpt.h GradSink).
+void MatmulBackwardWeightRows(float* dw_rows, const float* dout, const float* inp, int N, int C,
+                              int OC, int r0, int rows);
 
 }  // namespace cohort::engine::cpu
