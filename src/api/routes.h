@@ -60,9 +60,9 @@ inline constexpr char kJobProgressPattern[] = R"(/v1/jobs/([^/]+)/progress)";
 std::string JobExec(int64_t id);
 inline constexpr char kJobExecPattern[] = R"(/v1/jobs/([^/]+)/exec)";
 std::string JobExecOutput(int64_t id, std::string_view session);
-inline constexpr char kJobExecOutputPattern[] = R"(/v1/jobs/([^/]+)/exec/([0-9a-f]{1,64})/output)";
+inline constexpr char kJobExecOutputPattern[] = R"(/v1/jobs/([^/]+)/exec/([0-9a-f]+)/output)";
 std::string JobExecInput(int64_t id, std::string_view session);
-inline constexpr char kJobExecInputPattern[] = R"(/v1/jobs/([^/]+)/exec/([0-9a-f]{1,64})/input)";
+inline constexpr char kJobExecInputPattern[] = R"(/v1/jobs/([^/]+)/exec/([0-9a-f]+)/input)";
 
 // Nodes: GET lists.
 inline constexpr char kNodes[] = "/v1/nodes";
@@ -140,8 +140,8 @@ inline constexpr char kAgentImagesPrune[] = "/v1/images/prune";    // POST {"unu
 // GET its output (&offset=&wait_ms=) and POST its input.
 inline constexpr char kAgentExec[] = "/v1/exec";
 std::string AgentExecOutput(std::string_view session);
-inline constexpr char kAgentExecOutputPattern[] = R"(/v1/exec/([0-9a-f]{1,64})/output)";
+inline constexpr char kAgentExecOutputPattern[] = R"(/v1/exec/([0-9a-f]+)/output)";
 std::string AgentExecInput(std::string_view session);
-inline constexpr char kAgentExecInputPattern[] = R"(/v1/exec/([0-9a-f]{1,64})/input)";
+inline constexpr char kAgentExecInputPattern[] = R"(/v1/exec/([0-9a-f]+)/input)";
 
 }  // namespace cohort::api::routes
