@@ -107,6 +107,12 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   COHORT_TRY_VOID(a->Listen());
   a->BuildRegistration();
   a->images_ = std::make_unique<ImageCache>(a->config_.container_runtimes, a->config_.work_dir + "/images");
+  ExecSessions::Options exec_options;
+  exec_options.task_running = [agent = a.get()](const TaskKey& key) {
+    Executor* executor = agent->executor();
+    return executor && executor->IsRunning(key);
+  };
+  a->exec_sessions_ = std::make_unique<ExecSessions>(std::move(exec_options));
   a->StartHealthChecker();
   a->StartThreads();
   return a;
@@ -699,6 +705,7 @@ void Agent::Stop() {
     if (registered_) (void)HeartbeatOnce();  // report the exits now rather than at the failure timeout
   }
   if (server_) server_->Stop();
+  exec_sessions_.reset();
 }
 
 void Agent::Wait() {

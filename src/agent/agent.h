@@ -56,6 +56,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/exec_session.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/gpu/sharing.h"
@@ -160,6 +161,9 @@ class Agent {
   // ---- HTTP handlers (HTTP server threads; agent_http.cc).
   void ServeMetrics(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
   void ServeSimulateXid(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
+  void ServeExecStart(const httplib::Request& req, httplib::Response& res);
+  void ServeExecOutput(const httplib::Request& req, httplib::Response& res);
+  void ServeExecInput(const httplib::Request& req, httplib::Response& res);
   void ServeLogs(const httplib::Request& req, httplib::Response& res) EXCLUDES(mu_);
   // The image cache (image_cache.h): GET images, POST images/remove {"image"}, POST
   // images/prune {"unused_for_s"}; the head's calls only.
@@ -231,6 +235,9 @@ class Agent {
   // Created on the loop thread at the first registration (the kill grace comes from the
   // head), then never replaced; HTTP threads read it through executor().
   std::unique_ptr<Executor> executor_;
+  // Exec sessions beside the tasks (exec_session.h); set by Start, thread-safe, reset by
+  // Stop once the server no longer calls it. Declared after executor_, so it goes first.
+  std::unique_ptr<ExecSessions> exec_sessions_;
 
   mutable Mutex mu_;
   CondVar cv_;                                                 // signalled with mu_

@@ -6,6 +6,7 @@
 #include "agent/agent.h"
 #include "agent/executor.h"
 #include "agent/metrics.h"
+#include "api/exec.h"
 #include "api/routes.h"
 #include "common/http_server.h"
 #include "common/log.h"
@@ -17,13 +18,26 @@ namespace routes = api::routes;
 namespace {
 
 // The agent's API is small (wake-ups, logs, metrics): one pool of four threads, behind
-// HttpServer's limits on headers, bodies, slow and idle clients.
+// HttpServer's limits on headers, bodies, slow and idle clients. Exec sessions' calls
+// (/v1/exec...) have a pool of their own: a read of output waits up to
+// api::kMaxExecWaitMs for some, and must not hold the threads that wake-ups need.
 HttpServerOptions AgentHttpOptions(const AgentConfig& c) {
   HttpServerOptions o;
   o.host = c.listen_host;
   o.port = c.port;
-  o.pools = {{"agent", 4, 1024}};
+  o.pools = {{"agent", 4, 1024}, {"exec", 16, 1024}};
+  o.classify = [](std::string_view, std::string_view path) -> size_t {
+    return path.starts_with(routes::kAgentExec) ? 1 : 0;
+  };
   return o;
+}
+
+// The task an exec call names: ?job=&attempt=&rank=.
+Result<TaskKey> ExecTaskKey(const httplib::Request& req) {
+  auto job = COHORT_TRY(QueryIntParam(req, "job", std::nullopt, 1, INT64_MAX));
+  auto attempt = COHORT_TRY(QueryIntParam(req, "attempt", std::nullopt, 0, INT32_MAX));
+  auto rank = COHORT_TRY(QueryIntParam(req, "rank", std::nullopt, 0, INT32_MAX));
+  return TaskKey{job, static_cast<int>(attempt), static_cast<int>(rank)};
 }
 
 // Over TLS (`tls`), OK only for a connection with the head's certificate; always OK
@@ -57,6 +71,19 @@ void Agent::BuildServer() {
   srv.Get(routes::kAgentLogs, [this](const httplib::Request& req, httplib::Response& res) {
     if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
     ServeLogs(req, res);
+  });
+  // Exec sessions (exec_session.h): only the head, which authorizes the user, calls them.
+  PostWithBodyCap(srv, routes::kAgentExec, [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
+    ServeExecStart(req, res);
+  });
+  srv.Get(routes::kAgentExecOutputPattern, [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
+    ServeExecOutput(req, res);
+  });
+  PostWithBodyCap(srv, routes::kAgentExecInputPattern, [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
+    ServeExecInput(req, res);
   });
   srv.Get(routes::kAgentImages, [this](const httplib::Request& req, httplib::Response& res) {
     if (auto ok = CheckHeadCredential(req); !ok) return SendError(res, ok.error());
@@ -151,6 +178,54 @@ void Agent::ServeLogs(const httplib::Request& req, httplib::Response& res) {
   res.set_header("X-Cohort-Size", std::to_string(chunk->size));
   res.set_header("X-Cohort-Done", chunk->done ? "1" : "0");
   res.set_content(std::move(chunk->data), "application/octet-stream");
+}
+
+// POST routes::kAgentExec?job=&attempt=&rank= (api::ExecRequest): {"session": ID}, a
+// command started beside that running task.
+void Agent::ServeExecStart(const httplib::Request& req, httplib::Response& res) {
+  auto key = ExecTaskKey(req);
+  if (!key) return SendError(res, key.error());
+  auto body = ParseJson(req.body, "request body");
+  if (!body) return SendError(res, body.error());
+  auto exec = api::ExecRequestFromJson(*body);
+  if (!exec) return SendError(res, exec.error());
+  Executor* executor = this->executor();
+  if (!executor) return SendError(res, Error{ErrorCode::kNotFound, "this agent runs no tasks"});
+  auto target = executor->ExecTargetOf(*key);
+  if (!target) return SendError(res, target.error());
+  auto id = exec_sessions_->Start(*target, *exec);
+  if (!id) return SendError(res, id.error());
+  SendJson(res, json{{"session", *id}});
+}
+
+// GET routes::kAgentExecOutputPattern?job=&attempt=&rank=&offset=&wait_ms=: the session's
+// frames from `offset` (api/exec.h), with X-Cohort-Next-Offset, and X-Cohort-Done and
+// X-Cohort-Exit-Code once the command has exited and this reply holds the rest.
+void Agent::ServeExecOutput(const httplib::Request& req, httplib::Response& res) {
+  auto key = ExecTaskKey(req);
+  if (!key) return SendError(res, key.error());
+  auto offset = QueryIntParam(req, "offset", 0, 0, INT64_MAX);
+  if (!offset) return SendError(res, offset.error());
+  auto wait = QueryIntParam(req, "wait_ms", 0, 0, api::kMaxExecWaitMs);
+  if (!wait) return SendError(res, wait.error());
+  auto out = exec_sessions_->Read(req.matches[1].str(), *key, *offset, Millis(*wait));
+  if (!out) return SendError(res, out.error());
+  res.set_header("X-Cohort-Next-Offset", std::to_string(out->next_offset));
+  res.set_header("X-Cohort-Done", out->done ? "1" : "0");
+  if (out->done) res.set_header("X-Cohort-Exit-Code", std::to_string(out->exit_code));
+  res.set_content(std::move(out->frames), "application/octet-stream");
+}
+
+// POST routes::kAgentExecInputPattern?job=&attempt=&rank= (api::ExecInput): {"ok": true}.
+void Agent::ServeExecInput(const httplib::Request& req, httplib::Response& res) {
+  auto key = ExecTaskKey(req);
+  if (!key) return SendError(res, key.error());
+  auto body = ParseJson(req.body, "request body");
+  if (!body) return SendError(res, body.error());
+  auto in = api::ExecInputFromJson(*body);
+  if (!in) return SendError(res, in.error());
+  if (auto ok = exec_sessions_->Write(req.matches[1].str(), *key, *in); !ok) return SendError(res, ok.error());
+  SendJson(res, json{{"ok", true}});
 }
 
 namespace {

@@ -237,6 +237,7 @@ void Executor::StartShim(const TaskKey& key) {
   std::string error = PrepareTask(key, spec, account, have_log);
   pid_t pid = -1;
   int pidfd = -1;
+  ExecTarget exec;
   if (error.empty() && (spec.command.empty() || spec.command[0].empty())) {
     error = "empty command";
   }
@@ -263,6 +264,17 @@ void Executor::StartShim(const TaskKey& key) {
     // right after the spawn (a stop, a checkpoint signal) waits for its signalfd instead
     // of killing it by the default action.
     so.blocked_signals = {SIGTERM, SIGUSR1, SIGUSR2};
+    exec.key = key;
+    exec.env = so.env;
+    exec.unset_env = so.unset_env;
+    exec.workdir = spec.workdir;
+    if (account) exec.identity = account->identity;
+    if (!spec.container_image.empty()) {
+      auto runtime = options_.container_runtimes.find(spec.container_runtime);
+      if (runtime != options_.container_runtimes.end()) exec.container_runtime_command = runtime->second;
+      exec.container_runtime = spec.container_runtime;
+      exec.container_name = ContainerName(options_.work_dir, key.job_id, key.attempt, key.rank);
+    }
     if (error.empty()) {
       auto child = Subprocess::Spawn(so);
       if (!child) {
@@ -294,6 +306,7 @@ void Executor::StartShim(const TaskKey& key) {
     } else {
       t.status.pid = pid;
       t.pidfd = pidfd;
+      t.exec = std::move(exec);
       if (t.pending_signal) kill(pid, t.pending_signal);
     }
   }
@@ -379,6 +392,25 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
   argv.push_back("--");
   argv.insert(argv.end(), spec.command.begin(), spec.command.end());
   return argv;
+}
+
+Result<ExecTarget> Executor::ExecTargetOf(const TaskKey& key) const {
+  MutexLock lk(mu_);
+  auto it = tasks_.find(key);
+  if (it == tasks_.end()) return Errorf(ErrorCode::kNotFound, "node {} runs no {}", options_.node_name, KeyName(key));
+  if (!it->second.status.running) {
+    return Errorf(ErrorCode::kFailedPrecondition, "{} has ended on node {}", KeyName(key), options_.node_name);
+  }
+  if (!it->second.exec) {
+    return Errorf(ErrorCode::kFailedPrecondition, "{} is still starting on node {}", KeyName(key), options_.node_name);
+  }
+  return *it->second.exec;
+}
+
+bool Executor::IsRunning(const TaskKey& key) const {
+  MutexLock lk(mu_);
+  auto it = tasks_.find(key);
+  return it != tasks_.end() && it->second.status.running;
 }
 
 void Executor::TryReap(const TaskKey& key) {

@@ -90,6 +90,21 @@ struct TaskStatus {
   int cpus = 0;
 };
 
+// What a command run beside a running task needs to run in its environment (exec
+// sessions, exec_session.h): the task's environment as the shim got it (added to this
+// process's, less unset_env), its working directory, its account (nullopt: this
+// process's), and for a container task the runtime and the container's name.
+struct ExecTarget {
+  TaskKey key;
+  std::map<std::string, std::string> env;
+  std::vector<std::string> unset_env;
+  std::string workdir;
+  std::optional<TaskIdentity> identity;
+  std::string container_runtime_command;  // non-empty: `RUNTIME exec` into container_name
+  std::string container_runtime;          // podman or docker
+  std::string container_name;
+};
+
 struct LogChunk {
   std::string data;
   int64_t offset = 0;       // where `data` starts
@@ -187,6 +202,12 @@ class Executor {
   // forgotten task's log is still readable), kInvalidArgument if max_bytes <= 0.
   Result<LogChunk> ReadLog(const TaskKey& key, int64_t offset, int64_t max_bytes) const EXCLUDES(mu_);
 
+  // How to run a command beside a running task (ExecTarget). kNotFound naming the task when
+  // this node has no such task, kFailedPrecondition when it has ended or is still starting.
+  Result<ExecTarget> ExecTargetOf(const TaskKey& key) const EXCLUDES(mu_);
+  // True while `key` runs here.
+  bool IsRunning(const TaskKey& key) const EXCLUDES(mu_);
+
   // Paths of a task's files (whether or not the task exists).
   std::string LogPath(const TaskKey& key) const;
   std::string StatusPath(const TaskKey& key) const;
@@ -199,6 +220,7 @@ class Executor {
     int pidfd = -1;         // -1 when pidfd_open is unavailable (polled with WNOHANG)
     int pending_signal = 0; // a stop that arrived before the shim was started
     std::string stop_reason; // why this process stopped it (Stop's reason); empty: not given
+    std::optional<ExecTarget> exec;  // set once the shim runs
   };
 
   void Loop() EXCLUDES(mu_);                         // the executor thread

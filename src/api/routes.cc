@@ -52,6 +52,15 @@ std::string JobHold(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "
 std::string JobRelease(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/release"); }
 std::string JobUpdate(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/update"); }
 std::string JobLogs(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/logs"); }
+std::string JobExec(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/exec"); }
+std::string JobExecOutput(int64_t id, std::string_view session) {
+  return Path("/v1/jobs/", std::to_string(id), "/exec/") + UrlEncode(session) + "/output";
+}
+std::string JobExecInput(int64_t id, std::string_view session) {
+  return Path("/v1/jobs/", std::to_string(id), "/exec/") + UrlEncode(session) + "/input";
+}
+std::string AgentExecOutput(std::string_view session) { return "/v1/exec/" + UrlEncode(session) + "/output"; }
+std::string AgentExecInput(std::string_view session) { return "/v1/exec/" + UrlEncode(session) + "/input"; }
 std::string JobProgress(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/progress"); }
 std::string JobSweep(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/sweep"); }
 std::string Node(std::string_view name) { return Path("/v1/nodes/", name); }

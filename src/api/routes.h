@@ -55,6 +55,14 @@ std::string JobProgress(int64_t id);  // GET ?limit=
 std::string JobSweep(int64_t id);
 inline constexpr char kJobSweepPattern[] = R"(/v1/jobs/([^/]+)/sweep)";
 inline constexpr char kJobProgressPattern[] = R"(/v1/jobs/([^/]+)/progress)";
+// Exec sessions beside a running task (api/exec.h): POST starts one (?rank=), then GET its
+// output and POST its input (?rank=&attempt=, and for output &offset=&wait_ms=).
+std::string JobExec(int64_t id);
+inline constexpr char kJobExecPattern[] = R"(/v1/jobs/([^/]+)/exec)";
+std::string JobExecOutput(int64_t id, std::string_view session);
+inline constexpr char kJobExecOutputPattern[] = R"(/v1/jobs/([^/]+)/exec/([0-9a-f]+)/output)";
+std::string JobExecInput(int64_t id, std::string_view session);
+inline constexpr char kJobExecInputPattern[] = R"(/v1/jobs/([^/]+)/exec/([0-9a-f]+)/input)";
 
 // Nodes: GET lists.
 inline constexpr char kNodes[] = "/v1/nodes";
@@ -128,5 +136,12 @@ inline constexpr char kAgentSimulateXid[] = "/v1/simulate/xid";
 inline constexpr char kAgentImages[] = "/v1/images";               // GET: the image cache
 inline constexpr char kAgentImagesRemove[] = "/v1/images/remove";  // POST {"image"}
 inline constexpr char kAgentImagesPrune[] = "/v1/images/prune";    // POST {"unused_for_s"}
+// Exec sessions (api/exec.h), each call with ?job=&attempt=&rank=: POST starts one, then
+// GET its output (&offset=&wait_ms=) and POST its input.
+inline constexpr char kAgentExec[] = "/v1/exec";
+std::string AgentExecOutput(std::string_view session);
+inline constexpr char kAgentExecOutputPattern[] = R"(/v1/exec/([0-9a-f]+)/output)";
+std::string AgentExecInput(std::string_view session);
+inline constexpr char kAgentExecInputPattern[] = R"(/v1/exec/([0-9a-f]+)/input)";
 
 }  // namespace cohort::api::routes

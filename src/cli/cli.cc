@@ -154,6 +154,7 @@ std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(
   AddJobControlCommands(ctx);
   AddHistoryCommand(ctx);
   AddLogsCommand(ctx);
+  AddExecCommands(ctx);
   AddNodesCommand(ctx);
   AddNodeCommands(ctx);
   AddDrainCommands(ctx);

@@ -70,6 +70,7 @@ void AddQueueCommand(CommandContext& ctx);
 void AddShowCommand(CommandContext& ctx);
 void AddCancelCommand(CommandContext& ctx);
 void AddLogsCommand(CommandContext& ctx);
+void AddExecCommands(CommandContext& ctx);  // exec and attach (exec.cc)
 void AddNodesCommand(CommandContext& ctx);
 void AddDrainCommands(CommandContext& ctx);  // drain and resume
 void AddNodeCommands(CommandContext& ctx);   // node rm

@@ -39,7 +39,10 @@ static const char* kVersion = "0.1.0";
 
 namespace {
 
-enum Pool : size_t { kApiPool = 0, kAgentPool = 1, kTaskPool = 2, kGatewayPool = 3 };
+enum Pool : size_t { kApiPool = 0, kAgentPool = 1, kTaskPool = 2, kGatewayPool = 3, kExecPool = 4 };
+// Exec sessions' calls (api/exec.h): a read of output holds its thread while it waits for
+// some (up to api::kMaxExecWaitMs), so an interactive session holds one almost always.
+constexpr int kExecHttpThreads = 32;
 
 // Agents and tasks get threads of their own: no API traffic can delay a heartbeat (and so
 // fail the node's jobs) or a rendezvous.
@@ -48,6 +51,7 @@ size_t ClassifyRequest(std::string_view, std::string_view path) {
   if (path.starts_with("/v1/rendezvous/") || path.starts_with("/v1/report/")) return kTaskPool;
   // Inference through the gateway: a stream holds its thread until its last token.
   if (path == api::routes::kCompletions || path == api::routes::kChatCompletions) return kGatewayPool;
+  if (path.starts_with("/v1/jobs/") && path.find("/exec/") != std::string_view::npos) return kExecPool;
   return kApiPool;
 }
 
@@ -60,7 +64,8 @@ HttpServerOptions HttpOptions(const HeadConfig& c) {
   o.pools = {{"api", api_threads, 4096, /*nice=*/5, c.api_requests_per_client},
              {"agents", c.agent_http_threads, 65536, 0, 0},
              {"tasks", c.task_http_threads, 65536, 0, 0},
-             {"gateway", c.gateway_http_threads, 4096, 0, 0}};
+             {"gateway", c.gateway_http_threads, 4096, 0, 0},
+             {"exec", kExecHttpThreads, 4096, 0, c.api_requests_per_client}};
   o.classify = ClassifyRequest;
   o.request_timeout = Millis(c.request_timeout_ms);
   o.max_connections_per_client = c.max_connections_per_client;
@@ -288,6 +293,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   RegisterNodeRoutes(router, cluster, *h->tokens_);
   RegisterAgentRoutes(router, cluster);
   RegisterLogRoutes(router, cluster);
+  RegisterExecRoutes(router, cluster);
   RegisterRendezvousRoutes(router, cluster);
   RegisterProgressRoutes(router, cluster);
   h->gateway_ = std::make_unique<Gateway>(cluster);

@@ -25,6 +25,7 @@ void RegisterImageRoutes(Router& router, Cluster& cluster);       // /v1/nodes/{
 void RegisterNodeRoutes(Router& router, Cluster& cluster, TokenBook& tokens);
 void RegisterAgentRoutes(Router& router, Cluster& cluster);
 void RegisterLogRoutes(Router& router, Cluster& cluster);
+void RegisterExecRoutes(Router& router, Cluster& cluster);  // /v1/jobs/{id}/exec (api/exec.h)
 void RegisterRendezvousRoutes(Router& router, Cluster& cluster);
 void RegisterProgressRoutes(Router& router, Cluster& cluster);
 class AuditLog;

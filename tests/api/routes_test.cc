@@ -23,6 +23,11 @@ TEST(RoutesTest, BuildersMatchTheirPatterns) {
   ExpectMatches(JobRelease(42), kJobReleasePattern, {"42"});
   ExpectMatches(JobUpdate(42), kJobUpdatePattern, {"42"});
   ExpectMatches(JobLogs(42), kJobLogsPattern, {"42"});
+  ExpectMatches(JobExec(42), kJobExecPattern, {"42"});
+  ExpectMatches(JobExecOutput(42, "0af3"), kJobExecOutputPattern, {"42", "0af3"});
+  ExpectMatches(JobExecInput(42, "0af3"), kJobExecInputPattern, {"42", "0af3"});
+  ExpectMatches(AgentExecOutput("0af3"), kAgentExecOutputPattern, {"0af3"});
+  ExpectMatches(AgentExecInput("0af3"), kAgentExecInputPattern, {"0af3"});
   ExpectMatches(JobProgress(42), kJobProgressPattern, {"42"});
   ExpectMatches(Node("gpu-01"), kNodePattern, {"gpu-01"});
   ExpectMatches(NodeDrain("gpu-01"), kNodeDrainPattern, {"gpu-01"});

@@ -22,7 +22,7 @@ namespace {
 // A concrete path for a registered pattern: "n1" for a name or id segment, "k" for a key.
 std::string SamplePath(std::string pattern) {
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"([^/]+)", "n1"}, {R"(([\s\S]+))", "k"}, {"[A-Za-z0-9._-]+", "index.html"}}) {
+           {"([^/]+)", "n1"}, {"([0-9a-f]+)", "0af3"}, {R"(([\s\S]+))", "k"}, {"[A-Za-z0-9._-]+", "index.html"}}) {
     for (size_t at; (at = pattern.find(from)) != std::string::npos;) pattern.replace(at, from.size(), to);
   }
   return pattern;

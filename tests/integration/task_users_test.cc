@@ -188,6 +188,29 @@ class TaskUsersTest : public ::testing::Test {
   std::string ckpt_root_;
 };
 
+// `cohort exec` into a user's job runs as that job's account, never as the root agent: with
+// its ids, and no more access than its task (the other account's checkpoint stays closed).
+TEST_F(TaskUsersTest, ExecRunsAsTheJobsAccount) {
+  const TestAccount& a = accounts_[0];
+  const TestAccount& b = accounts_[1];
+  const int64_t ja = SubmitSleeper(a.name());
+  const int64_t jb = SubmitSleeper(b.name());
+  ASSERT_GT(WaitForTaskPid(ja), 0);
+  ASSERT_GT(WaitForTaskPid(jb), 0);
+  auto r = Cohort(c_, {"exec", std::to_string(ja), "--", "sh", "-c",
+                       "echo ids=$(id -u):$(id -g); grep '^Uid:' /proc/self/status; "
+                       "cat $COHORT_CHECKPOINT_DIR/ckpt; cat " + CheckpointDir(jb) + "/ckpt"});
+  EXPECT_EQ(r.status.Code(), 1) << "the other account's checkpoint is not readable: " << r.output << r.errors;
+  EXPECT_NE(r.output.find(fmt::format("ids={}:{}", a.uid(), a.gid())), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("{0}\t{0}\t{0}\t{0}", a.uid())), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("secret"), std::string::npos) << "its own checkpoint is: " << r.output;
+  EXPECT_NE(r.errors.find("Permission denied"), std::string::npos) << r.errors;
+  for (int64_t id : {ja, jb}) {
+    ASSERT_TRUE(c_.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object()).has_value());
+    c_.WaitForState(id, "CANCELLED");
+  }
+}
+
 TEST_F(TaskUsersTest, EachUsersTasksRunAsItsAccountAndCannotReadTheOthers) {
   const TestAccount& a = accounts_[0];
   const TestAccount& b = accounts_[1];

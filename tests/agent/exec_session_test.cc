@@ -1,0 +1,146 @@
+// ExecSessions (agent/exec_session.h) on this machine, without an agent: a command in a
+// task's environment and directory with its output framed and its exit code kept, stdin
+// forwarded, a terminal with its size, and the ways a session ends (close, its task ending).
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "agent/exec_session.h"
+
+namespace cohort::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+ExecTarget Target(const std::string& dir) {
+  ExecTarget t;
+  t.key = TaskKey{7, 1, 0};
+  t.env = {{"EXEC_UNIT_VAR", "value"}};
+  t.unset_env = {"HOME"};
+  t.workdir = dir;
+  return t;
+}
+
+// Reads session `id` to its end; its stdout, stderr and exit code.
+struct Ran {
+  std::string out, err;
+  int exit_code = -1;
+};
+Ran ReadToEnd(ExecSessions& s, const std::string& id, const TaskKey& key) {
+  Ran ran;
+  int64_t offset = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto r = s.Read(id, key, offset, 200ms);
+    EXPECT_TRUE(r.has_value()) << r.error().message;
+    if (!r) break;
+    auto frames = api::DecodeExecFrames(r->frames);
+    EXPECT_TRUE(frames.has_value());
+    for (const auto& f : *frames) (f.stream == 'e' ? ran.err : ran.out) += f.data;
+    offset = r->next_offset;
+    if (r->done) {
+      ran.exit_code = r->exit_code;
+      break;
+    }
+  }
+  return ran;
+}
+
+class ExecSessionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("exec-unit-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ExecSessionsTest, RunsInTheTasksEnvironmentWithStdinAndExitCode) {
+  ExecSessions sessions({});
+  api::ExecRequest req;
+  req.command = {"sh", "-c", "echo var=$EXEC_UNIT_VAR home=${HOME:-unset} cwd=$(pwd); read l; echo got=$l; "
+                             "echo oops >&2; exit 3"};
+  req.stdin_open = true;
+  auto id = sessions.Start(Target(dir_.string()), req);
+  ASSERT_TRUE(id.has_value()) << id.error().message;
+  api::ExecInput in;
+  in.data = "line\n";
+  in.eof = true;
+  ASSERT_TRUE(sessions.Write(*id, TaskKey{7, 1, 0}, in).has_value());
+  Ran ran = ReadToEnd(sessions, *id, TaskKey{7, 1, 0});
+  EXPECT_EQ(ran.out, "var=value home=unset cwd=" + dir_.string() + "\ngot=line\n");
+  EXPECT_EQ(ran.err, "oops\n");
+  EXPECT_EQ(ran.exit_code, 3);
+  // Another task's key does not reach the session.
+  EXPECT_FALSE(sessions.Read(*id, TaskKey{7, 1, 1}, 0, 0ms).has_value());
+}
+
+TEST_F(ExecSessionsTest, ATerminalHasItsSizeAndStdinIsClosedWithoutDashI) {
+  ExecSessions sessions({});
+  api::ExecRequest req;
+  req.command = {"sh", "-c", "stty size; test -t 0 && echo tty"};
+  req.tty = true;
+  req.rows = 31;
+  req.cols = 97;
+  auto id = sessions.Start(Target(dir_.string()), req);
+  ASSERT_TRUE(id.has_value());
+  Ran ran = ReadToEnd(sessions, *id, TaskKey{7, 1, 0});
+  EXPECT_EQ(ran.out, "31 97\r\ntty\r\n");
+  EXPECT_EQ(ran.exit_code, 0);
+
+  req = {};
+  req.command = {"sh", "-c", "cat; echo end"};
+  id = sessions.Start(Target(dir_.string()), req);
+  ASSERT_TRUE(id.has_value());
+  api::ExecInput in;
+  in.data = "x";
+  auto refused = sessions.Write(*id, TaskKey{7, 1, 0}, in);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("-i"), std::string::npos);
+  EXPECT_EQ(ReadToEnd(sessions, *id, TaskKey{7, 1, 0}).out, "end\n");
+}
+
+TEST_F(ExecSessionsTest, CloseAndTheTasksEndKillTheCommand) {
+  std::atomic<bool> task_running{true};
+  ExecSessions::Options o;
+  o.task_running = [&](const TaskKey&) { return task_running.load(); };
+  ExecSessions sessions(o);
+  api::ExecRequest req;
+  req.command = {"sleep", "300"};
+  auto id = sessions.Start(Target(dir_.string()), req);
+  ASSERT_TRUE(id.has_value());
+  api::ExecInput close;
+  close.close = true;
+  ASSERT_TRUE(sessions.Write(*id, TaskKey{7, 1, 0}, close).has_value());
+  EXPECT_EQ(ReadToEnd(sessions, *id, TaskKey{7, 1, 0}).exit_code, 128 + SIGKILL);
+
+  id = sessions.Start(Target(dir_.string()), req);
+  ASSERT_TRUE(id.has_value());
+  task_running = false;  // the sweeper ends sessions of tasks that stopped
+  EXPECT_EQ(ReadToEnd(sessions, *id, TaskKey{7, 1, 0}).exit_code, 128 + SIGKILL);
+}
+
+TEST_F(ExecSessionsTest, AProgramThatCannotRunExits127SayingWhy) {
+  ExecSessions sessions({});
+  api::ExecRequest req;
+  req.command = {"no-such-program-for-exec"};
+  auto id = sessions.Start(Target(dir_.string()), req);
+  ASSERT_TRUE(id.has_value());
+  Ran ran = ReadToEnd(sessions, *id, TaskKey{7, 1, 0});
+  EXPECT_EQ(ran.exit_code, 127);
+  EXPECT_NE(ran.err.find("cannot execute 'no-such-program-for-exec'"), std::string::npos) << ran.err;
+  // A directory it cannot enter, likewise.
+  ExecTarget t = Target((dir_ / "missing").string());
+  req.command = {"true"};
+  id = sessions.Start(t, req);
+  ASSERT_TRUE(id.has_value());
+  ran = ReadToEnd(sessions, *id, TaskKey{7, 1, 0});
+  EXPECT_EQ(ran.exit_code, 127);
+  EXPECT_NE(ran.err.find("cannot enter working directory"), std::string::npos) << ran.err;
+}
+
+}  // namespace
+}  // namespace cohort::agent
