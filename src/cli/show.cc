@@ -136,6 +136,19 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
                                 FormatDuration(std::max<int64_t>(0, m.deadline_ms - now_ms))));
     }
   }
+  if (job.nomination) {
+    std::string nodes;
+    for (const auto& n : job.nomination->nodes) nodes += (nodes.empty() ? "" : ",") + n;
+    r.Add("nominated", fmt::format("preempted job(s) for it {} ago; waits for their GPUs on {} (held for it)",
+                                   FormatDuration(std::max<int64_t>(0, now_ms - job.nomination->since_ms)),
+                                   nodes.empty() ? std::string("any node") : nodes));
+  }
+  // An older attempt's mark means this attempt has reported none.
+  if (job.last_checkpoint && job.last_checkpoint->attempt == job.attempt) {
+    r.Add("checkpoint", fmt::format("step {}, reported {} ago (a preemption loses the work since)",
+                                    job.last_checkpoint->step,
+                                    FormatDuration(std::max<int64_t>(0, now_ms - job.last_checkpoint->reported_ms))));
+  }
   r.Add("submitted", FormatTimestamp(job.submit_ms));
   r.Add("started", FormatTimestamp(job.start_ms));
   r.Add("ended", FormatTimestamp(job.end_ms));

@@ -9,6 +9,7 @@ namespace cohort::cli {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int64_t kNow = 1'800'000'000'000;
 
@@ -110,6 +111,20 @@ TEST(RenderJobTest, KeyValueReportWithSections) {
   EXPECT_THAT(out, HasSubstr("\nattempts:\n"));
   EXPECT_THAT(out, HasSubstr("node[3-4]  node node4 went down\n"));
   EXPECT_THAT(out, HasSubstr("node[1-2]  (running)\n"));
+}
+
+// Kept in the job record across head restarts (head/core/preempt.h), and shown.
+TEST(RenderJobTest, ANominationAndTheAttemptsLastCheckpoint) {
+  api::Job job = RunningJob();
+  EXPECT_THAT(RenderJob(job, kNow), Not(HasSubstr("nominated:")));
+  job.nomination = api::Nomination{kNow - 65'000, {"node3", "node4"}};
+  job.last_checkpoint = api::CheckpointMark{job.attempt, 120, kNow - 5'000};
+  std::string out = RenderJob(job, kNow);
+  EXPECT_THAT(out, HasSubstr("nominated:     preempted job(s) for it 1m05s ago; waits for their GPUs on node3,node4 "
+                             "(held for it)\n"));
+  EXPECT_THAT(out, HasSubstr("checkpoint:    step 120, reported 5.0s ago"));
+  job.last_checkpoint->attempt = job.attempt - 1;  // an older attempt's: none of this one
+  EXPECT_THAT(RenderJob(job, kNow), Not(HasSubstr("checkpoint:    step")));
 }
 
 TEST(RenderJobTest, TaskUsageWithGpuMemoryAndItsWarning) {
