@@ -93,6 +93,18 @@ TEST_P(ZeroWorldTest, ShardedGradientsAccumulateEachPiecesAverageIntoTheShard) {
   });
 }
 
+// The global norm's squares are summed in double: 1 + (ranks - 1)·2^-24 needs more bits
+// than a float has, so a float32 all-reduce could not give it exactly.
+TEST_P(ZeroWorldTest, SumOverRanksKeepsDoublePrecision) {
+  const int world = GetParam();
+  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    const double tiny = std::ldexp(1.0, -24);
+    auto sum = SumOverRanks(comm, comm.rank() == 0 ? 1.0 : tiny);
+    ASSERT_TRUE(sum.has_value()) << sum.error().ToString();
+    EXPECT_EQ(*sum, 1.0 + (world - 1) * tiny);
+  });
+}
+
 TEST_P(ZeroWorldTest, StepsEqualTheReplicatedOptimizer) {
   const int world = GetParam();
   const size_t n = 3'001;

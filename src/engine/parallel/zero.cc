@@ -83,19 +83,22 @@ Result<double> ZeroOptimizer::StepOwnShard(std::span<float> my_params, std::span
   return norm;
 }
 
-Result<double> ZeroOptimizer::GlobalNorm(std::span<const float> my_grads) {
-  // The global norm: each shard's sum of squares as a (float, float remainder) pair, all
-  // gathered and summed in double in rank order (a float32 all-reduce would round the sum).
-  const double local = SquaredNorm(my_grads);
+Result<double> SumOverRanks(comm::Communicator& comm, double local) {
   float pair[2] = {static_cast<float>(local), 0.0f};
   pair[1] = static_cast<float>(local - static_cast<double>(pair[0]));
-  pairs_.resize(2 * static_cast<size_t>(partition_.ranks));
-  const std::vector<size_t> two(static_cast<size_t>(partition_.ranks), 2);
-  COHORT_TRY_VOID(comm_->AllGather(pair, pairs_.data(), two, comm::DataType::kFloat32));
-  double squares = 0;
+  const std::vector<size_t> two(static_cast<size_t>(comm.size()), 2);
+  std::vector<float> pairs(2 * two.size());
+  COHORT_TRY_VOID(comm.AllGather(pair, pairs.data(), two, comm::DataType::kFloat32));
+  double sum = 0;
   for (size_t r = 0; r < two.size(); ++r) {
-    squares += static_cast<double>(pairs_[2 * r]) + static_cast<double>(pairs_[2 * r + 1]);
+    sum += static_cast<double>(pairs[2 * r]) + static_cast<double>(pairs[2 * r + 1]);
   }
+  return sum;
+}
+
+Result<double> ZeroOptimizer::GlobalNorm(std::span<const float> my_grads) {
+  // Every shard's sum of squares, summed in double over the ranks.
+  const double squares = COHORT_TRY(SumOverRanks(*comm_, SquaredNorm(my_grads)));
   return std::sqrt(std::max(0.0, squares));
 }
 

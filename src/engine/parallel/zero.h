@@ -52,6 +52,11 @@ struct ZeroPartition {
 // "ZeRO-2 over 4 ranks" / "no ZeRO" for stage 0.
 std::string ZeroDescription(int stage, int ranks);
 
+// The sum of `local` over every rank of `comm`, in double and the same on every rank: each
+// rank's value as a (float, float remainder) pair, all-gathered and added in rank order (a
+// float32 all-reduce would round the sum). A collective; for gradient norms' squares.
+Result<double> SumOverRanks(comm::Communicator& comm, double local);
+
 class ZeroOptimizer {
  public:
   // AdamW over this rank's shard of a buffer of `total` parameters whose tensors are
@@ -100,7 +105,6 @@ class ZeroOptimizer {
   ZeroPartition partition_;
   AdamW adamw_;
   std::vector<float> scratch_;  // this rank's updated shard, sent by the all-gather
-  std::vector<float> pairs_;    // every rank's sum of squares (float pairs)
 };
 
 }  // namespace cohort::engine

@@ -22,6 +22,7 @@
 #include "engine/optim/grad_clip.h"
 #include "engine/parallel/pipeline.h"
 #include "engine/parallel/tensor_parallel.h"
+#include "engine/parallel/zero.h"
 #include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
@@ -137,14 +138,9 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
     for (const ShardTensor& t : shard_->layout().tensors) {
       if (t.counts_in_norm) sq += SquaredNorm(shard_->grads().subspan(t.local.offset, t.local.numel));
     }
-    if (model_comm_) {
-      // A double as two floats (high and low parts) so the sum keeps double precision.
-      float parts[2] = {static_cast<float>(sq), 0.0f};
-      parts[1] = static_cast<float>(sq - static_cast<double>(parts[0]));
-      COHORT_TRY_VOID(model_comm_->AllReduce(parts, parts, 2, comm::DataType::kFloat32,
-                                             comm::ReduceOp::kSum));
-      sq = static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
-    }
+    // Summed in double over the model group (a float32 all-reduce of (high, low) parts
+    // rounded the sum beyond two ranks).
+    if (model_comm_) sq = COHORT_TRY(SumOverRanks(*model_comm_, sq));
     const double norm = std::sqrt(sq);
     if (zero_) {
       COHORT_TRY_VOID(zero_->StepWithNorm(shard_->params(), shard_->grads(), norm, max_norm, lr));
