@@ -116,7 +116,12 @@ inline void SpawnTestHead(const std::string& dir, const std::string& host, int p
   TestToken() = token;
   setenv("COHORT_TOKEN", token.c_str(), 1);
   const std::string ca = dir + "/head/tls/ca.crt";
-  if (std::filesystem::exists(ca)) setenv("COHORT_CA_FILE", ca.c_str(), 1);  // absent with --insecure/--no-tls
+  // Absent with --insecure/--no-tls: then no earlier test's authority is left behind.
+  if (std::filesystem::exists(ca)) {
+    setenv("COHORT_CA_FILE", ca.c_str(), 1);
+  } else {
+    unsetenv("COHORT_CA_FILE");
+  }
 }
 
 // The scheme of a test head started with `extra` arguments.
