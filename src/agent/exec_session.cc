@@ -368,7 +368,12 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
       kill_now = s->kill;
     }
     if (kill_now && !killed) {
+      // The group, and the command itself: a child that has not reached setsid() yet has
+      // no group of its own (kill(-pid) fails with ESRCH) and would go on to run its
+      // command unkilled. Once it has, the command leads the group, so its descendants
+      // go too.
       kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
       killed = true;
     }
     pollfd fds[4];
