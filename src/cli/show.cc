@@ -137,11 +137,9 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
     }
   }
   if (job.nomination) {
-    std::string nodes;
-    for (const auto& n : job.nomination->nodes) nodes += (nodes.empty() ? "" : ",") + n;
     r.Add("nominated", fmt::format("preempted job(s) for it {} ago; waits for their GPUs on {} (held for it)",
                                    FormatDuration(std::max<int64_t>(0, now_ms - job.nomination->since_ms)),
-                                   nodes.empty() ? std::string("any node") : nodes));
+                                   Join(job.nomination->nodes, ",", "any node")));
   }
   // An older attempt's mark means this attempt has reported none.
   if (job.last_checkpoint && job.last_checkpoint->attempt == job.attempt) {
