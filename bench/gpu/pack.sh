@@ -47,7 +47,7 @@ if [[ ${#TESTS[@]} -eq 0 ]]; then
   exit 1
 fi
 echo "pack: building cohort bench_train_throughput ${TESTS[*]} (-j$JOBS)"
-ninja -C "$BUILD" -j"$JOBS" cohort bench_train_throughput "${TESTS[@]}"
+ninja -C "$BUILD" -j"$JOBS" cohort cohort-data bench_train_throughput "${TESTS[@]}"
 
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
@@ -60,6 +60,9 @@ add_binary() {  # path, destination folder
   BINARIES+=("$1")
 }
 add_binary "$BUILD/cohort" "$PKG/bin"
+# The data-plane module `cohort train` loads from beside the binary (engine_cuda_model_test's
+# `cohort train` runs need it).
+add_binary "$BUILD/libcohort-data.so" "$PKG/bin"
 add_binary "$BUILD/bench/bench_train_throughput" "$PKG/bin"
 for t in "${TESTS[@]}"; do
   exe=$(find "$BUILD/tests" -type f -name "$t" -perm -u+x | head -1)

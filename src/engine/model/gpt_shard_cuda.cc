@@ -593,12 +593,19 @@ Result<std::vector<float>> GptShardCudaModel::Logits(int chunk, int slot, int po
   Stash& s = *m.stashes[chunk][slot];
   COHORT_TRY_VOID(m.UseDevice());
   const size_t all = static_cast<size_t>(m.Vl) * m.tp->size();
-  float* gathered = reinterpret_cast<float*>(
-      COHORT_TRY(m.gathered.Reserve(all * sizeof(float), "the gathered logits", m.device)));
   k::ConvertToFloat(m.Fsum(), s.logits + static_cast<size_t>(position) * m.Vl, m.Vl, m.stream);
   COHORT_CUDA_CHECK(cudaGetLastError());  // the logits row
-  COHORT_TRY_VOID(m.Sync());
-  COHORT_TRY_VOID(m.tp->Gather(m.Fsum(), m.Vl, gathered));
+  // One rank has the whole row already. TensorParallelGroup::Gather of a group of one is a
+  // host memmove, which must never see device memory (it did, and crashed on a real GPU;
+  // the emulator's device memory is host memory, so it passed there).
+  const float* gathered = m.Fsum();
+  if (m.tp->size() > 1) {
+    float* into = reinterpret_cast<float*>(
+        COHORT_TRY(m.gathered.Reserve(all * sizeof(float), "the gathered logits", m.device)));
+    COHORT_TRY_VOID(m.Sync());
+    COHORT_TRY_VOID(m.tp->Gather(m.Fsum(), m.Vl, into));
+    gathered = into;
+  }
   std::vector<float> out(all);
   COHORT_CUDA_CHECK(cudaMemcpyAsync(out.data(), gathered, all * sizeof(float),
                                     cudaMemcpyDeviceToHost, m.stream));

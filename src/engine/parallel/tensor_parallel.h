@@ -33,7 +33,8 @@ class TensorParallelGroup {
   Result<void> SumPartials(float* data, size_t count);
   // data[0, count) = the elementwise maximum over the group's ranks, in place.
   Result<void> Max(float* data, size_t count);
-  // out[rank · count, (rank + 1) · count) = each rank's data, on every rank.
+  // out[rank · count, (rank + 1) · count) = each rank's data, on every rank. A group of one
+  // copies with memmove: device memory must not come here then (the caller copies itself).
   Result<void> Gather(const float* data, size_t count, float* out);
 
   int64_t all_reduces() const { return all_reduces_; }
