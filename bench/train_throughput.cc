@@ -2,13 +2,17 @@
 // AdamW) of a GPT-2-style model.
 //
 //   bench_train_throughput [--device cpu|cuda] [--model small|gpt2-124m] [--batch B]
-//                          [--threads N] [--steps S] [--warmup W] [--no-torch] [--json FILE]
+//                          [--threads N] [--steps S] [--warmup W] [--no-torch] [--variants]
+//                          [--json FILE]
 //
 // --device cpu (default): the float32 CPU reference GptModel, beside the same model in
 // PyTorch (bench/torch_train_throughput.py) with the same thread count, back to back.
 // --device cuda: GptCudaModel + GptCudaAdamW (bf16 activations, float32 master weights) on
 // GPU 0, with MFU against the GPU's dense bf16 peak; the PyTorch side of that comparison is
-// bench/gpu/train_gpt2_torch.py, which bench/gpu/run.sh runs in the same call.
+// bench/gpu/train_gpt2_torch.py, which bench/gpu/run.sh runs in the same call. With
+// --variants it first times the step with every GptCudaOptions lever off (the baseline),
+// then with each lever alone, each on a fresh model in the same process, and prints each
+// row's difference from the baseline: the before and after of every lever in one run.
 //
 // Models: "small" (default): d_model 384, 6 layers, 6 heads, context 256, GPT-2 vocab
 // (50257); "gpt2-124m": GPT-2 124M (12 layers, 768, 12 heads, context 1024, vocab 50257).
@@ -28,6 +32,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,6 +72,7 @@ struct Options {
   int warmup = 2;
   int batch = 8;
   bool torch = true;
+  bool variants = false;  // --device cuda: time the step with each GptCudaOptions lever
   std::string device = "cpu";
   std::string model = "small";
   std::string json;  // write the figures here as one JSON object
@@ -75,7 +81,8 @@ struct Options {
 void Usage() {
   std::fprintf(stderr,
                "usage: bench_train_throughput [--device cpu|cuda] [--model small|gpt2-124m] "
-               "[--batch B] [--threads N] [--steps S] [--warmup W] [--no-torch] [--json FILE]\n");
+               "[--batch B] [--threads N] [--steps S] [--warmup W] [--no-torch] [--variants] "
+               "[--json FILE]\n");
   std::exit(2);
 }
 
@@ -106,6 +113,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = next();
     else if (a == "--batch") o.batch = next();
     else if (a == "--no-torch") o.torch = false;
+    else if (a == "--variants") o.variants = true;
     else if (a == "--device") o.device = text();
     else if (a == "--model") o.model = text();
     else if (a == "--json") o.json = text();
@@ -157,6 +165,69 @@ void WriteJson(const std::string& path, const nlohmann::json& j) {
   if (!out) std::fprintf(stderr, "warning: cannot write %s\n", path.c_str());
 }
 
+#if COHORT_HAVE_CUDA_ENGINE
+// One configuration of the step, timed: the figures of one row.
+struct CudaFigures {
+  std::vector<double> times, fwd, bwd, opt;
+  float loss = 0;
+  size_t model_bytes = 0, adamw_bytes = 0;
+};
+
+// Creates the model with `options`, uploads `params` and times warmup + steps full steps.
+cohort::Result<CudaFigures> TimeCudaSteps(const Options& opt, const GptConfig& cfg,
+                                          const cohort::engine::GptCudaOptions& options,
+                                          std::span<const float> params,
+                                          std::span<const int32_t> tokens,
+                                          std::span<const int32_t> targets) {
+  using cohort::engine::GptCudaAdamW;
+  using cohort::engine::GptCudaModel;
+  const int B = opt.batch, T = cfg.max_seq_len;
+  auto model = COHORT_TRY(GptCudaModel::Create(cfg, B, T, options));
+  COHORT_TRY_VOID(model->CopyParamsFromHost(params));
+  AdamWConfig ac;  // betas (0.9, 0.95), eps 1e-8, weight decay 0.1: as the PyTorch side
+  auto adamw = COHORT_TRY(GptCudaAdamW::Create(*model, ac));
+  CudaFigures f;
+  f.model_bytes = model->device_bytes();
+  f.adamw_bytes = adamw->device_bytes();
+  for (int step = 0; step < opt.warmup + opt.steps; ++step) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    COHORT_TRY_VOID(model->ZeroGrad());
+    const float loss = COHORT_TRY(model->Forward(tokens, targets, B, T));  // synchronises
+    const auto t1 = Clock::now();
+    COHORT_TRY_VOID(model->Backward(1.0f));
+    COHORT_TRY_VOID(model->Synchronize());
+    const auto t2 = Clock::now();
+    COHORT_TRY(adamw->Step(3e-4f, 1.0));  // synchronises (reads the norm)
+    const auto t3 = Clock::now();
+    f.loss = loss;
+    if (!std::isfinite(loss)) {
+      return cohort::MakeError(cohort::ErrorCode::kInternal,
+                               fmt::format("the loss is {} at step {}", loss, step));
+    }
+    if (step >= opt.warmup) {
+      f.times.push_back(std::chrono::duration<double>(t3 - t0).count());
+      f.fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
+      f.bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
+      f.opt.push_back(std::chrono::duration<double>(t3 - t2).count());
+    }
+  }
+  return f;
+}
+
+// The levers of GptCudaOptions by name, for --variants.
+struct Lever {
+  const char* name;
+  bool cohort::engine::GptCudaOptions::*field;
+};
+constexpr Lever kLevers[] = {
+    {"gelu_epilogue", &cohort::engine::GptCudaOptions::gelu_epilogue},
+    {"bias_grad_epilogue", &cohort::engine::GptCudaOptions::bias_grad_epilogue},
+    {"fused_adamw", &cohort::engine::GptCudaOptions::fused_adamw},
+    {"single_pass_classifier", &cohort::engine::GptCudaOptions::single_pass_classifier},
+};
+#endif
+
 int RunCuda(const Options& opt, const GptConfig& cfg) {
 #if !COHORT_HAVE_CUDA_ENGINE
   (void)opt;
@@ -164,8 +235,7 @@ int RunCuda(const Options& opt, const GptConfig& cfg) {
   std::fprintf(stderr, "--device cuda: this build has no CUDA support\n");
   return 1;
 #else
-  using cohort::engine::GptCudaAdamW;
-  using cohort::engine::GptCudaModel;
+  using cohort::engine::GptCudaOptions;
   auto fail = [](const cohort::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.ToString().c_str());
     return 1;
@@ -186,80 +256,68 @@ int RunCuda(const Options& opt, const GptConfig& cfg) {
   auto host = GptModel::Create(cfg);
   if (!host) return fail(host.error());
   host->InitRandom(0);
-  auto model = GptCudaModel::Create(cfg, B, T);
-  if (!model) return fail(model.error());
-  if (auto r = (*model)->CopyParamsFromHost(host->params()); !r) return fail(r.error());
-  AdamWConfig ac;  // betas (0.9, 0.95), eps 1e-8, weight decay 0.1: as the PyTorch side
-  auto adamw = GptCudaAdamW::Create(**model, ac);
-  if (!adamw) return fail(adamw.error());
   std::vector<int32_t> tokens, targets;
   RandomBatch(cfg, B, T, tokens, targets);
-
   const double flops_per_token = cohort::engine::TrainingFlopsPerToken(cfg, T);
   fmt::print("# bench_train_throughput --device cuda: GPT-2 d_model {}, {} layers, {} heads, "
              "context {}, batch {}, vocab {} (padded {}), {:.1f}M parameters\n",
              cfg.n_embd, cfg.n_layer, cfg.n_head, T, B, cfg.vocab_size, cfg.padded_vocab_size(),
              cfg.num_parameters() / 1e6);
-  fmt::print("# device: {} ({} SMs, {:.0f} GiB); dense bf16 peak {}; model memory {:.2f} GiB + "
-             "AdamW {:.2f} GiB\n",
-             prop.name, prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30),
-             peak ? fmt::format("{:.1f} TFLOP/s", peak->flops / 1e12) : std::string("unknown"),
-             (*model)->device_bytes() / double(1 << 30),
-             (*adamw)->device_bytes() / double(1 << 30));
-  fmt::print("# bf16 activations, float32 master weights/grads/AdamW; grad clip 1.0; {:.4g} "
-             "training FLOPs per token; median of {} steps after {} warmup\n",
-             flops_per_token, opt.steps, opt.warmup);
 
-  std::vector<double> times, fwd_times, bwd_times, opt_times;
-  float last_loss = 0;
-  for (int step = 0; step < opt.warmup + opt.steps; ++step) {
-    using Clock = std::chrono::steady_clock;
-    const auto t0 = Clock::now();
-    if (auto r = (*model)->ZeroGrad(); !r) return fail(r.error());
-    auto loss = (*model)->Forward(tokens, targets, B, T);  // synchronises (reads the loss)
-    if (!loss) return fail(loss.error());
-    const auto t1 = Clock::now();
-    if (auto r = (*model)->Backward(1.0f); !r) return fail(r.error());
-    if (auto r = (*model)->Synchronize(); !r) return fail(r.error());
-    const auto t2 = Clock::now();
-    auto norm = (*adamw)->Step(3e-4f, 1.0);  // synchronises (reads the norm)
-    if (!norm) return fail(norm.error());
-    const auto t3 = Clock::now();
-    last_loss = *loss;
-    if (!std::isfinite(last_loss)) {
-      std::fprintf(stderr, "error: the loss is %f at step %d\n", last_loss, step);
-      return 1;
-    }
-    if (step >= opt.warmup) {
-      times.push_back(std::chrono::duration<double>(t3 - t0).count());
-      fwd_times.push_back(std::chrono::duration<double>(t1 - t0).count());
-      bwd_times.push_back(std::chrono::duration<double>(t2 - t1).count());
-      opt_times.push_back(std::chrono::duration<double>(t3 - t2).count());
+  // With --variants: every lever off (the baseline), each lever alone, then all of them
+  // (the default configuration, the row the JSON reports), each on a fresh model.
+  std::vector<std::pair<std::string, GptCudaOptions>> runs;
+  if (opt.variants) {
+    runs.emplace_back("baseline (all levers off)", GptCudaOptions::Baseline());
+    for (const Lever& l : kLevers) {
+      GptCudaOptions o = GptCudaOptions::Baseline();
+      o.*l.field = true;
+      runs.emplace_back(fmt::format("baseline + {}", l.name), o);
     }
   }
-  const double step_s = Median(times);
-  const double tps = B * T / step_s;
-  const double mfu = peak ? flops_per_token * tps / peak->flops : 0.0;
-  fmt::print("cohort : {:9.0f} tokens/s  step {:7.2f} ms (zero_grad+forward {:.2f}, backward "
-             "{:.2f}, clip+adamw {:.2f})  {:.1f} TFLOP/s  MFU {}  loss {:.3f}\n",
-             tps, 1e3 * step_s, 1e3 * Median(fwd_times), 1e3 * Median(bwd_times),
-             1e3 * Median(opt_times), tps * flops_per_token / 1e12,
-             peak ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"), last_loss);
-  WriteJson(opt.json, {{"impl", "cohort"},
-                       {"device", prop.name},
-                       {"model", opt.model},
-                       {"batch", B},
-                       {"seq", T},
-                       {"tokens_per_s", tps},
-                       {"step_ms", 1e3 * step_s},
-                       {"forward_ms", 1e3 * Median(fwd_times)},
-                       {"backward_ms", 1e3 * Median(bwd_times)},
-                       {"optimizer_ms", 1e3 * Median(opt_times)},
-                       {"flops_per_token", flops_per_token},
-                       {"peak_flops", peak ? peak->flops : 0.0},
-                       {"mfu", mfu},
-                       {"loss", last_loss},
-                       {"step_seconds", times}});
+  runs.emplace_back("cohort", GptCudaOptions{});
+  double baseline_s = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    auto f = TimeCudaSteps(opt, cfg, runs[i].second, host->params(), tokens, targets);
+    if (!f) return fail(f.error());
+    if (i == 0) {
+      fmt::print("# device: {} ({} SMs, {:.0f} GiB); dense bf16 peak {}; model memory {:.2f} "
+                 "GiB + AdamW {:.2f} GiB\n",
+                 prop.name, prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30),
+                 peak ? fmt::format("{:.1f} TFLOP/s", peak->flops / 1e12) : std::string("unknown"),
+                 f->model_bytes / double(1 << 30), f->adamw_bytes / double(1 << 30));
+      fmt::print("# bf16 activations, float32 master weights/grads/AdamW; grad clip 1.0; {:.4g} "
+                 "training FLOPs per token; median of {} steps after {} warmup\n",
+                 flops_per_token, opt.steps, opt.warmup);
+    }
+    const double step_s = Median(f->times);
+    if (i == 0) baseline_s = step_s;
+    const double tps = B * T / step_s;
+    const double mfu = peak ? flops_per_token * tps / peak->flops : 0.0;
+    fmt::print("{:38s}: {:9.0f} tokens/s  step {:7.2f} ms (zero_grad+forward {:.2f}, backward "
+               "{:.2f}, clip+adamw {:.2f})  {:.1f} TFLOP/s  MFU {}  loss {:.3f}{}\n",
+               runs[i].first, tps, 1e3 * step_s, 1e3 * Median(f->fwd), 1e3 * Median(f->bwd),
+               1e3 * Median(f->opt), tps * flops_per_token / 1e12,
+               peak ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"), f->loss,
+               opt.variants ? fmt::format("  {:+.2f} ms vs baseline", 1e3 * (step_s - baseline_s))
+                            : std::string());
+    if (i + 1 < runs.size()) continue;
+    WriteJson(opt.json, {{"impl", "cohort"},
+                         {"device", prop.name},
+                         {"model", opt.model},
+                         {"batch", B},
+                         {"seq", T},
+                         {"tokens_per_s", tps},
+                         {"step_ms", 1e3 * step_s},
+                         {"forward_ms", 1e3 * Median(f->fwd)},
+                         {"backward_ms", 1e3 * Median(f->bwd)},
+                         {"optimizer_ms", 1e3 * Median(f->opt)},
+                         {"flops_per_token", flops_per_token},
+                         {"peak_flops", peak ? peak->flops : 0.0},
+                         {"mfu", mfu},
+                         {"loss", f->loss},
+                         {"step_seconds", f->times}});
+  }
   return 0;
 #endif
 }

@@ -156,6 +156,7 @@ struct Slice {
 
 struct GptCudaModel::Impl {
   GptConfig config;
+  GptCudaOptions options;
   GptLayout layout;
   int Vp = 0;
   int max_batch = 0, max_seq = 0;
@@ -216,12 +217,14 @@ Result<GptCudaMemory> GptCudaModel::PlanMemory(const GptConfig& config, int max_
 }
 
 Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& config,
-                                                           int max_batch, int max_seq) {
+                                                           int max_batch, int max_seq,
+                                                           const GptCudaOptions& options) {
   COHORT_TRY_VOID(CheckShape(config, max_batch, max_seq));
   COHORT_TRY(CudaDeviceCount());
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.config = config;
+  m.options = options;
   m.layout = GptLayout::Build(config);
   m.Vp = config.padded_vocab_size();
   m.max_batch = max_batch;
@@ -273,6 +276,7 @@ GptCudaModel::GptCudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 GptCudaModel::~GptCudaModel() = default;
 
 const GptConfig& GptCudaModel::config() const { return impl_->config; }
+const GptCudaOptions& GptCudaModel::options() const { return impl_->options; }
 const std::vector<ParamTensor>& GptCudaModel::tensors() const { return impl_->layout.tensors; }
 size_t GptCudaModel::num_parameters() const { return impl_->config.num_parameters(); }
 int GptCudaModel::max_batch() const { return impl_->max_batch; }

@@ -59,6 +59,27 @@ struct GptCudaMemory {
   size_t total = 0;        // everything above, in one allocation (alignment included)
 };
 
+// The step's fusions (issue 21's levers), each on by default and each switchable so that
+// one benchmark run can time the step with and without it on the same device
+// (bench_train_throughput --variants). Every combination computes the same function: the
+// parity tests run with the defaults and with every lever off.
+struct GptCudaOptions {
+  // The MLP's GELU in the fc product's cuBLASLt epilogue (forward: GELU_AUX_BIAS keeps the
+  // pre-activation for the backward; backward: DGELU) instead of two elementwise kernels.
+  bool gelu_epilogue = true;
+  // Bias gradients in the weight-gradient product's cuBLASLt epilogue (BGRAD) instead of
+  // the column-sum kernels.
+  bool bias_grad_epilogue = true;
+  // AdamW over every parameter run in one launch instead of one per decay run.
+  bool fused_adamw = true;
+  // Forward with targets writes d(loss)/d(logits) in the same pass over the logits that
+  // computes the loss; Backward does not read the logits again.
+  bool single_pass_classifier = true;
+
+  // All levers off: the step as it was first measured on a GPU (bench/gpu/NOTES.md).
+  static GptCudaOptions Baseline() { return {false, false, false, false}; }
+};
+
 class GptCudaModel {
  public:
   // The memory plan without allocating (on a machine without a device the encoder's sort
@@ -74,12 +95,14 @@ class GptCudaModel {
   // (this configuration cannot run on this device); other CUDA failures as
   // COHORT_CUDA_CHECK classifies them (common/cuda_status.h).
   static Result<std::unique_ptr<GptCudaModel>> Create(const GptConfig& config, int max_batch,
-                                                      int max_seq);
+                                                      int max_seq,
+                                                      const GptCudaOptions& options = {});
   ~GptCudaModel();
   GptCudaModel(const GptCudaModel&) = delete;
   GptCudaModel& operator=(const GptCudaModel&) = delete;
 
   const GptConfig& config() const;
+  const GptCudaOptions& options() const;
   const std::vector<ParamTensor>& tensors() const;
   size_t num_parameters() const;
   int max_batch() const;
