@@ -102,6 +102,8 @@ export COHORT_BINARY=$PKG/bin/cohort  # engine_cuda_model_test's `cohort train` 
     --format=csv 2>&1 || echo "nvidia-smi failed"
   echo "## nvcc: $(nvcc --version 2>/dev/null | grep -oE 'release [0-9.,V ]+' || echo 'not on PATH')"
   echo "## python3: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1)"
+  echo "## device libraries used: $(for n in libcublasLt.so.13 libnccl.so.2; do
+    for d in ${extra//:/ }; do [[ -e "$d/$n" ]] && readlink -f "$d/$n"; done; done | tr '\n' ' ')"
   echo "## libraries resolved for bin/cohort:"
   ldd "$PKG/bin/cohort" | grep -E 'cublas|nccl|cudart|stdc\+\+|openblas'
   echo "## cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
