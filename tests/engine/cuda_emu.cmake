@@ -163,7 +163,8 @@ if(TARGET cohort_engine_kernels_cuda)
             ${PROJECT_SOURCE_DIR}/src/serve/sampling.cc ${PROJECT_SOURCE_DIR}/src/serve/text_stream.cc
             ${PROJECT_SOURCE_DIR}/src/serve/serve_metrics.cc
     LIBS cohort_engine_data)
-  target_include_directories(serve_cuda_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/serve)
+  target_include_directories(serve_cuda_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/serve
+                                                         ${PROJECT_SOURCE_DIR}/tests/engine)
 
   # The trainer with train.device cuda, in process: cohort_engine_trainer's own sources
   # built again against the emulated CUDA engine (a single rank needs no communicator, so

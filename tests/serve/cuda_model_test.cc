@@ -1,8 +1,8 @@
 // The GPU backend of the server (serve/cuda_model.h) against the CPU one: the same steps
 // (two sequences, chunked prefill then decoding, scattered cache blocks) give the same
 // logits within bf16's precision, and continuous batching on the GPU gives the tokens of
-// one request at a time. Runs on the CUDA emulator in CI (tests/engine/cuda_emu.cmake) and
-// on a real GPU where one exists.
+// one request at a time. Runs on the CUDA emulator in CI (tests/engine/cuda_emu.cmake) and,
+// as serve_cuda_gpu_test (label gpu; skips without a device), on a real GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cuda_test_util.h"
 #include "engine/data/tokenizer.h"
 #include "serve/batcher.h"
 #include "serve/cuda_model.h"
@@ -28,6 +29,7 @@ std::unique_ptr<InferenceModel> CudaModelOf(const engine::GptModel& m, int block
 }
 
 TEST(CudaInferenceModelTest, StepsMatchTheCpuBackendWithinBf16) {
+  COHORT_SKIP_WITHOUT_GPU();
   engine::GptModel ref = testing::TinyModel();
   auto cpu = testing::CpuModelOf(ref, 32, 8, 64);
   auto gpu = CudaModelOf(ref, 32, 8, 64);
@@ -69,6 +71,7 @@ TEST(CudaInferenceModelTest, StepsMatchTheCpuBackendWithinBf16) {
 }
 
 TEST(CudaInferenceModelTest, BatchedRequestsGiveTheTokensOfOneAtATime) {
+  COHORT_SKIP_WITHOUT_GPU();
   engine::GptModel ref = testing::TinyModel();
   auto tokenizer = engine::MakeByteTokenizer();
   std::vector<GenerationRequest> reqs;
