@@ -10,7 +10,10 @@ first sequence (bench_serve checks them against the server's), and tokens per CP
 of the fastest repeat (on a shared machine, less sensitive to other processes' load).
 
 Usage: torch_generate.py --checkpoint STEP_DIR --threads N --batch B --prompt P --tokens K
-       [--repeats R] [--prompt-ids 1,2,3]
+       [--repeats R] [--prompt-ids 1,2,3] [--device cpu|cuda] [--dtype float32|bfloat16]
+
+--device cuda (bench_serve_gpu): the weights and the cache on the GPU in --dtype; every
+timed region ends in torch.cuda.synchronize(), so the host clock times the GPU's work.
 """
 import argparse
 import json
@@ -74,7 +77,7 @@ def forward(cfg, w, tokens, start, cache):
         cache[l] = [k, v]
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         t = k.shape[2]
-        mask = torch.ones(n, t, dtype=torch.bool).tril(diagonal=t - n)
+        mask = torch.ones(n, t, dtype=torch.bool, device=x.device).tril(diagonal=t - n)
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, n, C)
         x = x + F.linear(y, p["proj_w"], p["proj_b"])
@@ -93,14 +96,21 @@ def main():
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--prompt-ids", default="")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg, w = load(a.checkpoint)
+    dtype = getattr(torch, a.dtype)
+    to = lambda t: t.to(device=a.device, dtype=dtype)
+    w = {k: (to(v) if torch.is_tensor(v) else [{n: to(x) for n, x in p.items()} for p in v])
+         for k, v in w.items()}
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     if a.prompt_ids:
         prompt = [int(t) for t in a.prompt_ids.split(",")]
     else:
         prompt = [(7 * i + 3) % cfg["vocab_size"] for i in range(a.prompt)]
-    tokens = torch.tensor([prompt] * a.batch, dtype=torch.long)
+    tokens = torch.tensor([prompt] * a.batch, dtype=torch.long, device=a.device)
     times, ttfts, first, cpus = [], [], [], []
     with torch.no_grad():
         for r in range(a.repeats):
@@ -109,6 +119,7 @@ def main():
             t0 = time.perf_counter()
             logits = forward(cfg, w, tokens, 0, cache)
             nxt = logits.argmax(dim=-1, keepdim=True)
+            sync()
             ttfts.append(time.perf_counter() - t0)
             out = [nxt]
             pos = tokens.shape[1]
@@ -117,13 +128,15 @@ def main():
                 nxt = logits.argmax(dim=-1, keepdim=True)
                 out.append(nxt)
                 pos += 1
+            sync()
             times.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
             first = [int(t[0, 0]) for t in out]
     best = min(times)
     print(json.dumps({"tokens_per_second": a.batch * a.tokens / best, "seconds": times, "ttft_seconds": ttfts,
                       "tokens_per_cpu_second": a.batch * a.tokens / cpus[times.index(best)],
-                      "first_sequence": first, "torch": torch.__version__, "threads": a.threads}))
+                      "first_sequence": first, "torch": torch.__version__, "threads": a.threads,
+                      "device": a.device, "dtype": a.dtype}))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 #
 #   bench/gpu/pack.sh            # BUILD_DIR=build-gpu (configured if missing), JOBS=2
 #
-# Builds `cohort`, `bench_train_throughput` and every test target labelled `gpu` (found in
+# Builds `cohort`, `bench_train_throughput`, `bench_serve_gpu` and every test target labelled `gpu` (found in
 # the build tree's <target>_labels.cmake files), strips their debug info, and copies them
 # with every shared library they load that a CUDA base image may lack (found with ldd:
 # OpenBLAS, PCRE2, SQLite, libgomp, gloo, fmt/spdlog/yaml-cpp, OpenSSL, zlib, cudart, ...)
@@ -47,7 +47,7 @@ if [[ ${#TESTS[@]} -eq 0 ]]; then
   exit 1
 fi
 echo "pack: building cohort bench_train_throughput ${TESTS[*]} (-j$JOBS)"
-ninja -C "$BUILD" -j"$JOBS" cohort cohort-data bench_train_throughput "${TESTS[@]}"
+ninja -C "$BUILD" -j"$JOBS" cohort cohort-data bench_train_throughput bench_serve_gpu "${TESTS[@]}"
 
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
@@ -64,6 +64,7 @@ add_binary "$BUILD/cohort" "$PKG/bin"
 # `cohort train` runs need it).
 add_binary "$BUILD/libcohort-data.so" "$PKG/bin"
 add_binary "$BUILD/bench/bench_train_throughput" "$PKG/bin"
+add_binary "$BUILD/bench/bench_serve_gpu" "$PKG/bin"
 for t in "${TESTS[@]}"; do
   exe=$(find "$BUILD/tests" -type f -name "$t" -perm -u+x | head -1)
   if [[ -z "$exe" ]]; then

@@ -16,6 +16,9 @@
 # (memcheck,racecheck,synccheck: compute-sanitizer tools run over the kernel and attention
 # parity tests and the small model tests, SANITIZE_FILTER; empty skips them),
 # SANITIZE_TIMEOUT (120 s per tool and binary). sanitizer.log holds their reports.
+# VARIANTS=1 (default 0): bench_train_throughput --variants (every GptCudaOptions lever off,
+# each alone, all on: each lever's before and after in this one call). SERVE=1 (default 1):
+# bench_serve_gpu, the server's GPU backend beside PyTorch generation (into bench.log).
 # PROFILE=1 (default 0) also runs two steps (one warm-up) of the Cohort benchmark under
 # Nsight Compute, one metric (gpu__time_duration) per kernel, summed per kernel name into
 # ncu.txt: where the step's time goes, kernel by kernel.
@@ -35,6 +38,8 @@ TORCH_MODES=${TORCH_MODES:-eager,compile}
 TEST_TIMEOUT=${TEST_TIMEOUT:-300}
 SANITIZE=${SANITIZE-memcheck,racecheck,synccheck}
 PROFILE=${PROFILE:-0}
+VARIANTS=${VARIANTS:-0}
+SERVE=${SERVE:-1}
 SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-120}
 # The parity tests small enough to run under the sanitizer (it slows kernels 10-100x):
 # every kernel test, the attention shapes but the two largest, the one-step model, shard
@@ -176,8 +181,11 @@ fi
 if [[ "$RUN_BENCH" == 1 ]]; then
   : >"$OUTDIR/bench.log"
   log "bench: cohort, GPT-2 124M, B=$BATCH T=1024, $STEPS steps"
+  variant_flag=()
+  [[ "$VARIANTS" == 1 ]] && variant_flag=(--variants)
   "$PKG/bin/bench_train_throughput" --device cuda --model gpt2-124m --batch "$BATCH" \
-    --steps "$STEPS" --warmup 5 --json "$OUTDIR/cohort.json" 2>&1 | tee -a "$OUTDIR/bench.log"
+    --steps "$STEPS" --warmup 5 --json "$OUTDIR/cohort.json" "${variant_flag[@]}" \
+    2>&1 | tee -a "$OUTDIR/bench.log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { log "ERROR: bench_train_throughput failed"; status=1; }
   log "bench: PyTorch ($TORCH_MODES), same model and batch"
   PYTHONUNBUFFERED=1 python3 "$ROOT/bench/gpu/train_gpt2_torch.py" --batch "$BATCH" --seq 1024 \
@@ -223,6 +231,14 @@ if "forward_ms" in cohort:
           f"clip+AdamW {cohort['optimizer_ms']:.2f} ms; targets: MFU >= 40%, faster than torch eager")
 EOF
 fi
+# --- serving -------------------------------------------------------------------------------
+if [[ "$SERVE" == 1 ]]; then
+  log "bench: serving, cohort's GPU backend beside PyTorch generation (bf16, same weights)"
+  timeout 300 "$PKG/bin/bench_serve_gpu" --torch-script "$ROOT/bench/torch_generate.py" \
+    2>&1 | tee -a "$OUTDIR/bench.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || { log "ERROR: bench_serve_gpu failed"; status=1; }
+fi
+
 # --- per-kernel profile ----------------------------------------------------------------------
 if [[ "$PROFILE" == 1 ]]; then
   ncu=$(command -v ncu || find /usr/local /opt -name ncu -type f 2>/dev/null | head -1)
