@@ -191,6 +191,7 @@ struct OptionsCase {
   const char* name;
   GptCudaOptions options;
 };
+void PrintTo(const OptionsCase& c, std::ostream* os) { *os << c.name; }
 class GptCudaOptionsTest : public ::testing::TestWithParam<OptionsCase> {};
 const OptionsCase kOptionsCases[] = {{"Levers", GptCudaOptions{}},
                                      {"Baseline", GptCudaOptions::Baseline()}};

@@ -218,7 +218,8 @@ struct Matmul::Impl {
   }
 
   // Runs the product: true. False only for an optional epilogue (Gemm::optional_epilogue)
-  // that cuBLASLt has no algorithm for: nothing ran, the caller takes the kernels' path.
+  // that cuBLASLt has no algorithm for (or refuses when called): nothing ran, the caller
+  // takes the kernels' path, and later calls with the same problem go there directly.
   Result<bool> Run(const Gemm& g) {
     // cuBLASLt's rule for the GELU aux matrix; ask only for what it may accept.
     if (g.aux != nullptr && (g.aux_ld % 8 != 0 || g.aux_ld < g.m)) return false;
@@ -285,11 +286,17 @@ struct Matmul::Impl {
     }
     if (!it->second.has_value()) return false;
     const float alpha = 1.0f, beta = g.beta;
-    COHORT_TRY_VOID(CheckLt(cublasLtMatmul(handle, desc.get(), &alpha, g.a, a_layout.get(), g.b,
-                                           b_layout.get(), &beta, g.d, d_layout.get(), g.d,
-                                           d_layout.get(), &*it->second, workspace,
-                                           kWorkspaceBytes, stream),
-                            "cublasLtMatmul"));
+    const cublasStatus_t status = cublasLtMatmul(
+        handle, desc.get(), &alpha, g.a, a_layout.get(), g.b, b_layout.get(), &beta, g.d,
+        d_layout.get(), g.d, d_layout.get(), &*it->second, workspace, kWorkspaceBytes, stream);
+    // cublasLtMatmul validates before it launches: an optional epilogue it refuses here
+    // (NOT_SUPPORTED, INVALID_VALUE) left no work behind, and the kernels can stand in.
+    if (g.optional_epilogue() &&
+        (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
+      it->second.reset();
+      return false;
+    }
+    COHORT_TRY_VOID(CheckLt(status, "cublasLtMatmul"));
     return true;
   }
 
