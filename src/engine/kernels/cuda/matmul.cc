@@ -377,6 +377,13 @@ Result<void> CheckShape(int N, int C, int OC) {
   return {};
 }
 
+// Whether [a, a + count) and [b, b + count) share a byte (bf16 elements).
+bool Overlap(const bf16* a, const bf16* b, size_t count) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  const uintptr_t bytes = count * sizeof(bf16);
+  return x < y + bytes && y < x + bytes;
+}
+
 // The forward product (see the top of the file): out = inp · wᵀ [+ bias].
 Gemm ForwardGemm(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C,
                  int OC) {
@@ -421,6 +428,10 @@ Result<void> Matmul::ForwardGelu(bf16* out, bf16* pre, const bf16* inp, const bf
     return MakeError(ErrorCode::kInvalidArgument, "Matmul::ForwardGelu: null out, pre, inp or w");
   }
   const size_t count = static_cast<size_t>(N) * OC;
+  if (Overlap(out, pre, count)) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "Matmul::ForwardGelu: out and pre overlap ({} x {} values each)", N, OC);
+  }
   if (impl_->options.gelu_epilogue) {
     Gemm g = ForwardGemm(out, inp, w, bias, N, C, OC);
     g.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
@@ -449,6 +460,10 @@ Result<void> Matmul::BackwardGelu(bf16* dinp, const bf16* pre, float* dw, float*
   if (impl_ == nullptr) return MakeError(ErrorCode::kFailedPrecondition, "Matmul was moved from");
   if (dinp == nullptr || pre == nullptr) {
     return MakeError(ErrorCode::kInvalidArgument, "Matmul::BackwardGelu: null dinp or pre");
+  }
+  if (N > 0 && C > 0 && Overlap(dinp, pre, static_cast<size_t>(N) * C)) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "Matmul::BackwardGelu: dinp and pre overlap ({} x {} values each)", N, C);
   }
   return impl_->Backward(dinp, pre, dw, dbias, dout, inp, w, N, C, OC);
 }
