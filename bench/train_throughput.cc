@@ -171,6 +171,7 @@ struct CudaFigures {
   std::vector<double> times, fwd, bwd, opt;
   float loss = 0;
   size_t model_bytes = 0, adamw_bytes = 0;
+  cohort::engine::cuda::MatmulFallbacks fallbacks;  // epilogues cuBLASLt had no algorithm for
 };
 
 // Creates the model with `options`, uploads `params` and times warmup + steps full steps.
@@ -212,6 +213,7 @@ cohort::Result<CudaFigures> TimeCudaSteps(const Options& opt, const GptConfig& c
       f.opt.push_back(std::chrono::duration<double>(t3 - t2).count());
     }
   }
+  f.fallbacks = model->matmul_fallbacks();
   return f;
 }
 
@@ -301,6 +303,12 @@ int RunCuda(const Options& opt, const GptConfig& cfg) {
                peak ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"), f->loss,
                opt.variants ? fmt::format("  {:+.2f} ms vs baseline", 1e3 * (step_s - baseline_s))
                             : std::string());
+    if (const auto& fb = f->fallbacks; fb.total() > 0) {
+      // Counted over warmup + steps: per step, divide by their sum.
+      fmt::print("{:38s}  epilogue fallbacks to the kernels over {} steps: gelu forward {}, gelu "
+                 "backward {}, bias grad {}\n",
+                 "", opt.warmup + opt.steps, fb.gelu_forward, fb.gelu_backward, fb.bias_grad);
+    }
     if (i + 1 < runs.size()) continue;
     WriteJson(opt.json, {{"impl", "cohort"},
                          {"device", prop.name},

@@ -7,7 +7,9 @@
 # under AddressSanitizer, which is told of every fiber switch. The CUDA
 # runtime is stub_cudart.cc (host memory; copies checked against device allocations and
 # their kind) and cuBLASLt is cublaslt_emu.cc (the documented semantics of the calls
-# matmul.cc makes, on the host). cub's sort is cub_shim.h (a host stable sort).
+# matmul.cc makes, on the host, epilogues included; cublaslt_emu.h lets a test make its
+# heuristic decline an epilogue, so the kernels' fallback runs too). cub's sort is
+# cub_shim.h (a host stable sort).
 #
 # The emulator's own test, engine_cuda_emu_selftest (cuda_emu/selftest.cc), injects each
 # hazard it must catch into a tiny kernel and expects the report. Then the GPU tests, each
@@ -129,6 +131,8 @@ if(TARGET cohort_engine_kernels_cuda)
   # GradNorm's (n = 1000003, 6 launches of 1024 blocks of 256 threads), take ~6-8 s here.
   _cohort_emu_test(engine_cuda_kernels_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels_test.cc)
+  # The emulated cuBLASLt's test controls (cublaslt_emu.h): its epilogue fallback tests.
+  target_compile_definitions(engine_cuda_kernels_emu_test PRIVATE COHORT_CUDA_EMULATED=1)
 
   # The whole GPU model against the CPU model, and its data-parallel gradient averaging
   # (the DdpReducer on the model's gradient slices and events) with gloo standing in for

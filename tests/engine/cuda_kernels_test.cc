@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/kernels/cpu/cross_entropy.h"
@@ -32,6 +34,11 @@
 #include "engine/optim/adamw.h"
 #include "engine/optim/grad_clip.h"
 #include "cuda_test_util.h"
+#ifdef COHORT_CUDA_EMULATED
+#include <cublasLt.h>
+
+#include "cublaslt_emu.h"
+#endif
 
 namespace cohort::engine::cuda {
 namespace {
@@ -420,16 +427,135 @@ void CheckMatmul(Matmul& mm, int N, int C, int OC, bool with_bias) {
   }
 }
 
+// The epilogue switches: everything on (the default), everything off (the kernels).
+const MatmulOptions kEpiloguesOn{};
+const MatmulOptions kEpiloguesOff{false, false};
+
 TEST(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  for (const MatmulOptions& o : {kEpiloguesOn, kEpiloguesOff}) {
+    SCOPED_TRACE(::testing::Message() << "bias_grad_epilogue=" << o.bias_grad_epilogue);
+    auto mm = Matmul::Create(kStream, o);
+    ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
+    CheckMatmul(*mm, 4 * 64, 768, 2304, true);  // GPT-2's qkv projection, B·T = 256
+    CheckMatmul(*mm, 4 * 64, 768, 2304, true);  // the same shape again: cached algorithm
+    CheckMatmul(*mm, 4 * 64, 3072, 768, false);
+    CheckMatmul(*mm, 37, 64, 200, true);  // awkward sizes
+    CheckMatmul(*mm, 37, 64, 200, false);
+    std::printf("bias_grad_epilogue=%d: %lld bias-gradient fallbacks\n", o.bias_grad_epilogue,
+                static_cast<long long>(mm->fallbacks().bias_grad));
+  }
+}
+
+// The MLP's pair through ForwardGelu and BackwardGelu against the CPU's matmul + gelu:
+// forward fc: pre = x·wᵀ + b, out = gelu(pre) (N, OC); backward of the next product, whose
+// input is gelu(pre_in) (N, C): dinp = gelu'(pre_in) ⊙ (dout · w), dw, dbias.
+void CheckMatmulGelu(Matmul& mm, int N, int C, int OC) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " OC=" << OC);
+  const size_t NC = static_cast<size_t>(N) * C, NOC = static_cast<size_t>(N) * OC;
+  const std::vector<float> inp = RoundBf16(RandomVector(NC, 171));
+  const std::vector<float> w = RoundBf16(RandomVector(static_cast<size_t>(OC) * C, 172, 0.1f));
+  const std::vector<float> bias = RoundBf16(RandomVector(OC, 173, 0.5f));
+  std::vector<float> pre(NOC), out(NOC);
+  cpu::MatmulForward(pre.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  cpu::GeluForward(out.data(), pre.data(), NOC);
+
+  auto d_inp = ct::UploadBf16(inp);
+  auto d_w = ct::UploadBf16(w);
+  auto d_bias = ct::UploadBf16(bias);
+  DeviceBuffer<ct::bf16> d_out(NOC), d_pre(NOC);
+  d_out.Poison();
+  d_pre.Poison();
+  auto fwd = mm.ForwardGelu(d_out.data(), d_pre.data(), d_inp.data(), d_w.data(), d_bias.data(),
+                            N, C, OC);
+  ASSERT_TRUE(fwd.has_value()) << fwd.error().ToString();
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_LT(RelError(ct::DownloadBf16(d_pre), pre), kBf16Tol) << "pre-activation";
+  EXPECT_LT(RelError(ct::DownloadBf16(d_out), out), kBf16Tol) << "gelu out";
+
+  // Backward: pre_in (N, C) bf16, the product's input gelu(pre_in) rounded to bf16 as the
+  // GPU stores it.
+  const std::vector<float> pre_in = RoundBf16(RandomVector(NC, 174, 2.0f));
+  std::vector<float> act(NC);
+  cpu::GeluForward(act.data(), pre_in.data(), NC);
+  act = RoundBf16(act);
+  const std::vector<float> dout = RoundBf16(RandomVector(NOC, 175));
+  const std::vector<float> dw0 = RandomVector(static_cast<size_t>(OC) * C, 176, 0.5f);
+  const std::vector<float> dbias0 = RandomVector(OC, 177, 0.5f);
+  std::vector<float> dact(NC, 0.0f), dinp(NC, 0.0f), dw = dw0, dbias = dbias0;
+  cpu::MatmulBackward(dact.data(), dw.data(), dbias.data(), dout.data(), act.data(), w.data(), N,
+                      C, OC);
+  cpu::GeluBackward(dinp.data(), pre_in.data(), dact.data(), NC);
+
+  auto d_pre_in = ct::UploadBf16(pre_in);
+  auto d_act = ct::UploadBf16(act);
+  auto d_dout = ct::UploadBf16(dout);
+  DeviceBuffer<ct::bf16> d_dinp(NC);
+  DeviceBuffer<float> d_dw(dw0), d_dbias(dbias0);
+  d_dinp.Poison();
+  auto bwd = mm.BackwardGelu(d_dinp.data(), d_pre_in.data(), d_dw.data(), d_dbias.data(),
+                             d_dout.data(), d_act.data(), d_w.data(), N, C, OC);
+  ASSERT_TRUE(bwd.has_value()) << bwd.error().ToString();
+  COHORT_ASSERT_LAUNCHES_OK();
+  EXPECT_LT(RelError(ct::DownloadBf16(d_dinp), dinp), kBf16Tol) << "dinp through gelu'";
+  EXPECT_LT(RelError(d_dw.Download(), dw), kFloatTol) << "dw";
+  EXPECT_LT(RelError(d_dbias.Download(), dbias), kFloatTol) << "dbias";
+}
+
+TEST(CudaMatmulTest, GeluEpiloguesMatchCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  for (const MatmulOptions& o : {kEpiloguesOn, kEpiloguesOff}) {
+    SCOPED_TRACE(::testing::Message() << "gelu_epilogue=" << o.gelu_epilogue);
+    auto mm = Matmul::Create(kStream, o);
+    ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
+    CheckMatmulGelu(*mm, 4 * 32, 768, 3072);  // GPT-2's fc (forward) and fc_proj (backward)
+    CheckMatmulGelu(*mm, 4 * 32, 768, 3072);  // cached algorithms
+    CheckMatmulGelu(*mm, 40, 64, 200);
+    const MatmulFallbacks f = mm->fallbacks();
+    std::printf("gelu_epilogue=%d: fallbacks gelu forward %lld, backward %lld, bias grad %lld\n",
+                o.gelu_epilogue, static_cast<long long>(f.gelu_forward),
+                static_cast<long long>(f.gelu_backward), static_cast<long long>(f.bias_grad));
+    if (!o.gelu_epilogue) {
+      EXPECT_EQ(f.total(), 0) << "fallbacks counted with the epilogues off";
+    }
+  }
+}
+
+// A leading dimension cuBLASLt's GELU aux matrix cannot have (not a multiple of 8): the
+// products take the kernels, are counted, and still compute the same function.
+TEST(CudaMatmulTest, GeluFallsBackWhereTheEpilogueCannotRun) {
   COHORT_SKIP_WITHOUT_GPU();
   auto mm = Matmul::Create(kStream);
   ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
-  CheckMatmul(*mm, 4 * 64, 768, 2304, true);  // GPT-2's qkv projection, B·T = 256
-  CheckMatmul(*mm, 4 * 64, 768, 2304, true);  // the same shape again: cached algorithm
-  CheckMatmul(*mm, 4 * 64, 3072, 768, false);
-  CheckMatmul(*mm, 37, 64, 200, true);  // awkward sizes
-  CheckMatmul(*mm, 37, 64, 200, false);
+  CheckMatmulGelu(*mm, 24, 36, 44);  // forward aux ld 44, backward aux ld 36
+  EXPECT_EQ(mm->fallbacks().gelu_forward, 1);
+  EXPECT_EQ(mm->fallbacks().gelu_backward, 1);
 }
+
+#ifdef COHORT_CUDA_EMULATED
+// The emulated cuBLASLt made to offer no algorithm for each epilogue, as the real one may
+// on some shape or type: every product falls back to the kernels, is counted once per call,
+// and the results still match the CPU.
+TEST(CudaMatmulTest, EveryEpilogueFallsBackWhenCublasLtHasNoAlgorithm) {
+  for (uint32_t e : {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+                     CUBLASLT_EPILOGUE_BGRADB}) {
+    CohortEmuCublasLtDeclineEpilogue(e, 1);
+  }
+  auto mm = Matmul::Create(kStream);
+  ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
+  CheckMatmulGelu(*mm, 40, 64, 200);
+  CheckMatmulGelu(*mm, 40, 64, 200);  // the declined problem is remembered, still counted
+  CheckMatmul(*mm, 37, 64, 200, true);
+  for (uint32_t e : {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+                     CUBLASLT_EPILOGUE_BGRADB}) {
+    CohortEmuCublasLtDeclineEpilogue(e, 0);
+  }
+  const MatmulFallbacks f = mm->fallbacks();
+  EXPECT_EQ(f.gelu_forward, 2);
+  EXPECT_EQ(f.gelu_backward, 2);
+  EXPECT_EQ(f.bias_grad, 3);  // two BackwardGelu, one Backward
+}
+#endif
 
 TEST(CudaMatmulTest, BackwardSkipsNullDinp) {
   COHORT_SKIP_WITHOUT_GPU();
@@ -459,39 +585,71 @@ TEST(CudaMatmulTest, RejectsBadShapes) {
   auto r = mm->Forward(buf.data(), buf.data(), buf.data(), nullptr, 0, 8, 8);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  // The GELU pair's output and pre-activation (resp. dinp and pre) must be apart.
+  auto fwd = mm->ForwardGelu(buf.data(), buf.data() + 8, buf.data(), buf.data(), nullptr, 2, 8, 8);
+  ASSERT_FALSE(fwd.has_value());
+  EXPECT_EQ(fwd.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(fwd.error().message.find("overlap"), std::string::npos) << fwd.error().ToString();
+  DeviceBuffer<float> dw(64);
+  auto bwd = mm->BackwardGelu(buf.data(), buf.data(), dw.data(), nullptr, buf.data(), buf.data(),
+                              buf.data(), 2, 8, 8);
+  ASSERT_FALSE(bwd.has_value());
+  EXPECT_EQ(bwd.error().code, ErrorCode::kInvalidArgument);
   Matmul moved = std::move(*mm);
   auto after = mm->Forward(buf.data(), buf.data(), buf.data(), nullptr, 2, 8, 8);
   ASSERT_FALSE(after.has_value());
   EXPECT_EQ(after.error().code, ErrorCode::kFailedPrecondition);
 }
 
-TEST(CudaMatmulTest, BiasGradientIsDeterministic) {
-  COHORT_SKIP_WITHOUT_GPU();
-  for (auto [N, OC] : {std::pair{5000, 200}, std::pair{37, 13}, std::pair{1, 8}}) {
-    SCOPED_TRACE(::testing::Message() << "N=" << N << " OC=" << OC);
-    const std::vector<float> dout = RoundBf16(RandomVector(static_cast<size_t>(N) * OC, 91));
-    const std::vector<float> db0 = RandomVector(OC, 92);
-    std::vector<float> ref = db0;
-    for (int n = 0; n < N; ++n) {
-      for (int o = 0; o < OC; ++o) ref[o] += dout[static_cast<size_t>(n) * OC + o];
-    }
-    auto d_dout = ct::UploadBf16(dout);
-    DeviceBuffer<char> scratch(BiasGradScratchBytes(N, OC));
-    std::vector<float> first;
-    for (int run = 0; run < 2; ++run) {
-      DeviceBuffer<float> d_db(db0);
-      scratch.Poison();
-      BiasGradient(d_db.data(), d_dout.data(), N, OC, scratch.data(), kStream);
-      COHORT_ASSERT_LAUNCHES_OK();
-      std::vector<float> got = d_db.Download();
-      EXPECT_LT(RelError(got, ref), kFloatTol);
-      if (run == 0) {
-        first = std::move(got);
-      } else {
-        EXPECT_TRUE(BitwiseEqual(first, got));
-      }
+// dbias (OC) += Σ_rows dout (N, OC) through `add(dbias, dout)`, twice from the same start:
+// close to the sums and bitwise equal run to run.
+template <typename AddFn>
+void CheckBiasGradDeterministic(int N, int OC, AddFn add) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " OC=" << OC);
+  const std::vector<float> dout = RoundBf16(RandomVector(static_cast<size_t>(N) * OC, 91));
+  const std::vector<float> db0 = RandomVector(OC, 92);
+  std::vector<float> ref = db0;
+  for (int n = 0; n < N; ++n) {
+    for (int o = 0; o < OC; ++o) ref[o] += dout[static_cast<size_t>(n) * OC + o];
+  }
+  auto d_dout = ct::UploadBf16(dout);
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer<float> d_db(db0);
+    add(d_db.data(), d_dout.data());
+    COHORT_ASSERT_LAUNCHES_OK();
+    std::vector<float> got = d_db.Download();
+    EXPECT_LT(RelError(got, ref), kFloatTol);
+    if (run == 0) {
+      first = std::move(got);
+    } else {
+      EXPECT_TRUE(BitwiseEqual(first, got));
     }
   }
+}
+
+// The kernels (BiasGradient) and Matmul::Backward with the BGRADB epilogue (or, where
+// cuBLASLt offers none, the kernels again: the printed count says which ran).
+TEST(CudaMatmulTest, BiasGradientIsDeterministic) {
+  COHORT_SKIP_WITHOUT_GPU();
+  auto mm = Matmul::Create(kStream);
+  ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
+  const int C = 64;
+  for (auto [N, OC] : {std::pair{5000, 200}, std::pair{37, 13}, std::pair{1, 8}}) {
+    DeviceBuffer<char> scratch(BiasGradScratchBytes(N, OC));
+    CheckBiasGradDeterministic(N, OC, [&](float* db, const bf16* dout) {
+      scratch.Poison();
+      BiasGradient(db, dout, N, OC, scratch.data(), kStream);
+    });
+    auto d_inp = ct::UploadBf16(RoundBf16(RandomVector(static_cast<size_t>(N) * C, 94)));
+    DeviceBuffer<float> d_dw(static_cast<size_t>(OC) * C);
+    CheckBiasGradDeterministic(N, OC, [&](float* db, const bf16* dout) {
+      auto r = mm->Backward(nullptr, d_dw.data(), db, dout, d_inp.data(), nullptr, N, C, OC);
+      ASSERT_TRUE(r.has_value()) << r.error().ToString();
+    });
+  }
+  std::printf("bias-gradient epilogue fallbacks: %lld of 6 calls\n",
+              static_cast<long long>(mm->fallbacks().bias_grad));
 }
 
 // ---------------------------------------------------------------------------------------

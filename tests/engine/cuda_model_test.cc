@@ -87,8 +87,9 @@ GptModel CpuModel(const GptConfig& c, const std::vector<float>& params) {
 
 // The GPU model with `params` (a test failure and null on error).
 std::unique_ptr<GptCudaModel> GpuModel(const GptConfig& c, const std::vector<float>& params,
-                                       int max_batch = kB, int max_seq = kT) {
-  auto m = GptCudaModel::Create(c, max_batch, max_seq);
+                                       int max_batch = kB, int max_seq = kT,
+                                       const GptCudaOptions& options = {}) {
+  auto m = GptCudaModel::Create(c, max_batch, max_seq, options);
   if (!m) {
     ADD_FAILURE() << m.error().ToString();
     return nullptr;
@@ -184,13 +185,43 @@ TEST(GptCudaMemoryTest, ShapeErrorsNameTheField) {
 // still failing on any real mistake (a wrong index or a missing term is an O(1) error).
 constexpr double kGradTol = 5e-2;
 
-TEST(GptCudaModelTest, ForwardBackwardMatchCpu) {
+// The parity tests run on the default options (every lever on) and on
+// GptCudaOptions::Baseline() (every lever off): each combination computes the same function.
+struct OptionsCase {
+  const char* name;
+  GptCudaOptions options;
+};
+void PrintTo(const OptionsCase& c, std::ostream* os) { *os << c.name; }
+class GptCudaOptionsTest : public ::testing::TestWithParam<OptionsCase> {};
+const OptionsCase kOptionsCases[] = {{"Levers", GptCudaOptions{}},
+                                     {"Baseline", GptCudaOptions::Baseline()}};
+std::string OptionsCaseName(const ::testing::TestParamInfo<OptionsCase>& info) {
+  return info.param.name;
+}
+
+// The epilogue fallbacks of a model (printed; none expected on the emulator, whose
+// cuBLASLt offers every epilogue matmul.cc asks for on these shapes).
+void ReportFallbacks(const GptCudaModel& gpu) {
+  const cuda::MatmulFallbacks f = gpu.matmul_fallbacks();
+  std::printf("matmul epilogue fallbacks: gelu forward %lld, gelu backward %lld, bias grad %lld\n",
+              static_cast<long long>(f.gelu_forward), static_cast<long long>(f.gelu_backward),
+              static_cast<long long>(f.bias_grad));
+#ifdef COHORT_CUDA_EMULATED
+  EXPECT_EQ(f.total(), 0);
+#endif
+}
+
+using GptCudaModelParityTest = GptCudaOptionsTest;
+INSTANTIATE_TEST_SUITE_P(Options, GptCudaModelParityTest, ::testing::ValuesIn(kOptionsCases),
+                         OptionsCaseName);
+
+TEST_P(GptCudaModelParityTest, ForwardBackwardMatchCpu) {
   COHORT_SKIP_WITHOUT_GPU();
   const GptConfig c = SmallConfig();
   GptModel cpu = CpuModel(c, {});
   const std::vector<float> params = RandomParams(cpu, 1);
   std::copy(params.begin(), params.end(), cpu.params().begin());
-  auto gpu = GpuModel(c, params);
+  auto gpu = GpuModel(c, params, kB, kT, GetParam().options);
   ASSERT_NE(gpu, nullptr);
   EXPECT_EQ(gpu->num_parameters(), cpu.params().size());
   ASSERT_EQ(gpu->tensors().size(), cpu.tensors().size());
@@ -245,6 +276,7 @@ TEST(GptCudaModelTest, ForwardBackwardMatchCpu) {
   ASSERT_FALSE(again.has_value());
   EXPECT_EQ(again.error().code, ErrorCode::kFailedPrecondition);
   EXPECT_FALSE(gpu->LastLogits().has_value());
+  ReportFallbacks(*gpu);
 }
 
 TEST(GptCudaModelTest, ForwardValidatesLikeTheCpuModel) {
@@ -332,13 +364,17 @@ TEST(GptCudaAdamWTest, ClipAndStepMatchCpuOnTheSameGradients) {
 // where a gradient is near zero and may change sign: lr 1e-4 keeps that under the bound
 // (about 8·lr relative for the ~1% of elements within the gradient error of zero), and the
 // update itself must agree in direction (cosine > 0.9).
-TEST(GptCudaAdamWTest, WholeStepMatchesCpu) {
+using GptCudaAdamWParityTest = GptCudaOptionsTest;
+INSTANTIATE_TEST_SUITE_P(Options, GptCudaAdamWParityTest, ::testing::ValuesIn(kOptionsCases),
+                         OptionsCaseName);
+
+TEST_P(GptCudaAdamWParityTest, WholeStepMatchesCpu) {
   COHORT_SKIP_WITHOUT_GPU();
   const GptConfig c = SmallConfig();
   GptModel cpu = CpuModel(c, {});
   const std::vector<float> params = RandomParams(cpu, 3);
   std::copy(params.begin(), params.end(), cpu.params().begin());
-  auto gpu = GpuModel(c, params);
+  auto gpu = GpuModel(c, params, kB, kT, GetParam().options);
   ASSERT_NE(gpu, nullptr);
   AdamWConfig ac;
   auto cpu_opt = AdamW::Create(params.size(), Ranges(cpu), ac);
@@ -373,6 +409,7 @@ TEST(GptCudaAdamWTest, WholeStepMatchesCpu) {
   EXPECT_GT(cosine, 0.9);
   // The step did move the weights (by ~lr each).
   EXPECT_GT(std::sqrt(na / params.size()), 0.5 * lr);
+  ReportFallbacks(*gpu);
 }
 
 // --- c) 100 steps ----------------------------------------------------------------------------

@@ -16,7 +16,6 @@
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/cross_entropy.cuh"
 #include "engine/kernels/cuda/encoder.cuh"
-#include "engine/kernels/cuda/gelu.cuh"
 #include "engine/kernels/cuda/grad_norm.cuh"
 #include "engine/kernels/cuda/layernorm.cuh"
 #include "engine/kernels/cuda/matmul.h"
@@ -246,7 +245,10 @@ Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& conf
   void* pinned = nullptr;
   COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(float)));
   m.loss_host = static_cast<float*>(pinned);
-  m.matmul.emplace(COHORT_TRY(k::Matmul::Create(m.stream)));
+  k::MatmulOptions mo;
+  mo.gelu_epilogue = options.gelu_epilogue;
+  mo.bias_grad_epilogue = options.bias_grad_epilogue;
+  m.matmul.emplace(COHORT_TRY(k::Matmul::Create(m.stream, mo)));
 
   // Backward's slices, in its order: ln_f, layer L-1 .. 0, wpe, wte.
   const GptLayout& lay = m.layout;
@@ -277,6 +279,9 @@ GptCudaModel::~GptCudaModel() = default;
 
 const GptConfig& GptCudaModel::config() const { return impl_->config; }
 const GptCudaOptions& GptCudaModel::options() const { return impl_->options; }
+cuda::MatmulFallbacks GptCudaModel::matmul_fallbacks() const {
+  return impl_->matmul->fallbacks();
+}
 const std::vector<ParamTensor>& GptCudaModel::tensors() const { return impl_->layout.tensors; }
 size_t GptCudaModel::num_parameters() const { return impl_->config.num_parameters(); }
 int GptCudaModel::max_batch() const { return impl_->max_batch; }
@@ -412,8 +417,7 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
     k::ResidualForward(residual2, residual2, residual, NC, st);
     k::LayerNormForward(ln2, b.ln2_mean + ls, b.ln2_rstd + ls, residual2, m.Pb(w.ln2_w),
                         m.Pb(w.ln2_b), N, C, st);
-    COHORT_TRY_VOID(mm.Forward(fch, ln2, m.Pb(w.fc_w), m.Pb(w.fc_b), N, C, 4 * C));
-    k::GeluForward(fch_gelu, fch, 4 * NC, st);
+    COHORT_TRY_VOID(mm.ForwardGelu(fch_gelu, fch, ln2, m.Pb(w.fc_w), m.Pb(w.fc_b), N, C, 4 * C));
     COHORT_TRY_VOID(
         mm.Forward(residual3, fch_gelu, m.Pb(w.fc_proj_w), m.Pb(w.fc_proj_b), N, 4 * C, C));
     k::ResidualForward(residual3, residual3, residual2, NC, st);
@@ -517,10 +521,9 @@ Result<void> GptCudaModel::Backward(float loss_scale, const GradReadyFn& ready) 
     const bf16* fch_gelu = b.fch_gelu + 4 * lc;
 
     // MLP branch: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))).
-    // dbig = dresidual · fc_proj.w (N, 4C), then gelu' in place.
-    COHORT_TRY_VOID(mm.Backward(b.dbig, m.G(w.fc_proj_w), m.G(w.fc_proj_b), b.dresidual,
-                                fch_gelu, m.Pb(w.fc_proj_w), N, 4 * C, C));
-    k::GeluBackward(b.dbig, fch, b.dbig, 4 * NC, st);
+    // dbig = gelu'(fch) ⊙ (dresidual · fc_proj.w) (N, 4C).
+    COHORT_TRY_VOID(mm.BackwardGelu(b.dbig, fch, m.G(w.fc_proj_w), m.G(w.fc_proj_b),
+                                    b.dresidual, fch_gelu, m.Pb(w.fc_proj_w), N, 4 * C, C));
     COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(w.fc_w), m.G(w.fc_b), b.dbig, ln2, m.Pb(w.fc_w),
                                 N, C, 4 * C));
     k::LayerNormBackward(b.dresidual, m.G(w.ln2_w), m.G(w.ln2_b), b.dsmall, residual2,

@@ -42,6 +42,7 @@
 
 #include "common/error.h"
 #include "engine/kernels/cuda/common.cuh"
+#include "engine/kernels/cuda/matmul.h"
 #include "engine/model/gpt.h"
 #include "engine/optim/adamw.h"
 
@@ -65,10 +66,11 @@ struct GptCudaMemory {
 // parity tests run with the defaults and with every lever off.
 struct GptCudaOptions {
   // The MLP's GELU in the fc product's cuBLASLt epilogue (forward: GELU_AUX_BIAS keeps the
-  // pre-activation for the backward; backward: DGELU) instead of two elementwise kernels.
+  // pre-activation for the backward; backward: DGELU on fc_proj's dinp product) instead of
+  // two elementwise kernels.
   bool gelu_epilogue = true;
-  // Bias gradients in the weight-gradient product's cuBLASLt epilogue (BGRAD) instead of
-  // the column-sum kernels.
+  // Bias gradients in the weight-gradient product's cuBLASLt epilogue (BGRADB, stored into
+  // a scratch vector and added to the gradient) instead of the column-sum kernels.
   bool bias_grad_epilogue = true;
   // AdamW over every parameter run in one launch instead of one per decay run.
   bool fused_adamw = true;
@@ -103,6 +105,9 @@ class GptCudaModel {
 
   const GptConfig& config() const;
   const GptCudaOptions& options() const;
+  // Products that ran without the epilogue the options asked for (cuBLASLt had no
+  // algorithm for it on that shape; the kernels did the work), counted since Create.
+  cuda::MatmulFallbacks matmul_fallbacks() const;
   const std::vector<ParamTensor>& tensors() const;
   size_t num_parameters() const;
   int max_batch() const;

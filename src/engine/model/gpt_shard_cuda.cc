@@ -16,7 +16,6 @@
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/cross_entropy.cuh"
 #include "engine/kernels/cuda/encoder.cuh"
-#include "engine/kernels/cuda/gelu.cuh"
 #include "engine/kernels/cuda/layernorm.cuh"
 #include "engine/kernels/cuda/matmul.h"
 #include "engine/kernels/cuda/residual.cuh"
@@ -466,8 +465,8 @@ Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTo
                                   residual, N, Cl));
     k::LayerNormForward(ln2, s.ln2_mean + ls, s.ln2_rstd + ls, residual2, m.Pb(w.ln2_w),
                         m.Pb(w.ln2_b), N, C, st);
-    COHORT_TRY_VOID(mm.Forward(fch, ln2, m.Pb(w.fc_w), m.Pb(w.fc_b), N, C, 4 * Cl));
-    k::GeluForward(fch_gelu, fch, 4 * NCl, st);
+    COHORT_TRY_VOID(
+        mm.ForwardGelu(fch_gelu, fch, ln2, m.Pb(w.fc_w), m.Pb(w.fc_b), N, C, 4 * Cl));
     COHORT_TRY_VOID(m.RowParallel(residual3, fch_gelu, m.Pb(w.fc_proj_w), m.Pb(w.fc_proj_b),
                                   residual2, N, 4 * Cl));
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptShardCudaModel::Forward (transformer block)
@@ -549,9 +548,8 @@ Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
 
     // MLP: fc_proj row-parallel (its input gradient is local), fc column-parallel (its
     // input gradient a partial sum: summed before the replicated LayerNorm).
-    COHORT_TRY_VOID(mm.Backward(dbig, m.G(w.fc_proj_w), m.G(w.fc_proj_b), dres, fch_gelu,
-                                m.Pb(w.fc_proj_w), N, 4 * Cl, C));
-    k::GeluBackward(dbig, fch, dbig, 4 * NCl, st);
+    COHORT_TRY_VOID(mm.BackwardGelu(dbig, fch, m.G(w.fc_proj_w), m.G(w.fc_proj_b), dres,
+                                    fch_gelu, m.Pb(w.fc_proj_w), N, 4 * Cl, C));
     COHORT_TRY_VOID(
         mm.Backward(dsmall, m.G(w.fc_w), m.G(w.fc_b), dbig, ln2, m.Pb(w.fc_w), N, C, 4 * Cl));
     COHORT_TRY_VOID(m.SumBf16(dsmall, NC));

@@ -9,6 +9,17 @@
 //     CUBLAS_OP_N and Xᵀ for CUBLAS_OP_T, and k is read from A's layout; C must have D's
 //     shape; C is not read when beta is 0 (so poisoned outputs stay harmless);
 //   - CUBLASLT_EPILOGUE_BIAS adds a vector with one element per row of D, to every column;
+//   - GELU_AUX[_BIAS]: D = gelu(x) with x = alpha·op(A)·op(B) [+ bias], and x itself into the
+//     aux matrix (EPILOGUE_AUX_POINTER, D's shape, ld EPILOGUE_AUX_LD, which must be a
+//     multiple of 8 and >= D's rows; type EPILOGUE_AUX_DATA_TYPE, default D's type). GELU is
+//     the tanh approximation (what cuBLASLt computes; PyTorch's _addmm_activation relies on
+//     it), here in float32 with tanhf;
+//   - DGELU: D = gelu'(aux) ⊙ alpha·op(A)·op(B), the aux matrix an input with the same rules;
+//   - BGRADA / BGRADB: besides D, STORE (not add) at the bias pointer the sums of op(A)'s
+//     rows (length m) / op(B)'s columns (length n) over the k dimension, in the bias type,
+//     which must be D's type (the default); summed in float32 in k order;
+//   - GELU and DGELU with beta != 0 are refused (NOT_SUPPORTED): matmul.cc never asks, and
+//     the documentation does not say where C enters;
 //   - attributes are checked for their exact sizes, as the library does;
 //   - the algorithm returned by the heuristic remembers the alignments it was promised, and
 //     cublasLtMatmul refuses pointers that break them (the library's algorithms may read
@@ -22,11 +33,18 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "cublaslt_emu.h"
+
 namespace {
+
+// CohortEmuCublasLtDeclineEpilogue's set, indexed by epilogue value (all below 1024).
+std::atomic<bool> g_declined[1024];
 
 struct EmuLayout {
   cudaDataType_t type;
@@ -41,7 +59,32 @@ struct EmuDesc {
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
   int32_t bias_type = -1;  // -1: D's type
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+  int32_t aux_type = -1;  // -1: D's type
 };
+
+bool IsGeluForward(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool UsesAux(uint32_t e) { return IsGeluForward(e) || e == CUBLASLT_EPILOGUE_DGELU; }
+bool AddsBias(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool IsBiasGrad(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB;
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+float Gelu(float x) {
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x)));
+}
+float GeluGrad(float x) {
+  const float th = std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
+  return 0.5f * (1.0f + th) +
+         0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
+}
 
 struct EmuPref {
   uint64_t max_workspace = 0;
@@ -84,13 +127,22 @@ cublasStatus_t CheckProblem(const EmuDesc& d, const EmuLayout& a, const EmuLayou
       (d.transb != CUBLAS_OP_N && d.transb != CUBLAS_OP_T)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS) {
+  const uint32_t e = d.epilogue;
+  if (e != CUBLASLT_EPILOGUE_DEFAULT && !AddsBias(e) && !UsesAux(e) && !IsBiasGrad(e)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  if (d.epilogue == CUBLASLT_EPILOGUE_BIAS) {
-    const int32_t bias_type = d.bias_type < 0 ? dl.type : d.bias_type;
-    if (bias_type != CUDA_R_16BF || dl.type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const int32_t bias_type = d.bias_type < 0 ? dl.type : d.bias_type;
+  if (AddsBias(e) && (bias_type != CUDA_R_16BF || dl.type != CUDA_R_16BF)) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   }
+  if (UsesAux(e)) {
+    const int32_t aux_type = d.aux_type < 0 ? dl.type : d.aux_type;
+    if (dl.type != CUDA_R_16BF || aux_type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d.aux_ld % 8 != 0 || d.aux_ld < static_cast<int64_t>(dl.rows)) {
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
+  if (IsBiasGrad(e) && bias_type != dl.type) return CUBLAS_STATUS_NOT_SUPPORTED;
   *m = dl.rows;
   *n = dl.cols;
   const bool ta = d.transa == CUBLAS_OP_T, tb = d.transb == CUBLAS_OP_T;
@@ -172,6 +224,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
     case CUBLASLT_MATMUL_DESC_EPILOGUE: return Store(d.epilogue, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return Store(d.bias, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return Store(d.bias_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return Store(d.aux, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return Store(d.aux_ld, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return Store(d.aux_type, buf, size);
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
@@ -213,6 +268,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   const cublasStatus_t s = CheckProblem(*D(desc), *L(a), *L(b), *L(c), *L(d), &m, &n, &k);
   *returned = 0;
   if (s != CUBLAS_STATUS_SUCCESS) return s;
+  const uint32_t e = D(desc)->epilogue;
+  if (e < 1024 && g_declined[e].load()) return CUBLAS_STATUS_SUCCESS;  // no algorithm
   std::memset(&results[0], 0, sizeof(results[0]));
   EmuAlgo algo{kAlgoMagic, {}};
   for (int i = 0; i < 4; ++i) {
@@ -251,12 +308,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       !Aligned(Dp, algo.align[3])) {
     return CUBLAS_STATUS_INVALID_VALUE;  // the algorithm was chosen for wider alignment
   }
-  const bool with_bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS;
-  if (with_bias && d.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  const uint32_t e = d.epilogue;
+  const bool with_bias = AddsBias(e);
+  if ((with_bias || IsBiasGrad(e)) && d.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (UsesAux(e) && d.aux == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   float alpha, beta;
   std::memcpy(&alpha, alpha_p, sizeof(float));
   std::memcpy(&beta, beta_p, sizeof(float));
   if (beta != 0.0f && C == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (beta != 0.0f && UsesAux(e)) return CUBLAS_STATUS_NOT_SUPPORTED;
 
   // op(A) as m rows of k (row i contiguous), op(B) as n columns of k (column j contiguous).
   const bool ta = d.transa == CUBLAS_OP_T, tb = d.transb == CUBLAS_OP_T;
@@ -284,6 +344,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         v += beta * (c.type == CUDA_R_32F ? static_cast<const float*>(C)[ci] : LoadBf16(C, ci));
       }
       if (with_bias) v += LoadBf16(d.bias, i);
+      const uint64_t ai = i + j * static_cast<uint64_t>(d.aux_ld);
+      if (IsGeluForward(e)) {
+        static_cast<__nv_bfloat16*>(d.aux)[ai] = __float2bfloat16(v);
+        v = Gelu(v);
+      } else if (e == CUBLASLT_EPILOGUE_DGELU) {
+        v *= GeluGrad(LoadBf16(d.aux, ai));
+      }
       const uint64_t di = i + j * static_cast<uint64_t>(dl.ld);
       if (dl.type == CUDA_R_32F) {
         static_cast<float*>(Dp)[di] = v;
@@ -292,7 +359,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       }
     }
   }
+  if (IsBiasGrad(e)) {
+    // Sums over k of op(A)'s rows (BGRADA, m values) or op(B)'s columns (BGRADB, n values).
+    const bool over_a = e == CUBLASLT_EPILOGUE_BGRADA;
+    const uint64_t count = over_a ? m : n;
+    const std::vector<float>& op = over_a ? opa : opb;
+    for (uint64_t x = 0; x < count; ++x) {
+      float sum = 0.0f;
+      for (uint64_t kk = 0; kk < k; ++kk) sum += op[x * k + kk];
+      if (dl.type == CUDA_R_32F) {
+        static_cast<float*>(const_cast<void*>(d.bias))[x] = sum;
+      } else {
+        static_cast<__nv_bfloat16*>(const_cast<void*>(d.bias))[x] = __float2bfloat16(sum);
+      }
+    }
+  }
   return CUBLAS_STATUS_SUCCESS;
+}
+
+void CohortEmuCublasLtDeclineEpilogue(uint32_t epilogue, int decline) {
+  if (epilogue < 1024) g_declined[epilogue].store(decline != 0);
 }
 
 }  // extern "C"

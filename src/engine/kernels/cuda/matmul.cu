@@ -1,4 +1,5 @@
-// Bias gradient: dbias (OC) += Σ_rows dout (N, OC), float32, deterministic (matmul.cuh).
+// Bias gradient: dbias (OC) += Σ_rows dout (N, OC), float32, deterministic (matmul.cuh);
+// and BiasGradAccumulate, the one-thread-per-column addition of cuBLASLt's BGRADB output.
 //
 // Two kernels, no atomics:
 //   1. Column partials: the rows are cut into G chunks (BiasGradScratchBytes fixes G from
@@ -68,6 +69,13 @@ __global__ void BiasGradPartialsKernel(float* __restrict__ partials, const bf16*
   }
 }
 
+// dbias[c] += partial[c] (BiasGradAccumulate).
+__global__ void BiasGradAccumulateKernel(float* __restrict__ dbias,
+                                         const float* __restrict__ partial, int OC) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < OC) dbias[c] += partial[c];
+}
+
 // Step 2: column c adds its G partials in order, then dbias[c] += total.
 __global__ void BiasGradFinishKernel(float* __restrict__ dbias, const float* __restrict__ partials,
                                      int OC, int chunks) {
@@ -102,6 +110,11 @@ void BiasGradient(float* dbias, const bf16* dout, int N, int OC, void* scratch,
   }
   BiasGradFinishKernel<<<CeilDiv(OC, kThreads), kThreads, 0, stream>>>(dbias, partials, OC,
                                                                        chunks);
+}
+
+void BiasGradAccumulate(float* dbias, const float* partial, int OC, cudaStream_t stream) {
+  if (OC <= 0) return;
+  BiasGradAccumulateKernel<<<CeilDiv(OC, kThreads), kThreads, 0, stream>>>(dbias, partial, OC);
 }
 
 }  // namespace cohort::engine::cuda
