@@ -12,7 +12,7 @@
 # files): versions.txt, tests.log, cohort.json, torch.json, bench.log, summary.txt.
 #
 # Environment: BATCH (8), STEPS (20), RUN_TESTS (1), RUN_BENCH (1), TORCH_MODES
-# (eager,compile), GTEST_FILTER (all), TEST_TIMEOUT (300 s per test binary), SANITIZE
+# (eager,compile; empty: no PyTorch run), GTEST_FILTER (all), TEST_TIMEOUT (300 s per test binary), SANITIZE
 # (memcheck,racecheck,synccheck: compute-sanitizer tools run over the kernel and attention
 # parity tests and the small model tests, SANITIZE_FILTER; empty skips them),
 # SANITIZE_TIMEOUT (120 s per tool and binary). sanitizer.log holds their reports.
@@ -34,7 +34,7 @@ BATCH=${BATCH:-8}
 STEPS=${STEPS:-20}
 RUN_TESTS=${RUN_TESTS:-1}
 RUN_BENCH=${RUN_BENCH:-1}
-TORCH_MODES=${TORCH_MODES:-eager,compile}
+TORCH_MODES=${TORCH_MODES-eager,compile}
 TEST_TIMEOUT=${TEST_TIMEOUT:-300}
 SANITIZE=${SANITIZE-memcheck,racecheck,synccheck}
 PROFILE=${PROFILE:-0}
@@ -187,11 +187,13 @@ if [[ "$RUN_BENCH" == 1 ]]; then
     --steps "$STEPS" --warmup 5 --json "$OUTDIR/cohort.json" "${variant_flag[@]}" \
     2>&1 | tee -a "$OUTDIR/bench.log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { log "ERROR: bench_train_throughput failed"; status=1; }
-  log "bench: PyTorch ($TORCH_MODES), same model and batch"
-  PYTHONUNBUFFERED=1 python3 "$ROOT/bench/gpu/train_gpt2_torch.py" --batch "$BATCH" --seq 1024 \
-    --steps "$STEPS" --warmup 10 --modes "$TORCH_MODES" --json "$OUTDIR/torch.json" 2>&1 |
-    tee -a "$OUTDIR/bench.log"
-  [[ ${PIPESTATUS[0]} -eq 0 ]] || { log "ERROR: train_gpt2_torch.py failed"; status=1; }
+  if [[ -n "$TORCH_MODES" ]]; then
+    log "bench: PyTorch ($TORCH_MODES), same model and batch"
+    PYTHONUNBUFFERED=1 python3 "$ROOT/bench/gpu/train_gpt2_torch.py" --batch "$BATCH" --seq 1024 \
+      --steps "$STEPS" --warmup 10 --modes "$TORCH_MODES" --json "$OUTDIR/torch.json" 2>&1 |
+      tee -a "$OUTDIR/bench.log"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || { log "ERROR: train_gpt2_torch.py failed"; status=1; }
+  fi
 
   # The side-by-side table, last.
   python3 - "$OUTDIR/cohort.json" "$OUTDIR/torch.json" <<'EOF' | tee -a "$OUTDIR/summary.txt"
