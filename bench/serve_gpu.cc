@@ -14,6 +14,11 @@
 // one batch of c prompts decoding K tokens together, its best of R. The greedy tokens of
 // request 0 beside PyTorch's first sequence: both sides run bf16 on random weights, so
 // they agree on a prefix; the length of that prefix is printed, not asserted.
+//
+// First, where a decoding step's time goes: the model's Step alone (no batcher), c
+// sequences of context P + K/2 decoding one token each, with the logits of every row
+// (copied to the host, as the batcher samples them there) and without (the forward alone);
+// median of 20 steps. The rounds above minus this are the batcher's own cost.
 // Issue 21 item 4; bench/gpu/run.sh runs it on a lent GPU. --device cpu runs the same
 // measurement with the float32 CPU backend and PyTorch on the CPU (one thread each).
 #include <algorithm>
@@ -210,6 +215,48 @@ cohort::Result<void> WriteCheckpoint(const std::string& dir, const GptModel& m) 
   return {};
 }
 
+// The model's decode step alone for c sequences: {ms with logits, ms without}.
+cohort::Result<std::pair<double, double>> TimeDecodeStep(cohort::serve::InferenceModel& m,
+                                                         const GptConfig& cfg, int c, int context) {
+  using cohort::serve::StepSequence;
+  const int bps = cohort::serve::BlocksFor(context + 1, m.cache().block_size);
+  if (c * bps > m.cache().num_blocks) {
+    return cohort::MakeError(cohort::ErrorCode::kInvalidArgument, "the cache is too small");
+  }
+  std::vector<std::vector<int>> blocks(c);
+  std::vector<std::vector<int32_t>> prompts(c);
+  for (int r = 0; r < c; ++r) {
+    for (int b = 0; b < bps; ++b) blocks[r].push_back(r * bps + b);
+    prompts[r] = Prompt(cfg, r, context + 1);
+  }
+  std::vector<float> logits;
+  // Fill every sequence's cache to `context` positions, a sequence per step.
+  for (int r = 0; r < c; ++r) {
+    const StepSequence q{std::span<const int32_t>(prompts[r].data(), context), 0, blocks[r], false};
+    for (int at = 0; at < context; at += m.max_step_tokens()) {
+      const int n = std::min(m.max_step_tokens(), context - at);
+      const StepSequence part{q.tokens.subspan(at, n), at, blocks[r], false};
+      COHORT_TRY_VOID(m.Step(std::span<const StepSequence>(&part, 1), logits));
+    }
+  }
+  auto time = [&](bool want) -> cohort::Result<double> {
+    std::vector<StepSequence> step;
+    for (int r = 0; r < c; ++r) {
+      step.push_back({std::span<const int32_t>(prompts[r].data() + context, 1), context, blocks[r], want});
+    }
+    std::vector<double> ms;
+    for (int i = 0; i < 25; ++i) {
+      const auto t0 = Clock::now();
+      COHORT_TRY_VOID(m.Step(step, logits));  // synchronises before it returns
+      if (i >= 5) ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    return Percentile(ms, 0.5);
+  };
+  const double with = COHORT_TRY(time(true));
+  const double without = COHORT_TRY(time(false));
+  return std::pair{with, without};
+}
+
 struct TorchRow {
   double tokens_per_s = 0;
   double ttft_s = 0;
@@ -276,11 +323,28 @@ int Main(const Options& o) {
   if (!probe) return fail(probe.error());
   auto plan = cohort::serve::PlanKvCache(cfg, 16, probe->bytes_per_block * blocks, elem);
   if (!plan) return fail(plan.error());
-  auto model = o.device == "cuda"
-                   ? cohort::serve::CreateCudaInferenceModel(cfg, host->params(), *plan, 2048)
-                   : cohort::serve::CreateCpuInferenceModel(
-                         cfg, std::vector<float>(host->params().begin(), host->params().end()),
-                         *plan, 2048);
+  auto make_model = [&]() {
+    return o.device == "cuda"
+               ? cohort::serve::CreateCudaInferenceModel(cfg, host->params(), *plan, 2048)
+               : cohort::serve::CreateCpuInferenceModel(
+                     cfg, std::vector<float>(host->params().begin(), host->params().end()),
+                     *plan, 2048);
+  };
+  {
+    auto m = make_model();
+    if (!m) return fail(m.error());
+    const int context = o.prompt + o.tokens / 2;
+    fmt::print("# the model's decode step alone (context {}), median of 20:\n{:>11s} {:>16s} "
+               "{:>16s} {:>14s}\n",
+               context, "sequences", "with logits ms", "forward only ms", "logits cost ms");
+    for (int c : o.concurrency) {
+      auto t = TimeDecodeStep(**m, cfg, c, context);
+      if (!t) return fail(t.error());
+      fmt::print("{:>11d} {:>16.2f} {:>16.2f} {:>14.2f}\n", c, t->first, t->second,
+                 t->first - t->second);
+    }
+  }
+  auto model = make_model();
   if (!model) return fail(model.error());
   auto tokenizer = cohort::engine::MakeByteTokenizer();
   cohort::serve::BatcherOptions bo;
