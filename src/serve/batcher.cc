@@ -251,7 +251,7 @@ void Batcher::RunStep() {
     in_step.push_back(s);
     budget -= take;
   }
-  std::vector<float> logits;
+  std::vector<float>& logits = logits_;
   Result<void> ran = model_->Step(step, logits);
   ++steps_;
   const SteadyTime now = SteadyClock::now();
