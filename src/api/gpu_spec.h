@@ -41,4 +41,13 @@ std::string GpuSpecText(const JobSpec& s);
 // otherwise. Usage accounting divides by kGpuShareUnits.
 int64_t JobGpuShareUnits(const JobSpec& s, int nodes);
 
+// GPU share units one part of a placed job of `spec` holds: its tasks' slices for a sharing
+// job (the units the scheduler gave each, sched/gpu_units.h), kGpuShareUnits per GPU
+// otherwise. Quotas and fair share count these.
+int64_t AllocationShareUnits(const JobSpec& spec, const NodeAllocation& part);
+
+// GPUs an attempt held, with fractions: its whole GPUs (records stored before
+// AttemptRecord::gpus: the spec's shape) and its sharing parts (gpu_share_units).
+double AttemptGpuAmount(const JobSpec& spec, const AttemptRecord& attempt);
+
 }  // namespace cohort::api
