@@ -163,7 +163,7 @@ int RunTrace(uint64_t seed, std::map<std::string, int>* kinds) {
     for (int64_t id : due) {
       ADD_FAILURE() << "nominated job " << id << " did not start once its victims stopped: " << Reason(d, id);
     }
-    const std::map<std::string, int64_t> used = sim.UnitsByTeam(now);
+    const std::map<std::string, int64_t> used = sim.UnitsByTeam();
     for (const TeamView& t : teams) {
       const auto u = used.find(t.name);
       EXPECT_LE(u == used.end() ? 0 : u->second, limit_of(t)) << "team " << t.name << " over quota + borrow at minute "

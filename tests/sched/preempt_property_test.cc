@@ -17,7 +17,6 @@
 #include <set>
 
 #include "sched/gpu_units.h"
-#include "sched/quota.h"
 #include "sched/scheduler.h"
 #include "trace_sim.h"
 
@@ -98,8 +97,11 @@ int RunTrace(uint64_t seed, Counts* counts) {
     snap.shares.emplace();
     snap.shares->teams = teams;
     snap.shares->preemption.min_runtime_ms = min_runtime;
-    const QuotaBook before(teams, snap.running);
-    const RequestUnits asked(snap.nodes);
+    const std::map<std::string, int64_t> before = sim.UnitsByTeam();  // as the pass began
+    const auto used_before = [&](const std::string& team) {
+      auto it = before.find(team);
+      return it == before.end() ? 0 : it->second;
+    };
     const Decision d = Schedule(snap);
 
     // Preemptions. A pass's victims come in the order they were chosen: a team's units
@@ -107,7 +109,7 @@ int RunTrace(uint64_t seed, Counts* counts) {
     std::map<std::string, int64_t> removed;  // by victim team, this pass
     std::map<int64_t, int64_t> own_removed;  // by preemptor: its own team's victims
     std::map<int64_t, int64_t> held;         // running job -> units
-    for (const RunningJob& r : snap.running) held[r.id] = HeldUnits(r);
+    for (const TraceSim::Live& l : sim.running()) held[l.job.id] = TraceSim::Units(l);
     for (const Preemption& p : d.preempt) {
       if (p.kind == PreemptKind::kPriority) own_removed[p.preemptor] += held[p.victim];
     }
@@ -133,9 +135,12 @@ int RunTrace(uint64_t seed, Counts* counts) {
         counts->sharing_victims += victim->job.gpu_share > 0;
         counts->sharing_reclaimers += by.gpu_share > 0;
         EXPECT_NE(victim->job.team, by.team);
-        EXPECT_GT(before.used(victim->job.team) - removed[victim->job.team], before.quota(victim->job.team))
+        EXPECT_GT(used_before(victim->job.team) - removed[victim->job.team],
+                  UnitsOfGpus(team_of(victim->job.team).quota_gpus))
             << "reclaimed from team " << victim->job.team << " within quota";
-        EXPECT_LE(before.used(by.team) - own_removed[by.id] + asked.Of(by), UnitsOfGpus(team_of(by.team).quota_gpus))
+        const int64_t asked = by.gpu_share > 0 ? int64_t{by.nodes} * by.tasks_per_node * by.gpu_share
+                                               : UnitsOfGpus(int64_t{by.nodes} * by.gpus_per_node);
+        EXPECT_LE(used_before(by.team) - own_removed[by.id] + asked, UnitsOfGpus(team_of(by.team).quota_gpus))
             << "reclaim for a job that would borrow";
       } else {
         EXPECT_EQ(victim->job.team, by.team);
@@ -149,7 +154,7 @@ int RunTrace(uint64_t seed, Counts* counts) {
     for (const JobPlacement& p : d.start) nominated.erase(p.job_id);
     if (!sim.Start(d, now)) return preemptions;
     // Quotas: no team above quota + borrow limit, counting parts of GPUs.
-    const std::map<std::string, int64_t> used = sim.UnitsByTeam(now);
+    const std::map<std::string, int64_t> used = sim.UnitsByTeam();
     for (const TeamView& t : teams) {
       const auto u = used.find(t.name);
       EXPECT_LE(u == used.end() ? 0 : u->second, limit_of(t))

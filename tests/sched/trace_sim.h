@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "detail_cluster.h"
-#include "sched/gpu_units.h"
 #include "sched/snapshot.h"
 
 namespace cohort::sched::testing {
@@ -118,10 +117,21 @@ class TraceSim {
     return true;
   }
 
+  // What a running job holds, in GPU share units, counted from its placement (not by the
+  // scheduler's own HeldUnits, so that the checks do not share its mistakes).
+  static int64_t Units(const Live& l) {
+    int64_t units = 0;
+    for (const NodeAssignment& a : l.where) {
+      if (a.slices.empty()) units += static_cast<int64_t>(a.gpus.size()) * kGpuShareUnits;
+      for (const GpuSlice& s : a.slices) units += s.share;
+    }
+    return units;
+  }
+
   // What each team's running jobs hold, in GPU share units.
-  std::map<std::string, int64_t> UnitsByTeam(int64_t now) const {
+  std::map<std::string, int64_t> UnitsByTeam() const {
     std::map<std::string, int64_t> out;
-    for (const Live& l : running_) out[l.job.team] += HeldUnits(ToRunning(l, now));
+    for (const Live& l : running_) out[l.job.team] += Units(l);
     return out;
   }
 
