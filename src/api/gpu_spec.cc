@@ -138,9 +138,4 @@ double AttemptGpuAmount(const JobSpec& spec, const AttemptRecord& attempt) {
   return static_cast<double>(whole) + static_cast<double>(attempt.gpu_share_units) / kGpuShareUnits;
 }
 
-int64_t JobGpuShareUnits(const JobSpec& s, int nodes) {
-  if (s.shares_gpu()) return int64_t{nodes} * s.tasks_per_node * std::max(s.gpu_share, 1);
-  return int64_t{nodes} * s.gpus_per_node * kGpuShareUnits;
-}
-
 }  // namespace cohort::api
