@@ -6,7 +6,10 @@
 // of 2-8 nodes x 8 GPUs placed over the fewest switches (a fifth with topology required),
 // 5% plain 4-GPU tasks with topology required, and the rest plain 1/2/4/8-GPU jobs. Prints
 // the median, p90 and min of the passes beside the target (median <= 50 ms), and the
-// plain-only pass on the same cluster as a baseline. A figure to compare, not a test.
+// plain-only pass on the same cluster as a baseline. A third pass runs the same jobs with
+// fair share and quotas (issue 17): 50 teams whose quotas split 80% of the GPUs by weight,
+// with borrow limits of none, half the quota or unlimited; quotas count the sharing jobs'
+// parts of GPUs (sched/gpu_units.h). A figure to compare, not a test.
 //
 // Usage: bench_sched_gpu_pass [passes=20]
 #include <fmt/format.h>
@@ -94,6 +97,37 @@ Snapshot MakeSnapshot(bool detailed) {
   return snap;
 }
 
+// `snap` with fair share and quotas: 50 teams of weights 1-4 and decayed usage, a few of
+// which submit most of the jobs (they borrow, and hit their limits).
+Snapshot WithShares(Snapshot snap) {
+  std::mt19937_64 rng(7);
+  constexpr int kTeams = 50;
+  SharePolicy p;
+  std::vector<int64_t> weights;
+  int64_t total = 0;
+  for (int t = 0; t < kTeams; ++t) {
+    weights.push_back(1 + static_cast<int64_t>(rng() % 4));
+    total += weights.back();
+  }
+  const int64_t quota_gpus = int64_t{kNodes} * kGpus * 8 / 10;
+  for (int t = 0; t < kTeams; ++t) {
+    TeamView v;
+    v.name = fmt::format("team-{:02d}", t);
+    v.weight = weights[static_cast<size_t>(t)];
+    v.quota_gpus = quota_gpus * v.weight / total;
+    const int kind = static_cast<int>(rng() % 3);
+    v.borrow_limit_gpus = kind == 0 ? 0 : kind == 1 ? v.quota_gpus / 2 : -1;
+    v.usage_gpu_s = static_cast<double>(rng() % (200 * 24 * 3600));
+    p.teams.push_back(std::move(v));
+  }
+  for (JobRequest& j : snap.pending) {
+    const int t = rng() % 3 == 0 ? static_cast<int>(rng() % 5) : static_cast<int>(rng() % kTeams);
+    j.team = fmt::format("team-{:02d}", t);
+  }
+  snap.shares = std::move(p);
+  return snap;
+}
+
 struct Timing {
   double median = 0, p90 = 0, min = 0;
   size_t started = 0;
@@ -119,11 +153,14 @@ int main(int argc, char** argv) {
   const Snapshot detailed = MakeSnapshot(true);
   const Timing base = Time(plain, passes);
   const Timing t = Time(detailed, passes);
+  const Timing shared = Time(WithShares(detailed), passes);
   fmt::print("scheduling pass, {} nodes x {} GPUs, {} pending, {} passes\n", kNodes, kGpus, kPending, passes);
   fmt::print("{:<44} {:>9} {:>9} {:>9} {:>8} {:>10}\n", "pass", "median ms", "p90 ms", "min ms", "started", "target");
   fmt::print("{:<44} {:>9.1f} {:>9.1f} {:>9.1f} {:>8} {:>10}\n", "plain whole-GPU jobs (baseline)", base.median,
              base.p90, base.min, base.started, "-");
   fmt::print("{:<44} {:>9.1f} {:>9.1f} {:>9.1f} {:>8} {:>10}\n", "fractions, types, islands, switches", t.median,
              t.p90, t.min, t.started, "<= 50");
+  fmt::print("{:<44} {:>9.1f} {:>9.1f} {:>9.1f} {:>8} {:>10}\n", "... with fair share + quotas (50 teams)",
+             shared.median, shared.p90, shared.min, shared.started, "<= 50");
   return 0;
 }

@@ -126,9 +126,16 @@ std::string GpuSpecText(const JobSpec& s) {
   return GpuRequestText(GpuRequest{s.gpu_type, s.gpus_per_node}) + " per node";
 }
 
-int64_t JobGpuShareUnits(const JobSpec& s, int nodes) {
-  if (s.shares_gpu()) return int64_t{nodes} * s.tasks_per_node * std::max(s.gpu_share, 1);
-  return int64_t{nodes} * s.gpus_per_node * kGpuShareUnits;
+int64_t AllocationShareUnits(const JobSpec& spec, const NodeAllocation& part) {
+  if (!spec.shares_gpu()) return static_cast<int64_t>(part.gpus.size()) * kGpuShareUnits;
+  int64_t units = 0;
+  for (const TaskPlacement& t : part.tasks) units += t.gpu_share;
+  return units;
+}
+
+double AttemptGpuAmount(const JobSpec& spec, const AttemptRecord& attempt) {
+  const int64_t whole = attempt.gpus >= 0 ? attempt.gpus : int64_t{spec.nodes} * spec.gpus_per_node;
+  return static_cast<double>(whole) + static_cast<double>(attempt.gpu_share_units) / kGpuShareUnits;
 }
 
 }  // namespace cohort::api

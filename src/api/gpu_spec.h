@@ -36,9 +36,13 @@ Result<void> ValidateGpuSpec(const JobSpec& s);
 // node", "" for a CPU-only job: how show and queue describe the request.
 std::string GpuSpecText(const JobSpec& s);
 
-// GPU share units a job holds in all: nodes x tasks x share for a sharing job (a task that
-// asks only for gpu_memory counts as one unit), nodes x gpus_per_node x kGpuShareUnits
-// otherwise. Usage accounting divides by kGpuShareUnits.
-int64_t JobGpuShareUnits(const JobSpec& s, int nodes);
+// GPU share units one part of a placed job of `spec` holds: its tasks' slices for a sharing
+// job (the units the scheduler gave each, sched/gpu_units.h), kGpuShareUnits per GPU
+// otherwise. Quotas and fair share count these.
+int64_t AllocationShareUnits(const JobSpec& spec, const NodeAllocation& part);
+
+// GPUs an attempt held, with fractions: its whole GPUs (records stored before
+// AttemptRecord::gpus: the spec's shape) and its sharing parts (gpu_share_units).
+double AttemptGpuAmount(const JobSpec& spec, const AttemptRecord& attempt);
 
 }  // namespace cohort::api

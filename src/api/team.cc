@@ -187,8 +187,8 @@ Result<SharesReport> SharesReportFromJson(const json& j) {
     s.share = COHORT_TRY(t.Double("share", 0, 0, 1));
     if (t.Has("quota")) s.quota_gpus = COHORT_TRY(GpuAmount(t, "quota"));
     if (t.Has("borrow_limit")) s.borrow_limit_gpus = COHORT_TRY(GpuAmount(t, "borrow_limit"));
-    s.gpus_in_use = COHORT_TRY(t.Int("gpus_in_use", 0, 0, std::numeric_limits<int64_t>::max()));
-    s.borrowed_gpus = COHORT_TRY(t.Int("borrowed_gpus", 0, 0, std::numeric_limits<int64_t>::max()));
+    s.gpus_in_use = COHORT_TRY(t.Double("gpus_in_use", 0, 0, kBig));
+    s.borrowed_gpus = COHORT_TRY(t.Double("borrowed_gpus", 0, 0, kBig));
     s.usage_gpu_hours = COHORT_TRY(t.Double("usage_gpu_hours", 0, 0, kBig));
     s.usage_fraction = COHORT_TRY(t.Double("usage_fraction", 0, 0, 1));
     s.fair_share_factor = COHORT_TRY(t.Double("fair_share_factor", 1, 0, 1));

@@ -89,8 +89,8 @@ struct TeamShare {
   double share = 0;            // weight / sum of the weights of the teams shown
   int64_t quota_gpus = 0;
   std::optional<int64_t> borrow_limit_gpus;
-  int64_t gpus_in_use = 0;     // GPUs its RUNNING jobs hold now
-  int64_t borrowed_gpus = 0;   // of them, beyond its quota
+  double gpus_in_use = 0;      // GPUs its RUNNING jobs hold now (a sharing job: its parts)
+  double borrowed_gpus = 0;    // of them, beyond its quota
   double usage_gpu_hours = 0;  // decayed (half-life below)
   double usage_fraction = 0;   // of all teams' decayed usage
   double fair_share_factor = 1;  // 2^(-usage_fraction / share)

@@ -30,7 +30,7 @@ std::string RenderShares(const api::SharesReport& report) {
     t.AddRow({s.implicit ? s.name + " (implicit)" : s.name, std::to_string(s.weight), fmt::format("{:.3f}", s.share),
               std::to_string(s.quota_gpus),
               s.borrow_limit_gpus ? std::to_string(*s.borrow_limit_gpus) : std::string("unlimited"),
-              std::to_string(s.gpus_in_use), std::to_string(s.borrowed_gpus),
+              fmt::format("{:g}", s.gpus_in_use), fmt::format("{:g}", s.borrowed_gpus),
               fmt::format("{:.2f}", s.usage_gpu_hours), fmt::format("{:.3f}", s.usage_fraction),
               fmt::format("{:.3f}", s.fair_share_factor), std::to_string(s.running_jobs),
               std::to_string(s.pending_jobs)});

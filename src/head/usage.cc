@@ -5,6 +5,7 @@
 #include <string>
 
 #include "api/gpu_request.h"
+#include "api/gpu_spec.h"
 
 namespace cohort::head {
 
@@ -36,7 +37,7 @@ double JobGpuSeconds(const api::Job& job, int64_t now_ms, UsageWindow window) {
   double s = 0;
   for (const auto& a : job.history) {
     // A sharing attempt counts its parts of GPUs (issue 18).
-    const double gpus = AttemptGpus(job, a) + static_cast<double>(a.gpu_share_units) / api::kGpuShareUnits;
+    const double gpus = api::AttemptGpuAmount(job.spec, a);
     s += gpus * (OverlapMs(a, now_ms, window) / 1000.0);
   }
   return s;
@@ -54,7 +55,7 @@ UsageReport ComputeUsage(const std::vector<api::Job>& jobs, int64_t now_ms, Usag
     for (const auto& a : job.history) {
       if (!Overlaps(a, now_ms, window)) continue;
       u.attempts += 1;
-      u.gpus = AttemptGpus(job, a) + static_cast<double>(a.gpu_share_units) / api::kGpuShareUnits;
+      u.gpus = api::AttemptGpuAmount(job.spec, a);
     }
     if (u.attempts == 0) continue;
     u.id = job.id;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <tuple>
 
+#include "sched/gpu_units.h"
+
 namespace cohort::sched {
 
 double DecayUsage(double usage_gpu_s, int64_t elapsed_ms, int64_t half_life_ms) {
@@ -11,9 +13,9 @@ double DecayUsage(double usage_gpu_s, int64_t elapsed_ms, int64_t half_life_ms) 
   return usage_gpu_s * std::exp2(-static_cast<double>(elapsed_ms) / static_cast<double>(half_life_ms));
 }
 
-double DecayedGpuSeconds(int64_t gpus, int64_t from_ms, int64_t to_ms, int64_t now_ms, int64_t half_life_ms) {
-  if (gpus <= 0 || to_ms <= from_ms) return 0;
-  const double g = static_cast<double>(gpus);
+double DecayedGpuSeconds(double gpus, int64_t from_ms, int64_t to_ms, int64_t now_ms, int64_t half_life_ms) {
+  if (!(gpus > 0) || to_ms <= from_ms) return 0;
+  const double g = gpus;
   if (half_life_ms <= 0) return g * static_cast<double>(to_ms - from_ms) / 1000.0;
   // g * integral over [from, to] of 2^(-(now - t) / h) dt, in seconds.
   const double h = static_cast<double>(half_life_ms);
@@ -57,15 +59,14 @@ double PriorityModel::FactorOf(std::string_view team) const {
   return it == factor_.end() ? 1.0 : it->second;  // no usage of its own: 2^0
 }
 
-PriorityFactors PriorityModel::Of(const JobRequest& job) const {
+PriorityFactors PriorityModel::Of(const JobRequest& job, int64_t units) const {
   PriorityFactors f;
   f.fair_share = FactorOf(job.team);
   const int64_t waited = std::max<int64_t>(0, now_ms_ - job.submit_ms);
   f.age = weights_.max_age_ms > 0 ? std::min(1.0, static_cast<double>(waited) / static_cast<double>(weights_.max_age_ms))
                                   : 0;
-  f.size = cluster_gpus_ > 0
-               ? std::min(1.0, static_cast<double>(RequestedGpus(job)) / static_cast<double>(cluster_gpus_))
-               : 0;
+  f.size = cluster_gpus_ > 0 ? std::min(1.0, static_cast<double>(units) / static_cast<double>(UnitsOfGpus(cluster_gpus_)))
+                            : 0;
   f.job = std::clamp((static_cast<double>(job.priority) + 1000.0) / 2000.0, 0.0, 1.0);
   f.total = weights_.fair_share * f.fair_share + weights_.age * f.age + weights_.size * f.size + weights_.job * f.job;
   return f;
@@ -84,6 +85,7 @@ std::vector<RankedJob> RankQueue(const Snapshot& snapshot, const QuotaBook& quot
   int64_t cluster_gpus = 0;
   for (const NodeView& n : snapshot.nodes) cluster_gpus += n.total_gpus;
   const PriorityModel model(*snapshot.shares, snapshot.now_ms, cluster_gpus);
+  const RequestUnits units(snapshot.nodes);
   std::vector<RankedJob> ranked;
   ranked.reserve(snapshot.pending.size());
   // The sort runs on compact keys: comparing through the jobs' pointers costs a cache miss
@@ -100,10 +102,11 @@ std::vector<RankedJob> RankQueue(const Snapshot& snapshot, const QuotaBook& quot
   for (const JobRequest& job : snapshot.pending) {
     RankedJob r;
     r.job = &job;
-    r.factors = model.Of(job);
-    r.queue_class = job.nominated                                     ? QueueClass::kNominated
-                    : quotas.WithinQuota(job.team, RequestedGpus(job)) ? QueueClass::kWithinQuota
-                                                                       : QueueClass::kBorrowing;
+    const int64_t asked = units.Of(job);
+    r.factors = model.Of(job, asked);
+    r.queue_class = job.nominated                        ? QueueClass::kNominated
+                    : quotas.WithinQuota(job.team, asked) ? QueueClass::kWithinQuota
+                                                          : QueueClass::kBorrowing;
     keys.push_back(Key{static_cast<int>(r.queue_class), -r.factors.total, job.submit_ms, job.id, ranked.size()});
     ranked.push_back(r);
   }

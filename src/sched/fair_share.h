@@ -3,7 +3,8 @@
 // Usage: a team's usage is GPU-seconds decayed with a half-life: a GPU-second used `t` ago
 // counts 2^(-t / half_life). `DecayUsage` ages a total; `DecayedGpuSeconds` is the exact
 // decayed worth of holding `gpus` GPUs over an interval, so that usage accrued pass by
-// pass equals usage rebuilt from job history.
+// pass equals usage rebuilt from job history. A job sharing GPUs holds a fraction: half a
+// GPU for an hour is 1,800 GPU-seconds.
 //
 // Fair-share factor (Slurm's classic formula): F = 2^(-U / S), where S is the team's
 // weight over the sum of the weights of the teams that count, and U its decayed usage over
@@ -13,7 +14,8 @@
 // A pending job's priority is the sum of weighted factors, each in [0, 1]
 // (PriorityWeights in snapshot.h): its team's fair-share factor; its age (waiting time
 // over max_age, capped at 1); its size (its GPUs over the cluster's); and its own priority
-// ((priority + 1000) / 2000). The queue runs in descending priority, submit order and id
+// ((priority + 1000) / 2000). A job's GPUs, for its size and its queue class, count its
+// parts of GPUs (gpu_units.h). The queue runs in descending priority, submit order and id
 // breaking ties. Pure functions; any thread.
 #pragma once
 
@@ -33,9 +35,9 @@ namespace cohort::sched {
 // `usage_gpu_s` aged by `elapsed_ms` under `half_life_ms` (<= 0: no decay).
 double DecayUsage(double usage_gpu_s, int64_t elapsed_ms, int64_t half_life_ms);
 
-// The decayed worth at `now_ms` of `gpus` GPUs held over [from_ms, to_ms] (to_ms <=
+// The decayed worth at `now_ms` of `gpus` GPUs (a fraction for a sharing job) held over [from_ms, to_ms] (to_ms <=
 // now_ms), in GPU-seconds; 0 for an empty interval.
-double DecayedGpuSeconds(int64_t gpus, int64_t from_ms, int64_t to_ms, int64_t now_ms, int64_t half_life_ms);
+double DecayedGpuSeconds(double gpus, int64_t from_ms, int64_t to_ms, int64_t now_ms, int64_t half_life_ms);
 
 // One team's standing: its normalized share, its part of the usage, and its factor.
 struct TeamStanding {
@@ -60,7 +62,8 @@ class PriorityModel {
   // whose team is not among them has the factor of a team without usage, 1.
   PriorityModel(const SharePolicy& policy, int64_t now_ms, int64_t cluster_gpus);
 
-  PriorityFactors Of(const JobRequest& job) const;
+  // `units`: the GPUs the job asks for, in share units (RequestUnits, gpu_units.h).
+  PriorityFactors Of(const JobRequest& job, int64_t units) const;
   // The fair-share factor of `team`.
   double FactorOf(std::string_view team) const;
   const std::vector<TeamStanding>& standings() const { return standings_; }
@@ -73,7 +76,8 @@ class PriorityModel {
   std::unordered_map<std::string, double, TeamNameHash, std::equal_to<>> factor_;
 };
 
-// The GPUs a job asks for in all (nodes x gpus_per_node; 0 for an invalid request).
+// The whole GPUs a job asks for in all (nodes x gpus_per_node; 0 for an invalid request
+// and for a job that shares GPUs: RequestUnits counts those).
 int64_t RequestedGpus(const JobRequest& job);
 
 // With shares, the queue runs in three classes, each by descending priority: jobs that

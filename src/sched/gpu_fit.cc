@@ -6,6 +6,8 @@
 #include <map>
 #include <utility>
 
+#include "sched/gpu_units.h"
+
 namespace cohort::sched {
 
 namespace {
@@ -21,9 +23,8 @@ GpuSlice SliceOn(const GpuView& d, const JobRequest& job) {
   GpuSlice s{d.index, job.gpu_share, job.gpu_memory_mib};
   if (s.share == 0) {
     // Memory only: the share is the memory's part of the device, rounded up to a unit.
-    if (d.memory_mib <= 0) return {d.index, 0, 0};
-    s.share = static_cast<int>(std::max<int64_t>(1, (job.gpu_memory_mib * kGpuShareUnits + d.memory_mib - 1) / d.memory_mib));
-    if (s.share > kGpuShareUnits) return {d.index, 0, 0};
+    s.share = ShareForMemory(job.gpu_memory_mib, d.memory_mib);
+    if (s.share == 0) return {d.index, 0, 0};
   }
   if (s.memory_mib == 0) s.memory_mib = d.memory_mib * s.share / kGpuShareUnits;
   return s;

@@ -12,16 +12,11 @@
 #include <unordered_map>
 
 #include "sched/gpu_fit.h"
+#include "sched/gpu_units.h"
 
 namespace cohort::sched {
 
 namespace {
-
-int64_t GpusOf(const RunningJob& job) {
-  int64_t gpus = 0;
-  for (const Usage& u : job.usage) gpus += u.gpus;
-  return gpus;
-}
 
 // Gives back what `use` holds of `devices` (sorted by index): its whole devices and its
 // slices. A whole device the node did not list (a node without device detail lists its
@@ -53,11 +48,8 @@ void GiveBack(std::vector<GpuView>& devices, const Usage& use) {
 
 double WorkAtRiskGpuSeconds(const RunningJob& job, int64_t now_ms) {
   const int64_t since = std::max(job.start_ms, job.checkpoint_ms);
-  int64_t quarters = GpusOf(job) * kGpuShareUnits;  // a sharing job counts its parts of GPUs
-  for (const Usage& u : job.usage) {
-    for (const GpuSlice& sl : u.slices) quarters += sl.share;
-  }
-  return static_cast<double>(std::max<int64_t>(0, now_ms - since)) / 1000.0 * static_cast<double>(quarters) /
+  // A sharing job counts its parts of GPUs.
+  return static_cast<double>(std::max<int64_t>(0, now_ms - since)) / 1000.0 * static_cast<double>(HeldUnits(job)) /
          kGpuShareUnits;
 }
 
@@ -68,11 +60,11 @@ PreemptionPlanner::PreemptionPlanner(const Snapshot& snapshot, const NodePool& p
   for (size_t i = 0; i < snapshot.nodes.size(); ++i) index.emplace(snapshot.nodes[i].id, static_cast<int>(i));
   on_node_.resize(static_cast<size_t>(pool.size()));
   detail_.assign(static_cast<size_t>(pool.size()), false);
-  gpus_of_.resize(snapshot.running.size());
+  units_of_.resize(snapshot.running.size());
   taken_.assign(snapshot.running.size(), false);
   for (size_t r = 0; r < snapshot.running.size(); ++r) {
     const RunningJob& job = snapshot.running[r];
-    gpus_of_[r] = GpusOf(job);
+    units_of_[r] = HeldUnits(job);
     for (const Usage& u : job.usage) {
       if (auto it = index.find(u.node); it != index.end()) {
         on_node_[static_cast<size_t>(it->second)].emplace_back(static_cast<int>(r), u);
@@ -97,13 +89,13 @@ bool PreemptionPlanner::Cheaper(const Candidate& a, const Candidate& b) const {
 }
 
 std::optional<std::vector<Preemption>> PreemptionPlanner::Plan(const JobRequest& job, const GangDemand& demand,
-                                                               int64_t gpus, const QuotaBook& quotas,
+                                                               int64_t units, const QuotaBook& quotas,
                                                                std::span<const int> excluded,
                                                                std::string* why) const {
   const PreemptionPolicy& policy = snapshot_.shares->preemption;
   const int64_t now = snapshot_.now_ms;
   const std::string& team = job.team;
-  const bool may_reclaim = quotas.WithinQuota(team, gpus);
+  const bool may_reclaim = quotas.WithinQuota(team, units);
   // What a team holds once the victims promised earlier in the pass are gone.
   const auto held = [&](const std::string& t) {
     auto it = released_.find(t);
@@ -258,19 +250,19 @@ std::optional<std::vector<Preemption>> PreemptionPlanner::Plan(const JobRequest&
       reclaims = true;
       if (held(rj.team) - removed[rj.team] <= quotas.quota(rj.team)) {
         *why = fmt::format("reclaiming would push team {} below its quota of {} GPUs", rj.team,
-                           quotas.quota(rj.team));
+                           FormatGpus(quotas.quota(rj.team)));
         return std::nullopt;
       }
     }
-    removed[rj.team] += gpus_of_[static_cast<size_t>(c.running)];
+    removed[rj.team] += units_of_[static_cast<size_t>(c.running)];
   }
-  const int64_t team_after = quotas.used(team) - removed[team] + gpus;
+  const int64_t team_after = quotas.used(team) - removed[team] + units;
   if (reclaims && team_after > quotas.quota(team)) {
-    *why = fmt::format("team {} would exceed its quota of {} GPUs", team, quotas.quota(team));
+    *why = fmt::format("team {} would exceed its quota of {} GPUs", team, FormatGpus(quotas.quota(team)));
     return std::nullopt;
   }
   if (quotas.limit(team) != std::numeric_limits<int64_t>::max() && team_after > quotas.limit(team)) {
-    *why = quotas.LimitReason(team, gpus);
+    *why = quotas.LimitReason(team, units);
     return std::nullopt;
   }
 
@@ -290,8 +282,8 @@ std::optional<std::vector<Preemption>> PreemptionPlanner::Plan(const JobRequest&
       p.reason = fmt::format(
           "reclaim: job {} of team {} needs {} GPUs within the team's quota of {} ({} in use); team {} borrows {} "
           "beyond its quota of {}",
-          job.id, team, gpus, quotas.quota(team), quotas.used(team), rj.team,
-          quotas.used(rj.team) - quotas.quota(rj.team), quotas.quota(rj.team));
+          job.id, team, FormatGpus(units), FormatGpus(quotas.quota(team)), FormatGpus(quotas.used(team)), rj.team,
+          FormatGpus(quotas.used(rj.team) - quotas.quota(rj.team)), FormatGpus(quotas.quota(rj.team)));
     } else {
       p.reason = fmt::format("priority: job {} of team {} has priority {}, above this job's {}", job.id, team,
                              job.priority, rj.priority);
@@ -445,7 +437,7 @@ void PreemptionPlanner::Commit(const std::vector<Preemption>& plan) {
     for (size_t r = 0; r < snapshot_.running.size(); ++r) {
       if (snapshot_.running[r].id != p.victim || taken_[r]) continue;
       taken_[r] = true;
-      released_[snapshot_.running[r].team] += gpus_of_[r];
+      released_[snapshot_.running[r].team] += units_of_[r];
     }
   }
 }

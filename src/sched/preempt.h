@@ -13,6 +13,8 @@
 //     job's team stays within its quota once it starts;
 //   - priority: its team is the blocked job's and its priority is strictly lower; the
 //     blocked job's team stays within quota + borrow limit once it starts.
+// Quotas count GPU share units (gpu_units.h): a borrower's sharing jobs are reclaimable
+// like its whole-GPU jobs, and a sharing job within its team's quota may reclaim.
 // Victims are chosen node by node for the gang (`nodes` nodes, each with the job's GPUs
 // and CPUs once its victims are gone), so that the gang gets whole nodes and no job is
 // preempted on a node the gang will not use. A node's victims are the fewest cheapest
@@ -63,10 +65,11 @@ class PreemptionPlanner {
   // `constraints` are the pass's (read only).
   PreemptionPlanner(const Snapshot& snapshot, const NodePool& pool, const ConstraintBook& constraints);
 
-  // The preemptions that let `job` (its gang `demand`, `gpus` in all) start, or nullopt
-  // (and why not in `*why`) when no candidates free enough. Does not change the planner.
+  // The preemptions that let `job` (its gang `demand`, `units` GPU share units in all,
+  // gpu_units.h) start, or nullopt (and why not in `*why`) when no candidates free enough.
+  // Does not change the planner.
   // Never preempts on `excluded` nodes (held for other nominated jobs).
-  std::optional<std::vector<Preemption>> Plan(const JobRequest& job, const GangDemand& demand, int64_t gpus,
+  std::optional<std::vector<Preemption>> Plan(const JobRequest& job, const GangDemand& demand, int64_t units,
                                               const QuotaBook& quotas, std::span<const int> excluded,
                                               std::string* why) const;
 
@@ -112,9 +115,9 @@ class PreemptionPlanner {
   const ConstraintBook& constraints_;
   std::vector<bool> detail_;  // pool node -> its devices are listed with topology or shared slices
   std::vector<std::vector<std::pair<int, Usage>>> on_node_;  // pool node -> (running index, its use there)
-  std::vector<int64_t> gpus_of_;                             // running index -> GPUs held in all
+  std::vector<int64_t> units_of_;                            // running index -> GPU share units held in all
   std::vector<bool> taken_;                                  // running index -> promised this pass
-  std::map<std::string, int64_t, std::less<>> released_;     // team -> GPUs of its victims this pass
+  std::map<std::string, int64_t, std::less<>> released_;     // team -> units of its victims this pass
   // What the running jobs hold, without this pass's starts: a team borrows (and may be
   // reclaimed from) only if it held more than its quota when the pass began, so a pass
   // never starts a team's job and preempts an older one of it for the same GPUs.

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
+
+#include "sched/gpu_units.h"
 
 namespace cohort::sched {
 
@@ -11,17 +14,16 @@ constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
 }  // namespace
 
 QuotaBook::QuotaBook(std::span<const TeamView> teams, std::span<const RunningJob> running) {
+  // Units of a configured GPU amount, unlimited past what the units can count.
+  constexpr int64_t kMaxGpus = kUnlimited / kGpuShareUnits / 2;
   for (const TeamView& t : teams) {
     Entry& e = teams_[t.name];
-    e.quota = t.quota_gpus;
-    e.limit = t.borrow_limit_gpus < 0 || t.borrow_limit_gpus > kUnlimited - t.quota_gpus ? kUnlimited
-                                                                                           : t.quota_gpus + t.borrow_limit_gpus;
+    e.quota = UnitsOfGpus(std::clamp<int64_t>(t.quota_gpus, 0, kMaxGpus));
+    e.limit = t.borrow_limit_gpus < 0 || t.borrow_limit_gpus > kMaxGpus || t.quota_gpus > kMaxGpus
+                  ? kUnlimited
+                  : e.quota + UnitsOfGpus(t.borrow_limit_gpus);
   }
-  for (const RunningJob& r : running) {
-    int64_t gpus = 0;
-    for (const Usage& u : r.usage) gpus += u.gpus;
-    At(r.team).used += gpus;
-  }
+  for (const RunningJob& r : running) At(r.team).used += HeldUnits(r);
 }
 
 QuotaBook::Entry& QuotaBook::At(std::string_view team) {
@@ -50,22 +52,23 @@ int64_t QuotaBook::limit(std::string_view team) const {
   return e ? e->limit : kUnlimited;
 }
 
-bool QuotaBook::WithinQuota(std::string_view team, int64_t gpus) const {
+bool QuotaBook::WithinQuota(std::string_view team, int64_t units) const {
   const Entry* e = Find(team);
-  return gpus > 0 && (e ? e->used : 0) + gpus <= (e ? e->quota : 0);
+  return units > 0 && (e ? e->used : 0) + units <= (e ? e->quota : 0);
 }
 
-bool QuotaBook::Admits(std::string_view team, int64_t gpus) const {
+bool QuotaBook::Admits(std::string_view team, int64_t units) const {
   const Entry* e = Find(team);
-  return !e || e->limit == kUnlimited || e->used + gpus <= e->limit;
+  return !e || e->limit == kUnlimited || e->used + units <= e->limit;
 }
 
-std::string QuotaBook::LimitReason(std::string_view team, int64_t gpus) const {
+std::string QuotaBook::LimitReason(std::string_view team, int64_t units) const {
   const int64_t q = quota(team);
   return fmt::format("team {} is at its limit: {} of {} GPUs in use (quota {} + borrow limit {}); this job needs {}",
-                     team, used(team), limit(team), q, limit(team) - q, gpus);
+                     team, FormatGpus(used(team)), FormatGpus(limit(team)), FormatGpus(q), FormatGpus(limit(team) - q),
+                     FormatGpus(units));
 }
 
-void QuotaBook::Add(std::string_view team, int64_t gpus) { At(team).used += gpus; }
+void QuotaBook::Add(std::string_view team, int64_t units) { At(team).used += units; }
 
 }  // namespace cohort::sched

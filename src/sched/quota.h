@@ -7,7 +7,12 @@
 // them. A job starts only if its team's GPUs in use plus the job's stay within quota +
 // borrow limit. A team the snapshot does not list has quota 0 and no borrow limit.
 //
-// QuotaBook counts the GPUs each team's running jobs hold and grows as the pass starts
+// The book counts in GPU share units (gpu_units.h: kGpuShareUnits per GPU), so that a job
+// sharing GPUs counts its parts of them: a team of quota 1 runs four quarter-GPU jobs and
+// a fifth borrows. Quotas are configured in whole GPUs (TeamView) and converted here;
+// every amount the book takes or returns is in units, and its texts print GPUs.
+//
+// QuotaBook counts the units each team's running jobs hold and grows as the pass starts
 // jobs. Plain value; one pass owns one book.
 #pragma once
 
@@ -33,6 +38,7 @@ class QuotaBook {
  public:
   QuotaBook(std::span<const TeamView> teams, std::span<const RunningJob> running);
 
+  // In units (kGpuShareUnits per GPU).
   int64_t used(std::string_view team) const;
   int64_t quota(std::string_view team) const;
   // quota + borrow limit; INT64_MAX when borrowing is unlimited.
@@ -40,16 +46,16 @@ class QuotaBook {
   // True if the team holds more than its quota.
   bool borrowing(std::string_view team) const { return used(team) > quota(team); }
 
-  // True if a job of `gpus` GPUs (at least 1) keeps `team` within its quota: its GPUs are
+  // True if a job of `units` (at least 1) keeps `team` within its quota: its GPUs are
   // guaranteed (it comes before borrowers and may reclaim). A CPU-only job never is.
-  bool WithinQuota(std::string_view team, int64_t gpus) const;
-  // True if `gpus` more keep `team` within quota + borrow limit.
-  bool Admits(std::string_view team, int64_t gpus) const;
-  // "team ml is at its limit: 20 of 24 GPUs in use (quota 16 + borrow limit 8); this job
-  // needs 8" (for a job that Admits refuses).
-  std::string LimitReason(std::string_view team, int64_t gpus) const;
+  bool WithinQuota(std::string_view team, int64_t units) const;
+  // True if `units` more keep `team` within quota + borrow limit.
+  bool Admits(std::string_view team, int64_t units) const;
+  // "team ml is at its limit: 3.75 of 4 GPUs in use (quota 2 + borrow limit 2); this job
+  // needs 0.5" (for a job that Admits refuses).
+  std::string LimitReason(std::string_view team, int64_t units) const;
 
-  void Add(std::string_view team, int64_t gpus);
+  void Add(std::string_view team, int64_t units);
 
  private:
   struct Entry {

@@ -16,6 +16,7 @@
 #include "sched/fair_share.h"
 #include "sched/gang_fit.h"
 #include "sched/gpu_fit.h"
+#include "sched/gpu_units.h"
 #include "sched/node_pool.h"
 #include "sched/preempt.h"
 #include "sched/priority.h"
@@ -52,6 +53,7 @@ class Pass {
         constraints_(snapshot.nodes),
         unavailable_(UnavailableSuffix(snapshot.nodes)),
         releases_(RunningReleases(snapshot)),
+        units_(snapshot.nodes),
         switches_(HasSwitches(pool_)) {
     decision_.start.reserve(snapshot.pending.size());
     pending_reason_.resize(snapshot.pending.size());
@@ -85,8 +87,12 @@ class Pass {
     // Typed, sharing or topology-bound jobs, and gangs over switches (gpu_fit.h).
     const bool detailed = NeedsGpuDetail(job);
     std::string detail_why;
+    // Quotas count GPU share units (gpu_units.h); a memory-only sharing job is admitted at
+    // the fewest it could take, and again with the units of the slices it is given.
+    const int64_t per_node = quotas_ ? units_.PerNode(job) : 0;
+    int64_t refused_units = 0;  // a fit whose slices the team's limit refused
     for (; size.nodes >= smallest; --size.nodes) {
-      if (quotas_ && !quotas_->Admits(job.team, GpusOf(size))) continue;
+      if (quotas_ && !quotas_->Admits(job.team, per_node * size.nodes)) continue;
       admitted = true;
       blocked_.clear();
       if (guard_) guard_->BlockedNodes(size, job.time_limit_ms, &blocked_);
@@ -99,10 +105,18 @@ class Pass {
       } else {
         fit = FitGang(pool_, size, job.placement, blocked_);
       }
+      if (fit && quotas_ && !quotas_->Admits(job.team, PlacedUnits(size, *fit))) {
+        refused_units = PlacedUnits(size, *fit);
+        continue;
+      }
       if (fit) {
         Start(job, size, std::move(*fit));
         return;
       }
+    }
+    if (refused_units > 0) {
+      SetReason(job, quotas_->LimitReason(job.team, refused_units));
+      return;
     }
     if (detailed && admitted) {
       // Not reserved for (the reservation plans count whole GPUs); it may preempt jobs
@@ -113,7 +127,7 @@ class Pass {
     }
     if (quotas_ && TryPreempt(job, *demand, nullptr)) return;
     if (!admitted) {
-      SetReason(job, quotas_->LimitReason(job.team, GpusOf(*demand)));
+      SetReason(job, quotas_->LimitReason(job.team, per_node * demand->nodes));
       return;
     }
     SetReason(job, Wait(job, *demand));
@@ -136,8 +150,6 @@ class Pass {
   }
 
  private:
-  static int64_t GpusOf(const GangDemand& d) { return static_cast<int64_t>(d.nodes) * d.gpus; }
-
   // FitDetailedGang, skipping a request that already failed in this pass with no nodes
   // blocked: resources only shrink during a pass.
   std::optional<GangFit> FitDetailed(const JobRequest& job, const GangDemand& size, std::string* why) {
@@ -160,6 +172,7 @@ class Pass {
   bool TryPreempt(const JobRequest& job, const GangDemand& demand, const std::string* detail_why) {
     const PreemptionPolicy& policy = snapshot_.shares->preemption;
     if (!policy.enabled) return false;
+    const int64_t units = units_.PerNode(job) * demand.nodes;
     if (job.nominated) {
       // It preempted already: it waits for those GPUs and preempts nothing more.
       std::string victims;
@@ -168,7 +181,7 @@ class Pass {
       }
       std::string reason = victims.empty() ? "waiting for the GPUs of the jobs preempted for it to be released"
                                            : "waiting for preempted job(s) " + victims + " to checkpoint and stop";
-      if (quotas_->Admits(job.team, GpusOf(demand))) quotas_->Add(job.team, GpusOf(demand));  // still promised
+      if (quotas_->Admits(job.team, units)) quotas_->Add(job.team, units);  // still promised
       // Keeps the reservation logic: the first such job holds the nodes being freed.
       SetReason(job, reason + "; " + (detail_why ? *detail_why + unavailable_ : Wait(job, demand)));
       return true;
@@ -177,13 +190,12 @@ class Pass {
     ++preempt_attempts_;
     if (!planner_) planner_.emplace(snapshot_, pool_, constraints_);
     std::string why;
-    const int64_t gpus = GpusOf(demand);
     std::vector<int> excluded;
     HeldAgainst(job, &excluded);
-    auto plan = planner_->Plan(job, demand, gpus, *quotas_, excluded, &why);
+    auto plan = planner_->Plan(job, demand, units, *quotas_, excluded, &why);
     if (!plan) return false;
     planner_->Commit(*plan);
-    quotas_->Add(job.team, gpus);  // its GPUs are promised: later jobs of its team count them
+    quotas_->Add(job.team, units);  // its GPUs are promised: later jobs of its team count them
     for (const std::string& node : plan->front().nodes) Hold(node, job.id);
     std::string victims;
     for (const Preemption& p : *plan) victims += (victims.empty() ? "" : ", ") + std::to_string(p.victim);
@@ -210,7 +222,7 @@ class Pass {
 
   void Start(const JobRequest& job, const GangDemand& demand, GangFit fit) {
     ++starts_;
-    if (quotas_) quotas_->Add(job.team, GpusOf(demand));
+    if (quotas_) quotas_->Add(job.team, PlacedUnits(demand, fit));
     JobPlacement& placed = decision_.start.emplace_back();
     placed.job_id = job.id;
     placed.backfilled = guard_.has_value();
@@ -297,6 +309,7 @@ class Pass {
   int preempt_attempts_ = 0;
   const std::string unavailable_;       // " (2 nodes draining, 1 down)"
   std::vector<Release> releases_;       // running jobs, then jobs started before the head job
+  const RequestUnits units_;            // what pending jobs ask for, in GPU share units
   std::optional<BackfillGuard> guard_;  // set once the head job is reserved for
   std::vector<GangDemand> never_fit_;   // demands beyond the schedulable capacity
   std::vector<int> blocked_;            // scratch: reserved nodes the current job must avoid

@@ -3,7 +3,8 @@
 // simulated-device directory (COHORT_SIMULATED_GPU_MEMORY_DIR, agent/gpu/gpu.h), which the
 // agent samples through the same path as NVML's per-process memory. A half-GPU task over
 // its 40 GiB is reported and keeps running; with gpu_memory_enforce: kill it is stopped
-// and its job fails with the reason; a task within its share is untouched.
+// and its job fails with the reason; a task within its share is untouched. Issue 17: a
+// team's quarter-GPU jobs stop at its quota on a running head.
 #include <gmock/gmock.h>
 
 #include "harness.h"
@@ -87,6 +88,50 @@ TEST(GpuMemory, OverTheShareIsReportedAndWithKillStoppedWithTheReason) {
   const std::string labels = "{node=\"n1\",job=\"" + std::to_string(report) + "\",attempt=\"0\",rank=\"0\"}";
   EXPECT_THAT(metrics->body, HasSubstr("cohort_task_gpu_memory_bytes" + labels + " 53687091200\n"));
   EXPECT_THAT(metrics->body, HasSubstr("cohort_task_gpu_memory_over_share" + labels + " 1\n"));
+}
+
+
+TEST(GpuMemory, ATeamsQuarterGpuJobsStopAtItsQuota) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("n1", 2);
+  c.WaitForNodes(1);
+  auto team = c.client().Post("/v1/teams", json{{"name", "ml"}, {"quota", {{"gpus", 1}}},
+                                                {"borrow_limit", {{"gpus", 0}}}});
+  ASSERT_TRUE(team.has_value()) << team.error().message;
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(c.Submit({{"name", "q" + std::to_string(i)},
+                            {"command", {"sleep", "60"}},
+                            {"gpus_per_task", 0.25},
+                            {"team", "ml"}})["id"]);
+  }
+  // Four quarters are the team's one GPU; the fifth waits at its limit, though the node
+  // has a whole GPU free.
+  json last;
+  EXPECT_TRUE(WaitUntil([&] {
+    int running = 0;
+    for (size_t i = 0; i < 4; ++i) running += c.Job(ids[i]).value("state", "") == "RUNNING";
+    last = c.Job(ids[4]);
+    return running == 4 && !last.value("reason", "").empty();
+  }, std::chrono::seconds(20))) << last.dump(2);
+  EXPECT_EQ(last["state"], "PENDING");
+  EXPECT_EQ(last.value("reason", ""),
+            "team ml is at its limit: 1 of 1 GPUs in use (quota 1 + borrow limit 0); this job needs 0.25");
+  auto shares = c.client().Get("/v1/shares");
+  ASSERT_TRUE(shares.has_value()) << shares.error().message;
+  bool listed = false;
+  for (const json& t : (*shares)["teams"]) {
+    if (t.value("name", "") != "ml") continue;
+    listed = true;
+    EXPECT_DOUBLE_EQ(t["gpus_in_use"].get<double>(), 1.0) << t.dump();
+    EXPECT_DOUBLE_EQ(t["borrowed_gpus"].get<double>(), 0.0) << t.dump();
+  }
+  EXPECT_TRUE(listed) << shares->dump(2);
+  for (int64_t id : ids) {
+    auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+    EXPECT_TRUE(r.has_value()) << r.error().message;
+  }
 }
 
 }  // namespace

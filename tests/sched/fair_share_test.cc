@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "sched/gpu_units.h"
 #include "sched/quota.h"
 #include "sched/scheduler.h"
 #include "sched_test_util.h"
@@ -81,14 +82,14 @@ TEST(FairShare, PriorityFactorsAndTheirWeights) {
   p.weights.max_age_ms = 10 * kHour;
   const PriorityModel m(p, 10 * kHour, 64);
   const JobRequest j = TeamJob(1, "b", 16, 500, 5 * kHour);
-  const PriorityFactors f = m.Of(j);
+  const PriorityFactors f = m.Of(j, UnitsOfGpus(16));
   EXPECT_DOUBLE_EQ(f.fair_share, std::exp2(-0.25 / 0.5));
   EXPECT_DOUBLE_EQ(f.age, 0.5);
   EXPECT_DOUBLE_EQ(f.size, 0.25);
   EXPECT_DOUBLE_EQ(f.job, 0.75);
   EXPECT_DOUBLE_EQ(f.total, 1000 * f.fair_share + 100 * 0.5 + 10 * 0.25 + 2000 * 0.75);
-  EXPECT_DOUBLE_EQ(m.Of(TeamJob(2, "b", 1, 0, 0)).age, 1) << "age is capped at max_age";
-  EXPECT_DOUBLE_EQ(m.Of(TeamJob(3, "unlisted", 1)).fair_share, 1);
+  EXPECT_DOUBLE_EQ(m.Of(TeamJob(2, "b", 1, 0, 0), UnitsOfGpus(1)).age, 1) << "age is capped at max_age";
+  EXPECT_DOUBLE_EQ(m.Of(TeamJob(3, "unlisted", 1), UnitsOfGpus(1)).fair_share, 1);
 }
 
 TEST(FairShare, TheTeamBelowItsShareGoesFirst) {
@@ -146,12 +147,12 @@ TEST(Quota, BorrowingStopsAtTheBorrowLimit) {
 
 TEST(Quota, AnUnlistedTeamBorrowsWithoutLimit) {
   const QuotaBook q(std::vector<TeamView>{Team("ml", 1, 0, 8, 0)}, std::vector<RunningJob>{});
-  EXPECT_TRUE(q.Admits("anyone", 1'000'000));
+  EXPECT_TRUE(q.Admits("anyone", UnitsOfGpus(1'000'000)));
   EXPECT_FALSE(q.WithinQuota("anyone", 1));
-  EXPECT_TRUE(q.WithinQuota("ml", 8));
-  EXPECT_FALSE(q.WithinQuota("ml", 9));
+  EXPECT_TRUE(q.WithinQuota("ml", UnitsOfGpus(8)));
+  EXPECT_FALSE(q.WithinQuota("ml", UnitsOfGpus(8) + 1)) << "a quarter beyond the quota";
   EXPECT_FALSE(q.WithinQuota("ml", 0)) << "a CPU-only job is never within a GPU quota";
-  EXPECT_FALSE(q.Admits("ml", 9));
+  EXPECT_FALSE(q.Admits("ml", UnitsOfGpus(9)));
 }
 
 TEST(Quota, WithoutSharesTheQueueRunsByPriorityAlone) {

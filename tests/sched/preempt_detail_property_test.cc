@@ -1,12 +1,13 @@
 // Preemption in device detail over random traces: a cluster of h100 nodes in NVLink
 // islands of four and a100 nodes without topology under two switches; teams with random
 // quotas and borrow limits; jobs of random kinds (plain, typed, sharing a quarter or half
-// a GPU, 4 connected GPUs required or preferred, gangs of two whole nodes under one
-// switch required or preferred), priorities and lengths; a simulated minute between
-// passes. Victims stop one minute after they are asked and go back to the queue, as the
-// head requeues them. After every pass:
+// a GPU or 30 GiB of one, 4 connected GPUs required or preferred, gangs of two whole nodes
+// under one switch required or preferred), priorities and lengths; a simulated minute
+// between passes (trace_sim.h). Victims stop one minute after they are asked and go back
+// to the queue, as the head requeues them. After every pass:
 //   - no preemption cycle, no victim within the minimum runtime, none asked twice;
-//   - no team holds more whole GPUs than its quota + borrow limit;
+//   - no team holds more GPUs than its quota + borrow limit, counting the parts of GPUs
+//     its sharing jobs hold (quarters, halves, and the units a memory-only slice takes);
 //   - victims always let the preemptor start: the snapshot of the pass without them
 //     places it (FitDetailedGang and all), and a nominated job whose victims have all
 //     stopped starts in the next pass (the nodes being freed wait for it).
@@ -17,8 +18,10 @@
 #include <set>
 
 #include "detail_cluster.h"
+#include "sched/gpu_units.h"
 #include "sched/scheduler.h"
 #include "sched_test_util.h"
+#include "trace_sim.h"
 
 namespace cohort::sched {
 namespace {
@@ -39,43 +42,6 @@ std::vector<DetailNode> Nodes() {
   return nodes;
 }
 
-struct Live {
-  JobRequest job;
-  int64_t start_ms = 0;
-  int64_t end_ms = 0;
-  std::vector<NodeAssignment> where;
-  int64_t preempting_for = 0;
-};
-
-RunningJob ToRunning(const Live& l, int64_t now) {
-  RunningJob r;
-  r.id = l.job.id;
-  for (const NodeAssignment& a : l.where) {
-    if (!a.slices.empty()) {
-      Usage u;
-      u.node = a.node;
-      u.cpus = a.cpus;
-      u.slices = a.slices;
-      r.usage.push_back(std::move(u));
-    } else {
-      r.usage.push_back(Whole(a.node, a.gpus, a.cpus));
-    }
-  }
-  r.team = l.job.team;
-  r.priority = l.job.priority;
-  r.start_ms = l.start_ms;
-  r.checkpoint_ms = l.start_ms + (now - l.start_ms) / 2;
-  r.preemptible = l.preempting_for == 0;
-  r.preempting_for = l.preempting_for;
-  return r;
-}
-
-int64_t WholeGpus(const Live& l) {
-  int64_t n = 0;
-  for (const NodeAssignment& a : l.where) n += a.slices.empty() ? static_cast<int64_t>(a.gpus.size()) : 0;
-  return n;
-}
-
 int RunTrace(uint64_t seed, std::map<std::string, int>* kinds) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -92,13 +58,14 @@ int RunTrace(uint64_t seed, std::map<std::string, int>* kinds) {
     teams.push_back(v);
   }
   const auto limit_of = [&](const TeamView& t) {
-    return t.borrow_limit_gpus < 0 ? std::numeric_limits<int64_t>::max() : t.quota_gpus + t.borrow_limit_gpus;
+    return t.borrow_limit_gpus < 0 ? std::numeric_limits<int64_t>::max()
+                                   : UnitsOfGpus(t.quota_gpus + t.borrow_limit_gpus);
   };
   const int64_t min_runtime = uniform(0, 2) * 5 * kMinute;
 
-  std::vector<JobRequest> pending;
-  std::vector<Live> running;
-  std::map<int64_t, int64_t> length;
+  TraceSim sim(nodes);
+  std::vector<JobRequest>& pending = sim.pending();
+  std::vector<TraceSim::Live>& running = sim.running();
   std::set<std::pair<int64_t, int64_t>> preempted;
   struct Nominee {
     int64_t since = 0;
@@ -118,54 +85,36 @@ int RunTrace(uint64_t seed, std::map<std::string, int>* kinds) {
       j.priority = static_cast<int>(uniform(0, 2));
       j.submit_ms = now;
       j.cpus_per_task = 1;
-      switch (uniform(0, 7)) {
+      switch (uniform(0, 8)) {
         case 0: j.gpus_per_node = static_cast<int>(uniform(1, 2)); break;
         case 1: j.gpus_per_node = 4; break;  // connected preferred
         case 2: j.gpus_per_node = 4, j.gpu_type = "h100", j.topology_required = true; break;
         case 3: j.gpus_per_node = 2, j.gpu_type = "a100"; break;
         case 4: j.gpu_share = 2, j.gpu_type = uniform(0, 1) ? "h100" : ""; break;
         case 5: j.gpu_share = 1, j.tasks_per_node = 2; break;
+        case 8: j.gpu_memory_mib = 30 * 1024, j.gpu_type = uniform(0, 1) ? "h100" : ""; break;  // 2 units
         case 6: j.nodes = 2, j.gpus_per_node = 8, j.topology_required = uniform(0, 1) == 1; break;
         default: j.gpus_per_node = 8, j.gpu_type = "h100"; break;
       }
-      length[j.id] = uniform(5, 90) * kMinute;
-      pending.push_back(j);
+      sim.Submit(j, uniform(5, 90) * kMinute);
     }
-    std::set<int64_t> stopped;
-    for (auto it = running.begin(); it != running.end();) {
-      if (it->preempting_for != 0) {
-        JobRequest back = it->job;
-        back.preempted_by.push_back(it->preempting_for);
-        back.nominated = false;
-        back.nominated_nodes.clear();
-        pending.push_back(back);
-        stopped.insert(it->job.id);
-        it = running.erase(it);
-      } else if (it->end_ms <= now) {
-        it = running.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    sim.Step(now);
     std::erase_if(nominated, [&](const auto& n) { return now - n.second.since > 5 * kMinute; });
     // Nominated jobs whose victims have all stopped now: they must start in this pass.
     std::set<int64_t> due;
     for (const auto& [id, n] : nominated) {
-      const bool gone = std::none_of(running.begin(), running.end(), [&](const Live& l) {
+      const bool gone = std::none_of(running.begin(), running.end(), [&](const TraceSim::Live& l) {
         return n.victims.contains(l.job.id);
       });
       if (gone) due.insert(id);
     }
 
-    std::vector<RunningJob> rj;
-    for (const Live& l : running) rj.push_back(ToRunning(l, now));
-    Snapshot snap = DetailSnapshot(now, nodes, rj);
     for (JobRequest& j : pending) {
       auto n = nominated.find(j.id);
       j.nominated = n != nominated.end();
       j.nominated_nodes = j.nominated ? n->second.nodes : std::vector<std::string>{};
     }
-    snap.pending = pending;
+    Snapshot snap = sim.SnapshotAt(now);
     snap.shares.emplace();
     snap.shares->teams = teams;
     snap.shares->preemption.min_runtime_ms = min_runtime;
@@ -174,14 +123,15 @@ int RunTrace(uint64_t seed, std::map<std::string, int>* kinds) {
     std::map<int64_t, std::vector<int64_t>> victims_of;
     for (const Preemption& p : d.preempt) {
       ++preemptions;
-      auto victim = std::find_if(running.begin(), running.end(), [&](const Live& l) { return l.job.id == p.victim; });
+      auto victim = std::find_if(running.begin(), running.end(),
+                                 [&](const TraceSim::Live& l) { return l.job.id == p.victim; });
       if (victim == running.end()) {
         ADD_FAILURE() << "victim " << p.victim << " is not running";
         return preemptions;
       }
       const JobRequest& by =
           *std::find_if(pending.begin(), pending.end(), [&](const JobRequest& j) { return j.id == p.preemptor; });
-      ++(*kinds)[by.gpu_share > 0 ? "sharing" : by.nodes > 1 ? "gang" : by.topology_required ? "topology" : !by.gpu_type.empty() ? "typed" : "plain"];
+      ++(*kinds)[by.gpu_share > 0 || by.gpu_memory_mib > 0 ? "sharing" : by.nodes > 1 ? "gang" : by.topology_required ? "topology" : !by.gpu_type.empty() ? "typed" : "plain"];
       EXPECT_EQ(victim->preempting_for, 0) << "job " << p.victim << " asked twice";
       EXPECT_GE(now - victim->start_ms, min_runtime) << "job " << p.victim << " preempted within its minimum runtime";
       EXPECT_FALSE(preempted.contains({p.victim, p.preemptor}))
@@ -206,28 +156,18 @@ int RunTrace(uint64_t seed, std::map<std::string, int>* kinds) {
       EXPECT_NE(Where(next, job), "") << "job " << job << "'s victims would not let it start: " << Reason(next, job);
     }
     for (const JobPlacement& p : d.start) {
-      auto it = std::find_if(pending.begin(), pending.end(), [&](const JobRequest& j) { return j.id == p.job_id; });
-      if (it == pending.end()) {
-        ADD_FAILURE() << "started job " << p.job_id << " is not pending";
-        return preemptions;
-      }
-      Live l;
-      l.job = *it;
-      l.start_ms = now;
-      l.end_ms = now + length.at(p.job_id);
-      l.where = p.nodes;
       due.erase(p.job_id);
       nominated.erase(p.job_id);
-      pending.erase(it);
-      running.push_back(std::move(l));
     }
+    if (!sim.Start(d, now)) return preemptions;
     for (int64_t id : due) {
       ADD_FAILURE() << "nominated job " << id << " did not start once its victims stopped: " << Reason(d, id);
     }
-    std::map<std::string, int64_t> used;
-    for (const Live& l : running) used[l.job.team] += WholeGpus(l);
+    const std::map<std::string, int64_t> used = sim.UnitsByTeam();
     for (const TeamView& t : teams) {
-      EXPECT_LE(used[t.name], limit_of(t)) << "team " << t.name << " over quota + borrow at minute " << step;
+      const auto u = used.find(t.name);
+      EXPECT_LE(u == used.end() ? 0 : u->second, limit_of(t)) << "team " << t.name << " over quota + borrow at minute "
+                                                               << step;
     }
     if (::testing::Test::HasFailure()) return preemptions;
   }

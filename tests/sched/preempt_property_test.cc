@@ -1,11 +1,12 @@
 // Preemption over random traces: teams with random quotas, borrow limits and weights,
-// jobs of random shapes, priorities and lengths arriving at random, and a simulated
-// minute between passes. Victims stop one minute after they are asked (their checkpoint)
-// and go back to the queue, as the head requeues them. After every pass:
+// jobs of random shapes (whole GPUs, gangs of two nodes, and jobs sharing GPUs in quarters),
+// priorities and lengths arriving at random, and a simulated minute between passes
+// (trace_sim.h). Victims stop one minute after they are asked (their checkpoint) and go
+// back to the queue, as the head requeues them. After every pass:
 //   - no preemption cycle: no two jobs ever preempt each other (in either order);
 //   - no victim had run less than the minimum runtime;
-//   - no team holds more than its quota + borrow limit; one above its quota borrows
-//     only what its limit allows;
+//   - no team holds more than its quota + borrow limit, counting the parts of GPUs its
+//     sharing jobs hold; one above its quota borrows only what its limit allows;
 //   - every reclaim took GPUs from a team above its quota, for a job within its own;
 //     every priority preemption took a lower-priority job of the preemptor's team;
 //   - a job is never asked twice while it is being preempted.
@@ -15,27 +16,26 @@
 #include <random>
 #include <set>
 
-#include "sched/fair_share.h"
-#include "sched/quota.h"
+#include "sched/gpu_units.h"
 #include "sched/scheduler.h"
-#include "sched_test_util.h"
+#include "trace_sim.h"
 
 namespace cohort::sched {
 namespace {
 
+using testing::TraceSim;
+
 constexpr int64_t kMinute = 60'000;
 constexpr int kNodes = 6;
 
-struct Live {
-  JobRequest job;
-  int64_t start_ms = 0;
-  int64_t end_ms = 0;
-  std::vector<NodeAssignment> where;
-  int64_t preempting_for = 0;  // being preempted (stops at the next step)
+struct Counts {
+  int reclaims = 0, by_priority = 0;
+  int sharing_victims = 0;  // reclaims whose victim shares GPUs
+  int sharing_reclaimers = 0;  // reclaims for a job that shares GPUs
 };
 
-// Runs one trace; returns the preemptions it saw (kinds counted in `reclaims`/`priority`).
-int RunTrace(uint64_t seed, int* reclaims, int* by_priority) {
+// Runs one trace; returns the preemptions it saw.
+int RunTrace(uint64_t seed, Counts* counts) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
@@ -54,24 +54,18 @@ int RunTrace(uint64_t seed, int* reclaims, int* by_priority) {
     return *std::find_if(teams.begin(), teams.end(), [&](const TeamView& v) { return v.name == name; });
   };
   const auto limit_of = [&](const TeamView& t) {
-    return t.borrow_limit_gpus < 0 ? std::numeric_limits<int64_t>::max() : t.quota_gpus + t.borrow_limit_gpus;
+    return t.borrow_limit_gpus < 0 ? std::numeric_limits<int64_t>::max()
+                                   : UnitsOfGpus(t.quota_gpus + t.borrow_limit_gpus);
   };
   const int64_t min_runtime = uniform(0, 3) * 5 * kMinute;
 
-  std::vector<std::vector<bool>> busy(kNodes, std::vector<bool>(8, false));
-  std::vector<JobRequest> pending;
-  std::vector<Live> running;
-  std::map<int64_t, int64_t> length;
+  std::vector<testing::DetailNode> nodes;
+  for (int n = 0; n < kNodes; ++n) nodes.push_back({"n" + std::to_string(n), testing::Devs(8, "h100")});
+  TraceSim sim(std::move(nodes));
   std::set<std::pair<int64_t, int64_t>> preempted;  // (preemptor, victim)
   std::map<int64_t, int64_t> nominated;             // job -> since
   int64_t next_id = 1;
   int preemptions = 0;
-
-  const auto release = [&](const Live& l) {
-    for (const auto& a : l.where) {
-      for (int g : a.gpus) busy[static_cast<size_t>(a.node[1] - '0')][static_cast<size_t>(g)] = false;
-    }
-  };
 
   for (int step = 0; step < 240; ++step) {
     const int64_t now = step * kMinute;
@@ -82,129 +76,90 @@ int RunTrace(uint64_t seed, int* reclaims, int* by_priority) {
       j.team = teams[static_cast<size_t>(uniform(0, nteams - 1))].name;
       j.priority = static_cast<int>(uniform(0, 2));
       j.submit_ms = now;
-      const int64_t shape = uniform(0, 4);
-      j.nodes = shape == 4 ? 2 : 1;
-      j.gpus_per_node = shape == 4 ? 8 : (1 << shape);
       j.tasks_per_node = 1;
       j.cpus_per_task = 1;
-      length[j.id] = uniform(5, 120) * kMinute;
-      pending.push_back(j);
+      const int64_t shape = uniform(0, 6);
+      if (shape >= 5) {  // a quarter, half or three quarters of a GPU for one or two tasks
+        j.gpu_share = static_cast<int>(uniform(1, 3));
+        j.tasks_per_node = static_cast<int>(uniform(1, 2));
+      } else {
+        j.nodes = shape == 4 ? 2 : 1;
+        j.gpus_per_node = shape == 4 ? 8 : (1 << shape);
+      }
+      sim.Submit(j, uniform(5, 120) * kMinute);
     }
     // Ends, and the victims asked a step ago stop and go back to the queue.
-    for (auto it = running.begin(); it != running.end();) {
-      if (it->preempting_for != 0) {
-        release(*it);
-        JobRequest back = it->job;
-        back.preempted_by.push_back(it->preempting_for);
-        pending.push_back(back);
-        it = running.erase(it);
-      } else if (it->end_ms <= now) {
-        release(*it);
-        it = running.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    sim.Step(now);
     std::erase_if(nominated, [&](const auto& n) { return now - n.second > 5 * kMinute; });
 
-    Snapshot snap;
-    snap.now_ms = now;
-    for (int n = 0; n < kNodes; ++n) {
-      std::vector<int> free;
-      for (int g = 0; g < 8; ++g) {
-        if (!busy[static_cast<size_t>(n)][static_cast<size_t>(g)]) free.push_back(g);
-      }
-      snap.nodes.push_back(testing::Node("n" + std::to_string(n), 8, free, 64, 64));
-    }
-    for (const Live& l : running) {
-      RunningJob r;
-      r.id = l.job.id;
-      for (const auto& a : l.where) r.usage.push_back({a.node, static_cast<int>(a.gpus.size()), a.cpus});
-      r.team = l.job.team;
-      r.priority = l.job.priority;
-      r.start_ms = l.start_ms;
-      r.checkpoint_ms = l.start_ms + (now - l.start_ms) / 2;
-      r.preemptible = l.preempting_for == 0;
-      r.preempting_for = l.preempting_for;
-      snap.running.push_back(r);
-    }
-    for (JobRequest& j : pending) j.nominated = nominated.contains(j.id);
-    snap.pending = pending;
+    for (JobRequest& j : sim.pending()) j.nominated = nominated.contains(j.id);
+    Snapshot snap = sim.SnapshotAt(now);
     snap.shares.emplace();
     snap.shares->teams = teams;
     snap.shares->preemption.min_runtime_ms = min_runtime;
-    const QuotaBook before(teams, snap.running);
+    const std::map<std::string, int64_t> before = sim.UnitsByTeam();  // as the pass began
+    const auto used_before = [&](const std::string& team) {
+      auto it = before.find(team);
+      return it == before.end() ? 0 : it->second;
+    };
     const Decision d = Schedule(snap);
 
-    // Preemptions. A pass's victims come in the order they were chosen: a team's GPUs
+    // Preemptions. A pass's victims come in the order they were chosen: a team's units
     // reclaimed so far this pass no longer count as borrowed.
-    std::map<std::string, int64_t> removed;             // by victim team, this pass
-    std::map<int64_t, int64_t> own_removed;             // by preemptor: its own team's victims
+    std::map<std::string, int64_t> removed;  // by victim team, this pass
+    std::map<int64_t, int64_t> own_removed;  // by preemptor: its own team's victims
+    std::map<int64_t, int64_t> held;         // running job -> units
+    for (const TraceSim::Live& l : sim.running()) held[l.job.id] = TraceSim::Units(l);
     for (const Preemption& p : d.preempt) {
-      for (const Live& l : running) {
-        if (l.job.id == p.victim && p.kind == PreemptKind::kPriority) own_removed[p.preemptor] += RequestedGpus(l.job);
-      }
+      if (p.kind == PreemptKind::kPriority) own_removed[p.preemptor] += held[p.victim];
     }
     for (const Preemption& p : d.preempt) {
       ++preemptions;
-      ++*(p.kind == PreemptKind::kReclaim ? reclaims : by_priority);
-      auto victim = std::find_if(running.begin(), running.end(), [&](const Live& l) { return l.job.id == p.victim; });
-      if (victim == running.end()) {
+      ++(p.kind == PreemptKind::kReclaim ? counts->reclaims : counts->by_priority);
+      const JobRequest& by = *std::find_if(sim.pending().begin(), sim.pending().end(),
+                                           [&](const JobRequest& j) { return j.id == p.preemptor; });
+      TraceSim::Live* victim = nullptr;
+      for (TraceSim::Live& l : sim.running()) {
+        if (l.job.id == p.victim) victim = &l;
+      }
+      if (!victim) {
         ADD_FAILURE() << "victim " << p.victim << " is not running";
         return preemptions;
       }
-      const JobRequest& by =
-          *std::find_if(pending.begin(), pending.end(), [&](const JobRequest& j) { return j.id == p.preemptor; });
       EXPECT_EQ(victim->preempting_for, 0) << "job " << p.victim << " asked twice";
       EXPECT_GE(now - victim->start_ms, min_runtime) << "job " << p.victim << " preempted within its minimum runtime";
       EXPECT_FALSE(preempted.contains({p.victim, p.preemptor}))
           << "cycle: job " << p.victim << " preempted job " << p.preemptor << " before, and now the reverse";
       preempted.insert({p.preemptor, p.victim});
       if (p.kind == PreemptKind::kReclaim) {
+        counts->sharing_victims += victim->job.gpu_share > 0;
+        counts->sharing_reclaimers += by.gpu_share > 0;
         EXPECT_NE(victim->job.team, by.team);
-        EXPECT_GT(before.used(victim->job.team) - removed[victim->job.team], before.quota(victim->job.team))
+        EXPECT_GT(used_before(victim->job.team) - removed[victim->job.team],
+                  UnitsOfGpus(team_of(victim->job.team).quota_gpus))
             << "reclaimed from team " << victim->job.team << " within quota";
-        EXPECT_LE(before.used(by.team) - own_removed[by.id] + RequestedGpus(by), team_of(by.team).quota_gpus)
+        const int64_t asked = by.gpu_share > 0 ? int64_t{by.nodes} * by.tasks_per_node * by.gpu_share
+                                               : UnitsOfGpus(int64_t{by.nodes} * by.gpus_per_node);
+        EXPECT_LE(used_before(by.team) - own_removed[by.id] + asked, UnitsOfGpus(team_of(by.team).quota_gpus))
             << "reclaim for a job that would borrow";
       } else {
         EXPECT_EQ(victim->job.team, by.team);
         EXPECT_LT(victim->job.priority, by.priority);
       }
-      removed[victim->job.team] += RequestedGpus(victim->job);
-      victim->preempting_for = p.preemptor;
+      removed[victim->job.team] += held[p.victim];
+      sim.Ask(p.victim, p.preemptor);
       nominated.try_emplace(p.preemptor, now);
     }
     // Starts.
-    for (const JobPlacement& p : d.start) {
-      auto it = std::find_if(pending.begin(), pending.end(), [&](const JobRequest& j) { return j.id == p.job_id; });
-      if (it == pending.end()) {
-        ADD_FAILURE() << "started job " << p.job_id << " is not pending";
-        return preemptions;
-      }
-      Live l;
-      l.job = *it;
-      l.start_ms = now;
-      l.end_ms = now + length.at(p.job_id);
-      l.where = p.nodes;
-      for (const auto& a : p.nodes) {
-        for (int g : a.gpus) {
-          auto slot = busy[static_cast<size_t>(a.node[1] - '0')][static_cast<size_t>(g)];
-          EXPECT_FALSE(slot) << "GPU " << a.node << ":" << g << " given twice";
-          slot = true;
-        }
-      }
-      nominated.erase(p.job_id);
-      pending.erase(it);
-      running.push_back(std::move(l));
-    }
-    // Quotas: no team above quota + borrow limit.
-    std::map<std::string, int64_t> used;
-    for (const Live& l : running) {
-      for (const auto& a : l.where) used[l.job.team] += static_cast<int64_t>(a.gpus.size());
-    }
+    for (const JobPlacement& p : d.start) nominated.erase(p.job_id);
+    if (!sim.Start(d, now)) return preemptions;
+    // Quotas: no team above quota + borrow limit, counting parts of GPUs.
+    const std::map<std::string, int64_t> used = sim.UnitsByTeam();
     for (const TeamView& t : teams) {
-      EXPECT_LE(used[t.name], limit_of(t)) << "team " << t.name << " over quota " << t.quota_gpus << " + borrow "
-                                           << t.borrow_limit_gpus << " at minute " << step;
+      const auto u = used.find(t.name);
+      EXPECT_LE(u == used.end() ? 0 : u->second, limit_of(t))
+          << "team " << t.name << " over quota " << t.quota_gpus << " + borrow " << t.borrow_limit_gpus
+          << " GPUs (in quarters) at minute " << step;
     }
     if (::testing::Test::HasFailure()) return preemptions;
   }
@@ -212,16 +167,21 @@ int RunTrace(uint64_t seed, int* reclaims, int* by_priority) {
 }
 
 TEST(PreemptProperty, RandomTracesKeepQuotasAndNeverCycle) {
-  int traces = 0, preemptions = 0, reclaims = 0, by_priority = 0;
+  int traces = 0, preemptions = 0;
+  Counts c;
   for (uint64_t seed = 1; seed <= 150 && !::testing::Test::HasFailure(); ++seed) {
-    preemptions += RunTrace(seed, &reclaims, &by_priority);
+    preemptions += RunTrace(seed, &c);
     ++traces;
   }
   EXPECT_EQ(traces, 150);
-  std::printf("%d traces, %d preemptions (%d reclaims, %d by priority)\n", traces, preemptions, reclaims, by_priority);
-  // The traces must exercise both kinds, or the checks above prove nothing.
-  EXPECT_GT(reclaims, 100);
-  EXPECT_GT(by_priority, 100);
+  std::printf("%d traces, %d preemptions (%d reclaims: %d of sharing jobs, %d for sharing jobs; %d by priority)\n",
+              traces, preemptions, c.reclaims, c.sharing_victims, c.sharing_reclaimers, c.by_priority);
+  // The traces must exercise both kinds, and reclaim of and for sharing jobs, or the
+  // checks above prove nothing.
+  EXPECT_GT(c.reclaims, 100);
+  EXPECT_GT(c.by_priority, 100);
+  EXPECT_GT(c.sharing_victims, 20);
+  EXPECT_GT(c.sharing_reclaimers, 20);
 }
 
 }  // namespace

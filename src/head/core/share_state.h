@@ -45,7 +45,7 @@ struct ShareState {
   int64_t accrued_ms = 0;
   struct Accounted {
     int attempt = 0;
-    int64_t gpus = 0;
+    double gpus = 0;  // a sharing job: its parts of GPUs (0.5 accrues half a GPU-second a second)
     std::string team;
   };
   std::map<api::JobId, Accounted> accounted;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include "api/gpu_request.h"
+#include "api/gpu_spec.h"
 #include "head/core/schedule.h"
 #include "head/core/teams.h"
 #include "sched/fair_share.h"
@@ -19,16 +21,12 @@ namespace {
 // Below this many decayed GPU-seconds a team without jobs no longer counts in the shares.
 constexpr double kForgottenUsage = 1.0;
 
-// GPUs the attempt held (records stored before AttemptRecord::gpus: the spec's shape).
-int64_t AttemptGpus(const Job& job, const api::AttemptRecord& rec) {
-  if (rec.gpus >= 0) return rec.gpus;
-  return static_cast<int64_t>(job.spec.nodes) * job.spec.gpus_per_node;
-}
-
-int64_t AllocatedGpus(const Job& job) {
-  int64_t gpus = 0;
-  for (const auto& na : job.allocation.nodes) gpus += static_cast<int64_t>(na.gpus.size());
-  return gpus;
+// GPUs the current attempt holds: a sharing job its parts of them (half a GPU accrues
+// half the GPU-seconds).
+double AllocatedGpus(const Job& job) {
+  int64_t units = 0;
+  for (const auto& na : job.allocation.nodes) units += api::AllocationShareUnits(job.spec, na);
+  return static_cast<double>(units) / api::kGpuShareUnits;
 }
 
 // The end of attempt `attempt` of `job` as its history records it; 0 if not closed.
@@ -112,7 +110,7 @@ void RebuildUsage(ClusterState& s, const Context& ctx, Now now) {
     const std::string team(TeamOf(job));
     for (const auto& rec : job.history) {
       if (rec.start_ms <= 0) continue;
-      const int64_t gpus = AttemptGpus(job, rec);
+      const double gpus = api::AttemptGpuAmount(job.spec, rec);
       if (job.state == JobState::kRunning && rec.attempt == job.attempt && rec.end_ms == 0) {
         sh.accounted[id] = {job.attempt, AllocatedGpus(job), team};
         sh.usage[team] += sched::DecayedGpuSeconds(sh.accounted[id].gpus, std::min(rec.start_ms, t), t, t, h);
@@ -176,13 +174,13 @@ api::SharesReport Shares(const ClusterState& s, const Context& ctx, Now now) {
   out.half_life_ms = ctx.shares.half_life_ms;
   const std::vector<sched::TeamView> views = TeamViews(s, ctx, now.unix_ms);
   const std::vector<sched::TeamStanding> standings = sched::FairShares(views);
-  std::map<std::string, int64_t, std::less<>> gpus;
+  std::map<std::string, int64_t, std::less<>> units;
   std::map<std::string, int, std::less<>> running, pending;
   for (const auto& [node, ids] : s.node_jobs) {
     for (api::JobId id : ids) {
       const Job& job = s.jobs.at(id);
       for (const auto& na : job.allocation.nodes) {
-        if (na.node == node) gpus[std::string(TeamOf(job))] += static_cast<int64_t>(na.gpus.size());
+        if (na.node == node) units[std::string(TeamOf(job))] += api::AllocationShareUnits(job.spec, na);
       }
     }
   }
@@ -198,9 +196,9 @@ api::SharesReport Shares(const ClusterState& s, const Context& ctx, Now now) {
     row.share = standings[i].share;
     row.quota_gpus = t.quota_gpus;
     row.borrow_limit_gpus = t.borrow_limit_gpus;
-    const auto g = gpus.find(v.name);
-    row.gpus_in_use = g == gpus.end() ? 0 : g->second;
-    row.borrowed_gpus = std::max<int64_t>(0, row.gpus_in_use - t.quota_gpus);
+    const auto g = units.find(v.name);
+    row.gpus_in_use = g == units.end() ? 0 : static_cast<double>(g->second) / api::kGpuShareUnits;
+    row.borrowed_gpus = std::max(0.0, row.gpus_in_use - static_cast<double>(t.quota_gpus));
     row.usage_gpu_hours = v.usage_gpu_s / 3600.0;
     row.usage_fraction = standings[i].usage_fraction;
     row.fair_share_factor = standings[i].factor;

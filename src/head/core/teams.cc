@@ -4,6 +4,8 @@
 
 #include <fmt/ranges.h>
 
+#include "api/gpu_request.h"
+#include "api/gpu_spec.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -79,18 +81,18 @@ Result<void> ResolveTeam(const ClusterState& s, api::JobSpec& spec, bool any_tea
   return {};
 }
 
-int64_t TeamGpusInUse(const ClusterState& s, std::string_view team) {
-  int64_t gpus = 0;
+int64_t TeamUnitsInUse(const ClusterState& s, std::string_view team) {
+  int64_t units = 0;
   for (const auto& [node, ids] : s.node_jobs) {
     for (api::JobId id : ids) {
       const api::Job& job = s.jobs.at(id);
       if (TeamOf(job) != team) continue;
       for (const auto& na : job.allocation.nodes) {
-        if (na.node == node) gpus += static_cast<int64_t>(na.gpus.size());
+        if (na.node == node) units += api::AllocationShareUnits(job.spec, na);
       }
     }
   }
-  return gpus;
+  return units;
 }
 
 Result<Effects> CreateTeam(ClusterState& s, const Context& ctx, Team team, Now now) {
@@ -144,12 +146,12 @@ Result<Effects> UpdateTeam(ClusterState& s, const Context& ctx, const std::strin
   COHORT_TRY_VOID(api::ValidateTeam(t));
   COHORT_TRY_VOID(CheckUsersFree(s.shares, t));
   if (patch.quota_gpus) {
-    const int64_t in_use = TeamGpusInUse(s, name);
-    if (t.quota_gpus < in_use) {
+    const int64_t in_use = TeamUnitsInUse(s, name);
+    if (t.quota_gpus * api::kGpuShareUnits < in_use) {
       return MakeError(ErrorCode::kInvalidArgument,
-                       fmt::format("quota.gpus: {} is below the {} GPUs team '{}' holds now; lower it once some of "
+                       fmt::format("quota.gpus: {} is below the {:g} GPUs team '{}' holds now; lower it once some of "
                                    "its jobs end (or cancel some)",
-                                   t.quota_gpus, in_use, name),
+                                   t.quota_gpus, static_cast<double>(in_use) / api::kGpuShareUnits, name),
                        "quota.gpus");
     }
   }

@@ -38,8 +38,9 @@ std::string TeamOfUser(const ShareState& shares, std::string_view user);
 // kNotFound for an unknown team, kPermissionDenied for a team the user is not in.
 Result<void> ResolveTeam(const ClusterState& s, api::JobSpec& spec, bool any_team);
 
-// GPUs the RUNNING jobs of `team` hold now.
-int64_t TeamGpusInUse(const ClusterState& s, std::string_view team);
+// GPU share units (api::kGpuShareUnits per GPU) the RUNNING jobs of `team` hold now: a
+// sharing job counts its parts of GPUs (api::AllocationShareUnits).
+int64_t TeamUnitsInUse(const ClusterState& s, std::string_view team);
 
 // kAlreadyExists for a name taken; kFailedPrecondition for a user already in another team
 // or too many teams; kInvalidArgument for a team api::ValidateTeam refuses.

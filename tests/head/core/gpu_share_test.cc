@@ -1,8 +1,12 @@
 // Issue 18 through the head's core: two halves share one GPU and a third waits; their
 // tasks carry their slices and MPS limits; a freed part is free again; a type or MIG
-// profile no node has is refused at submit; MIG tasks see uuids.
+// profile no node has is refused at submit; MIG tasks see uuids; a team's quarter-GPU jobs
+// stop at its quota and accrue a quarter of the GPU-seconds each (issue 17).
 #include "core_test_util.h"
+#include "api/gpu_request.h"
 #include "head/core/lifecycle.h"
+#include "head/core/shares.h"
+#include "head/core/teams.h"
 
 namespace cohort::head::core::testing {
 namespace {
@@ -101,6 +105,61 @@ TEST_F(CoreTest, MigInstancesAreScheduledByProfileAndNamedByUuid) {
   EXPECT_EQ(t.devices, (std::vector<std::string>{"MIG-n1-0", "MIG-n1-1"}));
   const auto tasks = DesiredTasks(state_, ctx_, "n1", {});
   EXPECT_EQ(tasks[0].env.at("CUDA_VISIBLE_DEVICES"), "MIG-n1-0,MIG-n1-1");
+}
+
+TEST_F(CoreTest, ATeamsQuarterGpuJobsStopAtItsQuotaAndAccrueQuarterGpuSeconds) {
+  Register(H100s("n1", 2));
+  api::Team ml;
+  ml.name = "ml";
+  ml.quota_gpus = 1;
+  ml.borrow_limit_gpus = 0;
+  ASSERT_TRUE(CreateTeam(state_, ctx_, ml, now_).has_value());
+  std::vector<api::JobId> ids;
+  for (int i = 0; i < 5; ++i) {
+    api::JobSpec s = Spec(1, 0);
+    s.gpu_share = 1;
+    s.team = "ml";
+    ids.push_back(Submit(s));
+  }
+  EXPECT_EQ(Pass(), 4) << "four quarters are the team's one GPU";
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Job(ids[static_cast<size_t>(i)]).state, JobState::kRunning) << i;
+  EXPECT_EQ(Job(ids[4]).state, JobState::kPending);
+  EXPECT_EQ(state_.pending_reasons.at(ids[4]),
+            "team ml is at its limit: 1 of 1 GPUs in use (quota 1 + borrow limit 0); this job needs 0.25");
+  EXPECT_EQ(TeamUnitsInUse(state_, "ml"), api::kGpuShareUnits);
+  const api::SharesReport report = Shares(state_, ctx_, now_);
+  const auto row = std::find_if(report.teams.begin(), report.teams.end(), [](const auto& t) { return t.name == "ml"; });
+  ASSERT_NE(row, report.teams.end());
+  EXPECT_DOUBLE_EQ(row->gpus_in_use, 1);
+  EXPECT_DOUBLE_EQ(row->borrowed_gpus, 0);
+  // A quota below the quarters it holds is refused, in GPUs with their fraction.
+  api::TeamPatch lower;
+  lower.quota_gpus = 0;
+  const auto refused = UpdateTeam(state_, ctx_, "ml", lower, now_);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("quota.gpus: 0 is below the 1 GPUs team 'ml' holds now"), std::string::npos)
+      << refused.error().message;
+  // Four quarters for 100 s are 100 GPU-seconds (decay over 100 s of a long half-life aside).
+  Advance(100'000);
+  const double used = UsageAsOf(state_, ctx_, now_.unix_ms).at("ml");
+  EXPECT_NEAR(used, 100, 0.5);
+  EXPECT_LE(used, 100);
+  // One ends: its quarter is free again for the fifth, and the usage rebuilt from the
+  // history (as on a head restart) counts quarters too.
+  std::vector<api::TaskReport> reports = {Exited(ids[0], 0, 0, 0)};
+  for (int i = 1; i < 4; ++i) {
+    const api::JobId id = ids[static_cast<size_t>(i)];
+    reports.push_back(Running(id, 0, 0, Job(id).allocation.nodes[0].tasks[0].gpus));
+  }
+  Beat("n1", reports);
+  ASSERT_TRUE(IsTerminal(Job(ids[0]).state));
+  EXPECT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(ids[4]).state, JobState::kRunning);
+  Advance(100'000);
+  const double accrued = UsageAsOf(state_, ctx_, now_.unix_ms).at("ml");
+  RebuildUsage(state_, ctx_, now_);
+  EXPECT_NEAR(state_.shares.usage.at("ml"), accrued, 1e-6 * accrued);
+  EXPECT_NEAR(accrued, 200, 1);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // numbers, and leaves the state as it was (no team changed, nothing to store); a job gets
 // its team from its spec or its user.
 #include "core_test_util.h"
+#include "api/gpu_request.h"
 #include "head/core/teams.h"
 
 namespace cohort::head::core::testing {
@@ -75,7 +76,7 @@ TEST_F(TeamsTest, UpdateRefusesBadChangesAndChangesNothing) {
   const api::JobId id = Submit(s);
   ASSERT_EQ(Pass(), 1);
   ASSERT_EQ(Job(id).state, api::JobState::kRunning);
-  ASSERT_EQ(TeamGpusInUse(state_, "ml"), 2);
+  ASSERT_EQ(TeamUnitsInUse(state_, "ml"), 2 * api::kGpuShareUnits);
 
   api::TeamPatch low;
   low.quota_gpus = 1;
