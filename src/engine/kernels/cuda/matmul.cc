@@ -120,7 +120,7 @@ class Preference {
   cublasLtMatmulPreference_t pref_ = nullptr;
 };
 
-// One product D (m×n, column-major) = op(A)·op(B) [+ bias] [+ beta·D] in cuBLASLt's terms
+// One product D (m×n, column-major) = alpha·op(A)·op(B) [+ bias] [+ beta·D] in cuBLASLt's terms
 // (see the top of the file for how each row-major product maps to it).
 struct Gemm {
   cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
@@ -132,6 +132,7 @@ struct Gemm {
   void* d = nullptr;  // also C
   cudaDataType_t d_type = CUDA_R_16BF;
   int ldd = 0;
+  float alpha = 1.0f;
   float beta = 0.0f;
   const bf16* bias = nullptr;  // epilogue bias (length m), bf16; null for none
 };
@@ -210,7 +211,7 @@ struct Matmul::Impl {
       }
       it = algos.emplace(key, result.algo).first;
     }
-    const float alpha = 1.0f, beta = g.beta;
+    const float alpha = g.alpha, beta = g.beta;
     return CheckLt(cublasLtMatmul(handle, desc.get(), &alpha, g.a, a_layout.get(), g.b,
                                   b_layout.get(), &beta, g.d, d_layout.get(), g.d, d_layout.get(),
                                   &it->second, workspace, kWorkspaceBytes, stream),
@@ -296,12 +297,17 @@ Result<void> Matmul::Forward(bf16* out, const bf16* inp, const bf16* w, const bf
 }
 
 Result<void> Matmul::Backward(bf16* dinp, float* dw, float* dbias, const bf16* dout,
-                              const bf16* inp, const bf16* w, int N, int C, int OC) {
+                              const bf16* inp, const bf16* w, int N, int C, int OC,
+                              float alpha) {
   if (impl_ == nullptr) return MakeError(ErrorCode::kFailedPrecondition, "Matmul was moved from");
   COHORT_TRY_VOID(CheckShape(N, C, OC));
   if (dw == nullptr || dout == nullptr || inp == nullptr || (dinp != nullptr && w == nullptr)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "Matmul::Backward: null dw, dout or inp (or w with dinp)");
+  }
+  if (dbias != nullptr && alpha != 1.0f) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "Matmul::Backward: alpha must be 1 with a bias gradient, got {}", alpha);
   }
   if (dbias != nullptr) {
     void* scratch = COHORT_TRY(impl_->BiasScratch(BiasGradScratchBytes(N, OC)));
@@ -322,6 +328,7 @@ Result<void> Matmul::Backward(bf16* dinp, float* dw, float* dbias, const bf16* d
     g.d = dinp;
     g.d_type = CUDA_R_16BF;
     g.ldd = C;
+    g.alpha = alpha;
     g.beta = 0.0f;
     auto r = impl_->Run(g);
     if (!r) return std::unexpected(WithContext(r.error(), "matmul backward (dinp)"));
@@ -339,6 +346,7 @@ Result<void> Matmul::Backward(bf16* dinp, float* dw, float* dbias, const bf16* d
   g.d = dw;
   g.d_type = CUDA_R_32F;
   g.ldd = C;
+  g.alpha = alpha;
   g.beta = 1.0f;
   auto r = impl_->Run(g);
   if (!r) return std::unexpected(WithContext(r.error(), "matmul backward (dw)"));
