@@ -325,6 +325,73 @@ TEST(CudaLayerNormTest, ForwardMatchesCpu) {
   CheckLayerNormForward(11, 64, 1);   // unaligned: scalar path
 }
 
+// FusedResidualLayerNormForward as the model runs it, the sum written over its first input
+// (the projection's output): residual, out, mean and rstd bitwise those of ResidualForward
+// then LayerNormForward, and out within bf16 of the CPU's LayerNorm of the bf16 sum.
+void CheckFusedResidualLayerNorm(int N, int C, size_t offset) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " offset=" << offset);
+  const LayerNormInputs in = MakeLayerNormInputs(N, C, 56);
+  const std::vector<float> proj = RoundBf16(RandomVector(in.inp.size(), 57, 0.5f));
+  std::vector<float> sum(in.inp.size());
+  cpu::ResidualForward(sum.data(), proj.data(), in.inp.data(), sum.size());
+  sum = RoundBf16(sum);
+  std::vector<float> ref(sum.size()), mean(N), rstd(N);
+  cpu::LayerNormForward(ref.data(), mean.data(), rstd.data(), sum.data(), in.w.data(),
+                        in.b.data(), N, C);
+
+  auto with_offset = [offset](const std::vector<float>& v) {
+    std::vector<float> r(offset, 0.0f);
+    r.insert(r.end(), v.begin(), v.end());
+    return ct::UploadBf16(r);
+  };
+  auto d_skip = with_offset(in.inp);
+  auto d_w = with_offset(in.w);
+  auto d_b = with_offset(in.b);
+  struct Outputs {
+    std::vector<float> residual, out, mean, rstd;
+  };
+  auto run = [&](bool fused) {
+    auto d_res = with_offset(proj);  // the sum is written over it
+    DeviceBuffer<ct::bf16> d_out(sum.size() + offset);
+    DeviceBuffer<float> d_mean(N), d_rstd(N);
+    d_out.Poison();
+    d_mean.Poison();
+    d_rstd.Poison();
+    ct::bf16* res = d_res.data() + offset;
+    if (fused) {
+      FusedResidualLayerNormForward(res, d_out.data() + offset, d_mean.data(), d_rstd.data(),
+                                    res, d_skip.data() + offset, d_w.data() + offset,
+                                    d_b.data() + offset, N, C, kStream);
+    } else {
+      ResidualForward(res, res, d_skip.data() + offset, sum.size(), kStream);
+      LayerNormForward(d_out.data() + offset, d_mean.data(), d_rstd.data(), res,
+                       d_w.data() + offset, d_b.data() + offset, N, C, kStream);
+    }
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    return Outputs{ct::DownloadBf16(d_res), ct::DownloadBf16(d_out), d_mean.Download(),
+                   d_rstd.Download()};
+  };
+  const Outputs two = run(false), one = run(true);
+  EXPECT_TRUE(BitwiseEqual(one.residual, two.residual)) << "residual";
+  EXPECT_TRUE(BitwiseEqual(one.out, two.out)) << "out";
+  EXPECT_TRUE(BitwiseEqual(one.mean, two.mean)) << "mean";
+  EXPECT_TRUE(BitwiseEqual(one.rstd, two.rstd)) << "rstd";
+  std::vector<float> res(one.residual.begin() + static_cast<std::ptrdiff_t>(offset),
+                         one.residual.end());
+  std::vector<float> out(one.out.begin() + static_cast<std::ptrdiff_t>(offset), one.out.end());
+  EXPECT_TRUE(BitwiseEqual(res, sum)) << "residual vs the CPU's bf16 sum";
+  EXPECT_LT(RelError(out, ref), kBf16Tol) << "out vs CPU";
+  EXPECT_LT(RelError(one.mean, mean), kFloatTol) << "mean vs CPU";
+}
+
+TEST(CudaLayerNormTest, FusedResidualForwardIsResidualThenLayerNorm) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckFusedResidualLayerNorm(37, 768, 0);
+  CheckFusedResidualLayerNorm(9, 1600, 0);  // C not a multiple of 256
+  CheckFusedResidualLayerNorm(5, 30, 0);    // C % 8 != 0: scalar path
+  CheckFusedResidualLayerNorm(11, 64, 1);   // unaligned: scalar path
+}
+
 void CheckLayerNormBackward(int N, int C) {
   SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C);
   const LayerNormInputs in = MakeLayerNormInputs(N, C, 61);

@@ -395,8 +395,25 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
   const GptLayout& lay = m.layout;
   k::Matmul& mm = *m.matmul;
 
+  // sum += skip (the residual stream after a projection), then the LayerNorm the stream
+  // meets next: one kernel with fused_residual_layernorm, else ResidualForward and
+  // LayerNormForward (bitwise the same).
+  auto residual_then_norm = [&](bf16* sum, const bf16* skip, bf16* ln, float* mean,
+                                float* rstd, size_t ln_w, size_t ln_b) {
+    if (m.options.fused_residual_layernorm) {
+      k::FusedResidualLayerNormForward(sum, ln, mean, rstd, sum, skip, m.Pb(ln_w), m.Pb(ln_b),
+                                       N, C, st);
+    } else {
+      k::ResidualForward(sum, sum, skip, NC, st);
+      k::LayerNormForward(ln, mean, rstd, sum, m.Pb(ln_w), m.Pb(ln_b), N, C, st);
+    }
+  };
+
   k::EncoderForward(b.encoded, b.tokens, m.Pb(lay.wte), m.Pb(lay.wpe), B, T, C, st);
-  COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderForward
+  // Layer 0's ln1 (every later ln1, and ln_f, ends the layer before).
+  k::LayerNormForward(b.ln1, b.ln1_mean, b.ln1_rstd, b.encoded, m.Pb(lay.layers[0].ln1_w),
+                      m.Pb(lay.layers[0].ln1_b), N, C, st);
+  COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderForward, LayerNormForward
   for (int l = 0; l < L; ++l) {
     const LayerOffsets& w = lay.layers[l];
     const size_t lc = l * maxN * C, ls = l * maxN;  // this layer's slice: (maxN, C), (maxN)
@@ -411,24 +428,25 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
     bf16* fch_gelu = b.fch_gelu + 4 * lc;
     bf16* residual3 = b.residual3 + lc;
 
-    k::LayerNormForward(ln1, b.ln1_mean + ls, b.ln1_rstd + ls, residual, m.Pb(w.ln1_w),
-                        m.Pb(w.ln1_b), N, C, st);
     COHORT_TRY_VOID(mm.Forward(qkv, ln1, m.Pb(w.qkv_w), m.Pb(w.qkv_b), N, C, 3 * C));
     COHORT_CUDA_CHECK(k::AttentionForward(atty, lse, qkv, B, T, C, NH, st));
     COHORT_TRY_VOID(mm.Forward(residual2, atty, m.Pb(w.attn_proj_w), m.Pb(w.attn_proj_b), N, C, C));
-    k::ResidualForward(residual2, residual2, residual, NC, st);
-    k::LayerNormForward(ln2, b.ln2_mean + ls, b.ln2_rstd + ls, residual2, m.Pb(w.ln2_w),
-                        m.Pb(w.ln2_b), N, C, st);
+    residual_then_norm(residual2, residual, ln2, b.ln2_mean + ls, b.ln2_rstd + ls, w.ln2_w,
+                       w.ln2_b);
     COHORT_TRY_VOID(mm.Forward(fch, ln2, m.Pb(w.fc_w), m.Pb(w.fc_b), N, C, 4 * C));
     k::GeluForward(fch_gelu, fch, 4 * NC, st);
     COHORT_TRY_VOID(
         mm.Forward(residual3, fch_gelu, m.Pb(w.fc_proj_w), m.Pb(w.fc_proj_b), N, 4 * C, C));
-    k::ResidualForward(residual3, residual3, residual2, NC, st);
+    if (l + 1 < L) {  // the next layer's ln1
+      const size_t next = static_cast<size_t>(l + 1) * maxN;
+      residual_then_norm(residual3, residual2, b.ln1 + next * C, b.ln1_mean + next,
+                         b.ln1_rstd + next, lay.layers[l + 1].ln1_w, lay.layers[l + 1].ln1_b);
+    } else {
+      residual_then_norm(residual3, residual2, b.lnf, b.lnf_mean, b.lnf_rstd, lay.ln_f_w,
+                         lay.ln_f_b);
+    }
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (transformer block)
   }
-  const bf16* last = b.residual3 + (L - 1) * maxN * C;
-  k::LayerNormForward(b.lnf, b.lnf_mean, b.lnf_rstd, last, m.Pb(lay.ln_f_w), m.Pb(lay.ln_f_b), N,
-                      C, st);
   COHORT_TRY_VOID(mm.Forward(b.logits, b.lnf, m.Pb(lay.wte), nullptr, N, C, m.Vp));
   COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (head)
   m.logits_valid = true;

@@ -82,9 +82,14 @@ struct GptCudaOptions {
   // again and applies loss_scale as the alpha of the classifier's two products. Off:
   // Forward only reads the logits, Backward passes over them again to write the gradient.
   bool single_pass_classifier = true;
+  // The residual add after each attention and MLP projection fused into the LayerNorm
+  // forward that follows it (llm.c's fused_residual_forward): one kernel writes the residual
+  // stream and normalises it, instead of an add kernel and a LayerNorm that re-reads its
+  // output; bitwise the same.
+  bool fused_residual_layernorm = true;
 
   // All levers off: the step as it was first measured on a GPU (bench/gpu/NOTES.md).
-  static GptCudaOptions Baseline() { return {false, false, false, false}; }
+  static GptCudaOptions Baseline() { return {false, false, false, false, false}; }
 };
 
 class GptCudaModel {
