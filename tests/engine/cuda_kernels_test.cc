@@ -285,6 +285,13 @@ LayerNormInputs MakeLayerNormInputs(int N, int C, uint64_t seed) {
   return in;
 }
 
+// v uploaded as bf16 behind `offset` zeros: offset 1 breaks 16-byte alignment.
+DeviceBuffer<ct::bf16> UploadBf16At(const std::vector<float>& v, size_t offset) {
+  std::vector<float> r(offset, 0.0f);
+  r.insert(r.end(), v.begin(), v.end());
+  return ct::UploadBf16(r);
+}
+
 void CheckLayerNormForward(int N, int C, size_t offset) {
   SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " offset=" << offset);
   const LayerNormInputs in = MakeLayerNormInputs(N, C, 51);
@@ -292,12 +299,7 @@ void CheckLayerNormForward(int N, int C, size_t offset) {
   cpu::LayerNormForward(ref.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(),
                         in.b.data(), N, C);
 
-  // `offset` elements in front of every bf16 array: offset 1 breaks 16-byte alignment.
-  auto with_offset = [offset](const std::vector<float>& v) {
-    std::vector<float> r(offset, 0.0f);
-    r.insert(r.end(), v.begin(), v.end());
-    return ct::UploadBf16(r);
-  };
+  auto with_offset = [offset](const std::vector<float>& v) { return UploadBf16At(v, offset); };
   auto d_inp = with_offset(in.inp);
   auto d_w = with_offset(in.w);
   auto d_b = with_offset(in.b);
@@ -339,11 +341,7 @@ void CheckFusedResidualLayerNorm(int N, int C, size_t offset) {
   cpu::LayerNormForward(ref.data(), mean.data(), rstd.data(), sum.data(), in.w.data(),
                         in.b.data(), N, C);
 
-  auto with_offset = [offset](const std::vector<float>& v) {
-    std::vector<float> r(offset, 0.0f);
-    r.insert(r.end(), v.begin(), v.end());
-    return ct::UploadBf16(r);
-  };
+  auto with_offset = [offset](const std::vector<float>& v) { return UploadBf16At(v, offset); };
   auto d_skip = with_offset(in.inp);
   auto d_w = with_offset(in.w);
   auto d_b = with_offset(in.b);
