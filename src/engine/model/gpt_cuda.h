@@ -15,9 +15,9 @@
 // projection likewise written into it); the encoder output, ln_f out + stats, the logits
 // (B·T·Vp bf16), which become d(loss)/d(logits) (written by Backward, or by Forward with
 // targets under the single-pass classifier), and B·Vp bf16 where that Forward sets each
-// sequence's last logits row aside first. The
-// backward reuses three buffers for the whole stack (the residual stream's gradient, one
-// B·T·C and one B·T·4C temporary) and one scratch area for the kernels that need one.
+// sequence's last logits row aside first. The backward reuses three buffers for the whole
+// stack (the residual stream's gradient, one B·T·C and one B·T·4C temporary) and one
+// scratch area for the kernels that need one.
 // PlanMemory reports the bytes without a device.
 //
 // Streams and synchronisation. All work runs on one non-blocking compute stream, in order;
