@@ -227,6 +227,7 @@ constexpr Lever kLevers[] = {
     {"bias_grad_epilogue", &cohort::engine::GptCudaOptions::bias_grad_epilogue},
     {"fused_adamw", &cohort::engine::GptCudaOptions::fused_adamw},
     {"single_pass_classifier", &cohort::engine::GptCudaOptions::single_pass_classifier},
+    {"fused_residual_layernorm", &cohort::engine::GptCudaOptions::fused_residual_layernorm},
 };
 #endif
 

@@ -7,10 +7,12 @@
 // Every test skips when no CUDA device is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -290,6 +292,13 @@ LayerNormInputs MakeLayerNormInputs(int N, int C, uint64_t seed) {
   return in;
 }
 
+// v uploaded as bf16 behind `offset` zeros: offset 1 breaks 16-byte alignment.
+DeviceBuffer<ct::bf16> UploadBf16At(const std::vector<float>& v, size_t offset) {
+  std::vector<float> r(offset, 0.0f);
+  r.insert(r.end(), v.begin(), v.end());
+  return ct::UploadBf16(r);
+}
+
 void CheckLayerNormForward(int N, int C, size_t offset) {
   SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " offset=" << offset);
   const LayerNormInputs in = MakeLayerNormInputs(N, C, 51);
@@ -297,12 +306,7 @@ void CheckLayerNormForward(int N, int C, size_t offset) {
   cpu::LayerNormForward(ref.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(),
                         in.b.data(), N, C);
 
-  // `offset` elements in front of every bf16 array: offset 1 breaks 16-byte alignment.
-  auto with_offset = [offset](const std::vector<float>& v) {
-    std::vector<float> r(offset, 0.0f);
-    r.insert(r.end(), v.begin(), v.end());
-    return ct::UploadBf16(r);
-  };
+  auto with_offset = [offset](const std::vector<float>& v) { return UploadBf16At(v, offset); };
   auto d_inp = with_offset(in.inp);
   auto d_w = with_offset(in.w);
   auto d_b = with_offset(in.b);
@@ -328,6 +332,69 @@ TEST(CudaLayerNormTest, ForwardMatchesCpu) {
   CheckLayerNormForward(9, 1600, 0);  // C not a multiple of 256
   CheckLayerNormForward(5, 30, 0);    // C % 8 != 0: scalar path
   CheckLayerNormForward(11, 64, 1);   // unaligned: scalar path
+}
+
+// FusedResidualLayerNormForward as the model runs it, the sum written over its first input
+// (the projection's output): residual, out, mean and rstd bitwise those of ResidualForward
+// then LayerNormForward, and out within bf16 of the CPU's LayerNorm of the bf16 sum.
+void CheckFusedResidualLayerNorm(int N, int C, size_t offset) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " offset=" << offset);
+  const LayerNormInputs in = MakeLayerNormInputs(N, C, 56);
+  const std::vector<float> proj = RoundBf16(RandomVector(in.inp.size(), 57, 0.5f));
+  std::vector<float> sum(in.inp.size());
+  cpu::ResidualForward(sum.data(), proj.data(), in.inp.data(), sum.size());
+  sum = RoundBf16(sum);
+  std::vector<float> ref(sum.size()), mean(N), rstd(N);
+  cpu::LayerNormForward(ref.data(), mean.data(), rstd.data(), sum.data(), in.w.data(),
+                        in.b.data(), N, C);
+
+  auto with_offset = [offset](const std::vector<float>& v) { return UploadBf16At(v, offset); };
+  auto d_skip = with_offset(in.inp);
+  auto d_w = with_offset(in.w);
+  auto d_b = with_offset(in.b);
+  struct Outputs {
+    std::vector<float> residual, out, mean, rstd;
+  };
+  auto run = [&](bool fused) {
+    auto d_res = with_offset(proj);  // the sum is written over it
+    DeviceBuffer<ct::bf16> d_out(sum.size() + offset);
+    DeviceBuffer<float> d_mean(N), d_rstd(N);
+    d_out.Poison();
+    d_mean.Poison();
+    d_rstd.Poison();
+    ct::bf16* res = d_res.data() + offset;
+    if (fused) {
+      FusedResidualLayerNormForward(res, d_out.data() + offset, d_mean.data(), d_rstd.data(),
+                                    res, d_skip.data() + offset, d_w.data() + offset,
+                                    d_b.data() + offset, N, C, kStream);
+    } else {
+      ResidualForward(res, res, d_skip.data() + offset, sum.size(), kStream);
+      LayerNormForward(d_out.data() + offset, d_mean.data(), d_rstd.data(), res,
+                       d_w.data() + offset, d_b.data() + offset, N, C, kStream);
+    }
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    return Outputs{ct::DownloadBf16(d_res), ct::DownloadBf16(d_out), d_mean.Download(),
+                   d_rstd.Download()};
+  };
+  const Outputs two = run(false), one = run(true);
+  EXPECT_TRUE(BitwiseEqual(one.residual, two.residual)) << "residual";
+  EXPECT_TRUE(BitwiseEqual(one.out, two.out)) << "out";
+  EXPECT_TRUE(BitwiseEqual(one.mean, two.mean)) << "mean";
+  EXPECT_TRUE(BitwiseEqual(one.rstd, two.rstd)) << "rstd";
+  std::vector<float> res(one.residual.begin() + static_cast<std::ptrdiff_t>(offset),
+                         one.residual.end());
+  std::vector<float> out(one.out.begin() + static_cast<std::ptrdiff_t>(offset), one.out.end());
+  EXPECT_TRUE(BitwiseEqual(res, sum)) << "residual vs the CPU's bf16 sum";
+  EXPECT_LT(RelError(out, ref), kBf16Tol) << "out vs CPU";
+  EXPECT_LT(RelError(one.mean, mean), kFloatTol) << "mean vs CPU";
+}
+
+TEST(CudaLayerNormTest, FusedResidualForwardIsResidualThenLayerNorm) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckFusedResidualLayerNorm(37, 768, 0);
+  CheckFusedResidualLayerNorm(9, 1600, 0);  // C not a multiple of 256
+  CheckFusedResidualLayerNorm(5, 30, 0);    // C % 8 != 0: scalar path
+  CheckFusedResidualLayerNorm(11, 64, 1);   // unaligned: scalar path
 }
 
 void CheckLayerNormBackward(int N, int C) {
@@ -381,9 +448,11 @@ TEST(CudaLayerNormTest, BackwardMatchesCpu) {
 // ---------------------------------------------------------------------------------------
 // matmul.h / matmul.cuh
 
-void CheckMatmul(Matmul& mm, int N, int C, int OC, bool with_bias) {
+// alpha scales dout in Backward (Matmul::Backward's last parameter); the CPU reference
+// gets alpha·dout in float32.
+void CheckMatmul(Matmul& mm, int N, int C, int OC, bool with_bias, float alpha = 1.0f) {
   SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " OC=" << OC
-                                    << " bias=" << with_bias);
+                                    << " bias=" << with_bias << " alpha=" << alpha);
   const std::vector<float> inp = RoundBf16(RandomVector(static_cast<size_t>(N) * C, 71));
   const std::vector<float> w = RoundBf16(RandomVector(static_cast<size_t>(OC) * C, 72, 0.1f));
   const std::vector<float> bias = RoundBf16(RandomVector(OC, 73, 0.5f));
@@ -395,8 +464,10 @@ void CheckMatmul(Matmul& mm, int N, int C, int OC, bool with_bias) {
   cpu::MatmulForward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, C,
                      OC);
   std::vector<float> dinp(static_cast<size_t>(N) * C, 0.0f), dw = dw0, dbias = dbias0;
-  cpu::MatmulBackward(dinp.data(), dw.data(), with_bias ? dbias.data() : nullptr, dout.data(),
-                      inp.data(), w.data(), N, C, OC);
+  std::vector<float> scaled_dout = dout;
+  for (float& x : scaled_dout) x *= alpha;
+  cpu::MatmulBackward(dinp.data(), dw.data(), with_bias ? dbias.data() : nullptr,
+                      scaled_dout.data(), inp.data(), w.data(), N, C, OC);
 
   auto d_inp = ct::UploadBf16(inp);
   auto d_w = ct::UploadBf16(w);
@@ -411,7 +482,7 @@ void CheckMatmul(Matmul& mm, int N, int C, int OC, bool with_bias) {
                         with_bias ? d_bias.data() : nullptr, N, C, OC);
   ASSERT_TRUE(fwd.has_value()) << fwd.error().ToString();
   auto bwd = mm.Backward(d_dinp.data(), d_dw.data(), with_bias ? d_dbias.data() : nullptr,
-                         d_dout.data(), d_inp.data(), d_w.data(), N, C, OC);
+                         d_dout.data(), d_inp.data(), d_w.data(), N, C, OC, alpha);
   ASSERT_TRUE(bwd.has_value()) << bwd.error().ToString();
   COHORT_ASSERT_LAUNCHES_OK();
   EXPECT_LT(RelError(ct::DownloadBf16(d_out), out), kBf16Tol) << "out";
@@ -556,6 +627,23 @@ TEST(CudaMatmulTest, EveryEpilogueFallsBackWhenCublasLtHasNoAlgorithm) {
   EXPECT_EQ(f.bias_grad, 3);  // two BackwardGelu, one Backward
 }
 #endif
+
+// alpha scales both products (the single-pass classifier's loss_scale); with a bias
+// gradient it is refused, since the column sums would not scale.
+TEST(CudaMatmulTest, BackwardAlphaScalesDout) {
+  COHORT_SKIP_WITHOUT_GPU();
+  auto mm = Matmul::Create(kStream);
+  ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
+  CheckMatmul(*mm, 37, 64, 200, false, 0.5f);
+  CheckMatmul(*mm, 2 * 16, 128, 384, false, 0.37f);  // the small model's classifier
+  DeviceBuffer<ct::bf16> buf(64);
+  DeviceBuffer<float> dw(64), dbias(8);
+  auto r = mm->Backward(nullptr, dw.data(), dbias.data(), buf.data(), buf.data(), nullptr, 8, 8,
+                        8, 0.5f);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.error().message.find("alpha"), std::string::npos) << r.error().message;
+}
 
 TEST(CudaMatmulTest, BackwardSkipsNullDinp) {
   COHORT_SKIP_WITHOUT_GPU();
@@ -757,8 +845,11 @@ TEST(CudaResidualTest, BiasResidualFromSumRoundsTwice) {
 // ---------------------------------------------------------------------------------------
 // cross_entropy.cuh
 
-void CheckClassifier(int N, int V, int Vp) {
-  SCOPED_TRACE(::testing::Message() << "N=" << N << " V=" << V << " Vp=" << Vp);
+// T: the rows are N / T sequences of T; the training pass also sets each sequence's last
+// row (b·T + T − 1) aside, and the copy must be the logits before the pass, bitwise.
+void CheckClassifier(int N, int V, int Vp, int T) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " V=" << V << " Vp=" << Vp << " T=" << T);
+  ASSERT_EQ(N % T, 0);
   std::vector<float> logits = RoundBf16(RandomVector(static_cast<size_t>(N) * Vp, 121, 4.0f));
   std::vector<int32_t> targets = RandomTokens(N, V, 122);
   targets[1] = -1;  // ignored rows
@@ -787,15 +878,17 @@ void CheckClassifier(int N, int V, int Vp) {
   auto d_logits = ct::UploadBf16(logits);
   d_losses.Poison();
   FusedClassifier(d_logits.data(), d_losses.data(), d_targets.data(), N, V, Vp, scale, false,
-                  kStream);
+                  /*last_rows=*/nullptr, T, kStream);
   COHORT_ASSERT_LAUNCHES_OK();
   EXPECT_LT(RelError(d_losses.Download(), losses), kFloatTol) << "losses (eval)";
   EXPECT_TRUE(BitwiseEqual(ct::DownloadBf16(d_logits), logits)) << "eval wrote the logits";
 
-  // Training: losses and dlogits in place.
+  // Training: losses and dlogits in place, the last rows set aside.
   d_losses.Poison();
+  DeviceBuffer<ct::bf16> d_last(static_cast<size_t>(N / T) * Vp);
+  d_last.Poison();
   FusedClassifier(d_logits.data(), d_losses.data(), d_targets.data(), N, V, Vp, scale, true,
-                  kStream);
+                  d_last.data(), T, kStream);
   d_sum.Poison();
   SumLosses(d_sum.data(), d_losses.data(), N, kStream);
   COHORT_ASSERT_LAUNCHES_OK();
@@ -812,14 +905,82 @@ void CheckClassifier(int N, int V, int Vp) {
     }
   }
   EXPECT_NEAR(d_sum.Download()[0], total, kFloatTol * std::abs(total)) << "SumLosses";
+  const std::vector<float> last = ct::DownloadBf16(d_last);
+  for (int b = 0; b < N / T; ++b) {
+    const size_t row = static_cast<size_t>(b) * T + T - 1;
+    for (int v = 0; v < Vp; ++v) {
+      ASSERT_EQ(ct::Bf16Bits(last[static_cast<size_t>(b) * Vp + v]),
+                ct::Bf16Bits(logits[row * Vp + v]))
+          << "sequence " << b << " (row " << row << ", target " << targets[row] << ") column "
+          << v << " set aside";
+    }
+  }
 }
 
 TEST(CudaCrossEntropyTest, FusedClassifierMatchesCpu) {
   COHORT_SKIP_WITHOUT_GPU();
-  CheckClassifier(37, 1000, 1024);     // padded vocabulary, 16-byte path
-  CheckClassifier(8, 50257, 50304);    // GPT-2's vocabulary
-  CheckClassifier(5, 257, 259);        // Vp % 8 != 0: scalar path
-  CheckClassifier(6, 3, 8);            // fewer columns than threads
+  // The ignored row N − 1 is always a last row: the copy on the ignored path.
+  CheckClassifier(37, 1000, 1024, 37);   // padded vocabulary, 16-byte path
+  CheckClassifier(37, 1000, 1024, 1);    // every row a sequence's last
+  CheckClassifier(8, 50257, 50304, 4);   // GPT-2's vocabulary
+  CheckClassifier(5, 257, 259, 5);       // Vp % 8 != 0: scalar path
+  CheckClassifier(6, 3, 8, 2);           // fewer columns than threads
+}
+
+// The single-pass classifier as GptCudaModel runs it with loss_scale 0.5: the classifier
+// writes (softmax − onehot) / count, then the head's products take alpha = loss_scale; the
+// same products as when the classifier writes loss_scale·(softmax − onehot) / count and
+// the products take alpha 1 (the two-pass path), and as the CPU.
+TEST(CudaCrossEntropyTest, SinglePassWithLossScaleMatchesTwoPass) {
+  COHORT_SKIP_WITHOUT_GPU();
+  const int B = 2, T = 8, N = B * T, C = 64, V = 300, Vp = 384;
+  const float loss_scale = 0.5f;
+  const std::vector<float> logits =
+      RoundBf16(RandomVector(static_cast<size_t>(N) * Vp, 181, 4.0f));
+  const std::vector<float> lnf = RoundBf16(RandomVector(static_cast<size_t>(N) * C, 182));
+  const std::vector<float> wte = RoundBf16(RandomVector(static_cast<size_t>(Vp) * C, 183, 0.1f));
+  std::vector<int32_t> targets = RandomTokens(N, V, 184);
+  targets[3] = -1;
+  int count = 0;
+  std::vector<float> lse(N);
+  cpu::CrossEntropyForward(lse.data(), logits.data(), targets.data(), N, V, Vp, &count);
+  std::vector<float> dlogits = logits;
+  cpu::CrossEntropyBackwardInPlace(dlogits.data(), lse.data(), targets.data(), N, V, Vp,
+                                   loss_scale / static_cast<float>(count));
+  std::vector<float> dlnf(static_cast<size_t>(N) * C, 0.0f), dwte(static_cast<size_t>(Vp) * C);
+  cpu::MatmulBackward(dlnf.data(), dwte.data(), nullptr, dlogits.data(), lnf.data(), wte.data(),
+                      N, C, Vp);
+
+  auto mm = Matmul::Create(kStream);
+  ASSERT_TRUE(mm.has_value()) << mm.error().ToString();
+  DeviceBuffer<int32_t> d_targets(targets);
+  DeviceBuffer<float> d_losses(N);
+  auto d_lnf = ct::UploadBf16(lnf);
+  auto d_wte = ct::UploadBf16(wte);
+  std::vector<std::vector<float>> got_dlnf, got_dwte;
+  for (bool single : {true, false}) {
+    SCOPED_TRACE(single ? "single pass" : "two passes");
+    auto d_logits = ct::UploadBf16(logits);
+    DeviceBuffer<ct::bf16> d_dlnf(dlnf.size());
+    DeviceBuffer<float> d_dwte(dwte.size());
+    COHORT_ASSERT_CUDA(cudaMemset(d_dwte.data(), 0, dwte.size() * sizeof(float)));
+    d_dlnf.Poison();
+    const float scale = (single ? 1.0f : loss_scale) / static_cast<float>(count);
+    FusedClassifier(d_logits.data(), d_losses.data(), d_targets.data(), N, V, Vp, scale, true,
+                    nullptr, T, kStream);
+    auto r = mm->Backward(d_dlnf.data(), d_dwte.data(), nullptr, d_logits.data(), d_lnf.data(),
+                          d_wte.data(), N, C, Vp, single ? loss_scale : 1.0f);
+    ASSERT_TRUE(r.has_value()) << r.error().ToString();
+    COHORT_ASSERT_LAUNCHES_OK();
+    got_dlnf.push_back(ct::DownloadBf16(d_dlnf));
+    got_dwte.push_back(d_dwte.Download());
+    EXPECT_LT(RelError(got_dlnf.back(), dlnf), kBf16Tol) << "dlnf";
+    EXPECT_LT(RelError(got_dwte.back(), dwte), kBf16Tol) << "dwte";
+  }
+  // loss_scale 0.5 is a power of two: scaling before or after the bf16 rounding of dlogits
+  // gives the same products.
+  EXPECT_TRUE(BitwiseEqual(got_dwte[0], got_dwte[1])) << "dwte, single pass vs two passes";
+  EXPECT_TRUE(BitwiseEqual(got_dlnf[0], got_dlnf[1])) << "dlnf, single pass vs two passes";
 }
 
 // The vocabulary-parallel pieces on `shards` column slices of (N, Vp) logits: each shard's
@@ -1010,6 +1171,116 @@ TEST(CudaAdamWTest, SeveralStepsMatchEngineAdamW) {
     }
   }
   EXPECT_EQ(cpu_opt->t(), 6);
+}
+
+// AdamWUpdateRuns: a vector of many decay runs of odd lengths (1, 2, 3, 5, ... and one
+// empty run), alternating decay, over six steps (the clip factor on the last three), in one
+// launch: against engine AdamW on the same ranges, and bitwise against AdamWUpdate launched
+// once per run. At offset 0 (the 16-byte path, with a tail: n % 4 == 3) and offset 1 (the
+// scalar path).
+void CheckAdamWRuns(size_t offset) {
+  SCOPED_TRACE(::testing::Message() << "offset " << offset);
+  std::vector<DecayRange> ranges;
+  size_t n = 0;
+  bool decay = true;
+  for (size_t len : {size_t{1}, size_t{2}, size_t{3}, size_t{0}, size_t{5}, size_t{333},
+                     size_t{7}, size_t{1001}, size_t{4}, size_t{13}, size_t{2047}, size_t{1},
+                     size_t{511}, size_t{6079}}) {
+    ranges.push_back({n, len, decay});
+    n += len;
+    decay = !decay;
+  }
+  ASSERT_EQ(n % 4, 3u);
+  std::vector<AdamWRun> table;
+  for (const DecayRange& r : ranges) {
+    table.push_back(AdamWRun{r.offset + r.count, r.decay ? 1u : 0u, 0u});
+  }
+  AdamWConfig config;
+  config.weight_decay = 0.1f;
+  std::vector<DecayRange> nonempty;  // engine AdamW sorts by offset: no ties
+  std::copy_if(ranges.begin(), ranges.end(), std::back_inserter(nonempty),
+               [](const DecayRange& r) { return r.count > 0; });
+  auto cpu_opt = AdamW::Create(n, nonempty, config);
+  ASSERT_TRUE(cpu_opt.has_value()) << cpu_opt.error().ToString();
+
+  std::vector<float> params = RandomVector(n, 191);
+  // Two copies of the state on the device: `fused` (one launch) and `per_run`.
+  struct State {
+    DeviceBuffer<float> p, m, v;
+    DeviceBuffer<ct::bf16> half;
+  };
+  auto make_state = [&] {
+    State st{DeviceBuffer<float>(n + offset), DeviceBuffer<float>(n + offset),
+             DeviceBuffer<float>(n + offset), DeviceBuffer<ct::bf16>(n + offset)};
+    EXPECT_EQ(cudaMemcpy(st.p.data() + offset, params.data(), n * sizeof(float),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemset(st.m.data(), 0, (n + offset) * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(st.v.data(), 0, (n + offset) * sizeof(float)), cudaSuccess);
+    return st;
+  };
+  State fused = make_state(), per_run = make_state();
+  DeviceBuffer<float> d_grads(n + offset);
+  DeviceBuffer<AdamWRun> d_table(table);
+  DeviceBuffer<float> d_scale(std::vector<float>{0.37f});
+  auto at = [offset](auto& buf) { return buf.data() + offset; };
+  auto tail = [offset](const auto& buf) {
+    auto all = buf.Download();
+    return std::vector<typename decltype(all)::value_type>(all.begin() + offset, all.end());
+  };
+
+  for (int step = 1; step <= 6; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    const float lr = 1e-3f * static_cast<float>(step);
+    std::vector<float> grads = RandomVector(n, 200 + step, 0.1f * step);
+    COHORT_ASSERT_CUDA(cudaMemcpy(at(d_grads), grads.data(), n * sizeof(float),
+                                  cudaMemcpyHostToDevice));
+    const bool scaled = step >= 4;
+    if (scaled) {
+      for (float& g : grads) g *= 0.37f;
+    }
+    cpu_opt->Step(params, grads, lr);
+
+    AdamWStep s;
+    s.lr = lr;
+    s.beta1 = config.beta1;
+    s.beta2 = config.beta2;
+    s.eps = config.eps;
+    s.t = step;
+    s.grad_scale = scaled ? d_scale.data() : nullptr;
+    fused.half.Poison();
+    s.weight_decay = config.weight_decay;
+    AdamWUpdateRuns(at(fused.p), at(fused.half), at(d_grads), at(fused.m), at(fused.v), n,
+                    d_table.data(), static_cast<int>(table.size()), s, kStream);
+    for (const DecayRange& r : ranges) {
+      s.weight_decay = r.decay ? config.weight_decay : 0.0f;
+      AdamWUpdate(at(per_run.p) + r.offset, at(per_run.half) + r.offset, at(d_grads) + r.offset,
+                  at(per_run.m) + r.offset, at(per_run.v) + r.offset, r.count, s, kStream);
+    }
+    COHORT_ASSERT_LAUNCHES_OK();
+    const std::vector<float> got = tail(fused.p);
+    EXPECT_LT(RelError(got, params), kFloatTol) << "params";
+    EXPECT_LT(RelError(tail(fused.m), std::vector<float>(cpu_opt->m().begin(), cpu_opt->m().end())),
+              kFloatTol)
+        << "m";
+    EXPECT_LT(RelError(tail(fused.v), std::vector<float>(cpu_opt->v().begin(), cpu_opt->v().end())),
+              kFloatTol)
+        << "v";
+    EXPECT_TRUE(BitwiseEqual(got, tail(per_run.p))) << "params: one launch vs one per run";
+    EXPECT_TRUE(BitwiseEqual(tail(fused.m), tail(per_run.m))) << "m: one launch vs one per run";
+    EXPECT_TRUE(BitwiseEqual(tail(fused.v), tail(per_run.v))) << "v: one launch vs one per run";
+    const std::vector<ct::bf16> copy = fused.half.Download();
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(ct::Bf16Bits(ct::ToFloat(copy[offset + i])), ct::Bf16Bits(got[i]))
+          << "element " << i;
+    }
+  }
+}
+
+TEST(CudaAdamWTest, OneLaunchOverManyRunsMatchesEngineAdamW) {
+  COHORT_SKIP_WITHOUT_GPU();
+  CheckAdamWRuns(0);
+  CheckAdamWRuns(1);
 }
 
 TEST(CudaAdamWTest, NullBf16CopyIsSkipped) {

@@ -11,6 +11,9 @@
 //      uninterrupted run; and checkpoints moving CPU -> GPU -> CPU mid-run;
 //   e) two ranks over NCCL (DdpReducer on device gradients, waiting on the model's events)
 //      average the gradients as the CPU does (skips without 2 GPUs).
+// a) and b), and LastLogits after Forwards with targets (the single-pass classifier's copy
+// of the last rows), run with the default options (every lever of GptCudaOptions on) and
+// with GptCudaOptions::Baseline() (every lever off).
 // GPU tests skip when no CUDA device is usable. The memory plan and the shape errors need
 // no device and run everywhere.
 #include "engine/model/gpt_cuda.h"
@@ -84,6 +87,22 @@ GptModel CpuModel(const GptConfig& c, const std::vector<float>& params) {
   std::copy(params.begin(), params.end(), m->params().begin());
   return std::move(*m);
 }
+
+// The GPT model's options under test: the defaults (every lever on) and the baseline (every
+// lever off); the parity tests run with both (GptCudaOptionsTest below).
+struct NamedOptions {
+  const char* name;
+  GptCudaOptions options;
+};
+const NamedOptions kOptionSets[] = {{"Defaults", GptCudaOptions{}},
+                                    {"Baseline", GptCudaOptions::Baseline()}};
+
+void PrintTo(const NamedOptions& o, std::ostream* os) { *os << o.name; }
+
+class GptCudaOptionsTest : public ::testing::TestWithParam<NamedOptions> {
+ protected:
+  const GptCudaOptions& options() const { return GetParam().options; }
+};
 
 // The GPU model with `params` (a test failure and null on error).
 std::unique_ptr<GptCudaModel> GpuModel(const GptConfig& c, const std::vector<float>& params,
@@ -185,20 +204,6 @@ TEST(GptCudaMemoryTest, ShapeErrorsNameTheField) {
 // still failing on any real mistake (a wrong index or a missing term is an O(1) error).
 constexpr double kGradTol = 5e-2;
 
-// The parity tests run on the default options (every lever on) and on
-// GptCudaOptions::Baseline() (every lever off): each combination computes the same function.
-struct OptionsCase {
-  const char* name;
-  GptCudaOptions options;
-};
-void PrintTo(const OptionsCase& c, std::ostream* os) { *os << c.name; }
-class GptCudaOptionsTest : public ::testing::TestWithParam<OptionsCase> {};
-const OptionsCase kOptionsCases[] = {{"Levers", GptCudaOptions{}},
-                                     {"Baseline", GptCudaOptions::Baseline()}};
-std::string OptionsCaseName(const ::testing::TestParamInfo<OptionsCase>& info) {
-  return info.param.name;
-}
-
 // The epilogue fallbacks of a model (printed; none expected on the emulator, whose
 // cuBLASLt offers every epilogue matmul.cc asks for on these shapes).
 void ReportFallbacks(const GptCudaModel& gpu) {
@@ -211,17 +216,24 @@ void ReportFallbacks(const GptCudaModel& gpu) {
 #endif
 }
 
-using GptCudaModelParityTest = GptCudaOptionsTest;
-INSTANTIATE_TEST_SUITE_P(Options, GptCudaModelParityTest, ::testing::ValuesIn(kOptionsCases),
-                         OptionsCaseName);
+// The last-position logits of every sequence of the CPU model's last Forward.
+std::vector<float> CpuLastLogits(const GptModel& cpu, const GptConfig& c, int B, int T) {
+  std::vector<float> ref;
+  const size_t Vp = c.padded_vocab_size();
+  for (int b = 0; b < B; ++b) {
+    auto row = cpu.logits().subspan((static_cast<size_t>(b) * T + T - 1) * Vp, c.vocab_size);
+    ref.insert(ref.end(), row.begin(), row.end());
+  }
+  return ref;
+}
 
-TEST_P(GptCudaModelParityTest, ForwardBackwardMatchCpu) {
+TEST_P(GptCudaOptionsTest, ForwardBackwardMatchCpu) {
   COHORT_SKIP_WITHOUT_GPU();
   const GptConfig c = SmallConfig();
   GptModel cpu = CpuModel(c, {});
   const std::vector<float> params = RandomParams(cpu, 1);
   std::copy(params.begin(), params.end(), cpu.params().begin());
-  auto gpu = GpuModel(c, params, kB, kT, GetParam().options);
+  auto gpu = GpuModel(c, params, kB, kT, options());
   ASSERT_NE(gpu, nullptr);
   EXPECT_EQ(gpu->num_parameters(), cpu.params().size());
   ASSERT_EQ(gpu->tensors().size(), cpu.tensors().size());
@@ -233,13 +245,7 @@ TEST_P(GptCudaModelParityTest, ForwardBackwardMatchCpu) {
   auto last = gpu->LastLogits();
   ASSERT_TRUE(last.has_value()) << last.error().ToString();
   ASSERT_EQ(last->size(), static_cast<size_t>(kB) * c.vocab_size);
-  std::vector<float> ref;
-  const size_t Vp = c.padded_vocab_size();
-  for (int b = 0; b < kB; ++b) {
-    auto row = cpu.logits().subspan((static_cast<size_t>(b) * kT + kT - 1) * Vp, c.vocab_size);
-    ref.insert(ref.end(), row.begin(), row.end());
-  }
-  const double logits_err = ct::RelError(*last, ref);
+  const double logits_err = ct::RelError(*last, CpuLastLogits(cpu, c, kB, kT));
   EXPECT_LT(logits_err, 1e-2) << "last-position logits";
 
   // Two micro-batches accumulate (loss_scale 0.5 each), checked after each.
@@ -279,6 +285,59 @@ TEST_P(GptCudaModelParityTest, ForwardBackwardMatchCpu) {
   ReportFallbacks(*gpu);
 }
 
+// LastLogits after a Forward with targets (the single-pass classifier has overwritten the
+// logits with their gradient by then), after a validation Forward with targets that no
+// Backward follows, and after a Forward without targets that comes after one with: each
+// the CPU's. Then a Backward after the validation pass and a second Forward still gives the
+// CPU's gradients: the validation pass left nothing behind. A smaller shape (B 3, T 17)
+// than the maximum, so the rows set aside are not at the maximum shape's positions.
+TEST_P(GptCudaOptionsTest, LastLogitsAfterForwardWithTargets) {
+  COHORT_SKIP_WITHOUT_GPU();
+  const GptConfig c = SmallConfig();
+  GptModel cpu = CpuModel(c, {});
+  const std::vector<float> params = RandomParams(cpu, 4);
+  std::copy(params.begin(), params.end(), cpu.params().begin());
+  auto gpu = GpuModel(c, params, kB, kT, options());
+  ASSERT_NE(gpu, nullptr);
+  const int B = 3, T = 17;
+  auto check_last = [&](const std::string& what) {
+    auto last = gpu->LastLogits();
+    ASSERT_TRUE(last.has_value()) << what << ": " << last.error().ToString();
+    EXPECT_LT(ct::RelError(*last, CpuLastLogits(cpu, c, B, T)), 1e-2) << what;
+  };
+  const Batch train = MakeBatch(c, B, T, 31), val = MakeBatch(c, B, T, 32);
+
+  auto cl = cpu.Forward(train.tokens, train.targets, B, T);
+  auto gl = gpu->Forward(train.tokens, train.targets, B, T);
+  ASSERT_TRUE(cl.has_value() && gl.has_value());
+  EXPECT_LT(std::abs(*gl - *cl) / std::abs(*cl), 1e-2) << "training loss";
+  check_last("after a Forward with targets");
+  check_last("read twice");
+
+  // Validation: targets, no Backward.
+  auto cv = cpu.Forward(val.tokens, val.targets, B, T);
+  auto gv = gpu->Forward(val.tokens, val.targets, B, T);
+  ASSERT_TRUE(cv.has_value() && gv.has_value());
+  EXPECT_LT(std::abs(*gv - *cv) / std::abs(*cv), 1e-2) << "validation loss";
+  check_last("after a validation Forward");
+  // Sampling after it: no targets, the logits themselves.
+  ASSERT_TRUE(cpu.Forward(train.tokens, {}, B, T).has_value());
+  ASSERT_TRUE(gpu->Forward(train.tokens, {}, B, T).has_value());
+  check_last("after a Forward without targets");
+  EXPECT_FALSE(gpu->Backward(1.0f).has_value()) << "Backward without targets";
+
+  // Training resumes: the gradients of the training batch, loss_scale 0.25.
+  cpu.ZeroGrad();
+  ASSERT_TRUE(gpu->ZeroGrad().has_value());
+  ASSERT_TRUE(cpu.Forward(train.tokens, train.targets, B, T).has_value());
+  ASSERT_TRUE(gpu->Forward(train.tokens, train.targets, B, T).has_value());
+  ASSERT_TRUE(cpu.Backward(0.25f).has_value());
+  auto bw = gpu->Backward(0.25f);
+  ASSERT_TRUE(bw.has_value()) << bw.error().ToString();
+  ExpectGradsClose(cpu.tensors(), Grads(*gpu), cpu.grads(), kGradTol, "after validation");
+  EXPECT_FALSE(gpu->LastLogits().has_value()) << "logits after Backward";
+}
+
 TEST(GptCudaModelTest, ForwardValidatesLikeTheCpuModel) {
   COHORT_SKIP_WITHOUT_GPU();
   const GptConfig c = SmallConfig();
@@ -314,13 +373,13 @@ std::vector<DecayRange> Ranges(const GptModel& m) {
 
 // The optimizer alone, on identical gradients, two steps with clipping active: a float32
 // path, < 1e-4 on the norm, the parameters and both moments.
-TEST(GptCudaAdamWTest, ClipAndStepMatchCpuOnTheSameGradients) {
+TEST_P(GptCudaOptionsTest, ClipAndStepMatchCpuOnTheSameGradients) {
   COHORT_SKIP_WITHOUT_GPU();
   const GptConfig c = SmallConfig();
   GptModel cpu = CpuModel(c, {});
   std::vector<float> params = RandomParams(cpu, 2);
   std::copy(params.begin(), params.end(), cpu.params().begin());
-  auto gpu = GpuModel(c, params);
+  auto gpu = GpuModel(c, params, kB, kT, options());
   ASSERT_NE(gpu, nullptr);
   AdamWConfig ac;
   ac.weight_decay = 0.1f;
@@ -364,17 +423,13 @@ TEST(GptCudaAdamWTest, ClipAndStepMatchCpuOnTheSameGradients) {
 // where a gradient is near zero and may change sign: lr 1e-4 keeps that under the bound
 // (about 8·lr relative for the ~1% of elements within the gradient error of zero), and the
 // update itself must agree in direction (cosine > 0.9).
-using GptCudaAdamWParityTest = GptCudaOptionsTest;
-INSTANTIATE_TEST_SUITE_P(Options, GptCudaAdamWParityTest, ::testing::ValuesIn(kOptionsCases),
-                         OptionsCaseName);
-
-TEST_P(GptCudaAdamWParityTest, WholeStepMatchesCpu) {
+TEST_P(GptCudaOptionsTest, WholeStepMatchesCpu) {
   COHORT_SKIP_WITHOUT_GPU();
   const GptConfig c = SmallConfig();
   GptModel cpu = CpuModel(c, {});
   const std::vector<float> params = RandomParams(cpu, 3);
   std::copy(params.begin(), params.end(), cpu.params().begin());
-  auto gpu = GpuModel(c, params, kB, kT, GetParam().options);
+  auto gpu = GpuModel(c, params, kB, kT, options());
   ASSERT_NE(gpu, nullptr);
   AdamWConfig ac;
   auto cpu_opt = AdamW::Create(params.size(), Ranges(cpu), ac);
@@ -411,6 +466,11 @@ TEST_P(GptCudaAdamWParityTest, WholeStepMatchesCpu) {
   EXPECT_GT(std::sqrt(na / params.size()), 0.5 * lr);
   ReportFallbacks(*gpu);
 }
+
+INSTANTIATE_TEST_SUITE_P(Options, GptCudaOptionsTest, ::testing::ValuesIn(kOptionSets),
+                         [](const ::testing::TestParamInfo<NamedOptions>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // --- c) 100 steps ----------------------------------------------------------------------------
 

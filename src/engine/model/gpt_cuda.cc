@@ -89,7 +89,10 @@ struct Buffers {
   bf16* lnf = nullptr;         // (maxN, C)
   float* lnf_mean = nullptr;   // (maxN)
   float* lnf_rstd = nullptr;   // (maxN)
-  bf16* logits = nullptr;      // (maxN, Vp); dlogits after Backward
+  bf16* logits = nullptr;      // (maxN, Vp); dlogits after Backward (or the single-pass
+                               // classifier's Forward with targets)
+  bf16* last_logits = nullptr; // (max_batch, Vp) each sequence's last row, set aside by the
+                               // single-pass classifier before it overwrites the logits
   float* losses = nullptr;     // (maxN)
   float* loss_sum = nullptr;   // (1)
   bf16* dresidual = nullptr;   // (maxN, C) the residual stream's gradient
@@ -134,6 +137,7 @@ Buffers Carve(char* base, const GptConfig& c, int max_batch, int max_seq, GptCud
   b.logits = cv.Take<bf16>(N * Vp, &logits_bytes);
   mem->logits = logits_bytes;
   mem->activations += logits_bytes;
+  b.last_logits = cv.Take<bf16>(static_cast<size_t>(max_batch) * Vp, act);
   b.losses = cv.Take<float>(N, act);
   b.loss_sum = cv.Take<float>(1, act);
   b.dresidual = cv.Take<bf16>(N * C, &mem->backward);
@@ -172,7 +176,9 @@ struct GptCudaModel::Impl {
   int B = 0, T = 0;
   int num_targets = 0;
   bool backward_ready = false;  // a Forward with targets ran and was not back-propagated
-  bool logits_valid = false;    // the logits of the last Forward are in `buf.logits`
+  bool logits_valid = false;    // the last Forward's logits can be read (LastLogits)
+  bool logits_aside = false;    // ... from `buf.last_logits` (the single-pass classifier
+                                // overwrote `buf.logits` with d(mean loss)/d(logits))
 
   ~Impl() {
     // Wait for queued work before freeing what it uses; errors cannot be reported here.
@@ -373,6 +379,7 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
   COHORT_TRY_VOID(m.UseDevice());
   m.backward_ready = false;
   m.logits_valid = false;
+  m.logits_aside = false;
   m.B = B;
   m.T = T;
   m.num_targets = count;
@@ -393,8 +400,25 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
   const GptLayout& lay = m.layout;
   k::Matmul& mm = *m.matmul;
 
+  // sum += skip (the residual stream after a projection), then the LayerNorm the stream
+  // meets next: one kernel with fused_residual_layernorm, else ResidualForward and
+  // LayerNormForward (bitwise the same).
+  auto residual_then_norm = [&](bf16* sum, const bf16* skip, bf16* ln, float* mean,
+                                float* rstd, size_t ln_w, size_t ln_b) {
+    if (m.options.fused_residual_layernorm) {
+      k::FusedResidualLayerNormForward(sum, ln, mean, rstd, sum, skip, m.Pb(ln_w), m.Pb(ln_b),
+                                       N, C, st);
+    } else {
+      k::ResidualForward(sum, sum, skip, NC, st);
+      k::LayerNormForward(ln, mean, rstd, sum, m.Pb(ln_w), m.Pb(ln_b), N, C, st);
+    }
+  };
+
   k::EncoderForward(b.encoded, b.tokens, m.Pb(lay.wte), m.Pb(lay.wpe), B, T, C, st);
-  COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderForward
+  // Layer 0's ln1 (every later ln1, and ln_f, ends the layer before).
+  k::LayerNormForward(b.ln1, b.ln1_mean, b.ln1_rstd, b.encoded, m.Pb(lay.layers[0].ln1_w),
+                      m.Pb(lay.layers[0].ln1_b), N, C, st);
+  COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderForward, LayerNormForward
   for (int l = 0; l < L; ++l) {
     const LayerOffsets& w = lay.layers[l];
     const size_t lc = l * maxN * C, ls = l * maxN;  // this layer's slice: (maxN, C), (maxN)
@@ -409,32 +433,43 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
     bf16* fch_gelu = b.fch_gelu + 4 * lc;
     bf16* residual3 = b.residual3 + lc;
 
-    k::LayerNormForward(ln1, b.ln1_mean + ls, b.ln1_rstd + ls, residual, m.Pb(w.ln1_w),
-                        m.Pb(w.ln1_b), N, C, st);
     COHORT_TRY_VOID(mm.Forward(qkv, ln1, m.Pb(w.qkv_w), m.Pb(w.qkv_b), N, C, 3 * C));
     COHORT_CUDA_CHECK(k::AttentionForward(atty, lse, qkv, B, T, C, NH, st));
     COHORT_TRY_VOID(mm.Forward(residual2, atty, m.Pb(w.attn_proj_w), m.Pb(w.attn_proj_b), N, C, C));
-    k::ResidualForward(residual2, residual2, residual, NC, st);
-    k::LayerNormForward(ln2, b.ln2_mean + ls, b.ln2_rstd + ls, residual2, m.Pb(w.ln2_w),
-                        m.Pb(w.ln2_b), N, C, st);
+    residual_then_norm(residual2, residual, ln2, b.ln2_mean + ls, b.ln2_rstd + ls, w.ln2_w,
+                       w.ln2_b);
     COHORT_TRY_VOID(mm.ForwardGelu(fch_gelu, fch, ln2, m.Pb(w.fc_w), m.Pb(w.fc_b), N, C, 4 * C));
     COHORT_TRY_VOID(
         mm.Forward(residual3, fch_gelu, m.Pb(w.fc_proj_w), m.Pb(w.fc_proj_b), N, 4 * C, C));
-    k::ResidualForward(residual3, residual3, residual2, NC, st);
+    if (l + 1 < L) {  // the next layer's ln1
+      const size_t next = static_cast<size_t>(l + 1) * maxN;
+      residual_then_norm(residual3, residual2, b.ln1 + next * C, b.ln1_mean + next,
+                         b.ln1_rstd + next, lay.layers[l + 1].ln1_w, lay.layers[l + 1].ln1_b);
+    } else {
+      residual_then_norm(residual3, residual2, b.lnf, b.lnf_mean, b.lnf_rstd, lay.ln_f_w,
+                         lay.ln_f_b);
+    }
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (transformer block)
   }
-  const bf16* last = b.residual3 + (L - 1) * maxN * C;
-  k::LayerNormForward(b.lnf, b.lnf_mean, b.lnf_rstd, last, m.Pb(lay.ln_f_w), m.Pb(lay.ln_f_b), N,
-                      C, st);
   COHORT_TRY_VOID(mm.Forward(b.logits, b.lnf, m.Pb(lay.wte), nullptr, N, C, m.Vp));
   COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (head)
   m.logits_valid = true;
   if (targets.empty()) return 0.0f;
 
-  // Per-row losses without touching the logits (the gradient is written by Backward, which
-  // knows loss_scale), their sum, and the one synchronisation of the step.
-  k::FusedClassifier(b.logits, b.losses, b.targets, N, cfg.vocab_size, m.Vp, 0.0f,
-                     /*write_grad=*/false, st);
+  // Per-row losses, their sum, and the one synchronisation of the step. Single pass: the
+  // same pass over the logits writes d(mean loss)/d(logits) = (softmax − onehot) / count in
+  // their place, each sequence's last row set aside first (LastLogits); Backward multiplies
+  // by loss_scale in the classifier's products. Otherwise the logits stay and Backward,
+  // which knows loss_scale, passes over them again to write the gradient.
+  if (m.options.single_pass_classifier) {
+    const float scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+    k::FusedClassifier(b.logits, b.losses, b.targets, N, cfg.vocab_size, m.Vp, scale,
+                       /*write_grad=*/true, b.last_logits, T, st);
+    m.logits_aside = true;
+  } else {
+    k::FusedClassifier(b.logits, b.losses, b.targets, N, cfg.vocab_size, m.Vp, 0.0f,
+                       /*write_grad=*/false, /*last_rows=*/nullptr, T, st);
+  }
   k::SumLosses(b.loss_sum, b.losses, N, st);
   COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (loss)
   COHORT_CUDA_CHECK(
@@ -454,9 +489,10 @@ Result<std::vector<float>> GptCudaModel::LastLogits() {
   const size_t V = m.config.vocab_size, Vp = m.Vp, T = m.T, B = m.B;
   std::vector<uint16_t> bits(B * V);
   // Row (b·T + T − 1) of the (B·T, Vp) logits for each b: a 2-D copy with a source pitch
-  // of T rows.
-  COHORT_CUDA_CHECK(cudaMemcpy2DAsync(bits.data(), V * sizeof(uint16_t),
-                                      m.buf.logits + (T - 1) * Vp, T * Vp * sizeof(bf16),
+  // of T rows; or the rows set aside, one after another.
+  const bf16* first = m.logits_aside ? m.buf.last_logits : m.buf.logits + (T - 1) * Vp;
+  const size_t pitch = (m.logits_aside ? 1 : T) * Vp * sizeof(bf16);
+  COHORT_CUDA_CHECK(cudaMemcpy2DAsync(bits.data(), V * sizeof(uint16_t), first, pitch,
                                       V * sizeof(bf16), B, cudaMemcpyDeviceToHost, m.stream));
   COHORT_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   std::vector<float> out(bits.size());
@@ -492,12 +528,20 @@ Result<void> GptCudaModel::Backward(float loss_scale, const GradReadyFn& ready) 
   }
 
   // Head: dlogits in place (scale = loss_scale / count: the gradient of loss_scale × the
-  // mean loss), then dlnf (overwritten) and wte's first gradient contribution.
-  const float scale = m.num_targets > 0 ? loss_scale / static_cast<float>(m.num_targets) : 0.0f;
-  k::FusedClassifier(b.logits, b.losses, b.targets, N, cfg.vocab_size, m.Vp, scale,
-                     /*write_grad=*/true, st);
+  // mean loss), then dlnf (overwritten) and wte's first gradient contribution. The
+  // single-pass classifier's Forward left d(mean loss)/d(logits) there: loss_scale goes in
+  // as the products' alpha instead.
+  float alpha = 1.0f;
+  if (m.options.single_pass_classifier) {
+    alpha = loss_scale;
+  } else {
+    const float scale =
+        m.num_targets > 0 ? loss_scale / static_cast<float>(m.num_targets) : 0.0f;
+    k::FusedClassifier(b.logits, b.losses, b.targets, N, cfg.vocab_size, m.Vp, scale,
+                       /*write_grad=*/true, /*last_rows=*/nullptr, T, st);
+  }
   COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(lay.wte), nullptr, b.logits, b.lnf, m.Pb(lay.wte),
-                              N, C, m.Vp));
+                              N, C, m.Vp, alpha));
   // The residual stream's gradient starts at zero; every LayerNorm backward adds into it.
   COHORT_CUDA_CHECK(cudaMemsetAsync(b.dresidual, 0, NC * sizeof(bf16), st));
   k::LayerNormBackward(b.dresidual, m.G(lay.ln_f_w), m.G(lay.ln_f_b), b.dsmall,
@@ -567,13 +611,16 @@ struct GptCudaAdamW::Impl {
   GptCudaModel* model = nullptr;
   AdamWConfig config;
   std::vector<DecayRange> runs;  // maximal runs of tensors with the same decay flag
+  bool fused = false;            // the model's options().fused_adamw: one launch per Step
   int64_t t = 0;
   size_t n = 0;
-  char* arena = nullptr;  // m, v, the norm, the clip factor and the norm's scratch
+  // m, v, the norm, the clip factor, the run table and the norm's scratch
+  char* arena = nullptr;
   float* m = nullptr;
   float* v = nullptr;
   double* norm_sq = nullptr;
   float* clip_scale = nullptr;
+  k::AdamWRun* runs_device = nullptr;  // `runs` as AdamWUpdateRuns reads them
   void* scratch = nullptr;
   size_t bytes = 0;
   double* norm_host = nullptr;  // pinned
@@ -614,29 +661,39 @@ Result<std::unique_ptr<GptCudaAdamW>> GptCudaAdamW::Create(GptCudaModel& model,
     return Errorf(ErrorCode::kInternal, "parameter layout covers {} of {} values", covered, o.n);
   }
 
+  o.fused = model.options().fused_adamw;
+  std::vector<k::AdamWRun> table;
+  for (const DecayRange& r : o.runs) {
+    table.push_back(k::AdamWRun{r.offset + r.count, r.decay ? 1u : 0u, 0u});
+  }
+
   COHORT_CUDA_CHECK(cudaSetDevice(model.device()));
+  auto carve = [&](Carver& cv) {
+    o.m = cv.Take<float>(o.n, nullptr);
+    o.v = cv.Take<float>(o.n, nullptr);
+    o.norm_sq = cv.Take<double>(1, nullptr);
+    o.clip_scale = cv.Take<float>(1, nullptr);
+    o.runs_device = cv.Take<k::AdamWRun>(table.size(), nullptr);
+    o.scratch = cv.Take<char>(std::max<size_t>(1, k::GradNormScratchBytes(o.n)), nullptr);
+  };
   Carver sizing(nullptr);
-  (void)sizing.Take<float>(o.n, nullptr);
-  (void)sizing.Take<float>(o.n, nullptr);
-  (void)sizing.Take<double>(1, nullptr);
-  (void)sizing.Take<float>(1, nullptr);
-  (void)sizing.Take<char>(std::max<size_t>(1, k::GradNormScratchBytes(o.n)), nullptr);
+  carve(sizing);
   o.bytes = sizing.total();
   o.arena = static_cast<char*>(COHORT_TRY(DeviceAlloc(
       o.bytes,
       fmt::format("the AdamW state ({:.1f}M parameters: m, v)", o.n / 1e6), model.device())));
   Carver cv(o.arena);
-  o.m = cv.Take<float>(o.n, nullptr);
-  o.v = cv.Take<float>(o.n, nullptr);
-  o.norm_sq = cv.Take<double>(1, nullptr);
-  o.clip_scale = cv.Take<float>(1, nullptr);
-  o.scratch = cv.Take<char>(std::max<size_t>(1, k::GradNormScratchBytes(o.n)), nullptr);
+  carve(cv);
   void* pinned = nullptr;
   COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(double)));
   o.norm_host = static_cast<double*>(pinned);
   cudaStream_t st = model.stream();
   COHORT_CUDA_CHECK(cudaMemsetAsync(o.m, 0, o.n * sizeof(float), st));
   COHORT_CUDA_CHECK(cudaMemsetAsync(o.v, 0, o.n * sizeof(float), st));
+  // Pageable source: staged before the call returns; the synchronisation below covers it.
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(o.runs_device, table.data(),
+                                    table.size() * sizeof(k::AdamWRun), cudaMemcpyHostToDevice,
+                                    st));
   COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
   return std::unique_ptr<GptCudaAdamW>(new GptCudaAdamW(std::move(impl)));
 }
@@ -660,17 +717,23 @@ Result<double> GptCudaAdamW::Step(float lr, double max_norm) {
   k::GlobalNormAndClipScale(o.norm_sq, o.clip_scale, grads, o.n, static_cast<float>(max_norm),
                             o.scratch, st);
   ++o.t;
-  for (const DecayRange& r : o.runs) {
-    k::AdamWStep s;
-    s.lr = lr;
-    s.beta1 = o.config.beta1;
-    s.beta2 = o.config.beta2;
-    s.eps = o.config.eps;
-    s.weight_decay = r.decay ? o.config.weight_decay : 0.0f;
-    s.t = o.t;
-    s.grad_scale = o.clip_scale;
-    k::AdamWUpdate(params + r.offset, params_bf16 + r.offset, grads + r.offset, o.m + r.offset,
-                   o.v + r.offset, r.count, s, st);
+  k::AdamWStep s;
+  s.lr = lr;
+  s.beta1 = o.config.beta1;
+  s.beta2 = o.config.beta2;
+  s.eps = o.config.eps;
+  s.weight_decay = o.config.weight_decay;
+  s.t = o.t;
+  s.grad_scale = o.clip_scale;
+  if (o.fused) {
+    k::AdamWUpdateRuns(params, params_bf16, grads, o.m, o.v, o.n, o.runs_device,
+                       static_cast<int>(o.runs.size()), s, st);
+  } else {
+    for (const DecayRange& r : o.runs) {
+      s.weight_decay = r.decay ? o.config.weight_decay : 0.0f;
+      k::AdamWUpdate(params + r.offset, params_bf16 + r.offset, grads + r.offset,
+                     o.m + r.offset, o.v + r.offset, r.count, s, st);
+    }
   }
   COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaAdamW::Step
   COHORT_CUDA_CHECK(

@@ -12,10 +12,12 @@
 // layer ln1 out + mean/rstd, qkv, attention out + lse, the residual after attention (the
 // attention projection is written into it and the skip added in place, as GptModel does),
 // ln2 out + mean/rstd, fc out (pre-GELU), GELU out, and the residual after the MLP (the MLP
-// projection likewise written into it); the encoder output, ln_f out + stats, and the
-// logits (B·T·Vp bf16), which the backward overwrites with d(loss)/d(logits). The
-// backward reuses three buffers for the whole stack (the residual stream's gradient, one
-// B·T·C and one B·T·4C temporary) and one scratch area for the kernels that need one.
+// projection likewise written into it); the encoder output, ln_f out + stats, the logits
+// (B·T·Vp bf16), which become d(loss)/d(logits) (written by Backward, or by Forward with
+// targets under the single-pass classifier), and B·Vp bf16 where that Forward sets each
+// sequence's last logits row aside first. The backward reuses three buffers for the whole
+// stack (the residual stream's gradient, one B·T·C and one B·T·4C temporary) and one
+// scratch area for the kernels that need one.
 // PlanMemory reports the bytes without a device.
 //
 // Streams and synchronisation. All work runs on one non-blocking compute stream, in order;
@@ -72,14 +74,24 @@ struct GptCudaOptions {
   // Bias gradients in the weight-gradient product's cuBLASLt epilogue (BGRADB, stored into
   // a scratch vector and added to the gradient) instead of the column-sum kernels.
   bool bias_grad_epilogue = true;
-  // AdamW over every parameter run in one launch instead of one per decay run.
+  // GptCudaAdamW::Step updates every parameter in one launch (the decay runs as a table in
+  // device memory, 16-byte accesses) instead of one launch per decay run; bitwise the same
+  // update.
   bool fused_adamw = true;
-  // Forward with targets writes d(loss)/d(logits) in the same pass over the logits that
-  // computes the loss; Backward does not read the logits again.
+  // Forward with targets writes d(mean loss)/d(logits) in the same pass over the logits
+  // that computes the loss (llm.c's fused classifier), after setting each sequence's last
+  // row aside for LastLogits; Backward starts from it without passing over the logits
+  // again and applies loss_scale as the alpha of the classifier's two products. Off:
+  // Forward only reads the logits, Backward passes over them again to write the gradient.
   bool single_pass_classifier = true;
+  // The residual add after each attention and MLP projection fused into the LayerNorm
+  // forward that follows it (llm.c's fused_residual_forward): one kernel writes the residual
+  // stream and normalises it, instead of an add kernel and a LayerNorm that re-reads its
+  // output; bitwise the same.
+  bool fused_residual_layernorm = true;
 
   // All levers off: the step as it was first measured on a GPU (bench/gpu/NOTES.md).
-  static GptCudaOptions Baseline() { return {false, false, false, false}; }
+  static GptCudaOptions Baseline() { return {false, false, false, false, false}; }
 };
 
 class GptCudaModel {
@@ -141,8 +153,8 @@ class GptCudaModel {
                         int B, int T);
 
   // Logits (vocab_size values per sequence, float) at position T-1 of every sequence of
-  // the last Forward: B·vocab_size values. kFailedPrecondition when no Forward ran or a
-  // Backward has since overwritten the logits.
+  // the last Forward, with or without targets: B·vocab_size values. kFailedPrecondition
+  // when no Forward ran or a Backward has since consumed it (whatever the options).
   Result<std::vector<float>> LastLogits();
 
   Result<void> ZeroGrad();
@@ -170,8 +182,9 @@ class GptCudaModel {
 // engine/optim/adamw.h, whose decay ranges it uses: matrices and embeddings decay,
 // biases and LayerNorm do not), with torch's clip_grad_norm_ fused in: the global norm
 // and the clipping factor are computed on the device and the update reads the factor
-// from device memory. The moments m, v are float32 on the device. Same thread rules as
-// the model it was made for, which must outlive it.
+// from device memory. The moments m, v are float32 on the device. Whether a Step is one
+// launch or one per decay run follows the model's options().fused_adamw at Create. Same
+// thread rules as the model it was made for, which must outlive it.
 class GptCudaAdamW {
  public:
   // kInvalidArgument from config.Validate(); kResourceExhausted / CUDA errors as Create.

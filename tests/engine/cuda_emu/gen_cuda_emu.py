@@ -78,7 +78,7 @@ def translate(src, src_path, expect_dynamic=None):
         smem = parts[2] if len(parts) > 2 else '0'
         return f'emu::Launch({grid}, {block}, {smem}, [&] {{ {kern}({args}); }});'
 
-    src = re.sub(r'(\w+(?:<\w+>)?)\s*<<<(.*?)>>>\s*\((.*?)\);', repl, src, flags=re.S)
+    src = re.sub(r'(\w+(?:<[\w\s,]+>)?)\s*<<<(.*?)>>>\s*\((.*?)\);', repl, src, flags=re.S)
     if launches == 0:
         sys.exit(f'{src_path}: no kernel launches found')
     if '<<<' in src:

@@ -11,7 +11,10 @@
 //   Pass 2 (write_grad): each thread re-reads its own groups and overwrites them with
 //     scale·(e^{x − lse} − [column == target]) for real columns and 0 for padded ones.
 //   An ignored row (target < 0; uniform over the block) gets loss 0 and, with write_grad,
-//   an all-zero row, without reading the logits.
+//   an all-zero row, without reading the logits (unless it is copied aside, below).
+//   Copy aside (last_rows, rows b·T + T − 1): each thread stores the groups it reads in
+//   pass 1 (ignored rows: reads them first) to the same place of the row's copy, before
+//   pass 2 can overwrite them; every thread touches only its own groups.
 // SumLosses: one block; thread j adds losses j, j + 1024, ... in order, then a fixed
 // shared-memory tree adds the 1024 partial sums (deterministic).
 // CrossEntropyShard*: one block of kThreads per row, thread j on the W-wide column groups
@@ -47,7 +50,7 @@ template <int W>
 __global__ void __launch_bounds__(kThreads)
     FusedClassifierKernel(bf16* __restrict__ logits, float* __restrict__ losses,
                           const int32_t* __restrict__ targets, int V, int Vp, float scale,
-                          bool write_grad) {
+                          bool write_grad, bf16* __restrict__ last_rows, int T) {
   __shared__ float warp_m[kWarps], warp_s[kWarps];
   __shared__ float row_lse;
   const int row = blockIdx.x;
@@ -55,9 +58,19 @@ __global__ void __launch_bounds__(kThreads)
   const int groups = Vp / W;  // W = 8 only when Vp % 8 == 0
   bf16* x = logits + static_cast<size_t>(row) * Vp;
   const int target = targets[row];
+  // This row's copy (uniform over the block), or null.
+  Bf16Vec<W>* aside =
+      last_rows != nullptr && row % T == T - 1
+          ? reinterpret_cast<Bf16Vec<W>*>(last_rows + static_cast<size_t>(row / T) * Vp)
+          : nullptr;
 
   if (target < 0) {  // ignored row: the same branch for every thread of the block
     if (tid == 0) losses[row] = 0.0f;
+    if (aside != nullptr) {
+      for (int g = tid; g < groups; g += kThreads) {
+        aside[g] = reinterpret_cast<const Bf16Vec<W>*>(x)[g];
+      }
+    }
     if (write_grad) {
       Bf16Vec<W> zero;
 #pragma unroll
@@ -73,6 +86,7 @@ __global__ void __launch_bounds__(kThreads)
   float m = -INFINITY, s = 0.0f;
   for (int g = tid; g < groups; g += kThreads) {
     const Bf16Vec<W> raw = reinterpret_cast<const Bf16Vec<W>*>(x)[g];
+    if (aside != nullptr) aside[g] = raw;
     float v[W];
     float group_max = -INFINITY;
 #pragma unroll
@@ -282,14 +296,15 @@ void CrossEntropyShardBackward(bf16* logits, const float* lse, const int32_t* ta
 }
 
 void FusedClassifier(bf16* logits, float* losses, const int32_t* targets, int N, int V, int Vp,
-                     float scale, bool write_grad, cudaStream_t stream) {
+                     float scale, bool write_grad, bf16* last_rows, int T, cudaStream_t stream) {
   if (N <= 0 || V <= 0 || Vp < V) return;
-  if (Vp % 8 == 0 && Aligned16(logits)) {
+  if (last_rows != nullptr && T < 1) return;
+  if (Vp % 8 == 0 && Aligned16(logits) && (last_rows == nullptr || Aligned16(last_rows))) {
     FusedClassifierKernel<8><<<N, kThreads, 0, stream>>>(logits, losses, targets, V, Vp, scale,
-                                                          write_grad);
+                                                          write_grad, last_rows, T);
   } else {
     FusedClassifierKernel<1><<<N, kThreads, 0, stream>>>(logits, losses, targets, V, Vp, scale,
-                                                          write_grad);
+                                                          write_grad, last_rows, T);
   }
 }
 

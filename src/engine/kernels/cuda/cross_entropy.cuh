@@ -12,8 +12,13 @@ namespace cohort::engine::cuda {
 // ignored rows and padded columns). With scale = loss_scale / count this is the gradient
 // of loss_scale × mean loss. targets: N device ints, validated (-1 or in [0, V)).
 // When `write_grad` is false the logits are left untouched (evaluation).
+// last_rows (null to skip; DEVICE memory of (N / T, Vp) bf16): row b receives a copy of the
+// logits row b·T + T − 1 (the last position of sequence b when the N rows are N / T
+// sequences of T), read in the same pass before it is overwritten, so that the logits
+// that sample the next token survive the gradient (GptCudaModel's single-pass classifier).
+// T >= 1 when last_rows is non-null (else nothing is launched), and N a multiple of T.
 void FusedClassifier(bf16* logits, float* losses, const int32_t* targets, int N, int V, int Vp,
-                     float scale, bool write_grad, cudaStream_t stream);
+                     float scale, bool write_grad, bf16* last_rows, int T, cudaStream_t stream);
 
 // *out = Σ losses[i] over n rows (float32 accumulation, deterministic; one block).
 void SumLosses(float* out, const float* losses, int n, cudaStream_t stream);

@@ -8,7 +8,10 @@
 // starting at channels l·W, l·W + 32·W, ...; three passes over the row (sum → mean; Σ(x −
 // mean)² → rstd; write y), the row re-read from L1/L2 rather than held in registers so any
 // C works. Statistics in float32 with the CPU reference's two-pass formula; warp-shuffle
-// reductions.
+// reductions. The fused residual variant (kResidual) makes the first pass read a and b,
+// write residual = bf16(a + b) (ResidualForward's rounding) and sum what it wrote; the
+// other two passes re-read the lane's own writes. a or b may be the residual buffer itself:
+// each element is read and written by the same lane, reads first (no __restrict__ there).
 //
 // Backward, three kernels, no atomics (deterministic):
 //   1. dinp: one warp per row as the forward: Σ w·dout and Σ w·dout·x̂ reduced over the
@@ -66,22 +69,38 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-template <int W>
+// kResidual: residual (N, C) = a + b first, and the row normalised is residual's;
+// otherwise the row is a's (b and residual unused).
+template <int W, bool kResidual>
 __global__ void LayerNormForwardKernel(bf16* __restrict__ out, float* __restrict__ mean,
-                                       float* __restrict__ rstd, const bf16* __restrict__ inp,
-                                       const bf16* __restrict__ w, const bf16* __restrict__ b,
-                                       int N, int C) {
+                                       float* __restrict__ rstd, bf16* residual, const bf16* a,
+                                       const bf16* b, const bf16* __restrict__ w,
+                                       const bf16* __restrict__ bias, int N, int C) {
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int row = blockIdx.x * kWarps + warp;
   if (row >= N) return;  // uniform across the warp; no block-level barriers here
-  const bf16* x = inp + static_cast<size_t>(row) * C;
-  bf16* y = out + static_cast<size_t>(row) * C;
+  const size_t offset = static_cast<size_t>(row) * C;
+  const bf16* x = (kResidual ? residual : a) + offset;
+  bf16* y = out + offset;
 
   float sum = 0.0f;
   for (int c = lane * W; c < C; c += 32 * W) {
     float v[W];
-    LoadBf16<W>(v, x + c);
+    if constexpr (kResidual) {
+      float u[W];
+      LoadBf16<W>(v, a + offset + c);
+      LoadBf16<W>(u, b + offset + c);
+      Bf16Vec<W> r;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        r.v[k] = __float2bfloat16_rn(v[k] + u[k]);
+        v[k] = __bfloat162float(r.v[k]);
+      }
+      *reinterpret_cast<Bf16Vec<W>*>(residual + offset + c) = r;
+    } else {
+      LoadBf16<W>(v, x + c);
+    }
 #pragma unroll
     for (int k = 0; k < W; ++k) sum += v[k];
   }
@@ -103,7 +122,7 @@ __global__ void LayerNormForwardKernel(bf16* __restrict__ out, float* __restrict
     float v[W], wv[W], bv[W], o[W];
     LoadBf16<W>(v, x + c);
     LoadBf16<W>(wv, w + c);
-    LoadBf16<W>(bv, b + c);
+    LoadBf16<W>(bv, bias + c);
 #pragma unroll
     for (int k = 0; k < W; ++k) o[k] = (v[k] - m) * s * wv[k] + bv[k];
     StoreBf16<W>(y + c, o);
@@ -259,9 +278,26 @@ void LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp, cons
   if (N <= 0 || C <= 0) return;
   const int blocks = CeilDiv(N, kWarps);
   if (C % 8 == 0 && Aligned16(out) && Aligned16(inp) && Aligned16(w) && Aligned16(b)) {
-    LayerNormForwardKernel<8><<<blocks, kThreads, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
+    LayerNormForwardKernel<8, false><<<blocks, kThreads, 0, stream>>>(out, mean, rstd, nullptr,
+                                                                      inp, nullptr, w, b, N, C);
   } else {
-    LayerNormForwardKernel<1><<<blocks, kThreads, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
+    LayerNormForwardKernel<1, false><<<blocks, kThreads, 0, stream>>>(out, mean, rstd, nullptr,
+                                                                      inp, nullptr, w, b, N, C);
+  }
+}
+
+void FusedResidualLayerNormForward(bf16* residual, bf16* out, float* mean, float* rstd,
+                                   const bf16* a, const bf16* b, const bf16* w, const bf16* bias,
+                                   int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  const int blocks = CeilDiv(N, kWarps);
+  if (C % 8 == 0 && Aligned16(residual) && Aligned16(out) && Aligned16(a) && Aligned16(b) &&
+      Aligned16(w) && Aligned16(bias)) {
+    LayerNormForwardKernel<8, true><<<blocks, kThreads, 0, stream>>>(out, mean, rstd, residual,
+                                                                     a, b, w, bias, N, C);
+  } else {
+    LayerNormForwardKernel<1, true><<<blocks, kThreads, 0, stream>>>(out, mean, rstd, residual,
+                                                                     a, b, w, bias, N, C);
   }
 }
 

@@ -11,6 +11,13 @@ namespace cohort::engine::cuda {
 void LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
                       const bf16* b, int N, int C, cudaStream_t stream);
 
+// residual (N, C) = a + b (float32 sum rounded once, as ResidualForward), then out, mean,
+// rstd = LayerNormForward(residual, w, bias): bitwise the two launches, in one pass over
+// the rows (llm.c's fused_residual_forward). residual may alias a or b.
+void FusedResidualLayerNormForward(bf16* residual, bf16* out, float* mean, float* rstd,
+                                   const bf16* a, const bf16* b, const bf16* w, const bf16* bias,
+                                   int N, int C, cudaStream_t stream);
+
 // dinp (N, C) += ∂/∂inp (bf16, read-modify-write: the residual stream's gradient);
 // dw (C) += Σ dout·x̂ and db (C) += Σ dout in float32. Deterministic: per-block partial
 // sums in `scratch` (LayerNormBackwardScratchBytes bytes), then summed in block order.

@@ -138,8 +138,9 @@ class Preference {
   cublasLtMatmulPreference_t pref_ = nullptr;
 };
 
-// One product D (m×n, column-major) = op(A)·op(B) [+ bias] [+ beta·D] in cuBLASLt's terms
-// (see the top of the file for how each row-major product maps to it), with its epilogue.
+// One product D (m×n, column-major) = alpha·op(A)·op(B) [+ bias] [+ beta·D] in cuBLASLt's
+// terms (see the top of the file for how each row-major product maps to it), with its
+// epilogue.
 struct Gemm {
   cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   int m = 0, n = 0, k = 0;
@@ -150,6 +151,7 @@ struct Gemm {
   void* d = nullptr;  // also C
   cudaDataType_t d_type = CUDA_R_16BF;
   int ldd = 0;
+  float alpha = 1.0f;
   float beta = 0.0f;
   // DEFAULT, BIAS, GELU_AUX[_BIAS], DGELU or BGRADB (see the top of the file).
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -285,7 +287,7 @@ struct Matmul::Impl {
       it = algos.emplace(key, result.algo).first;
     }
     if (!it->second.has_value()) return false;
-    const float alpha = 1.0f, beta = g.beta;
+    const float alpha = g.alpha, beta = g.beta;
     const cublasStatus_t status = cublasLtMatmul(
         handle, desc.get(), &alpha, g.a, a_layout.get(), g.b, b_layout.get(), &beta, g.d,
         d_layout.get(), g.d, d_layout.get(), &*it->second, workspace, kWorkspaceBytes, stream);
@@ -325,7 +327,7 @@ struct Matmul::Impl {
   }
 
   Result<void> Backward(bf16* dinp, const bf16* pre, float* dw, float* dbias, const bf16* dout,
-                        const bf16* inp, const bf16* w, int N, int C, int OC);
+                        const bf16* inp, const bf16* w, int N, int C, int OC, float alpha);
 
   // Device memory of at least `bytes` for BiasGradient: the workspace when it is large
   // enough (BiasGradient runs on the same stream as the products, so their uses are
@@ -449,9 +451,10 @@ Result<void> Matmul::ForwardGelu(bf16* out, bf16* pre, const bf16* inp, const bf
 }
 
 Result<void> Matmul::Backward(bf16* dinp, float* dw, float* dbias, const bf16* dout,
-                              const bf16* inp, const bf16* w, int N, int C, int OC) {
+                              const bf16* inp, const bf16* w, int N, int C, int OC,
+                              float alpha) {
   if (impl_ == nullptr) return MakeError(ErrorCode::kFailedPrecondition, "Matmul was moved from");
-  return impl_->Backward(dinp, nullptr, dw, dbias, dout, inp, w, N, C, OC);
+  return impl_->Backward(dinp, nullptr, dw, dbias, dout, inp, w, N, C, OC, alpha);
 }
 
 Result<void> Matmul::BackwardGelu(bf16* dinp, const bf16* pre, float* dw, float* dbias,
@@ -465,7 +468,7 @@ Result<void> Matmul::BackwardGelu(bf16* dinp, const bf16* pre, float* dw, float*
     return Errorf(ErrorCode::kInvalidArgument,
                   "Matmul::BackwardGelu: dinp and pre overlap ({} x {} values each)", N, C);
   }
-  return impl_->Backward(dinp, pre, dw, dbias, dout, inp, w, N, C, OC);
+  return impl_->Backward(dinp, pre, dw, dbias, dout, inp, w, N, C, OC, 1.0f);
 }
 
 const MatmulOptions& Matmul::options() const { return impl_->options; }
@@ -476,11 +479,15 @@ MatmulFallbacks Matmul::fallbacks() const {
 // Backward and BackwardGelu (pre non-null: the dinp product goes through gelu').
 Result<void> Matmul::Impl::Backward(bf16* dinp, const bf16* pre, float* dw, float* dbias,
                                     const bf16* dout, const bf16* inp, const bf16* w, int N,
-                                    int C, int OC) {
+                                    int C, int OC, float alpha) {
   COHORT_TRY_VOID(CheckShape(N, C, OC));
   if (dw == nullptr || dout == nullptr || inp == nullptr || (dinp != nullptr && w == nullptr)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "Matmul::Backward: null dw, dout or inp (or w with dinp)");
+  }
+  if (dbias != nullptr && alpha != 1.0f) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "Matmul::Backward: alpha must be 1 with a bias gradient, got {}", alpha);
   }
   if (dinp != nullptr) {
     Gemm g;
@@ -496,6 +503,7 @@ Result<void> Matmul::Impl::Backward(bf16* dinp, const bf16* pre, float* dw, floa
     g.d = dinp;
     g.d_type = CUDA_R_16BF;
     g.ldd = C;
+    g.alpha = alpha;
     g.beta = 0.0f;
     bool done = false;
     if (pre != nullptr && options.gelu_epilogue) {
@@ -530,6 +538,7 @@ Result<void> Matmul::Impl::Backward(bf16* dinp, const bf16* pre, float* dw, floa
   g.d = dw;
   g.d_type = CUDA_R_32F;
   g.ldd = C;
+  g.alpha = alpha;
   g.beta = 1.0f;
   if (dbias != nullptr && options.bias_grad_epilogue) {
     Gemm e = g;

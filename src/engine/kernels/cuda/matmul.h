@@ -54,9 +54,13 @@ class Matmul {
 
   // dinp (N, C) = dout · w (bf16, OVERWRITTEN — unlike the CPU kernel; null to skip);
   // dw (OC, C) += doutᵀ · inp (float32 output, beta = 1); dbias (OC) += Σ_rows dout
-  // (float32, deterministic column sums; null to skip).
+  // (float32, deterministic column sums; null to skip). `alpha` scales dout in both
+  // products (cuBLASLt's alpha, applied to the float32 accumulator: dinp = alpha·dout·w,
+  // dw += alpha·doutᵀ·inp), which is how the single-pass classifier applies Backward's
+  // loss_scale without another pass over the logits. kInvalidArgument for alpha != 1 with
+  // a bias gradient (no caller needs it; the column sums do not scale).
   Result<void> Backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp,
-                        const bf16* w, int N, int C, int OC);
+                        const bf16* w, int N, int C, int OC, float alpha = 1.0f);
 
   // pre (N, OC) bf16 = inp · wᵀ + bias (bias: OC, bf16, required) and out (N, OC) bf16 =
   // gelu(pre), the tanh approximation (kernels/cpu/gelu.h). pre is what BackwardGelu needs.
