@@ -26,11 +26,27 @@ double Uniform(uint64_t seed, int64_t index) {
 
 }  // namespace
 
+int32_t Argmax(std::span<const float> values) {
+  constexpr size_t kLanes = 16;
+  const size_t n = values.size();
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -INFINITY);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lane[l] = values[i + l] > lane[l] ? values[i + l] : lane[l];
+  }
+  for (; i < n; ++i) lane[0] = values[i] > lane[0] ? values[i] : lane[0];
+  float best = lane[0];
+  for (size_t l = 1; l < kLanes; ++l) best = lane[l] > best ? lane[l] : best;
+  for (i = 0; i < n; ++i) {
+    if (values[i] == best) return static_cast<int32_t>(i);
+  }
+  return 0;  // only NaNs
+}
+
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, int64_t index) {
   const int n = static_cast<int>(logits.size());
-  if (params.temperature <= 0 || params.top_k == 1) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
+  if (params.temperature <= 0 || params.top_k == 1) return Argmax(logits);
   std::vector<int32_t> ids(static_cast<size_t>(n));
   std::iota(ids.begin(), ids.end(), 0);
   const int k = (params.top_k <= 0 || params.top_k > n) ? n : params.top_k;
