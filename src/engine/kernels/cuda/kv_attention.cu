@@ -9,7 +9,7 @@ namespace cohort::engine::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kMaxContext = 8192;  // 32 KiB of float scores in shared memory (under the 48 KiB default)
+constexpr int kMaxContext = 8192;  // 32 KiB (+16 B) of float scores in shared memory (under the 48 KiB default)
 
 __global__ void EmbedKernel(bf16* out, const int32_t* tokens, const int32_t* positions,
                             const bf16* wte, const bf16* wpe, int N, int C) {
@@ -114,7 +114,12 @@ cudaError_t KvAttentionForward(bf16* out, const bf16* qkv, const bf16* k_cache, 
                                int NH, cudaStream_t stream) {
   if (N <= 0) return cudaSuccess;
   if (C / NH > 1024 || max_context > kMaxContext || max_context < 1) return cudaErrorInvalidValue;
-  const size_t smem = static_cast<size_t>(max_context) * sizeof(float);
+  // Padded past the context to the next multiple of 4 floats and 4 more: nvcc unrolls the
+  // p·v loop with wide shared loads whose last one reads past scores[ctx - 1] (values it
+  // does not use). compute-sanitizer's memcheck flagged it on an H200, 2026-11-27
+  // ("Invalid __shared__ read of size 12 bytes", kv_attention.cu:87, ctx 9); the padding
+  // keeps every such read inside the block's allocation.
+  const size_t smem = (static_cast<size_t>(max_context + 3) / 4 * 4 + 4) * sizeof(float);
   KvAttentionKernel<<<N * NH, kThreads, smem, stream>>>(out, qkv, k_cache, v_cache, context,
                                                         table_offset, tables, block_size, C, NH);
   return cudaSuccess;
