@@ -267,8 +267,8 @@ int RunCuda(const Options& opt, const GptConfig& cfg) {
              cfg.n_embd, cfg.n_layer, cfg.n_head, T, B, cfg.vocab_size, cfg.padded_vocab_size(),
              cfg.num_parameters() / 1e6);
 
-  // With --variants: every lever off (the baseline), each lever alone, then all of them
-  // (the default configuration, the row the JSON reports), each on a fresh model.
+  // With --variants: every lever off (the baseline), each lever alone, every lever on, then
+  // the default configuration (the row the JSON reports), each on a fresh model.
   std::vector<std::pair<std::string, GptCudaOptions>> runs;
   if (opt.variants) {
     runs.emplace_back("baseline (all levers off)", GptCudaOptions::Baseline());
@@ -278,6 +278,7 @@ int RunCuda(const Options& opt, const GptConfig& cfg) {
       runs.emplace_back(fmt::format("baseline + {}", l.name), o);
     }
   }
+  if (opt.variants) runs.emplace_back("all levers on", GptCudaOptions::AllOn());
   runs.emplace_back("cohort", GptCudaOptions{});
   double baseline_s = 0;
   for (size_t i = 0; i < runs.size(); ++i) {

@@ -88,14 +88,16 @@ GptModel CpuModel(const GptConfig& c, const std::vector<float>& params) {
   return std::move(*m);
 }
 
-// The GPT model's options under test: the defaults (every lever on) and the baseline (every
-// lever off); the parity tests run with both (GptCudaOptionsTest below).
+// The GPT model's options under test: the defaults, the baseline (every lever off) and
+// every lever on (the defaults leave bias_grad_epilogue off); the parity tests run with each
+// (GptCudaOptionsTest below).
 struct NamedOptions {
   const char* name;
   GptCudaOptions options;
 };
 const NamedOptions kOptionSets[] = {{"Defaults", GptCudaOptions{}},
-                                    {"Baseline", GptCudaOptions::Baseline()}};
+                                    {"Baseline", GptCudaOptions::Baseline()},
+                                    {"AllOn", GptCudaOptions::AllOn()}};
 
 void PrintTo(const NamedOptions& o, std::ostream* os) { *os << o.name; }
 

@@ -72,8 +72,12 @@ struct GptCudaOptions {
   // two elementwise kernels.
   bool gelu_epilogue = true;
   // Bias gradients in the weight-gradient product's cuBLASLt epilogue (BGRADB, stored into
-  // a scratch vector and added to the gradient) instead of the column-sum kernels.
-  bool bias_grad_epilogue = true;
+  // a scratch vector and added to the gradient) instead of the column-sum kernels. Off by
+  // default: on an H200 with cuBLASLt 13.1 it made the step slower (+0.19 and +0.15 ms in
+  // two calls): cuBLASLt computes the bias gradient in a kernel of its own
+  // (globalKernelBgradAB_v2, 0.65 ms a step) besides the products, so it saves nothing
+  // over ours (0.80 ms). Kept for other devices and library versions.
+  bool bias_grad_epilogue = false;
   // GptCudaAdamW::Step updates every parameter in one launch (the decay runs as a table in
   // device memory, 16-byte accesses) instead of one launch per decay run; bitwise the same
   // update.
@@ -92,6 +96,8 @@ struct GptCudaOptions {
 
   // All levers off: the step as it was first measured on a GPU (bench/gpu/NOTES.md).
   static GptCudaOptions Baseline() { return {false, false, false, false, false}; }
+  // Every lever on, bias_grad_epilogue included.
+  static GptCudaOptions AllOn() { return {true, true, true, true, true}; }
 };
 
 class GptCudaModel {

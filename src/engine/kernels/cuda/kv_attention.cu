@@ -117,7 +117,7 @@ cudaError_t KvAttentionForward(bf16* out, const bf16* qkv, const bf16* k_cache, 
   // Padded past the context to the next multiple of 4 floats and 4 more: nvcc unrolls the
   // p·v loop with wide shared loads whose last one reads past scores[ctx - 1] (values it
   // does not use). compute-sanitizer's memcheck flagged it on an H200, 2026-11-27
-  // ("Invalid __shared__ read of size 12 bytes", kv_attention.cu:87, ctx 9); the padding
+  // (an invalid 12-byte read of shared memory at kv_attention.cu:87, ctx 9); the padding
   // keeps every such read inside the block's allocation.
   const size_t smem = (static_cast<size_t>(max_context + 3) / 4 * 4 + 4) * sizeof(float);
   KvAttentionKernel<<<N * NH, kThreads, smem, stream>>>(out, qkv, k_cache, v_cache, context,
