@@ -162,6 +162,7 @@ int RunAlloc(const SubmitFlags& flags, const std::vector<std::string>& command, 
             {"COHORT_NODELIST", nodes},     {"SLURM_JOB_NODELIST", nodes}, {"COHORT_NUM_NODES", count},
             {"SLURM_NNODES", count},        {"COHORT_HEAD", ResolveHeadUrl(global)}};
   if (!global.context.empty()) so.env["COHORT_CONTEXT"] = global.context;
+  so.inherit_stdin = true;       // the shell reads the terminal (or whatever alloc's stdin is)
   so.new_process_group = false;  // an interactive shell stays in the terminal's foreground group
   so.parent_death_signal = SIGHUP;
   auto child = Subprocess::Spawn(so);

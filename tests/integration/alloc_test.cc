@@ -96,6 +96,12 @@ TEST(Alloc, StepsLandInTheAllocationWhichIsReleasedAtExit) {
   json failed = c.WaitForState(AllocationId(r.errors), "FAILED");
   EXPECT_EQ(failed["exit_code"], 4);
 
+  // Without a command: $SHELL, here reading its commands from alloc's stdin.
+  r = RunCli(c, {"sh", "-c", "echo 'echo shell-in=$COHORT_JOB_ID; exit 3' | SHELL=/bin/sh " + cohort + " --head " +
+                                 c.url() + " alloc"});
+  EXPECT_EQ(r.status.Code(), 3) << r.errors;
+  EXPECT_EQ(r.output, "shell-in=" + std::to_string(AllocationId(r.errors)) + "\n") << r.errors;
+
   // Errors: an allocation no node can hold; COHORT_JOB_ID naming a batch job, and no job.
   r = Cohort(c, {"alloc", "-N", "3", "--", "true"});
   EXPECT_EQ(r.status.Code(), 1) << r.errors;
