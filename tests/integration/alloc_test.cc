@@ -4,6 +4,8 @@
 // allocation is released when the command exits (its GPUs free again), at its time limit,
 // and on a signal to alloc; and the errors: an allocation no node can hold, a step asking
 // more than the allocation holds, COHORT_JOB_ID naming no running allocation.
+#include <pty.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 
 #include "harness.h"
@@ -164,6 +166,60 @@ TEST(Alloc, WaitsForResourcesAndASignalReleasesIt) {
   json job = c.WaitForState(id, "CANCELLED");
   EXPECT_NE(job["reason"].get<std::string>().find("SIGTERM"), std::string::npos) << job.dump();
   EXPECT_TRUE(WaitUntil([&] { return GpusFree(c, {"node-a"}); }, 10s));
+}
+
+TEST(Alloc, AnInteractiveShellOnATerminalKeepsItUntilItExits) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  int master = -1, slave = -1;
+  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+  const std::string url = c.url();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setsid();
+    ioctl(slave, TIOCSCTTY, 0);
+    dup2(slave, 0);
+    dup2(slave, 1);
+    dup2(slave, 2);
+    close(master);
+    setenv("SHELL", "/bin/sh", 1);
+    setenv("PS1", "alloc$ ", 1);
+    execl(COHORT_BINARY, COHORT_BINARY, "--head", url.c_str(), "alloc", "-G", "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(slave);
+  std::string seen;
+  ReadUntil(master, "alloc$ ", 20s, seen);
+  ASSERT_NE(seen.find("granted allocation"), std::string::npos) << seen;
+  const int64_t id = AllocationId(seen);
+  // A step from the shell, then Ctrl-C at the prompt: the shell's, not a release.
+  const std::string step = std::string(COHORT_BINARY) + " run -- sh -c 'echo step-on-$COHORT_NODE'\r";
+  ASSERT_EQ(write(master, step.data(), step.size()), static_cast<ssize_t>(step.size()));
+  ReadUntil(master, "step-on-node-a", 20s, seen);
+  EXPECT_NE(seen.find("step-on-node-a"), std::string::npos) << seen;
+  ASSERT_EQ(write(master, "\x03", 1), 1);
+  const std::string after = "echo still-$COHORT_JOB_ID\r";
+  ASSERT_EQ(write(master, after.data(), after.size()), static_cast<ssize_t>(after.size()));
+  ReadUntil(master, "still-" + std::to_string(id) + "\r\n", 20s, seen);
+  EXPECT_NE(seen.find("still-" + std::to_string(id) + "\r\n"), std::string::npos) << seen;
+  EXPECT_EQ(c.Job(id)["state"], "RUNNING") << seen;
+  // Leaving the shell releases it, with the shell's exit code.
+  const std::string leave = "exit 0\r";
+  ASSERT_EQ(write(master, leave.data(), leave.size()), static_cast<ssize_t>(leave.size()));
+  int st = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    char buf[4096];
+    while (read(master, buf, sizeof buf) > 0) {
+    }
+    return waitpid(pid, &st, WNOHANG) == pid;
+  }, 20s)) << seen;
+  EXPECT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << seen;
+  close(master);
+  c.WaitForState(id, "SUCCEEDED");
 }
 
 }  // namespace
