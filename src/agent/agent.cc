@@ -518,7 +518,7 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     TaskKey key = KeyOf(t.job, t.attempt, t.rank);
     desired.insert(key);
     if (known.contains(key)) continue;
-    if (t.command.empty()) {
+    if (!t.has_details()) {
       // The head believed this node runs it (a heartbeat reported it) and left out its
       // launch: the next heartbeat does not report it, and the reply to that one has it.
       LOG_WARN("job {} attempt {} rank {}: no launch details in the head's reply; starting it on the next one",
@@ -530,6 +530,7 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     if (auto it = t.env.find("COHORT_CHECKPOINT_DIR"); it != t.env.end()) spec.owned_dirs.push_back(it->second);
     spec.key = key;
     spec.command = t.command;
+    spec.hold = t.hold;
     spec.env = t.env;
     spec.workdir = t.workdir;
     spec.gpus = t.gpus;

@@ -238,8 +238,11 @@ void Executor::StartShim(const TaskKey& key) {
   pid_t pid = -1;
   int pidfd = -1;
   ExecTarget exec;
-  if (error.empty() && (spec.command.empty() || spec.command[0].empty())) {
+  if (error.empty() && !spec.hold && (spec.command.empty() || spec.command[0].empty())) {
     error = "empty command";
+  }
+  if (error.empty() && spec.hold && (!spec.command.empty() || !spec.container_image.empty())) {
+    error = "an allocation's task runs no command and no container";
   }
   if (error.empty()) {
     SpawnOptions so;
@@ -389,6 +392,10 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
   }
   if (!spec.workdir.empty()) argv.insert(argv.end(), {"--cwd", spec.workdir});
   if (account) argv.insert(argv.end(), {"--user", FormatTaskIdentity(account->identity)});
+  if (spec.hold) {
+    argv.push_back("--hold");
+    return argv;
+  }
   argv.push_back("--");
   argv.insert(argv.end(), spec.command.begin(), spec.command.end());
   return argv;

@@ -61,6 +61,9 @@ struct TaskKey {
 struct TaskSpec {
   TaskKey key;
   std::vector<std::string> command;          // argv; command[0] is looked up in PATH
+  // An allocation's task: no command; the shim holds it with a waiting process in the
+  // task's account and directory (task_shim.h, --hold) until it is stopped.
+  bool hold = false;
   std::map<std::string, std::string> env;    // added to (and overriding) the agent's env
   std::string workdir;                       // empty: the agent's working directory
   std::vector<int> gpus;                     // node-local GPU indices

@@ -56,6 +56,9 @@ struct ShimArgs {
   std::string container_runtime;
   std::string container_name;
   std::string container_image;
+  // --hold: an allocation's task (no command): the child enters the task's account and
+  // directory and then only waits, until a signal ends it.
+  bool hold = false;
   std::vector<std::string> command;
 };
 
@@ -89,6 +92,10 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
       for (++i; i < argc; ++i) a.command.emplace_back(argv[i]);
       break;
     }
+    if (arg == "--hold") {
+      a.hold = true;
+      continue;
+    }
     if (i + 1 >= argc) return Errorf(ErrorCode::kInvalidArgument, "{} needs a value", arg);
     std::string_view value = argv[++i];
     if (arg == "--log") {
@@ -121,7 +128,10 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
     return MakeError(ErrorCode::kInvalidArgument, "--status is required");
   }
   if (!grace_set) return MakeError(ErrorCode::kInvalidArgument, "--grace-ms is required");
-  if (a.command.empty()) {
+  if (a.hold && (!a.command.empty() || !a.container_runtime.empty())) {
+    return MakeError(ErrorCode::kInvalidArgument, "--hold runs no command and no container");
+  }
+  if (a.command.empty() && !a.hold) {
     return MakeError(ErrorCode::kInvalidArgument, "no command after '--'");
   }
   if (a.container_runtime.empty() != a.container_name.empty() ||
@@ -280,6 +290,12 @@ std::string IdentityError(const TaskIdentity& id, int err) {
     f = {kStageChdir, errno};
     msg = fmt::format("cohort: cannot enter working directory '{}': {}\n", args.cwd,
                       strerror(f.err));
+  } else if (args.hold) {
+    // An allocation's task: nothing runs but this, which holds the task (its session,
+    // account, directory and GPUs) for the allocation's steps until a signal ends it.
+    WriteAll(1, "cohort: holding the allocation's resources; its steps run beside this task\n");
+    close(err_fd);  // close-on-exec never comes: the shim reads EOF, which means started
+    for (;;) pause();
   } else {
     execvp(argv[0], argv.data());
     f = {kStageExec, errno};
@@ -668,7 +684,7 @@ int ReportUsage(const Error& error) {
   fprintf(stderr,
           "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
           "[--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUP,...] "
-          "[--container-runtime CMD --container-name NAME --container-image IMAGE] -- command [args...]\n");
+          "[--container-runtime CMD --container-name NAME --container-image IMAGE] (-- command [args...] | --hold)\n");
   return 2;
 }
 

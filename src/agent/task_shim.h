@@ -6,7 +6,9 @@
 // binary, CUDA libraries included) as `cohort-task-shim --log FILE --status FILE
 // --grace-ms N [--cwd DIR] [--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUPS]
 // [--container-runtime CMD --container-name NAME --container-image IMAGE] -- command
-// args...`, or,
+// args...` (or `--hold` in place of `-- command`: an allocation's task, api/step.h, whose
+// child enters the account and directory as a command's would, then only waits for the
+// signal that ends it: no user process runs, the task holds its GPUs for the steps), or,
 // without it, `cohort task-shim ...`, with the task's environment already in the shim's
 // environment (compare slurmstepd, containerd-shim). The shim:
 //

@@ -16,6 +16,7 @@
 #include "api/gpu_request.h"
 #include "api/gpu_spec.h"
 #include "api/types.h"
+#include "api/step.h"
 #include "common/http.h"
 
 namespace cohort::api {
@@ -247,6 +248,7 @@ json ToJson(const JobSpec& s) {
     j["service"] = s.service;
     j["service_model"] = s.service_model;
   }
+  if (s.is_allocation()) j["kind"] = "allocation";
   return j;
 }
 
@@ -262,12 +264,32 @@ int CheckpointSignalNumber(const std::string& name) {
   return 0;
 }
 
+// An allocation (JobSpec::allocation) holds resources and runs nothing of its own: what a
+// batch job may ask that makes no sense for one is refused, naming the field.
+static Result<void> CheckAllocationSpec(const JobSpec& s) {
+  if (!s.command.empty()) {
+    return FieldError("command", "an allocation runs no command of its own (cohort alloc -- CMD runs CMD on the "
+                                 "submitting side; steps run on the nodes), got {} argument(s)",
+                      s.command.size());
+  }
+  if (s.is_array()) return FieldError("array", "an allocation cannot be a job array");
+  if (s.max_restarts != 0) return FieldError("max_restarts", "an allocation is never restarted, got {}", s.max_restarts);
+  if (s.min_nodes != 0) return FieldError("min_nodes", "an allocation is not elastic, got {}", s.min_nodes);
+  if (s.container.enabled()) return FieldError("container", "an allocation cannot run in a container");
+  if (s.progress_timeout_s != 0) return FieldError("progress_timeout_s", "an allocation reports no progress");
+  if (!s.checkpoint_signal.empty()) return FieldError("checkpoint_signal", "an allocation has no checkpoints");
+  return {};
+}
+
 // The spec's fields and ValidateJobSpec, without CheckSpecFitsNodes: how a stored job's
 // spec is read back.
 static Result<JobSpec> DecodeJobSpec(const json& j) {
   auto r = COHORT_TRY(ObjectReader::Open(j));
   JobSpec s;
-  s.command = COHORT_TRY(r.StringList("command", std::nullopt));
+  // Only an allocation (kind, read below) may leave the command out.
+  const auto kind_it = j.find("kind");
+  const bool allocation = kind_it != j.end() && kind_it->is_string() && kind_it->get<std::string>() == "allocation";
+  s.command = COHORT_TRY(r.StringList("command", allocation ? std::optional(std::vector<std::string>{}) : std::nullopt));
   s.name = COHORT_TRY(r.String("name", ""));
   s.user = COHORT_TRY(r.String("user", "anonymous"));
   s.env = COHORT_TRY(r.StringMap("env"));
@@ -347,10 +369,13 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
       return FieldError(s.time_limit_s != 0 ? "time_limit_s" : "progress_timeout_s",
                         "a service replica runs until it is removed: it takes no time limit");
     }
+  } else if (kind == "allocation") {
+    s.allocation = true;  // checked by ValidateJobSpec
   } else if (kind != "batch") {
-    return FieldError("kind", "must be 'batch' or 'service', got '{}'", kind);
+    return FieldError("kind", "must be 'batch', 'service' or 'allocation', got '{}'", kind);
   }
   COHORT_TRY_VOID(r.Finish());
+  if (s.name.empty() && s.allocation) s.name = "allocation";
   if (s.name.empty() && !s.command.empty()) {
     std::string base = s.command[0].substr(s.command[0].find_last_of('/') + 1);
     for (char& c : base) {
@@ -370,8 +395,13 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
 }
 
 Result<void> ValidateJobSpec(const JobSpec& s) {
-  if (s.command.empty()) return FieldError("command", "must name a program to run (got an empty list)");
-  if (s.command[0].empty()) return FieldError("command[0]", "the program name is empty");
+  if (s.allocation) {
+    COHORT_TRY_VOID(CheckAllocationSpec(s));
+  } else if (s.command.empty()) {
+    return FieldError("command", "must name a program to run (got an empty list)");
+  } else if (s.command[0].empty()) {
+    return FieldError("command[0]", "the program name is empty");
+  }
   if (s.command.size() > 4096) return FieldError("command", "has {} arguments; at most 4096", s.command.size());
   size_t total = 0;
   for (size_t i = 0; i < s.command.size(); ++i) {
@@ -551,6 +581,11 @@ json ToJson(const Job& job) {
     }
     out["preemptions"] = std::move(list);
   }
+  if (!job.steps.empty()) {
+    json steps = json::array();
+    for (const auto& st : job.steps) steps.push_back(ToJson(st));
+    out["steps"] = std::move(steps);
+  }
   if (job.nomination) out["nomination"] = {{"since_ms", job.nomination->since_ms}, {"nodes", job.nomination->nodes}};
   if (job.last_checkpoint) {
     out["last_checkpoint"] = {{"attempt", job.last_checkpoint->attempt},
@@ -582,6 +617,7 @@ Result<Job> JobFromJson(const json& j) {
                     job.array_job_id);
     }
     if (j.contains("sweep_values")) job.sweep_values = j["sweep_values"].get<std::map<std::string, std::string>>();
+    for (const auto& st : j.value("steps", json::array())) job.steps.push_back(COHORT_TRY(StepRecordFromJson(st)));
     if (job.spec.is_array()) {
       job.array_left = j.value("array_left", "");
       if (!job.array_left.empty()) COHORT_TRY_VOID(ArrayIndexSet::Parse(job.array_left, "array_left"));
@@ -926,7 +962,8 @@ json ToJson(const HeartbeatReply& r) {
   for (const auto& t : r.tasks) {
     json l = {{"job", t.job}, {"attempt", t.attempt}, {"rank", t.rank}, {"gpus", t.gpus}};
     // A task the agent already runs goes without its launch details (DesiredTasks).
-    if (!t.command.empty()) {
+    if (t.has_details()) {
+      if (t.hold) l["hold"] = true;
       l["command"] = t.command;
       l["env"] = t.env;
       l["workdir"] = t.workdir;
@@ -961,6 +998,7 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
       l.cpus = t.value("cpus", 0);
       l.user = t.value("user", "");
       if (t.contains("container")) l.container = COHORT_TRY(ContainerSpecFromJson(t["container"], "tasks[].container"));
+      l.hold = t.value("hold", false);
       l.checkpoint_requested = t.value("checkpoint_requested", false);
       l.checkpoint_signal = t.value("checkpoint_signal", 0);
       r.tasks.push_back(std::move(l));

@@ -7,6 +7,26 @@
 
 namespace cohort::api {
 
+Result<void> ValidateExecCommand(const std::vector<std::string>& command) {
+  if (command.empty() || command[0].empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "command: must name a program", "command");
+  }
+  if (command.size() > static_cast<size_t>(kMaxExecArgs)) {
+    return Errorf(ErrorCode::kInvalidArgument, "command: at most {} arguments, got {}", kMaxExecArgs,
+                  command.size());
+  }
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i].size() > kMaxExecArgBytes) {
+      return Errorf(ErrorCode::kInvalidArgument, "command[{}]: at most {} bytes, got {}", i, kMaxExecArgBytes,
+                    command[i].size());
+    }
+    if (command[i].find('\0') != std::string::npos) {
+      return Errorf(ErrorCode::kInvalidArgument, "command[{}]: contains a NUL byte", i);
+    }
+  }
+  return {};
+}
+
 json ToJson(const ExecRequest& r) {
   return json{{"command", r.command}, {"tty", r.tty}, {"stdin", r.stdin_open}, {"rows", r.rows}, {"cols", r.cols}, {"term", r.term}};
 }
@@ -15,22 +35,7 @@ Result<ExecRequest> ExecRequestFromJson(const json& j) {
   auto r = COHORT_TRY(ObjectReader::Open(j));
   ExecRequest out;
   out.command = COHORT_TRY(r.StringList("command", std::nullopt));
-  if (out.command.empty() || out.command[0].empty()) {
-    return MakeError(ErrorCode::kInvalidArgument, "command: must name a program", "command");
-  }
-  if (out.command.size() > static_cast<size_t>(kMaxExecArgs)) {
-    return Errorf(ErrorCode::kInvalidArgument, "command: at most {} arguments, got {}", kMaxExecArgs,
-                  out.command.size());
-  }
-  for (size_t i = 0; i < out.command.size(); ++i) {
-    if (out.command[i].size() > kMaxExecArgBytes) {
-      return Errorf(ErrorCode::kInvalidArgument, "command[{}]: at most {} bytes, got {}", i, kMaxExecArgBytes,
-                    out.command[i].size());
-    }
-    if (out.command[i].find('\0') != std::string::npos) {
-      return Errorf(ErrorCode::kInvalidArgument, "command[{}]: contains a NUL byte", i);
-    }
-  }
+  COHORT_TRY_VOID(ValidateExecCommand(out.command));
   out.tty = COHORT_TRY(r.Bool("tty", false));
   out.stdin_open = COHORT_TRY(r.Bool("stdin", false));
   out.rows = static_cast<int>(COHORT_TRY(r.Int("rows", 24, 1, kMaxTerminalSide)));

@@ -42,6 +42,9 @@ struct ExecRequest {
   std::string term;                  // the client's $TERM for a tty ("" when unknown)
 };
 json ToJson(const ExecRequest& r);
+// A command's argv as an exec session or a step takes it: a program, at most kMaxExecArgs
+// arguments of at most kMaxExecArgBytes each, no NUL byte; errors name the field.
+Result<void> ValidateExecCommand(const std::vector<std::string>& command);
 // Strict: every field checked and named ("command: must not be empty").
 Result<ExecRequest> ExecRequestFromJson(const json& j);
 

@@ -59,6 +59,8 @@ std::string JobExecOutput(int64_t id, std::string_view session) {
 std::string JobExecInput(int64_t id, std::string_view session) {
   return Path("/v1/jobs/", std::to_string(id), "/exec/") + UrlEncode(session) + "/input";
 }
+std::string JobSteps(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/steps"); }
+std::string JobEnd(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/end"); }
 std::string AgentExecOutput(std::string_view session) { return "/v1/exec/" + UrlEncode(session) + "/output"; }
 std::string AgentExecInput(std::string_view session) { return "/v1/exec/" + UrlEncode(session) + "/input"; }
 std::string JobProgress(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/progress"); }

@@ -63,6 +63,12 @@ std::string JobExecOutput(int64_t id, std::string_view session);
 inline constexpr char kJobExecOutputPattern[] = R"(/v1/jobs/([^/]+)/exec/([0-9a-f]+)/output)";
 std::string JobExecInput(int64_t id, std::string_view session);
 inline constexpr char kJobExecInputPattern[] = R"(/v1/jobs/([^/]+)/exec/([0-9a-f]+)/input)";
+// Steps of an allocation (api/step.h): POST runs a command on its tasks as exec sessions.
+std::string JobSteps(int64_t id);
+inline constexpr char kJobStepsPattern[] = R"(/v1/jobs/([^/]+)/steps)";
+// POST {"exit_code", "signal"}: the holder of an allocation (cohort alloc) ends it.
+std::string JobEnd(int64_t id);
+inline constexpr char kJobEndPattern[] = R"(/v1/jobs/([^/]+)/end)";
 
 // Nodes: GET lists.
 inline constexpr char kNodes[] = "/v1/nodes";

@@ -107,6 +107,14 @@ struct JobSpec {
   // max_restarts. The gateway routes requests for `service_model` to it.
   std::string service;        // the service's name; "" for a batch job
   std::string service_model;  // the model name requests use
+  // An allocation (`cohort alloc`, Slurm's salloc; on the wire "kind": "allocation"): a job
+  // that holds its nodes, GPUs and CPUs and runs no command of its own (`command` is empty;
+  // the agent's shim holds each task with a process that only waits, in the job's account
+  // and working directory). Work runs in it as steps (`cohort run` with COHORT_JOB_ID set,
+  // `cohort exec`: api/step.h), recorded in Job::steps. It ends when its holder ends it
+  // (POST /v1/jobs/{id}/end: the shell's exit), is cancelled, or reaches its time limit;
+  // it is never restarted, elastic, an array, a service or in a container.
+  bool allocation = false;
   // A job array (api/job_array.h; `--array 0-999%16`): "" for a single job. Canonical text
   // (ArraySpec::ToString). Each element is a job of its own with this spec less `array`,
   // COHORT_ARRAY_TASK_ID in its environment (head/core/arrays.h).
@@ -144,6 +152,7 @@ struct JobSpec {
 
   bool shares_gpu() const { return gpu_share > 0 || gpu_memory_mib > 0; }
   bool is_service() const { return !service.empty(); }
+  bool is_allocation() const { return allocation; }
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
 };
@@ -190,6 +199,26 @@ struct TaskExit {
   int signal = 0;
   std::string error;  // e.g. "cannot execute 'foo': No such file or directory"
   int64_t finished_ms = 0;
+};
+
+// One task of a step of an allocation (api/step.h): where it ran, its exec session on that
+// node's agent, and its exit code once the head relayed it (nullopt: still running, or its
+// client stopped reading before the end).
+struct StepTask {
+  int rank = 0;
+  NodeId node;
+  std::string session;
+  std::optional<int> exit_code;
+};
+
+// A step: a command run on some of an allocation's tasks (`cohort run` inside `cohort
+// alloc`, or one `cohort exec`), numbered from 1 within its allocation.
+struct StepRecord {
+  int id = 0;
+  std::vector<std::string> command;
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;  // when its last task's exit was recorded; 0 until then
+  std::vector<StepTask> tasks;
 };
 
 // One finished (or current) attempt, kept for `show` and for logs of earlier attempts.
@@ -298,6 +327,8 @@ struct Job {
   // An element of a sweep: its point (parameter → value), as COHORT_SWEEP_* in its tasks'
   // environment (api/sweep.h).
   std::map<std::string, std::string> sweep_values;
+  // An allocation's steps, oldest first (at most kMaxSteps: the oldest go first).
+  std::vector<StepRecord> steps;
 
   bool is_array_element() const { return array_job_id > 0; }
 
@@ -459,6 +490,12 @@ struct TaskLaunch {
   bool checkpoint_requested = false;
   int checkpoint_signal = 0;
   ContainerSpec container;  // the job's image, if any (sent with the launch details)
+  // An allocation's task (JobSpec::allocation): no command; the shim holds the task with a
+  // waiting process (task_shim.h, --hold). Sent with the launch details.
+  bool hold = false;
+  // Whether the launch carries its details (command or hold, env, ...): a task the agent
+  // already runs goes without them (core::DesiredTasks).
+  bool has_details() const { return !command.empty() || hold; }
 };
 
 struct TaskRef {

@@ -159,6 +159,7 @@ std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(
   AddNodeCommands(ctx);
   AddDrainCommands(ctx);
   AddRunCommand(ctx);
+  AddAllocCommand(ctx);
   AddTopCommand(ctx);
   AddUsageCommand(ctx);
   AddAuditCommand(ctx);

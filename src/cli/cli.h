@@ -74,7 +74,8 @@ void AddExecCommands(CommandContext& ctx);  // exec and attach (exec.cc)
 void AddNodesCommand(CommandContext& ctx);
 void AddDrainCommands(CommandContext& ctx);  // drain and resume
 void AddNodeCommands(CommandContext& ctx);   // node rm
-void AddRunCommand(CommandContext& ctx);
+void AddRunCommand(CommandContext& ctx);    // run: local ranks, or a step inside an allocation
+void AddAllocCommand(CommandContext& ctx);  // alloc (alloc.cc)
 void AddTopCommand(CommandContext& ctx);
 void AddUsageCommand(CommandContext& ctx);
 void AddAuditCommand(CommandContext& ctx);

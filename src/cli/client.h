@@ -149,6 +149,15 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
 
 // "Job 12 SUCCEEDED after 3.2s" / "Job 12 FAILED after 1m02s (exit code 1): <reason>".
 std::string FinalStateLine(const api::Job& job);
+// The spec a submission sends: `base` (a spec file's fields, or {"kind": "allocation"})
+// merged with `flags` and this process's defaults, the submitting side applied (--export,
+// the program resolved here), checked; errors name the flag that gave a bad value, else
+// `source` (the spec file).
+Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const std::string& source);
+// The resource, placement and environment flags `cohort submit` and `cohort alloc` share:
+// -N, -n, -G, --gpus-per-task, --gpu-memory(-enforce), --topology, -c, -J, -p, --placement,
+// -t, --env, --export, --mem, -w, -x, -C, --workdir, --user.
+void AddResourceFlags(CLI::App* sub, SubmitFlags& f);
 
 // The syntax of a spec's node constraints (--nodelist, --exclude, --constraint, --mem),
 // checked before submitting as the head checks it: kInvalidArgument naming the flag.
@@ -275,6 +284,9 @@ std::string RenderAudit(const std::vector<api::AuditEntry>& entries);
 // The preemptions of a job (`cohort show`): attempt, when, for which job and team, why,
 // the work at risk and how each ended.
 std::string RenderPreemptions(const api::Job& job);
+// An allocation's steps (`cohort show`): id, start, duration, tasks, each rank's exit code
+// ("-" while unknown) and the command.
+std::string RenderSteps(const api::Job& job, int64_t now_ms);
 
 // ---- teams and fair share (team.cc, shares.cc) ----
 

@@ -26,11 +26,11 @@
 
 #include "api/exec.h"
 #include "cli/client.h"
+#include "cli/exec_stream.h"
 
 namespace cohort::cli {
 namespace {
 
-constexpr int kOutputWaitMs = 2'000;
 constexpr size_t kInputChunk = 64 << 10;
 
 struct ExecFlags {
@@ -70,16 +70,6 @@ class RawTerminal {
   bool active_ = false;
 };
 
-bool WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
 std::optional<std::pair<int, int>> TerminalSize() {
   winsize ws{};
   if (ioctl(1, TIOCGWINSZ, &ws) != 0 || ws.ws_row == 0 || ws.ws_col == 0) {
@@ -88,33 +78,11 @@ std::optional<std::pair<int, int>> TerminalSize() {
   return std::make_pair(static_cast<int>(ws.ws_row), static_cast<int>(ws.ws_col));
 }
 
-std::string HeaderOf(const HttpResponse& r, std::string_view name) {
-  for (const auto& [k, v] : r.headers) {
-    if (k.size() == name.size() && std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-        })) {
-      return v;
-    }
-  }
-  return {};
-}
-
-struct Session {
-  api::JobId job = 0;
-  std::string id;
-  int attempt = 0;
-  int rank = 0;
-  std::string node;
-  std::vector<std::pair<std::string, std::string>> Query() const {
-    return {{"rank", std::to_string(rank)}, {"attempt", std::to_string(attempt)}};
-  }
-};
-
-Result<Session> StartSession(const HttpClient& head, api::JobId job, int rank, const api::ExecRequest& req) {
+Result<ExecSession> StartSession(const HttpClient& head, api::JobId job, int rank, const api::ExecRequest& req) {
   json reply = COHORT_TRY(head.Post(
       api::routes::WithQuery(api::routes::JobExec(job), {{"rank", std::to_string(rank)}}), api::ToJson(req)));
   auto r = COHORT_TRY(FromHead(ObjectReader::Open(reply), "exec reply"));
-  Session s;
+  ExecSession s;
   s.job = job;
   s.id = COHORT_TRY(FromHead(r.String("session", std::nullopt, 64), "exec reply"));
   s.attempt = static_cast<int>(COHORT_TRY(FromHead(r.Int("attempt", std::nullopt, 0, INT32_MAX), "exec reply")));
@@ -123,13 +91,8 @@ Result<Session> StartSession(const HttpClient& head, api::JobId job, int rank, c
   return s;
 }
 
-Result<void> SendInput(const HttpClient& head, const Session& s, const api::ExecInput& in) {
-  COHORT_TRY(head.Post(api::routes::WithQuery(api::routes::JobExecInput(s.job, s.id), s.Query()), api::ToJson(in)));
-  return {};
-}
-
 // The input thread: stdin (with -i) and the signals, until `quit_fd` is readable.
-void ForwardInput(const HttpClient& head, const Session& s, const ExecFlags& f, int quit_fd,
+void ForwardInput(const HttpClient& head, const ExecSession& s, const ExecFlags& f, int quit_fd,
                   std::atomic<int>& interrupted) {
   bool stdin_open = f.stdin_open;
   std::string buf(kInputChunk, '\0');
@@ -150,7 +113,7 @@ void ForwardInput(const HttpClient& head, const Session& s, const ExecFlags& f, 
           interrupted.store(sig);
           in.close = true;
         }
-        (void)SendInput(head, s, in);
+        (void)SendExecInput(head, s, in);
       }
     }
     if (stdin_open && fds[2].revents) {
@@ -163,7 +126,7 @@ void ForwardInput(const HttpClient& head, const Session& s, const ExecFlags& f, 
         in.eof = true;
         stdin_open = false;
       }
-      if (auto ok = SendInput(head, s, in); !ok && n > 0) {
+      if (auto ok = SendExecInput(head, s, in); !ok && n > 0) {
         // The command no longer reads (it closed stdin or ended): stop forwarding.
         stdin_open = false;
       }
@@ -218,50 +181,16 @@ int Run(const ExecFlags& f, const GlobalOptions& global, bool attach) {
 
   std::atomic<int> interrupted{0};
   std::thread input([&] { ForwardInput(head, *session, f, quit[0], interrupted); });
-  int64_t offset = 0;
-  int rc = 0;
   std::string out, err;
-  while (true) {
-    auto query = session->Query();
-    query.insert(query.end(), {{"offset", std::to_string(offset)}, {"wait_ms", std::to_string(kOutputWaitMs)}});
-    auto r = head.GetRaw(api::routes::WithQuery(api::routes::JobExecOutput(*job, session->id), query));
-    Result<void> failed;
-    if (!r) {
-      failed = std::unexpected(r.error());
-    } else if (r->status != 200) {
-      failed = std::unexpected(ErrorFromResponse(r->status, r->body));
+  auto code = PumpExecOutput(head, *session, [&](const api::ExecFrame& fr) {
+    if (global.json) {
+      (fr.stream == 'e' ? err : out) += fr.data;
+    } else {
+      WriteAll(fr.stream == 'e' ? 2 : 1, fr.data);
     }
-    if (!failed) {
-      raw.reset();
-      rc = ReportError(failed.error());
-      break;
-    }
-    auto frames = api::DecodeExecFrames(r->body);
-    if (!frames) {
-      raw.reset();
-      rc = ReportError(frames.error());
-      break;
-    }
-    for (const auto& fr : *frames) {
-      if (global.json) {
-        (fr.stream == 'e' ? err : out) += fr.data;
-      } else {
-        WriteAll(fr.stream == 'e' ? 2 : 1, fr.data);
-      }
-    }
-    auto next = ParseIntParam(HeaderOf(*r, "X-Cohort-Next-Offset"), "X-Cohort-Next-Offset", 0, INT64_MAX);
-    if (!next) {
-      raw.reset();
-      rc = ReportError(next.error());
-      break;
-    }
-    offset = *next;
-    if (HeaderOf(*r, "X-Cohort-Done") == "1") {
-      auto code = ParseIntParam(HeaderOf(*r, "X-Cohort-Exit-Code"), "X-Cohort-Exit-Code", 0, 255);
-      rc = code ? static_cast<int>(*code) : 1;
-      break;
-    }
-  }
+  });
+  raw.reset();
+  int rc = code ? *code : ReportError(code.error());
   (void)!write(quit[1], "q", 1);
   input.join();
   raw.reset();

@@ -67,6 +67,12 @@ missing here is an error at submit (exit 2). A job in a container image (--conta
 runs the image's programs in the image's environment: it sends only what --env and an
 explicit --export name, and its program is not looked up here.
 
+cohort alloc's command (or shell) runs here, not in a task: it gets COHORT_JOB_ID and
+SLURM_JOB_ID (the allocation), COHORT_NODELIST and SLURM_JOB_NODELIST (its nodes, comma
+separated), COHORT_NUM_NODES and SLURM_NNODES, and COHORT_HEAD. With COHORT_JOB_ID set and
+RANK unset, cohort run runs a step on the allocation's tasks, each in its task's
+environment (the variables above).
+
 A root agent runs the task as the job's user with that account's HOME, USER, LOGNAME
 and SHELL. Post progress (step, loss, samples_per_s) to $COHORT_REPORT to see it in
 cohort show, cohort top and the dashboard; with total_steps they show percent, rate and

@@ -166,7 +166,9 @@ const std::vector<Column>& Columns() {
       {"timelimit", "TIME_LIMIT", 0, 10,
        [](const api::Job& j, int64_t) { return FormatTimeLimit(j.spec.time_limit_s); }},
       {"reason", "REASON", 80, 16, [](const api::Job& j, int64_t) { return j.reason.empty() ? "-" : j.reason; }},
-      {"command", "COMMAND", 60, 12, [](const api::Job& j, int64_t) { return ShellJoin(j.spec.command); }},
+      {"command", "COMMAND", 60, 12, [](const api::Job& j, int64_t) {
+         return j.spec.is_allocation() ? std::string("(allocation)") : ShellJoin(j.spec.command);
+       }},
   };
   return kColumns;
 }

@@ -10,6 +10,11 @@
 // The ranks share this terminal's output. Like torchrun, the first rank that fails
 // stops the others (SIGTERM to each rank's process group, SIGKILL after a grace) and its
 // exit code becomes this command's; Ctrl-C stops all ranks.
+//
+// Inside an allocation (`cohort alloc`: COHORT_JOB_ID set, and not inside a task of a job,
+// where RANK is set) the command runs instead as a step on the allocation's nodes and GPUs,
+// as srun inside salloc does (step.h): -N nodes, -n tasks and -G GPUs per node then ask
+// for a part of what the allocation holds (default: all of it).
 #include <signal.h>
 
 #include <filesystem>
@@ -19,6 +24,8 @@
 #include "agent/net.h"
 #include "api/job_env.h"
 #include "cli/cli.h"
+#include "cli/client.h"
+#include "cli/step.h"
 #include "common/signals.h"
 #include "common/subprocess.h"
 
@@ -32,6 +39,9 @@ struct RunFlags {
   std::string checkpoint_dir;
   std::string grace = "5s";
   std::vector<std::string> command;
+  // A step (inside an allocation) only: 0 takes what the allocation holds.
+  int step_nodes = 0;
+  int step_gpus = 0;
 };
 
 
@@ -117,16 +127,41 @@ int RunRanks(const RunFlags& f) {
 void AddRunCommand(CommandContext& ctx) {
   auto f = std::make_shared<RunFlags>();
   auto* sub = ctx.app.add_subcommand("run", "Run N local ranks with a job's environment (like torchrun --standalone)");
-  sub->add_option("-n,--ranks", f->ranks, "Number of ranks (default 1)")->check(CLI::Range(1, 1024));
+  sub->add_option("-n,--ranks", f->ranks,
+                  "Number of ranks (default 1); inside an allocation, the step's tasks (default: all it holds)")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("-N,--nodes", f->step_nodes,
+                  "Inside an allocation (COHORT_JOB_ID): the step's nodes, its first N (default: all)")
+      ->check(CLI::Range(1, api::kMaxNodes));
+  sub->add_option("-G,--gpus", f->step_gpus,
+                  "Inside an allocation: GPUs per node the step needs; more than it holds is an error")
+      ->check(CLI::Range(0, api::kMaxGpusPerNode));
   sub->add_option("--gpus-per-rank", f->gpus_per_rank,
                   "Set CUDA_VISIBLE_DEVICES to consecutive GPUs per rank (default: leave it alone)")
       ->check(CLI::Range(0, 64));
   sub->add_option("--checkpoint-dir", f->checkpoint_dir, "COHORT_CHECKPOINT_DIR for the ranks");
   sub->add_option("--grace", f->grace, "SIGTERM to SIGKILL delay when stopping ranks (default 5s)");
   sub->add_option("command", f->command, "Program and arguments (after --)")->expected(-1);
-  ctx.on_run(sub, [f] {
+  AddClientOptions(sub, ctx.global);
+  GlobalOptions& global = ctx.global;
+  ctx.on_run(sub, [f, sub, &global] {
     BlockTerminationSignals();
-    return RunRanks(*f);
+    const std::string allocation = StepAllocationFromEnvironment();
+    if (allocation.empty()) {
+      if (sub->count("--nodes") > 0 || sub->count("--gpus") > 0) {
+        return ReportError(MakeError(ErrorCode::kInvalidArgument,
+                                     "-N and -G ask for a part of an allocation: run them inside cohort alloc "
+                                     "(COHORT_JOB_ID set)")
+                               .error());
+      }
+      return RunRanks(*f);
+    }
+    api::StepRequest req;
+    req.command = f->command;
+    req.nodes = f->step_nodes;
+    req.tasks = sub->count("--ranks") > 0 ? f->ranks : 0;
+    req.gpus_per_node = f->step_gpus;
+    return RunStep(allocation, req, global);
   });
 }
 

@@ -112,6 +112,10 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   r.Add("state", std::string(api::JobStateName(job.state)));
   r.Add("reason", job.reason);
   r.Add("exit code", job.exit_code ? std::to_string(*job.exit_code) : "");
+  if (s.is_allocation()) {
+    r.Add("kind", fmt::format("allocation (cohort alloc): holds its nodes and GPUs; its steps run in it ({} so far)",
+                              job.steps.empty() ? 0 : job.steps.back().id));
+  }
   if (s.is_service()) {
     r.Add("service", fmt::format("replica of {} (model {}); kept running until removed", s.service, s.service_model));
     r.Add("attempt", fmt::format("{} (restarts without limit)", job.attempt));
@@ -157,7 +161,7 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
     r.Add("progress timeout", fmt::format("{}s (the gang fails without a progress report for that long)",
                                           s.progress_timeout_s));
   }
-  r.Add("command", ShellJoin(s.command));
+  r.Add("command", s.is_allocation() ? "(none: an allocation)" : ShellJoin(s.command));
   if (s.container.enabled()) r.Add("container", fmt::format("{} ({})", s.container.image, s.container.runtime));
   r.Add("workdir", s.workdir.empty() ? "(the agent's work directory)" : s.workdir);
   r.Add("nodes", fmt::format("{} x {} task{} per node (world size {})", s.nodes, s.tasks_per_node,
@@ -224,6 +228,7 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
     out += t.Render(2);
   }
   if (!job.preemptions.empty()) out += "\n" + RenderPreemptions(job);
+  if (!job.steps.empty()) out += "\n" + RenderSteps(job, now_ms);
   if (!job.history.empty()) {
     out += "\nattempts:\n";
     Table t({"ATTEMPT", "STARTED", "ENDED", "DURATION", "NODES", "END REASON"});
@@ -238,6 +243,30 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
     out += t.Render(2);
   }
   return out;
+}
+
+std::string RenderSteps(const api::Job& job, int64_t now_ms) {
+  std::string out = "steps:\n";
+  Table t({"STEP", "STARTED", "DURATION", "TASKS", "EXIT CODES", "COMMAND"});
+  t.SetMaxWidth(4, 60);
+  t.SetMaxWidth(5, 80);
+  for (const auto& st : job.steps) {
+    std::vector<std::string> codes;
+    for (const auto& task : st.tasks) {
+      codes.push_back(fmt::format("{}:{}", task.rank, task.exit_code ? std::to_string(*task.exit_code) : "-"));
+    }
+    std::string duration;
+    if (st.end_ms > 0) {
+      duration = FormatDuration(st.end_ms - st.start_ms);
+    } else if (api::IsTerminal(job.state)) {
+      duration = "(no exit seen)";
+    } else {
+      duration = FormatDuration(std::max<int64_t>(0, now_ms - st.start_ms)) + " (running)";
+    }
+    t.AddRow({std::to_string(st.id), FormatTimestamp(st.start_ms), duration, std::to_string(st.tasks.size()),
+              Join(codes, " "), ShellJoin(st.command)});
+  }
+  return out + t.Render(2);
 }
 
 std::string RenderPreemptions(const api::Job& job) {

@@ -204,19 +204,8 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
     }
     base = std::move(*doc);
   }
-  const SubmitDefaults defaults = CurrentDefaults();
-  auto merged = MergeSubmitFlags(std::move(base), st.flags, defaults);
-  if (!merged) return ReportError(merged.error());
-  // The spec as given is checked first, so that its own errors come before the
-  // submitting side's (an unset --export variable, a program missing here).
-  if (auto given = api::JobSpecFromJson(*merged); !given) {
-    return ReportError(AttributeError(given.error(), st.flags, source));
-  }
-  merged = ApplySubmittingSide(std::move(*merged), st.flags.export_env, defaults.environment);
-  if (!merged) return ReportError(AttributeError(merged.error(), st.flags, source));
-  auto spec = api::JobSpecFromJson(*merged);
-  if (!spec) return ReportError(AttributeError(spec.error(), st.flags, source));
-  if (auto ok = CheckConstraintSyntax(*spec); !ok) return ReportError(ok.error());
+  auto spec = BuildSubmitSpec(std::move(base), st.flags, source);
+  if (!spec) return ReportError(spec.error());
   if (st.dry_run) {
     PrintJson(api::ToJson(*spec));
     return 0;
@@ -422,6 +411,59 @@ Result<void> CheckConstraintSyntax(const api::JobSpec& spec) {
   return sched::CheckConstraintSyntax(r);
 }
 
+Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const std::string& source) {
+  const SubmitDefaults defaults = CurrentDefaults();
+  auto merged = MergeSubmitFlags(std::move(base), flags, defaults);
+  if (!merged) return std::unexpected(merged.error());
+  // The spec as given is checked first, so that its own errors come before the
+  // submitting side's (an unset --export variable, a program missing here).
+  if (auto given = api::JobSpecFromJson(*merged); !given) {
+    return std::unexpected(AttributeError(given.error(), flags, source));
+  }
+  merged = ApplySubmittingSide(std::move(*merged), flags.export_env, defaults.environment);
+  if (!merged) return std::unexpected(AttributeError(merged.error(), flags, source));
+  auto spec = api::JobSpecFromJson(*merged);
+  if (!spec) return std::unexpected(AttributeError(spec.error(), flags, source));
+  COHORT_TRY_VOID(CheckConstraintSyntax(*spec));
+  return spec;
+}
+
+void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
+  AddOptional(sub, "-N,--nodes", f.nodes, "Nodes in the gang (default 1)");
+  AddOptional(sub, "-n,--tasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
+  AddOptional(sub, "-G,--gpus,--gpus-per-node", f.gpus,
+              "GPUs per node, [TYPE:]COUNT, split evenly among its tasks: 4, h100:4 (a model, as NVML names it "
+              "in short), 1g.10gb:2 (MIG instances) (default 0)");
+  AddOptional(sub, "--gpus-per-task", f.gpus_per_task,
+              "A part of one GPU per task, shared with other tasks: 0.25, 0.5 or 0.75 (or a whole number of GPUs)");
+  AddOptional(sub, "--gpu-memory", f.gpu_memory, "GPU memory per task on a shared GPU, e.g. 20GiB");
+  AddOptional(sub, "--gpu-memory-enforce", f.gpu_memory_enforce,
+              "A task over its GPU memory share is reported (report, the default) or stopped (kill)");
+  AddOptional(sub, "--topology", f.topology,
+              "preferred (default: best-connected GPUs, fewest switches, never waiting for them) or required "
+              "(wait for one NVLink island per node and one switch)");
+  AddOptional(sub, "-c,--cpus-per-task", f.cpus_per_task, "CPU cores per task (default 1)");
+  AddOptional(sub, "-J,--name", f.name, "Job name (default: the program's name)");
+  AddOptional(sub, "-p,--priority", f.priority, "Priority, -1000..1000; higher runs first (default 0)");
+  AddOptional(sub, "--placement", f.placement, "pack (fewest free GPUs that fit) or spread (most free)");
+  AddOptional(sub, "-t,--time-limit,--time", f.time_limit,
+              "Time limit, a duration: 3600, 90s, 15m, 2h, 1d12h, HH:MM:SS, D-HH:MM:SS (default unlimited)");
+  sub->add_option("--env", f.env, "Environment variable KEY=VALUE (or KEY: its value here); repeatable")
+      ->allow_extra_args(false);
+  sub->add_option("--export", f.export_env,
+                  "Environment sent from here: ALL (default: all but a deny list, see cohort help environment; "
+                  "NONE for a --container job), NONE, or VAR[=VALUE],... (only those; ALL,VAR=VALUE adds to all)");
+  AddOptional(sub, "--mem", f.mem,
+              "Memory per node the job reserves (scheduled, not enforced): 512 (MiB), 1500M, 64G, 1T");
+  AddOptional(sub, "-w,--nodelist", f.nodelist,
+              "Nodes the job must include, as a host list: node[1-4,7],gpu-a (others are added up to --nodes)");
+  AddOptional(sub, "-x,--exclude", f.exclude, "Nodes the job must not use, as a host list: node[5-8]");
+  AddOptional(sub, "-C,--constraint", f.constraint,
+              "Node features the job needs (cohort agent --features): a100, a100&ib, h100|a100, (a|b)&ib");
+  AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");
+  AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
+}
+
 std::string FinalStateLine(const api::Job& job) {
   std::string line = fmt::format("Job {} {}", job.id, api::JobStateName(job.state));
   if (auto t = JobRunTimeMs(job, job.end_ms)) line += " after " + FormatDuration(*t);
@@ -457,7 +499,7 @@ void AddSubmitCommand(CommandContext& ctx) {
       ->check(spec_before_dashdash);
   sub->add_option("COMMAND", f.command, "The program and its arguments, after --")->check(command_after_dashdash);
 
-  AddOptional(sub, "-N,--nodes", f.nodes, "Nodes in the gang (default 1)");
+  AddResourceFlags(sub, f);
   AddOptional(sub, "--min-nodes", f.min_nodes,
               "Elastic: start (or restart after a failure) on as few as this many nodes when --nodes are not "
               "free; grows back at its next checkpoint (default: exactly --nodes)");
@@ -476,42 +518,10 @@ void AddSubmitCommand(CommandContext& ctx) {
   sub->add_flag("--kill-on-invalid-dep", f.kill_on_invalid_dep,
                 "Cancel the job if its dependency can never be satisfied (default: it stays PENDING with reason "
                 "DependencyNeverSatisfied)");
-  AddOptional(sub, "-n,--tasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
-  AddOptional(sub, "-G,--gpus,--gpus-per-node", f.gpus,
-              "GPUs per node, [TYPE:]COUNT, split evenly among its tasks: 4, h100:4 (a model, as NVML names it "
-              "in short), 1g.10gb:2 (MIG instances) (default 0)");
-  AddOptional(sub, "--gpus-per-task", f.gpus_per_task,
-              "A part of one GPU per task, shared with other tasks: 0.25, 0.5 or 0.75 (or a whole number of GPUs)");
-  AddOptional(sub, "--gpu-memory", f.gpu_memory, "GPU memory per task on a shared GPU, e.g. 20GiB");
-  AddOptional(sub, "--gpu-memory-enforce", f.gpu_memory_enforce,
-              "A task over its GPU memory share is reported (report, the default) or stopped (kill)");
-  AddOptional(sub, "--topology", f.topology,
-              "preferred (default: best-connected GPUs, fewest switches, never waiting for them) or required "
-              "(wait for one NVLink island per node and one switch)");
-  AddOptional(sub, "-c,--cpus-per-task", f.cpus_per_task, "CPU cores per task (default 1)");
-  AddOptional(sub, "-J,--name", f.name, "Job name (default: the program's name)");
-  AddOptional(sub, "-p,--priority", f.priority, "Priority, -1000..1000; higher runs first (default 0)");
-  AddOptional(sub, "--placement", f.placement, "pack (fewest free GPUs that fit) or spread (most free)");
   AddOptional(sub, "--max-restarts", f.max_restarts, "Gang restarts after a node or task failure (default 0)");
-  AddOptional(sub, "-t,--time-limit", f.time_limit,
-              "Time limit, a duration: 3600, 90s, 15m, 2h, 1d12h, HH:MM:SS, D-HH:MM:SS (default unlimited)");
   AddOptional(sub, "--progress-timeout", f.progress_timeout,
               "Fail (and restart) the gang when no progress is reported at $COHORT_REPORT for this long: "
               "120, 90s, 15m, 2h (default off)");
-  sub->add_option("--env", f.env, "Environment variable KEY=VALUE (or KEY: its value here); repeatable")
-      ->allow_extra_args(false);
-  sub->add_option("--export", f.export_env,
-                  "Environment sent from here: ALL (default: all but a deny list, see cohort help environment; "
-                  "NONE for a --container job), NONE, or VAR[=VALUE],... (only those; ALL,VAR=VALUE adds to all)");
-  AddOptional(sub, "--mem", f.mem,
-              "Memory per node the job reserves (scheduled, not enforced): 512 (MiB), 1500M, 64G, 1T");
-  AddOptional(sub, "-w,--nodelist", f.nodelist,
-              "Nodes the job must include, as a host list: node[1-4,7],gpu-a (others are added up to --nodes)");
-  AddOptional(sub, "-x,--exclude", f.exclude, "Nodes the job must not use, as a host list: node[5-8]");
-  AddOptional(sub, "-C,--constraint", f.constraint,
-              "Node features the job needs (cohort agent --features): a100, a100&ib, h100|a100, (a|b)&ib");
-  AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");
-  AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
   sub->add_flag("--wait", st->wait, "Wait until the job ends; exit 0 only if it SUCCEEDED");
   sub->add_flag("--dry-run", st->dry_run, "Check the spec and print it as JSON; submit nothing");
   AddClientOptions(sub, ctx.global);

@@ -193,7 +193,7 @@ Result<Subprocess> Subprocess::Spawn(const SpawnOptions& opts) {
                     strerror(errno));
     }
   }
-  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int null_fd = opts.inherit_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) {
     int e = errno;

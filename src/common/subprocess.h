@@ -28,6 +28,7 @@ struct SpawnOptions {
   std::string cwd;                           // empty: inherit
   std::string stdout_path;                   // empty: inherit; otherwise opened for append
   std::string stderr_path;                   // empty: same as stdout (when stdout_path set)
+  bool inherit_stdin = false;                // true: this process's stdin (an interactive command); else /dev/null
   bool new_process_group = true;             // setpgid(0, 0): the child leads its own group
   int parent_death_signal = 0;               // prctl(PR_SET_PDEATHSIG) when non-zero
   // Signals the child starts with blocked (every other signal is unblocked and default):

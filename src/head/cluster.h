@@ -106,6 +106,12 @@ class Cluster {
   Result<api::Job> Hold(api::JobId id, const std::string& by) EXCLUDES(mu_);
   Result<api::Job> Release(api::JobId id) EXCLUDES(mu_);
   Result<api::Job> Update(api::JobId id, const core::JobUpdate& update) EXCLUDES(mu_);
+  // Allocations and their steps (core/steps.h; cluster_steps.cc), made durable. AddStep
+  // returns the step as recorded (its id and start); RecordStepExit is a no-op for a
+  // session that belongs to no step. The core's errors; kUnavailable if the store fails.
+  Result<api::StepRecord> AddStep(api::JobId id, api::StepRecord step) EXCLUDES(mu_);
+  Result<void> RecordStepExit(api::JobId id, const std::string& session, int exit_code) EXCLUDES(mu_);
+  Result<api::Job> EndAllocation(api::JobId id, int exit_code, int signal) EXCLUDES(mu_);
   Result<api::Job> GetJob(api::JobId id) const EXCLUDES(mu_);
   std::vector<api::Job> ListJobs(const JobFilter& filter) const EXCLUDES(mu_);
   // A job of a list as the API sends it: `json` is api::ToJson of the job as shown (with

@@ -1,10 +1,13 @@
 // /v1/jobs/{id}/exec: exec sessions beside a running task (api/exec.h), relayed to the
-// agent of the task's node. The head authorizes (the job's owner or an admin; viewers and
+// agent of the task's node; /v1/jobs/{id}/steps: a step of an allocation (api/step.h), one
+// such session on each of its tasks, recorded with the job (core/steps.h) as is an exec
+// into an allocation, and each task's exit code when its output's end is relayed. The head authorizes (the job's owner or an admin; viewers and
 // job tokens cannot), checks the job runs and the rank exists, and presents its node
 // credential to the agent, which alone runs the command (agent/exec_session.h). The head
 // keeps no session state: each call names the task (rank, attempt) again, and the agent
 // checks that the session belongs to it.
 #include "api/exec.h"
+#include "api/step.h"
 #include "head/routes.h"
 
 namespace cohort::head {
@@ -49,9 +52,74 @@ std::vector<std::pair<std::string, std::string>> TaskQuery(api::JobId id, int64_
   return {{"job", std::to_string(id)}, {"attempt", std::to_string(attempt)}, {"rank", std::to_string(rank)}};
 }
 
+struct StartedSession {
+  std::string node;
+  std::string session;
+};
+
+// Starts `exec` beside rank `rank` of attempt `attempt` of job `id` through its agent.
+Result<StartedSession> StartSession(const Router& router, Cluster& cluster, api::JobId id, int attempt, int rank,
+                                    const api::ExecRequest& exec) {
+  auto call = COHORT_TRY(AgentOfTask(router, cluster, id, attempt, rank, Millis(10'000)));
+  auto started =
+      call.client->Post(api::routes::WithQuery(api::routes::kAgentExec, TaskQuery(id, attempt, rank)), api::ToJson(exec));
+  if (!started) return std::unexpected(Unreachable(call, started.error()));
+  if (!started->is_object() || !started->contains("session") || !(*started)["session"].is_string()) {
+    return Errorf(ErrorCode::kInternal, "the agent of node {} sent a malformed exec reply", call.node);
+  }
+  return StartedSession{call.node, (*started)["session"].get<std::string>()};
+}
+
+// Ends a session started for a step that could not start whole (best effort: the agent
+// also ends it after a minute unread).
+void CloseSession(const Router& router, Cluster& cluster, api::JobId id, int attempt, int rank,
+                  const std::string& session) {
+  auto call = AgentOfTask(router, cluster, id, attempt, rank, Millis(5'000));
+  if (!call) return;
+  api::ExecInput close;
+  close.close = true;
+  (void)call->client->Post(
+      api::routes::WithQuery(api::routes::AgentExecInput(session), TaskQuery(id, attempt, rank)), api::ToJson(close));
+}
+
 }  // namespace
 
 void RegisterExecRoutes(Router& router, Cluster& cluster) {
+  // POST api::StepRequest: {"step", "job", "attempt", "sessions": [{"rank", "node", "session"}]}.
+  router.Post(api::routes::kJobStepsPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
+                                                                httplib::Response& res) {
+    auto id = ExecJob(cluster, caller, req);
+    if (!id) return SendError(res, id.error());
+    auto body = BodyJson(req);
+    if (!body) return SendError(res, body.error());
+    auto step_req = api::StepRequestFromJson(*body);
+    if (!step_req) return SendError(res, step_req.error());
+    auto job = cluster.GetJob(*id);
+    if (!job) return SendError(res, job.error());
+    auto ranks = api::PlanStep(*job, *step_req);
+    if (!ranks) return SendError(res, ranks.error());
+    api::ExecRequest exec;
+    exec.command = step_req->command;
+    api::StepRecord step;
+    step.command = step_req->command;
+    for (int rank : *ranks) {
+      auto started = StartSession(router, cluster, *id, job->attempt, rank, exec);
+      if (!started) {
+        for (const auto& t : step.tasks) CloseSession(router, cluster, *id, job->attempt, t.rank, t.session);
+        return SendError(res, started.error());
+      }
+      step.tasks.push_back({rank, started->node, started->session, std::nullopt});
+    }
+    auto recorded = cluster.AddStep(*id, step);
+    if (!recorded) {
+      for (const auto& t : step.tasks) CloseSession(router, cluster, *id, job->attempt, t.rank, t.session);
+      return SendError(res, recorded.error());
+    }
+    json sessions = json::array();
+    for (const auto& t : recorded->tasks) sessions.push_back({{"rank", t.rank}, {"node", t.node}, {"session", t.session}});
+    SendJson(res, json{{"step", recorded->id}, {"job", *id}, {"attempt", job->attempt}, {"sessions", sessions}});
+  });
+
   // POST ?rank=R, api::ExecRequest: {"session", "attempt", "rank", "node"}.
   router.Post(api::routes::kJobExecPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                                httplib::Response& res) {
@@ -75,20 +143,23 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
                                               *rank),
                                   "rank"});
     }
-    auto call = AgentOfTask(router, cluster, *id, job->attempt, static_cast<int>(*rank), Millis(10'000));
-    if (!call) return SendError(res, call.error());
-    auto started = call->client->Post(
-        api::routes::WithQuery(api::routes::kAgentExec, TaskQuery(*id, job->attempt, *rank)), api::ToJson(*exec));
-    if (!started) return SendError(res, Unreachable(*call, started.error()));
-    if (!started->is_object() || !started->contains("session") || !(*started)["session"].is_string()) {
-      return SendError(res, Error{ErrorCode::kInternal,
-                                  fmt::format("the agent of node {} sent a malformed exec reply", call->node)});
+    auto started = StartSession(router, cluster, *id, job->attempt, static_cast<int>(*rank), *exec);
+    if (!started) return SendError(res, started.error());
+    if (job->spec.is_allocation()) {
+      // An exec into an allocation is one of its steps, on one task.
+      api::StepRecord step;
+      step.command = exec->command;
+      step.tasks.push_back({static_cast<int>(*rank), started->node, started->session, std::nullopt});
+      if (auto recorded = cluster.AddStep(*id, std::move(step)); !recorded) {
+        CloseSession(router, cluster, *id, job->attempt, static_cast<int>(*rank), started->session);
+        return SendError(res, recorded.error());
+      }
     }
-    SendJson(res, json{{"session", (*started)["session"]},
+    SendJson(res, json{{"session", started->session},
                        {"job", *id},
                        {"attempt", job->attempt},
                        {"rank", *rank},
-                       {"node", call->node}});
+                       {"node", started->node}});
   });
 
   // GET ?rank=&attempt=&offset=&wait_ms=: the session's output, as the agent sends it.
@@ -116,6 +187,17 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
     if (r->status != 200) return SendError(res, ErrorFromResponse(r->status, r->body));
     for (const char* h : {"X-Cohort-Next-Offset", "X-Cohort-Done", "X-Cohort-Exit-Code"}) {
       if (auto it = r->headers.find(h); it != r->headers.end()) res.set_header(h, it->second);
+    }
+    // The end of a step's task: its exit code goes into the step's record (a no-op for a
+    // session that belongs to no step).
+    auto done = r->headers.find("X-Cohort-Done");
+    auto code = r->headers.find("X-Cohort-Exit-Code");
+    if (done != r->headers.end() && done->second == "1" && code != r->headers.end()) {
+      if (auto parsed = ParseIntParam(code->second, "X-Cohort-Exit-Code", 0, 255)) {
+        if (auto ok = cluster.RecordStepExit(*id, req.matches[2].str(), static_cast<int>(*parsed)); !ok) {
+          return SendError(res, ok.error());
+        }
+      }
     }
     res.set_content(std::move(r->body), "application/octet-stream");
   });

@@ -1,6 +1,8 @@
 // /v1/jobs/{id}/hold, /release, /update: job control of a PENDING job (core/job_control.h).
 // A user acts on their own jobs, an admin on any (CheckOwner); a user may release only a
 // hold they made, so an admin's hold stays until an admin releases it (as Slurm's).
+// /v1/jobs/{id}/end: the holder of an allocation (cohort alloc) ends it with its command's
+// exit code or the signal that stopped it (core/steps.h).
 #include "head/routes.h"
 
 namespace cohort::head {
@@ -23,6 +25,25 @@ Result<core::JobUpdate> UpdateFromJson(const json& body) {
 }  // namespace
 
 void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
+  // POST {"exit_code": 0-255, "signal": 0-64}: the allocation as ended.
+  router.Post(api::routes::kJobEndPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
+                                                              httplib::Response& res) {
+    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    if (!id) return SendError(res, id.error());
+    if (auto mine = CheckOwner(cluster, caller, *id, "end"); !mine) return SendError(res, mine.error());
+    auto body = BodyJson(req);
+    if (!body) return SendError(res, body.error());
+    auto end = [&]() -> Result<std::pair<int, int>> {
+      auto r = COHORT_TRY(ObjectReader::Open(*body));
+      const int code = static_cast<int>(COHORT_TRY(r.Int("exit_code", std::nullopt, 0, 255)));
+      const int signal = static_cast<int>(COHORT_TRY(r.Int("signal", 0, 0, 64)));
+      COHORT_TRY_VOID(r.Finish());
+      return std::make_pair(code, signal);
+    }();
+    if (!end) return SendError(res, end.error());
+    Reply(res, cluster.EndAllocation(*id, end->first, end->second), [](const api::Job& j) { return api::ToJson(j); });
+  });
+
   router.Post(api::routes::kJobHoldPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                                httplib::Response& res) {
     auto id = ParseIdParam(req.matches[1].str(), "job id");

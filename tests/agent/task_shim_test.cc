@@ -152,6 +152,35 @@ TEST_F(TaskShimTest, SignalsForTheShimAloneAreIgnored) {
   EXPECT_EQ(Status()["exit_code"], 6);
 }
 
+TEST_F(TaskShimTest, HoldKeepsTheTaskWithoutACommandUntilASignal) {
+  SpawnOptions so;
+  so.argv = {COHORT_TEST_SHIM, kTaskShimCommand, "--log", log_, "--status", status_, "--grace-ms", "5000",
+             "--cwd", tmp_.Sub(""), "--hold"};
+  so.stdout_path = log_;
+  so.new_process_group = false;
+  auto shim = Subprocess::Spawn(so);
+  ASSERT_TRUE(shim);
+  // It holds: the log says so and no status appears until it is stopped.
+  ASSERT_TRUE(agent_testing::WaitFor([&] { return ReadFile(log_).find("holding the allocation") != std::string::npos; }));
+  EXPECT_FALSE(shim->TryWait().has_value());
+  EXPECT_FALSE(std::filesystem::exists(status_));
+  shim->Signal(SIGTERM);
+  auto st = shim->WaitFor(20s);
+  ASSERT_TRUE(st);
+  json j = Status();
+  EXPECT_EQ(j["signal"], SIGTERM);
+  EXPECT_EQ(j["error"], "");
+
+  // --hold runs no command.
+  so.argv.insert(so.argv.end(), {"--", "true"});
+  auto bad = Subprocess::Spawn(so);
+  ASSERT_TRUE(bad);
+  auto code = bad->Wait();
+  ASSERT_TRUE(code);
+  EXPECT_EQ(code->exit_code, 2);
+  EXPECT_THAT(ReadFile(log_), HasSubstr("--hold runs no command"));
+}
+
 TEST_F(TaskShimTest, BadCommandLineExits2) {
   SpawnOptions so;
   so.argv = {COHORT_TEST_SHIM, kTaskShimCommand, "--log", log_, "--bogus", "x", "--", "true"};

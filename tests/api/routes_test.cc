@@ -24,6 +24,8 @@ TEST(RoutesTest, BuildersMatchTheirPatterns) {
   ExpectMatches(JobUpdate(42), kJobUpdatePattern, {"42"});
   ExpectMatches(JobLogs(42), kJobLogsPattern, {"42"});
   ExpectMatches(JobExec(42), kJobExecPattern, {"42"});
+  ExpectMatches(JobSteps(42), kJobStepsPattern, {"42"});
+  ExpectMatches(JobEnd(42), kJobEndPattern, {"42"});
   ExpectMatches(JobExecOutput(42, "0af3"), kJobExecOutputPattern, {"42", "0af3"});
   ExpectMatches(JobExecInput(42, "0af3"), kJobExecInputPattern, {"42", "0af3"});
   ExpectMatches(AgentExecOutput("0af3"), kAgentExecOutputPattern, {"0af3"});

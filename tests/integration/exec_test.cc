@@ -132,20 +132,6 @@ TEST(Exec, RunsBesideTheTaskInItsEnvironmentWithItsExitCode) {
   EXPECT_NE(r.errors.find("is SUCCEEDED: cannot exec"), std::string::npos) << r.errors;
 }
 
-// Reads `master` until `want` has appeared or `timeout` passes; everything read.
-std::string ReadUntil(int master, const std::string& want, std::chrono::milliseconds timeout, std::string& seen) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  char buf[4096];
-  while (seen.find(want) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{master, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    ssize_t n = read(master, buf, sizeof buf);
-    if (n <= 0) break;
-    seen.append(buf, static_cast<size_t>(n));
-  }
-  return seen;
-}
-
 TEST(Exec, AttachOpensATerminalIntoTheTask) {
   LocalCluster c;
   c.StartHead();

@@ -6,6 +6,7 @@
 // deadline (WaitUntil), never a bare sleep. Tests talk to the head over HTTP.
 #pragma once
 
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -346,6 +347,20 @@ inline CliResult Cohort(const LocalCluster& c, const std::vector<std::string>& a
   std::vector<std::string> argv = {COHORT_BINARY, "--head", c.url()};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCli(c, argv);
+}
+
+// Reads `master` (a pseudo-terminal's master side) until `want` has appeared or `timeout` passes; everything read.
+inline std::string ReadUntil(int master, const std::string& want, std::chrono::milliseconds timeout, std::string& seen) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[4096];
+  while (seen.find(want) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t n = read(master, buf, sizeof buf);
+    if (n <= 0) break;
+    seen.append(buf, static_cast<size_t>(n));
+  }
+  return seen;
 }
 
 // Parses "KEY=VALUE" lines into a map.

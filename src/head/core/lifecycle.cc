@@ -246,6 +246,7 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
         }
         if (!is_held(job, t.rank)) {
           l.command = job.spec.command;
+          l.hold = job.spec.is_allocation();
           api::TaskEnvOptions options = api::ClusterTaskEnvOptions(
               ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id, ctx.ca_pem);
           if (ctx.job_token) options.job_token = ctx.job_token(job.id, job.attempt);
