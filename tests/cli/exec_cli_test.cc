@@ -4,25 +4,15 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli.h"
+#include "cli_run_util.h"
 
 namespace cohort::cli {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Ran {
-  int code = 0;
-  std::string err;
-};
-
-Ran RunArgs(std::vector<std::string> args) {
-  args.insert(args.begin(), {"cohort", "--head", "http://127.0.0.1:1"});
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  ::testing::internal::CaptureStderr();
-  int code = RunCli(static_cast<int>(argv.size()), argv.data());
-  return {code, ::testing::internal::GetCapturedStderr()};
-}
+using test_util::Ran;
+using test_util::RunArgs;
 
 TEST(ExecCliTest, FlagsAndTheirErrors) {
   auto r = RunArgs({"exec", "12"});

@@ -207,15 +207,9 @@ TEST(Alloc, AnInteractiveShellOnATerminalKeepsItUntilItExits) {
   EXPECT_NE(seen.find("still-" + std::to_string(id) + "\r\n"), std::string::npos) << seen;
   EXPECT_EQ(c.Job(id)["state"], "RUNNING") << seen;
   // Leaving the shell releases it, with the shell's exit code.
-  const std::string leave = "exit 0\r";
-  ASSERT_EQ(write(master, leave.data(), leave.size()), static_cast<ssize_t>(leave.size()));
-  int st = 0;
-  ASSERT_TRUE(WaitUntil([&] {
-    char buf[4096];
-    while (read(master, buf, sizeof buf) > 0) {
-    }
-    return waitpid(pid, &st, WNOHANG) == pid;
-  }, 20s)) << seen;
+  const std::optional<int> ended = TypeAndWaitForExit(master, pid, "exit 0\r", 20s);
+  ASSERT_TRUE(ended.has_value()) << seen;
+  const int st = *ended;
   EXPECT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 0) << seen;
   close(master);

@@ -186,15 +186,9 @@ TEST(Exec, AttachOpensATerminalIntoTheTask) {
   }
   EXPECT_EQ(count, 1u) << "only the typed line, not its output: " << seen;
   // Leaving the shell ends attach with its exit code.
-  const std::string leave = "exit 5\r";
-  ASSERT_EQ(write(master, leave.data(), leave.size()), static_cast<ssize_t>(leave.size()));
-  int st = 0;
-  ASSERT_TRUE(WaitUntil([&] {
-    char buf[4096];
-    while (read(master, buf, sizeof buf) > 0) {
-    }
-    return waitpid(pid, &st, WNOHANG) == pid;
-  }, 20s)) << seen;
+  const std::optional<int> ended = TypeAndWaitForExit(master, pid, "exit 5\r", 20s);
+  ASSERT_TRUE(ended.has_value()) << seen;
+  const int st = *ended;
   EXPECT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 5) << seen;
   close(master);

@@ -8,6 +8,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -361,6 +363,24 @@ inline std::string ReadUntil(int master, const std::string& want, std::chrono::m
     seen.append(buf, static_cast<size_t>(n));
   }
   return seen;
+}
+
+// Types `line` at the pseudo-terminal `master` (a command that ends the session, e.g.
+// "exit 0\r"), then drains it until the child `pid` exits or `timeout` passes. The child's
+// wait status, or nullopt when it did not exit in time (`seen` is left as it was).
+inline std::optional<int> TypeAndWaitForExit(int master, pid_t pid, const std::string& line,
+                                             std::chrono::milliseconds timeout) {
+  if (write(master, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return std::nullopt;
+  int st = 0;
+  if (!WaitUntil([&] {
+        char buf[4096];
+        while (read(master, buf, sizeof buf) > 0) {
+        }
+        return waitpid(pid, &st, WNOHANG) == pid;
+      }, timeout)) {
+    return std::nullopt;
+  }
+  return st;
 }
 
 // Parses "KEY=VALUE" lines into a map.
