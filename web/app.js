@@ -121,6 +121,21 @@
     if (!Array.isArray(argv)) return DASH;
     return argv.map((a) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(a) ? a : "'" + String(a).replace(/'/g, "'\\''") + "'")).join(' ');
   }
+  // What a job runs: an allocation (`cohort alloc`) has no command of its own.
+  function jobCommand(s) {
+    return s.kind === 'allocation' ? '(allocation)' : shellJoin(s.command);
+  }
+  // An allocation's steps (`cohort run` inside it): each with its command and, once every
+  // task has ended, the highest exit code, as `cohort show` lists them.
+  function stepsText(job) {
+    const steps = job.steps || [];
+    if (!steps.length) return DASH;
+    return steps.map((st) => {
+      const codes = (st.tasks || []).map((t) => t.exit_code);
+      const ended = codes.length > 0 && codes.every(isNum);
+      return `#${st.id} ${shellJoin(st.command)}: ${ended ? 'exit ' + Math.max(...codes) : 'running'}`;
+    }).join(' · ');
+  }
   // A job's GPUs; a sharing job's parts count as their fraction (two tasks of ½: 1).
   function jobGpus(job) {
     const s = job.spec || {};
@@ -489,7 +504,7 @@
     fillTable('running', running.map((j) => {
       const p = j.progress || {};
       return jobRow(j, [
-        String(j.id), el('td', { class: 'name', text: j.spec.name, title: shellJoin(j.spec.command) }), j.spec.user,
+        String(j.id), el('td', { class: 'name', text: j.spec.name, title: jobCommand(j.spec) }), j.spec.user,
         hostList(j), String(jobGpus(j)), fmtDuration(now - j.start_ms),
         isNum(p.step) ? fmtNum(p.step) : DASH, fmtNum(p.loss, 4), fmtRate(p.tokens_per_s),
         progressCell(j), sparkline(j), cancelButton(j),
@@ -503,13 +518,13 @@
       const s = j.spec;
       const asks = `${s.nodes}×${s.tasks_per_node} tasks, ${s.gpus_per_node} GPU/node`;
       return jobRow(j, [
-        String(j.id), el('td', { class: 'name', text: s.name, title: shellJoin(s.command) }), s.user, String(s.priority),
+        String(j.id), el('td', { class: 'name', text: s.name, title: jobCommand(s) }), s.user, String(s.priority),
         asks, fmtDuration(now - j.submit_ms), el('td', { class: 'reason', text: j.reason || DASH }), cancelButton(j),
       ]);
     }), 8, 'The queue is empty.');
 
     fillTable('recent', (d.recent || []).map((j) => jobRow(j, [
-      String(j.id), el('td', { class: 'name', text: j.spec.name, title: shellJoin(j.spec.command) }), j.spec.user,
+      String(j.id), el('td', { class: 'name', text: j.spec.name, title: jobCommand(j.spec) }), j.spec.user,
       badge(j.state), j.start_ms ? fmtDuration(j.end_ms - j.start_ms) : DASH,
       j.end_ms ? fmtDuration(now - j.end_ms) + ' ago' : DASH,
       j.exit_code === null || j.exit_code === undefined ? DASH : String(j.exit_code),
@@ -562,7 +577,8 @@
       ['state', badge(job.state)],
       ['reason', job.reason || DASH],
       ['user', s.user],
-      ['command', shellJoin(s.command)],
+      ['command', jobCommand(s)],
+      ...(s.kind === 'allocation' ? [['steps', stepsText(job)]] : []),
       ['shape', `${s.nodes} node(s) × ${s.tasks_per_node} task(s), ${s.gpus_per_node} GPU(s)/node, priority ${s.priority}`],
       ['nodes', hostList(job)],
       ['attempt', String(job.attempt)],

@@ -326,5 +326,43 @@ TEST_F(DashboardBrowserTest, ShowsGpuFractionsMemoryAndMigInstances) {
   ASSERT_NO_FATAL_FAILURE(Screenshot(cdp, out_dir, "dashboard_gpu_sharing.png"));
 }
 
+// An allocation (`cohort alloc`, issue 19) in the page: "(allocation)" for its command, in
+// the table's title and the detail, and its steps with their exit codes in the detail.
+TEST_F(DashboardBrowserTest, ShowsAnAllocationAndItsSteps) {
+  std::string binary = HeadlessChromium::FindBinary();
+  if (binary.empty()) GTEST_SKIP() << "no chromium in PATH (set COHORT_CHROMIUM to a Chromium or Chrome binary)";
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("alloc-a", 2);
+  c.WaitForNodes(1);
+  const int64_t id = c.Submit({{"name", "interactive"}, {"kind", "allocation"}, {"gpus_per_node", 1}})["id"];
+  c.WaitForState(id, "RUNNING");
+  // A step inside it, as `cohort run` in alloc's shell makes one.
+  auto step = RunCli(c, {"env", "COHORT_JOB_ID=" + std::to_string(id), COHORT_BINARY, "--head", c.url(), "run",
+                         "--", "sh", "-c", "exit 3"});
+  ASSERT_EQ(step.status.Code(), 3) << step.output << step.errors;
+
+  HeadlessChromium browser;
+  std::string skip;
+  ASSERT_NO_FATAL_FAILURE(OpenDashboard(c, binary, browser, skip));
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  CdpSession& cdp = browser.cdp();
+  const std::string probe = R"(JSON.stringify({
+      running: [...document.querySelectorAll('#running tbody tr')].map(r => r.innerText),
+      facts: document.getElementById('detail-facts') && document.getElementById('detail-facts').innerText}))";
+  const std::string row = fmt::format("#running tbody tr[data-job=\"{}\"]", id);
+  WaitInPage(cdp, fmt::format(R"((() => {{
+      const r = document.querySelector('{}');
+      return !!r && r.cells[1].textContent === 'interactive' && r.cells[1].title === '(allocation)';
+    }})())", row), "the allocation running, '(allocation)' for its command", probe);
+  ClickUntil(cdp, row + " td.name", "!document.getElementById('detail-section').hidden", "the allocation's detail");
+  ASSERT_FALSE(HasFatalFailure());
+  WaitInPage(cdp, R"((() => {
+      const facts = document.getElementById('detail-facts').textContent;
+      return facts.includes('(allocation)') && facts.includes("#1 sh -c 'exit 3': exit 3");
+    })())", "its detail: '(allocation)' and step #1 with its exit code 3", probe);
+  ASSERT_NO_FATAL_FAILURE(Screenshot(cdp, OutDir(), "dashboard_allocation.png"));
+}
+
 }  // namespace
 }  // namespace cohort::testing
