@@ -7,6 +7,7 @@
 
 #include <gmock/gmock.h>
 
+#include "api/routes.h"
 #include "harness.h"
 
 namespace cohort::testing {
@@ -36,7 +37,18 @@ std::optional<std::string> Promtool(const std::string& dir, const std::string& t
   return st->Success() ? std::string() : "promtool: " + st->ToString() + "\n" + out;
 }
 
-std::string AgentUrl(LocalCluster& c, const std::string& node) { return c.Node(node).value("agent_url", ""); }
+// The node's agent URL once the agent answers on it. The head lists a node as UP when it
+// accepts the registration, and the agent serves TLS with the certificate that
+// registration's reply carries a moment later: a request in between fails its handshake
+// (seen once in CI, 2026-11-27, at a load where that moment was long).
+std::string AgentUrl(LocalCluster& c, const std::string& node) {
+  const std::string url = c.Node(node).value("agent_url", "");
+  if (url.empty()) return url;
+  EXPECT_TRUE(WaitUntil([&] { return HttpClient(url).Get(api::routes::kHealth).has_value(); },
+                        std::chrono::seconds(10)))
+      << "the agent at " << url << " never answered";
+  return url;
+}
 
 std::string GetText(const std::string& base, const std::string& path) {
   auto r = AdminClient(base).GetRaw(path);  // the head's /metrics takes a token; agents ignore it
