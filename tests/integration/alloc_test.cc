@@ -4,8 +4,6 @@
 // allocation is released when the command exits (its GPUs free again), at its time limit,
 // and on a signal to alloc; and the errors: an allocation no node can hold, a step asking
 // more than the allocation holds, COHORT_JOB_ID naming no running allocation.
-#include <pty.h>
-#include <sys/ioctl.h>
 #include <sys/wait.h>
 
 #include "harness.h"
@@ -173,24 +171,10 @@ TEST(Alloc, AnInteractiveShellOnATerminalKeepsItUntilItExits) {
   c.StartHead();
   c.StartAgent("node-a", 1);
   c.WaitForNodes(1);
-  int master = -1, slave = -1;
-  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
-  const std::string url = c.url();
-  pid_t pid = fork();
+  int master = -1;
+  const pid_t pid = SpawnOnTerminal({COHORT_BINARY, "--head", c.url(), "alloc", "-G", "1"},
+                                    {{"SHELL", "/bin/sh"}, {"PS1", "alloc$ "}}, nullptr, master);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setsid();
-    ioctl(slave, TIOCSCTTY, 0);
-    dup2(slave, 0);
-    dup2(slave, 1);
-    dup2(slave, 2);
-    close(master);
-    setenv("SHELL", "/bin/sh", 1);
-    setenv("PS1", "alloc$ ", 1);
-    execl(COHORT_BINARY, COHORT_BINARY, "--head", url.c_str(), "alloc", "-G", "1", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(slave);
   std::string seen;
   ReadUntil(master, "alloc$ ", 20s, seen);
   ASSERT_NE(seen.find("granted allocation"), std::string::npos) << seen;

@@ -5,8 +5,6 @@
 // job, another user's job (403) and a viewer (403).
 #include <fcntl.h>
 #include <poll.h>
-#include <pty.h>
-#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,27 +139,14 @@ TEST(Exec, AttachOpensATerminalIntoTheTask) {
   const int64_t id = StartWaitingJob(c, gate, {{"env", {{"ATTACH_VAR", "inside"}}}});
 
   // `cohort attach` on a terminal of the test's: 33 rows, 101 columns.
-  int master = -1, slave = -1;
+  int master = -1;
   winsize ws{};
   ws.ws_row = 33;
   ws.ws_col = 101;
-  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, &ws), 0);
-  const std::string url = c.url();
   const std::string job = std::to_string(id);
-  pid_t pid = fork();
+  const pid_t pid =
+      SpawnOnTerminal({COHORT_BINARY, "--head", c.url(), "attach", job}, {{"TERM", "xterm"}}, &ws, master);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setsid();
-    ioctl(slave, TIOCSCTTY, 0);
-    dup2(slave, 0);
-    dup2(slave, 1);
-    dup2(slave, 2);
-    close(master);
-    setenv("TERM", "xterm", 1);
-    execl(COHORT_BINARY, COHORT_BINARY, "--head", url.c_str(), "attach", job.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(slave);
   std::string seen;
   ReadUntil(master, "attached to rank 0", 20s, seen);
   ASSERT_NE(seen.find("attached to rank 0 of job " + job), std::string::npos) << seen;

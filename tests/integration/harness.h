@@ -7,7 +7,9 @@
 #pragma once
 
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -363,6 +365,34 @@ inline std::string ReadUntil(int master, const std::string& want, std::chrono::m
     seen.append(buf, static_cast<size_t>(n));
   }
   return seen;
+}
+
+// Starts `argv` (argv[0] a path) with a new pseudo-terminal as its controlling terminal
+// and its standard streams, `env` set over this process's environment and the terminal
+// `size` (null: the default). Returns the child's pid, or -1 when no terminal or process
+// could be made; `master` is the terminal's master side, for the test to type and read.
+inline pid_t SpawnOnTerminal(const std::vector<std::string>& argv,
+                             const std::vector<std::pair<std::string, std::string>>& env,
+                             const winsize* size, int& master) {
+  int slave = -1;
+  if (openpty(&master, &slave, nullptr, nullptr, size) != 0) return -1;
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    ioctl(slave, TIOCSCTTY, 0);
+    dup2(slave, 0);
+    dup2(slave, 1);
+    dup2(slave, 2);
+    close(master);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(slave);
+  return pid;
 }
 
 // Types `line` at the pseudo-terminal `master` (a command that ends the session, e.g.
