@@ -159,7 +159,7 @@ TEST(Observability, InjectedXidMarksGpuUnhealthyUntilResume) {
 
   // The operator's check done: resume returns the GPU, and the waiting job takes it.
   auto resumed = Cohort(c, {"resume", "n1"});
-  EXPECT_TRUE(resumed.status.Success()) << resumed.output;
+  EXPECT_TRUE(resumed.status.Success()) << resumed.output << resumed.errors;
   EXPECT_EQ(c.Node("n1")["unhealthy_gpus"], 0);
   json placed = c.WaitForState(id2, "RUNNING");
   EXPECT_EQ(JobGpu(placed), bad);
