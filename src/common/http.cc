@@ -1,5 +1,6 @@
 #include "common/http.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <charconv>
@@ -61,11 +62,43 @@ Result<UrlParts> ParseHttpUrl(std::string_view url) {
   return p;
 }
 
+namespace {
+
+// The connection a client keeps, for a look before it is reused.
+struct KeptConnection {
+  virtual ~KeptConnection() = default;
+  virtual int fd() const = 0;  // -1 when none is open
+};
+
+// httplib's clients, plain and TLS, showing their kept connection.
+template <typename Base>
+class KeptClient final : public Base, public KeptConnection {
+ public:
+  using Base::Base;
+  int fd() const override { return this->socket_.is_open() ? static_cast<int>(this->socket_.sock) : -1; }
+};
+
+// Whether the server closed `client`'s idle kept connection. An idle HTTP/1.1 connection
+// has nothing to read unless the server closed it (a TLS close_notify, a FIN, a reset).
+// httplib's own check before reuse peeks for data, takes a close_notify alert for a live
+// connection, and sends the request into the closed one: "the connection broke while
+// sending the request" (a wake-up the head lost, whenever an agent had closed first).
+bool ServerClosed(const httplib::ClientImpl& client) {
+  const auto* kept = dynamic_cast<const KeptConnection*>(&client);
+  if (kept == nullptr || kept->fd() < 0) return false;
+  pollfd p{kept->fd(), POLLIN | POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0;
+}
+
+}  // namespace
+
 // Connections a call left open, for the next call. One is reused only while it has been
 // idle less than kReuseIdle, well under the idle timeout of our servers (HttpServer and
 // httplib's: 5 s), so a request is not sent on a connection the server is closing;
 // httplib also checks that the socket is still open before reusing it (a restarted
-// server's old connection is replaced, not failed).
+// server's old connection is replaced, not failed). A client idle longer is closed and
+// reconnects, but is kept: under TLS it holds its context (OpenSSL 3 takes ~0.5 ms of CPU
+// to make one, bench_head_scale's head made one for most wake-ups of an agent).
 struct HttpClient::Pool {
   // Below the idle timeout of Cohort's servers (75 s, HttpServerOptions), so a reused
   // connection is never one the server is closing at that moment (one it closed earlier
@@ -83,14 +116,17 @@ struct HttpClient::Pool {
   std::vector<Idle> idle;  // guarded by mu; newest last
 
   std::unique_ptr<httplib::ClientImpl> Take() {
-    std::lock_guard lock(mu);
-    const auto now = SteadyClock::now();
-    while (!idle.empty()) {
-      Idle i = std::move(idle.back());
+    Idle i;
+    {
+      std::lock_guard lock(mu);
+      if (idle.empty()) return nullptr;
+      i = std::move(idle.back());
       idle.pop_back();
-      if (now - i.since < kReuseIdle) return std::move(i.client);
     }
-    return nullptr;
+    if (SteadyClock::now() - i.since >= kReuseIdle || ServerClosed(*i.client)) {
+      i.client->stop();  // the next request reconnects
+    }
+    return std::move(i.client);
   }
   void Give(std::unique_ptr<httplib::ClientImpl> c) {
     std::lock_guard lock(mu);
@@ -125,13 +161,13 @@ void HttpClient::set_tls(const tls::ClientOptions& options) {
 
 Result<std::unique_ptr<httplib::ClientImpl>> NewHttplibClient(const std::string& host, int port, bool https,
                                                               const tls::ClientOptions* trust) {
-  if (!https) return std::make_unique<httplib::ClientImpl>(host, port);
+  if (!https) return std::make_unique<KeptClient<httplib::ClientImpl>>(host, port);
   // OpenSSL writes with write(2), not send(MSG_NOSIGNAL) as httplib does over plain TCP: a
   // server that closed (a head killed or restarting, a 413 that stopped reading) would end
   // a process that runs no server of its own (the CLI, a task's progress reporter) by
   // SIGPIPE instead of failing the request.
   IgnoreSigpipeIfDefault();
-  auto cli = std::make_unique<httplib::SSLClient>(host, port);
+  auto cli = std::make_unique<KeptClient<httplib::SSLClient>>(host, port);
   if (trust) {
     cli->enable_server_certificate_verification(false);
     COHORT_TRY_VOID(tls::ConfigureClientContext(cli->ssl_context(), *trust, host));

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <map>
 
 #include "common/log.h"
 
@@ -392,9 +393,53 @@ Result<std::optional<ClientOptions>> ClientOptionsFromEnv() {
   return std::optional<ClientOptions>();
 }
 
+namespace {
+
+// The trust stores of the authorities clients were configured with, parsed once each:
+// OpenSSL 3's PEM decoder costs ~1 ms a certificate, and the head makes a client context
+// for every agent it calls (a store is shared by reference; verification only reads it).
+// A process trusts one or two authorities; the cache forgets them all past a few dozen.
+Result<X509_STORE*> SharedStoreOf(const std::string& ca_pem) {
+  static Mutex mu;
+  static std::map<std::string, X509_STORE*>* stores = new std::map<std::string, X509_STORE*>();  // never freed
+  MutexLock lock(mu);
+  if (auto it = stores->find(ca_pem); it != stores->end()) return it->second;
+  auto store = COHORT_TRY(StoreOf(ca_pem));
+  if (stores->size() >= 32) {
+    for (auto& [pem, s] : *stores) X509_STORE_free(s);  // contexts keep their own references
+    stores->clear();
+  }
+  return stores->emplace(ca_pem, store.release()).first->second;
+}
+
+// The identity slot a client context presents from (SSL_CTX ex-data, freed with the context).
+void FreeSlotRef(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<std::shared_ptr<IdentitySlot>*>(ptr);
+}
+int SlotIndex() {
+  static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, &FreeSlotRef);
+  return index;
+}
+// At each handshake the server asks for a certificate: the slot's identity now, so a
+// client that reconnects after a renewal presents the new certificate. OpenSSL takes the
+// two references it is handed.
+int PresentIdentity(SSL* ssl, X509** cert, EVP_PKEY** key) {
+  auto* slot = static_cast<std::shared_ptr<IdentitySlot>*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), SlotIndex()));
+  if (slot == nullptr || !*slot) return 0;
+  std::shared_ptr<const Identity> id = (*slot)->Get();
+  if (!id) return 0;
+  X509_up_ref(id->cert());
+  EVP_PKEY_up_ref(id->key());
+  *cert = id->cert();
+  *key = id->key();
+  return 1;
+}
+
+}  // namespace
+
 Result<void> ConfigureClientContext(SSL_CTX* ctx, const ClientOptions& options, const std::string& host) {
-  auto store = COHORT_TRY(StoreOf(options.ca_pem));
-  SSL_CTX_set_cert_store(ctx, store.release());  // the context owns it now
+  X509_STORE* store = COHORT_TRY(SharedStoreOf(options.ca_pem));
+  SSL_CTX_set1_cert_store(ctx, store);  // the context takes a reference
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
@@ -403,11 +448,13 @@ Result<void> ConfigureClientContext(SSL_CTX* ctx, const ClientOptions& options, 
                                    : X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size());
   if (ok != 1) return SslError(ErrorCode::kInvalidArgument, fmt::format("host '{}'", host));
   if (options.identity) {
-    if (auto id = options.identity->Get()) {
-      if (SSL_CTX_use_certificate(ctx, id->cert()) != 1 || SSL_CTX_use_PrivateKey(ctx, id->key()) != 1) {
-        return SslError(ErrorCode::kInternal, "client certificate");
-      }
+    delete static_cast<std::shared_ptr<IdentitySlot>*>(SSL_CTX_get_ex_data(ctx, SlotIndex()));
+    auto* ref = new std::shared_ptr<IdentitySlot>(options.identity);
+    if (SSL_CTX_set_ex_data(ctx, SlotIndex(), ref) != 1) {
+      delete ref;
+      return SslError(ErrorCode::kInternal, "client certificate");
     }
+    SSL_CTX_set_client_cert_cb(ctx, &PresentIdentity);
   }
   return {};
 }
@@ -452,7 +499,8 @@ Result<std::shared_ptr<ServerContext>> ServerContext::Create(const std::string& 
 ServerContext::~ServerContext() { SSL_CTX_free(ctx_); }
 
 int ServerContext::CertCallback(SSL* ssl, void* arg) {
-  auto id = static_cast<ServerContext*>(arg)->identity_.Get();
+  const auto* self = static_cast<ServerContext*>(arg);
+  auto id = self->choose_ ? self->choose_(ssl) : self->identity_.Get();
   if (!id) return 0;  // no certificate yet: the handshake fails
   return SSL_use_certificate(ssl, id->cert()) == 1 && SSL_use_PrivateKey(ssl, id->key()) == 1 ? 1 : 0;
 }

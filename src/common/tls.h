@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -129,7 +130,9 @@ Result<std::string> ReadCaFile(const std::string& path);
 
 // Prepares `ctx` (a client's, before its first connection) to trust only `options.ca_pem`,
 // to check that the server's certificate names `host` (a DNS name or an IP address), and
-// to present `options.identity`'s certificate if any is set now.
+// to present `options.identity`'s certificate: the one it holds at each handshake, so a
+// context kept for reconnections presents a renewed certificate on its next connection.
+// The parsed trust store is shared between the contexts that trust the same authority.
 Result<void> ConfigureClientContext(SSL_CTX* ctx, const ClientOptions& options, const std::string& host);
 
 // A server's TLS: its identity (none yet: handshakes fail until one is set), and the
@@ -141,6 +144,12 @@ class ServerContext {
   ~ServerContext();
   void SetIdentity(std::shared_ptr<const Identity> id) { identity_.Set(std::move(id)); }
   std::shared_ptr<const Identity> identity() const { return identity_.Get(); }
+  // A server reached at several addresses that is a different party at each (a test or
+  // benchmark standing in for many nodes on one socket) picks the certificate of each
+  // handshake from its SSL (e.g. the local address of SSL_get_fd); null from the chooser
+  // fails the handshake. Set before serving; replaces SetIdentity's certificate.
+  using IdentityChooser = std::function<std::shared_ptr<const Identity>(SSL* ssl)>;
+  void SetIdentityChooser(IdentityChooser choose) { choose_ = std::move(choose); }
   // A server-side SSL for the accepted socket `fd` (non-blocking); nullptr on failure.
   SSL* NewConnection(int fd) const;
 
@@ -149,6 +158,7 @@ class ServerContext {
   static int CertCallback(SSL* ssl, void* arg);
   SSL_CTX* ctx_ = nullptr;
   IdentitySlot identity_;
+  IdentityChooser choose_;
 };
 
 // The common name of the verified certificate the peer of `ssl` presented; nullopt when

@@ -22,6 +22,7 @@
 #include "common/http.h"
 #include "common/http_server.h"
 #include "common/tls_buffers.h"
+#include "tls_test_util.h"
 
 // As cohort's main does: every test here runs its TLS over the record-buffer pool.
 COHORT_TLS_RECORD_BUFFER_POOL_AT_START();
@@ -29,35 +30,10 @@ COHORT_TLS_RECORD_BUFFER_POOL_AT_START();
 namespace cohort::tls {
 namespace {
 
-
-constexpr int64_t kDay = 24LL * 3600 * 1000;
-
-Authority MakeCa(const std::string& name = "test-ca") {
-  auto ca = NewAuthority(name, 30 * kDay, NowUnixMs());
-  EXPECT_TRUE(ca.has_value()) << (ca ? "" : ca.error().message);
-  return ca.value_or(Authority{});
-}
-
-struct Leaf {
-  std::string cert_pem;
-  std::string key_pem;
-  std::shared_ptr<const Identity> identity() const { return Identity::Parse(cert_pem, key_pem).value(); }
-};
-
-Leaf MakeLeaf(const Authority& ca, const std::string& name, std::vector<std::string> ips = {"127.0.0.1"},
-              std::vector<std::string> dns = {}, int64_t lifetime = kDay) {
-  Leaf l;
-  l.key_pem = NewPrivateKeyPem().value();
-  LeafProfile p;
-  p.common_name = name;
-  p.ip_addresses = std::move(ips);
-  p.dns_names = std::move(dns);
-  p.lifetime_ms = lifetime;
-  auto cert = IssueForKey(ca, l.key_pem, p, NowUnixMs());
-  EXPECT_TRUE(cert.has_value()) << (cert ? "" : cert.error().message);
-  l.cert_pem = cert.value_or("");
-  return l;
-}
+using test_certs::kDay;
+using test_certs::Leaf;
+using test_certs::MakeCa;
+using test_certs::MakeLeaf;
 
 TEST(Tls, AuthorityIssuesCertificatesThatSayWhatWasAsked) {
   Authority ca = MakeCa();
