@@ -1,5 +1,7 @@
 #include "head/agent_waker.h"
 
+#include <algorithm>
+#include <functional>
 #include <map>
 
 #include "api/routes.h"
@@ -9,7 +11,12 @@
 namespace cohort::head {
 
 AgentWaker::AgentWaker(int threads, std::optional<tls::ClientOptions> tls) : tls_(std::move(tls)) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  const size_t senders = static_cast<size_t>(std::max(1, threads));
+  {
+    MutexLock lock(mu_);
+    queues_.resize(senders);
+  }
+  for (size_t i = 0; i < senders; ++i) threads_.emplace_back([this, i] { Run(i); });
 }
 
 AgentWaker::~AgentWaker() {
@@ -25,22 +32,24 @@ void AgentWaker::Wake(std::vector<std::string> agent_urls) {
   {
     MutexLock lock(mu_);
     for (auto& url : agent_urls) {
-      if (queued_.insert(url).second) queue_.push_back(std::move(url));
+      if (!queued_.insert(url).second) continue;
+      queues_[std::hash<std::string>{}(url) % queues_.size()].push_back(std::move(url));
     }
   }
   cv_.NotifyAll();
 }
 
-void AgentWaker::Run() {
-  std::map<std::string, HttpClient> clients;  // by agent URL
+void AgentWaker::Run(size_t sender) {
+  std::map<std::string, HttpClient> clients;  // by agent URL: this sender's agents
   while (true) {
     std::string url;
     {
       MutexLock lock(mu_);
-      while (!stopping_ && queue_.empty()) cv_.Wait(mu_);
+      std::deque<std::string>& queue = queues_[sender];
+      while (!stopping_ && queue.empty()) cv_.Wait(mu_);
       if (stopping_) return;
-      url = std::move(queue_.front());
-      queue_.pop_front();
+      url = std::move(queue.front());
+      queue.pop_front();
       queued_.erase(url);
     }
     if (clients.size() > 4096) clients.clear();  // agents come and go: forget them now and then

@@ -2,9 +2,10 @@
 // assignment or a kill reaches them in milliseconds rather than at the next heartbeat.
 // Best effort: a lost wake-up only delays the change until the next regular heartbeat.
 // Wake may be called from any thread; requests are deduplicated and sent by a small
-// pool of sender threads so a slow agent does not hold up the others. Each sender keeps
-// its connections to the agents it woke (a TLS handshake per wake-up would cost more than
-// the wake-up).
+// pool of sender threads so a slow agent does not hold up the others. An agent's
+// wake-ups always go through the same sender (by its URL's hash), which keeps its client
+// for that agent: one connection per agent, and under TLS one client context, made once
+// (a TLS handshake and a context per wake-up would cost more than the wake-up).
 #pragma once
 
 #include <deque>
@@ -28,11 +29,11 @@ class AgentWaker {
   void Wake(std::vector<std::string> agent_urls) EXCLUDES(mu_);
 
  private:
-  void Run() EXCLUDES(mu_);  // each sender thread
+  void Run(size_t sender) EXCLUDES(mu_);  // each sender thread
 
   Mutex mu_;
-  CondVar cv_;  // signalled when the queue grows and when stopping
-  std::deque<std::string> queue_ GUARDED_BY(mu_);
+  CondVar cv_;  // signalled when a queue grows and when stopping
+  std::vector<std::deque<std::string>> queues_ GUARDED_BY(mu_);  // one per sender
   std::set<std::string> queued_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   const std::optional<tls::ClientOptions> tls_;
