@@ -159,8 +159,9 @@ int main(int argc, char** argv) {
   std::printf("  head CPU in the window: %.0f%% of a core (%.0f us per heartbeat handled, everything included: "
               "queue requests, liveness, passes)\n",
               100 * head_cpu_s / window_s, handled_rate > 0 ? 1e6 * head_cpu_s / (handled_rate * window_s) : 0.0);
-  std::printf("  connections in the window: %.0f accepted, %.0f TLS handshakes\n",
-              connections_after.first - connections_before.first, connections_after.second - connections_before.second);
+  std::printf("  connections in the window: %.0f accepted, %.0f TLS handshakes; the head woke nodes %lld times\n",
+              connections_after.first - connections_before.first, connections_after.second - connections_before.second,
+              static_cast<long long>(after.wakes - before.wakes));
   std::printf("  nodes UP at the end: %d/%d   target: all   %s; jobs running at the end: %d, pending %d\n", up, nodes,
               Verdict(up == nodes), running_end, pending_end);
   std::printf("  queue request (%zu samples, %zu jobs, %.0f KB): p50 %.2f ms, p99 %.2f ms   target p99 < %.0f ms   %s\n",

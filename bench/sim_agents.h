@@ -8,8 +8,9 @@
 // heartbeats at once when the head wakes it (POST /v1/wake) after its assignments changed.
 //
 // Wakes: every node advertises its own agent URL, http://127.A.B.C:PORT, one loopback
-// address per node and one port for all (Linux routes all of 127/8 to lo); a small HTTP
-// server on that port tells the nodes apart by the address the wake was sent to.
+// address per node and one port for all (Linux routes all of 127/8 to lo); one HttpServer
+// (the product's, as a real agent serves) on that port tells the nodes apart by the
+// address the wake was sent to.
 //
 // With an https head (the benchmarks' default, COHORT_BENCH_SECURITY=tls) each node is
 // what a real agent is under mutual TLS: it makes a key and a certificate request when it
@@ -48,6 +49,7 @@
 #include "bench_cluster.h"
 #include "common/clock.h"
 #include "common/http.h"
+#include "common/http_server.h"
 #include "common/tls.h"
 
 namespace cohort::bench {
@@ -207,14 +209,20 @@ class SimAgents {
   // Starts the wake server and the threads; registration begins now.
   void Start() {
     start_ = SteadyClock::now();
+    // The product's HTTP front end, as a real agent serves (agent_http.cc): an idle kept
+    // connection holds no thread, and stays open 75 s (httplib's own server holds a
+    // thread per connection and closes it after 5 s: the head's wake-ups then queued
+    // behind idle connections, timed out and reconnected).
+    HttpServerOptions o;
+    o.host = "0.0.0.0";
+    o.max_connections_per_client = o.max_connections;  // the head keeps one to each node
     if (https_) {
-      wake_server_ = std::make_unique<httplib::SSLServer>([this](SSL_CTX& ctx) {
-        SSL_CTX_set_cert_cb(&ctx, &SimAgents::PickCertificate, this);
-        return true;
-      });
-    } else {
-      wake_server_ = std::make_unique<httplib::Server>();
+      auto ctx = tls::ServerContext::Create(ca_pem_);
+      if (!ctx) BenchCluster::Die("wake server TLS: " + ctx.error().message);
+      (*ctx)->SetIdentityChooser([this](SSL* ssl) { return IdentityOfAddress(ssl); });
+      o.tls = std::move(*ctx);
     }
+    wake_server_ = std::make_unique<HttpServer>(o);
     wake_server_->Post("/v1/wake", [this](const httplib::Request& req, httplib::Response& res) {
       int i = SimNodeIndex(req.local_addr);
       if (i >= 0 && i < static_cast<int>(sims_.size())) {
@@ -228,9 +236,10 @@ class SimAgents {
       }
       res.set_content("{}", "application/json");
     });
-    wake_port_ = wake_server_->bind_to_any_port("0.0.0.0");
-    if (wake_port_ <= 0) BenchCluster::Die("cannot bind the simulated agents' wake server");
-    wake_thread_ = std::thread([this] { wake_server_->listen_after_bind(); });
+    auto port = wake_server_->Bind();
+    if (!port) BenchCluster::Die("cannot bind the simulated agents' wake server: " + port.error().message);
+    wake_port_ = *port;
+    wake_thread_ = std::thread([this] { wake_server_->Serve(); });
     for (int t = 0; t < kThreads; ++t) workers_.emplace_back([this, t] { Run(t); });
   }
 
@@ -247,7 +256,7 @@ class SimAgents {
     for (auto& lane : lanes_) lane.cv.notify_all();
     for (auto& w : workers_) w.join();
     workers_.clear();
-    if (wake_server_) wake_server_->stop();
+    if (wake_server_) wake_server_->Stop();
     if (wake_thread_.joinable()) wake_thread_.join();
   }
 
@@ -308,21 +317,18 @@ class SimAgents {
   using Due = std::pair<SteadyClock::time_point, int>;  // (when, node)
 
   // The wake server's certificate for a handshake: that of the node whose address the head
-  // connected to (OpenSSL's certificate callback: 1 to go on, 0 to fail the handshake).
-  static int PickCertificate(SSL* ssl, void* arg) {
-    auto* self = static_cast<SimAgents*>(arg);
+  // connected to (null fails the handshake).
+  std::shared_ptr<const tls::Identity> IdentityOfAddress(SSL* ssl) const {
     sockaddr_in local{};
     socklen_t len = sizeof local;
     char text[INET_ADDRSTRLEN] = {};
     if (getsockname(SSL_get_fd(ssl), reinterpret_cast<sockaddr*>(&local), &len) != 0 ||
         inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) == nullptr) {
-      return 0;
+      return nullptr;
     }
     const int i = SimNodeIndex(text);
-    if (i < 0 || i >= static_cast<int>(self->identities_.size())) return 0;
-    auto id = self->identities_[i]->Get();
-    if (!id) return 0;
-    return SSL_use_certificate(ssl, id->cert()) == 1 && SSL_use_PrivateKey(ssl, id->key()) == 1 ? 1 : 0;
+    if (i < 0 || i >= static_cast<int>(identities_.size())) return nullptr;
+    return identities_[i]->Get();
   }
 
   // Registers node i as a real agent does (with TLS: a key, a certificate request, and the
@@ -451,7 +457,7 @@ class SimAgents {
   std::string ca_pem_;  // the head's authority, with https
   // Node i's certificate and key (with https), set by its registration.
   std::vector<std::shared_ptr<tls::IdentitySlot>> identities_;
-  std::unique_ptr<httplib::Server> wake_server_;
+  std::unique_ptr<HttpServer> wake_server_;
   int wake_port_ = 0;
   std::thread wake_thread_;
   SteadyClock::time_point start_;
