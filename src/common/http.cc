@@ -186,16 +186,17 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
   std::unique_ptr<httplib::ClientImpl> cli = pool_->Take();
   if (!cli) {
     cli = COHORT_TRY(Connect());
-    auto secs = timeout_.count() / 1000;
-    auto usecs = (timeout_.count() % 1000) * 1000;
-    cli->set_connection_timeout(secs, usecs);
-    cli->set_read_timeout(secs, usecs);
-    cli->set_write_timeout(secs, usecs);
     cli->set_keep_alive(true);
     // httplib sends a request's headers and body in separate writes: with Nagle's algorithm a
     // reused connection holds the body until the server's delayed ACK (40 ms a request).
     cli->set_tcp_nodelay(true);
   }
+  // This copy's timeout: copies share their connections (the pool), not their timeouts.
+  const auto secs = timeout_.count() / 1000;
+  const auto usecs = (timeout_.count() % 1000) * 1000;
+  cli->set_connection_timeout(secs, usecs);
+  cli->set_read_timeout(secs, usecs);
+  cli->set_write_timeout(secs, usecs);
   httplib::Headers headers;
   if (!bearer_.empty()) headers.emplace("Authorization", "Bearer " + bearer_);
   // A capped GET reads its body through a receiver that stops at the cap.

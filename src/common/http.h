@@ -53,6 +53,8 @@ class HttpClient {
   explicit HttpClient(std::string base_url, Millis timeout = Millis(10'000));
 
   const std::string& base_url() const { return base_url_; }
+  // The connect, read and write timeout of each later request (copies keep their own).
+  void set_timeout(Millis timeout) { timeout_ = timeout; }
   // Sends "Authorization: Bearer <token>" with every request (empty: none).
   void set_bearer_token(std::string token) { bearer_ = std::move(token); }
   // For an https URL: the authority to trust (only it) and the certificate to present.

@@ -30,10 +30,7 @@ Result<AgentCall> AgentOfTask(const Router& router, Cluster& cluster, api::JobId
   if (loc.node_down) {
     return Errorf(ErrorCode::kUnavailable, "rank {} of job {} runs on node {}, which is down", rank, id, loc.node);
   }
-  AgentCall call{loc.node, std::make_unique<HttpClient>(loc.agent_url, timeout)};
-  if (!router.insecure() && router.tokens()) call.client->set_bearer_token(router.tokens()->NodeCredential(loc.node));
-  if (router.tls()) call.client->set_tls(router.tls()->client());
-  return call;
+  return AgentCall{loc.node, std::make_unique<HttpClient>(router.AgentClient(loc.node, loc.agent_url, timeout))};
 }
 
 // The job `req`'s path names, after checking that `caller` may exec into it.

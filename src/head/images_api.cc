@@ -16,10 +16,7 @@ void ToAgent(Router& router, Cluster& cluster, const std::string& name, const st
                                                                      api::NodeStateName(node->node.state))});
   }
   // Listing runs the runtime on the node (`podman images`), which may take a while.
-  HttpClient agent(node->node.agent_url, Millis(90'000));
-  // The agent answers only the head: its node credential proves it (auth.h).
-  if (!router.insecure() && router.tokens()) agent.set_bearer_token(router.tokens()->NodeCredential(name));
-  if (router.tls()) agent.set_tls(router.tls()->client());
+  HttpClient agent = router.AgentClient(name, node->node.agent_url, Millis(90'000));
   auto r = body ? agent.Post(path, *body) : agent.Get(path);
   if (!r) {
     Error e = r.error();

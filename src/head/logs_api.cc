@@ -31,12 +31,9 @@ void RegisterLogRoutes(Router& router, Cluster& cluster) {
       return SendError(res, Error{ErrorCode::kUnavailable,
                                   fmt::format("the log of rank {} is on node {}, which is down", *rank, loc->node)});
     }
-    HttpClient agent(loc->agent_url, Millis(5000));
+    HttpClient agent = router.AgentClient(loc->node, loc->agent_url, Millis(5000));
     // What was asked for and a little more: a node that answers with more is not read.
     agent.set_max_response_bytes(static_cast<size_t>(*limit) + (64 << 10));
-    // The agent serves logs only to the head: its node credential proves it (auth.h).
-    if (!router.insecure() && router.tokens()) agent.set_bearer_token(router.tokens()->NodeCredential(loc->node));
-    if (router.tls()) agent.set_tls(router.tls()->client());
     auto r = agent.GetRaw(api::routes::WithQuery(api::routes::kAgentLogs, {{"job", std::to_string(*id)},
                                                                        {"attempt", std::to_string(*attempt)},
                                                                        {"rank", std::to_string(*rank)},

@@ -22,12 +22,14 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "common/http.h"
+#include "common/mutex.h"
 #include "head/auth.h"
 #include "head/head_tls.h"
 #include "head/rate_limit.h"
@@ -74,6 +76,14 @@ class Router {
   const TokenBook* tokens() const { return tokens_; }
   bool insecure() const { return insecure_; }
   const HeadTls* tls() const { return tls_; }
+
+  // A client for node `node`'s agent at `agent_url`, as the head calls an agent: with the
+  // node's credential (unless insecure), the head's TLS identity, and `timeout`. The
+  // clients of one agent share their kept connections: `cohort logs -f` asks 4 times a
+  // second, and each new client cost the head a TLS handshake and a client context. Any
+  // thread.
+  HttpClient AgentClient(const std::string& node, const std::string& agent_url, Millis timeout) const
+      EXCLUDES(agents_mu_);
 
   // The caller `req` names: kInsecure with --insecure; kAnonymous without an
   // Authorization header; kUnauthenticated for credentials the head does not accept.
@@ -132,6 +142,8 @@ class Router {
   Observer observer_;
   JobTokens job_tokens_;
   RateLimiter* limiter_ = nullptr;
+  mutable Mutex agents_mu_;
+  mutable std::map<std::string, HttpClient> agents_ GUARDED_BY(agents_mu_);  // by agent URL
 };
 
 // True if the request's Origin header (when present) names the host it was sent to.

@@ -1,9 +1,11 @@
-// AgentWaker (head/agent_waker.h) against agents' HTTPS servers on loopback: an agent's
-// wake-ups go over one connection and one TLS handshake, however many senders the waker
-// has; after the agent closed an idle connection, the waker reconnects presenting the
-// head's certificate as it is then (a renewal in between), not the one of its first
-// connection.
+// The head's calls to agents against agents' servers on loopback. AgentWaker
+// (head/agent_waker.h): an agent's wake-ups go over one connection and one TLS handshake,
+// however many senders the waker has; after the agent closed an idle connection, the
+// waker reconnects presenting the head's certificate as it is then (a renewal in between),
+// not the one of its first connection. Router::AgentClient (logs, exec, images): one
+// agent's clients share a kept connection, each with its own timeout.
 #include "head/agent_waker.h"
+#include "head/router.h"
 
 #include <atomic>
 #include <functional>
@@ -124,6 +126,27 @@ TEST(AgentWaker, AReconnectionPresentsTheHeadsRenewedCertificate) {
   WakeAndWait(waker, agent, 2);
   EXPECT_EQ(agent.last_peer(), "cohort-head-renewed");
   EXPECT_EQ(agent.stats().tls_handshakes, 2);
+}
+
+TEST(AgentClient, OneAgentsClientsShareAKeptConnection) {
+  HttpServerOptions o;
+  HttpServer agent(o);
+  agent.Get("/v1/logs", [](const httplib::Request&, httplib::Response& res) { res.set_content("line\n", "text/plain"); });
+  const int port = agent.Bind().value();
+  std::thread serve([&] { agent.Serve(); });
+  httplib::Server unused;
+  Router router(unused, nullptr, /*insecure=*/true);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  for (int i = 0; i < 6; ++i) {
+    // As `cohort logs -f` polls through the head: a new client for every request.
+    HttpClient c = router.AgentClient("n1", url, Millis(1000 + i));
+    auto r = c.GetRaw("/v1/logs");
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_EQ(r->body, "line\n");
+  }
+  EXPECT_EQ(agent.Stats().accepted_connections, 1);
+  agent.Stop();
+  serve.join();
 }
 
 }  // namespace
