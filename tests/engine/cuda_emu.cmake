@@ -78,6 +78,7 @@ if(TARGET cohort_engine_kernels_cuda)
     ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/emu.cc ${_emu_dir}/fiber.cc
     ${_emu_dir}/cublaslt_emu.cc ${_emu_dir}/stub_cudart.cc
     ${PROJECT_SOURCE_DIR}/src/common/cuda_status.cc ${_cuda_src}/matmul.cc ${PROJECT_SOURCE_DIR}/src/engine/model/cuda_arena.cc
+    ${PROJECT_SOURCE_DIR}/src/engine/model/cuda_adamw.cc
     ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc
     ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_shard_cuda.cc)
   target_include_directories(cohort_cuda_emu PUBLIC ${_emu_dir})
