@@ -3,8 +3,10 @@
 // file:// rendezvous store, the CUDA layout's model (parallel_train_model.cc over the CUDA
 // ShardEngine) under the real training loop with validation, sampling through the stages,
 // checkpoints and the loss record.
-//   - tensor 2, pipeline 2 (GPipe and 1F1B) and tensor 2 x pipeline 2 on CUDA track the CPU
-//     run of the same layout;
+//   - tensor 2, pipeline 2 (GPipe, 1F1B and interleaved) and tensor 2 x pipeline 2 on CUDA
+//     track the CPU run of the same layout;
+//   - a GPT-2 safetensors file initialises a CUDA layout (each rank cuts its shard), which
+//     exports the trained model;
 //   - checkpoints move between devices and layouts, one step per run: CPU one rank -> CUDA
 //     tensor 2 -> CPU pipeline 2, and CUDA pipeline 2 -> CUDA one rank -> CPU tensor 2; the
 //     losses continue the CPU run's curve and each CUDA run's checkpoint holds the CPU run's
@@ -97,13 +99,16 @@ class CudaParallelTrainerTest : public ::testing::Test {
     const int ranks = tensor * pipeline;
     const int id = runs_++;
     const fs::path cfg = dir_ / ("train-" + std::to_string(id) + ".yaml");
-    std::ofstream(cfg) << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
+    std::ofstream(cfg) << "model: {n_layer: " << layers_ << ", n_head: 4, n_embd: 64, seq_len: 16"
+                       << (init_from_.empty() ? "" : ", init_from: " + init_from_.string())
+                       << "}\n"
                           "data: {text: corpus.txt, val_fraction: 0.1}\n"
                           "train: {steps: " << kSteps << ", micro_batch: 2, "
                           "global_batch_tokens: 64, lr: 3e-3, min_lr: 3e-4, warmup_steps: 2, "
                           "seed: 7, threads: 1, device: " << device << "}\n"
                           "parallel: {tensor: " << tensor << ", pipeline: " << pipeline
-                       << ", schedule: " << schedule << "}\n"
+                       << ", schedule: " << schedule << ", virtual_stages: " << virtual_stages_
+                       << "}\n"
                           "comm: {backend: " << (device == "cuda" ? kCudaBackend : "gloo")
                        << ", timeout_s: " << kTimeoutS << "}\n"
                           "eval: {every: " << kSteps << ", batches: 1}\n"
@@ -132,6 +137,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
         if (ranks > 1) ctx.env.store_url = "file://" + store.string();
         ctx.job_id = "local";
         ctx.stop_at_step = stop_at;
+        if (!export_path_.empty()) ctx.export_path = export_path_.string();
         const fs::path out_path =
             dir_ / ("out-" + std::to_string(id) + "-" + std::to_string(r) + ".txt");
         ctx.out = std::fopen(out_path.c_str(), "w");
@@ -241,6 +247,12 @@ class CudaParallelTrainerTest : public ::testing::Test {
     EXPECT_FALSE(gpu.result.sample.empty());
   }
 
+  // What the next Train calls use beside their arguments.
+  int layers_ = 2;
+  int virtual_stages_ = 1;
+  fs::path init_from_;    // model.init_from (empty: the seed)
+  fs::path export_path_;  // the trainer's export (empty: none)
+
   static constexpr int kSteps = 3;
   // Checkpoint state against the CPU's: the bound of the CUDA shard's gradients against the
   // CPU's (cuda_shard_test.cc kGradTol: bf16 activations against float32).
@@ -260,6 +272,42 @@ TEST_F(CudaParallelTrainerTest, Pipeline2TracksTheCpuLayoutUnderEachSchedule) {
   if (!HaveGpus(2)) GTEST_SKIP() << "pipeline 2 over nccl needs 2 GPUs";
   ExpectTracksTheCpu(1, 2, "1f1b");
   ExpectTracksTheCpu(1, 2, "gpipe");
+}
+
+TEST_F(CudaParallelTrainerTest, InterleavedPipeline2TracksTheCpuLayout) {
+  COHORT_SKIP_WITHOUT_GPU();
+  if (!HaveGpus(2)) GTEST_SKIP() << "pipeline 2 over nccl needs 2 GPUs";
+  layers_ = 4;  // 2 stages x 2 chunks of one layer
+  virtual_stages_ = 2;
+  ExpectTracksTheCpu(1, 2, "interleaved");
+}
+
+// A GPT-2 safetensors file (exported by a CPU run) initialises a CUDA layout: each rank cuts
+// its shard from the file; the run tracks the CPU layout started from the same file, and its
+// own export holds the trained model.
+TEST_F(CudaParallelTrainerTest, InitFromSafetensorsOnACudaLayout) {
+  COHORT_SKIP_WITHOUT_GPU();
+  if (!HaveGpus(2)) GTEST_SKIP() << "tensor 2 over nccl needs 2 GPUs";
+  export_path_ = dir_ / "start.safetensors";
+  const Run start = Train("cpu", 1, 1, "1f1b", "ck-start", "start.jsonl");
+  ASSERT_FALSE(HasFailure()) << start.log;
+  ASSERT_TRUE(fs::exists(export_path_));
+  init_from_ = export_path_;
+  export_path_ = dir_ / "gpu.safetensors";
+  const Run gpu = Train("cuda", 2, 1, "1f1b", "ck-gpu", "gpu.jsonl");
+  export_path_.clear();
+  const Run cpu = Train("cpu", 2, 1, "1f1b", "ck-cpu", "cpu.jsonl");
+  ASSERT_FALSE(HasFailure()) << gpu.log << cpu.log;
+  EXPECT_THAT(gpu.log, HasSubstr("exported the model to"));
+  EXPECT_TRUE(fs::exists(dir_ / "gpu.safetensors"));
+  const auto begun = Losses("start.jsonl"), want = Losses("cpu.jsonl"), got = Losses("gpu.jsonl");
+  ASSERT_EQ(got.size(), size_t{kSteps});
+  ASSERT_EQ(want.size(), size_t{kSteps});
+  // Started from the trained file, not the seed: below the fresh run's first loss.
+  EXPECT_LT(want.at(1), begun.at(1));
+  for (int64_t s = 1; s <= kSteps; ++s) {
+    EXPECT_NEAR(got.at(s), want.at(s), 2e-2 * want.at(s)) << "step " << s;
+  }
 }
 
 TEST_F(CudaParallelTrainerTest, Tensor2Pipeline2TracksTheCpuLayout) {
