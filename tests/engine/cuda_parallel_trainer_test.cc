@@ -3,8 +3,8 @@
 // file:// rendezvous store, the CUDA layout's model (parallel_train_model.cc over the CUDA
 // ShardEngine) under the real training loop with validation, sampling through the stages,
 // checkpoints and the loss record.
-//   - tensor 2, pipeline 2 (GPipe, 1F1B and interleaved) and tensor 2 x pipeline 2 on CUDA
-//     track the CPU run of the same layout;
+//   - tensor 2, pipeline 2 (GPipe, 1F1B and interleaved), tensor 2 x pipeline 2 and tensor 2
+//     x data 2 on CUDA track the CPU run of the same layout;
 //   - a GPT-2 safetensors file initialises a CUDA layout (each rank cuts its shard), which
 //     exports the trained model;
 //   - checkpoints move between devices and layouts, one step per run: CPU one rank -> CUDA
@@ -96,7 +96,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
   // Failures are test failures.
   Run Train(const std::string& device, int tensor, int pipeline, const std::string& schedule,
             const std::string& ck, const std::string& record, int64_t stop_at = 0) {
-    const int ranks = tensor * pipeline;
+    const int ranks = tensor * pipeline * data_;
     const int id = runs_++;
     const fs::path cfg = dir_ / ("train-" + std::to_string(id) + ".yaml");
     std::ofstream(cfg) << "model: {n_layer: " << layers_ << ", n_head: 4, n_embd: 64, seq_len: 16"
@@ -221,7 +221,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
 
   // The CUDA run of a layout against the CPU run of the same layout.
   void ExpectTracksTheCpu(int tensor, int pipeline, const std::string& schedule) {
-    const std::string name = fmt::format("t{}-p{}-{}", tensor, pipeline, schedule);
+    const std::string name = fmt::format("t{}-p{}-d{}-{}", tensor, pipeline, data_, schedule);
     const Run cpu = Train("cpu", tensor, pipeline, schedule, "ck-cpu-" + name, "cpu-" + name);
     const Run gpu = Train("cuda", tensor, pipeline, schedule, "ck-gpu-" + name, "gpu-" + name);
     ASSERT_FALSE(HasFailure()) << cpu.log << gpu.log;
@@ -249,6 +249,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
 
   // What the next Train calls use beside their arguments.
   int layers_ = 2;
+  int data_ = 1;  // data-parallel replicas (the world is tensor x pipeline x data_)
   int virtual_stages_ = 1;
   fs::path init_from_;    // model.init_from (empty: the seed)
   fs::path export_path_;  // the trainer's export (empty: none)
@@ -308,6 +309,14 @@ TEST_F(CudaParallelTrainerTest, InitFromSafetensorsOnACudaLayout) {
   for (int64_t s = 1; s <= kSteps; ++s) {
     EXPECT_NEAR(got.at(s), want.at(s), 2e-2 * want.at(s)) << "step " << s;
   }
+}
+
+// Two replicas of tensor 2: the data group averages the device gradients.
+TEST_F(CudaParallelTrainerTest, Tensor2Data2TracksTheCpuLayout) {
+  COHORT_SKIP_WITHOUT_GPU();
+  if (!HaveGpus(4)) GTEST_SKIP() << "tensor 2 x data 2 over nccl needs 4 GPUs";
+  data_ = 2;
+  ExpectTracksTheCpu(2, 1, "1f1b");
 }
 
 TEST_F(CudaParallelTrainerTest, Tensor2Pipeline2TracksTheCpuLayout) {
