@@ -11,7 +11,8 @@
 //     tensor 2 -> CPU pipeline 2, and CUDA pipeline 2 -> CUDA one rank -> CPU tensor 2; the
 //     losses continue the CPU run's curve and each CUDA run's checkpoint holds the CPU run's
 //     parameters and AdamW moments (so the moments crossed both ways);
-//   - zero with a CUDA layout is refused, naming parallel.zero.
+//   - a shard shape the CUDA kernels refuse, and zero with a CUDA layout, are errors naming
+//     the field.
 // Tolerance: 2e-2 relative on every loss and gradient norm, the bound of the single-device
 // CUDA-vs-CPU trainer test (cuda_trainer_test.cc), and 5e-2 on the norm of each checkpointed
 // array, the bound of the CUDA shard's gradients (cuda_shard_test.cc kGradTol): the CUDA shard
@@ -99,7 +100,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
     const int ranks = tensor * pipeline * data_;
     const int id = runs_++;
     const fs::path cfg = dir_ / ("train-" + std::to_string(id) + ".yaml");
-    std::ofstream(cfg) << "model: {n_layer: " << layers_ << ", n_head: 4, n_embd: 64, seq_len: 16"
+    std::ofstream(cfg) << "model: {n_layer: " << layers_ << ", n_head: 4, n_embd: " << n_embd_ << ", seq_len: 16"
                        << (init_from_.empty() ? "" : ", init_from: " + init_from_.string())
                        << "}\n"
                           "data: {text: corpus.txt, val_fraction: 0.1}\n"
@@ -144,7 +145,10 @@ class CudaParallelTrainerTest : public ::testing::Test {
         TrainResult result;
         {
           auto trainer = Trainer::Create(*config, ctx);
-          if (!trainer) {
+          if (!trainer && expect_errors_) {
+            std::lock_guard lock(mu);
+            errors_.push_back(trainer.error().ToString());
+          } else if (!trainer) {
             ADD_FAILURE() << "rank " << r << ": " << trainer.error().ToString();
           } else if (auto res = (*trainer)->Run(); !res) {
             ADD_FAILURE() << "rank " << r << ": " << res.error().ToString();
@@ -250,6 +254,9 @@ class CudaParallelTrainerTest : public ::testing::Test {
   // What the next Train calls use beside their arguments.
   int layers_ = 2;
   int data_ = 1;  // data-parallel replicas (the world is tensor x pipeline x data_)
+  int n_embd_ = 64;
+  bool expect_errors_ = false;      // Trainer::Create's errors go to errors_, not failures
+  std::vector<std::string> errors_;  // one per rank that failed
   int virtual_stages_ = 1;
   fs::path init_from_;    // model.init_from (empty: the seed)
   fs::path export_path_;  // the trainer's export (empty: none)
@@ -377,6 +384,21 @@ TEST_F(CudaParallelTrainerTest, CudaLayoutCheckpointsResumeOnOneRankAndInACpuLay
   for (int64_t s = 1; s <= kSteps; ++s) {
     EXPECT_NEAR(mixed.at(s), want.at(s), 2e-2 * want.at(s)) << "step " << s;
   }
+}
+
+// A shard the CUDA kernels cannot run (each rank's n_embd / tensor must be a multiple of 8)
+// fails on every rank at start, naming the field and the numbers, before any checkpoint.
+TEST_F(CudaParallelTrainerTest, ShardShapesTheKernelsRefuseAreErrorsNamingTheField) {
+  COHORT_SKIP_WITHOUT_GPU();
+  if (!HaveGpus(2)) GTEST_SKIP() << "tensor 2 over nccl needs 2 GPUs";
+  n_embd_ = 72;  // 36 channels per tensor rank
+  expect_errors_ = true;
+  Train("cuda", 2, 1, "1f1b", "ck", "record.jsonl");
+  ASSERT_EQ(errors_.size(), 2u);
+  for (const std::string& e : errors_) {
+    EXPECT_THAT(e, HasSubstr("model.n_embd: n_embd / parallel.tensor = 36 must be a multiple of 8"));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "ck") && !fs::is_empty(dir_ / "ck"));
 }
 
 TEST_F(CudaParallelTrainerTest, ZeroWithACudaLayoutIsRefusedNamingTheField) {
