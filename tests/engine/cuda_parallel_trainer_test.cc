@@ -92,15 +92,17 @@ class CudaParallelTrainerTest : public ::testing::Test {
     std::string log;     // rank 0's
   };
 
-  // Trains `steps` steps with `device` on tensor x pipeline ranks (`schedule`), on checkpoint
-  // folder `ck`, appending to the loss record `record`; stops after `stop_at` steps when > 0.
-  // Failures are test failures.
+  // Trains kSteps steps with `device` on tensor x pipeline x data_ ranks (`schedule`; the
+  // members below set the rest), on checkpoint folder `ck`, appending to the loss record
+  // `record`; stops after `stop_at` steps when > 0. Failures are test failures (Create's go
+  // to errors_ with expect_errors_).
   Run Train(const std::string& device, int tensor, int pipeline, const std::string& schedule,
             const std::string& ck, const std::string& record, int64_t stop_at = 0) {
     const int ranks = tensor * pipeline * data_;
     const int id = runs_++;
     const fs::path cfg = dir_ / ("train-" + std::to_string(id) + ".yaml");
-    std::ofstream(cfg) << "model: {n_layer: " << layers_ << ", n_head: 4, n_embd: " << n_embd_ << ", seq_len: 16"
+    std::ofstream(cfg) << "model: {n_layer: " << layers_ << ", n_head: 4, n_embd: " << n_embd_
+                       << ", seq_len: 16"
                        << (init_from_.empty() ? "" : ", init_from: " + init_from_.string())
                        << "}\n"
                           "data: {text: corpus.txt, val_fraction: 0.1}\n"
@@ -396,7 +398,8 @@ TEST_F(CudaParallelTrainerTest, ShardShapesTheKernelsRefuseAreErrorsNamingTheFie
   Train("cuda", 2, 1, "1f1b", "ck", "record.jsonl");
   ASSERT_EQ(errors_.size(), 2u);
   for (const std::string& e : errors_) {
-    EXPECT_THAT(e, HasSubstr("model.n_embd: n_embd / parallel.tensor = 36 must be a multiple of 8"));
+    EXPECT_THAT(e,
+                HasSubstr("model.n_embd: n_embd / parallel.tensor = 36 must be a multiple of 8"));
   }
   EXPECT_FALSE(fs::exists(dir_ / "ck") && !fs::is_empty(dir_ / "ck"));
 }
