@@ -10,8 +10,8 @@
 // Collectives. A communicator moves host memory (gloo) or device memory (nccl), and the
 // CUDA model always trains with nccl: the trainer's own collectives on host values (the
 // resume header, the loss average) go through BroadcastHost/AllReduceHost, which stage
-// them through device memory on CUDA. Parameters and optimizer state are broadcast where
-// they live.
+// them through device memory on CUDA (a CUDA model split over ranks sends them over its
+// host communicator instead). Parameters and optimizer state are broadcast where they live.
 //
 // Models split over ranks (MakeParallelCpuTrainModel, MakeParallelCudaTrainModel: tensor and
 // pipeline parallelism, one class over a ShardEngine per device, shard_engine.h) implement
