@@ -27,7 +27,10 @@
 #   engine_cuda_shard_emu_test      cuda_shard_test.cc: the tensor/pipeline shard model
 #                                   against the CPU shard and the single-device model;
 #   engine_cuda_trainer_emu_test    cuda_trainer_test.cc: the trainer with train.device
-#                                   cuda, in process.
+#                                   cuda, in process;
+#   engine_cuda_parallel_trainer_emu_test
+#                                   cuda_parallel_trainer_test.cc: the same with tensor and
+#                                   pipeline layouts, each rank a thread.
 # What the emulator cannot prove: that its fragment layouts match the hardware, anything
 # about memory ordering beyond barrier epochs or between streams (everything is
 # synchronous here), cuBLASLt's own kernels, or anything about speed. It runs one schedule:
@@ -78,6 +81,7 @@ if(TARGET cohort_engine_kernels_cuda)
     ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/emu.cc ${_emu_dir}/fiber.cc
     ${_emu_dir}/cublaslt_emu.cc ${_emu_dir}/stub_cudart.cc
     ${PROJECT_SOURCE_DIR}/src/common/cuda_status.cc ${_cuda_src}/matmul.cc ${PROJECT_SOURCE_DIR}/src/engine/model/cuda_arena.cc
+    ${PROJECT_SOURCE_DIR}/src/engine/model/cuda_adamw.cc
     ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc
     ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_shard_cuda.cc)
   target_include_directories(cohort_cuda_emu PUBLIC ${_emu_dir})
@@ -176,6 +180,9 @@ if(TARGET cohort_engine_kernels_cuda)
   get_target_property(_trainer_srcs cohort_engine_trainer SOURCES)
   list(TRANSFORM _trainer_srcs PREPEND ${PROJECT_SOURCE_DIR}/src/engine/)
   add_library(cohort_engine_trainer_emu STATIC ${_trainer_srcs})
+  # Lets train.device cuda run over gloo (config.cc CheckDeviceBackend): the emulated device
+  # memory is host memory, so the tensor/pipeline trainer tests run several ranks in process.
+  target_compile_definitions(cohort_engine_trainer_emu PRIVATE COHORT_CUDA_EMULATED=1)
   target_link_libraries(cohort_engine_trainer_emu
     PUBLIC cohort_cuda_emu cohort_engine_model cohort_engine_optim cohort_engine_data
            cohort_engine_checkpoint cohort_engine_parallel cohort_engine_model_shard cohort_comm
@@ -184,4 +191,11 @@ if(TARGET cohort_engine_kernels_cuda)
   _cohort_emu_test(engine_cuda_trainer_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_trainer_test.cc
     LIBS cohort_engine_trainer_emu)
+  # The trainer with train.device cuda and tensor/pipeline layouts: every rank a thread in
+  # process, gloo over the emulated device memory standing in for nccl.
+  _cohort_emu_test(engine_cuda_parallel_trainer_emu_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_trainer_test.cc
+    LIBS cohort_engine_trainer_emu)
+  target_compile_definitions(engine_cuda_parallel_trainer_emu_test PRIVATE
+                             COHORT_CUDA_EMULATED=1)
 endif()

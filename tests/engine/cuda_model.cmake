@@ -31,4 +31,12 @@ if(TARGET cohort_engine_kernels_cuda)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_trainer_test.cc
     LIBS cohort_engine_trainer cohort_engine_kernels_cuda cohort_common
     LABELS engine gpu)
+
+  # The trainer with train.device cuda and tensor/pipeline layouts in process, each rank a
+  # thread on its own GPU over NCCL (skips with too few GPUs; also on the emulator,
+  # cuda_emu.cmake).
+  cohort_test(engine_cuda_parallel_trainer_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_trainer_test.cc
+    LIBS cohort_engine_trainer cohort_engine_kernels_cuda cohort_common
+    LABELS engine gpu)
 endif()

@@ -12,7 +12,6 @@
 #include <utility>
 
 #include "common/cuda_status.h"
-#include "engine/kernels/cuda/adamw.cuh"
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/cross_entropy.cuh"
 #include "engine/kernels/cuda/encoder.cuh"
@@ -20,6 +19,7 @@
 #include "engine/kernels/cuda/layernorm.cuh"
 #include "engine/kernels/cuda/matmul.h"
 #include "engine/kernels/cuda/residual.cuh"
+#include "engine/model/cuda_adamw.h"
 #include "engine/model/cuda_arena.h"
 #include "engine/model/gpt_layout.h"
 
@@ -609,18 +609,11 @@ Result<void> GptCudaModel::WaitGradsReady(size_t offset, size_t count) {
 
 struct GptCudaAdamW::Impl {
   GptCudaModel* model = nullptr;
-  AdamWConfig config;
-  std::vector<DecayRange> runs;  // maximal runs of tensors with the same decay flag
-  bool fused = false;            // the model's options().fused_adamw: one launch per Step
-  int64_t t = 0;
-  size_t n = 0;
-  // m, v, the norm, the clip factor, the run table and the norm's scratch
+  std::unique_ptr<CudaAdamW> adam;  // the update (cuda_adamw.h) over the model's buffers
+  // The norm, the clip factor and the norm's scratch
   char* arena = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
   double* norm_sq = nullptr;
   float* clip_scale = nullptr;
-  k::AdamWRun* runs_device = nullptr;  // `runs` as AdamWUpdateRuns reads them
   void* scratch = nullptr;
   size_t bytes = 0;
   double* norm_host = nullptr;  // pinned
@@ -638,104 +631,55 @@ Result<std::unique_ptr<GptCudaAdamW>> GptCudaAdamW::Create(GptCudaModel& model,
   auto impl = std::make_unique<Impl>();
   Impl& o = *impl;
   o.model = &model;
-  o.config = config;
-  o.n = model.num_parameters();
-  // The decay ranges as the CPU trainer builds them (one per tensor), merged where
-  // neighbours agree: fewer launches, the same update.
-  std::vector<ParamTensor> sorted = model.tensors();
-  std::sort(sorted.begin(), sorted.end(),
-            [](const ParamTensor& a, const ParamTensor& b) { return a.offset < b.offset; });
-  size_t covered = 0;
-  for (const ParamTensor& t : sorted) {
-    if (t.offset != covered) {
-      return Errorf(ErrorCode::kInternal, "parameter layout has a gap or overlap at {}", t.offset);
-    }
-    covered += t.numel;
-    if (!o.runs.empty() && o.runs.back().decay == t.weight_decay) {
-      o.runs.back().count += t.numel;
-    } else {
-      o.runs.push_back({t.offset, t.numel, t.weight_decay});
-    }
+  // The decay ranges as the CPU trainer builds them (one per tensor).
+  std::vector<DecayRange> ranges;
+  for (const ParamTensor& t : model.tensors()) {
+    ranges.push_back({t.offset, t.numel, t.weight_decay});
   }
-  if (covered != o.n) {
-    return Errorf(ErrorCode::kInternal, "parameter layout covers {} of {} values", covered, o.n);
+  o.adam = COHORT_TRY(CudaAdamW::Create(std::move(ranges), config, model.options().fused_adamw,
+                                        model.device(), model.stream()));
+  if (o.adam->n() != model.num_parameters()) {
+    return Errorf(ErrorCode::kInternal, "parameter layout covers {} of {} values", o.adam->n(),
+                  model.num_parameters());
   }
-
-  o.fused = model.options().fused_adamw;
-  std::vector<k::AdamWRun> table;
-  for (const DecayRange& r : o.runs) {
-    table.push_back(k::AdamWRun{r.offset + r.count, r.decay ? 1u : 0u, 0u});
-  }
-
+  const size_t n = model.num_parameters();
   COHORT_CUDA_CHECK(cudaSetDevice(model.device()));
   auto carve = [&](Carver& cv) {
-    o.m = cv.Take<float>(o.n, nullptr);
-    o.v = cv.Take<float>(o.n, nullptr);
     o.norm_sq = cv.Take<double>(1, nullptr);
     o.clip_scale = cv.Take<float>(1, nullptr);
-    o.runs_device = cv.Take<k::AdamWRun>(table.size(), nullptr);
-    o.scratch = cv.Take<char>(std::max<size_t>(1, k::GradNormScratchBytes(o.n)), nullptr);
+    o.scratch = cv.Take<char>(std::max<size_t>(1, k::GradNormScratchBytes(n)), nullptr);
   };
   Carver sizing(nullptr);
   carve(sizing);
   o.bytes = sizing.total();
-  o.arena = static_cast<char*>(COHORT_TRY(DeviceAlloc(
-      o.bytes,
-      fmt::format("the AdamW state ({:.1f}M parameters: m, v)", o.n / 1e6), model.device())));
+  o.arena = static_cast<char*>(
+      COHORT_TRY(DeviceAlloc(o.bytes, "the gradient norm's scratch", model.device())));
   Carver cv(o.arena);
   carve(cv);
   void* pinned = nullptr;
   COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(double)));
   o.norm_host = static_cast<double*>(pinned);
-  cudaStream_t st = model.stream();
-  COHORT_CUDA_CHECK(cudaMemsetAsync(o.m, 0, o.n * sizeof(float), st));
-  COHORT_CUDA_CHECK(cudaMemsetAsync(o.v, 0, o.n * sizeof(float), st));
-  // Pageable source: staged before the call returns; the synchronisation below covers it.
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(o.runs_device, table.data(),
-                                    table.size() * sizeof(k::AdamWRun), cudaMemcpyHostToDevice,
-                                    st));
-  COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
   return std::unique_ptr<GptCudaAdamW>(new GptCudaAdamW(std::move(impl)));
 }
 
 GptCudaAdamW::GptCudaAdamW(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GptCudaAdamW::~GptCudaAdamW() = default;
 
-int64_t GptCudaAdamW::t() const { return impl_->t; }
-std::span<float> GptCudaAdamW::m_device() { return {impl_->m, impl_->n}; }
-std::span<float> GptCudaAdamW::v_device() { return {impl_->v, impl_->n}; }
-size_t GptCudaAdamW::device_bytes() const { return impl_->bytes; }
+int64_t GptCudaAdamW::t() const { return impl_->adam->t(); }
+std::span<float> GptCudaAdamW::m_device() { return impl_->adam->m_device(); }
+std::span<float> GptCudaAdamW::v_device() { return impl_->adam->v_device(); }
+size_t GptCudaAdamW::device_bytes() const { return impl_->bytes + impl_->adam->device_bytes(); }
 
 Result<double> GptCudaAdamW::Step(float lr, double max_norm) {
   Impl& o = *impl_;
   GptCudaModel& model = *o.model;
   COHORT_CUDA_CHECK(cudaSetDevice(model.device()));
   cudaStream_t st = model.stream();
-  float* params = model.params_device().data();
   const float* grads = model.grads_device().data();
-  bf16* params_bf16 = model.params_bf16_device();
-  k::GlobalNormAndClipScale(o.norm_sq, o.clip_scale, grads, o.n, static_cast<float>(max_norm),
-                            o.scratch, st);
-  ++o.t;
-  k::AdamWStep s;
-  s.lr = lr;
-  s.beta1 = o.config.beta1;
-  s.beta2 = o.config.beta2;
-  s.eps = o.config.eps;
-  s.weight_decay = o.config.weight_decay;
-  s.t = o.t;
-  s.grad_scale = o.clip_scale;
-  if (o.fused) {
-    k::AdamWUpdateRuns(params, params_bf16, grads, o.m, o.v, o.n, o.runs_device,
-                       static_cast<int>(o.runs.size()), s, st);
-  } else {
-    for (const DecayRange& r : o.runs) {
-      s.weight_decay = r.decay ? o.config.weight_decay : 0.0f;
-      k::AdamWUpdate(params + r.offset, params_bf16 + r.offset, grads + r.offset,
-                     o.m + r.offset, o.v + r.offset, r.count, s, st);
-    }
-  }
-  COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaAdamW::Step
+  k::GlobalNormAndClipScale(o.norm_sq, o.clip_scale, grads, o.adam->n(),
+                            static_cast<float>(max_norm), o.scratch, st);
+  COHORT_TRY_VOID(o.adam->Step(model.params_device().data(), model.params_bf16_device(), grads,
+                               lr, o.clip_scale));
   COHORT_CUDA_CHECK(
       cudaMemcpyAsync(o.norm_host, o.norm_sq, sizeof(double), cudaMemcpyDeviceToHost, st));
   COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -743,41 +687,14 @@ Result<double> GptCudaAdamW::Step(float lr, double max_norm) {
 }
 
 Result<void> GptCudaAdamW::CopyStateToHost(std::span<float> m, std::span<float> v) {
-  Impl& o = *impl_;
-  if (m.size() != o.n || v.size() != o.n) {
-    return FieldError("m", "m and v need {} values each, got {} and {}", o.n, m.size(), v.size());
-  }
-  cudaStream_t st = o.model->stream();
-  COHORT_CUDA_CHECK(cudaSetDevice(o.model->device()));
-  COHORT_CUDA_CHECK(
-      cudaMemcpyAsync(m.data(), o.m, o.n * sizeof(float), cudaMemcpyDeviceToHost, st));
-  COHORT_CUDA_CHECK(
-      cudaMemcpyAsync(v.data(), o.v, o.n * sizeof(float), cudaMemcpyDeviceToHost, st));
-  COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
-  return {};
+  return impl_->adam->CopyStateToHost(m, v);
 }
 
 Result<void> GptCudaAdamW::Restore(std::span<const float> m, std::span<const float> v,
                                    int64_t t) {
-  Impl& o = *impl_;
-  if (m.size() != o.n) return FieldError("m", "has {} values, the optimizer {}", m.size(), o.n);
-  if (v.size() != o.n) return FieldError("v", "has {} values, the optimizer {}", v.size(), o.n);
-  if (t < 0) return FieldError("t", "must be >= 0, got {}", t);
-  cudaStream_t st = o.model->stream();
-  COHORT_CUDA_CHECK(cudaSetDevice(o.model->device()));
-  COHORT_CUDA_CHECK(
-      cudaMemcpyAsync(o.m, m.data(), o.n * sizeof(float), cudaMemcpyHostToDevice, st));
-  COHORT_CUDA_CHECK(
-      cudaMemcpyAsync(o.v, v.data(), o.n * sizeof(float), cudaMemcpyHostToDevice, st));
-  COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
-  o.t = t;
-  return {};
+  return impl_->adam->Restore(m, v, t);
 }
 
-Result<void> GptCudaAdamW::SetStep(int64_t t) {
-  if (t < 0) return FieldError("t", "must be >= 0, got {}", t);
-  impl_->t = t;
-  return {};
-}
+Result<void> GptCudaAdamW::SetStep(int64_t t) { return impl_->adam->SetStep(t); }
 
 }  // namespace cohort::engine

@@ -184,7 +184,8 @@ class GptCudaModel {
   std::unique_ptr<Impl> impl_;
 };
 
-// AdamW on the device over a GptCudaModel's parameters (torch.optim.AdamW, as
+// AdamW on the device over a GptCudaModel's parameters (the update is CudaAdamW,
+// cuda_adamw.h, which a tensor/pipeline shard's optimizer shares; torch.optim.AdamW, as
 // engine/optim/adamw.h, whose decay ranges it uses: matrices and embeddings decay,
 // biases and LayerNorm do not), with torch's clip_grad_norm_ fused in: the global norm
 // and the clipping factor are computed on the device and the update reads the factor

@@ -1,6 +1,7 @@
-// The TrainModel of a CPU model split over ranks (tensor and/or pipeline parallelism): this
-// rank's GptShardModel, its AdamW, the communicators of its groups, and the pipeline that
-// runs a step's micro-batches through the stages.
+// The TrainModel of a model split over ranks (tensor and/or pipeline parallelism), on the
+// CPU or on CUDA: this rank's ShardEngine (shard_engine.h: the shard model, where its state
+// lives, its optimizer), the communicators of its groups, and the pipeline that runs a step's
+// micro-batches through the stages. One class for both devices: only the engine differs.
 //
 // A step: every rank loads the step's micro-batches (the first stage reads the tokens, the
 // last the targets); the pipeline runs its schedule; the tied embedding's gradient is
@@ -9,8 +10,17 @@
 // measured bubble go to every stage of the replica. Clipping sums the squared gradients of
 // every tensor once (replicated tensors on tensor rank 0 only, the head's copy of wte never)
 // over the replica's model-parallel group, so the norm is the one a single rank computes.
+//
+// Two worlds. The groups whose collectives read the gradients or the tensor group's
+// activations (tensor, data, embedding) are split from `world`, whose communicator reaches
+// the engine's memory (nccl on GPUs). Everything that moves host values (the pipeline's
+// messages, the loss and bubble, the norm's sum, logits for sampling, the state gathered or
+// scattered for checkpoints and export, and the trainer's own host collectives) goes over
+// `host`, a communicator of the same ranks on host memory. On the CPU, and on the CUDA
+// emulator (whose device memory is host memory), both are the same gloo communicator.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -19,10 +29,10 @@
 #include "engine/checkpoint/gpt2_safetensors.h"
 #include "engine/checkpoint/sharded_state.h"
 #include "engine/model/gpt_shard.h"
-#include "engine/optim/grad_clip.h"
 #include "engine/parallel/pipeline.h"
 #include "engine/parallel/tensor_parallel.h"
 #include "engine/parallel/zero.h"
+#include "engine/trainer/shard_engine.h"
 #include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
@@ -38,46 +48,48 @@ Result<std::unique_ptr<comm::Communicator>> SplitGroup(comm::Communicator& world
   return std::move(*c);
 }
 
-class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
+// Makes this rank's engine once the groups exist: its spec, the tensor group and the data
+// group's communicator (null for one replica).
+using EngineFactory = std::function<Result<std::unique_ptr<ShardEngine>>(
+    const ShardSpec&, TensorParallelGroup&, comm::Communicator* data)>;
+
+class ParallelTrainModel final : public TrainModel, private PipelineCompute {
  public:
-  ParallelCpuTrainModel(const ParallelLayout& layout, comm::Communicator& world)
-      : layout_(layout), world_(world), at_(layout.CoordsOf(world.rank())), tp_(nullptr) {}
+  ParallelTrainModel(const ParallelLayout& layout, comm::Communicator& world,
+                     comm::Communicator& host)
+      : layout_(layout), world_(world), host_(host), at_(layout.CoordsOf(world.rank())),
+        tp_(nullptr) {}
 
-  // The optimizer of this rank's shard: AdamW over all of it, or (ZeRO-1, parallel/zero.h)
-  // over its part of the shard in the data-parallel group of this tensor/pipeline position.
-  // After Init (the data group's communicator).
-  Result<void> InitOptimizer(std::vector<DecayRange> ranges, const AdamWConfig& adamw,
-                             int zero_stage) {
-    const size_t n = shard_->layout().total;
-    if (zero_stage > 0 && dp_comm_) {
-      zero_ = COHORT_TRY(ZeroOptimizer::Create(*dp_comm_, zero_stage, n, ranges, adamw));
-    } else {
-      optimizer_ = COHORT_TRY(AdamW::Create(n, std::move(ranges), adamw));
-    }
-    return {};
-  }
-
-  Result<void> Init(const GptConfig& config, const InitialParams& initial) {
+  Result<void> Init(const GptConfig& config, const InitialParams& initial,
+                    const EngineFactory& make_engine) {
     const int rank = world_.rank();
+    if (host_.rank() != rank || host_.size() != world_.size()) {
+      return Errorf(ErrorCode::kInternal,
+                    "the host communicator is rank {} of {}, the world's rank {} of {}",
+                    host_.rank(), host_.size(), rank, world_.size());
+    }
     config_ = config;
     tp_comm_ = COHORT_TRY(SplitGroup(world_, layout_.TensorGroup(rank), "tensor"));
     dp_comm_ = COHORT_TRY(SplitGroup(world_, layout_.DataGroup(rank), "data"));
-    pipe_comm_ = COHORT_TRY(SplitGroup(world_, layout_.PipelineGroup(rank), "pipeline"));
+    pipe_comm_ = COHORT_TRY(SplitGroup(host_, layout_.PipelineGroup(rank), "pipeline"));
     if (at_.stage == 0 || at_.stage == layout_.pipeline - 1) {
       emb_comm_ = COHORT_TRY(SplitGroup(world_, layout_.EmbeddingGroup(rank), "embedding"));
     }
-    model_comm_ = COHORT_TRY(SplitGroup(world_, layout_.ModelGroup(rank), "model"));
-    links_ = COHORT_TRY(PipelineLinks::Create(world_, layout_, rank));
+    model_comm_ = COHORT_TRY(SplitGroup(host_, layout_.ModelGroup(rank), "model"));
+    links_ = COHORT_TRY(PipelineLinks::Create(host_, layout_, rank));
     tp_ = TensorParallelGroup(tp_comm_.get());
-    shard_ = COHORT_TRY(GptShardModel::Create(ShardSpecFor(layout_, config_, rank), tp_));
+    engine_ = COHORT_TRY(make_engine(ShardSpecFor(layout_, config_, rank), tp_, dp_comm_.get()));
+    const GptShardLayout& shard = engine_->layout();
+    std::vector<float> params(shard.total);
     if (initial.from != nullptr) {
-      ExtractShard(shard_->layout(), initial.from->params(), shard_->params());
+      ExtractShard(shard, initial.from->params(), params);
     } else {
       GenerateInitialParams(config_, initial.seed,
-                            [this](const ParamTensor& t, std::span<const float> values) {
-                              ExtractTensor(shard_->layout(), t, values, shard_->params());
+                            [&](const ParamTensor& t, std::span<const float> values) {
+                              ExtractTensor(shard, t, values, params);
                             });
     }
+    COHORT_TRY_VOID(engine_->SetParams(params));
     runner_ = std::make_unique<PipelineRunner>(layout_, at_.stage, *links_);
     const std::vector<int> mine = layout_.ChunksOf(at_.stage);
     local_.assign(layout_.num_chunks(), -1);
@@ -96,16 +108,13 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
     st.schedule = ScheduleName(layout_.schedule);
     st.peak_activation_bytes = peak_activation_bytes_;
     st.microbatch_activation_bytes = microbatch_activation_bytes_;
-    st.shard_floats = shard_->layout().total;
+    st.shard_floats = engine_->layout().total;
     return st;
   }
 
   // The per-micro-batch interface is the data-parallel loop's; a split model runs whole
   // steps (TrainMicrobatches).
-  Result<void> ZeroGrad() override {
-    shard_->ZeroGrad();
-    return {};
-  }
+  Result<void> ZeroGrad() override { return engine_->ZeroGrad(); }
   Result<float> Forward(std::span<const int32_t>, std::span<const int32_t>, int, int) override {
     return NotPerMicrobatch();
   }
@@ -114,12 +123,12 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   Result<double> TrainMicrobatches(int count, int B, int T, const LoadMicrobatch& load,
                                    DdpReducer*) override {
     COHORT_TRY_VOID(LoadAll(count, B, T, load));
-    shard_->ZeroGrad();
+    COHORT_TRY_VOID(engine_->ZeroGrad());
     scale_ = 1.0f / static_cast<float>(count);
-    shard_->ResetPeak();
+    engine_->ResetPeak();
     microbatch_activation_bytes_ = 0;
     const PipelineStepStats stats = COHORT_TRY(runner_->Run(*this, count, false));
-    peak_activation_bytes_ = shard_->peak_activation_bytes();
+    peak_activation_bytes_ = engine_->peak_activation_bytes();
     COHORT_TRY_VOID(ReduceGradients());
     return ReplicaLoss(count, stats.bubble());
   }
@@ -134,33 +143,27 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   }
 
   Result<double> ClipAndStep(double max_norm, float lr) override {
-    double sq = 0;
-    for (const ShardTensor& t : shard_->layout().tensors) {
-      if (t.counts_in_norm) sq += SquaredNorm(shard_->grads().subspan(t.local.offset, t.local.numel));
-    }
+    double sq = COHORT_TRY(engine_->SquaredGradNorm());
     // Summed in double over the model group (a float32 all-reduce of (high, low) parts
     // rounded the sum beyond two ranks).
     if (model_comm_) sq = COHORT_TRY(SumOverRanks(*model_comm_, sq));
     const double norm = std::sqrt(sq);
-    if (zero_) {
-      COHORT_TRY_VOID(zero_->StepWithNorm(shard_->params(), shard_->grads(), norm, max_norm, lr));
-      return norm;
-    }
-    ClipToNorm(shard_->grads(), norm, max_norm);
-    optimizer_->Step(shard_->params(), shard_->grads(), lr);
+    COHORT_TRY_VOID(engine_->Step(norm, max_norm, lr));
     return norm;
   }
 
-  std::span<float> grads() override { return shard_->grads(); }
+  std::span<float> grads() override { return engine_->grads(); }
   DdpReducer::WaitReadyFn grad_wait() override { return {}; }
 
+  // Host values go over the host world (the same ranks as the trainer's communicator,
+  // which may be nccl).
   Result<void> BroadcastHost(comm::Communicator& comm, void* data, size_t count,
                              comm::DataType type) override {
-    return comm.Broadcast(data, count, type, 0);
+    return HostOf(comm).Broadcast(data, count, type, 0);
   }
   Result<void> AllReduceHost(comm::Communicator& comm, float* data, size_t count,
                              comm::ReduceOp op) override {
-    return comm.AllReduce(data, data, count, comm::DataType::kFloat32, op);
+    return HostOf(comm).AllReduce(data, data, count, comm::DataType::kFloat32, op);
   }
 
   Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) override {
@@ -170,62 +173,58 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
       full.adam_m = std::move(ckpt->adam_m);
       full.adam_v = std::move(ckpt->adam_v);
     }
-    const size_t n = shard_->layout().total;
-    std::vector<float> m(n), v(n);
-    COHORT_TRY_VOID(ScatterShardedState(comm, layout_, config_, ckpt ? &full : nullptr,
-                                        {shard_->params(), m, v}));
-    const size_t lo = opt_begin(), k = adamw().num_params();
-    return adamw().Restore(std::span<const float>(m).subspan(lo, k),
-                           std::span<const float>(v).subspan(lo, k), adam_t);
+    const size_t n = engine_->layout().total;
+    std::vector<float> p(n), m(n), v(n);
+    COHORT_TRY_VOID(ScatterShardedState(comm ? &HostOf(*comm) : nullptr, layout_, config_,
+                                        ckpt ? &full : nullptr, {p, m, v}));
+    return engine_->Restore(p, m, v, adam_t);
   }
   // Every rank extracted its shard from the same initial model (same seed or file).
   Result<void> BroadcastParams(comm::Communicator&) override { return {}; }
-  ModelStateBytes model_state_bytes() override {
-    return {shard_->params().size() * sizeof(float), shard_->grads().size() * sizeof(float),
-            (adamw().m().size() + adamw().v().size()) * sizeof(float)};
-  }
-  const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
-  AdamW& adamw() { return zero_ ? zero_->adamw() : *optimizer_; }
-  // Where the optimizer's part of the shard buffer starts (0 without ZeRO).
-  size_t opt_begin() const { return zero_ ? zero_->shard_begin() : 0;
-  }
+  ModelStateBytes model_state_bytes() override { return engine_->state_bytes(); }
+  const ZeroOptimizer* zero() const override { return engine_->zero(); }
+
   Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
                                                         int64_t* adam_t) override {
-    *adam_t = adamw().t();
-    std::vector<ShardRun> runs = CheckpointRuns(shard_->layout());
+    const ShardEngine::HostState st = COHORT_TRY(engine_->StateOnHost());
+    *adam_t = st.t;
+    std::vector<ShardRun> runs = CheckpointRuns(engine_->layout());
     // With ZeRO each data rank writes the runs of its part of the shard, where its moments
     // are; without, the replicas take turns over the runs.
-    const size_t lo = opt_begin();
-    if (zero_) runs = CutRuns(runs, lo, lo + adamw().num_params());
-    const size_t first = zero_ ? 0 : static_cast<size_t>(replica);
-    const size_t step = zero_ ? 1 : static_cast<size_t>(replicas);
+    const size_t lo = st.opt_begin;
+    const bool sharded = engine_->zero() != nullptr;
+    if (sharded) runs = CutRuns(runs, lo, lo + st.m.size());
+    const size_t first = sharded ? 0 : static_cast<size_t>(replica);
+    const size_t step = sharded ? 1 : static_cast<size_t>(replicas);
     std::vector<CheckpointRange> out;
     for (size_t i = first; i < runs.size(); i += step) {
       const ShardRun& r = runs[i];
       const size_t count = r.width * r.runs;
       out.push_back({CheckpointArray::kParams, r.logical, r.width, r.stride, r.runs,
-                     shard_->params().subspan(r.local, count)});
+                     st.params.subspan(r.local, count)});
       out.push_back({CheckpointArray::kAdamM, r.logical, r.width, r.stride, r.runs,
-                     adamw().m().subspan(r.local - lo, count)});
+                     st.m.subspan(r.local - lo, count)});
       out.push_back({CheckpointArray::kAdamV, r.logical, r.width, r.stride, r.runs,
-                     adamw().v().subspan(r.local - lo, count)});
+                     st.v.subspan(r.local - lo, count)});
     }
     return out;
   }
   // Rank 0 gets the logical state (the tests compare layouts with it; checkpoints are
   // written by range, CheckpointRanges).
   Result<void> StateForCheckpoint(CheckpointView& view) override {
-    if (zero_) {
+    if (engine_->zero()) {
       return MakeError(ErrorCode::kFailedPrecondition,
                        "ZeRO keeps part of the shard's AdamW state per data rank: checkpoints are "
                        "written by range (CheckpointRanges)");
     }
-    gathered_ = COHORT_TRY(GatherShardedState(world_, layout_, config_,
-                                              {shard_->params(), optimizer_->m(), optimizer_->v()}));
+    const ShardEngine::HostState st = COHORT_TRY(engine_->StateOnHost());
+    std::vector<float> p(st.params.begin(), st.params.end()), m(st.m.begin(), st.m.end()),
+        v(st.v.begin(), st.v.end());
+    gathered_ = COHORT_TRY(GatherShardedState(host_, layout_, config_, {p, m, v}));
     view.params = gathered_.params;
     view.adam_m = gathered_.adam_m;
     view.adam_v = gathered_.adam_v;
-    view.adam_t = optimizer_->t();
+    view.adam_t = st.t;
     return {};
   }
 
@@ -244,8 +243,8 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
     std::vector<float> logits(config_.vocab_size);
     const int head = local_[layout_.num_chunks() - 1];
     if (head >= 0) {
-      logits = COHORT_TRY(shard_->Logits(head, 0, T - 1));
-      shard_->Release(head, 0);
+      logits = COHORT_TRY(engine_->Logits(head, 0, T - 1));
+      engine_->Release(head, 0);
     }
     if (pipe_comm_) {
       COHORT_TRY_VOID(pipe_comm_->Broadcast(logits.data(), logits.size(),
@@ -257,9 +256,11 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
 
   Result<void> Export(const std::string& path) override {
     // The parameters only (the moments' slots get zeros: ZeRO may hold part of them).
-    std::vector<float> none(shard_->layout().total, 0.0f);
+    const ShardEngine::HostState st = COHORT_TRY(engine_->StateOnHost());
+    std::vector<float> params(st.params.begin(), st.params.end());
+    std::vector<float> none(params.size(), 0.0f);
     LogicalState full =
-        COHORT_TRY(GatherShardedState(world_, layout_, config_, {shard_->params(), none, none}));
+        COHORT_TRY(GatherShardedState(host_, layout_, config_, {params, none, none}));
     if (world_.rank() != 0) return {};
     GptModel host = COHORT_TRY(GptModel::Create(config_));
     std::copy(full.params.begin(), full.params.end(), host.params().begin());
@@ -267,13 +268,11 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   }
 
   std::string Describe() const {
-    const size_t n = shard_->layout().total;
-    return fmt::format(
-        "this rank (data {}, stage {}, tensor {}) holds {:.2f}M of the {:.2f}M parameters: "
-        "{:.1f} MB of parameters, gradients and AdamW moments",
-        at_.data, at_.stage, at_.tensor, n / 1e6, config_.num_parameters() / 1e6,
-        (2.0 * n + 2.0 * (zero_ ? zero_->partition().size(zero_->rank()) : n)) * sizeof(float) /
-            1e6);
+    const size_t n = engine_->layout().total;
+    return fmt::format("this rank (data {}, stage {}, tensor {}) holds {:.2f}M of the {:.2f}M "
+                       "parameters: {}",
+                       at_.data, at_.stage, at_.tensor, n / 1e6, config_.num_parameters() / 1e6,
+                       engine_->DescribeMemory());
   }
 
  private:
@@ -281,6 +280,9 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
     return Errorf(ErrorCode::kFailedPrecondition,
                   "a model split over ranks trains whole steps (TrainMicrobatches)");
   }
+
+  // The host communicator for a collective the trainer asks for on `comm` (its world).
+  comm::Communicator& HostOf(comm::Communicator& comm) { return &comm == &world_ ? host_ : comm; }
 
   Result<void> LoadAll(int count, int B, int T, const LoadMicrobatch& load) {
     const size_t per = static_cast<size_t>(B) * T;
@@ -298,21 +300,23 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   }
 
   // The tied embedding's two copies get the sum of their gradients; then the data-parallel
-  // average.
+  // average. Both where the gradients live, once the backward passes have written them.
   Result<void> ReduceGradients() {
+    if (!emb_comm_ && !dp_comm_) return {};
+    COHORT_TRY_VOID(engine_->WaitGrads());
+    const GptShardLayout& shard = engine_->layout();
     if (emb_comm_) {
-      const ShardChunkOffsets& co =
-          at_.stage == 0 ? shard_->layout().chunks[local_[0]]
-                         : shard_->layout().chunks[local_[layout_.num_chunks() - 1]];
+      const ShardChunkOffsets& co = at_.stage == 0 ? shard.chunks[local_[0]]
+                                                   : shard.chunks[local_[layout_.num_chunks() - 1]];
       const size_t offset = at_.stage == 0 ? co.wte : co.head_wte;
-      const size_t count = static_cast<size_t>(shard_->layout().vocab_end -
-                                               shard_->layout().vocab_begin) * config_.n_embd;
-      float* g = shard_->grads().data() + offset;
+      const size_t count =
+          static_cast<size_t>(shard.vocab_end - shard.vocab_begin) * config_.n_embd;
+      float* g = engine_->grads().data() + offset;
       COHORT_TRY_VOID(emb_comm_->AllReduce(g, g, count, comm::DataType::kFloat32,
                                            comm::ReduceOp::kSum));
     }
     if (dp_comm_) {
-      auto g = shard_->grads();
+      auto g = engine_->grads();
       COHORT_TRY_VOID(dp_comm_->AllReduce(g.data(), g.data(), g.size(), comm::DataType::kFloat32,
                                           comm::ReduceOp::kAvg));
     }
@@ -346,28 +350,28 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
     batch.T = T_;
     batch.tokens = std::span<const int32_t>(tokens_).subspan(mb * per, per);
     if (!targets_.empty()) batch.targets = std::span<const int32_t>(targets_).subspan(mb * per, per);
-    const size_t before = shard_->activation_bytes();
-    const float loss = COHORT_TRY(shard_->Forward(local, mb, batch, input, output));
-    if (mb == 0 && !forward_only) microbatch_activation_bytes_ += shard_->activation_bytes() - before;
+    const size_t before = engine_->activation_bytes();
+    const float loss = COHORT_TRY(engine_->Forward(local, mb, batch, input, output));
+    if (mb == 0 && !forward_only) microbatch_activation_bytes_ += engine_->activation_bytes() - before;
     const bool head = chunk == layout_.num_chunks() - 1;
     if (head) loss_sum_ += loss;
-    if (forward_only && !(head && keep_head_)) shard_->Release(local, mb);
+    if (forward_only && !(head && keep_head_)) engine_->Release(local, mb);
     return {};
   }
   Result<void> Backward(int chunk, int mb, const float* doutput, float* dinput) override {
-    return shard_->Backward(local_[chunk], mb, scale_, doutput, dinput);
+    return engine_->Backward(local_[chunk], mb, scale_, doutput, dinput);
   }
 
   const ParallelLayout layout_;
-  comm::Communicator& world_;
+  comm::Communicator& world_;  // reaches the engine's memory
+  comm::Communicator& host_;   // the same ranks, host memory (may be world_)
   const RankCoords at_;
   GptConfig config_;
-  std::optional<AdamW> optimizer_;    // without ZeRO
-  std::optional<ZeroOptimizer> zero_;  // ZeRO-1 over dp_comm_
+  // tensor, data, embedding: split from world_; pipeline, model and the links: from host_.
   std::unique_ptr<comm::Communicator> tp_comm_, dp_comm_, pipe_comm_, emb_comm_, model_comm_;
   TensorParallelGroup tp_;
   std::unique_ptr<PipelineLinks> links_;
-  std::unique_ptr<GptShardModel> shard_;
+  std::unique_ptr<ShardEngine> engine_;
   std::unique_ptr<PipelineRunner> runner_;
   std::vector<int> local_;  // global chunk -> index among this stage's chunks (-1: elsewhere)
   // The step in flight.
@@ -382,6 +386,26 @@ class ParallelCpuTrainModel final : public TrainModel, private PipelineCompute {
   LogicalState gathered_;   // rank 0: the state of the last StateForCheckpoint
 };
 
+// The checks both devices share, then the model.
+Result<std::unique_ptr<TrainModel>> MakeParallelTrainModel(const GptConfig& config,
+                                                           const InitialParams& initial,
+                                                           const ParallelLayout& layout,
+                                                           comm::Communicator& world,
+                                                           comm::Communicator& host,
+                                                           const EngineFactory& make_engine,
+                                                           std::string* description) {
+  COHORT_TRY_VOID(config.Validate());
+  if (initial.from != nullptr && initial.from->config().num_parameters() != config.num_parameters()) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "initial model has {} parameters; the configuration {}",
+                  initial.from->config().num_parameters(), config.num_parameters());
+  }
+  auto model = std::make_unique<ParallelTrainModel>(layout, world, host);
+  COHORT_TRY_VOID(model->Init(config, initial, make_engine));
+  if (description) *description = model->Describe();
+  return std::unique_ptr<TrainModel>(std::move(model));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& config,
@@ -391,26 +415,27 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
                                                               comm::Communicator& world,
                                                               std::string* description,
                                                               int zero_stage) {
-  COHORT_TRY_VOID(config.Validate());
   if (zero_stage > 1) {
     return Errorf(ErrorCode::kInvalidArgument,
                   "ZeRO-{} with tensor/pipeline parallelism is not built (stage 1 is)", zero_stage);
   }
-  if (initial.from != nullptr && initial.from->config().num_parameters() != config.num_parameters()) {
-    return Errorf(ErrorCode::kInvalidArgument,
-                  "initial model has {} parameters; the configuration {}",
-                  initial.from->config().num_parameters(), config.num_parameters());
-  }
-  const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, config, world.rank()));
-  std::vector<DecayRange> ranges;
-  for (const ShardTensor& t : shard.tensors) {
-    ranges.push_back({t.local.offset, t.local.numel, t.local.weight_decay});
-  }
-  auto model = std::make_unique<ParallelCpuTrainModel>(layout, world);
-  COHORT_TRY_VOID(model->Init(config, initial));
-  COHORT_TRY_VOID(model->InitOptimizer(std::move(ranges), adamw, zero_stage));
-  if (description) *description = model->Describe();
-  return std::unique_ptr<TrainModel>(std::move(model));
+  auto make = [&](const ShardSpec& spec, TensorParallelGroup& tp, comm::Communicator* data) {
+    return MakeCpuShardEngine(spec, tp, adamw, data, zero_stage);
+  };
+  return MakeParallelTrainModel(config, initial, layout, world, world, make, description);
+}
+
+Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& config,
+                                                               const InitialParams& initial,
+                                                               const AdamWConfig& adamw,
+                                                               const ParallelLayout& layout,
+                                                               comm::Communicator& world,
+                                                               comm::Communicator& host,
+                                                               std::string* description) {
+  auto make = [&](const ShardSpec& spec, TensorParallelGroup& tp, comm::Communicator*) {
+    return MakeCudaShardEngine(spec, tp, adamw);
+  };
+  return MakeParallelTrainModel(config, initial, layout, world, host, make, description);
 }
 
 }  // namespace cohort::engine

@@ -10,11 +10,12 @@
 // Collectives. A communicator moves host memory (gloo) or device memory (nccl), and the
 // CUDA model always trains with nccl: the trainer's own collectives on host values (the
 // resume header, the loss average) go through BroadcastHost/AllReduceHost, which stage
-// them through device memory on CUDA. Parameters and optimizer state are broadcast where
-// they live.
+// them through device memory on CUDA (a CUDA model split over ranks sends them over its
+// host communicator instead). Parameters and optimizer state are broadcast where they live.
 //
-// Models split over ranks (MakeParallelCpuTrainModel: tensor and pipeline parallelism)
-// implement the same interface; they train whole steps (TrainMicrobatches) rather than
+// Models split over ranks (MakeParallelCpuTrainModel, MakeParallelCudaTrainModel: tensor and
+// pipeline parallelism, one class over a ShardEngine per device, shard_engine.h) implement
+// the same interface; they train whole steps (TrainMicrobatches) rather than
 // single micro-batches, hold only their shard (num_params() is still the whole model's),
 // and their checkpoint state, export and sampling are collectives (model_parallel()).
 //
@@ -198,6 +199,24 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
                                                               comm::Communicator& world,
                                                               std::string* description,
                                                               int zero_stage = 0);
+
+// The same split on CUDA (this rank's GPU, current on the calling thread): GptShardCudaModel
+// with the device AdamW (model/cuda_adamw.h) over its float32 master parameters, bf16
+// activations. `world` must reach device memory (nccl; gloo over the CPU emulator's
+// host-backed device memory in tests): the tensor, data and embedding groups are split from
+// it and reduce device buffers. `host` (the same ranks, host memory: gloo, or `world` itself
+// where that reaches host memory) carries the pipeline's messages, the loss, the norm's sum,
+// the sampling logits, the checkpoint and export state, and the trainer's host collectives
+// (BroadcastHost/AllReduceHost on `world` go there). Both must outlive the model. No ZeRO.
+// kUnsatisfiable in a build without CUDA; the shard model's errors (gpt_shard_cuda.h: shapes
+// the CUDA kernels refuse) otherwise.
+Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& config,
+                                                               const InitialParams& initial,
+                                                               const AdamWConfig& adamw,
+                                                               const ParallelLayout& layout,
+                                                               comm::Communicator& world,
+                                                               comm::Communicator& host,
+                                                               std::string* description);
 
 // True when this binary was built with the CUDA engine.
 bool CudaTrainingBuilt();

@@ -94,6 +94,10 @@ struct Trainer::Impl {
   int64_t global_batch = 0;  // sequences per step (G)
   std::shared_ptr<comm::Store> store;
   std::unique_ptr<comm::Communicator> comm;
+  // A model split over ranks on CUDA with nccl: the same ranks over gloo, for the values that
+  // live in host memory (pipeline messages, the loss, checkpoint state; train_model.h
+  // MakeParallelCudaTrainModel). Null otherwise (comm reaches host memory itself).
+  std::unique_ptr<comm::Communicator> host_comm;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<TokenDataset> train_data, val_data;
   std::unique_ptr<TrainModel> model;     // on config.device
@@ -135,7 +139,7 @@ struct Trainer::Impl {
   // The tokenizer, the model's shape and the data x pipeline x tensor layout: every
   // impossible layout fails here, before any communicator, data or checkpoint.
   Result<void> SetupLayout();
-  // world > 1: opens the rendezvous store and creates the communicator.
+  // world > 1: opens the rendezvous store and creates the communicator (and host_comm).
   Result<void> SetupComm();
   // The tokenizer, the training and validation tokens, and the batch buffers.
   Result<void> SetupData();
@@ -305,6 +309,11 @@ Result<void> Trainer::Impl::SetupComm() {
   o.prefix = fmt::format("train/{}/{}", ctx.job_id, ctx.attempt);
   o.timeout = timeout;
   comm = COHORT_TRY(comm::CreateCommunicator(o));
+  if (layout.model_parallel() && config.device == "cuda" && config.backend == "nccl") {
+    o.backend = "gloo";
+    o.prefix += "/host";
+    host_comm = COHORT_TRY(comm::CreateCommunicator(o));
+  }
   return {};
 }
 
@@ -336,12 +345,6 @@ Result<void> Trainer::Impl::SetupLayout() {
   GptConfig shape = mc;
   shape.max_seq_len = config.seq_len;  // the stage balance counts the trained context
   layout = COHORT_TRY(MakeParallelLayout(config.parallel, shape, ctx.env.world_size));
-  if (layout.model_parallel() && config.device != "cpu") {
-    return FieldError("parallel",
-                      "tensor {} x pipeline {} needs train.device cpu: tensor and pipeline "
-                      "parallelism are not built for train.device {} yet",
-                      layout.tensor, layout.pipeline, config.device);
-  }
   const RankCoords at = layout.CoordsOf(ctx.env.rank);
   data_rank = at.data;
   data_world = layout.data;
@@ -453,7 +456,11 @@ Result<void> Trainer::Impl::SetupModel() {
   ac.eps = static_cast<float>(config.eps);
   ac.weight_decay = static_cast<float>(config.weight_decay);
   std::string memory;
-  if (layout.model_parallel()) {
+  if (layout.model_parallel() && gpu) {
+    model = COHORT_TRY(MakeParallelCudaTrainModel(
+        mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm,
+        host_comm ? *host_comm : *comm, &memory));
+  } else if (layout.model_parallel()) {
     model = COHORT_TRY(MakeParallelCpuTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory,
         config.parallel.zero));

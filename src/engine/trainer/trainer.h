@@ -3,8 +3,9 @@
 //
 // Without tensor or pipeline parallelism (parallel.tensor = parallel.pipeline = 1) every
 // rank holds the whole model and optimizer state, in host memory (train.device cpu) or on
-// its GPU (cuda: GPU LOCAL_RANK, reduced over nccl; train_model.h). With them (CPU only),
-// each rank holds its shard (engine/parallel/layout.h) and the model runs whole steps
+// its GPU (cuda: GPU LOCAL_RANK, reduced over nccl; train_model.h). With them (on either
+// device; on cuda the host values go over a second, gloo, communicator), each rank holds its
+// shard (engine/parallel/layout.h) and the model runs whole steps
 // through the pipeline; the data-parallel replicas below are then the world size divided by
 // tensor × pipeline, and checkpoints, export and sampling are collectives of every rank. A
 // step trains on

@@ -1,0 +1,118 @@
+// ShardEngine: what differs between training one rank's shard of a model split over ranks
+// (tensor and pipeline parallelism) on the CPU and on a CUDA device, under the one step
+// logic of trainer/parallel_train_model.cc (the pipeline runner, the tied embedding's sum,
+// the data-parallel average, clipping over the model-parallel group, loss and bubble to
+// every stage, checkpoints by range, evaluation, sampling, export). Three things differ:
+//   the shard model   GptShardModel (gpt_shard.h) or GptShardCudaModel (gpt_shard_cuda.h),
+//                     driven one (chunk, micro-batch slot) at a time with HOST activations;
+//   where the state   host memory, or device memory: grads() is the gradient buffer where it
+//   lives             lives, and the step's gradient collectives run on it over communicators
+//                     that reach that memory (gloo on the host; nccl on a GPU, or gloo over
+//                     the CPU emulator's host-backed device memory). Initial parameters,
+//                     checkpoint state and export cross in host memory (SetParams,
+//                     StateOnHost, Restore);
+//   the optimizer     AdamW or ZeRO-1 (parallel/zero.h) on the host; CudaAdamW
+//                     (model/cuda_adamw.h, the single-device CUDA model's fused update) over
+//                     the shard's float32 master parameters, then the bf16 copy refreshed.
+// Both clip with the global norm the caller computed (the norm a single rank computes).
+//
+// Threads: the training thread calls everything.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "engine/model/gpt_shard.h"
+#include "engine/model/gpt_shard_layout.h"
+#include "engine/optim/adamw.h"
+#include "engine/parallel/tensor_parallel.h"
+#include "engine/parallel/zero.h"
+#include "engine/trainer/train_model.h"
+
+namespace cohort::engine {
+
+class ShardEngine {
+ public:
+  virtual ~ShardEngine() = default;
+
+  virtual const GptShardLayout& layout() const = 0;
+
+  // GptShardModel's contract (gpt_shard.h): host activations, stashes per (chunk, slot).
+  virtual Result<float> Forward(int chunk, int slot, const MicrobatchTokens& batch,
+                                const float* input, float* output) = 0;
+  virtual Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
+                                float* dinput) = 0;
+  virtual void Release(int chunk, int slot) = 0;
+  virtual Result<std::vector<float>> Logits(int chunk, int slot, int position) = 0;
+  virtual size_t activation_bytes() const = 0;
+  virtual size_t peak_activation_bytes() const = 0;
+  virtual void ResetPeak() = 0;
+
+  virtual Result<void> ZeroGrad() = 0;
+  // The gradients (layout().total floats) where they live: host or device memory.
+  virtual std::span<float> grads() = 0;
+  // Returns once the backward passes launched so far have written grads() (a stream
+  // synchronisation on CUDA): call before a collective reads them.
+  virtual Result<void> WaitGrads() = 0;
+  // Σ g² (in double) over the tensors that count in the norm (ShardTensor::counts_in_norm).
+  virtual Result<double> SquaredGradNorm() = 0;
+  // Scales the gradients by ClipToNorm's factor for the global `norm` (none when max_norm
+  // <= 0) and applies one AdamW step with `lr` (to the optimizer's part of the shard under
+  // ZeRO); the next Forward reads the new parameters.
+  virtual Result<void> Step(double norm, double max_norm, float lr) = 0;
+
+  // Host copies of the state, valid until the next call on the engine: the shard's
+  // parameters (layout().total), the AdamW moments of the optimizer's part
+  // [opt_begin, opt_begin + m.size()) of the shard, and its step count.
+  struct HostState {
+    std::span<const float> params, m, v;
+    size_t opt_begin = 0;
+    int64_t t = 0;
+  };
+  virtual Result<HostState> StateOnHost() = 0;
+  // Sets the parameters (host, layout().total floats).
+  virtual Result<void> SetParams(std::span<const float> params) = 0;
+  // Sets the parameters and the optimizer's part of `m` and `v` (each layout().total floats,
+  // host) and the step count. The engine's errors (sizes, t < 0: kInvalidArgument).
+  virtual Result<void> Restore(std::span<const float> params, std::span<const float> m,
+                               std::span<const float> v, int64_t t) = 0;
+
+  virtual TrainModel::ModelStateBytes state_bytes() const = 0;
+  virtual const ZeroOptimizer* zero() const { return nullptr; }
+  // What this rank's state takes, for the log ("1.2 MB of ...").
+  virtual std::string DescribeMemory() const = 0;
+};
+
+// The decay ranges of a shard's tensors (one per tensor: matrices and embeddings decay).
+inline std::vector<DecayRange> ShardDecayRanges(const GptShardLayout& layout) {
+  std::vector<DecayRange> ranges;
+  for (const ShardTensor& t : layout.tensors) {
+    ranges.push_back({t.local.offset, t.local.numel, t.local.weight_decay});
+  }
+  return ranges;
+}
+
+// The CPU shard (float32, kernels/cpu): GptShardModel and AdamW over the whole shard, or with
+// zero_stage 1 ZeRO-1 over `data` (the data-parallel group of this tensor/pipeline position;
+// null for one replica, which needs no ZeRO). `tp` must outlive the engine.
+Result<std::unique_ptr<ShardEngine>> MakeCpuShardEngine(const ShardSpec& spec,
+                                                        TensorParallelGroup& tp,
+                                                        const AdamWConfig& adamw,
+                                                        comm::Communicator* data,
+                                                        int zero_stage);
+
+// The CUDA shard on the current device: GptShardCudaModel (float32 master parameters and
+// gradients, bf16 copy and activations) with CudaAdamW. `tp`'s communicator must reach
+// device memory; it must outlive the engine. kUnsatisfiable in a build without CUDA; the
+// model's and the allocation's errors otherwise.
+Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
+                                                         TensorParallelGroup& tp,
+                                                         const AdamWConfig& adamw);
+
+}  // namespace cohort::engine
