@@ -194,9 +194,10 @@ Result<std::unique_ptr<InferenceModel>> CreateCpuInferenceModel(const engine::Gp
     return FieldError("params", "expected {} floats for this config, got {}",
                       config.num_parameters(), params.size());
   }
-  if (max_step_tokens < 1) {
-    return FieldError("--max-step-tokens", "must be >= 1, got {}", max_step_tokens);
+  if (max_step_tokens < 0) {
+    return FieldError("--max-step-tokens", "must be >= 0 (0: auto), got {}", max_step_tokens);
   }
+  if (max_step_tokens == kAutoStepTokens) max_step_tokens = kCpuAutoStepTokens;
   if (cache.num_blocks < 1) return FieldError("--kv-cache-mb", "the cache holds no block");
   return std::unique_ptr<InferenceModel>(
       new CpuInferenceModel(config, std::move(params), cache, max_step_tokens));

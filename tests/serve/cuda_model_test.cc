@@ -70,6 +70,39 @@ TEST(CudaInferenceModelTest, StepsMatchTheCpuBackendWithinBf16) {
   EXPECT_GE(agree, rows * 9 / 10) << agree << " of " << rows << " argmaxes agree";
 }
 
+// A step wanting the logits of more rows than the model's logit buffer holds (256) gets
+// them computed a slice at a time: every row's logits equal the CPU backend's within bf16.
+TEST(CudaInferenceModelTest, LogitsOfMoreRowsThanTheBufferComeInSlices) {
+  COHORT_SKIP_WITHOUT_GPU();
+  engine::GptModel ref = testing::TinyModel();
+  const int n = 300;
+  auto cpu = testing::CpuModelOf(ref, n, 4, 512);
+  auto gpu = CudaModelOf(ref, n, 4, 512);
+  ASSERT_TRUE(gpu);
+  std::vector<int32_t> tokens(n);
+  std::vector<std::vector<int>> blocks(n);
+  std::vector<StepSequence> step;
+  for (int i = 0; i < n; ++i) {
+    tokens[i] = (37 * i + 11) % 256;
+    blocks[i] = {i};
+  }
+  for (int i = 0; i < n; ++i) step.push_back({std::span<const int32_t>(&tokens[i], 1), 0, blocks[i], true});
+  std::vector<float> lc, lg;
+  ASSERT_TRUE(cpu->Step(step, lc).has_value());
+  auto r = gpu->Step(step, lg);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  ASSERT_EQ(lc.size(), lg.size());
+  const size_t V = ref.config().vocab_size;
+  for (int i = 0; i < n; ++i) {
+    double worst = 0, scale = 0;
+    for (size_t v = 0; v < V; ++v) {
+      worst = std::max(worst, static_cast<double>(std::fabs(lc[i * V + v] - lg[i * V + v])));
+      scale = std::max(scale, static_cast<double>(std::fabs(lc[i * V + v])));
+    }
+    ASSERT_LT(worst, 0.02 * scale + 0.05) << "row " << i << ": largest |cpu - gpu| " << worst;
+  }
+}
+
 TEST(CudaInferenceModelTest, BatchedRequestsGiveTheTokensOfOneAtATime) {
   COHORT_SKIP_WITHOUT_GPU();
   engine::GptModel ref = testing::TinyModel();
