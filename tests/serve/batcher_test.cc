@@ -276,9 +276,13 @@ TEST(BatcherTest, PromptsPrefillInOneLargeStepAndNeverStallDecoders) {
   ASSERT_TRUE(b.has_value()) << b.error().message;
   EXPECT_EQ((*b)->prefill_step_tokens(), 256);
   EXPECT_EQ((*b)->decode_step_tokens(), 24);
+  // A one-token request's step held at the gate while the burst queues: the next step
+  // admits all four, with nothing decoding (the primer is done).
+  auto primer = *(*b)->Submit(Greedy("p", 1));
+  ASSERT_TRUE(gate->WaitBlocked());
   std::vector<std::shared_ptr<RequestChannel>> chans;
   for (int i = 0; i < 4; ++i) chans.push_back(*(*b)->Submit(reqs[i]));
-  // All four are admitted before the first step runs (the gate holds it).
+  gate->Release(1);
   ASSERT_TRUE(gate->WaitBlocked());
   gate->Release(2);  // the burst's step and the first decode step
   ASSERT_TRUE(gate->WaitBlocked());
@@ -288,14 +292,15 @@ TEST(BatcherTest, PromptsPrefillInOneLargeStepAndNeverStallDecoders) {
     Outcome o = Drain(*chans[i]);
     EXPECT_EQ(o.tokens, alone[i].tokens) << "request " << i;
   }
-  const auto shapes = gate->shapes();
-  ASSERT_FALSE(shapes.empty());
-  // Step 1: the four prompts whole (prefill_chunk 64 >= 40), in one step of 160 tokens.
+  EXPECT_EQ(Drain(*primer).finish, "length");
+  auto shapes = gate->shapes();
+  ASSERT_GE(shapes.size(), 13u);
+  shapes.erase(shapes.begin());  // the primer's
+  // The burst's step: the four prompts whole (prefill_chunk 64 >= 40), 160 tokens.
   ASSERT_EQ(shapes[0].size(), 4u);
   for (const auto& [start, n] : shapes[0]) EXPECT_EQ(std::make_pair(start, n), std::make_pair(0, 40));
-  // Steps 1..11 decode the burst's other 11 tokens: each holds the four at position 39 + s
-  // and at most 24 tokens, the late prompts (admitted from step 3) taking what is left.
-  ASSERT_GE(shapes.size(), 12u);
+  // The next 11 steps decode the burst's other 11 tokens: each holds the four at position
+  // 39 + s and at most 24 tokens, the late prompts (admitted from step 3) taking the rest.
   int late_prefill = 0;
   for (size_t s = 1; s < 12; ++s) {
     int total = 0, burst = 0;

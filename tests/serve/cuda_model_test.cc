@@ -103,6 +103,58 @@ TEST(CudaInferenceModelTest, LogitsOfMoreRowsThanTheBufferComeInSlices) {
   }
 }
 
+// The auto step budget on a device: the cache's 320 positions (far under the memory bound);
+// a burst of six 30-token prompts then prefills in the first step, all six whole.
+TEST(CudaInferenceModelTest, AutoStepBudgetPrefillsABurstInOneStep) {
+  COHORT_SKIP_WITHOUT_GPU();
+  engine::GptModel ref = testing::TinyModel();
+  auto model = CudaModelOf(ref, 40, 8, kAutoStepTokens);
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->max_step_tokens(), 320);
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto gated = std::make_unique<testing::GatedModel>(std::move(model));
+  testing::GatedModel* gate = gated.get();
+  BatcherOptions opt;
+  opt.max_running = 8;
+  opt.prefill_chunk = 64;
+  auto b = Batcher::Start(std::move(gated), tokenizer.get(), opt, nullptr);
+  ASSERT_TRUE(b.has_value()) << b.error().message;
+  EXPECT_EQ((*b)->decode_step_tokens(), 320);  // auto: the model's budget, under 2048
+  auto request = [](int i, int n, int max_tokens) {
+    GenerationRequest r;
+    for (int k = 0; k < n; ++k) r.tokens.push_back('a' + (k + 5 * i) % 26);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    r.stop_at_eot = false;
+    return r;
+  };
+  // A one-token request's step held at the gate while the burst queues.
+  auto primer = *(*b)->Submit(request(9, 1, 1));
+  ASSERT_TRUE(gate->WaitBlocked());
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (int i = 0; i < 6; ++i) chans.push_back(*(*b)->Submit(request(i, 30, 3)));
+  gate->Open();
+  ASSERT_TRUE(primer->Next(std::chrono::seconds(300)).has_value());
+  for (auto& ch : chans) {
+    int tokens = 0;
+    for (;;) {
+      auto e = ch->Next(std::chrono::seconds(300));
+      ASSERT_TRUE(e.has_value());
+      tokens += e->token >= 0;
+      if (!e->finish_reason.empty()) {
+        EXPECT_EQ(e->finish_reason, "length") << e->error;
+        break;
+      }
+    }
+    EXPECT_EQ(tokens, 3);
+  }
+  const auto shapes = gate->shapes();
+  ASSERT_GE(shapes.size(), 2u);
+  // The step after the primer's: all six prompts whole, 180 tokens.
+  ASSERT_EQ(shapes[1].size(), 6u);
+  for (const auto& [start, n] : shapes[1]) EXPECT_EQ(std::make_pair(start, n), std::make_pair(0, 30));
+}
+
 TEST(CudaInferenceModelTest, BatchedRequestsGiveTheTokensOfOneAtATime) {
   COHORT_SKIP_WITHOUT_GPU();
   engine::GptModel ref = testing::TinyModel();
