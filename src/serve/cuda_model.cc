@@ -241,9 +241,9 @@ Result<std::unique_ptr<InferenceModel>> CreateCudaInferenceModel(const engine::G
     return FieldError("params", "expected {} floats for this config, got {}", config.num_parameters(), params.size());
   }
   if (config.n_embd % 8 != 0) return FieldError("n_embd", "must be a multiple of 8 on cuda, got {}", config.n_embd);
-  if (config.n_embd / config.n_head > k::KvAttentionMaxHeadSize()) {
-    return FieldError("n_head", "a head size (n_embd / n_head = {} / {}) of at most {} on cuda, got {}", config.n_embd,
-                      config.n_head, k::KvAttentionMaxHeadSize(), config.n_embd / config.n_head);
+  if (const int hs = config.n_embd / config.n_head; hs > k::KvAttentionMaxHeadSize() || hs % 2 != 0) {
+    return FieldError("n_head", "the head size n_embd / n_head = {} / {} = {} must be even and at most {} on cuda",
+                      config.n_embd, config.n_head, hs, k::KvAttentionMaxHeadSize());
   }
   if (config.max_seq_len > k::KvAttentionMaxContext()) {
     return FieldError("max_seq_len", "at most {} on cuda, got {}", k::KvAttentionMaxContext(), config.max_seq_len);

@@ -18,7 +18,7 @@ namespace cohort::serve {
 
 // max_step_tokens kAutoStepTokens (0): AutoCudaStepTokens with the device's free memory.
 // kInvalidArgument naming the field for a shape the kernels do not support (n_embd not a
-// multiple of 8, a head size other than 16, 32, 64 or 128) or a negative max_step_tokens;
+// multiple of 8, an odd head size or one over 256) or a negative max_step_tokens;
 // kResourceExhausted when the weights, cache and activations do not fit in device memory;
 // kUnavailable without a device or without CUDA in this build.
 // The GPU's step budget when none is given: every position the cache holds, at most 16384,

@@ -1452,10 +1452,11 @@ TEST(CudaKvAttentionTest, DecodeRowsMatchCpuOverManyBlocksAndOddLengths) {
   CheckKvAttention(128, 2, 16, {1, 3, 17, 100, 333}, {{0, 1}, {1, 3}, {2, 17}, {3, 100}, {4, 333}});
   // Prefill-like rows: one sequence's positions at several contexts, and a 1-position block.
   CheckKvAttention(64, 4, 1, {41}, {{0, 1}, {0, 2}, {0, 5}, {0, 40}, {0, 41}});
-  // Head sizes: 80 (lanes past it idle in the last slice), 256 (the largest), 16; blocks of 5.
+  // Head sizes: 80 (lanes past it idle in the second slice), 256 (the largest), 16, 2; blocks of 5.
   CheckKvAttention(160, 2, 5, {29, 64}, {{0, 29}, {1, 64}, {1, 7}});
   CheckKvAttention(256, 1, 16, {70}, {{0, 70}});
   CheckKvAttention(64, 4, 16, {9}, {{0, 9}});
+  CheckKvAttention(8, 4, 16, {21}, {{0, 21}, {0, 20}});
 }
 
 TEST(CudaKvAttentionTest, LongContextsMatchCpu) {
@@ -1464,13 +1465,16 @@ TEST(CudaKvAttentionTest, LongContextsMatchCpu) {
   CheckKvAttention(64, 1, 16, {9001, 2049}, {{0, 9001}, {1, 2049}});
 }
 
-TEST(CudaKvAttentionTest, RefusesHeadsLargerThanItHolds) {
+TEST(CudaKvAttentionTest, RefusesHeadsItCannotHold) {
   COHORT_SKIP_WITHOUT_GPU();
   EXPECT_EQ(KvAttentionForward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 16,
                                2 * KvAttentionMaxHeadSize(), 1, kStream),
             cudaErrorInvalidValue);
   EXPECT_EQ(KvAttentionForward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1,
                                KvAttentionMaxContext() + 1, 16, 64, 1, kStream),
+            cudaErrorInvalidValue);
+  // Keys and values are read in bf16 pairs: an odd head size is refused.
+  EXPECT_EQ(KvAttentionForward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 16, 45, 3, kStream),
             cudaErrorInvalidValue);
 }
 

@@ -10,7 +10,7 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kMaxHeadSize = 256;
-constexpr int kDimsPerLane = kMaxHeadSize / 32;
+constexpr int kPairsPerLane = kMaxHeadSize / 64;  // bf16 pairs of a head's dimensions per lane
 // Nothing is kept per position (the scores used to be, in shared memory, up to 8192); the
 // bound keeps a context's positions far inside int.
 constexpr int kMaxContext = 1 << 20;
@@ -42,11 +42,12 @@ __global__ void KvWriteKernel(bf16* k_cache, bf16* v_cache, const bf16* qkv, con
 
 // Block (row, head), kWarps warps (flash-decoding inside the block): the context is cut
 // into kWarps contiguous ranges, one per warp. A warp takes its keys one at a time: lane l
-// holds dimensions l, l + 32, ... of q, of the key and of its running output, so each key
-// and value row is one coalesced read; the score is the lanes' partial dots summed by
-// shuffles, and the warp keeps an online softmax (running max m, sum l, output rescaled
-// whenever m grows). The warps' (m, l, output) then meet in shared memory and every output
-// dimension is their combination: Σ_w e^(m_w − M)·out_w / Σ_w e^(m_w − M)·l_w.
+// holds dimension pairs (2l, 2l+1), (2l+64, 2l+65), ... of q, of the key and of its running
+// output, so each key and value row is one coalesced read of bf16 pairs per 64 dimensions;
+// the score is the lanes' partial dots summed by shuffles, and the warp keeps an online
+// softmax (running max m, sum l, output rescaled whenever m grows). The warps' (m, l,
+// output) then meet in shared memory and every output dimension is their combination:
+// Σ_w e^(m_w − M)·out_w / Σ_w e^(m_w − M)·l_w.
 __global__ void KvAttentionKernel(bf16* out, const bf16* qkv, const bf16* k_cache,
                                   const bf16* v_cache, const int32_t* context,
                                   const int32_t* table_offset, const int32_t* tables,
@@ -62,25 +63,30 @@ __global__ void KvAttentionKernel(bf16* out, const bf16* qkv, const bf16* k_cach
   const size_t head = static_cast<size_t>(h) * hs;
   const bf16* qp = qkv + static_cast<size_t>(r) * 3 * C + head;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  float q[kDimsPerLane], acc[kDimsPerLane];
+  float2 q[kPairsPerLane], acc[kPairsPerLane];
 #pragma unroll
-  for (int i = 0; i < kDimsPerLane; ++i) {
-    const int d = lane + 32 * i;
-    q[i] = d < hs ? __bfloat162float(qp[d]) : 0.0f;
-    acc[i] = 0.0f;
+  for (int i = 0; i < kPairsPerLane; ++i) {
+    const int d = 2 * (lane + 32 * i);
+    q[i] = d < hs ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qp + d)) : make_float2(0.0f, 0.0f);
+    acc[i] = make_float2(0.0f, 0.0f);
   }
   const int per_warp = (ctx + kWarps - 1) / kWarps;
   const int j0 = warp * per_warp, j1 = min(ctx, j0 + per_warp);
   float m = -INFINITY, l = 0.0f;
+  int b = j0 / block_size, off = j0 % block_size;  // the block and row of position j
   for (int j = j0; j < j1; ++j) {
-    const size_t slot = static_cast<size_t>(table[j / block_size]) * block_size + j % block_size;
+    const size_t slot = static_cast<size_t>(table[b]) * block_size + off;
+    if (++off == block_size) off = 0, ++b;
     const bf16* k = k_cache + slot * C + head;
     const bf16* v = v_cache + slot * C + head;
     float dot = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < hs) dot += q[i] * __bfloat162float(k[d]);
+    for (int i = 0; i < kPairsPerLane; ++i) {
+      const int d = 2 * (lane + 32 * i);
+      if (d < hs) {
+        const float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(k + d));
+        dot += q[i].x * kk.x + q[i].y * kk.y;
+      }
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
@@ -90,9 +96,13 @@ __global__ void KvAttentionKernel(bf16* out, const bf16* qkv, const bf16* k_cach
     const float p = expf(s - m_new);
     l = l * rescale + p;
 #pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < hs) acc[i] = acc[i] * rescale + p * __bfloat162float(v[d]);
+    for (int i = 0; i < kPairsPerLane; ++i) {
+      const int d = 2 * (lane + 32 * i);
+      if (d < hs) {
+        const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v + d));
+        acc[i].x = acc[i].x * rescale + p * vv.x;
+        acc[i].y = acc[i].y * rescale + p * vv.y;
+      }
     }
     m = m_new;
   }
@@ -101,9 +111,12 @@ __global__ void KvAttentionKernel(bf16* out, const bf16* qkv, const bf16* k_cach
     part_l[warp] = l;
   }
 #pragma unroll
-  for (int i = 0; i < kDimsPerLane; ++i) {
-    const int d = lane + 32 * i;
-    if (d < hs) part_out[warp * kMaxHeadSize + d] = acc[i];
+  for (int i = 0; i < kPairsPerLane; ++i) {
+    const int d = 2 * (lane + 32 * i);
+    if (d < hs) {
+      part_out[warp * kMaxHeadSize + d] = acc[i].x;
+      part_out[warp * kMaxHeadSize + d + 1] = acc[i].y;
+    }
   }
   __syncthreads();
   float mx = -INFINITY;
@@ -145,7 +158,10 @@ cudaError_t KvAttentionForward(bf16* out, const bf16* qkv, const bf16* k_cache, 
                                const int32_t* tables, int N, int max_context, int block_size, int C,
                                int NH, cudaStream_t stream) {
   if (N <= 0) return cudaSuccess;
-  if (C / NH > kMaxHeadSize || max_context > kMaxContext || max_context < 1) return cudaErrorInvalidValue;
+  const int hs = C / NH;
+  if (hs > kMaxHeadSize || hs % 2 != 0 || C % 2 != 0 || max_context > kMaxContext || max_context < 1) {
+    return cudaErrorInvalidValue;
+  }
   KvAttentionKernel<<<N * NH, kWarps * 32, 0, stream>>>(out, qkv, k_cache, v_cache, context, table_offset,
                                                         tables, block_size, C, NH);
   return cudaSuccess;

@@ -24,8 +24,8 @@ void KvCacheWrite(bf16* k_cache, bf16* v_cache, const bf16* qkv, const int32_t* 
 // of its sequence, read through tables[table_offset[r] + j / block_size]. One block of
 // threads per (row, head), its warps splitting the positions (flash-decoding: each warp an
 // online softmax over its range, combined at the end). cudaErrorInvalidValue (nothing
-// launched) for a head size over KvAttentionMaxHeadSize() or a context over
-// KvAttentionMaxContext().
+// launched) for an odd head size or n_embd (keys and values are read in bf16 pairs), a head
+// size over KvAttentionMaxHeadSize() or a context over KvAttentionMaxContext().
 cudaError_t KvAttentionForward(bf16* out, const bf16* qkv, const bf16* k_cache, const bf16* v_cache,
                                const int32_t* context, const int32_t* table_offset,
                                const int32_t* tables, int N, int max_context, int block_size, int C,
