@@ -26,6 +26,8 @@
 // median of 20 steps. The rounds above minus this are the batcher's own cost.
 // Issue 21 item 4; bench/gpu/run.sh runs it on a lent GPU. --device cpu runs the same
 // measurement with the float32 CPU backend and PyTorch on the CPU (one thread each).
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -294,6 +296,9 @@ TorchRow RunTorch(const Options& o, const std::string& ckpt, int c) {
   so.stdout_path = out;
   so.stderr_path = out + ".err";
   so.new_process_group = false;
+  // One thread for PyTorch's own pools too (bench_serve does the same): --threads 1 sets
+  // torch.set_num_threads only.
+  so.env = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
   auto child = cohort::Subprocess::Spawn(so);
   auto status = child ? child->Wait() : cohort::Result<cohort::ExitStatus>(std::unexpected(child.error()));
   auto slurp = [](const std::string& path) {
@@ -319,6 +324,9 @@ TorchRow RunTorch(const Options& o, const std::string& ckpt, int c) {
 }
 
 int Main(const Options& o) {
+  // One thread on the CPU for the step timed alone too (the batcher sets its own thread's):
+  // the default, every core, put the timed step at OpenMP barriers on a loaded machine.
+  if (o.device == "cpu") omp_set_num_threads(1);
   auto fail = [](const cohort::Error& e) {
     std::fprintf(stderr, "bench_serve_gpu: %s\n", e.ToString().c_str());
     return 1;
