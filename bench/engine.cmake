@@ -33,3 +33,8 @@ target_link_libraries(bench_parallel_train PRIVATE cohort_engine_trainer cohort_
 add_executable(bench_zero ${CMAKE_CURRENT_LIST_DIR}/zero.cc)
 target_link_libraries(bench_zero PRIVATE cohort_engine_trainer cohort_engine_parallel
                                          cohort_comm cohort_common)
+
+# The serving product (kernels/cpu/invariant_matmul.h) beside OpenBLAS on the products of one
+# decode step of bench_serve's model, at 1 to 64 rows.
+add_executable(bench_invariant_matmul ${CMAKE_CURRENT_LIST_DIR}/invariant_matmul.cc)
+target_link_libraries(bench_invariant_matmul PRIVATE cohort_engine_kernels_cpu cohort_common)

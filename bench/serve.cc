@@ -17,6 +17,10 @@
 //      that stayed), and the time until the service has 2 healthy replicas again.
 //
 // Usage: bench_serve [--threads N] [--rate R] [--seconds S] [--only throughput|gateway|failover]
+//                    [--concurrency 1,8,32] [--serve-binary PATH]
+// --concurrency picks section 1's client counts; --serve-binary runs section 1's replica
+// from another `cohort` build (a before/after comparison alternates two binaries, the
+// same PyTorch baseline beside each).
 // The head runs with tokens over plain HTTP (--no-tls) so that the gateway's own cost is
 // what section 2 measures. Prints the machine's load (uptime) first.
 #include <atomic>
@@ -24,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <sstream>
 
 #include <httplib.h>
 
@@ -35,6 +40,9 @@ namespace cohort::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The `cohort` whose `serve` section 1 measures (--serve-binary).
+std::string g_serve_binary = COHORT_BINARY;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -85,7 +93,7 @@ struct Replica {
 std::unique_ptr<Replica> StartReplica(const std::string& model, const std::string& dir, int threads) {
   auto r = std::make_unique<Replica>();
   SpawnOptions o;
-  o.argv = {COHORT_BINARY, "serve", "--model", model, "--name", "bench", "--port", "0", "--threads",
+  o.argv = {g_serve_binary, "serve", "--model", model, "--name", "bench", "--port", "0", "--threads",
             std::to_string(threads), "--kv-cache-mb", "512", "--max-waiting", "100000"};
   o.stdout_path = dir + "/replica.log";
   o.parent_death_signal = SIGKILL;
@@ -171,14 +179,14 @@ std::vector<int> PromptIds(int n) {
 
 // ---- 1. throughput ---------------------------------------------------------------------
 
-void Throughput(int threads) {
+void Throughput(int threads, const std::vector<int>& concurrency) {
   const int kPrompt = 32, kTokens = 128;
   char tmpl[] = "/tmp/cohort-bench-serve-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string model = MakeModel(dir + "/model", 6, 384, 6, 512);
   std::printf("\n== 1. throughput: 6 layers, n_embd 384, 6 heads, byte vocabulary (%s), %d threads each; "
-              "prompt %d tokens, %d generated, greedy\n",
-              model.c_str(), threads, kPrompt, kTokens);
+              "prompt %d tokens, %d generated, greedy; serving binary %s\n",
+              model.c_str(), threads, kPrompt, kTokens, g_serve_binary.c_str());
   auto replica = StartReplica(dir + "/model/ckpt", dir, threads);
   const std::vector<int> prompt = PromptIds(kPrompt);
   std::string ids;
@@ -189,7 +197,7 @@ void Throughput(int threads) {
   std::printf("%-6s %14s %12s %12s | %14s %12s | %7s  %s\n", "conc", "cohort tok/s", "TTFT p50", "TTFT p99",
               "torch tok/s", "torch TTFT", "ratio", "target");
   std::vector<int64_t> first_tokens;
-  for (int c : {1, 8, 32}) {
+  for (int c : concurrency) {
     const int per_client = c == 1 ? 3 : 2;
     std::vector<double> ttft;
     std::mutex mu;
@@ -213,7 +221,11 @@ void Throughput(int threads) {
     const CpuSeconds cpu1 = ProcessCpu(replica->proc.pid());
     const double ours = static_cast<double>(tokens) / secs;
     const double ours_per_cpu = static_cast<double>(tokens) / std::max(1e-9, cpu1.self - cpu0.self);
-    const std::string torch_out = Run(std::string(COHORT_TORCH_PYTHON) + " " + COHORT_TORCH_SCRIPT + " --checkpoint " +
+    // The same threads for PyTorch's own pools: torch.set_num_threads does not bound the
+    // OpenBLAS or OpenMP pools under it, which otherwise take the other core when it is idle.
+    const std::string torch_env = "OMP_NUM_THREADS=" + std::to_string(threads) +
+                                  " OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " ";
+    const std::string torch_out = Run(torch_env + COHORT_TORCH_PYTHON + " " + COHORT_TORCH_SCRIPT + " --checkpoint " +
                                       model + " --threads " + std::to_string(threads) + " --batch " +
                                       std::to_string(c) + " --prompt " + std::to_string(kPrompt) + " --tokens " +
                                       std::to_string(kTokens) + " --prompt-ids " + ids + " 2>&1");
@@ -240,6 +252,8 @@ void Throughput(int threads) {
                 theirs_per_cpu > 0 ? ours_per_cpu / theirs_per_cpu : 0.0);
     std::fflush(stdout);
   }
+  replica.reset();
+  std::filesystem::remove_all(dir);  // the model: 126 MB a run
 }
 
 // ---- 2. gateway overhead ----------------------------------------------------------------
@@ -452,13 +466,26 @@ int main(int argc, char** argv) {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   double rate = 1000, seconds = 5;
   std::string only;
+  std::vector<int> concurrency = {1, 8, 32};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--rate") rate = std::atof(argv[i + 1]);
     else if (a == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (a == "--only") only = argv[i + 1];
-    else BenchCluster::Die("unknown flag " + a);
+    else if (a == "--serve-binary") g_serve_binary = argv[i + 1];
+    else if (a == "--concurrency") {
+      concurrency.clear();
+      std::stringstream list(argv[i + 1]);
+      for (std::string item; std::getline(list, item, ',');) {
+        const int c = std::atoi(item.c_str());
+        if (c < 1 || c > 1024) BenchCluster::Die("--concurrency: each count must be in [1, 1024], got '" + item + "'");
+        concurrency.push_back(c);
+      }
+      if (concurrency.empty()) BenchCluster::Die("--concurrency: no count given");
+    } else {
+      BenchCluster::Die("unknown flag " + a);
+    }
   }
   std::printf("bench_serve on %u cores; load: %s", std::thread::hardware_concurrency(), Run("uptime").c_str());
   // The replicas choose OpenBLAS's kernels as `cohort serve` does (OPENBLAS_CORETYPE when
@@ -468,7 +495,8 @@ int main(int argc, char** argv) {
     std::printf("OpenBLAS kernels: OPENBLAS_CORETYPE=%s for both sides (OpenBLAS detected %s)\n", core.c_str(),
                 cohort::engine::cpu::BlasCoreName().c_str());
   }
-  if (only.empty() || only == "throughput") Throughput(threads);
+  if (!std::filesystem::exists(g_serve_binary)) BenchCluster::Die("--serve-binary: no file " + g_serve_binary);
+  if (only.empty() || only == "throughput") Throughput(threads, concurrency);
   if (only.empty() || only == "gateway") GatewayOverhead(rate, seconds);
   if (only.empty() || only == "failover") Failover();
   return 0;

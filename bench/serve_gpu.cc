@@ -5,7 +5,12 @@
 //
 //   bench_serve_gpu [--model gpt2-124m|small] [--concurrency 1,8,32,64] [--prompt P]
 //                   [--tokens K] [--repeats R] [--torch-script PATH] [--python PY]
-//                   [--device cuda|cpu] [--json FILE]
+//                   [--device cuda|cpu] [--json FILE] [--max-step-tokens N]
+//                   [--decode-step-tokens N]
+//
+// The step budgets default to the server's auto choice (on a GPU: the whole burst of
+// prompts in one step while nothing decodes); --max-step-tokens 2048 gives the budget
+// before it was chosen per device, for the time to first token beside it.
 //
 // For each concurrency c: c requests of P prompt tokens each generate K tokens greedily
 // (no end-of-text stop), all submitted at once; output tokens/s = c·K over the time from
@@ -21,6 +26,8 @@
 // median of 20 steps. The rounds above minus this are the batcher's own cost.
 // Issue 21 item 4; bench/gpu/run.sh runs it on a lent GPU. --device cpu runs the same
 // measurement with the float32 CPU backend and PyTorch on the CPU (one thread each).
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,22 +68,28 @@ struct Options {
   // cpu: the server's float32 CPU backend beside PyTorch float32 on the CPU (one thread
   // each side): the same code path on a machine without a GPU, for checking the benchmark.
   std::string device = "cuda";
+  // The step budgets (serve::kAutoStepTokens, BatcherOptions::decode_step_tokens): 0 is
+  // the server's auto choice; --max-step-tokens 2048 is the budget before it was chosen
+  // per device.
+  int max_step_tokens = 0;
+  int decode_step_tokens = 0;
 };
 
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_serve_gpu: %s\nusage: bench_serve_gpu [--model gpt2-124m|small] "
                "[--concurrency 1,8,32,64] [--prompt P] [--tokens K] [--repeats R] "
-               "[--torch-script PATH] [--python PY] [--device cuda|cpu] [--json FILE]\n",
+               "[--torch-script PATH] [--python PY] [--device cuda|cpu] [--json FILE] "
+               "[--max-step-tokens N] [--decode-step-tokens N]\n",
                why.c_str());
   std::exit(2);
 }
 
-int Positive(const std::string& flag, const std::string& v, int max) {
+int Positive(const std::string& flag, const std::string& v, int max, int min = 1) {
   char* end = nullptr;
   const long n = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < 1 || n > max) {
-    Usage(fmt::format("{}: '{}' is not an integer in [1, {}]", flag, v, max));
+  if (v.empty() || *end != '\0' || n < min || n > max) {
+    Usage(fmt::format("{}: '{}' is not an integer in [{}, {}]", flag, v, min, max));
   }
   return static_cast<int>(n);
 }
@@ -113,6 +126,10 @@ Options Parse(int argc, char** argv) {
       o.device = v;
     } else if (a == "--json") {
       o.json = v;
+    } else if (a == "--max-step-tokens") {
+      o.max_step_tokens = Positive(a, v, 1 << 20, 0);
+    } else if (a == "--decode-step-tokens") {
+      o.decode_step_tokens = Positive(a, v, 1 << 20, 0);
     } else {
       Usage("unknown flag " + a);
     }
@@ -279,6 +296,9 @@ TorchRow RunTorch(const Options& o, const std::string& ckpt, int c) {
   so.stdout_path = out;
   so.stderr_path = out + ".err";
   so.new_process_group = false;
+  // One thread for PyTorch's own pools too (bench_serve does the same): --threads 1 sets
+  // torch.set_num_threads only.
+  so.env = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
   auto child = cohort::Subprocess::Spawn(so);
   auto status = child ? child->Wait() : cohort::Result<cohort::ExitStatus>(std::unexpected(child.error()));
   auto slurp = [](const std::string& path) {
@@ -304,6 +324,9 @@ TorchRow RunTorch(const Options& o, const std::string& ckpt, int c) {
 }
 
 int Main(const Options& o) {
+  // One thread on the CPU for the step timed alone too (the batcher sets its own thread's):
+  // the default, every core, put the timed step at OpenMP barriers on a loaded machine.
+  if (o.device == "cpu") omp_set_num_threads(1);
   auto fail = [](const cohort::Error& e) {
     std::fprintf(stderr, "bench_serve_gpu: %s\n", e.ToString().c_str());
     return 1;
@@ -325,10 +348,10 @@ int Main(const Options& o) {
   if (!plan) return fail(plan.error());
   auto make_model = [&]() {
     return o.device == "cuda"
-               ? cohort::serve::CreateCudaInferenceModel(cfg, host->params(), *plan, 2048)
+               ? cohort::serve::CreateCudaInferenceModel(cfg, host->params(), *plan, o.max_step_tokens)
                : cohort::serve::CreateCpuInferenceModel(
                      cfg, std::vector<float>(host->params().begin(), host->params().end()),
-                     *plan, 2048);
+                     *plan, o.max_step_tokens);
   };
   {
     auto m = make_model();
@@ -351,6 +374,7 @@ int Main(const Options& o) {
   bo.max_running = max_c;
   bo.max_waiting = 2 * max_c;
   bo.prefill_chunk = o.prompt;
+  bo.decode_step_tokens = o.decode_step_tokens;
   bo.threads = o.device == "cpu" ? 1 : 0;
   auto batcher = cohort::serve::Batcher::Start(std::move(*model), tokenizer.get(), bo, nullptr);
   if (!batcher) return fail(batcher.error());
@@ -360,11 +384,12 @@ int Main(const Options& o) {
   if (auto w = WriteCheckpoint(ckpt, *host); !w) return fail(w.error());
 
   fmt::print("# bench_serve_gpu: GPT-2 {} (random weights, seed 0), {}; prompts of {} "
-             "tokens, {} generated greedily; KV cache {} blocks of 16 ({:.2f} GiB); median of {} "
-             "rounds after a warm-up (PyTorch: best of {})\n",
+             "tokens, {} generated greedily; KV cache {} blocks of 16 ({:.2f} GiB); steps of {} tokens, "
+             "{} while decoding{}; median of {} rounds after a warm-up (PyTorch: best of {})\n",
              o.model, o.device == "cuda" ? "bf16 on the GPU" : "float32 on the CPU, one thread",
-             o.prompt, o.tokens, plan->num_blocks, plan->bytes() / double(1 << 30), o.repeats,
-             o.repeats);
+             o.prompt, o.tokens, plan->num_blocks, plan->bytes() / double(1 << 30),
+             (*batcher)->prefill_step_tokens(), (*batcher)->decode_step_tokens(),
+             o.max_step_tokens == 0 ? " (auto)" : "", o.repeats, o.repeats);
   if (auto w = RunRound(**batcher, cfg, 1, o.prompt, 8); !w) return fail(w.error());  // warm-up
   fmt::print("{:>11s} {:>13s} {:>10s} {:>10s} {:>13s} {:>10s} {:>9s} {:>14s}\n", "concurrency",
              "cohort tok/s", "ttft p50", "ttft p99", "torch tok/s", "torch ttft", "vs torch",

@@ -248,6 +248,12 @@ if [[ "$SERVE" == 1 ]]; then
   timeout 300 "$PKG/bin/bench_serve_gpu" --torch-script "$ROOT/bench/torch_generate.py" \
     2>&1 | tee -a "$OUTDIR/bench.log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { log "ERROR: bench_serve_gpu failed"; status=1; }
+  # The same 64 streams with the step budget fixed at 2,048 tokens (four prefill steps for
+  # 64 prompts of 128), beside the auto budget above: the time to first token it costs.
+  log "bench: serving at 64 streams with --max-step-tokens 2048 (the budget before the auto one)"
+  timeout 180 "$PKG/bin/bench_serve_gpu" --torch-script "$ROOT/bench/torch_generate.py" \
+    --concurrency 64 --max-step-tokens 2048 2>&1 | tee -a "$OUTDIR/bench.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || { log "ERROR: bench_serve_gpu --max-step-tokens 2048 failed"; status=1; }
 fi
 
 # --- per-kernel profile ----------------------------------------------------------------------

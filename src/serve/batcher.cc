@@ -13,6 +13,10 @@ namespace cohort::serve {
 
 namespace {
 
+// The auto budget of a step that decodes (BatcherOptions::decode_step_tokens): the step
+// budget before it was chosen per device, which bounds a decoding stream's step on a GPU.
+constexpr int kAutoDecodeStepTokens = 2048;
+
 double SecondsSince(SteadyTime t, SteadyTime now) {
   return std::chrono::duration<double>(now - t).count();
 }
@@ -109,7 +113,18 @@ Result<std::unique_ptr<Batcher>> Batcher::Start(std::unique_ptr<InferenceModel> 
   if (options.prefill_chunk < 1) {
     return FieldError("--prefill-chunk", "must be >= 1, got {}", options.prefill_chunk);
   }
+  const int step_tokens = model->max_step_tokens();
+  int decode_tokens = options.decode_step_tokens;
+  if (decode_tokens == 0) {
+    decode_tokens = std::min(step_tokens, std::max(kAutoDecodeStepTokens, options.max_running));
+  } else if (decode_tokens < options.max_running || decode_tokens > step_tokens) {
+    return FieldError("--decode-step-tokens",
+                      "must be 0 (auto) or between --max-running ({}: every running sequence decodes at "
+                      "every step) and --max-step-tokens ({}), got {}",
+                      options.max_running, step_tokens, decode_tokens);
+  }
   std::unique_ptr<Batcher> b(new Batcher(std::move(model), tokenizer, options, metrics));
+  b->decode_step_tokens_ = decode_tokens;
   {
     MutexLock l(b->mu_);
     b->load_.kv_blocks_total = b->blocks_.total();
@@ -228,15 +243,19 @@ void Batcher::RunStep() {
   });
   if (running_.empty()) return;
 
-  // Decoders (one pending token) first, then prompts in chunks, within the token budget.
+  // Decoders (one pending token) first, then prompts in chunks, within the token budget:
+  // the smaller one once a sequence is decoding, so that its next token never waits for a
+  // whole burst of prompts.
   std::vector<Sequence*> order;
+  bool decoding = false;
   for (auto& s : running_) {
     if (s->pending() == 1) order.push_back(s.get());
+    decoding = decoding || s->generated > 0;
   }
   for (auto& s : running_) {
     if (s->pending() > 1) order.push_back(s.get());
   }
-  int budget = model_->max_step_tokens();
+  int budget = decoding ? decode_step_tokens_ : model_->max_step_tokens();
   std::vector<StepSequence> step;
   std::vector<Sequence*> in_step;
   for (Sequence* s : order) {

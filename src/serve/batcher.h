@@ -6,8 +6,11 @@
 // at admission, so a running sequence never waits for memory), then runs one model step
 // over every running sequence: one token for each decoding sequence first, then the
 // prompts still being read in chunks of at most prefill_chunk tokens, within the step's
-// token budget (chunked prefill: a long prompt never stalls the decoders for more than a
-// chunk). Sequences join and leave the batch at every step. A full queue is refused
+// token budget. The budget is the model's max_step_tokens while no sequence is decoding
+// (a burst of prompts prefills in as few steps as the model allows: one on a GPU for 64
+// prompts of 128 tokens), and decode_step_tokens once one is (chunked prefill: a long
+// prompt or a burst of new ones never stalls the decoders for more than that many tokens'
+// step). Sequences join and leave the batch at every step. A full queue is refused
 // (kResourceExhausted, HTTP 429); a request that could never fit is kInvalidArgument
 // naming the field.
 //
@@ -86,6 +89,10 @@ struct BatcherOptions {
   int max_running = 64;    // sequences in the batch at once
   int max_waiting = 256;   // queued requests before 429
   int prefill_chunk = 256;  // prompt tokens per sequence per step
+  // Tokens of a step that decodes running sequences (their one token each included); 0:
+  // auto, the model's max_step_tokens up to max(2048, max_running). At least max_running,
+  // at most the model's max_step_tokens.
+  int decode_step_tokens = 0;
   // OpenMP threads of the model's kernels (> 0), set on the step thread itself: an
   // OpenMP thread count belongs to the thread that sets it. 0: OpenMP's default.
   int threads = 0;
@@ -116,6 +123,9 @@ class Batcher {
   Result<std::shared_ptr<RequestChannel>> Submit(GenerationRequest request) EXCLUDES(mu_);
 
   LoadReport Load() const EXCLUDES(mu_);
+  // The token budgets of a step: without and with decoding sequences in it.
+  int prefill_step_tokens() const { return model_->max_step_tokens(); }
+  int decode_step_tokens() const { return decode_step_tokens_; }
   const engine::GptConfig& config() const { return config_; }
   const InferenceModel& model() const { return *model_; }
 
@@ -153,6 +163,7 @@ class Batcher {
   KvBlockAllocator blocks_;
   std::vector<std::unique_ptr<Sequence>> running_;
   int64_t steps_ = 0;
+  int decode_step_tokens_ = 0;  // options_.decode_step_tokens resolved
   // The last step's logits, kept between steps: a fresh vector per step allocated and
   // zero-filled rows × vocab floats every step (13 MB at 64 sequences of GPT-2).
   std::vector<float> logits_;

@@ -64,13 +64,15 @@ class CpuInferenceModel final : public InferenceModel {
         params_(std::move(params)),
         cache_(cache),
         max_step_tokens_(max_step_tokens) {
-    // The matrices transposed, for the batch-invariant product (invariant_matmul.h).
+    // The matrices packed for the batch-invariant product (invariant_matmul.h).
     const int C = config.n_embd;
     for (const engine::LayerOffsets& w : layout_.layers) {
-      wt_.push_back({cpu_k::TransposeWeights(P(w.qkv_w), 3 * C, C), cpu_k::TransposeWeights(P(w.attn_proj_w), C, C),
-                     cpu_k::TransposeWeights(P(w.fc_w), 4 * C, C), cpu_k::TransposeWeights(P(w.fc_proj_w), C, 4 * C)});
+      wt_.push_back({cpu_k::PackRowInvariantWeights(P(w.qkv_w), 3 * C, C),
+                     cpu_k::PackRowInvariantWeights(P(w.attn_proj_w), C, C),
+                     cpu_k::PackRowInvariantWeights(P(w.fc_w), 4 * C, C),
+                     cpu_k::PackRowInvariantWeights(P(w.fc_proj_w), C, 4 * C)});
     }
-    head_wt_ = cpu_k::TransposeWeights(P(layout_.wte), config.padded_vocab_size(), C);
+    head_wt_ = cpu_k::PackRowInvariantWeights(P(layout_.wte), config.padded_vocab_size(), C);
     const size_t per_layer = static_cast<size_t>(cache.num_blocks) * cache.block_size * config.n_embd;
     k_.assign(per_layer * config.n_layer, 0.0f);
     v_.assign(per_layer * config.n_layer, 0.0f);
@@ -112,19 +114,18 @@ class CpuInferenceModel final : public InferenceModel {
       float* vc = v_.data() + l * layer_stride_;
       cpu_k::LayerNormForward(ln_.data(), mean_.data(), rstd_.data(), x_.data(), P(w.ln1_w),
                               P(w.ln1_b), N, C);
-      cpu_k::MatmulForwardRowInvariant(qkv_.data(), ln_.data(), wt_[l].qkv.data(), P(w.qkv_b), N, C, 3 * C);
+      cpu_k::MatmulForwardRowInvariant(qkv_.data(), ln_.data(), wt_[l].qkv, P(w.qkv_b), N);
       cpu_k::KvCacheWrite(kc, vc, qkv_.data(), chunks.data(), static_cast<int>(chunks.size()),
                           cache_.block_size, C);
       cpu_k::KvAttentionForward(atty_.data(), qkv_.data(), kc, vc, chunks.data(),
                                 static_cast<int>(chunks.size()), cache_.block_size, C, NH);
-      cpu_k::MatmulForwardRowInvariant(tmp_.data(), atty_.data(), wt_[l].proj.data(), P(w.attn_proj_b), N, C, C);
+      cpu_k::MatmulForwardRowInvariant(tmp_.data(), atty_.data(), wt_[l].proj, P(w.attn_proj_b), N);
       cpu_k::ResidualForward(x_.data(), x_.data(), tmp_.data(), NC);
       cpu_k::LayerNormForward(ln_.data(), mean_.data(), rstd_.data(), x_.data(), P(w.ln2_w),
                               P(w.ln2_b), N, C);
-      cpu_k::MatmulForwardRowInvariant(fch_.data(), ln_.data(), wt_[l].fc.data(), P(w.fc_b), N, C, 4 * C);
+      cpu_k::MatmulForwardRowInvariant(fch_.data(), ln_.data(), wt_[l].fc, P(w.fc_b), N);
       cpu_k::GeluForward(fch_gelu_.data(), fch_.data(), NC * 4);
-      cpu_k::MatmulForwardRowInvariant(tmp_.data(), fch_gelu_.data(), wt_[l].fc_proj.data(), P(w.fc_proj_b), N,
-                           4 * C, C);
+      cpu_k::MatmulForwardRowInvariant(tmp_.data(), fch_gelu_.data(), wt_[l].fc_proj, P(w.fc_proj_b), N);
       cpu_k::ResidualForward(x_.data(), x_.data(), tmp_.data(), NC);
     }
 
@@ -139,7 +140,7 @@ class CpuInferenceModel final : public InferenceModel {
     cpu_k::LayerNormForward(ln_.data(), mean_.data(), rstd_.data(), tmp_.data(), P(layout_.ln_f_w),
                             P(layout_.ln_f_b), M, C);
     head_.resize(static_cast<size_t>(M) * Vp);
-    cpu_k::MatmulForwardRowInvariant(head_.data(), ln_.data(), head_wt_.data(), nullptr, M, C, Vp);
+    cpu_k::MatmulForwardRowInvariant(head_.data(), ln_.data(), head_wt_, nullptr, M);
     for (int i = 0; i < M; ++i) {
       std::memcpy(logits.data() + static_cast<size_t>(i) * V,
                   head_.data() + static_cast<size_t>(i) * Vp, sizeof(float) * V);
@@ -171,13 +172,13 @@ class CpuInferenceModel final : public InferenceModel {
   int max_step_tokens_;
   size_t layer_stride_ = 0;
   std::vector<float> k_, v_;  // (L, num_blocks, block_size, C) each
-  // Each layer's matrices transposed (in × out), and the head's (wte): the matrices are
-  // held twice, the row-major copy in params_ for the embedding and the checks.
+  // Each layer's matrices packed in panels (invariant_matmul.h), and the head's (wte): the
+  // matrices are held twice, the row-major copy in params_ for the embedding and the checks.
   struct LayerWt {
-    std::vector<float> qkv, proj, fc, fc_proj;
+    cpu_k::RowInvariantWeights qkv, proj, fc, fc_proj;
   };
   std::vector<LayerWt> wt_;
-  std::vector<float> head_wt_;
+  cpu_k::RowInvariantWeights head_wt_;
   // Activations for up to the largest step seen (rows of the step).
   std::vector<float> x_, ln_, tmp_, atty_, qkv_, fch_, fch_gelu_, mean_, rstd_, head_;
 };
@@ -193,9 +194,10 @@ Result<std::unique_ptr<InferenceModel>> CreateCpuInferenceModel(const engine::Gp
     return FieldError("params", "expected {} floats for this config, got {}",
                       config.num_parameters(), params.size());
   }
-  if (max_step_tokens < 1) {
-    return FieldError("--max-step-tokens", "must be >= 1, got {}", max_step_tokens);
+  if (max_step_tokens < 0) {
+    return FieldError("--max-step-tokens", "must be >= 0 (0: auto), got {}", max_step_tokens);
   }
+  if (max_step_tokens == kAutoStepTokens) max_step_tokens = kCpuAutoStepTokens;
   if (cache.num_blocks < 1) return FieldError("--kv-cache-mb", "the cache holds no block");
   return std::unique_ptr<InferenceModel>(
       new CpuInferenceModel(config, std::move(params), cache, max_step_tokens));

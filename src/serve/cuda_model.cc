@@ -1,9 +1,31 @@
 // CudaInferenceModel (cuda_model.h): the CPU backend's step (cpu_model.cc) on the GPU.
 // Everything is allocated once at creation: the bf16 weights, the cache, activations for
-// max_step_tokens rows, the logits of up to max_step_tokens rows, and the row descriptors.
-// A step copies its descriptors in, runs the layers on one stream and synchronises once,
-// to copy the wanted logits out.
+// max_step_tokens rows, the logits of up to kLogitRows rows (a step wanting more computes
+// them kLogitRows at a time), and the row descriptors. A step copies its descriptors in,
+// runs the layers on one stream and synchronises once, to copy the wanted logits out.
+//
+// The auto step budget (kAutoStepTokens): every position the KV cache holds (a step never
+// has more new tokens than the running sequences can keep), at most kMaxAutoStepTokens,
+// and no more rows than an eighth of the device memory free before the weights holds
+// activations for. 64 prompts of 128 tokens then prefill in one step, not four.
 #include "serve/cuda_model.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace cohort::serve {
+
+int AutoCudaStepTokens(const engine::GptConfig& config, const KvCachePlan& cache, size_t free_device_bytes) {
+  constexpr size_t kMaxAutoStepTokens = 16384;
+  // Device bytes one row of a step needs: 15 bf16 activation vectors of n_embd, two float
+  // statistics, five descriptors and the row's block table.
+  const size_t per_row = 15 * static_cast<size_t>(config.n_embd) * 2 + 2 * sizeof(float) +
+                         (5 + static_cast<size_t>(BlocksFor(config.max_seq_len, cache.block_size))) * sizeof(int32_t);
+  const size_t positions = static_cast<size_t>(cache.num_blocks) * cache.block_size;
+  return static_cast<int>(std::max<size_t>(1, std::min({positions, free_device_bytes / 8 / per_row, kMaxAutoStepTokens})));
+}
+
+}  // namespace cohort::serve
 
 #if defined(COHORT_HAVE_CUDA_ENGINE)
 
@@ -26,6 +48,8 @@ namespace k = ::cohort::engine::cuda;
 using k::bf16;
 
 namespace {
+
+constexpr int kLogitRows = 256;
 
 // Device allocations, freed together.
 class DeviceArena {
@@ -91,8 +115,9 @@ class CudaInferenceModel final : public InferenceModel {
     fch_gelu_ = COHORT_TRY(arena_.Alloc<bf16>(N * 4 * C, "activations"));
     mean_ = COHORT_TRY(arena_.Alloc<float>(N, "statistics"));
     rstd_ = COHORT_TRY(arena_.Alloc<float>(N, "statistics"));
-    logits_ = COHORT_TRY(arena_.Alloc<bf16>(N * Vp, "logits"));
-    logits_f_ = COHORT_TRY(arena_.Alloc<float>(N * Vp, "logits"));
+    logit_rows_ = std::min<size_t>(N, kLogitRows);
+    logits_ = COHORT_TRY(arena_.Alloc<bf16>(logit_rows_ * Vp, "logits"));
+    logits_f_ = COHORT_TRY(arena_.Alloc<float>(logit_rows_ * Vp, "logits"));
     max_tables_ = N * static_cast<size_t>(BlocksFor(config_.max_seq_len, cache_.block_size));
     ints_ = COHORT_TRY(arena_.Alloc<int32_t>(5 * N + max_tables_, "row descriptors"));
     return {};
@@ -163,16 +188,20 @@ class CudaInferenceModel final : public InferenceModel {
     }
     const int M = static_cast<int>(want_rows.size());
     logits.resize(static_cast<size_t>(M) * V);
-    if (M > 0) {
-      for (int i = 0; i < M; ++i) {
-        COHORT_CUDA_CHECK(cudaMemcpyAsync(tmp_ + static_cast<size_t>(i) * C, x_ + static_cast<size_t>(want_rows[i]) * C,
-                                          C * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
+    // The wanted rows' logits, logit_rows_ at a time (the buffers are reused: the stream
+    // orders each slice's copy out before the next slice overwrites them).
+    for (int m0 = 0; m0 < M; m0 += static_cast<int>(logit_rows_)) {
+      const int m = std::min(M - m0, static_cast<int>(logit_rows_));
+      for (int i = 0; i < m; ++i) {
+        COHORT_CUDA_CHECK(cudaMemcpyAsync(tmp_ + static_cast<size_t>(i) * C,
+                                          x_ + static_cast<size_t>(want_rows[m0 + i]) * C, C * sizeof(bf16),
+                                          cudaMemcpyDeviceToDevice, stream_));
       }
-      k::LayerNormForward(ln_, mean_, rstd_, tmp_, W(layout_.ln_f_w), W(layout_.ln_f_b), M, C, stream_);
-      COHORT_TRY_VOID(matmul_->Forward(logits_, ln_, W(layout_.wte), nullptr, M, C, Vp));
-      k::ConvertToFloat(logits_f_, logits_, static_cast<size_t>(M) * Vp, stream_);
-      COHORT_CUDA_CHECK(cudaMemcpy2DAsync(logits.data(), V * sizeof(float), logits_f_, Vp * sizeof(float),
-                                          V * sizeof(float), M, cudaMemcpyDeviceToHost, stream_));
+      k::LayerNormForward(ln_, mean_, rstd_, tmp_, W(layout_.ln_f_w), W(layout_.ln_f_b), m, C, stream_);
+      COHORT_TRY_VOID(matmul_->Forward(logits_, ln_, W(layout_.wte), nullptr, m, C, Vp));
+      k::ConvertToFloat(logits_f_, logits_, static_cast<size_t>(m) * Vp, stream_);
+      COHORT_CUDA_CHECK(cudaMemcpy2DAsync(logits.data() + static_cast<size_t>(m0) * V, V * sizeof(float), logits_f_,
+                                          Vp * sizeof(float), V * sizeof(float), m, cudaMemcpyDeviceToHost, stream_));
     }
     COHORT_CUDA_CHECK(cudaGetLastError());
     COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -197,6 +226,7 @@ class CudaInferenceModel final : public InferenceModel {
   float *mean_ = nullptr, *rstd_ = nullptr, *logits_f_ = nullptr;
   int32_t* ints_ = nullptr;
   size_t max_tables_ = 0;
+  size_t logit_rows_ = 0;
   std::vector<int32_t> host_;
 };
 
@@ -211,14 +241,25 @@ Result<std::unique_ptr<InferenceModel>> CreateCudaInferenceModel(const engine::G
     return FieldError("params", "expected {} floats for this config, got {}", config.num_parameters(), params.size());
   }
   if (config.n_embd % 8 != 0) return FieldError("n_embd", "must be a multiple of 8 on cuda, got {}", config.n_embd);
+  if (const int hs = config.n_embd / config.n_head; hs > k::KvAttentionMaxHeadSize() || hs % 2 != 0) {
+    return FieldError("n_head", "the head size n_embd / n_head = {} / {} = {} must be even and at most {} on cuda",
+                      config.n_embd, config.n_head, hs, k::KvAttentionMaxHeadSize());
+  }
   if (config.max_seq_len > k::KvAttentionMaxContext()) {
     return FieldError("max_seq_len", "at most {} on cuda, got {}", k::KvAttentionMaxContext(), config.max_seq_len);
   }
-  if (max_step_tokens < 1) return FieldError("--max-step-tokens", "must be >= 1, got {}", max_step_tokens);
+  if (max_step_tokens < 0) {
+    return FieldError("--max-step-tokens", "must be >= 0 (0: auto), got {}", max_step_tokens);
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     (void)cudaGetLastError();
     return MakeError(ErrorCode::kUnavailable, "--device cuda: no CUDA device is available");
+  }
+  if (max_step_tokens == kAutoStepTokens) {
+    size_t free_bytes = 0, total_bytes = 0;
+    COHORT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    max_step_tokens = AutoCudaStepTokens(config, cache, free_bytes);
   }
   auto m = std::make_unique<CudaInferenceModel>(config, cache, max_step_tokens);
   COHORT_TRY_VOID(m->Init(params));

@@ -35,7 +35,8 @@ class InferenceModel {
   virtual const engine::GptConfig& config() const = 0;
   virtual std::string_view device() const = 0;  // "cpu" or "cuda"
   virtual const KvCachePlan& cache() const = 0;
-  // The most new tokens one Step takes (all sequences together).
+  // The most new tokens one Step takes (all sequences together); the backend's choice when
+  // created with kAutoStepTokens.
   virtual int max_step_tokens() const = 0;
 
   // Runs the step: stores each sequence's keys and values in its blocks and, for the
@@ -45,11 +46,19 @@ class InferenceModel {
   virtual Result<void> Step(std::span<const StepSequence> seqs, std::vector<float>& logits) = 0;
 };
 
+// max_step_tokens 0: the backend chooses (`--max-step-tokens` auto). The CPU takes
+// kCpuAutoStepTokens (a CPU step's time grows with its tokens from the first: a larger step
+// only delays the streams decoding in it); a GPU far more (cuda_model.h), since a step of a
+// few thousand tokens costs little more than one of a hundred.
+inline constexpr int kAutoStepTokens = 0;
+inline constexpr int kCpuAutoStepTokens = 512;
+
 // Checks a step's shape against a config and cache (shared by the backends).
 Result<int> ValidateStep(const engine::GptConfig& config, const KvCachePlan& cache,
                          int max_step_tokens, std::span<const StepSequence> seqs);
 
 // The CPU backend over `params` (the GptModel layout, num_parameters() floats).
+// kInvalidArgument naming --max-step-tokens when it is negative.
 Result<std::unique_ptr<InferenceModel>> CreateCpuInferenceModel(const engine::GptConfig& config,
                                                                 std::vector<float> params,
                                                                 const KvCachePlan& cache,

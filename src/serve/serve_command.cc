@@ -34,7 +34,7 @@ struct Flags {
   int port = -1;
   double kv_cache_mb = 256;
   int kv_block_size = 16;
-  int max_step_tokens = 512;
+  int max_step_tokens = kAutoStepTokens;
   BatcherOptions batcher;
   int threads = 0;
   int http_threads = 128;
@@ -56,8 +56,14 @@ int RunServe(int argc, char** argv) {
   app.add_option("--port", f.port, "Port (0: any free one; in a job: $MASTER_PORT)")->check(CLI::Range(0, 65535));
   app.add_option("--kv-cache-mb", f.kv_cache_mb, "Key/value cache budget in MiB")->check(CLI::Range(0.0, 1e7));
   app.add_option("--kv-block-size", f.kv_block_size, "Positions per cache block")->check(CLI::Range(1, 1024));
-  app.add_option("--max-step-tokens", f.max_step_tokens, "New tokens per batched step (all sequences)")
-      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-step-tokens", f.max_step_tokens,
+                 "New tokens per batched step, all sequences (0: auto: 512 on cpu; on cuda every position the "
+                 "KV cache holds, up to 16384 and an eighth of free device memory)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--decode-step-tokens", f.batcher.decode_step_tokens,
+                 "Tokens of a step while sequences are decoding, their own included (0: auto: "
+                 "--max-step-tokens up to max(2048, --max-running))")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--max-running", f.batcher.max_running, "Sequences in the running batch")->check(CLI::Range(1, 1 << 16));
   app.add_option("--max-waiting", f.batcher.max_waiting, "Queued requests before 429")->check(CLI::Range(0, 1 << 20));
   app.add_option("--prefill-chunk", f.batcher.prefill_chunk, "Prompt tokens per sequence per step")
@@ -117,9 +123,11 @@ int RunServe(int argc, char** argv) {
   if (!server) return Report(server.error());
   auto port = (*server)->Bind();
   if (!port) return Report(port.error());
-  std::printf("serving %s (%s, %s, %d layers, context %d; KV cache %d blocks of %d = %.1f MiB) on http://%s:%d\n",
+  std::printf("serving %s (%s, %s, %d layers, context %d; KV cache %d blocks of %d = %.1f MiB; steps of %d "
+              "tokens, %d while decoding) on http://%s:%d\n",
               so.model_name.c_str(), loaded->description.c_str(), f.device.c_str(), loaded->config.n_layer,
               loaded->config.max_seq_len, cache.num_blocks, cache.block_size, cache.bytes() / 1048576.0,
+              (*server)->batcher().prefill_step_tokens(), (*server)->batcher().decode_step_tokens(),
               so.host.c_str(), *port);
   std::fflush(stdout);
   std::thread serving([&] { (*server)->Serve(); });

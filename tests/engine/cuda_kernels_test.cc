@@ -1,4 +1,4 @@
-// Parity of the CUDA kernels (src/engine/kernels/cuda, all but attention) with the float32
+// Parity of the CUDA kernels (src/engine/kernels/cuda, all but the training attention) with the float32
 // CPU reference (kernels/cpu, engine/optim), issue 5. Each test draws fresh random inputs,
 // rounds them to bf16 on the host, feeds the same rounded values to both sides, poisons
 // the GPU outputs first (NaN) and compares with RelError (double): < 1e-2 for bf16
@@ -20,6 +20,7 @@
 #include "engine/kernels/cpu/cross_entropy.h"
 #include "engine/kernels/cpu/encoder.h"
 #include "engine/kernels/cpu/gelu.h"
+#include "engine/kernels/cpu/kv_attention.h"
 #include "engine/kernels/cpu/layernorm.h"
 #include "engine/kernels/cpu/matmul.h"
 #include "engine/kernels/cpu/residual.h"
@@ -29,6 +30,7 @@
 #include "engine/kernels/cuda/encoder.cuh"
 #include "engine/kernels/cuda/gelu.cuh"
 #include "engine/kernels/cuda/grad_norm.cuh"
+#include "engine/kernels/cuda/kv_attention.cuh"
 #include "engine/kernels/cuda/layernorm.cuh"
 #include "engine/kernels/cuda/matmul.cuh"
 #include "engine/kernels/cuda/matmul.h"
@@ -1364,6 +1366,116 @@ TEST(CudaGradNormTest, ScaleInPlaceMultipliesEveryElement) {
   COHORT_ASSERT_LAUNCHES_OK();
   const std::vector<float> got = d_g.Download();
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], g[i] * 0.5f) << "element " << i;
+}
+
+// ---------------------------------------------------------------------------------------
+// kv_attention.cuh: the serving attention over the block cache against the CPU's.
+
+// Sequences of the given lengths, their keys and values stored through shuffled block
+// tables; `rows` (sequence, context) query rows attend to the first `context` positions of
+// their sequence (decode rows at context = length, prefill rows before it).
+void CheckKvAttention(int C, int NH, int block_size, const std::vector<int>& lengths,
+                      const std::vector<std::pair<int, int>>& rows) {
+  SCOPED_TRACE(::testing::Message() << "C=" << C << " NH=" << NH << " block_size=" << block_size);
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  int blocks_total = 0;
+  for (int len : lengths) blocks_total += (len + block_size - 1) / block_size;
+  std::vector<int> pool(blocks_total);
+  for (int i = 0; i < blocks_total; ++i) pool[i] = (i * 7919) % blocks_total;  // scattered
+  std::vector<int> order(pool);
+  std::sort(order.begin(), order.end());
+  ASSERT_TRUE(std::adjacent_find(order.begin(), order.end()) == order.end()) << "blocks_total must be prime to 7919";
+  // Every sequence's qkv rows (bf16-rounded), written into both caches.
+  std::vector<std::vector<float>> seq_qkv;
+  std::vector<std::vector<int>> tables;
+  std::vector<float> k_cpu(static_cast<size_t>(blocks_total) * block_size * C), v_cpu(k_cpu.size());
+  std::vector<float> all_qkv;
+  std::vector<int32_t> slots;
+  int next = 0;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int len = lengths[s];
+    seq_qkv.push_back(RoundBf16(RandomVector(static_cast<size_t>(len) * C3, 300 + s)));
+    tables.emplace_back(pool.begin() + next, pool.begin() + next + (len + block_size - 1) / block_size);
+    next += static_cast<int>(tables.back().size());
+    const cpu::KvChunk whole{0, len, 0, tables.back().data()};
+    cpu::KvCacheWrite(k_cpu.data(), v_cpu.data(), seq_qkv.back().data(), &whole, 1, block_size, C);
+    all_qkv.insert(all_qkv.end(), seq_qkv.back().begin(), seq_qkv.back().end());
+    for (int p = 0; p < len; ++p) slots.push_back(tables.back()[p / block_size] * block_size + p % block_size);
+  }
+  // The query rows, and the CPU reference.
+  const int N = static_cast<int>(rows.size());
+  std::vector<float> q_rows;
+  std::vector<cpu::KvChunk> chunks;
+  std::vector<int32_t> context, table_offset, flat_tables;
+  std::vector<int> offsets;
+  for (const auto& t : tables) {
+    offsets.push_back(static_cast<int>(flat_tables.size()));
+    flat_tables.insert(flat_tables.end(), t.begin(), t.end());
+  }
+  int max_context = 1;
+  for (int r = 0; r < N; ++r) {
+    const auto [s, ctx] = rows[r];
+    q_rows.insert(q_rows.end(), seq_qkv[s].begin() + static_cast<size_t>(ctx - 1) * C3,
+                  seq_qkv[s].begin() + static_cast<size_t>(ctx) * C3);
+    chunks.push_back({r, 1, ctx - 1, tables[s].data()});
+    context.push_back(ctx);
+    table_offset.push_back(offsets[s]);
+    max_context = std::max(max_context, ctx);
+  }
+  std::vector<float> ref(static_cast<size_t>(N) * C);
+  cpu::KvAttentionForward(ref.data(), q_rows.data(), k_cpu.data(), v_cpu.data(), chunks.data(), N, block_size, C, NH);
+
+  const size_t cache = static_cast<size_t>(blocks_total) * block_size * C;
+  DeviceBuffer<ct::bf16> d_k(cache), d_v(cache), d_out(ref.size());
+  auto d_all = ct::UploadBf16(all_qkv);
+  DeviceBuffer<int32_t> d_slots(slots);
+  KvCacheWrite(d_k.data(), d_v.data(), d_all.data(), d_slots.data(), static_cast<int>(slots.size()), C, kStream);
+  auto d_q = ct::UploadBf16(q_rows);
+  DeviceBuffer<int32_t> d_ctx(context), d_toff(table_offset), d_tables(flat_tables);
+  d_out.Poison();
+  ASSERT_EQ(KvAttentionForward(d_out.data(), d_q.data(), d_k.data(), d_v.data(), d_ctx.data(), d_toff.data(),
+                               d_tables.data(), N, max_context, block_size, C, NH, kStream),
+            cudaSuccess);
+  COHORT_ASSERT_LAUNCHES_OK();
+  const std::vector<float> got = ct::DownloadBf16(d_out);
+  EXPECT_LT(RelError(got, ref), kBf16Tol);
+  // Row by row too: a row whose context one warp's range leaves empty is still right.
+  for (int r = 0; r < N; ++r) {
+    const std::span<const float> g(got.data() + static_cast<size_t>(r) * C, C), w(ref.data() + static_cast<size_t>(r) * C, C);
+    EXPECT_LT(RelError(g, w), kBf16Tol) << "row " << r << " (context " << rows[r].second << ")";
+  }
+}
+
+TEST(CudaKvAttentionTest, DecodeRowsMatchCpuOverManyBlocksAndOddLengths) {
+  COHORT_SKIP_WITHOUT_GPU();
+  // hs 64 (GPT-2's), blocks of 16: contexts shorter than the warps, odd, over many blocks.
+  CheckKvAttention(128, 2, 16, {1, 3, 17, 100, 333}, {{0, 1}, {1, 3}, {2, 17}, {3, 100}, {4, 333}});
+  // Prefill-like rows: one sequence's positions at several contexts, and a 1-position block.
+  CheckKvAttention(64, 4, 1, {41}, {{0, 1}, {0, 2}, {0, 5}, {0, 40}, {0, 41}});
+  // Head sizes: 80 (lanes past it idle in the second slice), 256 (the largest), 16, 2; blocks of 5.
+  CheckKvAttention(160, 2, 5, {29, 64}, {{0, 29}, {1, 64}, {1, 7}});
+  CheckKvAttention(256, 1, 16, {70}, {{0, 70}});
+  CheckKvAttention(64, 4, 16, {9}, {{0, 9}});
+  CheckKvAttention(8, 4, 16, {21}, {{0, 21}, {0, 20}});
+}
+
+TEST(CudaKvAttentionTest, LongContextsMatchCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  // Past the 8,192 positions the kernel used to keep in shared memory.
+  CheckKvAttention(64, 1, 16, {9001, 2049}, {{0, 9001}, {1, 2049}});
+}
+
+TEST(CudaKvAttentionTest, RefusesHeadsItCannotHold) {
+  COHORT_SKIP_WITHOUT_GPU();
+  EXPECT_EQ(KvAttentionForward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 16,
+                               2 * KvAttentionMaxHeadSize(), 1, kStream),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(KvAttentionForward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1,
+                               KvAttentionMaxContext() + 1, 16, 64, 1, kStream),
+            cudaErrorInvalidValue);
+  // Keys and values are read in bf16 pairs: an odd head size is refused.
+  EXPECT_EQ(KvAttentionForward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 16, 45, 3, kStream),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

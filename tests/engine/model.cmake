@@ -27,6 +27,11 @@ cohort_test(engine_invariant_matmul_test
   LIBS cohort_engine_kernels_cpu cohort_common
   LABELS engine)
 
+cohort_test(engine_kv_attention_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_attention_test.cc
+  LIBS cohort_engine_kernels_cpu cohort_common
+  LABELS engine)
+
 cohort_test(engine_gpt_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/gpt_test.cc
   LIBS cohort_engine_model cohort_common

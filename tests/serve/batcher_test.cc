@@ -12,6 +12,7 @@
 #include "engine/data/tokenizer.h"
 #include "engine/trainer/sampling.h"
 #include "serve/batcher.h"
+#include "serve/cuda_model.h"
 #include "serve/kv_cache.h"
 #include "serve/text_stream.h"
 #include "serve_test_util.h"
@@ -242,6 +243,124 @@ TEST(BatcherTest, ContinuousBatchingGivesTheTokensOfOneAtATime) {
     EXPECT_EQ(o.finish, alone[i].finish);
   }
   EXPECT_TRUE(Eventually([&] { return (*b)->Load().kv_blocks_used == 0; }));
+}
+
+// The step budget: a burst of prompts with nothing decoding prefills in one step of up to
+// max_step_tokens; once sequences decode, every step carries all of them and at most
+// decode_step_tokens in all, so prompts arriving then never stall them; the tokens are
+// those of the requests served alone.
+TEST(BatcherTest, PromptsPrefillInOneLargeStepAndNeverStallDecoders) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto prompt = [](int i, int n) {
+    std::string s;
+    for (int k = 0; k < n; ++k) s += static_cast<char>('a' + (k * 7 + i * 3) % 26);
+    return s;
+  };
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) reqs.push_back(Greedy(prompt(i, 40), 12));  // the burst: 160 tokens
+  for (int i = 4; i < 6; ++i) reqs.push_back(Greedy(prompt(i, 50), 6));   // joining while they decode
+  std::vector<Outcome> alone;
+  {
+    auto b = Batcher::Start(CpuModelOf(ref), tokenizer.get(), {}, nullptr);
+    ASSERT_TRUE(b.has_value());
+    for (const auto& r : reqs) alone.push_back(Drain(**(*b)->Submit(r)));
+  }
+  BatcherOptions opt;
+  opt.max_running = 8;
+  opt.prefill_chunk = 64;
+  opt.decode_step_tokens = 24;
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref, 64, 8, 256));
+  GatedModel* gate = gated.get();
+  auto b = Batcher::Start(std::move(gated), tokenizer.get(), opt, nullptr);
+  ASSERT_TRUE(b.has_value()) << b.error().message;
+  EXPECT_EQ((*b)->prefill_step_tokens(), 256);
+  EXPECT_EQ((*b)->decode_step_tokens(), 24);
+  // A one-token request's step held at the gate while the burst queues: the next step
+  // admits all four, with nothing decoding (the primer is done).
+  auto primer = *(*b)->Submit(Greedy("p", 1));
+  ASSERT_TRUE(gate->WaitBlocked());
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (int i = 0; i < 4; ++i) chans.push_back(*(*b)->Submit(reqs[i]));
+  gate->Release(1);
+  ASSERT_TRUE(gate->WaitBlocked());
+  gate->Release(2);  // the burst's step and the first decode step
+  ASSERT_TRUE(gate->WaitBlocked());
+  for (int i = 4; i < 6; ++i) chans.push_back(*(*b)->Submit(reqs[i]));
+  gate->Open();
+  for (int i = 0; i < 6; ++i) {
+    Outcome o = Drain(*chans[i]);
+    EXPECT_EQ(o.tokens, alone[i].tokens) << "request " << i;
+  }
+  EXPECT_EQ(Drain(*primer).finish, "length");
+  auto shapes = gate->shapes();
+  ASSERT_GE(shapes.size(), 13u);
+  shapes.erase(shapes.begin());  // the primer's
+  // The burst's step: the four prompts whole (prefill_chunk 64 >= 40), 160 tokens.
+  ASSERT_EQ(shapes[0].size(), 4u);
+  for (const auto& [start, n] : shapes[0]) EXPECT_EQ(std::make_pair(start, n), std::make_pair(0, 40));
+  // The next 11 steps decode the burst's other 11 tokens: each holds the four at position
+  // 39 + s and at most 24 tokens, the late prompts (admitted from step 3) taking the rest.
+  int late_prefill = 0;
+  for (size_t s = 1; s < 12; ++s) {
+    int total = 0, burst = 0;
+    for (const auto& [start, n] : shapes[s]) {
+      total += n;
+      if (n == 1 && start == 39 + static_cast<int>(s)) ++burst;
+      else if (n > 1) late_prefill += n;
+    }
+    EXPECT_EQ(burst, 4) << "step " << s;
+    EXPECT_LE(total, 24) << "step " << s;
+  }
+  EXPECT_EQ(late_prefill, 100);  // both late prompts, read beside the decoders
+  EXPECT_TRUE(Eventually([&] { return (*b)->Load().kv_blocks_used == 0; }));
+}
+
+// The step budgets are checked: a decode budget below --max-running (some running sequence
+// would skip steps) or above --max-step-tokens is refused naming the flag.
+TEST(BatcherTest, RefusesDecodeStepBudgetsOutsideTheirRange) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  for (int bad : {7, 257, -1}) {
+    BatcherOptions opt;
+    opt.max_running = 8;
+    opt.decode_step_tokens = bad;
+    auto b = Batcher::Start(CpuModelOf(ref, 64, 8, 256), tokenizer.get(), opt, nullptr);
+    ASSERT_FALSE(b.has_value()) << bad;
+    EXPECT_EQ(b.error().field, "--decode-step-tokens");
+    EXPECT_NE(b.error().message.find(std::to_string(bad)), std::string::npos) << b.error().message;
+  }
+  // Auto: the model's budget up to max(2048, max_running).
+  auto b = Batcher::Start(CpuModelOf(ref, 64, 8, 256), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ((*b)->decode_step_tokens(), 256);
+  // The CPU backend's auto step budget.
+  KvCachePlan plan;
+  plan.num_blocks = 8;
+  auto p = ref.params();
+  auto m = CreateCpuInferenceModel(ref.config(), std::vector<float>(p.begin(), p.end()), plan, kAutoStepTokens);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ((*m)->max_step_tokens(), kCpuAutoStepTokens);
+  auto neg = CreateCpuInferenceModel(ref.config(), std::vector<float>(p.begin(), p.end()), plan, -3);
+  ASSERT_FALSE(neg.has_value());
+  EXPECT_EQ(neg.error().field, "--max-step-tokens");
+}
+
+// The GPU's auto step budget (cuda_model.h): the cache's positions, at most 16384, and no
+// more rows than an eighth of the free device memory holds activations for.
+TEST(BatcherTest, CudaAutoStepBudgetFollowsTheCacheAndTheDeviceMemory) {
+  engine::GptConfig c;
+  c.n_embd = 768;
+  c.max_seq_len = 1024;
+  KvCachePlan plan;
+  plan.block_size = 16;
+  plan.num_blocks = 100;  // 1,600 positions
+  EXPECT_EQ(AutoCudaStepTokens(c, plan, size_t{80} << 30), 1600);
+  plan.num_blocks = 10000;  // 160,000 positions: the cap
+  EXPECT_EQ(AutoCudaStepTokens(c, plan, size_t{80} << 30), 16384);
+  // 64 MiB free: 8 MiB for rows of 15 · 768 · 2 + 8 + (5 + 64) · 4 = 23,324 bytes.
+  EXPECT_EQ(AutoCudaStepTokens(c, plan, size_t{64} << 20), (size_t{8} << 20) / 23324);
+  EXPECT_EQ(AutoCudaStepTokens(c, plan, 0), 1);
 }
 
 // A request re-submitted with the first k generated tokens appended ("resumed") continues

@@ -70,6 +70,91 @@ TEST(CudaInferenceModelTest, StepsMatchTheCpuBackendWithinBf16) {
   EXPECT_GE(agree, rows * 9 / 10) << agree << " of " << rows << " argmaxes agree";
 }
 
+// A step wanting the logits of more rows than the model's logit buffer holds (256) gets
+// them computed a slice at a time: every row's logits equal the CPU backend's within bf16.
+TEST(CudaInferenceModelTest, LogitsOfMoreRowsThanTheBufferComeInSlices) {
+  COHORT_SKIP_WITHOUT_GPU();
+  engine::GptModel ref = testing::TinyModel();
+  const int n = 300;
+  auto cpu = testing::CpuModelOf(ref, n, 4, 512);
+  auto gpu = CudaModelOf(ref, n, 4, 512);
+  ASSERT_TRUE(gpu);
+  std::vector<int32_t> tokens(n);
+  std::vector<std::vector<int>> blocks(n);
+  std::vector<StepSequence> step;
+  for (int i = 0; i < n; ++i) {
+    tokens[i] = (37 * i + 11) % 256;
+    blocks[i] = {i};
+  }
+  for (int i = 0; i < n; ++i) step.push_back({std::span<const int32_t>(&tokens[i], 1), 0, blocks[i], true});
+  std::vector<float> lc, lg;
+  ASSERT_TRUE(cpu->Step(step, lc).has_value());
+  auto r = gpu->Step(step, lg);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  ASSERT_EQ(lc.size(), lg.size());
+  const size_t V = ref.config().vocab_size;
+  for (int i = 0; i < n; ++i) {
+    double worst = 0, scale = 0;
+    for (size_t v = 0; v < V; ++v) {
+      worst = std::max(worst, static_cast<double>(std::fabs(lc[i * V + v] - lg[i * V + v])));
+      scale = std::max(scale, static_cast<double>(std::fabs(lc[i * V + v])));
+    }
+    ASSERT_LT(worst, 0.02 * scale + 0.05) << "row " << i << ": largest |cpu - gpu| " << worst;
+  }
+}
+
+// The auto step budget on a device: the cache's 320 positions (far under the memory bound);
+// a burst of six 30-token prompts then prefills in the first step, all six whole.
+TEST(CudaInferenceModelTest, AutoStepBudgetPrefillsABurstInOneStep) {
+  COHORT_SKIP_WITHOUT_GPU();
+  engine::GptModel ref = testing::TinyModel();
+  auto model = CudaModelOf(ref, 40, 8, kAutoStepTokens);
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->max_step_tokens(), 320);
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto gated = std::make_unique<testing::GatedModel>(std::move(model));
+  testing::GatedModel* gate = gated.get();
+  BatcherOptions opt;
+  opt.max_running = 8;
+  opt.prefill_chunk = 64;
+  auto b = Batcher::Start(std::move(gated), tokenizer.get(), opt, nullptr);
+  ASSERT_TRUE(b.has_value()) << b.error().message;
+  EXPECT_EQ((*b)->decode_step_tokens(), 320);  // auto: the model's budget, under 2048
+  auto request = [](int i, int n, int max_tokens) {
+    GenerationRequest r;
+    for (int k = 0; k < n; ++k) r.tokens.push_back('a' + (k + 5 * i) % 26);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    r.stop_at_eot = false;
+    return r;
+  };
+  // A one-token request's step held at the gate while the burst queues.
+  auto primer = *(*b)->Submit(request(9, 1, 1));
+  ASSERT_TRUE(gate->WaitBlocked());
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (int i = 0; i < 6; ++i) chans.push_back(*(*b)->Submit(request(i, 30, 3)));
+  gate->Open();
+  ASSERT_TRUE(primer->Next(std::chrono::seconds(300)).has_value());
+  for (auto& ch : chans) {
+    int tokens = 0;
+    for (;;) {
+      auto e = ch->Next(std::chrono::seconds(300));
+      ASSERT_TRUE(e.has_value());
+      tokens += e->token >= 0;
+      if (!e->finish_reason.empty()) {
+        EXPECT_EQ(e->finish_reason, "length") << e->error;
+        break;
+      }
+    }
+    EXPECT_EQ(tokens, 3);
+  }
+  const auto shapes = gate->shapes();
+  ASSERT_GE(shapes.size(), 2u);
+  // The step after the primer's: all six prompts whole, 180 tokens.
+  ASSERT_EQ(shapes[1].size(), 6u);
+  for (const auto& [start, n] : shapes[1]) EXPECT_EQ(std::make_pair(start, n), std::make_pair(0, 30));
+}
+
 TEST(CudaInferenceModelTest, BatchedRequestsGiveTheTokensOfOneAtATime) {
   COHORT_SKIP_WITHOUT_GPU();
   engine::GptModel ref = testing::TinyModel();

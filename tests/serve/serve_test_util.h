@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
@@ -47,7 +48,8 @@ inline std::unique_ptr<InferenceModel> CpuModelOf(const engine::GptModel& m, int
 }
 
 // Wraps a model; every Step waits until Release() was called as many times as steps ran
-// before it (Open() lets every step through).
+// before it (Open() lets every step through). Records each step's shape: per sequence, its
+// first position and its new tokens.
 class GatedModel final : public InferenceModel {
  public:
   explicit GatedModel(std::unique_ptr<InferenceModel> inner) : inner_(std::move(inner)) {}
@@ -67,8 +69,15 @@ class GatedModel final : public InferenceModel {
       if (!open_) --allowed_;
       --waiting_;
       cv_.NotifyAll();
+      std::vector<std::pair<int, int>> shape;
+      for (const StepSequence& q : seqs) shape.emplace_back(q.start, static_cast<int>(q.tokens.size()));
+      shapes_.push_back(std::move(shape));
     }
     return inner_->Step(seqs, logits);
+  }
+  std::vector<std::vector<std::pair<int, int>>> shapes() {
+    MutexLock l(mu_);
+    return shapes_;
   }
   void Release(int steps = 1) {
     MutexLock l(mu_);
@@ -96,6 +105,7 @@ class GatedModel final : public InferenceModel {
   int allowed_ GUARDED_BY(mu_) = 0;
   int waiting_ GUARDED_BY(mu_) = 0;
   bool open_ GUARDED_BY(mu_) = false;
+  std::vector<std::vector<std::pair<int, int>>> shapes_ GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::serve::testing

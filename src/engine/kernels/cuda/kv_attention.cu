@@ -1,6 +1,6 @@
-// Inference ops over the block cache (kv_attention.cuh). Simple kernels: decoding is
-// bound by reading the cache, which one block per (row, head) does with coalesced reads
-// of each key and value row.
+// Inference ops over the block cache (kv_attention.cuh). Decoding is bound by reading the
+// cache: one block per (row, head) whose warps split the context and read each key and
+// value row with one coalesced load per warp, nothing per position kept on chip.
 #include "engine/kernels/cuda/kv_attention.cuh"
 
 #include <cmath>
@@ -8,8 +8,12 @@
 namespace cohort::engine::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kMaxContext = 8192;  // 32 KiB (+16 B) of float scores in shared memory (under the 48 KiB default)
+constexpr int kWarps = 4;
+constexpr int kMaxHeadSize = 256;
+constexpr int kPairsPerLane = kMaxHeadSize / 64;  // bf16 pairs of a head's dimensions per lane
+// Nothing is kept per position (the scores used to be, in shared memory, up to 8192); the
+// bound keeps a context's positions far inside int.
+constexpr int kMaxContext = 1 << 20;
 
 __global__ void EmbedKernel(bf16* out, const int32_t* tokens, const int32_t* positions,
                             const bf16* wte, const bf16* wpe, int N, int C) {
@@ -36,57 +40,97 @@ __global__ void KvWriteKernel(bf16* k_cache, bf16* v_cache, const bf16* qkv, con
   }
 }
 
-// Block (row, head): scores[j] = q·k_j·scale into shared memory, max and sum reduced in
-// shared memory, then thread d < hs sums p_j·v_j[d].
+// Block (row, head), kWarps warps (flash-decoding inside the block): the context is cut
+// into kWarps contiguous ranges, one per warp. A warp takes its keys one at a time: lane l
+// holds dimension pairs (2l, 2l+1), (2l+64, 2l+65), ... of q, of the key and of its running
+// output, so each key and value row is one coalesced read of bf16 pairs per 64 dimensions;
+// the score is the lanes' partial dots summed by shuffles, and the warp keeps an online
+// softmax (running max m, sum l, output rescaled whenever m grows). The warps' (m, l,
+// output) then meet in shared memory and every output dimension is their combination:
+// Σ_w e^(m_w − M)·out_w / Σ_w e^(m_w − M)·l_w.
 __global__ void KvAttentionKernel(bf16* out, const bf16* qkv, const bf16* k_cache,
                                   const bf16* v_cache, const int32_t* context,
                                   const int32_t* table_offset, const int32_t* tables,
                                   int block_size, int C, int NH) {
-  extern __shared__ float scores[];
-  __shared__ float red[kThreads];
+  __shared__ float part_m[kWarps];
+  __shared__ float part_l[kWarps];
+  __shared__ float part_out[kWarps * kMaxHeadSize];  // warp w's output at w · kMaxHeadSize
   const int r = blockIdx.x / NH, h = blockIdx.x % NH;
   const int hs = C / NH;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int ctx = context[r];
   const int32_t* table = tables + table_offset[r];
-  const bf16* q = qkv + static_cast<size_t>(r) * 3 * C + static_cast<size_t>(h) * hs;
+  const size_t head = static_cast<size_t>(h) * hs;
+  const bf16* qp = qkv + static_cast<size_t>(r) * 3 * C + head;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  float local_max = -INFINITY;
-  for (int j = threadIdx.x; j < ctx; j += blockDim.x) {
-    const size_t slot = static_cast<size_t>(table[j / block_size]) * block_size + j % block_size;
-    const bf16* k = k_cache + slot * C + static_cast<size_t>(h) * hs;
+  float2 q[kPairsPerLane], acc[kPairsPerLane];
+#pragma unroll
+  for (int i = 0; i < kPairsPerLane; ++i) {
+    const int d = 2 * (lane + 32 * i);
+    q[i] = d < hs ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qp + d)) : make_float2(0.0f, 0.0f);
+    acc[i] = make_float2(0.0f, 0.0f);
+  }
+  const int per_warp = (ctx + kWarps - 1) / kWarps;
+  const int j0 = warp * per_warp, j1 = min(ctx, j0 + per_warp);
+  float m = -INFINITY, l = 0.0f;
+  int b = j0 / block_size, off = j0 % block_size;  // the block and row of position j
+  for (int j = j0; j < j1; ++j) {
+    const size_t slot = static_cast<size_t>(table[b]) * block_size + off;
+    if (++off == block_size) off = 0, ++b;
+    const bf16* k = k_cache + slot * C + head;
+    const bf16* v = v_cache + slot * C + head;
     float dot = 0.0f;
-    for (int d = 0; d < hs; ++d) dot += __bfloat162float(q[d]) * __bfloat162float(k[d]);
-    scores[j] = dot * scale;
-    local_max = fmaxf(local_max, dot * scale);
-  }
-  red[threadIdx.x] = local_max;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
-    __syncthreads();
-  }
-  const float mx = red[0];
-  __syncthreads();
-  float local_sum = 0.0f;
-  for (int j = threadIdx.x; j < ctx; j += blockDim.x) {
-    const float e = expf(scores[j] - mx);
-    scores[j] = e;
-    local_sum += e;
-  }
-  red[threadIdx.x] = local_sum;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-    __syncthreads();
-  }
-  const float inv = 1.0f / red[0];
-  for (int d = threadIdx.x; d < hs; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < ctx; ++j) {
-      const size_t slot = static_cast<size_t>(table[j / block_size]) * block_size + j % block_size;
-      acc += scores[j] * __bfloat162float(v_cache[slot * C + static_cast<size_t>(h) * hs + d]);
+#pragma unroll
+    for (int i = 0; i < kPairsPerLane; ++i) {
+      const int d = 2 * (lane + 32 * i);
+      if (d < hs) {
+        const float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(k + d));
+        dot += q[i].x * kk.x + q[i].y * kk.y;
+      }
     }
-    out[static_cast<size_t>(r) * C + static_cast<size_t>(h) * hs + d] = __float2bfloat16_rn(acc * inv);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    const float s = dot * scale;
+    const float m_new = fmaxf(m, s);
+    const float rescale = expf(m - m_new);  // 0 at the warp's first key (m = -inf)
+    const float p = expf(s - m_new);
+    l = l * rescale + p;
+#pragma unroll
+    for (int i = 0; i < kPairsPerLane; ++i) {
+      const int d = 2 * (lane + 32 * i);
+      if (d < hs) {
+        const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v + d));
+        acc[i].x = acc[i].x * rescale + p * vv.x;
+        acc[i].y = acc[i].y * rescale + p * vv.y;
+      }
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    part_m[warp] = m;
+    part_l[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kPairsPerLane; ++i) {
+    const int d = 2 * (lane + 32 * i);
+    if (d < hs) {
+      part_out[warp * kMaxHeadSize + d] = acc[i].x;
+      part_out[warp * kMaxHeadSize + d + 1] = acc[i].y;
+    }
+  }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, part_m[w]);
+  float weight[kWarps], sum = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    weight[w] = part_m[w] == -INFINITY ? 0.0f : expf(part_m[w] - mx);  // a warp without keys adds nothing
+    sum += weight[w] * part_l[w];
+  }
+  const float inv = 1.0f / sum;
+  for (int d = threadIdx.x; d < hs; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < kWarps; ++w) o += weight[w] * part_out[w * kMaxHeadSize + d];
+    out[static_cast<size_t>(r) * C + head + d] = __float2bfloat16_rn(o * inv);
   }
 }
 
@@ -107,21 +151,19 @@ void KvCacheWrite(bf16* k_cache, bf16* v_cache, const bf16* qkv, const int32_t* 
 }
 
 int KvAttentionMaxContext() { return kMaxContext; }
+int KvAttentionMaxHeadSize() { return kMaxHeadSize; }
 
 cudaError_t KvAttentionForward(bf16* out, const bf16* qkv, const bf16* k_cache, const bf16* v_cache,
                                const int32_t* context, const int32_t* table_offset,
                                const int32_t* tables, int N, int max_context, int block_size, int C,
                                int NH, cudaStream_t stream) {
   if (N <= 0) return cudaSuccess;
-  if (C / NH > 1024 || max_context > kMaxContext || max_context < 1) return cudaErrorInvalidValue;
-  // Padded past the context to the next multiple of 4 floats and 4 more: nvcc unrolls the
-  // p·v loop with wide shared loads whose last one reads past scores[ctx - 1] (values it
-  // does not use). compute-sanitizer's memcheck flagged it on an H200, 2026-11-27
-  // (an invalid 12-byte read of shared memory at kv_attention.cu:87, ctx 9); the padding
-  // keeps every such read inside the block's allocation.
-  const size_t smem = (static_cast<size_t>(max_context + 3) / 4 * 4 + 4) * sizeof(float);
-  KvAttentionKernel<<<N * NH, kThreads, smem, stream>>>(out, qkv, k_cache, v_cache, context,
-                                                        table_offset, tables, block_size, C, NH);
+  const int hs = C / NH;
+  if (hs > kMaxHeadSize || hs % 2 != 0 || C % 2 != 0 || max_context > kMaxContext || max_context < 1) {
+    return cudaErrorInvalidValue;
+  }
+  KvAttentionKernel<<<N * NH, kWarps * 32, 0, stream>>>(out, qkv, k_cache, v_cache, context, table_offset,
+                                                        tables, block_size, C, NH);
   return cudaSuccess;
 }
 

@@ -22,13 +22,15 @@ void KvCacheWrite(bf16* k_cache, bf16* v_cache, const bf16* qkv, const int32_t* 
 
 // out (N, C): for row r and head h, softmax(q·kᵀ/√hs) · v over positions 0..context[r]-1
 // of its sequence, read through tables[table_offset[r] + j / block_size]. One block of
-// threads per (row, head); the scores of a row live in shared memory, so context lengths
-// are limited to KvAttentionMaxContext(). cudaErrorInvalidValue (nothing launched) for a
-// head size over 1024 or a context over the limit.
+// threads per (row, head), its warps splitting the positions (flash-decoding: each warp an
+// online softmax over its range, combined at the end). cudaErrorInvalidValue (nothing
+// launched) for an odd head size or n_embd (keys and values are read in bf16 pairs), a head
+// size over KvAttentionMaxHeadSize() or a context over KvAttentionMaxContext().
 cudaError_t KvAttentionForward(bf16* out, const bf16* qkv, const bf16* k_cache, const bf16* v_cache,
                                const int32_t* context, const int32_t* table_offset,
                                const int32_t* tables, int N, int max_context, int block_size, int C,
                                int NH, cudaStream_t stream);
 int KvAttentionMaxContext();
+int KvAttentionMaxHeadSize();
 
 }  // namespace cohort::engine::cuda
