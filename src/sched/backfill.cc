@@ -142,14 +142,52 @@ void BackfillGuard::BlockedNodes(const GangDemand& demand, int64_t time_limit_ms
   }
 }
 
-void BackfillGuard::Commit(const GangDemand& demand, int64_t time_limit_ms,
-                           std::span<const int> nodes) {
+int BackfillGuard::Reserved(int node) const {
+  const auto it = std::find(plan_.nodes.begin(), plan_.nodes.end(), node);
+  return it == plan_.nodes.end() ? -1 : static_cast<int>(it - plan_.nodes.begin());
+}
+
+namespace {
+
+// The whole GPUs member `k` of `fit` takes from what is free now: its GPUs, or for a
+// sharing job the GPUs of its slices that no task shares yet.
+int WholeTaken(const GangFit& fit, size_t k, const NodePool& pool) {
+  if (k >= fit.slices.size() || fit.slices[k].empty()) return static_cast<int>(fit.gpus[k].size());
+  const std::span<const int> free = pool.free_gpus(fit.nodes[k]);
+  std::vector<int> gpus;
+  for (const GpuSlice& s : fit.slices[k]) {
+    if (std::binary_search(free.begin(), free.end(), s.gpu) &&
+        std::find(gpus.begin(), gpus.end(), s.gpu) == gpus.end()) {
+      gpus.push_back(s.gpu);
+    }
+  }
+  return static_cast<int>(gpus.size());
+}
+
+}  // namespace
+
+void BackfillGuard::Breaks(const GangDemand& demand, int64_t time_limit_ms, const GangFit& fit,
+                           const NodePool& pool, std::vector<int>* broken) const {
+  broken->clear();
   if (EndsByStart(time_limit_ms)) return;
-  for (int node : nodes) {
-    const auto it = std::find(plan_.nodes.begin(), plan_.nodes.end(), node);
-    if (it == plan_.nodes.end()) continue;
-    NodeFree& left = plan_.free_at_start[it - plan_.nodes.begin()];
-    left.gpus -= demand.gpus;
+  for (size_t k = 0; k < fit.nodes.size(); ++k) {
+    const int r = Reserved(fit.nodes[k]);
+    if (r < 0) continue;
+    const NodeFree& left = plan_.free_at_start[static_cast<size_t>(r)];
+    if (left.gpus - WholeTaken(fit, k, pool) < head_.gpus || left.cpus - demand.cpus < head_.cpus) {
+      broken->push_back(fit.nodes[k]);
+    }
+  }
+}
+
+void BackfillGuard::Commit(const GangDemand& demand, int64_t time_limit_ms, const GangFit& fit,
+                           const NodePool& pool) {
+  if (EndsByStart(time_limit_ms)) return;
+  for (size_t k = 0; k < fit.nodes.size(); ++k) {
+    const int r = Reserved(fit.nodes[k]);
+    if (r < 0) continue;
+    NodeFree& left = plan_.free_at_start[static_cast<size_t>(r)];
+    left.gpus -= WholeTaken(fit, k, pool);
     left.cpus -= demand.cpus;
   }
 }

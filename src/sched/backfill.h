@@ -12,7 +12,10 @@
 // now: none if the job ends by T; otherwise each reserved node whose projected resources
 // at T, less this job's use and that of earlier backfilled jobs that outlast T, would no
 // longer cover the head job's per-node demand. Nodes outside the reservation are free
-// for anyone. Pure values; not thread-safe.
+// for anyone. A sharing job's demand counts no whole GPUs, but each GPU it takes a slice of
+// that is whole now is not whole at T: `Breaks`, once it is fitted, names the reserved
+// nodes where those would leave too few, and `Commit` counts them. Pure values; not
+// thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -65,12 +68,20 @@ class BackfillGuard {
   void BlockedNodes(const GangDemand& demand, int64_t time_limit_ms,
                     std::vector<int>* blocked) const;
 
-  // Records that a job of `demand` and `time_limit_ms` started on `nodes` (which must
-  // not include blocked nodes), so that later jobs see what is left at the reserved start.
-  void Commit(const GangDemand& demand, int64_t time_limit_ms, std::span<const int> nodes);
+  // Replaces `*broken` with the reserved nodes of `fit` (on `pool` before the job takes
+  // it) where what the job takes, its slices' GPUs that are whole now included, would
+  // leave the head job too few whole GPUs or CPUs at the start.
+  void Breaks(const GangDemand& demand, int64_t time_limit_ms, const GangFit& fit, const NodePool& pool,
+              std::vector<int>* broken) const;
+
+  // Records that a job of `demand` and `time_limit_ms` started with `fit` (on `pool`
+  // before it takes it; no blocked or broken nodes), so that later jobs see what is left
+  // at the reserved start.
+  void Commit(const GangDemand& demand, int64_t time_limit_ms, const GangFit& fit, const NodePool& pool);
 
  private:
   bool EndsByStart(int64_t time_limit_ms) const;
+  int Reserved(int node) const;  // index into plan_.nodes, -1 if not reserved
 
   int64_t head_job_;
   GangDemand head_;

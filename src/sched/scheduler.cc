@@ -100,10 +100,15 @@ class Pass {
       if (detail_guard_) detail_guard_->BlockedNodes(job, size, &blocked_);
       HeldAgainst(job, &blocked_);
       std::optional<GangFit> fit = FitNow(job, size, detailed, &detail_why);
-      // Behind a reservation in detail, the devices a fit takes on a reserved node may be
-      // the ones the head job needs there: such nodes are blocked and the job fitted again.
-      while (fit && detail_guard_) {
-        detail_guard_->Breaks(job, size, *fit, &broken_);
+      // Behind a reservation, what a fit takes on a reserved node may be what the head job
+      // needs there (the devices in detail; the GPUs a sharing job's slices make no longer
+      // whole): such nodes are blocked and the job fitted again.
+      while (fit && Guarded()) {
+        if (guard_) {
+          guard_->Breaks(size, job.time_limit_ms, *fit, pool_, &broken_);
+        } else {
+          detail_guard_->Breaks(job, size, *fit, &broken_);
+        }
         if (broken_.empty()) break;
         blocked_.insert(blocked_.end(), broken_.begin(), broken_.end());
         fit = FitNow(job, size, detailed, &detail_why);
@@ -236,6 +241,7 @@ class Pass {
     JobPlacement& placed = decision_.start.emplace_back();
     placed.job_id = job.id;
     placed.backfilled = Guarded();
+    if (guard_) guard_->Commit(demand, job.time_limit_ms, fit, pool_);  // before the pool shrinks
     if (detail_guard_) detail_guard_->Commit(job, demand, fit);
     placed.nodes.reserve(fit.nodes.size());
     const int cpus = static_cast<int>(demand.cpus);  // fits on a node, so fits an int
@@ -248,11 +254,7 @@ class Pass {
       constraints_.Take(node, job.mem_per_node_mb);
       placed.nodes.push_back(NodeAssignment{pool_.id(node), std::move(fit.gpus[k]), cpus, std::move(slices)});
     }
-    if (guard_) {
-      guard_->Commit(demand, job.time_limit_ms, fit.nodes);
-      return;
-    }
-    if (detail_guard_) return;
+    if (Guarded()) return;
     // Before the reservation, started jobs are part of the head job's projection.
     const int64_t end = EndOf(now_, job.time_limit_ms);
     for (int node : fit.nodes) releases_.push_back(Release{end, node, demand.gpus, cpus});

@@ -174,6 +174,20 @@ TEST(DetailBackfill, AJobThatCannotFitEvenOnEmptyNodesIsNotReservedFor) {
   EXPECT_EQ(ReservationOf(d).job_id, 11);
 }
 
+TEST(DetailBackfill, ASharingJobBehindAPlainHeadJobCountsTheGpusItsSlicesMakeNotWhole) {
+  // The plain head job (counts, backfill.h) needs 4 GPUs of a at T+5m. A quarter of GPU 2
+  // with no limit takes no whole GPU by its demand, but GPU 2 is no longer whole at T+5m.
+  const std::vector<DetailNode> nodes = {{"a", Devs(4, "h100")}};
+  Snapshot s = DetailSnapshot(kT, nodes, {Until(1, kT + 5 * kMinute, {Whole("a", {0, 1})})});
+  JobRequest quarter = GpuJob(11, 1, 0);
+  quarter.gpu_share = 1;
+  s.pending = {GpuJob(10, 1, 4), quarter};
+  const Decision d = Schedule(s);
+  EXPECT_EQ(ReservationOf(d).start_ms, kT + 5 * kMinute);
+  EXPECT_EQ(Where(d, 11), "");
+  EXPECT_EQ(Reason(d, 11), kWaiting10);
+}
+
 TEST(DetailBackfill, PlanningCountsReleasesWithoutDeviceIndicesAsUntypedGpus) {
   // A node without device detail: releases count whole GPUs.
   Snapshot s;
