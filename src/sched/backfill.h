@@ -13,9 +13,9 @@
 // at T, less this job's use and that of earlier backfilled jobs that outlast T, would no
 // longer cover the head job's per-node demand. Nodes outside the reservation are free
 // for anyone. A sharing job's demand counts no whole GPUs, but each GPU it takes a slice of
-// that is whole now is not whole at T: `Breaks`, once it is fitted, names the reserved
-// nodes where those would leave too few, and `Commit` counts them. Pure values; not
-// thread-safe.
+// that is whole now is not whole at T: `BlockedNodes` counts those of the member it would
+// get on each reserved node now (FitMember, gpu_fit.h), `Breaks` checks the slices it was
+// given once it is fitted, and `Commit` counts them. Pure values; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -63,9 +63,13 @@ class BackfillGuard {
   int64_t head_job() const { return head_job_; }
   const ReservationPlan& plan() const { return plan_; }
 
-  // Replaces `*blocked` with the reserved nodes that a job of `demand` and
-  // `time_limit_ms` must not use now because the head job would start later.
-  void BlockedNodes(const GangDemand& demand, int64_t time_limit_ms,
+  // True if a job of `time_limit_ms` ends by the reserved start (it may take anything).
+  bool EndsByStart(int64_t time_limit_ms) const;
+
+  // Replaces `*blocked` with the reserved nodes that `job` (`demand` per node) must not
+  // use now because the head job would start later; a sharing job's are worked out on
+  // `pool` as it stands.
+  void BlockedNodes(const JobRequest& job, const GangDemand& demand, const NodePool& pool,
                     std::vector<int>* blocked) const;
 
   // Replaces `*broken` with the reserved nodes of `fit` (on `pool` before the job takes
@@ -80,7 +84,6 @@ class BackfillGuard {
   void Commit(const GangDemand& demand, int64_t time_limit_ms, const GangFit& fit, const NodePool& pool);
 
  private:
-  bool EndsByStart(int64_t time_limit_ms) const;
   int Reserved(int node) const;  // index into plan_.nodes, -1 if not reserved
 
   int64_t head_job_;

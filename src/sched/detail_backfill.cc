@@ -256,17 +256,28 @@ int DetailGuard::Reserved(int node) const {
   return it == plan_.nodes.end() ? -1 : static_cast<int>(it - plan_.nodes.begin());
 }
 
-void DetailGuard::BlockedNodes(const JobRequest& job, const GangDemand& demand, std::vector<int>* blocked) const {
+void DetailGuard::BlockedNodes(const JobRequest& job, const GangDemand& demand, const NodePool& pool,
+                               std::vector<int>* blocked) const {
   blocked->clear();
   if (EndsByStart(job.time_limit_ms)) return;
-  // A job of whole untyped GPUs takes GPUs that are free whole at the start too.
-  const bool whole = !NeedsGpuDetail(head_) && !NeedsGpuDetail(job);
   for (size_t k = 0; k < plan_.nodes.size(); ++k) {
+    const int node = plan_.nodes[k];
     const NodeState& s = plan_.at_start[k];
     if (s.cpus - demand.cpus < demand_.cpus || s.memory_mb - job.mem_per_node_mb < head_.mem_per_node_mb ||
-        (whole && WholeFree(s) - demand.gpus < demand_.gpus)) {
-      blocked->push_back(plan_.nodes[k]);
+        !pool.CanHost(node, 0, demand.cpus)) {
+      blocked->push_back(node);
+      continue;
     }
+    const std::optional<MemberFit> member = FitMember(pool.devices(node), job, demand.gpus, job.placement);
+    if (!member) {
+      blocked->push_back(node);
+      continue;
+    }
+    NodeState after = s;
+    after.cpus -= demand.cpus;
+    after.memory_mb -= job.mem_per_node_mb;
+    TakeDevices(after.devices, member->gpus, member->slices);
+    if (!MemberFitsState(after, head_, demand_)) blocked->push_back(node);
   }
 }
 

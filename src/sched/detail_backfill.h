@@ -18,10 +18,12 @@
 //
 // `DetailGuard` keeps each reserved node's projected state at T. A later job that ends by T
 // may take anything. One that outlasts T is kept off (`BlockedNodes`, before it is fitted)
-// the reserved nodes whose CPUs or memory at T cannot spare its member's; once fitted,
-// `Breaks` names the reserved nodes where the devices it was given would leave the head's
-// member unable to fit at T (the scheduler blocks those and fits it again), and `Commit`
-// records what it still holds at T. Pure values; not thread-safe.
+// the reserved nodes where the member it would get now (FitMember on the node's devices as
+// the pass left them, the choice gang fits make node by node) would leave the head's member
+// unable to fit at T, or where it cannot fit now at all; once fitted, `Breaks` checks the
+// devices it was actually given the same way (the scheduler blocks the nodes it names and
+// fits it again), and `Commit` records what it still holds at T. Pure values; not
+// thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -83,9 +85,11 @@ class DetailGuard {
   // True if a job of `time_limit_ms` ends by the reserved start (it may take anything).
   bool EndsByStart(int64_t time_limit_ms) const;
 
-  // Replaces `*blocked` with the reserved nodes whose CPUs or memory at the start cannot
-  // spare a member of `job` (`demand` per node).
-  void BlockedNodes(const JobRequest& job, const GangDemand& demand, std::vector<int>* blocked) const;
+  // Replaces `*blocked` with the reserved nodes that a member of `job` (`demand` per node)
+  // must not take now: where it does not fit on `pool`, or where what it would take there
+  // leaves the head's member unable to fit at the start.
+  void BlockedNodes(const JobRequest& job, const GangDemand& demand, const NodePool& pool,
+                    std::vector<int>* blocked) const;
 
   // Replaces `*broken` with the reserved nodes of `fit` (as the pool stands before the job
   // takes it) where the head's member would no longer fit at the start.

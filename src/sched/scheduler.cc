@@ -96,8 +96,7 @@ class Pass {
       if (quotas_ && !quotas_->Admits(job.team, per_node * size.nodes)) continue;
       admitted = true;
       blocked_.clear();
-      if (guard_) guard_->BlockedNodes(size, job.time_limit_ms, &blocked_);
-      if (detail_guard_) detail_guard_->BlockedNodes(job, size, &blocked_);
+      if (Guarded()) GuardBlocked(job, size);
       HeldAgainst(job, &blocked_);
       std::optional<GangFit> fit = FitNow(job, size, detailed, &detail_why);
       // Behind a reservation, what a fit takes on a reserved node may be what the head job
@@ -165,20 +164,39 @@ class Pass {
     return FitGang(pool_, size, job.placement, blocked_);
   }
 
-  // FitDetailedGang, skipping a request that already failed in this pass with no nodes
-  // blocked: resources only shrink during a pass.
+  // FitDetailedGang, skipping a request that already failed in this pass with the same
+  // nodes blocked: resources only shrink during a pass.
   std::optional<GangFit> FitDetailed(const JobRequest& job, const GangDemand& size, std::string* why) {
-    const auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required,
-                                job.tasks_per_node, job.placement == Placement::kPack, size.nodes, size.gpus, size.cpus);
-    if (blocked_.empty()) {
-      if (auto it = detail_failed_.find(key); it != detail_failed_.end()) {
-        *why = it->second;
-        return std::nullopt;
-      }
+    std::vector<int> blocked = blocked_;
+    std::sort(blocked.begin(), blocked.end());
+    auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required, job.tasks_per_node,
+                          job.placement == Placement::kPack, size.nodes, size.gpus, size.cpus, std::move(blocked));
+    if (auto it = detail_failed_.find(key); it != detail_failed_.end()) {
+      *why = it->second;
+      return std::nullopt;
     }
     std::optional<GangFit> fit = FitDetailedGang(pool_, job, size, blocked_, why);
-    if (!fit && blocked_.empty()) detail_failed_.emplace(key, *why);
+    if (!fit) detail_failed_.emplace(std::move(key), *why);
     return fit;
+  }
+
+  // The guard's BlockedNodes for `job`, worked out once per kind of request and start:
+  // the pool and the reservation's state change only when a job starts.
+  void GuardBlocked(const JobRequest& job, const GangDemand& size) {
+    const bool ends = guard_ ? guard_->EndsByStart(job.time_limit_ms) : detail_guard_->EndsByStart(job.time_limit_ms);
+    if (ends) return;
+    auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required, job.tasks_per_node,
+                          job.placement == Placement::kPack, size.nodes, size.gpus, size.cpus, job.mem_per_node_mb);
+    auto [it, fresh] = guard_blocked_.try_emplace(std::move(key));
+    if (fresh || it->second.first != starts_) {
+      if (guard_) {
+        guard_->BlockedNodes(job, size, pool_, &it->second.second);
+      } else {
+        detail_guard_->BlockedNodes(job, size, pool_, &it->second.second);
+      }
+      it->second.first = starts_;
+    }
+    blocked_.insert(blocked_.end(), it->second.second.begin(), it->second.second.end());
   }
 
   // With preemption on, plans victims for a blocked job; true if it preempts (its reason
@@ -323,11 +341,19 @@ class Pass {
   // for it if it is the first job that could start later.
   std::string DetailedWait(const JobRequest& job, const GangDemand& demand, const std::string& why) {
     if (!Guarded()) return why + unavailable_ + ReserveInDetail(job, demand);
-    // Kept off reserved nodes only: it waits for the head job.
-    blocked_.clear();
-    HeldAgainst(job, &blocked_);
-    std::string ignored;
-    if (FitDetailed(job, demand, &ignored)) return WaitingForReason(HeadJob());
+    // Kept off reserved nodes only: it waits for the head job. Whether it would fit
+    // without them is worked out once per kind of request and start.
+    auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required, job.tasks_per_node,
+                          job.placement == Placement::kPack, demand.nodes, demand.gpus, demand.cpus,
+                          job.nominated ? job.id : 0);  // only a nominated job may use nodes held for it
+    auto [it, fresh] = fits_unguarded_.try_emplace(std::move(key));
+    if (fresh || it->second.first != starts_) {
+      blocked_.clear();
+      HeldAgainst(job, &blocked_);
+      std::string ignored;
+      it->second = {starts_, FitDetailed(job, demand, &ignored).has_value()};
+    }
+    if (it->second.second) return WaitingForReason(HeadJob());
     return why + unavailable_;
   }
 
@@ -413,7 +439,16 @@ class Pass {
   std::unordered_map<int, std::vector<int64_t>> held_;
   std::unordered_map<std::string_view, int> node_index_;  // made at the first Hold
   // Detailed requests that did not fit, with why (keys: FitDetailed).
-  std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t>, std::string> detail_failed_;
+  std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t, std::vector<int>>, std::string>
+      detail_failed_;
+  // DetailedWait's: request -> (starts_ when worked out, whether it fits off the guard).
+  std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t, int64_t>, std::pair<int64_t, bool>>
+      fits_unguarded_;
+  // GuardBlocked's, for jobs that outlast the reserved start: request -> (starts_ when
+  // worked out, the reserved nodes it must avoid).
+  std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t, int64_t>,
+           std::pair<int64_t, std::vector<int>>>
+      guard_blocked_;
   Decision decision_;
 };
 
