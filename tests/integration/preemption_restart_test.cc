@@ -60,9 +60,11 @@ TEST(PreemptionRestart, ANominationHoldsItsNodeAcrossAHeadKillAndItsVictimIsRequ
   }, std::chrono::seconds(10))) << waiting.dump(2);
   EXPECT_EQ(waiting.value("state", ""), "PENDING") << "a job started on the node held for job " << owner << ": "
                                                   << waiting.dump(2);
-  EXPECT_NE(c.Job(owner).value("reason", "").find("waiting for preempted job(s) " + std::to_string(victim)),
-            std::string::npos)
-      << c.Job(owner).dump(2);
+  // The owner's reason says whom it waits for, and where and when it is reserved.
+  const std::string reason = c.Job(owner).value("reason", "");
+  EXPECT_EQ(reason.find("waiting for preempted job(s) " + std::to_string(victim)), 0u) << reason;
+  EXPECT_NE(reason.find("; reserved to start in "), std::string::npos) << reason;
+  EXPECT_TRUE(reason.ends_with(" on n1")) << reason;
 
   // At the grace deadline the victim stops and is requeued; the owner starts on n1.
   json started = c.WaitForState(owner, "RUNNING", std::chrono::seconds(20));
