@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sched/gpu_fit.h"
+
 namespace cohort::sched {
 
 int64_t EndOf(int64_t now_ms, int64_t time_limit_ms) {
@@ -71,6 +73,21 @@ class Projection {
   int hosts_ = 0;
 };
 
+// The whole GPUs member `k` of `fit` takes from what is free now: its GPUs, or for a
+// sharing job the GPUs of its slices that no task shares yet.
+int WholeTaken(const GangFit& fit, size_t k, const NodePool& pool) {
+  if (k >= fit.slices.size() || fit.slices[k].empty()) return static_cast<int>(fit.gpus[k].size());
+  const std::span<const int> free = pool.free_gpus(fit.nodes[k]);
+  std::vector<int> gpus;
+  for (const GpuSlice& s : fit.slices[k]) {
+    if (std::binary_search(free.begin(), free.end(), s.gpu) &&
+        std::find(gpus.begin(), gpus.end(), s.gpu) == gpus.end()) {
+      gpus.push_back(s.gpu);
+    }
+  }
+  return static_cast<int>(gpus.size());
+}
+
 bool FitsOnCapacity(const NodePool& pool, const GangDemand& head) {
   int hosts = 0;
   for (int i = 0; i < pool.size() && hosts < head.nodes; ++i) {
@@ -130,26 +147,59 @@ bool BackfillGuard::EndsByStart(int64_t time_limit_ms) const {
   return time_limit_ms > 0 && EndOf(now_ms_, time_limit_ms) <= plan_.start_ms;
 }
 
-void BackfillGuard::BlockedNodes(const GangDemand& demand, int64_t time_limit_ms,
+void BackfillGuard::BlockedNodes(const JobRequest& job, const GangDemand& demand, const NodePool& pool,
                                  std::vector<int>* blocked) const {
   blocked->clear();
-  if (EndsByStart(time_limit_ms)) return;
+  if (EndsByStart(job.time_limit_ms)) return;
+  const bool shares = job.gpu_share > 0 || job.gpu_memory_mib > 0;
   for (size_t k = 0; k < plan_.nodes.size(); ++k) {
     const NodeFree& left = plan_.free_at_start[k];
-    if (left.gpus - demand.gpus < head_.gpus || left.cpus - demand.cpus < head_.cpus) {
+    int gpus = demand.gpus;
+    if (shares && left.cpus - demand.cpus >= head_.cpus) {
+      // The GPUs its slices would make no longer whole; a node it cannot use now is no
+      // loss to it.
+      const int node = plan_.nodes[k];
+      const std::optional<MemberFit> member = FitMember(pool.devices(node), job, 0, job.placement);
+      if (!member) {
+        blocked->push_back(node);
+        continue;
+      }
+      GangFit one{{node}, {member->gpus}, {member->slices}};
+      gpus = WholeTaken(one, 0, pool);
+    }
+    if (left.gpus - gpus < head_.gpus || left.cpus - demand.cpus < head_.cpus) {
       blocked->push_back(plan_.nodes[k]);
     }
   }
 }
 
-void BackfillGuard::Commit(const GangDemand& demand, int64_t time_limit_ms,
-                           std::span<const int> nodes) {
+int BackfillGuard::Reserved(int node) const {
+  const auto it = std::find(plan_.nodes.begin(), plan_.nodes.end(), node);
+  return it == plan_.nodes.end() ? -1 : static_cast<int>(it - plan_.nodes.begin());
+}
+
+void BackfillGuard::Breaks(const GangDemand& demand, int64_t time_limit_ms, const GangFit& fit,
+                           const NodePool& pool, std::vector<int>* broken) const {
+  broken->clear();
   if (EndsByStart(time_limit_ms)) return;
-  for (int node : nodes) {
-    const auto it = std::find(plan_.nodes.begin(), plan_.nodes.end(), node);
-    if (it == plan_.nodes.end()) continue;
-    NodeFree& left = plan_.free_at_start[it - plan_.nodes.begin()];
-    left.gpus -= demand.gpus;
+  for (size_t k = 0; k < fit.nodes.size(); ++k) {
+    const int r = Reserved(fit.nodes[k]);
+    if (r < 0) continue;
+    const NodeFree& left = plan_.free_at_start[static_cast<size_t>(r)];
+    if (left.gpus - WholeTaken(fit, k, pool) < head_.gpus || left.cpus - demand.cpus < head_.cpus) {
+      broken->push_back(fit.nodes[k]);
+    }
+  }
+}
+
+void BackfillGuard::Commit(const GangDemand& demand, int64_t time_limit_ms, const GangFit& fit,
+                           const NodePool& pool) {
+  if (EndsByStart(time_limit_ms)) return;
+  for (size_t k = 0; k < fit.nodes.size(); ++k) {
+    const int r = Reserved(fit.nodes[k]);
+    if (r < 0) continue;
+    NodeFree& left = plan_.free_at_start[static_cast<size_t>(r)];
+    left.gpus -= WholeTaken(fit, k, pool);
     left.cpus -= demand.cpus;
   }
 }

@@ -12,7 +12,10 @@
 // now: none if the job ends by T; otherwise each reserved node whose projected resources
 // at T, less this job's use and that of earlier backfilled jobs that outlast T, would no
 // longer cover the head job's per-node demand. Nodes outside the reservation are free
-// for anyone. Pure values; not thread-safe.
+// for anyone. A sharing job's demand counts no whole GPUs, but each GPU it takes a slice of
+// that is whole now is not whole at T: `BlockedNodes` counts those of the member it would
+// get on each reserved node now (FitMember, gpu_fit.h), `Breaks` checks the slices it was
+// given once it is fitted, and `Commit` counts them. Pure values; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -60,17 +63,28 @@ class BackfillGuard {
   int64_t head_job() const { return head_job_; }
   const ReservationPlan& plan() const { return plan_; }
 
-  // Replaces `*blocked` with the reserved nodes that a job of `demand` and
-  // `time_limit_ms` must not use now because the head job would start later.
-  void BlockedNodes(const GangDemand& demand, int64_t time_limit_ms,
+  // True if a job of `time_limit_ms` ends by the reserved start (it may take anything).
+  bool EndsByStart(int64_t time_limit_ms) const;
+
+  // Replaces `*blocked` with the reserved nodes that `job` (`demand` per node) must not
+  // use now because the head job would start later; a sharing job's are worked out on
+  // `pool` as it stands.
+  void BlockedNodes(const JobRequest& job, const GangDemand& demand, const NodePool& pool,
                     std::vector<int>* blocked) const;
 
-  // Records that a job of `demand` and `time_limit_ms` started on `nodes` (which must
-  // not include blocked nodes), so that later jobs see what is left at the reserved start.
-  void Commit(const GangDemand& demand, int64_t time_limit_ms, std::span<const int> nodes);
+  // Replaces `*broken` with the reserved nodes of `fit` (on `pool` before the job takes
+  // it) where what the job takes, its slices' GPUs that are whole now included, would
+  // leave the head job too few whole GPUs or CPUs at the start.
+  void Breaks(const GangDemand& demand, int64_t time_limit_ms, const GangFit& fit, const NodePool& pool,
+              std::vector<int>* broken) const;
+
+  // Records that a job of `demand` and `time_limit_ms` started with `fit` (on `pool`
+  // before it takes it; no blocked or broken nodes), so that later jobs see what is left
+  // at the reserved start.
+  void Commit(const GangDemand& demand, int64_t time_limit_ms, const GangFit& fit, const NodePool& pool);
 
  private:
-  bool EndsByStart(int64_t time_limit_ms) const;
+  int Reserved(int node) const;  // index into plan_.nodes, -1 if not reserved
 
   int64_t head_job_;
   GangDemand head_;

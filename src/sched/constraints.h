@@ -19,8 +19,8 @@
 //   mem          the node has this many MiB not reserved by the jobs running there (its
 //                memory, reported by the agent, less their --mem). A job without --mem
 //                reserves none. The scheduler fits it; the task shim does not enforce it.
-// A constrained job gets no EASY-backfill reservation (it plans with free GPUs and CPUs
-// alone); it starts as soon as eligible nodes are free, and may preempt jobs on nodes it
+// A constrained job that waits first gets the EASY-backfill reservation, planned on the
+// nodes it may use with its memory (detail_backfill.h); it may preempt jobs on nodes it
 // may use (preempt.h, with the memory their --mem frees).
 // Pure functions and one pass-local book; not thread-safe (one pass owns one book).
 #pragma once

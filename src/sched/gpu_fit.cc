@@ -183,6 +183,48 @@ std::optional<MemberFit> FitMember(std::span<const GpuView> devices, const JobRe
   return fit;
 }
 
+namespace {
+
+std::vector<GpuView>::iterator FindDevice(std::vector<GpuView>& devices, int index) {
+  return std::lower_bound(devices.begin(), devices.end(), index,
+                          [](const GpuView& d, int i) { return d.index < i; });
+}
+
+}  // namespace
+
+void ReturnDevices(std::vector<GpuView>& devices, std::span<const int> whole, std::span<const GpuSlice> slices) {
+  for (int index : whole) {
+    auto it = FindDevice(devices, index);
+    if (it == devices.end() || it->index != index) {
+      GpuView d;
+      d.index = index;
+      it = devices.insert(it, d);
+    }
+    it->free_share = kGpuShareUnits;
+    it->free_memory_mib = it->memory_mib;
+  }
+  for (const GpuSlice& sl : slices) {
+    auto it = FindDevice(devices, sl.gpu);
+    if (it == devices.end() || it->index != sl.gpu) continue;
+    it->free_share = std::min(kGpuShareUnits, it->free_share + sl.share);
+    it->free_memory_mib = std::min(it->memory_mib, it->free_memory_mib + sl.memory_mib);
+  }
+}
+
+void TakeDevices(std::vector<GpuView>& devices, std::span<const int> whole, std::span<const GpuSlice> slices) {
+  if (slices.empty()) {
+    for (int index : whole) {
+      if (auto it = FindDevice(devices, index); it != devices.end() && it->index == index) it->free_share = 0;
+    }
+  }
+  for (const GpuSlice& sl : slices) {
+    if (auto it = FindDevice(devices, sl.gpu); it != devices.end() && it->index == sl.gpu) {
+      it->free_share = std::max(it->free_share - sl.share, 0);
+      it->free_memory_mib = std::max<int64_t>(it->free_memory_mib - sl.memory_mib, 0);
+    }
+  }
+}
+
 bool HasSwitches(const NodePool& pool) {
   for (int n = 0; n < pool.size(); ++n) {
     if (!pool.network_switch(n).empty()) return true;

@@ -55,6 +55,16 @@ std::optional<std::vector<int>> ChooseConnected(std::span<const GpuView> devices
 // node's devices carry topology, else ChooseGpus. Requires k <= free GPUs.
 std::vector<int> ChooseFreeGpus(const NodePool& pool, int node, int k, Placement policy);
 
+// What a job gives back on one node's `devices` (sorted by index) when it stops: its
+// `whole` devices (one the list lacks, as a node without device detail lists only its free
+// GPUs, comes back as a whole untyped GPU) and its `slices` (share and memory, capped at
+// the device's).
+void ReturnDevices(std::vector<GpuView>& devices, std::span<const int> whole, std::span<const GpuSlice> slices);
+
+// What a gang member takes of `devices`: its `whole` devices, or, for a sharing job, its
+// `slices` (NodePool::Take's rule: a device any task shares is no longer free whole).
+void TakeDevices(std::vector<GpuView>& devices, std::span<const int> whole, std::span<const GpuSlice> slices);
+
 // What one gang member takes on a node: whole devices (`gpus`) or, for a sharing job, one
 // slice per task (`slices`; `gpus` then lists their GPUs in task order).
 struct MemberFit {

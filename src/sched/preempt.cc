@@ -16,36 +16,6 @@
 
 namespace cohort::sched {
 
-namespace {
-
-// Gives back what `use` holds of `devices` (sorted by index): its whole devices and its
-// slices. A whole device the node did not list (a node without device detail lists its
-// free GPUs only) comes back as a whole untyped GPU.
-void GiveBack(std::vector<GpuView>& devices, const Usage& use) {
-  const auto find = [&](int index) {
-    return std::lower_bound(devices.begin(), devices.end(), index,
-                            [](const GpuView& d, int i) { return d.index < i; });
-  };
-  for (int index : use.devices) {
-    auto it = find(index);
-    if (it == devices.end() || it->index != index) {
-      GpuView d;
-      d.index = index;
-      it = devices.insert(it, d);
-    }
-    it->free_share = kGpuShareUnits;
-    it->free_memory_mib = it->memory_mib;
-  }
-  for (const GpuSlice& sl : use.slices) {
-    auto it = find(sl.gpu);
-    if (it == devices.end() || it->index != sl.gpu) continue;
-    it->free_share = std::min(kGpuShareUnits, it->free_share + sl.share);
-    it->free_memory_mib = std::min(it->memory_mib, it->free_memory_mib + sl.memory_mib);
-  }
-}
-
-}  // namespace
-
 double WorkAtRiskGpuSeconds(const RunningJob& job, int64_t now_ms) {
   const int64_t since = std::max(job.start_ms, job.checkpoint_ms);
   // A sharing job counts its parts of GPUs.
@@ -308,7 +278,7 @@ bool PreemptionPlanner::FitsWithout(int node, const MemberNeed& need, std::span<
       cpus += use.cpus;
       gpus += use.gpus;
       mem += use.memory_mb;
-      if (by_devices) GiveBack(devices, use);
+      if (by_devices) ReturnDevices(devices, use.devices, use.slices);
     }
   }
   *connected = true;

@@ -60,10 +60,13 @@ std::string WaitingForReason(int64_t head_job) {
   return fmt::format("waiting for job {} (higher priority; its resources are reserved)", head_job);
 }
 
-std::string ReservedSuffix(int64_t start_ms, int64_t now_ms) {
-  if (start_ms == kNever) return "; reserved, start unknown (waiting on jobs without a time limit)";
-  if (start_ms <= now_ms) return "; reserved to start once jobs past their time limit end";
-  return "; reserved to start in " + FormatDuration(start_ms - now_ms);
+std::string ReservedSuffix(int64_t start_ms, int64_t now_ms, std::span<const std::string> nodes) {
+  std::string on;
+  for (size_t i = 0; i < nodes.size() && i < kReservedNodesShown; ++i) on += (i == 0 ? " on " : ", ") + nodes[i];
+  if (nodes.size() > kReservedNodesShown) on += fmt::format(" and {} more", nodes.size() - kReservedNodesShown);
+  if (start_ms == kNever) return "; reserved" + on + ", start unknown (waiting on jobs without a time limit)";
+  if (start_ms <= now_ms) return "; reserved" + on + " to start once jobs past their time limit end";
+  return "; reserved to start in " + FormatDuration(start_ms - now_ms) + on;
 }
 
 std::string InvalidReason(std::string_view message) {

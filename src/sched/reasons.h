@@ -7,6 +7,7 @@
 //   "needs 3 nodes; 2 available"                                (no GPUs, no CPUs)
 //   ... + " (2 nodes draining, 1 down)" when some nodes are not schedulable
 //   "waiting for job 12 (higher priority; its resources are reserved)"
+//   the head job's: "needs 2 nodes with 8 free GPUs; 1 available; reserved to start in 5m00s on n3, n4"
 // "available" counts the schedulable nodes that could host one gang member now. A GPU
 // job's CPUs appear only when they are what is short. Pure functions.
 #pragma once
@@ -36,10 +37,13 @@ std::string ResourceReason(const GangDemand& demand, int available, int availabl
 // "waiting for job 12 (higher priority; its resources are reserved)".
 std::string WaitingForReason(int64_t head_job);
 
-// What the head job's reason gains: "; reserved to start in 12m00s", or, when the start
-// depends on jobs without a time limit, "; reserved, start unknown (waiting on jobs without
-// a time limit)".
-std::string ReservedSuffix(int64_t start_ms, int64_t now_ms);
+// What the head job's reason gains: where and when it is reserved to start, the first
+// kReservedNodesShown of its nodes named: "; reserved to start in 12m00s on n3, n4", or,
+// when the start depends on jobs without a time limit, "; reserved on n3, n4, start unknown
+// (waiting on jobs without a time limit)", or "; reserved on n3 to start once jobs past
+// their time limit end"; more nodes end in " and 12 more".
+inline constexpr size_t kReservedNodesShown = 4;
+std::string ReservedSuffix(int64_t start_ms, int64_t now_ms, std::span<const std::string> nodes = {});
 
 // "invalid request: nodes: must be at least 1, got 0".
 std::string InvalidReason(std::string_view message);

@@ -13,6 +13,7 @@
 
 #include "sched/backfill.h"
 #include "sched/constraints.h"
+#include "sched/detail_backfill.h"
 #include "sched/fair_share.h"
 #include "sched/gang_fit.h"
 #include "sched/gpu_fit.h"
@@ -95,15 +96,21 @@ class Pass {
       if (quotas_ && !quotas_->Admits(job.team, per_node * size.nodes)) continue;
       admitted = true;
       blocked_.clear();
-      if (guard_) guard_->BlockedNodes(size, job.time_limit_ms, &blocked_);
+      if (Guarded()) GuardBlocked(job, size);
       HeldAgainst(job, &blocked_);
-      std::optional<GangFit> fit;
-      if (IsConstrained(job)) {  // node constraints (constraints.h; never with detailed GPUs)
-        fit = constraints_.Fit(pool_, job, size, blocked_);
-      } else if (detailed || (size.nodes > 1 && switches_)) {
-        fit = FitDetailed(job, size, &detail_why);
-      } else {
-        fit = FitGang(pool_, size, job.placement, blocked_);
+      std::optional<GangFit> fit = FitNow(job, size, detailed, &detail_why);
+      // Behind a reservation, what a fit takes on a reserved node may be what the head job
+      // needs there (the devices in detail; the GPUs a sharing job's slices make no longer
+      // whole): such nodes are blocked and the job fitted again.
+      while (fit && Guarded()) {
+        if (guard_) {
+          guard_->Breaks(size, job.time_limit_ms, *fit, pool_, &broken_);
+        } else {
+          detail_guard_->Breaks(job, size, *fit, &broken_);
+        }
+        if (broken_.empty()) break;
+        blocked_.insert(blocked_.end(), broken_.begin(), broken_.end());
+        fit = FitNow(job, size, detailed, &detail_why);
       }
       if (fit && quotas_ && !quotas_->Admits(job.team, PlacedUnits(size, *fit))) {
         refused_units = PlacedUnits(size, *fit);
@@ -119,10 +126,10 @@ class Pass {
       return;
     }
     if (detailed && admitted) {
-      // Not reserved for (the reservation plans count whole GPUs); it may preempt jobs
-      // whose devices it can use (preempt.h).
+      // It may preempt jobs whose devices it can use (preempt.h); else it waits, with the
+      // reservation in detail if it is the first to (detail_backfill.h).
       if (quotas_ && TryPreempt(job, *demand, &detail_why)) return;
-      SetReason(job, detail_why + unavailable_);
+      SetReason(job, DetailedWait(job, *demand, detail_why));
       return;
     }
     if (quotas_ && TryPreempt(job, *demand, nullptr)) return;
@@ -150,20 +157,46 @@ class Pass {
   }
 
  private:
-  // FitDetailedGang, skipping a request that already failed in this pass with no nodes
-  // blocked: resources only shrink during a pass.
+  // The gang of `job` on what is free now, never on blocked_ nodes.
+  std::optional<GangFit> FitNow(const JobRequest& job, const GangDemand& size, bool detailed, std::string* why) {
+    if (IsConstrained(job)) return constraints_.Fit(pool_, job, size, blocked_);  // never with detailed GPUs
+    if (detailed || (size.nodes > 1 && switches_)) return FitDetailed(job, size, why);
+    return FitGang(pool_, size, job.placement, blocked_);
+  }
+
+  // FitDetailedGang, skipping a request that already failed in this pass with the same
+  // nodes blocked: resources only shrink during a pass.
   std::optional<GangFit> FitDetailed(const JobRequest& job, const GangDemand& size, std::string* why) {
-    const auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required,
-                                job.tasks_per_node, job.placement == Placement::kPack, size.nodes, size.gpus, size.cpus);
-    if (blocked_.empty()) {
-      if (auto it = detail_failed_.find(key); it != detail_failed_.end()) {
-        *why = it->second;
-        return std::nullopt;
-      }
+    std::vector<int> blocked = blocked_;
+    std::sort(blocked.begin(), blocked.end());
+    auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required, job.tasks_per_node,
+                          job.placement == Placement::kPack, size.nodes, size.gpus, size.cpus, std::move(blocked));
+    if (auto it = detail_failed_.find(key); it != detail_failed_.end()) {
+      *why = it->second;
+      return std::nullopt;
     }
     std::optional<GangFit> fit = FitDetailedGang(pool_, job, size, blocked_, why);
-    if (!fit && blocked_.empty()) detail_failed_.emplace(key, *why);
+    if (!fit) detail_failed_.emplace(std::move(key), *why);
     return fit;
+  }
+
+  // The guard's BlockedNodes for `job`, worked out once per kind of request and start:
+  // the pool and the reservation's state change only when a job starts.
+  void GuardBlocked(const JobRequest& job, const GangDemand& size) {
+    const bool ends = guard_ ? guard_->EndsByStart(job.time_limit_ms) : detail_guard_->EndsByStart(job.time_limit_ms);
+    if (ends) return;
+    auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required, job.tasks_per_node,
+                          job.placement == Placement::kPack, size.nodes, size.gpus, size.cpus, job.mem_per_node_mb);
+    auto [it, fresh] = guard_blocked_.try_emplace(std::move(key));
+    if (fresh || it->second.first != starts_) {
+      if (guard_) {
+        guard_->BlockedNodes(job, size, pool_, &it->second.second);
+      } else {
+        detail_guard_->BlockedNodes(job, size, pool_, &it->second.second);
+      }
+      it->second.first = starts_;
+    }
+    blocked_.insert(blocked_.end(), it->second.second.begin(), it->second.second.end());
   }
 
   // With preemption on, plans victims for a blocked job; true if it preempts (its reason
@@ -183,7 +216,7 @@ class Pass {
                                            : "waiting for preempted job(s) " + victims + " to checkpoint and stop";
       if (quotas_->Admits(job.team, units)) quotas_->Add(job.team, units);  // still promised
       // Keeps the reservation logic: the first such job holds the nodes being freed.
-      SetReason(job, reason + "; " + (detail_why ? *detail_why + unavailable_ : Wait(job, demand)));
+      SetReason(job, reason + "; " + (detail_why ? DetailedWait(job, demand, *detail_why) : Wait(job, demand)));
       return true;
     }
     if (preempt_attempts_ >= policy.max_preemptors) return false;
@@ -225,7 +258,9 @@ class Pass {
     if (quotas_) quotas_->Add(job.team, PlacedUnits(demand, fit));
     JobPlacement& placed = decision_.start.emplace_back();
     placed.job_id = job.id;
-    placed.backfilled = guard_.has_value();
+    placed.backfilled = Guarded();
+    if (guard_) guard_->Commit(demand, job.time_limit_ms, fit, pool_);  // before the pool shrinks
+    if (detail_guard_) detail_guard_->Commit(job, demand, fit);
     placed.nodes.reserve(fit.nodes.size());
     const int cpus = static_cast<int>(demand.cpus);  // fits on a node, so fits an int
     for (size_t k = 0; k < fit.nodes.size(); ++k) {
@@ -237,24 +272,23 @@ class Pass {
       constraints_.Take(node, job.mem_per_node_mb);
       placed.nodes.push_back(NodeAssignment{pool_.id(node), std::move(fit.gpus[k]), cpus, std::move(slices)});
     }
-    if (guard_) {
-      guard_->Commit(demand, job.time_limit_ms, fit.nodes);
-      return;
-    }
+    if (Guarded()) return;
     // Before the reservation, started jobs are part of the head job's projection.
     const int64_t end = EndOf(now_, job.time_limit_ms);
     for (int node : fit.nodes) releases_.push_back(Release{end, node, demand.gpus, cpus});
+    started_.push_back(Started{end, job.mem_per_node_mb});
   }
 
   // The reason `job` waits; reserves for it if it is the first job that could start later.
   std::string Wait(const JobRequest& job, const GangDemand& demand) {
-    if (IsConstrained(job)) {  // no reservation: it plans with GPUs and CPUs alone
-      if (guard_ && constraints_.CountHosts(pool_, job, demand) >= demand.nodes) {
-        return WaitingForReason(guard_->head_job());
+    if (IsConstrained(job)) {  // reserved for in detail: eligible nodes, memory
+      if (Guarded()) {
+        if (constraints_.CountHosts(pool_, job, demand) >= demand.nodes) return WaitingForReason(HeadJob());
+        return constraints_.Reason(pool_, job, demand, unavailable_);
       }
-      return constraints_.Reason(pool_, job, demand, unavailable_);
+      return constraints_.Reason(pool_, job, demand, unavailable_) + ReserveInDetail(job, demand);
     }
-    if (guard_) return GuardedWait(demand);
+    if (Guarded()) return GuardedWait(demand);
     const int available = CountHosts(pool_, demand);
     std::string reason =
         ResourceReason(demand, available, pool_.CountHosts(demand.gpus, 0), unavailable_);
@@ -276,7 +310,7 @@ class Pass {
 
   std::string GuardedReason(const GangDemand& demand) const {
     const int available = CountHosts(pool_, demand);
-    if (available >= demand.nodes) return WaitingForReason(guard_->head_job());
+    if (available >= demand.nodes) return WaitingForReason(HeadJob());
     return ResourceReason(demand, available, pool_.CountHosts(demand.gpus, 0), unavailable_);
   }
 
@@ -297,7 +331,75 @@ class Pass {
     r.start_ms = plan->start_ms;
     for (int node : plan->nodes) r.nodes.push_back(pool_.id(node));
     guard_.emplace(job.id, demand, std::move(*plan), now_);
-    return ReservedSuffix(r.start_ms, now_);
+    return ReservedSuffix(r.start_ms, now_, r.nodes);
+  }
+
+  bool Guarded() const { return guard_ || detail_guard_; }
+  int64_t HeadJob() const { return guard_ ? guard_->head_job() : detail_guard_->head_job(); }
+
+  // Why a detailed job that did not fit waits (`why`: FitDetailedGang's text); reserves
+  // for it if it is the first job that could start later.
+  std::string DetailedWait(const JobRequest& job, const GangDemand& demand, const std::string& why) {
+    if (!Guarded()) return why + unavailable_ + ReserveInDetail(job, demand);
+    // Kept off reserved nodes only: it waits for the head job. Whether it would fit
+    // without them is worked out once per kind of request and start.
+    auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required, job.tasks_per_node,
+                          job.placement == Placement::kPack, demand.nodes, demand.gpus, demand.cpus,
+                          job.nominated ? job.id : 0);  // only a nominated job may use nodes held for it
+    auto [it, fresh] = fits_unguarded_.try_emplace(std::move(key));
+    if (fresh || it->second.first != starts_) {
+      blocked_.clear();
+      HeldAgainst(job, &blocked_);
+      std::string ignored;
+      it->second = {starts_, FitDetailed(job, demand, &ignored).has_value()};
+    }
+    if (it->second.second) return WaitingForReason(HeadJob());
+    return why + unavailable_;
+  }
+
+  // The reservation in detail (detail_backfill.h) for a typed, sharing, topology-bound
+  // or constrained `job`; returns what its reason gains.
+  std::string ReserveInDetail(const JobRequest& job, const GangDemand& demand) {
+    const auto key = std::tuple(job.gpu_type, job.gpu_share, job.gpu_memory_mib, job.topology_required,
+                                job.tasks_per_node, job.placement == Placement::kPack, demand.nodes, demand.gpus,
+                                demand.cpus, job.nodelist, job.exclude, job.constraint, job.mem_per_node_mb);
+    if (detail_never_fit_.contains(key)) return {};
+    std::vector<DeviceRelease> releases;
+    releases.reserve(releases_.size());
+    std::unordered_map<std::string_view, int> index;
+    index.reserve(snapshot_.nodes.size());
+    for (size_t i = 0; i < snapshot_.nodes.size(); ++i) index.emplace(snapshot_.nodes[i].id, static_cast<int>(i));
+    for (const RunningJob& r : snapshot_.running) {
+      for (const Usage& u : r.usage) {
+        if (auto it = index.find(u.node); it != index.end()) {
+          releases.push_back(DeviceRelease{r.end_ms, it->second, u.gpus, u.devices, u.slices, u.cpus, u.memory_mb});
+        }
+      }
+    }
+    for (size_t s = 0; s < decision_.start.size(); ++s) {
+      for (const NodeAssignment& a : decision_.start[s].nodes) {
+        if (auto it = index.find(a.node); it != index.end()) {
+          const bool sharing = !a.slices.empty();
+          releases.push_back(DeviceRelease{started_[s].end_ms, it->second, sharing ? 0 : static_cast<int>(a.gpus.size()),
+                                           sharing ? std::span<const int>() : std::span<const int>(a.gpus), a.slices,
+                                           a.cpus, started_[s].mem_mb});
+        }
+      }
+    }
+    std::vector<int> excluded;
+    HeldAgainst(job, &excluded);
+    std::optional<DetailPlan> plan = PlanDetailedReservation(pool_, constraints_, snapshot_.nodes, releases, job,
+                                                             demand, excluded, now_);
+    if (!plan) {
+      detail_never_fit_.insert(key);
+      return {};
+    }
+    Reservation& r = decision_.reservation.emplace();
+    r.job_id = job.id;
+    r.start_ms = plan->start_ms;
+    for (int node : plan->nodes) r.nodes.push_back(pool_.id(node));
+    detail_guard_.emplace(job, demand, std::move(*plan), now_);
+    return ReservedSuffix(r.start_ms, now_, r.nodes);
   }
 
   const Snapshot& snapshot_;
@@ -310,7 +412,18 @@ class Pass {
   const std::string unavailable_;       // " (2 nodes draining, 1 down)"
   std::vector<Release> releases_;       // running jobs, then jobs started before the head job
   const RequestUnits units_;            // what pending jobs ask for, in GPU share units
-  std::optional<BackfillGuard> guard_;  // set once the head job is reserved for
+  std::optional<BackfillGuard> guard_;  // set once the head job is reserved for (counts)
+  std::optional<DetailGuard> detail_guard_;  // ... or reserved for in detail
+  struct Started {
+    int64_t end_ms = kNever;
+    int64_t mem_mb = 0;
+  };
+  std::vector<Started> started_;        // decision_.start's ends and --mem, before the reservation
+  std::vector<int> broken_;             // scratch: reserved nodes a fit would take from the head job
+  // Requests in detail that cannot fit even on the full capacity (keys: ReserveInDetail).
+  std::set<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t, std::string, std::string,
+                      std::string, int64_t>>
+      detail_never_fit_;
   std::vector<GangDemand> never_fit_;   // demands beyond the schedulable capacity
   std::vector<int> blocked_;            // scratch: reserved nodes the current job must avoid
   struct CachedReason {
@@ -326,7 +439,16 @@ class Pass {
   std::unordered_map<int, std::vector<int64_t>> held_;
   std::unordered_map<std::string_view, int> node_index_;  // made at the first Hold
   // Detailed requests that did not fit, with why (keys: FitDetailed).
-  std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t>, std::string> detail_failed_;
+  std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t, std::vector<int>>, std::string>
+      detail_failed_;
+  // DetailedWait's: request -> (starts_ when worked out, whether it fits off the guard).
+  std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t, int64_t>, std::pair<int64_t, bool>>
+      fits_unguarded_;
+  // GuardBlocked's, for jobs that outlast the reserved start: request -> (starts_ when
+  // worked out, the reserved nodes it must avoid).
+  std::map<std::tuple<std::string, int, int64_t, bool, int, bool, int, int, int64_t, int64_t>,
+           std::pair<int64_t, std::vector<int>>>
+      guard_blocked_;
   Decision decision_;
 };
 

@@ -5,7 +5,8 @@
 // this pass, with its pack or spread policy (placement.h). The first job that does not fit
 // now but could fit once running jobs end becomes the head job and gets the pass's only
 // reservation; every later job starts now only if it does not delay the head job
-// (backfill.h), and is then marked `backfilled`. Every job left pending gets a reason
+// (backfill.h; for a head job that needs devices in detail or has node constraints,
+// detail_backfill.h), and is then marked `backfilled`. Every job left pending gets a reason
 // (reasons.h). A job that cannot fit even on the full capacity of the schedulable nodes
 // gets no reservation, so it cannot hold the queue up.
 //

@@ -55,7 +55,7 @@ TEST_P(BackfillTest, HeadJobIsNotDelayed) {
   EXPECT_EQ(d.reservation->job_id, 1);
   EXPECT_EQ(d.reservation->start_ms, kNow + 90 * kSecond);
   EXPECT_EQ(d.reservation->nodes, std::vector<std::string>{"a"});
-  EXPECT_EQ(Reason(d, 1), "needs 1 node with 8 free GPUs; 0 available; reserved to start in 1m30s");
+  EXPECT_EQ(Reason(d, 1), "needs 1 node with 8 free GPUs; 0 available; reserved to start in 1m30s on a");
 
   EXPECT_EQ(Where(d, c.job.id), c.where);
   EXPECT_EQ(Reason(d, c.job.id), c.reason);
@@ -124,7 +124,7 @@ TEST(Backfill, CpusAreReservedToo) {
   ASSERT_TRUE(d.reservation.has_value());
   EXPECT_EQ(d.reservation->start_ms, kNow + 10 * kSecond);
   EXPECT_EQ(Reason(d, 1),
-            "needs 1 node with 60 free CPUs; 0 available; reserved to start in 10.0s");
+            "needs 1 node with 60 free CPUs; 0 available; reserved to start in 10.0s on a");
   EXPECT_EQ(Reason(d, 2), kWaiting);  // 64 - 8 < 60
   EXPECT_EQ(Where(d, 3), "a:");       // 64 - 4 >= 60
 }
@@ -140,7 +140,7 @@ TEST(Backfill, UnknownStartReservesOnCapacity) {
   EXPECT_EQ(d.reservation->start_ms, kNever);
   EXPECT_EQ(d.reservation->nodes, std::vector<std::string>{"b"});  // pack: fewer CPUs
   EXPECT_EQ(Reason(d, 1),
-            "needs 1 node with 8 free GPUs; 0 available; reserved, start unknown (waiting on "
+            "needs 1 node with 8 free GPUs; 0 available; reserved on b, start unknown (waiting on "
             "jobs without a time limit)");
   // A job with a time limit ends before "unknown"; an unlimited one may not touch b, but
   // b is full anyway and a is not reserved.
@@ -183,7 +183,7 @@ TEST(Backfill, JobsStartedEarlierInThePassCountInTheProjection) {
   ASSERT_TRUE(d.reservation.has_value());
   EXPECT_EQ(d.reservation->job_id, 2);
   EXPECT_EQ(d.reservation->start_ms, kNow + 300 * kSecond);
-  EXPECT_EQ(Reason(d, 2), "needs 1 node with 8 free GPUs; 0 available; reserved to start in 5m00s");
+  EXPECT_EQ(Reason(d, 2), "needs 1 node with 8 free GPUs; 0 available; reserved to start in 5m00s on a");
   // Only one reservation: job 3 gets a plain resource reason.
   EXPECT_EQ(Reason(d, 3), "needs 1 node with 8 free GPUs; 0 available");
 }
@@ -199,7 +199,7 @@ TEST(Backfill, UnschedulableNodesAreNeverReserved) {
   EXPECT_EQ(d.reservation->nodes, std::vector<std::string>{"b"});
   EXPECT_EQ(Reason(d, 1),
             "needs 1 node with 8 free GPUs; 0 available (1 node draining); reserved to start in "
-            "1.0s");
+            "1.0s on b");
 }
 
 TEST(Backfill, OverdueJobsCountAsEndingNow) {
@@ -212,7 +212,7 @@ TEST(Backfill, OverdueJobsCountAsEndingNow) {
   ASSERT_TRUE(d.reservation.has_value());
   EXPECT_EQ(d.reservation->start_ms, kNow);
   EXPECT_EQ(Reason(d, 1),
-            "needs 1 node with 8 free GPUs; 0 available; reserved to start once jobs past their "
+            "needs 1 node with 8 free GPUs; 0 available; reserved on a to start once jobs past their "
             "time limit end");
 }
 

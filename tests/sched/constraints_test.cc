@@ -152,7 +152,8 @@ TEST(ConstrainedPass, MemoryIsReservedAcrossTheJobsOfAPass) {
   EXPECT_EQ(Where(d, 3), "a:");  // 36G are left after job 1: 32G fit, after job 2 waits
   EXPECT_EQ(Reason(d, 2),
             "needs 1 node with 1 free CPU and 64G free memory; 0 available; --mem 64G: the nodes with the free "
-            "GPUs and CPUs have 36G unreserved at most");
+            "GPUs and CPUs have 36G unreserved at most; reserved on a, start unknown (waiting on jobs without a "
+            "time limit)");
   EXPECT_EQ(Reason(d, 4),
             "needs 1 node with 1 free CPU and 200G free memory; 0 available; --mem 200G: 0 of 1 eligible node has "
             "that much memory");

@@ -12,8 +12,11 @@ namespace {
 
 using namespace testing;  // NOLINT: test builders
 
-const std::string kUnknownStart =
-    "; reserved, start unknown (waiting on jobs without a time limit)";
+// The head job's reason once reserved on `nodes` with a start that waits on jobs without a
+// time limit.
+std::string UnknownStart(const std::string& nodes) {
+  return "; reserved on " + nodes + ", start unknown (waiting on jobs without a time limit)";
+}
 
 struct GangCase {
   std::string name;
@@ -46,7 +49,7 @@ INSTANTIATE_TEST_SUITE_P(
                  {IdleNode("a", 8), Node("b", 8, {0, 1})},
                  GpuJob(1, 2, 4),
                  "",
-                 "needs 2 nodes with 4 free GPUs; 1 available" + kUnknownStart},
+                 "needs 2 nodes with 4 free GPUs; 1 available" + UnknownStart("a, b")},
         GangCase{"TwoNodeJobWithTwoFittingNodesStarts",
                  {IdleNode("a", 8), Node("b", 8, {0, 1, 2, 3})},
                  GpuJob(1, 2, 4),
@@ -62,14 +65,14 @@ INSTANTIATE_TEST_SUITE_P(
                  {Node("a", 8, {}), Node("b", 4, {})},
                  GpuJob(1, 1, 1),
                  "",
-                 "needs 1 node with 1 free GPU; 0 available" + kUnknownStart},
+                 "needs 1 node with 1 free GPU; 0 available" + UnknownStart("b")},
         GangCase{
             "CpuOnlyOnGpulessNode", {Node("cpu", 0, {}, 16, 16)}, CpuJob(1, 1, 2, 2), "cpu:", ""},
         GangCase{"CpuOnlyNeedsTasksTimesCpus",
                  {Node("cpu", 0, {}, 16, 6)},
                  CpuJob(1, 1, 4, 2),
                  "",
-                 "needs 1 node with 8 free CPUs; 0 available" + kUnknownStart},
+                 "needs 1 node with 8 free CPUs; 0 available" + UnknownStart("cpu")},
         GangCase{"GpuJobAlsoNeedsCpus",
                  {Node("a", 8, Range(8), 64, 1), Node("b", 8, Range(2), 64, 64)},
                  [] {
@@ -78,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(
                    return j;
                  }(),
                  "",
-                 "needs 2 nodes with 2 free GPUs and 2 free CPUs; 1 available" + kUnknownStart},
+                 "needs 2 nodes with 2 free GPUs and 2 free CPUs; 1 available" + UnknownStart("a, b")},
         GangCase{"ZeroCpuJobNeedsOnlyASchedulableNode",
                  {Node("a", 0, {}, 4, 0)},
                  CpuJob(1, 1, 1, 0),
@@ -115,7 +118,7 @@ TEST(GangFit, ResourcesTakenEarlierInThePassAreGone) {
   EXPECT_EQ(Where(d, 2), "a:6,7");
   EXPECT_EQ(Where(d, 3), "");
   // Jobs 1 and 2 hold 8 GPUs and 2 CPUs; job 3 has nothing left; job 4 needs 15 of 14.
-  EXPECT_EQ(Reason(d, 3), "needs 1 node with 1 free GPU; 0 available" + kUnknownStart);
+  EXPECT_EQ(Reason(d, 3), "needs 1 node with 1 free GPU; 0 available" + UnknownStart("a"));
   EXPECT_EQ(Reason(d, 4), "needs 1 node with 15 free CPUs; 0 available");
   ASSERT_NE(Find(d, 1), nullptr);
   EXPECT_EQ(Find(d, 1)->nodes[0].cpus, 1);

@@ -68,7 +68,8 @@ TEST(GpuShare, TwoHalvesShareOneGpuAndAThirdWaits) {
   EXPECT_EQ(Where(d, 1), "a:0");
   EXPECT_EQ(Where(d, 2), "a:0");
   EXPECT_EQ(Where(d, 3), "");
-  EXPECT_EQ(Reason(d, 3), "needs 1 node with 0.5 of a free GPU; 0 available");
+  EXPECT_EQ(Reason(d, 3), "needs 1 node with 0.5 of a free GPU; 0 available"
+            "; reserved on a, start unknown (waiting on jobs without a time limit)");
   const JobPlacement* p = Find(d, 1);
   ASSERT_NE(p, nullptr);
   ASSERT_EQ(p->nodes[0].slices.size(), 1u);
@@ -117,7 +118,8 @@ TEST(GpuShare, MemoryRequestsPackByMemoryAndCountTheirShare) {
   EXPECT_EQ(Where(d, 2), "a:0");
   EXPECT_EQ(Where(d, 3), "a:1");
   EXPECT_EQ(Where(d, 4), "");
-  EXPECT_EQ(Reason(d, 4), "needs 1 node with a shareable GPU with 50GiB of its memory; 0 available");
+  EXPECT_EQ(Reason(d, 4), "needs 1 node with a shareable GPU with 50GiB of its memory; 0 available"
+            "; reserved on a, start unknown (waiting on jobs without a time limit)");
   EXPECT_EQ(Find(d, 1)->nodes[0].slices[0].share, 2);
   EXPECT_EQ(Find(d, 1)->nodes[0].slices[0].memory_mib, 30 * kGiB);
 }
@@ -158,7 +160,8 @@ TEST(GpuType, ATypedJobTakesOnlyItsModelAndWaitsNamingIt) {
   const Decision d = Schedule(snap);
   EXPECT_EQ(Where(d, 1), "b:0,1");
   EXPECT_EQ(Where(d, 2), "");
-  EXPECT_EQ(Reason(d, 2), "needs 1 node with 1 free h100 GPU; 0 available");
+  EXPECT_EQ(Reason(d, 2), "needs 1 node with 1 free h100 GPU; 0 available"
+            "; reserved on b, start unknown (waiting on jobs without a time limit)");
   EXPECT_EQ(Where(d, 3), "a:0,1");
 }
 
@@ -173,7 +176,8 @@ TEST(GpuType, MigInstancesAreDevicesOfTheirOwnAndPlainJobsNeverGetThem) {
   const Decision d = Schedule(snap);
   EXPECT_EQ(Where(d, 1), "a:0,1");
   EXPECT_EQ(Where(d, 2), "");
-  EXPECT_EQ(Reason(d, 2), "needs 1 node with 2 free 1g.10gb MIG instances; 0 available");
+  EXPECT_EQ(Reason(d, 2), "needs 1 node with 2 free 1g.10gb MIG instances; 0 available"
+            "; reserved on a, start unknown (waiting on jobs without a time limit)");
   EXPECT_EQ(Where(d, 3), "");  // one whole GPU only: MIG instances are not GPUs to plain jobs
   EXPECT_EQ(Where(d, 4), "a:4");
   EXPECT_EQ(Where(d, 5), "a:3");
@@ -237,7 +241,8 @@ TEST(Topology, RequiredWaitsForOneIslandPreferredTakesTheFewestIslands) {
   snap.pending = {required};
   Decision d = Schedule(snap);
   EXPECT_EQ(Where(d, 1), "");
-  EXPECT_EQ(Reason(d, 1), "needs 1 node with 4 free GPUs connected (topology required); 0 available");
+  EXPECT_EQ(Reason(d, 1), "needs 1 node with 4 free GPUs connected (topology required); 0 available"
+            "; reserved on a, start unknown (waiting on jobs without a time limit)");
   snap.pending = {GpuJob(2, 1, 4)};
   d = Schedule(snap);
   EXPECT_EQ(Where(d, 2), "a:2,5,6,7");  // the 3-free island first, then one more

@@ -236,6 +236,10 @@ TEST(PreemptDetail, NodesBeingFreedWaitForTheNominatedJob) {
   s.pending[0].nominated_nodes.clear();
   s.running[0].preempting_for = 0;
   d = Schedule(s);
+  EXPECT_EQ(Reason(d, 11), "waiting for job 10 (higher priority; its resources are reserved)")
+      << "job 10 is reserved for in detail, and job 11 has no time limit";
+  s.pending[1].time_limit_ms = 60'000;  // ends before job 1 (no time limit) could
+  d = Schedule(s);
   EXPECT_NE(Where(d, 11), "");
 }
 

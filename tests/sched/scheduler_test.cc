@@ -19,7 +19,7 @@ TEST(Scheduler, DrainingAndDownNodesGetNothingAndShowInReasons) {
   snap.pending = {GpuJob(1, 1, 8), GpuJob(2, 1, 1, Placement::kSpread), CpuJob(3, 1, 1, 2)};
   const Decision d = Schedule(snap);
   EXPECT_EQ(Reason(d, 1),
-            "needs 1 node with 8 free GPUs; 0 available (2 nodes draining, 1 down); reserved, "
+            "needs 1 node with 8 free GPUs; 0 available (2 nodes draining, 1 down); reserved on d, "
             "start unknown (waiting on jobs without a time limit)");
   ASSERT_TRUE(d.reservation.has_value());
   EXPECT_EQ(d.reservation->nodes, std::vector<std::string>{"d"});

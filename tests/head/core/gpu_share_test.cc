@@ -38,7 +38,9 @@ TEST_F(CoreTest, TwoHalvesShareOneGpuAThirdWaitsAndTakesTheFreedPart) {
   EXPECT_EQ(Job(a).state, JobState::kRunning);
   EXPECT_EQ(Job(b).state, JobState::kRunning);
   EXPECT_EQ(Job(c).state, JobState::kPending);
-  EXPECT_EQ(state_.pending_reasons.at(c), "needs 1 node with 0.5 of a free GPU; 0 available");
+  EXPECT_EQ(state_.pending_reasons.at(c),
+            "needs 1 node with 0.5 of a free GPU; 0 available; reserved on n1, start unknown (waiting on jobs "
+            "without a time limit)");
   const api::TaskPlacement& t = Job(a).allocation.nodes[0].tasks[0];
   EXPECT_EQ(t.gpus, std::vector<int>{0});
   EXPECT_EQ(t.gpu_share, 2);

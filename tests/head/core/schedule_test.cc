@@ -25,7 +25,7 @@ TEST_F(CoreTest, APassStartsWhatFitsAndRecordsWhyTheRestWaits) {
   EXPECT_TRUE(fx_.jobs_to_store.contains(a));
   EXPECT_EQ(Job(b).state, JobState::kPending);
   const std::string why =
-      "needs 1 node with 1 free GPU; 0 available; reserved, start unknown (waiting on jobs without a time limit)";
+      "needs 1 node with 1 free GPU; 0 available; reserved on n1, start unknown (waiting on jobs without a time limit)";
   EXPECT_EQ(state_.pending_reasons.at(b), why);
   EXPECT_EQ(GetJob(state_, b)->reason, why);
   EXPECT_EQ(Job(b).reason, "waiting for the scheduler") << "the record keeps the submit-time text";
