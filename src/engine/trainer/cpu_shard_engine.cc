@@ -12,9 +12,9 @@
 namespace cohort::engine {
 namespace {
 
-class CpuShardEngine final : public ShardEngine {
+class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
  public:
-  explicit CpuShardEngine(std::unique_ptr<GptShardModel> shard) : shard_(std::move(shard)) {}
+  explicit CpuShardEngine(std::unique_ptr<GptShardModel> shard) : ShardEngineOver(std::move(shard)) {}
 
   Result<void> InitOptimizer(const AdamWConfig& adamw, comm::Communicator* data,
                              int zero_stage) {
@@ -28,22 +28,6 @@ class CpuShardEngine final : public ShardEngine {
     return {};
   }
 
-  const GptShardLayout& layout() const override { return shard_->layout(); }
-  Result<float> Forward(int chunk, int slot, const MicrobatchTokens& batch, const float* input,
-                        float* output) override {
-    return shard_->Forward(chunk, slot, batch, input, output);
-  }
-  Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
-                        float* dinput) override {
-    return shard_->Backward(chunk, slot, loss_scale, doutput, dinput);
-  }
-  void Release(int chunk, int slot) override { shard_->Release(chunk, slot); }
-  Result<std::vector<float>> Logits(int chunk, int slot, int position) override {
-    return shard_->Logits(chunk, slot, position);
-  }
-  size_t activation_bytes() const override { return shard_->activation_bytes(); }
-  size_t peak_activation_bytes() const override { return shard_->peak_activation_bytes(); }
-  void ResetPeak() override { shard_->ResetPeak(); }
 
   Result<void> ZeroGrad() override {
     shard_->ZeroGrad();
@@ -106,7 +90,6 @@ class CpuShardEngine final : public ShardEngine {
     return {};
   }
 
-  std::unique_ptr<GptShardModel> shard_;
   std::optional<AdamW> optimizer_;     // without ZeRO
   std::optional<ZeroOptimizer> zero_;  // ZeRO-1 over the data group
 };

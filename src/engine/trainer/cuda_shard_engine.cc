@@ -32,10 +32,10 @@ struct Range {
   size_t offset = 0, count = 0;
 };
 
-class CudaShardEngine final : public ShardEngine {
+class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
  public:
   explicit CudaShardEngine(std::unique_ptr<GptShardCudaModel> shard)
-      : shard_(std::move(shard)) {}
+      : ShardEngineOver(std::move(shard)) {}
   ~CudaShardEngine() override {
     if (arena_ != nullptr) {
       (void)cudaSetDevice(shard_->device());
@@ -82,22 +82,6 @@ class CudaShardEngine final : public ShardEngine {
     return {};
   }
 
-  const GptShardLayout& layout() const override { return shard_->layout(); }
-  Result<float> Forward(int chunk, int slot, const MicrobatchTokens& batch, const float* input,
-                        float* output) override {
-    return shard_->Forward(chunk, slot, batch, input, output);
-  }
-  Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
-                        float* dinput) override {
-    return shard_->Backward(chunk, slot, loss_scale, doutput, dinput);
-  }
-  void Release(int chunk, int slot) override { shard_->Release(chunk, slot); }
-  Result<std::vector<float>> Logits(int chunk, int slot, int position) override {
-    return shard_->Logits(chunk, slot, position);
-  }
-  size_t activation_bytes() const override { return shard_->activation_bytes(); }
-  size_t peak_activation_bytes() const override { return shard_->peak_activation_bytes(); }
-  void ResetPeak() override { shard_->ResetPeak(); }
 
   Result<void> ZeroGrad() override { return shard_->ZeroGrad(); }
   std::span<float> grads() override { return shard_->grads_device(); }
@@ -174,7 +158,6 @@ class CudaShardEngine final : public ShardEngine {
   }
 
  private:
-  std::unique_ptr<GptShardCudaModel> shard_;
   std::unique_ptr<CudaAdamW> adam_;
   std::vector<Range> norm_runs_;  // the tensors that count in the norm, merged
   char* arena_ = nullptr;         // norm_sq_, the scale slots and the norm's scratch

@@ -89,6 +89,33 @@ class ShardEngine {
   virtual std::string DescribeMemory() const = 0;
 };
 
+// An engine over shard model `Model` (GptShardModel or GptShardCudaModel): the model's own
+// contract forwarded as it is.
+template <typename Model>
+class ShardEngineOver : public ShardEngine {
+ public:
+  const GptShardLayout& layout() const override { return shard_->layout(); }
+  Result<float> Forward(int chunk, int slot, const MicrobatchTokens& batch, const float* input,
+                        float* output) override {
+    return shard_->Forward(chunk, slot, batch, input, output);
+  }
+  Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
+                        float* dinput) override {
+    return shard_->Backward(chunk, slot, loss_scale, doutput, dinput);
+  }
+  void Release(int chunk, int slot) override { shard_->Release(chunk, slot); }
+  Result<std::vector<float>> Logits(int chunk, int slot, int position) override {
+    return shard_->Logits(chunk, slot, position);
+  }
+  size_t activation_bytes() const override { return shard_->activation_bytes(); }
+  size_t peak_activation_bytes() const override { return shard_->peak_activation_bytes(); }
+  void ResetPeak() override { shard_->ResetPeak(); }
+
+ protected:
+  explicit ShardEngineOver(std::unique_ptr<Model> shard) : shard_(std::move(shard)) {}
+  std::unique_ptr<Model> shard_;
+};
+
 // The decay ranges of a shard's tensors (one per tensor: matrices and embeddings decay).
 inline std::vector<DecayRange> ShardDecayRanges(const GptShardLayout& layout) {
   std::vector<DecayRange> ranges;
