@@ -40,7 +40,8 @@ class Containers : public ::testing::Test {
     std::filesystem::create_directories(root + "/bin");
     std::filesystem::create_directories(root + "/etc");
     std::filesystem::copy_file(busybox, root + "/bin/busybox");
-    for (const char* tool : {"sh", "true", "echo", "cat", "sleep", "seq", "test", "[", "env", "id", "ls", "pwd"}) {
+    for (const char* tool : {"sh", "true", "echo", "cat", "sleep", "seq", "test", "[", "env", "id", "ls", "pwd",
+                             "head", "tr"}) {
       std::filesystem::create_symlink("busybox", root + "/bin/" + tool);
     }
     std::ofstream(root + "/etc/cohort-marker") << "inside-the-image\n";
@@ -178,6 +179,64 @@ TEST_F(Containers, AKilledAgentLeavesNoContainerAndNoProcessBehind) {
   EXPECT_TRUE(WaitUntil([&] { return !sleeping(); }, std::chrono::seconds(30))) << "the container's process survived";
   EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
       << "still there: " << ContainersOf(id);
+}
+
+// Issue 18: a container task's processes leave the shim's session (conmon daemonizes, the
+// container's init leads a session of its own) and still count for the task: CPU, RSS and
+// GPU memory (agent/proc_usage.h). The task holds 128 MiB in its shell and burns a core;
+// the runtime client, the only process left in the shim's session, idles at about 50 MiB,
+// so the figures can only be reached by counting the container. The simulated GPU
+// directory is not mounted in the container, and a process there sees only its own PID
+// namespace, so it cannot register its host pid the way NVML reports it: the test
+// registers the container's init by its host pid (`podman inspect`), as NVML would show it.
+TEST_F(Containers, AContainerTasksCpuMemoryAndGpuMemoryCountForTheTask) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const std::string script =
+      "echo GPUS=$CUDA_VISIBLE_DEVICES; echo DIR=$COHORT_SIMULATED_GPU_MEMORY_DIR; "
+      "test -d \"$COHORT_SIMULATED_GPU_MEMORY_DIR\" && echo DIR_VISIBLE=1; "
+      "x=$(head -c 134217728 /dev/zero | tr '\\0' a); echo HELD=${#x}; while :; do :; done";
+  json job = c.Submit({{"command", {"sh", "-c", script}}, {"gpus_per_node", 1}, {"container", {{"image", image_}}}});
+  const int64_t id = job["id"];
+  c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
+  ASSERT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find("HELD=") != std::string::npos; }, std::chrono::seconds(60)))
+      << c.Logs(id, 0);
+  auto env = ParseEnvLines(c.Logs(id, 0));
+  EXPECT_EQ(env["HELD"], "134217728");
+  EXPECT_EQ(env["DIR_VISIBLE"], "") << "the simulated GPU directory is visible in the container after all";
+  ASSERT_FALSE(env["DIR"].empty()) << c.Logs(id, 0);
+
+  auto usage = [&] {
+    json j = c.Job(id);
+    return j.contains("tasks_usage") && j["tasks_usage"].size() == 1 ? j["tasks_usage"][0] : json();
+  };
+  json u;
+  EXPECT_TRUE(WaitUntil([&] {
+    u = usage();
+    return u.is_object() && u.value("cpu_seconds", 0.0) >= 3 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
+  }, std::chrono::seconds(60))) << "the container's CPU and memory are not the task's: " << u.dump(2);
+
+  // GPU memory of the container's init, by its host pid.
+  const std::string name = ContainersOf(id);
+  ASSERT_FALSE(name.empty());
+  auto [rc, pid] = RunTool({"podman", "inspect", "--format", "{{.State.Pid}}", name.substr(0, name.find(' '))}, dir_);
+  ASSERT_EQ(rc, 0) << pid;
+  pid = pid.substr(0, pid.find('\n'));
+  const int64_t bytes = int64_t{3} << 30;
+  std::ofstream(env["DIR"] + "/" + pid) << env["GPUS"] << " " << bytes << "\n";
+  EXPECT_TRUE(WaitUntil([&] {
+    u = usage();
+    return u.is_object() && u.value("gpu_memory_bytes", int64_t{0}) == bytes;
+  }, std::chrono::seconds(20))) << "the container's GPU memory is not the task's: " << u.dump(2);
+  CliResult show = Cohort(c, {"show", std::to_string(id)});
+  EXPECT_TRUE(show.status.Success()) << show.errors;
+  EXPECT_NE(show.output.find("3.0 GiB"), std::string::npos) << show.output;
+
+  auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30))) << ContainersOf(id);
 }
 
 TEST_F(Containers, AMissingImageFailsTheJobWithItsReason) {
