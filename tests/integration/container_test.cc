@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "agent/container.h"
 #include "harness.h"
 
 namespace cohort::testing {
@@ -65,13 +66,17 @@ class Containers : public ::testing::Test {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
   }
 
-  // The containers of job `id` that Podman still knows, any state.
-  static std::string ContainersOf(int64_t id) {
+  // The containers of job `id` of `c`'s agent node-a that Podman still knows, any state.
+  // Other tests' clusters run their own job `id` at the same time (ctest -j): the name's
+  // hash of the agent's work directory tells them apart (agent/container.h).
+  static std::string ContainersOf(const LocalCluster& c, int64_t id) {
+    const std::string name = agent::ContainerName(c.dir() + "/node-a", id, 0, 0);
+    const std::string prefix = name.substr(0, name.rfind("-a") + 2);  // cohort-HASH-jID-a
     auto [rc, out] = RunTool({"podman", "ps", "--all", "--format", "{{.Names}}"}, dir_);
     std::string mine;
     std::istringstream lines(out);
     for (std::string line; std::getline(lines, line);) {
-      if (line.find("-j" + std::to_string(id) + "-a") != std::string::npos) mine += line + " ";
+      if (line.starts_with(prefix)) mine += line + " ";
     }
     return mine;
   }
@@ -119,7 +124,7 @@ TEST_F(Containers, TaskRunsInTheImageWithItsEnvironmentDirectoriesAndExitCode) {
   EXPECT_EQ(ReadFile(work + "/out.txt"), "from-the-container\n");
   // The job's JSON shows its image, and no container is left behind.
   EXPECT_EQ(done["spec"]["container"]["image"], image_);
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(10))) << ContainersOf(id);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(10))) << ContainersOf(c, id);
 }
 
 TEST_F(Containers, CancelStopsTheContainerAndLeavesNoneBehind) {
@@ -133,12 +138,12 @@ TEST_F(Containers, CancelStopsTheContainerAndLeavesNoneBehind) {
   c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
   ASSERT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find("started") != std::string::npos; }, std::chrono::seconds(30)))
       << c.Logs(id, 0);
-  EXPECT_FALSE(ContainersOf(id).empty()) << "the task is not in a container";
+  EXPECT_FALSE(ContainersOf(c, id).empty()) << "the task is not in a container";
   auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ((*r)["state"], "CANCELLED");
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
-      << "still there: " << ContainersOf(id);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30)))
+      << "still there: " << ContainersOf(c, id);
 }
 
 // A failing rank stops the rest of its gang at once, often while their runtime is still
@@ -155,8 +160,8 @@ TEST_F(Containers, AGangStoppedByAFailingRankLeavesNoContainer) {
   const int64_t id = job["id"];
   json done = c.WaitForState(id, "FAILED", std::chrono::seconds(60));
   EXPECT_EQ(done["exit_code"], 1) << done.dump(2);
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
-      << "still there: " << ContainersOf(id);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30)))
+      << "still there: " << ContainersOf(c, id);
 }
 
 // The agent dies: its shims SIGKILL their tasks at once (no grace), which kills the
@@ -177,8 +182,8 @@ TEST_F(Containers, AKilledAgentLeavesNoContainerAndNoProcessBehind) {
   ASSERT_TRUE(WaitUntil(sleeping, std::chrono::seconds(10))) << "the task's process is not visible on the host";
   c.agent("node-a").Signal(SIGKILL);
   EXPECT_TRUE(WaitUntil([&] { return !sleeping(); }, std::chrono::seconds(30))) << "the container's process survived";
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
-      << "still there: " << ContainersOf(id);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30)))
+      << "still there: " << ContainersOf(c, id);
 }
 
 // Issue 18: a container task's processes leave the shim's session (conmon daemonizes, the
@@ -219,7 +224,7 @@ TEST_F(Containers, AContainerTasksCpuMemoryAndGpuMemoryCountForTheTask) {
   }, std::chrono::seconds(60))) << "the container's CPU and memory are not the task's: " << u.dump(2);
 
   // GPU memory of the container's init, by its host pid.
-  const std::string name = ContainersOf(id);
+  const std::string name = ContainersOf(c, id);
   ASSERT_FALSE(name.empty());
   auto [rc, pid] = RunTool({"podman", "inspect", "--format", "{{.State.Pid}}", name.substr(0, name.find(' '))}, dir_);
   ASSERT_EQ(rc, 0) << pid;
@@ -236,7 +241,7 @@ TEST_F(Containers, AContainerTasksCpuMemoryAndGpuMemoryCountForTheTask) {
 
   auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
   ASSERT_TRUE(r.has_value()) << r.error().message;
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30))) << ContainersOf(id);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30))) << ContainersOf(c, id);
 }
 
 TEST_F(Containers, AMissingImageFailsTheJobWithItsReason) {
@@ -252,7 +257,7 @@ TEST_F(Containers, AMissingImageFailsTheJobWithItsReason) {
   const std::string error = done["exits"][0].value("error", "");
   EXPECT_NE(error.find("container image '" + missing + "' is not on this node"), std::string::npos) << error;
   EXPECT_EQ(done["exits"][0]["exit_code"], 125);
-  EXPECT_TRUE(ContainersOf(id).empty()) << ContainersOf(id);
+  EXPECT_TRUE(ContainersOf(c, id).empty()) << ContainersOf(c, id);
 }
 
 TEST_F(Containers, ARuntimeTheNodeDoesNotOfferFailsTheStartSayingWhichItHas) {
