@@ -388,18 +388,19 @@ api::Heartbeat Agent::BuildHeartbeat() {
   std::vector<TaskUsageSample> usage_samples;
   if (executor_) {
     auto snapshot = executor_->Snapshot();
-    std::set<int> sessions;  // each task's shim leads its own session
+    std::set<int> roots;  // each task by its shim's pid (proc_usage.h)
     for (const auto& s : snapshot) {
-      if (s.running && s.pid > 0) sessions.insert(s.pid);
+      if (s.running && s.pid > 0) roots.insert(s.pid);
     }
     // /proc is read at most once a second: heartbeats may be far more frequent (one per
     // wave of starts and exits), and each read scans every process of the node. A task
     // started since the last read shows its use from the next one.
     auto now = SteadyClock::now();
     if (now - usage_read_ >= std::chrono::seconds(1)) {
-      usage_ = UsageBySession(sessions);
+      TaskProcesses procs = ReadTaskProcesses(roots);
+      usage_ = std::move(procs.usage);
       usage_read_ = now;
-      MeasureGpuMemory(snapshot);
+      MeasureGpuMemory(snapshot, procs.task_of);
     }
     const auto& usage = usage_;
     for (const auto& s : snapshot) {
@@ -455,19 +456,16 @@ api::Heartbeat Agent::BuildHeartbeat() {
   return hb;
 }
 
-void Agent::MeasureGpuMemory(const std::vector<TaskStatus>& snapshot) {
+void Agent::MeasureGpuMemory(const std::vector<TaskStatus>& snapshot, const std::map<int, int>& task_of) {
   gpu_memory_.clear();
   if (!monitor_) return;
   const std::vector<GpuProcess> processes = monitor_->Processes();
-  std::set<int> pids;
-  for (const GpuProcess& p : processes) pids.insert(p.pid);
-  const std::map<int, int> session_of = SessionsOf(pids);
   for (const auto& s : snapshot) {
     if (!s.running || s.pid <= 0) continue;
     auto limit = gpu_limits_.find(s.key);
     TaskGpuMemory m = MeasureTaskGpuMemory(s.key.rank, s.pid, s.gpus,
                                            limit != gpu_limits_.end() ? limit->second : GpuMemoryLimit{}, processes,
-                                           session_of);
+                                           task_of);
     if (!m.over.empty()) {
       if (!gpu_over_.contains(s.key)) {
         LOG_WARN("job {} attempt {} rank {}: {}", s.key.job_id, s.key.attempt, s.key.rank, m.over);

@@ -263,7 +263,7 @@ class Agent {
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat
   SteadyTime last_slow_log_;                  // the last "heartbeat answered after" warning
   SteadyTime last_error_log_;                 // when a failure was last logged (rate limit)
-  std::map<int, ProcUsage> usage_;  // the latest /proc read, by task session
+  std::map<int, ProcUsage> usage_;  // the latest /proc read, by task (its shim's pid: proc_usage.h)
   SteadyTime usage_read_;
   // GPU memory (gpu/task_memory.h), loop thread: each sharing task's part (from its
   // launch), the latest measurement, the warning of a task once over its part (kept for
@@ -274,8 +274,10 @@ class Agent {
   std::set<TaskKey> gpu_killed_;
   // With simulated GPUs: where tasks register their device memory (gpu/gpu.h); set by Start.
   std::string simulated_memory_dir_;
-  // Measures every running task's GPU memory (after a /proc read) and acts on the over.
-  void MeasureGpuMemory(const std::vector<TaskStatus>& snapshot);
+  // Measures every running task's GPU memory and acts on the over; `task_of` is the /proc
+  // read just made (pid -> task's shim pid), so a GPU process started since counts from
+  // the next read.
+  void MeasureGpuMemory(const std::vector<TaskStatus>& snapshot, const std::map<int, int>& task_of);
 };
 
 // `cohort agent`: runs an agent until SIGINT or SIGTERM. Returns the process exit code.

@@ -6,7 +6,9 @@
 // a bare process. The runtime forwards the shim's signals to the container's init
 // (`--init`, which passes them to the command); a SIGKILL of the runtime leaves its
 // monitor (conmon) and the container's processes reparented to the shim, a subreaper,
-// which kills them like any orphan of the task. After the task, the shim removes the
+// which kills them like any orphan of the task. Those processes (conmon, the container's
+// init and all it starts) descend from the shim, so their CPU, RSS and GPU memory count
+// for the task though they leave its session (proc_usage.h). After the task, the shim removes the
 // container by name (ContainerRemoveArgv) so that no record or mount is left, and on the
 // runtime's own failure (exit 125: image missing and not pullable, bad flags) it records
 // the runtime's error line as the task's error (task_shim.h).

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace cohort::agent {
@@ -31,23 +32,66 @@ std::optional<ProcStat> ParseProcStat(std::string_view line, long ticks_per_s, l
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
     return ec == std::errc() && p == s.data() + s.size();
   };
-  long long session = 0, utime = 0, stime = 0, cutime = 0, cstime = 0, rss = 0;
-  if (!num(6, session) || !num(14, utime) || !num(15, stime) || !num(16, cutime) || !num(17, cstime) ||
+  long long pid = 0, ppid = 0, session = 0, utime = 0, stime = 0, cutime = 0, cstime = 0, rss = 0;
+  {
+    std::string_view head = line.substr(0, line.find(' '));
+    auto [p, ec] = std::from_chars(head.data(), head.data() + head.size(), pid);
+    if (ec != std::errc() || p != head.data() + head.size()) return std::nullopt;
+  }
+  if (!num(4, ppid) || !num(6, session) || !num(14, utime) || !num(15, stime) || !num(16, cutime) || !num(17, cstime) ||
       !num(24, rss)) {
     return std::nullopt;
   }
   ProcStat st;
+  st.pid = static_cast<int>(pid);
+  st.ppid = static_cast<int>(ppid);
   st.session = static_cast<int>(session);
   st.usage.cpu_seconds = double(utime + stime + cutime + cstime) / double(ticks_per_s);
   st.usage.rss_bytes = std::max<long long>(0, rss) * page_bytes;
   return st;
 }
 
-std::map<int, ProcUsage> UsageBySession(const std::set<int>& sessions, std::string_view proc_root) {
-  std::map<int, ProcUsage> out;
-  if (sessions.empty()) return out;
+std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const std::set<int>& roots) {
+  std::map<int, int> out;
+  if (roots.empty()) return out;
+  std::unordered_map<int, const ProcStat*> by_pid;
+  by_pid.reserve(procs.size());
+  for (const ProcStat& p : procs) by_pid[p.pid] = &p;
+  // pid -> root, or 0: belongs to none (memoised, so the walk is linear in the processes).
+  std::unordered_map<int, int> known;
+  std::vector<int> chain;
+  for (const ProcStat& p : procs) {
+    chain.clear();
+    int root = 0;
+    for (int pid = p.pid;;) {
+      if (roots.contains(pid)) {
+        root = pid;
+        break;
+      }
+      if (auto k = known.find(pid); k != known.end()) {
+        root = k->second;
+        break;
+      }
+      auto it = by_pid.find(pid);
+      // init, the kernel's threads (ppid 0), a parent gone since the read, or a cycle
+      // that a pid reused during the read could make: no ancestor root.
+      if (pid <= 1 || it == by_pid.end() || chain.size() > by_pid.size()) break;
+      chain.push_back(pid);
+      pid = it->second->ppid;
+    }
+    for (int pid : chain) known[pid] = root;
+    if (root == 0 && roots.contains(p.session)) root = p.session;
+    if (root != 0) out[p.pid] = root;
+  }
+  return out;
+}
+
+TaskProcesses ReadTaskProcesses(const std::set<int>& roots, std::string_view proc_root) {
+  TaskProcesses out;
+  if (roots.empty()) return out;
   static const long ticks = sysconf(_SC_CLK_TCK);
   static const long page = sysconf(_SC_PAGESIZE);
+  std::vector<ProcStat> procs;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(std::string(proc_root), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -55,24 +99,15 @@ std::map<int, ProcUsage> UsageBySession(const std::set<int>& sessions, std::stri
     std::ifstream in(it->path() / "stat");
     std::string line;
     if (!std::getline(in, line)) continue;  // the process is gone
-    auto st = ParseProcStat(line, ticks, page);
-    if (!st || !sessions.contains(st->session)) continue;
-    ProcUsage& u = out[st->session];
-    u.cpu_seconds += st->usage.cpu_seconds;
-    u.rss_bytes += st->usage.rss_bytes;
+    if (auto st = ParseProcStat(line, ticks, page)) procs.push_back(*st);
   }
-  return out;
-}
-
-std::map<int, int> SessionsOf(const std::set<int>& pids, std::string_view proc_root) {
-  std::map<int, int> out;
-  static const long ticks = sysconf(_SC_CLK_TCK);
-  static const long page = sysconf(_SC_PAGESIZE);
-  for (int pid : pids) {
-    std::ifstream in(std::string(proc_root) + "/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!std::getline(in, line)) continue;  // the process is gone
-    if (auto st = ParseProcStat(line, ticks, page)) out[pid] = st->session;
+  out.task_of = TasksOf(procs, roots);
+  for (const ProcStat& p : procs) {
+    auto t = out.task_of.find(p.pid);
+    if (t == out.task_of.end()) continue;
+    ProcUsage& u = out.usage[t->second];
+    u.cpu_seconds += p.usage.cpu_seconds;
+    u.rss_bytes += p.usage.rss_bytes;
   }
   return out;
 }

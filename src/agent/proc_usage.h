@@ -1,10 +1,26 @@
 // Resource use of tasks, read from /proc.
 //
-// Every task runs in its own session: its task shim calls setsid(), so the shim's pid is
-// the session id of the shim, the task and everything the task starts. A task's use is
-// the sum over the processes of that session of CPU time (utime + stime, plus the
+// A task is named by its shim's pid (its "root"). A process belongs to the task when
+//  - its session is the root: the shim calls setsid(), so the shim, the task and what it
+//    starts share the session whose id is the shim's pid; or
+//  - the root is among its ancestors (parent pids): the shim is a child subreaper
+//    (task_shim.h), so every descendant of the task that leaves the session and is
+//    orphaned is reparented to the shim and stays in its tree.
+// The second rule is what measures container tasks (container.h): Podman's monitor
+// (conmon) daemonizes into a session of its own and is reparented to the shim; the
+// container's init is conmon's child and leads another session, and every process of the
+// container descends from that init (the container's PID namespace reparents its orphans
+// to it). The tree is exact for any runtime whose monitor the task starts, needs no
+// runtime-specific flag, inspect call or pidfile, and does not depend on how the node's
+// cgroups are set up (v1 or v2, cgroupfs or systemd, rootful or rootless: the cgroup path
+// of a container differs in each). Docker's containers are children of the Docker
+// daemon's containerd shim, not of the task: they are not measured (README, Containers).
+//
+// A task's use is the sum over its processes of CPU time (utime + stime, plus the
 // children's cutime + cstime, so processes that have already been reaped still count)
-// and resident memory. Plain functions over /proc; any thread.
+// and resident memory. One pass over /proc serves both the usage and the map from pid to
+// task that attributes GPU processes (NVML reports host pids: gpu/task_memory.h). Plain
+// functions over /proc; any thread.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +28,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <vector>
 
 namespace cohort::agent {
 
@@ -20,20 +37,28 @@ struct ProcUsage {
   int64_t rss_bytes = 0;
 };
 
-// One line of /proc/PID/stat: the process's session and its usage. std::nullopt when the
-// line is malformed. `ticks_per_s` is sysconf(_SC_CLK_TCK), `page_bytes` the page size.
+// One line of /proc/PID/stat: the process's pid, parent, session and usage. std::nullopt
+// when the line is malformed. `ticks_per_s` is sysconf(_SC_CLK_TCK), `page_bytes` the
+// page size.
 struct ProcStat {
+  int pid = 0;
+  int ppid = 0;
   int session = 0;
   ProcUsage usage;
 };
 std::optional<ProcStat> ParseProcStat(std::string_view line, long ticks_per_s, long page_bytes);
 
-// The summed usage of every process in each of `sessions` (by session id); sessions
-// with no process left are absent. One pass over /proc.
-std::map<int, ProcUsage> UsageBySession(const std::set<int>& sessions, std::string_view proc_root = "/proc");
+// Which of `roots` each of `procs` belongs to (the rules above): pid -> root, for the
+// attributed processes only. A root is its own. A process that both rules would give to
+// different roots (a task's descendant that joined another task's session: it cannot, a
+// session is joined only by its leader's descendants) goes to its nearest ancestor root.
+std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const std::set<int>& roots);
 
-// The session of each of `pids` (from /proc/PID/stat); pids that are gone are absent.
-// How GPU processes (NVML reports pids) are mapped to tasks.
-std::map<int, int> SessionsOf(const std::set<int>& pids, std::string_view proc_root = "/proc");
+struct TaskProcesses {
+  std::map<int, ProcUsage> usage;  // root -> summed usage; roots with no process left are absent
+  std::map<int, int> task_of;      // pid -> root, every attributed process
+};
+// One pass over `proc_root`: every process's stat, attributed to `roots`.
+TaskProcesses ReadTaskProcesses(const std::set<int>& roots, std::string_view proc_root = "/proc");
 
 }  // namespace cohort::agent

@@ -63,11 +63,9 @@ TEST(FakeNvmlTest, MigInstancesTopologyAndProcessMemory) {
   EXPECT_EQ(procs[0].memory_bytes, 2 * kGiB);
   EXPECT_EQ(procs[1].gpu, 2);
   EXPECT_EQ(procs[1].memory_bytes, 5 * kGiB);
-  std::set<int> pids;
-  for (const auto& p : procs) pids.insert(p.pid);
-  const auto session_of = SessionsOf(pids);
+  const auto task_of = ReadTaskProcesses({getsid(0)}).task_of;
   const GpuMemoryLimit share{4 * kGiB, /*kill=*/false};
-  TaskGpuMemory m = MeasureTaskGpuMemory(0, getsid(0), {2}, share, procs, session_of);
+  TaskGpuMemory m = MeasureTaskGpuMemory(0, getsid(0), {2}, share, procs, task_of);
   EXPECT_EQ(m.bytes, 7 * kGiB) << "5 GiB on GPU 2 and 2 GiB on the MIG instance; the stranger's is not ours";
   EXPECT_EQ(m.over, "task 0 used 5 GiB of GPU 2, over its share of 4 GiB (gpu_memory_enforce: report)");
 }

@@ -87,6 +87,8 @@ TEST(ProcUsageTest, ParsesStatLine) {
       "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
   auto st = ParseProcStat(line, 100, 4096);
   ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->pid, 4242);
+  EXPECT_EQ(st->ppid, 1);
   EXPECT_EQ(st->session, 4000);
   EXPECT_DOUBLE_EQ(st->usage.cpu_seconds, 4.0);  // (250 + 50 + 100 + 0) / 100
   EXPECT_EQ(st->usage.rss_bytes, 300 * 4096);
@@ -96,10 +98,75 @@ TEST(ProcUsageTest, ParsesStatLine) {
 
 TEST(ProcUsageTest, SumsThisProcessSession) {
   int sid = getsid(0);
-  auto usage = UsageBySession({sid});
-  ASSERT_TRUE(usage.contains(sid));
-  EXPECT_GT(usage[sid].rss_bytes, 0);
-  EXPECT_TRUE(UsageBySession({}).empty());
+  auto procs = ReadTaskProcesses({sid});
+  ASSERT_TRUE(procs.usage.contains(sid));
+  EXPECT_GT(procs.usage[sid].rss_bytes, 0);
+  EXPECT_EQ(procs.task_of.at(getpid()), sid);
+  EXPECT_TRUE(ReadTaskProcesses({}).usage.empty());
+}
+
+// A /proc of stat files only: "PID (comm) S PPID PGRP SESSION ..." with utime (field 14)
+// and rss (field 24) set, so each process's CPU seconds and pages are known.
+class FakeProc {
+ public:
+  FakeProc() : root_(std::filesystem::temp_directory_path() / ("cohort-fakeproc-" + std::to_string(getpid()))) {
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_ / "self");  // not a pid: skipped
+  }
+  ~FakeProc() { std::filesystem::remove_all(root_); }
+  void Add(int pid, const std::string& comm, int ppid, int session, long cpu_ticks, long rss_pages) {
+    std::filesystem::create_directories(root_ / std::to_string(pid));
+    std::ofstream(root_ / std::to_string(pid) / "stat")
+        << pid << " (" << comm << ") S " << ppid << " " << session << " " << session << " 0 -1 0 0 0 0 0 " << cpu_ticks
+        << " 0 0 0 20 0 1 0 1 1000 " << rss_pages << " 0 0 0\n";
+  }
+  std::string path() const { return root_.string(); }
+
+ private:
+  std::filesystem::path root_;
+};
+
+// Issue 18: a container task's processes leave the shim's session (conmon daemonizes into
+// its own, the container's init leads another), yet descend from the shim, a subreaper.
+// Shaped like `ps -eo pid,ppid,sid` under a real Podman task (see proc_usage.h).
+TEST(ProcUsageTest, AContainerTasksProcessesCountForItsShim) {
+  const long ticks = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+  FakeProc proc;
+  proc.Add(1, "init", 0, 1, 7 * ticks, 10);
+  proc.Add(100, "cohort-task-shi", 1, 100, 0, 1);      // task A's shim
+  proc.Add(101, "podman", 100, 100, ticks, 50);         // the runtime client, in the session
+  proc.Add(110, "conmon", 100, 110, 0, 2);              // reparented to the shim, own session
+  proc.Add(120, "podman-init", 110, 120, 0, 1);         // the container's init, own session
+  proc.Add(121, "python", 120, 120, 40 * ticks, 1000);  // the container's work
+  proc.Add(122, "worker (x)", 121, 125, 2 * ticks, 300);  // left the init's session too
+  proc.Add(200, "cohort-task-shi", 1, 200, 0, 1);      // task B's shim, a bare task
+  proc.Add(201, "sleep", 1, 200, ticks, 3);             // B's process whose parent chain broke: by session
+  proc.Add(300, "sshd", 1, 300, 5 * ticks, 400);        // nobody's task
+  proc.Add(301, "bash", 300, 300, ticks, 100);
+
+  TaskProcesses t = ReadTaskProcesses({100, 200}, proc.path());
+  const std::map<int, int> want = {{100, 100}, {101, 100}, {110, 100}, {120, 100}, {121, 100}, {122, 100},
+                                   {200, 200}, {201, 200}};
+  EXPECT_EQ(t.task_of, want);
+  ASSERT_TRUE(t.usage.contains(100));
+  EXPECT_DOUBLE_EQ(t.usage[100].cpu_seconds, 43.0) << "podman 1 + python 40 + worker 2";
+  EXPECT_EQ(t.usage[100].rss_bytes, (1 + 50 + 2 + 1 + 1000 + 300) * page);
+  EXPECT_DOUBLE_EQ(t.usage[200].cpu_seconds, 1.0);
+  EXPECT_EQ(t.usage[200].rss_bytes, 4 * page);
+  EXPECT_EQ(t.usage.size(), 2u);
+  // A task with no process left is absent; no roots, nothing read.
+  EXPECT_FALSE(ReadTaskProcesses({999}, proc.path()).usage.contains(999));
+  EXPECT_TRUE(ReadTaskProcesses({}, proc.path()).task_of.empty());
+}
+
+TEST(ProcUsageTest, TasksOfGoesToTheNearestAncestorAndSurvivesCycles) {
+  auto st = [](int pid, int ppid, int session) { return ProcStat{pid, ppid, session, {}}; };
+  // A task started from inside another task's tree (an agent in a task): the inner shim's
+  // processes are the inner task's. A pid cycle (pid reuse mid-read) ends the walk.
+  const std::vector<ProcStat> procs = {st(10, 1, 10), st(11, 10, 10), st(20, 11, 20), st(21, 20, 21),
+                                       st(30, 31, 30), st(31, 30, 31)};
+  const std::map<int, int> want = {{10, 10}, {11, 10}, {20, 20}, {21, 20}};
+  EXPECT_EQ(TasksOf(procs, {10, 20}), want);
 }
 
 TEST(AgentMetricsTest, GpuAndTaskSeries) {
@@ -165,12 +232,6 @@ TEST_F(SimulatedProcessMemoryTest, FilesOfExitedProcessesAreDropped) {
   EXPECT_TRUE(MakeSimulatedGpuMonitor(SimulatedGpus(1, "n1"))->Processes().empty());
 }
 
-TEST(ProcUsageTest, SessionsOfLivePidsOnly) {
-  auto s = SessionsOf({getpid(), 0x7ffffff0});
-  ASSERT_EQ(s.size(), 1u);
-  EXPECT_EQ(s.at(getpid()), getsid(0));
-}
-
 TEST(TaskGpuMemoryTest, LimitFromTheEnvironment) {
   auto none = GpuMemoryLimitFromEnv({});
   ASSERT_TRUE(none);
@@ -190,29 +251,29 @@ TEST(TaskGpuMemoryTest, LimitFromTheEnvironment) {
 
 TEST(TaskGpuMemoryTest, MeasuresTheTasksSessionAndJudgesItsShare) {
   constexpr int64_t kGiB = int64_t{1} << 30;
-  // Task session 100 (pids 100, 101) on GPU 2; pid 200 is another task's; 300 is no task's.
-  const std::map<int, int> session_of = {{100, 100}, {101, 100}, {200, 200}};
+  // Task 100 (pids 100, 101) on GPU 2; pid 200 is another task's; 300 is no task's.
+  const std::map<int, int> task_of = {{100, 100}, {101, 100}, {200, 200}};
   const std::vector<GpuProcess> procs = {
       {2, 100, 20 * kGiB}, {2, 101, static_cast<int64_t>(3.1 * double(kGiB))}, {2, 200, 50 * kGiB},
       {2, 300, 70 * kGiB}, {3, 101, kGiB}};
   const GpuMemoryLimit share{20 * kGiB, /*kill=*/true};
-  TaskGpuMemory m = MeasureTaskGpuMemory(0, 100, {2}, share, procs, session_of);
+  TaskGpuMemory m = MeasureTaskGpuMemory(0, 100, {2}, share, procs, task_of);
   EXPECT_EQ(m.bytes, 20 * kGiB + static_cast<int64_t>(3.1 * double(kGiB)) + kGiB);
   EXPECT_EQ(m.by_gpu.at(3), kGiB);
   EXPECT_EQ(m.over, "task 0 used 23.1 GiB of GPU 2, over its share of 20 GiB (gpu_memory_enforce: kill)");
   // Within the share (exactly at it is within): nothing to report.
-  EXPECT_EQ(MeasureTaskGpuMemory(0, 100, {2}, {24 * kGiB, false}, procs, session_of).over, "");
+  EXPECT_EQ(MeasureTaskGpuMemory(0, 100, {2}, {24 * kGiB, false}, procs, task_of).over, "");
   // Report mode says so.
-  EXPECT_THAT(MeasureTaskGpuMemory(5, 100, {2}, {kGiB, false}, procs, session_of).over,
+  EXPECT_THAT(MeasureTaskGpuMemory(5, 100, {2}, {kGiB, false}, procs, task_of).over,
               HasSubstr("task 5 used 23.1 GiB of GPU 2, over its share of 1 GiB (gpu_memory_enforce: report)"));
   // A whole-GPU task (no share) is measured, never over.
-  TaskGpuMemory whole = MeasureTaskGpuMemory(1, 200, {2}, {}, procs, session_of);
+  TaskGpuMemory whole = MeasureTaskGpuMemory(1, 200, {2}, {}, procs, task_of);
   EXPECT_EQ(whole.bytes, 50 * kGiB);
   EXPECT_EQ(whole.over, "");
   // Memory on a GPU the task does not hold is counted but not judged.
-  EXPECT_EQ(MeasureTaskGpuMemory(0, 100, {3}, {kGiB / 2, true}, procs, session_of).over,
+  EXPECT_EQ(MeasureTaskGpuMemory(0, 100, {3}, {kGiB / 2, true}, procs, task_of).over,
             "task 0 used 1 GiB of GPU 3, over its share of 0.5 GiB (gpu_memory_enforce: kill)");
-  EXPECT_EQ(MeasureTaskGpuMemory(0, 100, {4}, {kGiB / 2, true}, procs, session_of).over, "");
+  EXPECT_EQ(MeasureTaskGpuMemory(0, 100, {4}, {kGiB / 2, true}, procs, task_of).over, "");
 }
 
 }  // namespace

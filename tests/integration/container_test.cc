@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "agent/container.h"
 #include "harness.h"
 
 namespace cohort::testing {
@@ -40,7 +41,8 @@ class Containers : public ::testing::Test {
     std::filesystem::create_directories(root + "/bin");
     std::filesystem::create_directories(root + "/etc");
     std::filesystem::copy_file(busybox, root + "/bin/busybox");
-    for (const char* tool : {"sh", "true", "echo", "cat", "sleep", "seq", "test", "[", "env", "id", "ls", "pwd"}) {
+    for (const char* tool : {"sh", "true", "echo", "cat", "sleep", "seq", "test", "[", "env", "id", "ls", "pwd",
+                             "head", "tr"}) {
       std::filesystem::create_symlink("busybox", root + "/bin/" + tool);
     }
     std::ofstream(root + "/etc/cohort-marker") << "inside-the-image\n";
@@ -64,13 +66,17 @@ class Containers : public ::testing::Test {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
   }
 
-  // The containers of job `id` that Podman still knows, any state.
-  static std::string ContainersOf(int64_t id) {
+  // The containers of job `id` of `c`'s agent node-a that Podman still knows, any state.
+  // Other tests' clusters run their own job `id` at the same time (ctest -j): the name's
+  // hash of the agent's work directory tells them apart (agent/container.h).
+  static std::string ContainersOf(const LocalCluster& c, int64_t id) {
+    const std::string name = agent::ContainerName(c.dir() + "/node-a", id, 0, 0);
+    const std::string prefix = name.substr(0, name.rfind("-a") + 2);  // cohort-HASH-jID-a
     auto [rc, out] = RunTool({"podman", "ps", "--all", "--format", "{{.Names}}"}, dir_);
     std::string mine;
     std::istringstream lines(out);
     for (std::string line; std::getline(lines, line);) {
-      if (line.find("-j" + std::to_string(id) + "-a") != std::string::npos) mine += line + " ";
+      if (line.starts_with(prefix)) mine += line + " ";
     }
     return mine;
   }
@@ -118,7 +124,7 @@ TEST_F(Containers, TaskRunsInTheImageWithItsEnvironmentDirectoriesAndExitCode) {
   EXPECT_EQ(ReadFile(work + "/out.txt"), "from-the-container\n");
   // The job's JSON shows its image, and no container is left behind.
   EXPECT_EQ(done["spec"]["container"]["image"], image_);
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(10))) << ContainersOf(id);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(10))) << ContainersOf(c, id);
 }
 
 TEST_F(Containers, CancelStopsTheContainerAndLeavesNoneBehind) {
@@ -132,12 +138,12 @@ TEST_F(Containers, CancelStopsTheContainerAndLeavesNoneBehind) {
   c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
   ASSERT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find("started") != std::string::npos; }, std::chrono::seconds(30)))
       << c.Logs(id, 0);
-  EXPECT_FALSE(ContainersOf(id).empty()) << "the task is not in a container";
+  EXPECT_FALSE(ContainersOf(c, id).empty()) << "the task is not in a container";
   auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ((*r)["state"], "CANCELLED");
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
-      << "still there: " << ContainersOf(id);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30)))
+      << "still there: " << ContainersOf(c, id);
 }
 
 // A failing rank stops the rest of its gang at once, often while their runtime is still
@@ -154,8 +160,8 @@ TEST_F(Containers, AGangStoppedByAFailingRankLeavesNoContainer) {
   const int64_t id = job["id"];
   json done = c.WaitForState(id, "FAILED", std::chrono::seconds(60));
   EXPECT_EQ(done["exit_code"], 1) << done.dump(2);
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
-      << "still there: " << ContainersOf(id);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30)))
+      << "still there: " << ContainersOf(c, id);
 }
 
 // The agent dies: its shims SIGKILL their tasks at once (no grace), which kills the
@@ -176,8 +182,66 @@ TEST_F(Containers, AKilledAgentLeavesNoContainerAndNoProcessBehind) {
   ASSERT_TRUE(WaitUntil(sleeping, std::chrono::seconds(10))) << "the task's process is not visible on the host";
   c.agent("node-a").Signal(SIGKILL);
   EXPECT_TRUE(WaitUntil([&] { return !sleeping(); }, std::chrono::seconds(30))) << "the container's process survived";
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(id).empty(); }, std::chrono::seconds(30)))
-      << "still there: " << ContainersOf(id);
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30)))
+      << "still there: " << ContainersOf(c, id);
+}
+
+// Issue 18: a container task's processes leave the shim's session (conmon daemonizes, the
+// container's init leads a session of its own) and still count for the task: CPU, RSS and
+// GPU memory (agent/proc_usage.h). The task holds 128 MiB in its shell and burns a core;
+// the runtime client, the only process left in the shim's session, idles at about 50 MiB,
+// so the figures can only be reached by counting the container. The simulated GPU
+// directory is not mounted in the container, and a process there sees only its own PID
+// namespace, so it cannot register its host pid the way NVML reports it: the test
+// registers the container's init by its host pid (`podman inspect`), as NVML would show it.
+TEST_F(Containers, AContainerTasksCpuMemoryAndGpuMemoryCountForTheTask) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const std::string script =
+      "echo GPUS=$CUDA_VISIBLE_DEVICES; echo DIR=$COHORT_SIMULATED_GPU_MEMORY_DIR; "
+      "test -d \"$COHORT_SIMULATED_GPU_MEMORY_DIR\" && echo DIR_VISIBLE=1; "
+      "x=$(head -c 134217728 /dev/zero | tr '\\0' a); echo HELD=${#x}; while :; do :; done";
+  json job = c.Submit({{"command", {"sh", "-c", script}}, {"gpus_per_node", 1}, {"container", {{"image", image_}}}});
+  const int64_t id = job["id"];
+  c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
+  ASSERT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find("HELD=") != std::string::npos; }, std::chrono::seconds(60)))
+      << c.Logs(id, 0);
+  auto env = ParseEnvLines(c.Logs(id, 0));
+  EXPECT_EQ(env["HELD"], "134217728");
+  EXPECT_EQ(env["DIR_VISIBLE"], "") << "the simulated GPU directory is visible in the container after all";
+  ASSERT_FALSE(env["DIR"].empty()) << c.Logs(id, 0);
+
+  auto usage = [&] {
+    json j = c.Job(id);
+    return j.contains("tasks_usage") && j["tasks_usage"].size() == 1 ? j["tasks_usage"][0] : json();
+  };
+  json u;
+  EXPECT_TRUE(WaitUntil([&] {
+    u = usage();
+    return u.is_object() && u.value("cpu_seconds", 0.0) >= 3 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
+  }, std::chrono::seconds(60))) << "the container's CPU and memory are not the task's: " << u.dump(2);
+
+  // GPU memory of the container's init, by its host pid.
+  const std::string name = ContainersOf(c, id);
+  ASSERT_FALSE(name.empty());
+  auto [rc, pid] = RunTool({"podman", "inspect", "--format", "{{.State.Pid}}", name.substr(0, name.find(' '))}, dir_);
+  ASSERT_EQ(rc, 0) << pid;
+  pid = pid.substr(0, pid.find('\n'));
+  const int64_t bytes = int64_t{3} << 30;
+  std::ofstream(env["DIR"] + "/" + pid) << env["GPUS"] << " " << bytes << "\n";
+  EXPECT_TRUE(WaitUntil([&] {
+    u = usage();
+    return u.is_object() && u.value("gpu_memory_bytes", int64_t{0}) == bytes;
+  }, std::chrono::seconds(20))) << "the container's GPU memory is not the task's: " << u.dump(2);
+  CliResult show = Cohort(c, {"show", std::to_string(id)});
+  EXPECT_TRUE(show.status.Success()) << show.errors;
+  EXPECT_NE(show.output.find("3.0 GiB"), std::string::npos) << show.output;
+
+  auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30))) << ContainersOf(c, id);
 }
 
 TEST_F(Containers, AMissingImageFailsTheJobWithItsReason) {
@@ -193,7 +257,7 @@ TEST_F(Containers, AMissingImageFailsTheJobWithItsReason) {
   const std::string error = done["exits"][0].value("error", "");
   EXPECT_NE(error.find("container image '" + missing + "' is not on this node"), std::string::npos) << error;
   EXPECT_EQ(done["exits"][0]["exit_code"], 125);
-  EXPECT_TRUE(ContainersOf(id).empty()) << ContainersOf(id);
+  EXPECT_TRUE(ContainersOf(c, id).empty()) << ContainersOf(c, id);
 }
 
 TEST_F(Containers, ARuntimeTheNodeDoesNotOfferFailsTheStartSayingWhichItHas) {

@@ -31,12 +31,12 @@ std::string FormatGib(int64_t bytes) {
   return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / double(int64_t{1} << 30));
 }
 
-TaskGpuMemory MeasureTaskGpuMemory(int rank, int session, const std::vector<int>& gpus, const GpuMemoryLimit& limit,
-                                   const std::vector<GpuProcess>& processes, const std::map<int, int>& session_of) {
+TaskGpuMemory MeasureTaskGpuMemory(int rank, int task, const std::vector<int>& gpus, const GpuMemoryLimit& limit,
+                                   const std::vector<GpuProcess>& processes, const std::map<int, int>& task_of) {
   TaskGpuMemory m;
   for (const GpuProcess& p : processes) {
-    auto s = session_of.find(p.pid);
-    if (s == session_of.end() || s->second != session || p.memory_bytes <= 0) continue;
+    auto t = task_of.find(p.pid);
+    if (t == task_of.end() || t->second != task || p.memory_bytes <= 0) continue;
     m.bytes += p.memory_bytes;
     m.by_gpu[p.gpu] += p.memory_bytes;
   }

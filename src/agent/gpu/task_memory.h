@@ -2,9 +2,9 @@
 // whether a task that shares a GPU is over its part of that GPU's memory.
 //
 // The agent samples GpuMonitor::Processes (NVML's compute processes, or the simulated
-// registrations: the same path after the source), maps each pid to its task by session
-// (every task's shim leads its own session: proc_usage.h), and measures each running task
-// here. A sharing task carries its part in its environment (api/job_env.cc):
+// registrations: the same path after the source), maps each pid to its task (its shim's
+// session or tree, container tasks included: proc_usage.h, TasksOf), and measures each
+// running task here. A sharing task carries its part in its environment (api/job_env.cc):
 // COHORT_GPU_MEMORY_MIB (its gpu_memory, or the fraction's part of the GPU's memory) and
 // COHORT_GPU_MEMORY_ENFORCE ("report" or "kill"). A task over its part on any of its GPUs
 // is reported (the warning travels in its heartbeat report to `cohort show` and the
@@ -44,11 +44,12 @@ struct TaskGpuMemory {
   std::string over;
 };
 
-// The memory of the processes whose session is `session` (`session_of` maps pid ->
-// session; pids absent from it belong to no task) on the task's `gpus`, checked against
-// `limit`. Memory on GPUs not in `gpus` is counted in `bytes` but never judged.
-TaskGpuMemory MeasureTaskGpuMemory(int rank, int session, const std::vector<int>& gpus, const GpuMemoryLimit& limit,
-                                   const std::vector<GpuProcess>& processes, const std::map<int, int>& session_of);
+// The memory of the processes of the task whose shim is `task` (`task_of` maps pid ->
+// task, proc_usage.h's TaskProcesses::task_of; pids absent from it belong to no task) on
+// the task's `gpus`, checked against `limit`. Memory on GPUs not in `gpus` is counted in
+// `bytes` but never judged.
+TaskGpuMemory MeasureTaskGpuMemory(int rank, int task, const std::vector<int>& gpus, const GpuMemoryLimit& limit,
+                                   const std::vector<GpuProcess>& processes, const std::map<int, int>& task_of);
 
 // "23.1 GiB"; whole GiB without a decimal ("20 GiB").
 std::string FormatGib(int64_t bytes);
