@@ -99,9 +99,26 @@ TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
   EXPECT_THAT(ErrorOf(base + "parallel: {zero: 2, tensor: 2}\n"),
               HasSubstr("parallel.tensor 2 x parallel.pipeline 1"));
   EXPECT_TRUE(FromYaml(base + "parallel: {zero: 1, tensor: 2, pipeline: 2}\n").has_value());
-  EXPECT_THAT(ErrorOf("train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n"
-                      "parallel: {zero: 2}\n"),
-              HasSubstr("train.device cpu for now"));
+  // On CUDA: stages 1 and 2 and the optimizer offload are built (trainer/cuda_zero.h);
+  // stage 3, optimizer+params and ZeRO inside tensor/pipeline layouts are refused by name.
+  const std::string cuda = "train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n";
+  EXPECT_EQ(FromYaml(cuda + "parallel: {zero: 2}\n")->parallel.zero, 2);
+  auto cuda_off = FromYaml(cuda + "parallel: {zero: 1, offload: optimizer}\n");
+  ASSERT_TRUE(cuda_off.has_value()) << cuda_off.error().message;
+  EXPECT_EQ(cuda_off->parallel.offload, "optimizer");
+  EXPECT_TRUE(FromYaml(cuda + "parallel: {offload: optimizer}\n").has_value());
+  auto cuda3 = FromYaml(cuda + "parallel: {zero: 3}\n");
+  ASSERT_FALSE(cuda3.has_value());
+  EXPECT_EQ(cuda3.error().field, "parallel.zero");
+  EXPECT_THAT(cuda3.error().message, HasSubstr("not built for train.device cuda yet"));
+  auto params = FromYaml(cuda + "parallel: {zero: 3, offload: optimizer+params}\n");
+  ASSERT_FALSE(params.has_value());
+  EXPECT_EQ(params.error().field, "parallel.offload");
+  EXPECT_THAT(params.error().message, HasSubstr("optimizer+params is not built yet"));
+  auto tp = FromYaml(cuda + "parallel: {zero: 1, tensor: 2}\n");
+  ASSERT_FALSE(tp.has_value());
+  EXPECT_EQ(tp.error().field, "parallel.zero");
+  EXPECT_THAT(tp.error().message, HasSubstr("parallel.tensor 2 x parallel.pipeline 1"));
 }
 
 TEST(TrainConfigTest, DefaultsNeedOnlyStepsAndData) {
