@@ -6,8 +6,13 @@
 namespace cohort::engine {
 
 DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
-                       WaitReadyFn wait_ready, std::optional<ShardTarget> target)
-    : comm_(comm), grads_(grads), wait_ready_(std::move(wait_ready)), target_(target) {
+                       WaitReadyFn wait_ready, std::optional<ShardTarget> target,
+                       ReducedFn reduced)
+    : comm_(comm),
+      grads_(grads),
+      wait_ready_(std::move(wait_ready)),
+      target_(target),
+      reduced_(std::move(reduced)) {
   const size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
   for (size_t end = grads_.size(); end > 0;) {
     const size_t begin = end > per ? end - per : 0;
@@ -86,6 +91,7 @@ void DdpReducer::Loop() {
         r = comm_.AllReduce(data, data, b.end - b.begin, comm::DataType::kFloat32,
                             comm::ReduceOp::kAvg);
       }
+      if (r && reduced_) r = reduced_(b.begin, b.end - b.begin);
     }
     lock.lock();
     if (!r && status_) status_ = std::unexpected(r.error());

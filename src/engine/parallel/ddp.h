@@ -50,6 +50,11 @@ class DdpReducer {
   // Blocks until grads[offset, offset + count) is final in memory; an error fails the
   // round (Finish returns it) and skips the bucket's collective.
   using WaitReadyFn = std::function<Result<void>(size_t offset, size_t count)>;
+  // Called on the reducer's thread after a bucket's collective succeeded, with the bucket's
+  // range: its average is final (in `grads`, or in the ShardTarget's shard). An error fails
+  // the round as a collective's does. (The CUDA optimizer offload copies the bucket's part
+  // of its gradient shard to the host here, while the backward pass goes on.)
+  using ReducedFn = std::function<Result<void>(size_t offset, size_t count)>;
 
   // Where a reduce-scattering reducer writes: `shard` holds partition.size(rank) values
   // (partition.ranks == comm.size(), partition.total == grads.size()), this rank's elements
@@ -62,8 +67,10 @@ class DdpReducer {
 
   // `grads` must outlive the reducer. bucket_bytes >= 4. `wait_ready` may be empty (host
   // gradients are final when reported). `target`: reduce-scatter into a shard (see above).
+  // `reduced` (optional): see ReducedFn.
   DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
-             WaitReadyFn wait_ready = {}, std::optional<ShardTarget> target = std::nullopt);
+             WaitReadyFn wait_ready = {}, std::optional<ShardTarget> target = std::nullopt,
+             ReducedFn reduced = {});
   ~DdpReducer();
   DdpReducer(const DdpReducer&) = delete;
   DdpReducer& operator=(const DdpReducer&) = delete;
@@ -91,6 +98,7 @@ class DdpReducer {
   std::span<float> grads_;
   WaitReadyFn wait_ready_;  // reducer thread only (set at construction)
   std::optional<ShardTarget> target_;  // set at construction
+  ReducedFn reduced_;                  // reducer thread only (set at construction)
   std::vector<Bucket> buckets_;  // buckets_[0] is the end of the buffer
   size_t next_to_issue_ = 0;     // training thread only
 

@@ -82,6 +82,11 @@ class CudaTrainModel final : public TrainModel {
   std::optional<DdpReducer::ShardTarget> reduce_target() override {
     return zero_ ? zero_->reduce_target() : std::nullopt;
   }
+  DdpReducer::ReducedFn grad_reduced() override {
+    if (!zero_ || !zero_->offload()) return {};
+    CudaZeroOptimizer* z = zero_.get();
+    return [z](size_t offset, size_t count) { return z->GradsReduced(offset, count); };
+  }
 
   std::span<float> grads() override { return model_->grads_device(); }
   // float32 master parameters and their bf16 copy, float32 gradients and moments. With ZeRO

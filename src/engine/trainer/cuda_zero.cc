@@ -32,6 +32,7 @@ CudaZeroOptimizer::~CudaZeroOptimizer() {
   if (grad_shard_ != nullptr) (void)cudaFree(grad_shard_);
   if (master_ != nullptr) (void)cudaFreeHost(master_);
   if (grads_host_ != nullptr) (void)cudaFreeHost(grads_host_);
+  if (copy_stream_ != nullptr) (void)cudaStreamDestroy(copy_stream_);
 }
 
 Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
@@ -65,6 +66,7 @@ Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
   z->master_ = static_cast<float*>(pinned);
   COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
   z->grads_host_ = static_cast<float*>(pinned);
+  COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&z->copy_stream_, cudaStreamNonBlocking));
   COHORT_TRY_VOID(z->TakeParams());  // the master shard starts as the model's parameters
   return z;
 }
@@ -82,6 +84,21 @@ std::optional<DdpReducer::ShardTarget> CudaZeroOptimizer::reduce_target() {
   return DdpReducer::ShardTarget{partition_, {grad_shard_, shard_size()}};
 }
 
+Result<void> CudaZeroOptimizer::GradsReduced(size_t offset, size_t count) {
+  const size_t lo = std::max(offset, shard_begin());
+  const size_t hi = std::min(offset + count, shard_begin() + shard_size());
+  if (!offload_ || hi <= lo) return {};
+  // The reducer's thread: make the model's device current here. The collective returned,
+  // so the bucket's average is in device memory.
+  COHORT_CUDA_CHECK(cudaSetDevice(model_.device()));
+  const size_t at = lo - shard_begin();
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(grads_host_ + at, grad_shard() + at, (hi - lo) * sizeof(float),
+                                    cudaMemcpyDeviceToHost, copy_stream_));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  copied_ += hi - lo;
+  return {};
+}
+
 const float* CudaZeroOptimizer::grad_shard() const {
   if (grad_shard_ != nullptr) return grad_shard_;
   return model_.grads_device().data() + shard_begin();
@@ -92,7 +109,17 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
   const size_t n = shard_size();
   double squares = 0;
   if (offload_) {
-    COHORT_TRY_VOID(Copy(grads_host_, grad_shard(), n * sizeof(float), cudaMemcpyDeviceToHost));
+    // Over several ranks the reducer's buckets brought the shard to the host during the
+    // backward (GradsReduced); on one rank there is no reducer: the whole shard now.
+    const size_t copied = copied_.exchange(0);
+    if (partition_.ranks == 1) {
+      COHORT_TRY_VOID(Copy(grads_host_, grad_shard(), n * sizeof(float), cudaMemcpyDeviceToHost));
+    } else if (copied != n) {
+      return Errorf(ErrorCode::kInternal,
+                    "optimizer offload: the reducer copied {} of the gradient shard's {} values "
+                    "to the host during the backward (DdpReducer without grad_reduced()?)",
+                    copied, n);
+    }
     squares = SquaredNorm({grads_host_, n});
   } else {
     squares = COHORT_TRY(device_->SquaredNorm(grad_shard()));

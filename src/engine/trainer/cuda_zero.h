@@ -12,8 +12,12 @@
 //                  fused update of the shard's decay runs on the model's stream;
 //   offloaded      AdamW (optim/adamw.h, OpenMP threads as the CPU trainer) over the shard
 //                  on the host, with its float32 master copy of the shard and the gradient
-//                  shard in pinned host memory (cudaHostAlloc): the gradient shard is copied
-//                  device -> host, stepped on the CPU, and the updated shard copied back.
+//                  shard in pinned host memory (cudaMallocHost; m and v never cross the bus
+//                  and stay pageable): each bucket's part of the gradient shard is copied
+//                  device -> host on a copy stream as soon as the reducer has averaged it,
+//                  while the backward pass goes on (GradsReduced; on one rank, with no
+//                  reducer, the whole shard after the backward), then clipped and stepped on
+//                  the CPU, and the updated shard copied back.
 //
 // Stage 1 all-reduces the whole gradient (the trainer's DdpReducer) and steps its shard of
 // it; stage 2 reduce-scatters it bucket by bucket during the last micro-batch's backward
@@ -27,12 +31,13 @@
 //
 // Not built yet (docs/ARCHITECTURE.md): freeing the model's whole gradient buffer in stage 2
 // (the backward would have to write bucket-sized pieces, as the CPU model's BackwardToSink),
-// stage 3, and copying the gradient shard to the host bucket by bucket during the backward
-// pass (offload copies it after the backward).
+// and stage 3.
 //
-// Threads: the training thread; `data` is idle while these run.
+// Threads: the training thread, except GradsReduced (the reducer's thread, between the
+// reducer's Begin and Finish); `data` is idle while the training thread's calls run.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -74,10 +79,16 @@ class CudaZeroOptimizer {
   // Stage 2 over more than one rank: where DdpReducer reduce-scatters (the device gradient
   // shard); nullopt otherwise (the reducer all-reduces the whole buffer).
   std::optional<DdpReducer::ShardTarget> reduce_target();
+  // Offloaded (DdpReducer::ReducedFn, the reducer's thread): gradients [offset, offset +
+  // count) are averaged; copies this rank's part of them to the host gradient shard and
+  // returns when copied. CUDA errors.
+  Result<void> GradsReduced(size_t offset, size_t count);
 
   // After the backward passes (and the reducer's Finish): clips by the global norm, steps
   // the shard, all-gathers the parameters and refreshes the bf16 copy. Returns the global
-  // norm before clipping. Collectives over `data`; CUDA errors.
+  // norm before clipping. Collectives over `data`; CUDA errors; offloaded over more than one
+  // rank, kInternal unless GradsReduced copied exactly the shard during the backward (a
+  // reducer not given grad_reduced()).
   Result<double> Step(double max_norm, float lr);
 
   // Resume: takes this rank's shard of a whole moment (m or v) that lies in DEVICE memory
@@ -126,6 +137,8 @@ class CudaZeroOptimizer {
   float* grad_shard_ = nullptr;           // device, stage 2 on > 1 rank
   float* master_ = nullptr;               // pinned host, offloaded: the float32 shard
   float* grads_host_ = nullptr;           // pinned host, offloaded: the gradient shard
+  cudaStream_t copy_stream_ = nullptr;    // offloaded: GradsReduced's copies
+  std::atomic<size_t> copied_{0};         // offloaded: values GradsReduced copied this step
   std::vector<float> params_host_, m_host_, v_host_;  // checkpoint copies (on the device)
 };
 

@@ -106,6 +106,9 @@ class TrainModel {
   // Where the trainer's DdpReducer reduce-scatters instead of all-reducing (the CUDA model's
   // ZeRO-2 gradient shard, DdpReducer::ShardTarget), or nullopt.
   virtual std::optional<DdpReducer::ShardTarget> reduce_target() { return std::nullopt; }
+  // What the reducer calls after each bucket (DdpReducer::ReducedFn; the CUDA optimizer
+  // offload's device -> host copy of the bucket's gradients), or empty.
+  virtual DdpReducer::ReducedFn grad_reduced() { return {}; }
   // The model states this rank holds, counted where the model allocates them (bytes), and
   // the scratch that ZeRO-2 adds for its gradient pieces (zero_grads.h), counted apart.
   struct ModelStateBytes {
