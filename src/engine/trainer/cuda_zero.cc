@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/cuda_status.h"
+#include "engine/kernels/cuda/grad_norm.cuh"
 #include "engine/model/cuda_arena.h"
 #include "engine/optim/grad_clip.h"
 
@@ -33,6 +34,11 @@ CudaZeroOptimizer::~CudaZeroOptimizer() {
   if (master_ != nullptr) (void)cudaFreeHost(master_);
   if (grads_host_ != nullptr) (void)cudaFreeHost(grads_host_);
   if (copy_stream_ != nullptr) (void)cudaStreamDestroy(copy_stream_);
+  for (void* p : {static_cast<void*>(norm_sq_), static_cast<void*>(clip_scale_), norm_scratch_}) {
+    if (p != nullptr) (void)cudaFree(p);
+  }
+  if (norm_host_ != nullptr) (void)cudaFreeHost(norm_host_);
+  if (scale_host_ != nullptr) (void)cudaFreeHost(scale_host_);
 }
 
 Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
@@ -51,13 +57,25 @@ Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
         std::max<size_t>(1, n) * sizeof(float),
         fmt::format("the ZeRO-2 gradient shard ({} values)", n), model.device())));
   }
-  if (!offload) {
-    z->device_ = COHORT_TRY(GptCudaAdamW::CreateShard(model, config, lo, n));
-    return z;
-  }
   std::vector<DecayRange> ranges;
   for (const ParamTensor& t : model.tensors()) {
     ranges.push_back({t.offset, t.numel, t.weight_decay});
+  }
+  if (!offload) {
+    z->device_ = COHORT_TRY(CudaAdamW::Create(CutDecayRanges(ranges, lo, lo + n), config,
+                                              model.options().fused_adamw, model.device(),
+                                              model.stream()));
+    const int dev = model.device();
+    z->norm_sq_ = static_cast<double*>(COHORT_TRY(DeviceAlloc(sizeof(double), "the ZeRO norm", dev)));
+    z->clip_scale_ = static_cast<float*>(COHORT_TRY(DeviceAlloc(sizeof(float), "the clip factor", dev)));
+    z->norm_scratch_ = COHORT_TRY(DeviceAlloc(std::max<size_t>(1, cuda::GradNormScratchBytes(n)),
+                                              "the ZeRO norm's scratch", dev));
+    void* pinned = nullptr;
+    COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(double)));
+    z->norm_host_ = static_cast<double*>(pinned);
+    COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(float)));
+    z->scale_host_ = static_cast<float*>(pinned);
+    return z;
   }
   z->host_ = COHORT_TRY(AdamW::Create(n, CutDecayRanges(ranges, lo, lo + n), config));
   void* pinned = nullptr;
@@ -99,6 +117,17 @@ Result<void> CudaZeroOptimizer::GradsReduced(size_t offset, size_t count) {
   return {};
 }
 
+Result<double> CudaZeroOptimizer::DeviceSquaredNorm() {
+  cudaStream_t st = model_.stream();
+  // max_norm 0: the kernel writes Σ g² and a factor of 1, which StepShard's upload replaces.
+  cuda::GlobalNormAndClipScale(norm_sq_, clip_scale_, grad_shard(), shard_size(), 0.0f,
+                               norm_scratch_, st);
+  COHORT_CUDA_CHECK(cudaGetLastError());
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(norm_host_, norm_sq_, sizeof(double), cudaMemcpyDeviceToHost, st));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
+  return *norm_host_;
+}
+
 const float* CudaZeroOptimizer::grad_shard() const {
   if (grad_shard_ != nullptr) return grad_shard_;
   return model_.grads_device().data() + shard_begin();
@@ -122,7 +151,7 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
     }
     squares = SquaredNorm({grads_host_, n});
   } else {
-    squares = COHORT_TRY(device_->SquaredNorm(grad_shard()));
+    squares = COHORT_TRY(DeviceSquaredNorm());
   }
   if (data_ != nullptr && partition_.ranks > 1) {
     squares = COHORT_TRY(SumOverRanks(host_all_gather_, partition_.ranks, squares));
@@ -136,7 +165,15 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
     COHORT_TRY_VOID(Copy(model_.params_device().data() + shard_begin(), master_,
                          n * sizeof(float), cudaMemcpyHostToDevice));
   } else {
-    COHORT_TRY_VOID(device_->StepShard(lr, grad_shard(), ClipFactor(norm, max_norm_f)));
+    // The factor reaches the update through device memory, as GptCudaAdamW's own does.
+    cudaStream_t st = model_.stream();
+    *scale_host_ = ClipFactor(norm, max_norm_f);
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(clip_scale_, scale_host_, sizeof(float),
+                                      cudaMemcpyHostToDevice, st));
+    const size_t lo = shard_begin();
+    COHORT_TRY_VOID(device_->Step(model_.params_device().data() + lo,
+                                  model_.params_bf16_device() + lo, grad_shard(), lr, clip_scale_));
+    COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
   }
   COHORT_TRY_VOID(GatherParams());
   return norm;

@@ -8,8 +8,9 @@
 // Rank r of N owns the shard [Ψ·r/N, Ψ·(r+1)/N) (ZeroPartition) and keeps AdamW's state for
 // it only:
 //
-//   on the device  GptCudaAdamW over the shard (CreateShard): m and v in device memory, the
-//                  fused update of the shard's decay runs on the model's stream;
+//   on the device  CudaAdamW (model/cuda_adamw.h) over the shard: m and v in device memory,
+//                  the fused update of the shard's decay runs (CutDecayRanges) on the model's
+//                  stream, the shard's Σ g² by the norm kernel (kernels/cuda/grad_norm.cuh);
 //   offloaded      AdamW (optim/adamw.h, OpenMP threads as the CPU trainer) over the shard
 //                  on the host, with its float32 master copy of the shard and the gradient
 //                  shard in pinned host memory (cudaMallocHost; m and v never cross the bus
@@ -47,6 +48,7 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/model/cuda_adamw.h"
 #include "engine/model/gpt_cuda.h"
 #include "engine/optim/adamw.h"
 #include "engine/parallel/ddp.h"
@@ -60,7 +62,7 @@ class CudaZeroOptimizer {
   // is the whole model; offload's case), AdamW state on the device or, with `offload`, on
   // the host. `host_all_gather` all-gathers host floats over `data` (staged through device
   // memory for nccl); unused without `data`. kInvalidArgument for another stage; allocation
-  // failures as GptCudaAdamW::Create (kResourceExhausted naming the bytes).
+  // failures as CudaAdamW::Create (kResourceExhausted naming the bytes).
   static Result<std::unique_ptr<CudaZeroOptimizer>> Create(GptCudaModel& model,
                                                            comm::Communicator* data, int stage,
                                                            bool offload, const AdamWConfig& config,
@@ -132,7 +134,15 @@ class CudaZeroOptimizer {
   const int rank_;
   const ZeroPartition partition_;
   HostAllGather host_all_gather_;
-  std::unique_ptr<GptCudaAdamW> device_;  // on the device
+  // The shard's Σ g² on the device (Result: the sum, read back; synchronises).
+  Result<double> DeviceSquaredNorm();
+
+  std::unique_ptr<CudaAdamW> device_;     // on the device
+  double* norm_sq_ = nullptr;             // on the device: the shard's Σ g²
+  float* clip_scale_ = nullptr;           // on the device: the clip factor the update reads
+  void* norm_scratch_ = nullptr;          // on the device: GradNormScratchBytes(size(r))
+  double* norm_host_ = nullptr;           // pinned
+  float* scale_host_ = nullptr;           // pinned
   std::optional<AdamW> host_;             // offloaded
   float* grad_shard_ = nullptr;           // device, stage 2 on > 1 rank
   float* master_ = nullptr;               // pinned host, offloaded: the float32 shard
