@@ -119,6 +119,10 @@ TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
   ASSERT_FALSE(tp.has_value());
   EXPECT_EQ(tp.error().field, "parallel.zero");
   EXPECT_THAT(tp.error().message, HasSubstr("parallel.tensor 2 x parallel.pipeline 1"));
+  auto tp_off = FromYaml(cuda + "parallel: {offload: optimizer, pipeline: 2}\n");
+  ASSERT_FALSE(tp_off.has_value());
+  EXPECT_EQ(tp_off.error().field, "parallel.offload");
+  EXPECT_THAT(tp_off.error().message, HasSubstr("parallel.tensor 1 x parallel.pipeline 2"));
 }
 
 TEST(TrainConfigTest, DefaultsNeedOnlyStepsAndData) {

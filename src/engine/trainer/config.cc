@@ -41,19 +41,26 @@ Result<void> CheckZero(const TrainConfig& c) {
                       "optimizer+params is not built yet (it needs ZeRO-3 on train.device cuda; "
                       "built: none, optimizer)");
   }
+  if (c.device == "cuda" && (p.tensor > 1 || p.pipeline > 1)) {
+    if (p.zero > 0) {
+      return FieldError("parallel.zero",
+                        "{} with parallel.tensor {} x parallel.pipeline {} on train.device cuda is "
+                        "not built (the CUDA shard keeps its whole AdamW state; use parallel.zero 0)",
+                        p.zero, p.tensor, p.pipeline);
+    }
+    if (p.offload != "none") {
+      return FieldError("parallel.offload",
+                        "{} with parallel.tensor {} x parallel.pipeline {} on train.device cuda is "
+                        "not built (the CUDA shard keeps its whole AdamW state on the device; use "
+                        "none)",
+                        p.offload, p.tensor, p.pipeline);
+    }
+  }
   if (p.zero > 2 && c.device == "cuda") {
     return FieldError("parallel.zero",
                       "{} is not built for train.device cuda yet (built there: 0, 1 and 2; "
                       "stage 3 runs on train.device cpu)",
                       p.zero);
-  }
-  if (c.device == "cuda" && (p.zero > 0 || p.offload != "none") &&
-      (p.tensor > 1 || p.pipeline > 1)) {
-    return FieldError("parallel.zero",
-                      "ZeRO (stage {}, offload {}) inside parallel.tensor {} x parallel.pipeline "
-                      "{} is not built for train.device cuda yet (the CUDA shard keeps its whole "
-                      "AdamW state: use parallel.zero 0; on cpu stage 1 is built)",
-                      p.zero, p.offload, p.tensor, p.pipeline);
   }
   if (p.zero > 1 && (p.tensor > 1 || p.pipeline > 1)) {
     return FieldError("parallel.zero",
