@@ -107,22 +107,20 @@ TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
   ASSERT_TRUE(cuda_off.has_value()) << cuda_off.error().message;
   EXPECT_EQ(cuda_off->parallel.offload, "optimizer");
   EXPECT_TRUE(FromYaml(cuda + "parallel: {offload: optimizer}\n").has_value());
-  auto cuda3 = FromYaml(cuda + "parallel: {zero: 3}\n");
-  ASSERT_FALSE(cuda3.has_value());
-  EXPECT_EQ(cuda3.error().field, "parallel.zero");
-  EXPECT_THAT(cuda3.error().message, HasSubstr("not built for train.device cuda yet"));
-  auto params = FromYaml(cuda + "parallel: {zero: 3, offload: optimizer+params}\n");
-  ASSERT_FALSE(params.has_value());
-  EXPECT_EQ(params.error().field, "parallel.offload");
-  EXPECT_THAT(params.error().message, HasSubstr("optimizer+params is not built yet"));
-  auto tp = FromYaml(cuda + "parallel: {zero: 1, tensor: 2}\n");
-  ASSERT_FALSE(tp.has_value());
-  EXPECT_EQ(tp.error().field, "parallel.zero");
-  EXPECT_THAT(tp.error().message, HasSubstr("parallel.tensor 2 x parallel.pipeline 1"));
-  auto tp_off = FromYaml(cuda + "parallel: {offload: optimizer, pipeline: 2}\n");
-  ASSERT_FALSE(tp_off.has_value());
-  EXPECT_EQ(tp_off.error().field, "parallel.offload");
-  EXPECT_THAT(tp_off.error().message, HasSubstr("parallel.tensor 1 x parallel.pipeline 2"));
+  // Refused with an error naming `field` and saying `what`.
+  auto refused = [&](const std::string& parallel, const std::string& field,
+                     const std::string& what) {
+    auto c = FromYaml(cuda + "parallel: " + parallel + "\n");
+    ASSERT_FALSE(c.has_value()) << parallel;
+    EXPECT_EQ(c.error().field, field) << parallel;
+    EXPECT_THAT(c.error().message, HasSubstr(what)) << parallel;
+  };
+  refused("{zero: 3}", "parallel.zero", "not built for train.device cuda yet");
+  refused("{zero: 3, offload: optimizer+params}", "parallel.offload",
+          "optimizer+params is not built yet");
+  refused("{zero: 1, tensor: 2}", "parallel.zero", "parallel.tensor 2 x parallel.pipeline 1");
+  refused("{offload: optimizer, pipeline: 2}", "parallel.offload",
+          "parallel.tensor 1 x parallel.pipeline 2");
 }
 
 TEST(TrainConfigTest, DefaultsNeedOnlyStepsAndData) {
