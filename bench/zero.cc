@@ -1,7 +1,7 @@
 // bench_zero: ZeRO in the data-parallel group and checkpoints by range, on CPU ranks (one
 // thread per rank, gloo over loopback, in one process), printed beside their targets.
 //
-//   bench_zero [--section memory|step|checkpoint|all] [--ranks N] [--steps S]
+//   bench_zero [--section memory|step|checkpoint|offload|all] [--ranks N] [--steps S]
 //
 // memory      model-state bytes per rank for ZeRO stages 0, 1 and 2 on N (4) ranks, counted
 //             where the model allocates them (TrainModel::model_state_bytes), beside the
@@ -19,6 +19,11 @@
 //             (SaveCheckpointRanges: each its 1/N of every array, in parallel) beside one
 //             process writing the same bytes (SaveCheckpoint), and the load time. Target:
 //             the parallel write at least as fast.
+// offload     on one GPU (skipped without one; not part of `all`): GPT-2 small (124M, B 4,
+//             T 1024) trained by the CUDA model with AdamW on the device beside AdamW
+//             offloaded to the host (parallel.offload: optimizer, trainer/cuda_zero.h): median
+//             step time and the device's model-state bytes. No target (the issue sets none):
+//             what offload costs in time for the 12Ψ/N bytes it moves off the device.
 //
 // Each rank runs one OpenMP thread; on a machine with fewer cores than ranks they share the
 // cores, which the figures then include.
@@ -199,6 +204,55 @@ void CheckpointIo(int ranks) {
   if (loaded.params.size() != n) std::exit(1);
 }
 
+// One GPU: the device optimizer against the offloaded one (see the header).
+void Offload(int steps) {
+  if (!CudaTrainingBuilt()) {
+    fmt::print("== offload: skipped (this build has no CUDA engine) ==\n");
+    return;
+  }
+  auto gpu = SelectCudaDevice(0);
+  if (!gpu) {
+    fmt::print("== offload: skipped ({}) ==\n", gpu.error().message);
+    return;
+  }
+  const GptConfig c = Model(12, 768, 12, 50257, 1024);
+  const int B = 4, T = 1024;
+  fmt::print("== offload on {}: GPT-2 small ({:.1f}M parameters), {} x {} tokens, median of {} "
+             "steps, {} OpenMP threads for the host AdamW ==\n",
+             gpu->name, c.num_parameters() / 1e6, B, T, steps, omp_get_max_threads());
+  fmt::print("{:<22} {:>10} {:>10} {:>16} {:>16}\n", "optimizer", "step ms", "vs device",
+             "device states MB", "host states MB");
+  double device_ms = 0;
+  for (bool offload : {false, true}) {
+    GptModel init = Check(GptModel::Create(c), "model");
+    init.InitRandom(7);
+    CudaZeroOptions zero;
+    zero.offload = offload;
+    auto model = Check(MakeCudaTrainModel(init, AdamWConfig{}, B, T, nullptr, zero), "model");
+    auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> out) -> Result<void> {
+      Fill(a, in, out, c.vocab_size);
+      return {};
+    };
+    std::vector<double> times;
+    for (int s = 0; s <= steps; ++s) {
+      const auto t0 = Clock::now();
+      Check(model->TrainMicrobatches(1, B, T, load, nullptr), "step");
+      Check(model->ClipAndStep(1.0, 1e-4f), "optimizer");  // returns when the step is done
+      if (s > 0) times.push_back(Seconds(t0));
+    }
+    const TrainModel::ModelStateBytes b = model->model_state_bytes();
+    // Offloaded, the moments and the master shard (optimizer) and the pinned gradient shard
+    // (scratch) are host memory; the rest is the device's.
+    const double host = offload ? static_cast<double>(b.optimizer + b.scratch) : 0.0;
+    const double device = static_cast<double>(b.params + b.grads + b.optimizer + b.scratch) - host;
+    const double ms = Median(times) * 1000;
+    if (!offload) device_ms = ms;
+    fmt::print("{:<22} {:>10.1f} {:>9.2f}x {:>16.1f} {:>16.1f}\n",
+               offload ? "offloaded (host)" : "on the device", ms, ms / device_ms, device / 1e6,
+               host / 1e6);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,7 +265,7 @@ int main(int argc, char** argv) {
     else if (flag == "--ranks") ranks = std::atoi(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: bench_zero [--section memory|step|checkpoint|all] [--ranks N] [--steps S]\n");
+      std::fprintf(stderr, "usage: bench_zero [--section memory|step|checkpoint|offload|all] [--ranks N] [--steps S]\n");
       return 2;
     }
   }
@@ -223,5 +277,6 @@ int main(int argc, char** argv) {
   if (section == "memory" || section == "all") Memory(ranks);
   if (section == "step" || section == "all") Step(ranks, steps);
   if (section == "checkpoint" || section == "all") CheckpointIo(ranks);
+  if (section == "offload") Offload(steps);
   return 0;
 }

@@ -39,4 +39,14 @@ if(TARGET cohort_engine_kernels_cuda)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_trainer_test.cc
     LIBS cohort_engine_trainer cohort_engine_kernels_cuda cohort_common
     LABELS engine gpu)
+
+  # ZeRO-1/2 and optimizer offload on the CUDA TrainModel, 2 ranks over NCCL (2 GPUs; skips
+  # with fewer). Also on the emulator over gloo (cuda_emu.cmake).
+  cohort_test(engine_cuda_zero_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_zero_test.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
+    LIBS cohort_engine_trainer cohort_engine_kernels_cuda cohort_comm cohort_common
+    LABELS engine gpu)
+  target_include_directories(engine_cuda_zero_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
 endif()

@@ -630,6 +630,60 @@ TEST(GptCudaTrainCliTest, CheckpointsMoveBetweenCpuAndGpu) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+// ZeRO-2 over two GPUs through `cohort train -n 2` (issue 15; skips with fewer than 2 GPUs):
+// its losses are CUDA DDP's (separate runs: attention's float atomics make each run's last
+// bits differ, hence 1e-3), and its checkpoint at step 5 resumes on the CPU on one rank
+// (ZeRO-0) to step 10, tracking the GPU run (bf16 against float32: 5%).
+TEST(GptCudaTrainCliTest, ZeroTwoOnTwoGpusResumesOnTheCpu) {
+  COHORT_SKIP_WITHOUT_GPU();
+  int devices = 0;
+  COHORT_ASSERT_CUDA(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, this process sees " << devices;
+  const fs::path dir = TrainDir("zero2");
+  auto yaml = [&dir](const std::string& name, const std::string& device,
+                     const std::string& parallel) {
+    const fs::path p = dir / name;
+    std::ofstream(p) << "model: {n_layer: 2, n_head: 2, n_embd: 64, seq_len: 32}\n"
+                        "data: {text: corpus.txt, val_fraction: 0.1}\n"
+                        "train: {steps: 10, micro_batch: 4, global_batch_tokens: 512, lr: 3e-3, "
+                        "min_lr: 3e-4, warmup_steps: 3, seed: 11, threads: 2, bucket_mb: 0.01, "
+                        "device: "
+                     << device << "}\ncheckpoint: {every: 5, keep: 5}\n" << parallel;
+    return p;
+  };
+  const fs::path ddp = yaml("ddp.yaml", "cuda", ""),
+                 zero = yaml("zero.yaml", "cuda", "parallel: {zero: 2}\n"),
+                 cpu = yaml("cpu.yaml", "cpu", "");
+  const fs::path ddp_log = dir / "ddp.jsonl", zero_log = dir / "zero.jsonl", log = dir / "mixed.jsonl";
+  TrainRun a = CohortTrain(dir, {"-n", "2", "--config", ddp.string(), "--checkpoint-dir",
+                                 (dir / "ck-ddp").string(), "--log-file", ddp_log.string()}, 0);
+  ASSERT_TRUE(a.status.Success()) << a.output;
+  TrainRun b = CohortTrain(dir, {"-n", "2", "--config", zero.string(), "--checkpoint-dir",
+                                 (dir / "ck-zero").string(), "--log-file", zero_log.string()}, 1);
+  ASSERT_TRUE(b.status.Success()) << b.output;
+  EXPECT_THAT(b.output, HasSubstr("ZeRO-2 over 2 ranks"));
+  const auto want = Losses(ddp_log), got = Losses(zero_log);
+  ASSERT_EQ(want.size(), 10u);
+  ASSERT_EQ(got.size(), 10u);
+  for (int64_t s = 1; s <= 10; ++s) {
+    EXPECT_NEAR(got.at(s), want.at(s), 1e-3 * want.at(s)) << "step " << s;
+  }
+  TrainRun c = CohortTrain(dir, {"-n", "2", "--config", zero.string(), "--checkpoint-dir",
+                                 (dir / "ck").string(), "--log-file", log.string(),
+                                 "--stop-at-step", "5"}, 2);
+  ASSERT_TRUE(c.status.Success()) << c.output;
+  TrainRun d = CohortTrain(dir, {"--config", cpu.string(), "--checkpoint-dir", (dir / "ck").string(),
+                                 "--log-file", log.string()}, 3);
+  ASSERT_TRUE(d.status.Success()) << d.output;
+  EXPECT_THAT(d.output, HasSubstr("(step 5)"));
+  const auto mixed = Losses(log);
+  ASSERT_EQ(mixed.size(), 10u);
+  for (int64_t s = 6; s <= 10; ++s) {
+    EXPECT_NEAR(mixed.at(s), got.at(s), 5e-2 * got.at(s)) << "step " << s;
+  }
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 // --- e) two ranks over NCCL ------------------------------------------------------------------
 // On the emulator, device memory is host memory and gloo stands in for NCCL: the model's
 // gradient-slice reports and events, and the reducer's buckets over them, still run.

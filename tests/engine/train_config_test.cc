@@ -99,9 +99,28 @@ TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
   EXPECT_THAT(ErrorOf(base + "parallel: {zero: 2, tensor: 2}\n"),
               HasSubstr("parallel.tensor 2 x parallel.pipeline 1"));
   EXPECT_TRUE(FromYaml(base + "parallel: {zero: 1, tensor: 2, pipeline: 2}\n").has_value());
-  EXPECT_THAT(ErrorOf("train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n"
-                      "parallel: {zero: 2}\n"),
-              HasSubstr("train.device cpu for now"));
+  // On CUDA: stages 1 and 2 and the optimizer offload are built (trainer/cuda_zero.h);
+  // stage 3, optimizer+params and ZeRO inside tensor/pipeline layouts are refused by name.
+  const std::string cuda = "train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n";
+  EXPECT_EQ(FromYaml(cuda + "parallel: {zero: 2}\n")->parallel.zero, 2);
+  auto cuda_off = FromYaml(cuda + "parallel: {zero: 1, offload: optimizer}\n");
+  ASSERT_TRUE(cuda_off.has_value()) << cuda_off.error().message;
+  EXPECT_EQ(cuda_off->parallel.offload, "optimizer");
+  EXPECT_TRUE(FromYaml(cuda + "parallel: {offload: optimizer}\n").has_value());
+  // Refused with an error naming `field` and saying `what`.
+  auto refused = [&](const std::string& parallel, const std::string& field,
+                     const std::string& what) {
+    auto c = FromYaml(cuda + "parallel: " + parallel + "\n");
+    ASSERT_FALSE(c.has_value()) << parallel;
+    EXPECT_EQ(c.error().field, field) << parallel;
+    EXPECT_THAT(c.error().message, HasSubstr(what)) << parallel;
+  };
+  refused("{zero: 3}", "parallel.zero", "not built for train.device cuda yet");
+  refused("{zero: 3, offload: optimizer+params}", "parallel.offload",
+          "optimizer+params is not built yet");
+  refused("{zero: 1, tensor: 2}", "parallel.zero", "parallel.tensor 2 x parallel.pipeline 1");
+  refused("{offload: optimizer, pipeline: 2}", "parallel.offload",
+          "parallel.tensor 1 x parallel.pipeline 2");
 }
 
 TEST(TrainConfigTest, DefaultsNeedOnlyStepsAndData) {

@@ -19,6 +19,16 @@ Result<void> AdamWConfig::Validate() const {
   return {};
 }
 
+std::vector<DecayRange> CutDecayRanges(const std::vector<DecayRange>& ranges, size_t lo,
+                                       size_t hi) {
+  std::vector<DecayRange> out;
+  for (const DecayRange& t : ranges) {
+    const size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.count);
+    if (b > a) out.push_back({a - lo, b - a, t.decay});
+  }
+  return out;
+}
+
 Result<AdamW> AdamW::Create(size_t num_params, std::vector<DecayRange> ranges,
                             const AdamWConfig& config) {
   COHORT_TRY_VOID(config.Validate());

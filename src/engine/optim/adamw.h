@@ -33,6 +33,11 @@ struct DecayRange {
   bool decay = false;
 };
 
+// `ranges` cut to [lo, hi) and shifted to start at 0: the decay flags of a shard of the
+// buffer (ZeRO), for AdamW::Create over hi - lo values. Ranges outside [lo, hi) drop out.
+std::vector<DecayRange> CutDecayRanges(const std::vector<DecayRange>& ranges, size_t lo,
+                                       size_t hi);
+
 class AdamW {
  public:
   // `ranges` must cover [0, num_params) exactly once (any order).

@@ -22,11 +22,15 @@ double ClipGradNorm(std::span<float> grads, double max_norm) {
   return norm;
 }
 
-void ClipToNorm(std::span<float> grads, double norm, double max_norm) {
-  if (max_norm <= 0.0) return;
+float ClipFactor(double norm, double max_norm) {
+  if (max_norm <= 0.0) return 1.0f;
   const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0) {
-    const float c = static_cast<float>(coef);
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+void ClipToNorm(std::span<float> grads, double norm, double max_norm) {
+  const float c = ClipFactor(norm, max_norm);
+  if (c < 1.0f) {
     float* g = grads.data();
     const size_t n = grads.size();
 #pragma omp parallel for simd schedule(static)

@@ -6,8 +6,13 @@
 namespace cohort::engine {
 
 DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
-                       WaitReadyFn wait_ready)
-    : comm_(comm), grads_(grads), wait_ready_(std::move(wait_ready)) {
+                       WaitReadyFn wait_ready, std::optional<ShardTarget> target,
+                       ReducedFn reduced)
+    : comm_(comm),
+      grads_(grads),
+      wait_ready_(std::move(wait_ready)),
+      target_(target),
+      reduced_(std::move(reduced)) {
   const size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
   for (size_t end = grads_.size(); end > 0;) {
     const size_t begin = end > per ? end - per : 0;
@@ -74,10 +79,19 @@ void DdpReducer::Loop() {
       // Pointer arithmetic only: the elements may be device memory.
       float* data = grads_.data() + b.begin;
       if (wait_ready_) r = wait_ready_(b.begin, b.end - b.begin);
-      if (r) {
+      if (r && target_) {
+        // This rank's part of the bucket lands at its place in the shard.
+        const ZeroPartition& p = target_->partition;
+        const size_t mine = std::max(b.begin, p.begin(comm_.rank()));
+        float* out = target_->shard.data() + (std::min(mine, p.end(comm_.rank())) -
+                                              p.begin(comm_.rank()));
+        r = comm_.ReduceScatter(data, out, p.counts_in(b.begin, b.end), comm::DataType::kFloat32,
+                                comm::ReduceOp::kAvg);
+      } else if (r) {
         r = comm_.AllReduce(data, data, b.end - b.begin, comm::DataType::kFloat32,
                             comm::ReduceOp::kAvg);
       }
+      if (r && reduced_) r = reduced_(b.begin, b.end - b.begin);
     }
     lock.lock();
     if (!r && status_) status_ = std::unexpected(r.error());

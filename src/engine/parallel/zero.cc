@@ -38,13 +38,7 @@ Result<ZeroOptimizer> ZeroOptimizer::Create(comm::Communicator& comm, int stage,
   }
   const ZeroPartition p{total, comm.size()};
   const size_t lo = p.begin(comm.rank()), hi = p.end(comm.rank());
-  // The tensors' decay flags, cut to this shard and shifted to its start.
-  std::vector<DecayRange> mine;
-  for (const DecayRange& t : tensors) {
-    const size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.count);
-    if (b > a) mine.push_back({a - lo, b - a, t.decay});
-  }
-  AdamW adamw = COHORT_TRY(AdamW::Create(hi - lo, std::move(mine), config));
+  AdamW adamw = COHORT_TRY(AdamW::Create(hi - lo, CutDecayRanges(tensors, lo, hi), config));
   return ZeroOptimizer(comm, stage, p, std::move(adamw));
 }
 
@@ -84,11 +78,19 @@ Result<double> ZeroOptimizer::StepOwnShard(std::span<float> my_params, std::span
 }
 
 Result<double> SumOverRanks(comm::Communicator& comm, double local) {
+  return SumOverRanks(
+      [&comm](const float* send, float* recv, const std::vector<size_t>& counts) {
+        return comm.AllGather(send, recv, counts, comm::DataType::kFloat32);
+      },
+      comm.size(), local);
+}
+
+Result<double> SumOverRanks(const HostAllGather& all_gather, int ranks, double local) {
   float pair[2] = {static_cast<float>(local), 0.0f};
   pair[1] = static_cast<float>(local - static_cast<double>(pair[0]));
-  const std::vector<size_t> two(static_cast<size_t>(comm.size()), 2);
+  const std::vector<size_t> two(static_cast<size_t>(ranks), 2);
   std::vector<float> pairs(2 * two.size());
-  COHORT_TRY_VOID(comm.AllGather(pair, pairs.data(), two, comm::DataType::kFloat32));
+  COHORT_TRY_VOID(all_gather(pair, pairs.data(), two));
   double sum = 0;
   for (size_t r = 0; r < two.size(); ++r) {
     sum += static_cast<double>(pairs[2 * r]) + static_cast<double>(pairs[2 * r + 1]);

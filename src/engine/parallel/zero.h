@@ -19,13 +19,15 @@
 // Communicator; the update underneath is AdamW's (optim/adamw.h). Inside a tensor/pipeline
 // layout the "buffer" is the rank's shard and the group its data-parallel group (stage 1,
 // StepWithNorm). Stage 3 also shards the parameters (zero_params.h: gathered per piece as the
-// model computes, StepOwnShard steps the shard in place). Offload is not built yet.
+// model computes, StepOwnShard steps the shard in place). The CUDA model's stages 1 and 2 and
+// the optimizer offload (trainer/cuda_zero.h) use the partition and SumOverRanks from here.
 //
 // Threads: the training thread; the communicator is the data-parallel group's, idle while
 // these run.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -56,6 +58,12 @@ std::string ZeroDescription(int stage, int ranks);
 // rank's value as a (float, float remainder) pair, all-gathered and added in rank order (a
 // float32 all-reduce would round the sum). A collective; for gradient norms' squares.
 Result<double> SumOverRanks(comm::Communicator& comm, double local);
+// As above through `all_gather` over `ranks` ranks (counts[r] floats from rank r into recv,
+// in rank order): for a group whose collectives cannot reach host memory (nccl; the CUDA
+// model stages the pairs through device memory).
+using HostAllGather =
+    std::function<Result<void>(const float* send, float* recv, const std::vector<size_t>& counts)>;
+Result<double> SumOverRanks(const HostAllGather& all_gather, int ranks, double local);
 
 class ZeroOptimizer {
  public:

@@ -36,18 +36,31 @@ Result<void> CheckZero(const TrainConfig& c) {
   if (p.offload == "optimizer+params" && p.zero != 3) {
     return FieldError("parallel.offload", "optimizer+params needs parallel.zero 3, got {}", p.zero);
   }
-  if (p.offload != "none") {
-    return FieldError("parallel.offload", "'{}' is not built yet (only none)", p.offload);
+  if (p.offload == "optimizer+params") {
+    return FieldError("parallel.offload",
+                      "optimizer+params is not built yet (it needs ZeRO-3 on train.device cuda; "
+                      "built: none, optimizer)");
   }
-  if (p.zero > 0 && c.device == "cuda" && (p.tensor > 1 || p.pipeline > 1)) {
+  if (c.device == "cuda" && (p.tensor > 1 || p.pipeline > 1)) {
+    if (p.zero > 0) {
+      return FieldError("parallel.zero",
+                        "{} with parallel.tensor {} x parallel.pipeline {} on train.device cuda is "
+                        "not built (the CUDA shard keeps its whole AdamW state; use parallel.zero 0)",
+                        p.zero, p.tensor, p.pipeline);
+    }
+    if (p.offload != "none") {
+      return FieldError("parallel.offload",
+                        "{} with parallel.tensor {} x parallel.pipeline {} on train.device cuda is "
+                        "not built (the CUDA shard keeps its whole AdamW state on the device; use "
+                        "none)",
+                        p.offload, p.tensor, p.pipeline);
+    }
+  }
+  if (p.zero > 2 && c.device == "cuda") {
     return FieldError("parallel.zero",
-                      "{} with parallel.tensor {} x parallel.pipeline {} on train.device cuda is "
-                      "not built (the CUDA shard keeps its whole AdamW state; use parallel.zero 0)",
-                      p.zero, p.tensor, p.pipeline);
-  }
-  if (p.zero > 0 && c.device != "cpu") {
-    return FieldError("parallel.zero", "{} runs on train.device cpu for now (got {})", p.zero,
-                      c.device);
+                      "{} is not built for train.device cuda yet (built there: 0, 1 and 2; "
+                      "stage 3 runs on train.device cpu)",
+                      p.zero);
   }
   if (p.zero > 1 && (p.tensor > 1 || p.pipeline > 1)) {
     return FieldError("parallel.zero",

@@ -29,9 +29,10 @@
 //               interleaved), virtual_stages (chunks per stage, interleaved), microbatches
 //               (per replica and step; 0: what the batch gives), pipeline_layers (blocks
 //               per chunk; default: balanced). See engine/parallel/layout.h.
-//               zero (0 | 1 | 2: ZeRO stage in the data-parallel group, engine/parallel/
-//               zero.h; 3 is refused until built), offload (none | optimizer |
-//               optimizer+params: train.device cuda only, and refused until built).
+//               zero (0 | 1 | 2 | 3: ZeRO stage in the data-parallel group, engine/parallel/
+//               zero.h; on train.device cuda 0 to 2, trainer/cuda_zero.h), offload (none |
+//               optimizer: train.device cuda only, AdamW's state and step on the host;
+//               optimizer+params is refused until built).
 //   comm:       backend (gloo for train.device cpu, nccl for cuda; the default follows
 //               the device, and a backend that cannot reach the gradients is an error),
 //               timeout_s

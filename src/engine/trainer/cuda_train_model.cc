@@ -1,5 +1,6 @@
-// The CUDA TrainModel (GptCudaModel + GptCudaAdamW) and the choice of this rank's GPU. In a
-// build without the CUDA engine the factory functions say so and nothing else is compiled.
+// The CUDA TrainModel (GptCudaModel + GptCudaAdamW, or with ZeRO / offload the sharded
+// CudaZeroOptimizer of cuda_zero.h) and the choice of this rank's GPU. In a build without
+// the CUDA engine the factory functions say so and nothing else is compiled.
 #include <algorithm>
 #include <utility>
 
@@ -13,6 +14,7 @@
 
 #include "common/cuda_status.h"
 #include "engine/model/gpt_cuda.h"
+#include "engine/trainer/cuda_zero.h"
 #endif
 
 namespace cohort::engine {
@@ -42,7 +44,13 @@ class CudaTrainModel final : public TrainModel {
   CudaTrainModel(std::unique_ptr<GptCudaModel> model, std::unique_ptr<GptCudaAdamW> optimizer,
                  void* staging)
       : model_(std::move(model)), optimizer_(std::move(optimizer)), staging_(staging) {}
+  // With ZeRO or offload: `zero` is made by the caller over this model (MakeZero).
+  CudaTrainModel(std::unique_ptr<GptCudaModel> model, void* staging)
+      : model_(std::move(model)), staging_(staging) {}
+  void set_zero(std::unique_ptr<CudaZeroOptimizer> zero) { zero_ = std::move(zero); }
+  GptCudaModel& model() { return *model_; }
   ~CudaTrainModel() override {
+    zero_.reset();
     optimizer_.reset();
     model_.reset();
     if (staging_ != nullptr) (void)cudaFree(staging_);
@@ -63,15 +71,38 @@ class CudaTrainModel final : public TrainModel {
     return model_->Backward(loss_scale, ready);
   }
   Result<double> ClipAndStep(double max_norm, float lr) override {
+    if (zero_) return zero_->Step(max_norm, lr);
     return optimizer_->Step(lr, max_norm);
   }
 
+  ZeroShape zero_shape() const override {
+    if (!zero_) return {};
+    return {zero_->stage(), zero_->partition().ranks, zero_->offload()};
+  }
+  std::optional<DdpReducer::ShardTarget> reduce_target() override {
+    return zero_ ? zero_->reduce_target() : std::nullopt;
+  }
+  DdpReducer::ReducedFn grad_reduced() override {
+    if (!zero_ || !zero_->offload()) return {};
+    CudaZeroOptimizer* z = zero_.get();
+    return [z](size_t offset, size_t count) { return z->GradsReduced(offset, count); };
+  }
+
   std::span<float> grads() override { return model_->grads_device(); }
-  // float32 master parameters and their bf16 copy, float32 gradients and moments.
+  // float32 master parameters and their bf16 copy, float32 gradients and moments. With ZeRO
+  // the moments (and, offloaded, the host master copy) are the shard's; stage 2's gradients
+  // are the device shard, and the model's whole buffer, which the backward still writes, is
+  // scratch; offload's pinned gradient shard is scratch too.
   ModelStateBytes model_state_bytes() override {
     const size_t n = model_->num_parameters();
-    return {model_->params_device().size() * sizeof(float) + n * sizeof(cuda::bf16),
-            model_->grads_device().size() * sizeof(float),
+    const size_t params = model_->params_device().size() * sizeof(float) + n * sizeof(cuda::bf16);
+    const size_t whole_grads = model_->grads_device().size() * sizeof(float);
+    if (zero_) {
+      const size_t shard = zero_->grad_shard_bytes();
+      return {params, shard ? shard : whole_grads, zero_->optimizer_bytes(),
+              (shard ? whole_grads : 0) + zero_->staging_bytes()};
+    }
+    return {params, whole_grads,
             (optimizer_->m_device().size() + optimizer_->v_device().size()) * sizeof(float)};
   }
   DdpReducer::WaitReadyFn grad_wait() override {
@@ -101,6 +132,7 @@ class CudaTrainModel final : public TrainModel {
   }
 
   Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) override {
+    if (zero_) return RestoreZero(comm, ckpt, adam_t);
     if (ckpt) {
       COHORT_TRY_VOID(model_->CopyParamsFromHost(ckpt->params));
       COHORT_TRY_VOID(optimizer_->Restore(ckpt->adam_m, ckpt->adam_v, adam_t));
@@ -117,9 +149,15 @@ class CudaTrainModel final : public TrainModel {
   }
   Result<void> BroadcastParams(comm::Communicator& comm) override {
     COHORT_TRY_VOID(BroadcastDevice(comm, model_->params_device()));
-    return model_->ParamsWritten();
+    COHORT_TRY_VOID(model_->ParamsWritten());
+    return zero_ ? zero_->TakeParams() : Result<void>{};
   }
   Result<void> StateForCheckpoint(CheckpointView& view) override {
+    if (zero_) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "ZeRO keeps only this rank's shard of the AdamW state: checkpoints are "
+                       "written by range (CheckpointRanges)");
+    }
     const size_t n = model_->num_parameters();
     params_host_.resize(n);
     m_host_.resize(n);
@@ -131,6 +169,30 @@ class CudaTrainModel final : public TrainModel {
     view.adam_v = v_host_;
     view.adam_t = optimizer_->t();
     return {};
+  }
+
+  // With ZeRO each rank writes its shard (parameters and moments): the data replicas' shares.
+  Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
+                                                        int64_t* adam_t) override {
+    if (zero_) return zero_->CheckpointRanges(replica, replicas, adam_t);
+    return TrainModel::CheckpointRanges(replica, replicas, adam_t);
+  }
+
+  // Host floats all-gathered over `comm` (staged through device memory for nccl): ZeRO's
+  // norm pairs.
+  Result<void> AllGatherHost(comm::Communicator& comm, const float* send, float* recv,
+                             const std::vector<size_t>& counts) {
+    if (comm.backend() != "nccl") {
+      return comm.AllGather(send, recv, counts, comm::DataType::kFloat32);
+    }
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    const size_t mine = counts[static_cast<size_t>(comm.rank())];
+    COHORT_TRY_VOID(CheckStaging((total + mine) * sizeof(float)));
+    float* dev = static_cast<float*>(staging_);
+    COHORT_TRY_VOID(Copy(dev + total, send, mine * sizeof(float), cudaMemcpyHostToDevice));
+    COHORT_TRY_VOID(comm.AllGather(dev + total, dev, counts, comm::DataType::kFloat32));
+    return Copy(recv, dev, total * sizeof(float), cudaMemcpyDeviceToHost);
   }
 
   Result<std::vector<float>> NextTokenLogits(std::span<const int32_t> window) override {
@@ -153,6 +215,36 @@ class CudaTrainModel final : public TrainModel {
     }
     return {};
   }
+  // ZeRO's resume: the parameters as without ZeRO; each moment reaches every rank through the
+  // model's gradient buffer (Ψ floats, free between steps: ZeroGrad clears it), from which
+  // each rank takes its shard.
+  Result<void> RestoreZero(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) {
+    if (ckpt) COHORT_TRY_VOID(model_->CopyParamsFromHost(ckpt->params));
+    if (comm) {
+      COHORT_TRY_VOID(BroadcastDevice(*comm, model_->params_device()));
+      COHORT_TRY_VOID(model_->ParamsWritten());
+    }
+    if (ckpt || comm) {
+      std::span<float> through = model_->grads_device();
+      for (bool second : {false, true}) {
+        if (ckpt) {
+          const std::vector<float>& whole = second ? ckpt->adam_v : ckpt->adam_m;
+          if (whole.size() != through.size()) {
+            return Errorf(ErrorCode::kInvalidArgument,
+                          "checkpoint: adam_{} has {} values, the model {}", second ? "v" : "m",
+                          whole.size(), through.size());
+          }
+          COHORT_TRY_VOID(Copy(through.data(), whole.data(), whole.size() * sizeof(float),
+                               cudaMemcpyHostToDevice));
+        }
+        if (comm) COHORT_TRY_VOID(BroadcastDevice(*comm, through));
+        COHORT_TRY_VOID(zero_->RestoreMoment(second, through.data()));
+      }
+      COHORT_TRY_VOID(model_->ZeroGrad());
+    }
+    return zero_->Restored(adam_t);
+  }
+
   // A broadcast from rank 0 of a device buffer (nccl) — or, for a host-memory backend,
   // through a host copy (not used by the trainer, which always pairs cuda with nccl).
   Result<void> BroadcastDevice(comm::Communicator& comm, std::span<float> device) {
@@ -173,7 +265,8 @@ class CudaTrainModel final : public TrainModel {
   }
 
   std::unique_ptr<GptCudaModel> model_;
-  std::unique_ptr<GptCudaAdamW> optimizer_;
+  std::unique_ptr<GptCudaAdamW> optimizer_;      // without ZeRO
+  std::unique_ptr<CudaZeroOptimizer> zero_;      // with ZeRO or offload
   void* staging_ = nullptr;  // kStagingBytes of device memory
   std::vector<float> params_host_, m_host_, v_host_;  // checkpoint copies
 };
@@ -220,11 +313,46 @@ Result<CudaDeviceChoice> SelectCudaDevice(int local_rank) {
 
 Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
                                                        const AdamWConfig& adamw, int max_batch,
-                                                       int max_seq, std::string* description) {
+                                                       int max_seq, std::string* description,
+                                                       const CudaZeroOptions& zero) {
+  if (zero.stage < 0 || zero.stage > 2) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "ZeRO stage {} on train.device cuda (built: 0, 1 and 2)", zero.stage);
+  }
   auto model = COHORT_TRY(GptCudaModel::Create(initial.config(), max_batch, max_seq));
   COHORT_TRY_VOID(model->CopyParamsFromHost(initial.params()));
-  auto optimizer = COHORT_TRY(GptCudaAdamW::Create(*model, adamw));
   void* staging = nullptr;
+  if (zero.stage > 0 || zero.offload) {
+    COHORT_CUDA_CHECK(cudaMalloc(&staging, CudaTrainModel::kStagingBytes));
+    // From here the model owns the staging buffer.
+    auto owner = std::make_unique<CudaTrainModel>(std::move(model), staging);
+    CudaTrainModel* self = owner.get();
+    comm::Communicator* data = zero.data;
+    HostAllGather gather = [self, data](const float* send, float* recv,
+                                        const std::vector<size_t>& counts) {
+      return self->AllGatherHost(*data, send, recv, counts);
+    };
+    auto z = COHORT_TRY(CudaZeroOptimizer::Create(self->model(), data, std::max(1, zero.stage),
+                                                  zero.offload, adamw, std::move(gather)));
+    if (description != nullptr) {
+      const size_t state = z->optimizer_bytes() + z->staging_bytes();
+      const std::string shard =
+          z->grad_shard_bytes() ? fmt::format(", ZeRO-2 gradient shard {:.2f} GiB",
+                                              z->grad_shard_bytes() / double(1 << 30))
+                                : std::string();
+      *description = fmt::format(
+          "{:.2f} GiB of device memory (model and activations for {} x {} tokens {:.2f} GiB{}, "
+          "AdamW state of {} of {} parameters {:.2f} GiB {})",
+          (self->model().device_bytes() + z->grad_shard_bytes() +
+           (z->offload() ? 0 : z->optimizer_bytes())) / double(1 << 30),
+          max_batch, max_seq, self->model().device_bytes() / double(1 << 30), shard,
+          z->shard_size(), z->partition().total, state / double(1 << 30),
+          z->offload() ? "in host memory, stepped on the CPU" : "on the device");
+    }
+    self->set_zero(std::move(z));
+    return std::unique_ptr<TrainModel>(std::move(owner));
+  }
+  auto optimizer = COHORT_TRY(GptCudaAdamW::Create(*model, adamw));
   COHORT_CUDA_CHECK(cudaMalloc(&staging, CudaTrainModel::kStagingBytes));
   if (description != nullptr) {
     *description = fmt::format(
@@ -251,7 +379,8 @@ Result<CudaDeviceChoice> SelectCudaDevice(int) {
 }
 
 Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel&, const AdamWConfig&, int,
-                                                       int, std::string*) {
+                                                       int, std::string*,
+                                                       const CudaZeroOptions&) {
   return MakeError(ErrorCode::kUnsatisfiable, kNotBuilt);
 }
 

@@ -91,6 +91,24 @@ class TrainModel {
 
   // ZeRO (parallel/zero.h): the optimizer sharded over the data-parallel group, or null.
   virtual const ZeroOptimizer* zero() const { return nullptr; }
+  // The ZeRO stage, the ranks its state is sharded over and whether the optimizer is
+  // offloaded to host memory, for the log: zero()'s by default (stage 0 over 1 rank without
+  // it); the CUDA model's own (cuda_zero.h).
+  struct ZeroShape {
+    int stage = 0;
+    int ranks = 1;
+    bool offload = false;
+  };
+  virtual ZeroShape zero_shape() const {
+    if (const ZeroOptimizer* z = zero()) return {z->stage(), z->partition().ranks, false};
+    return {};
+  }
+  // Where the trainer's DdpReducer reduce-scatters instead of all-reducing (the CUDA model's
+  // ZeRO-2 gradient shard, DdpReducer::ShardTarget), or nullopt.
+  virtual std::optional<DdpReducer::ShardTarget> reduce_target() { return std::nullopt; }
+  // What the reducer calls after each bucket (DdpReducer::ReducedFn; the CUDA optimizer
+  // offload's device -> host copy of the bucket's gradients), or empty.
+  virtual DdpReducer::ReducedFn grad_reduced() { return {}; }
   // The model states this rank holds, counted where the model allocates them (bytes), and
   // the scratch that ZeRO-2 adds for its gradient pieces (zero_grads.h), counted apart.
   struct ModelStateBytes {
@@ -170,13 +188,25 @@ struct CudaDeviceChoice {
 // when there is no GPU or driver, or local_rank names a GPU this process does not see.
 Result<CudaDeviceChoice> SelectCudaDevice(int local_rank);
 
+// ZeRO and offload for the CUDA model (trainer/cuda_zero.h). stage 0 without offload: the
+// replicated GptCudaAdamW. Otherwise AdamW's state is sharded over `data` (null: one rank,
+// which holds the whole shard), stage 1 or 2 (0 with offload counts as 1), on the device or,
+// with `offload`, in host memory with the step on the CPU.
+struct CudaZeroOptions {
+  comm::Communicator* data = nullptr;  // the data-parallel group; must outlive the model
+  int stage = 0;
+  bool offload = false;
+};
+
 // The CUDA model (on the current device) for micro-batches of up to max_batch sequences
 // of up to max_seq tokens, starting from `initial`'s parameters (the same weights as a CPU
 // run with the same seed). kUnsatisfiable without CUDA in the build; the model's errors
-// (gpt_cuda.h) otherwise. `description` receives a line for the log (memory).
+// (gpt_cuda.h) otherwise; kInvalidArgument for a ZeRO stage not built on CUDA (3).
+// `description` receives a line for the log (memory).
 Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
                                                        const AdamWConfig& adamw, int max_batch,
-                                                       int max_seq, std::string* description);
+                                                       int max_seq, std::string* description,
+                                                       const CudaZeroOptions& zero = {});
 
 // Where a split model's initial parameters come from: GPT-2 initialisation from `seed`, each
 // rank generating only its slices (GenerateInitialParams: no rank holds the whole model), or

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/communicator.h"
 #include "comm/store.h"
@@ -466,9 +467,14 @@ Result<void> Trainer::Impl::SetupModel() {
         config.parallel.zero));
   } else if (gpu) {
     // The GPU starts from the weights the CPU would (same seed or file), then the host
-    // copy is dropped.
+    // copy is dropped. ZeRO needs a data-parallel group (on one rank it changes nothing),
+    // except that offload on one rank moves the whole optimizer to the host.
+    CudaZeroOptions zero;
+    zero.data = comm.get();
+    zero.offload = config.parallel.offload == "optimizer";
+    zero.stage = comm || zero.offload ? config.parallel.zero : 0;
     model = COHORT_TRY(
-        MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory));
+        MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory, zero));
   } else if (config.parallel.zero > 0 && comm) {
     model = COHORT_TRY(MakeZeroCpuTrainModel(std::move(*initial), ac, *comm, config.parallel.zero));
   } else {
@@ -492,16 +498,22 @@ Result<void> Trainer::Impl::SetupModel() {
   {
     // What the model allocated for its states on this rank (ZeRO shrinks the optimizer's).
     const TrainModel::ModelStateBytes b = model->model_state_bytes();
-    const int zero_ranks = model->zero() ? model->zero()->partition().ranks : data_world;
+    const TrainModel::ZeroShape z = model->zero_shape();
+    const int zero_ranks = z.stage > 0 ? z.ranks : data_world;
+    std::vector<std::string> parts;  // what the scratch is
+    if (!gpu) parts.push_back("gradient pieces");
+    if (!gpu && z.stage == 3) parts.push_back("gathered parameters");
+    if (gpu && z.stage == 2 && z.ranks > 1) parts.push_back("the backward's whole gradient buffer");
+    if (gpu && z.offload) parts.push_back("the pinned gradient shard");
+    const std::string scratch =
+        b.scratch ? fmt::format(", scratch {:.3g} MB ({} bytes: {})", b.scratch / 1e6, b.scratch,
+                                fmt::join(parts, ", "))
+                  : std::string();
     Log("model states per rank: parameters {:.3g} MB, gradients {:.3g} MB, optimizer {:.3g} MB "
-        "({}; bytes {} + {} + {}){}",
-        b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6,
-        ZeroDescription(model->zero() ? model->zero()->stage() : 0, zero_ranks), b.params,
-        b.grads, b.optimizer,
-        b.scratch ? fmt::format(", scratch {:.3g} MB ({} bytes: gradient pieces{})",
-                                b.scratch / 1e6, b.scratch,
-                                model->zero()->stage() == 3 ? ", gathered parameters" : "")
-                  : std::string());
+        "({}{}; bytes {} + {} + {}){}",
+        b.params / 1e6, b.grads / 1e6, b.optimizer / 1e6, ZeroDescription(z.stage, zero_ranks),
+        z.offload ? ", optimizer offloaded to host memory" : "", b.params, b.grads, b.optimizer,
+        scratch);
   }
   if (layout.model_parallel()) {
     Log("batch: {} data-parallel replicas x {} micro-batches x {} sequences x {} tokens = {} "
@@ -644,7 +656,8 @@ Result<void> Trainer::Impl::Setup() {
       model->model_parallel() || (model->zero() && model->zero()->stage() >= 2);
   if (comm && !reduces_own) {
     const size_t bucket = static_cast<size_t>(config.bucket_mb * (1 << 20));
-    reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket, model->grad_wait());
+    reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket, model->grad_wait(),
+                                           model->reduce_target(), model->grad_reduced());
   }
   if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
   if (leader() && !config.log_file.empty()) {
