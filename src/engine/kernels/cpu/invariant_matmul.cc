@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/kernels/cpu/isa.h"
+
 namespace cohort::engine::cpu {
 
 namespace {
@@ -128,16 +130,7 @@ __attribute__((target("avx2,fma"))) void Tile256(float* out, const float* inp, c
   }
 }
 
-enum class Isa { kAvx512, kAvx2, kScalar };
-
-Isa Detect() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-  return Isa::kScalar;
-}
-
-const Isa kIsa = Detect();
+const Isa kIsa = BestIsa();
 
 // Every row × panels [p0, p0 + np) (np 1 or 2): rows in tiles of 6, 4, 2 and 1, each
 // streaming the panels once (a pair of panels is 2 · C · 128 bytes: in L2 for the tiles
@@ -223,17 +216,9 @@ void MatmulForwardRowInvariant(float* out, const float* inp, const RowInvariantW
 
 bool MatmulForwardRowInvariantOn(std::string_view isa, float* out, const float* inp, const RowInvariantWeights& w,
                                  const float* bias, int N) {
-  Isa chosen;
-  if (isa == "avx512" && kIsa == Isa::kAvx512) {
-    chosen = Isa::kAvx512;
-  } else if (isa == "avx2" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    chosen = Isa::kAvx2;
-  } else if (isa == "scalar") {
-    chosen = Isa::kScalar;
-  } else {
-    return false;
-  }
-  Run(chosen, out, inp, w, bias, N);
+  const std::optional<Isa> chosen = NamedIsa(isa);
+  if (!chosen) return false;
+  Run(*chosen, out, inp, w, bias, N);
   return true;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/kernels/cpu/fast_math.h"
+#include "engine/kernels/cpu/isa.h"
 
 namespace cohort::engine::cpu {
 
@@ -132,16 +133,7 @@ __attribute__((target("avx2,fma"))) void PvAvx2(float* out, const float* p, cons
   }
 }
 
-enum class Isa { kAvx512, kAvx2, kScalar };
-
-Isa Detect() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-  return Isa::kScalar;
-}
-
-const Isa kIsa = Detect();
+const Isa kIsa = BestIsa();
 
 // Softmax of scores[0, ctx) in place into probabilities (baseline code on every CPU: the
 // same bits whatever the instruction set).
@@ -256,17 +248,9 @@ void KvAttentionForward(float* out, const float* qkv, const float* k_cache,
 bool KvAttentionForwardOn(std::string_view isa, float* out, const float* qkv, const float* k_cache,
                           const float* v_cache, const KvChunk* chunks, int num_chunks, int block_size, int C,
                           int NH) {
-  Isa chosen;
-  if (isa == "avx512" && kIsa == Isa::kAvx512) {
-    chosen = Isa::kAvx512;
-  } else if (isa == "avx2" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    chosen = Isa::kAvx2;
-  } else if (isa == "scalar") {
-    chosen = Isa::kScalar;
-  } else {
-    return false;
-  }
-  Forward(chosen, out, qkv, k_cache, v_cache, chunks, num_chunks, block_size, C, NH);
+  const std::optional<Isa> chosen = NamedIsa(isa);
+  if (!chosen) return false;
+  Forward(*chosen, out, qkv, k_cache, v_cache, chunks, num_chunks, block_size, C, NH);
   return true;
 }
 
