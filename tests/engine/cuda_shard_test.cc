@@ -267,6 +267,47 @@ TEST(GptShardCudaTest, Tensor2Pipeline2GivesTheTensor2Gradients) {
   ExpectSameRun(f.c, split, whole, "tensor 2 x pipeline 2");
 }
 
+// A stash kept from a larger micro-batch is carved anew for a smaller one (sampling grows
+// its window a token at a time): the same loss and logits, bit for bit, as a model that
+// never held the larger one.
+TEST(GptShardCudaTest, AStashReusedForAnotherShapeGivesTheSameResults) {
+  COHORT_SKIP_WITHOUT_GPU();
+  const GptConfig c = ShardConfig();
+  TensorParallelGroup tp(nullptr);
+  ShardSpec spec;
+  spec.config = c;
+  spec.chunks.push_back({0, c.n_layer, true, true});
+  auto reused = GptShardCudaModel::Create(spec, tp);
+  auto fresh = GptShardCudaModel::Create(spec, tp);
+  ASSERT_TRUE(reused.has_value() && fresh.has_value());
+  std::vector<float> params((*reused)->layout().total);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i] = 0.02f * static_cast<float>(static_cast<int>(i * 7919 % 101) - 50) / 50.0f;
+  }
+  ASSERT_TRUE((*reused)->CopyParamsFromHost(params).has_value());
+  ASSERT_TRUE((*fresh)->CopyParamsFromHost(params).has_value());
+  std::vector<int32_t> big_tokens(2 * 16), big_targets(2 * 16);
+  for (size_t i = 0; i < big_tokens.size(); ++i) {
+    big_tokens[i] = static_cast<int32_t>(i * 13 % 100);
+    big_targets[i] = static_cast<int32_t>(i * 17 % 100);
+  }
+  ASSERT_TRUE(
+      (*reused)->Forward(0, 0, {big_tokens, big_targets, 2, 16}, nullptr, nullptr).has_value());
+  (*reused)->Release(0, 0);
+  const std::vector<int32_t> tokens(big_tokens.begin(), big_tokens.begin() + 7);
+  const std::vector<int32_t> targets(big_targets.begin(), big_targets.begin() + 7);
+  auto a = (*reused)->Forward(0, 1, {tokens, targets, 1, 7}, nullptr, nullptr);
+  auto b = (*fresh)->Forward(0, 1, {tokens, targets, 1, 7}, nullptr, nullptr);
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(*a, *b);
+  auto la = (*reused)->Logits(0, 1, 6);
+  auto lb = (*fresh)->Logits(0, 1, 6);
+  ASSERT_TRUE(la.has_value() && lb.has_value());
+  EXPECT_EQ(*la, *lb);
+  // It held the larger allocation, not a second one.
+  EXPECT_EQ((*reused)->activation_bytes(), (*reused)->peak_activation_bytes());
+}
+
 // --- c) input checks -------------------------------------------------------------------
 
 TEST(GptShardCudaTest, RefusesTokensOutsideTheVocabulary) {

@@ -227,30 +227,33 @@ Result<void> GptShardCudaModel::Impl::ReserveTemporaries(int B, int T) {
 Result<Stash*> GptShardCudaModel::Impl::NewStash(int chunk, int slot, int B, int T) {
   std::unique_ptr<Stash> s;
   auto& pool = spare[chunk];
+  const ShardChunkSpec& spec = layout.spec.chunks[chunk];
+  const int L = spec.end_layer - spec.begin_layer;
+  Stash sizing;
+  const size_t need = CarveStash(sizing, nullptr, B, T, L, C, Cl, NHl, Vl, spec.head);
+  // The smallest spare that holds this shape, carved anew: sampling grows T by a token at
+  // each call, and a device allocation for each token would cost more than the token.
+  auto best = pool.end();
   for (auto it = pool.begin(); it != pool.end(); ++it) {
-    if ((*it)->B == B && (*it)->T == T) {
-      s = std::move(*it);
-      pool.erase(it);
-      break;
-    }
+    if ((*it)->bytes >= need && (best == pool.end() || (*it)->bytes < (*best)->bytes)) best = it;
   }
-  if (!s) {
+  if (best != pool.end()) {
+    s = std::move(*best);
+    pool.erase(best);
+  } else {
     if (!pool.empty()) {
-      COHORT_TRY_VOID(Sync());  // a different shape: let one go once nothing uses it
+      COHORT_TRY_VOID(Sync());  // none large enough: let one go once nothing uses it
       pool.pop_back();
     }
     s = std::make_unique<Stash>();
-    const ShardChunkSpec& spec = layout.spec.chunks[chunk];
-    const int L = spec.end_layer - spec.begin_layer;
-    const size_t bytes = CarveStash(*s, nullptr, B, T, L, C, Cl, NHl, Vl, spec.head);
     s->arena = static_cast<char*>(COHORT_TRY(DeviceAlloc(
-        bytes, fmt::format("the activations of chunk {} for a {} x {} micro-batch", chunk, B, T),
+        need, fmt::format("the activations of chunk {} for a {} x {} micro-batch", chunk, B, T),
         device)));
-    CarveStash(*s, s->arena, B, T, L, C, Cl, NHl, Vl, spec.head);
-    s->bytes = bytes;
-    s->B = B;
-    s->T = T;
+    s->bytes = need;  // the allocation's size, whatever shape it holds later
   }
+  if (s->B != B || s->T != T) CarveStash(*s, s->arena, B, T, L, C, Cl, NHl, Vl, spec.head);
+  s->B = B;
+  s->T = T;
   s->loss_ready = false;
   s->num_targets = 0;
   bytes_now += s->bytes;

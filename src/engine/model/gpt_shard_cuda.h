@@ -15,7 +15,7 @@
 // A group of one skips the conversions and adds the bias in the product, as GptCudaModel.
 //
 // Activations are stashed per (chunk, slot) in device memory until the matching Backward
-// (one device allocation per stash, reused for a later micro-batch of the same shape).
+// (one device allocation per stash, reused for a later micro-batch it is large enough for).
 // Pipeline messages stay host float32 (B·T·C): `input`/`output`/`doutput`/`dinput` are HOST
 // pointers, converted to and from the bf16 activations exactly (bf16 → float → bf16 is the
 // identity), so a chunk computes the same bits wherever the stage boundary falls.
