@@ -58,6 +58,14 @@ GptConfig ShardConfig() {
   c.n_embd = 64;
   return c;
 }
+
+// One rank holding the whole model: every layer, the embedding and the head in one chunk.
+ShardSpec WholeModelSpec(const GptConfig& c) {
+  ShardSpec spec;
+  spec.config = c;
+  spec.chunks.push_back({0, c.n_layer, true, true});
+  return spec;
+}
 constexpr int kB = 2, kT = 16, kMicro = 2;
 constexpr double kGradTol = 5e-2;  // as cuda_model_test.cc: bf16 activations vs float32
 
@@ -274,9 +282,7 @@ TEST(GptShardCudaTest, AStashReusedForAnotherShapeGivesTheSameResults) {
   COHORT_SKIP_WITHOUT_GPU();
   const GptConfig c = ShardConfig();
   TensorParallelGroup tp(nullptr);
-  ShardSpec spec;
-  spec.config = c;
-  spec.chunks.push_back({0, c.n_layer, true, true});
+  const ShardSpec spec = WholeModelSpec(c);
   auto reused = GptShardCudaModel::Create(spec, tp);
   auto fresh = GptShardCudaModel::Create(spec, tp);
   ASSERT_TRUE(reused.has_value() && fresh.has_value());
@@ -314,9 +320,7 @@ TEST(GptShardCudaTest, RefusesTokensOutsideTheVocabulary) {
   COHORT_SKIP_WITHOUT_GPU();
   const GptConfig c = ShardConfig();
   TensorParallelGroup tp(nullptr);
-  ShardSpec spec;
-  spec.config = c;
-  spec.chunks.push_back({0, c.n_layer, true, true});
+  const ShardSpec spec = WholeModelSpec(c);
   auto m = GptShardCudaModel::Create(spec, tp);
   ASSERT_TRUE(m.has_value()) << m.error().ToString();
   std::vector<int32_t> tokens(kB * kT, 3), targets(kB * kT, 4);
