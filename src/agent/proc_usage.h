@@ -52,6 +52,8 @@ std::optional<ProcStat> ParseProcStat(std::string_view line, long ticks_per_s, l
 // attributed processes only. A root is its own. A process that both rules would give to
 // different roots (a task's descendant that joined another task's session: it cannot, a
 // session is joined only by its leader's descendants) goes to its nearest ancestor root.
+// Roots are pids above 1: 0, which getsid() returns for a session whose leader lies
+// outside the pid namespace (a container), names no process and matches nothing.
 std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const std::set<int>& roots);
 
 struct TaskProcesses {

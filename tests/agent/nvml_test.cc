@@ -49,7 +49,7 @@ TEST(FakeNvmlTest, MigInstancesTopologyAndProcessMemory) {
   EXPECT_EQ(g[5].pcie_switch, 2);
 
   // The monitor samples the same devices in the same order, and reports the processes by
-  // node index; this process's memory maps to its session like a task's.
+  // node index; this process's memory maps to it as a task root.
   auto mon = OpenNvmlGpuMonitor();
   ASSERT_TRUE(mon) << mon.error().message;
   auto readings = (*mon)->Sample({}, SteadyTime{});
@@ -63,9 +63,10 @@ TEST(FakeNvmlTest, MigInstancesTopologyAndProcessMemory) {
   EXPECT_EQ(procs[0].memory_bytes, 2 * kGiB);
   EXPECT_EQ(procs[1].gpu, 2);
   EXPECT_EQ(procs[1].memory_bytes, 5 * kGiB);
-  const auto task_of = ReadTaskProcesses({getsid(0)}).task_of;
+  // This process as a task's root (its session id may be 0 in a container, naming none).
+  const auto task_of = ReadTaskProcesses({getpid()}).task_of;
   const GpuMemoryLimit share{4 * kGiB, /*kill=*/false};
-  TaskGpuMemory m = MeasureTaskGpuMemory(0, getsid(0), {2}, share, procs, task_of);
+  TaskGpuMemory m = MeasureTaskGpuMemory(0, getpid(), {2}, share, procs, task_of);
   EXPECT_EQ(m.bytes, 7 * kGiB) << "5 GiB on GPU 2 and 2 GiB on the MIG instance; the stranger's is not ours";
   EXPECT_EQ(m.over, "task 0 used 5 GiB of GPU 2, over its share of 4 GiB (gpu_memory_enforce: report)");
 }

@@ -1,5 +1,6 @@
 // Simulated GPU telemetry, fault injection, /proc usage parsing and the agent's metrics.
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <filesystem>
@@ -96,13 +97,40 @@ TEST(ProcUsageTest, ParsesStatLine) {
   EXPECT_FALSE(ParseProcStat("1 (x) S 1 2", 100, 4096).has_value());
 }
 
-TEST(ProcUsageTest, SumsThisProcessSession) {
-  int sid = getsid(0);
-  auto procs = ReadTaskProcesses({sid});
-  ASSERT_TRUE(procs.usage.contains(sid));
-  EXPECT_GT(procs.usage[sid].rss_bytes, 0);
-  EXPECT_EQ(procs.task_of.at(getpid()), sid);
+// The real /proc. getsid(0) of the test itself proves nothing (in a container whose
+// session leader lies outside the pid namespace it is 0, which names no process), so a
+// child leads a session of its own as a task's shim does.
+TEST(ProcUsageTest, SumsASessionLeaderAndItsAncestorsTree) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t shim = fork();
+  ASSERT_GE(shim, 0);
+  if (shim == 0) {
+    setsid();
+    char c = 1;
+    (void)!write(ready[1], &c, 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  ASSERT_EQ(getsid(shim), shim);
+
+  auto procs = ReadTaskProcesses({shim});
+  ASSERT_TRUE(procs.usage.contains(shim));
+  EXPECT_GT(procs.usage[shim].rss_bytes, 0);
+  EXPECT_EQ(procs.task_of.at(shim), shim);
+  EXPECT_FALSE(procs.task_of.contains(getpid())) << "the parent is not in the child's task";
+  // This process as a root: itself and its descendant, though the child left its session.
+  auto mine = ReadTaskProcesses({getpid()});
+  EXPECT_EQ(mine.task_of.at(getpid()), getpid());
+  EXPECT_EQ(mine.task_of.at(shim), getpid());
+  EXPECT_GT(mine.usage[getpid()].rss_bytes, procs.usage[shim].rss_bytes / 2);
   EXPECT_TRUE(ReadTaskProcesses({}).usage.empty());
+  kill(shim, SIGKILL);
+  waitpid(shim, nullptr, 0);
 }
 
 // A /proc of stat files only: "PID (comm) S PPID PGRP SESSION ..." with utime (field 14)
