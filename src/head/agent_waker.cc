@@ -2,15 +2,15 @@
 
 #include <algorithm>
 #include <functional>
-#include <map>
 
 #include "api/routes.h"
 #include "common/http.h"
 #include "common/log.h"
+#include "head/agent_clients.h"
 
 namespace cohort::head {
 
-AgentWaker::AgentWaker(int threads, std::optional<tls::ClientOptions> tls) : tls_(std::move(tls)) {
+AgentWaker::AgentWaker(AgentClients& clients, int threads) : clients_(clients) {
   const size_t senders = static_cast<size_t>(std::max(1, threads));
   {
     MutexLock lock(mu_);
@@ -40,7 +40,6 @@ void AgentWaker::Wake(std::vector<std::string> agent_urls) {
 }
 
 void AgentWaker::Run(size_t sender) {
-  std::map<std::string, HttpClient> clients;  // by agent URL: this sender's agents
   while (true) {
     std::string url;
     {
@@ -52,13 +51,7 @@ void AgentWaker::Run(size_t sender) {
       queue.pop_front();
       queued_.erase(url);
     }
-    if (clients.size() > 4096) clients.clear();  // agents come and go: forget them now and then
-    auto it = clients.find(url);
-    if (it == clients.end()) {
-      it = clients.emplace(url, HttpClient(url, Millis(500))).first;
-      if (tls_) it->second.set_tls(*tls_);
-    }
-    if (auto r = it->second.Post(api::routes::kAgentWake, json::object()); !r) {
+    if (auto r = clients_.For(url, Millis(500)).Post(api::routes::kAgentWake, json::object()); !r) {
       LOG_DEBUG("wake-up of {} failed: {}", url, r.error().message);
     }
   }

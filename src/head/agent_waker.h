@@ -3,27 +3,27 @@
 // Best effort: a lost wake-up only delays the change until the next regular heartbeat.
 // Wake may be called from any thread; requests are deduplicated and sent by a small
 // pool of sender threads so a slow agent does not hold up the others. An agent's
-// wake-ups always go through the same sender (by its URL's hash), which keeps its client
-// for that agent: one connection per agent, and under TLS one client context, made once
-// (a TLS handshake and a context per wake-up would cost more than the wake-up).
+// wake-ups always go through the same sender (by its URL's hash), so at most one is in
+// flight per agent, over the agent's kept client (AgentClients: one connection per agent,
+// shared with the head's other calls to it).
 #pragma once
 
 #include <deque>
-#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/mutex.h"
-#include "common/tls.h"
 
 namespace cohort::head {
 
+class AgentClients;
+
 class AgentWaker {
  public:
-  // `tls`: what the head trusts and presents when it calls agents over HTTPS.
-  explicit AgentWaker(int threads = 4, std::optional<tls::ClientOptions> tls = std::nullopt);
+  // `clients` must outlive the waker.
+  explicit AgentWaker(AgentClients& clients, int threads = 4);
   ~AgentWaker();  // stops the senders; queued wake-ups are dropped
 
   void Wake(std::vector<std::string> agent_urls) EXCLUDES(mu_);
@@ -36,7 +36,7 @@ class AgentWaker {
   std::vector<std::deque<std::string>> queues_ GUARDED_BY(mu_);  // one per sender
   std::set<std::string> queued_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
-  const std::optional<tls::ClientOptions> tls_;
+  AgentClients& clients_;
   std::vector<std::thread> threads_;
 };
 

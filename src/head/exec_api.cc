@@ -17,7 +17,7 @@ namespace {
 // that waits up to `timeout`; errors name the rank and the node.
 struct AgentCall {
   std::string node;
-  std::unique_ptr<HttpClient> client;
+  HttpClient client;
 };
 
 Result<AgentCall> AgentOfTask(const Router& router, Cluster& cluster, api::JobId id, int attempt, int rank,
@@ -30,7 +30,7 @@ Result<AgentCall> AgentOfTask(const Router& router, Cluster& cluster, api::JobId
   if (loc.node_down) {
     return Errorf(ErrorCode::kUnavailable, "rank {} of job {} runs on node {}, which is down", rank, id, loc.node);
   }
-  return AgentCall{loc.node, std::make_unique<HttpClient>(router.AgentClient(loc.node, loc.agent_url, timeout))};
+  return AgentCall{loc.node, router.AgentClient(loc.node, loc.agent_url, timeout)};
 }
 
 // The job `req`'s path names, after checking that `caller` may exec into it.
@@ -59,7 +59,7 @@ Result<StartedSession> StartSession(const Router& router, Cluster& cluster, api:
                                     const api::ExecRequest& exec) {
   auto call = COHORT_TRY(AgentOfTask(router, cluster, id, attempt, rank, Millis(10'000)));
   auto started =
-      call.client->Post(api::routes::WithQuery(api::routes::kAgentExec, TaskQuery(id, attempt, rank)), api::ToJson(exec));
+      call.client.Post(api::routes::WithQuery(api::routes::kAgentExec, TaskQuery(id, attempt, rank)), api::ToJson(exec));
   if (!started) return std::unexpected(Unreachable(call, started.error()));
   if (!started->is_object() || !started->contains("session") || !(*started)["session"].is_string()) {
     return Errorf(ErrorCode::kInternal, "the agent of node {} sent a malformed exec reply", call.node);
@@ -75,7 +75,7 @@ void CloseSession(const Router& router, Cluster& cluster, api::JobId id, int att
   if (!call) return;
   api::ExecInput close;
   close.close = true;
-  (void)call->client->Post(
+  (void)call->client.Post(
       api::routes::WithQuery(api::routes::AgentExecInput(session), TaskQuery(id, attempt, rank)), api::ToJson(close));
 }
 
@@ -175,10 +175,10 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
                             Millis(*wait + 10'000));
     if (!call) return SendError(res, call.error());
     // The agent keeps at most a few MiB of unread output; a node that sends more is not read.
-    call->client->set_max_response_bytes(16 << 20);
+    call->client.set_max_response_bytes(16 << 20);
     auto query = TaskQuery(*id, *attempt, *rank);
     query.insert(query.end(), {{"offset", std::to_string(*offset)}, {"wait_ms", std::to_string(*wait)}});
-    auto r = call->client->GetRaw(
+    auto r = call->client.GetRaw(
         api::routes::WithQuery(api::routes::AgentExecOutput(req.matches[2].str()), query));
     if (!r) return SendError(res, Unreachable(*call, r.error()));
     if (r->status != 200) return SendError(res, ErrorFromResponse(r->status, r->body));
@@ -216,7 +216,7 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
     auto call = AgentOfTask(router, cluster, *id, static_cast<int>(*attempt), static_cast<int>(*rank),
                             Millis(10'000));
     if (!call) return SendError(res, call.error());
-    auto r = call->client->Post(
+    auto r = call->client.Post(
         api::routes::WithQuery(api::routes::AgentExecInput(req.matches[2].str()), TaskQuery(*id, *attempt, *rank)),
         api::ToJson(*in));
     if (!r) return SendError(res, Unreachable(*call, r.error()));

@@ -20,6 +20,7 @@
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "head/agent_clients.h"
 #include "head/agent_waker.h"
 #include "head/audit.h"
 #include "head/auth.h"
@@ -227,7 +228,8 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
   h->config_ = config;
 
   h->cluster_ = COHORT_TRY(Cluster::Open(config, std::move(store)));
-  h->waker_ = h->tls_ ? std::make_unique<AgentWaker>(4, h->tls_->client()) : std::make_unique<AgentWaker>();
+  h->agents_ = std::make_unique<AgentClients>(h->tls_ ? std::optional(h->tls_->client()) : std::nullopt);
+  h->waker_ = std::make_unique<AgentWaker>(*h->agents_);
   h->cluster_->set_wake_agents([w = h->waker_.get()](std::vector<std::string> urls) { w->Wake(std::move(urls)); });
 
   Cluster& cluster = *h->cluster_;
@@ -242,7 +244,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
                "behind a proxy that terminates TLS, on a network nothing else reaches");
     }
   }
-  h->router_ = std::make_unique<Router>(srv, h->tokens_.get(), config.insecure, h->tls_.get());
+  h->router_ = std::make_unique<Router>(srv, h->tokens_.get(), config.insecure, h->tls_.get(), h->agents_.get());
   Router& router = *h->router_;
   RateLimiter::Options limits;
   limits.rate = config.rate_limit;

@@ -25,6 +25,7 @@ class HttpServer;
 namespace cohort::head {
 
 class Cluster;
+class AgentClients;
 class AgentWaker;
 class DashboardSnapshots;
 class TokenBook;
@@ -57,6 +58,7 @@ class HeadServer {
 
   HeadConfig config_;
   std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<AgentClients> agents_;  // used by waker_ and router_: declared before both
   std::unique_ptr<AgentWaker> waker_;
   // After cluster_ (its store) and before server_ (whose handlers record into it).
   std::unique_ptr<AuditLog> audit_;

@@ -31,18 +31,7 @@ bool SameOrigin(const httplib::Request& req) {
 }
 
 HttpClient Router::AgentClient(const std::string& node, const std::string& agent_url, Millis timeout) const {
-  HttpClient client = [&] {
-    MutexLock lock(agents_mu_);
-    auto it = agents_.find(agent_url);
-    if (it == agents_.end()) {
-      if (agents_.size() >= 4096) agents_.clear();  // agents come and go: forget them now and then
-      HttpClient fresh(agent_url);
-      if (tls_) fresh.set_tls(tls_->client());
-      it = agents_.emplace(agent_url, std::move(fresh)).first;
-    }
-    return it->second;
-  }();
-  client.set_timeout(timeout);
+  HttpClient client = agents_->For(agent_url, timeout);
   // The agent answers only the head: the node's credential proves it (auth.h).
   if (!insecure_ && tokens_) client.set_bearer_token(tokens_->NodeCredential(node));
   return client;

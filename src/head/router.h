@@ -30,6 +30,7 @@
 
 #include "common/http.h"
 #include "common/mutex.h"
+#include "head/agent_clients.h"
 #include "head/auth.h"
 #include "head/head_tls.h"
 #include "head/rate_limit.h"
@@ -43,8 +44,10 @@ class Router {
   // `tokens` authenticates bearer credentials; with `insecure`, every caller is
   // Caller::Kind::kInsecure and no check is made. With `tls` (the server is HTTPS), a node
   // credential counts only over a connection whose client certificate names its node.
-  Router(httplib::Server& server, const TokenBook* tokens, bool insecure, const HeadTls* tls = nullptr)
-      : server_(server), tokens_(tokens), insecure_(insecure), tls_(tls) {}
+  // `agents` (needed by AgentClient only) must outlive the router.
+  Router(httplib::Server& server, const TokenBook* tokens, bool insecure, const HeadTls* tls = nullptr,
+         AgentClients* agents = nullptr)
+      : server_(server), tokens_(tokens), insecure_(insecure), tls_(tls), agents_(agents) {}
 
   // `handler` takes (const Caller&, req, res) or just (req, res).
   // `scope` kOwnJob: a job's token may also read this route for its own job (auth.h).
@@ -77,13 +80,10 @@ class Router {
   bool insecure() const { return insecure_; }
   const HeadTls* tls() const { return tls_; }
 
-  // A client for node `node`'s agent at `agent_url`, as the head calls an agent: with the
-  // node's credential (unless insecure), the head's TLS identity, and `timeout`. The
-  // clients of one agent share their kept connections: `cohort logs -f` asks 4 times a
-  // second, and each new client cost the head a TLS handshake and a client context. Any
-  // thread.
-  HttpClient AgentClient(const std::string& node, const std::string& agent_url, Millis timeout) const
-      EXCLUDES(agents_mu_);
+  // A client for node `node`'s agent at `agent_url`, as the head calls an agent: the
+  // agent's kept client (AgentClients, given at construction: required for this call) with
+  // the node's credential (unless insecure) and `timeout`. Any thread.
+  HttpClient AgentClient(const std::string& node, const std::string& agent_url, Millis timeout) const;
 
   // The caller `req` names: kInsecure with --insecure; kAnonymous without an
   // Authorization header; kUnauthenticated for credentials the head does not accept.
@@ -142,8 +142,7 @@ class Router {
   Observer observer_;
   JobTokens job_tokens_;
   RateLimiter* limiter_ = nullptr;
-  mutable Mutex agents_mu_;
-  mutable std::map<std::string, HttpClient> agents_ GUARDED_BY(agents_mu_);  // by agent URL
+  AgentClients* agents_;
 };
 
 // True if the request's Origin header (when present) names the host it was sent to.

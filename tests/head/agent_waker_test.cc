@@ -3,7 +3,8 @@
 // however many senders the waker has; after the agent closed an idle connection, the
 // waker reconnects presenting the head's certificate as it is then (a renewal in between),
 // not the one of its first connection. Router::AgentClient (logs, exec, images): one
-// agent's clients share a kept connection, each with its own timeout.
+// agent's clients share a kept connection, each with its own timeout, and share it with
+// the waker (AgentClients).
 #include "head/agent_waker.h"
 #include "head/router.h"
 
@@ -94,7 +95,8 @@ TEST(AgentWaker, EachAgentIsWokenOverOneConnectionWhateverTheSenders) {
   head_id->Set(MakeLeaf(ca, tls::kHeadName).identity());
   std::vector<std::unique_ptr<FakeAgent>> agents;
   for (int i = 0; i < 3; ++i) agents.push_back(std::make_unique<FakeAgent>(ca, Millis(60'000)));
-  AgentWaker waker(4, tls::ClientOptions{ca.cert_pem, head_id});
+  AgentClients clients(tls::ClientOptions{ca.cert_pem, head_id});
+  AgentWaker waker(clients, 4);
   // One wake-up at a time, so that none is folded into another still queued.
   for (int round = 1; round <= 12; ++round) {
     for (auto& a : agents) WakeAndWait(waker, *a, round);
@@ -114,7 +116,8 @@ TEST(AgentWaker, AReconnectionPresentsTheHeadsRenewedCertificate) {
   // The agent closes a connection idle for 200 ms.
   FakeAgent agent(ca, Millis(200));
   InitLogging("t", "debug");
-  AgentWaker waker(2, tls::ClientOptions{ca.cert_pem, head_id});
+  AgentClients clients(tls::ClientOptions{ca.cert_pem, head_id});
+  AgentWaker waker(clients, 2);
   WakeAndWait(waker, agent, 1);
   EXPECT_EQ(agent.last_peer(), tls::kHeadName);
   ASSERT_TRUE(WaitUntil([&] { return agent.stats().connections == 0; }));
@@ -135,7 +138,8 @@ TEST(AgentClient, OneAgentsClientsShareAKeptConnection) {
   const int port = agent.Bind().value();
   std::thread serve([&] { agent.Serve(); });
   httplib::Server unused;
-  Router router(unused, nullptr, /*insecure=*/true);
+  AgentClients clients;
+  Router router(unused, nullptr, /*insecure=*/true, nullptr, &clients);
   const std::string url = "http://127.0.0.1:" + std::to_string(port);
   for (int i = 0; i < 6; ++i) {
     // As `cohort logs -f` polls through the head: a new client for every request.
@@ -143,6 +147,34 @@ TEST(AgentClient, OneAgentsClientsShareAKeptConnection) {
     auto r = c.GetRaw("/v1/logs");
     ASSERT_TRUE(r.has_value()) << r.error().message;
     EXPECT_EQ(r->body, "line\n");
+  }
+  EXPECT_EQ(agent.Stats().accepted_connections, 1);
+  agent.Stop();
+  serve.join();
+}
+
+TEST(AgentClient, TheWakerAndTheHeadsOtherCallsShareAnAgentsConnection) {
+  HttpServerOptions o;
+  HttpServer agent(o);
+  std::atomic<int> wakes{0};
+  agent.Get("/v1/logs", [](const httplib::Request&, httplib::Response& res) { res.set_content("line\n", "text/plain"); });
+  agent.Post(api::routes::kAgentWake, [&](const httplib::Request&, httplib::Response& res) {
+    ++wakes;
+    res.set_content("{}", "application/json");
+  });
+  const int port = agent.Bind().value();
+  std::thread serve([&] { agent.Serve(); });
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  {
+    AgentClients clients;
+    httplib::Server unused;
+    Router router(unused, nullptr, /*insecure=*/true, nullptr, &clients);
+    AgentWaker waker(clients, 4);
+    // The logs call is done (its connection kept) before the wake-up goes out.
+    auto r = router.AgentClient("n1", url, Millis(1000)).GetRaw("/v1/logs");
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    waker.Wake({url});
+    ASSERT_TRUE(WaitUntil([&] { return wakes.load() == 1; }));
   }
   EXPECT_EQ(agent.Stats().accepted_connections, 1);
   agent.Stop();

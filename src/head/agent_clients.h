@@ -1,0 +1,41 @@
+// AgentClients: the head's HTTP clients for its agents, one per agent URL, shared by every
+// caller (the waker's senders, and through Router::AgentClient logs, exec and images).
+// The copies of one agent's client share its kept connections (common/http.h), so the head
+// keeps about one connection to each agent, and under TLS one client context and one
+// handshake per connection rather than per call: `cohort logs -f` asks 4 times a second,
+// the waker once per change, and a new client context alone costs ~90 us here.
+//
+// Each copy carries its own timeout (and whatever the caller sets on it, e.g. the node's
+// bearer credential); the kept connections are the URL's. Agents come and go: past 4,096
+// URLs the clients are forgotten (their connections close as the copies in use go).
+//
+// Threads: any.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/http.h"
+#include "common/mutex.h"
+#include "common/tls.h"
+
+namespace cohort::head {
+
+class AgentClients {
+ public:
+  // `tls`: what the head trusts and presents when it calls agents over HTTPS (none: plain
+  // HTTP, or an https:// agent URL fails).
+  explicit AgentClients(std::optional<tls::ClientOptions> tls = std::nullopt) : tls_(std::move(tls)) {}
+
+  // A copy of `agent_url`'s client, with `timeout`.
+  HttpClient For(const std::string& agent_url, Millis timeout) EXCLUDES(mu_);
+
+ private:
+  const std::optional<tls::ClientOptions> tls_;
+  Mutex mu_;
+  std::map<std::string, HttpClient> clients_ GUARDED_BY(mu_);  // by agent URL
+};
+
+}  // namespace cohort::head
