@@ -12,17 +12,12 @@
 #include <vector>
 
 #include "engine/kernels/cpu/matmul.h"
+#include "normal_random.h"
 
 namespace cohort::engine::cpu {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using testing::NormalRandom;
 
 // Shapes with every edge: C not a multiple of the lanes, OC not a multiple of the tiles
 // or of the column blocks.
@@ -34,15 +29,15 @@ class RowInvariance : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(RowInvariance, ARowHasTheSameBitsInAnyBatchAndThreadCount) {
   const auto [C, OC] = GetParam();
-  const RowInvariantWeights w = PackRowInvariantWeights(Random(static_cast<size_t>(OC) * C, 1).data(), OC, C);
-  const std::vector<float> bias = Random(OC, 2);
-  const std::vector<float> row = Random(C, 3);
+  const RowInvariantWeights w = PackRowInvariantWeights(NormalRandom(static_cast<size_t>(OC) * C, 1).data(), OC, C);
+  const std::vector<float> bias = NormalRandom(OC, 2);
+  const std::vector<float> row = NormalRandom(C, 3);
   std::vector<float> alone(OC);
   MatmulForwardRowInvariant(alone.data(), row.data(), w, bias.data(), 1);
   // The vector width never shows in the bits: every instruction set this CPU has, on a
   // batch with the row in the middle.
   const int n = 13;
-  std::vector<float> batch = Random(static_cast<size_t>(n) * C, 7);
+  std::vector<float> batch = NormalRandom(static_cast<size_t>(n) * C, 7);
   std::memcpy(batch.data() + 6 * static_cast<size_t>(C), row.data(), C * sizeof(float));
   int isas = 0;
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
@@ -58,7 +53,7 @@ TEST_P(RowInvariance, ARowHasTheSameBitsInAnyBatchAndThreadCount) {
   for (int n = 2; n <= 40; n += n < 33 ? 1 : 7) {
     for (int threads : {1, 2, 3}) {
       for (int at : {0, n / 2, n - 1}) {
-        std::vector<float> batch = Random(static_cast<size_t>(n) * C, 10 + n);
+        std::vector<float> batch = NormalRandom(static_cast<size_t>(n) * C, 10 + n);
         std::memcpy(batch.data() + static_cast<size_t>(at) * C, row.data(), C * sizeof(float));
         std::vector<float> out(static_cast<size_t>(n) * OC);
         omp_set_num_threads(threads);
@@ -76,12 +71,12 @@ TEST_P(RowInvariance, ARowHasTheSameBitsInAnyBatchAndThreadCount) {
 // or reordered it, would differ in the last bits here).
 TEST_P(RowInvariance, EachOutputIsOneFmaChainOverKInOrder) {
   const auto [C, OC] = GetParam();
-  const std::vector<float> w = Random(static_cast<size_t>(OC) * C, 21), bias = Random(OC, 22);
+  const std::vector<float> w = NormalRandom(static_cast<size_t>(OC) * C, 21), bias = NormalRandom(OC, 22);
   const RowInvariantWeights packed = PackRowInvariantWeights(w.data(), OC, C);
   EXPECT_EQ(packed.C(), C);
   EXPECT_EQ(packed.OC(), OC);
   for (int n : {1, 6, 8, 11, 32}) {
-    const std::vector<float> inp = Random(static_cast<size_t>(n) * C, 23 + n);
+    const std::vector<float> inp = NormalRandom(static_cast<size_t>(n) * C, 23 + n);
     std::vector<float> want(static_cast<size_t>(n) * OC);
     for (int r = 0; r < n; ++r) {
       for (int o = 0; o < OC; ++o) {
@@ -106,9 +101,9 @@ TEST_P(RowInvariance, ValuesAreTheBlasProducts) {
   const auto [C, OC] = GetParam();
   for (int n : {1, 7, 32}) {
     SCOPED_TRACE("n " + std::to_string(n));
-  const std::vector<float> w = Random(static_cast<size_t>(OC) * C, 4), bias = Random(OC, 5);
+  const std::vector<float> w = NormalRandom(static_cast<size_t>(OC) * C, 4), bias = NormalRandom(OC, 5);
   const RowInvariantWeights wt = PackRowInvariantWeights(w.data(), OC, C);
-  const std::vector<float> inp = Random(static_cast<size_t>(n) * C, 6);
+  const std::vector<float> inp = NormalRandom(static_cast<size_t>(n) * C, 6);
   std::vector<float> got(static_cast<size_t>(n) * OC), blas(got.size()), no_bias(got.size());
   MatmulForwardRowInvariant(got.data(), inp.data(), wt, bias.data(), n);
   MatmulForward(blas.data(), inp.data(), w.data(), bias.data(), n, C, OC);

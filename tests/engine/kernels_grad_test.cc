@@ -19,17 +19,12 @@
 #include "engine/kernels/cpu/layernorm.h"
 #include "engine/kernels/cpu/matmul.h"
 #include "engine/kernels/cpu/residual.h"
+#include "normal_random.h"
 
 namespace cohort::engine::cpu {
 namespace {
 
-std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f, float shift = 0.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = shift + scale * normal(rng);
-  return v;
-}
+using testing::NormalRandom;
 
 double Dot(const std::vector<float>& r, const std::vector<float>& y) {
   double s = 0;
@@ -84,8 +79,8 @@ void ExpectAccumulates(const std::vector<float>& fresh, const std::vector<float>
 }
 
 void CheckLayerNorm(int N, int C, size_t samples) {
-  auto inp = Random(N * C, 1, 2.0f, 0.5f), w = Random(C, 2, 0.3f, 1.0f), b = Random(C, 3, 0.3f);
-  auto r = Random(N * C, 4);
+  auto inp = NormalRandom(N * C, 1, 2.0f, 0.5f), w = NormalRandom(C, 2, 0.3f, 1.0f), b = NormalRandom(C, 3, 0.3f);
+  auto r = NormalRandom(N * C, 4);
   std::vector<float> out(N * C), mean(N), rstd(N);
   auto loss = [&] {
     LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
@@ -113,8 +108,8 @@ TEST(KernelGradTest, LayerNorm) { CheckLayerNorm(4, 24, 100000); }
 TEST(KernelGradTest, LayerNormManyRows) { CheckLayerNorm(800, 24, 200); }
 
 void CheckMatmul(int N, int C, int OC) {
-  auto inp = Random(N * C, 1), w = Random(OC * C, 2, 0.5f), bias = Random(OC, 3);
-  auto r = Random(N * OC, 4);
+  auto inp = NormalRandom(N * C, 1), w = NormalRandom(OC * C, 2, 0.5f), bias = NormalRandom(OC, 3);
+  auto r = NormalRandom(N * OC, 4);
   std::vector<float> out(N * OC);
   auto loss = [&] {
     MatmulForward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
@@ -155,8 +150,8 @@ TEST(KernelGradTest, MatmulSplitByColumns) { CheckMatmul(37, 13, 41); }
 TEST(KernelGradTest, MatmulSplitByRows) { CheckMatmul(45, 11, 19); }
 
 void CheckAttention(int B, int T, int C, int NH, size_t samples) {
-  auto qkv = Random(static_cast<size_t>(B) * T * 3 * C, 7, 0.8f);
-  auto r = Random(static_cast<size_t>(B) * T * C, 8);
+  auto qkv = NormalRandom(static_cast<size_t>(B) * T * 3 * C, 7, 0.8f);
+  auto r = NormalRandom(static_cast<size_t>(B) * T * C, 8);
   std::vector<float> out(static_cast<size_t>(B) * T * C), att(static_cast<size_t>(B) * NH * T * T);
   auto loss = [&] {
     AttentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
@@ -192,8 +187,8 @@ TEST(KernelGradTest, AttentionAcrossBlocks) { CheckAttention(1, 150, 8, 2, 300);
 
 TEST(KernelGradTest, Gelu) {
   const size_t n = 200;
-  auto inp = Random(n, 11, 2.0f);
-  auto r = Random(n, 12);
+  auto inp = NormalRandom(n, 11, 2.0f);
+  auto r = NormalRandom(n, 12);
   std::vector<float> out(n);
   auto loss = [&] {
     GeluForward(out.data(), inp.data(), n);
@@ -216,7 +211,7 @@ TEST(KernelGradTest, Gelu) {
 
 TEST(KernelGradTest, Residual) {
   const size_t n = 100;
-  auto a = Random(n, 21), b = Random(n, 22), r = Random(n, 23);
+  auto a = NormalRandom(n, 21), b = NormalRandom(n, 22), r = NormalRandom(n, 23);
   std::vector<float> out(n);
   auto loss = [&] {
     ResidualForward(out.data(), a.data(), b.data(), n);
@@ -232,9 +227,9 @@ TEST(KernelGradTest, Residual) {
 
 TEST(KernelGradTest, Encoder) {
   const int B = 3, T = 5, C = 20, V = 7;
-  auto wte = Random(V * C, 31), wpe = Random(T * C, 32);
+  auto wte = NormalRandom(V * C, 31), wpe = NormalRandom(T * C, 32);
   std::vector<int32_t> tokens = {0, 3, 3, 6, 1, 3, 3, 0, 2, 2, 6, 5, 4, 3, 3};  // repeats
-  auto r = Random(B * T * C, 33);
+  auto r = NormalRandom(B * T * C, 33);
   std::vector<float> out(B * T * C);
   auto loss = [&] {
     EncoderForward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
@@ -253,7 +248,7 @@ TEST(KernelGradTest, Encoder) {
 
 TEST(KernelGradTest, CrossEntropyIgnoresPaddingAndMaskedRows) {
   const int N = 6, V = 11, Vp = 16;
-  auto logits = Random(N * Vp, 41, 2.0f);
+  auto logits = NormalRandom(N * Vp, 41, 2.0f);
   std::vector<int32_t> targets = {3, -1, 10, 0, -1, 7};
   std::vector<float> lse(N);
   int count = 0;

@@ -2,6 +2,7 @@
 // causal softmax attention's, and a (row, head)'s bits do not depend on the chunk or batch
 // it comes in, the threads or the instruction set.
 #include "engine/kernels/cpu/kv_attention.h"
+#include "normal_random.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -16,13 +17,7 @@
 namespace cohort::engine::cpu {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using testing::NormalRandom;
 
 struct Shape {
   int C, NH, block_size;
@@ -48,7 +43,7 @@ class KvAttention : public ::testing::TestWithParam<Shape> {
   }
   Sequence Make(int len, uint32_t seed) {
     const auto [C, NH, bs] = GetParam();
-    Sequence s{len, Random(static_cast<size_t>(len) * 3 * C, seed), {}};
+    Sequence s{len, NormalRandom(static_cast<size_t>(len) * 3 * C, seed), {}};
     for (int b = 0; b < (len + bs - 1) / bs; ++b) {
       EXPECT_FALSE(free_.empty()) << "the test's cache is too small";
       if (free_.empty()) break;
