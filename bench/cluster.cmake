@@ -18,3 +18,7 @@ add_executable(bench_job_arrays ${CMAKE_CURRENT_LIST_DIR}/job_arrays.cc)
 target_link_libraries(bench_job_arrays PRIVATE cohort_common cohort_api)
 cohort_build_paths(bench_job_arrays COHORT_BINARY $<TARGET_FILE:cohort>)
 add_dependencies(bench_job_arrays cohort)
+
+# The HTTP layer alone, plain against mTLS (issue 13's cost of security, without the head).
+add_executable(bench_http_server ${CMAKE_CURRENT_LIST_DIR}/http_server.cc)
+target_link_libraries(bench_http_server PRIVATE cohort_common)

@@ -55,6 +55,7 @@ struct Conn {
   bool handshaking = false; // its TLS handshake has not completed
   bool draining = false;    // answered and shut for writing: input is read and dropped until it ends
   size_t drain_budget = 0;  // bytes a draining connection may still drop before it is closed
+  bool watched = false;     // handed back already watched by epoll (HandBack's quiet path)
   std::optional<std::pair<std::string, int>> local;  // this end's address, once asked for
 };
 
@@ -468,13 +469,29 @@ struct HttpServer::Impl {
   }
 
   // A worker is done with a request; the connection waits for the next one in the loop.
+  // Usually nothing of the next request is here yet: the worker then watches the
+  // connection itself and leaves it for the loop to adopt at its next turn, without waking
+  // the loop (that wake-up was a context switch of the loop thread per request, a large
+  // part of a heartbeat's cost on a small VM: bench_http_server). Bytes already here (a
+  // pipelined request, TLS bytes read ahead, a client that shut down its side) wake it to
+  // serve them. The connection is watched before the loop can see it, so an event for it
+  // may come first: the loop ignores an fd it does not hold, and epoll (level-triggered)
+  // reports it again at the next turn, by when it is adopted.
   void HandBack(std::unique_ptr<Conn> conn) {
     if (stopping) return Close(std::move(conn));
+    const bool quiet = conn->buf.empty() && !conn->peer_closed && !(conn->ssl && SSL_has_pending(conn->ssl) == 1);
+    if (quiet) {
+      conn->reading = false;
+      conn->close_after = false;
+      conn->deadline_ms = MonoMs() + options.idle_timeout.count();
+      Watch(*conn);
+      conn->watched = true;
+    }
     {
       MutexLock lock(mu);
       handed_back.push_back(std::move(conn));
     }
-    Wake();
+    if (!quiet) Wake();
   }
 
   // ---- Per-client limits of a pool.
@@ -794,20 +811,26 @@ struct HttpServer::Impl {
     if (waiting.count(fd) && conn.peer_closed) Close(Take(fd));
   }
 
+  // Adopts the connections workers handed back (at every turn of the loop: quiet
+  // hand-backs wake no one).
   void TakeHandBacks() {
-    uint64_t count = 0;
-    (void)!::read(wake_fd, &count, sizeof count);
     std::vector<std::unique_ptr<Conn>> back;
     {
       MutexLock lock(mu);
+      if (handed_back.empty()) return;
       back.swap(handed_back);
     }
     for (auto& conn : back) {
+      int fd = conn->fd;
+      if (conn->watched) {
+        conn->watched = false;
+        waiting[fd] = std::move(conn);
+        continue;
+      }
       conn->reading = false;
       conn->close_after = false;
       conn->deadline_ms = MonoMs() + options.idle_timeout.count();
       NoteRequestStart(*conn);
-      int fd = conn->fd;
       const bool peer_closed = conn->peer_closed;
       SSL* ssl = conn->ssl;
       Watch(*conn);
@@ -850,6 +873,7 @@ struct HttpServer::Impl {
     int64_t next_sweep = MonoMs() + 100;
     while (!stopping) {
       int n = epoll_wait(epoll_fd, events, 256, 100);
+      TakeHandBacks();
       // TLS handshakes are the loop's costly work (a key exchange and a signature each,
       // ~0.3 ms): requests on connections already open go first, and a turn does at most
       // kHandshakesPerTurn of them, so a flood of new connections (clients refused with
@@ -861,7 +885,9 @@ struct HttpServer::Impl {
         if (fd == listen_fd) {
           AcceptAll();
         } else if (fd == wake_fd) {
-          TakeHandBacks();
+          uint64_t count = 0;
+          (void)!::read(wake_fd, &count, sizeof count);
+          TakeHandBacks();  // one handed back since the turn began, whose signal was just read
         } else if (auto it = waiting.find(fd); it != waiting.end() && !it->second->handshaking) {
           OnReadable(fd);
         }
