@@ -57,6 +57,12 @@ struct ContainerLaunch {
 std::vector<std::string> ContainerRunArgv(const ContainerLaunch& c);
 // Removes the container whatever its state (gone already is fine).
 std::vector<std::string> ContainerRemoveArgv(const std::string& runtime_command, const std::string& name);
+// Prints the pid of the container's init on the host (0 while it is not running);
+// container_root.h.
+std::vector<std::string> ContainerInitPidArgv(const std::string& runtime_command, const std::string& name);
+// Sends `signal` ("TERM") to the container's init by the container's name.
+std::vector<std::string> ContainerSignalArgv(const std::string& runtime_command, const std::string& name,
+                                             const std::string& signal);
 // Exits 0 when the image is in the node's store.
 std::vector<std::string> ContainerImageExistsArgv(const std::string& runtime_command, const std::string& image);
 
