@@ -147,6 +147,13 @@ void ContainerRootFinder::Poll(SteadyTime now) {
   inspect_ = child->pid();  // reaped by the caller, handed back through OnChildExit
 }
 
+void ContainerRootFinder::Clear() {
+  started_ = false;
+  inspect_ = -1;
+  unlink(root_path_.c_str());
+  unlink(out_path_.c_str());
+}
+
 bool ContainerRootFinder::OnChildExit(pid_t pid, int status, SteadyTime now) {
   if (pid != inspect_ || inspect_ <= 0) return false;
   inspect_ = -1;

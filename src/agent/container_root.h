@@ -87,6 +87,9 @@ class ContainerRootFinder {
   // `pid` exited with wait status `status`: true when it was this finder's inspect (its
   // answer is then taken), false for any other child.
   bool OnChildExit(pid_t pid, int status, SteadyTime now);
+  // The task is over: removes the root file and the inspect's output; nothing more is
+  // published (the caller has reaped or killed a running inspect).
+  void Clear();
   // The init published last, if any (it may have exited since).
   const std::optional<ContainerRoot>& root() const { return root_; }
 

@@ -650,8 +650,8 @@ void TaskShim::Supervise() {
     CheckKillDeadline();
     HandleSignals();
     ReapAvailable();
-    if (root_finder_ && !leader_status_) {
-      root_finder_->Poll(SteadyClock::now());
+    if (root_finder_) {
+      if (!leader_status_) root_finder_->Poll(SteadyClock::now());
       container_seen_ = container_seen_ || root_finder_->root().has_value();
     }
     SignalContainerIfDue();
@@ -722,7 +722,7 @@ std::string LastRuntimeError(const std::string& path) {
 }  // namespace
 
 void TaskShim::FinishContainer() {
-  if (!args_.container_root.empty()) unlink(args_.container_root.c_str());  // no root left to read
+  if (root_finder_) root_finder_->Clear();  // no root left to read
   if (args_.container_name.empty() || !leader_status_ || !start_error_.empty()) return;
   constexpr Millis kRuntimeTimeout{30000};
   const ExitStatus runtime = DecodeWaitStatus(*leader_status_);
