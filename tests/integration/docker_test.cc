@@ -17,25 +17,12 @@
 
 #include <gmock/gmock.h>
 
-#include "agent/container.h"
-#include "harness.h"
+#include "container_util.h"
 
 namespace cohort::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Runs argv; its exit code and output (stdout and stderr together).
-std::pair<int, std::string> RunTool(std::vector<std::string> argv, const std::string& out) {
-  SpawnOptions o;
-  o.argv = std::move(argv);
-  o.stdout_path = out;
-  std::filesystem::remove(o.stdout_path);
-  auto p = Subprocess::Spawn(o);
-  if (!p) return {-1, p.error().message};
-  auto st = p->Wait();
-  return {st ? st->Code() : -1, ReadFile(o.stdout_path)};
-}
 
 // The first executable `name` in PATH, or in the sbin directories a non-login shell may
 // leave out; empty if none.
@@ -91,7 +78,7 @@ class Docker : public ::testing::Test {
         exited = true;
         return true;
       }
-      return RunTool({runtime_, "version"}, dir_ + "/version.out").first == 0;
+      return RunTool({runtime_, "version"}, dir_).first == 0;
     }, std::chrono::seconds(60));
     if (exited || !up) {
       skip_ = "dockerd cannot run here (" + std::string(exited ? "it exited" : "no answer in 60 s") +
@@ -107,13 +94,13 @@ class Docker : public ::testing::Test {
     }
     std::ofstream(root + "/etc/cohort-marker") << "inside-the-docker-image\n";
     auto [rc, out] = RunTool({"sh", "-c", "tar -C '" + root + "' -c . | '" + runtime_ + "' import - " + image_},
-                             dir_ + "/import.out");
+                             dir_);
     if (rc != 0) {
       skip_ = "docker cannot import an image here: " + out;
       return;
     }
     auto [run_rc, run_out] =
-        RunTool({runtime_, "run", "--rm", "--network=host", image_, "/bin/true"}, dir_ + "/probe.out");
+        RunTool({runtime_, "run", "--rm", "--network=host", image_, "/bin/true"}, dir_);
     if (run_rc != 0) skip_ = "docker cannot run a container here: " + run_out;
   }
 
@@ -160,22 +147,39 @@ class Docker : public ::testing::Test {
   }
 
   // The containers of job `id` of `c`'s agent that Docker still knows, any state.
-  static std::string ContainersOf(const LocalCluster& c, int64_t id) {
-    const std::string name = agent::ContainerName(c.dir() + "/node-a", id, 0, 0);
-    const std::string prefix = name.substr(0, name.rfind("-a") + 2);  // cohort-HASH-jID-a
-    auto [rc, out] = RunTool({runtime_, "ps", "--all", "--format", "{{.Names}}"}, c.dir() + "/ps.out");
-    std::string mine;
-    std::istringstream lines(out);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.starts_with(prefix)) mine += line + " ";
-    }
-    return mine;
+  static std::string ContainersOf(const LocalCluster& c, int64_t id) { return ContainersOfJob(runtime_, c, id); }
+
+  // A running task of job `id` that has printed `line`: the variables its log sets and the
+  // host pid of its container's init (State.Pid, as NVML would report its GPU memory).
+  struct Running {
+    std::map<std::string, std::string> env;
+    int init = 0;
+  };
+  static Running WaitForTask(LocalCluster& c, int64_t id, const std::string& line) {
+    Running r;
+    c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
+    EXPECT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find(line) != std::string::npos; }, std::chrono::seconds(60)))
+        << c.Logs(id, 0);
+    r.env = ParseEnvLines(c.Logs(id, 0));
+    std::string name = ContainersOf(c, id);
+    name = name.substr(0, name.find(' '));
+    auto [rc, out] = RunTool({runtime_, "container", "inspect", "--format", "{{.State.Pid}}", name}, c.dir());
+    r.init = rc == 0 ? atoi(out.c_str()) : 0;
+    EXPECT_GT(r.init, 1) << "no container " << name << " running: " << out;
+    return r;
   }
 
-  // The host pid of the init of container `name` (its State.Pid), or 0.
-  static int InitPid(const std::string& name, const std::string& scratch) {
-    auto [rc, out] = RunTool({runtime_, "container", "inspect", "--format", "{{.State.Pid}}", name}, scratch);
-    return rc == 0 ? atoi(out.c_str()) : 0;
+  // Registers `bytes` of simulated GPU memory for the process `pid` on the task's GPU.
+  static void RegisterGpuMemory(const Running& t, int pid, int64_t bytes) {
+    std::ofstream(t.env.at("DIR") + "/" + std::to_string(pid)) << t.env.at("GPUS") << " " << bytes << "\n";
+  }
+
+  // After job `id` has ended: no container of it is left, nor its init (waits for both).
+  static void ExpectNothingLeft(LocalCluster& c, int64_t id, int init) {
+    EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30)))
+        << "still there: " << ContainersOf(c, id);
+    EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(init); }, std::chrono::seconds(10)))
+        << "the container's init survived";
   }
 
   static json TaskUsage(LocalCluster& c, int64_t id) {
@@ -204,12 +208,9 @@ TEST_F(Docker, ATasksCpuMemoryAndGpuMemoryCountForItAndCancelStopsTheContainer) 
                        {"gpus_per_node", 1},
                        {"container", {{"image", image_}, {"runtime", "docker"}}}});
   const int64_t id = job["id"];
-  c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
-  ASSERT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find("HELD=") != std::string::npos; }, std::chrono::seconds(60)))
-      << c.Logs(id, 0);
-  auto env = ParseEnvLines(c.Logs(id, 0));
-  EXPECT_EQ(env["HELD"], "134217728");
-  ASSERT_FALSE(env["DIR"].empty()) << c.Logs(id, 0);
+  Running t = WaitForTask(c, id, "HELD=");
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(t.env["HELD"], "134217728");
 
   json u;
   EXPECT_TRUE(WaitUntil([&] {
@@ -217,13 +218,8 @@ TEST_F(Docker, ATasksCpuMemoryAndGpuMemoryCountForItAndCancelStopsTheContainer) 
     return u.is_object() && u.value("cpu_seconds", 0.0) >= 3 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
   }, std::chrono::seconds(60))) << "the container's CPU and memory are not the task's: " << u.dump(2);
 
-  std::string name = ContainersOf(c, id);
-  ASSERT_FALSE(name.empty());
-  name = name.substr(0, name.find(' '));
-  const int init = InitPid(name, c.dir() + "/inspect.out");
-  ASSERT_GT(init, 1);
   const int64_t bytes = int64_t{3} << 30;
-  std::ofstream(env["DIR"] + "/" + std::to_string(init)) << env["GPUS"] << " " << bytes << "\n";
+  RegisterGpuMemory(t, t.init, bytes);
   EXPECT_TRUE(WaitUntil([&] {
     u = TaskUsage(c, id);
     return u.is_object() && u.value("gpu_memory_bytes", int64_t{0}) == bytes;
@@ -235,10 +231,7 @@ TEST_F(Docker, ATasksCpuMemoryAndGpuMemoryCountForItAndCancelStopsTheContainer) 
   auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ((*r)["state"], "CANCELLED");
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30)))
-      << "still there: " << ContainersOf(c, id);
-  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(init); }, std::chrono::seconds(10)))
-      << "the container's init survived the cancel";
+  ExpectNothingLeft(c, id, t.init);
 }
 
 // The task's output reaches its log, its exit code the job; the container is gone after.
@@ -276,23 +269,13 @@ TEST_F(Docker, GpuMemoryEnforceKillsATaskOverItsShareAndItsContainer) {
                        {"gpu_memory_enforce", "kill"},
                        {"container", {{"image", image_}, {"runtime", "docker"}}}});
   const int64_t id = job["id"];
-  c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
-  ASSERT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find("DIR=") != std::string::npos; }, std::chrono::seconds(60)))
-      << c.Logs(id, 0);
-  auto env = ParseEnvLines(c.Logs(id, 0));
-  std::string name = ContainersOf(c, id);
-  ASSERT_FALSE(name.empty());
-  name = name.substr(0, name.find(' '));
-  const int init = InitPid(name, c.dir() + "/inspect.out");
-  ASSERT_GT(init, 1);
-  std::ofstream(env["DIR"] + "/" + std::to_string(init)) << env["GPUS"] << " " << (int64_t{50} << 30) << "\n";
+  Running t = WaitForTask(c, id, "DIR=");
+  ASSERT_FALSE(HasFailure());
+  RegisterGpuMemory(t, t.init, int64_t{50} << 30);
   json done = c.WaitForState(id, "FAILED", std::chrono::seconds(30));
-  EXPECT_THAT(done.value("reason", ""), HasSubstr("task 0 used 50 GiB of GPU " + env["GPUS"] +
+  EXPECT_THAT(done.value("reason", ""), HasSubstr("task 0 used 50 GiB of GPU " + t.env["GPUS"] +
                                                   ", over its share of 40 GiB (gpu_memory_enforce: kill)"));
-  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30)))
-      << "still there: " << ContainersOf(c, id);
-  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(init); }, std::chrono::seconds(10)))
-      << "the container's init survived the kill";
+  ExpectNothingLeft(c, id, t.init);
 }
 
 // A failing rank stops the rest of its gang at once, often while their `docker run` is
