@@ -18,6 +18,11 @@ packages=(
   podman runc catatonit busybox-static   # container jobs and their test (scripts/setup-podman.sh)
   zsh   # the zsh completion script's test runs it in a real zsh
 )
+# Docker container jobs' test (tests/integration/docker_test.cc starts a dockerd of its own;
+# ~8 s to download and install on the 2-core VM). Only where no Docker is installed: Debian's
+# docker.io conflicts with Docker's own docker-ce and containerd.io packages, which apt would
+# remove. The package's service is not started where policy-rc.d forbids it (containers).
+command -v dockerd >/dev/null 2>&1 || packages+=(docker.io)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -13,6 +13,7 @@
 #include <httplib.h>
 
 #include "agent/cdi.h"
+#include "agent/container_root.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
@@ -388,15 +389,23 @@ api::Heartbeat Agent::BuildHeartbeat() {
   std::vector<TaskUsageSample> usage_samples;
   if (executor_) {
     auto snapshot = executor_->Snapshot();
-    std::set<int> roots;  // each task by its shim's pid (proc_usage.h)
+    // Each task by its shim's pid, and a Docker task's container init as its second root
+    // (proc_usage.h, container_root.h). The init's file is read with /proc below.
+    TaskRoots roots;
+    auto now = SteadyClock::now();
+    const bool read_proc = now - usage_read_ >= std::chrono::seconds(1);
     for (const auto& s : snapshot) {
-      if (s.running && s.pid > 0) roots.insert(s.pid);
+      if (!s.running || s.pid <= 0) continue;
+      roots[s.pid] = {s.pid, 0};
+      if (!read_proc || s.container_root_path.empty()) continue;
+      if (auto init = ReadContainerRoot(s.container_root_path); init && !roots.contains(init->pid)) {
+        roots[init->pid] = {s.pid, init->start_ticks};
+      }
     }
     // /proc is read at most once a second: heartbeats may be far more frequent (one per
     // wave of starts and exits), and each read scans every process of the node. A task
     // started since the last read shows its use from the next one.
-    auto now = SteadyClock::now();
-    if (now - usage_read_ >= std::chrono::seconds(1)) {
+    if (read_proc) {
       TaskProcesses procs = ReadTaskProcesses(roots);
       usage_ = std::move(procs.usage);
       usage_read_ = now;

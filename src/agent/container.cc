@@ -32,6 +32,15 @@ std::vector<std::string> ContainerRemoveArgv(const std::string& runtime_command,
   return {runtime_command, "rm", "--force", name};
 }
 
+std::vector<std::string> ContainerInitPidArgv(const std::string& runtime_command, const std::string& name) {
+  return {runtime_command, "container", "inspect", "--format", "{{.State.Pid}}", name};
+}
+
+std::vector<std::string> ContainerSignalArgv(const std::string& runtime_command, const std::string& name,
+                                             const std::string& signal) {
+  return {runtime_command, "kill", "--signal", signal, name};
+}
+
 std::vector<std::string> ContainerImageExistsArgv(const std::string& runtime_command, const std::string& image) {
   return {runtime_command, "image", "inspect", "--format", "{{.Id}}", image};
 }

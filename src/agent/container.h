@@ -8,7 +8,10 @@
 // monitor (conmon) and the container's processes reparented to the shim, a subreaper,
 // which kills them like any orphan of the task. Those processes (conmon, the container's
 // init and all it starts) descend from the shim, so their CPU, RSS and GPU memory count
-// for the task though they leave its session (proc_usage.h). After the task, the shim removes the
+// for the task though they leave its session (proc_usage.h). Docker's container is the
+// Docker daemon's child instead: the shim finds its init by name and publishes it as the
+// task's second root (container_root.h), and stops it by name (task_shim.h,
+// --container-root). After the task, the shim removes the
 // container by name (ContainerRemoveArgv) so that no record or mount is left, and on the
 // runtime's own failure (exit 125: image missing and not pullable, bad flags) it records
 // the runtime's error line as the task's error (task_shim.h).
@@ -57,6 +60,12 @@ struct ContainerLaunch {
 std::vector<std::string> ContainerRunArgv(const ContainerLaunch& c);
 // Removes the container whatever its state (gone already is fine).
 std::vector<std::string> ContainerRemoveArgv(const std::string& runtime_command, const std::string& name);
+// Prints the pid of the container's init on the host (0 while it is not running);
+// container_root.h.
+std::vector<std::string> ContainerInitPidArgv(const std::string& runtime_command, const std::string& name);
+// Sends `signal` ("TERM") to the container's init by the container's name.
+std::vector<std::string> ContainerSignalArgv(const std::string& runtime_command, const std::string& name,
+                                             const std::string& signal);
 // Exits 0 when the image is in the node's store.
 std::vector<std::string> ContainerImageExistsArgv(const std::string& runtime_command, const std::string& image);
 

@@ -1,8 +1,11 @@
-# cohort_task_shim: the task shim, the identity it gives a task, the lease file it watches
-# and the container runtime's command lines: all that the lean cohort-task-shim program
+# cohort_task_shim: the task shim, the identity it gives a task, the lease file it watches,
+# the container runtime's command lines and a Docker container's init it publishes (with
+# the /proc reading that checks it): all that the lean cohort-task-shim program
 # links besides cohort_common's pieces it calls.
 add_library(cohort_task_shim
   ${CMAKE_CURRENT_LIST_DIR}/container.cc
+  ${CMAKE_CURRENT_LIST_DIR}/container_root.cc
+  ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc
@@ -20,6 +23,8 @@ target_link_libraries(cohort_task_shim PUBLIC cohort_common)
 set(COHORT_TASK_SHIM_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/task_shim_main.cc
   ${CMAKE_CURRENT_LIST_DIR}/container.cc
+  ${CMAKE_CURRENT_LIST_DIR}/container_root.cc
+  ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc
@@ -51,7 +56,6 @@ install(TARGETS cohort-task-shim RUNTIME DESTINATION bin)
 add_library(cohort_agent_exec
   ${CMAKE_CURRENT_LIST_DIR}/executor.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease_keeper.cc
-  ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_user.cc
   ${CMAKE_CURRENT_LIST_DIR}/gpu/nvml.cc
   ${CMAKE_CURRENT_LIST_DIR}/gpu/sharing.cc

@@ -185,6 +185,11 @@ std::string Executor::StatusPath(const TaskKey& k) const {
                      k.attempt, k.rank);
 }
 
+std::string Executor::ContainerRootPath(const TaskKey& k) const {
+  return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.container-root", options_.work_dir, k.job_id, k.attempt,
+                     k.rank);
+}
+
 void Executor::Wake() {
   if (wake_fd_ < 0) return;
   uint64_t one = 1;
@@ -207,6 +212,11 @@ Result<void> Executor::Launch(const TaskSpec& spec) {
   t.status.log_path = LogPath(spec.key);
   t.status.gpus = spec.gpus;
   t.status.cpus = spec.cpus;
+  // Docker's containers are not the shim's descendants: their init is found by name
+  // (container_root.h).
+  if (!spec.container_image.empty() && spec.container_runtime == "docker") {
+    t.status.container_root_path = ContainerRootPath(spec.key);
+  }
   tasks_.emplace(spec.key, std::move(t));
   if (std::this_thread::get_id() == thread_.get_id()) {  // from on_task_exit
     lk.Unlock();
@@ -326,6 +336,7 @@ std::string Executor::PrepareTask(const TaskKey& key, const TaskSpec& spec, std:
   std::error_code ec;
   fs::remove(status, ec);
   fs::remove(status + ".tmp", ec);
+  fs::remove(ContainerRootPath(key), ec);  // an earlier run's container is no root of this one
   int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return fmt::format("cannot create {}: {}", log, strerror(errno));
   have_log = true;
@@ -385,7 +396,9 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
     if (options_.container_devices) c.devices = options_.container_devices(spec.gpus);
     c.command = spec.command;
     argv.insert(argv.end(), {"--container-runtime", c.runtime_command, "--container-name", c.name,
-                             "--container-image", c.image, "--"});
+                             "--container-image", c.image});
+    if (c.runtime == "docker") argv.insert(argv.end(), {"--container-root", ContainerRootPath(key)});
+    argv.push_back("--");
     auto run = ContainerRunArgv(c);
     argv.insert(argv.end(), run.begin(), run.end());
     return argv;

@@ -10,6 +10,8 @@
 // Files, under Options::work_dir:
 //   jobs/<job_id>/attempt-<attempt>/rank-<rank>.log          stdout + stderr of the task
 //   jobs/<job_id>/attempt-<attempt>/rank-<rank>.status.json  written by the shim at exit
+//   jobs/<job_id>/attempt-<attempt>/rank-<rank>.container-root  a Docker task's container
+//                                                             init, while it runs
 // Logs stay after Forget, so ReadLog keeps working for forgotten tasks.
 //
 // Users (task_user.h): a task whose spec names a user runs as the account
@@ -91,6 +93,9 @@ struct TaskStatus {
   std::string log_path;
   std::vector<int> gpus;
   int cpus = 0;
+  // A Docker task: the file where its shim publishes the container's init, the task's
+  // second root (container_root.h); empty for every other task.
+  std::string container_root_path;
 };
 
 // What a command run beside a running task needs to run in its environment (exec
@@ -214,6 +219,7 @@ class Executor {
   // Paths of a task's files (whether or not the task exists).
   std::string LogPath(const TaskKey& key) const;
   std::string StatusPath(const TaskKey& key) const;
+  std::string ContainerRootPath(const TaskKey& key) const;
 
  private:
   struct Task {

@@ -32,14 +32,14 @@ std::optional<ProcStat> ParseProcStat(std::string_view line, long ticks_per_s, l
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
     return ec == std::errc() && p == s.data() + s.size();
   };
-  long long pid = 0, ppid = 0, session = 0, utime = 0, stime = 0, cutime = 0, cstime = 0, rss = 0;
+  long long pid = 0, ppid = 0, session = 0, utime = 0, stime = 0, cutime = 0, cstime = 0, start = 0, rss = 0;
   {
     std::string_view head = line.substr(0, line.find(' '));
     auto [p, ec] = std::from_chars(head.data(), head.data() + head.size(), pid);
     if (ec != std::errc() || p != head.data() + head.size()) return std::nullopt;
   }
   if (!num(4, ppid) || !num(6, session) || !num(14, utime) || !num(15, stime) || !num(16, cutime) || !num(17, cstime) ||
-      !num(24, rss)) {
+      !num(22, start) || !num(24, rss)) {
     return std::nullopt;
   }
   ProcStat st;
@@ -48,24 +48,39 @@ std::optional<ProcStat> ParseProcStat(std::string_view line, long ticks_per_s, l
   st.session = static_cast<int>(session);
   st.usage.cpu_seconds = double(utime + stime + cutime + cstime) / double(ticks_per_s);
   st.usage.rss_bytes = std::max<long long>(0, rss) * page_bytes;
+  st.start_ticks = start;
   return st;
 }
 
-std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const std::set<int>& roots) {
+TaskRoots ShimRoots(const std::set<int>& shims) {
+  TaskRoots roots;
+  for (int shim : shims) roots[shim] = {shim, 0};
+  return roots;
+}
+
+std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const TaskRoots& roots) {
   std::map<int, int> out;
   if (roots.empty()) return out;
   std::unordered_map<int, const ProcStat*> by_pid;
   by_pid.reserve(procs.size());
   for (const ProcStat& p : procs) by_pid[p.pid] = &p;
-  // pid -> root, or 0: belongs to none (memoised, so the walk is linear in the processes).
+  // root pid -> task, for the roots whose process is the one they name.
+  std::unordered_map<int, int> live;
+  for (const auto& [pid, r] : roots) {
+    auto it = by_pid.find(pid);
+    if (pid > 1 && it != by_pid.end() && (r.start_ticks == 0 || it->second->start_ticks == r.start_ticks)) {
+      live[pid] = r.task;
+    }
+  }
+  // pid -> task, or 0: belongs to none (memoised, so the walk is linear in the processes).
   std::unordered_map<int, int> known;
   std::vector<int> chain;
   for (const ProcStat& p : procs) {
     chain.clear();
     int root = 0;
     for (int pid = p.pid;;) {
-      if (roots.contains(pid)) {
-        root = pid;
+      if (auto r = live.find(pid); r != live.end()) {
+        root = r->second;
         break;
       }
       if (auto k = known.find(pid); k != known.end()) {
@@ -80,26 +95,41 @@ std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const std::set<in
       pid = it->second->ppid;
     }
     for (int pid : chain) known[pid] = root;
-    if (root == 0 && roots.contains(p.session)) root = p.session;
+    if (auto r = live.find(p.session); root == 0 && r != live.end()) root = r->second;
     if (root != 0) out[p.pid] = root;
   }
   return out;
 }
 
-TaskProcesses ReadTaskProcesses(const std::set<int>& roots, std::string_view proc_root) {
-  TaskProcesses out;
-  if (roots.empty()) return out;
+namespace {
+
+std::optional<ProcStat> ReadProcStat(const std::filesystem::path& dir) {
   static const long ticks = sysconf(_SC_CLK_TCK);
   static const long page = sysconf(_SC_PAGESIZE);
+  std::ifstream in(dir / "stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;  // the process is gone
+  return ParseProcStat(line, ticks, page);
+}
+
+}  // namespace
+
+std::optional<int64_t> ProcStartTicks(int pid, std::string_view proc_root) {
+  if (pid <= 0) return std::nullopt;
+  auto st = ReadProcStat(std::filesystem::path(std::string(proc_root)) / std::to_string(pid));
+  if (!st || st->pid != pid) return std::nullopt;
+  return st->start_ticks;
+}
+
+TaskProcesses ReadTaskProcesses(const TaskRoots& roots, std::string_view proc_root) {
+  TaskProcesses out;
+  if (roots.empty()) return out;
   std::vector<ProcStat> procs;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(std::string(proc_root), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.empty() || name[0] < '0' || name[0] > '9') continue;
-    std::ifstream in(it->path() / "stat");
-    std::string line;
-    if (!std::getline(in, line)) continue;  // the process is gone
-    if (auto st = ParseProcStat(line, ticks, page)) procs.push_back(*st);
+    if (auto st = ReadProcStat(it->path())) procs.push_back(*st);
   }
   out.task_of = TasksOf(procs, roots);
   for (const ProcStat& p : procs) {

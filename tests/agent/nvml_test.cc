@@ -64,7 +64,7 @@ TEST(FakeNvmlTest, MigInstancesTopologyAndProcessMemory) {
   EXPECT_EQ(procs[1].gpu, 2);
   EXPECT_EQ(procs[1].memory_bytes, 5 * kGiB);
   // This process as a task's root (its session id may be 0 in a container, naming none).
-  const auto task_of = ReadTaskProcesses({getpid()}).task_of;
+  const auto task_of = ReadTaskProcesses(ShimRoots({getpid()})).task_of;
   const GpuMemoryLimit share{4 * kGiB, /*kill=*/false};
   TaskGpuMemory m = MeasureTaskGpuMemory(0, getpid(), {2}, share, procs, task_of);
   EXPECT_EQ(m.bytes, 7 * kGiB) << "5 GiB on GPU 2 and 2 GiB on the MIG instance; the stranger's is not ours";

@@ -6,7 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "agent/container_root.h"
 #include "agent/lease.h"
+#include "agent/proc_usage.h"
 #include "common/json.h"
 #include "common/subprocess.h"
 #include "test_util.h"
@@ -19,6 +21,7 @@ using agent_testing::ReadFile;
 using agent_testing::TempDir;
 using agent_testing::WaitForFile;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class TaskShimTest : public ::testing::Test {
  protected:
@@ -242,6 +245,86 @@ TEST_F(TaskShimTest, NoAllowanceOutlivesTheDeadline) {
   auto shim = StartLeasedShimAndStopItPastExpiry(200ms, 1000ms);
   ASSERT_TRUE(shim);
   EXPECT_THAT(KilledFor(*shim), HasSubstr("did not renew the task's lease for 1.0s ("));
+}
+
+// A Docker task (--container-root): the container is not the shim's descendant. A fake
+// runtime stands in for the Docker client and daemon: `run` waits for `go` (the client
+// creating the container), then starts the container's init in a PID namespace of its own
+// (unshare; a shell that exits on SIGTERM, as docker-init passes it on) and waits for it;
+// `container inspect` prints the init's pid, or 0 before it
+// exists; `kill --signal SIG` fails until the init exists, then signals it; every call and
+// a SIGTERM that reaches the client are logged in `calls`.
+class DockerShimTest : public TaskShimTest {
+ protected:
+  void SetUp() override {
+    if (getuid() != 0 || system("unshare --pid --fork true >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "cannot create a PID namespace here (unshare --pid needs root)";
+    }
+    std::ofstream(runtime_) << "#!/bin/sh\n"
+                            << "D=" << tmp_.path() << "\n"
+                            << R"(echo "$*" >> $D/calls
+case "$1" in
+run)
+  trap 'echo client-got-TERM >> $D/calls' TERM
+  while [ ! -e $D/go ]; do sleep 0.01; done
+  unshare --pid --fork --kill-child sh -c 'trap "exit 143" TERM; while :; do sleep 0.05; done' & u=$!
+  c=""; while [ -z "$c" ]; do c=$(tr -d ' ' < /proc/$u/task/$u/children 2>/dev/null); done
+  echo $c > $D/init.tmp && mv $D/init.tmp $D/init.pid
+  wait $u; exit $? ;;
+container) if [ -e $D/init.pid ]; then cat $D/init.pid; else echo 0; fi ;;
+kill) [ -e $D/init.pid ] && kill -$3 $(cat $D/init.pid) ;;
+rm) rm -f $D/init.pid ;;
+esac
+)";
+    std::filesystem::permissions(runtime_, std::filesystem::perms::owner_all);
+  }
+  Result<Subprocess> StartDockerShim() {
+    return StartShim({runtime_, "run"}, 20000, true,
+                     {"--container-runtime", runtime_, "--container-name", "c1", "--container-image", "img",
+                      "--container-root", root_});
+  }
+  int InitPid() { return atoi(ReadFile(tmp_.Sub("init.pid")).c_str()); }
+
+  std::string runtime_ = tmp_.Sub("docker");
+  std::string root_ = tmp_.Sub("task.container-root");
+  std::string calls_ = tmp_.Sub("calls");
+};
+
+// The shim finds the container's init by asking the runtime (0 until it runs) and
+// publishes it with its start time; after the task the file is gone.
+TEST_F(DockerShimTest, PublishesTheContainersInitForTheAgent) {
+  auto shim = StartDockerShim();
+  ASSERT_TRUE(shim);
+  ASSERT_TRUE(agent_testing::WaitFor([&] { return ReadFile(calls_).find("container inspect") != std::string::npos; }));
+  EXPECT_FALSE(std::filesystem::exists(root_)) << "published before the container ran";
+  std::ofstream(go_) << "go";
+  ASSERT_TRUE(agent_testing::WaitFor([&] { return InitPid() > 0 && ReadContainerRoot(root_).has_value(); }));
+  const int init = InitPid();
+  EXPECT_EQ(ReadContainerRoot(root_), (ContainerRoot{init, ProcStartTicks(init).value_or(-1)}));
+  EXPECT_THAT(ReadFile(calls_), HasSubstr("container inspect --format {{.State.Pid}} c1"));
+  kill(init, SIGKILL);  // the container ends: the client returns its code
+  ASSERT_TRUE(shim->WaitFor(20s));
+  EXPECT_FALSE(std::filesystem::exists(root_));
+  EXPECT_FALSE(std::filesystem::exists(root_ + ".inspect"));
+}
+
+// SIGTERM while the client is still creating the container: the client is never
+// signalled (killing it then can leave a container created, or started, after the task);
+// the container gets SIGTERM by its name once it exists, and is removed after.
+TEST_F(DockerShimTest, SigtermReachesTheContainerByNameNeverTheCreatingClient) {
+  auto shim = StartDockerShim();
+  ASSERT_TRUE(shim);
+  ASSERT_TRUE(agent_testing::WaitFor([&] { return ReadFile(calls_).find("run") != std::string::npos; }));
+  shim->Signal(SIGTERM);
+  ASSERT_TRUE(agent_testing::WaitFor([&] { return ReadFile(calls_).find("kill --signal TERM c1") != std::string::npos; }));
+  std::ofstream(go_) << "go";  // the create completes; the retried kill now lands
+  auto st = shim->WaitFor(20s);
+  ASSERT_TRUE(st);
+  const std::string calls = ReadFile(calls_);
+  EXPECT_THAT(calls, Not(HasSubstr("client-got-TERM")));
+  EXPECT_THAT(calls, HasSubstr("rm --force c1"));
+  EXPECT_EQ(Status()["signal"], 0) << "the client was not killed: it returned the container's end";
+  EXPECT_NE(Status()["exit_code"], 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "agent/container_root.h"
 #include "agent/gpu/gpu.h"
 #include "agent/gpu/task_memory.h"
 #include "agent/health_check.h"
@@ -93,6 +94,7 @@ TEST(ProcUsageTest, ParsesStatLine) {
   EXPECT_EQ(st->session, 4000);
   EXPECT_DOUBLE_EQ(st->usage.cpu_seconds, 4.0);  // (250 + 50 + 100 + 0) / 100
   EXPECT_EQ(st->usage.rss_bytes, 300 * 4096);
+  EXPECT_EQ(st->start_ticks, 123);
   EXPECT_FALSE(ParseProcStat("garbage", 100, 4096).has_value());
   EXPECT_FALSE(ParseProcStat("1 (x) S 1 2", 100, 4096).has_value());
 }
@@ -118,17 +120,17 @@ TEST(ProcUsageTest, SumsASessionLeaderAndItsAncestorsTree) {
   close(ready[0]);
   ASSERT_EQ(getsid(shim), shim);
 
-  auto procs = ReadTaskProcesses({shim});
+  auto procs = ReadTaskProcesses(ShimRoots({shim}));
   ASSERT_TRUE(procs.usage.contains(shim));
   EXPECT_GT(procs.usage[shim].rss_bytes, 0);
   EXPECT_EQ(procs.task_of.at(shim), shim);
   EXPECT_FALSE(procs.task_of.contains(getpid())) << "the parent is not in the child's task";
   // This process as a root: itself and its descendant, though the child left its session.
-  auto mine = ReadTaskProcesses({getpid()});
+  auto mine = ReadTaskProcesses(ShimRoots({getpid()}));
   EXPECT_EQ(mine.task_of.at(getpid()), getpid());
   EXPECT_EQ(mine.task_of.at(shim), getpid());
   EXPECT_GT(mine.usage[getpid()].rss_bytes, procs.usage[shim].rss_bytes / 2);
-  EXPECT_TRUE(ReadTaskProcesses({}).usage.empty());
+  EXPECT_TRUE(ReadTaskProcesses(TaskRoots{}).usage.empty());
   kill(shim, SIGKILL);
   waitpid(shim, nullptr, 0);
 }
@@ -142,11 +144,17 @@ class FakeProc {
     std::filesystem::create_directories(root_ / "self");  // not a pid: skipped
   }
   ~FakeProc() { std::filesystem::remove_all(root_); }
-  void Add(int pid, const std::string& comm, int ppid, int session, long cpu_ticks, long rss_pages) {
+  void Add(int pid, const std::string& comm, int ppid, int session, long cpu_ticks, long rss_pages,
+           long start_ticks = 1) {
     std::filesystem::create_directories(root_ / std::to_string(pid));
     std::ofstream(root_ / std::to_string(pid) / "stat")
         << pid << " (" << comm << ") S " << ppid << " " << session << " " << session << " 0 -1 0 0 0 0 0 " << cpu_ticks
-        << " 0 0 0 20 0 1 0 1 1000 " << rss_pages << " 0 0 0\n";
+        << " 0 0 0 20 0 1 0 " << start_ticks << " 1000 " << rss_pages << " 0 0 0\n";
+  }
+  // PROC/PID/status with its NSpid line ("NSpid:\t4242\t1": the init of a child namespace).
+  void SetNsPids(int pid, const std::string& nspids) {
+    std::ofstream(root_ / std::to_string(pid) / "status") << "Name:\tx\nPid:\t" << pid << "\nNSpid:\t" << nspids
+                                                          << "\nThreads:\t1\n";
   }
   std::string path() const { return root_.string(); }
 
@@ -172,7 +180,7 @@ TEST(ProcUsageTest, AContainerTasksProcessesCountForItsShim) {
   proc.Add(300, "sshd", 1, 300, 5 * ticks, 400);        // nobody's task
   proc.Add(301, "bash", 300, 300, ticks, 100);
 
-  TaskProcesses t = ReadTaskProcesses({100, 200}, proc.path());
+  TaskProcesses t = ReadTaskProcesses(ShimRoots({100, 200}), proc.path());
   const std::map<int, int> want = {{100, 100}, {101, 100}, {110, 100}, {120, 100}, {121, 100}, {122, 100},
                                    {200, 200}, {201, 200}};
   EXPECT_EQ(t.task_of, want);
@@ -183,18 +191,98 @@ TEST(ProcUsageTest, AContainerTasksProcessesCountForItsShim) {
   EXPECT_EQ(t.usage[200].rss_bytes, 4 * page);
   EXPECT_EQ(t.usage.size(), 2u);
   // A task with no process left is absent; no roots, nothing read.
-  EXPECT_FALSE(ReadTaskProcesses({999}, proc.path()).usage.contains(999));
-  EXPECT_TRUE(ReadTaskProcesses({}, proc.path()).task_of.empty());
+  EXPECT_FALSE(ReadTaskProcesses(ShimRoots({999}), proc.path()).usage.contains(999));
+  EXPECT_TRUE(ReadTaskProcesses(TaskRoots{}, proc.path()).task_of.empty());
+}
+
+// Issue 18: a Docker task's container is the Docker daemon's, not a descendant of the
+// task's shim. Shaped like `ps -eo pid,ppid,sid` under a real Docker task: the container's
+// init (the shim publishes it, container_root.h) is the task's second root.
+TEST(ProcUsageTest, ADockerTasksContainerInitIsItsSecondRoot) {
+  const long ticks = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+  FakeProc proc;
+  proc.Add(1, "init", 0, 1, 0, 10);
+  proc.Add(100, "cohort-task-shi", 1, 100, 0, 1);           // the task's shim
+  proc.Add(101, "docker", 100, 100, ticks, 40);              // `docker run`, only a client
+  proc.Add(50, "dockerd", 1, 50, 3 * ticks, 900);            // the daemon: nobody's task
+  proc.Add(60, "containerd-shim", 1, 50, 0, 5);              // the container's parent
+  proc.Add(70, "docker-init", 60, 70, 0, 1, /*start=*/5000);  // the container's init
+  proc.Add(71, "python", 70, 70, 40 * ticks, 1000);           // the container's work
+  proc.Add(72, "worker", 71, 75, 2 * ticks, 300);             // left the init's session too
+  proc.Add(80, "docker-init", 60, 80, 9 * ticks, 77, 6000);   // another container, no task's
+
+  const std::map<int, int> client_only = {{100, 100}, {101, 100}};
+  EXPECT_EQ(ReadTaskProcesses(ShimRoots({100}), proc.path()).task_of, client_only)
+      << "the shim's tree alone does not reach a Docker container";
+
+  TaskRoots roots = ShimRoots({100});
+  roots[70] = {100, 5000};
+  TaskProcesses t = ReadTaskProcesses(roots, proc.path());
+  const std::map<int, int> want = {{100, 100}, {101, 100}, {70, 100}, {71, 100}, {72, 100}};
+  EXPECT_EQ(t.task_of, want);
+  EXPECT_EQ(t.usage.size(), 1u) << "the container's use adds to its task, named by the shim";
+  EXPECT_DOUBLE_EQ(t.usage[100].cpu_seconds, 43.0) << "client 1 + python 40 + worker 2";
+  EXPECT_EQ(t.usage[100].rss_bytes, (1 + 40 + 1 + 1000 + 300) * page);
+
+  // The init exited and its pid went to a process that started later: no root.
+  roots[70] = {100, 4999};
+  EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, client_only);
+  // A root whose process is gone roots nothing.
+  roots.erase(70);
+  roots[90] = {100, 5000};
+  EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, client_only);
+}
+
+TEST(ContainerRootTest, ParsesTheInspectAnswer) {
+  EXPECT_EQ(ParseInspectPid("31017\n"), 31017);
+  EXPECT_EQ(ParseInspectPid(" 42 "), 42);
+  EXPECT_EQ(ParseInspectPid("0\n"), std::nullopt) << "created, not started: no init yet";
+  EXPECT_EQ(ParseInspectPid(""), std::nullopt);
+  EXPECT_EQ(ParseInspectPid("Error: No such container: x"), std::nullopt);
+  EXPECT_EQ(ParseInspectPid("12 13"), std::nullopt);
+  EXPECT_EQ(ParseInspectPid("-5"), std::nullopt);
+}
+
+TEST(ContainerRootTest, OnlyTheInitOfAPidNamespaceIsAContainerRoot) {
+  FakeProc proc;
+  proc.Add(70, "docker-init", 60, 70, 0, 1, 5000);
+  proc.SetNsPids(70, "70\t1");
+  proc.Add(71, "python", 70, 70, 0, 1, 5001);
+  proc.SetNsPids(71, "71\t7");  // in the container, not its init
+  proc.Add(72, "sshd", 1, 72, 0, 1, 5002);
+  proc.SetNsPids(72, "72");  // a host process that took a container init's pid
+  proc.Add(73, "nested-init", 1, 73, 0, 1, 5003);
+  proc.SetNsPids(73, "73\t12\t1");
+  EXPECT_EQ(CheckContainerInit(70, proc.path()), (ContainerRoot{70, 5000}));
+  EXPECT_EQ(CheckContainerInit(71, proc.path()), std::nullopt);
+  EXPECT_EQ(CheckContainerInit(72, proc.path()), std::nullopt);
+  EXPECT_EQ(CheckContainerInit(73, proc.path()), (ContainerRoot{73, 5003}));
+  EXPECT_EQ(CheckContainerInit(74, proc.path()), std::nullopt) << "no such process";
+  EXPECT_EQ(CheckContainerInit(getpid()), std::nullopt) << "this test is no container's init";
+}
+
+TEST(ContainerRootTest, TheRootFileRoundTrips) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cohort-root-" + std::to_string(getpid()))).string();
+  EXPECT_EQ(ReadContainerRoot(path), std::nullopt) << "no file yet";
+  ASSERT_TRUE(WriteContainerRoot(path, {31017, 987654}));
+  EXPECT_EQ(ReadContainerRoot(path), (ContainerRoot{31017, 987654}));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  for (const char* bad : {"", "31017", "31017 x", "1 5", "31017 0", "x 5"}) {
+    std::ofstream(path) << bad << "\n";
+    EXPECT_EQ(ReadContainerRoot(path), std::nullopt) << bad;
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(ProcUsageTest, TasksOfGoesToTheNearestAncestorAndSurvivesCycles) {
-  auto st = [](int pid, int ppid, int session) { return ProcStat{pid, ppid, session, {}}; };
+  auto st = [](int pid, int ppid, int session) { return ProcStat{pid, ppid, session, {}, 1}; };
   // A task started from inside another task's tree (an agent in a task): the inner shim's
   // processes are the inner task's. A pid cycle (pid reuse mid-read) ends the walk.
   const std::vector<ProcStat> procs = {st(10, 1, 10), st(11, 10, 10), st(20, 11, 20), st(21, 20, 21),
                                        st(30, 31, 30), st(31, 30, 31)};
   const std::map<int, int> want = {{10, 10}, {11, 10}, {20, 20}, {21, 20}};
-  EXPECT_EQ(TasksOf(procs, {10, 20}), want);
+  EXPECT_EQ(TasksOf(procs, ShimRoots({10, 20})), want);
 }
 
 TEST(AgentMetricsTest, GpuAndTaskSeries) {

@@ -8,23 +8,10 @@
 #include <set>
 #include <sstream>
 
-#include "agent/container.h"
-#include "harness.h"
+#include "container_util.h"
 
 namespace cohort::testing {
 namespace {
-
-// Runs argv; its exit code and output (stdout and stderr together).
-std::pair<int, std::string> RunTool(std::vector<std::string> argv, const std::string& dir) {
-  SpawnOptions o;
-  o.argv = std::move(argv);
-  o.stdout_path = dir + "/run.out";
-  std::filesystem::remove(o.stdout_path);
-  auto p = Subprocess::Spawn(o);
-  if (!p) return {-1, p.error().message};
-  auto st = p->Wait();
-  return {st ? st->Code() : -1, ReadFile(o.stdout_path)};
-}
 
 class Containers : public ::testing::Test {
  protected:
@@ -67,19 +54,7 @@ class Containers : public ::testing::Test {
   }
 
   // The containers of job `id` of `c`'s agent node-a that Podman still knows, any state.
-  // Other tests' clusters run their own job `id` at the same time (ctest -j): the name's
-  // hash of the agent's work directory tells them apart (agent/container.h).
-  static std::string ContainersOf(const LocalCluster& c, int64_t id) {
-    const std::string name = agent::ContainerName(c.dir() + "/node-a", id, 0, 0);
-    const std::string prefix = name.substr(0, name.rfind("-a") + 2);  // cohort-HASH-jID-a
-    auto [rc, out] = RunTool({"podman", "ps", "--all", "--format", "{{.Names}}"}, dir_);
-    std::string mine;
-    std::istringstream lines(out);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.starts_with(prefix)) mine += line + " ";
-    }
-    return mine;
-  }
+  static std::string ContainersOf(const LocalCluster& c, int64_t id) { return ContainersOfJob("podman", c, id); }
 
   static inline std::string dir_, image_, skip_;
 };

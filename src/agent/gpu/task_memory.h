@@ -3,7 +3,7 @@
 //
 // The agent samples GpuMonitor::Processes (NVML's compute processes, or the simulated
 // registrations: the same path after the source), maps each pid to its task (its shim's
-// session or tree, container tasks included: proc_usage.h, TasksOf), and measures each
+// session or tree, or its Docker container's init's: proc_usage.h, TasksOf), and measures each
 // running task here. A sharing task carries its part in its environment (api/job_env.cc):
 // COHORT_GPU_MEMORY_MIB (its gpu_memory, or the fraction's part of the GPU's memory) and
 // COHORT_GPU_MEMORY_ENFORCE ("report" or "kill"). A task over its part on any of its GPUs
