@@ -9,7 +9,10 @@
 //   - a ZeRO-2 and a ZeRO-3 checkpoint (every rank's ranges) resume in the same layout
 //     bitwise on the emulator;
 //   - a ZeRO-2 and a ZeRO-3 checkpoint resume on the CPU model on one rank (ZeRO-0), and a
-//     CPU checkpoint resumes CUDA ZeRO-2 and ZeRO-3 on two ranks as CUDA DDP resumes it.
+//     CPU checkpoint resumes CUDA ZeRO-2 and ZeRO-3 on two ranks as CUDA DDP resumes it;
+//   - under all of them, the model without its buffers (gpt_cuda.h GptCudaStorage): the
+//     gradient pieces it hands a sink (wte in several row chunks) are the whole buffer's
+//     gradient and the loss read through a parameter source is the whole model's.
 // Built twice: against the CPU emulator over gloo (cuda_emu.cmake; runs in CI) and against
 // the real CUDA engine over NCCL (label gpu; skips with fewer than 2 GPUs). The model is tiny
 // (2 layers, d_model 64, 4 heads, context 16, vocab 96) so the emulator takes seconds.
@@ -27,6 +30,8 @@
 #include "comm_test_util.h"
 #include "cuda_test_util.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/model/cuda_arena.h"
+#include "engine/model/gpt_cuda.h"
 #include "engine/parallel/zero.h"
 #include "engine/parallel/ddp.h"
 #include "engine/trainer/train_model.h"
@@ -365,6 +370,135 @@ std::vector<double> CpuRun(int first_step, int steps, const State& start, State*
 // A CUDA ZeRO-2 (ZeRO-3) checkpoint on 2 ranks resumes on the CPU on 1 rank, and a CPU
 // checkpoint resumes CUDA ZeRO-2 (ZeRO-3) on 2 ranks as it resumes CUDA DDP. bf16 against float32: the
 // CPU and the GPU agree to ~1e-2 (cuda_trainer_test's tolerance).
+// A sink and a source over plain device allocations, one rank: what the model hands out and
+// asks for, against the whole buffers.
+class RecordingSink final : public CudaGradSink {
+ public:
+  RecordingSink(GptCudaModel& model, size_t n) : model_(model), grads_(n, 0.0f), seen_(n, 0) {}
+  Result<float*> Acquire(size_t offset, size_t count) override {
+    void* p = nullptr;
+    COHORT_CUDA_CHECK(cudaMalloc(&p, count * sizeof(float)));
+    pieces_.push_back({offset, count});
+    buffer_ = static_cast<float*>(p);
+    return buffer_;
+  }
+  Result<void> Done(size_t offset, size_t count) override {
+    COHORT_TRY_VOID(model_.Synchronize());
+    COHORT_CUDA_CHECK(cudaMemcpy(grads_.data() + offset, buffer_, count * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+    for (size_t i = offset; i < offset + count; ++i) ++seen_[i];
+    COHORT_CUDA_CHECK(cudaFree(buffer_));
+    return {};
+  }
+  GptCudaModel& model_;
+  std::vector<float> grads_;
+  std::vector<int> seen_;  // how many pieces covered each element
+  std::vector<ParamPiece> pieces_;
+  float* buffer_ = nullptr;
+};
+
+class CopyingSource final : public CudaParamSource {
+ public:
+  CopyingSource(GptCudaModel& model, const std::vector<float>& params) : model_(model) {
+    for (float f : params) bits_.push_back(FloatToBf16Bits(f));
+  }
+  Result<void> BeginPass(bool backward) override {
+    expected_ = GptCudaModel::ParamPieces(model_.config(), backward);
+    next_ = 0;
+    return {};
+  }
+  Result<const cuda::bf16*> Gather(size_t offset, size_t count) override {
+    if (next_ >= expected_.size() || !(expected_[next_] == ParamPiece{offset, count})) {
+      return Errorf(ErrorCode::kInternal, "piece [{}, +{}) out of order", offset, count);
+    }
+    ++next_;
+    void* p = nullptr;
+    COHORT_CUDA_CHECK(cudaMalloc(&p, count * sizeof(uint16_t)));
+    COHORT_CUDA_CHECK(cudaMemcpy(p, bits_.data() + offset, count * sizeof(uint16_t),
+                                 cudaMemcpyHostToDevice));
+    held_[offset] = p;
+    max_held_ = std::max(max_held_, held_.size());
+    return static_cast<const cuda::bf16*>(p);
+  }
+  Result<void> Release(size_t offset, size_t) override {
+    COHORT_TRY_VOID(model_.Synchronize());
+    COHORT_CUDA_CHECK(cudaFree(held_.at(offset)));
+    held_.erase(offset);
+    return {};
+  }
+  GptCudaModel& model_;
+  std::vector<uint16_t> bits_;
+  std::vector<ParamPiece> expected_;
+  size_t next_ = 0;
+  std::map<size_t, void*> held_;
+  size_t max_held_ = 0;
+};
+
+TEST(CudaZeroTest, PiecesAreTheWholeBuffers) {
+  COHORT_SKIP_WITHOUT_GPU();
+  // A vocabulary large enough that wte's gradient comes in several chunks of rows.
+  GptConfig c = TinyConfig();
+  c.vocab_size = 1000;
+  c.n_layer = 1;
+  auto host = GptModel::Create(c);
+  ASSERT_TRUE(host.has_value());
+  host->InitRandom(5);
+  const std::vector<float> params(host->params().begin(), host->params().end());
+  const size_t n = params.size();
+  std::vector<int32_t> in(kB * kT), out(kB * kT);
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = static_cast<int32_t>((i * 37 + 11) % 1000);
+    out[i] = static_cast<int32_t>((i * 53 + 7) % 1000);
+  }
+  const float scale = 0.5f;
+
+  auto whole = GptCudaModel::Create(c, kB, kT);
+  ASSERT_TRUE(whole.has_value()) << whole.error().ToString();
+  ASSERT_TRUE((*whole)->CopyParamsFromHost(params).has_value());
+  auto loss = (*whole)->Forward(in, out, kB, kT);
+  ASSERT_TRUE(loss.has_value()) << loss.error().ToString();
+  ASSERT_TRUE((*whole)->Backward(scale).has_value());
+  std::vector<float> want(n);
+  ASSERT_TRUE((*whole)->CopyGradsToHost(want).has_value());
+
+  auto bare = GptCudaModel::Create(c, kB, kT, {}, GptCudaStorage{false, false});
+  ASSERT_TRUE(bare.has_value()) << bare.error().ToString();
+  GptCudaModel& model = **bare;
+  EXPECT_TRUE(model.params_device().empty());
+  EXPECT_TRUE(model.grads_device().empty());
+  auto none = model.Forward(in, out, kB, kT);
+  ASSERT_FALSE(none.has_value());
+  EXPECT_EQ(none.error().code, ErrorCode::kFailedPrecondition) << none.error().ToString();
+  RecordingSink sink(model, n);
+  CopyingSource source(model, params);
+  model.SetGradSink(&sink);
+  model.SetParamSource(&source);
+  auto bare_loss = model.Forward(in, out, kB, kT);
+  ASSERT_TRUE(bare_loss.has_value()) << bare_loss.error().ToString();
+  auto backward = model.Backward(scale);
+  ASSERT_TRUE(backward.has_value()) << backward.error().ToString();
+  EXPECT_EQ(source.max_held_, 2u);  // a layer and the next piece's LayerNorm
+  EXPECT_TRUE(source.held_.empty());
+
+  // The pieces: GradPieces' order, each element once, none above MaxGradPiece, wte in
+  // several chunks.
+  EXPECT_EQ(sink.pieces_, GptCudaModel::GradPieces(c));
+  size_t wte_chunks = 0;
+  for (const ParamPiece& p : sink.pieces_) {
+    EXPECT_LE(p.count, GptCudaModel::MaxGradPiece(c));
+    if (p.offset < static_cast<size_t>(c.padded_vocab_size()) * c.n_embd) ++wte_chunks;
+  }
+  EXPECT_GE(wte_chunks, 2u);
+  EXPECT_TRUE(std::all_of(sink.seen_.begin(), sink.seen_.end(), [](int k) { return k == 1; }));
+#ifdef COHORT_CUDA_EMULATED
+  EXPECT_EQ(*bare_loss, *loss);
+  EXPECT_EQ(sink.grads_, want);  // the same sums in the same order
+#else
+  EXPECT_LT(RelDiff(*bare_loss, *loss), 1e-6);
+  EXPECT_LT(RelError(sink.grads_, want), 1e-4);  // attention's dq sums with float atomics
+#endif
+}
+
 class CudaZeroCheckpointTest : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(CudaZeroCheckpointTest, MovesBetweenCudaZeroAndTheCpu) {
