@@ -105,8 +105,26 @@ class CudaTrainModel final : public TrainModel {
   Result<void> Backward(float loss_scale, const GradReadyFn& ready) override {
     // Stages 2 and 3 reduce every micro-batch's pieces into the shard themselves (`ready` is
     // a reducer's, and the trainer makes none for them).
-    if (zero_ && zero_->stage() >= 2) return zero_->Backward(loss_scale);
+    if (zero_ && zero_->stage() >= 2) return zero_->Backward(loss_scale, /*final=*/true);
     return model_->Backward(loss_scale, ready);
+  }
+  // Stages 2 and 3: the data-parallel loop (TrainModel's), telling the optimizer which
+  // micro-batch is the step's last (offloaded, only its pieces go to the host).
+  Result<double> TrainMicrobatches(int count, int B, int T, const LoadMicrobatch& load,
+                                   DdpReducer* reducer) override {
+    if (!zero_ || zero_->stage() < 2) {
+      return TrainModel::TrainMicrobatches(count, B, T, load, reducer);
+    }
+    std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
+    COHORT_TRY_VOID(ZeroGrad());
+    double loss_sum = 0;
+    const float scale = 1.0f / static_cast<float>(count);
+    for (int a = 0; a < count; ++a) {
+      COHORT_TRY_VOID(load(a, inputs, targets));
+      loss_sum += COHORT_TRY(Forward(inputs, targets, B, T));
+      COHORT_TRY_VOID(zero_->Backward(scale, /*final=*/a == count - 1));
+    }
+    return loss_sum / count;
   }
   Result<double> ClipAndStep(double max_norm, float lr) override {
     if (zero_) return zero_->Step(max_norm, lr);
@@ -426,7 +444,10 @@ Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
       // (less offload's pinned gradient shard) and, not offloaded, the AdamW state.
       const size_t host_params =
           z->offload_params() ? z->param_bytes() : (z->offload() ? z->shard_size() * 4 : 0);
-      const size_t host_scratch = z->offload() ? z->shard_size() * sizeof(float) : 0;
+      const size_t host_scratch =
+          z->offload() ? z->shard_size() * sizeof(float) +
+                             (z->stage() == 3 && !z->offload_params() ? z->shard_size() * 2 : 0)
+                       : 0;
       const size_t device = self->model().device_bytes() + z->param_bytes() - host_params +
                             z->grad_shard_bytes() + z->scratch_bytes() - host_scratch +
                             (z->offload() ? 0 : z->optimizer_bytes());

@@ -35,6 +35,8 @@ CudaZeroOptimizer::~CudaZeroOptimizer() {
   params_.reset();
   grads_.reset();
   thread_.reset();
+  host_thread_.reset();
+  if (bf16_host_ != nullptr) (void)cudaFreeHost(bf16_host_);
   if (master_ != nullptr) (void)cudaFreeHost(master_);
   if (grads_host_ != nullptr) (void)cudaFreeHost(grads_host_);
   if (copy_stream_ != nullptr) (void)cudaStreamDestroy(copy_stream_);
@@ -108,13 +110,18 @@ Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
     COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
     z->grads_host_ = static_cast<float*>(pinned);
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&z->copy_stream_, cudaStreamNonBlocking));
+    z->host_thread_ = std::make_unique<SerialThread>(dev);
   }
   if (stage >= 2) {
-    z->thread_ = std::make_unique<CollectiveThread>(dev);
+    z->thread_ = std::make_unique<SerialThread>(dev);
     z->grads_ = COHORT_TRY(ShardedDeviceGrads::Create(data, z->partition_,
                                                       GptCudaModel::MaxGradPiece(model.config()), dev,
                                                       model.stream(), *z->thread_));
     model.SetGradSink(z->grads_.get());
+    if (options.offload) {
+      CudaZeroOptimizer* self = z.get();
+      z->grads_->set_final([self](size_t lo, size_t hi) { return self->ShardFinal(lo, hi); });
+    }
   }
   if (stage == 3) {
     const size_t bf16_bytes = std::max<size_t>(1, n) * sizeof(cuda::bf16);
@@ -126,6 +133,10 @@ Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
       COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bf16_bytes));
       z->bf16_shard_ = static_cast<cuda::bf16*>(pinned);
     } else {
+      if (options.offload) {  // the host step's bf16 chunks, copied to the device shard
+        COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bf16_bytes));
+        z->bf16_host_ = static_cast<uint16_t*>(pinned);
+      }
       z->bf16_shard_ = static_cast<cuda::bf16*>(COHORT_TRY(DeviceAlloc(
           bf16_bytes, fmt::format("the ZeRO-3 bf16 parameter shard ({} values)", n), dev)));
     }
@@ -174,8 +185,15 @@ Result<void> CudaZeroOptimizer::ZeroGrad() {
   return grads_->ZeroShard();
 }
 
-Result<void> CudaZeroOptimizer::Backward(float loss_scale) {
-  grads_->Begin();
+Result<void> CudaZeroOptimizer::Backward(float loss_scale, bool final) {
+  const bool to_host = final && offload_;
+  if (to_host) {
+    // A new final round: the last one's parts are dropped (its ops are done).
+    COHORT_TRY_VOID(host_thread_->Drain());
+    partials_.clear();
+    copied_ = 0;
+  }
+  grads_->Begin(to_host);
   auto backward = model_.Backward(loss_scale);
   // Every piece handed to the sink is reduced (or skipped after an error) before returning.
   auto reduced = grads_->Finish();
@@ -213,11 +231,23 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
   COHORT_CUDA_CHECK(cudaSetDevice(model_.device()));
   const size_t n = shard_size();
   double squares = 0;
-  if (offload_) {
-    // Stage 1 over several ranks: the reducer's buckets brought the shard to the host during
-    // the backward (GradsReduced); otherwise the whole shard now.
+  if (offload_ && grads_) {
+    // The final round's pieces reached the host during the backward (ShardFinal), each
+    // part's Σ g² computed on the host thread: summed here in their (fixed) order.
+    COHORT_TRY_VOID(host_thread_->Drain());
     const size_t copied = copied_.exchange(0);
-    if (partition_.ranks == 1 || grads_) {
+    if (copied != n) {
+      return Errorf(ErrorCode::kInternal,
+                    "optimizer offload: the last backward brought {} of the gradient shard's {} "
+                    "values to the host (no final round?)",
+                    copied, n);
+    }
+    for (double part : partials_) squares += part;
+  } else if (offload_) {
+    // Stage 1 over several ranks: the reducer's buckets brought the shard to the host during
+    // the backward (GradsReduced); on one rank the whole shard now.
+    const size_t copied = copied_.exchange(0);
+    if (partition_.ranks == 1) {
       COHORT_TRY_VOID(Copy(grads_host_, grad_shard(), n * sizeof(float), cudaMemcpyDeviceToHost));
     } else if (copied != n) {
       return Errorf(ErrorCode::kInternal,
@@ -236,13 +266,7 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
   // The device kernels' factor: max_norm as a float (GptCudaAdamW::Step).
   const double max_norm_f = static_cast<double>(static_cast<float>(max_norm));
   if (offload_) {
-    ClipToNorm({grads_host_, n}, norm, max_norm_f);
-    host_->Step({master_, n}, {grads_host_, n}, lr);
-    if (stage_ == 3) {
-      COHORT_TRY_VOID(RefreshBf16FromMaster());
-    } else {
-      COHORT_TRY_VOID(Copy(param_shard(), master_, n * sizeof(float), cudaMemcpyHostToDevice));
-    }
+    COHORT_TRY_VOID(PipelinedHostStep(norm, max_norm_f, lr));
   } else {
     // The factor reaches the update through device memory, as GptCudaAdamW's own does.
     cudaStream_t st = model_.stream();
@@ -258,15 +282,73 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
   return norm;
 }
 
+Result<void> CudaZeroOptimizer::ShardFinal(size_t lo, size_t hi) {
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(grads_host_ + lo, grads_->shard() + lo,
+                                    (hi - lo) * sizeof(float), cudaMemcpyDeviceToHost,
+                                    copy_stream_));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  copied_ += hi - lo;
+  host_thread_->Post([this, lo, hi]() -> Result<void> {
+    partials_.push_back(SquaredNorm({grads_host_ + lo, hi - lo}));
+    return {};
+  });
+  return {};
+}
+
+Result<void> CudaZeroOptimizer::PipelinedHostStep(double norm, double max_norm, float lr) {
+  const size_t n = shard_size();
+  // Chunks of at least 64K values, at most 8 per shard: enough to overlap, few enough that
+  // each host step keeps its OpenMP team busy.
+  const size_t chunk = std::max<size_t>(size_t{1} << 16, (n + 7) / 8);
+  host_->BeginStep();
+  struct Part {
+    size_t lo, hi;
+    uint64_t ticket;
+  };
+  std::vector<Part> parts;
+  for (size_t lo = 0; lo < n; lo += chunk) {
+    const size_t hi = std::min(n, lo + chunk);
+    const uint64_t ticket = host_thread_->Post([this, n, lo, hi, norm, max_norm, lr]() -> Result<void> {
+      ClipToNorm({grads_host_ + lo, hi - lo}, norm, max_norm);
+      host_->StepRange({master_, n}, {grads_host_, n}, lr, lo, hi);
+      if (stage_ == 3) {
+        uint16_t* out = offload_params_ ? reinterpret_cast<uint16_t*>(bf16_shard_) : bf16_host_;
+        for (size_t i = lo; i < hi; ++i) out[i] = FloatToBf16Bits(master_[i]);
+      }
+      return {};
+    });
+    parts.push_back({lo, hi, ticket});
+  }
+  // Each chunk back to the device as soon as it is stepped, while the next one is.
+  Result<void> status;
+  for (const Part& p : parts) {
+    status = host_thread_->WaitFor(p.ticket);
+    if (!status) break;
+    const size_t count = p.hi - p.lo;
+    cudaError_t copied = cudaSuccess;
+    if (stage_ < 3) {
+      copied = cudaMemcpyAsync(param_shard() + p.lo, master_ + p.lo, count * sizeof(float),
+                               cudaMemcpyHostToDevice, copy_stream_);
+    } else if (!offload_params_) {
+      copied = cudaMemcpyAsync(bf16_shard_ + p.lo, bf16_host_ + p.lo, count * sizeof(cuda::bf16),
+                               cudaMemcpyHostToDevice, copy_stream_);
+    }
+    if (copied != cudaSuccess) {
+      status = Errorf(ErrorCode::kInternal, "optimizer offload: copying parameters back: {}",
+                      cudaGetErrorString(copied));
+      break;
+    }
+  }
+  // Nothing may still read the host buffers when this returns.
+  Result<void> drained = host_thread_->Drain();
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  COHORT_TRY_VOID(status);
+  return drained;
+}
+
 Result<void> CudaZeroOptimizer::RefreshBf16FromMaster() {
   const size_t n = shard_size();
-  uint16_t* out = nullptr;
-  if (offload_params_) {
-    out = reinterpret_cast<uint16_t*>(bf16_shard_);
-  } else {
-    bf16_host_.resize(n);
-    out = bf16_host_.data();
-  }
+  uint16_t* out = offload_params_ ? reinterpret_cast<uint16_t*>(bf16_shard_) : bf16_host_;
   for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16Bits(master_[i]);
   if (offload_params_) return {};
   return Copy(bf16_shard_, out, n * sizeof(cuda::bf16), cudaMemcpyHostToDevice);
@@ -404,8 +486,9 @@ size_t CudaZeroOptimizer::optimizer_bytes() const {
 }
 
 size_t CudaZeroOptimizer::scratch_bytes() const {
-  return (offload_ ? shard_size() * sizeof(float) : 0) + (grads_ ? grads_->scratch_bytes() : 0) +
-         (params_ ? params_->scratch_bytes() : 0);
+  return (offload_ ? shard_size() * sizeof(float) : 0) +
+         (bf16_host_ != nullptr ? shard_size() * sizeof(cuda::bf16) : 0) +
+         (grads_ ? grads_->scratch_bytes() : 0) + (params_ ? params_->scratch_bytes() : 0);
 }
 
 }  // namespace cohort::engine

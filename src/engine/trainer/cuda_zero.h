@@ -12,7 +12,14 @@
 //   offloaded      AdamW (optim/adamw.h, OpenMP threads as the CPU trainer) over the shard
 //                  on the host, with its float32 master copy of the shard and the gradient
 //                  shard in pinned host memory (cudaMallocHost; m and v never cross the bus
-//                  and stay pageable), clipped and stepped on the CPU.
+//                  and stay pageable), clipped and stepped on the CPU, overlapped with the
+//                  device: the gradient shard reaches the host piece by piece during the
+//                  last backward (stage 1: DdpReducer's buckets, GradsReduced; stages 2, 3:
+//                  ShardedDeviceGrads' final round), each part's Σ g² computed by a host
+//                  thread as it arrives (stages 2, 3), and the step runs on that thread in
+//                  chunks while the training thread copies each finished chunk's parameters
+//                  back on a copy stream (the step's tail is the slower of the two, not their
+//                  sum).
 //
 // Gradients. Stage 1 all-reduces the whole gradient buffer (the trainer's DdpReducer) and
 // steps its shard of it; offloaded, each bucket's part of the shard is copied to the host on
@@ -98,8 +105,11 @@ class CudaZeroOptimizer {
 
   // Stages 2 and 3, around the model's calls: the gradient shard to 0 (the step's first
   // micro-batch), and a micro-batch's backward pass (its pieces reduced into the shard).
+  // `final`: the step's last micro-batch (offloaded, its pieces go to the host as they are
+  // reduced); every micro-batch may say true (the last one's copy wins), at the cost of
+  // the copies.
   Result<void> ZeroGrad();
-  Result<void> Backward(float loss_scale);
+  Result<void> Backward(float loss_scale, bool final);
 
   // After the backward passes (and the reducer's Finish): clips by the global norm, steps
   // the shard, and (stages 1, 2) all-gathers the parameters and refreshes the bf16 copy.
@@ -132,8 +142,9 @@ class CudaZeroOptimizer {
   // Model-state bytes as allocated: parameters held by this object (stage 3: the float32
   // and bf16 shards, 6·size(r); else 0: the model's), the gradient shard (stages 2, 3:
   // 4·size(r); else 0), AdamW state (m and v; offloaded stages 1, 2: plus the host master
-  // shard) and scratch (the gradient piece and receive buffers, the gather buffers and
-  // offload's pinned gradient shard and device send buffer).
+  // shard) and scratch (the gradient piece and receive buffers, the gather buffers,
+  // offload's pinned gradient shard, optimizer+params' device send buffer, and offloaded
+  // stage 3's pinned bf16 staging when the bf16 shard is on the device).
   size_t param_bytes() const;
   size_t grad_shard_bytes() const;
   size_t optimizer_bytes() const;
@@ -156,6 +167,14 @@ class CudaZeroOptimizer {
   // Stage 3: the float32 shard takes `shard_device` (size(r) floats of device memory) and
   // the bf16 shard is refreshed from it. Returns when done.
   Result<void> TakeShard(const float* shard_device);
+  // Offloaded, stages 2 and 3 (the collective thread): shard elements [lo, hi) are final;
+  // copies them to the host and posts their Σ g² to the host thread.
+  Result<void> ShardFinal(size_t lo, size_t hi);
+  // Offloaded: clips and steps the host shard chunk by chunk on the host thread, copying
+  // each finished chunk's parameters to the device (stages 1, 2: the float32 shard of the
+  // model's; stage 3: the bf16 shard, unless it lives on the host) while the next is
+  // stepped. Returns when every copy is done.
+  Result<void> PipelinedHostStep(double norm, double max_norm, float lr);
   // Offloaded stage 3: the bf16 shard from the host master (host conversion), to wherever
   // the bf16 shard lives.
   Result<void> RefreshBf16FromMaster();
@@ -186,10 +205,12 @@ class CudaZeroOptimizer {
   // pinned host with offload_params).
   float* param_shard_ = nullptr;
   cuda::bf16* bf16_shard_ = nullptr;
-  std::vector<uint16_t> bf16_host_;       // offloaded stage 3 on the device: conversion
+  uint16_t* bf16_host_ = nullptr;         // pinned, offloaded stage 3 on the device: conversion
+  std::unique_ptr<SerialThread> host_thread_;  // offloaded: the host AdamW's thread
+  std::vector<double> partials_;          // host thread: the final round's Σ g² per part
   // Stages 2, 3. Declared last: destroyed first (the pieces drain the thread; the thread
   // joins before the buffers above are freed).
-  std::unique_ptr<CollectiveThread> thread_;
+  std::unique_ptr<SerialThread> thread_;
   std::unique_ptr<ShardedDeviceGrads> grads_;
   std::unique_ptr<GatheredDeviceParams> params_;
   std::vector<float> params_host_, m_host_, v_host_;  // checkpoint copies (on the device)

@@ -1,4 +1,4 @@
-// CollectiveThread, ShardedDeviceGrads and GatheredDeviceParams (cuda_zero_pieces.h).
+// SerialThread, ShardedDeviceGrads and GatheredDeviceParams (cuda_zero_pieces.h).
 // Compiled only with the CUDA engine.
 #if COHORT_HAVE_CUDA_ENGINE
 #include "engine/trainer/cuda_zero_pieces.h"
@@ -16,13 +16,13 @@
 namespace cohort::engine {
 
 // ---------------------------------------------------------------------------------------
-// CollectiveThread
+// SerialThread
 
-CollectiveThread::CollectiveThread(int device) : device_(device) {
+SerialThread::SerialThread(int device) : device_(device) {
   thread_ = std::thread([this] { Loop(); });
 }
 
-CollectiveThread::~CollectiveThread() {
+SerialThread::~SerialThread() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -31,7 +31,7 @@ CollectiveThread::~CollectiveThread() {
   thread_.join();
 }
 
-uint64_t CollectiveThread::Post(Op op) {
+uint64_t SerialThread::Post(Op op) {
   uint64_t ticket;
   {
     std::lock_guard lock(mu_);
@@ -42,31 +42,31 @@ uint64_t CollectiveThread::Post(Op op) {
   return ticket;
 }
 
-Result<void> CollectiveThread::WaitFor(uint64_t ticket) {
+Result<void> SerialThread::WaitFor(uint64_t ticket) {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return done_ >= ticket; });
   return status_;
 }
 
-Result<void> CollectiveThread::Drain() {
+Result<void> SerialThread::Drain() {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return done_ >= posted_; });
   return status_;
 }
 
-Result<void> CollectiveThread::TakeError() {
+Result<void> SerialThread::TakeError() {
   std::lock_guard lock(mu_);
   Result<void> r = std::move(status_);
   status_ = {};
   return r;
 }
 
-bool CollectiveThread::IsDone(uint64_t ticket) {
+bool SerialThread::IsDone(uint64_t ticket) {
   std::lock_guard lock(mu_);
   return done_ >= ticket;
 }
 
-void CollectiveThread::Loop() {
+void SerialThread::Loop() {
   const cudaError_t set = cudaSetDevice(device_);
   std::unique_lock lock(mu_);
   for (;;) {
@@ -78,7 +78,7 @@ void CollectiveThread::Loop() {
     lock.unlock();
     Result<void> r;
     if (set != cudaSuccess) {
-      r = Errorf(ErrorCode::kInternal, "ZeRO collective thread: cudaSetDevice({}): {}", device_,
+      r = Errorf(ErrorCode::kInternal, "ZeRO's serial thread: cudaSetDevice({}): {}", device_,
                  cudaGetErrorString(set));
     } else if (!failed) {
       r = op();
@@ -95,7 +95,7 @@ void CollectiveThread::Loop() {
 
 ShardedDeviceGrads::ShardedDeviceGrads(comm::Communicator* comm, const ZeroPartition& partition,
                                        size_t max_piece, int device, cudaStream_t stream,
-                                       CollectiveThread& thread)
+                                       SerialThread& thread)
     : comm_(comm),
       partition_(partition),
       rank_(comm ? comm->rank() : 0),
@@ -117,7 +117,7 @@ ShardedDeviceGrads::~ShardedDeviceGrads() {
 
 Result<std::unique_ptr<ShardedDeviceGrads>> ShardedDeviceGrads::Create(
     comm::Communicator* comm, const ZeroPartition& partition, size_t max_piece, int device,
-    cudaStream_t stream, CollectiveThread& thread) {
+    cudaStream_t stream, SerialThread& thread) {
   std::unique_ptr<ShardedDeviceGrads> g(
       new ShardedDeviceGrads(comm, partition, max_piece, device, stream, thread));
   COHORT_CUDA_CHECK(cudaSetDevice(device));
@@ -153,7 +153,8 @@ Result<void> ShardedDeviceGrads::ZeroShard() {
   return {};
 }
 
-void ShardedDeviceGrads::Begin() {
+void ShardedDeviceGrads::Begin(bool final) {
+  final_ = final;
   reported_ = 0;
   oversize_ = false;
 }
@@ -175,12 +176,13 @@ Result<void> ShardedDeviceGrads::Done(size_t offset, size_t count) {
   next_ = 1 - next_;
   reported_ += count;
   COHORT_CUDA_CHECK(cudaEventRecord(written_[slot], stream_));
-  slot_op_[slot] =
-      thread_.Post([this, slot, offset, count] { return Reduce(slot, offset, count); });
+  const bool final = final_;
+  slot_op_[slot] = thread_.Post(
+      [this, slot, offset, count, final] { return Reduce(slot, offset, count, final); });
   return {};
 }
 
-Result<void> ShardedDeviceGrads::Reduce(int slot, size_t offset, size_t count) {
+Result<void> ShardedDeviceGrads::Reduce(int slot, size_t offset, size_t count, bool final) {
   COHORT_CUDA_CHECK(cudaEventSynchronize(written_[slot]));
   const float* piece = slots_[slot];
   const size_t begin = partition_.begin(rank_), end = partition_.end(rank_);
@@ -196,6 +198,7 @@ Result<void> ShardedDeviceGrads::Reduce(int slot, size_t offset, size_t count) {
   cuda::Add(shard_ + (lo - begin), mine, hi - lo, add_stream_);
   COHORT_CUDA_CHECK(cudaGetLastError());  // Add (ZeRO gradient shard)
   COHORT_CUDA_CHECK(cudaStreamSynchronize(add_stream_));
+  if (final && final_fn_ && hi > lo) return final_fn_(lo - begin, hi - begin);
   return {};
 }
 
@@ -220,7 +223,7 @@ GatheredDeviceParams::GatheredDeviceParams(comm::Communicator* comm,
                                            const ZeroPartition& partition,
                                            const GptConfig& config, const cuda::bf16* shard,
                                            bool on_host, int device, cudaStream_t stream,
-                                           CollectiveThread& thread)
+                                           SerialThread& thread)
     : comm_(comm),
       partition_(partition),
       rank_(comm ? comm->rank() : 0),
@@ -248,7 +251,7 @@ GatheredDeviceParams::~GatheredDeviceParams() {
 Result<std::unique_ptr<GatheredDeviceParams>> GatheredDeviceParams::Create(
     comm::Communicator* comm, const ZeroPartition& partition, const GptConfig& config,
     const cuda::bf16* shard, bool on_host, int device, cudaStream_t stream,
-    CollectiveThread& thread) {
+    SerialThread& thread) {
   std::unique_ptr<GatheredDeviceParams> g(new GatheredDeviceParams(
       comm, partition, config, shard, on_host, device, stream, thread));
   COHORT_CUDA_CHECK(cudaSetDevice(device));

@@ -2,8 +2,9 @@
 // al., sections 5.2 and 5.3), the device twins of parallel/zero_grads.h and zero_params.h.
 // Built only with the CUDA engine; CudaZeroOptimizer (cuda_zero.h) owns them.
 //
-// CollectiveThread runs the data group's collectives of both, one at a time, in the order
-// the training thread posted them: the model asks for its pieces in an order that depends on
+// SerialThread runs posted ops one at a time, in the order they were posted, on a thread of
+// its own with the model's device current. One runs the data group's collectives of both
+// classes below (an offloaded optimizer has a second for its host AdamW, cuda_zero.h): the model asks for its pieces in an order that depends on
 // the config only (GptCudaModel::ParamPieces, GradPieces), so every rank posts the same
 // collectives in the same order and they match, gathers and reduce-scatters interleaved.
 // Communicator calls are synchronous on return (comm/communicator.h), so an op that returned
@@ -31,11 +32,15 @@
 // piece after next (gpt_cuda.h), so an op waiting for a release never waits behind an op
 // that the training thread waits for.
 //
+// With the optimizer offloaded, the last micro-batch's round is final (Begin(true)): after a
+// piece's add, its part of the shard is handed to the FinalFn on the thread, which copies it
+// to the host while the backward goes on (the offloaded step starts from it).
+//
 // Errors: an op's error is kept (later ops are skipped: their collectives would no longer
 // match) and returned by the next call that waits (Acquire, Gather, Finish) or TakeError.
 //
 // Threads: everything but the ops on the training thread; the communicator only on the
-// CollectiveThread (the trainer uses it between steps, when no op is queued: Drain first).
+// SerialThread (the trainer uses it between steps, when no op is queued: Drain first).
 #pragma once
 
 #include <condition_variable>
@@ -56,15 +61,15 @@
 
 namespace cohort::engine {
 
-class CollectiveThread {
+class SerialThread {
  public:
   using Op = std::function<Result<void>()>;
   // Makes `device` current on its thread.
-  explicit CollectiveThread(int device);
+  explicit SerialThread(int device);
   // Skips the ops not yet started and joins.
-  ~CollectiveThread();
-  CollectiveThread(const CollectiveThread&) = delete;
-  CollectiveThread& operator=(const CollectiveThread&) = delete;
+  ~SerialThread();
+  SerialThread(const SerialThread&) = delete;
+  SerialThread& operator=(const SerialThread&) = delete;
 
   // Queues `op`; returns its ticket (1, 2, ...).
   uint64_t Post(Op op);
@@ -99,13 +104,17 @@ class ShardedDeviceGrads final : public CudaGradSink {
                                                             const ZeroPartition& partition,
                                                             size_t max_piece, int device,
                                                             cudaStream_t stream,
-                                                            CollectiveThread& thread);
+                                                            SerialThread& thread);
   ~ShardedDeviceGrads() override;
 
   // The shard to 0 on the compute stream (the step's first micro-batch).
   Result<void> ZeroShard();
-  // Starts a micro-batch's round of pieces.
-  void Begin();
+  // Called on the thread after a final round's piece is in the shard, with its range in
+  // the shard [lo, hi) (relative to begin(rank)); an error fails the round.
+  using FinalFn = std::function<Result<void>(size_t lo, size_t hi)>;
+  void set_final(FinalFn fn) { final_fn_ = std::move(fn); }
+  // Starts a micro-batch's round of pieces; `final`: the step's last (FinalFn runs).
+  void Begin(bool final = false);
   // CudaGradSink (training thread). Acquire waits until the buffer's last reduce is done.
   Result<float*> Acquire(size_t offset, size_t count) override;
   Result<void> Done(size_t offset, size_t count) override;
@@ -121,8 +130,8 @@ class ShardedDeviceGrads final : public CudaGradSink {
 
  private:
   ShardedDeviceGrads(comm::Communicator* comm, const ZeroPartition& partition, size_t max_piece,
-                     int device, cudaStream_t stream, CollectiveThread& thread);
-  Result<void> Reduce(int slot, size_t offset, size_t count);  // the thread
+                     int device, cudaStream_t stream, SerialThread& thread);
+  Result<void> Reduce(int slot, size_t offset, size_t count, bool final);  // the thread
 
   comm::Communicator* comm_;
   const ZeroPartition partition_;
@@ -130,13 +139,15 @@ class ShardedDeviceGrads final : public CudaGradSink {
   const size_t max_piece_;
   const int device_;
   cudaStream_t stream_;          // the model's
-  CollectiveThread& thread_;
+  SerialThread& thread_;
   float* shard_ = nullptr;       // device, size(r)
   float* slots_[2] = {nullptr, nullptr};  // device, max_piece each
   float* received_ = nullptr;    // device, min(max_piece, size(r)); ranks > 1
   size_t scratch_bytes_ = 0;
   cudaEvent_t written_[2] = {nullptr, nullptr};  // behind each slot's kernels
   cudaStream_t add_stream_ = nullptr;            // the thread's Add
+  FinalFn final_fn_;              // set before the first round
+  bool final_ = false;            // training thread; copied into each op
   uint64_t slot_op_[2] = {0, 0};  // training thread: the op that reads each slot
   int next_ = 0;                  // training thread
   size_t reported_ = 0;           // training thread
@@ -150,7 +161,7 @@ class GatheredDeviceParams final : public CudaParamSource {
   static Result<std::unique_ptr<GatheredDeviceParams>> Create(
       comm::Communicator* comm, const ZeroPartition& partition, const GptConfig& config,
       const cuda::bf16* shard, bool on_host, int device, cudaStream_t stream,
-      CollectiveThread& thread);
+      SerialThread& thread);
   ~GatheredDeviceParams() override;
 
   // CudaParamSource (training thread).
@@ -170,7 +181,7 @@ class GatheredDeviceParams final : public CudaParamSource {
  private:
   GatheredDeviceParams(comm::Communicator* comm, const ZeroPartition& partition,
                        const GptConfig& config, const cuda::bf16* shard, bool on_host,
-                       int device, cudaStream_t stream, CollectiveThread& thread);
+                       int device, cudaStream_t stream, SerialThread& thread);
   void Post(size_t index);                                   // training thread
   Result<void> GatherInto(int buffer, const ParamPiece& p);  // the thread
 
@@ -182,7 +193,7 @@ class GatheredDeviceParams final : public CudaParamSource {
   const bool on_host_;
   const int device_;
   cudaStream_t stream_;  // the model's
-  CollectiveThread& thread_;
+  SerialThread& thread_;
   const std::vector<ParamPiece> forward_, backward_;
   cuda::bf16* buffers_[2] = {nullptr, nullptr};  // device, max_piece each
   cuda::bf16* send_ = nullptr;                   // device, on_host: this rank's part
