@@ -210,4 +210,11 @@ if(TARGET cohort_engine_kernels_cuda)
     LIBS cohort_engine_trainer_emu)
   target_include_directories(engine_cuda_zero_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
   target_compile_definitions(engine_cuda_zero_emu_test PRIVATE COHORT_CUDA_EMULATED=1)
+
+  # bench_zero against the emulated CUDA engine: its offload section on a tiny model, for
+  # correctness only (the emulator says nothing about speed; bench/README.md).
+  add_executable(bench_zero_emu ${PROJECT_SOURCE_DIR}/bench/zero.cc)
+  target_compile_definitions(bench_zero_emu PRIVATE COHORT_CUDA_EMULATED=1)
+  target_include_directories(bench_zero_emu PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+  target_link_libraries(bench_zero_emu PRIVATE cohort_engine_trainer_emu cohort_cuda_emu)
 endif()
