@@ -137,8 +137,7 @@ std::vector<RankRun> Train(const Variant& v, int first_step, int steps, const St
     // 3 reduce their own gradient pieces (the trainer makes no reducer for them).
     std::optional<DdpReducer> reducer;
     if (v.stage < 2) {
-      reducer.emplace(comm, model.grads(), 16 << 10, model.grad_wait(), std::nullopt,
-                      model.grad_reduced());
+      reducer.emplace(comm, model.grads(), 16 << 10, model.grad_wait(), model.grad_reduced());
       ASSERT_GT(reducer->num_buckets(), 3u);
     } else {
       EXPECT_TRUE(model.grads().empty()) << "ZeRO-" << v.stage << " holds a whole gradient buffer";

@@ -658,7 +658,7 @@ Result<void> Trainer::Impl::Setup() {
   if (comm && !reduces_own) {
     const size_t bucket = static_cast<size_t>(config.bucket_mb * (1 << 20));
     reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket, model->grad_wait(),
-                                           std::nullopt, model->grad_reduced());
+                                           model->grad_reduced());
   }
   if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
   if (leader() && !config.log_file.empty()) {
