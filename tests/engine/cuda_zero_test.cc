@@ -301,31 +301,38 @@ INSTANTIATE_TEST_SUITE_P(Stages, CudaZeroVariantTest,
 
 // Stopped after 2 steps (every rank's ranges assembled: what SaveCheckpointRanges writes)
 // and resumed in the same layout: step 3 as the uninterrupted run's.
-TEST(CudaZeroTest, SameLayoutResumeIsBitwise) {
+class CudaZeroResumeTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(CudaZeroResumeTest, SameLayoutResumeIsBitwise) {
   COHORT_SKIP_WITHOUT_TWO_GPUS();
-  for (const Variant v : {Variant{"zero2", 2, false}, Variant{"zero2_offload", 2, true},
-                          Variant{"zero3", 3, false}, Variant{"zero3_offload_params", 3, true, true}}) {
-    State straight_state, at2, resumed_state;
-    const auto straight = Train(v, 1, kSteps, nullptr, &straight_state);
-    Train(v, 1, 2, nullptr, &at2);
-    const auto resumed = Train(v, 3, 1, &at2, &resumed_state);
-    ASSERT_FALSE(HasFailure());
-    for (int r = 0; r < kRanks; ++r) {
+  const Variant v = GetParam();
+  State straight_state, at2, resumed_state;
+  const auto straight = Train(v, 1, kSteps, nullptr, &straight_state);
+  Train(v, 1, 2, nullptr, &at2);
+  const auto resumed = Train(v, 3, 1, &at2, &resumed_state);
+  ASSERT_FALSE(HasFailure());
+  for (int r = 0; r < kRanks; ++r) {
 #ifdef COHORT_CUDA_EMULATED
-      EXPECT_EQ(resumed[r].losses[0], straight[r].losses[2]) << v.name << " rank " << r;
+    EXPECT_EQ(resumed[r].losses[0], straight[r].losses[2]) << v.name << " rank " << r;
 #else
-      // On a GPU attention's dq sums with float atomics: not bitwise repeatable.
-      EXPECT_LT(RelDiff(resumed[r].losses[0], straight[r].losses[2]), 1e-5) << v.name;
+    // On a GPU attention's dq sums with float atomics: not bitwise repeatable.
+    EXPECT_LT(RelDiff(resumed[r].losses[0], straight[r].losses[2]), 1e-5) << v.name;
 #endif
-    }
-#ifdef COHORT_CUDA_EMULATED
-    EXPECT_EQ(resumed_state.params, straight_state.params) << v.name;
-    EXPECT_EQ(resumed_state.m, straight_state.m) << v.name;
-    EXPECT_EQ(resumed_state.v, straight_state.v) << v.name;
-#endif
-    EXPECT_EQ(resumed_state.t, kSteps);
   }
+#ifdef COHORT_CUDA_EMULATED
+  EXPECT_EQ(resumed_state.params, straight_state.params) << v.name;
+  EXPECT_EQ(resumed_state.m, straight_state.m) << v.name;
+  EXPECT_EQ(resumed_state.v, straight_state.v) << v.name;
+#endif
+  EXPECT_EQ(resumed_state.t, kSteps);
 }
+
+INSTANTIATE_TEST_SUITE_P(Stages, CudaZeroResumeTest,
+                         ::testing::Values(Variant{"zero2", 2, false},
+                                           Variant{"zero2_offload", 2, true},
+                                           Variant{"zero3", 3, false},
+                                           Variant{"zero3_offload_params", 3, true, true}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // The CPU reference on one rank (ZeRO-0) stepping `steps` steps from `start`, each step the
 // two ranks' micro-batches (rank 0's, then rank 1's: the same mean loss). Returns the

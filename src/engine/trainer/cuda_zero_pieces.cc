@@ -269,8 +269,8 @@ Result<std::unique_ptr<GatheredDeviceParams>> GatheredDeviceParams::Create(
         fmt::format("the offloaded parameters' device send buffer ({} bf16 values)", part),
         device)));
     g->scratch_bytes_ += part * sizeof(cuda::bf16);
-    COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&g->copy_stream_, cudaStreamNonBlocking));
   }
+  COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&g->copy_stream_, cudaStreamNonBlocking));
   for (cudaEvent_t& e : g->released_event_) {
     COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
@@ -336,8 +336,8 @@ Result<void> GatheredDeviceParams::GatherInto(int buffer, const ParamPiece& p) {
   }
   // One rank: the shard is the whole model; the piece is a device copy.
   COHORT_CUDA_CHECK(cudaMemcpyAsync(buffers_[buffer], mine, p.count * sizeof(cuda::bf16),
-                                    cudaMemcpyDeviceToDevice, copy_stream_ ? copy_stream_ : stream_));
-  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_ ? copy_stream_ : stream_));
+                                    cudaMemcpyDeviceToDevice, copy_stream_));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
   return {};
 }
 

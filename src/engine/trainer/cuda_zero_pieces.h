@@ -199,7 +199,7 @@ class GatheredDeviceParams final : public CudaParamSource {
   cuda::bf16* send_ = nullptr;                   // device, on_host: this rank's part
   size_t scratch_bytes_ = 0;
   cudaEvent_t released_event_[2] = {nullptr, nullptr};
-  cudaStream_t copy_stream_ = nullptr;  // on_host: the thread's copies
+  cudaStream_t copy_stream_ = nullptr;  // the thread's copies (on_host; one rank)
 
   // Training thread.
   const std::vector<ParamPiece>* pass_ = nullptr;
