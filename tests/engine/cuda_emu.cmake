@@ -31,8 +31,10 @@
 #   engine_cuda_parallel_trainer_emu_test
 #                                   cuda_parallel_trainer_test.cc: the same with tensor and
 #                                   pipeline layouts, each rank a thread;
-#   engine_cuda_zero_emu_test       cuda_zero_test.cc: ZeRO-1/2 and optimizer offload on the
-#                                   CUDA TrainModel, 2 ranks over gloo.
+#   engine_cuda_zero_emu_test       cuda_zero_test.cc: ZeRO-1/2/3 and the offloads on the
+#                                   CUDA TrainModel, 2 ranks over gloo;
+#   bench_zero_emu                  bench/zero.cc's offload section on a tiny model
+#                                   (correctness only).
 # What the emulator cannot prove: that its fragment layouts match the hardware, anything
 # about memory ordering beyond barrier epochs or between streams (everything is
 # synchronous here), cuBLASLt's own kernels, or anything about speed. It runs one schedule:
@@ -201,7 +203,7 @@ if(TARGET cohort_engine_kernels_cuda)
   target_compile_definitions(engine_cuda_parallel_trainer_emu_test PRIVATE
                              COHORT_CUDA_EMULATED=1)
 
-  # ZeRO stages 1 and 2 and the optimizer offload on the CUDA TrainModel (trainer/cuda_zero.h),
+  # ZeRO stages 1 to 3 and the offloads on the CUDA TrainModel (trainer/cuda_zero.h),
   # two ranks over gloo on the emulated device memory, against CUDA DDP and the CPU model.
   _cohort_emu_test(engine_cuda_zero_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_zero_test.cc
@@ -210,4 +212,11 @@ if(TARGET cohort_engine_kernels_cuda)
     LIBS cohort_engine_trainer_emu)
   target_include_directories(engine_cuda_zero_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
   target_compile_definitions(engine_cuda_zero_emu_test PRIVATE COHORT_CUDA_EMULATED=1)
+
+  # bench_zero against the emulated CUDA engine: its offload section on a tiny model, for
+  # correctness only (the emulator says nothing about speed; bench/README.md).
+  add_executable(bench_zero_emu ${PROJECT_SOURCE_DIR}/bench/zero.cc)
+  target_compile_definitions(bench_zero_emu PRIVATE COHORT_CUDA_EMULATED=1)
+  target_include_directories(bench_zero_emu PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+  target_link_libraries(bench_zero_emu PRIVATE cohort_engine_trainer_emu cohort_cuda_emu)
 endif()

@@ -40,7 +40,7 @@ if(TARGET cohort_engine_kernels_cuda)
     LIBS cohort_engine_trainer cohort_engine_kernels_cuda cohort_common
     LABELS engine gpu)
 
-  # ZeRO-1/2 and optimizer offload on the CUDA TrainModel, 2 ranks over NCCL (2 GPUs; skips
+  # ZeRO-1/2/3 and the offloads on the CUDA TrainModel, 2 ranks over NCCL (2 GPUs; skips
   # with fewer). Also on the emulator over gloo (cuda_emu.cmake).
   cohort_test(engine_cuda_zero_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_zero_test.cc

@@ -5,8 +5,9 @@
 //   - stopped and resumed on the GPU, it continues as the uninterrupted GPU run;
 //   - a checkpoint moves CPU -> GPU -> CPU (steps 1 | 2-3 | 4): the CPU's first step is the
 //     reference's bitwise, the later ones track it;
-//   - with `parallel.offload: optimizer` (AdamW on the host, trainer/cuda_zero.h) a run
-//     trains as the GPU's own optimizer does, and stops and resumes through its checkpoints.
+//   - with `parallel.offload: optimizer` (AdamW on the host, trainer/cuda_zero.h), and with
+//     ZeRO-3 and `optimizer+params` on one rank, a run trains as the GPU's own optimizer
+//     does, and stops and resumes through its checkpoints.
 // Built twice: against the real CUDA engine (label gpu; skips without a device) and
 // against the CPU emulator (cuda_emu.cmake), where it runs in CI. The model is tiny (one
 // layer, d_model 64, context 32) so that the emulator takes seconds per step.
@@ -187,6 +188,26 @@ TEST_F(CudaTrainerTest, OptimizerOffloadTrainsAndResumes) {
   EXPECT_EQ(second.result.start_step, 2);
   // Only attention's dq (float atomics on a GPU) is not bitwise repeatable.
   ExpectLossesNear(Losses("resumed.jsonl"), got, 1e-5);
+}
+
+// ZeRO-3 with optimizer+params on one rank through the trainer (config, log, sampling and
+// export on a model that holds no whole parameters, checkpoints by range): the parameters'
+// bf16 shard and the optimizer in host memory, each piece copied to the device before its
+// gather; the losses are the device optimizer's to 1e-5, and it resumes from its checkpoint.
+TEST_F(CudaTrainerTest, Zero3WithParameterOffloadTrainsAndResumes) {
+  COHORT_SKIP_WITHOUT_GPU();
+  const std::string offload = "parallel: {zero: 3, offload: optimizer+params}\n";
+  const Run device = Train("cuda", "ck-device3", "device3.jsonl");
+  const Run host = Train("cuda", "ck-host3", "host3.jsonl", 0, offload);
+  ASSERT_FALSE(HasFailure()) << device.log << host.log;
+  EXPECT_THAT(host.log, HasSubstr("ZeRO-3"));
+  EXPECT_THAT(host.log, HasSubstr("the parameter shard in host memory too"));
+  ExpectLossesNear(Losses("host3.jsonl"), Losses("device3.jsonl"), 1e-5);
+  const Run first = Train("cuda", "ck-resume3", "resumed3.jsonl", 2, offload);
+  const Run second = Train("cuda", "ck-resume3", "resumed3.jsonl", 0, offload);
+  ASSERT_FALSE(HasFailure()) << first.log << second.log;
+  EXPECT_EQ(second.result.start_step, 2);
+  ExpectLossesNear(Losses("resumed3.jsonl"), Losses("host3.jsonl"), 1e-5);
 }
 
 }  // namespace

@@ -99,14 +99,18 @@ TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
   EXPECT_THAT(ErrorOf(base + "parallel: {zero: 2, tensor: 2}\n"),
               HasSubstr("parallel.tensor 2 x parallel.pipeline 1"));
   EXPECT_TRUE(FromYaml(base + "parallel: {zero: 1, tensor: 2, pipeline: 2}\n").has_value());
-  // On CUDA: stages 1 and 2 and the optimizer offload are built (trainer/cuda_zero.h);
-  // stage 3, optimizer+params and ZeRO inside tensor/pipeline layouts are refused by name.
+  // On CUDA: stages 1 to 3, the optimizer offload and, with stage 3, optimizer+params are
+  // built (trainer/cuda_zero.h); ZeRO inside tensor/pipeline layouts is refused by name.
   const std::string cuda = "train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n";
   EXPECT_EQ(FromYaml(cuda + "parallel: {zero: 2}\n")->parallel.zero, 2);
   auto cuda_off = FromYaml(cuda + "parallel: {zero: 1, offload: optimizer}\n");
   ASSERT_TRUE(cuda_off.has_value()) << cuda_off.error().message;
   EXPECT_EQ(cuda_off->parallel.offload, "optimizer");
   EXPECT_TRUE(FromYaml(cuda + "parallel: {offload: optimizer}\n").has_value());
+  EXPECT_EQ(FromYaml(cuda + "parallel: {zero: 3}\n")->parallel.zero, 3);
+  auto params_off = FromYaml(cuda + "parallel: {zero: 3, offload: optimizer+params}\n");
+  ASSERT_TRUE(params_off.has_value()) << params_off.error().message;
+  EXPECT_EQ(params_off->parallel.offload, "optimizer+params");
   // Refused with an error naming `field` and saying `what`.
   auto refused = [&](const std::string& parallel, const std::string& field,
                      const std::string& what) {
@@ -115,9 +119,9 @@ TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
     EXPECT_EQ(c.error().field, field) << parallel;
     EXPECT_THAT(c.error().message, HasSubstr(what)) << parallel;
   };
-  refused("{zero: 3}", "parallel.zero", "not built for train.device cuda yet");
-  refused("{zero: 3, offload: optimizer+params}", "parallel.offload",
-          "optimizer+params is not built yet");
+  refused("{zero: 2, offload: optimizer+params}", "parallel.offload",
+          "optimizer+params needs parallel.zero 3, got 2");
+  refused("{zero: 3, tensor: 2}", "parallel.zero", "parallel.tensor 2 x parallel.pipeline 1");
   refused("{zero: 1, tensor: 2}", "parallel.zero", "parallel.tensor 2 x parallel.pipeline 1");
   refused("{offload: optimizer, pipeline: 2}", "parallel.offload",
           "parallel.tensor 1 x parallel.pipeline 2");

@@ -80,4 +80,12 @@ float Bf16BitsToFloat(uint16_t bits) {
   return f;
 }
 
+uint16_t FloatToBf16Bits(float f) {
+  uint32_t word;
+  std::memcpy(&word, &f, sizeof word);
+  if ((word & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((word >> 16) | 0x40);  // NaN
+  word += 0x7fffu + ((word >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(word >> 16);
+}
+
 }  // namespace cohort::engine

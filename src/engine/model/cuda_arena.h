@@ -56,5 +56,8 @@ Result<void> CheckCudaChannels(const GptConfig& config, int channels);
 
 // bf16 bits to float (exact: a bf16 is the high half of a float).
 float Bf16BitsToFloat(uint16_t bits);
+// The bf16 bits of `f`, rounded to nearest even as the device's __float2bfloat16_rn (a NaN
+// stays a quiet NaN): the host side of an offloaded bf16 parameter copy.
+uint16_t FloatToBf16Bits(float f);
 
 }  // namespace cohort::engine

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -103,16 +105,19 @@ struct Buffers {
 };
 
 // Lays the buffers out over `base` (null: sizes only) and fills `mem`.
-Buffers Carve(char* base, const GptConfig& c, int max_batch, int max_seq, GptCudaMemory* mem) {
+Buffers Carve(char* base, const GptConfig& c, int max_batch, int max_seq,
+              const GptCudaStorage& storage, GptCudaMemory* mem) {
   *mem = GptCudaMemory{};
   const size_t P = c.num_parameters();
   const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab_size();
   const size_t N = static_cast<size_t>(max_batch) * max_seq;
   Carver cv(base);
   Buffers b;
-  b.params = cv.Take<float>(P, &mem->params);
-  b.params_bf16 = cv.Take<bf16>(P, &mem->params_bf16);
-  b.grads = cv.Take<float>(P, &mem->grads);
+  if (storage.params) {
+    b.params = cv.Take<float>(P, &mem->params);
+    b.params_bf16 = cv.Take<bf16>(P, &mem->params_bf16);
+  }
+  if (storage.grads) b.grads = cv.Take<float>(P, &mem->grads);
   size_t* act = &mem->activations;
   b.tokens = cv.Take<int32_t>(N, act);
   b.targets = cv.Take<int32_t>(N, act);
@@ -157,9 +162,32 @@ struct Slice {
 
 }  // namespace
 
+namespace {
+
+// A piece a ParamSource handed out (the model holds at most two).
+struct HeldPiece {
+  size_t offset = 0, count = 0;
+  const bf16* data = nullptr;
+};
+
+// A broken internal invariant (a parameter or gradient read outside the pieces held): a bug
+// in this file, not an input error; the kernels would read or write wild memory.
+[[noreturn]] void PieceBug(const char* what, size_t offset) {
+  std::fprintf(stderr, "GptCudaModel: %s at offset %zu outside the pieces held\n", what, offset);
+  std::abort();
+}
+
+}  // namespace
+
 struct GptCudaModel::Impl {
   GptConfig config;
   GptCudaOptions options;
+  GptCudaStorage storage;
+  CudaGradSink* sink = nullptr;      // without a gradient buffer
+  CudaParamSource* source = nullptr; // without parameters
+  HeldPiece held[2];                 // the source's pieces held now
+  float* gpiece = nullptr;           // the sink's piece being written
+  size_t gpiece_offset = 0, gpiece_count = 0;
   GptLayout layout;
   int Vp = 0;
   int max_batch = 0, max_seq = 0;
@@ -199,8 +227,74 @@ struct GptCudaModel::Impl {
 
   // Per-layer slices (fixed stride of the maximum shape, see Buffers).
   size_t MaxN() const { return static_cast<size_t>(max_batch) * max_seq; }
-  float* G(size_t offset) const { return buf.grads + offset; }
-  const bf16* Pb(size_t offset) const { return buf.params_bf16 + offset; }
+  float* G(size_t offset) const {
+    if (sink == nullptr) return buf.grads + offset;
+    if (offset < gpiece_offset || offset >= gpiece_offset + gpiece_count) {
+      PieceBug("a gradient", offset);
+    }
+    return gpiece + (offset - gpiece_offset);
+  }
+  const bf16* Pb(size_t offset) const {
+    if (source == nullptr) return buf.params_bf16 + offset;
+    for (const HeldPiece& h : held) {
+      if (h.data != nullptr && offset >= h.offset && offset < h.offset + h.count) {
+        return h.data + (offset - h.offset);
+      }
+    }
+    PieceBug("a parameter", offset);
+  }
+
+  // The source's piece, gathered for the kernels queued from now on (no source: nothing).
+  Result<void> Hold(const ParamPiece& p) {
+    if (source == nullptr) return {};
+    for (HeldPiece& h : held) {
+      if (h.data == nullptr) {
+        const bf16* data = COHORT_TRY(source->Gather(p.offset, p.count));
+        h = {p.offset, p.count, data};
+        return {};
+      }
+    }
+    return MakeError(ErrorCode::kInternal, "GptCudaModel: a third parameter piece held");
+  }
+  // The kernels queued so far are the piece's last readers.
+  Result<void> Unhold(const ParamPiece& p) {
+    if (source == nullptr) return {};
+    for (HeldPiece& h : held) {
+      if (h.data != nullptr && h.offset == p.offset && h.count == p.count) {
+        h = {};
+        return source->Release(p.offset, p.count);
+      }
+    }
+    return Errorf(ErrorCode::kInternal, "GptCudaModel: released a piece at {} not held", p.offset);
+  }
+  // The sink's buffer for a gradient piece, zeroed on the stream (no sink: nothing, the
+  // whole buffer accumulates).
+  Result<void> OpenGrads(const ParamPiece& p) {
+    if (sink == nullptr) return {};
+    gpiece = COHORT_TRY(sink->Acquire(p.offset, p.count));
+    gpiece_offset = p.offset;
+    gpiece_count = p.count;
+    COHORT_CUDA_CHECK(cudaMemsetAsync(gpiece, 0, p.count * sizeof(float), stream));
+    return {};
+  }
+  Result<void> CloseGrads(const ParamPiece& p) {
+    if (sink == nullptr) return {};
+    gpiece = nullptr;
+    gpiece_count = 0;
+    return sink->Done(p.offset, p.count);
+  }
+  // Without parameters or gradients a pass needs its source or sink.
+  Result<void> CheckPieces() const {
+    if (!storage.params && source == nullptr) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "GptCudaModel holds no parameters and has no parameter source");
+    }
+    if (!storage.grads && sink == nullptr) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "GptCudaModel holds no gradient buffer and has no gradient sink");
+    }
+    return {};
+  }
 
   Result<void> Notify(size_t slice, const GradReadyFn& ready) {
     const Slice& s = slices[slice];
@@ -210,11 +304,57 @@ struct GptCudaModel::Impl {
   }
 };
 
+std::vector<ParamPiece> GptCudaModel::ParamPieces(const GptConfig& config, bool backward) {
+  const GptLayout lay = GptLayout::Build(config);
+  const size_t C = config.n_embd;
+  const ParamPiece wte{lay.wte, static_cast<size_t>(config.padded_vocab_size()) * C};
+  const ParamPiece ln_f{lay.ln_f_w, 2 * C};
+  auto layer = [&](int l) {
+    return ParamPiece{lay.layers[l].begin, lay.layers[l].end - lay.layers[l].begin};
+  };
+  std::vector<ParamPiece> out;
+  if (backward) {
+    out = {wte, ln_f};
+    for (int l = config.n_layer - 1; l >= 0; --l) out.push_back(layer(l));
+    return out;
+  }
+  out.push_back({lay.wte, lay.wpe + static_cast<size_t>(config.max_seq_len) * C - lay.wte});
+  for (int l = 0; l < config.n_layer; ++l) out.push_back(layer(l));
+  out.push_back(ln_f);
+  out.push_back(wte);
+  return out;
+}
+
+std::vector<ParamPiece> GptCudaModel::GradPieces(const GptConfig& config) {
+  std::vector<ParamPiece> out = ParamPieces(config, /*backward=*/true);
+  out.erase(out.begin());  // the head's wte: its gradient is taken at the end
+  const GptLayout lay = GptLayout::Build(config);
+  const size_t C = config.n_embd;
+  out.push_back({lay.wpe, static_cast<size_t>(config.max_seq_len) * C});
+  // wte's rows in chunks that fit MaxGradPiece, a multiple of 8 rows (BackwardWeightRows'
+  // alignment; a layer's block holds 12C + 13 rows' worth, so at least 8), from the last.
+  const size_t rows = std::max<size_t>(8, MaxGradPiece(config) / C / 8 * 8);
+  for (size_t hi = static_cast<size_t>(config.padded_vocab_size()); hi > 0;) {
+    const size_t lo = hi > rows ? hi - rows : 0;
+    out.push_back({lay.wte + lo * C, (hi - lo) * C});
+    hi = lo;
+  }
+  return out;
+}
+
+size_t GptCudaModel::MaxParamPiece(const GptConfig& config) {
+  return GptModel::MaxParamPiece(config);
+}
+
+size_t GptCudaModel::MaxGradPiece(const GptConfig& config) {
+  return GptModel::MaxGradPiece(config);
+}
+
 Result<GptCudaMemory> GptCudaModel::PlanMemory(const GptConfig& config, int max_batch,
-                                               int max_seq) {
+                                               int max_seq, const GptCudaStorage& storage) {
   COHORT_TRY_VOID(CheckShape(config, max_batch, max_seq));
   GptCudaMemory mem;
-  (void)Carve(nullptr, config, max_batch, max_seq, &mem);
+  (void)Carve(nullptr, config, max_batch, max_seq, storage, &mem);
   // Without a device the encoder's sort cannot size its temporary storage (a few KB to MB,
   // counted as 0 then) and leaves its failure in the runtime's last-error slot: clear it.
   if (!CudaDeviceCount()) (void)cudaGetLastError();
@@ -223,13 +363,15 @@ Result<GptCudaMemory> GptCudaModel::PlanMemory(const GptConfig& config, int max_
 
 Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& config,
                                                            int max_batch, int max_seq,
-                                                           const GptCudaOptions& options) {
+                                                           const GptCudaOptions& options,
+                                                           const GptCudaStorage& storage) {
   COHORT_TRY_VOID(CheckShape(config, max_batch, max_seq));
   COHORT_TRY(CudaDeviceCount());
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.config = config;
   m.options = options;
+  m.storage = storage;
   m.layout = GptLayout::Build(config);
   m.Vp = config.padded_vocab_size();
   m.max_batch = max_batch;
@@ -237,7 +379,7 @@ Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& conf
   COHORT_CUDA_CHECK(cudaGetDevice(&m.device));
   COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
 
-  (void)Carve(nullptr, config, max_batch, max_seq, &m.memory);
+  (void)Carve(nullptr, config, max_batch, max_seq, storage, &m.memory);
   const std::string what = fmt::format(
       "the GPT model ({:.1f}M parameters, batch {} x {} tokens: parameters and gradients {}, "
       "activations {})",
@@ -246,7 +388,7 @@ Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& conf
       GiB(m.memory.activations + m.memory.backward + m.memory.scratch));
   m.arena = static_cast<char*>(COHORT_TRY(DeviceAlloc(m.memory.total, what, m.device)));
   GptCudaMemory check;
-  m.buf = Carve(m.arena, config, max_batch, max_seq, &check);
+  m.buf = Carve(m.arena, config, max_batch, max_seq, storage, &check);
 
   void* pinned = nullptr;
   COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(float)));
@@ -270,12 +412,12 @@ Result<std::unique_ptr<GptCudaModel>> GptCudaModel::Create(const GptConfig& conf
   }
 
   // Zeroed parameters and gradients, as GptModel::Create.
-  COHORT_CUDA_CHECK(
-      cudaMemsetAsync(m.buf.params, 0, m.config.num_parameters() * sizeof(float), m.stream));
-  COHORT_CUDA_CHECK(
-      cudaMemsetAsync(m.buf.params_bf16, 0, m.config.num_parameters() * sizeof(bf16), m.stream));
-  COHORT_CUDA_CHECK(
-      cudaMemsetAsync(m.buf.grads, 0, m.config.num_parameters() * sizeof(float), m.stream));
+  const size_t P = m.config.num_parameters();
+  if (storage.params) {
+    COHORT_CUDA_CHECK(cudaMemsetAsync(m.buf.params, 0, P * sizeof(float), m.stream));
+    COHORT_CUDA_CHECK(cudaMemsetAsync(m.buf.params_bf16, 0, P * sizeof(bf16), m.stream));
+  }
+  if (storage.grads) COHORT_CUDA_CHECK(cudaMemsetAsync(m.buf.grads, 0, P * sizeof(float), m.stream));
   COHORT_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   return std::unique_ptr<GptCudaModel>(new GptCudaModel(std::move(impl)));
 }
@@ -295,14 +437,30 @@ int GptCudaModel::max_seq() const { return impl_->max_seq; }
 int GptCudaModel::device() const { return impl_->device; }
 size_t GptCudaModel::device_bytes() const { return impl_->memory.total; }
 std::span<float> GptCudaModel::params_device() {
+  if (!impl_->storage.params) return {};
   return {impl_->buf.params, num_parameters()};
 }
-std::span<float> GptCudaModel::grads_device() { return {impl_->buf.grads, num_parameters()}; }
+std::span<float> GptCudaModel::grads_device() {
+  if (!impl_->storage.grads) return {};
+  return {impl_->buf.grads, num_parameters()};
+}
+const GptCudaStorage& GptCudaModel::storage() const { return impl_->storage; }
+void GptCudaModel::SetGradSink(CudaGradSink* sink) { impl_->sink = sink; }
+void GptCudaModel::SetParamSource(CudaParamSource* source) { impl_->source = source; }
 bf16* GptCudaModel::params_bf16_device() { return impl_->buf.params_bf16; }
 cudaStream_t GptCudaModel::stream() { return impl_->stream; }
 
+namespace {
+Result<void> Held(bool held, const char* what) {
+  if (held) return {};
+  return Errorf(ErrorCode::kFailedPrecondition, "GptCudaModel was created without its {} (ZeRO)",
+                what);
+}
+}  // namespace
+
 Result<void> GptCudaModel::CopyParamsFromHost(std::span<const float> params) {
   Impl& m = *impl_;
+  COHORT_TRY_VOID(Held(m.storage.params, "parameters"));
   if (params.size() != num_parameters()) {
     return FieldError("params", "has {} values, the model {}", params.size(), num_parameters());
   }
@@ -317,6 +475,7 @@ Result<void> GptCudaModel::CopyParamsFromHost(std::span<const float> params) {
 
 Result<void> GptCudaModel::ParamsWritten() {
   Impl& m = *impl_;
+  COHORT_TRY_VOID(Held(m.storage.params, "parameters"));
   COHORT_TRY_VOID(m.UseDevice());
   k::ConvertToBf16(m.buf.params_bf16, m.buf.params, num_parameters(), m.stream);
   COHORT_CUDA_CHECK(cudaGetLastError());  // ConvertToBf16(params)
@@ -326,6 +485,7 @@ Result<void> GptCudaModel::ParamsWritten() {
 
 Result<void> GptCudaModel::CopyParamsToHost(std::span<float> params) {
   Impl& m = *impl_;
+  COHORT_TRY_VOID(Held(m.storage.params, "parameters"));
   if (params.size() != num_parameters()) {
     return FieldError("params", "has {} values, the model {}", params.size(), num_parameters());
   }
@@ -338,6 +498,7 @@ Result<void> GptCudaModel::CopyParamsToHost(std::span<float> params) {
 
 Result<void> GptCudaModel::CopyGradsToHost(std::span<float> grads) {
   Impl& m = *impl_;
+  COHORT_TRY_VOID(Held(m.storage.grads, "gradient buffer"));
   if (grads.size() != num_parameters()) {
     return FieldError("grads", "has {} values, the model {}", grads.size(), num_parameters());
   }
@@ -351,6 +512,7 @@ Result<void> GptCudaModel::CopyGradsToHost(std::span<float> grads) {
 Result<void> GptCudaModel::ZeroGrad() {
   Impl& m = *impl_;
   COHORT_TRY_VOID(m.UseDevice());
+  if (!m.storage.grads) return {};  // the sink's pieces are zeroed as they are handed out
   COHORT_CUDA_CHECK(cudaMemsetAsync(m.buf.grads, 0, num_parameters() * sizeof(float), m.stream));
   return {};
 }
@@ -377,6 +539,7 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
   }
   const size_t BT = static_cast<size_t>(B) * T;
   COHORT_TRY_VOID(m.UseDevice());
+  COHORT_TRY_VOID(m.CheckPieces());
   m.backward_ready = false;
   m.logits_valid = false;
   m.logits_aside = false;
@@ -414,11 +577,22 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
     }
   };
 
+  // Without parameters the pieces come from the source: the embeddings, each layer (held
+  // together with the next piece for the LayerNorm that ends it), ln_f, the head's wte.
+  std::vector<ParamPiece> pieces;
+  if (m.source != nullptr) {
+    pieces = ParamPieces(cfg, /*backward=*/false);
+    COHORT_TRY_VOID(m.source->BeginPass(/*backward=*/false));
+    COHORT_TRY_VOID(m.Hold(pieces[0]));
+  }
+  auto piece = [&](size_t i) { return m.source != nullptr ? pieces[i] : ParamPiece{}; };
   k::EncoderForward(b.encoded, b.tokens, m.Pb(lay.wte), m.Pb(lay.wpe), B, T, C, st);
   // Layer 0's ln1 (every later ln1, and ln_f, ends the layer before).
+  COHORT_TRY_VOID(m.Hold(piece(1)));
   k::LayerNormForward(b.ln1, b.ln1_mean, b.ln1_rstd, b.encoded, m.Pb(lay.layers[0].ln1_w),
                       m.Pb(lay.layers[0].ln1_b), N, C, st);
   COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderForward, LayerNormForward
+  COHORT_TRY_VOID(m.Unhold(piece(0)));
   for (int l = 0; l < L; ++l) {
     const LayerOffsets& w = lay.layers[l];
     const size_t lc = l * maxN * C, ls = l * maxN;  // this layer's slice: (maxN, C), (maxN)
@@ -441,6 +615,7 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
     COHORT_TRY_VOID(mm.ForwardGelu(fch_gelu, fch, ln2, m.Pb(w.fc_w), m.Pb(w.fc_b), N, C, 4 * C));
     COHORT_TRY_VOID(
         mm.Forward(residual3, fch_gelu, m.Pb(w.fc_proj_w), m.Pb(w.fc_proj_b), N, 4 * C, C));
+    COHORT_TRY_VOID(m.Hold(piece(static_cast<size_t>(l) + 2)));  // the next layer's, or ln_f
     if (l + 1 < L) {  // the next layer's ln1
       const size_t next = static_cast<size_t>(l + 1) * maxN;
       residual_then_norm(residual3, residual2, b.ln1 + next * C, b.ln1_mean + next,
@@ -450,9 +625,13 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
                          lay.ln_f_b);
     }
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (transformer block)
+    COHORT_TRY_VOID(m.Unhold(piece(static_cast<size_t>(l) + 1)));
   }
+  COHORT_TRY_VOID(m.Unhold(piece(static_cast<size_t>(L) + 1)));  // ln_f
+  COHORT_TRY_VOID(m.Hold(piece(static_cast<size_t>(L) + 2)));    // wte, the head
   COHORT_TRY_VOID(mm.Forward(b.logits, b.lnf, m.Pb(lay.wte), nullptr, N, C, m.Vp));
   COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Forward (head)
+  COHORT_TRY_VOID(m.Unhold(piece(static_cast<size_t>(L) + 2)));
   m.logits_valid = true;
   if (targets.empty()) return 0.0f;
 
@@ -510,6 +689,7 @@ Result<void> GptCudaModel::Backward(float loss_scale, const GradReadyFn& ready) 
   m.backward_ready = false;
   m.logits_valid = false;
   COHORT_TRY_VOID(m.UseDevice());
+  COHORT_TRY_VOID(m.CheckPieces());
   const GptConfig& cfg = m.config;
   const GptLayout& lay = m.layout;
   const int B = m.B, T = m.T, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
@@ -540,18 +720,39 @@ Result<void> GptCudaModel::Backward(float loss_scale, const GradReadyFn& ready) 
     k::FusedClassifier(b.logits, b.losses, b.targets, N, cfg.vocab_size, m.Vp, scale,
                        /*write_grad=*/true, /*last_rows=*/nullptr, T, st);
   }
-  COHORT_TRY_VOID(mm.Backward(b.dsmall, m.G(lay.wte), nullptr, b.logits, b.lnf, m.Pb(lay.wte),
-                              N, C, m.Vp, alpha));
+  // The pieces: the source's parameter pieces (wte, ln_f, layers L-1..0) and the sink's
+  // gradient pieces (ln_f, layers L-1..0, the embeddings). A sink gets the head's wte
+  // gradient with the embeddings' piece, at the end (dlogits stay in b.logits, ln_f(x) in
+  // b.lnf): the head only takes dlnf here.
+  std::vector<ParamPiece> pieces, gpieces;
+  if (m.source != nullptr) {
+    pieces = ParamPieces(cfg, /*backward=*/true);
+    COHORT_TRY_VOID(m.source->BeginPass(/*backward=*/true));
+  }
+  if (m.sink != nullptr) gpieces = GradPieces(cfg);
+  auto piece = [&](size_t i) { return m.source != nullptr ? pieces[i] : ParamPiece{}; };
+  auto gpiece = [&](size_t i) { return m.sink != nullptr ? gpieces[i] : ParamPiece{}; };
+  COHORT_TRY_VOID(m.Hold(piece(0)));
+  COHORT_TRY_VOID(mm.Backward(b.dsmall, m.sink != nullptr ? nullptr : m.G(lay.wte), nullptr,
+                              b.logits, b.lnf, m.Pb(lay.wte), N, C, m.Vp, alpha));
+  COHORT_TRY_VOID(m.Unhold(piece(0)));
   // The residual stream's gradient starts at zero; every LayerNorm backward adds into it.
   COHORT_CUDA_CHECK(cudaMemsetAsync(b.dresidual, 0, NC * sizeof(bf16), st));
+  COHORT_TRY_VOID(m.Hold(piece(1)));
+  COHORT_TRY_VOID(m.OpenGrads(gpiece(0)));
   k::LayerNormBackward(b.dresidual, m.G(lay.ln_f_w), m.G(lay.ln_f_b), b.dsmall,
                        b.residual3 + (L - 1) * maxN * C, m.Pb(lay.ln_f_w), b.lnf_mean,
                        b.lnf_rstd, N, C, b.scratch, st);
   COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Backward (head)
+  COHORT_TRY_VOID(m.CloseGrads(gpiece(0)));
+  COHORT_TRY_VOID(m.Unhold(piece(1)));
   size_t slice = 0;
   COHORT_TRY_VOID(m.Notify(slice++, ready));  // ln_f
 
   for (int l = L - 1; l >= 0; --l) {
+    const size_t at = static_cast<size_t>(L - l);  // this layer's piece in both lists, + 1
+    COHORT_TRY_VOID(m.Hold(piece(at + 1)));
+    COHORT_TRY_VOID(m.OpenGrads(gpiece(at)));
     const LayerOffsets& w = lay.layers[l];
     const size_t lc = l * maxN * C, ls = l * maxN;
     const bf16* residual = l == 0 ? b.encoded : b.residual3 + (l - 1) * maxN * C;
@@ -583,11 +784,36 @@ Result<void> GptCudaModel::Backward(float loss_scale, const GradReadyFn& ready) 
     k::LayerNormBackward(b.dresidual, m.G(w.ln1_w), m.G(w.ln1_b), b.dsmall, residual,
                          m.Pb(w.ln1_w), b.ln1_mean + ls, b.ln1_rstd + ls, N, C, b.scratch, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptCudaModel::Backward (transformer block)
+    COHORT_TRY_VOID(m.CloseGrads(gpiece(at)));
+    COHORT_TRY_VOID(m.Unhold(piece(at + 1)));
     COHORT_TRY_VOID(m.Notify(slice++, ready));  // layer l
   }
 
-  k::EncoderBackward(m.G(lay.wte), m.G(lay.wpe), b.dresidual, b.tokens, B, T, C, b.scratch, st);
-  COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderBackward
+  if (m.sink == nullptr) {
+    k::EncoderBackward(m.G(lay.wte), m.G(lay.wpe), b.dresidual, b.tokens, B, T, C, b.scratch,
+                       st);
+    COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderBackward
+  } else {
+    // wpe's piece, then wte's chunks of rows: each the head's part (into the zeroed piece
+    // first, as the whole buffer gets it first: the same sums) and the token embedding's.
+    for (size_t i = static_cast<size_t>(L) + 1; i < gpieces.size(); ++i) {
+      const ParamPiece& p = gpieces[i];
+      COHORT_TRY_VOID(m.OpenGrads(p));
+      if (p.offset == lay.wpe) {
+        k::EncoderShardBackward(nullptr, m.G(lay.wpe), b.dresidual, b.tokens, 0, 0, B, T, C,
+                                b.scratch, st);
+      } else {
+        const int row0 = static_cast<int>((p.offset - lay.wte) / C);
+        const int rows = static_cast<int>(p.count / C);
+        COHORT_TRY_VOID(mm.BackwardWeightRows(m.G(p.offset), b.logits, b.lnf, N, C, m.Vp, row0,
+                                              rows, alpha));
+        k::EncoderShardBackward(m.G(p.offset), nullptr, b.dresidual, b.tokens, row0, rows, B, T,
+                                C, b.scratch, st);
+      }
+      COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderShardBackward (ZeRO piece)
+      COHORT_TRY_VOID(m.CloseGrads(p));
+    }
+  }
   COHORT_TRY_VOID(m.Notify(slice++, ready));  // wpe
   COHORT_TRY_VOID(m.Notify(slice++, ready));  // wte
   return {};

@@ -29,6 +29,20 @@
 // touches, which is how DdpReducer's communication thread knows a bucket's gradients are
 // in device memory before it hands them to NCCL.
 //
+// ZeRO (trainer/cuda_zero.h). Created with GptCudaStorage{.grads = false} the model holds no
+// gradient buffer: Backward asks a CudaGradSink (SetGradSink) for a device buffer per piece,
+// in the order pieces become final (ln_f, layer L-1, ..., layer 0, wpe, then wte in chunks of
+// rows from the last: GradPieces), zeroes it, writes the piece's gradient of this
+// micro-batch into it and hands it back. wte's gradient is taken at the end, a chunk of rows
+// at a time: the head's part (dlogitsᵀ · ln_f(x), from the dlogits that stay in the logits
+// buffer, Matmul::BackwardWeightRows) and the token embedding's rows of the chunk
+// (EncoderShardBackward), so no piece is larger than MaxGradPiece (GptModel's: a layer's
+// block, or wpe) and the sink needs bucket-sized buffers only. Created with {.params =
+// false} it holds no parameters either: Forward and Backward read each piece's bf16
+// parameters from a CudaParamSource (SetParamSource) just before they use them and release
+// it after (ParamPieces lists the order; at most two pieces are held at a time, because
+// each layer's last kernel normalises with the next piece's LayerNorm).
+//
 // Threads: one thread calls a model at a time (the one that created it, or any thread after
 // it has made the model's device current — every method makes it current again); the
 // exception is WaitGradsReady, which any thread may call while Backward runs or after it.
@@ -100,11 +114,61 @@ struct GptCudaOptions {
   static GptCudaOptions AllOn() { return {true, true, true, true, true}; }
 };
 
+// What Create allocates besides the activations: the float32 and bf16 parameters and the
+// float32 gradient buffer (each Ψ values). ZeRO-2 drops the gradients, ZeRO-3 both.
+struct GptCudaStorage {
+  bool params = true;
+  bool grads = true;
+};
+
+// A piece of the flat parameter buffer that a pass reads or writes as a whole.
+struct ParamPiece {
+  size_t offset = 0, count = 0;
+  bool operator==(const ParamPiece&) const = default;
+};
+
+// Where the backward pass of a model without a gradient buffer writes (see above). Acquire
+// returns a DEVICE buffer of at least `count` floats for gradients [offset, offset + count)
+// (it may block until one is free); the model zeroes it and queues the piece's kernels on
+// its compute stream, then calls Done: the sink must order its reads after those kernels
+// (an event on the stream). One piece is held at a time. Errors fail the Backward.
+class CudaGradSink {
+ public:
+  virtual ~CudaGradSink() = default;
+  virtual Result<float*> Acquire(size_t offset, size_t count) = 0;
+  virtual Result<void> Done(size_t offset, size_t count) = 0;
+};
+
+// Where a model without parameters reads them. BeginPass(backward) starts a pass, whose
+// pieces are ParamPieces(config, backward) in that order; Gather returns a DEVICE buffer of
+// the piece's bf16 parameters, usable by kernels queued on the compute stream after the
+// call; Release says that the kernels queued so far are the piece's last readers (the source
+// orders its reuse of the buffer after them). At most two pieces are held at a time.
+class CudaParamSource {
+ public:
+  virtual ~CudaParamSource() = default;
+  virtual Result<void> BeginPass(bool backward) = 0;
+  virtual Result<const cuda::bf16*> Gather(size_t offset, size_t count) = 0;
+  virtual Result<void> Release(size_t offset, size_t count) = 0;
+};
+
 class GptCudaModel {
  public:
+  // The pieces a pass reads from a CudaParamSource, in order. Forward: the embeddings
+  // [wte, end of wpe), layers 0..L-1, ln_f, wte (the head). Backward: wte (the head's
+  // dlnf), ln_f, layers L-1..0. The backward's gradient pieces (CudaGradSink): ln_f,
+  // layers L-1..0, wpe, wte's chunks of rows from the last (each a multiple of 8 rows).
+  static std::vector<ParamPiece> ParamPieces(const GptConfig& config, bool backward);
+  static std::vector<ParamPiece> GradPieces(const GptConfig& config);
+  // The largest piece of each list, in floats: GptModel::MaxParamPiece (the embeddings or a
+  // layer's block) and GptModel::MaxGradPiece (a layer's block, wpe or ln_f).
+  static size_t MaxParamPiece(const GptConfig& config);
+  static size_t MaxGradPiece(const GptConfig& config);
+
   // The memory plan without allocating (on a machine without a device the encoder's sort
   // storage, a few KB, is not counted). Errors as Create's kInvalidArgument cases.
-  static Result<GptCudaMemory> PlanMemory(const GptConfig& config, int max_batch, int max_seq);
+  static Result<GptCudaMemory> PlanMemory(const GptConfig& config, int max_batch, int max_seq,
+                                          const GptCudaStorage& storage = {});
 
   // Creates the model on the current CUDA device with zeroed parameters (copy weights in
   // with CopyParamsFromHost). kInvalidArgument naming the field: an invalid config,
@@ -116,7 +180,8 @@ class GptCudaModel {
   // COHORT_CUDA_CHECK classifies them (common/cuda_status.h).
   static Result<std::unique_ptr<GptCudaModel>> Create(const GptConfig& config, int max_batch,
                                                       int max_seq,
-                                                      const GptCudaOptions& options = {});
+                                                      const GptCudaOptions& options = {},
+                                                      const GptCudaStorage& storage = {});
   ~GptCudaModel();
   GptCudaModel(const GptCudaModel&) = delete;
   GptCudaModel& operator=(const GptCudaModel&) = delete;
@@ -133,8 +198,15 @@ class GptCudaModel {
   int device() const;           // the CUDA device ordinal
   size_t device_bytes() const;  // allocated by the model (cuBLASLt's workspace not counted)
 
+  const GptCudaStorage& storage() const;
+  // Without a gradient buffer (resp. parameters): where Backward writes (resp. Forward and
+  // Backward read); must outlive their use. A pass fails with kFailedPrecondition without.
+  void SetGradSink(CudaGradSink* sink);
+  void SetParamSource(CudaParamSource* source);
+
   // Copies all parameters in (float32, the GptModel layout) and refreshes the bf16 copy;
-  // returns when the copy is done. kInvalidArgument on a size mismatch.
+  // returns when the copy is done. kInvalidArgument on a size mismatch. The copies in and
+  // out of parameters and gradients are kFailedPrecondition for a model without them.
   Result<void> CopyParamsFromHost(std::span<const float> params);
   // Copies the float32 parameters (resp. gradients) out; returns when done.
   Result<void> CopyParamsToHost(std::span<float> params);
@@ -145,7 +217,8 @@ class GptCudaModel {
   Result<void> ParamsWritten();
 
   // Device memory, for the optimizer and data parallelism (num_parameters() floats each;
-  // spans over DEVICE memory: never dereference them on the host).
+  // spans over DEVICE memory: never dereference them on the host). Empty (null) for a model
+  // created without them.
   std::span<float> params_device();
   std::span<float> grads_device();
   cuda::bf16* params_bf16_device();  // num_parameters() values

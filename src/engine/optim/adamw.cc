@@ -75,7 +75,14 @@ COHORT_CPU_CLONES void AdamWRange(float* p, const float* g, float* m, float* v, 
 }  // namespace
 
 void AdamW::Step(std::span<float> params, std::span<const float> grads, float lr) {
-  ++t_;
+  BeginStep();
+  StepRange(params, grads, lr, 0, m_.size());
+}
+
+void AdamW::BeginStep() { ++t_; }
+
+void AdamW::StepRange(std::span<float> params, std::span<const float> grads, float lr, size_t lo,
+                      size_t hi) {
   // As torch.optim.AdamW (single-tensor path): decay first, then the Adam update with
   // step_size = lr / (1 − β1^t) and denom = √v / √(1 − β2^t) + eps.
   const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
@@ -87,15 +94,19 @@ void AdamW::Step(std::span<float> params, std::span<const float> grads, float lr
   const float* g = grads.data();
   float* m = m_.data();
   float* v = v_.data();
-  // One team for all ranges; each thread updates its share of every range.
-#pragma omp parallel if (m_.size() >= (size_t{1} << 14))
+  // One team for all ranges; each thread updates its share of every range's part in
+  // [lo, hi). The update is elementwise: how the elements are shared changes no bit.
+#pragma omp parallel if (hi - lo >= (size_t{1} << 14))
   {
     const size_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
     for (const DecayRange& r : ranges_) {
+      const size_t rb = std::max(r.offset, lo), re = std::min(r.offset + r.count, hi);
+      if (re <= rb) continue;
       const float keep = r.decay ? 1.0f - lr * config_.weight_decay : 1.0f;
-      const size_t per = (r.count + nth - 1) / nth;
-      const size_t b = std::min(r.count, tid * per), e = std::min(r.count, b + per);
-      const size_t o = r.offset + b;
+      const size_t count = re - rb;
+      const size_t per = (count + nth - 1) / nth;
+      const size_t b = std::min(count, tid * per), e = std::min(count, b + per);
+      const size_t o = rb + b;
       AdamWRange(p + o, g + o, m + o, v + o, e - b, b1, b2, eps, step_size, bc2_sqrt, keep);
     }
   }

@@ -47,6 +47,13 @@ class AdamW {
   // One update with learning rate `lr`; increments t first (the first call uses t = 1).
   // params and grads have num_params elements.
   void Step(std::span<float> params, std::span<const float> grads, float lr);
+  // Step in parts (an offloaded step that runs chunk by chunk while the chunks before it are
+  // copied back to the device): BeginStep increments t, then StepRange updates elements
+  // [lo, hi) of params (num_params elements) from grads (the same indexing) with that t.
+  // StepRange over disjoint ranges covering [0, num_params) is Step, bit for bit.
+  void BeginStep();
+  void StepRange(std::span<float> params, std::span<const float> grads, float lr, size_t lo,
+                 size_t hi);
 
   size_t num_params() const;
   int64_t t() const;

@@ -6,12 +6,10 @@
 namespace cohort::engine {
 
 DdpReducer::DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
-                       WaitReadyFn wait_ready, std::optional<ShardTarget> target,
-                       ReducedFn reduced)
+                       WaitReadyFn wait_ready, ReducedFn reduced)
     : comm_(comm),
       grads_(grads),
       wait_ready_(std::move(wait_ready)),
-      target_(target),
       reduced_(std::move(reduced)) {
   const size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
   for (size_t end = grads_.size(); end > 0;) {
@@ -79,15 +77,7 @@ void DdpReducer::Loop() {
       // Pointer arithmetic only: the elements may be device memory.
       float* data = grads_.data() + b.begin;
       if (wait_ready_) r = wait_ready_(b.begin, b.end - b.begin);
-      if (r && target_) {
-        // This rank's part of the bucket lands at its place in the shard.
-        const ZeroPartition& p = target_->partition;
-        const size_t mine = std::max(b.begin, p.begin(comm_.rank()));
-        float* out = target_->shard.data() + (std::min(mine, p.end(comm_.rank())) -
-                                              p.begin(comm_.rank()));
-        r = comm_.ReduceScatter(data, out, p.counts_in(b.begin, b.end), comm::DataType::kFloat32,
-                                comm::ReduceOp::kAvg);
-      } else if (r) {
+      if (r) {
         r = comm_.AllReduce(data, data, b.end - b.begin, comm::DataType::kFloat32,
                             comm::ReduceOp::kAvg);
       }

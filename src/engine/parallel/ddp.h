@@ -18,11 +18,6 @@
 // CUDA events recorded behind the slices' last kernels). NCCL's communicator orders its
 // own stream only, so without the wait it could read gradients still being written.
 //
-// ZeRO-2 on a model that keeps its whole gradient buffer (the CUDA model, trainer/
-// cuda_zero.h) passes a ShardTarget: each bucket is then reduce-scattered (average) over
-// the partition instead of all-reduced, this rank's part of it written straight into its
-// gradient shard, and `grads` is left as the backward pass wrote it.
-//
 // Threads: Begin/GradReady/Finish on the training thread; the Communicator and
 // `wait_ready` are used only by the reducer's thread between Begin and Finish, so the
 // caller must not use the communicator then. A world of 1 reduces nothing and starts no
@@ -34,14 +29,12 @@
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "engine/parallel/zero.h"
 
 namespace cohort::engine {
 
@@ -51,26 +44,15 @@ class DdpReducer {
   // round (Finish returns it) and skips the bucket's collective.
   using WaitReadyFn = std::function<Result<void>(size_t offset, size_t count)>;
   // Called on the reducer's thread after a bucket's collective succeeded, with the bucket's
-  // range: its average is final (in `grads`, or in the ShardTarget's shard). An error fails
-  // the round as a collective's does. (The CUDA optimizer offload copies the bucket's part
-  // of its gradient shard to the host here, while the backward pass goes on.)
+  // range: its average is final in `grads`. An error fails the round as a collective's
+  // does. (The CUDA optimizer offload of ZeRO-1 copies the bucket's part of its shard to the
+  // host here, while the backward pass goes on.)
   using ReducedFn = std::function<Result<void>(size_t offset, size_t count)>;
 
-  // Where a reduce-scattering reducer writes: `shard` holds partition.size(rank) values
-  // (partition.ranks == comm.size(), partition.total == grads.size()), this rank's elements
-  // [partition.begin(rank), partition.end(rank)) of the average; host or device memory as
-  // `grads` is. It must outlive the reducer.
-  struct ShardTarget {
-    ZeroPartition partition;
-    std::span<float> shard;
-  };
-
   // `grads` must outlive the reducer. bucket_bytes >= 4. `wait_ready` may be empty (host
-  // gradients are final when reported). `target`: reduce-scatter into a shard (see above).
-  // `reduced` (optional): see ReducedFn.
+  // gradients are final when reported). `reduced` (optional): see ReducedFn.
   DdpReducer(comm::Communicator& comm, std::span<float> grads, size_t bucket_bytes,
-             WaitReadyFn wait_ready = {}, std::optional<ShardTarget> target = std::nullopt,
-             ReducedFn reduced = {});
+             WaitReadyFn wait_ready = {}, ReducedFn reduced = {});
   ~DdpReducer();
   DdpReducer(const DdpReducer&) = delete;
   DdpReducer& operator=(const DdpReducer&) = delete;
@@ -97,7 +79,6 @@ class DdpReducer {
   comm::Communicator& comm_;
   std::span<float> grads_;
   WaitReadyFn wait_ready_;  // reducer thread only (set at construction)
-  std::optional<ShardTarget> target_;  // set at construction
   ReducedFn reduced_;                  // reducer thread only (set at construction)
   std::vector<Bucket> buckets_;  // buckets_[0] is the end of the buffer
   size_t next_to_issue_ = 0;     // training thread only

@@ -36,11 +36,6 @@ Result<void> CheckZero(const TrainConfig& c) {
   if (p.offload == "optimizer+params" && p.zero != 3) {
     return FieldError("parallel.offload", "optimizer+params needs parallel.zero 3, got {}", p.zero);
   }
-  if (p.offload == "optimizer+params") {
-    return FieldError("parallel.offload",
-                      "optimizer+params is not built yet (it needs ZeRO-3 on train.device cuda; "
-                      "built: none, optimizer)");
-  }
   if (c.device == "cuda" && (p.tensor > 1 || p.pipeline > 1)) {
     if (p.zero > 0) {
       return FieldError("parallel.zero",
@@ -55,12 +50,6 @@ Result<void> CheckZero(const TrainConfig& c) {
                         "none)",
                         p.offload, p.tensor, p.pipeline);
     }
-  }
-  if (p.zero > 2 && c.device == "cuda") {
-    return FieldError("parallel.zero",
-                      "{} is not built for train.device cuda yet (built there: 0, 1 and 2; "
-                      "stage 3 runs on train.device cpu)",
-                      p.zero);
   }
   if (p.zero > 1 && (p.tensor > 1 || p.pipeline > 1)) {
     return FieldError("parallel.zero",

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_status.h"
+#include "engine/model/cuda_arena.h"
 #include "engine/model/gpt_cuda.h"
 #include "engine/trainer/cuda_zero.h"
 #endif
@@ -39,6 +40,36 @@ Error NoDevice(cudaError_t status, const char* what) {
                               cudaGetErrorString(status)));
 }
 
+// Ψ floats of device memory for a moment (ZeRO-3's resume, export and fresh start move
+// whole arrays, which no buffer of the model holds).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static Result<DeviceBuffer> Make(size_t count, int device) {
+    DeviceBuffer b;
+    b.data_ = static_cast<float*>(COHORT_TRY(DeviceAlloc(
+        std::max<size_t>(1, count) * sizeof(float),
+        fmt::format("a whole parameter array ({} values) for ZeRO-3", count), device)));
+    b.count_ = count;
+    return b;
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(o.count_) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(count_, o.count_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+  float* data() { return data_; }
+  std::span<float> span() { return {data_, count_}; }
+
+ private:
+  float* data_ = nullptr;
+  size_t count_ = 0;
+};
+
 class CudaTrainModel final : public TrainModel {
  public:
   CudaTrainModel(std::unique_ptr<GptCudaModel> model, std::unique_ptr<GptCudaAdamW> optimizer,
@@ -62,13 +93,38 @@ class CudaTrainModel final : public TrainModel {
   const GptConfig& config() const override { return model_->config(); }
   size_t num_params() const override { return model_->num_parameters(); }
 
-  Result<void> ZeroGrad() override { return model_->ZeroGrad(); }
+  // ZeRO-3: every Forward gathers parameters from every rank, so sampling and export are
+  // collectives (the trainer then calls them on every rank).
+  bool model_parallel() const override { return zero_ && zero_->stage() == 3; }
+
+  Result<void> ZeroGrad() override { return zero_ ? zero_->ZeroGrad() : model_->ZeroGrad(); }
   Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                         int B, int T) override {
     return model_->Forward(tokens, targets, B, T);
   }
   Result<void> Backward(float loss_scale, const GradReadyFn& ready) override {
+    // Stages 2 and 3 reduce every micro-batch's pieces into the shard themselves (`ready` is
+    // a reducer's, and the trainer makes none for them).
+    if (zero_ && zero_->stage() >= 2) return zero_->Backward(loss_scale, /*final=*/true);
     return model_->Backward(loss_scale, ready);
+  }
+  // Stages 2 and 3: the data-parallel loop (TrainModel's), telling the optimizer which
+  // micro-batch is the step's last (offloaded, only its pieces go to the host).
+  Result<double> TrainMicrobatches(int count, int B, int T, const LoadMicrobatch& load,
+                                   DdpReducer* reducer) override {
+    if (!zero_ || zero_->stage() < 2) {
+      return TrainModel::TrainMicrobatches(count, B, T, load, reducer);
+    }
+    std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
+    COHORT_TRY_VOID(ZeroGrad());
+    double loss_sum = 0;
+    const float scale = 1.0f / static_cast<float>(count);
+    for (int a = 0; a < count; ++a) {
+      COHORT_TRY_VOID(load(a, inputs, targets));
+      loss_sum += COHORT_TRY(Forward(inputs, targets, B, T));
+      COHORT_TRY_VOID(zero_->Backward(scale, /*final=*/a == count - 1));
+    }
+    return loss_sum / count;
   }
   Result<double> ClipAndStep(double max_norm, float lr) override {
     if (zero_) return zero_->Step(max_norm, lr);
@@ -79,28 +135,24 @@ class CudaTrainModel final : public TrainModel {
     if (!zero_) return {};
     return {zero_->stage(), zero_->partition().ranks, zero_->offload()};
   }
-  std::optional<DdpReducer::ShardTarget> reduce_target() override {
-    return zero_ ? zero_->reduce_target() : std::nullopt;
-  }
   DdpReducer::ReducedFn grad_reduced() override {
-    if (!zero_ || !zero_->offload()) return {};
+    if (!zero_ || !zero_->offload() || zero_->stage() >= 2) return {};
     CudaZeroOptimizer* z = zero_.get();
     return [z](size_t offset, size_t count) { return z->GradsReduced(offset, count); };
   }
 
   std::span<float> grads() override { return model_->grads_device(); }
-  // float32 master parameters and their bf16 copy, float32 gradients and moments. With ZeRO
-  // the moments (and, offloaded, the host master copy) are the shard's; stage 2's gradients
-  // are the device shard, and the model's whole buffer, which the backward still writes, is
-  // scratch; offload's pinned gradient shard is scratch too.
+  // float32 master parameters and their bf16 copy, float32 gradients and moments, counted
+  // where allocated (the model's arena holds whole parameters and gradients only where the
+  // stage keeps them). With ZeRO the moments (and, offloaded, the host master copy) are the
+  // shard's; stages 2 and 3 hold the gradient shard, stage 3 the parameter shards; the
+  // gradient pieces, the gather buffers and offload's pinned gradient shard are scratch.
   ModelStateBytes model_state_bytes() override {
-    const size_t n = model_->num_parameters();
-    const size_t params = model_->params_device().size() * sizeof(float) + n * sizeof(cuda::bf16);
+    const size_t params = model_->params_device().size() * (sizeof(float) + sizeof(cuda::bf16));
     const size_t whole_grads = model_->grads_device().size() * sizeof(float);
     if (zero_) {
-      const size_t shard = zero_->grad_shard_bytes();
-      return {params, shard ? shard : whole_grads, zero_->optimizer_bytes(),
-              (shard ? whole_grads : 0) + zero_->staging_bytes()};
+      return {params + zero_->param_bytes(), whole_grads + zero_->grad_shard_bytes(),
+              zero_->optimizer_bytes(), zero_->scratch_bytes()};
     }
     return {params, whole_grads,
             (optimizer_->m_device().size() + optimizer_->v_device().size()) * sizeof(float)};
@@ -148,6 +200,13 @@ class CudaTrainModel final : public TrainModel {
     return optimizer_->SetStep(adam_t);
   }
   Result<void> BroadcastParams(comm::Communicator& comm) override {
+    if (zero_ && zero_->stage() == 3) {
+      // Rank 0's shards gathered into a whole device buffer, broadcast, each rank's taken.
+      DeviceBuffer whole = COHORT_TRY(DeviceBuffer::Make(model_->num_parameters(), model_->device()));
+      COHORT_TRY_VOID(zero_->GatherAll(whole.data()));
+      COHORT_TRY_VOID(BroadcastDevice(comm, whole.span()));
+      return zero_->TakeParams(whole.data());
+    }
     COHORT_TRY_VOID(BroadcastDevice(comm, model_->params_device()));
     COHORT_TRY_VOID(model_->ParamsWritten());
     return zero_ ? zero_->TakeParams() : Result<void>{};
@@ -196,6 +255,7 @@ class CudaTrainModel final : public TrainModel {
   }
 
   Result<std::vector<float>> NextTokenLogits(std::span<const int32_t> window) override {
+    // ZeRO-3: a collective (the gathers), which every rank calls.
     COHORT_TRY(model_->Forward(window, {}, 1, static_cast<int>(window.size())));
     return model_->LastLogits();
   }
@@ -203,6 +263,15 @@ class CudaTrainModel final : public TrainModel {
 
   Result<void> Export(const std::string& path) override {
     GptModel host = COHORT_TRY(GptModel::Create(model_->config()));
+    if (zero_ && zero_->stage() == 3) {
+      // Every rank calls this: the shards gathered; rank 0 writes.
+      DeviceBuffer whole = COHORT_TRY(DeviceBuffer::Make(model_->num_parameters(), model_->device()));
+      COHORT_TRY_VOID(zero_->GatherAll(whole.data()));
+      if (zero_->rank() != 0) return {};
+      COHORT_TRY_VOID(Copy(host.params().data(), whole.data(),
+                           host.params().size() * sizeof(float), cudaMemcpyDeviceToHost));
+      return ExportGpt2(host, path);
+    }
     COHORT_TRY_VOID(model_->CopyParamsToHost(host.params()));
     return ExportGpt2(host, path);
   }
@@ -215,17 +284,29 @@ class CudaTrainModel final : public TrainModel {
     }
     return {};
   }
-  // ZeRO's resume: the parameters as without ZeRO; each moment reaches every rank through the
-  // model's gradient buffer (Ψ floats, free between steps: ZeroGrad clears it), from which
-  // each rank takes its shard.
+  // ZeRO's resume: each whole array reaches every rank through a device buffer of Ψ floats
+  // (the model's gradient buffer in stage 1, free between steps: ZeroGrad clears it; stages
+  // 2 and 3 hold none, so one is allocated for the resume and freed after), from which each
+  // rank takes its shard; stages 1 and 2 broadcast the parameters into the model's.
   Result<void> RestoreZero(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) {
-    if (ckpt) COHORT_TRY_VOID(model_->CopyParamsFromHost(ckpt->params));
-    if (comm) {
+    const bool sharded_params = zero_->stage() == 3;
+    if (ckpt && !sharded_params) COHORT_TRY_VOID(model_->CopyParamsFromHost(ckpt->params));
+    if (comm && !sharded_params) {
       COHORT_TRY_VOID(BroadcastDevice(*comm, model_->params_device()));
       COHORT_TRY_VOID(model_->ParamsWritten());
     }
     if (ckpt || comm) {
+      DeviceBuffer temporary;
       std::span<float> through = model_->grads_device();
+      if (through.empty()) {
+        temporary = COHORT_TRY(DeviceBuffer::Make(model_->num_parameters(), model_->device()));
+        through = temporary.span();
+      }
+      if (sharded_params) {
+        if (ckpt) COHORT_TRY_VOID(Upload(through, ckpt->params, "params"));
+        if (comm) COHORT_TRY_VOID(BroadcastDevice(*comm, through));
+        COHORT_TRY_VOID(zero_->TakeParams(through.data()));
+      }
       for (bool second : {false, true}) {
         if (ckpt) {
           const std::vector<float>& whole = second ? ckpt->adam_v : ckpt->adam_m;
@@ -242,7 +323,16 @@ class CudaTrainModel final : public TrainModel {
       }
       COHORT_TRY_VOID(model_->ZeroGrad());
     }
+    if (!sharded_params) COHORT_TRY_VOID(zero_->TakeParams());  // offloaded: the master
     return zero_->Restored(adam_t);
+  }
+  // A whole host array into a device buffer of the same size.
+  Result<void> Upload(std::span<float> device, const std::vector<float>& host, const char* name) {
+    if (host.size() != device.size()) {
+      return Errorf(ErrorCode::kInvalidArgument, "checkpoint: {} has {} values, the model {}",
+                    name, host.size(), device.size());
+    }
+    return Copy(device.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice);
   }
 
   // A broadcast from rank 0 of a device buffer (nccl) — or, for a host-memory backend,
@@ -315,12 +405,22 @@ Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
                                                        const AdamWConfig& adamw, int max_batch,
                                                        int max_seq, std::string* description,
                                                        const CudaZeroOptions& zero) {
-  if (zero.stage < 0 || zero.stage > 2) {
+  if (zero.stage < 0 || zero.stage > 3) {
     return Errorf(ErrorCode::kInvalidArgument,
-                  "ZeRO stage {} on train.device cuda (built: 0, 1 and 2)", zero.stage);
+                  "ZeRO stage {} on train.device cuda (built: 0 to 3)", zero.stage);
   }
-  auto model = COHORT_TRY(GptCudaModel::Create(initial.config(), max_batch, max_seq));
-  COHORT_TRY_VOID(model->CopyParamsFromHost(initial.params()));
+  if (zero.offload_params && (zero.stage != 3 || !zero.offload)) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "parameter offload needs ZeRO stage 3 and the optimizer offload (stage {}, "
+                  "optimizer offload {})",
+                  zero.stage, zero.offload);
+  }
+  // Stages 2 and 3 hold no whole gradient buffer, stage 3 no whole parameters.
+  GptCudaStorage storage;
+  storage.grads = zero.stage < 2;
+  storage.params = zero.stage < 3;
+  auto model = COHORT_TRY(GptCudaModel::Create(initial.config(), max_batch, max_seq, {}, storage));
+  if (storage.params) COHORT_TRY_VOID(model->CopyParamsFromHost(initial.params()));
   void* staging = nullptr;
   if (zero.stage > 0 || zero.offload) {
     COHORT_CUDA_CHECK(cudaMalloc(&staging, CudaTrainModel::kStagingBytes));
@@ -332,22 +432,34 @@ Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
                                         const std::vector<size_t>& counts) {
       return self->AllGatherHost(*data, send, recv, counts);
     };
-    auto z = COHORT_TRY(CudaZeroOptimizer::Create(self->model(), data, std::max(1, zero.stage),
-                                                  zero.offload, adamw, std::move(gather)));
+    CudaZeroOptimizer::Options options;
+    options.stage = std::max(1, zero.stage);
+    options.offload = zero.offload;
+    options.offload_params = zero.offload_params;
+    auto z = COHORT_TRY(CudaZeroOptimizer::Create(self->model(), data, options, adamw,
+                                                  initial.params(), std::move(gather)));
     if (description != nullptr) {
-      const size_t state = z->optimizer_bytes() + z->staging_bytes();
-      const std::string shard =
-          z->grad_shard_bytes() ? fmt::format(", ZeRO-2 gradient shard {:.2f} GiB",
-                                              z->grad_shard_bytes() / double(1 << 30))
-                                : std::string();
+      const double gib = 1 << 30;
+      // Device memory: the model's arena, the shards the stage keeps there, the scratch
+      // (less offload's pinned gradient shard) and, not offloaded, the AdamW state.
+      const size_t host_params =
+          z->offload_params() ? z->param_bytes() : (z->offload() ? z->shard_size() * 4 : 0);
+      const size_t host_scratch =
+          z->offload() ? z->shard_size() * sizeof(float) +
+                             (z->stage() == 3 && !z->offload_params() ? z->shard_size() * 2 : 0)
+                       : 0;
+      const size_t device = self->model().device_bytes() + z->param_bytes() - host_params +
+                            z->grad_shard_bytes() + z->scratch_bytes() - host_scratch +
+                            (z->offload() ? 0 : z->optimizer_bytes());
       *description = fmt::format(
-          "{:.2f} GiB of device memory (model and activations for {} x {} tokens {:.2f} GiB{}, "
-          "AdamW state of {} of {} parameters {:.2f} GiB {})",
-          (self->model().device_bytes() + z->grad_shard_bytes() +
-           (z->offload() ? 0 : z->optimizer_bytes())) / double(1 << 30),
-          max_batch, max_seq, self->model().device_bytes() / double(1 << 30), shard,
-          z->shard_size(), z->partition().total, state / double(1 << 30),
-          z->offload() ? "in host memory, stepped on the CPU" : "on the device");
+          "{:.2f} GiB of device memory (model and activations for {} x {} tokens {:.2f} GiB, "
+          "ZeRO-{} shards: parameters {:.2f} GiB, gradients {:.2f} GiB, scratch {:.2f} GiB; "
+          "AdamW state of {} of {} parameters {:.2f} GiB {}{})",
+          device / gib, max_batch, max_seq, self->model().device_bytes() / gib, z->stage(),
+          z->param_bytes() / gib, z->grad_shard_bytes() / gib, z->scratch_bytes() / gib,
+          z->shard_size(), z->partition().total, z->optimizer_bytes() / gib,
+          z->offload() ? "in host memory, stepped on the CPU" : "on the device",
+          z->offload_params() ? "; the parameter shard in host memory too" : "");
     }
     self->set_zero(std::move(z));
     return std::unique_ptr<TrainModel>(std::move(owner));

@@ -1,5 +1,4 @@
-// CudaZeroOptimizer (cuda_zero.h): ZeRO stages 1 and 2 and the optimizer offload for the
-// CUDA model. Compiled only with the CUDA engine.
+// CudaZeroOptimizer (cuda_zero.h): ZeRO stages 1 to 3 and the offloads for the CUDA model. Compiled only with the CUDA engine.
 #if COHORT_HAVE_CUDA_ENGINE
 #include "engine/trainer/cuda_zero.h"
 
@@ -18,74 +17,143 @@
 
 namespace cohort::engine {
 
-CudaZeroOptimizer::CudaZeroOptimizer(GptCudaModel& model, comm::Communicator* data, int stage,
-                                     bool offload, HostAllGather host_all_gather)
+CudaZeroOptimizer::CudaZeroOptimizer(GptCudaModel& model, comm::Communicator* data,
+                                     const Options& options, HostAllGather host_all_gather)
     : model_(model),
       data_(data),
-      stage_(stage),
-      offload_(offload),
+      stage_(options.stage),
+      offload_(options.offload),
+      offload_params_(options.offload_params),
       rank_(data ? data->rank() : 0),
       partition_{model.num_parameters(), data ? data->size() : 1},
       host_all_gather_(std::move(host_all_gather)) {}
 
 CudaZeroOptimizer::~CudaZeroOptimizer() {
   (void)cudaStreamSynchronize(model_.stream());
-  if (grad_shard_ != nullptr) (void)cudaFree(grad_shard_);
+  // The pieces first (they drain the collective thread), then the thread, then the memory
+  // its ops read.
+  params_.reset();
+  grads_.reset();
+  thread_.reset();
+  host_thread_.reset();
+  if (bf16_host_ != nullptr) (void)cudaFreeHost(bf16_host_);
   if (master_ != nullptr) (void)cudaFreeHost(master_);
   if (grads_host_ != nullptr) (void)cudaFreeHost(grads_host_);
   if (copy_stream_ != nullptr) (void)cudaStreamDestroy(copy_stream_);
-  for (void* p : {static_cast<void*>(norm_sq_), static_cast<void*>(clip_scale_), norm_scratch_}) {
+  for (void* p : {static_cast<void*>(norm_sq_), static_cast<void*>(clip_scale_), norm_scratch_,
+                  static_cast<void*>(param_shard_)}) {
     if (p != nullptr) (void)cudaFree(p);
+  }
+  if (bf16_shard_ != nullptr) {
+    if (offload_params_) {
+      (void)cudaFreeHost(bf16_shard_);
+    } else {
+      (void)cudaFree(bf16_shard_);
+    }
   }
   if (norm_host_ != nullptr) (void)cudaFreeHost(norm_host_);
   if (scale_host_ != nullptr) (void)cudaFreeHost(scale_host_);
 }
 
 Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
-    GptCudaModel& model, comm::Communicator* data, int stage, bool offload,
-    const AdamWConfig& config, HostAllGather host_all_gather) {
-  if (stage < 1 || stage > 2) {
+    GptCudaModel& model, comm::Communicator* data, const Options& options,
+    const AdamWConfig& config, std::span<const float> initial, HostAllGather host_all_gather) {
+  const int stage = options.stage;
+  if (stage < 1 || stage > 3) {
     return Errorf(ErrorCode::kInvalidArgument,
-                  "CudaZeroOptimizer: ZeRO stage {} (built on CUDA: 1 and 2)", stage);
+                  "CudaZeroOptimizer: ZeRO stage {} (built on CUDA: 1, 2 and 3)", stage);
+  }
+  if (options.offload_params && (stage != 3 || !options.offload)) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "CudaZeroOptimizer: parameter offload needs stage 3 and the optimizer offload "
+                  "(stage {}, optimizer offload {})",
+                  stage, options.offload);
+  }
+  const GptCudaStorage& storage = model.storage();
+  if (storage.grads != (stage < 2) || storage.params != (stage < 3)) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "CudaZeroOptimizer: ZeRO-{} needs a model created with{} parameters and "
+                  "with{} gradients",
+                  stage, stage < 3 ? "" : "out", stage < 2 ? "" : "out");
+  }
+  if (stage == 3 && initial.size() != model.num_parameters()) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "CudaZeroOptimizer: {} initial parameters for a model of {}", initial.size(),
+                  model.num_parameters());
   }
   std::unique_ptr<CudaZeroOptimizer> z(
-      new CudaZeroOptimizer(model, data, stage, offload, std::move(host_all_gather)));
+      new CudaZeroOptimizer(model, data, options, std::move(host_all_gather)));
   const size_t lo = z->shard_begin(), n = z->shard_size();
-  COHORT_CUDA_CHECK(cudaSetDevice(model.device()));
-  if (stage == 2 && z->partition_.ranks > 1) {
-    z->grad_shard_ = static_cast<float*>(COHORT_TRY(DeviceAlloc(
-        std::max<size_t>(1, n) * sizeof(float),
-        fmt::format("the ZeRO-2 gradient shard ({} values)", n), model.device())));
-  }
+  const int dev = model.device();
+  COHORT_CUDA_CHECK(cudaSetDevice(dev));
   std::vector<DecayRange> ranges;
   for (const ParamTensor& t : model.tensors()) {
     ranges.push_back({t.offset, t.numel, t.weight_decay});
   }
-  if (!offload) {
+  const size_t bytes = std::max<size_t>(1, n) * sizeof(float);
+  void* pinned = nullptr;
+  if (!options.offload) {
     z->device_ = COHORT_TRY(CudaAdamW::Create(CutDecayRanges(ranges, lo, lo + n), config,
-                                              model.options().fused_adamw, model.device(),
-                                              model.stream()));
-    const int dev = model.device();
+                                              model.options().fused_adamw, dev, model.stream()));
     z->norm_sq_ = static_cast<double*>(COHORT_TRY(DeviceAlloc(sizeof(double), "the ZeRO norm", dev)));
     z->clip_scale_ = static_cast<float*>(COHORT_TRY(DeviceAlloc(sizeof(float), "the clip factor", dev)));
     z->norm_scratch_ = COHORT_TRY(DeviceAlloc(std::max<size_t>(1, cuda::GradNormScratchBytes(n)),
                                               "the ZeRO norm's scratch", dev));
-    void* pinned = nullptr;
     COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(double)));
     z->norm_host_ = static_cast<double*>(pinned);
     COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(float)));
     z->scale_host_ = static_cast<float*>(pinned);
+  } else {
+    z->host_ = COHORT_TRY(AdamW::Create(n, CutDecayRanges(ranges, lo, lo + n), config));
+    COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
+    z->master_ = static_cast<float*>(pinned);
+    COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
+    z->grads_host_ = static_cast<float*>(pinned);
+    COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&z->copy_stream_, cudaStreamNonBlocking));
+    z->host_thread_ = std::make_unique<SerialThread>(dev);
+  }
+  if (stage >= 2) {
+    z->thread_ = std::make_unique<SerialThread>(dev);
+    z->grads_ = COHORT_TRY(ShardedDeviceGrads::Create(data, z->partition_,
+                                                      GptCudaModel::MaxGradPiece(model.config()), dev,
+                                                      model.stream(), *z->thread_));
+    model.SetGradSink(z->grads_.get());
+    if (options.offload) {
+      CudaZeroOptimizer* self = z.get();
+      z->grads_->set_final([self](size_t lo, size_t hi) { return self->ShardFinal(lo, hi); });
+    }
+  }
+  if (stage == 3) {
+    const size_t bf16_bytes = std::max<size_t>(1, n) * sizeof(cuda::bf16);
+    if (!options.offload) {
+      z->param_shard_ = static_cast<float*>(COHORT_TRY(
+          DeviceAlloc(bytes, fmt::format("the ZeRO-3 parameter shard ({} values)", n), dev)));
+    }
+    if (options.offload_params) {
+      COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bf16_bytes));
+      z->bf16_shard_ = static_cast<cuda::bf16*>(pinned);
+    } else {
+      if (options.offload) {  // the host step's bf16 chunks, copied to the device shard
+        COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bf16_bytes));
+        z->bf16_host_ = static_cast<uint16_t*>(pinned);
+      }
+      z->bf16_shard_ = static_cast<cuda::bf16*>(COHORT_TRY(DeviceAlloc(
+          bf16_bytes, fmt::format("the ZeRO-3 bf16 parameter shard ({} values)", n), dev)));
+    }
+    z->params_ = COHORT_TRY(GatheredDeviceParams::Create(data, z->partition_, model.config(),
+                                                         z->bf16_shard_, options.offload_params,
+                                                         dev, model.stream(), *z->thread_));
+    model.SetParamSource(z->params_.get());
+    // The shard of the initial parameters, through device memory (the gradient shard, free
+    // until the first backward) so that the bf16 shard is the device's rounding.
+    float* through = z->grads_->shard();
+    COHORT_TRY_VOID(z->Copy(through, initial.data() + lo, n * sizeof(float), cudaMemcpyHostToDevice));
+    COHORT_TRY_VOID(z->TakeShard(through));
+    COHORT_TRY_VOID(z->grads_->ZeroShard());
+    COHORT_CUDA_CHECK(cudaStreamSynchronize(model.stream()));
     return z;
   }
-  z->host_ = COHORT_TRY(AdamW::Create(n, CutDecayRanges(ranges, lo, lo + n), config));
-  void* pinned = nullptr;
-  const size_t bytes = std::max<size_t>(1, n) * sizeof(float);
-  COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
-  z->master_ = static_cast<float*>(pinned);
-  COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
-  z->grads_host_ = static_cast<float*>(pinned);
-  COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&z->copy_stream_, cudaStreamNonBlocking));
-  COHORT_TRY_VOID(z->TakeParams());  // the master shard starts as the model's parameters
+  if (options.offload) COHORT_TRY_VOID(z->TakeParams());  // the master starts as the model's
   return z;
 }
 
@@ -97,15 +165,10 @@ Result<void> CudaZeroOptimizer::Copy(void* dst, const void* src, size_t bytes, i
   return {};
 }
 
-std::optional<DdpReducer::ShardTarget> CudaZeroOptimizer::reduce_target() {
-  if (grad_shard_ == nullptr) return std::nullopt;
-  return DdpReducer::ShardTarget{partition_, {grad_shard_, shard_size()}};
-}
-
 Result<void> CudaZeroOptimizer::GradsReduced(size_t offset, size_t count) {
   const size_t lo = std::max(offset, shard_begin());
   const size_t hi = std::min(offset + count, shard_begin() + shard_size());
-  if (!offload_ || hi <= lo) return {};
+  if (!offload_ || grads_ || hi <= lo) return {};
   // The reducer's thread: make the model's device current here. The collective returned,
   // so the bucket's average is in device memory.
   COHORT_CUDA_CHECK(cudaSetDevice(model_.device()));
@@ -115,6 +178,27 @@ Result<void> CudaZeroOptimizer::GradsReduced(size_t offset, size_t count) {
   COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
   copied_ += hi - lo;
   return {};
+}
+
+Result<void> CudaZeroOptimizer::ZeroGrad() {
+  if (!grads_) return model_.ZeroGrad();
+  return grads_->ZeroShard();
+}
+
+Result<void> CudaZeroOptimizer::Backward(float loss_scale, bool final) {
+  const bool to_host = final && offload_;
+  if (to_host) {
+    // A new final round: the last one's parts are dropped (its ops are done).
+    COHORT_TRY_VOID(host_thread_->Drain());
+    partials_.clear();
+    copied_ = 0;
+  }
+  grads_->Begin(to_host);
+  auto backward = model_.Backward(loss_scale);
+  // Every piece handed to the sink is reduced (or skipped after an error) before returning.
+  auto reduced = grads_->Finish();
+  COHORT_TRY_VOID(backward);
+  return reduced;
 }
 
 Result<double> CudaZeroOptimizer::DeviceSquaredNorm() {
@@ -129,17 +213,39 @@ Result<double> CudaZeroOptimizer::DeviceSquaredNorm() {
 }
 
 const float* CudaZeroOptimizer::grad_shard() const {
-  if (grad_shard_ != nullptr) return grad_shard_;
+  if (grads_) return grads_->shard();
   return model_.grads_device().data() + shard_begin();
+}
+
+float* CudaZeroOptimizer::param_shard() {
+  if (stage_ == 3) return param_shard_;
+  return model_.params_device().data() + shard_begin();
+}
+
+cuda::bf16* CudaZeroOptimizer::bf16_shard_device() {
+  if (stage_ == 3) return offload_params_ ? nullptr : bf16_shard_;
+  return model_.params_bf16_device() + shard_begin();
 }
 
 Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
   COHORT_CUDA_CHECK(cudaSetDevice(model_.device()));
   const size_t n = shard_size();
   double squares = 0;
-  if (offload_) {
-    // Over several ranks the reducer's buckets brought the shard to the host during the
-    // backward (GradsReduced); on one rank there is no reducer: the whole shard now.
+  if (offload_ && grads_) {
+    // The final round's pieces reached the host during the backward (ShardFinal), each
+    // part's Σ g² computed on the host thread: summed here in their (fixed) order.
+    COHORT_TRY_VOID(host_thread_->Drain());
+    const size_t copied = copied_.exchange(0);
+    if (copied != n) {
+      return Errorf(ErrorCode::kInternal,
+                    "optimizer offload: the last backward brought {} of the gradient shard's {} "
+                    "values to the host (no final round?)",
+                    copied, n);
+    }
+    for (double part : partials_) squares += part;
+  } else if (offload_) {
+    // Stage 1 over several ranks: the reducer's buckets brought the shard to the host during
+    // the backward (GradsReduced); on one rank the whole shard now.
     const size_t copied = copied_.exchange(0);
     if (partition_.ranks == 1) {
       COHORT_TRY_VOID(Copy(grads_host_, grad_shard(), n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -160,36 +266,129 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
   // The device kernels' factor: max_norm as a float (GptCudaAdamW::Step).
   const double max_norm_f = static_cast<double>(static_cast<float>(max_norm));
   if (offload_) {
-    ClipToNorm({grads_host_, n}, norm, max_norm_f);
-    host_->Step({master_, n}, {grads_host_, n}, lr);
-    COHORT_TRY_VOID(Copy(model_.params_device().data() + shard_begin(), master_,
-                         n * sizeof(float), cudaMemcpyHostToDevice));
+    COHORT_TRY_VOID(PipelinedHostStep(norm, max_norm_f, lr));
   } else {
     // The factor reaches the update through device memory, as GptCudaAdamW's own does.
     cudaStream_t st = model_.stream();
     *scale_host_ = ClipFactor(norm, max_norm_f);
     COHORT_CUDA_CHECK(cudaMemcpyAsync(clip_scale_, scale_host_, sizeof(float),
                                       cudaMemcpyHostToDevice, st));
-    const size_t lo = shard_begin();
-    COHORT_TRY_VOID(device_->Step(model_.params_device().data() + lo,
-                                  model_.params_bf16_device() + lo, grad_shard(), lr, clip_scale_));
+    COHORT_TRY_VOID(device_->Step(param_shard(), bf16_shard_device(), grad_shard(), lr,
+                                  clip_scale_));
     COHORT_CUDA_CHECK(cudaStreamSynchronize(st));
   }
+  if (stage_ == 3) return norm;  // the shards are the parameters: nothing to gather
   COHORT_TRY_VOID(GatherParams());
   return norm;
 }
 
+Result<void> CudaZeroOptimizer::ShardFinal(size_t lo, size_t hi) {
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(grads_host_ + lo, grads_->shard() + lo,
+                                    (hi - lo) * sizeof(float), cudaMemcpyDeviceToHost,
+                                    copy_stream_));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  copied_ += hi - lo;
+  host_thread_->Post([this, lo, hi]() -> Result<void> {
+    partials_.push_back(SquaredNorm({grads_host_ + lo, hi - lo}));
+    return {};
+  });
+  return {};
+}
+
+Result<void> CudaZeroOptimizer::PipelinedHostStep(double norm, double max_norm, float lr) {
+  const size_t n = shard_size();
+  // Chunks of at least 64K values, at most 8 per shard: enough to overlap, few enough that
+  // each host step keeps its OpenMP team busy.
+  const size_t chunk = std::max<size_t>(size_t{1} << 16, (n + 7) / 8);
+  host_->BeginStep();
+  struct Part {
+    size_t lo, hi;
+    uint64_t ticket;
+  };
+  std::vector<Part> parts;
+  for (size_t lo = 0; lo < n; lo += chunk) {
+    const size_t hi = std::min(n, lo + chunk);
+    const uint64_t ticket = host_thread_->Post([this, n, lo, hi, norm, max_norm, lr]() -> Result<void> {
+      ClipToNorm({grads_host_ + lo, hi - lo}, norm, max_norm);
+      host_->StepRange({master_, n}, {grads_host_, n}, lr, lo, hi);
+      if (stage_ == 3) {
+        uint16_t* out = offload_params_ ? reinterpret_cast<uint16_t*>(bf16_shard_) : bf16_host_;
+        for (size_t i = lo; i < hi; ++i) out[i] = FloatToBf16Bits(master_[i]);
+      }
+      return {};
+    });
+    parts.push_back({lo, hi, ticket});
+  }
+  // Each chunk back to the device as soon as it is stepped, while the next one is.
+  Result<void> status;
+  for (const Part& p : parts) {
+    status = host_thread_->WaitFor(p.ticket);
+    if (!status) break;
+    const size_t count = p.hi - p.lo;
+    cudaError_t copied = cudaSuccess;
+    if (stage_ < 3) {
+      copied = cudaMemcpyAsync(param_shard() + p.lo, master_ + p.lo, count * sizeof(float),
+                               cudaMemcpyHostToDevice, copy_stream_);
+    } else if (!offload_params_) {
+      copied = cudaMemcpyAsync(bf16_shard_ + p.lo, bf16_host_ + p.lo, count * sizeof(cuda::bf16),
+                               cudaMemcpyHostToDevice, copy_stream_);
+    }
+    if (copied != cudaSuccess) {
+      status = Errorf(ErrorCode::kInternal, "optimizer offload: copying parameters back: {}",
+                      cudaGetErrorString(copied));
+      break;
+    }
+  }
+  // Nothing may still read the host buffers when this returns.
+  Result<void> drained = host_thread_->Drain();
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  COHORT_TRY_VOID(status);
+  return drained;
+}
+
+Result<void> CudaZeroOptimizer::RefreshBf16FromMaster() {
+  const size_t n = shard_size();
+  uint16_t* out = offload_params_ ? reinterpret_cast<uint16_t*>(bf16_shard_) : bf16_host_;
+  for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16Bits(master_[i]);
+  if (offload_params_) return {};
+  return Copy(bf16_shard_, out, n * sizeof(cuda::bf16), cudaMemcpyHostToDevice);
+}
+
 Result<void> CudaZeroOptimizer::GatherParams() {
   if (data_ != nullptr && partition_.ranks > 1) {
-    // The send copy of this rank's shard goes through the gradient buffer (consumed by the
-    // step; the next step's ZeroGrad clears it): the receive buffer holds the shard.
+    // The send copy of this rank's shard goes through consumed gradient memory (the
+    // model's buffer, or stage 2's shard; the next step's ZeroGrad clears either): the
+    // receive buffer holds the shard.
     float* params = model_.params_device().data();
-    float* send = model_.grads_device().data() + shard_begin();
+    float* send = grads_ ? grads_->shard() : model_.grads_device().data() + shard_begin();
     COHORT_TRY_VOID(Copy(send, params + shard_begin(), shard_size() * sizeof(float),
                          cudaMemcpyDeviceToDevice));
     COHORT_TRY_VOID(data_->AllGather(send, params, partition_.counts(), comm::DataType::kFloat32));
   }
   return model_.ParamsWritten();
+}
+
+Result<void> CudaZeroOptimizer::GatherAll(float* whole_device) {
+  if (stage_ != 3) {
+    return MakeError(ErrorCode::kFailedPrecondition, "GatherAll: the model holds the parameters");
+  }
+  const size_t n = shard_size();
+  // This rank's float32 shard in device memory (offloaded: the master's copy) as the send
+  // buffer: its own place in `whole_device`, sent from a copy (the gradient shard, free
+  // between steps).
+  float* send = grads_->shard();
+  if (offload_) {
+    COHORT_TRY_VOID(Copy(send, master_, n * sizeof(float), cudaMemcpyHostToDevice));
+  } else {
+    COHORT_TRY_VOID(Copy(send, param_shard_, n * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  if (data_ != nullptr && partition_.ranks > 1) {
+    COHORT_TRY_VOID(
+        data_->AllGather(send, whole_device, partition_.counts(), comm::DataType::kFloat32));
+  } else {
+    COHORT_TRY_VOID(Copy(whole_device, send, n * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  return grads_->ZeroShard();
 }
 
 Result<void> CudaZeroOptimizer::RestoreMoment(bool second, const float* whole_device) {
@@ -203,7 +402,26 @@ Result<void> CudaZeroOptimizer::RestoreMoment(bool second, const float* whole_de
   return Copy(dst, mine, n * sizeof(float), cudaMemcpyDeviceToDevice);
 }
 
-Result<void> CudaZeroOptimizer::TakeParams() {
+Result<void> CudaZeroOptimizer::TakeShard(const float* shard_device) {
+  const size_t n = shard_size();
+  if (offload_) {
+    COHORT_TRY_VOID(Copy(master_, shard_device, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return RefreshBf16FromMaster();
+  }
+  COHORT_TRY_VOID(Copy(param_shard_, shard_device, n * sizeof(float), cudaMemcpyDeviceToDevice));
+  cuda::ConvertToBf16(bf16_shard_, param_shard_, n, model_.stream());
+  COHORT_CUDA_CHECK(cudaGetLastError());  // ConvertToBf16 (ZeRO-3 shard)
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(model_.stream()));
+  return {};
+}
+
+Result<void> CudaZeroOptimizer::TakeParams(const float* whole_device) {
+  if (stage_ == 3) {
+    if (whole_device == nullptr) {
+      return MakeError(ErrorCode::kInternal, "ZeRO-3 TakeParams without the parameters");
+    }
+    return TakeShard(whole_device + shard_begin());
+  }
   if (!offload_) return {};
   return Copy(master_, model_.params_device().data() + shard_begin(),
               shard_size() * sizeof(float), cudaMemcpyDeviceToHost);
@@ -211,7 +429,6 @@ Result<void> CudaZeroOptimizer::TakeParams() {
 
 Result<void> CudaZeroOptimizer::Restored(int64_t t) {
   if (!offload_) return device_->SetStep(t);
-  COHORT_TRY_VOID(TakeParams());
   // AdamW::Restore wants whole moments: its own, unchanged, with the new step count.
   std::vector<float> m(host_->m().begin(), host_->m().end());
   std::vector<float> v(host_->v().begin(), host_->v().end());
@@ -241,8 +458,8 @@ Result<std::vector<CheckpointRange>> CudaZeroOptimizer::CheckpointRanges(int rep
     params_host_.resize(n);
     m_host_.resize(n);
     v_host_.resize(n);
-    COHORT_TRY_VOID(Copy(params_host_.data(), model_.params_device().data() + lo,
-                         n * sizeof(float), cudaMemcpyDeviceToHost));
+    COHORT_TRY_VOID(Copy(params_host_.data(), param_shard(), n * sizeof(float),
+                         cudaMemcpyDeviceToHost));
     COHORT_TRY_VOID(device_->CopyStateToHost(m_host_, v_host_));
     params = params_host_;
     m = m_host_;
@@ -254,17 +471,24 @@ Result<std::vector<CheckpointRange>> CudaZeroOptimizer::CheckpointRanges(int rep
   return out;
 }
 
+size_t CudaZeroOptimizer::param_bytes() const {
+  return stage_ == 3 ? shard_size() * (sizeof(float) + sizeof(cuda::bf16)) : 0;
+}
+
 size_t CudaZeroOptimizer::grad_shard_bytes() const {
-  return grad_shard_ != nullptr ? shard_size() * sizeof(float) : 0;
+  return grads_ ? shard_size() * sizeof(float) : 0;
 }
 
 size_t CudaZeroOptimizer::optimizer_bytes() const {
-  // m and v; offloaded, the float32 master shard besides (pinned host memory).
-  return shard_size() * sizeof(float) * (offload_ ? 3 : 2);
+  // m and v; offloaded stages 1 and 2, the float32 master shard besides (stage 3's master
+  // is its parameter shard, counted there).
+  return shard_size() * sizeof(float) * (offload_ && stage_ < 3 ? 3 : 2);
 }
 
-size_t CudaZeroOptimizer::staging_bytes() const {
-  return offload_ ? shard_size() * sizeof(float) : 0;
+size_t CudaZeroOptimizer::scratch_bytes() const {
+  return (offload_ ? shard_size() * sizeof(float) : 0) +
+         (bf16_host_ != nullptr ? shard_size() * sizeof(cuda::bf16) : 0) +
+         (grads_ ? grads_->scratch_bytes() : 0) + (params_ ? params_->scratch_bytes() : 0);
 }
 
 }  // namespace cohort::engine

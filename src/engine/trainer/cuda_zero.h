@@ -1,10 +1,8 @@
-// CudaZeroOptimizer: ZeRO stages 1 and 2 (parallel/zero.h) for GptCudaModel in the
-// data-parallel group, and the optimizer offload (`parallel.offload: optimizer`). Built only
-// with the CUDA engine; the CUDA TrainModel (cuda_train_model.cc) owns one when the config
-// asks for ZeRO or offload.
+// CudaZeroOptimizer: ZeRO stages 1, 2 and 3 (parallel/zero.h) for GptCudaModel in the
+// data-parallel group, and the offloads (`parallel.offload: optimizer`, and with stage 3
+// `optimizer+params`). Built only with the CUDA engine; the CUDA TrainModel
+// (cuda_train_model.cc) owns one when the config asks for ZeRO or offload.
 //
-// The model keeps its whole float32 parameters, their bf16 copy and its whole gradient
-// buffer (the backward pass writes there; gradients accumulate there over micro-batches).
 // Rank r of N owns the shard [Ψ·r/N, Ψ·(r+1)/N) (ZeroPartition) and keeps AdamW's state for
 // it only:
 //
@@ -14,28 +12,37 @@
 //   offloaded      AdamW (optim/adamw.h, OpenMP threads as the CPU trainer) over the shard
 //                  on the host, with its float32 master copy of the shard and the gradient
 //                  shard in pinned host memory (cudaMallocHost; m and v never cross the bus
-//                  and stay pageable): each bucket's part of the gradient shard is copied
-//                  device -> host on a copy stream as soon as the reducer has averaged it,
-//                  while the backward pass goes on (GradsReduced; on one rank, with no
-//                  reducer, the whole shard after the backward), then clipped and stepped on
-//                  the CPU, and the updated shard copied back.
+//                  and stay pageable), clipped and stepped on the CPU, overlapped with the
+//                  device: the gradient shard reaches the host piece by piece during the
+//                  last backward (stage 1: DdpReducer's buckets, GradsReduced; stages 2, 3:
+//                  ShardedDeviceGrads' final round), each part's Σ g² computed by a host
+//                  thread as it arrives (stages 2, 3), and the step runs on that thread in
+//                  chunks while the training thread copies each finished chunk's parameters
+//                  back on a copy stream (the step's tail is the slower of the two, not their
+//                  sum).
 //
-// Stage 1 all-reduces the whole gradient (the trainer's DdpReducer) and steps its shard of
-// it; stage 2 reduce-scatters it bucket by bucket during the last micro-batch's backward
-// pass straight into a device gradient shard of size(r) floats (DdpReducer's ShardTarget),
-// so a rank receives and steps only its part. Either way the clipping uses the global norm:
-// every shard's Σ g² summed over the ranks in double (SumOverRanks), the factor computed as
-// the device kernel computes it (ClipFactor with max_norm rounded to float). After the
-// update each rank's shard is all-gathered into every rank's float32 parameters (the send
-// copy goes through the model's gradient buffer, which the step has consumed) and the bf16
-// copy is refreshed.
+// Gradients. Stage 1 all-reduces the whole gradient buffer (the trainer's DdpReducer) and
+// steps its shard of it; offloaded, each bucket's part of the shard is copied to the host on
+// a copy stream by the reducer's thread as soon as it is averaged (GradsReduced). Stages 2
+// and 3 hold no whole gradient buffer (the model is created without one): the backward
+// writes each piece into a ShardedDeviceGrads (cuda_zero_pieces.h), reduce-scattered into
+// the device gradient shard of size(r) floats every micro-batch.
 //
-// Not built yet (docs/ARCHITECTURE.md): freeing the model's whole gradient buffer in stage 2
-// (the backward would have to write bucket-sized pieces, as the CPU model's BackwardToSink),
-// and stage 3.
+// Parameters. Stages 1 and 2 keep the model's whole float32 parameters and their bf16 copy:
+// after the update each rank's shard is all-gathered into every rank's parameters (the
+// send copy goes through consumed gradient memory) and the bf16 copy refreshed. Stage 3
+// keeps only the shard: float32 (device memory, or offloaded the host master) and bf16
+// (device memory, or with optimizer+params pinned host memory), which the update refreshes
+// in place; the model gathers each piece from the bf16 shards as it computes
+// (GatheredDeviceParams) and nothing is all-gathered after the step.
+//
+// Clipping uses the global norm: every shard's Σ g² summed over the ranks in double
+// (SumOverRanks), the factor computed as the device kernel computes it (ClipFactor with
+// max_norm rounded to float).
 //
 // Threads: the training thread, except GradsReduced (the reducer's thread, between the
-// reducer's Begin and Finish); `data` is idle while the training thread's calls run.
+// reducer's Begin and Finish); `data` is idle while the training thread's calls run, and
+// used by the collective thread (cuda_zero_pieces.h) while a pass runs in stages 2 and 3.
 #pragma once
 
 #include <atomic>
@@ -53,19 +60,31 @@
 #include "engine/optim/adamw.h"
 #include "engine/parallel/ddp.h"
 #include "engine/parallel/zero.h"
+#include "engine/trainer/cuda_zero_pieces.h"
 
 namespace cohort::engine {
 
 class CudaZeroOptimizer {
  public:
-  // The optimizer of `model` for ZeRO stage 1 or 2 over `data` (null: one rank, the shard
-  // is the whole model; offload's case), AdamW state on the device or, with `offload`, on
-  // the host. `host_all_gather` all-gathers host floats over `data` (staged through device
-  // memory for nccl); unused without `data`. kInvalidArgument for another stage; allocation
-  // failures as CudaAdamW::Create (kResourceExhausted naming the bytes).
+  // The optimizer of `model` for ZeRO `stage` (1 to 3) over `data` (null: one rank, the
+  // shard is the whole model), AdamW state on the device or, with `offload`, on the host;
+  // `offload_params` (stage 3 and offload only) keeps the bf16 parameter shard in pinned
+  // host memory. The model must have been created without gradients for stage 2 and without
+  // parameters and gradients for stage 3 (GptCudaStorage); its sink and source are set here.
+  // `initial`: every parameter (host), of which the shard is kept (stage 3; stages 1 and 2
+  // read the model's). `host_all_gather` all-gathers host floats over `data` (staged through
+  // device memory for nccl); unused without `data`. kInvalidArgument for another stage or
+  // storage; allocation failures as CudaAdamW::Create (kResourceExhausted naming the bytes).
+  struct Options {
+    int stage = 1;
+    bool offload = false;
+    bool offload_params = false;
+  };
   static Result<std::unique_ptr<CudaZeroOptimizer>> Create(GptCudaModel& model,
-                                                           comm::Communicator* data, int stage,
-                                                           bool offload, const AdamWConfig& config,
+                                                           comm::Communicator* data,
+                                                           const Options& options,
+                                                           const AdamWConfig& config,
+                                                           std::span<const float> initial,
                                                            HostAllGather host_all_gather);
   ~CudaZeroOptimizer();
   CudaZeroOptimizer(const CudaZeroOptimizer&) = delete;
@@ -73,36 +92,45 @@ class CudaZeroOptimizer {
 
   int stage() const { return stage_; }
   bool offload() const { return offload_; }
+  bool offload_params() const { return offload_params_; }
   int rank() const { return rank_; }
   const ZeroPartition& partition() const { return partition_; }
   size_t shard_begin() const { return partition_.begin(rank_); }
   size_t shard_size() const { return partition_.size(rank_); }
 
-  // Stage 2 over more than one rank: where DdpReducer reduce-scatters (the device gradient
-  // shard); nullopt otherwise (the reducer all-reduces the whole buffer).
-  std::optional<DdpReducer::ShardTarget> reduce_target();
-  // Offloaded (DdpReducer::ReducedFn, the reducer's thread): gradients [offset, offset +
-  // count) are averaged; copies this rank's part of them to the host gradient shard and
-  // returns when copied. CUDA errors.
+  // Offloaded stage 1 (DdpReducer::ReducedFn, the reducer's thread): gradients [offset,
+  // offset + count) are averaged; copies this rank's part of them to the host gradient shard
+  // and returns when copied. CUDA errors.
   Result<void> GradsReduced(size_t offset, size_t count);
 
+  // Stages 2 and 3, around the model's calls: the gradient shard to 0 (the step's first
+  // micro-batch), and a micro-batch's backward pass (its pieces reduced into the shard).
+  // `final`: the step's last micro-batch (offloaded, its pieces go to the host as they are
+  // reduced); every micro-batch may say true (the last one's copy wins), at the cost of
+  // the copies.
+  Result<void> ZeroGrad();
+  Result<void> Backward(float loss_scale, bool final);
+
   // After the backward passes (and the reducer's Finish): clips by the global norm, steps
-  // the shard, all-gathers the parameters and refreshes the bf16 copy. Returns the global
-  // norm before clipping. Collectives over `data`; CUDA errors; offloaded over more than one
-  // rank, kInternal unless GradsReduced copied exactly the shard during the backward (a
-  // reducer not given grad_reduced()).
+  // the shard, and (stages 1, 2) all-gathers the parameters and refreshes the bf16 copy.
+  // Returns the global norm before clipping. Collectives over `data`; CUDA errors; offloaded
+  // stage 1 over more than one rank, kInternal unless GradsReduced copied exactly the shard
+  // during the backward (a reducer not given grad_reduced()).
   Result<double> Step(double max_norm, float lr);
 
   // Resume: takes this rank's shard of a whole moment (m or v) that lies in DEVICE memory
-  // (Ψ floats, the same on every rank: the CUDA model broadcasts it through its gradient
-  // buffer). Returns when copied.
+  // (Ψ floats, the same on every rank). Returns when copied.
   Result<void> RestoreMoment(bool second, const float* whole_device);
-  // After the model's float32 parameters were written by other means (a broadcast): the
-  // offloaded master shard takes them (nothing to do on the device). Returns when copied.
-  Result<void> TakeParams();
-  // Resume: sets the step count and takes the parameters (TakeParams), which must hold the
-  // restored values.
+  // After the parameters were written by other means: stages 1, 2 take the model's (the
+  // offloaded master shard copies them); stage 3 takes its shard of `whole_device` (Ψ
+  // floats of DEVICE memory; ignored by stages 1, 2) and refreshes the bf16 shard. Returns
+  // when copied.
+  Result<void> TakeParams(const float* whole_device = nullptr);
+  // Resume: sets the step count (the parameters and moments were taken).
   Result<void> Restored(int64_t t);
+  // Stage 3: every parameter, float32, into `whole_device` (Ψ floats of device memory on
+  // every rank): an all-gather of the shards (export). Returns when done.
+  Result<void> GatherAll(float* whole_device);
 
   // This rank's checkpoint ranges (replica must be rank(), replicas the group's size): its
   // shard of the parameters and of both moments, from host copies that stay valid until the
@@ -111,31 +139,56 @@ class CudaZeroOptimizer {
                                                         int64_t* adam_t);
 
   int64_t t() const;
-  // Bytes of gradient shard (stage 2 on > 1 rank: the device shard; else 0: the model's
-  // buffer holds the gradients), of AdamW state (m and v; offloaded: plus the host master
-  // shard) and of host staging (offload's pinned gradient shard).
+  // Model-state bytes as allocated: parameters held by this object (stage 3: the float32
+  // and bf16 shards, 6·size(r); else 0: the model's), the gradient shard (stages 2, 3:
+  // 4·size(r); else 0), AdamW state (m and v; offloaded stages 1, 2: plus the host master
+  // shard) and scratch (the gradient piece and receive buffers, the gather buffers,
+  // offload's pinned gradient shard, optimizer+params' device send buffer, and offloaded
+  // stage 3's pinned bf16 staging when the bf16 shard is on the device).
+  size_t param_bytes() const;
   size_t grad_shard_bytes() const;
   size_t optimizer_bytes() const;
-  size_t staging_bytes() const;
+  size_t scratch_bytes() const;
+  // Stage 3: pieces the model asked for and those the prefetch had gathered by then.
+  uint64_t pieces_asked() const { return params_ ? params_->asked() : 0; }
+  uint64_t pieces_prefetched() const { return params_ ? params_->prefetched() : 0; }
 
  private:
-  CudaZeroOptimizer(GptCudaModel& model, comm::Communicator* data, int stage, bool offload,
+  CudaZeroOptimizer(GptCudaModel& model, comm::Communicator* data, const Options& options,
                     HostAllGather host_all_gather);
   // The device gradient shard the step reads: size(r) floats.
   const float* grad_shard() const;
-  // Every rank's updated shard into every rank's float32 parameters, bf16 refreshed.
+  // The float32 parameter shard the device update writes (stage 3's own, else the model's).
+  float* param_shard();
+  cuda::bf16* bf16_shard_device();
+  // Stages 1, 2: every rank's updated shard into every rank's float32 parameters, bf16
+  // refreshed.
   Result<void> GatherParams();
+  // Stage 3: the float32 shard takes `shard_device` (size(r) floats of device memory) and
+  // the bf16 shard is refreshed from it. Returns when done.
+  Result<void> TakeShard(const float* shard_device);
+  // Offloaded, stages 2 and 3 (the collective thread): shard elements [lo, hi) are final;
+  // copies them to the host and posts their Σ g² to the host thread.
+  Result<void> ShardFinal(size_t lo, size_t hi);
+  // Offloaded: clips and steps the host shard chunk by chunk on the host thread, copying
+  // each finished chunk's parameters to the device (stages 1, 2: the float32 shard of the
+  // model's; stage 3: the bf16 shard, unless it lives on the host) while the next is
+  // stepped. Returns when every copy is done.
+  Result<void> PipelinedHostStep(double norm, double max_norm, float lr);
+  // Offloaded stage 3: the bf16 shard from the host master (host conversion), to wherever
+  // the bf16 shard lives.
+  Result<void> RefreshBf16FromMaster();
   Result<void> Copy(void* dst, const void* src, size_t bytes, int kind);
+  // The shard's Σ g² on the device (Result: the sum, read back; synchronises).
+  Result<double> DeviceSquaredNorm();
 
   GptCudaModel& model_;
   comm::Communicator* data_;
   const int stage_;
-  const bool offload_;
+  const bool offload_, offload_params_;
   const int rank_;
   const ZeroPartition partition_;
   HostAllGather host_all_gather_;
-  // The shard's Σ g² on the device (Result: the sum, read back; synchronises).
-  Result<double> DeviceSquaredNorm();
 
   std::unique_ptr<CudaAdamW> device_;     // on the device
   double* norm_sq_ = nullptr;             // on the device: the shard's Σ g²
@@ -144,11 +197,22 @@ class CudaZeroOptimizer {
   double* norm_host_ = nullptr;           // pinned
   float* scale_host_ = nullptr;           // pinned
   std::optional<AdamW> host_;             // offloaded
-  float* grad_shard_ = nullptr;           // device, stage 2 on > 1 rank
   float* master_ = nullptr;               // pinned host, offloaded: the float32 shard
   float* grads_host_ = nullptr;           // pinned host, offloaded: the gradient shard
   cudaStream_t copy_stream_ = nullptr;    // offloaded: GradsReduced's copies
   std::atomic<size_t> copied_{0};         // offloaded: values GradsReduced copied this step
+  // Stage 3: the float32 shard (device; offloaded: master_) and the bf16 shard (device, or
+  // pinned host with offload_params).
+  float* param_shard_ = nullptr;
+  cuda::bf16* bf16_shard_ = nullptr;
+  uint16_t* bf16_host_ = nullptr;         // pinned, offloaded stage 3 on the device: conversion
+  std::unique_ptr<SerialThread> host_thread_;  // offloaded: the host AdamW's thread
+  std::vector<double> partials_;          // host thread: the final round's Σ g² per part
+  // Stages 2, 3. Declared last: destroyed first (the pieces drain the thread; the thread
+  // joins before the buffers above are freed).
+  std::unique_ptr<SerialThread> thread_;
+  std::unique_ptr<ShardedDeviceGrads> grads_;
+  std::unique_ptr<GatheredDeviceParams> params_;
   std::vector<float> params_host_, m_host_, v_host_;  // checkpoint copies (on the device)
 };
 

@@ -103,11 +103,8 @@ class TrainModel {
     if (const ZeroOptimizer* z = zero()) return {z->stage(), z->partition().ranks, false};
     return {};
   }
-  // Where the trainer's DdpReducer reduce-scatters instead of all-reducing (the CUDA model's
-  // ZeRO-2 gradient shard, DdpReducer::ShardTarget), or nullopt.
-  virtual std::optional<DdpReducer::ShardTarget> reduce_target() { return std::nullopt; }
   // What the reducer calls after each bucket (DdpReducer::ReducedFn; the CUDA optimizer
-  // offload's device -> host copy of the bucket's gradients), or empty.
+  // offload's device -> host copy of the bucket's gradients in stage 1), or empty.
   virtual DdpReducer::ReducedFn grad_reduced() { return {}; }
   // The model states this rank holds, counted where the model allocates them (bytes), and
   // the scratch that ZeRO-2 adds for its gradient pieces (zero_grads.h), counted apart.
@@ -190,18 +187,22 @@ Result<CudaDeviceChoice> SelectCudaDevice(int local_rank);
 
 // ZeRO and offload for the CUDA model (trainer/cuda_zero.h). stage 0 without offload: the
 // replicated GptCudaAdamW. Otherwise AdamW's state is sharded over `data` (null: one rank,
-// which holds the whole shard), stage 1 or 2 (0 with offload counts as 1), on the device or,
-// with `offload`, in host memory with the step on the CPU.
+// which holds the whole shard), stage 1, 2 or 3 (0 with offload counts as 1), on the device
+// or, with `offload`, in host memory with the step on the CPU; `offload_params` (stage 3
+// with offload: `parallel.offload: optimizer+params`) keeps the bf16 parameter shard in
+// pinned host memory too.
 struct CudaZeroOptions {
   comm::Communicator* data = nullptr;  // the data-parallel group; must outlive the model
   int stage = 0;
   bool offload = false;
+  bool offload_params = false;
 };
 
 // The CUDA model (on the current device) for micro-batches of up to max_batch sequences
 // of up to max_seq tokens, starting from `initial`'s parameters (the same weights as a CPU
 // run with the same seed). kUnsatisfiable without CUDA in the build; the model's errors
-// (gpt_cuda.h) otherwise; kInvalidArgument for a ZeRO stage not built on CUDA (3).
+// (gpt_cuda.h) otherwise; kInvalidArgument for a stage outside 0..3 or offload_params
+// without stage 3 and offload.
 // `description` receives a line for the log (memory).
 Result<std::unique_ptr<TrainModel>> MakeCudaTrainModel(const GptModel& initial,
                                                        const AdamWConfig& adamw, int max_batch,

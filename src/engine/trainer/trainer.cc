@@ -471,7 +471,8 @@ Result<void> Trainer::Impl::SetupModel() {
     // except that offload on one rank moves the whole optimizer to the host.
     CudaZeroOptions zero;
     zero.data = comm.get();
-    zero.offload = config.parallel.offload == "optimizer";
+    zero.offload = config.parallel.offload != "none";
+    zero.offload_params = config.parallel.offload == "optimizer+params";
     zero.stage = comm || zero.offload ? config.parallel.zero : 0;
     model = COHORT_TRY(
         MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory, zero));
@@ -503,7 +504,8 @@ Result<void> Trainer::Impl::SetupModel() {
     std::vector<std::string> parts;  // what the scratch is
     if (!gpu) parts.push_back("gradient pieces");
     if (!gpu && z.stage == 3) parts.push_back("gathered parameters");
-    if (gpu && z.stage == 2 && z.ranks > 1) parts.push_back("the backward's whole gradient buffer");
+    if (gpu && z.stage >= 2) parts.push_back("two gradient piece buffers and a receive buffer");
+    if (gpu && z.stage == 3) parts.push_back("two parameter gather buffers");
     if (gpu && z.offload) parts.push_back("the pinned gradient shard");
     const std::string scratch =
         b.scratch ? fmt::format(", scratch {:.3g} MB ({} bytes: {})", b.scratch / 1e6, b.scratch,
@@ -652,12 +654,11 @@ Result<void> Trainer::Impl::Setup() {
   COHORT_TRY_VOID(Resume());
   // ZeRO-2 and 3 reduce-scatter their gradient pieces themselves (into each rank's shard), as
   // a model split over ranks reduces its own.
-  const bool reduces_own =
-      model->model_parallel() || (model->zero() && model->zero()->stage() >= 2);
+  const bool reduces_own = model->model_parallel() || model->zero_shape().stage >= 2;
   if (comm && !reduces_own) {
     const size_t bucket = static_cast<size_t>(config.bucket_mb * (1 << 20));
     reducer = std::make_unique<DdpReducer>(*comm, model->grads(), bucket, model->grad_wait(),
-                                           model->reduce_target(), model->grad_reduced());
+                                           model->grad_reduced());
   }
   if (leader()) reporter = std::make_unique<ProgressReporter>(ctx.report_url);
   if (leader() && !config.log_file.empty()) {

@@ -111,6 +111,20 @@ void ConvertToFloat(float* dst, const bf16* src, size_t n, cudaStream_t stream) 
   }
 }
 
+// dst[i] += src[i]: a grid-stride loop (scalar: ZeRO's shard accumulation is memory-bound
+// and small beside the products).
+__global__ void AddKernel(float* __restrict__ dst, const float* __restrict__ src, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    dst[i] += src[i];
+  }
+}
+
+void Add(float* dst, const float* src, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  AddKernel<<<GridFor(n), kThreads, 0, stream>>>(dst, src, n);
+}
+
 void Fill(float* dst, float value, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (Aligned16(dst)) {

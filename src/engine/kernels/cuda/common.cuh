@@ -50,6 +50,8 @@ constexpr inline int CeilDiv(size_t a, size_t b) { return static_cast<int>((a + 
 void ConvertToBf16(bf16* dst, const float* src, size_t n, cudaStream_t stream);
 // dst[i] = float(src[i]).
 void ConvertToFloat(float* dst, const bf16* src, size_t n, cudaStream_t stream);
+// dst[i] += src[i], n elements (ZeRO's gradient shard accumulating a reduced piece).
+void Add(float* dst, const float* src, size_t n, cudaStream_t stream);
 // Sets n floats to `value` (cudaMemsetAsync cannot write non-zero floats).
 void Fill(float* dst, float value, size_t n, cudaStream_t stream);
 

@@ -218,11 +218,15 @@ void LaunchBackward(float* dwte, float* dwpe, const bf16* dout, const uint32_t* 
                     const int32_t* sorted_positions, int B, int T, int C, int64_t v0,
                     int64_t rows, cudaStream_t stream) {
   const int BT = B * T;
-  const dim3 wte_grid(CeilDiv(BT, kWarpsPerBlock), CeilDiv(C, 32 * W));
-  EncoderBackwardWteKernel<W><<<wte_grid, kThreads, 0, stream>>>(
-      dwte, dout, sorted_tokens, sorted_positions, BT, C, v0, rows);
-  const size_t wpe_groups = static_cast<size_t>(T) * (C / W);
-  EncoderBackwardWpeKernel<W><<<GridFor(wpe_groups), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+  if (dwte != nullptr) {
+    const dim3 wte_grid(CeilDiv(BT, kWarpsPerBlock), CeilDiv(C, 32 * W));
+    EncoderBackwardWteKernel<W><<<wte_grid, kThreads, 0, stream>>>(
+        dwte, dout, sorted_tokens, sorted_positions, BT, C, v0, rows);
+  }
+  if (dwpe != nullptr) {
+    const size_t wpe_groups = static_cast<size_t>(T) * (C / W);
+    EncoderBackwardWpeKernel<W><<<GridFor(wpe_groups), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+  }
 }
 
 // out[bt, c] = wte[tokens[bt] − v0, c] when the token is one of the `rows` rows held, else 0
@@ -302,6 +306,15 @@ void EncoderShardBackward(float* dwte, float* dwpe, const bf16* dout, const int3
                           int64_t v0, int64_t rows, int B, int T, int C, void* scratch,
                           cudaStream_t stream) {
   if (B <= 0 || T <= 0 || C <= 0) return;
+  const bool vector = C % 8 == 0 && Aligned16(dwte) && Aligned16(dwpe) && Aligned16(dout);
+  if (dwte == nullptr) {  // the positions' gradient alone: no sort
+    if (vector) {
+      LaunchBackward<8>(nullptr, dwpe, dout, nullptr, nullptr, B, T, C, v0, rows, stream);
+    } else {
+      LaunchBackward<1>(nullptr, dwpe, dout, nullptr, nullptr, B, T, C, v0, rows, stream);
+    }
+    return;
+  }
   const int BT = B * T;
   const ScratchLayout layout = LayoutFor(BT);
   // A failed size query (no usable device) has set the runtime's last error; the caller's
@@ -324,7 +337,7 @@ void EncoderShardBackward(float* dwte, float* dwpe, const bf16* dout, const int3
   // would read the unsorted arrays.
   if (sorted != cudaSuccess) return;
 
-  if (C % 8 == 0 && Aligned16(dwte) && Aligned16(dwpe) && Aligned16(dout)) {
+  if (vector) {
     LaunchBackward<8>(dwte, dwpe, dout, sorted_tokens, sorted_positions, B, T, C, v0, rows,
                       stream);
   } else {

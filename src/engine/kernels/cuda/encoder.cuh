@@ -30,7 +30,9 @@ void EncoderShardForward(float* out, const int32_t* tokens, const bf16* wte, int
 void EncoderAddPosition(bf16* out, const float* sum, const bf16* wpe, int B, int T, int C,
                         cudaStream_t stream);
 // EncoderBackward with dwte holding only rows [v0, v0 + rows) (row token − v0); positions
-// whose token is elsewhere add nothing to it. dwpe as EncoderBackward. Same scratch.
+// whose token is elsewhere add nothing to it. dwpe as EncoderBackward. Same scratch. Either
+// gradient may be null (skipped: ZeRO's gradient pieces take wpe and row chunks of wte one
+// at a time; without dwte nothing is sorted).
 void EncoderShardBackward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens,
                           int64_t v0, int64_t rows, int B, int T, int C, void* scratch,
                           cudaStream_t stream);

@@ -471,6 +471,38 @@ Result<void> Matmul::BackwardGelu(bf16* dinp, const bf16* pre, float* dw, float*
   return impl_->Backward(dinp, pre, dw, dbias, dout, inp, w, N, C, OC, 1.0f);
 }
 
+Result<void> Matmul::BackwardWeightRows(float* dw, const bf16* dout, const bf16* inp, int N,
+                                        int C, int OC, int row0, int rows, float alpha) {
+  if (impl_ == nullptr) return MakeError(ErrorCode::kFailedPrecondition, "Matmul was moved from");
+  COHORT_TRY_VOID(CheckShape(N, C, OC));
+  if (dw == nullptr || dout == nullptr || inp == nullptr) {
+    return MakeError(ErrorCode::kInvalidArgument, "Matmul::BackwardWeightRows: null dw, dout or inp");
+  }
+  if (row0 < 0 || rows < 1 || row0 + rows > OC || row0 % 8 != 0) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "Matmul::BackwardWeightRows: rows [{}, {}) of {} (row0 a multiple of 8)", row0,
+                  row0 + rows, OC);
+  }
+  Gemm g;
+  g.transa = CUBLAS_OP_N;
+  g.transb = CUBLAS_OP_T;
+  g.m = C;
+  g.n = rows;
+  g.k = N;
+  g.a = inp;
+  g.lda = C;
+  g.b = dout + row0;
+  g.ldb = OC;
+  g.d = dw;
+  g.d_type = CUDA_R_32F;
+  g.ldd = C;
+  g.alpha = alpha;
+  g.beta = 1.0f;
+  auto r = impl_->RunPlain(g);
+  if (!r) return std::unexpected(WithContext(r.error(), "matmul backward (dw rows)"));
+  return {};
+}
+
 const MatmulOptions& Matmul::options() const { return impl_->options; }
 MatmulFallbacks Matmul::fallbacks() const {
   return impl_ == nullptr ? MatmulFallbacks{} : impl_->fallbacks;
@@ -481,9 +513,11 @@ Result<void> Matmul::Impl::Backward(bf16* dinp, const bf16* pre, float* dw, floa
                                     const bf16* dout, const bf16* inp, const bf16* w, int N,
                                     int C, int OC, float alpha) {
   COHORT_TRY_VOID(CheckShape(N, C, OC));
-  if (dw == nullptr || dout == nullptr || inp == nullptr || (dinp != nullptr && w == nullptr)) {
+  if (dout == nullptr || (dw != nullptr && inp == nullptr) || (dinp != nullptr && w == nullptr) ||
+      (dw == nullptr && (dinp == nullptr || dbias != nullptr))) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     "Matmul::Backward: null dw, dout or inp (or w with dinp)");
+                     "Matmul::Backward: null dout, inp with dw, w with dinp, or neither dinp nor "
+                     "dw (or dbias without dw)");
   }
   if (dbias != nullptr && alpha != 1.0f) {
     return Errorf(ErrorCode::kInvalidArgument,
@@ -525,6 +559,7 @@ Result<void> Matmul::Impl::Backward(bf16* dinp, const bf16* pre, float* dw, floa
       }
     }
   }
+  if (dw == nullptr) return {};  // dinp only (a weight whose gradient is taken later)
   Gemm g;
   g.transa = CUBLAS_OP_N;
   g.transb = CUBLAS_OP_T;

@@ -53,7 +53,8 @@ class Matmul {
                        int C, int OC);
 
   // dinp (N, C) = dout · w (bf16, OVERWRITTEN — unlike the CPU kernel; null to skip);
-  // dw (OC, C) += doutᵀ · inp (float32 output, beta = 1); dbias (OC) += Σ_rows dout
+  // dw (OC, C) += doutᵀ · inp (float32 output, beta = 1; null to skip, with dinp given and
+  // no dbias: ZeRO's deferred head gradient of wte); dbias (OC) += Σ_rows dout
   // (float32, deterministic column sums; null to skip). `alpha` scales dout in both
   // products (cuBLASLt's alpha, applied to the float32 accumulator: dinp = alpha·dout·w,
   // dw += alpha·doutᵀ·inp), which is how the single-pass classifier applies Backward's
@@ -61,6 +62,13 @@ class Matmul {
   // a bias gradient (no caller needs it; the column sums do not scale).
   Result<void> Backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp,
                         const bf16* w, int N, int C, int OC, float alpha = 1.0f);
+
+  // Rows [row0, row0 + rows) of Backward's weight gradient alone: dw (rows, C) += alpha ·
+  // dout[:, row0:row0 + rows]ᵀ · inp, dout (N, OC) read with its full leading dimension OC.
+  // row0 a multiple of 8 (16-byte aligned columns). ZeRO's gradient pieces take the head's
+  // wte gradient in row chunks this way. kInvalidArgument for a range outside [0, OC).
+  Result<void> BackwardWeightRows(float* dw, const bf16* dout, const bf16* inp, int N, int C,
+                                  int OC, int row0, int rows, float alpha = 1.0f);
 
   // pre (N, OC) bf16 = inp · wᵀ + bias (bias: OC, bf16, required) and out (N, OC) bf16 =
   // gelu(pre), the tanh approximation (kernels/cpu/gelu.h). pre is what BackwardGelu needs.
