@@ -7,7 +7,10 @@
 // the trainer makes no DdpReducer for it (grads() is empty). Stage 3 also holds only its
 // shard of the parameters (GatheredParams, parallel/zero_params.h): the model reads each
 // piece from an all-gather as it computes, so every Forward is a collective and the model
-// says model_parallel() (sampling and export on every rank).
+// says model_parallel() (sampling and export on every rank). With prefetch the gathers run on
+// GatheredParams' thread over a communicator of their own (split from the data group), so the
+// gradient pieces' reduce-scatters overlap the backward pass again (ShardedGradients' thread
+// on the data group's communicator); without, both run on the training thread in one order.
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -27,10 +30,12 @@ class CpuTrainModel final : public TrainModel {
   CpuTrainModel(GptModel model, AdamW optimizer)
       : model_(std::move(model)), optimizer_(std::move(optimizer)) {}
   CpuTrainModel(GptModel model, ZeroOptimizer zero, std::unique_ptr<ShardedGradients> shards,
+                std::unique_ptr<comm::Communicator> gather_comm,
                 std::unique_ptr<GatheredParams> gathered)
       : model_(std::move(model)),
         zero_(std::move(zero)),
         shards_(std::move(shards)),
+        gather_comm_(std::move(gather_comm)),
         gathered_(std::move(gathered)) {
     if (shards_) model_.ReleaseGradients();
     if (gathered_) {
@@ -55,6 +60,8 @@ class CpuTrainModel final : public TrainModel {
   }
   Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                         int B, int T) override {
+    // A round of piece requests: Forward and (with targets) the backward pass after it.
+    if (gathered_) gathered_->BeginRound(targets.empty() ? 1 : 0);
     auto loss = model_.Forward(tokens, targets, B, T);
     if (gathered_) COHORT_TRY_VOID(gathered_->TakeError());
     return loss;
@@ -72,6 +79,7 @@ class CpuTrainModel final : public TrainModel {
   }
   Result<double> ClipAndStep(double max_norm, float lr) override {
     if (gathered_) {
+      gathered_->Invalidate();  // no prefetch reads the shard while it changes
       return zero_->StepOwnShard(gathered_->shard(), shards_->shard(), max_norm, lr);
     }
     if (shards_) return zero_->StepShard(model_.params(), shards_->shard(), max_norm, lr);
@@ -126,6 +134,7 @@ class CpuTrainModel final : public TrainModel {
     if (zero_) {
       const size_t lo = zero_->shard_begin(), n = zero_->adamw().num_params();
       if (gathered_) {
+        gathered_->Invalidate();
         std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(lo), n,
                     gathered_->shard().begin());
       }
@@ -140,6 +149,7 @@ class CpuTrainModel final : public TrainModel {
       std::vector<float> whole = COHORT_TRY(gathered_->GatherAll());
       COHORT_TRY_VOID(comm.Broadcast(whole.data(), whole.size(), comm::DataType::kFloat32, 0));
       const size_t lo = zero_->shard_begin();
+      gathered_->Invalidate();
       std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(lo), gathered_->shard().size(),
                   gathered_->shard().begin());
       return {};
@@ -207,6 +217,7 @@ class CpuTrainModel final : public TrainModel {
   std::optional<AdamW> optimizer_;    // without ZeRO
   std::optional<ZeroOptimizer> zero_;  // with ZeRO
   std::unique_ptr<ShardedGradients> shards_;  // ZeRO-2 and 3: the gradient shard and scratch
+  std::unique_ptr<comm::Communicator> gather_comm_;  // ZeRO-3 with prefetch: the gathers' own
   std::unique_ptr<GatheredParams> gathered_;  // ZeRO-3: the parameter shard, gathered per piece
 };
 
@@ -220,25 +231,38 @@ Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const Adam
 }
 
 Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
-                                                          comm::Communicator& data, int stage) {
+                                                          comm::Communicator& data, int stage,
+                                                          bool prefetch) {
   std::vector<DecayRange> ranges;
   for (const auto& t : model.tensors()) ranges.push_back({t.offset, t.numel, t.weight_decay});
   ZeroOptimizer zero =
       COHORT_TRY(ZeroOptimizer::Create(data, stage, model.params().size(), ranges, adamw));
   std::unique_ptr<ShardedGradients> shards;
   std::unique_ptr<GatheredParams> gathered;
+  std::unique_ptr<comm::Communicator> gather_comm;
+  const bool own_gathers = stage == 3 && prefetch && data.size() > 1;
+  if (own_gathers) {
+    std::vector<int> all(static_cast<size_t>(data.size()));
+    for (int r = 0; r < data.size(); ++r) all[static_cast<size_t>(r)] = r;
+    auto split = data.Split(all);
+    if (!split) return std::unexpected(WithContext(split.error(), "ZeRO-3 prefetch group"));
+    gather_comm = std::move(*split);
+  }
   if (stage >= 2) {
-    // Stage 3's parameter gathers run on the training thread, so its reduce-scatters do too
-    // (one order of collectives on every rank).
-    shards = std::make_unique<ShardedGradients>(
-        data, zero.partition(), GptModel::MaxGradPiece(model.config()), /*overlap=*/stage == 2);
+    // Without prefetch stage 3's parameter gathers run on the training thread over the data
+    // group, so its reduce-scatters do too (one order of collectives on every rank).
+    shards = std::make_unique<ShardedGradients>(data, zero.partition(),
+                                                GptModel::MaxGradPiece(model.config()),
+                                                /*overlap=*/stage == 2 || own_gathers);
   }
   if (stage == 3) {
-    gathered = std::make_unique<GatheredParams>(data, zero.partition(), model.params(),
-                                                GptModel::MaxParamPiece(model.config()));
+    gathered = std::make_unique<GatheredParams>(
+        own_gathers ? *gather_comm : data, zero.partition(), model.params(),
+        GptModel::MaxParamPiece(model.config()), own_gathers);
   }
   return std::unique_ptr<TrainModel>(new CpuTrainModel(std::move(model), std::move(zero),
-                                                       std::move(shards), std::move(gathered)));
+                                                       std::move(shards), std::move(gather_comm),
+                                                       std::move(gathered)));
 }
 
 }  // namespace cohort::engine

@@ -165,11 +165,14 @@ class TrainModel {
 // The CPU reference: takes the (initialised) model.
 Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const AdamWConfig& adamw);
 
-// The CPU reference with ZeRO stage 1 or 2 over `data` (the data-parallel group, which must
+// The CPU reference with ZeRO stage 1, 2 or 3 over `data` (the data-parallel group, which must
 // outlive the model): AdamW state for this rank's shard only (parallel/zero.h); with stage 2
-// also the gradients (parallel/zero_grads.h: the model reduces them itself, grads() is empty).
+// also the gradients (parallel/zero_grads.h: the model reduces them itself, grads() is empty);
+// with stage 3 also the parameters (parallel/zero_params.h), the next piece's gather
+// prefetched on a communicator split from `data` when `prefetch` (parallel.prefetch).
 Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
-                                                          comm::Communicator& data, int stage);
+                                                          comm::Communicator& data, int stage,
+                                                          bool prefetch = false);
 
 // The device a CUDA rank trains on, chosen by SelectCudaDevice.
 struct CudaDeviceChoice {
@@ -220,15 +223,17 @@ struct InitialParams {
 // this rank's shard, its own AdamW, and the communicators of its groups, split from `world`
 // (every rank calls this at the same point, with the same config and initial parameters).
 // `description` receives a line for the log (parameters and memory of this rank).
-// zero_stage 1: ZeRO-1 in the data-parallel group of this tensor/pipeline position (the
-// AdamW state of part of the shard per data rank); 2 and 3 are kInvalidArgument.
+// zero_stage 1-3: ZeRO in the data-parallel group of this tensor/pipeline position (stage 1
+// the AdamW state of part of the shard per data rank; 2 also the gradients, 3 also the
+// parameters: trainer/shard_zero.h), with ZeRO-3's next piece prefetched when `prefetch`.
 Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& config,
                                                               const InitialParams& initial,
                                                               const AdamWConfig& adamw,
                                                               const ParallelLayout& layout,
                                                               comm::Communicator& world,
                                                               std::string* description,
-                                                              int zero_stage = 0);
+                                                              int zero_stage = 0,
+                                                              bool prefetch = false);
 
 // The same split on CUDA (this rank's GPU, current on the calling thread): GptShardCudaModel
 // with the device AdamW (model/cuda_adamw.h) over its float32 master parameters, bf16

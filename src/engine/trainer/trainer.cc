@@ -464,7 +464,7 @@ Result<void> Trainer::Impl::SetupModel() {
   } else if (layout.model_parallel()) {
     model = COHORT_TRY(MakeParallelCpuTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory,
-        config.parallel.zero));
+        config.parallel.zero, config.parallel.prefetch));
   } else if (gpu) {
     // The GPU starts from the weights the CPU would (same seed or file), then the host
     // copy is dropped. ZeRO needs a data-parallel group (on one rank it changes nothing),
@@ -476,7 +476,8 @@ Result<void> Trainer::Impl::SetupModel() {
     model = COHORT_TRY(
         MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory, zero));
   } else if (config.parallel.zero > 0 && comm) {
-    model = COHORT_TRY(MakeZeroCpuTrainModel(std::move(*initial), ac, *comm, config.parallel.zero));
+    model = COHORT_TRY(MakeZeroCpuTrainModel(std::move(*initial), ac, *comm, config.parallel.zero,
+                                             config.parallel.prefetch));
   } else {
     model = COHORT_TRY(MakeCpuTrainModel(std::move(*initial), ac));
   }
