@@ -17,6 +17,7 @@
 #include "engine/optim/grad_clip.h"
 #include "engine/parallel/ddp.h"
 #include "engine/parallel/zero_grads.h"
+#include "engine/parallel/zero_params.h"
 #include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
@@ -225,10 +226,15 @@ TEST_P(ZeroWorldTest, StagesTrainAsOneRankWithAccumulation) {
       ASSERT_TRUE(one->ClipAndStep(1.0, 3e-3f).has_value());
     }
   }
-  for (int stage : {0, 1, 2, 3}) {
+  // Stage 3 twice: gathering each piece when asked, and prefetching the next one (4 = 3 with
+  // parallel.prefetch), which must give the same bits.
+  std::vector<float> stage3_losses[2];
+  for (int variant : {0, 1, 2, 3, 4}) {
+    const int stage = std::min(variant, 3);
+    const bool prefetch = variant == 4;
     comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
       auto m = stage == 0 ? MakeCpuTrainModel(fresh(), ac)
-                          : MakeZeroCpuTrainModel(fresh(), ac, comm, stage);
+                          : MakeZeroCpuTrainModel(fresh(), ac, comm, stage, prefetch);
       ASSERT_TRUE(m.has_value()) << m.error().ToString();
       TrainModel& model = **m;
       // As the trainer: DDP's bucket all-reduce for stages 0 and 1; 2 and 3 reduce their own.
@@ -247,13 +253,64 @@ TEST_P(ZeroWorldTest, StagesTrainAsOneRankWithAccumulation) {
         ASSERT_TRUE(comm.AllReduce(&mean, &mean, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)
                         .has_value());
         EXPECT_NEAR(mean, want[static_cast<size_t>(s)], 1e-5 * want[static_cast<size_t>(s)])
-            << "stage " << stage << " step " << s;
+            << "stage " << stage << (prefetch ? " with prefetch" : "") << " step " << s;
+        if (stage == 3 && comm.rank() == 0) stage3_losses[prefetch].push_back(mean);
         auto norm = model.ClipAndStep(1.0, 3e-3f);
         ASSERT_TRUE(norm.has_value()) << norm.error().ToString();
+      }
+      if (prefetch && world > 1) {
+        // Every piece after the first step's was predicted: Forward's and the backward's.
+        const auto st = model.gather_stats();
+        ASSERT_TRUE(st.has_value());
+        EXPECT_GT(st->hits, 0);
       }
       EXPECT_TRUE(comm.Barrier().has_value());
     });
   }
+  EXPECT_EQ(stage3_losses[1], stage3_losses[0]) << "prefetch changed the losses";
+}
+
+// GatheredParams' prefetch: the order of a kind of round is recorded and its next piece
+// gathered ahead (hits); a different request is gathered when asked (a miss) and rewrites the
+// record; every piece holds the whole buffer's values either way, and a shard changed after
+// Invalidate is what the next round gathers.
+TEST_P(ZeroWorldTest, PrefetchServesTheRecordedOrderAndWhatIsAsked) {
+  const int world = GetParam();
+  const size_t n = 1000;
+  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    std::vector<float> whole = Values(n, 11, 1.0f);  // every rank's view of the model
+    const ZeroPartition part{n, comm.size()};
+    GatheredParams g(comm, part, whole, 400, /*prefetch=*/true);
+    auto ask = [&](size_t lo, size_t hi) {
+      const float* p = g.Gather(lo, hi - lo);
+      std::vector<float> got(p, p + (hi - lo));
+      g.Release(lo, hi - lo);
+      auto status = g.TakeError();
+      ASSERT_TRUE(status.has_value()) << status.error().ToString();
+      for (size_t i = lo; i < hi; ++i) {
+        ASSERT_EQ(got[i - lo], whole[i]) << "rank " << comm.rank() << ": element " << i << " of ["
+                                         << lo << ", " << hi << ")";
+      }
+    };
+    auto round = [&](int key, std::vector<std::pair<size_t, size_t>> pieces, int64_t hits,
+                     int64_t misses, const char* what) {
+      const int64_t h0 = g.prefetch_hits(), m0 = g.prefetch_misses();
+      g.BeginRound(key);
+      for (auto [lo, hi] : pieces) ask(lo, hi);
+      EXPECT_EQ(g.prefetch_hits() - h0, hits) << what;
+      EXPECT_EQ(g.prefetch_misses() - m0, misses) << what;
+    };
+    round(0, {{0, 300}, {300, 700}, {700, 1000}}, 0, 3, "first round: nothing recorded");
+    round(0, {{0, 300}, {300, 700}, {700, 1000}}, 3, 0, "the same order again");
+    round(0, {{0, 300}, {100, 200}, {700, 1000}}, 1, 2, "a different second piece");
+    round(0, {{0, 300}, {100, 200}, {700, 1000}}, 3, 0, "the rewritten record");
+    round(1, {{300, 700}}, 0, 1, "another kind of round");
+    // The shard changes between rounds (an optimizer step): the next round sees it.
+    g.Invalidate();
+    for (float& v : g.shard()) v += 1.0f;
+    for (float& v : whole) v += 1.0f;
+    round(0, {{0, 300}, {100, 200}, {700, 1000}}, 3, 0, "after the shard changed");
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ZeroWorldTest, ::testing::Values(1, 2, 4));

@@ -19,11 +19,20 @@ double Since(std::chrono::steady_clock::time_point t0) {
 
 GatheredParams::GatheredParams(comm::Communicator& comm, const ZeroPartition& partition,
                                std::span<const float> whole, size_t max_piece, bool prefetch)
-    : GatheredParams(comm, partition, ShardOf(partition, comm.rank(), whole), max_piece,
-                     prefetch) {}
+    : GatheredParams(OwnShard{}, comm, partition, ShardOf(partition, comm.rank(), whole),
+                     max_piece, prefetch) {}
 
-GatheredParams::GatheredParams(comm::Communicator& comm, const ZeroPartition& partition,
-                               std::vector<float> shard, size_t max_piece, bool prefetch)
+std::unique_ptr<GatheredParams> GatheredParams::FromShard(comm::Communicator& comm,
+                                                          const ZeroPartition& partition,
+                                                          std::vector<float> shard,
+                                                          size_t max_piece, bool prefetch) {
+  return std::unique_ptr<GatheredParams>(
+      new GatheredParams(OwnShard{}, comm, partition, std::move(shard), max_piece, prefetch));
+}
+
+GatheredParams::GatheredParams(OwnShard, comm::Communicator& comm,
+                               const ZeroPartition& partition, std::vector<float> shard,
+                               size_t max_piece, bool prefetch)
     : comm_(comm),
       partition_(partition),
       rank_(comm.rank()),

@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -58,8 +59,10 @@ class GatheredParams final : public ParamSource {
                  std::span<const float> whole, size_t max_piece, bool prefetch = false);
   // As above from this rank's shard alone (partition.size(rank) floats: a sharded init that
   // never held the whole model).
-  GatheredParams(comm::Communicator& comm, const ZeroPartition& partition,
-                 std::vector<float> shard, size_t max_piece, bool prefetch = false);
+  static std::unique_ptr<GatheredParams> FromShard(comm::Communicator& comm,
+                                                   const ZeroPartition& partition,
+                                                   std::vector<float> shard, size_t max_piece,
+                                                   bool prefetch = false);
   ~GatheredParams() override;
   GatheredParams(const GatheredParams&) = delete;
   GatheredParams& operator=(const GatheredParams&) = delete;
@@ -91,6 +94,9 @@ class GatheredParams final : public ParamSource {
   double wait_seconds() const { return wait_seconds_; }
 
  private:
+  struct OwnShard {};  // picks the constructor that takes the shard itself
+  GatheredParams(OwnShard, comm::Communicator& comm, const ZeroPartition& partition,
+                 std::vector<float> shard, size_t max_piece, bool prefetch);
   struct Piece {
     size_t offset = 0, count = 0;
     bool operator==(const Piece&) const = default;

@@ -137,6 +137,11 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
             2 * held * sizeof(float), shard_->grads().size() * sizeof(float) +
                                           sharded_->scratch_bytes()};
   }
+  std::optional<TrainModel::GatherStats> gather_stats() const override {
+    if (!sharded_ || !sharded_->params()) return std::nullopt;
+    const GatheredParams& g = *sharded_->params();
+    return TrainModel::GatherStats{g.prefetch_hits(), g.prefetch_misses(), g.wait_seconds()};
+  }
   const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
   std::string DescribeMemory() const override {
     const TrainModel::ModelStateBytes b = state_bytes();

@@ -99,6 +99,12 @@ class CpuTrainModel final : public TrainModel {
                 (gathered_ ? gathered_->gather_bytes() : 0)};
   }
 
+  std::optional<GatherStats> gather_stats() const override {
+    if (!gathered_) return std::nullopt;
+    return GatherStats{gathered_->prefetch_hits(), gathered_->prefetch_misses(),
+                       gathered_->wait_seconds()};
+  }
+
   std::span<float> grads() override { return model_.grads(); }
   DdpReducer::WaitReadyFn grad_wait() override { return {}; }
 

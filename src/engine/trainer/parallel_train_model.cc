@@ -184,6 +184,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
   // Every rank extracted its shard from the same initial model (same seed or file).
   Result<void> BroadcastParams(comm::Communicator&) override { return {}; }
   ModelStateBytes model_state_bytes() override { return engine_->state_bytes(); }
+  std::optional<GatherStats> gather_stats() const override { return engine_->gather_stats(); }
   const ZeroOptimizer* zero() const override { return engine_->zero(); }
 
   Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -110,6 +111,7 @@ class ShardEngine {
                                std::span<const float> v, int64_t t) = 0;
 
   virtual TrainModel::ModelStateBytes state_bytes() const = 0;
+  virtual std::optional<TrainModel::GatherStats> gather_stats() const { return std::nullopt; }
   virtual const ZeroOptimizer* zero() const { return nullptr; }
   // What this rank's state takes, for the log ("1.2 MB of ...").
   virtual std::string DescribeMemory() const = 0;

@@ -116,6 +116,14 @@ class TrainModel {
     size_t scratch = 0;
   };
   virtual ModelStateBytes model_state_bytes() = 0;
+  // ZeRO-3's parameter gathers on this rank since the model was made (zero_params.h):
+  // requests served by a prefetch, gathered on demand, and the seconds the training thread
+  // waited for them; nullopt without ZeRO-3.
+  struct GatherStats {
+    int64_t hits = 0, misses = 0;
+    double wait_seconds = 0;
+  };
+  virtual std::optional<GatherStats> gather_stats() const { return std::nullopt; }
 
   // Clips the gradients to max_norm (torch's clip_grad_norm_; <= 0: no clipping) and
   // applies one AdamW step with `lr`. Returns the gradient norm before clipping.
