@@ -77,6 +77,7 @@ struct ZeroRun {
   std::vector<double> losses, norms;
   Checkpoint state;  // the logical state after the last step, assembled from every rank's ranges
   std::vector<TrainModel::ModelStateBytes> bytes;  // per rank
+  std::vector<size_t> initial_values;               // per rank: generated from the seed
   std::vector<std::string> problems;               // checks made inside the ranks
 };
 
@@ -100,6 +101,7 @@ ZeroRun Train(const Layout& l, int first, int steps, const Checkpoint* from = nu
   run.state.adam_m.assign(n, 0.0f);
   run.state.adam_v.assign(n, 0.0f);
   run.bytes.resize(world);
+  run.initial_values.resize(world);
   std::vector<int> written[3] = {std::vector<int>(n), std::vector<int>(n), std::vector<int>(n)};
   std::mutex mu;
   comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
@@ -152,6 +154,7 @@ ZeroRun Train(const Layout& l, int first, int steps, const Checkpoint* from = nu
     ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
     std::lock_guard lock(mu);
     run.bytes[comm.rank()] = model->model_state_bytes();
+    run.initial_values[comm.rank()] = model->initial_values();
     for (const CheckpointRange& r : *ranges) {
       const int a = static_cast<int>(r.array);
       std::vector<float>& out = a == 0 ? run.state.params : a == 1 ? run.state.adam_m : run.state.adam_v;
@@ -232,7 +235,49 @@ TEST_P(ZeroInLayoutTest, TrainsAsTheLayoutWithoutZeroInTheFormulasMemory) {
     EXPECT_EQ(b.optimizer, 8 * mine) << l.Name() << " rank " << r;
     // The whole accumulation buffer of the shard is scratch, apart from the model states.
     EXPECT_GE(b.scratch, 4 * psi) << l.Name() << " rank " << r;
+    // Sharded init: a ZeRO-3 rank generated its part of the shard from the seed, nothing else.
+    EXPECT_EQ(got.initial_values[r], l.zero == 3 ? mine : psi) << l.Name() << " rank " << r;
   }
+}
+
+// GenerateInitialRuns gives InitRandom's values for any runs, in any order, overlapping ones
+// too (a tied copy held twice), and writes nothing else.
+TEST(ShardedInitTest, RunsGetInitRandomsValuesAlone) {
+  GptConfig cfg = Tiny();
+  cfg.vocab_size = 97;  // padded rows, and an odd count of wte's random values
+  GptModel whole = GptModel::Create(cfg).value();
+  whole.InitRandom(5);
+  const size_t n = cfg.num_parameters();
+  std::vector<ParamRun> runs;
+  // Runs across tensor boundaries, single elements, a run inside another, the last element.
+  const std::vector<std::pair<size_t, size_t>> spans = {
+      {n - 1, 1}, {0, 10}, {3, 2}, {97 * 32 - 5, 300}, {5000, 1}, {5001, 7000}, {9000, 100},
+      {n / 2, n / 4}, {n / 2 + 3, 17}};
+  size_t at = 0;
+  for (auto [lo, count] : spans) at += count;
+  std::vector<float> buffer(at, -7.0f);
+  at = 0;
+  for (auto [lo, count] : spans) {
+    runs.push_back({lo, count, buffer.data() + at});
+    at += count;
+  }
+  EXPECT_EQ(GenerateInitialRuns(cfg, 5, runs), at);
+  for (const ParamRun& r : runs) {
+    for (size_t i = 0; i < r.count; ++i) {
+      ASSERT_EQ(r.out[i], whole.params()[r.offset + i]) << "element " << r.offset + i;
+    }
+  }
+  // A shard's part maps to its logical runs: the whole shard's values come out as ExtractShard's.
+  ParallelConfig pc;
+  pc.tensor = 2;
+  pc.pipeline = 2;
+  const ParallelLayout layout = MakeParallelLayout(pc, cfg, 4).value();
+  const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, 3));
+  std::vector<float> want(shard.total), got(shard.total / 3 + 1);
+  ExtractShard(shard, whole.params(), want);
+  const size_t lo = shard.total / 3, hi = lo + got.size();
+  EXPECT_EQ(GenerateInitialRuns(cfg, 5, LogicalRunsOf(shard, lo, hi, got.data())), got.size());
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin() + static_cast<std::ptrdiff_t>(lo)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ZeroInLayoutTest,

@@ -116,6 +116,21 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     std::copy(params.begin(), params.end(), shard_->params().begin());
     return {};
   }
+  ShardPiece param_part() const override {
+    if (!sharded_ || !sharded_->shards_params()) return ShardEngine::param_part();
+    return {zero_->shard_begin(), zero_->shard_begin() + sharded_->shard_floats()};
+  }
+  Result<void> SetParamPart(std::span<const float> part) override {
+    GatheredParams* g = gathered();
+    if (!g) return SetParams(part);
+    if (part.size() != g->shard().size()) {
+      return FieldError("params", "has {} values, this rank's ZeRO-3 part {}", part.size(),
+                        g->shard().size());
+    }
+    g->Invalidate();
+    std::copy(part.begin(), part.end(), g->shard().begin());
+    return {};
+  }
   Result<void> Restore(std::span<const float> params, std::span<const float> m,
                        std::span<const float> v, int64_t t) override {
     COHORT_TRY_VOID(SetParams(params));

@@ -79,17 +79,21 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     links_ = COHORT_TRY(PipelineLinks::Create(host_, layout_, rank));
     tp_ = TensorParallelGroup(tp_comm_.get());
     engine_ = COHORT_TRY(make_engine(ShardSpecFor(layout_, config_, rank), tp_, dp_comm_.get()));
+    // Only the part of the shard this rank holds (all of it but under ZeRO-3), generated
+    // from the seed element by element (GenerateInitialRuns), or cut from the whole model.
     const GptShardLayout& shard = engine_->layout();
-    std::vector<float> params(shard.total);
+    const ShardPiece part = engine_->param_part();
+    std::vector<float> params(part.size());
     if (initial.from != nullptr) {
-      ExtractShard(shard, initial.from->params(), params);
+      std::vector<float> all(shard.total);
+      ExtractShard(shard, initial.from->params(), all);
+      std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(part.begin), part.size(),
+                  params.begin());
     } else {
-      GenerateInitialParams(config_, initial.seed,
-                            [&](const ParamTensor& t, std::span<const float> values) {
-                              ExtractTensor(shard, t, values, params);
-                            });
+      initial_values_ = GenerateInitialRuns(
+          config_, initial.seed, LogicalRunsOf(shard, part.begin, part.end, params.data()));
     }
-    COHORT_TRY_VOID(engine_->SetParams(params));
+    COHORT_TRY_VOID(engine_->SetParamPart(params));
     runner_ = std::make_unique<PipelineRunner>(layout_, at_.stage, *links_);
     const std::vector<int> mine = layout_.ChunksOf(at_.stage);
     local_.assign(layout_.num_chunks(), -1);
@@ -185,6 +189,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
   Result<void> BroadcastParams(comm::Communicator&) override { return {}; }
   ModelStateBytes model_state_bytes() override { return engine_->state_bytes(); }
   std::optional<GatherStats> gather_stats() const override { return engine_->gather_stats(); }
+  size_t initial_values() const override { return initial_values_; }
   const ZeroOptimizer* zero() const override { return engine_->zero(); }
 
   Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
@@ -389,6 +394,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
   size_t peak_activation_bytes_ = 0;        // the last training step's
   size_t microbatch_activation_bytes_ = 0;  // micro-batch 0's stash over this rank's chunks
   LogicalState gathered_;   // rank 0: the state of the last StateForCheckpoint
+  size_t initial_values_ = 0;  // generated from the seed in Init
 };
 
 // The checks both devices share, then the model.

@@ -105,6 +105,11 @@ class ShardEngine {
   }
   // Sets the parameters (host, layout().total floats).
   virtual Result<void> SetParams(std::span<const float> params) = 0;
+  // The part of the shard's parameters this rank holds ([0, layout().total), except under
+  // ZeRO-3: its data rank's part), and SetParams of that part alone (part.size() floats), so
+  // that a sharded init generates nothing else.
+  virtual ShardPiece param_part() const { return {0, layout().total}; }
+  virtual Result<void> SetParamPart(std::span<const float> part) { return SetParams(part); }
   // Sets the parameters and the optimizer's part of `m` and `v` (each layout().total floats,
   // host) and the step count. The engine's errors (sizes, t < 0: kInvalidArgument).
   virtual Result<void> Restore(std::span<const float> params, std::span<const float> m,

@@ -124,6 +124,9 @@ class TrainModel {
     double wait_seconds = 0;
   };
   virtual std::optional<GatherStats> gather_stats() const { return std::nullopt; }
+  // Parameter values this rank generated from the seed when it was made (GenerateInitialRuns'
+  // count; 0 when they came from a whole model): a ZeRO-3 rank generates its part only.
+  virtual size_t initial_values() const { return 0; }
 
   // Clips the gradients to max_norm (torch's clip_grad_norm_; <= 0: no clipping) and
   // applies one AdamW step with `lr`. Returns the gradient norm before clipping.
@@ -181,6 +184,16 @@ Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const Adam
 Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
                                                           comm::Communicator& data, int stage,
                                                           bool prefetch = false);
+
+// ZeRO-3 over `data` for a model of shape `config` initialised from `seed` (GptModel::
+// InitRandom's values) without the whole model: the GptModel allocates no buffers and this
+// rank generates its shard alone (GenerateInitialRuns). The same training as
+// MakeZeroCpuTrainModel(stage 3) of an InitRandom(seed) model, bit for bit.
+Result<std::unique_ptr<TrainModel>> MakeZero3CpuTrainModelFromSeed(const GptConfig& config,
+                                                                   uint64_t seed,
+                                                                   const AdamWConfig& adamw,
+                                                                   comm::Communicator& data,
+                                                                   bool prefetch = false);
 
 // The device a CUDA rank trains on, chosen by SelectCudaDevice.
 struct CudaDeviceChoice {

@@ -435,7 +435,10 @@ Result<void> Trainer::Impl::SetupModel() {
   // The whole initial model, unless this rank's shard can be initialised by itself (a
   // split model from a seed: each rank generates only its slices).
   std::optional<GptModel> initial;
-  if (!layout.model_parallel() || !config.init_from.empty()) {
+  // Data-parallel ZeRO-3 from a seed: each rank generates its shard alone (no whole model).
+  const bool sharded_init = !layout.model_parallel() && !gpu && config.parallel.zero == 3 &&
+                            comm && config.init_from.empty();
+  if ((!layout.model_parallel() || !config.init_from.empty()) && !sharded_init) {
     initial = COHORT_TRY(GptModel::Create(mc));
     if (!config.init_from.empty()) {
       COHORT_TRY_VOID(ImportGpt2(config.init_from, *initial));
@@ -475,6 +478,9 @@ Result<void> Trainer::Impl::SetupModel() {
     zero.stage = comm || zero.offload ? config.parallel.zero : 0;
     model = COHORT_TRY(
         MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory, zero));
+  } else if (sharded_init) {
+    model = COHORT_TRY(MakeZero3CpuTrainModelFromSeed(mc, config.seed, ac, *comm,
+                                                      config.parallel.prefetch));
   } else if (config.parallel.zero > 0 && comm) {
     model = COHORT_TRY(MakeZeroCpuTrainModel(std::move(*initial), ac, *comm, config.parallel.zero,
                                              config.parallel.prefetch));
