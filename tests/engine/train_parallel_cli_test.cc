@@ -4,7 +4,8 @@
 //   losses and validation losses to relative 1e-5, the same sample text; the log prints the
 //   layout and the measured bubble beside the schedule's;
 // - a checkpoint written in one layout resumes in another (and in plain data parallelism,
-//   and the other way round), continuing the uninterrupted run's losses;
+//   and the other way round, and with ZeRO 1-3 inside layouts), continuing the uninterrupted
+//   run's losses;
 // - a rank killed mid-run: the job fails, and the rerun resumes from the last checkpoint;
 // - every impossible layout is an error naming the field, and nothing is written to the
 //   checkpoint directory.
@@ -169,13 +170,19 @@ TEST_F(TrainParallelCliTest, CheckpointsResumeInAnyLayout) {
   struct Leg {
     int ranks;
     std::vector<std::string> sets;
+    std::string says = {};  // in the log, when not empty
   };
   // tensor 2 x pipeline 2 -> pipeline 4 (GPipe) -> data parallel 2 with ZeRO-2 -> tensor 2 x
-  // data 2 with ZeRO-1 (each data rank writes its part of the shard, runs cut mid-row) -> 1 rank.
+  // data 2 with ZeRO-3 -> pipeline 2 x data 2 with ZeRO-2 -> tensor 2 x data 2 with ZeRO-1
+  // (each data rank writes its part of the shard, runs cut mid-row) -> 1 rank.
   const std::vector<Leg> legs = {
       {4, {"--set", "parallel.tensor=2", "--set", "parallel.pipeline=2", "--stop-at-step", "3"}},
       {4, {"--set", "parallel.pipeline=4", "--set", "parallel.schedule=gpipe", "--stop-at-step", "6"}},
-      {2, {"--set", "parallel.zero=2", "--stop-at-step", "9"}},
+      {2, {"--set", "parallel.zero=2", "--stop-at-step", "8"}},
+      {4, {"--set", "parallel.tensor=2", "--set", "parallel.zero=3", "--stop-at-step", "9"},
+       "(ZeRO-3 over 2 ranks"},
+      {4, {"--set", "parallel.pipeline=2", "--set", "parallel.zero=2", "--stop-at-step", "10"},
+       "(ZeRO-2 over 2 ranks"},
       {4, {"--set", "parallel.tensor=2", "--set", "parallel.zero=1", "--stop-at-step", "11"}},
       {1, {}},
   };
@@ -188,6 +195,9 @@ TEST_F(TrainParallelCliTest, CheckpointsResumeInAnyLayout) {
     ASSERT_TRUE(r.status.Success()) << r.output;
     if (&leg != &legs.front()) {
       EXPECT_THAT(r.output, HasSubstr("resuming from"));
+    }
+    if (!leg.says.empty()) {
+      EXPECT_THAT(r.output, HasSubstr(leg.says));
     }
     // Every rank wrote ranges of the newest checkpoint (by range, in parallel).
     fs::path newest;

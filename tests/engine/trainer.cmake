@@ -27,12 +27,14 @@ target_compile_definitions(engine_train_cli_test PRIVATE
 add_dependencies(engine_train_cli_test cohort)
 
 # Tensor and pipeline parallelism: the layout and the schedules (pure), and parity with one
-# rank for every layout up to 8 ranks (one thread per rank, gloo on loopback).
+# rank for every layout up to 8 ranks (one thread per rank, gloo on loopback); ZeRO 2 and 3
+# inside layouts (zero_layout_test.cc).
 cohort_test(engine_parallel_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/parallel_layout_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/parallel_parity_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/parallel_fault_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/checkpoint_runs_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/zero_layout_test.cc
           ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
           ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
   LIBS cohort_engine_trainer cohort_comm

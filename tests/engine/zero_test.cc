@@ -8,15 +8,18 @@
 
 #include <cmath>
 #include <random>
+#include <mutex>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "comm_test_util.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/model/gpt.h"
 #include "engine/optim/grad_clip.h"
 #include "engine/parallel/ddp.h"
 #include "engine/parallel/zero_grads.h"
+#include "engine/parallel/zero_params.h"
 #include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
@@ -225,10 +228,15 @@ TEST_P(ZeroWorldTest, StagesTrainAsOneRankWithAccumulation) {
       ASSERT_TRUE(one->ClipAndStep(1.0, 3e-3f).has_value());
     }
   }
-  for (int stage : {0, 1, 2, 3}) {
+  // Stage 3 twice: gathering each piece when asked, and prefetching the next one (4 = 3 with
+  // parallel.prefetch), which must give the same bits.
+  std::vector<float> stage3_losses[2];
+  for (int variant : {0, 1, 2, 3, 4}) {
+    const int stage = std::min(variant, 3);
+    const bool prefetch = variant == 4;
     comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
       auto m = stage == 0 ? MakeCpuTrainModel(fresh(), ac)
-                          : MakeZeroCpuTrainModel(fresh(), ac, comm, stage);
+                          : MakeZeroCpuTrainModel(fresh(), ac, comm, stage, prefetch);
       ASSERT_TRUE(m.has_value()) << m.error().ToString();
       TrainModel& model = **m;
       // As the trainer: DDP's bucket all-reduce for stages 0 and 1; 2 and 3 reduce their own.
@@ -247,13 +255,140 @@ TEST_P(ZeroWorldTest, StagesTrainAsOneRankWithAccumulation) {
         ASSERT_TRUE(comm.AllReduce(&mean, &mean, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg)
                         .has_value());
         EXPECT_NEAR(mean, want[static_cast<size_t>(s)], 1e-5 * want[static_cast<size_t>(s)])
-            << "stage " << stage << " step " << s;
+            << "stage " << stage << (prefetch ? " with prefetch" : "") << " step " << s;
+        if (stage == 3 && comm.rank() == 0) stage3_losses[prefetch].push_back(mean);
         auto norm = model.ClipAndStep(1.0, 3e-3f);
         ASSERT_TRUE(norm.has_value()) << norm.error().ToString();
+      }
+      if (prefetch && world > 1) {
+        // Every piece after the first step's was predicted: Forward's and the backward's.
+        const auto st = model.gather_stats();
+        ASSERT_TRUE(st.has_value());
+        EXPECT_GT(st->hits, 0);
       }
       EXPECT_TRUE(comm.Barrier().has_value());
     });
   }
+  EXPECT_EQ(stage3_losses[1], stage3_losses[0]) << "prefetch changed the losses";
+}
+
+// ZeRO-3 from a seed: no rank allocates the whole model (the GptModel holds no buffers) or
+// generates more than its shard, and training is bit for bit that of the whole model cut.
+TEST_P(ZeroWorldTest, ShardedInitHoldsAndGeneratesTheShardOnly) {
+  const int world = GetParam();
+  GptConfig c;
+  c.vocab_size = 64;
+  c.max_seq_len = 16;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  const int B = 2, T = 16;
+  AdamWConfig ac;
+  auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> out) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = static_cast<int32_t>((i * 7 + a) % 64);
+      out[i] = static_cast<int32_t>((i * 7 + a + 1) % 64);
+    }
+    return Result<void>{};
+  };
+  std::vector<float> losses[2];
+  std::mutex mu;
+  Checkpoint ckpt;
+  ckpt.params.resize(c.num_parameters());
+  ckpt.adam_m.resize(c.num_parameters());
+  ckpt.adam_v.resize(c.num_parameters());
+  for (int sharded : {0, 1}) {
+    comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+      std::unique_ptr<TrainModel> model;
+      if (sharded) {
+        model = MakeZero3CpuTrainModelFromSeed(c, 9, ac, comm, /*prefetch=*/true).value();
+        const ZeroPartition part{c.num_parameters(), comm.size()};
+        const size_t mine = part.size(comm.rank());
+        EXPECT_EQ(model->initial_values(), mine);
+        EXPECT_EQ(model->model_state_bytes().params, 4 * mine);
+      } else {
+        GptModel whole = GptModel::Create(c).value();
+        whole.InitRandom(9);
+        model = MakeZeroCpuTrainModel(std::move(whole), ac, comm, 3).value();
+      }
+      for (int s = 0; s < 4; ++s) {
+        auto loss = model->TrainMicrobatches(1, B, T, load, nullptr);
+        ASSERT_TRUE(loss.has_value()) << loss.error().ToString();
+        ASSERT_TRUE(model->ClipAndStep(1.0, 3e-3f).has_value());
+        if (comm.rank() == 0) losses[sharded].push_back(static_cast<float>(*loss));
+        if (s == 2 && sharded) {  // the state after 3 steps, by range, as a checkpoint holds it
+          int64_t t = 0;
+          auto ranges = model->CheckpointRanges(comm.rank(), comm.size(), &t);
+          ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
+          std::lock_guard lock(mu);
+          for (const CheckpointRange& r : *ranges) {
+            auto& a = r.array == CheckpointArray::kParams  ? ckpt.params
+                      : r.array == CheckpointArray::kAdamM ? ckpt.adam_m
+                                                           : ckpt.adam_v;
+            std::copy(r.values.begin(), r.values.end(), a.begin() + static_cast<std::ptrdiff_t>(r.offset));
+          }
+          ckpt.adam_t = t;
+        }
+      }
+    });
+  }
+  ASSERT_EQ(losses[1].size(), 4u);
+  EXPECT_EQ(losses[1], losses[0]);
+  // Resumed from the checkpoint on a model initialised otherwise: rank 0 sends each rank its
+  // shard (RestoreShard), and the 4th step's loss is the uninterrupted run's, bit for bit.
+  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    auto model = MakeZero3CpuTrainModelFromSeed(c, 123, ac, comm, /*prefetch=*/true).value();
+    Checkpoint copy = ckpt;
+    ASSERT_TRUE(model->RestoreState(&comm, comm.rank() == 0 ? &copy : nullptr, ckpt.adam_t));
+    auto loss = model->TrainMicrobatches(1, B, T, load, nullptr);
+    ASSERT_TRUE(loss.has_value()) << loss.error().ToString();
+    if (comm.rank() == 0) {
+      EXPECT_EQ(static_cast<float>(*loss), losses[0][3]);
+    }
+  });
+}
+
+// GatheredParams' prefetch: the order of a kind of round is recorded and its next piece
+// gathered ahead (hits); a different request is gathered when asked (a miss) and rewrites the
+// record; every piece holds the whole buffer's values either way, and a shard changed after
+// Invalidate is what the next round gathers.
+TEST_P(ZeroWorldTest, PrefetchServesTheRecordedOrderAndWhatIsAsked) {
+  const int world = GetParam();
+  const size_t n = 1000;
+  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    std::vector<float> whole = Values(n, 11, 1.0f);  // every rank's view of the model
+    const ZeroPartition part{n, comm.size()};
+    GatheredParams g(comm, part, whole, 400, /*prefetch=*/true);
+    auto ask = [&](size_t lo, size_t hi) {
+      const float* p = g.Gather(lo, hi - lo);
+      std::vector<float> got(p, p + (hi - lo));
+      g.Release(lo, hi - lo);
+      auto status = g.TakeError();
+      ASSERT_TRUE(status.has_value()) << status.error().ToString();
+      for (size_t i = lo; i < hi; ++i) {
+        ASSERT_EQ(got[i - lo], whole[i]) << "rank " << comm.rank() << ": element " << i << " of ["
+                                         << lo << ", " << hi << ")";
+      }
+    };
+    auto round = [&](int key, std::vector<std::pair<size_t, size_t>> pieces, int64_t hits,
+                     int64_t misses, const char* what) {
+      const int64_t h0 = g.prefetch_hits(), m0 = g.prefetch_misses();
+      g.BeginRound(key);
+      for (auto [lo, hi] : pieces) ask(lo, hi);
+      EXPECT_EQ(g.prefetch_hits() - h0, hits) << what;
+      EXPECT_EQ(g.prefetch_misses() - m0, misses) << what;
+    };
+    round(0, {{0, 300}, {300, 700}, {700, 1000}}, 0, 3, "first round: nothing recorded");
+    round(0, {{0, 300}, {300, 700}, {700, 1000}}, 3, 0, "the same order again");
+    round(0, {{0, 300}, {100, 200}, {700, 1000}}, 1, 2, "a different second piece");
+    round(0, {{0, 300}, {100, 200}, {700, 1000}}, 3, 0, "the rewritten record");
+    round(1, {{300, 700}}, 0, 1, "another kind of round");
+    // The shard changes between rounds (an optimizer step): the next round sees it.
+    g.Invalidate();
+    for (float& v : g.shard()) v += 1.0f;
+    for (float& v : whole) v += 1.0f;
+    round(0, {{0, 300}, {100, 200}, {700, 1000}}, 3, 0, "after the shard changed");
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ZeroWorldTest, ::testing::Values(1, 2, 4));

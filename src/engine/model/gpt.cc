@@ -187,6 +187,15 @@ Result<GptModel> GptModel::Create(const GptConfig& config) {
   return GptModel(std::move(impl));
 }
 
+Result<GptModel> GptModel::CreateUnallocated(const GptConfig& config) {
+  COHORT_TRY_VOID(config.Validate());
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->Vp = config.padded_vocab_size();
+  impl->layout = GptLayout::Build(config);
+  return GptModel(std::move(impl));
+}
+
 GptModel::GptModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GptModel::GptModel(GptModel&&) noexcept = default;
 GptModel& GptModel::operator=(GptModel&&) noexcept = default;
@@ -245,6 +254,94 @@ void GenerateInitialParams(
     }
     sink(t, values);
   }
+}
+
+namespace {
+
+// GenerateInitialParams' values one element at a time, in increasing order of the element's
+// place in the logical buffer, seeking the generator over what is not asked for.
+class InitialValueStream {
+ public:
+  InitialValueStream(const GptConfig& c, uint64_t seed)
+      : c_(c), tensors_(GptLayout::Build(c).tensors), rng_(seed),
+        std_proj_(0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer))) {
+    Enter(0);
+  }
+  // The initial value of element i (i >= the previous call's).
+  float At(size_t i) {
+    while (i >= tensors_[ti_].offset + tensors_[ti_].numel) {
+      rng_.Skip(random_ - drawn_);  // the rest of this tensor's draws
+      Enter(ti_ + 1);
+    }
+    const size_t p = i - tensors_[ti_].offset;
+    if (kind_ != kRandom) return kind_ == kOne ? 1.0f : 0.0f;
+    if (p >= random_) return 0.0f;  // wte's padded rows
+    rng_.Skip(p - drawn_);
+    drawn_ = p + 1;
+    return sd_ * rng_.Next();
+  }
+
+ private:
+  enum Kind { kZero, kOne, kRandom };
+  void Enter(size_t t) {
+    ti_ = t;
+    drawn_ = 0;
+    const ParamTensor& pt = tensors_[t];
+    const std::string& n = pt.name;
+    auto ends_with = [&n](std::string_view s) {
+      return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+    };
+    random_ = 0;
+    if (ends_with(".b")) {
+      kind_ = kZero;
+    } else if (ends_with("ln1.w") || ends_with("ln2.w") || n == "ln_f.w") {
+      kind_ = kOne;
+    } else {
+      kind_ = kRandom;
+      random_ = n == "wte" ? static_cast<size_t>(c_.vocab_size) * c_.n_embd : pt.numel;
+      sd_ = ends_with("attn_proj.w") || ends_with("fc_proj.w") ? std_proj_ : 0.02f;
+    }
+  }
+
+  const GptConfig c_;
+  const std::vector<ParamTensor> tensors_;
+  NormalRng rng_;
+  const float std_proj_;
+  size_t ti_ = 0, drawn_ = 0, random_ = 0;
+  Kind kind_ = kZero;
+  float sd_ = 0.02f;
+};
+
+}  // namespace
+
+size_t GenerateInitialRuns(const GptConfig& config, uint64_t seed,
+                           std::span<const ParamRun> runs) {
+  std::vector<ParamRun> sorted(runs.begin(), runs.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ParamRun& a, const ParamRun& b) { return a.offset < b.offset; });
+  // Overlapping runs (a tied copy held twice) go to later sweeps: each sweep's runs are
+  // disjoint and in order, so one pass of the generator serves them.
+  std::vector<std::vector<ParamRun>> sweeps;
+  std::vector<size_t> ends;
+  for (const ParamRun& r : sorted) {
+    size_t s = 0;
+    while (s < sweeps.size() && ends[s] > r.offset) ++s;
+    if (s == sweeps.size()) {
+      sweeps.emplace_back();
+      ends.push_back(0);
+    }
+    sweeps[s].push_back(r);
+    ends[s] = r.offset + r.count;
+  }
+  size_t written = 0;
+  for (const auto& sweep : sweeps) {
+    InitialValueStream stream(config, seed);
+    for (const ParamRun& r : sweep) {
+      for (size_t i = 0; i < r.count; ++i) r.out[i] = stream.At(r.offset + i);
+      written += r.count;
+    }
+  }
+  return written;
 }
 
 void GptModel::InitRandom(uint64_t seed) {

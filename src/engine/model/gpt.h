@@ -107,6 +107,10 @@ class GptModel {
   // kInvalidArgument if config.Validate() fails. Parameters start zeroed; call InitRandom
   // or copy weights into params().
   static Result<GptModel> Create(const GptConfig& config);
+  // As Create with params() and grads() never allocated (both empty): a model whose
+  // parameters come from a ParamSource and whose gradients go to a GradSink (ZeRO-3), so the
+  // rank never holds the whole model, not even for a moment.
+  static Result<GptModel> CreateUnallocated(const GptConfig& config);
 
   GptModel(GptModel&&) noexcept;
   GptModel& operator=(GptModel&&) noexcept;
@@ -183,6 +187,19 @@ Result<int> ValidateBatch(const GptConfig& config, std::span<const int32_t> toke
 void GenerateInitialParams(
     const GptConfig& config, uint64_t seed,
     const std::function<void(const ParamTensor&, std::span<const float>)>& sink);
+
+// A run of the logical parameter buffer (GptModel's layout) to fill: `count` values from
+// `offset` into `out`.
+struct ParamRun {
+  size_t offset = 0, count = 0;
+  float* out = nullptr;
+};
+// GptModel::InitRandom restricted to `runs` (any order; they may overlap): each run receives
+// exactly the values InitRandom writes there, without the rest of the model. The generator
+// seeks past what no run needs (NormalRng::Skip: time linear in the parameter count, memory
+// constant), so a rank holding a ZeRO-3 shard initialises it alone. Returns the number of
+// values written (the sum of the counts; a counter for tests of what a rank initialised).
+size_t GenerateInitialRuns(const GptConfig& config, uint64_t seed, std::span<const ParamRun> runs);
 
 // Model FLOPs per token for a training step (forward + backward), as in PaLM's MFU:
 // 6 × (non-embedding parameters + the tied output head) + 12 × L × C × T (attention).

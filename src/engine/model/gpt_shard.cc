@@ -68,6 +68,9 @@ struct GptShardModel::Impl {
   TensorParallelGroup* tp = nullptr;
   int C = 0, Cl = 0, NHl = 0, Vl = 0, V = 0, v0 = 0;
   std::vector<float> params, grads;
+  ParamSource* source = nullptr;  // ZeRO-3: where the pieces come from
+  const float* held = nullptr;    // the piece the source handed out, starting at held_lo
+  size_t held_lo = 0;
   // Stashes in use per chunk (by slot) and released ones kept for reuse.
   std::vector<std::map<int, std::unique_ptr<Stash>>> stashes;
   std::vector<std::vector<std::unique_ptr<Stash>>> spare;
@@ -75,7 +78,20 @@ struct GptShardModel::Impl {
   // The backward's temporaries (one micro-batch at a time).
   std::vector<float> dresidual, dln, datty, dqkv, dfch, dfch_gelu, stats;
 
-  float* P(size_t off) { return params.data() + off; }
+  const float* P(size_t off) const {
+    return source ? held + (off - held_lo) : params.data() + off;
+  }
+  // With a source: asks for `p` (held until Drop); without: nothing (params() holds it).
+  void Hold(const ShardPiece& p) {
+    if (!source) return;
+    held = source->Gather(p.begin, p.size());
+    held_lo = p.begin;
+  }
+  void Drop(const ShardPiece& p) {
+    if (!source) return;
+    source->Release(p.begin, p.size());
+    held = nullptr;
+  }
   float* G(size_t off) { return grads.data() + off; }
   Stash& NewStash(int chunk, int slot, int B, int T);
   void Grow(std::vector<float>& v, size_t n) {
@@ -96,6 +112,22 @@ struct GptShardModel::Impl {
     return {};
   }
 };
+
+namespace {
+// Holds a piece from the model's ParamSource for a scope (nothing without a source).
+template <typename Model>
+class Holding {
+ public:
+  Holding(Model& m, const ShardPiece& p) : m_(m), p_(p) { m_.Hold(p_); }
+  ~Holding() { m_.Drop(p_); }
+  Holding(const Holding&) = delete;
+  Holding& operator=(const Holding&) = delete;
+
+ private:
+  Model& m_;
+  const ShardPiece p_;
+};
+}  // namespace
 
 Stash& GptShardModel::Impl::NewStash(int chunk, int slot, int B, int T) {
   std::unique_ptr<Stash> s;
@@ -249,6 +281,33 @@ Result<void> ValidateShardForward(const GptShardLayout& layout, int chunk, int s
   return {};
 }
 
+ShardChunkPieces ShardParamPieces(const GptShardLayout& layout, int chunk) {
+  const ShardChunkSpec& spec = layout.spec.chunks[chunk];
+  const ShardChunkOffsets& co = layout.chunks[chunk];
+  const size_t C = static_cast<size_t>(layout.spec.config.n_embd);
+  ShardChunkPieces p;
+  if (spec.embedding) {
+    p.embeddings = {co.begin, !co.blocks.empty() ? co.blocks[0].begin
+                              : spec.head        ? co.ln_f_w
+                                                 : co.end};
+  }
+  if (spec.head) {
+    p.ln_f = {co.ln_f_w, co.ln_f_w + 2 * C};
+    p.head_wte = spec.embedding ? p.embeddings : ShardPiece{co.head_wte, co.end};
+  }
+  return p;
+}
+
+size_t MaxShardPiece(const GptShardLayout& layout) {
+  size_t most = 1;
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    const ShardChunkPieces p = ShardParamPieces(layout, static_cast<int>(c));
+    most = std::max({most, p.embeddings.size(), p.ln_f.size(), p.head_wte.size()});
+    for (const ShardBlockOffsets& w : layout.chunks[c].blocks) most = std::max(most, w.end - w.begin);
+  }
+  return most;
+}
+
 GptShardModel::GptShardModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GptShardModel::~GptShardModel() = default;
 
@@ -277,6 +336,8 @@ int GptShardModel::num_chunks() const { return static_cast<int>(impl_->layout.ch
 std::span<float> GptShardModel::params() { return impl_->params; }
 std::span<float> GptShardModel::grads() { return impl_->grads; }
 void GptShardModel::ZeroGrad() { Zero(impl_->grads); }
+void GptShardModel::SetParamSource(ParamSource* source) { impl_->source = source; }
+void GptShardModel::ReleaseParams() { std::vector<float>().swap(impl_->params); }
 size_t GptShardModel::activation_bytes() const { return impl_->bytes_now; }
 size_t GptShardModel::peak_activation_bytes() const { return impl_->bytes_peak; }
 void GptShardModel::ResetPeak() { impl_->bytes_peak = impl_->bytes_now; }
@@ -319,9 +380,11 @@ Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens
   const int B = batch.B, T = batch.T, C = m.C, Cl = m.Cl, NHl = m.NHl;
   const int N = B * T;
   const size_t BTC = static_cast<size_t>(N) * C, att_size = static_cast<size_t>(B) * NHl * T * T;
+  const ShardChunkPieces pieces = ShardParamPieces(m.layout, chunk);
   Stash& s = m.NewStash(chunk, slot, B, T);
   if (spec.embedding) {
     s.tokens.assign(batch.tokens.begin(), batch.tokens.end());
+    const Holding embeddings(m, pieces.embeddings);
     cpu_k::EmbeddingShardForward(s.input.data(), s.tokens.data(), m.P(co.wte), m.v0, m.Vl, N, C);
     COHORT_TRY_VOID(m.tp->SumPartials(s.input.data(), BTC));
     cpu_k::PositionForward(s.input.data(), m.P(co.wpe), B, T, C);
@@ -342,6 +405,7 @@ Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens
     float* fch_gelu = s.fch_gelu.data() + l * static_cast<size_t>(N) * 4 * Cl;
     float* residual3 = s.residual3.data() + l * BTC;
 
+    const Holding block(m, {w.begin, w.end});
     cpu_k::LayerNormForward(ln1, s.ln1_mean.data() + l * N, s.ln1_rstd.data() + l * N, residual,
                             m.P(w.ln1_w), m.P(w.ln1_b), N, C);
     cpu_k::MatmulForward(qkv, ln1, m.P(w.qkv_w), m.P(w.qkv_b), N, C, 3 * Cl);
@@ -362,9 +426,15 @@ Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens
     std::memcpy(output, last, BTC * sizeof(float));
     return 0.0f;
   }
-  cpu_k::LayerNormForward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), last,
-                          m.P(co.ln_f_w), m.P(co.ln_f_b), N, C);
-  cpu_k::MatmulForward(s.logits.data(), s.lnf.data(), m.P(co.head_wte), nullptr, N, C, m.Vl);
+  {
+    const Holding ln_f(m, pieces.ln_f);
+    cpu_k::LayerNormForward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), last,
+                            m.P(co.ln_f_w), m.P(co.ln_f_b), N, C);
+  }
+  {
+    const Holding head(m, pieces.head_wte);
+    cpu_k::MatmulForward(s.logits.data(), s.lnf.data(), m.P(co.head_wte), nullptr, N, C, m.Vl);
+  }
   if (batch.targets.empty()) {
     s.targets.clear();
     return 0.0f;
@@ -374,7 +444,7 @@ Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens
 }
 
 Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, const float* doutput,
-                                     float* dinput) {
+                                     float* dinput, const GradReadyFn& ready) {
   Impl& m = *impl_;
   const bool stashed = chunk >= 0 && chunk < num_chunks() && m.stashes[chunk].contains(slot);
   COHORT_TRY_VOID(ValidateShardBackward(m.layout, chunk, slot, stashed,
@@ -395,19 +465,31 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
   float* dln = m.dln.data();
   const int L = static_cast<int>(co.blocks.size());
   const float* last = L > 0 ? s.residual3.data() + (L - 1) * BTC : s.input.data();
+  const ShardChunkPieces pieces = ShardParamPieces(m.layout, chunk);
+  auto report = [&ready](const ShardPiece& p) {
+    if (ready && p.size() > 0) ready(p.begin, p.size());
+  };
 
   if (spec.head) {
     const float scale = s.num_targets > 0 ? loss_scale / static_cast<float>(s.num_targets) : 0.0f;
     cpu_k::CrossEntropyShardBackwardInPlace(s.logits.data(), s.lse.data(), s.targets.data(), N,
                                             m.Vl, m.v0, m.V, scale);
     std::memset(dln, 0, BTC * sizeof(float));
-    cpu_k::MatmulBackward(dln, m.G(co.head_wte), nullptr, s.logits.data(), s.lnf.data(),
-                          m.P(co.head_wte), N, C, m.Vl);
+    {
+      const Holding head(m, pieces.head_wte);
+      cpu_k::MatmulBackward(dln, m.G(co.head_wte), nullptr, s.logits.data(), s.lnf.data(),
+                            m.P(co.head_wte), N, C, m.Vl);
+    }
     COHORT_TRY_VOID(m.tp->SumPartials(dln, BTC));
     std::memset(dres, 0, BTC * sizeof(float));
-    cpu_k::LayerNormBackward(dres, m.G(co.ln_f_w), m.G(co.ln_f_b), dln, last, m.P(co.ln_f_w),
-                             s.lnf_mean.data(), s.lnf_rstd.data(), N, C);
+    {
+      const Holding ln_f(m, pieces.ln_f);
+      cpu_k::LayerNormBackward(dres, m.G(co.ln_f_w), m.G(co.ln_f_b), dln, last, m.P(co.ln_f_w),
+                               s.lnf_mean.data(), s.lnf_rstd.data(), N, C);
+    }
     s.loss_ready = false;
+    report(pieces.ln_f);
+    if (!spec.embedding) report(pieces.head_wte);
   } else {
     std::memcpy(dres, doutput, BTC * sizeof(float));
   }
@@ -423,6 +505,7 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
     const float* ln2 = s.ln2.data() + l * BTC;
     const float* fch = s.fch.data() + l * 4 * BTCl;
     const float* fch_gelu = s.fch_gelu.data() + l * 4 * BTCl;
+    const Holding block(m, {w.begin, w.end});
 
     // MLP: fc_proj row-parallel (its input gradient is local), fc column-parallel (its
     // input gradient is a partial sum: all-reduced before the replicated LayerNorm).
@@ -449,11 +532,14 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
     COHORT_TRY_VOID(m.tp->SumPartials(dln, BTC));
     cpu_k::LayerNormBackward(dres, m.G(w.ln1_w), m.G(w.ln1_b), dln, residual, m.P(w.ln1_w),
                              s.ln1_mean.data() + l * N, s.ln1_rstd.data() + l * N, N, C);
+    report({w.begin, w.end});
   }
 
   if (spec.embedding) {
     cpu_k::EmbeddingShardBackward(m.G(co.wte), dres, s.tokens.data(), m.v0, m.Vl, N, C);
     cpu_k::PositionBackward(m.G(co.wpe), dres, B, T, C);
+    report({co.wpe, pieces.embeddings.end});
+    report({co.wte, co.wpe});
   } else {
     std::memcpy(dinput, dres, BTC * sizeof(float));
   }

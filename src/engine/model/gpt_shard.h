@@ -19,7 +19,18 @@
 // (all-reduced) inputs.
 //
 // Gradients accumulate over Backward calls until ZeroGrad (gradient accumulation is the
-// micro-batch loop). Threads: one thread at a time; kernels use OpenMP inside.
+// micro-batch loop). Backward reports each piece of the buffer whose gradient this pass has
+// finished (`ready`, as GptModel's): the head's ln_f and its copy of wte, the blocks from the
+// last, wpe and wte; ZeRO-2 and 3 reduce-scatter a chunk's pieces from there during its last
+// micro-batch's backward.
+//
+// ZeRO-3 (SetParamSource, gpt.h ParamSource): the model holds no parameters and asks the
+// source for each piece just before it computes with it, one piece at a time: a chunk's
+// Forward the embeddings [wte, end of wpe) (the embedding chunk), each block, ln_f and the
+// head's wte slice (the head chunk); its Backward the head's wte slice, ln_f and the blocks
+// from the last (the embeddings' gradients need no parameters). ShardParamPieces lists them.
+//
+// Threads: one thread at a time; kernels use OpenMP inside.
 #pragma once
 
 #include <cstddef>
@@ -69,6 +80,21 @@ Result<void> ValidateShardLogits(const GptShardLayout& layout, int chunk, int sl
 float ShardCrossEntropyLoss(const float* max, const float* sum_exp, const float* target_logit,
                             const int32_t* targets, int N, float* lse, int* count);
 
+// A piece of the shard buffer: [begin, end).
+struct ShardPiece {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+// The pieces a ParamSource is asked for (see above) for `chunk`: its embeddings (empty unless
+// the embedding chunk), ln_f and the head's wte slice (empty unless the head chunk; the
+// embeddings piece when the chunk is both).
+struct ShardChunkPieces {
+  ShardPiece embeddings, ln_f, head_wte;
+};
+ShardChunkPieces ShardParamPieces(const GptShardLayout& layout, int chunk);
+// The largest piece a source or a `ready` callback is given, in floats.
+size_t MaxShardPiece(const GptShardLayout& layout);
+
 class GptShardModel {
  public:
   // `tp` (tensor group of spec.tensor_size ranks) must outlive the model. Parameters start
@@ -82,6 +108,11 @@ class GptShardModel {
   std::span<float> params();
   std::span<float> grads();
   void ZeroGrad();
+  // Reads the parameters from `source` (null: params()); it must outlive its use.
+  // ReleaseParams frees params() (it becomes empty) for a model whose parameters come from a
+  // source.
+  void SetParamSource(ParamSource* source);
+  void ReleaseParams();
 
   // Forward of local chunk `chunk` on a micro-batch, stashed under `slot` (kInvalidArgument
   // if that slot is already stashed, or on a bad batch). `input`: the previous chunk's
@@ -96,7 +127,7 @@ class GptShardModel {
   // by the embedding chunk). kFailedPrecondition if nothing is stashed there, or the head
   // chunk's forward had no targets.
   Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
-                        float* dinput);
+                        float* dinput, const GradReadyFn& ready = {});
   // Drops the stash in `slot` without a backward (evaluation, sampling).
   void Release(int chunk, int slot);
 

@@ -151,6 +151,19 @@ void ExtractTensor(const GptShardLayout& layout, const ParamTensor& logical,
   }
 }
 
+std::vector<ParamRun> LogicalRunsOf(const GptShardLayout& layout, size_t lo, size_t hi,
+                                    float* out) {
+  std::vector<ParamRun> runs;
+  for (const ShardTensor& t : layout.tensors) {
+    if (t.local.offset >= hi || t.local.offset + t.local.numel <= lo) continue;
+    ForEachRun(t, [&](size_t local, size_t logical, size_t n) {
+      const size_t a = std::max(lo, local), b = std::min(hi, local + n);
+      if (b > a) runs.push_back({logical + (a - local), b - a, out + (a - lo)});
+    });
+  }
+  return runs;
+}
+
 std::vector<ShardRun> CheckpointRuns(const GptShardLayout& layout) {
   std::vector<ShardRun> out;
   for (const ShardTensor& t : layout.tensors) {

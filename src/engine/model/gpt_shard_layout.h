@@ -93,6 +93,13 @@ void ExtractShard(const GptShardLayout& layout, std::span<const float> logical,
 // skipped, and both copies of wte get their slice.
 void ExtractTensor(const GptShardLayout& layout, const ParamTensor& logical,
                    std::span<const float> values, std::span<float> local);
+// The logical runs behind elements [lo, hi) of the shard buffer, each pointing into `out`
+// (hi − lo floats, element lo first): GenerateInitialRuns (gpt.h) on them initialises that part
+// of the shard from a seed alone (a ZeRO-3 rank's part: nothing else is generated or held).
+// Both copies of wte map to the same logical rows.
+std::vector<ParamRun> LogicalRunsOf(const GptShardLayout& layout, size_t lo, size_t hi,
+                                    float* out);
+
 // A strided slice of the shard for a checkpoint: `runs` runs of `width` floats, contiguous in
 // the shard buffer from `local`, in the logical buffer from `logical`, `stride` apart.
 struct ShardRun {

@@ -20,6 +20,17 @@ class NormalRng {
   // Uniform in (0, 1]: 53 random bits.
   double NextUniform() { return (static_cast<double>(NextU64() >> 11) + 1.0) * 0x1.0p-53; }
 
+  // Skips the next k values of Next(): the generator ends where k calls would leave it, at
+  // the cost of two 64-bit draws per pair and no Box–Muller (seeking for a sharded init).
+  void Skip(uint64_t k) {
+    if (k > 0 && has_spare_) {
+      has_spare_ = false;
+      --k;
+    }
+    for (uint64_t i = 0; i < k / 2 * 2; ++i) bits_.Next();
+    if (k % 2 == 1) (void)Next();  // draws a pair, keeps its second value as the spare
+  }
+
   // Standard normal (Box–Muller, both values of each pair used).
   float Next() {
     if (has_spare_) {

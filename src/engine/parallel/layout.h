@@ -47,6 +47,7 @@ struct ParallelConfig {
   std::vector<int> pipeline_layers;  // blocks per chunk, in chunk order; empty: balanced
   int zero = 0;                      // ZeRO stage in the data-parallel group (zero.h)
   std::string offload = "none";      // none | optimizer | optimizer+params (cuda only)
+  bool prefetch = true;              // ZeRO-3: the next piece's gather on a comm thread
 };
 
 // One contiguous piece of the model.

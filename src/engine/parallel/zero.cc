@@ -51,30 +51,45 @@ Result<double> ZeroOptimizer::Step(std::span<float> params, std::span<float> gra
   return StepShard(params, grads.subspan(shard_begin(), partition_.size(rank_)), max_norm, lr);
 }
 
-Result<double> ZeroOptimizer::StepShard(std::span<float> params, std::span<float> my_grads,
-                                        double max_norm, float lr) {
-  if (params.size() != partition_.total || my_grads.size() != partition_.size(rank_)) {
+Result<void> ZeroOptimizer::CheckShardSizes(size_t params, size_t params_want,
+                                            size_t grads) const {
+  if (params != params_want || grads != partition_.size(rank_)) {
     return Errorf(ErrorCode::kInternal,
                   "ZeroOptimizer: {} parameters and a gradient shard of {}, want {} and {}",
-                  params.size(), my_grads.size(), partition_.total, partition_.size(rank_));
+                  params, grads, params_want, partition_.size(rank_));
   }
+  return {};
+}
+
+Result<double> ZeroOptimizer::StepShard(std::span<float> params, std::span<float> my_grads,
+                                        double max_norm, float lr) {
+  COHORT_TRY_VOID(CheckShardSizes(params.size(), partition_.total, my_grads.size()));
   const double norm = COHORT_TRY(GlobalNorm(my_grads));
-  COHORT_TRY_VOID(StepShardWithNorm(params, my_grads, norm, max_norm, lr));
+  COHORT_TRY_VOID(StepAndGather(params, my_grads, norm, max_norm, lr));
   return norm;
+}
+
+Result<void> ZeroOptimizer::StepShardWithNorm(std::span<float> params, std::span<float> my_grads,
+                                              double norm, double max_norm, float lr) {
+  COHORT_TRY_VOID(CheckShardSizes(params.size(), partition_.total, my_grads.size()));
+  return StepAndGather(params, my_grads, norm, max_norm, lr);
 }
 
 Result<double> ZeroOptimizer::StepOwnShard(std::span<float> my_params, std::span<float> my_grads,
                                            double max_norm, float lr) {
-  const size_t n = partition_.size(rank_);
-  if (my_params.size() != n || my_grads.size() != n) {
-    return Errorf(ErrorCode::kInternal,
-                  "ZeroOptimizer: a parameter shard of {} and a gradient shard of {}, want {}",
-                  my_params.size(), my_grads.size(), n);
-  }
+  COHORT_TRY_VOID(CheckShardSizes(my_params.size(), partition_.size(rank_), my_grads.size()));
   const double norm = COHORT_TRY(GlobalNorm(my_grads));
+  COHORT_TRY_VOID(StepOwnShardWithNorm(my_params, my_grads, norm, max_norm, lr));
+  return norm;
+}
+
+Result<void> ZeroOptimizer::StepOwnShardWithNorm(std::span<float> my_params,
+                                                 std::span<float> my_grads, double norm,
+                                                 double max_norm, float lr) {
+  COHORT_TRY_VOID(CheckShardSizes(my_params.size(), partition_.size(rank_), my_grads.size()));
   ClipToNorm(my_grads, norm, max_norm);
   adamw_.Step(my_params, my_grads, lr);
-  return norm;
+  return {};
 }
 
 Result<double> SumOverRanks(comm::Communicator& comm, double local) {
@@ -110,12 +125,12 @@ Result<void> ZeroOptimizer::StepWithNorm(std::span<float> params, std::span<floa
     return Errorf(ErrorCode::kInternal, "ZeroOptimizer: {} parameters and {} gradients, want {}",
                   params.size(), grads.size(), partition_.total);
   }
-  return StepShardWithNorm(params, grads.subspan(shard_begin(), partition_.size(rank_)), norm,
-                           max_norm, lr);
+  return StepAndGather(params, grads.subspan(shard_begin(), partition_.size(rank_)), norm,
+                       max_norm, lr);
 }
 
-Result<void> ZeroOptimizer::StepShardWithNorm(std::span<float> params, std::span<float> my_grads,
-                                              double norm, double max_norm, float lr) {
+Result<void> ZeroOptimizer::StepAndGather(std::span<float> params, std::span<float> my_grads,
+                                          double norm, double max_norm, float lr) {
   std::span<float> my_params = params.subspan(shard_begin(), partition_.size(rank_));
   ClipToNorm(my_grads, norm, max_norm);
   adamw_.Step(my_params, my_grads, lr);

@@ -18,7 +18,8 @@
 // The parallel logic (partition, norm, all-gather) is written once against spans and a
 // Communicator; the update underneath is AdamW's (optim/adamw.h). Inside a tensor/pipeline
 // layout the "buffer" is the rank's shard and the group its data-parallel group (stage 1,
-// StepWithNorm). Stage 3 also shards the parameters (zero_params.h: gathered per piece as the
+// StepWithNorm; stages 2 and 3, StepShardWithNorm and StepOwnShardWithNorm, with the norm
+// the caller summed over the model group and the data shards). Stage 3 also shards the parameters (zero_params.h: gathered per piece as the
 // model computes, StepOwnShard steps the shard in place). The CUDA model's stages 1 and 2 and
 // the optimizer offload (trainer/cuda_zero.h) use the partition and SumOverRanks from here.
 //
@@ -91,6 +92,13 @@ class ZeroOptimizer {
   // its model group, every data rank holding the whole averaged gradient: stage 1).
   Result<void> StepWithNorm(std::span<float> params, std::span<float> grads, double norm,
                             double max_norm, float lr);
+  // Inside tensor/pipeline layouts, with the norm over the model group and the data shards
+  // computed by the caller: stage 2 (StepShard's arguments; all-gathers `params`) and stage 3
+  // (StepOwnShard's; nothing is all-gathered).
+  Result<void> StepShardWithNorm(std::span<float> params, std::span<float> my_grads, double norm,
+                                 double max_norm, float lr);
+  Result<void> StepOwnShardWithNorm(std::span<float> my_params, std::span<float> my_grads,
+                                    double norm, double max_norm, float lr);
 
   int stage() const { return stage_; }
   const ZeroPartition& partition() const { return partition_; }
@@ -102,9 +110,10 @@ class ZeroOptimizer {
  private:
   // The global norm of the gradient over every rank's shard (a collective).
   Result<double> GlobalNorm(std::span<const float> my_grads);
-  // Clips and steps this rank's shard, then all-gathers `params` (sizes checked by callers).
-  Result<void> StepShardWithNorm(std::span<float> params, std::span<float> my_grads, double norm,
-                                 double max_norm, float lr);
+  // StepShardWithNorm without the size checks (callers checked them).
+  Result<void> StepAndGather(std::span<float> params, std::span<float> my_grads, double norm,
+                             double max_norm, float lr);
+  Result<void> CheckShardSizes(size_t params, size_t params_want, size_t grads) const;
   ZeroOptimizer(comm::Communicator& comm, int stage, ZeroPartition p, AdamW adamw)
       : comm_(&comm), stage_(stage), rank_(comm.rank()), partition_(p), adamw_(std::move(adamw)) {}
   comm::Communicator* comm_;

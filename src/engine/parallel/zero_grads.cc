@@ -6,15 +6,16 @@
 namespace cohort::engine {
 
 ShardedGradients::ShardedGradients(comm::Communicator& comm, const ZeroPartition& partition,
-                                   size_t max_piece, bool overlap)
+                                   size_t max_piece, bool overlap, Pieces pieces)
     : comm_(comm),
       partition_(partition),
       rank_(comm.rank()),
       max_piece_(std::max<size_t>(1, max_piece)),
-      shard_(partition.size(comm.rank())) {
+      shard_(partition.size(comm.rank())),
+      caller_memory_(pieces == Pieces::kCallerMemory) {
   const bool alone = comm.size() == 1;
   const bool threaded = overlap && !alone;
-  slots_.resize(threaded ? 2 : 1);
+  slots_.resize(caller_memory_ ? 0 : threaded ? 2 : 1);
   for (auto& s : slots_) s.resize(max_piece_);
   busy_.assign(slots_.size(), false);
   if (!alone) received_.resize(std::min(max_piece_, shard_.size()));
@@ -48,6 +49,12 @@ void ShardedGradients::Begin() {
 
 float* ShardedGradients::Acquire(size_t offset, size_t count) {
   (void)offset;
+  if (caller_memory_) {
+    // Not this object's contract: a buffer of its own (the round fails in Finish).
+    oversize_ = true;
+    slots_.emplace_back(count);
+    return slots_.back().data();
+  }
   const size_t slot = static_cast<size_t>(next_slot_);
   {
     std::unique_lock lock(mu_);
@@ -64,13 +71,28 @@ float* ShardedGradients::Acquire(size_t offset, size_t count) {
 }
 
 void ShardedGradients::Done(size_t offset, size_t count) {
+  if (caller_memory_) return;  // Acquire's misuse, reported by Finish
   const Piece p{next_slot_, offset, count};
   next_slot_ = (next_slot_ + 1) % static_cast<int>(slots_.size());
-  reported_ += count;
+  Enqueue(p);
+}
+
+void ShardedGradients::Submit(const float* data, size_t offset, size_t count) {
+  if (count > max_piece_ || !caller_memory_) {
+    // Not reduced (every rank of the group skips it alike); Finish fails the round.
+    oversize_ = true;
+    reported_ += count;
+    return;
+  }
+  Enqueue(Piece{-1, offset, count, data});
+}
+
+void ShardedGradients::Enqueue(const Piece& p) {
+  reported_ += p.count;
   if (!thread_.joinable()) {  // no thread: reduced here, before the next piece
     Reduce(p);
     std::lock_guard lock(mu_);
-    busy_[static_cast<size_t>(p.slot)] = false;
+    if (p.slot >= 0) busy_[static_cast<size_t>(p.slot)] = false;
     return;
   }
   {
@@ -81,7 +103,7 @@ void ShardedGradients::Done(size_t offset, size_t count) {
 }
 
 void ShardedGradients::Reduce(const Piece& p) {
-  const float* piece = slots_[static_cast<size_t>(p.slot)].data();
+  const float* piece = p.slot < 0 ? p.data : slots_[static_cast<size_t>(p.slot)].data();
   const size_t lo = std::max(p.offset, partition_.begin(rank_));
   const size_t hi = std::min(p.offset + p.count, partition_.end(rank_));
   const float* mine = piece + (lo - p.offset);
@@ -112,7 +134,7 @@ void ShardedGradients::Loop() {
     lock.lock();
     // Popped only now: Finish waits for an empty queue, so a piece is in the shard first.
     queue_.pop_front();
-    busy_[static_cast<size_t>(p.slot)] = false;
+    if (p.slot >= 0) busy_[static_cast<size_t>(p.slot)] = false;
     cv_.notify_all();
   }
 }
@@ -124,8 +146,10 @@ Result<void> ShardedGradients::Finish() {
   });
   if (!status_) return status_;
   if (oversize_) {
-    return Errorf(ErrorCode::kInternal, "ZeRO gradients: a piece was larger than {} floats",
-                  max_piece_);
+    return Errorf(ErrorCode::kInternal,
+                  "ZeRO gradients: a piece was larger than {} floats or not where the pieces "
+                  "were said to be ({})",
+                  max_piece_, caller_memory_ ? "the caller's memory" : "this object's buffers");
   }
   if (reported_ != partition_.total) {
     return Errorf(ErrorCode::kInternal,

@@ -12,12 +12,17 @@
 // the communication thread) and a receive buffer of min(max_piece, size(r)) floats; without
 // overlap one piece buffer, and on one rank no receive buffer (the piece is added in place).
 //
-// Collectives are issued in the order pieces are Done, the same on every rank (the model's
+// A model that keeps its whole gradient buffer (the tensor/pipeline shard model, whose
+// micro-batches accumulate there) hands pieces over in place instead (Submit, `kCallerMemory`):
+// the piece is reduce-scattered from the caller's memory, which must stay unchanged until
+// Finish, and the object holds no piece buffers, only the receive buffer.
+//
+// Collectives are issued in the order pieces are Done (or Submitted), the same on every rank (the model's
 // piece order is fixed), so they match across ranks whatever the timing. After a
 // communicator error the remaining pieces of the round are skipped and Finish returns the
 // error (the other ranks' collectives fail or time out as theirs do).
 //
-// Threads: ZeroShard, Begin, Acquire, Done, Finish and shard() on the training thread; the
+// Threads: ZeroShard, Begin, Acquire, Done, Submit, Finish and shard() on the training thread; the
 // communicator is used by this object's thread between Begin and Finish only.
 #pragma once
 
@@ -38,12 +43,14 @@ namespace cohort::engine {
 
 class ShardedGradients final : public GradSink {
  public:
+  // Where the pieces are: buffers this object hands out (GradSink) or the caller's (Submit).
+  enum class Pieces { kOwnBuffers, kCallerMemory };
   // `comm` is the data-parallel group (partition.ranks == comm.size()); it must outlive
-  // this object. max_piece >= 1: the largest piece Acquire is asked for. `overlap` false:
-  // each piece is reduce-scattered in Done, on the training thread (ZeRO-3, whose parameter
-  // gathers share the communicator and must stay in the same order on every rank).
+  // this object. max_piece >= 1: the largest piece Acquire (or Submit) is given. `overlap`
+  // false: each piece is reduce-scattered in Done, on the training thread (ZeRO-3, whose
+  // parameter gathers share the communicator and must stay in the same order on every rank).
   ShardedGradients(comm::Communicator& comm, const ZeroPartition& partition, size_t max_piece,
-                   bool overlap = true);
+                   bool overlap = true, Pieces pieces = Pieces::kOwnBuffers);
   ~ShardedGradients() override;
   ShardedGradients(const ShardedGradients&) = delete;
   ShardedGradients& operator=(const ShardedGradients&) = delete;
@@ -55,6 +62,10 @@ class ShardedGradients final : public GradSink {
   // GradSink. Acquire blocks while the buffer it will hand out is still being sent.
   float* Acquire(size_t offset, size_t count) override;
   void Done(size_t offset, size_t count) override;
+  // kCallerMemory: reduce-scatters `data`, this round's gradient of elements [offset,
+  // offset + count), from where it is (on the communication thread when overlapping);
+  // `data` must stay unchanged until Finish.
+  void Submit(const float* data, size_t offset, size_t count);
   // Waits until every piece handed back is in the shard; the first communicator error of
   // the round, or kInternal if a piece was larger than max_piece or pieces did not tile the
   // buffer (each element of [0, total) exactly once).
@@ -67,9 +78,11 @@ class ShardedGradients final : public GradSink {
 
  private:
   struct Piece {
-    int slot;
+    int slot;  // -1: the caller's memory at `data`
     size_t offset, count;
+    const float* data = nullptr;
   };
+  void Enqueue(const Piece& p);
   void Reduce(const Piece& p);  // the communication thread (or inline on one rank)
   void Loop();
 
@@ -88,6 +101,7 @@ class ShardedGradients final : public GradSink {
   std::condition_variable cv_;
   std::deque<Piece> queue_;   // guarded by mu_: pieces to reduce, in order
   std::vector<bool> busy_;    // guarded by mu_: slot handed out or not yet sent
+  const bool caller_memory_;  // Pieces::kCallerMemory
   Result<void> status_;       // guarded by mu_: first error this round
   bool stop_ = false;         // guarded by mu_
   std::thread thread_;

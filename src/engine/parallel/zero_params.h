@@ -1,25 +1,47 @@
 // GatheredParams: ZeRO-3's parameter memory (Rajbhandari et al., section 5.3). A rank keeps
 // only its shard of the parameters (ZeroPartition), persistently; the model
-// (GptModel::SetParamSource) asks for each piece just before it computes with it (the
-// embeddings, a layer's block, ln_f, the head: gpt.h ParamSource), and the piece is
-// all-gathered from every rank's part of it into one buffer, which the next piece reuses
-// (the piece is freed after use). AdamW steps the shard in place (ZeroOptimizer::
+// (GptModel::SetParamSource, GptShardModel::SetParamSource) asks for each piece just before it
+// computes with it (the embeddings, a layer's block, ln_f, the head: gpt.h ParamSource), and
+// the piece is all-gathered from every rank's part of it into a buffer that a later piece
+// reuses (the piece is freed after use). AdamW steps the shard in place (ZeroOptimizer::
 // StepOwnShard): nothing is all-gathered after the step.
 //
-// Memory, counted where allocated: the shard, 4·size(r) bytes, and the gather buffer of
-// max_piece floats (the largest piece: the embeddings, wte and wpe).
+// Prefetch (`prefetch` true). While the model computes with one piece, the next piece's
+// all-gather runs on this object's communication thread into the second buffer, so the
+// training thread finds it gathered. The next piece is predicted from the order seen before:
+// the owner starts each round of requests with BeginRound(key) (a training step, an
+// evaluation, a sampling pass: a key per kind of round), this object records the round's
+// order of pieces per key and, after the k-th request, prefetches the recorded (k+1)-th. A
+// request that differs from the prediction waits for the prefetch in flight (its result is
+// dropped), gathers what was asked and rewrites the record from there. Every rank of the
+// group makes the same requests in the same order (the order depends on the config and the
+// schedule only), so all predict alike and the gathers match across ranks. The values are
+// those of an all-gather either way: prefetching changes when a piece is gathered, never its
+// bits. The shard must not change while a prefetch reads it: Invalidate (called by shard()
+// writers: the optimizer step, restore) waits for it and forgets it.
 //
-// Every rank's model asks for the same pieces in the same order (the order depends on the
-// config only), so the all-gathers match across ranks. The prefetch of the next piece on a
-// communication thread is not built yet: each gather runs on the training thread. A
-// communicator error is kept (the model computes on whatever the buffer holds) and returned
+// Memory, counted where allocated: the shard, 4·size(r) bytes, and the gather buffer of
+// max_piece floats (two with prefetch).
+//
+// A communicator error is kept (the model computes on whatever the buffer holds) and returned
 // by TakeError, which the caller checks after each Forward and backward pass.
 //
-// Threads: the training thread only; the communicator is the data-parallel group's.
+// Threads: every method on the training thread. Without prefetch the gathers run there; with
+// prefetch all of this object's collectives (sync gathers, prefetches, GatherAll) are issued
+// one at a time, either by the training thread while the communication thread is idle or by
+// the communication thread, so `comm` sees one order; with prefetch `comm` must be this
+// object's alone (its collectives run on another thread than the owner's other groups').
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -34,7 +56,16 @@ class GatheredParams final : public ParamSource {
   // Keeps this rank's shard of `whole` (all the parameters); `comm` is the data-parallel
   // group (partition.ranks == comm.size()) and must outlive this object.
   GatheredParams(comm::Communicator& comm, const ZeroPartition& partition,
-                 std::span<const float> whole, size_t max_piece);
+                 std::span<const float> whole, size_t max_piece, bool prefetch = false);
+  // As above from this rank's shard alone (partition.size(rank) floats: a sharded init that
+  // never held the whole model).
+  static std::unique_ptr<GatheredParams> FromShard(comm::Communicator& comm,
+                                                   const ZeroPartition& partition,
+                                                   std::vector<float> shard, size_t max_piece,
+                                                   bool prefetch = false);
+  ~GatheredParams() override;
+  GatheredParams(const GatheredParams&) = delete;
+  GatheredParams& operator=(const GatheredParams&) = delete;
 
   // ParamSource.
   const float* Gather(size_t offset, size_t count) override;
@@ -43,21 +74,67 @@ class GatheredParams final : public ParamSource {
   // max_piece or a Gather without a Release).
   Result<void> TakeError();
 
+  // Starts a round of requests whose order is recorded under `key` (see above); with
+  // prefetch the round's first recorded piece is gathered at once.
+  void BeginRound(int key);
+  // Waits for a prefetch in flight and forgets it: call before changing shard().
+  void Invalidate();
+
   // This rank's shard: parameters [partition.begin(rank), partition.end(rank)).
   std::span<float> shard() { return shard_; }
   // Every parameter, all-gathered into a new buffer (checkpoints by any layout, export):
   // a collective.
   Result<std::vector<float>> GatherAll();
-  size_t gather_bytes() const { return buffer_.size() * sizeof(float); }
+  size_t gather_bytes() const { return (buffers_[0].size() + buffers_[1].size()) * sizeof(float); }
+
+  // Prefetch's record: requests served by a prefetch, requests gathered on demand, and the
+  // seconds the training thread spent waiting for gathers (either kind).
+  int64_t prefetch_hits() const { return hits_; }
+  int64_t prefetch_misses() const { return misses_; }
+  double wait_seconds() const { return wait_seconds_; }
 
  private:
+  struct OwnShard {};  // picks the constructor that takes the shard itself
+  GatheredParams(OwnShard, comm::Communicator& comm, const ZeroPartition& partition,
+                 std::vector<float> shard, size_t max_piece, bool prefetch);
+  struct Piece {
+    size_t offset = 0, count = 0;
+    bool operator==(const Piece&) const = default;
+  };
+  // All-gathers `p` into buffers_[buf] (the training thread while no prefetch is in flight,
+  // or the communication thread).
+  Result<void> GatherInto(int buf, const Piece& p);
+  // Waits for the prefetch in flight; its piece and buffer, or nullopt if none was.
+  std::optional<std::pair<Piece, int>> WaitPrefetch();
+  void Launch(const Piece& p, int buf);
+  void Loop();
+
   comm::Communicator& comm_;
   const ZeroPartition partition_;
   const int rank_;
+  const bool prefetch_;
   std::vector<float> shard_;
-  std::vector<float> buffer_;  // the gathered piece
-  bool held_ = false;
-  Result<void> status_;
+  std::vector<float> buffers_[2];  // the gathered pieces (one without prefetch)
+  bool held_ = false;              // training thread: a piece is held
+  Result<void> status_;            // training thread
+  // The record of each kind of round: training thread only.
+  std::map<int, std::vector<Piece>> rounds_;
+  int key_ = 0;
+  size_t cursor_ = 0;
+  bool in_flight_ = false;  // training thread: a prefetch was launched and not yet waited for
+  Piece flight_piece_;      // training thread
+  int flight_buf_ = 0;      // training thread
+  int64_t hits_ = 0, misses_ = 0;  // training thread
+  double wait_seconds_ = 0;        // training thread
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool job_ = false;          // guarded by mu_: a prefetch for the thread to run
+  Piece job_piece_;           // guarded by mu_
+  int job_buf_ = 0;           // guarded by mu_
+  Result<void> job_status_;   // guarded by mu_: the last prefetch's result
+  bool stop_ = false;         // guarded by mu_
+  std::thread thread_;        // with prefetch
 };
 
 }  // namespace cohort::engine

@@ -51,12 +51,6 @@ Result<void> CheckZero(const TrainConfig& c) {
                         p.offload, p.tensor, p.pipeline);
     }
   }
-  if (p.zero > 1 && (p.tensor > 1 || p.pipeline > 1)) {
-    return FieldError("parallel.zero",
-                      "{} with parallel.tensor {} x parallel.pipeline {} is not built yet (stage 1 "
-                      "is: it shards each position's AdamW state over its data-parallel ranks)",
-                      p.zero, p.tensor, p.pipeline);
-  }
   return {};
 }
 
@@ -215,6 +209,7 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
     }
     p.zero = static_cast<int>(COHORT_TRY(r.Int("zero", p.zero, 0, 3)));
     p.offload = COHORT_TRY(r.String("offload", p.offload));
+    p.prefetch = COHORT_TRY(r.Bool("prefetch", p.prefetch));
     COHORT_TRY_VOID(r.Finish());
     COHORT_TRY_VOID(CheckZero(c));
     if (p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved") {

@@ -32,7 +32,9 @@
 //               zero (0 | 1 | 2 | 3: ZeRO stage in the data-parallel group, engine/parallel/
 //               zero.h; on train.device cuda 0 to 2, trainer/cuda_zero.h), offload (none |
 //               optimizer: train.device cuda only, AdamW's state and step on the host;
-//               optimizer+params is refused until built).
+//               optimizer+params is refused until built), prefetch (true | false, default
+//               true: ZeRO-3 gathers the next piece of parameters on a communication
+//               thread while the current one computes, parallel/zero_params.h).
 //   comm:       backend (gloo for train.device cpu, nccl for cuda; the default follows
 //               the device, and a backend that cannot reach the gradients is an error),
 //               timeout_s

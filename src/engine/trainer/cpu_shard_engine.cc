@@ -1,5 +1,7 @@
-// The CPU ShardEngine: GptShardModel in host memory, AdamW (or ZeRO-1) from optim/ and
-// parallel/zero.h, clipping with ClipToNorm.
+// The CPU ShardEngine: GptShardModel in host memory, AdamW (or ZeRO 1-3) from optim/ and
+// parallel/zero.h, clipping with ClipToNorm. Stages 2 and 3 add a ShardZero (shard_zero.h):
+// the gradient shard reduce-scattered during each chunk's last backward and, for stage 3,
+// the parameter shard gathered piece by piece (the model's own buffer released).
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -8,6 +10,7 @@
 
 #include "engine/optim/grad_clip.h"
 #include "engine/trainer/shard_engine.h"
+#include "engine/trainer/shard_zero.h"
 
 namespace cohort::engine {
 namespace {
@@ -17,25 +20,58 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
   explicit CpuShardEngine(std::unique_ptr<GptShardModel> shard) : ShardEngineOver(std::move(shard)) {}
 
   Result<void> InitOptimizer(const AdamWConfig& adamw, comm::Communicator* data,
-                             int zero_stage) {
+                             int zero_stage, bool prefetch) {
     const size_t n = shard_->layout().total;
     std::vector<DecayRange> ranges = ShardDecayRanges(shard_->layout());
     if (zero_stage > 0 && data != nullptr) {
       zero_ = COHORT_TRY(ZeroOptimizer::Create(*data, zero_stage, n, std::move(ranges), adamw));
+      if (zero_stage >= 2) {
+        sharded_ = COHORT_TRY(
+            ShardZero::Create(shard_->layout(), *data, zero_->partition(), zero_stage, prefetch));
+      }
+      if (GatheredParams* g = gathered()) {
+        shard_->ReleaseParams();
+        shard_->SetParamSource(g);
+      }
     } else {
       optimizer_ = COHORT_TRY(AdamW::Create(n, std::move(ranges), adamw));
     }
     return {};
   }
 
+  Result<float> Forward(int chunk, int slot, const MicrobatchTokens& batch, const float* input,
+                        float* output) override {
+    auto loss = shard_->Forward(chunk, slot, batch, input, output);
+    if (GatheredParams* g = gathered()) COHORT_TRY_VOID(g->TakeError());
+    return loss;
+  }
+  Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
+                        float* dinput) override {
+    GradReadyFn ready;
+    if (sharded_) ready = sharded_->BackwardReady(chunk, shard_->grads());
+    auto ran = shard_->Backward(chunk, slot, loss_scale, doutput, dinput, ready);
+    if (GatheredParams* g = gathered()) COHORT_TRY_VOID(g->TakeError());
+    return ran;
+  }
+  void BeginRound(int microbatches, bool forward_only) override {
+    if (sharded_) sharded_->BeginRound(microbatches, forward_only);
+  }
+  bool reduces_data_shards() const override { return sharded_ != nullptr; }
+  Result<void> ReduceDataShards() override {
+    if (!sharded_) return {};
+    return sharded_->ReduceDataShards(shard_->grads());
+  }
+
 
   Result<void> ZeroGrad() override {
     shard_->ZeroGrad();
+    if (sharded_) std::fill(sharded_->grad_shard().begin(), sharded_->grad_shard().end(), 0.0f);
     return {};
   }
   std::span<float> grads() override { return shard_->grads(); }
   Result<void> WaitGrads() override { return {}; }
   Result<double> SquaredGradNorm() override {
+    if (sharded_) return sharded_->SquaredNorm();
     double sq = 0;
     for (const ShardTensor& t : shard_->layout().tensors) {
       if (t.counts_in_norm) sq += SquaredNorm(shard_->grads().subspan(t.local.offset, t.local.numel));
@@ -43,6 +79,14 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     return sq;
   }
   Result<void> Step(double norm, double max_norm, float lr) override {
+    if (GatheredParams* g = gathered()) {
+      g->Invalidate();  // no prefetch reads the shard while it changes
+      return zero_->StepOwnShardWithNorm(g->shard(), sharded_->grad_shard(), norm, max_norm, lr);
+    }
+    if (sharded_) {
+      return zero_->StepShardWithNorm(shard_->params(), sharded_->grad_shard(), norm, max_norm,
+                                      lr);
+    }
     if (zero_) return zero_->StepWithNorm(shard_->params(), shard_->grads(), norm, max_norm, lr);
     ClipToNorm(shard_->grads(), norm, max_norm);
     optimizer_->Step(shard_->params(), shard_->grads(), lr);
@@ -50,11 +94,41 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
   }
 
   Result<HostState> StateOnHost() override {
+    if (GatheredParams* g = gathered()) {
+      return HostState{g->shard(), adamw().m(), adamw().v(), opt_begin(), adamw().t(),
+                       opt_begin()};
+    }
     return HostState{shard_->params(), adamw().m(), adamw().v(), opt_begin(), adamw().t()};
+  }
+  Result<std::vector<float>> WholeParams() override {
+    if (GatheredParams* g = gathered()) return g->GatherAll();
+    return ShardEngine::WholeParams();
   }
   Result<void> SetParams(std::span<const float> params) override {
     COHORT_TRY_VOID(CheckSize("params", params.size()));
+    if (GatheredParams* g = gathered()) {
+      // ZeRO-3 keeps its part of the shard.
+      g->Invalidate();
+      const auto lo = params.begin() + static_cast<std::ptrdiff_t>(opt_begin());
+      std::copy(lo, lo + static_cast<std::ptrdiff_t>(g->shard().size()), g->shard().begin());
+      return {};
+    }
     std::copy(params.begin(), params.end(), shard_->params().begin());
+    return {};
+  }
+  ShardPiece param_part() const override {
+    if (!sharded_ || !sharded_->shards_params()) return ShardEngine::param_part();
+    return {zero_->shard_begin(), zero_->shard_begin() + sharded_->shard_floats()};
+  }
+  Result<void> SetParamPart(std::span<const float> part) override {
+    GatheredParams* g = gathered();
+    if (!g) return SetParams(part);
+    if (part.size() != g->shard().size()) {
+      return FieldError("params", "has {} values, this rank's ZeRO-3 part {}", part.size(),
+                        g->shard().size());
+    }
+    g->Invalidate();
+    std::copy(part.begin(), part.end(), g->shard().begin());
     return {};
   }
   Result<void> Restore(std::span<const float> params, std::span<const float> m,
@@ -66,21 +140,33 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     return adamw().Restore(m.subspan(lo, k), v.subspan(lo, k), t);
   }
 
+  // Counted where allocated. ZeRO-2 and 3: the gradient shard, and apart (scratch) the whole
+  // buffer the backward accumulates into and the helpers' piece buffers (shard_zero.h).
   TrainModel::ModelStateBytes state_bytes() const override {
     const size_t n = shard_->layout().total;
     const size_t held = zero_ ? zero_->partition().size(zero_->rank()) : optimizer_->num_params();
-    return {n * sizeof(float), n * sizeof(float), 2 * held * sizeof(float)};
+    const size_t params = shard_->params().size() +
+                          (sharded_ && sharded_->params() ? sharded_->params()->shard().size() : 0);
+    if (!sharded_) return {params * sizeof(float), n * sizeof(float), 2 * held * sizeof(float)};
+    return {params * sizeof(float), sharded_->grad_shard().size() * sizeof(float),
+            2 * held * sizeof(float), shard_->grads().size() * sizeof(float) +
+                                          sharded_->scratch_bytes()};
+  }
+  std::optional<TrainModel::GatherStats> gather_stats() const override {
+    if (!sharded_ || !sharded_->params()) return std::nullopt;
+    const GatheredParams& g = *sharded_->params();
+    return TrainModel::GatherStats{g.prefetch_hits(), g.prefetch_misses(), g.wait_seconds()};
   }
   const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
   std::string DescribeMemory() const override {
-    const size_t n = shard_->layout().total;
+    const TrainModel::ModelStateBytes b = state_bytes();
     return fmt::format("{:.1f} MB of parameters, gradients and AdamW moments",
-                       (2.0 * n + 2.0 * (zero_ ? zero_->partition().size(zero_->rank()) : n)) *
-                           sizeof(float) / 1e6);
+                       static_cast<double>(b.params + b.grads + b.optimizer) / 1e6);
   }
 
  private:
   AdamW& adamw() { return zero_ ? zero_->adamw() : *optimizer_; }
+  GatheredParams* gathered() { return sharded_ ? sharded_->params() : nullptr; }
   // Where the optimizer's part of the shard buffer starts (0 without ZeRO).
   size_t opt_begin() const { return zero_ ? zero_->shard_begin() : 0; }
   Result<void> CheckSize(const char* what, size_t n) const {
@@ -91,7 +177,8 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
   }
 
   std::optional<AdamW> optimizer_;     // without ZeRO
-  std::optional<ZeroOptimizer> zero_;  // ZeRO-1 over the data group
+  std::optional<ZeroOptimizer> zero_;  // ZeRO over the data group
+  std::unique_ptr<ShardZero> sharded_;  // ZeRO-2 and 3: the gradient (and parameter) shards
 };
 
 }  // namespace
@@ -100,9 +187,9 @@ Result<std::unique_ptr<ShardEngine>> MakeCpuShardEngine(const ShardSpec& spec,
                                                         TensorParallelGroup& tp,
                                                         const AdamWConfig& adamw,
                                                         comm::Communicator* data,
-                                                        int zero_stage) {
+                                                        int zero_stage, bool prefetch) {
   auto engine = std::make_unique<CpuShardEngine>(COHORT_TRY(GptShardModel::Create(spec, tp)));
-  COHORT_TRY_VOID(engine->InitOptimizer(adamw, data, zero_stage));
+  COHORT_TRY_VOID(engine->InitOptimizer(adamw, data, zero_stage, prefetch));
   return std::unique_ptr<ShardEngine>(std::move(engine));
 }
 

@@ -7,8 +7,12 @@
 // the trainer makes no DdpReducer for it (grads() is empty). Stage 3 also holds only its
 // shard of the parameters (GatheredParams, parallel/zero_params.h): the model reads each
 // piece from an all-gather as it computes, so every Forward is a collective and the model
-// says model_parallel() (sampling and export on every rank).
+// says model_parallel() (sampling and export on every rank). With prefetch the gathers run on
+// GatheredParams' thread over a communicator of their own (split from the data group), so the
+// gradient pieces' reduce-scatters overlap the backward pass again (ShardedGradients' thread
+// on the data group's communicator); without, both run on the training thread in one order.
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -27,10 +31,12 @@ class CpuTrainModel final : public TrainModel {
   CpuTrainModel(GptModel model, AdamW optimizer)
       : model_(std::move(model)), optimizer_(std::move(optimizer)) {}
   CpuTrainModel(GptModel model, ZeroOptimizer zero, std::unique_ptr<ShardedGradients> shards,
+                std::unique_ptr<comm::Communicator> gather_comm,
                 std::unique_ptr<GatheredParams> gathered)
       : model_(std::move(model)),
         zero_(std::move(zero)),
         shards_(std::move(shards)),
+        gather_comm_(std::move(gather_comm)),
         gathered_(std::move(gathered)) {
     if (shards_) model_.ReleaseGradients();
     if (gathered_) {
@@ -55,6 +61,8 @@ class CpuTrainModel final : public TrainModel {
   }
   Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                         int B, int T) override {
+    // A round of piece requests: Forward and (with targets) the backward pass after it.
+    if (gathered_) gathered_->BeginRound(targets.empty() ? 1 : 0);
     auto loss = model_.Forward(tokens, targets, B, T);
     if (gathered_) COHORT_TRY_VOID(gathered_->TakeError());
     return loss;
@@ -72,6 +80,7 @@ class CpuTrainModel final : public TrainModel {
   }
   Result<double> ClipAndStep(double max_norm, float lr) override {
     if (gathered_) {
+      gathered_->Invalidate();  // no prefetch reads the shard while it changes
       return zero_->StepOwnShard(gathered_->shard(), shards_->shard(), max_norm, lr);
     }
     if (shards_) return zero_->StepShard(model_.params(), shards_->shard(), max_norm, lr);
@@ -91,6 +100,14 @@ class CpuTrainModel final : public TrainModel {
                 (gathered_ ? gathered_->gather_bytes() : 0)};
   }
 
+  size_t initial_values() const override { return initial_values_; }
+  void set_initial_values(size_t n) { initial_values_ = n; }
+  std::optional<GatherStats> gather_stats() const override {
+    if (!gathered_) return std::nullopt;
+    return GatherStats{gathered_->prefetch_hits(), gathered_->prefetch_misses(),
+                       gathered_->wait_seconds()};
+  }
+
   std::span<float> grads() override { return model_.grads(); }
   DdpReducer::WaitReadyFn grad_wait() override { return {}; }
 
@@ -106,12 +123,8 @@ class CpuTrainModel final : public TrainModel {
   // ZeRO-3 restores through a whole buffer (every rank, for the broadcast) and keeps its
   // shard, as the moments are restored.
   Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) override {
-    std::vector<float> whole;
+    if (gathered_) return RestoreShard(comm, ckpt, adam_t);
     std::span<float> params = model_.params();
-    if (gathered_) {
-      whole.resize(num_params());
-      params = whole;
-    }
     std::vector<float> m(params.size()), v(params.size());
     if (ckpt) {
       std::copy(ckpt->params.begin(), ckpt->params.end(), params.begin());
@@ -125,25 +138,57 @@ class CpuTrainModel final : public TrainModel {
     }
     if (zero_) {
       const size_t lo = zero_->shard_begin(), n = zero_->adamw().num_params();
-      if (gathered_) {
-        std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(lo), n,
-                    gathered_->shard().begin());
-      }
       return zero_->adamw().Restore(std::span<const float>(m).subspan(lo, n),
                                     std::span<const float>(v).subspan(lo, n), adam_t);
     }
     return optimizer_->Restore(m, v, adam_t);
   }
-  Result<void> BroadcastParams(comm::Communicator& comm) override {
-    if (gathered_) {
-      // Rank 0's shards: gathered into a whole buffer on rank 0, broadcast, each rank's taken.
-      std::vector<float> whole = COHORT_TRY(gathered_->GatherAll());
-      COHORT_TRY_VOID(comm.Broadcast(whole.data(), whole.size(), comm::DataType::kFloat32, 0));
-      const size_t lo = zero_->shard_begin();
-      std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(lo), gathered_->shard().size(),
-                  gathered_->shard().begin());
-      return {};
+  // ZeRO-3: rank 0 (which loaded the checkpoint) sends every rank its shard of the
+  // parameters and moments; the others hold their shard only (no whole buffer).
+  Result<void> RestoreShard(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) {
+    const ZeroPartition& p = zero_->partition();
+    const int me = zero_->rank();
+    if (comm && (comm->size() != p.ranks || comm->rank() != me)) {
+      return Errorf(ErrorCode::kInternal, "ZeRO-3 restore: rank {} of {}, the shards' {} of {}",
+                    comm->rank(), comm->size(), me, p.ranks);
     }
+    const bool root = !comm || comm->rank() == 0;
+    if (root && (!ckpt || ckpt->params.size() != p.total || ckpt->adam_m.size() != p.total ||
+                 ckpt->adam_v.size() != p.total)) {
+      return MakeError(ErrorCode::kInternal, "ZeRO-3 restore: rank 0 holds no whole checkpoint");
+    }
+    gathered_->Invalidate();
+    std::vector<float> m(p.size(me)), v(p.size(me));
+    const std::span<float> shard = gathered_->shard();
+    if (root) {
+      for (int r = comm ? comm->size() - 1 : 0; r >= 0; --r) {
+        const size_t lo = p.begin(r), k = p.size(r);
+        const float* src[3] = {ckpt->params.data() + lo, ckpt->adam_m.data() + lo,
+                               ckpt->adam_v.data() + lo};
+        if (r == me) {
+          std::copy_n(src[0], k, shard.begin());
+          std::copy_n(src[1], k, m.begin());
+          std::copy_n(src[2], k, v.begin());
+        } else if (k > 0) {
+          for (int a = 0; a < 3; ++a) {
+            COHORT_TRY_VOID(comm->Send(src[a], k, comm::DataType::kFloat32, r, a));
+          }
+        }
+      }
+    } else if (!shard.empty()) {
+      float* dst[3] = {shard.data(), m.data(), v.data()};
+      for (int a = 0; a < 3; ++a) {
+        COHORT_TRY_VOID(comm->Recv(dst[a], shard.size(), comm::DataType::kFloat32, 0, a));
+      }
+    }
+    return zero_->adamw().Restore(m, v, adam_t);
+  }
+
+  Result<void> BroadcastParams(comm::Communicator& comm) override {
+    // ZeRO-3: every rank's shard came from the same seed or file (the trainer initialises
+    // each the same way), so nothing needs to move; a whole-buffer broadcast would make every
+    // rank hold the whole model.
+    if (gathered_) return {};
     auto params = model_.params();
     return comm.Broadcast(params.data(), params.size(), comm::DataType::kFloat32, 0);
   }
@@ -207,7 +252,9 @@ class CpuTrainModel final : public TrainModel {
   std::optional<AdamW> optimizer_;    // without ZeRO
   std::optional<ZeroOptimizer> zero_;  // with ZeRO
   std::unique_ptr<ShardedGradients> shards_;  // ZeRO-2 and 3: the gradient shard and scratch
+  std::unique_ptr<comm::Communicator> gather_comm_;  // ZeRO-3 with prefetch: the gathers' own
   std::unique_ptr<GatheredParams> gathered_;  // ZeRO-3: the parameter shard, gathered per piece
+  size_t initial_values_ = 0;  // generated from the seed for this rank (sharded init)
 };
 
 }  // namespace
@@ -219,26 +266,74 @@ Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const Adam
   return std::unique_ptr<TrainModel>(new CpuTrainModel(std::move(model), std::move(optimizer)));
 }
 
-Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
-                                                          comm::Communicator& data, int stage) {
+namespace {
+
+// ZeRO over `data` for `model`; stage 3's parameter shard is `shard_of(lo, hi)` (this rank's
+// [lo, hi) of the logical buffer).
+Result<std::unique_ptr<TrainModel>> MakeZero(
+    GptModel model, const AdamWConfig& adamw, comm::Communicator& data, int stage, bool prefetch,
+    const std::function<std::vector<float>(size_t, size_t)>& shard_of) {
+  const size_t n = model.config().num_parameters();
   std::vector<DecayRange> ranges;
   for (const auto& t : model.tensors()) ranges.push_back({t.offset, t.numel, t.weight_decay});
-  ZeroOptimizer zero =
-      COHORT_TRY(ZeroOptimizer::Create(data, stage, model.params().size(), ranges, adamw));
+  ZeroOptimizer zero = COHORT_TRY(ZeroOptimizer::Create(data, stage, n, ranges, adamw));
   std::unique_ptr<ShardedGradients> shards;
   std::unique_ptr<GatheredParams> gathered;
+  std::unique_ptr<comm::Communicator> gather_comm;
+  const bool own_gathers = stage == 3 && prefetch && data.size() > 1;
+  if (own_gathers) {
+    std::vector<int> all(static_cast<size_t>(data.size()));
+    for (int r = 0; r < data.size(); ++r) all[static_cast<size_t>(r)] = r;
+    auto split = data.Split(all);
+    if (!split) return std::unexpected(WithContext(split.error(), "ZeRO-3 prefetch group"));
+    gather_comm = std::move(*split);
+  }
   if (stage >= 2) {
-    // Stage 3's parameter gathers run on the training thread, so its reduce-scatters do too
-    // (one order of collectives on every rank).
-    shards = std::make_unique<ShardedGradients>(
-        data, zero.partition(), GptModel::MaxGradPiece(model.config()), /*overlap=*/stage == 2);
+    // Without prefetch stage 3's parameter gathers run on the training thread over the data
+    // group, so its reduce-scatters do too (one order of collectives on every rank).
+    shards = std::make_unique<ShardedGradients>(data, zero.partition(),
+                                                GptModel::MaxGradPiece(model.config()),
+                                                /*overlap=*/stage == 2 || own_gathers);
   }
   if (stage == 3) {
-    gathered = std::make_unique<GatheredParams>(data, zero.partition(), model.params(),
-                                                GptModel::MaxParamPiece(model.config()));
+    const size_t lo = zero.shard_begin(), hi = lo + zero.partition().size(zero.rank());
+    gathered = GatheredParams::FromShard(own_gathers ? *gather_comm : data, zero.partition(),
+                                         shard_of(lo, hi),
+                                         GptModel::MaxParamPiece(model.config()), own_gathers);
   }
   return std::unique_ptr<TrainModel>(new CpuTrainModel(std::move(model), std::move(zero),
-                                                       std::move(shards), std::move(gathered)));
+                                                       std::move(shards), std::move(gather_comm),
+                                                       std::move(gathered)));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
+                                                          comm::Communicator& data, int stage,
+                                                          bool prefetch) {
+  std::span<const float> whole = model.params();
+  return MakeZero(std::move(model), adamw, data, stage, prefetch, [whole](size_t lo, size_t hi) {
+    return std::vector<float>(whole.begin() + static_cast<std::ptrdiff_t>(lo),
+                              whole.begin() + static_cast<std::ptrdiff_t>(hi));
+  });
+}
+
+Result<std::unique_ptr<TrainModel>> MakeZero3CpuTrainModelFromSeed(const GptConfig& config,
+                                                                   uint64_t seed,
+                                                                   const AdamWConfig& adamw,
+                                                                   comm::Communicator& data,
+                                                                   bool prefetch) {
+  GptModel model = COHORT_TRY(GptModel::CreateUnallocated(config));
+  size_t generated = 0;
+  auto made = MakeZero(std::move(model), adamw, data, 3, prefetch,
+                       [&](size_t lo, size_t hi) {
+                         std::vector<float> shard(hi - lo);
+                         const ParamRun run{lo, hi - lo, shard.data()};
+                         generated = GenerateInitialRuns(config, seed, {&run, 1});
+                         return shard;
+                       });
+  if (made) static_cast<CpuTrainModel&>(**made).set_initial_values(generated);
+  return made;
 }
 
 }  // namespace cohort::engine

@@ -79,17 +79,21 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     links_ = COHORT_TRY(PipelineLinks::Create(host_, layout_, rank));
     tp_ = TensorParallelGroup(tp_comm_.get());
     engine_ = COHORT_TRY(make_engine(ShardSpecFor(layout_, config_, rank), tp_, dp_comm_.get()));
+    // Only the part of the shard this rank holds (all of it but under ZeRO-3), generated
+    // from the seed element by element (GenerateInitialRuns), or cut from the whole model.
     const GptShardLayout& shard = engine_->layout();
-    std::vector<float> params(shard.total);
+    const ShardPiece part = engine_->param_part();
+    std::vector<float> params(part.size());
     if (initial.from != nullptr) {
-      ExtractShard(shard, initial.from->params(), params);
+      std::vector<float> all(shard.total);
+      ExtractShard(shard, initial.from->params(), all);
+      std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(part.begin), part.size(),
+                  params.begin());
     } else {
-      GenerateInitialParams(config_, initial.seed,
-                            [&](const ParamTensor& t, std::span<const float> values) {
-                              ExtractTensor(shard, t, values, params);
-                            });
+      initial_values_ = GenerateInitialRuns(
+          config_, initial.seed, LogicalRunsOf(shard, part.begin, part.end, params.data()));
     }
-    COHORT_TRY_VOID(engine_->SetParams(params));
+    COHORT_TRY_VOID(engine_->SetParamPart(params));
     runner_ = std::make_unique<PipelineRunner>(layout_, at_.stage, *links_);
     const std::vector<int> mine = layout_.ChunksOf(at_.stage);
     local_.assign(layout_.num_chunks(), -1);
@@ -124,6 +128,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
                                    DdpReducer*) override {
     COHORT_TRY_VOID(LoadAll(count, B, T, load));
     COHORT_TRY_VOID(engine_->ZeroGrad());
+    engine_->BeginRound(count, false);
     scale_ = 1.0f / static_cast<float>(count);
     engine_->ResetPeak();
     microbatch_activation_bytes_ = 0;
@@ -135,6 +140,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
 
   Result<double> EvalMicrobatches(int count, int B, int T, const LoadMicrobatch& load) override {
     COHORT_TRY_VOID(LoadAll(count, B, T, load));
+    engine_->BeginRound(count, true);
     if (auto ran = runner_->Run(*this, count, true); !ran) return std::unexpected(ran.error());
     const double bubble = bubble_;
     const double loss = COHORT_TRY(ReplicaLoss(count, 0.0));
@@ -182,6 +188,8 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
   // Every rank extracted its shard from the same initial model (same seed or file).
   Result<void> BroadcastParams(comm::Communicator&) override { return {}; }
   ModelStateBytes model_state_bytes() override { return engine_->state_bytes(); }
+  std::optional<GatherStats> gather_stats() const override { return engine_->gather_stats(); }
+  size_t initial_values() const override { return initial_values_; }
   const ZeroOptimizer* zero() const override { return engine_->zero(); }
 
   Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
@@ -201,7 +209,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
       const ShardRun& r = runs[i];
       const size_t count = r.width * r.runs;
       out.push_back({CheckpointArray::kParams, r.logical, r.width, r.stride, r.runs,
-                     st.params.subspan(r.local, count)});
+                     st.params.subspan(r.local - st.params_begin, count)});
       out.push_back({CheckpointArray::kAdamM, r.logical, r.width, r.stride, r.runs,
                      st.m.subspan(r.local - lo, count)});
       out.push_back({CheckpointArray::kAdamV, r.logical, r.width, r.stride, r.runs,
@@ -237,6 +245,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     B_ = 1;
     T_ = T;
     keep_head_ = true;
+    engine_->BeginRound(1, true);
     auto ran = runner_->Run(*this, 1, true);
     keep_head_ = false;
     if (!ran) return std::unexpected(ran.error());
@@ -256,8 +265,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
 
   Result<void> Export(const std::string& path) override {
     // The parameters only (the moments' slots get zeros: ZeRO may hold part of them).
-    const ShardEngine::HostState st = COHORT_TRY(engine_->StateOnHost());
-    std::vector<float> params(st.params.begin(), st.params.end());
+    std::vector<float> params = COHORT_TRY(engine_->WholeParams());
     std::vector<float> none(params.size(), 0.0f);
     LogicalState full =
         COHORT_TRY(GatherShardedState(host_, layout_, config_, {params, none, none}));
@@ -315,7 +323,9 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
       COHORT_TRY_VOID(emb_comm_->AllReduce(g, g, count, comm::DataType::kFloat32,
                                            comm::ReduceOp::kSum));
     }
-    if (dp_comm_) {
+    if (dp_comm_ && engine_->reduces_data_shards()) {
+      COHORT_TRY_VOID(engine_->ReduceDataShards());  // ZeRO-2 and 3: into the data shards
+    } else if (dp_comm_) {
       auto g = engine_->grads();
       COHORT_TRY_VOID(dp_comm_->AllReduce(g.data(), g.data(), g.size(), comm::DataType::kFloat32,
                                           comm::ReduceOp::kAvg));
@@ -384,6 +394,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
   size_t peak_activation_bytes_ = 0;        // the last training step's
   size_t microbatch_activation_bytes_ = 0;  // micro-batch 0's stash over this rank's chunks
   LogicalState gathered_;   // rank 0: the state of the last StateForCheckpoint
+  size_t initial_values_ = 0;  // generated from the seed in Init
 };
 
 // The checks both devices share, then the model.
@@ -414,13 +425,13 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
                                                               const ParallelLayout& layout,
                                                               comm::Communicator& world,
                                                               std::string* description,
-                                                              int zero_stage) {
-  if (zero_stage > 1) {
-    return Errorf(ErrorCode::kInvalidArgument,
-                  "ZeRO-{} with tensor/pipeline parallelism is not built (stage 1 is)", zero_stage);
+                                                              int zero_stage,
+                                                              bool prefetch) {
+  if (zero_stage < 0 || zero_stage > 3) {
+    return Errorf(ErrorCode::kInvalidArgument, "ZeRO stage {} (built: 0 to 3)", zero_stage);
   }
   auto make = [&](const ShardSpec& spec, TensorParallelGroup& tp, comm::Communicator* data) {
-    return MakeCpuShardEngine(spec, tp, adamw, data, zero_stage);
+    return MakeCpuShardEngine(spec, tp, adamw, data, zero_stage, prefetch);
   };
   return MakeParallelTrainModel(config, initial, layout, world, world, make, description);
 }

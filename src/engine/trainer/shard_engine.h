@@ -11,7 +11,7 @@
 //                     the CPU emulator's host-backed device memory). Initial parameters,
 //                     checkpoint state and export cross in host memory (SetParams,
 //                     StateOnHost, Restore);
-//   the optimizer     AdamW or ZeRO-1 (parallel/zero.h) on the host; CudaAdamW
+//   the optimizer     AdamW or ZeRO 1-3 (parallel/zero.h) on the host; CudaAdamW
 //                     (model/cuda_adamw.h, the single-device CUDA model's fused update) over
 //                     the shard's float32 master parameters, then the bf16 copy refreshed.
 // Both clip with the global norm the caller computed (the norm a single rank computes).
@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,13 +55,31 @@ class ShardEngine {
   virtual size_t peak_activation_bytes() const = 0;
   virtual void ResetPeak() = 0;
 
+  // A round of the pipeline starts: a training step of `microbatches` (after ZeroGrad), or an
+  // evaluation or sampling pass (`forward_only`). ZeRO-3's prefetch keys its record of the
+  // piece order by it; ZeRO-2 and 3 learn which backward is each chunk's last.
+  virtual void BeginRound(int microbatches, bool forward_only) {
+    (void)microbatches;
+    (void)forward_only;
+  }
+
   virtual Result<void> ZeroGrad() = 0;
   // The gradients (layout().total floats) where they live: host or device memory.
   virtual std::span<float> grads() = 0;
   // Returns once the backward passes launched so far have written grads() (a stream
   // synchronisation on CUDA): call before a collective reads them.
   virtual Result<void> WaitGrads() = 0;
-  // Σ g² (in double) over the tensors that count in the norm (ShardTensor::counts_in_norm).
+  // ZeRO-2 and 3 (zero_grads.h): the engine reduce-scatters each piece of the gradients over
+  // the data-parallel group into its shard as the step's last backward of its chunk finishes
+  // it, except wte's slices, whose tied copies the caller sums over the embedding group
+  // first. Then ReduceDataShards (a collective of the data group) reduces those and waits
+  // for every piece: the gradient shard holds the shard of the averaged gradient. An engine
+  // that does not (false) leaves the data-parallel average of grads() to the caller.
+  virtual bool reduces_data_shards() const { return false; }
+  virtual Result<void> ReduceDataShards() { return {}; }
+  // Σ g² (in double) over the tensors that count in the norm (ShardTensor::counts_in_norm):
+  // with ZeRO-2 and 3, over every data rank's gradient shard (summed over the data group:
+  // a collective of it).
   virtual Result<double> SquaredGradNorm() = 0;
   // Scales the gradients by ClipToNorm's factor for the global `norm` (none when max_norm
   // <= 0) and applies one AdamW step with `lr` (to the optimizer's part of the shard under
@@ -68,22 +87,36 @@ class ShardEngine {
   virtual Result<void> Step(double norm, double max_norm, float lr) = 0;
 
   // Host copies of the state, valid until the next call on the engine: the shard's
-  // parameters (layout().total), the AdamW moments of the optimizer's part
-  // [opt_begin, opt_begin + m.size()) of the shard, and its step count.
+  // parameters [params_begin, params_begin + params.size()) (the whole shard, or ZeRO-3's
+  // part of it), the AdamW moments of the optimizer's part [opt_begin, opt_begin + m.size())
+  // of the shard, and its step count.
   struct HostState {
     std::span<const float> params, m, v;
     size_t opt_begin = 0;
     int64_t t = 0;
+    size_t params_begin = 0;
   };
   virtual Result<HostState> StateOnHost() = 0;
+  // The whole shard's parameters on the host (layout().total; ZeRO-3 gathers them over the
+  // data group: a collective of it).
+  virtual Result<std::vector<float>> WholeParams() {
+    const HostState st = COHORT_TRY(StateOnHost());
+    return std::vector<float>(st.params.begin(), st.params.end());
+  }
   // Sets the parameters (host, layout().total floats).
   virtual Result<void> SetParams(std::span<const float> params) = 0;
+  // The part of the shard's parameters this rank holds ([0, layout().total), except under
+  // ZeRO-3: its data rank's part), and SetParams of that part alone (part.size() floats), so
+  // that a sharded init generates nothing else.
+  virtual ShardPiece param_part() const { return {0, layout().total}; }
+  virtual Result<void> SetParamPart(std::span<const float> part) { return SetParams(part); }
   // Sets the parameters and the optimizer's part of `m` and `v` (each layout().total floats,
   // host) and the step count. The engine's errors (sizes, t < 0: kInvalidArgument).
   virtual Result<void> Restore(std::span<const float> params, std::span<const float> m,
                                std::span<const float> v, int64_t t) = 0;
 
   virtual TrainModel::ModelStateBytes state_bytes() const = 0;
+  virtual std::optional<TrainModel::GatherStats> gather_stats() const { return std::nullopt; }
   virtual const ZeroOptimizer* zero() const { return nullptr; }
   // What this rank's state takes, for the log ("1.2 MB of ...").
   virtual std::string DescribeMemory() const = 0;
@@ -125,14 +158,15 @@ inline std::vector<DecayRange> ShardDecayRanges(const GptShardLayout& layout) {
   return ranges;
 }
 
-// The CPU shard (float32, kernels/cpu): GptShardModel and AdamW over the whole shard, or with
-// zero_stage 1 ZeRO-1 over `data` (the data-parallel group of this tensor/pipeline position;
-// null for one replica, which needs no ZeRO). `tp` must outlive the engine.
+// The CPU shard (float32, kernels/cpu): GptShardModel and AdamW over the whole shard, or ZeRO
+// `zero_stage` 1-3 over `data` (the data-parallel group of this tensor/pipeline position;
+// null for one replica, which needs no ZeRO; zero_layouts.h). `tp` and `data` must outlive
+// the engine. `prefetch`: ZeRO-3 gathers the next piece while the model computes.
 Result<std::unique_ptr<ShardEngine>> MakeCpuShardEngine(const ShardSpec& spec,
                                                         TensorParallelGroup& tp,
                                                         const AdamWConfig& adamw,
                                                         comm::Communicator* data,
-                                                        int zero_stage);
+                                                        int zero_stage, bool prefetch = false);
 
 // The CUDA shard on the current device: GptShardCudaModel (float32 master parameters and
 // gradients, bf16 copy and activations) with CudaAdamW. `tp`'s communicator must reach

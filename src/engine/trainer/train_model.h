@@ -113,6 +113,17 @@ class TrainModel {
     size_t scratch = 0;
   };
   virtual ModelStateBytes model_state_bytes() = 0;
+  // ZeRO-3's parameter gathers on this rank since the model was made (zero_params.h):
+  // requests served by a prefetch, gathered on demand, and the seconds the training thread
+  // waited for them; nullopt without ZeRO-3.
+  struct GatherStats {
+    int64_t hits = 0, misses = 0;
+    double wait_seconds = 0;
+  };
+  virtual std::optional<GatherStats> gather_stats() const { return std::nullopt; }
+  // Parameter values this rank generated from the seed when it was made (GenerateInitialRuns'
+  // count; 0 when they came from a whole model): a ZeRO-3 rank generates its part only.
+  virtual size_t initial_values() const { return 0; }
 
   // Clips the gradients to max_norm (torch's clip_grad_norm_; <= 0: no clipping) and
   // applies one AdamW step with `lr`. Returns the gradient norm before clipping.
@@ -162,11 +173,24 @@ class TrainModel {
 // The CPU reference: takes the (initialised) model.
 Result<std::unique_ptr<TrainModel>> MakeCpuTrainModel(GptModel model, const AdamWConfig& adamw);
 
-// The CPU reference with ZeRO stage 1 or 2 over `data` (the data-parallel group, which must
+// The CPU reference with ZeRO stage 1, 2 or 3 over `data` (the data-parallel group, which must
 // outlive the model): AdamW state for this rank's shard only (parallel/zero.h); with stage 2
-// also the gradients (parallel/zero_grads.h: the model reduces them itself, grads() is empty).
+// also the gradients (parallel/zero_grads.h: the model reduces them itself, grads() is empty);
+// with stage 3 also the parameters (parallel/zero_params.h), the next piece's gather
+// prefetched on a communicator split from `data` when `prefetch` (parallel.prefetch).
 Result<std::unique_ptr<TrainModel>> MakeZeroCpuTrainModel(GptModel model, const AdamWConfig& adamw,
-                                                          comm::Communicator& data, int stage);
+                                                          comm::Communicator& data, int stage,
+                                                          bool prefetch = false);
+
+// ZeRO-3 over `data` for a model of shape `config` initialised from `seed` (GptModel::
+// InitRandom's values) without the whole model: the GptModel allocates no buffers and this
+// rank generates its shard alone (GenerateInitialRuns). The same training as
+// MakeZeroCpuTrainModel(stage 3) of an InitRandom(seed) model, bit for bit.
+Result<std::unique_ptr<TrainModel>> MakeZero3CpuTrainModelFromSeed(const GptConfig& config,
+                                                                   uint64_t seed,
+                                                                   const AdamWConfig& adamw,
+                                                                   comm::Communicator& data,
+                                                                   bool prefetch = false);
 
 // The device a CUDA rank trains on, chosen by SelectCudaDevice.
 struct CudaDeviceChoice {
@@ -221,15 +245,17 @@ struct InitialParams {
 // this rank's shard, its own AdamW, and the communicators of its groups, split from `world`
 // (every rank calls this at the same point, with the same config and initial parameters).
 // `description` receives a line for the log (parameters and memory of this rank).
-// zero_stage 1: ZeRO-1 in the data-parallel group of this tensor/pipeline position (the
-// AdamW state of part of the shard per data rank); 2 and 3 are kInvalidArgument.
+// zero_stage 1-3: ZeRO in the data-parallel group of this tensor/pipeline position (stage 1
+// the AdamW state of part of the shard per data rank; 2 also the gradients, 3 also the
+// parameters: trainer/shard_zero.h), with ZeRO-3's next piece prefetched when `prefetch`.
 Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& config,
                                                               const InitialParams& initial,
                                                               const AdamWConfig& adamw,
                                                               const ParallelLayout& layout,
                                                               comm::Communicator& world,
                                                               std::string* description,
-                                                              int zero_stage = 0);
+                                                              int zero_stage = 0,
+                                                              bool prefetch = false);
 
 // The same split on CUDA (this rank's GPU, current on the calling thread): GptShardCudaModel
 // with the device AdamW (model/cuda_adamw.h) over its float32 master parameters, bf16

@@ -435,7 +435,10 @@ Result<void> Trainer::Impl::SetupModel() {
   // The whole initial model, unless this rank's shard can be initialised by itself (a
   // split model from a seed: each rank generates only its slices).
   std::optional<GptModel> initial;
-  if (!layout.model_parallel() || !config.init_from.empty()) {
+  // Data-parallel ZeRO-3 from a seed: each rank generates its shard alone (no whole model).
+  const bool sharded_init = !layout.model_parallel() && !gpu && config.parallel.zero == 3 &&
+                            comm && config.init_from.empty();
+  if ((!layout.model_parallel() || !config.init_from.empty()) && !sharded_init) {
     initial = COHORT_TRY(GptModel::Create(mc));
     if (!config.init_from.empty()) {
       COHORT_TRY_VOID(ImportGpt2(config.init_from, *initial));
@@ -464,7 +467,7 @@ Result<void> Trainer::Impl::SetupModel() {
   } else if (layout.model_parallel()) {
     model = COHORT_TRY(MakeParallelCpuTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory,
-        config.parallel.zero));
+        config.parallel.zero, config.parallel.prefetch));
   } else if (gpu) {
     // The GPU starts from the weights the CPU would (same seed or file), then the host
     // copy is dropped. ZeRO needs a data-parallel group (on one rank it changes nothing),
@@ -476,8 +479,12 @@ Result<void> Trainer::Impl::SetupModel() {
     zero.stage = comm || zero.offload ? config.parallel.zero : 0;
     model = COHORT_TRY(
         MakeCudaTrainModel(*initial, ac, config.micro_batch, config.seq_len, &memory, zero));
+  } else if (sharded_init) {
+    model = COHORT_TRY(MakeZero3CpuTrainModelFromSeed(mc, config.seed, ac, *comm,
+                                                      config.parallel.prefetch));
   } else if (config.parallel.zero > 0 && comm) {
-    model = COHORT_TRY(MakeZeroCpuTrainModel(std::move(*initial), ac, *comm, config.parallel.zero));
+    model = COHORT_TRY(MakeZeroCpuTrainModel(std::move(*initial), ac, *comm, config.parallel.zero,
+                                             config.parallel.prefetch));
   } else {
     model = COHORT_TRY(MakeCpuTrainModel(std::move(*initial), ac));
   }
@@ -502,6 +509,9 @@ Result<void> Trainer::Impl::SetupModel() {
     const TrainModel::ZeroShape z = model->zero_shape();
     const int zero_ranks = z.stage > 0 ? z.ranks : data_world;
     std::vector<std::string> parts;  // what the scratch is
+    if (!gpu && layout.model_parallel() && z.stage >= 2) {
+      parts.push_back("the shard's whole gradient buffer");  // trainer/shard_zero.h
+    }
     if (!gpu) parts.push_back("gradient pieces");
     if (!gpu && z.stage == 3) parts.push_back("gathered parameters");
     if (gpu && z.stage >= 2) parts.push_back("two gradient piece buffers and a receive buffer");

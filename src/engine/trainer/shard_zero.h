@@ -1,0 +1,89 @@
+// ShardZero: ZeRO stages 2 and 3 inside a tensor/pipeline layout, on the CPU. Each (tensor,
+// pipeline) position's shard buffer (gpt_shard_layout.h) is cut over the position's
+// data-parallel group (ZeroPartition); the pieces are parallel/zero_grads.h's and
+// zero_params.h's, here driven by the shard model (gpt_shard.h) instead of GptModel.
+//
+// Gradients. The shard model accumulates every micro-batch into its whole gradient buffer (a
+// pipeline interleaves micro-batches, so a piece is final only after its chunk's last
+// backward of the step). During that last backward each piece the model reports final
+// (a block, ln_f, wpe) is handed to ShardedGradients in place (kCallerMemory), whose thread
+// reduce-scatters it (average over the data group) into this rank's gradient shard while the
+// backward goes on. wte's slices (the embedding's and the head's tied copy) wait for the
+// caller's sum over the embedding group and go in ReduceDataShards. The whole buffer stays,
+// as the CUDA model's ZeRO-2 keeps its (counted as scratch, not as model states).
+//
+// Parameters (stage 3). The model reads each piece through a GatheredParams over a second
+// communicator of the data group (the gradients' thread owns the first), with the next
+// piece prefetched when asked: the model holds its shard of the parameters only.
+//
+// The norm: each rank's Σ g² over its gradient shard's elements that count
+// (ShardTensor::counts_in_norm), summed over the data group in double (SumOverRanks); the
+// caller adds the model group's, giving the norm one rank computes.
+//
+// Threads: the training thread calls everything; the two helpers run their own threads
+// (zero_grads.h, zero_params.h).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "engine/model/gpt.h"
+#include "engine/model/gpt_shard_layout.h"
+#include "engine/parallel/zero.h"
+#include "engine/parallel/zero_grads.h"
+#include "engine/parallel/zero_params.h"
+
+namespace cohort::engine {
+
+class ShardZero {
+ public:
+  // Stage 2 or 3 over `data` (>= 2 ranks; it must outlive this object) for a shard of
+  // `layout`; `partition` is the ZeroOptimizer's. Stage 3 splits a second communicator from
+  // `data` (a collective of the data group). kInvalidArgument for another stage.
+  static Result<std::unique_ptr<ShardZero>> Create(const GptShardLayout& layout,
+                                                   comm::Communicator& data,
+                                                   const ZeroPartition& partition, int stage,
+                                                   bool prefetch);
+
+  // A round starts (ShardEngine::BeginRound): a training step's resets the backward counts
+  // and starts the gradient round.
+  void BeginRound(int microbatches, bool forward_only);
+  // What the shard model's Backward of `chunk` reports to: empty unless this is the chunk's
+  // last backward of the step; `grads` is the model's whole gradient buffer.
+  GradReadyFn BackwardReady(int chunk, std::span<const float> grads);
+  // wte's slices (after the embedding group's sum), then waits for every piece: the first
+  // error of the round (zero_grads.h Finish).
+  Result<void> ReduceDataShards(std::span<const float> grads);
+  // Σ g² of the counting elements over every data rank's shard (a collective of the group).
+  Result<double> SquaredNorm();
+
+  std::span<float> grad_shard() { return grads_->shard(); }
+  GatheredParams* params() { return params_.get(); }  // stage 3; null for stage 2
+  // Floats of this rank's shard (of the gradients; of the parameters under stage 3).
+  size_t shard_floats() const { return partition_.size(data_.rank()); }
+  bool shards_params() const { return params_ != nullptr; }
+  size_t scratch_bytes() const;
+
+ private:
+  ShardZero(const GptShardLayout& layout, comm::Communicator& data, const ZeroPartition& p)
+      : layout_(layout), data_(data), partition_(p) {}
+  bool IsTiedWte(size_t offset) const;
+
+  const GptShardLayout& layout_;
+  comm::Communicator& data_;
+  const ZeroPartition partition_;
+  std::unique_ptr<ShardedGradients> grads_;
+  std::unique_ptr<comm::Communicator> gather_comm_;  // stage 3: the gathers' own
+  std::unique_ptr<GatheredParams> params_;           // stage 3
+  int microbatches_ = 0;
+  std::vector<int> backwards_;  // per chunk: backward passes this step
+  struct Deferred {
+    size_t offset, count;
+  };
+  std::vector<Deferred> deferred_;  // wte slices of this step, in report order
+};
+
+}  // namespace cohort::engine
