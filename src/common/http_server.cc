@@ -474,9 +474,10 @@ struct HttpServer::Impl {
   // the loop (that wake-up was a context switch of the loop thread per request, a large
   // part of a heartbeat's cost on a small VM: bench_http_server). Bytes already here (a
   // pipelined request, TLS bytes read ahead, a client that shut down its side) wake it to
-  // serve them. The connection is watched before the loop can see it, so an event for it
-  // may come first: the loop ignores an fd it does not hold, and epoll (level-triggered)
-  // reports it again at the next turn, by when it is adopted.
+  // serve them. The watch and the hand-back happen under `mu`, which the loop takes to
+  // adopt: an event for the connection comes only after its watch, so by the time the loop
+  // looks for it (after taking `mu`) it is adopted, and the loop never sees an fd it does
+  // not hold yet.
   void HandBack(std::unique_ptr<Conn> conn) {
     if (stopping) return Close(std::move(conn));
     const bool quiet = conn->buf.empty() && !conn->peer_closed && !(conn->ssl && SSL_has_pending(conn->ssl) == 1);
@@ -484,11 +485,11 @@ struct HttpServer::Impl {
       conn->reading = false;
       conn->close_after = false;
       conn->deadline_ms = MonoMs() + options.idle_timeout.count();
-      Watch(*conn);
       conn->watched = true;
     }
     {
       MutexLock lock(mu);
+      if (quiet) Watch(*conn);
       handed_back.push_back(std::move(conn));
     }
     if (!quiet) Wake();
