@@ -26,11 +26,13 @@ target_compile_definitions(engine_train_cli_test PRIVATE
   COHORT_CUDA_ENGINE_BUILT=$<BOOL:${COHORT_HAVE_CUDA}>)
 add_dependencies(engine_train_cli_test cohort)
 
-# Tensor and pipeline parallelism: the layout and the schedules (pure), and parity with one
-# rank for every layout up to 8 ranks (one thread per rank, gloo on loopback).
+# Tensor and pipeline parallelism: the layout and the schedules (pure), parity with one
+# rank for every layout up to 8 ranks (one thread per rank, gloo on loopback), and the
+# data-parallel reduction overlapped with the backward against the reduction after it.
 cohort_test(engine_parallel_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/parallel_layout_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/parallel_parity_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/parallel_overlap_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/parallel_fault_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/checkpoint_runs_test.cc
           ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc

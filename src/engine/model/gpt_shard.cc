@@ -374,7 +374,7 @@ Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens
 }
 
 Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, const float* doutput,
-                                     float* dinput) {
+                                     float* dinput, const GradReadyFn& ready) {
   Impl& m = *impl_;
   const bool stashed = chunk >= 0 && chunk < num_chunks() && m.stashes[chunk].contains(slot);
   COHORT_TRY_VOID(ValidateShardBackward(m.layout, chunk, slot, stashed,
@@ -395,6 +395,16 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
   float* dln = m.dln.data();
   const int L = static_cast<int>(co.blocks.size());
   const float* last = L > 0 ? s.residual3.data() + (L - 1) * BTC : s.input.data();
+  // The gradient's pieces in the order this call finishes them.
+  std::vector<ShardGradPiece> pieces;
+  if (ready) pieces = ShardGradPieces(m.layout, chunk);
+  size_t reported = 0;
+  auto report = [&] {
+    if (ready && reported < pieces.size()) {
+      ready(pieces[reported].offset, pieces[reported].count);
+      ++reported;
+    }
+  };
 
   if (spec.head) {
     const float scale = s.num_targets > 0 ? loss_scale / static_cast<float>(s.num_targets) : 0.0f;
@@ -408,6 +418,7 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
     cpu_k::LayerNormBackward(dres, m.G(co.ln_f_w), m.G(co.ln_f_b), dln, last, m.P(co.ln_f_w),
                              s.lnf_mean.data(), s.lnf_rstd.data(), N, C);
     s.loss_ready = false;
+    report();  // ln_f and the head's copy of wte
   } else {
     std::memcpy(dres, doutput, BTC * sizeof(float));
   }
@@ -449,11 +460,13 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
     COHORT_TRY_VOID(m.tp->SumPartials(dln, BTC));
     cpu_k::LayerNormBackward(dres, m.G(w.ln1_w), m.G(w.ln1_b), dln, residual, m.P(w.ln1_w),
                              s.ln1_mean.data() + l * N, s.ln1_rstd.data() + l * N, N, C);
+    report();  // block l
   }
 
   if (spec.embedding) {
     cpu_k::EmbeddingShardBackward(m.G(co.wte), dres, s.tokens.data(), m.v0, m.Vl, N, C);
     cpu_k::PositionBackward(m.G(co.wpe), dres, B, T, C);
+    report();  // wte and wpe
   } else {
     std::memcpy(dinput, dres, BTC * sizeof(float));
   }

@@ -32,7 +32,9 @@
 //               zero (0 | 1 | 2 | 3: ZeRO stage in the data-parallel group, engine/parallel/
 //               zero.h; on train.device cuda 0 to 2, trainer/cuda_zero.h), offload (none |
 //               optimizer: train.device cuda only, AdamW's state and step on the host;
-//               optimizer+params is refused until built).
+//               optimizer+params is refused until built), overlap_grad_reduce (true:
+//               with tensor/pipeline and data > 1, each data-parallel gradient bucket is
+//               averaged during the last micro-batch's backward; false: after the step).
 //   comm:       backend (gloo for train.device cpu, nccl for cuda; the default follows
 //               the device, and a backend that cannot reach the gradients is an error),
 //               timeout_s

@@ -35,6 +35,7 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
   }
   std::span<float> grads() override { return shard_->grads(); }
   Result<void> WaitGrads() override { return {}; }
+  MessageMemory& message_memory() override { return messages_; }
   Result<double> SquaredGradNorm() override {
     double sq = 0;
     for (const ShardTensor& t : shard_->layout().tensors) {
@@ -90,6 +91,7 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     return {};
   }
 
+  HostMessageMemory messages_;
   std::optional<AdamW> optimizer_;     // without ZeRO
   std::optional<ZeroOptimizer> zero_;  // ZeRO-1 over the data group
 };

@@ -1,0 +1,207 @@
+// The data-parallel gradient reduction of tensor/pipeline layouts overlapped with the backward
+// (parallel/shard_grad_reducer.h, ParallelStepOptions::overlap_grad_reduce) on CPU ranks (one
+// thread each, gloo on loopback):
+//   - tensor 2 x data 2 and pipeline 2 x data 2 (GPipe, 1F1B, interleaved) train to the same
+//     bits with and without overlap: every step's loss and gradient norm and every parameter
+//     afterwards (a two-rank all-reduce sums each element the same way whatever the call);
+//   - with overlap every rank issues buckets before its backward has finished (only those the
+//     last gradient piece completes wait for its end), and without it none;
+//   - the reducer refuses a tied embedding range it cannot leave out of its buckets, and a
+//     step whose gradient was not all reported fails naming the count.
+#include <omp.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "comm_test_util.h"
+#include "engine/model/gpt.h"
+#include "engine/parallel/layout.h"
+#include "engine/parallel/shard_grad_reducer.h"
+#include "engine/trainer/train_model.h"
+
+namespace cohort::engine {
+namespace {
+
+constexpr int kB = 2, kT = 8, kMicro = 4, kSteps = 3;
+constexpr size_t kBucketBytes = 16 << 10;  // 4096 floats: a block of this model spans several
+
+GptConfig TinyConfig(int layers) {
+  GptConfig c;
+  c.vocab_size = 200;
+  c.max_seq_len = kT;
+  c.n_layer = layers;
+  c.n_head = 4;
+  c.n_embd = 32;
+  return c;
+}
+
+// Arithmetic sequences mod 31 from a random start and stride (learnable in a few steps), as
+// parallel_parity_test.cc's.
+void FillBatch(int step, int k, std::span<int32_t> in, std::span<int32_t> out) {
+  uint64_t x = 0x9e3779b97f4a7c15ULL * (step * 1000 + k + 1);
+  for (int b = 0; b < kB; ++b) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int start = static_cast<int>((x >> 33) % 31), stride = 1 + static_cast<int>((x >> 40) % 3);
+    for (int t = 0; t < kT; ++t) {
+      in[b * kT + t] = (start + stride * t) % 31;
+      out[b * kT + t] = (start + stride * (t + 1)) % 31;
+    }
+  }
+}
+
+struct Trained {
+  std::vector<double> losses, norms;  // rank 0's
+  std::vector<float> params;          // logical, after the last step
+  std::vector<size_t> buckets, overlapped;  // per rank, of the last step
+};
+
+Trained Train(const GptConfig& cfg, const ParallelConfig& pc, int world, bool overlap) {
+  Trained out;
+  out.buckets.resize(world);
+  out.overlapped.resize(world);
+  std::mutex mu;
+  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    omp_set_num_threads(1);
+    auto layout = MakeParallelLayout(pc, cfg, world);
+    ASSERT_TRUE(layout.has_value()) << layout.error().ToString();
+    ParallelStepOptions step;
+    step.overlap_grad_reduce = overlap;
+    step.bucket_bytes = kBucketBytes;
+    auto made = MakeParallelCpuTrainModel(cfg, InitialParams{7, nullptr}, AdamWConfig{}, *layout,
+                                          comm, nullptr, 0, step);
+    ASSERT_TRUE(made.has_value()) << made.error().ToString();
+    TrainModel& model = **made;
+    const int replica = layout->CoordsOf(comm.rank()).data;
+    std::vector<double> losses, norms;
+    for (int s = 0; s < kSteps; ++s) {
+      auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> tg) -> Result<void> {
+        FillBatch(s, replica * kMicro + a, in, tg);
+        return {};
+      };
+      auto loss = model.TrainMicrobatches(kMicro, kB, kT, load, nullptr);
+      ASSERT_TRUE(loss.has_value()) << loss.error().ToString();
+      auto norm = model.ClipAndStep(0.5, 3e-3f);
+      ASSERT_TRUE(norm.has_value()) << norm.error().ToString();
+      losses.push_back(*loss);
+      norms.push_back(*norm);
+    }
+    const auto stats = model.parallel_stats();
+    ASSERT_TRUE(stats.has_value());
+    CheckpointView view;
+    ASSERT_TRUE(model.StateForCheckpoint(view).has_value());
+    std::lock_guard lock(mu);
+    out.buckets[comm.rank()] = stats->reduce_buckets;
+    out.overlapped[comm.rank()] = stats->reduce_buckets_overlapped;
+    if (comm.rank() == 0) {
+      out.losses = losses;
+      out.norms = norms;
+      out.params.assign(view.params.begin(), view.params.end());
+    }
+  });
+  return out;
+}
+
+struct Case {
+  int tensor, pipeline;
+  std::string schedule;
+  int virtual_stages = 1;
+};
+
+class ParallelOverlapTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ParallelOverlapTest, GivesTheBitsOfTheReductionAfterTheStep) {
+  const Case& c = GetParam();
+  const GptConfig cfg = TinyConfig(4);
+  ParallelConfig pc;
+  pc.tensor = c.tensor;
+  pc.pipeline = c.pipeline;
+  pc.schedule = c.schedule;
+  pc.virtual_stages = c.virtual_stages;
+  const int world = c.tensor * c.pipeline * 2;  // data 2
+  const Trained after = Train(cfg, pc, world, false);
+  const Trained during = Train(cfg, pc, world, true);
+  ASSERT_EQ(during.losses.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(after.losses.size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_EQ(during.losses[s], after.losses[s]) << "loss of step " << s + 1;
+    EXPECT_EQ(during.norms[s], after.norms[s]) << "gradient norm of step " << s + 1;
+  }
+  ASSERT_EQ(during.params.size(), after.params.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < after.params.size(); ++i) differ += during.params[i] != after.params[i];
+  EXPECT_EQ(differ, 0u) << "parameters that differ after " << kSteps << " steps";
+  EXPECT_LT(after.losses.back(), after.losses.front()) << "the run trains";
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(after.buckets[r], 0u) << "rank " << r << " without overlap";
+    // Every bucket but those the last piece completes (here the first block of the stage,
+    // several buckets) goes out before the backward ends.
+    EXPECT_GE(during.buckets[r], 3u) << "rank " << r;
+    EXPECT_GE(during.overlapped[r], 1u)
+        << "rank " << r << ": " << during.overlapped[r] << " of " << during.buckets[r]
+        << " buckets issued during the backward";
+    EXPECT_LT(during.overlapped[r], during.buckets[r]) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ParallelOverlapTest,
+    ::testing::Values(Case{2, 1, "1f1b"}, Case{1, 2, "gpipe"}, Case{1, 2, "1f1b"},
+                      Case{1, 2, "interleaved", 2}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return fmt::format("t{}_p{}_d2_{}", info.param.tensor, info.param.pipeline,
+                         info.param.schedule);
+    });
+
+TEST(ShardGradReducerTest, RefusesATiedCopyItCannotLeaveOut) {
+  comm::commtest::RunRanks("gloo", 2, [](comm::Communicator& comm) {
+    std::vector<float> g(100);
+    auto outside = ShardGradReducer::Create(g, {90, 20}, nullptr, &comm, true, 64, {});
+    ASSERT_FALSE(outside.has_value());
+    EXPECT_EQ(outside.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(outside.error().message.find("[90, 110) lies outside the 100"), std::string::npos)
+        << outside.error().message;
+    auto middle = ShardGradReducer::Create(g, {40, 20}, nullptr, &comm, true, 64, {});
+    ASSERT_FALSE(middle.has_value());
+    EXPECT_NE(middle.error().message.find("[40, 60) is at neither end"), std::string::npos)
+        << middle.error().message;
+    // Without overlap the range may lie anywhere: it is summed, then everything averaged.
+    EXPECT_TRUE(ShardGradReducer::Create(g, {40, 20}, nullptr, &comm, false, 64, {}).has_value());
+    // The peer may still be connecting: stay until it is done.
+    ASSERT_TRUE(comm.Barrier().has_value());
+  });
+}
+
+TEST(ShardGradReducerTest, AveragesEachBucketOnceReportedAndTheTiedCopyAtTheEnd) {
+  comm::commtest::RunRanks("gloo", 2, [](comm::Communicator& comm) {
+    // Rank r holds r + 1 everywhere; the tied copy is the first 10 (no embedding group here,
+    // so it is only averaged, at the end).
+    std::vector<float> g(100, static_cast<float>(comm.rank() + 1));
+    auto made = ShardGradReducer::Create(g, {0, 10}, nullptr, &comm, true, 16 * sizeof(float), {});
+    ASSERT_TRUE(made.has_value()) << made.error().ToString();
+    ShardGradReducer& r = **made;
+    ASSERT_TRUE(r.overlaps());
+    EXPECT_EQ(r.buckets(), 6u);  // 90 floats in buckets of 16 from the end
+    r.Begin();
+    r.Ready(50, 50);  // buckets [84,100), [68,84), [52,68)
+    r.Ready(0, 50);   // the rest (the tied copy's part ignored)
+    EXPECT_EQ(r.overlapped_buckets(), 3u);
+    ASSERT_TRUE(r.Finish([] { return Result<void>{}; }).has_value());
+    for (float v : g) ASSERT_EQ(v, 1.5f);
+    // A step that leaves a piece unreported fails and says how much.
+    r.Begin();
+    r.Ready(20, 80);
+    auto missed = r.Finish([] { return Result<void>{}; });
+    ASSERT_FALSE(missed.has_value());
+    EXPECT_EQ(missed.error().code, ErrorCode::kFailedPrecondition);
+    EXPECT_NE(missed.error().message.find("10 gradient elements were never reported"),
+              std::string::npos)
+        << missed.error().message;
+  });
+}
+
+}  // namespace
+}  // namespace cohort::engine
