@@ -31,6 +31,7 @@
 #include "engine/model/gpt.h"
 #include "engine/parallel/layout.h"
 #include "engine/trainer/train_model.h"
+#include "parallel_step_util.h"
 
 namespace cohort::engine {
 namespace {
@@ -110,11 +111,8 @@ void RunCudaRanks(int ranks,
   for (auto& t : threads) t.join();
 }
 
-struct Trained {
-  std::vector<double> losses, norms;  // rank 0's
-  std::vector<float> params;          // logical, after the last step
-  std::vector<size_t> buckets, overlapped;  // per rank
-};
+using testing::ExpectSameBits;
+using testing::Trained;
 
 Trained Train(const GptConfig& cfg, const ParallelConfig& pc, int world,
               const ParallelStepOptions& step) {
@@ -128,48 +126,13 @@ Trained Train(const GptConfig& cfg, const ParallelConfig& pc, int world,
     auto made = MakeParallelCudaTrainModel(cfg, InitialParams{11, nullptr}, AdamWConfig{},
                                            *layout, comm, host, nullptr, step);
     ASSERT_TRUE(made.has_value()) << made.error().ToString();
-    TrainModel& model = **made;
-    const int replica = layout->CoordsOf(comm.rank()).data;
-    std::vector<double> losses, norms;
-    for (int s = 0; s < kSteps; ++s) {
-      auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> tg) -> Result<void> {
-        Load(s, replica * kMicro + a, in, tg, cfg.vocab_size);
-        return {};
-      };
-      auto loss = model.TrainMicrobatches(kMicro, kB, kT, load, nullptr);
-      ASSERT_TRUE(loss.has_value()) << loss.error().ToString();
-      auto norm = model.ClipAndStep(0.5, 3e-3f);
-      ASSERT_TRUE(norm.has_value()) << norm.error().ToString();
-      losses.push_back(*loss);
-      norms.push_back(*norm);
-    }
-    const auto stats = model.parallel_stats();
-    ASSERT_TRUE(stats.has_value());
-    CheckpointView view;
-    ASSERT_TRUE(model.StateForCheckpoint(view).has_value());
-    std::lock_guard lock(mu);
-    out.buckets[comm.rank()] = stats->reduce_buckets;
-    out.overlapped[comm.rank()] = stats->reduce_buckets_overlapped;
-    if (comm.rank() == 0) {
-      out.losses = losses;
-      out.norms = norms;
-      out.params.assign(view.params.begin(), view.params.end());
-    }
+    auto fill = [&](int s, int k, std::span<int32_t> in, std::span<int32_t> tg) {
+      Load(s, k, in, tg, cfg.vocab_size);
+    };
+    testing::TrainAndRecord(**made, comm.rank(), layout->CoordsOf(comm.rank()).data, kSteps,
+                            kMicro, kB, kT, fill, mu, out);
   });
   return out;
-}
-
-void ExpectSameBits(const Trained& got, const Trained& want, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps)) << what;
-  ASSERT_EQ(want.losses.size(), static_cast<size_t>(kSteps)) << what;
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_EQ(got.losses[s], want.losses[s]) << what << ": loss of step " << s + 1;
-    EXPECT_EQ(got.norms[s], want.norms[s]) << what << ": gradient norm of step " << s + 1;
-  }
-  ASSERT_EQ(got.params.size(), want.params.size()) << what;
-  size_t differ = 0;
-  for (size_t i = 0; i < want.params.size(); ++i) differ += got.params[i] != want.params[i];
-  EXPECT_EQ(differ, 0u) << what << ": parameters that differ after " << kSteps << " steps";
 }
 
 TEST(CudaParallelStepTest, DevicePipelineMessagesGiveTheHostPathsBits) {
@@ -197,7 +160,7 @@ TEST(CudaParallelStepTest, DevicePipelineMessagesGiveTheHostPathsBits) {
     host.host_pipeline_messages = true;
     const Trained via_host = Train(cfg, pc, world, host);
     const Trained device = Train(cfg, pc, world, ParallelStepOptions{});
-    ExpectSameBits(device, via_host,
+    ExpectSameBits(device, via_host, kSteps,
                    fmt::format("tensor {} x pipeline {} {}", c.tensor, c.pipeline, c.schedule));
   }
   if (ran == 0) GTEST_SKIP() << "needs 2 GPUs";
@@ -221,7 +184,7 @@ TEST(CudaParallelStepTest, OverlappedReductionGivesTheBitsOfTheReductionAfterThe
     const Trained a = Train(cfg, pc, world, after);
     const Trained d = Train(cfg, pc, world, during);
     const std::string what = fmt::format("tensor {} x pipeline {} x data 2", tensor, pipeline);
-    ExpectSameBits(d, a, what);
+    ExpectSameBits(d, a, kSteps, what);
     for (int r = 0; r < world; ++r) {
       EXPECT_EQ(a.buckets[r], 0u) << what << ", rank " << r;
       EXPECT_GE(d.buckets[r], 2u) << what << ", rank " << r;

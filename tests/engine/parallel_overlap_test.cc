@@ -22,6 +22,7 @@
 #include "engine/parallel/layout.h"
 #include "engine/parallel/shard_grad_reducer.h"
 #include "engine/trainer/train_model.h"
+#include "parallel_step_util.h"
 
 namespace cohort::engine {
 namespace {
@@ -53,11 +54,8 @@ void FillBatch(int step, int k, std::span<int32_t> in, std::span<int32_t> out) {
   }
 }
 
-struct Trained {
-  std::vector<double> losses, norms;  // rank 0's
-  std::vector<float> params;          // logical, after the last step
-  std::vector<size_t> buckets, overlapped;  // per rank, of the last step
-};
+using testing::ExpectSameBits;
+using testing::Trained;
 
 Trained Train(const GptConfig& cfg, const ParallelConfig& pc, int world, bool overlap) {
   Trained out;
@@ -74,33 +72,8 @@ Trained Train(const GptConfig& cfg, const ParallelConfig& pc, int world, bool ov
     auto made = MakeParallelCpuTrainModel(cfg, InitialParams{7, nullptr}, AdamWConfig{}, *layout,
                                           comm, nullptr, 0, step);
     ASSERT_TRUE(made.has_value()) << made.error().ToString();
-    TrainModel& model = **made;
-    const int replica = layout->CoordsOf(comm.rank()).data;
-    std::vector<double> losses, norms;
-    for (int s = 0; s < kSteps; ++s) {
-      auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> tg) -> Result<void> {
-        FillBatch(s, replica * kMicro + a, in, tg);
-        return {};
-      };
-      auto loss = model.TrainMicrobatches(kMicro, kB, kT, load, nullptr);
-      ASSERT_TRUE(loss.has_value()) << loss.error().ToString();
-      auto norm = model.ClipAndStep(0.5, 3e-3f);
-      ASSERT_TRUE(norm.has_value()) << norm.error().ToString();
-      losses.push_back(*loss);
-      norms.push_back(*norm);
-    }
-    const auto stats = model.parallel_stats();
-    ASSERT_TRUE(stats.has_value());
-    CheckpointView view;
-    ASSERT_TRUE(model.StateForCheckpoint(view).has_value());
-    std::lock_guard lock(mu);
-    out.buckets[comm.rank()] = stats->reduce_buckets;
-    out.overlapped[comm.rank()] = stats->reduce_buckets_overlapped;
-    if (comm.rank() == 0) {
-      out.losses = losses;
-      out.norms = norms;
-      out.params.assign(view.params.begin(), view.params.end());
-    }
+    testing::TrainAndRecord(**made, comm.rank(), layout->CoordsOf(comm.rank()).data, kSteps,
+                            kMicro, kB, kT, FillBatch, mu, out);
   });
   return out;
 }
@@ -124,16 +97,7 @@ TEST_P(ParallelOverlapTest, GivesTheBitsOfTheReductionAfterTheStep) {
   const int world = c.tensor * c.pipeline * 2;  // data 2
   const Trained after = Train(cfg, pc, world, false);
   const Trained during = Train(cfg, pc, world, true);
-  ASSERT_EQ(during.losses.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(after.losses.size(), static_cast<size_t>(kSteps));
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_EQ(during.losses[s], after.losses[s]) << "loss of step " << s + 1;
-    EXPECT_EQ(during.norms[s], after.norms[s]) << "gradient norm of step " << s + 1;
-  }
-  ASSERT_EQ(during.params.size(), after.params.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < after.params.size(); ++i) differ += during.params[i] != after.params[i];
-  EXPECT_EQ(differ, 0u) << "parameters that differ after " << kSteps << " steps";
+  ExpectSameBits(during, after, kSteps, "overlapped against after the step");
   EXPECT_LT(after.losses.back(), after.losses.front()) << "the run trains";
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(after.buckets[r], 0u) << "rank " << r << " without overlap";
