@@ -6,11 +6,13 @@
 //     afterwards (a two-rank all-reduce sums each element the same way whatever the call);
 //   - with overlap every rank issues buckets before its backward has finished (only those the
 //     last gradient piece completes wait for its end), and without it none;
+//   - the pieces a chunk's backward reports tile it from its end (ShardGradPieces);
 //   - the reducer refuses a tied embedding range it cannot leave out of its buckets, and a
 //     step whose gradient was not all reported fails naming the count.
 #include <omp.h>
 
 #include <mutex>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 
 #include "comm_test_util.h"
 #include "engine/model/gpt.h"
+#include "engine/model/gpt_shard_layout.h"
 #include "engine/parallel/layout.h"
 #include "engine/parallel/shard_grad_reducer.h"
 #include "engine/trainer/train_model.h"
@@ -119,6 +122,42 @@ INSTANTIATE_TEST_SUITE_P(
       return fmt::format("t{}_p{}_d2_{}", info.param.tensor, info.param.pipeline,
                          info.param.schedule);
     });
+
+// The pieces a chunk's Backward reports tile the chunk from its end to its start (the order
+// the data-parallel buckets are issued in), in every kind of chunk: the whole model in one,
+// interleaved chunks without the embedding or the head, tensor slices.
+TEST(ShardGradPiecesTest, TileEachChunkFromItsEnd) {
+  const GptConfig cfg = TinyConfig(4);
+  for (auto [t, p, v] : {std::tuple{1, 1, 1}, std::tuple{2, 1, 1}, std::tuple{1, 2, 2},
+                         std::tuple{2, 2, 1}}) {
+    ParallelConfig pc;
+    pc.tensor = t;
+    pc.pipeline = p;
+    pc.schedule = v > 1 ? "interleaved" : "1f1b";
+    pc.virtual_stages = v;
+    const ParallelLayout layout = MakeParallelLayout(pc, cfg, t * p).value();
+    for (int r = 0; r < t * p; ++r) {
+      const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, r));
+      for (size_t c = 0; c < shard.chunks.size(); ++c) {
+        const std::string what = fmt::format("tensor {} pipeline {} x {}, rank {}, chunk {}", t,
+                                             p, v, r, c);
+        const auto pieces = ShardGradPieces(shard, static_cast<int>(c));
+        ASSERT_FALSE(pieces.empty()) << what;
+        // 1 + blocks + the embedding and the head where the chunk has them.
+        const auto& spec = shard.spec.chunks[c];
+        EXPECT_EQ(pieces.size(), shard.chunks[c].blocks.size() + spec.embedding + spec.head)
+            << what;
+        size_t end = shard.chunks[c].end;
+        for (const ShardGradPiece& piece : pieces) {
+          EXPECT_GT(piece.count, 0u) << what;
+          EXPECT_EQ(piece.offset + piece.count, end) << what;
+          end = piece.offset;
+        }
+        EXPECT_EQ(end, shard.chunks[c].begin) << what;
+      }
+    }
+  }
+}
 
 TEST(ShardGradReducerTest, RefusesATiedCopyItCannotLeaveOut) {
   comm::commtest::RunRanks("gloo", 2, [](comm::Communicator& comm) {
