@@ -1,8 +1,8 @@
 // bench_parallel_train: tensor and pipeline parallelism on CPU ranks (one thread per rank,
 // gloo over loopback, in one process), printed beside their targets.
 //
-//   bench_parallel_train [--section bubble|memory|throughput|all] [--steps S] [--stages P]
-//                        [--baseline-threads N]
+//   bench_parallel_train [--section bubble|memory|throughput|layouts|all] [--steps S]
+//                        [--stages P] [--baseline-threads N] [--bucket-mb MB] [--rounds R]
 //
 // bubble      P (default 4) ranks as pipeline P: GPipe, 1F1B and interleaved (2 chunks per stage), the
 //             bubble measured from each stage's compute timeline (1 − time in forward and
@@ -15,6 +15,15 @@
 // throughput  tokens/s of a d_model 768, 12-layer model (GPT-2 vocabulary) on 4 ranks as data
 //             4, tensor 4, pipeline 4 and tensor 2 x pipeline 2, beside one rank using all the
 //             machine's cores, in one run (median step over S steps after one warm-up).
+// layouts     step time, measured bubble and tokens/s of a small model (d_model 256, 6 layers,
+//             byte vocabulary, 8 micro-batches of 2 x 128 tokens per step) per layout and
+//             schedule, beside the analytic bubble (p − 1) / (v·m + p − 1) and beside data
+//             parallelism on as many ranks: data 2, tensor 2, pipeline 2 (GPipe, 1F1B,
+//             interleaved) on 2 ranks; data 4, tensor 2 x data 2 and pipeline 2 x data 2 on 4
+//             ranks, each with the data-parallel reduction overlapped with the backward and
+//             after it (parallel.overlap_grad_reduce; R rounds, default 3, alternating the two so
+//             that both see the same load), and how many buckets went out during the backward.
+//             Buckets of --bucket-mb (default 1) for DDP and the layouts alike.
 //
 // Each rank runs one OpenMP thread; the one-rank baseline runs as many as the machine has
 // cores (or --baseline-threads). On a machine with fewer cores than ranks the ranks share the cores, which the
@@ -57,9 +66,11 @@ struct RunFigures {
   std::vector<TrainModel::ParallelStats> stats;  // per rank, last step
 };
 
-// `steps` training steps of `m` micro-batches of B x T per replica in `layout` on its world.
+// `steps` training steps of `m` micro-batches of B x T per replica in `layout` on its world
+// (a data-parallel layout's DdpReducer and a split model's reduction in buckets of
+// step.bucket_bytes).
 RunFigures RunLayout(const GptConfig& cfg, const ParallelConfig& pc, int world, int m, int B,
-                     int T, int steps) {
+                     int T, int steps, const ParallelStepOptions& step = {}) {
   RunFigures out;
   out.stats.resize(world);
   std::mutex mu;
@@ -69,13 +80,13 @@ RunFigures RunLayout(const GptConfig& cfg, const ParallelConfig& pc, int world, 
     std::unique_ptr<DdpReducer> reducer;
     if (layout.model_parallel()) {
       model = Check(MakeParallelCpuTrainModel(cfg, InitialParams{1, nullptr}, AdamWConfig{},
-                                              layout, comm, nullptr),
+                                              layout, comm, nullptr, 0, false, step),
                     "parallel model");
     } else {
       GptModel init = Check(GptModel::Create(cfg), "model");
       init.InitRandom(1);
       model = Check(MakeCpuTrainModel(std::move(init), AdamWConfig{}), "model");
-      reducer = std::make_unique<DdpReducer>(comm, model->grads(), size_t{4} << 20);
+      reducer = std::make_unique<DdpReducer>(comm, model->grads(), step.bucket_bytes);
     }
     const int replica = layout.CoordsOf(comm.rank()).data;
     for (int step = 0; step < steps; ++step) {
@@ -225,12 +236,95 @@ void Throughput(int steps, int baseline_threads) {
   }
 }
 
+void Layouts(int steps, double bucket_mb, int rounds) {
+  // Blocks dominate (byte vocabulary), six of them so that two stages of three and four
+  // interleaved chunks all exist.
+  const GptConfig cfg = Model(6, 256, 4, 256, 128);
+  const int B = 2, T = 128, global = 8;  // 8 micro-batches of 2 x 128 tokens per step
+  ParallelStepOptions step;
+  step.bucket_bytes = static_cast<size_t>(bucket_mb * (1 << 20));
+  std::printf("\n== layouts: d_model %d, %d layers, vocab %d, %d micro-batches of %d x %d tokens "
+              "(%d tokens) per step, buckets of %.2g MB; median of %d steps ==\n",
+              cfg.n_embd, cfg.n_layer, cfg.vocab_size, global, B, T, global * B * T, bucket_mb,
+              steps);
+  std::printf("%-34s %9s %9s %9s %11s %9s %10s\n", "layout", "step ms", "bubble", "theory",
+              "tokens/s", "vs data", "overlap");
+  struct Case {
+    const char* name;
+    int world, tensor, pipeline;
+    const char* schedule;
+    int v;
+  };
+  const Case cases[] = {
+      {"2 ranks: data 2", 2, 1, 1, "1f1b", 1},
+      {"2 ranks: tensor 2", 2, 2, 1, "1f1b", 1},
+      {"2 ranks: pipeline 2 gpipe", 2, 1, 2, "gpipe", 1},
+      {"2 ranks: pipeline 2 1f1b", 2, 1, 2, "1f1b", 1},
+      {"2 ranks: pipeline 2 interleaved", 2, 1, 2, "interleaved", 2},
+      {"4 ranks: data 4", 4, 1, 1, "1f1b", 1},
+      {"4 ranks: tensor 2 x data 2", 4, 2, 1, "1f1b", 1},
+      {"4 ranks: pipeline 2 x data 2", 4, 1, 2, "1f1b", 1},
+  };
+  double baseline = 0;  // tokens/s of data parallelism on the same ranks
+  for (const Case& c : cases) {
+    ParallelConfig pc;
+    pc.tensor = c.tensor;
+    pc.pipeline = c.pipeline;
+    pc.schedule = c.schedule;
+    pc.virtual_stages = c.v;
+    const int data = c.world / (c.tensor * c.pipeline);
+    const bool data_only = c.tensor == 1 && c.pipeline == 1;
+    // With data parallelism inside a split layout: the reduction after the step, then
+    // overlapped, alternating for `rounds` rounds so that both see the same load.
+    const bool pair = !data_only && data > 1;
+    std::vector<bool> variants = pair ? std::vector<bool>{false, true} : std::vector<bool>{true};
+    std::vector<std::vector<double>> times(variants.size()), bubbles(variants.size());
+    std::vector<RunFigures> last(variants.size());
+    for (int round = 0; round < (pair ? rounds : 1); ++round) {
+      for (size_t i = 0; i < variants.size(); ++i) {
+        ParallelStepOptions opts = step;
+        opts.overlap_grad_reduce = variants[i];
+        RunFigures f = RunLayout(cfg, pc, c.world, global / data, B, T, steps + 1, opts);
+        times[i].insert(times[i].end(), f.step_s.begin() + 1, f.step_s.end());  // no warm-up
+        if (f.bubble.size() > 1) bubbles[i].insert(bubbles[i].end(), f.bubble.begin() + 1, f.bubble.end());
+        last[i] = std::move(f);
+      }
+    }
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const double step_s = Median(times[i]), rate = global * B * T / step_s;
+      if (data_only) baseline = rate;
+      std::string bubble = "-", theory = "-", overlap = "-";
+      if (c.pipeline > 1) {
+        bubble = fmt::format("{:.1f}%", Median(bubbles[i]) * 100);
+        theory = fmt::format("{:.1f}%", last[i].stats[0].theory * 100);
+      }
+      if (pair) {
+        size_t early = 0, all = 0;
+        for (const auto& st : last[i].stats) {
+          early += st.reduce_buckets_overlapped;
+          all += st.reduce_buckets;
+        }
+        overlap = variants[i] ? fmt::format("{}/{} b", early, all) : "after";
+      }
+      std::printf("%-34s %9.1f %9s %9s %11.0f %8.2fx %10s\n", c.name, step_s * 1e3,
+                  bubble.c_str(), theory.c_str(), rate, data_only ? 1.0 : rate / baseline,
+                  overlap.c_str());
+    }
+  }
+  std::printf("(overlap: buckets the ranks issued while their backward still ran / all their "
+              "buckets, or \"after\": reduced after the step (%d alternating rounds of %d "
+              "steps each); data parallelism alone always overlaps, DdpReducer)\n",
+              rounds, steps);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // figures appear as they are measured
   std::string section = "all";
   int steps = 3, stages = 4, baseline_threads = 0;
+  double bucket_mb = 1;
+  int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--section" && i + 1 < argc) {
@@ -241,10 +335,14 @@ int main(int argc, char** argv) {
       stages = std::clamp(std::atoi(argv[++i]), 2, 8);
     } else if (a == "--steps" && i + 1 < argc) {
       steps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--bucket-mb" && i + 1 < argc) {
+      bucket_mb = std::clamp(std::atof(argv[++i]), 0.001, 4096.0);
     } else {
       std::fprintf(stderr,
-                   "usage: bench_parallel_train [--section bubble|memory|throughput|all] "
-                   "[--steps S] [--stages P] [--baseline-threads N]\n");
+                   "usage: bench_parallel_train [--section bubble|memory|throughput|layouts|all] "
+                   "[--steps S] [--stages P] [--baseline-threads N] [--bucket-mb MB] [--rounds R]\n");
       return 2;
     }
   }
@@ -253,5 +351,6 @@ int main(int argc, char** argv) {
   if (section == "bubble" || section == "all") Bubble(steps, stages);
   if (section == "memory" || section == "all") Memory();
   if (section == "throughput" || section == "all") Throughput(steps, baseline_threads);
+  if (section == "layouts" || section == "all") Layouts(steps, bucket_mb, rounds);
   return 0;
 }

@@ -31,6 +31,9 @@
 #   engine_cuda_parallel_trainer_emu_test
 #                                   cuda_parallel_trainer_test.cc: the same with tensor and
 #                                   pipeline layouts, each rank a thread;
+#   engine_cuda_parallel_step_emu_test
+#                                   cuda_parallel_step_test.cc: device-to-device pipeline
+#                                   messages and the overlapped data-parallel reduction;
 #   engine_cuda_zero_emu_test       cuda_zero_test.cc: ZeRO-1/2/3 and the offloads on the
 #                                   CUDA TrainModel, 2 ranks over gloo;
 #   bench_zero_emu                  bench/zero.cc's offload section on a tiny model
@@ -202,6 +205,17 @@ if(TARGET cohort_engine_kernels_cuda)
     LIBS cohort_engine_trainer_emu)
   target_compile_definitions(engine_cuda_parallel_trainer_emu_test PRIVATE
                              COHORT_CUDA_EMULATED=1)
+
+  # How a CUDA layout moves a step's data: device-to-device pipeline messages against the host
+  # path, the overlapped data-parallel reduction against the one after the step (bitwise).
+  _cohort_emu_test(engine_cuda_parallel_step_emu_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_step_test.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
+    LIBS cohort_engine_trainer_emu)
+  target_include_directories(engine_cuda_parallel_step_emu_test PRIVATE
+                             ${PROJECT_SOURCE_DIR}/tests/comm)
+  target_compile_definitions(engine_cuda_parallel_step_emu_test PRIVATE COHORT_CUDA_EMULATED=1)
 
   # ZeRO stages 1 to 3 and the offloads on the CUDA TrainModel (trainer/cuda_zero.h),
   # two ranks over gloo on the emulated device memory, against CUDA DDP and the CPU model.

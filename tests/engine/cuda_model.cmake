@@ -40,6 +40,17 @@ if(TARGET cohort_engine_kernels_cuda)
     LIBS cohort_engine_trainer cohort_engine_kernels_cuda cohort_common
     LABELS engine gpu)
 
+  # Pipeline messages device to device over NCCL send/recv against the host path (2 GPUs),
+  # and the overlapped data-parallel reduction (4 GPUs); skips with fewer. Also on the
+  # emulator over gloo (cuda_emu.cmake).
+  cohort_test(engine_cuda_parallel_step_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_step_test.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
+            ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
+    LIBS cohort_engine_trainer cohort_engine_kernels_cuda cohort_comm cohort_common
+    LABELS engine gpu)
+  target_include_directories(engine_cuda_parallel_step_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
+
   # ZeRO-1/2/3 and the offloads on the CUDA TrainModel, 2 ranks over NCCL (2 GPUs; skips
   # with fewer). Also on the emulator over gloo (cuda_emu.cmake).
   cohort_test(engine_cuda_zero_test

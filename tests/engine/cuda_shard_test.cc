@@ -113,8 +113,10 @@ LayoutRun RunLayout(const GptConfig& c, const std::vector<float>& params,
       ASSERT_TRUE(shard[s]->CopyParamsFromHost(mine).has_value());
       ASSERT_TRUE(shard[s]->ZeroGrad().has_value());
     }
+    // The pipeline's messages are device memory (gpt_shard_cuda.h).
     const size_t act = static_cast<size_t>(kB) * kT * c.n_embd;
-    std::vector<std::vector<float>> acts(stages, std::vector<float>(act));
+    std::vector<ct::DeviceBuffer<float>> acts;
+    for (int s = 0; s < stages; ++s) acts.emplace_back(act);
     std::vector<float> losses;
     for (int mb = 0; mb < kMicro; ++mb) {
       MicrobatchTokens batch{batches[mb].tokens, batches[mb].targets, kB, kT};
@@ -126,7 +128,7 @@ LayoutRun RunLayout(const GptConfig& c, const std::vector<float>& params,
       }
       if (mb == 0 && r == 0) out.all_reduces = tp.all_reduces();
     }
-    std::vector<float> grad_in(act), grad_out(act);
+    ct::DeviceBuffer<float> grad_in(act), grad_out(act);
     for (int mb = kMicro - 1; mb >= 0; --mb) {
       for (int s = stages - 1; s >= 0; --s) {
         auto bw = shard[s]->Backward(0, mb, 1.0f / kMicro, grad_out.data(), grad_in.data());

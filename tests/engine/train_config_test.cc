@@ -192,6 +192,12 @@ parallel: {tensor: 2, pipeline: 2, schedule: interleaved, virtual_stages: 2, mic
   EXPECT_THAT(ErrorOf(base + "parallel: {pipeline_layers: [2, x]}\n"),
               HasSubstr("parallel.pipeline_layers: entry 1 must be a layer count"));
   EXPECT_THAT(ErrorOf(base + "parallel: {tensors: 2}\n"), HasSubstr("did you mean 'tensor'"));
+  // The data-parallel reduction overlaps the backward unless told not to.
+  EXPECT_TRUE(d->parallel.overlap_grad_reduce);
+  EXPECT_FALSE(FromYaml(base + "parallel: {overlap_grad_reduce: false}\n")
+                   ->parallel.overlap_grad_reduce);
+  EXPECT_THAT(ErrorOf(base + "parallel: {overlap_grad_reduce: 3}\n"),
+              HasSubstr("parallel.overlap_grad_reduce"));
 }
 
 // --set section.key=value overrides the file before decoding.

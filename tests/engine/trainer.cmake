@@ -26,12 +26,14 @@ target_compile_definitions(engine_train_cli_test PRIVATE
   COHORT_CUDA_ENGINE_BUILT=$<BOOL:${COHORT_HAVE_CUDA}>)
 add_dependencies(engine_train_cli_test cohort)
 
-# Tensor and pipeline parallelism: the layout and the schedules (pure), and parity with one
-# rank for every layout up to 8 ranks (one thread per rank, gloo on loopback); ZeRO 2 and 3
-# inside layouts (zero_layout_test.cc).
+# Tensor and pipeline parallelism: the layout and the schedules (pure), parity with one
+# rank for every layout up to 8 ranks (one thread per rank, gloo on loopback), the
+# data-parallel reduction overlapped with the backward against the reduction after it, and
+# ZeRO 2 and 3 inside layouts (zero_layout_test.cc).
 cohort_test(engine_parallel_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/parallel_layout_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/parallel_parity_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/parallel_overlap_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/parallel_fault_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/checkpoint_runs_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/zero_layout_test.cc

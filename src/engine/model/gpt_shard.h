@@ -125,7 +125,9 @@ class GptShardModel {
   // releasing the stash. `doutput`: the gradient of the chunk's output (not read by the
   // head chunk); `dinput`: B·T·C floats receiving the gradient of its input (not written
   // by the embedding chunk). kFailedPrecondition if nothing is stashed there, or the head
-  // chunk's forward had no targets.
+  // chunk's forward had no targets. `ready` (optional) is called with each piece of the
+  // chunk's gradient (ShardGradPieces, gpt_shard_layout.h) as soon as this call has written
+  // it, in that order (the data-parallel reduction overlaps the rest of the backward).
   Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
                         float* dinput, const GradReadyFn& ready = {});
   // Drops the stash in `slot` without a backward (evaluation, sampling).

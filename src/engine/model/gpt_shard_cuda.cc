@@ -118,6 +118,12 @@ class Growable {
   size_t size_ = 0;
 };
 
+// A piece of the gradient (ShardGradPieces) and the event recorded behind its last writer.
+struct PieceEvent {
+  ShardGradPiece piece;
+  cudaEvent_t event = nullptr;
+};
+
 }  // namespace
 
 struct GptShardCudaModel::Impl {
@@ -142,9 +148,19 @@ struct GptShardCudaModel::Impl {
   int temp_n = 0;          // the B·T the temporaries hold
   std::vector<float> host_stats;  // row max, Σ e^{x − max}, target logit (3N)
   std::vector<float> host_lse;
+  // Per chunk, its gradient's pieces in Backward's order (fixed at Create, so that
+  // WaitGradsReady may read them from another thread).
+  std::vector<std::vector<PieceEvent>> pieces;
+  cudaEvent_t message_read = nullptr;  // behind the conversion of a Backward's doutput
 
   ~Impl() {
     if (stream != nullptr) (void)cudaStreamSynchronize(stream);
+    for (auto& chunk : pieces) {
+      for (PieceEvent& p : chunk) {
+        if (p.event != nullptr) (void)cudaEventDestroy(p.event);
+      }
+    }
+    if (message_read != nullptr) (void)cudaEventDestroy(message_read);
     stashes.clear();
     spare.clear();
     matmul.reset();
@@ -158,6 +174,14 @@ struct GptShardCudaModel::Impl {
   }
   Result<void> Sync() {
     COHORT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return {};
+  }
+  // Records piece `index` of `chunk`'s gradient as queued so far and reports it.
+  Result<void> Notify(int chunk, size_t index, const GradReadyFn& ready) {
+    if (!ready) return {};
+    const PieceEvent& p = pieces[static_cast<size_t>(chunk)][index];
+    COHORT_CUDA_CHECK(cudaEventRecord(p.event, stream));
+    ready(p.piece.offset, p.piece.count);
     return {};
   }
   const bf16* Pb(size_t off) const { return params_bf16 + off; }
@@ -302,6 +326,15 @@ Result<std::unique_ptr<GptShardCudaModel>> GptShardCudaModel::Create(const Shard
   m.params_bf16 = cv.Take<bf16>(n, nullptr);
   m.grads = cv.Take<float>(n, nullptr);
   m.matmul.emplace(COHORT_TRY(k::Matmul::Create(m.stream)));
+  m.pieces.resize(spec.chunks.size());
+  for (size_t c = 0; c < spec.chunks.size(); ++c) {
+    for (const ShardGradPiece& piece : ShardGradPieces(m.layout, static_cast<int>(c))) {
+      PieceEvent p{piece, nullptr};
+      COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&p.event, cudaEventDisableTiming));
+      m.pieces[c].push_back(p);
+    }
+  }
+  COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&m.message_read, cudaEventDisableTiming));
   COHORT_CUDA_CHECK(cudaMemsetAsync(m.arena, 0, sizing.total(), m.stream));
   COHORT_TRY_VOID(m.Sync());
   return std::unique_ptr<GptShardCudaModel>(new GptShardCudaModel(std::move(impl)));
@@ -440,9 +473,7 @@ Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTo
     COHORT_TRY_VOID(m.tp->SumPartials(m.Fsum(), m.tp->size() > 1 ? NC : 0));
     k::EncoderAddPosition(s.input, m.Fsum(), m.Pb(co.wpe), B, T, C, st);
   } else {
-    COHORT_CUDA_CHECK(
-        cudaMemcpyAsync(m.Fsum(), input, NC * sizeof(float), cudaMemcpyHostToDevice, st));
-    k::ConvertToBf16(s.input, m.Fsum(), NC, st);
+    k::ConvertToBf16(s.input, input, NC, st);
   }
   COHORT_CUDA_CHECK(cudaGetLastError());  // the chunk's input
   const int L = static_cast<int>(co.blocks.size());
@@ -476,11 +507,9 @@ Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTo
   }
   const bf16* last = L > 0 ? s.residual3 + (L - 1) * NC : s.input;
   if (!spec.head) {
-    k::ConvertToFloat(m.Fsum(), last, NC, st);
+    k::ConvertToFloat(output, last, NC, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // the chunk's output
-    COHORT_CUDA_CHECK(
-        cudaMemcpyAsync(output, m.Fsum(), NC * sizeof(float), cudaMemcpyDeviceToHost, st));
-    COHORT_TRY_VOID(m.Sync());
+    COHORT_TRY_VOID(m.Sync());  // written (and the input read) before the caller sends it
     return 0.0f;
   }
   k::LayerNormForward(s.lnf, s.lnf_mean, s.lnf_rstd, last, m.Pb(co.ln_f_w), m.Pb(co.ln_f_b), N,
@@ -497,7 +526,8 @@ Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTo
 }
 
 Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
-                                         const float* doutput, float* dinput) {
+                                         const float* doutput, float* dinput,
+                                         const GradReadyFn& ready) {
   Impl& m = *impl_;
   const bool stashed = chunk >= 0 && chunk < num_chunks() && m.stashes[chunk].contains(slot);
   COHORT_TRY_VOID(ValidateShardBackward(m.layout, chunk, slot, stashed,
@@ -516,6 +546,7 @@ Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
   void* scratch = m.scratch.get();
   const int L = static_cast<int>(co.blocks.size());
   const bf16* last = L > 0 ? s.residual3 + (L - 1) * NC : s.input;
+  size_t piece = 0;  // the next of ShardGradPieces(chunk) to report
 
   if (spec.head) {
     const float scale = s.num_targets > 0 ? loss_scale / static_cast<float>(s.num_targets) : 0.0f;
@@ -529,11 +560,11 @@ Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
                          s.lnf_mean, s.lnf_rstd, N, C, scratch, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptShardCudaModel::Backward (head)
     s.loss_ready = false;
+    COHORT_TRY_VOID(m.Notify(chunk, piece++, ready));  // ln_f and the head's copy of wte
   } else {
-    COHORT_CUDA_CHECK(
-        cudaMemcpyAsync(m.Fsum(), doutput, NC * sizeof(float), cudaMemcpyHostToDevice, st));
-    k::ConvertToBf16(dres, m.Fsum(), NC, st);
+    k::ConvertToBf16(dres, doutput, NC, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // the output's gradient
+    COHORT_CUDA_CHECK(cudaEventRecord(m.message_read, st));
   }
 
   for (int l = L - 1; l >= 0; --l) {
@@ -569,20 +600,35 @@ Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
     k::LayerNormBackward(dres, m.G(w.ln1_w), m.G(w.ln1_b), dsmall, residual, m.Pb(w.ln1_w),
                          s.ln1_mean + ls, s.ln1_rstd + ls, N, C, scratch, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptShardCudaModel::Backward (transformer block)
+    COHORT_TRY_VOID(m.Notify(chunk, piece++, ready));  // block l
   }
 
   if (spec.embedding) {
     k::EncoderShardBackward(m.G(co.wte), m.G(co.wpe), dres, s.tokens, m.v0, m.Vl, B, T, C,
                             scratch, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderShardBackward
+    COHORT_TRY_VOID(m.Notify(chunk, piece++, ready));  // wte and wpe
+    // The caller may receive the next message into doutput once this returns.
+    if (!spec.head) COHORT_CUDA_CHECK(cudaEventSynchronize(m.message_read));
   } else {
-    k::ConvertToFloat(m.Fsum(), dres, NC, st);
+    k::ConvertToFloat(dinput, dres, NC, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // the input's gradient
-    COHORT_CUDA_CHECK(
-        cudaMemcpyAsync(dinput, m.Fsum(), NC * sizeof(float), cudaMemcpyDeviceToHost, st));
-    COHORT_TRY_VOID(m.Sync());
+    COHORT_TRY_VOID(m.Sync());  // written (and doutput read) before the caller sends it
   }
   Release(chunk, slot);
+  return {};
+}
+
+Result<void> GptShardCudaModel::WaitGradsReady(size_t offset, size_t count) {
+  // Called from the communication thread too: make the model's device current there.
+  COHORT_TRY_VOID(impl_->UseDevice());
+  const size_t end = offset + count;
+  for (const auto& chunk : impl_->pieces) {
+    for (const PieceEvent& p : chunk) {
+      if (p.piece.offset >= end || p.piece.offset + p.piece.count <= offset) continue;
+      COHORT_CUDA_CHECK(cudaEventSynchronize(p.event));
+    }
+  }
   return {};
 }
 

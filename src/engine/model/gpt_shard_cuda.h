@@ -16,15 +16,28 @@
 //
 // Activations are stashed per (chunk, slot) in device memory until the matching Backward
 // (one device allocation per stash, reused for a later micro-batch it is large enough for).
-// Pipeline messages stay host float32 (B·T·C): `input`/`output`/`doutput`/`dinput` are HOST
-// pointers, converted to and from the bf16 activations exactly (bf16 → float → bf16 is the
-// identity), so a chunk computes the same bits wherever the stage boundary falls.
+// Pipeline messages are DEVICE float32 (B·T·C): `input`/`output`/`doutput`/`dinput` point
+// into device memory on the model's device (the pipeline sends them device to device, nccl
+// send/recv; trainer/cuda_shard_engine.cc stages host messages through device buffers when
+// asked to), converted to and from the bf16 activations exactly (bf16 → float → bf16 is the
+// identity), so a chunk computes the same bits wherever the stage boundary falls and whatever
+// memory carries the message.
 //
 // Synchronisation: a collective needs the data in memory, so the model synchronises its
 // stream before each (communicators are synchronous, communicator.h), and Forward with
-// targets reads the loss. Gradients accumulate over Backward calls until ZeroGrad.
+// targets reads the loss. Forward and Backward return once their message buffers are done
+// with: `input`/`doutput` read and `output`/`dinput` written (the caller may then receive
+// into the one and hand the other to another thread's send), the rest of the work may still
+// run on the stream. Gradients accumulate over Backward calls until ZeroGrad.
 //
-// Threads: one thread at a time (each method makes the model's device current again).
+// Gradient readiness (data-parallel overlap, parallel/ddp.h): Backward with a `ready`
+// function reports each piece of the chunk's gradient as its kernels are queued
+// (ShardGradPieces order: the head, the blocks from the last, the embedding), recording an
+// event behind the piece's last writer; WaitGradsReady (any thread) blocks on the events of
+// the pieces a range overlaps.
+//
+// Threads: one thread at a time (each method makes the model's device current again), except
+// WaitGradsReady, which any thread may call while Backward runs or after it.
 #pragma once
 
 #include <cstddef>
@@ -73,12 +86,15 @@ class GptShardCudaModel {
   Result<void> ZeroGrad();
   Result<void> Synchronize();
 
-  // As GptShardModel::Forward / Backward / Release / Logits (host activations, see above).
+  // As GptShardModel::Forward / Backward / Release / Logits (device messages, see above).
   // Token ids must lie in [0, vocab_size) and targets in [-1, vocab_size): kInvalidArgument.
   Result<float> Forward(int chunk, int slot, const MicrobatchTokens& batch, const float* input,
                         float* output);
   Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
-                        float* dinput);
+                        float* dinput, const GradReadyFn& ready = {});
+  // Blocks until every piece of grads_device() overlapping [offset, offset + count) that
+  // the last Backward with `ready` reported is written (its event has completed).
+  Result<void> WaitGradsReady(size_t offset, size_t count);
   void Release(int chunk, int slot);
   Result<std::vector<float>> Logits(int chunk, int slot, int position);
 

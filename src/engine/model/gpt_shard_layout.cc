@@ -222,4 +222,21 @@ void PlaceShard(const GptShardLayout& layout, std::span<const float> local,
   }
 }
 
+std::vector<ShardGradPiece> ShardGradPieces(const GptShardLayout& layout, int chunk) {
+  const ShardChunkOffsets& co = layout.chunks[static_cast<size_t>(chunk)];
+  const ShardChunkSpec& spec = layout.spec.chunks[static_cast<size_t>(chunk)];
+  const size_t blocks_begin =
+      co.blocks.empty() ? (spec.head ? co.ln_f_w : co.end) : co.blocks.front().begin;
+  const size_t blocks_end = co.blocks.empty() ? blocks_begin : co.blocks.back().end;
+  std::vector<ShardGradPiece> pieces;
+  if (spec.head && co.end > blocks_end) pieces.push_back({blocks_end, co.end - blocks_end});
+  for (auto b = co.blocks.rbegin(); b != co.blocks.rend(); ++b) {
+    pieces.push_back({b->begin, b->end - b->begin});
+  }
+  if (spec.embedding && blocks_begin > co.begin) {
+    pieces.push_back({co.begin, blocks_begin - co.begin});
+  }
+  return pieces;
+}
+
 }  // namespace cohort::engine

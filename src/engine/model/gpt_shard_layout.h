@@ -114,6 +114,18 @@ std::vector<ShardRun> CheckpointRuns(const GptShardLayout& layout);
 // mid-way becomes up to three (a partial first row, whole rows, a partial last row).
 std::vector<ShardRun> CutRuns(std::span<const ShardRun> runs, size_t lo, size_t hi);
 
+// A piece of a shard's gradient buffer that one chunk's Backward finishes at once.
+struct ShardGradPiece {
+  size_t offset = 0, count = 0;
+};
+// The pieces of local chunk `chunk`'s gradient in the order its Backward finishes them: the
+// head (ln_f and the tied copy of wte) on a head chunk, each block from the last, then the
+// embedding (wte and wpe) on the embedding chunk. Together they tile the chunk's slice
+// [begin, end); a chunk holding both the embedding and the head writes wte in both its head
+// and its embedding part, and wte is in the embedding piece, which comes last. The data-
+// parallel reduction of a piece may start once the last micro-batch's Backward reported it.
+std::vector<ShardGradPiece> ShardGradPieces(const GptShardLayout& layout, int chunk);
+
 // Writes this shard's slices into a logical buffer; tied head copies are skipped (the
 // embedding's slice is the one that counts).
 void PlaceShard(const GptShardLayout& layout, std::span<const float> local,

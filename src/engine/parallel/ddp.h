@@ -67,6 +67,8 @@ class DdpReducer {
   Result<void> Finish();
 
   size_t num_buckets() const { return buckets_.size(); }
+  // Buckets issued to the communication thread so far this round (training thread).
+  size_t buckets_issued() const { return next_to_issue_; }
 
  private:
   struct Bucket {

@@ -46,6 +46,9 @@ struct ParallelConfig {
   int microbatches = 0;           // per replica and step; 0: what the batch gives
   std::vector<int> pipeline_layers;  // blocks per chunk, in chunk order; empty: balanced
   int zero = 0;                      // ZeRO stage in the data-parallel group (zero.h)
+  // Average each data-parallel gradient bucket during the last micro-batch's backward
+  // (shard_grad_reducer.h) rather than after the step.
+  bool overlap_grad_reduce = true;
   std::string offload = "none";      // none | optimizer | optimizer+params (cuda only)
   bool prefetch = true;              // ZeRO-3: the next piece's gather on a comm thread
 };

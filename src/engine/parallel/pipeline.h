@@ -13,6 +13,12 @@
 // are consumed in the order they are sent (the schedules guarantee it), so a channel needs
 // no tags and NCCL's order-only matching holds.
 //
+// Memory. Messages live where the model reads and writes them (pipeline_messages.h): host
+// memory for the CPU shard, device memory for the CUDA shard, so that a GPU's activations go
+// to the next stage device to device (nccl send/recv, no host round trip). The links' own
+// MessagePool holds the buffers: the runner takes one, the model writes the message into it,
+// and the sender thread gives it back once sent. `world` must reach that memory.
+//
 // PipelineRunner::Run executes one stage's schedule for a step: for a forward it receives
 // the chunk's input (unless the chunk is the model's first), runs it and sends the output
 // on (unless it is the last); for a backward it receives the output's gradient (unless the
@@ -38,6 +44,7 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "engine/parallel/layout.h"
+#include "engine/parallel/pipeline_messages.h"
 #include "engine/parallel/pipeline_schedule.h"
 
 namespace cohort::engine {
@@ -47,17 +54,24 @@ class SendQueue;
 class PipelineLinks {
  public:
   // Splits the channels of `rank`'s pipeline group from `world` (every rank of the world
-  // calls it, in the same order relative to its other splits). Stages with no neighbour in
+  // calls it, in the same order relative to its other splits), with messages in `memory`,
+  // which `world` must reach and which must outlive the links. Stages with no neighbour in
   // a direction get no channel there; a pipeline of one has none.
   static Result<std::unique_ptr<PipelineLinks>> Create(comm::Communicator& world,
-                                                      const ParallelLayout& layout, int rank);
+                                                      const ParallelLayout& layout, int rank,
+                                                      MessageMemory& memory);
   ~PipelineLinks();
 
-  // Sends `data` to the next stage (activations) or the previous one (gradients); returns
-  // at once. The error of an earlier send on that channel, if any.
-  Result<void> SendActivation(std::vector<float> data);
-  Result<void> SendGradient(std::vector<float> data);
-  // Blocks until the previous stage's activation (the next stage's gradient) arrives.
+  // The message buffers (Reserve the step's message size first).
+  MessagePool& pool() { return *pool_; }
+  // Sends pool().count() floats of `data`, a buffer from pool().Take() that the caller has
+  // filled, to the next stage (activations) or the previous one (gradients); returns at
+  // once, and the buffer goes back to the pool once sent (or dropped after an error). The
+  // error of an earlier send on that channel, if any.
+  Result<void> SendActivation(float* data);
+  Result<void> SendGradient(float* data);
+  // Blocks until the previous stage's activation (the next stage's gradient) arrives in
+  // `data` (in the links' memory).
   Result<void> RecvActivation(float* data, size_t count);
   Result<void> RecvGradient(float* data, size_t count);
   // Waits until every queued send is delivered; the first send error.
@@ -65,6 +79,7 @@ class PipelineLinks {
 
  private:
   PipelineLinks() = default;
+  std::unique_ptr<MessagePool> pool_;  // first: outlives the sender threads that give back
   std::unique_ptr<SendQueue> act_out_, grad_out_;
   std::unique_ptr<comm::Communicator> act_in_, grad_in_;
 };
@@ -77,11 +92,14 @@ class PipelineCompute {
   virtual size_t activation_size() const = 0;
   // Forward of global chunk `chunk` on micro-batch `mb`: `input` is the previous chunk's
   // output (null for the model's first chunk); `output` receives this chunk's (null for
-  // the last chunk). forward_only: keep nothing for a backward.
+  // the last chunk). Both are in the links' MessageMemory; when the call returns `input` has
+  // been read and `output` written (a device model waits for its stream: the runner reuses
+  // the input buffer and hands the output to a sender thread). forward_only: keep nothing
+  // for a backward.
   virtual Result<void> Forward(int chunk, int mb, const float* input, float* output,
                                bool forward_only) = 0;
   // Backward: `doutput` is the next chunk's input gradient (null for the last chunk);
-  // `dinput` receives this chunk's (null for the first chunk).
+  // `dinput` receives this chunk's (null for the first chunk); memory as Forward's.
   virtual Result<void> Backward(int chunk, int mb, const float* doutput, float* dinput) = 0;
 };
 
@@ -105,7 +123,6 @@ class PipelineRunner {
   const ParallelLayout& layout_;
   int stage_;
   PipelineLinks& links_;
-  std::vector<float> in_, out_;
   // Schedules built so far, by (micro-batches, forward only): a step reuses its schedule.
   std::map<std::pair<int, bool>, std::vector<PipelineOp>> schedules_;
 };

@@ -208,6 +208,7 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
       }
     }
     p.zero = static_cast<int>(COHORT_TRY(r.Int("zero", p.zero, 0, 3)));
+    p.overlap_grad_reduce = COHORT_TRY(r.Bool("overlap_grad_reduce", p.overlap_grad_reduce));
     p.offload = COHORT_TRY(r.String("offload", p.offload));
     p.prefetch = COHORT_TRY(r.Bool("prefetch", p.prefetch));
     COHORT_TRY_VOID(r.Finish());

@@ -34,7 +34,10 @@
 //               optimizer: train.device cuda only, AdamW's state and step on the host;
 //               optimizer+params is refused until built), prefetch (true | false, default
 //               true: ZeRO-3 gathers the next piece of parameters on a communication
-//               thread while the current one computes, parallel/zero_params.h).
+//               thread while the current one computes, parallel/zero_params.h),
+//               overlap_grad_reduce (true: with tensor/pipeline and data > 1, each
+//               data-parallel gradient bucket is averaged during the last micro-batch's
+//               backward; false: after the step).
 //   comm:       backend (gloo for train.device cpu, nccl for cuda; the default follows
 //               the device, and a backend that cannot reach the gradients is an error),
 //               timeout_s

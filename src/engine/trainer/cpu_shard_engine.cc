@@ -45,11 +45,22 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     if (GatheredParams* g = gathered()) COHORT_TRY_VOID(g->TakeError());
     return loss;
   }
+  // Under ZeRO-2 and 3 the engine's own reduce-scatter hears each finished piece too (the
+  // caller's `ready`, the overlapped data-parallel reducer, is then empty: the engine
+  // reduces the data group's shards itself).
   Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
-                        float* dinput) override {
-    GradReadyFn ready;
-    if (sharded_) ready = sharded_->BackwardReady(chunk, shard_->grads());
-    auto ran = shard_->Backward(chunk, slot, loss_scale, doutput, dinput, ready);
+                        float* dinput, const GradReadyFn& ready) override {
+    GradReadyFn both = ready;
+    if (sharded_) {
+      if (GradReadyFn mine = sharded_->BackwardReady(chunk, shard_->grads())) {
+        both = ready ? GradReadyFn([mine, ready](size_t offset, size_t count) {
+          mine(offset, count);
+          ready(offset, count);
+        })
+                     : mine;
+      }
+    }
+    auto ran = shard_->Backward(chunk, slot, loss_scale, doutput, dinput, both);
     if (GatheredParams* g = gathered()) COHORT_TRY_VOID(g->TakeError());
     return ran;
   }
@@ -70,6 +81,7 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
   }
   std::span<float> grads() override { return shard_->grads(); }
   Result<void> WaitGrads() override { return {}; }
+  MessageMemory& message_memory() override { return messages_; }
   Result<double> SquaredGradNorm() override {
     if (sharded_) return sharded_->SquaredNorm();
     double sq = 0;
@@ -176,6 +188,7 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     return {};
   }
 
+  HostMessageMemory messages_;
   std::optional<AdamW> optimizer_;     // without ZeRO
   std::optional<ZeroOptimizer> zero_;  // ZeRO over the data group
   std::unique_ptr<ShardZero> sharded_;  // ZeRO-2 and 3: the gradient (and parameter) shards

@@ -2,7 +2,9 @@
 // of the single-device model) over the shard's float32 master parameters. The gradient norm
 // is summed per run of the tensors that count (kernels/cuda/grad_norm.cuh, one launch each,
 // added on the host in double); the clipping factor for the global norm goes back to the
-// device for the update to read. In a build without the CUDA engine the factory says so.
+// device for the update to read. Pipeline messages are device buffers on the model's device
+// (DeviceMessageMemory), or host buffers staged through two device buffers around each call.
+// In a build without the CUDA engine the factory says so.
 #include <algorithm>
 #include <utility>
 
@@ -32,16 +34,69 @@ struct Range {
   size_t offset = 0, count = 0;
 };
 
+// Pipeline messages in this device's memory.
+class DeviceMessageMemory final : public MessageMemory {
+ public:
+  explicit DeviceMessageMemory(int device) : device_(device) {}
+  bool on_device() const override { return true; }
+  Result<float*> Allocate(size_t count) override {
+    return static_cast<float*>(COHORT_TRY(DeviceAlloc(count * sizeof(float),
+                                                      "a pipeline message buffer", device_)));
+  }
+  void Free(float* data) override {
+    if (data == nullptr) return;
+    (void)cudaSetDevice(device_);
+    (void)cudaFree(data);
+  }
+
+ private:
+  const int device_;
+};
+
 class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
  public:
-  explicit CudaShardEngine(std::unique_ptr<GptShardCudaModel> shard)
-      : ShardEngineOver(std::move(shard)) {}
+  CudaShardEngine(std::unique_ptr<GptShardCudaModel> shard, bool host_messages)
+      : ShardEngineOver(std::move(shard)), host_messages_(host_messages),
+        device_messages_(shard_->device()) {}
   ~CudaShardEngine() override {
-    if (arena_ != nullptr) {
-      (void)cudaSetDevice(shard_->device());
-      (void)cudaStreamSynchronize(shard_->stream());
-      (void)cudaFree(arena_);
-    }
+    (void)cudaSetDevice(shard_->device());
+    (void)cudaStreamSynchronize(shard_->stream());
+    if (arena_ != nullptr) (void)cudaFree(arena_);
+    device_messages_.Free(stage_in_);
+    device_messages_.Free(stage_out_);
+  }
+
+  MessageMemory& message_memory() override {
+    if (host_messages_) return host_memory_;
+    return device_messages_;
+  }
+
+  // Host messages go through device buffers: the copies the model made before it took device
+  // messages, so the bits are the same.
+  Result<float> Forward(int chunk, int slot, const MicrobatchTokens& batch, const float* input,
+                        float* output) override {
+    if (!host_messages_) return shard_->Forward(chunk, slot, batch, input, output);
+    const size_t n = MessageSize(batch.B, batch.T);
+    COHORT_TRY_VOID(Stage(n));
+    if (input != nullptr) COHORT_TRY_VOID(CopyIn(input, n));
+    const float loss = COHORT_TRY(shard_->Forward(chunk, slot, batch, input ? stage_in_ : nullptr,
+                                                  output ? stage_out_ : nullptr));
+    if (output != nullptr) COHORT_TRY_VOID(CopyOut(output, n));
+    return loss;
+  }
+  Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
+                        float* dinput, const GradReadyFn& ready) override {
+    if (!host_messages_) return shard_->Backward(chunk, slot, loss_scale, doutput, dinput, ready);
+    // The stash knows the shape; B·T·C from the forward that made it.
+    const size_t n = staged_;
+    if (doutput != nullptr) COHORT_TRY_VOID(CopyIn(doutput, n));
+    COHORT_TRY_VOID(shard_->Backward(chunk, slot, loss_scale, doutput ? stage_in_ : nullptr,
+                                     dinput ? stage_out_ : nullptr, ready));
+    if (dinput != nullptr) COHORT_TRY_VOID(CopyOut(dinput, n));
+    return {};
+  }
+  DdpReducer::WaitReadyFn grad_wait() override {
+    return [this](size_t offset, size_t count) { return shard_->WaitGradsReady(offset, count); };
   }
 
   Result<void> Init(const AdamWConfig& adamw) {
@@ -169,15 +224,55 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   float clip_host_ = 1.0f;  // the source of clip_scale_'s upload
   std::vector<double> norm_host_;
   std::vector<float> params_host_, m_host_, v_host_;  // StateOnHost's copies
+
+  size_t MessageSize(int B, int T) const {
+    return static_cast<size_t>(B) * T * shard_->layout().spec.config.n_embd;
+  }
+  // Device buffers of at least `n` floats for staged host messages (grown, never shrunk).
+  Result<void> Stage(size_t n) {
+    if (n <= staged_capacity_) {
+      staged_ = n;
+      return {};
+    }
+    COHORT_TRY_VOID(shard_->Synchronize());
+    device_messages_.Free(stage_in_);
+    device_messages_.Free(stage_out_);
+    stage_in_ = stage_out_ = nullptr;
+    staged_capacity_ = 0;
+    stage_in_ = COHORT_TRY(device_messages_.Allocate(n));
+    stage_out_ = COHORT_TRY(device_messages_.Allocate(n));
+    staged_capacity_ = staged_ = n;
+    return {};
+  }
+  Result<void> CopyIn(const float* host, size_t n) {
+    COHORT_CUDA_CHECK(cudaSetDevice(shard_->device()));
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(stage_in_, host, n * sizeof(float), cudaMemcpyHostToDevice,
+                                      shard_->stream()));
+    return {};
+  }
+  Result<void> CopyOut(float* host, size_t n) {
+    COHORT_CUDA_CHECK(cudaSetDevice(shard_->device()));
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(host, stage_out_, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                      shard_->stream()));
+    return shard_->Synchronize();
+  }
+
+  const bool host_messages_;
+  DeviceMessageMemory device_messages_;
+  HostMessageMemory host_memory_;
+  float* stage_in_ = nullptr;  // host messages: the device copies of input / doutput
+  float* stage_out_ = nullptr;  // ... and of output / dinput
+  size_t staged_ = 0, staged_capacity_ = 0;  // floats of the current message, allocated
 };
 
 }  // namespace
 
 Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
                                                          TensorParallelGroup& tp,
-                                                         const AdamWConfig& adamw) {
-  auto engine =
-      std::make_unique<CudaShardEngine>(COHORT_TRY(GptShardCudaModel::Create(spec, tp)));
+                                                         const AdamWConfig& adamw,
+                                                         bool host_messages) {
+  auto engine = std::make_unique<CudaShardEngine>(
+      COHORT_TRY(GptShardCudaModel::Create(spec, tp)), host_messages);
   COHORT_TRY_VOID(engine->Init(adamw));
   return std::unique_ptr<ShardEngine>(std::move(engine));
 }
@@ -185,7 +280,7 @@ Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
 #else  // !COHORT_HAVE_CUDA_ENGINE
 
 Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec&, TensorParallelGroup&,
-                                                         const AdamWConfig&) {
+                                                         const AdamWConfig&, bool) {
   return MakeError(ErrorCode::kUnsatisfiable,
                    "train.device is cuda but this build has no CUDA support");
 }

@@ -6,18 +6,21 @@
 // A step: every rank loads the step's micro-batches (the first stage reads the tokens, the
 // last the targets); the pipeline runs its schedule; the tied embedding's gradient is
 // summed between the first and the last stage (Megatron's embedding group); the data-
-// parallel group averages every gradient; the loss (computed on the last stage) and the
-// measured bubble go to every stage of the replica. Clipping sums the squared gradients of
+// parallel group averages every gradient, bucket by bucket during the last micro-batch's
+// backward (parallel/shard_grad_reducer.h; ParallelStepOptions::overlap_grad_reduce); the
+// loss (computed on the last stage) and the measured bubble go to every stage of the
+// replica. Clipping sums the squared gradients of
 // every tensor once (replicated tensors on tensor rank 0 only, the head's copy of wte never)
 // over the replica's model-parallel group, so the norm is the one a single rank computes.
 //
 // Two worlds. The groups whose collectives read the gradients or the tensor group's
 // activations (tensor, data, embedding) are split from `world`, whose communicator reaches
-// the engine's memory (nccl on GPUs). Everything that moves host values (the pipeline's
-// messages, the loss and bubble, the norm's sum, logits for sampling, the state gathered or
-// scattered for checkpoints and export, and the trainer's own host collectives) goes over
-// `host`, a communicator of the same ranks on host memory. On the CPU, and on the CUDA
-// emulator (whose device memory is host memory), both are the same gloo communicator.
+// the engine's memory (nccl on GPUs), and so are the pipeline's channels when the engine's
+// messages are in device memory (device to device). Everything that moves host values (host
+// pipeline messages, the loss and bubble, the norm's sum, logits for sampling, the state
+// gathered or scattered for checkpoints and export, and the trainer's own host collectives)
+// goes over `host`, a communicator of the same ranks on host memory. On the CPU, and on the
+// CUDA emulator (whose device memory is host memory), both are the same gloo communicator.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -30,6 +33,7 @@
 #include "engine/checkpoint/sharded_state.h"
 #include "engine/model/gpt_shard.h"
 #include "engine/parallel/pipeline.h"
+#include "engine/parallel/shard_grad_reducer.h"
 #include "engine/parallel/tensor_parallel.h"
 #include "engine/parallel/zero.h"
 #include "engine/trainer/shard_engine.h"
@@ -56,9 +60,9 @@ using EngineFactory = std::function<Result<std::unique_ptr<ShardEngine>>(
 class ParallelTrainModel final : public TrainModel, private PipelineCompute {
  public:
   ParallelTrainModel(const ParallelLayout& layout, comm::Communicator& world,
-                     comm::Communicator& host)
-      : layout_(layout), world_(world), host_(host), at_(layout.CoordsOf(world.rank())),
-        tp_(nullptr) {}
+                     comm::Communicator& host, const ParallelStepOptions& options)
+      : layout_(layout), world_(world), host_(host), options_(options),
+        at_(layout.CoordsOf(world.rank())), tp_(nullptr) {}
 
   Result<void> Init(const GptConfig& config, const InitialParams& initial,
                     const EngineFactory& make_engine) {
@@ -76,9 +80,12 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
       emb_comm_ = COHORT_TRY(SplitGroup(world_, layout_.EmbeddingGroup(rank), "embedding"));
     }
     model_comm_ = COHORT_TRY(SplitGroup(host_, layout_.ModelGroup(rank), "model"));
-    links_ = COHORT_TRY(PipelineLinks::Create(host_, layout_, rank));
     tp_ = TensorParallelGroup(tp_comm_.get());
     engine_ = COHORT_TRY(make_engine(ShardSpecFor(layout_, config_, rank), tp_, dp_comm_.get()));
+    // Device messages travel over the world that reaches the device; host ones over host_.
+    MessageMemory& messages = engine_->message_memory();
+    links_ = COHORT_TRY(
+        PipelineLinks::Create(messages.on_device() ? world_ : host_, layout_, rank, messages));
     // Only the part of the shard this rank holds (all of it but under ZeRO-3), generated
     // from the seed element by element (GenerateInitialRuns), or cut from the whole model.
     const GptShardLayout& shard = engine_->layout();
@@ -98,6 +105,13 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     const std::vector<int> mine = layout_.ChunksOf(at_.stage);
     local_.assign(layout_.num_chunks(), -1);
     for (size_t i = 0; i < mine.size(); ++i) local_[mine[i]] = static_cast<int>(i);
+    backwards_.assign(mine.size(), 0);
+    // Under ZeRO-2 and 3 the engine reduces the data group's shards itself (after the tied
+    // sum: ReduceDataShards); the reducer then only sums the tied copies.
+    reducer_ = COHORT_TRY(ShardGradReducer::Create(engine_->grads(), TiedCopy(), emb_comm_.get(),
+                                                   engine_->reduces_data_shards() ? nullptr : dp_comm_.get(),
+                                                   options_.overlap_grad_reduce,
+                                                   options_.bucket_bytes, engine_->grad_wait()));
     return {};
   }
 
@@ -113,6 +127,8 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     st.peak_activation_bytes = peak_activation_bytes_;
     st.microbatch_activation_bytes = microbatch_activation_bytes_;
     st.shard_floats = engine_->layout().total;
+    st.reduce_buckets = reducer_->buckets();
+    st.reduce_buckets_overlapped = reducer_->overlapped_buckets();
     return st;
   }
 
@@ -132,10 +148,19 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     scale_ = 1.0f / static_cast<float>(count);
     engine_->ResetPeak();
     microbatch_activation_bytes_ = 0;
-    const PipelineStepStats stats = COHORT_TRY(runner_->Run(*this, count, false));
+    std::fill(backwards_.begin(), backwards_.end(), 0);
+    reducer_->Begin();
+    auto ran = runner_->Run(*this, count, false);
+    if (!ran) {
+      reducer_->Abandon();
+      return std::unexpected(ran.error());
+    }
     peak_activation_bytes_ = engine_->peak_activation_bytes();
-    COHORT_TRY_VOID(ReduceGradients());
-    return ReplicaLoss(count, stats.bubble());
+    COHORT_TRY_VOID(reducer_->Finish([this] { return engine_->WaitGrads(); }));
+    if (dp_comm_ && engine_->reduces_data_shards()) {
+      COHORT_TRY_VOID(engine_->ReduceDataShards());  // ZeRO-2 and 3: into the data shards
+    }
+    return ReplicaLoss(count, ran->bubble());
   }
 
   Result<double> EvalMicrobatches(int count, int B, int T, const LoadMicrobatch& load) override {
@@ -307,30 +332,16 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     return {};
   }
 
-  // The tied embedding's two copies get the sum of their gradients; then the data-parallel
-  // average. Both where the gradients live, once the backward passes have written them.
-  Result<void> ReduceGradients() {
-    if (!emb_comm_ && !dp_comm_) return {};
-    COHORT_TRY_VOID(engine_->WaitGrads());
+  // The tied embedding's copy on this rank (the first stage's wte, the last stage's head
+  // copy: one slice of the vocabulary), summed over the embedding group; none without one.
+  ShardGradPiece TiedCopy() const {
+    if (!emb_comm_) return {};
     const GptShardLayout& shard = engine_->layout();
-    if (emb_comm_) {
-      const ShardChunkOffsets& co = at_.stage == 0 ? shard.chunks[local_[0]]
-                                                   : shard.chunks[local_[layout_.num_chunks() - 1]];
-      const size_t offset = at_.stage == 0 ? co.wte : co.head_wte;
-      const size_t count =
-          static_cast<size_t>(shard.vocab_end - shard.vocab_begin) * config_.n_embd;
-      float* g = engine_->grads().data() + offset;
-      COHORT_TRY_VOID(emb_comm_->AllReduce(g, g, count, comm::DataType::kFloat32,
-                                           comm::ReduceOp::kSum));
-    }
-    if (dp_comm_ && engine_->reduces_data_shards()) {
-      COHORT_TRY_VOID(engine_->ReduceDataShards());  // ZeRO-2 and 3: into the data shards
-    } else if (dp_comm_) {
-      auto g = engine_->grads();
-      COHORT_TRY_VOID(dp_comm_->AllReduce(g.data(), g.data(), g.size(), comm::DataType::kFloat32,
-                                          comm::ReduceOp::kAvg));
-    }
-    return {};
+    const bool first = at_.stage == 0;
+    const ShardChunkOffsets& co =
+        shard.chunks[static_cast<size_t>(local_[first ? 0 : layout_.num_chunks() - 1])];
+    return {first ? co.wte : co.head_wte,
+            static_cast<size_t>(shard.vocab_end - shard.vocab_begin) * config_.n_embd};
   }
 
   // The replica's mean loss (computed on the last stage) and the mean measured bubble, on
@@ -369,21 +380,31 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     return {};
   }
   Result<void> Backward(int chunk, int mb, const float* doutput, float* dinput) override {
-    return engine_->Backward(local_[chunk], mb, scale_, doutput, dinput);
+    const int local = local_[chunk];
+    // The chunk's last micro-batch finishes its gradient: its pieces may be reduced.
+    const bool last = ++backwards_[static_cast<size_t>(local)] == microbatches_;
+    GradReadyFn ready;
+    if (last && reducer_->overlaps()) {
+      ready = [this](size_t offset, size_t count) { reducer_->Ready(offset, count); };
+    }
+    return engine_->Backward(local, mb, scale_, doutput, dinput, ready);
   }
 
   const ParallelLayout layout_;
   comm::Communicator& world_;  // reaches the engine's memory
   comm::Communicator& host_;   // the same ranks, host memory (may be world_)
+  const ParallelStepOptions options_;
   const RankCoords at_;
   GptConfig config_;
   // tensor, data, embedding: split from world_; pipeline, model and the links: from host_.
   std::unique_ptr<comm::Communicator> tp_comm_, dp_comm_, pipe_comm_, emb_comm_, model_comm_;
   TensorParallelGroup tp_;
-  std::unique_ptr<PipelineLinks> links_;
   std::unique_ptr<ShardEngine> engine_;
+  std::unique_ptr<ShardGradReducer> reducer_;  // after engine_: reduces its gradients
+  std::unique_ptr<PipelineLinks> links_;       // after engine_: messages in its memory
   std::unique_ptr<PipelineRunner> runner_;
   std::vector<int> local_;  // global chunk -> index among this stage's chunks (-1: elsewhere)
+  std::vector<int> backwards_;  // per local chunk: backward passes this step
   // The step in flight.
   std::vector<int32_t> tokens_, targets_;
   int B_ = 0, T_ = 0, microbatches_ = 1;
@@ -404,6 +425,7 @@ Result<std::unique_ptr<TrainModel>> MakeParallelTrainModel(const GptConfig& conf
                                                            comm::Communicator& world,
                                                            comm::Communicator& host,
                                                            const EngineFactory& make_engine,
+                                                           const ParallelStepOptions& step,
                                                            std::string* description) {
   COHORT_TRY_VOID(config.Validate());
   if (initial.from != nullptr && initial.from->config().num_parameters() != config.num_parameters()) {
@@ -411,7 +433,7 @@ Result<std::unique_ptr<TrainModel>> MakeParallelTrainModel(const GptConfig& conf
                   "initial model has {} parameters; the configuration {}",
                   initial.from->config().num_parameters(), config.num_parameters());
   }
-  auto model = std::make_unique<ParallelTrainModel>(layout, world, host);
+  auto model = std::make_unique<ParallelTrainModel>(layout, world, host, step);
   COHORT_TRY_VOID(model->Init(config, initial, make_engine));
   if (description) *description = model->Describe();
   return std::unique_ptr<TrainModel>(std::move(model));
@@ -426,14 +448,15 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
                                                               comm::Communicator& world,
                                                               std::string* description,
                                                               int zero_stage,
-                                                              bool prefetch) {
+                                                              bool prefetch,
+                                                              const ParallelStepOptions& step) {
   if (zero_stage < 0 || zero_stage > 3) {
     return Errorf(ErrorCode::kInvalidArgument, "ZeRO stage {} (built: 0 to 3)", zero_stage);
   }
   auto make = [&](const ShardSpec& spec, TensorParallelGroup& tp, comm::Communicator* data) {
     return MakeCpuShardEngine(spec, tp, adamw, data, zero_stage, prefetch);
   };
-  return MakeParallelTrainModel(config, initial, layout, world, world, make, description);
+  return MakeParallelTrainModel(config, initial, layout, world, world, make, step, description);
 }
 
 Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& config,
@@ -442,11 +465,12 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& 
                                                                const ParallelLayout& layout,
                                                                comm::Communicator& world,
                                                                comm::Communicator& host,
-                                                               std::string* description) {
+                                                               std::string* description,
+                                                               const ParallelStepOptions& step) {
   auto make = [&](const ShardSpec& spec, TensorParallelGroup& tp, comm::Communicator*) {
-    return MakeCudaShardEngine(spec, tp, adamw);
+    return MakeCudaShardEngine(spec, tp, adamw, step.host_pipeline_messages);
   };
-  return MakeParallelTrainModel(config, initial, layout, world, host, make, description);
+  return MakeParallelTrainModel(config, initial, layout, world, host, make, step, description);
 }
 
 }  // namespace cohort::engine

@@ -4,7 +4,10 @@
 // the data-parallel average, clipping over the model-parallel group, loss and bubble to
 // every stage, checkpoints by range, evaluation, sampling, export). Three things differ:
 //   the shard model   GptShardModel (gpt_shard.h) or GptShardCudaModel (gpt_shard_cuda.h),
-//                     driven one (chunk, micro-batch slot) at a time with HOST activations;
+//                     driven one (chunk, micro-batch slot) at a time; its pipeline messages
+//                     live in message_memory(): host memory for the CPU, device memory for
+//                     CUDA (sent device to device), or host memory that the CUDA engine
+//                     stages through device buffers (MakeCudaShardEngine's host_messages);
 //   where the state   host memory, or device memory: grads() is the gradient buffer where it
 //   lives             lives, and the step's gradient collectives run on it over communicators
 //                     that reach that memory (gloo on the host; nccl on a GPU, or gloo over
@@ -32,6 +35,8 @@
 #include "engine/model/gpt_shard.h"
 #include "engine/model/gpt_shard_layout.h"
 #include "engine/optim/adamw.h"
+#include "engine/parallel/ddp.h"
+#include "engine/parallel/pipeline_messages.h"
 #include "engine/parallel/tensor_parallel.h"
 #include "engine/parallel/zero.h"
 #include "engine/trainer/train_model.h"
@@ -44,11 +49,17 @@ class ShardEngine {
 
   virtual const GptShardLayout& layout() const = 0;
 
-  // GptShardModel's contract (gpt_shard.h): host activations, stashes per (chunk, slot).
+  // GptShardModel's contract (gpt_shard.h): stashes per (chunk, slot); the messages
+  // (input, output, doutput, dinput) in message_memory(), read and written when the call
+  // returns. Backward's `ready` (optional) gets each piece of the chunk's gradient as the
+  // call finishes it (ShardGradPieces); on a device, once its kernels are queued: wait with
+  // grad_wait() before reading it from another thread.
   virtual Result<float> Forward(int chunk, int slot, const MicrobatchTokens& batch,
                                 const float* input, float* output) = 0;
   virtual Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
-                                float* dinput) = 0;
+                                float* dinput, const GradReadyFn& ready) = 0;
+  // Where the pipeline's messages live (the links allocate their buffers there).
+  virtual MessageMemory& message_memory() = 0;
   virtual void Release(int chunk, int slot) = 0;
   virtual Result<std::vector<float>> Logits(int chunk, int slot, int position) = 0;
   virtual size_t activation_bytes() const = 0;
@@ -77,6 +88,10 @@ class ShardEngine {
   // that does not (false) leaves the data-parallel average of grads() to the caller.
   virtual bool reduces_data_shards() const { return false; }
   virtual Result<void> ReduceDataShards() { return {}; }
+  // What DdpReducer runs before a bucket's collective (any thread): blocks until the pieces
+  // Backward's `ready` reported in that range are in memory; empty where they are once
+  // reported (host memory).
+  virtual DdpReducer::WaitReadyFn grad_wait() { return {}; }
   // Σ g² (in double) over the tensors that count in the norm (ShardTensor::counts_in_norm):
   // with ZeRO-2 and 3, over every data rank's gradient shard (summed over the data group:
   // a collective of it).
@@ -133,8 +148,8 @@ class ShardEngineOver : public ShardEngine {
     return shard_->Forward(chunk, slot, batch, input, output);
   }
   Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
-                        float* dinput) override {
-    return shard_->Backward(chunk, slot, loss_scale, doutput, dinput);
+                        float* dinput, const GradReadyFn& ready) override {
+    return shard_->Backward(chunk, slot, loss_scale, doutput, dinput, ready);
   }
   void Release(int chunk, int slot) override { shard_->Release(chunk, slot); }
   Result<std::vector<float>> Logits(int chunk, int slot, int position) override {
@@ -170,10 +185,13 @@ Result<std::unique_ptr<ShardEngine>> MakeCpuShardEngine(const ShardSpec& spec,
 
 // The CUDA shard on the current device: GptShardCudaModel (float32 master parameters and
 // gradients, bf16 copy and activations) with CudaAdamW. `tp`'s communicator must reach
-// device memory; it must outlive the engine. kUnsatisfiable in a build without CUDA; the
-// model's and the allocation's errors otherwise.
+// device memory; it must outlive the engine. Pipeline messages are device memory, unless
+// `host_messages`: then they are host memory, copied to and from device buffers around each
+// call (the path before device-to-device sends; the same bits). kUnsatisfiable in a build
+// without CUDA; the model's and the allocation's errors otherwise.
 Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
                                                          TensorParallelGroup& tp,
-                                                         const AdamWConfig& adamw);
+                                                         const AdamWConfig& adamw,
+                                                         bool host_messages = false);
 
 }  // namespace cohort::engine

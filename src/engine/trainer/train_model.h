@@ -86,6 +86,9 @@ class TrainModel {
     size_t peak_activation_bytes = 0;  // this rank: activations stashed at once, at most
     size_t microbatch_activation_bytes = 0;  // this rank: one micro-batch's, all its chunks
     size_t shard_floats = 0;     // this rank's parameters (and gradients, and each moment)
+    // This rank's data-parallel gradient buckets (0 without overlap or data parallelism),
+    // and how many the last step issued while its backward still had pieces to finish.
+    size_t reduce_buckets = 0, reduce_buckets_overlapped = 0;
   };
   virtual std::optional<ParallelStats> parallel_stats() const { return std::nullopt; }
 
@@ -241,6 +244,22 @@ struct InitialParams {
   const GptModel* from = nullptr;
 };
 
+// How a model split over ranks moves a step's data between ranks. The defaults are what
+// `cohort train` runs; the alternatives are the earlier paths, kept to compare against (the
+// tests check that both give the same bits; bench_parallel_train times both).
+struct ParallelStepOptions {
+  // With data parallelism: each bucket of the gradient is averaged over the data-parallel
+  // group on a communication thread (parallel/ddp.h DdpReducer) as soon as the last micro-
+  // batch's backward has finished it, while the backward goes on; only the tied embedding's
+  // copies (summed over the embedding group first) wait for the end of the step. False: the
+  // whole gradient is averaged after the step's last backward.
+  bool overlap_grad_reduce = true;
+  size_t bucket_bytes = size_t{4} << 20;  // train.bucket_mb
+  // CUDA: the pipeline's messages cross the host (device -> host, gloo over `host`, host ->
+  // device) instead of going device to device over `world` (nccl send/recv).
+  bool host_pipeline_messages = false;
+};
+
 // A CPU model of shape `config` split over `world` by `layout` (tensor and/or pipeline > 1):
 // this rank's shard, its own AdamW, and the communicators of its groups, split from `world`
 // (every rank calls this at the same point, with the same config and initial parameters).
@@ -255,14 +274,16 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
                                                               comm::Communicator& world,
                                                               std::string* description,
                                                               int zero_stage = 0,
-                                                              bool prefetch = false);
+                                                              bool prefetch = false,
+                                                              const ParallelStepOptions& step = {});
 
 // The same split on CUDA (this rank's GPU, current on the calling thread): GptShardCudaModel
 // with the device AdamW (model/cuda_adamw.h) over its float32 master parameters, bf16
 // activations. `world` must reach device memory (nccl; gloo over the CPU emulator's
 // host-backed device memory in tests): the tensor, data and embedding groups are split from
-// it and reduce device buffers. `host` (the same ranks, host memory: gloo, or `world` itself
-// where that reaches host memory) carries the pipeline's messages, the loss, the norm's sum,
+// it and reduce device buffers, and the pipeline's messages go device to device over channels
+// split from it (unless step.host_pipeline_messages). `host` (the same ranks, host memory:
+// gloo, or `world` itself where that reaches host memory) carries the loss, the norm's sum,
 // the sampling logits, the checkpoint and export state, and the trainer's host collectives
 // (BroadcastHost/AllReduceHost on `world` go there). Both must outlive the model. No ZeRO.
 // kUnsatisfiable in a build without CUDA; the shard model's errors (gpt_shard_cuda.h: shapes
@@ -273,7 +294,8 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& 
                                                                const ParallelLayout& layout,
                                                                comm::Communicator& world,
                                                                comm::Communicator& host,
-                                                               std::string* description);
+                                                               std::string* description,
+                                                               const ParallelStepOptions& step = {});
 
 // True when this binary was built with the CUDA engine.
 bool CudaTrainingBuilt();

@@ -460,14 +460,17 @@ Result<void> Trainer::Impl::SetupModel() {
   ac.eps = static_cast<float>(config.eps);
   ac.weight_decay = static_cast<float>(config.weight_decay);
   std::string memory;
+  ParallelStepOptions step;
+  step.overlap_grad_reduce = config.parallel.overlap_grad_reduce;
+  step.bucket_bytes = static_cast<size_t>(config.bucket_mb * (1 << 20));
   if (layout.model_parallel() && gpu) {
     model = COHORT_TRY(MakeParallelCudaTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm,
-        host_comm ? *host_comm : *comm, &memory));
+        host_comm ? *host_comm : *comm, &memory, step));
   } else if (layout.model_parallel()) {
     model = COHORT_TRY(MakeParallelCpuTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory,
-        config.parallel.zero, config.parallel.prefetch));
+        config.parallel.zero, config.parallel.prefetch, step));
   } else if (gpu) {
     // The GPU starts from the weights the CPU would (same seed or file), then the host
     // copy is dropped. ZeRO needs a data-parallel group (on one rank it changes nothing),
