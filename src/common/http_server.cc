@@ -480,13 +480,11 @@ struct HttpServer::Impl {
   // not hold yet.
   void HandBack(std::unique_ptr<Conn> conn) {
     if (stopping) return Close(std::move(conn));
+    conn->reading = false;
+    conn->close_after = false;
+    conn->deadline_ms = MonoMs() + options.idle_timeout.count();
     const bool quiet = conn->buf.empty() && !conn->peer_closed && !(conn->ssl && SSL_has_pending(conn->ssl) == 1);
-    if (quiet) {
-      conn->reading = false;
-      conn->close_after = false;
-      conn->deadline_ms = MonoMs() + options.idle_timeout.count();
-      conn->watched = true;
-    }
+    conn->watched = quiet;
     {
       MutexLock lock(mu);
       if (quiet) Watch(*conn);
@@ -828,9 +826,6 @@ struct HttpServer::Impl {
         waiting[fd] = std::move(conn);
         continue;
       }
-      conn->reading = false;
-      conn->close_after = false;
-      conn->deadline_ms = MonoMs() + options.idle_timeout.count();
       NoteRequestStart(*conn);
       const bool peer_closed = conn->peer_closed;
       SSL* ssl = conn->ssl;
