@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -32,11 +33,14 @@ class BenchCluster {
     char tmpl[] = "/tmp/cohort-bench-XXXXXX";
     dir_ = mkdtemp(tmpl);
   }
+  // Removes the cluster's directory (logs, state, work dirs) unless COHORT_BENCH_KEEP is set.
   ~BenchCluster() {
     for (auto& p : procs_) {
       p.Signal(SIGKILL);
       (void)p.Wait();
     }
+    std::error_code ec;
+    if (std::getenv("COHORT_BENCH_KEEP") == nullptr) std::filesystem::remove_all(dir_, ec);
   }
 
   const std::string& dir() const { return dir_; }

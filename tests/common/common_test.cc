@@ -184,6 +184,8 @@ TEST(Subprocess, EnvironmentAndOutputFile) {
   EXPECT_EQ(text, "bar\n" + dir + "\nerr\n");
   auto st = p->WaitFor(Millis(10));
   EXPECT_FALSE(st.has_value());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

@@ -338,8 +338,11 @@ class HeadlessChromium {
   Result<void> Start(const std::string& binary, const std::string& dir, int width, int height,
                      const std::vector<std::string>& extra = {}) {
     std::filesystem::create_directories(dir + "/profile");
+    std::filesystem::create_directories(dir + "/tmp");
     log_path_ = dir + "/chromium.log";
     SpawnOptions o;
+    // Its scratch files (org.chromium.Chromium.*) go with the test's directory.
+    o.env = {{"TMPDIR", dir + "/tmp"}};
     o.argv = {binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
               "--no-first-run", "--no-default-browser-check", "--disable-extensions",
               "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",

@@ -27,7 +27,7 @@ const std::string kTrainScript = std::string(kTaskCaFile) +
     "    \"$COHORT_REPORT\" || exit 9; "
     "  if [ $((i % 5)) = 0 ]; then val=$(awk \"BEGIN{print 5/$i}\"); "
     "    curl -sf --cacert \"$ca\" -o /dev/null -X POST -d \"{\\\"step\\\": $i, \\\"val_loss\\\": $val}\" \"$COHORT_REPORT\" || exit 9; fi; "
-    "done; echo 'trained 20 steps <i class=pwned>not markup</i>'; exec sleep 600";
+    "done; echo 'trained 20 steps <i class=pwned>not markup</i>'; rm -f \"$ca\"; exec sleep 600";
 
 class DashboardBrowserTest : public ::testing::Test {
  protected:

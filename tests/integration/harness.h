@@ -138,8 +138,10 @@ inline std::string TestHeadScheme(const std::vector<std::string>& extra) {
 }
 
 // Shell for a task that calls the head with curl: writes the head's authority (COHORT_CA,
-// PEM) to the file $ca, so that `curl --cacert "$ca" ...` trusts it.
-inline constexpr char kTaskCaFile[] = "ca=$(mktemp); printf '%s\\n' \"$COHORT_CA\" > \"$ca\"; ";
+// PEM) to the file $ca, so that `curl --cacert "$ca" ...` trusts it; the file goes when the
+// script exits.
+inline constexpr char kTaskCaFile[] =
+    "ca=$(mktemp); trap 'rm -f \"$ca\"' EXIT; printf '%s\\n' \"$COHORT_CA\" > \"$ca\"; ";
 
 // An HTTP client of `url` that presents the test head's admin token.
 inline HttpClient AdminClient(const std::string& url, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {

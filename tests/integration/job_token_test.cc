@@ -47,10 +47,10 @@ TEST(JobToken, ATaskReadsItsOwnJobAndNothingElse) {
                        "printf 'other_keys=%s\\n' \"$(curl -s --cacert \"$ca\" -o /dev/null -w '%{http_code}' "
                        "\"$r/" + other_id + "-0-$mac/keys/x\")\"; "
                        // The CLI inside a task: COHORT_HEAD, COHORT_CA and COHORT_JOB_TOKEN suffice.
-                       "HOME=$(mktemp -d) " + std::string(COHORT_BINARY) +
+                       "home=$(mktemp -d); HOME=$home " + std::string(COHORT_BINARY) +
                        " show $COHORT_JOB_ID > /dev/null 2>&1; echo cli_show=$?; "
-                       "HOME=$(mktemp -d) " + std::string(COHORT_BINARY) + " show " + other_id +
-                       " > /dev/null 2>&1; echo cli_other=$?; "
+                       "HOME=$home " + std::string(COHORT_BINARY) + " show " + other_id +
+                       " > /dev/null 2>&1; echo cli_other=$?; rm -rf \"$home\"; "
                        "printf '%s' \"$COHORT_JOB_TOKEN\" > " + kept;
   json job = c.Submit({{"command", {"sh", "-c", script}}, {"gpus_per_node", 1}});
   c.WaitForState(job["id"], "SUCCEEDED");

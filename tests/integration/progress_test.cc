@@ -17,7 +17,7 @@ TEST(ProgressEta, PercentRateAndEtaInQueueShowAndTop) {
   const std::string post = "curl -sf --cacert \"$ca\" -o /dev/null -X POST \"$COHORT_REPORT\" -d ";
   const std::string script = std::string(kTaskCaFile) + post + "'{\"step\": 10, \"total_steps\": 40}' || exit 9; " +
                              "sleep 0.5; " + post + "'{\"step\": 20, \"total_steps\": 40, \"loss\": 1.5}' || exit 9; " +
-                             "exec sleep 600";
+                             "rm -f \"$ca\"; exec sleep 600";
   json job = c.Submit({{"name", "stepper"}, {"command", {"/bin/sh", "-c", script}}});
   const int64_t id = job["id"];
   const std::string id_text = std::to_string(id);

@@ -36,7 +36,7 @@ TEST(WorkLoss, HungTaskFailsTheGangAfterProgressTimeout) {
   // Reports one step, then hangs without ever exiting.
   std::string report = std::string(kTaskCaFile) +
       "curl -s --cacert \"$ca\" -o /dev/null -X POST -H 'Content-Type: application/json' -d '{\"step\": 7}' \"$COHORT_REPORT\"";
-  json job = c.Submit({{"command", {"sh", "-c", RecordThen(file, report + "; exec sleep 1000")}},
+  json job = c.Submit({{"command", {"sh", "-c", RecordThen(file, report + "; rm -f \"$ca\"; exec sleep 1000")}},
                        {"progress_timeout_s", 2},
                        {"max_restarts", 1}});
   int64_t id = job["id"];
