@@ -11,6 +11,9 @@
   const POLL_MS = 2000;
   const DASH = '—';
   const LOG_TAIL_BYTES = 64 * 1024;
+  // A request the head has not answered in this long is given up and retried at the next
+  // poll: one lost response must not freeze the page.
+  const FETCH_TIMEOUT_MS = 15000;
   const LOG_KEEP_CHARS = 256 * 1024;
   const CONFIRM_MS = 5000;
 
@@ -174,13 +177,23 @@
   }
 
   // ---- HTTP ----
+  // fetch() that fails with a clear message once FETCH_TIMEOUT_MS pass without an answer.
+  async function fetchWithin(path, opts) {
+    try {
+      return await fetch(path, { ...opts, signal: AbortSignal.timeout(FETCH_TIMEOUT_MS) });
+    } catch (e) {
+      if (e && e.name === 'TimeoutError') throw new Error(`no answer in ${FETCH_TIMEOUT_MS / 1000} s`);
+      throw e;
+    }
+  }
+
   async function api(method, path, body) {
     const opts = { method, cache: 'no-store', headers: authHeaders() };
     if (body !== undefined) {
       opts.headers['Content-Type'] = 'application/json';
       opts.body = JSON.stringify(body);
     }
-    const res = await fetch(path, opts);
+    const res = await fetchWithin(path, opts);
     if (res.status === 401) askForToken('The head asks for a token: ' + ((await res.clone().json().catch(() => ({}))).error?.message || 'HTTP 401'));
     const text = await res.text();
     let json = null;
@@ -675,13 +688,13 @@
     try {
       if (L.offset === null) {
         // Learn the size, then show only the tail.
-        const head = await fetch(base + '&offset=0&limit=1', { cache: 'no-store', headers: authHeaders() });
+        const head = await fetchWithin(base + '&offset=0&limit=1', { cache: 'no-store', headers: authHeaders() });
         if (!head.ok) throw new Error((await head.json().catch(() => ({}))).error?.message || 'HTTP ' + head.status);
         const size = Number(head.headers.get('X-Cohort-Size') || 0);
         L.offset = Math.max(0, size - LOG_TAIL_BYTES);
         if (L.offset > 0) out.textContent = `… (${L.offset} earlier bytes not shown)\n`;
       }
-      const res = await fetch(`${base}&offset=${L.offset}&limit=${LOG_TAIL_BYTES}`, { cache: 'no-store', headers: authHeaders() });
+      const res = await fetchWithin(`${base}&offset=${L.offset}&limit=${LOG_TAIL_BYTES}`, { cache: 'no-store', headers: authHeaders() });
       if (state.log !== L) return;  // the selection changed while we waited
       if (!res.ok) throw new Error((await res.json().catch(() => ({}))).error?.message || 'HTTP ' + res.status);
       const bytes = new Uint8Array(await res.arrayBuffer());
