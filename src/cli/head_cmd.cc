@@ -68,6 +68,14 @@ void AddHeadCommand(CommandContext& ctx) {
   sub->add_option("--rate-burst", f->config.rate_burst,
                   "API requests each caller may make at once, after an idle spell (default 200)")
       ->check(NumberCheckedBy([](double v) { return head::RateLimiter::Validate(1, v); }, "REQUESTS >= 1"));
+  sub->add_option("--max-jobs-per-user", f->config.max_jobs_per_user,
+                  "Jobs one user may have pending or running at once (an array counts once, and each element "
+                  "made from it); past it a submission gets 429 and arrays wait (0: no limit; default 10000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}));
+  sub->add_option("--max-jobs", f->config.max_jobs,
+                  "Jobs the cluster may have pending or running at once, all users together (0: no limit; "
+                  "default 100000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}));
   sub->add_flag("--new-admin-token", f->config.new_admin_token,
                 "Make a new admin token for the user running the head, in STATE_DIR/admin.token and the client "
                 "config, as the first start does (a lost or leaked one: revoke it with the new one)");

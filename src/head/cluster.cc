@@ -65,6 +65,7 @@ Result<void> Cluster::Load() {
   context_.latest_progress = [p = &progress_](JobId job, int attempt) { return p->LatestOfAttempt(job, attempt); };
   context_.newest_checkpoint = [p = &progress_](JobId job) { return p->NewestCheckpoint(job); };
   context_.shares = config_.shares;
+  context_.job_limits = {config_.max_jobs_per_user, config_.max_jobs};
 
   auto nodes = COHORT_TRY(store_->LoadNodes());
   auto jobs = COHORT_TRY(store_->LoadJobs());
@@ -229,6 +230,7 @@ Result<void> Cluster::CommitRound(Wakes& wakes) {
     }
     for (Creation* c : creations) {
       c->result = MakeError(ErrorCode::kUnavailable, "cannot store the job: " + ids.error().message);
+      core::DropNewJob(state_, c->job);  // never stored: not open
     }
     last_round_error_ = ids.error();
     out = std::unexpected(ids.error());
@@ -253,7 +255,7 @@ Result<Job> Cluster::Submit(api::JobSpec spec, bool any_team) {
   Wakes wakes(*this);
   MutexLock lock(mu_);
   COHORT_TRY_VOID(core::ResolveTeam(state_, spec, any_team));
-  Creation c{COHORT_TRY(core::NewJob(state_, std::move(spec), Now())), std::nullopt};
+  Creation c{COHORT_TRY(core::AcceptJob(state_, context_, std::move(spec), Now())), std::nullopt};
   creations_.push_back(&c);
   // Every round that covers this seq took `c` and set its result, success or not.
   (void)Durable(++staged_seq_, wakes);

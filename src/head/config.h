@@ -48,6 +48,10 @@ struct HeadConfig {
   // that people and their scripts never meet it; a runaway loop does.
   double rate_limit = 50;
   double rate_burst = 200;
+  // Jobs open (pending or running) at once, per user and in all (core/job_limits.h); past
+  // them a submission gets 429. 0: no limit.
+  int64_t max_jobs_per_user = 10'000;
+  int64_t max_jobs = 100'000;
   // The audit log (audit.h): rows older than this are deleted (0: kept however old), and
   // beyond the newest audit_max_rows (0: no cap).
   int64_t audit_retention_ms = int64_t{90} * 24 * 3600 * 1000;

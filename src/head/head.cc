@@ -153,6 +153,13 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadConfig config) {
                      "the heartbeat interval must be at most half the fence timeout", "heartbeat_interval");
   }
   COHORT_TRY_VOID(RateLimiter::Validate(config.rate_limit, config.rate_burst));
+  for (const auto& [limit, field] : {std::pair{config.max_jobs_per_user, "max_jobs_per_user"},
+                                     std::pair{config.max_jobs, "max_jobs"}}) {
+    if (limit < 0) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("{}: a number of jobs, 0 (no limit) or more, got {}", field, limit), field);
+    }
+  }
   if (config.audit_retention_ms < 0 || config.audit_max_rows < 0) {
     return MakeError(ErrorCode::kInvalidArgument, "the audit log's retention and row cap must be 0 (none) or more",
                      "audit_retention");

@@ -240,5 +240,52 @@ TEST(HeadRateLimitConfigTest, ABadRateOrBurstIsRefusedNamingIt) {
   }
 }
 
+// The job limits (head/core/job_limits.h) through the API: a submission past a user's limit
+// gets 429 with a message naming the user and the flag, and stores nothing; another user
+// is not held back; a cancelled job gives its room back.
+class HeadJobLimitTest : public HeadServerTest {
+ protected:
+  void Configure(HeadConfig& c) override { c.max_jobs_per_user = 2; }
+};
+
+TEST_F(HeadJobLimitTest, ASubmissionPastTheUsersLimitGets429AndStoresNothing) {
+  AddNode("n1", 1);
+  const std::string alice = MakeToken("alice", "user");
+  const std::string bob = MakeToken("bob", "user");
+  const std::string spec = json{{"command", {"sleep", "100"}}, {"gpus_per_node", 1}}.dump();
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 2; ++i) {
+    auto r = Send("POST", "/v1/jobs", alice, spec);
+    ASSERT_TRUE(r && r->status == 201) << (r ? r->body : "no reply");
+    ids.push_back(json::parse(r->body).value("id", int64_t{0}));
+  }
+  auto refused = Send("POST", "/v1/jobs", alice, spec);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429);
+  const std::string message = json::parse(refused->body)["error"].value("message", "");
+  EXPECT_NE(message.find("user alice has 2 jobs pending or running"), std::string::npos) << message;
+  EXPECT_NE(message.find("--max-jobs-per-user 2"), std::string::npos) << message;
+  EXPECT_EQ(GetJson("/v1/jobs?state=all")["jobs"].size(), 2u) << "the refused job is not stored";
+  auto bobs = Send("POST", "/v1/jobs", bob, spec);
+  ASSERT_TRUE(bobs);
+  EXPECT_EQ(bobs->status, 201) << bobs->body;
+  ASSERT_EQ(Send("POST", "/v1/jobs/" + std::to_string(ids[1]) + "/cancel", alice)->status, 200);
+  auto again = Send("POST", "/v1/jobs", alice, spec);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 201) << again->body;
+}
+
+TEST(HeadJobLimitConfigTest, ANegativeLimitIsRefusedNamingIt) {
+  for (const std::string field : {"max_jobs_per_user", "max_jobs"}) {
+    HeadConfig config;
+    config.port = 0;
+    config.state_dir = "/nonexistent/never-created";
+    (field == "max_jobs" ? config.max_jobs : config.max_jobs_per_user) = -1;
+    auto h = HeadServer::Start(config);
+    ASSERT_FALSE(h);
+    EXPECT_EQ(h.error().field, field) << h.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace cohort::head

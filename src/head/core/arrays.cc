@@ -4,6 +4,7 @@
 
 #include "api/job_array.h"
 #include "api/sweep.h"
+#include "head/core/job_limits.h"
 #include "head/core/lifecycle.h"
 
 namespace cohort::head::core {
@@ -115,10 +116,19 @@ ArrayElements SettleArrays(ClusterState& s, const Context& ctx, Now now) {
       // The throttle counts every element made and not ended, so it holds at every moment
       // whatever the scheduler does with them; without one, a window of pending elements.
       const int64_t live = static_cast<int64_t>(rt.live.size()) + rt.creating;
-      const int64_t budget = throttle > 0 ? throttle - live : kArrayWindow - pending - rt.creating;
+      int64_t budget = throttle > 0 ? throttle - live : kArrayWindow - pending - rt.creating;
+      // Each element is an open job of the array's user (job_limits.h): past the limits
+      // the next ones wait, and the array's pending reason says so.
+      const int64_t room = OpenJobRoom(s, ctx.job_limits, array.spec.user);
+      rt.waits_for_room.clear();
+      if (budget > 0 && room < budget) {
+        budget = room;
+        if (room == 0) rt.waits_for_room = ArrayWaitsForRoomReason(s, ctx.job_limits, array.spec.user);
+      }
       if (budget > 0 || left.empty()) {
         for (int64_t task : left.TakeFirst(std::max<int64_t>(budget, 0))) {
           out.create.push_back(MakeElement(array, task));
+          CountOpenJob(s, array.spec.user, +1);  // open from now on; a failed commit drops it (DropNewJob)
           ++rt.creating;
         }
         array.array_left = left.ToString();

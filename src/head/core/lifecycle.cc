@@ -6,6 +6,7 @@
 
 #include "api/job_env.h"
 #include "head/core/gpu_detail.h"
+#include "head/core/job_limits.h"
 #include "head/core/liveness.h"
 
 namespace cohort::head::core {
@@ -126,6 +127,7 @@ void FinishJob(Tx& tx, Job& job, JobState state, std::string reason, std::option
   tx.s.pending.erase(job.id);
   tx.s.pending_reasons.erase(job.id);
   tx.CountTransition(job.state, state);
+  if (!api::IsTerminal(job.state)) CountOpenJob(tx.s, job.spec.user, -1);
   job.state = state;
   job.reason = std::move(reason);
   job.end_ms = now;

@@ -99,6 +99,11 @@ std::vector<Job> ListJobs(const ClusterState& s, const JobFilter& filter) {
 const std::string& ShownReason(const ClusterState& s, const Job& job) {
   if (job.state == JobState::kPending) {
     if (auto r = s.pending_reasons.find(job.id); r != s.pending_reasons.end()) return r->second;
+    if (job.spec.is_array()) {
+      if (auto a = s.arrays.find(job.id); a != s.arrays.end() && !a->second.waits_for_room.empty()) {
+        return a->second.waits_for_room;
+      }
+    }
   }
   return job.reason;
 }

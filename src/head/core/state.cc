@@ -85,6 +85,10 @@ ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs,
         rt.desired_version = std::max(rt.desired_version, na.version);
       }
     }
+    if (!api::IsTerminal(j.state)) {
+      s.open.by_user[j.spec.user] += 1;
+      s.open.total += 1;
+    }
     s.jobs[j.id] = std::move(j);
   }
   // Versions increase across restarts: start above both the clock and anything stored.

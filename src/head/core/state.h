@@ -103,6 +103,15 @@ struct ArrayRuntime {
   // A sweep with early_stop (arrays.h, OnSweepProgress): the loss each element reported at
   // each milestone it reached (memory only: a restarted head compares afresh).
   std::map<int64_t, std::map<api::JobId, double>> milestone_losses;
+  // Why its next elements are not made although the throttle allows them: their user has
+  // no room under the job limits (job_limits.h); "" otherwise. Its shown pending reason.
+  std::string waits_for_room;
+};
+
+// Jobs open (accepted and not ended) per user and in all, for the job limits (job_limits.h).
+struct OpenJobs {
+  std::map<std::string, int64_t> by_user;  // users with at least one
+  int64_t total = 0;
 };
 
 struct ClusterState {
@@ -122,6 +131,14 @@ struct ClusterState {
   ShareState shares;  // teams, fair-share usage, preemptions (share_state.h)
   std::map<api::JobId, ArrayRuntime> arrays;  // every job array (arrays.h)
   std::set<api::JobId> open_arrays;           // those not ended
+  OpenJobs open;                              // job_limits.h
+};
+
+// How many jobs may be open at once (job_limits.h): Slurm's MaxSubmitJobsPerUser and
+// MaxJobCount.
+struct JobLimits {
+  int64_t per_user = 10'000;  // open jobs per user; 0: no limit
+  int64_t total = 100'000;    // open jobs in the cluster; 0: no limit
 };
 
 // What transitions may read besides the state: the head's configuration and two lookups
@@ -144,6 +161,7 @@ struct Context {
   // The highest checkpoint any attempt of a job reported (ProgressLog::NewestCheckpoint).
   std::function<std::optional<int64_t>(api::JobId)> newest_checkpoint;
   SharesConfig shares;  // fair share and preemption (share_state.h)
+  JobLimits job_limits;  // open jobs per user and in all (job_limits.h)
 };
 
 // The one rule for "is this the job's current attempt": the job exists, is RUNNING, and

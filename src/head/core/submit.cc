@@ -3,6 +3,7 @@
 #include "head/core/arrays.h"
 #include "head/core/dependencies.h"
 #include "head/core/gpu_detail.h"
+#include "head/core/job_limits.h"
 #include "head/core/lifecycle.h"
 #include "head/core/schedule.h"
 #include "head/core/tx.h"
@@ -64,6 +65,15 @@ Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
   if (job.spec.is_array()) job.array_left = ArrayIndices(job.spec);  // every index waits (arrays.h)
   return job;
 }
+
+Result<Job> AcceptJob(ClusterState& s, const Context& ctx, api::JobSpec spec, Now now) {
+  COHORT_TRY_VOID(AdmitJob(s, ctx.job_limits, spec.user));
+  Job job = COHORT_TRY(NewJob(s, std::move(spec), now));
+  CountOpenJob(s, job.spec.user, +1);
+  return job;
+}
+
+void DropNewJob(ClusterState& s, const Job& job) { CountOpenJob(s, job.spec.user, -1); }
 
 Effects AddJob(ClusterState& s, const Context& ctx, Job job, Now now) {
   Tx tx(s, ctx, now);

@@ -17,6 +17,12 @@ namespace cohort::head::core {
 // (the error says why).
 Result<api::Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now);
 
+// NewJob for the shell: first the job limits (job_limits.h: kResourceExhausted when
+// `spec.user` or the cluster has no room), then NewJob; the job counts as open from here.
+// AddJob takes it in; DropNewJob gives its count back when it is not stored after all.
+Result<api::Job> AcceptJob(ClusterState& s, const Context& ctx, api::JobSpec spec, Now now);
+void DropNewJob(ClusterState& s, const api::Job& job);
+
 // Takes a stored PENDING job (with its id) into the queue.
 Effects AddJob(ClusterState& s, const Context& ctx, api::Job job, Now now);
 

@@ -9,6 +9,8 @@
 #include "core_test_util.h"
 #include "head/core/arrays.h"
 #include "head/core/lifecycle.h"
+#include "head/core/queries.h"
+#include "head/core/submit.h"
 
 namespace cohort::head::core::testing {
 namespace {
@@ -249,6 +251,36 @@ TEST_F(ArrayTest, AHundredThousandElementsAreOneSmallRecordAndAWindow) {
   EXPECT_EQ(Settle(), 2) << "the window refills as elements start";
   EXPECT_EQ(ArraySummary(state_, Job(array)).at("PENDING"), 99998);
   EXPECT_EQ(ArraySummary(state_, Job(array)).at("RUNNING"), 2);
+}
+
+// The job limits (job_limits.h): an array counts once and each element made from it too,
+// so at a user's limit its next elements wait, saying so, and run once room comes back.
+TEST_F(ArrayTest, AtTheUsersJobLimitElementsWaitWithThatReasonAndEveryIndexStillRunsOnce) {
+  Register(Reg("n1", 4));
+  ctx_.job_limits = {5, 0};
+  api::JobSpec spec = ArraySpec("0-9");
+  spec.user = "alice";
+  const api::JobId array = Submit(spec);
+  EXPECT_EQ(Settle(), 4) << "the array's record and four elements are alice's five open jobs";
+  EXPECT_EQ(Settle(), 0);
+  const std::string& why = ShownReason(state_, Job(array));
+  EXPECT_NE(why.find("its next elements wait: user alice has 5 jobs open"), std::string::npos) << why;
+  EXPECT_NE(why.find("--max-jobs-per-user 5"), std::string::npos) << why;
+  api::JobSpec other = Spec(1, 1);
+  other.user = "alice";
+  EXPECT_EQ(AcceptJob(state_, ctx_, other, now_).error().code, ErrorCode::kResourceExhausted);
+
+  std::multiset<int64_t> ran;
+  for (int round = 0; round < 10 && !api::IsTerminal(Job(array).state); ++round) {
+    Pass();
+    for (int64_t t : FinishRunning(array)) ran.insert(t);
+    Settle();
+    EXPECT_LE(state_.open.by_user.contains("alice") ? state_.open.by_user.at("alice") : 0, 5) << "round " << round;
+  }
+  EXPECT_EQ(Job(array).state, JobState::kSucceeded);
+  EXPECT_EQ(ran, (std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_FALSE(state_.open.by_user.contains("alice")) << "nothing of alice's is open at the end";
+  EXPECT_EQ(ShownReason(state_, Job(array)), Job(array).reason);
 }
 
 }  // namespace

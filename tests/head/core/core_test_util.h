@@ -104,9 +104,9 @@ class CoreTest : public ::testing::Test {
     timing_ = fx->timing;
   }
 
-  // NewJob, then the id the store would give, then AddJob.
+  // AcceptJob, then the id the store would give, then AddJob (as the shell does).
   api::JobId Submit(api::JobSpec spec) {
-    auto job = NewJob(state_, std::move(spec), now_);
+    auto job = AcceptJob(state_, ctx_, std::move(spec), now_);
     EXPECT_TRUE(job.has_value()) << job.error().message;
     if (!job) return 0;
     job->id = next_id_++;
