@@ -409,7 +409,7 @@ TEST_F(CudaParallelTrainerTest, ZeroWithACudaLayoutIsRefusedNamingTheField) {
   std::ofstream(cfg) << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
                         "data: {text: corpus.txt}\n"
                         "train: {steps: 1, device: cuda}\n"
-                        "parallel: {tensor: 2, zero: 1}\n";
+                        "parallel: {tensor: 2, zero: 3}\n";
   auto config = LoadTrainConfig(cfg.string());
   ASSERT_FALSE(config.has_value());
   EXPECT_THAT(config.error().ToString(), HasSubstr("parallel.zero"));

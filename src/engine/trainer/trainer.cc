@@ -466,7 +466,7 @@ Result<void> Trainer::Impl::SetupModel() {
   if (layout.model_parallel() && gpu) {
     model = COHORT_TRY(MakeParallelCudaTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm,
-        host_comm ? *host_comm : *comm, &memory, step));
+        host_comm ? *host_comm : *comm, &memory, step, config.parallel.zero));
   } else if (layout.model_parallel()) {
     model = COHORT_TRY(MakeParallelCpuTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory,
