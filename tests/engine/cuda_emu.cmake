@@ -33,9 +33,11 @@
 #                                   pipeline layouts, each rank a thread;
 #   engine_cuda_parallel_step_emu_test
 #                                   cuda_parallel_step_test.cc: device-to-device pipeline
-#                                   messages and the overlapped data-parallel reduction;
+#                                   messages, the overlapped data-parallel reduction, and
+#                                   ZeRO 1 and 2 inside tensor/pipeline layouts;
 #   engine_cuda_zero_emu_test       cuda_zero_test.cc: ZeRO-1/2/3 and the offloads on the
-#                                   CUDA TrainModel, 2 ranks over gloo;
+#                                   CUDA TrainModel, 2 ranks over gloo (one process per
+#                                   stage);
 #   bench_zero_emu                  bench/zero.cc's offload section on a tiny model
 #                                   (correctness only).
 # What the emulator cannot prove: that its fragment layouts match the hardware, anything
@@ -207,7 +209,8 @@ if(TARGET cohort_engine_kernels_cuda)
                              COHORT_CUDA_EMULATED=1)
 
   # How a CUDA layout moves a step's data: device-to-device pipeline messages against the host
-  # path, the overlapped data-parallel reduction against the one after the step (bitwise).
+  # path, the overlapped data-parallel reduction against the one after the step (bitwise), and
+  # ZeRO 1 and 2 in the data group of a tensor/pipeline layout against ZeRO-0 there.
   _cohort_emu_test(engine_cuda_parallel_step_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_step_test.cc
             ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc

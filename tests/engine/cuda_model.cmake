@@ -41,8 +41,8 @@ if(TARGET cohort_engine_kernels_cuda)
     LABELS engine gpu)
 
   # Pipeline messages device to device over NCCL send/recv against the host path (2 GPUs),
-  # and the overlapped data-parallel reduction (4 GPUs); skips with fewer. Also on the
-  # emulator over gloo (cuda_emu.cmake).
+  # the overlapped data-parallel reduction and ZeRO 1 and 2 inside tensor/pipeline layouts
+  # (4 GPUs); skips with fewer. Also on the emulator over gloo (cuda_emu.cmake).
   cohort_test(engine_cuda_parallel_step_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_step_test.cc
             ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc

@@ -8,7 +8,15 @@
 //   - the data-parallel reduction overlapped with the backward (each bucket averaged on the
 //     reducer's thread once the last micro-batch's backward has written it, the device's
 //     events waited for first) gives the bits of the reduction after the step, in tensor 2 x
-//     data 2 and pipeline 2 x data 2, and issues buckets before the backward ends.
+//     data 2 and pipeline 2 x data 2, and issues buckets before the backward ends;
+//   - ZeRO 1 and 2 inside a CUDA layout (trainer/cuda_shard_engine.cc; tensor 2 x data 2, and
+//     ZeRO-2 in pipeline 2 x data 2):
+//     losses and gradient norms as ZeRO-0 of the same layout (ZeRO-1 bit for bit: the same
+//     averaged gradients and the same update, by part; ZeRO-2 to 1e-5: the data average is a
+//     reduce-scatter and the norm sums the shards), model-state bytes per rank by the ZeRO
+//     formula over the position's shard, and a ZeRO-2 checkpoint (every rank's ranges) that
+//     resumes on the CPU on one rank, whose state resumes ZeRO-2 in the CUDA layout as it
+//     resumes ZeRO-0 there.
 // Built twice: against the CPU emulator (cuda_emu.cmake, label engine: device memory is host
 // memory, so one gloo communicator is both worlds) and against the real CUDA engine (label
 // gpu: the world over nccl, the host values over a second, gloo, communicator; one GPU per
@@ -16,6 +24,7 @@
 // emulator takes seconds.
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -28,8 +37,11 @@
 #include <gtest/gtest.h>
 
 #include "comm_test_util.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/model/gpt.h"
+#include "engine/model/gpt_shard_layout.h"
 #include "engine/parallel/layout.h"
+#include "engine/parallel/zero.h"
 #include "engine/trainer/train_model.h"
 #include "parallel_step_util.h"
 
@@ -44,7 +56,7 @@ constexpr const char* kBackend = "nccl";
 constexpr Millis kTimeout{60'000};
 #endif
 
-constexpr int kB = 2, kT = 16, kMicro = 2, kSteps = 2;
+constexpr int kB = 1, kT = 16, kMicro = 2, kSteps = 2;  // B 1: the bits compared do not need more
 
 GptConfig TinyConfig(int layers) {
   GptConfig c;
@@ -191,6 +203,201 @@ TEST(CudaParallelStepTest, OverlappedReductionGivesTheBitsOfTheReductionAfterThe
       EXPECT_GE(d.overlapped[r], 1u) << what << ", rank " << r << ": " << d.overlapped[r]
                                      << " of " << d.buckets[r] << " buckets during the backward";
     }
+  }
+}
+
+// A run of a layout with ZeRO: the data-replica mean loss and the norm of each step, the
+// logical state assembled from every rank's checkpoint ranges, each rank's model-state bytes.
+struct ZeroRun {
+  std::vector<double> losses, norms;
+  Checkpoint state;
+  std::vector<TrainModel::ModelStateBytes> bytes;
+  size_t untiled = 0;  // elements the ranges did not write exactly once
+};
+
+// `steps` steps numbered from `first` of tensor `tensor` x pipeline `pipeline` x data 2 (1F1B)
+// with ZeRO `zero`, from `from` (rank 0 restores it, as the trainer does) or the seed.
+ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int first, int steps,
+                  const Checkpoint* from = nullptr) {
+  const size_t n = cfg.num_parameters();
+  const int kWorld = tensor * pipeline * 2;
+  ZeroRun run;
+  run.state.config = cfg;
+  run.state.params.assign(n, 0.0f);
+  run.state.adam_m.assign(n, 0.0f);
+  run.state.adam_v.assign(n, 0.0f);
+  run.bytes.resize(kWorld);
+  std::vector<int> written(3 * n, 0);
+  std::mutex mu;
+  RunCudaRanks(kWorld, [&](comm::Communicator& comm, comm::Communicator& host) {
+    ParallelConfig pc;
+    pc.tensor = tensor;
+    pc.pipeline = pipeline;
+    pc.schedule = "1f1b";
+    pc.zero = zero;
+    auto layout = MakeParallelLayout(pc, cfg, kWorld);
+    ASSERT_TRUE(layout.has_value()) << layout.error().ToString();
+    auto made = MakeParallelCudaTrainModel(cfg, InitialParams{11, nullptr}, AdamWConfig{},
+                                           *layout, comm, host, nullptr, ParallelStepOptions{},
+                                           zero);
+    ASSERT_TRUE(made.has_value()) << made.error().ToString();
+    TrainModel& model = **made;
+    EXPECT_EQ(model.zero_shape().stage, zero);
+    if (from) {
+      Checkpoint copy = *from;
+      auto restored = model.RestoreState(&comm, comm.rank() == 0 ? &copy : nullptr, from->adam_t);
+      ASSERT_TRUE(restored.has_value()) << restored.error().ToString();
+    }
+    const int replica = layout->CoordsOf(comm.rank()).data;
+    std::vector<double> losses, norms;
+    for (int s = first; s < first + steps; ++s) {
+      auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> tg) -> Result<void> {
+        Load(s, replica * kMicro + a, in, tg, cfg.vocab_size);
+        return {};
+      };
+      auto loss = model.TrainMicrobatches(kMicro, kB, kT, load, nullptr);
+      ASSERT_TRUE(loss.has_value()) << loss.error().ToString();
+      float mean = static_cast<float>(*loss);
+      ASSERT_TRUE(host.AllReduce(&mean, &mean, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg));
+      auto norm = model.ClipAndStep(0.5, 3e-3f);
+      ASSERT_TRUE(norm.has_value()) << norm.error().ToString();
+      losses.push_back(mean);
+      norms.push_back(*norm);
+    }
+    int64_t t = 0;
+    auto ranges = model.CheckpointRanges(replica, layout->data, &t);
+    ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
+    std::lock_guard lock(mu);
+    run.bytes[static_cast<size_t>(comm.rank())] = model.model_state_bytes();
+    for (const CheckpointRange& r : *ranges) {
+      const size_t a = static_cast<size_t>(r.array);
+      std::vector<float>& out = a == 0 ? run.state.params : a == 1 ? run.state.adam_m
+                                                                   : run.state.adam_v;
+      for (size_t k = 0; k < r.runs; ++k) {
+        for (size_t i = 0; i < r.width; ++i) {
+          out[r.offset + k * r.stride + i] = r.values[k * r.width + i];
+          ++written[a * n + r.offset + k * r.stride + i];
+        }
+      }
+    }
+    run.state.adam_t = t;
+    if (comm.rank() == 0) {
+      run.losses = losses;
+      run.norms = norms;
+    }
+  });
+  for (int w : written) run.untiled += w != 1;
+  return run;
+}
+
+double RelDiff(double a, double b) { return std::abs(a - b) / std::max(1e-30, std::abs(b)); }
+
+// The CPU model on one rank, every replica's micro-batches (replica 0's, then 1's), one step
+// numbered `step` from `from`; the loss, the state after it in *end.
+double CpuStep(const GptConfig& cfg, int step, const Checkpoint& from, Checkpoint* end) {
+  GptModel init = GptModel::Create(cfg).value();
+  auto made = MakeCpuTrainModel(std::move(init), AdamWConfig{});
+  EXPECT_TRUE(made.has_value());
+  TrainModel& model = **made;
+  Checkpoint copy = from;
+  EXPECT_TRUE(model.RestoreState(nullptr, &copy, from.adam_t).has_value());
+  auto loss = model.TrainMicrobatches(
+      2 * kMicro, kB, kT,
+      [&](int k, std::span<int32_t> in, std::span<int32_t> tg) -> Result<void> {
+        Load(step, k, in, tg, cfg.vocab_size);
+        return {};
+      },
+      nullptr);
+  EXPECT_TRUE(loss.has_value());
+  EXPECT_TRUE(model.ClipAndStep(0.5, 3e-3f).has_value());
+  int64_t t = 0;
+  auto ranges = model.CheckpointRanges(0, 1, &t);
+  EXPECT_TRUE(ranges.has_value());
+  *end = Checkpoint{};
+  end->config = cfg;
+  end->adam_t = t;
+  for (const CheckpointRange& r : ranges.value_or(std::vector<CheckpointRange>{})) {
+    std::vector<float>& into = r.array == CheckpointArray::kParams  ? end->params
+                               : r.array == CheckpointArray::kAdamM ? end->adam_m
+                                                                    : end->adam_v;
+    into.assign(r.values.begin(), r.values.end());
+  }
+  return loss.value_or(0);
+}
+
+TEST(CudaParallelStepTest, ZeroInsideACudaLayoutTrainsAsWithoutItInTheFormulasBytes) {
+  if (!HaveGpus(4)) GTEST_SKIP() << "needs 4 GPUs";
+  const GptConfig cfg = TinyConfig(2);
+  const ZeroRun plain = TrainZero(cfg, 2, 1, 0, 0, kSteps);
+  ASSERT_EQ(plain.untiled, 0u);
+  ParallelConfig pc;
+  pc.tensor = 2;
+  const ParallelLayout layout = MakeParallelLayout(pc, cfg, 4).value();
+  Checkpoint zero2_state;
+  for (int zero : {1, 2}) {
+    const ZeroRun got = TrainZero(cfg, 2, 1, zero, 0, kSteps);
+    const std::string what = fmt::format("tensor 2 x data 2, ZeRO-{}", zero);
+    ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps)) << what;
+    EXPECT_EQ(got.untiled, 0u) << what << ": checkpoint ranges";
+    for (int s = 0; s < kSteps; ++s) {
+      if (zero == 1) {
+        EXPECT_EQ(got.losses[s], plain.losses[s]) << what << " step " << s + 1;
+        EXPECT_EQ(got.norms[s], plain.norms[s]) << what << " step " << s + 1;
+      } else {
+        EXPECT_LT(RelDiff(got.losses[s], plain.losses[s]), 1e-5) << what << " step " << s + 1;
+        EXPECT_LT(RelDiff(got.norms[s], plain.norms[s]), 1e-5) << what << " step " << s + 1;
+      }
+    }
+    if (zero == 1) {
+      EXPECT_EQ(got.state.params, plain.state.params) << what;
+      EXPECT_EQ(got.state.adam_m, plain.state.adam_m) << what;
+    } else {
+      zero2_state = got.state;
+    }
+    // Model states per rank, counted where allocated, over the position's shard of Ψ_s
+    // floats cut over the data group (size(r) of it): parameters 6Ψ_s (float32 and bf16),
+    // gradients 4Ψ_s (stage 1) or 4·size(r) (stage 2), moments 8·size(r); stage 2's whole
+    // accumulation buffer and receive buffer are scratch.
+    for (int r = 0; r < 4; ++r) {
+      const size_t psi = GptShardLayout::Build(ShardSpecFor(layout, cfg, r)).total;
+      const ZeroPartition part{psi, layout.data};
+      const size_t mine = part.size(layout.CoordsOf(r).data);
+      const TrainModel::ModelStateBytes& b = got.bytes[static_cast<size_t>(r)];
+      EXPECT_EQ(b.params, 6 * psi) << what << " rank " << r;
+      EXPECT_EQ(b.grads, 4 * (zero == 2 ? mine : psi)) << what << " rank " << r;
+      EXPECT_EQ(b.optimizer, 8 * mine) << what << " rank " << r;
+      EXPECT_EQ(plain.bytes[static_cast<size_t>(r)].optimizer, 8 * psi) << "rank " << r;
+      if (zero == 2) {
+        EXPECT_GT(b.scratch, 4 * psi) << what << " rank " << r;
+        EXPECT_LE(b.scratch, 4 * psi + 4 * mine) << what << " rank " << r;
+      }
+    }
+  }
+
+  // The ZeRO-2 state after step kSteps resumes on the CPU on one rank (float32 against bf16:
+  // cuda_zero_test's 2e-2), and the CPU's state after that step resumes ZeRO-2 in the CUDA
+  // layout as it resumes ZeRO-0 there.
+  ASSERT_EQ(zero2_state.adam_t, kSteps);
+  Checkpoint cpu_end;
+  const double cpu_loss = CpuStep(cfg, kSteps, zero2_state, &cpu_end);
+  const ZeroRun cuda_next = TrainZero(cfg, 2, 1, 2, kSteps, 1, &zero2_state);
+  EXPECT_LT(RelDiff(cpu_loss, cuda_next.losses[0]), 2e-2) << cpu_loss << " vs " << cuda_next.losses[0];
+  EXPECT_EQ(cpu_end.adam_t, kSteps + 1);
+  const ZeroRun z = TrainZero(cfg, 2, 1, 2, kSteps + 1, 1, &cpu_end);
+  const ZeroRun d = TrainZero(cfg, 2, 1, 0, kSteps + 1, 1, &cpu_end);
+  EXPECT_LT(RelDiff(z.losses[0], d.losses[0]), 1e-5) << z.losses[0] << " vs " << d.losses[0];
+  EXPECT_LT(RelDiff(z.norms[0], d.norms[0]), 1e-5);
+  EXPECT_EQ(z.state.adam_t, kSteps + 2);
+
+  // Pipeline 2 x data 2: each chunk's pieces are reduce-scattered in its last backward of the
+  // step, the pieces holding wte (the first stage's embedding, the last stage's head copy)
+  // only after the embedding group's sum of the tied copies.
+  const ZeroRun pp_plain = TrainZero(cfg, 1, 2, 0, 0, kSteps);
+  const ZeroRun pp_zero2 = TrainZero(cfg, 1, 2, 2, 0, kSteps);
+  EXPECT_EQ(pp_zero2.untiled, 0u);
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_LT(RelDiff(pp_zero2.losses[s], pp_plain.losses[s]), 1e-5) << "pipeline 2, step " << s + 1;
+    EXPECT_LT(RelDiff(pp_zero2.norms[s], pp_plain.norms[s]), 1e-5) << "pipeline 2, step " << s + 1;
   }
 }
 

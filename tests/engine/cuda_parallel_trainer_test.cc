@@ -111,7 +111,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
                           "seed: 7, threads: 1, device: " << device << "}\n"
                           "parallel: {tensor: " << tensor << ", pipeline: " << pipeline
                        << ", schedule: " << schedule << ", virtual_stages: " << virtual_stages_
-                       << "}\n"
+                       << ", zero: " << zero_ << "}\n"
                           "comm: {backend: " << (device == "cuda" ? kCudaBackend : "gloo")
                        << ", timeout_s: " << kTimeoutS << "}\n"
                           "eval: {every: " << kSteps << ", batches: 1}\n"
@@ -256,6 +256,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
   // What the next Train calls use beside their arguments.
   int layers_ = 2;
   int data_ = 1;  // data-parallel replicas (the world is tensor x pipeline x data_)
+  int zero_ = 0;  // parallel.zero
   int n_embd_ = 64;
   bool expect_errors_ = false;      // Trainer::Create's errors go to errors_, not failures
   std::vector<std::string> errors_;  // one per rank that failed
@@ -326,6 +327,22 @@ TEST_F(CudaParallelTrainerTest, Tensor2Data2TracksTheCpuLayout) {
   if (!HaveGpus(4)) GTEST_SKIP() << "tensor 2 x data 2 over nccl needs 4 GPUs";
   data_ = 2;
   ExpectTracksTheCpu(2, 1, "1f1b");
+  // ZeRO-2 in the same CUDA layout through the trainer (config, model states, checkpoints
+  // written by range from each data rank's part): ZeRO-0's curve and state.
+  zero_ = 2;
+  const Run z = Train("cuda", 2, 1, "1f1b", "ck-gpu-zero2", "gpu-zero2");
+  ASSERT_FALSE(HasFailure()) << z.log;
+  EXPECT_THAT(z.log, HasSubstr("ZeRO-2 over 2 ranks"));
+  EXPECT_THAT(z.log, HasSubstr("the shard's whole gradient buffer, a receive buffer"));
+  const auto want = Losses("gpu-t2-p1-d2-1f1b"), got = Losses("gpu-zero2");
+  const auto want_norm = Norms("gpu-t2-p1-d2-1f1b"), got_norm = Norms("gpu-zero2");
+  ASSERT_EQ(got.size(), want.size());
+  for (int64_t s = 1; s <= kSteps; ++s) {
+    EXPECT_NEAR(got.at(s), want.at(s), 1e-5 * want.at(s)) << "ZeRO-2 step " << s;
+    EXPECT_NEAR(got_norm.at(s), want_norm.at(s), 1e-5 * want_norm.at(s)) << "ZeRO-2 step " << s;
+  }
+  ExpectStateClose(StateAt("ck-gpu-zero2", kSteps), StateAt("ck-gpu-t2-p1-d2-1f1b", kSteps), 1e-3,
+                   "ZeRO-2's checkpoint against ZeRO-0's");
 }
 
 TEST_F(CudaParallelTrainerTest, Tensor2Pipeline2TracksTheCpuLayout) {
@@ -409,7 +426,7 @@ TEST_F(CudaParallelTrainerTest, ZeroWithACudaLayoutIsRefusedNamingTheField) {
   std::ofstream(cfg) << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
                         "data: {text: corpus.txt}\n"
                         "train: {steps: 1, device: cuda}\n"
-                        "parallel: {tensor: 2, zero: 1}\n";
+                        "parallel: {tensor: 2, zero: 3}\n";
   auto config = LoadTrainConfig(cfg.string());
   ASSERT_FALSE(config.has_value());
   EXPECT_THAT(config.error().ToString(), HasSubstr("parallel.zero"));

@@ -13,6 +13,9 @@
 //   - under all of them, the model without its buffers (gpt_cuda.h GptCudaStorage): the
 //     gradient pieces it hands a sink (wte in several row chunks) are the whole buffer's
 //     gradient and the loss read through a parameter source is the whole model's.
+// One test process per stage (CudaZeroStageTest/zero1, zero2, zero3): CUDA DDP runs once in
+// each, and each variant trains once, its state after step 2 taken midway for the resume and
+// the move to the CPU, so ctest runs three processes instead of one per check.
 // Built twice: against the CPU emulator over gloo (cuda_emu.cmake; runs in CI) and against
 // the real CUDA engine over NCCL (label gpu; skips with fewer than 2 GPUs). The model is tiny
 // (2 layers, d_model 64, 4 heads, context 16, vocab 96) so the emulator takes seconds.
@@ -87,7 +90,6 @@ struct Variant {
   bool offload;
   bool offload_params = false;
 };
-void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
 // The whole logical state, assembled from every rank's checkpoint ranges.
 struct State {
@@ -101,16 +103,37 @@ struct RankRun {
   bool model_parallel = false;
 };
 
+// Rank r's checkpoint ranges into `into` (under `mu`).
+void Save(TrainModel& model, int r, std::mutex& mu, State& into) {
+  int64_t t = 0;
+  auto ranges = model.CheckpointRanges(r, kRanks, &t);
+  ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
+  std::lock_guard lock(mu);
+  into.t = t;
+  for (const CheckpointRange& range : *ranges) {
+    ASSERT_EQ(range.runs, 1u);
+    std::vector<float>& array = range.array == CheckpointArray::kParams  ? into.params
+                                : range.array == CheckpointArray::kAdamM ? into.m
+                                                                         : into.v;
+    std::copy(range.values.begin(), range.values.end(),
+              array.begin() + static_cast<std::ptrdiff_t>(range.offset));
+  }
+}
+
 // Trains `steps` steps (numbered from first_step) on kRanks ranks with `v` (stage 0: CUDA
 // DDP), from `start` when given (rank 0 restores it, as the trainer does) or Initial().
-// `saved`, when given, receives the state after the last step.
+// `saved`, when given, receives the state after the last step; `midway`, when given, the
+// state after step `midway_step` as well (what a checkpoint written then holds: every rank's
+// ranges), taken without stopping the run.
 std::vector<RankRun> Train(const Variant& v, int first_step, int steps, const State* start,
-                           State* saved) {
+                           State* saved, State* midway = nullptr, int midway_step = 0) {
   std::vector<RankRun> runs(kRanks);
   const GptModel initial = Initial();
   const size_t n = initial.params().size();
   std::mutex mu;
-  if (saved) *saved = State{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+  for (State* st : {saved, midway}) {
+    if (st) *st = State{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+  }
   comm::commtest::RunRanks(kBackend, kRanks, [&](comm::Communicator& comm) {
     const int r = comm.rank();
 #if !defined(COHORT_CUDA_EMULATED)
@@ -158,22 +181,9 @@ std::vector<RankRun> Train(const Variant& v, int first_step, int steps, const St
       ASSERT_TRUE(norm.has_value()) << norm.error().ToString();
       EXPECT_GT(*norm, kMaxNorm) << "step " << s << " did not clip";
       run.losses.push_back(*loss);
+      if (midway && s == midway_step) Save(model, r, mu, *midway);
     }
-    if (saved) {
-      int64_t t = 0;
-      auto ranges = model.CheckpointRanges(r, kRanks, &t);
-      ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
-      std::lock_guard lock(mu);
-      saved->t = t;
-      for (const CheckpointRange& range : *ranges) {
-        ASSERT_EQ(range.runs, 1u);
-        std::vector<float>& into = range.array == CheckpointArray::kParams  ? saved->params
-                                   : range.array == CheckpointArray::kAdamM ? saved->m
-                                                                            : saved->v;
-        std::copy(range.values.begin(), range.values.end(),
-                  into.begin() + static_cast<std::ptrdiff_t>(range.offset));
-      }
-    }
+    if (saved) Save(model, r, mu, *saved);
   }, [](comm::CommOptions& o) { o.timeout = kTimeout; });
   return runs;
 }
@@ -213,15 +223,11 @@ const std::vector<RankRun>& DdpRun(State* state = nullptr) {
   return runs;
 }
 
-class CudaZeroVariantTest : public ::testing::TestWithParam<Variant> {};
-
-TEST_P(CudaZeroVariantTest, TrainsAsCudaDdpWithItsFormulaOfBytes) {
-  COHORT_SKIP_WITHOUT_TWO_GPUS();
-  const Variant v = GetParam();
-  State want, got;
+// `v`'s run (`zero`, ending in state `got`) against CUDA DDP's: losses, state and bytes.
+void ExpectTrainsAsCudaDdpWithItsFormulaOfBytes(const Variant& v, const std::vector<RankRun>& zero,
+                                               const State& got) {
+  State want;
   const std::vector<RankRun>& ddp = DdpRun(&want);
-  const std::vector<RankRun> zero = Train(v, 1, kSteps, nullptr, &got);
-  ASSERT_FALSE(HasFailure());
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_EQ(zero[r].losses.size(), static_cast<size_t>(kSteps));
     for (int s = 0; s < kSteps; ++s) {
@@ -290,27 +296,15 @@ TEST_P(CudaZeroVariantTest, TrainsAsCudaDdpWithItsFormulaOfBytes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, CudaZeroVariantTest,
-                         ::testing::Values(Variant{"zero1", 1, false}, Variant{"zero2", 2, false},
-                                           Variant{"zero3", 3, false},
-                                           Variant{"zero1_offload", 1, true},
-                                           Variant{"zero2_offload", 2, true},
-                                           Variant{"zero3_offload", 3, true},
-                                           Variant{"zero3_offload_params", 3, true, true}),
-                         [](const auto& info) { return std::string(info.param.name); });
 
-// Stopped after 2 steps (every rank's ranges assembled: what SaveCheckpointRanges writes)
-// and resumed in the same layout: step 3 as the uninterrupted run's.
-class CudaZeroResumeTest : public ::testing::TestWithParam<Variant> {};
-
-TEST_P(CudaZeroResumeTest, SameLayoutResumeIsBitwise) {
-  COHORT_SKIP_WITHOUT_TWO_GPUS();
-  const Variant v = GetParam();
-  State straight_state, at2, resumed_state;
-  const auto straight = Train(v, 1, kSteps, nullptr, &straight_state);
-  Train(v, 1, 2, nullptr, &at2);
+// The state after step 2 (every rank's ranges assembled: what SaveCheckpointRanges writes)
+// resumed in the same layout: step 3 as the uninterrupted run's (`straight`, ending in
+// `straight_state`).
+void ExpectSameLayoutResumeIsBitwise(const Variant& v, const std::vector<RankRun>& straight,
+                                     const State& straight_state, const State& at2) {
+  State resumed_state;
   const auto resumed = Train(v, 3, 1, &at2, &resumed_state);
-  ASSERT_FALSE(HasFailure());
+  ASSERT_FALSE(::testing::Test::HasFailure());
   for (int r = 0; r < kRanks; ++r) {
 #ifdef COHORT_CUDA_EMULATED
     EXPECT_EQ(resumed[r].losses[0], straight[r].losses[2]) << v.name << " rank " << r;
@@ -327,12 +321,6 @@ TEST_P(CudaZeroResumeTest, SameLayoutResumeIsBitwise) {
   EXPECT_EQ(resumed_state.t, kSteps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, CudaZeroResumeTest,
-                         ::testing::Values(Variant{"zero2", 2, false},
-                                           Variant{"zero2_offload", 2, true},
-                                           Variant{"zero3", 3, false},
-                                           Variant{"zero3_offload_params", 3, true, true}),
-                         [](const auto& info) { return std::string(info.param.name); });
 
 // The CPU reference on one rank (ZeRO-0) stepping `steps` steps from `start`, each step the
 // two ranks' micro-batches (rank 0's, then rank 1's: the same mean loss). Returns the
@@ -506,15 +494,11 @@ TEST(CudaZeroTest, PiecesAreTheWholeBuffers) {
 #endif
 }
 
-class CudaZeroCheckpointTest : public ::testing::TestWithParam<Variant> {};
-
-TEST_P(CudaZeroCheckpointTest, MovesBetweenCudaZeroAndTheCpu) {
-  COHORT_SKIP_WITHOUT_TWO_GPUS();
-  const Variant zero = GetParam();
-  State at2, cpu_end;
-  const auto gpu = Train(zero, 1, kSteps, nullptr, nullptr);
-  Train(zero, 1, 2, nullptr, &at2);
-  ASSERT_FALSE(HasFailure());
+// `zero`'s state after step 2 resumes on the CPU on one rank (step 3 against `gpu`'s, the
+// uninterrupted run's), and the CPU's state after it resumes `zero` as it resumes CUDA DDP.
+void ExpectMovesBetweenCudaZeroAndTheCpu(const Variant& zero, const std::vector<RankRun>& gpu,
+                                         const State& at2) {
+  State cpu_end;
   ASSERT_EQ(at2.t, 2);
   const std::vector<double> cpu = CpuRun(3, 1, at2, &cpu_end);
   const double gpu_step3 = (gpu[0].losses[2] + gpu[1].losses[2]) / 2;
@@ -525,7 +509,7 @@ TEST_P(CudaZeroCheckpointTest, MovesBetweenCudaZeroAndTheCpu) {
   State z_end, d_end;
   const auto z = Train(zero, 4, 1, &cpu_end, &z_end);
   const auto d = Train(kDdp, 4, 1, &cpu_end, &d_end);
-  ASSERT_FALSE(HasFailure());
+  ASSERT_FALSE(::testing::Test::HasFailure());
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_LT(RelDiff(z[r].losses[0], d[r].losses[0]), 1e-5) << "rank " << r;
   }
@@ -533,9 +517,47 @@ TEST_P(CudaZeroCheckpointTest, MovesBetweenCudaZeroAndTheCpu) {
   EXPECT_EQ(z_end.t, 4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, CudaZeroCheckpointTest,
-                         ::testing::Values(Variant{"zero2", 2, false}, Variant{"zero3", 3, false}),
-                         [](const auto& info) { return std::string(info.param.name); });
+// One process per stage (the DDP run computed once in each, every variant's run shared by
+// its checks): each variant's 3 steps, with the state after step 2 taken midway, against
+// DDP; the same-layout resume from that state for the variants listed; and the move to the
+// CPU and back for the stage without offload (stages 2 and 3).
+struct StageCase {
+  const char* name;
+  std::vector<Variant> variants;
+  std::vector<bool> resume;  // per variant: resumed in the same layout from step 2
+  bool moves = false;        // variants[0] moves to the CPU and back
+};
+void PrintTo(const StageCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaZeroStageTest : public ::testing::TestWithParam<StageCase> {};
+
+TEST_P(CudaZeroStageTest, TrainsAsCudaDdpResumesAndMovesToTheCpu) {
+  COHORT_SKIP_WITHOUT_TWO_GPUS();
+  const StageCase& c = GetParam();
+  for (size_t i = 0; i < c.variants.size(); ++i) {
+    const Variant& v = c.variants[i];
+    SCOPED_TRACE(v.name);
+    State end, at2;
+    const std::vector<RankRun> runs = Train(v, 1, kSteps, nullptr, &end, &at2, 2);
+    ASSERT_FALSE(HasFailure());
+    ExpectTrainsAsCudaDdpWithItsFormulaOfBytes(v, runs, end);
+    if (c.resume[i]) ExpectSameLayoutResumeIsBitwise(v, runs, end, at2);
+    if (c.moves && i == 0) ExpectMovesBetweenCudaZeroAndTheCpu(v, runs, at2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Stages, CudaZeroStageTest,
+    ::testing::Values(
+        StageCase{"zero1", {Variant{"zero1", 1, false}, Variant{"zero1_offload", 1, true}},
+                  {false, false}},
+        StageCase{"zero2", {Variant{"zero2", 2, false}, Variant{"zero2_offload", 2, true}},
+                  {true, true}, true},
+        StageCase{"zero3",
+                  {Variant{"zero3", 3, false}, Variant{"zero3_offload", 3, true},
+                   Variant{"zero3_offload_params", 3, true, true}},
+                  {true, false, true}, true}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace cohort::engine

@@ -37,10 +37,11 @@ Result<void> CheckZero(const TrainConfig& c) {
     return FieldError("parallel.offload", "optimizer+params needs parallel.zero 3, got {}", p.zero);
   }
   if (c.device == "cuda" && (p.tensor > 1 || p.pipeline > 1)) {
-    if (p.zero > 0) {
+    if (p.zero > 2) {
       return FieldError("parallel.zero",
                         "{} with parallel.tensor {} x parallel.pipeline {} on train.device cuda is "
-                        "not built (the CUDA shard keeps its whole AdamW state; use parallel.zero 0)",
+                        "not built (the CUDA shard reads its whole bf16 parameters; use "
+                        "parallel.zero 0, 1 or 2)",
                         p.zero, p.tensor, p.pipeline);
     }
     if (p.offload != "none") {

@@ -109,6 +109,7 @@ ShardedDeviceGrads::~ShardedDeviceGrads() {
   for (cudaEvent_t e : written_) {
     if (e != nullptr) (void)cudaEventDestroy(e);
   }
+  for (cudaEvent_t e : submitted_) (void)cudaEventDestroy(e);
   if (add_stream_ != nullptr) (void)cudaStreamDestroy(add_stream_);
   for (float* p : {shard_, slots_[0], slots_[1], received_}) {
     if (p != nullptr) (void)cudaFree(p);
@@ -117,7 +118,7 @@ ShardedDeviceGrads::~ShardedDeviceGrads() {
 
 Result<std::unique_ptr<ShardedDeviceGrads>> ShardedDeviceGrads::Create(
     comm::Communicator* comm, const ZeroPartition& partition, size_t max_piece, int device,
-    cudaStream_t stream, SerialThread& thread) {
+    cudaStream_t stream, SerialThread& thread, bool caller_memory) {
   std::unique_ptr<ShardedDeviceGrads> g(
       new ShardedDeviceGrads(comm, partition, max_piece, device, stream, thread));
   COHORT_CUDA_CHECK(cudaSetDevice(device));
@@ -126,6 +127,7 @@ Result<std::unique_ptr<ShardedDeviceGrads>> ShardedDeviceGrads::Create(
       std::max<size_t>(1, n) * sizeof(float),
       fmt::format("the ZeRO gradient shard ({} values)", n), device)));
   for (float*& slot : g->slots_) {
+    if (caller_memory) break;
     slot = static_cast<float*>(COHORT_TRY(DeviceAlloc(
         g->max_piece_ * sizeof(float),
         fmt::format("a ZeRO gradient piece buffer ({} values)", g->max_piece_), device)));
@@ -156,6 +158,7 @@ Result<void> ShardedDeviceGrads::ZeroShard() {
 void ShardedDeviceGrads::Begin(bool final) {
   final_ = final;
   reported_ = 0;
+  submits_ = 0;
   oversize_ = false;
 }
 
@@ -177,14 +180,38 @@ Result<void> ShardedDeviceGrads::Done(size_t offset, size_t count) {
   reported_ += count;
   COHORT_CUDA_CHECK(cudaEventRecord(written_[slot], stream_));
   const bool final = final_;
-  slot_op_[slot] = thread_.Post(
-      [this, slot, offset, count, final] { return Reduce(slot, offset, count, final); });
+  slot_op_[slot] = thread_.Post([this, slot, offset, count, final] {
+    return Reduce(slots_[slot], written_[slot], offset, count, final);
+  });
   return {};
 }
 
-Result<void> ShardedDeviceGrads::Reduce(int slot, size_t offset, size_t count, bool final) {
-  COHORT_CUDA_CHECK(cudaEventSynchronize(written_[slot]));
-  const float* piece = slots_[slot];
+Result<void> ShardedDeviceGrads::Submit(const float* src, size_t offset, size_t count) {
+  if (slots_[0] != nullptr || count > max_piece_) {
+    oversize_ = oversize_ || count > max_piece_;
+    return Errorf(ErrorCode::kInternal,
+                  "ZeRO gradients: Submit of {} values (at most {}) on {} memory", count,
+                  max_piece_, slots_[0] != nullptr ? "piece-buffer" : "caller");
+  }
+  if (submits_ == submitted_.size()) {
+    cudaEvent_t e = nullptr;
+    COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    submitted_.push_back(e);
+  }
+  // Ops of earlier rounds are done (Finish drained them): the round's events are free.
+  cudaEvent_t written = submitted_[submits_++];
+  COHORT_CUDA_CHECK(cudaEventRecord(written, stream_));
+  reported_ += count;
+  const bool final = final_;
+  thread_.Post([this, src, written, offset, count, final] {
+    return Reduce(src, written, offset, count, final);
+  });
+  return {};
+}
+
+Result<void> ShardedDeviceGrads::Reduce(const float* piece, cudaEvent_t written, size_t offset,
+                                        size_t count, bool final) {
+  COHORT_CUDA_CHECK(cudaEventSynchronize(written));
   const size_t begin = partition_.begin(rank_), end = partition_.end(rank_);
   const size_t lo = std::min(std::max(offset, begin), end);
   const size_t hi = std::max(lo, std::min(offset + count, end));

@@ -32,6 +32,13 @@
 // piece after next (gpt_cuda.h), so an op waiting for a release never waits behind an op
 // that the training thread waits for.
 //
+// Caller memory (Create's `caller_memory`, the CUDA shard engine's ZeRO-2 inside a
+// tensor/pipeline layout, trainer/cuda_shard_engine.cc): the pieces already lie in a whole
+// gradient buffer the model accumulates into (a pipeline interleaves micro-batches, so a piece
+// is final only at its chunk's last backward of the step), and Submit posts the piece's
+// reduce-scatter straight from there, behind an event recorded on the compute stream: no
+// piece buffers (the device twin of zero_grads.h's Pieces::kCallerMemory).
+//
 // With the optimizer offloaded, the last micro-batch's round is final (Begin(true)): after a
 // piece's add, its part of the shard is handed to the FinalFn on the thread, which copies it
 // to the host while the backward goes on (the offloaded step starts from it).
@@ -100,11 +107,14 @@ class ShardedDeviceGrads final : public CudaGradSink {
  public:
   // `comm` (null: one rank) is the data group, partition.ranks == its size. `stream` is the
   // model's compute stream. Allocation failures name the bytes (kResourceExhausted).
+  // `caller_memory`: pieces come by Submit only (no piece buffers are allocated; max_piece
+  // bounds the receive buffer).
   static Result<std::unique_ptr<ShardedDeviceGrads>> Create(comm::Communicator* comm,
                                                             const ZeroPartition& partition,
                                                             size_t max_piece, int device,
                                                             cudaStream_t stream,
-                                                            SerialThread& thread);
+                                                            SerialThread& thread,
+                                                            bool caller_memory = false);
   ~ShardedDeviceGrads() override;
 
   // The shard to 0 on the compute stream (the step's first micro-batch).
@@ -118,6 +128,11 @@ class ShardedDeviceGrads final : public CudaGradSink {
   // CudaGradSink (training thread). Acquire waits until the buffer's last reduce is done.
   Result<float*> Acquire(size_t offset, size_t count) override;
   Result<void> Done(size_t offset, size_t count) override;
+  // Caller memory (training thread): gradient elements [offset, offset + count) lie at `src`
+  // (device memory, written by kernels queued on the compute stream so far, unchanged until
+  // Finish); their reduce-scatter waits for an event recorded now. kInternal for a piece
+  // above max_piece or on a model with piece buffers.
+  Result<void> Submit(const float* src, size_t offset, size_t count);
   // Waits until every piece of the round is in the shard: the first error, or kInternal if
   // the pieces did not cover the buffer exactly once or one exceeded max_piece.
   Result<void> Finish();
@@ -131,7 +146,9 @@ class ShardedDeviceGrads final : public CudaGradSink {
  private:
   ShardedDeviceGrads(comm::Communicator* comm, const ZeroPartition& partition, size_t max_piece,
                      int device, cudaStream_t stream, SerialThread& thread);
-  Result<void> Reduce(int slot, size_t offset, size_t count, bool final);  // the thread
+  // The thread: reduces `piece` (behind `written`) into the shard.
+  Result<void> Reduce(const float* piece, cudaEvent_t written, size_t offset, size_t count,
+                      bool final);
 
   comm::Communicator* comm_;
   const ZeroPartition partition_;
@@ -141,7 +158,7 @@ class ShardedDeviceGrads final : public CudaGradSink {
   cudaStream_t stream_;          // the model's
   SerialThread& thread_;
   float* shard_ = nullptr;       // device, size(r)
-  float* slots_[2] = {nullptr, nullptr};  // device, max_piece each
+  float* slots_[2] = {nullptr, nullptr};  // device, max_piece each (none: caller memory)
   float* received_ = nullptr;    // device, min(max_piece, size(r)); ranks > 1
   size_t scratch_bytes_ = 0;
   cudaEvent_t written_[2] = {nullptr, nullptr};  // behind each slot's kernels
@@ -149,6 +166,8 @@ class ShardedDeviceGrads final : public CudaGradSink {
   FinalFn final_fn_;              // set before the first round
   bool final_ = false;            // training thread; copied into each op
   uint64_t slot_op_[2] = {0, 0};  // training thread: the op that reads each slot
+  std::vector<cudaEvent_t> submitted_;  // caller memory: one per Submit of a round, reused
+  size_t submits_ = 0;                  // training thread: Submits this round
   int next_ = 0;                  // training thread
   size_t reported_ = 0;           // training thread
   bool oversize_ = false;         // training thread

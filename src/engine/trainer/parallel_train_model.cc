@@ -216,6 +216,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
   std::optional<GatherStats> gather_stats() const override { return engine_->gather_stats(); }
   size_t initial_values() const override { return initial_values_; }
   const ZeroOptimizer* zero() const override { return engine_->zero(); }
+  ZeroShape zero_shape() const override { return engine_->zero_shape(); }
 
   Result<std::vector<CheckpointRange>> CheckpointRanges(int replica, int replicas,
                                                         int64_t* adam_t) override {
@@ -225,7 +226,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     // With ZeRO each data rank writes the runs of its part of the shard, where its moments
     // are; without, the replicas take turns over the runs.
     const size_t lo = st.opt_begin;
-    const bool sharded = engine_->zero() != nullptr;
+    const bool sharded = engine_->zero_shape().stage > 0;
     if (sharded) runs = CutRuns(runs, lo, lo + st.m.size());
     const size_t first = sharded ? 0 : static_cast<size_t>(replica);
     const size_t step = sharded ? 1 : static_cast<size_t>(replicas);
@@ -245,7 +246,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
   // Rank 0 gets the logical state (the tests compare layouts with it; checkpoints are
   // written by range, CheckpointRanges).
   Result<void> StateForCheckpoint(CheckpointView& view) override {
-    if (engine_->zero()) {
+    if (engine_->zero_shape().stage > 0) {
       return MakeError(ErrorCode::kFailedPrecondition,
                        "ZeRO keeps part of the shard's AdamW state per data rank: checkpoints are "
                        "written by range (CheckpointRanges)");
@@ -466,9 +467,10 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& 
                                                                comm::Communicator& world,
                                                                comm::Communicator& host,
                                                                std::string* description,
-                                                               const ParallelStepOptions& step) {
-  auto make = [&](const ShardSpec& spec, TensorParallelGroup& tp, comm::Communicator*) {
-    return MakeCudaShardEngine(spec, tp, adamw, step.host_pipeline_messages);
+                                                               const ParallelStepOptions& step,
+                                                               int zero_stage) {
+  auto make = [&](const ShardSpec& spec, TensorParallelGroup& tp, comm::Communicator* data) {
+    return MakeCudaShardEngine(spec, tp, adamw, step.host_pipeline_messages, data, zero_stage);
   };
   return MakeParallelTrainModel(config, initial, layout, world, host, make, step, description);
 }

@@ -16,7 +16,8 @@
 //                     StateOnHost, Restore);
 //   the optimizer     AdamW or ZeRO 1-3 (parallel/zero.h) on the host; CudaAdamW
 //                     (model/cuda_adamw.h, the single-device CUDA model's fused update) over
-//                     the shard's float32 master parameters, then the bf16 copy refreshed.
+//                     the shard's float32 master parameters, then the bf16 copy refreshed
+//                     (ZeRO 1-2: over the data rank's part, the parts all-gathered).
 // Both clip with the global norm the caller computed (the norm a single rank computes).
 //
 // Threads: the training thread calls everything.
@@ -133,6 +134,12 @@ class ShardEngine {
   virtual TrainModel::ModelStateBytes state_bytes() const = 0;
   virtual std::optional<TrainModel::GatherStats> gather_stats() const { return std::nullopt; }
   virtual const ZeroOptimizer* zero() const { return nullptr; }
+  // The ZeRO stage and the data ranks it shards over (stage 0: none): zero()'s on the CPU,
+  // the CUDA engine's own.
+  virtual TrainModel::ZeroShape zero_shape() const {
+    if (const ZeroOptimizer* z = zero()) return {z->stage(), z->partition().ranks, false};
+    return {};
+  }
   // What this rank's state takes, for the log ("1.2 MB of ...").
   virtual std::string DescribeMemory() const = 0;
 };
@@ -187,11 +194,16 @@ Result<std::unique_ptr<ShardEngine>> MakeCpuShardEngine(const ShardSpec& spec,
 // gradients, bf16 copy and activations) with CudaAdamW. `tp`'s communicator must reach
 // device memory; it must outlive the engine. Pipeline messages are device memory, unless
 // `host_messages`: then they are host memory, copied to and from device buffers around each
-// call (the path before device-to-device sends; the same bits). kUnsatisfiable in a build
-// without CUDA; the model's and the allocation's errors otherwise.
+// call (the path before device-to-device sends; the same bits). `zero_stage` 1 or 2: ZeRO
+// over `data` (the data group of this position, reaching device memory; null or one rank:
+// no ZeRO), as cuda_shard_engine.cc describes; kInvalidArgument for stage 3 (not built on
+// CUDA layouts) or another. kUnsatisfiable in a build without CUDA; the model's and the
+// allocation's errors otherwise.
 Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
                                                          TensorParallelGroup& tp,
                                                          const AdamWConfig& adamw,
-                                                         bool host_messages = false);
+                                                         bool host_messages = false,
+                                                         comm::Communicator* data = nullptr,
+                                                         int zero_stage = 0);
 
 }  // namespace cohort::engine

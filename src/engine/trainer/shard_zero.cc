@@ -30,45 +30,60 @@ Result<std::unique_ptr<ShardZero>> ShardZero::Create(const GptShardLayout& layou
         *z->gather_comm_, partition, std::vector<float>(partition.size(data.rank())), piece,
         prefetch);
   }
-  z->backwards_.assign(layout.chunks.size(), 0);
   return z;
+}
+
+void ShardGradRounds::Begin(int microbatches) {
+  microbatches_ = microbatches;
+  std::fill(backwards_.begin(), backwards_.end(), 0);
+  deferred_.clear();
+}
+
+bool ShardGradRounds::HoldsTiedWte(size_t offset, size_t count) const {
+  // The CPU model reports wte as a piece of its own; the CUDA model's pieces hold it with wpe
+  // (the embedding piece) or with ln_f (the head piece).
+  const size_t wte = static_cast<size_t>(layout_.vocab_end - layout_.vocab_begin) *
+                     static_cast<size_t>(layout_.spec.config.n_embd);
+  auto overlaps = [&](size_t at) { return offset < at + wte && at < offset + count; };
+  for (size_t c = 0; c < layout_.chunks.size(); ++c) {
+    const ShardChunkSpec& spec = layout_.spec.chunks[c];
+    const ShardChunkOffsets& co = layout_.chunks[c];
+    if ((spec.embedding && overlaps(co.wte)) || (spec.head && overlaps(co.head_wte))) return true;
+  }
+  return false;
+}
+
+GradReadyFn ShardGradRounds::BackwardReady(int chunk, SubmitFn submit) {
+  if (chunk < 0 || chunk >= static_cast<int>(backwards_.size()) ||
+      ++backwards_[static_cast<size_t>(chunk)] != microbatches_) {
+    return {};
+  }
+  return [this, submit = std::move(submit)](size_t offset, size_t count) {
+    if (HoldsTiedWte(offset, count)) {
+      deferred_.push_back({offset, count});
+    } else {
+      submit(offset, count);
+    }
+  };
 }
 
 void ShardZero::BeginRound(int microbatches, bool forward_only) {
   if (params_) params_->BeginRound(microbatches * 2 + (forward_only ? 1 : 0));
   if (forward_only) return;
-  microbatches_ = microbatches;
-  std::fill(backwards_.begin(), backwards_.end(), 0);
-  deferred_.clear();
+  rounds_.Begin(microbatches);
   grads_->Begin();
 }
 
-bool ShardZero::IsTiedWte(size_t offset) const {
-  for (size_t c = 0; c < layout_.chunks.size(); ++c) {
-    const ShardChunkSpec& spec = layout_.spec.chunks[c];
-    const ShardChunkOffsets& co = layout_.chunks[c];
-    if ((spec.embedding && offset == co.wte) || (spec.head && offset == co.head_wte)) return true;
-  }
-  return false;
-}
-
 GradReadyFn ShardZero::BackwardReady(int chunk, std::span<const float> grads) {
-  if (chunk < 0 || chunk >= static_cast<int>(backwards_.size()) ||
-      ++backwards_[static_cast<size_t>(chunk)] != microbatches_) {
-    return {};
-  }
-  return [this, grads](size_t offset, size_t count) {
-    if (IsTiedWte(offset)) {
-      deferred_.push_back({offset, count});
-    } else {
-      grads_->Submit(grads.data() + offset, offset, count);
-    }
-  };
+  return rounds_.BackwardReady(chunk, [this, grads](size_t offset, size_t count) {
+    grads_->Submit(grads.data() + offset, offset, count);
+  });
 }
 
 Result<void> ShardZero::ReduceDataShards(std::span<const float> grads) {
-  for (const Deferred& d : deferred_) grads_->Submit(grads.data() + d.offset, d.offset, d.count);
-  deferred_.clear();
+  for (const ShardGradRounds::Piece& d : rounds_.TakeDeferred()) {
+    grads_->Submit(grads.data() + d.offset, d.offset, d.count);
+  }
   return grads_->Finish();
 }
 

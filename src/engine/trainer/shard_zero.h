@@ -20,12 +20,19 @@
 // (ShardTensor::counts_in_norm), summed over the data group in double (SumOverRanks); the
 // caller adds the model group's, giving the norm one rank computes.
 //
+// ShardGradRounds is the part the CUDA shard engine's ZeRO-2 shares (cuda_shard_engine.cc,
+// with ShardedDeviceGrads in caller memory, cuda_zero_pieces.h): which backward of a step is
+// each chunk's last, and which of its pieces are the tied wte copies that wait for the
+// embedding group's sum.
+//
 // Threads: the training thread calls everything; the two helpers run their own threads
 // (zero_grads.h, zero_params.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -37,6 +44,35 @@
 #include "engine/parallel/zero_params.h"
 
 namespace cohort::engine {
+
+class ShardGradRounds {
+ public:
+  explicit ShardGradRounds(const GptShardLayout& layout)
+      : layout_(layout), backwards_(layout.chunks.size(), 0) {}
+
+  // A training step of `microbatches` starts: the backward counts and the deferred pieces
+  // are reset.
+  void Begin(int microbatches);
+  // The function the model's Backward of `chunk` reports to: empty unless this is the
+  // chunk's last backward of the step; then each piece goes to `submit` as reported, except
+  // those holding a tied wte copy, kept for TakeDeferred.
+  using SubmitFn = std::function<void(size_t offset, size_t count)>;
+  GradReadyFn BackwardReady(int chunk, SubmitFn submit);
+  // The tied wte pieces of this step, in report order (cleared).
+  struct Piece {
+    size_t offset, count;
+  };
+  std::vector<Piece> TakeDeferred() { return std::exchange(deferred_, {}); }
+
+ private:
+  // Whether [offset, offset + count) overlaps a tied wte copy (the embedding's or the head's).
+  bool HoldsTiedWte(size_t offset, size_t count) const;
+
+  const GptShardLayout& layout_;
+  int microbatches_ = 0;
+  std::vector<int> backwards_;  // per chunk: backward passes this step
+  std::vector<Piece> deferred_;  // wte slices of this step, in report order
+};
 
 class ShardZero {
  public:
@@ -69,8 +105,7 @@ class ShardZero {
 
  private:
   ShardZero(const GptShardLayout& layout, comm::Communicator& data, const ZeroPartition& p)
-      : layout_(layout), data_(data), partition_(p) {}
-  bool IsTiedWte(size_t offset) const;
+      : layout_(layout), data_(data), partition_(p), rounds_(layout) {}
 
   const GptShardLayout& layout_;
   comm::Communicator& data_;
@@ -78,12 +113,7 @@ class ShardZero {
   std::unique_ptr<ShardedGradients> grads_;
   std::unique_ptr<comm::Communicator> gather_comm_;  // stage 3: the gathers' own
   std::unique_ptr<GatheredParams> params_;           // stage 3
-  int microbatches_ = 0;
-  std::vector<int> backwards_;  // per chunk: backward passes this step
-  struct Deferred {
-    size_t offset, count;
-  };
-  std::vector<Deferred> deferred_;  // wte slices of this step, in report order
+  ShardGradRounds rounds_;
 };
 
 }  // namespace cohort::engine

@@ -285,9 +285,12 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
 // split from it (unless step.host_pipeline_messages). `host` (the same ranks, host memory:
 // gloo, or `world` itself where that reaches host memory) carries the loss, the norm's sum,
 // the sampling logits, the checkpoint and export state, and the trainer's host collectives
-// (BroadcastHost/AllReduceHost on `world` go there). Both must outlive the model. No ZeRO.
-// kUnsatisfiable in a build without CUDA; the shard model's errors (gpt_shard_cuda.h: shapes
-// the CUDA kernels refuse) otherwise.
+// (BroadcastHost/AllReduceHost on `world` go there). Both must outlive the model.
+// zero_stage 1 or 2: ZeRO in the data-parallel group of this tensor/pipeline position (the
+// moments of part of the shard per data rank; 2 also the gradients, reduce-scattered during
+// each chunk's last backward: trainer/cuda_shard_engine.cc); stage 3 is kInvalidArgument
+// (not built on CUDA layouts). kUnsatisfiable in a build without CUDA; the shard model's
+// errors (gpt_shard_cuda.h: shapes the CUDA kernels refuse) otherwise.
 Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& config,
                                                                const InitialParams& initial,
                                                                const AdamWConfig& adamw,
@@ -295,7 +298,8 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& 
                                                                comm::Communicator& world,
                                                                comm::Communicator& host,
                                                                std::string* description,
-                                                               const ParallelStepOptions& step = {});
+                                                               const ParallelStepOptions& step = {},
+                                                               int zero_stage = 0);
 
 // True when this binary was built with the CUDA engine.
 bool CudaTrainingBuilt();

@@ -466,7 +466,7 @@ Result<void> Trainer::Impl::SetupModel() {
   if (layout.model_parallel() && gpu) {
     model = COHORT_TRY(MakeParallelCudaTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm,
-        host_comm ? *host_comm : *comm, &memory, step));
+        host_comm ? *host_comm : *comm, &memory, step, config.parallel.zero));
   } else if (layout.model_parallel()) {
     model = COHORT_TRY(MakeParallelCpuTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory,
@@ -512,12 +512,16 @@ Result<void> Trainer::Impl::SetupModel() {
     const TrainModel::ZeroShape z = model->zero_shape();
     const int zero_ranks = z.stage > 0 ? z.ranks : data_world;
     std::vector<std::string> parts;  // what the scratch is
-    if (!gpu && layout.model_parallel() && z.stage >= 2) {
-      parts.push_back("the shard's whole gradient buffer");  // trainer/shard_zero.h
+    if (layout.model_parallel() && z.stage >= 2) {
+      // trainer/shard_zero.h, cuda_shard_engine.cc
+      parts.push_back("the shard's whole gradient buffer");
     }
     if (!gpu) parts.push_back("gradient pieces");
+    if (gpu && layout.model_parallel() && z.stage >= 2) parts.push_back("a receive buffer");
     if (!gpu && z.stage == 3) parts.push_back("gathered parameters");
-    if (gpu && z.stage >= 2) parts.push_back("two gradient piece buffers and a receive buffer");
+    if (gpu && !layout.model_parallel() && z.stage >= 2) {
+      parts.push_back("two gradient piece buffers and a receive buffer");
+    }
     if (gpu && z.stage == 3) parts.push_back("two parameter gather buffers");
     if (gpu && z.offload) parts.push_back("the pinned gradient shard");
     const std::string scratch =
