@@ -389,8 +389,9 @@ api::Heartbeat Agent::BuildHeartbeat() {
   std::vector<TaskUsageSample> usage_samples;
   if (executor_) {
     auto snapshot = executor_->Snapshot();
-    // Each task by its shim's pid, and a Docker task's container init as its second root
-    // (proc_usage.h, container_root.h). The init's file is read with /proc below.
+    // Each task by its shim's pid, and a container task's init as its second root, whose
+    // PID namespace is the task's (proc_usage.h, container_root.h). The init's file is
+    // read with /proc below.
     TaskRoots roots;
     auto now = SteadyClock::now();
     const bool read_proc = now - usage_read_ >= std::chrono::seconds(1);
@@ -399,7 +400,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
       roots[s.pid] = {s.pid, 0};
       if (!read_proc || s.container_root_path.empty()) continue;
       if (auto init = ReadContainerRoot(s.container_root_path); init && !roots.contains(init->pid)) {
-        roots[init->pid] = {s.pid, init->start_ticks};
+        roots[init->pid] = {s.pid, init->start_ticks, /*namespace_init=*/true};
       }
     }
     // /proc is read at most once a second: heartbeats may be far more frequent (one per

@@ -234,6 +234,46 @@ TEST_F(Docker, ATasksCpuMemoryAndGpuMemoryCountForItAndCancelStopsTheContainer) 
   ExpectNothingLeft(c, id, t.init);
 }
 
+// A process started with `docker exec` is a child of containerd's shim, not of the
+// container's init, but lives in the container's PID namespace: its CPU, RSS and GPU
+// memory count for the task (agent/proc_usage.h, rule 3), and cancel ends it with the
+// container. The task itself only sleeps; the exec'd process holds 128 MiB and burns a
+// core, so the figures can only be reached by counting it.
+TEST_F(Docker, AProcessDockerExecdIntoATaskCountsForItAndEndsWithIt) {
+  LocalCluster c;
+  StartCluster(c, 1);
+  json job = c.Submit({{"command", {"sh", "-c", "echo GPUS=$CUDA_VISIBLE_DEVICES; echo DIR=$COHORT_SIMULATED_GPU_MEMORY_DIR; exec sleep 1000"}},
+                       {"gpus_per_node", 1},
+                       {"container", {{"image", image_}, {"runtime", "docker"}}}});
+  const int64_t id = job["id"];
+  Running t = WaitForTask(c, id, "DIR=");
+  ASSERT_FALSE(HasFailure());
+  const std::string marker = "cohort-docker-exec-" + std::to_string(getpid());
+  auto [rc, out] = RunTool({runtime_, "exec", "-d", FirstContainerOfJob(runtime_, c, id), "sh", "-c", kBurner, marker},
+                           c.dir());
+  ASSERT_EQ(rc, 0) << out;
+  int execd = 0;
+  ASSERT_TRUE(WaitUntil([&] { return (execd = FindProcess(marker, c.dir())) > 0; }, std::chrono::seconds(10)));
+
+  json u;
+  EXPECT_TRUE(WaitUntil([&] {
+    u = TaskUsage(c, id);
+    return u.is_object() && u.value("cpu_seconds", 0.0) >= 2 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
+  }, std::chrono::seconds(60))) << "the exec'd process's CPU and memory are not the task's: " << u.dump(2);
+  const int64_t bytes = int64_t{2} << 30;
+  RegisterGpuMemory(t, execd, bytes);
+  EXPECT_TRUE(WaitUntil([&] {
+    u = TaskUsage(c, id);
+    return u.is_object() && u.value("gpu_memory_bytes", int64_t{0}) == bytes;
+  }, std::chrono::seconds(20))) << "the exec'd process's GPU memory is not the task's: " << u.dump(2);
+
+  auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  ExpectNothingLeft(c, id, t.init);
+  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(execd); }, std::chrono::seconds(10)))
+      << "the exec'd process survived its task";
+}
+
 // The task's output reaches its log, its exit code the job; the container is gone after.
 TEST_F(Docker, LogsAndExitCodeComeThroughAndNoContainerIsLeft) {
   LocalCluster c;
