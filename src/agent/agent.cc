@@ -13,7 +13,9 @@
 #include <httplib.h>
 
 #include "agent/cdi.h"
+#include "agent/container.h"
 #include "agent/container_root.h"
+#include "agent/container_sweep.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
@@ -188,6 +190,7 @@ void Agent::StartThreads() {
   if (config_.image_max_unused_ms > 0 && !config_.container_runtimes.empty()) {
     prune_thread_ = std::thread([this] { PruneLoop(); });
   }
+  if (!config_.container_runtimes.empty()) sweep_thread_ = std::thread([this] { SweepLoop(); });
   LOG_INFO("agent {} ({} GPU(s), {} CPU(s)) serving {}, head {}", config_.name, gpus_.size(), config_.cpus, url_,
            config_.head_url);
 }
@@ -367,6 +370,42 @@ void Agent::PruneLoop() {
       LOG_INFO("image cache: removed {} ({}, {:.1f} MB), unused for {} or more", fmt::join(i.names, ","),
                i.id.substr(0, 12), i.size_bytes / 1e6, FormatDuration(config_.image_max_unused_ms));
     }
+  }
+}
+
+std::set<std::string> Agent::RunningContainerNames() const {
+  std::set<std::string> out;
+  if (Executor* ex = executor()) {
+    for (const auto& t : ex->Snapshot()) {
+      if (t.running) out.insert(ContainerName(config_.work_dir, t.key.job_id, t.key.attempt, t.key.rank));
+    }
+  }
+  return out;
+}
+
+void Agent::SweepLoop() {
+  ContainerSweeper::Options opts;
+  opts.runtimes = config_.container_runtimes;
+  opts.work_dir = config_.work_dir;
+  opts.running = [this] { return RunningContainerNames(); };
+  opts.timeout = Millis(30'000);  // Stop waits for a sweep under way
+  ContainerSweeper sweeper(std::move(opts));
+  const int64_t interval = config_.container_sweep_interval_ms;
+  for (bool due = true;; due = interval > 0) {
+    if (due) {
+      auto swept = sweeper.Sweep();
+      for (const auto& p : swept.problems) LOG_WARN("container sweep: {}", p);
+      for (const auto& r : swept.removed) {
+        LOG_INFO("container sweep: removed {}: no task of this agent runs in it (its shim died with an earlier run)",
+                 r);
+      }
+    }
+    MutexLock lock(mu_);
+    cv_.WaitFor(mu_, Millis(interval > 0 ? interval : 3'600'000), [this] {
+      mu_.AssertHeld();
+      return stopping_;
+    });
+    if (stopping_) return;
   }
 }
 
@@ -707,6 +746,7 @@ void Agent::Stop() {
   cv_.NotifyAll();
   health_checker_.reset();
   if (prune_thread_.joinable()) prune_thread_.join();
+  if (sweep_thread_.joinable()) sweep_thread_.join();
   if (loop_thread_.joinable()) loop_thread_.join();
   if (executor_) {
     executor_->StopAll(/*immediate=*/false);

@@ -274,6 +274,49 @@ TEST_F(Docker, AProcessDockerExecdIntoATaskCountsForItAndEndsWithIt) {
       << "the exec'd process survived its task";
 }
 
+// The agent and its task's shim are SIGKILLed together (a service stop that kills the
+// agent's whole process tree, the OOM killer): nobody is left to remove the container, the
+// Docker daemon's child, which keeps running. The agent restarted on its directory sweeps it
+// as it starts (agent/container_sweep.h); a container named for another agent (another
+// cluster's, on the same daemon) is left alone.
+TEST_F(Docker, AContainerLeftByAKilledAgentAndShimIsSweptWhenTheAgentRestarts) {
+  LocalCluster c;
+  StartCluster(c, 1);
+  json job = c.Submit({{"command", {"sh", "-c", "echo started=1; exec sleep 1000"}},
+                       {"container", {{"image", image_}, {"runtime", "docker"}}}});
+  const int64_t id = job["id"];
+  Running t = WaitForTask(c, id, "started=");
+  ASSERT_FALSE(HasFailure());
+  const std::string name = agent::ContainerName(c.dir() + "/node-a", id, 0, 0);
+  const std::string others = agent::ContainerName(c.dir() + "/another-cluster/node-a", id, 0, 0);
+  struct Remove {  // whatever happens, the other container goes at the end
+    std::string runtime, name, dir;
+    ~Remove() { RunTool({runtime, "rm", "--force", name}, dir); }
+  } remove_others{runtime_, others, c.dir()};
+  auto [rc, out] = RunTool({runtime_, "run", "-d", "--network=host", "--name", others, image_, "sleep", "1000"}, c.dir());
+  ASSERT_EQ(rc, 0) << out;
+  auto running = [&](const std::string& n) {
+    auto [ps_rc, names] = RunTool({runtime_, "ps", "--format", "{{.Names}}"}, c.dir());
+    return ps_rc == 0 && ("\n" + names).find("\n" + n + "\n") != std::string::npos;
+  };
+
+  const int shim = FindProcess("container-name " + name, c.dir());
+  ASSERT_GT(shim, 0) << "no shim runs the task";
+  kill(shim, SIGKILL);
+  c.agent("node-a").Signal(SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return !ProcessAlive(shim); }, std::chrono::seconds(10)));
+  ASSERT_TRUE(running(name)) << "the container did not outlive its shim: nothing to sweep";
+
+  c.StartAgent("node-a", 1, 16, {"--container-runtime", "docker=" + runtime_});
+  EXPECT_TRUE(WaitUntil([&] { return !running(name) && ContainersOf(c, id).find(name + " ") == std::string::npos; },
+                        std::chrono::seconds(30)))
+      << "the restarted agent left its container: " << ContainersOf(c, id);
+  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(t.init); }, std::chrono::seconds(10)))
+      << "the container's init survived";
+  EXPECT_TRUE(running(others)) << "another agent's container was swept";
+  EXPECT_NE(ReadFile(c.dir() + "/node-a.log").find("container sweep: removed docker " + name), std::string::npos);
+}
+
 // The task's output reaches its log, its exit code the job; the container is gone after.
 TEST_F(Docker, LogsAndExitCodeComeThroughAndNoContainerIsLeft) {
   LocalCluster c;
