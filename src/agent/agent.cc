@@ -442,6 +442,18 @@ api::Heartbeat Agent::BuildHeartbeat() {
         roots[init->pid] = {s.pid, init->start_ticks, /*namespace_init=*/true};
       }
     }
+    // Each running `cohort exec` command is a root of its task (exec_session.h).
+    if (read_proc && exec_sessions_) {
+      std::map<TaskKey, int> shim_of;
+      for (const auto& s : snapshot) {
+        if (s.running && s.pid > 0) shim_of[s.key] = s.pid;
+      }
+      for (const ExecRoot& r : exec_sessions_->Roots()) {
+        if (auto it = shim_of.find(r.key); it != shim_of.end() && !roots.contains(r.pid)) {
+          roots[r.pid] = {it->second, r.start_ticks};
+        }
+      }
+    }
     // /proc is read at most once a second: heartbeats may be far more frequent (one per
     // wave of starts and exits), and each read scans every process of the node. A task
     // started since the last read shows its use from the next one.

@@ -131,6 +131,18 @@ std::optional<int64_t> ProcStartTicks(int pid, std::string_view proc_root) {
   return st->start_ticks;
 }
 
+std::vector<int> SessionMembers(int session, std::string_view proc_root) {
+  std::vector<int> out;
+  if (session <= 1) return out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(std::string(proc_root), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] < '0' || name[0] > '9') continue;
+    if (auto st = ReadProcStat(it->path()); st && st->session == session) out.push_back(st->pid);
+  }
+  return out;
+}
+
 std::optional<uint64_t> ReadPidNamespace(std::string_view pid, std::string_view proc_root) {
   const std::string link = fmt::format("{}/{}/ns/pid", proc_root, pid);
   char buf[64];

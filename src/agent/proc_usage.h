@@ -108,6 +108,10 @@ TaskProcesses ReadTaskProcesses(const TaskRoots& roots, std::string_view proc_ro
 // read (another user's process, for an agent that is not root) or is malformed.
 std::optional<uint64_t> ReadPidNamespace(std::string_view pid, std::string_view proc_root = "/proc");
 
+// The processes of `proc_root` whose session is `session` (> 1), its leader included if it
+// lives; empty for any other session.
+std::vector<int> SessionMembers(int session, std::string_view proc_root = "/proc");
+
 // The start time (ProcStat::start_ticks) of the process `pid`; nullopt if there is none.
 std::optional<int64_t> ProcStartTicks(int pid, std::string_view proc_root = "/proc");
 
