@@ -9,7 +9,7 @@
 // not of the init) count too. Docker needs the root for the container's own processes as
 // well: `docker run` is only a client, and the container's init is a child of the Docker
 // daemon's containerd shim. The shim finds the init:
-//  - it asks the runtime (`docker inspect --format '{{.State.Pid}}' NAME`, by the name the
+//  - it asks the runtime (`RUNTIME container inspect --format '{{.State.Pid}}' NAME`, by the name the
 //    agent gave the container: container.h) in a child process, so its poll loop never
 //    waits on the daemon: 100 ms after the task starts, then backing off to every second,
 //    until an answer names a pid, and again whenever the init it published is gone while
@@ -68,7 +68,7 @@ bool WriteContainerRoot(const std::string& path, const ContainerRoot& root);
 // The root in `path`; nullopt when the file is missing or malformed.
 std::optional<ContainerRoot> ReadContainerRoot(const std::string& path);
 
-// The shim's search for its Docker container's init (above). It starts one inspect at a
+// The shim's search for its container's init (above). It starts one inspect at a
 // time as a child of the calling process, which reaps it and hands its status to
 // OnChildExit; its output goes to `root_path`.inspect.
 class ContainerRootFinder {
