@@ -314,7 +314,10 @@ TEST_F(Docker, AContainerLeftByAKilledAgentAndShimIsSweptWhenTheAgentRestarts) {
   EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(t.init); }, std::chrono::seconds(10)))
       << "the container's init survived";
   EXPECT_TRUE(running(others)) << "another agent's container was swept";
-  EXPECT_NE(ReadFile(c.dir() + "/node-a.log").find("container sweep: removed docker " + name), std::string::npos);
+  // Logged once the removal has returned, so after the container is gone.
+  EXPECT_TRUE(WaitUntil([&] {
+    return ReadFile(c.dir() + "/node-a.log").find("container sweep: removed docker " + name) != std::string::npos;
+  }, std::chrono::seconds(10))) << "the sweep did not say what it removed";
 }
 
 // The task's output reaches its log, its exit code the job; the container is gone after.
