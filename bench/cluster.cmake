@@ -22,3 +22,7 @@ add_dependencies(bench_job_arrays cohort)
 # The HTTP layer alone, plain against mTLS (issue 13's cost of security, without the head).
 add_executable(bench_http_server ${CMAKE_CURRENT_LIST_DIR}/http_server.cc)
 target_link_libraries(bench_http_server PRIVATE cohort_common)
+
+# The agent's /proc pass with and without a container's PID namespace to read (issue 18).
+add_executable(bench_proc_usage ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc)
+target_link_libraries(bench_proc_usage PRIVATE cohort_task_shim)

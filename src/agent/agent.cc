@@ -13,7 +13,9 @@
 #include <httplib.h>
 
 #include "agent/cdi.h"
+#include "agent/container.h"
 #include "agent/container_root.h"
+#include "agent/container_sweep.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
@@ -188,6 +190,7 @@ void Agent::StartThreads() {
   if (config_.image_max_unused_ms > 0 && !config_.container_runtimes.empty()) {
     prune_thread_ = std::thread([this] { PruneLoop(); });
   }
+  if (!config_.container_runtimes.empty()) sweep_thread_ = std::thread([this] { SweepLoop(); });
   LOG_INFO("agent {} ({} GPU(s), {} CPU(s)) serving {}, head {}", config_.name, gpus_.size(), config_.cpus, url_,
            config_.head_url);
 }
@@ -370,6 +373,42 @@ void Agent::PruneLoop() {
   }
 }
 
+std::set<std::string> Agent::RunningContainerNames() const {
+  std::set<std::string> out;
+  if (Executor* ex = executor()) {
+    for (const auto& t : ex->Snapshot()) {
+      if (t.running) out.insert(ContainerName(config_.work_dir, t.key.job_id, t.key.attempt, t.key.rank));
+    }
+  }
+  return out;
+}
+
+void Agent::SweepLoop() {
+  ContainerSweeper::Options opts;
+  opts.runtimes = config_.container_runtimes;
+  opts.work_dir = config_.work_dir;
+  opts.running = [this] { return RunningContainerNames(); };
+  opts.timeout = Millis(30'000);  // Stop waits for a sweep under way
+  ContainerSweeper sweeper(std::move(opts));
+  const int64_t interval = config_.container_sweep_interval_ms;
+  for (bool due = true;; due = interval > 0) {
+    if (due) {
+      auto swept = sweeper.Sweep();
+      for (const auto& p : swept.problems) LOG_WARN("container sweep: {}", p);
+      for (const auto& r : swept.removed) {
+        LOG_INFO("container sweep: removed {}: no task of this agent runs in it (its shim died with an earlier run)",
+                 r);
+      }
+    }
+    MutexLock lock(mu_);
+    cv_.WaitFor(mu_, Millis(interval > 0 ? interval : 3'600'000), [this] {
+      mu_.AssertHeld();
+      return stopping_;
+    });
+    if (stopping_) return;
+  }
+}
+
 void Agent::StartLeaseKeeper() {
   LeaseKeeper::Options opts;
   opts.path = config_.work_dir + "/tasks.lease";
@@ -389,8 +428,9 @@ api::Heartbeat Agent::BuildHeartbeat() {
   std::vector<TaskUsageSample> usage_samples;
   if (executor_) {
     auto snapshot = executor_->Snapshot();
-    // Each task by its shim's pid, and a Docker task's container init as its second root
-    // (proc_usage.h, container_root.h). The init's file is read with /proc below.
+    // Each task by its shim's pid, and a container task's init as its second root, whose
+    // PID namespace is the task's (proc_usage.h, container_root.h). The init's file is
+    // read with /proc below.
     TaskRoots roots;
     auto now = SteadyClock::now();
     const bool read_proc = now - usage_read_ >= std::chrono::seconds(1);
@@ -399,7 +439,19 @@ api::Heartbeat Agent::BuildHeartbeat() {
       roots[s.pid] = {s.pid, 0};
       if (!read_proc || s.container_root_path.empty()) continue;
       if (auto init = ReadContainerRoot(s.container_root_path); init && !roots.contains(init->pid)) {
-        roots[init->pid] = {s.pid, init->start_ticks};
+        roots[init->pid] = {s.pid, init->start_ticks, /*namespace_init=*/true};
+      }
+    }
+    // Each running `cohort exec` command is a root of its task (exec_session.h).
+    if (read_proc && exec_sessions_) {
+      std::map<TaskKey, int> shim_of;
+      for (const auto& s : snapshot) {
+        if (s.running && s.pid > 0) shim_of[s.key] = s.pid;
+      }
+      for (const ExecRoot& r : exec_sessions_->Roots()) {
+        if (auto it = shim_of.find(r.key); it != shim_of.end() && !roots.contains(r.pid)) {
+          roots[r.pid] = {it->second, r.start_ticks};
+        }
       }
     }
     // /proc is read at most once a second: heartbeats may be far more frequent (one per
@@ -706,6 +758,7 @@ void Agent::Stop() {
   cv_.NotifyAll();
   health_checker_.reset();
   if (prune_thread_.joinable()) prune_thread_.join();
+  if (sweep_thread_.joinable()) sweep_thread_.join();
   if (loop_thread_.joinable()) loop_thread_.join();
   if (executor_) {
     executor_->StopAll(/*immediate=*/false);

@@ -127,6 +127,9 @@ struct AgentConfig {
   // removed (checked every image_prune_interval_ms). 0: kept until removed on request.
   int64_t image_max_unused_ms = 0;
   int64_t image_prune_interval_ms = 600'000;
+  // Containers of this agent's tasks that no task runs any more are removed as the agent
+  // starts and then this often (container_sweep.h); 0: at the start only.
+  int64_t container_sweep_interval_ms = 60'000;
 };
 
 // `--container-runtime` values: "KIND=COMMAND" each (kind podman or docker), or the one
@@ -174,6 +177,11 @@ class Agent {
   std::vector<std::pair<std::string, std::string>> RunningImages() const EXCLUDES(mu_);
   // With --image-max-unused: prunes the image cache every image_prune_interval_ms until Stop.
   void PruneLoop() EXCLUDES(mu_);
+  // With a container runtime: removes the containers left behind (container_sweep.h) at
+  // once and then every container_sweep_interval_ms until Stop.
+  void SweepLoop() EXCLUDES(mu_);
+  // ContainerName of every task running now; any thread.
+  std::set<std::string> RunningContainerNames() const EXCLUDES(mu_);
 
   // ---- The heartbeat loop (loop thread; Stop calls HeartbeatOnce after joining it).
   void Loop() EXCLUDES(mu_);
@@ -217,6 +225,7 @@ class Agent {
   std::unique_ptr<HealthChecker> health_checker_;  // with --health-check; reset by Stop
   std::unique_ptr<ImageCache> images_;  // set by Start; thread-safe
   std::thread prune_thread_;            // with --image-max-unused; joined by Stop
+  std::thread sweep_thread_;            // with a container runtime; joined by Stop
   // Loop thread (built by Start; the head client is replaced at each registration and
   // when the heartbeat interval changes).
   api::Registration registration_;

@@ -8,10 +8,11 @@
 // monitor (conmon) and the container's processes reparented to the shim, a subreaper,
 // which kills them like any orphan of the task. Those processes (conmon, the container's
 // init and all it starts) descend from the shim, so their CPU, RSS and GPU memory count
-// for the task though they leave its session (proc_usage.h). Docker's container is the
-// Docker daemon's child instead: the shim finds its init by name and publishes it as the
-// task's second root (container_root.h), and stops it by name (task_shim.h,
-// --container-root). After the task, the shim removes the
+// for the task though they leave its session (proc_usage.h). For both runtimes the shim
+// finds the container's init by name and publishes it as the task's second root, whose PID
+// namespace is the task's, so processes started with `RUNTIME exec` count too
+// (container_root.h). Docker's container is the Docker daemon's child: the shim stops it by
+// name (task_shim.h, --container-detached). After the task, the shim removes the
 // container by name (ContainerRemoveArgv) so that no record or mount is left, and on the
 // runtime's own failure (exit 125: image missing and not pullable, bad flags) it records
 // the runtime's error line as the task's error (task_shim.h).

@@ -1,13 +1,15 @@
-// Docker task roots (issue 18): how a Docker container's processes are found to be its
-// task's, so that their CPU, RSS and GPU memory count for it (proc_usage.h) and
-// gpu_memory_enforce sees them (gpu/task_memory.h).
+// Container task roots (issue 18): how a container's processes are found to be its task's,
+// so that their CPU, RSS and GPU memory count for it (proc_usage.h) and gpu_memory_enforce
+// sees them (gpu/task_memory.h).
 //
-// Podman's monitor and the container's processes descend from the task's shim, whose tree
-// covers them. Docker's do not: `docker run` is only a client, and the container's init
-// is a child of the Docker daemon's containerd shim. So the task shim learns the
-// container's init and publishes it as its task's second root (task_shim.h,
-// --container-root):
-//  - it asks the runtime (`docker inspect --format '{{.State.Pid}}' NAME`, by the name the
+// The task shim learns the container's init and publishes it as its task's second root
+// (task_shim.h, --container-root), for Podman and Docker alike; the agent gives the task
+// every process of the init's PID namespace (proc_usage.h, rule 3), so processes started
+// with `docker exec` or `podman exec` (children of containerd's shim or of an exec conmon,
+// not of the init) count too. Docker needs the root for the container's own processes as
+// well: `docker run` is only a client, and the container's init is a child of the Docker
+// daemon's containerd shim. The shim finds the init:
+//  - it asks the runtime (`RUNTIME container inspect --format '{{.State.Pid}}' NAME`, by the name the
 //    agent gave the container: container.h) in a child process, so its poll loop never
 //    waits on the daemon: 100 ms after the task starts, then backing off to every second,
 //    until an answer names a pid, and again whenever the init it published is gone while
@@ -27,9 +29,8 @@
 // version, `/docker/ID` with cgroupfs and `docker-ID.scope` with systemd, and on rootless
 // mode), over matching containerd's shim by its command line (`-id ID`) and over reading
 // every process's /proc/PID/cgroup (another file per process per second on every node):
-// it costs one runtime call per container start and nothing per process, and it makes no
-// copy of the walk: the set of roots per task grows by one. Processes started by `docker
-// exec` descend from containerd's shim, not from the init, and are not counted.
+// it costs one runtime call per container start, and it makes no copy of the walk: the
+// set of roots per task grows by one.
 //
 // ContainerRootFinder is driven by the shim's single thread; the other functions are plain
 // and any thread may call them.
@@ -67,7 +68,7 @@ bool WriteContainerRoot(const std::string& path, const ContainerRoot& root);
 // The root in `path`; nullopt when the file is missing or malformed.
 std::optional<ContainerRoot> ReadContainerRoot(const std::string& path);
 
-// The shim's search for its Docker container's init (above). It starts one inspect at a
+// The shim's search for its container's init (above). It starts one inspect at a
 // time as a child of the calling process, which reaps it and hands its status to
 // OnChildExit; its output goes to `root_path`.inspect.
 class ContainerRootFinder {

@@ -18,6 +18,7 @@
 #include <future>
 #include <set>
 
+#include "agent/proc_usage.h"
 #include "common/log.h"
 #include "common/subprocess.h"
 
@@ -82,6 +83,17 @@ void WriteParts(std::initializer_list<const char*> parts) {
   }
 }
 
+// SIGKILLs every process of session `sid` (its command exited): a few rounds, for
+// processes forked while the first were being killed.
+void KillSession(int sid) {
+  for (int round = 0; round < 5; ++round) {
+    const std::vector<int> members = SessionMembers(sid);
+    if (members.empty()) return;
+    for (int pid : members) kill(pid, SIGKILL);
+    poll(nullptr, 0, 10);
+  }
+}
+
 }  // namespace
 
 struct ExecSessions::SpawnPlan {
@@ -105,6 +117,7 @@ struct ExecSessions::Session {
   int wake_fd = -1;  // eventfd: the session thread polls it
   // Under ExecSessions::mu_.
   pid_t pid = -1;
+  int64_t start_ticks = 0;  // the command's, read once it is forked
   std::string buffered;  // unacknowledged frames
   int64_t base = 0;      // stream offset of buffered[0]
   bool exited = false;
@@ -328,9 +341,12 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
   if (err_fd >= 0) SetNonBlocking(err_fd);
   if (in_fd >= 0) SetNonBlocking(in_fd);
   int pidfd = PidfdOpen(pid);
+  // The child is ours and unreaped: its pid is still its own.
+  const int64_t start_ticks = ProcStartTicks(pid).value_or(0);
   {
     MutexLock lock(mu_);
     s->pid = pid;
+    s->start_ticks = start_ticks;
   }
   {
     MutexLock lock(s->in_mu);
@@ -393,10 +409,12 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
     int st = 0;
     if (waitpid(pid, &st, WNOHANG) == pid) status = DecodeWaitStatus(st);
   }
-  // What the command left in its pipes (or terminal), then the rest of its group.
+  // What the command left in its pipes (or terminal), then the rest of its group and of its
+  // session (a session id is not reused while any process has it).
   read_some(out_fd, 'o', true);
   read_some(err_fd, 'e', true);
   kill(-pid, SIGKILL);
+  KillSession(pid);
   CloseFd(out_fd);
   CloseFd(err_fd);
   if (pidfd >= 0) close(pidfd);
@@ -407,11 +425,21 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
   {
     MutexLock lock(mu_);
     s->exited = true;
+    s->start_ticks = 0;
     s->exit_code = status->Code();
     s->last_used = SteadyClock::now();
   }
   cv_.NotifyAll();
   LOG_INFO("exec: session {} ended: {}", s->id.substr(0, 8), status->ToString());
+}
+
+std::vector<ExecRoot> ExecSessions::Roots() const {
+  std::vector<ExecRoot> out;
+  MutexLock lock(mu_);
+  for (const auto& [id, s] : sessions_) {
+    if (!s->exited && s->pid > 0 && s->start_ticks > 0) out.push_back({s->key, s->pid, s->start_ticks});
+  }
+  return out;
 }
 
 Result<std::shared_ptr<ExecSessions::Session>> ExecSessions::Find(const std::string& id, const TaskKey& key) {

@@ -18,7 +18,14 @@
 //
 // A session ends (its process group killed) when asked (ExecInput::close), when nobody read
 // or wrote for idle_timeout, when its task stops running (Options::task_running), and at
-// destruction. An ended session whose output was all read, or that nobody read for
+// destruction; once the command has exited, every process left in its session is killed
+// too (a job-control shell's background groups), whichever way it ended.
+//
+// The command belongs to its task (issue 18): Roots() gives each running command, with its
+// start time, for the agent to add to its task's roots (proc_usage.h), so the command, what
+// it starts and its session count in the task's CPU, RSS and GPU memory, and
+// gpu_memory_enforce sees them. A container task's command is the runtime's `exec` client;
+// what it starts in the container counts through the container's PID namespace. An ended session whose output was all read, or that nobody read for
 // idle_timeout after it ended, is forgotten.
 //
 // Threads: every public method may be called from any thread. Each session has one thread
@@ -34,6 +41,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "agent/executor.h"
 #include "api/exec.h"
@@ -48,6 +56,13 @@ struct ExecOutput {
   int64_t next_offset = 0;   // read from here next
   bool done = false;         // the command has exited and everything was read
   int exit_code = 0;         // when done: its exit status, or 128 + signal
+};
+
+// A running session's command, a root of its task (proc_usage.h).
+struct ExecRoot {
+  TaskKey key;
+  int pid = 0;
+  int64_t start_ticks = 0;  // ProcStat::start_ticks of pid
 };
 
 class ExecSessions {
@@ -82,6 +97,9 @@ class ExecSessions {
   // terminal) within a few seconds or kUnavailable, then eof, a resize, a close.
   // kFailedPrecondition for data to a session whose stdin is not open or has ended.
   Result<void> Write(const std::string& id, const TaskKey& key, const api::ExecInput& in) EXCLUDES(mu_);
+
+  // The commands running now, each with its task (above).
+  std::vector<ExecRoot> Roots() const EXCLUDES(mu_);
 
   // Sessions not yet forgotten (tests, metrics).
   int Count() const EXCLUDES(mu_);

@@ -212,9 +212,9 @@ Result<void> Executor::Launch(const TaskSpec& spec) {
   t.status.log_path = LogPath(spec.key);
   t.status.gpus = spec.gpus;
   t.status.cpus = spec.cpus;
-  // Docker's containers are not the shim's descendants: their init is found by name
-  // (container_root.h).
-  if (!spec.container_image.empty() && spec.container_runtime == "docker") {
+  // Every container's init is found by name and its PID namespace is the task's
+  // (container_root.h, proc_usage.h).
+  if (!spec.container_image.empty()) {
     t.status.container_root_path = ContainerRootPath(spec.key);
   }
   tasks_.emplace(spec.key, std::move(t));
@@ -397,7 +397,8 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
     c.command = spec.command;
     argv.insert(argv.end(), {"--container-runtime", c.runtime_command, "--container-name", c.name,
                              "--container-image", c.image});
-    if (c.runtime == "docker") argv.insert(argv.end(), {"--container-root", ContainerRootPath(key)});
+    argv.insert(argv.end(), {"--container-root", ContainerRootPath(key)});
+    if (c.runtime == "docker") argv.push_back("--container-detached");
     argv.push_back("--");
     auto run = ContainerRunArgv(c);
     argv.insert(argv.end(), run.begin(), run.end());

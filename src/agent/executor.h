@@ -93,8 +93,9 @@ struct TaskStatus {
   std::string log_path;
   std::vector<int> gpus;
   int cpus = 0;
-  // A Docker task: the file where its shim publishes the container's init, the task's
-  // second root (container_root.h); empty for every other task.
+  // A container task: the file where its shim publishes the container's init, the task's
+  // second root, whose PID namespace is the task's (container_root.h); empty for a bare
+  // task.
   std::string container_root_path;
 };
 

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -15,7 +14,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/subprocess.h"
+#include "agent/runtime_call.h"
 
 namespace cohort::agent {
 
@@ -145,37 +144,7 @@ void ImageCache::NoteStarted(const std::string& runtime, const std::string& imag
 }
 
 Result<std::string> ImageCache::RunCapture(const std::vector<std::string>& argv) const {
-  std::error_code ec;
-  std::filesystem::create_directories(scratch_dir_, ec);
-  static std::atomic<uint64_t> seq{0};
-  const std::string path = fmt::format("{}/images-{}-{}.out", scratch_dir_, getpid(), seq++);
-  SpawnOptions o;
-  o.argv = argv;
-  o.stdout_path = path;
-  o.stderr_path = path + ".err";
-  auto p = Subprocess::Spawn(o);
-  if (!p) return Errorf(ErrorCode::kNotFound, "{}", p.error().message);  // not installed here
-  auto st = p->WaitFor(kRuntimeTimeout);
-  auto read = [](const std::string& f) {
-    std::ifstream in(f);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  const std::string out = read(path), err = read(path + ".err");
-  std::filesystem::remove(path, ec);
-  std::filesystem::remove(path + ".err", ec);
-  if (!st) {
-    p->Signal(SIGKILL);
-    (void)p->Wait();
-    return Errorf(ErrorCode::kUnavailable, "`{}` did not finish within {}", fmt::join(argv, " "), FormatDuration(kRuntimeTimeout.count()));
-  }
-  if (!st->Success()) {
-    std::string line = err.substr(0, err.find('\n'));
-    return Errorf(ErrorCode::kUnavailable, "`{}` failed ({}): {}", fmt::join(argv, " "), st->ToString(),
-                  line.empty() ? "no message" : line.substr(0, 500));
-  }
-  return out;
+  return RunRuntimeCommand(argv, scratch_dir_, kRuntimeTimeout);
 }
 
 Result<std::vector<NodeImage>> ImageCache::List(const std::vector<std::pair<std::string, std::string>>& running) {

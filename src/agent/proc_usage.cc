@@ -8,7 +8,10 @@
 #include <fstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace cohort::agent {
 
@@ -72,6 +75,12 @@ std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const TaskRoots& 
       live[pid] = r.task;
     }
   }
+  // Rule 3: PID namespace -> task, for the live namespace roots whose namespace was read.
+  std::unordered_map<uint64_t, int> ns_task;
+  for (const auto& [pid, r] : roots) {
+    if (!r.namespace_init || !live.contains(pid)) continue;
+    if (const uint64_t ns = by_pid.at(pid)->pid_ns; ns != 0) ns_task.emplace(ns, r.task);
+  }
   // pid -> task, or 0: belongs to none (memoised, so the walk is linear in the processes).
   std::unordered_map<int, int> known;
   std::vector<int> chain;
@@ -96,6 +105,7 @@ std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const TaskRoots& 
     }
     for (int pid : chain) known[pid] = root;
     if (auto r = live.find(p.session); root == 0 && r != live.end()) root = r->second;
+    if (auto n = ns_task.find(p.pid_ns); root == 0 && p.pid_ns != 0 && n != ns_task.end()) root = n->second;
     if (root != 0) out[p.pid] = root;
   }
   return out;
@@ -121,6 +131,32 @@ std::optional<int64_t> ProcStartTicks(int pid, std::string_view proc_root) {
   return st->start_ticks;
 }
 
+std::vector<int> SessionMembers(int session, std::string_view proc_root) {
+  std::vector<int> out;
+  if (session <= 1) return out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(std::string(proc_root), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] < '0' || name[0] > '9') continue;
+    if (auto st = ReadProcStat(it->path()); st && st->session == session) out.push_back(st->pid);
+  }
+  return out;
+}
+
+std::optional<uint64_t> ReadPidNamespace(std::string_view pid, std::string_view proc_root) {
+  const std::string link = fmt::format("{}/{}/ns/pid", proc_root, pid);
+  char buf[64];
+  const ssize_t n = readlink(link.c_str(), buf, sizeof buf);
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof buf) return std::nullopt;
+  std::string_view target(buf, static_cast<size_t>(n));
+  if (!target.starts_with("pid:[") || !target.ends_with("]")) return std::nullopt;
+  target = target.substr(5, target.size() - 6);
+  uint64_t inode = 0;
+  auto [p, ec] = std::from_chars(target.data(), target.data() + target.size(), inode);
+  if (ec != std::errc() || p != target.data() + target.size() || inode == 0) return std::nullopt;
+  return inode;
+}
+
 TaskProcesses ReadTaskProcesses(const TaskRoots& roots, std::string_view proc_root) {
   TaskProcesses out;
   if (roots.empty()) return out;
@@ -132,6 +168,33 @@ TaskProcesses ReadTaskProcesses(const TaskRoots& roots, std::string_view proc_ro
     if (auto st = ReadProcStat(it->path())) procs.push_back(*st);
   }
   out.task_of = TasksOf(procs, roots);
+  // Rule 3 (proc_usage.h): the namespaces of the live namespace roots, each confirmed by
+  // the root's start time read after it, never the reader's own; then those of the
+  // processes the tree and the sessions left, each confirmed the same way.
+  const std::optional<uint64_t> own = ReadPidNamespace("self", proc_root);
+  std::unordered_set<uint64_t> wanted;
+  for (ProcStat& p : procs) {
+    auto r = roots.find(p.pid);
+    if (r == roots.end() || !r->second.namespace_init || p.pid <= 1 ||
+        (r->second.start_ticks != 0 && r->second.start_ticks != p.start_ticks)) {
+      continue;
+    }
+    const auto ns = ReadPidNamespace(std::to_string(p.pid), proc_root);
+    if (!ns || ns == own || ProcStartTicks(p.pid, proc_root) != p.start_ticks) continue;
+    p.pid_ns = *ns;
+    wanted.insert(*ns);
+  }
+  if (!wanted.empty()) {
+    bool found = false;
+    for (ProcStat& p : procs) {
+      if (p.pid_ns != 0 || out.task_of.contains(p.pid)) continue;
+      const auto ns = ReadPidNamespace(std::to_string(p.pid), proc_root);
+      if (!ns || !wanted.contains(*ns) || ProcStartTicks(p.pid, proc_root) != p.start_ticks) continue;
+      p.pid_ns = *ns;
+      found = true;
+    }
+    if (found) out.task_of = TasksOf(procs, roots);
+  }
   for (const ProcStat& p : procs) {
     auto t = out.task_of.find(p.pid);
     if (t == out.task_of.end()) continue;

@@ -1,26 +1,41 @@
 // Resource use of tasks, read from /proc.
 //
-// A task is named by its shim's pid. Its roots are its shim and, for a Docker task, its
-// container's init (container_root.h). A process belongs to the task when
-//  - its session is one of its roots: the shim calls setsid(), so the shim, the task and
-//    what it starts share the session whose id is the shim's pid (a container's init leads
-//    a session too); or
-//  - one of its roots is among its ancestors (parent pids): the shim is a child subreaper
-//    (task_shim.h), so every descendant of the task that leaves the session and is
-//    orphaned is reparented to the shim and stays in its tree; a container's PID namespace
-//    reparents its orphans to its init.
-// The second rule is what measures container tasks (container.h): Podman's monitor
-// (conmon) daemonizes into a session of its own and is reparented to the shim; the
-// container's init is conmon's child and leads another session, and every process of the
-// container descends from that init (the container's PID namespace reparents its orphans
-// to it). The tree is exact for any runtime whose monitor the task starts, needs no
-// runtime-specific flag, inspect call or pidfile, and does not depend on how the node's
-// cgroups are set up (v1 or v2, cgroupfs or systemd, rootful or rootless: the cgroup path
-// of a container differs in each). Docker's containers are children of the Docker
-// daemon's containerd shim, not of the task: the shim learns the container's init and it
-// becomes the task's second root (container_root.h), so one walk serves both runtimes.
-// A root other than the shim carries its start time: a pid that the root left and another
-// process took is no root (the shim, the agent's unreaped child, keeps its pid).
+// A task is named by its shim's pid. Its roots are its shim, the init of its container
+// (container_root.h: the shim of a Podman or Docker task publishes it) and the command of
+// each `cohort exec` session into it (exec_session.h). A process belongs to the task when
+//  1. one of its roots is among its ancestors (parent pids): the shim is a child subreaper
+//     (task_shim.h), so every descendant of the task that leaves the session and is
+//     orphaned is reparented to the shim and stays in its tree; a container's PID
+//     namespace reparents its orphans to its init; or
+//  2. its session is one of its roots: the shim calls setsid(), so the shim, the task and
+//     what it starts share the session whose id is the shim's pid (a container's init and
+//     an exec session's command lead sessions too); or
+//  3. it lives in the PID namespace of one of the task's container inits: every process of
+//     a container is in its PID namespace, whoever started it. `docker exec` and `podman
+//     exec` start theirs as children of containerd's shim or of an exec conmon, neither
+//     of them the task's nor below the container's init, so rules 1 and 2 miss them; they
+//     join the container's PID namespace (and its cgroup) through setns. The namespace
+//     is read as the inode of /proc/PID/ns/pid. Chosen over the container's cgroup, which
+//     exec'd processes join too, because the cgroup does not name the container on every
+//     node: rootless Podman on cgroup v1 (this development VM) runs containers in the
+//     caller's own cgroup, and the path differs with the cgroup driver and version; a
+//     container always has a PID namespace of its own (the executor never passes
+//     --pid=host), Podman's and Docker's alike, so one rule serves both runtimes.
+// Rule 1 is what measures a Podman container's own processes without rule 3 (conmon
+// daemonizes into a session of its own and is reparented to the shim; the container's
+// init is conmon's child), Docker's need the published init (its container is a child of
+// the Docker daemon's containerd shim).
+//
+// Races and reuse: a root other than the shim carries its start time, and a pid that the
+// root left and another process took is no root (the shim, the agent's unreaped child,
+// keeps its pid). A namespace is taken from a root only while the root lives: its start
+// time is read again after its namespace, so the inode belongs to a namespace alive at
+// that moment (an inode is reused only after its namespace is freed). A process is given
+// to a task by rule 3 only if its start time, read again after its namespace, is the one
+// its stat had: a pid that changed hands between the two reads is given to nobody. A
+// namespace root whose namespace is the reader's own (a file naming a host process) roots
+// nothing by rule 3. Rule 3 costs a readlink per process that rules 1 and 2 leave to no
+// task, and only in passes where some task has a container init.
 //
 // A task's use is the sum over its processes of CPU time (utime + stime, plus the
 // children's cutime + cstime, so processes that have already been reaped still count)
@@ -52,6 +67,7 @@ struct ProcStat {
   int session = 0;
   ProcUsage usage;
   int64_t start_ticks = 0;  // field 22: when the process started, clock ticks after boot
+  uint64_t pid_ns = 0;      // inode of its PID namespace (/proc/PID/ns/pid); 0: not read
 };
 std::optional<ProcStat> ParseProcStat(std::string_view line, long ticks_per_s, long page_bytes);
 
@@ -59,6 +75,9 @@ std::optional<ProcStat> ParseProcStat(std::string_view line, long ticks_per_s, l
 struct TaskRoot {
   int task = 0;             // the task it roots, named by its shim's pid
   int64_t start_ticks = 0;  // the root's ProcStat::start_ticks; 0: whatever process has the pid
+  // The init of a container's PID namespace: every process of that namespace is the
+  // task's (rule 3).
+  bool namespace_init = false;
 };
 using TaskRoots = std::map<int, TaskRoot>;  // root pid -> its root
 // Each task rooted at its shim alone: {shim, {shim, 0}} for every shim.
@@ -66,19 +85,32 @@ TaskRoots ShimRoots(const std::set<int>& shims);
 
 // Which task each of `procs` belongs to (the rules above): pid -> task, for the attributed
 // processes only. A root is its task's. A root whose start_ticks differ from the process
-// now at its pid, or whose pid is not in `procs`, roots nothing. A process that both rules
-// would give to different tasks (a task's descendant that joined another task's session:
-// it cannot, a session is joined only by its leader's descendants) goes to its nearest
-// ancestor root's. Roots are pids above 1: 0, which getsid() returns for a session whose
-// leader lies outside the pid namespace (a container), names no process and matches nothing.
+// now at its pid, or whose pid is not in `procs`, roots nothing. A process that rules 1
+// and 2 would give to different tasks (a task's descendant that joined another task's
+// session: it cannot, a session is joined only by its leader's descendants) goes to its
+// nearest ancestor root's; rule 3 attributes only what the first two leave, by the
+// ProcStat::pid_ns read for the namespace roots and for those processes (0 matches
+// nothing). Roots are pids above 1: 0, which getsid() returns for a session whose leader
+// lies outside the pid namespace (a container), names no process and matches nothing.
 std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const TaskRoots& roots);
 
 struct TaskProcesses {
   std::map<int, ProcUsage> usage;  // task -> summed usage; tasks with no process left are absent
   std::map<int, int> task_of;      // pid -> task, every attributed process
 };
-// One pass over `proc_root`: every process's stat, attributed to the tasks of `roots`.
+// One pass over `proc_root`: every process's stat, attributed to the tasks of `roots`; the
+// PID namespaces of namespace roots and of the processes rules 1 and 2 leave are read
+// (above) only when some namespace root lives.
 TaskProcesses ReadTaskProcesses(const TaskRoots& roots, std::string_view proc_root = "/proc");
+
+// The inode of the PID namespace of process `pid` ("self" too): the target of
+// PROC/PID/ns/pid, "pid:[INODE]". nullopt when the process is gone, the link cannot be
+// read (another user's process, for an agent that is not root) or is malformed.
+std::optional<uint64_t> ReadPidNamespace(std::string_view pid, std::string_view proc_root = "/proc");
+
+// The processes of `proc_root` whose session is `session` (> 1), its leader included if it
+// lives; empty for any other session.
+std::vector<int> SessionMembers(int session, std::string_view proc_root = "/proc");
 
 // The start time (ProcStat::start_ticks) of the process `pid`; nullopt if there is none.
 std::optional<int64_t> ProcStartTicks(int pid, std::string_view proc_root = "/proc");

@@ -57,10 +57,13 @@ struct ShimArgs {
   std::string container_runtime;
   std::string container_name;
   std::string container_image;
-  // --container-root: the runtime's containers are not the shim's descendants (Docker):
-  // the shim publishes the container's init there (container_root.h) and delivers SIGTERM
-  // to the container by its name.
+  // --container-root: the shim publishes the container's init there (container_root.h),
+  // so that every process of its PID namespace counts for the task (proc_usage.h).
   std::string container_root;
+  // --container-detached: the container is not the client's child (Docker): SIGTERM and
+  // the checkpoint signal reach it by its name, and a client killed before the container
+  // was seen running has its container looked for again (RemoveContainer).
+  bool container_detached = false;
   // --hold: an allocation's task (no command): the child enters the task's account and
   // directory and then only waits, until a signal ends it.
   bool hold = false;
@@ -99,6 +102,10 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
     }
     if (arg == "--hold") {
       a.hold = true;
+      continue;
+    }
+    if (arg == "--container-detached") {
+      a.container_detached = true;
       continue;
     }
     if (i + 1 >= argc) return Errorf(ErrorCode::kInvalidArgument, "{} needs a value", arg);
@@ -148,6 +155,9 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
   }
   if (!a.container_root.empty() && a.container_runtime.empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "--container-root needs --container-runtime");
+  }
+  if (a.container_detached && a.container_root.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "--container-detached needs --container-root");
   }
   return a;
 }
@@ -349,7 +359,7 @@ class TaskShim {
   // Reaps every exited child without blocking, the leader's status kept and the runtime
   // calls' handed to their owners. False once no child is left.
   bool ReapAvailable();
-  // A Docker task (--container-root): SIGTERM reaches the container by its name, retried
+  // A Docker task (--container-detached): SIGTERM reaches the container by its name, retried
   // while the container does not exist yet, never by killing the client that may be
   // creating it (which could leave it created or running with no one attached).
   void SignalContainerIfDue();
@@ -382,8 +392,8 @@ class TaskShim {
   WakeupLateness lateness_{kLatenessWindow};
   std::string fence_error_;
   std::string runtime_error_;  // a container runtime's own failure (FinishContainer)
-  // A Docker task's container: its init, found and published (container_root.h), and the
-  // SIGTERM due to it by name.
+  // A container task's init, found and published (container_root.h), and, for a Docker
+  // task, the SIGTERM due to its container by name.
   std::optional<ContainerRootFinder> root_finder_;
   bool container_seen_ = false;     // the finder has published an init at some point
   bool container_term_due_ = false;
@@ -514,7 +524,7 @@ void TaskShim::ReadChildFailure() {
 void TaskShim::SendTerm() {
   if (term_sent_) return;
   term_sent_ = true;
-  if (root_finder_) {
+  if (args_.container_detached) {
     container_term_due_ = true;
     container_term_at_ = SteadyClock::now();
     SignalContainerIfDue();
@@ -618,7 +628,7 @@ void TaskShim::HandleSignals() {
                                      sigabbrev_np(forward)));
         // A Docker client not yet attached would die of it (its signals are proxied only
         // once the container exists): the container gets it by name.
-        if (root_finder_) {
+        if (args_.container_detached) {
           SpawnContainerSignal(sigabbrev_np(forward));
         } else {
           killpg(task_, forward);
@@ -759,7 +769,7 @@ void TaskShim::RemoveContainer() {
   // the create after the removal above found nothing (measured on this VM: 1 leftover
   // "Created" container in 20 kills within 150 ms of `docker run`). Its request was sent
   // before the kill, so it lands within the daemon's latency: look again, bounded.
-  if (!root_finder_ || container_seen_ || DecodeWaitStatus(*leader_status_).signal == 0) return;
+  if (!args_.container_detached || container_seen_ || DecodeWaitStatus(*leader_status_).signal == 0) return;
   constexpr Millis kLookAgain{500};
   constexpr int kLooks = 4;
   for (int i = 0; i < kLooks; ++i) {
@@ -791,7 +801,8 @@ int ReportUsage(const Error& error) {
   fprintf(stderr,
           "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
           "[--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUP,...] "
-          "[--container-runtime CMD --container-name NAME --container-image IMAGE [--container-root FILE]] "
+          "[--container-runtime CMD --container-name NAME --container-image IMAGE [--container-root FILE "
+          "[--container-detached]]] "
           "(-- command [args...] | --hold)\n");
   return 2;
 }

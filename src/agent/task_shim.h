@@ -6,7 +6,7 @@
 // binary, CUDA libraries included) as `cohort-task-shim --log FILE --status FILE
 // --grace-ms N [--cwd DIR] [--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUPS]
 // [--container-runtime CMD --container-name NAME --container-image IMAGE [--container-root
-// FILE]] -- command args...` (or `--hold` in place of `-- command`: an allocation's task, api/step.h, whose
+// FILE [--container-detached]]] -- command args...` (or `--hold` in place of `-- command`: an allocation's task, api/step.h, whose
 // child enters the account and directory as a command's would, then only waits for the
 // signal that ends it: no user process runs, the task holds its GPUs for the steps), or,
 // without it, `cohort task-shim ...`, with the task's environment already in the shim's
@@ -54,14 +54,17 @@
 //    is missing from the node; and when the runtime was stopped, killed or failed, removes the
 //    container by name (`RUNTIME rm --force`, bounded), since its monitor and processes
 //    were killed as orphans and its record may remain;
-//  - with --container-root FILE (a Docker task: the container's processes are the Docker
-//    daemon's, not the shim's descendants): publishes the container's init in FILE for
-//    the agent's usage and GPU memory measures (container_root.h), delivers SIGTERM and
+//  - with --container-root FILE (every container task): publishes the container's init in
+//    FILE for the agent's usage and GPU memory measures (container_root.h: its PID
+//    namespace, `docker exec`'d and `podman exec`'d processes included, is the task's),
+//    and removes FILE after the task;
+//  - with --container-detached too (a Docker task: the container's processes are the
+//    Docker daemon's, not the shim's descendants): delivers SIGTERM and
 //    the checkpoint signal to the container by its name (`RUNTIME kill --signal`, the
 //    SIGTERM retried until the container exists: the client, still creating it, is never
 //    signalled, so no container is created or started after the task; SIGKILL after the
 //    grace, the agent's death or the lease still kill the client at once), and after the
-//    task removes FILE and, when the client was killed, the container by name (again
+//    task, when the client was killed, removes the container by name (again
 //    within 2 s when the client was killed before the container was seen running: its
 //    create may still be in flight at the daemon);
 //  - exits with the same code as `exit_code` (2 for a command line it cannot parse, in

@@ -4,11 +4,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <filesystem>
 
 #include <gtest/gtest.h>
 
 #include "agent/exec_session.h"
+#include "agent/proc_usage.h"
 
 namespace cohort::agent {
 namespace {
@@ -121,6 +124,59 @@ TEST_F(ExecSessionsTest, CloseAndTheTasksEndKillTheCommand) {
   ASSERT_TRUE(id.has_value());
   task_running = false;  // the sweeper ends sessions of tasks that stopped
   EXPECT_EQ(ReadToEnd(sessions, *id, TaskKey{7, 1, 0}).exit_code, 128 + SIGKILL);
+}
+
+// Issue 18: a running command is a root of its task (its start time with it), so it and what
+// it starts count for the task (proc_usage.h); when it exits, what is left of its session
+// goes too, a job-control shell's background job in a process group of its own included.
+TEST_F(ExecSessionsTest, ARunningCommandIsARootOfItsTaskAndItsSessionEndsWithIt) {
+  ExecSessions sessions({});
+  api::ExecRequest req;
+  req.command = {"sh", "-c", "set -m; sleep 300 & echo bg=$!; read l; echo done"};
+  req.tty = true;  // job control needs a terminal
+  req.stdin_open = true;
+  const TaskKey key{7, 1, 0};
+  auto id = sessions.Start(Target(dir_.string()), req);
+  ASSERT_TRUE(id.has_value()) << id.error().message;
+  std::string out;
+  int64_t offset = 0;
+  for (int i = 0; i < 100 && out.find("\n", out.find("bg=")) == std::string::npos; ++i) {
+    auto r = sessions.Read(*id, key, offset, 200ms);
+    ASSERT_TRUE(r.has_value());
+    auto frames = api::DecodeExecFrames(r->frames);
+    ASSERT_TRUE(frames.has_value());
+    for (const auto& f : *frames) out += f.data;
+    offset = r->next_offset;
+  }
+  const size_t at = out.find("bg=");
+  ASSERT_NE(at, std::string::npos) << out;
+  const pid_t bg = atoi(out.c_str() + at + 3);
+  ASSERT_GT(bg, 0);
+
+  auto roots = sessions.Roots();
+  ASSERT_EQ(roots.size(), 1u);
+  EXPECT_EQ(roots[0].key, key);
+  EXPECT_EQ(roots[0].start_ticks, ProcStartTicks(roots[0].pid).value_or(-1));
+  EXPECT_EQ(getsid(bg), roots[0].pid);
+  EXPECT_NE(getpgid(bg), roots[0].pid) << "the background job has a group of its own";
+  TaskRoots task;
+  task[roots[0].pid] = {4242, roots[0].start_ticks};
+  auto procs = ReadTaskProcesses(task);
+  EXPECT_EQ(procs.task_of[roots[0].pid], 4242);
+  EXPECT_EQ(procs.task_of[bg], 4242);
+
+  api::ExecInput in;
+  in.data = "x\n";
+  ASSERT_TRUE(sessions.Write(*id, key, in).has_value());
+  EXPECT_EQ(ReadToEnd(sessions, *id, key).exit_code, 0);
+  EXPECT_TRUE(sessions.Roots().empty());
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    gone = kill(bg, 0) != 0 && errno == ESRCH;
+    if (!gone) usleep(10'000);
+  }
+  EXPECT_TRUE(gone) << "the background job outlived its session's command";
+  if (!gone) kill(bg, SIGKILL);
 }
 
 TEST_F(ExecSessionsTest, AProgramThatCannotRunExits127SayingWhy) {

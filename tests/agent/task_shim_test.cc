@@ -197,6 +197,20 @@ TEST_F(TaskShimTest, BadCommandLineExits2) {
   EXPECT_FALSE(std::filesystem::exists(status_));
 }
 
+TEST_F(TaskShimTest, ContainerDetachedNeedsTheContainersRoot) {
+  SpawnOptions so;
+  so.argv = {COHORT_TEST_SHIM, kTaskShimCommand, "--log", log_, "--status", status_, "--grace-ms", "0",
+             "--container-runtime", "docker", "--container-name", "c1", "--container-image", "img",
+             "--container-detached", "--", "docker", "run"};
+  so.stdout_path = log_;
+  auto shim = Subprocess::Spawn(so);
+  ASSERT_TRUE(shim);
+  auto st = shim->Wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->exit_code, 2);
+  EXPECT_THAT(ReadFile(log_), HasSubstr("--container-detached needs --container-root"));
+}
+
 TEST_F(TaskShimTest, AnExpiredLeaseKillsTheTask) {
   ASSERT_NO_FATAL_FAILURE(WriteLease(200ms, 0ms));
   auto shim = StartLeasedShim();
@@ -247,7 +261,8 @@ TEST_F(TaskShimTest, NoAllowanceOutlivesTheDeadline) {
   EXPECT_THAT(KilledFor(*shim), HasSubstr("did not renew the task's lease for 1.0s ("));
 }
 
-// A Docker task (--container-root): the container is not the shim's descendant. A fake
+// A Docker task (--container-root, --container-detached): the container is not the shim's
+// descendant. A fake
 // runtime stands in for the Docker client and daemon: `run` waits for `go` (the client
 // creating the container), then starts the container's init in a PID namespace of its own
 // (unshare; a shell that exits on SIGTERM, as docker-init passes it on) and waits for it;
@@ -281,7 +296,7 @@ esac
   Result<Subprocess> StartDockerShim() {
     return StartShim({runtime_, "run"}, 20000, true,
                      {"--container-runtime", runtime_, "--container-name", "c1", "--container-image", "img",
-                      "--container-root", root_});
+                      "--container-root", root_, "--container-detached"});
   }
   int InitPid() { return atoi(ReadFile(tmp_.Sub("init.pid")).c_str()); }
 

@@ -1,4 +1,6 @@
 // Simulated GPU telemetry, fault injection, /proc usage parsing and the agent's metrics.
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <csignal>
 #include <unistd.h>
@@ -6,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -156,6 +159,12 @@ class FakeProc {
     std::ofstream(root_ / std::to_string(pid) / "status") << "Name:\tx\nPid:\t" << pid << "\nNSpid:\t" << nspids
                                                           << "\nThreads:\t1\n";
   }
+  // PROC/PID/ns/pid, a link to "pid:[INODE]" as the kernel shows it ("self" too).
+  void SetPidNs(const std::string& pid, uint64_t inode) {
+    std::filesystem::create_directories(root_ / pid / "ns");
+    std::filesystem::remove(root_ / pid / "ns" / "pid");
+    std::filesystem::create_symlink("pid:[" + std::to_string(inode) + "]", root_ / pid / "ns" / "pid");
+  }
   std::string path() const { return root_.string(); }
 
  private:
@@ -231,6 +240,185 @@ TEST(ProcUsageTest, ADockerTasksContainerInitIsItsSecondRoot) {
   roots.erase(70);
   roots[90] = {100, 5000};
   EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, client_only);
+}
+
+// Issue 18: `docker exec` and `podman exec` start their process as a child of
+// containerd's shim or of an exec conmon, in the container's PID namespace but below no
+// root of the task; the namespace of the task's container init makes it the task's (rule
+// 3, proc_usage.h). Shaped like `ps -eo pid,ppid,sid` with `readlink /proc/PID/ns/pid`.
+TEST(ProcUsageTest, ProcessesExecdIntoATasksContainerCountForIt) {
+  const long ticks = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+  constexpr uint64_t kHost = 4026531836, kTask = 4026532500, kOther = 4026532600;
+  FakeProc proc;
+  proc.SetPidNs("self", kHost);
+  proc.Add(1, "init", 0, 1, 0, 10);
+  proc.SetPidNs("1", kHost);
+  proc.Add(100, "cohort-task-shi", 1, 100, 0, 1);            // the task's shim
+  proc.Add(101, "docker", 100, 100, ticks, 40);               // `docker run`, only a client
+  proc.Add(60, "containerd-shim", 1, 50, 0, 5);               // the container's parent
+  proc.SetPidNs("60", kHost);
+  proc.Add(70, "docker-init", 60, 70, 0, 1, /*start=*/5000);  // the container's init
+  proc.SetPidNs("70", kTask);
+  proc.Add(71, "python", 70, 70, 40 * ticks, 1000);           // the container's work
+  proc.SetPidNs("71", kTask);
+  proc.Add(90, "burn", 60, 90, 7 * ticks, 200, 6000);          // `docker exec`'d: containerd's child
+  proc.SetPidNs("90", kTask);
+  proc.Add(91, "hold", 90, 91, 0, 500, 6001);                  // its child, a session of its own
+  proc.SetPidNs("91", kTask);
+  proc.Add(130, "conmon", 1, 130, 0, 3);                       // a `podman exec` session's monitor
+  proc.SetPidNs("130", kHost);
+  proc.Add(131, "sh", 130, 131, 3 * ticks, 20, 7000);          // `podman exec`'d into the container
+  proc.SetPidNs("131", kTask);
+  proc.Add(80, "docker-init", 60, 80, 9 * ticks, 77, 6000);    // another container, no task's
+  proc.SetPidNs("80", kOther);
+  proc.Add(81, "exec", 60, 81, 9 * ticks, 77, 6000);           // exec'd into that one
+  proc.SetPidNs("81", kOther);
+  proc.Add(300, "sshd", 1, 300, 5 * ticks, 400);               // nobody's
+  proc.SetPidNs("300", kHost);
+
+  TaskRoots roots = ShimRoots({100});
+  roots[70] = {100, 5000, /*namespace_init=*/true};
+  TaskProcesses t = ReadTaskProcesses(roots, proc.path());
+  const std::map<int, int> want = {{100, 100}, {101, 100}, {70, 100}, {71, 100},
+                                   {90, 100},  {91, 100},  {131, 100}};
+  EXPECT_EQ(t.task_of, want);
+  EXPECT_DOUBLE_EQ(t.usage[100].cpu_seconds, 51.0) << "client 1 + python 40 + burn 7 + podman exec'd 3";
+  EXPECT_EQ(t.usage[100].rss_bytes, (1 + 40 + 1 + 1000 + 200 + 500 + 20) * page);
+
+  // The same init as a plain root (no namespace): its tree only.
+  roots[70] = {100, 5000};
+  const std::map<int, int> tree = {{100, 100}, {101, 100}, {70, 100}, {71, 100}};
+  EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, tree);
+  // The init exited and its pid went to a later process: neither its tree nor its namespace.
+  roots[70] = {100, 4999, true};
+  const std::map<int, int> client_only = {{100, 100}, {101, 100}};
+  EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, client_only);
+  // A namespace root in the reader's own namespace (a root file naming a host process)
+  // gives the task its tree, never the host's every process.
+  roots.erase(70);
+  roots[60] = {100, 1, true};
+  const std::map<int, int> shim_tree = {{100, 100}, {101, 100}, {60, 100}, {70, 100}, {71, 100},
+                                        {90, 100},  {91, 100},  {80, 100},  {81, 100}};
+  EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, shim_tree);
+}
+
+// Rule 3 in the pure walk: only what the tree and the sessions leave, by the namespaces
+// that were read (0: not read, matches nothing).
+TEST(ProcUsageTest, TasksOfGivesANamespaceRootsNamespaceAfterTheTreeAndSessions) {
+  auto st = [](int pid, int ppid, int session, uint64_t ns) { return ProcStat{pid, ppid, session, {}, 1, ns}; };
+  const std::vector<ProcStat> procs = {st(10, 1, 10, 0),   st(20, 1, 20, 0),   st(30, 1, 30, 500),
+                                       st(31, 30, 30, 500), st(40, 1, 40, 500), st(41, 20, 20, 500),
+                                       st(42, 1, 42, 0),    st(43, 1, 43, 600)};
+  TaskRoots roots = ShimRoots({10, 20});
+  roots[30] = {10, 0, true};
+  // 40 by the namespace; 41 is in it too but below task 20's shim: the tree wins.
+  const std::map<int, int> want = {{10, 10}, {20, 20}, {30, 10}, {31, 10}, {40, 10}, {41, 20}};
+  EXPECT_EQ(TasksOf(procs, roots), want);
+  roots[30].namespace_init = false;
+  const std::map<int, int> tree = {{10, 10}, {20, 20}, {30, 10}, {31, 10}, {41, 20}};
+  EXPECT_EQ(TasksOf(procs, roots), tree);
+}
+
+TEST(ProcUsageTest, ReadsThePidNamespaceOfAProcess) {
+  FakeProc proc;
+  proc.SetPidNs("7", 4026532500);
+  EXPECT_EQ(ReadPidNamespace("7", proc.path()), 4026532500u);
+  EXPECT_EQ(ReadPidNamespace("8", proc.path()), std::nullopt) << "no such process";
+  std::filesystem::create_directories(proc.path() + "/9/ns");
+  std::filesystem::create_symlink("net:[4026532500]", proc.path() + "/9/ns/pid");
+  EXPECT_EQ(ReadPidNamespace("9", proc.path()), std::nullopt);
+  std::filesystem::create_directories(proc.path() + "/10/ns");
+  std::filesystem::create_symlink("pid:[12x]", proc.path() + "/10/ns/pid");
+  EXPECT_EQ(ReadPidNamespace("10", proc.path()), std::nullopt);
+  // The real /proc: this process and its child share a namespace.
+  auto self = ReadPidNamespace("self");
+  ASSERT_TRUE(self.has_value());
+  EXPECT_EQ(ReadPidNamespace(std::to_string(getpid())), self);
+}
+
+// The real /proc and real namespaces, as `docker exec` makes them: an init in a PID
+// namespace of its own, and a process that joins that namespace with setns() from outside
+// the init's tree. With the init as a namespace root, the joined process is the task's;
+// as a plain root, it is not.
+TEST(ProcUsageTest, AProcessThatJoinsARootsPidNamespaceIsItsTasks) {
+  if (getuid() != 0) GTEST_SKIP() << "creating a PID namespace needs root";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  // The "runtime": forks the namespace's init and waits.
+  pid_t runtime = fork();
+  ASSERT_GE(runtime, 0);
+  if (runtime == 0) {
+    if (unshare(CLONE_NEWPID) != 0) {
+      (void)!write(ready[1], "f", 1);
+      _exit(1);
+    }
+    pid_t init = fork();
+    if (init == 0) {
+      (void)!write(ready[1], "i", 1);
+      pause();
+      _exit(0);
+    }
+    waitpid(init, nullptr, 0);
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  if (c == 'f') {
+    waitpid(runtime, nullptr, 0);
+    GTEST_SKIP() << "cannot create a PID namespace here";
+  }
+  pid_t init = 0;
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 1000 && init == 0; ++i) {
+      std::ifstream(fmt::format("/proc/{}/task/{}/children", runtime, runtime)) >> init;
+      if (init == 0) usleep(1000);
+    }
+    return init > 0;
+  }());
+  // The "exec": joins the init's namespace from outside its tree; its child lives there.
+  pid_t exec = fork();
+  ASSERT_GE(exec, 0);
+  if (exec == 0) {
+    int fd = open(fmt::format("/proc/{}/ns/pid", init).c_str(), O_RDONLY);
+    if (fd < 0 || setns(fd, CLONE_NEWPID) != 0) {
+      (void)!write(ready[1], "f", 1);
+      _exit(1);
+    }
+    pid_t joined = fork();
+    if (joined == 0) {
+      (void)!write(ready[1], "j", 1);
+      pause();
+      _exit(0);
+    }
+    waitpid(joined, nullptr, 0);
+    _exit(0);
+  }
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  close(ready[1]);
+  ASSERT_EQ(c, 'j') << "cannot join the namespace";
+  pid_t joined = 0;
+  for (int i = 0; i < 1000 && joined == 0; ++i) {
+    std::ifstream(fmt::format("/proc/{}/task/{}/children", exec, exec)) >> joined;
+    if (joined == 0) usleep(1000);
+  }
+  ASSERT_GT(joined, 0);
+  const auto start = ProcStartTicks(init);
+  ASSERT_TRUE(start.has_value());
+
+  TaskRoots roots;
+  roots[init] = {init, *start, /*namespace_init=*/true};
+  auto t = ReadTaskProcesses(roots);
+  EXPECT_EQ(t.task_of[init], init);
+  EXPECT_EQ(t.task_of[joined], init) << "the process exec'd into the namespace is the task's";
+  EXPECT_FALSE(t.task_of.contains(exec)) << "the exec's parent stays in the host's namespace";
+  EXPECT_FALSE(t.task_of.contains(getpid()));
+  roots[init].namespace_init = false;
+  EXPECT_FALSE(ReadTaskProcesses(roots).task_of.contains(joined));
+
+  kill(init, SIGKILL);  // the namespace's init: its death ends every process in it
+  waitpid(runtime, nullptr, 0);
+  waitpid(exec, nullptr, 0);
 }
 
 TEST(ContainerRootTest, ParsesTheInspectAnswer) {

@@ -219,6 +219,55 @@ TEST_F(Containers, AContainerTasksCpuMemoryAndGpuMemoryCountForTheTask) {
   EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30))) << ContainersOf(c, id);
 }
 
+// A process started with `podman exec` is a child of an exec session's conmon, not of the
+// container's init nor of the task's shim, but lives in the container's PID namespace: its
+// CPU, RSS and GPU memory count for the task (agent/proc_usage.h, rule 3), and cancel ends
+// it with the container. The task itself only sleeps; the exec'd process holds 128 MiB and
+// burns a core, so the figures can only be reached by counting it.
+TEST_F(Containers, AProcessPodmanExecdIntoATaskCountsForItAndEndsWithIt) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  json job = c.Submit({{"command", {"sh", "-c", "echo GPUS=$CUDA_VISIBLE_DEVICES; echo DIR=$COHORT_SIMULATED_GPU_MEMORY_DIR; exec sleep 1000"}},
+                       {"gpus_per_node", 1},
+                       {"container", {{"image", image_}}}});
+  const int64_t id = job["id"];
+  c.WaitForState(id, "RUNNING", std::chrono::seconds(30));
+  ASSERT_TRUE(WaitUntil([&] { return c.Logs(id, 0).find("DIR=") != std::string::npos; }, std::chrono::seconds(60)))
+      << c.Logs(id, 0);
+  auto env = ParseEnvLines(c.Logs(id, 0));
+  const std::string name = FirstContainerOfJob("podman", c, id);
+  ASSERT_FALSE(name.empty());
+  const std::string marker = "cohort-podman-exec-" + std::to_string(getpid());
+  auto [rc, out] = RunTool({"podman", "exec", "-d", name, "sh", "-c", kBurner, marker}, c.dir());
+  ASSERT_EQ(rc, 0) << out;
+  int execd = 0;
+  ASSERT_TRUE(WaitUntil([&] { return (execd = FindProcess(marker, c.dir())) > 0; }, std::chrono::seconds(10)));
+
+  auto usage = [&] {
+    json j = c.Job(id);
+    return j.contains("tasks_usage") && j["tasks_usage"].size() == 1 ? j["tasks_usage"][0] : json();
+  };
+  json u;
+  EXPECT_TRUE(WaitUntil([&] {
+    u = usage();
+    return u.is_object() && u.value("cpu_seconds", 0.0) >= 2 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
+  }, std::chrono::seconds(60))) << "the exec'd process's CPU and memory are not the task's: " << u.dump(2);
+  const int64_t bytes = int64_t{2} << 30;
+  std::ofstream(env["DIR"] + "/" + std::to_string(execd)) << env["GPUS"] << " " << bytes << "\n";
+  EXPECT_TRUE(WaitUntil([&] {
+    u = usage();
+    return u.is_object() && u.value("gpu_memory_bytes", int64_t{0}) == bytes;
+  }, std::chrono::seconds(20))) << "the exec'd process's GPU memory is not the task's: " << u.dump(2);
+
+  auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_TRUE(WaitUntil([&] { return ContainersOf(c, id).empty(); }, std::chrono::seconds(30))) << ContainersOf(c, id);
+  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(execd); }, std::chrono::seconds(10)))
+      << "the exec'd process survived its task";
+}
+
 TEST_F(Containers, AMissingImageFailsTheJobWithItsReason) {
   LocalCluster c;
   c.StartHead();

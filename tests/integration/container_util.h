@@ -1,5 +1,6 @@
 // Helpers of the container tests (container_test.cc with Podman, docker_test.cc with
-// Docker): running the runtime's command line and finding a job's containers.
+// Docker): running the runtime's command line, finding a job's containers and the host
+// pid of a process started into one.
 #pragma once
 
 #include <sstream>
@@ -39,6 +40,24 @@ inline std::string ContainersOfJob(const std::string& runtime, const LocalCluste
     if (line.starts_with(prefix)) mine += line + " ";
   }
   return mine;
+}
+
+// `sh -c BURNER marker`: holds 128 MiB in the shell and burns a core; `marker`, its $0,
+// names it on the host's command lines (FindProcess).
+inline const std::string kBurner =
+    "x=$(head -c 134217728 /dev/zero | tr '\\0' a); while :; do :; done";
+
+// The host pid of the oldest process whose command line contains `marker` (pgrep -o -f),
+// 0 if none.
+inline int FindProcess(const std::string& marker, const std::string& dir) {
+  auto [rc, out] = RunTool({"pgrep", "-o", "-f", marker}, dir);
+  return rc == 0 ? atoi(out.c_str()) : 0;
+}
+
+// The first container of job `id` of `c`'s agent node-a (ContainersOfJob), empty if none.
+inline std::string FirstContainerOfJob(const std::string& runtime, const LocalCluster& c, int64_t id) {
+  std::string names = ContainersOfJob(runtime, c, id);
+  return names.substr(0, names.find(' '));
 }
 
 }  // namespace cohort::testing

@@ -234,6 +234,92 @@ TEST_F(Docker, ATasksCpuMemoryAndGpuMemoryCountForItAndCancelStopsTheContainer) 
   ExpectNothingLeft(c, id, t.init);
 }
 
+// A process started with `docker exec` is a child of containerd's shim, not of the
+// container's init, but lives in the container's PID namespace: its CPU, RSS and GPU
+// memory count for the task (agent/proc_usage.h, rule 3), and cancel ends it with the
+// container. The task itself only sleeps; the exec'd process holds 128 MiB and burns a
+// core, so the figures can only be reached by counting it.
+TEST_F(Docker, AProcessDockerExecdIntoATaskCountsForItAndEndsWithIt) {
+  LocalCluster c;
+  StartCluster(c, 1);
+  json job = c.Submit({{"command", {"sh", "-c", "echo GPUS=$CUDA_VISIBLE_DEVICES; echo DIR=$COHORT_SIMULATED_GPU_MEMORY_DIR; exec sleep 1000"}},
+                       {"gpus_per_node", 1},
+                       {"container", {{"image", image_}, {"runtime", "docker"}}}});
+  const int64_t id = job["id"];
+  Running t = WaitForTask(c, id, "DIR=");
+  ASSERT_FALSE(HasFailure());
+  const std::string marker = "cohort-docker-exec-" + std::to_string(getpid());
+  auto [rc, out] = RunTool({runtime_, "exec", "-d", FirstContainerOfJob(runtime_, c, id), "sh", "-c", kBurner, marker},
+                           c.dir());
+  ASSERT_EQ(rc, 0) << out;
+  int execd = 0;
+  ASSERT_TRUE(WaitUntil([&] { return (execd = FindProcess(marker, c.dir())) > 0; }, std::chrono::seconds(10)));
+
+  json u;
+  EXPECT_TRUE(WaitUntil([&] {
+    u = TaskUsage(c, id);
+    return u.is_object() && u.value("cpu_seconds", 0.0) >= 2 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
+  }, std::chrono::seconds(60))) << "the exec'd process's CPU and memory are not the task's: " << u.dump(2);
+  const int64_t bytes = int64_t{2} << 30;
+  RegisterGpuMemory(t, execd, bytes);
+  EXPECT_TRUE(WaitUntil([&] {
+    u = TaskUsage(c, id);
+    return u.is_object() && u.value("gpu_memory_bytes", int64_t{0}) == bytes;
+  }, std::chrono::seconds(20))) << "the exec'd process's GPU memory is not the task's: " << u.dump(2);
+
+  auto r = c.client().Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  ExpectNothingLeft(c, id, t.init);
+  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(execd); }, std::chrono::seconds(10)))
+      << "the exec'd process survived its task";
+}
+
+// The agent and its task's shim are SIGKILLed together (a service stop that kills the
+// agent's whole process tree, the OOM killer): nobody is left to remove the container, the
+// Docker daemon's child, which keeps running. The agent restarted on its directory sweeps it
+// as it starts (agent/container_sweep.h); a container named for another agent (another
+// cluster's, on the same daemon) is left alone.
+TEST_F(Docker, AContainerLeftByAKilledAgentAndShimIsSweptWhenTheAgentRestarts) {
+  LocalCluster c;
+  StartCluster(c, 1);
+  json job = c.Submit({{"command", {"sh", "-c", "echo started=1; exec sleep 1000"}},
+                       {"container", {{"image", image_}, {"runtime", "docker"}}}});
+  const int64_t id = job["id"];
+  Running t = WaitForTask(c, id, "started=");
+  ASSERT_FALSE(HasFailure());
+  const std::string name = agent::ContainerName(c.dir() + "/node-a", id, 0, 0);
+  const std::string others = agent::ContainerName(c.dir() + "/another-cluster/node-a", id, 0, 0);
+  struct Remove {  // whatever happens, the other container goes at the end
+    std::string runtime, name, dir;
+    ~Remove() { RunTool({runtime, "rm", "--force", name}, dir); }
+  } remove_others{runtime_, others, c.dir()};
+  auto [rc, out] = RunTool({runtime_, "run", "-d", "--network=host", "--name", others, image_, "sleep", "1000"}, c.dir());
+  ASSERT_EQ(rc, 0) << out;
+  auto running = [&](const std::string& n) {
+    auto [ps_rc, names] = RunTool({runtime_, "ps", "--format", "{{.Names}}"}, c.dir());
+    return ps_rc == 0 && ("\n" + names).find("\n" + n + "\n") != std::string::npos;
+  };
+
+  const int shim = FindProcess("container-name " + name, c.dir());
+  ASSERT_GT(shim, 0) << "no shim runs the task";
+  kill(shim, SIGKILL);
+  c.agent("node-a").Signal(SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return !ProcessAlive(shim); }, std::chrono::seconds(10)));
+  ASSERT_TRUE(running(name)) << "the container did not outlive its shim: nothing to sweep";
+
+  c.StartAgent("node-a", 1, 16, {"--container-runtime", "docker=" + runtime_});
+  EXPECT_TRUE(WaitUntil([&] { return !running(name) && ContainersOf(c, id).find(name + " ") == std::string::npos; },
+                        std::chrono::seconds(30)))
+      << "the restarted agent left its container: " << ContainersOf(c, id);
+  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(t.init); }, std::chrono::seconds(10)))
+      << "the container's init survived";
+  EXPECT_TRUE(running(others)) << "another agent's container was swept";
+  // Logged once the removal has returned, so after the container is gone.
+  EXPECT_TRUE(WaitUntil([&] {
+    return ReadFile(c.dir() + "/node-a.log").find("container sweep: removed docker " + name) != std::string::npos;
+  }, std::chrono::seconds(10))) << "the sweep did not say what it removed";
+}
+
 // The task's output reaches its log, its exit code the job; the container is gone after.
 TEST_F(Docker, LogsAndExitCodeComeThroughAndNoContainerIsLeft) {
   LocalCluster c;

@@ -149,6 +149,45 @@ TEST(Exec, RunsBesideTheTaskInItsEnvironmentWithItsExitCode) {
   EXPECT_NE(r.errors.find("is SUCCEEDED: cannot exec"), std::string::npos) << r.errors;
 }
 
+// Issue 18: what `cohort exec` starts beside a bare task is the task's: its CPU and RSS
+// count in the task's usage, and cancelling the job ends it. The task only waits; the
+// exec'd command holds 128 MiB and burns a core, so the figures can only be reached by
+// counting it.
+TEST(Exec, ACommandExecdIntoATaskCountsInItsUsageAndEndsWithIt) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const std::string gate = c.dir() + "/gate";
+  const std::string job = std::to_string(StartWaitingJob(c, gate));
+  const std::string marker = "cohort-exec-usage-" + std::to_string(getpid());
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "--head", c.url(), "exec", job, "--", "sh", "-c",
+            "x=$(head -c 134217728 /dev/zero | tr '\\0' a); while :; do :; done", marker};
+  o.stdout_path = c.dir() + "/exec.out";
+  auto cli = Subprocess::Spawn(o);
+  ASSERT_TRUE(cli.has_value()) << cli.error().message;
+  auto execd = [&] { return ProcessRunning({"sh", "-c", o.argv[8], marker}); };
+  ASSERT_TRUE(WaitUntil(execd, 20s)) << ReadFile(o.stdout_path);
+
+  json u;
+  EXPECT_TRUE(WaitUntil([&] {
+    json j = c.Job(std::stoll(job));
+    u = j.contains("tasks_usage") && j["tasks_usage"].size() == 1 ? j["tasks_usage"][0] : json();
+    return u.is_object() && u.value("cpu_seconds", 0.0) >= 2 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
+  }, 60s)) << "the exec'd command's CPU and memory are not the task's: " << u.dump(2);
+
+  auto r = c.client().Post("/v1/jobs/" + job + "/cancel", json::object());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_TRUE(WaitUntil([&] { return !execd(); }, 20s)) << "the exec'd command outlived its task";
+  auto st = cli->WaitFor(20s);
+  EXPECT_TRUE(st.has_value()) << "cohort exec did not end with its task";
+  if (!st) {
+    cli->Signal(SIGKILL);
+    (void)cli->Wait();
+  }
+}
+
 TEST(Exec, AttachOpensATerminalIntoTheTask) {
   LocalCluster c;
   c.StartHead();
