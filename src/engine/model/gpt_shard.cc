@@ -287,24 +287,33 @@ ShardChunkPieces ShardParamPieces(const GptShardLayout& layout, int chunk) {
   const size_t C = static_cast<size_t>(layout.spec.config.n_embd);
   ShardChunkPieces p;
   if (spec.embedding) {
-    p.embeddings = {co.begin, !co.blocks.empty() ? co.blocks[0].begin
-                              : spec.head        ? co.ln_f_w
-                                                 : co.end};
+    p.wte = {co.wte, co.wpe};
+    p.wpe = {co.wpe, !co.blocks.empty() ? co.blocks[0].begin
+                     : spec.head        ? co.ln_f_w
+                                        : co.end};
   }
   if (spec.head) {
     p.ln_f = {co.ln_f_w, co.ln_f_w + 2 * C};
-    p.head_wte = spec.embedding ? p.embeddings : ShardPiece{co.head_wte, co.end};
+    p.head_wte = spec.embedding ? p.wte : ShardPiece{co.head_wte, co.end};
   }
   return p;
 }
 
-size_t MaxShardPiece(const GptShardLayout& layout) {
-  size_t most = 1;
+std::vector<size_t> ShardParamPieceSizes(const GptShardLayout& layout) {
+  std::vector<size_t> sizes;
   for (size_t c = 0; c < layout.chunks.size(); ++c) {
     const ShardChunkPieces p = ShardParamPieces(layout, static_cast<int>(c));
-    most = std::max({most, p.embeddings.size(), p.ln_f.size(), p.head_wte.size()});
-    for (const ShardBlockOffsets& w : layout.chunks[c].blocks) most = std::max(most, w.end - w.begin);
+    for (const ShardPiece& piece : {p.wte, p.wpe, p.ln_f, p.head_wte}) {
+      if (piece.size() > 0) sizes.push_back(piece.size());
+    }
+    for (const ShardBlockOffsets& w : layout.chunks[c].blocks) sizes.push_back(w.end - w.begin);
   }
+  return sizes;
+}
+
+size_t MaxShardPiece(const GptShardLayout& layout) {
+  size_t most = 1;
+  for (size_t s : ShardParamPieceSizes(layout)) most = std::max(most, s);
   return most;
 }
 
@@ -384,9 +393,13 @@ Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens
   Stash& s = m.NewStash(chunk, slot, B, T);
   if (spec.embedding) {
     s.tokens.assign(batch.tokens.begin(), batch.tokens.end());
-    const Holding embeddings(m, pieces.embeddings);
-    cpu_k::EmbeddingShardForward(s.input.data(), s.tokens.data(), m.P(co.wte), m.v0, m.Vl, N, C);
+    {
+      const Holding wte(m, pieces.wte);
+      cpu_k::EmbeddingShardForward(s.input.data(), s.tokens.data(), m.P(co.wte), m.v0, m.Vl, N,
+                                   C);
+    }
     COHORT_TRY_VOID(m.tp->SumPartials(s.input.data(), BTC));
+    const Holding wpe(m, pieces.wpe);
     cpu_k::PositionForward(s.input.data(), m.P(co.wpe), B, T, C);
   } else {
     std::memcpy(s.input.data(), input, BTC * sizeof(float));
@@ -538,7 +551,7 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
   if (spec.embedding) {
     cpu_k::EmbeddingShardBackward(m.G(co.wte), dres, s.tokens.data(), m.v0, m.Vl, N, C);
     cpu_k::PositionBackward(m.G(co.wpe), dres, B, T, C);
-    report({co.wpe, pieces.embeddings.end});
+    report(pieces.wpe);
     report({co.wte, co.wpe});
   } else {
     std::memcpy(dinput, dres, BTC * sizeof(float));

@@ -26,9 +26,9 @@
 //
 // ZeRO-3 (SetParamSource, gpt.h ParamSource): the model holds no parameters and asks the
 // source for each piece just before it computes with it, one piece at a time: a chunk's
-// Forward the embeddings [wte, end of wpe) (the embedding chunk), each block, ln_f and the
-// head's wte slice (the head chunk); its Backward the head's wte slice, ln_f and the blocks
-// from the last (the embeddings' gradients need no parameters). ShardParamPieces lists them.
+// Forward wte's slice and wpe (the embedding chunk), each block, ln_f and the head's wte
+// slice (the head chunk); its Backward the head's wte slice, ln_f and the blocks from the
+// last (the embeddings' gradients need no parameters). ShardParamPieces lists them.
 //
 // Threads: one thread at a time; kernels use OpenMP inside.
 #pragma once
@@ -85,14 +85,16 @@ struct ShardPiece {
   size_t begin = 0, end = 0;
   size_t size() const { return end - begin; }
 };
-// The pieces a ParamSource is asked for (see above) for `chunk`: its embeddings (empty unless
-// the embedding chunk), ln_f and the head's wte slice (empty unless the head chunk; the
-// embeddings piece when the chunk is both).
+// The pieces a ParamSource is asked for (see above) for `chunk`: wte's slice and wpe (empty
+// unless the embedding chunk), ln_f and the head's wte slice (empty unless the head chunk;
+// the wte piece when the chunk is both).
 struct ShardChunkPieces {
-  ShardPiece embeddings, ln_f, head_wte;
+  ShardPiece wte, wpe, ln_f, head_wte;
 };
 ShardChunkPieces ShardParamPieces(const GptShardLayout& layout, int chunk);
-// The largest piece a source or a `ready` callback is given, in floats.
+// The sizes of every piece a source is asked for (floats), and the largest piece a source or
+// a `ready` callback is given.
+std::vector<size_t> ShardParamPieceSizes(const GptShardLayout& layout);
 size_t MaxShardPiece(const GptShardLayout& layout);
 
 class GptShardModel {

@@ -152,6 +152,23 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     return adamw().Restore(m.subspan(lo, k), v.subspan(lo, k), t);
   }
 
+  // Resume by range straight into place: the parameters this rank holds (the shard, or
+  // ZeRO-3's part of it) and the optimizer's part of the moments.
+  CheckpointReadRequest RestoreRequest() override {
+    const ShardPiece part = param_part();
+    float* params = shard_->params().data();
+    if (GatheredParams* g = gathered()) {
+      g->Invalidate();  // no prefetch reads the shard while it is written
+      params = g->shard().data();
+    }
+    const size_t lo = opt_begin(), hi = lo + adamw().num_params();
+    return {LogicalRunsOf(shard_->layout(), part.begin, part.end, params),
+            LogicalRunsOf(shard_->layout(), lo, hi, adamw().m().data()),
+            LogicalRunsOf(shard_->layout(), lo, hi, adamw().v().data())};
+  }
+  Result<void> FinishRestore(int64_t t) override { return adamw().RestoreStep(t); }
+  void DropRestore() override {}
+
   // Counted where allocated. ZeRO-2 and 3: the gradient shard, and apart (scratch) the whole
   // buffer the backward accumulates into and the helpers' piece buffers (shard_zero.h).
   TrainModel::ModelStateBytes state_bytes() const override {
@@ -167,7 +184,8 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
   std::optional<TrainModel::GatherStats> gather_stats() const override {
     if (!sharded_ || !sharded_->params()) return std::nullopt;
     const GatheredParams& g = *sharded_->params();
-    return TrainModel::GatherStats{g.prefetch_hits(), g.prefetch_misses(), g.wait_seconds()};
+    return TrainModel::GatherStats{g.prefetch_hits(), g.prefetch_misses(), g.wait_seconds(),
+                                   g.peak_gathered_bytes()};
   }
   const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
   std::string DescribeMemory() const override {

@@ -210,6 +210,10 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
                                         ckpt ? &full : nullptr, {p, m, v}));
     return engine_->Restore(p, m, v, adam_t);
   }
+  // Resume by range: the engine's part of the shard, as logical runs (shard_engine.h).
+  std::optional<CheckpointReadRequest> RestoreRequest() override { return engine_->RestoreRequest(); }
+  Result<void> FinishRestore(int64_t adam_t) override { return engine_->FinishRestore(adam_t); }
+  void DropRestore() override { engine_->DropRestore(); }
   // Every rank extracted its shard from the same initial model (same seed or file).
   Result<void> BroadcastParams(comm::Communicator&) override { return {}; }
   ModelStateBytes model_state_bytes() override { return engine_->state_bytes(); }

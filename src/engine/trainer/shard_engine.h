@@ -32,6 +32,7 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/model/gpt_shard.h"
 #include "engine/model/gpt_shard_layout.h"
 #include "engine/optim/adamw.h"
@@ -130,11 +131,39 @@ class ShardEngine {
   virtual Result<void> Restore(std::span<const float> params, std::span<const float> m,
                                std::span<const float> v, int64_t t) = 0;
 
+  // Resume by range (TrainModel::RestoreRequest): the logical runs (LogicalRunsOf) of the
+  // part of the shard's parameters this rank holds and of the optimizer's part of the
+  // moments, into host memory; FinishRestore takes them (Restore) with step count t. By
+  // default they are read into host buffers of the whole shard, which FinishRestore hands to
+  // Restore and frees (an engine without ZeRO: the CUDA shard); the CPU engine reads into
+  // its own memory.
+  virtual CheckpointReadRequest RestoreRequest() {
+    const size_t n = layout().total;
+    restore_.params.resize(n);
+    restore_.m.resize(n);
+    restore_.v.resize(n);
+    return {LogicalRunsOf(layout(), 0, n, restore_.params.data()),
+            LogicalRunsOf(layout(), 0, n, restore_.m.data()),
+            LogicalRunsOf(layout(), 0, n, restore_.v.data())};
+  }
+  virtual Result<void> FinishRestore(int64_t t) {
+    auto restored = Restore(restore_.params, restore_.m, restore_.v, t);
+    DropRestore();
+    return restored;
+  }
+  virtual void DropRestore() { restore_ = {}; }
+
   virtual TrainModel::ModelStateBytes state_bytes() const = 0;
   virtual std::optional<TrainModel::GatherStats> gather_stats() const { return std::nullopt; }
   virtual const ZeroOptimizer* zero() const { return nullptr; }
   // What this rank's state takes, for the log ("1.2 MB of ...").
   virtual std::string DescribeMemory() const = 0;
+
+ private:
+  struct Staged {
+    std::vector<float> params, m, v;
+  };
+  Staged restore_;  // the default RestoreRequest's buffers, until FinishRestore
 };
 
 // An engine over shard model `Model` (GptShardModel or GptShardCudaModel): the model's own

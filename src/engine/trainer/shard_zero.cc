@@ -26,9 +26,9 @@ Result<std::unique_ptr<ShardZero>> ShardZero::Create(const GptShardLayout& layou
     auto split = data.Split(all);
     if (!split) return std::unexpected(WithContext(split.error(), "ZeRO-3 gather group"));
     z->gather_comm_ = std::move(*split);
-    z->params_ = GatheredParams::FromShard(
-        *z->gather_comm_, partition, std::vector<float>(partition.size(data.rank())), piece,
-        prefetch);
+    z->params_ = GatheredParams::FromShard(*z->gather_comm_, partition,
+                                           std::vector<float>(partition.size(data.rank())),
+                                           ShardParamPieceSizes(layout), prefetch);
   }
   z->backwards_.assign(layout.chunks.size(), 0);
   return z;
