@@ -68,6 +68,8 @@
 #include <fmt/format.h>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/model/gpt_shard.h"
+#include "engine/model/gpt_shard_layout.h"
 #include "engine/parallel/ddp.h"
 #include "engine/parallel/layout.h"
 #include "engine/parallel/zero.h"
@@ -125,6 +127,66 @@ void Memory(int ranks) {
                worst.optimizer / 1e6, total / 1e6, formula / 1e6, ratio, worst.scratch / 1e6,
                std::abs(ratio - 1) <= 0.05 ? "met" : "MISSED");
   }
+  if (ranks < 4 || ranks % 2 != 0) return;
+  // ZeRO 2 and 3 inside tensor/pipeline layouts (trainer/shard_zero.h): the same model split
+  // over tensor 2 or pipeline 2, ZeRO over the data group of each position. Formula per rank
+  // for its position's shard of Ψ_s floats over N_d data ranks: stage 2 4Ψ_s + 12Ψ_s/N_d,
+  // stage 3 16Ψ_s/N_d. The scratch beside it: as held now (no whole gradient buffer: two
+  // piece buffers, a receive buffer, wte's slices, stage 3's gathered pieces) and as the code
+  // before this change held it, counted from the same layout (the whole gradient buffer
+  // 4Ψ_s, a receive buffer, and for stage 3 two gather buffers of the largest piece, wte +
+  // wpe on the first stage).
+  fmt::print("== ZeRO in layouts: model states and scratch per rank (the largest rank), {} ranks "
+             "==\n",
+             ranks);
+  fmt::print("{:<26} {:>10} {:>10} {:>10} {:>11} {:>8} {:>13} {:>16}\n", "layout", "params MB",
+             "grads MB", "optim MB", "formula MB", "ratio", "scratch MB", "before: scratch MB");
+  for (int pipeline : {1, 2}) {
+    for (int stage : {2, 3}) {
+      ParallelConfig pc;
+      pc.tensor = 3 - pipeline;
+      pc.pipeline = pipeline;
+      pc.zero = stage;
+      const ParallelLayout layout = Check(MakeParallelLayout(pc, c, ranks), "layout");
+      std::mutex mu;
+      TrainModel::ModelStateBytes worst;
+      double worst_formula = 0, worst_before = 0;
+      RunRanks(ranks, [&](comm::Communicator& comm) {
+        auto model = Check(MakeParallelCpuTrainModel(c, InitialParams{7, nullptr}, AdamWConfig{},
+                                                     layout, comm, nullptr, stage, false),
+                           "model");
+        const TrainModel::ModelStateBytes b = model->model_state_bytes();
+        const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, c, comm.rank()));
+        const double ps = static_cast<double>(shard.total), nd = layout.data;
+        const ZeroPartition part{shard.total, layout.data};
+        const double mine = static_cast<double>(part.size(layout.CoordsOf(comm.rank()).data));
+        const double formula = stage == 2 ? 4 * ps + 12 * ps / nd : 16 * ps / nd;
+        size_t old_piece = 1;  // the largest piece before: the embeddings were one
+        for (size_t k = 0; k < shard.chunks.size(); ++k) {
+          const ShardChunkPieces p = ShardParamPieces(shard, static_cast<int>(k));
+          old_piece = std::max({old_piece, p.wte.size() + p.wpe.size(), p.ln_f.size(),
+                                p.head_wte.size() + (p.head_wte.begin == p.wte.begin ? p.wpe.size() : 0)});
+          for (const ShardBlockOffsets& w : shard.chunks[k].blocks) {
+            old_piece = std::max(old_piece, w.end - w.begin);
+          }
+        }
+        const double before = 4 * ps + 4 * std::min<double>(old_piece, mine) +
+                              (stage == 3 ? 4.0 * 2 * old_piece : 0.0);
+        std::lock_guard lock(mu);
+        if (b.params + b.grads + b.optimizer > worst.params + worst.grads + worst.optimizer) {
+          worst = b;
+          worst_formula = formula;
+          worst_before = before;
+        }
+      });
+      const double total = static_cast<double>(worst.params + worst.grads + worst.optimizer);
+      fmt::print("{:<26} {:>10.1f} {:>10.1f} {:>10.1f} {:>11.1f} {:>8.3f} {:>13.1f} {:>16.1f}\n",
+                 fmt::format("{} 2 x data {}, ZeRO-{}", pipeline == 1 ? "tensor" : "pipeline",
+                             ranks / 2, stage),
+                 worst.params / 1e6, worst.grads / 1e6, worst.optimizer / 1e6, worst_formula / 1e6,
+                 total / worst_formula, worst.scratch / 1e6, worst_before / 1e6);
+    }
+  }
 }
 
 void Step(int ranks, int steps) {
@@ -168,8 +230,8 @@ void Prefetch(int ranks, int steps) {
   fmt::print("== ZeRO-3 prefetch: {} ranks, d_model 256, 4 layers, vocab 4096, {} x {} tokens per "
              "rank, median of {} steps ==\n",
              ranks, B, T, steps);
-  fmt::print("{:<22} {:<10} {:>10} {:>14} {:>10} {:>10}  {}\n", "layout", "prefetch", "step ms",
-             "gather wait ms", "hits", "misses", "vs no prefetch");
+  fmt::print("{:<22} {:<10} {:>10} {:>14} {:>10} {:>10} {:>13}  {}\n", "layout", "prefetch",
+             "step ms", "gather wait ms", "hits", "misses", "gathered MB", "vs no prefetch");
   struct Setup {
     std::string name;
     int tensor;
@@ -213,9 +275,9 @@ void Prefetch(int ranks, int steps) {
       const double ms = Median(times) * 1000;
       if (!prefetch) base_ms = ms;
       const double wait_ms = (after.wait_seconds - before.wait_seconds) * 1000 / steps;
-      fmt::print("{:<22} {:<10} {:>10.1f} {:>14.1f} {:>10} {:>10}  {}\n", setup.name,
+      fmt::print("{:<22} {:<10} {:>10.1f} {:>14.1f} {:>10} {:>10} {:>13.2f}  {}\n", setup.name,
                  prefetch ? "on" : "off", ms, wait_ms, after.hits - before.hits,
-                 after.misses - before.misses,
+                 after.misses - before.misses, after.peak_gathered_bytes / 1e6,
                  prefetch ? fmt::format("{:.2f}x step time", ms / base_ms) : "baseline");
     }
   }

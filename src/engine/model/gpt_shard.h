@@ -115,6 +115,15 @@ class GptShardModel {
   // source.
   void SetParamSource(ParamSource* source);
   void ReleaseParams();
+  // Writes each Backward's gradient piece by piece into buffers from `sink` (null: grads())
+  // instead of adding it into grads(): for every piece (ShardParamPieces' wte, wpe, ln_f and
+  // head_wte; each block) Acquire(offset, count) gives the buffer to ADD this micro-batch's
+  // loss_scale × gradient into (zeroed by the sink for a piece reduced per micro-batch, an
+  // accumulator for one it keeps), and Done hands it back as soon as it is written, one piece
+  // held at a time. The head's wte comes first, then ln_f, the blocks from the last, wpe and
+  // wte. ReleaseGradients frees grads() (it becomes empty) for a model trained that way.
+  void SetGradSink(GradSink* sink);
+  void ReleaseGradients();
 
   // Forward of local chunk `chunk` on a micro-batch, stashed under `slot` (kInvalidArgument
   // if that slot is already stashed, or on a bad batch). `input`: the previous chunk's

@@ -89,6 +89,13 @@ class ShardEngine {
   // that does not (false) leaves the data-parallel average of grads() to the caller.
   virtual bool reduces_data_shards() const { return false; }
   virtual Result<void> ReduceDataShards() { return {}; }
+  // Where the tied embedding copy `tied` (a range of the shard buffer) accumulates when the
+  // engine holds no whole gradient buffer (ZeRO-2 and 3: a buffer of the copy alone, which
+  // the caller sums over the embedding group before ReduceDataShards); empty: in grads().
+  virtual std::span<float> tied_grads(const ShardGradPiece& tied) {
+    (void)tied;
+    return {};
+  }
   // What DdpReducer runs before a bucket's collective (any thread): blocks until the pieces
   // Backward's `ready` reported in that range are in memory; empty where they are once
   // reported (host memory).

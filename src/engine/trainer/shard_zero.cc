@@ -1,6 +1,7 @@
 #include "engine/trainer/shard_zero.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -17,9 +18,23 @@ Result<std::unique_ptr<ShardZero>> ShardZero::Create(const GptShardLayout& layou
     return Errorf(ErrorCode::kInvalidArgument, "ShardZero: stage {} (built: 2 and 3)", stage);
   }
   std::unique_ptr<ShardZero> z(new ShardZero(layout, data, partition));
-  const size_t piece = MaxShardPiece(layout);
-  z->grads_ = std::make_unique<ShardedGradients>(data, partition, piece, /*overlap=*/true,
-                                                 ShardedGradients::Pieces::kCallerMemory);
+  // wte's slices: the embedding chunk's, and a head chunk's own copy (the same slice when one
+  // chunk holds both).
+  const size_t C = static_cast<size_t>(layout.spec.config.n_embd);
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    const ShardChunkPieces p = ShardParamPieces(layout, static_cast<int>(c));
+    for (const ShardPiece& w : {p.wte, p.head_wte}) {
+      if (w.size() > 0 && !z->TiedAt(w.begin)) z->tied_.push_back({w.begin, std::vector<float>(w.size())});
+    }
+    // Every other piece goes through ShardedGradients.
+    for (const ShardPiece& q : {p.wpe, p.ln_f}) z->max_piece_ = std::max(z->max_piece_, q.size());
+    for (const ShardBlockOffsets& b : layout.chunks[c].blocks) {
+      z->max_piece_ = std::max(z->max_piece_, b.end - b.begin);
+    }
+  }
+  // wte's slices are reduced in chunks of whole rows that fit a piece.
+  z->max_piece_ = std::max(z->max_piece_, C);
+  z->grads_ = std::make_unique<ShardedGradients>(data, partition, z->max_piece_, /*overlap=*/true);
   if (stage == 3) {
     std::vector<int> all(static_cast<size_t>(data.size()));
     for (int r = 0; r < data.size(); ++r) all[static_cast<size_t>(r)] = r;
@@ -30,45 +45,59 @@ Result<std::unique_ptr<ShardZero>> ShardZero::Create(const GptShardLayout& layou
                                            std::vector<float>(partition.size(data.rank())),
                                            ShardParamPieceSizes(layout), prefetch);
   }
-  z->backwards_.assign(layout.chunks.size(), 0);
   return z;
+}
+
+ShardZero::Tied* ShardZero::TiedAt(size_t offset) {
+  for (Tied& t : tied_) {
+    if (t.offset == offset) return &t;
+  }
+  return nullptr;
 }
 
 void ShardZero::BeginRound(int microbatches, bool forward_only) {
   if (params_) params_->BeginRound(microbatches * 2 + (forward_only ? 1 : 0));
   if (forward_only) return;
-  microbatches_ = microbatches;
-  std::fill(backwards_.begin(), backwards_.end(), 0);
-  deferred_.clear();
-  grads_->Begin();
+  // Every micro-batch reports each piece but wte's slices, which are reduced once.
+  size_t tied = 0;
+  for (const Tied& t : tied_) tied += t.grads.size();
+  grads_->Begin(static_cast<size_t>(microbatches) * (partition_.total - tied) + tied);
 }
 
-bool ShardZero::IsTiedWte(size_t offset) const {
-  for (size_t c = 0; c < layout_.chunks.size(); ++c) {
-    const ShardChunkSpec& spec = layout_.spec.chunks[c];
-    const ShardChunkOffsets& co = layout_.chunks[c];
-    if ((spec.embedding && offset == co.wte) || (spec.head && offset == co.head_wte)) return true;
-  }
-  return false;
+void ShardZero::ZeroGrad() {
+  grads_->ZeroShard();
+  for (Tied& t : tied_) std::fill(t.grads.begin(), t.grads.end(), 0.0f);
 }
 
-GradReadyFn ShardZero::BackwardReady(int chunk, std::span<const float> grads) {
-  if (chunk < 0 || chunk >= static_cast<int>(backwards_.size()) ||
-      ++backwards_[static_cast<size_t>(chunk)] != microbatches_) {
-    return {};
+float* ShardZero::Acquire(size_t offset, size_t count) {
+  if (Tied* t = TiedAt(offset)) {
+    if (count == t->grads.size()) return t->grads.data();  // accumulates over the step
   }
-  return [this, grads](size_t offset, size_t count) {
-    if (IsTiedWte(offset)) {
-      deferred_.push_back({offset, count});
-    } else {
-      grads_->Submit(grads.data() + offset, offset, count);
+  float* piece = grads_->Acquire(offset, count);
+  std::memset(piece, 0, count * sizeof(float));
+  return piece;
+}
+
+void ShardZero::Done(size_t offset, size_t count) {
+  if (Tied* t = TiedAt(offset); t && count == t->grads.size()) return;
+  grads_->Done(offset, count);
+}
+
+std::span<float> ShardZero::tied_grads(size_t offset, size_t count) {
+  Tied* t = TiedAt(offset);
+  if (!t || t->grads.size() != count) return {};
+  return t->grads;
+}
+
+Result<void> ShardZero::ReduceDataShards() {
+  const size_t C = static_cast<size_t>(layout_.spec.config.n_embd);
+  const size_t rows = std::max<size_t>(1, max_piece_ / C);
+  for (const Tied& t : tied_) {
+    for (size_t lo = 0; lo < t.grads.size(); lo += rows * C) {
+      const size_t n = std::min(rows * C, t.grads.size() - lo);
+      grads_->Submit(t.grads.data() + lo, t.offset + lo, n);
     }
-  };
-}
-
-Result<void> ShardZero::ReduceDataShards(std::span<const float> grads) {
-  for (const Deferred& d : deferred_) grads_->Submit(grads.data() + d.offset, d.offset, d.count);
-  deferred_.clear();
+  }
   return grads_->Finish();
 }
 
@@ -85,7 +114,9 @@ Result<double> ShardZero::SquaredNorm() {
 }
 
 size_t ShardZero::scratch_bytes() const {
-  return grads_->scratch_bytes() + (params_ ? params_->gather_bytes() : 0);
+  size_t tied = 0;
+  for (const Tied& t : tied_) tied += t.grads.size() * sizeof(float);
+  return grads_->scratch_bytes() + tied + (params_ ? params_->gather_bytes() : 0);
 }
 
 }  // namespace cohort::engine

@@ -516,7 +516,7 @@ Result<void> Trainer::Impl::SetupModel() {
     const int zero_ranks = z.stage > 0 ? z.ranks : data_world;
     std::vector<std::string> parts;  // what the scratch is
     if (!gpu && layout.model_parallel() && z.stage >= 2) {
-      parts.push_back("the shard's whole gradient buffer");  // trainer/shard_zero.h
+      parts.push_back("wte's gradient slices");  // trainer/shard_zero.h
     }
     if (!gpu) parts.push_back("gradient pieces");
     if (!gpu && z.stage == 3) parts.push_back("gathered parameters");
