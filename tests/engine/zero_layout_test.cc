@@ -309,14 +309,19 @@ TEST_P(ZeroInLayoutTest, TrainsAsTheLayoutWithoutZeroInTheFormulasMemory) {
     EXPECT_EQ(b.grads, 4 * mine) << l.Name() << " rank " << r;
     EXPECT_EQ(b.optimizer, 8 * mine) << l.Name() << " rank " << r;
     // No whole gradient buffer: the scratch is two piece buffers of the largest piece but
-    // wte's (a block here) and a receive buffer, wte's slices (each accumulates over the
-    // step), and stage 3's gathered pieces (the two largest: prefetch).
+    // wte's (a block here) and a receive buffer, the slices of wte that another stage holds a
+    // copy of (each accumulates over the step: pipeline 2's first and last stage; with
+    // tensor 2 alone wte goes in row chunks like the other pieces), and stage 3's gathered
+    // pieces (the two largest: prefetch).
     size_t piece = 0, wte = 0;
     for (size_t c = 0; c < shard.chunks.size(); ++c) {
       const ShardChunkPieces p = ShardParamPieces(shard, static_cast<int>(c));
       piece = std::max({piece, p.wpe.size(), p.ln_f.size()});
       for (const ShardBlockOffsets& w : shard.chunks[c].blocks) piece = std::max(piece, w.end - w.begin);
-      wte += p.wte.size() + (p.head_wte.begin != p.wte.begin ? p.head_wte.size() : 0);
+      if (p.wte.size() == 0 || p.head_wte.size() == 0) wte += p.wte.size() + p.head_wte.size();
+    }
+    if (l.pipeline == 1) {
+      EXPECT_EQ(wte, 0u) << "tensor x data: no slice-sized buffer";
     }
     const size_t gathered =
         l.zero == 3 ? GatherBound(ShardParamPieceSizes(shard), l.prefetch) : 0;

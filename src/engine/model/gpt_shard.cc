@@ -329,6 +329,16 @@ std::vector<size_t> ShardParamPieceSizes(const GptShardLayout& layout) {
   return sizes;
 }
 
+size_t MaxShardGradPiece(const GptShardLayout& layout) {
+  size_t most = static_cast<size_t>(layout.spec.config.n_embd);  // a row of wte
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    const ShardChunkPieces p = ShardParamPieces(layout, static_cast<int>(c));
+    most = std::max({most, p.wpe.size(), p.ln_f.size()});
+    for (const ShardBlockOffsets& w : layout.chunks[c].blocks) most = std::max(most, w.end - w.begin);
+  }
+  return most;
+}
+
 size_t MaxShardPiece(const GptShardLayout& layout) {
   size_t most = 1;
   for (size_t s : ShardParamPieceSizes(layout)) most = std::max(most, s);
@@ -500,6 +510,11 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
   const float* last = L > 0 ? s.residual3.data() + (L - 1) * BTC : s.input.data();
   const ShardChunkPieces pieces = ShardParamPieces(m.layout, chunk);
   const ShardPiece ln_f_piece = pieces.ln_f;
+  // With a sink, a chunk that holds both the embedding and the head (no other stage holds a
+  // copy of wte) computes the head's wte gradient at the end, row chunk by row chunk from the
+  // dlogits kept in the stash, together with the token embedding's rows: no piece is larger
+  // than MaxShardGradPiece.
+  const bool wte_in_rows = m.sink && spec.embedding && spec.head;
 
   if (spec.head) {
     const float scale = s.num_targets > 0 ? loss_scale / static_cast<float>(s.num_targets) : 0.0f;
@@ -508,12 +523,12 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
     std::memset(dln, 0, BTC * sizeof(float));
     {
       const Holding head(m, pieces.head_wte);
-      m.Open(pieces.head_wte);
-      cpu_k::MatmulBackward(dln, m.G(co.head_wte), nullptr, s.logits.data(), s.lnf.data(),
-                            m.P(co.head_wte), N, C, m.Vl);
+      if (!wte_in_rows) m.Open(pieces.head_wte);
+      cpu_k::MatmulBackward(dln, wte_in_rows ? nullptr : m.G(co.head_wte), nullptr,
+                            s.logits.data(), s.lnf.data(), m.P(co.head_wte), N, C, m.Vl);
       // Without a sink, the head's wte is reported after ln_f (and on a chunk that also
       // holds the embedding, with it at the end).
-      if (m.sink) m.Close(pieces.head_wte, ready);
+      if (m.sink && !wte_in_rows) m.Close(pieces.head_wte, ready);
     }
     COHORT_TRY_VOID(m.tp->SumPartials(dln, BTC));
     std::memset(dres, 0, BTC * sizeof(float));
@@ -576,9 +591,24 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
     m.Open(pieces.wpe);
     cpu_k::PositionBackward(m.G(co.wpe), dres, B, T, C);
     m.Close(pieces.wpe, ready);
-    m.Open(pieces.wte);
-    cpu_k::EmbeddingShardBackward(m.G(co.wte), dres, s.tokens.data(), m.v0, m.Vl, N, C);
-    m.Close(pieces.wte, ready);
+    if (!wte_in_rows) {
+      m.Open(pieces.wte);
+      cpu_k::EmbeddingShardBackward(m.G(co.wte), dres, s.tokens.data(), m.v0, m.Vl, N, C);
+      m.Close(pieces.wte, ready);
+    } else {
+      const int rows = static_cast<int>(std::max<size_t>(1, MaxShardGradPiece(m.layout) / C));
+      for (int hi = m.Vl; hi > 0;) {
+        const int lo = std::max(0, hi - rows);
+        const ShardPiece p{co.wte + static_cast<size_t>(lo) * C, co.wte + static_cast<size_t>(hi) * C};
+        m.Open(p);
+        cpu_k::MatmulBackwardWeightRows(m.G(p.begin), s.logits.data(), s.lnf.data(), N, C, m.Vl, lo,
+                                        hi - lo);
+        cpu_k::EmbeddingShardBackward(m.G(p.begin), dres, s.tokens.data(), m.v0 + lo, hi - lo, N,
+                                      C);
+        m.Close(p, ready);
+        hi = lo;
+      }
+    }
   } else {
     std::memcpy(dinput, dres, BTC * sizeof(float));
   }

@@ -96,6 +96,10 @@ ShardChunkPieces ShardParamPieces(const GptShardLayout& layout, int chunk);
 // a `ready` callback is given.
 std::vector<size_t> ShardParamPieceSizes(const GptShardLayout& layout);
 size_t MaxShardPiece(const GptShardLayout& layout);
+// The largest gradient piece a GradSink is given (SetGradSink) but wte's slices, in floats: a
+// block, wpe, ln_f or a row of wte (wte comes in row chunks of at most this size where no
+// other stage holds a copy of it, whole otherwise).
+size_t MaxShardGradPiece(const GptShardLayout& layout);
 
 class GptShardModel {
  public:
@@ -121,7 +125,10 @@ class GptShardModel {
   // loss_scale × gradient into (zeroed by the sink for a piece reduced per micro-batch, an
   // accumulator for one it keeps), and Done hands it back as soon as it is written, one piece
   // held at a time. The head's wte comes first, then ln_f, the blocks from the last, wpe and
-  // wte. ReleaseGradients frees grads() (it becomes empty) for a model trained that way.
+  // wte; on a chunk that holds both the embedding and the head, wte comes at the end only, in
+  // chunks of rows from the last (MaxShardGradPiece), each the head's dlogitsᵀ · ln_f(x) rows
+  // and the token embedding's. ReleaseGradients frees grads() (it becomes empty) for a model
+  // trained that way.
   void SetGradSink(GradSink* sink);
   void ReleaseGradients();
 

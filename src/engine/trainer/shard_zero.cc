@@ -18,22 +18,17 @@ Result<std::unique_ptr<ShardZero>> ShardZero::Create(const GptShardLayout& layou
     return Errorf(ErrorCode::kInvalidArgument, "ShardZero: stage {} (built: 2 and 3)", stage);
   }
   std::unique_ptr<ShardZero> z(new ShardZero(layout, data, partition));
-  // wte's slices: the embedding chunk's, and a head chunk's own copy (the same slice when one
-  // chunk holds both).
-  const size_t C = static_cast<size_t>(layout.spec.config.n_embd);
+  // wte's slices that another stage holds a copy of: the embedding chunk's, and a head
+  // chunk's own copy. A chunk that holds both hands its wte over in row chunks instead.
   for (size_t c = 0; c < layout.chunks.size(); ++c) {
     const ShardChunkPieces p = ShardParamPieces(layout, static_cast<int>(c));
+    if (p.wte.size() > 0 && p.head_wte.size() > 0) continue;
     for (const ShardPiece& w : {p.wte, p.head_wte}) {
       if (w.size() > 0 && !z->TiedAt(w.begin)) z->tied_.push_back({w.begin, std::vector<float>(w.size())});
     }
-    // Every other piece goes through ShardedGradients.
-    for (const ShardPiece& q : {p.wpe, p.ln_f}) z->max_piece_ = std::max(z->max_piece_, q.size());
-    for (const ShardBlockOffsets& b : layout.chunks[c].blocks) {
-      z->max_piece_ = std::max(z->max_piece_, b.end - b.begin);
-    }
   }
-  // wte's slices are reduced in chunks of whole rows that fit a piece.
-  z->max_piece_ = std::max(z->max_piece_, C);
+  // Every other piece goes through ShardedGradients (and wte's slices in row chunks).
+  z->max_piece_ = MaxShardGradPiece(layout);
   z->grads_ = std::make_unique<ShardedGradients>(data, partition, z->max_piece_, /*overlap=*/true);
   if (stage == 3) {
     std::vector<int> all(static_cast<size_t>(data.size()));

@@ -10,11 +10,13 @@
 // adds this rank's part into its gradient shard while the backward goes on: every micro-batch
 // is reduced this way, so gradient accumulation accumulates into the shard (DeepSpeed's
 // choice, and the data-parallel model's), whatever order the pipeline's schedule runs the
-// micro-batches in. wte's slices (the embedding's and, on the last stage, the head's tied
-// copy) are the exception: they accumulate over the step in a buffer of the slice each
-// (tied_grads), because the tied copies need their sum over the embedding group, which the
-// two stages reach at different times, before the data group's average; ReduceDataShards
-// reduce-scatters them in row chunks after that sum and waits for every piece.
+// micro-batches in. wte's slice goes in row chunks like the other pieces where one chunk holds
+// both the embedding and the head (pipeline 1); with a pipeline, the first stage's wte and the
+// last stage's tied copy are the exception: they accumulate over the step in a buffer of the
+// slice each (tied_grads), because the two copies need their sum over the embedding group,
+// which the two stages reach at different times, before the data group's average;
+// ReduceDataShards reduce-scatters them in row chunks after that sum and waits for every
+// piece.
 //
 // Parameters (stage 3). The model reads each piece through a GatheredParams over a second
 // communicator of the data group (the gradients' thread owns the first), with the next
@@ -25,8 +27,8 @@
 // caller adds the model group's, giving the norm one rank computes.
 //
 // Memory: the gradient shard (4·size(r) bytes), and apart, as scratch, two piece buffers of
-// the largest non-wte piece and a receive buffer (zero_grads.h), wte's slices, and stage 3's
-// gathered pieces (zero_params.h).
+// MaxShardGradPiece and a receive buffer (zero_grads.h), the tied wte slices (pipeline's
+// first and last stage), and stage 3's gathered pieces (zero_params.h).
 //
 // Threads: the training thread calls everything; the two helpers run their own threads
 // (zero_grads.h, zero_params.h).
