@@ -1,7 +1,8 @@
 // bench_zero: ZeRO in the data-parallel group and checkpoints by range, on CPU ranks (one
 // thread per rank, gloo over loopback, in one process), printed beside their targets.
 //
-//   bench_zero [--section memory|step|prefetch|checkpoint|offload|all] [--ranks N] [--steps S]
+//   bench_zero [--section memory|step|prefetch|checkpoint|resume|offload|all] [--ranks N]
+//              [--steps S]
 //
 // memory      model-state bytes per rank for ZeRO stages 0, 1 and 2 on N (4) ranks, counted
 //             where the model allocates them (TrainModel::model_state_bytes), beside the
@@ -27,6 +28,16 @@
 //             (SaveCheckpointRanges: each its 1/N of every array, in parallel) beside one
 //             process writing the same bytes (SaveCheckpoint), and the load time. Target:
 //             the parallel write at least as fast.
+// resume      resuming data 4 (N) with ZeRO-3 from its checkpoint (a GPT-2-vocabulary model,
+//             d_model 256, 4 layers, 16M parameters), each rank a process of its own (this
+//             program re-run), before and after side by side: rank 0 loading the whole
+//             checkpoint and sending every rank its shard (LoadLatestCheckpoint, RestoreState:
+//             the path before resume by range) against every rank reading and verifying only
+//             the written ranges it needs (LoadCheckpointRanges). Per rank: bytes read from the
+//             checkpoint files, the peak RSS during the resume above the RSS before it (VmHWM
+//             reset through /proc/self/clear_refs), and the seconds. Target: each rank's
+//             bytes and memory its shard's (12 bytes per parameter of its shard), not the
+//             model's.
 // offload     on one GPU (skipped without one; not part of `all`): GPT-2 small (124M, B 4,
 //             T 1024, 2 micro-batches) trained by the CUDA model with AdamW on the device
 //             beside AdamW offloaded to the host (trainer/cuda_zero.h: parallel.offload
@@ -46,6 +57,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <optional>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -55,6 +68,8 @@
 #include <fmt/format.h>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/model/gpt_shard.h"
+#include "engine/model/gpt_shard_layout.h"
 #include "engine/parallel/ddp.h"
 #include "engine/parallel/layout.h"
 #include "engine/parallel/zero.h"
@@ -112,6 +127,66 @@ void Memory(int ranks) {
                worst.optimizer / 1e6, total / 1e6, formula / 1e6, ratio, worst.scratch / 1e6,
                std::abs(ratio - 1) <= 0.05 ? "met" : "MISSED");
   }
+  if (ranks < 4 || ranks % 2 != 0) return;
+  // ZeRO 2 and 3 inside tensor/pipeline layouts (trainer/shard_zero.h): the same model split
+  // over tensor 2 or pipeline 2, ZeRO over the data group of each position. Formula per rank
+  // for its position's shard of Ψ_s floats over N_d data ranks: stage 2 4Ψ_s + 12Ψ_s/N_d,
+  // stage 3 16Ψ_s/N_d. The scratch beside it: as held now (no whole gradient buffer: two
+  // piece buffers, a receive buffer, wte's slices, stage 3's gathered pieces) and as the code
+  // before this change held it, counted from the same layout (the whole gradient buffer
+  // 4Ψ_s, a receive buffer, and for stage 3 two gather buffers of the largest piece, wte +
+  // wpe on the first stage).
+  fmt::print("== ZeRO in layouts: model states and scratch per rank (the largest rank), {} ranks "
+             "==\n",
+             ranks);
+  fmt::print("{:<26} {:>10} {:>10} {:>10} {:>11} {:>8} {:>13} {:>16}\n", "layout", "params MB",
+             "grads MB", "optim MB", "formula MB", "ratio", "scratch MB", "before: scratch MB");
+  for (int pipeline : {1, 2}) {
+    for (int stage : {2, 3}) {
+      ParallelConfig pc;
+      pc.tensor = 3 - pipeline;
+      pc.pipeline = pipeline;
+      pc.zero = stage;
+      const ParallelLayout layout = Check(MakeParallelLayout(pc, c, ranks), "layout");
+      std::mutex mu;
+      TrainModel::ModelStateBytes worst;
+      double worst_formula = 0, worst_before = 0;
+      RunRanks(ranks, [&](comm::Communicator& comm) {
+        auto model = Check(MakeParallelCpuTrainModel(c, InitialParams{7, nullptr}, AdamWConfig{},
+                                                     layout, comm, nullptr, stage, false),
+                           "model");
+        const TrainModel::ModelStateBytes b = model->model_state_bytes();
+        const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, c, comm.rank()));
+        const double ps = static_cast<double>(shard.total), nd = layout.data;
+        const ZeroPartition part{shard.total, layout.data};
+        const double mine = static_cast<double>(part.size(layout.CoordsOf(comm.rank()).data));
+        const double formula = stage == 2 ? 4 * ps + 12 * ps / nd : 16 * ps / nd;
+        size_t old_piece = 1;  // the largest piece before: the embeddings were one
+        for (size_t k = 0; k < shard.chunks.size(); ++k) {
+          const ShardChunkPieces p = ShardParamPieces(shard, static_cast<int>(k));
+          old_piece = std::max({old_piece, p.wte.size() + p.wpe.size(), p.ln_f.size(),
+                                p.head_wte.size() + (p.head_wte.begin == p.wte.begin ? p.wpe.size() : 0)});
+          for (const ShardBlockOffsets& w : shard.chunks[k].blocks) {
+            old_piece = std::max(old_piece, w.end - w.begin);
+          }
+        }
+        const double before = 4 * ps + 4 * std::min<double>(old_piece, mine) +
+                              (stage == 3 ? 4.0 * 2 * old_piece : 0.0);
+        std::lock_guard lock(mu);
+        if (b.params + b.grads + b.optimizer > worst.params + worst.grads + worst.optimizer) {
+          worst = b;
+          worst_formula = formula;
+          worst_before = before;
+        }
+      });
+      const double total = static_cast<double>(worst.params + worst.grads + worst.optimizer);
+      fmt::print("{:<26} {:>10.1f} {:>10.1f} {:>10.1f} {:>11.1f} {:>8.3f} {:>13.1f} {:>16.1f}\n",
+                 fmt::format("{} 2 x data {}, ZeRO-{}", pipeline == 1 ? "tensor" : "pipeline",
+                             ranks / 2, stage),
+                 worst.params / 1e6, worst.grads / 1e6, worst.optimizer / 1e6, worst_formula / 1e6,
+                 total / worst_formula, worst.scratch / 1e6, worst_before / 1e6);
+    }
+  }
 }
 
 void Step(int ranks, int steps) {
@@ -155,8 +230,8 @@ void Prefetch(int ranks, int steps) {
   fmt::print("== ZeRO-3 prefetch: {} ranks, d_model 256, 4 layers, vocab 4096, {} x {} tokens per "
              "rank, median of {} steps ==\n",
              ranks, B, T, steps);
-  fmt::print("{:<22} {:<10} {:>10} {:>14} {:>10} {:>10}  {}\n", "layout", "prefetch", "step ms",
-             "gather wait ms", "hits", "misses", "vs no prefetch");
+  fmt::print("{:<22} {:<10} {:>10} {:>14} {:>10} {:>10} {:>13}  {}\n", "layout", "prefetch",
+             "step ms", "gather wait ms", "hits", "misses", "gathered MB", "vs no prefetch");
   struct Setup {
     std::string name;
     int tensor;
@@ -200,9 +275,9 @@ void Prefetch(int ranks, int steps) {
       const double ms = Median(times) * 1000;
       if (!prefetch) base_ms = ms;
       const double wait_ms = (after.wait_seconds - before.wait_seconds) * 1000 / steps;
-      fmt::print("{:<22} {:<10} {:>10.1f} {:>14.1f} {:>10} {:>10}  {}\n", setup.name,
+      fmt::print("{:<22} {:<10} {:>10.1f} {:>14.1f} {:>10} {:>10} {:>13.2f}  {}\n", setup.name,
                  prefetch ? "on" : "off", ms, wait_ms, after.hits - before.hits,
-                 after.misses - before.misses,
+                 after.misses - before.misses, after.peak_gathered_bytes / 1e6,
                  prefetch ? fmt::format("{:.2f}x step time", ms / base_ms) : "baseline");
     }
   }
@@ -278,6 +353,142 @@ void CheckpointIo(int ranks) {
   fmt::print("{:<34} {:>8.2f} {:>9.2f}  (rank 0 reads and verifies every range)\n",
              "load (verify ranges)", load, gb / load);
   if (loaded.params.size() != n) std::exit(1);
+}
+
+// The resume section's model and its ZeRO-3 ranks.
+GptConfig ResumeModel() { return Model(4, 256, 4, 50257, 128); }
+
+// This process's resident memory: now and at most since the last ResetPeakRss (bytes).
+size_t StatusBytes(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  size_t kb = 0;
+  const size_t len = std::strlen(field);
+  while (std::fgets(line, sizeof(line), f)) {
+    if (std::strncmp(line, field, len) == 0) kb = std::strtoull(line + len + 1, nullptr, 10);
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+void ResetPeakRss() {
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+
+// One rank of the resume section, in a process of its own: `mode` "write" makes the
+// checkpoint; "whole" resumes through rank 0 (before), "ranges" by range (after). Prints
+// "RESUME <rank> <bytes read> <peak RSS above the start> <seconds>".
+int ResumeChild(const std::string& mode, int rank, int ranks, const std::string& dir) {
+  std::shared_ptr<comm::Store> store(
+      comm::OpenStore("file://" + dir + "/store-" + mode, false, Millis(60000)).value().release());
+  comm::CommOptions o;
+  o.backend = "gloo";
+  o.rank = rank;
+  o.world_size = ranks;
+  o.store = store;
+  o.prefix = "resume";
+  o.timeout = Millis(600000);
+  o.iface_host = "127.0.0.1";
+  std::unique_ptr<comm::Communicator> comm = Check(comm::CreateCommunicator(o), "communicator");
+  omp_set_num_threads(1);
+  const GptConfig c = ResumeModel();
+  auto model = Check(MakeZero3CpuTrainModelFromSeed(c, 7, AdamWConfig{}, *comm, false), "model");
+  CommGroup group(*comm);
+  const std::string ckpt_dir = dir + "/checkpoints";
+  if (mode == "write") {
+    CheckpointHeader header;
+    header.config = c;
+    header.progress.step = 1;
+    auto mine = Check(model->CheckpointRanges(rank, ranks, &header.adam_t), "ranges");
+    Check(SaveCheckpointRanges(&group, ckpt_dir, header, mine, 0), "checkpoint");
+    return 0;
+  }
+  Check(comm->Barrier(), "barrier");
+  const size_t before = StatusBytes("VmRSS:");
+  ResetPeakRss();
+  const auto t0 = Clock::now();
+  uint64_t read = 0;
+  if (mode == "whole") {
+    std::optional<Checkpoint> ckpt;
+    if (rank == 0) {
+      ckpt = Check(LoadLatestCheckpoint(ckpt_dir, c), "load");
+      read = 12 * c.num_parameters();  // LoadLatestCheckpoint reads both files whole
+    }
+    Check(model->RestoreState(comm.get(), ckpt ? &*ckpt : nullptr, 0), "restore");
+  } else {
+    const CheckpointReadRequest request = *model->RestoreRequest();
+    const CheckpointShard got = Check(LoadCheckpointRanges(&group, ckpt_dir, c, request), "load");
+    Check(model->FinishRestore(got.adam_t), "restore");
+    read = got.bytes_read;
+  }
+  const double seconds = Seconds(t0);
+  const size_t peak = StatusBytes("VmHWM:");
+  Check(comm->Barrier(), "barrier");
+  fmt::print("RESUME {} {} {} {:.3f}\n", rank, read, peak > before ? peak - before : 0, seconds);
+  return 0;
+}
+
+// Runs `ranks` processes of this program in `mode`; their RESUME lines by rank.
+std::vector<std::string> RunResumeRanks(const std::string& mode, int ranks, const std::string& dir) {
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (len <= 0) Check(MakeError(ErrorCode::kUnavailable, "readlink /proc/self/exe"), "resume");
+  exe[len] = 0;
+  std::vector<std::FILE*> pipes;
+  for (int r = 0; r < ranks; ++r) {
+    const std::string cmd =
+        fmt::format("'{}' --resume-child {} {} {} '{}'", exe, mode, r, ranks, dir);
+    pipes.push_back(popen(cmd.c_str(), "r"));
+    if (!pipes.back()) Check(MakeError(ErrorCode::kUnavailable, "popen " + cmd), "resume");
+  }
+  std::vector<std::string> lines(static_cast<size_t>(ranks));
+  bool failed = false;
+  for (int r = 0; r < ranks; ++r) {
+    char line[512];
+    while (std::fgets(line, sizeof(line), pipes[r])) {
+      if (std::strncmp(line, "RESUME ", 7) == 0) lines[r] = line + 7;
+    }
+    failed |= pclose(pipes[r]) != 0;
+  }
+  if (failed) Check(MakeError(ErrorCode::kInternal, "a rank failed (" + mode + ")"), "resume");
+  return lines;
+}
+
+void Resume(int ranks) {
+  const GptConfig c = ResumeModel();
+  const double psi = static_cast<double>(c.num_parameters());
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("cohort-bench-zero-resume-{}", ::getpid()))
+                              .string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  RunResumeRanks("write", ranks, dir);
+  const std::vector<std::string> before = RunResumeRanks("whole", ranks, dir);
+  const std::vector<std::string> after = RunResumeRanks("ranges", ranks, dir);
+  std::filesystem::remove_all(dir);
+  fmt::print("== resume of data {} with ZeRO-3: {:.2f}M parameters (vocab 50257, d_model 256, 4 "
+             "layers), a checkpoint of {:.1f} MB; each rank a process ==\n",
+             ranks, psi / 1e6, 12 * psi / 1e6);
+  fmt::print("{:<6} {:>10} | {:>12} {:>14} {:>8} | {:>12} {:>14} {:>8}\n", "rank", "shard MB",
+             "before: read", "peak RSS +MB", "s", "after: read", "peak RSS +MB", "s");
+  const ZeroPartition part{c.num_parameters(), ranks};
+  bool met = true;
+  for (int r = 0; r < ranks; ++r) {
+    unsigned long long b_read = 0, b_peak = 0, a_read = 0, a_peak = 0;
+    double b_s = 0, a_s = 0;
+    int ignore = 0;
+    std::sscanf(before[r].c_str(), "%d %llu %llu %lf", &ignore, &b_read, &b_peak, &b_s);
+    std::sscanf(after[r].c_str(), "%d %llu %llu %lf", &ignore, &a_read, &a_peak, &a_s);
+    const double shard = 12.0 * part.size(r);
+    met &= a_read <= shard * 1.05;
+    fmt::print("{:<6} {:>10.1f} | {:>12.1f} {:>14.1f} {:>8.2f} | {:>12.1f} {:>14.1f} {:>8.2f}\n", r,
+               shard / 1e6, b_read / 1e6, b_peak / 1e6, b_s, a_read / 1e6, a_peak / 1e6, a_s);
+  }
+  fmt::print("target (each rank reads its shard's bytes, not the model's): {}\n",
+             met ? "met" : "MISSED");
 }
 
 // One GPU: the device optimizer against the offloaded ones (see the header).
@@ -367,6 +578,9 @@ void Offload(int steps) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc == 6 && std::string(argv[1]) == "--resume-child") {
+    return ResumeChild(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), argv[5]);
+  }
   std::string section = "all";
   int ranks = 4, steps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -375,7 +589,7 @@ int main(int argc, char** argv) {
     else if (flag == "--ranks") ranks = std::atoi(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: bench_zero [--section memory|step|prefetch|checkpoint|offload|all] [--ranks N] [--steps S]\n");
+      std::fprintf(stderr, "usage: bench_zero [--section memory|step|prefetch|checkpoint|resume|offload|all] [--ranks N] [--steps S]\n");
       return 2;
     }
   }
@@ -388,6 +602,7 @@ int main(int argc, char** argv) {
   if (section == "step" || section == "all") Step(ranks, steps);
   if (section == "prefetch" || section == "all") Prefetch(ranks, steps);
   if (section == "checkpoint" || section == "all") CheckpointIo(ranks);
+  if (section == "resume" || section == "all") Resume(ranks);
   if (section == "offload") Offload(steps);
   return 0;
 }

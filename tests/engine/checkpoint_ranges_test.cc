@@ -300,7 +300,18 @@ TEST_F(CheckpointRangesTest, FirstFormatCheckpointsStillLoad) {
   EXPECT_EQ(ck->progress.rng_state, std::vector<uint64_t>{42});
   EXPECT_TRUE(BitwiseEqual(ck->params, state_.params));
   EXPECT_TRUE(BitwiseEqual(ck->adam_v, state_.v));
-  // And its whole-file checksum is still checked.
+  // Read by range too: a version-1 checkpoint is one range per file, verified whole; a run
+  // of v lands where asked.
+  const size_t n = c.num_parameters();
+  std::vector<float> v_part(10);
+  CheckpointReadRequest request;
+  request.adam_v.push_back({n - 10, 10, v_part.data()});
+  auto part = LoadCheckpointRanges(nullptr, dir_, c, request);
+  ASSERT_TRUE(part) << part.error().ToString();
+  EXPECT_EQ(part->adam_t, 3);
+  EXPECT_EQ(part->bytes_read, 8 * n) << "optim.bin, whole: its one range";
+  EXPECT_TRUE(BitwiseEqual(v_part, std::vector<float>(state_.v.end() - 10, state_.v.end())));
+  // And its whole-file checksum is still checked, by either path.
   {
     std::fstream f(step + "/params.bin", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(8);
@@ -309,6 +320,17 @@ TEST_F(CheckpointRangesTest, FirstFormatCheckpointsStillLoad) {
   auto damaged = LoadLatestCheckpoint(dir_, c);
   ASSERT_FALSE(damaged);
   EXPECT_THAT(damaged.error().message, HasSubstr("params.bin: checksum mismatch"));
+  std::vector<float> p_part(4);
+  request.params.push_back({0, 4, p_part.data()});
+  auto by_range = LoadCheckpointRanges(nullptr, dir_, c, request);
+  ASSERT_FALSE(by_range);
+  EXPECT_THAT(by_range.error().message, HasSubstr("params.bin: checksum mismatch in params.bin"));
+  // A config that differs is named, as LoadLatestCheckpoint names it.
+  GptConfig other = c;
+  other.n_embd = 16;
+  auto mismatch = LoadCheckpointRanges(nullptr, dir_, other, {});
+  ASSERT_FALSE(mismatch);
+  EXPECT_THAT(mismatch.error().message, HasSubstr("checkpoint n_embd 8 != config n_embd 16"));
 }
 
 }  // namespace

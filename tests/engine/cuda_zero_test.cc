@@ -271,7 +271,7 @@ void ExpectTrainsAsCudaDdpWithItsFormulaOfBytes(const Variant& v, const std::vec
   // offload's pinned gradient shard (and offloaded stage 3's pinned bf16 staging).
   const size_t psi = TinyConfig().num_parameters();
   const size_t piece = GptModel::MaxGradPiece(TinyConfig());
-  const size_t gather = GptModel::MaxParamPiece(TinyConfig());
+  const size_t gather = GptCudaModel::MaxParamPiece(TinyConfig());
   const ZeroPartition part{psi, kRanks};
   for (int r = 0; r < kRanks; ++r) {
     const size_t shard = part.size(r);

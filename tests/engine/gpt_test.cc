@@ -324,15 +324,16 @@ TEST(GptTest, ParamSourcePiecesGiveTheSameLossAndGradients) {
     ASSERT_EQ(got.grads[i], want.grads[i]) << "element " << i;
   }
   EXPECT_TRUE(source.holds_nothing());
-  // Forward: embeddings, blocks 0..L-1, ln_f, wte; backward: wte, ln_f, blocks L-1..0.
+  // Forward: wte, wpe, blocks 0..L-1, ln_f, wte; backward: wte, ln_f, blocks L-1..0.
   const size_t wte = whole.FindTensor("wte")->numel, wpe = whole.FindTensor("wpe")->numel;
-  ASSERT_EQ(source.pieces.size(), 2 * static_cast<size_t>(c.n_layer) + 5);
-  EXPECT_EQ(source.pieces[0], std::make_pair(size_t{0}, wte + wpe));
-  EXPECT_EQ(source.pieces[c.n_layer + 2], std::make_pair(size_t{0}, wte));
+  ASSERT_EQ(source.pieces.size(), 2 * static_cast<size_t>(c.n_layer) + 6);
+  EXPECT_EQ(source.pieces[0], std::make_pair(size_t{0}, wte));
+  EXPECT_EQ(source.pieces[1], std::make_pair(wte, wpe));
   EXPECT_EQ(source.pieces[c.n_layer + 3], std::make_pair(size_t{0}, wte));
+  EXPECT_EQ(source.pieces[c.n_layer + 4], std::make_pair(size_t{0}, wte));
   EXPECT_EQ(source.pieces.back().first, whole.FindTensor("h.0.ln1.w")->offset);
-  // The most held at once: the embeddings, not the model.
-  EXPECT_EQ(source.peak, wte + wpe);
+  // The most held at once: wte (the embeddings are two pieces), not the model.
+  EXPECT_EQ(source.peak, wte);
   EXPECT_LT(source.peak, whole.grads().size());
 }
 

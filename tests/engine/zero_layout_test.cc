@@ -7,9 +7,12 @@
 // resumes with (pipeline 2, data 2, ZeRO-2) and on one rank without ZeRO, the losses going
 // on as in an uninterrupted run.
 #include <omp.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -20,9 +23,12 @@
 #include "comm_test_util.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/gpt.h"
+#include "engine/model/gpt_shard.h"
 #include "engine/model/gpt_shard_layout.h"
+#include "engine/parallel/ddp.h"
 #include "engine/parallel/layout.h"
 #include "engine/parallel/zero.h"
+#include "engine/parallel/zero_params.h"
 #include "engine/trainer/train_model.h"
 
 namespace cohort::engine {
@@ -75,6 +81,11 @@ struct Layout {
 
 struct ZeroRun {
   std::vector<double> losses, norms;
+  // Resumed by range from files: per rank, the tensor bytes it read and the step directory it
+  // loaded; rank 0's warnings (skipped checkpoints).
+  std::vector<uint64_t> bytes_read;
+  std::vector<std::string> resumed;
+  std::vector<std::string> warnings;
   Checkpoint state;  // the logical state after the last step, assembled from every rank's ranges
   std::vector<TrainModel::ModelStateBytes> bytes;  // per rank
   std::vector<size_t> initial_values;               // per rank: generated from the seed
@@ -91,8 +102,42 @@ void Place(const CheckpointRange& r, std::vector<float>& out, std::vector<int>& 
   }
 }
 
-// `steps` steps (numbered from `first`) of layout `l`, resumed from `from` when given.
-ZeroRun Train(const Layout& l, int first, int steps, const Checkpoint* from = nullptr) {
+// The ranks of a test as a CheckpointGroup.
+class CommGroup : public CheckpointGroup {
+ public:
+  explicit CommGroup(comm::Communicator& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  Result<void> Broadcast(std::span<int64_t> v) override {
+    return c_.Broadcast(v.data(), v.size(), comm::DataType::kInt64, 0);
+  }
+  Result<void> Max(std::span<float> v) override {
+    return c_.AllReduce(v.data(), v.data(), v.size(), comm::DataType::kFloat32,
+                        comm::ReduceOp::kMax);
+  }
+
+ private:
+  comm::Communicator& c_;
+};
+
+// Where a run starts and what it leaves: resumed from `from` (in memory: rank 0 holds the
+// whole checkpoint and RestoreState sends every rank its state, the path before resume by
+// range) or from the newest checkpoint in `from_dir`, every rank reading its own ranges
+// (LoadCheckpointRanges); at the end a checkpoint written by range into `to_dir`.
+struct Io {
+  const Checkpoint* from = nullptr;
+  std::string from_dir, to_dir;
+};
+Io InMemory(const Checkpoint* from, std::string to_dir = {}) { return {from, {}, std::move(to_dir)}; }
+Io ByRange(std::string from_dir, std::string to_dir = {}) {
+  return {nullptr, std::move(from_dir), std::move(to_dir)};
+}
+Io WriteTo(std::string to_dir) { return {nullptr, {}, std::move(to_dir)}; }
+
+// `steps` steps (numbered from `first`) of layout `l` (a model split over ranks, or data
+// parallelism: ZeRO 0-3 over every rank). The global batch is 4 micro-batches per step
+// whatever the layout: 4 / data per replica.
+ZeroRun Train(const Layout& l, int first, int steps, const Io& io) {
   const GptConfig cfg = Tiny();
   const size_t n = cfg.num_parameters();
   const int world = l.tensor * l.pipeline * l.data;
@@ -102,6 +147,8 @@ ZeroRun Train(const Layout& l, int first, int steps, const Checkpoint* from = nu
   run.state.adam_v.assign(n, 0.0f);
   run.bytes.resize(world);
   run.initial_values.resize(world);
+  run.bytes_read.resize(world);
+  run.resumed.resize(world);
   std::vector<int> written[3] = {std::vector<int>(n), std::vector<int>(n), std::vector<int>(n)};
   std::mutex mu;
   comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
@@ -118,27 +165,46 @@ ZeroRun Train(const Layout& l, int first, int steps, const Checkpoint* from = nu
                                             nullptr, l.zero, l.prefetch);
       ASSERT_TRUE(made.has_value()) << made.error().ToString();
       model = std::move(*made);
+    } else if (l.zero == 3) {
+      model = MakeZero3CpuTrainModelFromSeed(cfg, 7, Adam(), comm, l.prefetch).value();
     } else {
-      ASSERT_EQ(world, 1) << "this test's single-rank runs are one rank";
       GptModel init = GptModel::Create(cfg).value();
       init.InitRandom(7);
-      model = MakeCpuTrainModel(std::move(init), Adam()).value();
+      model = l.zero > 0 ? MakeZeroCpuTrainModel(std::move(init), Adam(), comm, l.zero).value()
+                         : MakeCpuTrainModel(std::move(init), Adam()).value();
     }
-    if (from) {
-      Checkpoint copy = *from;
+    // Data parallelism's average (the trainer's DdpReducer) for ZeRO 0 and 1 on several ranks.
+    std::unique_ptr<DdpReducer> reducer;
+    if (!layout->model_parallel() && world > 1 && l.zero < 2) {
+      reducer = std::make_unique<DdpReducer>(comm, model->grads(), size_t{1} << 16);
+    }
+    if (io.from) {
+      Checkpoint copy = *io.from;
       auto restored = model->RestoreState(world > 1 ? &comm : nullptr,
-                                          comm.rank() == 0 ? &copy : nullptr, from->adam_t);
+                                          comm.rank() == 0 ? &copy : nullptr, io.from->adam_t);
       ASSERT_TRUE(restored.has_value()) << restored.error().ToString();
     }
+    CommGroup group(comm);
+    if (!io.from_dir.empty()) {
+      auto request = model->RestoreRequest();
+      ASSERT_TRUE(request.has_value()) << "the CPU models restore by range";
+      auto loaded = LoadCheckpointRanges(&group, io.from_dir, cfg, *request);
+      ASSERT_TRUE(loaded.has_value()) << loaded.error().ToString();
+      ASSERT_TRUE(model->FinishRestore(loaded->adam_t).has_value());
+      std::lock_guard lock(mu);
+      run.bytes_read[comm.rank()] = loaded->bytes_read;
+      run.resumed[comm.rank()] = std::filesystem::path(loaded->path).filename().string();
+      if (comm.rank() == 0) run.warnings = loaded->warnings;
+    }
     const int replica = layout->CoordsOf(comm.rank()).data;
-    const int m = kM * (layout->model_parallel() ? 1 : 2);  // one rank does both replicas' work
+    const int m = 4 / layout->data;  // the same global batch in every layout
     ZeroRun mine;
     for (int step = first; step < first + steps; ++step) {
       auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> out) -> Result<void> {
-        FillBatch(step, replica * kM + a, in, out, cfg.vocab_size);
+        FillBatch(step, replica * m + a, in, out, cfg.vocab_size);
         return {};
       };
-      auto loss = model->TrainMicrobatches(m, kB, kT, load, nullptr);
+      auto loss = model->TrainMicrobatches(m, kB, kT, load, reducer.get());
       ASSERT_TRUE(loss.has_value()) << loss.error().ToString();
       float avg = static_cast<float>(*loss);
       if (world > 1) {
@@ -152,6 +218,14 @@ ZeroRun Train(const Layout& l, int first, int steps, const Checkpoint* from = nu
     int64_t t = 0;
     auto ranges = model->CheckpointRanges(replica, layout->data, &t);
     ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
+    if (!io.to_dir.empty()) {
+      CheckpointHeader header;
+      header.config = cfg;
+      header.adam_t = t;
+      header.progress.step = first + steps;
+      auto saved = SaveCheckpointRanges(&group, io.to_dir, header, *ranges, 0);
+      ASSERT_TRUE(saved.has_value()) << saved.error().ToString();
+    }
     std::lock_guard lock(mu);
     run.bytes[comm.rank()] = model->model_state_bytes();
     run.initial_values[comm.rank()] = model->initial_values();
@@ -209,8 +283,8 @@ TEST_P(ZeroInLayoutTest, TrainsAsTheLayoutWithoutZeroInTheFormulasMemory) {
   Layout plain = l;
   plain.zero = 0;
   constexpr int kSteps = 4;
-  const ZeroRun want = Train(plain, 0, kSteps);
-  const ZeroRun got = Train(l, 0, kSteps);
+  const ZeroRun want = Train(plain, 0, kSteps, {});
+  const ZeroRun got = Train(l, 0, kSteps, {});
   EXPECT_TRUE(got.problems.empty()) << got.problems.front();
   ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps));
   ExpectLossesClose(got, want, 0, l.Name());
@@ -226,15 +300,33 @@ TEST_P(ZeroInLayoutTest, TrainsAsTheLayoutWithoutZeroInTheFormulasMemory) {
   const int world = l.tensor * l.pipeline * l.data;
   const ParallelLayout layout = MakeParallelLayout(pc, cfg, world).value();
   for (int r = 0; r < world; ++r) {
-    const size_t psi = GptShardLayout::Build(ShardSpecFor(layout, cfg, r)).total;
+    const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, r));
+    const size_t psi = shard.total;
     const ZeroPartition part{psi, layout.data};
     const size_t mine = part.size(layout.CoordsOf(r).data);
     const TrainModel::ModelStateBytes& b = got.bytes[r];
     EXPECT_EQ(b.params, 4 * (l.zero == 3 ? mine : psi)) << l.Name() << " rank " << r;
     EXPECT_EQ(b.grads, 4 * mine) << l.Name() << " rank " << r;
     EXPECT_EQ(b.optimizer, 8 * mine) << l.Name() << " rank " << r;
-    // The whole accumulation buffer of the shard is scratch, apart from the model states.
-    EXPECT_GE(b.scratch, 4 * psi) << l.Name() << " rank " << r;
+    // No whole gradient buffer: the scratch is two piece buffers of the largest piece but
+    // wte's (a block here) and a receive buffer, the slices of wte that another stage holds a
+    // copy of (each accumulates over the step: pipeline 2's first and last stage; with
+    // tensor 2 alone wte goes in row chunks like the other pieces), and stage 3's gathered
+    // pieces (the two largest: prefetch).
+    size_t piece = 0, wte = 0;
+    for (size_t c = 0; c < shard.chunks.size(); ++c) {
+      const ShardChunkPieces p = ShardParamPieces(shard, static_cast<int>(c));
+      piece = std::max({piece, p.wpe.size(), p.ln_f.size()});
+      for (const ShardBlockOffsets& w : shard.chunks[c].blocks) piece = std::max(piece, w.end - w.begin);
+      if (p.wte.size() == 0 || p.head_wte.size() == 0) wte += p.wte.size() + p.head_wte.size();
+    }
+    if (l.pipeline == 1) {
+      EXPECT_EQ(wte, 0u) << "tensor x data: no slice-sized buffer";
+    }
+    const size_t gathered =
+        l.zero == 3 ? GatherBound(ShardParamPieceSizes(shard), l.prefetch) : 0;
+    EXPECT_EQ(b.scratch, 4 * (2 * piece + std::min(piece, mine) + wte + gathered))
+        << l.Name() << " rank " << r;
     // Sharded init: a ZeRO-3 rank generated its part of the shard from the seed, nothing else.
     EXPECT_EQ(got.initial_values[r], l.zero == 3 ? mine : psi) << l.Name() << " rank " << r;
   }
@@ -289,8 +381,8 @@ TEST(ZeroInLayoutPrefetchTest, PrefetchGivesTheSameBitsAsNoPrefetch) {
   for (Layout l : {Layout{2, 1, 2, 3}, Layout{1, 2, 2, 3}}) {
     Layout off = l;
     off.prefetch = false;
-    const ZeroRun with = Train(l, 0, 3);
-    const ZeroRun without = Train(off, 0, 3);
+    const ZeroRun with = Train(l, 0, 3, {});
+    const ZeroRun without = Train(off, 0, 3, {});
     EXPECT_EQ(with.losses, without.losses) << l.Name();
     EXPECT_EQ(with.norms, without.norms) << l.Name();
     EXPECT_EQ(with.state.params, without.state.params) << l.Name();
@@ -303,17 +395,124 @@ TEST(ZeroInLayoutPrefetchTest, PrefetchGivesTheSameBitsAsNoPrefetch) {
 // (tensor 2, data 2, ZeRO-3) run's.
 TEST(ZeroInLayoutCheckpointTest, ResumesInOtherLayoutsAndStages) {
   const Layout tp_z3{2, 1, 2, 3}, pp_z2{1, 2, 2, 2}, one{1, 1, 1, 0};
-  const ZeroRun whole = Train(tp_z3, 0, 6);
-  const ZeroRun a = Train(tp_z3, 0, 2);
+  const ZeroRun whole = Train(tp_z3, 0, 6, {});
+  const ZeroRun a = Train(tp_z3, 0, 2, {});
   ASSERT_TRUE(a.problems.empty()) << a.problems.front();
   ExpectLossesClose(a, whole, 0, "first part");
-  const ZeroRun b = Train(pp_z2, 2, 2, &a.state);
+  const ZeroRun b = Train(pp_z2, 2, 2, InMemory(&a.state));
   ASSERT_TRUE(b.problems.empty()) << b.problems.front();
   ExpectLossesClose(b, whole, 2, "resumed with pipeline 2 x data 2, ZeRO-2");
   EXPECT_EQ(b.state.adam_t, 4);
-  const ZeroRun c = Train(one, 4, 2, &b.state);
+  const ZeroRun c = Train(one, 4, 2, InMemory(&b.state));
   ExpectLossesClose(c, whole, 4, "resumed on one rank without ZeRO");
   ExpectParamsClose(c.state.params, whole.state.params, 1e-5, "after the chain");
+}
+
+// A temporary directory, removed at the end of the test (also on failure).
+class TempDir {
+ public:
+  TempDir() {
+    path_ = (std::filesystem::temp_directory_path() /
+             fmt::format("cohort-zero-resume-{}-{}", ::getpid(), counter_++))
+                .string();
+    std::filesystem::remove_all(path_);
+  }
+  ~TempDir() {
+    std::error_code ignore;
+    std::filesystem::remove_all(path_, ignore);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::string path_;
+};
+
+void ExpectSameRun(const ZeroRun& got, const ZeroRun& want, const std::string& what) {
+  EXPECT_EQ(got.losses, want.losses) << what;
+  EXPECT_EQ(got.norms, want.norms) << what;
+  EXPECT_EQ(got.state.params, want.state.params) << what;
+  EXPECT_EQ(got.state.adam_m, want.state.adam_m) << what;
+  EXPECT_EQ(got.state.adam_v, want.state.adam_v) << what;
+  EXPECT_EQ(got.state.adam_t, want.state.adam_t) << what;
+}
+
+// Resume by range: every rank reads only the written ranges it overlaps (LoadCheckpointRanges
+// with the model's RestoreRequest), and trains on bit for bit as when rank 0 loads the whole
+// checkpoint and sends every rank its state (RestoreState), across layouts: data 4 with ZeRO-3
+// -> data 4 with ZeRO-3 (each rank reads exactly its shard of the three arrays: 12 bytes per
+// parameter of its shard) -> tensor 2 x data 2 with ZeRO-3 -> pipeline 2 x data 2 with ZeRO-2
+// -> one rank without ZeRO, the losses continuing those of the uninterrupted data 4 ZeRO-3 run.
+TEST(ZeroInLayoutCheckpointTest, EachRankReadsItsOwnRangesInAnyLayout) {
+  const Layout d4_z3{1, 1, 4, 3}, tp_z3{2, 1, 2, 3}, pp_z2{1, 2, 2, 2}, one{1, 1, 1, 0};
+  const size_t n = Tiny().num_parameters();
+  const ZeroRun whole = Train(d4_z3, 0, 8, {});
+  TempDir dir[4];
+  const ZeroRun a = Train(d4_z3, 0, 2, WriteTo(dir[0].path()));
+  ExpectLossesClose(a, whole, 0, "first part");
+  // The same layout: each rank reads its shard, nothing else.
+  const ZeroRun b = Train(d4_z3, 2, 2, ByRange(dir[0].path(), dir[1].path()));
+  const ZeroRun b_whole = Train(d4_z3, 2, 2, InMemory(&a.state));
+  ExpectSameRun(b, b_whole, "data 4 ZeRO-3 resumed by range");
+  ExpectLossesClose(b, whole, 2, "data 4 ZeRO-3 resumed");
+  const ZeroPartition part{n, 4};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(b.bytes_read[r], 12 * part.size(r)) << "rank " << r << " of data 4 ZeRO-3";
+    EXPECT_EQ(b.resumed[r], "step_00000002");
+  }
+  const ZeroRun c = Train(tp_z3, 4, 2, ByRange(dir[1].path(), dir[2].path()));
+  ExpectSameRun(c, Train(tp_z3, 4, 2, InMemory(&b.state)), "tensor 2 x data 2 ZeRO-3 by range");
+  ExpectLossesClose(c, whole, 4, "resumed with tensor 2 x data 2, ZeRO-3");
+  const ZeroRun d = Train(pp_z2, 6, 1, ByRange(dir[2].path(), dir[3].path()));
+  ExpectSameRun(d, Train(pp_z2, 6, 1, InMemory(&c.state)), "pipeline 2 x data 2 ZeRO-2 by range");
+  ExpectLossesClose(d, whole, 6, "resumed with pipeline 2 x data 2, ZeRO-2");
+  for (int r = 0; r < 4; ++r) {
+    // A rank reads each written range it needs part of whole (to check its CRC), so across
+    // layouts it reads more than it keeps, but not the whole checkpoint.
+    EXPECT_LT(c.bytes_read[r], 12 * n) << "rank " << r << " of tensor 2 x data 2";
+    EXPECT_LT(d.bytes_read[r], 12 * n) << "rank " << r << " of pipeline 2 x data 2";
+  }
+  const ZeroRun e = Train(one, 7, 1, ByRange(dir[3].path()));
+  ExpectSameRun(e, Train(one, 7, 1, InMemory(&d.state)), "one rank by range");
+  ExpectLossesClose(e, whole, 7, "resumed on one rank");
+  EXPECT_EQ(e.bytes_read[0], 12 * n) << "one rank holds everything";
+  ExpectParamsClose(e.state.params, whole.state.params, 1e-5, "after the chain");
+}
+
+// A damaged range that only one rank reads invalidates the checkpoint on every rank: data 4
+// with ZeRO-3 writes steps 2 and 4, a byte of rank 2's parameter shard in step 4 is flipped,
+// and every rank resumes from step 2 (rank 2 alone read the damaged range; the ranks agree
+// through the group), rank 0 naming the range; the run goes on as one resumed from step 2.
+TEST(ZeroInLayoutCheckpointTest, ADamagedRangeOneRankReadsFallsBackOnEveryRank) {
+  const Layout d4_z3{1, 1, 4, 3};
+  TempDir dir;
+  const ZeroRun a = Train(d4_z3, 0, 2, WriteTo(dir.path()));
+  (void)Train(d4_z3, 2, 2, InMemory(&a.state, dir.path()));
+  const size_t n = Tiny().num_parameters();
+  const ZeroPartition part{n, 4};
+  {
+    std::fstream f(dir.path() + "/step_00000004/params.bin",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    const std::streamoff at = static_cast<std::streamoff>(4 * (part.begin(2) + 7));
+    f.seekg(at);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x10);
+    f.seekp(at);
+    f.write(&byte, 1);
+  }
+  const ZeroRun got = Train(d4_z3, 2, 2, ByRange(dir.path()));
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(got.resumed[r], "step_00000002") << "rank " << r;
+  ASSERT_EQ(got.warnings.size(), 1u);
+  EXPECT_NE(got.warnings[0].find("step_00000004 is damaged"), std::string::npos)
+      << got.warnings[0];
+  EXPECT_NE(got.warnings[0].find(fmt::format("params.bin bytes [{}, {}) written by rank 2",
+                                             4 * part.begin(2), 4 * part.end(2))),
+            std::string::npos)
+      << got.warnings[0];
+  EXPECT_NE(got.warnings[0].find("using step_00000002"), std::string::npos) << got.warnings[0];
+  ExpectSameRun(got, Train(d4_z3, 2, 2, InMemory(&a.state)), "resumed from step 2");
 }
 
 }  // namespace

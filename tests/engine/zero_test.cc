@@ -147,7 +147,7 @@ TEST_P(ZeroWorldTest, StepsEqualTheReplicatedOptimizer) {
 // 0 and 1) or 4 × the shard (stages 2 and 3); the AdamW moments 8Ψ replicated (stage 0) or
 // 8 × the shard. The scratch is counted apart: for the gradient pieces two buffers of the
 // largest piece (a block) and a receive buffer, or one piece buffer on one rank; for stage
-// 3's gathered parameters one buffer of the largest piece (the embeddings or a block).
+// 3's gathered parameters the largest piece (wte, wpe or a block: the embeddings are two).
 TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
   const int world = GetParam();
   GptConfig c;
@@ -175,9 +175,10 @@ TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
                                   : world == 1 ? 4 * piece
                                                : 4 * ((stage == 3 ? 1 : 2) * piece +
                                                       std::min(piece, shard));
-      // Stage 3 gathers one piece at a time into one buffer of the largest piece: the
-      // embeddings (128 + 16 rows of 32) or a block, here the block.
-      const size_t gathered = stage == 3 ? 4 * std::max<size_t>((128 + 16) * 32, piece) : 0;
+      // Stage 3 without prefetch gathers one piece at a time, each into a buffer of its size:
+      // at most the largest piece, wte (128 rows of 32), wpe (16 rows) or a block, here the
+      // block.
+      const size_t gathered = stage == 3 ? 4 * std::max<size_t>(128 * 32, piece) : 0;
       EXPECT_EQ(b.scratch, grad_scratch + gathered) << "stage " << stage;
       if (stage > 0) {
         EXPECT_LE(b.optimizer, 8 * (psi / world + 1));
@@ -358,7 +359,7 @@ TEST_P(ZeroWorldTest, PrefetchServesTheRecordedOrderAndWhatIsAsked) {
   comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
     std::vector<float> whole = Values(n, 11, 1.0f);  // every rank's view of the model
     const ZeroPartition part{n, comm.size()};
-    GatheredParams g(comm, part, whole, 400, /*prefetch=*/true);
+    GatheredParams g(comm, part, whole, std::vector<size_t>{400}, /*prefetch=*/true);
     auto ask = [&](size_t lo, size_t hi) {
       const float* p = g.Gather(lo, hi - lo);
       std::vector<float> got(p, p + (hi - lo));
@@ -388,6 +389,51 @@ TEST_P(ZeroWorldTest, PrefetchServesTheRecordedOrderAndWhatIsAsked) {
     for (float& v : g.shard()) v += 1.0f;
     for (float& v : whole) v += 1.0f;
     round(0, {{0, 300}, {100, 200}, {700, 1000}}, 3, 0, "after the shard changed");
+  });
+}
+
+// Stage 3's gathered working set is what is gathered at once, not two buffers of the largest
+// piece: each piece gets a buffer of its own size, freed after use, and the head's wte (the
+// last request of Forward and the first of the backward) is gathered once and kept between
+// them. With prefetch (more than one rank) the most held at once is wte beside the next piece
+// (wpe in Forward: wte + wpe), below the bound GatherBound gives and far below two
+// embedding-sized buffers; without (one rank), the largest piece, wte. The pieces hold the
+// right values: the losses are the same bits with and without prefetch (above).
+TEST_P(ZeroWorldTest, GatheredWorkingSetIsWhatIsGatheredAtOnce) {
+  const int world = GetParam();
+  GptConfig c;
+  c.vocab_size = 1024;  // wte (1024 x 32) larger than a block (12704 floats)
+  c.max_seq_len = 16;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  const size_t wte = 1024 * 32, wpe = 16 * 32, block = 12 * 32 * 32 + 13 * 32;
+  const int B = 2, T = 16;
+  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    auto m = MakeZero3CpuTrainModelFromSeed(c, 5, AdamWConfig{}, comm, /*prefetch=*/true);
+    ASSERT_TRUE(m.has_value()) << m.error().ToString();
+    TrainModel& model = **m;
+    const bool prefetch = world > 1;
+    EXPECT_EQ(model.model_state_bytes().scratch -
+                  (world == 1 ? 4 * block : 4 * (2 * block + std::min(block, ZeroPartition{c.num_parameters(), world}.size(comm.rank())))),
+              4 * (prefetch ? wte + block : wte))
+        << "the bound: the two largest pieces with prefetch, the largest without";
+    auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> out) {
+      for (size_t i = 0; i < in.size(); ++i) {
+        in[i] = static_cast<int32_t>((i * 37 + a * 5 + comm.rank()) % c.vocab_size);
+        out[i] = static_cast<int32_t>((i * 37 + a * 5 + comm.rank() + 1) % c.vocab_size);
+      }
+      return Result<void>{};
+    };
+    for (int s = 0; s < 3; ++s) {
+      ASSERT_TRUE(model.TrainMicrobatches(2, B, T, load, nullptr).has_value());
+      ASSERT_TRUE(model.ClipAndStep(1.0, 1e-3f).has_value());
+    }
+    const auto st = model.gather_stats();
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->peak_gathered_bytes, 4 * (prefetch ? wte + wpe : wte)) << "rank " << comm.rank();
+    EXPECT_LT(st->peak_gathered_bytes, 2 * 4 * wte);
+    EXPECT_TRUE(comm.Barrier().has_value());
   });
 }
 

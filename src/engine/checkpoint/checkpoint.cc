@@ -244,8 +244,18 @@ Result<uint64_t> ParseU64(const nlohmann::json& v) {
   return out;
 }
 
-// Verifies and loads one step directory; the error message is the reason it is damaged.
-Result<Checkpoint> LoadOne(const std::string& path, int64_t step) {
+// A step directory whose MANIFEST and state.json verify, its tensor files not read yet:
+// the header (`ck` without arrays), the files' sizes (and version 1's whole-file CRCs) and
+// the written ranges (version 2).
+struct Opened {
+  Checkpoint ck;
+  bool by_range = false;
+  FileSum sums[3];
+  std::vector<ckpt::RangeRecord> ranges;
+};
+
+// Opens one step directory; the error message is the reason it is damaged.
+Result<Opened> OpenOne(const std::string& path, int64_t step) {
   auto manifest_bytes = ReadWhole(path + "/MANIFEST");
   if (!manifest_bytes) {
     return Errorf(ErrorCode::kInvalidArgument, "MANIFEST: {}", manifest_bytes.error().message);
@@ -360,6 +370,22 @@ Result<Checkpoint> LoadOne(const std::string& path, int64_t step) {
                   "optim.bin: MANIFEST says {} bytes, the config needs {}", sums[1].bytes,
                   2 * n * sizeof(float));
   }
+  Opened out;
+  out.ck = std::move(ck);
+  out.by_range = by_range;
+  for (int i = 0; i < 3; ++i) out.sums[i] = sums[i];
+  out.ranges = std::move(ranges);
+  return out;
+}
+
+// Verifies and loads one step directory whole; the error message is the reason it is damaged.
+Result<Checkpoint> LoadOne(const std::string& path, int64_t step) {
+  Opened opened = COHORT_TRY(OpenOne(path, step));
+  Checkpoint ck = std::move(opened.ck);
+  const bool by_range = opened.by_range;
+  const FileSum* sums = opened.sums;
+  const std::vector<ckpt::RangeRecord>& ranges = opened.ranges;
+  const size_t n = ck.config.num_parameters();
   ck.params.resize(n);
   ck.adam_m.resize(n);
   ck.adam_v.resize(n);
@@ -626,6 +652,139 @@ Result<Checkpoint> LoadLatestCheckpoint(const std::string& dir,
   }
   return Errorf(ErrorCode::kInvalidArgument, "no valid checkpoint in {}: {}", dir,
                 fmt::join(reasons, "; "));
+}
+
+namespace {
+
+// This rank's request as runs of the tensor files (params.bin; optim.bin holds m then v).
+std::vector<ckpt::FileRun> FileRunsOf(const CheckpointReadRequest& mine, size_t n) {
+  std::vector<ckpt::FileRun> out;
+  const std::pair<CheckpointArray, const std::vector<ParamRun>*> arrays[] = {
+      {CheckpointArray::kParams, &mine.params},
+      {CheckpointArray::kAdamM, &mine.adam_m},
+      {CheckpointArray::kAdamV, &mine.adam_v}};
+  for (const auto& [array, runs] : arrays) {
+    const int file = array == CheckpointArray::kParams ? 0 : 1;
+    for (const ParamRun& r : *runs) {
+      out.push_back({file, ckpt::FileByteOffset(array, n) + uint64_t{r.offset} * sizeof(float),
+                     uint64_t{r.count} * sizeof(float), reinterpret_cast<uint8_t*>(r.out)});
+    }
+  }
+  return out;
+}
+
+Result<void> CheckRequest(const CheckpointReadRequest& mine, size_t n) {
+  for (const auto* runs : {&mine.params, &mine.adam_m, &mine.adam_v}) {
+    for (const ParamRun& r : *runs) {
+      if (r.offset > n || r.count > n - r.offset || (r.count > 0 && r.out == nullptr)) {
+        return Errorf(ErrorCode::kInternal,
+                      "checkpoint read: a run of {} floats at {} outside an array of {}", r.count,
+                      r.offset, n);
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<CheckpointShard> LoadCheckpointRanges(CheckpointGroup* group, const std::string& dir,
+                                             const std::optional<GptConfig>& expected,
+                                             const CheckpointReadRequest& mine) {
+  const int rank = group ? group->rank() : 0;
+  std::vector<std::string> all;
+  if (rank == 0) all = ListCheckpoints(dir);
+  std::vector<std::string> reasons;
+  // Rank 0 names each candidate, newest first, by its step: -1 when none is left.
+  for (size_t tried = 0;; ++tried) {
+    int64_t step = -1;
+    if (rank == 0 && tried < all.size()) {
+      step = ParseStepName(fs::path(all[all.size() - 1 - tried]).filename().string());
+    }
+    if (group) COHORT_TRY_VOID(group->Broadcast(std::span<int64_t>(&step, 1)));
+    if (step < 0) {
+      if (tried == 0) return Errorf(ErrorCode::kNotFound, "no checkpoint in {}", dir);
+      if (rank != 0) {
+        return Errorf(ErrorCode::kInvalidArgument,
+                      "no valid checkpoint in {} (rank 0 lists the reasons)", dir);
+      }
+      return Errorf(ErrorCode::kInvalidArgument, "no valid checkpoint in {}: {}", dir,
+                    fmt::join(reasons, "; "));
+    }
+    const std::string name = StepName(step);
+    const std::string path = (fs::path(dir) / name).string();
+    // This rank's verdict: 0 valid; 1 damaged (failed_range: the range's index + 1, or 0 when
+    // the MANIFEST or state.json is); a valid checkpoint of another shape is `mismatch`.
+    CheckpointShard got;
+    Result<void> verdict;
+    Result<void> mismatch;
+    size_t failed_range = 0;
+    auto opened = OpenOne(path, step);
+    if (!opened) {
+      verdict = std::unexpected(opened.error());
+    } else {
+      const size_t n = opened->ck.config.num_parameters();
+      if (expected) mismatch = CompareConfig(opened->ck.config, *expected);
+      if (mismatch) {
+        std::vector<ckpt::RangeRecord> ranges = opened->ranges;
+        if (!opened->by_range) {  // version 1: a range per file, its whole-file CRC
+          ranges = {{"params.bin", 0, opened->sums[0].bytes, opened->sums[0].bytes, 1, 0,
+                     opened->sums[0].crc},
+                    {"optim.bin", 0, opened->sums[1].bytes, opened->sums[1].bytes, 1, 0,
+                     opened->sums[1].crc}};
+        }
+        size_t failed = 0;
+        Result<ckpt::ReadStats> read = ckpt::ReadStats{};
+        if (auto ok = CheckRequest(mine, n); !ok) {
+          read = std::unexpected(ok.error());
+        } else {
+          read = ckpt::ReadWantedRanges(path, ranges, FileRunsOf(mine, n), &failed);
+        }
+        if (read) {
+          got.bytes_read = read->bytes;
+          got.ranges_verified = read->ranges;
+        } else {
+          verdict = std::unexpected(read.error());
+          if (read.error().code != ErrorCode::kInternal) failed_range = failed + 1;
+        }
+      }
+    }
+    float outcome[3] = {verdict ? 0.0f : 1.0f, static_cast<float>(failed_range),
+                        verdict && !mismatch ? 1.0f : 0.0f};
+    if (group) COHORT_TRY_VOID(group->Max(outcome));
+    if (outcome[0] == 0 && outcome[2] != 0) {
+      if (!mismatch) return std::unexpected(mismatch.error());
+      return Errorf(ErrorCode::kInvalidArgument,
+                    "checkpoint {}: another rank found a config that differs from this run's",
+                    path);
+    }
+    if (outcome[0] != 0) {
+      // Every rank knows the MANIFEST: the range a rank found damaged is named from it.
+      std::string why = verdict ? std::string() : verdict.error().message;
+      const size_t index = static_cast<size_t>(outcome[1]);
+      if (why.empty() || (index > 0 && failed_range != index)) {
+        if (index > 0 && opened && index - 1 < opened->ranges.size()) {
+          why = fmt::format("{}: damaged or unreadable: {}, found by another rank",
+                            opened->ranges[index - 1].file, ckpt::Describe(opened->ranges[index - 1]));
+        } else if (why.empty()) {
+          why = "another rank could not read it (see its log)";
+        }
+      } else if (index > 0) {
+        why += fmt::format(", read by rank {}", rank);
+      }
+      reasons.push_back(fmt::format("{} is damaged ({})", path, why));
+      continue;
+    }
+    CheckpointShard out = std::move(got);
+    Checkpoint& ck = opened->ck;
+    out.path = path;
+    out.config = ck.config;
+    out.adam_t = ck.adam_t;
+    out.progress = std::move(ck.progress);
+    out.metadata = std::move(ck.metadata);
+    for (const std::string& r : reasons) out.warnings.push_back(r + "; using " + name);
+    return out;
+  }
 }
 
 }  // namespace cohort::engine

@@ -138,6 +138,43 @@ Result<std::string> SaveCheckpointRanges(CheckpointGroup* group, const std::stri
 Result<Checkpoint> LoadLatestCheckpoint(const std::string& dir,
                                         const std::optional<GptConfig>& expected);
 
+// What one rank reads of a checkpoint's logical arrays (LoadCheckpointRanges): runs of each
+// array (ParamRun, gpt.h: `count` floats from float `offset` into `out`; any order, they may
+// overlap), e.g. the slices of a tensor/pipeline shard or a ZeRO shard of the moments.
+struct CheckpointReadRequest {
+  std::vector<ParamRun> params, adam_m, adam_v;
+};
+
+// A checkpoint as LoadCheckpointRanges found it: its header (no arrays: the request's outs
+// hold what this rank read) and what this rank read.
+struct CheckpointShard {
+  std::string path;
+  GptConfig config;
+  int64_t adam_t = 0;
+  TrainProgress progress;
+  nlohmann::json metadata;
+  std::vector<std::string> warnings;  // as Checkpoint's (rank 0's are the ones to log)
+  uint64_t bytes_read = 0;            // of params.bin and optim.bin, by this rank
+  size_t ranges_verified = 0;         // written ranges this rank read and checked
+};
+
+// Resume by range, a collective of `group` (null: this process alone): every rank reads only
+// what `mine` asks for, with pread, and nothing else of the tensor files. Rank 0 names the
+// candidate (the newest step directory first); every rank checks its MANIFEST and
+// state.json (small) and reads, whole, each written range (MANIFEST "ranges"; a version 1
+// checkpoint is one range per file) that overlaps its runs, trusting its bytes only once the
+// range's CRC-32 matches. So every range some rank needs is verified by a rank that reads it,
+// and no rank reads what it does not need. The ranks then agree (a max over the group) on
+// the outcome: a damaged range on any rank makes the checkpoint invalid on every rank, and
+// the previous one is tried; the warning names the range ("... is damaged (params.bin:
+// checksum mismatch in params.bin bytes [a, b) written by rank 2 ..., read by rank 3);
+// using step_..."). Errors as LoadLatestCheckpoint's: kNotFound without a checkpoint,
+// kInvalidArgument when none verifies or the config differs from `expected`; the
+// communicator's.
+Result<CheckpointShard> LoadCheckpointRanges(CheckpointGroup* group, const std::string& dir,
+                                             const std::optional<GptConfig>& expected,
+                                             const CheckpointReadRequest& mine);
+
 // Step directories in `dir`, oldest first (for tests and tools).
 std::vector<std::string> ListCheckpoints(const std::string& dir);
 

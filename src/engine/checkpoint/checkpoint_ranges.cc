@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -16,7 +17,7 @@
 namespace cohort::engine::ckpt {
 namespace {
 
-constexpr const char* kFiles[] = {"params.bin", "optim.bin"};
+constexpr const char* const* kFiles = kTensorFiles;
 
 // Writes all of `bytes` at `offset` of `fd`.
 Result<void> PwriteAll(int fd, const uint8_t* data, size_t bytes, uint64_t offset,
@@ -256,6 +257,132 @@ Result<void> VerifyRanges(const std::map<std::string, FileSegments>& files,
     }
   }
   return {};
+}
+
+namespace {
+
+// One file's wanted runs sorted by offset, with the running maximum of their ends, so that
+// the runs overlapping [a, b) are found by binary search although runs may overlap.
+class WantedIndex {
+ public:
+  explicit WantedIndex(std::vector<FileRun> runs) : runs_(std::move(runs)) {
+    std::sort(runs_.begin(), runs_.end(),
+              [](const FileRun& x, const FileRun& y) { return x.offset < y.offset; });
+    uint64_t most = 0;
+    for (const FileRun& r : runs_) {
+      most = std::max(most, r.offset + r.bytes);
+      max_end_.push_back(most);
+    }
+  }
+  // Calls f(run) for every run overlapping [a, b).
+  template <typename F>
+  void ForEachOverlap(uint64_t a, uint64_t b, F&& f) const {
+    auto it = std::upper_bound(max_end_.begin(), max_end_.end(), a);
+    for (size_t i = static_cast<size_t>(it - max_end_.begin());
+         i < runs_.size() && runs_[i].offset < b; ++i) {
+      if (runs_[i].offset + runs_[i].bytes > a && runs_[i].bytes > 0) f(runs_[i]);
+    }
+  }
+  bool Overlaps(uint64_t a, uint64_t b) const {
+    bool any = false;
+    ForEachOverlap(a, b, [&](const FileRun&) { any = true; });
+    return any;
+  }
+
+ private:
+  std::vector<FileRun> runs_;
+  std::vector<uint64_t> max_end_;
+};
+
+constexpr size_t kReadChunk = size_t{8} << 20;
+
+// Reads exactly `bytes` at `offset` of `fd`; the reason otherwise.
+Result<void> PreadAll(int fd, uint8_t* data, size_t bytes, uint64_t offset) {
+  while (bytes > 0) {
+    ssize_t n = pread(fd, data, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errorf(ErrorCode::kInvalidArgument, "read: {}", std::strerror(errno));
+    if (n == 0) {
+      return Errorf(ErrorCode::kInvalidArgument, "truncated: nothing at byte {}", offset);
+    }
+    data += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<ReadStats> ReadWantedRanges(const std::string& dir, std::span<const RangeRecord> records,
+                                   std::span<const FileRun> wanted, size_t* failed) {
+  std::vector<FileRun> per_file[2];
+  for (const FileRun& w : wanted) {
+    if (w.file < 0 || w.file > 1) {
+      return Errorf(ErrorCode::kInternal, "a wanted run of tensor file {}", w.file);
+    }
+    per_file[w.file].push_back(w);
+  }
+  const WantedIndex index[2] = {WantedIndex(std::move(per_file[0])),
+                                WantedIndex(std::move(per_file[1]))};
+  int fds[2] = {-1, -1};
+  auto close_all = [&] {
+    for (int& fd : fds) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+  };
+  std::vector<uint8_t> chunk;
+  ReadStats stats;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const RangeRecord& r = records[i];
+    const int f = r.file == kTensorFiles[0] ? 0 : r.file == kTensorFiles[1] ? 1 : -1;
+    if (f < 0) continue;  // CheckTiling admits none
+    bool needed = false;
+    for (uint64_t k = 0; k < r.runs && !needed; ++k) {
+      const uint64_t a = r.offset + k * r.stride;
+      needed = index[f].Overlaps(a, a + r.bytes);
+    }
+    if (!needed) continue;
+    // "<file>: <what> in <range><detail>", as VerifyRanges words a mismatch.
+    auto fail = [&](const std::string& what, const std::string& detail = {}) {
+      close_all();
+      *failed = i;
+      return Errorf(ErrorCode::kInvalidArgument, "{}: {} in {}{}", r.file, what, Describe(r),
+                    detail);
+    };
+    if (fds[f] < 0) {
+      const std::string path = dir + "/" + kTensorFiles[f];
+      fds[f] = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fds[f] < 0) return fail(fmt::format("cannot open: {}", std::strerror(errno)));
+    }
+    uint32_t crc = Crc32(0, nullptr, 0);
+    for (uint64_t k = 0; k < r.runs; ++k) {
+      const uint64_t run = r.offset + k * r.stride;
+      for (uint64_t done = 0; done < r.bytes;) {
+        const uint64_t a = run + done;
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(kReadChunk, r.bytes - done));
+        if (chunk.size() < n) chunk.resize(n);
+        if (auto got = PreadAll(fds[f], chunk.data(), n, a); !got) {
+          return fail(got.error().message);
+        }
+        crc = Crc32(crc, chunk.data(), n);
+        index[f].ForEachOverlap(a, a + n, [&](const FileRun& w) {
+          const uint64_t lo = std::max(a, w.offset), hi = std::min(a + n, w.offset + w.bytes);
+          std::memcpy(w.out + (lo - w.offset), chunk.data() + (lo - a), hi - lo);
+        });
+        stats.bytes += n;
+        done += n;
+      }
+    }
+    if (crc != r.crc) {
+      return fail("checksum mismatch",
+                  fmt::format(" (crc32 {} != manifest {})", CrcHex(crc), CrcHex(r.crc)));
+    }
+    ++stats.ranges;
+  }
+  close_all();
+  return stats;
 }
 
 }  // namespace cohort::engine::ckpt

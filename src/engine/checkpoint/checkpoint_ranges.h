@@ -67,4 +67,30 @@ using FileSegments = std::vector<std::span<const uint8_t>>;
 Result<void> VerifyRanges(const std::map<std::string, FileSegments>& files,
                           std::span<const RangeRecord> records);
 
+// What one rank wants of a tensor file: `bytes` from byte `offset` of kFileNames[file]
+// (0: params.bin, 1: optim.bin), copied to `out`.
+struct FileRun {
+  int file = 0;
+  uint64_t offset = 0, bytes = 0;
+  uint8_t* out = nullptr;
+};
+// The tensor files by index, as FileRun names them.
+inline constexpr const char* kTensorFiles[] = {"params.bin", "optim.bin"};
+
+// What ReadWantedRanges read: bytes of the tensor files, and the written ranges verified.
+struct ReadStats {
+  uint64_t bytes = 0;
+  size_t ranges = 0;
+};
+
+// Resume by range. Reads from `dir` every range of `records` (which tile the files:
+// CheckTiling) that overlaps one of `wanted`, whole, in chunks of a few MB, computes its
+// CRC-32 and copies its overlaps with `wanted` into their outs; ranges no run overlaps are
+// not read. A range's bytes are trusted only once its CRC matches, so a rank verifies exactly
+// the ranges it reads. kInvalidArgument "<file>: checksum mismatch in <Describe(range)> ..."
+// (or the I/O error reading it: truncated, unreadable) with *failed set to the range's index
+// in `records`; the outs may then hold anything. `wanted` may be in any order and overlap.
+Result<ReadStats> ReadWantedRanges(const std::string& dir, std::span<const RangeRecord> records,
+                                   std::span<const FileRun> wanted, size_t* failed);
+
 }  // namespace cohort::engine::ckpt

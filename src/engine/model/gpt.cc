@@ -401,12 +401,21 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens,
   const GptLayout& lay = m.layout;
   const size_t BTC = BT * C, att_size = BT * NH * T;
 
-  // wte and wpe are contiguous: one piece for the embeddings.
-  const size_t embeddings = lay.wpe + static_cast<size_t>(cfg.max_seq_len) * C - lay.wte;
   const size_t wte_count = static_cast<size_t>(m.Vp) * C, ln_f_count = 2 * static_cast<size_t>(C);
-  m.Fetch(lay.wte, embeddings);
-  cpu_k::EncoderForward(m.encoded.data(), m.tokens.data(), m.P(lay.wte), m.P(lay.wpe), B, T, C);
-  m.Drop(lay.wte, embeddings);
+  const size_t wpe_count = static_cast<size_t>(cfg.max_seq_len) * C;
+  if (!m.source) {
+    m.Fetch(lay.wte, wte_count + wpe_count);  // params() itself
+    cpu_k::EncoderForward(m.encoded.data(), m.tokens.data(), m.P(lay.wte), m.P(lay.wpe), B, T, C);
+  } else {
+    // From a source the embeddings are two pieces, wte then wpe, so no gathered buffer holds
+    // both: the same bits (wte's row, then wpe's added).
+    m.Fetch(lay.wte, wte_count);
+    cpu_k::EmbeddingShardForward(m.encoded.data(), m.tokens.data(), m.P(lay.wte), 0, m.Vp, N, C);
+    m.Drop(lay.wte, wte_count);
+    m.Fetch(lay.wpe, wpe_count);
+    cpu_k::PositionForward(m.encoded.data(), m.P(lay.wpe), B, T, C);
+    m.Drop(lay.wpe, wpe_count);
+  }
   for (int l = 0; l < L; ++l) {
     const LayerOffsets& w = lay.layers[l];
     m.Fetch(w.begin, w.end - w.begin);
@@ -461,10 +470,15 @@ size_t GptModel::MaxGradPiece(const GptConfig& c) {
 
 void GptModel::SetParamSource(ParamSource* source) { impl_->source = source; }
 
-size_t GptModel::MaxParamPiece(const GptConfig& c) {
+std::vector<size_t> GptModel::ParamPieceSizes(const GptConfig& c) {
   const size_t C = static_cast<size_t>(c.n_embd);
-  const size_t embeddings = (static_cast<size_t>(c.padded_vocab_size()) + c.max_seq_len) * C;
-  return std::max({embeddings, 12 * C * C + 13 * C, 2 * C});
+  return {static_cast<size_t>(c.padded_vocab_size()) * C, static_cast<size_t>(c.max_seq_len) * C,
+          12 * C * C + 13 * C, 2 * C};
+}
+
+size_t GptModel::MaxParamPiece(const GptConfig& c) {
+  const std::vector<size_t> sizes = ParamPieceSizes(c);
+  return *std::max_element(sizes.begin(), sizes.end());
 }
 
 void GptModel::ReleaseParams() {

@@ -91,9 +91,9 @@ class GradSink {
 // Where Forward and the backward passes read the parameters when the model does not hold
 // them (ZeRO-3: each rank holds a shard). Gather returns a buffer holding parameters
 // [offset, offset + count), valid until the matching Release; the model holds one piece at
-// a time, in this order: Forward the embeddings [wte, end of wpe), each layer's block
-// 0..L-1, ln_f, wte (the head); the backward passes wte (the head), ln_f, blocks L-1..0
-// (their gradients need no embedding parameters). The order is the same on every call with
+// a time, in this order: Forward wte, wpe, each layer's block 0..L-1, ln_f, wte (the head);
+// the backward passes wte (the head), ln_f, blocks L-1..0 (their gradients need no
+// embedding parameters). The order is the same on every call with
 // the same config, so a source can gather collectively and prefetch the next piece.
 class ParamSource {
  public:
@@ -158,8 +158,9 @@ class GptModel {
   // passes; `source` must outlive its use. ReleaseParams frees params() (it becomes empty)
   // for a model whose parameters come from a source.
   void SetParamSource(ParamSource* source);
-  // The largest piece a ParamSource is asked for, in floats: the embeddings (wte and wpe) or
-  // a layer's block.
+  // The sizes of the pieces a ParamSource is asked for, in floats: wte, wpe, a layer's block,
+  // ln_f; and the largest of them.
+  static std::vector<size_t> ParamPieceSizes(const GptConfig& config);
   static size_t MaxParamPiece(const GptConfig& config);
   void ReleaseParams();
   // Frees grads() (it becomes empty; Backward then fails with kFailedPrecondition) for a

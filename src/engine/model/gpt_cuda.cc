@@ -343,7 +343,11 @@ std::vector<ParamPiece> GptCudaModel::GradPieces(const GptConfig& config) {
 }
 
 size_t GptCudaModel::MaxParamPiece(const GptConfig& config) {
-  return GptModel::MaxParamPiece(config);
+  // The embeddings (wte and wpe, one piece here) or a layer's block.
+  const size_t C = static_cast<size_t>(config.n_embd);
+  const size_t embeddings =
+      (static_cast<size_t>(config.padded_vocab_size()) + config.max_seq_len) * C;
+  return std::max({embeddings, 12 * C * C + 13 * C, 2 * C});
 }
 
 size_t GptCudaModel::MaxGradPiece(const GptConfig& config) {

@@ -160,8 +160,9 @@ class GptCudaModel {
   // layers L-1..0, wpe, wte's chunks of rows from the last (each a multiple of 8 rows).
   static std::vector<ParamPiece> ParamPieces(const GptConfig& config, bool backward);
   static std::vector<ParamPiece> GradPieces(const GptConfig& config);
-  // The largest piece of each list, in floats: GptModel::MaxParamPiece (the embeddings or a
-  // layer's block) and GptModel::MaxGradPiece (a layer's block, wpe or ln_f).
+  // The largest piece of each list, in floats: the embeddings (wte and wpe: one piece here,
+  // two in GptModel's list) or a layer's block, and GptModel::MaxGradPiece (a layer's block,
+  // wpe or ln_f).
   static size_t MaxParamPiece(const GptConfig& config);
   static size_t MaxGradPiece(const GptConfig& config);
 

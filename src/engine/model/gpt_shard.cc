@@ -69,6 +69,9 @@ struct GptShardModel::Impl {
   int C = 0, Cl = 0, NHl = 0, Vl = 0, V = 0, v0 = 0;
   std::vector<float> params, grads;
   ParamSource* source = nullptr;  // ZeRO-3: where the pieces come from
+  GradSink* sink = nullptr;       // ZeRO-2 and 3: where the gradient pieces go
+  float* grad_base = nullptr;     // with a sink: the piece being written, from grad_origin
+  size_t grad_origin = 0;
   const float* held = nullptr;    // the piece the source handed out, starting at held_lo
   size_t held_lo = 0;
   // Stashes in use per chunk (by slot) and released ones kept for reuse.
@@ -92,7 +95,22 @@ struct GptShardModel::Impl {
     source->Release(p.begin, p.size());
     held = nullptr;
   }
-  float* G(size_t off) { return grads.data() + off; }
+  float* G(size_t off) { return sink ? grad_base + (off - grad_origin) : grads.data() + off; }
+  // A piece of this Backward's gradient starts (with a sink: its buffer becomes G's) and ends
+  // (handed back to the sink, or reported through `ready`).
+  void Open(const ShardPiece& p) {
+    if (!sink || p.size() == 0) return;
+    grad_base = sink->Acquire(p.begin, p.size());
+    grad_origin = p.begin;
+  }
+  void Close(const ShardPiece& p, const GradReadyFn& ready) {
+    if (p.size() == 0) return;
+    if (sink) {
+      sink->Done(p.begin, p.size());
+    } else if (ready) {
+      ready(p.begin, p.size());
+    }
+  }
   Stash& NewStash(int chunk, int slot, int B, int T);
   void Grow(std::vector<float>& v, size_t n) {
     if (v.size() < n) v.resize(n);
@@ -287,24 +305,43 @@ ShardChunkPieces ShardParamPieces(const GptShardLayout& layout, int chunk) {
   const size_t C = static_cast<size_t>(layout.spec.config.n_embd);
   ShardChunkPieces p;
   if (spec.embedding) {
-    p.embeddings = {co.begin, !co.blocks.empty() ? co.blocks[0].begin
-                              : spec.head        ? co.ln_f_w
-                                                 : co.end};
+    p.wte = {co.wte, co.wpe};
+    p.wpe = {co.wpe, !co.blocks.empty() ? co.blocks[0].begin
+                     : spec.head        ? co.ln_f_w
+                                        : co.end};
   }
   if (spec.head) {
     p.ln_f = {co.ln_f_w, co.ln_f_w + 2 * C};
-    p.head_wte = spec.embedding ? p.embeddings : ShardPiece{co.head_wte, co.end};
+    p.head_wte = spec.embedding ? p.wte : ShardPiece{co.head_wte, co.end};
   }
   return p;
 }
 
-size_t MaxShardPiece(const GptShardLayout& layout) {
-  size_t most = 1;
+std::vector<size_t> ShardParamPieceSizes(const GptShardLayout& layout) {
+  std::vector<size_t> sizes;
   for (size_t c = 0; c < layout.chunks.size(); ++c) {
     const ShardChunkPieces p = ShardParamPieces(layout, static_cast<int>(c));
-    most = std::max({most, p.embeddings.size(), p.ln_f.size(), p.head_wte.size()});
+    for (const ShardPiece& piece : {p.wte, p.wpe, p.ln_f, p.head_wte}) {
+      if (piece.size() > 0) sizes.push_back(piece.size());
+    }
+    for (const ShardBlockOffsets& w : layout.chunks[c].blocks) sizes.push_back(w.end - w.begin);
+  }
+  return sizes;
+}
+
+size_t MaxShardGradPiece(const GptShardLayout& layout) {
+  size_t most = static_cast<size_t>(layout.spec.config.n_embd);  // a row of wte
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    const ShardChunkPieces p = ShardParamPieces(layout, static_cast<int>(c));
+    most = std::max({most, p.wpe.size(), p.ln_f.size()});
     for (const ShardBlockOffsets& w : layout.chunks[c].blocks) most = std::max(most, w.end - w.begin);
   }
+  return most;
+}
+
+size_t MaxShardPiece(const GptShardLayout& layout) {
+  size_t most = 1;
+  for (size_t s : ShardParamPieceSizes(layout)) most = std::max(most, s);
   return most;
 }
 
@@ -338,6 +375,8 @@ std::span<float> GptShardModel::grads() { return impl_->grads; }
 void GptShardModel::ZeroGrad() { Zero(impl_->grads); }
 void GptShardModel::SetParamSource(ParamSource* source) { impl_->source = source; }
 void GptShardModel::ReleaseParams() { std::vector<float>().swap(impl_->params); }
+void GptShardModel::SetGradSink(GradSink* sink) { impl_->sink = sink; }
+void GptShardModel::ReleaseGradients() { std::vector<float>().swap(impl_->grads); }
 size_t GptShardModel::activation_bytes() const { return impl_->bytes_now; }
 size_t GptShardModel::peak_activation_bytes() const { return impl_->bytes_peak; }
 void GptShardModel::ResetPeak() { impl_->bytes_peak = impl_->bytes_now; }
@@ -384,9 +423,13 @@ Result<float> GptShardModel::Forward(int chunk, int slot, const MicrobatchTokens
   Stash& s = m.NewStash(chunk, slot, B, T);
   if (spec.embedding) {
     s.tokens.assign(batch.tokens.begin(), batch.tokens.end());
-    const Holding embeddings(m, pieces.embeddings);
-    cpu_k::EmbeddingShardForward(s.input.data(), s.tokens.data(), m.P(co.wte), m.v0, m.Vl, N, C);
+    {
+      const Holding wte(m, pieces.wte);
+      cpu_k::EmbeddingShardForward(s.input.data(), s.tokens.data(), m.P(co.wte), m.v0, m.Vl, N,
+                                   C);
+    }
     COHORT_TRY_VOID(m.tp->SumPartials(s.input.data(), BTC));
+    const Holding wpe(m, pieces.wpe);
     cpu_k::PositionForward(s.input.data(), m.P(co.wpe), B, T, C);
   } else {
     std::memcpy(s.input.data(), input, BTC * sizeof(float));
@@ -466,9 +509,12 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
   const int L = static_cast<int>(co.blocks.size());
   const float* last = L > 0 ? s.residual3.data() + (L - 1) * BTC : s.input.data();
   const ShardChunkPieces pieces = ShardParamPieces(m.layout, chunk);
-  auto report = [&ready](const ShardPiece& p) {
-    if (ready && p.size() > 0) ready(p.begin, p.size());
-  };
+  const ShardPiece ln_f_piece = pieces.ln_f;
+  // With a sink, a chunk that holds both the embedding and the head (no other stage holds a
+  // copy of wte) computes the head's wte gradient at the end, row chunk by row chunk from the
+  // dlogits kept in the stash, together with the token embedding's rows: no piece is larger
+  // than MaxShardGradPiece.
+  const bool wte_in_rows = m.sink && spec.embedding && spec.head;
 
   if (spec.head) {
     const float scale = s.num_targets > 0 ? loss_scale / static_cast<float>(s.num_targets) : 0.0f;
@@ -477,19 +523,24 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
     std::memset(dln, 0, BTC * sizeof(float));
     {
       const Holding head(m, pieces.head_wte);
-      cpu_k::MatmulBackward(dln, m.G(co.head_wte), nullptr, s.logits.data(), s.lnf.data(),
-                            m.P(co.head_wte), N, C, m.Vl);
+      if (!wte_in_rows) m.Open(pieces.head_wte);
+      cpu_k::MatmulBackward(dln, wte_in_rows ? nullptr : m.G(co.head_wte), nullptr,
+                            s.logits.data(), s.lnf.data(), m.P(co.head_wte), N, C, m.Vl);
+      // Without a sink, the head's wte is reported after ln_f (and on a chunk that also
+      // holds the embedding, with it at the end).
+      if (m.sink && !wte_in_rows) m.Close(pieces.head_wte, ready);
     }
     COHORT_TRY_VOID(m.tp->SumPartials(dln, BTC));
     std::memset(dres, 0, BTC * sizeof(float));
     {
       const Holding ln_f(m, pieces.ln_f);
+      m.Open(ln_f_piece);
       cpu_k::LayerNormBackward(dres, m.G(co.ln_f_w), m.G(co.ln_f_b), dln, last, m.P(co.ln_f_w),
                                s.lnf_mean.data(), s.lnf_rstd.data(), N, C);
+      m.Close(ln_f_piece, ready);
     }
     s.loss_ready = false;
-    report(pieces.ln_f);
-    if (!spec.embedding) report(pieces.head_wte);
+    if (!m.sink && !spec.embedding) m.Close(pieces.head_wte, ready);
   } else {
     std::memcpy(dres, doutput, BTC * sizeof(float));
   }
@@ -506,6 +557,7 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
     const float* fch = s.fch.data() + l * 4 * BTCl;
     const float* fch_gelu = s.fch_gelu.data() + l * 4 * BTCl;
     const Holding block(m, {w.begin, w.end});
+    m.Open({w.begin, w.end});
 
     // MLP: fc_proj row-parallel (its input gradient is local), fc column-parallel (its
     // input gradient is a partial sum: all-reduced before the replicated LayerNorm).
@@ -532,14 +584,31 @@ Result<void> GptShardModel::Backward(int chunk, int slot, float loss_scale, cons
     COHORT_TRY_VOID(m.tp->SumPartials(dln, BTC));
     cpu_k::LayerNormBackward(dres, m.G(w.ln1_w), m.G(w.ln1_b), dln, residual, m.P(w.ln1_w),
                              s.ln1_mean.data() + l * N, s.ln1_rstd.data() + l * N, N, C);
-    report({w.begin, w.end});
+    m.Close({w.begin, w.end}, ready);
   }
 
   if (spec.embedding) {
-    cpu_k::EmbeddingShardBackward(m.G(co.wte), dres, s.tokens.data(), m.v0, m.Vl, N, C);
+    m.Open(pieces.wpe);
     cpu_k::PositionBackward(m.G(co.wpe), dres, B, T, C);
-    report({co.wpe, pieces.embeddings.end});
-    report({co.wte, co.wpe});
+    m.Close(pieces.wpe, ready);
+    if (!wte_in_rows) {
+      m.Open(pieces.wte);
+      cpu_k::EmbeddingShardBackward(m.G(co.wte), dres, s.tokens.data(), m.v0, m.Vl, N, C);
+      m.Close(pieces.wte, ready);
+    } else {
+      const int rows = static_cast<int>(std::max<size_t>(1, MaxShardGradPiece(m.layout) / C));
+      for (int hi = m.Vl; hi > 0;) {
+        const int lo = std::max(0, hi - rows);
+        const ShardPiece p{co.wte + static_cast<size_t>(lo) * C, co.wte + static_cast<size_t>(hi) * C};
+        m.Open(p);
+        cpu_k::MatmulBackwardWeightRows(m.G(p.begin), s.logits.data(), s.lnf.data(), N, C, m.Vl, lo,
+                                        hi - lo);
+        cpu_k::EmbeddingShardBackward(m.G(p.begin), dres, s.tokens.data(), m.v0 + lo, hi - lo, N,
+                                      C);
+        m.Close(p, ready);
+        hi = lo;
+      }
+    }
   } else {
     std::memcpy(dinput, dres, BTC * sizeof(float));
   }

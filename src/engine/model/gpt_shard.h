@@ -26,9 +26,9 @@
 //
 // ZeRO-3 (SetParamSource, gpt.h ParamSource): the model holds no parameters and asks the
 // source for each piece just before it computes with it, one piece at a time: a chunk's
-// Forward the embeddings [wte, end of wpe) (the embedding chunk), each block, ln_f and the
-// head's wte slice (the head chunk); its Backward the head's wte slice, ln_f and the blocks
-// from the last (the embeddings' gradients need no parameters). ShardParamPieces lists them.
+// Forward wte's slice and wpe (the embedding chunk), each block, ln_f and the head's wte
+// slice (the head chunk); its Backward the head's wte slice, ln_f and the blocks from the
+// last (the embeddings' gradients need no parameters). ShardParamPieces lists them.
 //
 // Threads: one thread at a time; kernels use OpenMP inside.
 #pragma once
@@ -85,15 +85,21 @@ struct ShardPiece {
   size_t begin = 0, end = 0;
   size_t size() const { return end - begin; }
 };
-// The pieces a ParamSource is asked for (see above) for `chunk`: its embeddings (empty unless
-// the embedding chunk), ln_f and the head's wte slice (empty unless the head chunk; the
-// embeddings piece when the chunk is both).
+// The pieces a ParamSource is asked for (see above) for `chunk`: wte's slice and wpe (empty
+// unless the embedding chunk), ln_f and the head's wte slice (empty unless the head chunk;
+// the wte piece when the chunk is both).
 struct ShardChunkPieces {
-  ShardPiece embeddings, ln_f, head_wte;
+  ShardPiece wte, wpe, ln_f, head_wte;
 };
 ShardChunkPieces ShardParamPieces(const GptShardLayout& layout, int chunk);
-// The largest piece a source or a `ready` callback is given, in floats.
+// The sizes of every piece a source is asked for (floats), and the largest piece a source or
+// a `ready` callback is given.
+std::vector<size_t> ShardParamPieceSizes(const GptShardLayout& layout);
 size_t MaxShardPiece(const GptShardLayout& layout);
+// The largest gradient piece a GradSink is given (SetGradSink) but wte's slices, in floats: a
+// block, wpe, ln_f or a row of wte (wte comes in row chunks of at most this size where no
+// other stage holds a copy of it, whole otherwise).
+size_t MaxShardGradPiece(const GptShardLayout& layout);
 
 class GptShardModel {
  public:
@@ -113,6 +119,18 @@ class GptShardModel {
   // source.
   void SetParamSource(ParamSource* source);
   void ReleaseParams();
+  // Writes each Backward's gradient piece by piece into buffers from `sink` (null: grads())
+  // instead of adding it into grads(): for every piece (ShardParamPieces' wte, wpe, ln_f and
+  // head_wte; each block) Acquire(offset, count) gives the buffer to ADD this micro-batch's
+  // loss_scale × gradient into (zeroed by the sink for a piece reduced per micro-batch, an
+  // accumulator for one it keeps), and Done hands it back as soon as it is written, one piece
+  // held at a time. The head's wte comes first, then ln_f, the blocks from the last, wpe and
+  // wte; on a chunk that holds both the embedding and the head, wte comes at the end only, in
+  // chunks of rows from the last (MaxShardGradPiece), each the head's dlogitsᵀ · ln_f(x) rows
+  // and the token embedding's. ReleaseGradients frees grads() (it becomes empty) for a model
+  // trained that way.
+  void SetGradSink(GradSink* sink);
+  void ReleaseGradients();
 
   // Forward of local chunk `chunk` on a micro-batch, stashed under `slot` (kInvalidArgument
   // if that slot is already stashed, or on a bad batch). `input`: the previous chunk's

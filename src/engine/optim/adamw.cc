@@ -131,4 +131,10 @@ Result<void> AdamW::Restore(std::span<const float> m, std::span<const float> v, 
   return {};
 }
 
+Result<void> AdamW::RestoreStep(int64_t t) {
+  if (t < 0) return FieldError("t", "must be >= 0, got {}", t);
+  t_ = t;
+  return {};
+}
+
 }  // namespace cohort::engine

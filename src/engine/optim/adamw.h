@@ -62,6 +62,9 @@ class AdamW {
   // Restores state saved from m(), v() and t() (checkpoint load). kInvalidArgument if
   // the lengths differ from num_params or t < 0.
   Result<void> Restore(std::span<const float> m, std::span<const float> v, int64_t t);
+  // The step count of a state whose m() and v() were written in place (a checkpoint read
+  // straight into them). kInvalidArgument if t < 0.
+  Result<void> RestoreStep(int64_t t);
 
  private:
   AdamW() = default;

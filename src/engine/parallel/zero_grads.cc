@@ -40,10 +40,11 @@ size_t ShardedGradients::scratch_bytes() const {
 
 void ShardedGradients::ZeroShard() { std::fill(shard_.begin(), shard_.end(), 0.0f); }
 
-void ShardedGradients::Begin() {
+void ShardedGradients::Begin(size_t expected) {
   std::lock_guard lock(mu_);
   status_ = {};
   reported_ = 0;
+  expected_ = expected > 0 ? expected : partition_.total;
   oversize_ = false;
 }
 
@@ -78,7 +79,7 @@ void ShardedGradients::Done(size_t offset, size_t count) {
 }
 
 void ShardedGradients::Submit(const float* data, size_t offset, size_t count) {
-  if (count > max_piece_ || !caller_memory_) {
+  if (count > max_piece_) {
     // Not reduced (every rank of the group skips it alike); Finish fails the round.
     oversize_ = true;
     reported_ += count;
@@ -151,10 +152,10 @@ Result<void> ShardedGradients::Finish() {
                   "were said to be ({})",
                   max_piece_, caller_memory_ ? "the caller's memory" : "this object's buffers");
   }
-  if (reported_ != partition_.total) {
+  if (reported_ != expected_) {
     return Errorf(ErrorCode::kInternal,
                   "ZeRO gradients: the backward pass reported {} gradient elements of {}",
-                  reported_, partition_.total);
+                  reported_, expected_);
   }
   return {};
 }

@@ -57,14 +57,17 @@ class ShardedGradients final : public GradSink {
 
   // The shard to 0 (the step's first micro-batch).
   void ZeroShard();
-  // Starts a micro-batch's round of pieces.
-  void Begin();
+  // Starts a round of pieces: a micro-batch's, whose pieces tile [0, total) once, or one
+  // of `expected` elements in all (a step of several micro-batches whose pieces are handed
+  // over as each micro-batch finishes them: the tensor/pipeline shard, trainer/shard_zero.h).
+  void Begin(size_t expected = 0);
   // GradSink. Acquire blocks while the buffer it will hand out is still being sent.
   float* Acquire(size_t offset, size_t count) override;
   void Done(size_t offset, size_t count) override;
-  // kCallerMemory: reduce-scatters `data`, this round's gradient of elements [offset,
-  // offset + count), from where it is (on the communication thread when overlapping);
-  // `data` must stay unchanged until Finish.
+  // Reduce-scatters `data`, this round's gradient of elements [offset, offset + count), from
+  // where it is (on the communication thread when overlapping); `data` must stay unchanged
+  // until Finish. count <= max_piece; in either mode (kOwnBuffers: beside the pieces of
+  // Acquire and Done).
   void Submit(const float* data, size_t offset, size_t count);
   // Waits until every piece handed back is in the shard; the first communicator error of
   // the round, or kInternal if a piece was larger than max_piece or pieces did not tile the
@@ -95,6 +98,7 @@ class ShardedGradients final : public GradSink {
   std::vector<float> received_;             // this thread only: a piece's part in the shard
   int next_slot_ = 0;                       // training thread only
   size_t reported_ = 0;                     // training thread only: elements Done this round
+  size_t expected_ = 0;                     // training thread only: elements the round needs
   bool oversize_ = false;                   // training thread only: a piece over max_piece
 
   std::mutex mu_;

@@ -17,37 +17,68 @@ double Since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+size_t GatherBound(std::span<const size_t> sizes, bool prefetch) {
+  size_t first = 0, second = 0;
+  for (size_t s : sizes) {
+    if (s > first) {
+      second = first;
+      first = s;
+    } else if (s > second) {
+      second = s;
+    }
+  }
+  return prefetch ? first + second : first;
+}
+
 GatheredParams::GatheredParams(comm::Communicator& comm, const ZeroPartition& partition,
-                               std::span<const float> whole, size_t max_piece, bool prefetch)
-    : GatheredParams(OwnShard{}, comm, partition, ShardOf(partition, comm.rank(), whole),
-                     max_piece, prefetch) {}
+                               std::span<const float> whole, std::span<const size_t> pieces,
+                               bool prefetch)
+    : GatheredParams(OwnShard{}, comm, partition, ShardOf(partition, comm.rank(), whole), pieces,
+                     prefetch) {}
 
 std::unique_ptr<GatheredParams> GatheredParams::FromShard(comm::Communicator& comm,
                                                           const ZeroPartition& partition,
                                                           std::vector<float> shard,
-                                                          size_t max_piece, bool prefetch) {
+                                                          std::span<const size_t> pieces,
+                                                          bool prefetch) {
   return std::unique_ptr<GatheredParams>(
-      new GatheredParams(OwnShard{}, comm, partition, std::move(shard), max_piece, prefetch));
+      new GatheredParams(OwnShard{}, comm, partition, std::move(shard), pieces, prefetch));
 }
 
 GatheredParams::GatheredParams(OwnShard, comm::Communicator& comm,
                                const ZeroPartition& partition, std::vector<float> shard,
-                               size_t max_piece, bool prefetch)
+                               std::span<const size_t> pieces, bool prefetch)
     : comm_(comm),
       partition_(partition),
       rank_(comm.rank()),
       prefetch_(prefetch),
-      shard_(std::move(shard)) {
-  buffers_[0].resize(std::max<size_t>(1, max_piece));
-  if (prefetch_) {
-    buffers_[1].resize(buffers_[0].size());
-    thread_ = std::thread([this] { Loop(); });  // last: it reads the members above
-  }
+      shard_(std::move(shard)),
+      max_piece_(std::max<size_t>(1, GatherBound(pieces, false))),
+      bound_floats_(GatherBound(pieces, prefetch)) {
+  if (prefetch_) thread_ = std::thread([this] { Loop(); });  // last: it reads the members above
   if (shard_.size() != partition_.size(rank_)) {
     status_ = Errorf(ErrorCode::kInternal, "ZeRO-3: a parameter shard of {}, want {}",
                      shard_.size(), partition_.size(rank_));
     shard_.resize(partition_.size(rank_));
   }
+}
+
+float* GatheredParams::Allocate(int buf, size_t count) {
+  Free(buf);
+  Buffer& b = buffers_[buf];
+  // Not zeroed: the all-gather writes every value.
+  b.data = std::make_unique_for_overwrite<float[]>(std::max<size_t>(1, count));
+  b.size = count;
+  held_floats_ += count;
+  peak_floats_ = std::max(peak_floats_, held_floats_);
+  return b.data.get();
+}
+
+void GatheredParams::Free(int buf) {
+  Buffer& b = buffers_[buf];
+  held_floats_ -= b.size;
+  b.data.reset();
+  b.size = 0;
 }
 
 GatheredParams::~GatheredParams() {
@@ -65,7 +96,7 @@ Result<void> GatheredParams::GatherInto(int buf, const Piece& p) {
   const size_t lo =
       std::min(std::max(p.offset, partition_.begin(rank_)), partition_.end(rank_));
   const float* mine = shard_.data() + (lo - partition_.begin(rank_));
-  return comm_.AllGather(mine, buffers_[buf].data(),
+  return comm_.AllGather(mine, buffers_[buf].data.get(),
                          partition_.counts_in(p.offset, p.offset + p.count),
                          comm::DataType::kFloat32);
 }
@@ -109,15 +140,22 @@ std::optional<std::pair<GatheredParams::Piece, int>> GatheredParams::WaitPrefetc
   return std::make_pair(flight_piece_, flight_buf_);
 }
 
-void GatheredParams::Invalidate() { (void)WaitPrefetch(); }
+void GatheredParams::Invalidate() {
+  if (const auto flown = WaitPrefetch()) Free(flown->second);
+  if (kept_buf_ >= 0) Free(kept_buf_);
+  kept_buf_ = -1;
+  keep_next_ = false;
+}
 
 void GatheredParams::BeginRound(int key) {
   Invalidate();
   key_ = key;
   cursor_ = 0;
   const std::vector<Piece>& order = rounds_[key_];
-  if (prefetch_ && !order.empty() && order[0].count <= buffers_[0].size() && status_) {
-    Launch(order[0], 0);
+  if (prefetch_ && !order.empty() && order[0].count <= max_piece_ && status_) {
+    const int buf = FreeSlot();
+    Allocate(buf, order[0].count);
+    Launch(order[0], buf);
   }
 }
 
@@ -127,17 +165,14 @@ const float* GatheredParams::Gather(size_t offset, size_t count) {
     status_ = MakeError(ErrorCode::kInternal,
                         "ZeRO-3: a piece gathered before the last was released");
   }
+  if (held_) Release(offset, count);  // the model broke the contract: the buffer goes
   held_ = true;
   const Piece want{offset, count};
   const auto flown = WaitPrefetch();  // the communication thread is idle from here
-  if (count > buffers_[0].size()) {
-    if (status_) {
-      status_ = Errorf(ErrorCode::kInternal, "ZeRO-3: a piece of {} parameters, more than {}",
-                       count, buffers_[0].size());
-    }
-    for (auto& b : buffers_) {
-      if (!b.empty()) b.resize(count);
-    }
+  if (count > max_piece_ && status_) {
+    // Gathered all the same (the buffer is the piece's size): the round fails in TakeError.
+    status_ = Errorf(ErrorCode::kInternal, "ZeRO-3: a piece of {} parameters, more than {}",
+                     count, max_piece_);
   }
   // The record of this kind of round: kept if the request is the one seen here last time,
   // rewritten from here otherwise.
@@ -147,25 +182,51 @@ const float* GatheredParams::Gather(size_t offset, size_t count) {
     order.push_back(want);
   }
   ++cursor_;
-  int buf = 0;
-  if (flown && flown->first == want) {
+  int buf = -1;
+  if (kept_buf_ >= 0 && kept_piece_ == want) {
+    buf = kept_buf_;  // released just before: still in its buffer
+    if (prefetch_) ++hits_;
+  } else if (flown && flown->first == want) {
     buf = flown->second;
     ++hits_;
-  } else {
+  }
+  // What this request does not use goes: a kept piece or a prefetch it did not ask for.
+  if (kept_buf_ >= 0 && kept_buf_ != buf) Free(kept_buf_);
+  if (flown && flown->second != buf) Free(flown->second);
+  kept_buf_ = -1;
+  if (buf < 0) {
     if (prefetch_) ++misses_;
+    buf = FreeSlot();
+    Allocate(buf, count);
     if (status_) {
       if (auto r = GatherInto(buf, want); !r) status_ = std::unexpected(r.error());
     }
   }
-  if (prefetch_ && cursor_ < order.size() && order[cursor_].count <= buffers_[0].size() &&
+  held_buf_ = buf;
+  // The next recorded request: the same piece is kept on Release; another is prefetched.
+  keep_next_ = cursor_ < order.size() && order[cursor_] == want;
+  if (prefetch_ && !keep_next_ && cursor_ < order.size() && order[cursor_].count <= max_piece_ &&
       status_) {
-    Launch(order[cursor_], 1 - buf);
+    const int next = 1 - buf;
+    Allocate(next, order[cursor_].count);
+    Launch(order[cursor_], next);
   }
   wait_seconds_ += Since(t0);
-  return buffers_[buf].data();
+  return buffers_[buf].data.get();
 }
 
-void GatheredParams::Release(size_t, size_t) { held_ = false; }
+void GatheredParams::Release(size_t, size_t) {
+  if (!held_) return;
+  held_ = false;
+  if (keep_next_) {
+    kept_buf_ = held_buf_;
+    kept_piece_ = rounds_[key_][cursor_ - 1];
+  } else {
+    Free(held_buf_);
+  }
+  keep_next_ = false;
+  held_buf_ = -1;
+}
 
 Result<void> GatheredParams::TakeError() {
   Result<void> r = std::move(status_);

@@ -20,8 +20,15 @@
 // bits. The shard must not change while a prefetch reads it: Invalidate (called by shard()
 // writers: the optimizer step, restore) waits for it and forgets it.
 //
-// Memory, counted where allocated: the shard, 4·size(r) bytes, and the gather buffer of
-// max_piece floats (two with prefetch).
+// Memory. The shard, 4·size(r) bytes, persistently; and the gathered pieces, each in a buffer
+// of its own size allocated when its gather starts and freed when the model releases it, so
+// the gathered working set is what is gathered at once: one piece without prefetch, the piece
+// in use and the next one with it. A request for the piece just released (GptModel's head
+// asks for wte at the end of its Forward and again first in its backward) is served from the
+// buffer kept for it, without a second gather or a second buffer: the buffer of the piece in
+// use is freed on Release unless the recorded order says the next request is the same piece.
+// gather_bytes() is the bound of that working set for the model's pieces (the largest piece,
+// or the two largest with prefetch: GatherBound), peak_gathered_bytes() what was held at most.
 //
 // A communicator error is kept (the model computes on whatever the buffer holds) and returned
 // by TakeError, which the caller checks after each Forward and backward pass.
@@ -51,17 +58,27 @@
 
 namespace cohort::engine {
 
+// The most floats a GatheredParams holds at once for a model whose pieces have `sizes`
+// (GptModel::ParamPieceSizes, ShardParamPieceSizes): the largest piece, or with prefetch the
+// sum of the two largest (the piece in use and the next; a piece asked for twice in a row is
+// held once).
+size_t GatherBound(std::span<const size_t> sizes, bool prefetch);
+
 class GatheredParams final : public ParamSource {
  public:
   // Keeps this rank's shard of `whole` (all the parameters); `comm` is the data-parallel
-  // group (partition.ranks == comm.size()) and must outlive this object.
+  // group (partition.ranks == comm.size()) and must outlive this object. `pieces`: the sizes
+  // of the pieces the model asks for (floats; a request for more than the largest is an
+  // error), from which gather_bytes() is bounded.
   GatheredParams(comm::Communicator& comm, const ZeroPartition& partition,
-                 std::span<const float> whole, size_t max_piece, bool prefetch = false);
+                 std::span<const float> whole, std::span<const size_t> pieces,
+                 bool prefetch = false);
   // As above from this rank's shard alone (partition.size(rank) floats: a sharded init that
   // never held the whole model).
   static std::unique_ptr<GatheredParams> FromShard(comm::Communicator& comm,
                                                    const ZeroPartition& partition,
-                                                   std::vector<float> shard, size_t max_piece,
+                                                   std::vector<float> shard,
+                                                   std::span<const size_t> pieces,
                                                    bool prefetch = false);
   ~GatheredParams() override;
   GatheredParams(const GatheredParams&) = delete;
@@ -85,7 +102,12 @@ class GatheredParams final : public ParamSource {
   // Every parameter, all-gathered into a new buffer (checkpoints by any layout, export):
   // a collective.
   Result<std::vector<float>> GatherAll();
-  size_t gather_bytes() const { return (buffers_[0].size() + buffers_[1].size()) * sizeof(float); }
+  // The bound of the gathered working set (see above), bytes; what is gathered now, and the
+  // most held at once since this object was made or ResetPeak.
+  size_t gather_bytes() const { return bound_floats_ * sizeof(float); }
+  size_t gathered_bytes() const { return held_floats_ * sizeof(float); }
+  size_t peak_gathered_bytes() const { return peak_floats_ * sizeof(float); }
+  void ResetPeak() { peak_floats_ = held_floats_; }
 
   // Prefetch's record: requests served by a prefetch, requests gathered on demand, and the
   // seconds the training thread spent waiting for gathers (either kind).
@@ -96,14 +118,24 @@ class GatheredParams final : public ParamSource {
  private:
   struct OwnShard {};  // picks the constructor that takes the shard itself
   GatheredParams(OwnShard, comm::Communicator& comm, const ZeroPartition& partition,
-                 std::vector<float> shard, size_t max_piece, bool prefetch);
+                 std::vector<float> shard, std::span<const size_t> pieces, bool prefetch);
   struct Piece {
     size_t offset = 0, count = 0;
     bool operator==(const Piece&) const = default;
   };
+  // A gathered piece's buffer, exactly its size (empty: free).
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    size_t size = 0;
+  };
   // All-gathers `p` into buffers_[buf] (the training thread while no prefetch is in flight,
   // or the communication thread).
   Result<void> GatherInto(int buf, const Piece& p);
+  // Training thread: a buffer of `count` floats in slot `buf` / frees it; the other slot, the
+  // one that is free.
+  float* Allocate(int buf, size_t count);
+  void Free(int buf);
+  int FreeSlot() const { return buffers_[0].size == 0 ? 0 : 1; }
   // Waits for the prefetch in flight; its piece and buffer, or nullopt if none was.
   std::optional<std::pair<Piece, int>> WaitPrefetch();
   void Launch(const Piece& p, int buf);
@@ -114,8 +146,17 @@ class GatheredParams final : public ParamSource {
   const int rank_;
   const bool prefetch_;
   std::vector<float> shard_;
-  std::vector<float> buffers_[2];  // the gathered pieces (one without prefetch)
+  const size_t max_piece_;         // the largest piece the model asks for
+  const size_t bound_floats_;      // gather_bytes() / 4
+  // The gathered pieces: the one in use (or kept for the next request) and the prefetched
+  // one. A slot in flight belongs to the communication thread until WaitPrefetch.
+  Buffer buffers_[2];
+  size_t held_floats_ = 0, peak_floats_ = 0;  // training thread: buffers' sizes now, at most
   bool held_ = false;              // training thread: a piece is held
+  int held_buf_ = -1;              // training thread: its slot
+  bool keep_next_ = false;         // training thread: the next request is the held piece
+  int kept_buf_ = -1;              // training thread: a released piece kept for it
+  Piece kept_piece_;               // training thread
   Result<void> status_;            // training thread
   // The record of each kind of round: training thread only.
   std::map<int, std::vector<Piece>> rounds_;

@@ -28,6 +28,9 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
       if (zero_stage >= 2) {
         sharded_ = COHORT_TRY(
             ShardZero::Create(shard_->layout(), *data, zero_->partition(), zero_stage, prefetch));
+        // No whole gradient buffer: every backward hands its pieces to the shard's reduction.
+        shard_->ReleaseGradients();
+        shard_->SetGradSink(sharded_.get());
       }
       if (GatheredParams* g = gathered()) {
         shard_->ReleaseParams();
@@ -45,24 +48,16 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     if (GatheredParams* g = gathered()) COHORT_TRY_VOID(g->TakeError());
     return loss;
   }
-  // Under ZeRO-2 and 3 the engine's own reduce-scatter hears each finished piece too (the
-  // caller's `ready`, the overlapped data-parallel reducer, is then empty: the engine
-  // reduces the data group's shards itself).
+  // Under ZeRO-2 and 3 the model writes its pieces into the shard's reduction (its sink),
+  // and the caller's `ready` (the overlapped data-parallel reducer) is empty.
   Result<void> Backward(int chunk, int slot, float loss_scale, const float* doutput,
                         float* dinput, const GradReadyFn& ready) override {
-    GradReadyFn both = ready;
-    if (sharded_) {
-      if (GradReadyFn mine = sharded_->BackwardReady(chunk, shard_->grads())) {
-        both = ready ? GradReadyFn([mine, ready](size_t offset, size_t count) {
-          mine(offset, count);
-          ready(offset, count);
-        })
-                     : mine;
-      }
-    }
-    auto ran = shard_->Backward(chunk, slot, loss_scale, doutput, dinput, both);
+    auto ran = shard_->Backward(chunk, slot, loss_scale, doutput, dinput, ready);
     if (GatheredParams* g = gathered()) COHORT_TRY_VOID(g->TakeError());
     return ran;
+  }
+  std::span<float> tied_grads(const ShardGradPiece& tied) override {
+    return sharded_ ? sharded_->tied_grads(tied.offset, tied.count) : std::span<float>();
   }
   void BeginRound(int microbatches, bool forward_only) override {
     if (sharded_) sharded_->BeginRound(microbatches, forward_only);
@@ -70,13 +65,13 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
   bool reduces_data_shards() const override { return sharded_ != nullptr; }
   Result<void> ReduceDataShards() override {
     if (!sharded_) return {};
-    return sharded_->ReduceDataShards(shard_->grads());
+    return sharded_->ReduceDataShards();
   }
 
 
   Result<void> ZeroGrad() override {
     shard_->ZeroGrad();
-    if (sharded_) std::fill(sharded_->grad_shard().begin(), sharded_->grad_shard().end(), 0.0f);
+    if (sharded_) sharded_->ZeroGrad();
     return {};
   }
   std::span<float> grads() override { return shard_->grads(); }
@@ -152,8 +147,25 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     return adamw().Restore(m.subspan(lo, k), v.subspan(lo, k), t);
   }
 
-  // Counted where allocated. ZeRO-2 and 3: the gradient shard, and apart (scratch) the whole
-  // buffer the backward accumulates into and the helpers' piece buffers (shard_zero.h).
+  // Resume by range straight into place: the parameters this rank holds (the shard, or
+  // ZeRO-3's part of it) and the optimizer's part of the moments.
+  CheckpointReadRequest RestoreRequest() override {
+    const ShardPiece part = param_part();
+    float* params = shard_->params().data();
+    if (GatheredParams* g = gathered()) {
+      g->Invalidate();  // no prefetch reads the shard while it is written
+      params = g->shard().data();
+    }
+    const size_t lo = opt_begin(), hi = lo + adamw().num_params();
+    return {LogicalRunsOf(shard_->layout(), part.begin, part.end, params),
+            LogicalRunsOf(shard_->layout(), lo, hi, adamw().m().data()),
+            LogicalRunsOf(shard_->layout(), lo, hi, adamw().v().data())};
+  }
+  Result<void> FinishRestore(int64_t t) override { return adamw().RestoreStep(t); }
+  void DropRestore() override {}
+
+  // Counted where allocated. ZeRO-2 and 3: the gradient shard, and apart (scratch) the
+  // helpers' piece buffers, wte's slices and stage 3's gathered pieces (shard_zero.h).
   TrainModel::ModelStateBytes state_bytes() const override {
     const size_t n = shard_->layout().total;
     const size_t held = zero_ ? zero_->partition().size(zero_->rank()) : optimizer_->num_params();
@@ -161,13 +173,13 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
                           (sharded_ && sharded_->params() ? sharded_->params()->shard().size() : 0);
     if (!sharded_) return {params * sizeof(float), n * sizeof(float), 2 * held * sizeof(float)};
     return {params * sizeof(float), sharded_->grad_shard().size() * sizeof(float),
-            2 * held * sizeof(float), shard_->grads().size() * sizeof(float) +
-                                          sharded_->scratch_bytes()};
+            2 * held * sizeof(float), sharded_->scratch_bytes()};
   }
   std::optional<TrainModel::GatherStats> gather_stats() const override {
     if (!sharded_ || !sharded_->params()) return std::nullopt;
     const GatheredParams& g = *sharded_->params();
-    return TrainModel::GatherStats{g.prefetch_hits(), g.prefetch_misses(), g.wait_seconds()};
+    return TrainModel::GatherStats{g.prefetch_hits(), g.prefetch_misses(), g.wait_seconds(),
+                                   g.peak_gathered_bytes()};
   }
   const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
   std::string DescribeMemory() const override {

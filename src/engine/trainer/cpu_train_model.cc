@@ -105,7 +105,7 @@ class CpuTrainModel final : public TrainModel {
   std::optional<GatherStats> gather_stats() const override {
     if (!gathered_) return std::nullopt;
     return GatherStats{gathered_->prefetch_hits(), gathered_->prefetch_misses(),
-                       gathered_->wait_seconds()};
+                       gathered_->wait_seconds(), gathered_->peak_gathered_bytes()};
   }
 
   std::span<float> grads() override { return model_.grads(); }
@@ -182,6 +182,26 @@ class CpuTrainModel final : public TrainModel {
       }
     }
     return zero_->adamw().Restore(m, v, adam_t);
+  }
+
+  // Resume by range: every rank reads its own state straight into place: the parameters
+  // (ZeRO-3: its shard of them) and its AdamW moments (with ZeRO: its shard).
+  std::optional<CheckpointReadRequest> RestoreRequest() override {
+    AdamW& a = zero_ ? zero_->adamw() : *optimizer_;
+    const size_t lo = zero_ ? zero_->shard_begin() : 0, k = a.num_params();
+    CheckpointReadRequest req;
+    if (gathered_) {
+      gathered_->Invalidate();  // no prefetch reads the shard while it is written
+      req.params.push_back({lo, k, gathered_->shard().data()});
+    } else {
+      req.params.push_back({0, model_.params().size(), model_.params().data()});
+    }
+    req.adam_m.push_back({lo, k, a.m().data()});
+    req.adam_v.push_back({lo, k, a.v().data()});
+    return req;
+  }
+  Result<void> FinishRestore(int64_t adam_t) override {
+    return (zero_ ? zero_->adamw() : *optimizer_).RestoreStep(adam_t);
   }
 
   Result<void> BroadcastParams(comm::Communicator& comm) override {
@@ -299,7 +319,7 @@ Result<std::unique_ptr<TrainModel>> MakeZero(
     const size_t lo = zero.shard_begin(), hi = lo + zero.partition().size(zero.rank());
     gathered = GatheredParams::FromShard(own_gathers ? *gather_comm : data, zero.partition(),
                                          shard_of(lo, hi),
-                                         GptModel::MaxParamPiece(model.config()), own_gathers);
+                                         GptModel::ParamPieceSizes(model.config()), own_gathers);
   }
   return std::unique_ptr<TrainModel>(new CpuTrainModel(std::move(model), std::move(zero),
                                                        std::move(shards), std::move(gather_comm),

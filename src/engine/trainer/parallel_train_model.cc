@@ -108,7 +108,14 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     backwards_.assign(mine.size(), 0);
     // Under ZeRO-2 and 3 the engine reduces the data group's shards itself (after the tied
     // sum: ReduceDataShards); the reducer then only sums the tied copies.
-    reducer_ = COHORT_TRY(ShardGradReducer::Create(engine_->grads(), TiedCopy(), emb_comm_.get(),
+    // Without a whole gradient buffer (ZeRO-2 and 3) the tied copy has a buffer of its own.
+    std::span<float> grads = engine_->grads();
+    ShardGradPiece tied = TiedCopy();
+    if (std::span<float> own = engine_->tied_grads(tied); !own.empty()) {
+      grads = own;
+      tied.offset = 0;
+    }
+    reducer_ = COHORT_TRY(ShardGradReducer::Create(grads, tied, emb_comm_.get(),
                                                    engine_->reduces_data_shards() ? nullptr : dp_comm_.get(),
                                                    options_.overlap_grad_reduce,
                                                    options_.bucket_bytes, engine_->grad_wait()));
@@ -210,6 +217,10 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
                                         ckpt ? &full : nullptr, {p, m, v}));
     return engine_->Restore(p, m, v, adam_t);
   }
+  // Resume by range: the engine's part of the shard, as logical runs (shard_engine.h).
+  std::optional<CheckpointReadRequest> RestoreRequest() override { return engine_->RestoreRequest(); }
+  Result<void> FinishRestore(int64_t adam_t) override { return engine_->FinishRestore(adam_t); }
+  void DropRestore() override { engine_->DropRestore(); }
   // Every rank extracted its shard from the same initial model (same seed or file).
   Result<void> BroadcastParams(comm::Communicator&) override { return {}; }
   ModelStateBytes model_state_bytes() override { return engine_->state_bytes(); }

@@ -33,6 +33,7 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/model/gpt_shard.h"
 #include "engine/model/gpt_shard_layout.h"
 #include "engine/optim/adamw.h"
@@ -89,6 +90,13 @@ class ShardEngine {
   // that does not (false) leaves the data-parallel average of grads() to the caller.
   virtual bool reduces_data_shards() const { return false; }
   virtual Result<void> ReduceDataShards() { return {}; }
+  // Where the tied embedding copy `tied` (a range of the shard buffer) accumulates when the
+  // engine holds no whole gradient buffer (ZeRO-2 and 3: a buffer of the copy alone, which
+  // the caller sums over the embedding group before ReduceDataShards); empty: in grads().
+  virtual std::span<float> tied_grads(const ShardGradPiece& tied) {
+    (void)tied;
+    return {};
+  }
   // What DdpReducer runs before a bucket's collective (any thread): blocks until the pieces
   // Backward's `ready` reported in that range are in memory; empty where they are once
   // reported (host memory).
@@ -131,6 +139,28 @@ class ShardEngine {
   virtual Result<void> Restore(std::span<const float> params, std::span<const float> m,
                                std::span<const float> v, int64_t t) = 0;
 
+  // Resume by range (TrainModel::RestoreRequest): the logical runs (LogicalRunsOf) of the
+  // part of the shard's parameters this rank holds and of the optimizer's part of the
+  // moments, into host memory; FinishRestore takes them (Restore) with step count t. By
+  // default they are read into host buffers of the whole shard, which FinishRestore hands to
+  // Restore and frees (an engine without ZeRO: the CUDA shard); the CPU engine reads into
+  // its own memory.
+  virtual CheckpointReadRequest RestoreRequest() {
+    const size_t n = layout().total;
+    restore_.params.resize(n);
+    restore_.m.resize(n);
+    restore_.v.resize(n);
+    return {LogicalRunsOf(layout(), 0, n, restore_.params.data()),
+            LogicalRunsOf(layout(), 0, n, restore_.m.data()),
+            LogicalRunsOf(layout(), 0, n, restore_.v.data())};
+  }
+  virtual Result<void> FinishRestore(int64_t t) {
+    auto restored = Restore(restore_.params, restore_.m, restore_.v, t);
+    DropRestore();
+    return restored;
+  }
+  virtual void DropRestore() { restore_ = {}; }
+
   virtual TrainModel::ModelStateBytes state_bytes() const = 0;
   virtual std::optional<TrainModel::GatherStats> gather_stats() const { return std::nullopt; }
   virtual const ZeroOptimizer* zero() const { return nullptr; }
@@ -142,6 +172,12 @@ class ShardEngine {
   }
   // What this rank's state takes, for the log ("1.2 MB of ...").
   virtual std::string DescribeMemory() const = 0;
+
+ private:
+  struct Staged {
+    std::vector<float> params, m, v;
+  };
+  Staged restore_;  // the default RestoreRequest's buffers, until FinishRestore
 };
 
 // An engine over shard model `Model` (GptShardModel or GptShardCudaModel): the model's own

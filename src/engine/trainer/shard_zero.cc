@@ -1,6 +1,7 @@
 #include "engine/trainer/shard_zero.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -17,18 +18,27 @@ Result<std::unique_ptr<ShardZero>> ShardZero::Create(const GptShardLayout& layou
     return Errorf(ErrorCode::kInvalidArgument, "ShardZero: stage {} (built: 2 and 3)", stage);
   }
   std::unique_ptr<ShardZero> z(new ShardZero(layout, data, partition));
-  const size_t piece = MaxShardPiece(layout);
-  z->grads_ = std::make_unique<ShardedGradients>(data, partition, piece, /*overlap=*/true,
-                                                 ShardedGradients::Pieces::kCallerMemory);
+  // wte's slices that another stage holds a copy of: the embedding chunk's, and a head
+  // chunk's own copy. A chunk that holds both hands its wte over in row chunks instead.
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    const ShardChunkPieces p = ShardParamPieces(layout, static_cast<int>(c));
+    if (p.wte.size() > 0 && p.head_wte.size() > 0) continue;
+    for (const ShardPiece& w : {p.wte, p.head_wte}) {
+      if (w.size() > 0 && !z->TiedAt(w.begin)) z->tied_.push_back({w.begin, std::vector<float>(w.size())});
+    }
+  }
+  // Every other piece goes through ShardedGradients (and wte's slices in row chunks).
+  z->max_piece_ = MaxShardGradPiece(layout);
+  z->grads_ = std::make_unique<ShardedGradients>(data, partition, z->max_piece_, /*overlap=*/true);
   if (stage == 3) {
     std::vector<int> all(static_cast<size_t>(data.size()));
     for (int r = 0; r < data.size(); ++r) all[static_cast<size_t>(r)] = r;
     auto split = data.Split(all);
     if (!split) return std::unexpected(WithContext(split.error(), "ZeRO-3 gather group"));
     z->gather_comm_ = std::move(*split);
-    z->params_ = GatheredParams::FromShard(
-        *z->gather_comm_, partition, std::vector<float>(partition.size(data.rank())), piece,
-        prefetch);
+    z->params_ = GatheredParams::FromShard(*z->gather_comm_, partition,
+                                           std::vector<float>(partition.size(data.rank())),
+                                           ShardParamPieceSizes(layout), prefetch);
   }
   return z;
 }
@@ -67,22 +77,55 @@ GradReadyFn ShardGradRounds::BackwardReady(int chunk, SubmitFn submit) {
   };
 }
 
+ShardZero::Tied* ShardZero::TiedAt(size_t offset) {
+  for (Tied& t : tied_) {
+    if (t.offset == offset) return &t;
+  }
+  return nullptr;
+}
+
 void ShardZero::BeginRound(int microbatches, bool forward_only) {
   if (params_) params_->BeginRound(microbatches * 2 + (forward_only ? 1 : 0));
   if (forward_only) return;
-  rounds_.Begin(microbatches);
-  grads_->Begin();
+  // Every micro-batch reports each piece but wte's slices, which are reduced once.
+  size_t tied = 0;
+  for (const Tied& t : tied_) tied += t.grads.size();
+  grads_->Begin(static_cast<size_t>(microbatches) * (partition_.total - tied) + tied);
 }
 
-GradReadyFn ShardZero::BackwardReady(int chunk, std::span<const float> grads) {
-  return rounds_.BackwardReady(chunk, [this, grads](size_t offset, size_t count) {
-    grads_->Submit(grads.data() + offset, offset, count);
-  });
+void ShardZero::ZeroGrad() {
+  grads_->ZeroShard();
+  for (Tied& t : tied_) std::fill(t.grads.begin(), t.grads.end(), 0.0f);
 }
 
-Result<void> ShardZero::ReduceDataShards(std::span<const float> grads) {
-  for (const ShardGradRounds::Piece& d : rounds_.TakeDeferred()) {
-    grads_->Submit(grads.data() + d.offset, d.offset, d.count);
+float* ShardZero::Acquire(size_t offset, size_t count) {
+  if (Tied* t = TiedAt(offset)) {
+    if (count == t->grads.size()) return t->grads.data();  // accumulates over the step
+  }
+  float* piece = grads_->Acquire(offset, count);
+  std::memset(piece, 0, count * sizeof(float));
+  return piece;
+}
+
+void ShardZero::Done(size_t offset, size_t count) {
+  if (Tied* t = TiedAt(offset); t && count == t->grads.size()) return;
+  grads_->Done(offset, count);
+}
+
+std::span<float> ShardZero::tied_grads(size_t offset, size_t count) {
+  Tied* t = TiedAt(offset);
+  if (!t || t->grads.size() != count) return {};
+  return t->grads;
+}
+
+Result<void> ShardZero::ReduceDataShards() {
+  const size_t C = static_cast<size_t>(layout_.spec.config.n_embd);
+  const size_t rows = std::max<size_t>(1, max_piece_ / C);
+  for (const Tied& t : tied_) {
+    for (size_t lo = 0; lo < t.grads.size(); lo += rows * C) {
+      const size_t n = std::min(rows * C, t.grads.size() - lo);
+      grads_->Submit(t.grads.data() + lo, t.offset + lo, n);
+    }
   }
   return grads_->Finish();
 }
@@ -100,7 +143,9 @@ Result<double> ShardZero::SquaredNorm() {
 }
 
 size_t ShardZero::scratch_bytes() const {
-  return grads_->scratch_bytes() + (params_ ? params_->gather_bytes() : 0);
+  size_t tied = 0;
+  for (const Tied& t : tied_) tied += t.grads.size() * sizeof(float);
+  return grads_->scratch_bytes() + tied + (params_ ? params_->gather_bytes() : 0);
 }
 
 }  // namespace cohort::engine

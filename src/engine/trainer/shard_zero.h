@@ -3,14 +3,20 @@
 // data-parallel group (ZeroPartition); the pieces are parallel/zero_grads.h's and
 // zero_params.h's, here driven by the shard model (gpt_shard.h) instead of GptModel.
 //
-// Gradients. The shard model accumulates every micro-batch into its whole gradient buffer (a
-// pipeline interleaves micro-batches, so a piece is final only after its chunk's last
-// backward of the step). During that last backward each piece the model reports final
-// (a block, ln_f, wpe) is handed to ShardedGradients in place (kCallerMemory), whose thread
-// reduce-scatters it (average over the data group) into this rank's gradient shard while the
-// backward goes on. wte's slices (the embedding's and the head's tied copy) wait for the
-// caller's sum over the embedding group and go in ReduceDataShards. The whole buffer stays,
-// as the CUDA model's ZeRO-2 keeps its (counted as scratch, not as model states).
+// Gradients. The rank holds no whole gradient buffer for its shard: the shard model writes
+// each Backward's gradient piece by piece into this object (it is the model's GradSink,
+// GptShardModel::SetGradSink). A block, ln_f or wpe goes into one of ShardedGradients' two
+// piece buffers (zeroed), whose thread reduce-scatters it (average over the data group) and
+// adds this rank's part into its gradient shard while the backward goes on: every micro-batch
+// is reduced this way, so gradient accumulation accumulates into the shard (DeepSpeed's
+// choice, and the data-parallel model's), whatever order the pipeline's schedule runs the
+// micro-batches in. wte's slice goes in row chunks like the other pieces where one chunk holds
+// both the embedding and the head (pipeline 1); with a pipeline, the first stage's wte and the
+// last stage's tied copy are the exception: they accumulate over the step in a buffer of the
+// slice each (tied_grads), because the two copies need their sum over the embedding group,
+// which the two stages reach at different times, before the data group's average;
+// ReduceDataShards reduce-scatters them in row chunks after that sum and waits for every
+// piece.
 //
 // Parameters (stage 3). The model reads each piece through a GatheredParams over a second
 // communicator of the data group (the gradients' thread owns the first), with the next
@@ -24,6 +30,10 @@
 // with ShardedDeviceGrads in caller memory, cuda_zero_pieces.h): which backward of a step is
 // each chunk's last, and which of its pieces are the tied wte copies that wait for the
 // embedding group's sum.
+//
+// Memory: the gradient shard (4·size(r) bytes), and apart, as scratch, two piece buffers of
+// MaxShardGradPiece and a receive buffer (zero_grads.h), the tied wte slices (pipeline's
+// first and last stage), and stage 3's gathered pieces (zero_params.h).
 //
 // Threads: the training thread calls everything; the two helpers run their own threads
 // (zero_grads.h, zero_params.h).
@@ -74,7 +84,7 @@ class ShardGradRounds {
   std::vector<Piece> deferred_;  // wte slices of this step, in report order
 };
 
-class ShardZero {
+class ShardZero final : public GradSink {
  public:
   // Stage 2 or 3 over `data` (>= 2 ranks; it must outlive this object) for a shard of
   // `layout`; `partition` is the ZeroOptimizer's. Stage 3 splits a second communicator from
@@ -84,15 +94,20 @@ class ShardZero {
                                                    const ZeroPartition& partition, int stage,
                                                    bool prefetch);
 
-  // A round starts (ShardEngine::BeginRound): a training step's resets the backward counts
-  // and starts the gradient round.
+  // A round starts (ShardEngine::BeginRound): a training step's starts the gradient round
+  // of `microbatches` backward passes per chunk.
   void BeginRound(int microbatches, bool forward_only);
-  // What the shard model's Backward of `chunk` reports to: empty unless this is the chunk's
-  // last backward of the step; `grads` is the model's whole gradient buffer.
-  GradReadyFn BackwardReady(int chunk, std::span<const float> grads);
+  // The step's first micro-batch: the gradient shard and wte's slices to 0.
+  void ZeroGrad();
+  // GradSink (the shard model's Backward).
+  float* Acquire(size_t offset, size_t count) override;
+  void Done(size_t offset, size_t count) override;
+  // The buffer of the tied wte slice at `offset` of the shard buffer (`count` floats), which
+  // the caller sums over the embedding group before ReduceDataShards; empty if none is there.
+  std::span<float> tied_grads(size_t offset, size_t count);
   // wte's slices (after the embedding group's sum), then waits for every piece: the first
   // error of the round (zero_grads.h Finish).
-  Result<void> ReduceDataShards(std::span<const float> grads);
+  Result<void> ReduceDataShards();
   // Σ g² of the counting elements over every data rank's shard (a collective of the group).
   Result<double> SquaredNorm();
 
@@ -105,15 +120,22 @@ class ShardZero {
 
  private:
   ShardZero(const GptShardLayout& layout, comm::Communicator& data, const ZeroPartition& p)
-      : layout_(layout), data_(data), partition_(p), rounds_(layout) {}
+      : layout_(layout), data_(data), partition_(p) {}
+  // wte's slice starting at `offset`, or null.
+  struct Tied {
+    size_t offset = 0;
+    std::vector<float> grads;
+  };
+  Tied* TiedAt(size_t offset);
 
   const GptShardLayout& layout_;
   comm::Communicator& data_;
   const ZeroPartition partition_;
+  size_t max_piece_ = 1;  // ShardedGradients' piece limit
   std::unique_ptr<ShardedGradients> grads_;
   std::unique_ptr<comm::Communicator> gather_comm_;  // stage 3: the gathers' own
   std::unique_ptr<GatheredParams> params_;           // stage 3
-  ShardGradRounds rounds_;
+  std::vector<Tied> tied_;  // wte's slices: the embedding's and the head's copy
 };
 
 }  // namespace cohort::engine

@@ -117,11 +117,13 @@ class TrainModel {
   };
   virtual ModelStateBytes model_state_bytes() = 0;
   // ZeRO-3's parameter gathers on this rank since the model was made (zero_params.h):
-  // requests served by a prefetch, gathered on demand, and the seconds the training thread
-  // waited for them; nullopt without ZeRO-3.
+  // requests served by a prefetch, gathered on demand, the seconds the training thread
+  // waited for them, and the most bytes of gathered pieces held at once; nullopt without
+  // ZeRO-3.
   struct GatherStats {
     int64_t hits = 0, misses = 0;
     double wait_seconds = 0;
+    size_t peak_gathered_bytes = 0;
   };
   virtual std::optional<GatherStats> gather_stats() const { return std::nullopt; }
   // Parameter values this rank generated from the seed when it was made (GenerateInitialRuns'
@@ -149,6 +151,19 @@ class TrainModel {
   // step `adam_t`.
   virtual Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt,
                                     int64_t adam_t) = 0;
+  // Resume by range (checkpoint.h LoadCheckpointRanges, every rank): the runs of the logical
+  // arrays this rank holds, pointing into where the model keeps them (its parameters, or its
+  // ZeRO-3 part of them; its AdamW moments, or its ZeRO part; a split model's shard slices),
+  // so that a rank reads and holds nothing else. nullopt: the model restores only from a
+  // whole checkpoint on rank 0 (RestoreState). The outs stay valid until FinishRestore, which
+  // takes what was read and sets AdamW's step count to `adam_t` (or DropRestore, when nothing
+  // was read). The model's state is undefined between a failed read and a successful one.
+  virtual std::optional<CheckpointReadRequest> RestoreRequest() { return std::nullopt; }
+  virtual Result<void> FinishRestore(int64_t adam_t) {
+    (void)adam_t;
+    return MakeError(ErrorCode::kFailedPrecondition, "this model restores from rank 0's checkpoint");
+  }
+  virtual void DropRestore() {}
   // Fresh start: every rank takes rank 0's initial parameters.
   virtual Result<void> BroadcastParams(comm::Communicator& comm) = 0;
   // Points view.params, adam_m, adam_v at host copies of the state and sets adam_t; the

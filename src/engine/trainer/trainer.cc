@@ -151,6 +151,9 @@ struct Trainer::Impl {
   // Rank 0 loads the newest valid checkpoint and every rank takes its state, or every
   // rank takes rank 0's initial parameters; kInvalidArgument when it cannot resume.
   Result<void> Resume();
+  // Resume where the model reads its own ranges (TrainModel::RestoreRequest): every rank
+  // reads and verifies what it holds, nothing else (checkpoint.h LoadCheckpointRanges).
+  Result<void> ResumeByRange(const CheckpointReadRequest& request);
   // Keeps a checkpoint's global batch on a new world size (see the definition).
   Result<void> KeepCheckpointBatch(int64_t step, int64_t tokens_seen);
 
@@ -512,9 +515,11 @@ Result<void> Trainer::Impl::SetupModel() {
     const TrainModel::ZeroShape z = model->zero_shape();
     const int zero_ranks = z.stage > 0 ? z.ranks : data_world;
     std::vector<std::string> parts;  // what the scratch is
-    if (layout.model_parallel() && z.stage >= 2) {
-      // trainer/shard_zero.h, cuda_shard_engine.cc
-      parts.push_back("the shard's whole gradient buffer");
+    if (gpu && layout.model_parallel() && z.stage >= 2) {
+      parts.push_back("the shard's whole gradient buffer");  // cuda_shard_engine.cc
+    }
+    if (!gpu && layout.model_parallel() && z.stage >= 2) {
+      parts.push_back("wte's gradient slices");  // trainer/shard_zero.h
     }
     if (!gpu) parts.push_back("gradient pieces");
     if (gpu && layout.model_parallel() && z.stage >= 2) parts.push_back("a receive buffer");
@@ -565,7 +570,35 @@ Result<void> Trainer::Impl::SetupModel() {
   return {};
 }
 
+namespace {
+
+// The world's ranks as a CheckpointGroup, through the model's host collectives (staged
+// through device memory on CUDA).
+class ModelCheckpointGroup : public CheckpointGroup {
+ public:
+  ModelCheckpointGroup(TrainModel& model, comm::Communicator& comm) : model_(model), comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  Result<void> Broadcast(std::span<int64_t> values) override {
+    return model_.BroadcastHost(comm_, values.data(), values.size(), comm::DataType::kInt64);
+  }
+  Result<void> Max(std::span<float> values) override {
+    return model_.AllReduceHost(comm_, values.data(), values.size(), comm::ReduceOp::kMax);
+  }
+
+ private:
+  TrainModel& model_;
+  comm::Communicator& comm_;
+};
+
+}  // namespace
+
 Result<void> Trainer::Impl::Resume() {
+  if (!config.checkpoint_dir.empty()) {
+    if (std::optional<CheckpointReadRequest> request = model->RestoreRequest()) {
+      return ResumeByRange(*request);
+    }
+  }
   ResumeHeader header;
   std::optional<Checkpoint> ckpt;
   std::string failure;
@@ -617,6 +650,55 @@ Result<void> Trainer::Impl::Resume() {
     COHORT_TRY_VOID(model->BroadcastParams(*comm));
   }
   return {};
+}
+
+// Every rank reads its own ranges (checkpoint.h LoadCheckpointRanges) into the model.
+Result<void> Trainer::Impl::ResumeByRange(const CheckpointReadRequest& request) {
+  const auto start = Clock::now();
+  std::optional<ModelCheckpointGroup> group;
+  if (comm) group.emplace(*model, *comm);
+  auto loaded = LoadCheckpointRanges(group ? &*group : nullptr, config.checkpoint_dir,
+                                     model->config(), request);
+  if (!loaded) {
+    model->DropRestore();
+    if (loaded.error().code != ErrorCode::kNotFound) {
+      return MakeError(ErrorCode::kInvalidArgument, "cannot resume: " + loaded.error().ToString());
+    }
+    // Nothing to resume: every rank takes rank 0's initial parameters.
+    if (comm) COHORT_TRY_VOID(model->BroadcastParams(*comm));
+    return {};
+  }
+  COHORT_TRY_VOID(model->FinishRestore(loaded->adam_t));
+  // What the ranks read: the largest share and the sum, against the checkpoint's bytes.
+  float read[2] = {static_cast<float>(loaded->bytes_read), static_cast<float>(loaded->bytes_read)};
+  if (comm) {
+    COHORT_TRY_VOID(model->AllReduceHost(*comm, &read[0], 1, comm::ReduceOp::kMax));
+    COHORT_TRY_VOID(model->AllReduceHost(*comm, &read[1], 1, comm::ReduceOp::kSum));
+  }
+  if (leader()) {
+    for (const auto& w : loaded->warnings) Log("checkpoint: {}", w);
+    Log("resuming from {} (step {}): each rank read its own ranges, at most {:.3g} MB, {:.3g} MB "
+        "over {} rank{} (the checkpoint holds {:.3g} MB), in {:.0f} ms",
+        loaded->path, loaded->progress.step, read[0] / 1e6, read[1] / 1e6, world,
+        world == 1 ? "" : "s", 12.0 * model->num_params() / 1e6,
+        Seconds(Clock::now() - start) * 1000);
+    if (const auto it = loaded->metadata.find("record");
+        it != loaded->metadata.end() && it->is_array()) {
+      for (const auto& l : *it) {
+        if (l.is_string()) checkpoint_records.push_back(l.get<std::string>());
+      }
+    }
+    checkpoint_step = loaded->progress.step;
+  }
+  progress.step = loaded->progress.step;
+  progress.next_batch = loaded->progress.next_batch;
+  progress.tokens_seen = loaded->progress.tokens_seen;
+  if (loaded->progress.rng_state.size() == 4) {
+    uint64_t words[4];
+    for (int i = 0; i < 4; ++i) words[i] = loaded->progress.rng_state[i];
+    if ((words[0] | words[1] | words[2] | words[3]) != 0) COHORT_TRY_VOID(rng.Restore(words));
+  }
+  return KeepCheckpointBatch(loaded->progress.step, loaded->progress.tokens_seen);
 }
 
 // With train.global_batch_tokens 0 the global batch is one micro-batch per rank, so it
@@ -721,29 +803,6 @@ Result<double> Trainer::Impl::Evaluate() {
   }
   return AverageOverRanks(sum / double(batches));
 }
-
-namespace {
-
-// The world's ranks as a CheckpointGroup, through the model's host collectives (staged
-// through device memory on CUDA).
-class ModelCheckpointGroup : public CheckpointGroup {
- public:
-  ModelCheckpointGroup(TrainModel& model, comm::Communicator& comm) : model_(model), comm_(comm) {}
-  int rank() const override { return comm_.rank(); }
-  int size() const override { return comm_.size(); }
-  Result<void> Broadcast(std::span<int64_t> values) override {
-    return model_.BroadcastHost(comm_, values.data(), values.size(), comm::DataType::kInt64);
-  }
-  Result<void> Max(std::span<float> values) override {
-    return model_.AllReduceHost(comm_, values.data(), values.size(), comm::ReduceOp::kMax);
-  }
-
- private:
-  TrainModel& model_;
-  comm::Communicator& comm_;
-};
-
-}  // namespace
 
 Result<void> Trainer::Impl::SaveCheckpointNow() {
   const auto start = Clock::now();
