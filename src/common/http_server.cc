@@ -176,6 +176,7 @@ bool WriteAllTls(SSL* ssl, int fd, std::string_view head, std::string_view body,
     tls::RecordSealer sealer(ssl);
     if (sealer.ok()) {
       std::string sealed;
+      sealed.reserve(kTlsBatchBytes + (16 << 10));  // a batch and its records' overhead
       std::string_view rest = body;
       for (bool first = true; first || !rest.empty(); first = false) {
         sealed.clear();
