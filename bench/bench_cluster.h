@@ -27,6 +27,13 @@ namespace cohort::bench {
 #error "COHORT_BINARY must name the cohort executable"
 #endif
 
+// The cohort executable the cluster runs: this build's, or $COHORT_BENCH_BINARY (another
+// build's, to compare two versions of the head with one benchmark binary).
+inline const char* CohortBinary() {
+  const char* e = std::getenv("COHORT_BENCH_BINARY");
+  return e && *e ? e : COHORT_BINARY;
+}
+
 class BenchCluster {
  public:
   BenchCluster() {
@@ -59,7 +66,7 @@ class BenchCluster {
     SpawnOptions o;
     // --rate-limit 0: the benchmarks flood the API with one token on purpose, to measure
     // the head, not its per-caller limit.
-    o.argv = {COHORT_BINARY, "head", "--port", "0", "--state-dir", dir_ + "/head", "--port-file", port_file,
+    o.argv = {CohortBinary(), "head", "--port", "0", "--state-dir", dir_ + "/head", "--port-file", port_file,
               "--log-level", "warn", "--client-config", "", "--rate-limit", "0"};
     o.argv.insert(o.argv.end(), extra.begin(), extra.end());
     // The cost of security: COHORT_BENCH_SECURITY=tls (the default: tokens, HTTPS, agents
@@ -111,7 +118,7 @@ class BenchCluster {
 
   void StartAgent(const std::string& name, int gpus) {
     SpawnOptions o;
-    o.argv = {COHORT_BINARY, "agent", "--head", url_, "--name", name, "--address", "127.0.0.1",
+    o.argv = {CohortBinary(), "agent", "--head", url_, "--name", name, "--address", "127.0.0.1",
               "--simulated-gpus", std::to_string(gpus), "--cpus", "64", "--work-dir", dir_ + "/" + name,
               "--log-level", "warn",
               // One user's benchmark, as under `cohort up`: with --insecure jobs name no

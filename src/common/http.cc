@@ -9,6 +9,7 @@
 
 #include <httplib.h>
 
+#include "common/http_client_stream.h"
 #include "common/httplib_client.h"
 #include "common/signals.h"
 #include "common/tls.h"
@@ -70,12 +71,25 @@ struct KeptConnection {
   virtual int fd() const = 0;  // -1 when none is open
 };
 
-// httplib's clients, plain and TLS, showing their kept connection.
+// httplib's clients, plain and TLS, showing their kept connection, and running each
+// request over a ClientStream (http_client_stream.h: a request leaves in one send, one
+// TLS record; its reply is read through a buffer) instead of httplib's own stream.
 template <typename Base>
 class KeptClient final : public Base, public KeptConnection {
  public:
   using Base::Base;
   int fd() const override { return this->socket_.is_open() ? static_cast<int>(this->socket_.sock) : -1; }
+
+ private:
+  static Millis Timeout(time_t sec, time_t usec) { return Millis(int64_t(sec) * 1000 + int64_t(usec) / 1000); }
+
+  bool process_socket(const typename Base::Socket& socket, std::function<bool(httplib::Stream&)> callback) override {
+    ClientStream stream(static_cast<int>(socket.sock), socket.ssl,
+                        Timeout(this->read_timeout_sec_, this->read_timeout_usec_),
+                        Timeout(this->write_timeout_sec_, this->write_timeout_usec_));
+    const bool ok = callback(stream);
+    return stream.Flush() && ok;
+  }
 };
 
 // Whether the server closed `client`'s idle kept connection. An idle HTTP/1.1 connection
@@ -187,8 +201,9 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
   if (!cli) {
     cli = COHORT_TRY(Connect());
     cli->set_keep_alive(true);
-    // httplib sends a request's headers and body in separate writes: with Nagle's algorithm a
-    // reused connection holds the body until the server's delayed ACK (40 ms a request).
+    // A request larger than ClientStream's buffer still leaves in several writes: with
+    // Nagle's algorithm a reused connection would hold the last until the server's delayed
+    // ACK (40 ms a request).
     cli->set_tcp_nodelay(true);
   }
   // This copy's timeout: copies share their connections (the pool), not their timeouts.

@@ -30,6 +30,7 @@
 #include "common/mutex.h"
 #include "common/prometheus.h"
 #include "common/tls.h"
+#include "common/tls_seal.h"
 
 namespace cohort {
 
@@ -161,30 +162,65 @@ bool WriteAll(int fd, const char* data, size_t size, int64_t deadline_ms) {
   return true;
 }
 
-// The same over a TLS connection whose handshake is done.
-bool WriteAllTls(SSL* ssl, int fd, const char* data, size_t size, int64_t deadline_ms) {
-  size_t done = 0;
-  while (done < size) {
-    ERR_clear_error();
-    int n = SSL_write(ssl, data + done, static_cast<int>(std::min<size_t>(size - done, 1 << 30)));
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
+// The payload of one TLS record: what fits in one record goes out through the SSL.
+constexpr size_t kTlsRecordBytes = 16 << 10;
+// Plaintext sealed per write(2) when a write spans several records (16 records).
+constexpr size_t kTlsBatchBytes = 256 << 10;
+
+// The same over a TLS connection whose handshake is done: `head` then `body`. A write of
+// one record goes through the SSL to the socket; a longer one is sealed into memory and
+// sent in batches of kTlsBatchBytes (tls_seal.h: one write(2) per batch where OpenSSL
+// makes one per record).
+bool WriteAllTls(SSL* ssl, int fd, std::string_view head, std::string_view body, int64_t deadline_ms) {
+  if (head.size() + body.size() > kTlsRecordBytes) {
+    tls::RecordSealer sealer(ssl);
+    if (sealer.ok()) {
+      std::string sealed;
+      sealed.reserve(kTlsBatchBytes + (16 << 10));  // a batch and its records' overhead
+      std::string_view rest = body;
+      for (bool first = true; first || !rest.empty(); first = false) {
+        sealed.clear();
+        size_t take = std::min(rest.size(), kTlsBatchBytes - std::min(kTlsBatchBytes, first ? head.size() : 0));
+        if (first && !sealer.Seal(head, sealed)) return false;
+        if (!sealer.Seal(rest.substr(0, take), sealed)) return false;
+        rest.remove_prefix(take);
+        if (!WriteAll(fd, sealed.data(), sealed.size(), deadline_ms)) return false;
+      }
+      return true;
     }
-    const int err = SSL_get_error(ssl, n);
-    if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
-      if (!PollFor(fd, err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, deadline_ms - MonoMs())) return false;
-      continue;
+  }
+  for (std::string_view part : {head, body}) {
+    size_t done = 0;
+    while (done < part.size()) {
+      ERR_clear_error();
+      int n = SSL_write(ssl, part.data() + done, static_cast<int>(std::min<size_t>(part.size() - done, 1 << 30)));
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
+      const int err = SSL_get_error(ssl, n);
+      if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
+        if (!PollFor(fd, err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, deadline_ms - MonoMs())) return false;
+        continue;
+      }
+      return false;
     }
-    return false;
   }
   return true;
 }
 
-bool ConnWrite(const Conn& conn, const char* data, size_t size, int64_t deadline_ms) {
-  if (!conn.ssl) return WriteAll(conn.fd, data, size, deadline_ms);
+// Writes `head`, then `body`, before `deadline_ms`; false on error or timeout.
+bool ConnWrite(const Conn& conn, std::string_view head, std::string_view body, int64_t deadline_ms) {
+  if (!conn.ssl) {
+    return WriteAll(conn.fd, head.data(), head.size(), deadline_ms) &&
+           WriteAll(conn.fd, body.data(), body.size(), deadline_ms);
+  }
   if (conn.handshaking) return false;  // nothing can be said before the handshake
-  return WriteAllTls(conn.ssl, conn.fd, data, size, deadline_ms);
+  return WriteAllTls(conn.ssl, conn.fd, head, body, deadline_ms);
+}
+
+bool ConnWrite(const Conn& conn, const char* data, size_t size, int64_t deadline_ms) {
+  return ConnWrite(conn, std::string_view(data, size), std::string_view(), deadline_ms);
 }
 
 // One read from a TLS connection: > 0 bytes, 0 when nothing can be read now (`want`
@@ -233,7 +269,7 @@ std::string ErrorResponse(int status, ErrorCode code, std::string_view message, 
 // is done.
 class ConnStream final : public httplib::Stream {
  public:
-  static constexpr size_t kCoalesceBytes = 16 << 10;  // one TLS record's payload
+  static constexpr size_t kCoalesceBytes = kTlsRecordBytes;
 
   ConnStream(Conn& conn, int64_t deadline_ms, size_t budget, Millis write_timeout)
       : conn_(conn), deadline_ms_(deadline_ms), budget_(budget), write_timeout_(write_timeout) {}
@@ -298,12 +334,15 @@ class ConnStream final : public httplib::Stream {
       out_.append(ptr, size);
       return Flush() ? static_cast<ssize_t>(size) : -1;
     }
-    if (out_.size() + size > kCoalesceBytes && !Flush()) return -1;
     if (size <= kCoalesceBytes) {
+      if (out_.size() + size > kCoalesceBytes && !Flush()) return -1;
       out_.append(ptr, size);
       return static_cast<ssize_t>(size);
     }
-    const bool ok = ConnWrite(conn_, ptr, size, MonoMs() + write_timeout_.count());
+    // A large write takes what waits in the buffer (a reply's head) along: under TLS they
+    // are sealed into the same batches.
+    const bool ok = ConnWrite(conn_, out_, std::string_view(ptr, size), MonoMs() + write_timeout_.count());
+    out_.clear();
     write_failed_ |= !ok;
     return ok ? static_cast<ssize_t>(size) : -1;
   }
