@@ -26,10 +26,11 @@
 // (ShardTensor::counts_in_norm), summed over the data group in double (SumOverRanks); the
 // caller adds the model group's, giving the norm one rank computes.
 //
-// ShardGradRounds is the part the CUDA shard engine's ZeRO-2 shares (cuda_shard_engine.cc,
-// with ShardedDeviceGrads in caller memory, cuda_zero_pieces.h): which backward of a step is
-// each chunk's last, and which of its pieces are the tied wte copies that wait for the
-// embedding group's sum.
+// ShardGradRounds serves the CUDA shard engine's ZeRO-2 (cuda_shard_engine.cc, with
+// ShardedDeviceGrads in caller memory, cuda_zero_pieces.h), whose model accumulates into a
+// whole gradient buffer: which backward of a step is each chunk's last, and which of its
+// pieces are the tied wte copies that wait for the embedding group's sum. ShardZero itself
+// reduces every micro-batch and needs no rounds.
 //
 // Memory: the gradient shard (4·size(r) bytes), and apart, as scratch, two piece buffers of
 // MaxShardGradPiece and a receive buffer (zero_grads.h), the tied wte slices (pipeline's
