@@ -123,7 +123,7 @@ ArrayElements SettleArrays(ClusterState& s, const Context& ctx, Now now) {
       rt.waits_for_room.clear();
       if (budget > 0 && room < budget) {
         budget = room;
-        if (room == 0) rt.waits_for_room = ArrayWaitsForRoomReason(s, ctx.job_limits, array.spec.user);
+        if (room == 0) rt.waits_for_room = "its next elements wait: " + NoRoomReason(s, ctx.job_limits, array.spec.user);
       }
       if (budget > 0 || left.empty()) {
         for (int64_t task : left.TakeFirst(std::max<int64_t>(budget, 0))) {

@@ -29,30 +29,25 @@ int64_t OpenJobRoom(const ClusterState& s, const JobLimits& limits, const std::s
   return std::max<int64_t>(room, 0);
 }
 
-Result<void> AdmitJob(const ClusterState& s, const JobLimits& limits, const std::string& user) {
-  const int64_t mine = UserOpen(s, user);
-  if (limits.per_user > 0 && mine >= limits.per_user) {
-    return Errorf(ErrorCode::kResourceExhausted,
-                  "user {} has {} jobs pending or running, the head's limit per user (--max-jobs-per-user {}): "
-                  "wait for some to end or cancel some",
-                  user, mine, limits.per_user);
-  }
-  if (limits.total > 0 && s.open.total >= limits.total) {
-    return Errorf(ErrorCode::kResourceExhausted,
-                  "the cluster has {} jobs pending or running, the head's limit (--max-jobs {}): wait for some to end",
-                  s.open.total, limits.total);
-  }
-  return {};
-}
-
-std::string ArrayWaitsForRoomReason(const ClusterState& s, const JobLimits& limits, const std::string& user) {
-  const int64_t mine = UserOpen(s, user);
-  if (limits.per_user > 0 && mine >= limits.per_user) {
-    return fmt::format("its next elements wait: user {} has {} jobs open, the limit per user (--max-jobs-per-user {})",
+std::string NoRoomReason(const ClusterState& s, const JobLimits& limits, const std::string& user) {
+  if (const int64_t mine = UserOpen(s, user); limits.per_user > 0 && mine >= limits.per_user) {
+    return fmt::format("user {} has {} jobs pending or running, the head's limit per user (--max-jobs-per-user {}): "
+                       "wait for some to end or cancel some",
                        user, mine, limits.per_user);
   }
-  return fmt::format("its next elements wait: the cluster has {} jobs open, the head's limit (--max-jobs {})",
-                     s.open.total, limits.total);
+  if (limits.total > 0 && s.open.total >= limits.total) {
+    return fmt::format("the cluster has {} jobs pending or running, the head's limit (--max-jobs {}): wait for some "
+                       "to end",
+                       s.open.total, limits.total);
+  }
+  return "";
+}
+
+Result<void> AdmitJob(const ClusterState& s, const JobLimits& limits, const std::string& user) {
+  if (std::string why = NoRoomReason(s, limits, user); !why.empty()) {
+    return MakeError(ErrorCode::kResourceExhausted, std::move(why));
+  }
+  return {};
 }
 
 }  // namespace cohort::head::core

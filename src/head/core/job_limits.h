@@ -26,11 +26,11 @@ void CountOpenJob(ClusterState& s, const std::string& user, int64_t delta);
 // How many more jobs `user` may open now under both limits (>= 0; INT64_MAX without limits).
 int64_t OpenJobRoom(const ClusterState& s, const JobLimits& limits, const std::string& user);
 
-// kResourceExhausted (HTTP 429) when `user` has no room for one more job, naming the user,
-// the count, the limit and the head flag that sets it.
-Result<void> AdmitJob(const ClusterState& s, const JobLimits& limits, const std::string& user);
+// Why `user` has no room for one more job, naming the user (or the cluster), the count,
+// the limit and the head flag that sets it; "" when there is room.
+std::string NoRoomReason(const ClusterState& s, const JobLimits& limits, const std::string& user);
 
-// The pending reason of an array whose next elements wait for `user` to have room.
-std::string ArrayWaitsForRoomReason(const ClusterState& s, const JobLimits& limits, const std::string& user);
+// kResourceExhausted (HTTP 429) with NoRoomReason when `user` has no room for one more job.
+Result<void> AdmitJob(const ClusterState& s, const JobLimits& limits, const std::string& user);
 
 }  // namespace cohort::head::core

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "head/core/arrays.h"
+#include "head/core/job_limits.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -85,10 +86,7 @@ ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs,
         rt.desired_version = std::max(rt.desired_version, na.version);
       }
     }
-    if (!api::IsTerminal(j.state)) {
-      s.open.by_user[j.spec.user] += 1;
-      s.open.total += 1;
-    }
+    if (!api::IsTerminal(j.state)) CountOpenJob(s, j.spec.user, +1);
     s.jobs[j.id] = std::move(j);
   }
   // Versions increase across restarts: start above both the clock and anything stored.

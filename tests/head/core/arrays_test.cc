@@ -264,7 +264,7 @@ TEST_F(ArrayTest, AtTheUsersJobLimitElementsWaitWithThatReasonAndEveryIndexStill
   EXPECT_EQ(Settle(), 4) << "the array's record and four elements are alice's five open jobs";
   EXPECT_EQ(Settle(), 0);
   const std::string& why = ShownReason(state_, Job(array));
-  EXPECT_NE(why.find("its next elements wait: user alice has 5 jobs open"), std::string::npos) << why;
+  EXPECT_NE(why.find("its next elements wait: user alice has 5 jobs pending or running"), std::string::npos) << why;
   EXPECT_NE(why.find("--max-jobs-per-user 5"), std::string::npos) << why;
   api::JobSpec other = Spec(1, 1);
   other.user = "alice";
