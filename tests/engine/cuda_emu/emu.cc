@@ -101,6 +101,7 @@ void Launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()
       c.open.clear();
       c.static_off = 0;
       c.done = false;
+      c.collectives = 0;
       c.job = &kernel;
       blk.ready.push_back(&c);
     }

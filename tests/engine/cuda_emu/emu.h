@@ -4,7 +4,8 @@
 // the blocks of a launch run one after another. The fibers are switched only at barriers:
 // __syncthreads and the warp barriers that warp collectives (mma.sync, ldmatrix, shfl, ballot)
 // exchange their per-warp slots between suspend the thread until every thread of the block
-// (or warp) has arrived, and a block whose threads all wait with none left to run is a
+// (or warp) has arrived (one barrier per collective: a warp's slots are double-buffered, see
+// Slots()), and a block whose threads all wait with none left to run is a
 // deadlock (a barrier in divergent code, or threads that exited before a barrier): reported,
 // then abort. Launches from several host threads run side by side, each on its own fibers.
 // Shared memory is shadowed per 4-byte word to detect races between barriers:
@@ -98,6 +99,8 @@ struct FiberBarrier {
   std::vector<CudaThread*> waiting;  // arrived and suspended, in arrival order
 };
 
+// What a warp's lanes publish to one another in one collective. Each warp has two, used by
+// its collectives in turn (Slots()).
 struct WarpSlots {
   uint64_t v[32];  // shuffles
   uint32_t a[32][4];
@@ -121,7 +124,7 @@ struct Block {
   uint32_t epoch = 1;                // advanced by every __syncthreads
   FiberBarrier bar;                  // __syncthreads
   std::vector<FiberBarrier> warp_bar;
-  std::vector<WarpSlots> slots;
+  std::vector<WarpSlots> slots;      // two per warp: Slots()
   std::deque<CudaThread*> ready;     // threads to resume, in order
   Block(int n, size_t smem_bytes)
       : nthreads(n),
@@ -133,7 +136,7 @@ struct Block {
     const int warps = (n + 31) / 32;
     warp_bar.resize(warps);
     for (int w = 0; w < warps; ++w) warp_bar[w].expected = std::min(32, n - 32 * w);
-    slots.resize(warps);
+    slots.resize(2 * static_cast<size_t>(warps));
   }
   // Between two blocks of a launch (every thread done): poison what the last block used
   // again and start a new epoch, so nothing carries over (the shadow's old epochs are dead).
@@ -161,6 +164,7 @@ struct CudaThread {
   std::vector<Copy> open;                // cp.async issued since the last commit
   size_t static_off = 0;                 // the next static __shared__ offset
   bool done = false;                     // ran the kernel to its end for this block
+  uint32_t collectives = 0;              // warp collectives it has entered in this block
   const std::function<void()>* job = nullptr;
   Fiber fiber;
 };
@@ -234,7 +238,15 @@ inline void ShadowWrite(const void* p, size_t bytes, const char* what, bool comp
 }
 
 inline void WarpSync() { BarrierWait(t_block->warp_bar[t_tid / 32], false); }
-inline WarpSlots& Slots() { return t_block->slots[t_tid / 32]; }
+// The slots of the warp collective this thread enters now: a collective publishes into them,
+// waits at the warp barrier once, reads, and ends with EndCollective(), which moves the
+// thread to the warp's other slots. No lane can write these slots again before every lane has
+// read them: that would be two collectives later, past the next collective's barrier, which
+// waits for every lane. So one barrier per collective is enough, as on the hardware.
+inline WarpSlots& Slots() {
+  return t_block->slots[2 * static_cast<size_t>(t_tid / 32) + (t_thread->collectives & 1)];
+}
+inline void EndCollective() { ++t_thread->collectives; }
 inline int Lane() { return t_tid % 32; }
 
 inline float Bf16LoToFloat(uint32_t r, int half) {
@@ -342,7 +354,7 @@ inline void EmuLdMatrix(uint32_t (&r)[4], const void* p, bool trans) {
     }
     r[i] = static_cast<uint32_t>(e[0]) | (static_cast<uint32_t>(e[1]) << 16);
   }
-  WarpSync();
+  EndCollective();
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, from the PTX ISA fragment tables:
@@ -393,7 +405,7 @@ inline void EmuMma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t 
     for (int k = 0; k < 16; ++k) acc += s.mma_a[row][k] * s.mma_b[k][col];
     d[i] = acc;
   }
-  WarpSync();  // every lane has read mma_a/mma_b before the warp's next collective
+  EndCollective();
 }
 
 inline void EmuSharedStoreU32(void* p, uint32_t v) {
@@ -555,7 +567,7 @@ inline T Shuffle(unsigned mask, T v, Src src) {
   const int from = src(lane);
   T r;
   std::memcpy(&r, &s.v[from >= 0 && from < 32 ? from : lane], sizeof(T));
-  WarpSync();
+  EndCollective();
   return r;
 }
 }  // namespace emu
@@ -583,7 +595,7 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
   unsigned r = 0;
   const int warp_lanes = std::min(32, emu::t_block->nthreads - emu::t_tid / 32 * 32);
   for (int l = 0; l < warp_lanes; ++l) r |= static_cast<unsigned>(s.v[l] != 0) << l;
-  emu::WarpSync();
+  emu::EndCollective();
   return r;
 }
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
