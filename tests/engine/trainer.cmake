@@ -1,13 +1,14 @@
 # The trainer's pieces in one process: config decoding (train.device too), data-parallel
 # bucket reduction over real Gloo communicators (one thread per rank; the per-bucket wait a
 # GPU model plugs in), ZeRO's sharded optimizer and reduce-scatter, sampling and its
-# generator.
+# generator, and the rank's thread count (its CPU affinity).
 cohort_test(engine_trainer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_config_test.cc ${CMAKE_CURRENT_LIST_DIR}/ddp_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/ddp_wait_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/zero_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/train_device_config_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/sampling_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/threads_test.cc
           ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
           ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
   LIBS cohort_engine_trainer cohort_comm
