@@ -14,7 +14,7 @@
 //               shuffle
 //   train:      steps (required), micro_batch, global_batch_tokens, lr, min_lr,
 //               warmup_steps, weight_decay, beta1, beta2, eps, grad_clip, seed,
-//               bucket_mb (data-parallel bucket size), threads (0: the CPUs the process may run on / local ranks),
+//               bucket_mb (data-parallel bucket size), threads (0: usable CPUs / local ranks),
 //               device (cpu: the float32 reference; cuda: bf16 mixed precision on GPU
 //               LOCAL_RANK, data parallel over nccl)
 //   eval:       every (steps; 0 = never), batches (global batches of validation data)
