@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git ccache
+  build-essential cmake ninja-build pkg-config git ccache mold   # mold links (CMakeLists.txt)
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   nlohmann-json3-dev libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev
