@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/tls.h"
+
 namespace cohort {
 
 namespace {
@@ -83,7 +85,7 @@ ssize_t ClientStream::ReadSome(char* ptr, size_t size) const {
   for (;;) {
     // Bytes OpenSSL holds already decrypted wake no poll.
     if (SSL_pending(ssl_) == 0 && !Wait(fd_, POLLIN, read_timeout_)) return -1;
-    ERR_clear_error();
+    tls::ClearErrors();
     const int n = SSL_read(ssl_, ptr, static_cast<int>(std::min<size_t>(size, 1 << 30)));
     if (n > 0) return n;
     const int err = SSL_get_error(ssl_, n);
@@ -133,7 +135,7 @@ bool ClientStream::SendAll(const char* data, size_t size) const {
       }
       continue;
     }
-    ERR_clear_error();
+    tls::ClearErrors();
     const int n = SSL_write(ssl_, data + done, static_cast<int>(std::min<size_t>(size - done, 1 << 30)));
     if (n > 0) {
       done += static_cast<size_t>(n);

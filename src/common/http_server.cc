@@ -192,7 +192,7 @@ bool WriteAllTls(SSL* ssl, int fd, std::string_view head, std::string_view body,
   for (std::string_view part : {head, body}) {
     size_t done = 0;
     while (done < part.size()) {
-      ERR_clear_error();
+      tls::ClearErrors();
       int n = SSL_write(ssl, part.data() + done, static_cast<int>(std::min<size_t>(part.size() - done, 1 << 30)));
       if (n > 0) {
         done += static_cast<size_t>(n);
@@ -226,7 +226,7 @@ bool ConnWrite(const Conn& conn, const char* data, size_t size, int64_t deadline
 // One read from a TLS connection: > 0 bytes, 0 when nothing can be read now (`want`
 // says what to wait for), -1 when it is closed (cleanly: `eof`) or broken.
 ssize_t ReadTls(SSL* ssl, char* ptr, size_t size, short& want, bool& eof) {
-  ERR_clear_error();
+  tls::ClearErrors();
   int n = SSL_read(ssl, ptr, static_cast<int>(std::min<size_t>(size, 1 << 30)));
   if (n > 0) return n;
   const int err = SSL_get_error(ssl, n);
@@ -640,7 +640,7 @@ struct HttpServer::Impl {
   // Advances a TLS handshake; false when the connection is done for (closed here).
   bool Handshake(int fd) {
     Conn& conn = *waiting.at(fd);
-    ERR_clear_error();
+    tls::ClearErrors();
     const int rc = SSL_do_handshake(conn.ssl);
     if (rc == 1) {
       tls_handshakes += 1;

@@ -539,6 +539,11 @@ int PeerNameIndex() {
 
 }  // namespace
 
+// SSL_get_error asks ERR_peek_error too: a queue this finds empty is one it finds empty.
+void ClearErrors() {
+  if (ERR_peek_error() != 0) ERR_clear_error();
+}
+
 std::optional<std::string> PeerName(const SSL* ssl) {
   if (!ssl) return std::nullopt;
   const int index = PeerNameIndex();

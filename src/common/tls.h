@@ -165,6 +165,12 @@ class ServerContext {
 // it presented none (or `ssl` is null: a plain connection).
 std::optional<std::string> PeerName(const SSL* ssl);
 
+// Empties this thread's OpenSSL error queue, as every SSL_read / SSL_write / handshake
+// call must find it (SSL_get_error reads it). Looks before it clears: a clear walks the
+// queue's 16 slots (~90 ns here) where the look costs ~13 ns, and on the request path the
+// queue is almost always empty already.
+void ClearErrors();
+
 // "sha256:<hex>" of a certificate, for logs and `cohort login`.
 std::string Fingerprint(const CertInfo& info);
 

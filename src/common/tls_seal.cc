@@ -4,6 +4,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "common/tls.h"
+
 namespace cohort::tls {
 
 namespace {
@@ -71,7 +73,7 @@ bool RecordSealer::Seal(std::string_view data, std::string& out) {
   BIO_set_data(collector_, &out);
   bool ok = true;
   for (size_t done = 0; done < data.size();) {
-    ERR_clear_error();
+    ClearErrors();
     size_t n = 0;
     // One record per call (the server's contexts allow partial writes); the collector
     // takes every byte, so nothing waits for the socket here.

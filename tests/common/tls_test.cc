@@ -19,6 +19,7 @@
 #include <httplib.h>
 
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include "common/clock.h"
@@ -182,6 +183,21 @@ TEST(Tls, ServerAndClientCertificatesOverHttpServer) {
 // default action. A TLS client writing to a connection the server closed must get an
 // error, not be killed: here the server refuses a 64 MiB body after its headers (413)
 // and closes while the client is still writing it.
+// The request path clears OpenSSL's error queue through ClearErrors, which only looks when
+// it is empty: an error left there must still go, or SSL_get_error would call the next
+// SSL_read's "want read" a failure.
+TEST(Tls, ClearErrorsEmptiesAQueueThatHoldsErrors) {
+  ERR_clear_error();
+  ClearErrors();
+  EXPECT_EQ(ERR_peek_error(), 0UL);
+  ERR_raise(ERR_LIB_SSL, SSL_R_BAD_LENGTH);
+  ERR_raise(ERR_LIB_SYS, 1);
+  ASSERT_NE(ERR_peek_error(), 0UL);
+  ClearErrors();
+  EXPECT_EQ(ERR_peek_error(), 0UL);
+  EXPECT_EQ(ERR_peek_last_error(), 0UL);
+}
+
 TEST(Tls, AClientWritingToAClosedConnectionGetsAnErrorNotKilledBySigpipe) {
   Authority ca = MakeCa();
   TlsServer server(ca, MakeLeaf(ca, kHeadName));
