@@ -587,7 +587,7 @@ void ResumeCuda(int ranks) {
     std::vector<std::string> before, after;
     {
       const ResumeDir dir("resume-cuda");
-      RunResumeRanks("write", ranks, dir.path());
+      RunResumeRanks("write", ranks, dir.path(), stage);  // the CPU's ZeRO-3, this model
       before = RunResumeRanks("whole", readers, dir.path(), stage);
       after = RunResumeRanks("ranges", readers, dir.path(), stage);
     }
