@@ -1,8 +1,8 @@
 // bench_zero: ZeRO in the data-parallel group and checkpoints by range, on CPU ranks (one
 // thread per rank, gloo over loopback, in one process), printed beside their targets.
 //
-//   bench_zero [--section memory|step|prefetch|checkpoint|resume|offload|all] [--ranks N]
-//              [--steps S]
+//   bench_zero [--section memory|step|prefetch|checkpoint|resume|resume-cuda|offload|all]
+//              [--ranks N] [--steps S]
 //
 // memory      model-state bytes per rank for ZeRO stages 0, 1 and 2 on N (4) ranks, counted
 //             where the model allocates them (TrainModel::model_state_bytes), beside the
@@ -38,6 +38,16 @@
 //             reset through /proc/self/clear_refs), and the seconds. Target: each rank's
 //             bytes and memory its shard's (12 bytes per parameter of its shard), not the
 //             model's.
+// resume-cuda the CUDA model (trainer/cuda_train_model.cc; not part of `all`; skipped without
+//             a CUDA engine and device) resuming with data N/2 and ZeRO-3, then ZeRO-1, from a
+//             checkpoint written by CPU data N with ZeRO-3 (another layout; vocab 8192,
+//             d_model 128, 2 layers, 1.5M parameters, small enough for the CPU emulator),
+//             each rank a process over gloo, before and after side by side as in `resume`:
+//             rank 0 loading the whole checkpoint (RestoreState) against every rank reading
+//             what it holds (LoadCheckpointRanges with the model's RestoreRequest). Target:
+//             each rank reads its shard (ZeRO-3) or the parameters and its shard of the
+//             moments (ZeRO-1), not the whole checkpoint. bench_zero_emu runs it on the CPU
+//             emulator, where device memory is host memory and so counts in the RSS.
 // offload     on one GPU (skipped without one; not part of `all`): GPT-2 small (124M, B 4,
 //             T 1024, 2 micro-batches) trained by the CUDA model with AdamW on the device
 //             beside AdamW offloaded to the host (trainer/cuda_zero.h: parallel.offload
@@ -63,6 +73,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -378,12 +389,29 @@ void ResetPeakRss() {
   }
 }
 
-// One rank of the resume section, in a process of its own: `mode` "write" makes the
-// checkpoint; "whole" resumes through rank 0 (before), "ranges" by range (after). Prints
-// "RESUME <rank> <bytes read> <peak RSS above the start> <seconds>".
-int ResumeChild(const std::string& mode, int rank, int ranks, const std::string& dir) {
+// The resume-cuda section's model: small enough for the CPU emulator of the CUDA kernels.
+GptConfig ResumeCudaModel() { return Model(2, 128, 4, 8192, 128); }
+
+// The request of a model's RestoreRequest (std::optional before every model read by range).
+template <typename R>
+const CheckpointReadRequest* RequestOf(const R& r) {
+  if constexpr (std::is_same_v<R, CheckpointReadRequest>) {
+    return &r;
+  } else {
+    return r ? &*r : nullptr;
+  }
+}
+
+// One rank of the resume sections, in a process of its own: `mode` "write" makes the
+// checkpoint (CPU ZeRO-3 over `ranks`); "whole" resumes through rank 0 (before), "ranges" by
+// range (after), with the CPU's ZeRO-3 model (`stage` -1: the resume section) or the CUDA
+// model with ZeRO `stage` (resume-cuda). Prints "RESUME <rank> <bytes read> <peak RSS above
+// the start> <seconds>", or "RESUME <rank> none" when the model cannot read by range.
+int ResumeChild(const std::string& mode, int rank, int ranks, const std::string& dir, int stage) {
   std::shared_ptr<comm::Store> store(
-      comm::OpenStore("file://" + dir + "/store-" + mode, false, Millis(60000)).value().release());
+      comm::OpenStore(fmt::format("file://{}/store-{}{}", dir, mode, stage), false, Millis(60000))
+          .value()
+          .release());
   comm::CommOptions o;
   o.backend = "gloo";
   o.rank = rank;
@@ -394,9 +422,21 @@ int ResumeChild(const std::string& mode, int rank, int ranks, const std::string&
   o.iface_host = "127.0.0.1";
   std::unique_ptr<comm::Communicator> comm = Check(comm::CreateCommunicator(o), "communicator");
   omp_set_num_threads(1);
-  const GptConfig c = ResumeModel();
-  auto model = Check(MakeZero3CpuTrainModelFromSeed(c, 7, AdamWConfig{}, *comm, false), "model");
-  CommGroup group(*comm);
+  const GptConfig c = stage < 0 ? ResumeModel() : ResumeCudaModel();
+  std::unique_ptr<TrainModel> model;
+  if (stage < 0 || mode == "write") {
+    model = Check(MakeZero3CpuTrainModelFromSeed(c, 7, AdamWConfig{}, *comm, false), "model");
+  } else {
+    // One GPU per rank where there are enough, else all on the first (the emulator's one).
+    const CudaDeviceChoice first = Check(SelectCudaDevice(0), "device");
+    if (first.visible > 1) Check(SelectCudaDevice(rank % first.visible), "device");
+    GptModel initial = Check(GptModel::Create(c), "model");
+    initial.InitRandom(7);
+    model = Check(MakeCudaTrainModel(initial, AdamWConfig{}, 1, 16, nullptr,
+                                     CudaZeroOptions{comm.get(), stage, false, false}),
+                  "CUDA model");
+  }  // the initial model freed before the resume is measured
+  TrainModelCheckpointGroup group(*model, *comm);
   const std::string ckpt_dir = dir + "/checkpoints";
   if (mode == "write") {
     CheckpointHeader header;
@@ -419,8 +459,13 @@ int ResumeChild(const std::string& mode, int rank, int ranks, const std::string&
     }
     Check(model->RestoreState(comm.get(), ckpt ? &*ckpt : nullptr, 0), "restore");
   } else {
-    const CheckpointReadRequest request = *model->RestoreRequest();
-    const CheckpointShard got = Check(LoadCheckpointRanges(&group, ckpt_dir, c, request), "load");
+    const auto request = model->RestoreRequest();
+    if (RequestOf(request) == nullptr) {
+      fmt::print("RESUME {} none\n", rank);
+      return 0;
+    }
+    const CheckpointShard got =
+        Check(LoadCheckpointRanges(&group, ckpt_dir, c, *RequestOf(request)), "load");
     Check(model->FinishRestore(got.adam_t), "restore");
     read = got.bytes_read;
   }
@@ -431,8 +476,10 @@ int ResumeChild(const std::string& mode, int rank, int ranks, const std::string&
   return 0;
 }
 
-// Runs `ranks` processes of this program in `mode`; their RESUME lines by rank.
-std::vector<std::string> RunResumeRanks(const std::string& mode, int ranks, const std::string& dir) {
+// Runs `ranks` processes of this program in `mode` (ResumeChild's `stage`); their RESUME
+// lines by rank.
+std::vector<std::string> RunResumeRanks(const std::string& mode, int ranks, const std::string& dir,
+                                        int stage = -1) {
   char exe[4096];
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (len <= 0) Check(MakeError(ErrorCode::kUnavailable, "readlink /proc/self/exe"), "resume");
@@ -440,7 +487,7 @@ std::vector<std::string> RunResumeRanks(const std::string& mode, int ranks, cons
   std::vector<std::FILE*> pipes;
   for (int r = 0; r < ranks; ++r) {
     const std::string cmd =
-        fmt::format("'{}' --resume-child {} {} {} '{}'", exe, mode, r, ranks, dir);
+        fmt::format("'{}' --resume-child {} {} {} '{}' {}", exe, mode, r, ranks, dir, stage);
     pipes.push_back(popen(cmd.c_str(), "r"));
     if (!pipes.back()) Check(MakeError(ErrorCode::kUnavailable, "popen " + cmd), "resume");
   }
@@ -457,38 +504,112 @@ std::vector<std::string> RunResumeRanks(const std::string& mode, int ranks, cons
   return lines;
 }
 
-void Resume(int ranks) {
-  const GptConfig c = ResumeModel();
-  const double psi = static_cast<double>(c.num_parameters());
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           fmt::format("cohort-bench-zero-resume-{}", ::getpid()))
-                              .string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  RunResumeRanks("write", ranks, dir);
-  const std::vector<std::string> before = RunResumeRanks("whole", ranks, dir);
-  const std::vector<std::string> after = RunResumeRanks("ranges", ranks, dir);
-  std::filesystem::remove_all(dir);
-  fmt::print("== resume of data {} with ZeRO-3: {:.2f}M parameters (vocab 50257, d_model 256, 4 "
-             "layers), a checkpoint of {:.1f} MB; each rank a process ==\n",
-             ranks, psi / 1e6, 12 * psi / 1e6);
+// A fresh folder for a resume section's checkpoint and stores, removed on destruction.
+class ResumeDir {
+ public:
+  explicit ResumeDir(const char* name)
+      : path_((std::filesystem::temp_directory_path() /
+               fmt::format("cohort-bench-zero-{}-{}", name, ::getpid()))
+                  .string()) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ResumeDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The table of a resume: per rank its shard's bytes (`shard_bytes(r)`), then before's and
+// after's bytes read, peak RSS above the start and seconds. Returns whether every rank read
+// at most `want_bytes(r)` (+5%) after.
+template <typename Shard, typename Want>
+bool PrintResume(int ranks, const std::vector<std::string>& before,
+                 const std::vector<std::string>& after, Shard shard_bytes, Want want_bytes) {
   fmt::print("{:<6} {:>10} | {:>12} {:>14} {:>8} | {:>12} {:>14} {:>8}\n", "rank", "shard MB",
              "before: read", "peak RSS +MB", "s", "after: read", "peak RSS +MB", "s");
-  const ZeroPartition part{c.num_parameters(), ranks};
   bool met = true;
   for (int r = 0; r < ranks; ++r) {
     unsigned long long b_read = 0, b_peak = 0, a_read = 0, a_peak = 0;
     double b_s = 0, a_s = 0;
     int ignore = 0;
     std::sscanf(before[r].c_str(), "%d %llu %llu %lf", &ignore, &b_read, &b_peak, &b_s);
-    std::sscanf(after[r].c_str(), "%d %llu %llu %lf", &ignore, &a_read, &a_peak, &a_s);
-    const double shard = 12.0 * part.size(r);
-    met &= a_read <= shard * 1.05;
+    if (std::sscanf(after[r].c_str(), "%d %llu %llu %lf", &ignore, &a_read, &a_peak, &a_s) < 4) {
+      fmt::print("{:<6} {:>10.1f} | {:>12.1f} {:>14.1f} {:>8.2f} | {:>38}\n", r,
+                 shard_bytes(r) / 1e6, b_read / 1e6, b_peak / 1e6, b_s, "(no resume by range)");
+      met = false;
+      continue;
+    }
+    met &= a_read <= want_bytes(r) * 1.05;
     fmt::print("{:<6} {:>10.1f} | {:>12.1f} {:>14.1f} {:>8.2f} | {:>12.1f} {:>14.1f} {:>8.2f}\n", r,
-               shard / 1e6, b_read / 1e6, b_peak / 1e6, b_s, a_read / 1e6, a_peak / 1e6, a_s);
+               shard_bytes(r) / 1e6, b_read / 1e6, b_peak / 1e6, b_s, a_read / 1e6, a_peak / 1e6,
+               a_s);
   }
+  return met;
+}
+
+void Resume(int ranks) {
+  const GptConfig c = ResumeModel();
+  const double psi = static_cast<double>(c.num_parameters());
+  std::vector<std::string> before, after;
+  {
+    const ResumeDir dir("resume");
+    RunResumeRanks("write", ranks, dir.path());
+    before = RunResumeRanks("whole", ranks, dir.path());
+    after = RunResumeRanks("ranges", ranks, dir.path());
+  }
+  fmt::print("== resume of data {} with ZeRO-3: {:.2f}M parameters (vocab 50257, d_model 256, 4 "
+             "layers), a checkpoint of {:.1f} MB; each rank a process ==\n",
+             ranks, psi / 1e6, 12 * psi / 1e6);
+  const ZeroPartition part{c.num_parameters(), ranks};
+  const auto shard = [&](int r) { return 12.0 * part.size(r); };
+  const bool met = PrintResume(ranks, before, after, shard, shard);
   fmt::print("target (each rank reads its shard's bytes, not the model's): {}\n",
              met ? "met" : "MISSED");
+}
+
+// The CUDA model resuming from a checkpoint written by CPU data `ranks` ZeRO-3, on half as
+// many ranks (another layout) with ZeRO-3 and ZeRO-1 (see the header).
+void ResumeCuda(int ranks) {
+  if (!CudaTrainingBuilt() || !SelectCudaDevice(0)) {
+    fmt::print("== resume-cuda: skipped (no CUDA engine or device) ==\n");
+    return;
+  }
+  const GptConfig c = ResumeCudaModel();
+  const size_t psi = c.num_parameters();
+  const int readers = std::max(1, ranks / 2);
+  const ZeroPartition part{psi, readers};
+  for (int stage : {3, 1}) {
+    std::vector<std::string> before, after;
+    {
+      const ResumeDir dir("resume-cuda");
+      RunResumeRanks("write", ranks, dir.path(), stage);  // the CPU's ZeRO-3, this model
+      before = RunResumeRanks("whole", readers, dir.path(), stage);
+      after = RunResumeRanks("ranges", readers, dir.path(), stage);
+    }
+#ifdef COHORT_CUDA_EMULATED
+    const char* where = " (CPU emulator: device memory is host memory, counted in the RSS)";
+#else
+    const char* where = "";
+#endif
+    fmt::print("== resume of CUDA data {} with ZeRO-{} from CPU data {} ZeRO-3: {:.2f}M "
+               "parameters (vocab 8192, d_model 128, 2 layers), a checkpoint of {:.1f} MB; each "
+               "rank a process{} ==\n",
+               readers, stage, ranks, psi / 1e6, 12.0 * psi / 1e6, where);
+    const auto shard = [&](int r) { return 12.0 * part.size(r); };
+    // ZeRO-1 (and 2) hold the whole parameters: 4Ψ besides their shard of the moments.
+    const auto want = [&](int r) {
+      return stage == 3 ? 12.0 * part.size(r) : 4.0 * psi + 8.0 * part.size(r);
+    };
+    const bool met = PrintResume(readers, before, after, shard, want);
+    fmt::print("target (each rank reads what it holds: {}): {}\n",
+               stage == 3 ? "its shard" : "the parameters and its shard of the moments",
+               met ? "met" : "MISSED");
+  }
 }
 
 // One GPU: the device optimizer against the offloaded ones (see the header).
@@ -578,8 +699,9 @@ void Offload(int steps) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc == 6 && std::string(argv[1]) == "--resume-child") {
-    return ResumeChild(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), argv[5]);
+  if (argc == 7 && std::string(argv[1]) == "--resume-child") {
+    return ResumeChild(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), argv[5],
+                       std::atoi(argv[6]));
   }
   std::string section = "all";
   int ranks = 4, steps = 5;
@@ -589,7 +711,7 @@ int main(int argc, char** argv) {
     else if (flag == "--ranks") ranks = std::atoi(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: bench_zero [--section memory|step|prefetch|checkpoint|resume|offload|all] [--ranks N] [--steps S]\n");
+      std::fprintf(stderr, "usage: bench_zero [--section memory|step|prefetch|checkpoint|resume|resume-cuda|offload|all] [--ranks N] [--steps S]\n");
       return 2;
     }
   }
@@ -603,6 +725,7 @@ int main(int argc, char** argv) {
   if (section == "prefetch" || section == "all") Prefetch(ranks, steps);
   if (section == "checkpoint" || section == "all") CheckpointIo(ranks);
   if (section == "resume" || section == "all") Resume(ranks);
+  if (section == "resume-cuda") ResumeCuda(ranks);
   if (section == "offload") Offload(steps);
   return 0;
 }

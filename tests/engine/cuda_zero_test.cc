@@ -6,8 +6,10 @@
 //     each bucket's gradients reach the host during the backward (the step fails otherwise);
 //   - the model-state bytes per rank equal the formula for each (stage 2's gradients below
 //     stage 1's by 4Ψ − 4·size(r), the scratch counted apart); ZeRO-3's gathers prefetched;
-//   - a ZeRO-2 and a ZeRO-3 checkpoint (every rank's ranges) resume in the same layout
-//     bitwise on the emulator;
+//   - resume by range across layouts (the trainer's path): the state after step 2, written
+//     by CPU data 4 ZeRO-3, resumes ZeRO-1, 2, 3 and the offloads on 2 CUDA ranks, every
+//     rank reading only what it holds (exact byte counts) and step 3 bitwise on the
+//     emulator; their checkpoint resumes CPU data 4 ZeRO-3 into the same state, bit for bit;
 //   - a ZeRO-2 and a ZeRO-3 checkpoint resume on the CPU model on one rank (ZeRO-0), and a
 //     CPU checkpoint resumes CUDA ZeRO-2 and ZeRO-3 on two ranks as CUDA DDP resumes it;
 //   - under all of them, the model without its buffers (gpt_cuda.h GptCudaStorage): the
@@ -32,6 +34,7 @@
 
 #include "comm_test_util.h"
 #include "cuda_test_util.h"
+#include "temp_dir.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/cuda_arena.h"
 #include "engine/model/gpt_cuda.h"
@@ -120,13 +123,23 @@ void Save(TrainModel& model, int r, std::mutex& mu, State& into) {
   }
 }
 
+// Checkpoints on disk for a run (Train): resumed from the newest in `from`, every rank
+// reading its own ranges (LoadCheckpointRanges with the model's RestoreRequest: the
+// trainer's path), and written by range into `to` after the last step (SaveCheckpointRanges).
+// `bytes_read` receives what each rank read of the tensor files.
+struct Disk {
+  std::string from, to;
+  std::vector<uint64_t> bytes_read = std::vector<uint64_t>(kRanks);
+};
+
 // Trains `steps` steps (numbered from first_step) on kRanks ranks with `v` (stage 0: CUDA
-// DDP), from `start` when given (rank 0 restores it, as the trainer does) or Initial().
-// `saved`, when given, receives the state after the last step; `midway`, when given, the
-// state after step `midway_step` as well (what a checkpoint written then holds: every rank's
-// ranges), taken without stopping the run.
+// DDP), from `start` when given (in memory: rank 0 holds it, RestoreState), from
+// `disk->from` when given, or from Initial(). `saved`, when given, receives the state after
+// the last step; `midway`, when given, the state after step `midway_step` as well (what a
+// checkpoint written then holds: every rank's ranges), taken without stopping the run.
 std::vector<RankRun> Train(const Variant& v, int first_step, int steps, const State* start,
-                           State* saved, State* midway = nullptr, int midway_step = 0) {
+                           State* saved, State* midway = nullptr, int midway_step = 0,
+                           Disk* disk = nullptr) {
   std::vector<RankRun> runs(kRanks);
   const GptModel initial = Initial();
   const size_t n = initial.params().size();
@@ -143,7 +156,15 @@ std::vector<RankRun> Train(const Variant& v, int first_step, int steps, const St
                                    CudaZeroOptions{&comm, v.stage, v.offload, v.offload_params});
     ASSERT_TRUE(made.has_value()) << made.error().ToString();
     TrainModel& model = **made;
-    if (start) {
+    TrainModelCheckpointGroup group(model, comm);
+    if (disk && !disk->from.empty()) {
+      auto loaded = LoadCheckpointRanges(&group, disk->from, TinyConfig(), model.RestoreRequest());
+      ASSERT_TRUE(loaded.has_value()) << loaded.error().ToString();
+      auto finished = model.FinishRestore(loaded->adam_t);
+      ASSERT_TRUE(finished.has_value()) << finished.error().ToString();
+      std::lock_guard lock(mu);
+      disk->bytes_read[static_cast<size_t>(r)] = loaded->bytes_read;
+    } else if (start) {
       Checkpoint ckpt;
       if (r == 0) {
         ckpt.params = start->params;
@@ -184,8 +205,76 @@ std::vector<RankRun> Train(const Variant& v, int first_step, int steps, const St
       if (midway && s == midway_step) Save(model, r, mu, *midway);
     }
     if (saved) Save(model, r, mu, *saved);
+    if (disk && !disk->to.empty()) {
+      CheckpointHeader header;
+      header.config = TinyConfig();
+      auto ranges = model.CheckpointRanges(r, kRanks, &header.adam_t);
+      ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
+      header.progress.step = first_step + steps - 1;
+      auto written = SaveCheckpointRanges(&group, disk->to, header, *ranges, 0);
+      ASSERT_TRUE(written.has_value()) << written.error().ToString();
+    }
   }, [](comm::CommOptions& o) { o.timeout = kTimeout; });
   return runs;
+}
+
+// The CPU layout the CUDA runs' checkpoints cross to and from: data 4 with ZeRO-3 (each rank
+// its quarter of every array; a CUDA data 2 shard is two of them: ZeroPartition's bounds
+// agree).
+constexpr int kCpuRanks = 4;
+
+// CPU data 4 ZeRO-3 writes `state` by range into `dir` as step `step` (every rank its shard,
+// as `cohort train` writes).
+void WriteOnCpuZero3(const State& state, int step, const std::string& dir) {
+  comm::commtest::RunRanks("gloo", kCpuRanks, [&](comm::Communicator& comm) {
+    auto model = MakeZero3CpuTrainModelFromSeed(TinyConfig(), 5, Adam(), comm).value();
+    Checkpoint whole;
+    if (comm.rank() == 0) {
+      whole.params = state.params;
+      whole.adam_m = state.m;
+      whole.adam_v = state.v;
+    }
+    auto restored = model->RestoreState(&comm, comm.rank() == 0 ? &whole : nullptr, state.t);
+    ASSERT_TRUE(restored.has_value()) << restored.error().ToString();
+    CheckpointHeader header;
+    header.config = TinyConfig();
+    auto ranges = model->CheckpointRanges(comm.rank(), kCpuRanks, &header.adam_t);
+    ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
+    header.progress.step = step;
+    TrainModelCheckpointGroup group(*model, comm);
+    auto written = SaveCheckpointRanges(&group, dir, header, *ranges, 0);
+    ASSERT_TRUE(written.has_value()) << written.error().ToString();
+  });
+}
+
+// CPU data 4 ZeRO-3 resumes by range from `dir`: the state it then holds (its ranks' ranges
+// assembled) into *state; returns what each rank read of the tensor files.
+std::vector<uint64_t> ReadOnCpuZero3(const std::string& dir, State* state) {
+  const size_t n = TinyConfig().num_parameters();
+  *state = State{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+  std::vector<uint64_t> bytes(kCpuRanks);
+  std::mutex mu;
+  comm::commtest::RunRanks("gloo", kCpuRanks, [&](comm::Communicator& comm) {
+    auto model = MakeZero3CpuTrainModelFromSeed(TinyConfig(), 5, Adam(), comm).value();
+    TrainModelCheckpointGroup group(*model, comm);
+    auto loaded = LoadCheckpointRanges(&group, dir, TinyConfig(), model->RestoreRequest());
+    ASSERT_TRUE(loaded.has_value()) << loaded.error().ToString();
+    ASSERT_TRUE(model->FinishRestore(loaded->adam_t).has_value());
+    int64_t t = 0;
+    auto ranges = model->CheckpointRanges(comm.rank(), kCpuRanks, &t);
+    ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
+    std::lock_guard lock(mu);
+    bytes[static_cast<size_t>(comm.rank())] = loaded->bytes_read;
+    state->t = t;
+    for (const CheckpointRange& range : *ranges) {
+      std::vector<float>& array = range.array == CheckpointArray::kParams  ? state->params
+                                  : range.array == CheckpointArray::kAdamM ? state->m
+                                                                           : state->v;
+      std::copy(range.values.begin(), range.values.end(),
+                array.begin() + static_cast<std::ptrdiff_t>(range.offset));
+    }
+  });
+  return bytes;
 }
 
 
@@ -297,15 +386,29 @@ void ExpectTrainsAsCudaDdpWithItsFormulaOfBytes(const Variant& v, const std::vec
 }
 
 
-// The state after step 2 (every rank's ranges assembled: what SaveCheckpointRanges writes)
-// resumed in the same layout: step 3 as the uninterrupted run's (`straight`, ending in
-// `straight_state`).
-void ExpectSameLayoutResumeIsBitwise(const Variant& v, const std::vector<RankRun>& straight,
-                                     const State& straight_state, const State& at2) {
-  State resumed_state;
-  const auto resumed = Train(v, 3, 1, &at2, &resumed_state);
+// Resume by range across layouts, both ways: the state after step 2, written by CPU data 4
+// ZeRO-3, resumes `v` on 2 CUDA ranks, every rank reading only what it holds (the
+// parameters whole, or with ZeRO-3 its shard; its shard of the moments, or without ZeRO the
+// whole moments: byte counts exact, as the CPU shards pair up into the CUDA ones), and step
+// 3 is the uninterrupted run's (`straight`, ending in `straight_state`) bit for bit on the
+// emulator; the checkpoint `v` writes after it resumes CPU data 4 ZeRO-3, each CPU rank
+// reading the one written range per array that holds its shard, into the state `v` ended
+// in, bit for bit.
+void ExpectResumesByRangeAcrossLayouts(const Variant& v, const std::vector<RankRun>& straight,
+                                       const State& straight_state, const State& at2) {
+  testing::TempDir from, to;
+  WriteOnCpuZero3(at2, 2, from.path());
   ASSERT_FALSE(::testing::Test::HasFailure());
+  State resumed_state;
+  Disk disk{from.path(), to.path()};
+  const auto resumed = Train(v, 3, 1, nullptr, &resumed_state, nullptr, 0, &disk);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const size_t psi = TinyConfig().num_parameters();
+  const ZeroPartition cuda{psi, kRanks}, cpu{psi, kCpuRanks};
   for (int r = 0; r < kRanks; ++r) {
+    const size_t shard = cuda.size(r);
+    const size_t want = v.stage == 0 ? 12 * psi : v.stage < 3 ? 4 * psi + 8 * shard : 12 * shard;
+    EXPECT_EQ(disk.bytes_read[r], want) << v.name << " rank " << r << " (Ψ " << psi << ")";
 #ifdef COHORT_CUDA_EMULATED
     EXPECT_EQ(resumed[r].losses[0], straight[r].losses[2]) << v.name << " rank " << r;
 #else
@@ -319,6 +422,18 @@ void ExpectSameLayoutResumeIsBitwise(const Variant& v, const std::vector<RankRun
   EXPECT_EQ(resumed_state.v, straight_state.v) << v.name;
 #endif
   EXPECT_EQ(resumed_state.t, kSteps);
+
+  State on_cpu;
+  const std::vector<uint64_t> cpu_read = ReadOnCpuZero3(to.path(), &on_cpu);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_EQ(on_cpu.params, resumed_state.params) << v.name << " -> CPU data 4 ZeRO-3";
+  EXPECT_EQ(on_cpu.m, resumed_state.m) << v.name << " -> CPU data 4 ZeRO-3";
+  EXPECT_EQ(on_cpu.v, resumed_state.v) << v.name << " -> CPU data 4 ZeRO-3";
+  EXPECT_EQ(on_cpu.t, kSteps);
+  for (int r = 0; r < kCpuRanks; ++r) {
+    EXPECT_EQ(cpu_read[r], 12 * cuda.size(r / 2))
+        << v.name << " -> CPU rank " << r << " (its shard " << cpu.size(r) << " values)";
+  }
 }
 
 
@@ -524,7 +639,7 @@ void ExpectMovesBetweenCudaZeroAndTheCpu(const Variant& zero, const std::vector<
 struct StageCase {
   const char* name;
   std::vector<Variant> variants;
-  std::vector<bool> resume;  // per variant: resumed in the same layout from step 2
+  std::vector<bool> resume;  // per variant: resumed by range from step 2, to and from the CPU
   bool moves = false;        // variants[0] moves to the CPU and back
 };
 void PrintTo(const StageCase& c, std::ostream* os) { *os << c.name; }
@@ -541,7 +656,7 @@ TEST_P(CudaZeroStageTest, TrainsAsCudaDdpResumesAndMovesToTheCpu) {
     const std::vector<RankRun> runs = Train(v, 1, kSteps, nullptr, &end, &at2, 2);
     ASSERT_FALSE(HasFailure());
     ExpectTrainsAsCudaDdpWithItsFormulaOfBytes(v, runs, end);
-    if (c.resume[i]) ExpectSameLayoutResumeIsBitwise(v, runs, end, at2);
+    if (c.resume[i]) ExpectResumesByRangeAcrossLayouts(v, runs, end, at2);
     if (c.moves && i == 0) ExpectMovesBetweenCudaZeroAndTheCpu(v, runs, at2);
   }
 }
@@ -550,7 +665,7 @@ INSTANTIATE_TEST_SUITE_P(
     Stages, CudaZeroStageTest,
     ::testing::Values(
         StageCase{"zero1", {Variant{"zero1", 1, false}, Variant{"zero1_offload", 1, true}},
-                  {false, false}},
+                  {true, true}},
         StageCase{"zero2", {Variant{"zero2", 2, false}, Variant{"zero2_offload", 2, true}},
                   {true, true}, true},
         StageCase{"zero3",

@@ -16,27 +16,9 @@
 #include <vector>
 
 #include "common/subprocess.h"
+#include "temp_dir.h"
 
 namespace cohort::engine::testing {
-
-// A fresh folder under $TMPDIR, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "cohort_engine_XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    path_ = p != nullptr ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 template <typename T>
 void WriteRaw(const std::string& path, const std::vector<T>& v) {

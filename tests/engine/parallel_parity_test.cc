@@ -19,6 +19,7 @@
 
 #include "comm_test_util.h"
 #include "engine/checkpoint/sharded_state.h"
+#include "engine/model/gpt_shard_layout.h"
 #include "engine/model/gpt.h"
 #include "engine/parallel/layout.h"
 #include "engine/trainer/train_model.h"
@@ -317,9 +318,10 @@ TEST(ShardedStateTest, ShardsInitialiseFromTheSeedAsTheWholeModelDoes) {
   }
 }
 
-// Parameters and AdamW moments scatter from the logical model to any layout and gather
-// back unchanged; a tensor-parallel run's shards hold the slices the layout names.
-TEST(ShardedStateTest, ScatterThenGatherIsTheIdentityInEveryLayout) {
+// Parameters and AdamW moments read into any layout's shards by the logical runs a resuming
+// rank asks for (LogicalRunsOf, what LoadCheckpointRanges fills) gather back unchanged: the
+// runs and the gather place every slice where the other takes it.
+TEST(ShardedStateTest, LogicalRunsThenGatherIsTheIdentityInEveryLayout) {
   const GptConfig cfg = TinyConfig(5);
   LogicalState full;
   const size_t n = cfg.num_parameters();
@@ -339,8 +341,14 @@ TEST(ShardedStateTest, ScatterThenGatherIsTheIdentityInEveryLayout) {
       auto layout = MakeParallelLayout(pc, cfg, world).value();
       const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, comm.rank()));
       std::vector<float> params(shard.total), m(shard.total), v(shard.total);
-      ASSERT_TRUE(ScatterShardedState(&comm, layout, cfg, comm.rank() == 0 ? &full : nullptr,
-                                      {params, m, v}));
+      const std::pair<std::vector<float>*, const std::vector<float>*> arrays[] = {
+          {&params, &full.params}, {&m, &full.adam_m}, {&v, &full.adam_v}};
+      for (const auto& [mine, logical] : arrays) {
+        for (const ParamRun& run : LogicalRunsOf(shard, 0, shard.total, mine->data())) {
+          std::copy_n(logical->begin() + static_cast<std::ptrdiff_t>(run.offset), run.count,
+                      run.out);
+        }
+      }
       auto got = GatherShardedState(comm, layout, cfg, {params, m, v});
       ASSERT_TRUE(got.has_value()) << got.error().ToString();
       if (comm.rank() == 0) {

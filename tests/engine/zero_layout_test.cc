@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "comm_test_util.h"
+#include "temp_dir.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/gpt.h"
 #include "engine/model/gpt_shard.h"
@@ -102,27 +103,9 @@ void Place(const CheckpointRange& r, std::vector<float>& out, std::vector<int>& 
   }
 }
 
-// The ranks of a test as a CheckpointGroup.
-class CommGroup : public CheckpointGroup {
- public:
-  explicit CommGroup(comm::Communicator& c) : c_(c) {}
-  int rank() const override { return c_.rank(); }
-  int size() const override { return c_.size(); }
-  Result<void> Broadcast(std::span<int64_t> v) override {
-    return c_.Broadcast(v.data(), v.size(), comm::DataType::kInt64, 0);
-  }
-  Result<void> Max(std::span<float> v) override {
-    return c_.AllReduce(v.data(), v.data(), v.size(), comm::DataType::kFloat32,
-                        comm::ReduceOp::kMax);
-  }
-
- private:
-  comm::Communicator& c_;
-};
-
 // Where a run starts and what it leaves: resumed from `from` (in memory: rank 0 holds the
-// whole checkpoint and RestoreState sends every rank its state, the path before resume by
-// range) or from the newest checkpoint in `from_dir`, every rank reading its own ranges
+// whole checkpoint and RestoreState broadcasts it, every rank keeping what its RestoreRequest
+// asks for: the reader's reference) or from the newest checkpoint in `from_dir`, every rank reading its own ranges
 // (LoadCheckpointRanges); at the end a checkpoint written by range into `to_dir`.
 struct Io {
   const Checkpoint* from = nullptr;
@@ -184,11 +167,9 @@ ZeroRun Train(const Layout& l, int first, int steps, const Io& io) {
                                           comm.rank() == 0 ? &copy : nullptr, io.from->adam_t);
       ASSERT_TRUE(restored.has_value()) << restored.error().ToString();
     }
-    CommGroup group(comm);
+    TrainModelCheckpointGroup group(*model, comm);
     if (!io.from_dir.empty()) {
-      auto request = model->RestoreRequest();
-      ASSERT_TRUE(request.has_value()) << "the CPU models restore by range";
-      auto loaded = LoadCheckpointRanges(&group, io.from_dir, cfg, *request);
+      auto loaded = LoadCheckpointRanges(&group, io.from_dir, cfg, model->RestoreRequest());
       ASSERT_TRUE(loaded.has_value()) << loaded.error().ToString();
       ASSERT_TRUE(model->FinishRestore(loaded->adam_t).has_value());
       std::lock_guard lock(mu);
@@ -408,25 +389,7 @@ TEST(ZeroInLayoutCheckpointTest, ResumesInOtherLayoutsAndStages) {
   ExpectParamsClose(c.state.params, whole.state.params, 1e-5, "after the chain");
 }
 
-// A temporary directory, removed at the end of the test (also on failure).
-class TempDir {
- public:
-  TempDir() {
-    path_ = (std::filesystem::temp_directory_path() /
-             fmt::format("cohort-zero-resume-{}-{}", ::getpid(), counter_++))
-                .string();
-    std::filesystem::remove_all(path_);
-  }
-  ~TempDir() {
-    std::error_code ignore;
-    std::filesystem::remove_all(path_, ignore);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  std::string path_;
-};
+using testing::TempDir;
 
 void ExpectSameRun(const ZeroRun& got, const ZeroRun& want, const std::string& what) {
   EXPECT_EQ(got.losses, want.losses) << what;
@@ -438,8 +401,8 @@ void ExpectSameRun(const ZeroRun& got, const ZeroRun& want, const std::string& w
 }
 
 // Resume by range: every rank reads only the written ranges it overlaps (LoadCheckpointRanges
-// with the model's RestoreRequest), and trains on bit for bit as when rank 0 loads the whole
-// checkpoint and sends every rank its state (RestoreState), across layouts: data 4 with ZeRO-3
+// with the model's RestoreRequest), and trains on bit for bit as when rank 0 holds the whole
+// checkpoint in memory and broadcasts it (RestoreState), across layouts: data 4 with ZeRO-3
 // -> data 4 with ZeRO-3 (each rank reads exactly its shard of the three arrays: 12 bytes per
 // parameter of its shard) -> tensor 2 x data 2 with ZeRO-3 -> pipeline 2 x data 2 with ZeRO-2
 // -> one rank without ZeRO, the losses continuing those of the uninterrupted data 4 ZeRO-3 run.

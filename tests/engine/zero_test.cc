@@ -335,8 +335,9 @@ TEST_P(ZeroWorldTest, ShardedInitHoldsAndGeneratesTheShardOnly) {
   }
   ASSERT_EQ(losses[1].size(), 4u);
   EXPECT_EQ(losses[1], losses[0]);
-  // Resumed from the checkpoint on a model initialised otherwise: rank 0 sends each rank its
-  // shard (RestoreShard), and the 4th step's loss is the uninterrupted run's, bit for bit.
+  // Resumed from the checkpoint on a model initialised otherwise: rank 0 broadcasts the
+  // arrays and each rank keeps its shard (RestoreState over its RestoreRequest), and the 4th
+  // step's loss is the uninterrupted run's, bit for bit.
   comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
     auto model = MakeZero3CpuTrainModelFromSeed(c, 123, ac, comm, /*prefetch=*/true).value();
     Checkpoint copy = ckpt;
@@ -393,7 +394,8 @@ TEST_P(ZeroWorldTest, PrefetchServesTheRecordedOrderAndWhatIsAsked) {
 }
 
 // Stage 3's gathered working set is what is gathered at once, not two buffers of the largest
-// piece: each piece gets a buffer of its own size, freed after use, and the head's wte (the
+// piece: each piece gets a buffer of its own size (reused by the next piece of that size,
+// freed before one of another size is allocated), and the head's wte (the
 // last request of Forward and the first of the backward) is gathered once and kept between
 // them. With prefetch (more than one rank) the most held at once is wte beside the next piece
 // (wpe in Forward: wte + wpe), below the bound GatherBound gives and far below two
@@ -435,6 +437,60 @@ TEST_P(ZeroWorldTest, GatheredWorkingSetIsWhatIsGatheredAtOnce) {
     EXPECT_LT(st->peak_gathered_bytes, 2 * 4 * wte);
     EXPECT_TRUE(comm.Barrier().has_value());
   });
+}
+
+// Stage 3 reuses its piece buffers: a released piece's buffer serves the next piece of the
+// same size (the blocks), so after the first step the buffers allocated per step do not
+// grow with the number of layers (only the pieces of other sizes, wte, wpe, ln_f, allocate),
+// and the most held at once stays what is gathered at once (the test above's figures).
+TEST_P(ZeroWorldTest, GatherBuffersServeEveryBlockWithoutAnAllocation) {
+  const int world = GetParam();
+  const bool prefetch = world > 1;
+  const int B = 2, T = 16;
+  // Buffers allocated in steps 2 and 3, and the most held at once, for `layers` layers.
+  auto run = [&](int layers) {
+    GptConfig c;
+    c.vocab_size = 1024;
+    c.max_seq_len = 16;
+    c.n_layer = layers;
+    c.n_head = 2;
+    c.n_embd = 32;
+    std::mutex mu;
+    std::pair<int64_t, size_t> out{0, 0};
+    comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+      auto m = MakeZero3CpuTrainModelFromSeed(c, 5, AdamWConfig{}, comm, /*prefetch=*/true);
+      ASSERT_TRUE(m.has_value()) << m.error().ToString();
+      TrainModel& model = **m;
+      auto load = [&](int a, std::span<int32_t> in, std::span<int32_t> o) {
+        for (size_t i = 0; i < in.size(); ++i) {
+          in[i] = static_cast<int32_t>((i * 37 + a * 5 + comm.rank()) % c.vocab_size);
+          o[i] = static_cast<int32_t>((i * 37 + a * 5 + comm.rank() + 1) % c.vocab_size);
+        }
+        return Result<void>{};
+      };
+      int64_t after_first = 0;
+      for (int s = 0; s < 3; ++s) {
+        ASSERT_TRUE(model.TrainMicrobatches(2, B, T, load, nullptr).has_value());
+        ASSERT_TRUE(model.ClipAndStep(1.0, 1e-3f).has_value());
+        if (s == 0) after_first = model.gather_stats()->allocations;
+      }
+      const auto st = model.gather_stats();
+      ASSERT_TRUE(st.has_value());
+      if (comm.rank() == 0) {
+        std::lock_guard lock(mu);
+        out = {st->allocations - after_first, st->peak_gathered_bytes};
+      }
+      EXPECT_TRUE(comm.Barrier().has_value());
+    });
+    return out;
+  };
+  const auto [two, two_peak] = run(2);
+  const auto [six, six_peak] = run(6);
+  EXPECT_GT(two, 0);
+  EXPECT_EQ(six, two) << "the 4 more blocks allocated buffers of their own";
+  const size_t wte = 1024 * 32, wpe = 16 * 32;
+  EXPECT_EQ(two_peak, 4 * (prefetch ? wte + wpe : wte));
+  EXPECT_EQ(six_peak, two_peak);
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ZeroWorldTest, ::testing::Values(1, 2, 4));

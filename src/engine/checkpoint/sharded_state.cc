@@ -52,35 +52,4 @@ Result<LogicalState> GatherShardedState(comm::Communicator& world, const Paralle
   return full;
 }
 
-Result<void> ScatterShardedState(comm::Communicator* world, const ParallelLayout& layout,
-                                 const GptConfig& model, const LogicalState* full,
-                                 const ShardState& mine) {
-  const int rank = world ? world->rank() : 0;
-  const GptShardLayout own = GptShardLayout::Build(ShardSpecFor(layout, model, rank));
-  COHORT_TRY_VOID(CheckSize(mine, own.total, rank));
-  if (rank != 0) {
-    for (std::span<float> part : {mine.params, mine.adam_m, mine.adam_v}) {
-      COHORT_TRY_VOID(world->Recv(part.data(), part.size(), comm::DataType::kFloat32, 0, 0));
-    }
-    return {};
-  }
-  const size_t n = model.num_parameters();
-  if (!full || full->params.size() != n || full->adam_m.size() != n || full->adam_v.size() != n) {
-    return Errorf(ErrorCode::kInternal, "sharded state: rank 0 needs the logical state ({} floats each)", n);
-  }
-  ExtractShard(own, full->params, mine.params);
-  ExtractShard(own, full->adam_m, mine.adam_m);
-  ExtractShard(own, full->adam_v, mine.adam_v);
-  std::vector<float> buf;
-  for (int r = 1; r < layout.world; ++r) {
-    const GptShardLayout theirs = GptShardLayout::Build(ShardSpecFor(layout, model, r));
-    buf.resize(theirs.total);
-    for (const std::vector<float>* src : {&full->params, &full->adam_m, &full->adam_v}) {
-      ExtractShard(theirs, *src, buf);
-      COHORT_TRY_VOID(world->Send(buf.data(), buf.size(), comm::DataType::kFloat32, r, 0));
-    }
-  }
-  return {};
-}
-
 }  // namespace cohort::engine

@@ -2,17 +2,14 @@
 // (the single-rank GptModel layout of params.bin and optim.bin, checkpoint.h), whatever
 // layout wrote them, so one written by data × pipeline × tensor ranks resumes on any other
 // layout. Ranks write their own slices of a checkpoint by range (checkpoint.h,
-// SaveCheckpointRanges); these two functions move whole states through world rank 0:
-//
-// Gathering (the export of a split model, and the layout tests): the ranks of data replica
-// 0 send their slices (parameters, AdamW m and v) to world rank 0, which places them into
-// logical buffers (gpt_shard_layout.h); the tied output head's copy of wte is not sent (the
-// embedding's slice is the same value).
-// Scattering (resume): world rank 0 holds the loaded checkpoint and sends every other rank
-// its slices.
-// Both go over the world communicator's point-to-point calls, one message per buffer and
-// rank, so they run on the training thread while no other collective of `world` is in
-// flight.
+// SaveCheckpointRanges) and read their own back (LoadCheckpointRanges, through the logical
+// runs of gpt_shard_layout.h LogicalRunsOf); this function moves a whole state to world
+// rank 0 (the export of a split model, its StateForCheckpoint, and the layout tests): the
+// ranks of data replica 0 send their slices (parameters, AdamW m and v) to world rank 0,
+// which places them into logical buffers (gpt_shard_layout.h); the tied output head's copy
+// of wte is not sent (the embedding's slice is the same value). It goes over the world
+// communicator's point-to-point calls, one message per buffer and rank, so it runs on the
+// training thread while no other collective of `world` is in flight.
 //
 // Threads: the training thread of every rank, at the same point of the run.
 #pragma once
@@ -41,11 +38,5 @@ struct LogicalState {
 // kInternal when a rank's shard size disagrees with the layout; the communicator's errors.
 Result<LogicalState> GatherShardedState(comm::Communicator& world, const ParallelLayout& layout,
                                         const GptConfig& model, const ShardState& mine);
-
-// Every rank calls it; rank 0 passes the logical state (num_parameters() floats each),
-// the others null; every rank's `mine` receives its slices.
-Result<void> ScatterShardedState(comm::Communicator* world, const ParallelLayout& layout,
-                                 const GptConfig& model, const LogicalState* full,
-                                 const ShardState& mine);
 
 }  // namespace cohort::engine

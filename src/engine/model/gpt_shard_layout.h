@@ -1,7 +1,7 @@
 // GptShardLayout: the parameters one rank of a tensor × pipeline layout holds, in one flat
 // buffer, and where each of its tensors comes from in the logical (single-rank) model, the
 // GptLayout of gpt.h. Checkpoints store the logical tensors, so a checkpoint written in one
-// layout resumes in any other (checkpoint/sharded_state.h moves the slices).
+// layout resumes in any other (each rank reads its slices through LogicalRunsOf below).
 //
 // A rank holds its stage's chunks (parallel/layout.h) in model order; per chunk: wte's
 // vocabulary slice and wpe (the first chunk), each block's tensors, then ln_f and, on a

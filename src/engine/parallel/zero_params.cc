@@ -64,21 +64,43 @@ GatheredParams::GatheredParams(OwnShard, comm::Communicator& comm,
 }
 
 float* GatheredParams::Allocate(int buf, size_t count) {
-  Free(buf);
   Buffer& b = buffers_[buf];
+  if (b.data && !b.used && b.size == count) {
+    // A buffer of this size kept from an earlier piece: no allocation, no page faults.
+    b.used = true;
+    return b.data.get();
+  }
+  // Every kept buffer goes before a new one comes, so that what is held is never more than
+  // the pieces in use and the one allocated.
+  for (int i = 0; i < 2; ++i) {
+    if (!buffers_[i].used) Drop(i);
+  }
   // Not zeroed: the all-gather writes every value.
   b.data = std::make_unique_for_overwrite<float[]>(std::max<size_t>(1, count));
   b.size = count;
+  b.used = true;
+  ++allocations_;
   held_floats_ += count;
   peak_floats_ = std::max(peak_floats_, held_floats_);
   return b.data.get();
 }
 
-void GatheredParams::Free(int buf) {
+void GatheredParams::Free(int buf) { buffers_[buf].used = false; }
+
+void GatheredParams::Drop(int buf) {
   Buffer& b = buffers_[buf];
   held_floats_ -= b.size;
   b.data.reset();
   b.size = 0;
+  b.used = false;
+}
+
+int GatheredParams::FreeSlot(size_t count) const {
+  if (!prefetch_) return 0;  // one buffer at a time
+  for (int i = 0; i < 2; ++i) {
+    if (!buffers_[i].used && buffers_[i].data && buffers_[i].size == count) return i;
+  }
+  return buffers_[0].used ? 1 : 0;
 }
 
 GatheredParams::~GatheredParams() {
@@ -153,7 +175,7 @@ void GatheredParams::BeginRound(int key) {
   cursor_ = 0;
   const std::vector<Piece>& order = rounds_[key_];
   if (prefetch_ && !order.empty() && order[0].count <= max_piece_ && status_) {
-    const int buf = FreeSlot();
+    const int buf = FreeSlot(order[0].count);
     Allocate(buf, order[0].count);
     Launch(order[0], buf);
   }
@@ -196,7 +218,7 @@ const float* GatheredParams::Gather(size_t offset, size_t count) {
   kept_buf_ = -1;
   if (buf < 0) {
     if (prefetch_) ++misses_;
-    buf = FreeSlot();
+    buf = FreeSlot(count);
     Allocate(buf, count);
     if (status_) {
       if (auto r = GatherInto(buf, want); !r) status_ = std::unexpected(r.error());

@@ -21,12 +21,16 @@
 // writers: the optimizer step, restore) waits for it and forgets it.
 //
 // Memory. The shard, 4·size(r) bytes, persistently; and the gathered pieces, each in a buffer
-// of its own size allocated when its gather starts and freed when the model releases it, so
-// the gathered working set is what is gathered at once: one piece without prefetch, the piece
-// in use and the next one with it. A request for the piece just released (GptModel's head
-// asks for wte at the end of its Forward and again first in its backward) is served from the
-// buffer kept for it, without a second gather or a second buffer: the buffer of the piece in
-// use is freed on Release unless the recorded order says the next request is the same piece.
+// of its own size, so the gathered working set is what is gathered at once: one piece without
+// prefetch, the piece in use and the next one with it. A request for the piece just released
+// (GptModel's head asks for wte at the end of its Forward and again first in its backward) is
+// served from the buffer kept for it, without a second gather or a second buffer. Any other
+// released piece's buffer is kept too, for reuse (one slot without prefetch, two with it: the
+// prefetch depth): the next piece of the same size is gathered into it without an allocation
+// (a model's blocks are one size, so a large buffer is not mapped and faulted in again for
+// every layer of every pass); a piece of another size frees every kept buffer before its own
+// is allocated, so nothing is held beyond the pieces in use and the one being gathered, and
+// no buffer is ever sized for a larger piece than its own.
 // gather_bytes() is the bound of that working set for the model's pieces (the largest piece,
 // or the two largest with prefetch: GatherBound), peak_gathered_bytes() what was held at most.
 //
@@ -102,8 +106,9 @@ class GatheredParams final : public ParamSource {
   // Every parameter, all-gathered into a new buffer (checkpoints by any layout, export):
   // a collective.
   Result<std::vector<float>> GatherAll();
-  // The bound of the gathered working set (see above), bytes; what is gathered now, and the
-  // most held at once since this object was made or ResetPeak.
+  // The bound of the gathered working set (see above), bytes; what is held now (pieces in use
+  // and buffers kept for the next one), and the most held at once since this object was made
+  // or ResetPeak.
   size_t gather_bytes() const { return bound_floats_ * sizeof(float); }
   size_t gathered_bytes() const { return held_floats_ * sizeof(float); }
   size_t peak_gathered_bytes() const { return peak_floats_ * sizeof(float); }
@@ -112,6 +117,8 @@ class GatheredParams final : public ParamSource {
   // Prefetch's record: requests served by a prefetch, requests gathered on demand, and the
   // seconds the training thread spent waiting for gathers (either kind).
   int64_t prefetch_hits() const { return hits_; }
+  // Piece buffers allocated since this object was made (the others reused a kept buffer).
+  int64_t allocations() const { return allocations_; }
   int64_t prefetch_misses() const { return misses_; }
   double wait_seconds() const { return wait_seconds_; }
 
@@ -123,19 +130,23 @@ class GatheredParams final : public ParamSource {
     size_t offset = 0, count = 0;
     bool operator==(const Piece&) const = default;
   };
-  // A gathered piece's buffer, exactly its size (empty: free).
+  // A gathered piece's buffer, exactly its size (no data: none), in use or kept for reuse.
   struct Buffer {
     std::unique_ptr<float[]> data;
     size_t size = 0;
+    bool used = false;
   };
   // All-gathers `p` into buffers_[buf] (the training thread while no prefetch is in flight,
   // or the communication thread).
   Result<void> GatherInto(int buf, const Piece& p);
-  // Training thread: a buffer of `count` floats in slot `buf` / frees it; the other slot, the
-  // one that is free.
+  // Training thread: a buffer of `count` floats in slot `buf` (the kept one when it has that
+  // size, else a new one, every kept buffer freed first); Free keeps a slot's buffer for
+  // reuse, Drop frees it; the slot for a piece of `count` floats (one not in use, a kept
+  // buffer of that size first; slot 0 without prefetch).
   float* Allocate(int buf, size_t count);
   void Free(int buf);
-  int FreeSlot() const { return buffers_[0].size == 0 ? 0 : 1; }
+  void Drop(int buf);
+  int FreeSlot(size_t count) const;
   // Waits for the prefetch in flight; its piece and buffer, or nullopt if none was.
   std::optional<std::pair<Piece, int>> WaitPrefetch();
   void Launch(const Piece& p, int buf);
@@ -166,6 +177,7 @@ class GatheredParams final : public ParamSource {
   Piece flight_piece_;      // training thread
   int flight_buf_ = 0;      // training thread
   int64_t hits_ = 0, misses_ = 0;  // training thread
+  int64_t allocations_ = 0;        // training thread
   double wait_seconds_ = 0;        // training thread
 
   std::mutex mu_;

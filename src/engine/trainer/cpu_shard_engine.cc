@@ -179,7 +179,7 @@ class CpuShardEngine final : public ShardEngineOver<GptShardModel> {
     if (!sharded_ || !sharded_->params()) return std::nullopt;
     const GatheredParams& g = *sharded_->params();
     return TrainModel::GatherStats{g.prefetch_hits(), g.prefetch_misses(), g.wait_seconds(),
-                                   g.peak_gathered_bytes()};
+                                   g.peak_gathered_bytes(), g.allocations()};
   }
   const ZeroOptimizer* zero() const override { return zero_ ? &*zero_ : nullptr; }
   std::string DescribeMemory() const override {

@@ -105,7 +105,8 @@ class CpuTrainModel final : public TrainModel {
   std::optional<GatherStats> gather_stats() const override {
     if (!gathered_) return std::nullopt;
     return GatherStats{gathered_->prefetch_hits(), gathered_->prefetch_misses(),
-                       gathered_->wait_seconds(), gathered_->peak_gathered_bytes()};
+                       gathered_->wait_seconds(), gathered_->peak_gathered_bytes(),
+                       gathered_->allocations()};
   }
 
   std::span<float> grads() override { return model_.grads(); }
@@ -120,73 +121,9 @@ class CpuTrainModel final : public TrainModel {
     return comm.AllReduce(data, data, count, comm::DataType::kFloat32, op);
   }
 
-  // ZeRO-3 restores through a whole buffer (every rank, for the broadcast) and keeps its
-  // shard, as the moments are restored.
-  Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) override {
-    if (gathered_) return RestoreShard(comm, ckpt, adam_t);
-    std::span<float> params = model_.params();
-    std::vector<float> m(params.size()), v(params.size());
-    if (ckpt) {
-      std::copy(ckpt->params.begin(), ckpt->params.end(), params.begin());
-      m = std::move(ckpt->adam_m);
-      v = std::move(ckpt->adam_v);
-    }
-    if (comm) {
-      COHORT_TRY_VOID(comm->Broadcast(params.data(), params.size(), comm::DataType::kFloat32, 0));
-      COHORT_TRY_VOID(comm->Broadcast(m.data(), m.size(), comm::DataType::kFloat32, 0));
-      COHORT_TRY_VOID(comm->Broadcast(v.data(), v.size(), comm::DataType::kFloat32, 0));
-    }
-    if (zero_) {
-      const size_t lo = zero_->shard_begin(), n = zero_->adamw().num_params();
-      return zero_->adamw().Restore(std::span<const float>(m).subspan(lo, n),
-                                    std::span<const float>(v).subspan(lo, n), adam_t);
-    }
-    return optimizer_->Restore(m, v, adam_t);
-  }
-  // ZeRO-3: rank 0 (which loaded the checkpoint) sends every rank its shard of the
-  // parameters and moments; the others hold their shard only (no whole buffer).
-  Result<void> RestoreShard(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) {
-    const ZeroPartition& p = zero_->partition();
-    const int me = zero_->rank();
-    if (comm && (comm->size() != p.ranks || comm->rank() != me)) {
-      return Errorf(ErrorCode::kInternal, "ZeRO-3 restore: rank {} of {}, the shards' {} of {}",
-                    comm->rank(), comm->size(), me, p.ranks);
-    }
-    const bool root = !comm || comm->rank() == 0;
-    if (root && (!ckpt || ckpt->params.size() != p.total || ckpt->adam_m.size() != p.total ||
-                 ckpt->adam_v.size() != p.total)) {
-      return MakeError(ErrorCode::kInternal, "ZeRO-3 restore: rank 0 holds no whole checkpoint");
-    }
-    gathered_->Invalidate();
-    std::vector<float> m(p.size(me)), v(p.size(me));
-    const std::span<float> shard = gathered_->shard();
-    if (root) {
-      for (int r = comm ? comm->size() - 1 : 0; r >= 0; --r) {
-        const size_t lo = p.begin(r), k = p.size(r);
-        const float* src[3] = {ckpt->params.data() + lo, ckpt->adam_m.data() + lo,
-                               ckpt->adam_v.data() + lo};
-        if (r == me) {
-          std::copy_n(src[0], k, shard.begin());
-          std::copy_n(src[1], k, m.begin());
-          std::copy_n(src[2], k, v.begin());
-        } else if (k > 0) {
-          for (int a = 0; a < 3; ++a) {
-            COHORT_TRY_VOID(comm->Send(src[a], k, comm::DataType::kFloat32, r, a));
-          }
-        }
-      }
-    } else if (!shard.empty()) {
-      float* dst[3] = {shard.data(), m.data(), v.data()};
-      for (int a = 0; a < 3; ++a) {
-        COHORT_TRY_VOID(comm->Recv(dst[a], shard.size(), comm::DataType::kFloat32, 0, a));
-      }
-    }
-    return zero_->adamw().Restore(m, v, adam_t);
-  }
-
   // Resume by range: every rank reads its own state straight into place: the parameters
   // (ZeRO-3: its shard of them) and its AdamW moments (with ZeRO: its shard).
-  std::optional<CheckpointReadRequest> RestoreRequest() override {
+  CheckpointReadRequest RestoreRequest() override {
     AdamW& a = zero_ ? zero_->adamw() : *optimizer_;
     const size_t lo = zero_ ? zero_->shard_begin() : 0, k = a.num_params();
     CheckpointReadRequest req;

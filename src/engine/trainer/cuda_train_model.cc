@@ -40,8 +40,8 @@ Error NoDevice(cudaError_t status, const char* what) {
                               cudaGetErrorString(status)));
 }
 
-// Ψ floats of device memory for a moment (ZeRO-3's resume, export and fresh start move
-// whole arrays, which no buffer of the model holds).
+// Ψ floats of device memory for a moment (ZeRO-3's export and fresh start move whole
+// arrays, which no buffer of the model holds).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -87,8 +87,9 @@ class CudaTrainModel final : public TrainModel {
     if (staging_ != nullptr) (void)cudaFree(staging_);
   }
 
-  // Bytes of device memory for host collectives (the resume header is 72 bytes).
+  // Bytes of device memory for host collectives (RestoreState's chunks the largest).
   static constexpr size_t kStagingBytes = 4096;
+  static_assert(kRestoreChunk * sizeof(float) <= kStagingBytes);
 
   const GptConfig& config() const override { return model_->config(); }
   size_t num_params() const override { return model_->num_parameters(); }
@@ -183,21 +184,42 @@ class CudaTrainModel final : public TrainModel {
     return Copy(data, staging_, bytes, cudaMemcpyDeviceToHost);
   }
 
-  Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) override {
-    if (zero_) return RestoreZero(comm, ckpt, adam_t);
-    if (ckpt) {
-      COHORT_TRY_VOID(model_->CopyParamsFromHost(ckpt->params));
-      COHORT_TRY_VOID(optimizer_->Restore(ckpt->adam_m, ckpt->adam_v, adam_t));
+  // Resume by range: every rank reads what it holds into host memory: the whole parameters
+  // (ZeRO-3: its shard of them, the optimizer's request) and the moments (with ZeRO: its
+  // shard, the optimizer's request: offloaded straight into the host state); FinishRestore
+  // uploads them. No rank reads or holds more than its state.
+  CheckpointReadRequest RestoreRequest() override {
+    CheckpointReadRequest req;
+    if (zero_) req = zero_->RestoreRequest();
+    const size_t n = model_->num_parameters();
+    if (!zero_ || zero_->stage() < 3) {
+      restore_params_.resize(n);
+      req.params.push_back({0, n, restore_params_.data()});
     }
-    if (comm) {
-      // Uploads above are complete (they synchronise); the broadcasts run where the state
-      // lives and return when done.
-      COHORT_TRY_VOID(BroadcastDevice(*comm, model_->params_device()));
-      COHORT_TRY_VOID(BroadcastDevice(*comm, optimizer_->m_device()));
-      COHORT_TRY_VOID(BroadcastDevice(*comm, optimizer_->v_device()));
-      COHORT_TRY_VOID(model_->ParamsWritten());
+    if (!zero_) {
+      restore_m_.resize(n);
+      restore_v_.resize(n);
+      req.adam_m.push_back({0, n, restore_m_.data()});
+      req.adam_v.push_back({0, n, restore_v_.data()});
     }
-    return optimizer_->SetStep(adam_t);
+    return req;
+  }
+  Result<void> FinishRestore(int64_t adam_t) override {
+    Result<void> done;
+    // The whole parameters first: offloaded stages 1 and 2 copy their master from them.
+    if (!restore_params_.empty()) done = model_->CopyParamsFromHost(restore_params_);
+    if (done) {
+      done = zero_ ? zero_->FinishRestore(adam_t)
+                   : optimizer_->Restore(restore_m_, restore_v_, adam_t);
+    }
+    DropRestore();
+    return done;
+  }
+  void DropRestore() override {
+    restore_params_ = {};
+    restore_m_ = {};
+    restore_v_ = {};
+    if (zero_) zero_->DropRestore();
   }
   Result<void> BroadcastParams(comm::Communicator& comm) override {
     if (zero_ && zero_->stage() == 3) {
@@ -284,57 +306,6 @@ class CudaTrainModel final : public TrainModel {
     }
     return {};
   }
-  // ZeRO's resume: each whole array reaches every rank through a device buffer of Ψ floats
-  // (the model's gradient buffer in stage 1, free between steps: ZeroGrad clears it; stages
-  // 2 and 3 hold none, so one is allocated for the resume and freed after), from which each
-  // rank takes its shard; stages 1 and 2 broadcast the parameters into the model's.
-  Result<void> RestoreZero(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) {
-    const bool sharded_params = zero_->stage() == 3;
-    if (ckpt && !sharded_params) COHORT_TRY_VOID(model_->CopyParamsFromHost(ckpt->params));
-    if (comm && !sharded_params) {
-      COHORT_TRY_VOID(BroadcastDevice(*comm, model_->params_device()));
-      COHORT_TRY_VOID(model_->ParamsWritten());
-    }
-    if (ckpt || comm) {
-      DeviceBuffer temporary;
-      std::span<float> through = model_->grads_device();
-      if (through.empty()) {
-        temporary = COHORT_TRY(DeviceBuffer::Make(model_->num_parameters(), model_->device()));
-        through = temporary.span();
-      }
-      if (sharded_params) {
-        if (ckpt) COHORT_TRY_VOID(Upload(through, ckpt->params, "params"));
-        if (comm) COHORT_TRY_VOID(BroadcastDevice(*comm, through));
-        COHORT_TRY_VOID(zero_->TakeParams(through.data()));
-      }
-      for (bool second : {false, true}) {
-        if (ckpt) {
-          const std::vector<float>& whole = second ? ckpt->adam_v : ckpt->adam_m;
-          if (whole.size() != through.size()) {
-            return Errorf(ErrorCode::kInvalidArgument,
-                          "checkpoint: adam_{} has {} values, the model {}", second ? "v" : "m",
-                          whole.size(), through.size());
-          }
-          COHORT_TRY_VOID(Copy(through.data(), whole.data(), whole.size() * sizeof(float),
-                               cudaMemcpyHostToDevice));
-        }
-        if (comm) COHORT_TRY_VOID(BroadcastDevice(*comm, through));
-        COHORT_TRY_VOID(zero_->RestoreMoment(second, through.data()));
-      }
-      COHORT_TRY_VOID(model_->ZeroGrad());
-    }
-    if (!sharded_params) COHORT_TRY_VOID(zero_->TakeParams());  // offloaded: the master
-    return zero_->Restored(adam_t);
-  }
-  // A whole host array into a device buffer of the same size.
-  Result<void> Upload(std::span<float> device, const std::vector<float>& host, const char* name) {
-    if (host.size() != device.size()) {
-      return Errorf(ErrorCode::kInvalidArgument, "checkpoint: {} has {} values, the model {}",
-                    name, host.size(), device.size());
-    }
-    return Copy(device.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice);
-  }
-
   // A broadcast from rank 0 of a device buffer (nccl) — or, for a host-memory backend,
   // through a host copy (not used by the trainer, which always pairs cuda with nccl).
   Result<void> BroadcastDevice(comm::Communicator& comm, std::span<float> device) {
@@ -359,6 +330,9 @@ class CudaTrainModel final : public TrainModel {
   std::unique_ptr<CudaZeroOptimizer> zero_;      // with ZeRO or offload
   void* staging_ = nullptr;  // kStagingBytes of device memory
   std::vector<float> params_host_, m_host_, v_host_;  // checkpoint copies
+  // RestoreRequest's host buffers until FinishRestore: the whole parameters (not ZeRO-3)
+  // and, without ZeRO, the whole moments.
+  std::vector<float> restore_params_, restore_m_, restore_v_;
 };
 
 }  // namespace

@@ -391,24 +391,15 @@ Result<void> CudaZeroOptimizer::GatherAll(float* whole_device) {
   return grads_->ZeroShard();
 }
 
-Result<void> CudaZeroOptimizer::RestoreMoment(bool second, const float* whole_device) {
-  const size_t n = shard_size();
-  const float* mine = whole_device + shard_begin();
-  if (offload_) {
-    float* dst = second ? host_->v().data() : host_->m().data();
-    return Copy(dst, mine, n * sizeof(float), cudaMemcpyDeviceToHost);
-  }
-  float* dst = second ? device_->v_device().data() : device_->m_device().data();
-  return Copy(dst, mine, n * sizeof(float), cudaMemcpyDeviceToDevice);
-}
-
-Result<void> CudaZeroOptimizer::TakeShard(const float* shard_device) {
+Result<void> CudaZeroOptimizer::TakeShard(const float* shard, bool from_host) {
   const size_t n = shard_size();
   if (offload_) {
-    COHORT_TRY_VOID(Copy(master_, shard_device, n * sizeof(float), cudaMemcpyDeviceToHost));
+    COHORT_TRY_VOID(Copy(master_, shard, n * sizeof(float),
+                         from_host ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost));
     return RefreshBf16FromMaster();
   }
-  COHORT_TRY_VOID(Copy(param_shard_, shard_device, n * sizeof(float), cudaMemcpyDeviceToDevice));
+  COHORT_TRY_VOID(Copy(param_shard_, shard, n * sizeof(float),
+                       from_host ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice));
   cuda::ConvertToBf16(bf16_shard_, param_shard_, n, model_.stream());
   COHORT_CUDA_CHECK(cudaGetLastError());  // ConvertToBf16 (ZeRO-3 shard)
   COHORT_CUDA_CHECK(cudaStreamSynchronize(model_.stream()));
@@ -427,12 +418,50 @@ Result<void> CudaZeroOptimizer::TakeParams(const float* whole_device) {
               shard_size() * sizeof(float), cudaMemcpyDeviceToHost);
 }
 
-Result<void> CudaZeroOptimizer::Restored(int64_t t) {
-  if (!offload_) return device_->SetStep(t);
-  // AdamW::Restore wants whole moments: its own, unchanged, with the new step count.
-  std::vector<float> m(host_->m().begin(), host_->m().end());
-  std::vector<float> v(host_->v().begin(), host_->v().end());
-  return host_->Restore(m, v, t);
+CheckpointReadRequest CudaZeroOptimizer::RestoreRequest() {
+  const size_t lo = shard_begin(), n = shard_size();
+  CheckpointReadRequest req;
+  if (n == 0) return req;
+  if (offload_) {
+    // Straight into the host state: the moments, and stage 3's master (its parameters).
+    if (stage_ == 3) req.params.push_back({lo, n, master_});
+    req.adam_m.push_back({lo, n, host_->m().data()});
+    req.adam_v.push_back({lo, n, host_->v().data()});
+    return req;
+  }
+  restore_m_.resize(n);
+  restore_v_.resize(n);
+  if (stage_ == 3) {
+    restore_params_.resize(n);
+    req.params.push_back({lo, n, restore_params_.data()});
+  }
+  req.adam_m.push_back({lo, n, restore_m_.data()});
+  req.adam_v.push_back({lo, n, restore_v_.data()});
+  return req;
+}
+
+Result<void> CudaZeroOptimizer::FinishRestore(int64_t t) {
+  Result<void> done;
+  if (offload_) {
+    // m and v were read in place; stage 3's master too (the bf16 shard from it), stages 1
+    // and 2 copy theirs from the model's parameters, which the caller wrote.
+    done = stage_ == 3 ? RefreshBf16FromMaster() : TakeParams();
+    if (done) done = host_->RestoreStep(t);
+  } else {
+    if (stage_ == 3 && shard_size() > 0) done = TakeShard(restore_params_.data(), /*from_host=*/true);
+    if (done) {
+      // An empty shard (more ranks than values) holds no moments: only the step count.
+      done = shard_size() > 0 ? device_->Restore(restore_m_, restore_v_, t) : device_->SetStep(t);
+    }
+  }
+  DropRestore();
+  return done;
+}
+
+void CudaZeroOptimizer::DropRestore() {
+  restore_params_ = {};
+  restore_m_ = {};
+  restore_v_ = {};
 }
 
 int64_t CudaZeroOptimizer::t() const { return offload_ ? host_->t() : device_->t(); }

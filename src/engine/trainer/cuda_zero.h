@@ -118,16 +118,24 @@ class CudaZeroOptimizer {
   // during the backward (a reducer not given grad_reduced()).
   Result<double> Step(double max_norm, float lr);
 
-  // Resume: takes this rank's shard of a whole moment (m or v) that lies in DEVICE memory
-  // (Ψ floats, the same on every rank). Returns when copied.
-  Result<void> RestoreMoment(bool second, const float* whole_device);
-  // After the parameters were written by other means: stages 1, 2 take the model's (the
-  // offloaded master shard copies them); stage 3 takes its shard of `whole_device` (Ψ
-  // floats of DEVICE memory; ignored by stages 1, 2) and refreshes the bf16 shard. Returns
-  // when copied.
+  // Resume by range (TrainModel::RestoreRequest): the runs of this rank's shard of the
+  // moments and, stage 3, of the parameters, into host memory: offloaded, straight into the
+  // host AdamW's m and v (and stage 3's master shard); on the device, into host buffers of
+  // the shard's size, which FinishRestore uploads and frees. Stages 1 and 2 ask for no
+  // parameters (the model holds them whole: the caller reads and writes those first).
+  CheckpointReadRequest RestoreRequest();
+  // Takes what RestoreRequest's runs received: the moments, stage 3's parameter shard (its
+  // bf16 copy refreshed), for stages 1 and 2 the offloaded master from the model's
+  // parameters; sets the step count to `t`. Returns when copied. CUDA errors; t < 0:
+  // kInvalidArgument.
+  Result<void> FinishRestore(int64_t t);
+  // Frees RestoreRequest's host buffers (nothing was read, or it failed).
+  void DropRestore();
+  // After the parameters were written by other means (a fresh start's broadcast): stages 1,
+  // 2 take the model's (the offloaded master shard copies them); stage 3 takes its shard of
+  // `whole_device` (Ψ floats of DEVICE memory; ignored by stages 1, 2) and refreshes the bf16
+  // shard. Returns when copied.
   Result<void> TakeParams(const float* whole_device = nullptr);
-  // Resume: sets the step count (the parameters and moments were taken).
-  Result<void> Restored(int64_t t);
   // Stage 3: every parameter, float32, into `whole_device` (Ψ floats of device memory on
   // every rank): an all-gather of the shards (export). Returns when done.
   Result<void> GatherAll(float* whole_device);
@@ -164,9 +172,9 @@ class CudaZeroOptimizer {
   // Stages 1, 2: every rank's updated shard into every rank's float32 parameters, bf16
   // refreshed.
   Result<void> GatherParams();
-  // Stage 3: the float32 shard takes `shard_device` (size(r) floats of device memory) and
-  // the bf16 shard is refreshed from it. Returns when done.
-  Result<void> TakeShard(const float* shard_device);
+  // Stage 3: the float32 shard takes `shard` (size(r) floats of device memory, or of host
+  // memory when `from_host`) and the bf16 shard is refreshed from it. Returns when done.
+  Result<void> TakeShard(const float* shard, bool from_host = false);
   // Offloaded, stages 2 and 3 (the collective thread): shard elements [lo, hi) are final;
   // copies them to the host and posts their Σ g² to the host thread.
   Result<void> ShardFinal(size_t lo, size_t hi);
@@ -214,6 +222,9 @@ class CudaZeroOptimizer {
   std::unique_ptr<ShardedDeviceGrads> grads_;
   std::unique_ptr<GatheredDeviceParams> params_;
   std::vector<float> params_host_, m_host_, v_host_;  // checkpoint copies (on the device)
+  // RestoreRequest's host buffers until FinishRestore (on the device: the moments' shards;
+  // stage 3 not offloaded: the parameter shard).
+  std::vector<float> restore_params_, restore_m_, restore_v_;
 };
 
 }  // namespace cohort::engine

@@ -204,21 +204,8 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     return HostOf(comm).AllReduce(data, data, count, comm::DataType::kFloat32, op);
   }
 
-  Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t) override {
-    LogicalState full;
-    if (ckpt) {
-      full.params = std::move(ckpt->params);
-      full.adam_m = std::move(ckpt->adam_m);
-      full.adam_v = std::move(ckpt->adam_v);
-    }
-    const size_t n = engine_->layout().total;
-    std::vector<float> p(n), m(n), v(n);
-    COHORT_TRY_VOID(ScatterShardedState(comm ? &HostOf(*comm) : nullptr, layout_, config_,
-                                        ckpt ? &full : nullptr, {p, m, v}));
-    return engine_->Restore(p, m, v, adam_t);
-  }
   // Resume by range: the engine's part of the shard, as logical runs (shard_engine.h).
-  std::optional<CheckpointReadRequest> RestoreRequest() override { return engine_->RestoreRequest(); }
+  CheckpointReadRequest RestoreRequest() override { return engine_->RestoreRequest(); }
   Result<void> FinishRestore(int64_t adam_t) override { return engine_->FinishRestore(adam_t); }
   void DropRestore() override { engine_->DropRestore(); }
   // Every rank extracted its shard from the same initial model (same seed or file).

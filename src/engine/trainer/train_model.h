@@ -118,12 +118,13 @@ class TrainModel {
   virtual ModelStateBytes model_state_bytes() = 0;
   // ZeRO-3's parameter gathers on this rank since the model was made (zero_params.h):
   // requests served by a prefetch, gathered on demand, the seconds the training thread
-  // waited for them, and the most bytes of gathered pieces held at once; nullopt without
-  // ZeRO-3.
+  // waited for them, the most bytes of gathered pieces held at once, and the piece buffers
+  // allocated (the other gathers reused a kept one); nullopt without ZeRO-3.
   struct GatherStats {
     int64_t hits = 0, misses = 0;
     double wait_seconds = 0;
     size_t peak_gathered_bytes = 0;
+    int64_t allocations = 0;
   };
   virtual std::optional<GatherStats> gather_stats() const { return std::nullopt; }
   // Parameter values this rank generated from the seed when it was made (GenerateInitialRuns'
@@ -146,24 +147,24 @@ class TrainModel {
   virtual Result<void> AllReduceHost(comm::Communicator& comm, float* data, size_t count,
                                      comm::ReduceOp op) = 0;
 
-  // Resume: rank 0 passes the loaded checkpoint (its buffers may be moved from), the other
-  // ranks null; with `comm` every rank ends with rank 0's parameters and AdamW state and
-  // step `adam_t`.
-  virtual Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt,
-                                    int64_t adam_t) = 0;
   // Resume by range (checkpoint.h LoadCheckpointRanges, every rank): the runs of the logical
   // arrays this rank holds, pointing into where the model keeps them (its parameters, or its
-  // ZeRO-3 part of them; its AdamW moments, or its ZeRO part; a split model's shard slices),
-  // so that a rank reads and holds nothing else. nullopt: the model restores only from a
-  // whole checkpoint on rank 0 (RestoreState). The outs stay valid until FinishRestore, which
-  // takes what was read and sets AdamW's step count to `adam_t` (or DropRestore, when nothing
-  // was read). The model's state is undefined between a failed read and a successful one.
-  virtual std::optional<CheckpointReadRequest> RestoreRequest() { return std::nullopt; }
-  virtual Result<void> FinishRestore(int64_t adam_t) {
-    (void)adam_t;
-    return MakeError(ErrorCode::kFailedPrecondition, "this model restores from rank 0's checkpoint");
-  }
+  // ZeRO-3 part of them; its AdamW moments, or its ZeRO part; a split model's shard slices)
+  // or into host buffers of that size that FinishRestore uploads (CUDA), so that a rank
+  // reads and holds nothing else. The outs stay valid until FinishRestore, which takes what
+  // was read and sets AdamW's step count to `adam_t` (or DropRestore, when nothing was
+  // read). The model's state is undefined between a failed read and a successful one.
+  virtual CheckpointReadRequest RestoreRequest() = 0;
+  virtual Result<void> FinishRestore(int64_t adam_t) = 0;
   virtual void DropRestore() {}
+  // Resume from a whole checkpoint in memory on rank 0 (its buffers may be moved from; the
+  // other ranks pass null), through the same request: rank 0 broadcasts each array over
+  // `comm` (BroadcastHost) in chunks of kRestoreChunk values and every rank keeps the parts
+  // its RestoreRequest asks for, then FinishRestore. Not the trainer's path (every rank
+  // reads its own ranges): the tests' and benchmarks' in-memory reference for it.
+  // kInvalidArgument when rank 0's arrays are not num_params() long.
+  static constexpr size_t kRestoreChunk = 1024;  // fits the CUDA model's host staging
+  Result<void> RestoreState(comm::Communicator* comm, Checkpoint* ckpt, int64_t adam_t);
   // Fresh start: every rank takes rank 0's initial parameters.
   virtual Result<void> BroadcastParams(comm::Communicator& comm) = 0;
   // Points view.params, adam_m, adam_v at host copies of the state and sets adam_t; the
@@ -186,6 +187,27 @@ class TrainModel {
 
   // Writes the parameters as GPT-2 safetensors (checkpoint/gpt2_safetensors.h).
   virtual Result<void> Export(const std::string& path) = 0;
+};
+
+// The ranks of `comm` as a CheckpointGroup (checkpoint.h), through `model`'s host collectives
+// (staged through device memory on CUDA): the group every rank of `cohort train` writes and
+// reads its ranges in.
+class TrainModelCheckpointGroup final : public CheckpointGroup {
+ public:
+  TrainModelCheckpointGroup(TrainModel& model, comm::Communicator& comm)
+      : model_(model), comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  Result<void> Broadcast(std::span<int64_t> values) override {
+    return model_.BroadcastHost(comm_, values.data(), values.size(), comm::DataType::kInt64);
+  }
+  Result<void> Max(std::span<float> values) override {
+    return model_.AllReduceHost(comm_, values.data(), values.size(), comm::ReduceOp::kMax);
+  }
+
+ private:
+  TrainModel& model_;
+  comm::Communicator& comm_;
 };
 
 // The CPU reference: takes the (initialised) model.

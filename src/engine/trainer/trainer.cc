@@ -73,14 +73,6 @@ struct StepStats {
   double tokens_per_s = 0;
 };
 
-// Words of the broadcast that carries a checkpoint's scalars from rank 0.
-struct ResumeHeader {
-  int64_t found = 0;  // 1: a checkpoint follows; 0: start fresh; -1: rank 0 failed
-  int64_t adam_t = 0, step = 0, next_batch = 0, tokens_seen = 0;
-  int64_t rng[4] = {0, 0, 0, 0};
-};
-constexpr size_t kResumeWords = sizeof(ResumeHeader) / sizeof(int64_t);
-
 }  // namespace
 
 struct Trainer::Impl {
@@ -148,11 +140,11 @@ struct Trainer::Impl {
   Result<void> SetupBatches();
   // The model (random or imported) on config.device, its optimizer and the peak figures.
   Result<void> SetupModel();
-  // Rank 0 loads the newest valid checkpoint and every rank takes its state, or every
-  // rank takes rank 0's initial parameters; kInvalidArgument when it cannot resume.
+  // Every rank takes its state from the newest valid checkpoint (ResumeByRange), or, without
+  // one, rank 0's initial parameters; kInvalidArgument when it cannot resume.
   Result<void> Resume();
-  // Resume where the model reads its own ranges (TrainModel::RestoreRequest): every rank
-  // reads and verifies what it holds, nothing else (checkpoint.h LoadCheckpointRanges).
+  // Every rank reads and verifies the ranges it holds (TrainModel::RestoreRequest), nothing
+  // else (checkpoint.h LoadCheckpointRanges).
   Result<void> ResumeByRange(const CheckpointReadRequest& request);
   // Keeps a checkpoint's global batch on a new world size (see the definition).
   Result<void> KeepCheckpointBatch(int64_t step, int64_t tokens_seen);
@@ -570,92 +562,19 @@ Result<void> Trainer::Impl::SetupModel() {
   return {};
 }
 
-namespace {
-
-// The world's ranks as a CheckpointGroup, through the model's host collectives (staged
-// through device memory on CUDA).
-class ModelCheckpointGroup : public CheckpointGroup {
- public:
-  ModelCheckpointGroup(TrainModel& model, comm::Communicator& comm) : model_(model), comm_(comm) {}
-  int rank() const override { return comm_.rank(); }
-  int size() const override { return comm_.size(); }
-  Result<void> Broadcast(std::span<int64_t> values) override {
-    return model_.BroadcastHost(comm_, values.data(), values.size(), comm::DataType::kInt64);
-  }
-  Result<void> Max(std::span<float> values) override {
-    return model_.AllReduceHost(comm_, values.data(), values.size(), comm::ReduceOp::kMax);
-  }
-
- private:
-  TrainModel& model_;
-  comm::Communicator& comm_;
-};
-
-}  // namespace
 
 Result<void> Trainer::Impl::Resume() {
-  if (!config.checkpoint_dir.empty()) {
-    if (std::optional<CheckpointReadRequest> request = model->RestoreRequest()) {
-      return ResumeByRange(*request);
-    }
-  }
-  ResumeHeader header;
-  std::optional<Checkpoint> ckpt;
-  std::string failure;
-  if (leader() && !config.checkpoint_dir.empty()) {
-    auto loaded = LoadLatestCheckpoint(config.checkpoint_dir, model->config());
-    if (loaded) {
-      ckpt = std::move(*loaded);
-      for (const auto& w : ckpt->warnings) Log("checkpoint: {}", w);
-      Log("resuming from {} (step {})", ckpt->path, ckpt->progress.step);
-      if (const auto it = ckpt->metadata.find("record");
-          it != ckpt->metadata.end() && it->is_array()) {
-        for (const auto& l : *it) {
-          if (l.is_string()) checkpoint_records.push_back(l.get<std::string>());
-        }
-      }
-      checkpoint_step = ckpt->progress.step;
-      header.found = 1;
-      header.adam_t = ckpt->adam_t;
-      header.step = ckpt->progress.step;
-      header.next_batch = ckpt->progress.next_batch;
-      header.tokens_seen = ckpt->progress.tokens_seen;
-      if (ckpt->progress.rng_state.size() == 4) {
-        for (int i = 0; i < 4; ++i) header.rng[i] = static_cast<int64_t>(ckpt->progress.rng_state[i]);
-      }
-    } else if (loaded.error().code != ErrorCode::kNotFound) {
-      header.found = -1;
-      failure = loaded.error().ToString();
-    }
-  }
-  if (comm) {
-    COHORT_TRY_VOID(model->BroadcastHost(*comm, &header, kResumeWords, comm::DataType::kInt64));
-  }
-  if (header.found < 0) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     leader() ? "cannot resume: " + failure
-                              : "cannot resume: rank 0 could not load a checkpoint");
-  }
-  if (header.found == 1) {
-    COHORT_TRY_VOID(model->RestoreState(comm.get(), ckpt ? &*ckpt : nullptr, header.adam_t));
-    progress.step = header.step;
-    progress.next_batch = header.next_batch;
-    progress.tokens_seen = header.tokens_seen;
-    const uint64_t words[4] = {uint64_t(header.rng[0]), uint64_t(header.rng[1]),
-                               uint64_t(header.rng[2]), uint64_t(header.rng[3])};
-    if ((words[0] | words[1] | words[2] | words[3]) != 0) COHORT_TRY_VOID(rng.Restore(words));
-    COHORT_TRY_VOID(KeepCheckpointBatch(header.step, header.tokens_seen));
-  } else if (comm) {
-    // Every rank initialised from the same seed; rank 0's copy is the one that counts.
-    COHORT_TRY_VOID(model->BroadcastParams(*comm));
-  }
+  if (!config.checkpoint_dir.empty()) return ResumeByRange(model->RestoreRequest());
+  // No checkpoints: every rank initialised from the same seed; rank 0's copy is the one
+  // that counts.
+  if (comm) COHORT_TRY_VOID(model->BroadcastParams(*comm));
   return {};
 }
 
 // Every rank reads its own ranges (checkpoint.h LoadCheckpointRanges) into the model.
 Result<void> Trainer::Impl::ResumeByRange(const CheckpointReadRequest& request) {
   const auto start = Clock::now();
-  std::optional<ModelCheckpointGroup> group;
+  std::optional<TrainModelCheckpointGroup> group;
   if (comm) group.emplace(*model, *comm);
   auto loaded = LoadCheckpointRanges(group ? &*group : nullptr, config.checkpoint_dir,
                                      model->config(), request);
@@ -829,7 +748,7 @@ Result<void> Trainer::Impl::SaveCheckpointNow() {
   // cannot be read still takes part, with no ranges, so that the others learn of it.
   auto mine = model->CheckpointRanges(data_rank, data_world, &header.adam_t);
   std::vector<CheckpointRange> none;
-  std::optional<ModelCheckpointGroup> group;
+  std::optional<TrainModelCheckpointGroup> group;
   if (comm) group.emplace(*model, *comm);
   auto path = SaveCheckpointRanges(group ? &*group : nullptr, config.checkpoint_dir, header,
                                    mine ? *mine : none, config.checkpoint_keep);
