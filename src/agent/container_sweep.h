@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/runtime_call.h"
 #include "common/clock.h"
 
 namespace cohort::agent {
@@ -51,6 +52,8 @@ class ContainerSweeper {
     // each list.
     std::function<std::set<std::string>()> running;
     Millis timeout{60'000};  // each runtime call
+    // Cuts the calls short when cancelled (the agent stops; runtime_call.h); null: none.
+    RuntimeCalls* calls = nullptr;
   };
   struct Swept {
     std::vector<std::string> removed;   // "KIND NAME"
@@ -60,7 +63,8 @@ class ContainerSweeper {
   explicit ContainerSweeper(Options options);
   // One sweep over every runtime (above). A runtime that is not installed is skipped in
   // silence; one that fails is reported in `problems` the first time it fails so (not
-  // again until it has answered once), and the others are still swept.
+  // again until it has answered once), and the others are still swept. Once
+  // Options::calls is cancelled the sweep returns what it did, reporting nothing more.
   Swept Sweep();
 
  private:
