@@ -451,7 +451,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
       }
       for (const ExecRoot& r : exec_sessions_->Roots()) {
         if (auto it = shim_of.find(r.key); it != shim_of.end() && !roots.contains(r.pid)) {
-          roots[r.pid] = {it->second, r.start_ticks};
+          roots[r.pid] = {it->second, r.start_ticks, /*namespace_init=*/false, r.cgroup};
         }
       }
     }
