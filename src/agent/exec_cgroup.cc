@@ -11,8 +11,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -159,6 +161,24 @@ bool RemoveCgroupLeaf(CgroupLeaf& leaf, int wait_ms) {
   if (rmdir(leaf.dir.c_str()) != 0 && errno != ENOENT) return false;
   leaf.dir.clear();
   return true;
+}
+
+int RemoveLeftoverLeaves(const std::string& parent) {
+  int removed = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    constexpr std::string_view kPrefix = "cohort-exec-";
+    if (!name.starts_with(kPrefix) || !it->is_directory(ec)) continue;
+    int pid = 0;
+    const char* begin = name.data() + kPrefix.size();
+    auto [p, err] = std::from_chars(begin, name.data() + name.size(), pid);
+    if (err != std::errc() || p == begin || *p != '-' || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its agent lives (or is another user's)
+    CgroupLeaf leaf{it->path().string(), -1};
+    removed += RemoveCgroupLeaf(leaf) ? 1 : 0;
+  }
+  return removed;
 }
 
 }  // namespace cohort::agent

@@ -64,4 +64,10 @@ bool RemoveCgroupLeaf(CgroupLeaf& leaf, int wait_ms = 2000);
 // Only kills, as RemoveCgroupLeaf does first: for a session being ended.
 void KillCgroupMembers(const std::string& dir);
 
+// The leaves under `parent` of agents that are gone (cohort-exec-PID-*, no process PID):
+// an agent killed outright leaves its sessions' leaves, and in them what had left the
+// commands' sessions (a parent-death signal reaches only the commands). Each is emptied
+// (its members killed) and removed; returns how many.
+int RemoveLeftoverLeaves(const std::string& parent);
+
 }  // namespace cohort::agent

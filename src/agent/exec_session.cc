@@ -137,6 +137,9 @@ ExecSessions::ExecSessions(Options options) : options_(std::move(options)) {
              "(setsid, a double fork) is neither counted in its task nor killed with the session",
              parent.error().message);
   }
+  if (const int n = cgroup_parent_.empty() ? 0 : RemoveLeftoverLeaves(cgroup_parent_); n > 0) {
+    LOG_INFO("exec: removed {} cgroup leaves of exec sessions of agents that are gone, with their processes", n);
+  }
   sweeper_ = std::thread(&ExecSessions::Sweep, this);
 }
 

@@ -1,6 +1,7 @@
 // ExecSessions (agent/exec_session.h) on this machine, without an agent: a command in a
 // task's environment and directory with its output framed and its exit code kept, stdin
 // forwarded, a terminal with its size, and the ways a session ends (close, its task ending).
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -9,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "agent/exec_cgroup.h"
 #include "agent/exec_session.h"
 #include "agent/proc_usage.h"
 
@@ -263,6 +266,46 @@ TEST_F(ExecSessionsTest, AProcessThatLeavesTheSessionAndTreeStillCountsAndDiesWi
   if (!gone) kill(busy, SIGKILL);
   for (int i = 0; i < 500 && std::filesystem::exists(leaf); ++i) usleep(10'000);
   EXPECT_FALSE(std::filesystem::exists(leaf)) << "the leaf " << leaf << " was left behind";
+}
+
+// An agent killed outright leaves its sessions' leaves and what had escaped into them; the
+// next agent's ExecSessions empties and removes the leaves of agents that are gone, and
+// never a live agent's.
+TEST_F(ExecSessionsTest, TheLeavesOfAGoneAgentAreEmptiedAndRemoved) {
+  auto parent = CgroupParent();
+  if (!parent) GTEST_SKIP() << parent.error().message;
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  waitpid(dead, nullptr, 0);
+  auto stale = MakeCgroupLeaf(*parent, fmt::format("cohort-exec-{}-unit{}", dead, getpid()));
+  ASSERT_TRUE(stale.has_value()) << stale.error().message;
+  auto live = MakeCgroupLeaf(*parent, fmt::format("cohort-exec-{}-unit{}", getpid(), getpid()));
+  ASSERT_TRUE(live.has_value()) << live.error().message;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t orphan = fork();
+  if (orphan == 0) {
+    if (JoinCgroupLeaf(stale->procs_fd) != 0) _exit(1);
+    (void)!write(ready[1], "j", 1);
+    pause();
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_EQ(CgroupMembers(stale->dir), std::vector<int>{orphan});
+  {
+    ExecSessions sessions({});
+  }
+  int st = 0;
+  EXPECT_EQ(waitpid(orphan, &st, 0), orphan);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "the gone agent's escapee was not killed";
+  EXPECT_FALSE(std::filesystem::exists(stale->dir));
+  EXPECT_TRUE(std::filesystem::exists(live->dir)) << "a live agent's leaf was removed";
+  EXPECT_TRUE(RemoveCgroupLeaf(*live));
+  EXPECT_TRUE(RemoveCgroupLeaf(*stale)) << "gone already: nothing to do";
 }
 
 // The fallback (exec_cgroup.h): where no cgroup can be made (here: a parent directory
