@@ -7,7 +7,8 @@
 // (`systemctl kill`, a service stop in control-group mode, the OOM killer), or the node's
 // agent restarted over tasks it no longer knows. Docker's containers are the Docker
 // daemon's children and keep running then; Podman's keep their record. So the agent sweeps:
-// once as it starts and then every AgentConfig::container_sweep_interval_ms, each runtime
+// once as it starts and then every AgentConfig::container_sweep_interval_ms (0: never, no
+// sweep at all; `cohort agent --container-sweep-interval`), each runtime
 // it offers lists its containers (`RUNTIME ps --all --format {{.Names}}`), and every name
 // that is this agent's (ContainerName: "cohort-" and the hash of the agent's work
 // directory, then exactly "jJOB-aATTEMPT-rRANK") and not one of the tasks it runs now is
