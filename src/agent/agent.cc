@@ -109,7 +109,8 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config) {
   COHORT_TRY_VOID(a->SetUpTls());
   COHORT_TRY_VOID(a->Listen());
   a->BuildRegistration();
-  a->images_ = std::make_unique<ImageCache>(a->config_.container_runtimes, a->config_.work_dir + "/images");
+  a->images_ = std::make_unique<ImageCache>(a->config_.container_runtimes, a->config_.work_dir + "/images",
+                                           &a->runtime_calls_);
   ExecSessions::Options exec_options;
   exec_options.task_running = [agent = a.get()](const TaskKey& key) {
     Executor* executor = agent->executor();
@@ -190,7 +191,9 @@ void Agent::StartThreads() {
   if (config_.image_max_unused_ms > 0 && !config_.container_runtimes.empty()) {
     prune_thread_ = std::thread([this] { PruneLoop(); });
   }
-  if (!config_.container_runtimes.empty()) sweep_thread_ = std::thread([this] { SweepLoop(); });
+  if (!config_.container_runtimes.empty() && config_.container_sweep_interval_ms > 0) {
+    sweep_thread_ = std::thread([this] { SweepLoop(); });
+  }
   LOG_INFO("agent {} ({} GPU(s), {} CPU(s)) serving {}, head {}", config_.name, gpus_.size(), config_.cpus, url_,
            config_.head_url);
 }
@@ -388,20 +391,18 @@ void Agent::SweepLoop() {
   opts.runtimes = config_.container_runtimes;
   opts.work_dir = config_.work_dir;
   opts.running = [this] { return RunningContainerNames(); };
-  opts.timeout = Millis(30'000);  // Stop waits for a sweep under way
+  opts.timeout = Millis(30'000);
+  opts.calls = &runtime_calls_;  // Stop cuts a call under way short
   ContainerSweeper sweeper(std::move(opts));
   const int64_t interval = config_.container_sweep_interval_ms;
-  for (bool due = true;; due = interval > 0) {
-    if (due) {
-      auto swept = sweeper.Sweep();
-      for (const auto& p : swept.problems) LOG_WARN("container sweep: {}", p);
-      for (const auto& r : swept.removed) {
-        LOG_INFO("container sweep: removed {}: no task of this agent runs in it (its shim died with an earlier run)",
-                 r);
-      }
+  for (;;) {
+    auto swept = sweeper.Sweep();
+    for (const auto& p : swept.problems) LOG_WARN("container sweep: {}", p);
+    for (const auto& r : swept.removed) {
+      LOG_INFO("container sweep: removed {}: no task of this agent runs in it (its shim died with an earlier run)", r);
     }
     MutexLock lock(mu_);
-    cv_.WaitFor(mu_, Millis(interval > 0 ? interval : 3'600'000), [this] {
+    cv_.WaitFor(mu_, Millis(interval), [this] {
       mu_.AssertHeld();
       return stopping_;
     });
@@ -450,7 +451,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
       }
       for (const ExecRoot& r : exec_sessions_->Roots()) {
         if (auto it = shim_of.find(r.key); it != shim_of.end() && !roots.contains(r.pid)) {
-          roots[r.pid] = {it->second, r.start_ticks};
+          roots[r.pid] = {it->second, r.start_ticks, /*namespace_init=*/false, r.cgroup};
         }
       }
     }
@@ -756,6 +757,7 @@ void Agent::Stop() {
     stopping_ = true;
   }
   cv_.NotifyAll();
+  runtime_calls_.CancelAll();  // a sweep or prune waiting on a hung runtime ends now
   health_checker_.reset();
   if (prune_thread_.joinable()) prune_thread_.join();
   if (sweep_thread_.joinable()) sweep_thread_.join();

@@ -66,6 +66,7 @@
 #include "agent/lease_keeper.h"
 #include "agent/metrics.h"
 #include "agent/proc_usage.h"
+#include "agent/runtime_call.h"
 #include "api/types.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -128,7 +129,7 @@ struct AgentConfig {
   int64_t image_max_unused_ms = 0;
   int64_t image_prune_interval_ms = 600'000;
   // Containers of this agent's tasks that no task runs any more are removed as the agent
-  // starts and then this often (container_sweep.h); 0: at the start only.
+  // starts and then this often (container_sweep.h); 0 or less: never (no sweep at all).
   int64_t container_sweep_interval_ms = 60'000;
 };
 
@@ -177,8 +178,9 @@ class Agent {
   std::vector<std::pair<std::string, std::string>> RunningImages() const EXCLUDES(mu_);
   // With --image-max-unused: prunes the image cache every image_prune_interval_ms until Stop.
   void PruneLoop() EXCLUDES(mu_);
-  // With a container runtime: removes the containers left behind (container_sweep.h) at
-  // once and then every container_sweep_interval_ms until Stop.
+  // With a container runtime and container_sweep_interval_ms > 0: removes the containers
+  // left behind (container_sweep.h) at once and then every container_sweep_interval_ms
+  // until Stop.
   void SweepLoop() EXCLUDES(mu_);
   // ContainerName of every task running now; any thread.
   std::set<std::string> RunningContainerNames() const EXCLUDES(mu_);
@@ -223,6 +225,9 @@ class Agent {
   std::thread server_thread_;
   std::thread loop_thread_;
   std::unique_ptr<HealthChecker> health_checker_;  // with --health-check; reset by Stop
+  // The container runtime calls of the image cache and the sweep, cancelled by Stop so
+  // that a hung Docker or Podman daemon never holds the stop (runtime_call.h).
+  RuntimeCalls runtime_calls_;
   std::unique_ptr<ImageCache> images_;  // set by Start; thread-safe
   std::thread prune_thread_;            // with --image-max-unused; joined by Stop
   std::thread sweep_thread_;            // with a container runtime; joined by Stop

@@ -64,8 +64,10 @@ ContainerSweeper::Swept ContainerSweeper::Sweep() {
     auto [it, fresh] = failing_.try_emplace(kind, problem);
     if (fresh) out.problems.push_back(fmt::format("{}: {}", kind, problem));
   };
+  auto stopping = [&] { return options_.calls && options_.calls->cancelled(); };
   for (const auto& [kind, command] : options_.runtimes) {
-    auto listed = RunRuntimeCommand(ContainerListArgv(command), scratch, options_.timeout);
+    auto listed = RunRuntimeCommand(ContainerListArgv(command), scratch, options_.timeout, options_.calls);
+    if (!listed && stopping()) break;
     if (!listed) {
       if (listed.error().code != ErrorCode::kNotFound) failed(kind, listed.error().message);
       continue;
@@ -79,7 +81,9 @@ ContainerSweeper::Swept ContainerSweeper::Sweep() {
     }
     std::vector<std::string> rm = ContainerRemoveArgv(command, left.front());
     rm.insert(rm.end(), left.begin() + 1, left.end());
-    if (auto removed = RunRuntimeCommand(rm, scratch, options_.timeout); !removed) {
+    auto removed = RunRuntimeCommand(rm, scratch, options_.timeout, options_.calls);
+    if (!removed && stopping()) break;
+    if (!removed) {
       failed(kind, removed.error().message);
       continue;
     }

@@ -7,7 +7,8 @@
 // (`systemctl kill`, a service stop in control-group mode, the OOM killer), or the node's
 // agent restarted over tasks it no longer knows. Docker's containers are the Docker
 // daemon's children and keep running then; Podman's keep their record. So the agent sweeps:
-// once as it starts and then every AgentConfig::container_sweep_interval_ms, each runtime
+// once as it starts and then every AgentConfig::container_sweep_interval_ms (0: never, no
+// sweep at all; `cohort agent --container-sweep-interval`), each runtime
 // it offers lists its containers (`RUNTIME ps --all --format {{.Names}}`), and every name
 // that is this agent's (ContainerName: "cohort-" and the hash of the agent's work
 // directory, then exactly "jJOB-aATTEMPT-rRANK") and not one of the tasks it runs now is
@@ -29,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/runtime_call.h"
 #include "common/clock.h"
 
 namespace cohort::agent {
@@ -51,6 +53,8 @@ class ContainerSweeper {
     // each list.
     std::function<std::set<std::string>()> running;
     Millis timeout{60'000};  // each runtime call
+    // Cuts the calls short when cancelled (the agent stops; runtime_call.h); null: none.
+    RuntimeCalls* calls = nullptr;
   };
   struct Swept {
     std::vector<std::string> removed;   // "KIND NAME"
@@ -60,7 +64,8 @@ class ContainerSweeper {
   explicit ContainerSweeper(Options options);
   // One sweep over every runtime (above). A runtime that is not installed is skipped in
   // silence; one that fails is reported in `problems` the first time it fails so (not
-  // again until it has answered once), and the others are still swept.
+  // again until it has answered once), and the others are still swept. Once
+  // Options::calls is cancelled the sweep returns what it did, reporting nothing more.
   Swept Sweep();
 
  private:

@@ -18,6 +18,7 @@
 #include <future>
 #include <set>
 
+#include "agent/exec_cgroup.h"
 #include "agent/proc_usage.h"
 #include "common/log.h"
 #include "common/subprocess.h"
@@ -49,15 +50,6 @@ std::string NewSessionId() {
     id += kHex[b & 15];
   }
   return id;
-}
-
-int PidfdOpen(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-#else
-  (void)pid;
-  return -1;
-#endif
 }
 
 void CloseFd(int& fd) {
@@ -105,6 +97,7 @@ struct ExecSessions::SpawnPlan {
   bool stdin_open = false;
   int rows = 24;
   int cols = 80;
+  CgroupLeaf leaf;  // bare tasks where one could be made; the session thread's
   std::promise<Result<void>> started;
 };
 
@@ -112,6 +105,7 @@ struct ExecSessions::Session {
   // Set before the session is published, then constant.
   std::string id;
   TaskKey key;
+  std::string cgroup;  // the command's leaf (SpawnPlan::leaf); empty: none
   bool tty = false;
   bool stdin_open = false;
   int wake_fd = -1;  // eventfd: the session thread polls it
@@ -133,6 +127,19 @@ struct ExecSessions::Session {
 };
 
 ExecSessions::ExecSessions(Options options) : options_(std::move(options)) {
+  if (!options_.cgroup_parent.empty()) {
+    cgroup_parent_ = options_.cgroup_parent;
+  } else if (auto parent = CgroupParent(); parent) {
+    cgroup_parent_ = *parent;
+    LOG_INFO("exec: commands run in cgroup v2 leaves under {}", cgroup_parent_);
+  } else {
+    LOG_WARN("exec: {}: a process that a `cohort exec` command starts and that leaves its session and tree "
+             "(setsid, a double fork) is neither counted in its task nor killed with the session",
+             parent.error().message);
+  }
+  if (const int n = cgroup_parent_.empty() ? 0 : RemoveLeftoverLeaves(cgroup_parent_); n > 0) {
+    LOG_INFO("exec: removed {} cgroup leaves of exec sessions of agents that are gone, with their processes", n);
+  }
   sweeper_ = std::thread(&ExecSessions::Sweep, this);
 }
 
@@ -200,19 +207,34 @@ Result<std::string> ExecSessions::Start(const ExecTarget& target, const api::Exe
   auto s = std::make_shared<Session>();
   s->id = NewSessionId();
   s->key = target.key;
+  if (target.container_runtime_command.empty() && !cgroup_parent_.empty()) {
+    auto leaf = MakeCgroupLeaf(cgroup_parent_, fmt::format("cohort-exec-{}-{}", getpid(), s->id));
+    if (leaf) {
+      plan->leaf = *leaf;
+      s->cgroup = leaf->dir;
+    } else {
+      LOG_WARN("exec: session {} runs without a cgroup leaf, so what leaves its session escapes its task: {}",
+               s->id.substr(0, 8), leaf.error().message);
+    }
+  }
   s->tty = req.tty;
   s->stdin_open = req.stdin_open;
   s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (s->wake_fd < 0) return Errorf(ErrorCode::kInternal, "eventfd: {}", strerror(errno));
+  if (s->wake_fd < 0) {
+    RemoveCgroupLeaf(plan->leaf);
+    return Errorf(ErrorCode::kInternal, "eventfd: {}", strerror(errno));
+  }
   std::future<Result<void>> started = plan->started.get_future();
   {
     MutexLock lock(mu_);
     if (quit_) {
       close(s->wake_fd);
+      RemoveCgroupLeaf(plan->leaf);
       return MakeError(ErrorCode::kUnavailable, "the agent is stopping");
     }
     if (static_cast<int>(sessions_.size()) >= options_.max_sessions) {
       close(s->wake_fd);
+      RemoveCgroupLeaf(plan->leaf);
       return Errorf(ErrorCode::kResourceExhausted, "this node has {} exec sessions open, the most it allows",
                     sessions_.size());
     }
@@ -290,6 +312,9 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    // Into the leaf before anything is started, so everything the command ever starts is
+    // a member (exec_cgroup.h).
+    if (plan->leaf.procs_fd >= 0) JoinCgroupLeaf(plan->leaf.procs_fd);
     setsid();
     if (plan->tty) {
       ioctl(child_in, TIOCSCTTY, 0);
@@ -326,6 +351,7 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
     CloseFd(out_fd);
     CloseFd(err_fd);
     CloseFd(in_fd);
+    RemoveCgroupLeaf(plan->leaf);
     {
       MutexLock lock(mu_);
       s->exited = true;
@@ -390,6 +416,7 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
       // go too.
       kill(-pid, SIGKILL);
       kill(pid, SIGKILL);
+      if (!plan->leaf.dir.empty()) KillCgroupMembers(plan->leaf.dir);  // what left the group
       killed = true;
     }
     pollfd fds[4];
@@ -415,6 +442,9 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
   read_some(err_fd, 'e', true);
   kill(-pid, SIGKILL);
   KillSession(pid);
+  if (const std::string leaf = plan->leaf.dir; !RemoveCgroupLeaf(plan->leaf)) {
+    LOG_WARN("exec: session {}: cgroup {} did not empty after its kill; left behind", s->id.substr(0, 8), leaf);
+  }
   CloseFd(out_fd);
   CloseFd(err_fd);
   if (pidfd >= 0) close(pidfd);
@@ -437,7 +467,7 @@ std::vector<ExecRoot> ExecSessions::Roots() const {
   std::vector<ExecRoot> out;
   MutexLock lock(mu_);
   for (const auto& [id, s] : sessions_) {
-    if (!s->exited && s->pid > 0 && s->start_ticks > 0) out.push_back({s->key, s->pid, s->start_ticks});
+    if (!s->exited && s->pid > 0 && s->start_ticks > 0) out.push_back({s->key, s->pid, s->start_ticks, s->cgroup});
   }
   return out;
 }

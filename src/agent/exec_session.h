@@ -24,8 +24,12 @@
 // The command belongs to its task (issue 18): Roots() gives each running command, with its
 // start time, for the agent to add to its task's roots (proc_usage.h), so the command, what
 // it starts and its session count in the task's CPU, RSS and GPU memory, and
-// gpu_memory_enforce sees them. A container task's command is the runtime's `exec` client;
-// what it starts in the container counts through the container's PID namespace. An ended session whose output was all read, or that nobody read for
+// gpu_memory_enforce sees them. A bare task's command runs in a cgroup v2 leaf of its own
+// where the agent may make one (exec_cgroup.h): what it starts, even a process that left
+// its session and tree (setsid, a double fork), counts in the task and is killed with the
+// session; without a leaf (exec_cgroup.h says when) such a process escapes both. A
+// container task's command is the runtime's `exec` client; what it starts in the
+// container counts through the container's PID namespace. An ended session whose output was all read, or that nobody read for
 // idle_timeout after it ended, is forgotten.
 //
 // Threads: every public method may be called from any thread. Each session has one thread
@@ -63,6 +67,7 @@ struct ExecRoot {
   TaskKey key;
   int pid = 0;
   int64_t start_ticks = 0;  // ProcStat::start_ticks of pid
+  std::string cgroup = {};  // its cgroup v2 leaf (TaskRoot::cgroup); empty: none
 };
 
 class ExecSessions {
@@ -73,6 +78,9 @@ class ExecSessions {
     size_t max_buffered = 1 << 20;   // unread output kept before the command is held back
     // Whether a task still runs here (Executor::IsRunning); null: always.
     std::function<bool(const TaskKey&)> task_running;
+    // Where bare tasks' commands get their cgroup leaves (exec_cgroup.h); empty: the
+    // agent's own cgroup (CgroupParent). A directory that is no cgroup: no leaves.
+    std::string cgroup_parent;
   };
 
   explicit ExecSessions(Options options);
@@ -104,6 +112,9 @@ class ExecSessions {
   // Sessions not yet forgotten (tests, metrics).
   int Count() const EXCLUDES(mu_);
 
+  // Where commands get their cgroup leaves; empty when they get none (the fallback).
+  const std::string& cgroup_parent() const { return cgroup_parent_; }
+
  private:
   struct Session;
   struct SpawnPlan;
@@ -113,6 +124,7 @@ class ExecSessions {
   void Kick(Session& s) REQUIRES(mu_);  // wakes the session's thread
 
   const Options options_;
+  std::string cgroup_parent_;  // set by the constructor, then constant
   mutable Mutex mu_;
   CondVar cv_;  // output appended, a session ended, quitting
   std::map<std::string, std::shared_ptr<Session>> sessions_ GUARDED_BY(mu_);

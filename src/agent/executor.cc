@@ -42,14 +42,6 @@ std::string KeyName(const TaskKey& k) {
   return fmt::format("job {} attempt {} rank {}", k.job_id, k.attempt, k.rank);
 }
 
-int PidfdOpen(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));  // always close-on-exec
-#else
-  return -1;
-#endif
-}
-
 std::string JoinInts(const std::vector<int>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) {

@@ -134,8 +134,8 @@ bool ImageMatches(const NodeImage& image, const std::string& ref) {
   return false;
 }
 
-ImageCache::ImageCache(std::map<std::string, std::string> runtimes, std::string scratch_dir)
-    : runtimes_(std::move(runtimes)), scratch_dir_(std::move(scratch_dir)), started_ms_(NowUnixMs()) {}
+ImageCache::ImageCache(std::map<std::string, std::string> runtimes, std::string scratch_dir, RuntimeCalls* calls)
+    : runtimes_(std::move(runtimes)), scratch_dir_(std::move(scratch_dir)), calls_(calls), started_ms_(NowUnixMs()) {}
 
 void ImageCache::NoteStarted(const std::string& runtime, const std::string& image, int64_t now_ms) {
   MutexLock lock(mu_);
@@ -144,7 +144,7 @@ void ImageCache::NoteStarted(const std::string& runtime, const std::string& imag
 }
 
 Result<std::string> ImageCache::RunCapture(const std::vector<std::string>& argv) const {
-  return RunRuntimeCommand(argv, scratch_dir_, kRuntimeTimeout);
+  return RunRuntimeCommand(argv, scratch_dir_, kRuntimeTimeout, calls_);
 }
 
 Result<std::vector<NodeImage>> ImageCache::List(const std::vector<std::pair<std::string, std::string>>& running) {

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/runtime_call.h"
 #include "api/types.h"
 #include "common/error.h"
 #include "common/json.h"
@@ -51,8 +52,9 @@ bool ImageMatches(const NodeImage& image, const std::string& ref);
 class ImageCache {
  public:
   // `runtimes`: kind → command (AgentConfig::container_runtimes); `scratch_dir` holds the
-  // runtime's captured output.
-  ImageCache(std::map<std::string, std::string> runtimes, std::string scratch_dir);
+  // runtime's captured output; `calls` (null: none), which outlives the cache, cuts its
+  // runtime calls short when cancelled (runtime_call.h).
+  ImageCache(std::map<std::string, std::string> runtimes, std::string scratch_dir, RuntimeCalls* calls = nullptr);
 
   // A container task started in `image` under `runtime` at `now_ms`.
   void NoteStarted(const std::string& runtime, const std::string& image, int64_t now_ms) EXCLUDES(mu_);
@@ -79,6 +81,7 @@ class ImageCache {
 
   const std::map<std::string, std::string> runtimes_;
   const std::string scratch_dir_;
+  RuntimeCalls* const calls_;
   const int64_t started_ms_;
   mutable Mutex mu_;
   std::map<std::pair<std::string, std::string>, int64_t> last_used_ GUARDED_BY(mu_);  // (runtime, ref) → ms

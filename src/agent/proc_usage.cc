@@ -61,6 +61,10 @@ TaskRoots ShimRoots(const std::set<int>& shims) {
   return roots;
 }
 
+bool RootNames(const TaskRoot& root, const ProcStat& p) {
+  return p.pid > 1 && (root.start_ticks == 0 || root.start_ticks == p.start_ticks);
+}
+
 std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const TaskRoots& roots) {
   std::map<int, int> out;
   if (roots.empty()) return out;
@@ -71,9 +75,7 @@ std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const TaskRoots& 
   std::unordered_map<int, int> live;
   for (const auto& [pid, r] : roots) {
     auto it = by_pid.find(pid);
-    if (pid > 1 && it != by_pid.end() && (r.start_ticks == 0 || it->second->start_ticks == r.start_ticks)) {
-      live[pid] = r.task;
-    }
+    if (it != by_pid.end() && RootNames(r, *it->second)) live[pid] = r.task;
   }
   // Rule 3: PID namespace -> task, for the live namespace roots whose namespace was read.
   std::unordered_map<uint64_t, int> ns_task;
@@ -167,33 +169,51 @@ TaskProcesses ReadTaskProcesses(const TaskRoots& roots, std::string_view proc_ro
     if (name.empty() || name[0] < '0' || name[0] > '9') continue;
     if (auto st = ReadProcStat(it->path())) procs.push_back(*st);
   }
-  out.task_of = TasksOf(procs, roots);
+  out.task_of = TasksOf(procs, roots);  // rules 1 and 2: no namespace is read yet
+  std::unordered_map<int, ProcStat*> by_pid;
+  auto find = [&](int pid) -> ProcStat* {
+    if (by_pid.empty()) {
+      by_pid.reserve(procs.size());
+      for (ProcStat& p : procs) by_pid[p.pid] = &p;
+    }
+    auto it = by_pid.find(pid);
+    return it == by_pid.end() ? nullptr : it->second;
+  };
   // Rule 3 (proc_usage.h): the namespaces of the live namespace roots, each confirmed by
   // the root's start time read after it, never the reader's own; then those of the
-  // processes the tree and the sessions left, each confirmed the same way.
+  // processes the tree and the sessions left, each confirmed the same way and given to
+  // its namespace's task at once.
   const std::optional<uint64_t> own = ReadPidNamespace("self", proc_root);
-  std::unordered_set<uint64_t> wanted;
-  for (ProcStat& p : procs) {
-    auto r = roots.find(p.pid);
-    if (r == roots.end() || !r->second.namespace_init || p.pid <= 1 ||
-        (r->second.start_ticks != 0 && r->second.start_ticks != p.start_ticks)) {
-      continue;
-    }
-    const auto ns = ReadPidNamespace(std::to_string(p.pid), proc_root);
-    if (!ns || ns == own || ProcStartTicks(p.pid, proc_root) != p.start_ticks) continue;
-    p.pid_ns = *ns;
-    wanted.insert(*ns);
+  std::unordered_map<uint64_t, int> ns_task;
+  for (const auto& [pid, r] : roots) {
+    ProcStat* p = r.namespace_init ? find(pid) : nullptr;
+    if (p == nullptr || !RootNames(r, *p)) continue;
+    const auto ns = ReadPidNamespace(std::to_string(pid), proc_root);
+    if (!ns || ns == own || ProcStartTicks(pid, proc_root) != p->start_ticks) continue;
+    ns_task.emplace(*ns, r.task);
   }
-  if (!wanted.empty()) {
-    bool found = false;
+  if (!ns_task.empty()) {
     for (ProcStat& p : procs) {
-      if (p.pid_ns != 0 || out.task_of.contains(p.pid)) continue;
+      if (out.task_of.contains(p.pid)) continue;
       const auto ns = ReadPidNamespace(std::to_string(p.pid), proc_root);
-      if (!ns || !wanted.contains(*ns) || ProcStartTicks(p.pid, proc_root) != p.start_ticks) continue;
+      auto t = ns ? ns_task.find(*ns) : ns_task.end();
+      if (t == ns_task.end() || ProcStartTicks(p.pid, proc_root) != p.start_ticks) continue;
       p.pid_ns = *ns;
-      found = true;
+      out.task_of[p.pid] = t->second;
     }
-    if (found) out.task_of = TasksOf(procs, roots);
+  }
+  // Rule 4: the members of the live roots' cgroup leaves, each confirmed by its start time
+  // read after the list.
+  for (const auto& [pid, r] : roots) {
+    if (r.cgroup.empty() || out.task_of.size() == procs.size()) continue;
+    const ProcStat* root = find(pid);
+    if (root == nullptr || !RootNames(r, *root)) continue;
+    std::ifstream in(r.cgroup + "/cgroup.procs");
+    for (int member = 0; in >> member;) {
+      const ProcStat* p = find(member);
+      if (p == nullptr || out.task_of.contains(member) || ProcStartTicks(member, proc_root) != p->start_ticks) continue;
+      out.task_of[member] = r.task;
+    }
   }
   for (const ProcStat& p : procs) {
     auto t = out.task_of.find(p.pid);

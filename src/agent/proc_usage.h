@@ -21,6 +21,9 @@
 //     caller's own cgroup, and the path differs with the cgroup driver and version; a
 //     container always has a PID namespace of its own (the executor never passes
 //     --pid=host), Podman's and Docker's alike, so one rule serves both runtimes.
+//  4. it is a member of one of its roots' cgroup v2 leaves (TaskRoot::cgroup): the leaf a
+//     `cohort exec` command runs in (exec_cgroup.h), which whatever it starts stays in,
+//     even a process that left the command's session and tree (setsid, a double fork).
 // Rule 1 is what measures a Podman container's own processes without rule 3 (conmon
 // daemonizes into a session of its own and is reparented to the shim; the container's
 // init is conmon's child), Docker's need the published init (its container is a child of
@@ -35,7 +38,12 @@
 // its stat had: a pid that changed hands between the two reads is given to nobody. A
 // namespace root whose namespace is the reader's own (a file naming a host process) roots
 // nothing by rule 3. Rule 3 costs a readlink per process that rules 1 and 2 leave to no
-// task, and only in passes where some task has a container init.
+// task, and only in passes where some task has a container init. Rule 4, like rule 3,
+// gives a member only if its start time, read again after the leaf's cgroup.procs, is its
+// stat's, and only what rules 1 and 2 leave; it reads one cgroup.procs per leaf. Rules 3
+// and 4 give their processes directly, without a second walk of the tree: what a
+// namespace's or a leaf's member starts is a member too (a nested PID namespace's
+// processes excepted, which reach the task only through its tree).
 //
 // A task's use is the sum over its processes of CPU time (utime + stime, plus the
 // children's cutime + cstime, so processes that have already been reaped still count)
@@ -48,6 +56,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -78,7 +87,12 @@ struct TaskRoot {
   // The init of a container's PID namespace: every process of that namespace is the
   // task's (rule 3).
   bool namespace_init = false;
+  // A cgroup v2 directory whose every member is the task's (rule 4); empty: none.
+  std::string cgroup = {};
 };
+// Whether `root` names the process `p` at its pid: a pid above 1 and, when the root
+// carries a start time, the same one.
+bool RootNames(const TaskRoot& root, const ProcStat& p);
 using TaskRoots = std::map<int, TaskRoot>;  // root pid -> its root
 // Each task rooted at its shim alone: {shim, {shim, 0}} for every shim.
 TaskRoots ShimRoots(const std::set<int>& shims);
@@ -100,7 +114,8 @@ struct TaskProcesses {
 };
 // One pass over `proc_root`: every process's stat, attributed to the tasks of `roots`; the
 // PID namespaces of namespace roots and of the processes rules 1 and 2 leave are read
-// (above) only when some namespace root lives.
+// (above) only when some namespace root lives, the cgroup.procs of the leaves of the
+// roots that live (rule 4) only when some process is left.
 TaskProcesses ReadTaskProcesses(const TaskRoots& roots, std::string_view proc_root = "/proc");
 
 // The inode of the PID namespace of process `pid` ("self" too): the target of

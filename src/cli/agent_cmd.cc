@@ -1,4 +1,6 @@
 // `cohort agent`: run a worker agent.
+#include <fmt/format.h>
+
 #include "agent/agent.h"
 #include "api/types.h"
 #include "cli/cli.h"
@@ -20,6 +22,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::vector<std::string> container_runtimes;
     std::vector<std::string> topology;
     std::string image_max_unused = "0";
+    std::string container_sweep_interval = "60s";
     std::string memory;
     std::string simulated_mig;
   };
@@ -78,6 +81,10 @@ void AddAgentCommand(CommandContext& ctx) {
   sub->add_option("--image-max-unused", f->image_max_unused,
                   "Remove container images no task started in for this long (checked every 10 minutes): 7d, "
                   "12h (default 0: keep them until `cohort images rm|prune`)");
+  sub->add_option("--container-sweep-interval", f->container_sweep_interval,
+                  "How often to remove the containers of this agent that no task of its own runs any more (their "
+                  "shim died with an earlier run), besides once at the start: 30s, 10m, at least 1s (default 60s; "
+                  "0: never sweep)");
   sub->add_option("--cdi-spec-dir", f->config.cdi_spec_dir,
                   "Where to write the CDI spec of this node's GPUs, which container tasks get their GPUs by "
                   "(cohort.dev/gpu=INDEX); a directory the runtime reads (default /var/run/cdi; '' for none)");
@@ -101,6 +108,15 @@ void AddAgentCommand(CommandContext& ctx) {
     auto max_unused = ParseDurationMs(f->image_max_unused, "--image-max-unused");
     if (!max_unused) return ReportError(max_unused.error());
     f->config.image_max_unused_ms = *max_unused;
+    auto sweep_interval = ParseDurationMs(f->container_sweep_interval, "--container-sweep-interval");
+    if (!sweep_interval) return ReportError(sweep_interval.error());
+    if (*sweep_interval != 0 && *sweep_interval < 1000) {
+      return ReportError(Error{ErrorCode::kInvalidArgument,
+                               fmt::format("--container-sweep-interval must be 0 (never sweep) or at least 1s, got "
+                                           "{} ms (each sweep lists the runtime's containers)", *sweep_interval),
+                               "container_sweep_interval"});
+    }
+    f->config.container_sweep_interval_ms = *sweep_interval;
     for (const std::string& labels : f->topology) {
       // KEY=VALUE, repeated or comma-separated (rack=r1,switch=s3).
       for (size_t start = 0; start <= labels.size();) {

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +44,15 @@ std::string SelfExePath() {
   if (n <= 0) return "cohort";
   buf[n] = '\0';
   return buf;
+}
+
+int PidfdOpen(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));  // always close-on-exec
+#else
+  (void)pid;
+  return -1;
+#endif
 }
 
 Subprocess& Subprocess::operator=(Subprocess&& o) noexcept {

@@ -74,6 +74,10 @@ class Subprocess {
   pid_t pid_ = -1;
 };
 
+// A pidfd (pidfd_open, close-on-exec) for process `pid`, which names that process even
+// after its pid is reused; -1 where the kernel (before 5.3) or the build has none.
+int PidfdOpen(pid_t pid);
+
 // Converts a waitpid status word into an ExitStatus.
 ExitStatus DecodeWaitStatus(int status);
 

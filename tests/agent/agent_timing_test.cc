@@ -5,10 +5,15 @@
 // fake head in the test (httplib on a kernel-chosen port); no test asserts on speed: the
 // waits are conditions with generous deadlines, and the one timing bound is a lower one
 // (heartbeats no closer than the interval asked for).
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -130,8 +135,9 @@ class AgentTimingTest : public ::testing::Test {
     std::filesystem::remove_all(dir_, ec);
   }
 
-  void StartAgent(const FakeHead& head) {
+  void StartAgent(const FakeHead& head, std::map<std::string, std::string> runtimes = {}) {
     AgentConfig c;
+    c.container_runtimes = std::move(runtimes);
     c.head_url = head.url();
     c.name = "n1";
     c.address = "127.0.0.1";
@@ -159,6 +165,32 @@ class AgentTimingTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<Agent> agent_;
 };
+
+// A hung Docker daemon (issue 18): its client never answers the agent's container sweep,
+// which runs as the agent starts. The agent's stop kills the call rather than waiting out
+// its 30 s timeout; the fake runtime blocks on a FIFO nobody writes, so without the kill
+// the stop would last the whole timeout.
+TEST_F(AgentTimingTest, AHungContainerRuntimeDoesNotHoldTheStop) {
+  const std::string runtime = dir_ + "/docker", fifo = dir_ + "/never", pid_file = dir_ + "/runtime.pid";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(runtime) << "#!/bin/sh\necho $$ > " << pid_file << ".tmp && mv " << pid_file << ".tmp " << pid_file
+                         << "\nexec cat " << fifo << "\n";
+  chmod(runtime.c_str(), 0755);
+  FakeHead head(Timing(1000, 30000, 20000));
+  StartAgent(head, {{"docker", runtime}});
+  int pid = 0;
+  for (const auto deadline = SteadyClock::now() + std::chrono::seconds(30); pid == 0 && SteadyClock::now() < deadline;) {
+    std::ifstream(pid_file) >> pid;
+    if (pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(pid, 0) << "the sweep never called the runtime";
+  const auto before = SteadyClock::now();
+  agent_->Stop();
+  const auto took = std::chrono::duration_cast<Millis>(SteadyClock::now() - before);
+  // A bound, not a speed: the call's own timeout is 30 s.
+  EXPECT_LT(took.count(), 20'000) << "the stop waited on the hung runtime";
+  EXPECT_TRUE(kill(pid, 0) != 0 && errno == ESRCH) << "the hung runtime " << pid << " still runs";
+}
 
 TEST_F(AgentTimingTest, FollowsTheIntervalAndFenceTimeoutOfTheNewestReply) {
   FakeHead head(Timing(50, 3000, 2000));

@@ -6,11 +6,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <thread>
 
 #include "agent/container.h"
 #include "agent/container_sweep.h"
+#include "agent/runtime_call.h"
 
 namespace cohort::agent {
 namespace {
@@ -92,6 +97,48 @@ TEST_F(ContainerSweeperTest, RemovesThisAgentsContainersNoTaskRunsAndNothingElse
   fs::remove(dir_ + "/broken");
   EXPECT_EQ(sweeper.Sweep().removed, std::vector<std::string>{"docker " + left});
   EXPECT_FALSE(fs::exists(work + "/sweep") && !fs::is_empty(work + "/sweep")) << "the runtime's output is left";
+}
+
+// A runtime call that never answers (a hung daemon) ends when its RuntimeCalls is
+// cancelled, long before its timeout (an hour here: the test would hang without the
+// kill); a call after the cancel is refused without starting the runtime.
+TEST_F(ContainerSweeperTest, CancellingTheCallsKillsAHungRuntimeAndRefusesNewCalls) {
+  const std::string fifo = dir_ + "/never", pid_file = dir_ + "/hung.pid", hung = dir_ + "/hung";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(hung) << "#!/bin/sh\necho $$ > " << pid_file << ".tmp && mv " << pid_file << ".tmp " << pid_file
+                      << "\nexec cat " << fifo << "\n";
+  chmod(hung.c_str(), 0755);
+  RuntimeCalls calls;
+  auto call = std::async(std::launch::async, [&] {
+    return RunRuntimeCommand({hung, "ps"}, dir_ + "/scratch", Millis(3'600'000), &calls);
+  });
+  int pid = 0;
+  while (pid == 0 && call.wait_for(std::chrono::milliseconds(5)) == std::future_status::timeout) {
+    std::ifstream(pid_file) >> pid;
+  }
+  ASSERT_GT(pid, 0) << "the runtime never started";
+  calls.CancelAll();
+  auto r = call.get();
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(r.error().message.find("cancelled: the agent is stopping"), std::string::npos) << r.error().message;
+  EXPECT_TRUE(kill(pid, 0) != 0 && errno == ESRCH) << "the hung runtime " << pid << " still runs";
+
+  fs::remove(pid_file);
+  auto refused = RunRuntimeCommand({hung, "ps"}, dir_ + "/scratch", Millis(3'600'000), &calls);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("cancelled"), std::string::npos) << refused.error().message;
+  EXPECT_FALSE(fs::exists(pid_file)) << "a call after the cancel started the runtime";
+
+  // The sweep over a cancelled set reports nothing and removes nothing.
+  Create(ContainerName(dir_ + "/agent", 7, 0, 0));
+  ContainerSweeper::Options o;
+  o.runtimes = {{"docker", runtime_}};
+  o.work_dir = dir_ + "/agent";
+  o.calls = &calls;
+  auto swept = ContainerSweeper(o).Sweep();
+  EXPECT_TRUE(swept.removed.empty());
+  EXPECT_TRUE(swept.problems.empty()) << swept.problems.front();
 }
 
 }  // namespace

@@ -242,6 +242,45 @@ TEST(ProcUsageTest, ADockerTasksContainerInitIsItsSecondRoot) {
   EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, client_only);
 }
 
+// Rule 4 (proc_usage.h): a `cohort exec` command's cgroup leaf (here a directory with a
+// cgroup.procs as the kernel writes it) gives the task the members that the tree and the
+// session miss: one that setsid'd and was adopted by init. A member another task's tree
+// holds stays that task's; a listed pid with no process, or 0 (outside the reader's PID
+// namespace), is nobody; a root that left its pid gives nothing by its leaf.
+TEST(ProcUsageTest, ACgroupLeafsMembersCountForItsTask) {
+  const long ticks = sysconf(_SC_CLK_TCK);
+  FakeProc proc;
+  proc.Add(1, "init", 0, 1, 0, 10);
+  proc.Add(100, "cohort-task-shi", 1, 100, 0, 1);  // task 100's shim
+  proc.Add(110, "python", 100, 100, ticks, 50);
+  proc.Add(400, "cohort", 1, 400, 0, 90);            // the agent
+  proc.Add(500, "sh", 400, 500, 0, 2, 7000);         // the exec'd command, a root of task 100
+  proc.Add(501, "sleep", 500, 500, 0, 1);
+  proc.Add(520, "burn", 1, 520, 5 * ticks, 300);     // setsid + double fork: init's, its own session
+  proc.Add(600, "sshd", 1, 600, 3 * ticks, 30);      // nobody's
+  const std::filesystem::path leaf = std::filesystem::path(proc.path()) / "leaf";
+  std::filesystem::create_directories(leaf);
+  std::ofstream(leaf / "cgroup.procs") << "500\n501\n520\n110\n777\n0\n";
+
+  TaskRoots roots = ShimRoots({100});
+  roots[500] = {100, 7000, false, leaf.string()};
+  TaskProcesses t = ReadTaskProcesses(roots, proc.path());
+  const std::map<int, int> want = {{100, 100}, {110, 100}, {500, 100}, {501, 100}, {520, 100}};
+  EXPECT_EQ(t.task_of, want);
+  EXPECT_DOUBLE_EQ(t.usage[100].cpu_seconds, 6.0) << "python 1 + burn 5";
+
+  roots[500].cgroup.clear();
+  EXPECT_FALSE(ReadTaskProcesses(roots, proc.path()).task_of.contains(520)) << "without the leaf it escapes";
+  roots[500] = {100, 6999, false, leaf.string()};  // the command exited and its pid was reused
+  const std::map<int, int> shim_only = {{100, 100}, {110, 100}};
+  EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, shim_only);
+  // Another task's leaf cannot take a process from this task's tree.
+  roots = ShimRoots({100});
+  roots[500] = {200, 7000, false, leaf.string()};
+  const std::map<int, int> split = {{100, 100}, {110, 100}, {500, 200}, {501, 200}, {520, 200}};
+  EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, split);
+}
+
 // Issue 18: `docker exec` and `podman exec` start their process as a child of
 // containerd's shim or of an exec conmon, in the container's PID namespace but below no
 // root of the task; the namespace of the task's container init makes it the task's (rule

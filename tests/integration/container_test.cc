@@ -309,5 +309,24 @@ TEST(ContainerFlags, AnAgentRefusesARuntimeItCannotName) {
   std::filesystem::remove_all(dir);
 }
 
+// --container-sweep-interval: a duration, 0 (never) or at least a second; the error names
+// the flag and the number.
+TEST(ContainerFlags, AnAgentRefusesASweepIntervalUnderASecond) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("cohort-flags-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto [rc, out] = RunTool({COHORT_BINARY, "agent", "--head", "http://127.0.0.1:1", "--join-token", "x",
+                            "--container-sweep-interval", "500ms"},
+                           dir);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--container-sweep-interval must be 0 (never sweep) or at least 1s, got 500 ms"), std::string::npos)
+      << out;
+  auto [rc2, out2] = RunTool({COHORT_BINARY, "agent", "--head", "http://127.0.0.1:1", "--join-token", "x",
+                              "--container-sweep-interval", "often"},
+                             dir);
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("--container-sweep-interval: 'often' is not a duration"), std::string::npos) << out2;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cohort::testing

@@ -1,0 +1,184 @@
+#include "agent/exec_cgroup.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "common/clock.h"
+
+namespace cohort::agent {
+
+namespace {
+
+constexpr long kCgroup2Magic = 0x63677270;  // CGROUP2_SUPER_MAGIC
+
+// A mountinfo path field: "\040" and the like are octal escapes.
+std::string Unescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      int v = 0;
+      auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 4, v, 8);
+      if (ec == std::errc() && p == s.data() + i + 4) {
+        out.push_back(static_cast<char>(v));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+// Whether the leaf of `events` (its open cgroup.events) still has a member. Read through
+// the fd that is polled: reading it is what re-arms its poll.
+bool Populated(int events) {
+  char buf[256];
+  const ssize_t n = pread(events, buf, sizeof buf - 1, 0);
+  if (n <= 0) return false;  // the leaf is gone
+  return std::string_view(buf, static_cast<size_t>(n)).find("populated 0") == std::string_view::npos;
+}
+
+}  // namespace
+
+Result<std::string> CgroupParent(std::string_view self) {
+  // The agent's cgroup v2 path: "0::/PATH".
+  std::string path;
+  {
+    std::ifstream in(std::string(self) + "/cgroup");
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("0::")) path = line.substr(3);
+    }
+  }
+  if (path.empty()) return MakeError(ErrorCode::kUnavailable, "no cgroup v2 hierarchy (no 0:: line in /proc/self/cgroup)");
+  // The cgroup2 mount: "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - cgroup2 SOURCE ...".
+  std::ifstream in(std::string(self) + "/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos || !std::string_view(line).substr(dash + 3).starts_with("cgroup2 ")) continue;
+    std::istringstream f(line.substr(0, dash));
+    std::string id, parent, dev, root, mount;
+    if (!(f >> id >> parent >> dev >> root >> mount)) continue;
+    root = Unescape(root);
+    mount = Unescape(mount);
+    // The path is relative to the mount's root (a cgroup namespace's, a bind mount's).
+    std::string rel;
+    if (root == "/") {
+      rel = path;
+    } else if (path == root || path.starts_with(root + "/")) {
+      rel = path.substr(root.size());
+    } else {
+      continue;
+    }
+    const std::string dir = rel == "/" || rel.empty() ? mount : mount + rel;
+    struct statfs fs {};
+    if (statfs(dir.c_str(), &fs) != 0) {
+      return Errorf(ErrorCode::kUnavailable, "the agent's cgroup {}: {}", dir, strerror(errno));
+    }
+    if (static_cast<long>(fs.f_type) != kCgroup2Magic) {
+      return Errorf(ErrorCode::kUnavailable, "{} is not a cgroup v2 directory", dir);
+    }
+    if (access(dir.c_str(), W_OK) != 0) {
+      return Errorf(ErrorCode::kUnavailable, "the agent's cgroup {} is not writable: {}", dir, strerror(errno));
+    }
+    return dir;
+  }
+  return Errorf(ErrorCode::kUnavailable, "no cgroup2 mount holds the agent's cgroup {}", path);
+}
+
+Result<CgroupLeaf> MakeCgroupLeaf(const std::string& parent, const std::string& name) {
+  CgroupLeaf leaf{parent + "/" + name, -1};
+  if (mkdir(leaf.dir.c_str(), 0755) != 0) {
+    return Errorf(ErrorCode::kUnavailable, "cannot make cgroup {}: {}", leaf.dir, strerror(errno));
+  }
+  leaf.procs_fd = open((leaf.dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (leaf.procs_fd < 0) {
+    const int err = errno;
+    rmdir(leaf.dir.c_str());
+    return Errorf(ErrorCode::kUnavailable, "{} is not a cgroup (cgroup.procs: {})", leaf.dir, strerror(err));
+  }
+  return leaf;
+}
+
+int JoinCgroupLeaf(int procs_fd) {
+  if (procs_fd < 0) return EBADF;
+  return write(procs_fd, "0", 1) == 1 ? 0 : errno;
+}
+
+std::vector<int> CgroupMembers(const std::string& dir) {
+  std::vector<int> out;
+  std::ifstream in(dir + "/cgroup.procs");
+  for (int pid = 0; in >> pid;) {
+    if (pid > 0) out.push_back(pid);
+  }
+  return out;
+}
+
+void KillCgroupMembers(const std::string& dir) {
+  if (std::ofstream kill_file(dir + "/cgroup.kill"); kill_file) {
+    kill_file << "1";
+    kill_file.flush();
+    if (kill_file) return;
+  }
+  // Before 5.14: a few rounds, for processes forked while the first were being killed.
+  for (int round = 0; round < 5; ++round) {
+    const std::vector<int> members = CgroupMembers(dir);
+    if (members.empty()) return;
+    for (int pid : members) kill(pid, SIGKILL);
+    poll(nullptr, 0, 10);
+  }
+}
+
+bool RemoveCgroupLeaf(CgroupLeaf& leaf, int wait_ms) {
+  if (leaf.dir.empty()) return true;
+  KillCgroupMembers(leaf.dir);
+  if (leaf.procs_fd >= 0) close(leaf.procs_fd);
+  leaf.procs_fd = -1;
+  // cgroup.events reads "populated 0" once the last member has exited; a change of it
+  // wakes a poll on it (POLLPRI).
+  const int events = open((leaf.dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC);
+  const SteadyTime deadline = SteadyClock::now() + Millis(wait_ms);
+  while (events >= 0 && Populated(events) && SteadyClock::now() < deadline) {
+    pollfd p{events, POLLPRI, 0};
+    const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()).count();
+    poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 1, 100)));
+  }
+  if (events >= 0) close(events);
+  if (rmdir(leaf.dir.c_str()) != 0 && errno != ENOENT) return false;
+  leaf.dir.clear();
+  return true;
+}
+
+int RemoveLeftoverLeaves(const std::string& parent) {
+  int removed = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    constexpr std::string_view kPrefix = "cohort-exec-";
+    if (!name.starts_with(kPrefix) || !it->is_directory(ec)) continue;
+    int pid = 0;
+    const char* begin = name.data() + kPrefix.size();
+    auto [p, err] = std::from_chars(begin, name.data() + name.size(), pid);
+    if (err != std::errc() || p == begin || *p != '-' || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its agent lives (or is another user's)
+    CgroupLeaf leaf{it->path().string(), -1};
+    removed += RemoveCgroupLeaf(leaf) ? 1 : 0;
+  }
+  return removed;
+}
+
+}  // namespace cohort::agent
