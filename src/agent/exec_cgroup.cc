@@ -129,10 +129,11 @@ std::vector<int> CgroupMembers(const std::string& dir) {
 }
 
 void KillCgroupMembers(const std::string& dir) {
-  if (std::ofstream kill_file(dir + "/cgroup.kill"); kill_file) {
-    kill_file << "1";
-    kill_file.flush();
-    if (kill_file) return;
+  // Opened without O_CREAT: a kernel before 5.14 has no cgroup.kill, and none is made.
+  if (const int fd = open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC); fd >= 0) {
+    const bool killed = write(fd, "1", 1) == 1;
+    close(fd);
+    if (killed) return;
   }
   // Before 5.14: a few rounds, for processes forked while the first were being killed.
   for (int round = 0; round < 5; ++round) {

@@ -188,6 +188,52 @@ TEST(Exec, ACommandExecdIntoATaskCountsInItsUsageAndEndsWithIt) {
   }
 }
 
+// Issue 18: a process the exec'd command starts that leaves its session and tree (setsid,
+// then a double fork: init adopts it) is still the task's through the command's cgroup
+// leaf: its CPU and memory show in the job's usage and cancel kills it. Skips where the
+// agent says it has no cgroup v2 to write (the fallback, exec_cgroup.h).
+TEST(Exec, AProcessThatLeavesTheExecdCommandsSessionCountsAndDiesWithTheTask) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const std::string log = c.dir() + "/node-a.log";
+  if (ReadFile(log).find("commands run in cgroup v2 leaves") == std::string::npos) {
+    GTEST_SKIP() << "the agent has no cgroup v2 leaves here:\n" << ReadFile(log);
+  }
+  const std::string gate = c.dir() + "/gate";
+  const std::string job = std::to_string(StartWaitingJob(c, gate));
+  const std::string marker = "cohort-exec-escapee-" + std::to_string(getpid());
+  const std::string burn = "x=$(head -c 134217728 /dev/zero | tr '\\0' a); while :; do :; done";
+  SpawnOptions o;
+  // The command stays (its sleep keeps the session open); the escapee is its grandchild's
+  // orphan in a session of its own.
+  o.argv = {COHORT_BINARY, "--head", c.url(), "exec", job, "--", "sh", "-c",
+            "setsid sh -c 'sh -c \"$0\" \"$1\" &' \"$0\" \"$1\"; sleep 600", burn, marker};
+  o.stdout_path = c.dir() + "/exec.out";
+  auto cli = Subprocess::Spawn(o);
+  ASSERT_TRUE(cli.has_value()) << cli.error().message;
+  auto escaped = [&] { return ProcessRunning({"sh", "-c", burn, marker}); };
+  ASSERT_TRUE(WaitUntil(escaped, 20s)) << ReadFile(o.stdout_path);
+
+  json u;
+  EXPECT_TRUE(WaitUntil([&] {
+    json j = c.Job(std::stoll(job));
+    u = j.contains("tasks_usage") && j["tasks_usage"].size() == 1 ? j["tasks_usage"][0] : json();
+    return u.is_object() && u.value("cpu_seconds", 0.0) >= 2 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
+  }, 60s)) << "the escaped process's CPU and memory are not the task's: " << u.dump(2);
+
+  auto r = c.client().Post("/v1/jobs/" + job + "/cancel", json::object());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_TRUE(WaitUntil([&] { return !escaped(); }, 20s)) << "the escaped process outlived its task";
+  auto st = cli->WaitFor(20s);
+  EXPECT_TRUE(st.has_value()) << "cohort exec did not end with its task";
+  if (!st) {
+    cli->Signal(SIGKILL);
+    (void)cli->Wait();
+  }
+}
+
 TEST(Exec, AttachOpensATerminalIntoTheTask) {
   LocalCluster c;
   c.StartHead();
