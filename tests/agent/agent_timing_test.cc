@@ -26,6 +26,7 @@
 #include "api/types.h"
 #include "common/http.h"
 #include "common/json.h"
+#include "test_util.h"
 
 namespace cohort::agent {
 namespace {
@@ -172,10 +173,7 @@ class AgentTimingTest : public ::testing::Test {
 // the stop would last the whole timeout.
 TEST_F(AgentTimingTest, AHungContainerRuntimeDoesNotHoldTheStop) {
   const std::string runtime = dir_ + "/docker", fifo = dir_ + "/never", pid_file = dir_ + "/runtime.pid";
-  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  std::ofstream(runtime) << "#!/bin/sh\necho $$ > " << pid_file << ".tmp && mv " << pid_file << ".tmp " << pid_file
-                         << "\nexec cat " << fifo << "\n";
-  chmod(runtime.c_str(), 0755);
+  ASSERT_TRUE(agent_testing::WriteHungRuntime(runtime, fifo, pid_file));
   FakeHead head(Timing(1000, 30000, 20000));
   StartAgent(head, {{"docker", runtime}});
   int pid = 0;

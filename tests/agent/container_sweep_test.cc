@@ -16,6 +16,7 @@
 #include "agent/container.h"
 #include "agent/container_sweep.h"
 #include "agent/runtime_call.h"
+#include "test_util.h"
 
 namespace cohort::agent {
 namespace {
@@ -104,10 +105,7 @@ TEST_F(ContainerSweeperTest, RemovesThisAgentsContainersNoTaskRunsAndNothingElse
 // kill); a call after the cancel is refused without starting the runtime.
 TEST_F(ContainerSweeperTest, CancellingTheCallsKillsAHungRuntimeAndRefusesNewCalls) {
   const std::string fifo = dir_ + "/never", pid_file = dir_ + "/hung.pid", hung = dir_ + "/hung";
-  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  std::ofstream(hung) << "#!/bin/sh\necho $$ > " << pid_file << ".tmp && mv " << pid_file << ".tmp " << pid_file
-                      << "\nexec cat " << fifo << "\n";
-  chmod(hung.c_str(), 0755);
+  ASSERT_TRUE(agent_testing::WriteHungRuntime(hung, fifo, pid_file));
   RuntimeCalls calls;
   auto call = std::async(std::launch::async, [&] {
     return RunRuntimeCommand({hung, "ps"}, dir_ + "/scratch", Millis(3'600'000), &calls);

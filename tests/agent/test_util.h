@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -68,6 +69,16 @@ inline std::optional<std::string> WaitForFile(const std::string& path,
 inline int ReadPidFile(const std::string& path) {
   auto text = WaitForFile(path);
   return text ? std::atoi(text->c_str()) : 0;
+}
+
+// A fake container runtime at `path` that never answers (a hung daemon's client): it
+// writes its pid to `pid_file` (tmp + rename) and blocks reading the FIFO `fifo`, made
+// here, which nobody writes. False if the FIFO or the script cannot be made.
+inline bool WriteHungRuntime(const std::string& path, const std::string& fifo, const std::string& pid_file) {
+  if (mkfifo(fifo.c_str(), 0600) != 0) return false;
+  std::ofstream(path) << "#!/bin/sh\necho $$ > " << pid_file << ".tmp && mv " << pid_file << ".tmp " << pid_file
+                      << "\nexec cat " << fifo << "\n";
+  return chmod(path.c_str(), 0755) == 0;
 }
 
 // True if `pid` exists and is not a zombie.

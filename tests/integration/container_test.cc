@@ -296,36 +296,36 @@ TEST_F(Containers, ARuntimeTheNodeDoesNotOfferFailsTheStartSayingWhichItHas) {
             "the job asks for container runtime 'docker'; node node-a offers podman");
 }
 
-TEST(ContainerFlags, AnAgentRefusesARuntimeItCannotName) {
+// `cohort agent` with `flags` (which it must refuse before it reaches the head): its exit
+// code and output, run in a scratch folder removed after.
+std::pair<int, std::string> RunAgentWithFlags(const std::vector<std::string>& flags) {
   const std::string dir = std::filesystem::temp_directory_path() / ("cohort-flags-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
-  auto [rc, out] = RunTool({COHORT_BINARY, "agent", "--head", "http://127.0.0.1:1", "--join-token", "x",
-                        "--container-runtime", "lxc=/usr/bin/lxc"},
-                       dir);
+  std::vector<std::string> argv = {COHORT_BINARY, "agent", "--head", "http://127.0.0.1:1", "--join-token", "x"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto result = RunTool(std::move(argv), dir);
+  std::filesystem::remove_all(dir);
+  return result;
+}
+
+TEST(ContainerFlags, AnAgentRefusesARuntimeItCannotName) {
+  auto [rc, out] = RunAgentWithFlags({"--container-runtime", "lxc=/usr/bin/lxc"});
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--container-runtime 'lxc=/usr/bin/lxc': expected KIND=COMMAND with KIND podman or docker"),
             std::string::npos)
       << out;
-  std::filesystem::remove_all(dir);
 }
 
 // --container-sweep-interval: a duration, 0 (never) or at least a second; the error names
 // the flag and the number.
 TEST(ContainerFlags, AnAgentRefusesASweepIntervalUnderASecond) {
-  const std::string dir = std::filesystem::temp_directory_path() / ("cohort-flags-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  auto [rc, out] = RunTool({COHORT_BINARY, "agent", "--head", "http://127.0.0.1:1", "--join-token", "x",
-                            "--container-sweep-interval", "500ms"},
-                           dir);
+  auto [rc, out] = RunAgentWithFlags({"--container-sweep-interval", "500ms"});
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--container-sweep-interval must be 0 (never sweep) or at least 1s, got 500 ms"), std::string::npos)
       << out;
-  auto [rc2, out2] = RunTool({COHORT_BINARY, "agent", "--head", "http://127.0.0.1:1", "--join-token", "x",
-                              "--container-sweep-interval", "often"},
-                             dir);
+  auto [rc2, out2] = RunAgentWithFlags({"--container-sweep-interval", "often"});
   EXPECT_NE(rc2, 0);
   EXPECT_NE(out2.find("--container-sweep-interval: 'often' is not a duration"), std::string::npos) << out2;
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

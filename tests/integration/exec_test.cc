@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -149,6 +150,29 @@ TEST(Exec, RunsBesideTheTaskInItsEnvironmentWithItsExitCode) {
   EXPECT_NE(r.errors.find("is SUCCEEDED: cannot exec"), std::string::npos) << r.errors;
 }
 
+// The checks both usage tests end with: the job's one task's usage reaches what the
+// process `what` (running while `alive()`) burns and holds (2 s of CPU, 128 MiB), then
+// cancelling the job ends that process and `cli` (the `cohort exec` client).
+void ExpectTheTasksUsageHoldsItAndCancelEndsIt(LocalCluster& c, const std::string& job, Subprocess& cli,
+                                               const std::function<bool()>& alive, const std::string& what) {
+  json u;
+  EXPECT_TRUE(WaitUntil([&] {
+    json j = c.Job(std::stoll(job));
+    u = j.contains("tasks_usage") && j["tasks_usage"].size() == 1 ? j["tasks_usage"][0] : json();
+    return u.is_object() && u.value("cpu_seconds", 0.0) >= 2 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
+  }, 60s)) << what << "'s CPU and memory are not the task's: " << u.dump(2);
+
+  auto r = c.client().Post("/v1/jobs/" + job + "/cancel", json::object());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_TRUE(WaitUntil([&] { return !alive(); }, 20s)) << what << " outlived its task";
+  auto st = cli.WaitFor(20s);
+  EXPECT_TRUE(st.has_value()) << "cohort exec did not end with its task";
+  if (!st) {
+    cli.Signal(SIGKILL);
+    (void)cli.Wait();
+  }
+}
+
 // Issue 18: what `cohort exec` starts beside a bare task is the task's: its CPU and RSS
 // count in the task's usage, and cancelling the job ends it. The task only waits; the
 // exec'd command holds 128 MiB and burns a core, so the figures can only be reached by
@@ -170,22 +194,7 @@ TEST(Exec, ACommandExecdIntoATaskCountsInItsUsageAndEndsWithIt) {
   auto execd = [&] { return ProcessRunning({"sh", "-c", o.argv[8], marker}); };
   ASSERT_TRUE(WaitUntil(execd, 20s)) << ReadFile(o.stdout_path);
 
-  json u;
-  EXPECT_TRUE(WaitUntil([&] {
-    json j = c.Job(std::stoll(job));
-    u = j.contains("tasks_usage") && j["tasks_usage"].size() == 1 ? j["tasks_usage"][0] : json();
-    return u.is_object() && u.value("cpu_seconds", 0.0) >= 2 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
-  }, 60s)) << "the exec'd command's CPU and memory are not the task's: " << u.dump(2);
-
-  auto r = c.client().Post("/v1/jobs/" + job + "/cancel", json::object());
-  ASSERT_TRUE(r.has_value()) << r.error().message;
-  EXPECT_TRUE(WaitUntil([&] { return !execd(); }, 20s)) << "the exec'd command outlived its task";
-  auto st = cli->WaitFor(20s);
-  EXPECT_TRUE(st.has_value()) << "cohort exec did not end with its task";
-  if (!st) {
-    cli->Signal(SIGKILL);
-    (void)cli->Wait();
-  }
+  ExpectTheTasksUsageHoldsItAndCancelEndsIt(c, job, *cli, execd, "the exec'd command");
 }
 
 // Issue 18: a process the exec'd command starts that leaves its session and tree (setsid,
@@ -216,22 +225,7 @@ TEST(Exec, AProcessThatLeavesTheExecdCommandsSessionCountsAndDiesWithTheTask) {
   auto escaped = [&] { return ProcessRunning({"sh", "-c", burn, marker}); };
   ASSERT_TRUE(WaitUntil(escaped, 20s)) << ReadFile(o.stdout_path);
 
-  json u;
-  EXPECT_TRUE(WaitUntil([&] {
-    json j = c.Job(std::stoll(job));
-    u = j.contains("tasks_usage") && j["tasks_usage"].size() == 1 ? j["tasks_usage"][0] : json();
-    return u.is_object() && u.value("cpu_seconds", 0.0) >= 2 && u.value("rss_bytes", int64_t{0}) >= (int64_t{128} << 20);
-  }, 60s)) << "the escaped process's CPU and memory are not the task's: " << u.dump(2);
-
-  auto r = c.client().Post("/v1/jobs/" + job + "/cancel", json::object());
-  ASSERT_TRUE(r.has_value()) << r.error().message;
-  EXPECT_TRUE(WaitUntil([&] { return !escaped(); }, 20s)) << "the escaped process outlived its task";
-  auto st = cli->WaitFor(20s);
-  EXPECT_TRUE(st.has_value()) << "cohort exec did not end with its task";
-  if (!st) {
-    cli->Signal(SIGKILL);
-    (void)cli->Wait();
-  }
+  ExpectTheTasksUsageHoldsItAndCancelEndsIt(c, job, *cli, escaped, "the escaped process");
 }
 
 TEST(Exec, AttachOpensATerminalIntoTheTask) {
