@@ -77,12 +77,6 @@ std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const TaskRoots& 
     auto it = by_pid.find(pid);
     if (it != by_pid.end() && RootNames(r, *it->second)) live[pid] = r.task;
   }
-  // Rule 3: PID namespace -> task, for the live namespace roots whose namespace was read.
-  std::unordered_map<uint64_t, int> ns_task;
-  for (const auto& [pid, r] : roots) {
-    if (!r.namespace_init || !live.contains(pid)) continue;
-    if (const uint64_t ns = by_pid.at(pid)->pid_ns; ns != 0) ns_task.emplace(ns, r.task);
-  }
   // pid -> task, or 0: belongs to none (memoised, so the walk is linear in the processes).
   std::unordered_map<int, int> known;
   std::vector<int> chain;
@@ -107,7 +101,6 @@ std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const TaskRoots& 
     }
     for (int pid : chain) known[pid] = root;
     if (auto r = live.find(p.session); root == 0 && r != live.end()) root = r->second;
-    if (auto n = ns_task.find(p.pid_ns); root == 0 && p.pid_ns != 0 && n != ns_task.end()) root = n->second;
     if (root != 0) out[p.pid] = root;
   }
   return out;
@@ -169,7 +162,7 @@ TaskProcesses ReadTaskProcesses(const TaskRoots& roots, std::string_view proc_ro
     if (name.empty() || name[0] < '0' || name[0] > '9') continue;
     if (auto st = ReadProcStat(it->path())) procs.push_back(*st);
   }
-  out.task_of = TasksOf(procs, roots);  // rules 1 and 2: no namespace is read yet
+  out.task_of = TasksOf(procs, roots);  // rules 1 and 2
   std::unordered_map<int, ProcStat*> by_pid;
   auto find = [&](int pid) -> ProcStat* {
     if (by_pid.empty()) {
@@ -198,7 +191,6 @@ TaskProcesses ReadTaskProcesses(const TaskRoots& roots, std::string_view proc_ro
       const auto ns = ReadPidNamespace(std::to_string(p.pid), proc_root);
       auto t = ns ? ns_task.find(*ns) : ns_task.end();
       if (t == ns_task.end() || ProcStartTicks(p.pid, proc_root) != p.start_ticks) continue;
-      p.pid_ns = *ns;
       out.task_of[p.pid] = t->second;
     }
   }

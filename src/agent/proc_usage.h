@@ -76,7 +76,6 @@ struct ProcStat {
   int session = 0;
   ProcUsage usage;
   int64_t start_ticks = 0;  // field 22: when the process started, clock ticks after boot
-  uint64_t pid_ns = 0;      // inode of its PID namespace (/proc/PID/ns/pid); 0: not read
 };
 std::optional<ProcStat> ParseProcStat(std::string_view line, long ticks_per_s, long page_bytes);
 
@@ -97,15 +96,15 @@ using TaskRoots = std::map<int, TaskRoot>;  // root pid -> its root
 // Each task rooted at its shim alone: {shim, {shim, 0}} for every shim.
 TaskRoots ShimRoots(const std::set<int>& shims);
 
-// Which task each of `procs` belongs to (the rules above): pid -> task, for the attributed
+// Which task each of `procs` belongs to (rules 1 and 2 above): pid -> task, for the attributed
 // processes only. A root is its task's. A root whose start_ticks differ from the process
 // now at its pid, or whose pid is not in `procs`, roots nothing. A process that rules 1
 // and 2 would give to different tasks (a task's descendant that joined another task's
 // session: it cannot, a session is joined only by its leader's descendants) goes to its
-// nearest ancestor root's; rule 3 attributes only what the first two leave, by the
-// ProcStat::pid_ns read for the namespace roots and for those processes (0 matches
-// nothing). Roots are pids above 1: 0, which getsid() returns for a session whose leader
-// lies outside the pid namespace (a container), names no process and matches nothing.
+// nearest ancestor root's. Rules 1 and 2 only: rules 3 and 4 read the process's namespace
+// or a leaf's members, which ReadTaskProcesses does for what this leaves. Roots are pids
+// above 1: 0, which getsid() returns for a session whose leader lies outside the pid
+// namespace (a container), names no process and matches nothing.
 std::map<int, int> TasksOf(const std::vector<ProcStat>& procs, const TaskRoots& roots);
 
 struct TaskProcesses {

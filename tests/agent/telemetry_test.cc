@@ -314,48 +314,37 @@ TEST(ProcUsageTest, ProcessesExecdIntoATasksContainerCountForIt) {
   proc.SetPidNs("81", kOther);
   proc.Add(300, "sshd", 1, 300, 5 * ticks, 400);               // nobody's
   proc.SetPidNs("300", kHost);
+  proc.Add(200, "cohort-task-shi", 1, 200, 0, 1);              // another task's shim
+  proc.SetPidNs("200", kHost);
+  proc.Add(201, "joined", 200, 200, 2 * ticks, 8, 8000);       // in task 100's namespace, but
+  proc.SetPidNs("201", kTask);                                 // below 200's shim: the tree wins
 
-  TaskRoots roots = ShimRoots({100});
+  TaskRoots roots = ShimRoots({100, 200});
   roots[70] = {100, 5000, /*namespace_init=*/true};
   TaskProcesses t = ReadTaskProcesses(roots, proc.path());
-  const std::map<int, int> want = {{100, 100}, {101, 100}, {70, 100}, {71, 100},
-                                   {90, 100},  {91, 100},  {131, 100}};
+  const std::map<int, int> want = {{100, 100}, {101, 100}, {70, 100},  {71, 100}, {90, 100},
+                                   {91, 100},  {131, 100}, {200, 200}, {201, 200}};
   EXPECT_EQ(t.task_of, want);
   EXPECT_DOUBLE_EQ(t.usage[100].cpu_seconds, 51.0) << "client 1 + python 40 + burn 7 + podman exec'd 3";
   EXPECT_EQ(t.usage[100].rss_bytes, (1 + 40 + 1 + 1000 + 200 + 500 + 20) * page);
 
   // The same init as a plain root (no namespace): its tree only.
   roots[70] = {100, 5000};
-  const std::map<int, int> tree = {{100, 100}, {101, 100}, {70, 100}, {71, 100}};
+  const std::map<int, int> tree = {{100, 100}, {101, 100}, {70, 100},
+                                   {71, 100},  {200, 200}, {201, 200}};
   EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, tree);
   // The init exited and its pid went to a later process: neither its tree nor its namespace.
   roots[70] = {100, 4999, true};
-  const std::map<int, int> client_only = {{100, 100}, {101, 100}};
+  const std::map<int, int> client_only = {{100, 100}, {101, 100}, {200, 200}, {201, 200}};
   EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, client_only);
   // A namespace root in the reader's own namespace (a root file naming a host process)
   // gives the task its tree, never the host's every process.
   roots.erase(70);
   roots[60] = {100, 1, true};
-  const std::map<int, int> shim_tree = {{100, 100}, {101, 100}, {60, 100}, {70, 100}, {71, 100},
-                                        {90, 100},  {91, 100},  {80, 100},  {81, 100}};
+  const std::map<int, int> shim_tree = {{100, 100}, {101, 100}, {60, 100}, {70, 100},
+                                        {71, 100},  {90, 100},  {91, 100},  {80, 100},
+                                        {81, 100},  {200, 200}, {201, 200}};
   EXPECT_EQ(ReadTaskProcesses(roots, proc.path()).task_of, shim_tree);
-}
-
-// Rule 3 in the pure walk: only what the tree and the sessions leave, by the namespaces
-// that were read (0: not read, matches nothing).
-TEST(ProcUsageTest, TasksOfGivesANamespaceRootsNamespaceAfterTheTreeAndSessions) {
-  auto st = [](int pid, int ppid, int session, uint64_t ns) { return ProcStat{pid, ppid, session, {}, 1, ns}; };
-  const std::vector<ProcStat> procs = {st(10, 1, 10, 0),   st(20, 1, 20, 0),   st(30, 1, 30, 500),
-                                       st(31, 30, 30, 500), st(40, 1, 40, 500), st(41, 20, 20, 500),
-                                       st(42, 1, 42, 0),    st(43, 1, 43, 600)};
-  TaskRoots roots = ShimRoots({10, 20});
-  roots[30] = {10, 0, true};
-  // 40 by the namespace; 41 is in it too but below task 20's shim: the tree wins.
-  const std::map<int, int> want = {{10, 10}, {20, 20}, {30, 10}, {31, 10}, {40, 10}, {41, 20}};
-  EXPECT_EQ(TasksOf(procs, roots), want);
-  roots[30].namespace_init = false;
-  const std::map<int, int> tree = {{10, 10}, {20, 20}, {30, 10}, {31, 10}, {41, 20}};
-  EXPECT_EQ(TasksOf(procs, roots), tree);
 }
 
 TEST(ProcUsageTest, ReadsThePidNamespaceOfAProcess) {
