@@ -67,6 +67,10 @@ class FakeHead {
       if (delay > Millis(0)) std::this_thread::sleep_for(delay);  // a slow head, answering late
       res.set_content(api::ToJson(reply).dump(), "application/json");
     });
+    // One request per connection: the agent outlives this head in every test (the
+    // fixture stops it after the body), and a kept-alive connection would hold the
+    // server's stop for its whole keep-alive timeout (5 s a test).
+    server_.set_keep_alive_max_count(1);
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
   }
