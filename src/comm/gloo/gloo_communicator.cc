@@ -31,6 +31,7 @@
 #include "comm/communicator_base.h"
 #include "comm/communicator_descriptor.h"
 #include "comm/gloo/gloo_errors.h"
+#include "comm/gloo/gloo_mesh.h"
 #include "comm/gloo/gloo_reduce.h"
 #include "comm/gloo/gloo_store.h"
 #include "common/signals.h"
@@ -40,6 +41,7 @@ namespace cohort::comm {
 namespace {
 
 using gloo_backend::CleanGlooMessage;
+using gloo_backend::ConnectMesh;
 using gloo_backend::DivideInPlace;
 using gloo_backend::GlooStore;
 using gloo_backend::IsGlooTimeout;
@@ -276,29 +278,33 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     int rank) {
   const int size = static_cast<int>(world_ranks.size());
   const std::string what = RendezvousName("gloo", group_id, rank, size);
-  auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
   const GroupConfig& group = shared->group;
   const std::string key_prefix = GroupKeyPrefix(group, "", group_id);
   // Two processes claiming one rank would race for its address key.
   COHORT_TRY_VOID(ClaimRank(group.store, key_prefix, rank, what));
-  GlooStore store(group.store, key_prefix, group.timeout, size);
-  try {
-    context->setTimeout(group.timeout);
-    std::shared_ptr<::gloo::transport::Device> device = shared->device;
-    context->connectFullMesh(store, device);
-  } catch (const StoreFailure& e) {
-    return std::unexpected(WithContext(e.error, what));
-  } catch (const std::exception& e) {
-    const std::string msg = CleanGlooMessage(e.what());
-    auto peer = PeerDirectory::FromRendezvous(store.values_read(), rank, size).FindRank(msg);
-    std::string who = peer ? " with " + RankName(*peer, world_ranks[*peer]) : "";
-    return Errorf(IsGlooTimeout(msg) ? ErrorCode::kDeadlineExceeded : ErrorCode::kUnavailable,
-                  "{}: connecting{} failed: {}", what, who, msg);
+  if (size == 1) {  // no connection to make (and maybe no store)
+    auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+    GlooStore store(group.store, key_prefix, group.timeout, size);
+    try {
+      context->setTimeout(group.timeout);
+      std::shared_ptr<::gloo::transport::Device> device = shared->device;
+      context->connectFullMesh(store, device);
+    } catch (const StoreFailure& e) {
+      return std::unexpected(WithContext(e.error, what));
+    } catch (const std::exception& e) {
+      return Errorf(ErrorCode::kUnavailable, "{}: {}", what, CleanGlooMessage(e.what()));
+    }
+    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
+        std::move(shared), std::move(group_id), std::move(world_ranks), rank, std::move(context),
+        PeerDirectory()));
   }
-  PeerDirectory peers = PeerDirectory::FromRendezvous(store.values_read(), rank, size);
+  // gloo_mesh.h: Gloo's full mesh, each connection checked and the mesh retried.
+  auto mesh = ConnectMesh({group.store, key_prefix, group.timeout, shared->device, rank, size, what,
+                           [&](int r) { return RankName(r, world_ranks[static_cast<size_t>(r)]); }});
+  if (!mesh) return std::unexpected(mesh.error());
   return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
-      std::move(shared), std::move(group_id), std::move(world_ranks), rank, std::move(context),
-      std::move(peers)));
+      std::move(shared), std::move(group_id), std::move(world_ranks), rank,
+      std::move(mesh->context), std::move(mesh->peers)));
 }
 
 void GlooCommunicator::OnBroken() {
