@@ -24,8 +24,10 @@ namespace {
 // Clear of Gloo's slot prefixes (0x01..0x08) and the communicator's (0xC0..0xC3).
 constexpr uint8_t kMeshSlotPrefix = 0xC4;
 constexpr uint64_t kTokenMagic = 0x6d656873'74726f63;  // "cortshem"
-// How often a watcher looks for the outcome while its rank connects and checks.
-constexpr Millis kWatchPoll{100};
+// How long each of a watcher's reads of the outcome waits. Every store wakes a waiting
+// read when the key is set, so this bounds only how long a rank that leaves an attempt on
+// an error of its store waits for its watcher; each read is one request to an HTTP store.
+constexpr Millis kWatchPoll{1000};
 
 // What a rank sends each peer, and expects back with `from` and `to` swapped.
 struct Token {
