@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/proc_usage.h"
 #include "common/clock.h"
 
 namespace cohort::agent {
@@ -164,18 +167,55 @@ bool RemoveCgroupLeaf(CgroupLeaf& leaf, int wait_ms) {
   return true;
 }
 
-int RemoveLeftoverLeaves(const std::string& parent) {
+namespace {
+
+constexpr std::string_view kLeafPrefix = "cohort-exec-";
+
+// The leading decimal fields of a leaf's name after the prefix, each followed by '-' (the
+// session id, last, is not a number).
+std::vector<uint64_t> LeadingNumbers(std::string_view rest) {
+  std::vector<uint64_t> out;
+  for (;;) {
+    uint64_t v = 0;
+    auto [p, err] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
+    if (err != std::errc() || p == rest.data() || p == rest.data() + rest.size() || *p != '-') return out;
+    out.push_back(v);
+    rest.remove_prefix(static_cast<size_t>(p - rest.data()) + 1);
+  }
+}
+
+// Whether the agent that named a leaf `name` is gone (above).
+bool LeafAgentGone(std::string_view name, std::string_view proc_root) {
+  const std::vector<uint64_t> n = LeadingNumbers(name.substr(kLeafPrefix.size()));
+  if (n.size() >= 3) {  // NS-PID-START
+    const auto own = ReadPidNamespace("self", proc_root);
+    if (!own || *own != n[0] || n[1] == 0 || n[1] > static_cast<uint64_t>(INT32_MAX)) return false;
+    const auto start = ProcStartTicks(static_cast<int>(n[1]), proc_root);
+    return !start || static_cast<uint64_t>(*start) != n[2];
+  }
+  if (n.size() == 1 && n[0] > 0 && n[0] <= static_cast<uint64_t>(INT32_MAX)) {  // PID (older agents)
+    return kill(static_cast<pid_t>(n[0]), 0) != 0 && errno == ESRCH;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string LeafName(std::string_view id, std::string_view proc_root) {
+  const int pid = getpid();
+  const auto ns = ReadPidNamespace("self", proc_root);
+  const auto start = ProcStartTicks(pid, proc_root);
+  if (!ns || !start) return fmt::format("{}{}-{}", kLeafPrefix, pid, id);  // the older form
+  return fmt::format("{}{}-{}-{}-{}", kLeafPrefix, *ns, pid, *start, id);
+}
+
+int RemoveLeftoverLeaves(const std::string& parent, std::string_view proc_root) {
   int removed = 0;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    constexpr std::string_view kPrefix = "cohort-exec-";
-    if (!name.starts_with(kPrefix) || !it->is_directory(ec)) continue;
-    int pid = 0;
-    const char* begin = name.data() + kPrefix.size();
-    auto [p, err] = std::from_chars(begin, name.data() + name.size(), pid);
-    if (err != std::errc() || p == begin || *p != '-' || pid <= 0) continue;
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its agent lives (or is another user's)
+    if (!name.starts_with(kLeafPrefix) || !it->is_directory(ec)) continue;
+    if (!LeafAgentGone(name, proc_root)) continue;
     CgroupLeaf leaf{it->path().string(), -1};
     removed += RemoveCgroupLeaf(leaf) ? 1 : 0;
   }

@@ -6,7 +6,7 @@
 // (proc_usage.h, rules 1 and 2) lose a descendant that calls setsid and double-forks: it
 // would run on outside the task's usage and outlive the session's kill. Slurm's answer is
 // proctrack/cgroup, and it is this one: each session's command joins a leaf cgroup of its
-// own, made beside the agent in the agent's own cgroup v2 (PARENT/cohort-exec-AGENTPID-ID),
+// own, made beside the agent in the agent's own cgroup v2 (PARENT/LeafName(ID), below),
 // before it calls setsid or execs, so everything it ever starts is a member. The agent
 // attributes the leaf's members to the task (proc_usage.h, rule 4) and kills them when
 // the session ends (cgroup.kill where the kernel has it, 5.14 on; else SIGKILL rounds over
@@ -64,10 +64,21 @@ bool RemoveCgroupLeaf(CgroupLeaf& leaf, int wait_ms = 2000);
 // Only kills, as RemoveCgroupLeaf does first: for a session being ended.
 void KillCgroupMembers(const std::string& dir);
 
-// The leaves under `parent` of agents that are gone (cohort-exec-PID-*, no process PID):
-// an agent killed outright leaves its sessions' leaves, and in them what had left the
-// commands' sessions (a parent-death signal reaches only the commands). Each is emptied
-// (its members killed) and removed; returns how many.
-int RemoveLeftoverLeaves(const std::string& parent);
+// The name of the leaf of this agent's session `id`: cohort-exec-NS-PID-START-ID, where NS
+// is the inode of the agent's PID namespace and PID and START its pid and start time
+// (/proc/PID/stat field 22) as that namespace sees them. Agents in several PID namespaces
+// may share one cgroup (containers, `unshare --pid`), and a pid is reused: the three name
+// the agent exactly. `proc_root` is for tests.
+std::string LeafName(std::string_view id, std::string_view proc_root = "/proc");
+
+// The leaves under `parent` of agents that are gone: an agent killed outright leaves its
+// sessions' leaves, and in them what had left the commands' sessions (a parent-death
+// signal reaches only the commands). An agent is gone when its leaf names this reader's
+// PID namespace and no process there has its pid and start time; a leaf of another
+// namespace is left alone (its pid means nothing here), and so is one whose namespace or
+// pid cannot be read. An older agent's leaf (cohort-exec-PID-ID) is judged by its pid
+// alone. Each leaf judged gone is emptied (its members killed) and removed; returns how
+// many.
+int RemoveLeftoverLeaves(const std::string& parent, std::string_view proc_root = "/proc");
 
 }  // namespace cohort::agent

@@ -208,7 +208,7 @@ Result<std::string> ExecSessions::Start(const ExecTarget& target, const api::Exe
   s->id = NewSessionId();
   s->key = target.key;
   if (target.container_runtime_command.empty() && !cgroup_parent_.empty()) {
-    auto leaf = MakeCgroupLeaf(cgroup_parent_, fmt::format("cohort-exec-{}-{}", getpid(), s->id));
+    auto leaf = MakeCgroupLeaf(cgroup_parent_, LeafName(s->id));
     if (leaf) {
       plan->leaf = *leaf;
       s->cgroup = leaf->dir;

@@ -308,6 +308,38 @@ TEST_F(ExecSessionsTest, TheLeavesOfAGoneAgentAreEmptiedAndRemoved) {
   EXPECT_TRUE(RemoveCgroupLeaf(*stale)) << "gone already: nothing to do";
 }
 
+// Which agent a leaf belongs to (exec_cgroup.h LeafName): its PID namespace, pid and
+// start time. Judged on plain directories (no cgroup needed): a leaf of this process is
+// kept; one whose pid now has another start time (the pid was reused), or names a pid
+// with no process, is its gone agent's and removed; a leaf of another PID namespace is
+// left alone, whatever its pid; an older agent's cohort-exec-PID-ID by its pid alone.
+TEST_F(ExecSessionsTest, ALeafNamesItsAgentByNamespacePidAndStartTime) {
+  const auto ns = ReadPidNamespace("self");
+  const auto start = ProcStartTicks(getpid());
+  if (!ns || !start) GTEST_SKIP() << "cannot read this process's PID namespace or start time";
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  waitpid(dead, nullptr, 0);
+  const std::string mine = LeafName("0a1b2c");
+  EXPECT_EQ(mine, fmt::format("cohort-exec-{}-{}-{}-0a1b2c", *ns, getpid(), *start));
+  const std::string reused = fmt::format("cohort-exec-{}-{}-{}-77", *ns, getpid(), *start + 1);
+  const std::string gone = fmt::format("cohort-exec-{}-{}-{}-78", *ns, dead, 5);
+  const std::string elsewhere = fmt::format("cohort-exec-{}-{}-{}-79", *ns + 1, dead, 5);
+  const std::string old_gone = fmt::format("cohort-exec-{}-80", dead);
+  const std::string old_live = fmt::format("cohort-exec-{}-81", getpid());
+  for (const auto& name : {mine, reused, gone, elsewhere, old_gone, old_live, std::string("unrelated")}) {
+    std::filesystem::create_directories(dir_ / name);
+  }
+  EXPECT_EQ(RemoveLeftoverLeaves(dir_.string()), 3);
+  for (const auto& name : {mine, elsewhere, old_live, std::string("unrelated")}) {
+    EXPECT_TRUE(std::filesystem::exists(dir_ / name)) << name << " was removed";
+  }
+  for (const auto& name : {reused, gone, old_gone}) {
+    EXPECT_FALSE(std::filesystem::exists(dir_ / name)) << name << " was kept";
+  }
+}
+
 // The fallback (exec_cgroup.h): where no cgroup can be made (here: a parent directory
 // that is no cgroup), sessions run without a leaf, as before issue 18; the escapee is
 // then the task's by no rule (stated, not wanted) and the test kills it itself.
