@@ -26,3 +26,10 @@ target_link_libraries(bench_http_server PRIVATE cohort_common)
 # The agent's /proc pass with and without a container's PID namespace to read (issue 18).
 add_executable(bench_proc_usage ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc)
 target_link_libraries(bench_proc_usage PRIVATE cohort_task_shim)
+
+# CPU binding: two OpenMP tasks on one executor unbound and bound, and the launch cost.
+find_package(OpenMP REQUIRED)
+add_executable(bench_cpu_bind ${CMAKE_CURRENT_LIST_DIR}/cpu_bind.cc)
+target_link_libraries(bench_cpu_bind PRIVATE cohort_agent_exec OpenMP::OpenMP_CXX)
+cohort_build_paths(bench_cpu_bind COHORT_TASK_SHIM $<TARGET_FILE:cohort-task-shim>)
+add_dependencies(bench_cpu_bind cohort-task-shim)

@@ -16,6 +16,7 @@
 #include "agent/container.h"
 #include "agent/container_root.h"
 #include "agent/container_sweep.h"
+#include "agent/cpu_set.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
@@ -58,7 +59,13 @@ Result<AgentConfig> ResolveConfig(AgentConfig config) {
   }
   if (config.address.empty()) config.address = COHORT_TRY(LocalAddressToward(head.host, head.port));
   if (config.listen_host.empty()) config.listen_host = config.address;
-  if (config.cpus <= 0) config.cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (config.cpus <= 0) {
+    // The CPUs this agent may run on (a cpuset, taskset, a container's limit), which its
+    // tasks can use, rather than the machine's.
+    auto mask = AffinityCpus();
+    config.cpus = mask && !mask->empty() ? static_cast<int>(mask->size())
+                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
   if (config.memory_bytes <= 0) {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page = sysconf(_SC_PAGESIZE);
@@ -75,6 +82,24 @@ Result<AgentConfig> ResolveConfig(AgentConfig config) {
   }
   config.work_dir = fs::absolute(config.work_dir).string();
   return config;
+}
+
+// The CPUs tasks are bound to under --cpu-bind cores, with their places; empty (tasks
+// unbound) when the agent's mask cannot be read. Logs, once per agent, an advertised
+// count the mask cannot hold.
+std::vector<CpuPlace> BindingPool(const AgentConfig& config) {
+  auto usable = AffinityCpus();
+  if (!usable || usable->empty()) {
+    LOG_WARN("--cpu-bind cores: cannot read this agent's CPUs ({}); tasks run unbound",
+             usable ? "empty mask" : usable.error().message);
+    return {};
+  }
+  if (config.cpus > static_cast<int>(usable->size())) {
+    LOG_INFO("this agent offers {} CPUs but may run on {} ({}): tasks are bound to distinct CPUs while they fit "
+             "and share them, the least-used first, beyond",
+             config.cpus, usable->size(), FormatCpuList(*usable));
+  }
+  return ReadCpuTopology(CpuPoolOf(*usable, config.cpus));
 }
 
 }  // namespace
@@ -314,6 +339,7 @@ Result<void> Agent::RegisterOnce() {
     opts.node_name = config_.name;
     opts.container_runtimes = config_.container_runtimes;
     opts.container_devices = ContainerDevices();
+    if (config_.cpu_bind == CpuBind::kCores) opts.cpu_pool = BindingPool(config_);
     if (leases_) opts.lease_path = leases_->path();
     opts.on_task_exit = [this] { Wake(); };
     executor_ = std::make_unique<Executor>(std::move(opts));
@@ -474,6 +500,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
       t.pid = s.pid;
       t.gpus = s.gpus;
       t.cpus = s.cpus;
+      t.cpu_list = FormatCpuList(s.cpu_list);
       t.exit_code = std::clamp(s.exit_code, -1, 255);
       t.signal = s.signal;
       t.error = s.error;

@@ -57,6 +57,7 @@
 #include <thread>
 
 #include "agent/exec_session.h"
+#include "agent/cpu_allocator.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/gpu/sharing.h"
@@ -96,7 +97,10 @@ struct AgentConfig {
   int port = 0;                 // the agent's HTTP port; 0 = any free port
   int simulated_gpus = -1;      // >= 0: present that many simulated GPUs instead of NVML
   SimulatedLayout simulated_layout;  // their model, NVLink islands, PCIe switches, MIG (gpu/gpu.h)
-  int cpus = 0;                 // 0: the machine's hardware threads
+  int cpus = 0;                 // 0: the CPUs of this process's affinity mask
+  // Whether tasks are bound to their CPUs (cpu_allocator.h: the pool is the first `cpus`
+  // CPUs of the agent's mask, all of them when it advertises more).
+  CpuBind cpu_bind = CpuBind::kCores;
   std::map<std::string, std::string> labels;  // topology labels (--topology site=...)
   std::vector<std::string> features;  // node features for --constraint (--features a100,ib)
   int64_t memory_bytes = 0;           // memory offered to --mem jobs; 0: the machine's

@@ -23,6 +23,7 @@ std::vector<std::string> ContainerRunArgv(const ContainerLaunch& c) {
     }
   }
   for (const auto& d : c.devices) argv.insert(argv.end(), {"--device", d});
+  if (!c.cpuset.empty()) argv.insert(argv.end(), {"--cpuset-cpus", c.cpuset});
   argv.push_back(c.image);
   argv.insert(argv.end(), c.command.begin(), c.command.end());
   return argv;

@@ -29,7 +29,9 @@
 //    supplementary groups (the runtime itself runs as the agent);
 //  - its GPUs: the CDI device names the agent gives (`--device cohort.dev/gpu=0`, from the
 //    CDI spec it writes for real GPUs: cdi.h); simulated GPUs pass only the environment
-//    (CUDA_VISIBLE_DEVICES).
+//    (CUDA_VISIBLE_DEVICES);
+//  - its CPUs (executor.h): a Docker container `--cpuset-cpus LIST`; a Podman container
+//    inherits the mask of the client the shim bound.
 //
 // Container names are unique per agent and task: cohort-<8 hex of the agent's work
 // directory>-j<job>-a<attempt>-r<rank>, so agents sharing one runtime never collide and an
@@ -55,6 +57,7 @@ struct ContainerLaunch {
   std::string workdir;                     // empty: the image's
   std::optional<TaskIdentity> identity;    // empty: the image's user
   std::vector<std::string> devices;        // --device values (CDI names or /dev paths)
+  std::string cpuset;                      // --cpuset-cpus ("0-3"); empty: none
   std::vector<std::string> command;
 };
 

@@ -5,6 +5,7 @@
 add_library(cohort_task_shim
   ${CMAKE_CURRENT_LIST_DIR}/container.cc
   ${CMAKE_CURRENT_LIST_DIR}/container_root.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_set.cc
   ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
@@ -24,6 +25,7 @@ set(COHORT_TASK_SHIM_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/task_shim_main.cc
   ${CMAKE_CURRENT_LIST_DIR}/container.cc
   ${CMAKE_CURRENT_LIST_DIR}/container_root.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_set.cc
   ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
@@ -54,6 +56,7 @@ install(TARGETS cohort-task-shim RUNTIME DESTINATION bin)
 # cohort_agent_exec: the agent's process execution layer (executor, lease keeper) and GPU
 # discovery. Included from src/agent/CMakeLists.txt.
 add_library(cohort_agent_exec
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_allocator.cc
   ${CMAKE_CURRENT_LIST_DIR}/executor.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease_keeper.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_user.cc

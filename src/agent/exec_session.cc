@@ -18,6 +18,7 @@
 #include <future>
 #include <set>
 
+#include "agent/cpu_set.h"
 #include "agent/exec_cgroup.h"
 #include "agent/proc_usage.h"
 #include "common/log.h"
@@ -98,6 +99,9 @@ struct ExecSessions::SpawnPlan {
   int rows = 24;
   int cols = 80;
   CgroupLeaf leaf;  // bare tasks where one could be made; the session thread's
+  // The task's CPUs (ExecTarget::cpus): the command is bound to them, as the task is (a
+  // container's `RUNTIME exec` client too, whose exec'd process inherits Podman's mask).
+  std::vector<int> cpus;
   std::promise<Result<void>> started;
 };
 
@@ -173,6 +177,7 @@ Result<std::string> ExecSessions::Start(const ExecTarget& target, const api::Exe
   plan->stdin_open = req.stdin_open;
   plan->rows = req.rows;
   plan->cols = req.cols;
+  plan->cpus = target.cpus;
   if (!target.container_runtime_command.empty()) {
     // The runtime runs as this process and enters the task's identity and directory in the
     // container, as it did for the task (container.h).
@@ -329,6 +334,12 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
 #ifdef SYS_close_range
     syscall(SYS_close_range, 3U, ~0U, 0U);
 #endif
+    // Its task's CPUs; a mask the kernel refuses leaves it unbound, as the shim does.
+    if (!plan->cpus.empty()) {
+      if (const int err = BindToCpus(plan->cpus); err != 0) {
+        WriteParts({"cohort exec: cannot bind the command to its task's CPUs: ", strerror(err), "; it runs unbound\n"});
+      }
+    }
     const int id_err = plan->identity ? AssumeTaskIdentity(*plan->identity) : 0;
     // Set after the identity change, which clears it: the command dies with this thread.
     prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "agent/container.h"
+#include "agent/cpu_set.h"
 #include "agent/task_shim.h"
 #include "agent/task_identity.h"
 #include "common/clock.h"
@@ -141,6 +142,10 @@ ShimCommand FindTaskShim(const std::string& self_exe) {
 
 Executor::Executor(Options options)
     : options_(Normalize(std::move(options))), shim_(ResolveShim(options_.shim_path)) {
+  if (!options_.cpu_pool.empty()) {
+    MutexLock lk(mu_);
+    cpus_.emplace(options_.cpu_pool);
+  }
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) LOG_WARN("executor: eventfd: {}; falling back to polling", strerror(errno));
   thread_ = std::thread(&Executor::Loop, this);
@@ -204,6 +209,9 @@ Result<void> Executor::Launch(const TaskSpec& spec) {
   t.status.log_path = LogPath(spec.key);
   t.status.gpus = spec.gpus;
   t.status.cpus = spec.cpus;
+  // Chosen here, under the lock, so tasks launched together get distinct CPUs whatever
+  // order their shims start in.
+  if (cpus_ && spec.cpus > 0) t.status.cpu_list = cpus_->Allocate(spec.cpus);
   // Every container's init is found by name and its PID namespace is the task's
   // (container_root.h, proc_usage.h).
   if (!spec.container_image.empty()) {
@@ -226,12 +234,14 @@ Result<void> Executor::Launch(const TaskSpec& spec) {
 
 void Executor::StartShim(const TaskKey& key) {
   TaskSpec spec;
+  std::vector<int> cpu_list;
   {
     MutexLock lk(mu_);
     auto it = tasks_.find(key);
     if (it == tasks_.end()) return;
     spec = std::move(it->second.spec);
     it->second.spec = TaskSpec{};
+    cpu_list = it->second.status.cpu_list;
   }
   const std::string log = LogPath(key);
   std::optional<TaskAccount> account;
@@ -257,7 +267,16 @@ void Executor::StartShim(const TaskKey& key) {
     // GPU indices are NVML's, which count in PCI bus order; CUDA must count the same way.
     so.env.try_emplace("CUDA_VISIBLE_DEVICES", JoinInts(spec.gpus));
     so.env.try_emplace("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
-    if (auto argv = ShimArgv(key, spec, account, so.env)) {
+    if (spec.cpus > 0) {
+      // Slurm's SLURM_CPUS_PER_TASK and SLURM_CPU_BIND_LIST under our names; the
+      // OpenMP/BLAS thread count follows the CPUs the task has (Slurm's documented
+      // OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK, set for the user as torchrun sets its
+      // own), unless the job chose one.
+      so.env["COHORT_CPUS_PER_TASK"] = std::to_string(spec.cpus);
+      if (!cpu_list.empty()) so.env["COHORT_CPU_BIND"] = FormatCpuList(cpu_list);
+      so.env.try_emplace("OMP_NUM_THREADS", std::to_string(cpu_list.empty() ? spec.cpus : int(cpu_list.size())));
+    }
+    if (auto argv = ShimArgv(key, spec, account, so.env, cpu_list)) {
       so.argv = std::move(*argv);
     } else {
       error = argv.error().message;
@@ -273,6 +292,7 @@ void Executor::StartShim(const TaskKey& key) {
     exec.env = so.env;
     exec.unset_env = so.unset_env;
     exec.workdir = spec.workdir;
+    exec.cpus = cpu_list;
     if (account) exec.identity = account->identity;
     if (!spec.container_image.empty()) {
       auto runtime = options_.container_runtimes.find(spec.container_runtime);
@@ -304,9 +324,9 @@ void Executor::StartShim(const TaskKey& key) {
     t.spawned = true;
     t.status.started_ms = NowUnixMs();
     if (failed) {
-      t.status.running = false;
       t.status.exit_code = 127;
       t.status.error = error;
+      Finish(t);
       t.status.finished_ms = t.status.started_ms;
     } else {
       t.status.pid = pid;
@@ -354,14 +374,24 @@ std::string Executor::PrepareTask(const TaskKey& key, const TaskSpec& spec, std:
   return error;
 }
 
+void Executor::Finish(Task& t) {
+  t.status.running = false;
+  t.status.finished_ms = NowUnixMs();
+  if (cpus_) cpus_->Release(t.status.cpu_list);
+}
+
 Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const TaskSpec& spec,
                                                     const std::optional<TaskAccount>& account,
-                                                    const std::map<std::string, std::string>& env) const {
+                                                    const std::map<std::string, std::string>& env,
+                                                    const std::vector<int>& cpu_list) const {
   std::vector<std::string> argv = {shim_.path};
   if (shim_.subcommand) argv.push_back(kTaskShimCommand);
   argv.insert(argv.end(), {"--log", LogPath(key), "--status", StatusPath(key), "--grace-ms",
                            std::to_string(options_.kill_grace.count()), "--parent-pid", std::to_string(getpid())});
   if (!options_.lease_path.empty()) argv.insert(argv.end(), {"--lease", options_.lease_path});
+  // The shim binds its child (the command, or a container runtime's client, whose
+  // monitor and container then inherit the mask: Podman's); the shim itself stays unbound.
+  if (!cpu_list.empty()) argv.insert(argv.end(), {"--cpus", FormatCpuList(cpu_list)});
   if (!spec.container_image.empty()) {
     // The runtime runs as this process and enters the job's identity and directories
     // inside the container (container.h); the shim only supervises it.
@@ -386,6 +416,10 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
     c.workdir = spec.workdir;
     if (account) c.identity = account->identity;
     if (options_.container_devices) c.devices = options_.container_devices(spec.gpus);
+    // A Docker container is the daemon's child and inherits nothing from the client.
+    // Podman's inherits the client's mask, and its --cpuset-cpus would need the cpuset
+    // controller, which rootless Podman on cgroup v1 lacks: binding must not fail the task.
+    if (c.runtime == "docker" && !cpu_list.empty()) c.cpuset = FormatCpuList(cpu_list);
     c.command = spec.command;
     argv.insert(argv.end(), {"--container-runtime", c.runtime_command, "--container-name", c.name,
                              "--container-image", c.image});
@@ -458,8 +492,7 @@ void Executor::TryReap(const TaskKey& key) {
     if (!t.stop_reason.empty()) {
       t.status.error = t.status.error.empty() ? t.stop_reason : t.stop_reason + "; " + t.status.error;
     }
-    t.status.running = false;
-    t.status.finished_ms = NowUnixMs();
+    Finish(t);
     if (t.pidfd >= 0) close(t.pidfd);
     t.pidfd = -1;
     finished = true;

@@ -21,6 +21,11 @@
 // make a privileged agent write or serve another file). The spec's owned_dirs (the job's
 // checkpoint directory) are created and given to the task's account with mode 0700.
 //
+// CPUs (when Options::cpu_pool is not empty): a task with cpus > 0 is bound to that many
+// CPUs of the pool from its launch until it ends (CpuAllocator: distinct from the other
+// running tasks' while they fit, least-used first when they do not), through the shim's
+// --cpus and, for a Docker container, the runtime's --cpuset-cpus.
+//
 // Leases (when Options::lease_path is set): every task's shim watches that lease file
 // (lease.h), which the owner keeps current (LeaseKeeper, lease_keeper.h), and kills its
 // task by itself once the lease has run out; a process that is stopped or hung renews
@@ -47,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/cpu_allocator.h"
 #include "agent/task_user.h"
 #include "common/error.h"
 #include "common/mutex.h"
@@ -69,7 +75,9 @@ struct TaskSpec {
   std::map<std::string, std::string> env;    // added to (and overriding) the agent's env
   std::string workdir;                       // empty: the agent's working directory
   std::vector<int> gpus;                     // node-local GPU indices
-  int cpus = 0;                              // recorded; not enforced yet
+  // CPUs reserved for the task (the job's cpus_per_task); with a CPU pool
+  // (Options::cpu_pool) the task is bound to that many of them. 0: not bound.
+  int cpus = 0;
   std::string user;                          // the job's user; empty: run as this process
   // Directories the task owns: created if missing (parents as this process), then given
   // to the task's account with mode 0700, never through a symbolic link. One that belongs
@@ -93,6 +101,9 @@ struct TaskStatus {
   std::string log_path;
   std::vector<int> gpus;
   int cpus = 0;
+  // The CPUs the task is bound to (cpu_allocator.h), ascending; empty when it is not bound
+  // (cpus 0, or no CPU pool). Kept after the task ends, when they are free again.
+  std::vector<int> cpu_list;
   // A container task: the file where its shim publishes the container's init, the task's
   // second root, whose PID namespace is the task's (container_root.h); empty for a bare
   // task.
@@ -102,7 +113,7 @@ struct TaskStatus {
 // What a command run beside a running task needs to run in its environment (exec
 // sessions, exec_session.h): the task's environment as the shim got it (added to this
 // process's, less unset_env), its working directory, its account (nullopt: this
-// process's), and for a container task the runtime and the container's name.
+// process's), its CPUs, and for a container task the runtime and the container's name.
 struct ExecTarget {
   TaskKey key;
   std::map<std::string, std::string> env;
@@ -112,6 +123,7 @@ struct ExecTarget {
   std::string container_runtime_command;  // non-empty: `RUNTIME exec` into container_name
   std::string container_runtime;          // podman or docker
   std::string container_name;
+  std::vector<int> cpus;  // the CPUs the task is bound to (TaskStatus::cpu_list); empty: none
 };
 
 struct LogChunk {
@@ -159,6 +171,9 @@ class Executor {
     // null: none (simulated GPUs pass only the environment).
     std::map<std::string, std::string> container_runtimes = {{"podman", "podman"}, {"docker", "docker"}};
     std::function<std::vector<std::string>(const std::vector<int>& gpus)> container_devices;
+    // The CPUs tasks are bound to (`cohort agent --cpu-bind cores`); empty: tasks are not
+    // bound (`--cpu-bind none`).
+    std::vector<CpuPlace> cpu_pool;
   };
 
   explicit Executor(Options options);
@@ -179,7 +194,10 @@ class Executor {
   // task's account when it is not this process's (unless spec.env sets them);
   // CUDA_VISIBLE_DEVICES is set to spec.gpus (comma-separated, empty for none) and
   // CUDA_DEVICE_ORDER to PCI_BUS_ID (so CUDA numbers GPUs as NVML does), unless spec.env
-  // sets them. A relaunch of a forgotten key truncates its log. Returns at once: the
+  // sets them. A task with cpus > 0 also gets COHORT_CPUS_PER_TASK (spec.cpus),
+  // COHORT_CPU_BIND (the list it is bound to, "0-3"; only when bound) and OMP_NUM_THREADS
+  // (the number of CPUs bound, else spec.cpus) unless spec.env sets it. A relaunch of a
+  // forgotten key truncates its log. Returns at once: the
   // executor thread starts the shim (the status shows the task running, pid 0 until then);
   // a Stop before the shim starts is delivered when it does.
   Result<void> Launch(const TaskSpec& spec) EXCLUDES(mu_);
@@ -233,15 +251,20 @@ class Executor {
     std::optional<ExecTarget> exec;  // set once the shim runs
   };
 
+  // Marks `t` finished now and gives its CPUs back to the pool.
+  void Finish(Task& t) REQUIRES(mu_);
+
   void Loop() EXCLUDES(mu_);                         // the executor thread
   void StartShim(const TaskKey& key) EXCLUDES(mu_);  // executor thread
   void TryReap(const TaskKey& key) EXCLUDES(mu_);    // executor thread
   void Wake();                                       // any thread; lock-free (eventfd)
-  // The shim's command line for a task whose environment is `env`; an error when the
-  // task cannot be started here (a container runtime this node does not offer).
+  // The shim's command line for a task whose environment is `env`, bound to `cpu_list`
+  // (empty: unbound); an error when the task cannot be started here (a container runtime
+  // this node does not offer).
   Result<std::vector<std::string>> ShimArgv(const TaskKey& key, const TaskSpec& spec,
                                             const std::optional<TaskAccount>& account,
-                                            const std::map<std::string, std::string>& env) const;
+                                            const std::map<std::string, std::string>& env,
+                                            const std::vector<int>& cpu_list) const;
   // StartShim's files, before the shim runs: the account (from spec.user), the attempt
   // directory, the log (truncated, owned by the account), the owned directories. Returns
   // the error that fails the start, or "" with `account` set (nullopt: this process).
@@ -256,6 +279,7 @@ class Executor {
   CondVar cv_;                                        // signalled on spawn and on exit
   std::map<TaskKey, Task> tasks_ GUARDED_BY(mu_);
   std::deque<TaskKey> start_queue_ GUARDED_BY(mu_);
+  std::optional<CpuAllocator> cpus_ GUARDED_BY(mu_);  // from options_.cpu_pool; nullopt: no binding
   bool shutting_down_ GUARDED_BY(mu_) = false;        // Launch refuses when set
   bool quit_ GUARDED_BY(mu_) = false;                 // ends the executor thread
   std::thread thread_;                                // started last in the constructor

@@ -22,6 +22,7 @@
 #include "agent/container.h"
 #include "agent/container_root.h"
 #include "agent/lease.h"
+#include "agent/cpu_set.h"
 #include "agent/task_identity.h"
 #include "agent/wakeup_lateness.h"
 #include "common/clock.h"
@@ -67,6 +68,9 @@ struct ShimArgs {
   // --hold: an allocation's task (no command): the child enters the task's account and
   // directory and then only waits, until a signal ends it.
   bool hold = false;
+  // --cpus: the CPUs the task is bound to (cpu_set.h), set in the child before exec; empty:
+  // the shim's own mask.
+  std::vector<int> cpus;
   std::vector<std::string> command;
 };
 
@@ -123,6 +127,8 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
       a.lease_path = value;
     } else if (arg == "--user") {
       a.identity = COHORT_TRY(ParseTaskIdentity(value));
+    } else if (arg == "--cpus") {
+      a.cpus = COHORT_TRY(ParseCpuList(value));
     } else if (arg == "--container-runtime") {
       a.container_runtime = value;
     } else if (arg == "--container-name") {
@@ -282,6 +288,15 @@ std::string IdentityError(const TaskIdentity& id, int err) {
   dup2(log_fd, 2);
   ChildFailure f;
   std::string msg;
+  // Bound before exec, so the command and all it starts inherit the mask. A mask the kernel
+  // refuses (the agent's own cpuset shrank since it chose) leaves the task running
+  // unbound: binding must never fail a task.
+  if (!args.cpus.empty()) {
+    if (const int err = BindToCpus(args.cpus); err != 0) {
+      WriteAll(2, fmt::format("cohort: cannot bind the task to CPUs {}: {}; it runs unbound\n",
+                              FormatCpuList(args.cpus), strerror(err)));
+    }
+  }
   // The job's account, here and not in the shim: the shim keeps the agent's identity, so
   // the task cannot signal, stop or trace the process that enforces its lease and reaps it.
   const int id_err = args.identity ? AssumeTaskIdentity(*args.identity) : 0;
@@ -800,7 +815,7 @@ int ReportUsage(const Error& error) {
   fprintf(stderr, "cohort task-shim: %s\n", error.message.c_str());
   fprintf(stderr,
           "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
-          "[--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUP,...] "
+          "[--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUP,...] [--cpus LIST] "
           "[--container-runtime CMD --container-name NAME --container-image IMAGE [--container-root FILE "
           "[--container-detached]]] "
           "(-- command [args...] | --hold)\n");

@@ -5,7 +5,7 @@
 // more than this file needs, so a task start does not pay for loading the whole cohort
 // binary, CUDA libraries included) as `cohort-task-shim --log FILE --status FILE
 // --grace-ms N [--cwd DIR] [--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUPS]
-// [--container-runtime CMD --container-name NAME --container-image IMAGE [--container-root
+// [--cpus LIST] [--container-runtime CMD --container-name NAME --container-image IMAGE [--container-root
 // FILE [--container-detached]]] -- command args...` (or `--hold` in place of `-- command`: an allocation's task, api/step.h, whose
 // child enters the account and directory as a command's would, then only waits for the
 // signal that ends it: no user process runs, the task holds its GPUs for the steps), or,
@@ -20,7 +20,9 @@
 //    and stderr appended to the log, default signal dispositions and an empty mask
 //    restored; with --user, the job's account entered (supplementary groups, gid, uid:
 //    task_identity.h) and only then the parent-death signal set, which a credential change
-//    clears; the working directory entered (as that user), then execvp. The shim itself
+//    clears; with --cpus LIST ("0-3,8", cpu_set.h), bound to those CPUs first
+//    (sched_setaffinity; one the kernel refuses is a line in the log and an unbound task,
+//    never a failed one); the working directory entered (as that user), then execvp. The shim itself
 //    keeps the identity it was started with (root on a multi-user node), so the task cannot
 //    signal, stop or ptrace its supervisor. If the identity change, chdir or exec fails,
 //    the child writes one line into the log ("cohort: cannot execute 'foo': No such file

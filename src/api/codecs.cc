@@ -45,6 +45,8 @@ constexpr size_t kMaxReportedTasks = 65536;
 // A task's error ("cannot execute '...': ...") is kept to its first 4 KiB: a head that
 // refused a longer one would refuse the agent's heartbeats, and the node would go DOWN.
 constexpr size_t kMaxTaskErrorBytes = 4096;
+// A task's CPU list ("0-3,8"): every CPU of an 8192-CPU node, singly, fits.
+constexpr size_t kMaxCpuListBytes = 48 * 1024;
 
 // `text` cut to at most `max_bytes` bytes at a UTF-8 character boundary, "..." marking a cut.
 std::string CutText(std::string text, size_t max_bytes) {
@@ -868,12 +870,15 @@ Result<AgentTiming> AgentTimingFromJson(const json& j) {
 }
 
 static json TaskReportToJson(const TaskReport& t) {
-  return json{{"job", t.job},       {"attempt", t.attempt},     {"rank", t.rank},
-              {"running", t.running}, {"pid", t.pid},           {"gpus", t.gpus},
-              {"cpus", t.cpus},     {"exit_code", t.exit_code}, {"signal", t.signal},
-              {"error", t.error},   {"finished_ms", t.finished_ms},
-              {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes},
-              {"gpu_memory_bytes", t.gpu_memory_bytes}, {"gpu_memory_warning", t.gpu_memory_warning}};
+  json j{{"job", t.job},       {"attempt", t.attempt},     {"rank", t.rank},
+         {"running", t.running}, {"pid", t.pid},           {"gpus", t.gpus},
+         {"cpus", t.cpus},     {"exit_code", t.exit_code}, {"signal", t.signal},
+         {"error", t.error},   {"finished_ms", t.finished_ms},
+         {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes},
+         {"gpu_memory_bytes", t.gpu_memory_bytes}, {"gpu_memory_warning", t.gpu_memory_warning}};
+  // Only when bound, so an unbound task's report reads the same to a head that predates it.
+  if (!t.cpu_list.empty()) j["cpu_list"] = t.cpu_list;
+  return j;
 }
 
 static json GpuReportToJson(const GpuReport& g) {
@@ -934,6 +939,12 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
       rep.rss_bytes = COHORT_TRY(t.Int("rss_bytes", 0, 0, int64_t(1) << 50));
       rep.gpu_memory_bytes = COHORT_TRY(t.Int("gpu_memory_bytes", 0, 0, int64_t(1) << 50));
       rep.gpu_memory_warning = CutText(COHORT_TRY(t.String("gpu_memory_warning", "")), kMaxTaskErrorBytes);
+      rep.cpu_list = COHORT_TRY(t.String("cpu_list", ""));
+      if (rep.cpu_list.size() > kMaxCpuListBytes ||
+          rep.cpu_list.find_first_not_of("0123456789,-") != std::string::npos) {
+        return FieldError(t.FieldName("cpu_list"), "must be a CPU list such as 0-3,8 of at most {} characters",
+                          kMaxCpuListBytes);
+      }
       COHORT_TRY_VOID(t.Finish());
       h.tasks.push_back(std::move(rep));
     }

@@ -74,6 +74,7 @@ json ToJson(const TaskUsage& t) {
          {"cpu_seconds", t.cpu_seconds}, {"rss_bytes", t.rss_bytes},
          {"gpus", t.gpus},       {"gpu_memory_bytes", t.gpu_memory_bytes}};
   if (!t.gpu_memory_warning.empty()) j["gpu_memory_warning"] = t.gpu_memory_warning;
+  if (!t.cpu_list.empty()) j["cpu_list"] = t.cpu_list;
   return j;
 }
 
@@ -87,6 +88,7 @@ Result<TaskUsage> TaskUsageFromJson(const json& j, const std::string& path) {
   t.gpus = COHORT_TRY(vr::IntList(r, "gpus", 0, kMaxGpusPerNode - 1, kMaxGpusPerNode));
   t.gpu_memory_bytes = COHORT_TRY(r.Int("gpu_memory_bytes", 0, 0, INT64_MAX));
   t.gpu_memory_warning = COHORT_TRY(r.String("gpu_memory_warning", ""));
+  t.cpu_list = COHORT_TRY(r.String("cpu_list", ""));
   return t;
 }
 

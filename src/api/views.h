@@ -53,6 +53,7 @@ struct TaskUsage {
   std::vector<int> gpus;            // the task's GPUs on its node (indices)
   int64_t gpu_memory_bytes = 0;     // TaskReport's fields of the same names
   std::string gpu_memory_warning;
+  std::string cpu_list;
 };
 
 // A job as GET /v1/jobs lists it: the stored Job plus its accounting.
@@ -76,7 +77,7 @@ json NodeListToJson(const std::vector<NodeStatus>& nodes);
 Result<std::vector<NodeStatus>> NodeListFromJson(const json& j);
 
 // {"rank", "node", "cpu_seconds", "rss_bytes", "gpus", "gpu_memory_bytes"}, and
-// "gpu_memory_warning" when set (the last three optional when read).
+// "gpu_memory_warning" and "cpu_list" when set (the last four optional when read).
 json ToJson(const TaskUsage& t);
 Result<TaskUsage> TaskUsageFromJson(const json& j, const std::string& path = {});
 

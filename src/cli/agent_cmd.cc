@@ -19,6 +19,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::string health_check_interval = "60s";
     std::string join_token_file;
     std::string task_user = "job";
+    std::string cpu_bind = "cores";
     std::vector<std::string> container_runtimes;
     std::vector<std::string> topology;
     std::string image_max_unused = "0";
@@ -46,7 +47,10 @@ void AddAgentCommand(CommandContext& ctx) {
       ->check(CLI::Range(1, 1024));
   sub->add_option("--simulated-mig", f->simulated_mig,
                   "Simulated GPU 0 in MIG mode, carved into PROFILE:COUNT[,...] instances, e.g. 1g.10gb:3,3g.40gb:1");
-  sub->add_option("--cpus", f->config.cpus, "CPUs to offer (default: hardware threads)")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--cpus", f->config.cpus, "CPUs to offer (default: the CPUs this process may run on, its affinity mask)")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--cpu-bind", f->cpu_bind,
+                  "Bind each task to its own CPUs, as many as its job's cpus_per_task: 'cores' (default) or 'none' "
+                  "(tasks run on all of the agent's CPUs)");
   sub->add_option("--topology", f->topology,
                   "Topology labels KEY=VALUE of this node (repeatable or comma-separated), e.g. "
                   "rack=r1,switch=s3: multi-node gangs prefer the fewest switches; the gateway prefers replicas "
@@ -146,6 +150,9 @@ void AddAgentCommand(CommandContext& ctx) {
     auto task_user = agent::ParseTaskUserPolicy(f->task_user);
     if (!task_user) return ReportError(task_user.error());
     f->config.task_user = *task_user;
+    auto cpu_bind = agent::ParseCpuBind(f->cpu_bind);
+    if (!cpu_bind) return ReportError(cpu_bind.error());
+    f->config.cpu_bind = *cpu_bind;
     if (!f->container_runtimes.empty()) {
       auto runtimes = agent::ParseContainerRuntimes(f->container_runtimes);
       if (!runtimes) return ReportError(runtimes.error());

@@ -90,11 +90,13 @@ std::string RenderProgressEta(const api::ProgressEta& e) {
 
 std::string RenderTaskUsage(const std::vector<api::TaskUsage>& tasks) {
   std::string out = "tasks (running):\n";
-  Table t({"RANK", "NODE", "CPU TIME", "RSS", "GPU MEMORY", "WARNING"});
-  t.SetMaxWidth(5, 100);
+  Table t({"RANK", "NODE", "CPUS", "CPU TIME", "RSS", "GPU MEMORY", "WARNING"});
+  t.SetMaxWidth(6, 100);
   for (const auto& u : tasks) {
-    t.AddRow({std::to_string(u.rank), u.node, fmt::format("{:.1f}s", u.cpu_seconds), FormatGiB(u.rss_bytes),
-              FormatGiB(u.gpu_memory_bytes), u.gpu_memory_warning.empty() ? "-" : u.gpu_memory_warning});
+    // CPUS: the CPUs the task is bound to; "-" when its agent does not bind it.
+    t.AddRow({std::to_string(u.rank), u.node, u.cpu_list.empty() ? "-" : u.cpu_list,
+              fmt::format("{:.1f}s", u.cpu_seconds), FormatGiB(u.rss_bytes), FormatGiB(u.gpu_memory_bytes),
+              u.gpu_memory_warning.empty() ? "-" : u.gpu_memory_warning});
   }
   return out + t.Render(2);
 }

@@ -33,9 +33,14 @@ TEST(TelemetryCodecTest, HeartbeatGpuReportsRoundTrip) {
   t.rss_bytes = 4096;
   t.gpu_memory_bytes = int64_t{50} << 30;
   t.gpu_memory_warning = "task 0 used 50 GiB of GPU 1, over its share of 40 GiB (gpu_memory_enforce: report)";
+  t.cpu_list = "0-3,8";
   hb.tasks.push_back(t);
+  TaskReport unbound;
+  unbound.job = 4;
+  hb.tasks.push_back(unbound);
 
   json j = ToJson(hb);
+  EXPECT_FALSE(j["tasks"][1].contains("cpu_list")) << "an unbound task's report reads as an older agent's";
   EXPECT_FALSE(j["gpus"][1].contains("utilization"));  // unknown readings are left out
   auto back = HeartbeatFromJson(j);
   ASSERT_TRUE(back.has_value()) << back.error().message;
@@ -51,6 +56,13 @@ TEST(TelemetryCodecTest, HeartbeatGpuReportsRoundTrip) {
   EXPECT_EQ(back->tasks[0].rss_bytes, 4096);
   EXPECT_EQ(back->tasks[0].gpu_memory_bytes, int64_t{50} << 30);
   EXPECT_EQ(back->tasks[0].gpu_memory_warning, t.gpu_memory_warning);
+  EXPECT_EQ(back->tasks[0].cpu_list, "0-3,8");
+  EXPECT_EQ(back->tasks[1].cpu_list, "");
+  json bad_list = j;
+  bad_list["tasks"][0]["cpu_list"] = "0-3; rm -rf";
+  auto refused = HeartbeatFromJson(bad_list);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().field, "tasks[0].cpu_list");
 
   // A heartbeat without the new fields (an older agent) still decodes.
   auto old = HeartbeatFromJson(json{{"incarnation", "abc"}, {"tasks", json::array()}});

@@ -141,8 +141,8 @@ TEST(NodeStatusCodecTest, NodeListRoundTripsAndNamesTheBadNode) {
 
 TEST(JobStatusCodecTest, RoundTripsWithAndWithoutTaskUsage) {
   JobStatus s{TestJob(3, JobState::kRunning), 123.5,
-              std::vector<TaskUsage>{{0, "n1", 1.25, 4096, {2}, int64_t{50} << 30, "over its share"},
-                                     {1, "n1", 0.5, 1024, {}, 0, ""}},
+              std::vector<TaskUsage>{{0, "n1", 1.25, 4096, {2}, int64_t{50} << 30, "over its share", "0-3"},
+                                     {1, "n1", 0.5, 1024, {}, 0, "", ""}},
               ProgressEta{40, 100, 40.0, 2.5, 24, 5000}};
   json j = ToJson(s);
   EXPECT_EQ(j["tasks_usage"][0]["rss_bytes"], 4096);
@@ -150,6 +150,8 @@ TEST(JobStatusCodecTest, RoundTripsWithAndWithoutTaskUsage) {
   EXPECT_EQ(j["tasks_usage"][0]["gpu_memory_bytes"], int64_t{50} << 30);
   EXPECT_EQ(j["tasks_usage"][0]["gpu_memory_warning"], "over its share");
   EXPECT_FALSE(j["tasks_usage"][1].contains("gpu_memory_warning")) << "written only when set";
+  EXPECT_EQ(j["tasks_usage"][0]["cpu_list"], "0-3");
+  EXPECT_FALSE(j["tasks_usage"][1].contains("cpu_list")) << "written only when bound";
   auto back = JobStatusFromJson(j);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(ToJson(*back), j);

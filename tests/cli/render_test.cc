@@ -130,14 +130,15 @@ TEST(RenderJobTest, ANominationAndTheAttemptsLastCheckpoint) {
 TEST(RenderJobTest, TaskUsageWithGpuMemoryAndItsWarning) {
   std::vector<api::TaskUsage> tasks = {
       {0, "n1", 12.5, int64_t{1} << 30, {1}, int64_t{50} << 30,
-       "task 0 used 50 GiB of GPU 1, over its share of 40 GiB (gpu_memory_enforce: report)"},
-      {1, "n2", 3, 0, {0}, 0, ""}};
+       "task 0 used 50 GiB of GPU 1, over its share of 40 GiB (gpu_memory_enforce: report)", "0-3"},
+      {1, "n2", 3, 0, {0}, 0, "", ""}};
+  // CPUS: the CPUs the agent bound the task to; "-" for an unbound task.
   EXPECT_EQ(RenderTaskUsage(tasks),
             "tasks (running):\n"
-            "  RANK  NODE  CPU TIME  RSS      GPU MEMORY  WARNING\n"
-            "  0     n1    12.5s     1.0 GiB  50.0 GiB    task 0 used 50 GiB of GPU 1, over its share of 40 GiB "
+            "  RANK  NODE  CPUS  CPU TIME  RSS      GPU MEMORY  WARNING\n"
+            "  0     n1    0-3   12.5s     1.0 GiB  50.0 GiB    task 0 used 50 GiB of GPU 1, over its share of 40 GiB "
             "(gpu_memory_enforce: report)\n"
-            "  1     n2    3.0s      -        -           -\n");
+            "  1     n2    -     3.0s      -        -           -\n");
 }
 
 TEST(RenderJobTest, AServiceReplicaShowsItsServiceAndEndpoint) {

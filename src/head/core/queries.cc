@@ -176,7 +176,8 @@ std::map<JobId, std::vector<api::TaskUsage>> RunningTaskUsage(const ClusterState
   for (const auto& [node, rt] : s.runtime) {
     for (const auto& t : rt.reported) {
       if (!t.running || !CurrentAttempt(s, t.job, t.attempt)) continue;
-      out[t.job].push_back({t.rank, node, t.cpu_seconds, t.rss_bytes, t.gpus, t.gpu_memory_bytes, t.gpu_memory_warning});
+      out[t.job].push_back({t.rank, node, t.cpu_seconds, t.rss_bytes, t.gpus, t.gpu_memory_bytes, t.gpu_memory_warning,
+                              t.cpu_list});
     }
   }
   for (auto& [id, tasks] : out) {
