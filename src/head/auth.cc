@@ -51,6 +51,13 @@ bool ConstantTimeEqual(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+Caller NodeCaller(std::string_view node) {
+  Caller c;
+  c.kind = Caller::Kind::kNode;
+  c.node = std::string(node);
+  return c;
+}
+
 
 }  // namespace
 
@@ -333,16 +340,16 @@ Result<Caller> TokenBook::Authenticate(std::string_view bearer, int64_t now_ms) 
     if (us == std::string_view::npos || us + 1 >= rest.size()) return unknown();
     const std::string_view node = rest.substr(us + 1);
     int64_t generation = 0;
-    std::string expected;
     {
+      // The usual case, a credential presented before: compared where it is kept, no copy.
       MutexLock lock(mu_);
       generation = GenerationLocked(node);
-      if (auto it = known_credentials_.find(node); it != known_credentials_.end() && it->second.generation == generation) {
-        expected = it->second.credential;
+      if (auto it = known_credentials_.find(node); it != known_credentials_.end() && it->second.generation == generation &&
+                                                   ConstantTimeEqual(it->second.credential, bearer)) {
+        return NodeCaller(node);
       }
     }
-    const bool cached = !expected.empty();
-    if (!cached) expected = NodeCredentialAt(node, generation);
+    const std::string expected = NodeCredentialAt(node, generation);
     if (!ConstantTimeEqual(expected, bearer)) {
       // One of the name's retired credentials (the last few): say so, so its agent's
       // operator knows to register it again.
@@ -356,14 +363,11 @@ Result<Caller> TokenBook::Authenticate(std::string_view bearer, int64_t now_ms) 
       }
       return unknown();
     }
-    if (!cached) {
+    {
       MutexLock lock(mu_);
       if (GenerationLocked(node) == generation) known_credentials_[std::string(node)] = {generation, expected};
     }
-    Caller c;
-    c.kind = Caller::Kind::kNode;
-    c.node = std::string(node);
-    return c;
+    return NodeCaller(node);
   }
   if (!bearer.starts_with(kTokenPrefix)) return unknown();
   std::string_view rest = bearer.substr(kTokenPrefix.size());

@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/mutex.h"
+#include "common/string_hash.h"
 
 namespace cohort::head {
 
@@ -63,16 +64,11 @@ class RateLimiter {
   // Forgets the eighth of the buckets idle the longest.
   void EvictOldestLocked() REQUIRES(mu_);
 
-  // Lookups by string_view, without a copy of the key.
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-
   const Options options_;
   const int64_t refill_ms_;  // how long an empty bucket takes to fill: burst / rate
   mutable Mutex mu_;
-  std::unordered_map<std::string, Bucket, KeyHash, std::equal_to<>> buckets_ GUARDED_BY(mu_);
+  // Looked up by string_view, without a copy of the key.
+  std::unordered_map<std::string, Bucket, StringHash, std::equal_to<>> buckets_ GUARDED_BY(mu_);
   int64_t next_sweep_ms_ GUARDED_BY(mu_) = 0;
   uint64_t refused_ GUARDED_BY(mu_) = 0;
 };
