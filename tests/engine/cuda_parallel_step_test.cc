@@ -356,6 +356,37 @@ double CpuStep(const GptConfig& cfg, int step, const Checkpoint& from, Checkpoin
   return loss.value_or(0);
 }
 
+// The ZeRO-`stage` state `state` after step kSteps of tensor 2 x data 2 resumes on the CPU on
+// one rank (float32 against bf16: cuda_zero_test's 2e-2), and the CPU's state after that step
+// resumes ZeRO-`stage` in the CUDA layout as it resumes ZeRO-0 there.
+void ExpectCrossesToTheCpuAndBack(const GptConfig& cfg, int stage, const Checkpoint& state) {
+  ASSERT_EQ(state.adam_t, kSteps);
+  Checkpoint cpu_end;
+  const double cpu_loss = CpuStep(cfg, kSteps, state, &cpu_end);
+  const ZeroRun cuda_next = TrainZero(cfg, 2, 1, stage, kSteps, 1, &state);
+  EXPECT_LT(RelDiff(cpu_loss, cuda_next.losses[0]), 2e-2) << cpu_loss << " vs " << cuda_next.losses[0];
+  EXPECT_EQ(cpu_end.adam_t, kSteps + 1);
+  const ZeroRun z = TrainZero(cfg, 2, 1, stage, kSteps + 1, 1, &cpu_end);
+  const ZeroRun d = TrainZero(cfg, 2, 1, 0, kSteps + 1, 1, &cpu_end);
+  EXPECT_LT(RelDiff(z.losses[0], d.losses[0]), 1e-5) << z.losses[0] << " vs " << d.losses[0];
+  EXPECT_LT(RelDiff(z.norms[0], d.norms[0]), 1e-5);
+  EXPECT_EQ(z.state.adam_t, kSteps + 2);
+}
+
+// Pipeline 2 x data 2 with ZeRO-`stage`: each chunk's pieces are reduce-scattered in its last
+// backward of the step, the pieces holding wte (the first stage's embedding, the last
+// stage's head copy) only after the embedding group's sum of the tied copies; losses and
+// norms ZeRO-0's to 1e-5, the checkpoint ranges tiling the model.
+void ExpectPipelineTrainsAsZero0(const GptConfig& cfg, int stage) {
+  const ZeroRun pp_plain = TrainZero(cfg, 1, 2, 0, 0, kSteps);
+  const ZeroRun pp_zero = TrainZero(cfg, 1, 2, stage, 0, kSteps);
+  EXPECT_EQ(pp_zero.untiled, 0u);
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_LT(RelDiff(pp_zero.losses[s], pp_plain.losses[s]), 1e-5) << "pipeline 2, step " << s + 1;
+    EXPECT_LT(RelDiff(pp_zero.norms[s], pp_plain.norms[s]), 1e-5) << "pipeline 2, step " << s + 1;
+  }
+}
+
 TEST(CudaParallelStepTest, ZeroInsideACudaLayoutTrainsAsWithoutItInTheFormulasBytes) {
   if (!HaveGpus(4)) GTEST_SKIP() << "needs 4 GPUs";
   const GptConfig cfg = TinyConfig(2);
@@ -405,31 +436,8 @@ TEST(CudaParallelStepTest, ZeroInsideACudaLayoutTrainsAsWithoutItInTheFormulasBy
     }
   }
 
-  // The ZeRO-2 state after step kSteps resumes on the CPU on one rank (float32 against bf16:
-  // cuda_zero_test's 2e-2), and the CPU's state after that step resumes ZeRO-2 in the CUDA
-  // layout as it resumes ZeRO-0 there.
-  ASSERT_EQ(zero2_state.adam_t, kSteps);
-  Checkpoint cpu_end;
-  const double cpu_loss = CpuStep(cfg, kSteps, zero2_state, &cpu_end);
-  const ZeroRun cuda_next = TrainZero(cfg, 2, 1, 2, kSteps, 1, &zero2_state);
-  EXPECT_LT(RelDiff(cpu_loss, cuda_next.losses[0]), 2e-2) << cpu_loss << " vs " << cuda_next.losses[0];
-  EXPECT_EQ(cpu_end.adam_t, kSteps + 1);
-  const ZeroRun z = TrainZero(cfg, 2, 1, 2, kSteps + 1, 1, &cpu_end);
-  const ZeroRun d = TrainZero(cfg, 2, 1, 0, kSteps + 1, 1, &cpu_end);
-  EXPECT_LT(RelDiff(z.losses[0], d.losses[0]), 1e-5) << z.losses[0] << " vs " << d.losses[0];
-  EXPECT_LT(RelDiff(z.norms[0], d.norms[0]), 1e-5);
-  EXPECT_EQ(z.state.adam_t, kSteps + 2);
-
-  // Pipeline 2 x data 2: each chunk's pieces are reduce-scattered in its last backward of the
-  // step, the pieces holding wte (the first stage's embedding, the last stage's head copy)
-  // only after the embedding group's sum of the tied copies.
-  const ZeroRun pp_plain = TrainZero(cfg, 1, 2, 0, 0, kSteps);
-  const ZeroRun pp_zero2 = TrainZero(cfg, 1, 2, 2, 0, kSteps);
-  EXPECT_EQ(pp_zero2.untiled, 0u);
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_LT(RelDiff(pp_zero2.losses[s], pp_plain.losses[s]), 1e-5) << "pipeline 2, step " << s + 1;
-    EXPECT_LT(RelDiff(pp_zero2.norms[s], pp_plain.norms[s]), 1e-5) << "pipeline 2, step " << s + 1;
-  }
+  ExpectCrossesToTheCpuAndBack(cfg, 2, zero2_state);
+  ExpectPipelineTrainsAsZero0(cfg, 2);
 }
 
 // ZeRO-3 inside CUDA layouts (trainer/cuda_shard_engine.cc): the model reads each piece of
@@ -501,27 +509,8 @@ TEST(CudaParallelStepTest, Zero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCro
   EXPECT_EQ(resumed.state.adam_v, got.state.adam_v);
   EXPECT_EQ(resumed.state.adam_t, kSteps);
 
-  // To the CPU and back: the ZeRO-3 state resumes there (float32 against bf16: 2e-2), and
-  // the CPU's state after that step resumes ZeRO-3 in the CUDA layout as it resumes ZeRO-0.
-  Checkpoint cpu_end;
-  const double cpu_loss = CpuStep(cfg, kSteps, got.state, &cpu_end);
-  const ZeroRun cuda_next = TrainZero(cfg, 2, 1, 3, kSteps, 1, &got.state);
-  EXPECT_LT(RelDiff(cpu_loss, cuda_next.losses[0]), 2e-2) << cpu_loss << " vs "
-                                                          << cuda_next.losses[0];
-  const ZeroRun z = TrainZero(cfg, 2, 1, 3, kSteps + 1, 1, &cpu_end);
-  const ZeroRun d = TrainZero(cfg, 2, 1, 0, kSteps + 1, 1, &cpu_end);
-  EXPECT_LT(RelDiff(z.losses[0], d.losses[0]), 1e-5) << z.losses[0] << " vs " << d.losses[0];
-  EXPECT_LT(RelDiff(z.norms[0], d.norms[0]), 1e-5);
-  EXPECT_EQ(z.state.adam_t, kSteps + 2);
-
-  // Pipeline 2 x data 2.
-  const ZeroRun pp_plain = TrainZero(cfg, 1, 2, 0, 0, kSteps);
-  const ZeroRun pp_zero3 = TrainZero(cfg, 1, 2, 3, 0, kSteps);
-  EXPECT_EQ(pp_zero3.untiled, 0u);
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_LT(RelDiff(pp_zero3.losses[s], pp_plain.losses[s]), 1e-5) << "pipeline 2, step " << s + 1;
-    EXPECT_LT(RelDiff(pp_zero3.norms[s], pp_plain.norms[s]), 1e-5) << "pipeline 2, step " << s + 1;
-  }
+  ExpectCrossesToTheCpuAndBack(cfg, 3, got.state);
+  ExpectPipelineTrainsAsZero0(cfg, 3);
 }
 
 }  // namespace
