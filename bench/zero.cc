@@ -1,8 +1,8 @@
 // bench_zero: ZeRO in the data-parallel group and checkpoints by range, on CPU ranks (one
 // thread per rank, gloo over loopback, in one process), printed beside their targets.
 //
-//   bench_zero [--section memory|step|prefetch|checkpoint|resume|resume-cuda|offload|all]
-//              [--ranks N] [--steps S]
+//   bench_zero [--section memory|memory-cuda|step|prefetch|checkpoint|resume|resume-cuda|
+//              offload|all] [--ranks N] [--steps S]
 //
 // memory      model-state bytes per rank for ZeRO stages 0, 1 and 2 on N (4) ranks, counted
 //             where the model allocates them (TrainModel::model_state_bytes), beside the
@@ -12,6 +12,17 @@
 //             stages 2 and 3 (gradient piece buffers and a receive buffer; stage 3's buffer
 //             of gathered parameters) is printed beside, not in the total: the formula has no
 //             term for it.
+// memory-cuda model-state bytes per rank for ZeRO stages 0 to 3 inside a CUDA tensor 2 x
+//             data N/2 layout (trainer/cuda_shard_engine.cc; not part of `all`; skipped
+//             without a CUDA engine and device), counted where the engine allocates them,
+//             beside the formula for its precision over the position's shard of Ψ_s floats
+//             and N_d data ranks: float32 master and bf16 copy 6Ψ_s, float32 gradients 4Ψ_s,
+//             AdamW moments 8Ψ_s; stage 1 shards the moments, 2 also the gradients, 3 also
+//             the parameters (18Ψ_s/N_d). Target: the formula exactly (ratio 1.000). The
+//             scratch (stages 2, 3: the whole accumulation buffer 4Ψ_s, a receive buffer;
+//             stage 3's two gather buffers) beside it. The ranks are threads over gloo, the
+//             models constructed only (no step), all on device 0: bench_zero_emu runs it on
+//             the CPU emulator with a tiny model.
 // step        median step time (forward, backward with the bucket reduction, clip and
 //             AdamW; S steps after one warm-up) of stages 1, 2 and 3 beside DDP (stage 0) on
 //             N ranks (stages 2 and 3 reduce-scatter their gradient pieces: no DdpReducer;
@@ -197,6 +208,65 @@ void Memory(int ranks) {
                  worst.params / 1e6, worst.grads / 1e6, worst.optimizer / 1e6, worst_formula / 1e6,
                  total / worst_formula, worst.scratch / 1e6, worst_before / 1e6);
     }
+  }
+}
+
+// ZeRO 0-3 in a CUDA tensor 2 x data N/2 layout: model-state bytes beside the formula.
+void MemoryCuda(int ranks) {
+  if (!CudaTrainingBuilt() || !SelectCudaDevice(0)) {
+    fmt::print("== memory-cuda: skipped (no CUDA engine or device) ==\n");
+    return;
+  }
+  if (ranks < 4 || ranks % 2 != 0) {
+    fmt::print("== memory-cuda: skipped (needs an even --ranks >= 4) ==\n");
+    return;
+  }
+#ifdef COHORT_CUDA_EMULATED
+  const GptConfig c = Model(2, 64, 4, 512, 32);
+  const char* what = "d_model 64, 2 layers, vocab 512 (CPU emulator)";
+#else
+  const GptConfig c = Model(4, 256, 4, 4096, 128);
+  const char* what = "d_model 256, 4 layers, vocab 4096";
+#endif
+  fmt::print("== ZeRO in a CUDA tensor 2 x data {} layout: model states per rank (the largest "
+             "rank), {:.2f}M parameters ({}) ==\n",
+             ranks / 2, c.num_parameters() / 1e6, what);
+  fmt::print("{:<8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>8} {:>11}  {}\n", "stage", "params MB",
+             "grads MB", "optim MB", "total MB", "formula MB", "ratio", "scratch MB",
+             "target (the formula)");
+  for (int stage = 0; stage <= 3; ++stage) {
+    ParallelConfig pc;
+    pc.tensor = 2;
+    pc.zero = stage;
+    const ParallelLayout layout = Check(MakeParallelLayout(pc, c, ranks), "layout");
+    std::mutex mu;
+    TrainModel::ModelStateBytes worst;
+    double worst_formula = 0;
+    RunRanks(ranks, [&](comm::Communicator& comm) {
+      Check(SelectCudaDevice(0), "device");
+      auto model = Check(MakeParallelCudaTrainModel(c, InitialParams{7, nullptr}, AdamWConfig{},
+                                                    layout, comm, comm, nullptr,
+                                                    ParallelStepOptions{}, stage),
+                         "model");
+      const TrainModel::ModelStateBytes b = model->model_state_bytes();
+      const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, c, comm.rank()));
+      const double ps = static_cast<double>(shard.total), nd = layout.data;
+      const double formula = stage == 0   ? 18 * ps
+                             : stage == 1 ? 10 * ps + 8 * ps / nd
+                             : stage == 2 ? 6 * ps + 12 * ps / nd
+                                          : 18 * ps / nd;
+      std::lock_guard lock(mu);
+      if (b.params + b.grads + b.optimizer > worst.params + worst.grads + worst.optimizer) {
+        worst = b;
+        worst_formula = formula;
+      }
+    });
+    const double total = static_cast<double>(worst.params + worst.grads + worst.optimizer);
+    const double ratio = total / worst_formula;
+    fmt::print("{:<8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} {:>8.4f} {:>11.3f}  {}\n",
+               fmt::format("ZeRO-{}", stage), worst.params / 1e6, worst.grads / 1e6,
+               worst.optimizer / 1e6, total / 1e6, worst_formula / 1e6, ratio,
+               worst.scratch / 1e6, std::abs(ratio - 1) <= 1e-3 ? "met" : "MISSED");
   }
 }
 
@@ -711,7 +781,7 @@ int main(int argc, char** argv) {
     else if (flag == "--ranks") ranks = std::atoi(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: bench_zero [--section memory|step|prefetch|checkpoint|resume|resume-cuda|offload|all] [--ranks N] [--steps S]\n");
+      std::fprintf(stderr, "usage: bench_zero [--section memory|memory-cuda|step|prefetch|checkpoint|resume|resume-cuda|offload|all] [--ranks N] [--steps S]\n");
       return 2;
     }
   }
@@ -721,6 +791,7 @@ int main(int argc, char** argv) {
   }
   fmt::print("bench_zero: {} ranks as threads, {} cores online\n", ranks, sysconf(_SC_NPROCESSORS_ONLN));
   if (section == "memory" || section == "all") Memory(ranks);
+  if (section == "memory-cuda") MemoryCuda(ranks);
   if (section == "step" || section == "all") Step(ranks, steps);
   if (section == "prefetch" || section == "all") Prefetch(ranks, steps);
   if (section == "checkpoint" || section == "all") CheckpointIo(ranks);

@@ -34,12 +34,12 @@
 #   engine_cuda_parallel_step_emu_test
 #                                   cuda_parallel_step_test.cc: device-to-device pipeline
 #                                   messages, the overlapped data-parallel reduction, and
-#                                   ZeRO 1 and 2 inside tensor/pipeline layouts;
+#                                   ZeRO 1 to 3 inside tensor/pipeline layouts;
 #   engine_cuda_zero_emu_test       cuda_zero_test.cc: ZeRO-1/2/3 and the offloads on the
 #                                   CUDA TrainModel, 2 ranks over gloo (one process per
 #                                   stage);
-#   bench_zero_emu                  bench/zero.cc's offload section on a tiny model
-#                                   (correctness only).
+#   bench_zero_emu                  bench/zero.cc's offload and memory-cuda sections on a
+#                                   tiny model (correctness only).
 # What the emulator cannot prove: that its fragment layouts match the hardware, anything
 # about memory ordering beyond barrier epochs or between streams (everything is
 # synchronous here), cuBLASLt's own kernels, or anything about speed. It runs one schedule:
@@ -210,7 +210,7 @@ if(TARGET cohort_engine_kernels_cuda)
 
   # How a CUDA layout moves a step's data: device-to-device pipeline messages against the host
   # path, the overlapped data-parallel reduction against the one after the step (bitwise), and
-  # ZeRO 1 and 2 in the data group of a tensor/pipeline layout against ZeRO-0 there.
+  # ZeRO 1 to 3 in the data group of a tensor/pipeline layout against ZeRO-0 there.
   _cohort_emu_test(engine_cuda_parallel_step_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_step_test.cc
             ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
@@ -230,8 +230,8 @@ if(TARGET cohort_engine_kernels_cuda)
   target_include_directories(engine_cuda_zero_emu_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/comm)
   target_compile_definitions(engine_cuda_zero_emu_test PRIVATE COHORT_CUDA_EMULATED=1)
 
-  # bench_zero against the emulated CUDA engine: its offload section on a tiny model, for
-  # correctness only (the emulator says nothing about speed; bench/README.md).
+  # bench_zero against the emulated CUDA engine: its offload and memory-cuda sections on a
+  # tiny model, for correctness only (the emulator says nothing about speed; bench/README.md).
   add_executable(bench_zero_emu ${PROJECT_SOURCE_DIR}/bench/zero.cc)
   target_compile_definitions(bench_zero_emu PRIVATE COHORT_CUDA_EMULATED=1)
   target_include_directories(bench_zero_emu PRIVATE ${PROJECT_SOURCE_DIR}/bench)

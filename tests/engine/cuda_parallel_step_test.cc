@@ -16,7 +16,11 @@
 //     reduce-scatter and the norm sums the shards), model-state bytes per rank by the ZeRO
 //     formula over the position's shard, and a ZeRO-2 checkpoint (every rank's ranges) that
 //     resumes on the CPU on one rank, whose state resumes ZeRO-2 in the CUDA layout as it
-//     resumes ZeRO-0 there.
+//     resumes ZeRO-0 there;
+//   - ZeRO-3 inside a CUDA layout (each piece of the shard's bf16 parameters gathered over the
+//     data group as the model uses it): ZeRO-2's bits in tensor 2 x data 2, ZeRO-0's losses
+//     to 1e-5 there and in pipeline 2 x data 2, bytes per rank by the formula, and its
+//     checkpoint resumed by range (each rank reading its part only), on the CPU, and back.
 // Built twice: against the CPU emulator (cuda_emu.cmake, label engine: device memory is host
 // memory, so one gloo communicator is both worlds) and against the real CUDA engine (label
 // gpu: the world over nccl, the host values over a second, gloo, communicator; one GPU per
@@ -24,6 +28,7 @@
 // emulator takes seconds.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -39,11 +44,13 @@
 #include "comm_test_util.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/gpt.h"
+#include "engine/model/gpt_shard_cuda.h"
 #include "engine/model/gpt_shard_layout.h"
 #include "engine/parallel/layout.h"
 #include "engine/parallel/zero.h"
 #include "engine/trainer/train_model.h"
 #include "parallel_step_util.h"
+#include "temp_dir.h"
 
 namespace cohort::engine {
 namespace {
@@ -213,12 +220,19 @@ struct ZeroRun {
   Checkpoint state;
   std::vector<TrainModel::ModelStateBytes> bytes;
   size_t untiled = 0;  // elements the ranges did not write exactly once
+  std::vector<uint64_t> bytes_read;  // per rank, resuming from a checkpoint on disk
+};
+
+// Checkpoints on disk (the trainer's path): resumed from `from` by range, every rank reading
+// what its engine asks for (RestoreRequest); written by range into `to` after the last step.
+struct ZeroDisk {
+  std::string from, to;
 };
 
 // `steps` steps numbered from `first` of tensor `tensor` x pipeline `pipeline` x data 2 (1F1B)
 // with ZeRO `zero`, from `from` (rank 0 restores it, as the trainer does) or the seed.
 ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int first, int steps,
-                  const Checkpoint* from = nullptr) {
+                  const Checkpoint* from = nullptr, const ZeroDisk* disk = nullptr) {
   const size_t n = cfg.num_parameters();
   const int kWorld = tensor * pipeline * 2;
   ZeroRun run;
@@ -227,6 +241,7 @@ ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int 
   run.state.adam_m.assign(n, 0.0f);
   run.state.adam_v.assign(n, 0.0f);
   run.bytes.resize(kWorld);
+  run.bytes_read.resize(kWorld);
   std::vector<int> written(3 * n, 0);
   std::mutex mu;
   RunCudaRanks(kWorld, [&](comm::Communicator& comm, comm::Communicator& host) {
@@ -243,10 +258,18 @@ ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int 
     ASSERT_TRUE(made.has_value()) << made.error().ToString();
     TrainModel& model = **made;
     EXPECT_EQ(model.zero_shape().stage, zero);
+    TrainModelCheckpointGroup group(model, comm);
     if (from) {
       Checkpoint copy = *from;
       auto restored = model.RestoreState(&comm, comm.rank() == 0 ? &copy : nullptr, from->adam_t);
       ASSERT_TRUE(restored.has_value()) << restored.error().ToString();
+    } else if (disk && !disk->from.empty()) {
+      auto loaded = LoadCheckpointRanges(&group, disk->from, cfg, model.RestoreRequest());
+      ASSERT_TRUE(loaded.has_value()) << loaded.error().ToString();
+      auto finished = model.FinishRestore(loaded->adam_t);
+      ASSERT_TRUE(finished.has_value()) << finished.error().ToString();
+      std::lock_guard lock(mu);
+      run.bytes_read[static_cast<size_t>(comm.rank())] = loaded->bytes_read;
     }
     const int replica = layout->CoordsOf(comm.rank()).data;
     std::vector<double> losses, norms;
@@ -267,6 +290,14 @@ ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int 
     int64_t t = 0;
     auto ranges = model.CheckpointRanges(replica, layout->data, &t);
     ASSERT_TRUE(ranges.has_value()) << ranges.error().ToString();
+    if (disk && !disk->to.empty()) {
+      CheckpointHeader header;
+      header.config = cfg;
+      header.adam_t = t;
+      header.progress.step = first + steps - 1;
+      auto saved = SaveCheckpointRanges(&group, disk->to, header, *ranges, 0);
+      ASSERT_TRUE(saved.has_value()) << saved.error().ToString();
+    }
     std::lock_guard lock(mu);
     run.bytes[static_cast<size_t>(comm.rank())] = model.model_state_bytes();
     for (const CheckpointRange& r : *ranges) {
@@ -325,6 +356,37 @@ double CpuStep(const GptConfig& cfg, int step, const Checkpoint& from, Checkpoin
   return loss.value_or(0);
 }
 
+// The ZeRO-`stage` state `state` after step kSteps of tensor 2 x data 2 resumes on the CPU on
+// one rank (float32 against bf16: cuda_zero_test's 2e-2), and the CPU's state after that step
+// resumes ZeRO-`stage` in the CUDA layout as it resumes ZeRO-0 there.
+void ExpectCrossesToTheCpuAndBack(const GptConfig& cfg, int stage, const Checkpoint& state) {
+  ASSERT_EQ(state.adam_t, kSteps);
+  Checkpoint cpu_end;
+  const double cpu_loss = CpuStep(cfg, kSteps, state, &cpu_end);
+  const ZeroRun cuda_next = TrainZero(cfg, 2, 1, stage, kSteps, 1, &state);
+  EXPECT_LT(RelDiff(cpu_loss, cuda_next.losses[0]), 2e-2) << cpu_loss << " vs " << cuda_next.losses[0];
+  EXPECT_EQ(cpu_end.adam_t, kSteps + 1);
+  const ZeroRun z = TrainZero(cfg, 2, 1, stage, kSteps + 1, 1, &cpu_end);
+  const ZeroRun d = TrainZero(cfg, 2, 1, 0, kSteps + 1, 1, &cpu_end);
+  EXPECT_LT(RelDiff(z.losses[0], d.losses[0]), 1e-5) << z.losses[0] << " vs " << d.losses[0];
+  EXPECT_LT(RelDiff(z.norms[0], d.norms[0]), 1e-5);
+  EXPECT_EQ(z.state.adam_t, kSteps + 2);
+}
+
+// Pipeline 2 x data 2 with ZeRO-`stage`: each chunk's pieces are reduce-scattered in its last
+// backward of the step, the pieces holding wte (the first stage's embedding, the last
+// stage's head copy) only after the embedding group's sum of the tied copies; losses and
+// norms ZeRO-0's to 1e-5, the checkpoint ranges tiling the model.
+void ExpectPipelineTrainsAsZero0(const GptConfig& cfg, int stage) {
+  const ZeroRun pp_plain = TrainZero(cfg, 1, 2, 0, 0, kSteps);
+  const ZeroRun pp_zero = TrainZero(cfg, 1, 2, stage, 0, kSteps);
+  EXPECT_EQ(pp_zero.untiled, 0u);
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_LT(RelDiff(pp_zero.losses[s], pp_plain.losses[s]), 1e-5) << "pipeline 2, step " << s + 1;
+    EXPECT_LT(RelDiff(pp_zero.norms[s], pp_plain.norms[s]), 1e-5) << "pipeline 2, step " << s + 1;
+  }
+}
+
 TEST(CudaParallelStepTest, ZeroInsideACudaLayoutTrainsAsWithoutItInTheFormulasBytes) {
   if (!HaveGpus(4)) GTEST_SKIP() << "needs 4 GPUs";
   const GptConfig cfg = TinyConfig(2);
@@ -374,31 +436,81 @@ TEST(CudaParallelStepTest, ZeroInsideACudaLayoutTrainsAsWithoutItInTheFormulasBy
     }
   }
 
-  // The ZeRO-2 state after step kSteps resumes on the CPU on one rank (float32 against bf16:
-  // cuda_zero_test's 2e-2), and the CPU's state after that step resumes ZeRO-2 in the CUDA
-  // layout as it resumes ZeRO-0 there.
-  ASSERT_EQ(zero2_state.adam_t, kSteps);
-  Checkpoint cpu_end;
-  const double cpu_loss = CpuStep(cfg, kSteps, zero2_state, &cpu_end);
-  const ZeroRun cuda_next = TrainZero(cfg, 2, 1, 2, kSteps, 1, &zero2_state);
-  EXPECT_LT(RelDiff(cpu_loss, cuda_next.losses[0]), 2e-2) << cpu_loss << " vs " << cuda_next.losses[0];
-  EXPECT_EQ(cpu_end.adam_t, kSteps + 1);
-  const ZeroRun z = TrainZero(cfg, 2, 1, 2, kSteps + 1, 1, &cpu_end);
-  const ZeroRun d = TrainZero(cfg, 2, 1, 0, kSteps + 1, 1, &cpu_end);
-  EXPECT_LT(RelDiff(z.losses[0], d.losses[0]), 1e-5) << z.losses[0] << " vs " << d.losses[0];
-  EXPECT_LT(RelDiff(z.norms[0], d.norms[0]), 1e-5);
-  EXPECT_EQ(z.state.adam_t, kSteps + 2);
+  ExpectCrossesToTheCpuAndBack(cfg, 2, zero2_state);
+  ExpectPipelineTrainsAsZero0(cfg, 2);
+}
 
-  // Pipeline 2 x data 2: each chunk's pieces are reduce-scattered in its last backward of the
-  // step, the pieces holding wte (the first stage's embedding, the last stage's head copy)
-  // only after the embedding group's sum of the tied copies.
-  const ZeroRun pp_plain = TrainZero(cfg, 1, 2, 0, 0, kSteps);
-  const ZeroRun pp_zero2 = TrainZero(cfg, 1, 2, 2, 0, kSteps);
-  EXPECT_EQ(pp_zero2.untiled, 0u);
+// ZeRO-3 inside CUDA layouts (trainer/cuda_shard_engine.cc): the model reads each piece of
+// its chunks' bf16 parameters gathered over the data group, the rank keeps its part only.
+// Tensor 2 x data 2: the same gradients and update as ZeRO-2 (the same reduce-scatter of the
+// same accumulated buffer, the same fused update of the part, whose bf16 copy the gathers
+// read), so on the emulator every loss, norm and the state are ZeRO-2's bit for bit, and
+// ZeRO-0's to 1e-5; model-state bytes per rank by the formula (6, 4 and 8 bytes per element
+// of the rank's part); its checkpoint ranges tile the model, resume by range with every rank
+// reading its part only (12 bytes an element) into the same state bit for bit, resume on the
+// CPU on one rank, whose state resumes ZeRO-3 as it resumes ZeRO-0. Pipeline 2 x data 2
+// (the tied wte copies of the first and last stage, summed over the embedding group before
+// the reduce-scatter, keep one value): as ZeRO-0 to 1e-5.
+TEST(CudaParallelStepTest, Zero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCrossesToTheCpu) {
+  if (!HaveGpus(4)) GTEST_SKIP() << "needs 4 GPUs";
+  const GptConfig cfg = TinyConfig(2);
+  const ZeroRun plain = TrainZero(cfg, 2, 1, 0, 0, kSteps);
+  const ZeroRun zero2 = TrainZero(cfg, 2, 1, 2, 0, kSteps);
+  testing::TempDir dir;
+  const ZeroDisk write{"", dir.path()};
+  const ZeroRun got = TrainZero(cfg, 2, 1, 3, 0, kSteps, nullptr, &write);
+  ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(got.untiled, 0u) << "checkpoint ranges";
   for (int s = 0; s < kSteps; ++s) {
-    EXPECT_LT(RelDiff(pp_zero2.losses[s], pp_plain.losses[s]), 1e-5) << "pipeline 2, step " << s + 1;
-    EXPECT_LT(RelDiff(pp_zero2.norms[s], pp_plain.norms[s]), 1e-5) << "pipeline 2, step " << s + 1;
+    EXPECT_LT(RelDiff(got.losses[s], plain.losses[s]), 1e-5) << "step " << s + 1;
+    EXPECT_LT(RelDiff(got.norms[s], plain.norms[s]), 1e-5) << "step " << s + 1;
+#ifdef COHORT_CUDA_EMULATED
+    EXPECT_EQ(got.losses[s], zero2.losses[s]) << "step " << s + 1;
+    EXPECT_EQ(got.norms[s], zero2.norms[s]) << "step " << s + 1;
+#endif
   }
+#ifdef COHORT_CUDA_EMULATED
+  EXPECT_EQ(got.state.params, zero2.state.params);
+  EXPECT_EQ(got.state.adam_m, zero2.state.adam_m);
+  EXPECT_EQ(got.state.adam_v, zero2.state.adam_v);
+#endif
+  ParallelConfig pc;
+  pc.tensor = 2;
+  const ParallelLayout layout = MakeParallelLayout(pc, cfg, 4).value();
+  for (int r = 0; r < 4; ++r) {
+    const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, r));
+    const size_t psi = shard.total;
+    const size_t mine = ZeroPartition{psi, layout.data}.size(layout.CoordsOf(r).data);
+    size_t piece = 0;  // the largest the gathers hold (bf16, two buffers)
+    for (const auto& pass : GptShardCudaModel::ParamPasses(shard)) {
+      for (const ParamPiece& p : pass) piece = std::max(piece, p.count);
+    }
+    const TrainModel::ModelStateBytes& b = got.bytes[static_cast<size_t>(r)];
+    EXPECT_EQ(b.params, 6 * mine) << "rank " << r;
+    EXPECT_EQ(b.grads, 4 * mine) << "rank " << r;
+    EXPECT_EQ(b.optimizer, 8 * mine) << "rank " << r;
+    // Scratch: the accumulation buffer 4Ψ_s, the receive buffer, the two gather buffers.
+    EXPECT_GE(b.scratch, 4 * psi + 2 * 2 * piece) << "rank " << r;
+    EXPECT_LE(b.scratch, 4 * psi + 4 * mine + 2 * 2 * piece) << "rank " << r;
+  }
+
+  // Resume by range: each rank reads its part of the parameters and moments, no more, into
+  // the state the checkpoint holds.
+  const ZeroDisk read{dir.path(), ""};
+  const ZeroRun resumed = TrainZero(cfg, 2, 1, 3, kSteps, 0, nullptr, &read);
+  for (int r = 0; r < 4; ++r) {
+    const size_t psi = GptShardLayout::Build(ShardSpecFor(layout, cfg, r)).total;
+    const size_t mine = ZeroPartition{psi, layout.data}.size(layout.CoordsOf(r).data);
+    EXPECT_EQ(resumed.bytes_read[static_cast<size_t>(r)], 12 * mine) << "rank " << r;
+  }
+  EXPECT_EQ(resumed.untiled, 0u);
+  EXPECT_EQ(resumed.state.params, got.state.params);
+  EXPECT_EQ(resumed.state.adam_m, got.state.adam_m);
+  EXPECT_EQ(resumed.state.adam_v, got.state.adam_v);
+  EXPECT_EQ(resumed.state.adam_t, kSteps);
+
+  ExpectCrossesToTheCpuAndBack(cfg, 3, got.state);
+  ExpectPipelineTrainsAsZero0(cfg, 3);
 }
 
 }  // namespace

@@ -421,16 +421,24 @@ TEST_F(CudaParallelTrainerTest, ShardShapesTheKernelsRefuseAreErrorsNamingTheFie
   EXPECT_FALSE(fs::exists(dir_ / "ck") && !fs::is_empty(dir_ / "ck"));
 }
 
-TEST_F(CudaParallelTrainerTest, ZeroWithACudaLayoutIsRefusedNamingTheField) {
+// ZeRO-3 runs in a CUDA layout (cuda_parallel_step_test); the offloads there are refused.
+TEST_F(CudaParallelTrainerTest, OffloadWithACudaLayoutIsRefusedNamingTheField) {
   const fs::path cfg = dir_ / "zero.yaml";
   std::ofstream(cfg) << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
                         "data: {text: corpus.txt}\n"
                         "train: {steps: 1, device: cuda}\n"
-                        "parallel: {tensor: 2, zero: 3}\n";
+                        "parallel: {tensor: 2, zero: 3, offload: optimizer}\n";
   auto config = LoadTrainConfig(cfg.string());
   ASSERT_FALSE(config.has_value());
-  EXPECT_THAT(config.error().ToString(), HasSubstr("parallel.zero"));
+  EXPECT_THAT(config.error().ToString(), HasSubstr("parallel.offload"));
   EXPECT_THAT(config.error().ToString(), HasSubstr("on train.device cuda is not built"));
+  std::ofstream(cfg, std::ios::trunc) << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
+                                         "data: {text: corpus.txt}\n"
+                                         "train: {steps: 1, device: cuda}\n"
+                                         "parallel: {tensor: 2, zero: 3}\n";
+  auto zero3 = LoadTrainConfig(cfg.string());
+  ASSERT_TRUE(zero3.has_value()) << zero3.error().ToString();
+  EXPECT_EQ(zero3->parallel.zero, 3);
 }
 
 }  // namespace

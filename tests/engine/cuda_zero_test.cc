@@ -512,8 +512,8 @@ class CopyingSource final : public CudaParamSource {
   CopyingSource(GptCudaModel& model, const std::vector<float>& params) : model_(model) {
     for (float f : params) bits_.push_back(FloatToBf16Bits(f));
   }
-  Result<void> BeginPass(bool backward) override {
-    expected_ = GptCudaModel::ParamPieces(model_.config(), backward);
+  Result<void> BeginPass(size_t pass) override {
+    expected_ = GptCudaModel::ParamPieces(model_.config(), /*backward=*/pass == 1);
     next_ = 0;
     return {};
   }

@@ -586,7 +586,7 @@ Result<float> GptCudaModel::Forward(std::span<const int32_t> tokens,
   std::vector<ParamPiece> pieces;
   if (m.source != nullptr) {
     pieces = ParamPieces(cfg, /*backward=*/false);
-    COHORT_TRY_VOID(m.source->BeginPass(/*backward=*/false));
+    COHORT_TRY_VOID(m.source->BeginPass(/*pass=*/0));
     COHORT_TRY_VOID(m.Hold(pieces[0]));
   }
   auto piece = [&](size_t i) { return m.source != nullptr ? pieces[i] : ParamPiece{}; };
@@ -731,7 +731,7 @@ Result<void> GptCudaModel::Backward(float loss_scale, const GradReadyFn& ready) 
   std::vector<ParamPiece> pieces, gpieces;
   if (m.source != nullptr) {
     pieces = ParamPieces(cfg, /*backward=*/true);
-    COHORT_TRY_VOID(m.source->BeginPass(/*backward=*/true));
+    COHORT_TRY_VOID(m.source->BeginPass(/*pass=*/1));
   }
   if (m.sink != nullptr) gpieces = GradPieces(cfg);
   auto piece = [&](size_t i) { return m.source != nullptr ? pieces[i] : ParamPiece{}; };

@@ -139,15 +139,18 @@ class CudaGradSink {
   virtual Result<void> Done(size_t offset, size_t count) = 0;
 };
 
-// Where a model without parameters reads them. BeginPass(backward) starts a pass, whose
-// pieces are ParamPieces(config, backward) in that order; Gather returns a DEVICE buffer of
+// Where a model without parameters reads them. BeginPass(pass) starts pass `pass` of the
+// model's list of passes, whose pieces it then asks for in that order (GptCudaModel: pass 0
+// the forward, ParamPieces(config, false), pass 1 the backward, ParamPieces(config, true);
+// GptShardCudaModel: ParamPasses, chunk c's forward 2c and its backward 2c + 1, one piece
+// held at a time); Gather returns a DEVICE buffer of
 // the piece's bf16 parameters, usable by kernels queued on the compute stream after the
 // call; Release says that the kernels queued so far are the piece's last readers (the source
 // orders its reuse of the buffer after them). At most two pieces are held at a time.
 class CudaParamSource {
  public:
   virtual ~CudaParamSource() = default;
-  virtual Result<void> BeginPass(bool backward) = 0;
+  virtual Result<void> BeginPass(size_t pass) = 0;
   virtual Result<const cuda::bf16*> Gather(size_t offset, size_t count) = 0;
   virtual Result<void> Release(size_t offset, size_t count) = 0;
 };

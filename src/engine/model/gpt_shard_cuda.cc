@@ -134,9 +134,14 @@ struct GptShardCudaModel::Impl {
   int device = 0;
   cudaStream_t stream = nullptr;
   std::optional<k::Matmul> matmul;
-  char* arena = nullptr;  // params (f32), params_bf16, grads (f32)
+  char* arena = nullptr;  // params (f32), params_bf16 (unless ZeRO-3), grads (f32)
   float* params = nullptr;
   bf16* params_bf16 = nullptr;
+  // ZeRO-3: where the pieces come from, and the one held (its device buffer starts at
+  // element held_lo of the shard buffer).
+  CudaParamSource* source = nullptr;
+  const bf16* held = nullptr;
+  size_t held_lo = 0;
   float* grads = nullptr;
   std::vector<std::map<int, std::unique_ptr<Stash>>> stashes;
   std::vector<std::vector<std::unique_ptr<Stash>>> spare;
@@ -184,7 +189,36 @@ struct GptShardCudaModel::Impl {
     ready(p.piece.offset, p.piece.count);
     return {};
   }
-  const bf16* Pb(size_t off) const { return params_bf16 + off; }
+  const bf16* Pb(size_t off) const {
+    return source != nullptr ? held + (off - held_lo) : params_bf16 + off;
+  }
+  // ZeRO-3: starts pass `pass` (ParamPasses) of the source; Hold asks for piece `p` (the
+  // kernels Pb feeds read it until Drop), Drop says the kernels queued so far were its last
+  // readers. Nothing when the model holds its parameters.
+  Result<void> BeginPass(size_t pass) {
+    if (params_bf16 != nullptr) return {};
+    if (source == nullptr) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "the shard model holds no parameters and has no parameter source");
+    }
+    return source->BeginPass(pass);
+  }
+  Result<void> Hold(const ParamPiece& p) {
+    if (source == nullptr) return {};
+    held = COHORT_TRY(source->Gather(p.offset, p.count));
+    held_lo = p.offset;
+    return {};
+  }
+  Result<void> Drop(const ParamPiece& p) {
+    if (source == nullptr) return {};
+    held = nullptr;
+    return source->Release(p.offset, p.count);
+  }
+  Result<void> NeedParams() const {
+    if (params != nullptr) return {};
+    return MakeError(ErrorCode::kFailedPrecondition,
+                     "the shard model holds no parameters (ZeRO-3: its parameter source does)");
+  }
   float* G(size_t off) const { return grads + off; }
   bf16* Dres() const { return reinterpret_cast<bf16*>(dresidual.get()); }
   bf16* Dsmall() const { return reinterpret_cast<bf16*>(dsmall.get()); }
@@ -291,7 +325,8 @@ GptShardCudaModel::GptShardCudaModel(std::unique_ptr<Impl> impl) : impl_(std::mo
 GptShardCudaModel::~GptShardCudaModel() = default;
 
 Result<std::unique_ptr<GptShardCudaModel>> GptShardCudaModel::Create(const ShardSpec& spec,
-                                                                     TensorParallelGroup& tp) {
+                                                                     TensorParallelGroup& tp,
+                                                                     bool hold_params) {
   COHORT_TRY_VOID(ValidateShardSpec(spec, tp));
   const GptConfig& c = spec.config;
   COHORT_TRY_VOID(CheckCudaChannels(c, c.n_embd / spec.tensor_size));
@@ -311,20 +346,24 @@ Result<std::unique_ptr<GptShardCudaModel>> GptShardCudaModel::Create(const Shard
   COHORT_CUDA_CHECK(cudaGetDevice(&m.device));
   COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   const size_t n = m.layout.total;
+  auto carve = [&](Carver& cv) {
+    if (hold_params) {
+      m.params = cv.Take<float>(n, nullptr);
+      m.params_bf16 = cv.Take<bf16>(n, nullptr);
+    }
+    m.grads = cv.Take<float>(n, nullptr);
+  };
   Carver sizing(nullptr);
-  (void)sizing.Take<float>(n, nullptr);
-  (void)sizing.Take<bf16>(n, nullptr);
-  (void)sizing.Take<float>(n, nullptr);
+  carve(sizing);
   m.arena = static_cast<char*>(COHORT_TRY(DeviceAlloc(
       sizing.total(),
-      fmt::format("the model shard ({:.1f}M parameters: float32 master copy, bf16 copy, "
-                  "float32 gradients)",
-                  n / 1e6),
+      hold_params ? fmt::format("the model shard ({:.1f}M parameters: float32 master copy, bf16 "
+                                "copy, float32 gradients)",
+                                n / 1e6)
+                  : fmt::format("the model shard's float32 gradients ({:.1f}M)", n / 1e6),
       m.device)));
   Carver cv(m.arena);
-  m.params = cv.Take<float>(n, nullptr);
-  m.params_bf16 = cv.Take<bf16>(n, nullptr);
-  m.grads = cv.Take<float>(n, nullptr);
+  carve(cv);
   m.matmul.emplace(COHORT_TRY(k::Matmul::Create(m.stream)));
   m.pieces.resize(spec.chunks.size());
   for (size_t c = 0; c < spec.chunks.size(); ++c) {
@@ -340,6 +379,37 @@ Result<std::unique_ptr<GptShardCudaModel>> GptShardCudaModel::Create(const Shard
   return std::unique_ptr<GptShardCudaModel>(new GptShardCudaModel(std::move(impl)));
 }
 
+std::vector<std::vector<ParamPiece>> GptShardCudaModel::ParamPasses(
+    const GptShardLayout& layout) {
+  auto piece = [](const ShardPiece& p) { return ParamPiece{p.begin, p.size()}; };
+  std::vector<std::vector<ParamPiece>> passes;
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    const ShardChunkSpec& spec = layout.spec.chunks[c];
+    const ShardChunkPieces p = ShardParamPieces(layout, static_cast<int>(c));
+    const std::vector<ShardBlockOffsets>& blocks = layout.chunks[c].blocks;
+    std::vector<ParamPiece> forward, backward;
+    if (spec.embedding) forward = {piece(p.wte), piece(p.wpe)};
+    for (const ShardBlockOffsets& w : blocks) forward.push_back({w.begin, w.end - w.begin});
+    if (spec.head) {
+      forward.push_back(piece(p.ln_f));
+      forward.push_back(piece(p.head_wte));
+      backward = {piece(p.head_wte), piece(p.ln_f)};
+    }
+    for (auto w = blocks.rbegin(); w != blocks.rend(); ++w) {
+      backward.push_back({w->begin, w->end - w->begin});
+    }
+    passes.push_back(std::move(forward));
+    passes.push_back(std::move(backward));
+  }
+  return passes;
+}
+
+void GptShardCudaModel::SetParamSource(CudaParamSource* source) {
+  // A model with its parameters reads them (the source would serve nothing).
+  if (impl_->params == nullptr) impl_->source = source;
+}
+bool GptShardCudaModel::holds_params() const { return impl_->params != nullptr; }
+
 const GptShardLayout& GptShardCudaModel::layout() const { return impl_->layout; }
 int GptShardCudaModel::num_chunks() const {
   return static_cast<int>(impl_->layout.chunks.size());
@@ -347,6 +417,7 @@ int GptShardCudaModel::num_chunks() const {
 int GptShardCudaModel::device() const { return impl_->device; }
 cudaStream_t GptShardCudaModel::stream() { return impl_->stream; }
 std::span<float> GptShardCudaModel::params_device() {
+  if (impl_->params == nullptr) return {};
   return {impl_->params, impl_->layout.total};
 }
 std::span<float> GptShardCudaModel::grads_device() { return {impl_->grads, impl_->layout.total}; }
@@ -357,6 +428,7 @@ void GptShardCudaModel::ResetPeak() { impl_->bytes_peak = impl_->bytes_now; }
 
 Result<void> GptShardCudaModel::CopyParamsFromHost(std::span<const float> params) {
   Impl& m = *impl_;
+  COHORT_TRY_VOID(m.NeedParams());
   if (params.size() != m.layout.total) {
     return FieldError("params", "has {} values, the shard {}", params.size(), m.layout.total);
   }
@@ -368,6 +440,7 @@ Result<void> GptShardCudaModel::CopyParamsFromHost(std::span<const float> params
 
 Result<void> GptShardCudaModel::ParamsWritten() {
   Impl& m = *impl_;
+  COHORT_TRY_VOID(m.NeedParams());
   COHORT_TRY_VOID(m.UseDevice());
   k::ConvertToBf16(m.params_bf16, m.params, m.layout.total, m.stream);
   COHORT_CUDA_CHECK(cudaGetLastError());  // ConvertToBf16(params)
@@ -376,6 +449,7 @@ Result<void> GptShardCudaModel::ParamsWritten() {
 
 Result<void> GptShardCudaModel::CopyParamsToHost(std::span<float> params) {
   Impl& m = *impl_;
+  COHORT_TRY_VOID(m.NeedParams());
   if (params.size() != m.layout.total) {
     return FieldError("params", "has {} values, the shard {}", params.size(), m.layout.total);
   }
@@ -464,14 +538,22 @@ Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTo
   Stash& s = *COHORT_TRY(m.NewStash(chunk, slot, B, T));
   cudaStream_t st = m.stream;
   k::Matmul& mm = *m.matmul;
+  // ZeRO-3: each piece held just around its kernels (ParamPasses' forward of the chunk).
+  auto piece = [](const ShardPiece& p) { return ParamPiece{p.begin, p.size()}; };
+  const ShardChunkPieces pieces = ShardParamPieces(m.layout, chunk);
+  COHORT_TRY_VOID(m.BeginPass(2 * static_cast<size_t>(chunk)));
   if (spec.embedding) {
     COHORT_CUDA_CHECK(cudaMemcpyAsync(s.tokens, batch.tokens.data(), N * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, st));
+    COHORT_TRY_VOID(m.Hold(piece(pieces.wte)));
     k::EncoderShardForward(m.Fsum(), s.tokens, m.Pb(co.wte), m.v0, m.Vl, B, T, C, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // EncoderShardForward
+    COHORT_TRY_VOID(m.Drop(piece(pieces.wte)));
     if (m.tp->size() > 1) COHORT_TRY_VOID(m.Sync());
     COHORT_TRY_VOID(m.tp->SumPartials(m.Fsum(), m.tp->size() > 1 ? NC : 0));
+    COHORT_TRY_VOID(m.Hold(piece(pieces.wpe)));
     k::EncoderAddPosition(s.input, m.Fsum(), m.Pb(co.wpe), B, T, C, st);
+    COHORT_TRY_VOID(m.Drop(piece(pieces.wpe)));
   } else {
     k::ConvertToBf16(s.input, input, NC, st);
   }
@@ -490,7 +572,9 @@ Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTo
     bf16* fch = s.fch + 4 * lcl;
     bf16* fch_gelu = s.fch_gelu + 4 * lcl;
     bf16* residual3 = s.residual3 + lc;
+    const ParamPiece block{w.begin, w.end - w.begin};
 
+    COHORT_TRY_VOID(m.Hold(block));
     k::LayerNormForward(ln1, s.ln1_mean + ls, s.ln1_rstd + ls, residual, m.Pb(w.ln1_w),
                         m.Pb(w.ln1_b), N, C, st);
     COHORT_TRY_VOID(mm.Forward(qkv, ln1, m.Pb(w.qkv_w), m.Pb(w.qkv_b), N, C, 3 * Cl));
@@ -504,6 +588,7 @@ Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTo
     COHORT_TRY_VOID(m.RowParallel(residual3, fch_gelu, m.Pb(w.fc_proj_w), m.Pb(w.fc_proj_b),
                                   residual2, N, 4 * Cl));
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptShardCudaModel::Forward (transformer block)
+    COHORT_TRY_VOID(m.Drop(block));
   }
   const bf16* last = L > 0 ? s.residual3 + (L - 1) * NC : s.input;
   if (!spec.head) {
@@ -512,10 +597,14 @@ Result<float> GptShardCudaModel::Forward(int chunk, int slot, const MicrobatchTo
     COHORT_TRY_VOID(m.Sync());  // written (and the input read) before the caller sends it
     return 0.0f;
   }
+  COHORT_TRY_VOID(m.Hold(piece(pieces.ln_f)));
   k::LayerNormForward(s.lnf, s.lnf_mean, s.lnf_rstd, last, m.Pb(co.ln_f_w), m.Pb(co.ln_f_b), N,
                       C, st);
+  COHORT_TRY_VOID(m.Drop(piece(pieces.ln_f)));
+  COHORT_TRY_VOID(m.Hold(piece(pieces.head_wte)));
   COHORT_TRY_VOID(mm.Forward(s.logits, s.lnf, m.Pb(co.head_wte), nullptr, N, C, m.Vl));
   COHORT_CUDA_CHECK(cudaGetLastError());  // GptShardCudaModel::Forward (head)
+  COHORT_TRY_VOID(m.Drop(piece(pieces.head_wte)));
   if (batch.targets.empty()) {
     COHORT_TRY_VOID(m.Sync());
     return 0.0f;
@@ -547,18 +636,26 @@ Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
   const int L = static_cast<int>(co.blocks.size());
   const bf16* last = L > 0 ? s.residual3 + (L - 1) * NC : s.input;
   size_t piece = 0;  // the next of ShardGradPieces(chunk) to report
+  // ZeRO-3: each piece held just around its kernels (ParamPasses' backward of the chunk).
+  auto param = [](const ShardPiece& p) { return ParamPiece{p.begin, p.size()}; };
+  const ShardChunkPieces pieces = ShardParamPieces(m.layout, chunk);
+  COHORT_TRY_VOID(m.BeginPass(2 * static_cast<size_t>(chunk) + 1));
 
   if (spec.head) {
     const float scale = s.num_targets > 0 ? loss_scale / static_cast<float>(s.num_targets) : 0.0f;
     k::CrossEntropyShardBackward(s.logits, s.lse, s.targets, N, m.Vl, static_cast<int>(m.v0),
                                  m.V, scale, st);
+    COHORT_TRY_VOID(m.Hold(param(pieces.head_wte)));
     COHORT_TRY_VOID(mm.Backward(dsmall, m.G(co.head_wte), nullptr, s.logits, s.lnf,
                                 m.Pb(co.head_wte), N, C, m.Vl));
+    COHORT_TRY_VOID(m.Drop(param(pieces.head_wte)));
     COHORT_TRY_VOID(m.SumBf16(dsmall, NC));
     COHORT_CUDA_CHECK(cudaMemsetAsync(dres, 0, NC * sizeof(bf16), st));
+    COHORT_TRY_VOID(m.Hold(param(pieces.ln_f)));
     k::LayerNormBackward(dres, m.G(co.ln_f_w), m.G(co.ln_f_b), dsmall, last, m.Pb(co.ln_f_w),
                          s.lnf_mean, s.lnf_rstd, N, C, scratch, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptShardCudaModel::Backward (head)
+    COHORT_TRY_VOID(m.Drop(param(pieces.ln_f)));
     s.loss_ready = false;
     COHORT_TRY_VOID(m.Notify(chunk, piece++, ready));  // ln_f and the head's copy of wte
   } else {
@@ -579,6 +676,8 @@ Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
     const bf16* ln2 = s.ln2 + lc;
     const bf16* fch = s.fch + 4 * lcl;
     const bf16* fch_gelu = s.fch_gelu + 4 * lcl;
+    const ParamPiece block{w.begin, w.end - w.begin};
+    COHORT_TRY_VOID(m.Hold(block));
 
     // MLP: fc_proj row-parallel (its input gradient is local), fc column-parallel (its
     // input gradient a partial sum: summed before the replicated LayerNorm).
@@ -600,6 +699,7 @@ Result<void> GptShardCudaModel::Backward(int chunk, int slot, float loss_scale,
     k::LayerNormBackward(dres, m.G(w.ln1_w), m.G(w.ln1_b), dsmall, residual, m.Pb(w.ln1_w),
                          s.ln1_mean + ls, s.ln1_rstd + ls, N, C, scratch, st);
     COHORT_CUDA_CHECK(cudaGetLastError());  // GptShardCudaModel::Backward (transformer block)
+    COHORT_TRY_VOID(m.Drop(block));
     COHORT_TRY_VOID(m.Notify(chunk, piece++, ready));  // block l
   }
 

@@ -36,6 +36,14 @@
 // event behind the piece's last writer; WaitGradsReady (any thread) blocks on the events of
 // the pieces a range overlaps.
 //
+// ZeRO-3 (Create with hold_params false, SetParamSource): the model holds no parameters, float32
+// or bf16, and reads each piece of its chunks' bf16 parameters from a CudaParamSource
+// (gpt_cuda.h) just before it uses it, releasing it after (one piece held at a time): a
+// chunk's Forward is one pass (ParamPasses: the embedding chunk's wte slice and wpe, each
+// block, the head chunk's ln_f and wte slice), its Backward another (the head's wte slice,
+// ln_f, the blocks from the last; the embeddings' gradients need no parameters), the pieces
+// of gpt_shard.h ShardParamPieces. Gradients still accumulate into its whole buffer.
+//
 // Threads: one thread at a time (each method makes the model's device current again), except
 // WaitGradsReady, which any thread may call while Backward runs or after it.
 #pragma once
@@ -48,6 +56,7 @@
 
 #include "common/error.h"
 #include "engine/kernels/cuda/common.cuh"
+#include "engine/model/gpt_cuda.h"
 #include "engine/model/gpt_shard.h"
 #include "engine/model/gpt_shard_layout.h"
 #include "engine/parallel/tensor_parallel.h"
@@ -61,8 +70,13 @@ class GptShardCudaModel {
   // CopyParamsFromHost a shard (ExtractShard) in. kInvalidArgument as GptShardModel::Create
   // and for shapes the CUDA kernels refuse (n_embd / tensor a multiple of 8, the head size;
   // CheckCudaChannels in cuda_arena.h); kUnavailable without a device.
+  // `hold_params` false (ZeRO-3): no parameter memory; SetParamSource before a pass.
   static Result<std::unique_ptr<GptShardCudaModel>> Create(const ShardSpec& spec,
-                                                           TensorParallelGroup& tp);
+                                                           TensorParallelGroup& tp,
+                                                           bool hold_params = true);
+  // The passes a CudaParamSource serves for a shard of `layout`, each its pieces in the order
+  // the model asks for them: chunk c's Forward is pass 2c, its Backward pass 2c + 1.
+  static std::vector<std::vector<ParamPiece>> ParamPasses(const GptShardLayout& layout);
   ~GptShardCudaModel();
   GptShardCudaModel(const GptShardCudaModel&) = delete;
   GptShardCudaModel& operator=(const GptShardCudaModel&) = delete;
@@ -72,7 +86,14 @@ class GptShardCudaModel {
   int device() const;
   cudaStream_t stream();
 
-  // Device memory (layout().total floats; never dereference on the host).
+  // Where a model without parameters reads them (it must outlive their use); a pass fails
+  // with kFailedPrecondition without one.
+  void SetParamSource(CudaParamSource* source);
+  bool holds_params() const;
+
+  // Device memory (layout().total floats; never dereference on the host). Without parameters
+  // (hold_params false) params_device() is empty and params_bf16_device() null, and the
+  // copies and ParamsWritten below are kFailedPrecondition.
   std::span<float> params_device();
   std::span<float> grads_device();
   cuda::bf16* params_bf16_device();

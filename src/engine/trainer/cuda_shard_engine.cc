@@ -18,7 +18,21 @@
 // embedding-group sum (ReduceDataShards). The model still accumulates the micro-batches into
 // its whole gradient buffer (counted as scratch, as on the CPU). The norm is the shard's Σ g²
 // summed over the data group in double (SumOverRanks), then over the model group by the
-// caller. Stage 3 is not built on CUDA layouts (the shard model reads its whole bf16 copy).
+// caller. Stage 3 keeps the gradients as stage 2 and only this rank's part of the shard's
+// parameters: float32 (what CudaAdamW steps) and bf16 (refreshed by the same fused update),
+// in device memory; the model is created without parameters and reads each piece of its
+// chunks' bf16 parameters through a GatheredDeviceParams (cuda_zero_pieces.h, the
+// single-device model's) just before it uses it, forward and again in backward, the next
+// piece of the pass prefetched, released after use (GptShardCudaModel::ParamPasses: a
+// chunk's Forward and its Backward are a pass each). The gathers and the gradients'
+// reduce-scatters run on the one SerialThread, over the data group, in the order the
+// training thread posts them, which is the same on every data rank of the position (the
+// same schedule). Nothing is gathered after the step. The tied wte copies of the first and
+// last pipeline stage keep one value: their gradients are the embedding group's sum before
+// the reduce-scatter (as stage 2), and the update is elementwise. Checkpoints by range:
+// each data rank writes the runs of its part (params_begin), and resumes by reading its
+// part of the parameters and of the moments only (RestoreRequest; stages 1 and 2 the whole
+// shard's parameters and their part of the moments). The offloads are not built here.
 //
 // In a build without the CUDA engine the factory says so.
 #include <algorithm>
@@ -52,6 +66,12 @@ namespace k = ::cohort::engine::cuda;
 
 struct Range {
   size_t offset = 0, count = 0;
+};
+
+struct DeviceFree {
+  void operator()(char* p) const {
+    if (p != nullptr) (void)cudaFree(p);
+  }
 };
 
 // Pipeline messages in this device's memory.
@@ -139,7 +159,8 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     return [this](size_t offset, size_t count) { return shard_->WaitGradsReady(offset, count); };
   }
 
-  // `data` (null or one rank: no ZeRO) is the data group of this position; `zero_stage` 0-2.
+  // `data` (null or one rank: no ZeRO) is the data group of this position; `zero_stage` 0-3
+  // (3: the model was created without parameters).
   Result<void> Init(const AdamWConfig& adamw, comm::Communicator* data, int zero_stage) {
     const GptShardLayout& layout = shard_->layout();
     part_ = ZeroPartition{layout.total, 1};
@@ -187,6 +208,29 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
                                                        shard_->stream(), *thread_,
                                                        /*caller_memory=*/true));
       rounds_.emplace(layout);
+    }
+    if (zero_stage_ == 3) {
+      // This rank's part of the shard's parameters, float32 (the update's) and bf16 (what the
+      // gathers read); the model asks for each piece through GatheredDeviceParams on the
+      // same thread as the gradients' reduce-scatters (one order of the data group's
+      // collectives on every rank of it).
+      const size_t n = hi - lo;
+      auto carve_part = [&](Carver& cv) {
+        param_part_ = cv.Take<float>(n, nullptr);
+        bf16_part_ = cv.Take<k::bf16>(n, nullptr);
+      };
+      Carver sizing(nullptr);
+      carve_part(sizing);
+      part_memory_.reset(static_cast<char*>(COHORT_TRY(DeviceAlloc(
+          sizing.total(),
+          fmt::format("the ZeRO-3 part of the shard's parameters ({} float32 and bf16 values)", n),
+          shard_->device()))));
+      Carver cv(part_memory_.get());
+      carve_part(cv);
+      params_ = COHORT_TRY(GatheredDeviceParams::Create(
+          data_, part_, GptShardCudaModel::ParamPasses(layout), bf16_part_, /*on_host=*/false,
+          shard_->device(), shard_->stream(), *thread_));
+      shard_->SetParamSource(params_.get());
     }
     auto carve = [&](Carver& cv) {
       // SumOverRanks' (float, remainder) pairs staged for an nccl all-gather: this rank's
@@ -282,6 +326,13 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     }
     const size_t lo = opt_begin();
     const float* g = sharded_ ? sharded_->shard() : shard_->grads_device().data() + lo;
+    if (params_) {
+      // ZeRO-3 steps its part in place (the bf16 part refreshed by the update): nothing is
+      // gathered after the step, and no gather reads the part now (a pass's pieces are all
+      // released before the step).
+      COHORT_TRY_VOID(adam_->Step(param_part_, bf16_part_, g, lr, scale));
+      return shard_->Synchronize();
+    }
     COHORT_TRY_VOID(adam_->Step(shard_->params_device().data() + lo,
                                 shard_->params_bf16_device() + lo, g, lr, scale));
     COHORT_TRY_VOID(shard_->Synchronize());
@@ -325,18 +376,62 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     return {};
   }
 
-  // The whole shard's parameters; the moments of the optimizer's part (under ZeRO this data
-  // rank's, from opt_begin()).
+  // The parameters this rank holds (the whole shard, or ZeRO-3's part from opt_begin()); the
+  // moments of the optimizer's part (under ZeRO this data rank's, from opt_begin()).
   Result<HostState> StateOnHost() override {
-    params_host_.resize(shard_->layout().total);
+    const ShardPiece part = param_part();
+    params_host_.resize(part.size());
     m_host_.resize(adam_->n());
     v_host_.resize(adam_->n());
-    COHORT_TRY_VOID(shard_->CopyParamsToHost(params_host_));
+    if (params_) {
+      COHORT_TRY_VOID(CopyPart(params_host_.data(), param_part_, cudaMemcpyDeviceToHost));
+    } else {
+      COHORT_TRY_VOID(shard_->CopyParamsToHost(params_host_));
+    }
     COHORT_TRY_VOID(adam_->CopyStateToHost(m_host_, v_host_));
-    return HostState{params_host_, m_host_, v_host_, opt_begin(), adam_->t()};
+    return HostState{params_host_, m_host_, v_host_, opt_begin(), adam_->t(), part.begin};
+  }
+  // ZeRO-3: every data rank's part all-gathered over the data group (device memory for the
+  // collective, freed after).
+  Result<std::vector<float>> WholeParams() override {
+    if (!params_) return ShardEngine::WholeParams();
+    const size_t total = shard_->layout().total;
+    COHORT_TRY_VOID(thread_->Drain());  // the group's collectives run here only when idle
+    COHORT_CUDA_CHECK(cudaSetDevice(shard_->device()));
+    std::unique_ptr<char, DeviceFree> all(static_cast<char*>(COHORT_TRY(DeviceAlloc(
+        total * sizeof(float), "the gathered shard's parameters (export)", shard_->device()))));
+    COHORT_TRY_VOID(data_->AllGather(param_part_, reinterpret_cast<float*>(all.get()),
+                                     part_.counts(), comm::DataType::kFloat32));
+    std::vector<float> out(total);
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(out.data(), all.get(), total * sizeof(float),
+                                      cudaMemcpyDeviceToHost, shard_->stream()));
+    COHORT_TRY_VOID(shard_->Synchronize());
+    return out;
   }
   Result<void> SetParams(std::span<const float> params) override {
-    return shard_->CopyParamsFromHost(params);
+    if (!params_) return shard_->CopyParamsFromHost(params);
+    const size_t total = shard_->layout().total;
+    if (params.size() != total) {
+      return FieldError("params", "has {} values, the shard {}", params.size(), total);
+    }
+    return SetParamPart(params.subspan(opt_begin(), part_.size(rank())));
+  }
+  ShardPiece param_part() const override {
+    if (!params_) return ShardEngine::param_part();
+    return {opt_begin(), opt_begin() + part_.size(rank())};
+  }
+  // ZeRO-3: the float32 part, and the bf16 part converted from it on the device (the bits
+  // the whole shard's ParamsWritten gives).
+  Result<void> SetParamPart(std::span<const float> part) override {
+    if (!params_) return SetParams(part);
+    const size_t n = part_.size(rank());
+    if (part.size() != n) {
+      return FieldError("params", "has {} values, this rank's ZeRO-3 part {}", part.size(), n);
+    }
+    COHORT_TRY_VOID(CopyPart(param_part_, part.data(), cudaMemcpyHostToDevice));
+    k::ConvertToBf16(bf16_part_, param_part_, n, shard_->stream());
+    COHORT_CUDA_CHECK(cudaGetLastError());  // ConvertToBf16 (the ZeRO-3 part)
+    return shard_->Synchronize();
   }
   Result<void> Restore(std::span<const float> params, std::span<const float> m,
                        std::span<const float> v, int64_t t) override {
@@ -348,16 +443,50 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     return adam_->Restore(m.subspan(opt_begin(), adam_->n()), v.subspan(opt_begin(), adam_->n()),
                           t);
   }
+  // Resume by range under ZeRO: the parameters this rank holds (param_part(): ZeRO-3 its part
+  // only) and the moments of the optimizer's part, read into host buffers of those sizes,
+  // then uploaded by FinishRestore. Without ZeRO the whole shard (ShardEngine's).
+  CheckpointReadRequest RestoreRequest() override {
+    if (data_ == nullptr) return ShardEngine::RestoreRequest();
+    const ShardPiece part = param_part();
+    const size_t lo = opt_begin(), hi = lo + adam_->n();
+    restore_params_.assign(part.size(), 0.0f);
+    restore_m_.assign(adam_->n(), 0.0f);
+    restore_v_.assign(adam_->n(), 0.0f);
+    const GptShardLayout& layout = shard_->layout();
+    return {LogicalRunsOf(layout, part.begin, part.end, restore_params_.data()),
+            LogicalRunsOf(layout, lo, hi, restore_m_.data()),
+            LogicalRunsOf(layout, lo, hi, restore_v_.data())};
+  }
+  Result<void> FinishRestore(int64_t t) override {
+    if (data_ == nullptr) return ShardEngine::FinishRestore(t);
+    auto restored = [&]() -> Result<void> {
+      COHORT_TRY_VOID(SetParamPart(restore_params_));
+      return adam_->Restore(restore_m_, restore_v_, t);
+    }();
+    DropRestore();
+    return restored;
+  }
+  void DropRestore() override {
+    ShardEngine::DropRestore();
+    restore_params_ = {};
+    restore_m_ = {};
+    restore_v_ = {};
+  }
 
-  // float32 master parameters and their bf16 copy, float32 gradients (stage 2: the shard;
-  // the whole buffer the backward accumulates into is scratch, with the receive buffer) and
-  // the moments of the optimizer's part.
+  // float32 master parameters and their bf16 copy (stage 3: of the rank's part), float32
+  // gradients (stages 2, 3: the shard; the whole buffer the backward accumulates into is
+  // scratch, with the receive buffer and stage 3's two gather buffers) and the moments of
+  // the optimizer's part.
   TrainModel::ModelStateBytes state_bytes() const override {
     const size_t n = shard_->layout().total;
     const size_t moments = 2 * adam_->n() * sizeof(float);
-    if (!sharded_) return {n * (sizeof(float) + sizeof(k::bf16)), n * sizeof(float), moments};
-    return {n * (sizeof(float) + sizeof(k::bf16)), sharded_->shard_size() * sizeof(float),
-            moments, n * sizeof(float) + sharded_->scratch_bytes()};
+    const size_t held = params_ ? part_.size(rank()) : n;
+    const size_t params = held * (sizeof(float) + sizeof(k::bf16));
+    if (!sharded_) return {params, n * sizeof(float), moments};
+    return {params, sharded_->shard_size() * sizeof(float), moments,
+            n * sizeof(float) + sharded_->scratch_bytes() +
+                (params_ ? params_->scratch_bytes() : 0)};
   }
   TrainModel::ZeroShape zero_shape() const override {
     if (data_ == nullptr) return {};
@@ -386,6 +515,13 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   std::vector<float> params_host_, m_host_, v_host_;  // StateOnHost's copies
 
   int rank() const { return data_ ? data_->rank() : 0; }
+  // `n` = part_.size(rank()) floats between host and the ZeRO-3 part; returns when done.
+  Result<void> CopyPart(float* dst, const float* src, cudaMemcpyKind kind) {
+    COHORT_CUDA_CHECK(cudaSetDevice(shard_->device()));
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, part_.size(rank()) * sizeof(float), kind,
+                                      shard_->stream()));
+    return shard_->Synchronize();
+  }
   // Where the optimizer's part of the shard starts (0 without ZeRO).
   size_t opt_begin() const { return part_.begin(rank()); }
   // A Submit's error from inside the model's `ready` (which returns nothing): the first is
@@ -401,11 +537,17 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   ZeroPartition part_;
   float* pairs_ = nullptr;  // in the arena: SumOverRanks' staging (nccl)
   Result<void> submit_error_;
-  std::optional<ShardGradRounds> rounds_;  // stage 2
-  // Stage 2. Declared last: destroyed first (the pieces drain the thread; the thread joins
-  // before the model's gradient buffer they read is freed).
+  std::optional<ShardGradRounds> rounds_;  // stages 2, 3
+  std::vector<float> restore_params_, restore_m_, restore_v_;  // RestoreRequest's, under ZeRO
+  // Stage 3: this rank's part of the shard's parameters, float32 and bf16 (in part_memory_).
+  std::unique_ptr<char, DeviceFree> part_memory_;
+  float* param_part_ = nullptr;
+  k::bf16* bf16_part_ = nullptr;
+  // Stages 2, 3. Declared last: destroyed first (the pieces drain the thread; the thread
+  // joins before the model's gradient buffer and the parameter part they read are freed).
   std::unique_ptr<SerialThread> thread_;
   std::unique_ptr<ShardedDeviceGrads> sharded_;
+  std::unique_ptr<GatheredDeviceParams> params_;  // stage 3
 
   size_t MessageSize(int B, int T) const {
     return static_cast<size_t>(B) * T * shard_->layout().spec.config.n_embd;
@@ -455,12 +597,16 @@ Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
                                                          bool host_messages,
                                                          comm::Communicator* data,
                                                          int zero_stage) {
-  if (zero_stage < 0 || zero_stage > 2) {
+  if (zero_stage < 0 || zero_stage > 3) {
     return Errorf(ErrorCode::kInvalidArgument,
-                  "ZeRO stage {} in a CUDA tensor/pipeline layout (built: 0, 1 and 2)", zero_stage);
+                  "ZeRO stage {} in a CUDA tensor/pipeline layout (built: 0 to 3)", zero_stage);
   }
+  // ZeRO-3 over a data group of two or more: the model holds no parameters (the engine's
+  // part, gathered piece by piece).
+  const bool sharded_params = zero_stage == 3 && data != nullptr && data->size() > 1;
   auto engine = std::make_unique<CudaShardEngine>(
-      COHORT_TRY(GptShardCudaModel::Create(spec, tp)), host_messages);
+      COHORT_TRY(GptShardCudaModel::Create(spec, tp, /*hold_params=*/!sharded_params)),
+      host_messages);
   COHORT_TRY_VOID(engine->Init(adamw, data, zero_stage));
   return std::unique_ptr<ShardEngine>(std::move(engine));
 }

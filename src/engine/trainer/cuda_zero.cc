@@ -140,9 +140,11 @@ Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
       z->bf16_shard_ = static_cast<cuda::bf16*>(COHORT_TRY(DeviceAlloc(
           bf16_bytes, fmt::format("the ZeRO-3 bf16 parameter shard ({} values)", n), dev)));
     }
-    z->params_ = COHORT_TRY(GatheredDeviceParams::Create(data, z->partition_, model.config(),
-                                                         z->bf16_shard_, options.offload_params,
-                                                         dev, model.stream(), *z->thread_));
+    z->params_ = COHORT_TRY(GatheredDeviceParams::Create(
+        data, z->partition_,
+        {GptCudaModel::ParamPieces(model.config(), /*backward=*/false),
+         GptCudaModel::ParamPieces(model.config(), /*backward=*/true)},
+        z->bf16_shard_, options.offload_params, dev, model.stream(), *z->thread_));
     model.SetParamSource(z->params_.get());
     // The shard of the initial parameters, through device memory (the gradient shard, free
     // until the first backward) so that the bf16 shard is the device's rounding.

@@ -246,22 +246,33 @@ Result<void> ShardedDeviceGrads::Finish() {
 // ---------------------------------------------------------------------------------------
 // GatheredDeviceParams
 
+namespace {
+
+size_t LargestPiece(const std::vector<std::vector<ParamPiece>>& passes) {
+  size_t most = 1;
+  for (const std::vector<ParamPiece>& pass : passes) {
+    for (const ParamPiece& p : pass) most = std::max(most, p.count);
+  }
+  return most;
+}
+
+}  // namespace
+
 GatheredDeviceParams::GatheredDeviceParams(comm::Communicator* comm,
                                            const ZeroPartition& partition,
-                                           const GptConfig& config, const cuda::bf16* shard,
-                                           bool on_host, int device, cudaStream_t stream,
-                                           SerialThread& thread)
+                                           std::vector<std::vector<ParamPiece>> passes,
+                                           const cuda::bf16* shard, bool on_host, int device,
+                                           cudaStream_t stream, SerialThread& thread)
     : comm_(comm),
       partition_(partition),
       rank_(comm ? comm->rank() : 0),
-      max_piece_(GptCudaModel::MaxParamPiece(config)),
+      max_piece_(LargestPiece(passes)),
       shard_(shard),
       on_host_(on_host),
       device_(device),
       stream_(stream),
       thread_(thread),
-      forward_(GptCudaModel::ParamPieces(config, /*backward=*/false)),
-      backward_(GptCudaModel::ParamPieces(config, /*backward=*/true)) {}
+      passes_(std::move(passes)) {}
 
 GatheredDeviceParams::~GatheredDeviceParams() {
   Abort();
@@ -276,11 +287,11 @@ GatheredDeviceParams::~GatheredDeviceParams() {
 }
 
 Result<std::unique_ptr<GatheredDeviceParams>> GatheredDeviceParams::Create(
-    comm::Communicator* comm, const ZeroPartition& partition, const GptConfig& config,
-    const cuda::bf16* shard, bool on_host, int device, cudaStream_t stream,
-    SerialThread& thread) {
+    comm::Communicator* comm, const ZeroPartition& partition,
+    std::vector<std::vector<ParamPiece>> passes, const cuda::bf16* shard, bool on_host,
+    int device, cudaStream_t stream, SerialThread& thread) {
   std::unique_ptr<GatheredDeviceParams> g(new GatheredDeviceParams(
-      comm, partition, config, shard, on_host, device, stream, thread));
+      comm, partition, std::move(passes), shard, on_host, device, stream, thread));
   COHORT_CUDA_CHECK(cudaSetDevice(device));
   const size_t max = g->max_piece_;
   for (cuda::bf16*& b : g->buffers_) {
@@ -312,12 +323,15 @@ void GatheredDeviceParams::Abort() {
   cv_.notify_all();
 }
 
-Result<void> GatheredDeviceParams::BeginPass(bool backward) {
+Result<void> GatheredDeviceParams::BeginPass(size_t pass) {
   if (pass_ != nullptr && index_ != pass_->size()) {
     return Errorf(ErrorCode::kInternal, "ZeRO-3: a pass began after {} of the last pass's {} pieces",
                   index_, pass_->size());
   }
-  pass_ = backward ? &backward_ : &forward_;
+  if (pass >= passes_.size()) {
+    return Errorf(ErrorCode::kInternal, "ZeRO-3: pass {} of {}", pass, passes_.size());
+  }
+  pass_ = &passes_[pass];
   index_ = 0;
   posted_ = 0;
   Post(0);

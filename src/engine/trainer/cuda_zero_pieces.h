@@ -1,12 +1,16 @@
 // ZeRO-2's gradient memory and ZeRO-3's parameter memory for the CUDA model (Rajbhandari et
 // al., sections 5.2 and 5.3), the device twins of parallel/zero_grads.h and zero_params.h.
-// Built only with the CUDA engine; CudaZeroOptimizer (cuda_zero.h) owns them.
+// Built only with the CUDA engine; CudaZeroOptimizer (cuda_zero.h) owns them, and the CUDA
+// shard engine (cuda_shard_engine.cc) inside tensor/pipeline layouts.
 //
 // SerialThread runs posted ops one at a time, in the order they were posted, on a thread of
 // its own with the model's device current. One runs the data group's collectives of both
-// classes below (an offloaded optimizer has a second for its host AdamW, cuda_zero.h): the model asks for its pieces in an order that depends on
-// the config only (GptCudaModel::ParamPieces, GradPieces), so every rank posts the same
-// collectives in the same order and they match, gathers and reduce-scatters interleaved.
+// classes below (an offloaded optimizer has a second for its host AdamW,
+// cuda_zero.h): the model asks for its pieces in an order that depends on the config only
+// (GptCudaModel::ParamPieces, GradPieces; a shard model's on its layout and the pipeline's
+// schedule, the same on every rank of its data group: GptShardCudaModel::ParamPasses), so
+// every rank posts the same collectives in the same order and they match, gathers and
+// reduce-scatters interleaved.
 // Communicator calls are synchronous on return (comm/communicator.h), so an op that returned
 // has its data in device memory; ops wait for the model's kernels through CUDA events.
 //
@@ -176,15 +180,17 @@ class ShardedDeviceGrads final : public CudaGradSink {
 class GatheredDeviceParams final : public CudaParamSource {
  public:
   // `shard`: this rank's size(r) bf16 parameters, device memory or (on_host) pinned host
-  // memory, owned by the caller and stable. `config`: the model's (its pieces).
+  // memory, owned by the caller and stable. `passes`: the model's list of passes, each its
+  // pieces in the order the model asks for them (CudaParamSource: GptCudaModel's two,
+  // ParamPieces; GptShardCudaModel::ParamPasses); the gather buffers hold the largest piece.
   static Result<std::unique_ptr<GatheredDeviceParams>> Create(
-      comm::Communicator* comm, const ZeroPartition& partition, const GptConfig& config,
-      const cuda::bf16* shard, bool on_host, int device, cudaStream_t stream,
-      SerialThread& thread);
+      comm::Communicator* comm, const ZeroPartition& partition,
+      std::vector<std::vector<ParamPiece>> passes, const cuda::bf16* shard, bool on_host,
+      int device, cudaStream_t stream, SerialThread& thread);
   ~GatheredDeviceParams() override;
 
   // CudaParamSource (training thread).
-  Result<void> BeginPass(bool backward) override;
+  Result<void> BeginPass(size_t pass) override;
   Result<const cuda::bf16*> Gather(size_t offset, size_t count) override;
   Result<void> Release(size_t offset, size_t count) override;
 
@@ -199,8 +205,8 @@ class GatheredDeviceParams final : public CudaParamSource {
 
  private:
   GatheredDeviceParams(comm::Communicator* comm, const ZeroPartition& partition,
-                       const GptConfig& config, const cuda::bf16* shard, bool on_host,
-                       int device, cudaStream_t stream, SerialThread& thread);
+                       std::vector<std::vector<ParamPiece>> passes, const cuda::bf16* shard,
+                       bool on_host, int device, cudaStream_t stream, SerialThread& thread);
   void Post(size_t index);                                   // training thread
   Result<void> GatherInto(int buffer, const ParamPiece& p);  // the thread
 
@@ -213,7 +219,7 @@ class GatheredDeviceParams final : public CudaParamSource {
   const int device_;
   cudaStream_t stream_;  // the model's
   SerialThread& thread_;
-  const std::vector<ParamPiece> forward_, backward_;
+  const std::vector<std::vector<ParamPiece>> passes_;
   cuda::bf16* buffers_[2] = {nullptr, nullptr};  // device, max_piece each
   cuda::bf16* send_ = nullptr;                   // device, on_host: this rank's part
   size_t scratch_bytes_ = 0;

@@ -17,7 +17,9 @@
 //   the optimizer     AdamW or ZeRO 1-3 (parallel/zero.h) on the host; CudaAdamW
 //                     (model/cuda_adamw.h, the single-device CUDA model's fused update) over
 //                     the shard's float32 master parameters, then the bf16 copy refreshed
-//                     (ZeRO 1-2: over the data rank's part, the parts all-gathered).
+//                     (ZeRO 1-2: over the data rank's part, the parts all-gathered; ZeRO-3:
+//                     the rank's part only, the model reading each piece gathered over the
+//                     data group, cuda_shard_engine.cc).
 // Both clip with the global norm the caller computed (the norm a single rank computes).
 //
 // Threads: the training thread calls everything.
@@ -230,11 +232,10 @@ Result<std::unique_ptr<ShardEngine>> MakeCpuShardEngine(const ShardSpec& spec,
 // gradients, bf16 copy and activations) with CudaAdamW. `tp`'s communicator must reach
 // device memory; it must outlive the engine. Pipeline messages are device memory, unless
 // `host_messages`: then they are host memory, copied to and from device buffers around each
-// call (the path before device-to-device sends; the same bits). `zero_stage` 1 or 2: ZeRO
+// call (the path before device-to-device sends; the same bits). `zero_stage` 1 to 3: ZeRO
 // over `data` (the data group of this position, reaching device memory; null or one rank:
-// no ZeRO), as cuda_shard_engine.cc describes; kInvalidArgument for stage 3 (not built on
-// CUDA layouts) or another. kUnsatisfiable in a build without CUDA; the model's and the
-// allocation's errors otherwise.
+// no ZeRO), as cuda_shard_engine.cc describes; kInvalidArgument for another. kUnsatisfiable
+// in a build without CUDA; the model's and the allocation's errors otherwise.
 Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
                                                          TensorParallelGroup& tp,
                                                          const AdamWConfig& adamw,

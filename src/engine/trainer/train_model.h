@@ -323,11 +323,11 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
 // gloo, or `world` itself where that reaches host memory) carries the loss, the norm's sum,
 // the sampling logits, the checkpoint and export state, and the trainer's host collectives
 // (BroadcastHost/AllReduceHost on `world` go there). Both must outlive the model.
-// zero_stage 1 or 2: ZeRO in the data-parallel group of this tensor/pipeline position (the
+// zero_stage 1 to 3: ZeRO in the data-parallel group of this tensor/pipeline position (the
 // moments of part of the shard per data rank; 2 also the gradients, reduce-scattered during
-// each chunk's last backward: trainer/cuda_shard_engine.cc); stage 3 is kInvalidArgument
-// (not built on CUDA layouts). kUnsatisfiable in a build without CUDA; the shard model's
-// errors (gpt_shard_cuda.h: shapes the CUDA kernels refuse) otherwise.
+// each chunk's last backward; 3 also the parameters, each piece gathered as the model uses
+// it: trainer/cuda_shard_engine.cc). kUnsatisfiable in a build without CUDA; the shard
+// model's errors (gpt_shard_cuda.h: shapes the CUDA kernels refuse) otherwise.
 Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& config,
                                                                const InitialParams& initial,
                                                                const AdamWConfig& adamw,
