@@ -85,8 +85,8 @@ Result<AgentConfig> ResolveConfig(AgentConfig config) {
 }
 
 // The CPUs tasks are bound to under --cpu-bind cores, with their places; empty (tasks
-// unbound) when the agent's mask cannot be read. Logs, once per agent, an advertised
-// count the mask cannot hold.
+// unbound) when the agent's mask cannot be read or it advertises more CPUs than the mask
+// holds (CpuPoolOf), which it logs.
 std::vector<CpuPlace> BindingPool(const AgentConfig& config) {
   auto usable = AffinityCpus();
   if (!usable || usable->empty()) {
@@ -95,9 +95,10 @@ std::vector<CpuPlace> BindingPool(const AgentConfig& config) {
     return {};
   }
   if (config.cpus > static_cast<int>(usable->size())) {
-    LOG_INFO("this agent offers {} CPUs but may run on {} ({}): tasks are bound to distinct CPUs while they fit "
-             "and share them, the least-used first, beyond",
+    LOG_INFO("this agent offers {} CPUs but may run on {} ({}): a simulated node sharing the machine; tasks run "
+             "unbound (OMP_NUM_THREADS still follows cpus_per_task)",
              config.cpus, usable->size(), FormatCpuList(*usable));
+    return {};
   }
   return ReadCpuTopology(CpuPoolOf(*usable, config.cpus));
 }

@@ -100,8 +100,8 @@ Result<CpuBind> ParseCpuBind(std::string_view s) {
 }
 
 std::vector<int> CpuPoolOf(const std::vector<int>& usable, int advertised) {
-  const size_t n = std::min(usable.size(), static_cast<size_t>(std::max(0, advertised)));
-  return std::vector<int>(usable.begin(), usable.begin() + static_cast<std::ptrdiff_t>(n));
+  if (advertised <= 0 || static_cast<size_t>(advertised) > usable.size()) return {};
+  return std::vector<int>(usable.begin(), usable.begin() + advertised);
 }
 
 CpuAllocator::CpuAllocator(std::vector<CpuPlace> pool) : pool_(std::move(pool)) {

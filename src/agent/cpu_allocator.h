@@ -10,11 +10,11 @@
 // CPU manager takes whole sockets, then cores, then threads). So tasks that the head
 // placed within the node's CPU count never share a CPU.
 //
-// Over-subscription never fails a task: when the head has placed more CPUs than the pool
-// holds (an agent advertising more `--cpus` than its mask has, as tests and simulated
-// clusters do on small machines; a gang restart whose previous attempt is still dying)
-// a task gets min(cpus, pool size) distinct CPUs, the least-used first, so advertised CPUs
-// map onto the pool round-robin and the load stays even. The agent logs that once.
+// Over-subscription never fails a task: when the running tasks hold more CPUs than the
+// pool (a gang restart whose previous attempt is still dying) a task gets min(cpus, pool
+// size) distinct CPUs, the least-used first, so the load stays even. An agent that
+// advertises more `--cpus` than its mask has (simulated nodes sharing a machine, as
+// `cohort up` and the tests run them) binds nothing (CpuPoolOf) and says so once.
 //
 // Topology comes from /sys/devices/system/cpu (ReadCpuTopology): each CPU's core_id,
 // physical_package_id and NUMA node (its nodeN entry); a CPU whose files are missing is
@@ -38,8 +38,10 @@ enum class CpuBind { kCores, kNone };
 Result<CpuBind> ParseCpuBind(std::string_view s);
 
 // The CPUs an agent that advertises `advertised` CPUs binds tasks to, out of `usable`
-// (its affinity mask, ascending): the first `advertised` of them, or all when it
-// advertises as many or more.
+// (its affinity mask, ascending): the first `advertised` of them; none (tasks unbound)
+// when it advertises more than it has. Such an agent is a simulated node sharing the
+// machine with others (`cohort up`, the tests): it cannot know which CPUs the others
+// bind, and each would put its first task on the same first CPU.
 std::vector<int> CpuPoolOf(const std::vector<int>& usable, int advertised);
 
 struct CpuPlace {

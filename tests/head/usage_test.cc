@@ -98,7 +98,7 @@ TEST(UsageTest, PerUserAndPerJob) {
   ASSERT_EQ(bob.jobs.size(), 1u);
   EXPECT_EQ(bob.jobs[0].id, 2);
 
-  std::vector<api::TaskUsage> tasks = {{0, "n1", 1.5, 100, {}, 0, ""}};
+  std::vector<api::TaskUsage> tasks = {{0, "n1", 1.5, 100, {}, 0, "", ""}};
   json job_json = api::ToJson(JobStatusAt(c, now, &tasks));
   EXPECT_DOUBLE_EQ(job_json["gpu_seconds"].get<double>(), 3600);
   EXPECT_EQ(job_json["tasks_usage"][0]["node"], "n1");
