@@ -99,8 +99,10 @@ struct AgentConfig {
   SimulatedLayout simulated_layout;  // their model, NVLink islands, PCIe switches, MIG (gpu/gpu.h)
   int cpus = 0;                 // 0: the CPUs of this process's affinity mask
   // Whether tasks are bound to their CPUs (cpu_allocator.h: the pool is the first `cpus`
-  // CPUs of the agent's mask, all of them when it advertises more).
-  CpuBind cpu_bind = CpuBind::kCores;
+  // CPUs of the agent's mask; none when it advertises more). Off by default, as Slurm
+  // without task/affinity and Kubernetes' default CPU manager policy: an agent cannot
+  // know which CPUs other agents on the same machine bind (`cohort up`, the tests).
+  CpuBind cpu_bind = CpuBind::kNone;
   std::map<std::string, std::string> labels;  // topology labels (--topology site=...)
   std::vector<std::string> features;  // node features for --constraint (--features a100,ib)
   int64_t memory_bytes = 0;           // memory offered to --mem jobs; 0: the machine's

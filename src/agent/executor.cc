@@ -274,7 +274,9 @@ void Executor::StartShim(const TaskKey& key) {
       // own), unless the job chose one.
       so.env["COHORT_CPUS_PER_TASK"] = std::to_string(spec.cpus);
       if (!cpu_list.empty()) so.env["COHORT_CPU_BIND"] = FormatCpuList(cpu_list);
-      so.env.try_emplace("OMP_NUM_THREADS", std::to_string(cpu_list.empty() ? spec.cpus : int(cpu_list.size())));
+      // Only for a bound task: an unbound one may use every CPU of the agent, and its
+      // thread count stays the job's (or its runtime's) choice, as before binding.
+      if (!cpu_list.empty()) so.env.try_emplace("OMP_NUM_THREADS", std::to_string(cpu_list.size()));
     }
     if (auto argv = ShimArgv(key, spec, account, so.env, cpu_list)) {
       so.argv = std::move(*argv);

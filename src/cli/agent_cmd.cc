@@ -19,7 +19,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::string health_check_interval = "60s";
     std::string join_token_file;
     std::string task_user = "job";
-    std::string cpu_bind = "cores";
+    std::string cpu_bind = "none";
     std::vector<std::string> container_runtimes;
     std::vector<std::string> topology;
     std::string image_max_unused = "0";
@@ -49,8 +49,9 @@ void AddAgentCommand(CommandContext& ctx) {
                   "Simulated GPU 0 in MIG mode, carved into PROFILE:COUNT[,...] instances, e.g. 1g.10gb:3,3g.40gb:1");
   sub->add_option("--cpus", f->config.cpus, "CPUs to offer (default: the CPUs this process may run on, its affinity mask)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--cpu-bind", f->cpu_bind,
-                  "Bind each task to its own CPUs, as many as its job's cpus_per_task: 'cores' (default) or 'none' "
-                  "(tasks run on all of the agent's CPUs)");
+                  "Bind each task to its own CPUs, as many as its job's cpus_per_task: 'cores' (one agent per "
+                  "machine; sets OMP_NUM_THREADS to the CPUs bound) or 'none' (default: tasks run on all of the agent's "
+                  "CPUs)");
   sub->add_option("--topology", f->topology,
                   "Topology labels KEY=VALUE of this node (repeatable or comma-separated), e.g. "
                   "rack=r1,switch=s3: multi-node gangs prefer the fewest switches; the gateway prefers replicas "

@@ -183,33 +183,42 @@ TEST_F(ExecSessionsTest, ARunningCommandIsARootOfItsTaskAndItsSessionEndsWithIt)
   if (!gone) kill(bg, SIGKILL);
 }
 
+std::optional<ProcStat> StatOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  return ParseProcStat(line, sysconf(_SC_CLK_TCK), sysconf(_SC_PAGESIZE));
+}
+
 // A `cohort exec` command that starts a busy process which leaves its session (setsid) and
 // its tree (a double fork: the middle shell exits, init adopts it). Waits for the pid the
 // command writes to `pid_file`; 0 if none came.
 pid_t StartEscapee(ExecSessions& sessions, const ExecTarget& target, const std::filesystem::path& pid_file,
                    std::string* id) {
   api::ExecRequest req;
+  // The middle shell writes the escapee's pid and its own, then exits.
   req.command = {"sh", "-c",
-                 "setsid sh -c 'sh -c \"while :; do :; done\" & echo $! > " + pid_file.string() +
+                 "setsid sh -c 'sh -c \"while :; do :; done\" & echo $! $$ > " + pid_file.string() +
                      ".tmp; mv " + pid_file.string() + ".tmp " + pid_file.string() + "' & read l"};
   req.stdin_open = true;
   auto started = sessions.Start(target, req);
   EXPECT_TRUE(started.has_value()) << started.error().message;
   if (!started) return 0;
   *id = *started;
-  pid_t pid = 0;
+  pid_t pid = 0, middle = 0;
   for (int i = 0; i < 1000 && pid == 0; ++i) {
-    std::ifstream(pid_file) >> pid;
+    std::ifstream(pid_file) >> pid >> middle;
     if (pid == 0) usleep(10'000);
   }
+  // Escaped only once the middle shell has exited and the escapee left its tree (it is
+  // reparented to init or a subreaper then): until that moment the command's tree still
+  // holds it, whatever the machine's load.
+  for (int i = 0; i < 1000 && pid > 0; ++i) {
+    auto st = StatOf(pid);
+    if (!st || st->ppid != middle) break;
+    usleep(10'000);
+  }
   return pid;
-}
-
-std::optional<ProcStat> StatOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return std::nullopt;
-  return ParseProcStat(line, sysconf(_SC_CLK_TCK), sysconf(_SC_PAGESIZE));
 }
 
 bool WaitGone(pid_t pid) {
