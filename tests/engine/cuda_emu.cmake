@@ -4,12 +4,14 @@
 # dynamic __shared__ storage becomes per-block memory whose every word is shadowed (races,
 # reads of unwaited cp.async data and of unwritten memory fail the test), each CUDA thread of
 # a block runs as a fiber switched at the barriers (cuda_emu/fiber.h), and everything runs
-# under AddressSanitizer, which is told of every fiber switch. The CUDA
-# runtime is stub_cudart.cc (host memory; copies checked against device allocations and
-# their kind) and cuBLASLt is cublaslt_emu.cc (the documented semantics of the calls
-# matmul.cc makes, on the host, epilogues included; cublaslt_emu.h lets a test make its
-# heuristic decline an epilogue, so the kernels' fallback runs too). cub's sort is
-# cub_shim.h (a host stable sort).
+# under AddressSanitizer, which is told of every fiber switch. That is the checked build
+# (cohort_cuda_emu); the trainer-level tests marked [unchecked] below run the same kernels
+# on the same schedule without those checks (cohort_cuda_emu_fast, see below), their own
+# code still under ASan. The CUDA runtime is stub_cudart.cc (host memory; copies checked
+# against device allocations and their kind) and cuBLASLt is cublaslt_emu.cc (the
+# documented semantics of the calls matmul.cc makes, on the host, epilogues included;
+# cublaslt_emu.h lets a test make its heuristic decline an epilogue, so the kernels'
+# fallback runs too). cub's sort is cub_shim.h (a host stable sort).
 #
 # The emulator's own test, engine_cuda_emu_selftest (cuda_emu/selftest.cc), injects each
 # hazard it must catch into a tiny kernel and expects the report. Then the GPU tests, each
@@ -27,19 +29,19 @@
 #   engine_cuda_shard_emu_test      cuda_shard_test.cc: the tensor/pipeline shard model
 #                                   against the CPU shard and the single-device model;
 #   engine_cuda_trainer_emu_test    cuda_trainer_test.cc: the trainer with train.device
-#                                   cuda, in process;
+#                                   cuda, in process [unchecked];
 #   engine_cuda_parallel_trainer_emu_test
 #                                   cuda_parallel_trainer_test.cc: the same with tensor and
-#                                   pipeline layouts, each rank a thread;
+#                                   pipeline layouts, each rank a thread [unchecked];
 #   engine_cuda_parallel_step_emu_test
 #                                   cuda_parallel_step_test.cc: device-to-device pipeline
 #                                   messages, the overlapped data-parallel reduction, and
-#                                   ZeRO 1 to 3 inside tensor/pipeline layouts;
+#                                   ZeRO 1 to 3 inside tensor/pipeline layouts [unchecked];
 #   engine_cuda_zero_emu_test       cuda_zero_test.cc: ZeRO-1/2/3 and the offloads on the
 #                                   CUDA TrainModel, 2 ranks over gloo (one process per
-#                                   stage);
+#                                   stage) [unchecked];
 #   bench_zero_emu                  bench/zero.cc's offload and memory-cuda sections on a
-#                                   tiny model (correctness only).
+#                                   tiny model (correctness only) [unchecked].
 # What the emulator cannot prove: that its fragment layouts match the hardware, anything
 # about memory ordering beyond barrier epochs or between streams (everything is
 # synchronous here), cuBLASLt's own kernels, or anything about speed. It runs one schedule:
@@ -78,43 +80,84 @@ if(TARGET cohort_engine_kernels_cuda)
   set(_emu_not_attention ${_emu_gelu} ${_emu_residual} ${_emu_common} ${_emu_layernorm}
       ${_emu_cross_entropy} ${_emu_adamw} ${_emu_grad_norm} ${_emu_matmul} ${_emu_encoder}
       ${_emu_kv_attention})
-  # The host cuBLASLt does the products: unsanitised and optimised, or the model's hundred
-  # steps take minutes.
+  # The host cuBLASLt does the products: unsanitised and optimised (-O3 vectorises its
+  # products' independent rows), or the model's hundred steps take minutes.
   set_source_files_properties(${_emu_dir}/cublaslt_emu.cc PROPERTIES COMPILE_OPTIONS
-                              "-O2;-fno-sanitize=all")
+                              "-O3;-fno-sanitize=all")
 
-  # Everything emulated in one library: the kernels, common/cuda_status.cc, matmul.cc on the host
-  # cuBLASLt, the runtime stand-ins and GptCudaModel. ASan/UBSan throughout (device buffers
-  # are host allocations, so a kernel or the model overrunning one is reported).
-  add_library(cohort_cuda_emu STATIC
-    ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/emu.cc ${_emu_dir}/fiber.cc
+  # The host side of the emulated engine, built once for both emulator libraries below:
+  # common/cuda_status.cc, matmul.cc on the host cuBLASLt, the runtime stand-ins and
+  # GptCudaModel, under ASan/UBSan (device buffers are host allocations, so the model
+  # overrunning one is reported; and ASan's memcpy checks every emulated cudaMemcpy).
+  set(_emu_sanitize -O2 -g -fsanitize=address,undefined -fno-omit-frame-pointer)
+  add_library(cohort_cuda_emu_host OBJECT
     ${_emu_dir}/cublaslt_emu.cc ${_emu_dir}/stub_cudart.cc
     ${PROJECT_SOURCE_DIR}/src/common/cuda_status.cc ${_cuda_src}/matmul.cc ${PROJECT_SOURCE_DIR}/src/engine/model/cuda_arena.cc
     ${PROJECT_SOURCE_DIR}/src/engine/model/cuda_adamw.cc
     ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_cuda.cc
     ${PROJECT_SOURCE_DIR}/src/engine/model/gpt_shard_cuda.cc)
-  target_include_directories(cohort_cuda_emu PUBLIC ${_emu_dir})
-  target_include_directories(cohort_cuda_emu SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
-  target_compile_definitions(cohort_cuda_emu PUBLIC COHORT_HAVE_CUDA_ENGINE=1)
-  target_compile_options(cohort_cuda_emu PUBLIC -O1 -g -fsanitize=address,undefined
-                                                -fno-omit-frame-pointer)
-  target_link_options(cohort_cuda_emu PUBLIC -fsanitize=address,undefined)
-  target_link_libraries(cohort_cuda_emu PUBLIC cohort_engine_model cohort_engine_optim
+  target_include_directories(cohort_cuda_emu_host PUBLIC ${_emu_dir})
+  target_include_directories(cohort_cuda_emu_host SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
+  target_compile_definitions(cohort_cuda_emu_host PUBLIC COHORT_HAVE_CUDA_ENGINE=1)
+  target_compile_options(cohort_cuda_emu_host PRIVATE ${_emu_sanitize})
+  target_link_libraries(cohort_cuda_emu_host PUBLIC cohort_engine_model cohort_engine_optim
                         cohort_engine_model_shard cohort_engine_kernels_cpu cohort_common)
+
+  # The emulated kernels on that host side, in two builds of the same sources and schedule:
+  #   cohort_cuda_emu       checked: every shared-memory word shadowed, poison, the kernels
+  #                         and the emulator under ASan/UBSan (which is told of every fiber
+  #                         switch). The kernel, attention, model, shard and serve tests and
+  #                         the self-test, which are there to prove the kernels.
+  #   cohort_cuda_emu_fast  unchecked (COHORT_EMU_UNCHECKED, emu.h): no shadow or poison, the
+  #                         kernels and the emulator at -O2 without sanitizers. For the
+  #                         trainer-level tests (cohort_engine_trainer_emu: trainer, parallel
+  #                         trainer, parallel step, ZeRO), which prove sharding,
+  #                         communication, checkpoints and bookkeeping on kernels the checked
+  #                         tests have proven: they spent most of their time re-checking every
+  #                         launch of every step. Their own code, the trainer's and the host
+  #                         side above stay under ASan/UBSan (INTERFACE options).
+  # Both are always built: the fast one adds the 13 kernel/emulator compiles.
+  function(_cohort_emu_library name)
+    cmake_parse_arguments(L "UNCHECKED" "" "" ${ARGN})
+    # Linking the object library puts its objects into this archive (not again into its users).
+    add_library(${name} STATIC ${_emu_attention} ${_emu_not_attention} ${_emu_dir}/emu.cc
+                ${_emu_dir}/fiber.cc)
+    target_link_libraries(${name} PUBLIC cohort_cuda_emu_host)
+    if(L_UNCHECKED)
+      target_compile_definitions(${name} PRIVATE COHORT_EMU_UNCHECKED=1)
+      target_compile_options(${name} PRIVATE -O2 -g INTERFACE ${_emu_sanitize})
+    else()
+      target_compile_options(${name} PUBLIC ${_emu_sanitize})
+    endif()
+    target_link_options(${name} PUBLIC -fsanitize=address,undefined)
+  endfunction()
+  _cohort_emu_library(cohort_cuda_emu)
+  _cohort_emu_library(cohort_cuda_emu_fast UNCHECKED)
+
+  # OMP_WAIT_POLICY=passive, as tests/CMakeLists.txt gives its tests (see there): the CPU
+  # reference model's OpenMP team otherwise spins at its barriers while the emulator works,
+  # a fifth of a model test's CPU time (perf), taken from the test beside it.
+  set(_emu_test_env ENVIRONMENT OMP_WAIT_POLICY=passive)
 
   # An emulated test executable: SOURCES with the hazard check, discovered with FILTER (a
   # gtest negative filter, or empty).
+  # UNCHECKED: on cohort_cuda_emu_fast (a test whose LIBS bring it must say so).
   function(_cohort_emu_test name)
-    cmake_parse_arguments(E "" "FILTER" "SOURCES;LIBS" ${ARGN})
+    cmake_parse_arguments(E "UNCHECKED" "FILTER" "SOURCES;LIBS" ${ARGN})
     add_executable(${name} ${E_SOURCES} ${_emu_dir}/emu_check.cc)
     target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-    target_link_libraries(${name} PRIVATE ${E_LIBS} cohort_cuda_emu GTest::gtest GTest::gtest_main)
+    if(E_UNCHECKED)
+      set(_emu_lib cohort_cuda_emu_fast)
+    else()
+      set(_emu_lib cohort_cuda_emu)
+    endif()
+    target_link_libraries(${name} PRIVATE ${E_LIBS} ${_emu_lib} GTest::gtest GTest::gtest_main)
     set(_filter)
     if(E_FILTER)
       set(_filter TEST_FILTER "${E_FILTER}")
     endif()
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_PREFIX "Emu." ${_filter}
-                         PROPERTIES LABELS engine TIMEOUT 900)
+                         PROPERTIES LABELS engine TIMEOUT 900 ${_emu_test_env})
   endfunction()
 
   # The emulator's self-test: selftest_kernels.cu through the same rewrite as the engine's
@@ -134,7 +177,18 @@ if(TARGET cohort_engine_kernels_cuda)
   target_link_libraries(engine_cuda_emu_selftest PRIVATE cohort_cuda_emu GTest::gtest
                         GTest::gtest_main)
   gtest_discover_tests(engine_cuda_emu_selftest DISCOVERY_TIMEOUT 60 TEST_PREFIX "Emu."
-                       PROPERTIES LABELS engine)
+                       PROPERTIES LABELS engine ${_emu_test_env})
+  # The same kernels on the unchecked build: it still computes them, and still aborts on a
+  # deadlock, a shared index out of range and a copy past an allocation (the hazard cases
+  # are the checked build's alone).
+  add_executable(engine_cuda_emu_unchecked_selftest ${_emu_dir}/selftest.cc ${_selftest_cu})
+  target_compile_definitions(engine_cuda_emu_unchecked_selftest PRIVATE COHORT_EMU_UNCHECKED=1)
+  target_link_libraries(engine_cuda_emu_unchecked_selftest PRIVATE cohort_cuda_emu_fast
+                        GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(engine_cuda_emu_unchecked_selftest DISCOVERY_TIMEOUT 60
+    TEST_PREFIX "Emu.Unchecked."
+    TEST_FILTER "*CorrectKernel*:*TwoHostThreads*:*CpAsyncDataWaitedForIsClean:*SharedArrayIndex*:*BarrierNotEveryThreadReaches*:*CopyPastADeviceAllocation*"
+    PROPERTIES LABELS engine ${_emu_test_env})
 
   _cohort_emu_test(engine_cuda_attention_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_attention_test.cc
@@ -193,16 +247,16 @@ if(TARGET cohort_engine_kernels_cuda)
   # memory is host memory, so the tensor/pipeline trainer tests run several ranks in process.
   target_compile_definitions(cohort_engine_trainer_emu PRIVATE COHORT_CUDA_EMULATED=1)
   target_link_libraries(cohort_engine_trainer_emu
-    PUBLIC cohort_cuda_emu cohort_engine_model cohort_engine_optim cohort_engine_data
+    PUBLIC cohort_cuda_emu_fast cohort_engine_model cohort_engine_optim cohort_engine_data
            cohort_engine_checkpoint cohort_engine_parallel cohort_engine_model_shard cohort_comm
            cohort_common
     PRIVATE CLI11::CLI11)
-  _cohort_emu_test(engine_cuda_trainer_emu_test
+  _cohort_emu_test(engine_cuda_trainer_emu_test UNCHECKED
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_trainer_test.cc
     LIBS cohort_engine_trainer_emu)
   # The trainer with train.device cuda and tensor/pipeline layouts: every rank a thread in
   # process, gloo over the emulated device memory standing in for nccl.
-  _cohort_emu_test(engine_cuda_parallel_trainer_emu_test
+  _cohort_emu_test(engine_cuda_parallel_trainer_emu_test UNCHECKED
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_trainer_test.cc
     LIBS cohort_engine_trainer_emu)
   target_compile_definitions(engine_cuda_parallel_trainer_emu_test PRIVATE
@@ -211,7 +265,7 @@ if(TARGET cohort_engine_kernels_cuda)
   # How a CUDA layout moves a step's data: device-to-device pipeline messages against the host
   # path, the overlapped data-parallel reduction against the one after the step (bitwise), and
   # ZeRO 1 to 3 in the data group of a tensor/pipeline layout against ZeRO-0 there.
-  _cohort_emu_test(engine_cuda_parallel_step_emu_test
+  _cohort_emu_test(engine_cuda_parallel_step_emu_test UNCHECKED
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_parallel_step_test.cc
             ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
             ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
@@ -222,7 +276,7 @@ if(TARGET cohort_engine_kernels_cuda)
 
   # ZeRO stages 1 to 3 and the offloads on the CUDA TrainModel (trainer/cuda_zero.h),
   # two ranks over gloo on the emulated device memory, against CUDA DDP and the CPU model.
-  _cohort_emu_test(engine_cuda_zero_emu_test
+  _cohort_emu_test(engine_cuda_zero_emu_test UNCHECKED
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_zero_test.cc
             ${PROJECT_SOURCE_DIR}/tests/comm/comm_test_util.cc
             ${PROJECT_SOURCE_DIR}/tests/comm/device_buffer.cc
@@ -235,5 +289,5 @@ if(TARGET cohort_engine_kernels_cuda)
   add_executable(bench_zero_emu ${PROJECT_SOURCE_DIR}/bench/zero.cc)
   target_compile_definitions(bench_zero_emu PRIVATE COHORT_CUDA_EMULATED=1)
   target_include_directories(bench_zero_emu PRIVATE ${PROJECT_SOURCE_DIR}/bench)
-  target_link_libraries(bench_zero_emu PRIVATE cohort_engine_trainer_emu cohort_cuda_emu)
+  target_link_libraries(bench_zero_emu PRIVATE cohort_engine_trainer_emu cohort_cuda_emu_fast)
 endif()

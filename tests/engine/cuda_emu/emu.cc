@@ -20,6 +20,7 @@ void CudaThreadMain(void* arg) {
     Activate(self);
     (*self->job)();
     if (!self->groups.empty() || !self->open.empty()) {
+      t_block->left_async = true;
       g_stats.leftover_async++;
       g_stats.Report("tid %d ended with cp.async groups outstanding", self->tid);
     }

@@ -19,6 +19,15 @@
 // above, and a read of a never-written (all 0xFF) element is reported.
 // Threads: a block, its shadow and its fibers belong to the OS thread running the launch;
 // g_stats is shared by all (atomic counters, a mutex for the messages).
+//
+// The unchecked build (COHORT_EMU_UNCHECKED, the cohort_cuda_emu_fast library for the
+// trainer-level tests, tests/engine/cuda_emu.cmake) runs the same kernels on the same
+// schedule, so they compute the same bits, without the hazard checks: no shadow, no poison
+// (shared memory keeps whatever the last block left), no ldmatrix bank-conflict or poison
+// scan, no mma fragment-coverage check. What aborts stays: bad launches, deadlocks, shared
+// accesses outside the block's memory or misaligned, a static __shared__ over the limit. The
+// checked build is the one that proves the kernels (the kernel, attention, model tests and
+// the emulator's self-test).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,6 +58,12 @@ inline thread_local dim3 blockDim;
 inline thread_local dim3 gridDim;
 
 namespace emu {
+
+#ifdef COHORT_EMU_UNCHECKED
+inline constexpr bool kChecked = false;
+#else
+inline constexpr bool kChecked = true;
+#endif
 
 struct Word {
   uint32_t w_epoch = 0;
@@ -114,14 +129,34 @@ struct WarpSlots {
 // Static __shared__ storage per block (the hardware's static limit).
 constexpr size_t kStaticSmemBytes = 48 * 1024;
 
+// A block's buffers are kept per OS thread and handed from launch to launch (fresh ones, up to
+// ~700 KB with the shadow, cost an allocation, a fill and page faults per launch, much of a
+// test's time here). The checked build poisons the shared memory again and starts the shadow
+// at an epoch no earlier launch used, so what they left is dead (as between a launch's
+// blocks); the unchecked build takes the shared memory as the last launch left it. The warp
+// slots need neither: every slot a collective reads, a lane of it wrote first.
+inline thread_local std::vector<unsigned char> t_spare_smem;
+inline thread_local std::vector<Word> t_spare_shadow;
+inline thread_local std::vector<WarpSlots> t_spare_slots;
+inline thread_local uint32_t t_last_epoch = 0;  // the last epoch a block on this OS thread used
+// At least n elements (the spare ones only ever grow; a block bounds itself by its sizes).
+template <class T>
+inline std::vector<T> TakeSpare(std::vector<T>& spare, size_t n) {
+  std::vector<T> v = std::move(spare);
+  if (v.size() < n) v.resize(n);
+  return v;
+}
+
 struct Block {
   int nthreads;
   size_t dyn_bytes;                  // dynamic shared memory: [0, dyn_bytes)
   size_t static_base;                // static __shared__ variables from here
   size_t static_used = 0;            // high-water mark of the static area
-  std::vector<unsigned char> smem;
-  std::vector<Word> shadow;
-  uint32_t epoch = 1;                // advanced by every __syncthreads
+  size_t smem_size;                  // the block's shared memory: smem[0, smem_size)
+  std::vector<unsigned char> smem;   // (maybe longer: TakeSpare)
+  std::vector<Word> shadow;          // a word per 4 bytes of smem (checked build)
+  uint32_t epoch;                    // advanced by every __syncthreads
+  bool left_async = false;           // a thread ended with cp.async outstanding
   FiberBarrier bar;                  // __syncthreads
   std::vector<FiberBarrier> warp_bar;
   std::vector<WarpSlots> slots;      // two per warp: Slots()
@@ -130,19 +165,32 @@ struct Block {
       : nthreads(n),
         dyn_bytes(smem_bytes),
         static_base((smem_bytes + 15) / 16 * 16),
-        smem(static_base + kStaticSmemBytes, 0xFF),
-        shadow(smem.size() / 4) {
+        smem_size(static_base + kStaticSmemBytes),
+        smem(TakeSpare(t_spare_smem, smem_size)),
+        shadow(TakeSpare(t_spare_shadow, kChecked ? smem_size / 4 : 0)),
+        epoch(t_last_epoch + 1) {
+    if (kChecked) std::memset(smem.data(), 0xFF, smem_size);
     bar.expected = n;
     const int warps = (n + 31) / 32;
     warp_bar.resize(warps);
     for (int w = 0; w < warps; ++w) warp_bar[w].expected = std::min(32, n - 32 * w);
-    slots.resize(2 * static_cast<size_t>(warps));
+    slots = TakeSpare(t_spare_slots, 2 * static_cast<size_t>(warps));
   }
+  ~Block() {
+    // A copy never waited for (reported) leaves its words pending: clear them for the next.
+    if (left_async) std::fill(shadow.begin(), shadow.end(), Word{});
+    t_last_epoch = epoch;
+    t_spare_smem = std::move(smem);
+    t_spare_shadow = std::move(shadow);
+    t_spare_slots = std::move(slots);
+  }
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
   // Between two blocks of a launch (every thread done): poison what the last block used
   // again and start a new epoch, so nothing carries over (the shadow's old epochs are dead).
   void Reset() {
     const size_t used = static_base + static_used;
-    std::memset(smem.data(), 0xFF, std::min(used, smem.size()));
+    if (kChecked) std::memset(smem.data(), 0xFF, std::min(used, smem_size));
     static_used = 0;
     ++epoch;
   }
@@ -184,7 +232,7 @@ inline unsigned char* SharedBase() { return t_block->smem.data(); }
 inline bool InSmem(const void* p, size_t bytes) {
   const auto* c = static_cast<const unsigned char*>(p);
   const auto* base = t_block->smem.data();
-  return c >= base && c + bytes <= base + t_block->smem.size();
+  return c >= base && c + bytes <= base + t_block->smem_size;
 }
 inline size_t WordIndex(const void* p) {
   return static_cast<size_t>(static_cast<const unsigned char*>(p) - t_block->smem.data()) / 4;
@@ -192,6 +240,7 @@ inline size_t WordIndex(const void* p) {
 
 // Shadow checks.
 inline void ShadowRead(const void* p, size_t bytes, const char* what) {
+  if constexpr (!kChecked) return;
   Block& b = *t_block;
   for (size_t w = WordIndex(p); w < WordIndex(p) + (bytes + 3) / 4; ++w) {
     Word& s = b.shadow[w];
@@ -214,6 +263,7 @@ inline void ShadowRead(const void* p, size_t bytes, const char* what) {
   }
 }
 inline void ShadowWrite(const void* p, size_t bytes, const char* what, bool completing_copy) {
+  if constexpr (!kChecked) return;
   Block& b = *t_block;
   for (size_t w = WordIndex(p); w < WordIndex(p) + (bytes + 3) / 4; ++w) {
     Word& s = b.shadow[w];
@@ -269,7 +319,7 @@ inline void EmuCpAsync16(void* dst, const void* src, bool valid) {
     g_stats.misaligned++;
     g_stats.Report("cp.async: src %p not 16-byte aligned", src);
   }
-  {
+  if constexpr (kChecked) {
     Block& b = *t_block;
     for (size_t w = WordIndex(dst); w < WordIndex(dst) + 4; ++w) {
       Word& s = b.shadow[w];
@@ -321,7 +371,7 @@ inline void EmuLdMatrix(uint32_t (&r)[4], const void* p, bool trans) {
   s.addr[lane] = c;
   WarpSync();
   // Bank conflicts: lane 0 evaluates each of the 4 phases (one 8x8 matrix each).
-  if (lane == 0) {
+  if (kChecked && lane == 0) {
     for (int i = 0; i < 4; ++i) {
       int count[32] = {0};
       for (int k = 0; k < 8; ++k) {
@@ -347,7 +397,7 @@ inline void EmuLdMatrix(uint32_t (&r)[4], const void* p, bool trans) {
         src = s.addr[8 * i + cp + h] + 2 * row;  // element (cp + h, row)
       }
       std::memcpy(&e[h], src, 2);
-      if ((e[h] & 0x7fffu) > 0x7f80u) {
+      if (kChecked && (e[h] & 0x7fffu) > 0x7f80u) {
         g_stats.poison_reads++;
         g_stats.Report("ldmatrix: NaN/poison bf16 read (tid %d, matrix %d)", t_tid, i);
       }
@@ -381,6 +431,7 @@ inline void AssembleMmaOperands(WarpSlots& s) {
       seenB[row][g]++;
     }
   }
+  if constexpr (!kChecked) return;
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c)
       if (seenA[r][c] != 1) std::abort();
@@ -435,7 +486,7 @@ inline float EmuSharedLoadF32(const float* p) {
   ShadowRead(p, 4, "ld.shared.f32");
   uint32_t u;
   std::memcpy(&u, p, 4);
-  if (u == 0xFFFFFFFFu) {
+  if (kChecked && u == 0xFFFFFFFFu) {
     g_stats.poison_reads++;
     g_stats.Report("ld.shared.f32: poison read (tid %d)", t_tid);
   }
@@ -464,8 +515,8 @@ inline T SharedLoad(const T* p) {
   unsigned char raw[sizeof(T)];
   ShadowRead(p, sizeof(T), "shared load");
   std::memcpy(raw, p, sizeof(T));
-  bool poison = true;
-  for (unsigned char c : raw) poison = poison && c == 0xFF;
+  bool poison = kChecked;
+  if (kChecked) for (unsigned char c : raw) poison = poison && c == 0xFF;
   if (poison) {
     g_stats.poison_reads++;
     g_stats.Report("shared load: read of never-written shared memory (tid %d, byte %zu)", t_tid,
