@@ -49,7 +49,7 @@
 namespace cohort::testing {
 
 // Heartbeats every 100 ms; a node is DOWN after 2 s without one, and an agent that cannot
-// reach the head kills its tasks after 1.2 s. Wider than LocalCluster's default: two
+// reach the head kills its tasks after 1.2 s. Wider than LivenessTiming (harness.h): two
 // training ranks and a CI build share two cores here.
 inline Timing FaultTiming() { return Timing{"100ms", "2s", "1200ms", "2s"}; }
 
