@@ -448,5 +448,13 @@ size_t CudaZeroOptimizer::scratch_bytes() const {
          (grads_ ? grads_->scratch_bytes() : 0) + (params_ ? params_->scratch_bytes() : 0);
 }
 
+size_t CudaZeroOptimizer::host_bytes() const {
+  if (!offload_) return 0;
+  const size_t n = shard_size();
+  // The pinned buffers less the master (counted with the optimizer, or stage 3's parameters).
+  return optimizer_bytes() + host_->pinned_bytes() - n * sizeof(float) +
+         (stage_ == 3 ? n * sizeof(float) : 0) + (offload_params_ ? n * sizeof(cuda::bf16) : 0);
+}
+
 }  // namespace cohort::engine
 #endif  // COHORT_HAVE_CUDA_ENGINE

@@ -159,6 +159,9 @@ class CudaZeroOptimizer {
   size_t grad_shard_bytes() const;
   size_t optimizer_bytes() const;
   size_t scratch_bytes() const;
+  // Of the four above, the bytes in host memory (offloaded: the moments, the master, the
+  // pinned gradient shard and bf16 staging, optimizer+params' bf16 shard; else 0).
+  size_t host_bytes() const;
   // Stage 3: pieces the model asked for and those the prefetch had gathered by then.
   uint64_t pieces_asked() const { return params_ ? params_->asked() : 0; }
   uint64_t pieces_prefetched() const { return params_ ? params_->prefetched() : 0; }
