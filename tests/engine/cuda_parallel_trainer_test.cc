@@ -111,7 +111,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
                           "seed: 7, threads: 1, device: " << device << "}\n"
                           "parallel: {tensor: " << tensor << ", pipeline: " << pipeline
                        << ", schedule: " << schedule << ", virtual_stages: " << virtual_stages_
-                       << ", zero: " << zero_ << "}\n"
+                       << ", zero: " << zero_ << ", offload: " << offload_ << "}\n"
                           "comm: {backend: " << (device == "cuda" ? kCudaBackend : "gloo")
                        << ", timeout_s: " << kTimeoutS << "}\n"
                           "eval: {every: " << kSteps << ", batches: 1}\n"
@@ -257,6 +257,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
   int layers_ = 2;
   int data_ = 1;  // data-parallel replicas (the world is tensor x pipeline x data_)
   int zero_ = 0;  // parallel.zero
+  std::string offload_ = "none";  // parallel.offload
   int n_embd_ = 64;
   bool expect_errors_ = false;      // Trainer::Create's errors go to errors_, not failures
   std::vector<std::string> errors_;  // one per rank that failed
@@ -421,24 +422,44 @@ TEST_F(CudaParallelTrainerTest, ShardShapesTheKernelsRefuseAreErrorsNamingTheFie
   EXPECT_FALSE(fs::exists(dir_ / "ck") && !fs::is_empty(dir_ / "ck"));
 }
 
-// ZeRO-3 runs in a CUDA layout (cuda_parallel_step_test); the offloads there are refused.
-TEST_F(CudaParallelTrainerTest, OffloadWithACudaLayoutIsRefusedNamingTheField) {
+// The offloads run in CUDA layouts (cuda_parallel_step_test): the config takes them; what
+// stays impossible is refused naming the field: optimizer+params without ZeRO-3 (by the
+// config), and with one data replica (by the trainer, on every rank at start, before any
+// checkpoint: the bf16 part that leaves the device is a data rank's part of the shard).
+TEST_F(CudaParallelTrainerTest, OffloadsInACudaLayoutAreTakenAndTheImpossibleOnesRefused) {
   const fs::path cfg = dir_ / "zero.yaml";
-  std::ofstream(cfg) << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
-                        "data: {text: corpus.txt}\n"
-                        "train: {steps: 1, device: cuda}\n"
-                        "parallel: {tensor: 2, zero: 3, offload: optimizer}\n";
-  auto config = LoadTrainConfig(cfg.string());
-  ASSERT_FALSE(config.has_value());
-  EXPECT_THAT(config.error().ToString(), HasSubstr("parallel.offload"));
-  EXPECT_THAT(config.error().ToString(), HasSubstr("on train.device cuda is not built"));
-  std::ofstream(cfg, std::ios::trunc) << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
-                                         "data: {text: corpus.txt}\n"
-                                         "train: {steps: 1, device: cuda}\n"
-                                         "parallel: {tensor: 2, zero: 3}\n";
-  auto zero3 = LoadTrainConfig(cfg.string());
-  ASSERT_TRUE(zero3.has_value()) << zero3.error().ToString();
-  EXPECT_EQ(zero3->parallel.zero, 3);
+  auto write = [&](const std::string& parallel) {
+    std::ofstream(cfg, std::ios::trunc)
+        << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
+           "data: {text: corpus.txt}\n"
+           "train: {steps: 1, device: cuda}\n"
+           "parallel: " << parallel << "\n";
+  };
+  for (const char* ok : {"{tensor: 2, zero: 3, offload: optimizer}",
+                         "{pipeline: 2, offload: optimizer}",
+                         "{tensor: 2, zero: 3, offload: optimizer+params}"}) {
+    write(ok);
+    auto config = LoadTrainConfig(cfg.string());
+    ASSERT_TRUE(config.has_value()) << ok << ": " << config.error().ToString();
+  }
+  write("{tensor: 2, zero: 2, offload: optimizer+params}");
+  auto refused = LoadTrainConfig(cfg.string());
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_THAT(refused.error().ToString(),
+              HasSubstr("parallel.offload: optimizer+params needs parallel.zero 3, got 2"));
+
+  COHORT_SKIP_WITHOUT_GPU();
+  if (!HaveGpus(2)) GTEST_SKIP() << "tensor 2 over nccl needs 2 GPUs";
+  zero_ = 3;
+  offload_ = "optimizer+params";
+  expect_errors_ = true;
+  Train("cuda", 2, 1, "1f1b", "ck", "record.jsonl");
+  ASSERT_EQ(errors_.size(), 2u);
+  for (const std::string& e : errors_) {
+    EXPECT_THAT(e, HasSubstr("parallel.offload: optimizer+params in a CUDA tensor/pipeline "
+                             "layout needs two or more data-parallel replicas"));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "ck") && !fs::is_empty(dir_ / "ck"));
 }
 
 }  // namespace
