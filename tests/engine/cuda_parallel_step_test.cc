@@ -20,7 +20,12 @@
 //   - ZeRO-3 inside a CUDA layout (each piece of the shard's bf16 parameters gathered over the
 //     data group as the model uses it): ZeRO-2's bits in tensor 2 x data 2, ZeRO-0's losses
 //     to 1e-5 there and in pipeline 2 x data 2, bytes per rank by the formula, and its
-//     checkpoint resumed by range (each rank reading its part only), on the CPU, and back.
+//     checkpoint resumed by range (each rank reading its part only), on the CPU, and back;
+//   - the offloads inside a CUDA layout (trainer/host_shard_adamw.h; tensor 2 x data 2 and
+//     pipeline 2 x data 2, ZeRO 1-3 offloaded and ZeRO-3 with optimizer+params): ZeRO-0's
+//     losses and norms to 1e-5, device and host bytes per rank by the formula, the
+//     optimizer+params checkpoint resumed bit for bit with and without offload, and the
+//     offloaded ZeRO-3 state on the CPU and back.
 // Built twice: against the CPU emulator (cuda_emu.cmake, label engine: device memory is host
 // memory, so one gloo communicator is both worlds) and against the real CUDA engine (label
 // gpu: the world over nccl, the host values over a second, gloo, communicator; one GPU per
@@ -34,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -550,6 +556,7 @@ struct OffloadLayout {
   const char* name;
   int tensor, pipeline;
 };
+void PrintTo(const OffloadLayout& l, std::ostream* os) { *os << l.name; }
 
 class CudaOffloadLayoutTest : public ::testing::TestWithParam<OffloadLayout> {};
 
