@@ -329,21 +329,30 @@ TEST_F(CudaParallelTrainerTest, Tensor2Data2TracksTheCpuLayout) {
   data_ = 2;
   ExpectTracksTheCpu(2, 1, "1f1b");
   // ZeRO-2 in the same CUDA layout through the trainer (config, model states, checkpoints
-  // written by range from each data rank's part): ZeRO-0's curve and state.
+  // written by range from each data rank's part), and with the optimizer offloaded to the
+  // host: ZeRO-0's curve and state.
   zero_ = 2;
-  const Run z = Train("cuda", 2, 1, "1f1b", "ck-gpu-zero2", "gpu-zero2");
-  ASSERT_FALSE(HasFailure()) << z.log;
-  EXPECT_THAT(z.log, HasSubstr("ZeRO-2 over 2 ranks"));
-  EXPECT_THAT(z.log, HasSubstr("the shard's whole gradient buffer, a receive buffer"));
-  const auto want = Losses("gpu-t2-p1-d2-1f1b"), got = Losses("gpu-zero2");
-  const auto want_norm = Norms("gpu-t2-p1-d2-1f1b"), got_norm = Norms("gpu-zero2");
-  ASSERT_EQ(got.size(), want.size());
-  for (int64_t s = 1; s <= kSteps; ++s) {
-    EXPECT_NEAR(got.at(s), want.at(s), 1e-5 * want.at(s)) << "ZeRO-2 step " << s;
-    EXPECT_NEAR(got_norm.at(s), want_norm.at(s), 1e-5 * want_norm.at(s)) << "ZeRO-2 step " << s;
+  for (const char* offload : {"none", "optimizer"}) {
+    offload_ = offload;
+    const std::string name = offload_ == "none" ? "gpu-zero2" : "gpu-zero2-offload";
+    const Run z = Train("cuda", 2, 1, "1f1b", "ck-" + name, name);
+    ASSERT_FALSE(HasFailure()) << z.log;
+    EXPECT_THAT(z.log, HasSubstr("ZeRO-2 over 2 ranks"));
+    EXPECT_THAT(z.log, HasSubstr("the shard's whole gradient buffer, a receive buffer"));
+    if (offload_ != "none") {
+      EXPECT_THAT(z.log, HasSubstr("optimizer offloaded to host memory"));
+      EXPECT_THAT(z.log, HasSubstr("the pinned gradient shard"));
+    }
+    const auto want = Losses("gpu-t2-p1-d2-1f1b"), got = Losses(name);
+    const auto want_norm = Norms("gpu-t2-p1-d2-1f1b"), got_norm = Norms(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (int64_t s = 1; s <= kSteps; ++s) {
+      EXPECT_NEAR(got.at(s), want.at(s), 1e-5 * want.at(s)) << name << " step " << s;
+      EXPECT_NEAR(got_norm.at(s), want_norm.at(s), 1e-5 * want_norm.at(s)) << name << " step " << s;
+    }
+    ExpectStateClose(StateAt("ck-" + name, kSteps), StateAt("ck-gpu-t2-p1-d2-1f1b", kSteps), 1e-3,
+                     name + "'s checkpoint against ZeRO-0's");
   }
-  ExpectStateClose(StateAt("ck-gpu-zero2", kSteps), StateAt("ck-gpu-t2-p1-d2-1f1b", kSteps), 1e-3,
-                   "ZeRO-2's checkpoint against ZeRO-0's");
 }
 
 TEST_F(CudaParallelTrainerTest, Tensor2Pipeline2TracksTheCpuLayout) {
