@@ -313,10 +313,9 @@ TEST_F(TrainParallelCliTest, ImpossibleLayoutsAreErrorsBeforeAnythingIsWritten) 
       {2, {"--set", "parallel.pipeline=2", "--set", "parallel.microbatches=3"},
        "parallel.microbatches: 3 but train.global_batch_tokens 256 / (data 1 x "
        "train.micro_batch 2 x model.seq_len 32) gives 4 micro-batches per replica"},
-      {2, {"--set", "parallel.tensor=2", "--set", "train.device=cuda", "--set", "parallel.zero=1",
-           "--set", "parallel.offload=optimizer"},
-       "parallel.offload: optimizer with parallel.tensor 2 x parallel.pipeline 1 on train.device "
-       "cuda is not built"},
+      {2, {"--set", "parallel.tensor=2", "--set", "train.device=cuda", "--set", "parallel.zero=2",
+           "--set", "parallel.offload=optimizer+params"},
+       "parallel.offload: optimizer+params needs parallel.zero 3, got 2"},
       {1, {"--set", "parallel"}, "--set: 'parallel' is not section.key=value"},
   };
   for (const Bad& b : bad) {
