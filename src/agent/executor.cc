@@ -15,10 +15,10 @@
 #include <optional>
 
 #include "agent/container.h"
-#include "agent/cpu_set.h"
 #include "agent/task_shim.h"
 #include "agent/task_identity.h"
 #include "common/clock.h"
+#include "common/cpu_set.h"
 #include "common/file_modes.h"
 #include "common/json.h"
 #include "common/log.h"
