@@ -16,13 +16,13 @@
 #include "agent/container.h"
 #include "agent/container_root.h"
 #include "agent/container_sweep.h"
-#include "agent/cpu_set.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
 #include "agent/proc_usage.h"
 #include "api/container_spec.h"
 #include "api/routes.h"
+#include "common/cpu_set.h"
 #include "common/file_modes.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -96,7 +96,7 @@ std::vector<CpuPlace> BindingPool(const AgentConfig& config) {
   }
   if (config.cpus > static_cast<int>(usable->size())) {
     LOG_INFO("this agent offers {} CPUs but may run on {} ({}): a simulated node sharing the machine; tasks run "
-             "unbound (OMP_NUM_THREADS still follows cpus_per_task)",
+             "unbound (and without OMP_NUM_THREADS)",
              config.cpus, usable->size(), FormatCpuList(*usable));
     return {};
   }

@@ -210,10 +210,14 @@ class LocalCluster {
   }
   Subprocess& head() { return head_; }
 
-  void StartAgent(const std::string& name, int gpus, int cpus = 16, std::vector<std::string> extra = {}) {
+  // `extra` is appended to the agent's arguments; `env` is set over this process's
+  // environment, which the agent inherits.
+  void StartAgent(const std::string& name, int gpus, int cpus = 16, std::vector<std::string> extra = {},
+                  std::map<std::string, std::string> env = {}) {
     SpawnOptions o;
     o.argv = TestAgentArgv(url_, dir_, name, "127.0.0.1", gpus, cpus);
     o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+    o.env = std::move(env);
     o.stdout_path = dir_ + "/" + name + ".log";
     o.parent_death_signal = SIGKILL;
     auto p = Subprocess::Spawn(o);
