@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "agent/cpu_allocator.h"
-#include "agent/cpu_set.h"
 #include "agent/executor.h"
+#include "common/cpu_set.h"
 
 using namespace cohort::agent;
 using Clock = std::chrono::steady_clock;
@@ -96,7 +96,7 @@ double StepsPerS(const std::string& log, int& threads) {
 void Effect(const std::string& dir, const std::vector<int>& usable, double seconds) {
   const int per_task = std::max(1, static_cast<int>(usable.size()) / 2);
   std::printf("effect: 2 tasks, each an OpenMP loop for %.0f s, cpus_per_task %d, %zu CPUs (%s)\n", seconds, per_task,
-              usable.size(), FormatCpuList(usable).c_str());
+              usable.size(), cohort::FormatCpuList(usable).c_str());
   std::printf("  %-8s %-16s %-16s %-10s\n", "setup", "task 0 steps/s", "task 1 steps/s", "sum");
   int64_t job = 1;
   for (const char* setup : {"before", "none", "cores", "before", "none", "cores"}) {
@@ -117,7 +117,7 @@ void Effect(const std::string& dir, const std::vector<int>& usable, double secon
     for (int r = 0; r < 2; ++r) {
       TaskStatus st = WaitDone(*ex, keys[r]);
       rate[r] = StepsPerS(st.log_path, threads[r]);
-      masks[r] = st.cpu_list.empty() ? "all" : FormatCpuList(st.cpu_list);
+      masks[r] = st.cpu_list.empty() ? "all" : cohort::FormatCpuList(st.cpu_list);
     }
     std::printf("  %-8s %6.2f (%d thr, %-4s) %6.2f (%d thr, %-4s) %6.2f\n", setup, rate[0], threads[0],
                 masks[0].c_str(), rate[1], threads[1], masks[1].c_str(), rate[0] + rate[1]);
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--launches") == 0) launches = std::atoi(argv[i + 1]);
   }
-  auto usable = AffinityCpus();
+  auto usable = cohort::AffinityCpus();
   if (!usable || usable->size() < 2) {
     std::printf("needs 2 CPUs in this process's mask\n");
     return 1;

@@ -268,6 +268,58 @@ void MemoryCuda(int ranks) {
                worst.optimizer / 1e6, total / 1e6, worst_formula / 1e6, ratio,
                worst.scratch / 1e6, std::abs(ratio - 1) <= 1e-3 ? "met" : "MISSED");
   }
+  // The offloads (trainer/host_shard_adamw.h): the data rank's part of the AdamW state and
+  // the float32 master on the host, with optimizer+params the bf16 part too. Device: every
+  // byte the engine holds there (model states and scratch: the accumulation buffer 4Ψ_s, the
+  // receive buffer and stage 3's gather buffers are beside the formula); host: the moments and
+  // master, the pinned gradient part, stage 3's bf16 part or its pinned staging.
+  fmt::print("== offloaded in the same layout: device and host bytes per rank (the largest rank) "
+             "==\n");
+  fmt::print("{:<22} {:>10} {:>11} {:>11} {:>10} {:>11} {:>8}  {}\n", "stage", "device MB",
+             "formula MB", "scratch MB", "host MB", "formula MB", "ratio",
+             "target (host: the formula)");
+  struct Offloaded {
+    int stage;
+    bool params;
+  };
+  for (const Offloaded o : {Offloaded{1, false}, Offloaded{2, false}, Offloaded{3, false},
+                            Offloaded{3, true}}) {
+    ParallelConfig pc;
+    pc.tensor = 2;
+    pc.zero = o.stage;
+    const ParallelLayout layout = Check(MakeParallelLayout(pc, c, ranks), "layout");
+    std::mutex mu;
+    size_t device = 0, host = 0;
+    double device_formula = 0, host_formula = 0;
+    RunRanks(ranks, [&](comm::Communicator& comm) {
+      Check(SelectCudaDevice(0), "device");
+      auto model = Check(MakeParallelCudaTrainModel(c, InitialParams{7, nullptr}, AdamWConfig{},
+                                                    layout, comm, comm, nullptr,
+                                                    ParallelStepOptions{}, o.stage, true, o.params),
+                         "model");
+      const TrainModel::ModelStateBytes b = model->model_state_bytes();
+      const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, c, comm.rank()));
+      const double ps = static_cast<double>(shard.total), nd = layout.data;
+      const double on_device = o.stage == 1   ? 10 * ps
+                               : o.stage == 2 ? 6 * ps + 4 * ps / nd
+                               : o.params     ? 4 * ps / nd
+                                              : 6 * ps / nd;
+      const double on_host = (o.stage == 3 ? 18 : 16) * ps / nd;
+      const size_t d = b.params + b.grads + b.optimizer + b.scratch - b.host;
+      std::lock_guard lock(mu);
+      if (d + b.host > device + host) {
+        device = d;
+        host = b.host;
+        device_formula = on_device;
+        host_formula = on_host;
+      }
+    });
+    const double ratio = static_cast<double>(host) / host_formula;
+    fmt::print("{:<22} {:>10.3f} {:>11.3f} {:>11.3f} {:>10.3f} {:>11.3f} {:>8.4f}  {}\n",
+               fmt::format("ZeRO-{} {}", o.stage, o.params ? "optimizer+params" : "optimizer"),
+               device / 1e6, device_formula / 1e6, (device - device_formula) / 1e6, host / 1e6,
+               host_formula / 1e6, ratio, std::abs(ratio - 1) <= 1e-3 ? "met" : "MISSED");
+  }
 }
 
 void Step(int ranks, int steps) {

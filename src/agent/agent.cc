@@ -16,13 +16,13 @@
 #include "agent/container.h"
 #include "agent/container_root.h"
 #include "agent/container_sweep.h"
-#include "agent/cpu_set.h"
 #include "agent/executor.h"
 #include "agent/gpu/gpu.h"
 #include "agent/net.h"
 #include "agent/proc_usage.h"
 #include "api/container_spec.h"
 #include "api/routes.h"
+#include "common/cpu_set.h"
 #include "common/file_modes.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -96,7 +96,7 @@ std::vector<CpuPlace> BindingPool(const AgentConfig& config) {
   }
   if (config.cpus > static_cast<int>(usable->size())) {
     LOG_INFO("this agent offers {} CPUs but may run on {} ({}): a simulated node sharing the machine; tasks run "
-             "unbound (OMP_NUM_THREADS still follows cpus_per_task)",
+             "unbound (and without OMP_NUM_THREADS)",
              config.cpus, usable->size(), FormatCpuList(*usable));
     return {};
   }
@@ -579,15 +579,20 @@ Result<void> Agent::HeartbeatOnce() {
   auto sent = SteadyClock::now();
   auto reply_json = COHORT_TRY(head_->Post(api::routes::AgentHeartbeat(config_.name), body));
   auto reply = COHORT_TRY(api::HeartbeatReplyFromJson(reply_json));
-  // A round trip that ate half the fence timeout leaves the tasks' lease little room: say
-  // where the time went (building it here, or the head's answer), at most every 5 s.
+  // Successful sends that came half a fence timeout apart leave the tasks' lease little
+  // room: say where the time went (the last reply's Apply, the wait for this beat, building
+  // it, the head's answer), at most every 5 s.
   const auto answered = SteadyClock::now();
-  if (answered - sent > Millis(timing_.fence_timeout_ms / 2) && answered - last_slow_log_ > std::chrono::seconds(5)) {
+  const auto ms = [](SteadyClock::duration d) {
+    return FormatDuration(std::chrono::duration_cast<Millis>(d).count());
+  };
+  if (last_beat_end_ != SteadyTime{} && sent - last_ok_send_ > Millis(timing_.fence_timeout_ms / 2) &&
+      answered - last_slow_log_ > std::chrono::seconds(5)) {
     last_slow_log_ = answered;
-    LOG_WARN("heartbeat answered after {} (built in {}; the fence timeout is {})",
-             FormatDuration(std::chrono::duration_cast<Millis>(answered - sent).count()),
-             FormatDuration(std::chrono::duration_cast<Millis>(sent - start).count()),
-             FormatDuration(timing_.fence_timeout_ms));
+    LOG_WARN("heartbeats sent {} apart, answered after {} (the last reply applied in {}, then {} until this "
+             "one, built in {}; the fence timeout is {})",
+             ms(sent - last_ok_send_), ms(answered - sent), ms(last_apply_), ms(start - last_beat_end_),
+             ms(sent - start), FormatDuration(timing_.fence_timeout_ms));
   }
   // The head has heard from us: the tasks may run for one more fence timeout, counted from
   // the send (a reply that arrives late grants no more). The lease keeper writes it on its
@@ -595,6 +600,8 @@ Result<void> Agent::HeartbeatOnce() {
   last_ok_send_ = sent;
   if (leases_) leases_->Renew(sent, Millis(reply.timing.fence_timeout_ms), FenceMargin(reply.timing));
   Apply(reply);
+  last_beat_end_ = SteadyClock::now();
+  last_apply_ = last_beat_end_ - answered;
   return {};
 }
 

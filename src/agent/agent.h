@@ -281,7 +281,9 @@ class Agent {
   int64_t applied_version_ = 0;
   api::AgentTiming timing_;
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat
-  SteadyTime last_slow_log_;                  // the last "heartbeat answered after" warning
+  SteadyTime last_slow_log_;                  // the last "heartbeats sent ... apart" warning
+  SteadyTime last_beat_end_;                  // when the last successful heartbeat was applied
+  SteadyClock::duration last_apply_{};        // how long applying its reply took
   SteadyTime last_error_log_;                 // when a failure was last logged (rate limit)
   std::map<int, ProcUsage> usage_;  // the latest /proc read, by task (its shim's pid: proc_usage.h)
   SteadyTime usage_read_;

@@ -1,5 +1,5 @@
 // CpuAllocator: which CPUs of the node each running task is bound to (`cohort agent
-// --cpu-bind cores`, the default).
+// --cpu-bind cores`; the default is none).
 //
 // The pool is the CPUs the agent may use: its own affinity mask at start (AffinityCpus),
 // cut to the first `--cpus` of them when the agent advertises fewer. A task with cpus > 0
@@ -31,8 +31,8 @@
 
 namespace cohort::agent {
 
-// `cohort agent --cpu-bind`: bind each task to its CPUs (cores, the default) or leave
-// every task on all of the agent's CPUs (none).
+// `cohort agent --cpu-bind`: bind each task to its CPUs (cores) or leave every task on
+// all of the agent's CPUs (none, the default).
 enum class CpuBind { kCores, kNone };
 // kInvalidArgument naming the flag and its values for anything but "cores" and "none".
 Result<CpuBind> ParseCpuBind(std::string_view s);

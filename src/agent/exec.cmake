@@ -5,7 +5,6 @@
 add_library(cohort_task_shim
   ${CMAKE_CURRENT_LIST_DIR}/container.cc
   ${CMAKE_CURRENT_LIST_DIR}/container_root.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_set.cc
   ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
@@ -16,7 +15,7 @@ target_link_libraries(cohort_task_shim PUBLIC cohort_common)
 
 # cohort-task-shim: the program the executor starts for every task (task_shim_main.cc),
 # placed next to `cohort`, where FindTaskShim looks. Built from its own sources and the
-# four pieces of cohort_common it calls, with fmt header-only, and linked statically where
+# five pieces of cohort_common it calls, with fmt header-only, and linked statically where
 # the toolchain can: a task start then maps one file and runs no dynamic linker (ld.so
 # relocating libstdc++ and fmt was over a third of the shim's CPU, ~1.5 ms a task on the
 # 2-core development VM). Elsewhere it links dynamically, loading libstdc++, fmt and libc
@@ -25,13 +24,13 @@ set(COHORT_TASK_SHIM_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/task_shim_main.cc
   ${CMAKE_CURRENT_LIST_DIR}/container.cc
   ${CMAKE_CURRENT_LIST_DIR}/container_root.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_set.cc
   ${CMAKE_CURRENT_LIST_DIR}/proc_usage.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc
   ${CMAKE_CURRENT_LIST_DIR}/wakeup_lateness.cc
   ${PROJECT_SOURCE_DIR}/src/common/clock.cc
+  ${PROJECT_SOURCE_DIR}/src/common/cpu_set.cc
   ${PROJECT_SOURCE_DIR}/src/common/error.cc
   ${PROJECT_SOURCE_DIR}/src/common/json.cc
   ${PROJECT_SOURCE_DIR}/src/common/subprocess.cc

@@ -18,9 +18,9 @@
 #include <future>
 #include <set>
 
-#include "agent/cpu_set.h"
 #include "agent/exec_cgroup.h"
 #include "agent/proc_usage.h"
+#include "common/cpu_set.h"
 #include "common/log.h"
 #include "common/subprocess.h"
 

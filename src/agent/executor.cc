@@ -15,10 +15,10 @@
 #include <optional>
 
 #include "agent/container.h"
-#include "agent/cpu_set.h"
 #include "agent/task_shim.h"
 #include "agent/task_identity.h"
 #include "common/clock.h"
+#include "common/cpu_set.h"
 #include "common/file_modes.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -261,7 +261,11 @@ void Executor::StartShim(const TaskKey& key) {
     // The agent's own credentials stay with it: a task inherits the agent's environment,
     // and with it a join token would let the task register nodes, an operator's token act
     // as them. The task's own (its job's token, what its spec sets) come from spec.env.
-    so.unset_env = {"COHORT_JOIN_TOKEN", "COHORT_TOKEN"};
+    // The CPU variables are this agent's word about this task (set below when it binds):
+    // an agent that itself runs as a bound task (nested, or a test under a bound agent)
+    // must not pass its own on, or an unbound rank would take its mask for its share
+    // (engine/trainer/threads.h).
+    so.unset_env = {"COHORT_JOIN_TOKEN", "COHORT_TOKEN", "COHORT_CPU_BIND", "COHORT_CPUS_PER_TASK"};
     so.env = spec.env;
     if (account) AddUserEnvironment(*account, so.env);
     // GPU indices are NVML's, which count in PCI bus order; CUDA must count the same way.

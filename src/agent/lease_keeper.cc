@@ -93,7 +93,18 @@ void LeaseKeeper::WriteIfChanged() {
     lease = wanted_;
     version = wanted_version_;
   }
-  if (auto r = options_.write(options_.path, lease); !r) {
+  const SteadyTime begin = SteadyClock::now();
+  auto r = options_.write(options_.path, lease);
+  const SteadyTime end = SteadyClock::now();
+  // A write that ate half the grant leaves the shims little room (the file system is
+  // stalled): say so, at most every 5 s.
+  if (end - begin > lease.granted / 2 && end - last_slow_log_ > std::chrono::seconds(5)) {
+    last_slow_log_ = end;
+    LOG_WARN("lease keeper: writing {} took {} (the lease is granted for {})", options_.path,
+             FormatDuration(std::chrono::duration_cast<Millis>(end - begin).count()),
+             FormatDuration(lease.granted.count()));
+  }
+  if (!r) {
     if (!failing_) LOG_WARN("lease keeper: {}; retrying (the tasks stop when the old lease runs out)", r.error().message);
     failing_ = true;
     return;

@@ -77,6 +77,7 @@ class LeaseKeeper {
   // The keeper's thread only:
   uint64_t written_version_ = 0;  // the version of wanted_ in the file
   bool failing_ = false;          // the last write failed (logged once per streak)
+  SteadyTime last_slow_log_{};    // the last "writing ... took" warning
 
   Mutex mu_;
   CondVar cv_;

@@ -22,10 +22,10 @@
 #include "agent/container.h"
 #include "agent/container_root.h"
 #include "agent/lease.h"
-#include "agent/cpu_set.h"
 #include "agent/task_identity.h"
 #include "agent/wakeup_lateness.h"
 #include "common/clock.h"
+#include "common/cpu_set.h"
 #include "common/json.h"
 #include "common/subprocess.h"
 

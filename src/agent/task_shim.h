@@ -20,7 +20,7 @@
 //    and stderr appended to the log, default signal dispositions and an empty mask
 //    restored; with --user, the job's account entered (supplementary groups, gid, uid:
 //    task_identity.h) and only then the parent-death signal set, which a credential change
-//    clears; with --cpus LIST ("0-3,8", cpu_set.h), bound to those CPUs first
+//    clears; with --cpus LIST ("0-3,8", common/cpu_set.h), bound to those CPUs first
 //    (sched_setaffinity; one the kernel refuses is a line in the log and an unbound task,
 //    never a failed one); the working directory entered (as that user), then execvp. The shim itself
 //    keeps the identity it was started with (root on a multi-user node), so the task cannot

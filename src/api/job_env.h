@@ -44,8 +44,9 @@ TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view
 // The agent adds the CPU variables, which only it knows (agent/executor.h): for a task
 // with cpus_per_task > 0, COHORT_CPUS_PER_TASK (Slurm's SLURM_CPUS_PER_TASK),
 // COHORT_CPU_BIND (the CPUs it is bound to in the kernel's list format, "0-3"; only when
-// bound: Slurm's SLURM_CPU_BIND_LIST) and OMP_NUM_THREADS (the number of CPUs bound, else
-// cpus_per_task) unless job.spec.env sets it.
+// bound: Slurm's SLURM_CPU_BIND_LIST; a rank of `cohort train` takes it to mean that its
+// mask is its own share, engine/trainer/threads.h) and, only when bound, OMP_NUM_THREADS
+// (the number of CPUs bound) unless job.spec.env sets it.
 std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAllocation& node,
                                                    const TaskPlacement& task, const TaskEnvOptions& options);
 

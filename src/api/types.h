@@ -447,7 +447,7 @@ struct TaskReport {
   // agent/gpu/task_memory.h); "" otherwise.
   int64_t gpu_memory_bytes = 0;
   std::string gpu_memory_warning;
-  // The CPUs the task is bound to, in the kernel's list format ("0-3,8"; agent/cpu_set.h);
+  // The CPUs the task is bound to, in the kernel's list format ("0-3,8"; common/cpu_set.h);
   // "" when it is not bound (cpus 0, `cohort agent --cpu-bind none`, an older agent). On the
   // wire only when set.
   std::string cpu_list;

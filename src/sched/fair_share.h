@@ -73,7 +73,7 @@ class PriorityModel {
   int64_t now_ms_;
   int64_t cluster_gpus_;
   std::vector<TeamStanding> standings_;
-  std::unordered_map<std::string, double, TeamNameHash, std::equal_to<>> factor_;
+  std::unordered_map<std::string, double, StringHash, std::equal_to<>> factor_;
 };
 
 // The whole GPUs a job asks for in all (nodes x gpus_per_node; 0 for an invalid request

@@ -23,16 +23,10 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "common/string_hash.h"
 #include "sched/snapshot.h"
 
 namespace cohort::sched {
-
-// Hashes team names for maps a pass looks up for every pending job: heterogeneous lookup
-// with a string_view, no copies.
-struct TeamNameHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
 
 class QuotaBook {
  public:
@@ -66,7 +60,8 @@ class QuotaBook {
   Entry& At(std::string_view team);
   const Entry* Find(std::string_view team) const;  // null for a team never seen
 
-  std::unordered_map<std::string, Entry, TeamNameHash, std::equal_to<>> teams_;
+  // Looked up for every pending job of a pass: with a string_view, no copies.
+  std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> teams_;
 };
 
 }  // namespace cohort::sched

@@ -12,9 +12,9 @@
 #include <gtest/gtest.h>
 
 #include "agent/cpu_allocator.h"
-#include "agent/cpu_set.h"
 #include "agent/executor.h"
 #include "agent/task_shim.h"
+#include "common/cpu_set.h"
 #include "common/subprocess.h"
 #include "test_util.h"
 

@@ -190,6 +190,88 @@ TEST(Heartbeat, RoundTripAndValidation) {
   EXPECT_EQ(r.error().field, "tasks[0].rank");
 }
 
+// Rolling upgrades: an agent one version newer than its head sends fields the head does
+// not know (as yesterday's cpu_list was), and a head newer than its agents sends new timing.
+// Those are dropped, never stored or echoed: the decoded message encodes as if they had
+// never been sent. What the reader does know is checked as strictly as before.
+TEST(AgentProtocol, UnknownFieldsOfANewerVersionAreIgnored) {
+  Heartbeat hb;
+  hb.incarnation = "abc123";
+  hb.applied_version = 3;
+  TaskReport t;
+  t.job = 7;
+  t.rank = 1;
+  t.running = true;
+  t.cpu_list = "2-3";
+  hb.tasks.push_back(t);
+  GpuReport g;
+  g.index = 0;
+  g.telemetry.utilization = 0.5;
+  hb.gpus.push_back(g);
+  json newer = ToJson(hb);
+  newer["numa_nodes"] = json::array({0, 1});
+  newer["tasks"][0]["cpu_quota"] = {{"period_us", 100000}, {"secret", "x"}};
+  newer["gpus"][0]["nvlink_errors"] = 4;
+  auto back = HeartbeatFromJson(newer);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(ToJson(*back), ToJson(hb));
+  EXPECT_EQ(back->tasks[0].cpu_list, "2-3");
+
+  Registration reg;
+  reg.name = "n1";
+  reg.address = "10.0.0.1";
+  reg.incarnation = "i1";
+  reg.cpus = 8;
+  Gpu gpu;
+  gpu.index = 0;
+  gpu.name = "H100";
+  reg.gpus.push_back(gpu);
+  json newer_reg = ToJson(reg);
+  newer_reg["cpu_topology"] = "2 sockets";
+  newer_reg["gpus"][0]["fabric_id"] = "f0";
+  auto reg_back = RegistrationFromJson(newer_reg);
+  ASSERT_TRUE(reg_back.has_value()) << reg_back.error().message;
+  EXPECT_EQ(ToJson(*reg_back), ToJson(reg));
+
+  AgentTiming timing;
+  timing.heartbeat_interval_ms = 250;
+  json newer_timing = ToJson(timing);
+  newer_timing["lease_jitter_ms"] = 20;
+  auto timing_back = AgentTimingFromJson(newer_timing);
+  ASSERT_TRUE(timing_back.has_value()) << timing_back.error().message;
+  EXPECT_EQ(ToJson(*timing_back), ToJson(timing));
+}
+
+TEST(AgentProtocol, KnownFieldsAreStillCheckedAndNamed) {
+  json task = {{"job", 1}, {"attempt", 0}, {"rank", 0}, {"running", true}, {"future", 1}};
+  auto field_of = [](Result<Heartbeat> r) { return r ? std::string("(accepted)") : r.error().field; };
+  json hb = {{"incarnation", "abc"}, {"tasks", json::array({task})}, {"future", true}};
+  ASSERT_EQ(field_of(HeartbeatFromJson(hb)), "(accepted)");
+  json wrong_type = hb;
+  wrong_type["tasks"][0]["cpu_list"] = 5;
+  EXPECT_EQ(field_of(HeartbeatFromJson(wrong_type)), "tasks[0].cpu_list");
+  json out_of_range = hb;
+  out_of_range["tasks"][0]["exit_code"] = 300;
+  EXPECT_EQ(field_of(HeartbeatFromJson(out_of_range)), "tasks[0].exit_code");
+  json missing = hb;
+  missing.erase("incarnation");
+  EXPECT_EQ(field_of(HeartbeatFromJson(missing)), "incarnation");
+  json missing_in_task = hb;
+  missing_in_task["tasks"][0].erase("running");
+  EXPECT_EQ(field_of(HeartbeatFromJson(missing_in_task)), "tasks[0].running");
+  json gpu_wrong = hb;
+  gpu_wrong["gpus"] = json::array({{{"index", 0}, {"utilization", "high"}, {"future", 1}}});
+  EXPECT_EQ(field_of(HeartbeatFromJson(gpu_wrong)), "gpus[0].utilization");
+
+  json reg = {{"name", "n1"}, {"address", "10.0.0.1"}, {"incarnation", "i1"}, {"future", 1}, {"cpus", "many"}};
+  auto r = RegistrationFromJson(reg);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().field, "cpus");
+  auto t = AgentTimingFromJson({{"heartbeat_interval_ms", "fast"}, {"future", 1}});
+  ASSERT_FALSE(t.has_value());
+  EXPECT_EQ(t.error().field, "timing.heartbeat_interval_ms");
+}
+
 TEST(Job, RoundTripsEveryField) {
   Job j;
   j.id = 12;

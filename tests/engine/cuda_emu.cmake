@@ -36,7 +36,8 @@
 #   engine_cuda_parallel_step_emu_test
 #                                   cuda_parallel_step_test.cc: device-to-device pipeline
 #                                   messages, the overlapped data-parallel reduction, and
-#                                   ZeRO 1 to 3 inside tensor/pipeline layouts [unchecked];
+#                                   ZeRO 1 to 3 and the offloads inside tensor/pipeline
+#                                   layouts [unchecked];
 #   engine_cuda_zero_emu_test       cuda_zero_test.cc: ZeRO-1/2/3 and the offloads on the
 #                                   CUDA TrainModel, 2 ranks over gloo (one process per
 #                                   stage) [unchecked];

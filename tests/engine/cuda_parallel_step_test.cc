@@ -20,7 +20,12 @@
 //   - ZeRO-3 inside a CUDA layout (each piece of the shard's bf16 parameters gathered over the
 //     data group as the model uses it): ZeRO-2's bits in tensor 2 x data 2, ZeRO-0's losses
 //     to 1e-5 there and in pipeline 2 x data 2, bytes per rank by the formula, and its
-//     checkpoint resumed by range (each rank reading its part only), on the CPU, and back.
+//     checkpoint resumed by range (each rank reading its part only), on the CPU, and back;
+//   - the offloads inside a CUDA layout (trainer/host_shard_adamw.h; tensor 2 x data 2 and
+//     pipeline 2 x data 2, ZeRO 1-3 offloaded and ZeRO-3 with optimizer+params): ZeRO-0's
+//     losses and norms to 1e-5, device and host bytes per rank by the formula, the
+//     optimizer+params checkpoint resumed bit for bit with and without offload, and the
+//     offloaded ZeRO-3 state on the CPU and back.
 // Built twice: against the CPU emulator (cuda_emu.cmake, label engine: device memory is host
 // memory, so one gloo communicator is both worlds) and against the real CUDA engine (label
 // gpu: the world over nccl, the host values over a second, gloo, communicator; one GPU per
@@ -34,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -229,10 +235,17 @@ struct ZeroDisk {
   std::string from, to;
 };
 
+// `parallel.offload` (trainer/host_shard_adamw.h): optimizer, and optimizer+params (`params`).
+struct Offload {
+  bool optimizer = false, params = false;
+};
+
 // `steps` steps numbered from `first` of tensor `tensor` x pipeline `pipeline` x data 2 (1F1B)
-// with ZeRO `zero`, from `from` (rank 0 restores it, as the trainer does) or the seed.
+// with ZeRO `zero` (and `offload`), from `from` (rank 0 restores it, as the trainer does) or
+// the seed.
 ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int first, int steps,
-                  const Checkpoint* from = nullptr, const ZeroDisk* disk = nullptr) {
+                  const Checkpoint* from = nullptr, const ZeroDisk* disk = nullptr,
+                  Offload offload = {}) {
   const size_t n = cfg.num_parameters();
   const int kWorld = tensor * pipeline * 2;
   ZeroRun run;
@@ -254,10 +267,12 @@ ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int 
     ASSERT_TRUE(layout.has_value()) << layout.error().ToString();
     auto made = MakeParallelCudaTrainModel(cfg, InitialParams{11, nullptr}, AdamWConfig{},
                                            *layout, comm, host, nullptr, ParallelStepOptions{},
-                                           zero);
+                                           zero, offload.optimizer, offload.params);
     ASSERT_TRUE(made.has_value()) << made.error().ToString();
     TrainModel& model = **made;
-    EXPECT_EQ(model.zero_shape().stage, zero);
+    // The offload without ZeRO is ZeRO-1's (as the single-device model's).
+    EXPECT_EQ(model.zero_shape().stage, offload.optimizer ? std::max(zero, 1) : zero);
+    EXPECT_EQ(model.zero_shape().offload, offload.optimizer);
     TrainModelCheckpointGroup group(model, comm);
     if (from) {
       Checkpoint copy = *from;
@@ -321,6 +336,20 @@ ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int 
   return run;
 }
 
+// Rank r's position shard in `layout`: its Ψ_s floats, its data rank's part size(r) of them,
+// and the largest piece ZeRO-3's gathers hold.
+struct RankShard {
+  size_t psi = 0, mine = 0, piece = 0;
+};
+RankShard ShardOf(const ParallelLayout& layout, const GptConfig& cfg, int r) {
+  const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, r));
+  RankShard out{shard.total, ZeroPartition{shard.total, layout.data}.size(layout.CoordsOf(r).data)};
+  for (const auto& pass : GptShardCudaModel::ParamPasses(shard)) {
+    for (const ParamPiece& p : pass) out.piece = std::max(out.piece, p.count);
+  }
+  return out;
+}
+
 double RelDiff(double a, double b) { return std::abs(a - b) / std::max(1e-30, std::abs(b)); }
 
 // The CPU model on one rank, every replica's micro-batches (replica 0's, then 1's), one step
@@ -359,14 +388,15 @@ double CpuStep(const GptConfig& cfg, int step, const Checkpoint& from, Checkpoin
 // The ZeRO-`stage` state `state` after step kSteps of tensor 2 x data 2 resumes on the CPU on
 // one rank (float32 against bf16: cuda_zero_test's 2e-2), and the CPU's state after that step
 // resumes ZeRO-`stage` in the CUDA layout as it resumes ZeRO-0 there.
-void ExpectCrossesToTheCpuAndBack(const GptConfig& cfg, int stage, const Checkpoint& state) {
+void ExpectCrossesToTheCpuAndBack(const GptConfig& cfg, int stage, const Checkpoint& state,
+                                  Offload offload = {}) {
   ASSERT_EQ(state.adam_t, kSteps);
   Checkpoint cpu_end;
   const double cpu_loss = CpuStep(cfg, kSteps, state, &cpu_end);
-  const ZeroRun cuda_next = TrainZero(cfg, 2, 1, stage, kSteps, 1, &state);
+  const ZeroRun cuda_next = TrainZero(cfg, 2, 1, stage, kSteps, 1, &state, nullptr, offload);
   EXPECT_LT(RelDiff(cpu_loss, cuda_next.losses[0]), 2e-2) << cpu_loss << " vs " << cuda_next.losses[0];
   EXPECT_EQ(cpu_end.adam_t, kSteps + 1);
-  const ZeroRun z = TrainZero(cfg, 2, 1, stage, kSteps + 1, 1, &cpu_end);
+  const ZeroRun z = TrainZero(cfg, 2, 1, stage, kSteps + 1, 1, &cpu_end, nullptr, offload);
   const ZeroRun d = TrainZero(cfg, 2, 1, 0, kSteps + 1, 1, &cpu_end);
   EXPECT_LT(RelDiff(z.losses[0], d.losses[0]), 1e-5) << z.losses[0] << " vs " << d.losses[0];
   EXPECT_LT(RelDiff(z.norms[0], d.norms[0]), 1e-5);
@@ -478,13 +508,8 @@ TEST(CudaParallelStepTest, Zero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCro
   pc.tensor = 2;
   const ParallelLayout layout = MakeParallelLayout(pc, cfg, 4).value();
   for (int r = 0; r < 4; ++r) {
-    const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, r));
-    const size_t psi = shard.total;
-    const size_t mine = ZeroPartition{psi, layout.data}.size(layout.CoordsOf(r).data);
-    size_t piece = 0;  // the largest the gathers hold (bf16, two buffers)
-    for (const auto& pass : GptShardCudaModel::ParamPasses(shard)) {
-      for (const ParamPiece& p : pass) piece = std::max(piece, p.count);
-    }
+    // The largest piece the gathers hold (bf16, two buffers).
+    const auto [psi, mine, piece] = ShardOf(layout, cfg, r);
     const TrainModel::ModelStateBytes& b = got.bytes[static_cast<size_t>(r)];
     EXPECT_EQ(b.params, 6 * mine) << "rank " << r;
     EXPECT_EQ(b.grads, 4 * mine) << "rank " << r;
@@ -512,6 +537,138 @@ TEST(CudaParallelStepTest, Zero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCro
   ExpectCrossesToTheCpuAndBack(cfg, 3, got.state);
   ExpectPipelineTrainsAsZero0(cfg, 3);
 }
+
+// The offloads inside CUDA layouts (issue 15; trainer/host_shard_adamw.h on
+// cuda_shard_engine.cc): the data rank's part of the shard's AdamW moments and float32 master
+// on the host, stepped on the CPU, and with optimizer+params (ZeRO-3) the bf16 part in pinned
+// host memory, gathered from there. In tensor 2 x data 2 and pipeline 2 x data 2 (the tied
+// wte copies of the first and last stage keeping one value), ZeRO 1 (in the pipeline as ZeRO-0
+// with the offload, which is ZeRO-1's), 2 and 3 offloaded and ZeRO-3 with optimizer+params
+// train as ZeRO-0 without offload: losses and norms to 1e-5, the state to cuda_zero_test's
+// bounds for the host's AdamW (it rounds the update differently from the device's); model-
+// state bytes per rank by the formula, the offloaded state counted as host bytes (device:
+// stage 1 10Ψ_s, stage 2 6Ψ_s + 4·size(r), stage 3 2·size(r) + 4·size(r), optimizer+params
+// 4·size(r); host 16·size(r) for stages 1 and 2, 18·size(r) for stage 3). In tensor 2 x data
+// 2, the optimizer+params checkpoint (written by range) resumes bit for bit without offload
+// and offloaded at stage 2 (every rank reading its part only), and the stage 3 offload's
+// state resumes on the CPU on one rank, whose state resumes the offload as it resumes ZeRO-0.
+struct OffloadLayout {
+  const char* name;
+  int tensor, pipeline;
+};
+void PrintTo(const OffloadLayout& l, std::ostream* os) { *os << l.name; }
+
+class CudaOffloadLayoutTest : public ::testing::TestWithParam<OffloadLayout> {};
+
+double RelError(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(1e-30, den));
+}
+
+TEST_P(CudaOffloadLayoutTest, TrainsAsZero0CountsHostBytesAndResumesEitherWay) {
+  if (!HaveGpus(4)) GTEST_SKIP() << "needs 4 GPUs";
+  const OffloadLayout L = GetParam();
+  const GptConfig cfg = TinyConfig(2);
+  const ZeroRun plain = TrainZero(cfg, L.tensor, L.pipeline, 0, 0, kSteps);
+  ASSERT_EQ(plain.untiled, 0u);
+  ParallelConfig pc;
+  pc.tensor = L.tensor;
+  pc.pipeline = L.pipeline;
+  const ParallelLayout layout = MakeParallelLayout(pc, cfg, 4).value();
+  struct Variant {
+    int zero;
+    Offload offload;
+  };
+  // ZeRO-1 offloaded is asked for as zero 0 in the pipeline (the offload makes it ZeRO-1).
+  const bool tensor = L.tensor == 2;
+  testing::TempDir dir;
+  Checkpoint zero3_state, params_state;
+  for (const Variant v : {Variant{tensor ? 1 : 0, {true, false}}, Variant{2, {true, false}},
+                          Variant{3, {true, false}}, Variant{3, {true, true}}}) {
+    const int stage = std::max(1, v.zero);
+    const std::string what = fmt::format("{}, ZeRO-{} offload {}", L.name, v.zero,
+                                         v.offload.params ? "optimizer+params" : "optimizer");
+    const bool write = tensor && v.offload.params;
+    const ZeroDisk to{"", dir.path()};
+    const ZeroRun got = TrainZero(cfg, L.tensor, L.pipeline, v.zero, 0, kSteps, nullptr,
+                                  write ? &to : nullptr, v.offload);
+    ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps)) << what;
+    EXPECT_EQ(got.untiled, 0u) << what << ": checkpoint ranges";
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_LT(RelDiff(got.losses[s], plain.losses[s]), 1e-5) << what << " step " << s + 1;
+      EXPECT_LT(RelDiff(got.norms[s], plain.norms[s]), 1e-5) << what << " step " << s + 1;
+    }
+    std::printf("%s: state against ZeRO-0's: params %.2e, m %.2e, v %.2e (relative L2)\n",
+                what.c_str(), RelError(got.state.params, plain.state.params),
+                RelError(got.state.adam_m, plain.state.adam_m),
+                RelError(got.state.adam_v, plain.state.adam_v));
+    EXPECT_LT(RelError(got.state.params, plain.state.params), 1e-3) << what;
+    EXPECT_LT(RelError(got.state.adam_m, plain.state.adam_m), 1e-2) << what;
+    EXPECT_LT(RelError(got.state.adam_v, plain.state.adam_v), 1e-2) << what;
+    EXPECT_EQ(got.state.adam_t, kSteps) << what;
+    if (stage == 3) (v.offload.params ? params_state : zero3_state) = got.state;
+
+    for (int r = 0; r < 4; ++r) {
+      const auto [psi, mine, piece] = ShardOf(layout, cfg, r);
+      const TrainModel::ModelStateBytes& b = got.bytes[static_cast<size_t>(r)];
+      const std::string at = fmt::format("{} rank {}", what, r);
+      EXPECT_EQ(b.params, 6 * (stage == 3 ? mine : psi)) << at;
+      EXPECT_EQ(b.grads, 4 * (stage >= 2 ? mine : psi)) << at;
+      // The moments, and for stages 1 and 2 the host master (stage 3's is its parameters).
+      EXPECT_EQ(b.optimizer, (stage < 3 ? 12 : 8) * mine) << at;
+      // Host: the moments, the master, the pinned gradient part; stage 3 the bf16 part or its
+      // pinned staging.
+      EXPECT_EQ(b.host, (stage < 3 ? 16 : 18) * mine) << at;
+      const size_t device_states = b.params + b.grads + b.optimizer + b.scratch - b.host;
+      const size_t formula = stage == 1   ? 10 * psi
+                             : stage == 2 ? 6 * psi + 4 * mine
+                             : v.offload.params ? 4 * mine
+                                                : 6 * mine;
+      // The scratch on the device: stages 2 and 3 the accumulation buffer 4Ψ_s and the receive
+      // buffer, stage 3 the two gather buffers and, optimizer+params, the send buffer.
+      const size_t gathers = stage == 3 ? 2 * 2 * piece : 0;
+      const size_t lo = formula + (stage >= 2 ? 4 * psi : 0) + gathers;
+      const size_t hi = lo + (stage >= 2 ? 4 * mine : 0) + (v.offload.params ? 2 * mine : 0);
+      EXPECT_GE(device_states, lo) << at;
+      EXPECT_LE(device_states, hi) << at;
+    }
+  }
+  if (!tensor) return;
+
+  // The optimizer+params checkpoint resumes bit for bit as itself, without offload (ZeRO-3)
+  // and offloaded at stage 2; every ZeRO-3 rank reads its part only (stage 2 the shard's
+  // parameters and its part of the moments).
+  const ZeroDisk read{dir.path(), ""};
+  for (const Variant v : {Variant{3, {true, true}}, Variant{3, {}}, Variant{2, {true, false}}}) {
+    const ZeroRun resumed = TrainZero(cfg, 2, 1, v.zero, kSteps, 0, nullptr, &read, v.offload);
+    const std::string what =
+        fmt::format("resumed as ZeRO-{}{}", v.zero,
+                    v.offload.params ? " optimizer+params" : v.offload.optimizer ? " offloaded" : "");
+    EXPECT_EQ(resumed.untiled, 0u) << what;
+    EXPECT_EQ(resumed.state.params, params_state.params) << what;
+    EXPECT_EQ(resumed.state.adam_m, params_state.adam_m) << what;
+    EXPECT_EQ(resumed.state.adam_v, params_state.adam_v) << what;
+    EXPECT_EQ(resumed.state.adam_t, kSteps) << what;
+    for (int r = 0; r < 4; ++r) {
+      const auto [psi, mine, piece] = ShardOf(layout, cfg, r);
+      EXPECT_EQ(resumed.bytes_read[static_cast<size_t>(r)],
+                v.zero == 3 ? 12 * mine : 4 * psi + 8 * mine)
+          << what << " rank " << r;
+    }
+  }
+  ExpectCrossesToTheCpuAndBack(cfg, 3, zero3_state, {true, false});
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaOffloadLayoutTest,
+                         ::testing::Values(OffloadLayout{"tensor2", 2, 1},
+                                           OffloadLayout{"pipeline2", 1, 2}),
+                         [](const ::testing::TestParamInfo<OffloadLayout>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace cohort::engine

@@ -111,7 +111,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
                           "seed: 7, threads: 1, device: " << device << "}\n"
                           "parallel: {tensor: " << tensor << ", pipeline: " << pipeline
                        << ", schedule: " << schedule << ", virtual_stages: " << virtual_stages_
-                       << ", zero: " << zero_ << "}\n"
+                       << ", zero: " << zero_ << ", offload: " << offload_ << "}\n"
                           "comm: {backend: " << (device == "cuda" ? kCudaBackend : "gloo")
                        << ", timeout_s: " << kTimeoutS << "}\n"
                           "eval: {every: " << kSteps << ", batches: 1}\n"
@@ -257,6 +257,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
   int layers_ = 2;
   int data_ = 1;  // data-parallel replicas (the world is tensor x pipeline x data_)
   int zero_ = 0;  // parallel.zero
+  std::string offload_ = "none";  // parallel.offload
   int n_embd_ = 64;
   bool expect_errors_ = false;      // Trainer::Create's errors go to errors_, not failures
   std::vector<std::string> errors_;  // one per rank that failed
@@ -328,21 +329,30 @@ TEST_F(CudaParallelTrainerTest, Tensor2Data2TracksTheCpuLayout) {
   data_ = 2;
   ExpectTracksTheCpu(2, 1, "1f1b");
   // ZeRO-2 in the same CUDA layout through the trainer (config, model states, checkpoints
-  // written by range from each data rank's part): ZeRO-0's curve and state.
+  // written by range from each data rank's part), and with the optimizer offloaded to the
+  // host: ZeRO-0's curve and state.
   zero_ = 2;
-  const Run z = Train("cuda", 2, 1, "1f1b", "ck-gpu-zero2", "gpu-zero2");
-  ASSERT_FALSE(HasFailure()) << z.log;
-  EXPECT_THAT(z.log, HasSubstr("ZeRO-2 over 2 ranks"));
-  EXPECT_THAT(z.log, HasSubstr("the shard's whole gradient buffer, a receive buffer"));
-  const auto want = Losses("gpu-t2-p1-d2-1f1b"), got = Losses("gpu-zero2");
-  const auto want_norm = Norms("gpu-t2-p1-d2-1f1b"), got_norm = Norms("gpu-zero2");
-  ASSERT_EQ(got.size(), want.size());
-  for (int64_t s = 1; s <= kSteps; ++s) {
-    EXPECT_NEAR(got.at(s), want.at(s), 1e-5 * want.at(s)) << "ZeRO-2 step " << s;
-    EXPECT_NEAR(got_norm.at(s), want_norm.at(s), 1e-5 * want_norm.at(s)) << "ZeRO-2 step " << s;
+  for (const char* offload : {"none", "optimizer"}) {
+    offload_ = offload;
+    const std::string name = offload_ == "none" ? "gpu-zero2" : "gpu-zero2-offload";
+    const Run z = Train("cuda", 2, 1, "1f1b", "ck-" + name, name);
+    ASSERT_FALSE(HasFailure()) << z.log;
+    EXPECT_THAT(z.log, HasSubstr("ZeRO-2 over 2 ranks"));
+    EXPECT_THAT(z.log, HasSubstr("the shard's whole gradient buffer, a receive buffer"));
+    if (offload_ != "none") {
+      EXPECT_THAT(z.log, HasSubstr("optimizer offloaded to host memory"));
+      EXPECT_THAT(z.log, HasSubstr("the pinned gradient shard"));
+    }
+    const auto want = Losses("gpu-t2-p1-d2-1f1b"), got = Losses(name);
+    const auto want_norm = Norms("gpu-t2-p1-d2-1f1b"), got_norm = Norms(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (int64_t s = 1; s <= kSteps; ++s) {
+      EXPECT_NEAR(got.at(s), want.at(s), 1e-5 * want.at(s)) << name << " step " << s;
+      EXPECT_NEAR(got_norm.at(s), want_norm.at(s), 1e-5 * want_norm.at(s)) << name << " step " << s;
+    }
+    ExpectStateClose(StateAt("ck-" + name, kSteps), StateAt("ck-gpu-t2-p1-d2-1f1b", kSteps), 1e-3,
+                     name + "'s checkpoint against ZeRO-0's");
   }
-  ExpectStateClose(StateAt("ck-gpu-zero2", kSteps), StateAt("ck-gpu-t2-p1-d2-1f1b", kSteps), 1e-3,
-                   "ZeRO-2's checkpoint against ZeRO-0's");
 }
 
 TEST_F(CudaParallelTrainerTest, Tensor2Pipeline2TracksTheCpuLayout) {
@@ -421,24 +431,44 @@ TEST_F(CudaParallelTrainerTest, ShardShapesTheKernelsRefuseAreErrorsNamingTheFie
   EXPECT_FALSE(fs::exists(dir_ / "ck") && !fs::is_empty(dir_ / "ck"));
 }
 
-// ZeRO-3 runs in a CUDA layout (cuda_parallel_step_test); the offloads there are refused.
-TEST_F(CudaParallelTrainerTest, OffloadWithACudaLayoutIsRefusedNamingTheField) {
+// The offloads run in CUDA layouts (cuda_parallel_step_test): the config takes them; what
+// stays impossible is refused naming the field: optimizer+params without ZeRO-3 (by the
+// config), and with one data replica (by the trainer, on every rank at start, before any
+// checkpoint: the bf16 part that leaves the device is a data rank's part of the shard).
+TEST_F(CudaParallelTrainerTest, OffloadsInACudaLayoutAreTakenAndTheImpossibleOnesRefused) {
   const fs::path cfg = dir_ / "zero.yaml";
-  std::ofstream(cfg) << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
-                        "data: {text: corpus.txt}\n"
-                        "train: {steps: 1, device: cuda}\n"
-                        "parallel: {tensor: 2, zero: 3, offload: optimizer}\n";
-  auto config = LoadTrainConfig(cfg.string());
-  ASSERT_FALSE(config.has_value());
-  EXPECT_THAT(config.error().ToString(), HasSubstr("parallel.offload"));
-  EXPECT_THAT(config.error().ToString(), HasSubstr("on train.device cuda is not built"));
-  std::ofstream(cfg, std::ios::trunc) << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
-                                         "data: {text: corpus.txt}\n"
-                                         "train: {steps: 1, device: cuda}\n"
-                                         "parallel: {tensor: 2, zero: 3}\n";
-  auto zero3 = LoadTrainConfig(cfg.string());
-  ASSERT_TRUE(zero3.has_value()) << zero3.error().ToString();
-  EXPECT_EQ(zero3->parallel.zero, 3);
+  auto write = [&](const std::string& parallel) {
+    std::ofstream(cfg, std::ios::trunc)
+        << "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 16}\n"
+           "data: {text: corpus.txt}\n"
+           "train: {steps: 1, device: cuda}\n"
+           "parallel: " << parallel << "\n";
+  };
+  for (const char* ok : {"{tensor: 2, zero: 3, offload: optimizer}",
+                         "{pipeline: 2, offload: optimizer}",
+                         "{tensor: 2, zero: 3, offload: optimizer+params}"}) {
+    write(ok);
+    auto config = LoadTrainConfig(cfg.string());
+    ASSERT_TRUE(config.has_value()) << ok << ": " << config.error().ToString();
+  }
+  write("{tensor: 2, zero: 2, offload: optimizer+params}");
+  auto refused = LoadTrainConfig(cfg.string());
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_THAT(refused.error().ToString(),
+              HasSubstr("parallel.offload: optimizer+params needs parallel.zero 3, got 2"));
+
+  COHORT_SKIP_WITHOUT_GPU();
+  if (!HaveGpus(2)) GTEST_SKIP() << "tensor 2 over nccl needs 2 GPUs";
+  zero_ = 3;
+  offload_ = "optimizer+params";
+  expect_errors_ = true;
+  Train("cuda", 2, 1, "1f1b", "ck", "record.jsonl");
+  ASSERT_EQ(errors_.size(), 2u);
+  for (const std::string& e : errors_) {
+    EXPECT_THAT(e, HasSubstr("parallel.offload: optimizer+params in a CUDA tensor/pipeline "
+                             "layout needs two or more data-parallel replicas"));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "ck") && !fs::is_empty(dir_ / "ck"));
 }
 
 }  // namespace

@@ -373,6 +373,9 @@ void ExpectTrainsAsCudaDdpWithItsFormulaOfBytes(const Variant& v, const std::vec
     if (v.stage == 3) scratch += 2 * 2 * gather + (v.offload_params ? 2 * std::min(gather, shard) : 0);
     if (v.stage == 3 && v.offload && !v.offload_params) scratch += 2 * shard;  // bf16 staging
     EXPECT_EQ(b.scratch, scratch) << v.name << " rank " << r;
+    // In host memory: the moments, the master, the pinned gradient shard (16·size(r)), and
+    // stage 3's bf16 shard or its pinned staging (2·size(r)).
+    EXPECT_EQ(b.host, v.offload ? (v.stage == 3 ? 18 : 16) * shard : 0) << v.name << " rank " << r;
     EXPECT_EQ(ddp[r].bytes.optimizer, 8 * psi);
     EXPECT_EQ(zero[r].model_parallel, v.stage == 3) << v.name;
     if (v.stage >= 2) {

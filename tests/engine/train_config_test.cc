@@ -105,8 +105,9 @@ TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
   EXPECT_FALSE(FromYaml(base + "parallel: {zero: 3, prefetch: false}\n")->parallel.prefetch);
   EXPECT_THAT(ErrorOf(base + "parallel: {zero: 3, prefetch: 2}\n"), HasSubstr("prefetch"));
   // On CUDA: stages 1 to 3, the optimizer offload and, with stage 3, optimizer+params are
-  // built (trainer/cuda_zero.h); inside tensor/pipeline layouts stages 1 to 3
-  // (trainer/cuda_shard_engine.cc), while the offloads there are refused by name.
+  // built (trainer/cuda_zero.h), and inside tensor/pipeline layouts too
+  // (trainer/cuda_shard_engine.cc; optimizer+params there needs two or more data replicas,
+  // which the trainer checks once it knows the world).
   const std::string cuda = "train: {steps: 3, device: cuda}\ndata: {text: c.txt}\n";
   EXPECT_EQ(FromYaml(cuda + "parallel: {zero: 2}\n")->parallel.zero, 2);
   auto cuda_off = FromYaml(cuda + "parallel: {zero: 1, offload: optimizer}\n");
@@ -133,10 +134,13 @@ TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
   ASSERT_TRUE(z3_layout.has_value()) << z3_layout.error().message;
   EXPECT_EQ(z3_layout->parallel.zero, 3);
   EXPECT_EQ(FromYaml(cuda + "parallel: {zero: 3, pipeline: 2}\n")->parallel.zero, 3);
-  refused("{offload: optimizer, pipeline: 2}", "parallel.offload",
-          "parallel.tensor 1 x parallel.pipeline 2");
-  refused("{zero: 3, offload: optimizer+params, tensor: 2}", "parallel.offload",
-          "parallel.tensor 2 x parallel.pipeline 1");
+  EXPECT_EQ(FromYaml(cuda + "parallel: {offload: optimizer, pipeline: 2}\n")->parallel.offload,
+            "optimizer");
+  auto layout_params_off = FromYaml(cuda + "parallel: {zero: 3, offload: optimizer+params, tensor: 2}\n");
+  ASSERT_TRUE(layout_params_off.has_value()) << layout_params_off.error().message;
+  EXPECT_EQ(layout_params_off->parallel.offload, "optimizer+params");
+  refused("{zero: 2, offload: optimizer+params, tensor: 2}", "parallel.offload",
+          "optimizer+params needs parallel.zero 3, got 2");
 }
 
 TEST(TrainConfigTest, DefaultsNeedOnlyStepsAndData) {

@@ -11,10 +11,13 @@
 namespace cohort::testing {
 namespace {
 
+// Steps (fault_cluster.h): the killed agent's task dies with it and its peer fails at once,
+// so attempt 0 ends at the fault (~step 30); 120 leaves ~90 steps for the test to land it
+// and for the new attempt to show the record continues.
 TEST(AgentFaults, KillAgentMovesTheJobAndTheRecordContinues) {
   FaultCluster c;
   TrainJob t;
-  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{400, 10, "", 3}));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{120, 10, "", 3}));
   const std::string victim = c.NodeOfRank(t.id, 0);
   ASSERT_FALSE(victim.empty()) << c.Job(t.id).dump(2);
   const int64_t recorded = LastRecordedStep(t.record);
@@ -34,11 +37,11 @@ TEST(AgentFaults, KillAgentMovesTheJobAndTheRecordContinues) {
 // The same with the model split across the nodes (pipeline 2: a stage per node): the dead
 // node's stage takes the other down with it (its peer fails within the communicator's
 // timeout, or is stopped with the gang), and the restarted gang resumes every stage from
-// the last checkpoint.
+// the last checkpoint. Steps as for the kill above.
 TEST(AgentFaults, KillAgentOfAPipelineStageResumesTheJobFromItsCheckpoint) {
   FaultCluster c;
   TrainJob t;
-  TrainJobSpec spec{400, 10, "", 3};
+  TrainJobSpec spec{120, 10, "", 3};
   spec.extra_config = "parallel: {pipeline: 2}";
   ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, spec));
   const std::string victim = c.NodeOfRank(t.id, 1);
@@ -59,10 +62,12 @@ TEST(AgentFaults, KillAgentOfAPipelineStageResumesTheJobFromItsCheckpoint) {
 // A stopped agent cannot fence: its tasks run on until SIGCONT. By then the head has
 // moved the job; the woken agent must kill the stale gang (not resume it or report it as
 // current), rejoin, and the job must go on undisturbed on its new nodes.
+// Steps: the stopped agent's task trains on until its lease runs out (the fence timeout,
+// 1.2 s, at most the failure timeout: ~55 steps); 200 leave attempt 0 over 100 more.
 TEST(AgentFaults, StoppedAgentDoesNotResumeTheStaleGang) {
   FaultCluster c;
   TrainJob t;
-  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{400, 10, "", 3}));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{200, 10, "", 3}));
   const std::string victim = c.NodeOfRank(t.id, 0);
   ASSERT_FALSE(victim.empty()) << c.Job(t.id).dump(2);
   const int64_t recorded = LastRecordedStep(t.record);
@@ -92,10 +97,13 @@ TEST(AgentFaults, StoppedAgentDoesNotResumeTheStaleGang) {
 // themselves) must end the stale gang by the time the job has moved, and on SIGCONT the
 // agents must not resume it; it must never write the shared checkpoint directory or the
 // loss record after the move.
+// Steps: a stale gang that the lease did not end must still be training when the test
+// looks for it (the move, ~2 s after the stop, plus 5 s), or it would pass by finishing on
+// its own: 300 steps are ~10 s of training past the fault, more beside the new gang.
 TEST(AgentFaults, StoppedGangDoesNotOutliveItsMove) {
   FaultCluster c;
   TrainJob t;
-  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{1000, 10, "", 3}, 4));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{300, 10, "", 3}, 4));
   const std::string v0 = c.NodeOfRank(t.id, 0), v1 = c.NodeOfRank(t.id, 1);
   ASSERT_FALSE(v0.empty() || v1.empty()) << c.Job(t.id).dump(2);
   const int64_t recorded = LastRecordedStep(t.record);
@@ -128,12 +136,13 @@ TEST(AgentFaults, StoppedGangDoesNotOutliveItsMove) {
 
 // The link of rank 0's host goes down: its agent fences (kills its tasks), the head
 // declares the node DOWN and restarts the gang elsewhere; the link comes back, the node
-// rejoins, and the job completes.
+// rejoins, and the job completes. Steps: the cut-off rank trains on until its agent
+// fences it (the fence timeout), as for the stopped agent above.
 TEST(AgentFaults, CutLinkFencesTheNodeAndItRejoins) {
   FaultCluster c;
   if (!c.netns()) GTEST_SKIP() << "no network namespaces, so no link to cut: " << c.netns_unavailable();
   TrainJob t;
-  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{400, 10, "", 3}));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{200, 10, "", 3}));
   const std::string victim = c.NodeOfRank(t.id, 0);
   ASSERT_FALSE(victim.empty()) << c.Job(t.id).dump(2);
   const int64_t recorded = LastRecordedStep(t.record);

@@ -49,7 +49,7 @@
 namespace cohort::testing {
 
 // Heartbeats every 100 ms; a node is DOWN after 2 s without one, and an agent that cannot
-// reach the head kills its tasks after 1.2 s. Wider than LocalCluster's default: two
+// reach the head kills its tasks after 1.2 s. Wider than LivenessTiming (harness.h): two
 // training ranks and a CI build share two cores here.
 inline Timing FaultTiming() { return Timing{"100ms", "2s", "1200ms", "2s"}; }
 
@@ -394,8 +394,15 @@ class FaultCluster {
 
 // ---- The training job and its loss record ----
 
+// How many steps a test needs: the job must still be training when the fault lands and
+// through its window (a killed agent's gang ends at once; a stopped or cut-off one's tasks
+// run on until their lease, the fence timeout, runs out; a drain or preemption waits for
+// a checkpoint), and after the move only as long as it takes to show that the new attempt
+// continues the record and completes. Steps take ~40 ms here (2 ranks, one thread each),
+// so every step past the fault's window is CI time spent proving nothing more; each test
+// says why its count covers its window.
 struct TrainJobSpec {
-  int steps = 240;
+  int steps = 120;
   int checkpoint_every = 10;
   std::string checkpoint_dir;  // empty: the head's default (COHORT_CHECKPOINT_DIR)
   int max_restarts = 3;
@@ -406,6 +413,12 @@ struct TrainJobSpec {
   bool checkpoints_on_request = false;
   // Appended to the training config, e.g. "parallel: {pipeline: 2}" (a stage per node).
   std::string extra_config = "";
+  // Checkpoints the job has written (and recorded) when StartTraining returns. A fault
+  // after the third finds the job in its steady state with older checkpoints to fall back
+  // on; a test with a long interval (drains, preemptions: the requested checkpoint must
+  // not fall on a periodic one) needs only one, so that the fault comes after a recorded
+  // step.
+  int checkpoints_before_fault = 3;
 };
 
 struct TrainJob {
@@ -466,11 +479,15 @@ struct RecordLine {
   double loss = 0;
 };
 
+// Only whole lines: a test that polls the record (LastRecordedStep) can read it while the
+// trainer is appending, and a line without its newline yet is not a bad line (seen under
+// load with 100 lines flushed at a checkpoint). A finished job's record ends in a newline.
 inline std::vector<RecordLine> ReadRecord(const std::string& path) {
   std::vector<RecordLine> out;
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
+    if (in.eof()) break;  // the last line had no newline: still being written
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.contains("step")) {
@@ -616,7 +633,7 @@ inline void ExpectRecordResumedFromCheckpoints(FaultCluster& c, const TrainJob& 
 }
 
 // Head + `agents` agents node-a, node-b, ... (1 GPU each) + the training job, running and
-// past its third checkpoint.
+// past its spec.checkpoints_before_fault-th checkpoint.
 inline void StartTraining(FaultCluster& c, TrainJob& t, TrainJobSpec spec = {}, int agents = 3) {
   ASSERT_NO_FATAL_FAILURE(c.StartHead());
   for (int i = 0; i < agents; ++i) ASSERT_NO_FATAL_FAILURE(c.StartAgent(std::string("node-") + char('a' + i)));
@@ -625,7 +642,7 @@ inline void StartTraining(FaultCluster& c, TrainJob& t, TrainJobSpec spec = {}, 
   std::printf("cluster: %s\n", c.layout().c_str());
   t = SubmitTraining(c, spec);
   ASSERT_GT(t.id, 0);
-  ASSERT_NO_FATAL_FAILURE(WaitForRecordedStep(c, t, 3 * spec.checkpoint_every));
+  ASSERT_NO_FATAL_FAILURE(WaitForRecordedStep(c, t, spec.checkpoints_before_fault * spec.checkpoint_every));
 }
 
 }  // namespace cohort::testing

@@ -14,10 +14,12 @@
 namespace cohort::testing {
 namespace {
 
+// Steps: the head is down for one checkpoint interval and its restart (~1 s, ~25 steps);
+// 150 keep the job training well past that.
 TEST(HeadFault, KillHeadAndRestartTheJobCompletes) {
   FaultCluster c;
   TrainJob t;
-  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{400, 10, "", 3}));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{150, 10, "", 3}));
   const int64_t recorded = LastRecordedStep(t.record);
   c.KillHead(SIGKILL);
   // Training goes on without the head (the agents keep their tasks while it refuses
@@ -35,11 +37,12 @@ TEST(HeadFault, KillHeadAndRestartTheJobCompletes) {
 
 // kill -9 of the head while submissions arrive (and the training job runs): every
 // submission the head acknowledged (201 with an id) exists after the restart and runs;
-// the ones that failed were never acknowledged.
+// the ones that failed were never acknowledged. Steps as above: the job trains through
+// the kill and the restart.
 TEST(HeadFault, KillHeadWhileSubmissionsArriveLosesNoAcceptedJob) {
   FaultCluster c;
   TrainJob t;
-  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{400, 10, "", 3}));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, TrainJobSpec{150, 10, "", 3}));
   std::mutex mu;
   std::vector<int64_t> accepted;
   int refused = 0;

@@ -22,8 +22,13 @@ void DrainNowMovesFromTheRequestedCheckpoint(bool kill_head) {
   FaultCluster c;
   TrainJob t;
   TrainJobSpec spec;
-  spec.steps = 600;
+  // A periodic checkpoint every 100 steps, so that the requested one is told from it; the
+  // drain comes after the first (a recorded step the move must not lose). Steps: the
+  // request is answered within a progress report or two (the head's restart and the
+  // agents' return first, with kill_head: ~2 s, ~50 steps); 300 leave attempt 0 ~200.
+  spec.steps = 300;
   spec.checkpoint_every = 100;
+  spec.checkpoints_before_fault = 1;
   spec.checkpoint_signal = "USR1";
   spec.checkpoints_on_request = true;
   ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, spec));
@@ -119,8 +124,12 @@ TEST(PlannedMoves, ElasticJobShrinksOnANodeLossAndGrowsBackWhenItReturns) {
   FaultCluster c;
   TrainJob t;
   TrainJobSpec spec;
-  spec.steps = 700;
+  // Steps: the node is lost after the first checkpoint (50); alone the job takes twice as
+  // long a step, and it grows back at its first checkpoint after the node returns (100 or
+  // 150). 250 leave the one-node attempt over 100 steps for that, and the grown one ~100.
+  spec.steps = 250;
   spec.checkpoint_every = 50;
+  spec.checkpoints_before_fault = 1;
   spec.min_nodes = 1;
   ASSERT_NO_FATAL_FAILURE(StartTraining(c, t, spec, /*agents=*/2));
   const std::string victim = c.NodeOfRank(t.id, 1);

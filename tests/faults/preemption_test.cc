@@ -58,21 +58,25 @@ TEST(Preemption, TheOwnerReclaimsBorrowedGpusAndTheTrainingJobResumesFromItsChec
 
   TrainJob t;
   TrainJobSpec spec;
-  spec.steps = 600;
+  // A periodic checkpoint every 100 steps, so that the requested one is told from it; the
+  // owner comes after the first (a recorded step the preemption must not lose). Steps: the
+  // request is answered within a progress report or two; 300 leave attempt 0 ~200.
+  spec.steps = 300;
   spec.checkpoint_every = 100;
   spec.checkpoint_signal = "USR1";
   spec.checkpoints_on_request = true;
   t = SubmitTraining(c, spec, "ml");
   ASSERT_GT(t.id, 0);
-  ASSERT_NO_FATAL_FAILURE(WaitForRecordedStep(c, t, 3 * spec.checkpoint_every));
+  ASSERT_NO_FATAL_FAILURE(WaitForRecordedStep(c, t, spec.checkpoint_every));
   Cli shares = RunCohort(c, {"shares"});
   ASSERT_TRUE(shares.ok) << shares.out;
   EXPECT_TRUE(std::regex_search(shares.out, std::regex("\n\\s*ml\\s.*\\b2\\b"))) << "ml holds 2 borrowed GPUs:\n"
                                                                                     << shares.out;
   const int64_t recorded = LastRecordedStep(t.record);
 
-  // The owner needs one of its GPUs back.
-  json owner = c.Submit({{"command", {"/bin/sleep", "3"}}, {"nodes", 1}, {"gpus_per_node", 1}, {"team", "lab"}});
+  // The owner needs one of its GPUs back (for a second: the borrower waits as long as it
+  // runs, whatever that is).
+  json owner = c.Submit({{"command", {"/bin/sleep", "1"}}, {"nodes", 1}, {"gpus_per_node", 1}, {"team", "lab"}});
   const int64_t owner_id = owner.value("id", int64_t{0});
   ASSERT_GT(owner_id, 0) << owner.dump();
 

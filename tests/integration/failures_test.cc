@@ -26,7 +26,7 @@ std::vector<Record> ReadRecords(const std::string& file) {
 }
 
 TEST(Failures, KilledAgentMakesNodeDownAndGangIsRequeuedElsewhere) {
-  LocalCluster c;  // failure timeout 1 s
+  LocalCluster c(LivenessTiming());  // failure timeout 1 s
   c.StartHead();
   for (const char* n : {"node-a", "node-b", "node-c"}) c.StartAgent(n, 1);
   c.WaitForNodes(3);
@@ -80,7 +80,7 @@ TEST(Failures, KilledAgentMakesNodeDownAndGangIsRequeuedElsewhere) {
 }
 
 TEST(Failures, GangFailsWhenNoRestartsAreLeft) {
-  LocalCluster c;
+  LocalCluster c(LivenessTiming());
   c.StartHead();
   c.StartAgent("node-a", 1);
   c.StartAgent("node-b", 1);
@@ -125,7 +125,7 @@ TEST(Failures, HeadKilledAndRestartedLosesNoJobAndReconcilesRunningOnes) {
 }
 
 TEST(Failures, AgentCutOffFromTheHeadFencesItsTasks) {
-  LocalCluster c;  // fence timeout 600 ms
+  LocalCluster c(LivenessTiming());  // fence timeout 600 ms
   c.StartHead();
   c.StartAgent("node-a", 1);
   c.WaitForNodes(1);

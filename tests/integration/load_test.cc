@@ -55,7 +55,7 @@ class TrickleClient {
 // handshakes that never complete; without it (tokens over plain HTTP) the trickles are
 // slow requests.
 void ListStormLeavesEveryNodeUpAndEveryJobRunning(bool tls) {
-  LocalCluster c;  // heartbeat 100 ms, failure timeout 1 s
+  LocalCluster c(LivenessTiming());  // heartbeat 100 ms, failure timeout 1 s
   // No per-caller rate limit: the storm below comes from one token on purpose, to load the
   // HTTP front and the Cluster's lock, not to meet the limit (rate_limit_test covers it).
   std::vector<std::string> flags = {"--rate-limit", "0"};

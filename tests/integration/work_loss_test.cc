@@ -79,7 +79,7 @@ TEST(WorkLoss, HungTaskFailsTheGangAfterProgressTimeout) {
 }
 
 TEST(WorkLoss, StoppedAgentsTasksAreKilledByTheirShimsAndTheGangRunsOnce) {
-  LocalCluster c;  // fence 600 ms, failure 1 s, kill grace 2 s
+  LocalCluster c(LivenessTiming());  // fence 600 ms, failure 1 s, kill grace 2 s
   c.StartHead();
   c.StartAgent("node-a", 1);
   c.StartAgent("node-b", 1);

@@ -36,17 +36,9 @@ Result<void> CheckZero(const TrainConfig& c) {
   if (p.offload == "optimizer+params" && p.zero != 3) {
     return FieldError("parallel.offload", "optimizer+params needs parallel.zero 3, got {}", p.zero);
   }
-  // ZeRO 1-3 run inside CUDA tensor/pipeline layouts (trainer/cuda_shard_engine.cc); the
-  // offloads there do not yet.
-  if (c.device == "cuda" && (p.tensor > 1 || p.pipeline > 1)) {
-    if (p.offload != "none") {
-      return FieldError("parallel.offload",
-                        "{} with parallel.tensor {} x parallel.pipeline {} on train.device cuda is "
-                        "not built (the CUDA shard keeps its whole AdamW state on the device; use "
-                        "none)",
-                        p.offload, p.tensor, p.pipeline);
-    }
-  }
+  // ZeRO 1-3 and both offloads run inside CUDA tensor/pipeline layouts too
+  // (trainer/cuda_shard_engine.cc); optimizer+params there needs two or more data replicas,
+  // which the engine checks once the layout is known.
   return {};
 }
 

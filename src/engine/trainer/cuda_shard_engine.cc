@@ -32,7 +32,27 @@
 // the reduce-scatter (as stage 2), and the update is elementwise. Checkpoints by range:
 // each data rank writes the runs of its part (params_begin), and resumes by reading its
 // part of the parameters and of the moments only (RestoreRequest; stages 1 and 2 the whole
-// shard's parameters and their part of the moments). The offloads are not built here.
+// shard's parameters and their part of the moments).
+//
+// The offloads (`parallel.offload`, Rajbhandari et al.'s ZeRO-Offload) on HostShardAdamW
+// (host_shard_adamw.h, the single-device model's offloaded AdamW): the data rank's part of the
+// shard's moments and its float32 master live in host memory (the master and the gradient
+// part pinned), no CudaAdamW is made, and the part is clipped and stepped on the CPU in chunks
+// while each finished chunk is copied back on a copy stream. Without ZeRO the offload is
+// ZeRO-1's (as the single-device model's). Stages 0 and 1 copy the averaged gradient part to
+// the host at the step (the norm stays the device's over the whole averaged buffer) and copy
+// the float32 part back, then all-gather it and refresh the bf16 copy as ZeRO-1 does. Stages
+// 2 and 3 make the step's round final: each piece of the gradient shard goes to the host as
+// the collective thread finishes it, its Σ g² over the norm runs computed by the host thread
+// while the backward goes on; the shard's sum is those partials in their fixed order, summed
+// over the data group as before. Stage 2 copies the float32 part back (then the all-gather);
+// stage 3 has no float32 part on the device (the host master is it) and its bf16 part takes
+// the host step's bf16 chunks (through pinned staging); with optimizer+params the bf16 part
+// is pinned host memory itself, each piece's part copied to a device send buffer just before
+// its gather (GatheredDeviceParams on_host), so optimizer+params needs a data group of two or
+// more. The tied wte copies still keep one value: the same summed gradient and the same
+// elementwise host update on both stages. Checkpoints by range read and write the host state
+// (state_bytes counts it in `host`).
 //
 // In a build without the CUDA engine the factory says so.
 #include <algorithm>
@@ -53,6 +73,7 @@
 #include "engine/model/cuda_arena.h"
 #include "engine/model/gpt_shard_cuda.h"
 #include "engine/trainer/cuda_zero_pieces.h"
+#include "engine/trainer/host_shard_adamw.h"
 #include "engine/trainer/shard_zero.h"
 #endif
 
@@ -71,6 +92,11 @@ struct Range {
 struct DeviceFree {
   void operator()(char* p) const {
     if (p != nullptr) (void)cudaFree(p);
+  }
+};
+struct PinnedFree {
+  void operator()(void* p) const {
+    if (p != nullptr) (void)cudaFreeHost(p);
   }
 };
 
@@ -160,8 +186,10 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   }
 
   // `data` (null or one rank: no ZeRO) is the data group of this position; `zero_stage` 0-3
-  // (3: the model was created without parameters).
-  Result<void> Init(const AdamWConfig& adamw, comm::Communicator* data, int zero_stage) {
+  // (3: the model was created without parameters); `offload`: AdamW on the host
+  // (HostShardAdamW), `offload_params` (stage 3) the bf16 part in pinned host memory too.
+  Result<void> Init(const AdamWConfig& adamw, comm::Communicator* data, int zero_stage,
+                    bool offload, bool offload_params) {
     const GptShardLayout& layout = shard_->layout();
     part_ = ZeroPartition{layout.total, 1};
     if (zero_stage > 0 && data != nullptr && data->size() > 1) {
@@ -169,10 +197,15 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
       zero_stage_ = zero_stage;
       part_ = ZeroPartition{layout.total, data->size()};
     }
+    offload_ = offload;
+    offload_params_ = offload_params && zero_stage_ == 3;
     const size_t lo = opt_begin(), hi = lo + part_.size(rank());
-    adam_ = COHORT_TRY(CudaAdamW::Create(
-        data_ ? CutDecayRanges(ShardDecayRanges(layout), lo, hi) : ShardDecayRanges(layout),
-        adamw, /*fused=*/true, shard_->device(), shard_->stream()));
+    std::vector<DecayRange> decay =
+        data_ ? CutDecayRanges(ShardDecayRanges(layout), lo, hi) : ShardDecayRanges(layout);
+    if (!offload_) {
+      adam_ = COHORT_TRY(CudaAdamW::Create(std::move(decay), adamw, /*fused=*/true,
+                                           shard_->device(), shard_->stream()));
+    }
     // The runs of tensors that count in the norm, merged where they touch.
     std::vector<ShardTensor> sorted = layout.tensors;
     std::sort(sorted.begin(), sorted.end(), [](const ShardTensor& a, const ShardTensor& b) {
@@ -198,6 +231,14 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
         if (b > a) cut.push_back({a - lo, b - a});
       }
       norm_runs_ = std::move(cut);
+      if (offload_) {
+        // Each final piece of the shard reaches the host as it is reduced, its Σ g² over
+        // these runs computed there (SquaredGradNorm sums them).
+        std::vector<HostShardAdamW::NormRun> runs;
+        for (const Range& r : norm_runs_) runs.push_back({r.offset, r.count});
+        host_ = COHORT_TRY(HostShardAdamW::Create(hi - lo, std::move(decay), adamw,
+                                                  shard_->device(), std::move(runs)));
+      }
       // The largest piece the model reports (ShardGradPieces) bounds the receive buffer.
       size_t piece = 1;
       for (int c = 0; c < shard_->num_chunks(); ++c) {
@@ -207,28 +248,53 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
       sharded_ = COHORT_TRY(ShardedDeviceGrads::Create(data_, part_, piece, shard_->device(),
                                                        shard_->stream(), *thread_,
                                                        /*caller_memory=*/true));
+      if (host_) {
+        HostShardAdamW* host = host_.get();
+        ShardedDeviceGrads* grads = sharded_.get();
+        sharded_->set_final([host, grads](size_t a, size_t b) {
+          return host->Arrived(grads->shard() + a, a, b - a, /*norm=*/true);
+        });
+      }
       rounds_.emplace(layout);
+    } else if (offload_) {
+      // Stages 0 and 1: the gradient part crosses at the step, after the caller's average;
+      // the norm stays the device's over the whole averaged buffer.
+      host_ = COHORT_TRY(HostShardAdamW::Create(hi - lo, std::move(decay), adamw,
+                                                shard_->device()));
     }
     if (zero_stage_ == 3) {
       // This rank's part of the shard's parameters, float32 (the update's) and bf16 (what the
       // gathers read); the model asks for each piece through GatheredDeviceParams on the
       // same thread as the gradients' reduce-scatters (one order of the data group's
       // collectives on every rank of it).
+      // Offloaded, the float32 part is the host master; with optimizer+params the bf16 part
+      // is pinned host memory, each piece's part copied to a device send buffer before its
+      // gather (GatheredDeviceParams on_host); else the host step's bf16 chunks are copied
+      // to the device part through a pinned staging part.
       const size_t n = hi - lo;
-      auto carve_part = [&](Carver& cv) {
-        param_part_ = cv.Take<float>(n, nullptr);
-        bf16_part_ = cv.Take<k::bf16>(n, nullptr);
-      };
-      Carver sizing(nullptr);
-      carve_part(sizing);
-      part_memory_.reset(static_cast<char*>(COHORT_TRY(DeviceAlloc(
-          sizing.total(),
-          fmt::format("the ZeRO-3 part of the shard's parameters ({} float32 and bf16 values)", n),
-          shard_->device()))));
-      Carver cv(part_memory_.get());
-      carve_part(cv);
+      if (offload_params_) {
+        void* pinned = nullptr;
+        COHORT_CUDA_CHECK(cudaMallocHost(&pinned, std::max<size_t>(1, n) * sizeof(k::bf16)));
+        pinned_part_.reset(pinned);
+        bf16_part_ = static_cast<k::bf16*>(pinned);
+      } else {
+        auto carve_part = [&](Carver& cv) {
+          if (!offload_) param_part_ = cv.Take<float>(n, nullptr);
+          bf16_part_ = cv.Take<k::bf16>(n, nullptr);
+        };
+        Carver sizing(nullptr);
+        carve_part(sizing);
+        part_memory_.reset(static_cast<char*>(COHORT_TRY(DeviceAlloc(
+            sizing.total(),
+            fmt::format("the ZeRO-3 part of the shard's parameters ({} {} values)", n,
+                        offload_ ? "bf16" : "float32 and bf16"),
+            shard_->device()))));
+        Carver cv(part_memory_.get());
+        carve_part(cv);
+        if (offload_) COHORT_TRY_VOID(host_->ReserveBf16Staging());
+      }
       params_ = COHORT_TRY(GatheredDeviceParams::Create(
-          data_, part_, GptShardCudaModel::ParamPasses(layout), bf16_part_, /*on_host=*/false,
+          data_, part_, GptShardCudaModel::ParamPasses(layout), bf16_part_, offload_params_,
           shard_->device(), shard_->stream(), *thread_));
       shard_->SetParamSource(params_.get());
     }
@@ -264,7 +330,9 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   void BeginRound(int microbatches, bool forward_only) override {
     if (!sharded_ || forward_only) return;
     rounds_->Begin(microbatches);
-    sharded_->Begin();
+    // Offloaded, the step's round is final: each piece of the shard goes to the host.
+    if (host_) Keep(host_->BeginRound());
+    sharded_->Begin(/*final=*/host_ != nullptr);
   }
   bool reduces_data_shards() const override { return sharded_ != nullptr; }
   Result<void> ReduceDataShards() override {
@@ -279,7 +347,21 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   }
 
   Result<double> SquaredGradNorm() override {
-    double sq = COHORT_TRY(LocalSquaredNorm());
+    double sq = 0;
+    if (host_ && sharded_) {
+      // The shard reached the host during the backward (the final round), each piece's Σ g²
+      // over the norm runs computed there: summed in their (fixed) order.
+      sq = COHORT_TRY(host_->PartialsSquaredNorm());
+      const size_t copied = host_->TakeCopied();
+      if (copied != host_->size()) {
+        return Errorf(ErrorCode::kInternal,
+                      "optimizer offload: the last backward brought {} of the gradient part's {} "
+                      "values to the host",
+                      copied, host_->size());
+      }
+    } else {
+      sq = COHORT_TRY(LocalSquaredNorm());
+    }
     if (sharded_) {
       // Every data rank's part: the norm one rank computes over the whole shard.
       HostAllGather gather = [this](const float* send, float* recv,
@@ -312,6 +394,10 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
 
   Result<void> Step(double norm, double max_norm, float lr) override {
     COHORT_CUDA_CHECK(cudaSetDevice(shard_->device()));
+    if (host_) {
+      return HostStep(norm, max_norm, lr,
+                      sharded_ ? sharded_->shard() : shard_->grads_device().data() + opt_begin());
+    }
     cudaStream_t st = shard_->stream();
     // ClipToNorm's factor (grad_clip.h), applied inside the update: the same float product.
     const float* scale = nullptr;
@@ -338,6 +424,29 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     COHORT_TRY_VOID(shard_->Synchronize());
     if (data_ != nullptr) COHORT_TRY_VOID(GatherParams());
     return {};
+  }
+
+  // Offloaded: the host clips and steps the part (stages 0 and 1 copy the averaged gradient
+  // part over first; stages 2 and 3 have it from the backward) while each finished chunk goes
+  // back: into the float32 parameters (then gathered over the data group, or the bf16 copy
+  // refreshed), or stage 3's bf16 part.
+  Result<void> HostStep(double norm, double max_norm, float lr, const float* g) {
+    if (!sharded_) COHORT_TRY_VOID(host_->CopyAll(g, shard_->stream()));
+    COHORT_TRY_VOID(host_->Step(norm, max_norm, lr, HostDestination()));
+    if (params_) return {};
+    if (data_ != nullptr) return GatherParams();
+    return shard_->ParamsWritten();
+  }
+  HostShardAdamW::Destination HostDestination() {
+    HostShardAdamW::Destination to;
+    if (!params_) {
+      to.device_f32 = shard_->params_device().data() + opt_begin();
+    } else if (offload_params_) {
+      to.host_bf16 = reinterpret_cast<uint16_t*>(bf16_part_);
+    } else {
+      to.device_bf16 = bf16_part_;
+    }
+    return to;
   }
 
   // ZeRO: every data rank's updated part into every rank's float32 parameters, then the bf16
@@ -380,6 +489,16 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   // moments of the optimizer's part (under ZeRO this data rank's, from opt_begin()).
   Result<HostState> StateOnHost() override {
     const ShardPiece part = param_part();
+    if (host_) {
+      // The host state itself (stage 3's parameters: the master part the bf16 came from).
+      std::span<const float> params(host_->master(), host_->size());
+      if (!params_) {
+        params_host_.resize(part.size());
+        COHORT_TRY_VOID(shard_->CopyParamsToHost(params_host_));
+        params = params_host_;
+      }
+      return HostState{params, host_->m(), host_->v(), opt_begin(), host_->t(), part.begin};
+    }
     params_host_.resize(part.size());
     m_host_.resize(adam_->n());
     v_host_.resize(adam_->n());
@@ -400,8 +519,15 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     COHORT_CUDA_CHECK(cudaSetDevice(shard_->device()));
     std::unique_ptr<char, DeviceFree> all(static_cast<char*>(COHORT_TRY(DeviceAlloc(
         total * sizeof(float), "the gathered shard's parameters (export)", shard_->device()))));
-    COHORT_TRY_VOID(data_->AllGather(param_part_, reinterpret_cast<float*>(all.get()),
+    const float* send = param_part_;
+    if (host_) {
+      // The master part through the gradient shard (free between steps; cleared after).
+      COHORT_TRY_VOID(CopyPart(sharded_->shard(), host_->master(), cudaMemcpyHostToDevice));
+      send = sharded_->shard();
+    }
+    COHORT_TRY_VOID(data_->AllGather(send, reinterpret_cast<float*>(all.get()),
                                      part_.counts(), comm::DataType::kFloat32));
+    if (host_) COHORT_TRY_VOID(sharded_->ZeroShard());
     std::vector<float> out(total);
     COHORT_CUDA_CHECK(cudaMemcpyAsync(out.data(), all.get(), total * sizeof(float),
                                       cudaMemcpyDeviceToHost, shard_->stream()));
@@ -409,7 +535,12 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     return out;
   }
   Result<void> SetParams(std::span<const float> params) override {
-    if (!params_) return shard_->CopyParamsFromHost(params);
+    if (!params_) {
+      COHORT_TRY_VOID(shard_->CopyParamsFromHost(params));
+      // Offloaded, the master part starts as the model's.
+      if (host_) std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(opt_begin()), host_->size(), host_->master());
+      return {};
+    }
     const size_t total = shard_->layout().total;
     if (params.size() != total) {
       return FieldError("params", "has {} values, the shard {}", params.size(), total);
@@ -428,6 +559,12 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     if (part.size() != n) {
       return FieldError("params", "has {} values, this rank's ZeRO-3 part {}", part.size(), n);
     }
+    if (host_) {
+      // The master part, and the bf16 part from it (the host's conversion, as the host
+      // step's).
+      std::copy(part.begin(), part.end(), host_->master());
+      return host_->RefreshBf16(HostDestination(), shard_->stream());
+    }
     COHORT_TRY_VOID(CopyPart(param_part_, part.data(), cudaMemcpyHostToDevice));
     k::ConvertToBf16(bf16_part_, param_part_, n, shard_->stream());
     COHORT_CUDA_CHECK(cudaGetLastError());  // ConvertToBf16 (the ZeRO-3 part)
@@ -440,7 +577,7 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
       if (size != total) return FieldError(what, "has {} values, the shard {}", size, total);
     }
     COHORT_TRY_VOID(SetParams(params));
-    return adam_->Restore(m.subspan(opt_begin(), adam_->n()), v.subspan(opt_begin(), adam_->n()),
+    return RestoreMoments(m.subspan(opt_begin(), opt_size()), v.subspan(opt_begin(), opt_size()),
                           t);
   }
   // Resume by range under ZeRO: the parameters this rank holds (param_part(): ZeRO-3 its part
@@ -449,10 +586,10 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   CheckpointReadRequest RestoreRequest() override {
     if (data_ == nullptr) return ShardEngine::RestoreRequest();
     const ShardPiece part = param_part();
-    const size_t lo = opt_begin(), hi = lo + adam_->n();
+    const size_t lo = opt_begin(), hi = lo + opt_size();
     restore_params_.assign(part.size(), 0.0f);
-    restore_m_.assign(adam_->n(), 0.0f);
-    restore_v_.assign(adam_->n(), 0.0f);
+    restore_m_.assign(opt_size(), 0.0f);
+    restore_v_.assign(opt_size(), 0.0f);
     const GptShardLayout& layout = shard_->layout();
     return {LogicalRunsOf(layout, part.begin, part.end, restore_params_.data()),
             LogicalRunsOf(layout, lo, hi, restore_m_.data()),
@@ -462,7 +599,7 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     if (data_ == nullptr) return ShardEngine::FinishRestore(t);
     auto restored = [&]() -> Result<void> {
       COHORT_TRY_VOID(SetParamPart(restore_params_));
-      return adam_->Restore(restore_m_, restore_v_, t);
+      return RestoreMoments(restore_m_, restore_v_, t);
     }();
     DropRestore();
     return restored;
@@ -478,27 +615,46 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   // gradients (stages 2, 3: the shard; the whole buffer the backward accumulates into is
   // scratch, with the receive buffer and stage 3's two gather buffers) and the moments of
   // the optimizer's part.
+  //
+  // Offloaded (counted as cuda_zero.h counts it): the optimizer's bytes hold the host master
+  // besides the moments (stage 3: its master is its float32 parameter part, counted there),
+  // the pinned gradient part and stage 3's pinned bf16 staging are scratch; `host` is what of
+  // all that lives in host memory: the moments, the master, the pinned gradient part and
+  // staging, and with optimizer+params the bf16 part.
   TrainModel::ModelStateBytes state_bytes() const override {
     const size_t n = shard_->layout().total;
-    const size_t moments = 2 * adam_->n() * sizeof(float);
+    const size_t mine = opt_size();
+    const size_t moments = 2 * mine * sizeof(float);
     const size_t held = params_ ? part_.size(rank()) : n;
     const size_t params = held * (sizeof(float) + sizeof(k::bf16));
-    if (!sharded_) return {params, n * sizeof(float), moments};
-    return {params, sharded_->shard_size() * sizeof(float), moments,
+    const size_t optimizer = moments + (host_ && !params_ ? mine * sizeof(float) : 0);
+    // The pinned gradient part and staging (the pinned master is counted above).
+    const size_t pinned = host_ ? host_->pinned_bytes() - mine * sizeof(float) : 0;
+    size_t host = 0;
+    if (host_) {
+      host = optimizer + pinned + (params_ ? mine * sizeof(float) : 0) +
+             (offload_params_ ? mine * sizeof(k::bf16) : 0);
+    }
+    if (!sharded_) return {params, n * sizeof(float), optimizer, pinned, host};
+    return {params, sharded_->shard_size() * sizeof(float), optimizer,
             n * sizeof(float) + sharded_->scratch_bytes() +
-                (params_ ? params_->scratch_bytes() : 0)};
+                (params_ ? params_->scratch_bytes() : 0) + pinned,
+            host};
   }
   TrainModel::ZeroShape zero_shape() const override {
-    if (data_ == nullptr) return {};
-    return {zero_stage_, part_.ranks, false};
+    if (data_ == nullptr) return {0, 1, offload_};
+    return {zero_stage_, part_.ranks, offload_};
   }
   std::string DescribeMemory() const override {
     const TrainModel::ModelStateBytes b = state_bytes();
     return fmt::format(
         "{:.1f} MB of device memory for float32 parameters (and their bf16 copy), gradients and "
-        "AdamW moments{} (activations apart)",
-        (b.params + b.grads + b.optimizer + b.scratch + arena_bytes_) / 1e6,
-        data_ ? fmt::format(" ({})", ZeroDescription(zero_stage_, part_.ranks)) : "");
+        "AdamW moments{}{} (activations apart)",
+        (b.params + b.grads + b.optimizer + b.scratch + arena_bytes_ - b.host) / 1e6,
+        data_ ? fmt::format(" ({})", ZeroDescription(zero_stage_, part_.ranks)) : "",
+        host_ ? fmt::format(", {:.1f} MB of host memory (optimizer offloaded{})", b.host / 1e6,
+                            offload_params_ ? ", bf16 parameters too" : "")
+              : "");
   }
 
  private:
@@ -515,6 +671,13 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   std::vector<float> params_host_, m_host_, v_host_;  // StateOnHost's copies
 
   int rank() const { return data_ ? data_->rank() : 0; }
+  // The size of the optimizer's part of the shard (the whole shard without ZeRO).
+  size_t opt_size() const { return part_.size(rank()); }
+  int64_t t() const { return host_ ? host_->t() : adam_->t(); }
+  Result<void> RestoreMoments(std::span<const float> m, std::span<const float> v, int64_t t) {
+    if (host_) return host_->Restore(m, v, t);
+    return adam_->Restore(m, v, t);
+  }
   // `n` = part_.size(rank()) floats between host and the ZeRO-3 part; returns when done.
   Result<void> CopyPart(float* dst, const float* src, cudaMemcpyKind kind) {
     COHORT_CUDA_CHECK(cudaSetDevice(shard_->device()));
@@ -540,9 +703,16 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   std::optional<ShardGradRounds> rounds_;  // stages 2, 3
   std::vector<float> restore_params_, restore_m_, restore_v_;  // RestoreRequest's, under ZeRO
   // Stage 3: this rank's part of the shard's parameters, float32 and bf16 (in part_memory_).
+  // Offloaded: no float32 part on the device (the host master is it); with optimizer+params
+  // the bf16 part is pinned host memory (pinned_part_).
   std::unique_ptr<char, DeviceFree> part_memory_;
+  std::unique_ptr<void, PinnedFree> pinned_part_;
   float* param_part_ = nullptr;
   k::bf16* bf16_part_ = nullptr;
+  // The offloads: AdamW over the optimizer's part on the host (no adam_). Before thread_:
+  // the final round's pieces reach it from there.
+  bool offload_ = false, offload_params_ = false;
+  std::unique_ptr<HostShardAdamW> host_;
   // Stages 2, 3. Declared last: destroyed first (the pieces drain the thread; the thread
   // joins before the model's gradient buffer and the parameter part they read are freed).
   std::unique_ptr<SerialThread> thread_;
@@ -596,18 +766,36 @@ Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
                                                          const AdamWConfig& adamw,
                                                          bool host_messages,
                                                          comm::Communicator* data,
-                                                         int zero_stage) {
+                                                         int zero_stage, bool offload,
+                                                         bool offload_params) {
   if (zero_stage < 0 || zero_stage > 3) {
     return Errorf(ErrorCode::kInvalidArgument,
                   "ZeRO stage {} in a CUDA tensor/pipeline layout (built: 0 to 3)", zero_stage);
   }
+  if (offload_params && (zero_stage != 3 || !offload)) {
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "parameter offload needs ZeRO stage 3 and the optimizer offload (stage {}, "
+                  "optimizer offload {})",
+                  zero_stage, offload);
+  }
+  if (offload_params && (data == nullptr || data->size() < 2)) {
+    // The bf16 part that leaves the device is this data rank's part of the shard: with one
+    // replica the model holds the whole shard's parameters on the device.
+    return FieldError("parallel.offload",
+                      "optimizer+params in a CUDA tensor/pipeline layout needs two or more "
+                      "data-parallel replicas (ZeRO-3 shards the parameters over them); this "
+                      "layout has one (use optimizer)");
+  }
+  // As the single-device model: the offload without ZeRO is ZeRO-1's (the optimizer's state
+  // of this data rank's part of the shard on the host).
+  if (offload && zero_stage == 0) zero_stage = 1;
   // ZeRO-3 over a data group of two or more: the model holds no parameters (the engine's
   // part, gathered piece by piece).
   const bool sharded_params = zero_stage == 3 && data != nullptr && data->size() > 1;
   auto engine = std::make_unique<CudaShardEngine>(
       COHORT_TRY(GptShardCudaModel::Create(spec, tp, /*hold_params=*/!sharded_params)),
       host_messages);
-  COHORT_TRY_VOID(engine->Init(adamw, data, zero_stage));
+  COHORT_TRY_VOID(engine->Init(adamw, data, zero_stage, offload, offload_params));
   return std::unique_ptr<ShardEngine>(std::move(engine));
 }
 
@@ -615,7 +803,7 @@ Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
 
 Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec&, TensorParallelGroup&,
                                                          const AdamWConfig&, bool,
-                                                         comm::Communicator*, int) {
+                                                         comm::Communicator*, int, bool, bool) {
   return MakeError(ErrorCode::kUnsatisfiable,
                    "train.device is cuda but this build has no CUDA support");
 }

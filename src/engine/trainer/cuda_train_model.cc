@@ -153,7 +153,7 @@ class CudaTrainModel final : public TrainModel {
     const size_t whole_grads = model_->grads_device().size() * sizeof(float);
     if (zero_) {
       return {params + zero_->param_bytes(), whole_grads + zero_->grad_shard_bytes(),
-              zero_->optimizer_bytes(), zero_->scratch_bytes()};
+              zero_->optimizer_bytes(), zero_->scratch_bytes(), zero_->host_bytes()};
     }
     return {params, whole_grads,
             (optimizer_->m_device().size() + optimizer_->v_device().size()) * sizeof(float)};

@@ -35,11 +35,7 @@ CudaZeroOptimizer::~CudaZeroOptimizer() {
   params_.reset();
   grads_.reset();
   thread_.reset();
-  host_thread_.reset();
-  if (bf16_host_ != nullptr) (void)cudaFreeHost(bf16_host_);
-  if (master_ != nullptr) (void)cudaFreeHost(master_);
-  if (grads_host_ != nullptr) (void)cudaFreeHost(grads_host_);
-  if (copy_stream_ != nullptr) (void)cudaStreamDestroy(copy_stream_);
+  host_.reset();
   for (void* p : {static_cast<void*>(norm_sq_), static_cast<void*>(clip_scale_), norm_scratch_,
                   static_cast<void*>(param_shard_)}) {
     if (p != nullptr) (void)cudaFree(p);
@@ -104,13 +100,7 @@ Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
     COHORT_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(float)));
     z->scale_host_ = static_cast<float*>(pinned);
   } else {
-    z->host_ = COHORT_TRY(AdamW::Create(n, CutDecayRanges(ranges, lo, lo + n), config));
-    COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
-    z->master_ = static_cast<float*>(pinned);
-    COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
-    z->grads_host_ = static_cast<float*>(pinned);
-    COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&z->copy_stream_, cudaStreamNonBlocking));
-    z->host_thread_ = std::make_unique<SerialThread>(dev);
+    z->host_ = COHORT_TRY(HostShardAdamW::Create(n, CutDecayRanges(ranges, lo, lo + n), config, dev));
   }
   if (stage >= 2) {
     z->thread_ = std::make_unique<SerialThread>(dev);
@@ -134,8 +124,7 @@ Result<std::unique_ptr<CudaZeroOptimizer>> CudaZeroOptimizer::Create(
       z->bf16_shard_ = static_cast<cuda::bf16*>(pinned);
     } else {
       if (options.offload) {  // the host step's bf16 chunks, copied to the device shard
-        COHORT_CUDA_CHECK(cudaMallocHost(&pinned, bf16_bytes));
-        z->bf16_host_ = static_cast<uint16_t*>(pinned);
+        COHORT_TRY_VOID(z->host_->ReserveBf16Staging());
       }
       z->bf16_shard_ = static_cast<cuda::bf16*>(COHORT_TRY(DeviceAlloc(
           bf16_bytes, fmt::format("the ZeRO-3 bf16 parameter shard ({} values)", n), dev)));
@@ -171,15 +160,10 @@ Result<void> CudaZeroOptimizer::GradsReduced(size_t offset, size_t count) {
   const size_t lo = std::max(offset, shard_begin());
   const size_t hi = std::min(offset + count, shard_begin() + shard_size());
   if (!offload_ || grads_ || hi <= lo) return {};
-  // The reducer's thread: make the model's device current here. The collective returned,
-  // so the bucket's average is in device memory.
-  COHORT_CUDA_CHECK(cudaSetDevice(model_.device()));
+  // The reducer's thread. The collective returned, so the bucket's average is in device
+  // memory.
   const size_t at = lo - shard_begin();
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(grads_host_ + at, grad_shard() + at, (hi - lo) * sizeof(float),
-                                    cudaMemcpyDeviceToHost, copy_stream_));
-  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
-  copied_ += hi - lo;
-  return {};
+  return host_->Arrived(grad_shard() + at, at, hi - lo, /*norm=*/false);
 }
 
 Result<void> CudaZeroOptimizer::ZeroGrad() {
@@ -189,12 +173,7 @@ Result<void> CudaZeroOptimizer::ZeroGrad() {
 
 Result<void> CudaZeroOptimizer::Backward(float loss_scale, bool final) {
   const bool to_host = final && offload_;
-  if (to_host) {
-    // A new final round: the last one's parts are dropped (its ops are done).
-    COHORT_TRY_VOID(host_thread_->Drain());
-    partials_.clear();
-    copied_ = 0;
-  }
+  if (to_host) COHORT_TRY_VOID(host_->BeginRound());
   grads_->Begin(to_host);
   auto backward = model_.Backward(loss_scale);
   // Every piece handed to the sink is reduced (or skipped after an error) before returning.
@@ -236,28 +215,27 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
   if (offload_ && grads_) {
     // The final round's pieces reached the host during the backward (ShardFinal), each
     // part's Σ g² computed on the host thread: summed here in their (fixed) order.
-    COHORT_TRY_VOID(host_thread_->Drain());
-    const size_t copied = copied_.exchange(0);
+    squares = COHORT_TRY(host_->PartialsSquaredNorm());
+    const size_t copied = host_->TakeCopied();
     if (copied != n) {
       return Errorf(ErrorCode::kInternal,
                     "optimizer offload: the last backward brought {} of the gradient shard's {} "
                     "values to the host (no final round?)",
                     copied, n);
     }
-    for (double part : partials_) squares += part;
   } else if (offload_) {
     // Stage 1 over several ranks: the reducer's buckets brought the shard to the host during
     // the backward (GradsReduced); on one rank the whole shard now.
-    const size_t copied = copied_.exchange(0);
+    const size_t copied = host_->TakeCopied();
     if (partition_.ranks == 1) {
-      COHORT_TRY_VOID(Copy(grads_host_, grad_shard(), n * sizeof(float), cudaMemcpyDeviceToHost));
+      COHORT_TRY_VOID(host_->CopyAll(grad_shard(), model_.stream()));
     } else if (copied != n) {
       return Errorf(ErrorCode::kInternal,
                     "optimizer offload: the reducer copied {} of the gradient shard's {} values "
                     "to the host during the backward (DdpReducer without grad_reduced()?)",
                     copied, n);
     }
-    squares = SquaredNorm({grads_host_, n});
+    squares = host_->SquaredNorm();
   } else {
     squares = COHORT_TRY(DeviceSquaredNorm());
   }
@@ -268,7 +246,7 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
   // The device kernels' factor: max_norm as a float (GptCudaAdamW::Step).
   const double max_norm_f = static_cast<double>(static_cast<float>(max_norm));
   if (offload_) {
-    COHORT_TRY_VOID(PipelinedHostStep(norm, max_norm_f, lr));
+    COHORT_TRY_VOID(host_->Step(norm, max_norm_f, lr, HostDestination()));
   } else {
     // The factor reaches the update through device memory, as GptCudaAdamW's own does.
     cudaStream_t st = model_.stream();
@@ -285,75 +263,23 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
 }
 
 Result<void> CudaZeroOptimizer::ShardFinal(size_t lo, size_t hi) {
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(grads_host_ + lo, grads_->shard() + lo,
-                                    (hi - lo) * sizeof(float), cudaMemcpyDeviceToHost,
-                                    copy_stream_));
-  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
-  copied_ += hi - lo;
-  host_thread_->Post([this, lo, hi]() -> Result<void> {
-    partials_.push_back(SquaredNorm({grads_host_ + lo, hi - lo}));
-    return {};
-  });
-  return {};
+  return host_->Arrived(grads_->shard() + lo, lo, hi - lo, /*norm=*/true);
 }
 
-Result<void> CudaZeroOptimizer::PipelinedHostStep(double norm, double max_norm, float lr) {
-  const size_t n = shard_size();
-  // Chunks of at least 64K values, at most 8 per shard: enough to overlap, few enough that
-  // each host step keeps its OpenMP team busy.
-  const size_t chunk = std::max<size_t>(size_t{1} << 16, (n + 7) / 8);
-  host_->BeginStep();
-  struct Part {
-    size_t lo, hi;
-    uint64_t ticket;
-  };
-  std::vector<Part> parts;
-  for (size_t lo = 0; lo < n; lo += chunk) {
-    const size_t hi = std::min(n, lo + chunk);
-    const uint64_t ticket = host_thread_->Post([this, n, lo, hi, norm, max_norm, lr]() -> Result<void> {
-      ClipToNorm({grads_host_ + lo, hi - lo}, norm, max_norm);
-      host_->StepRange({master_, n}, {grads_host_, n}, lr, lo, hi);
-      if (stage_ == 3) {
-        uint16_t* out = offload_params_ ? reinterpret_cast<uint16_t*>(bf16_shard_) : bf16_host_;
-        for (size_t i = lo; i < hi; ++i) out[i] = FloatToBf16Bits(master_[i]);
-      }
-      return {};
-    });
-    parts.push_back({lo, hi, ticket});
+HostShardAdamW::Destination CudaZeroOptimizer::HostDestination() {
+  HostShardAdamW::Destination to;
+  if (stage_ < 3) {
+    to.device_f32 = param_shard();
+  } else if (offload_params_) {
+    to.host_bf16 = reinterpret_cast<uint16_t*>(bf16_shard_);
+  } else {
+    to.device_bf16 = bf16_shard_;
   }
-  // Each chunk back to the device as soon as it is stepped, while the next one is.
-  Result<void> status;
-  for (const Part& p : parts) {
-    status = host_thread_->WaitFor(p.ticket);
-    if (!status) break;
-    const size_t count = p.hi - p.lo;
-    cudaError_t copied = cudaSuccess;
-    if (stage_ < 3) {
-      copied = cudaMemcpyAsync(param_shard() + p.lo, master_ + p.lo, count * sizeof(float),
-                               cudaMemcpyHostToDevice, copy_stream_);
-    } else if (!offload_params_) {
-      copied = cudaMemcpyAsync(bf16_shard_ + p.lo, bf16_host_ + p.lo, count * sizeof(cuda::bf16),
-                               cudaMemcpyHostToDevice, copy_stream_);
-    }
-    if (copied != cudaSuccess) {
-      status = Errorf(ErrorCode::kInternal, "optimizer offload: copying parameters back: {}",
-                      cudaGetErrorString(copied));
-      break;
-    }
-  }
-  // Nothing may still read the host buffers when this returns.
-  Result<void> drained = host_thread_->Drain();
-  COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
-  COHORT_TRY_VOID(status);
-  return drained;
+  return to;
 }
 
 Result<void> CudaZeroOptimizer::RefreshBf16FromMaster() {
-  const size_t n = shard_size();
-  uint16_t* out = offload_params_ ? reinterpret_cast<uint16_t*>(bf16_shard_) : bf16_host_;
-  for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16Bits(master_[i]);
-  if (offload_params_) return {};
-  return Copy(bf16_shard_, out, n * sizeof(cuda::bf16), cudaMemcpyHostToDevice);
+  return host_->RefreshBf16(HostDestination(), model_.stream());
 }
 
 Result<void> CudaZeroOptimizer::GatherParams() {
@@ -380,7 +306,7 @@ Result<void> CudaZeroOptimizer::GatherAll(float* whole_device) {
   // between steps).
   float* send = grads_->shard();
   if (offload_) {
-    COHORT_TRY_VOID(Copy(send, master_, n * sizeof(float), cudaMemcpyHostToDevice));
+    COHORT_TRY_VOID(Copy(send, host_->master(), n * sizeof(float), cudaMemcpyHostToDevice));
   } else {
     COHORT_TRY_VOID(Copy(send, param_shard_, n * sizeof(float), cudaMemcpyDeviceToDevice));
   }
@@ -396,7 +322,7 @@ Result<void> CudaZeroOptimizer::GatherAll(float* whole_device) {
 Result<void> CudaZeroOptimizer::TakeShard(const float* shard, bool from_host) {
   const size_t n = shard_size();
   if (offload_) {
-    COHORT_TRY_VOID(Copy(master_, shard, n * sizeof(float),
+    COHORT_TRY_VOID(Copy(host_->master(), shard, n * sizeof(float),
                          from_host ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost));
     return RefreshBf16FromMaster();
   }
@@ -416,7 +342,7 @@ Result<void> CudaZeroOptimizer::TakeParams(const float* whole_device) {
     return TakeShard(whole_device + shard_begin());
   }
   if (!offload_) return {};
-  return Copy(master_, model_.params_device().data() + shard_begin(),
+  return Copy(host_->master(), model_.params_device().data() + shard_begin(),
               shard_size() * sizeof(float), cudaMemcpyDeviceToHost);
 }
 
@@ -426,7 +352,7 @@ CheckpointReadRequest CudaZeroOptimizer::RestoreRequest() {
   if (n == 0) return req;
   if (offload_) {
     // Straight into the host state: the moments, and stage 3's master (its parameters).
-    if (stage_ == 3) req.params.push_back({lo, n, master_});
+    if (stage_ == 3) req.params.push_back({lo, n, host_->master()});
     req.adam_m.push_back({lo, n, host_->m().data()});
     req.adam_v.push_back({lo, n, host_->v().data()});
     return req;
@@ -482,7 +408,7 @@ Result<std::vector<CheckpointRange>> CudaZeroOptimizer::CheckpointRanges(int rep
   std::span<const float> params, m, v;
   if (offload_) {
     // The master shard is what the device's shard was copied from: the same values.
-    params = {master_, n};
+    params = {host_->master(), n};
     m = host_->m();
     v = host_->v();
   } else {
@@ -518,8 +444,16 @@ size_t CudaZeroOptimizer::optimizer_bytes() const {
 
 size_t CudaZeroOptimizer::scratch_bytes() const {
   return (offload_ ? shard_size() * sizeof(float) : 0) +
-         (bf16_host_ != nullptr ? shard_size() * sizeof(cuda::bf16) : 0) +
+         (offload_ && host_->has_bf16_staging() ? shard_size() * sizeof(cuda::bf16) : 0) +
          (grads_ ? grads_->scratch_bytes() : 0) + (params_ ? params_->scratch_bytes() : 0);
+}
+
+size_t CudaZeroOptimizer::host_bytes() const {
+  if (!offload_) return 0;
+  const size_t n = shard_size();
+  // The pinned buffers less the master (counted with the optimizer, or stage 3's parameters).
+  return optimizer_bytes() + host_->pinned_bytes() - n * sizeof(float) +
+         (stage_ == 3 ? n * sizeof(float) : 0) + (offload_params_ ? n * sizeof(cuda::bf16) : 0);
 }
 
 }  // namespace cohort::engine

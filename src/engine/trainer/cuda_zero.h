@@ -9,7 +9,8 @@
 //   on the device  CudaAdamW (model/cuda_adamw.h) over the shard: m and v in device memory,
 //                  the fused update of the shard's decay runs (CutDecayRanges) on the model's
 //                  stream, the shard's Σ g² by the norm kernel (kernels/cuda/grad_norm.cuh);
-//   offloaded      AdamW (optim/adamw.h, OpenMP threads as the CPU trainer) over the shard
+//   offloaded      HostShardAdamW (host_shard_adamw.h, shared with the CUDA shard engine):
+//                  AdamW (optim/adamw.h, OpenMP threads as the CPU trainer) over the shard
 //                  on the host, with its float32 master copy of the shard and the gradient
 //                  shard in pinned host memory (cudaMallocHost; m and v never cross the bus
 //                  and stay pageable), clipped and stepped on the CPU, overlapped with the
@@ -61,6 +62,7 @@
 #include "engine/parallel/ddp.h"
 #include "engine/parallel/zero.h"
 #include "engine/trainer/cuda_zero_pieces.h"
+#include "engine/trainer/host_shard_adamw.h"
 
 namespace cohort::engine {
 
@@ -157,6 +159,9 @@ class CudaZeroOptimizer {
   size_t grad_shard_bytes() const;
   size_t optimizer_bytes() const;
   size_t scratch_bytes() const;
+  // Of the four above, the bytes in host memory (offloaded: the moments, the master, the
+  // pinned gradient shard and bf16 staging, optimizer+params' bf16 shard; else 0).
+  size_t host_bytes() const;
   // Stage 3: pieces the model asked for and those the prefetch had gathered by then.
   uint64_t pieces_asked() const { return params_ ? params_->asked() : 0; }
   uint64_t pieces_prefetched() const { return params_ ? params_->prefetched() : 0; }
@@ -178,11 +183,9 @@ class CudaZeroOptimizer {
   // Offloaded, stages 2 and 3 (the collective thread): shard elements [lo, hi) are final;
   // copies them to the host and posts their Σ g² to the host thread.
   Result<void> ShardFinal(size_t lo, size_t hi);
-  // Offloaded: clips and steps the host shard chunk by chunk on the host thread, copying
-  // each finished chunk's parameters to the device (stages 1, 2: the float32 shard of the
-  // model's; stage 3: the bf16 shard, unless it lives on the host) while the next is
-  // stepped. Returns when every copy is done.
-  Result<void> PipelinedHostStep(double norm, double max_norm, float lr);
+  // Offloaded: where the host step's chunks go (stages 1, 2: the float32 shard of the
+  // model's; stage 3: the bf16 shard, on the device or, optimizer+params, on the host).
+  HostShardAdamW::Destination HostDestination();
   // Offloaded stage 3: the bf16 shard from the host master (host conversion), to wherever
   // the bf16 shard lives.
   Result<void> RefreshBf16FromMaster();
@@ -204,18 +207,13 @@ class CudaZeroOptimizer {
   void* norm_scratch_ = nullptr;          // on the device: GradNormScratchBytes(size(r))
   double* norm_host_ = nullptr;           // pinned
   float* scale_host_ = nullptr;           // pinned
-  std::optional<AdamW> host_;             // offloaded
-  float* master_ = nullptr;               // pinned host, offloaded: the float32 shard
-  float* grads_host_ = nullptr;           // pinned host, offloaded: the gradient shard
-  cudaStream_t copy_stream_ = nullptr;    // offloaded: GradsReduced's copies
-  std::atomic<size_t> copied_{0};         // offloaded: values GradsReduced copied this step
+  // Offloaded: AdamW over the shard on the host, its pinned float32 master and gradient
+  // shard (and stage 3's pinned bf16 staging when the bf16 shard is on the device).
+  std::unique_ptr<HostShardAdamW> host_;
   // Stage 3: the float32 shard (device; offloaded: master_) and the bf16 shard (device, or
   // pinned host with offload_params).
   float* param_shard_ = nullptr;
   cuda::bf16* bf16_shard_ = nullptr;
-  uint16_t* bf16_host_ = nullptr;         // pinned, offloaded stage 3 on the device: conversion
-  std::unique_ptr<SerialThread> host_thread_;  // offloaded: the host AdamW's thread
-  std::vector<double> partials_;          // host thread: the final round's Σ g² per part
   // Stages 2, 3. Declared last: destroyed first (the pieces drain the thread; the thread
   // joins before the buffers above are freed).
   std::unique_ptr<SerialThread> thread_;

@@ -466,9 +466,11 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& 
                                                                comm::Communicator& host,
                                                                std::string* description,
                                                                const ParallelStepOptions& step,
-                                                               int zero_stage) {
+                                                               int zero_stage, bool offload,
+                                                               bool offload_params) {
   auto make = [&](const ShardSpec& spec, TensorParallelGroup& tp, comm::Communicator* data) {
-    return MakeCudaShardEngine(spec, tp, adamw, step.host_pipeline_messages, data, zero_stage);
+    return MakeCudaShardEngine(spec, tp, adamw, step.host_pipeline_messages, data, zero_stage,
+                               offload, offload_params);
   };
   return MakeParallelTrainModel(config, initial, layout, world, host, make, step, description);
 }

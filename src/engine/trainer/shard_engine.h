@@ -19,7 +19,10 @@
 //                     the shard's float32 master parameters, then the bf16 copy refreshed
 //                     (ZeRO 1-2: over the data rank's part, the parts all-gathered; ZeRO-3:
 //                     the rank's part only, the model reading each piece gathered over the
-//                     data group, cuda_shard_engine.cc).
+//                     data group, cuda_shard_engine.cc); with `parallel.offload` AdamW
+//                     and the float32 master of the data rank's part on the host instead
+//                     (HostShardAdamW, host_shard_adamw.h), optimizer+params the bf16 part
+//                     too.
 // Both clip with the global norm the caller computed (the norm a single rank computes).
 //
 // Threads: the training thread calls everything.
@@ -234,13 +237,18 @@ Result<std::unique_ptr<ShardEngine>> MakeCpuShardEngine(const ShardSpec& spec,
 // `host_messages`: then they are host memory, copied to and from device buffers around each
 // call (the path before device-to-device sends; the same bits). `zero_stage` 1 to 3: ZeRO
 // over `data` (the data group of this position, reaching device memory; null or one rank:
-// no ZeRO), as cuda_shard_engine.cc describes; kInvalidArgument for another. kUnsatisfiable
-// in a build without CUDA; the model's and the allocation's errors otherwise.
+// no ZeRO), as cuda_shard_engine.cc describes; kInvalidArgument for another. `offload`
+// (`parallel.offload: optimizer`; with zero_stage 0, ZeRO-1's): AdamW over the data rank's
+// part on the host (HostShardAdamW); `offload_params` (optimizer+params, zero_stage 3 and
+// offload only, else kInvalidArgument; a data group of two or more, else a parallel.offload
+// field error): the bf16 part in pinned host memory too. kUnsatisfiable in a build without
+// CUDA; the model's and the allocation's errors otherwise.
 Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
                                                          TensorParallelGroup& tp,
                                                          const AdamWConfig& adamw,
                                                          bool host_messages = false,
                                                          comm::Communicator* data = nullptr,
-                                                         int zero_stage = 0);
+                                                         int zero_stage = 0, bool offload = false,
+                                                         bool offload_params = false);
 
 }  // namespace cohort::engine

@@ -114,6 +114,10 @@ class TrainModel {
   struct ModelStateBytes {
     size_t params = 0, grads = 0, optimizer = 0;
     size_t scratch = 0;
+    // Of all the above, the bytes in host memory (`parallel.offload` on CUDA: the offloaded
+    // AdamW state, master copy, pinned gradient part and staging; 0 elsewhere, where the CPU
+    // model's memory is all host memory and not counted here).
+    size_t host = 0;
   };
   virtual ModelStateBytes model_state_bytes() = 0;
   // ZeRO-3's parameter gathers on this rank since the model was made (zero_params.h):
@@ -326,8 +330,12 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
 // zero_stage 1 to 3: ZeRO in the data-parallel group of this tensor/pipeline position (the
 // moments of part of the shard per data rank; 2 also the gradients, reduce-scattered during
 // each chunk's last backward; 3 also the parameters, each piece gathered as the model uses
-// it: trainer/cuda_shard_engine.cc). kUnsatisfiable in a build without CUDA; the shard
-// model's errors (gpt_shard_cuda.h: shapes the CUDA kernels refuse) otherwise.
+// it: trainer/cuda_shard_engine.cc). `offload` (`parallel.offload: optimizer`; with
+// zero_stage 0 ZeRO-1's): the AdamW state and float32 master of the data rank's part on the
+// host, stepped on the CPU (trainer/host_shard_adamw.h); `offload_params` (optimizer+params,
+// zero_stage 3 over two or more data replicas): the bf16 part in pinned host memory too.
+// kUnsatisfiable in a build without CUDA; the shard model's errors (gpt_shard_cuda.h: shapes
+// the CUDA kernels refuse) otherwise.
 Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& config,
                                                                const InitialParams& initial,
                                                                const AdamWConfig& adamw,
@@ -336,7 +344,9 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& 
                                                                comm::Communicator& host,
                                                                std::string* description,
                                                                const ParallelStepOptions& step = {},
-                                                               int zero_stage = 0);
+                                                               int zero_stage = 0,
+                                                               bool offload = false,
+                                                               bool offload_params = false);
 
 // True when this binary was built with the CUDA engine.
 bool CudaTrainingBuilt();

@@ -461,7 +461,8 @@ Result<void> Trainer::Impl::SetupModel() {
   if (layout.model_parallel() && gpu) {
     model = COHORT_TRY(MakeParallelCudaTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm,
-        host_comm ? *host_comm : *comm, &memory, step, config.parallel.zero));
+        host_comm ? *host_comm : *comm, &memory, step, config.parallel.zero,
+        config.parallel.offload != "none", config.parallel.offload == "optimizer+params"));
   } else if (layout.model_parallel()) {
     model = COHORT_TRY(MakeParallelCpuTrainModel(
         mc, InitialParams{config.seed, initial ? &*initial : nullptr}, ac, layout, *comm, &memory,

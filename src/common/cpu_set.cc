@@ -1,4 +1,4 @@
-#include "agent/cpu_set.h"
+#include "common/cpu_set.h"
 
 #include <sched.h>
 
@@ -7,7 +7,7 @@
 #include <charconv>
 #include <cstring>
 
-namespace cohort::agent {
+namespace cohort {
 namespace {
 
 // Bytes of a cpu_set_t big enough for every CPU number kMaxCpuNumber allows.
@@ -85,4 +85,4 @@ int BindToCpus(const std::vector<int>& cpus) {
   return sched_setaffinity(0, kMaskBytes, mask) == 0 ? 0 : errno;
 }
 
-}  // namespace cohort::agent
+}  // namespace cohort

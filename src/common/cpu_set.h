@@ -1,9 +1,10 @@
 // CPU sets as the kernel writes them: the list format of /proc/PID/status's
 // Cpus_allowed_list, cgroup cpusets and `taskset -c` ("0-3,8,10-11"), and the calls that
-// read and set a process's affinity. The task shim binds a task with BindToCpus in the
-// forked child before exec (task_shim.h, --cpus); the agent reads its own mask with
-// AffinityCpus (cpu_allocator.h). Plain functions, thread-safe; CPU numbers are the
-// kernel's (0 ..).
+// read and set a process's affinity. The one reader of a process's affinity for both
+// planes: the agent reads its own mask with AffinityCpus (its CPU pool, cpu_allocator.h)
+// and the engine a rank's (its thread count, engine/trainer/threads.h); the task shim binds
+// a task with BindToCpus in the forked child before exec (task_shim.h, --cpus). Plain
+// functions, thread-safe; CPU numbers are the kernel's (0 ..).
 #pragma once
 
 #include <string>
@@ -12,7 +13,7 @@
 
 #include "common/error.h"
 
-namespace cohort::agent {
+namespace cohort {
 
 // The most CPUs a list may name (the kernel's NR_CPUS limit is 8192).
 inline constexpr int kMaxCpuNumber = 8191;
@@ -34,4 +35,4 @@ Result<std::vector<int>> AffinityCpus();
 // meant for a forked child before exec.
 int BindToCpus(const std::vector<int>& cpus);
 
-}  // namespace cohort::agent
+}  // namespace cohort
