@@ -583,16 +583,14 @@ Result<void> Agent::HeartbeatOnce() {
   // room: say where the time went (the last reply's Apply, the wait for this beat, building
   // it, the head's answer), at most every 5 s.
   const auto answered = SteadyClock::now();
-  const auto ms = [](SteadyClock::duration d) {
-    return FormatDuration(std::chrono::duration_cast<Millis>(d).count());
-  };
   if (last_beat_end_ != SteadyTime{} && sent - last_ok_send_ > Millis(timing_.fence_timeout_ms / 2) &&
       answered - last_slow_log_ > std::chrono::seconds(5)) {
     last_slow_log_ = answered;
     LOG_WARN("heartbeats sent {} apart, answered after {} (the last reply applied in {}, then {} until this "
              "one, built in {}; the fence timeout is {})",
-             ms(sent - last_ok_send_), ms(answered - sent), ms(last_apply_), ms(start - last_beat_end_),
-             ms(sent - start), FormatDuration(timing_.fence_timeout_ms));
+             FormatDuration(sent - last_ok_send_), FormatDuration(answered - sent), FormatDuration(last_apply_),
+             FormatDuration(start - last_beat_end_), FormatDuration(sent - start),
+             FormatDuration(timing_.fence_timeout_ms));
   }
   // The head has heard from us: the tasks may run for one more fence timeout, counted from
   // the send (a reply that arrives late grants no more). The lease keeper writes it on its

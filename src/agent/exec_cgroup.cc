@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -184,12 +185,12 @@ std::vector<uint64_t> LeadingNumbers(std::string_view rest) {
   }
 }
 
-// Whether the agent that named a leaf `name` is gone (above).
-bool LeafAgentGone(std::string_view name, std::string_view proc_root) {
+// Whether the agent that named a leaf `name` is gone (above); `own_ns` is this process's
+// PID namespace (nullopt: unreadable, so no leaf of the newer form is judged).
+bool LeafAgentGone(std::string_view name, const std::optional<uint64_t>& own_ns, std::string_view proc_root) {
   const std::vector<uint64_t> n = LeadingNumbers(name.substr(kLeafPrefix.size()));
   if (n.size() >= 3) {  // NS-PID-START
-    const auto own = ReadPidNamespace("self", proc_root);
-    if (!own || *own != n[0] || n[1] == 0 || n[1] > static_cast<uint64_t>(INT32_MAX)) return false;
+    if (!own_ns || *own_ns != n[0] || n[1] == 0 || n[1] > static_cast<uint64_t>(INT32_MAX)) return false;
     const auto start = ProcStartTicks(static_cast<int>(n[1]), proc_root);
     return !start || static_cast<uint64_t>(*start) != n[2];
   }
@@ -211,11 +212,12 @@ std::string LeafName(std::string_view id, std::string_view proc_root) {
 
 int RemoveLeftoverLeaves(const std::string& parent, std::string_view proc_root) {
   int removed = 0;
+  const auto own_ns = ReadPidNamespace("self", proc_root);
   std::error_code ec;
   for (std::filesystem::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (!name.starts_with(kLeafPrefix) || !it->is_directory(ec)) continue;
-    if (!LeafAgentGone(name, proc_root)) continue;
+    if (!LeafAgentGone(name, own_ns, proc_root)) continue;
     CgroupLeaf leaf{it->path().string(), -1};
     removed += RemoveCgroupLeaf(leaf) ? 1 : 0;
   }

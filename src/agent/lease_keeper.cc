@@ -101,8 +101,7 @@ void LeaseKeeper::WriteIfChanged() {
   if (end - begin > lease.granted / 2 && end - last_slow_log_ > std::chrono::seconds(5)) {
     last_slow_log_ = end;
     LOG_WARN("lease keeper: writing {} took {} (the lease is granted for {})", options_.path,
-             FormatDuration(std::chrono::duration_cast<Millis>(end - begin).count()),
-             FormatDuration(lease.granted.count()));
+             FormatDuration(end - begin), FormatDuration(lease.granted));
   }
   if (!r) {
     if (!failing_) LOG_WARN("lease keeper: {}; retrying (the tasks stop when the old lease runs out)", r.error().message);

@@ -24,6 +24,10 @@ std::string FormatTimestamp(int64_t unix_ms);
 
 // "1h02m", "3.2s", "450ms".
 std::string FormatDuration(int64_t ms);
+// The same for a measured steady-clock interval (whole milliseconds).
+inline std::string FormatDuration(SteadyClock::duration d) {
+  return FormatDuration(std::chrono::duration_cast<Millis>(d).count());
+}
 
 // The one duration syntax of every flag (`cohort help durations`): a bare number of
 // seconds ("3600"); a number with a unit, ms, s, m (or min), h or d ("500ms", "2.5s",
