@@ -2,6 +2,7 @@
 // kills them on destruction.
 #pragma once
 
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -89,6 +90,7 @@ class BenchCluster {
                                        : "tokens over plain HTTP (--no-tls)");
     o.stdout_path = dir_ + "/head.log";
     o.parent_death_signal = SIGKILL;
+    PinHead(o);
     auto p = Subprocess::Spawn(o);
     if (!p) Die("cannot start head: " + p.error().message);
     head_pid_ = p->pid();
@@ -106,6 +108,37 @@ class BenchCluster {
     // The first start's tokens (head/auth.h); none with --insecure.
     std::ifstream(dir_ + "/head/admin.token") >> admin_token_;
     std::ifstream(dir_ + "/head/join.token") >> join_token_;
+  }
+
+  // COHORT_BENCH_HEAD_CPUS=LIST (e.g. "0"): the head runs on those CPUs only and this
+  // process (its simulated agents, its clients, the agents it starts) on the others, as a
+  // cluster's agents run on other machines than its head. Without it all share every CPU,
+  // and on a 2-core machine the head's CPU per request then also carries what its
+  // neighbours' work costs it (caches, migrations, preemptions). Called before the
+  // benchmark starts any thread of its own, so they all inherit the rest.
+  static void PinHead(SpawnOptions& o) {
+    const char* e = std::getenv("COHORT_BENCH_HEAD_CPUS");
+    if (e == nullptr || *e == '\0') return;
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    if (sched_getaffinity(0, sizeof all, &all) != 0) Die("sched_getaffinity failed");
+    cpu_set_t rest = all;
+    std::stringstream list(e);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      char* end = nullptr;
+      const long cpu = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &all)) {
+        Die("COHORT_BENCH_HEAD_CPUS must list CPUs this process may use, comma-separated; got '" +
+            std::string(e) + "'");
+      }
+      CPU_CLR(cpu, &rest);
+    }
+    if (CPU_COUNT(&rest) == 0) Die("COHORT_BENCH_HEAD_CPUS leaves no CPU for the benchmark's own work");
+    if (sched_setaffinity(0, sizeof rest, &rest) != 0) Die("sched_setaffinity failed");
+    o.argv.insert(o.argv.begin(), {"taskset", "-c", e});
+    std::fprintf(stderr, "bench: head on CPUs %s, this process and its agents on the %d others\n", e,
+                 CPU_COUNT(&rest));
   }
 
   // A client of the head that presents the admin token.
