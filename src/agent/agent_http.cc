@@ -154,7 +154,7 @@ void Agent::ServeSimulateXid(const httplib::Request& req, httplib::Response& res
     return SendError(res, ok.error());
   }
   LOG_WARN("fault injection: {} on simulated GPU {}", DescribeXid(static_cast<int>(*xid)), *gpu);
-  Wake();
+  WakeSampler();  // which wakes the heartbeat once the sample holds the event
   SendJson(res, json{{"ok", true}, {"gpu", *gpu}, {"event", DescribeXid(static_cast<int>(*xid))}});
 }
 
