@@ -358,6 +358,41 @@ TEST_F(AgentTimingTest, AHungGpuMonitorDoesNotHoldTheHeartbeats) {
   }
 }
 
+// The bodies the head sends the agent's own endpoints (the image cache, exec sessions) are
+// agent protocol: a newer head's field is ignored, so an older agent keeps answering it
+// during a rolling upgrade; a known field of the wrong type is still refused (400), named.
+TEST_F(AgentTimingTest, TheAgentsEndpointsIgnoreANewerHeadsFieldsAndCheckKnownOnes) {
+  FakeHead head(Timing(50, 3000, 2000));
+  StartAgent(head);
+  ASSERT_GE(head.WaitForBeats(1).size(), 1u);  // registered: the executor exists
+  const auto url = ParseHttpUrl(agent_->url());
+  ASSERT_TRUE(url.has_value());
+  httplib::Client client(url->host, url->port);
+  auto post = [&](const std::string& path, const json& body) {
+    auto r = client.Post(path, body.dump(), "application/json");
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string("(no answer)"));
+  };
+
+  auto [prune, prune_body] = post(api::routes::kAgentImagesPrune, json{{"unused_for_s", 60}, {"dry_run", true}});
+  EXPECT_EQ(prune, 200) << prune_body;
+  auto [bad_prune, bad_prune_body] = post(api::routes::kAgentImagesPrune, json{{"unused_for_s", "60"}, {"dry_run", true}});
+  EXPECT_EQ(bad_prune, 400);
+  EXPECT_NE(bad_prune_body.find("unused_for_s"), std::string::npos) << bad_prune_body;
+  auto [remove, remove_body] = post(api::routes::kAgentImagesRemove, json{{"image", "busybox"}, {"force", true}});
+  EXPECT_NE(remove, 400) << remove_body;
+  auto [bad_remove, bad_remove_body] = post(api::routes::kAgentImagesRemove, json{{"force", true}});
+  EXPECT_EQ(bad_remove, 400);
+  EXPECT_NE(bad_remove_body.find("image"), std::string::npos) << bad_remove_body;
+
+  // No such task runs here: past the body's decoding, the call fails as not found.
+  const std::string exec = std::string(api::routes::kAgentExec) + "?job=1&attempt=0&rank=0";
+  auto [start, start_body] = post(exec, json{{"command", {"ls"}}, {"cgroup_weight", 50}});
+  EXPECT_EQ(start, 404) << start_body;
+  auto [bad_start, bad_start_body] = post(exec, json{{"command", {"ls"}}, {"rows", "many"}, {"cgroup_weight", 50}});
+  EXPECT_EQ(bad_start, 400);
+  EXPECT_NE(bad_start_body.find("rows"), std::string::npos) << bad_start_body;
+}
+
 TEST_F(AgentTimingTest, AWakeUpBringsAHeartbeatWithinALongInterval) {
   FakeHead head(Timing(60'000, 180'000, 120'000));
   StartAgent(head);
