@@ -463,9 +463,22 @@ api::Heartbeat Agent::BuildHeartbeat() {
   hb.incarnation = registration_.incarnation;
   hb.applied_version = applied_version_;
   std::shared_ptr<const NodeSample> sample;
+  Millis period{0};
   {
     MutexLock lock(mu_);
     sample = sample_;
+    period = sample_period_;
+  }
+  // A sampler that stopped coming back (a GPU query stuck in the driver) leaves the
+  // heartbeats going with its last readings, and no new GPU health event is seen: say so,
+  // at most every 30 s.
+  const auto now = SteadyClock::now();
+  const SteadyClock::duration stale_after = std::max<SteadyClock::duration>(Millis(10'000), 3 * period);
+  if (sample && now - sample->taken > stale_after && now - last_stale_log_ > std::chrono::seconds(30)) {
+    last_stale_log_ = now;
+    LOG_WARN("the latest GPU and /proc sample is {} old (one is due every {}): the sampler is stuck in a GPU "
+             "query or a /proc read; heartbeats go on with its last readings",
+             FormatDuration(now - sample->taken), FormatDuration(period));
   }
   static const NodeSample kNoSample;  // Stop's last heartbeat may come before any sample
   const NodeSample& latest = sample ? *sample : kNoSample;
@@ -566,6 +579,7 @@ Agent::NodeSample Agent::TakeSample() {
     if (monitor_) out.gpu_processes = monitor_->Processes();
   }
   if (monitor_) out.gpus = monitor_->Sample(busy, SteadyClock::now());
+  out.taken = SteadyClock::now();
   return out;
 }
 

@@ -231,6 +231,7 @@ class Agent {
   // ---- The sampler (sampler thread): the readings too slow for the heartbeat loop.
   struct NodeSample {
     uint64_t seq = 0;                       // 1, 2, ...: which sample this is
+    SteadyTime taken{};                     // when it was complete
     std::map<int, ProcUsage> usage;         // each running task's use, by its shim's pid (proc_usage.h)
     std::map<int, int> task_of;             // pid -> its task's shim pid, as /proc was read
     std::vector<GpuProcess> gpu_processes;  // read after /proc: a newer process counts next time
@@ -325,6 +326,7 @@ class Agent {
   SteadyClock::duration last_apply_{};        // how long applying its reply took
   SteadyTime last_error_log_;                 // when a failure was last logged (rate limit)
   uint64_t measured_seq_ = 0;  // the sample MeasureGpuMemory last measured
+  SteadyTime last_stale_log_;  // the last "the latest sample is ... old" warning
   // GPU memory (gpu/task_memory.h), loop thread: each sharing task's part (from its
   // launch), the latest measurement, the warning of a task once over its part (kept for
   // the task's life), and the tasks stopped for it. Dropped with the head's assignment.
