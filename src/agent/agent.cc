@@ -172,6 +172,7 @@ void Agent::DiscoverGpus() {
     LOG_WARN("no NVIDIA GPUs: {}; this node offers CPUs only (use --simulated-gpus N to simulate GPUs)",
              found.error().message);
   }
+  if (monitor_ && config_.wrap_gpu_monitor) monitor_ = config_.wrap_gpu_monitor(std::move(monitor_));
 }
 
 void Agent::BuildRegistration() {
@@ -204,7 +205,7 @@ void Agent::StartHealthChecker() {
   if (!config_.health_check.empty() && monitor_ && !gpus_.empty()) {
     health_checker_ = std::make_unique<HealthChecker>(config_.health_check, Millis(config_.health_check_interval_ms),
                                                       config_.work_dir, static_cast<int>(gpus_.size()),
-                                                      monitor_.get(), [this] { Wake(); });
+                                                      monitor_.get(), [this] { WakeSampler(); });
   } else if (!config_.health_check.empty()) {
     LOG_WARN("--health-check ignored: this node has no GPUs");
   }
@@ -213,6 +214,7 @@ void Agent::StartHealthChecker() {
 void Agent::StartThreads() {
   server_thread_ = std::thread([this] { server_->Serve(); });
   last_ok_send_ = SteadyClock::now();
+  sample_thread_ = std::thread([this] { SampleLoop(); });
   loop_thread_ = std::thread([this] { Loop(); });
   if (config_.image_max_unused_ms > 0 && !config_.container_runtimes.empty()) {
     prune_thread_ = std::thread([this] { PruneLoop(); });
@@ -238,6 +240,14 @@ void Agent::Wake() {
   {
     MutexLock lock(mu_);
     wake_ = true;
+  }
+  cv_.NotifyAll();
+}
+
+void Agent::WakeSampler() {
+  {
+    MutexLock lock(mu_);
+    sample_wake_ = true;
   }
   cv_.NotifyAll();
 }
@@ -452,46 +462,35 @@ api::Heartbeat Agent::BuildHeartbeat() {
   api::Heartbeat hb;
   hb.incarnation = registration_.incarnation;
   hb.applied_version = applied_version_;
-  std::vector<bool> busy(gpus_.size(), false);
+  std::shared_ptr<const NodeSample> sample;
+  Millis period{0};
+  {
+    MutexLock lock(mu_);
+    sample = sample_;
+    period = sample_period_;
+  }
+  // A sampler that stopped coming back (a GPU query stuck in the driver) leaves the
+  // heartbeats going with its last readings, and no new GPU health event is seen: say so,
+  // at most every 30 s.
+  const auto now = SteadyClock::now();
+  const SteadyClock::duration stale_after = std::max<SteadyClock::duration>(Millis(10'000), 3 * period);
+  if (sample && now - sample->taken > stale_after && now - last_stale_log_ > std::chrono::seconds(30)) {
+    last_stale_log_ = now;
+    LOG_WARN("the latest GPU and /proc sample is {} old (one is due every {}): the sampler is stuck in a GPU "
+             "query or a /proc read; heartbeats go on with its last readings",
+             FormatDuration(now - sample->taken), FormatDuration(period));
+  }
+  static const NodeSample kNoSample;  // Stop's last heartbeat may come before any sample
+  const NodeSample& latest = sample ? *sample : kNoSample;
   std::vector<TaskUsageSample> usage_samples;
   if (executor_) {
+    // The executor's list is now's: a task started or exited since the sample is reported
+    // as it is, its usage from the next sample.
     auto snapshot = executor_->Snapshot();
-    // Each task by its shim's pid, and a container task's init as its second root, whose
-    // PID namespace is the task's (proc_usage.h, container_root.h). The init's file is
-    // read with /proc below.
-    TaskRoots roots;
-    auto now = SteadyClock::now();
-    const bool read_proc = now - usage_read_ >= std::chrono::seconds(1);
-    for (const auto& s : snapshot) {
-      if (!s.running || s.pid <= 0) continue;
-      roots[s.pid] = {s.pid, 0};
-      if (!read_proc || s.container_root_path.empty()) continue;
-      if (auto init = ReadContainerRoot(s.container_root_path); init && !roots.contains(init->pid)) {
-        roots[init->pid] = {s.pid, init->start_ticks, /*namespace_init=*/true};
-      }
+    if (sample && sample->seq != measured_seq_) {
+      MeasureGpuMemory(snapshot, *sample);
+      measured_seq_ = sample->seq;
     }
-    // Each running `cohort exec` command is a root of its task (exec_session.h).
-    if (read_proc && exec_sessions_) {
-      std::map<TaskKey, int> shim_of;
-      for (const auto& s : snapshot) {
-        if (s.running && s.pid > 0) shim_of[s.key] = s.pid;
-      }
-      for (const ExecRoot& r : exec_sessions_->Roots()) {
-        if (auto it = shim_of.find(r.key); it != shim_of.end() && !roots.contains(r.pid)) {
-          roots[r.pid] = {it->second, r.start_ticks, /*namespace_init=*/false, r.cgroup};
-        }
-      }
-    }
-    // /proc is read at most once a second: heartbeats may be far more frequent (one per
-    // wave of starts and exits), and each read scans every process of the node. A task
-    // started since the last read shows its use from the next one.
-    if (read_proc) {
-      TaskProcesses procs = ReadTaskProcesses(roots);
-      usage_ = std::move(procs.usage);
-      usage_read_ = now;
-      MeasureGpuMemory(snapshot, procs.task_of);
-    }
-    const auto& usage = usage_;
     for (const auto& s : snapshot) {
       api::TaskReport t;
       t.job = s.key.job_id;
@@ -507,10 +506,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
       t.error = s.error;
       t.finished_ms = s.finished_ms;
       if (s.running) {
-        for (int g : s.gpus) {
-          if (g >= 0 && static_cast<size_t>(g) < busy.size()) busy[static_cast<size_t>(g)] = true;
-        }
-        if (auto u = usage.find(s.pid); u != usage.end()) {
+        if (auto u = latest.usage.find(s.pid); u != latest.usage.end()) {
           t.cpu_seconds = u->second.cpu_seconds;
           t.rss_bytes = u->second.rss_bytes;
         }
@@ -522,9 +518,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
       hb.tasks.push_back(std::move(t));
     }
   }
-  std::vector<GpuReading> readings;
-  if (monitor_) readings = monitor_->Sample(busy, SteadyClock::now());
-  for (const auto& r : readings) {
+  for (const auto& r : latest.gpus) {
     api::GpuReport g;
     g.index = r.index;
     g.telemetry.utilization = r.utilization;
@@ -539,17 +533,87 @@ api::Heartbeat Agent::BuildHeartbeat() {
   }
   {
     MutexLock lock(mu_);
-    last_readings_ = std::move(readings);
+    last_readings_ = latest.gpus;
     last_tasks_ = std::move(usage_samples);
   }
+  // Fresh at every heartbeat, not from the sample: the head hands one port to each job it
+  // starts here and keeps the rest, and a list sent twice would hand a port out twice.
   hb.free_ports = FindFreePorts(4);
   return hb;
 }
 
-void Agent::MeasureGpuMemory(const std::vector<TaskStatus>& snapshot, const std::map<int, int>& task_of) {
+Agent::NodeSample Agent::TakeSample() {
+  NodeSample out;
+  std::vector<bool> busy(gpus_.size(), false);
+  if (Executor* executor = this->executor()) {
+    auto snapshot = executor->Snapshot();
+    // Each task by its shim's pid, and a container task's init as its second root, whose
+    // PID namespace is the task's (proc_usage.h, container_root.h). The init's file is
+    // read with /proc below.
+    TaskRoots roots;
+    std::map<TaskKey, int> shim_of;
+    for (const auto& s : snapshot) {
+      if (!s.running) continue;
+      for (int g : s.gpus) {
+        if (g >= 0 && static_cast<size_t>(g) < busy.size()) busy[static_cast<size_t>(g)] = true;
+      }
+      if (s.pid <= 0) continue;
+      roots[s.pid] = {s.pid, 0};
+      shim_of[s.key] = s.pid;
+      if (s.container_root_path.empty()) continue;
+      if (auto init = ReadContainerRoot(s.container_root_path); init && !roots.contains(init->pid)) {
+        roots[init->pid] = {s.pid, init->start_ticks, /*namespace_init=*/true};
+      }
+    }
+    // Each running `cohort exec` command is a root of its task (exec_session.h).
+    if (exec_sessions_) {
+      for (const ExecRoot& r : exec_sessions_->Roots()) {
+        if (auto it = shim_of.find(r.key); it != shim_of.end() && !roots.contains(r.pid)) {
+          roots[r.pid] = {it->second, r.start_ticks, /*namespace_init=*/false, r.cgroup};
+        }
+      }
+    }
+    TaskProcesses procs = ReadTaskProcesses(roots);
+    out.usage = std::move(procs.usage);
+    out.task_of = std::move(procs.task_of);
+    if (monitor_) out.gpu_processes = monitor_->Processes();
+  }
+  if (monitor_) out.gpus = monitor_->Sample(busy, SteadyClock::now());
+  out.taken = SteadyClock::now();
+  return out;
+}
+
+void Agent::SampleLoop() {
+  std::vector<int64_t> health_seen;  // each GPU's health-event counter in the last sample
+  uint64_t seq = 0;
+  while (true) {
+    auto sample = std::make_shared<NodeSample>(TakeSample());
+    sample->seq = ++seq;
+    bool new_event = false;
+    for (const auto& r : sample->gpus) {
+      const size_t i = static_cast<size_t>(std::max(0, r.index));
+      if (i >= health_seen.size()) health_seen.resize(i + 1, 0);
+      new_event |= r.health_events > health_seen[i];
+      health_seen[i] = r.health_events;
+    }
+    MutexLock lock(mu_);
+    sample_ = std::move(sample);
+    if (new_event) wake_ = true;
+    cv_.NotifyAll();  // the loop waits for the first sample, and for wake_
+    cv_.WaitFor(mu_, sample_period_, [this] {
+      mu_.AssertHeld();
+      return sample_wake_ || stopping_;
+    });
+    if (stopping_) return;
+    sample_wake_ = false;  // a wake-up while the next sample is taken brings one more
+  }
+}
+
+void Agent::MeasureGpuMemory(const std::vector<TaskStatus>& snapshot, const NodeSample& sample) {
   gpu_memory_.clear();
   if (!monitor_) return;
-  const std::vector<GpuProcess> processes = monitor_->Processes();
+  const std::vector<GpuProcess>& processes = sample.gpu_processes;
+  const std::map<int, int>& task_of = sample.task_of;
   for (const auto& s : snapshot) {
     if (!s.running || s.pid <= 0) continue;
     auto limit = gpu_limits_.find(s.key);
@@ -572,8 +636,9 @@ void Agent::MeasureGpuMemory(const std::vector<TaskStatus>& snapshot, const std:
 }
 
 Result<void> Agent::HeartbeatOnce() {
-  // The send time is taken after the heartbeat is built (GPU samples, /proc, free ports):
-  // that time is the agent's, not the head's, and must not shorten the tasks' lease.
+  // The send time is taken after the heartbeat is built (the executor's snapshot, the
+  // latest sample, free ports): that time is the agent's, not the head's, and must not
+  // shorten the tasks' lease.
   const auto start = SteadyClock::now();
   json body = api::ToJson(BuildHeartbeat());
   auto sent = SteadyClock::now();
@@ -725,6 +790,10 @@ void Agent::Loop() {
   while (true) {
     {
       MutexLock lock(mu_);
+      // The first heartbeat carries the first sample: the head takes the GPUs' health-event
+      // counters of a node's first report as its baseline (head/core/gpu_health.cc), and
+      // no task runs here before that heartbeat's reply. Later ones never wait for one.
+      while (registered_ && !sample_ && !stopping_) cv_.Wait(mu_);
       if (stopping_) return;
       wake_ = false;
     }
@@ -741,6 +810,7 @@ void Agent::Loop() {
       OnFailure(r.error());
     }
     MutexLock lock(mu_);
+    sample_period_ = Millis(std::max<int64_t>(1000, timing_.heartbeat_interval_ms));
     Millis wait = ok ? Millis(timing_.heartbeat_interval_ms) : Millis(std::min<int64_t>(200, timing_.heartbeat_interval_ms));
     cv_.WaitFor(mu_, wait, [this] {
       mu_.AssertHeld();
@@ -795,6 +865,7 @@ void Agent::Stop() {
   if (prune_thread_.joinable()) prune_thread_.join();
   if (sweep_thread_.joinable()) sweep_thread_.join();
   if (loop_thread_.joinable()) loop_thread_.join();
+  if (sample_thread_.joinable()) sample_thread_.join();
   if (executor_) {
     executor_->StopAll(/*immediate=*/false);
     executor_->WaitAllExited(Millis(timing_.kill_grace_ms + 2000));

@@ -30,7 +30,17 @@
 // and each running task's CPU time, resident memory (proc_usage.h) and GPU memory
 // (gpu/task_memory.h: a task over its part of a shared GPU is reported, and stopped with
 // gpu_memory_enforce: kill). The same samples are served at GET /metrics in the
-// Prometheus text format (metrics.h). With simulated GPUs every task gets
+// Prometheus text format (metrics.h).
+//
+// Sampling: those readings are slow on a loaded node (a /proc scan of every process, NVML
+// queries; hundreds of ms at load 15 on two cores), so a sampler thread of their own takes
+// them (a NodeSample, every heartbeat interval and at least 1 s apart, at once when a GPU
+// health event is recorded) and the heartbeat loop sends the latest with the executor's
+// own task list, which is always current. The heartbeat's cadence, and with it the tasks'
+// lease, then never waits on a GPU query or a /proc scan; a task's usage and GPU memory
+// appear from the first sample after it started. The free ports are still found as each
+// heartbeat is built (four binds): the head hands one out per job, and a list repeated
+// from an older sample would give two jobs the same MASTER_PORT. With simulated GPUs every task gets
 // COHORT_SIMULATED_GPU_MEMORY_DIR, where it may register device memory (gpu/gpu.h).
 //
 // Fault injection (only with --simulated-gpus): POST /v1/simulate/xid with
@@ -41,14 +51,16 @@
 // Structure: Start runs named steps (resolve the config, discover GPUs, build the HTTP
 // server, listen, build the registration, start the health checker, start the threads);
 // the HTTP routes and their handlers live in agent_http.cc. The heartbeat loop
-// (register, heartbeat, apply, fence) runs on the loop thread.
+// (register, heartbeat, apply, fence) runs on the loop thread, the samples on the sampler
+// thread.
 //
-// Threads: Start/Stop/Wait from the owning thread; the heartbeat loop, the HTTP server,
-// the executor and the lease keeper run their own threads. State shared between them is under mu_ (checked
+// Threads: Start/Stop/Wait from the owning thread; the heartbeat loop, the sampler, the HTTP
+// server, the executor and the lease keeper run their own threads. State shared between them is under mu_ (checked
 // by Clang's thread-safety analysis, common/mutex.h); the rest belongs to the loop thread,
 // or is set by Start before any other thread runs and read-only afterwards.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -137,6 +149,9 @@ struct AgentConfig {
   // Containers of this agent's tasks that no task runs any more are removed as the agent
   // starts and then this often (container_sweep.h); 0 or less: never (no sweep at all).
   int64_t container_sweep_interval_ms = 60'000;
+  // Tests only: wraps the GPU monitor the agent found (simulated or NVML) before any thread
+  // uses it, e.g. into one whose queries hang; null: the monitor as found.
+  std::function<std::unique_ptr<GpuMonitor>(std::unique_ptr<GpuMonitor>)> wrap_gpu_monitor;
 };
 
 // `--container-runtime` values: "KIND=COMMAND" each (kind podman or docker), or the one
@@ -210,7 +225,24 @@ class Agent {
   // changes the interval. Loop thread.
   std::unique_ptr<HttpClient> MakeHeadClient(const std::string& credential) const;
   void Fence(const std::string& why);
+  // From the executor's snapshot (now) and the latest NodeSample; finds the free ports.
   api::Heartbeat BuildHeartbeat() EXCLUDES(mu_);
+
+  // ---- The sampler (sampler thread): the readings too slow for the heartbeat loop.
+  struct NodeSample {
+    uint64_t seq = 0;                       // 1, 2, ...: which sample this is
+    SteadyTime taken{};                     // when it was complete
+    std::map<int, ProcUsage> usage;         // each running task's use, by its shim's pid (proc_usage.h)
+    std::map<int, int> task_of;             // pid -> its task's shim pid, as /proc was read
+    std::vector<GpuProcess> gpu_processes;  // read after /proc: a newer process counts next time
+    std::vector<GpuReading> gpus;           // the monitor's readings, health-event counters with them
+  };
+  // Takes samples until Stop: every sample_period_, and at once after WakeSampler. Wakes the
+  // heartbeat loop when a GPU's health-event counter grew, so that the event reaches the
+  // head with the next heartbeat (sent at once), as it did when the loop sampled itself.
+  void SampleLoop() EXCLUDES(mu_);
+  NodeSample TakeSample() EXCLUDES(mu_);
+  void WakeSampler() EXCLUDES(mu_);            // any thread: sample now (a GPU health event)
 
   void Wake() EXCLUDES(mu_);                   // any thread: heartbeat now
   Executor* executor() const EXCLUDES(mu_);   // null until the first registration; any thread
@@ -230,6 +262,7 @@ class Agent {
   std::unique_ptr<GpuSharing> sharing_;  // MPS or time-slicing for sharing tasks (gpu/sharing.h)
   std::thread server_thread_;
   std::thread loop_thread_;
+  std::thread sample_thread_;
   std::unique_ptr<HealthChecker> health_checker_;  // with --health-check; reset by Stop
   // The container runtime calls of the image cache and the sweep, cancelled by Stop so
   // that a hung Docker or Podman daemon never holds the stop (runtime_call.h).
@@ -263,6 +296,13 @@ class Agent {
   CondVar cv_;                                                 // signalled with mu_
   std::vector<GpuReading> last_readings_ GUARDED_BY(mu_);      // the latest heartbeat's sample
   std::vector<TaskUsageSample> last_tasks_ GUARDED_BY(mu_);    // running tasks then
+  // The sampler's latest (null before its first); replaced whole, never changed in place, so
+  // the heartbeat loop reads it without the lock once it holds the pointer.
+  std::shared_ptr<const NodeSample> sample_ GUARDED_BY(mu_);
+  bool sample_wake_ GUARDED_BY(mu_) = false;
+  // The heartbeat interval, at least 1 s: /proc is scanned no more often than the loop did
+  // when it sampled itself (once a second at most, and once a heartbeat on large clusters).
+  Millis sample_period_ GUARDED_BY(mu_){1000};
   bool wake_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   // The image each container task runs in (runtime, reference), for the image cache's
@@ -285,8 +325,8 @@ class Agent {
   SteadyTime last_beat_end_;                  // when the last successful heartbeat was applied
   SteadyClock::duration last_apply_{};        // how long applying its reply took
   SteadyTime last_error_log_;                 // when a failure was last logged (rate limit)
-  std::map<int, ProcUsage> usage_;  // the latest /proc read, by task (its shim's pid: proc_usage.h)
-  SteadyTime usage_read_;
+  uint64_t measured_seq_ = 0;  // the sample MeasureGpuMemory last measured
+  SteadyTime last_stale_log_;  // the last "the latest sample is ... old" warning
   // GPU memory (gpu/task_memory.h), loop thread: each sharing task's part (from its
   // launch), the latest measurement, the warning of a task once over its part (kept for
   // the task's life), and the tasks stopped for it. Dropped with the head's assignment.
@@ -296,10 +336,10 @@ class Agent {
   std::set<TaskKey> gpu_killed_;
   // With simulated GPUs: where tasks register their device memory (gpu/gpu.h); set by Start.
   std::string simulated_memory_dir_;
-  // Measures every running task's GPU memory and acts on the over; `task_of` is the /proc
-  // read just made (pid -> task's shim pid), so a GPU process started since counts from
-  // the next read.
-  void MeasureGpuMemory(const std::vector<TaskStatus>& snapshot, const std::map<int, int>& task_of);
+  // Measures every running task's GPU memory from `sample` and acts on the over (warns,
+  // kills with gpu_memory_enforce: kill); loop thread, once per sample. A task started
+  // after the sample counts from the next one.
+  void MeasureGpuMemory(const std::vector<TaskStatus>& snapshot, const NodeSample& sample);
 };
 
 // `cohort agent`: runs an agent until SIGINT or SIGTERM. Returns the process exit code.

@@ -1,6 +1,12 @@
 // The agent's HTTP server: its routes and their handlers (Agent's methods, agent.h).
 // Handlers run on the server's threads; what they share with the heartbeat loop is read
 // under Agent::mu_ (the sample of the last heartbeat, the executor pointer).
+//
+// The bodies the head sends (exec sessions, the image cache) are read as the agent
+// protocol is (docs/ARCHITECTURE.md, "Wire compatibility"): fields a newer head added are
+// ignored (UnknownFields::kIgnore), so an older agent keeps serving it during a rolling
+// upgrade; wrong types and missing fields are refused, naming the field. Fault injection,
+// which people call, stays strict.
 #include <httplib.h>
 
 #include "agent/agent.h"
@@ -154,7 +160,7 @@ void Agent::ServeSimulateXid(const httplib::Request& req, httplib::Response& res
     return SendError(res, ok.error());
   }
   LOG_WARN("fault injection: {} on simulated GPU {}", DescribeXid(static_cast<int>(*xid)), *gpu);
-  Wake();
+  WakeSampler();  // which wakes the heartbeat once the sample holds the event
   SendJson(res, json{{"ok", true}, {"gpu", *gpu}, {"event", DescribeXid(static_cast<int>(*xid))}});
 }
 
@@ -187,7 +193,7 @@ void Agent::ServeExecStart(const httplib::Request& req, httplib::Response& res) 
   if (!key) return SendError(res, key.error());
   auto body = ParseJson(req.body, "request body");
   if (!body) return SendError(res, body.error());
-  auto exec = api::ExecRequestFromJson(*body);
+  auto exec = api::ExecRequestFromJson(*body, UnknownFields::kIgnore);
   if (!exec) return SendError(res, exec.error());
   Executor* executor = this->executor();
   if (!executor) return SendError(res, Error{ErrorCode::kNotFound, "this agent runs no tasks"});
@@ -222,7 +228,7 @@ void Agent::ServeExecInput(const httplib::Request& req, httplib::Response& res) 
   if (!key) return SendError(res, key.error());
   auto body = ParseJson(req.body, "request body");
   if (!body) return SendError(res, body.error());
-  auto in = api::ExecInputFromJson(*body);
+  auto in = api::ExecInputFromJson(*body, UnknownFields::kIgnore);
   if (!in) return SendError(res, in.error());
   if (auto ok = exec_sessions_->Write(req.matches[1].str(), *key, *in); !ok) return SendError(res, ok.error());
   SendJson(res, json{{"ok", true}});
@@ -253,7 +259,7 @@ void Agent::ServeImageRemove(const httplib::Request& req, httplib::Response& res
   if (!r) return SendError(res, r.error());
   auto image = r->String("image", std::nullopt, 1024);
   if (!image) return SendError(res, image.error());
-  if (auto done = r->Finish(); !done) return SendError(res, done.error());
+  if (auto done = r->Finish(UnknownFields::kIgnore); !done) return SendError(res, done.error());
   auto removed = images_->Remove(*image, RunningImages());
   if (!removed) return SendError(res, removed.error());
   SendJson(res, json{{"removed", ImagesJson(*removed)}});
@@ -267,7 +273,7 @@ void Agent::ServeImagePrune(const httplib::Request& req, httplib::Response& res)
   if (!r) return SendError(res, r.error());
   auto unused_for = r->Int("unused_for_s", 0, 0, api::kMaxTimeLimitS * 10);
   if (!unused_for) return SendError(res, unused_for.error());
-  if (auto done = r->Finish(); !done) return SendError(res, done.error());
+  if (auto done = r->Finish(UnknownFields::kIgnore); !done) return SendError(res, done.error());
   auto removed = images_->Prune(*unused_for * 1000, NowUnixMs(), RunningImages());
   if (!removed) return SendError(res, removed.error());
   SendJson(res, json{{"removed", ImagesJson(*removed)}});

@@ -5,9 +5,10 @@
 // is shorter. Exit 0 means healthy. Otherwise every output line "gpu N: TEXT" records a
 // health event on GPU N with the reason "health check: TEXT"; a failure with no such line
 // (or a timeout) records one on every GPU with the exit status and the first output line.
-// The events go to the GpuMonitor, so the next heartbeat (sent at once through `wake`)
-// marks the GPUs unhealthy on the head. A check that keeps failing records an event each
-// run, so a GPU resumed before it is fixed is marked again.
+// The events go to the GpuMonitor, so the next heartbeat (sent at once: `wake` has the
+// agent sample the GPUs now, then heartbeat) marks the GPUs unhealthy on the head. A check
+// that keeps failing records an event each run, so a GPU resumed before it is fixed is
+// marked again.
 //
 // Threads: one thread of its own; the constructor starts it, the destructor stops it
 // (killing a running check). Construct and destroy it from one owning thread.

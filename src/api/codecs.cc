@@ -1,9 +1,9 @@
 // JSON codecs for the wire types. Inputs from outside (job specs, registrations,
 // heartbeats) go through ObjectReader, which checks the type and range of every field it
 // reads. Job specs, which people write, also refuse unknown fields (a typo). The agent
-// protocol (registration, heartbeat, the head's timing) ignores them: another Cohort
-// version sent them during a rolling upgrade (IgnoreUnknownFields; docs/ARCHITECTURE.md,
-// "Wire compatibility"). Records Cohort wrote itself (stored jobs and nodes, replies read
+// protocol (registration, heartbeat, the head's timing, a launch's container) ignores them:
+// another Cohort version sent them during a rolling upgrade (IgnoreUnknownFields,
+// UnknownFields::kIgnore; docs/ARCHITECTURE.md, "Wire compatibility"). Records Cohort wrote itself (stored jobs and nodes, replies read
 // by the CLI) are decoded with nlohmann's typed getters; a malformed one becomes an Error,
 // never an exception.
 #include <algorithm>
@@ -341,7 +341,9 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
     return FieldError("checkpoint_signal", "must be one of USR1, USR2, HUP, INT, TERM (or empty), got '{}'",
                       s.checkpoint_signal);
   }
-  if (const json* c = r.Raw("container")) s.container = COHORT_TRY(ContainerSpecFromJson(*c, r.FieldName("container")));
+  if (const json* c = r.Raw("container")) {
+    s.container = COHORT_TRY(ContainerSpecFromJson(*c, r.FieldName("container"), UnknownFields::kRefuse));
+  }
   if (std::string array = COHORT_TRY(r.String("array", "")); !array.empty()) {
     s.array = COHORT_TRY(ParseArraySpec(array, "array")).ToString();
   }
@@ -1013,7 +1015,9 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
   return Guard("heartbeat reply", [&]() -> Result<HeartbeatReply> {
     HeartbeatReply r;
     r.version = j.at("version").get<int64_t>();
-    for (const auto& t : j.at("tasks")) {
+    const json& tasks = j.at("tasks");
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const json& t = tasks[i];
       TaskLaunch l;
       l.job = t.at("job").get<JobId>();
       l.attempt = t.at("attempt").get<int>();
@@ -1024,7 +1028,11 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
       l.gpus = t.value("gpus", std::vector<int>{});
       l.cpus = t.value("cpus", 0);
       l.user = t.value("user", "");
-      if (t.contains("container")) l.container = COHORT_TRY(ContainerSpecFromJson(t["container"], "tasks[].container"));
+      // A newer head's container field is dropped (the agent protocol; codecs.cc's top).
+      if (t.contains("container")) {
+        l.container = COHORT_TRY(
+            ContainerSpecFromJson(t["container"], fmt::format("tasks[{}].container", i), UnknownFields::kIgnore));
+      }
       l.hold = t.value("hold", false);
       l.checkpoint_requested = t.value("checkpoint_requested", false);
       l.checkpoint_signal = t.value("checkpoint_signal", 0);

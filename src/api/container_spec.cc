@@ -115,12 +115,12 @@ Result<void> ValidateImageReference(std::string_view image, const std::string& f
   return {};
 }
 
-Result<ContainerSpec> ContainerSpecFromJson(const json& j, const std::string& field) {
+Result<ContainerSpec> ContainerSpecFromJson(const json& j, const std::string& field, UnknownFields unknown) {
   auto r = COHORT_TRY(ObjectReader::Open(j, field));
   ContainerSpec c;
   c.image = COHORT_TRY(r.String("image", std::nullopt, 1024));
   c.runtime = COHORT_TRY(r.String("runtime", "podman", 64));
-  COHORT_TRY_VOID(r.Finish());
+  COHORT_TRY_VOID(r.Finish(unknown));
   COHORT_TRY_VOID(ValidateImageReference(c.image, r.FieldName("image")));
   if (std::find(std::begin(kContainerRuntimes), std::end(kContainerRuntimes), c.runtime) == std::end(kContainerRuntimes)) {
     return FieldError(r.FieldName("runtime"), "must be 'podman' or 'docker', got '{}'", c.runtime);

@@ -25,8 +25,11 @@ inline constexpr std::string_view kContainerRuntimes[] = {"podman", "docker"};
 // Checks an image reference; the error names `field` and what is wrong.
 Result<void> ValidateImageReference(std::string_view image, const std::string& field);
 
-// The section's object; `field` is its name in messages ("container").
-Result<ContainerSpec> ContainerSpecFromJson(const json& j, const std::string& field);
+// The section's object; `field` is its name in messages ("container"). A job spec refuses
+// unknown fields (kRefuse); a task launch in the head's heartbeat reply ignores them
+// (kIgnore), so that a newer head's container field leaves an older agent's heartbeats
+// working. Wrong types, bad values and a missing image are refused either way.
+Result<ContainerSpec> ContainerSpecFromJson(const json& j, const std::string& field, UnknownFields unknown);
 json ToJson(const ContainerSpec& c);
 
 }  // namespace cohort::api

@@ -31,7 +31,7 @@ json ToJson(const ExecRequest& r) {
   return json{{"command", r.command}, {"tty", r.tty}, {"stdin", r.stdin_open}, {"rows", r.rows}, {"cols", r.cols}, {"term", r.term}};
 }
 
-Result<ExecRequest> ExecRequestFromJson(const json& j) {
+Result<ExecRequest> ExecRequestFromJson(const json& j, UnknownFields unknown) {
   auto r = COHORT_TRY(ObjectReader::Open(j));
   ExecRequest out;
   out.command = COHORT_TRY(r.StringList("command", std::nullopt));
@@ -46,7 +46,7 @@ Result<ExecRequest> ExecRequestFromJson(const json& j) {
       return MakeError(ErrorCode::kInvalidArgument, "term: letters, digits and -._+ only", "term");
     }
   }
-  COHORT_TRY_VOID(r.Finish());
+  COHORT_TRY_VOID(r.Finish(unknown));
   return out;
 }
 
@@ -60,7 +60,7 @@ json ToJson(const ExecInput& in) {
   return j;
 }
 
-Result<ExecInput> ExecInputFromJson(const json& j) {
+Result<ExecInput> ExecInputFromJson(const json& j, UnknownFields unknown) {
   auto r = COHORT_TRY(ObjectReader::Open(j));
   ExecInput in;
   const std::string data = COHORT_TRY(r.String("data", std::string(), (kMaxExecInputBytes + 2) / 3 * 4));
@@ -74,7 +74,7 @@ Result<ExecInput> ExecInputFromJson(const json& j) {
     in.cols = static_cast<int>(COHORT_TRY(r.Int("cols", std::nullopt, 1, kMaxTerminalSide)));
   }
   in.close = COHORT_TRY(r.Bool("close", false));
-  COHORT_TRY_VOID(r.Finish());
+  COHORT_TRY_VOID(r.Finish(unknown));
   return in;
 }
 

@@ -45,8 +45,10 @@ json ToJson(const ExecRequest& r);
 // A command's argv as an exec session or a step takes it: a program, at most kMaxExecArgs
 // arguments of at most kMaxExecArgBytes each, no NUL byte; errors name the field.
 Result<void> ValidateExecCommand(const std::vector<std::string>& command);
-// Strict: every field checked and named ("command: must not be empty").
-Result<ExecRequest> ExecRequestFromJson(const json& j);
+// Every field checked and named ("command: must not be empty"). Unknown fields: the head
+// refuses them from the CLI (kRefuse); the agent ignores them from the head (kIgnore: a
+// newer head's field must not break an older agent's exec sessions).
+Result<ExecRequest> ExecRequestFromJson(const json& j, UnknownFields unknown);
 
 // One input call: bytes for the command's stdin (base64 in JSON), then, in this order,
 // end of input (stdin closed), a new terminal size, or the end of the session (its
@@ -59,7 +61,8 @@ struct ExecInput {
   bool close = false;
 };
 json ToJson(const ExecInput& in);
-Result<ExecInput> ExecInputFromJson(const json& j);
+// Checked like ExecRequestFromJson, unknown fields as `unknown` says.
+Result<ExecInput> ExecInputFromJson(const json& j, UnknownFields unknown);
 
 // The output stream is a sequence of frames, "<stream> <length>\n<bytes>": stream 'o'
 // (stdout, or the terminal) or 'e' (stderr).

@@ -55,6 +55,13 @@ std::string JsonValueText(const json& j, size_t max_chars = 200);
 // Human name of a JSON value's type ("string", "integer", "array").
 std::string_view JsonTypeName(const json& j);
 
+// What a decoder does with the fields of an object it did not read. kRefuse for what a
+// person writes (a job spec, a CLI request), where an unknown field is a typo; kIgnore for
+// what another Cohort version sends between head and agent during a rolling upgrade, where
+// refusing a new field would cut the node off (docs/ARCHITECTURE.md, "Wire compatibility").
+// Ignored fields are dropped: a decoder copies only what it read.
+enum class UnknownFields { kRefuse, kIgnore };
+
 // Levenshtein distance, for "did you mean" suggestions.
 size_t EditDistance(std::string_view a, std::string_view b);
 
@@ -83,6 +90,11 @@ class ObjectReader {
 
   // Rejects any field that no accessor read.
   Result<void> Finish() const;
+  // Finish() under kRefuse; OK under kIgnore.
+  Result<void> Finish(UnknownFields unknown) const {
+    if (unknown == UnknownFields::kIgnore) return {};
+    return Finish();
+  }
 
  private:
   ObjectReader(const json& j, std::string path) : j_(&j), path_(std::move(path)) {}

@@ -124,7 +124,7 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
     if (!id) return SendError(res, id.error());
     auto body = BodyJson(req);
     if (!body) return SendError(res, body.error());
-    auto exec = api::ExecRequestFromJson(*body);
+    auto exec = api::ExecRequestFromJson(*body, UnknownFields::kRefuse);
     if (!exec) return SendError(res, exec.error());
     auto job = cluster.GetJob(*id);
     if (!job) return SendError(res, job.error());
@@ -211,7 +211,7 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
     }
     auto body = BodyJson(req);
     if (!body) return SendError(res, body.error());
-    auto in = api::ExecInputFromJson(*body);
+    auto in = api::ExecInputFromJson(*body, UnknownFields::kRefuse);
     if (!in) return SendError(res, in.error());
     auto call = AgentOfTask(router, cluster, *id, static_cast<int>(*attempt), static_cast<int>(*rank),
                             Millis(10'000));

@@ -4,7 +4,8 @@
 // does; a wake-up (POST /v1/wake) brings a heartbeat however long the interval. Against a
 // fake head in the test (httplib on a kernel-chosen port); no test asserts on speed: the
 // waits are conditions with generous deadlines, and the one timing bound is a lower one
-// (heartbeats no closer than the interval asked for).
+// (heartbeats no closer than the interval asked for). The GPU readings, sampled on a thread
+// of their own, never hold a heartbeat up (a GPU monitor that hangs, in the test).
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,8 +53,12 @@ class FakeHead {
     server_.Post(api::routes::kAgentHeartbeatPattern, [this](const httplib::Request& req, httplib::Response& res) {
       api::HeartbeatReply reply;
       std::vector<api::TaskReport> reported;
+      std::vector<api::GpuReport> gpus;
       if (auto body = ParseJson(req.body, "heartbeat")) {
-        if (auto hb = api::HeartbeatFromJson(*body)) reported = hb->tasks;
+        if (auto hb = api::HeartbeatFromJson(*body)) {
+          reported = hb->tasks;
+          gpus = hb->gpus;
+        }
       }
       Millis delay{0};
       {
@@ -61,7 +66,7 @@ class FakeHead {
         reply.timing = timing_;
         reply.tasks = tasks_;
         delay = reply_delay_;
-        beats_.push_back({SteadyClock::now(), timing_, std::move(reported)});
+        beats_.push_back({SteadyClock::now(), timing_, std::move(reported), std::move(gpus)});
       }
       cv_.notify_all();
       if (delay > Millis(0)) std::this_thread::sleep_for(delay);  // a slow head, answering late
@@ -102,6 +107,7 @@ class FakeHead {
     SteadyTime at;
     api::AgentTiming sent;                // the timing in this heartbeat's reply
     std::vector<api::TaskReport> tasks;  // the tasks the heartbeat reported
+    std::vector<api::GpuReport> gpus;    // and its GPU readings
   };
 
   // Waits (up to 30 s) until at least `n` heartbeats arrived; returns them all.
@@ -128,6 +134,49 @@ class FakeHead {
   Millis reply_delay_{0};               // guarded by mu_
 };
 
+// A gate a GPU monitor's Sample waits at: shut, every Sample after the first hangs there
+// (an NVML call stuck in the driver, or a node so loaded that sampling takes longer than a
+// fence timeout) until the gate opens.
+struct SampleGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = true;
+  int waiting = 0;  // Samples hanging at the gate now
+  void Set(bool o) {
+    std::lock_guard lock(mu);
+    open = o;
+    cv.notify_all();
+  }
+  // Waits (up to 30 s) until a Sample hangs at the gate.
+  bool WaitForHungSample() {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return waiting > 0; });
+  }
+};
+
+class GatedGpuMonitor : public GpuMonitor {
+ public:
+  GatedGpuMonitor(std::unique_ptr<GpuMonitor> inner, std::shared_ptr<SampleGate> gate)
+      : inner_(std::move(inner)), gate_(std::move(gate)) {}
+  std::vector<GpuReading> Sample(const std::vector<bool>& busy, SteadyTime now) override {
+    {
+      std::unique_lock lock(gate_->mu);
+      ++gate_->waiting;
+      gate_->cv.notify_all();
+      gate_->cv.wait(lock, [&] { return gate_->open; });
+      --gate_->waiting;
+    }
+    return inner_->Sample(busy, now);
+  }
+  Result<void> InjectXid(int index, int xid) override { return inner_->InjectXid(index, xid); }
+  void RecordHealthEvent(int index, std::string what) override { inner_->RecordHealthEvent(index, std::move(what)); }
+  std::vector<GpuProcess> Processes() override { return inner_->Processes(); }
+
+ private:
+  std::unique_ptr<GpuMonitor> inner_;
+  std::shared_ptr<SampleGate> gate_;
+};
+
 class AgentTimingTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -135,39 +184,46 @@ class AgentTimingTest : public ::testing::Test {
     dir_ = mkdtemp(tmpl);
   }
   void TearDown() override {
+    gate_->Set(true);  // a Sample hanging at the gate would hold the agent's stop
     agent_.reset();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
 
-  void StartAgent(const FakeHead& head, std::map<std::string, std::string> runtimes = {}) {
+  // `gpus` simulated GPUs, whose monitor samples through gate_.
+  void StartAgent(const FakeHead& head, std::map<std::string, std::string> runtimes = {}, int gpus = 0) {
     AgentConfig c;
     c.container_runtimes = std::move(runtimes);
     c.head_url = head.url();
     c.name = "n1";
     c.address = "127.0.0.1";
-    c.simulated_gpus = 0;
+    c.simulated_gpus = gpus;
     c.cpus = 1;
     c.work_dir = dir_ + "/agent";
     c.shim_path = "/bin/false";  // no task starts here
+    c.wrap_gpu_monitor = [gate = gate_](std::unique_ptr<GpuMonitor> m) -> std::unique_ptr<GpuMonitor> {
+      return std::make_unique<GatedGpuMonitor>(std::move(m), gate);
+    };
     auto a = Agent::Start(c);
     ASSERT_TRUE(a.has_value()) << a.error().message;
     agent_ = std::move(*a);
   }
 
-  // Waits (up to 30 s) until the lease file was granted `granted`; returns it.
-  std::optional<Lease> WaitForLease(Millis granted) {
+  // Waits (up to 30 s) until the lease file was granted `granted` (and expires after
+  // `after`); returns it.
+  std::optional<Lease> WaitForLease(Millis granted, SteadyTime after = {}) {
     const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
     std::optional<Lease> l;
     while (SteadyClock::now() < deadline) {
       l = ReadLeaseFile(dir_ + "/agent/tasks.lease");
-      if (l && l->granted == granted) return l;
+      if (l && l->granted == granted && l->expires > after) return l;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return l;
   }
 
   std::string dir_;
+  std::shared_ptr<SampleGate> gate_ = std::make_shared<SampleGate>();
   std::unique_ptr<Agent> agent_;
 };
 
@@ -254,6 +310,87 @@ TEST_F(AgentTimingTest, ARequestMayTakeAsLongAsTheNewestInterval) {
     EXPECT_GE(beats[i].at - beats[i - 1].at, Millis(700 + 1000))
         << "heartbeat " << i << " came early: the one before it timed out instead of waiting for its answer";
   }
+}
+
+// The heartbeat's cadence does not depend on the GPU monitor (nor the /proc scan): a
+// Sample that hangs longer than the fence timeout leaves the heartbeats, and the tasks'
+// lease, going at their interval with the last readings. Once the monitor answers again, a
+// GPU health event still reaches the head with the heartbeat that follows it at once, and
+// its counter counts it once.
+TEST_F(AgentTimingTest, AHungGpuMonitorDoesNotHoldTheHeartbeats) {
+  FakeHead head(Timing(50, 900, 600));
+  StartAgent(head, {}, /*gpus=*/2);
+  ASSERT_GE(head.WaitForBeats(1).size(), 1u);
+  gate_->Set(false);
+  ASSERT_TRUE(gate_->WaitForHungSample()) << "the monitor was never sampled again";
+  const SteadyTime hung = SteadyClock::now();
+
+  // 20 heartbeats at 50 ms are a second, longer than the fence timeout: without a thread of
+  // its own the sample would have held every one of them (the wait ends after 30 s).
+  const size_t from = head.beats();
+  auto beats = head.WaitForBeats(from + 20);
+  ASSERT_GE(beats.size(), from + 20) << "the heartbeats stopped while the GPU monitor hung";
+  for (size_t i = from; i < beats.size(); ++i) {
+    ASSERT_EQ(beats[i].gpus.size(), 2u) << "heartbeat " << i << " lost the last GPU readings";
+    EXPECT_EQ(beats[i].gpus[1].health_events, 0);
+  }
+  // Renewed from a heartbeat sent while the sample hung (its expiry: that send + 600 ms).
+  auto lease = WaitForLease(Millis(600), hung + Millis(600));
+  ASSERT_TRUE(lease);
+  EXPECT_GT(lease->expires, hung + Millis(600)) << "the tasks' lease was not renewed while the monitor hung";
+
+  // An XID on GPU 1: the agent samples at once (the gate open again) and heartbeats.
+  gate_->Set(true);
+  HttpClient client(agent_->url(), Millis(5000));
+  ASSERT_TRUE(client.Post(api::routes::kAgentSimulateXid, json{{"gpu", 1}, {"xid", 79}}).has_value());
+  size_t seen = 0;
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+  while (seen == 0 && SteadyClock::now() < deadline) {
+    beats = head.WaitForBeats(beats.size() + 1);
+    if (!beats.back().gpus.empty() && beats.back().gpus[1].health_events > 0) seen = beats.size();
+  }
+  ASSERT_GT(seen, 0u) << "the health event never reached the head";
+  beats = head.WaitForBeats(seen + 5);
+  for (size_t i = seen - 1; i < beats.size(); ++i) {
+    ASSERT_EQ(beats[i].gpus.size(), 2u);
+    EXPECT_EQ(beats[i].gpus[1].health_events, 1) << "heartbeat " << i << ": one event, counted once";
+    EXPECT_EQ(beats[i].gpus[0].health_events, 0);
+  }
+}
+
+// The bodies the head sends the agent's own endpoints (the image cache, exec sessions) are
+// agent protocol: a newer head's field is ignored, so an older agent keeps answering it
+// during a rolling upgrade; a known field of the wrong type is still refused (400), named.
+TEST_F(AgentTimingTest, TheAgentsEndpointsIgnoreANewerHeadsFieldsAndCheckKnownOnes) {
+  FakeHead head(Timing(50, 3000, 2000));
+  StartAgent(head);
+  ASSERT_GE(head.WaitForBeats(1).size(), 1u);  // registered: the executor exists
+  const auto url = ParseHttpUrl(agent_->url());
+  ASSERT_TRUE(url.has_value());
+  httplib::Client client(url->host, url->port);
+  auto post = [&](const std::string& path, const json& body) {
+    auto r = client.Post(path, body.dump(), "application/json");
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string("(no answer)"));
+  };
+
+  auto [prune, prune_body] = post(api::routes::kAgentImagesPrune, json{{"unused_for_s", 60}, {"dry_run", true}});
+  EXPECT_EQ(prune, 200) << prune_body;
+  auto [bad_prune, bad_prune_body] = post(api::routes::kAgentImagesPrune, json{{"unused_for_s", "60"}, {"dry_run", true}});
+  EXPECT_EQ(bad_prune, 400);
+  EXPECT_NE(bad_prune_body.find("unused_for_s"), std::string::npos) << bad_prune_body;
+  auto [remove, remove_body] = post(api::routes::kAgentImagesRemove, json{{"image", "busybox"}, {"force", true}});
+  EXPECT_NE(remove, 400) << remove_body;
+  auto [bad_remove, bad_remove_body] = post(api::routes::kAgentImagesRemove, json{{"force", true}});
+  EXPECT_EQ(bad_remove, 400);
+  EXPECT_NE(bad_remove_body.find("image"), std::string::npos) << bad_remove_body;
+
+  // No such task runs here: past the body's decoding, the call fails as not found.
+  const std::string exec = std::string(api::routes::kAgentExec) + "?job=1&attempt=0&rank=0";
+  auto [start, start_body] = post(exec, json{{"command", {"ls"}}, {"cgroup_weight", 50}});
+  EXPECT_EQ(start, 404) << start_body;
+  auto [bad_start, bad_start_body] = post(exec, json{{"command", {"ls"}}, {"rows", "many"}, {"cgroup_weight", 50}});
+  EXPECT_EQ(bad_start, 400);
+  EXPECT_NE(bad_start_body.find("rows"), std::string::npos) << bad_start_body;
 }
 
 TEST_F(AgentTimingTest, AWakeUpBringsAHeartbeatWithinALongInterval) {

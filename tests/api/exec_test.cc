@@ -37,7 +37,7 @@ TEST(ExecRequestTest, RoundTripsAndChecksEachField) {
   req.rows = 40;
   req.cols = 120;
   req.term = "xterm-256color";
-  auto back = ExecRequestFromJson(ToJson(req));
+  auto back = ExecRequestFromJson(ToJson(req), UnknownFields::kRefuse);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->command, req.command);
   EXPECT_TRUE(back->tty && back->stdin_open);
@@ -56,7 +56,7 @@ TEST(ExecRequestTest, RoundTripsAndChecksEachField) {
       {json{{"command", {"ls", std::string("a\0b", 3)}}}, "command[1]: contains a NUL byte"},
   };
   for (const auto& [j, want] : bad) {
-    auto r = ExecRequestFromJson(j);
+    auto r = ExecRequestFromJson(j, UnknownFields::kRefuse);
     ASSERT_FALSE(r.has_value()) << j.dump();
     EXPECT_NE(r.error().message.find(want), std::string::npos) << r.error().message;
   }
@@ -69,16 +69,47 @@ TEST(ExecInputTest, CarriesBytesEofSizeAndClose) {
   in.rows = 24;
   in.cols = 80;
   in.close = true;
-  auto back = ExecInputFromJson(ToJson(in));
+  auto back = ExecInputFromJson(ToJson(in), UnknownFields::kRefuse);
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(back->data, in.data);
   EXPECT_TRUE(back->eof && back->close);
   EXPECT_EQ(back->rows, 24);
   EXPECT_EQ(back->cols, 80);
-  auto half = ExecInputFromJson(json{{"rows", 3}});
+  auto half = ExecInputFromJson(json{{"rows", 3}}, UnknownFields::kRefuse);
   ASSERT_FALSE(half.has_value());
   EXPECT_NE(half.error().message.find("give both or neither"), std::string::npos);
-  EXPECT_FALSE(ExecInputFromJson(json{{"data", "not base64!"}}).has_value());
+  EXPECT_FALSE(ExecInputFromJson(json{{"data", "not base64!"}}, UnknownFields::kRefuse).has_value());
+}
+
+// The agent reads what the head relays leniently (a newer head's field is dropped), the
+// head what the CLI sends strictly; a known field is checked and named either way.
+TEST(ExecRequestTest, TheAgentIgnoresANewerHeadsFieldsAndStillChecksKnownOnes) {
+  const json newer = {{"command", {"ls"}}, {"rows", 30}, {"cols", 90}, {"tty", true}, {"cgroup_weight", 50}};
+  auto agent = ExecRequestFromJson(newer, UnknownFields::kIgnore);
+  ASSERT_TRUE(agent.has_value()) << agent.error().message;
+  EXPECT_EQ(agent->command, std::vector<std::string>{"ls"});
+  EXPECT_EQ(agent->rows, 30);
+  EXPECT_TRUE(agent->tty);
+  auto head = ExecRequestFromJson(newer, UnknownFields::kRefuse);
+  ASSERT_FALSE(head.has_value());
+  EXPECT_NE(head.error().message.find("cgroup_weight"), std::string::npos) << head.error().message;
+
+  json wrong = newer;
+  wrong["rows"] = "thirty";
+  auto r = ExecRequestFromJson(wrong, UnknownFields::kIgnore);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().field, "rows");
+  auto missing = ExecRequestFromJson(json{{"tty", true}, {"cgroup_weight", 50}}, UnknownFields::kIgnore);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().field, "command");
+
+  auto in = ExecInputFromJson(json{{"eof", true}, {"signal", "INT"}}, UnknownFields::kIgnore);
+  ASSERT_TRUE(in.has_value()) << in.error().message;
+  EXPECT_TRUE(in->eof);
+  EXPECT_FALSE(ExecInputFromJson(json{{"eof", true}, {"signal", "INT"}}, UnknownFields::kRefuse).has_value());
+  auto bad_in = ExecInputFromJson(json{{"eof", "yes"}, {"signal", "INT"}}, UnknownFields::kIgnore);
+  ASSERT_FALSE(bad_in.has_value());
+  EXPECT_EQ(bad_in.error().field, "eof");
 }
 
 TEST(ExecFrameTest, FramesRoundTripAndATruncatedOneIsMalformed) {

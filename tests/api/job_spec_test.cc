@@ -272,6 +272,37 @@ TEST(AgentProtocol, KnownFieldsAreStillCheckedAndNamed) {
   EXPECT_EQ(t.error().field, "timing.heartbeat_interval_ms");
 }
 
+// The head's heartbeat reply: a newer head's field in a task launch's container is dropped
+// (refused, it would fail every reply and the node would go DOWN); the container's known
+// fields are checked as in a job spec, naming the launch.
+TEST(AgentProtocol, ANewerHeadsContainerFieldIsIgnoredAndKnownOnesChecked) {
+  HeartbeatReply reply;
+  reply.version = 4;
+  TaskLaunch l;
+  l.job = 9;
+  l.command = {"python", "train.py"};
+  l.container.image = "localhost/trainer:1.0";
+  l.container.runtime = "docker";
+  reply.tasks.push_back(l);
+  json newer = ToJson(reply);
+  newer["tasks"][0]["container"]["pull_policy"] = "always";
+  newer["tasks"][0]["container"]["mounts"] = json::array({"/data"});
+  auto back = HeartbeatReplyFromJson(newer);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(ToJson(*back), ToJson(reply)) << "dropped, not kept";
+
+  auto field_of = [](Result<HeartbeatReply> r) { return r ? std::string("(accepted)") : r.error().field; };
+  json wrong_type = newer;
+  wrong_type["tasks"][0]["container"]["image"] = 5;
+  EXPECT_EQ(field_of(HeartbeatReplyFromJson(wrong_type)), "tasks[0].container.image");
+  json missing = newer;
+  missing["tasks"][0]["container"].erase("image");
+  EXPECT_EQ(field_of(HeartbeatReplyFromJson(missing)), "tasks[0].container.image");
+  json bad_runtime = newer;
+  bad_runtime["tasks"][0]["container"]["runtime"] = "lxc";
+  EXPECT_EQ(field_of(HeartbeatReplyFromJson(bad_runtime)), "tasks[0].container.runtime");
+}
+
 TEST(Job, RoundTripsEveryField) {
   Job j;
   j.id = 12;

@@ -81,8 +81,8 @@ std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name, const Simu
 // a GPU the driver reports lost. The agent sends the counter and the latest event's text
 // in every heartbeat; the head marks the GPU unhealthy when the counter grows.
 //
-// Threads: Sample is called by one thread at a time (the agent's heartbeat loop);
-// InjectXid may be called from any thread concurrently with it.
+// Threads: Sample is called by one thread at a time (the agent's sampler thread);
+// InjectXid and RecordHealthEvent may be called from any thread concurrently with it.
 
 struct GpuReading {
   int index = 0;
