@@ -366,7 +366,10 @@ Result<NodeStatus> Cluster::Drain(const std::string& name, std::string reason, b
   // The drain and its move requests are stored before the reply: a head restarted after
   // it still moves the jobs.
   auto stored = Apply(std::move(fx), wakes);
-  NodeStatus status = core::StatusOf(state_, state_.nodes.at(name), now);
+  // The status as of now, not of `now`: Apply lets go of the lock while the store commits,
+  // and a heartbeat handled meanwhile is younger than `now` (an age of -2 ms, which the
+  // CLI refuses as a malformed node).
+  NodeStatus status = core::StatusOf(state_, state_.nodes.at(name), Now());
   if (!stored) return std::unexpected(stored.error());
   return status;
 }
@@ -391,7 +394,7 @@ Result<NodeStatus> Cluster::Resume(const std::string& name) {
   const core::Now now = Now();
   core::Effects fx = COHORT_TRY(core::Resume(state_, context_, name, now));
   COHORT_TRY_VOID(Apply(std::move(fx), wakes));
-  return core::StatusOf(state_, state_.nodes.at(name), now);
+  return core::StatusOf(state_, state_.nodes.at(name), Now());  // after Apply, as in Drain
 }
 
 Result<void> Cluster::CheckRemovable(const std::string& name, bool force) const {
