@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/lease.h"
 #include "common/http.h"
 #include "common/subprocess.h"
 
@@ -48,6 +49,10 @@ class BenchCluster {
       (void)p.Wait();
     }
     std::error_code ec;
+    // The killed agents' lease directories on the tmpfs (agent/lease.h).
+    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+      if (entry.is_directory(ec)) std::filesystem::remove_all(agent::LeaseDirectoryName(entry.path().string(), "/dev/shm"), ec);
+    }
     if (std::getenv("COHORT_BENCH_KEEP") == nullptr) std::filesystem::remove_all(dir_, ec);
   }
 

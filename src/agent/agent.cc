@@ -449,7 +449,9 @@ void Agent::SweepLoop() {
 
 void Agent::StartLeaseKeeper() {
   LeaseKeeper::Options opts;
-  opts.path = config_.work_dir + "/tasks.lease";
+  // On a tmpfs when the machine has one (lease.h, LeaseDirectory: the work directory's file
+  // system can stall a rename long enough to let the lease lapse).
+  opts.path = AgentLeasePath(config_.work_dir);
   auto keeper = LeaseKeeper::Start(std::move(opts), Millis(timing_.fence_timeout_ms), FenceMargin(timing_));
   if (!keeper) {
     LOG_WARN("tasks run without a lease (only this agent can fence them): {}", keeper.error().message);
@@ -870,6 +872,16 @@ void Agent::Stop() {
     executor_->StopAll(/*immediate=*/false);
     executor_->WaitAllExited(Millis(timing_.kill_grace_ms + 2000));
     if (registered_) (void)HeartbeatOnce();  // report the exits now rather than at the failure timeout
+  }
+  // Its tasks were stopped: the lease is nobody's now, and a directory of its own on the
+  // tmpfs goes with it (a killed agent's stays, for its next start to reuse).
+  if (leases_) {
+    const std::filesystem::path lease = leases_->path();
+    leases_.reset();  // joins the keeper's thread: nothing writes the file any more
+    std::error_code ec;
+    std::filesystem::remove(lease, ec);
+    std::filesystem::remove(lease.string() + ".tmp", ec);
+    if (lease.parent_path() != std::filesystem::path(config_.work_dir)) std::filesystem::remove(lease.parent_path(), ec);
   }
   if (server_) server_->Stop();
   exec_sessions_.reset();

@@ -2,12 +2,19 @@
 
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+
+#include <fmt/format.h>
+#include <linux/magic.h>
 
 #include "agent/wakeup_lateness.h"
 #include "common/json.h"
+#include "common/log.h"
 
 namespace cohort::agent {
 namespace {
@@ -58,6 +65,33 @@ std::optional<Lease> ReadLeaseFile(const std::string& path) {
   auto deadline = r->Int("deadline_ms", *expires, *expires, kMaxLeaseMs);
   if (!deadline) return std::nullopt;
   return Lease{SteadyTime(Millis(*expires)), SteadyTime(Millis(*deadline)), Millis(*timeout)};
+}
+
+std::string LeaseDirectory(const std::string& work_dir, const std::string& memory_root) {
+  if (memory_root.empty()) return work_dir;
+  const uid_t uid = geteuid();
+  const std::string dir = LeaseDirectoryName(work_dir, memory_root);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    LOG_WARN("the tasks' lease stays in {}: cannot create {}: {}", work_dir, dir, strerror(errno));
+    return work_dir;
+  }
+  // The root is shared (/dev/shm is world-writable): the name may have been taken first.
+  // Only a real directory of this user's that nobody else can write is used.
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != uid || (st.st_mode & 0077) != 0) {
+    LOG_WARN("the tasks' lease stays in {}: {} is not a private directory of user {}", work_dir, dir, uid);
+    return work_dir;
+  }
+  return dir;
+}
+
+bool OnTmpfs(const std::string& path) {
+  struct statfs fs {};
+  return statfs(path.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
+std::string AgentLeasePath(const std::string& work_dir) {
+  return LeaseDirectory(work_dir, OnTmpfs("/dev/shm") ? "/dev/shm" : "") + "/tasks.lease";
 }
 
 }  // namespace cohort::agent

@@ -215,7 +215,7 @@ class AgentTimingTest : public ::testing::Test {
     const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
     std::optional<Lease> l;
     while (SteadyClock::now() < deadline) {
-      l = ReadLeaseFile(dir_ + "/agent/tasks.lease");
+      l = ReadLeaseFile(AgentLeasePath(dir_ + "/agent"));
       if (l && l->granted == granted && l->expires > after) return l;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -280,7 +280,7 @@ TEST_F(AgentTimingTest, FollowsTheIntervalAndFenceTimeoutOfTheNewestReply) {
   head.SetTiming(Timing(50, 3000, 2000));
   const size_t now = head.beats();
   head.WaitForBeats(now + 3);
-  auto after = ReadLeaseFile(dir_ + "/agent/tasks.lease");
+  auto after = ReadLeaseFile(AgentLeasePath(dir_ + "/agent"));
   ASSERT_TRUE(after);
   EXPECT_GE(after->expires, before.expires) << "a lease never shrinks";
   EXPECT_GE(after->deadline, before.deadline);

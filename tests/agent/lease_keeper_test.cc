@@ -1,10 +1,16 @@
 // LeaseKeeper: its thread writes the lease file, Renew never waits for that write, and the
 // allowance follows the lateness its ticks measure (on a skewed clock, not a loaded machine).
+// LeaseDirectory: the lease's private directory on a memory file system, and when it is not
+// used.
 #include "agent/lease_keeper.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -186,6 +192,68 @@ TEST(LeaseKeeper, AllowanceFollowsTheLatenessOfItsTicks) {
       << "allowance " << (*k)->Allowance(10s).count() << " ms";
   EXPECT_EQ((*k)->Allowance(500ms), 0ms) << "2 × 300 ms of own lateness leaves nothing of a 500 ms margin";
   EXPECT_LE((*k)->Allowance(10s) + kOwnWakeupReserve * 300ms, 10s);
+}
+
+int ModeOf(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -1;
+}
+
+TEST(LeaseDirectory, IsAPrivateDirectoryOfItsOwnUnderTheMemoryRootTheSameAfterARestart) {
+  TempDir tmp;
+  const std::string root = tmp.Sub("shm");
+  std::filesystem::create_directories(root);
+  const std::string dir = LeaseDirectory(tmp.Sub("agent-a"), root);
+  EXPECT_EQ(std::filesystem::path(dir).parent_path(), std::filesystem::path(root));
+  EXPECT_EQ(std::filesystem::path(dir).filename().string().rfind("cohort-agent-" + std::to_string(geteuid()) + "-", 0),
+            0u)
+      << dir;
+  EXPECT_EQ(ModeOf(dir), 0700);
+  // A restarted agent (same work directory) finds the lease its shims read; another agent
+  // on the machine has its own.
+  EXPECT_EQ(LeaseDirectory(tmp.Sub("agent-a"), root), dir);
+  EXPECT_NE(LeaseDirectory(tmp.Sub("agent-b"), root), dir);
+  // Without a memory root the work directory holds it, as before.
+  EXPECT_EQ(LeaseDirectory(tmp.Sub("agent-a"), ""), tmp.Sub("agent-a"));
+}
+
+TEST(LeaseDirectory, ANameTakenByAnythingButAPrivateDirectoryLeavesTheLeaseInTheWorkDirectory) {
+  TempDir tmp;
+  const std::string root = tmp.Sub("shm");
+  std::filesystem::create_directories(root);
+  const std::string work = tmp.Sub("agent");
+  const std::string name = LeaseDirectory(work, root);
+  ASSERT_NE(name, work);
+  const auto reset = [&] { std::filesystem::remove_all(name); };
+
+  // Another user's file system objects at the name (the root is shared, like /dev/shm).
+  reset();
+  std::filesystem::create_directories(tmp.Sub("elsewhere"));
+  std::filesystem::create_directory_symlink(tmp.Sub("elsewhere"), name);
+  EXPECT_EQ(LeaseDirectory(work, root), work) << "a symbolic link is not followed";
+  reset();
+  { std::ofstream(name) << "x"; }
+  EXPECT_EQ(LeaseDirectory(work, root), work) << "a file";
+  reset();
+  std::filesystem::create_directory(name);
+  chmod(name.c_str(), 0777);
+  EXPECT_EQ(LeaseDirectory(work, root), work) << "a directory others may write";
+  if (geteuid() == 0) {
+    chmod(name.c_str(), 0700);
+    ASSERT_EQ(chown(name.c_str(), 65534, 65534), 0);
+    EXPECT_EQ(LeaseDirectory(work, root), work) << "another user's directory";
+  }
+  // A root that cannot hold it.
+  EXPECT_EQ(LeaseDirectory(work, tmp.Sub("no-such-root")), work);
+}
+
+TEST(LeaseDirectory, TheAgentsLeaseIsOnTheMachinesTmpfs) {
+  if (!OnTmpfs("/dev/shm")) GTEST_SKIP() << "/dev/shm is not a tmpfs on this machine";
+  TempDir tmp;
+  const std::string path = AgentLeasePath(tmp.Sub("agent"));
+  EXPECT_EQ(path.rfind("/dev/shm/cohort-agent-", 0), 0u) << path;
+  EXPECT_TRUE(OnTmpfs(std::filesystem::path(path).parent_path()));
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
 }  // namespace

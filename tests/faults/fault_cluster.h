@@ -122,6 +122,7 @@ class FaultCluster {
     WaitUntil([&] { return FindProcesses(dir_, {}).empty(); }, std::chrono::seconds(5));
     for (const auto& m : mounts_) RunCommand({"umount", "-l", m}, dir_ + "/net.log");
     TearDownNetwork();
+    RemoveAgentLeases(dir_);
     std::error_code ec;
     if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir_, ec);
   }

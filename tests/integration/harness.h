@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "agent/lease.h"
 #include "common/http.h"
 #include "common/httplib_client.h"
 #include "common/json.h"
@@ -172,6 +173,17 @@ inline std::vector<std::string> TestAgentArgv(const std::string& head_url, const
           dir + "/head/join.token"};
 }
 
+// Agents killed by a test leave their lease directories on the tmpfs (agent/lease.h:
+// named after the work directory, for a restarted agent to reuse): removed with the
+// cluster, one for each directory under `cluster_dir` that was an agent's work directory.
+inline void RemoveAgentLeases(const std::string& cluster_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(cluster_dir, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    std::filesystem::remove_all(agent::LeaseDirectoryName(entry.path().string(), "/dev/shm"), ec);
+  }
+}
+
 class LocalCluster {
  public:
   explicit LocalCluster(Timing timing = {}) : timing_(timing) {
@@ -186,6 +198,7 @@ class LocalCluster {
       }
     }
     KillHead();
+    RemoveAgentLeases(dir_);
     // Tasks die with their agents (the shim's parent-death signal); give them a moment.
     std::error_code ec;
     if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir_, ec);
