@@ -127,11 +127,13 @@ void CheckPaths(int world, bool check) {
         }
         want_period[k] = want;
       }
-      std::vector<double> mine(count);
-      for (size_t i = 0, k = 0; i < count; ++i, k = k + 1 == kValuePeriod ? 0 : k + 1) {
-        mine[i] = mine_period[k];
+      // This rank's input: its period, encoded once, repeated.
+      const std::vector<std::byte> period =
+          Encode(type, std::vector<double>(mine_period, mine_period + kValuePeriod));
+      std::vector<std::byte> buf(count * SizeOf(type));
+      for (size_t at = 0; at < buf.size(); at += period.size()) {
+        std::memcpy(buf.data() + at, period.data(), std::min(period.size(), buf.size() - at));
       }
-      auto buf = Encode(type, mine);
       auto r = comm.AllReduce(buf.data(), buf.data(), count, type, op);
       ASSERT_TRUE(r.has_value()) << what << ": " << r.error().ToString();
       digests[c][comm.rank()] = std::hash<std::string_view>{}(
