@@ -9,7 +9,7 @@
 # DIR (default build/fuzz, where ctest's Fuzz.Corpus builds too): ccache shares compiles
 #   between checkouts whose fuzz build sits at the same depth below the checkout.
 # --runs N (default 2000): N inputs per target, the seeds first, with a fixed seed
-#   (-seed=1), so a run is repeatable; what CI runs (ctest -L fuzz). New inputs go to a
+#   (-seed=1), so a run is repeatable; CI (ctest -L fuzz) runs 1000. New inputs go to a
 #   temporary directory: the repository's corpus is only read.
 # --time SECONDS: fuzz each target that long instead (still from the seeds, -seed=1).
 # --keep: keep what the targets find in DIR/corpus/<target>/ and start from it next time

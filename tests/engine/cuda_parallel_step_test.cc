@@ -407,8 +407,8 @@ void ExpectCrossesToTheCpuAndBack(const GptConfig& cfg, int stage, const Checkpo
 // backward of the step, the pieces holding wte (the first stage's embedding, the last
 // stage's head copy) only after the embedding group's sum of the tied copies; losses and
 // norms ZeRO-0's to 1e-5, the checkpoint ranges tiling the model.
-void ExpectPipelineTrainsAsZero0(const GptConfig& cfg, int stage) {
-  const ZeroRun pp_plain = TrainZero(cfg, 1, 2, 0, 0, kSteps);
+// `pp_plain` is pipeline 2 x data 2's ZeRO-0 run (TrainZero(cfg, 1, 2, 0, 0, kSteps)).
+void ExpectPipelineTrainsAsZero0(const GptConfig& cfg, int stage, const ZeroRun& pp_plain) {
   const ZeroRun pp_zero = TrainZero(cfg, 1, 2, stage, 0, kSteps);
   EXPECT_EQ(pp_zero.untiled, 0u);
   for (int s = 0; s < kSteps; ++s) {
@@ -417,15 +417,23 @@ void ExpectPipelineTrainsAsZero0(const GptConfig& cfg, int stage) {
   }
 }
 
-TEST(CudaParallelStepTest, ZeroInsideACudaLayoutTrainsAsWithoutItInTheFormulasBytes) {
+// ZeRO 1 and 2 inside a CUDA layout, then ZeRO-3 (below). One test: ZeRO-3's checks compare
+// with the same ZeRO-0 and ZeRO-2 runs of tensor 2 x data 2 and the same ZeRO-0 run of
+// pipeline 2 x data 2 that ZeRO 1 and 2 are checked against (two tests computed each of
+// them twice, 6 of the 26 emulated steps).
+void ExpectZero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCrossesToTheCpu(
+    const GptConfig& cfg, const ZeroRun& plain, const ZeroRun& zero2, const ZeroRun& pp_plain);
+
+TEST(CudaParallelStepTest, ZeroStagesInsideACudaLayoutTrainAsWithoutItInTheFormulasBytes) {
   if (!HaveGpus(4)) GTEST_SKIP() << "needs 4 GPUs";
   const GptConfig cfg = TinyConfig(2);
   const ZeroRun plain = TrainZero(cfg, 2, 1, 0, 0, kSteps);
   ASSERT_EQ(plain.untiled, 0u);
+  const ZeroRun pp_plain = TrainZero(cfg, 1, 2, 0, 0, kSteps);
   ParallelConfig pc;
   pc.tensor = 2;
   const ParallelLayout layout = MakeParallelLayout(pc, cfg, 4).value();
-  Checkpoint zero2_state;
+  ZeroRun zero2;
   for (int zero : {1, 2}) {
     const ZeroRun got = TrainZero(cfg, 2, 1, zero, 0, kSteps);
     const std::string what = fmt::format("tensor 2 x data 2, ZeRO-{}", zero);
@@ -444,7 +452,7 @@ TEST(CudaParallelStepTest, ZeroInsideACudaLayoutTrainsAsWithoutItInTheFormulasBy
       EXPECT_EQ(got.state.params, plain.state.params) << what;
       EXPECT_EQ(got.state.adam_m, plain.state.adam_m) << what;
     } else {
-      zero2_state = got.state;
+      zero2 = got;
     }
     // Model states per rank, counted where allocated, over the position's shard of Ψ_s
     // floats cut over the data group (size(r) of it): parameters 6Ψ_s (float32 and bf16),
@@ -466,8 +474,10 @@ TEST(CudaParallelStepTest, ZeroInsideACudaLayoutTrainsAsWithoutItInTheFormulasBy
     }
   }
 
-  ExpectCrossesToTheCpuAndBack(cfg, 2, zero2_state);
-  ExpectPipelineTrainsAsZero0(cfg, 2);
+  ExpectCrossesToTheCpuAndBack(cfg, 2, zero2.state);
+  ExpectPipelineTrainsAsZero0(cfg, 2, pp_plain);
+  ExpectZero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCrossesToTheCpu(cfg, plain, zero2,
+                                                                          pp_plain);
 }
 
 // ZeRO-3 inside CUDA layouts (trainer/cuda_shard_engine.cc): the model reads each piece of
@@ -481,11 +491,11 @@ TEST(CudaParallelStepTest, ZeroInsideACudaLayoutTrainsAsWithoutItInTheFormulasBy
 // CPU on one rank, whose state resumes ZeRO-3 as it resumes ZeRO-0. Pipeline 2 x data 2
 // (the tied wte copies of the first and last stage, summed over the embedding group before
 // the reduce-scatter, keep one value): as ZeRO-0 to 1e-5.
-TEST(CudaParallelStepTest, Zero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCrossesToTheCpu) {
-  if (!HaveGpus(4)) GTEST_SKIP() << "needs 4 GPUs";
-  const GptConfig cfg = TinyConfig(2);
-  const ZeroRun plain = TrainZero(cfg, 2, 1, 0, 0, kSteps);
-  const ZeroRun zero2 = TrainZero(cfg, 2, 1, 2, 0, kSteps);
+// `plain` and `zero2` are tensor 2 x data 2's ZeRO-0 and ZeRO-2 runs of kSteps, `pp_plain`
+// pipeline 2 x data 2's ZeRO-0 run.
+void ExpectZero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCrossesToTheCpu(
+    const GptConfig& cfg, const ZeroRun& plain, const ZeroRun& zero2, const ZeroRun& pp_plain) {
+  SCOPED_TRACE("ZeRO-3");
   testing::TempDir dir;
   const ZeroDisk write{"", dir.path()};
   const ZeroRun got = TrainZero(cfg, 2, 1, 3, 0, kSteps, nullptr, &write);
@@ -535,7 +545,7 @@ TEST(CudaParallelStepTest, Zero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCro
   EXPECT_EQ(resumed.state.adam_t, kSteps);
 
   ExpectCrossesToTheCpuAndBack(cfg, 3, got.state);
-  ExpectPipelineTrainsAsZero0(cfg, 3);
+  ExpectPipelineTrainsAsZero0(cfg, 3, pp_plain);
 }
 
 // The offloads inside CUDA layouts (issue 15; trainer/host_shard_adamw.h on
