@@ -2,8 +2,8 @@
 // heartbeats) go through ObjectReader, which checks the type and range of every field it
 // reads. Job specs, which people write, also refuse unknown fields (a typo). The agent
 // protocol (registration, heartbeat, the head's timing, a launch's container) ignores them:
-// another Cohort version sent them during a rolling upgrade (IgnoreUnknownFields,
-// UnknownFields::kIgnore; docs/ARCHITECTURE.md, "Wire compatibility"). Records Cohort wrote itself (stored jobs and nodes, replies read
+// another Cohort version sent them during a rolling upgrade (UnknownFields::kIgnore;
+// docs/ARCHITECTURE.md, "Wire compatibility"). Records Cohort wrote itself (stored jobs and nodes, replies read
 // by the CLI) are decoded with nlohmann's typed getters; a malformed one becomes an Error,
 // never an exception.
 #include <algorithm>
@@ -60,9 +60,9 @@ std::string CutText(std::string text, size_t max_bytes) {
   return text + "...";
 }
 
-// Ends the reading of an agent-protocol object (a registration and its GPUs, a heartbeat
-// and its task and GPU reports, the head's timing) where a job spec's decoder calls
-// ObjectReader::Finish: its unknown fields are dropped, not refused. Their sender is another
+// The agent protocol's objects (a registration and its GPUs, a heartbeat and its task and
+// GPU reports, the head's timing) end with Finish(UnknownFields::kIgnore) where a job
+// spec's decoder calls Finish(): their unknown fields are dropped, not refused. Their sender is another
 // Cohort version during a rolling upgrade (a newer agent's new report field, as cpu_list
 // was; a newer head's timing), and refusing them would cut the node off: its heartbeats
 // fail and it goes DOWN with its jobs. Kubernetes' API server likewise drops unknown fields
@@ -71,7 +71,6 @@ std::string CutText(std::string text, size_t max_bytes) {
 // stored or echoed: the decoders copy only the fields they read into typed values, and no
 // message names an unknown field. Wrong types, out-of-range values and missing required
 // fields are still refused by the reads, each naming its field.
-void IgnoreUnknownFields(const ObjectReader&) {}
 
 template <typename F>
 auto Guard(std::string_view what, F&& f) -> decltype(f()) {
@@ -104,7 +103,7 @@ Result<std::vector<Gpu>> GpusFromJson(ObjectReader& r, std::string_view key) {
     gpu.mig_parent = static_cast<int>(COHORT_TRY(g.Int("mig_parent", -1, -1, kMaxGpusPerNode - 1)));
     gpu.nvlink_island = static_cast<int>(COHORT_TRY(g.Int("nvlink_island", -1, -1, kMaxGpusPerNode - 1)));
     gpu.pcie_switch = static_cast<int>(COHORT_TRY(g.Int("pcie_switch", -1, -1, kMaxGpusPerNode - 1)));
-    IgnoreUnknownFields(g);
+    COHORT_TRY_VOID(g.Finish(UnknownFields::kIgnore));
     if (gpu.index != static_cast<int>(i)) {
       return FieldError(g.FieldName("index"), "GPUs must be listed in index order 0..n-1");
     }
@@ -857,7 +856,7 @@ Result<Registration> RegistrationFromJson(const json& j) {
     return FieldError("gpu_sharing", "must be 'mps' or 'time-slicing', got '{}'", reg.gpu_sharing);
   }
   reg.csr = COHORT_TRY(r.String("csr", "", 16 << 10));
-  IgnoreUnknownFields(r);
+  COHORT_TRY_VOID(r.Finish(UnknownFields::kIgnore));
   if (!ValidName(reg.name, 64)) {
     return FieldError("name", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'", reg.name);
   }
@@ -883,7 +882,7 @@ Result<AgentTiming> AgentTimingFromJson(const json& j) {
   t.failure_timeout_ms = COHORT_TRY(r.Int("failure_timeout_ms", 3000, 10, 3'600'000));
   t.fence_timeout_ms = COHORT_TRY(r.Int("fence_timeout_ms", 2000, 10, 3'600'000));
   t.kill_grace_ms = COHORT_TRY(r.Int("kill_grace_ms", 5000, 0, 3'600'000));
-  IgnoreUnknownFields(r);
+  COHORT_TRY_VOID(r.Finish(UnknownFields::kIgnore));
   return t;
 }
 
@@ -963,7 +962,7 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
         return FieldError(t.FieldName("cpu_list"), "must be a CPU list such as 0-3,8 of at most {} characters",
                           kMaxCpuListBytes);
       }
-      IgnoreUnknownFields(t);
+      COHORT_TRY_VOID(t.Finish(UnknownFields::kIgnore));
       h.tasks.push_back(std::move(rep));
     }
   }
@@ -978,11 +977,11 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
       rep.telemetry = COHORT_TRY(TelemetryFromReport(g));
       rep.health_events = COHORT_TRY(g.Int("health_events", 0, 0, INT64_MAX));
       rep.health_event = COHORT_TRY(g.String("health_event", "", 1024));
-      IgnoreUnknownFields(g);
+      COHORT_TRY_VOID(g.Finish(UnknownFields::kIgnore));
       h.gpus.push_back(std::move(rep));
     }
   }
-  IgnoreUnknownFields(r);
+  COHORT_TRY_VOID(r.Finish(UnknownFields::kIgnore));
   return h;
 }
 

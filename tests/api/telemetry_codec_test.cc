@@ -82,7 +82,7 @@ TEST(TelemetryCodecTest, BadReportsNameTheField) {
   EXPECT_EQ(field_of(json::array({{{"index", -1}}})), "gpus[0].index");
   EXPECT_EQ(field_of(json::array({{{"utilization", 0.5}}})), "gpus[0].index");
   EXPECT_EQ(field_of(json::array({{{"index", 0}, {"health_events", -1}}})), "gpus[0].health_events");
-  // A field this head does not know is a newer agent's, ignored (codecs.cc, IgnoreUnknownFields).
+  // A field this head does not know is a newer agent's, ignored (codecs.cc, UnknownFields::kIgnore).
   EXPECT_EQ(field_of(json::array({{{"index", 0}, {"temprature_celsius", 50}}})), "(accepted)");
   EXPECT_EQ(field_of(json::array({{{"index", 0}, {"health_event", std::string(2000, 'x')}}})), "gpus[0].health_event");
   EXPECT_EQ(field_of(json("no")), "gpus");
