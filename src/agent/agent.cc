@@ -484,6 +484,7 @@ api::Heartbeat Agent::BuildHeartbeat() {
   }
   static const NodeSample kNoSample;  // Stop's last heartbeat may come before any sample
   const NodeSample& latest = sample ? *sample : kNoSample;
+  const std::string hung = CountGpuQueryHang(now);
   std::vector<TaskUsageSample> usage_samples;
   if (executor_) {
     // The executor's list is now's: a task started or exited since the sample is reported
@@ -529,9 +530,19 @@ api::Heartbeat Agent::BuildHeartbeat() {
     g.telemetry.temperature_celsius = r.temperature_celsius;
     g.telemetry.power_watts = r.power_watts;
     g.telemetry.sm_clock_hz = r.sm_clock_hz;
-    g.health_events = r.health_events;
-    g.health_event = r.health_event.substr(0, 1024);
+    g.health_events = r.health_events + hang_events_;
+    g.health_event = (hung.empty() ? r.health_event : hung).substr(0, 1024);
     hb.gpus.push_back(std::move(g));
+  }
+  if (latest.gpus.empty() && hang_events_ > 0) {
+    // The first query never returned: no readings, but the GPUs are still this node's.
+    for (const auto& info : gpus_) {
+      api::GpuReport g;
+      g.index = info.index;
+      g.health_events = hang_events_;
+      g.health_event = hung;
+      hb.gpus.push_back(std::move(g));
+    }
   }
   {
     MutexLock lock(mu_);
@@ -542,6 +553,37 @@ api::Heartbeat Agent::BuildHeartbeat() {
   // starts here and keeps the rest, and a list sent twice would hand a port out twice.
   hb.free_ports = FindFreePorts(4);
   return hb;
+}
+
+template <typename Query>
+auto Agent::QueryGpus(Query query) -> decltype(query()) {
+  gpu_query_since_.store(SteadyClock::now().time_since_epoch().count());
+  auto result = query();
+  gpu_query_since_.store(0);
+  return result;
+}
+
+std::string Agent::CountGpuQueryHang(SteadyTime now) {
+  const SteadyClock::rep since = gpu_query_since_.load();
+  if (since != hang_query_) {
+    // Another query (or none): what the last one added stays, and this one counts anew.
+    hang_events_before_ = hang_events_;
+    hang_query_ = since;
+  }
+  if (since == 0 || config_.gpu_monitor_timeout_ms <= 0) return "";
+  const SteadyClock::duration stuck = now - SteadyTime(SteadyClock::duration(since));
+  const int64_t intervals = stuck / Millis(config_.gpu_monitor_timeout_ms);
+  if (intervals <= 0) return "";
+  if (hang_events_before_ + intervals > hang_events_) {
+    hang_events_ = hang_events_before_ + intervals;
+    LOG_WARN("a GPU query has not returned for {}: every GPU of this node is reported unhealthy (the head places "
+             "no new work on them and restarts the jobs on them elsewhere) until `cohort resume` once the driver "
+             "answers again",
+             FormatDuration(stuck));
+  }
+  return fmt::format("the GPU monitor's query has not returned for {} (a GPU or its driver stopped answering; NVML "
+                     "hangs so when a GPU falls off the bus)",
+                     FormatDuration(stuck));
 }
 
 Agent::NodeSample Agent::TakeSample() {
@@ -578,9 +620,9 @@ Agent::NodeSample Agent::TakeSample() {
     TaskProcesses procs = ReadTaskProcesses(roots);
     out.usage = std::move(procs.usage);
     out.task_of = std::move(procs.task_of);
-    if (monitor_) out.gpu_processes = monitor_->Processes();
+    if (monitor_) out.gpu_processes = QueryGpus([&] { return monitor_->Processes(); });
   }
-  if (monitor_) out.gpus = monitor_->Sample(busy, SteadyClock::now());
+  if (monitor_) out.gpus = QueryGpus([&] { return monitor_->Sample(busy, SteadyClock::now()); });
   out.taken = SteadyClock::now();
   return out;
 }

@@ -60,6 +60,7 @@
 // or is set by Start before any other thread runs and read-only afterwards.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -123,6 +124,14 @@ struct AgentConfig {
   int64_t head_down_grace_ms = 60'000;
   std::string health_check;               // a GPU health check command (health_check.h); empty: none
   int64_t health_check_interval_ms = 60'000;
+  // A query of the GPU monitor (NVML's processes or readings) that has not returned for this
+  // long marks every GPU of the node unhealthy: one health event on each, and one more every
+  // such interval while it hangs (as a failing --health-check does), so a GPU resumed
+  // before the driver answers again is marked again. NVML hangs this way when a GPU falls
+  // off the bus; an agent that cannot query its GPUs cannot vouch for them. The head treats
+  // it as any GPU health event: no new work there, the jobs on them restarted elsewhere,
+  // until `cohort resume`. 0: never.
+  int64_t gpu_monitor_timeout_ms = 30'000;
   // Presented when registering (head/auth.h): a token of role agent (or admin). The head's
   // reply holds the node's credential, which heartbeats present and which the head shows
   // when it calls this agent. Empty: an --insecure head.
@@ -242,6 +251,13 @@ class Agent {
   // head with the next heartbeat (sent at once), as it did when the loop sampled itself.
   void SampleLoop() EXCLUDES(mu_);
   NodeSample TakeSample() EXCLUDES(mu_);
+  // Runs a GPU monitor call with gpu_query_since_ set around it (sampler thread).
+  template <typename Query>
+  auto QueryGpus(Query query) -> decltype(query());
+  // Counts a GPU query that has not returned for AgentConfig::gpu_monitor_timeout_ms into
+  // hang_events_ (one event per interval it has hung) and returns the health event's
+  // reason while it hangs, "" when no query is stuck (loop thread, BuildHeartbeat).
+  std::string CountGpuQueryHang(SteadyTime now);
   void WakeSampler() EXCLUDES(mu_);            // any thread: sample now (a GPU health event)
 
   void Wake() EXCLUDES(mu_);                   // any thread: heartbeat now
@@ -327,6 +343,14 @@ class Agent {
   SteadyTime last_error_log_;                 // when a failure was last logged (rate limit)
   uint64_t measured_seq_ = 0;  // the sample MeasureGpuMemory last measured
   SteadyTime last_stale_log_;  // the last "the latest sample is ... old" warning
+  // When the sampler's GPU query in progress began (SteadyClock ticks), 0 when none is:
+  // written by the sampler around each monitor call, read by BuildHeartbeat.
+  std::atomic<SteadyClock::rep> gpu_query_since_{0};
+  // Health events the agent added to every GPU for queries that did not return
+  // (AgentConfig::gpu_monitor_timeout_ms), and those of hangs before the current one
+  // (loop thread).
+  int64_t hang_events_ = 0, hang_events_before_ = 0;
+  SteadyClock::rep hang_query_ = 0;  // the query hang_events_ counts for (its start), 0: none
   // GPU memory (gpu/task_memory.h), loop thread: each sharing task's part (from its
   // launch), the latest measurement, the warning of a task once over its part (kept for
   // the task's life), and the tasks stopped for it. Dropped with the head's assignment.

@@ -17,6 +17,7 @@ void AddAgentCommand(CommandContext& ctx) {
     std::string head_down_grace = "60s";
     std::string log_level = "info";
     std::string health_check_interval = "60s";
+    std::string gpu_monitor_timeout = "30s";
     std::string join_token_file;
     std::string task_user = "job";
     std::string cpu_bind = "none";
@@ -68,6 +69,9 @@ void AddAgentCommand(CommandContext& ctx) {
                   "GPU health check, run with /bin/sh -c every interval: a non-zero exit marks GPUs unhealthy "
                   "(lines 'gpu N: reason' name them; otherwise all)");
   sub->add_option("--health-check-interval", f->health_check_interval, "How often to run --health-check (default 60s)");
+  sub->add_option("--gpu-monitor-timeout", f->gpu_monitor_timeout,
+                  "A GPU query (NVML) that has not returned for this long marks every GPU of the node unhealthy, "
+                  "as a failed health check does (a GPU that fell off the bus hangs NVML); 0: never (default 30s)");
   sub->add_option("--join-token", f->config.join_token,
                   "Token that lets this node join (role agent; default $COHORT_JOIN_TOKEN, or the head's "
                   "state_dir/join.token with --join-token-file)");
@@ -110,6 +114,15 @@ void AddAgentCommand(CommandContext& ctx) {
                                "health_check_interval"});
     }
     f->config.health_check_interval_ms = *check_interval;
+    auto monitor_timeout = ParseDurationMs(f->gpu_monitor_timeout, "--gpu-monitor-timeout");
+    if (!monitor_timeout) return ReportError(monitor_timeout.error());
+    if (*monitor_timeout != 0 && *monitor_timeout < 1000) {
+      return ReportError(Error{ErrorCode::kInvalidArgument,
+                               fmt::format("--gpu-monitor-timeout must be 0 (never) or at least 1s, got {}",
+                                           f->gpu_monitor_timeout),
+                               "gpu_monitor_timeout"});
+    }
+    f->config.gpu_monitor_timeout_ms = *monitor_timeout;
     auto max_unused = ParseDurationMs(f->image_max_unused, "--image-max-unused");
     if (!max_unused) return ReportError(max_unused.error());
     f->config.image_max_unused_ms = *max_unused;

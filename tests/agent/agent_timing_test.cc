@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -191,8 +192,10 @@ class AgentTimingTest : public ::testing::Test {
   }
 
   // `gpus` simulated GPUs, whose monitor samples through gate_.
-  void StartAgent(const FakeHead& head, std::map<std::string, std::string> runtimes = {}, int gpus = 0) {
+  void StartAgent(const FakeHead& head, std::map<std::string, std::string> runtimes = {}, int gpus = 0,
+                  Millis gpu_monitor_timeout = Millis(30'000)) {
     AgentConfig c;
+    c.gpu_monitor_timeout_ms = gpu_monitor_timeout.count();
     c.container_runtimes = std::move(runtimes);
     c.head_url = head.url();
     c.name = "n1";
@@ -355,6 +358,61 @@ TEST_F(AgentTimingTest, AHungGpuMonitorDoesNotHoldTheHeartbeats) {
     ASSERT_EQ(beats[i].gpus.size(), 2u);
     EXPECT_EQ(beats[i].gpus[1].health_events, 1) << "heartbeat " << i << ": one event, counted once";
     EXPECT_EQ(beats[i].gpus[0].health_events, 0);
+  }
+}
+
+// A GPU query that has not returned for the agent's GPU monitor timeout marks every GPU of
+// the node unhealthy: a health event on each, with the reason, and one more for each further
+// timeout it hangs (so a GPU resumed meanwhile is marked again); once the query returns, no
+// more. On main the heartbeats went on with the last readings and no event at all.
+TEST_F(AgentTimingTest, AGpuQueryHungPastTheTimeoutMarksEveryGpuUnhealthy) {
+  FakeHead head(Timing(50, 3000, 2000));
+  StartAgent(head, {}, /*gpus=*/2, /*gpu_monitor_timeout=*/Millis(1000));
+  auto beats = head.WaitForBeats(5);
+  ASSERT_GE(beats.size(), 5u);
+  for (const auto& b : beats) {
+    ASSERT_EQ(b.gpus.size(), 2u);
+    EXPECT_EQ(b.gpus[0].health_events, 0) << "no event while the queries return";
+  }
+  // Each beat from `from` on, until `done` says so (or 30 s pass): the one it stopped at.
+  auto wait_for = [&](size_t from, auto done) -> std::optional<FakeHead::Beat> {
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+    for (size_t i = from; SteadyClock::now() < deadline; ++i) {
+      beats = head.WaitForBeats(i + 1);
+      if (beats.size() <= i) break;
+      if (done(beats[i])) return beats[i];
+    }
+    return std::nullopt;
+  };
+  const auto events = [](const FakeHead::Beat& b, int64_t n) {
+    return b.gpus.size() == 2 && b.gpus[0].health_events >= n && b.gpus[1].health_events >= n;
+  };
+
+  gate_->Set(false);
+  ASSERT_TRUE(gate_->WaitForHungSample()) << "the monitor was never sampled again";
+  auto first = wait_for(beats.size(), [&](const FakeHead::Beat& b) { return events(b, 1); });
+  ASSERT_TRUE(first) << "no health event while the GPU query hung";
+  for (const auto& g : first->gpus) {
+    EXPECT_EQ(g.health_events, 1);
+    EXPECT_THAT(g.health_event, ::testing::HasSubstr("the GPU monitor's query has not returned for"));
+  }
+  // Still hung a timeout later: one more event on each GPU.
+  ASSERT_TRUE(wait_for(beats.size(), [&](const FakeHead::Beat& b) { return events(b, 2); }))
+      << "no second event while the query went on hanging";
+
+  // The query returns: from the first beat that no longer says it hangs, the count stays.
+  gate_->Set(true);
+  auto back = wait_for(beats.size(), [](const FakeHead::Beat& b) {
+    return b.gpus.size() == 2 && b.gpus[0].health_event.find("has not returned") == std::string::npos;
+  });
+  ASSERT_TRUE(back) << "the heartbeats kept saying the query hangs after it returned";
+  const int64_t counted = back->gpus[0].health_events;
+  EXPECT_GE(counted, 2);
+  beats = head.WaitForBeats(beats.size() + 10);
+  for (size_t i = beats.size() - 10; i < beats.size(); ++i) {
+    ASSERT_EQ(beats[i].gpus.size(), 2u);
+    EXPECT_EQ(beats[i].gpus[0].health_events, counted) << "heartbeat " << i << ": an event after the query returned";
+    EXPECT_EQ(beats[i].gpus[1].health_events, counted) << "heartbeat " << i;
   }
 }
 

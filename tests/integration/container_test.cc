@@ -328,5 +328,16 @@ TEST(ContainerFlags, AnAgentRefusesASweepIntervalUnderASecond) {
   EXPECT_NE(out2.find("--container-sweep-interval: 'often' is not a duration"), std::string::npos) << out2;
 }
 
+// --gpu-monitor-timeout (agent.h, AgentConfig::gpu_monitor_timeout_ms): 0 (never) or at
+// least a second, named with the value given.
+TEST(ContainerFlags, AnAgentRefusesAGpuMonitorTimeoutUnderASecond) {
+  auto [rc, out] = RunAgentWithFlags({"--gpu-monitor-timeout", "200ms"});
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--gpu-monitor-timeout must be 0 (never) or at least 1s, got 200ms"), std::string::npos) << out;
+  auto [rc2, out2] = RunAgentWithFlags({"--gpu-monitor-timeout", "-5s"});
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("--gpu-monitor-timeout"), std::string::npos) << out2;
+}
+
 }  // namespace
 }  // namespace cohort::testing
