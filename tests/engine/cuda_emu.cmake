@@ -159,6 +159,7 @@ if(TARGET cohort_engine_kernels_cuda)
     endif()
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_PREFIX "Emu." ${_filter}
                          PROPERTIES LABELS engine TIMEOUT 900 ${_emu_test_env})
+    cohort_test_costs(${name})
   endfunction()
 
   # The emulator's self-test: selftest_kernels.cu through the same rewrite as the engine's
@@ -179,6 +180,7 @@ if(TARGET cohort_engine_kernels_cuda)
                         GTest::gtest_main)
   gtest_discover_tests(engine_cuda_emu_selftest DISCOVERY_TIMEOUT 60 TEST_PREFIX "Emu."
                        PROPERTIES LABELS engine ${_emu_test_env})
+  cohort_test_costs(engine_cuda_emu_selftest)
   # The same kernels on the unchecked build: it still computes them, still aborts on a
   # deadlock and a shared index out of range, still reports cp.async work never waited for
   # and still refuses a copy past an allocation. The shadow's hazard cases are the checked
@@ -192,6 +194,7 @@ if(TARGET cohort_engine_kernels_cuda)
     TEST_PREFIX "Emu.Unchecked."
     TEST_FILTER "*CorrectKernel*:*TwoHostThreads*:*CpAsync*WaitedFor*:*SharedArrayIndex*:*BarrierNotEveryThreadReaches*:*CopyPastADeviceAllocation*"
     PROPERTIES LABELS engine ${_emu_test_env})
+  cohort_test_costs(engine_cuda_emu_unchecked_selftest)
 
   _cohort_emu_test(engine_cuda_attention_emu_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_attention_test.cc
