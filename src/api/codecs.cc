@@ -1,7 +1,8 @@
 // JSON codecs for the wire types. Inputs from outside (job specs, registrations,
-// heartbeats) go through ObjectReader, which checks the type and range of every field it
-// reads. Job specs, which people write, also refuse unknown fields (a typo). The agent
-// protocol (registration, heartbeat, the head's timing, a launch's container) ignores them:
+// heartbeats, the head's heartbeat replies) go through ObjectReader, which checks the type
+// and range of every field it reads. Job specs, which people write, also refuse unknown
+// fields (a typo). The agent protocol (registration, heartbeat, the head's reply with its
+// timing and launches) ignores them:
 // another Cohort version sent them during a rolling upgrade (UnknownFields::kIgnore;
 // docs/ARCHITECTURE.md, "Wire compatibility"). Records Cohort wrote itself (stored jobs and nodes, replies read
 // by the CLI) are decoded with nlohmann's typed getters; a malformed one becomes an Error,
@@ -1010,39 +1011,56 @@ json ToJson(const HeartbeatReply& r) {
   return json{{"version", r.version}, {"tasks", tasks}, {"acked", acked}, {"timing", ToJson(r.timing)}};
 }
 
+// The agent reads the head's reply as the head reads its heartbeat: every field's type and
+// range checked and named ("tasks[2].gpus: ..."), a newer head's unknown fields dropped.
 Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
-  return Guard("heartbeat reply", [&]() -> Result<HeartbeatReply> {
-    HeartbeatReply r;
-    r.version = j.at("version").get<int64_t>();
-    const json& tasks = j.at("tasks");
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      const json& t = tasks[i];
-      TaskLaunch l;
-      l.job = t.at("job").get<JobId>();
-      l.attempt = t.at("attempt").get<int>();
-      l.rank = t.at("rank").get<int>();
-      l.command = t.value("command", std::vector<std::string>{});  // none: the agent runs it already
-      l.env = t.value("env", std::map<std::string, std::string>{});
-      l.workdir = t.value("workdir", "");
-      l.gpus = t.value("gpus", std::vector<int>{});
-      l.cpus = t.value("cpus", 0);
-      l.user = t.value("user", "");
-      // A newer head's container field is dropped (the agent protocol; codecs.cc's top).
-      if (t.contains("container")) {
-        l.container = COHORT_TRY(
-            ContainerSpecFromJson(t["container"], fmt::format("tasks[{}].container", i), UnknownFields::kIgnore));
-      }
-      l.hold = t.value("hold", false);
-      l.checkpoint_requested = t.value("checkpoint_requested", false);
-      l.checkpoint_signal = t.value("checkpoint_signal", 0);
-      r.tasks.push_back(std::move(l));
+  auto r = COHORT_TRY(ObjectReader::Open(j));
+  HeartbeatReply reply;
+  reply.version = COHORT_TRY(r.Int("version", std::nullopt, 0, INT64_MAX));
+  const json* tasks = r.Raw("tasks");
+  if (tasks == nullptr || !tasks->is_array() || tasks->size() > kMaxReportedTasks) {
+    return FieldError(r.FieldName("tasks"), "must be an array of at most {} task launches", kMaxReportedTasks);
+  }
+  for (size_t i = 0; i < tasks->size(); ++i) {
+    auto t = COHORT_TRY(ObjectReader::Open((*tasks)[i], fmt::format("{}[{}]", r.FieldName("tasks"), i)));
+    TaskLaunch l;
+    l.job = COHORT_TRY(t.Int("job", std::nullopt, 1, INT64_MAX));
+    l.attempt = static_cast<int>(COHORT_TRY(t.Int("attempt", std::nullopt, 0, 1 << 30)));
+    l.rank = static_cast<int>(COHORT_TRY(t.Int("rank", std::nullopt, 0, 1 << 30)));
+    // No command: the agent runs the task already (the head sends no launch details).
+    l.command = COHORT_TRY(t.StringList("command", std::vector<std::string>{}));
+    l.env = COHORT_TRY(t.StringMap("env"));
+    l.workdir = COHORT_TRY(t.String("workdir", ""));
+    l.gpus = COHORT_TRY(IntList(t, "gpus", 0, kMaxGpusPerNode - 1, kMaxGpusPerNode));
+    l.cpus = static_cast<int>(COHORT_TRY(t.Int("cpus", 0, 0, 1 << 20)));
+    l.user = COHORT_TRY(t.String("user", "", 256));
+    // A newer head's container field is dropped (the agent protocol; codecs.cc's top).
+    if (const json* c = t.Raw("container")) {
+      l.container = COHORT_TRY(ContainerSpecFromJson(*c, t.FieldName("container"), UnknownFields::kIgnore));
     }
-    for (const auto& a : j.value("acked", json::array())) {
-      r.acked.push_back({a.at("job").get<JobId>(), a.at("attempt").get<int>(), a.at("rank").get<int>()});
+    l.hold = COHORT_TRY(t.Bool("hold", false));
+    l.checkpoint_requested = COHORT_TRY(t.Bool("checkpoint_requested", false));
+    l.checkpoint_signal = static_cast<int>(COHORT_TRY(t.Int("checkpoint_signal", 0, 0, 128)));
+    COHORT_TRY_VOID(t.Finish(UnknownFields::kIgnore));
+    reply.tasks.push_back(std::move(l));
+  }
+  if (const json* acked = r.Raw("acked")) {
+    if (!acked->is_array() || acked->size() > kMaxReportedTasks) {
+      return FieldError(r.FieldName("acked"), "must be an array of at most {} tasks", kMaxReportedTasks);
     }
-    if (j.contains("timing")) r.timing = COHORT_TRY(AgentTimingFromJson(j["timing"]));
-    return r;
-  });
+    for (size_t i = 0; i < acked->size(); ++i) {
+      auto a = COHORT_TRY(ObjectReader::Open((*acked)[i], fmt::format("{}[{}]", r.FieldName("acked"), i)));
+      TaskRef ref;
+      ref.job = COHORT_TRY(a.Int("job", std::nullopt, 1, INT64_MAX));
+      ref.attempt = static_cast<int>(COHORT_TRY(a.Int("attempt", std::nullopt, 0, 1 << 30)));
+      ref.rank = static_cast<int>(COHORT_TRY(a.Int("rank", std::nullopt, 0, 1 << 30)));
+      COHORT_TRY_VOID(a.Finish(UnknownFields::kIgnore));
+      reply.acked.push_back(ref);
+    }
+  }
+  if (const json* timing = r.Raw("timing")) reply.timing = COHORT_TRY(AgentTimingFromJson(*timing));
+  COHORT_TRY_VOID(r.Finish(UnknownFields::kIgnore));
+  return reply;
 }
 
 }  // namespace cohort::api

@@ -303,6 +303,56 @@ TEST(AgentProtocol, ANewerHeadsContainerFieldIsIgnoredAndKnownOnesChecked) {
   EXPECT_EQ(field_of(HeartbeatReplyFromJson(bad_runtime)), "tasks[0].container.runtime");
 }
 
+// Every field of the reply, not only the container, is checked and named as the head checks
+// a heartbeat's; a newer head's unknown fields are dropped at every level.
+TEST(AgentProtocol, EveryReplyFieldIsCheckedAndNamedAndUnknownOnesDropped) {
+  HeartbeatReply reply;
+  reply.version = 7;
+  TaskLaunch l;
+  l.job = 3;
+  l.attempt = 1;
+  l.rank = 2;
+  l.command = {"sleep", "1"};
+  l.env = {{"A", "1"}};
+  l.gpus = {0, 1};
+  l.cpus = 4;
+  l.user = "alice";
+  l.checkpoint_requested = true;
+  l.checkpoint_signal = 10;
+  reply.tasks.push_back(l);
+  reply.acked.push_back({5, 0, 1});
+  json wire = ToJson(reply);
+  json newer = wire;
+  newer["future"] = 1;
+  newer["tasks"][0]["future"] = {{"x", 1}};
+  newer["acked"][0]["future"] = true;
+  newer["timing"]["future"] = "y";
+  auto back = HeartbeatReplyFromJson(newer);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(ToJson(*back), wire);
+
+  auto field_of = [](Result<HeartbeatReply> r) { return r ? std::string("(accepted)") : r.error().field; };
+  auto with = [&](const std::string& pointer, json value) {
+    json j = wire;
+    j[json::json_pointer(pointer)] = std::move(value);
+    return field_of(HeartbeatReplyFromJson(j));
+  };
+  EXPECT_EQ(with("/version", "7"), "version");
+  EXPECT_EQ(with("/tasks", json::object()), "tasks");
+  EXPECT_EQ(with("/tasks/0/job", 0), "tasks[0].job");
+  EXPECT_EQ(with("/tasks/0/command", "sleep 1"), "tasks[0].command");
+  EXPECT_EQ(with("/tasks/0/env", json::array({"A=1"})), "tasks[0].env");
+  EXPECT_EQ(with("/tasks/0/gpus/1", "one"), "tasks[0].gpus");
+  EXPECT_EQ(with("/tasks/0/cpus", -1), "tasks[0].cpus");
+  EXPECT_EQ(with("/tasks/0/checkpoint_signal", 300), "tasks[0].checkpoint_signal");
+  EXPECT_EQ(with("/tasks/0/hold", "yes"), "tasks[0].hold");
+  EXPECT_EQ(with("/acked/0/rank", "2"), "acked[0].rank");
+  EXPECT_EQ(with("/acked", 5), "acked");
+  json no_tasks = wire;
+  no_tasks.erase("tasks");
+  EXPECT_EQ(field_of(HeartbeatReplyFromJson(no_tasks)), "tasks");
+}
+
 TEST(Job, RoundTripsEveryField) {
   Job j;
   j.id = 12;
