@@ -50,14 +50,32 @@ using gloo_backend::ReduceFunction;
 using gloo_backend::StoreFailure;
 using UnboundBuffer = ::gloo::transport::UnboundBuffer;
 
-// With check_consistency, every descriptor message is followed by a payload message to the
-// same peer (empty unless the collective is an allreduce that fuses its first data round
-// into the exchange). A rank always posts its payload receive with the same capacity,
-// kFusedBudget / (size - 1) bytes per peer, so a mismatched peer's payload (never longer
-// than that: the sender checks it against the same constant) lands harmlessly and the
-// communicator stays usable; a longer message would trip an assertion on Gloo's device
-// thread. The scratch is reserved, not touched, until payloads use it.
+// With check_consistency, every collective starts with one message to each peer: an
+// ExchangeHeader (the descriptor, and how long a payload follows on its own) and, behind
+// it, a payload of up to kMergedPayloadLimit bytes (an allreduce that fuses its first data
+// round into the exchange). A longer payload follows in a second message, sent from the
+// caller's buffer. Each Gloo message is itself three (a send notice, a receive notice, the
+// data), handed between the device thread and the caller's: one message per peer instead
+// of a descriptor message and a payload message (empty for most collectives) halves that
+// traffic. Whether a second message comes is a function of the descriptor
+// (SeparateBytes), so a rank posts that receive up front, as for the header, when its own
+// descriptor says one comes. Peers whose descriptors differ (the mismatch the exchange is
+// there to catch) may disagree: a header announcing a payload the receiver did not expect
+// gets its receive then, and a sender that sees from a peer's header that the peer
+// expected a payload it did not send sends an empty one, so every posted receive meets
+// exactly one message and the next collective pairs correctly. Every receive has the same
+// capacity everywhere (the header's, and kFusedBudget / (size - 1) bytes for a payload,
+// which the sender checks against the same constant), so a mismatched peer's message lands
+// harmlessly and the communicator stays usable; a longer message would trip an assertion
+// on Gloo's device thread. The scratch is reserved, not touched, until payloads use it.
 constexpr size_t kFusedBudget = size_t{16} << 20;
+constexpr size_t kMergedPayloadLimit = size_t{64} << 10;
+struct ExchangeHeader {
+  CollectiveDescriptor desc;
+  uint64_t separate_bytes = 0;  // the payload's length when it follows on its own, else 0
+  uint64_t reserved = 0;
+};
+static_assert(sizeof(ExchangeHeader) == 64);
 // Up to this many payload bytes arrive at a rank (from all peers together), an allreduce
 // travels whole inside the exchange and every rank folds it locally: one message round,
 // but each rank receives (size - 1) x the payload where the ring receives 2 (size - 1) /
@@ -190,6 +208,10 @@ class GlooCommunicator final : public CommunicatorBase {
               // all-to-all allgather of the reduced chunks (2 rounds in all)
   };
   FusedMode PickMode(const FusedAllReduce& f) const;
+  // What of collective `d`'s payload from rank `from` to rank `to` travels in a message of
+  // its own (kFusedBudget's comment): its length, or 0 when it rides behind the header or
+  // there is none. A function of the descriptor, so both ends compute it alike.
+  size_t SeparateBytes(const CollectiveDescriptor& d, int to) const;
   // Elements before chunk `c` when `count` elements are split into size() chunks.
   size_t ChunkBegin(size_t count, int c) const;
 
@@ -205,14 +227,15 @@ class GlooCommunicator final : public CommunicatorBase {
   // failure breaks the communicator.
   template <typename F>
   Result<void> Guarded(const CollectiveDescriptor& d, F&& f);
-  // All-to-all exchange of descriptors, each followed by a payload message: for `fused`
-  // in mode kInline its whole `send`, in mode kSplit chunk p of it for peer p, else
-  // empty. Names ranks that did not answer; checks that the descriptors agree.
+  // All-to-all exchange of descriptors, each with its payload (kFusedBudget's comment): for
+  // `fused` in mode kInline its whole `send`, in mode kSplit chunk p of it for peer p, else
+  // none. Sets payload_in_. Names ranks that did not answer; checks that the descriptors
+  // agree.
   Result<void> ExchangeDescriptors(const CollectiveDescriptor& mine,
                                    const FusedAllReduce* fused = nullptr,
                                    FusedMode mode = FusedMode::kNone);
   // Folds contributions of ranks 0..size-1 in rank order into `out` (`n` elements):
-  // rank r's is `mine` for this rank, else the payload that arrived from r. `out` may
+  // rank r's is `mine` for this rank, else the payload that arrived from r (payload_in_). `out` may
   // alias `mine`: on ranks other than 0, scratch_[0] serves as the accumulator until the
   // last step, so that `mine` is read before `out` is written. Every rank folding the
   // same inputs computes the same bits.
@@ -230,17 +253,24 @@ class GlooCommunicator final : public CommunicatorBase {
   std::shared_ptr<::gloo::rendezvous::Context> context_;
   PeerDirectory peers_;
 
-  // Descriptor exchange buffers, reused by every collective: per peer a descriptor, then
-  // a payload of up to payload_capacity_ bytes (a receive accepts any shorter message).
+  // Descriptor exchange buffers, reused by every collective (kFusedBudget's comment): per
+  // peer a first message (header, and up to merged_limit_ payload bytes behind it; a
+  // receive accepts any shorter message) and a payload of up to payload_capacity_ bytes.
   // inline_limit_: the largest allreduce (bytes) that travels whole (kInline).
   size_t payload_capacity_ = 0;
   size_t inline_limit_ = 0;
-  CollectiveDescriptor desc_out_;
+  size_t merged_limit_ = 0;
+  size_t first_bytes() const { return sizeof(ExchangeHeader) + merged_limit_; }
   std::vector<CollectiveDescriptor> desc_in_;
-  std::unique_ptr<UnboundBuffer> desc_out_buf_;
-  std::vector<std::unique_ptr<UnboundBuffer>> desc_in_bufs_;
+  std::unique_ptr<std::byte[]> staging_;  // per peer, first_bytes(): the message we send it
+  std::unique_ptr<UnboundBuffer> staging_buf_;
+  std::vector<std::unique_ptr<std::byte[]>> first_;  // per peer, first_bytes(): what it sent
+  std::vector<std::unique_ptr<UnboundBuffer>> first_bufs_;
   std::vector<std::unique_ptr<std::byte[]>> scratch_;  // per peer, payload_capacity_ bytes
   std::vector<std::unique_ptr<UnboundBuffer>> scratch_bufs_;
+  // Where each peer's payload of the current collective is: behind its header in first_,
+  // or in scratch_ when it came on its own.
+  std::vector<const std::byte*> payload_in_;
 };
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<const GlooShared> shared,
@@ -257,15 +287,20 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<const GlooShared> shared,
     inline_limit_ = size() == 2 ? kInlineLimitPair
                                : (kInlineBudget / static_cast<size_t>(size() - 1)) & ~size_t{7};
     inline_limit_ = std::min(inline_limit_, payload_capacity_);
+    merged_limit_ = std::min(kMergedPayloadLimit, payload_capacity_);
   }
-  constexpr size_t kDesc = sizeof(CollectiveDescriptor);
-  desc_out_buf_ = context_->createUnboundBuffer(&desc_out_, kDesc);
-  desc_in_bufs_.resize(static_cast<size_t>(size()));
-  scratch_.resize(static_cast<size_t>(size()));
-  scratch_bufs_.resize(static_cast<size_t>(size()));
+  const size_t n = static_cast<size_t>(size());
+  staging_.reset(new std::byte[n * first_bytes()]);
+  staging_buf_ = context_->createUnboundBuffer(staging_.get(), n * first_bytes());
+  first_.resize(n);
+  first_bufs_.resize(n);
+  scratch_.resize(n);
+  scratch_bufs_.resize(n);
+  payload_in_.resize(n, nullptr);
   for (int r = 0; r < size(); ++r) {
     if (r == rank) continue;
-    desc_in_bufs_[r] = context_->createUnboundBuffer(&desc_in_[r], kDesc);
+    first_[r].reset(new std::byte[first_bytes()]);
+    first_bufs_[r] = context_->createUnboundBuffer(first_[r].get(), first_bytes());
     if (payload_capacity_ > 0) {
       scratch_[r].reset(new std::byte[payload_capacity_]);  // uninitialized: not touched
       scratch_bufs_[r] = context_->createUnboundBuffer(scratch_[r].get(), payload_capacity_);
@@ -349,6 +384,20 @@ GlooCommunicator::FusedMode GlooCommunicator::PickMode(const FusedAllReduce& f) 
   return largest_chunk <= payload_capacity_ ? FusedMode::kSplit : FusedMode::kNone;
 }
 
+size_t GlooCommunicator::SeparateBytes(const CollectiveDescriptor& d, int to) const {
+  if (d.magic != CollectiveDescriptor::kMagic ||
+      d.kind != static_cast<uint32_t>(CollectiveKind::kAllReduce) ||
+      d.dtype > static_cast<uint32_t>(DataType::kInt64)) {
+    return 0;
+  }
+  const FusedAllReduce f{nullptr, nullptr, d.count, static_cast<DataType>(d.dtype), ReduceOp::kSum};
+  const FusedMode mode = PickMode(f);
+  size_t length = 0;
+  if (mode == FusedMode::kInline) length = f.count * SizeOf(f.type);
+  if (mode == FusedMode::kSplit) length = (ChunkBegin(f.count, to + 1) - ChunkBegin(f.count, to)) * SizeOf(f.type);
+  return length > merged_limit_ ? length : 0;
+}
+
 size_t GlooCommunicator::ChunkBegin(size_t count, int c) const {
   const size_t n = static_cast<size_t>(size());
   const size_t uc = static_cast<size_t>(c);
@@ -406,7 +455,7 @@ void GlooCommunicator::FoldInRankOrder(void* out, const void* mine, size_t n, Da
                                        ReduceOp op) {
   if (n == 0) return;
   auto contribution = [&](int r) -> const void* {
-    return r == rank() ? mine : static_cast<const void*>(scratch_[r].get());
+    return r == rank() ? mine : static_cast<const void*>(payload_in_[r]);
   };
   const auto reduce = ReduceFunction(type, op);
   // Rank 0 may accumulate in `out` (its own contribution is read first); any other rank
@@ -484,8 +533,7 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
     return std::max(Millis(0),
                     std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()));
   };
-  desc_out_ = mine;
-  // What goes to peer p after the descriptor: bytes [offset, offset + length) of `send`.
+  // What goes to peer p after the header: bytes [offset, offset + length) of `send`.
   const size_t esz = fused != nullptr ? SizeOf(fused->type) : 0;
   auto piece = [&](int p) -> std::pair<size_t, size_t> {
     if (mode == FusedMode::kInline) return {0, fused->count * esz};
@@ -505,49 +553,100 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
     failure[p] = CleanGlooMessage(what);
     if (failure[p].empty()) failure[p] = "unknown failure";
   };
-  // One Slot for all descriptors and payloads: Gloo matches sends and receives of a slot
-  // in order, and every rank sends (and expects) exactly two messages per peer per
-  // collective, so a rank that is a collective behind is paired with the others' current
-  // one.
+  // One Slot for all headers and payloads: Gloo matches sends and receives of a slot in
+  // order, and every receive a rank posts for a peer meets exactly one message of it
+  // (kFusedBudget's comment), so a rank that is a collective behind is paired with the
+  // others' current one. The payload receives this rank's descriptor predicts are posted
+  // with the headers'.
+  std::vector<bool> payload_posted(static_cast<size_t>(size()), false);
   for (int i = 1; i < size(); ++i) {
     const int p = (rank() + i) % size();
     try {
-      desc_in_bufs_[p]->recv(p, slot);
-      scratch_bufs_[p]->recv(p, slot, 0, payload_capacity_);
+      first_bufs_[p]->recv(p, slot, 0, first_bytes());
+      if (SeparateBytes(mine, rank()) > 0) {
+        scratch_bufs_[p]->recv(p, slot, 0, payload_capacity_);
+        payload_posted[p] = true;
+      }
     } catch (const std::exception& e) {
       note(p, e.what());
     }
   }
-  int desc_sends = 0;
+  int first_sends = 0;
   int payload_sends = 0;
   for (int i = 1; i < size(); ++i) {
     const int p = (rank() + i) % size();
     if (!failure[p].empty()) continue;
+    const auto [offset, length] = piece(p);
+    const size_t separate = SeparateBytes(mine, p);
+    std::byte* message = staging_.get() + static_cast<size_t>(p) * first_bytes();
+    const ExchangeHeader header{mine, separate, 0};
+    std::memcpy(message, &header, sizeof header);
+    const size_t merged = separate == 0 ? length : 0;
+    if (merged > 0) {
+      std::memcpy(message + sizeof header, static_cast<const std::byte*>(fused->send) + offset, merged);
+    }
     try {
-      desc_out_buf_->send(p, slot, 0, sizeof(CollectiveDescriptor));
-      ++desc_sends;
-      const auto [offset, length] = piece(p);
-      if (length > 0) {
+      staging_buf_->send(p, slot, static_cast<size_t>(p) * first_bytes(), sizeof header + merged);
+      ++first_sends;
+      if (separate > 0) {
         payload->send(p, slot, offset, length);
         ++payload_sends;
-      } else {
-        desc_out_buf_->send(p, slot, 0, 0);  // an empty payload message
-        ++desc_sends;
       }
     } catch (const std::exception& e) {
       note(p, e.what());
     }
   }
-  // Wait for every peer's descriptor and payload. After a timeout Gloo fails every
-  // pending wait at once, and a wait on a message that already arrived still succeeds: so
-  // the peers noted below are exactly those that had not checked in by the deadline.
+  // Wait for every peer's header, then for the payloads that come on their own. After a
+  // timeout Gloo fails every pending wait at once, and a wait on a message that already
+  // arrived still succeeds: so the peers noted below are exactly those that had not
+  // checked in by the deadline. A peer whose header came has started the collective; once
+  // one has not, the collective fails naming those, and nothing more is posted or waited
+  // for (a receive posted after a timeout throws: Gloo closed every pair).
+  bool headers_failed = false;
+  int filler_sends = 0;
   for (int i = 1; i < size(); ++i) {
     const int p = (rank() + i) % size();
-    if (!failure[p].empty()) continue;
+    if (!failure[p].empty()) {
+      headers_failed = true;
+      continue;
+    }
     try {
-      if (!desc_in_bufs_[p]->waitRecv(time_left()) || !scratch_bufs_[p]->waitRecv(time_left())) {
+      if (!first_bufs_[p]->waitRecv(time_left())) {
         note(p, "wait aborted");
+        headers_failed = true;
+        continue;
       }
+      ExchangeHeader header;
+      std::memcpy(&header, first_[p].get(), sizeof header);
+      desc_in_[p] = header.desc;
+      payload_in_[p] = header.separate_bytes > 0 ? scratch_[p].get() : first_[p].get() + sizeof header;
+      if (header.separate_bytes > payload_capacity_) {
+        // Not a Cohort peer of this version: its payload would overrun the receive.
+        note(p, "announced a payload longer than the exchange takes");
+        headers_failed = true;
+        continue;
+      }
+      if (headers_failed) continue;
+      // A mismatch: the peer sends a payload this rank did not expect (receive it), or
+      // expects one this rank did not send (send it an empty one).
+      if (header.separate_bytes > 0 && !payload_posted[p]) {
+        scratch_bufs_[p]->recv(p, slot, 0, payload_capacity_);
+        payload_posted[p] = true;
+      }
+      if (SeparateBytes(header.desc, p) > 0 && SeparateBytes(mine, p) == 0) {
+        staging_buf_->send(p, slot, 0, 0);
+        ++filler_sends;
+      }
+    } catch (const std::exception& e) {
+      note(p, e.what());
+      headers_failed = true;
+    }
+  }
+  for (int i = 1; i < size() && !headers_failed; ++i) {
+    const int p = (rank() + i) % size();
+    if (!payload_posted[p]) continue;
+    try {
+      if (!scratch_bufs_[p]->waitRecv(time_left())) note(p, "wait aborted");
     } catch (const std::exception& e) {
       note(p, e.what());
     }
@@ -556,8 +655,8 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
                                 [](const std::string& f) { return !f.empty(); });
   if (!any_failed) {
     try {
-      for (int i = 0; i < desc_sends; ++i) {
-        if (!desc_out_buf_->waitSend(time_left())) throw ::gloo::IoException("wait aborted");
+      for (int i = 0; i < first_sends + filler_sends; ++i) {
+        if (!staging_buf_->waitSend(time_left())) throw ::gloo::IoException("wait aborted");
       }
       for (int i = 0; i < payload_sends; ++i) {
         if (!payload->waitSend(time_left())) throw ::gloo::IoException("wait aborted");

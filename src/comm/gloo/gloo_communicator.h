@@ -10,8 +10,9 @@
 // unbound buffers (Debian's Gloo has no timeout-aware reduce-scatter); Send/Recv are
 // unbound-buffer sends under a slot derived from the tag. Every wait is bounded by
 // CommOptions::timeout. With check_consistency, every collective starts with an
-// all-to-all exchange (communicator_descriptor.h): to every peer a 48-byte descriptor,
-// then a payload message, which catches mismatched calls and names ranks that never
+// all-to-all exchange (communicator_descriptor.h): to every peer one message, a 48-byte
+// descriptor with up to 64 KiB of payload behind it (a longer payload follows in a message
+// of its own), which catches mismatched calls and names ranks that never
 // arrived. That exchange costs one message round, as much as a ring step, so an
 // allreduce moves its data inside it where it can (the mode follows from the
 // descriptor, so every rank picks the same one):
@@ -22,7 +23,7 @@
 //   - split, while a chunk (count / size) fits 16 MiB / (size - 1) bytes: rank r sends
 //     chunk p to rank p; once the descriptors agree, rank p folds chunk p in rank order
 //     and sends the result to every peer: the ring's bytes in two rounds;
-//   - otherwise the payload message is empty and Gloo's ring runs after the exchange
+//   - otherwise the exchange carries no payload and Gloo's ring runs after it
 //     (where the ring takes tens of milliseconds and one round does not matter).
 // Every rank posts its payload receives with the same capacity (16 MiB / (size - 1) per
 // peer, reserved at creation and touched only as payloads use it), and a sender never
