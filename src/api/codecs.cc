@@ -1013,6 +1013,15 @@ json ToJson(const HeartbeatReply& r) {
 
 // The agent reads the head's reply as the head reads its heartbeat: every field's type and
 // range checked and named ("tasks[2].gpus: ..."), a newer head's unknown fields dropped.
+// A task's key in the head's reply (a launch or an ack): job, attempt and rank.
+static Result<TaskRef> TaskRefFrom(ObjectReader& r) {
+  TaskRef ref;
+  ref.job = COHORT_TRY(r.Int("job", std::nullopt, 1, INT64_MAX));
+  ref.attempt = static_cast<int>(COHORT_TRY(r.Int("attempt", std::nullopt, 0, 1 << 30)));
+  ref.rank = static_cast<int>(COHORT_TRY(r.Int("rank", std::nullopt, 0, 1 << 30)));
+  return ref;
+}
+
 Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
   auto r = COHORT_TRY(ObjectReader::Open(j));
   HeartbeatReply reply;
@@ -1024,9 +1033,10 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
   for (size_t i = 0; i < tasks->size(); ++i) {
     auto t = COHORT_TRY(ObjectReader::Open((*tasks)[i], fmt::format("{}[{}]", r.FieldName("tasks"), i)));
     TaskLaunch l;
-    l.job = COHORT_TRY(t.Int("job", std::nullopt, 1, INT64_MAX));
-    l.attempt = static_cast<int>(COHORT_TRY(t.Int("attempt", std::nullopt, 0, 1 << 30)));
-    l.rank = static_cast<int>(COHORT_TRY(t.Int("rank", std::nullopt, 0, 1 << 30)));
+    const TaskRef key = COHORT_TRY(TaskRefFrom(t));
+    l.job = key.job;
+    l.attempt = key.attempt;
+    l.rank = key.rank;
     // No command: the agent runs the task already (the head sends no launch details).
     l.command = COHORT_TRY(t.StringList("command", std::vector<std::string>{}));
     l.env = COHORT_TRY(t.StringMap("env"));
@@ -1050,12 +1060,8 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
     }
     for (size_t i = 0; i < acked->size(); ++i) {
       auto a = COHORT_TRY(ObjectReader::Open((*acked)[i], fmt::format("{}[{}]", r.FieldName("acked"), i)));
-      TaskRef ref;
-      ref.job = COHORT_TRY(a.Int("job", std::nullopt, 1, INT64_MAX));
-      ref.attempt = static_cast<int>(COHORT_TRY(a.Int("attempt", std::nullopt, 0, 1 << 30)));
-      ref.rank = static_cast<int>(COHORT_TRY(a.Int("rank", std::nullopt, 0, 1 << 30)));
+      reply.acked.push_back(COHORT_TRY(TaskRefFrom(a)));
       COHORT_TRY_VOID(a.Finish(UnknownFields::kIgnore));
-      reply.acked.push_back(ref);
     }
   }
   if (const json* timing = r.Raw("timing")) reply.timing = COHORT_TRY(AgentTimingFromJson(*timing));
