@@ -83,17 +83,14 @@ begin_phase build
 cmake --build build -j"$(nproc)"
 end_phase
 cd build
-# One test per core. Each test has its COST (tests/test_costs.cmake), so a fresh clone
-# starts the longest first, as a build with ctest's own cost data does. (-j3 on 2 cores
-# kept the CPUs 96% busy instead of 83% and took 9% less time, but under it a fault test
-# saw the head stall for over a second and its agent's lease lapse: see
-# docs/ARCHITECTURE.md, "Tests and CI".)
-cores=$(nproc)
+# One test per core (docs/ARCHITECTURE.md, "Tests and CI", says why not more). Each test
+# has its COST (tests/test_costs.cmake), so a fresh clone starts the longest first, as a
+# build with ctest's own cost data does.
 # ctest lists skipped tests (GPU tests without a GPU) after its summary; repeat the
 # summary line last so the output ends with it, and keep ctest's exit code.
 begin_phase tests
 set +e
-ctest --output-on-failure --timeout 300 -j"$cores" 2>&1 | tee ctest-output.log
+ctest --output-on-failure --timeout 300 -j"$(nproc)" 2>&1 | tee ctest-output.log
 rc=${PIPESTATUS[0]}
 set -e
 end_phase

@@ -1011,8 +1011,6 @@ json ToJson(const HeartbeatReply& r) {
   return json{{"version", r.version}, {"tasks", tasks}, {"acked", acked}, {"timing", ToJson(r.timing)}};
 }
 
-// The agent reads the head's reply as the head reads its heartbeat: every field's type and
-// range checked and named ("tasks[2].gpus: ..."), a newer head's unknown fields dropped.
 // A task's key in the head's reply (a launch or an ack): job, attempt and rank.
 static Result<TaskRef> TaskRefFrom(ObjectReader& r) {
   TaskRef ref;
@@ -1022,6 +1020,8 @@ static Result<TaskRef> TaskRefFrom(ObjectReader& r) {
   return ref;
 }
 
+// The agent reads the head's reply as the head reads its heartbeat: every field's type and
+// range checked and named ("tasks[2].gpus: ..."), a newer head's unknown fields dropped.
 Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
   auto r = COHORT_TRY(ObjectReader::Open(j));
   HeartbeatReply reply;

@@ -208,9 +208,12 @@ class GlooCommunicator final : public CommunicatorBase {
               // all-to-all allgather of the reduced chunks (2 rounds in all)
   };
   FusedMode PickMode(const FusedAllReduce& f) const;
-  // What of collective `d`'s payload from rank `from` to rank `to` travels in a message of
-  // its own (kFusedBudget's comment): its length, or 0 when it rides behind the header or
-  // there is none. A function of the descriptor, so both ends compute it alike.
+  // The bytes of a fused allreduce's send buffer ([offset, offset + length)) that the
+  // exchange carries to rank `to` in `mode`: all of it inline, chunk `to` split, none else.
+  std::pair<size_t, size_t> Piece(FusedMode mode, size_t count, DataType type, int to) const;
+  // Of collective `d`'s payload to rank `to`, what travels in a message of its own
+  // (kFusedBudget's comment): its length, or 0 when it rides behind the header or there is
+  // none. A function of the descriptor, so sender and receiver compute it alike.
   size_t SeparateBytes(const CollectiveDescriptor& d, int to) const;
   // Elements before chunk `c` when `count` elements are split into size() chunks.
   size_t ChunkBegin(size_t count, int c) const;
@@ -235,10 +238,10 @@ class GlooCommunicator final : public CommunicatorBase {
                                    const FusedAllReduce* fused = nullptr,
                                    FusedMode mode = FusedMode::kNone);
   // Folds contributions of ranks 0..size-1 in rank order into `out` (`n` elements):
-  // rank r's is `mine` for this rank, else the payload that arrived from r (payload_in_). `out` may
-  // alias `mine`: on ranks other than 0, scratch_[0] serves as the accumulator until the
-  // last step, so that `mine` is read before `out` is written. Every rank folding the
-  // same inputs computes the same bits.
+  // rank r's is `mine` for this rank, else the payload that arrived from r (payload_in_).
+  // `out` may alias `mine`: on ranks other than 0, scratch_[0] serves as the accumulator
+  // until the last step, so that `mine` is read before `out` is written. Every rank
+  // folding the same inputs computes the same bits.
   void FoldInRankOrder(void* out, const void* mine, size_t n, DataType type, ReduceOp op);
   // kSplit's second round: this rank's reduced chunk to every peer, theirs into recv.
   Result<void> SplitAllGather(const CollectiveDescriptor& d, const FusedAllReduce& f);
@@ -391,11 +394,19 @@ size_t GlooCommunicator::SeparateBytes(const CollectiveDescriptor& d, int to) co
     return 0;
   }
   const FusedAllReduce f{nullptr, nullptr, d.count, static_cast<DataType>(d.dtype), ReduceOp::kSum};
-  const FusedMode mode = PickMode(f);
-  size_t length = 0;
-  if (mode == FusedMode::kInline) length = f.count * SizeOf(f.type);
-  if (mode == FusedMode::kSplit) length = (ChunkBegin(f.count, to + 1) - ChunkBegin(f.count, to)) * SizeOf(f.type);
+  const size_t length = Piece(PickMode(f), f.count, f.type, to).second;
   return length > merged_limit_ ? length : 0;
+}
+
+std::pair<size_t, size_t> GlooCommunicator::Piece(FusedMode mode, size_t count, DataType type,
+                                                  int to) const {
+  const size_t esz = SizeOf(type);
+  if (mode == FusedMode::kInline) return {0, count * esz};
+  if (mode == FusedMode::kSplit) {
+    const size_t b = ChunkBegin(count, to);
+    return {b * esz, (ChunkBegin(count, to + 1) - b) * esz};
+  }
+  return {0, 0};
 }
 
 size_t GlooCommunicator::ChunkBegin(size_t count, int c) const {
@@ -533,19 +544,10 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
     return std::max(Millis(0),
                     std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()));
   };
-  // What goes to peer p after the header: bytes [offset, offset + length) of `send`.
-  const size_t esz = fused != nullptr ? SizeOf(fused->type) : 0;
-  auto piece = [&](int p) -> std::pair<size_t, size_t> {
-    if (mode == FusedMode::kInline) return {0, fused->count * esz};
-    if (mode == FusedMode::kSplit) {
-      const size_t b = ChunkBegin(fused->count, p);
-      return {b * esz, (ChunkBegin(fused->count, p + 1) - b) * esz};
-    }
-    return {0, 0};
-  };
   std::unique_ptr<UnboundBuffer> payload;  // over the caller's send buffer (only read)
   if (mode != FusedMode::kNone) {
-    payload = context_->createUnboundBuffer(const_cast<void*>(fused->send), fused->count * esz);
+    payload = context_->createUnboundBuffer(const_cast<void*>(fused->send),
+                                            fused->count * SizeOf(fused->type));
   }
   // Per peer: why it did not answer (empty: it did).
   std::vector<std::string> failure(static_cast<size_t>(size()));
@@ -559,11 +561,12 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
   // others' current one. The payload receives this rank's descriptor predicts are posted
   // with the headers'.
   std::vector<bool> payload_posted(static_cast<size_t>(size()), false);
+  const bool payloads_come = SeparateBytes(mine, rank()) > 0;
   for (int i = 1; i < size(); ++i) {
     const int p = (rank() + i) % size();
     try {
       first_bufs_[p]->recv(p, slot, 0, first_bytes());
-      if (SeparateBytes(mine, rank()) > 0) {
+      if (payloads_come) {
         scratch_bufs_[p]->recv(p, slot, 0, payload_capacity_);
         payload_posted[p] = true;
       }
@@ -576,14 +579,16 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
   for (int i = 1; i < size(); ++i) {
     const int p = (rank() + i) % size();
     if (!failure[p].empty()) continue;
-    const auto [offset, length] = piece(p);
+    const auto [offset, length] =
+        fused != nullptr ? Piece(mode, fused->count, fused->type, p) : std::pair<size_t, size_t>{};
     const size_t separate = SeparateBytes(mine, p);
     std::byte* message = staging_.get() + static_cast<size_t>(p) * first_bytes();
     const ExchangeHeader header{mine, separate, 0};
     std::memcpy(message, &header, sizeof header);
     const size_t merged = separate == 0 ? length : 0;
     if (merged > 0) {
-      std::memcpy(message + sizeof header, static_cast<const std::byte*>(fused->send) + offset, merged);
+      std::memcpy(message + sizeof header, static_cast<const std::byte*>(fused->send) + offset,
+                  merged);
     }
     try {
       staging_buf_->send(p, slot, static_cast<size_t>(p) * first_bytes(), sizeof header + merged);
@@ -619,7 +624,8 @@ Result<void> GlooCommunicator::ExchangeDescriptors(const CollectiveDescriptor& m
       ExchangeHeader header;
       std::memcpy(&header, first_[p].get(), sizeof header);
       desc_in_[p] = header.desc;
-      payload_in_[p] = header.separate_bytes > 0 ? scratch_[p].get() : first_[p].get() + sizeof header;
+      payload_in_[p] =
+          header.separate_bytes > 0 ? scratch_[p].get() : first_[p].get() + sizeof header;
       if (header.separate_bytes > payload_capacity_) {
         // Not a Cohort peer of this version: its payload would overrun the receive.
         note(p, "announced a payload longer than the exchange takes");
