@@ -103,7 +103,9 @@ int main(int argc, char** argv) {
   const int pending = CountJobs(client, "PENDING");
 
   // The timed window: steady state (its connections and handshakes are counted and
-  // printed; none are expected).
+  // printed; none are expected). Announced on stderr as it opens, for a profiler to
+  // attach to the head (its pid given) for that window only.
+  std::fprintf(stderr, "timed window opens: %d s, head pid %d\n", seconds, static_cast<int>(c.head_pid()));
   const auto connections_before = connection_counts();
   const bench::SimStats before = agents.Stats();
   const double cpu_before = bench::ProcessCpu(c.head_pid()).self;
