@@ -686,6 +686,7 @@ Result<void> Agent::HeartbeatOnce() {
   const auto start = SteadyClock::now();
   json body = api::ToJson(BuildHeartbeat());
   auto sent = SteadyClock::now();
+  head_->set_timeout(HeartbeatTimeout(sent));
   auto reply_json = COHORT_TRY(head_->Post(api::routes::AgentHeartbeat(config_.name), body));
   auto reply = COHORT_TRY(api::HeartbeatReplyFromJson(reply_json));
   // Successful sends that came half a fence timeout apart leave the tasks' lease little
@@ -810,6 +811,12 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
   // A request to the head may take as long as the new interval (MakeHeadClient): a client
   // made under a 1 s interval would give up after 1 s on a 10,000-node cluster's 10 s one.
   if (interval_changed && head_) head_ = MakeHeadClient(head_->bearer_token());
+}
+
+Millis Agent::HeartbeatTimeout(SteadyTime sent) const {
+  const auto lease_left =
+      std::chrono::duration_cast<Millis>(last_ok_send_ + Millis(timing_.fence_timeout_ms) - sent);
+  return std::max({Millis(timing_.heartbeat_interval_ms), Millis(500), lease_left});
 }
 
 std::unique_ptr<HttpClient> Agent::MakeHeadClient(const std::string& credential) const {

@@ -298,21 +298,48 @@ TEST_F(AgentTimingTest, ARequestMayTakeAsLongAsTheNewestInterval) {
   FakeHead head(Timing(50, 3000, 2000));  // the agent's first client gives up after 500 ms
   StartAgent(head);
   ASSERT_GE(head.WaitForBeats(2).size(), 2u);
-  head.SetTiming(Timing(1000, 20'000, 15'000));
-  // Once a reply carried the new timing, the head starts answering 700 ms late.
+  // A fence timeout that the answers below outlast: the lease no longer holds the wait
+  // open (HeartbeatTimeout), the interval does.
+  head.SetTiming(Timing(1000, 3000, 1500));
+  // Once a reply carried the new timing, the head starts answering 900 ms late.
   for (;;) {
     auto beats = head.WaitForBeats(head.beats() + 1);
     ASSERT_FALSE(beats.empty());
     if (beats.back().sent.heartbeat_interval_ms == 1000) break;
   }
-  head.SetReplyDelay(Millis(700));
+  head.SetReplyDelay(Millis(900));
   const size_t from = head.beats();
   auto beats = head.WaitForBeats(from + 3);
   ASSERT_GE(beats.size(), from + 3);
   for (size_t i = from + 1; i < beats.size(); ++i) {
-    EXPECT_GE(beats[i].at - beats[i - 1].at, Millis(700 + 1000))
+    EXPECT_GE(beats[i].at - beats[i - 1].at, Millis(900 + 1000))
         << "heartbeat " << i << " came early: the one before it timed out instead of waiting for its answer";
   }
+}
+
+// A heartbeat waits for its answer as long as the lease that answer renews still runs
+// (from the send): answers 650 ms late under a 2 s fence timeout keep the tasks' lease
+// renewed at every heartbeat. A client that gave up after 500 ms (the 50 ms interval, at
+// least 500 ms) timed every one of them out, sent again 50 ms later, and let it lapse.
+TEST_F(AgentTimingTest, AHeartbeatWaitsForItsAnswerWhileTheLeaseRuns) {
+  FakeHead head(Timing(50, 3000, 2000));
+  StartAgent(head);
+  ASSERT_GE(head.WaitForBeats(2).size(), 2u);
+  head.SetReplyDelay(Millis(650));
+  const size_t from = head.beats();
+  auto lease_before = WaitForLease(Millis(2000));
+  ASSERT_TRUE(lease_before);
+  auto beats = head.WaitForBeats(from + 4);
+  ASSERT_GE(beats.size(), from + 4);
+  // Answered: the next one comes 650 + 50 ms later; timed out: 500 + 50 ms later.
+  for (size_t i = from + 1; i < beats.size(); ++i) {
+    EXPECT_GE(beats[i].at - beats[i - 1].at, Millis(650 + 50))
+        << "heartbeat " << i << " came early: the one before it timed out instead of waiting for its answer";
+  }
+  auto lease_after = ReadLeaseFile(AgentLeasePath(dir_ + "/agent"));
+  ASSERT_TRUE(lease_after);
+  EXPECT_GE(lease_after->expires - lease_before->expires, Millis(2 * 700))
+      << "the late answers did not renew the lease";
 }
 
 // The heartbeat's cadence does not depend on the GPU monitor (nor the /proc scan): a
