@@ -813,15 +813,16 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
   if (interval_changed && head_) head_ = MakeHeadClient(head_->bearer_token());
 }
 
+Millis Agent::RequestTimeout() const { return std::max(Millis(timing_.heartbeat_interval_ms), Millis(500)); }
+
 Millis Agent::HeartbeatTimeout(SteadyTime sent) const {
   const auto lease_left =
       std::chrono::duration_cast<Millis>(last_ok_send_ + Millis(timing_.fence_timeout_ms) - sent);
-  return std::max({Millis(timing_.heartbeat_interval_ms), Millis(500), lease_left});
+  return std::max(RequestTimeout(), lease_left);
 }
 
 std::unique_ptr<HttpClient> Agent::MakeHeadClient(const std::string& credential) const {
-  auto client =
-      std::make_unique<HttpClient>(config_.head_url, Millis(std::max<int64_t>(timing_.heartbeat_interval_ms, 500)));
+  auto client = std::make_unique<HttpClient>(config_.head_url, RequestTimeout());
   client->set_bearer_token(credential);
   if (tls_) client->set_tls(*tls_);
   return client;

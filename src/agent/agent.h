@@ -229,14 +229,16 @@ class Agent {
   // (logged).
   std::function<std::vector<std::string>(const std::vector<int>&)> ContainerDevices() const;
   void Apply(const api::HeartbeatReply& reply);
-  // The client for the head: presents `credential`, gives up on a request after the
-  // heartbeat interval (at least 500 ms; a heartbeat: HeartbeatTimeout). Remade at registration and whenever the head
-  // changes the interval. Loop thread.
+  // The client for the head: presents `credential`, gives up on a request after
+  // RequestTimeout() (a heartbeat: HeartbeatTimeout). Remade at registration and whenever
+  // the head changes the interval. Loop thread.
   std::unique_ptr<HttpClient> MakeHeadClient(const std::string& credential) const;
+  // How long a request to the head may take: the heartbeat interval, at least 500 ms.
+  Millis RequestTimeout() const;
   // How long a heartbeat sent at `sent` waits for its answer: as long as the tasks' lease
   // it would renew still runs (an answer renews it from the send, however late it comes;
-  // giving up and sending again only starts the wait over), and at least the interval and
-  // 500 ms. Giving up after the interval alone (500 ms in the fault tests) twice in a row,
+  // giving up and sending again only starts the wait over), and at least RequestTimeout().
+  // Giving up after the interval alone (500 ms in the fault tests) twice in a row,
   // on a CI machine running three tests per core, let a node's 1.2 s lease lapse.
   Millis HeartbeatTimeout(SteadyTime sent) const;
   void Fence(const std::string& why);

@@ -412,8 +412,8 @@ struct HttpServer::Impl {
     // The workers waiting, the most recently idle last: a request wakes that one. Its
     // caches are warm (its stack, the handler's data, OpenSSL's per-thread state), where
     // a condition variable would wake the longest idle. Measured (bench_head_scale 1000,
-    // 2-core VM): waking the longest idle of 16 agent-protocol threads cost the head 17%
-    // more CPU per heartbeat under TLS than 2 threads did, 5% more without TLS.
+    // 2-core VM, 4 rounds): the mTLS head's CPU per heartbeat 441 -> 399 us at the median,
+    // the insecure one's unchanged (bench/README, "The worker a request wakes").
     std::vector<Idle*> idle GUARDED_BY(mu);
     std::atomic<int64_t> busy{0}, handled{0}, rejected{0}, queued{0};
   };
@@ -586,18 +586,15 @@ struct HttpServer::Impl {
     HandBack(std::move(conn));
   }
 
-  // Wakes the most recently idle worker, if any: one that is busy takes the request when
-  // it finishes.
-  void WakeOne(PoolState& pool) {
-    Idle* worker = nullptr;
-    {
-      MutexLock lock(pool.mu);
-      if (pool.idle.empty()) return;
-      worker = pool.idle.back();
-      pool.idle.pop_back();
-      worker->woken = true;
-    }
-    worker->cv.NotifyOne();  // outside the lock: the woken thread need not wait for it
+  // The most recently idle worker, marked woken and off the idle stack (its cv to be
+  // notified once pool.mu is released, so that the woken thread need not wait for it), or
+  // null when none is idle: one that is busy takes the request when it finishes.
+  static Idle* TakeIdle(PoolState& pool) REQUIRES(pool.mu) {
+    if (pool.idle.empty()) return nullptr;
+    Idle* worker = pool.idle.back();
+    pool.idle.pop_back();
+    worker->woken = true;
+    return worker;
   }
 
   void WorkerLoop(PoolState& pool, Idle& me) {
@@ -792,14 +789,19 @@ struct HttpServer::Impl {
                                 pool.options.max_per_client));
     }
     const std::string client = conn->peer_ip;
+    Idle* worker = nullptr;
     {
       MutexLock lock(pool.mu);
       if (pool.queue.size() < pool.options.max_queued) {
         pool.queue.push_back(std::move(conn));
         pool.queued += 1;
+        worker = TakeIdle(pool);
       }
     }
-    if (!conn) return WakeOne(pool);
+    if (!conn) {
+      if (worker) worker->cv.NotifyOne();
+      return;
+    }
     EndInFlight(pool, client);
     pool.rejected += 1;
     Refuse(std::move(conn), head, 503, ErrorCode::kUnavailable,
