@@ -227,6 +227,9 @@ struct ZeroRun {
   std::vector<TrainModel::ModelStateBytes> bytes;
   size_t untiled = 0;  // elements the ranges did not write exactly once
   std::vector<uint64_t> bytes_read;  // per rank, resuming from a checkpoint on disk
+  // Per rank, the last step's (stages 0 and 1 offloaded): gradient values the buckets brought
+  // to the host during the backward, and the part's.
+  std::vector<size_t> offload_by_buckets, offload_part;
 };
 
 // Checkpoints on disk (the trainer's path): resumed from `from` by range, every rank reading
@@ -240,14 +243,14 @@ struct Offload {
   bool optimizer = false, params = false;
 };
 
-// `steps` steps numbered from `first` of tensor `tensor` x pipeline `pipeline` x data 2 (1F1B)
-// with ZeRO `zero` (and `offload`), from `from` (rank 0 restores it, as the trainer does) or
-// the seed.
+// `steps` steps numbered from `first` of tensor `tensor` x pipeline `pipeline` x data `data`
+// (1F1B) with ZeRO `zero` (and `offload`), from `from` (rank 0 restores it, as the trainer does)
+// or the seed.
 ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int first, int steps,
                   const Checkpoint* from = nullptr, const ZeroDisk* disk = nullptr,
-                  Offload offload = {}) {
+                  Offload offload = {}, int data = 2) {
   const size_t n = cfg.num_parameters();
-  const int kWorld = tensor * pipeline * 2;
+  const int kWorld = tensor * pipeline * data;
   ZeroRun run;
   run.state.config = cfg;
   run.state.params.assign(n, 0.0f);
@@ -255,6 +258,8 @@ ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int 
   run.state.adam_v.assign(n, 0.0f);
   run.bytes.resize(kWorld);
   run.bytes_read.resize(kWorld);
+  run.offload_by_buckets.resize(kWorld);
+  run.offload_part.resize(kWorld);
   std::vector<int> written(3 * n, 0);
   std::mutex mu;
   RunCudaRanks(kWorld, [&](comm::Communicator& comm, comm::Communicator& host) {
@@ -270,8 +275,11 @@ ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int 
                                            zero, offload.optimizer, offload.params);
     ASSERT_TRUE(made.has_value()) << made.error().ToString();
     TrainModel& model = **made;
-    // The offload without ZeRO is ZeRO-1's (as the single-device model's).
-    EXPECT_EQ(model.zero_shape().stage, offload.optimizer ? std::max(zero, 1) : zero);
+    // The offload without ZeRO is ZeRO-1's (as the single-device model's); one replica has
+    // no ZeRO but the parameter offload's stage 3.
+    EXPECT_EQ(model.zero_shape().stage, data == 1   ? (offload.params ? 3 : 0)
+                                        : offload.optimizer ? std::max(zero, 1)
+                                                            : zero);
     EXPECT_EQ(model.zero_shape().offload, offload.optimizer);
     TrainModelCheckpointGroup group(model, comm);
     if (from) {
@@ -313,8 +321,12 @@ ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int 
       auto saved = SaveCheckpointRanges(&group, disk->to, header, *ranges, 0);
       ASSERT_TRUE(saved.has_value()) << saved.error().ToString();
     }
+    const auto stats = model.parallel_stats();
+    ASSERT_TRUE(stats.has_value());
     std::lock_guard lock(mu);
     run.bytes[static_cast<size_t>(comm.rank())] = model.model_state_bytes();
+    run.offload_by_buckets[static_cast<size_t>(comm.rank())] = stats->offload_bucket_values;
+    run.offload_part[static_cast<size_t>(comm.rank())] = stats->offload_part_values;
     for (const CheckpointRange& r : *ranges) {
       const size_t a = static_cast<size_t>(r.array);
       std::vector<float>& out = a == 0 ? run.state.params : a == 1 ? run.state.adam_m
@@ -348,6 +360,20 @@ RankShard ShardOf(const ParallelLayout& layout, const GptConfig& cfg, int r) {
     for (const ParamPiece& p : pass) out.piece = std::max(out.piece, p.count);
   }
   return out;
+}
+
+// The values of rank r's data-rank part that are its stage's tied wte copy (0 off the first
+// and last stage, and without a pipeline).
+size_t TiedInPart(const ParallelLayout& layout, const GptConfig& cfg, int r) {
+  const RankCoords at = layout.CoordsOf(r);
+  if (layout.pipeline == 1 || (at.stage != 0 && at.stage != layout.pipeline - 1)) return 0;
+  const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, r));
+  const ShardChunkOffsets& co = at.stage == 0 ? shard.chunks.front() : shard.chunks.back();
+  const size_t lo = at.stage == 0 ? co.wte : co.head_wte;
+  const size_t hi = lo + static_cast<size_t>(shard.vocab_end - shard.vocab_begin) * cfg.n_embd;
+  const ZeroPartition part{shard.total, layout.data};
+  const size_t a = std::max(lo, part.begin(at.data)), b = std::min(hi, part.end(at.data));
+  return b > a ? b - a : 0;
 }
 
 double RelDiff(double a, double b) { return std::abs(a - b) / std::max(1e-30, std::abs(b)); }
@@ -558,7 +584,9 @@ void ExpectZero3InsideACudaLayoutTrainsAsZero2ReadsItsPartAndCrossesToTheCpu(
 // bounds for the host's AdamW (it rounds the update differently from the device's); model-
 // state bytes per rank by the formula, the offloaded state counted as host bytes (device:
 // stage 1 10Ψ_s, stage 2 6Ψ_s + 4·size(r), stage 3 2·size(r) + 4·size(r), optimizer+params
-// 4·size(r); host 16·size(r) for stages 1 and 2, 18·size(r) for stage 3). In tensor 2 x data
+// 4·size(r); host 16·size(r) for stages 1 and 2, 18·size(r) for stage 3); at stage 1 the
+// reducer's buckets bring the gradient part to the host during the backward (all but the
+// tied copy, which crosses at the step). In tensor 2 x data
 // 2, the optimizer+params checkpoint (written by range) resumes bit for bit without offload
 // and offloaded at stage 2 (every rank reading its part only), and the stage 3 offload's
 // state resumes on the CPU on one rank, whose state resumes the offload as it resumes ZeRO-0.
@@ -626,6 +654,18 @@ TEST_P(CudaOffloadLayoutTest, TrainsAsZero0CountsHostBytesAndResumesEitherWay) {
       const auto [psi, mine, piece] = ShardOf(layout, cfg, r);
       const TrainModel::ModelStateBytes& b = got.bytes[static_cast<size_t>(r)];
       const std::string at = fmt::format("{} rank {}", what, r);
+      // Stage 1: the reducer's buckets bring the gradient part to the host during the backward,
+      // all of it in tensor 2 (no tied copy), in the pipeline all but the tied copy's values
+      // (averaged after the buckets, then copied at the step); stages 2 and 3 bring theirs
+      // through the reduce-scatter instead.
+      const size_t by_buckets = got.offload_by_buckets[static_cast<size_t>(r)];
+      if (stage == 1) {
+        EXPECT_EQ(got.offload_part[static_cast<size_t>(r)], mine) << at;
+        EXPECT_GT(by_buckets, 0u) << at;
+        EXPECT_EQ(by_buckets, mine - TiedInPart(layout, cfg, r)) << at;
+      } else {
+        EXPECT_EQ(by_buckets, 0u) << at;
+      }
       EXPECT_EQ(b.params, 6 * (stage == 3 ? mine : psi)) << at;
       EXPECT_EQ(b.grads, 4 * (stage >= 2 ? mine : psi)) << at;
       // The moments, and for stages 1 and 2 the host master (stage 3's is its parameters).
@@ -672,6 +712,73 @@ TEST_P(CudaOffloadLayoutTest, TrainsAsZero0CountsHostBytesAndResumesEitherWay) {
   }
   ExpectCrossesToTheCpuAndBack(cfg, 3, zero3_state, {true, false});
 }
+
+// optimizer+params with one data replica (ZeRO-Infinity's parameter offload on one GPU per
+// position): stage 3's pieces run over the replica itself, the bf16 parameters in pinned host
+// memory, each piece copied to the device as the model uses it. In tensor 2 and pipeline 2 (the
+// tied copies keeping one value), it trains as the same layout's ZeRO-0: losses and norms to
+// 1e-5, the state to the host AdamW's bounds; the device holds no parameters (8·Ψ_s of
+// gradients, the shard and the buffer the backward accumulates into, and the two gather
+// buffers); the host 18·Ψ_s; the checkpoint it writes by range resumes bit for bit without
+// the offload and with it.
+class CudaOneReplicaParamOffloadTest : public ::testing::TestWithParam<OffloadLayout> {};
+
+TEST_P(CudaOneReplicaParamOffloadTest, TrainsAsZero0WithNoParametersOnTheDevice) {
+  if (!HaveGpus(2)) GTEST_SKIP() << "needs 2 GPUs";
+  const OffloadLayout L = GetParam();
+  const GptConfig cfg = TinyConfig(2);
+  const ZeroRun plain = TrainZero(cfg, L.tensor, L.pipeline, 0, 0, kSteps, nullptr, nullptr, {}, 1);
+  testing::TempDir dir;
+  const ZeroDisk to{"", dir.path()};
+  const ZeroRun got = TrainZero(cfg, L.tensor, L.pipeline, 3, 0, kSteps, nullptr, &to,
+                                {true, true}, 1);
+  const std::string what = fmt::format("{} x data 1, ZeRO-3 optimizer+params", L.name);
+  ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps)) << what;
+  EXPECT_EQ(got.untiled, 0u) << what << ": checkpoint ranges";
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_LT(RelDiff(got.losses[s], plain.losses[s]), 1e-5) << what << " step " << s + 1;
+    EXPECT_LT(RelDiff(got.norms[s], plain.norms[s]), 1e-5) << what << " step " << s + 1;
+  }
+  EXPECT_LT(RelError(got.state.params, plain.state.params), 1e-3) << what;
+  EXPECT_LT(RelError(got.state.adam_m, plain.state.adam_m), 1e-2) << what;
+  EXPECT_LT(RelError(got.state.adam_v, plain.state.adam_v), 1e-2) << what;
+  EXPECT_EQ(got.state.adam_t, kSteps) << what;
+
+  ParallelConfig pc;
+  pc.tensor = L.tensor;
+  pc.pipeline = L.pipeline;
+  const ParallelLayout layout = MakeParallelLayout(pc, cfg, 2).value();
+  for (int r = 0; r < 2; ++r) {
+    const auto [psi, mine, piece] = ShardOf(layout, cfg, r);
+    ASSERT_EQ(mine, psi);
+    const TrainModel::ModelStateBytes& b = got.bytes[static_cast<size_t>(r)];
+    const std::string at = fmt::format("{} rank {}", what, r);
+    EXPECT_EQ(b.params, 6 * psi) << at;
+    EXPECT_EQ(b.grads, 4 * psi) << at;
+    EXPECT_EQ(b.optimizer, 8 * psi) << at;
+    EXPECT_EQ(b.host, 18 * psi) << at;
+    EXPECT_EQ(b.params + b.grads + b.optimizer + b.scratch - b.host, 8 * psi + 2 * 2 * piece) << at;
+  }
+
+  const ZeroDisk read{dir.path(), ""};
+  for (const Offload o : {Offload{true, true}, Offload{}}) {
+    const ZeroRun resumed = TrainZero(cfg, L.tensor, L.pipeline, o.params ? 3 : 0, kSteps, 0,
+                                      nullptr, &read, o, 1);
+    const std::string as = what + (o.params ? ", resumed as itself" : ", resumed as ZeRO-0");
+    EXPECT_EQ(resumed.untiled, 0u) << as;
+    EXPECT_EQ(resumed.state.params, got.state.params) << as;
+    EXPECT_EQ(resumed.state.adam_m, got.state.adam_m) << as;
+    EXPECT_EQ(resumed.state.adam_v, got.state.adam_v) << as;
+    EXPECT_EQ(resumed.state.adam_t, kSteps) << as;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaOneReplicaParamOffloadTest,
+                         ::testing::Values(OffloadLayout{"tensor2", 2, 1},
+                                           OffloadLayout{"pipeline2", 1, 2}),
+                         [](const ::testing::TestParamInfo<OffloadLayout>& info) {
+                           return std::string(info.param.name);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaOffloadLayoutTest,
                          ::testing::Values(OffloadLayout{"tensor2", 2, 1},

@@ -14,7 +14,7 @@ ShardGradReducer::~ShardGradReducer() = default;
 Result<std::unique_ptr<ShardGradReducer>> ShardGradReducer::Create(
     std::span<float> grads, ShardGradPiece tied, comm::Communicator* embedding,
     comm::Communicator* data, bool overlap, size_t bucket_bytes,
-    DdpReducer::WaitReadyFn wait_ready) {
+    DdpReducer::WaitReadyFn wait_ready, DdpReducer::ReducedFn reduced) {
   const size_t n = grads.size();
   if (tied.offset > n || tied.count > n - tied.offset) {
     return Errorf(ErrorCode::kInvalidArgument,
@@ -47,8 +47,14 @@ Result<std::unique_ptr<ShardGradReducer>> ShardGradReducer::Create(
       return fn(lo + offset, count);
     };
   }
+  DdpReducer::ReducedFn done;
+  if (reduced) {
+    done = [lo, fn = std::move(reduced)](size_t offset, size_t count) {
+      return fn(lo + offset, count);
+    };
+  }
   r->ddp_ = std::make_unique<DdpReducer>(*data, grads.subspan(lo, r->hi_ - lo), bucket_bytes,
-                                         std::move(wait));
+                                         std::move(wait), std::move(done));
   return r;
 }
 

@@ -29,6 +29,10 @@
 // written (the model's events), on the communication thread before each bucket's collective,
 // and `wait_all` (Finish's argument) before the tied sum.
 //
+// `reduced` (optional) hears each bucket after its average, with its range of `grads`, on the
+// communication thread (DdpReducer::ReducedFn); the tied copy and, without overlap, the whole
+// buffer are averaged in Finish and are not reported.
+//
 // Threads: the training thread calls everything; the data-parallel communicator belongs to the
 // communication thread between Begin and Finish (the caller must not use it then).
 #pragma once
@@ -56,7 +60,8 @@ class ShardGradReducer {
                                                           comm::Communicator* embedding,
                                                           comm::Communicator* data, bool overlap,
                                                           size_t bucket_bytes,
-                                                          DdpReducer::WaitReadyFn wait_ready);
+                                                          DdpReducer::WaitReadyFn wait_ready,
+                                                          DdpReducer::ReducedFn reduced = {});
   ~ShardGradReducer();
 
   // True when Ready must be called (a data group and overlap).

@@ -37,8 +37,7 @@ Result<void> CheckZero(const TrainConfig& c) {
     return FieldError("parallel.offload", "optimizer+params needs parallel.zero 3, got {}", p.zero);
   }
   // ZeRO 1-3 and both offloads run inside CUDA tensor/pipeline layouts too
-  // (trainer/cuda_shard_engine.cc); optimizer+params there needs two or more data replicas,
-  // which the engine checks once the layout is known.
+  // (trainer/cuda_shard_engine.cc), optimizer+params also with one data replica.
   return {};
 }
 

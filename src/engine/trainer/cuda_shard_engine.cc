@@ -39,9 +39,11 @@
 // shard's moments and its float32 master live in host memory (the master and the gradient
 // part pinned), no CudaAdamW is made, and the part is clipped and stepped on the CPU in chunks
 // while each finished chunk is copied back on a copy stream. Without ZeRO the offload is
-// ZeRO-1's (as the single-device model's). Stages 0 and 1 copy the averaged gradient part to
-// the host at the step (the norm stays the device's over the whole averaged buffer) and copy
-// the float32 part back, then all-gather it and refresh the bf16 copy as ZeRO-1 does. Stages
+// ZeRO-1's (as the single-device model's). Stages 0 and 1 copy each averaged bucket's part of
+// the gradient part to the host on the reducer's thread while the backward goes on
+// (grad_reduced), and the rest (the tied copy, averaged after the buckets; everything without
+// buckets) at the step; the norm stays the device's over the whole averaged buffer. The
+// float32 part is copied back, then all-gathered and the bf16 copy refreshed as ZeRO-1 does. Stages
 // 2 and 3 make the step's round final: each piece of the gradient shard goes to the host as
 // the collective thread finishes it, its Σ g² over the norm runs computed by the host thread
 // while the backward goes on; the shard's sum is those partials in their fixed order, summed
@@ -49,13 +51,17 @@
 // stage 3 has no float32 part on the device (the host master is it) and its bf16 part takes
 // the host step's bf16 chunks (through pinned staging); with optimizer+params the bf16 part
 // is pinned host memory itself, each piece's part copied to a device send buffer just before
-// its gather (GatheredDeviceParams on_host), so optimizer+params needs a data group of two or
-// more. The tied wte copies still keep one value: the same summed gradient and the same
+// its gather (GatheredDeviceParams on_host). With one data replica, optimizer+params runs stage
+// 3's pieces over the replica itself: the gradient pieces accumulate into the shard (no
+// reduce-scatter), the norm is the shard's, and each parameter piece is copied from the pinned
+// bf16 shard to the device as the model uses it (the prefetch overlapping the copy with the
+// compute, as ZeRO-Infinity's parameter offload on one GPU). The tied wte copies still keep one value: the same summed gradient and the same
 // elementwise host update on both stages. Checkpoints by range read and write the host state
 // (state_bytes counts it in `host`).
 //
 // In a build without the CUDA engine the factory says so.
 #include <algorithm>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <utility>
@@ -184,6 +190,27 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   DdpReducer::WaitReadyFn grad_wait() override {
     return [this](size_t offset, size_t count) { return shard_->WaitGradsReady(offset, count); };
   }
+  // Stages 0 and 1 offloaded over a data group: each averaged bucket's part of the optimizer's
+  // range goes to the host on the reducer's thread, while the backward goes on.
+  DdpReducer::ReducedFn grad_reduced() override {
+    if (!host_ || sharded_ || data_ == nullptr) return {};
+    const float* grads = shard_->grads_device().data();
+    return [this, grads](size_t offset, size_t count) -> Result<void> {
+      const size_t begin = opt_begin();
+      const size_t lo = std::max(offset, begin), hi = std::min(offset + count, begin + opt_size());
+      if (hi <= lo) return {};
+      COHORT_TRY_VOID(host_->Arrived(grads + lo, lo - begin, hi - lo, /*norm=*/false));
+      std::lock_guard lock(arrived_mu_);
+      arrived_.push_back({lo - begin, hi - lo});
+      bucket_values_ += hi - lo;
+      return {};
+    };
+  }
+  OffloadCopies offload_copies() const override {
+    if (!host_ || sharded_) return {};
+    std::lock_guard lock(arrived_mu_);
+    return {bucket_values_, host_->size()};
+  }
 
   // `data` (null or one rank: no ZeRO) is the data group of this position; `zero_stage` 0-3
   // (3: the model was created without parameters); `offload`: AdamW on the host
@@ -196,6 +223,11 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
       data_ = data;
       zero_stage_ = zero_stage;
       part_ = ZeroPartition{layout.total, data->size()};
+    } else if (zero_stage == 3 && offload_params) {
+      // One replica: ZeRO-3's pieces over the replica itself, so that the bf16 parameters can
+      // live in host memory (the gradient pieces accumulate into the shard as they would
+      // after a reduce-scatter; each parameter piece is copied to the device as it is used).
+      zero_stage_ = 3;
     }
     offload_ = offload;
     offload_params_ = offload_params && zero_stage_ == 3;
@@ -257,8 +289,9 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
       }
       rounds_.emplace(layout);
     } else if (offload_) {
-      // Stages 0 and 1: the gradient part crosses at the step, after the caller's average;
-      // the norm stays the device's over the whole averaged buffer.
+      // Stages 0 and 1: the gradient part crosses bucket by bucket as the caller's reducer
+      // averages it (grad_reduced), the rest at the step; the norm stays the device's over the
+      // whole averaged buffer.
       host_ = COHORT_TRY(HostShardAdamW::Create(hi - lo, std::move(decay), adamw,
                                                 shard_->device()));
     }
@@ -328,7 +361,16 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   Result<void> WaitGrads() override { return shard_->Synchronize(); }
 
   void BeginRound(int microbatches, bool forward_only) override {
-    if (!sharded_ || forward_only) return;
+    if (forward_only) return;
+    if (host_ && !sharded_) {
+      // Stages 0 and 1 offloaded: this step's buckets bring their parts anew.
+      Keep(host_->BeginRound());
+      std::lock_guard lock(arrived_mu_);
+      arrived_.clear();
+      bucket_values_ = 0;
+      return;
+    }
+    if (!sharded_) return;
     rounds_->Begin(microbatches);
     // Offloaded, the step's round is final: each piece of the shard goes to the host.
     if (host_) Keep(host_->BeginRound());
@@ -362,7 +404,7 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     } else {
       sq = COHORT_TRY(LocalSquaredNorm());
     }
-    if (sharded_) {
+    if (sharded_ && data_ != nullptr) {
       // Every data rank's part: the norm one rank computes over the whole shard.
       HostAllGather gather = [this](const float* send, float* recv,
                                     const std::vector<size_t>& counts) {
@@ -426,16 +468,41 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
     return {};
   }
 
-  // Offloaded: the host clips and steps the part (stages 0 and 1 copy the averaged gradient
-  // part over first; stages 2 and 3 have it from the backward) while each finished chunk goes
+  // Offloaded: the host clips and steps the part (stages 0 and 1 copy what the buckets did
+  // not bring first; stages 2 and 3 have it from the backward) while each finished chunk goes
   // back: into the float32 parameters (then gathered over the data group, or the bf16 copy
   // refreshed), or stage 3's bf16 part.
   Result<void> HostStep(double norm, double max_norm, float lr, const float* g) {
-    if (!sharded_) COHORT_TRY_VOID(host_->CopyAll(g, shard_->stream()));
+    if (!sharded_) COHORT_TRY_VOID(CopyRest(g));
     COHORT_TRY_VOID(host_->Step(norm, max_norm, lr, HostDestination()));
     if (params_) return {};
     if (data_ != nullptr) return GatherParams();
     return shard_->ParamsWritten();
+  }
+  // Stages 0 and 1: the averaged gradient part (`g`, device) that the buckets did not bring to
+  // the host (the tied copy, averaged after them; all of it without buckets), copied now.
+  Result<void> CopyRest(const float* g) {
+    std::vector<Range> have;
+    {
+      std::lock_guard lock(arrived_mu_);
+      have = arrived_;
+    }
+    std::sort(have.begin(), have.end(), [](const Range& a, const Range& b) { return a.offset < b.offset; });
+    COHORT_TRY_VOID(shard_->Synchronize());  // the step's kernels on the model's stream
+    const size_t n = host_->size();
+    size_t at = 0;
+    for (const Range& r : have) {
+      if (r.offset > at) COHORT_TRY_VOID(host_->Arrived(g + at, at, r.offset - at, /*norm=*/false));
+      at = std::max(at, r.offset + r.count);
+    }
+    if (at < n) COHORT_TRY_VOID(host_->Arrived(g + at, at, n - at, /*norm=*/false));
+    if (const size_t copied = host_->TakeCopied(); copied != n) {
+      return Errorf(ErrorCode::kInternal,
+                    "optimizer offload: {} values of the gradient part's {} reached the host "
+                    "(buckets that overlap?)",
+                    copied, n);
+    }
+    return {};
   }
   HostShardAdamW::Destination HostDestination() {
     HostShardAdamW::Destination to;
@@ -515,6 +582,10 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   Result<std::vector<float>> WholeParams() override {
     if (!params_) return ShardEngine::WholeParams();
     const size_t total = shard_->layout().total;
+    if (data_ == nullptr) {
+      // One replica (optimizer+params): the host master is the whole shard.
+      return std::vector<float>(host_->master(), host_->master() + host_->size());
+    }
     COHORT_TRY_VOID(thread_->Drain());  // the group's collectives run here only when idle
     COHORT_CUDA_CHECK(cudaSetDevice(shard_->device()));
     std::unique_ptr<char, DeviceFree> all(static_cast<char*>(COHORT_TRY(DeviceAlloc(
@@ -642,7 +713,6 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
             host};
   }
   TrainModel::ZeroShape zero_shape() const override {
-    if (data_ == nullptr) return {0, 1, offload_};
     return {zero_stage_, part_.ranks, offload_};
   }
   std::string DescribeMemory() const override {
@@ -651,7 +721,7 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
         "{:.1f} MB of device memory for float32 parameters (and their bf16 copy), gradients and "
         "AdamW moments{}{} (activations apart)",
         (b.params + b.grads + b.optimizer + b.scratch + arena_bytes_ - b.host) / 1e6,
-        data_ ? fmt::format(" ({})", ZeroDescription(zero_stage_, part_.ranks)) : "",
+        zero_stage_ > 0 ? fmt::format(" ({})", ZeroDescription(zero_stage_, part_.ranks)) : "",
         host_ ? fmt::format(", {:.1f} MB of host memory (optimizer offloaded{})", b.host / 1e6,
                             offload_params_ ? ", bf16 parameters too" : "")
               : "");
@@ -713,6 +783,11 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   // the final round's pieces reach it from there.
   bool offload_ = false, offload_params_ = false;
   std::unique_ptr<HostShardAdamW> host_;
+  // Stages 0 and 1 offloaded: the ranges of the part the step's buckets brought to the host
+  // (relative to it), and their values.
+  mutable std::mutex arrived_mu_;
+  std::vector<Range> arrived_;  // guarded by arrived_mu_
+  size_t bucket_values_ = 0;    // guarded by arrived_mu_
   // Stages 2, 3. Declared last: destroyed first (the pieces drain the thread; the thread
   // joins before the model's gradient buffer and the parameter part they read are freed).
   std::unique_ptr<SerialThread> thread_;
@@ -778,20 +853,14 @@ Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
                   "optimizer offload {})",
                   zero_stage, offload);
   }
-  if (offload_params && (data == nullptr || data->size() < 2)) {
-    // The bf16 part that leaves the device is this data rank's part of the shard: with one
-    // replica the model holds the whole shard's parameters on the device.
-    return FieldError("parallel.offload",
-                      "optimizer+params in a CUDA tensor/pipeline layout needs two or more "
-                      "data-parallel replicas (ZeRO-3 shards the parameters over them); this "
-                      "layout has one (use optimizer)");
-  }
   // As the single-device model: the offload without ZeRO is ZeRO-1's (the optimizer's state
   // of this data rank's part of the shard on the host).
   if (offload && zero_stage == 0) zero_stage = 1;
-  // ZeRO-3 over a data group of two or more: the model holds no parameters (the engine's
-  // part, gathered piece by piece).
-  const bool sharded_params = zero_stage == 3 && data != nullptr && data->size() > 1;
+  // ZeRO-3 over a data group of two or more, or with the parameters offloaded: the model holds
+  // no parameters (the engine's part, gathered piece by piece, or with one replica copied
+  // from the host piece by piece).
+  const bool sharded_params =
+      zero_stage == 3 && ((data != nullptr && data->size() > 1) || offload_params);
   auto engine = std::make_unique<CudaShardEngine>(
       COHORT_TRY(GptShardCudaModel::Create(spec, tp, /*hold_params=*/!sharded_params)),
       host_messages);

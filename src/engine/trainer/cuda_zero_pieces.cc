@@ -300,7 +300,7 @@ Result<std::unique_ptr<GatheredDeviceParams>> GatheredDeviceParams::Create(
         fmt::format("a ZeRO-3 parameter gather buffer ({} bf16 values)", max), device)));
     g->scratch_bytes_ += max * sizeof(cuda::bf16);
   }
-  if (on_host) {
+  if (on_host && comm != nullptr && partition.ranks > 1) {
     const size_t part = std::min(max, partition.size(g->rank_));
     g->send_ = static_cast<cuda::bf16*>(COHORT_TRY(DeviceAlloc(
         std::max<size_t>(1, part) * sizeof(cuda::bf16),
@@ -362,7 +362,8 @@ Result<void> GatheredDeviceParams::GatherInto(int buffer, const ParamPiece& p) {
   const size_t lo = std::min(std::max(p.offset, begin), end);
   const size_t hi = std::max(lo, std::min(p.offset + p.count, end));
   const cuda::bf16* mine = shard_ + (lo - begin);
-  if (on_host_) {
+  const bool gather = comm_ != nullptr && partition_.ranks > 1;
+  if (on_host_ && gather) {
     // This rank's part of the piece to the device, just before the gather.
     if (hi > lo) {
       COHORT_CUDA_CHECK(cudaMemcpyAsync(send_, mine, (hi - lo) * sizeof(cuda::bf16),
@@ -371,13 +372,15 @@ Result<void> GatheredDeviceParams::GatherInto(int buffer, const ParamPiece& p) {
     }
     mine = send_;
   }
-  if (comm_ != nullptr && partition_.ranks > 1) {
+  if (gather) {
     return comm_->AllGather(mine, buffers_[buffer], partition_.counts_in(p.offset, p.offset + p.count),
                             comm::DataType::kBFloat16);
   }
-  // One rank: the shard is the whole model; the piece is a device copy.
+  // One rank: the shard is the whole model; the piece is a copy from the device shard, or
+  // (on_host) from the pinned host shard.
   COHORT_CUDA_CHECK(cudaMemcpyAsync(buffers_[buffer], mine, p.count * sizeof(cuda::bf16),
-                                    cudaMemcpyDeviceToDevice, copy_stream_));
+                                    on_host_ ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice,
+                                    copy_stream_));
   COHORT_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
   return {};
 }

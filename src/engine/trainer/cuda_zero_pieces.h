@@ -196,7 +196,7 @@ class GatheredDeviceParams final : public CudaParamSource {
 
   // Stops ops waiting for a release (before the thread is joined on an error path).
   void Abort();
-  // The gather buffers and (on_host) the device send buffer, bytes.
+  // The gather buffers and (on_host over two or more ranks) the device send buffer, bytes.
   size_t scratch_bytes() const { return scratch_bytes_; }
   // Pieces the model asked for (since Create), and of them those whose gather had already
   // finished on the thread when it asked (the prefetch hid it).
@@ -221,7 +221,7 @@ class GatheredDeviceParams final : public CudaParamSource {
   SerialThread& thread_;
   const std::vector<std::vector<ParamPiece>> passes_;
   cuda::bf16* buffers_[2] = {nullptr, nullptr};  // device, max_piece each
-  cuda::bf16* send_ = nullptr;                   // device, on_host: this rank's part
+  cuda::bf16* send_ = nullptr;  // device, on_host over two or more ranks: this rank's part
   size_t scratch_bytes_ = 0;
   cudaEvent_t released_event_[2] = {nullptr, nullptr};
   cudaStream_t copy_stream_ = nullptr;  // the thread's copies (on_host; one rank)

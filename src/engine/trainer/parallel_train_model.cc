@@ -118,7 +118,8 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     reducer_ = COHORT_TRY(ShardGradReducer::Create(grads, tied, emb_comm_.get(),
                                                    engine_->reduces_data_shards() ? nullptr : dp_comm_.get(),
                                                    options_.overlap_grad_reduce,
-                                                   options_.bucket_bytes, engine_->grad_wait()));
+                                                   options_.bucket_bytes, engine_->grad_wait(),
+                                                   engine_->grad_reduced()));
     return {};
   }
 
@@ -136,6 +137,9 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     st.shard_floats = engine_->layout().total;
     st.reduce_buckets = reducer_->buckets();
     st.reduce_buckets_overlapped = reducer_->overlapped_buckets();
+    const ShardEngine::OffloadCopies copies = engine_->offload_copies();
+    st.offload_bucket_values = copies.by_buckets;
+    st.offload_part_values = copies.part;
     return st;
   }
 
@@ -164,8 +168,10 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     }
     peak_activation_bytes_ = engine_->peak_activation_bytes();
     COHORT_TRY_VOID(reducer_->Finish([this] { return engine_->WaitGrads(); }));
-    if (dp_comm_ && engine_->reduces_data_shards()) {
-      COHORT_TRY_VOID(engine_->ReduceDataShards());  // ZeRO-2 and 3: into the data shards
+    if (engine_->reduces_data_shards()) {
+      // ZeRO-2 and 3: into the data shards (with one replica, the CUDA engine's parameter
+      // offload: into its shard of the whole).
+      COHORT_TRY_VOID(engine_->ReduceDataShards());
     }
     return ReplicaLoss(count, ran->bubble());
   }

@@ -106,6 +106,18 @@ class ShardEngine {
   // Backward's `ready` reported in that range are in memory; empty where they are once
   // reported (host memory).
   virtual DdpReducer::WaitReadyFn grad_wait() { return {}; }
+  // What DdpReducer runs after a bucket's average (the reducer's thread), with the bucket's
+  // range of grads(): its values are final there. The CUDA optimizer offload of stages 0 and
+  // 1 copies the bucket's part of the optimizer's range to the host here, while the backward
+  // goes on; empty elsewhere.
+  virtual DdpReducer::ReducedFn grad_reduced() { return {}; }
+  // The optimizer offload of stages 0 and 1: values of the gradient part that the last
+  // step's buckets brought to the host (grad_reduced), and of the part (the rest crossed at
+  // the step). Zeros elsewhere.
+  struct OffloadCopies {
+    size_t by_buckets = 0, part = 0;
+  };
+  virtual OffloadCopies offload_copies() const { return {}; }
   // Σ g² (in double) over the tensors that count in the norm (ShardTensor::counts_in_norm):
   // with ZeRO-2 and 3, over every data rank's gradient shard (summed over the data group:
   // a collective of it).
@@ -237,11 +249,11 @@ Result<std::unique_ptr<ShardEngine>> MakeCpuShardEngine(const ShardSpec& spec,
 // `host_messages`: then they are host memory, copied to and from device buffers around each
 // call (the path before device-to-device sends; the same bits). `zero_stage` 1 to 3: ZeRO
 // over `data` (the data group of this position, reaching device memory; null or one rank:
-// no ZeRO), as cuda_shard_engine.cc describes; kInvalidArgument for another. `offload`
+// no ZeRO, except for the parameter offload), as cuda_shard_engine.cc describes; kInvalidArgument for another. `offload`
 // (`parallel.offload: optimizer`; with zero_stage 0, ZeRO-1's): AdamW over the data rank's
 // part on the host (HostShardAdamW); `offload_params` (optimizer+params, zero_stage 3 and
-// offload only, else kInvalidArgument; a data group of two or more, else a parallel.offload
-// field error): the bf16 part in pinned host memory too. kUnsatisfiable in a build without
+// offload only, else kInvalidArgument): the bf16 part in pinned host memory too (with one
+// replica, stage 3's pieces over the replica itself). kUnsatisfiable in a build without
 // CUDA; the model's and the allocation's errors otherwise.
 Result<std::unique_ptr<ShardEngine>> MakeCudaShardEngine(const ShardSpec& spec,
                                                          TensorParallelGroup& tp,

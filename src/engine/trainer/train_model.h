@@ -89,6 +89,9 @@ class TrainModel {
     // This rank's data-parallel gradient buckets (0 without overlap or data parallelism),
     // and how many the last step issued while its backward still had pieces to finish.
     size_t reduce_buckets = 0, reduce_buckets_overlapped = 0;
+    // The CUDA optimizer offload of stages 0 and 1 (this rank's gradient part, values): how
+    // many the last step's buckets copied to the host during the backward, of the part.
+    size_t offload_bucket_values = 0, offload_part_values = 0;
   };
   virtual std::optional<ParallelStats> parallel_stats() const { return std::nullopt; }
 
@@ -333,7 +336,7 @@ Result<std::unique_ptr<TrainModel>> MakeParallelCpuTrainModel(const GptConfig& c
 // it: trainer/cuda_shard_engine.cc). `offload` (`parallel.offload: optimizer`; with
 // zero_stage 0 ZeRO-1's): the AdamW state and float32 master of the data rank's part on the
 // host, stepped on the CPU (trainer/host_shard_adamw.h); `offload_params` (optimizer+params,
-// zero_stage 3 over two or more data replicas): the bf16 part in pinned host memory too.
+// zero_stage 3): the bf16 part in pinned host memory too, also with one data replica.
 // kUnsatisfiable in a build without CUDA; the shard model's errors (gpt_shard_cuda.h: shapes
 // the CUDA kernels refuse) otherwise.
 Result<std::unique_ptr<TrainModel>> MakeParallelCudaTrainModel(const GptConfig& config,
