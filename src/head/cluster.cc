@@ -410,6 +410,7 @@ Result<NodeStatus> Cluster::RemoveNode(const std::string& name, bool force) {
   if (it == state_.nodes.end()) return Errorf(ErrorCode::kNotFound, "node '{}' not found", name);
   NodeStatus was = core::StatusOf(state_, it->second, now);
   core::Effects fx = COHORT_TRY(core::RemoveNode(state_, context_, name, force, now));
+  told_.erase(name);
   COHORT_TRY_VOID(Apply(std::move(fx), wakes));
   return was;
 }
@@ -474,6 +475,7 @@ Result<api::AgentTiming> Cluster::Register(const api::Registration& reg) {
   MutexLock lock(mu_);
   const api::AgentTiming before = core::CurrentTiming(state_, context_);
   core::RegisterResult r = COHORT_TRY(core::Register(state_, context_, reg, Now()));
+  told_.erase(reg.name);  // a new agent process was told nothing yet
   if (r.timing.heartbeat_interval_ms != before.heartbeat_interval_ms) {
     LOG_INFO("{} nodes at a heartbeat rate target of {}/s: agents now heartbeat every {} (failure timeout {}, fence "
              "timeout {})",
@@ -489,9 +491,22 @@ Result<api::HeartbeatReply> Cluster::Heartbeat(const std::string& name, const ap
   Wakes wakes(*this);
   MutexLock lock(mu_);
   core::HeartbeatResult r = COHORT_TRY(core::Heartbeat(state_, context_, name, hb, Now()));
-  // Exits are acknowledged only once stored: on failure the agent repeats them.
-  auto stored = Apply(std::move(r.effects), wakes);
+  const uint64_t before = staged_seq_;
+  Stage(std::move(r.effects), wakes);
+  // A reply goes out once what it says is durable. What must be: the heartbeat's own records
+  // (exits are acknowledged only once stored: on failure the agent repeats them), and, when
+  // the reply tells the agent anything the last reply to this agent did not, everything
+  // staged so far (its tasks, versions and timing come from there). A reply that repeats the
+  // last one needs no commit: the agent acts on nothing new, and what it acts on was durable
+  // when it was first told. So a steady heartbeat is not held behind other records' commits,
+  // whose fsyncs a loaded disk can stretch past the lease the reply renews.
+  std::string text = api::ToJson(r.reply).dump();
+  Told& told = told_[name];
+  const bool same = told.incarnation == hb.incarnation && told.reply == text;
+  const uint64_t need = !same ? staged_seq_ : staged_seq_ > before ? staged_seq_ : 0;
+  auto stored = Durable(need, wakes);
   if (!stored) return MakeError(ErrorCode::kUnavailable, "cannot store task exits: " + stored.error().message);
+  if (!same) told_[name] = Told{hb.incarnation, std::move(text)};  // mu_ was released: look again
   return std::move(r.reply);
 }
 

@@ -310,6 +310,13 @@ class Cluster {
   // The failure timeout granted to agents (core::kGrantedFailureTimeoutMeta) as stored; a
   // different current one is written with the next batch.
   int64_t stored_granted_failure_ms_ GUARDED_BY(mu_) = 0;
+  // The last heartbeat reply each node's agent was sent (its text), durable when sent: a
+  // reply that repeats it waits for no commit but the heartbeat's own (Heartbeat).
+  struct Told {
+    std::string incarnation;
+    std::string reply;
+  };
+  std::unordered_map<std::string, Told> told_ GUARDED_BY(mu_);
   bool schedule_requested_ GUARDED_BY(mu_) = true;
   Millis last_pass_ GUARDED_BY(mu_){0};
   prom::Histogram pass_seconds_{prom::ExponentialBuckets(0.0005, 2, 14)};      // thread-safe
