@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -34,9 +33,9 @@ bool ProcessRunning(const std::vector<std::string>& argv) {
   for (const auto& a : argv) want += a + '\0';
   std::error_code ec;  // processes come and go while the directory is read
   for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
-    std::ifstream in(it->path() / "cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmdline == want) return true;
+    // ReadFile: a process that exits while its cmdline is read reads as empty (libstdc++
+    // throws the read's ESRCH from the stream buffer).
+    if (ReadFile((it->path() / "cmdline").string()) == want) return true;
   }
   return false;
 }
