@@ -22,7 +22,8 @@
 //             scratch (stages 2, 3: the whole accumulation buffer 4Ψ_s, a receive buffer;
 //             stage 3's two gather buffers) beside it. The ranks are threads over gloo, the
 //             models constructed only (no step), all on device 0: bench_zero_emu runs it on
-//             the CPU emulator with a tiny model.
+//             the CPU emulator with a tiny model. Then the offloads' device and host bytes,
+//             and optimizer+params with one data replica (tensor 2 x data 1).
 // step        median step time (forward, backward with the bucket reduction, clip and
 //             AdamW; S steps after one warm-up) of stages 1, 2 and 3 beside DDP (stage 0) on
 //             N ranks (stages 2 and 3 reduce-scatter their gradient pieces: no DdpReducer;
@@ -275,23 +276,27 @@ void MemoryCuda(int ranks) {
   // master, the pinned gradient part, stage 3's bf16 part or its pinned staging.
   fmt::print("== offloaded in the same layout: device and host bytes per rank (the largest rank) "
              "==\n");
-  fmt::print("{:<22} {:>10} {:>11} {:>11} {:>10} {:>11} {:>8}  {}\n", "stage", "device MB",
+  fmt::print("{:<31} {:>10} {:>11} {:>11} {:>10} {:>11} {:>8}  {}\n", "stage", "device MB",
              "formula MB", "scratch MB", "host MB", "formula MB", "ratio",
              "target (host: the formula)");
+  // The last row: optimizer+params with one data replica (tensor 2 x data 1, two ranks), the
+  // parameters on the host and stage 3's pieces over the replica itself.
   struct Offloaded {
     int stage;
     bool params;
+    bool one_replica = false;
   };
   for (const Offloaded o : {Offloaded{1, false}, Offloaded{2, false}, Offloaded{3, false},
-                            Offloaded{3, true}}) {
+                            Offloaded{3, true}, Offloaded{3, true, true}}) {
     ParallelConfig pc;
     pc.tensor = 2;
     pc.zero = o.stage;
-    const ParallelLayout layout = Check(MakeParallelLayout(pc, c, ranks), "layout");
+    const int world = o.one_replica ? 2 : ranks;
+    const ParallelLayout layout = Check(MakeParallelLayout(pc, c, world), "layout");
     std::mutex mu;
     size_t device = 0, host = 0;
     double device_formula = 0, host_formula = 0;
-    RunRanks(ranks, [&](comm::Communicator& comm) {
+    RunRanks(world, [&](comm::Communicator& comm) {
       Check(SelectCudaDevice(0), "device");
       auto model = Check(MakeParallelCudaTrainModel(c, InitialParams{7, nullptr}, AdamWConfig{},
                                                     layout, comm, comm, nullptr,
@@ -315,8 +320,9 @@ void MemoryCuda(int ranks) {
       }
     });
     const double ratio = static_cast<double>(host) / host_formula;
-    fmt::print("{:<22} {:>10.3f} {:>11.3f} {:>11.3f} {:>10.3f} {:>11.3f} {:>8.4f}  {}\n",
-               fmt::format("ZeRO-{} {}", o.stage, o.params ? "optimizer+params" : "optimizer"),
+    fmt::print("{:<31} {:>10.3f} {:>11.3f} {:>11.3f} {:>10.3f} {:>11.3f} {:>8.4f}  {}\n",
+               fmt::format("ZeRO-{} {}{}", o.stage, o.params ? "optimizer+params" : "optimizer",
+                           o.one_replica ? ", data 1" : ""),
                device / 1e6, device_formula / 1e6, (device - device_formula) / 1e6, host / 1e6,
                host_formula / 1e6, ratio, std::abs(ratio - 1) <= 1e-3 ? "met" : "MISSED");
   }
