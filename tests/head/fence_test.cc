@@ -8,27 +8,15 @@
 #include <chrono>
 #include <thread>
 
+#include "agent_view.h"
 #include "head/cluster.h"
 #include "store/state_store.h"
 
 namespace cohort::head {
 namespace {
 
-api::Registration Reg(const std::string& name, const std::string& incarnation = "inc1") {
-  api::Registration r;
-  r.name = name;
-  r.address = "127.0.0.1";
-  r.incarnation = incarnation;
-  r.cpus = 8;
-  api::Gpu g;
-  g.index = 0;
-  g.name = "sim";
-  g.uuid = "GPU-" + name;
-  g.memory_bytes = 1 << 30;
-  g.simulated = true;
-  r.gpus.push_back(g);
-  return r;
-}
+using test_agent::Reg;
+using test_agent::Running;
 
 api::JobSpec Spec(int nodes, int max_restarts) {
   api::JobSpec s;
@@ -67,21 +55,6 @@ class FenceTest : public ::testing::Test {
     EXPECT_TRUE(reply.has_value()) << reply.error().message;
     applied_[node] = reply->version;
     return *reply;
-  }
-
-  // The agent's view after a reply: the tasks it was told to run, running.
-  static std::vector<api::TaskReport> Running(const api::HeartbeatReply& reply) {
-    std::vector<api::TaskReport> out;
-    for (const auto& t : reply.tasks) {
-      api::TaskReport r;
-      r.job = t.job;
-      r.attempt = t.attempt;
-      r.rank = t.rank;
-      r.gpus = t.gpus;
-      r.cpus = t.cpus;
-      out.push_back(r);
-    }
-    return out;
   }
 
   static api::TaskReport Exited(const api::TaskReport& t, int code) {

@@ -10,11 +10,15 @@
 #include <future>
 #include <mutex>
 
+#include "agent_view.h"
 #include "head/cluster.h"
 #include "store/state_store.h"
 
 namespace cohort::head {
 namespace {
+
+using test_agent::Reg;
+using test_agent::Running;
 
 // The in-memory store, its commits held while `hold` is set.
 struct Gate {
@@ -53,22 +57,6 @@ class GatedCommitStore final : public store::StateStore {
   Gate& gate_;
   std::unique_ptr<store::StateStore> inner_;
 };
-
-api::Registration Reg(const std::string& name) {
-  api::Registration r;
-  r.name = name;
-  r.address = "127.0.0.1";
-  r.incarnation = "inc1";
-  r.cpus = 8;
-  api::Gpu g;
-  g.index = 0;
-  g.name = "sim";
-  g.uuid = "GPU-" + name;
-  g.memory_bytes = 1 << 30;
-  g.simulated = true;
-  r.gpus.push_back(g);
-  return r;
-}
 
 api::JobSpec OneNode(const std::string& name) {
   api::JobSpec s;
@@ -122,19 +110,6 @@ class HeartbeatCommitTest : public ::testing::Test {
     auto reply = cluster_->Heartbeat(node, hb);
     if (reply) applied_[node] = reply->version;
     return reply;
-  }
-  static std::vector<api::TaskReport> Running(const api::HeartbeatReply& reply) {
-    std::vector<api::TaskReport> out;
-    for (const auto& t : reply.tasks) {
-      api::TaskReport r;
-      r.job = t.job;
-      r.attempt = t.attempt;
-      r.rank = t.rank;
-      r.gpus = t.gpus;
-      r.cpus = t.cpus;
-      out.push_back(r);
-    }
-    return out;
   }
 
   Gate gate_;
