@@ -321,12 +321,11 @@ ZeroRun TrainZero(const GptConfig& cfg, int tensor, int pipeline, int zero, int 
       auto saved = SaveCheckpointRanges(&group, disk->to, header, *ranges, 0);
       ASSERT_TRUE(saved.has_value()) << saved.error().ToString();
     }
-    const auto stats = model.parallel_stats();
-    ASSERT_TRUE(stats.has_value());
+    const TrainModel::OffloadCopies copies = model.offload_copies();
     std::lock_guard lock(mu);
     run.bytes[static_cast<size_t>(comm.rank())] = model.model_state_bytes();
-    run.offload_by_buckets[static_cast<size_t>(comm.rank())] = stats->offload_bucket_values;
-    run.offload_part[static_cast<size_t>(comm.rank())] = stats->offload_part_values;
+    run.offload_by_buckets[static_cast<size_t>(comm.rank())] = copies.during_backward;
+    run.offload_part[static_cast<size_t>(comm.rank())] = copies.part;
     for (const CheckpointRange& r : *ranges) {
       const size_t a = static_cast<size_t>(r.array);
       std::vector<float>& out = a == 0 ? run.state.params : a == 1 ? run.state.adam_m

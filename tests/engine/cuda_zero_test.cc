@@ -547,6 +547,52 @@ class CopyingSource final : public CudaParamSource {
   size_t max_held_ = 0;
 };
 
+// The stage-1 optimizer offload on one rank (no reducer, as the trainer runs a single GPU):
+// the last micro-batch's backward hands each finished piece to the CUDA TrainModel's copy
+// thread, which brings it to the host while the backward goes on, so the whole shard arrives
+// before the step (TrainModel::offload_copies) and the step copies nothing more. It trains
+// as the device optimizer: losses to 1e-5 over 3 steps of kAccum micro-batches.
+TEST(CudaZeroTest, OneRankOffloadBringsTheGradientDuringTheBackward) {
+  COHORT_SKIP_WITHOUT_GPU();
+#if !defined(COHORT_CUDA_EMULATED)
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+#endif
+  const GptModel initial = Initial();
+  auto train = [&](CudaZeroOptions o, TrainModel::OffloadCopies* copies) {
+    std::vector<double> losses;
+    auto made = MakeCudaTrainModel(initial, Adam(), kB, kT, nullptr, o);
+    EXPECT_TRUE(made.has_value()) << made.error().ToString();
+    if (!made) return losses;
+    TrainModel& model = **made;
+    for (int s = 1; s <= 3; ++s) {
+      auto loss = model.TrainMicrobatches(
+          kAccum, kB, kT,
+          [&](int a, std::span<int32_t> in, std::span<int32_t> out) -> Result<void> {
+            Load(s, 0, a, in, out);
+            return {};
+          },
+          nullptr);
+      EXPECT_TRUE(loss.has_value()) << loss.error().ToString();
+      auto norm = model.ClipAndStep(kMaxNorm, Lr(s));
+      EXPECT_TRUE(norm.has_value()) << norm.error().ToString();
+      if (!loss || !norm) break;
+      losses.push_back(*loss);
+      if (copies) *copies = model.offload_copies();
+    }
+    return losses;
+  };
+  const std::vector<double> device = train(CudaZeroOptions{nullptr, 0, false, false}, nullptr);
+  TrainModel::OffloadCopies copies;
+  const std::vector<double> host = train(CudaZeroOptions{nullptr, 1, true, false}, &copies);
+  ASSERT_EQ(device.size(), 3u);
+  ASSERT_EQ(host.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_NEAR(host[s], device[s], 1e-5 * std::abs(device[s])) << "step " << s + 1;
+  }
+  EXPECT_EQ(copies.part, initial.params().size());
+  EXPECT_EQ(copies.during_backward, copies.part) << "the step copied the gradient itself";
+}
+
 TEST(CudaZeroTest, PiecesAreTheWholeBuffers) {
   COHORT_SKIP_WITHOUT_GPU();
   // A vocabulary large enough that wte's gradient comes in several chunks of rows.

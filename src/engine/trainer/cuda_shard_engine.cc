@@ -206,7 +206,7 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
       return {};
     };
   }
-  OffloadCopies offload_copies() const override {
+  TrainModel::OffloadCopies offload_copies() const override {
     if (!host_ || sharded_) return {};
     std::lock_guard lock(arrived_mu_);
     return {bucket_values_, host_->size()};

@@ -81,6 +81,7 @@ class CudaTrainModel final : public TrainModel {
   void set_zero(std::unique_ptr<CudaZeroOptimizer> zero) { zero_ = std::move(zero); }
   GptCudaModel& model() { return *model_; }
   ~CudaTrainModel() override {
+    copier_.reset();  // joined before the optimizer and the model its copies use go
     zero_.reset();
     optimizer_.reset();
     model_.reset();
@@ -113,6 +114,9 @@ class CudaTrainModel final : public TrainModel {
   // micro-batch is the step's last (offloaded, only its pieces go to the host).
   Result<double> TrainMicrobatches(int count, int B, int T, const LoadMicrobatch& load,
                                    DdpReducer* reducer) override {
+    if (zero_ && zero_->offload() && zero_->stage() < 2 && zero_->partition().ranks == 1) {
+      return OffloadedOneRank(count, B, T, load);
+    }
     if (!zero_ || zero_->stage() < 2) {
       return TrainModel::TrainMicrobatches(count, B, T, load, reducer);
     }
@@ -132,6 +136,10 @@ class CudaTrainModel final : public TrainModel {
     return optimizer_->Step(lr, max_norm);
   }
 
+  OffloadCopies offload_copies() const override {
+    if (!zero_ || !zero_->offload() || zero_->stage() >= 2) return {};
+    return {zero_->copied_during_backward(), zero_->shard_size()};
+  }
   ZeroShape zero_shape() const override {
     if (!zero_) return {};
     return {zero_->stage(), zero_->partition().ranks, zero_->offload()};
@@ -318,6 +326,37 @@ class CudaTrainModel final : public TrainModel {
     COHORT_TRY_VOID(comm.Broadcast(host.data(), host.size(), comm::DataType::kFloat32, 0));
     return Copy(device.data(), host.data(), bytes, cudaMemcpyHostToDevice);
   }
+  // The optimizer offload of stage 1 on one rank (no reducer): the data-parallel loop, the
+  // last micro-batch's backward handing each finished piece of the gradient to a copy thread
+  // that waits for the piece's kernels and copies it to the host (GradsReduced) while the
+  // backward goes on, as the reducer's buckets do over several ranks.
+  Result<double> OffloadedOneRank(int count, int B, int T, const LoadMicrobatch& load) {
+    if (!copier_) copier_ = std::make_unique<SerialThread>(model_->device());
+    std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
+    COHORT_TRY_VOID(ZeroGrad());
+    double loss_sum = 0;
+    const float scale = 1.0f / static_cast<float>(count);
+    for (int a = 0; a < count; ++a) {
+      COHORT_TRY_VOID(load(a, inputs, targets));
+      loss_sum += COHORT_TRY(Forward(inputs, targets, B, T));
+      if (a < count - 1) {
+        COHORT_TRY_VOID(Backward(scale, {}));
+        continue;
+      }
+      auto backward = Backward(scale, [this](size_t offset, size_t n) {
+        copier_->Post([this, offset, n]() -> Result<void> {
+          COHORT_TRY_VOID(model_->WaitGradsReady(offset, n));
+          return zero_->GradsReduced(offset, n);
+        });
+      });
+      auto copied = copier_->Drain();
+      if (!copied) (void)copier_->TakeError();  // the next step starts clean
+      COHORT_TRY_VOID(backward);
+      COHORT_TRY_VOID(copied);
+    }
+    return loss_sum / count;
+  }
+
   // A copy on the model's stream (never the legacy default stream), complete on return.
   Result<void> Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, model_->stream()));
@@ -328,6 +367,7 @@ class CudaTrainModel final : public TrainModel {
   std::unique_ptr<GptCudaModel> model_;
   std::unique_ptr<GptCudaAdamW> optimizer_;      // without ZeRO
   std::unique_ptr<CudaZeroOptimizer> zero_;      // with ZeRO or offload
+  std::unique_ptr<SerialThread> copier_;         // offloaded stage 1 on one rank
   void* staging_ = nullptr;  // kStagingBytes of device memory
   std::vector<float> params_host_, m_host_, v_host_;  // checkpoint copies
   // RestoreRequest's host buffers until FinishRestore: the whole parameters (not ZeRO-3)

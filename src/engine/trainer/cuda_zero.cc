@@ -224,11 +224,16 @@ Result<double> CudaZeroOptimizer::Step(double max_norm, float lr) {
                     copied, n);
     }
   } else if (offload_) {
-    // Stage 1 over several ranks: the reducer's buckets brought the shard to the host during
-    // the backward (GradsReduced); on one rank the whole shard now.
+    // Stage 1: over several ranks the reducer's buckets brought the shard to the host during
+    // the backward (GradsReduced); on one rank the last micro-batch's pieces did (the CUDA
+    // TrainModel's copy thread), or, where the caller did not copy them, the whole shard now.
     const size_t copied = host_->TakeCopied();
+    copied_during_backward_ = copied;
     if (partition_.ranks == 1) {
-      COHORT_TRY_VOID(host_->CopyAll(grad_shard(), model_.stream()));
+      if (copied != n) {
+        copied_during_backward_ = 0;
+        COHORT_TRY_VOID(host_->CopyAll(grad_shard(), model_.stream()));
+      }
     } else if (copied != n) {
       return Errorf(ErrorCode::kInternal,
                     "optimizer offload: the reducer copied {} of the gradient shard's {} values "

@@ -100,10 +100,14 @@ class CudaZeroOptimizer {
   size_t shard_begin() const { return partition_.begin(rank_); }
   size_t shard_size() const { return partition_.size(rank_); }
 
-  // Offloaded stage 1 (DdpReducer::ReducedFn, the reducer's thread): gradients [offset,
-  // offset + count) are averaged; copies this rank's part of them to the host gradient shard
-  // and returns when copied. CUDA errors.
+  // Offloaded stage 1 (DdpReducer::ReducedFn, the reducer's thread; on one rank the CUDA
+  // TrainModel's copy thread, as the last micro-batch's backward finishes each piece):
+  // gradients [offset, offset + count) are final; copies this rank's part of them to the
+  // host gradient shard and returns when copied. CUDA errors.
   Result<void> GradsReduced(size_t offset, size_t count);
+  // Offloaded stage 1: gradient values GradsReduced brought to the host during the last
+  // step's backward (the rest crossed at the step).
+  size_t copied_during_backward() const { return copied_during_backward_; }
 
   // Stages 2 and 3, around the model's calls: the gradient shard to 0 (the step's first
   // micro-batch), and a micro-batch's backward pass (its pieces reduced into the shard).
@@ -117,7 +121,8 @@ class CudaZeroOptimizer {
   // the shard, and (stages 1, 2) all-gathers the parameters and refreshes the bf16 copy.
   // Returns the global norm before clipping. Collectives over `data`; CUDA errors; offloaded
   // stage 1 over more than one rank, kInternal unless GradsReduced copied exactly the shard
-  // during the backward (a reducer not given grad_reduced()).
+  // during the backward (a reducer not given grad_reduced()); on one rank what it did not
+  // copy is copied here.
   Result<double> Step(double max_norm, float lr);
 
   // Resume by range (TrainModel::RestoreRequest): the runs of this rank's shard of the
@@ -216,6 +221,7 @@ class CudaZeroOptimizer {
   cuda::bf16* bf16_shard_ = nullptr;
   // Stages 2, 3. Declared last: destroyed first (the pieces drain the thread; the thread
   // joins before the buffers above are freed).
+  size_t copied_during_backward_ = 0;  // offloaded stage 1: the last Step's count
   std::unique_ptr<SerialThread> thread_;
   std::unique_ptr<ShardedDeviceGrads> grads_;
   std::unique_ptr<GatheredDeviceParams> params_;

@@ -137,9 +137,6 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
     st.shard_floats = engine_->layout().total;
     st.reduce_buckets = reducer_->buckets();
     st.reduce_buckets_overlapped = reducer_->overlapped_buckets();
-    const ShardEngine::OffloadCopies copies = engine_->offload_copies();
-    st.offload_bucket_values = copies.by_buckets;
-    st.offload_part_values = copies.part;
     return st;
   }
 
@@ -198,6 +195,7 @@ class ParallelTrainModel final : public TrainModel, private PipelineCompute {
 
   std::span<float> grads() override { return engine_->grads(); }
   DdpReducer::WaitReadyFn grad_wait() override { return {}; }
+  OffloadCopies offload_copies() const override { return engine_->offload_copies(); }
 
   // Host values go over the host world (the same ranks as the trainer's communicator,
   // which may be nccl).

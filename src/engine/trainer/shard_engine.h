@@ -111,13 +111,9 @@ class ShardEngine {
   // 1 copies the bucket's part of the optimizer's range to the host here, while the backward
   // goes on; empty elsewhere.
   virtual DdpReducer::ReducedFn grad_reduced() { return {}; }
-  // The optimizer offload of stages 0 and 1: values of the gradient part that the last
-  // step's buckets brought to the host (grad_reduced), and of the part (the rest crossed at
-  // the step). Zeros elsewhere.
-  struct OffloadCopies {
-    size_t by_buckets = 0, part = 0;
-  };
-  virtual OffloadCopies offload_copies() const { return {}; }
+  // TrainModel::offload_copies: the optimizer offload of stages 0 and 1 (what the last
+  // step's buckets brought through grad_reduced, of the part).
+  virtual TrainModel::OffloadCopies offload_copies() const { return {}; }
   // Σ g² (in double) over the tensors that count in the norm (ShardTensor::counts_in_norm):
   // with ZeRO-2 and 3, over every data rank's gradient shard (summed over the data group:
   // a collective of it).

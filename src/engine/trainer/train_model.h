@@ -89,9 +89,6 @@ class TrainModel {
     // This rank's data-parallel gradient buckets (0 without overlap or data parallelism),
     // and how many the last step issued while its backward still had pieces to finish.
     size_t reduce_buckets = 0, reduce_buckets_overlapped = 0;
-    // The CUDA optimizer offload of stages 0 and 1 (this rank's gradient part, values): how
-    // many the last step's buckets copied to the host during the backward, of the part.
-    size_t offload_bucket_values = 0, offload_part_values = 0;
   };
   virtual std::optional<ParallelStats> parallel_stats() const { return std::nullopt; }
 
@@ -112,6 +109,14 @@ class TrainModel {
   // What the reducer calls after each bucket (DdpReducer::ReducedFn; the CUDA optimizer
   // offload's device -> host copy of the bucket's gradients in stage 1), or empty.
   virtual DdpReducer::ReducedFn grad_reduced() { return {}; }
+  // The CUDA optimizer offload of stages 0 and 1 (this rank's gradient part, in values): how
+  // many of them the last step brought to the host while its backward ran (the reducer's
+  // buckets; on one rank the last micro-batch's pieces), of the part; the rest crossed at
+  // the step. Zeros elsewhere.
+  struct OffloadCopies {
+    size_t during_backward = 0, part = 0;
+  };
+  virtual OffloadCopies offload_copies() const { return {}; }
   // The model states this rank holds, counted where the model allocates them (bytes), and
   // the scratch that ZeRO-2 adds for its gradient pieces (zero_grads.h), counted apart.
   struct ModelStateBytes {
