@@ -15,7 +15,8 @@
 //                  shard in pinned host memory (cudaMallocHost; m and v never cross the bus
 //                  and stay pageable), clipped and stepped on the CPU, overlapped with the
 //                  device: the gradient shard reaches the host piece by piece during the
-//                  last backward (stage 1: DdpReducer's buckets, GradsReduced; stages 2, 3:
+//                  last backward (stage 1: DdpReducer's buckets, GradsReduced, and on one
+//                  rank the CUDA TrainModel's copy thread piece by piece; stages 2, 3:
 //                  ShardedDeviceGrads' final round), each part's Σ g² computed by a host
 //                  thread as it arrives (stages 2, 3), and the step runs on that thread in
 //                  chunks while the training thread copies each finished chunk's parameters
@@ -24,7 +25,8 @@
 //
 // Gradients. Stage 1 all-reduces the whole gradient buffer (the trainer's DdpReducer) and
 // steps its shard of it; offloaded, each bucket's part of the shard is copied to the host on
-// a copy stream by the reducer's thread as soon as it is averaged (GradsReduced). Stages 2
+// a copy stream by the reducer's thread as soon as it is averaged (GradsReduced; on one rank,
+// with no reducer, each piece of the last micro-batch's backward as it is finished). Stages 2
 // and 3 hold no whole gradient buffer (the model is created without one): the backward
 // writes each piece into a ShardedDeviceGrads (cuda_zero_pieces.h), reduce-scattered into
 // the device gradient shard of size(r) floats every micro-batch.
