@@ -120,16 +120,8 @@ class CudaTrainModel final : public TrainModel {
     if (!zero_ || zero_->stage() < 2) {
       return TrainModel::TrainMicrobatches(count, B, T, load, reducer);
     }
-    std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
-    COHORT_TRY_VOID(ZeroGrad());
-    double loss_sum = 0;
-    const float scale = 1.0f / static_cast<float>(count);
-    for (int a = 0; a < count; ++a) {
-      COHORT_TRY_VOID(load(a, inputs, targets));
-      loss_sum += COHORT_TRY(Forward(inputs, targets, B, T));
-      COHORT_TRY_VOID(zero_->Backward(scale, /*final=*/a == count - 1));
-    }
-    return loss_sum / count;
+    return MicrobatchLoop(count, B, T, load,
+                          [this](float scale, bool last) { return zero_->Backward(scale, /*final=*/last); });
   }
   Result<double> ClipAndStep(double max_norm, float lr) override {
     if (zero_) return zero_->Step(max_norm, lr);
@@ -332,17 +324,8 @@ class CudaTrainModel final : public TrainModel {
   // backward goes on, as the reducer's buckets do over several ranks.
   Result<double> OffloadedOneRank(int count, int B, int T, const LoadMicrobatch& load) {
     if (!copier_) copier_ = std::make_unique<SerialThread>(model_->device());
-    std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
-    COHORT_TRY_VOID(ZeroGrad());
-    double loss_sum = 0;
-    const float scale = 1.0f / static_cast<float>(count);
-    for (int a = 0; a < count; ++a) {
-      COHORT_TRY_VOID(load(a, inputs, targets));
-      loss_sum += COHORT_TRY(Forward(inputs, targets, B, T));
-      if (a < count - 1) {
-        COHORT_TRY_VOID(Backward(scale, {}));
-        continue;
-      }
+    return MicrobatchLoop(count, B, T, load, [this](float scale, bool last) -> Result<void> {
+      if (!last) return Backward(scale, {});
       auto backward = Backward(scale, [this](size_t offset, size_t n) {
         copier_->Post([this, offset, n]() -> Result<void> {
           COHORT_TRY_VOID(model_->WaitGradsReady(offset, n));
@@ -352,9 +335,8 @@ class CudaTrainModel final : public TrainModel {
       auto copied = copier_->Drain();
       if (!copied) (void)copier_->TakeError();  // the next step starts clean
       COHORT_TRY_VOID(backward);
-      COHORT_TRY_VOID(copied);
-    }
-    return loss_sum / count;
+      return copied;
+    });
   }
 
   // A copy on the model's stream (never the legacy default stream), complete on return.

@@ -10,8 +10,8 @@
 
 namespace cohort::engine {
 
-Result<double> TrainModel::TrainMicrobatches(int count, int B, int T, const LoadMicrobatch& load,
-                                             DdpReducer* reducer) {
+Result<double> TrainModel::MicrobatchLoop(int count, int B, int T, const LoadMicrobatch& load,
+                                          const MicrobatchBackward& backward) {
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
   COHORT_TRY_VOID(ZeroGrad());
   double loss_sum = 0;
@@ -19,17 +19,21 @@ Result<double> TrainModel::TrainMicrobatches(int count, int B, int T, const Load
   for (int a = 0; a < count; ++a) {
     COHORT_TRY_VOID(load(a, inputs, targets));
     loss_sum += COHORT_TRY(Forward(inputs, targets, B, T));
-    if (reducer && a == count - 1) {
-      reducer->Begin();
-      auto backward = Backward(scale, [&](size_t offset, size_t n) { reducer->GradReady(offset, n); });
-      auto reduced = reducer->Finish();
-      COHORT_TRY_VOID(backward);
-      COHORT_TRY_VOID(reduced);
-    } else {
-      COHORT_TRY_VOID(Backward(scale, {}));
-    }
+    COHORT_TRY_VOID(backward(scale, a == count - 1));
   }
   return loss_sum / count;
+}
+
+Result<double> TrainModel::TrainMicrobatches(int count, int B, int T, const LoadMicrobatch& load,
+                                             DdpReducer* reducer) {
+  return MicrobatchLoop(count, B, T, load, [&](float scale, bool last) -> Result<void> {
+    if (!reducer || !last) return Backward(scale, {});
+    reducer->Begin();
+    auto backward = Backward(scale, [&](size_t offset, size_t n) { reducer->GradReady(offset, n); });
+    auto reduced = reducer->Finish();
+    COHORT_TRY_VOID(backward);
+    return reduced;
+  });
 }
 
 Result<std::vector<CheckpointRange>> TrainModel::CheckpointRanges(int replica, int replicas,

@@ -68,6 +68,13 @@ class TrainModel {
   // buckets during the last backward pass.
   virtual Result<double> TrainMicrobatches(int count, int B, int T, const LoadMicrobatch& load,
                                            DdpReducer* reducer);
+  // That loop with the backward pass given: zeroes the gradients, then per micro-batch loads
+  // it, runs Forward and `backward(scale, last)` (scale 1/count; `last`: the step's last
+  // micro-batch). Returns the mean loss. For models whose last backward does more (a
+  // reducer's buckets, ZeRO's final round, the offload's copies).
+  using MicrobatchBackward = std::function<Result<void>(float scale, bool last)>;
+  Result<double> MicrobatchLoop(int count, int B, int T, const LoadMicrobatch& load,
+                                const MicrobatchBackward& backward);
   // The mean loss over `count` micro-batches, forward only (evaluation).
   virtual Result<double> EvalMicrobatches(int count, int B, int T, const LoadMicrobatch& load);
 
