@@ -487,7 +487,8 @@ Result<api::AgentTiming> Cluster::Register(const api::Registration& reg) {
   return r.timing;
 }
 
-Result<api::HeartbeatReply> Cluster::Heartbeat(const std::string& name, const api::Heartbeat& hb) {
+Result<api::HeartbeatReply> Cluster::Heartbeat(const std::string& name, const api::Heartbeat& hb,
+                                               std::string* text_out) {
   Wakes wakes(*this);
   MutexLock lock(mu_);
   core::HeartbeatResult r = COHORT_TRY(core::Heartbeat(state_, context_, name, hb, Now()));
@@ -500,13 +501,14 @@ Result<api::HeartbeatReply> Cluster::Heartbeat(const std::string& name, const ap
   // last one needs no commit: the agent acts on nothing new, and what it acts on was durable
   // when it was first told. So a steady heartbeat is not held behind other records' commits,
   // whose fsyncs a loaded disk can stretch past the lease the reply renews.
-  std::string text = api::ToJson(r.reply).dump();
+  std::string text = api::ToJson(r.reply).dump(-1, ' ', false, json::error_handler_t::replace);
   Told& told = told_[name];
   const bool same = told.incarnation == hb.incarnation && told.reply == text;
   const uint64_t need = !same ? staged_seq_ : staged_seq_ > before ? staged_seq_ : 0;
   auto stored = Durable(need, wakes);
   if (!stored) return MakeError(ErrorCode::kUnavailable, "cannot store task exits: " + stored.error().message);
-  if (!same) told_[name] = Told{hb.incarnation, std::move(text)};  // mu_ was released: look again
+  if (!same) told_[name] = Told{hb.incarnation, text};  // mu_ was released: look again
+  if (text_out != nullptr) *text_out = std::move(text);
   return std::move(r.reply);
 }
 

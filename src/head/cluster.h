@@ -171,8 +171,11 @@ class Cluster {
   Result<api::AgentTiming> Register(const api::Registration& reg) EXCLUDES(mu_);
   // kNotFound if the node is unknown and kFailedPrecondition if `hb.incarnation` is not the
   // registered one: the agent must register (again). kUnavailable if the exits it reports
-  // cannot be stored (the agent repeats them).
-  Result<api::HeartbeatReply> Heartbeat(const std::string& node, const api::Heartbeat& hb) EXCLUDES(mu_);
+  // cannot be stored (the agent repeats them). `text` (optional) receives the reply's JSON
+  // text as SendJson writes it: made here anyway (to compare with the last reply), so the
+  // handler sends it rather than serialising the reply again.
+  Result<api::HeartbeatReply> Heartbeat(const std::string& node, const api::Heartbeat& hb,
+                                        std::string* text = nullptr) EXCLUDES(mu_);
 
   // ---- control loop ----
   // Marks silent nodes DOWN (failing their gangs) unless the unhealthy zone holds,
