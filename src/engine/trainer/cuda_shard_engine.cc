@@ -202,14 +202,15 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
       COHORT_TRY_VOID(host_->Arrived(grads + lo, lo - begin, hi - lo, /*norm=*/false));
       std::lock_guard lock(arrived_mu_);
       arrived_.push_back({lo - begin, hi - lo});
-      bucket_values_ += hi - lo;
       return {};
     };
   }
   TrainModel::OffloadCopies offload_copies() const override {
     if (!host_ || sharded_) return {};
     std::lock_guard lock(arrived_mu_);
-    return {bucket_values_, host_->size()};
+    size_t by_buckets = 0;
+    for (const Range& r : arrived_) by_buckets += r.count;
+    return {by_buckets, host_->size()};
   }
 
   // `data` (null or one rank: no ZeRO) is the data group of this position; `zero_stage` 0-3
@@ -367,7 +368,6 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
       Keep(host_->BeginRound());
       std::lock_guard lock(arrived_mu_);
       arrived_.clear();
-      bucket_values_ = 0;
       return;
     }
     if (!sharded_) return;
@@ -784,10 +784,9 @@ class CudaShardEngine final : public ShardEngineOver<GptShardCudaModel> {
   bool offload_ = false, offload_params_ = false;
   std::unique_ptr<HostShardAdamW> host_;
   // Stages 0 and 1 offloaded: the ranges of the part the step's buckets brought to the host
-  // (relative to it), and their values.
+  // (relative to it).
   mutable std::mutex arrived_mu_;
   std::vector<Range> arrived_;  // guarded by arrived_mu_
-  size_t bucket_values_ = 0;    // guarded by arrived_mu_
   // Stages 2, 3. Declared last: destroyed first (the pieces drain the thread; the thread
   // joins before the model's gradient buffer and the parameter part they read are freed).
   std::unique_ptr<SerialThread> thread_;
