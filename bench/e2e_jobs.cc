@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
                 rate >= 1000 ? "OK" : "MISSED");
   }
   if (auto m = client.GetRaw("/metrics"); m && m->status == 200) {
-    std::printf("  head: %.0f scheduling passes (%.3f s), %.0f store commits (%.3f s)\n",
+    std::printf("  head: %.0f heartbeats, %.0f scheduling passes (%.3f s), %.0f store commits (%.3f s)\n",
+                Metric(m->body, "cohort_head_heartbeats_total"),
                 Metric(m->body, "cohort_scheduler_pass_duration_seconds_count"),
                 Metric(m->body, "cohort_scheduler_pass_duration_seconds_sum"),
                 Metric(m->body, "cohort_head_store_commit_duration_seconds_count"),
