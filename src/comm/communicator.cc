@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "comm/gloo/gloo_communicator.h"
+#include "comm/shm/shm_communicator.h"
 #if COHORT_HAVE_NCCL
 #include "comm/nccl/nccl_communicator.h"
 #include "common/cuda_status.h"
@@ -43,8 +44,41 @@ std::string_view ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
+namespace {
+
+// Backend "auto": shm when every rank shares this host's /dev/shm and PID namespace
+// (ShmHostKey), else gloo. Every rank sets "<prefix>/auto/host/<rank>"; rank 0 reads them
+// all and sets "<prefix>/auto/choice", which the others read: every rank picks the same.
+Result<std::string> PickHostBackend(const CommOptions& options) {
+  if (options.world_size == 1) return std::string("shm");
+  const std::string at = options.prefix + "/auto/";
+  const std::string mine = ShmHostKey();
+  auto failed = [&](const Error& e) {
+    return Errorf(e.code, "choosing the backend (auto) for rank {} of {}: {}", options.rank,
+                  options.world_size, e.message);
+  };
+  if (auto set = options.store->Set(at + "host/" + std::to_string(options.rank), mine); !set) {
+    return failed(set.error());
+  }
+  if (options.rank != 0) {
+    auto choice = options.store->Get(at + "choice", options.timeout);
+    if (!choice) return failed(choice.error());
+    return *choice;
+  }
+  std::string choice = mine.empty() ? "gloo" : "shm";
+  for (int r = 1; r < options.world_size && choice == "shm"; ++r) {
+    auto key = options.store->Get(at + "host/" + std::to_string(r), options.timeout);
+    if (!key) return failed(key.error());
+    if (*key != mine) choice = "gloo";
+  }
+  if (auto set = options.store->Set(at + "choice", choice); !set) return failed(set.error());
+  return choice;
+}
+
+}  // namespace
+
 std::vector<std::string> AvailableBackends() {
-  std::vector<std::string> out = {"gloo"};
+  std::vector<std::string> out = {"gloo", "shm"};
 #if COHORT_HAVE_NCCL
   if (CudaDeviceCount().has_value()) out.push_back("nccl");  // built in and a GPU present
 #endif
@@ -66,7 +100,13 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& opti
     return FieldError("store", "a rendezvous store is required when world_size > 1 (got {})",
                       options.world_size);
   }
+  if (options.backend == "auto") {
+    CommOptions picked = options;
+    picked.backend = COHORT_TRY(PickHostBackend(options));
+    return CreateCommunicator(picked);
+  }
   if (options.backend == "gloo") return CreateGlooCommunicator(options);
+  if (options.backend == "shm") return CreateShmCommunicator(options);
   if (options.backend == "nccl") {
 #if COHORT_HAVE_NCCL
     return CreateNcclCommunicator(options);
@@ -76,7 +116,7 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& opti
                   "CUDA/NCCL)");
 #endif
   }
-  return FieldError("backend", "unknown backend '{}' (available: {})", options.backend,
+  return FieldError("backend", "unknown backend '{}' (available: {}; auto picks shm when every rank is on this host, else gloo)", options.backend,
                     fmt::join(AvailableBackends(), ", "));
 }
 

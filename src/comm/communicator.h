@@ -1,10 +1,12 @@
 // Communicator: collective and point-to-point communication among the ranks of a job.
 //
 // A Communicator is one rank's handle on a group of `size()` ranks numbered 0..size-1.
-// Backends (chosen by name in CommOptions): "gloo" moves host memory over TCP; "nccl"
-// moves GPU memory (nccl/nccl_communicator.h). Both derive from CommunicatorBase
-// (communicator_base.h), which checks arguments, numbers collectives, keeps the broken
-// state and splits; every backend passes the same test suite.
+// Backends (chosen by name in CommOptions): "gloo" moves host memory over TCP; "shm" moves
+// host memory between the ranks of one host through shared memory (shm/shm_communicator.h);
+// "auto" picks shm when every rank is on this host and gloo otherwise; "nccl" moves GPU
+// memory (nccl/nccl_communicator.h). All derive from CommunicatorBase (communicator_base.h),
+// which checks arguments, numbers collectives, keeps the broken state and splits; every
+// backend passes the same test suite.
 //
 // Ordering contract. Collectives (AllReduce .. Barrier) are matched by order: the n-th
 // collective a rank calls on a communicator meets the n-th collective of every other
@@ -64,7 +66,7 @@ class Communicator {
   // This rank (0..size-1) and the number of ranks in the group.
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "gloo" or "nccl".
+  // "gloo", "shm" or "nccl" (never "auto": the backend it picked).
   virtual std::string_view backend() const = 0;
 
   // Reduces `count` elements of `send` across all ranks into `recv` on every rank. In
@@ -114,6 +116,7 @@ class Communicator {
 };
 
 struct CommOptions {
+  // "gloo", "shm", "nccl", or "auto" (shm when every rank is on this host, else gloo).
   std::string backend = "gloo";
   int rank = 0;
   int world_size = 1;
@@ -134,13 +137,14 @@ struct CommOptions {
   bool check_consistency = true;
 };
 
-// Names of the backends usable here: "gloo", and "nccl" when this binary is built with
-// CUDA/NCCL and this process sees a CUDA device.
+// Names of the backends usable here: "gloo", "shm", and "nccl" when this binary is built
+// with CUDA/NCCL and this process sees a CUDA device ("auto" is a choice among them, not
+// listed).
 std::vector<std::string> AvailableBackends();
 
 // Creates this rank's communicator and connects it to the others (blocks until all
 // world_size ranks have called it with the same store and prefix, or timeout).
-// kInvalidArgument: unknown backend ("unknown backend 'x' (available: gloo)"),
+// kInvalidArgument: unknown backend ("unknown backend 'x' (available: gloo, shm; ...)"),
 // world_size < 1, rank outside [0, world_size), timeout <= 0, no store when
 // world_size > 1, ranks that disagree on world_size, or a rank claimed twice under one
 // prefix. kUnavailable: a backend not built into this binary ("... built without

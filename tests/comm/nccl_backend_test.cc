@@ -56,7 +56,7 @@ TEST(NcclAvailability, OfferedOnlyWithDevice) {
     o.backend = "mpi";
     auto c = CreateCommunicator(o);
     ASSERT_FALSE(c.has_value());
-    EXPECT_THAT(c.error().message, HasSubstr("(available: gloo)"));
+    EXPECT_THAT(c.error().message, HasSubstr("(available: gloo, shm; auto picks"));
   }
 }
 

@@ -98,8 +98,10 @@ int RunBench(int argc, char** argv) {
       "Allreduce bandwidth, nccl-tests style (algbw, busbw), beside Gloo's own ring allreduce");
   ar->add_option("-n,--ranks", o.ranks, "Ranks to start with `cohort run` (default 2)")
       ->check(CLI::Range(1, 1024));
-  ar->add_option("--backend", o.backend, "Communicator backend to measure: gloo or nccl (default gloo)")
-      ->check(CLI::IsMember({"gloo", "nccl"}));
+  ar->add_option("--backend", o.backend,
+                 "Communicator backend to measure: gloo, shm (ranks on this host) or nccl "
+                 "(default gloo)")
+      ->check(CLI::IsMember({"gloo", "shm", "nccl"}));
   ar->add_option("--min-bytes", raw.min_bytes, "Smallest message (default 4)");
   ar->add_option("--max-bytes", raw.max_bytes, "Largest message (default 256M)");
   ar->add_option("--factor", o.factor, "Size multiplier between rows (default 2)")
