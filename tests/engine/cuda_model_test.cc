@@ -685,13 +685,13 @@ TEST(GptCudaTrainCliTest, ZeroTwoOnTwoGpusResumesOnTheCpu) {
 }
 
 // --- e) two ranks over NCCL ------------------------------------------------------------------
-// On the emulator, device memory is host memory and gloo stands in for NCCL: the model's
+// On the emulator, device memory is host memory and shm stands in for NCCL: the model's
 // gradient-slice reports and events, and the reducer's buckets over them, still run.
 // Emulated kernels run on the CPU, hundreds of times slower than a GPU, and the two ranks
 // share the machine's cores, so a rank can wait far longer than the usual 10 s for its
 // peer's kernels to reach the collective.
 #ifdef COHORT_CUDA_EMULATED
-constexpr const char* kDdpBackend = "gloo";
+constexpr const char* kDdpBackend = "shm";
 constexpr Millis kDdpTimeout{900'000};
 #else
 constexpr const char* kDdpBackend = "nccl";

@@ -2,7 +2,7 @@
 // trainer/train_model.h), on MakeParallelCudaTrainModel directly, every rank a thread:
 //   - pipeline messages sent device to device (the links split from the world that reaches
 //     device memory: nccl send/recv on GPUs) give the bits of the host path (device -> host,
-//     gloo, host -> device): every loss, gradient norm and parameter of pipeline 2 under 1F1B
+//     a host communicator, host -> device): every loss, gradient norm and parameter of pipeline 2 under 1F1B
 //     and interleaved 1F1B, and of tensor 2 x pipeline 2 (the message is the same float32
 //     bytes either way);
 //   - the data-parallel reduction overlapped with the backward (each bucket averaged on the
@@ -27,8 +27,8 @@
 //     optimizer+params checkpoint resumed bit for bit with and without offload, and the
 //     offloaded ZeRO-3 state on the CPU and back.
 // Built twice: against the CPU emulator (cuda_emu.cmake, label engine: device memory is host
-// memory, so one gloo communicator is both worlds) and against the real CUDA engine (label
-// gpu: the world over nccl, the host values over a second, gloo, communicator; one GPU per
+// memory, so one shm communicator is both worlds) and against the real CUDA engine (label
+// gpu: the world over nccl, the host values over a second, shm, communicator; one GPU per
 // rank, skipping with fewer). The model is tiny (d_model 64, 4 heads, context 16) so that the
 // emulator takes seconds.
 #include <cuda_runtime.h>
@@ -62,7 +62,7 @@ namespace cohort::engine {
 namespace {
 
 #ifdef COHORT_CUDA_EMULATED
-constexpr const char* kBackend = "gloo";  // emulated device memory is host memory
+constexpr const char* kBackend = "shm";  // emulated device memory is host memory
 constexpr Millis kTimeout{900'000};       // emulated kernels: a peer can be minutes behind
 #else
 constexpr const char* kBackend = "nccl";
@@ -108,7 +108,7 @@ bool HaveGpus(int ranks) {
 }
 
 // Runs body(world, host) on `ranks` threads: `world` over kBackend (on GPU r for nccl), `host`
-// the same ranks over gloo (the same communicator where kBackend is gloo).
+// the same ranks over shm (the same communicator where kBackend is a host backend).
 void RunCudaRanks(int ranks,
                   const std::function<void(comm::Communicator&, comm::Communicator&)>& body) {
   auto store = std::make_shared<comm::commtest::MemStore>();
@@ -123,8 +123,8 @@ void RunCudaRanks(int ranks,
       auto world = comm::CreateCommunicator(w);
       ASSERT_TRUE(world.has_value()) << world.error().ToString();
       std::unique_ptr<comm::Communicator> host;
-      if (std::string(kBackend) != "gloo") {
-        comm::CommOptions h = comm::commtest::LocalOptions("gloo", r, ranks, store, kTimeout);
+      if (std::string(kBackend) == "nccl") {
+        comm::CommOptions h = comm::commtest::LocalOptions("shm", r, ranks, store, kTimeout);
         h.prefix = "host";
         auto made = comm::CreateCommunicator(h);
         ASSERT_TRUE(made.has_value()) << made.error().ToString();

@@ -21,8 +21,8 @@
 // within 2e-3.)
 //
 // Built twice: against the real CUDA engine (label gpu; ranks over nccl, one GPU each, the
-// host values over a second, gloo, communicator; skips without enough GPUs) and against the
-// CPU emulator (cuda_emu.cmake), where the ranks' device memory is host memory and gloo stands
+// host values over a second, host-memory communicator; skips without enough GPUs) and against the
+// CPU emulator (cuda_emu.cmake), where the ranks' device memory is host memory and shm stands
 // in for nccl; it runs in CI there. The model is tiny (2 layers, d_model 64, 4 heads, context
 // 16) so that the emulator takes a few seconds per run.
 #include <unistd.h>
@@ -56,7 +56,7 @@ using ::testing::HasSubstr;
 using testing::RecordedLosses;
 
 #ifdef COHORT_CUDA_EMULATED
-constexpr const char* kCudaBackend = "gloo";
+constexpr const char* kCudaBackend = "shm";
 constexpr double kTimeoutS = 900;  // emulated kernels: a peer can be minutes behind
 #else
 constexpr const char* kCudaBackend = "nccl";
@@ -112,7 +112,7 @@ class CudaParallelTrainerTest : public ::testing::Test {
                           "parallel: {tensor: " << tensor << ", pipeline: " << pipeline
                        << ", schedule: " << schedule << ", virtual_stages: " << virtual_stages_
                        << ", zero: " << zero_ << ", offload: " << offload_ << "}\n"
-                          "comm: {backend: " << (device == "cuda" ? kCudaBackend : "gloo")
+                          "comm: {backend: " << (device == "cuda" ? kCudaBackend : "auto")
                        << ", timeout_s: " << kTimeoutS << "}\n"
                           "eval: {every: " << kSteps << ", batches: 1}\n"
                           "checkpoint: {every: 1, keep: 10}\n"

@@ -11,7 +11,7 @@
 //   c) a micro-batch with a token outside the vocabulary is refused, naming it.
 // Two micro-batches are in flight in every run (both forwards, then the backwards in
 // reverse), so the stashes and the gradient accumulation are covered. The tensor group is a
-// gloo communicator over the emulator's host-backed device memory (cuda_emu.cmake), NCCL on
+// shm communicator over the emulator's host-backed device memory (cuda_emu.cmake), NCCL on
 // a GPU (2 GPUs for tensor 2; the test skips with fewer).
 #include "engine/model/gpt_shard_cuda.h"
 
@@ -40,7 +40,7 @@ namespace ct = ::cohort::engine::cuda::testing;
 using ::testing::HasSubstr;
 
 #ifdef COHORT_CUDA_EMULATED
-constexpr const char* kBackend = "gloo";
+constexpr const char* kBackend = "shm";
 constexpr Millis kTimeout{900'000};  // emulated kernels: a peer can be minutes behind
 #else
 constexpr const char* kBackend = "nccl";

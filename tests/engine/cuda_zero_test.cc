@@ -18,7 +18,7 @@
 // One test process per stage (CudaZeroStageTest/zero1, zero2, zero3): CUDA DDP runs once in
 // each, and each variant trains once, its state after step 2 taken midway for the resume and
 // the move to the CPU, so ctest runs three processes instead of one per check.
-// Built twice: against the CPU emulator over gloo (cuda_emu.cmake; runs in CI) and against
+// Built twice: against the CPU emulator over shm (cuda_emu.cmake; runs in CI) and against
 // the real CUDA engine over NCCL (label gpu; skips with fewer than 2 GPUs). The model is tiny
 // (2 layers, d_model 64, 4 heads, context 16, vocab 96) so the emulator takes seconds.
 #include <algorithm>
@@ -46,7 +46,7 @@ namespace cohort::engine {
 namespace {
 
 #ifdef COHORT_CUDA_EMULATED
-constexpr const char* kBackend = "gloo";  // device memory is host memory here
+constexpr const char* kBackend = "shm";  // device memory is host memory here
 constexpr Millis kTimeout{900'000};
 #else
 constexpr const char* kBackend = "nccl";
@@ -226,7 +226,7 @@ constexpr int kCpuRanks = 4;
 // CPU data 4 ZeRO-3 writes `state` by range into `dir` as step `step` (every rank its shard,
 // as `cohort train` writes).
 void WriteOnCpuZero3(const State& state, int step, const std::string& dir) {
-  comm::commtest::RunRanks("gloo", kCpuRanks, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", kCpuRanks, [&](comm::Communicator& comm) {
     auto model = MakeZero3CpuTrainModelFromSeed(TinyConfig(), 5, Adam(), comm).value();
     Checkpoint whole;
     if (comm.rank() == 0) {
@@ -254,7 +254,7 @@ std::vector<uint64_t> ReadOnCpuZero3(const std::string& dir, State* state) {
   *state = State{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
   std::vector<uint64_t> bytes(kCpuRanks);
   std::mutex mu;
-  comm::commtest::RunRanks("gloo", kCpuRanks, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", kCpuRanks, [&](comm::Communicator& comm) {
     auto model = MakeZero3CpuTrainModelFromSeed(TinyConfig(), 5, Adam(), comm).value();
     TrainModelCheckpointGroup group(*model, comm);
     auto loaded = LoadCheckpointRanges(&group, dir, TinyConfig(), model->RestoreRequest());

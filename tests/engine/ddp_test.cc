@@ -40,7 +40,7 @@ class DdpReducerTest : public ::testing::TestWithParam<int> {};
 TEST_P(DdpReducerTest, AveragesEveryBucketOncePerRound) {
   const int world = GetParam();
   const size_t n = 10'007;  // not a multiple of the bucket or slice sizes
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     std::vector<float> grads(n);
     DdpReducer reducer(comm, grads, /*bucket_bytes=*/4 * 1000);
     EXPECT_EQ(reducer.num_buckets(), 11u);
@@ -60,7 +60,7 @@ TEST_P(DdpReducerTest, AveragesEveryBucketOncePerRound) {
 
 TEST_P(DdpReducerTest, UnreportedElementsAreAnError) {
   const int world = GetParam();
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     std::vector<float> grads(1000, 1.0f);
     DdpReducer reducer(comm, grads, 4 * 100);
     reducer.Begin();
@@ -76,7 +76,7 @@ TEST_P(DdpReducerTest, UnreportedElementsAreAnError) {
 INSTANTIATE_TEST_SUITE_P(Worlds, DdpReducerTest, ::testing::Values(2, 3, 4));
 
 TEST(DdpReducerSingleTest, WorldOfOneLeavesGradientsAlone) {
-  comm::commtest::RunRanks("gloo", 1, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", 1, [&](comm::Communicator& comm) {
     std::vector<float> grads(100);
     std::iota(grads.begin(), grads.end(), 0.0f);
     DdpReducer reducer(comm, grads, 64);

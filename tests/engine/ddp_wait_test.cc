@@ -32,7 +32,7 @@ float Mean(int world, size_t i) {
 TEST(DdpWaitReadyTest, RunsPerBucketBeforeItsCollective) {
   const int world = 2;
   const size_t n = 5'003;
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     std::vector<float> grads(n, 1e30f);
     std::mutex mu;
     std::vector<std::pair<size_t, size_t>> calls;  // guarded by mu
@@ -84,7 +84,7 @@ TEST(DdpWaitReadyTest, RunsPerBucketBeforeItsCollective) {
 
 TEST(DdpWaitReadyTest, AnErrorFailsTheRoundOnEveryRank) {
   const int world = 2;
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     std::vector<float> grads(1000, 1.0f);
     std::atomic<int> calls{0};
     // Every rank fails the same (second) bucket, so no rank waits for a peer in a

@@ -1,6 +1,6 @@
 // The data-parallel gradient reduction of tensor/pipeline layouts overlapped with the backward
 // (parallel/shard_grad_reducer.h, ParallelStepOptions::overlap_grad_reduce) on CPU ranks (one
-// thread each, gloo on loopback):
+// thread each, over shm):
 //   - tensor 2 x data 2 and pipeline 2 x data 2 (GPipe, 1F1B, interleaved) train to the same
 //     bits with and without overlap: every step's loss and gradient norm and every parameter
 //     afterwards (a two-rank all-reduce sums each element the same way whatever the call);
@@ -65,7 +65,7 @@ Trained Train(const GptConfig& cfg, const ParallelConfig& pc, int world, bool ov
   out.buckets.resize(world);
   out.overlapped.resize(world);
   std::mutex mu;
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     omp_set_num_threads(1);
     auto layout = MakeParallelLayout(pc, cfg, world);
     ASSERT_TRUE(layout.has_value()) << layout.error().ToString();
@@ -160,7 +160,7 @@ TEST(ShardGradPiecesTest, TileEachChunkFromItsEnd) {
 }
 
 TEST(ShardGradReducerTest, RefusesATiedCopyItCannotLeaveOut) {
-  comm::commtest::RunRanks("gloo", 2, [](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", 2, [](comm::Communicator& comm) {
     std::vector<float> g(100);
     auto outside = ShardGradReducer::Create(g, {90, 20}, nullptr, &comm, true, 64, {});
     ASSERT_FALSE(outside.has_value());
@@ -179,7 +179,7 @@ TEST(ShardGradReducerTest, RefusesATiedCopyItCannotLeaveOut) {
 }
 
 TEST(ShardGradReducerTest, AveragesEachBucketOnceReportedAndTheTiedCopyAtTheEnd) {
-  comm::commtest::RunRanks("gloo", 2, [](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", 2, [](comm::Communicator& comm) {
     // Rank r holds r + 1 everywhere; the tied copy is the first 10 (no embedding group here,
     // so it is only averaged, at the end).
     std::vector<float> g(100, static_cast<float>(comm.rank() + 1));

@@ -1,4 +1,4 @@
-// Tensor and pipeline parallelism against one rank (float32, CPU, gloo over loopback, one
+// Tensor and pipeline parallelism against one rank (float32, CPU, shm (one case gloo over loopback), one
 // thread per rank): every layout of tensor {1,2,4} x pipeline {1,2,4} x data {1,2} up to 8
 // ranks, each schedule, uneven splits; 10 steps of training (accumulation, clipping, AdamW)
 // give the single rank's losses, gradient norms and parameters to relative 1e-5. Every
@@ -98,10 +98,11 @@ RunResult RunSingle(const GptConfig& cfg, int replicas, int m, int steps) {
 }
 
 // The layout on `world` ranks, one thread each; rank 0's view of the run.
-RunResult RunParallel(const GptConfig& cfg, ParallelConfig pc, int world, int m, int steps) {
+RunResult RunParallel(const GptConfig& cfg, ParallelConfig pc, int world, int m, int steps,
+                      const std::string& backend = "shm") {
   RunResult result;
   std::mutex mu;
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks(backend, world, [&](comm::Communicator& comm) {
     omp_set_num_threads(1);
     auto layout = MakeParallelLayout(pc, cfg, world);
     ASSERT_TRUE(layout.has_value()) << layout.error().ToString();
@@ -207,11 +208,15 @@ struct Case {
   std::string schedule;
   int virtual_stages = 1;
   int microbatches = 4;
+  // The engine is the same over either host backend; the comm suite tests each. One case
+  // runs over TCP (gloo), as ranks on several hosts do.
+  std::string backend = "shm";
 };
 
 std::string Name(const Case& c) {
-  return fmt::format("t{}_p{}_d{}_L{}_{}_v{}_m{}", c.tensor, c.pipeline, c.data, c.layers,
-                     c.schedule, c.virtual_stages, c.microbatches);
+  return fmt::format("t{}_p{}_d{}_L{}_{}_v{}_m{}{}", c.tensor, c.pipeline, c.data, c.layers,
+                     c.schedule, c.virtual_stages, c.microbatches,
+                     c.backend == "shm" ? "" : "_" + c.backend);
 }
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return Name(info.param); }
 void PrintTo(const Case& c, std::ostream* os) { *os << Name(c); }
@@ -228,7 +233,7 @@ TEST_P(ParallelParityTest, MatchesOneRank) {
   pc.virtual_stages = c.virtual_stages;
   const RunResult single = RunSingle(cfg, c.data, c.microbatches, kSteps);
   const RunResult par =
-      RunParallel(cfg, pc, c.tensor * c.pipeline * c.data, c.microbatches, kSteps);
+      RunParallel(cfg, pc, c.tensor * c.pipeline * c.data, c.microbatches, kSteps, c.backend);
   ExpectRunsClose(cfg, par, single, Name(c));
   // The loss falls: the run trains.
   EXPECT_LT(single.losses.back(), single.losses.front());
@@ -257,6 +262,7 @@ std::vector<Case> AllLayouts() {
   cases.push_back({1, 4, 1, 7, "1f1b", 1, 2});
   cases.push_back({1, 4, 1, 8, "interleaved", 2, 3});
   cases.push_back({2, 2, 1, 5, "interleaved", 2, 3});
+  cases.push_back({2, 2, 2, 5, "1f1b", 1, 4, "gloo"});
   return cases;
 }
 
@@ -337,7 +343,7 @@ TEST(ShardedStateTest, LogicalRunsThenGatherIsTheIdentityInEveryLayout) {
     const int world = t * p * d;
     std::mutex mu;
     LogicalState back;
-    comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
       auto layout = MakeParallelLayout(pc, cfg, world).value();
       const GptShardLayout shard = GptShardLayout::Build(ShardSpecFor(layout, cfg, comm.rank()));
       std::vector<float> params(shard.total), m(shard.total), v(shard.total);

@@ -19,11 +19,20 @@ Result<TrainConfig> FromYaml(const std::string& yaml) {
   return TrainConfigFromJson(*doc, "/base");
 }
 
-TEST(TrainDeviceConfigTest, DefaultsToCpuWithGloo) {
+TEST(TrainDeviceConfigTest, DefaultsToCpuWithTheHostBackendPicked) {
   auto c = FromYaml("data: {text: corpus.txt}\ntrain: {steps: 5}\n");
   ASSERT_TRUE(c.has_value()) << c.error().message;
   EXPECT_EQ(c->device, "cpu");
-  EXPECT_EQ(c->backend, "gloo");
+  EXPECT_EQ(c->backend, "auto");
+  for (const char* b : {"gloo", "shm"}) {
+    auto forced = FromYaml(std::string("data: {text: corpus.txt}\ntrain: {steps: 5}\ncomm: {backend: ") + b + "}\n");
+    ASSERT_TRUE(forced.has_value()) << forced.error().message;
+    EXPECT_EQ(forced->backend, b);
+  }
+  auto unknown = FromYaml("data: {text: corpus.txt}\ntrain: {steps: 5}\ncomm: {backend: mpi}\n");
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_THAT(unknown.error().message,
+              HasSubstr("comm.backend: must be auto, shm, gloo or nccl, got 'mpi'"));
 }
 
 TEST(TrainDeviceConfigTest, CudaDefaultsToNccl) {

@@ -145,6 +145,8 @@ TEST_F(TrainParallelCliTest, TensorAndPipelineLayoutsTrainTheOneRankModel) {
     TrainRun r = Train(l.ranks, args);
     ASSERT_TRUE(r.status.Success()) << r.output;
     EXPECT_THAT(r.output, HasSubstr(l.layout_line));
+    // comm.backend auto: the ranks share this host, so they talk through shared memory.
+    EXPECT_THAT(r.output, HasSubstr("comm: shm (every rank on this host: shared memory)"));
     if (l.layout_line.find("pipeline 2") != std::string::npos) {
       // The measured bubble beside the schedule's.
       EXPECT_THAT(r.output, ::testing::ContainsRegex("bubble [0-9.]+% \\((1f1b|interleaved) "

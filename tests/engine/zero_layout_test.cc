@@ -134,7 +134,7 @@ ZeroRun Train(const Layout& l, int first, int steps, const Io& io) {
   run.resumed.resize(world);
   std::vector<int> written[3] = {std::vector<int>(n), std::vector<int>(n), std::vector<int>(n)};
   std::mutex mu;
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     omp_set_num_threads(1);
     ParallelConfig pc;
     pc.tensor = l.tensor;

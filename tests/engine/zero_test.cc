@@ -52,7 +52,7 @@ class ZeroWorldTest : public ::testing::TestWithParam<int> {};
 TEST_P(ZeroWorldTest, ShardedGradientsAccumulateEachPiecesAverageIntoTheShard) {
   const int world = GetParam();
   const size_t n = 5'003, piece = 211;
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     const ZeroPartition shards{n, world};
     ShardedGradients g(comm, shards, /*max_piece=*/piece);
     EXPECT_EQ(g.shard().size(), shards.size(comm.rank()));
@@ -100,7 +100,7 @@ TEST_P(ZeroWorldTest, ShardedGradientsAccumulateEachPiecesAverageIntoTheShard) {
 // than a float has, so a float32 all-reduce could not give it exactly.
 TEST_P(ZeroWorldTest, SumOverRanksKeepsDoublePrecision) {
   const int world = GetParam();
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     const double tiny = std::ldexp(1.0, -24);
     auto sum = SumOverRanks(comm, comm.rank() == 0 ? 1.0 : tiny);
     ASSERT_TRUE(sum.has_value()) << sum.error().ToString();
@@ -124,7 +124,7 @@ TEST_P(ZeroWorldTest, StepsEqualTheReplicatedOptimizer) {
       want_norms.push_back(ClipGradNorm(g, max_norm));
       ref.Step(want, g, 1e-2f);
     }
-    comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
       ZeroOptimizer zero = ZeroOptimizer::Create(comm, 1, n, tensors, ac).value();
       EXPECT_EQ(zero.adamw().num_params(), ZeroPartition({n, world}).size(comm.rank()));
       std::vector<float> params = Values(n, 1, 0.1f);
@@ -159,7 +159,7 @@ TEST_P(ZeroWorldTest, ModelStatesPerRankFollowTheFormula) {
   const size_t psi = c.num_parameters();
   AdamWConfig ac;
   for (int stage : {0, 1, 2, 3}) {
-    comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
       GptModel model = GptModel::Create(c).value();
       auto m = stage == 0 ? MakeCpuTrainModel(std::move(model), ac)
                           : MakeZeroCpuTrainModel(std::move(model), ac, comm, stage);
@@ -235,7 +235,7 @@ TEST_P(ZeroWorldTest, StagesTrainAsOneRankWithAccumulation) {
   for (int variant : {0, 1, 2, 3, 4}) {
     const int stage = std::min(variant, 3);
     const bool prefetch = variant == 4;
-    comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
       auto m = stage == 0 ? MakeCpuTrainModel(fresh(), ac)
                           : MakeZeroCpuTrainModel(fresh(), ac, comm, stage, prefetch);
       ASSERT_TRUE(m.has_value()) << m.error().ToString();
@@ -299,7 +299,7 @@ TEST_P(ZeroWorldTest, ShardedInitHoldsAndGeneratesTheShardOnly) {
   ckpt.adam_m.resize(c.num_parameters());
   ckpt.adam_v.resize(c.num_parameters());
   for (int sharded : {0, 1}) {
-    comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
       std::unique_ptr<TrainModel> model;
       if (sharded) {
         model = MakeZero3CpuTrainModelFromSeed(c, 9, ac, comm, /*prefetch=*/true).value();
@@ -338,7 +338,7 @@ TEST_P(ZeroWorldTest, ShardedInitHoldsAndGeneratesTheShardOnly) {
   // Resumed from the checkpoint on a model initialised otherwise: rank 0 broadcasts the
   // arrays and each rank keeps its shard (RestoreState over its RestoreRequest), and the 4th
   // step's loss is the uninterrupted run's, bit for bit.
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     auto model = MakeZero3CpuTrainModelFromSeed(c, 123, ac, comm, /*prefetch=*/true).value();
     Checkpoint copy = ckpt;
     ASSERT_TRUE(model->RestoreState(&comm, comm.rank() == 0 ? &copy : nullptr, ckpt.adam_t));
@@ -357,7 +357,7 @@ TEST_P(ZeroWorldTest, ShardedInitHoldsAndGeneratesTheShardOnly) {
 TEST_P(ZeroWorldTest, PrefetchServesTheRecordedOrderAndWhatIsAsked) {
   const int world = GetParam();
   const size_t n = 1000;
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     std::vector<float> whole = Values(n, 11, 1.0f);  // every rank's view of the model
     const ZeroPartition part{n, comm.size()};
     GatheredParams g(comm, part, whole, std::vector<size_t>{400}, /*prefetch=*/true);
@@ -411,7 +411,7 @@ TEST_P(ZeroWorldTest, GatheredWorkingSetIsWhatIsGatheredAtOnce) {
   c.n_embd = 32;
   const size_t wte = 1024 * 32, wpe = 16 * 32, block = 12 * 32 * 32 + 13 * 32;
   const int B = 2, T = 16;
-  comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+  comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
     auto m = MakeZero3CpuTrainModelFromSeed(c, 5, AdamWConfig{}, comm, /*prefetch=*/true);
     ASSERT_TRUE(m.has_value()) << m.error().ToString();
     TrainModel& model = **m;
@@ -457,7 +457,7 @@ TEST_P(ZeroWorldTest, GatherBuffersServeEveryBlockWithoutAnAllocation) {
     c.n_embd = 32;
     std::mutex mu;
     std::pair<int64_t, size_t> out{0, 0};
-    comm::commtest::RunRanks("gloo", world, [&](comm::Communicator& comm) {
+    comm::commtest::RunRanks("shm", world, [&](comm::Communicator& comm) {
       auto m = MakeZero3CpuTrainModelFromSeed(c, 5, AdamWConfig{}, comm, /*prefetch=*/true);
       ASSERT_TRUE(m.has_value()) << m.error().ToString();
       TrainModel& model = **m;

@@ -44,10 +44,17 @@ Result<void> CheckZero(const TrainConfig& c) {
 }  // namespace
 
 Result<void> CheckDeviceBackend(const TrainConfig& c) {
+  if (c.backend != "auto" && c.backend != "shm" && c.backend != "gloo" && c.backend != "nccl") {
+    return FieldError("comm.backend",
+                      "must be auto, shm, gloo or nccl, got '{}' (auto: shm when every rank is on "
+                      "one host, else gloo)",
+                      c.backend);
+  }
 #ifdef COHORT_CUDA_EMULATED
   // The trainer built against the CPU emulator of the CUDA engine (tests/engine/cuda_emu.cmake):
-  // its device memory is host memory, so gloo reduces it (the GPU tests' stand-in for nccl).
-  if (c.device == "cuda" && c.backend == "gloo") return {};
+  // its device memory is host memory, so the host backends reduce it (the GPU tests'
+  // stand-in for nccl).
+  if (c.device == "cuda" && c.backend != "nccl") return {};
 #endif
   if (c.device == "cuda" && c.backend != "nccl") {
     return FieldError("comm.backend",
@@ -57,8 +64,8 @@ Result<void> CheckDeviceBackend(const TrainConfig& c) {
   }
   if (c.device == "cpu" && c.backend == "nccl") {
     return FieldError("comm.backend",
-                      "nccl reduces GPU memory; with train.device cpu use gloo (or set "
-                      "train.device: cuda)");
+                      "nccl reduces GPU memory; with train.device cpu use auto, shm or gloo (or "
+                      "set train.device: cuda)");
   }
   return {};
 }
@@ -211,7 +218,7 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
   {
     ObjectReader r = COHORT_TRY(Section(top, empty, "comm"));
     // The default backend is the one that reaches the device's gradients.
-    c.backend = COHORT_TRY(r.String("backend", c.device == "cuda" ? "nccl" : "gloo"));
+    c.backend = COHORT_TRY(r.String("backend", c.device == "cuda" ? "nccl" : "auto"));
     c.comm_timeout_s = COHORT_TRY(r.Double("timeout_s", c.comm_timeout_s, 0.1, 86400));
     COHORT_TRY_VOID(r.Finish());
     COHORT_TRY_VOID(CheckDeviceBackend(c));

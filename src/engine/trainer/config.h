@@ -38,9 +38,10 @@
 //               overlap_grad_reduce (true: with tensor/pipeline and data > 1, each
 //               data-parallel gradient bucket is averaged during the last micro-batch's
 //               backward; false: after the step).
-//   comm:       backend (gloo for train.device cpu, nccl for cuda; the default follows
-//               the device, and a backend that cannot reach the gradients is an error),
-//               timeout_s
+//   comm:       backend (for train.device cpu: auto, the default, picks shm when every
+//               rank is on one host and gloo otherwise; shm and gloo force one; nccl for
+//               cuda, its default; a backend that cannot reach the gradients is an
+//               error), timeout_s
 // Relative paths are resolved against the config file's directory. Plain value.
 #pragma once
 
@@ -104,7 +105,7 @@ struct TrainConfig {
   // parallel
   ParallelConfig parallel;
   // comm (TrainConfigFromJson sets "nccl" when device is cuda and no backend is given)
-  std::string backend = "gloo";
+  std::string backend = "auto";
   double comm_timeout_s = 300;
 };
 
@@ -119,8 +120,8 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
 Result<TrainConfig> LoadTrainConfig(const std::string& path,
                                     const std::vector<std::string>& overrides = {});
 
-// kInvalidArgument (field comm.backend) when the backend cannot move the device's
-// gradients: cuda needs nccl, and nccl needs cuda.
+// kInvalidArgument (field comm.backend) for an unknown backend, or one that cannot move
+// the device's gradients: cuda needs nccl, and nccl needs cuda.
 Result<void> CheckDeviceBackend(const TrainConfig& c);
 
 // Sets checkpoint.dir from the config or --checkpoint-dir: the word "none" turns checkpoints

@@ -305,8 +305,13 @@ Result<void> Trainer::Impl::SetupComm() {
   o.prefix = fmt::format("train/{}/{}", ctx.job_id, ctx.attempt);
   o.timeout = timeout;
   comm = COHORT_TRY(comm::CreateCommunicator(o));
+  if (config.backend == "auto") {
+    Log("comm: {} ({})", comm->backend(),
+        comm->backend() == "shm" ? "every rank on this host: shared memory"
+                                  : "not every rank shares this host's /dev/shm: TCP");
+  }
   if (layout.model_parallel() && config.device == "cuda" && config.backend == "nccl") {
-    o.backend = "gloo";
+    o.backend = "auto";
     o.prefix += "/host";
     host_comm = COHORT_TRY(comm::CreateCommunicator(o));
   }
