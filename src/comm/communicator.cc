@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -46,13 +48,23 @@ std::string_view ReduceOpName(ReduceOp op) {
 
 namespace {
 
-// Backend "auto": shm when every rank shares this host's /dev/shm and PID namespace
-// (ShmHostKey), else gloo. Every rank sets "<prefix>/auto/host/<rank>"; rank 0 reads them
-// all and sets "<prefix>/auto/choice", which the others read: every rank picks the same.
-Result<std::string> PickHostBackend(const CommOptions& options) {
-  if (options.world_size == 1) return std::string("shm");
+// Backend "auto": shm when every rank has this host's key (CommOptions::host_key, by
+// default ShmHostKey), else gloo, whose splits inside one host are shm. Every rank sets
+// "<prefix>/auto/host/<rank>"; rank 0 reads them all and sets "<prefix>/auto/choice" to the
+// backend and every rank's key, one per line, which the others read: every rank picks
+// the same and knows where each rank is.
+struct HostChoice {
+  std::string backend;
+  std::vector<std::string> keys;  // per rank
+};
+
+Result<HostChoice> PickHostBackend(const CommOptions& options) {
+  if (options.world_size == 1) return HostChoice{"shm", {}};
   const std::string at = options.prefix + "/auto/";
-  const std::string mine = ShmHostKey();
+  const std::string mine = options.host_key.empty() ? ShmHostKey() : options.host_key;
+  if (mine.find('\n') != std::string::npos) {
+    return FieldError("host_key", "must be one line, got '{}'", mine);
+  }
   auto failed = [&](const Error& e) {
     return Errorf(e.code, "choosing the backend (auto) for rank {} of {}: {}", options.rank,
                   options.world_size, e.message);
@@ -60,19 +72,40 @@ Result<std::string> PickHostBackend(const CommOptions& options) {
   if (auto set = options.store->Set(at + "host/" + std::to_string(options.rank), mine); !set) {
     return failed(set.error());
   }
+  HostChoice out;
   if (options.rank != 0) {
     auto choice = options.store->Get(at + "choice", options.timeout);
     if (!choice) return failed(choice.error());
-    return *choice;
+    std::vector<std::string> lines;
+    size_t from = 0;
+    while (from <= choice->size()) {
+      const size_t nl = std::min(choice->find('\n', from), choice->size());
+      lines.push_back(choice->substr(from, nl - from));
+      from = nl + 1;
+    }
+    if (lines.size() != static_cast<size_t>(options.world_size) + 1) {
+      return failed(Error(ErrorCode::kInvalidArgument,
+                          fmt::format("rank 0 decided for {} ranks; every rank must pass the same "
+                                      "world_size ({} here)",
+                                      lines.size() - 1, options.world_size)));
+    }
+    out.backend = lines[0];
+    out.keys.assign(lines.begin() + 1, lines.end());
+    return out;
   }
-  std::string choice = mine.empty() ? "gloo" : "shm";
-  for (int r = 1; r < options.world_size && choice == "shm"; ++r) {
+  out.keys.push_back(mine);
+  for (int r = 1; r < options.world_size; ++r) {
     auto key = options.store->Get(at + "host/" + std::to_string(r), options.timeout);
     if (!key) return failed(key.error());
-    if (*key != mine) choice = "gloo";
+    out.keys.push_back(*key);
   }
+  const bool one_host = !mine.empty() && std::all_of(out.keys.begin(), out.keys.end(),
+                                                     [&](const std::string& k) { return k == mine; });
+  out.backend = one_host ? "shm" : "gloo";
+  std::string choice = out.backend;
+  for (const auto& k : out.keys) choice += "\n" + k;
   if (auto set = options.store->Set(at + "choice", choice); !set) return failed(set.error());
-  return choice;
+  return out;
 }
 
 }  // namespace
@@ -101,8 +134,10 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& opti
                       options.world_size);
   }
   if (options.backend == "auto") {
+    HostChoice choice = COHORT_TRY(PickHostBackend(options));
     CommOptions picked = options;
-    picked.backend = COHORT_TRY(PickHostBackend(options));
+    picked.backend = choice.backend;
+    if (choice.backend == "gloo") return CreateGlooCommunicator(picked, std::move(choice.keys));
     return CreateCommunicator(picked);
   }
   if (options.backend == "gloo") return CreateGlooCommunicator(options);

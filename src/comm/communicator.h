@@ -116,7 +116,9 @@ class Communicator {
 };
 
 struct CommOptions {
-  // "gloo", "shm", "nccl", or "auto" (shm when every rank is on this host, else gloo).
+  // "gloo", "shm", "nccl", or "auto": shm when every rank is on this host, else gloo,
+  // whose sub-groups (Split) are shm where all their members share a host (a tensor group
+  // inside a node).
   std::string backend = "gloo";
   int rank = 0;
   int world_size = 1;
@@ -130,6 +132,10 @@ struct CommOptions {
   // Address (or interface name, e.g. "eth0") to bind for Gloo's TCP transport;
   // empty: the address of this machine's hostname.
   std::string iface_host;
+  // Backend auto: what identifies this rank's host; ranks with the same key share memory.
+  // Empty: ShmHostKey() (this boot, /dev/shm and PID namespace). Tests set it to stand for
+  // ranks on other hosts.
+  std::string host_key;
   // Exchange a small descriptor of each collective among all ranks before running it,
   // to detect mismatched calls and name absent ranks (one extra message round per
   // collective; gloo carries allreduce data up to tens of MiB inside that round, so its

@@ -42,9 +42,12 @@ struct GroupConfig {
   std::string prefix;            // CommOptions::prefix
   Millis timeout{0};             // bound on every wait
   bool check_consistency = true;
+  // Per world rank, its host key (ShmHostKey) when backend auto made the world, else
+  // empty: a gloo group splits a sub-group whose members share one host over shm.
+  std::vector<std::string> host_keys;
 
   static GroupConfig From(const CommOptions& options) {
-    return {options.store, options.prefix, options.timeout, options.check_consistency};
+    return {options.store, options.prefix, options.timeout, options.check_consistency, {}};
   }
 };
 

@@ -32,7 +32,7 @@ class FakeCommunicator final : public CommunicatorBase {
  public:
   FakeCommunicator(std::shared_ptr<Journal> journal, std::string group_id,
                    std::vector<int> world_ranks, int rank)
-      : CommunicatorBase(GroupConfig{nullptr, "p", Millis(5000), true}, std::move(group_id),
+      : CommunicatorBase(GroupConfig{nullptr, "p", Millis(5000), true, {}}, std::move(group_id),
                          std::move(world_ranks), rank),
         journal_(std::move(journal)) {}
 
@@ -198,7 +198,7 @@ TEST(CommunicatorBase, StoreNamesAndClaims) {
   EXPECT_EQ(MemberKey(std::vector<int>{0, 2, 4, 6}), "s0-2-4-6");
   EXPECT_THAT(MemberKey(many), ::testing::MatchesRegex("s17x[0-9a-f]{16}"));
   EXPECT_NE(MemberKey(many), MemberKey(WorldRanks(17)));
-  GroupConfig config{nullptr, "train/j/0", Millis(1000), true};
+  GroupConfig config{nullptr, "train/j/0", Millis(1000), true, {}};
   EXPECT_EQ(GroupKeyPrefix(config, "", "world/s0-1.0"), "train/j/0/world/s0-1.0/");
   EXPECT_EQ(GroupKeyPrefix(config, "nccl/", "world"), "train/j/0/nccl/world/");
   EXPECT_EQ(RendezvousName("gloo", "world", 1, 4),

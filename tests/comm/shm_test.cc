@@ -149,7 +149,7 @@ TEST(ShmTest, AutoPicksShmOnOneHostAndGlooWhenARankIsElsewhere) {
   }
   for (auto& m : made) ASSERT_TRUE(m.has_value()) << m.error().ToString();
   EXPECT_EQ((*made[0])->backend(), "gloo");
-  EXPECT_EQ(store->Get("test/auto/choice", Millis(10)).value_or(""), "gloo");
+  EXPECT_THAT(store->Get("test/auto/choice", Millis(10)).value_or(""), ::testing::StartsWith("gloo\n"));
   std::vector<int64_t> v = {1, 2};
   {
     std::jthread a([&] { EXPECT_TRUE((*made[0])->AllReduce(&v[0], &v[0], 1, DataType::kInt64, ReduceOp::kSum)); });
@@ -157,6 +157,33 @@ TEST(ShmTest, AutoPicksShmOnOneHostAndGlooWhenARankIsElsewhere) {
   }
   EXPECT_EQ(v[0], 3);
   EXPECT_EQ(v[1], 3);
+}
+
+TEST(ShmTest, AutoSplitsTheRanksOfOneHostOverShmInsideAGlooWorld) {
+  // Ranks 0 and 1 on host a, 2 and 3 on host b: the world is gloo, a group inside one host
+  // (a tensor group inside a node) is shm, a group across hosts gloo.
+  RunRanks("auto", 4, [](Communicator& comm) {
+    const int me = comm.rank();
+    EXPECT_EQ(comm.backend(), "gloo");
+    std::vector<int> same_host = me < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+    std::vector<int> across = me % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+    auto inside = comm.Split(same_host);
+    ASSERT_TRUE(inside.has_value()) << inside.error().ToString();
+    EXPECT_EQ((*inside)->backend(), "shm");
+    auto between = comm.Split(across);
+    ASSERT_TRUE(between.has_value()) << between.error().ToString();
+    EXPECT_EQ((*between)->backend(), "gloo");
+    // A split of the shm group stays shm.
+    std::vector<int> self = {(*inside)->rank()};
+    auto alone = (*inside)->Split(self);
+    ASSERT_TRUE(alone.has_value()) << alone.error().ToString();
+    EXPECT_EQ((*alone)->backend(), "shm");
+    int64_t a = me, b = me;
+    ASSERT_OK((*inside)->AllReduce(&a, &a, 1, DataType::kInt64, ReduceOp::kSum));
+    ASSERT_OK((*between)->AllReduce(&b, &b, 1, DataType::kInt64, ReduceOp::kSum));
+    EXPECT_EQ(a, me < 2 ? 1 : 5);
+    EXPECT_EQ(b, me % 2 == 0 ? 2 : 4);
+  }, [](CommOptions& o) { o.host_key = o.rank < 2 ? "host-a" : "host-b"; });
 }
 
 // Names of this process's segments in /dev/shm.

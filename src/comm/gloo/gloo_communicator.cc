@@ -34,6 +34,7 @@
 #include "comm/gloo/gloo_mesh.h"
 #include "comm/gloo/gloo_reduce.h"
 #include "comm/gloo/gloo_store.h"
+#include "comm/shm/shm_communicator.h"
 #include "common/signals.h"
 
 namespace cohort::comm {
@@ -869,6 +870,15 @@ Result<void> GlooCommunicator::RunPointToPoint(const PointToPointCall& call) {
 
 Result<std::unique_ptr<Communicator>> GlooCommunicator::ConnectGroup(
     std::string group_id, std::vector<int> world_ranks, int rank) {
+  const std::vector<std::string>& keys = shared_->group.host_keys;
+  if (!keys.empty()) {
+    const std::string& first = keys[static_cast<size_t>(world_ranks.front())];
+    const bool one_host =
+        !first.empty() && std::all_of(world_ranks.begin(), world_ranks.end(), [&](int w) {
+          return keys[static_cast<size_t>(w)] == first;
+        });
+    if (one_host) return ConnectShmGroup(shared_->group, std::move(group_id), std::move(world_ranks), rank);
+  }
   auto child = Connect(shared_, std::move(group_id), std::move(world_ranks), rank);
   if (!child) return std::unexpected(child.error());
   return std::unique_ptr<Communicator>(std::move(*child));
@@ -876,13 +886,15 @@ Result<std::unique_ptr<Communicator>> GlooCommunicator::ConnectGroup(
 
 }  // namespace
 
-Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommOptions& options) {
+Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommOptions& options,
+                                                             std::vector<std::string> host_keys) {
   // Gloo writes with writev: without this, a peer killed mid-collective raises SIGPIPE here
   // and kills this rank instead of failing the collective (seen in CI).
   IgnoreSigpipeIfDefault();
   auto device = COHORT_TRY(OpenDevice(options.iface_host));
-  auto shared =
-      std::make_shared<GlooShared>(GlooShared{GroupConfig::From(options), std::move(device)});
+  GroupConfig group = GroupConfig::From(options);
+  group.host_keys = std::move(host_keys);
+  auto shared = std::make_shared<GlooShared>(GlooShared{std::move(group), std::move(device)});
   auto comm = GlooCommunicator::Connect(std::move(shared), "world",
                                         WorldRanks(options.world_size), options.rank);
   if (!comm) return std::unexpected(comm.error());

@@ -45,7 +45,10 @@
 
 namespace cohort::comm {
 
-// CreateCommunicator's "gloo" branch; `options` are already validated by it.
-Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommOptions& options);
+// CreateCommunicator's "gloo" branch; `options` are already validated by it. With
+// `host_keys` (one per rank, from backend auto), Split makes a sub-group whose members
+// all have the same key an shm group.
+Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(
+    const CommOptions& options, std::vector<std::string> host_keys = {});
 
 }  // namespace cohort::comm

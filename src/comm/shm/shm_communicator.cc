@@ -731,6 +731,17 @@ std::string ShmHostKey() {
                      static_cast<uint64_t>(shm.st_ino), std::string_view(pidns, static_cast<size_t>(len)));
 }
 
+Result<std::unique_ptr<Communicator>> ConnectShmGroup(const GroupConfig& group,
+                                                      std::string group_id,
+                                                      std::vector<int> world_ranks, int rank) {
+  GroupConfig config = group;
+  config.host_keys.clear();  // every split of an shm group is shm
+  auto comm = ShmCommunicator::Connect(std::move(config), std::move(group_id),
+                                       std::move(world_ranks), rank);
+  if (!comm) return std::unexpected(comm.error());
+  return std::unique_ptr<Communicator>(std::move(*comm));
+}
+
 Result<std::unique_ptr<Communicator>> CreateShmCommunicator(const CommOptions& options) {
   auto comm = ShmCommunicator::Connect(GroupConfig::From(options), "world",
                                        WorldRanks(options.world_size), options.rank);

@@ -55,6 +55,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "common/error.h"
@@ -63,6 +64,13 @@ namespace cohort::comm {
 
 // CreateCommunicator's "shm" branch; `options` are already validated by it.
 Result<std::unique_ptr<Communicator>> CreateShmCommunicator(const CommOptions& options);
+
+struct GroupConfig;
+// The shm group `group_id` of the world ranks `world_ranks` (all on this host), in which
+// this is `rank`: a sub-group another backend splits (gloo's, under backend auto).
+Result<std::unique_ptr<Communicator>> ConnectShmGroup(const GroupConfig& group,
+                                                      std::string group_id,
+                                                      std::vector<int> world_ranks, int rank);
 
 // What must be equal for two processes to share a segment and watch each other's pids:
 // this boot of this machine, this /dev/shm and this PID namespace.

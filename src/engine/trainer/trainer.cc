@@ -308,7 +308,8 @@ Result<void> Trainer::Impl::SetupComm() {
   if (config.backend == "auto") {
     Log("comm: {} ({})", comm->backend(),
         comm->backend() == "shm" ? "every rank on this host: shared memory"
-                                  : "not every rank shares this host's /dev/shm: TCP");
+                                  : "ranks on several hosts: TCP, and shared memory inside a "
+                                    "group whose ranks share a host");
   }
   if (layout.model_parallel() && config.device == "cuda" && config.backend == "nccl") {
     o.backend = "auto";
