@@ -1,6 +1,7 @@
 // Helpers the engine's multi-rank benchmarks share (bench_parallel_train, bench_zero): ranks
-// as threads of one process with gloo over loopback, exit-on-error checks, model shapes and
-// random tokens.
+// as threads of one process with gloo over loopback (COHORT_BENCH_COMM=shm: over shared
+// memory, as `cohort train` on one host), exit-on-error checks, model shapes and random
+// tokens.
 #pragma once
 
 #include <omp.h>
@@ -31,8 +32,15 @@ inline double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Runs body(comm) on `world` threads, each a rank with its own gloo communicator over a file
-// store in a fresh temporary directory. Exits on a setup failure.
+// The communicator backend of the benchmarks' ranks: COHORT_BENCH_COMM, default gloo (the
+// backend their published baselines used).
+inline std::string BenchBackend() {
+  const char* b = std::getenv("COHORT_BENCH_COMM");
+  return b != nullptr && *b != '\0' ? b : "gloo";
+}
+
+// Runs body(comm) on `world` threads, each a rank with its own communicator (BenchBackend)
+// over a file store in a fresh temporary directory. Exits on a setup failure.
 inline void RunRanks(int world, const std::function<void(comm::Communicator&)>& body) {
   static int runs = 0;
   const std::string dir =
@@ -46,7 +54,7 @@ inline void RunRanks(int world, const std::function<void(comm::Communicator&)>& 
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       comm::CommOptions o;
-      o.backend = "gloo";
+      o.backend = BenchBackend();
       o.rank = r;
       o.world_size = world;
       o.store = store;

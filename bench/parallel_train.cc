@@ -1,5 +1,6 @@
 // bench_parallel_train: tensor and pipeline parallelism on CPU ranks (one thread per rank,
-// gloo over loopback, in one process), printed beside their targets.
+// gloo over loopback, or shm with COHORT_BENCH_COMM=shm, in one process), printed beside
+// their targets.
 //
 //   bench_parallel_train [--section bubble|memory|throughput|layouts|all] [--steps S]
 //                        [--stages P] [--baseline-threads N] [--bucket-mb MB] [--rounds R]

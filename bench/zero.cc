@@ -1,5 +1,6 @@
 // bench_zero: ZeRO in the data-parallel group and checkpoints by range, on CPU ranks (one
-// thread per rank, gloo over loopback, in one process), printed beside their targets.
+// thread per rank, gloo over loopback or shm with COHORT_BENCH_COMM=shm, in one process),
+// printed beside their targets.
 //
 //   bench_zero [--section memory|memory-cuda|step|prefetch|checkpoint|resume|resume-cuda|
 //              offload|all] [--ranks N] [--steps S]
