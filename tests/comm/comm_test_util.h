@@ -13,8 +13,17 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "comm/communicator.h"
 #include "comm/store.h"
+
+// Asserts that a Result holds a value, printing the expression and the error otherwise.
+#define ASSERT_OK(expr)                                                    \
+  do {                                                                     \
+    auto _r = (expr);                                                      \
+    ASSERT_TRUE(_r.has_value()) << #expr << ": " << _r.error().ToString(); \
+  } while (0)
 
 namespace cohort::comm::commtest {
 

@@ -40,12 +40,6 @@ using commtest::MemStore;
 using commtest::RunRanks;
 using ::testing::HasSubstr;
 
-#define ASSERT_OK(expr)                                                    \
-  do {                                                                     \
-    auto _r = (expr);                                                      \
-    ASSERT_TRUE(_r.has_value()) << #expr << ": " << _r.error().ToString(); \
-  } while (0)
-
 double SecondsSince(SteadyTime start) {
   return std::chrono::duration<double>(SteadyClock::now() - start).count();
 }

@@ -29,12 +29,6 @@ using commtest::RoundTo;
 using commtest::RunRanks;
 using commtest::UnitRoundoff;
 
-#define ASSERT_OK(expr)                                                 \
-  do {                                                                  \
-    auto _r = (expr);                                                   \
-    ASSERT_TRUE(_r.has_value()) << #expr << ": " << _r.error().ToString(); \
-  } while (0)
-
 struct SuiteParam {
   std::string backend;
   int world;

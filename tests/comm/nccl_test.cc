@@ -35,12 +35,6 @@ using commtest::RoundTo;
 using commtest::UnitRoundoff;
 using ::testing::HasSubstr;
 
-#define ASSERT_OK(expr)                                                    \
-  do {                                                                     \
-    auto _r = (expr);                                                      \
-    ASSERT_TRUE(_r.has_value()) << #expr << ": " << _r.error().ToString(); \
-  } while (0)
-
 constexpr DataType kTypes[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
                                DataType::kInt32, DataType::kInt64};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};

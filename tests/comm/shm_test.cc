@@ -30,12 +30,6 @@ using commtest::MemStore;
 using commtest::RunRanks;
 using ::testing::HasSubstr;
 
-#define ASSERT_OK(expr)                                                        \
-  do {                                                                         \
-    auto _r = (expr);                                                          \
-    ASSERT_TRUE(_r.has_value()) << #expr << ": " << _r.error().ToString();     \
-  } while (0)
-
 // Exactly representable values: rank r's element i.
 float Value(int r, size_t i) { return static_cast<float>((i * 7 + static_cast<size_t>(r) * 3) % 1000); }
 
