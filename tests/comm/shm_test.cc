@@ -4,7 +4,15 @@
 // channel, a tag mismatch that leaves the channel in step, backend "auto" choosing shm on
 // one host and gloo when a rank is elsewhere, and no name left in /dev/shm.
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 
 #include <cstdint>
 #include <memory>
@@ -210,6 +218,35 @@ TEST(ShmTest, NoNameStaysInDevShm) {
   ASSERT_FALSE(lonely.has_value());
   EXPECT_EQ(lonely.error().code, ErrorCode::kDeadlineExceeded) << lonely.error().ToString();
   EXPECT_EQ(OwnSegments(), std::set<std::string>{});
+}
+
+TEST(ShmTest, StaleNamesOfDeadCreatorsAreRemoved) {
+  char tmpl[] = "/tmp/shm_stale_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // reaped: its pid names no process
+  auto touch = [&](const std::string& name, bool old) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << "x";
+    if (old) {
+      timespec times[2] = {{time(nullptr) - 7200, 0}, {time(nullptr) - 7200, 0}};
+      utimensat(AT_FDCWD, path.c_str(), times, 0);
+    }
+  };
+  touch(fmt::format("cohort-shm-{}-dead", child), true);        // removed
+  touch(fmt::format("cohort-shm-{}-fresh", child), false);      // its rendezvous may go on
+  touch(fmt::format("cohort-shm-{}-alive", getpid()), true);    // its creator lives
+  touch("cohort-shm-notapid-x", true);
+  touch("someone-else", true);
+  EXPECT_EQ(RemoveStaleShmSegments(dir, std::chrono::seconds(3600)), 1u);
+  std::set<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) left.insert(e.path().filename());
+  EXPECT_EQ(left, (std::set<std::string>{fmt::format("cohort-shm-{}-fresh", child),
+                                         fmt::format("cohort-shm-{}-alive", getpid()),
+                                         "cohort-shm-notapid-x", "someone-else"}));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

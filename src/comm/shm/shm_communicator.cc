@@ -1,6 +1,8 @@
 #include "comm/shm/shm_communicator.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -10,6 +12,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
@@ -50,6 +54,11 @@ constexpr size_t kMaxChannel = size_t{512} << 10;
 // between its checks of the ranks it waits for.
 constexpr int kSpins = 200;
 constexpr Millis kSlice{50};
+// A segment's name in /dev/shm, followed by "<creator pid>-<random>".
+constexpr std::string_view kSegmentPrefix = "cohort-shm-";
+// A name older than this whose creator has exited is a leftover (RemoveStaleShmSegments):
+// longer than any rendezvous.
+constexpr std::chrono::seconds kStaleSegmentAge{3600};
 
 size_t RoundDown(size_t v, size_t to) { return v / to * to; }
 
@@ -581,8 +590,40 @@ struct Segment {
   size_t bytes = 0;
 };
 
+}  // namespace
+
+size_t RemoveStaleShmSegments(const std::string& dir, std::chrono::seconds older_than) {
+  size_t removed = 0;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  const auto now = std::chrono::system_clock::now();
+  while (dirent* e = readdir(d)) {
+    const std::string_view entry = e->d_name;
+    if (!entry.starts_with(kSegmentPrefix)) continue;
+    // "cohort-shm-<pid>-<random>": the creator's pid.
+    const std::string_view rest = entry.substr(kSegmentPrefix.size());
+    int pid = 0;
+    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+    if (ec != std::errc() || end == rest.data() || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    const std::string path = dir + "/" + std::string(entry);
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) continue;
+    const auto modified = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
+    if (now - modified < older_than) continue;
+    if (unlink(path.c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
+}
+
+namespace {
+
 Result<Segment> CreateSegment(const std::string& name, int n) {
   const Layout layout(n);
+  // Names whose creator died during a rendezvous (killed before every rank attached and
+  // unlinked it): nothing can use them any more.
+  RemoveStaleShmSegments("/dev/shm", kStaleSegmentAge);
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return Errorf(ErrorCode::kUnavailable, "shm_open {}: {}", name, ErrnoText(errno));
   auto give_up = [&](std::string why) -> Result<Segment> {
@@ -681,7 +722,7 @@ Result<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Connect(GroupConfig gr
   std::string name;
   if (rank == 0) {
     std::random_device rd;
-    name = fmt::format("/cohort-shm-{}-{:08x}{:08x}", getpid(), rd(), rd());
+    name = fmt::format("/{}{}-{:08x}{:08x}", kSegmentPrefix, getpid(), rd(), rd());
     auto made = CreateSegment(name, size);
     if (!made) {
       if (size > 1) (void)group.store->Set(key_prefix + "segment", std::string(kFailedPrefix) + made.error().message);
@@ -727,8 +768,10 @@ std::string ShmHostKey() {
   char pidns[128] = {};
   const ssize_t len = readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
   if (len <= 0) return "";
-  return fmt::format("{}/{}:{}/{}", boot, static_cast<uint64_t>(shm.st_dev),
-                     static_cast<uint64_t>(shm.st_ino), std::string_view(pidns, static_cast<size_t>(len)));
+  // The user too: a segment is readable by its creator's user only.
+  return fmt::format("{}/{}:{}/{}/uid {}", boot, static_cast<uint64_t>(shm.st_dev),
+                     static_cast<uint64_t>(shm.st_ino),
+                     std::string_view(pidns, static_cast<size_t>(len)), getuid());
 }
 
 Result<std::unique_ptr<Communicator>> ConnectShmGroup(const GroupConfig& group,

@@ -9,8 +9,11 @@
 // later) and publishes its name under "<prefix>/shm/<group>/segment"; the others open it.
 // Once every rank has attached (the rendezvous phase below), every rank unlinks the name:
 // the memory lives while a rank maps it and nothing is left in /dev/shm when they exit,
-// killed or not. The segment holds, per rank, a control block (its phase counter, its
-// wake-up word, its descriptor slots, its pid, a closed flag) and a data area of two
+// killed or not. Only a rank 0 killed during the rendezvous leaves its name; the next
+// rank 0 on the host removes such names once their creator is gone and they are an hour
+// old (RemoveStaleShmSegments). The segment holds, per rank, a control block (its phase
+// counter, its wake-up word, its descriptor slots, its pid, a closed flag) and a data area
+// of two
 // halves; and one channel per ordered pair of ranks for Send/Recv.
 //
 // Phases. Every collective is a sequence of phases that all ranks go through alike: a rank
@@ -53,6 +56,8 @@
 // otherwise.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,8 +78,15 @@ Result<std::unique_ptr<Communicator>> ConnectShmGroup(const GroupConfig& group,
                                                       std::vector<int> world_ranks, int rank);
 
 // What must be equal for two processes to share a segment and watch each other's pids:
-// this boot of this machine, this /dev/shm and this PID namespace.
-// "<boot id>/<dev>:<ino of /dev/shm>/<pid namespace>"; empty when one cannot be read.
+// this boot of this machine, this /dev/shm, this PID namespace and this user.
+// "<boot id>/<dev>:<ino of /dev/shm>/<pid namespace>/uid <uid>"; empty when one cannot be
+// read.
 std::string ShmHostKey();
+
+// Removes the segment names in `dir` (/dev/shm) whose creator has exited and that are
+// older than `older_than`: what a rank 0 killed during a rendezvous left (every rank
+// unlinks the name once all attached). Rank 0 calls it before it creates a segment.
+// Returns how many it removed.
+size_t RemoveStaleShmSegments(const std::string& dir, std::chrono::seconds older_than);
 
 }  // namespace cohort::comm
