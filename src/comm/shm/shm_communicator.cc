@@ -212,7 +212,6 @@ class ShmCommunicator final : public CommunicatorBase {
   uint64_t uses_ = 0;   // rounds of data so far (the half in use is uses_ % 2)
   std::vector<int> pidfds_;              // per rank: a pidfd of its process, or -1
   std::unique_ptr<std::byte[]> scratch_;  // AllReduce's fold accumulator (one half)
-  std::vector<const std::byte*> inputs_;  // per rank: where its contribution is this round
 };
 
 ShmCommunicator::ShmCommunicator(GroupConfig group, std::string group_id,
@@ -223,8 +222,7 @@ ShmCommunicator::ShmCommunicator(GroupConfig group, std::string group_id,
       bytes_(bytes),
       layout_(size()),
       pidfds_(static_cast<size_t>(size()), -1),
-      scratch_(new std::byte[layout_.half]),
-      inputs_(static_cast<size_t>(size()), nullptr) {}
+      scratch_(new std::byte[layout_.half]) {}
 
 ShmCommunicator::~ShmCommunicator() {
   OnBroken();  // peers still waiting on this rank fail now
@@ -290,11 +288,18 @@ Result<void> ShmCommunicator::WaitUntil(Ready&& ready, Behind&& behind, Op&& op,
     const std::vector<int> late = behind();
     for (int r : late) {
       if (auto why = Gone(r)) {
+        // A rank publishes before it closes or exits, so once its end is seen, what it
+        // published is too: it may have caught up since `late` was read (its last phase,
+        // then its communicator destroyed).
+        if (ready()) break;
+        const std::vector<int> still = behind();
+        if (std::find(still.begin(), still.end(), r) == still.end()) continue;
         me.sleeping.store(0, std::memory_order_relaxed);
         return Errorf(ErrorCode::kUnavailable, "{} lost connection to {}: {}", op(), Name(r),
                       *why);
       }
     }
+    if (ready()) break;
     const auto now = SteadyClock::now();
     if (now >= deadline) {
       me.sleeping.store(0, std::memory_order_relaxed);
