@@ -101,7 +101,11 @@ Result<HostChoice> PickHostBackend(const CommOptions& options) {
   }
   const bool one_host = !mine.empty() && std::all_of(out.keys.begin(), out.keys.end(),
                                                      [&](const std::string& k) { return k == mine; });
-  out.backend = one_host ? "shm" : "gloo";
+  // Too little room in /dev/shm for a job's groups (a container's 64 MB default): gloo,
+  // without shm splits, as if the ranks were apart.
+  const bool room = ShmFreeBytes("/dev/shm") >= kShmRoomForAuto;
+  if (!room) std::fill(out.keys.begin(), out.keys.end(), std::string());
+  out.backend = one_host && room ? "shm" : "gloo";
   std::string choice = out.backend;
   for (const auto& k : out.keys) choice += "\n" + k;
   if (auto set = options.store->Set(at + "choice", choice); !set) return failed(set.error());

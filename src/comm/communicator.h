@@ -118,7 +118,7 @@ class Communicator {
 struct CommOptions {
   // "gloo", "shm", "nccl", or "auto": shm when every rank is on this host, else gloo,
   // whose sub-groups (Split) are shm where all their members share a host (a tensor group
-  // inside a node).
+  // inside a node); gloo throughout when /dev/shm has under 256 MiB free (kShmRoomForAuto).
   std::string backend = "gloo";
   int rank = 0;
   int world_size = 1;

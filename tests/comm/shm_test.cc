@@ -5,6 +5,8 @@
 // one host and gloo when a rank is elsewhere, and no name left in /dev/shm.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -186,6 +188,48 @@ TEST(ShmTest, AutoSplitsTheRanksOfOneHostOverShmInsideAGlooWorld) {
     EXPECT_EQ(a, me < 2 ? 1 : 5);
     EXPECT_EQ(b, me % 2 == 0 ? 2 : 4);
   }, [](CommOptions& o) { o.host_key = o.rank < 2 ? "host-a" : "host-b"; });
+}
+
+TEST(ShmTest, AutoPicksGlooWhenDevShmHasLittleRoom) {
+  // A container's /dev/shm (64 MB by default) stands here as a 16 MB tmpfs mounted in a
+  // child's own mount namespace.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=16m") != 0) {
+      _exit(77);
+    }
+    if (ShmFreeBytes("/dev/shm") >= kShmRoomForAuto) _exit(3);
+    auto store = std::make_shared<MemStore>();
+    std::vector<Result<std::unique_ptr<Communicator>>> made(2);
+    {
+      std::jthread a([&] { made[0] = CreateCommunicator(LocalOptions("auto", 0, 2, store)); });
+      std::jthread b([&] { made[1] = CreateCommunicator(LocalOptions("auto", 1, 2, store)); });
+    }
+    for (auto& m : made) {
+      if (!m.has_value() || (*m)->backend() != "gloo") _exit(4);
+    }
+    // No shm splits either: the keys went out empty.
+    std::vector<Result<std::unique_ptr<Communicator>>> split(2);
+    const std::vector<int> both = {0, 1};
+    {
+      std::jthread a([&] { split[0] = (*made[0])->Split(both); });
+      std::jthread b([&] { split[1] = (*made[1])->Split(both); });
+    }
+    for (auto& m : split) {
+      if (!m.has_value() || (*m)->backend() != "gloo") _exit(5);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot mount a small tmpfs on /dev/shm here (needs root)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: the small tmpfs has room, 4: auto did not pick gloo, "
+                                       "5: a split was not gloo";
+  // Here, with a roomy /dev/shm, the same world is shm.
+  ASSERT_GE(ShmFreeBytes("/dev/shm"), kShmRoomForAuto) << "this machine's /dev/shm";
 }
 
 // Names of this process's segments in /dev/shm.

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -596,6 +597,12 @@ struct Segment {
 };
 
 }  // namespace
+
+size_t ShmFreeBytes(const std::string& path) {
+  struct statvfs fs {};
+  if (statvfs(path.c_str(), &fs) != 0) return 0;
+  return static_cast<size_t>(fs.f_bavail) * static_cast<size_t>(fs.f_frsize);
+}
 
 size_t RemoveStaleShmSegments(const std::string& dir, std::chrono::seconds older_than) {
   size_t removed = 0;

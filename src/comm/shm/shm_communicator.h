@@ -83,6 +83,12 @@ Result<std::unique_ptr<Communicator>> ConnectShmGroup(const GroupConfig& group,
 // read.
 std::string ShmHostKey();
 
+// Backend auto picks shm (and shm splits) only with at least this much free in /dev/shm:
+// a group takes 5-12 MiB, and a pipeline job makes a group per directed channel.
+inline constexpr size_t kShmRoomForAuto = size_t{256} << 20;
+// Bytes free for an unprivileged user in the file system at `path`; 0 when it cannot be read.
+size_t ShmFreeBytes(const std::string& path);
+
 // Removes the segment names in `dir` (/dev/shm) whose creator has exited and that are
 // older than `older_than`: what a rank 0 killed during a rendezvous left (every rank
 // unlinks the name once all attached). Rank 0 calls it before it creates a segment.

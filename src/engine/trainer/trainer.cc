@@ -308,8 +308,9 @@ Result<void> Trainer::Impl::SetupComm() {
   if (config.backend == "auto") {
     Log("comm: {} ({})", comm->backend(),
         comm->backend() == "shm" ? "every rank on this host: shared memory"
-                                  : "ranks on several hosts: TCP, and shared memory inside a "
-                                    "group whose ranks share a host");
+                                  : "ranks on several hosts, or under 256 MiB free in /dev/shm: "
+                                    "TCP, and shared memory inside a group whose ranks share a "
+                                    "host when there is room");
   }
   if (layout.model_parallel() && config.device == "cuda" && config.backend == "nccl") {
     o.backend = "auto";
