@@ -143,6 +143,10 @@ struct CommOptions {
   bool check_consistency = true;
 };
 
+// Backend auto picks shm (and shm splits) only with at least this much free in /dev/shm:
+// a group takes 5-12 MiB, and a pipeline job makes a group per directed channel.
+inline constexpr size_t kShmRoomForAuto = size_t{256} << 20;
+
 // Names of the backends usable here: "gloo", "shm", and "nccl" when this binary is built
 // with CUDA/NCCL and this process sees a CUDA device ("auto" is a choice among them, not
 // listed).

@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,13 +65,26 @@ constexpr std::chrono::seconds kStaleSegmentAge{3600};
 
 size_t RoundDown(size_t v, size_t to) { return v / to * to; }
 
+// Where each rank's part starts in a buffer of `counts` (prefix sums), and how many rounds
+// of up to `piece` elements the largest part takes (at least one: every collective has a
+// first phase).
+struct PartRounds {
+  std::vector<size_t> offset;
+  size_t rounds = 1;
+};
+PartRounds Rounds(std::span<const size_t> counts, size_t piece) {
+  PartRounds out;
+  out.offset.assign(counts.size(), 0);
+  for (size_t j = 1; j < counts.size(); ++j) out.offset[j] = out.offset[j - 1] + counts[j - 1];
+  for (size_t c : counts) out.rounds = std::max(out.rounds, (c + piece - 1) / piece);
+  return out;
+}
+
 struct alignas(64) SegmentHeader {
   uint64_t magic;
   uint32_t version;
   uint32_t size;
-  uint64_t half_bytes;
-  uint64_t channel_bytes;
-  uint64_t total_bytes;
+  uint64_t total_bytes;  // Layout(size).total: the halves and channels follow from the size
   // A rank created with another world size: (its rank + 1) << 32 | its world size, set by
   // that rank, which then wakes the others; 0 while none.
   std::atomic<uint64_t> disagreement;
@@ -206,13 +221,19 @@ class ShmCommunicator final : public CommunicatorBase {
   // Rendezvous: attach to the segment, then the first phase.
   Result<void> Attach(const std::string& what);
 
+  // Folds `len` elements at byte `at` of every rank's current half, in rank order, into
+  // `dst` (a caller's buffer, or this rank's own half, which is an input too: then through
+  // scratch_, so that it is read before it is written); kAvg divides by the group size.
+  // Every rank folding the same inputs computes the same bits.
+  void FoldAreas(std::byte* dst, size_t at, size_t len, DataType type, ReduceOp op);
+
   std::byte* base_;
   size_t bytes_;
   Layout layout_;
   uint64_t phase_ = 0;  // phases this rank published
   uint64_t uses_ = 0;   // rounds of data so far (the half in use is uses_ % 2)
   std::vector<int> pidfds_;              // per rank: a pidfd of its process, or -1
-  std::unique_ptr<std::byte[]> scratch_;  // AllReduce's fold accumulator (one half)
+  std::unique_ptr<std::byte[]> scratch_;  // FoldAreas' accumulator (one half)
 };
 
 ShmCommunicator::ShmCommunicator(GroupConfig group, std::string group_id,
@@ -358,12 +379,29 @@ Result<void> ShmCommunicator::Step(const CollectiveDescriptor& d, bool first) {
   return done;
 }
 
+void ShmCommunicator::FoldAreas(std::byte* dst, size_t at, size_t len, DataType type,
+                                ReduceOp op) {
+  const int n = size();
+  const size_t bytes = len * SizeOf(type);
+  if (n == 1) {
+    if (dst != Area(0) + at) std::memcpy(dst, Area(0) + at, bytes);
+  } else {
+    const ReduceFn fn = ReduceFunction(type, op);
+    // Through scratch_ when dst is this rank's own half, an input read after the first
+    // step; with two ranks both inputs are read before dst is written (fn allows aliasing).
+    const bool alias = n > 2 && dst == Area(rank()) + at;
+    std::byte* acc = alias ? scratch_.get() : dst;
+    fn(acc, Area(0) + at, Area(1) + at, len);
+    for (int r = 2; r < n; ++r) fn(r == n - 1 ? dst : acc, acc, Area(r) + at, len);
+  }
+  if (op == ReduceOp::kAvg) DivideInPlace(dst, len, type, n);
+}
+
 Result<void> ShmCommunicator::RunAllReduce(const CollectiveDescriptor& d, const void* send,
                                            void* recv, size_t count, DataType type, ReduceOp op) {
   const size_t es = SizeOf(type);
   const size_t per_round = layout_.half / es;
   const int n = size();
-  const ReduceFn fn = ReduceFunction(type, op);
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
   size_t done = 0;
@@ -377,18 +415,7 @@ Result<void> ShmCommunicator::RunAllReduce(const CollectiveDescriptor& d, const 
     // Fold slice `rank()` of this chunk over all ranks, in rank order, into this rank's half.
     const size_t begin = m * static_cast<size_t>(rank()) / static_cast<size_t>(n);
     const size_t end = m * static_cast<size_t>(rank() + 1) / static_cast<size_t>(n);
-    if (end > begin && n > 1) {
-      const size_t len = end - begin, at = begin * es;
-      std::byte* mine = Area(rank()) + at;
-      if (n == 2) {
-        fn(mine, Area(0) + at, Area(1) + at, len);
-      } else {
-        fn(scratch_.get(), Area(0) + at, Area(1) + at, len);
-        for (int r = 2; r < n - 1; ++r) fn(scratch_.get(), scratch_.get(), Area(r) + at, len);
-        fn(mine, scratch_.get(), Area(n - 1) + at, len);
-      }
-      if (op == ReduceOp::kAvg) DivideInPlace(mine, len, type, n);
-    }
+    if (end > begin && n > 1) FoldAreas(Area(rank()) + begin * es, begin * es, end - begin, type, op);
     if (n > 1) COHORT_TRY_VOID(Step(d, false));
     for (int r = 0; r < n; ++r) {
       const size_t b = m * static_cast<size_t>(r) / static_cast<size_t>(n);
@@ -407,11 +434,7 @@ Result<void> ShmCommunicator::RunReduceScatter(const CollectiveDescriptor& d, co
   const int n = size();
   // Per round, `piece` elements of every destination's segment, in slot j of the half.
   const size_t piece = layout_.half / static_cast<size_t>(n) / es;
-  std::vector<size_t> offset(static_cast<size_t>(n), 0);
-  size_t rounds = 1;
-  for (int j = 1; j < n; ++j) offset[j] = offset[j - 1] + recv_counts[j - 1];
-  for (size_t c : recv_counts) rounds = std::max(rounds, (c + piece - 1) / piece);
-  const ReduceFn fn = ReduceFunction(type, op);
+  const auto [offset, rounds] = Rounds(recv_counts, piece);
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
   const size_t mine = recv_counts[static_cast<size_t>(rank())];
@@ -427,16 +450,8 @@ Result<void> ShmCommunicator::RunReduceScatter(const CollectiveDescriptor& d, co
     }
     COHORT_TRY_VOID(Step(d, k == 0));
     if (mine <= from) continue;
-    const size_t len = std::min(piece, mine - from);
-    const size_t at = static_cast<size_t>(rank()) * piece * es;
-    std::byte* dst = out + from * es;
-    if (n == 1) {
-      std::memcpy(dst, Area(0) + at, len * es);
-    } else {
-      fn(dst, Area(0) + at, Area(1) + at, len);
-      for (int r = 2; r < n; ++r) fn(dst, dst, Area(r) + at, len);
-    }
-    if (op == ReduceOp::kAvg) DivideInPlace(dst, len, type, n);
+    FoldAreas(out + from * es, static_cast<size_t>(rank()) * piece * es,
+              std::min(piece, mine - from), type, op);
   }
   return {};
 }
@@ -447,10 +462,7 @@ Result<void> ShmCommunicator::RunAllGather(const CollectiveDescriptor& d, const 
   const size_t es = SizeOf(type);
   const int n = size();
   const size_t piece = layout_.half / es;
-  std::vector<size_t> offset(static_cast<size_t>(n), 0);
-  size_t rounds = 1;
-  for (int j = 1; j < n; ++j) offset[j] = offset[j - 1] + counts[j - 1];
-  for (size_t c : counts) rounds = std::max(rounds, (c + piece - 1) / piece);
+  const auto [offset, rounds] = Rounds(counts, piece);
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
   const size_t mine = counts[static_cast<size_t>(rank())];
@@ -590,7 +602,7 @@ Result<void> ShmCommunicator::Attach(const std::string& what) {
   return {};
 }
 
-// The segment's name, created by the group's rank 0 (or why it could not be).
+// A group's segment, mapped.
 struct Segment {
   std::byte* base = nullptr;
   size_t bytes = 0;
@@ -634,8 +646,10 @@ namespace {
 Result<Segment> CreateSegment(const std::string& name, int n) {
   const Layout layout(n);
   // Names whose creator died during a rendezvous (killed before every rank attached and
-  // unlinked it): nothing can use them any more.
-  RemoveStaleShmSegments("/dev/shm", kStaleSegmentAge);
+  // unlinked it): nothing can use them any more. Once per process, not per group (a
+  // pipeline makes a group per channel).
+  static std::once_flag swept;
+  std::call_once(swept, [] { RemoveStaleShmSegments("/dev/shm", kStaleSegmentAge); });
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return Errorf(ErrorCode::kUnavailable, "shm_open {}: {}", name, ErrnoText(errno));
   auto give_up = [&](std::string why) -> Result<Segment> {
@@ -659,8 +673,6 @@ Result<Segment> CreateSegment(const std::string& name, int n) {
   auto* header = static_cast<SegmentHeader*>(p);  // the file is zeroed: counters start at 0
   header->version = kLayoutVersion;
   header->size = static_cast<uint32_t>(n);
-  header->half_bytes = layout.half;
-  header->channel_bytes = layout.channel;
   header->total_bytes = layout.total;
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kSegmentMagic;

@@ -10,8 +10,8 @@
 // Once every rank has attached (the rendezvous phase below), every rank unlinks the name:
 // the memory lives while a rank maps it and nothing is left in /dev/shm when they exit,
 // killed or not. Only a rank 0 killed during the rendezvous leaves its name; the next
-// rank 0 on the host removes such names once their creator is gone and they are an hour
-// old (RemoveStaleShmSegments). The segment holds, per rank, a control block (its phase
+// process on the host that creates a group removes such names once their creator is gone
+// and they are an hour old (RemoveStaleShmSegments). The segment holds, per rank, a control block (its phase
 // counter, its wake-up word, its descriptor slots, its pid, a closed flag) and a data area
 // of two
 // halves; and one channel per ordered pair of ranks for Send/Recv.
@@ -83,15 +83,12 @@ Result<std::unique_ptr<Communicator>> ConnectShmGroup(const GroupConfig& group,
 // read.
 std::string ShmHostKey();
 
-// Backend auto picks shm (and shm splits) only with at least this much free in /dev/shm:
-// a group takes 5-12 MiB, and a pipeline job makes a group per directed channel.
-inline constexpr size_t kShmRoomForAuto = size_t{256} << 20;
 // Bytes free for an unprivileged user in the file system at `path`; 0 when it cannot be read.
 size_t ShmFreeBytes(const std::string& path);
 
 // Removes the segment names in `dir` (/dev/shm) whose creator has exited and that are
 // older than `older_than`: what a rank 0 killed during a rendezvous left (every rank
-// unlinks the name once all attached). Rank 0 calls it before it creates a segment.
+// unlinks the name once all attached). Called once per process, before its first segment.
 // Returns how many it removed.
 size_t RemoveStaleShmSegments(const std::string& dir, std::chrono::seconds older_than);
 

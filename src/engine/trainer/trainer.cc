@@ -306,11 +306,13 @@ Result<void> Trainer::Impl::SetupComm() {
   o.timeout = timeout;
   comm = COHORT_TRY(comm::CreateCommunicator(o));
   if (config.backend == "auto") {
-    Log("comm: {} ({})", comm->backend(),
-        comm->backend() == "shm" ? "every rank on this host: shared memory"
-                                  : "ranks on several hosts, or under 256 MiB free in /dev/shm: "
-                                    "TCP, and shared memory inside a group whose ranks share a "
-                                    "host when there is room");
+    if (comm->backend() == "shm") {
+      Log("comm: shm (every rank on this host: shared memory)");
+    } else {
+      Log("comm: {} (ranks on several hosts, or under {} MiB free in /dev/shm: TCP, and shared "
+          "memory inside a group whose ranks share a host when there is room)",
+          comm->backend(), comm::kShmRoomForAuto >> 20);
+    }
   }
   if (layout.model_parallel() && config.device == "cuda" && config.backend == "nccl") {
     o.backend = "auto";
