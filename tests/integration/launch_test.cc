@@ -29,7 +29,8 @@ RunResult CohortRun(const std::string& dir, std::vector<std::string> args) {
   EXPECT_TRUE(p.has_value());
   if (!p) return {};
   auto st = p->WaitFor(std::chrono::seconds(120));
-  EXPECT_TRUE(st.has_value()) << "cohort run did not finish";
+  EXPECT_TRUE(st.has_value()) << "cohort run did not finish; its output so far:\n"
+                              << ReadFile(o.stdout_path);
   if (!st) {
     p->Signal(SIGKILL);
     (void)p->Wait();
