@@ -12,6 +12,10 @@ cmake --build build --target cohort -j"$(nproc)"
 cohort=./build/cohort
 
 state=$(mktemp -d /tmp/cohort-quickstart-XXXXXX)
+# This cluster is gone when the script ends: its head writes its token and authority into a
+# client config of its own (cohort head --help, "client config"), not the user's
+# ~/.config/cohort/config, which would otherwise name a dead head after the script.
+export XDG_CONFIG_HOME="$state/config"
 echo "== cohort up --agents 2 --gpus-per-agent 4 (state in $state)"
 "$cohort" up --agents 2 --gpus-per-agent 4 --port 0 --state-dir "$state" &
 up_pid=$!
@@ -23,9 +27,9 @@ stop_cluster() {
 }
 trap stop_cluster EXIT
 
-# The head's first start writes an admin token to its state directory (and to
-# ~/.config/cohort/config when that names no other head), and serves HTTPS with a
-# certificate from the authority it made there; this cluster's are used here.
+# The head's first start writes an admin token to its state directory (and to the client
+# config above), and serves HTTPS with a certificate from the authority it made there; this
+# cluster's are used here.
 export COHORT_CA_FILE="$state/head/tls/ca.crt"
 for _ in $(seq 1 300); do
   [ -s "$state/head.port" ] && [ -s "$state/head/admin.token" ] &&

@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "cli/client.h"
 #include "cli/daemon_flags.h"
+#include "common/client_config.h"
 #include "common/tls.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -218,7 +219,20 @@ int RunUp(UpFlags& f) {
   }
   std::printf("  live view:      cohort top\n");
   std::printf("  state and logs: %s\n", f.state_dir.c_str());
-  if (port != 8470) std::printf("  export COHORT_HEAD=%s\n", url.c_str());
+  // The head's first start wrote itself into the client config unless that names another
+  // head (a login, or another cluster still up): then this shell needs the variables.
+  const std::string config_path = ClientConfigPath();
+  auto config = config_path.empty() ? Result<std::optional<ClientConfig>>(std::nullopt) : ReadClientConfig(config_path);
+  const std::string named = config && *config ? (*config)->head : "";
+  if (named != url) {
+    if (!named.empty()) std::printf("  %s names another head (%s); in this shell:\n", config_path.c_str(), named.c_str());
+    if (f.insecure) {
+      std::printf("  export COHORT_HEAD=%s\n", url.c_str());
+    } else {
+      std::printf("  export COHORT_HEAD=%s COHORT_CA_FILE=%s COHORT_TOKEN=$(cat %s/head/admin.token)\n", url.c_str(),
+                  ca_file.c_str(), f.state_dir.c_str());
+    }
+  }
   std::printf("  try: cohort nodes; cohort submit -N 2 -n 4 -G 4 -- examples/hello_rank.sh; cohort queue\n");
   std::printf("  help: cohort help (topics), cohort COMMAND --help\n");
   std::printf("Press Ctrl-C to stop.\n");

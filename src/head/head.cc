@@ -86,8 +86,26 @@ Result<std::unique_ptr<TokenBook>> OpenTokenBook(Cluster& cluster) {
       COHORT_TRY(cluster.GetMeta(kNodeGenerationsMeta)));
 }
 
+// Whether the head may write its URL, token and authority over the client config `existing`
+// (nullopt: no file): when it names no head, this head, or no token, or when it is what a
+// local cluster that is gone left behind: a loopback head whose authority file no longer
+// exists (`cohort up --state-dir DIR` after DIR was removed, or a temporary cluster such as
+// an old quickstart's). Such a config can reach nothing, and its head's own state dir held
+// the only thing it kept (an admin token for that head). Any other head's config is the
+// user's login and stays.
+bool MayWriteClientConfig(const std::optional<ClientConfig>& existing, const std::string& url) {
+  if (!existing || existing->head.empty() || existing->head == url || existing->token.empty()) return true;
+  auto named = ParseHttpUrl(existing->head);
+  if (!named || !named->tls || existing->ca.empty()) return false;
+  const bool loopback = named->host == "localhost" || named->host == "::1" || named->host == "[::1]" ||
+                        named->host.starts_with("127.");
+  std::error_code ec;
+  return loopback && !fs::exists(existing->ca, ec) && !ec;
+}
+
 // An admin token for the user running the head, in state_dir/admin.token (0600) and the
-// client config (unless that names another head), so that the CLI on this machine works.
+// client config (unless that names another head: MayWriteClientConfig), so that the CLI on
+// this machine works.
 Result<TokenInfo> MakeLocalAdminToken(TokenBook& tokens, const HeadConfig& config, const std::string& url,
                                       const std::string& ca_path, const std::string& why) {
   std::string user = "admin";
@@ -99,9 +117,13 @@ Result<TokenInfo> MakeLocalAdminToken(TokenBook& tokens, const HeadConfig& confi
   std::string wrote = "";
   if (!config.client_config_path.empty()) {
     auto existing = ReadClientConfig(config.client_config_path);
-    if (existing && (!*existing || (*existing)->head.empty() || (*existing)->head == url || (*existing)->token.empty())) {
+    if (existing && MayWriteClientConfig(*existing, url)) {
       if (auto w = WriteClientConfig(config.client_config_path, ClientConfig{url, admin.token, ca_path}); w) {
         wrote = ", and in " + config.client_config_path;
+        if (*existing && !(*existing)->head.empty() && (*existing)->head != url && !(*existing)->token.empty()) {
+          wrote += fmt::format(" (it named {}, a local head whose authority {} is gone)", (*existing)->head,
+                               (*existing)->ca);
+        }
       } else {
         LOG_WARN("cannot write the client config: {}", w.error().message);
       }

@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <regex>
 #include <string>
 #include <thread>
 
+#include "common/client_config.h"
 #include "head/router.h"
 #include "head_server_fixture.h"
 
@@ -293,6 +295,82 @@ TEST(AuthInsecureTest, InsecureAsksNoOneAndWritesNoTokens) {
   EXPECT_FALSE(std::filesystem::exists(config.state_dir + "/admin.token"));
   h->reset();
   std::filesystem::remove_all(dir);
+}
+
+// The client config a head's first start writes (MakeLocalAdminToken): `prior` is what the
+// file held before (nullopt: no file); returns what it holds once the head has started.
+class HeadClientConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cohort-head-client-config-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  ClientConfig StartWith(const std::optional<ClientConfig>& prior) {
+    const std::string path = dir_ + "/config/cohort/config";
+    if (prior) {
+      EXPECT_TRUE(WriteClientConfig(path, *prior).has_value());
+    }
+    HeadConfig config;
+    config.port = 0;
+    config.state_dir = dir_ + "/head";
+    config.http_threads = 2;
+    config.client_config_path = path;
+    auto h = HeadServer::Start(config);
+    EXPECT_TRUE(h.has_value()) << h.error().message;
+    if (!h) return {};
+    url_ = (*h)->url();
+    h->reset();
+    auto after = ReadClientConfig(path);
+    EXPECT_TRUE(after.has_value() && after->has_value());
+    return after && *after ? **after : ClientConfig{};
+  }
+  std::string AdminToken() const {
+    std::ifstream in(dir_ + "/head/admin.token");
+    std::string token;
+    std::getline(in, token);
+    return token;
+  }
+
+  std::string dir_;
+  std::string url_;
+};
+
+TEST_F(HeadClientConfigTest, FirstStartWritesTheHeadTheAdminTokenAndTheAuthority) {
+  ClientConfig c = StartWith(std::nullopt);
+  EXPECT_EQ(c.head, url_);
+  EXPECT_EQ(c.token, AdminToken());
+  EXPECT_EQ(c.ca, dir_ + "/head/tls/ca.crt");
+}
+
+// What a local cluster that is gone left behind (an old quickstart's, or `cohort up
+// --state-dir DIR` after DIR was removed) is replaced: it could reach nothing, and the
+// user's next `cohort up` would otherwise need three variables in every shell.
+TEST_F(HeadClientConfigTest, ALeftoverOfALocalHeadWhoseAuthorityIsGoneIsReplaced) {
+  ClientConfig c = StartWith(ClientConfig{"https://127.0.0.1:34511", "cohort_old_token",
+                                          dir_ + "/gone/head/tls/ca.crt"});
+  EXPECT_EQ(c.head, url_);
+  EXPECT_EQ(c.token, AdminToken());
+}
+
+TEST_F(HeadClientConfigTest, AnotherHeadsConfigStays) {
+  // A login to another machine's head, even with its authority file gone: its token may be
+  // the user's only copy.
+  ClientConfig remote{"https://10.0.0.1:8470", "cohort_remote_token", dir_ + "/gone/ca.crt"};
+  ClientConfig c = StartWith(remote);
+  EXPECT_EQ(c.head, remote.head);
+  EXPECT_EQ(c.token, remote.token);
+}
+
+TEST_F(HeadClientConfigTest, ALocalHeadWhoseAuthorityIsThereStays) {
+  // Another local cluster, perhaps still up: its authority exists.
+  std::filesystem::create_directories(dir_ + "/other");
+  std::ofstream(dir_ + "/other/ca.crt") << "-----BEGIN CERTIFICATE-----\n";
+  ClientConfig local{"https://127.0.0.1:34511", "cohort_local_token", dir_ + "/other/ca.crt"};
+  ClientConfig c = StartWith(local);
+  EXPECT_EQ(c.head, local.head);
+  EXPECT_EQ(c.token, local.token);
 }
 
 }  // namespace
