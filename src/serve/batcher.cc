@@ -151,6 +151,7 @@ Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest reques
     return FieldError("prompt", "the prompt has {} tokens; this model's context is {} tokens, "
                       "leaving no room to generate", n, ctx);
   }
+  if (request.max_tokens_default) request.max_tokens = std::min(request.max_tokens, ctx - n);
   if (request.max_tokens < 1) {
     return FieldError("max_tokens", "must be >= 1, got {}", request.max_tokens);
   }

@@ -167,6 +167,7 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
     if (g.tokens.empty()) return FieldError("prompt", "is empty (it encodes to no tokens)");
   }
   constexpr int64_t kMaxTokens = 1 << 20;
+  g.max_tokens_default = !r.Has("max_tokens") && !(chat && r.Has("max_completion_tokens"));
   if (chat && r.Has("max_completion_tokens")) {
     g.max_tokens = static_cast<int>(COHORT_TRY(r.Int("max_completion_tokens", 16, 1, kMaxTokens)));
     (void)r.Raw("max_tokens");

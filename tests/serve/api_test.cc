@@ -229,6 +229,39 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(ok["usage"]["completion_tokens"], 3);
 }
 
+// A request without max_tokens gets the default cut to the context its prompt leaves: a
+// chat request to a model whose context is under the chat default (256; TinyModel's is 96)
+// was refused for a field the client never sent. An explicit max_tokens is never cut.
+TEST(ServeApiTest, DefaultMaxTokensFitTheContext) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  const int ctx = ref.config().max_seq_len;
+  int status = 0;
+  json chat = Post(c, "/v1/chat/completions",
+                   R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"temperature":0,"stop":null})",
+                   &status);
+  ASSERT_EQ(status, 200) << chat.dump();
+  EXPECT_LE(chat["usage"]["total_tokens"].get<int>(), ctx);
+  if (chat["choices"][0]["finish_reason"] == "length") EXPECT_EQ(chat["usage"]["total_tokens"], ctx);
+
+  // Completions' default 16 after a prompt 4 tokens short of the context: 4 tokens.
+  const std::string prompt(static_cast<size_t>(ctx - 4), 'x');
+  json done = Post(c, "/v1/completions",
+                   R"({"model":"tiny","prompt":")" + prompt + R"(","temperature":0,"max_tokens":null})", &status);
+  ASSERT_EQ(status, 200) << done.dump();
+  EXPECT_EQ(done["usage"]["completion_tokens"].get<int>() <= 4, true);
+  if (done["choices"][0]["finish_reason"] == "length") EXPECT_EQ(done["usage"]["completion_tokens"], 4);
+
+  // Asked for explicitly, the same 16 is still refused, naming max_tokens.
+  json e = Post(c, "/v1/completions", R"({"model":"tiny","prompt":")" + prompt + R"(","max_tokens":16})", &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["error"]["param"], "max_tokens") << e.dump();
+  e = Post(c, "/v1/chat/completions",
+           R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":256})", &status);
+  EXPECT_EQ(status, 400) << e.dump();
+}
+
 TEST(ServeApiTest, AFullQueueIsTooManyRequestsWithRetryAfter) {
   engine::GptModel ref = TinyModel();
   auto gated = std::make_unique<GatedModel>(CpuModelOf(ref));
