@@ -597,7 +597,14 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
                            options_.retry_after_s);
   }
   const std::string model = *model_it;
-  const bool stream = body.value("stream", false) == true;
+  // OpenAI clients send null for a field they leave unset, as the replica reads it.
+  for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);
+  if (auto it = body.find("stream"); it != body.end() && !it->is_boolean()) {
+    return SendOpenAiError(res, Error(ErrorCode::kInvalidArgument,
+                                      fmt::format("stream: must be true or false, got {}", JsonTypeName(*it)), "stream"),
+                           options_.retry_after_s);
+  }
+  const bool stream = body.value("stream", false);
   const int64_t tokens = EstimateTokens(body, chat);
   const std::string session = req.get_header_value(options_.session_header);
   const std::string site = req.get_header_value(options_.site_header);

@@ -32,7 +32,8 @@
 //     replica would have sent (seeded sampling is keyed by token index, sampling.h).
 // Replies name the replica that answered (X-Cohort-Replica: "job.attempt"; a stream's
 // first). Errors are in OpenAI's shape: 404 unknown model (param "model"), 503 no healthy replica,
-// 429 overloaded with Retry-After, 400 for a body that is not a JSON object with a model.
+// 429 overloaded with Retry-After, 400 for a body that is not a JSON object with a model
+// (or whose stream is not a boolean). A field that is null is unset, as at a replica.
 //
 // Threads: Start runs the health thread; handlers run on the HTTP pool's threads; every
 // public method may be called from any thread. Stop (idempotent; the destructor calls it)

@@ -88,7 +88,7 @@ class FakeReplica {
     const int max_tokens = body.value("max_tokens", 16);
     std::vector<int64_t> resumed;
     if (body.contains("cohort_resume")) resumed = body["cohort_resume"]["tokens"].get<std::vector<int64_t>>();
-    if (!body.value("stream", false)) {
+    if (!(body.contains("stream") && body["stream"] == true)) {
       res.set_content(json{{"object", "text_completion"}, {"choices", json::array({{{"text", "ok"}}})},
                            {"usage", {{"completion_tokens", max_tokens}}}}
                           .dump(),
@@ -278,6 +278,36 @@ TEST_F(GatewayTest, AFailingReplicaIsMarkedUnhealthyAndTheRequestRetried) {
   replicas_["east"]->set_mode(FakeReplica::Mode::kOk);
   gateway_->Tick();
   EXPECT_TRUE(Healthy("east"));
+}
+
+// OpenAI clients send null for a field they leave unset ("stream": null, "seed": null), as a
+// replica accepts; a stream that is not a boolean is the client's error, named. Both were a
+// 500 "internal error: [json.exception.type_error.302] type must be boolean, but is null",
+// and a sampled stream with "seed": null went out without the seed that makes its
+// failover exact.
+TEST_F(GatewayTest, NullFieldsAreUnsetAndAWrongStreamIsNamed) {
+  json body = kRequest;
+  body["stream"] = nullptr;
+  auto r = Post(body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["object"], "text_completion") << r->body;
+
+  body["stream"] = "yes";
+  r = Post(body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "stream") << r->body;
+
+  body["stream"] = true;
+  body["seed"] = nullptr;
+  body["temperature"] = 0.7;
+  r = Post(body, {{"X-Cohort-Site", "east"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  EXPECT_TRUE(replicas_["east"]->last_body()["seed"].is_number_integer()) << replicas_["east"]->last_body().dump();
+  EXPECT_TRUE(Healthy("east") && Healthy("west"));
 }
 
 // A stream whose replica dies after 3 tokens continues on the other one from token 3: the
