@@ -14,6 +14,8 @@
 //
 // Generation requests run on a pool of their own whose threads wait for their tokens (a
 // stream holds its thread until it ends), so its size bounds the requests in progress.
+// A client that hangs up cancels its request, streamed or not (its cache blocks are freed
+// at the next step).
 //
 // Threads: Create and Bind on one thread, Serve on a thread of the owner's (returns after
 // Stop), Stop from any thread.

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -260,6 +263,64 @@ TEST(ServeApiTest, DefaultMaxTokensFitTheContext) {
   e = Post(c, "/v1/chat/completions",
            R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":256})", &status);
   EXPECT_EQ(status, 400) << e.dump();
+}
+
+// A client that hangs up while its unstreamed request generates (Ctrl-C, or an SDK's
+// timeout before it retries): the request is cancelled and its cache blocks freed, as a
+// stream's are when its client goes. It generated to the end for nobody, holding its
+// blocks and a place in the batch.
+TEST(ServeApiTest, AClientThatHangsUpCancelsItsUnstreamedRequest) {
+  engine::GptModel ref = TinyModel();
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref));
+  GatedModel* gate = gated.get();
+  ServerFixture f(std::move(gated));
+  const int max_tokens = 90;
+  {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(f.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string body =
+        R"({"model":"tiny","prompt":"x","temperature":0,"max_tokens":)" + std::to_string(max_tokens) + "}";
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    ASSERT_TRUE(gate->WaitBlocked());  // its first step
+    close(fd);
+  }
+  auto running = [&] { return f.server().batcher().Load().running; };
+  // One step at a time, each given a while for the hang-up to be seen before the next (the
+  // request leaves the batch at the step after it was cancelled: none may come then).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int steps = 0;
+  for (; steps < max_tokens + 5 && std::chrono::steady_clock::now() < deadline; ++steps) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (running() > 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    bool blocked = false;
+    while (!blocked && running() > 0 && std::chrono::steady_clock::now() < deadline) {
+      blocked = gate->WaitBlocked(std::chrono::milliseconds(10));
+    }
+    if (!blocked) break;
+    gate->Release();
+  }
+  EXPECT_LT(steps, max_tokens) << "the request generated to its end";
+  const LoadReport load = f.server().batcher().Load();
+  EXPECT_EQ(load.running, 0);
+  EXPECT_EQ(load.kv_blocks_used, 0);
+  gate->Open();
+  auto c = f.Client();
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("cohort_serve_requests_total{model=\"tiny\",outcome=\"cancelled\"} 1"),
+            std::string::npos)
+      << metrics->body;
+  int status = 0;
+  json ok = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"still here","max_tokens":3})", &status);
+  EXPECT_EQ(status, 200) << ok.dump();
 }
 
 TEST(ServeApiTest, AFullQueueIsTooManyRequestsWithRetryAfter) {
