@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <future>
 #include <random>
 
 #include <fmt/format.h>
@@ -20,6 +21,9 @@ namespace cohort::head {
 namespace {
 
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// How often the handler of an unstreamed request looks whether its client hung up.
+constexpr auto kHangUpCheck = std::chrono::milliseconds(250);
 
 uint64_t Fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ULL;
@@ -635,7 +639,20 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
         return SendOpenAiError(res, e, options_.retry_after_s);
       }
       auto client = TakeClient(**lease);
-      auto r = client->Post(path, headers, req.body, "application/json");
+      // The request runs on a thread of its own while this one watches the client: one
+      // that hangs up is given up (closing the replica's connection makes the replica
+      // cancel it) rather than waited for, up to read_timeout, for nobody.
+      auto call = std::async(std::launch::async,
+                             [&] { return client->Post(path, headers, req.body, "application/json"); });
+      bool hung_up = false;
+      while (call.wait_for(kHangUpCheck) != std::future_status::ready) {
+        if (!hung_up && HttpServer::ClientGone()) {
+          hung_up = true;
+          client->stop();
+        }
+      }
+      auto r = call.get();
+      if (hung_up) return;
       if (!r || (r->status >= 500 && r->status != 503)) {
         last_failure = r ? fmt::format("HTTP {}", r->status) : httplib::to_string(r.error());
         MarkFailed((*lease)->key, last_failure);

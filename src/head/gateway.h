@@ -30,6 +30,10 @@
 //     the client receives every token exactly once. The gateway gives every streamed
 //     sampling request a seed when it has none, so the continuation equals what the dead
 //     replica would have sent (seeded sampling is keyed by token index, sampling.h).
+//   - Hang-ups: a client that closes its connection is given up: a stream's next write
+//     fails, an unstreamed request's handler looks every 250 ms; either way the replica's
+//     connection is closed, which makes the replica cancel the request. The replica stays
+//     healthy.
 // Replies name the replica that answered (X-Cohort-Replica: "job.attempt"; a stream's
 // first). Errors are in OpenAI's shape: 404 unknown model (param "model"), 503 no healthy replica,
 // 429 overloaded with Retry-After, 400 for a body that is not a JSON object with a model

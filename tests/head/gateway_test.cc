@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +28,7 @@ namespace {
 // continues after the tokens it is given).
 class FakeReplica {
  public:
-  enum class Mode { kOk, kOverloaded, kFailing };
+  enum class Mode { kOk, kOverloaded, kFailing, kHolding };
 
   FakeReplica() {
     server_.Get("/load", [this](const httplib::Request&, httplib::Response& res) {
@@ -54,6 +55,15 @@ class FakeReplica {
   // Streams break (the connection drops) after this many tokens; -1: never.
   void die_after(int tokens) { die_after_ = tokens; }
   int requests() const { return requests_; }
+  int held() {
+    std::lock_guard<std::mutex> l(mu_);
+    return held_;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> l(mu_);
+    mode_ = Mode::kOk;
+    held_cv_.notify_all();
+  }
   json last_body() {
     std::lock_guard<std::mutex> l(mu_);
     return last_body_;
@@ -78,6 +88,12 @@ class FakeReplica {
       res.status = 429;
       res.set_content(R"({"error":{"message":"busy","type":"rate_limit_error"}})", "application/json");
       return;
+    }
+    if (!canary && mode_ == Mode::kHolding) {
+      // An unstreamed reply that takes long: held until Release (at most 30 s).
+      std::unique_lock<std::mutex> l(mu_);
+      held_ += 1;
+      held_cv_.wait_for(l, std::chrono::seconds(30), [&] { return mode_ != Mode::kHolding; });
     }
     if (mode_ == Mode::kFailing) {
       res.status = 500;
@@ -125,6 +141,8 @@ class FakeReplica {
   std::atomic<int> die_after_{-1};
   std::atomic<int> requests_{0};
   std::mutex mu_;
+  std::condition_variable held_cv_;
+  int held_ = 0;
   json last_body_;
   std::set<int> client_ports_;
 };
@@ -308,6 +326,40 @@ TEST_F(GatewayTest, NullFieldsAreUnsetAndAWrongStreamIsNamed) {
   EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
   EXPECT_TRUE(replicas_["east"]->last_body()["seed"].is_number_integer()) << replicas_["east"]->last_body().dump();
   EXPECT_TRUE(Healthy("east") && Healthy("west"));
+}
+
+// A client that hangs up while its unstreamed request is at a replica: the gateway gives
+// the request up (closing its connection to the replica, which then cancels it) instead of
+// waiting, up to read_timeout, for a reply nobody will read; the replica stays healthy.
+TEST_F(GatewayTest, AClientThatHangsUpIsGivenUp) {
+  replicas_["east"]->set_mode(FakeReplica::Mode::kHolding);
+  {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(30, 0);
+    std::thread client([&] { (void)c.Post("/v1/completions", {{"X-Cohort-Site", "east"}}, kRequest.dump(), "application/json"); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (replicas_["east"]->held() == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(replicas_["east"]->held(), 1);
+    c.stop();  // the client hangs up
+    client.join();
+  }
+  auto inflight = [&] {
+    prom::TextWriter w;
+    gateway_->WriteMetrics(w);
+    return w.Finish().value_or("").find("cohort_gateway_inflight_requests 0\n") == std::string::npos;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (inflight() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_FALSE(inflight()) << "the gateway still waits for the replica's reply";
+  replicas_["east"]->Release();
+  EXPECT_TRUE(Healthy("east")) << "a client's hang-up is not the replica's failure";
+  auto r = Post(kRequest, {{"X-Cohort-Site", "east"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
 }
 
 // A stream whose replica dies after 3 tokens continues on the other one from token 3: the
