@@ -53,6 +53,9 @@ struct GenerationRequest {
   // prompt leaves instead of refusing the request (a client that never sent max_tokens
   // cannot be wrong about it; OpenAI and vLLM do the same).
   bool max_tokens_default = false;
+  // The request field errors about the prompt name: "messages" for a chat, whose prompt
+  // the client never saw.
+  std::string prompt_field = "prompt";
   SamplingParams sampling;
   std::vector<std::string> stop;
   int top_logprobs = -1;  // -1: no log-probabilities; otherwise also the top N (0..20)

@@ -161,6 +161,7 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
   if (chat) {
     const auto messages = COHORT_TRY(ReadMessages(r.Raw("messages")));
     g.tokens = tok.Encode(ApplyChatTemplate(messages));
+    g.prompt_field = "messages";
     extra_stop = {"\nUser:", "\nSystem:"};
   } else {
     g.tokens = COHORT_TRY(ReadPrompt(r.Raw("prompt"), tok));

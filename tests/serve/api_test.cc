@@ -214,6 +214,9 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
       {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"robot","content":"x"}]})", 400,
        "messages[0].role"},
       {"/v1/chat/completions", R"({"model":"tiny","messages":"hi"})", 400, "messages"},
+      // A conversation longer than the context names messages, not a prompt the client never sent.
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":")" + long_prompt + R"("}]})",
+       400, "messages"},
   };
   for (const Case& k : cases) {
     int status = 0;
