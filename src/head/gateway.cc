@@ -875,6 +875,21 @@ void Gateway::Register(Router& router) {
     }
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   });
+  // The OpenAI SDKs' models.retrieve.
+  router.Get(R"(/v1/models/(.+))", Access::kViewer, [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1].str();
+    std::string service;
+    {
+      MutexLock l(mu_);
+      if (auto it = model_services_.find(id); it != model_services_.end()) service = it->second;
+    }
+    if (service.empty()) {
+      return SendOpenAiError(res, Error(ErrorCode::kNotFound, fmt::format("model '{}' does not exist", id), "model"),
+                             options_.retry_after_s);
+    }
+    res.set_content(json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", service}}.dump(),
+                    "application/json");
+  });
 }
 
 std::vector<api::ReplicaStatus> Gateway::Replicas(const std::string& service) const {

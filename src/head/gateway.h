@@ -1,5 +1,5 @@
 // Gateway: the head's front for inference services (`cohort serve deploy`): POST
-// /v1/completions and /v1/chat/completions and GET /v1/models on the head's own port,
+// /v1/completions and /v1/chat/completions and GET /v1/models[/{id}] on the head's own port,
 // authenticated like the rest of the API (a bearer token: the OpenAI SDK's apiKey), routed
 // by the request's "model" to a healthy replica of the service that serves it. Control
 // plane: it speaks HTTP to the replicas (src/serve) and never links the engine.
@@ -102,7 +102,7 @@ class Gateway {
   // one is gone at once, a new one waits for its canary. Returns the running replicas' keys.
   std::vector<std::string> Discover() EXCLUDES(mu_);
 
-  // POST /v1/completions, POST /v1/chat/completions, GET /v1/models.
+  // POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id}.
   void Register(Router& router);
 
   // The replicas of `service` as the gateway sees them (RUNNING ones; PENDING ones are

@@ -115,6 +115,19 @@ void InferenceServer::Routes() {
                                           {"created", created_},
                                           {"owned_by", "cohort"}}})}});
   });
+  // The OpenAI SDKs' models.retrieve.
+  http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1].str();
+    if (id != options_.model_name) {
+      return SendApiError(res,
+                          Error(ErrorCode::kNotFound,
+                                fmt::format("model '{}' does not exist; this server serves '{}'", id,
+                                            options_.model_name),
+                                "model"),
+                          options_.retry_after_s);
+    }
+    SendJson(res, {{"id", id}, {"object", "model"}, {"created", created_}, {"owned_by", "cohort"}});
+  });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     prom::TextWriter w;
     metrics_.Write(w, options_.model_name, batcher_->Load(), MonoNowMs());

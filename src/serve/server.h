@@ -5,6 +5,7 @@
 //   POST /v1/completions, POST /v1/chat/completions  (openai_api.h; stream: server-sent
 //        events, one chunk per generated token)
 //   GET  /v1/models        the one model served, as {"object": "list", "data": [...]}
+//   GET  /v1/models/{id}   that model (404 in OpenAI's shape for another id)
 //   GET  /health           200 {"status": "ok"} while serving
 //   GET  /load             the batcher's LoadReport with the replica's latencies (the
 //                          gateway's least-loaded routing and the head's /metrics read it)

@@ -264,6 +264,23 @@ TEST_F(GatewayTest, UnknownModelIs404AndNoHealthyReplicaIs503) {
   EXPECT_EQ(bad->status, 400);
 }
 
+// The models as the OpenAI SDKs list and retrieve them.
+TEST_F(GatewayTest, ListsAndRetrievesModels) {
+  httplib::Client c("127.0.0.1", port_);
+  auto list = c.Get("/v1/models");
+  ASSERT_TRUE(list);
+  EXPECT_EQ(json::parse(list->body)["data"][0]["id"], "m") << list->body;
+  auto one = c.Get("/v1/models/m");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200) << one->body;
+  EXPECT_EQ(json::parse(one->body)["id"], "m");
+  EXPECT_EQ(json::parse(one->body)["owned_by"], "svc");
+  auto other = c.Get("/v1/models/other");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404) << other->body;
+  EXPECT_EQ(json::parse(other->body)["error"]["param"], "model") << other->body;
+}
+
 TEST_F(GatewayTest, AnOverloadedReplicaIsNotUnhealthyAndTheRequestGoesElsewhere) {
   replicas_["east"]->set_mode(FakeReplica::Mode::kOverloaded);
   for (int i = 0; i < 4; ++i) {

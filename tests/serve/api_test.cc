@@ -98,6 +98,15 @@ TEST(ServeApiTest, ModelsCompletionsAndStreams) {
   json m = *ParseJson(models->body);
   EXPECT_EQ(m["object"], "list");
   EXPECT_EQ(m["data"][0]["id"], "tiny");
+  // One model by its id (the SDKs' models.retrieve); another id is a 404 naming the model.
+  auto one = c.Get("/v1/models/tiny");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200) << one->body;
+  EXPECT_EQ(ParseJson(one->body)->value("id", ""), "tiny") << one->body;
+  auto other = c.Get("/v1/models/nope");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ((*ParseJson(other->body))["error"]["param"], "model") << other->body;
 
   int status = 0;
   json done = Post(c, "/v1/completions",
