@@ -223,6 +223,10 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
       {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"robot","content":"x"}]})", 400,
        "messages[0].role"},
       {"/v1/chat/completions", R"({"model":"tiny","messages":"hi"})", 400, "messages"},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", 400,
+       "response_format.type"},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", 400, "tools"},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", 400, "tool_choice"},
       // A conversation longer than the context names messages, not a prompt the client never sent.
       {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":")" + long_prompt + R"("}]})",
        400, "messages"},
@@ -242,6 +246,14 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
   json ok = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"still here","max_tokens":3})", &status);
   EXPECT_EQ(status, 200) << ok.dump();
   EXPECT_EQ(ok["usage"]["completion_tokens"], 3);
+  // OpenAI's chat fields for tools, structured output and stored completions, with the
+  // values that ask for none of them (as clients built for OpenAI send): accepted.
+  ok = Post(c, "/v1/chat/completions",
+            R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":2,
+                "response_format":{"type":"text"},"tools":[],"tool_choice":"none","parallel_tool_calls":false,
+                "store":false,"metadata":{"who":"test"}})",
+            &status);
+  EXPECT_EQ(status, 200) << ok.dump();
 }
 
 // A request without max_tokens gets the default cut to the context its prompt leaves: a
