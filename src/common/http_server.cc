@@ -1101,6 +1101,12 @@ void HttpServer::StreamResponse() {
   if (current_stream) current_stream->WriteThrough();
 }
 
+bool HttpServer::ClientGone() {
+  if (!current_conn || current_conn->peer_closed) return false;
+  pollfd p{current_conn->fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 HttpServerStats HttpServer::Stats() const {
   HttpServerStats s;
   s.connections = impl_->connections;

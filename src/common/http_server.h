@@ -141,6 +141,12 @@ class HttpServer : public httplib::Server {
   // streamed reply (server-sent events) reaches the client token by token. A streaming
   // response holds its pool thread until it ends: give such routes a pool of their own.
   static void StreamResponse();
+  // Called from a handler on a pool thread: true once the client of the request being
+  // handled has closed (or reset) its connection, so that a long handler may give up on
+  // a reply nobody will read. A client that shut down its side before the request was
+  // handed to the handler (it sends, then half-closes, and reads) is never gone here; one
+  // that half-closes while its request is being handled reads as gone.
+  static bool ClientGone();
 
  private:
   struct Impl;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <future>
 #include <random>
 
 #include <fmt/format.h>
@@ -20,6 +21,9 @@ namespace cohort::head {
 namespace {
 
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// How often the handler of an unstreamed request looks whether its client hung up.
+constexpr auto kHangUpCheck = std::chrono::milliseconds(250);
 
 uint64_t Fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ULL;
@@ -597,7 +601,14 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
                            options_.retry_after_s);
   }
   const std::string model = *model_it;
-  const bool stream = body.value("stream", false) == true;
+  // OpenAI clients send null for a field they leave unset, as the replica reads it.
+  for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);
+  if (auto it = body.find("stream"); it != body.end() && !it->is_boolean()) {
+    return SendOpenAiError(res, Error(ErrorCode::kInvalidArgument,
+                                      fmt::format("stream: must be true or false, got {}", JsonTypeName(*it)), "stream"),
+                           options_.retry_after_s);
+  }
+  const bool stream = body.value("stream", false);
   const int64_t tokens = EstimateTokens(body, chat);
   const std::string session = req.get_header_value(options_.session_header);
   const std::string site = req.get_header_value(options_.site_header);
@@ -628,7 +639,20 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
         return SendOpenAiError(res, e, options_.retry_after_s);
       }
       auto client = TakeClient(**lease);
-      auto r = client->Post(path, headers, req.body, "application/json");
+      // The request runs on a thread of its own while this one watches the client: one
+      // that hangs up is given up (closing the replica's connection makes the replica
+      // cancel it) rather than waited for, up to read_timeout, for nobody.
+      auto call = std::async(std::launch::async,
+                             [&] { return client->Post(path, headers, req.body, "application/json"); });
+      bool hung_up = false;
+      while (call.wait_for(kHangUpCheck) != std::future_status::ready) {
+        if (!hung_up && HttpServer::ClientGone()) {
+          hung_up = true;
+          client->stop();
+        }
+      }
+      auto r = call.get();
+      if (hung_up) return;
       if (!r || (r->status >= 500 && r->status != 503)) {
         last_failure = r ? fmt::format("HTTP {}", r->status) : httplib::to_string(r.error());
         MarkFailed((*lease)->key, last_failure);
@@ -850,6 +874,21 @@ void Gateway::Register(Router& router) {
       }
     }
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+  });
+  // The OpenAI SDKs' models.retrieve.
+  router.Get(R"(/v1/models/(.+))", Access::kViewer, [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1].str();
+    std::string service;
+    {
+      MutexLock l(mu_);
+      if (auto it = model_services_.find(id); it != model_services_.end()) service = it->second;
+    }
+    if (service.empty()) {
+      return SendOpenAiError(res, Error(ErrorCode::kNotFound, fmt::format("model '{}' does not exist", id), "model"),
+                             options_.retry_after_s);
+    }
+    res.set_content(json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", service}}.dump(),
+                    "application/json");
   });
 }
 

@@ -1,5 +1,5 @@
 // Gateway: the head's front for inference services (`cohort serve deploy`): POST
-// /v1/completions and /v1/chat/completions and GET /v1/models on the head's own port,
+// /v1/completions and /v1/chat/completions and GET /v1/models[/{id}] on the head's own port,
 // authenticated like the rest of the API (a bearer token: the OpenAI SDK's apiKey), routed
 // by the request's "model" to a healthy replica of the service that serves it. Control
 // plane: it speaks HTTP to the replicas (src/serve) and never links the engine.
@@ -30,9 +30,14 @@
 //     the client receives every token exactly once. The gateway gives every streamed
 //     sampling request a seed when it has none, so the continuation equals what the dead
 //     replica would have sent (seeded sampling is keyed by token index, sampling.h).
+//   - Hang-ups: a client that closes its connection is given up: a stream's next write
+//     fails, an unstreamed request's handler looks every 250 ms; either way the replica's
+//     connection is closed, which makes the replica cancel the request. The replica stays
+//     healthy.
 // Replies name the replica that answered (X-Cohort-Replica: "job.attempt"; a stream's
 // first). Errors are in OpenAI's shape: 404 unknown model (param "model"), 503 no healthy replica,
-// 429 overloaded with Retry-After, 400 for a body that is not a JSON object with a model.
+// 429 overloaded with Retry-After, 400 for a body that is not a JSON object with a model
+// (or whose stream is not a boolean). A field that is null is unset, as at a replica.
 //
 // Threads: Start runs the health thread; handlers run on the HTTP pool's threads; every
 // public method may be called from any thread. Stop (idempotent; the destructor calls it)
@@ -97,7 +102,7 @@ class Gateway {
   // one is gone at once, a new one waits for its canary. Returns the running replicas' keys.
   std::vector<std::string> Discover() EXCLUDES(mu_);
 
-  // POST /v1/completions, POST /v1/chat/completions, GET /v1/models.
+  // POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id}.
   void Register(Router& router);
 
   // The replicas of `service` as the gateway sees them (RUNNING ones; PENDING ones are

@@ -138,19 +138,22 @@ Batcher::~Batcher() { Stop(); }
 Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest request) {
   const int n = static_cast<int>(request.tokens.size());
   const int ctx = config_.max_seq_len;
-  if (n == 0) return FieldError("prompt", "the prompt is empty");
+  const std::string& prompt = request.prompt_field;
+  if (n == 0) return FieldError(prompt, "the prompt is empty");
   if (request.resumed < 0 || request.resumed > n) {
     return FieldError("resumed", "must be between 0 and the {} tokens given, got {}", n, request.resumed);
   }
   for (int32_t t : request.tokens) {
     if (t < 0 || t >= config_.vocab_size) {
-      return FieldError("prompt", "token id {} is outside [0, vocab_size={})", t, config_.vocab_size);
+      return FieldError(prompt, "token id {} is outside [0, vocab_size={})", t, config_.vocab_size);
     }
   }
   if (n >= ctx) {
-    return FieldError("prompt", "the prompt has {} tokens; this model's context is {} tokens, "
-                      "leaving no room to generate", n, ctx);
+    return FieldError(prompt, "the prompt has {} tokens{}; this model's context is {} tokens, "
+                      "leaving no room to generate", n,
+                      prompt == "messages" ? " (the messages in the chat template)" : "", ctx);
   }
+  if (request.max_tokens_default) request.max_tokens = std::min(request.max_tokens, ctx - n);
   if (request.max_tokens < 1) {
     return FieldError("max_tokens", "must be >= 1, got {}", request.max_tokens);
   }

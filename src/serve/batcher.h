@@ -49,6 +49,13 @@ struct GenerationRequest {
   std::vector<int32_t> tokens;
   int resumed = 0;
   int max_tokens = 16;  // new tokens to generate after all of `tokens`
+  // max_tokens is the API's default, not the client's: Submit cuts it to the context the
+  // prompt leaves instead of refusing the request (a client that never sent max_tokens
+  // cannot be wrong about it; OpenAI and vLLM do the same).
+  bool max_tokens_default = false;
+  // The request field errors about the prompt name: "messages" for a chat, whose prompt
+  // the client never saw.
+  std::string prompt_field = "prompt";
   SamplingParams sampling;
   std::vector<std::string> stop;
   int top_logprobs = -1;  // -1: no log-probabilities; otherwise also the top N (0..20)

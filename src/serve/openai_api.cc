@@ -134,6 +134,35 @@ Result<void> RequireNeutral(ObjectReader& r, std::string_view key, double neutra
   return {};
 }
 
+// Chat fields OpenAI defines for what this server does not do (tools, structured output,
+// stored completions), accepted with the values that ask for none of it.
+Result<void> ReadNeutralChatFields(ObjectReader& r) {
+  if (const json* v = r.Raw("response_format")) {
+    ObjectReader f = COHORT_TRY(ObjectReader::Open(*v, "response_format"));
+    const std::string type = COHORT_TRY(f.String("type"));
+    if (type != "text") return FieldError("response_format.type", "only 'text' is supported, got '{}'", type);
+    COHORT_TRY_VOID(f.Finish());
+  }
+  for (const char* key : {"tools", "functions"}) {
+    if (const json* v = r.Raw(key); v && !(v->is_array() && v->empty())) {
+      return FieldError(key, "tools are not supported (only an empty list)");
+    }
+  }
+  for (const char* key : {"tool_choice", "function_call"}) {
+    if (!r.Has(key)) continue;
+    const std::string choice = COHORT_TRY(r.String(key));
+    if (choice != "none" && choice != "auto") {
+      return FieldError(key, "tools are not supported (only 'none' or 'auto'), got '{}'", choice);
+    }
+  }
+  (void)COHORT_TRY(r.Bool("parallel_tool_calls", true));
+  if (COHORT_TRY(r.Bool("store", false))) return FieldError("store", "stored completions are not supported");
+  if (const json* v = r.Raw("metadata"); v && !v->is_object()) {
+    return FieldError("metadata", "must be an object, got {}", JsonTypeName(*v));
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages) {
@@ -161,12 +190,14 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
   if (chat) {
     const auto messages = COHORT_TRY(ReadMessages(r.Raw("messages")));
     g.tokens = tok.Encode(ApplyChatTemplate(messages));
+    g.prompt_field = "messages";
     extra_stop = {"\nUser:", "\nSystem:"};
   } else {
     g.tokens = COHORT_TRY(ReadPrompt(r.Raw("prompt"), tok));
     if (g.tokens.empty()) return FieldError("prompt", "is empty (it encodes to no tokens)");
   }
   constexpr int64_t kMaxTokens = 1 << 20;
+  g.max_tokens_default = !r.Has("max_tokens") && !(chat && r.Has("max_completion_tokens"));
   if (chat && r.Has("max_completion_tokens")) {
     g.max_tokens = static_cast<int>(COHORT_TRY(r.Int("max_completion_tokens", 16, 1, kMaxTokens)));
     (void)r.Raw("max_tokens");
@@ -212,6 +243,7 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
   if (const json* lb = r.Raw("logit_bias"); lb && !(lb->is_object() && lb->empty())) {
     return FieldError("logit_bias", "is not supported");
   }
+  if (chat) COHORT_TRY_VOID(ReadNeutralChatFields(r));
   if (const json* resume = r.Raw("cohort_resume")) {
     ObjectReader s = COHORT_TRY(ObjectReader::Open(*resume, "cohort_resume"));
     const json* tokens = s.Raw("tokens");

@@ -5,9 +5,11 @@
 // Requests are read strictly (common/json.h): a wrong type or a value out of range is a
 // 400 that names the field in `param`; a field OpenAI defines but this server does not
 // implement is accepted only with its neutral value (n = 1, echo = false, penalties 0,
-// best_of 1, no logit_bias), and an unknown field is refused. Supported: prompt (a string
+// best_of 1, no logit_bias; chat: response_format text, no tools or functions, tool_choice
+// none or auto, parallel_tool_calls, store false, metadata), and an unknown field is refused. Supported: prompt (a string
 // or token ids; one prompt per request), messages (chat), max_tokens (chat also
-// max_completion_tokens), temperature [0, 2], top_p (0, 1], top_k (an extension, as vLLM's),
+// max_completion_tokens; when neither is sent 16, chat 256, cut to the context the prompt
+// leaves), temperature [0, 2], top_p (0, 1], top_k (an extension, as vLLM's),
 // seed, stop (a string or up to 4), stream with stream_options.include_usage, logprobs
 // (completions: 0..5 top alternatives; chat: logprobs true with top_logprobs 0..20), user.
 //

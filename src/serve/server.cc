@@ -16,6 +16,8 @@ namespace cohort::serve {
 namespace {
 
 constexpr auto kIdleKeepAlive = std::chrono::seconds(10);
+// How often an unstreamed request's handler looks whether its client hung up.
+constexpr auto kHangUpCheck = std::chrono::milliseconds(250);
 
 void SendApiError(httplib::Response& res, const Error& e, int retry_after_s) {
   res.status = HttpStatusFor(e.code);
@@ -113,6 +115,19 @@ void InferenceServer::Routes() {
                                           {"created", created_},
                                           {"owned_by", "cohort"}}})}});
   });
+  // The OpenAI SDKs' models.retrieve.
+  http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1].str();
+    if (id != options_.model_name) {
+      return SendApiError(res,
+                          Error(ErrorCode::kNotFound,
+                                fmt::format("model '{}' does not exist; this server serves '{}'", id,
+                                            options_.model_name),
+                                "model"),
+                          options_.retry_after_s);
+    }
+    SendJson(res, {{"id", id}, {"object", "model"}, {"created", created_}, {"owned_by", "cohort"}});
+  });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     prom::TextWriter w;
     metrics_.Write(w, options_.model_name, batcher_->Load(), MonoNowMs());
@@ -159,8 +174,18 @@ void InferenceServer::Routes() {
                                                          NowUnixMs() / 1000, options_.model_name,
                                                          prompt_tokens);
       if (!state->request.stream) {
+        SteadyTime checked = SteadyClock::now();
         for (;;) {
-          std::optional<TokenEvent> e = state->channel->Next(std::chrono::seconds(3600));
+          std::optional<TokenEvent> e = state->channel->Next(kHangUpCheck);
+          if (SteadyClock::now() - checked >= kHangUpCheck) {
+            // Nobody will read the reply: stop generating it (a stream learns the same
+            // when a write fails).
+            if (HttpServer::ClientGone()) {
+              state->channel->Cancel();
+              return;
+            }
+            checked = SteadyClock::now();
+          }
           if (!e) continue;
           state->builder->Add(*e);
           if (!e->finish_reason.empty()) break;

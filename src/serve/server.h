@@ -5,6 +5,7 @@
 //   POST /v1/completions, POST /v1/chat/completions  (openai_api.h; stream: server-sent
 //        events, one chunk per generated token)
 //   GET  /v1/models        the one model served, as {"object": "list", "data": [...]}
+//   GET  /v1/models/{id}   that model (404 in OpenAI's shape for another id)
 //   GET  /health           200 {"status": "ok"} while serving
 //   GET  /load             the batcher's LoadReport with the replica's latencies (the
 //                          gateway's least-loaded routing and the head's /metrics read it)
@@ -14,6 +15,8 @@
 //
 // Generation requests run on a pool of their own whose threads wait for their tokens (a
 // stream holds its thread until it ends), so its size bounds the requests in progress.
+// A client that hangs up cancels its request, streamed or not (its cache blocks are freed
+// at the next step).
 //
 // Threads: Create and Bind on one thread, Serve on a thread of the owner's (returns after
 // Stop), Stop from any thread.

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +28,7 @@ namespace {
 // continues after the tokens it is given).
 class FakeReplica {
  public:
-  enum class Mode { kOk, kOverloaded, kFailing };
+  enum class Mode { kOk, kOverloaded, kFailing, kHolding };
 
   FakeReplica() {
     server_.Get("/load", [this](const httplib::Request&, httplib::Response& res) {
@@ -54,6 +55,15 @@ class FakeReplica {
   // Streams break (the connection drops) after this many tokens; -1: never.
   void die_after(int tokens) { die_after_ = tokens; }
   int requests() const { return requests_; }
+  int held() {
+    std::lock_guard<std::mutex> l(mu_);
+    return held_;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> l(mu_);
+    mode_ = Mode::kOk;
+    held_cv_.notify_all();
+  }
   json last_body() {
     std::lock_guard<std::mutex> l(mu_);
     return last_body_;
@@ -79,6 +89,12 @@ class FakeReplica {
       res.set_content(R"({"error":{"message":"busy","type":"rate_limit_error"}})", "application/json");
       return;
     }
+    if (!canary && mode_ == Mode::kHolding) {
+      // An unstreamed reply that takes long: held until Release (at most 30 s).
+      std::unique_lock<std::mutex> l(mu_);
+      held_ += 1;
+      held_cv_.wait_for(l, std::chrono::seconds(30), [&] { return mode_ != Mode::kHolding; });
+    }
     if (mode_ == Mode::kFailing) {
       res.status = 500;
       res.set_content(R"({"error":{"message":"broken","type":"server_error"}})", "application/json");
@@ -88,7 +104,7 @@ class FakeReplica {
     const int max_tokens = body.value("max_tokens", 16);
     std::vector<int64_t> resumed;
     if (body.contains("cohort_resume")) resumed = body["cohort_resume"]["tokens"].get<std::vector<int64_t>>();
-    if (!body.value("stream", false)) {
+    if (!(body.contains("stream") && body["stream"] == true)) {
       res.set_content(json{{"object", "text_completion"}, {"choices", json::array({{{"text", "ok"}}})},
                            {"usage", {{"completion_tokens", max_tokens}}}}
                           .dump(),
@@ -125,6 +141,8 @@ class FakeReplica {
   std::atomic<int> die_after_{-1};
   std::atomic<int> requests_{0};
   std::mutex mu_;
+  std::condition_variable held_cv_;
+  int held_ = 0;
   json last_body_;
   std::set<int> client_ports_;
 };
@@ -246,6 +264,23 @@ TEST_F(GatewayTest, UnknownModelIs404AndNoHealthyReplicaIs503) {
   EXPECT_EQ(bad->status, 400);
 }
 
+// The models as the OpenAI SDKs list and retrieve them.
+TEST_F(GatewayTest, ListsAndRetrievesModels) {
+  httplib::Client c("127.0.0.1", port_);
+  auto list = c.Get("/v1/models");
+  ASSERT_TRUE(list);
+  EXPECT_EQ(json::parse(list->body)["data"][0]["id"], "m") << list->body;
+  auto one = c.Get("/v1/models/m");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200) << one->body;
+  EXPECT_EQ(json::parse(one->body)["id"], "m");
+  EXPECT_EQ(json::parse(one->body)["owned_by"], "svc");
+  auto other = c.Get("/v1/models/other");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404) << other->body;
+  EXPECT_EQ(json::parse(other->body)["error"]["param"], "model") << other->body;
+}
+
 TEST_F(GatewayTest, AnOverloadedReplicaIsNotUnhealthyAndTheRequestGoesElsewhere) {
   replicas_["east"]->set_mode(FakeReplica::Mode::kOverloaded);
   for (int i = 0; i < 4; ++i) {
@@ -278,6 +313,70 @@ TEST_F(GatewayTest, AFailingReplicaIsMarkedUnhealthyAndTheRequestRetried) {
   replicas_["east"]->set_mode(FakeReplica::Mode::kOk);
   gateway_->Tick();
   EXPECT_TRUE(Healthy("east"));
+}
+
+// OpenAI clients send null for a field they leave unset ("stream": null, "seed": null), as a
+// replica accepts; a stream that is not a boolean is the client's error, named. Both were a
+// 500 "internal error: [json.exception.type_error.302] type must be boolean, but is null",
+// and a sampled stream with "seed": null went out without the seed that makes its
+// failover exact.
+TEST_F(GatewayTest, NullFieldsAreUnsetAndAWrongStreamIsNamed) {
+  json body = kRequest;
+  body["stream"] = nullptr;
+  auto r = Post(body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["object"], "text_completion") << r->body;
+
+  body["stream"] = "yes";
+  r = Post(body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "stream") << r->body;
+
+  body["stream"] = true;
+  body["seed"] = nullptr;
+  body["temperature"] = 0.7;
+  r = Post(body, {{"X-Cohort-Site", "east"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  EXPECT_TRUE(replicas_["east"]->last_body()["seed"].is_number_integer()) << replicas_["east"]->last_body().dump();
+  EXPECT_TRUE(Healthy("east") && Healthy("west"));
+}
+
+// A client that hangs up while its unstreamed request is at a replica: the gateway gives
+// the request up (closing its connection to the replica, which then cancels it) instead of
+// waiting, up to read_timeout, for a reply nobody will read; the replica stays healthy.
+TEST_F(GatewayTest, AClientThatHangsUpIsGivenUp) {
+  replicas_["east"]->set_mode(FakeReplica::Mode::kHolding);
+  {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(30, 0);
+    std::thread client([&] { (void)c.Post("/v1/completions", {{"X-Cohort-Site", "east"}}, kRequest.dump(), "application/json"); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (replicas_["east"]->held() == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(replicas_["east"]->held(), 1);
+    c.stop();  // the client hangs up
+    client.join();
+  }
+  auto inflight = [&] {
+    prom::TextWriter w;
+    gateway_->WriteMetrics(w);
+    return w.Finish().value_or("").find("cohort_gateway_inflight_requests 0\n") == std::string::npos;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (inflight() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_FALSE(inflight()) << "the gateway still waits for the replica's reply";
+  replicas_["east"]->Release();
+  EXPECT_TRUE(Healthy("east")) << "a client's hang-up is not the replica's failure";
+  auto r = Post(kRequest, {{"X-Cohort-Site", "east"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
 }
 
 // A stream whose replica dies after 3 tokens continues on the other one from token 3: the

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -95,6 +98,15 @@ TEST(ServeApiTest, ModelsCompletionsAndStreams) {
   json m = *ParseJson(models->body);
   EXPECT_EQ(m["object"], "list");
   EXPECT_EQ(m["data"][0]["id"], "tiny");
+  // One model by its id (the SDKs' models.retrieve); another id is a 404 naming the model.
+  auto one = c.Get("/v1/models/tiny");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200) << one->body;
+  EXPECT_EQ(ParseJson(one->body)->value("id", ""), "tiny") << one->body;
+  auto other = c.Get("/v1/models/nope");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ((*ParseJson(other->body))["error"]["param"], "model") << other->body;
 
   int status = 0;
   json done = Post(c, "/v1/completions",
@@ -211,6 +223,13 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
       {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"robot","content":"x"}]})", 400,
        "messages[0].role"},
       {"/v1/chat/completions", R"({"model":"tiny","messages":"hi"})", 400, "messages"},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", 400,
+       "response_format.type"},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", 400, "tools"},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", 400, "tool_choice"},
+      // A conversation longer than the context names messages, not a prompt the client never sent.
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":")" + long_prompt + R"("}]})",
+       400, "messages"},
   };
   for (const Case& k : cases) {
     int status = 0;
@@ -227,6 +246,105 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
   json ok = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"still here","max_tokens":3})", &status);
   EXPECT_EQ(status, 200) << ok.dump();
   EXPECT_EQ(ok["usage"]["completion_tokens"], 3);
+  // OpenAI's chat fields for tools, structured output and stored completions, with the
+  // values that ask for none of them (as clients built for OpenAI send): accepted.
+  ok = Post(c, "/v1/chat/completions",
+            R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":2,
+                "response_format":{"type":"text"},"tools":[],"tool_choice":"none","parallel_tool_calls":false,
+                "store":false,"metadata":{"who":"test"}})",
+            &status);
+  EXPECT_EQ(status, 200) << ok.dump();
+}
+
+// A request without max_tokens gets the default cut to the context its prompt leaves: a
+// chat request to a model whose context is under the chat default (256; TinyModel's is 96)
+// was refused for a field the client never sent. An explicit max_tokens is never cut.
+TEST(ServeApiTest, DefaultMaxTokensFitTheContext) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  const int ctx = ref.config().max_seq_len;
+  int status = 0;
+  json chat = Post(c, "/v1/chat/completions",
+                   R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"temperature":0,"stop":null})",
+                   &status);
+  ASSERT_EQ(status, 200) << chat.dump();
+  EXPECT_LE(chat["usage"]["total_tokens"].get<int>(), ctx);
+  if (chat["choices"][0]["finish_reason"] == "length") EXPECT_EQ(chat["usage"]["total_tokens"], ctx);
+
+  // Completions' default 16 after a prompt 4 tokens short of the context: 4 tokens.
+  const std::string prompt(static_cast<size_t>(ctx - 4), 'x');
+  json done = Post(c, "/v1/completions",
+                   R"({"model":"tiny","prompt":")" + prompt + R"(","temperature":0,"max_tokens":null})", &status);
+  ASSERT_EQ(status, 200) << done.dump();
+  EXPECT_EQ(done["usage"]["completion_tokens"].get<int>() <= 4, true);
+  if (done["choices"][0]["finish_reason"] == "length") EXPECT_EQ(done["usage"]["completion_tokens"], 4);
+
+  // Asked for explicitly, the same 16 is still refused, naming max_tokens.
+  json e = Post(c, "/v1/completions", R"({"model":"tiny","prompt":")" + prompt + R"(","max_tokens":16})", &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["error"]["param"], "max_tokens") << e.dump();
+  e = Post(c, "/v1/chat/completions",
+           R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":256})", &status);
+  EXPECT_EQ(status, 400) << e.dump();
+}
+
+// A client that hangs up while its unstreamed request generates (Ctrl-C, or an SDK's
+// timeout before it retries): the request is cancelled and its cache blocks freed, as a
+// stream's are when its client goes. It generated to the end for nobody, holding its
+// blocks and a place in the batch.
+TEST(ServeApiTest, AClientThatHangsUpCancelsItsUnstreamedRequest) {
+  engine::GptModel ref = TinyModel();
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref));
+  GatedModel* gate = gated.get();
+  ServerFixture f(std::move(gated));
+  const int max_tokens = 90;
+  {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(f.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string body =
+        R"({"model":"tiny","prompt":"x","temperature":0,"max_tokens":)" + std::to_string(max_tokens) + "}";
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    ASSERT_TRUE(gate->WaitBlocked());  // its first step
+    close(fd);
+  }
+  auto running = [&] { return f.server().batcher().Load().running; };
+  // One step at a time, each given a while for the hang-up to be seen before the next (the
+  // request leaves the batch at the step after it was cancelled: none may come then).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int steps = 0;
+  for (; steps < max_tokens + 5 && std::chrono::steady_clock::now() < deadline; ++steps) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (running() > 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    bool blocked = false;
+    while (!blocked && running() > 0 && std::chrono::steady_clock::now() < deadline) {
+      blocked = gate->WaitBlocked(std::chrono::milliseconds(10));
+    }
+    if (!blocked) break;
+    gate->Release();
+  }
+  EXPECT_LT(steps, max_tokens) << "the request generated to its end";
+  const LoadReport load = f.server().batcher().Load();
+  EXPECT_EQ(load.running, 0);
+  EXPECT_EQ(load.kv_blocks_used, 0);
+  gate->Open();
+  auto c = f.Client();
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("cohort_serve_requests_total{model=\"tiny\",outcome=\"cancelled\"} 1"),
+            std::string::npos)
+      << metrics->body;
+  int status = 0;
+  json ok = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"still here","max_tokens":3})", &status);
+  EXPECT_EQ(status, 200) << ok.dump();
 }
 
 TEST(ServeApiTest, AFullQueueIsTooManyRequestsWithRetryAfter) {

@@ -89,10 +89,11 @@ class GatedModel final : public InferenceModel {
     open_ = true;
     cv_.NotifyAll();
   }
-  // Waits until a step is blocked at the gate with no release left to take.
-  bool WaitBlocked() {
+  // Waits (at most `timeout`) until a step is blocked at the gate with no release left to
+  // take.
+  bool WaitBlocked(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     MutexLock l(mu_);
-    return cv_.WaitFor(mu_, std::chrono::seconds(30), [&] {
+    return cv_.WaitFor(mu_, timeout, [&] {
       mu_.AssertHeld();
       return waiting_ > 0 && allowed_ == 0;
     });
