@@ -46,10 +46,11 @@ std::string NewRequestId(bool chat) {
   return fmt::format("{}-gw{:x}{:08x}", chat ? "chatcmpl" : "cmpl", salt & 0xffffff, ++counter);
 }
 
-// Tokens a request may occupy on a replica: max_tokens and a rough count of its prompt
-// (4 bytes a token), for least-loaded routing before the replica's own report catches up.
+// Tokens a request may occupy on a replica: max_tokens (when not sent, a replica's default:
+// 16 for completions, 256 for chat, openai_api.h) and a rough count of its prompt (4 bytes
+// a token), for least-loaded routing before the replica's own report catches up.
 int64_t EstimateTokens(const json& body, bool chat) {
-  int64_t out = 16;
+  int64_t out = chat ? 256 : 16;
   for (const char* k : {"max_tokens", "max_completion_tokens"}) {
     if (auto it = body.find(k); it != body.end() && it->is_number_integer()) out = std::max<int64_t>(1, it->get<int64_t>());
   }

@@ -154,19 +154,20 @@ Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest reques
                       prompt == "messages" ? " (the messages in the chat template)" : "", ctx);
   }
   if (request.max_tokens_default) request.max_tokens = std::min(request.max_tokens, ctx - n);
+  const std::string& max_field = request.max_tokens_field;
   if (request.max_tokens < 1) {
-    return FieldError("max_tokens", "must be >= 1, got {}", request.max_tokens);
+    return FieldError(max_field, "must be >= 1, got {}", request.max_tokens);
   }
   if (n + request.max_tokens > ctx) {
-    return FieldError("max_tokens", "the prompt ({} tokens) plus max_tokens ({}) is {} tokens, more "
-                      "than this model's context of {} tokens", n, request.max_tokens,
+    return FieldError(max_field, "the prompt ({} tokens) plus {} ({}) is {} tokens, more "
+                      "than this model's context of {} tokens", n, max_field, request.max_tokens,
                       n + request.max_tokens, ctx);
   }
   auto w = std::make_unique<Waiting>();
   w->blocks_needed = BlocksFor(n + request.max_tokens, model_->cache().block_size);
   if (w->blocks_needed > blocks_.total()) {
-    return FieldError("max_tokens", "the prompt and max_tokens need {} KV-cache blocks; this "
-                      "replica's cache holds {}", w->blocks_needed, blocks_.total());
+    return FieldError(max_field, "the prompt and {} need {} KV-cache blocks; this "
+                      "replica's cache holds {}", max_field, w->blocks_needed, blocks_.total());
   }
   w->channel = std::make_shared<RequestChannel>();
   w->channel->prompt_tokens = n - request.resumed;

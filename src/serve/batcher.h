@@ -56,6 +56,8 @@ struct GenerationRequest {
   // The request field errors about the prompt name: "messages" for a chat, whose prompt
   // the client never saw.
   std::string prompt_field = "prompt";
+  // The field max_tokens came in: "max_completion_tokens" for a chat that sent that one.
+  std::string max_tokens_field = "max_tokens";
   SamplingParams sampling;
   std::vector<std::string> stop;
   int top_logprobs = -1;  // -1: no log-probabilities; otherwise also the top N (0..20)

@@ -200,6 +200,7 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
   g.max_tokens_default = !r.Has("max_tokens") && !(chat && r.Has("max_completion_tokens"));
   if (chat && r.Has("max_completion_tokens")) {
     g.max_tokens = static_cast<int>(COHORT_TRY(r.Int("max_completion_tokens", 16, 1, kMaxTokens)));
+    g.max_tokens_field = "max_completion_tokens";
     (void)r.Raw("max_tokens");
   } else {
     g.max_tokens = static_cast<int>(COHORT_TRY(r.Int("max_tokens", chat ? 256 : 16, 1, kMaxTokens)));
