@@ -15,6 +15,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -490,6 +491,55 @@ TEST_F(TrainCliTest, BadInputIsRejectedAndCheckpointsAreKept) {
   }
   EXPECT_EQ(Slurp(ck / "step_00000005" / "params.bin"), before);
   EXPECT_FALSE(fs::exists(ck / "step_00000010"));
+}
+
+// A checkpoint.dir that cannot be one, or that another run is writing, fails the run before
+// it trains: without this a file or read-only directory trained to the end with every
+// checkpoint FAILED and exit 0, and two runs deleted each other's temporary directories,
+// replaced and pruned each other's steps, so a resume took whichever run wrote last.
+TEST_F(TrainCliTest, CheckpointDirThatIsAFileOrInUseIsRefusedBeforeTraining) {
+  auto cfg = Config("checkpoint: {every: 1, keep: 2}\n");
+  std::ofstream(dir_ / "a-file") << "not a directory\n";
+  TrainRun file = Train(1, {"--config", cfg.string(), "--steps", "3", "--checkpoint-dir",
+                            (dir_ / "a-file").string()});
+  EXPECT_EQ(file.status.exit_code, 2) << file.output;
+  EXPECT_THAT(file.output, HasSubstr("checkpoint.dir: " + (dir_ / "a-file").string() +
+                                     " is a file, not a directory"));
+  EXPECT_THAT(file.output, Not(HasSubstr("step     1/3")));
+
+  // A long run holds ck; a second run on ck is refused, naming the first, and leaves it be.
+  const fs::path ck = dir_ / "ck";
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "train", "--config", cfg.string(), "--steps", "1000000",
+            "--checkpoint-dir", ck.string()};
+  o.unset_env = {"COHORT_CHECKPOINT_DIR", "COHORT_REPORT", "COHORT_JOB_ID", "COHORT_ATTEMPT",
+                 "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS"};
+  o.stdout_path = (dir_ / "first.txt").string();
+  auto first = Subprocess::Spawn(o);
+  ASSERT_TRUE(first.has_value()) << first.error().ToString();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline && !first->TryWait() &&
+         !fs::exists(ck / "step_00000002")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, not timing
+  }
+  ASSERT_TRUE(fs::exists(ck / "step_00000002")) << Slurp(dir_ / "first.txt");
+  TrainRun second = Train(2, {"--config", cfg.string(), "--steps", "3", "--checkpoint-dir",
+                              ck.string()});
+  EXPECT_FALSE(second.status.Success()) << second.output;
+  EXPECT_THAT(second.output, HasSubstr(ck.string() + " is in use by another run (cohort train, pid " +
+                                       std::to_string(first->pid())));
+  EXPECT_THAT(second.output, Not(HasSubstr("resuming from")));
+  EXPECT_THAT(second.output, Not(HasSubstr("step     1/3")));
+  EXPECT_FALSE(first->TryWait().has_value()) << "the first run stopped";
+  first->Signal(SIGKILL);
+  ASSERT_TRUE(first->WaitFor(std::chrono::seconds(60)).has_value());
+
+  // Once it is gone (killed: the kernel dropped its lock), the directory is free again.
+  TrainRun after = Train(2, {"--config", cfg.string(), "--steps", "3", "--checkpoint-dir",
+                             ck.string()});
+  EXPECT_TRUE(after.status.Success()) << after.output;
+  EXPECT_THAT(after.output, HasSubstr("resuming from"));
+  EXPECT_FALSE(fs::exists(ck / "LOCK")) << "the run left its lock file";
 }
 
 // train.device cuda through the real binary. Without CUDA in the build, or without a

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -13,12 +14,14 @@
 #include <optional>
 #include <thread>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/dir_lock.h"
 #include "engine/checkpoint/gpt2_safetensors.h"
 #include "engine/data/sampler.h"
 #include "engine/data/token_shards.h"
@@ -106,6 +109,8 @@ struct Trainer::Impl {
   int64_t checkpoint_step = -1;
   // The head asked for a checkpoint (the reply to a progress report: cohort drain --now).
   bool checkpoint_requested = false;
+  // Rank 0, with checkpoints: held from setup to the end so that no other run writes there.
+  std::optional<CheckpointDirLock> checkpoint_lock;
   std::FILE* record = nullptr;  // log.file, rank 0 only
   DevicePeak peak;
   double flops_per_token = 0;
@@ -140,6 +145,9 @@ struct Trainer::Impl {
   Result<void> SetupBatches();
   // The model (random or imported) on config.device, its optimizer and the peak figures.
   Result<void> SetupModel();
+  // Rank 0 takes checkpoint.dir for this run (checkpoint/dir_lock.h); every rank learns
+  // whether it could. The error names the directory's problem or the run that holds it.
+  Result<void> LockCheckpointDir();
   // Every rank takes its state from the newest valid checkpoint (ResumeByRange), or, without
   // one, rank 0's initial parameters; kInvalidArgument when it cannot resume.
   Result<void> Resume();
@@ -573,6 +581,38 @@ Result<void> Trainer::Impl::SetupModel() {
 }
 
 
+Result<void> Trainer::Impl::LockCheckpointDir() {
+  if (config.checkpoint_dir.empty()) return {};
+  Result<void> mine;
+  if (leader()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    const std::string owner =
+        fmt::format("cohort train, pid {} on host {}, job {} attempt {}, since {:%Y-%m-%dT%H:%M:%SZ}",
+                    getpid(), host, ctx.job_id, ctx.attempt, utc);
+    // A restarted job's previous attempt may still be exiting: give it a few seconds.
+    const std::chrono::milliseconds wait(ctx.attempt > 0 ? 10000 : 0);
+    auto lock = CheckpointDirLock::Acquire(config.checkpoint_dir, owner, wait);
+    if (lock) {
+      checkpoint_lock.emplace(std::move(*lock));
+    } else {
+      mine = std::unexpected(WithContext(lock.error(), "checkpoint.dir"));
+    }
+  }
+  if (comm) {
+    int64_t ok = mine ? 1 : 0;
+    COHORT_TRY_VOID(model->BroadcastHost(*comm, &ok, 1, comm::DataType::kInt64));
+    if (ok == 0 && !leader()) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "checkpoint.dir: rank 0 could not take it (its error says why)");
+    }
+  }
+  return mine;
+}
+
 Result<void> Trainer::Impl::Resume() {
   if (!config.checkpoint_dir.empty()) return ResumeByRange(model->RestoreRequest());
   // No checkpoints: every rank initialised from the same seed; rank 0's copy is the one
@@ -679,6 +719,7 @@ Result<void> Trainer::Impl::Setup() {
         "checkpoint.dir, --checkpoint-dir or COHORT_CHECKPOINT_DIR)",
         config.checkpoint_every);
   }
+  COHORT_TRY_VOID(LockCheckpointDir());
   COHORT_TRY_VOID(Resume());
   // ZeRO-2 and 3 reduce-scatter their gradient pieces themselves (into each rank's shard), as
   // a model split over ranks reduces its own.
