@@ -542,6 +542,27 @@ TEST_F(TrainCliTest, CheckpointDirThatIsAFileOrInUseIsRefusedBeforeTraining) {
   EXPECT_FALSE(fs::exists(ck / "LOCK")) << "the run left its lock file";
 }
 
+// The last step's checkpoint could not be written (here: a file size limit, as a full disk
+// or a quota would): the run trains on past the failures, but then exits non-zero, since
+// its result is in no checkpoint. It exited 0 before, and its job SUCCEEDED.
+TEST_F(TrainCliTest, FinalCheckpointThatCannotBeWrittenFailsTheRun) {
+  auto cfg = Config("checkpoint: {every: 2}\n");
+  const fs::path ck = dir_ / "ck";
+  // bash: SIGXFSZ ignored (inherited through exec), files capped at 64 KiB; a checkpoint's
+  // optim.bin needs more, the log and the output less.
+  const std::string script = "trap '' XFSZ; ulimit -f 64; exec \"$0\" \"$@\"";
+  TrainRun r = RunCohort("/bin/bash",
+                         {"-c", script, COHORT_BINARY, "train", "--config", cfg.string(),
+                          "--steps", "4", "--checkpoint-dir", ck.string()},
+                         (dir_ / "out.txt").string());
+  EXPECT_THAT(r.output, HasSubstr("checkpoint at step 2 FAILED (training continues"));
+  EXPECT_THAT(r.output, HasSubstr("step     4/4"));
+  EXPECT_EQ(r.status.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cohort train: error: trained to step 4 but could not "
+                                  "checkpoint it, so a rerun resumes from an older checkpoint"));
+  EXPECT_TRUE(ListSteps(ck).empty());
+}
+
 // train.device cuda through the real binary. Without CUDA in the build, or without a
 // usable GPU (this CI machine), the run exits non-zero naming the reason before it reads or
 // writes a checkpoint or the loss record. Where a GPU is usable the run trains instead:

@@ -109,6 +109,9 @@ struct Trainer::Impl {
   int64_t checkpoint_step = -1;
   // The head asked for a checkpoint (the reply to a progress report: cohort drain --now).
   bool checkpoint_requested = false;
+  // Why the newest checkpoint write failed; cleared by one that succeeds. Set at the end of
+  // Run, the run's last step is in no checkpoint and the run fails.
+  std::optional<Error> checkpoint_failure;
   // Rank 0, with checkpoints: held from setup to the end so that no other run writes there.
   std::optional<CheckpointDirLock> checkpoint_lock;
   std::FILE* record = nullptr;  // log.file, rank 0 only
@@ -172,7 +175,8 @@ struct Trainer::Impl {
   // Validation loss over eval.batches batches, averaged over the ranks.
   Result<double> Evaluate();
   // Writes a checkpoint every checkpoint.every steps, at the last step, when `stopping`
-  // or when asked (the head, SIGUSR1); a failed write is logged and training goes on.
+  // or when asked (the head, SIGUSR1); a failed write is logged and training goes on (Run
+  // fails at the end when the last step's failed).
   void MaybeCheckpoint(const StepStats& s, bool stopping);
   // Every rank writes its ranges of a checkpoint of the current state (a collective); the
   // error is already logged.
@@ -808,8 +812,10 @@ Result<void> Trainer::Impl::SaveCheckpointNow() {
     // Training goes on: a later checkpoint may succeed, and older ones are intact.
     Log("checkpoint at step {} FAILED (training continues; older checkpoints kept): {}",
         progress.step, (mine ? path.error() : mine.error()).ToString());
+    checkpoint_failure = path.error();
     return std::unexpected(path.error());
   }
+  checkpoint_failure.reset();
   Log("checkpoint: wrote {} in {:.0f} ms ({} ranks wrote their ranges)", *path,
       Seconds(Clock::now() - start) * 1000, comm ? world : 1);
   checkpoint_step = progress.step;
@@ -857,7 +863,17 @@ Result<TrainResult> Trainer::Impl::Run() {
       break;
     }
   }
-  return Finish(std::move(result), std::move(rates));
+  auto finished = Finish(std::move(result), std::move(rates));
+  if (finished && checkpoint_failure) {
+    // The last step is in no checkpoint: a job that reported success would leave nothing
+    // to resume or serve from, so the run fails (a job with restarts resumes and retries).
+    Error e = *checkpoint_failure;
+    e.message = fmt::format("trained to step {} but could not checkpoint it, so a rerun resumes "
+                            "from an older checkpoint: {}",
+                            progress.step, e.message);
+    return std::unexpected(e);
+  }
+  return finished;
 }
 
 Result<StepStats> Trainer::Impl::Step() {
