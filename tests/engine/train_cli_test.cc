@@ -448,6 +448,39 @@ TEST_F(TrainCliTest, ShardsAndSafetensorsRoundTrip) {
   EXPECT_THAT(bad.output, HasSubstr("no text file"));
 }
 
+// Tokenizing again into the same directory replaces the earlier shards: before, a second
+// run with fewer shards (another tokenizer, a smaller corpus, larger shards) overwrote
+// only its own and left the rest, and data.train's glob mixed them into training.
+TEST_F(TrainCliTest, TokenizeAgainReplacesTheEarlierShards) {
+  const fs::path shards = dir_ / "shards";
+  TrainRun first = Cohort({"tokenize", "-i", (dir_ / "corpus.txt").string(), "-o", shards.string(),
+                           "--shard-tokens", "16384"});
+  ASSERT_TRUE(first.status.Success()) << first.output;
+  ASSERT_THAT(first.output, HasSubstr("in 4 shards, 2645 validation tokens in 1 shards"));
+  std::ofstream(shards / "notes.txt") << "not a shard\n";
+  TrainRun second = Cohort({"tokenize", "-i", (dir_ / "corpus.txt").string(), "-o",
+                            shards.string(), "--shard-tokens", "1000000"});
+  ASSERT_TRUE(second.status.Success()) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("removed 5 shards of an earlier run from " + shards.string()));
+  EXPECT_EQ(ListSteps(shards),
+            (std::vector<std::string>{"notes.txt", "train_000000.bin", "val_000000.bin"}));
+  // The shards train: the glob finds the one shard of the second run.
+  const fs::path cfg = dir_ / "shards.yaml";
+  std::ofstream(cfg) << "model: {n_layer: 1, n_head: 2, n_embd: 32, seq_len: 32}\n"
+                        "data: {train: 'shards/train_*.bin'}\n"
+                        "train: {steps: 1, micro_batch: 2, threads: 1}\ncheckpoint: {dir: none}\n";
+  TrainRun t = Train(1, {"--config", cfg.string()});
+  ASSERT_TRUE(t.status.Success()) << t.output;
+  EXPECT_THAT(t.output, HasSubstr("in 1 shards"));
+
+  // Its errors name its own flag, not the config field of `cohort train`.
+  std::ofstream(dir_ / "empty.txt") << "";
+  TrainRun empty = Cohort({"tokenize", "-i", (dir_ / "empty.txt").string(), "-o", shards.string()});
+  EXPECT_EQ(empty.status.exit_code, 2) << empty.output;
+  EXPECT_THAT(empty.output, HasSubstr("cohort tokenize: error: --input: '"));
+  EXPECT_THAT(empty.output, Not(HasSubstr("data.text")));
+}
+
 TEST_F(TrainCliTest, BadInputIsRejectedAndCheckpointsAreKept) {
   auto good = Config("checkpoint: {every: 5}\n");
   const fs::path ck = dir_ / "ck";
