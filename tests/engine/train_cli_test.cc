@@ -448,6 +448,25 @@ TEST_F(TrainCliTest, ShardsAndSafetensorsRoundTrip) {
   EXPECT_THAT(bad.output, HasSubstr("no text file"));
 }
 
+// train.steps is required, and --steps gives it: a config without it trains with the flag
+// (it was refused, "train.steps: is required", although the flag was there).
+TEST_F(TrainCliTest, StepsFlagGivesARequiredTrainSteps) {
+  const fs::path cfg = dir_ / "no-steps.yaml";
+  std::ofstream(cfg) << "model: {n_layer: 1, n_head: 2, n_embd: 32, seq_len: 32}\n"
+                        "data: {text: corpus.txt}\n"
+                        "train: {micro_batch: 2, threads: 1}\ncheckpoint: {dir: none}\n";
+  TrainRun without = Train(1, {"--config", cfg.string()});
+  EXPECT_EQ(without.status.exit_code, 2) << without.output;
+  EXPECT_THAT(without.output, HasSubstr("train.steps: is required"));
+  TrainRun with = Train(1, {"--config", cfg.string(), "--steps", "2"});
+  ASSERT_TRUE(with.status.Success()) << with.output;
+  EXPECT_THAT(with.output, HasSubstr("step     2/2"));
+  // The flag wins over the config and over --set.
+  TrainRun both = Train(1, {"--config", cfg.string(), "--set", "train.steps=5", "--steps", "3"});
+  ASSERT_TRUE(both.status.Success()) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("step     3/3"));
+}
+
 // Tokenizing again into the same directory replaces the earlier shards: before, a second
 // run with fewer shards (another tokenizer, a smaller corpus, larger shards) overwrote
 // only its own and left the rest, and data.train's glob mixed them into training.

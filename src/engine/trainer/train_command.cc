@@ -105,9 +105,11 @@ int RunTrain(int argc, char** argv) {
   cpu::ReexecWithSuggestedBlasCoreType("train", argc, argv);
   if (f.ranks > 0) return Launch(argc, argv, f.ranks);
 
+  // --steps is train.steps, which the config must otherwise give: applied to the document
+  // (after every --set) so that a config without it is complete.
+  if (f.steps > 0) f.sets.push_back(fmt::format("train.steps={}", f.steps));
   auto config = LoadTrainConfig(f.config, f.sets);
   if (!config) return Report(config.error());
-  if (f.steps > 0) config->steps = f.steps;
   if (!f.checkpoint_dir.empty()) SetCheckpointDir(*config, f.checkpoint_dir, "");
   if (f.log_every > 0) config->log_every = f.log_every;
   if (!f.log_file.empty()) config->log_file = f.log_file;
