@@ -467,6 +467,28 @@ TEST_F(TrainCliTest, StepsFlagGivesARequiredTrainSteps) {
   EXPECT_THAT(both.output, HasSubstr("step     3/3"));
 }
 
+// --export is written after the last step: a path that cannot take the file fails before
+// the first one (it failed after the whole run, "creating /nonexistent/.m.safetensors.tmp-...").
+TEST_F(TrainCliTest, ExportPathThatCannotTakeTheFileFailsBeforeTraining) {
+  auto cfg = Config("checkpoint: {dir: none}\n");
+  const std::vector<std::pair<fs::path, std::string>> bad = {
+      {dir_ / "no-such-dir" / "model.safetensors",
+       "--export: " + (dir_ / "no-such-dir" / "model.safetensors").string() + ": the directory " +
+           (dir_ / "no-such-dir").string() + " does not exist"},
+      {dir_, "--export: " + dir_.string() + " is a directory; give a file name"},
+  };
+  for (const auto& [path, message] : bad) {
+    TrainRun r = Train(2, {"--config", cfg.string(), "--steps", "2", "--export", path.string()});
+    EXPECT_EQ(r.status.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("cohort train: error: " + message));
+    EXPECT_THAT(r.output, Not(HasSubstr("step     1/2")));
+  }
+  TrainRun good = Train(1, {"--config", cfg.string(), "--steps", "2", "--export",
+                            (dir_ / "model.safetensors").string()});
+  ASSERT_TRUE(good.status.Success()) << good.output;
+  EXPECT_TRUE(fs::exists(dir_ / "model.safetensors"));
+}
+
 // Tokenizing again into the same directory replaces the earlier shards: before, a second
 // run with fewer shards (another tokenizer, a smaller corpus, larger shards) overwrote
 // only its own and left the rest, and data.train's glob mixed them into training.

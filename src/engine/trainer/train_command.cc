@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,26 @@ struct Flags {
   int64_t stop_at_step = 0;
   std::vector<std::string> sets;
 };
+
+// --export is written at the end of the run, by rank 0: a path that cannot take a file (a
+// directory, or in a directory that does not exist) fails now, not after the training.
+Result<void> CheckExportPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    return FieldError("--export", "{} is a directory; give a file name, e.g. {}", path,
+                      (fs::path(path) / "model.safetensors").string());
+  }
+  const fs::path parent = fs::absolute(path, ec).parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    return FieldError("--export", "{}: the directory {} does not exist", path, parent.string());
+  }
+  if (access(parent.c_str(), W_OK) != 0) {
+    return FieldError("--export", "{}: cannot write in {}: {}", path, parent.string(),
+                      std::strerror(errno));
+  }
+  return {};
+}
 
 // Replaces this process with `args` (args[0] is this binary); returns only on failure.
 void ExecSelf(std::vector<std::string> args) {
@@ -118,6 +139,9 @@ int RunTrain(int argc, char** argv) {
 
   auto env = comm::DetectLaunchEnv();
   if (!env) return Report(env.error());
+  if (env->rank == 0 && !f.export_path.empty()) {
+    if (auto r = CheckExportPath(f.export_path); !r) return Report(r.error());
+  }
   TrainerContext ctx;
   ctx.env = *env;
   ctx.job_id = Env("COHORT_JOB_ID");
