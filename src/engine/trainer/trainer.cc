@@ -177,7 +177,7 @@ struct Trainer::Impl {
   // Writes a checkpoint every checkpoint.every steps, at the last step, when `stopping`
   // or when asked (the head, SIGUSR1); a failed write is logged and training goes on (Run
   // fails at the end when the last step's failed).
-  void MaybeCheckpoint(const StepStats& s, bool stopping);
+  void MaybeCheckpoint(bool stopping);
   // Every rank writes its ranges of a checkpoint of the current state (a collective); the
   // error is already logged.
   Result<void> SaveCheckpointNow();
@@ -820,6 +820,13 @@ Result<void> Trainer::Impl::SaveCheckpointNow() {
       Seconds(Clock::now() - start) * 1000, comm ? world : 1);
   checkpoint_step = progress.step;
   FlushRecords();
+  // The head hears of it now, not at the next logged step (never, for the last step's):
+  // `cohort show` and a preemption's work at risk count from the newest checkpoint, and a
+  // job asked for one moves once the head sees it. The reply says whether another is wanted.
+  if (reporter) {
+    checkpoint_requested =
+        reporter->Post({progress.step, std::nan(""), 0, 0, rank, checkpoint_step, config.steps});
+  }
   return {};
 }
 
@@ -856,7 +863,7 @@ Result<TrainResult> Trainer::Impl::Run() {
     COHORT_TRY_VOID(MaybeEvaluate(result, line));
     Record(std::move(line));
     const bool stopping = ctx.stop_at_step > 0 && progress.step >= ctx.stop_at_step;
-    MaybeCheckpoint(s, stopping);
+    MaybeCheckpoint(stopping);
     COHORT_TRY_VOID(MaybeSample());
     if (stopping) {
       Log("stopping at step {} of {} (--stop-at-step)", progress.step, config.steps);
@@ -933,7 +940,7 @@ Result<void> Trainer::Impl::MaybeEvaluate(TrainResult& result, json& line) {
   return {};
 }
 
-void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
+void Trainer::Impl::MaybeCheckpoint(bool stopping) {
   // A checkpoint asked for from outside: the head's reply, or the job's checkpoint
   // signal (SIGUSR1; every rank takes the signal, rank 0 writes the checkpoint).
   const bool signalled = CheckpointSignalled();
@@ -954,12 +961,7 @@ void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
   if (!config.checkpoint_dir.empty() &&
       ((config.checkpoint_every > 0 && progress.step % config.checkpoint_every == 0) ||
        progress.step == config.steps || stopping || requested)) {
-    const int64_t before = checkpoint_step;
-    (void)SaveCheckpointNow();
-    // Tell the head at once: it moves the job when it sees the new checkpoint.
-    if (requested && reporter && checkpoint_step != before) {
-      checkpoint_requested = reporter->Post({progress.step, s.loss, 0, 0, rank, checkpoint_step, config.steps});
-    }
+    (void)SaveCheckpointNow();  // (tells the head at once: it moves the job when it sees it)
   } else if (requested) {
     Log("no checkpoint.dir: cannot checkpoint on request");
     checkpoint_requested = false;
