@@ -467,6 +467,29 @@ TEST_F(TrainCliTest, StepsFlagGivesARequiredTrainSteps) {
   EXPECT_THAT(both.output, HasSubstr("step     3/3"));
 }
 
+// A checkpoint.dir of another model is refused naming this config's setting that differs
+// (it said "cannot resume: invalid_argument: checkpoint max_seq_len 32 != config
+// max_seq_len 64": no such setting, and no way out).
+TEST_F(TrainCliTest, CheckpointOfAnotherModelNamesTheSettingThatDiffers) {
+  auto cfg = Config("checkpoint: {every: 2}\n");
+  const fs::path ck = dir_ / "ck";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--steps", "2", "--checkpoint-dir", ck.string()})
+                  .status.Success());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model.seq_len=16", "(checkpoint max_seq_len 32 != config max_seq_len 16: model.seq_len differs)"},
+      {"model.n_layer=3", "(checkpoint n_layer 2 != config n_layer 3: model.n_layer differs)"},
+  };
+  for (const auto& [set, message] : cases) {
+    TrainRun r = Train(1, {"--config", cfg.string(), "--steps", "4", "--checkpoint-dir",
+                           ck.string(), "--set", set});
+    EXPECT_EQ(r.status.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("cohort train: error: cannot resume: " + ck.string() +
+                                    " holds a checkpoint of another model " + message));
+    EXPECT_THAT(r.output, HasSubstr("give this run its own checkpoint.dir (or none)"));
+    EXPECT_THAT(r.output, Not(HasSubstr("invalid_argument")));
+  }
+}
+
 // --export is written after the last step: a path that cannot take the file fails before
 // the first one (it failed after the whole run, "creating /nonexistent/.m.safetensors.tmp-...").
 TEST_F(TrainCliTest, ExportPathThatCannotTakeTheFileFailsBeforeTraining) {

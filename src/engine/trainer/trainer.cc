@@ -11,6 +11,7 @@
 #include <fstream>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -634,8 +635,23 @@ Result<void> Trainer::Impl::ResumeByRange(const CheckpointReadRequest& request) 
                                      model->config(), request);
   if (!loaded) {
     model->DropRestore();
-    if (loaded.error().code != ErrorCode::kNotFound) {
-      return MakeError(ErrorCode::kInvalidArgument, "cannot resume: " + loaded.error().ToString());
+    const Error& e = loaded.error();
+    if (e.code != ErrorCode::kNotFound) {
+      // A valid checkpoint of another model (checkpoint.h CompareConfig names the GptConfig
+      // field): say which setting of this config differs, and the ways out.
+      static const std::map<std::string, std::string> kSetting = {
+          {"vocab_size", "tokenizer (its vocabulary size)"},
+          {"max_seq_len", "model.seq_len"},
+          {"n_layer", "model.n_layer"},
+          {"n_head", "model.n_head"},
+          {"n_embd", "model.n_embd"}};
+      if (const auto it = kSetting.find(e.field); it != kSetting.end()) {
+        return Errorf(ErrorCode::kInvalidArgument,
+                      "cannot resume: {} holds a checkpoint of another model ({}: {} differs); "
+                      "give this run its own checkpoint.dir (or none), or the checkpoint's {}",
+                      config.checkpoint_dir, e.message, it->second, it->second);
+      }
+      return MakeError(ErrorCode::kInvalidArgument, "cannot resume: " + e.message);
     }
     // Nothing to resume: every rank takes rank 0's initial parameters.
     if (comm) COHORT_TRY_VOID(model->BroadcastParams(*comm));
