@@ -467,6 +467,25 @@ TEST_F(TrainCliTest, StepsFlagGivesARequiredTrainSteps) {
   EXPECT_THAT(both.output, HasSubstr("step     3/3"));
 }
 
+// --stop-at-step N on a run that resumes at or past step N trains nothing: it trained one
+// step more (writing step_00000011 after step 10 for --stop-at-step 5, pruning by keep).
+TEST_F(TrainCliTest, StopAtAStepAlreadyPassedTrainsNothing) {
+  auto cfg = Config("checkpoint: {every: 5, keep: 2}\n");
+  const fs::path ck = dir_ / "ck";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(),
+                        "--stop-at-step", "10"}).status.Success());
+  ASSERT_EQ(ListSteps(ck), (std::vector<std::string>{"step_00000005", "step_00000010"}));
+  for (const std::string stop : {"5", "10"}) {
+    TrainRun r = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(),
+                           "--stop-at-step", stop});
+    ASSERT_TRUE(r.status.Success()) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("nothing to train: the checkpoint is at step 10, at or past "
+                                    "--stop-at-step " + stop));
+    EXPECT_THAT(r.output, Not(HasSubstr("step    11/20")));
+    EXPECT_EQ(ListSteps(ck), (std::vector<std::string>{"step_00000005", "step_00000010"}));
+  }
+}
+
 // A checkpoint.dir of another model is refused naming this config's setting that differs
 // (it said "cannot resume: invalid_argument: checkpoint max_seq_len 32 != config
 // max_seq_len 64": no such setting, and no way out).

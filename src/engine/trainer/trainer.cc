@@ -863,12 +863,18 @@ Result<TrainResult> Trainer::Impl::Run() {
   InstallCheckpointSignal();
   TrainResult result;
   result.start_step = progress.step;
+  // --stop-at-step names a step to stop at, not a number of steps: a run resumed at or past
+  // it trains nothing (a step more would move the checkpoints past what was asked).
+  const bool past_stop = ctx.stop_at_step > 0 && progress.step >= ctx.stop_at_step;
   if (progress.step >= config.steps) {
     Log("training already complete: the checkpoint is at step {} of {}", progress.step,
         config.steps);
+  } else if (past_stop) {
+    Log("nothing to train: the checkpoint is at step {}, at or past --stop-at-step {}",
+        progress.step, ctx.stop_at_step);
   }
   std::vector<double> rates;
-  while (progress.step < config.steps) {
+  while (progress.step < config.steps && !past_stop) {
     const StepStats s = COHORT_TRY(Step());
     if (rates.empty()) result.first_loss = s.loss;
     result.final_loss = s.loss;
