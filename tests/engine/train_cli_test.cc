@@ -486,6 +486,21 @@ TEST_F(TrainCliTest, StopAtAStepAlreadyPassedTrainsNothing) {
   }
 }
 
+// A model too large for the host's memory is an error naming the settings: it aborted
+// ("terminate called after throwing an instance of 'std::bad_alloc'", SIGABRT). One layer
+// of d_model 65536 asks for over 200 GB for its parameters alone; 1024 of them, over 200
+// TB, more than a 47-bit address space holds, so the allocation fails on any machine.
+TEST_F(TrainCliTest, ModelTooLargeForMemoryIsAnErrorNotAnAbort) {
+  auto cfg = Config("checkpoint: {dir: none}\n");
+  TrainRun r = Train(1, {"--config", cfg.string(), "--steps", "1", "--set", "model.n_layer=1024",
+                         "--set", "model.n_embd=65536", "--set", "model.n_head=64"});
+  EXPECT_EQ(r.status.signal, 0) << r.output;
+  EXPECT_EQ(r.status.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cohort train: error: out of host memory (an allocation failed) "
+                                  "for model.n_layer 1024 x model.n_embd 65536"));
+  EXPECT_THAT(r.output, Not(HasSubstr("terminate called")));
+}
+
 // A checkpoint.dir of another model is refused naming this config's setting that differs
 // (it said "cannot resume: invalid_argument: checkpoint max_seq_len 32 != config
 // max_seq_len 64": no such setting, and no way out).

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -64,6 +65,19 @@ Result<void> CheckExportPath(const std::string& path) {
                       std::strerror(errno));
   }
   return {};
+}
+
+// kResourceExhausted for a run whose allocation failed: what takes the memory, and the ways
+// to need less.
+Error OutOfHostMemory(const TrainConfig& c) {
+  return Error(ErrorCode::kResourceExhausted,
+               fmt::format("out of host memory (an allocation failed) for model.n_layer {} x "
+                           "model.n_embd {} (context {}), train.micro_batch {}: each rank holds "
+                           "the parameters, gradients and AdamW moments (16 bytes per parameter, "
+                           "less with parallel.zero, tensor or pipeline) and activations that "
+                           "grow with micro_batch x seq_len; train a smaller model or batch, or "
+                           "split it over more ranks",
+                           c.n_layer, c.n_embd, c.seq_len, c.micro_batch));
 }
 
 // Replaces this process with `args` (args[0] is this binary); returns only on failure.
@@ -161,10 +175,17 @@ int RunTrain(int argc, char** argv) {
   ctx.export_path = f.export_path;
   ctx.stop_at_step = f.stop_at_step;
 
-  auto trainer = Trainer::Create(*config, ctx);
-  if (!trainer) return Report(trainer.error());
-  auto result = (*trainer)->Run();
-  if (!result) return Report(result.error());
+  // Host memory running out is std::bad_alloc from an allocation deep in the model or a
+  // step; uncaught it aborted the process ("terminate called after throwing an instance of
+  // 'std::bad_alloc'", SIGABRT). Said here instead, with the settings that decide the size.
+  try {
+    auto trainer = Trainer::Create(*config, ctx);
+    if (!trainer) return Report(trainer.error());
+    auto result = (*trainer)->Run();
+    if (!result) return Report(result.error());
+  } catch (const std::bad_alloc&) {
+    return Report(OutOfHostMemory(*config));
+  }
   return 0;
 }
 
