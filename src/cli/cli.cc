@@ -184,6 +184,18 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
   if (argc >= 2 && std::strcmp(argv[1], "task-shim") == 0) {
     return agent::RunTaskShim(argc - 1, argv + 1);
   }
+  // Commands from outside the CLI parse their own flags, so only they can list them: `cohort
+  // help train` is `cohort train --help` (the parser here knows their names alone). `serve`
+  // is the CLI's own too (its service verbs), and its help is the parser's.
+  if (argc == 3 && std::strcmp(argv[1], "help") == 0) {
+    for (const auto& cmd : external) {
+      if (cmd.name != "serve" && cmd.name == argv[2] && cmd.run) {
+        char flag[] = "--help";
+        char* args[] = {argv[2], flag, nullptr};
+        return cmd.run(2, args);
+      }
+    }
+  }
   // Commands from outside the CLI parse their own flags.
   const bool serve_control = argc >= 3 && std::strcmp(argv[1], "serve") == 0 && ServeControlVerb(argv[2]);
   for (const auto& cmd : external) {

@@ -15,6 +15,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -447,6 +448,137 @@ TEST_F(TrainCliTest, ShardsAndSafetensorsRoundTrip) {
   EXPECT_THAT(bad.output, HasSubstr("no text file"));
 }
 
+// train.steps is required, and --steps gives it: a config without it trains with the flag
+// (it was refused, "train.steps: is required", although the flag was there).
+TEST_F(TrainCliTest, StepsFlagGivesARequiredTrainSteps) {
+  const fs::path cfg = dir_ / "no-steps.yaml";
+  std::ofstream(cfg) << "model: {n_layer: 1, n_head: 2, n_embd: 32, seq_len: 32}\n"
+                        "data: {text: corpus.txt}\n"
+                        "train: {micro_batch: 2, threads: 1}\ncheckpoint: {dir: none}\n";
+  TrainRun without = Train(1, {"--config", cfg.string()});
+  EXPECT_EQ(without.status.exit_code, 2) << without.output;
+  EXPECT_THAT(without.output, HasSubstr("train.steps: is required"));
+  TrainRun with = Train(1, {"--config", cfg.string(), "--steps", "2"});
+  ASSERT_TRUE(with.status.Success()) << with.output;
+  EXPECT_THAT(with.output, HasSubstr("step     2/2"));
+  // The flag wins over the config and over --set.
+  TrainRun both = Train(1, {"--config", cfg.string(), "--set", "train.steps=5", "--steps", "3"});
+  ASSERT_TRUE(both.status.Success()) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("step     3/3"));
+}
+
+// --stop-at-step N on a run that resumes at or past step N trains nothing: it trained one
+// step more (writing step_00000011 after step 10 for --stop-at-step 5, pruning by keep).
+TEST_F(TrainCliTest, StopAtAStepAlreadyPassedTrainsNothing) {
+  auto cfg = Config("checkpoint: {every: 5, keep: 2}\n");
+  const fs::path ck = dir_ / "ck";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(),
+                        "--stop-at-step", "10"}).status.Success());
+  ASSERT_EQ(ListSteps(ck), (std::vector<std::string>{"step_00000005", "step_00000010"}));
+  for (const std::string stop : {"5", "10"}) {
+    TrainRun r = Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck.string(),
+                           "--stop-at-step", stop});
+    ASSERT_TRUE(r.status.Success()) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("nothing to train: the checkpoint is at step 10, at or past "
+                                    "--stop-at-step " + stop));
+    EXPECT_THAT(r.output, Not(HasSubstr("step    11/20")));
+    EXPECT_EQ(ListSteps(ck), (std::vector<std::string>{"step_00000005", "step_00000010"}));
+  }
+}
+
+// A model too large for the host's memory is an error naming the settings: it aborted
+// ("terminate called after throwing an instance of 'std::bad_alloc'", SIGABRT). One layer
+// of d_model 65536 asks for over 200 GB for its parameters alone; 1024 of them, over 200
+// TB, more than a 47-bit address space holds, so the allocation fails on any machine.
+TEST_F(TrainCliTest, ModelTooLargeForMemoryIsAnErrorNotAnAbort) {
+  auto cfg = Config("checkpoint: {dir: none}\n");
+  TrainRun r = Train(1, {"--config", cfg.string(), "--steps", "1", "--set", "model.n_layer=1024",
+                         "--set", "model.n_embd=65536", "--set", "model.n_head=64"});
+  EXPECT_EQ(r.status.signal, 0) << r.output;
+  EXPECT_EQ(r.status.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cohort train: error: out of host memory (an allocation failed) "
+                                  "for model.n_layer 1024 x model.n_embd 65536"));
+  EXPECT_THAT(r.output, Not(HasSubstr("terminate called")));
+}
+
+// A checkpoint.dir of another model is refused naming this config's setting that differs
+// (it said "cannot resume: invalid_argument: checkpoint max_seq_len 32 != config
+// max_seq_len 64": no such setting, and no way out).
+TEST_F(TrainCliTest, CheckpointOfAnotherModelNamesTheSettingThatDiffers) {
+  auto cfg = Config("checkpoint: {every: 2}\n");
+  const fs::path ck = dir_ / "ck";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--steps", "2", "--checkpoint-dir", ck.string()})
+                  .status.Success());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model.seq_len=16", "(checkpoint max_seq_len 32 != config max_seq_len 16: model.seq_len differs)"},
+      {"model.n_layer=3", "(checkpoint n_layer 2 != config n_layer 3: model.n_layer differs)"},
+  };
+  for (const auto& [set, message] : cases) {
+    TrainRun r = Train(1, {"--config", cfg.string(), "--steps", "4", "--checkpoint-dir",
+                           ck.string(), "--set", set});
+    EXPECT_EQ(r.status.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("cohort train: error: cannot resume: " + ck.string() +
+                                    " holds a checkpoint of another model " + message));
+    EXPECT_THAT(r.output, HasSubstr("give this run its own checkpoint.dir (or none)"));
+    EXPECT_THAT(r.output, Not(HasSubstr("invalid_argument")));
+  }
+}
+
+// --export is written after the last step: a path that cannot take the file fails before
+// the first one (it failed after the whole run, "creating /nonexistent/.m.safetensors.tmp-...").
+TEST_F(TrainCliTest, ExportPathThatCannotTakeTheFileFailsBeforeTraining) {
+  auto cfg = Config("checkpoint: {dir: none}\n");
+  const std::vector<std::pair<fs::path, std::string>> bad = {
+      {dir_ / "no-such-dir" / "model.safetensors",
+       "--export: " + (dir_ / "no-such-dir" / "model.safetensors").string() + ": the directory " +
+           (dir_ / "no-such-dir").string() + " does not exist"},
+      {dir_, "--export: " + dir_.string() + " is a directory; give a file name"},
+  };
+  for (const auto& [path, message] : bad) {
+    TrainRun r = Train(2, {"--config", cfg.string(), "--steps", "2", "--export", path.string()});
+    EXPECT_EQ(r.status.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("cohort train: error: " + message));
+    EXPECT_THAT(r.output, Not(HasSubstr("step     1/2")));
+  }
+  TrainRun good = Train(1, {"--config", cfg.string(), "--steps", "2", "--export",
+                            (dir_ / "model.safetensors").string()});
+  ASSERT_TRUE(good.status.Success()) << good.output;
+  EXPECT_TRUE(fs::exists(dir_ / "model.safetensors"));
+}
+
+// Tokenizing again into the same directory replaces the earlier shards: before, a second
+// run with fewer shards (another tokenizer, a smaller corpus, larger shards) overwrote
+// only its own and left the rest, and data.train's glob mixed them into training.
+TEST_F(TrainCliTest, TokenizeAgainReplacesTheEarlierShards) {
+  const fs::path shards = dir_ / "shards";
+  TrainRun first = Cohort({"tokenize", "-i", (dir_ / "corpus.txt").string(), "-o", shards.string(),
+                           "--shard-tokens", "16384"});
+  ASSERT_TRUE(first.status.Success()) << first.output;
+  ASSERT_THAT(first.output, HasSubstr("in 4 shards, 2645 validation tokens in 1 shards"));
+  std::ofstream(shards / "notes.txt") << "not a shard\n";
+  TrainRun second = Cohort({"tokenize", "-i", (dir_ / "corpus.txt").string(), "-o",
+                            shards.string(), "--shard-tokens", "1000000"});
+  ASSERT_TRUE(second.status.Success()) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("removed 5 shards of an earlier run from " + shards.string()));
+  EXPECT_EQ(ListSteps(shards),
+            (std::vector<std::string>{"notes.txt", "train_000000.bin", "val_000000.bin"}));
+  // The shards train: the glob finds the one shard of the second run.
+  const fs::path cfg = dir_ / "shards.yaml";
+  std::ofstream(cfg) << "model: {n_layer: 1, n_head: 2, n_embd: 32, seq_len: 32}\n"
+                        "data: {train: 'shards/train_*.bin'}\n"
+                        "train: {steps: 1, micro_batch: 2, threads: 1}\ncheckpoint: {dir: none}\n";
+  TrainRun t = Train(1, {"--config", cfg.string()});
+  ASSERT_TRUE(t.status.Success()) << t.output;
+  EXPECT_THAT(t.output, HasSubstr("in 1 shards"));
+
+  // Its errors name its own flag, not the config field of `cohort train`.
+  std::ofstream(dir_ / "empty.txt") << "";
+  TrainRun empty = Cohort({"tokenize", "-i", (dir_ / "empty.txt").string(), "-o", shards.string()});
+  EXPECT_EQ(empty.status.exit_code, 2) << empty.output;
+  EXPECT_THAT(empty.output, HasSubstr("cohort tokenize: error: --input: '"));
+  EXPECT_THAT(empty.output, Not(HasSubstr("data.text")));
+}
+
 TEST_F(TrainCliTest, BadInputIsRejectedAndCheckpointsAreKept) {
   auto good = Config("checkpoint: {every: 5}\n");
   const fs::path ck = dir_ / "ck";
@@ -490,6 +622,76 @@ TEST_F(TrainCliTest, BadInputIsRejectedAndCheckpointsAreKept) {
   }
   EXPECT_EQ(Slurp(ck / "step_00000005" / "params.bin"), before);
   EXPECT_FALSE(fs::exists(ck / "step_00000010"));
+}
+
+// A checkpoint.dir that cannot be one, or that another run is writing, fails the run before
+// it trains: without this a file or read-only directory trained to the end with every
+// checkpoint FAILED and exit 0, and two runs deleted each other's temporary directories,
+// replaced and pruned each other's steps, so a resume took whichever run wrote last.
+TEST_F(TrainCliTest, CheckpointDirThatIsAFileOrInUseIsRefusedBeforeTraining) {
+  auto cfg = Config("checkpoint: {every: 1, keep: 2}\n");
+  std::ofstream(dir_ / "a-file") << "not a directory\n";
+  TrainRun file = Train(1, {"--config", cfg.string(), "--steps", "3", "--checkpoint-dir",
+                            (dir_ / "a-file").string()});
+  EXPECT_EQ(file.status.exit_code, 2) << file.output;
+  EXPECT_THAT(file.output, HasSubstr("checkpoint.dir: " + (dir_ / "a-file").string() +
+                                     " is a file, not a directory"));
+  EXPECT_THAT(file.output, Not(HasSubstr("step     1/3")));
+
+  // A long run holds ck; a second run on ck is refused, naming the first, and leaves it be.
+  const fs::path ck = dir_ / "ck";
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "train", "--config", cfg.string(), "--steps", "1000000",
+            "--checkpoint-dir", ck.string()};
+  o.unset_env = {"COHORT_CHECKPOINT_DIR", "COHORT_REPORT", "COHORT_JOB_ID", "COHORT_ATTEMPT",
+                 "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS"};
+  o.stdout_path = (dir_ / "first.txt").string();
+  auto first = Subprocess::Spawn(o);
+  ASSERT_TRUE(first.has_value()) << first.error().ToString();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline && !first->TryWait() &&
+         !fs::exists(ck / "step_00000002")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, not timing
+  }
+  ASSERT_TRUE(fs::exists(ck / "step_00000002")) << Slurp(dir_ / "first.txt");
+  TrainRun second = Train(2, {"--config", cfg.string(), "--steps", "3", "--checkpoint-dir",
+                              ck.string()});
+  EXPECT_FALSE(second.status.Success()) << second.output;
+  EXPECT_THAT(second.output, HasSubstr(ck.string() + " is in use by another run (cohort train, pid " +
+                                       std::to_string(first->pid())));
+  EXPECT_THAT(second.output, Not(HasSubstr("resuming from")));
+  EXPECT_THAT(second.output, Not(HasSubstr("step     1/3")));
+  EXPECT_FALSE(first->TryWait().has_value()) << "the first run stopped";
+  first->Signal(SIGKILL);
+  ASSERT_TRUE(first->WaitFor(std::chrono::seconds(60)).has_value());
+
+  // Once it is gone (killed: the kernel dropped its lock), the directory is free again.
+  TrainRun after = Train(2, {"--config", cfg.string(), "--steps", "3", "--checkpoint-dir",
+                             ck.string()});
+  EXPECT_TRUE(after.status.Success()) << after.output;
+  EXPECT_THAT(after.output, HasSubstr("resuming from"));
+  EXPECT_FALSE(fs::exists(ck / "LOCK")) << "the run left its lock file";
+}
+
+// The last step's checkpoint could not be written (here: a file size limit, as a full disk
+// or a quota would): the run trains on past the failures, but then exits non-zero, since
+// its result is in no checkpoint. It exited 0 before, and its job SUCCEEDED.
+TEST_F(TrainCliTest, FinalCheckpointThatCannotBeWrittenFailsTheRun) {
+  auto cfg = Config("checkpoint: {every: 2}\n");
+  const fs::path ck = dir_ / "ck";
+  // bash: SIGXFSZ ignored (inherited through exec), files capped at 64 KiB; a checkpoint's
+  // optim.bin needs more, the log and the output less.
+  const std::string script = "trap '' XFSZ; ulimit -f 64; exec \"$0\" \"$@\"";
+  TrainRun r = RunCohort("/bin/bash",
+                         {"-c", script, COHORT_BINARY, "train", "--config", cfg.string(),
+                          "--steps", "4", "--checkpoint-dir", ck.string()},
+                         (dir_ / "out.txt").string());
+  EXPECT_THAT(r.output, HasSubstr("checkpoint at step 2 FAILED (training continues"));
+  EXPECT_THAT(r.output, HasSubstr("step     4/4"));
+  EXPECT_EQ(r.status.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cohort train: error: trained to step 4 but could not "
+                                  "checkpoint it, so a rerun resumes from an older checkpoint"));
+  EXPECT_TRUE(ListSteps(ck).empty());
 }
 
 // train.device cuda through the real binary. Without CUDA in the build, or without a

@@ -174,6 +174,11 @@ TEST(TrainConfigTest, ErrorsNameTheField) {
               HasSubstr("data.val_fraction"));
   EXPECT_THAT(ErrorOf("train: {steps: 1}\ndata: {text: a}\nmodel: 3\n"), HasSubstr("model"));
   EXPECT_THAT(ErrorOf(""), HasSubstr("empty"));
+  // A document that is not a mapping (a list, a scalar) says so in the config's words; it
+  // said "body: must be a JSON object, got array", as of an HTTP request.
+  EXPECT_EQ(ErrorOf("- model\n- train\n"),
+            "the config must be a mapping of sections (model, data, train, ...), got array");
+  EXPECT_THAT(ErrorOf("steps 5\n"), HasSubstr("must be a mapping of sections"));
 }
 
 TEST(TrainConfigTest, ParallelSectionAndItsErrors) {

@@ -51,6 +51,16 @@ TEST(DataPlaneModule, EveryDataPlaneCommandRunsFromTheModule) {
     EXPECT_TRUE(r.status.Success()) << name << ": " << r.errors;
     EXPECT_NE(r.output.find("Usage: cohort " + name), std::string::npos) << r.output;
   }
+  // `cohort help COMMAND` is the command's --help: its options, not the bare name the
+  // parser knows ("Usage: train [OPTIONS]" and -h alone).
+  for (const std::string name : {"bench", "train", "tokenize"}) {
+    auto r = RunCli(c, {COHORT_BINARY, "help", name});
+    EXPECT_TRUE(r.status.Success()) << name << ": " << r.errors;
+    EXPECT_NE(r.output.find("Usage: cohort " + name + " [OPTIONS]"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("-h,--help"), std::string::npos) << r.output;
+  }
+  auto train = RunCli(c, {COHORT_BINARY, "help", "train"});
+  EXPECT_NE(train.output.find("-c,--config"), std::string::npos) << train.output;
 }
 
 TEST(DataPlaneModule, ABinaryWithoutItsModuleSaysWhichFileItCouldNotLoad) {

@@ -47,6 +47,10 @@ TEST(TrainJob, TwoNodeTrainingReportsProgressAndCheckpoints) {
   EXPECT_EQ(points.back()["step"], 12);
   EXPECT_GT(points.back()["tokens_per_s"].get<double>(), 0);
   EXPECT_LT(points.back()["loss"].get<double>(), points.front()["loss"].get<double>());
+  // Each checkpoint is reported as it is written, into its step's point: the last step's
+  // too (the head kept step 6 for a job whose step 12 was on disk).
+  EXPECT_EQ(points[1]["checkpoint_step"], 6) << progress->dump();
+  EXPECT_EQ(points.back()["checkpoint_step"], 12) << progress->dump();
 
   // Checkpoints at steps 6 and 12 in the job's checkpoint directory.
   const auto ck = log.find("checkpoint: wrote ");

@@ -75,6 +75,12 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
     return MakeError(ErrorCode::kInvalidArgument,
                      "the config is empty; it needs at least train.steps and data");
   }
+  if (!doc.is_object()) {
+    // (ObjectReader would call the document "body", as an HTTP request's.)
+    return Errorf(ErrorCode::kInvalidArgument,
+                  "the config must be a mapping of sections (model, data, train, ...), got {}",
+                  JsonTypeName(doc));
+  }
   const json empty = json::object();
   TrainConfig c;
   ObjectReader top = COHORT_TRY(ObjectReader::Open(doc, ""));

@@ -15,12 +15,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Result<std::vector<std::string>> ExpandSpec(const std::string& spec) {
+Result<std::vector<std::string>> ExpandSpec(const std::string& spec, std::string_view field) {
   std::error_code ec;
   std::vector<std::string> candidates;
   if (fs::is_directory(spec, ec)) {
     for (const auto& e : fs::directory_iterator(spec, ec)) candidates.push_back(e.path().string());
-    if (ec) return Errorf(ErrorCode::kInvalidArgument, "data.text: cannot list {}: {}", spec, ec.message());
+    if (ec) return Errorf(ErrorCode::kInvalidArgument, "{}: cannot list {}: {}", field, spec, ec.message());
   } else if (spec.find_first_of("*?[") != std::string::npos) {
     glob_t g{};
     if (glob(spec.c_str(), 0, nullptr, &g) == 0) {
@@ -40,7 +40,7 @@ Result<std::vector<std::string>> ExpandSpec(const std::string& spec) {
     files.push_back(c);
   }
   if (files.empty()) {
-    return Errorf(ErrorCode::kNotFound, "data.text: no text file at '{}'", spec);
+    return Errorf(ErrorCode::kNotFound, "{}: no text file at '{}'", field, spec);
   }
   return files;
 }
@@ -48,9 +48,9 @@ Result<std::vector<std::string>> ExpandSpec(const std::string& spec) {
 }  // namespace
 
 Result<TextCorpus> LoadTextCorpus(const std::string& spec, const Tokenizer& tokenizer,
-                                  double val_fraction) {
+                                  double val_fraction, std::string_view field) {
   TextCorpus corpus;
-  corpus.files = COHORT_TRY(ExpandSpec(spec));
+  corpus.files = COHORT_TRY(ExpandSpec(spec, field));
   std::vector<int32_t> tokens;
   const std::vector<int32_t> separator =
       tokenizer.eot_token() >= 0 ? std::vector<int32_t>{tokenizer.eot_token()}
@@ -59,7 +59,7 @@ Result<TextCorpus> LoadTextCorpus(const std::string& spec, const Tokenizer& toke
     std::ifstream in(f, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
-    if (!in && !in.eof()) return Errorf(ErrorCode::kInvalidArgument, "data.text: cannot read {}", f);
+    if (!in && !in.eof()) return Errorf(ErrorCode::kInvalidArgument, "{}: cannot read {}", field, f);
     const std::string text = ss.str();
     corpus.bytes += text.size();
     if (!tokens.empty()) tokens.insert(tokens.end(), separator.begin(), separator.end());
@@ -67,7 +67,7 @@ Result<TextCorpus> LoadTextCorpus(const std::string& spec, const Tokenizer& toke
     tokens.insert(tokens.end(), ids.begin(), ids.end());
   }
   if (tokens.size() < 2) {
-    return Errorf(ErrorCode::kInvalidArgument, "data.text: '{}' holds no text", spec);
+    return Errorf(ErrorCode::kInvalidArgument, "{}: '{}' holds no text", field, spec);
   }
   const size_t val = static_cast<size_t>(tokens.size() * val_fraction);
   corpus.val.assign(tokens.end() - val, tokens.end());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -19,7 +20,8 @@ struct TextCorpus {
 
 // Documents are joined with the tokenizer's end-of-text token, or a blank line when it
 // has none. kNotFound when nothing matches; kInvalidArgument when the text is empty.
+// Errors start with `field`, the setting that named `spec` (`cohort tokenize`: --input).
 Result<TextCorpus> LoadTextCorpus(const std::string& spec, const Tokenizer& tokenizer,
-                                  double val_fraction);
+                                  double val_fraction, std::string_view field = "data.text");
 
 }  // namespace cohort::engine

@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -25,6 +27,31 @@ struct Flags {
   int64_t shard_tokens = 100'000'000;
 };
 
+// Removes the shards an earlier run left in `dir` (train_NNNNNN.bin and val_NNNNNN.bin, this
+// command's names, nothing else); returns how many. Writing over them alone would leave
+// those past this run's count behind, and data.train's glob would mix them (another
+// tokenizer, another corpus) into this run's tokens.
+Result<int> RemoveEarlierShards(const std::string& dir) {
+  namespace fs = std::filesystem;
+  static const std::regex kShard(R"((train|val)_[0-9]{6}\.bin)");
+  std::error_code ec;
+  std::vector<fs::path> old;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (std::regex_match(e.path().filename().string(), kShard)) old.push_back(e.path());
+  }
+  if (ec) {
+    return Errorf(ErrorCode::kInvalidArgument, "--output-dir {}: cannot list: {}", dir,
+                  ec.message());
+  }
+  for (const auto& p : old) {
+    if (!fs::remove(p, ec) && ec) {
+      return Errorf(ErrorCode::kInvalidArgument, "--output-dir {}: cannot remove {}: {}", dir,
+                    p.filename().string(), ec.message());
+    }
+  }
+  return static_cast<int>(old.size());
+}
+
 // Writes `tokens` as shards <dir>/<prefix>_NNNNNN.bin; returns how many.
 Result<int> WriteShards(const std::string& dir, const std::string& prefix,
                         std::span<const int32_t> tokens, int64_t shard_tokens) {
@@ -41,7 +68,7 @@ int RunTokenize(int argc, char** argv) {
   CLI::App app{"Tokenize text into llm.c .bin token shards for `cohort train`", "cohort tokenize"};
   Flags f;
   app.add_option("-i,--input", f.input, "A text file, a directory of text files, or a glob")->required();
-  app.add_option("-o,--output-dir", f.output_dir, "Where the shards go (created if needed)")->required();
+  app.add_option("-o,--output-dir", f.output_dir, "Where the shards go (created if needed; an earlier run's train_*/val_* shards there are removed)")->required();
   app.add_option("--tokenizer", f.tokenizer, "byte (default) or gpt2")
       ->check(CLI::IsMember({"byte", "gpt2"}));
   app.add_option("--vocab", f.vocab, "GPT-2 vocab.json (with --tokenizer gpt2)");
@@ -68,13 +95,18 @@ int RunTokenize(int argc, char** argv) {
   } else {
     tokenizer = MakeByteTokenizer();
   }
-  auto corpus = LoadTextCorpus(f.input, *tokenizer, f.val_fraction);
+  auto corpus = LoadTextCorpus(f.input, *tokenizer, f.val_fraction, "--input");
   if (!corpus) return Report(corpus.error());
   std::error_code ec;
   std::filesystem::create_directories(f.output_dir, ec);
   if (ec) {
     return Report(Error(ErrorCode::kInvalidArgument,
                         fmt::format("--output-dir {}: {}", f.output_dir, ec.message())));
+  }
+  auto removed = RemoveEarlierShards(f.output_dir);
+  if (!removed) return Report(removed.error());
+  if (*removed > 0) {
+    std::printf("removed %d shards of an earlier run from %s\n", *removed, f.output_dir.c_str());
   }
   auto train = WriteShards(f.output_dir, "train", corpus->train, f.shard_tokens);
   if (!train) return Report(train.error());

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,39 @@ struct Flags {
   int64_t stop_at_step = 0;
   std::vector<std::string> sets;
 };
+
+// --export is written at the end of the run, by rank 0: a path that cannot take a file (a
+// directory, or in a directory that does not exist) fails now, not after the training.
+Result<void> CheckExportPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    return FieldError("--export", "{} is a directory; give a file name, e.g. {}", path,
+                      (fs::path(path) / "model.safetensors").string());
+  }
+  const fs::path parent = fs::absolute(path, ec).parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    return FieldError("--export", "{}: the directory {} does not exist", path, parent.string());
+  }
+  if (access(parent.c_str(), W_OK) != 0) {
+    return FieldError("--export", "{}: cannot write in {}: {}", path, parent.string(),
+                      std::strerror(errno));
+  }
+  return {};
+}
+
+// kResourceExhausted for a run whose allocation failed: what takes the memory, and the ways
+// to need less.
+Error OutOfHostMemory(const TrainConfig& c) {
+  return Error(ErrorCode::kResourceExhausted,
+               fmt::format("out of host memory (an allocation failed) for model.n_layer {} x "
+                           "model.n_embd {} (context {}), train.micro_batch {}: each rank holds "
+                           "the parameters, gradients and AdamW moments (16 bytes per parameter, "
+                           "less with parallel.zero, tensor or pipeline) and activations that "
+                           "grow with micro_batch x seq_len; train a smaller model or batch, or "
+                           "split it over more ranks",
+                           c.n_layer, c.n_embd, c.seq_len, c.micro_batch));
+}
 
 // Replaces this process with `args` (args[0] is this binary); returns only on failure.
 void ExecSelf(std::vector<std::string> args) {
@@ -105,9 +140,11 @@ int RunTrain(int argc, char** argv) {
   cpu::ReexecWithSuggestedBlasCoreType("train", argc, argv);
   if (f.ranks > 0) return Launch(argc, argv, f.ranks);
 
+  // --steps is train.steps, which the config must otherwise give: applied to the document
+  // (after every --set) so that a config without it is complete.
+  if (f.steps > 0) f.sets.push_back(fmt::format("train.steps={}", f.steps));
   auto config = LoadTrainConfig(f.config, f.sets);
   if (!config) return Report(config.error());
-  if (f.steps > 0) config->steps = f.steps;
   if (!f.checkpoint_dir.empty()) SetCheckpointDir(*config, f.checkpoint_dir, "");
   if (f.log_every > 0) config->log_every = f.log_every;
   if (!f.log_file.empty()) config->log_file = f.log_file;
@@ -116,6 +153,9 @@ int RunTrain(int argc, char** argv) {
 
   auto env = comm::DetectLaunchEnv();
   if (!env) return Report(env.error());
+  if (env->rank == 0 && !f.export_path.empty()) {
+    if (auto r = CheckExportPath(f.export_path); !r) return Report(r.error());
+  }
   TrainerContext ctx;
   ctx.env = *env;
   ctx.job_id = Env("COHORT_JOB_ID");
@@ -135,10 +175,17 @@ int RunTrain(int argc, char** argv) {
   ctx.export_path = f.export_path;
   ctx.stop_at_step = f.stop_at_step;
 
-  auto trainer = Trainer::Create(*config, ctx);
-  if (!trainer) return Report(trainer.error());
-  auto result = (*trainer)->Run();
-  if (!result) return Report(result.error());
+  // Host memory running out is std::bad_alloc from an allocation deep in the model or a
+  // step; uncaught it aborted the process ("terminate called after throwing an instance of
+  // 'std::bad_alloc'", SIGABRT). Said here instead, with the settings that decide the size.
+  try {
+    auto trainer = Trainer::Create(*config, ctx);
+    if (!trainer) return Report(trainer.error());
+    auto result = (*trainer)->Run();
+    if (!result) return Report(result.error());
+  } catch (const std::bad_alloc&) {
+    return Report(OutOfHostMemory(*config));
+  }
   return 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -10,15 +11,18 @@
 #include <fstream>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <thread>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/dir_lock.h"
 #include "engine/checkpoint/gpt2_safetensors.h"
 #include "engine/data/sampler.h"
 #include "engine/data/token_shards.h"
@@ -106,6 +110,11 @@ struct Trainer::Impl {
   int64_t checkpoint_step = -1;
   // The head asked for a checkpoint (the reply to a progress report: cohort drain --now).
   bool checkpoint_requested = false;
+  // Why the newest checkpoint write failed; cleared by one that succeeds. Set at the end of
+  // Run, the run's last step is in no checkpoint and the run fails.
+  std::optional<Error> checkpoint_failure;
+  // Rank 0, with checkpoints: held from setup to the end so that no other run writes there.
+  std::optional<CheckpointDirLock> checkpoint_lock;
   std::FILE* record = nullptr;  // log.file, rank 0 only
   DevicePeak peak;
   double flops_per_token = 0;
@@ -140,6 +149,9 @@ struct Trainer::Impl {
   Result<void> SetupBatches();
   // The model (random or imported) on config.device, its optimizer and the peak figures.
   Result<void> SetupModel();
+  // Rank 0 takes checkpoint.dir for this run (checkpoint/dir_lock.h); every rank learns
+  // whether it could. The error names the directory's problem or the run that holds it.
+  Result<void> LockCheckpointDir();
   // Every rank takes its state from the newest valid checkpoint (ResumeByRange), or, without
   // one, rank 0's initial parameters; kInvalidArgument when it cannot resume.
   Result<void> Resume();
@@ -164,8 +176,9 @@ struct Trainer::Impl {
   // Validation loss over eval.batches batches, averaged over the ranks.
   Result<double> Evaluate();
   // Writes a checkpoint every checkpoint.every steps, at the last step, when `stopping`
-  // or when asked (the head, SIGUSR1); a failed write is logged and training goes on.
-  void MaybeCheckpoint(const StepStats& s, bool stopping);
+  // or when asked (the head, SIGUSR1); a failed write is logged and training goes on (Run
+  // fails at the end when the last step's failed).
+  void MaybeCheckpoint(bool stopping);
   // Every rank writes its ranges of a checkpoint of the current state (a collective); the
   // error is already logged.
   Result<void> SaveCheckpointNow();
@@ -573,6 +586,38 @@ Result<void> Trainer::Impl::SetupModel() {
 }
 
 
+Result<void> Trainer::Impl::LockCheckpointDir() {
+  if (config.checkpoint_dir.empty()) return {};
+  Result<void> mine;
+  if (leader()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    const std::string owner =
+        fmt::format("cohort train, pid {} on host {}, job {} attempt {}, since {:%Y-%m-%dT%H:%M:%SZ}",
+                    getpid(), host, ctx.job_id, ctx.attempt, utc);
+    // A restarted job's previous attempt may still be exiting: give it a few seconds.
+    const std::chrono::milliseconds wait(ctx.attempt > 0 ? 10000 : 0);
+    auto lock = CheckpointDirLock::Acquire(config.checkpoint_dir, owner, wait);
+    if (lock) {
+      checkpoint_lock.emplace(std::move(*lock));
+    } else {
+      mine = std::unexpected(WithContext(lock.error(), "checkpoint.dir"));
+    }
+  }
+  if (comm) {
+    int64_t ok = mine ? 1 : 0;
+    COHORT_TRY_VOID(model->BroadcastHost(*comm, &ok, 1, comm::DataType::kInt64));
+    if (ok == 0 && !leader()) {
+      return MakeError(ErrorCode::kFailedPrecondition,
+                       "checkpoint.dir: rank 0 could not take it (its error says why)");
+    }
+  }
+  return mine;
+}
+
 Result<void> Trainer::Impl::Resume() {
   if (!config.checkpoint_dir.empty()) return ResumeByRange(model->RestoreRequest());
   // No checkpoints: every rank initialised from the same seed; rank 0's copy is the one
@@ -590,8 +635,23 @@ Result<void> Trainer::Impl::ResumeByRange(const CheckpointReadRequest& request) 
                                      model->config(), request);
   if (!loaded) {
     model->DropRestore();
-    if (loaded.error().code != ErrorCode::kNotFound) {
-      return MakeError(ErrorCode::kInvalidArgument, "cannot resume: " + loaded.error().ToString());
+    const Error& e = loaded.error();
+    if (e.code != ErrorCode::kNotFound) {
+      // A valid checkpoint of another model (checkpoint.h CompareConfig names the GptConfig
+      // field): say which setting of this config differs, and the ways out.
+      static const std::map<std::string, std::string> kSetting = {
+          {"vocab_size", "tokenizer (its vocabulary size)"},
+          {"max_seq_len", "model.seq_len"},
+          {"n_layer", "model.n_layer"},
+          {"n_head", "model.n_head"},
+          {"n_embd", "model.n_embd"}};
+      if (const auto it = kSetting.find(e.field); it != kSetting.end()) {
+        return Errorf(ErrorCode::kInvalidArgument,
+                      "cannot resume: {} holds a checkpoint of another model ({}: {} differs); "
+                      "give this run its own checkpoint.dir (or none), or the checkpoint's {}",
+                      config.checkpoint_dir, e.message, it->second, it->second);
+      }
+      return MakeError(ErrorCode::kInvalidArgument, "cannot resume: " + e.message);
     }
     // Nothing to resume: every rank takes rank 0's initial parameters.
     if (comm) COHORT_TRY_VOID(model->BroadcastParams(*comm));
@@ -679,6 +739,7 @@ Result<void> Trainer::Impl::Setup() {
         "checkpoint.dir, --checkpoint-dir or COHORT_CHECKPOINT_DIR)",
         config.checkpoint_every);
   }
+  COHORT_TRY_VOID(LockCheckpointDir());
   COHORT_TRY_VOID(Resume());
   // ZeRO-2 and 3 reduce-scatter their gradient pieces themselves (into each rank's shard), as
   // a model split over ranks reduces its own.
@@ -767,12 +828,21 @@ Result<void> Trainer::Impl::SaveCheckpointNow() {
     // Training goes on: a later checkpoint may succeed, and older ones are intact.
     Log("checkpoint at step {} FAILED (training continues; older checkpoints kept): {}",
         progress.step, (mine ? path.error() : mine.error()).ToString());
+    checkpoint_failure = path.error();
     return std::unexpected(path.error());
   }
+  checkpoint_failure.reset();
   Log("checkpoint: wrote {} in {:.0f} ms ({} ranks wrote their ranges)", *path,
       Seconds(Clock::now() - start) * 1000, comm ? world : 1);
   checkpoint_step = progress.step;
   FlushRecords();
+  // The head hears of it now, not at the next logged step (never, for the last step's):
+  // `cohort show` and a preemption's work at risk count from the newest checkpoint, and a
+  // job asked for one moves once the head sees it. The reply says whether another is wanted.
+  if (reporter) {
+    checkpoint_requested =
+        reporter->Post({progress.step, std::nan(""), 0, 0, rank, checkpoint_step, config.steps});
+  }
   return {};
 }
 
@@ -793,12 +863,18 @@ Result<TrainResult> Trainer::Impl::Run() {
   InstallCheckpointSignal();
   TrainResult result;
   result.start_step = progress.step;
+  // --stop-at-step names a step to stop at, not a number of steps: a run resumed at or past
+  // it trains nothing (a step more would move the checkpoints past what was asked).
+  const bool past_stop = ctx.stop_at_step > 0 && progress.step >= ctx.stop_at_step;
   if (progress.step >= config.steps) {
     Log("training already complete: the checkpoint is at step {} of {}", progress.step,
         config.steps);
+  } else if (past_stop) {
+    Log("nothing to train: the checkpoint is at step {}, at or past --stop-at-step {}",
+        progress.step, ctx.stop_at_step);
   }
   std::vector<double> rates;
-  while (progress.step < config.steps) {
+  while (progress.step < config.steps && !past_stop) {
     const StepStats s = COHORT_TRY(Step());
     if (rates.empty()) result.first_loss = s.loss;
     result.final_loss = s.loss;
@@ -809,14 +885,24 @@ Result<TrainResult> Trainer::Impl::Run() {
     COHORT_TRY_VOID(MaybeEvaluate(result, line));
     Record(std::move(line));
     const bool stopping = ctx.stop_at_step > 0 && progress.step >= ctx.stop_at_step;
-    MaybeCheckpoint(s, stopping);
+    MaybeCheckpoint(stopping);
     COHORT_TRY_VOID(MaybeSample());
     if (stopping) {
       Log("stopping at step {} of {} (--stop-at-step)", progress.step, config.steps);
       break;
     }
   }
-  return Finish(std::move(result), std::move(rates));
+  auto finished = Finish(std::move(result), std::move(rates));
+  if (finished && checkpoint_failure) {
+    // The last step is in no checkpoint: a job that reported success would leave nothing
+    // to resume or serve from, so the run fails (a job with restarts resumes and retries).
+    Error e = *checkpoint_failure;
+    e.message = fmt::format("trained to step {} but could not checkpoint it, so a rerun resumes "
+                            "from an older checkpoint: {}",
+                            progress.step, e.message);
+    return std::unexpected(e);
+  }
+  return finished;
 }
 
 Result<StepStats> Trainer::Impl::Step() {
@@ -876,7 +962,7 @@ Result<void> Trainer::Impl::MaybeEvaluate(TrainResult& result, json& line) {
   return {};
 }
 
-void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
+void Trainer::Impl::MaybeCheckpoint(bool stopping) {
   // A checkpoint asked for from outside: the head's reply, or the job's checkpoint
   // signal (SIGUSR1; every rank takes the signal, rank 0 writes the checkpoint).
   const bool signalled = CheckpointSignalled();
@@ -897,12 +983,7 @@ void Trainer::Impl::MaybeCheckpoint(const StepStats& s, bool stopping) {
   if (!config.checkpoint_dir.empty() &&
       ((config.checkpoint_every > 0 && progress.step % config.checkpoint_every == 0) ||
        progress.step == config.steps || stopping || requested)) {
-    const int64_t before = checkpoint_step;
-    (void)SaveCheckpointNow();
-    // Tell the head at once: it moves the job when it sees the new checkpoint.
-    if (requested && reporter && checkpoint_step != before) {
-      checkpoint_requested = reporter->Post({progress.step, s.loss, 0, 0, rank, checkpoint_step, config.steps});
-    }
+    (void)SaveCheckpointNow();  // (tells the head at once: it moves the job when it sees it)
   } else if (requested) {
     Log("no checkpoint.dir: cannot checkpoint on request");
     checkpoint_requested = false;
