@@ -149,9 +149,10 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   }
   // An older attempt's mark means this attempt has reported none.
   if (job.last_checkpoint && job.last_checkpoint->attempt == job.attempt) {
-    r.Add("checkpoint", fmt::format("step {}, reported {} ago (a preemption loses the work since)",
-                                    job.last_checkpoint->step,
-                                    FormatDuration(std::max<int64_t>(0, now_ms - job.last_checkpoint->reported_ms))));
+    // While the job runs, what a preemption or a lost node would cost; after, only the mark.
+    r.Add("checkpoint", fmt::format("step {}, reported {} ago{}", job.last_checkpoint->step,
+                                    FormatDuration(std::max<int64_t>(0, now_ms - job.last_checkpoint->reported_ms)),
+                                    api::IsTerminal(job.state) ? "" : " (a preemption loses the work since)"));
   }
   r.Add("submitted", FormatTimestamp(job.submit_ms));
   r.Add("started", FormatTimestamp(job.start_ms));

@@ -122,7 +122,11 @@ TEST(RenderJobTest, ANominationAndTheAttemptsLastCheckpoint) {
   std::string out = RenderJob(job, kNow);
   EXPECT_THAT(out, HasSubstr("nominated:     preempted job(s) for it 1m05s ago; waits for their GPUs on node3,node4 "
                              "(held for it)\n"));
-  EXPECT_THAT(out, HasSubstr("checkpoint:    step 120, reported 5.0s ago"));
+  EXPECT_THAT(out, HasSubstr("checkpoint:    step 120, reported 5.0s ago (a preemption loses the work since)\n"));
+  // A finished job has nothing left to lose.
+  job.state = api::JobState::kSucceeded;
+  EXPECT_THAT(RenderJob(job, kNow), HasSubstr("checkpoint:    step 120, reported 5.0s ago\n"));
+  job.state = api::JobState::kRunning;
   job.last_checkpoint->attempt = job.attempt - 1;  // an older attempt's: none of this one
   EXPECT_THAT(RenderJob(job, kNow), Not(HasSubstr("checkpoint:    step")));
 }

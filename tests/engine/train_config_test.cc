@@ -75,6 +75,15 @@ TEST(TrainConfigTest, CheckpointDirNoneTurnsCheckpointsOff) {
   EXPECT_EQ(dir->checkpoint_dir, "");
 }
 
+// keep: the newest N checkpoints stay; 0 keeps every one (the writer prunes none).
+TEST(TrainConfigTest, CheckpointKeepZeroKeepsAll) {
+  auto all = FromYaml("train: {steps: 3}\ndata: {text: c.txt}\ncheckpoint: {keep: 0}\n");
+  ASSERT_TRUE(all.has_value()) << all.error().message;
+  EXPECT_EQ(all->checkpoint_keep, 0);
+  EXPECT_THAT(ErrorOf("train: {steps: 3}\ndata: {text: c.txt}\ncheckpoint: {keep: -1}\n"),
+              HasSubstr("checkpoint.keep"));
+}
+
 TEST(TrainConfigTest, ZeroAndOffloadAreCheckedAgainstTheDeviceAndLayout) {
   const std::string base = "train: {steps: 3}\ndata: {text: c.txt}\n";
   auto z = FromYaml(base + "parallel: {zero: 2}\n");

@@ -166,7 +166,7 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
     ObjectReader r = COHORT_TRY(Section(top, empty, "checkpoint"));
     SetCheckpointDir(c, COHORT_TRY(r.String("dir", "")), base_dir);
     c.checkpoint_every = COHORT_TRY(r.Int("every", c.checkpoint_every, 0, int64_t{1} << 40));
-    c.checkpoint_keep = static_cast<int>(COHORT_TRY(r.Int("keep", c.checkpoint_keep, 1, 1 << 20)));
+    c.checkpoint_keep = static_cast<int>(COHORT_TRY(r.Int("keep", c.checkpoint_keep, 0, 1 << 20)));
     COHORT_TRY_VOID(r.Finish());
   }
   {

@@ -20,7 +20,8 @@
 //   eval:       every (steps; 0 = never), batches (global batches of validation data)
 //   checkpoint: dir (default $COHORT_CHECKPOINT_DIR; none: no checkpoints: nothing is
 //               written or resumed, whatever COHORT_CHECKPOINT_DIR says; one run at a
-//               time: rank 0 holds dir/LOCK, checkpoint/dir_lock.h), every, keep
+//               time: rank 0 holds dir/LOCK, checkpoint/dir_lock.h), every, keep (the
+//               newest step directories kept, default 3; 0 keeps all, as Megatron does)
 //   sample:     every (0 = only at the end), prompt, tokens, temperature, top_k
 //   log:        every, file (JSON lines, one per logged step, appended by rank 0: step,
 //               loss, lr, grad norm, tokens/s, attempt; val_loss on evaluated steps;
