@@ -1,9 +1,10 @@
 #include "engine/trainer/tokenize_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -31,13 +32,22 @@ struct Flags {
 // command's names, nothing else); returns how many. Writing over them alone would leave
 // those past this run's count behind, and data.train's glob would mix them (another
 // tokenizer, another corpus) into this run's tokens.
+bool IsShardName(std::string_view name) {
+  for (std::string_view prefix : {"train_", "val_"}) {
+    if (!name.starts_with(prefix)) continue;
+    std::string_view rest = name.substr(prefix.size());
+    return rest.size() == 10 && rest.ends_with(".bin") &&
+           std::all_of(rest.begin(), rest.begin() + 6, [](char c) { return c >= '0' && c <= '9'; });
+  }
+  return false;
+}
+
 Result<int> RemoveEarlierShards(const std::string& dir) {
   namespace fs = std::filesystem;
-  static const std::regex kShard(R"((train|val)_[0-9]{6}\.bin)");
   std::error_code ec;
   std::vector<fs::path> old;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (std::regex_match(e.path().filename().string(), kShard)) old.push_back(e.path());
+    if (IsShardName(e.path().filename().string())) old.push_back(e.path());
   }
   if (ec) {
     return Errorf(ErrorCode::kInvalidArgument, "--output-dir {}: cannot list: {}", dir,
