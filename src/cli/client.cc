@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "api/job_array.h"
+
 namespace cohort::cli {
 
 void AddClientOptions(CLI::App* sub, GlobalOptions& global) {
@@ -20,6 +22,15 @@ Result<api::JobId> ParseJobId(std::string_view text) {
                      fmt::format("'{}' is not a job id (a positive integer, as `cohort queue` shows)", text));
   }
   return *id;
+}
+
+Result<api::JobId> ResolveJobRef(const HttpClient& head, std::string_view text) {
+  const api::JobRef ref = COHORT_TRY(api::ParseJobRef(text, "job id"));
+  if (!ref.is_element()) return ref.job;
+  json element = COHORT_TRY(head.Get(api::routes::JobByRef(text)));
+  auto id = element.is_object() ? element.value("id", api::JobId{0}) : api::JobId{0};
+  if (id <= 0) return MakeError(ErrorCode::kInternal, fmt::format("the head named no job for '{}'", text));
+  return id;
 }
 
 Result<std::string> ParseStateList(const std::vector<std::string>& items, std::string_view flag) {

@@ -39,6 +39,10 @@ void AddClientOptions(CLI::App* sub, GlobalOptions& global);
 // Parses a job id as typed on the command line ("12"); kInvalidArgument otherwise.
 Result<api::JobId> ParseJobId(std::string_view text);
 
+// The job a reference names, as `cohort queue` shows it: "12", or "12_7" for element 7 of
+// array 12 (asked of the head: kFailedPrecondition if that element has not started yet).
+Result<api::JobId> ResolveJobRef(const HttpClient& head, std::string_view text);
+
 // Job states as typed after --state (each item may hold several, comma-separated; any
 // case): their canonical names joined by commas ("PENDING,RUNNING"); errors name `flag`.
 Result<std::string> ParseStateList(const std::vector<std::string>& items, std::string_view flag);
