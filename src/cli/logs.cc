@@ -305,22 +305,30 @@ int64_t TailLineStart(std::string_view window, int64_t window_start, int64_t lin
   return window_start == 0 ? 0 : -1;
 }
 
+// A count or index of 0 or more (CLI::NonNegativeNumber's message names the largest double
+// as its upper bound).
+const CLI::Validator kZeroOrMore(
+    [](std::string& text) -> std::string {
+      return !text.empty() && text[0] == '-' ? "must be 0 or more, got " + text : std::string();
+    },
+    "");
+
 void AddLogsCommand(CommandContext& ctx) {
   auto f = std::make_shared<LogsFlags>();
   auto* sub = ctx.app.add_subcommand("logs", "Print a job's output (every rank, prefixed; or one rank, raw)");
   sub->add_option("JOB", f->job, "Job id; 12_7 is element 7 of array 12")->required();
   sub->add_flag("-f,--follow", f->follow, "Keep printing new output until the job's logs end");
   sub->add_option_function<int>("-r,--rank", [f](const int& r) { f->rank = r; }, "Only this rank, printed raw")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kZeroOrMore);
   sub->add_option_function<int>("-a,--attempt", [f](const int& a) { f->attempt = a; },
                                 "This attempt (default: the latest)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kZeroOrMore);
   auto* lines = sub->add_option_function<int64_t>("--tail", [f](const int64_t& t) { f->tail = t; },
                                                   "Start at the last this many lines of each rank's log (like tail -n)")
-                    ->check(CLI::NonNegativeNumber);
+                    ->check(kZeroOrMore);
   sub->add_option_function<int64_t>("--tail-bytes", [f](const int64_t& t) { f->tail_bytes = t; },
                                     "Start this many bytes before the end of each rank's log")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kZeroOrMore)
       ->excludes(lines);
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;

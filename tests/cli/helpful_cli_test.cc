@@ -77,6 +77,20 @@ TEST(DurationFlagsTest, WatchAndIntervalTakeTheOneDurationSyntax) {
   }
 }
 
+// A negative count names the flag and what it takes, not CLI11's range up to the largest
+// double ("not in range 0.000000 to 17976931348623157081...").
+TEST(LogsFlagsTest, ANegativeCountSaysWhatTheFlagTakes) {
+  for (const char* flag : {"--tail", "--tail-bytes", "--rank", "--attempt"}) {
+    std::vector<const char*> argv = {"cohort", "logs", "12", flag, "-1"};
+    testing::internal::CaptureStderr();
+    int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 2) << flag;
+    EXPECT_THAT(err, HasSubstr(std::string(flag) + ": must be 0 or more, got -1")) << err;
+    EXPECT_THAT(err, Not(HasSubstr("179769"))) << err;
+  }
+}
+
 TEST(CompletionTest, ScriptsNameEveryCommandAliasAndFlag) {
   GlobalOptions global;
   auto app = BuildCliApp(global, [](CommandFn) {});
