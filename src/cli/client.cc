@@ -10,7 +10,7 @@
 namespace cohort::cli {
 
 void AddClientOptions(CLI::App* sub, GlobalOptions& global) {
-  sub->add_option("--head", global.head_url, "Head URL (default: $COHORT_HEAD or http://127.0.0.1:8470)");
+  sub->add_option("--head", global.head_url, kHeadFlagHelp);
   sub->add_flag("--json", global.json, "Print JSON instead of text");
   sub->add_option("--context", global.context, "Use this saved context's head and token (cohort context ls)");
 }

@@ -91,6 +91,27 @@ TEST(LogsFlagsTest, ANegativeCountSaysWhatTheFlagTakes) {
   }
 }
 
+// `cohort queue --help` and the others say the same default head as `cohort --help` and as
+// the URL they resolve: $COHORT_HEAD, the client config, then https (not http) on 8470.
+TEST(HeadFlagTest, EveryCommandDescribesTheDefaultItUses) {
+  GlobalOptions global;
+  auto app = BuildCliApp(global, [](CommandFn) {});
+  int seen = 0;
+  std::function<void(CLI::App*)> visit = [&](CLI::App* a) {
+    for (const CLI::Option* opt : a->get_options()) {
+      const auto& names = opt->get_lnames();
+      if (std::find(names.begin(), names.end(), "head") == names.end()) continue;
+      if (a->get_name() == "agent") continue;  // an agent's own head, required
+      ++seen;
+      EXPECT_THAT(opt->get_description(), HasSubstr("client config")) << a->get_name();
+      EXPECT_THAT(opt->get_description(), HasSubstr("https://127.0.0.1:8470")) << a->get_name();
+    }
+    for (CLI::App* sub : a->get_subcommands([](CLI::App*) { return true; })) visit(sub);
+  };
+  visit(app.get());
+  EXPECT_GT(seen, 20);
+}
+
 TEST(CompletionTest, ScriptsNameEveryCommandAliasAndFlag) {
   GlobalOptions global;
   auto app = BuildCliApp(global, [](CommandFn) {});
