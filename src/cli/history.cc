@@ -1,6 +1,7 @@
 // `cohort history` (also `cohort sacct`): finished jobs, like Slurm's sacct: state, exit
 // code, elapsed time and GPU-hours, filtered by user, state and a time window (jobs in the
 // cluster during it). The newest --limit jobs, oldest first.
+#include "api/job_array.h"
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -70,7 +71,8 @@ std::string RenderHistory(const std::vector<api::JobStatus>& jobs, int64_t now_m
   for (const auto& s : jobs) {
     const api::Job& job = s.job;
     auto run = JobRunTimeMs(job, now_ms);
-    t.AddRow({std::to_string(job.id), job.spec.name, job.spec.user, std::string(api::JobStateName(job.state)),
+    // As `cohort queue` names it (an array's element: 12_7), as sacct does.
+    t.AddRow({api::DisplayJobId(job), job.spec.name, job.spec.user, std::string(api::JobStateName(job.state)),
               ExitColumn(job), run ? FormatDuration(*run) : "-", fmt::format("{:.4f}", s.gpu_seconds / 3600.0),
               FormatTimestamp(job.submit_ms), api::IsTerminal(job.state) ? FormatTimestamp(job.end_ms) : "-",
               job.state == api::JobState::kSucceeded ? "" : job.reason});
