@@ -56,6 +56,18 @@ TEST(DidYouMeanTest, MisspeltFlagSuggestsTheRightOne) {
   EXPECT_EQ(HintFor({"cohort", "--head", "hlod", "queue", "--limit", "3"}), "");
 }
 
+// Every one-letter flag is one edit from every other: `cohort queue -j 3` (squeue's -j) got
+// "did you mean: cohort queue -h 3 (or -a) (or -s)", -h being --help, which takes no value.
+TEST(DidYouMeanTest, AnUnknownOneLetterFlagGuessesNoOtherLetter) {
+  EXPECT_EQ(HintFor({"cohort", "queue", "-j", "3"}),
+            "unknown flag '-j' of cohort queue (cohort queue --help lists its flags)");
+  EXPECT_EQ(HintFor({"cohort", "-j", "queue"}), "unknown flag '-j' (cohort --help lists its flags)");
+  EXPECT_EQ(HintFor({"cohort", "token", "create", "-q"}),
+            "unknown flag '-q' of cohort token create (cohort token create --help lists its flags)");
+  // --help is never the guess for a misspelt flag that takes a value.
+  EXPECT_THAT(HintFor({"cohort", "queue", "--hep", "3"}), Not(HasSubstr("--help")));
+}
+
 TEST(DidYouMeanTest, RunCliPrintsTheHintAndExits2) {
   std::vector<const char*> argv = {"cohort", "qeueu"};
   testing::internal::CaptureStderr();
