@@ -1,5 +1,6 @@
 #include "cli/client.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 
@@ -22,6 +23,22 @@ Result<api::JobId> ParseJobId(std::string_view text) {
                      fmt::format("'{}' is not a job id (a positive integer, as `cohort queue` shows)", text));
   }
   return *id;
+}
+
+Result<std::vector<api::JobRef>> ParseJobRefs(const std::vector<std::string>& texts) {
+  std::vector<api::JobRef> refs;
+  for (const auto& text : texts) refs.push_back(COHORT_TRY(api::ParseJobRef(text, "--jobs")));
+  return refs;
+}
+
+bool JobMatchesRefs(const json& j, const std::vector<api::JobRef>& refs) {
+  if (!j.is_object()) return false;
+  const auto id = j.value("id", api::JobId{0});
+  const auto array = j.value("array_job_id", api::JobId{0});
+  const auto task = j.value("array_task_id", int64_t{-1});
+  return std::any_of(refs.begin(), refs.end(), [&](const api::JobRef& r) {
+    return r.is_element() ? array == r.job && task == r.task : id == r.job || array == r.job;
+  });
 }
 
 Result<api::JobId> ResolveJobRef(const HttpClient& head, std::string_view text) {

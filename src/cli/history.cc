@@ -12,8 +12,17 @@ namespace {
 int Run(const HistoryFlags& f, const GlobalOptions& global) {
   auto query = HistoryQueryFor(f, NowUnixMs());
   if (!query) return ReportError(query.error());
+  auto refs = ParseJobRefs(f.jobs);
+  if (!refs) return ReportError(refs.error());
   auto reply = HeadClient(global).Get(api::routes::WithQuery(api::routes::kJobs, *query));
   if (!reply) return ReportError(reply.error());
+  if (!refs->empty() && reply->is_object() && reply->contains("jobs") && (*reply)["jobs"].is_array()) {
+    json kept = json::array();
+    for (auto& j : (*reply)["jobs"]) {
+      if (JobMatchesRefs(j, *refs)) kept.push_back(std::move(j));
+    }
+    (*reply)["jobs"] = std::move(kept);
+  }
   if (global.json) {
     PrintJson(*reply);
     return 0;
@@ -92,9 +101,16 @@ void AddHistoryCommand(CommandContext& ctx) {
   sub->add_option("-S,--since", f->since, "Jobs in the cluster since then: a duration back (2h, 7d) or RFC 3339");
   sub->add_option("-E,--until", f->until, "Jobs in the cluster before then: a duration back or RFC 3339");
   sub->add_option("-n,--limit", f->limit, "At most this many jobs, the newest (1-10000; default 100)");
+  sub->add_option("-j,--jobs", f->jobs,
+                  "Only these jobs, comma-separated: 12 (an array: its elements too), 12_7 (one element), like "
+                  "sacct -j; looked for among the newest --limit (10000 with -j unless given)")
+      ->delimiter(',');
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;
-  ctx.on_run(sub, [f, &global] { return Run(*f, global); });
+  ctx.on_run(sub, [f, sub, &global] {
+    if (!f->jobs.empty() && sub->count("--limit") == 0) f->limit = 10'000;
+    return Run(*f, global);
+  });
 }
 
 }  // namespace cohort::cli

@@ -56,11 +56,11 @@ TEST(DidYouMeanTest, MisspeltFlagSuggestsTheRightOne) {
   EXPECT_EQ(HintFor({"cohort", "--head", "hlod", "queue", "--limit", "3"}), "");
 }
 
-// Every one-letter flag is one edit from every other: `cohort queue -j 3` (squeue's -j) got
-// "did you mean: cohort queue -h 3 (or -a) (or -s)", -h being --help, which takes no value.
+// Every one-letter flag is one edit from every other: `cohort history -k 3` got "did you
+// mean: cohort history -h 3 (or -u) (or -s)", -h being --help, which takes no value.
 TEST(DidYouMeanTest, AnUnknownOneLetterFlagGuessesNoOtherLetter) {
-  EXPECT_EQ(HintFor({"cohort", "queue", "-j", "3"}),
-            "unknown flag '-j' of cohort queue (cohort queue --help lists its flags)");
+  EXPECT_EQ(HintFor({"cohort", "history", "-k", "3"}),
+            "unknown flag '-k' of cohort history (cohort history --help lists its flags)");
   EXPECT_EQ(HintFor({"cohort", "-j", "queue"}), "unknown flag '-j' (cohort --help lists its flags)");
   EXPECT_EQ(HintFor({"cohort", "token", "create", "-q"}),
             "unknown flag '-q' of cohort token create (cohort token create --help lists its flags)");
@@ -265,6 +265,30 @@ api::Job QueueJob(int64_t id, std::string name, int priority) {
   j.spec.priority = priority;
   j.reason = "waiting for 4 nodes with 8 free GPUs and a long explanation of why";
   return j;
+}
+
+// `cohort queue -j 12,13_2` (squeue -j): a job, every element of an array, one element.
+TEST(QueueJobsFlagTest, MatchesJobsArraysAndElements) {
+  auto refs = ParseJobRefs({"12", "13_2"});
+  ASSERT_TRUE(refs.has_value()) << refs.error().message;
+  EXPECT_TRUE(JobMatchesRefs(json{{"id", 12}}, *refs));
+  EXPECT_FALSE(JobMatchesRefs(json{{"id", 11}}, *refs));
+  EXPECT_TRUE(JobMatchesRefs(json{{"id", 40}, {"array_job_id", 12}, {"array_task_id", 5}}, *refs));
+  EXPECT_TRUE(JobMatchesRefs(json{{"id", 41}, {"array_job_id", 13}, {"array_task_id", 2}}, *refs));
+  EXPECT_FALSE(JobMatchesRefs(json{{"id", 42}, {"array_job_id", 13}, {"array_task_id", 3}}, *refs));
+  EXPECT_FALSE(JobMatchesRefs(json{{"id", 13}}, *refs)) << "13_2 names one element, not the array";
+  auto bad = ParseJobRefs({"12", "x"});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().message, HasSubstr("--jobs"));
+  // queue and history (sacct) take it; a bad id is bad input (exit 2) before the head is asked.
+  for (const char* command : {"queue", "history"}) {
+    std::vector<const char*> argv = {"cohort", "--head", "http://127.0.0.1:1", command, "-j", "12,x"};
+    testing::internal::CaptureStderr();
+    int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 2) << command << ": " << err;
+    EXPECT_THAT(err, HasSubstr("--jobs")) << err;
+  }
 }
 
 TEST(QueueViewTest, AnArrayCollapsesItsUnstartedIndices) {
