@@ -255,6 +255,10 @@ std::string RenderNode(const api::NodeStatus& node);
 // "Node n1 is DRAINING (jobs 3, 4 still running)" and similar.
 std::string NodeStateLine(const api::NodeStatus& node);
 
+// drain's and resume's NODE arguments, each a name or a Slurm host list ("node[1-4,7]"),
+// as node names in order, each once; kInvalidArgument naming NODE for a bad list.
+Result<std::vector<std::string>> ExpandNodeArgs(const std::vector<std::string>& args);
+
 // ---- usage (usage.cc) ----
 
 // The tables of `cohort usage` from a GET /v1/usage reply: per user (with a TOTAL row)

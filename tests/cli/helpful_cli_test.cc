@@ -291,6 +291,17 @@ TEST(QueueJobsFlagTest, MatchesJobsArraysAndElements) {
   }
 }
 
+// `cohort drain node[1-2],gpu-a node-7` as `scontrol update NodeName=node[1-2] ...` takes it.
+TEST(DrainNodesTest, HostListsExpandToNodeNames) {
+  auto nodes = ExpandNodeArgs({"node-[1-2],gpu-a", "node-7", "node-1"});
+  ASSERT_TRUE(nodes.has_value()) << nodes.error().message;
+  EXPECT_THAT(*nodes, ElementsAre("node-1", "node-2", "gpu-a", "node-7"));
+  auto bad = ExpandNodeArgs({"node[3-1]"});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(ExitCodeFor(bad.error()), 2);
+  EXPECT_THAT(bad.error().message, HasSubstr("NODE"));
+}
+
 TEST(QueueViewTest, AnArrayCollapsesItsUnstartedIndices) {
   api::Job array = QueueJob(12, "sweep", 0);
   array.spec.array = "0-999%16";
