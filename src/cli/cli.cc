@@ -130,8 +130,7 @@ std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(
   auto app = std::make_unique<CLI::App>("Cohort: many GPU machines working as one computer", "cohort");
   app->require_subcommand(1);
   app->set_version_flag("--version", "cohort 0.1.0");
-  app->add_option("--head", global.head_url,
-                  "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or https://127.0.0.1:8470)");
+  app->add_option("--head", global.head_url, kHeadFlagHelp);
   app->add_flag("--json", global.json, "Print JSON instead of tables");
   app->add_option("--context", global.context,
                   "Use this saved context's head and token for this command (default: $COHORT_CONTEXT, else the "

@@ -19,9 +19,13 @@
 
 namespace cohort::cli {
 
+// The --head flag's help, on the root and on every client command (ResolveHeadUrl's order).
+inline constexpr char kHeadFlagHelp[] =
+    "Head URL (default: $COHORT_HEAD, the client config's (cohort login), or https://127.0.0.1:8470)";
+
 // Options every client command shares, bound to global flags.
 struct GlobalOptions {
-  std::string head_url;  // --head, else $COHORT_HEAD, else http://127.0.0.1:8470
+  std::string head_url;  // --head, else $COHORT_HEAD, else the client config's, else https://127.0.0.1:8470
   bool json = false;     // --json: machine-readable output
   std::string context;   // --context, else $COHORT_CONTEXT: a saved context instead of the client config
 };

@@ -1,14 +1,17 @@
 #include "cli/client.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 
 #include <fmt/format.h>
 
+#include "api/job_array.h"
+
 namespace cohort::cli {
 
 void AddClientOptions(CLI::App* sub, GlobalOptions& global) {
-  sub->add_option("--head", global.head_url, "Head URL (default: $COHORT_HEAD or http://127.0.0.1:8470)");
+  sub->add_option("--head", global.head_url, kHeadFlagHelp);
   sub->add_flag("--json", global.json, "Print JSON instead of text");
   sub->add_option("--context", global.context, "Use this saved context's head and token (cohort context ls)");
 }
@@ -20,6 +23,31 @@ Result<api::JobId> ParseJobId(std::string_view text) {
                      fmt::format("'{}' is not a job id (a positive integer, as `cohort queue` shows)", text));
   }
   return *id;
+}
+
+Result<std::vector<api::JobRef>> ParseJobRefs(const std::vector<std::string>& texts) {
+  std::vector<api::JobRef> refs;
+  for (const auto& text : texts) refs.push_back(COHORT_TRY(api::ParseJobRef(text, "--jobs")));
+  return refs;
+}
+
+bool JobMatchesRefs(const json& j, const std::vector<api::JobRef>& refs) {
+  if (!j.is_object()) return false;
+  const auto id = j.value("id", api::JobId{0});
+  const auto array = j.value("array_job_id", api::JobId{0});
+  const auto task = j.value("array_task_id", int64_t{-1});
+  return std::any_of(refs.begin(), refs.end(), [&](const api::JobRef& r) {
+    return r.is_element() ? array == r.job && task == r.task : id == r.job || array == r.job;
+  });
+}
+
+Result<api::JobId> ResolveJobRef(const HttpClient& head, std::string_view text) {
+  const api::JobRef ref = COHORT_TRY(api::ParseJobRef(text, "job id"));
+  if (!ref.is_element()) return ref.job;
+  json element = COHORT_TRY(head.Get(api::routes::JobByRef(text)));
+  auto id = element.is_object() ? element.value("id", api::JobId{0}) : api::JobId{0};
+  if (id <= 0) return MakeError(ErrorCode::kInternal, fmt::format("the head named no job for '{}'", text));
+  return id;
 }
 
 Result<std::string> ParseStateList(const std::vector<std::string>& items, std::string_view flag) {

@@ -19,6 +19,7 @@
 
 #include "api/audit.h"
 #include "api/dashboard.h"
+#include "api/job_array.h"
 #include "api/routes.h"
 #include "api/team.h"
 #include "api/types.h"
@@ -38,6 +39,16 @@ void AddClientOptions(CLI::App* sub, GlobalOptions& global);
 
 // Parses a job id as typed on the command line ("12"); kInvalidArgument otherwise.
 Result<api::JobId> ParseJobId(std::string_view text);
+
+// Job references as typed after -j ("12", "12_7"); kInvalidArgument naming --jobs.
+Result<std::vector<api::JobRef>> ParseJobRefs(const std::vector<std::string>& texts);
+// Whether job `j` (as the head lists it) is one `refs` name: the job, an element of an
+// array they name, or the element they name.
+bool JobMatchesRefs(const json& j, const std::vector<api::JobRef>& refs);
+
+// The job a reference names, as `cohort queue` shows it: "12", or "12_7" for element 7 of
+// array 12 (asked of the head: kFailedPrecondition if that element has not started yet).
+Result<api::JobId> ResolveJobRef(const HttpClient& head, std::string_view text);
 
 // Job states as typed after --state (each item may hold several, comma-separated; any
 // case): their canonical names joined by commas ("PENDING,RUNNING"); errors name `flag`.
@@ -179,6 +190,7 @@ struct HistoryFlags {
   std::string since;
   std::string until;
   int limit = 100;
+  std::vector<std::string> jobs;  // -j: only these (sacct -j): 12 (an array: its elements too), 12_7
 };
 
 // The query of GET /v1/jobs for `flags` at `now_ms`: states checked (default SUCCEEDED,
@@ -242,6 +254,10 @@ std::string RenderNode(const api::NodeStatus& node);
 
 // "Node n1 is DRAINING (jobs 3, 4 still running)" and similar.
 std::string NodeStateLine(const api::NodeStatus& node);
+
+// drain's and resume's NODE arguments, each a name or a Slurm host list ("node[1-4,7]"),
+// as node names in order, each once; kInvalidArgument naming NODE for a bad list.
+Result<std::vector<std::string>> ExpandNodeArgs(const std::vector<std::string>& args);
 
 // ---- usage (usage.cc) ----
 

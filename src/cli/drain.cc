@@ -3,6 +3,7 @@
 // to checkpoint and moved to other nodes), and undo that. Each prints the node's new state;
 // the exit code is that of the first node that failed, like `cancel`.
 #include "cli/client.h"
+#include "sched/constraints.h"
 
 namespace cohort::cli {
 namespace {
@@ -15,6 +16,8 @@ struct DrainFlags {
 };
 
 int Run(const DrainFlags& f, bool drain, const GlobalOptions& global) {
+  auto nodes = ExpandNodeArgs(f.nodes);
+  if (!nodes) return ReportError(nodes.error());
   HttpClient head = HeadClient(global);
   json body = json::object();
   if (f.reason) body["reason"] = *f.reason;
@@ -32,7 +35,7 @@ int Run(const DrainFlags& f, bool drain, const GlobalOptions& global) {
   }
   json done = json::array();
   const int rc = ForEachName(
-      f.nodes,
+      *nodes,
       [&](const std::string& name) {
         return head.Post(drain ? api::routes::NodeDrain(name) : api::routes::NodeResume(name), body);
       },
@@ -52,6 +55,16 @@ int Run(const DrainFlags& f, bool drain, const GlobalOptions& global) {
 }
 
 }  // namespace
+
+Result<std::vector<std::string>> ExpandNodeArgs(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const auto& arg : args) {
+    for (auto& name : COHORT_TRY(sched::ExpandHostList(arg, "NODE"))) {
+      if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(std::move(name));
+    }
+  }
+  return out;
+}
 
 std::string NodeStateLine(const api::NodeStatus& v) {
   std::string line = fmt::format("Node {} is {}", v.node.name, v.display_state);
@@ -73,7 +86,7 @@ void AddDrainCommands(CommandContext& ctx) {
   {
     auto f = std::make_shared<DrainFlags>();
     auto* sub = ctx.app.add_subcommand("drain", "Stop placing new jobs on nodes; running jobs finish");
-    sub->add_option("NODE", f->nodes, "Node names")->required();
+    sub->add_option("NODE", f->nodes, "Node names, or host lists as Slurm writes them: node[1-4,7]")->required();
     sub->add_option_function<std::string>("-r,--reason", [f](const std::string& r) { f->reason = r; },
                                           "Why (shown by `cohort nodes`)");
     sub->add_flag("--now", f->now,
@@ -89,7 +102,7 @@ void AddDrainCommands(CommandContext& ctx) {
     auto f = std::make_shared<DrainFlags>();
     auto* sub = ctx.app.add_subcommand(
         "resume", "Let drained nodes take new jobs again, and mark their unhealthy GPUs healthy (after your check)");
-    sub->add_option("NODE", f->nodes, "Node names")->required();
+    sub->add_option("NODE", f->nodes, "Node names, or host lists as Slurm writes them: node[1-4,7]")->required();
     AddClientOptions(sub, ctx.global);
     ctx.on_run(sub, [f, &global] { return Run(*f, /*drain=*/false, global); });
   }

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "api/exec.h"
+#include "api/job_array.h"
 #include "cli/client.h"
 #include "cli/exec_stream.h"
 
@@ -135,8 +136,7 @@ void ForwardInput(const HttpClient& head, const ExecSession& s, const ExecFlags&
 }
 
 int Run(const ExecFlags& f, const GlobalOptions& global, bool attach) {
-  auto job = ParseJobId(f.job);
-  if (!job) return ReportError(job.error());
+  if (auto ref = api::ParseJobRef(f.job, "job id"); !ref) return ReportError(ref.error());
   if (f.command.empty()) {
     return ReportError(MakeError(ErrorCode::kInvalidArgument,
                                  "no command: cohort exec JOB [--rank R] [-i] [-t] -- COMMAND [ARGS...]", "command")
@@ -157,6 +157,8 @@ int Run(const ExecFlags& f, const GlobalOptions& global, bool attach) {
     if (!ok) req.term.clear();
   }
   HttpClient head = HeadClient(global);
+  auto job = ResolveJobRef(head, f.job);  // "12", or "12_7": an element of an array
+  if (!job) return ReportError(job.error());
   auto session = StartSession(head, *job, f.rank, req);
   if (!session) return ReportError(session.error());
   if (attach) {
@@ -209,7 +211,7 @@ int Run(const ExecFlags& f, const GlobalOptions& global, bool attach) {
 }
 
 void AddCommonFlags(CLI::App* sub, ExecFlags& f) {
-  sub->add_option("JOB", f.job, "The running job")->required();
+  sub->add_option("JOB", f.job, "The running job; 12_7 is element 7 of array 12")->required();
   sub->add_option("-r,--rank", f.rank, "The task to run beside (default 0)")->check(CLI::Range(0, INT32_MAX));
 }
 

@@ -1,6 +1,7 @@
 // `cohort history` (also `cohort sacct`): finished jobs, like Slurm's sacct: state, exit
 // code, elapsed time and GPU-hours, filtered by user, state and a time window (jobs in the
 // cluster during it). The newest --limit jobs, oldest first.
+#include "api/job_array.h"
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -11,8 +12,17 @@ namespace {
 int Run(const HistoryFlags& f, const GlobalOptions& global) {
   auto query = HistoryQueryFor(f, NowUnixMs());
   if (!query) return ReportError(query.error());
+  auto refs = ParseJobRefs(f.jobs);
+  if (!refs) return ReportError(refs.error());
   auto reply = HeadClient(global).Get(api::routes::WithQuery(api::routes::kJobs, *query));
   if (!reply) return ReportError(reply.error());
+  if (!refs->empty() && reply->is_object() && reply->contains("jobs") && (*reply)["jobs"].is_array()) {
+    json kept = json::array();
+    for (auto& j : (*reply)["jobs"]) {
+      if (JobMatchesRefs(j, *refs)) kept.push_back(std::move(j));
+    }
+    (*reply)["jobs"] = std::move(kept);
+  }
   if (global.json) {
     PrintJson(*reply);
     return 0;
@@ -70,7 +80,8 @@ std::string RenderHistory(const std::vector<api::JobStatus>& jobs, int64_t now_m
   for (const auto& s : jobs) {
     const api::Job& job = s.job;
     auto run = JobRunTimeMs(job, now_ms);
-    t.AddRow({std::to_string(job.id), job.spec.name, job.spec.user, std::string(api::JobStateName(job.state)),
+    // As `cohort queue` names it (an array's element: 12_7), as sacct does.
+    t.AddRow({api::DisplayJobId(job), job.spec.name, job.spec.user, std::string(api::JobStateName(job.state)),
               ExitColumn(job), run ? FormatDuration(*run) : "-", fmt::format("{:.4f}", s.gpu_seconds / 3600.0),
               FormatTimestamp(job.submit_ms), api::IsTerminal(job.state) ? FormatTimestamp(job.end_ms) : "-",
               job.state == api::JobState::kSucceeded ? "" : job.reason});
@@ -90,9 +101,16 @@ void AddHistoryCommand(CommandContext& ctx) {
   sub->add_option("-S,--since", f->since, "Jobs in the cluster since then: a duration back (2h, 7d) or RFC 3339");
   sub->add_option("-E,--until", f->until, "Jobs in the cluster before then: a duration back or RFC 3339");
   sub->add_option("-n,--limit", f->limit, "At most this many jobs, the newest (1-10000; default 100)");
+  sub->add_option("-j,--jobs", f->jobs,
+                  "Only these jobs, comma-separated: 12 (an array: its elements too), 12_7 (one element), like "
+                  "sacct -j; looked for among the newest --limit (10000 with -j unless given)")
+      ->delimiter(',');
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;
-  ctx.on_run(sub, [f, &global] { return Run(*f, global); });
+  ctx.on_run(sub, [f, sub, &global] {
+    if (!f->jobs.empty() && sub->count("--limit") == 0) f->limit = 10'000;
+    return Run(*f, global);
+  });
 }
 
 }  // namespace cohort::cli

@@ -15,15 +15,18 @@ int ForEachJob(const std::vector<std::string>& ids, const GlobalOptions& global,
   const int rc = ForEachName(
       ids,
       [&](const std::string& text) -> Result<json> {
-        const api::JobId id = COHORT_TRY(ParseJobId(text));
+        const api::JobId id = COHORT_TRY(ResolveJobRef(head, text));  // "12", or "12_7": an element
         return head.Post(path_of(id), body);
       },
-      [&](const std::string&, json reply) {
+      [&](const std::string& text, json reply) {
         if (global.json) {
           done.push_back(std::move(reply));
         } else {
           auto job = api::JobFromJson(reply);
-          std::printf("%s job %lld", verb, static_cast<long long>(reply.value("id", int64_t{0})));
+          // As typed when it names an element ("12_7"), else the id the head changed.
+          const bool element = text.find('_') != std::string::npos;
+          std::printf("%s job %s", verb,
+                      element ? text.c_str() : std::to_string(reply.value("id", int64_t{0})).c_str());
           if (job && job->state == api::JobState::kPending) std::printf(" (%s)", job->reason.c_str());
           std::printf("\n");
           std::fflush(stdout);
@@ -65,7 +68,7 @@ void AddJobControlCommands(CommandContext& ctx) {
   {
     auto ids = std::make_shared<std::vector<std::string>>();
     auto* sub = ctx.app.add_subcommand("hold", "Keep pending jobs from starting until released, like scontrol hold");
-    sub->add_option("JOB", *ids, "Job ids")->required();
+    sub->add_option("JOB", *ids, "Job ids; 12_7 is element 7 of array 12")->required();
     AddClientOptions(sub, global);
     ctx.on_run(sub, [ids, &global] {
       return ForEachJob(*ids, global, "Held", [](api::JobId id) { return api::routes::JobHold(id); }, json::object());
@@ -74,7 +77,7 @@ void AddJobControlCommands(CommandContext& ctx) {
   {
     auto ids = std::make_shared<std::vector<std::string>>();
     auto* sub = ctx.app.add_subcommand("release", "Let held jobs start again, like scontrol release");
-    sub->add_option("JOB", *ids, "Job ids")->required();
+    sub->add_option("JOB", *ids, "Job ids; 12_7 is element 7 of array 12")->required();
     AddClientOptions(sub, global);
     ctx.on_run(sub, [ids, &global] {
       return ForEachJob(*ids, global, "Released", [](api::JobId id) { return api::routes::JobRelease(id); },
@@ -86,7 +89,7 @@ void AddJobControlCommands(CommandContext& ctx) {
     auto f = std::make_shared<UpdateFlags>();
     auto* sub = ctx.app.add_subcommand(
         "update", "Change a pending job's time limit, priority or name, like scontrol update");
-    sub->add_option("JOB", *ids, "Job ids")->required();
+    sub->add_option("JOB", *ids, "Job ids; 12_7 is element 7 of array 12")->required();
     sub->add_option_function<std::string>("-t,--time-limit", [f](const std::string& v) { f->time_limit = v; },
                                           "New time limit, a duration (2h, 1d12h, HH:MM:SS; 0: unlimited)");
     sub->add_option_function<int>("-p,--priority", [f](const int& v) { f->priority = v; },

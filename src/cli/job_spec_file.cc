@@ -39,12 +39,16 @@ Result<api::JobSpec> JobSpecFromDocument(const json& doc, std::string_view sourc
   auto spec = api::JobSpecFromJson(doc);
   if (!spec) {
     Error e = WithContext(spec.error(), source);
-    if (e.field == "command" && doc.contains("command") && doc["command"].is_string()) {
-      e.message += " (write the program and its arguments as a list, e.g. [python, train.py])";
-    }
+    AddSpecHint(e, doc);
     return std::unexpected(std::move(e));
   }
   return spec;
+}
+
+void AddSpecHint(Error& e, const json& doc) {
+  if (e.field == "command" && doc.is_object() && doc.contains("command") && doc["command"].is_string()) {
+    e.message += " (write the program and its arguments as a list, e.g. [python, train.py])";
+  }
 }
 
 Result<api::JobSpec> LoadJobSpecFile(const std::string& path) {

@@ -36,6 +36,10 @@ const std::set<std::string, std::less<>>& SpecStringFields();
 // A missing or unreadable file is kInvalidArgument naming the path and the OS reason.
 Result<json> LoadSpecDocument(const std::string& path);
 
+// Adds to an error about spec document `doc` how to mend a common mistake (a command written
+// as one string instead of a list).
+void AddSpecHint(Error& e, const json& doc);
+
 // Checks a spec document with api::JobSpecFromJson, prefixing errors with `source`.
 // An empty document (null) gets its own message rather than a type error.
 Result<api::JobSpec> JobSpecFromDocument(const json& doc, std::string_view source);

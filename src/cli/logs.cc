@@ -175,6 +175,15 @@ class LogReader {
   RankLinePrefixer prefixer_;
 };
 
+std::unexpected<Error> ArrayHasNoOutput(const api::Job& array) {
+  auto spec = api::ParseArraySpec(array.spec.array, "array");
+  const int64_t first = spec && !spec->indices.empty() ? spec->indices.min() : 0;
+  return MakeError(ErrorCode::kInvalidArgument,
+                   fmt::format("job {} is a job array ({}): each element has its own output; name one, e.g. "
+                               "cohort logs {}_{} (cohort queue lists them)",
+                               array.id, array.spec.array, array.id, first));
+}
+
 // The job once it has started (history not empty). Without -f a job that has not started
 // is kFailedPrecondition; with -f this polls until it starts or ends without starting,
 // saying on stderr that it waits and why (again whenever the reason changes).
@@ -182,6 +191,9 @@ Result<api::Job> WaitForStart(const HttpClient& head, api::JobId id, bool follow
   std::string told;  // the last "waiting" note, printed again only when the reason changes
   while (true) {
     api::Job job = COHORT_TRY(FetchJob(head, id));
+    // An array never runs itself (it would wait here until its last element ended): each
+    // element has its own output.
+    if (job.spec.is_array()) return ArrayHasNoOutput(job);
     if (!job.history.empty()) return job;
     if (api::IsTerminal(job.state)) {
       return Errorf(ErrorCode::kFailedPrecondition, "job {} ended before it started ({}: {})", id,
@@ -212,15 +224,10 @@ Result<std::optional<int>> NextAttempt(const HttpClient& head, api::JobId id, in
 }
 
 int Run(const LogsFlags& flags, const GlobalOptions& global) {
-  auto ref = api::ParseJobRef(flags.job, "job id");
-  if (!ref) return ReportError(ref.error());
+  if (auto ref = api::ParseJobRef(flags.job, "job id"); !ref) return ReportError(ref.error());
   HttpClient head = HeadClient(global);
-  std::optional<api::JobId> id = ref->job;
-  if (ref->is_element()) {  // "12_7": the element's own job
-    auto element = head.Get(api::routes::JobByRef(flags.job));
-    if (!element) return ReportError(element.error());
-    id = element->value("id", api::JobId{0});
-  }
+  auto id = ResolveJobRef(head, flags.job);  // "12_7": the element's own job
+  if (!id) return ReportError(id.error());
   auto job = WaitForStart(head, *id, flags.follow);
   if (!job) return ReportError(job.error());
   int world = job->spec.world_size();
@@ -298,22 +305,30 @@ int64_t TailLineStart(std::string_view window, int64_t window_start, int64_t lin
   return window_start == 0 ? 0 : -1;
 }
 
+// A count or index of 0 or more (CLI::NonNegativeNumber's message names the largest double
+// as its upper bound).
+const CLI::Validator kZeroOrMore(
+    [](std::string& text) -> std::string {
+      return !text.empty() && text[0] == '-' ? "must be 0 or more, got " + text : std::string();
+    },
+    "");
+
 void AddLogsCommand(CommandContext& ctx) {
   auto f = std::make_shared<LogsFlags>();
   auto* sub = ctx.app.add_subcommand("logs", "Print a job's output (every rank, prefixed; or one rank, raw)");
-  sub->add_option("JOB", f->job, "Job id")->required();
+  sub->add_option("JOB", f->job, "Job id; 12_7 is element 7 of array 12")->required();
   sub->add_flag("-f,--follow", f->follow, "Keep printing new output until the job's logs end");
   sub->add_option_function<int>("-r,--rank", [f](const int& r) { f->rank = r; }, "Only this rank, printed raw")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kZeroOrMore);
   sub->add_option_function<int>("-a,--attempt", [f](const int& a) { f->attempt = a; },
                                 "This attempt (default: the latest)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kZeroOrMore);
   auto* lines = sub->add_option_function<int64_t>("--tail", [f](const int64_t& t) { f->tail = t; },
                                                   "Start at the last this many lines of each rank's log (like tail -n)")
-                    ->check(CLI::NonNegativeNumber);
+                    ->check(kZeroOrMore);
   sub->add_option_function<int64_t>("--tail-bytes", [f](const int64_t& t) { f->tail_bytes = t; },
                                     "Start this many bytes before the end of each rank's log")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kZeroOrMore)
       ->excludes(lines);
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;

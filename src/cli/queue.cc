@@ -19,6 +19,7 @@ struct QueueFlags {
   bool all = false;
   std::vector<std::string> states;
   std::string user;
+  std::vector<std::string> jobs;  // -j: only these (squeue -j), any state unless --state
   int limit = 0;
   bool priority = false;
   std::string format;
@@ -51,7 +52,7 @@ size_t OutputWidth() {
 
 // "PENDING,RUNNING" for the query, after checking each name locally.
 Result<std::string> StateQuery(const QueueFlags& f) {
-  if (f.states.empty()) return f.all ? std::string("all") : std::string("PENDING,RUNNING");
+  if (f.states.empty()) return f.all || !f.jobs.empty() ? std::string("all") : std::string("PENDING,RUNNING");
   return ParseStateList(f.states, "--state");
 }
 
@@ -60,6 +61,14 @@ Result<std::string> Frame(const QueueFlags& f, const QueueView& view, const std:
                           const GlobalOptions& global) {
   // --limit: the newest N, one page; otherwise every page.
   json reply = COHORT_TRY(f.limit > 0 ? HeadClient(global).Get(path) : FetchAllPages(HeadClient(global), path, "jobs"));
+  if (!f.jobs.empty() && reply.is_object() && reply.contains("jobs") && reply["jobs"].is_array()) {
+    auto refs = COHORT_TRY(ParseJobRefs(f.jobs));
+    json kept = json::array();
+    for (auto& j : reply["jobs"]) {
+      if (JobMatchesRefs(j, refs)) kept.push_back(std::move(j));
+    }
+    reply["jobs"] = std::move(kept);
+  }
   if (global.json) return reply.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   if (!reply.is_object() || !reply.contains("jobs") || !reply["jobs"].is_array()) {
     return MakeError(ErrorCode::kInternal, "malformed job list from the head: no 'jobs' array");
@@ -78,6 +87,7 @@ Result<std::string> Frame(const QueueFlags& f, const QueueView& view, const std:
 
 int Run(const QueueFlags& f, const GlobalOptions& global) {
   if (f.priority) return RunPriority(global);
+  if (auto refs = ParseJobRefs(f.jobs); !refs) return ReportError(refs.error());
   auto states = StateQuery(f);
   if (!states) return ReportError(states.error());
   auto view = ParseQueueView(f.format, f.sort, f.width >= 0 ? static_cast<size_t>(f.width) : OutputWidth());
@@ -321,6 +331,10 @@ void AddQueueCommand(CommandContext& ctx) {
                   "Only jobs in these states (PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED,TIMEOUT)")
       ->delimiter(',');
   sub->add_option("-u,--user", f->user, "Only this user's jobs");
+  sub->add_option("-j,--jobs", f->jobs,
+                  "Only these jobs, comma-separated, in any state unless --state: 12 (an array: all its "
+                  "elements), 12_7 (one element), like squeue -j")
+      ->delimiter(',');
   sub->add_flag("--priority", f->priority,
                 "The pending jobs' priority and its factors (fair share, age, size, the job's own), like sprio");
   sub->add_option("--limit", f->limit, "At most this many jobs (the newest)")->check(CLI::Range(1, 10'000));

@@ -90,6 +90,8 @@ int RunRanks(const RunFlags& f) {
   // Wait for every rank; the first failure (or a signal) stops the rest.
   int rc = 0;
   int failed_rank = -1;
+  // Set once the ranks are being stopped (a rank failed, or a signal): the ranks that then
+  // end by our SIGTERM are no failure of their own, and the exit code stays the first cause.
   std::optional<SteadyTime> kill_at;
   size_t running = procs.size();
   std::vector<bool> done(procs.size(), false);
@@ -99,7 +101,7 @@ int RunRanks(const RunFlags& f) {
       if (auto st = procs[r].TryWait()) {
         done[r] = true;
         --running;
-        if (!st->Success() && failed_rank < 0) {
+        if (!st->Success() && failed_rank < 0 && !kill_at) {
           failed_rank = static_cast<int>(r);
           rc = st->Code();
           std::fprintf(stderr, "cohort run: rank %zu %s; stopping the other ranks\n", r, st->ToString().c_str());

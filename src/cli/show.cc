@@ -294,7 +294,7 @@ std::string RenderPreemptions(const api::Job& job) {
 void AddShowCommand(CommandContext& ctx) {
   auto id = std::make_shared<std::string>();
   auto* sub = ctx.app.add_subcommand("show", "Show one job in detail, like scontrol show job");
-  sub->add_option("JOB", *id, "Job id")->required();
+  sub->add_option("JOB", *id, "Job id; 12_7 is element 7 of array 12")->required();
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;
   ctx.on_run(sub, [id, &global] { return Run(*id, global); });

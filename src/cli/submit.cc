@@ -418,7 +418,9 @@ Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const 
   // The spec as given is checked first, so that its own errors come before the
   // submitting side's (an unset --export variable, a program missing here).
   if (auto given = api::JobSpecFromJson(*merged); !given) {
-    return std::unexpected(AttributeError(given.error(), flags, source));
+    Error e = AttributeError(given.error(), flags, source);
+    AddSpecHint(e, *merged);
+    return std::unexpected(std::move(e));
   }
   merged = ApplySubmittingSide(std::move(*merged), flags.export_env, defaults.environment);
   if (!merged) return std::unexpected(AttributeError(merged.error(), flags, source));

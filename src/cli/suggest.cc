@@ -115,12 +115,23 @@ std::string DidYouMean(CLI::App& app, int argc, const char* const* argv) {
       const CLI::Option* opt = FindFlag(current, word.starts_with("--") ? name : word.substr(0, 2));
       if (opt == nullptr) {
         if (!word.starts_with("--") && word.size() > 2) continue;  // "-N2": a short flag with its value
-        auto close = ClosestNames(name, FlagNames(*current));
+        std::string cmd;  // "cohort token create"
+        for (const CLI::App* a = current; a != &app && a != nullptr; a = a->get_parent()) cmd = " " + a->get_name() + cmd;
+        cmd = "cohort" + cmd;
+        const std::string where = current == &app ? "" : " of " + cmd;
+        if (!word.starts_with("--")) {
+          // Every one-letter flag is one edit from any other: a guess would be noise.
+          return fmt::format("unknown flag '{}'{} ({} --help lists its flags)", name, where, cmd);
+        }
+        std::vector<std::string> flags = FlagNames(*current);
+        std::erase(flags, "--help");  // takes no value, and --help is no typo of anything
+        std::erase(flags, "-h");
+        auto close = ClosestNames(name, flags);
         if (close.empty()) return "";
         for (auto& c : close) {
           if (name.size() < word.size()) c += word.substr(name.size());  // keep "=value"
         }
-        return Hint("flag", name, current == &app ? "" : " of cohort " + current->get_name(), close, argc, argv, i);
+        return Hint("flag", name, where, close, argc, argv, i);
       }
       const bool takes_value = opt->get_items_expected_max() > 0;
       if (takes_value && word.find('=') == std::string::npos && (word.starts_with("--") || word.size() == 2)) ++i;

@@ -128,6 +128,11 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
     if (!exec) return SendError(res, exec.error());
     auto job = cluster.GetJob(*id);
     if (!job) return SendError(res, job.error());
+    if (job->spec.is_array()) {  // never runs itself: its elements do
+      return SendError(res, Error{ErrorCode::kInvalidArgument,
+                                  fmt::format("job {} is a job array ({}): exec into one of its elements, "
+                                              "{}_INDEX as cohort queue lists them", *id, job->spec.array, *id)});
+    }
     if (job->state != api::JobState::kRunning) {
       return SendError(res, Error{ErrorCode::kFailedPrecondition,
                                   fmt::format("job {} is {}: cannot exec", *id, api::JobStateName(job->state))});

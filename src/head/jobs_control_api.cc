@@ -46,7 +46,7 @@ void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
 
   router.Post(api::routes::kJobHoldPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                                httplib::Response& res) {
-    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    auto id = JobIdOfPath(cluster, req.matches[1].str());  // "12", or "12_7": an element
     if (!id) return SendError(res, id.error());
     if (auto mine = CheckOwner(cluster, caller, *id, "hold"); !mine) return SendError(res, mine.error());
     Reply(res, cluster.Hold(*id, caller.kind == Caller::Kind::kInsecure ? "admin" : caller.user),
@@ -55,7 +55,7 @@ void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
 
   router.Post(api::routes::kJobReleasePattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                                   httplib::Response& res) {
-    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    auto id = JobIdOfPath(cluster, req.matches[1].str());  // "12", or "12_7": an element
     if (!id) return SendError(res, id.error());
     if (auto mine = CheckOwner(cluster, caller, *id, "release"); !mine) return SendError(res, mine.error());
     if (!caller.IsAdmin()) {
@@ -73,7 +73,7 @@ void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
 
   router.Post(api::routes::kJobUpdatePattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                                  httplib::Response& res) {
-    auto id = ParseIdParam(req.matches[1].str(), "job id");
+    auto id = JobIdOfPath(cluster, req.matches[1].str());  // "12", or "12_7": an element
     if (!id) return SendError(res, id.error());
     auto body = BodyJson(req);
     if (!body) return SendError(res, body.error());

@@ -56,6 +56,18 @@ TEST(DidYouMeanTest, MisspeltFlagSuggestsTheRightOne) {
   EXPECT_EQ(HintFor({"cohort", "--head", "hlod", "queue", "--limit", "3"}), "");
 }
 
+// Every one-letter flag is one edit from every other: `cohort history -k 3` got "did you
+// mean: cohort history -h 3 (or -u) (or -s)", -h being --help, which takes no value.
+TEST(DidYouMeanTest, AnUnknownOneLetterFlagGuessesNoOtherLetter) {
+  EXPECT_EQ(HintFor({"cohort", "history", "-k", "3"}),
+            "unknown flag '-k' of cohort history (cohort history --help lists its flags)");
+  EXPECT_EQ(HintFor({"cohort", "-j", "queue"}), "unknown flag '-j' (cohort --help lists its flags)");
+  EXPECT_EQ(HintFor({"cohort", "token", "create", "-q"}),
+            "unknown flag '-q' of cohort token create (cohort token create --help lists its flags)");
+  // --help is never the guess for a misspelt flag that takes a value.
+  EXPECT_THAT(HintFor({"cohort", "queue", "--hep", "3"}), Not(HasSubstr("--help")));
+}
+
 TEST(DidYouMeanTest, RunCliPrintsTheHintAndExits2) {
   std::vector<const char*> argv = {"cohort", "qeueu"};
   testing::internal::CaptureStderr();
@@ -75,6 +87,41 @@ TEST(DurationFlagsTest, WatchAndIntervalTakeTheOneDurationSyntax) {
     EXPECT_EQ(rc, 2) << argv[2];
     EXPECT_THAT(err, HasSubstr(argv[2])) << err;
   }
+}
+
+// A negative count names the flag and what it takes, not CLI11's range up to the largest
+// double ("not in range 0.000000 to 17976931348623157081...").
+TEST(LogsFlagsTest, ANegativeCountSaysWhatTheFlagTakes) {
+  for (const char* flag : {"--tail", "--tail-bytes", "--rank", "--attempt"}) {
+    std::vector<const char*> argv = {"cohort", "logs", "12", flag, "-1"};
+    testing::internal::CaptureStderr();
+    int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 2) << flag;
+    EXPECT_THAT(err, HasSubstr(std::string(flag) + ": must be 0 or more, got -1")) << err;
+    EXPECT_THAT(err, Not(HasSubstr("179769"))) << err;
+  }
+}
+
+// `cohort queue --help` and the others say the same default head as `cohort --help` and as
+// the URL they resolve: $COHORT_HEAD, the client config, then https (not http) on 8470.
+TEST(HeadFlagTest, EveryCommandDescribesTheDefaultItUses) {
+  GlobalOptions global;
+  auto app = BuildCliApp(global, [](CommandFn) {});
+  int seen = 0;
+  std::function<void(CLI::App*)> visit = [&](CLI::App* a) {
+    for (const CLI::Option* opt : a->get_options()) {
+      const auto& names = opt->get_lnames();
+      if (std::find(names.begin(), names.end(), "head") == names.end()) continue;
+      if (a->get_name() == "agent") continue;  // an agent's own head, required
+      ++seen;
+      EXPECT_THAT(opt->get_description(), HasSubstr("client config")) << a->get_name();
+      EXPECT_THAT(opt->get_description(), HasSubstr("https://127.0.0.1:8470")) << a->get_name();
+    }
+    for (CLI::App* sub : a->get_subcommands([](CLI::App*) { return true; })) visit(sub);
+  };
+  visit(app.get());
+  EXPECT_GT(seen, 20);
 }
 
 TEST(CompletionTest, ScriptsNameEveryCommandAliasAndFlag) {
@@ -218,6 +265,41 @@ api::Job QueueJob(int64_t id, std::string name, int priority) {
   j.spec.priority = priority;
   j.reason = "waiting for 4 nodes with 8 free GPUs and a long explanation of why";
   return j;
+}
+
+// `cohort queue -j 12,13_2` (squeue -j): a job, every element of an array, one element.
+TEST(QueueJobsFlagTest, MatchesJobsArraysAndElements) {
+  auto refs = ParseJobRefs({"12", "13_2"});
+  ASSERT_TRUE(refs.has_value()) << refs.error().message;
+  EXPECT_TRUE(JobMatchesRefs(json{{"id", 12}}, *refs));
+  EXPECT_FALSE(JobMatchesRefs(json{{"id", 11}}, *refs));
+  EXPECT_TRUE(JobMatchesRefs(json{{"id", 40}, {"array_job_id", 12}, {"array_task_id", 5}}, *refs));
+  EXPECT_TRUE(JobMatchesRefs(json{{"id", 41}, {"array_job_id", 13}, {"array_task_id", 2}}, *refs));
+  EXPECT_FALSE(JobMatchesRefs(json{{"id", 42}, {"array_job_id", 13}, {"array_task_id", 3}}, *refs));
+  EXPECT_FALSE(JobMatchesRefs(json{{"id", 13}}, *refs)) << "13_2 names one element, not the array";
+  auto bad = ParseJobRefs({"12", "x"});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().message, HasSubstr("--jobs"));
+  // queue and history (sacct) take it; a bad id is bad input (exit 2) before the head is asked.
+  for (const char* command : {"queue", "history"}) {
+    std::vector<const char*> argv = {"cohort", "--head", "http://127.0.0.1:1", command, "-j", "12,x"};
+    testing::internal::CaptureStderr();
+    int rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 2) << command << ": " << err;
+    EXPECT_THAT(err, HasSubstr("--jobs")) << err;
+  }
+}
+
+// `cohort drain node[1-2],gpu-a node-7` as `scontrol update NodeName=node[1-2] ...` takes it.
+TEST(DrainNodesTest, HostListsExpandToNodeNames) {
+  auto nodes = ExpandNodeArgs({"node-[1-2],gpu-a", "node-7", "node-1"});
+  ASSERT_TRUE(nodes.has_value()) << nodes.error().message;
+  EXPECT_THAT(*nodes, ElementsAre("node-1", "node-2", "gpu-a", "node-7"));
+  auto bad = ExpandNodeArgs({"node[3-1]"});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(ExitCodeFor(bad.error()), 2);
+  EXPECT_THAT(bad.error().message, HasSubstr("NODE"));
 }
 
 TEST(QueueViewTest, AnArrayCollapsesItsUnstartedIndices) {

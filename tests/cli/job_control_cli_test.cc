@@ -99,5 +99,18 @@ TEST(RenderHistoryTest, ShowsExitElapsedAndGpuHours) {
   EXPECT_THAT(out, HasSubstr("8      slow   bob    TIMEOUT  -     -        0.0000"));
 }
 
+TEST(RenderHistoryTest, AnArrayElementIsNamedAsTheQueueNamesIt) {
+  api::JobStatus element;
+  element.job.id = 9;
+  element.job.array_job_id = 3;
+  element.job.array_task_id = 4;
+  element.job.spec.name = "sweep";
+  element.job.spec.user = "alice";
+  element.job.state = api::JobState::kSucceeded;
+  element.job.exit_code = 0;
+  const std::string out = RenderHistory({element}, kNow);
+  EXPECT_THAT(out, HasSubstr("\n3_4    sweep  alice  SUCCEEDED")) << out;
+}
+
 }  // namespace
 }  // namespace cohort::cli

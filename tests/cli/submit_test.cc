@@ -355,6 +355,13 @@ TEST_F(SubmitCommandTest, BadInputExitsTwoBeforeAnyNetworkCall) {
   auto split = RunCommand({"submit", "-G", "3", "-n", "2", "--", "true"});
   EXPECT_EQ(split.rc, 2);
   EXPECT_THAT(split.err, HasSubstr("--gpus-per-node: 3 GPUs cannot be split evenly"));
+
+  // A command written as one string gets the loader's hint how to write it, in submit too.
+  std::string as_string = Write("string.yaml", "command: python3 train.py\n");
+  auto one_string = RunCommand({"submit", as_string});
+  EXPECT_EQ(one_string.rc, 2);
+  EXPECT_THAT(one_string.err, HasSubstr(as_string + ": command: must be an array of strings, got string"));
+  EXPECT_THAT(one_string.err, HasSubstr("as a list, e.g. [python, train.py]"));
 }
 
 TEST_F(SubmitCommandTest, ExportSendsTheEnvironmentAndAMissingProgramIsAnErrorAtSubmit) {

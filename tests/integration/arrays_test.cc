@@ -67,6 +67,27 @@ TEST(Arrays, ThrottleEnvQueueCancelAndShowThroughTheCli) {
   EXPECT_NE(element.output.find("array element:"), std::string::npos) << element.output;
   auto logs = Cohort(c, {"logs", a + "_0"});
   EXPECT_EQ(logs.status.Code(), 0) << logs.errors;
+  // Every command that takes a job takes an element as `cohort queue` shows it.
+  auto exec = Cohort(c, {"exec", a + "_0", "--", "sh", "-c", "echo index $COHORT_ARRAY_TASK_ID"});
+  EXPECT_EQ(exec.status.Code(), 0) << exec.errors;
+  EXPECT_NE(exec.output.find("index 0"), std::string::npos) << exec.output;
+  auto update = Cohort(c, {"update", a + "_0", "-p", "3"});  // it runs: refused as RUNNING, not as a bad id
+  EXPECT_EQ(update.status.Code(), 1) << update.errors;
+  EXPECT_NE(update.errors.find("is RUNNING: only a PENDING job can be updated"), std::string::npos) << update.errors;
+  auto hold = Cohort(c, {"hold", a + "_0"});
+  EXPECT_EQ(hold.status.Code(), 1) << hold.errors;
+  EXPECT_EQ(hold.errors.find("not a job id"), std::string::npos) << hold.errors;
+  // The array itself runs nothing: its logs and exec name its elements instead of waiting.
+  auto array_logs = Cohort(c, {"logs", "-f", a});
+  EXPECT_EQ(array_logs.status.Code(), 2) << array_logs.errors;
+  EXPECT_NE(array_logs.errors.find("is a job array (0-9%2): each element has its own output; name one, e.g. "
+                                   "cohort logs " + a + "_0"),
+            std::string::npos)
+      << array_logs.errors;
+  auto array_exec = Cohort(c, {"exec", a, "--", "true"});
+  EXPECT_EQ(array_exec.status.Code(), 2) << array_exec.errors;
+  EXPECT_NE(array_exec.errors.find("is a job array (0-9%2): exec into one of its elements"), std::string::npos)
+      << array_exec.errors;
   auto waiting = Cohort(c, {"show", a + "_9"});
   EXPECT_EQ(waiting.status.Code(), 1);
   EXPECT_NE(waiting.errors.find("has not started yet"), std::string::npos) << waiting.errors;

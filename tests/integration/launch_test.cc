@@ -82,6 +82,32 @@ TEST(Launch, CohortRunStopsAllRanksWhenOneFails) {
   EXPECT_EQ(bad.status.exit_code, 2);
 }
 
+// Ctrl-C stops every rank and `cohort run` exits 130 (128 + SIGINT), as a shell reports an
+// interrupted command; the ranks it stopped are not reported as failures of their own.
+TEST(Launch, CohortRunInterruptedExits130AndBlamesNoRank) {
+  LocalCluster c;
+  std::string pids = c.dir() + "/pids";
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "run", "-n", "2", "--", "sh", "-c", "echo $$ >> " + pids + "; exec sleep 60"};
+  o.stdout_path = c.dir() + "/run.out";
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_TRUE(WaitUntil([&] {
+    std::string started = ReadFile(pids);
+    return std::count(started.begin(), started.end(), '\n') == 2;
+  }, std::chrono::seconds(30)));
+  p->Signal(SIGINT);
+  auto st = p->WaitFor(std::chrono::seconds(60));
+  ASSERT_TRUE(st.has_value()) << ReadFile(o.stdout_path);
+  EXPECT_EQ(st->Code(), 130) << ReadFile(o.stdout_path);
+  std::string out = ReadFile(o.stdout_path);
+  EXPECT_NE(out.find("interrupted, stopping 2 rank(s)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("stopping the other ranks"), std::string::npos) << out;
+  std::ifstream in(pids);
+  int pid;
+  while (in >> pid) EXPECT_FALSE(ProcessAlive(pid)) << pid;
+}
+
 #ifndef COHORT_COMM_RANK
 #error "COHORT_COMM_RANK must name the comm check program"
 #endif

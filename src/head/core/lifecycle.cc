@@ -100,14 +100,30 @@ void StartJob(Tx& tx, Job& job, const std::vector<NodePlacement>& nodes) {
     tx.s.node_jobs[p.node].insert(job.id);
     rec.nodes.push_back(p.node);
   }
-  // MASTER_PORT: a port the rank-0 node found free, else one derived from the job.
-  auto& ports = tx.s.runtime[nodes.front().node].free_ports;
+  // MASTER_PORT: a port the rank-0 node found free, else one derived from the job; never
+  // the port of another running job whose rank 0 is on that node. Its program binds the
+  // port only once it has started (seconds, for `import torch`), so a heartbeat sent in
+  // between still lists that port as free.
+  const std::string& master_node = nodes.front().node;
+  auto taken = [&](int port) {
+    for (api::JobId id : tx.s.node_jobs[master_node]) {
+      auto it = tx.s.jobs.find(id);
+      if (id == job.id || it == tx.s.jobs.end() || it->second.allocation.nodes.empty()) continue;
+      const api::Allocation& other = it->second.allocation;
+      if (other.master_port == port && other.nodes.front().node == master_node) return true;
+    }
+    return false;
+  };
+  auto& ports = tx.s.runtime[master_node].free_ports;
   job.allocation.master_addr = job.allocation.nodes.front().address;
-  if (!ports.empty()) {
-    job.allocation.master_port = ports.back();
+  job.allocation.master_port = 0;
+  while (!ports.empty() && job.allocation.master_port == 0) {
+    if (!taken(ports.back())) job.allocation.master_port = ports.back();
     ports.pop_back();
-  } else {
-    job.allocation.master_port = 20000 + static_cast<int>((job.id * 31 + job.attempt) % 10000);
+  }
+  for (int k = 0; job.allocation.master_port == 0; ++k) {
+    int port = 20000 + static_cast<int>((job.id * 31 + job.attempt + k) % 10000);
+    if (!taken(port) || k >= 10000) job.allocation.master_port = port;
   }
   job.history.push_back(std::move(rec));
   tx.s.pending.erase(job.id);

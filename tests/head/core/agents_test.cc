@@ -204,3 +204,39 @@ TEST_F(CoreTest, AllRanksExitingZeroSucceed) {
 
 }  // namespace
 }  // namespace cohort::head::core::testing
+
+namespace cohort::head::core::testing {
+namespace {
+
+// A port the head handed out as MASTER_PORT is free on the node until the job's rank 0
+// binds it, seconds later (python imports torch first): the next heartbeat may list it as
+// free again, and a second job started there must not get the same port.
+TEST_F(CoreTest, AJobsMasterPortIsNotHandedToAnotherJobOnTheSameNode) {
+  Register(Reg("n1", 4));
+  auto beat_with_ports = [&](std::vector<int> ports, std::vector<api::TaskReport> tasks) {
+    api::Heartbeat hb;
+    hb.incarnation = state_.nodes.at("n1").incarnation;
+    hb.applied_version = state_.runtime.at("n1").desired_version;
+    hb.tasks = std::move(tasks);
+    hb.free_ports = std::move(ports);
+    ASSERT_TRUE(core::Heartbeat(state_, ctx_, "n1", hb, now_).has_value());
+  };
+  beat_with_ports({41001}, {});
+  const api::JobId a = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 1);
+  ASSERT_EQ(Job(a).allocation.master_port, 41001);
+  Advance(1000);
+  beat_with_ports({41002, 41001}, {Running(a, 0, 0, {0})});  // a has not bound it yet
+  const api::JobId b = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(b).allocation.master_port, 41002);
+  // With no listed port left, the derived one still avoids the ports of running jobs.
+  const api::JobId c = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 1);
+  EXPECT_NE(Job(c).allocation.master_port, 41001);
+  EXPECT_NE(Job(c).allocation.master_port, 41002);
+  EXPECT_GT(Job(c).allocation.master_port, 0);
+}
+
+}  // namespace
+}  // namespace cohort::head::core::testing
