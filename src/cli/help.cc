@@ -50,6 +50,11 @@ MASTER_ADDR MASTER_PORT CUDA_VISIBLE_DEVICES COHORT_JOB_ID COHORT_JOB_NAME
 COHORT_ATTEMPT TORCHELASTIC_RESTART_COUNT COHORT_NODE COHORT_NUM_NODES COHORT_HEAD
 COHORT_RENDEZVOUS COHORT_REPORT COHORT_CHECKPOINT_DIR COHORT_JOB_TOKEN (and COHORT_CA
 with TLS), plus the spec's env (--env KEY=VALUE). A job spec may not set these.
+An array's element also gets COHORT_ARRAY_JOB_ID and COHORT_ARRAY_TASK_ID (and Slurm's
+SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID); a sweep's element its values as
+COHORT_SWEEP_<NAME> (train.lr: COHORT_SWEEP_TRAIN_LR). A task on a shared GPU
+(gpus_per_task, gpu_memory) gets COHORT_GPU_MEMORY_MIB, COHORT_GPU_MEMORY_ENFORCE and
+NVIDIA MPS's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT.
 
 cohort submit sends the submitting shell's environment (--export, Slurm's semantics):
   --export=ALL         the default: every variable but a deny list: LD_PRELOAD, LD_AUDIT,
@@ -119,7 +124,9 @@ $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
   gpus_per_node: 4           # -G; split evenly among the node's tasks
   # gpus: h100:4             # -G TYPE:COUNT instead: a model (h100) or MIG profile (1g.10gb:2)
   # gpus_per_task: 0.5       # instead: a shared part of one GPU per task (0.25, 0.5, 0.75)
+  # gpu_type: h100           # the GPU model, with gpus_per_node (what gpus: h100:4 says)
   # gpu_memory: 20GiB        # GPU memory per task on a shared GPU
+  # gpu_memory_enforce: kill # report (default) | kill: a task over its share is stopped
   # topology: required       # preferred (default) | required: one NVLink island, one switch
   cpus_per_task: 1           # -c
   priority: 0                # -p; -1000..1000
@@ -134,6 +141,14 @@ $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
   exclude: gpu7              # -x; never these nodes
   constraint: a100&ib        # -C; node features (cohort agent --features): & | ( )
   mem_per_node_mb: 65536     # --mem 64G; scheduled per node, not enforced
+  team: ml                   # the team it counts against (default: its user's team)
+  tensor_group_size: 2       # ranks that must share a node (cohort train's parallel.tensor)
+  container: {image: localhost/trainer:1.0, runtime: podman}   # --container IMAGE
+  array: 0-999%16            # --array; each element a job of its own (12_7)
+  dependency: afterok:12,singleton   # -d; also afterany, afternotok, after
+  kill_on_invalid_dep: true  # --kill-on-invalid-dep: cancel when a dependency can never hold
+  # sweep: {grid: {train.lr: [3.0e-4, 1.0e-3]}}   # instead of array: an element per point
+  # kind: service            # batch (default) | service (cohort serve deploy) | allocation
 )"},
 };
 

@@ -10,6 +10,11 @@ namespace {
 // Thrown by the parse callback when the text nests deeper than kMaxJsonDepth; caught in
 // ParseJsonText and never outside this file.
 struct TooDeep {};
+// An object that holds a key twice: where (its own path) and which key.
+struct DuplicateKey {
+  std::string where;
+  std::string key;
+};
 
 // Follows nlohmann's parse events to know which field the parser is in, so that an error
 // the lexer finds (a number out of range) names the field, and to refuse deep nesting
@@ -20,16 +25,33 @@ class FieldTracker {
     using E = json::parse_event_t;
     switch (event) {
       case E::object_start:
-      case E::array_start:
-        if (frames_.size() == kMaxJsonDepth) throw TooDeep{};
-        frames_.push_back({event == E::array_start, 0, {}});
+      case E::array_start: {
+        if (depth_ == kMaxJsonDepth) throw TooDeep{};
+        // Frames stay allocated after their object or array ends: the next one at that
+        // depth reuses the key list's storage (a heartbeat is dozens of small objects).
+        if (depth_ == frames_.size()) frames_.emplace_back();
+        Frame& f = frames_[depth_++];
+        f.array = event == E::array_start;
+        f.index = 0;
+        f.keys.clear();
         break;
+      }
       case E::key:
-        frames_.back().key = parsed.get<std::string>();
+        frames_[depth_ - 1].keys.push_back(parsed.get<std::string>());
         break;
       case E::object_end:
+        // nlohmann keeps the last of two equal keys: the object then has fewer members than
+        // the keys read. A person's spec or config with `nodes` twice, or a request so
+        // built, is refused rather than read as whichever came last (YAML refuses it too).
+        if (parsed.size() != frames_[depth_ - 1].keys.size()) {
+          std::vector<std::string> keys = frames_[--depth_].keys;
+          std::sort(keys.begin(), keys.end());
+          auto dup = std::adjacent_find(keys.begin(), keys.end());
+          throw DuplicateKey{Path(), dup == keys.end() ? std::string() : *dup};
+        }
+        [[fallthrough]];
       case E::array_end:
-        frames_.pop_back();
+        --depth_;
         ElementDone();
         break;
       case E::value:
@@ -42,11 +64,12 @@ class FieldTracker {
   // "tasks[2].rss_bytes": where the parser is now; empty at the top level.
   std::string Path() const {
     std::string out;
-    for (const Frame& f : frames_) {
+    for (size_t d = 0; d < depth_; ++d) {
+      const Frame& f = frames_[d];
       if (f.array) {
         out += fmt::format("[{}]", f.index);
-      } else if (!f.key.empty()) {
-        out += (out.empty() ? "" : ".") + f.key;
+      } else if (!f.keys.empty()) {
+        out += (out.empty() ? "" : ".") + f.keys.back();
       }
     }
     return out;
@@ -55,15 +78,16 @@ class FieldTracker {
  private:
   struct Frame {
     bool array = false;
-    size_t index = 0;  // arrays: the element being read
-    std::string key;   // objects: the latest key read
+    size_t index = 0;               // arrays: the element being read
+    std::vector<std::string> keys;  // objects: the keys read so far, the latest last
   };
 
   void ElementDone() {
-    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    if (depth_ > 0 && frames_[depth_ - 1].array) ++frames_[depth_ - 1].index;
   }
 
-  std::vector<Frame> frames_;
+  std::vector<Frame> frames_;  // frames_[0, depth_) are open
+  size_t depth_ = 0;
 };
 
 std::string Shorten(std::string s, size_t max_chars) {
@@ -106,6 +130,8 @@ std::expected<json, JsonParseError> ParseJsonText(std::string_view text) {
     return std::unexpected(JsonParseError{e.byte, tracker.Path(), SyntaxMessage(e)});
   } catch (const json::exception& e) {
     return std::unexpected(JsonParseError{0, tracker.Path(), OutOfRangeMessage(e)});
+  } catch (const DuplicateKey& d) {
+    return std::unexpected(JsonParseError{0, d.where, fmt::format("the key '{}' is given twice", d.key)});
   } catch (const TooDeep&) {
     return std::unexpected(
         JsonParseError{0, {}, fmt::format("arrays and objects nested more than {} levels deep", kMaxJsonDepth)});

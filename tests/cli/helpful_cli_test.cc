@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli.h"
+#include "cli/job_spec_file.h"
 #include "cli/client.h"
 #include "cli/suggest.h"
 #include "cli/table.h"
@@ -204,6 +205,29 @@ TEST(CompletionTest, ZshScriptCompletesInARealShell) {
   EXPECT_THAT(complete("cohort token cr", 3), Not(HasSubstr(" history ")));
   EXPECT_EQ(complete("cohort submit -- py", 4), " _files ") << "after -- the command's words are files";
   unlink(path);
+}
+
+// `cohort help spec`'s example is a spec that loads, and it names every field a spec may
+// have (the decoder's, api/codecs.cc): array, sweep, container and the rest were missing.
+TEST(HelpTopicTest, TheSpecExampleLoadsAndNamesEveryField) {
+  std::string text = HelpTopicText("spec");
+  const std::string example = text.substr(text.find("\n\n") + 2);
+  char path[] = "/tmp/cohort-help-spec-XXXXXX.yaml";
+  int fd = mkstemps(path, 5);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, example.data(), example.size()), static_cast<ssize_t>(example.size()));
+  close(fd);
+  auto spec = LoadJobSpecFile(path);
+  unlink(path);
+  ASSERT_TRUE(spec.has_value()) << spec.error().message << "\n" << example;
+  for (const char* field :
+       {"name", "command", "nodes", "min_nodes", "tasks_per_node", "gpus_per_node", "gpus", "gpus_per_task",
+        "gpu_type", "gpu_memory", "gpu_memory_enforce", "topology", "cpus_per_task", "priority", "placement", "max_restarts", "time_limit_s",
+        "progress_timeout_s", "checkpoint_signal", "env", "workdir", "nodelist", "exclude", "constraint",
+        "mem_per_node_mb", "team", "tensor_group_size", "container", "array", "dependency",
+        "kill_on_invalid_dep", "sweep", "kind"}) {
+    EXPECT_THAT(example, HasSubstr(std::string(field) + ": ")) << field;
+  }
 }
 
 TEST(HelpTopicTest, TopicsExplainAndUnknownOnesSuggest) {
