@@ -46,6 +46,8 @@ Result<api::ServiceStatus> Decode(Result<json> reply) {
   return FromHead(api::ServiceStatusFromJson(*reply), "service");
 }
 
+std::string Replicas(int n) { return fmt::format("{} replica{}", n, n == 1 ? "" : "s"); }
+
 int Deploy(const std::string& path, const GlobalOptions& global) {
   auto doc = LoadSpecDocument(path);
   if (!doc) return ReportError(doc.error());
@@ -57,8 +59,8 @@ int Deploy(const std::string& path, const GlobalOptions& global) {
   if (global.json) {
     PrintJson(api::ToJson(*s));
   } else {
-    std::printf("Deployed service %s (%d replicas): requests name model \"%s\" at the head's /v1/completions\n",
-                s->name.c_str(), s->replicas, s->model_name.c_str());
+    std::printf("Deployed service %s (%s): requests name model \"%s\" at the head's /v1/completions\n",
+                s->name.c_str(), Replicas(s->replicas).c_str(), s->model_name.c_str());
   }
   return 0;
 }
@@ -69,19 +71,30 @@ int Scale(const std::string& name, int n, const GlobalOptions& global) {
   if (global.json) {
     PrintJson(api::ToJson(*s));
   } else {
-    std::printf("Service %s scaled to %d replicas\n", s->name.c_str(), s->replicas);
+    std::printf("Service %s scaled to %s\n", s->name.c_str(), Replicas(s->replicas).c_str());
   }
   return 0;
 }
 
-int List(const GlobalOptions& global) {
+// Every service, or only `name` (kubectl get svc NAME): a name no service has is an error.
+int List(const std::string& name, const GlobalOptions& global) {
   auto reply = HeadClient(global).Get(api::routes::kServices);
   if (!reply) return ReportError(reply.error());
+  json list = reply->value("services", json::array());
+  if (!name.empty()) {
+    json only = json::array();
+    for (const auto& j : list) {
+      if (j.is_object() && j.value("name", "") == name) only.push_back(j);
+    }
+    if (only.empty()) {
+      return ReportError(Error{ErrorCode::kNotFound, fmt::format("no service '{}' (cohort serve ls lists them)", name)});
+    }
+    list = std::move(only);
+  }
   if (global.json) {
-    PrintJson(*reply);
+    PrintJson(name.empty() ? *reply : json{{"services", list}});
     return 0;
   }
-  const json& list = reply->value("services", json::array());
   if (list.empty()) std::printf("No services\n");
   for (const auto& j : list) {
     auto s = FromHead(api::ServiceStatusFromJson(j), "service");
@@ -97,7 +110,7 @@ int Remove(const std::string& name, const GlobalOptions& global) {
   if (global.json) {
     PrintJson(api::ToJson(*s));
   } else {
-    std::printf("Removed service %s (%d replicas cancelled)\n", s->name.c_str(), s->replicas);
+    std::printf("Removed service %s (%s cancelled)\n", s->name.c_str(), Replicas(s->replicas).c_str());
   }
   return 0;
 }
@@ -124,9 +137,11 @@ void AddServeCommands(CommandContext& ctx) {
   AddClientOptions(scale, global);
   ctx.on_run(scale, [name, count, &global] { return Scale(*name, *count, global); });
 
-  auto* ls = serve->add_subcommand("ls", "List services and their replicas");
+  auto ls_name = std::make_shared<std::string>();
+  auto* ls = serve->add_subcommand("ls", "List services and their replicas (or only NAME's)");
+  ls->add_option("NAME", *ls_name, "Only this service");
   AddClientOptions(ls, global);
-  ctx.on_run(ls, [&global] { return List(global); });
+  ctx.on_run(ls, [ls_name, &global] { return List(*ls_name, global); });
 
   auto rm_name = std::make_shared<std::string>();
   auto* rm = serve->add_subcommand("rm", "Remove a service (cancel its replicas)");

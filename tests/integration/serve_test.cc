@@ -219,8 +219,16 @@ TEST(ServeIntegrationTest, DeployRouteScaleAndRemoveAService) {
   auto ls = Cohort(c, {"serve", "ls"});
   EXPECT_NE(ls.output.find("Service svc: model svc-model, 2 replica(s), 2 healthy"), std::string::npos) << ls.output;
 
+  // One service by name, as kubectl get svc NAME; a name no service has is an error.
+  auto one = Cohort(c, {"serve", "ls", "svc"});
+  EXPECT_NE(one.output.find("Service svc: model svc-model"), std::string::npos) << one.output << one.errors;
+  auto none = Cohort(c, {"serve", "ls", "nope"});
+  EXPECT_EQ(none.status.Code(), 1);
+  EXPECT_NE(none.errors.find("no service 'nope'"), std::string::npos) << none.errors;
+
   auto scaled = Cohort(c, {"serve", "scale", "svc", "1"});
   ASSERT_EQ(scaled.status.Code(), 0) << scaled.errors;
+  EXPECT_NE(scaled.output.find("Service svc scaled to 1 replica\n"), std::string::npos) << scaled.output;
   ASSERT_NO_FATAL_FAILURE(WaitHealthy(c, "svc", 1, std::chrono::seconds(30)));
   EXPECT_EQ(Post(c, "/v1/completions", req).status, 200);
 

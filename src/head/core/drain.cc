@@ -52,8 +52,14 @@ Result<Effects> Drain(ClusterState& s, const Context& ctx, const std::string& na
   auto it = s.nodes.find(name);
   if (it == s.nodes.end()) return Errorf(ErrorCode::kNotFound, "node '{}' not found", name);
   Tx tx(s, ctx, now);
+  // Draining again without a reason (say, `drain --now` after `drain --reason "bad fan"`)
+  // keeps the reason the operator gave.
+  if (!reason.empty()) {
+    it->second.drain_reason = std::move(reason);
+  } else if (!it->second.drain || it->second.drain_reason.empty()) {
+    it->second.drain_reason = "drained by request";
+  }
   it->second.drain = true;
-  it->second.drain_reason = reason.empty() ? "drained by request" : std::move(reason);
   tx.fx.StoreNode(it->second);
   tx.RequestSchedule();
   tx.fx.Info("node {} draining{}: {}", name, now_flag ? " now (moving its jobs)" : "", it->second.drain_reason);

@@ -20,7 +20,8 @@
 
 namespace cohort::head::core {
 
-// Marks the node drained with `reason` (default "drained by request"); with `now`, asks
+// Marks the node drained with `reason` (default: the reason it is already drained for, else
+// "drained by request"); with `now`, asks
 // each job running there to checkpoint and move within `timeout_ms`. kNotFound for an
 // unknown node.
 Result<Effects> Drain(ClusterState& s, const Context& ctx, const std::string& node, std::string reason, bool now_flag,

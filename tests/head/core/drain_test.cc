@@ -31,6 +31,9 @@ TEST_F(DrainTest, DrainNowAsksTheJobToCheckpointPastWhatItReported) {
   ASSERT_TRUE(Job(id_).move.has_value());
   EXPECT_EQ(Job(id_).move->baseline_checkpoint, 50);
   EXPECT_EQ(Job(id_).move->deadline_ms, now_.unix_ms + 60'000);
+  // Drained again without a reason (drain --now after drain --reason): the reason stays.
+  ASSERT_TRUE(Drain(state_, ctx_, node_, "", /*now_flag=*/false, 60'000, now_).has_value());
+  EXPECT_EQ(state_.nodes.at(node_).drain_reason, "bad fan");
   EXPECT_TRUE(fx->jobs_to_store.contains(id_));
   EXPECT_TRUE(fx->nodes_to_store.contains(node_));
   EXPECT_TRUE(fx->wake.contains("http://agent-" + node_));
