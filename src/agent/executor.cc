@@ -447,8 +447,16 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
   return argv;
 }
 
-Result<ExecTarget> Executor::ExecTargetOf(const TaskKey& key) const {
+Result<ExecTarget> Executor::ExecTargetOf(const TaskKey& key, std::chrono::milliseconds start_wait) {
   MutexLock lk(mu_);
+  // A task the head already counts as running may still be spawning its shim here (a
+  // step or an exec right after the job started, on a busy node): wait for it a while.
+  // (The task is looked up again after every wake-up: it may be forgotten meanwhile.)
+  cv_.WaitFor(mu_, start_wait, [&] {
+    mu_.AssertHeld();
+    auto t = tasks_.find(key);
+    return t == tasks_.end() || !t->second.status.running || t->second.exec.has_value();
+  });
   auto it = tasks_.find(key);
   if (it == tasks_.end()) return Errorf(ErrorCode::kNotFound, "node {} runs no {}", options_.node_name, KeyName(key));
   if (!it->second.status.running) {

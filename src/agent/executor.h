@@ -230,8 +230,10 @@ class Executor {
   Result<LogChunk> ReadLog(const TaskKey& key, int64_t offset, int64_t max_bytes) const EXCLUDES(mu_);
 
   // How to run a command beside a running task (ExecTarget). kNotFound naming the task when
-  // this node has no such task, kFailedPrecondition when it has ended or is still starting.
-  Result<ExecTarget> ExecTargetOf(const TaskKey& key) const EXCLUDES(mu_);
+  // this node has no such task, kFailedPrecondition when it has ended or is still starting
+  // after `start_wait` (its shim is being spawned).
+  Result<ExecTarget> ExecTargetOf(const TaskKey& key,
+                                  std::chrono::milliseconds start_wait = std::chrono::seconds(10)) EXCLUDES(mu_);
   // True while `key` runs here.
   bool IsRunning(const TaskKey& key) const EXCLUDES(mu_);
 

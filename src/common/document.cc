@@ -398,7 +398,7 @@ Result<json> YamlToJson(std::string_view text, std::string_view source,
 }
 
 Result<json> JsonFromText(std::string_view text, std::string_view source) {
-  auto j = ParseJsonText(text);
+  auto j = ParseJsonText(text, /*refuse_duplicate_keys=*/true);
   if (j) return std::move(*j);
   const JsonParseError& e = j.error();
   if (e.byte == 0) {

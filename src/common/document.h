@@ -30,7 +30,8 @@ namespace cohort {
 Result<json> YamlToJson(std::string_view text, std::string_view source,
                         const std::set<std::string, std::less<>>& string_fields = {});
 
-// Parses JSON text, reporting a syntax error as "source:LINE:COL: ...".
+// Parses JSON text, reporting a syntax error as "source:LINE:COL: ..."; a key given twice
+// in one object is an error, as in YAML.
 Result<json> JsonFromText(std::string_view text, std::string_view source);
 
 // Reads a whole file ("-": standard input). kInvalidArgument naming the path and the OS

@@ -21,6 +21,8 @@ struct DuplicateKey {
 // before anything recursive walks the value.
 class FieldTracker {
  public:
+  explicit FieldTracker(bool refuse_duplicate_keys) : refuse_duplicate_keys_(refuse_duplicate_keys) {}
+
   bool On(json::parse_event_t event, const json& parsed) {
     using E = json::parse_event_t;
     switch (event) {
@@ -41,9 +43,9 @@ class FieldTracker {
         break;
       case E::object_end:
         // nlohmann keeps the last of two equal keys: the object then has fewer members than
-        // the keys read. A person's spec or config with `nodes` twice, or a request so
-        // built, is refused rather than read as whichever came last (YAML refuses it too).
-        if (parsed.size() != frames_[depth_ - 1].keys.size()) {
+        // the keys read. A person's spec or config with `nodes` twice is refused rather than
+        // read as whichever came last (YAML refuses it too).
+        if (refuse_duplicate_keys_ && parsed.size() != frames_[depth_ - 1].keys.size()) {
           std::vector<std::string> keys = frames_[--depth_].keys;
           std::sort(keys.begin(), keys.end());
           auto dup = std::adjacent_find(keys.begin(), keys.end());
@@ -86,6 +88,7 @@ class FieldTracker {
     if (depth_ > 0 && frames_[depth_ - 1].array) ++frames_[depth_ - 1].index;
   }
 
+  bool refuse_duplicate_keys_;
   std::vector<Frame> frames_;  // frames_[0, depth_) are open
   size_t depth_ = 0;
 };
@@ -121,8 +124,8 @@ std::string OutOfRangeMessage(const json::exception& e) {
 
 }  // namespace
 
-std::expected<json, JsonParseError> ParseJsonText(std::string_view text) {
-  FieldTracker tracker;
+std::expected<json, JsonParseError> ParseJsonText(std::string_view text, bool refuse_duplicate_keys) {
+  FieldTracker tracker(refuse_duplicate_keys);
   auto callback = [&tracker](int, json::parse_event_t event, json& parsed) { return tracker.On(event, parsed); };
   try {
     return json::parse(text, callback);

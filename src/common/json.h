@@ -40,8 +40,12 @@ struct JsonParseError {
 };
 
 // Parses text as JSON, refusing syntax errors, numbers beyond a double (1e400, -1e400)
-// and nesting deeper than kMaxJsonDepth. Never throws.
-std::expected<json, JsonParseError> ParseJsonText(std::string_view text);
+// and nesting deeper than kMaxJsonDepth; with `refuse_duplicate_keys` (what a person
+// writes: spec files, configs), also an object that gives a key twice ("the key 'nodes' is
+// given twice"). Without it the last value wins, as in JavaScript and Python: a program's
+// output may hold two keys that differed only in bytes its encoder replaced (U+FFFD).
+// Never throws.
+std::expected<json, JsonParseError> ParseJsonText(std::string_view text, bool refuse_duplicate_keys = false);
 
 // ParseJsonText with kInvalidArgument errors: a syntax error names `what` and the byte
 // offset ("request body is not valid JSON: syntax error at byte 12"); a number out of

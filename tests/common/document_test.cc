@@ -95,6 +95,16 @@ TEST(JsonDocuments, NumberOutOfRangeNamesTheField) {
   EXPECT_EQ(j.error().message, "job.json: nodes: number out of range: 1e400");
 }
 
+// As YAML does: a JSON spec with "nodes" twice ran with the last one, silently.
+TEST(JsonDocuments, AKeyGivenTwiceIsRefused) {
+  auto j = JsonFromText("{\"command\": [\"x\"], \"nodes\": 2,\n \"nodes\": 3}", "job.json");
+  ASSERT_FALSE(j.has_value());
+  EXPECT_EQ(j.error().message, "job.json: the key 'nodes' is given twice");
+  auto env = JsonFromText(R"({"env": {"A": "1", "A": "2"}})", "job.json");
+  ASSERT_FALSE(env.has_value());
+  EXPECT_EQ(env.error().message, "job.json: env: the key 'A' is given twice");
+}
+
 TEST(JsonDocuments, SyntaxErrorsKeepLineAndColumn) {
   auto j = JsonFromText("{\n  \"nodes\": 1,\n  oops\n}", "job.json");
   ASSERT_FALSE(j.has_value());
