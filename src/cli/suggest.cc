@@ -114,11 +114,18 @@ std::string DidYouMean(CLI::App& app, int argc, const char* const* argv) {
       const std::string name = word.substr(0, word.find('='));
       const CLI::Option* opt = FindFlag(current, word.starts_with("--") ? name : word.substr(0, 2));
       if (opt == nullptr) {
-        if (!word.starts_with("--") && word.size() > 2) continue;  // "-N2": a short flag with its value
+        const bool negative_number =
+            word.size() > 1 && word.find_first_not_of("0123456789.", 1) == std::string::npos;
+        // "-N2": a short flag with its value; "-12": a number where none may be negative.
+        if (!word.starts_with("--") && word.size() > 2 && !negative_number) continue;
         std::string cmd;  // "cohort token create"
         for (const CLI::App* a = current; a != &app && a != nullptr; a = a->get_parent()) cmd = " " + a->get_name() + cmd;
         cmd = "cohort" + cmd;
         const std::string where = current == &app ? "" : " of " + cmd;
+        if (negative_number) {
+          return fmt::format("'{}' is not a flag{}, and no argument of {} may be negative ({} --help lists "
+                             "what it takes)", word, where, cmd, cmd);
+        }
         if (!word.starts_with("--")) {
           // Every one-letter flag is one edit from any other: a guess would be noise.
           return fmt::format("unknown flag '{}'{} ({} --help lists its flags)", name, where, cmd);
