@@ -121,6 +121,7 @@ ArrayElements SettleArrays(ClusterState& s, const Context& ctx, Now now) {
       // the next ones wait, and the array's pending reason says so.
       const int64_t room = OpenJobRoom(s, ctx.job_limits, array.spec.user);
       rt.waits_for_room.clear();
+      if (array.held) budget = 0;  // cohort hold of the array: no new elements until released
       if (budget > 0 && room < budget) {
         budget = room;
         if (room == 0) rt.waits_for_room = "its next elements wait: " + NoRoomReason(s, ctx.job_limits, array.spec.user);

@@ -8,6 +8,11 @@
 // apply: kNotFound for an unknown job, kFailedPrecondition for one that is not PENDING (or
 // is already held / not held), kInvalidArgument for an update out of range (naming the
 // field). Who may call them is the HTTP handler's business (head/jobs_control_api.cc).
+//
+// A job array (its record stays PENDING while it has elements to run) is held, released
+// and updated as Slurm's: a hold holds its PENDING elements and makes no new ones until
+// released; a release releases it and the elements held by the same holder; an update
+// applies to it (so to the elements it makes later) and to its PENDING elements.
 #pragma once
 
 #include <cstdint>

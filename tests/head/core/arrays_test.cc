@@ -8,6 +8,7 @@
 #include "api/sweep.h"
 #include "core_test_util.h"
 #include "head/core/arrays.h"
+#include "head/core/job_control.h"
 #include "head/core/lifecycle.h"
 #include "head/core/queries.h"
 #include "head/core/submit.h"
@@ -168,6 +169,57 @@ TEST_F(ArrayTest, AFailedElementFailsTheArrayWithItsExitCode) {
   EXPECT_EQ(Job(array).state, JobState::kFailed);
   EXPECT_EQ(Job(array).reason, "1 of 2 elements failed");
   EXPECT_EQ(Job(array).exit_code, 7);
+}
+
+// `cohort hold ARRAY` (Slurm's scontrol hold of an array): the array record is the job the
+// user names, but the elements are what run. A hold that only marked the record let the
+// elements go on starting; it holds every pending element and makes no more, a release
+// lets them go, and an update reaches the pending elements and the ones made later.
+TEST_F(ArrayTest, HoldReleaseAndUpdateOfAnArrayReachItsElements) {
+  Register(Reg("n1", 1));
+  const api::JobId array = Submit(ArraySpec("0-9%2"));
+  Settle();
+  ASSERT_EQ(Pass(), 1);
+  ASSERT_EQ(Live(array), std::make_pair(2, 1)) << "element 0 runs, element 1 waits for the GPU";
+  auto fx = Hold(state_, ctx_, array, "alice", now_);
+  ASSERT_TRUE(fx) << fx.error().message;
+  auto e1 = ArrayElementId(state_, array, 1);
+  ASSERT_TRUE(e1);
+  EXPECT_TRUE(Job(*e1).held) << "the pending element is held with its array";
+  EXPECT_TRUE(fx->jobs_to_store.contains(*e1));
+  EXPECT_EQ(Job(*e1).held_by, "alice");
+  FinishRunning(array);
+  EXPECT_EQ(Settle(), 0) << "a held array makes no new elements";
+  EXPECT_EQ(Pass(), 0) << "nor do its elements start";
+  EXPECT_EQ(Job(array).array_left, "2-9");
+  EXPECT_EQ(GetJob(state_, array)->reason, "held by alice (cohort release " + std::to_string(array) + ")");
+
+  JobUpdate u;
+  u.priority = 7;
+  u.time_limit_s = 60;
+  ASSERT_TRUE(Update(state_, ctx_, array, u, now_));
+  EXPECT_EQ(Job(*e1).spec.priority, 7) << "a pending element takes the update";
+  EXPECT_EQ(Job(*e1).spec.time_limit_s, 60);
+  u = {};
+  u.time_limit_s = -1;
+  EXPECT_FALSE(Update(state_, ctx_, array, u, now_));
+
+  ASSERT_TRUE(Release(state_, ctx_, array, now_));
+  EXPECT_FALSE(Job(array).held);
+  EXPECT_FALSE(Job(*e1).held) << "released with its array";
+  EXPECT_EQ(Settle(), 1);
+  auto e2 = ArrayElementId(state_, array, 2);
+  ASSERT_TRUE(e2);
+  EXPECT_EQ(Job(*e2).spec.priority, 7) << "an element made later takes the update too";
+  EXPECT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(*e1).state, JobState::kRunning);
+
+  // An element held on its own by another user keeps that hold when the array is released.
+  ASSERT_TRUE(Hold(state_, ctx_, *e2, "admin", now_));
+  ASSERT_TRUE(Hold(state_, ctx_, array, "alice", now_));
+  ASSERT_TRUE(Release(state_, ctx_, array, now_));
+  EXPECT_TRUE(Job(*e2).held);
+  EXPECT_EQ(Job(*e2).held_by, "admin");
 }
 
 TEST_F(ArrayTest, AFailedCreationGivesTheIndexBack) {
