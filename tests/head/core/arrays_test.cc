@@ -114,6 +114,25 @@ TEST_F(ArrayTest, ElementsGetTheirIndexAndTheArrayCollapsesInTheQueue) {
   EXPECT_FALSE(ArrayElementId(state_, *e, 0)) << "an element is no array";
 }
 
+// Slurm gives every element the array's shape (SLURM_ARRAY_TASK_COUNT, _MIN, _MAX, _STEP),
+// which scripts use to split work ("my share is every COUNT-th file from MIN").
+TEST_F(ArrayTest, ElementsGetTheArraysCountMinMaxAndStep) {
+  Register(Reg("n1", 2));
+  Submit(ArraySpec("3-11:4%2"));  // 3, 7, 11
+  Settle();
+  ASSERT_EQ(Pass(), 2);
+  const auto tasks = DesiredTasks(state_, ctx_, "n1");
+  ASSERT_EQ(tasks.size(), 2u);
+  for (const auto& t : tasks) {
+    for (const std::string prefix : {"COHORT", "SLURM"}) {
+      EXPECT_EQ(t.env.at(prefix + "_ARRAY_TASK_COUNT"), "3");
+      EXPECT_EQ(t.env.at(prefix + "_ARRAY_TASK_MIN"), "3");
+      EXPECT_EQ(t.env.at(prefix + "_ARRAY_TASK_MAX"), "11");
+      EXPECT_EQ(t.env.at(prefix + "_ARRAY_TASK_STEP"), "4");
+    }
+  }
+}
+
 TEST_F(ArrayTest, CancelOneElementStartedOrNotThenTheWholeArray) {
   Register(Reg("n1", 1));
   const api::JobId array = Submit(ArraySpec("0-9"));
