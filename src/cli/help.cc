@@ -61,8 +61,10 @@ cohort submit sends the submitting shell's environment (--export, Slurm's semant
   --export=ALL         the default: every variable but a deny list: LD_PRELOAD, LD_AUDIT,
                        LD_DEBUG, HOME, USER, LOGNAME, SHELL, MAIL, PWD, OLDPWD, SHLVL, _,
                        HOSTNAME, DISPLAY, XAUTHORITY, SSH_*, BASH_FUNC_*, TMUX, XDG_RUNTIME_DIR
-                       and the session's other XDG_SESSION/DBUS names, and the names above
-                       (COHORT_*, COHORT_TOKEN included, RANK, ...)
+                       and the session's other XDG_SESSION/DBUS names, the names above
+                       (COHORT_*, COHORT_TOKEN included, RANK, ...), and the SLURM_JOB_ID,
+                       SLURM_JOBID, SLURM_JOB_NODELIST, SLURM_NNODES and SLURM_ARRAY_* that
+                       cohort alloc's shell and an array's element have
   --export=NONE        nothing
   --export=A,B=1       only A (its value here) and B=1; ALL,B=1 adds B=1 to ALL
 The spec file's env and --env override what --export sends. The command's program is
