@@ -109,6 +109,16 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   if (s.is_array()) {
     r.Add("array", fmt::format("{} (not started yet: {})", s.array, job.array_left.empty() ? "none" : job.array_left));
   }
+  if (s.sweep.is_object() && !s.sweep.empty()) {
+    // The section's own words; `cohort sweep show` ranks its elements.
+    r.Add("sweep", fmt::format("{} (cohort sweep show {})", s.sweep.dump(), job.id));
+  }
+  if (!job.sweep_values.empty()) {
+    // The hyperparameters this element ran with (COHORT_SWEEP_*, and --set for cohort train).
+    std::string values;
+    for (const auto& [name, value] : job.sweep_values) values += (values.empty() ? "" : " ") + name + "=" + value;
+    r.Add("sweep values", values);
+  }
   r.Add("name", s.name);
   r.Add("user", s.user);
   r.Add("state", std::string(api::JobStateName(job.state)));
