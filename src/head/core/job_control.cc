@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "api/job_array.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -91,10 +92,30 @@ Result<Effects> Release(ClusterState& s, const Context& ctx, api::JobId id, Now 
 
 Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const JobUpdate& update, Now now) {
   if (update.empty()) {
-    return MakeError(ErrorCode::kInvalidArgument, "nothing to update: give time_limit_s, priority or name");
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "nothing to update: give time_limit_s, priority, name or array_throttle");
   }
   Job* job = COHORT_TRY(PendingJob(s, id, "updated"));
   api::JobSpec spec = job->spec;
+  if (update.array_throttle) {
+    if (!spec.is_array()) {
+      return FieldError("array_throttle", "job {} is not a job array: only an array has a throttle", id);
+    }
+    if (*update.array_throttle < 0 || *update.array_throttle > api::kMaxArrayElements) {
+      return FieldError("array_throttle", "must be between 0 (no throttle) and {}, got {}", api::kMaxArrayElements,
+                        *update.array_throttle);
+    }
+    api::ArraySpec a = COHORT_TRY(api::ParseArraySpec(spec.array, "array"));
+    a.throttle = static_cast<int>(*update.array_throttle);
+    spec.array = a.ToString();
+    if (spec.sweep.is_object()) {  // a sweep's array is its section's: parallel is its throttle
+      if (a.throttle > 0) {
+        spec.sweep["parallel"] = a.throttle;
+      } else {
+        spec.sweep.erase("parallel");
+      }
+    }
+  }
   if (update.time_limit_s) {
     if (*update.time_limit_s < 0 || *update.time_limit_s > api::kMaxTimeLimitS) {
       return FieldError("time_limit_s", "must be between 0 (unlimited) and {} seconds, got {}", api::kMaxTimeLimitS,
@@ -127,6 +148,7 @@ Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const
   if (update.time_limit_s) what += fmt::format(" time_limit_s {} -> {}", job->spec.time_limit_s, spec.time_limit_s);
   if (update.priority) what += fmt::format(" priority {} -> {}", job->spec.priority, spec.priority);
   if (update.name) what += fmt::format(" name {} -> {}", job->spec.name, spec.name);
+  if (update.array_throttle) what += fmt::format(" array {} -> {}", job->spec.array, spec.array);
   job->spec = std::move(spec);
   tx.fx.StoreJob(*job);
   for (auto& [e, es] : elements) {
@@ -135,7 +157,7 @@ Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const
   }
   if (!elements.empty()) what += fmt::format(" (and {} pending elements)", elements.size());
   tx.fx.Info("job {} updated:{}", id, what);
-  tx.RequestSchedule();  // a new priority or limit may change the order or let a backfill in
+  tx.RequestSchedule();  // a new priority or limit may change the order or let a backfill in; a throttle, elements
   return std::move(tx.fx);
 }
 

@@ -241,6 +241,50 @@ TEST_F(ArrayTest, HoldReleaseAndUpdateOfAnArrayReachItsElements) {
   EXPECT_EQ(Job(*e2).held_by, "admin");
 }
 
+// Slurm's ArrayTaskThrottle: `cohort update 12 --throttle N` changes %N of a running array
+// (a sweep's parallel with it, so the stored spec reads back), from the next element made.
+TEST_F(ArrayTest, UpdatingTheThrottleChangesHowManyElementsLive) {
+  Register(Reg("n1", 4));
+  const api::JobId array = Submit(ArraySpec("0-9%1"));
+  Settle();
+  ASSERT_EQ(Live(array).first, 1);
+  JobUpdate u;
+  u.array_throttle = 3;
+  auto fx = Update(state_, ctx_, array, u, now_);
+  ASSERT_TRUE(fx) << fx.error().message;
+  EXPECT_TRUE(fx->jobs_to_store.contains(array));
+  EXPECT_EQ(Job(array).spec.array, "0-9%3");
+  EXPECT_EQ(Settle(), 2) << "two more elements may live now";
+  EXPECT_EQ(api::DisplayJobId(Job(array)), std::to_string(array) + "_[3-9%3]");
+  u.array_throttle = 1;
+  ASSERT_TRUE(Update(state_, ctx_, array, u, now_));
+  Pass();
+  FinishRunning(array);
+  EXPECT_EQ(Settle(), 1) << "three ended: one made under %1";
+  u.array_throttle = 0;
+  ASSERT_TRUE(Update(state_, ctx_, array, u, now_));
+  EXPECT_EQ(Job(array).spec.array, "0-9");
+  u.array_throttle = -1;
+  EXPECT_EQ(Update(state_, ctx_, array, u, now_).error().field, "array_throttle");
+  u.array_throttle = 2;
+  const api::JobId plain = Submit(Spec(1, 1));
+  auto not_array = Update(state_, ctx_, plain, u, now_);
+  ASSERT_FALSE(not_array);
+  EXPECT_NE(not_array.error().message.find("is not a job array"), std::string::npos);
+
+  api::JobSpec sweep = Spec(1, 1);
+  auto section = api::ValidateSweep(json::parse(R"({"grid": {"lr": [1, 2, 3]}, "parallel": 1})"));
+  ASSERT_TRUE(section);
+  sweep.sweep = *section;
+  sweep.array = api::SweepArray(sweep.sweep);
+  const api::JobId s = Submit(sweep);
+  ASSERT_TRUE(Update(state_, ctx_, s, u, now_));
+  EXPECT_EQ(Job(s).spec.array, "0-2%2");
+  EXPECT_EQ(Job(s).spec.sweep["parallel"], 2);
+  auto stored = api::JobSpecFromJson(api::ToJson(Job(s).spec));
+  EXPECT_TRUE(stored) << "the stored spec reads back: " << stored.error().message;
+}
+
 TEST_F(ArrayTest, AFailedCreationGivesTheIndexBack) {
   Register(Reg("n1", 1));
   const api::JobId array = Submit(ArraySpec("0-3%2"));
