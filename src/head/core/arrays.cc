@@ -188,6 +188,11 @@ Result<JobId> ArrayElementId(const ClusterState& s, JobId array, int64_t task) {
       return Errorf(ErrorCode::kNotFound, "element {}_{} has not started yet: it waits in its array", array, task);
     }
   }
+  if (auto spec = api::ParseArraySpec(a->second.spec.array, "array"); spec && spec->indices.contains(task)) {
+    // One of its indices, neither waiting nor made: taken out before it started (or being
+    // made this moment, which the next look finds).
+    return Errorf(ErrorCode::kNotFound, "element {}_{} was cancelled before it started", array, task);
+  }
   return Errorf(ErrorCode::kNotFound, "job array {} has no element {} (its indices: {})", array, task,
                 a->second.spec.array);
 }

@@ -156,7 +156,10 @@ TEST_F(ArrayTest, CancelOneElementStartedOrNotThenTheWholeArray) {
   EXPECT_TRUE(fx->jobs_to_store.contains(second)) << "the array record is stored without the index";
   EXPECT_EQ(Job(second).array_left, "1-499,501-999");
   EXPECT_EQ(Job(second).array_cancelled, 1);
-  EXPECT_EQ(CancelArrayTask(state_, ctx_, second, 500, now_).error().code, ErrorCode::kNotFound);
+  auto twice = CancelArrayTask(state_, ctx_, second, 500, now_);
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(twice.error().message, "element " + std::to_string(second) + "_500 was cancelled before it started");
   EXPECT_EQ(CancelArrayTask(state_, ctx_, second, 1000, now_).error().code, ErrorCode::kNotFound);
   // The whole first array: its running and pending elements and what it had left.
   auto all = Cancel(state_, ctx_, array, now_);
