@@ -71,6 +71,14 @@ int Run(const std::string& id_text, const GlobalOptions& global) {
       if (n.is_number_integer() && n.get<int64_t>() > 0) line += fmt::format(" {} {}", n.get<int64_t>(), state);
     }
     std::printf("%s\n", line.c_str());
+    if (const auto& f = (*reply)["array_failed"]; f.is_string()) {
+      std::string failed = "failed elements: " + f.get<std::string>();
+      // A sweep's indices are its points, so only a plain array is resubmitted by index.
+      if (!(*reply)["spec"].contains("sweep")) {
+        failed += fmt::format(" (to run them again: cohort submit ... --array {})", f.get<std::string>());
+      }
+      std::printf("%s\n", failed.c_str());
+    }
   }
   if (reply->contains("progress_eta")) {
     auto eta = api::ProgressEtaFromJson((*reply)["progress_eta"], "progress_eta");

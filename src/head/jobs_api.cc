@@ -185,7 +185,11 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
       if (j.state == api::JobState::kRunning) view.progress_eta = cluster.progress().Eta(j.id, j.attempt);
       json out = api::ToJson(view);
       if (auto p = cluster.progress().Latest(j.id)) out["progress"] = api::ToJson(*p);
-      if (j.spec.is_array()) out["array_summary"] = cluster.ArraySummary(j.id);  // elements by state
+      if (j.spec.is_array()) {
+        out["array_summary"] = cluster.ArraySummary(j.id);  // elements by state
+        // Which ones failed, as an index set: what to run again.
+        if (std::string failed = cluster.FailedArrayIndices(j.id); !failed.empty()) out["array_failed"] = failed;
+      }
       HideEnvUnlessOwner(out, caller);
       return out;
     });

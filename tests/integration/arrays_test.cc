@@ -196,6 +196,22 @@ TEST(Arrays, CancelARangeOfElementsStartedOrNot) {
   EXPECT_EQ(indices, (std::set<int>{0, 1, 4, 5, 6, 7, 9}));
 }
 
+// A researcher whose array partly failed is told which indices, ready for --array.
+TEST(Arrays, ShowNamesTheFailedElementsToRunAgain) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 2);
+  c.WaitForNodes(1);
+  auto sub = Cohort(c, {"submit", "--array", "0-5", "--", "sh", "-c", "exit $((COHORT_ARRAY_TASK_ID % 3 == 1))"});
+  ASSERT_EQ(sub.status.Code(), 0) << sub.errors;
+  json done = c.WaitForState(IdOf(sub), "FAILED", std::chrono::seconds(30));
+  EXPECT_EQ(done["array_failed"], "1,4") << done.dump();
+  auto show = Cohort(c, {"show", std::to_string(IdOf(sub))});
+  EXPECT_NE(show.output.find("failed elements: 1,4 (to run them again: cohort submit ... --array 1,4)"),
+            std::string::npos)
+      << show.output;
+}
+
 TEST(Arrays, AHeadRestartMidArrayLosesNothingAndRunsNoElementTwice) {
   LocalCluster c;
   c.StartHead();

@@ -292,4 +292,15 @@ std::map<std::string, int64_t> ArraySummary(const ClusterState& s, const Job& ar
   return out;
 }
 
+std::string FailedArrayIndices(const ClusterState& s, const Job& array) {
+  api::ArrayIndexSet failed;
+  if (auto rt = s.arrays.find(array.id); rt != s.arrays.end()) {
+    for (const auto& [task, id] : rt->second.elements) {
+      const JobState st = s.jobs.at(id).state;
+      if (st == JobState::kFailed || st == JobState::kTimeout) failed.Add(task);
+    }
+  }
+  return failed.ToString();
+}
+
 }  // namespace cohort::head::core

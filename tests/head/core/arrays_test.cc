@@ -191,6 +191,7 @@ TEST_F(ArrayTest, AFailedElementFailsTheArrayWithItsExitCode) {
   EXPECT_EQ(Job(array).state, JobState::kFailed);
   EXPECT_EQ(Job(array).reason, "1 of 2 elements failed");
   EXPECT_EQ(Job(array).exit_code, 7);
+  EXPECT_EQ(FailedArrayIndices(state_, Job(array)), "2") << "what to run again";
 }
 
 // `cohort hold ARRAY` (Slurm's scontrol hold of an array): the array record is the job the
