@@ -354,6 +354,8 @@ class TaskShim {
   // A container task: explains a failure of the runtime itself (exit 125) in the task's
   // error, then removes the container (bounded).
   void FinishContainer();
+  // A container whose init could not exec the command: exit 127 (126) and the reason.
+  void ExplainContainerExec(const ExitStatus& runtime);
   // Writes the status file and returns the shim's exit code (the task's).
   int ReportExit();
 
@@ -407,6 +409,7 @@ class TaskShim {
   WakeupLateness lateness_{kLatenessWindow};
   std::string fence_error_;
   std::string runtime_error_;  // a container runtime's own failure (FinishContainer)
+  std::optional<int> exit_override_;  // the exit code a container's failed exec stands for
   // A container task's init, found and published (container_root.h), and, for a Docker
   // task, the SIGTERM due to its container by name.
   std::optional<ContainerRootFinder> root_finder_;
@@ -744,7 +747,45 @@ std::string LastRuntimeError(const std::string& path) {
   return found;
 }
 
+// The last non-empty line of `path`'s last 8 KiB; empty if none.
+std::string LastLogLine(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return {};
+  std::string tail(8192, '\0');
+  off_t size = lseek(fd, 0, SEEK_END);
+  off_t from = size > static_cast<off_t>(tail.size()) ? size - static_cast<off_t>(tail.size()) : 0;
+  ssize_t n = pread(fd, tail.data(), tail.size(), from);
+  close(fd);
+  tail.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  const size_t nl = tail.rfind('\n');
+  return nl == std::string::npos ? tail : tail.substr(nl + 1);
+}
+
 }  // namespace
+
+void TaskShim::ExplainContainerExec(const ExitStatus& runtime) {
+  // The container's init (--init: Podman's catatonit, Docker's tini) could not exec the
+  // command: it exits 1 (catatonit) or 127 with one line, where a bare process would have
+  // been exit 127 "not found" (126: not executable) from the shell's convention.
+  if (runtime.signal != 0 || (runtime.exit_code != 1 && runtime.exit_code != 127)) return;
+  const std::string line = LastLogLine(args_.log_path);
+  const bool init_exec = line.find("failed to exec pid1") != std::string::npos ||
+                         (line.find("tini") != std::string::npos && line.find("exec ") != std::string::npos);
+  if (!init_exec) return;
+  const bool missing = line.find("No such file or directory") != std::string::npos;
+  const bool denied = line.find("Permission denied") != std::string::npos;
+  if (!missing && !denied) return;
+  std::string program;
+  for (size_t i = 0; i + 1 < args_.command.size(); ++i) {
+    if (args_.command[i] == args_.container_image) program = args_.command[i + 1];
+  }
+  exit_override_ = missing ? 127 : 126;
+  runtime_error_ = fmt::format("image '{}' has no program '{}' it can run ({}; the command runs inside the image: "
+                               "give a program the image has, by its path there)",
+                               args_.container_image, program, missing ? "not found" : "permission denied");
+  LogLine(log_fd_, runtime_error_);
+}
 
 void TaskShim::FinishContainer() {
   if (root_finder_) root_finder_->Clear();  // no root left to read
@@ -762,6 +803,8 @@ void TaskShim::FinishContainer() {
                               : fmt::format("container image '{}' is not on this node and could not be pulled: {}",
                                             args_.container_image, why.empty() ? "exit code 125" : why);
     LogLine(log_fd_, runtime_error_);
+  } else if (fence_error_.empty() && !term_sent_) {
+    ExplainContainerExec(runtime);
   }
   // A runtime that ran its container to the end removed it (--rm). One that was stopped
   // (a SIGTERM reaching it while it was still creating the container makes it exit
@@ -802,6 +845,8 @@ int TaskShim::ReportExit() {
   if (!start_error_.empty()) {
     exit_code = 127;
     sig = 0;
+  } else if (exit_override_) {
+    exit_code = *exit_override_;
   }
   const std::string& error = !start_error_.empty() ? start_error_ : !fence_error_.empty() ? fence_error_ : runtime_error_;
   WriteStatus(args_.status_path, exit_code, sig, error, log_fd_);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "api/gpu_request.h"
+#include "api/job_array.h"
 #include "api/routes.h"
 #include "api/sweep.h"
 
@@ -60,6 +61,17 @@ std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAll
     for (const char* prefix : {"COHORT", "SLURM"}) {
       set(fmt::format("{}_ARRAY_JOB_ID", prefix), std::to_string(job.array_job_id));
       set(fmt::format("{}_ARRAY_TASK_ID", prefix), std::to_string(job.array_task_id));
+    }
+    // The array as a whole, as Slurm gives it: scripts split work by COUNT, MIN and STEP.
+    if (auto a = ParseArraySpec(options.array, "array"); a && !a->indices.empty()) {
+      const auto& ranges = a->indices.ranges();
+      const int64_t step = ranges.size() == 1 ? ranges[0].step : 1;
+      for (const char* prefix : {"COHORT", "SLURM"}) {
+        set(fmt::format("{}_ARRAY_TASK_COUNT", prefix), std::to_string(a->indices.size()));
+        set(fmt::format("{}_ARRAY_TASK_MIN", prefix), std::to_string(a->indices.min()));
+        set(fmt::format("{}_ARRAY_TASK_MAX", prefix), std::to_string(a->indices.max()));
+        set(fmt::format("{}_ARRAY_TASK_STEP", prefix), std::to_string(step));
+      }
     }
   }
   for (const auto& [name, value] : job.sweep_values) set(SweepEnvName(name), value);  // api/sweep.h

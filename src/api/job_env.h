@@ -20,6 +20,9 @@ struct TaskEnvOptions {
   std::string checkpoint_dir;  // COHORT_CHECKPOINT_DIR; empty: not set
   std::string ca_pem;          // COHORT_CA: the head's authority (PEM), with TLS; empty: not set
   std::string job_token;       // COHORT_JOB_TOKEN: the attempt's bearer token for its own job; empty: not set
+  // An array element's array (its `array` spec, "0-99:2%4"): COHORT_ARRAY_TASK_COUNT,
+  // _MIN, _MAX and _STEP (and SLURM_ARRAY_TASK_*); empty: not set.
+  std::string array;
   // CUDA_VISIBLE_DEVICES = the task's GPUs ("" for none, hiding every GPU); false: not
   // set, the task sees what its parent sees (`cohort run` without --gpus-per-rank).
   bool set_visible_devices = true;
@@ -37,7 +40,9 @@ TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view
 // MASTER_ADDR/MASTER_PORT (the allocation's), COHORT_ATTEMPT and
 // TORCHELASTIC_RESTART_COUNT, COHORT_NUM_NODES (the allocation's node count),
 // CUDA_VISIBLE_DEVICES, the URLs of `options`, COHORT_CA (with a TLS head) and
-// COHORT_JOB_TOKEN. A job with an id (> 0) also gets
+// COHORT_JOB_TOKEN. An array element gets COHORT_ARRAY_JOB_ID and COHORT_ARRAY_TASK_ID
+// and, from options.array, COHORT_ARRAY_TASK_COUNT, _MIN, _MAX and _STEP (the indices'
+// common step, 1 when they have none), each also as SLURM_ARRAY_*. A job with an id (> 0) also gets
 // COHORT_JOB_ID and COHORT_JOB_NAME; a named node, COHORT_NODE; `cohort run` passes
 // neither (id 0, node "").
 //

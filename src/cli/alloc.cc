@@ -123,7 +123,12 @@ int RunAlloc(const SubmitFlags& flags, const std::vector<std::string>& command, 
   for (const auto& arg : sub->remaining(false)) {
     if (arg == "--") continue;
     const std::string typed = arg.substr(0, arg.find('='));
-    auto close = typed.starts_with("-") ? ClosestNames(typed, FlagNames(*sub)) : std::vector<std::string>{};
+    if (std::string slurm = typed.starts_with("-") ? SlurmFlagHint(typed) : ""; !slurm.empty()) {
+      return ReportError(
+          MakeError(ErrorCode::kInvalidArgument, fmt::format("unknown option '{}': {}", typed, slurm)).error());
+    }
+    // Every one-letter flag is one edit from any other: a guess would be noise.
+    auto close = typed.starts_with("--") ? ClosestNames(typed, FlagNames(*sub)) : std::vector<std::string>{};
     return ReportError(MakeError(ErrorCode::kInvalidArgument,
                                  fmt::format("unexpected '{}'{} (see cohort alloc --help; the command to run goes "
                                              "after --: cohort alloc -N 2 -- CMD)",

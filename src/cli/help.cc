@@ -50,8 +50,9 @@ MASTER_ADDR MASTER_PORT CUDA_VISIBLE_DEVICES COHORT_JOB_ID COHORT_JOB_NAME
 COHORT_ATTEMPT TORCHELASTIC_RESTART_COUNT COHORT_NODE COHORT_NUM_NODES COHORT_HEAD
 COHORT_RENDEZVOUS COHORT_REPORT COHORT_CHECKPOINT_DIR COHORT_JOB_TOKEN (and COHORT_CA
 with TLS), plus the spec's env (--env KEY=VALUE). A job spec may not set these.
-An array's element also gets COHORT_ARRAY_JOB_ID and COHORT_ARRAY_TASK_ID (and Slurm's
-SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID); a sweep's element its values as
+An array's element also gets COHORT_ARRAY_JOB_ID, COHORT_ARRAY_TASK_ID and the array's
+COHORT_ARRAY_TASK_COUNT, _MIN, _MAX and _STEP (and Slurm's SLURM_ARRAY_JOB_ID,
+SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT, ...); a sweep's element its values as
 COHORT_SWEEP_<NAME> (train.lr: COHORT_SWEEP_TRAIN_LR). A task on a shared GPU
 (gpus_per_task, gpu_memory) gets COHORT_GPU_MEMORY_MIB, COHORT_GPU_MEMORY_ENFORCE and
 NVIDIA MPS's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT.
@@ -60,8 +61,10 @@ cohort submit sends the submitting shell's environment (--export, Slurm's semant
   --export=ALL         the default: every variable but a deny list: LD_PRELOAD, LD_AUDIT,
                        LD_DEBUG, HOME, USER, LOGNAME, SHELL, MAIL, PWD, OLDPWD, SHLVL, _,
                        HOSTNAME, DISPLAY, XAUTHORITY, SSH_*, BASH_FUNC_*, TMUX, XDG_RUNTIME_DIR
-                       and the session's other XDG_SESSION/DBUS names, and the names above
-                       (COHORT_*, COHORT_TOKEN included, RANK, ...)
+                       and the session's other XDG_SESSION/DBUS names, the names above
+                       (COHORT_*, COHORT_TOKEN included, RANK, ...), and the SLURM_JOB_ID,
+                       SLURM_JOBID, SLURM_JOB_NODELIST, SLURM_NNODES and SLURM_ARRAY_* that
+                       cohort alloc's shell and an array's element have
   --export=NONE        nothing
   --export=A,B=1       only A (its value here) and B=1; ALL,B=1 adds B=1 to ALL
 The spec file's env and --env override what --export sends. The command's program is

@@ -1,7 +1,8 @@
 // `cohort hold JOB...`, `cohort release JOB...` and `cohort update JOB [--time-limit D]
-// [--priority P] [--name N]`: job control of pending jobs, like Slurm's `scontrol hold`,
+// [--priority P] [--name N] [--throttle N]`: job control of pending jobs, like Slurm's `scontrol hold`,
 // `scontrol release` and `scontrol update`. Each job goes on its own (ForEachName): the
 // exit code is that of the first failure, an unreachable head stops at once with 3.
+#include "api/job_array.h"
 #include "cli/client.h"
 
 namespace cohort::cli {
@@ -41,6 +42,7 @@ struct UpdateFlags {
   std::optional<std::string> time_limit;
   std::optional<int> priority;
   std::optional<std::string> name;
+  std::optional<int64_t> throttle;  // an array's %N
 };
 
 }  // namespace
@@ -58,7 +60,8 @@ Result<json> UpdateBody(const std::optional<std::string>& time_limit, const std:
   }
   if (name) body["name"] = *name;
   if (body.empty()) {
-    return MakeError(ErrorCode::kInvalidArgument, "nothing to update: give --time-limit, --priority or --name");
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "nothing to update: give --time-limit, --priority, --name or --throttle");
   }
   return body;
 }
@@ -88,16 +91,30 @@ void AddJobControlCommands(CommandContext& ctx) {
     auto ids = std::make_shared<std::vector<std::string>>();
     auto f = std::make_shared<UpdateFlags>();
     auto* sub = ctx.app.add_subcommand(
-        "update", "Change a pending job's time limit, priority or name, like scontrol update");
+        "update", "Change a pending job's time limit, priority or name, or an array's throttle, like scontrol update");
     sub->add_option("JOB", *ids, "Job ids; 12_7 is element 7 of array 12")->required();
     sub->add_option_function<std::string>("-t,--time-limit", [f](const std::string& v) { f->time_limit = v; },
                                           "New time limit, a duration (2h, 1d12h, HH:MM:SS; 0: unlimited)");
     sub->add_option_function<int>("-p,--priority", [f](const int& v) { f->priority = v; },
                                   "New priority, -1000..1000");
     sub->add_option_function<std::string>("-J,--name", [f](const std::string& v) { f->name = v; }, "New name");
+    sub->add_option_function<int64_t>(
+        "--throttle", [f](const int64_t& v) { f->throttle = v; },
+        "A job array's new %N: at most N elements at once (0: no limit), like Slurm's ArrayTaskThrottle");
     AddClientOptions(sub, global);
     ctx.on_run(sub, [ids, f, &global] {
-      auto body = UpdateBody(f->time_limit, f->priority, f->name);
+      Result<json> body = json::object();
+      if (f->time_limit || f->priority || f->name || !f->throttle) {
+        body = UpdateBody(f->time_limit, f->priority, f->name);
+      }
+      if (body && f->throttle) {
+        if (*f->throttle < 0 || *f->throttle > api::kMaxArrayElements) {
+          body = FieldError("--throttle", "must be between 0 (no limit) and {}, got {}", api::kMaxArrayElements,
+                            *f->throttle);
+        } else {
+          (*body)["array_throttle"] = *f->throttle;
+        }
+      }
       if (!body) return ReportError(body.error());
       return ForEachJob(*ids, global, "Updated", [](api::JobId id) { return api::routes::JobUpdate(id); }, *body);
     });

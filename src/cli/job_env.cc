@@ -42,7 +42,12 @@ bool DeniedForExport(std::string_view name) {
       // The submitting session's, meaningless on a node.
       "PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "DISPLAY", "XAUTHORITY", "TMUX", "TMUX_PANE", "STY", "WINDOWID",
       "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XDG_SESSION_ID", "XDG_SESSION_TYPE", "XDG_SEAT", "XDG_VTNR",
-      "TERM_SESSION_ID", "PROMPT_COMMAND"};
+      "TERM_SESSION_ID", "PROMPT_COMMAND",
+      // Slurm's names that cohort sets for an allocation's shell (cohort alloc) or an array's
+      // element: a job submitted from there is neither that allocation nor that element.
+      "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_ARRAY_JOB_ID",
+      "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
+      "SLURM_ARRAY_TASK_STEP"};
   if (name.starts_with("SSH_") || name.starts_with("BASH_FUNC_")) return true;
   if (api::IsReservedEnvName(name)) return true;  // COHORT_* (COHORT_TOKEN too), RANK, ...
   return std::find(std::begin(kDenied), std::end(kDenied), name) != std::end(kDenied);

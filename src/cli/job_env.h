@@ -4,8 +4,10 @@
 // --export=ALL (the default) sends the submitter's environment less a deny list: what
 // belongs to the submitting session or the node a task lands on (LD_PRELOAD, LD_AUDIT,
 // SSH_*, DISPLAY, PWD, SHLVL, HOSTNAME, ...), the account variables the agent sets for the
-// job's user (HOME, USER, LOGNAME, SHELL), and names the job contract reserves
-// (api::IsReservedEnvName: COHORT_* including COHORT_TOKEN, RANK, ...). --export=NONE sends
+// job's user (HOME, USER, LOGNAME, SHELL), names the job contract reserves
+// (api::IsReservedEnvName: COHORT_* including COHORT_TOKEN, RANK, ...), and the Slurm names
+// cohort sets in an allocation's shell or an array's element (SLURM_JOB_ID,
+// SLURM_JOB_NODELIST, SLURM_ARRAY_TASK_ID, ...), which would mislabel a job submitted there. --export=NONE sends
 // nothing; --export=A,B=1 only A (its value here) and B=1; ALL,B=1 everything and B=1.
 // The spec file's env and --env override what --export sends.
 //

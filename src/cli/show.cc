@@ -71,6 +71,14 @@ int Run(const std::string& id_text, const GlobalOptions& global) {
       if (n.is_number_integer() && n.get<int64_t>() > 0) line += fmt::format(" {} {}", n.get<int64_t>(), state);
     }
     std::printf("%s\n", line.c_str());
+    if (const auto& f = (*reply)["array_failed"]; f.is_string()) {
+      std::string failed = "failed elements: " + f.get<std::string>();
+      // A sweep's indices are its points, so only a plain array is resubmitted by index.
+      if (!(*reply)["spec"].contains("sweep")) {
+        failed += fmt::format(" (to run them again: cohort submit ... --array {})", f.get<std::string>());
+      }
+      std::printf("%s\n", failed.c_str());
+    }
   }
   if (reply->contains("progress_eta")) {
     auto eta = api::ProgressEtaFromJson((*reply)["progress_eta"], "progress_eta");
@@ -108,6 +116,16 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   if (job.is_array_element()) r.Add("array element", api::DisplayJobId(job));
   if (s.is_array()) {
     r.Add("array", fmt::format("{} (not started yet: {})", s.array, job.array_left.empty() ? "none" : job.array_left));
+  }
+  if (s.sweep.is_object() && !s.sweep.empty()) {
+    // The section's own words; `cohort sweep show` ranks its elements.
+    r.Add("sweep", fmt::format("{} (cohort sweep show {})", s.sweep.dump(), job.id));
+  }
+  if (!job.sweep_values.empty()) {
+    // The hyperparameters this element ran with (COHORT_SWEEP_*, and --set for cohort train).
+    std::string values;
+    for (const auto& [name, value] : job.sweep_values) values += (values.empty() ? "" : " ") + name + "=" + value;
+    r.Add("sweep values", values);
   }
   r.Add("name", s.name);
   r.Add("user", s.user);

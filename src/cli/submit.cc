@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -155,8 +156,8 @@ bool SawDashDash(const CLI::App* sub) {
 }
 
 template <typename T>
-void AddOptional(CLI::App* sub, const std::string& names, std::optional<T>& target, const std::string& help) {
-  sub->add_option_function<T>(names, [&target](const T& v) { target = v; }, help);
+CLI::Option* AddOptional(CLI::App* sub, const std::string& names, std::optional<T>& target, const std::string& help) {
+  return sub->add_option_function<T>(names, [&target](const T& v) { target = v; }, help);
 }
 
 int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global) {
@@ -166,7 +167,12 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   }
   if (!extras.empty() && extras.front().starts_with("-")) {
     const std::string typed = extras.front().substr(0, extras.front().find('='));
-    auto close = ClosestNames(typed, FlagNames(*sub));
+    if (std::string slurm = SlurmFlagHint(typed); !slurm.empty()) {
+      return ReportError(
+          MakeError(ErrorCode::kInvalidArgument, fmt::format("unknown option '{}': {}", typed, slurm)).error());
+    }
+    // Every one-letter flag is one edit from any other: a guess would be noise.
+    auto close = typed.starts_with("--") ? ClosestNames(typed, FlagNames(*sub)) : std::vector<std::string>{};
     return ReportError(MakeError(ErrorCode::kInvalidArgument,
                                  fmt::format("unknown option '{}'{} (see cohort submit --help; a command's own "
                                              "options go after --)",
@@ -432,7 +438,7 @@ Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const 
 
 void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
   AddOptional(sub, "-N,--nodes", f.nodes, "Nodes in the gang (default 1)");
-  AddOptional(sub, "-n,--tasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
+  AddOptional(sub, "-n,--tasks-per-node,--ntasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
   AddOptional(sub, "-G,--gpus,--gpus-per-node", f.gpus,
               "GPUs per node, [TYPE:]COUNT, split evenly among its tasks: 4, h100:4 (a model, as NVML names it "
               "in short), 1g.10gb:2 (MIG instances) (default 0)");
@@ -445,8 +451,21 @@ void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
               "preferred (default: best-connected GPUs, fewest switches, never waiting for them) or required "
               "(wait for one NVLink island per node and one switch)");
   AddOptional(sub, "-c,--cpus-per-task", f.cpus_per_task, "CPU cores per task (default 1)");
-  AddOptional(sub, "-J,--name", f.name, "Job name (default: the program's name)");
-  AddOptional(sub, "-p,--priority", f.priority, "Priority, -1000..1000; higher runs first (default 0)");
+  AddOptional(sub, "-J,--name,--job-name", f.name, "Job name (default: the program's name)");
+  // Slurm's -p is a partition: a word there gets what cohort offers instead, not CLI11's
+  // "Could not convert".
+  AddOptional(sub, "-p,--priority", f.priority, "Priority, -1000..1000; higher runs first (default 0)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            int64_t n = 0;
+            const char* end = v.data() + v.size();
+            auto [at, ec] = std::from_chars(v.data() + (v.starts_with('+') ? 1 : 0), end, n);
+            if (!v.empty() && ec == std::errc() && at == end) return {};
+            return fmt::format("'{}' is not a priority (a whole number, -1000..1000); cohort has no partitions "
+                               "(Slurm's -p): choose nodes with -C/--constraint or -w/--nodelist",
+                               v);
+          },
+          "INT", "priority"));
   AddOptional(sub, "--placement", f.placement, "pack (fewest free GPUs that fit) or spread (most free)");
   AddOptional(sub, "-t,--time-limit,--time", f.time_limit,
               "Time limit, a duration: 3600, 90s, 15m, 2h, 1d12h, HH:MM:SS, D-HH:MM:SS (default unlimited)");
@@ -462,7 +481,7 @@ void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
   AddOptional(sub, "-x,--exclude", f.exclude, "Nodes the job must not use, as a host list: node[5-8]");
   AddOptional(sub, "-C,--constraint", f.constraint,
               "Node features the job needs (cohort agent --features): a100, a100&ib, h100|a100, (a|b)&ib");
-  AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");
+  AddOptional(sub, "-D,--workdir,--chdir", f.workdir, "Working directory of the tasks (default: the current directory)");
   AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
 }
 

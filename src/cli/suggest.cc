@@ -82,6 +82,40 @@ std::vector<std::string> ClosestNames(std::string_view typed, const std::vector<
   return out;
 }
 
+std::string SlurmFlagHint(std::string_view flag) {
+  static constexpr std::pair<std::string_view, std::string_view> kHints[] = {
+      {"-o", "output"}, {"--output", "output"}, {"-e", "output"}, {"--error", "output"}, {"--open-mode", "output"},
+      {"--partition", "partition"}, {"-q", "qos"}, {"--qos", "qos"}, {"--gres", "gres"}, {"--ntasks", "ntasks"},
+      {"-A", "account"}, {"--account", "account"}, {"--mem-per-cpu", "mem"}, {"--mem-per-gpu", "mem"},
+      {"--requeue", "requeue"}, {"--mail-type", "mail"}, {"--mail-user", "mail"}, {"--exclusive", "exclusive"}};
+  std::string_view what;
+  for (const auto& [name, topic] : kHints) {
+    if (name == flag) what = topic;
+  }
+  if (what == "output") {
+    return "cohort keeps each rank's output (stdout and stderr) on its node: read it with cohort logs JOB "
+           "(-f follows, --rank R shows one rank, 12_7 an array's element)";
+  }
+  if (what == "partition") {
+    return "cohort has no partitions: choose nodes by feature with -C/--constraint (cohort agent --features) or by "
+           "name with -w/--nodelist (here -p is the job's priority)";
+  }
+  if (what == "qos") return "cohort has no QOS: -p/--priority orders the queue and teams hold GPU quotas (cohort team ls)";
+  if (what == "gres") return "ask for GPUs with -G/--gpus [TYPE:]COUNT per node (Slurm's --gres=gpu:h100:4 is -G h100:4)";
+  if (what == "ntasks") {
+    return "cohort counts tasks per node: -N NODES -n TASKS_PER_NODE (Slurm's -N 2 --ntasks 8 is -N 2 -n 4)";
+  }
+  if (what == "account") return "jobs count against a team, not an account: give team: NAME in a spec file (cohort team ls)";
+  if (what == "mem") return "cohort reserves memory per node: --mem SIZE (e.g. --mem 64G)";
+  if (what == "requeue") return "a failed gang or one on a lost node is restarted with --max-restarts N";
+  if (what == "mail") return "cohort sends no mail: cohort submit --wait waits for the job's end";
+  if (what == "exclusive") {
+    return "cohort has no --exclusive: a job's GPUs and CPUs are its own; to keep a node to one job, ask for all of "
+           "its GPUs (-G)";
+  }
+  return "";
+}
+
 std::vector<std::string> SubcommandNames(CLI::App& app) {
   std::vector<std::string> out;
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {

@@ -31,4 +31,9 @@ std::vector<std::string> FlagNames(const CLI::App& app);
 // (the error lies elsewhere: a missing value, a bad number) or nothing is close.
 std::string DidYouMean(CLI::App& app, int argc, const char* const* argv);
 
+// For a flag of Slurm's sbatch/salloc that cohort submit and alloc do not take ("--gres",
+// "-o", "--partition"), what to use instead: "ask for GPUs with -G/--gpus ..."; "" for any
+// other flag. `flag` is the name as typed, without "=value".
+std::string SlurmFlagHint(std::string_view flag);
+
 }  // namespace cohort::cli

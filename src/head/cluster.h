@@ -99,6 +99,9 @@ class Cluster {
   Result<api::Job> CancelArrayTask(api::JobId array, int64_t task) EXCLUDES(mu_);
   // An array's elements counted by state (core::ArraySummary); empty if `id` is no array.
   std::map<std::string, int64_t> ArraySummary(api::JobId id) const EXCLUDES(mu_);
+  // The indices of an array's FAILED and TIMEOUT elements (core::FailedArrayIndices); ""
+  // for none or if `id` is no array.
+  std::string FailedArrayIndices(api::JobId id) const EXCLUDES(mu_);
   // Every element made so far of array `id`, by index; kNotFound if `id` is no array.
   Result<std::vector<api::Job>> ArrayElementJobs(api::JobId id) const EXCLUDES(mu_);
   // Job control of a PENDING job (core/job_control.h; cluster_job_control.cc): the job as

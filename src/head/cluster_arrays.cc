@@ -48,6 +48,13 @@ std::map<std::string, int64_t> Cluster::ArraySummary(api::JobId id) const {
   return core::ArraySummary(state_, it->second);
 }
 
+std::string Cluster::FailedArrayIndices(api::JobId id) const {
+  MutexLock lock(mu_);
+  auto it = state_.jobs.find(id);
+  if (it == state_.jobs.end() || !it->second.spec.is_array()) return {};
+  return core::FailedArrayIndices(state_, it->second);
+}
+
 Result<std::vector<api::Job>> Cluster::ArrayElementJobs(api::JobId id) const {
   MutexLock lock(mu_);
   auto it = state_.jobs.find(id);

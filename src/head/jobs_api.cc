@@ -1,4 +1,5 @@
 // /v1/jobs: submit, list, show, cancel; listed and shown jobs are the api::JobStatus view.
+#include "api/job_array.h"
 #include "head/list_page.h"
 #include "head/routes.h"
 #include "head/usage.h"
@@ -184,7 +185,11 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
       if (j.state == api::JobState::kRunning) view.progress_eta = cluster.progress().Eta(j.id, j.attempt);
       json out = api::ToJson(view);
       if (auto p = cluster.progress().Latest(j.id)) out["progress"] = api::ToJson(*p);
-      if (j.spec.is_array()) out["array_summary"] = cluster.ArraySummary(j.id);  // elements by state
+      if (j.spec.is_array()) {
+        out["array_summary"] = cluster.ArraySummary(j.id);  // elements by state
+        // Which ones failed, as an index set: what to run again.
+        if (std::string failed = cluster.FailedArrayIndices(j.id); !failed.empty()) out["array_failed"] = failed;
+      }
       HideEnvUnlessOwner(out, caller);
       return out;
     });
@@ -196,6 +201,61 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
     if (!ref) return SendError(res, ref.error());
     // An element belongs to its array's owner; one not yet started exists only in the array.
     if (auto mine = CheckOwner(cluster, caller, ref->job, "cancel"); !mine) return SendError(res, mine.error());
+    // {"tasks": "3-5,7"} on an array: those elements, as Slurm's scancel 12_[3-5,7]. Each
+    // goes on its own; the reply is the array with the indices cancelled and, per index
+    // that was not, why ("element 12_4 (job 17) has already ended (SUCCEEDED)").
+    if (!ref->is_element() && !req.body.empty()) {
+      auto body = BodyJson(req);
+      if (!body) return SendError(res, body.error());
+      auto tasks = [&]() -> Result<std::optional<api::ArrayIndexSet>> {
+        auto r = COHORT_TRY(ObjectReader::Open(*body));
+        if (!r.Has("tasks")) {
+          COHORT_TRY_VOID(r.Finish());
+          return std::nullopt;
+        }
+        const std::string text = COHORT_TRY(r.String("tasks", std::nullopt, 4096));
+        COHORT_TRY_VOID(r.Finish());
+        return COHORT_TRY(api::ArrayIndexSet::Parse(text, "tasks"));
+      }();
+      if (!tasks) return SendError(res, tasks.error());
+      if (*tasks) {
+        auto array = cluster.GetJob(ref->job);
+        if (!array) return SendError(res, array.error());
+        if (!array->spec.is_array()) {
+          return SendError(res, Errorf(ErrorCode::kInvalidArgument,
+                                       "tasks: job {} is not a job array, so it has no elements to cancel", ref->job)
+                                    .error());
+        }
+        // The indices not yet made into elements first: cancelling a running element lets
+        // the array make its next one, which must not be one of these.
+        std::vector<int64_t> unmade, made;
+        for (const api::ArrayRange& r : (*tasks)->ranges()) {
+          for (int64_t t = r.first; t <= r.last; t += r.step) {
+            (cluster.ResolveJob(api::JobRef{ref->job, t}) ? made : unmade).push_back(t);
+          }
+        }
+        api::ArrayIndexSet done;
+        json failed = json::array();
+        for (const auto* list : {&unmade, &made}) {
+          for (int64_t t : *list) {
+            auto e = cluster.CancelArrayTask(ref->job, t);
+            if (e) {
+              done.Add(t);
+            } else if (e.error().code == ErrorCode::kNotFound || e.error().code == ErrorCode::kFailedPrecondition) {
+              failed.push_back({{"task", t}, {"error", e.error().message}});  // ended, or no such index
+            } else {
+              return SendError(res, e.error());  // the store failed: stop here
+            }
+          }
+        }
+        auto after = cluster.GetJob(ref->job);
+        if (!after) return SendError(res, after.error());
+        json out = api::ToJson(*after);
+        out["cancelled_tasks"] = done.ToString();
+        out["not_cancelled"] = std::move(failed);
+        return SendJson(res, out);
+      }
+    }
     auto job = ref->is_element() ? cluster.CancelArrayTask(ref->job, ref->task) : cluster.Cancel(ref->job);
     Reply(res, job, [](const api::Job& j) { return api::ToJson(j); });
   });

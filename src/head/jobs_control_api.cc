@@ -3,12 +3,13 @@
 // hold they made, so an admin's hold stays until an admin releases it (as Slurm's).
 // /v1/jobs/{id}/end: the holder of an allocation (cohort alloc) ends it with its command's
 // exit code or the signal that stopped it (core/steps.h).
+#include "api/job_array.h"
 #include "head/routes.h"
 
 namespace cohort::head {
 namespace {
 
-// The update's fields from a JSON body: {"time_limit_s", "priority", "name"}, each
+// The update's fields from a JSON body: {"time_limit_s", "priority", "name", "array_throttle"}, each
 // optional, unknown ones refused (the error names the field).
 Result<core::JobUpdate> UpdateFromJson(const json& body) {
   auto r = COHORT_TRY(ObjectReader::Open(body));
@@ -18,6 +19,9 @@ Result<core::JobUpdate> UpdateFromJson(const json& body) {
     u.priority = static_cast<int>(COHORT_TRY(r.Int("priority", std::nullopt, -api::kMaxPriority, api::kMaxPriority)));
   }
   if (r.Raw("name")) u.name = COHORT_TRY(r.String("name", std::nullopt, 128));
+  if (r.Raw("array_throttle")) {
+    u.array_throttle = COHORT_TRY(r.Int("array_throttle", std::nullopt, 0, api::kMaxArrayElements));
+  }
   COHORT_TRY_VOID(r.Finish());
   return u;
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "api/job_env.h"
+#include "api/types.h"
 
 namespace cohort::api {
 namespace {
@@ -107,6 +108,30 @@ TEST(TaskEnvironmentTest, LocalRunLeavesOutTheClusterVariables) {
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "2,3");
   EXPECT_EQ(env["COHORT_CHECKPOINT_DIR"], "/tmp/ck");
 }
+
+TEST(TaskEnvironmentTest, AnArrayElementGetsItsIndexAndTheArraysShape) {
+  Job job = TwoNodeJob();
+  job.array_job_id = 10;
+  job.array_task_id = 5;
+  TaskEnvOptions options;
+  options.array = "1-2,5%2";  // not evenly spaced: step 1
+  const NodeAllocation& na = job.allocation.nodes[0];
+  Env env = TaskEnvironment(job, na, na.tasks[0], options);
+  EXPECT_EQ(env.at("SLURM_ARRAY_JOB_ID"), "10");
+  EXPECT_EQ(env.at("SLURM_ARRAY_TASK_ID"), "5");
+  EXPECT_EQ(env.at("SLURM_ARRAY_TASK_COUNT"), "3");
+  EXPECT_EQ(env.at("SLURM_ARRAY_TASK_MIN"), "1");
+  EXPECT_EQ(env.at("COHORT_ARRAY_TASK_MAX"), "5");
+  EXPECT_EQ(env.at("COHORT_ARRAY_TASK_STEP"), "1");
+  options.array = "0-98:2";
+  env = TaskEnvironment(job, na, na.tasks[0], options);
+  EXPECT_EQ(env.at("SLURM_ARRAY_TASK_COUNT"), "50");
+  EXPECT_EQ(env.at("SLURM_ARRAY_TASK_STEP"), "2");
+  job.array_job_id = 0;  // no element: none of them
+  env = TaskEnvironment(job, na, na.tasks[0], options);
+  EXPECT_FALSE(env.contains("SLURM_ARRAY_TASK_COUNT"));
+}
+
 
 }  // namespace
 }  // namespace cohort::api

@@ -58,6 +58,25 @@ TEST_F(JobEnvTest, AllSendsTheEnvironmentLessTheDenyList) {
   EXPECT_FALSE(DeniedForExport("LD_LIBRARY_PATH"));
 }
 
+// A job submitted from a `cohort alloc` shell or from an array's element (a pipeline's next
+// step) is neither that allocation nor that element: Slurm's names cohort set there stay
+// behind, or the job would read another job's id, nodes or array index.
+TEST_F(JobEnvTest, AllLeavesTheSlurmNamesOfTheSubmittingJobBehind) {
+  Env inside = user_env_;
+  inside.insert({{"SLURM_JOB_ID", "27"}, {"SLURM_JOBID", "27"}, {"SLURM_JOB_NODELIST", "n1,n2"},
+                 {"SLURM_NNODES", "2"}, {"SLURM_ARRAY_JOB_ID", "14"}, {"SLURM_ARRAY_TASK_ID", "3"},
+                 {"SLURM_ARRAY_TASK_COUNT", "8"}, {"SLURM_CONF", "/etc/slurm/slurm.conf"}});
+  auto env = ExportedEnvironment("ALL", inside);
+  ASSERT_TRUE(env.has_value()) << env.error().message;
+  for (const auto& [name, value] : *env) {
+    EXPECT_FALSE(name.starts_with("SLURM_J") || name.starts_with("SLURM_A") || name == "SLURM_NNODES") << name;
+  }
+  EXPECT_EQ(env->at("SLURM_CONF"), "/etc/slurm/slurm.conf") << "other Slurm settings go as any variable";
+  auto named = ExportedEnvironment("SLURM_JOB_ID", inside);  // asked for by name: sent
+  ASSERT_TRUE(named.has_value());
+  EXPECT_EQ(named->at("SLURM_JOB_ID"), "27");
+}
+
 TEST_F(JobEnvTest, NoneAndListsSendOnlyWhatTheySay) {
   EXPECT_EQ(*ExportedEnvironment("NONE", user_env_), Env{});
   EXPECT_EQ(*ExportedEnvironment("NCCL_DEBUG,EXTRA=1", user_env_), (Env{{"NCCL_DEBUG", "INFO"}, {"EXTRA", "1"}}));

@@ -113,6 +113,22 @@ TEST(RenderJobTest, KeyValueReportWithSections) {
   EXPECT_THAT(out, HasSubstr("node[1-2]  (running)\n"));
 }
 
+// A sweep's element shows the hyperparameters it ran with, and the sweep its section.
+TEST(RenderJobTest, ASweepAndItsElementsValues) {
+  api::Job element = RunningJob();
+  element.array_job_id = 8;
+  element.array_task_id = 2;
+  element.sweep_values = {{"train.lr", "0.001"}, {"train.micro_batch", "4"}};
+  EXPECT_THAT(RenderJob(element, kNow), HasSubstr("sweep values:  train.lr=0.001 train.micro_batch=4\n"));
+  api::Job sweep = RunningJob();
+  sweep.id = 8;
+  sweep.spec.array = "0-3%2";
+  sweep.spec.sweep = json::parse(R"({"grid": {"train.lr": [0.0003, 0.001]}, "parallel": 2})");
+  EXPECT_THAT(RenderJob(sweep, kNow),
+              HasSubstr(R"(sweep:         {"grid":{"train.lr":[0.0003,0.001]},"parallel":2} (cohort sweep show 8))"));
+  EXPECT_THAT(RenderJob(RunningJob(), kNow), Not(HasSubstr("sweep")));
+}
+
 // Kept in the job record across head restarts (head/core/preempt.h), and shown.
 TEST(RenderJobTest, ANominationAndTheAttemptsLastCheckpoint) {
   api::Job job = RunningJob();

@@ -317,6 +317,54 @@ TEST_F(SubmitCommandTest, SubcommandAcceptsGlobalFlags) {
   ASSERT_EQ(r.rc, 0) << r.err;
 }
 
+// What a Slurm user types first: sbatch's names for cohort's flags work, and sbatch's flags
+// cohort lacks say what to use instead (not CLI11's "Could not convert: --priority = gpu"
+// for -p, nor "did you mean -h?" for -o).
+TEST_F(SubmitCommandTest, SbatchFlagsWorkOrSayWhatToUseInstead) {
+  auto same = RunCommand({"submit", "--dry-run", "--job-name", "prep", "--ntasks-per-node", "2", "--chdir", "/tmp",
+                          "--export", "NONE", "--", "true"});
+  ASSERT_EQ(same.rc, 0) << same.err;
+  json spec = json::parse(same.out);
+  EXPECT_EQ(spec["name"], "prep");
+  EXPECT_EQ(spec["tasks_per_node"], 2);
+  EXPECT_EQ(spec["workdir"], "/tmp");
+  auto short_d = RunCommand({"submit", "--dry-run", "-D", "/tmp", "--", "true"});
+  ASSERT_EQ(short_d.rc, 0) << short_d.err;
+  EXPECT_EQ(json::parse(short_d.out)["workdir"], "/tmp");
+
+  auto partition = RunCommand({"submit", "-p", "gpu", "--", "true"});
+  EXPECT_EQ(partition.rc, 2);
+  EXPECT_THAT(partition.err, HasSubstr("'gpu' is not a priority (a whole number, -1000..1000); cohort has no "
+                                       "partitions (Slurm's -p)"));
+  EXPECT_EQ(RunCommand({"submit", "--dry-run", "-p", "-5", "--", "true"}).rc, 0);
+  const std::pair<std::vector<std::string>, std::string> kCases[] = {
+      {{"-o", "out_%j.txt"}, "unknown option '-o': cohort keeps each rank's output (stdout and stderr) on its node: "
+                             "read it with cohort logs JOB"},
+      {{"--output=slurm-%A_%a.out"}, "unknown option '--output': cohort keeps each rank's output"},
+      {{"-e", "err.txt"}, "unknown option '-e': cohort keeps each rank's output"},
+      {{"--gres=gpu:h100:4"}, "unknown option '--gres': ask for GPUs with -G/--gpus [TYPE:]COUNT per node"},
+      {{"--partition", "gpu"}, "unknown option '--partition': cohort has no partitions"},
+      {{"--ntasks", "8"}, "unknown option '--ntasks': cohort counts tasks per node: -N NODES -n TASKS_PER_NODE"},
+      {{"-A", "ml"}, "unknown option '-A': jobs count against a team"},
+      {{"--requeue"}, "unknown option '--requeue': a failed gang or one on a lost node is restarted with "
+                      "--max-restarts N"},
+      {{"--exclusive"}, "unknown option '--exclusive': cohort has no --exclusive"},
+      {{"-Q"}, "unknown option '-Q' (see cohort submit --help"},
+  };
+  for (const auto& [flags, want] : kCases) {
+    std::vector<std::string> args = {"submit"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "true"});
+    auto r = RunCommand(args);
+    EXPECT_EQ(r.rc, 2) << flags[0];
+    EXPECT_THAT(r.err, HasSubstr(want)) << flags[0];
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("did you mean -h"))) << flags[0];
+  }
+  auto alloc = RunCommand({"alloc", "--gres=gpu:2"});
+  EXPECT_EQ(alloc.rc, 2);
+  EXPECT_THAT(alloc.err, HasSubstr("unknown option '--gres': ask for GPUs with -G/--gpus"));
+}
+
 TEST_F(SubmitCommandTest, BadInputExitsTwoBeforeAnyNetworkCall) {
   auto nothing = RunCommand({"submit"});
   EXPECT_EQ(nothing.rc, 2);

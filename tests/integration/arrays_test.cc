@@ -159,6 +159,59 @@ TEST(Dependencies, ChainsAcrossSuccessFailureAndCancellation) {
   EXPECT_EQ(c.Job(std::stoll(never))["state"], "PENDING") << "stays pending, as Slurm leaves it";
 }
 
+// Slurm's scancel 12_[1-3,8]: some elements at once, started or not, in one request; one
+// that cannot be cancelled (already gone) is named and makes the exit code 1.
+TEST(Arrays, CancelARangeOfElementsStartedOrNot) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 2);
+  c.WaitForNodes(1);
+  const std::string ran = c.dir() + "/ran", gate = c.dir() + "/gate";
+  auto sub = Cohort(c, {"submit", "--array", "0-9%2", "--", "sh", "-c",
+                        "echo $COHORT_ARRAY_TASK_ID $COHORT_ATTEMPT >> " + ran + "; while [ ! -e " + gate +
+                            " ]; do sleep 0.05; done"});
+  ASSERT_EQ(sub.status.Code(), 0) << sub.errors;
+  const std::string a = std::to_string(IdOf(sub));
+  ASSERT_TRUE(WaitUntil([&] { return RanLines(ran).size() == 2; }, std::chrono::seconds(20))) << ReadFile(ran);
+  // 1 runs; 2, 3 and 8 wait in the array.
+  auto some = Cohort(c, {"cancel", a + "_[1-3,8]"});
+  ASSERT_EQ(some.status.Code(), 0) << some.errors;
+  EXPECT_NE(some.output.find("Cancelled job " + a + "_[1-3,8]"), std::string::npos) << some.output;
+  auto show = Cohort(c, {"show", a});
+  EXPECT_NE(show.output.find("4 CANCELLED"), std::string::npos) << show.output;
+  // 0 runs; 3 is gone already: 0 is cancelled, 3 named.
+  auto again = Cohort(c, {"cancel", a + "_[0,3]"});
+  EXPECT_EQ(again.status.Code(), 1);
+  EXPECT_NE(again.output.find("Cancelled job " + a + "_[0]"), std::string::npos) << again.output;
+  EXPECT_NE(again.errors.find(a + "_3: "), std::string::npos) << again.errors;
+  auto bad = Cohort(c, {"cancel", a + "_[5-1]"});
+  EXPECT_EQ(bad.status.Code(), 2);
+  EXPECT_NE(bad.errors.find("the range ends (1) before it starts (5)"), std::string::npos) << bad.errors;
+  std::ofstream(gate).put('\n');
+  json done = c.WaitForState(IdOf(sub), "CANCELLED", std::chrono::seconds(30));
+  EXPECT_EQ(done["array_summary"]["CANCELLED"], 5) << done.dump();
+  EXPECT_EQ(done["array_summary"]["SUCCEEDED"], 5) << done.dump();
+  std::set<int> indices;
+  for (const auto& [index, attempt] : RanLines(ran)) indices.insert(index);
+  EXPECT_EQ(indices, (std::set<int>{0, 1, 4, 5, 6, 7, 9}));
+}
+
+// A researcher whose array partly failed is told which indices, ready for --array.
+TEST(Arrays, ShowNamesTheFailedElementsToRunAgain) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 2);
+  c.WaitForNodes(1);
+  auto sub = Cohort(c, {"submit", "--array", "0-5", "--", "sh", "-c", "exit $((COHORT_ARRAY_TASK_ID % 3 == 1))"});
+  ASSERT_EQ(sub.status.Code(), 0) << sub.errors;
+  json done = c.WaitForState(IdOf(sub), "FAILED", std::chrono::seconds(30));
+  EXPECT_EQ(done["array_failed"], "1,4") << done.dump();
+  auto show = Cohort(c, {"show", std::to_string(IdOf(sub))});
+  EXPECT_NE(show.output.find("failed elements: 1,4 (to run them again: cohort submit ... --array 1,4)"),
+            std::string::npos)
+      << show.output;
+}
+
 TEST(Arrays, AHeadRestartMidArrayLosesNothingAndRunsNoElementTwice) {
   LocalCluster c;
   c.StartHead();

@@ -284,6 +284,27 @@ TEST_F(Containers, AMissingImageFailsTheJobWithItsReason) {
   EXPECT_TRUE(ContainersOf(c, id).empty()) << ContainersOf(c, id);
 }
 
+// A program the image lacks: Podman's init (catatonit) exits 1 with "failed to exec pid1";
+// the job says what a bare process would have: exit 127, the program not found there.
+TEST_F(Containers, AProgramTheImageLacksIsExit127NamingIt) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  json job = c.Submit({{"command", {"python3", "train.py"}}, {"container", {{"image", image_}}}});
+  json done = c.WaitForState(job["id"], "FAILED", std::chrono::seconds(60));
+  ASSERT_EQ(done["exits"].size(), 1u) << done.dump(2);
+  EXPECT_EQ(done["exits"][0]["exit_code"], 127) << done.dump(2);
+  const std::string error = done["exits"][0].value("error", "");
+  EXPECT_NE(error.find("image '" + image_ + "' has no program 'python3' it can run (not found"), std::string::npos)
+      << error;
+  // A command that exits 1 by itself stays exit 1, unexplained.
+  json own = c.Submit({{"command", {"sh", "-c", "echo failed to exec pid1 look-alike; exit 1"}},
+                       {"container", {{"image", image_}}}});
+  json own_done = c.WaitForState(own["id"], "FAILED", std::chrono::seconds(60));
+  EXPECT_EQ(own_done["exits"][0]["exit_code"], 1) << own_done.dump(2);
+}
+
 TEST_F(Containers, ARuntimeTheNodeDoesNotOfferFailsTheStartSayingWhichItHas) {
   LocalCluster c;
   c.StartHead();

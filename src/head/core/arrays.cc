@@ -121,6 +121,7 @@ ArrayElements SettleArrays(ClusterState& s, const Context& ctx, Now now) {
       // the next ones wait, and the array's pending reason says so.
       const int64_t room = OpenJobRoom(s, ctx.job_limits, array.spec.user);
       rt.waits_for_room.clear();
+      if (array.held) budget = 0;  // cohort hold of the array: no new elements until released
       if (budget > 0 && room < budget) {
         budget = room;
         if (room == 0) rt.waits_for_room = "its next elements wait: " + NoRoomReason(s, ctx.job_limits, array.spec.user);
@@ -186,6 +187,11 @@ Result<JobId> ArrayElementId(const ClusterState& s, JobId array, int64_t task) {
     if (left && left->contains(task)) {
       return Errorf(ErrorCode::kNotFound, "element {}_{} has not started yet: it waits in its array", array, task);
     }
+  }
+  if (auto spec = api::ParseArraySpec(a->second.spec.array, "array"); spec && spec->indices.contains(task)) {
+    // One of its indices, neither waiting nor made: taken out before it started (or being
+    // made this moment, which the next look finds).
+    return Errorf(ErrorCode::kNotFound, "element {}_{} was cancelled before it started", array, task);
   }
   return Errorf(ErrorCode::kNotFound, "job array {} has no element {} (its indices: {})", array, task,
                 a->second.spec.array);
@@ -284,6 +290,17 @@ std::map<std::string, int64_t> ArraySummary(const ClusterState& s, const Job& ar
   out["PENDING"] += left + creating;
   out["CANCELLED"] += array.array_cancelled;
   return out;
+}
+
+std::string FailedArrayIndices(const ClusterState& s, const Job& array) {
+  api::ArrayIndexSet failed;
+  if (auto rt = s.arrays.find(array.id); rt != s.arrays.end()) {
+    for (const auto& [task, id] : rt->second.elements) {
+      const JobState st = s.jobs.at(id).state;
+      if (st == JobState::kFailed || st == JobState::kTimeout) failed.Add(task);
+    }
+  }
+  return failed.ToString();
 }
 
 }  // namespace cohort::head::core

@@ -81,4 +81,8 @@ Effects OnSweepProgress(ClusterState& s, const Context& ctx, api::JobId job, int
 // started too), for `cohort show`.
 std::map<std::string, int64_t> ArraySummary(const ClusterState& s, const api::Job& array);
 
+// The indices of the array's elements that ended FAILED or TIMEOUT, as an index set
+// ("3,17,40-42"): what a user runs again (cohort submit --array 3,17,40-42). "" for none.
+std::string FailedArrayIndices(const ClusterState& s, const api::Job& array);
+
 }  // namespace cohort::head::core

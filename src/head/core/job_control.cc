@@ -1,7 +1,10 @@
 #include "head/core/job_control.h"
 
+#include <vector>
+
 #include <fmt/format.h>
 
+#include "api/job_array.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -23,6 +26,36 @@ Result<Job*> PendingJob(ClusterState& s, api::JobId id, std::string_view verb) {
   return &job;
 }
 
+// The PENDING elements of array `array` (none for another job): a hold, release or
+// update of an array applies to them too, as Slurm's does to every pending element.
+std::vector<Job*> PendingElements(ClusterState& s, const Job& array) {
+  std::vector<Job*> out;
+  if (!array.spec.is_array()) return out;
+  auto rt = s.arrays.find(array.id);
+  if (rt == s.arrays.end()) return out;
+  for (api::JobId id : rt->second.live) {
+    Job& e = s.jobs.at(id);
+    if (e.state == JobState::kPending) out.push_back(&e);
+  }
+  return out;
+}
+
+void HoldOne(Tx& tx, Job& job, const std::string& by) {
+  job.held = true;
+  job.held_by = by;
+  job.reason = HeldReason(job);
+  tx.s.pending_reasons.erase(job.id);
+  tx.fx.StoreJob(job);
+}
+
+void ReleaseOne(Tx& tx, Job& job) {
+  job.held = false;
+  job.held_by.clear();
+  job.reason = "waiting for the scheduler";
+  tx.s.pending_reasons.erase(job.id);
+  tx.fx.StoreJob(job);
+}
+
 }  // namespace
 
 std::string HeldReason(const Job& job) {
@@ -33,11 +66,10 @@ Result<Effects> Hold(ClusterState& s, const Context& ctx, api::JobId id, const s
   Job* job = COHORT_TRY(PendingJob(s, id, "held"));
   if (job->held) return Errorf(ErrorCode::kFailedPrecondition, "job {} is already {}", id, HeldReason(*job));
   Tx tx(s, ctx, now);
-  job->held = true;
-  job->held_by = by;
-  job->reason = HeldReason(*job);
-  s.pending_reasons.erase(id);
-  tx.fx.StoreJob(*job);
+  HoldOne(tx, *job, by);  // an array makes no more elements while held (arrays.h)
+  for (Job* e : PendingElements(s, *job)) {
+    if (!e->held) HoldOne(tx, *e, by);
+  }
   tx.fx.Info("job {} held by {}", id, by);
   tx.RequestSchedule();  // its reservation, if it had one, no longer holds others back
   return std::move(tx.fx);
@@ -47,11 +79,12 @@ Result<Effects> Release(ClusterState& s, const Context& ctx, api::JobId id, Now 
   Job* job = COHORT_TRY(PendingJob(s, id, "released"));
   if (!job->held) return Errorf(ErrorCode::kFailedPrecondition, "job {} is not held", id);
   Tx tx(s, ctx, now);
-  job->held = false;
-  job->held_by.clear();
-  job->reason = "waiting for the scheduler";
-  s.pending_reasons.erase(id);
-  tx.fx.StoreJob(*job);
+  // An array's elements held with it (by the same holder) are released with it; one held
+  // by someone else keeps that hold.
+  for (Job* e : PendingElements(s, *job)) {
+    if (e->held && e->held_by == job->held_by) ReleaseOne(tx, *e);
+  }
+  ReleaseOne(tx, *job);
   tx.fx.Info("job {} released", id);
   tx.RequestSchedule();
   return std::move(tx.fx);
@@ -59,10 +92,30 @@ Result<Effects> Release(ClusterState& s, const Context& ctx, api::JobId id, Now 
 
 Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const JobUpdate& update, Now now) {
   if (update.empty()) {
-    return MakeError(ErrorCode::kInvalidArgument, "nothing to update: give time_limit_s, priority or name");
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "nothing to update: give time_limit_s, priority, name or array_throttle");
   }
   Job* job = COHORT_TRY(PendingJob(s, id, "updated"));
   api::JobSpec spec = job->spec;
+  if (update.array_throttle) {
+    if (!spec.is_array()) {
+      return FieldError("array_throttle", "job {} is not a job array: only an array has a throttle", id);
+    }
+    if (*update.array_throttle < 0 || *update.array_throttle > api::kMaxArrayElements) {
+      return FieldError("array_throttle", "must be between 0 (no throttle) and {}, got {}", api::kMaxArrayElements,
+                        *update.array_throttle);
+    }
+    api::ArraySpec a = COHORT_TRY(api::ParseArraySpec(spec.array, "array"));
+    a.throttle = static_cast<int>(*update.array_throttle);
+    spec.array = a.ToString();
+    if (spec.sweep.is_object()) {  // a sweep's array is its section's: parallel is its throttle
+      if (a.throttle > 0) {
+        spec.sweep["parallel"] = a.throttle;
+      } else {
+        spec.sweep.erase("parallel");
+      }
+    }
+  }
   if (update.time_limit_s) {
     if (*update.time_limit_s < 0 || *update.time_limit_s > api::kMaxTimeLimitS) {
       return FieldError("time_limit_s", "must be between 0 (unlimited) and {} seconds, got {}", api::kMaxTimeLimitS,
@@ -79,15 +132,32 @@ Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const
   }
   if (update.name) spec.name = *update.name;
   COHORT_TRY_VOID(api::ValidateJobSpec(spec));
+  // An array's pending elements take the update too (the elements it makes later copy
+  // its spec); each is checked before any changes.
+  std::vector<std::pair<Job*, api::JobSpec>> elements;
+  for (Job* e : PendingElements(s, *job)) {
+    api::JobSpec es = e->spec;
+    if (update.time_limit_s) es.time_limit_s = spec.time_limit_s;
+    if (update.priority) es.priority = spec.priority;
+    if (update.name) es.name = spec.name;
+    COHORT_TRY_VOID(api::ValidateJobSpec(es));
+    elements.emplace_back(e, std::move(es));
+  }
   Tx tx(s, ctx, now);
   std::string what;
   if (update.time_limit_s) what += fmt::format(" time_limit_s {} -> {}", job->spec.time_limit_s, spec.time_limit_s);
   if (update.priority) what += fmt::format(" priority {} -> {}", job->spec.priority, spec.priority);
   if (update.name) what += fmt::format(" name {} -> {}", job->spec.name, spec.name);
+  if (update.array_throttle) what += fmt::format(" array {} -> {}", job->spec.array, spec.array);
   job->spec = std::move(spec);
   tx.fx.StoreJob(*job);
+  for (auto& [e, es] : elements) {
+    e->spec = std::move(es);
+    tx.fx.StoreJob(*e);
+  }
+  if (!elements.empty()) what += fmt::format(" (and {} pending elements)", elements.size());
   tx.fx.Info("job {} updated:{}", id, what);
-  tx.RequestSchedule();  // a new priority or limit may change the order or let a backfill in
+  tx.RequestSchedule();  // a new priority or limit may change the order or let a backfill in; a throttle, elements
   return std::move(tx.fx);
 }
 

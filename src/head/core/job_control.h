@@ -8,6 +8,12 @@
 // apply: kNotFound for an unknown job, kFailedPrecondition for one that is not PENDING (or
 // is already held / not held), kInvalidArgument for an update out of range (naming the
 // field). Who may call them is the HTTP handler's business (head/jobs_control_api.cc).
+//
+// A job array (its record stays PENDING while it has elements to run) is held, released
+// and updated as Slurm's: a hold holds its PENDING elements and makes no new ones until
+// released; a release releases it and the elements held by the same holder; an update
+// applies to it (so to the elements it makes later) and to its PENDING elements; its
+// throttle changes from the next element made (a lower one starts none until fewer live).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +41,10 @@ struct JobUpdate {
   std::optional<int64_t> time_limit_s;  // 0..api::kMaxTimeLimitS; 0: unlimited
   std::optional<int> priority;          // -api::kMaxPriority..api::kMaxPriority
   std::optional<std::string> name;      // as JobSpec::name
-  bool empty() const { return !time_limit_s && !priority && !name; }
+  // A job array's throttle (its "%N": at most N elements live at once), 0..kMaxArrayElements;
+  // 0: none. Slurm's ArrayTaskThrottle; a sweep's `parallel` with it.
+  std::optional<int64_t> array_throttle;
+  bool empty() const { return !time_limit_s && !priority && !name && !array_throttle; }
 };
 
 // Applies `update` to a PENDING job (held or not). kInvalidArgument for an empty update.

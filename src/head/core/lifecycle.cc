@@ -268,6 +268,9 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
           api::TaskEnvOptions options = api::ClusterTaskEnvOptions(
               ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id, ctx.ca_pem);
           if (ctx.job_token) options.job_token = ctx.job_token(job.id, job.attempt);
+          if (job.is_array_element()) {
+            if (auto a = s.jobs.find(job.array_job_id); a != s.jobs.end()) options.array = a->second.spec.array;
+          }
           l.env = api::TaskEnvironment(job, na, t, options);
           l.workdir = job.spec.workdir;
           l.cpus = job.spec.cpus_per_task;

@@ -8,6 +8,7 @@
 #include "api/sweep.h"
 #include "core_test_util.h"
 #include "head/core/arrays.h"
+#include "head/core/job_control.h"
 #include "head/core/lifecycle.h"
 #include "head/core/queries.h"
 #include "head/core/submit.h"
@@ -113,6 +114,25 @@ TEST_F(ArrayTest, ElementsGetTheirIndexAndTheArrayCollapsesInTheQueue) {
   EXPECT_FALSE(ArrayElementId(state_, *e, 0)) << "an element is no array";
 }
 
+// Slurm gives every element the array's shape (SLURM_ARRAY_TASK_COUNT, _MIN, _MAX, _STEP),
+// which scripts use to split work ("my share is every COUNT-th file from MIN").
+TEST_F(ArrayTest, ElementsGetTheArraysCountMinMaxAndStep) {
+  Register(Reg("n1", 2));
+  Submit(ArraySpec("3-11:4%2"));  // 3, 7, 11
+  Settle();
+  ASSERT_EQ(Pass(), 2);
+  const auto tasks = DesiredTasks(state_, ctx_, "n1");
+  ASSERT_EQ(tasks.size(), 2u);
+  for (const auto& t : tasks) {
+    for (const std::string prefix : {"COHORT", "SLURM"}) {
+      EXPECT_EQ(t.env.at(prefix + "_ARRAY_TASK_COUNT"), "3");
+      EXPECT_EQ(t.env.at(prefix + "_ARRAY_TASK_MIN"), "3");
+      EXPECT_EQ(t.env.at(prefix + "_ARRAY_TASK_MAX"), "11");
+      EXPECT_EQ(t.env.at(prefix + "_ARRAY_TASK_STEP"), "4");
+    }
+  }
+}
+
 TEST_F(ArrayTest, CancelOneElementStartedOrNotThenTheWholeArray) {
   Register(Reg("n1", 1));
   const api::JobId array = Submit(ArraySpec("0-9"));
@@ -136,7 +156,10 @@ TEST_F(ArrayTest, CancelOneElementStartedOrNotThenTheWholeArray) {
   EXPECT_TRUE(fx->jobs_to_store.contains(second)) << "the array record is stored without the index";
   EXPECT_EQ(Job(second).array_left, "1-499,501-999");
   EXPECT_EQ(Job(second).array_cancelled, 1);
-  EXPECT_EQ(CancelArrayTask(state_, ctx_, second, 500, now_).error().code, ErrorCode::kNotFound);
+  auto twice = CancelArrayTask(state_, ctx_, second, 500, now_);
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(twice.error().message, "element " + std::to_string(second) + "_500 was cancelled before it started");
   EXPECT_EQ(CancelArrayTask(state_, ctx_, second, 1000, now_).error().code, ErrorCode::kNotFound);
   // The whole first array: its running and pending elements and what it had left.
   auto all = Cancel(state_, ctx_, array, now_);
@@ -168,6 +191,102 @@ TEST_F(ArrayTest, AFailedElementFailsTheArrayWithItsExitCode) {
   EXPECT_EQ(Job(array).state, JobState::kFailed);
   EXPECT_EQ(Job(array).reason, "1 of 2 elements failed");
   EXPECT_EQ(Job(array).exit_code, 7);
+  EXPECT_EQ(FailedArrayIndices(state_, Job(array)), "2") << "what to run again";
+}
+
+// `cohort hold ARRAY` (Slurm's scontrol hold of an array): the array record is the job the
+// user names, but the elements are what run. A hold that only marked the record let the
+// elements go on starting; it holds every pending element and makes no more, a release
+// lets them go, and an update reaches the pending elements and the ones made later.
+TEST_F(ArrayTest, HoldReleaseAndUpdateOfAnArrayReachItsElements) {
+  Register(Reg("n1", 1));
+  const api::JobId array = Submit(ArraySpec("0-9%2"));
+  Settle();
+  ASSERT_EQ(Pass(), 1);
+  ASSERT_EQ(Live(array), std::make_pair(2, 1)) << "element 0 runs, element 1 waits for the GPU";
+  auto fx = Hold(state_, ctx_, array, "alice", now_);
+  ASSERT_TRUE(fx) << fx.error().message;
+  auto e1 = ArrayElementId(state_, array, 1);
+  ASSERT_TRUE(e1);
+  EXPECT_TRUE(Job(*e1).held) << "the pending element is held with its array";
+  EXPECT_TRUE(fx->jobs_to_store.contains(*e1));
+  EXPECT_EQ(Job(*e1).held_by, "alice");
+  FinishRunning(array);
+  EXPECT_EQ(Settle(), 0) << "a held array makes no new elements";
+  EXPECT_EQ(Pass(), 0) << "nor do its elements start";
+  EXPECT_EQ(Job(array).array_left, "2-9");
+  EXPECT_EQ(GetJob(state_, array)->reason, "held by alice (cohort release " + std::to_string(array) + ")");
+
+  JobUpdate u;
+  u.priority = 7;
+  u.time_limit_s = 60;
+  ASSERT_TRUE(Update(state_, ctx_, array, u, now_));
+  EXPECT_EQ(Job(*e1).spec.priority, 7) << "a pending element takes the update";
+  EXPECT_EQ(Job(*e1).spec.time_limit_s, 60);
+  u = {};
+  u.time_limit_s = -1;
+  EXPECT_FALSE(Update(state_, ctx_, array, u, now_));
+
+  ASSERT_TRUE(Release(state_, ctx_, array, now_));
+  EXPECT_FALSE(Job(array).held);
+  EXPECT_FALSE(Job(*e1).held) << "released with its array";
+  EXPECT_EQ(Settle(), 1);
+  auto e2 = ArrayElementId(state_, array, 2);
+  ASSERT_TRUE(e2);
+  EXPECT_EQ(Job(*e2).spec.priority, 7) << "an element made later takes the update too";
+  EXPECT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(*e1).state, JobState::kRunning);
+
+  // An element held on its own by another user keeps that hold when the array is released.
+  ASSERT_TRUE(Hold(state_, ctx_, *e2, "admin", now_));
+  ASSERT_TRUE(Hold(state_, ctx_, array, "alice", now_));
+  ASSERT_TRUE(Release(state_, ctx_, array, now_));
+  EXPECT_TRUE(Job(*e2).held);
+  EXPECT_EQ(Job(*e2).held_by, "admin");
+}
+
+// Slurm's ArrayTaskThrottle: `cohort update 12 --throttle N` changes %N of a running array
+// (a sweep's parallel with it, so the stored spec reads back), from the next element made.
+TEST_F(ArrayTest, UpdatingTheThrottleChangesHowManyElementsLive) {
+  Register(Reg("n1", 4));
+  const api::JobId array = Submit(ArraySpec("0-9%1"));
+  Settle();
+  ASSERT_EQ(Live(array).first, 1);
+  JobUpdate u;
+  u.array_throttle = 3;
+  auto fx = Update(state_, ctx_, array, u, now_);
+  ASSERT_TRUE(fx) << fx.error().message;
+  EXPECT_TRUE(fx->jobs_to_store.contains(array));
+  EXPECT_EQ(Job(array).spec.array, "0-9%3");
+  EXPECT_EQ(Settle(), 2) << "two more elements may live now";
+  EXPECT_EQ(api::DisplayJobId(Job(array)), std::to_string(array) + "_[3-9%3]");
+  u.array_throttle = 1;
+  ASSERT_TRUE(Update(state_, ctx_, array, u, now_));
+  Pass();
+  FinishRunning(array);
+  EXPECT_EQ(Settle(), 1) << "three ended: one made under %1";
+  u.array_throttle = 0;
+  ASSERT_TRUE(Update(state_, ctx_, array, u, now_));
+  EXPECT_EQ(Job(array).spec.array, "0-9");
+  u.array_throttle = -1;
+  EXPECT_EQ(Update(state_, ctx_, array, u, now_).error().field, "array_throttle");
+  u.array_throttle = 2;
+  const api::JobId plain = Submit(Spec(1, 1));
+  auto not_array = Update(state_, ctx_, plain, u, now_);
+  ASSERT_FALSE(not_array);
+  EXPECT_NE(not_array.error().message.find("is not a job array"), std::string::npos);
+
+  api::JobSpec sweep = Spec(1, 1);
+  auto section = api::ValidateSweep(json::parse(R"({"grid": {"lr": [1, 2, 3]}, "parallel": 1})"));
+  ASSERT_TRUE(section);
+  sweep.sweep = *section;
+  sweep.array = api::SweepArray(sweep.sweep);
+  const api::JobId s = Submit(sweep);
+  ASSERT_TRUE(Update(state_, ctx_, s, u, now_));
+  EXPECT_EQ(Job(s).spec.array, "0-2%2");
+  EXPECT_EQ(Job(s).spec.sweep["parallel"], 2);
+  auto stored = api::JobSpecFromJson(api::ToJson(Job(s).spec));
+  EXPECT_TRUE(stored) << "the stored spec reads back: " << stored.error().message;
 }
 
 TEST_F(ArrayTest, AFailedCreationGivesTheIndexBack) {
