@@ -23,6 +23,8 @@ CliResult RunWithEnv(const LocalCluster& c, const std::vector<std::string>& argv
   o.unset_env = unset;
   o.stdout_path = c.dir() + "/cli.out";
   o.stderr_path = c.dir() + "/cli.err";
+  std::filesystem::remove(o.stdout_path);  // the output files are appended to
+  std::filesystem::remove(o.stderr_path);
   auto p = Subprocess::Spawn(o);
   EXPECT_TRUE(p.has_value());
   if (!p) return {};
@@ -167,6 +169,39 @@ TEST(TlsCli, LoginPinsTheAuthorityByItsFingerprint) {
   auto nodes = RunWithEnv(c, {COHORT_BINARY, "nodes"}, env, unset);
   ASSERT_TRUE(nodes.status.Success()) << nodes.errors;
   EXPECT_NE(nodes.output.find("n1"), std::string::npos) << nodes.output;
+}
+
+// A user's token is who submits, whatever the shell's login name: `cohort submit` sent
+// $USER as the job's user, so alice's token from a shell whose $USER is not alice was
+// refused ("alice (user, token ...) may not submit a job as 'root' (only an admin may)").
+// Naming another user stays refused; an admin still names whom it submits for.
+TEST(TlsCli, AUserTokenSubmitsAsItsUserWhateverTheLoginName) {
+  LocalCluster c;
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("n1", 1));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(1));
+  auto made = Cohort(c, {"token", "create", "--user", "alice", "--role", "user"});
+  ASSERT_TRUE(made.status.Success()) << made.errors;
+  std::string alice = made.output;
+  while (!alice.empty() && alice.back() == '\n') alice.pop_back();
+  const std::map<std::string, std::string> as_alice = {{"COHORT_TOKEN", alice}, {"USER", "alice-laptop"}};
+  const std::vector<std::string> submit = {COHORT_BINARY, "--head", c.url(), "--json", "submit", "--", "/bin/true"};
+
+  auto mine = RunWithEnv(c, submit, as_alice, {});
+  ASSERT_TRUE(mine.status.Success()) << mine.errors;
+  EXPECT_EQ(json::parse(mine.output)["spec"]["user"], "alice") << mine.output;
+  // For an alloc too (its command holds nothing: it ends at once).
+  auto alloc = RunWithEnv(c, {COHORT_BINARY, "--head", c.url(), "alloc", "--", "/bin/true"}, as_alice, {});
+  EXPECT_TRUE(alloc.status.Success()) << alloc.errors;
+
+  std::vector<std::string> as_bob = submit;
+  as_bob.insert(as_bob.begin() + 5, {"--user", "bob"});
+  auto refused = RunWithEnv(c, as_bob, as_alice, {});
+  EXPECT_EQ(refused.status.exit_code, 4) << refused.errors;
+  EXPECT_NE(refused.errors.find("may not submit a job as 'bob'"), std::string::npos) << refused.errors;
+  auto for_bob = RunWithEnv(c, as_bob, {{"USER", "admin-laptop"}}, {});
+  ASSERT_TRUE(for_bob.status.Success()) << for_bob.errors;
+  EXPECT_EQ(json::parse(for_bob.output)["spec"]["user"], "bob") << for_bob.output;
 }
 
 TEST(TlsCli, AgentsMustTrustTheHeadAndSpeakTls) {
