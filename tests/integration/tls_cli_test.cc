@@ -204,6 +204,35 @@ TEST(TlsCli, AUserTokenSubmitsAsItsUserWhateverTheLoginName) {
   EXPECT_EQ(json::parse(for_bob.output)["spec"]["user"], "bob") << for_bob.output;
 }
 
+// Another user's job's logs are refused like its cancel or exec: exit code 4 (credentials
+// refused) and the head's reason as an error, not a per-rank "note" and exit code 1.
+TEST(TlsCli, ReadingAnotherUsersLogsIsRefusedWithExitCode4) {
+  LocalCluster c;
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("n1", 1));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(1));
+  auto made = Cohort(c, {"token", "create", "--user", "bob", "--role", "user"});
+  ASSERT_TRUE(made.status.Success()) << made.errors;
+  std::string bob = made.output;
+  while (!bob.empty() && bob.back() == '\n') bob.pop_back();
+  json job = c.Submit({{"user", "alice"}, {"command", {"/bin/echo", "alice's output"}}});
+  ASSERT_TRUE(job.contains("id")) << job.dump();
+  const std::string id = std::to_string(job["id"].get<int64_t>());
+  c.WaitForState(job["id"].get<int64_t>(), "SUCCEEDED");
+  for (const std::vector<std::string>& how : {std::vector<std::string>{}, std::vector<std::string>{"--rank", "0"}}) {
+    std::vector<std::string> argv = {COHORT_BINARY, "--head", c.url(), "logs", id};
+    argv.insert(argv.end(), how.begin(), how.end());
+    auto logs = RunWithEnv(c, argv, {{"COHORT_TOKEN", bob}}, {});
+    EXPECT_EQ(logs.status.exit_code, 4) << logs.errors;
+    EXPECT_NE(logs.errors.find("cohort: error: bob (user, token"), std::string::npos) << logs.errors;
+    EXPECT_NE(logs.errors.find("may not read the logs of job " + id), std::string::npos) << logs.errors;
+    EXPECT_EQ(logs.output.find("alice's output"), std::string::npos) << logs.output;
+  }
+  auto own = Cohort(c, {"logs", id});
+  ASSERT_TRUE(own.status.Success()) << own.errors;
+  EXPECT_NE(own.output.find("alice's output"), std::string::npos) << own.output;
+}
+
 TEST(TlsCli, AgentsMustTrustTheHeadAndSpeakTls) {
   LocalCluster c;
   ASSERT_NO_FATAL_FAILURE(c.StartHead());
