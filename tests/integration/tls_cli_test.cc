@@ -233,6 +233,31 @@ TEST(TlsCli, ReadingAnotherUsersLogsIsRefusedWithExitCode4) {
   EXPECT_NE(own.output.find("alice's output"), std::string::npos) << own.output;
 }
 
+// `cohort node rm` takes host lists as drain and resume do: node[1-2] was sent as one name.
+TEST(TlsCli, NodeRmTakesHostLists) {
+  LocalCluster c;
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("node1", 1));
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("node2", 1));
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("node3", 1));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(3));
+  for (const char* n : {"node1", "node2"}) {
+    c.agent(n).Signal(SIGKILL);
+    (void)c.agent(n).Wait();
+  }
+  ASSERT_TRUE(WaitUntil([&] { return c.Node("node1")["state"] == "DOWN" && c.Node("node2")["state"] == "DOWN"; },
+                        std::chrono::seconds(20)));
+  auto rm = Cohort(c, {"node", "rm", "node[1-2]"});
+  ASSERT_TRUE(rm.status.Success()) << rm.errors;
+  EXPECT_EQ(rm.output, "Removed node node1\nRemoved node node2\n");
+  auto nodes = c.client().Get("/v1/nodes");
+  ASSERT_TRUE(nodes.has_value());
+  ASSERT_EQ((*nodes)["nodes"].size(), 1u) << nodes->dump();
+  EXPECT_EQ((*nodes)["nodes"][0]["name"], "node3");
+  auto bad = Cohort(c, {"node", "rm", "node[2-"});
+  EXPECT_EQ(bad.status.exit_code, 2) << bad.errors;
+}
+
 TEST(TlsCli, AgentsMustTrustTheHeadAndSpeakTls) {
   LocalCluster c;
   ASSERT_NO_FATAL_FAILURE(c.StartHead());
