@@ -165,6 +165,12 @@ std::string FinalStateLine(const api::Job& job);
 // the program resolved here), checked; errors name the flag that gave a bad value, else
 // `source` (the spec file).
 Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const std::string& source);
+// The body of POST /v1/jobs for `spec`. `user_named`: --user or the spec file named its
+// user. Otherwise its user is only this shell's $USER, left out when `head` sends a
+// token: the head gives the job the token's user (a user's token may name no other, so a
+// login name that differs from the token's was refused). Without a token (a head run
+// with --insecure) $USER is sent.
+json SubmitBody(const api::JobSpec& spec, bool user_named, const HttpClient& head);
 // The resource, placement and environment flags `cohort submit` and `cohort alloc` share:
 // -N, -n, -G, --gpus-per-task, --gpu-memory(-enforce), --topology, -c, -J, -p, --placement,
 // -t, --env, --export, --mem, -w, -x, -C, --workdir, --user.

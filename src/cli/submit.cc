@@ -210,6 +210,7 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
     }
     base = std::move(*doc);
   }
+  const bool user_named = st.flags.user.has_value() || (base.contains("user") && !base["user"].is_null());
   auto spec = BuildSubmitSpec(std::move(base), st.flags, source);
   if (!spec) return ReportError(spec.error());
   if (st.dry_run) {
@@ -218,7 +219,7 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   }
 
   HttpClient head = HeadClient(global);
-  auto created = head.Post(api::routes::kJobs, api::ToJson(*spec));
+  auto created = head.Post(api::routes::kJobs, SubmitBody(*spec, user_named, head));
   if (!created) return ReportError(WithContext(created.error(), "submitting the job"));
   auto job = api::JobFromJson(*created);
   if (!job) return ReportError(job.error());
@@ -407,6 +408,12 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   return base;
 }
 
+json SubmitBody(const api::JobSpec& spec, bool user_named, const HttpClient& head) {
+  json body = api::ToJson(spec);
+  if (!user_named && !head.bearer_token().empty()) body.erase("user");
+  return body;
+}
+
 Result<void> CheckConstraintSyntax(const api::JobSpec& spec) {
   sched::JobRequest r;
   r.nodes = spec.nodes;
@@ -482,7 +489,8 @@ void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
   AddOptional(sub, "-C,--constraint", f.constraint,
               "Node features the job needs (cohort agent --features): a100, a100&ib, h100|a100, (a|b)&ib");
   AddOptional(sub, "-D,--workdir,--chdir", f.workdir, "Working directory of the tasks (default: the current directory)");
-  AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
+  AddOptional(sub, "--user", f.user,
+              "Submit as this user (admins; default: your token's user, or $USER against a head run with --insecure)");
 }
 
 std::string FinalStateLine(const api::Job& job) {
