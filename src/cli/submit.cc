@@ -506,8 +506,9 @@ void AddSubmitCommand(CommandContext& ctx) {
               "Elastic: start (or restart after a failure) on as few as this many nodes when --nodes are not "
               "free; grows back at its next checkpoint (default: exactly --nodes)");
   AddOptional(sub, "--checkpoint-signal", f.checkpoint_signal,
-              "Signal sent to the tasks when `cohort drain --now` asks the job to checkpoint: USR1, USR2, HUP, "
-              "INT or TERM (default none)");
+              "Signal sent to the tasks when `cohort drain --now` or a preemption asks the job to checkpoint "
+              "before it moves: USR1, USR2, HUP, INT or TERM (default none); a task that dies of it, or exits "
+              "non-zero after it, is moved (requeued, no restart counted)");
   AddOptional(sub, "--container", f.container,
               "Run every task in this container image (Podman on the nodes; the spec's container.runtime may "
               "say docker): e.g. localhost/trainer:1.0");
