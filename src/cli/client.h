@@ -83,8 +83,9 @@ Result<T> FromHead(Result<T> decoded, std::string_view what) {
   return std::unexpected(std::move(e));
 }
 
-// Time the job has run: RUNNING, since its current attempt started; ended, from its first
-// start to its end. std::nullopt for a job that never started.
+// Time the job has run: RUNNING, since its current attempt started; ended, its attempts'
+// run times added up (not the waits between them, so that GPUs x this is its GPU time).
+// std::nullopt for a job that never started.
 std::optional<int64_t> JobRunTimeMs(const api::Job& job, int64_t now_ms);
 
 // ---- submit (submit.cc) ----
