@@ -119,6 +119,7 @@ struct SubmitFlags {
   std::optional<std::string> progress_timeout;  // as typed: "120", "120s", "5m"; "0"/"off": none
   std::optional<std::string> workdir;
   std::optional<std::string> user;
+  std::optional<std::string> team;  // -A/--team/--account: the team the job counts against
   // Node constraints (sched/constraints.h), as typed.
   std::optional<std::string> mem;         // --mem: "64G" per node
   std::optional<std::string> nodelist;    // -w: "node[1-4]"

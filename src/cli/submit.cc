@@ -62,6 +62,7 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"progress_timeout_s", "--progress-timeout"},
       {"workdir", "--workdir"},
       {"user", "--user"},
+      {"team", "--team"},
       {"mem_per_node_mb", "--mem"},
       {"nodelist", "--nodelist"},
       {"exclude", "--exclude"},
@@ -92,6 +93,7 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "progress_timeout_s") return f.progress_timeout.has_value();
   if (field == "workdir") return f.workdir.has_value();
   if (field == "user") return f.user.has_value();
+  if (field == "team") return f.team.has_value();
   if (field == "mem_per_node_mb") return f.mem.has_value();
   if (field == "nodelist") return f.nodelist.has_value();
   if (field == "exclude") return f.exclude.has_value();
@@ -362,6 +364,7 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("name", flags.name);
   set("placement", flags.placement);
   set("user", flags.user);
+  set("team", flags.team);
   set("array", flags.array);
   set("dependency", flags.dependency);
   if (flags.kill_on_invalid_dep) base["kill_on_invalid_dep"] = true;
@@ -464,6 +467,9 @@ void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
               "Node features the job needs (cohort agent --features): a100, a100&ib, h100|a100, (a|b)&ib");
   AddOptional(sub, "--workdir", f.workdir, "Working directory of the tasks (default: the current directory)");
   AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
+  AddOptional(sub, "-A,--team,--account", f.team,
+              "The team the job counts against, for quotas and fair share (Slurm's --account; default: the "
+              "user's team, else default); users may name only their own team");
 }
 
 std::string FinalStateLine(const api::Job& job) {
