@@ -83,8 +83,9 @@ Result<T> FromHead(Result<T> decoded, std::string_view what) {
   return std::unexpected(std::move(e));
 }
 
-// Time the job has run: RUNNING, since its current attempt started; ended, from its first
-// start to its end. std::nullopt for a job that never started.
+// Time the job has run: RUNNING, since its current attempt started; ended, its attempts'
+// run times added up (not the waits between them, so that GPUs x this is its GPU time).
+// std::nullopt for a job that never started.
 std::optional<int64_t> JobRunTimeMs(const api::Job& job, int64_t now_ms);
 
 // ---- submit (submit.cc) ----
@@ -118,6 +119,7 @@ struct SubmitFlags {
   std::optional<std::string> progress_timeout;  // as typed: "120", "120s", "5m"; "0"/"off": none
   std::optional<std::string> workdir;
   std::optional<std::string> user;
+  std::optional<std::string> team;  // -A/--team/--account: the team the job counts against
   // Node constraints (sched/constraints.h), as typed.
   std::optional<std::string> mem;         // --mem: "64G" per node
   std::optional<std::string> nodelist;    // -w: "node[1-4]"

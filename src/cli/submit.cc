@@ -63,6 +63,7 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"progress_timeout_s", "--progress-timeout"},
       {"workdir", "--workdir"},
       {"user", "--user"},
+      {"team", "--team"},
       {"mem_per_node_mb", "--mem"},
       {"nodelist", "--nodelist"},
       {"exclude", "--exclude"},
@@ -93,6 +94,7 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "progress_timeout_s") return f.progress_timeout.has_value();
   if (field == "workdir") return f.workdir.has_value();
   if (field == "user") return f.user.has_value();
+  if (field == "team") return f.team.has_value();
   if (field == "mem_per_node_mb") return f.mem.has_value();
   if (field == "nodelist") return f.nodelist.has_value();
   if (field == "exclude") return f.exclude.has_value();
@@ -369,6 +371,7 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("name", flags.name);
   set("placement", flags.placement);
   set("user", flags.user);
+  set("team", flags.team);
   set("array", flags.array);
   set("dependency", flags.dependency);
   if (flags.kill_on_invalid_dep) base["kill_on_invalid_dep"] = true;
@@ -491,6 +494,9 @@ void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
   AddOptional(sub, "-D,--workdir,--chdir", f.workdir, "Working directory of the tasks (default: the current directory)");
   AddOptional(sub, "--user", f.user,
               "Submit as this user (admins; default: your token's user, or $USER against a head run with --insecure)");
+  AddOptional(sub, "-A,--team,--account", f.team,
+              "The team the job counts against, for quotas and fair share (Slurm's --account; default: the "
+              "user's team, else default); users may name only their own team");
 }
 
 std::string FinalStateLine(const api::Job& job) {
@@ -533,8 +539,9 @@ void AddSubmitCommand(CommandContext& ctx) {
               "Elastic: start (or restart after a failure) on as few as this many nodes when --nodes are not "
               "free; grows back at its next checkpoint (default: exactly --nodes)");
   AddOptional(sub, "--checkpoint-signal", f.checkpoint_signal,
-              "Signal sent to the tasks when `cohort drain --now` asks the job to checkpoint: USR1, USR2, HUP, "
-              "INT or TERM (default none)");
+              "Signal sent to the tasks when `cohort drain --now` or a preemption asks the job to checkpoint "
+              "before it moves: USR1, USR2, HUP, INT or TERM (default none); a task that dies of it, or exits "
+              "non-zero after it, is moved (requeued, no restart counted)");
   AddOptional(sub, "--container", f.container,
               "Run every task in this container image (Podman on the nodes; the spec's container.runtime may "
               "say docker): e.g. localhost/trainer:1.0");

@@ -86,7 +86,7 @@ std::string SlurmFlagHint(std::string_view flag) {
   static constexpr std::pair<std::string_view, std::string_view> kHints[] = {
       {"-o", "output"}, {"--output", "output"}, {"-e", "output"}, {"--error", "output"}, {"--open-mode", "output"},
       {"--partition", "partition"}, {"-q", "qos"}, {"--qos", "qos"}, {"--gres", "gres"}, {"--ntasks", "ntasks"},
-      {"-A", "account"}, {"--account", "account"}, {"--mem-per-cpu", "mem"}, {"--mem-per-gpu", "mem"},
+      {"--mem-per-cpu", "mem"}, {"--mem-per-gpu", "mem"},
       {"--requeue", "requeue"}, {"--mail-type", "mail"}, {"--mail-user", "mail"}, {"--exclusive", "exclusive"}};
   std::string_view what;
   for (const auto& [name, topic] : kHints) {
@@ -105,7 +105,6 @@ std::string SlurmFlagHint(std::string_view flag) {
   if (what == "ntasks") {
     return "cohort counts tasks per node: -N NODES -n TASKS_PER_NODE (Slurm's -N 2 --ntasks 8 is -N 2 -n 4)";
   }
-  if (what == "account") return "jobs count against a team, not an account: give team: NAME in a spec file (cohort team ls)";
   if (what == "mem") return "cohort reserves memory per node: --mem SIZE (e.g. --mem 64G)";
   if (what == "requeue") return "a failed gang or one on a lost node is restarted with --max-restarts N";
   if (what == "mail") return "cohort sends no mail: cohort submit --wait waits for the job's end";
