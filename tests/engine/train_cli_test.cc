@@ -705,6 +705,50 @@ TEST_F(TrainCliTest, CheckpointDirThatIsAFileOrInUseIsRefusedBeforeTraining) {
   EXPECT_FALSE(fs::exists(ck / "LOCK")) << "the run left its lock file";
 }
 
+// SIGTERM (a cancel or a time limit: the agent's stop before its SIGKILL) ends a run at the
+// end of its step with a checkpoint of that step, on every rank (here through `cohort run`,
+// which passes the signal on to its ranks), and exits 143 as the signal would have. Before,
+// the run died of it and everything since the last checkpoint.every step was lost.
+TEST_F(TrainCliTest, SigtermCheckpointsTheStepAndStops) {
+  auto cfg = Config("checkpoint: {every: 1000000, keep: 2}\n");
+  const fs::path ck = dir_ / "ck";
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "train", "-n", "2", "--config", cfg.string(), "--steps", "1000000",
+            "--checkpoint-dir", ck.string()};
+  o.unset_env = {"COHORT_CHECKPOINT_DIR", "COHORT_REPORT", "COHORT_JOB_ID", "COHORT_ATTEMPT",
+                 "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS"};
+  o.stdout_path = (dir_ / "run.txt").string();
+  auto run = Subprocess::Spawn(o);
+  ASSERT_TRUE(run.has_value()) << run.error().ToString();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline && !run->TryWait() &&
+         Slurp(dir_ / "run.txt").find("step     3/") == std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, not timing
+  }
+  ASSERT_THAT(Slurp(dir_ / "run.txt"), HasSubstr("step     3/"));
+  run->Signal(SIGTERM);
+  auto status = run->WaitFor(std::chrono::seconds(120));
+  ASSERT_TRUE(status.has_value()) << Slurp(dir_ / "run.txt");
+  const std::string out = Slurp(dir_ / "run.txt");
+  EXPECT_EQ(status->Code(), 128 + SIGTERM) << out;
+  const std::string said = "stopping at step ";
+  const size_t at = out.find(said);
+  ASSERT_NE(at, std::string::npos) << out;
+  const int64_t step = std::stoll(out.substr(at + said.size()));
+  EXPECT_THAT(out, HasSubstr(said + std::to_string(step) + " of 1000000: SIGTERM, after its checkpoint"));
+  EXPECT_THAT(out, HasSubstr("(2 ranks wrote their ranges)"));
+  EXPECT_THAT(out, Not(HasSubstr("---- sample after")));
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  ASSERT_EQ(ListSteps(ck), (std::vector<std::string>{name})) << out;
+
+  // The next run resumes from it.
+  TrainRun next = Train(1, {"--config", cfg.string(), "--steps", "1000000", "--checkpoint-dir",
+                            ck.string(), "--stop-at-step", std::to_string(step + 1)});
+  ASSERT_TRUE(next.status.Success()) << next.output;
+  EXPECT_THAT(next.output, HasSubstr("(step " + std::to_string(step) + ")"));
+}
+
 // The last step's checkpoint could not be written (here: a file size limit, as a full disk
 // or a quota would): the run trains on past the failures, but then exits non-zero, since
 // its result is in no checkpoint. It exited 0 before, and its job SUCCEEDED.

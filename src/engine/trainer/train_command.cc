@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -189,6 +190,7 @@ int RunTrain(int argc, char** argv) {
     if (!trainer) return Report(trainer.error());
     auto result = (*trainer)->Run();
     if (!result) return Report(result.error());
+    if (result->terminated) return 128 + SIGTERM;  // as if the signal had ended it
   } catch (const std::bad_alloc&) {
     return Report(OutOfHostMemory(*config));
   }

@@ -50,8 +50,13 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // delivered by its agent on `cohort drain --now`; Slurm's --signal habit). Installed on
 // every rank so that no rank dies of the signal's default action.
 volatile std::sig_atomic_t g_checkpoint_signal = 0;
+// SIGTERM (the agent's stop on a cancel or a time limit, before its SIGKILL; `cohort run`
+// stopping its ranks) ends the run at the end of the current step, after a checkpoint of
+// it: the training up to the signal is kept, as with Megatron's exit signal handler.
+volatile std::sig_atomic_t g_stop_signal = 0;
 
 void OnCheckpointSignal(int) { g_checkpoint_signal = 1; }
+void OnStopSignal(int) { g_stop_signal = 1; }
 
 void InstallCheckpointSignal() {
   struct sigaction sa {};
@@ -59,6 +64,20 @@ void InstallCheckpointSignal() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGUSR1, &sa, nullptr);
+  struct sigaction old {};
+  sigaction(SIGTERM, nullptr, &old);
+  if (old.sa_handler != SIG_IGN) {  // a process started to ignore it keeps ignoring it
+    sa.sa_handler = OnStopSignal;
+    sigaction(SIGTERM, &sa, nullptr);
+  }
+}
+
+// Back to SIGTERM's default: after the training loop nothing waits for the flag.
+void RestoreStopSignal() {
+  struct sigaction old {};
+  sigaction(SIGTERM, nullptr, &old);
+  if (old.sa_handler == OnStopSignal) signal(SIGTERM, SIG_DFL);
+  if (g_stop_signal) raise(SIGTERM);  // one that came after the last step's look
 }
 
 // True once per received SIGUSR1.
@@ -176,9 +195,10 @@ struct Trainer::Impl {
   // Validation loss over eval.batches batches, averaged over the ranks.
   Result<double> Evaluate();
   // Writes a checkpoint every checkpoint.every steps, at the last step, when `stopping`
-  // or when asked (the head, SIGUSR1); a failed write is logged and training goes on (Run
-  // fails at the end when the last step's failed).
-  void MaybeCheckpoint(bool stopping);
+  // or when asked (the head, SIGUSR1), or when any rank got SIGTERM; a failed write is
+  // logged and training goes on (Run fails at the end when the last step's failed). True
+  // when a rank got SIGTERM: every rank stops (a collective decides it).
+  bool MaybeCheckpoint(bool stopping);
   // Every rank writes its ranges of a checkpoint of the current state (a collective); the
   // error is already logged.
   Result<void> SaveCheckpointNow();
@@ -885,13 +905,25 @@ Result<TrainResult> Trainer::Impl::Run() {
     COHORT_TRY_VOID(MaybeEvaluate(result, line));
     Record(std::move(line));
     const bool stopping = ctx.stop_at_step > 0 && progress.step >= ctx.stop_at_step;
-    MaybeCheckpoint(stopping);
+    if (MaybeCheckpoint(stopping)) {
+      result.terminated = true;
+      if (config.checkpoint_dir.empty()) {
+        Log("stopping at step {} of {}: SIGTERM (no checkpoint.dir: nothing kept)", progress.step, config.steps);
+      } else if (checkpoint_step == progress.step) {
+        Log("stopping at step {} of {}: SIGTERM, after its checkpoint", progress.step, config.steps);
+      } else {
+        Log("stopping at step {} of {}: SIGTERM; a rerun resumes from the checkpoint of step {}", progress.step,
+            config.steps, checkpoint_step);
+      }
+      break;
+    }
     COHORT_TRY_VOID(MaybeSample());
     if (stopping) {
       Log("stopping at step {} of {} (--stop-at-step)", progress.step, config.steps);
       break;
     }
   }
+  if (!result.terminated) RestoreStopSignal();
   auto finished = Finish(std::move(result), std::move(rates));
   if (finished && checkpoint_failure) {
     // The last step is in no checkpoint: a job that reported success would leave nothing
@@ -962,16 +994,20 @@ Result<void> Trainer::Impl::MaybeEvaluate(TrainResult& result, json& line) {
   return {};
 }
 
-void Trainer::Impl::MaybeCheckpoint(bool stopping) {
+bool Trainer::Impl::MaybeCheckpoint(bool stopping) {
   // A checkpoint asked for from outside: the head's reply, or the job's checkpoint
   // signal (SIGUSR1; every rank takes the signal, rank 0 writes the checkpoint).
   const bool signalled = CheckpointSignalled();
   bool requested = leader() && (checkpoint_requested || signalled);
+  // SIGTERM on any rank stops them all: a rank stopped on its own would leave the others
+  // waiting in the next step's collectives.
+  bool terminate = g_stop_signal != 0;
   if (comm) {
-    // Writing is a collective: every rank learns of rank 0's request.
-    int64_t flag = requested ? 1 : 0;
-    if (auto r = model->BroadcastHost(*comm, &flag, 1, comm::DataType::kInt64); r) {
-      requested = flag != 0;
+    // Writing is a collective: every rank learns of rank 0's request, and of any stop.
+    float flags[2] = {requested ? 1.0f : 0.0f, terminate ? 1.0f : 0.0f};
+    if (auto r = model->AllReduceHost(*comm, flags, 2, comm::ReduceOp::kMax); r) {
+      requested = flags[0] != 0;
+      terminate = flags[1] != 0;
     } else {
       Log("checkpoint request could not reach every rank: {}", r.error().ToString());
     }
@@ -980,14 +1016,19 @@ void Trainer::Impl::MaybeCheckpoint(bool stopping) {
     if (leader()) Log("checkpoint requested ({}): writing one at step {}",
         signalled ? "SIGUSR1" : "by the head", progress.step);
   }
+  // A stop just after a checkpoint keeps that one (one step is less than a checkpoint's
+  // write): that is a planned move's stop, which the head sends once it sees the checkpoint
+  // it waited for, and the next attempt resumes from exactly that step.
+  const bool save_for_stop = terminate && checkpoint_step < progress.step - 1;
   if (!config.checkpoint_dir.empty() &&
       ((config.checkpoint_every > 0 && progress.step % config.checkpoint_every == 0) ||
-       progress.step == config.steps || stopping || requested)) {
+       progress.step == config.steps || stopping || requested || save_for_stop)) {
     (void)SaveCheckpointNow();  // (tells the head at once: it moves the job when it sees it)
   } else if (requested) {
     Log("no checkpoint.dir: cannot checkpoint on request");
     checkpoint_requested = false;
   }
+  return terminate;
 }
 
 Result<void> Trainer::Impl::MaybeSample() {
@@ -1014,6 +1055,12 @@ Result<TrainResult> Trainer::Impl::Finish(TrainResult result, std::vector<double
     const TrainModel::ModelStateBytes b = model->model_state_bytes();
     Log("peak memory per rank: RSS {:.1f} MB (the largest of {} rank{}; model states {:.3g} MB)",
         peak_mb, world, world == 1 ? "" : "s", (b.params + b.grads + b.optimizer) / 1e6);
+  }
+  // A run stopped by SIGTERM leaves at once: its checkpoint is written; the export and the
+  // sample are of the end of training, which it did not reach.
+  if (result.terminated) {
+    if (comm) COHORT_TRY_VOID(comm->Barrier());
+    return result;
   }
   if ((leader() || collective_io()) && !ctx.export_path.empty()) {
     COHORT_TRY_VOID(model->Export(ctx.export_path));

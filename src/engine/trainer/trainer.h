@@ -58,6 +58,9 @@ struct TrainResult {
   double final_val_loss = -1;  // -1: no validation
   double tokens_per_s = 0;     // median over this run's steps
   std::string sample;          // the final generated text (rank 0; empty if disabled)
+  // SIGTERM (a cancel, a time limit, `cohort run` stopping its ranks) stopped the run at the
+  // end of a step, after a checkpoint of it when there is a checkpoint.dir.
+  bool terminated = false;
 };
 
 class Trainer {
