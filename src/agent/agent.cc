@@ -689,11 +689,11 @@ Result<void> Agent::HeartbeatOnce() {
   head_->set_timeout(HeartbeatTimeout(sent));
   auto reply_json = COHORT_TRY(head_->Post(api::routes::AgentHeartbeat(config_.name), body));
   auto reply = COHORT_TRY(api::HeartbeatReplyFromJson(reply_json));
-  // Successful sends that came half a fence timeout apart leave the tasks' lease little
-  // room: say where the time went (the last reply's Apply, the wait for this beat, building
+  // Successful sends that came late enough to eat half the lease's room beyond the
+  // interval leave the tasks little: say where the time went (the last reply's Apply, the wait for this beat, building
   // it, the head's answer), at most every 5 s.
   const auto answered = SteadyClock::now();
-  if (last_beat_end_ != SteadyTime{} && sent - last_ok_send_ > Millis(timing_.fence_timeout_ms / 2) &&
+  if (last_beat_end_ != SteadyTime{} && sent - last_ok_send_ > SlowHeartbeatGap(timing_) &&
       answered - last_slow_log_ > std::chrono::seconds(5)) {
     last_slow_log_ = answered;
     LOG_WARN("heartbeats sent {} apart, answered after {} (the last reply applied in {}, then {} until this "
@@ -939,6 +939,12 @@ void Agent::Stop() {
 
 void Agent::Wait() {
   if (server_thread_.joinable()) server_thread_.join();
+}
+
+Millis SlowHeartbeatGap(const api::AgentTiming& t) {
+  const int64_t interval = std::max<int64_t>(0, t.heartbeat_interval_ms);
+  if (t.fence_timeout_ms <= interval) return Millis(t.fence_timeout_ms / 2);
+  return Millis(interval + (t.fence_timeout_ms - interval) / 2);
 }
 
 int RunAgent(const AgentConfig& config) {

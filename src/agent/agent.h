@@ -374,6 +374,12 @@ class Agent {
   void MeasureGpuMemory(const std::vector<TaskStatus>& snapshot, const NodeSample& sample);
 };
 
+// Two successful heartbeats sent further apart than this are logged with where the time
+// went: past half the room between the interval `t` asks for and the fence timeout (a
+// beat on time, `heartbeat_interval_ms` after the last, is not slow, however small that
+// room), or past half the fence timeout when the interval leaves none.
+Millis SlowHeartbeatGap(const api::AgentTiming& t);
+
 // `cohort agent`: runs an agent until SIGINT or SIGTERM. Returns the process exit code.
 int RunAgent(const AgentConfig& config);
 

@@ -142,7 +142,7 @@ int RunAlloc(const SubmitFlags& flags, const std::vector<std::string>& command, 
   const sigset_t release = ReleaseSignals();
   sigprocmask(SIG_BLOCK, &release, nullptr);
   HttpClient head = HeadClient(global);
-  auto created = head.Post(api::routes::kJobs, api::ToJson(*spec));
+  auto created = head.Post(api::routes::kJobs, SubmitBody(*spec, flags.user.has_value(), head));
   if (!created) return ReportError(WithContext(created.error(), "requesting the allocation"));
   auto submitted = api::JobFromJson(*created);
   if (!submitted) return ReportError(submitted.error());

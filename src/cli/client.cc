@@ -122,10 +122,20 @@ std::optional<int64_t> JobRunTimeMs(const api::Job& job, int64_t now_ms) {
     return std::max<int64_t>(0, now_ms - job.start_ms);
   }
   if (api::IsTerminal(job.state)) {
-    int64_t first = !job.history.empty() && job.history.front().start_ms > 0 ? job.history.front().start_ms
-                                                                              : job.start_ms;
-    if (first <= 0 || job.end_ms <= 0) return std::nullopt;
-    return std::max<int64_t>(0, job.end_ms - first);
+    // The attempts' run times added up, as GPU-hours add them: a requeued job's time
+    // waiting between attempts is not time it ran.
+    int64_t ran = 0;
+    bool started = false;
+    for (const auto& a : job.history) {
+      if (a.start_ms <= 0) continue;
+      const int64_t end = a.end_ms > 0 ? a.end_ms : job.end_ms;
+      if (end <= 0) continue;
+      started = true;
+      ran += std::max<int64_t>(0, end - a.start_ms);
+    }
+    if (started) return ran;
+    if (job.start_ms <= 0 || job.end_ms <= 0) return std::nullopt;
+    return std::max<int64_t>(0, job.end_ms - job.start_ms);
   }
   return std::nullopt;
 }

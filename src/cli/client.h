@@ -83,8 +83,9 @@ Result<T> FromHead(Result<T> decoded, std::string_view what) {
   return std::unexpected(std::move(e));
 }
 
-// Time the job has run: RUNNING, since its current attempt started; ended, from its first
-// start to its end. std::nullopt for a job that never started.
+// Time the job has run: RUNNING, since its current attempt started; ended, its attempts'
+// run times added up (not the waits between them, so that GPUs x this is its GPU time).
+// std::nullopt for a job that never started.
 std::optional<int64_t> JobRunTimeMs(const api::Job& job, int64_t now_ms);
 
 // ---- submit (submit.cc) ----
@@ -118,6 +119,7 @@ struct SubmitFlags {
   std::optional<std::string> progress_timeout;  // as typed: "120", "120s", "5m"; "0"/"off": none
   std::optional<std::string> workdir;
   std::optional<std::string> user;
+  std::optional<std::string> team;  // -A/--team/--account: the team the job counts against
   // Node constraints (sched/constraints.h), as typed.
   std::optional<std::string> mem;         // --mem: "64G" per node
   std::optional<std::string> nodelist;    // -w: "node[1-4]"
@@ -165,6 +167,12 @@ std::string FinalStateLine(const api::Job& job);
 // the program resolved here), checked; errors name the flag that gave a bad value, else
 // `source` (the spec file).
 Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const std::string& source);
+// The body of POST /v1/jobs for `spec`. `user_named`: --user or the spec file named its
+// user. Otherwise its user is only this shell's $USER, left out when `head` sends a
+// token: the head gives the job the token's user (a user's token may name no other, so a
+// login name that differs from the token's was refused). Without a token (a head run
+// with --insecure) $USER is sent.
+json SubmitBody(const api::JobSpec& spec, bool user_named, const HttpClient& head);
 // The resource, placement and environment flags `cohort submit` and `cohort alloc` share:
 // -N, -n, -G, --gpus-per-task, --gpu-memory(-enforce), --topology, -c, -J, -p, --placement,
 // -t, --env, --export, --mem, -w, -x, -C, --workdir, --user.

@@ -207,7 +207,12 @@ void AddHelpCommand(CommandContext& ctx) {
       }
       app = next;
     }
-    std::fputs(app->help().c_str(), stdout);
+    // The usage line names the whole command ("Usage: cohort serve scale ..."), as --help does.
+    std::string parents;
+    for (const CLI::App* a = app->get_parent(); a != nullptr; a = a->get_parent()) {
+      parents = a->get_name() + (parents.empty() ? "" : " " + parents);
+    }
+    std::fputs(app == &root ? app->help().c_str() : app->help(parents).c_str(), stdout);
     return 0;
   });
 }

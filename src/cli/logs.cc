@@ -152,7 +152,10 @@ class LogReader {
                                                                                       {"limit", std::to_string(limit)}})));
     if (r.status >= 200 && r.status < 300) return std::optional<HttpResponse>(std::move(r));
     Error e = ErrorFromResponse(r.status, r.body);
-    if (e.code == ErrorCode::kFailedPrecondition || e.code == ErrorCode::kInvalidArgument) {
+    // Refused credentials are the caller's, not the rank's: every rank would be refused,
+    // and the exit code says so (4), as every other command's refusal does.
+    if (e.code == ErrorCode::kFailedPrecondition || e.code == ErrorCode::kInvalidArgument ||
+        e.code == ErrorCode::kPermissionDenied || e.code == ErrorCode::kUnauthenticated) {
       return std::unexpected(std::move(e));
     }
     Note(fmt::format("rank {}: {}{}", s.rank, e.message,

@@ -14,12 +14,14 @@ struct NodeRmFlags {
 };
 
 int RunRm(const NodeRmFlags& f, const GlobalOptions& global) {
+  auto nodes = ExpandNodeArgs(f.nodes);  // node[1-4,7], as drain and resume take them
+  if (!nodes) return ReportError(nodes.error());
   HttpClient head = HeadClient(global);
   std::vector<std::pair<std::string, std::string>> query;
   if (f.force) query.emplace_back("force", "true");
   json removed = json::array();
   const int rc = ForEachName(
-      f.nodes, [&](const std::string& name) { return head.Delete(api::routes::WithQuery(api::routes::Node(name), query)); },
+      *nodes, [&](const std::string& name) { return head.Delete(api::routes::WithQuery(api::routes::Node(name), query)); },
       [&](const std::string& name, json reply) {
         if (global.json) {
           removed.push_back(std::move(reply));
@@ -42,7 +44,7 @@ void AddNodeCommands(CommandContext& ctx) {
   auto f = std::make_shared<NodeRmFlags>();
   auto* rm = node->add_subcommand(
       "rm", "Forget nodes that have left the cluster (DOWN: stop the agent first); their credentials stop working");
-  rm->add_option("NODE", f->nodes, "Node names")->required();
+  rm->add_option("NODE", f->nodes, "Node names, or host lists as Slurm writes them: node[1-4,7]")->required();
   rm->add_flag("--force", f->force,
                "Also remove a dead node that still holds jobs (they are requeued, as on a node that went down)");
   AddClientOptions(rm, global);

@@ -64,6 +64,7 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"progress_timeout_s", "--progress-timeout"},
       {"workdir", "--workdir"},
       {"user", "--user"},
+      {"team", "--team"},
       {"mem_per_node_mb", "--mem"},
       {"nodelist", "--nodelist"},
       {"exclude", "--exclude"},
@@ -94,6 +95,7 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "progress_timeout_s") return f.progress_timeout.has_value();
   if (field == "workdir") return f.workdir.has_value();
   if (field == "user") return f.user.has_value();
+  if (field == "team") return f.team.has_value();
   if (field == "mem_per_node_mb") return f.mem.has_value();
   if (field == "nodelist") return f.nodelist.has_value();
   if (field == "exclude") return f.exclude.has_value();
@@ -240,6 +242,7 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
     }
     base = std::move(*doc);
   }
+  const bool user_named = st.flags.user.has_value() || (base.contains("user") && !base["user"].is_null());
   auto spec = BuildSubmitSpec(std::move(base), st.flags, source);
   if (!spec) return ReportError(spec.error());
   if (st.dry_run) {
@@ -248,7 +251,7 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   }
 
   HttpClient head = HeadClient(global);
-  auto created = head.Post(api::routes::kJobs, api::ToJson(*spec));
+  auto created = head.Post(api::routes::kJobs, SubmitBody(*spec, user_named, head));
   if (!created) return ReportError(WithContext(created.error(), "submitting the job"));
   auto job = api::JobFromJson(*created);
   if (!job) return ReportError(job.error());
@@ -398,6 +401,7 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("name", flags.name);
   set("placement", flags.placement);
   set("user", flags.user);
+  set("team", flags.team);
   set("array", flags.array);
   set("dependency", flags.dependency);
   if (flags.kill_on_invalid_dep) base["kill_on_invalid_dep"] = true;
@@ -435,6 +439,12 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   if (missing("workdir") && !defaults.workdir.empty()) base["workdir"] = defaults.workdir;
   if (missing("user") && !defaults.user.empty()) base["user"] = defaults.user;
   return base;
+}
+
+json SubmitBody(const api::JobSpec& spec, bool user_named, const HttpClient& head) {
+  json body = api::ToJson(spec);
+  if (!user_named && !head.bearer_token().empty()) body.erase("user");
+  return body;
 }
 
 Result<void> CheckConstraintSyntax(const api::JobSpec& spec) {
@@ -512,7 +522,11 @@ void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
   AddOptional(sub, "-C,--constraint", f.constraint,
               "Node features the job needs (cohort agent --features): a100, a100&ib, h100|a100, (a|b)&ib");
   AddOptional(sub, "-D,--workdir,--chdir", f.workdir, "Working directory of the tasks (default: the current directory)");
-  AddOptional(sub, "--user", f.user, "Submit as this user (default: $USER)");
+  AddOptional(sub, "--user", f.user,
+              "Submit as this user (admins; default: your token's user, or $USER against a head run with --insecure)");
+  AddOptional(sub, "-A,--team,--account", f.team,
+              "The team the job counts against, for quotas and fair share (Slurm's --account; default: the "
+              "user's team, else default); users may name only their own team");
 }
 
 std::string FinalStateLine(const api::Job& job) {
@@ -555,8 +569,9 @@ void AddSubmitCommand(CommandContext& ctx) {
               "Elastic: start (or restart after a failure) on as few as this many nodes when --nodes are not "
               "free; grows back at its next checkpoint (default: exactly --nodes)");
   AddOptional(sub, "--checkpoint-signal", f.checkpoint_signal,
-              "Signal sent to the tasks when `cohort drain --now` asks the job to checkpoint: USR1, USR2, HUP, "
-              "INT or TERM (default none)");
+              "Signal sent to the tasks when `cohort drain --now` or a preemption asks the job to checkpoint "
+              "before it moves: USR1, USR2, HUP, INT or TERM (default none); a task that dies of it, or exits "
+              "non-zero after it, is moved (requeued, no restart counted)");
   AddOptional(sub, "--container", f.container,
               "Run every task in this container image (Podman on the nodes; the spec's container.runtime may "
               "say docker): e.g. localhost/trainer:1.0");

@@ -86,7 +86,7 @@ std::string SlurmFlagHint(std::string_view flag) {
   static constexpr std::pair<std::string_view, std::string_view> kHints[] = {
       {"-o", "output"}, {"--output", "output"}, {"-e", "output"}, {"--error", "output"}, {"--open-mode", "output"},
       {"--partition", "partition"}, {"-q", "qos"}, {"--qos", "qos"}, {"--gres", "gres"}, {"--ntasks", "ntasks"},
-      {"-A", "account"}, {"--account", "account"}, {"--mem-per-cpu", "mem"}, {"--mem-per-gpu", "mem"},
+      {"--mem-per-cpu", "mem"}, {"--mem-per-gpu", "mem"},
       {"--requeue", "requeue"}, {"--mail-type", "mail"}, {"--mail-user", "mail"}, {"--exclusive", "exclusive"}};
   std::string_view what;
   for (const auto& [name, topic] : kHints) {
@@ -105,7 +105,6 @@ std::string SlurmFlagHint(std::string_view flag) {
   if (what == "ntasks") {
     return "cohort counts tasks per node: -N NODES -n TASKS_PER_NODE (Slurm's -N 2 --ntasks 8 is -N 2 -n 4)";
   }
-  if (what == "account") return "jobs count against a team, not an account: give team: NAME in a spec file (cohort team ls)";
   if (what == "mem") return "cohort reserves memory per node: --mem SIZE (e.g. --mem 64G)";
   if (what == "requeue") return "a failed gang or one on a lost node is restarted with --max-restarts N";
   if (what == "mail") return "cohort sends no mail: cohort submit --wait waits for the job's end";
@@ -148,11 +147,18 @@ std::string DidYouMean(CLI::App& app, int argc, const char* const* argv) {
       const std::string name = word.substr(0, word.find('='));
       const CLI::Option* opt = FindFlag(current, word.starts_with("--") ? name : word.substr(0, 2));
       if (opt == nullptr) {
-        if (!word.starts_with("--") && word.size() > 2) continue;  // "-N2": a short flag with its value
+        const bool negative_number =
+            word.size() > 1 && word.find_first_not_of("0123456789.", 1) == std::string::npos;
+        // "-N2": a short flag with its value; "-12": a number where none may be negative.
+        if (!word.starts_with("--") && word.size() > 2 && !negative_number) continue;
         std::string cmd;  // "cohort token create"
         for (const CLI::App* a = current; a != &app && a != nullptr; a = a->get_parent()) cmd = " " + a->get_name() + cmd;
         cmd = "cohort" + cmd;
         const std::string where = current == &app ? "" : " of " + cmd;
+        if (negative_number) {
+          return fmt::format("'{}' is not a flag{}, and no argument of {} may be negative ({} --help lists "
+                             "what it takes)", word, where, cmd, cmd);
+        }
         if (!word.starts_with("--")) {
           // Every one-letter flag is one edit from any other: a guess would be noise.
           return fmt::format("unknown flag '{}'{} ({} --help lists its flags)", name, where, cmd);

@@ -536,7 +536,8 @@ int Cluster::Schedule() {
   StageArrayElements(wakes);  // job arrays: elements to make, arrays to end
   core::PassResult pass = core::Schedule(state_, context_, Now());
   if (!pass.ran) {
-    (void)Durable(staged_seq_, wakes);  // the arrays' changes, if any
+    Stage(std::move(pass.effects), wakes);  // nominations pruned with nothing to place, if any
+    (void)Durable(staged_seq_, wakes);      // and the arrays' changes, if any
     return 0;
   }
   Stage(std::move(pass.effects), wakes);

@@ -89,7 +89,7 @@ void HideEnvUnlessOwner(json& job, const Caller& caller) {
   if (spec == job.end() || !spec->is_object()) return;
   auto env = spec->find("env");
   if (env == spec->end() || !env->is_object()) return;
-  for (auto& [name, value] : env->items()) value = "(hidden)";
+  for (auto& [name, value] : env->items()) value = kHiddenEnvValue;
 }
 
 Result<std::string> JobOwner(const Caller& caller, bool spec_names_user, const std::string& spec_user) {

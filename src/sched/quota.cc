@@ -64,6 +64,13 @@ bool QuotaBook::Admits(std::string_view team, int64_t units) const {
 
 std::string QuotaBook::LimitReason(std::string_view team, int64_t units) const {
   const int64_t q = quota(team);
+  if (units > limit(team)) {
+    // No job of the team ending lets it start: only raising the team's limits does.
+    return fmt::format("team {} may never hold this job: it needs {} GPUs, above the team's limit of {} (quota {} "
+                       "+ borrow limit {}); an admin may raise it (cohort team set {} --quota/--borrow-limit)",
+                       team, FormatGpus(units), FormatGpus(limit(team)), FormatGpus(q), FormatGpus(limit(team) - q),
+                       team);
+  }
   return fmt::format("team {} is at its limit: {} of {} GPUs in use (quota {} + borrow limit {}); this job needs {}",
                      team, FormatGpus(used(team)), FormatGpus(limit(team)), FormatGpus(q), FormatGpus(limit(team) - q),
                      FormatGpus(units));

@@ -46,7 +46,8 @@ class QuotaBook {
   // True if `units` more keep `team` within quota + borrow limit.
   bool Admits(std::string_view team, int64_t units) const;
   // "team ml is at its limit: 3.75 of 4 GPUs in use (quota 2 + borrow limit 2); this job
-  // needs 0.5" (for a job that Admits refuses).
+  // needs 0.5" (for a job that Admits refuses); for a job larger than the limit itself,
+  // that the team may never hold it and what would change that.
   std::string LimitReason(std::string_view team, int64_t units) const;
 
   void Add(std::string_view team, int64_t units);

@@ -177,6 +177,7 @@ Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest reques
   auto channel = w->channel;
   MutexLock l(mu_);
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the server is stopping");
+  DropCancelledWaiting();
   if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
     return Errorf(ErrorCode::kResourceExhausted,
                   "overloaded: {} requests are waiting and {} running; retry later",
@@ -206,16 +207,27 @@ void Batcher::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Batcher::Admit() {
-  MutexLock l(mu_);
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
-    Waiting& w = *waiting_.front();
-    if (w.channel->cancelled()) {
-      queued_tokens_ -= static_cast<int64_t>(w.request.tokens.size()) + w.request.max_tokens;
-      if (metrics_) metrics_->CountRequest("cancelled");
-      waiting_.pop_front();
+// Requests cancelled while queued (their clients hung up) leave the queue wherever they
+// are in it: left until they reached its head with room in the batch, they held places
+// under max_waiting (new requests got 429) and counted in the load the gateway balances on.
+void Batcher::DropCancelledWaiting() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    const Waiting& w = **it;
+    if (!w.channel->cancelled()) {
+      ++it;
       continue;
     }
+    queued_tokens_ -= static_cast<int64_t>(w.request.tokens.size()) + w.request.max_tokens;
+    if (metrics_) metrics_->CountRequest("cancelled");
+    it = waiting_.erase(it);
+  }
+}
+
+void Batcher::Admit() {
+  MutexLock l(mu_);
+  DropCancelledWaiting();
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
+    Waiting& w = *waiting_.front();
     std::vector<int> blocks = blocks_.Allocate(w.blocks_needed);
     if (blocks.empty()) break;  // first come, first served: the head of the queue waits
     queued_tokens_ -= static_cast<int64_t>(w.request.tokens.size()) + w.request.max_tokens;

@@ -151,6 +151,7 @@ class Batcher {
   // One step over `running_` (the step thread only).
   void RunStep();
   void Admit() EXCLUDES(mu_);
+  void DropCancelledWaiting() REQUIRES(mu_);
   // Copies the step thread's view of the batch into load_ for Load().
   void PublishLoad() EXCLUDES(mu_);
   void Finish(Sequence& seq, TokenEvent last);

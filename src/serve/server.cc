@@ -15,8 +15,7 @@ namespace cohort::serve {
 
 namespace {
 
-constexpr auto kIdleKeepAlive = std::chrono::seconds(10);
-// How often an unstreamed request's handler looks whether its client hung up.
+// How often a request's handler looks whether its client hung up.
 constexpr auto kHangUpCheck = std::chrono::milliseconds(250);
 
 void SendApiError(httplib::Response& res, const Error& e, int retry_after_s) {
@@ -199,7 +198,7 @@ void InferenceServer::Routes() {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [state](size_t, httplib::DataSink& sink) {
+          [state, keep_alive = options_.keep_alive](size_t, httplib::DataSink& sink) {
             HttpServer::StreamResponse();
             auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
             if (!state->opened) {
@@ -210,7 +209,18 @@ void InferenceServer::Routes() {
               sink.done();
               return true;
             }
-            std::optional<TokenEvent> e = state->channel->Next(kIdleKeepAlive);
+            // Waits in slices, looking for a hang-up between them: a stream still queued
+            // writes nothing, so a client gone then was noticed only by the next keep-alive
+            // write, and the request kept its place in the queue (and counted against its
+            // cap) until then, or until it was admitted and prefilled for nobody.
+            std::optional<TokenEvent> e;
+            for (const SteadyTime until = SteadyClock::now() + keep_alive; !e;) {
+              const SteadyTime now = SteadyClock::now();
+              if (now >= until) break;
+              const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now);
+              e = state->channel->Next(std::min<std::chrono::milliseconds>(kHangUpCheck, left));
+              if (!e && HttpServer::ClientGone()) return false;  // the release callback cancels it
+            }
             if (!e) return write(": keep-alive\n\n");
             if (!write(state->builder->Add(*e))) return false;
             if (!e->finish_reason.empty()) {

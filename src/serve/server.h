@@ -22,6 +22,7 @@
 // Stop), Stop from any thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,9 @@ struct ServerOptions {
   std::string model_name;     // what requests name in "model"
   int http_threads = 128;     // generation requests served at once (streams included)
   int retry_after_s = 1;      // Retry-After of a 429
+  // A stream with nothing to send (queued, or between slow tokens) writes an SSE comment
+  // this often. Its client's hang-up is looked for more often than that (every 250 ms).
+  std::chrono::milliseconds keep_alive{10000};
 };
 
 class InferenceServer {

@@ -234,6 +234,19 @@ class AgentTimingTest : public ::testing::Test {
 // which runs as the agent starts. The agent's stop kills the call rather than waiting out
 // its 30 s timeout; the fake runtime blocks on a FIFO nobody writes, so without the kill
 // the stop would last the whole timeout.
+// With the head's defaults (a beat every 1 s, fence after 2 s) every agent logged
+// "heartbeats sent 1.0s apart ..." as a warning every 5 s: a beat on time is not slow.
+TEST(SlowHeartbeatGap, ABeatOnTimeIsNotSlowAndALateOneIs) {
+  const api::AgentTiming defaults = Timing(1000, 3000, 2000);
+  EXPECT_GT(SlowHeartbeatGap(defaults), Millis(1000) + Millis(100)) << "on time, with the loop's jitter";
+  EXPECT_LT(SlowHeartbeatGap(defaults), Millis(2000)) << "before the lease runs out";
+  EXPECT_EQ(SlowHeartbeatGap(defaults), Millis(1500));
+  // The head's scaled timing at 10,000 nodes (head/core/timing.h): every 10 s, fence after 20 s.
+  EXPECT_EQ(SlowHeartbeatGap(Timing(10'000, 30'000, 20'000)), Millis(15'000));
+  // An interval that leaves the lease no room: half the fence timeout, as before.
+  EXPECT_EQ(SlowHeartbeatGap(Timing(3000, 4000, 2000)), Millis(1000));
+}
+
 TEST_F(AgentTimingTest, AHungContainerRuntimeDoesNotHoldTheStop) {
   const std::string runtime = dir_ + "/docker", fifo = dir_ + "/never", pid_file = dir_ + "/runtime.pid";
   ASSERT_TRUE(agent_testing::WriteHungRuntime(runtime, fifo, pid_file));

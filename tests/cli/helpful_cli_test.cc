@@ -69,6 +69,18 @@ TEST(DidYouMeanTest, AnUnknownOneLetterFlagGuessesNoOtherLetter) {
   EXPECT_THAT(HintFor({"cohort", "queue", "--hep", "3"}), Not(HasSubstr("--help")));
 }
 
+// A negative number where a count goes (`cohort serve scale web -1`) is no unknown flag.
+TEST(DidYouMeanTest, ANegativeNumberIsCalledANumber) {
+  for (const char* n : {"-1", "-25", "-0.5"}) {
+    EXPECT_EQ(HintFor({"cohort", "serve", "scale", "web", n}),
+              std::string("'") + n +
+                  "' is not a flag of cohort serve scale, and no argument of cohort serve scale may "
+                  "be negative (cohort serve scale --help lists what it takes)");
+  }
+  // A value of a flag that takes one is the flag's to judge.
+  EXPECT_EQ(HintFor({"cohort", "logs", "--tail", "-5", "12"}), "");
+}
+
 TEST(DidYouMeanTest, RunCliPrintsTheHintAndExits2) {
   std::vector<const char*> argv = {"cohort", "qeueu"};
   testing::internal::CaptureStderr();
@@ -251,6 +263,15 @@ TEST(HelpTopicTest, TopicsExplainAndUnknownOnesSuggest) {
   std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, 0);
   EXPECT_THAT(out, HasSubstr("--format"));
+  // The usage line is the command to type, as `cohort queue --help` prints it.
+  EXPECT_THAT(out, HasSubstr("Usage: cohort queue [OPTIONS]"));
+
+  argv = {"cohort", "help", "serve", "scale"};
+  testing::internal::CaptureStdout();
+  rc = RunCli(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("Usage: cohort serve scale [OPTIONS] NAME N"));
 }
 
 // A port on loopback that nothing listens on: bound, then closed.

@@ -312,6 +312,20 @@ TEST_F(SubmitCommandTest, FileThenFlagsThenCommand) {
   EXPECT_EQ(json::parse(r2.out)["nodes"], 4);
 }
 
+// The team a job counts against, from the command line as sbatch's -A/--account (the
+// spec's `team:`); a file's team gives way to the flag. There was no flag at all.
+TEST_F(SubmitCommandTest, TeamFlagSetsTheSpecsTeam) {
+  for (const char* flag : {"-A", "--team", "--account"}) {
+    auto r = RunCommand({"submit", "--dry-run", flag, "vision", "--", "true"});
+    ASSERT_EQ(r.rc, 0) << flag << ": " << r.err;
+    EXPECT_EQ(json::parse(r.out)["team"], "vision") << flag;
+  }
+  std::string path = Write("job.yaml", "command: [sh, a.py]\nteam: ml\n");
+  auto r = RunCommand({"submit", path, "--dry-run", "-A", "vision"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["team"], "vision");
+}
+
 TEST_F(SubmitCommandTest, SubcommandAcceptsGlobalFlags) {
   auto r = RunCommand({"submit", "--dry-run", "--json", "--head", "http://127.0.0.1:2", "--", "true"});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -345,7 +359,6 @@ TEST_F(SubmitCommandTest, SbatchFlagsWorkOrSayWhatToUseInstead) {
       {{"--gres=gpu:h100:4"}, "unknown option '--gres': ask for GPUs with -G/--gpus [TYPE:]COUNT per node"},
       {{"--partition", "gpu"}, "unknown option '--partition': cohort has no partitions"},
       {{"--ntasks", "8"}, "unknown option '--ntasks': cohort counts tasks per node: -N NODES -n TASKS_PER_NODE"},
-      {{"-A", "ml"}, "unknown option '-A': jobs count against a team"},
       {{"--requeue"}, "unknown option '--requeue': a failed gang or one on a lost node is restarted with "
                       "--max-restarts N"},
       {{"--exclusive"}, "unknown option '--exclusive': cohort has no --exclusive"},

@@ -467,6 +467,25 @@ TEST_F(TrainCliTest, StepsFlagGivesARequiredTrainSteps) {
   EXPECT_THAT(both.output, HasSubstr("step     3/3"));
 }
 
+// A config error of `cohort train -n N` is said once, by the command, before any rank starts:
+// each of the N ranks printed it before (and `cohort run` then blamed rank 0 for it).
+TEST_F(TrainCliTest, ConfigErrorOfAMultiRankRunIsSaidOnce) {
+  const fs::path cfg = dir_ / "no-steps.yaml";
+  std::ofstream(cfg) << "model: {n_layer: 1, n_head: 2, n_embd: 32, seq_len: 32}\n"
+                        "data: {text: corpus.txt}\n"
+                        "train: {micro_batch: 2, threads: 1}\ncheckpoint: {dir: none}\n";
+  TrainRun r = Train(3, {"--config", cfg.string()});
+  EXPECT_EQ(r.status.exit_code, 2) << r.output;
+  const std::string message = "train.steps: is required";
+  size_t count = 0;
+  for (size_t at = r.output.find(message); at != std::string::npos;
+       at = r.output.find(message, at + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, 1u) << r.output;
+  EXPECT_THAT(r.output, Not(HasSubstr("rank 0")));
+}
+
 // --stop-at-step N on a run that resumes at or past step N trains nothing: it trained one
 // step more (writing step_00000011 after step 10 for --stop-at-step 5, pruning by keep).
 TEST_F(TrainCliTest, StopAtAStepAlreadyPassedTrainsNothing) {
@@ -648,12 +667,25 @@ TEST_F(TrainCliTest, CheckpointDirThatIsAFileOrInUseIsRefusedBeforeTraining) {
   o.stdout_path = (dir_ / "first.txt").string();
   auto first = Subprocess::Spawn(o);
   ASSERT_TRUE(first.has_value()) << first.error().ToString();
+  // It holds ck once LOCK names it, and has a checkpoint there once a step directory is
+  // there. Both stay true while it runs (keep 2 leaves a step whenever it prunes one); a
+  // given step does not: with keep 2 step 2 lives only until step 4's checkpoint, a few
+  // milliseconds, which a poller on a busy machine missed.
+  const std::string holder = "cohort train, pid " + std::to_string(first->pid()) + " ";
+  auto holds_with_checkpoint = [&] {
+    if (Slurp(ck / "LOCK").find(holder) == std::string::npos) return false;
+    std::error_code ec;
+    for (fs::directory_iterator it(ck, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().filename().string().starts_with("step_")) return true;
+    }
+    return false;
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline && !first->TryWait() &&
-         !fs::exists(ck / "step_00000002")) {
+         !holds_with_checkpoint()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, not timing
   }
-  ASSERT_TRUE(fs::exists(ck / "step_00000002")) << Slurp(dir_ / "first.txt");
+  ASSERT_TRUE(holds_with_checkpoint()) << Slurp(dir_ / "first.txt");
   TrainRun second = Train(2, {"--config", cfg.string(), "--steps", "3", "--checkpoint-dir",
                               ck.string()});
   EXPECT_FALSE(second.status.Success()) << second.output;

@@ -265,6 +265,51 @@ TEST(DownsampleLoss, KeepsShortSeriesAndTheNewestPoint) {
   EXPECT_TRUE(DownsampleLoss({}, 10).empty());
 }
 
+// The dashboard serves one snapshot to every token, viewers and other users included, so
+// no job's environment values (secrets; `submit --export=ALL` sends a whole shell's) may
+// be in it: GET /v1/jobs hides them from whoever does not own the job, and so must this.
+TEST_F(DashboardTest, HidesEveryJobsEnvironmentValues) {
+  AddNode("n1", 2);
+  auto submit = [&](const std::string& name, int gpus) {
+    api::JobSpec spec;
+    spec.name = name;
+    spec.user = "alice";
+    spec.command = {"/bin/true"};
+    spec.gpus_per_node = gpus;
+    spec.env = {{"AWS_SECRET_ACCESS_KEY", "s3cr3t-" + name}};
+    auto j = cluster().Submit(spec);
+    EXPECT_TRUE(j.has_value()) << j.error().message;
+    return j ? j->id : 0;
+  };
+  const api::JobId running = submit("running", 2);
+  cluster().Schedule();
+  const api::JobId pending = submit("pending", 2);  // waits for n1
+  const api::JobId done = submit("done", 1);
+  ASSERT_TRUE(cluster().Cancel(done).has_value());
+  cluster().Schedule();
+
+  const std::string bob = MakeToken("bob", "viewer");
+  auto res = Send("GET", "/v1/dashboard", bob);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->body.find("s3cr3t"), std::string::npos) << res->body;
+  json d = json::parse(res->body);
+  ASSERT_EQ(d["running"].size(), 1u);
+  ASSERT_EQ(d["queue"].size(), 1u);
+  ASSERT_EQ(d["recent"].size(), 1u);
+  EXPECT_EQ(d["running"][0]["id"], running);
+  EXPECT_EQ(d["queue"][0]["id"], pending);
+  EXPECT_EQ(d["recent"][0]["id"], done);
+  for (const char* list : {"running", "queue", "recent"}) {
+    EXPECT_EQ(d[list][0]["spec"]["env"], (json{{"AWS_SECRET_ACCESS_KEY", "(hidden)"}})) << list;
+  }
+  // Its owner still reads them where the caller is known.
+  const std::string alice = MakeToken("alice", "user");
+  auto own = Send("GET", "/v1/jobs/" + std::to_string(running), alice);
+  ASSERT_TRUE(own);
+  EXPECT_EQ(json::parse(own->body)["spec"]["env"]["AWS_SECRET_ACCESS_KEY"], "s3cr3t-running");
+}
+
 TEST_F(DashboardTest, RejectsBadQueryParameters) {
   struct Case {
     std::string query;

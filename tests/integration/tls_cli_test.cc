@@ -23,6 +23,8 @@ CliResult RunWithEnv(const LocalCluster& c, const std::vector<std::string>& argv
   o.unset_env = unset;
   o.stdout_path = c.dir() + "/cli.out";
   o.stderr_path = c.dir() + "/cli.err";
+  std::filesystem::remove(o.stdout_path);  // the output files are appended to
+  std::filesystem::remove(o.stderr_path);
   auto p = Subprocess::Spawn(o);
   EXPECT_TRUE(p.has_value());
   if (!p) return {};
@@ -167,6 +169,93 @@ TEST(TlsCli, LoginPinsTheAuthorityByItsFingerprint) {
   auto nodes = RunWithEnv(c, {COHORT_BINARY, "nodes"}, env, unset);
   ASSERT_TRUE(nodes.status.Success()) << nodes.errors;
   EXPECT_NE(nodes.output.find("n1"), std::string::npos) << nodes.output;
+}
+
+// A user's token is who submits, whatever the shell's login name: `cohort submit` sent
+// $USER as the job's user, so alice's token from a shell whose $USER is not alice was
+// refused ("alice (user, token ...) may not submit a job as 'root' (only an admin may)").
+// Naming another user stays refused; an admin still names whom it submits for.
+TEST(TlsCli, AUserTokenSubmitsAsItsUserWhateverTheLoginName) {
+  LocalCluster c;
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("n1", 1));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(1));
+  auto made = Cohort(c, {"token", "create", "--user", "alice", "--role", "user"});
+  ASSERT_TRUE(made.status.Success()) << made.errors;
+  std::string alice = made.output;
+  while (!alice.empty() && alice.back() == '\n') alice.pop_back();
+  const std::map<std::string, std::string> as_alice = {{"COHORT_TOKEN", alice}, {"USER", "alice-laptop"}};
+  const std::vector<std::string> submit = {COHORT_BINARY, "--head", c.url(), "--json", "submit", "--", "/bin/true"};
+
+  auto mine = RunWithEnv(c, submit, as_alice, {});
+  ASSERT_TRUE(mine.status.Success()) << mine.errors;
+  EXPECT_EQ(json::parse(mine.output)["spec"]["user"], "alice") << mine.output;
+  // For an alloc too (its command holds nothing: it ends at once).
+  auto alloc = RunWithEnv(c, {COHORT_BINARY, "--head", c.url(), "alloc", "--", "/bin/true"}, as_alice, {});
+  EXPECT_TRUE(alloc.status.Success()) << alloc.errors;
+
+  std::vector<std::string> as_bob = submit;
+  as_bob.insert(as_bob.begin() + 5, {"--user", "bob"});
+  auto refused = RunWithEnv(c, as_bob, as_alice, {});
+  EXPECT_EQ(refused.status.exit_code, 4) << refused.errors;
+  EXPECT_NE(refused.errors.find("may not submit a job as 'bob'"), std::string::npos) << refused.errors;
+  auto for_bob = RunWithEnv(c, as_bob, {{"USER", "admin-laptop"}}, {});
+  ASSERT_TRUE(for_bob.status.Success()) << for_bob.errors;
+  EXPECT_EQ(json::parse(for_bob.output)["spec"]["user"], "bob") << for_bob.output;
+}
+
+// Another user's job's logs are refused like its cancel or exec: exit code 4 (credentials
+// refused) and the head's reason as an error, not a per-rank "note" and exit code 1.
+TEST(TlsCli, ReadingAnotherUsersLogsIsRefusedWithExitCode4) {
+  LocalCluster c;
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("n1", 1));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(1));
+  auto made = Cohort(c, {"token", "create", "--user", "bob", "--role", "user"});
+  ASSERT_TRUE(made.status.Success()) << made.errors;
+  std::string bob = made.output;
+  while (!bob.empty() && bob.back() == '\n') bob.pop_back();
+  json job = c.Submit({{"user", "alice"}, {"command", {"/bin/echo", "alice's output"}}});
+  ASSERT_TRUE(job.contains("id")) << job.dump();
+  const std::string id = std::to_string(job["id"].get<int64_t>());
+  c.WaitForState(job["id"].get<int64_t>(), "SUCCEEDED");
+  for (const std::vector<std::string>& how : {std::vector<std::string>{}, std::vector<std::string>{"--rank", "0"}}) {
+    std::vector<std::string> argv = {COHORT_BINARY, "--head", c.url(), "logs", id};
+    argv.insert(argv.end(), how.begin(), how.end());
+    auto logs = RunWithEnv(c, argv, {{"COHORT_TOKEN", bob}}, {});
+    EXPECT_EQ(logs.status.exit_code, 4) << logs.errors;
+    EXPECT_NE(logs.errors.find("cohort: error: bob (user, token"), std::string::npos) << logs.errors;
+    EXPECT_NE(logs.errors.find("may not read the logs of job " + id), std::string::npos) << logs.errors;
+    EXPECT_EQ(logs.output.find("alice's output"), std::string::npos) << logs.output;
+  }
+  auto own = Cohort(c, {"logs", id});
+  ASSERT_TRUE(own.status.Success()) << own.errors;
+  EXPECT_NE(own.output.find("alice's output"), std::string::npos) << own.output;
+}
+
+// `cohort node rm` takes host lists as drain and resume do: node[1-2] was sent as one name.
+TEST(TlsCli, NodeRmTakesHostLists) {
+  LocalCluster c;
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("node1", 1));
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("node2", 1));
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("node3", 1));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(3));
+  for (const char* n : {"node1", "node2"}) {
+    c.agent(n).Signal(SIGKILL);
+    (void)c.agent(n).Wait();
+  }
+  ASSERT_TRUE(WaitUntil([&] { return c.Node("node1")["state"] == "DOWN" && c.Node("node2")["state"] == "DOWN"; },
+                        std::chrono::seconds(20)));
+  auto rm = Cohort(c, {"node", "rm", "node[1-2]"});
+  ASSERT_TRUE(rm.status.Success()) << rm.errors;
+  EXPECT_EQ(rm.output, "Removed node node1\nRemoved node node2\n");
+  auto nodes = c.client().Get("/v1/nodes");
+  ASSERT_TRUE(nodes.has_value());
+  ASSERT_EQ((*nodes)["nodes"].size(), 1u) << nodes->dump();
+  EXPECT_EQ((*nodes)["nodes"][0]["name"], "node3");
+  auto bad = Cohort(c, {"node", "rm", "node[2-"});
+  EXPECT_EQ(bad.status.exit_code, 2) << bad.errors;
 }
 
 TEST(TlsCli, AgentsMustTrustTheHeadAndSpeakTls) {

@@ -122,6 +122,20 @@ TEST(QuotaUnits, ABookCountsRunningSlicesAndPrintsGpusWithFractions) {
             "team ml is at its limit: 3.5 of 4 GPUs in use (quota 2 + borrow limit 2); this job needs 0.75");
 }
 
+// A job larger than its team's quota + borrow limit waits for no job to end: the reason
+// says so, and what would let it start (it used to read like any job waiting its turn).
+TEST(QuotaUnits, AJobAboveTheTeamsLimitIsToldItMayNeverStart) {
+  Snapshot s = On({{"a", Devs(4, "h100")}, {"b", Devs(4, "h100")}}, {}, {Team("ml", 4, 2)});
+  s.pending.push_back(WholeGpus(1, "ml", 4));
+  s.pending.push_back(WholeGpus(2, "ml", 4));
+  s.pending.back().nodes = 2;
+  const Decision d = Schedule(s);
+  EXPECT_EQ(Started(d), (std::vector<int64_t>{1}));
+  EXPECT_EQ(d.pending_reasons.at(2),
+            "team ml may never hold this job: it needs 8 GPUs, above the team's limit of 6 (quota 4 + borrow limit "
+            "2); an admin may raise it (cohort team set ml --quota/--borrow-limit)");
+}
+
 TEST(QuotaUnits, ATeamOfQuotaOneRunsFourQuarterJobsAndTheFifthWaitsAtItsLimit) {
   const std::vector<DetailNode> nodes = {{"a", Devs(4, "h100")}};
   Snapshot s = On(nodes, {}, {Team("ml", 1, 0)});

@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -26,10 +28,12 @@ using testing::TinyModel;
 
 class ServerFixture {
  public:
-  explicit ServerFixture(std::unique_ptr<InferenceModel> model, BatcherOptions batcher = {}) {
+  explicit ServerFixture(std::unique_ptr<InferenceModel> model, BatcherOptions batcher = {},
+                         std::optional<std::chrono::milliseconds> keep_alive = std::nullopt) {
     ServerOptions so;
     so.model_name = "tiny";
     so.http_threads = 8;
+    if (keep_alive) so.keep_alive = *keep_alive;
     auto s = InferenceServer::Create(engine::MakeByteTokenizer(), std::move(model), batcher, so);
     EXPECT_TRUE(s.has_value()) << s.error().message;
     server_ = std::move(*s);
@@ -352,6 +356,80 @@ TEST(ServeApiTest, AClientThatHangsUpCancelsItsUnstreamedRequest) {
   int status = 0;
   json ok = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"still here","max_tokens":3})", &status);
   EXPECT_EQ(status, 200) << ok.dump();
+}
+
+// A streamed request whose client hangs up while it is still queued leaves the queue then:
+// it wrote nothing while queued, so the hang-up was seen only by a keep-alive write (every
+// 10 s), and until then (or until admitted and prefilled for nobody) it held a place in
+// the queue, where new requests got 429. Keep-alives are an hour apart here: only the
+// handler's own look for the hang-up can see it.
+TEST(ServeApiTest, AStreamAbandonedInTheQueueLeavesIt) {
+  engine::GptModel ref = TinyModel();
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref));
+  GatedModel* gate = gated.get();
+  BatcherOptions b;
+  b.max_running = 1;
+  b.max_waiting = 1;
+  ServerFixture f(std::move(gated), b, std::chrono::hours(1));
+  const int max_tokens = 80;
+  std::thread first([&] {
+    auto c = f.Client();
+    int status = 0;
+    json r = Post(c, "/v1/completions",
+                  R"({"model":"tiny","prompt":"q","temperature":0,"max_tokens":)" + std::to_string(max_tokens) + "}",
+                  &status);
+    EXPECT_EQ(status, 200) << r.dump();
+  });
+  ASSERT_TRUE(gate->WaitBlocked());  // the first request runs, held at its first step
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(f.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string body = R"({"model":"tiny","prompt":"x","stream":true,"max_tokens":4})";
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (f.server().batcher().Load().waiting < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(f.server().batcher().Load().waiting, 1);
+  close(fd);  // the streaming client hangs up while queued
+
+  // The first request steps on, one step at a time, each step given a while for the
+  // hang-up to be seen; the queue empties while it still runs.
+  int steps = 0;
+  auto waiting = [&] { return f.server().batcher().Load().waiting; };
+  for (; steps < max_tokens + 5 && waiting() > 0; ++steps) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (waiting() > 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (waiting() == 0 || !gate->WaitBlocked()) break;
+    gate->Release();
+  }
+  EXPECT_EQ(waiting(), 0);
+  EXPECT_LT(steps, max_tokens / 2) << "the queued stream stayed queued until the request before it ended";
+  gate->Open();
+  first.join();
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((waiting() > 0 || f.server().batcher().Load().running > 0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Only the first request was ever prefilled (a step of a sequence from position 0).
+  int prefills = 0;
+  for (const auto& step : gate->shapes()) {
+    for (const auto& [start, n] : step) prefills += start == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(prefills, 1) << "the abandoned stream was admitted and prefilled";
+  auto c = f.Client();
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("cohort_serve_requests_total{model=\"tiny\",outcome=\"cancelled\"} 1"),
+            std::string::npos)
+      << metrics->body;
 }
 
 TEST(ServeApiTest, AFullQueueIsTooManyRequestsWithRetryAfter) {

@@ -138,13 +138,19 @@ int RunTrain(int argc, char** argv) {
   }
   // OpenBLAS's kernels for this CPU (cpu/matmul.h): may re-execute this process.
   cpu::ReexecWithSuggestedBlasCoreType("train", argc, argv);
-  if (f.ranks > 0) return Launch(argc, argv, f.ranks);
 
   // --steps is train.steps, which the config must otherwise give: applied to the document
   // (after every --set) so that a config without it is complete.
   if (f.steps > 0) f.sets.push_back(fmt::format("train.steps={}", f.steps));
   auto config = LoadTrainConfig(f.config, f.sets);
+  // Checked before -n N starts its ranks: each would print the same error, N times.
   if (!config) return Report(config.error());
+  if (f.ranks > 0) {
+    if (!f.export_path.empty()) {
+      if (auto r = CheckExportPath(f.export_path); !r) return Report(r.error());
+    }
+    return Launch(argc, argv, f.ranks);
+  }
   if (!f.checkpoint_dir.empty()) SetCheckpointDir(*config, f.checkpoint_dir, "");
   if (f.log_every > 0) config->log_every = f.log_every;
   if (!f.log_file.empty()) config->log_file = f.log_file;

@@ -129,4 +129,16 @@ void MoveOverdueJobs(Tx& tx, const std::set<api::JobId>& running) {
   }
 }
 
+void MoveOnFailedExit(Tx& tx, Job& job, const std::string& why) {
+  const api::MoveRequest m = *job.move;
+  const std::string stopped = fmt::format("it stopped {} after the request: {}",
+                                          FormatDuration(std::max<int64_t>(0, tx.now.unix_ms - m.requested_ms)), why);
+  if (m.preempted_for) {
+    EndPreemption(job, tx.now.unix_ms, stopped);
+    MoveJob(tx, job, PreemptedMoveReason(m, stopped));
+    return;
+  }
+  MoveJob(tx, job, fmt::format("node {} drained now; {}", m.node, stopped));
+}
+
 }  // namespace cohort::head::core

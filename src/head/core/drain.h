@@ -52,4 +52,11 @@ void RequestCheckpointMove(Tx& tx, api::Job& job, api::MoveRequest m);
 // Step of CheckLiveness: moves the jobs among `running` whose request is past its deadline.
 void MoveOverdueJobs(Tx& tx, const std::set<api::JobId>& running);
 
+// A task of `job`, asked to checkpoint and move (drain --now or a preemption; not a grow),
+// ended with a failure (`why`: which rank, how): its checkpoint signal's default action
+// (SIGTERM, SIGUSR1) or a script that checkpoints and exits on it, as Slurm jobs do on
+// `--signal`. The attempt ends as the move it was asked for, requeued without a restart
+// counted, and a preemption's record is closed with what happened. `job.move` must be set.
+void MoveOnFailedExit(Tx& tx, api::Job& job, const std::string& why);
+
 }  // namespace cohort::head::core

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "api/job_env.h"
+#include "head/core/drain.h"
 #include "head/core/gpu_detail.h"
 #include "head/core/job_limits.h"
 #include "head/core/liveness.h"
@@ -217,6 +218,9 @@ void RecordExit(Tx& tx, Job& job, const std::string& node, const api::TaskReport
     std::string why = fmt::format("rank {} on {} {}", e.rank, node, how);
     if (!e.error.empty()) why += ": " + e.error;
     if (FencedByTheHead(tx, job)) return RequeueFenced(tx, job, why);
+    // Asked to checkpoint and move: a task that ends now (on its checkpoint signal, say)
+    // ends the attempt as that move, not as a failure of the job.
+    if (job.move && !job.move->grow) return MoveOnFailedExit(tx, job, why);
     FailGang(tx, job, why, e.signal ? 128 + e.signal : e.exit_code, /*may_restart=*/true);
     return;
   }

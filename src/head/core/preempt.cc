@@ -12,6 +12,7 @@ using api::JobState;
 void PrunePreemptions(Tx& tx) {
   ClusterState& s = tx.s;
   const int64_t patience = tx.ctx.shares.preempt_grace_ms + tx.ctx.shares.nomination_slack_ms;
+  std::vector<std::pair<api::JobId, std::string>> gone;  // preemptors that no longer wait
   std::erase_if(s.shares.nominated, [&](api::JobId id) {
     auto job = s.jobs.find(id);
     if (job == s.jobs.end()) return true;
@@ -23,8 +24,26 @@ void PrunePreemptions(Tx& tx) {
       job->second.nomination.reset();
       tx.fx.StoreJob(job->second);
     }
+    if (!s.pending.contains(id)) {
+      gone.emplace_back(id, fmt::format("job {} {} before it was moved", id,
+                                        job->second.state == JobState::kRunning
+                                            ? "started elsewhere"
+                                            : fmt::format("left the queue ({})", api::JobStateName(job->second.state))));
+    }
     return true;
   });
+  for (const auto& [id, why] : gone) WithdrawPreemptions(tx, id, why);
+}
+
+void WithdrawPreemptions(Tx& tx, api::JobId preemptor, const std::string& why) {
+  for (api::JobId id : RunningJobIds(tx.s)) {
+    Job& job = tx.s.jobs.at(id);
+    if (job.state != JobState::kRunning || !job.move || job.move->preempted_for != preemptor) continue;
+    job.move.reset();
+    EndPreemption(job, tx.now.unix_ms, "withdrawn: " + why);
+    tx.fx.StoreJob(job);
+    tx.fx.Info("job {} keeps running: its preemption for job {} is withdrawn ({})", id, preemptor, why);
+  }
 }
 
 void ApplyPreemptions(Tx& tx, const std::vector<sched::Preemption>& preempt) {

@@ -28,8 +28,14 @@
 namespace cohort::head::core {
 
 // Step of a scheduling pass, before it builds its input: forgets (and stores) the
-// nominations of jobs that left the queue or waited too long.
+// nominations of jobs that left the queue or waited too long, and withdraws the moves
+// still asked of the victims of those that left the queue (WithdrawPreemptions).
 void PrunePreemptions(Tx& tx);
+
+// `preemptor` no longer needs the GPUs it preempted (it was cancelled, ended, or started
+// elsewhere): each of its victims still running and not yet moved keeps running, its move
+// request dropped and its preemption record closed as "withdrawn: <why>".
+void WithdrawPreemptions(Tx& tx, api::JobId preemptor, const std::string& why);
 
 // Asks each victim of `preempt` to checkpoint and give way (once: a job already being
 // moved is skipped), records the preemption, and nominates its preemptor.

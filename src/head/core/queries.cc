@@ -39,14 +39,19 @@ api::NodeStatus StatusOf(const ClusterState& s, const api::Node& n, Now now) {
   api::NodeStatus st;
   st.node = n;
   if (auto it = s.node_jobs.find(n.name); it != s.node_jobs.end()) {
+    // A device counts once however many jobs or tasks share it (fractional GPUs: each
+    // task of a sharing job names its GPU, and several jobs may hold parts of one).
+    std::vector<int> held;
     for (JobId id : it->second) {
       for (const auto& na : s.jobs.at(id).allocation.nodes) {
         if (na.node != n.name) continue;
-        st.gpus_allocated += static_cast<int>(na.gpus.size());
+        held.insert(held.end(), na.gpus.begin(), na.gpus.end());
         st.cpus_allocated += na.cpus;
       }
       st.jobs.push_back(id);
     }
+    std::sort(held.begin(), held.end());
+    st.gpus_allocated = static_cast<int>(std::unique(held.begin(), held.end()) - held.begin());
   }
   auto rt = s.runtime.find(n.name);
   if (n.state == NodeState::kDown) {

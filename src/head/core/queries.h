@@ -66,7 +66,8 @@ struct ClusterMetrics {
 
 // The node as GET /v1/nodes shows it: allocation, jobs, display state (UNREACHABLE: silent
 // past the failure timeout but not DOWN, liveness.h), heartbeat age,
-// live GPU telemetry and the count of unhealthy GPUs.
+// live GPU telemetry and the count of unhealthy GPUs. gpus_allocated counts the devices
+// some job holds all or part of: a GPU shared by fractional tasks counts once.
 api::NodeStatus StatusOf(const ClusterState& s, const api::Node& node, Now now);
 
 // A job with its current pending reason (from the last pass); kNotFound for an unknown id.

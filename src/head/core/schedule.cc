@@ -274,8 +274,16 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
 PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   PassResult out;
   AccrueUsage(s, ctx, now);  // fair share (shares.h)
-  // Nothing to place; a pass still runs while an elastic job could grow back.
-  if (s.pending.empty() && !AnyElasticJobBelowSize(s)) return out;
+  // Nothing to place; a pass still runs while an elastic job could grow back. A job that
+  // preempted others and has left the queue lets its victims keep running.
+  if (s.pending.empty() && !AnyElasticJobBelowSize(s)) {
+    if (!s.shares.nominated.empty()) {
+      Tx tx(s, ctx, now);
+      PrunePreemptions(tx);
+      out.effects = std::move(tx.fx);
+    }
+    return out;
+  }
   out.ran = true;
   Tx tx(s, ctx, now);
   PrunePreemptions(tx);
@@ -287,9 +295,12 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
     std::vector<NodePlacement> nodes;
     for (const auto& a : p.nodes) nodes.push_back({a.node, a.gpus, a.cpus, a.slices});
     api::Job& job = s.jobs.at(p.job_id);
+    const bool nominated = job.nomination.has_value();
     job.nomination.reset();  // stored with the start
     s.shares.nominated.erase(p.job_id);
     StartJob(tx, job, nodes);
+    // Victims not yet moved are not needed any more (it found GPUs elsewhere).
+    if (nominated) WithdrawPreemptions(tx, job.id, fmt::format("job {} started before it was moved", job.id));
   }
   AccrueUsage(s, ctx, now);  // the attempts just started are accounted from now
   ApplyPreemptions(tx, decision.preempt);

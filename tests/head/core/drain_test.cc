@@ -64,6 +64,23 @@ TEST_F(DrainTest, TheJobMovesAtTheFirstNewerCheckpoint) {
   EXPECT_TRUE(stale.effects.jobs_to_store.empty());
 }
 
+// A job that exits with a failure once asked to checkpoint (here: killed by SIGTERM, its
+// checkpoint signal) moves as drain --now asked; it is not a failure of the job.
+TEST_F(DrainTest, AJobThatStopsOnItsCheckpointSignalMovesInsteadOfFailing) {
+  ASSERT_TRUE(Drain(state_, ctx_, node_, "", true, 60'000, now_).has_value());
+  Advance(1000);
+  api::TaskReport killed = Exited(id_, 0, 0, 0);
+  killed.signal = 15;
+  Beat(node_, {killed});
+  EXPECT_EQ(Job(id_).state, JobState::kPending) << Job(id_).reason;
+  EXPECT_EQ(Job(id_).moves, 1);
+  EXPECT_EQ(Job(id_).attempt, 1);
+  EXPECT_EQ(Job(id_).reason, fmt::format("moved: node {0} drained now; it stopped 1.0s after the request: rank 0 on "
+                                         "{0} was killed by signal 15",
+                                         node_));
+  EXPECT_EQ(Job(id_).exit_code, std::nullopt);
+}
+
 TEST_F(DrainTest, ResumeClearsTheDrainAndUnhealthyMarks) {
   ASSERT_TRUE(Drain(state_, ctx_, node_, "x", false, 0, now_).has_value());
   state_.nodes.at(node_).gpus[0].healthy = false;

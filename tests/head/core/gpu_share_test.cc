@@ -64,6 +64,29 @@ TEST_F(CoreTest, TwoHalvesShareOneGpuAThirdWaitsAndTakesTheFreedPart) {
   EXPECT_EQ(Job(c).state, JobState::kRunning);
 }
 
+// `cohort nodes`, `top`, the dashboard and /metrics' free GPUs read gpus_allocated: a GPU
+// that two jobs (or two tasks of one job) share is one allocated GPU, not two.
+TEST_F(CoreTest, AGpuSharedByJobsAndTasksCountsAsOneAllocatedGpu) {
+  Register(H100s("n1", 4));
+  api::JobSpec two_halves = Half();
+  two_halves.tasks_per_node = 2;
+  two_halves.placement = api::Placement::kPack;
+  const api::JobId pair = Submit(two_halves);
+  api::JobSpec quarter = Half();
+  quarter.gpu_share = 1;
+  quarter.placement = api::Placement::kPack;
+  const api::JobId q1 = Submit(quarter);
+  const api::JobId q2 = Submit(quarter);
+  ASSERT_EQ(Pass(), 3);
+  const auto gpu_of = [&](api::JobId id) { return Job(id).allocation.nodes[0].gpus; };
+  ASSERT_EQ(gpu_of(pair), (std::vector<int>{0, 0})) << "both tasks packed onto one GPU";
+  ASSERT_EQ(gpu_of(q1), std::vector<int>{1});
+  ASSERT_EQ(gpu_of(q2), std::vector<int>{1});
+  const api::NodeStatus st = StatusOf(state_, state_.nodes.at("n1"), now_);
+  EXPECT_EQ(st.gpus_allocated, 2) << "GPUs 0 and 1 are held, 2 and 3 are free";
+  EXPECT_EQ(st.jobs.size(), 3u);
+}
+
 TEST_F(CoreTest, ATypeOrMemoryNoNodeHasIsRefusedAtSubmit) {
   Register(H100s("n1", 2));
   api::JobSpec h200 = Spec(1, 1);

@@ -136,6 +136,65 @@ TEST_F(PreemptCoreTest, AVictimSilentPastTheGraceIsMovedAnyway) {
   EXPECT_NE(moved.reason.find(fmt::format("preempted for job {}", owner)), std::string::npos) << moved.reason;
 }
 
+// A victim whose task ends on its checkpoint signal (SIGTERM's or SIGUSR1's default
+// action, or a script that checkpoints and exits, as Slurm jobs do on --signal) did what
+// it was asked: the attempt ends as the preemption's move, requeued without a restart
+// counted (max_restarts is 0 here: it used to end FAILED), and the record says how.
+TEST_F(PreemptCoreTest, AVictimKilledByItsCheckpointSignalIsRequeuedNotFailed) {
+  Advance(kMinRuntime + 1);
+  const api::JobId owner = SubmitOwner();
+  EXPECT_EQ(Pass(), 0);
+  ASSERT_TRUE(Job(borrower_).move.has_value());
+  Advance(2000);
+  const int rank = Job(borrower_).allocation.nodes[0].node == "n1" ? 0 : 1;
+  api::TaskReport killed = Exited(borrower_, 0, rank, 0);
+  killed.signal = 10;  // SIGUSR1, the borrower's checkpoint signal
+  Beat("n1", {killed});
+  const api::Job& moved = Job(borrower_);
+  EXPECT_EQ(moved.state, JobState::kPending) << moved.reason;
+  EXPECT_EQ(moved.attempt, 1);
+  EXPECT_EQ(moved.moves, 1) << "a preemption must not count against max_restarts (0 here)";
+  const std::string stopped = fmt::format("it stopped 2.0s after the request: rank {} on n1 was killed by signal 10", rank);
+  ASSERT_EQ(moved.preemptions.size(), 1u);
+  EXPECT_EQ(moved.preemptions[0].ended_ms, now_.unix_ms);
+  EXPECT_EQ(moved.preemptions[0].outcome, stopped);
+  EXPECT_EQ(moved.reason, fmt::format("moved: preempted for job {} ({}); {}", owner, moved.preemptions[0].reason,
+                                      stopped));
+  ASSERT_FALSE(moved.history.empty());
+  EXPECT_EQ(moved.history[0].end_reason,
+            fmt::format("preempted for job {} ({}); {}", owner, moved.preemptions[0].reason, stopped));
+}
+
+// The job a victim gives way to is cancelled while the victim checkpoints: nothing needs
+// its GPUs any more, so the next pass (the queue now empty) withdraws the move and the
+// victim keeps running past the grace; its record says why. It used to be stopped and
+// requeued at the grace deadline anyway, losing its work for no one.
+TEST_F(PreemptCoreTest, AVictimKeepsRunningWhenItsPreemptorIsCancelled) {
+  Advance(kMinRuntime + 1);
+  const api::JobId owner = SubmitOwner();
+  EXPECT_EQ(Pass(), 0);
+  ASSERT_TRUE(Job(borrower_).move.has_value());
+  Advance(1000);
+  ASSERT_TRUE(Cancel(state_, ctx_, owner, now_).has_value());
+  EXPECT_EQ(Pass(), 0);
+  EXPECT_FALSE(Job(borrower_).move.has_value()) << "the move is withdrawn";
+  EXPECT_TRUE(fx_.jobs_to_store.contains(borrower_)) << "and stored";
+  ASSERT_EQ(Job(borrower_).preemptions.size(), 1u);
+  EXPECT_EQ(Job(borrower_).preemptions[0].ended_ms, now_.unix_ms);
+  EXPECT_EQ(Job(borrower_).preemptions[0].outcome,
+            fmt::format("withdrawn: job {} left the queue (CANCELLED) before it was moved", owner));
+  EXPECT_FALSE(state_.shares.nominated.contains(owner));
+  api::HeartbeatReply reply = Beat("n1", {Running(borrower_, 0, 0, {0})});
+  ASSERT_EQ(reply.tasks.size(), 1u);
+  EXPECT_FALSE(reply.tasks[0].checkpoint_requested);
+  Advance(kGrace + 1);
+  Beat("n1", {Running(borrower_, 0, 0, {0})});
+  Beat("n2", {Running(borrower_, 0, 1, {0})});
+  fx_ = CheckLiveness(state_, ctx_, now_);
+  EXPECT_EQ(Job(borrower_).state, JobState::kRunning);
+  EXPECT_EQ(Job(borrower_).attempt, 0);
+}
+
 // A head restart keeps the nomination (no second round of preemption for the same job)
 // and the victims' last checkpoint times: both travel in the stored job records.
 TEST_F(PreemptCoreTest, ARestartKeepsTheNominationAndTheCheckpointTimes) {
