@@ -15,6 +15,7 @@
 #include "api/job_array.h"
 #include "api/job_dependency.h"
 #include "api/sweep.h"
+#include "common/clock.h"
 #include "api/spec_limits.h"
 #include "api/view_reader.h"
 #include "api/gpu_request.h"
@@ -299,6 +300,17 @@ static Result<void> CheckAllocationSpec(const JobSpec& s) {
   return {};
 }
 
+// A seconds field given as a duration ("time_limit_s: 2h", what the flag takes): the error
+// says the number of seconds to write.
+static Result<void> RefuseDurationText(const json& j, const char* field, const char* flag) {
+  auto it = j.find(field);
+  if (it == j.end() || !it->is_string()) return {};
+  auto ms = ParseDurationMs(it->get<std::string>(), field);
+  if (!ms || *ms % 1000 != 0) return {};  // the reader's own "must be an integer"
+  return FieldError(field, "is whole seconds, got \"{}\": write {} (the {} flag takes a duration such as 2h)",
+                    it->get<std::string>(), *ms / 1000, flag);
+}
+
 // The spec's fields and ValidateJobSpec, without CheckSpecFitsNodes: how a stored job's
 // spec is read back.
 static Result<JobSpec> DecodeJobSpec(const json& j) {
@@ -333,6 +345,8 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
     return FieldError("placement", "must be 'pack' or 'spread', got '{}'", placement);
   }
   s.max_restarts = static_cast<int>(COHORT_TRY(r.Int("max_restarts", 0, 0, kMaxRestarts)));
+  COHORT_TRY_VOID(RefuseDurationText(j, "time_limit_s", "-t/--time-limit"));
+  COHORT_TRY_VOID(RefuseDurationText(j, "progress_timeout_s", "--progress-timeout"));
   s.time_limit_s = COHORT_TRY(r.Int("time_limit_s", 0, 0, kMaxTimeLimitS));
   s.progress_timeout_s = COHORT_TRY(r.Int("progress_timeout_s", 0, 0, kMaxProgressTimeoutS));
   s.checkpoint_signal = COHORT_TRY(r.String("checkpoint_signal", ""));
@@ -344,9 +358,11 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
   if (const json* c = r.Raw("container")) {
     s.container = COHORT_TRY(ContainerSpecFromJson(*c, r.FieldName("container"), UnknownFields::kRefuse));
   }
-  if (std::string array = COHORT_TRY(r.String("array", "")); !array.empty()) {
-    s.array = COHORT_TRY(ParseArraySpec(array, "array")).ToString();
-  }
+  // One index may come as a number (YAML's `array: 7`); anything else is text.
+  const json* raw_array = r.Raw("array");
+  std::string array = raw_array && raw_array->is_number_integer() ? std::to_string(raw_array->get<int64_t>())
+                                                                  : COHORT_TRY(r.String("array", ""));
+  if (!array.empty()) s.array = COHORT_TRY(ParseArraySpec(array, "array")).ToString();
   if (std::string dep = COHORT_TRY(r.String("dependency", "")); !dep.empty()) {
     s.dependency = FormatDependency(COHORT_TRY(ParseDependency(dep, "dependency")));
   }

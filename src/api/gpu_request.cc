@@ -146,6 +146,15 @@ Result<int64_t> ParseMemoryMib(std::string_view text, std::string_view field) {
   const bool number = digits > 0 && digits <= 15 &&
                       std::from_chars(text.data(), text.data() + digits, n).ec == std::errc();
   if (!number || shift < 0) {
+    // "20GB" (or "20 GB"): a decimal unit is ambiguous for GPU memory, which CUDA and
+    // nvidia-smi count in binary units: say which to write.
+    std::string u = unit;
+    std::erase(u, ' ');
+    if (number && (u == "kb" || u == "mb" || u == "gb" || u == "tb")) {
+      return FieldError(std::string(field), "'{}' must be a size in binary units: write {}{}iB (or {}{}) as nvidia-smi "
+                        "counts it, or a byte count", text, n, static_cast<char>(std::toupper(u[0])), n,
+                        static_cast<char>(std::toupper(u[0])));
+    }
     return FieldError(std::string(field), "'{}' must be a size such as 20GiB, 512MiB or a byte count", text);
   }
   // In MiB, rounded up from bytes; the digit limit keeps n << 40 in range.

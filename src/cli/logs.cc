@@ -7,7 +7,7 @@
 // and each line is printed as "[rank N] line"; partial lines wait per rank for their
 // newline or the end. With --rank the bytes are printed as they are. -f keeps polling
 // every 250 ms until every rank's log has ended (X-Cohort-Done), waits for a job that has
-// not started, and, unless --attempt pins one, follows the job into its next attempt
+// not started (an array's element its array has not made yet too), and, unless --attempt pins one, follows the job into its next attempt
 // after a restart. Like `kubectl logs -f`, the exit code does not depend on the job's
 // result: 0 once the logs end, 1 if a rank's log could not be read (a note on stderr
 // names it; a rank on a DOWN node is skipped, the others go on), 3 if the head is
@@ -226,10 +226,40 @@ Result<std::optional<int>> NextAttempt(const HttpClient& head, api::JobId id, in
   }
 }
 
+// An array's element not made yet (it waits in its array under the throttle): with -f,
+// polls until the array makes it, saying on stderr that it waits and why; the id of its
+// job then. Without -f, or when the index is not waiting (cancelled, or no such index),
+// the head's error `not_found`.
+Result<api::JobId> WaitForElement(const HttpClient& head, const api::JobRef& ref, bool follow, Error not_found) {
+  std::string told;
+  while (follow) {
+    api::Job array = COHORT_TRY(FetchJob(head, ref.job));
+    auto left = api::ArrayIndexSet::Parse(array.array_left, "array_left");
+    if (!array.spec.is_array() || api::IsTerminal(array.state) || array.array_left.empty() || !left ||
+        !left->contains(ref.task)) {
+      break;  // made meanwhile (looked up once more below), or never will be
+    }
+    std::string note = fmt::format("element {}_{} has not started yet, waiting for its array to make it: {}", ref.job,
+                                   ref.task, array.reason.empty() ? "no reason given" : array.reason);
+    if (note != told) Note(note);
+    told = std::move(note);
+    std::this_thread::sleep_for(kPollInterval);
+  }
+  if (follow) {
+    const std::string text = fmt::format("{}_{}", ref.job, ref.task);
+    if (auto id = ResolveJobRef(head, text)) return id;
+  }
+  return std::unexpected(std::move(not_found));
+}
+
 int Run(const LogsFlags& flags, const GlobalOptions& global) {
-  if (auto ref = api::ParseJobRef(flags.job, "job id"); !ref) return ReportError(ref.error());
+  auto ref = api::ParseJobRef(flags.job, "job id");
+  if (!ref) return ReportError(ref.error());
   HttpClient head = HeadClient(global);
   auto id = ResolveJobRef(head, flags.job);  // "12_7": the element's own job
+  if (!id && ref->is_element() && id.error().code == ErrorCode::kNotFound) {
+    id = WaitForElement(head, *ref, flags.follow, id.error());
+  }
   if (!id) return ReportError(id.error());
   auto job = WaitForStart(head, *id, flags.follow);
   if (!job) return ReportError(job.error());

@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cli/client.h"
@@ -162,6 +163,32 @@ CLI::Option* AddOptional(CLI::App* sub, const std::string& names, std::optional<
   return sub->add_option_function<T>(names, [&target](const T& v) { target = v; }, help);
 }
 
+// An sbatch script given where a spec file goes ("#!" first): what to type instead, with
+// its #SBATCH lines, which cohort does not read; "" for anything else.
+std::string ScriptInsteadOfSpec(const std::string& path) {
+  if (path.empty() || path == "-") return {};
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line) || !line.starts_with("#!")) return {};
+  std::vector<std::string> directives;
+  for (int n = 0; n < 200 && std::getline(in, line); ++n) {
+    if (line.starts_with("#SBATCH")) {
+      std::string flags = line.substr(7);
+      flags.erase(0, flags.find_first_not_of(" \t"));
+      if (!flags.empty()) directives.push_back(flags);
+    }
+  }
+  std::string program = path.find('/') == std::string::npos ? "./" + path : path;
+  std::string out = fmt::format("{} is a script, not a job spec (YAML or JSON): run it with cohort submit [flags] "
+                                "-- {}",
+                                path, program);
+  if (!directives.empty()) {
+    out += fmt::format("; its #SBATCH lines are not read: give them as flags (cohort submit --help; {})",
+                       Join(directives, " "));
+  }
+  return out;
+}
+
 int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global) {
   std::vector<std::string> extras;
   for (const auto& a : sub->remaining(false)) {
@@ -194,6 +221,9 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   }
   json base = json::object();
   std::string source;
+  if (auto script = ScriptInsteadOfSpec(st.spec_file); !script.empty()) {
+    return ReportError(MakeError(ErrorCode::kInvalidArgument, script).error());
+  }
   if (!st.spec_file.empty()) {
     source = st.spec_file == "-" ? "<stdin>" : st.spec_file;
     auto doc = LoadSpecDocument(st.spec_file);

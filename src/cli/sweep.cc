@@ -46,7 +46,12 @@ Result<std::string> RenderSweep(const json& reply) {
     for (const auto& p : params) row.push_back(values.value(p, "-"));
     t.AddRow(std::move(row));
   }
-  return t.Render();
+  std::string out = t.Render();
+  const int64_t waiting = reply.value("waiting", int64_t{0});
+  int64_t listed = 0;
+  for (const auto& e : reply["elements"]) listed += !e.contains("id");
+  if (waiting > listed) out += fmt::format("... and {} more points not started yet\n", waiting - listed);
+  return out;
 }
 
 void AddSweepCommand(CommandContext& ctx) {

@@ -135,6 +135,38 @@ TEST(JobSpec, TensorGroupsMustFitInsideANode) {
   EXPECT_EQ(JobSpecFromJson(bad).error().code, ErrorCode::kInvalidArgument);
 }
 
+// What people write in a spec file by habit: a duration in a seconds field, GB for GPU
+// memory, one array index as a number. Each is read or answered with what to write.
+TEST(JobSpec, HabitualValuesAreReadOrAnsweredWithWhatToWrite) {
+  json dur = Valid();
+  dur["time_limit_s"] = "2h";
+  auto e = JobSpecFromJson(dur);
+  ASSERT_FALSE(e.has_value());
+  EXPECT_EQ(e.error().field, "time_limit_s");
+  EXPECT_EQ(e.error().message, "time_limit_s: is whole seconds, got \"2h\": write 7200 (the -t/--time-limit flag takes "
+                               "a duration such as 2h)");
+  dur.erase("time_limit_s");
+  dur["progress_timeout_s"] = "10m";
+  EXPECT_NE(JobSpecFromJson(dur).error().message.find("write 600"), std::string::npos);
+  dur["progress_timeout_s"] = "soon";
+  EXPECT_NE(JobSpecFromJson(dur).error().message.find("must be an integer"), std::string::npos);
+
+  json mem = Valid();
+  mem["gpu_memory"] = "20GB";
+  e = JobSpecFromJson(mem);
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.error().message.find("'20GB' must be a size in binary units: write 20GiB (or 20G)"), std::string::npos)
+      << e.error().message;
+
+  json one = Valid();
+  one["array"] = 7;
+  auto a = JobSpecFromJson(one);
+  ASSERT_TRUE(a.has_value()) << a.error().message;
+  EXPECT_EQ(a->array, "7");
+  one["array"] = 1.5;
+  EXPECT_EQ(JobSpecFromJson(one).error().field, "array");
+}
+
 TEST(JobSpec, NotAnObject) {
   auto s = JobSpecFromJson(json::array());
   ASSERT_FALSE(s.has_value());

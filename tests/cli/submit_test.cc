@@ -378,6 +378,22 @@ TEST_F(SubmitCommandTest, SbatchFlagsWorkOrSayWhatToUseInstead) {
   EXPECT_THAT(alloc.err, HasSubstr("unknown option '--gres': ask for GPUs with -G/--gpus"));
 }
 
+// `cohort submit job.sh`, as sbatch takes it, with an sbatch script: how to run it, and its
+// #SBATCH lines named (not "must be a mapping of spec fields, got string").
+TEST_F(SubmitCommandTest, AnSbatchScriptWhereASpecGoesSaysHowToRunIt) {
+  std::string script = Write("job.sh", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:4\nsrun python train.py\n");
+  auto sbatch = RunCommand({"submit", script});
+  EXPECT_EQ(sbatch.rc, 2);
+  EXPECT_THAT(sbatch.err, HasSubstr(script + " is a script, not a job spec (YAML or JSON): run it with cohort "
+                                    "submit [flags] -- " + script + "; its #SBATCH lines are not read: give them "
+                                    "as flags (cohort submit --help; -N 2 --gres=gpu:4)"));
+  std::string plain = Write("run.sh", "#!/bin/sh\necho hi\n");
+  auto no_directives = RunCommand({"submit", plain});
+  EXPECT_EQ(no_directives.rc, 2);
+  EXPECT_THAT(no_directives.err, HasSubstr(plain + " is a script, not a job spec (YAML or JSON): run it with cohort "
+                                           "submit [flags] -- " + plain + "\n"));
+}
+
 TEST_F(SubmitCommandTest, BadInputExitsTwoBeforeAnyNetworkCall) {
   auto nothing = RunCommand({"submit"});
   EXPECT_EQ(nothing.rc, 2);

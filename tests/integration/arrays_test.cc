@@ -212,6 +212,40 @@ TEST(Arrays, ShowNamesTheFailedElementsToRunAgain) {
       << show.output;
 }
 
+// `cohort logs -f 12_1` while element 1 still waits in its array (the throttle): it waits
+// for the element, saying so, and follows it, as it does a pending job.
+TEST(Arrays, LogsFollowOfAnElementNotMadeYetWaitsForIt) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 2);
+  c.WaitForNodes(1);
+  const std::string gate = c.dir() + "/gate";
+  auto sub = Cohort(c, {"submit", "--array", "0-1%1", "--", "sh", "-c",
+                        "echo hello-$COHORT_ARRAY_TASK_ID; while [ $COHORT_ARRAY_TASK_ID = 0 ] && [ ! -e " + gate +
+                            " ]; do sleep 0.05; done"});
+  ASSERT_EQ(sub.status.Code(), 0) << sub.errors;
+  const std::string a = std::to_string(IdOf(sub));
+  auto now = Cohort(c, {"logs", a + "_1"});  // without -f: the head's answer, at once
+  EXPECT_EQ(now.status.Code(), 1);
+  EXPECT_NE(now.errors.find("has not started yet"), std::string::npos) << now.errors;
+  SpawnOptions o;
+  o.argv = {COHORT_BINARY, "--head", c.url(), "logs", "-f", a + "_1"};
+  o.stdout_path = c.dir() + "/follow.out";
+  o.stderr_path = c.dir() + "/follow.err";
+  auto follower = Subprocess::Spawn(o);
+  ASSERT_TRUE(follower.has_value());
+  EXPECT_TRUE(WaitUntil([&] {
+    return ReadFile(o.stderr_path).find("element " + a + "_1 has not started yet, waiting for its array") !=
+           std::string::npos;
+  }, std::chrono::seconds(10)))
+      << ReadFile(o.stderr_path);
+  std::ofstream(gate).put('\n');
+  auto st = follower->WaitFor(std::chrono::seconds(20));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->Code(), 0) << ReadFile(o.stderr_path);
+  EXPECT_EQ(ReadFile(o.stdout_path), "[rank 0] hello-1\n");
+}
+
 TEST(Arrays, AHeadRestartMidArrayLosesNothingAndRunsNoElementTwice) {
   LocalCluster c;
   c.StartHead();

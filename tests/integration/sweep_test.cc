@@ -3,6 +3,7 @@
 // ranks the elements by the loss they last reported.
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -67,6 +68,49 @@ TEST(Sweep, GridOfTwoLearningRatesTrainsEachAndRanksThem) {
   EXPECT_NE(show.output.substr(first_row, show.output.find('\n', first_row + 1) - first_row).find(best),
             std::string::npos)
       << show.output;
+}
+
+// `cohort sweep show` of a sweep still running under its `parallel` lists every point: the
+// ones not started yet with the values they will run with, not only those made.
+TEST(Sweep, ShowListsThePointsNotStartedYetWithTheirValues) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 2);
+  c.WaitForNodes(1);
+  const std::string gate = c.dir() + "/gate", spec = c.dir() + "/sweep.json";
+  std::ofstream(spec) << json{{"name", "wait-sweep"},
+                              {"command", {"sh", "-c", "while [ ! -e " + gate + " ]; do sleep 0.05; done"}},
+                              {"sweep", {{"grid", {{"lr", {0.1, 0.2, 0.3}}}}, {"parallel", 1}}}}
+                             .dump();
+  auto sub = Cohort(c, {"submit", spec});
+  ASSERT_EQ(sub.status.Code(), 0) << sub.errors;
+  const int64_t id = std::stoll(sub.output.substr(sub.output.find("job ") + 4));
+  const std::string a = std::to_string(id);
+  ASSERT_TRUE(WaitUntil([&] {
+    auto j = c.client().Get("/v1/jobs/" + a + "_0");
+    return j && (*j)["state"] == "RUNNING";
+  }, std::chrono::seconds(20)));
+  auto show = Cohort(c, {"sweep", "show", a});
+  ASSERT_EQ(show.status.Code(), 0) << show.errors;
+  // The line of element `task`, its columns single-spaced.
+  auto row = [&](int task) {
+    std::istringstream lines(show.output);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      std::string word, out;
+      while (words >> word) out += (out.empty() ? "" : " ") + word;
+      if (out.find(" " + a + "_" + std::to_string(task) + " ") != std::string::npos) return out;
+    }
+    return std::string();
+  };
+  EXPECT_EQ(row(0), "- " + a + "_0 RUNNING - - 0.1") << show.output;
+  EXPECT_EQ(row(1), "- " + a + "_1 PENDING - - 0.2") << show.output;
+  EXPECT_EQ(row(2), "- " + a + "_2 PENDING - - 0.3") << show.output;
+  auto reply = c.client().Get("/v1/jobs/" + a + "/sweep");
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ((*reply)["waiting"], 2) << reply->dump();
+  std::ofstream(gate).put('\n');
+  c.WaitForState(id, "SUCCEEDED", std::chrono::seconds(30));
 }
 
 }  // namespace
