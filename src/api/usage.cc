@@ -15,11 +15,17 @@ json ToJson(const UsageReport& r) {
     users.push_back({{"user", u.user}, {"gpu_seconds", u.gpu_seconds}, {"gpu_hours", u.gpu_seconds / 3600.0},
                      {"jobs", u.jobs}});
   }
+  json teams = json::array();
+  for (const auto& t : r.teams) {
+    teams.push_back({{"team", t.team}, {"gpu_seconds", t.gpu_seconds}, {"gpu_hours", t.gpu_seconds / 3600.0},
+                     {"jobs", t.jobs}});
+  }
   json jobs = json::array();
   for (const auto& j : r.jobs) {
     jobs.push_back({{"id", j.id},
                     {"name", j.name},
                     {"user", j.user},
+                    {"team", j.team},
                     {"state", JobStateName(j.state)},
                     {"gpus", j.gpus},
                     {"attempts", j.attempts},
@@ -32,6 +38,7 @@ json ToJson(const UsageReport& r) {
               {"now_ms", r.now_ms},
               {"total_gpu_seconds", r.total_gpu_seconds},
               {"total_gpu_hours", r.total_gpu_seconds / 3600.0},
+              {"teams", std::move(teams)},
               {"users", std::move(users)},
               {"jobs", std::move(jobs)}};
 }
@@ -47,12 +54,22 @@ Result<UserUsage> UserUsageFromJson(const json& j, const std::string& path) {
   return u;
 }
 
+Result<TeamUsage> TeamUsageFromJson(const json& j, const std::string& path) {
+  auto r = COHORT_TRY(ObjectReader::Open(j, path));
+  TeamUsage t;
+  t.team = COHORT_TRY(r.String("team"));
+  t.gpu_seconds = COHORT_TRY(r.Double("gpu_seconds", std::nullopt, 0, 1e300));
+  t.jobs = static_cast<int>(COHORT_TRY(r.Int("jobs", std::nullopt, 0, INT_MAX)));
+  return t;
+}
+
 Result<JobUsage> JobUsageFromJson(const json& j, const std::string& path) {
   auto r = COHORT_TRY(ObjectReader::Open(j, path));
   JobUsage u;
   u.id = COHORT_TRY(r.Int("id", std::nullopt, 1, INT64_MAX));
   u.name = COHORT_TRY(r.String("name"));
   u.user = COHORT_TRY(r.String("user"));
+  u.team = COHORT_TRY(r.String("team", ""));
   std::string state = COHORT_TRY(r.String("state"));
   auto parsed = ParseJobState(state);
   if (!parsed) return FieldError(r.FieldName("state"), "{}", parsed.error().message);
@@ -73,6 +90,7 @@ Result<UsageReport> UsageReportFromJson(const json& j) {
   u.window.until_ms = COHORT_TRY(r.Int("until_ms", std::numeric_limits<int64_t>::max(), 1, INT64_MAX));
   u.now_ms = COHORT_TRY(r.Int("now_ms", std::nullopt, 0, INT64_MAX));
   u.total_gpu_seconds = COHORT_TRY(r.Double("total_gpu_seconds", std::nullopt, 0, 1e300));
+  u.teams = COHORT_TRY(vr::List<TeamUsage>(r, "teams", false, TeamUsageFromJson));
   u.users = COHORT_TRY(vr::List<UserUsage>(r, "users", true, UserUsageFromJson));
   u.jobs = COHORT_TRY(vr::List<JobUsage>(r, "jobs", true, JobUsageFromJson));
   return u;

@@ -140,8 +140,14 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
     r.Add("service", fmt::format("replica of {} (model {}); kept running until removed", s.service, s.service_model));
     r.Add("attempt", fmt::format("{} (restarts without limit)", job.attempt));
   } else {
-    r.Add("attempt", s.max_restarts > 0 ? fmt::format("{} (max_restarts {})", job.attempt, s.max_restarts)
-                                        : fmt::format("{} (no restarts)", job.attempt));
+    std::string limit = s.max_restarts > 0 ? fmt::format("max_restarts {}", s.max_restarts) : "no restarts";
+    // Moves (preemptions, drain --now) make attempts too, but spend no restart: say how
+    // many of each, or "attempt 2 (no restarts)" reads as a contradiction.
+    if (job.moves > 0) {
+      if (s.max_restarts > 0) limit += fmt::format(", {} used", job.attempt - job.moves);
+      limit += fmt::format("; {} move{} (preempted or drained), not counted", job.moves, job.moves == 1 ? "" : "s");
+    }
+    r.Add("attempt", fmt::format("{} ({})", job.attempt, limit));
   }
   if (job.move) {
     const api::MoveRequest& m = *job.move;

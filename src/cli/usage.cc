@@ -1,6 +1,6 @@
 // `cohort usage [--price-per-gpu-hour X] [--user U] [--since DURATION]`: GPU-hours (and
-// their cost at a price) per user and per job, from GET /v1/usage. Running jobs count up
-// to now.
+// their cost at a price) per team, per user and per job, from GET /v1/usage (like Slurm's
+// sreport by account and user). Running jobs count up to now.
 #include <limits>
 
 #include "cli/client.h"
@@ -37,6 +37,9 @@ int Run(const UsageFlags& f, const GlobalOptions& global) {
     if (f.price) {
       out["price_per_gpu_hour"] = *f.price;
       out["total_cost"] = report->total_gpu_seconds / 3600.0 * *f.price;
+      for (size_t i = 0; i < report->teams.size() && i < out["teams"].size(); ++i) {
+        out["teams"][i]["cost"] = report->teams[i].gpu_seconds / 3600.0 * *f.price;
+      }
       for (size_t i = 0; i < report->users.size(); ++i) {
         out["users"][i]["cost"] = report->users[i].gpu_seconds / 3600.0 * *f.price;
       }
@@ -54,11 +57,20 @@ int Run(const UsageFlags& f, const GlobalOptions& global) {
 }  // namespace
 
 std::string RenderUsage(const api::UsageReport& report, std::optional<double> price) {
+  std::vector<std::string> th = {"TEAM", "JOBS", "GPU-HOURS"};
   std::vector<std::string> uh = {"USER", "JOBS", "GPU-HOURS"};
-  std::vector<std::string> jh = {"JOBID", "NAME", "USER", "STATE", "GPUS", "ATTEMPTS", "GPU-HOURS"};
+  std::vector<std::string> jh = {"JOBID", "NAME", "USER", "TEAM", "STATE", "GPUS", "ATTEMPTS", "GPU-HOURS"};
   if (price) {
+    th.push_back("COST");
     uh.push_back("COST");
     jh.push_back("COST");
+  }
+  // Per team (an older head sends none): the teams' rows add up to the users' total.
+  Table teams(th);
+  for (const auto& t : report.teams) {
+    std::vector<std::string> row = {t.team, std::to_string(t.jobs), Hours(t.gpu_seconds)};
+    if (price) row.push_back(Cost(t.gpu_seconds, *price));
+    teams.AddRow(std::move(row));
   }
   Table users(uh);
   for (const auto& u : report.users) {
@@ -72,8 +84,9 @@ std::string RenderUsage(const api::UsageReport& report, std::optional<double> pr
   Table jobs(jh);
   jobs.SetMaxWidth(1, 32);
   for (const auto& j : report.jobs) {
-    std::vector<std::string> row = {std::to_string(j.id), j.name, j.user, std::string(api::JobStateName(j.state)),
-                                    fmt::format("{:g}", j.gpus), std::to_string(j.attempts), Hours(j.gpu_seconds)};
+    std::vector<std::string> row = {std::to_string(j.id), j.name, j.user, j.team.empty() ? "-" : j.team,
+                                    std::string(api::JobStateName(j.state)), fmt::format("{:g}", j.gpus),
+                                    std::to_string(j.attempts), Hours(j.gpu_seconds)};
     if (price) row.push_back(Cost(j.gpu_seconds, *price));
     jobs.AddRow(std::move(row));
   }
@@ -82,14 +95,16 @@ std::string RenderUsage(const api::UsageReport& report, std::optional<double> pr
                                 w.until_ms == std::numeric_limits<int64_t>::max() ? std::string("now")
                                                                                   : FormatTimestamp(w.until_ms));
   if (price) out += fmt::format(", at {:.2f} per GPU-hour", *price);
-  out += "\n\n" + users.Render();
+  out += "\n\n";
+  if (teams.rows() > 0) out += teams.Render() + "\n";
+  out += users.Render();
   if (jobs.rows() > 0) out += "\n" + jobs.Render();
   return out;
 }
 
 void AddUsageCommand(CommandContext& ctx) {
   auto f = std::make_shared<UsageFlags>();
-  auto* sub = ctx.app.add_subcommand("usage", "GPU-hours and their cost per user and per job");
+  auto* sub = ctx.app.add_subcommand("usage", "GPU-hours and their cost per team, per user and per job");
   sub->add_option_function<double>("--price-per-gpu-hour", [f](double p) { f->price = p; },
                                    "Price of one GPU-hour: adds a COST column")
       ->check(CLI::Range(0.0, 1e9));

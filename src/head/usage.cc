@@ -6,6 +6,7 @@
 
 #include "api/gpu_request.h"
 #include "api/gpu_spec.h"
+#include "api/team.h"
 
 namespace cohort::head {
 
@@ -49,6 +50,7 @@ UsageReport ComputeUsage(const std::vector<api::Job>& jobs, int64_t now_ms, Usag
   r.window = window;
   r.now_ms = now_ms;
   std::map<std::string, UserUsage> users;
+  std::map<std::string, api::TeamUsage> teams;
   for (const auto& job : jobs) {
     if (!user.empty() && job.spec.user != user) continue;
     JobUsage u;
@@ -61,16 +63,25 @@ UsageReport ComputeUsage(const std::vector<api::Job>& jobs, int64_t now_ms, Usag
     u.id = job.id;
     u.name = job.spec.name;
     u.user = job.spec.user;
+    u.team = job.spec.team.empty() ? std::string(api::kDefaultTeam) : job.spec.team;
     u.state = job.state;
     u.gpu_seconds = JobGpuSeconds(job, now_ms, window);
     UserUsage& uu = users[u.user];
     uu.user = u.user;
     uu.gpu_seconds += u.gpu_seconds;
     uu.jobs += 1;
+    api::TeamUsage& tu = teams[u.team];
+    tu.team = u.team;
+    tu.gpu_seconds += u.gpu_seconds;
+    tu.jobs += 1;
     r.total_gpu_seconds += u.gpu_seconds;
     r.jobs.push_back(std::move(u));
   }
   std::sort(r.jobs.begin(), r.jobs.end(), [](const JobUsage& a, const JobUsage& b) { return a.id < b.id; });
+  for (auto& [name, t] : teams) r.teams.push_back(std::move(t));
+  std::sort(r.teams.begin(), r.teams.end(), [](const api::TeamUsage& a, const api::TeamUsage& b) {
+    return a.gpu_seconds != b.gpu_seconds ? a.gpu_seconds > b.gpu_seconds : a.team < b.team;
+  });
   for (auto& [name, u] : users) r.users.push_back(std::move(u));
   std::sort(r.users.begin(), r.users.end(), [](const UserUsage& a, const UserUsage& b) {
     return a.gpu_seconds != b.gpu_seconds ? a.gpu_seconds > b.gpu_seconds : a.user < b.user;

@@ -97,6 +97,17 @@ TEST(RenderJobTest, KeyValueReportWithSections) {
   EXPECT_THAT(out, HasSubstr("state:         RUNNING\n"));
   EXPECT_THAT(out, HasSubstr("reason:        -\n"));
   EXPECT_THAT(out, HasSubstr("attempt:       1 (max_restarts 3)\n"));
+  // A job moved (preempted, drained) has attempts that spent no restart: show says so.
+  api::Job moved = RunningJob();
+  moved.attempt = 3;
+  moved.moves = 2;
+  EXPECT_THAT(RenderJob(moved, kNow),
+              HasSubstr("attempt:       3 (max_restarts 3, 1 used; 2 moves (preempted or drained), not counted)\n"));
+  moved.spec.max_restarts = 0;
+  moved.attempt = 1;
+  moved.moves = 1;
+  EXPECT_THAT(RenderJob(moved, kNow),
+              HasSubstr("attempt:       1 (no restarts; 1 move (preempted or drained), not counted)\n"));
   EXPECT_THAT(out, HasSubstr("run time:      1m05s\n"));
   EXPECT_THAT(out, HasSubstr("time limit:    01:30:00\n"));
   EXPECT_THAT(out, HasSubstr("command:       python train.py --msg 'hello world'\n"));

@@ -64,6 +64,40 @@ TEST(UsageTest, FractionsCountTheirPartOfAGpu) {
   EXPECT_DOUBLE_EQ(r.total_gpu_seconds, 1800 + 2700);
 }
 
+// Per team, as sreport by account: each job counts against its spec's team ("default"
+// when it names none), and the teams add up to the total as the users do.
+TEST(UsageTest, PerTeamAddsUpToTheTotal) {
+  api::Job a = MakeJob(1, "alice", 1, 2);
+  a.spec.team = "ml";
+  a.state = api::JobState::kSucceeded;
+  a.history = {Attempt(0, 1, 3'600'001, 2)};  // 2 GPU-hours
+  api::Job b = MakeJob(2, "bob", 1, 1);
+  b.spec.team = "ml";
+  b.state = api::JobState::kSucceeded;
+  b.history = {Attempt(0, 1, 1'800'001, 1)};  // 0.5
+  api::Job c = MakeJob(3, "carol", 1, 4);  // no team: default
+  c.state = api::JobState::kSucceeded;
+  c.history = {Attempt(0, 1, 3'600'001, 4)};  // 4
+  UsageReport r = ComputeUsage({a, b, c}, 4'000'000, {});
+  ASSERT_EQ(r.teams.size(), 2u);
+  EXPECT_EQ(r.teams[0].team, "default");
+  EXPECT_DOUBLE_EQ(r.teams[0].gpu_seconds, 4 * 3600);
+  EXPECT_EQ(r.teams[0].jobs, 1);
+  EXPECT_EQ(r.teams[1].team, "ml");
+  EXPECT_DOUBLE_EQ(r.teams[1].gpu_seconds, 2 * 3600 + 1800);
+  EXPECT_EQ(r.teams[1].jobs, 2);
+  EXPECT_DOUBLE_EQ(r.teams[0].gpu_seconds + r.teams[1].gpu_seconds, r.total_gpu_seconds);
+  EXPECT_EQ(r.jobs[0].team, "ml");
+  EXPECT_EQ(r.jobs[2].team, "default");
+  // Through the wire and back.
+  auto back = api::UsageReportFromJson(api::ToJson(r));
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  ASSERT_EQ(back->teams.size(), 2u);
+  EXPECT_EQ(back->teams[1].team, "ml");
+  EXPECT_DOUBLE_EQ(back->teams[1].gpu_seconds, 2 * 3600 + 1800);
+  EXPECT_EQ(back->jobs[0].team, "ml");
+}
+
 TEST(UsageTest, PerUserAndPerJob) {
   api::Job a = MakeJob(1, "alice", 1, 2);
   a.state = api::JobState::kSucceeded;

@@ -259,7 +259,12 @@ TEST(Observability, UsageShowsGpuHoursPerUserAndJobWithCost) {
   EXPECT_THAT(table.output, HasSubstr("USER   JOBS  GPU-HOURS  COST"));
   EXPECT_THAT(table.output, HasSubstr("alice"));
   EXPECT_THAT(table.output, HasSubstr("TOTAL  2"));
-  EXPECT_THAT(table.output, HasSubstr("JOBID  NAME   USER   STATE      GPUS  ATTEMPTS  GPU-HOURS  COST"));
+  EXPECT_THAT(table.output, HasSubstr("JOBID  NAME   USER   TEAM     STATE      GPUS  ATTEMPTS  GPU-HOURS  COST"));
+  // Per team too (neither job names one: both count against "default"), adding up.
+  EXPECT_THAT(table.output, HasSubstr("TEAM     JOBS  GPU-HOURS  COST\ndefault  2"));
+  ASSERT_EQ(u["teams"].size(), 1u) << u.dump(2);
+  EXPECT_EQ(u["teams"][0]["team"], "default");
+  EXPECT_NEAR(u["teams"][0]["gpu_seconds"].get<double>(), u["total_gpu_seconds"].get<double>(), 1e-6);
 
   auto only_bob = Cohort(c, {"usage", "--user", "bob", "--json"});
   ASSERT_TRUE(only_bob.status.Success());

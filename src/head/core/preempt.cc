@@ -16,7 +16,8 @@ void PrunePreemptions(Tx& tx) {
   std::erase_if(s.shares.nominated, [&](api::JobId id) {
     auto job = s.jobs.find(id);
     if (job == s.jobs.end()) return true;
-    if (s.pending.contains(id) && job->second.nomination &&
+    const bool held = job->second.held;
+    if (s.pending.contains(id) && !held && job->second.nomination &&
         tx.now.unix_ms - job->second.nomination->since_ms <= patience) {
       return false;
     }
@@ -29,6 +30,8 @@ void PrunePreemptions(Tx& tx) {
                                         job->second.state == JobState::kRunning
                                             ? "started elsewhere"
                                             : fmt::format("left the queue ({})", api::JobStateName(job->second.state))));
+    } else if (held) {
+      gone.emplace_back(id, fmt::format("job {} was held before it was moved", id));
     }
     return true;
   });

@@ -28,8 +28,9 @@
 namespace cohort::head::core {
 
 // Step of a scheduling pass, before it builds its input: forgets (and stores) the
-// nominations of jobs that left the queue or waited too long, and withdraws the moves
-// still asked of the victims of those that left the queue (WithdrawPreemptions).
+// nominations of jobs that left the queue, were held or waited too long, and withdraws the
+// moves still asked of the victims of those that left the queue or were held
+// (WithdrawPreemptions); a held job released later preempts anew if it must.
 void PrunePreemptions(Tx& tx);
 
 // `preemptor` no longer needs the GPUs it preempted (it was cancelled, ended, or started

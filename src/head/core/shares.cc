@@ -108,6 +108,15 @@ void RebuildUsage(ClusterState& s, const Context& ctx, Now now) {
   const int64_t t = now.unix_ms;
   for (const auto& [id, job] : s.jobs) {
     const std::string team(TeamOf(job));
+    // Removing a team forgets its usage (RemoveTeam): the jobs of a team that no longer
+    // exists count nowhere, and a team created again under that name counts only what ran
+    // since, as the head that removed it did. `default` is never forgotten.
+    int64_t counted_from = 0;
+    if (team != api::kDefaultTeam) {
+      auto created = sh.teams.find(team);
+      if (created == sh.teams.end()) continue;
+      counted_from = created->second.created_ms;
+    }
     for (const auto& rec : job.history) {
       if (rec.start_ms <= 0) continue;
       const double gpus = api::AttemptGpuAmount(job.spec, rec);
@@ -117,7 +126,8 @@ void RebuildUsage(ClusterState& s, const Context& ctx, Now now) {
         continue;
       }
       if (rec.end_ms <= 0) continue;
-      sh.usage[team] += sched::DecayedGpuSeconds(gpus, rec.start_ms, std::min(rec.end_ms, t), t, h);
+      sh.usage[team] += sched::DecayedGpuSeconds(gpus, std::max(rec.start_ms, counted_from), std::min(rec.end_ms, t),
+                                                 t, h);
     }
   }
   sh.accrued_ms = t;

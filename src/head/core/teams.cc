@@ -176,7 +176,12 @@ Result<Effects> RemoveTeam(ClusterState& s, const Context& ctx, const std::strin
   }
   Tx tx(s, ctx, now);
   s.shares.teams.erase(it);
-  if (name != api::kDefaultTeam) s.shares.usage.erase(name);
+  if (name != api::kDefaultTeam) {
+    // Its usage is forgotten, including the ended attempts not accrued yet (RebuildUsage
+    // counts none of a removed team's jobs either).
+    s.shares.usage.erase(name);
+    std::erase_if(s.shares.accounted, [&](const auto& entry) { return entry.second.team == name; });
+  }
   tx.fx.teams_changed = true;
   tx.RequestSchedule();
   tx.fx.Info("team {} removed", name);

@@ -4,6 +4,7 @@
 // and its preemption is recorded with the reason and how it ended. The preemptor is
 // nominated and starts once the GPUs are free; a job that just started is not preempted.
 #include "core_test_util.h"
+#include "head/core/job_control.h"
 #include "head/core/preempt.h"
 #include "head/core/shares.h"
 #include "head/core/teams.h"
@@ -193,6 +194,28 @@ TEST_F(PreemptCoreTest, AVictimKeepsRunningWhenItsPreemptorIsCancelled) {
   fx_ = CheckLiveness(state_, ctx_, now_);
   EXPECT_EQ(Job(borrower_).state, JobState::kRunning);
   EXPECT_EQ(Job(borrower_).attempt, 0);
+}
+
+// Held while its victim checkpoints, the preemptor will not start: the victim keeps
+// running. Released, it is an ordinary pending job again and preempts anew.
+TEST_F(PreemptCoreTest, AVictimKeepsRunningWhenItsPreemptorIsHeld) {
+  Advance(kMinRuntime + 1);
+  const api::JobId owner = SubmitOwner();
+  EXPECT_EQ(Pass(), 0);
+  ASSERT_TRUE(Job(borrower_).move.has_value());
+  Advance(1000);
+  ASSERT_TRUE(Hold(state_, ctx_, owner, "bob", now_).has_value());
+  EXPECT_EQ(Pass(), 0);
+  EXPECT_FALSE(Job(borrower_).move.has_value());
+  EXPECT_FALSE(Job(owner).nomination.has_value());
+  ASSERT_EQ(Job(borrower_).preemptions.size(), 1u);
+  EXPECT_EQ(Job(borrower_).preemptions[0].outcome, fmt::format("withdrawn: job {} was held before it was moved", owner));
+  Advance(1000);
+  ASSERT_TRUE(Release(state_, ctx_, owner, now_).has_value());
+  EXPECT_EQ(Pass(), 0);
+  ASSERT_TRUE(Job(borrower_).move.has_value()) << "released, it preempts again";
+  EXPECT_EQ(Job(borrower_).move->preempted_for, owner);
+  EXPECT_EQ(Job(borrower_).preemptions.size(), 2u);
 }
 
 // A head restart keeps the nomination (no second round of preemption for the same job)

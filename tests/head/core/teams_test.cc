@@ -3,6 +3,7 @@
 // its team from its spec or its user.
 #include "core_test_util.h"
 #include "api/gpu_request.h"
+#include "head/core/shares.h"
 #include "head/core/teams.h"
 
 namespace cohort::head::core::testing {
@@ -129,6 +130,45 @@ TEST_F(TeamsTest, AJobGetsItsTeamFromItsSpecOrItsUser) {
   // An admin may name any team; anyone may name "default".
   EXPECT_TRUE(Resolve("bob", "ml", true).has_value());
   EXPECT_TRUE(Resolve("alice", "default", false).has_value());
+}
+
+// Removing a team forgets its usage, and a head restart (usage rebuilt from the jobs'
+// history) must not bring it back: the removed team used to reappear in `cohort shares` as
+// an implicit team, taking a share from every other team, and a team created again under
+// its name inherited the old usage only after the restart.
+TEST_F(TeamsTest, ARemovedTeamsUsageStaysForgottenAcrossARestart) {
+  ASSERT_TRUE(CreateTeam(state_, ctx_, MakeTeam("tmp", 0, std::nullopt, 1, {"erin"}), now_).has_value());
+  api::JobSpec spec = Spec(1, 2);
+  spec.user = "erin";
+  spec.team = "tmp";
+  const api::JobId id = Submit(spec);
+  ASSERT_EQ(Pass(), 1);
+  Advance(100'000);
+  Beat(Job(id).allocation.nodes[0].node, {Exited(id, 0, 0, 0)});
+  ASSERT_EQ(Job(id).state, api::JobState::kSucceeded);
+  Advance(1000);
+  EXPECT_NEAR(UsageAsOf(state_, ctx_, now_.unix_ms).at("tmp"), 200, 1);
+  ASSERT_TRUE(RemoveTeam(state_, ctx_, "tmp", now_).has_value());
+
+  const auto team_names = [&] {
+    std::vector<std::string> names;
+    for (const auto& t : Shares(state_, ctx_, now_).teams) names.push_back(t.name);
+    return names;
+  };
+  EXPECT_EQ(team_names(), std::vector<std::string>{"ml"});
+  RebuildUsage(state_, ctx_, now_);  // as a restarted head does
+  EXPECT_EQ(team_names(), std::vector<std::string>{"ml"}) << "the removed team is back after a restart";
+  EXPECT_FALSE(state_.shares.usage.contains("tmp"));
+
+  // Created again: only what runs from now on counts, before and after a restart.
+  Advance(1000);
+  ASSERT_TRUE(CreateTeam(state_, ctx_, MakeTeam("tmp", 0, std::nullopt, 1, {"erin"}), now_).has_value());
+  Advance(1000);
+  EXPECT_EQ(UsageAsOf(state_, ctx_, now_.unix_ms).count("tmp"), 0u);
+  RebuildUsage(state_, ctx_, now_);
+  EXPECT_EQ(UsageAsOf(state_, ctx_, now_.unix_ms).count("tmp") ? UsageAsOf(state_, ctx_, now_.unix_ms).at("tmp") : 0.0,
+            0.0)
+      << "the old team's usage came back with the new team";
 }
 
 }  // namespace
