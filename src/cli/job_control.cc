@@ -96,7 +96,7 @@ void AddJobControlCommands(CommandContext& ctx) {
     sub->add_option_function<std::string>("-t,--time-limit", [f](const std::string& v) { f->time_limit = v; },
                                           "New time limit, a duration (2h, 1d12h, HH:MM:SS; 0: unlimited)");
     sub->add_option_function<int>("-p,--priority", [f](const int& v) { f->priority = v; },
-                                  "New priority, -1000..1000");
+                                  "New priority, -1000..1000 (above 0: admins only)");
     sub->add_option_function<std::string>("-J,--name", [f](const std::string& v) { f->name = v; }, "New name");
     sub->add_option_function<int64_t>(
         "--throttle", [f](const int64_t& v) { f->throttle = v; },

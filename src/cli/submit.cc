@@ -494,7 +494,7 @@ void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
   AddOptional(sub, "-J,--name,--job-name", f.name, "Job name (default: the program's name)");
   // Slurm's -p is a partition: a word there gets what cohort offers instead, not CLI11's
   // "Could not convert".
-  AddOptional(sub, "-p,--priority", f.priority, "Priority, -1000..1000; higher runs first (default 0)")
+  AddOptional(sub, "-p,--priority", f.priority, "Priority, -1000..1000; higher runs first (default 0; above 0 only an admin may give)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             int64_t n = 0;

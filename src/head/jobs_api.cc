@@ -101,6 +101,16 @@ Result<std::string> JobOwner(const Caller& caller, bool spec_names_user, const s
                    "user");
 }
 
+Result<void> CheckPriority(const Caller& caller, int priority) {
+  if (priority <= 0 || caller.IsAdmin() || caller.kind == Caller::Kind::kInsecure) return {};
+  return MakeError(ErrorCode::kPermissionDenied,
+                   fmt::format("priority: {} may not raise a job's priority above 0 (got {}): a user may lower "
+                               "their jobs' priority (-{}..0) to order them among themselves; a higher one, which "
+                               "goes before fair share, is an admin's to give",
+                               caller.Describe(), priority, api::kMaxPriority),
+                   "priority");
+}
+
 Result<void> CheckOwner(Cluster& cluster, const Caller& caller, api::JobId id, std::string_view what) {
   if (caller.IsAdmin()) return {};
   auto job = cluster.GetJob(id);
@@ -126,6 +136,7 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
     } else {
       spec->user = *user;
     }
+    if (auto allowed = CheckPriority(caller, spec->priority); !allowed) return SendError(res, allowed.error());
     // A user names only a team of theirs; an admin any team (core/teams.h).
     auto job = cluster.Submit(std::move(*spec), caller.IsAdmin());
     if (!job) return SendError(res, job.error());

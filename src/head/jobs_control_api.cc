@@ -84,6 +84,9 @@ void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
     auto update = UpdateFromJson(*body);
     if (!update) return SendError(res, update.error());
     if (auto mine = CheckOwner(cluster, caller, *id, "update"); !mine) return SendError(res, mine.error());
+    if (update->priority) {
+      if (auto allowed = CheckPriority(caller, *update->priority); !allowed) return SendError(res, allowed.error());
+    }
     Reply(res, cluster.Update(*id, *update), [](const api::Job& j) { return api::ToJson(j); });
   });
 }

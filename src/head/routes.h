@@ -54,6 +54,11 @@ inline constexpr char kHiddenEnvValue[] = "(hidden)";
 // The user a submitted job belongs to: the caller's own (a spec naming another user is
 // refused unless the caller is an admin); with --insecure, the spec's.
 Result<std::string> JobOwner(const Caller& caller, bool spec_names_user, const std::string& spec_user);
+// OK if `caller` may give a job `priority`: anything from an admin (or with --insecure),
+// at most 0 from a user, who may lower their jobs (to order them among themselves) but not
+// raise them past everyone else's, which would outweigh fair share (as Slurm lets only
+// operators raise a priority; users have --nice). kPermissionDenied naming the field.
+Result<void> CheckPriority(const Caller& caller, int priority);
 // OK if `caller` may act on job `id` (its owner, or an admin); kPermissionDenied naming
 // `what` ("cancel") otherwise, kNotFound if there is no such job.
 Result<void> CheckOwner(Cluster& cluster, const Caller& caller, api::JobId id, std::string_view what);

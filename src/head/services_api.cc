@@ -15,6 +15,9 @@ void RegisterServiceRoutes(Router& router, Services& services) {
                 auto user = JobOwner(caller, !spec->user.empty(), spec->user);
                 if (!user) return SendError(res, user.error());
                 spec->user = *user;
+                if (auto allowed = CheckPriority(caller, spec->priority); !allowed) {
+                  return SendError(res, allowed.error());
+                }
                 auto s = services.Deploy(std::move(*spec));
                 if (s) res.set_header("Location", api::routes::Service(s->name));
                 Reply(res, s, [](const api::ServiceStatus& v) { return api::ToJson(v); }, 201);

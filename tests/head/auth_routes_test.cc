@@ -3,6 +3,7 @@
 // credentials, 403 when they are not enough, and past the check otherwise. Then what the
 // handlers add: owners and admins, the submitting user, revocation, same-origin and JSON
 // bodies for state changes, and --insecure.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -153,6 +154,35 @@ TEST_F(AuthRoutesTest, UsersActOnTheirOwnJobsAndAdminsOnAll) {
             200);
 }
 
+// A user may lower their jobs' priority but not raise one above 0: a job's own priority goes
+// before fair share, so any user's -p 1000 jumped every other team's queue (and could
+// preempt teammates). Slurm lets only operators raise a priority. Admins may.
+TEST_F(AuthRoutesTest, OnlyAnAdminRaisesAPriorityAboveZero) {
+  AddNode("gpu-1", 1);
+  const std::string alice = MakeToken("alice", "user");
+  httplib::Client c("127.0.0.1", head_->port());
+  auto submit = [&](const std::string& token, int priority) {
+    auto r = c.Post("/v1/jobs", {{"Authorization", "Bearer " + token}},
+                    json{{"command", {"sleep", "100"}}, {"gpus_per_node", 1}, {"priority", priority}}.dump(),
+                    "application/json");
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
+  };
+  auto [raised, body] = submit(alice, 10);
+  EXPECT_EQ(raised, 403) << body;
+  EXPECT_THAT(body, ::testing::HasSubstr("may not raise a job's priority above 0 (got 10)"));
+  EXPECT_THAT(body, ::testing::HasSubstr("\"field\":\"priority\""));
+  EXPECT_EQ(submit(alice, 0).first, 201);  // takes the GPU
+  auto [lowered, job] = submit(alice, -10);
+  ASSERT_EQ(lowered, 201) << job;
+  const std::string id = std::to_string(json::parse(job).value("id", 0));
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", alice, R"({"priority": -3})"), 200);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", alice, R"({"priority": 1})"), 403);
+  EXPECT_EQ(cluster().GetJob(std::stoll(id))->spec.priority, -3);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", admin_token_, R"({"priority": 50})"), 200);
+  EXPECT_EQ(cluster().GetJob(std::stoll(id))->spec.priority, 50);
+  EXPECT_EQ(submit(admin_token_, 1000).first, 201);
+}
+
 TEST_F(AuthRoutesTest, JobControlIsTheOwnersAndAnAdminsHoldOnlyAnAdminReleases) {
   AddNode("gpu-1", 1);
   const std::string alice = MakeToken("alice", "user");
@@ -169,7 +199,7 @@ TEST_F(AuthRoutesTest, JobControlIsTheOwnersAndAnAdminsHoldOnlyAnAdminReleases) 
   EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/hold", bob), 403);
   EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", bob, R"({"priority": 5})"), 403);
   EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/hold", alice), 200);
-  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", alice, R"({"priority": 5})"), 200);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", alice, R"({"priority": -5})"), 200);
   EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", alice, R"({"priority": 5000})"), 400);
   EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/update", alice, R"({"nodes": 2})"), 400) << "only what update may change";
   EXPECT_EQ(Status("POST", "/v1/jobs/" + id + "/release", alice), 200);
