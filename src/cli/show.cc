@@ -122,8 +122,12 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
     r.Add("service", fmt::format("replica of {} (model {}); kept running until removed", s.service, s.service_model));
     r.Add("attempt", fmt::format("{} (restarts without limit)", job.attempt));
   } else {
-    r.Add("attempt", s.max_restarts > 0 ? fmt::format("{} (max_restarts {})", job.attempt, s.max_restarts)
-                                        : fmt::format("{} (no restarts)", job.attempt));
+    // A move (drain --now, a preemption, a fence of the head's making) is not a restart.
+    const std::string moves =
+        job.moves > 0 ? fmt::format("; {} {} not counted", job.moves, job.moves == 1 ? "move" : "moves") : "";
+    r.Add("attempt", s.max_restarts > 0 ? fmt::format("{} ({} of max_restarts {} used{})", job.attempt,
+                                                      job.attempt - job.moves, s.max_restarts, moves)
+                                        : fmt::format("{} (no restarts{})", job.attempt, moves));
   }
   if (job.move) {
     const api::MoveRequest& m = *job.move;
