@@ -136,7 +136,8 @@ std::string RenderAudit(const std::vector<api::AuditEntry>& entries) {
   t.SetMaxWidth(4, 60);
   t.SetMaxWidth(7, 80);
   for (const auto& e : entries) {
-    const std::string who = !e.user.empty() ? e.user : !e.node.empty() ? "node " + e.node : e.caller;
+    std::string who = !e.user.empty() ? e.user : !e.node.empty() ? "node " + e.node : e.caller;
+    if (!e.user.empty() && !e.node.empty()) who += " (node " + e.node + ")";  // a join token registering it
     t.AddRow({FormatTimestamp(e.time_ms), who, e.token_id.empty() ? "-" : e.token_id,
               e.client.empty() ? "-" : e.client, e.method + " " + e.path, std::to_string(e.status),
               e.job_id > 0 ? std::to_string(e.job_id) : "-", e.error});

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "api/gpu_request.h"
+#include "api/gpu_spec.h"
 #include "api/job_array.h"
 #include "cli/client.h"
 #include "cli/table.h"
@@ -146,23 +148,40 @@ std::string WhereOrWhy(const api::Job& job) {
   return "(" + (job.reason.empty() ? std::string("None") : job.reason) + ")";
 }
 
+// The GPUs a job holds (its current attempt's) or asks for: whole GPUs, or a sharing job's
+// parts of GPUs (two tasks of a quarter each: 0.5); a request of GPU memory alone is a
+// part known once placed, shown as the memory until then.
+double JobGpuAmount(const api::Job& j) {
+  const api::JobSpec& s = j.spec;
+  if (!s.shares_gpu()) return static_cast<double>(s.nodes) * s.gpus_per_node;
+  if (!j.history.empty() && j.history.back().attempt == j.attempt) return api::AttemptGpuAmount(s, j.history.back());
+  return static_cast<double>(s.nodes) * s.tasks_per_node * s.gpu_share / api::kGpuShareUnits;
+}
+
+std::string JobGpusText(const api::Job& j) {
+  const double amount = JobGpuAmount(j);
+  if (amount == 0 && j.spec.gpu_memory_mib > 0) return api::MemoryMibText(j.spec.gpu_memory_mib);
+  return fmt::format("{:g}", amount);
+}
+
+// "1/3": the attempt, and the restarts allowed. Moves (drain --now, preemption) start
+// attempts that are not restarts: "3 (2/2)" is attempt 3, two of two restarts used.
+std::string AttemptText(const api::Job& j) {
+  std::string a = std::to_string(j.attempt);
+  if (j.spec.max_restarts <= 0) return a;
+  if (j.moves > 0) return fmt::format("{} ({}/{})", a, j.attempt - j.moves, j.spec.max_restarts);
+  return a + "/" + std::to_string(j.spec.max_restarts);
+}
+
 const std::vector<Column>& Columns() {
   static const std::vector<Column> kColumns = {
       {"id", "JOBID", 0, 5, [](const api::Job& j, int64_t) { return api::DisplayJobId(j); }},
       {"name", "NAME", 24, 8, [](const api::Job& j, int64_t) { return j.spec.name; }},
       {"user", "USER", 16, 6, [](const api::Job& j, int64_t) { return j.spec.user; }},
       {"state", "STATE", 0, 9, [](const api::Job& j, int64_t) { return std::string(api::JobStateName(j.state)); }},
-      {"attempt", "ATTEMPT", 0, 7,
-       [](const api::Job& j, int64_t) {
-         std::string a = std::to_string(j.attempt);
-         if (j.spec.max_restarts > 0) a += "/" + std::to_string(j.spec.max_restarts);
-         return a;
-       }},
+      {"attempt", "ATTEMPT", 0, 7, [](const api::Job& j, int64_t) { return AttemptText(j); }},
       {"nodes", "NODES", 0, 5, [](const api::Job& j, int64_t) { return std::to_string(j.spec.nodes); }},
-      {"gpus", "GPUS", 0, 4,
-       [](const api::Job& j, int64_t) {
-         return std::to_string(static_cast<int64_t>(j.spec.nodes) * j.spec.gpus_per_node);
-       }},
+      {"gpus", "GPUS", 0, 4, [](const api::Job& j, int64_t) { return JobGpusText(j); }},
       {"time", "TIME", 0, 4,
        [](const api::Job& j, int64_t now) {
          auto run = JobRunTimeMs(j, now);
@@ -195,7 +214,7 @@ std::pair<int64_t, std::string> SortValue(const api::Job& j, const std::string& 
   if (key == "priority") return {j.spec.priority, ""};
   if (key == "submitted") return {j.submit_ms, ""};
   if (key == "nodes") return {j.spec.nodes, ""};
-  if (key == "gpus") return {static_cast<int64_t>(j.spec.nodes) * j.spec.gpus_per_node, ""};
+  if (key == "gpus") return {static_cast<int64_t>(JobGpuAmount(j) * api::kGpuShareUnits), ""};
   if (key == "attempt") return {j.attempt, ""};
   if (key == "timelimit") return {j.spec.time_limit_s, ""};
   if (key == "time") return {JobRunTimeMs(j, now_ms).value_or(-1), ""};

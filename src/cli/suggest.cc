@@ -185,7 +185,16 @@ std::string DidYouMean(CLI::App& app, int argc, const char* const* argv) {
     const bool wants_subcommand = !SubcommandNames(*current).empty() &&
                                   current->get_options([](const CLI::Option* o) { return o->get_positional(); }).empty();
     if (!wants_subcommand) continue;  // a positional argument of the command
-    return Hint("command", word, "", ClosestNames(word, SubcommandNames(*current)), argc, argv, i);
+    auto close = ClosestNames(word, SubcommandNames(*current));
+    if (close.empty()) {
+      // Nothing close: still say which word is wrong, not CLI11's "A subcommand is required".
+      std::string cmd;  // "cohort token"
+      for (const CLI::App* a = current; a != &app && a != nullptr; a = a->get_parent()) cmd = " " + a->get_name() + cmd;
+      cmd = "cohort" + cmd;
+      return fmt::format("unknown command '{}'{} ({} --help lists them)", word,
+                         current == &app ? "" : " of " + cmd, cmd);
+    }
+    return Hint("command", word, "", close, argc, argv, i);
   }
   return "";
 }

@@ -27,8 +27,10 @@ std::vector<std::string> FlagNames(const CLI::App& app);
 
 // For argv that failed to parse: the first word argv names wrongly (an unknown
 // subcommand, or a flag the command does not take) with the closest names, as
-// "unknown command 'hlod'; did you mean: cohort hold 12", or "" when every word is known
-// (the error lies elsewhere: a missing value, a bad number) or nothing is close.
+// "unknown command 'hlod'; did you mean: cohort hold 12" (an unknown command with none
+// close: "unknown command 'frobnicate' (cohort --help lists them)"), or "" when every
+// word is known (the error lies elsewhere: a missing value, a bad number) or no flag is
+// close.
 std::string DidYouMean(CLI::App& app, int argc, const char* const* argv);
 
 // For a flag of Slurm's sbatch/salloc that cohort submit and alloc do not take ("--gres",

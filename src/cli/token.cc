@@ -215,6 +215,22 @@ int RunLogin(const GlobalOptions& global, std::string token, std::string ca_file
   return 0;
 }
 
+// `cohort whoami` (kubectl auth whoami): who the head takes this client for, through
+// which head and token (its id, never its secret).
+int RunWhoAmI(const GlobalOptions& global) {
+  HttpClient head = HeadClient(global);
+  auto who = head.Get(api::routes::kWhoAmI);
+  if (!who) return ReportError(who.error());
+  if (global.json) {
+    PrintJson(*who);
+    return 0;
+  }
+  const std::string id = who->value("token_id", "");
+  std::printf("%s (%s) at %s%s\n", who->value("user", "").c_str(), who->value("role", "").c_str(),
+              head.base_url().c_str(), id.empty() ? "" : (", token " + id).c_str());
+  return 0;
+}
+
 }  // namespace
 
 void AddTokenCommands(CommandContext& ctx) {
@@ -246,6 +262,10 @@ void AddTokenCommands(CommandContext& ctx) {
   revoke->add_option("ID", *ids, "Token ids (cohort token ls)")->required();
   AddClientOptions(revoke, global);
   ctx.on_run(revoke, [ids, &global] { return RunRevoke(global, *ids); });
+
+  auto* whoami = ctx.app.add_subcommand("whoami", "Who the head takes you for: your user and role (kubectl auth whoami)");
+  AddClientOptions(whoami, global);
+  ctx.on_run(whoami, [&global] { return RunWhoAmI(global); });
 
   auto login_token = std::make_shared<std::string>();
   auto login_ca = std::make_shared<std::string>();

@@ -70,6 +70,14 @@ std::optional<api::AuditEntry> AuditEntryFor(const Router::Route& route, const C
   } else if (caller.kind == Caller::Kind::kNode) {
     e.node = caller.node;
   }
+  if (route.pattern == api::routes::kAgentRegister && e.node.empty()) {
+    // A join: the row names the node it registers (the body's "name"), not only the join
+    // token, so `cohort audit` says which machine joined.
+    const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_object() && body.contains("name") && body["name"].is_string()) {
+      e.node = Cut(body["name"].get<std::string>(), 256);
+    }
+  }
   e.client = Cut(req.remote_addr, 64);
   e.method = route.method;
   if (route.access == Access::kTask) {

@@ -5,6 +5,8 @@
 //                                                draining, drained)
 //   cohort_node_up{node}                         1 while the node's agent heartbeats
 //   cohort_node_heartbeat_age_seconds{node}      time since the node's last heartbeat
+//   cohort_node_gpus_unhealthy{node}             the node's GPUs marked unhealthy (which node
+//                                                to look at; the agent's counters reset with it)
 //   cohort_gpus{state}                           GPUs: allocated, free, unhealthy, unavailable
 //                                                (on down or draining nodes)
 //   cohort_jobs{state}                           jobs the head knows, by state

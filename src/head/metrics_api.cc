@@ -60,6 +60,9 @@ Result<std::string> RenderHeadMetrics(const ClusterMetrics& m, const HttpServerS
   for (const auto& n : m.nodes) {
     if (n.heartbeat_age_s >= 0) w.Sample({{"node", n.name}}, n.heartbeat_age_s);
   }
+  w.Family("cohort_node_gpus_unhealthy", MetricType::kGauge,
+           "The node's GPUs marked unhealthy (XID, ECC, lost GPU, a failed health check) until `cohort resume`");
+  for (const auto& n : m.nodes) w.Sample({{"node", n.name}}, n.gpus_unhealthy);
   w.Family("cohort_gpus", MetricType::kGauge,
            "GPUs by state: allocated to jobs, free, unhealthy, unavailable (on down or draining nodes)");
   w.Sample({{"state", "allocated"}}, allocated);

@@ -20,7 +20,13 @@ void RegisterUsageRoutes(Router& router, Cluster& cluster) {
                                   "until"});
     }
     std::string user = req.has_param("user") ? req.get_param_value("user") : "";
-    if (user.size() > 64) return SendError(res, Error{ErrorCode::kInvalidArgument, "user: at most 64 characters", "user"});
+    if (req.has_param("user") && !api::ValidUserName(user)) {
+      // A name no job can have is a typo, not a user without usage: say so (as /v1/audit does).
+      return SendError(res, Error{ErrorCode::kInvalidArgument,
+                                  fmt::format("user: must be 1-64 characters of letters, digits, '.', '_' or '-', "
+                                              "got '{}'", user.substr(0, 80)),
+                                  "user"});
+    }
     auto report = ComputeUsage(cluster.ListJobs({}), NowUnixMs(), w, user);
     SendJson(res, api::ToJson(report));
   });

@@ -120,6 +120,14 @@ TEST(RenderAuditTest, OneRowPerRequestWithWhoAndTheAnswer) {
             "node gpu-3 may not heartbeat for node gpu-4\n"
             "2027-01-15T08:00:00Z  anonymous   -             -         POST /v1/tokens                  401     -    "
             "this request needs a token\n");
+  // A join: the join token's user and the node it registered.
+  api::AuditEntry join = ok;
+  join.user = "agents";
+  join.node = "gpu-9";
+  join.path = "/v1/agents/register";
+  join.status = 200;
+  join.job_id = 0;
+  EXPECT_NE(RenderAudit({join}).find("  agents (node gpu-9)  0123456789ab  "), std::string::npos) << RenderAudit({join});
 }
 
 }  // namespace

@@ -45,7 +45,10 @@ TEST(DidYouMeanTest, MisspeltCommandSuggestsTheRightOne) {
   EXPECT_EQ(HintFor({"cohort", "hlod", "12"}), "unknown command 'hlod'; did you mean: cohort hold 12");
   EXPECT_THAT(HintFor({"cohort", "--json", "qeueu"}), HasSubstr("did you mean: cohort --json queue"));
   EXPECT_THAT(HintFor({"cohort", "token", "craete", "--user", "bob"}), HasSubstr("cohort token create --user bob"));
-  EXPECT_EQ(HintFor({"cohort", "frobnicate"}), "");  // nothing close
+  // Nothing close: the word is still named (CLI11 said "A subcommand is required").
+  EXPECT_EQ(HintFor({"cohort", "frobnicate"}), "unknown command 'frobnicate' (cohort --help lists them)");
+  EXPECT_EQ(HintFor({"cohort", "token", "frobnicate"}),
+            "unknown command 'frobnicate' of cohort token (cohort token --help lists them)");
 }
 
 TEST(DidYouMeanTest, MisspeltFlagSuggestsTheRightOne) {

@@ -91,6 +91,36 @@ TEST(RenderQueueTest, SqueueColumns) {
             "JOBID  NAME  USER  STATE  ATTEMPT  NODES  GPUS  TIME  NODELIST(REASON)\n");
 }
 
+// `drain --now` moves a job as a new attempt that is no restart: after one restart and one
+// move the queue said "2/2" and show "2 (max_restarts 2)", as if no restart were left.
+// A sharing job's GPUs are its parts, not 0.
+TEST(RenderQueueTest, MovesAreNoRestartsAndSharedGpusAreParts) {
+  api::Job moved = RunningJob();
+  moved.spec.max_restarts = 2;
+  moved.attempt = 2;
+  moved.moves = 1;
+  api::Job quarters;
+  quarters.id = 14;
+  quarters.spec.name = "q";
+  quarters.spec.user = "bob";
+  quarters.spec.command = {"x"};
+  quarters.spec.tasks_per_node = 2;
+  quarters.spec.gpu_share = 1;  // a quarter of a GPU per task
+  quarters.reason = "waiting";
+  api::Job memory = quarters;
+  memory.id = 15;
+  memory.spec.gpu_share = 0;
+  memory.spec.gpu_memory_mib = 20 * 1024;
+  EXPECT_EQ(RenderQueue({moved, quarters, memory}, kNow),
+            "JOBID  NAME  USER   STATE    ATTEMPT  NODES  GPUS   TIME   NODELIST(REASON)\n"
+            "12     ddp   alice  RUNNING  2 (1/2)  2      8      1m05s  node[1-2]\n"
+            "14     q     bob    PENDING  0        1      0.5    -      (waiting)\n"
+            "15     q     bob    PENDING  0        1      20GiB  -      (waiting)\n");
+  EXPECT_THAT(RenderJob(moved, kNow), HasSubstr("attempt:       2 (1 of max_restarts 2 used; 1 move not counted)\n"));
+  moved.spec.max_restarts = 0;
+  EXPECT_THAT(RenderJob(moved, kNow), HasSubstr("attempt:       2 (no restarts; 1 move not counted)\n"));
+}
+
 TEST(RenderJobTest, KeyValueReportWithSections) {
   std::string out = RenderJob(RunningJob(), kNow);
   EXPECT_THAT(out, HasSubstr("id:            12\n"));

@@ -136,6 +136,7 @@ TEST_F(AuditTest, SuccessfulHeartbeatsGetNoRowButJoinsAndFailuresDo) {
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0].path, "/v1/agents/register");
   EXPECT_EQ(rows[0].status, 200);
+  EXPECT_EQ(rows[0].node, "n1") << "a join names the node it registers";
   EXPECT_NE(rows[0].caller.find("admin"), std::string::npos);
   EXPECT_EQ(rows[1].node, "n1");
   EXPECT_EQ(rows[1].caller, "node n1");

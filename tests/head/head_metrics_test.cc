@@ -31,6 +31,10 @@ TEST(HeadMetricsTest, ClusterSeries) {
   EXPECT_THAT(*text, HasSubstr("cohort_gpus{state=\"free\"} 4\n"));
   EXPECT_THAT(*text, HasSubstr("cohort_gpus{state=\"unhealthy\"} 1\n"));
   EXPECT_THAT(*text, HasSubstr("cohort_gpus{state=\"unavailable\"} 8\n"));
+  // Which node holds the unhealthy GPU, for an alert that says where to look.
+  EXPECT_THAT(*text, HasSubstr("# TYPE cohort_node_gpus_unhealthy gauge\n"));
+  EXPECT_THAT(*text, HasSubstr("cohort_node_gpus_unhealthy{node=\"n1\"} 1\n"));
+  EXPECT_THAT(*text, HasSubstr("cohort_node_gpus_unhealthy{node=\"n2\"} 0\n"));
   EXPECT_THAT(*text, HasSubstr("cohort_jobs_pending{reason=\"resources\"} 2\n"));
   EXPECT_THAT(*text, HasSubstr("cohort_job_state_transitions_total{from=\"pending\",to=\"running\"} 4\n"));
   EXPECT_THAT(*text, HasSubstr("cohort_scheduler_pass_duration_seconds_bucket{le=\"0.01\"} 1\n"));

@@ -277,6 +277,13 @@ TEST(Observability, UsageShowsGpuHoursPerUserAndJobWithCost) {
   auto junk = c.client().Get("/v1/usage?since=yesterday");
   ASSERT_FALSE(junk.has_value());
   EXPECT_EQ(junk.error().code, ErrorCode::kInvalidArgument);
+  // A user name no job can have is a mistake, not an empty report.
+  auto typo = Cohort(c, {"usage", "--user", "bad user"});
+  EXPECT_EQ(typo.status.exit_code, 2) << typo.output;
+  EXPECT_THAT(typo.errors, HasSubstr("user: must be 1-64 characters")) << typo.errors;
+  auto empty = c.client().Get("/v1/usage?user=");
+  ASSERT_FALSE(empty.has_value());
+  EXPECT_EQ(empty.error().field, "user");
   // A window after the jobs ended has no usage.
   auto later = c.client().Get("/v1/usage?since=" + std::to_string(NowUnixMs() + 60'000));
   ASSERT_TRUE(later.has_value());

@@ -187,6 +187,11 @@ TEST(TlsCli, AUserTokenSubmitsAsItsUserWhateverTheLoginName) {
   const std::map<std::string, std::string> as_alice = {{"COHORT_TOKEN", alice}, {"USER", "alice-laptop"}};
   const std::vector<std::string> submit = {COHORT_BINARY, "--head", c.url(), "--json", "submit", "--", "/bin/true"};
 
+  auto who = RunWithEnv(c, {COHORT_BINARY, "--head", c.url(), "whoami"}, as_alice, {});
+  ASSERT_TRUE(who.status.Success()) << who.errors;
+  EXPECT_EQ(who.output.rfind("alice (user) at " + c.url() + ", token ", 0), 0u) << who.output;
+  EXPECT_EQ(who.output.find(alice.substr(20)), std::string::npos) << "never the secret: " << who.output;
+
   auto mine = RunWithEnv(c, submit, as_alice, {});
   ASSERT_TRUE(mine.status.Success()) << mine.errors;
   EXPECT_EQ(json::parse(mine.output)["spec"]["user"], "alice") << mine.output;

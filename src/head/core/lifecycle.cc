@@ -134,8 +134,9 @@ void StartJob(Tx& tx, Job& job, const std::vector<NodePlacement>& nodes) {
              fmt::join(job.history.back().nodes, ","));
 }
 
-void FinishJob(Tx& tx, Job& job, JobState state, std::string reason, std::optional<int> exit_code) {
-  const int64_t now = tx.now.unix_ms;
+void FinishJob(Tx& tx, Job& job, JobState state, std::string reason, std::optional<int> exit_code,
+               int64_t ended_ms) {
+  const int64_t now = ended_ms > 0 ? ended_ms : tx.now.unix_ms;
   if (job.state == JobState::kRunning) DetachJob(tx, job);
   CloseAttempt(job, now, reason);
   job.move.reset();
@@ -153,9 +154,9 @@ void FinishJob(Tx& tx, Job& job, JobState state, std::string reason, std::option
   tx.fx.Info("job {} {}: {}", job.id, api::JobStateName(state), job.reason);
 }
 
-void Requeue(Tx& tx, Job& job, const std::string& why) {
+void Requeue(Tx& tx, Job& job, const std::string& why, int64_t ended_ms) {
   if (job.state == JobState::kRunning) DetachJob(tx, job);
-  CloseAttempt(job, tx.now.unix_ms, why);
+  CloseAttempt(job, ended_ms > 0 ? ended_ms : tx.now.unix_ms, why);
   job.move.reset();
   job.attempt += 1;
   tx.CountTransition(job.state, JobState::kPending);
@@ -179,12 +180,13 @@ void RestartReplica(Tx& tx, Job& job, const std::string& why) {
   tx.fx.Warn("service {} replica job {} requeued as attempt {}: {}", job.spec.service, job.id, job.attempt, why);
 }
 
-void FailGang(Tx& tx, Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart) {
+void FailGang(Tx& tx, Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart,
+              int64_t ended_ms) {
   // A service replica is kept running: it restarts however it ended.
   if (job.spec.is_service()) return RestartReplica(tx, job, why);
   // Moves are not failures: only the attempts that failed count as restarts.
   if (may_restart && job.attempt - job.moves < job.spec.max_restarts) {
-    Requeue(tx, job, why);
+    Requeue(tx, job, why, ended_ms);
     job.reason = fmt::format("requeued after: {} (restart {} of {})", why, job.attempt - job.moves,
                              job.spec.max_restarts);
     tx.fx.Warn("job {} requeued as attempt {}: {}", job.id, job.attempt, why);
@@ -192,7 +194,7 @@ void FailGang(Tx& tx, Job& job, const std::string& why, std::optional<int> exit_
   }
   std::string reason = why;
   if (job.spec.max_restarts > 0) reason += fmt::format(" (no restarts left of {})", job.spec.max_restarts);
-  FinishJob(tx, job, JobState::kFailed, std::move(reason), exit_code);
+  FinishJob(tx, job, JobState::kFailed, std::move(reason), exit_code, ended_ms);
 }
 
 void FailJobsOnNode(Tx& tx, const std::string& node, const std::string& why) {
@@ -211,6 +213,10 @@ void RecordExit(Tx& tx, Job& job, const std::string& node, const api::TaskReport
   e.error = t.error;
   e.finished_ms = t.finished_ms ? t.finished_ms : tx.now.unix_ms;
   job.exits.push_back(e);
+  // When the attempt ended: as its agents saw it, within [its start, now] (their clocks
+  // are not the head's).
+  const int64_t started = std::min(job.history.empty() ? int64_t{0} : job.history.back().start_ms, tx.now.unix_ms);
+  const auto ended_at = [&](int64_t finished) { return std::clamp(finished, started, tx.now.unix_ms); };
   tx.fx.StoreJob(job);
   if (e.signal != 0 || e.exit_code != 0) {
     std::string how = e.signal ? fmt::format("was killed by signal {}", e.signal)
@@ -221,13 +227,15 @@ void RecordExit(Tx& tx, Job& job, const std::string& node, const api::TaskReport
     // Asked to checkpoint and move: a task that ends now (on its checkpoint signal, say)
     // ends the attempt as that move, not as a failure of the job.
     if (job.move && !job.move->grow) return MoveOnFailedExit(tx, job, why);
-    FailGang(tx, job, why, e.signal ? 128 + e.signal : e.exit_code, /*may_restart=*/true);
+    FailGang(tx, job, why, e.signal ? 128 + e.signal : e.exit_code, /*may_restart=*/true, ended_at(e.finished_ms));
     return;
   }
   if (static_cast<int>(job.exits.size()) == job.world_size()) {
     // A service never succeeds: a replica that exits 0 is started again.
     if (job.spec.is_service()) return RestartReplica(tx, job, fmt::format("rank {} on {} exited 0", e.rank, node));
-    FinishJob(tx, job, JobState::kSucceeded, "all ranks exited 0", 0);
+    int64_t last = 0;
+    for (const api::TaskExit& x : job.exits) last = std::max(last, x.finished_ms);
+    FinishJob(tx, job, JobState::kSucceeded, "all ranks exited 0", 0, ended_at(last));
   }
 }
 

@@ -34,10 +34,14 @@ struct NodePlacement {
 void StartJob(Tx& tx, api::Job& job, const std::vector<NodePlacement>& nodes);
 
 // Ends the current attempt: the job is FAILED, SUCCEEDED, CANCELLED or TIMEOUT with `reason`.
-void FinishJob(Tx& tx, api::Job& job, api::JobState state, std::string reason, std::optional<int> exit_code);
+// `ended_ms` (Unix ms, 0: now) is when it ended, when that was before the head learned it
+// (its tasks' exits, reported after a head restart): the attempt's and the job's end.
+void FinishJob(Tx& tx, api::Job& job, api::JobState state, std::string reason, std::optional<int> exit_code,
+               int64_t ended_ms = 0);
 
-// Ends the current attempt and puts the job back in the queue as attempt + 1.
-void Requeue(Tx& tx, api::Job& job, const std::string& why);
+// Ends the current attempt (at `ended_ms`, as FinishJob) and puts the job back in the
+// queue as attempt + 1.
+void Requeue(Tx& tx, api::Job& job, const std::string& why, int64_t ended_ms = 0);
 
 // Ends the current attempt and requeues it as a move (not a failure).
 void MoveJob(Tx& tx, api::Job& job, const std::string& why);
@@ -46,7 +50,8 @@ void MoveJob(Tx& tx, api::Job& job, const std::string& why);
 // job FAILS with `why` (and `exit_code`).
 // A service replica (spec.is_service()) is never failed: it is requeued with every restart
 // allowed (RestartReplica), whatever `may_restart` says.
-void FailGang(Tx& tx, api::Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart);
+void FailGang(Tx& tx, api::Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart,
+              int64_t ended_ms = 0);
 // Requeues a service replica as a new attempt (it never succeeds or fails; only a
 // cancellation ends it), with `why` in its reason.
 void RestartReplica(Tx& tx, api::Job& job, const std::string& why);
@@ -56,7 +61,9 @@ void FailJobsOnNode(Tx& tx, const std::string& node, const std::string& why);
 
 // Records the exit of a task of the job's current attempt on `node`: a failure ends the
 // gang (requeued without counting a restart when the head caused it by not hearing a node
-// of the gang: liveness.h); the last rank exiting 0 makes the job SUCCEEDED.
+// of the gang: liveness.h); the last rank exiting 0 makes the job SUCCEEDED. The attempt
+// ends when its tasks did (their agents' finish times, kept between the attempt's start
+// and now), not when the head heard of it: a head down meanwhile is not billed.
 void RecordExit(Tx& tx, api::Job& job, const std::string& node, const api::TaskReport& report);
 
 // Drops the node's stopping entries that its latest heartbeat confirms; true if any went.

@@ -66,7 +66,7 @@ inline api::TaskReport Exited(api::JobId job, int attempt, int rank, int code) {
   api::TaskReport t = Running(job, attempt, rank);
   t.running = false;
   t.exit_code = code;
-  t.finished_ms = 1;
+  t.finished_ms = 0;  // as the head hears it (a test sets an earlier time when it matters)
   return t;
 }
 

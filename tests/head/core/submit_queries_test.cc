@@ -65,6 +65,42 @@ TEST_F(CoreTest, OnlyTheCurrentAttemptCounts) {
   EXPECT_TRUE(RunningTaskUsage(state_).empty());
 }
 
+// A job whose tasks ended while the head was down ends when they did, not when the
+// restarted head heard of it: `history` showed `sleep 4` running 7.6s, and GPU-hours
+// billed the head's downtime.
+TEST_F(CoreTest, AJobEndsWhenItsTasksEndedNotWhenTheHeadHeard) {
+  Register(Reg("n1", 4));
+  const api::JobId ok = Submit(Spec(1, 1));
+  const api::JobId bad = Submit(Spec(1, 1, /*max_restarts=*/1));
+  ASSERT_EQ(Pass(), 2);
+  const int64_t started = now_.unix_ms;
+  Beat("n1", {Running(ok, 0, 0), Running(bad, 0, 0)});
+  Advance(10'000);  // the head was down; both tasks ended 4 s in
+  api::TaskReport done = Exited(ok, 0, 0, 0);
+  done.finished_ms = started + 4000;
+  api::TaskReport failed = Exited(bad, 0, 0, 3);
+  failed.finished_ms = started + 4000;
+  Beat("n1", {done, failed});
+  ASSERT_EQ(Job(ok).state, JobState::kSucceeded);
+  EXPECT_EQ(Job(ok).end_ms, started + 4000);
+  EXPECT_EQ(Job(ok).history.back().end_ms, started + 4000);
+  ASSERT_EQ(Job(bad).state, JobState::kPending) << "requeued";
+  EXPECT_EQ(Job(bad).history.back().end_ms, started + 4000);
+  // An agent's clock is not the head's: a time past now is now, one before the start the start.
+  const api::JobId ahead = Submit(Spec(1, 1));
+  const api::JobId behind = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 3) << "the requeued job and these two";
+  const int64_t second = now_.unix_ms;
+  Advance(1000);
+  api::TaskReport future = Exited(ahead, 0, 0, 0);
+  future.finished_ms = second + 60'000;
+  api::TaskReport past = Exited(behind, 0, 0, 0);
+  past.finished_ms = second - 60'000;
+  Beat("n1", {future, past});
+  EXPECT_EQ(Job(ahead).end_ms, now_.unix_ms);
+  EXPECT_EQ(Job(behind).end_ms, second);
+}
+
 TEST_F(CoreTest, NodeStatusShowsDrainingUntilItsJobsAreGone) {
   Register(Reg("n1", 2));
   const api::JobId id = Submit(Spec(1, 1));
