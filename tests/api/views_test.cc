@@ -247,7 +247,7 @@ UsageReport TestUsage() {
   r.now_ms = 8000;
   r.total_gpu_seconds = 9000;
   r.users = {{"alice", 7200, 1}, {"bob", 1800, 1}};
-  r.jobs = {{1, "train", "alice", JobState::kSucceeded, 2, 1, 7200}, {2, "eval", "bob", JobState::kRunning, 1, 2, 1800}};
+  r.jobs = {{1, "train", "alice", "ml", JobState::kSucceeded, 2, 1, 7200}, {2, "eval", "bob", "default", JobState::kRunning, 1, 2, 1800}};
   return r;
 }
 

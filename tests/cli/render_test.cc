@@ -116,9 +116,9 @@ TEST(RenderQueueTest, MovesAreNoRestartsAndSharedGpusAreParts) {
             "12     ddp   alice  RUNNING  2 (1/2)  2      8      1m05s  node[1-2]\n"
             "14     q     bob    PENDING  0        1      0.5    -      (waiting)\n"
             "15     q     bob    PENDING  0        1      20GiB  -      (waiting)\n");
-  EXPECT_THAT(RenderJob(moved, kNow), HasSubstr("attempt:       2 (1 of max_restarts 2 used; 1 move not counted)\n"));
+  EXPECT_THAT(RenderJob(moved, kNow), HasSubstr("attempt:       2 (max_restarts 2, 1 used; 1 move (preempted or drained), not counted)\n"));
   moved.spec.max_restarts = 0;
-  EXPECT_THAT(RenderJob(moved, kNow), HasSubstr("attempt:       2 (no restarts; 1 move not counted)\n"));
+  EXPECT_THAT(RenderJob(moved, kNow), HasSubstr("attempt:       2 (no restarts; 1 move (preempted or drained), not counted)\n"));
 }
 
 TEST(RenderJobTest, KeyValueReportWithSections) {
