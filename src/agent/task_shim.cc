@@ -724,9 +724,8 @@ int RunQuietly(const std::vector<std::string>& argv, Millis timeout) {
   return status->Code();
 }
 
-// The last line of `path` that starts with "Error: " (Podman's and Docker's own failure
-// messages), from the last 8 KiB; empty if none.
-std::string LastRuntimeError(const std::string& path) {
+// The last 8 KiB of `path`; empty if it cannot be read.
+std::string LogTail(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return {};
   std::string tail(8192, '\0');
@@ -735,6 +734,13 @@ std::string LastRuntimeError(const std::string& path) {
   ssize_t n = pread(fd, tail.data(), tail.size(), from);
   close(fd);
   tail.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return tail;
+}
+
+// The last line of `path` that starts with "Error: " (Podman's and Docker's own failure
+// messages), from the last 8 KiB; empty if none.
+std::string LastRuntimeError(const std::string& path) {
+  const std::string tail = LogTail(path);
   std::string found;
   size_t pos = 0;
   while (pos < tail.size()) {
@@ -749,14 +755,7 @@ std::string LastRuntimeError(const std::string& path) {
 
 // The last non-empty line of `path`'s last 8 KiB; empty if none.
 std::string LastLogLine(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return {};
-  std::string tail(8192, '\0');
-  off_t size = lseek(fd, 0, SEEK_END);
-  off_t from = size > static_cast<off_t>(tail.size()) ? size - static_cast<off_t>(tail.size()) : 0;
-  ssize_t n = pread(fd, tail.data(), tail.size(), from);
-  close(fd);
-  tail.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  std::string tail = LogTail(path);
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
   const size_t nl = tail.rfind('\n');
   return nl == std::string::npos ? tail : tail.substr(nl + 1);

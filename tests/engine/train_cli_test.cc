@@ -72,6 +72,15 @@ class TrainCliTest : public ::testing::Test {
     return p;
   }
 
+  // A config without train.steps (which --steps then gives) and without checkpoints.
+  fs::path NoStepsConfig() {
+    fs::path p = dir_ / "no-steps.yaml";
+    std::ofstream(p) << "model: {n_layer: 1, n_head: 2, n_embd: 32, seq_len: 32}\n"
+                        "data: {text: corpus.txt}\n"
+                        "train: {micro_batch: 2, threads: 1}\ncheckpoint: {dir: none}\n";
+    return p;
+  }
+
   TrainRun Train(int ranks, const std::vector<std::string>& args) {
     std::vector<std::string> argv = {"train", "-n", std::to_string(ranks)};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -451,10 +460,7 @@ TEST_F(TrainCliTest, ShardsAndSafetensorsRoundTrip) {
 // train.steps is required, and --steps gives it: a config without it trains with the flag
 // (it was refused, "train.steps: is required", although the flag was there).
 TEST_F(TrainCliTest, StepsFlagGivesARequiredTrainSteps) {
-  const fs::path cfg = dir_ / "no-steps.yaml";
-  std::ofstream(cfg) << "model: {n_layer: 1, n_head: 2, n_embd: 32, seq_len: 32}\n"
-                        "data: {text: corpus.txt}\n"
-                        "train: {micro_batch: 2, threads: 1}\ncheckpoint: {dir: none}\n";
+  const fs::path cfg = NoStepsConfig();
   TrainRun without = Train(1, {"--config", cfg.string()});
   EXPECT_EQ(without.status.exit_code, 2) << without.output;
   EXPECT_THAT(without.output, HasSubstr("train.steps: is required"));
@@ -470,10 +476,7 @@ TEST_F(TrainCliTest, StepsFlagGivesARequiredTrainSteps) {
 // A config error of `cohort train -n N` is said once, by the command, before any rank starts:
 // each of the N ranks printed it before (and `cohort run` then blamed rank 0 for it).
 TEST_F(TrainCliTest, ConfigErrorOfAMultiRankRunIsSaidOnce) {
-  const fs::path cfg = dir_ / "no-steps.yaml";
-  std::ofstream(cfg) << "model: {n_layer: 1, n_head: 2, n_embd: 32, seq_len: 32}\n"
-                        "data: {text: corpus.txt}\n"
-                        "train: {micro_batch: 2, threads: 1}\ncheckpoint: {dir: none}\n";
+  const fs::path cfg = NoStepsConfig();
   TrainRun r = Train(3, {"--config", cfg.string()});
   EXPECT_EQ(r.status.exit_code, 2) << r.output;
   const std::string message = "train.steps: is required";

@@ -74,6 +74,27 @@ json Post(httplib::Client& c, const std::string& path, const std::string& body, 
   return j ? *j : json(nullptr);
 }
 
+// Sends a completions request with `body` over a raw connection to 127.0.0.1:`port`, for
+// a test to hang up on (close) while it is served; -1 on failure.
+int SendCompletionsRequest(int port, const std::string& body) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // The events of an SSE body: each "data: " payload ([DONE] as the string "[DONE]").
 std::vector<json> Events(const std::string& body) {
   std::vector<json> out;
@@ -311,17 +332,9 @@ TEST(ServeApiTest, AClientThatHangsUpCancelsItsUnstreamedRequest) {
   ServerFixture f(std::move(gated));
   const int max_tokens = 90;
   {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(f.port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    const std::string body =
-        R"({"model":"tiny","prompt":"x","temperature":0,"max_tokens":)" + std::to_string(max_tokens) + "}";
-    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-    ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    const int fd = SendCompletionsRequest(
+        f.port(), R"({"model":"tiny","prompt":"x","temperature":0,"max_tokens":)" + std::to_string(max_tokens) + "}");
+    ASSERT_GE(fd, 0);
     ASSERT_TRUE(gate->WaitBlocked());  // its first step
     close(fd);
   }
@@ -381,16 +394,8 @@ TEST(ServeApiTest, AStreamAbandonedInTheQueueLeavesIt) {
     EXPECT_EQ(status, 200) << r.dump();
   });
   ASSERT_TRUE(gate->WaitBlocked());  // the first request runs, held at its first step
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(f.port()));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  const std::string body = R"({"model":"tiny","prompt":"x","stream":true,"max_tokens":4})";
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  const int fd = SendCompletionsRequest(f.port(), R"({"model":"tiny","prompt":"x","stream":true,"max_tokens":4})");
+  ASSERT_GE(fd, 0);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (f.server().batcher().Load().waiting < 1 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
