@@ -213,6 +213,10 @@ std::string RenderHistory(const std::vector<api::JobStatus>& jobs, int64_t now_m
 
 // The squeue-like table: JOBID NAME USER STATE ATTEMPT NODES GPUS TIME NODELIST(REASON).
 std::string RenderQueue(const std::vector<api::Job>& jobs, int64_t now_ms);
+// The GPUs a job holds or asks for, as queue's GPUS column shows them: whole GPUs, a sharing
+// job's parts (0.5), or the GPU memory it asks for alone (20GiB) until it is placed.
+double JobGpuAmount(const api::Job& j);
+std::string JobGpusText(const api::Job& j);
 
 // How `cohort queue` lays the table out: which columns (--format; empty: the default
 // ones), the sort (--sort: column keys, each descending when given as -KEY), and the width

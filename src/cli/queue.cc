@@ -129,6 +129,22 @@ int Run(const QueueFlags& f, const GlobalOptions& global) {
 
 }  // namespace
 
+// The GPUs a job holds (its current attempt's) or asks for: whole GPUs, or a sharing job's
+// parts of GPUs (two tasks of a quarter each: 0.5); a request of GPU memory alone is a
+// part known once placed, shown as the memory until then.
+double JobGpuAmount(const api::Job& j) {
+  const api::JobSpec& s = j.spec;
+  if (!s.shares_gpu()) return static_cast<double>(s.nodes) * s.gpus_per_node;
+  if (!j.history.empty() && j.history.back().attempt == j.attempt) return api::AttemptGpuAmount(s, j.history.back());
+  return static_cast<double>(s.nodes) * s.tasks_per_node * s.gpu_share / api::kGpuShareUnits;
+}
+
+std::string JobGpusText(const api::Job& j) {
+  const double amount = JobGpuAmount(j);
+  if (amount == 0 && j.spec.gpu_memory_mib > 0) return api::MemoryMibText(j.spec.gpu_memory_mib);
+  return fmt::format("{:g}", amount);
+}
+
 namespace {
 
 struct Column {
@@ -146,22 +162,6 @@ std::string WhereOrWhy(const api::Job& job) {
     return FormatHostList(nodes);
   }
   return "(" + (job.reason.empty() ? std::string("None") : job.reason) + ")";
-}
-
-// The GPUs a job holds (its current attempt's) or asks for: whole GPUs, or a sharing job's
-// parts of GPUs (two tasks of a quarter each: 0.5); a request of GPU memory alone is a
-// part known once placed, shown as the memory until then.
-double JobGpuAmount(const api::Job& j) {
-  const api::JobSpec& s = j.spec;
-  if (!s.shares_gpu()) return static_cast<double>(s.nodes) * s.gpus_per_node;
-  if (!j.history.empty() && j.history.back().attempt == j.attempt) return api::AttemptGpuAmount(s, j.history.back());
-  return static_cast<double>(s.nodes) * s.tasks_per_node * s.gpu_share / api::kGpuShareUnits;
-}
-
-std::string JobGpusText(const api::Job& j) {
-  const double amount = JobGpuAmount(j);
-  if (amount == 0 && j.spec.gpu_memory_mib > 0) return api::MemoryMibText(j.spec.gpu_memory_mib);
-  return fmt::format("{:g}", amount);
 }
 
 // "1/3": the attempt, and the restarts allowed. Moves (drain --now, preemption) start

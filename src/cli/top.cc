@@ -88,8 +88,6 @@ std::map<std::string, std::map<int, api::JobId>> GpuOwners(const std::vector<api
   return owners;
 }
 
-int64_t JobGpus(const api::Job& j) { return int64_t{j.spec.nodes} * j.spec.gpus_per_node; }
-
 std::string Hosts(const api::Job& j) {
   std::vector<std::string> names;
   for (const auto& na : j.allocation.nodes) names.push_back(na.node);
@@ -191,7 +189,7 @@ std::string RunningSection(const api::Dashboard& d, int64_t now, size_t width) {
   for (const auto& r : d.running) {
     const api::Job& j = r.status.job;
     const std::optional<api::ProgressPoint>& p = r.progress;
-    t.AddRow({std::to_string(j.id), OrDash(j.spec.name), OrDash(j.spec.user), std::to_string(JobGpus(j)),
+    t.AddRow({std::to_string(j.id), OrDash(j.spec.name), OrDash(j.spec.user), JobGpusText(j),
               Duration(now - j.start_ms), Compact(p ? std::optional<double>(static_cast<double>(p->step)) : std::nullopt),
               Compact(p ? p->loss : std::nullopt), Compact(p ? p->tokens_per_s : std::nullopt),
               r.status.progress_eta ? api::FormatProgressEta(*r.status.progress_eta) : kDash, Hosts(j)});
@@ -211,7 +209,7 @@ std::string QueueSection(const api::Dashboard& d, int64_t now, size_t width) {
   for (const auto& q : d.queue) {
     const api::Job& j = q.status.job;
     t.AddRow({std::to_string(j.id), OrDash(j.spec.name), OrDash(j.spec.user), std::to_string(j.spec.priority),
-              std::to_string(JobGpus(j)), Duration(now - j.submit_ms), OrDash(j.reason)});
+              JobGpusText(j), Duration(now - j.submit_ms), OrDash(j.reason)});
   }
   if (t.rows() == 0) return out + "  (empty)\n";
   return out + FitTable(t, {6, 20, 10, 4, 4, 8, 30}, 6, width);

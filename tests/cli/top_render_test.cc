@@ -133,6 +133,31 @@ TEST(RenderTop, SectionsComeInOrderAndRecentJobsShowHowTheyEnded) {
   EXPECT_NE(RenderTop(d, o).find("\nQUEUE (1 of 40)\n"), std::string::npos);
 }
 
+// A sharing job's GPUs are the parts it holds or asks for, as in cohort queue: top showed
+// 0 for two quarter-GPU tasks (nodes x gpus_per_node), and for a job asking GPU memory only.
+TEST(RenderTop, SharingJobsShowTheirPartsOfGpus) {
+  api::Dashboard d = Dashboard(true);
+  api::Job quarters = TopJob(9, api::JobState::kPending, "quarters", "cy", 0, 0);
+  quarters.spec.tasks_per_node = 2;
+  quarters.spec.gpu_share = 1;  // a quarter of a GPU per task
+  api::Job memory = TopJob(10, api::JobState::kPending, "memory", "cy", 0, 0);
+  memory.spec.gpu_memory_mib = 20 * 1024;
+  d.queue = {{{quarters, 0, std::nullopt, std::nullopt}, std::nullopt, std::nullopt},
+             {{memory, 0, std::nullopt, std::nullopt}, std::nullopt, std::nullopt}};
+  TopOptions o;
+  o.width = 160;
+  const std::string out = RenderTop(d, o);
+  const size_t queue = out.find("\nQUEUE (");
+  ASSERT_NE(queue, std::string::npos) << out;
+  const std::string section = out.substr(queue);
+  auto row = [&](const std::string& name) {
+    const size_t at = section.find(name);
+    return at == std::string::npos ? std::string() : section.substr(at, section.find('\n', at) - at);
+  };
+  EXPECT_NE(row("quarters").find(" 0.5 "), std::string::npos) << out;
+  EXPECT_NE(row("memory").find(" 20GiB "), std::string::npos) << out;
+}
+
 TEST(RenderTop, FitsTheWidthAndSurvivesAnEmptyReply) {
   TopOptions o;
   for (size_t width : {40, 60, 80, 200}) {
