@@ -91,7 +91,8 @@ void AddJobControlCommands(CommandContext& ctx) {
     auto ids = std::make_shared<std::vector<std::string>>();
     auto f = std::make_shared<UpdateFlags>();
     auto* sub = ctx.app.add_subcommand(
-        "update", "Change a pending job's time limit, priority or name, or an array's throttle, like scontrol update");
+        "update", "Change a pending job's time limit, priority or name, or an array's throttle; a running job's time limit "
+        "(users: only shorter) or name; like scontrol update");
     sub->add_option("JOB", *ids, "Job ids; 12_7 is element 7 of array 12")->required();
     sub->add_option_function<std::string>("-t,--time-limit", [f](const std::string& v) { f->time_limit = v; },
                                           "New time limit, a duration (2h, 1d12h, HH:MM:SS; 0: unlimited)");

@@ -1,4 +1,5 @@
-// /v1/jobs/{id}/hold, /release, /update: job control of a PENDING job (core/job_control.h).
+// /v1/jobs/{id}/hold, /release, /update: job control of a PENDING job (core/job_control.h);
+// update also changes a RUNNING job's time limit (users: shorter only) and name.
 // A user acts on their own jobs, an admin on any (CheckOwner); a user may release only a
 // hold they made, so an admin's hold stays until an admin releases it (as Slurm's).
 // /v1/jobs/{id}/end: the holder of an allocation (cohort alloc) ends it with its command's
@@ -86,6 +87,20 @@ void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
     if (auto mine = CheckOwner(cluster, caller, *id, "update"); !mine) return SendError(res, mine.error());
     if (update->priority) {
       if (auto allowed = CheckPriority(caller, *update->priority); !allowed) return SendError(res, allowed.error());
+    }
+    // A running job's time limit: a user may shorten it, only an admin lengthen it (as
+    // Slurm's operators alone may raise a running job's TimeLimit); 0 is unlimited.
+    if (update->time_limit_s && !caller.IsAdmin() && caller.kind != Caller::Kind::kInsecure) {
+      auto job = cluster.GetJob(*id);
+      if (!job) return SendError(res, job.error());
+      const int64_t now_limit = job->spec.time_limit_s, asked = *update->time_limit_s;
+      if (job->state == api::JobState::kRunning && (asked == 0 ? now_limit != 0 : now_limit != 0 && asked > now_limit)) {
+        return SendError(res, Error(ErrorCode::kPermissionDenied,
+                                    fmt::format("time_limit_s: {} may only shorten running job {}'s time limit ({} s "
+                                                "now, {} asked; 0 is unlimited); an admin may lengthen it",
+                                                caller.Describe(), *id, now_limit, asked),
+                                    "time_limit_s"));
+      }
     }
     Reply(res, cluster.Update(*id, *update), [](const api::Job& j) { return api::ToJson(j); });
   });

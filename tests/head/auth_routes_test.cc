@@ -183,6 +183,32 @@ TEST_F(AuthRoutesTest, OnlyAnAdminRaisesAPriorityAboveZero) {
   EXPECT_EQ(submit(admin_token_, 1000).first, 201);
 }
 
+// A running job's time limit: its user may shorten it, only an admin lengthen it or lift it.
+TEST_F(AuthRoutesTest, ARunningJobsTimeLimitIsShortenedByItsUserAndLengthenedByAnAdmin) {
+  AddNode("gpu-1", 1);
+  const std::string alice = MakeToken("alice", "user");
+  httplib::Client c("127.0.0.1", head_->port());
+  auto r = c.Post("/v1/jobs", {{"Authorization", "Bearer " + alice}},
+                  json{{"command", {"sleep", "100"}}, {"gpus_per_node", 1}, {"time_limit_s", 600}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r && r->status == 201) << (r ? r->body : "");
+  const api::JobId job = json::parse(r->body).value("id", int64_t{0});
+  const std::string path = "/v1/jobs/" + std::to_string(job) + "/update";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (cluster().GetJob(job)->state != api::JobState::kRunning && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(cluster().GetJob(job)->state, api::JobState::kRunning);
+  EXPECT_EQ(Status("POST", path, alice, R"({"time_limit_s": 300})"), 200);
+  EXPECT_EQ(Status("POST", path, alice, R"({"time_limit_s": 900})"), 403);
+  EXPECT_EQ(Status("POST", path, alice, R"({"time_limit_s": 0})"), 403);
+  EXPECT_EQ(Status("POST", path, alice, R"({"priority": -1})"), 409) << "priority only while pending";
+  EXPECT_EQ(cluster().GetJob(job)->spec.time_limit_s, 300);
+  EXPECT_EQ(Status("POST", path, admin_token_, R"({"time_limit_s": 7200})"), 200);
+  EXPECT_EQ(cluster().GetJob(job)->spec.time_limit_s, 7200);
+  EXPECT_EQ(cluster().GetJob(job)->state, api::JobState::kRunning);
+}
+
 TEST_F(AuthRoutesTest, JobControlIsTheOwnersAndAnAdminsHoldOnlyAnAdminReleases) {
   AddNode("gpu-1", 1);
   const std::string alice = MakeToken("alice", "user");

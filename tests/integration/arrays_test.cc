@@ -73,7 +73,7 @@ TEST(Arrays, ThrottleEnvQueueCancelAndShowThroughTheCli) {
   EXPECT_NE(exec.output.find("index 0"), std::string::npos) << exec.output;
   auto update = Cohort(c, {"update", a + "_0", "-p", "3"});  // it runs: refused as RUNNING, not as a bad id
   EXPECT_EQ(update.status.Code(), 1) << update.errors;
-  EXPECT_NE(update.errors.find("is RUNNING: only a PENDING job can be updated"), std::string::npos) << update.errors;
+  EXPECT_NE(update.errors.find("is RUNNING: only its time limit and name can change now"), std::string::npos) << update.errors;
   auto hold = Cohort(c, {"hold", a + "_0"});
   EXPECT_EQ(hold.status.Code(), 1) << hold.errors;
   EXPECT_EQ(hold.errors.find("not a job id"), std::string::npos) << hold.errors;

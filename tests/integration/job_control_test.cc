@@ -47,7 +47,12 @@ TEST(JobControl, HoldUpdateReleaseAndHistoryThroughTheCli) {
   EXPECT_NE(bad_limit.errors.find("--time-limit"), std::string::npos) << bad_limit.errors;
   auto running = Cohort(c, {"update", std::to_string(first["id"].get<int64_t>()), "--priority", "1"});
   EXPECT_EQ(running.status.Code(), 1);
-  EXPECT_NE(running.errors.find("is RUNNING: only a PENDING job can be updated"), std::string::npos) << running.errors;
+  EXPECT_NE(running.errors.find("is RUNNING: only its time limit and name can change now"), std::string::npos) << running.errors;
+  // Its time limit may change while it runs (scontrol update TimeLimit=).
+  auto longer = Cohort(c, {"update", std::to_string(first["id"].get<int64_t>()), "--time-limit", "3h"});
+  EXPECT_EQ(longer.status.Code(), 0) << longer.errors;
+  EXPECT_EQ(c.Job(first["id"])["spec"].value("time_limit_s", 0), 3 * 3600);
+  EXPECT_EQ(c.Job(first["id"])["state"], "RUNNING");
 
   // Held, it does not start even with the GPU free.
   std::ofstream(gate).put('\n');

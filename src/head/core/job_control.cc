@@ -95,7 +95,21 @@ Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const
     return MakeError(ErrorCode::kInvalidArgument,
                      "nothing to update: give time_limit_s, priority, name or array_throttle");
   }
-  Job* job = COHORT_TRY(PendingJob(s, id, "updated"));
+  // A running job's time limit and name may change too (as scontrol update of a running
+  // job's TimeLimit): liveness and backfill read the limit from the spec at each pass.
+  auto running = s.jobs.find(id);
+  const bool may_run = !update.priority && !update.array_throttle;
+  Job* job = nullptr;
+  if (running != s.jobs.end() && running->second.state == JobState::kRunning && may_run) {
+    job = &running->second;
+  } else if (running != s.jobs.end() && running->second.state == JobState::kRunning) {
+    return Errorf(ErrorCode::kFailedPrecondition,
+                  "job {} is RUNNING: only its time limit and name can change now (priority and an "
+                  "array's throttle only while PENDING)",
+                  id);
+  } else {
+    job = COHORT_TRY(PendingJob(s, id, "updated"));
+  }
   api::JobSpec spec = job->spec;
   if (update.array_throttle) {
     if (!spec.is_array()) {
