@@ -215,7 +215,6 @@ std::string RenderHistory(const std::vector<api::JobStatus>& jobs, int64_t now_m
 std::string RenderQueue(const std::vector<api::Job>& jobs, int64_t now_ms);
 // The GPUs a job holds or asks for, as queue's GPUS column shows them: whole GPUs, a sharing
 // job's parts (0.5), or the GPU memory it asks for alone (20GiB) until it is placed.
-double JobGpuAmount(const api::Job& j);
 std::string JobGpusText(const api::Job& j);
 
 // How `cohort queue` lays the table out: which columns (--format; empty: the default

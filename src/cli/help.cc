@@ -208,11 +208,8 @@ void AddHelpCommand(CommandContext& ctx) {
       app = next;
     }
     // The usage line names the whole command ("Usage: cohort serve scale ..."), as --help does.
-    std::string parents;
-    for (const CLI::App* a = app->get_parent(); a != nullptr; a = a->get_parent()) {
-      parents = a->get_name() + (parents.empty() ? "" : " " + parents);
-    }
-    std::fputs(app == &root ? app->help().c_str() : app->help(parents).c_str(), stdout);
+    const CLI::App* parent = app->get_parent();
+    std::fputs((parent ? app->help(CommandPath(*parent)) : app->help()).c_str(), stdout);
     return 0;
   });
 }

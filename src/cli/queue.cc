@@ -127,8 +127,6 @@ int Run(const QueueFlags& f, const GlobalOptions& global) {
   }
 }
 
-}  // namespace
-
 // The GPUs a job holds (its current attempt's) or asks for: whole GPUs, or a sharing job's
 // parts of GPUs (two tasks of a quarter each: 0.5); a request of GPU memory alone is a
 // part known once placed, shown as the memory until then.
@@ -138,6 +136,8 @@ double JobGpuAmount(const api::Job& j) {
   if (!j.history.empty() && j.history.back().attempt == j.attempt) return api::AttemptGpuAmount(s, j.history.back());
   return static_cast<double>(s.nodes) * s.tasks_per_node * s.gpu_share / api::kGpuShareUnits;
 }
+
+}  // namespace
 
 std::string JobGpusText(const api::Job& j) {
   const double amount = JobGpuAmount(j);

@@ -138,6 +138,12 @@ std::vector<std::string> FlagNames(const CLI::App& app) {
   return out;
 }
 
+std::string CommandPath(const CLI::App& app) {
+  std::string path = app.get_name();
+  for (const CLI::App* a = app.get_parent(); a != nullptr; a = a->get_parent()) path = a->get_name() + " " + path;
+  return path;
+}
+
 std::string DidYouMean(CLI::App& app, int argc, const char* const* argv) {
   CLI::App* current = &app;
   for (int i = 1; i < argc; ++i) {
@@ -151,9 +157,7 @@ std::string DidYouMean(CLI::App& app, int argc, const char* const* argv) {
             word.size() > 1 && word.find_first_not_of("0123456789.", 1) == std::string::npos;
         // "-N2": a short flag with its value; "-12": a number where none may be negative.
         if (!word.starts_with("--") && word.size() > 2 && !negative_number) continue;
-        std::string cmd;  // "cohort token create"
-        for (const CLI::App* a = current; a != &app && a != nullptr; a = a->get_parent()) cmd = " " + a->get_name() + cmd;
-        cmd = "cohort" + cmd;
+        const std::string cmd = CommandPath(*current);  // "cohort token create"
         const std::string where = current == &app ? "" : " of " + cmd;
         if (negative_number) {
           return fmt::format("'{}' is not a flag{}, and no argument of {} may be negative ({} --help lists "
@@ -188,9 +192,7 @@ std::string DidYouMean(CLI::App& app, int argc, const char* const* argv) {
     auto close = ClosestNames(word, SubcommandNames(*current));
     if (close.empty()) {
       // Nothing close: still say which word is wrong, not CLI11's "A subcommand is required".
-      std::string cmd;  // "cohort token"
-      for (const CLI::App* a = current; a != &app && a != nullptr; a = a->get_parent()) cmd = " " + a->get_name() + cmd;
-      cmd = "cohort" + cmd;
+      const std::string cmd = CommandPath(*current);  // "cohort token"
       return fmt::format("unknown command '{}'{} ({} --help lists them)", word,
                          current == &app ? "" : " of " + cmd, cmd);
     }

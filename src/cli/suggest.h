@@ -22,6 +22,9 @@ std::vector<std::string> ClosestNames(std::string_view typed, const std::vector<
 // The names a subcommand answers to (name and aliases), for each subcommand of `app`.
 std::vector<std::string> SubcommandNames(CLI::App& app);
 
+// The command `app` is, as typed: its name after its parents' ("cohort token create").
+std::string CommandPath(const CLI::App& app);
+
 // The flags `app` and its parents take ("--head", "-N"), each once, without positionals.
 std::vector<std::string> FlagNames(const CLI::App& app);
 

@@ -90,11 +90,12 @@ void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
     }
     // A running job's time limit: a user may shorten it, only an admin lengthen it (as
     // Slurm's operators alone may raise a running job's TimeLimit); 0 is unlimited.
-    if (update->time_limit_s && !caller.IsAdmin() && caller.kind != Caller::Kind::kInsecure) {
+    if (update->time_limit_s && !caller.IsAdmin()) {
       auto job = cluster.GetJob(*id);
       if (!job) return SendError(res, job.error());
       const int64_t now_limit = job->spec.time_limit_s, asked = *update->time_limit_s;
-      if (job->state == api::JobState::kRunning && (asked == 0 ? now_limit != 0 : now_limit != 0 && asked > now_limit)) {
+      const bool longer = now_limit != 0 && (asked == 0 || asked > now_limit);
+      if (job->state == api::JobState::kRunning && longer) {
         return SendError(res, Error(ErrorCode::kPermissionDenied,
                                     fmt::format("time_limit_s: {} may only shorten running job {}'s time limit ({} s "
                                                 "now, {} asked; 0 is unlimited); an admin may lengthen it",

@@ -65,6 +65,8 @@ struct Batcher::Waiting {
   std::shared_ptr<RequestChannel> channel;
   SteadyTime arrived;
   int blocks_needed = 0;
+  // What it adds to queued_tokens_ while it waits: its prompt and max_tokens.
+  int64_t queued_tokens() const { return static_cast<int64_t>(request.tokens.size()) + request.max_tokens; }
 };
 
 struct Batcher::Sequence {
@@ -172,8 +174,8 @@ Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest reques
   w->channel = std::make_shared<RequestChannel>();
   w->channel->prompt_tokens = n - request.resumed;
   w->arrived = SteadyClock::now();
-  const int64_t tokens = n + request.max_tokens;
   w->request = std::move(request);
+  const int64_t tokens = w->queued_tokens();
   auto channel = w->channel;
   MutexLock l(mu_);
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the server is stopping");
@@ -217,7 +219,7 @@ void Batcher::DropCancelledWaiting() {
       ++it;
       continue;
     }
-    queued_tokens_ -= static_cast<int64_t>(w.request.tokens.size()) + w.request.max_tokens;
+    queued_tokens_ -= w.queued_tokens();
     if (metrics_) metrics_->CountRequest("cancelled");
     it = waiting_.erase(it);
   }
@@ -230,7 +232,7 @@ void Batcher::Admit() {
     Waiting& w = *waiting_.front();
     std::vector<int> blocks = blocks_.Allocate(w.blocks_needed);
     if (blocks.empty()) break;  // first come, first served: the head of the queue waits
-    queued_tokens_ -= static_cast<int64_t>(w.request.tokens.size()) + w.request.max_tokens;
+    queued_tokens_ -= w.queued_tokens();
     auto seq = std::make_unique<Sequence>(std::move(w), tokenizer_);
     seq->blocks = std::move(blocks);
     waiting_.pop_front();

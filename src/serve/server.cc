@@ -213,10 +213,9 @@ void InferenceServer::Routes() {
             // writes nothing, so a client gone then was noticed only by the next keep-alive
             // write, and the request kept its place in the queue (and counted against its
             // cap) until then, or until it was admitted and prefilled for nobody.
+            const SteadyTime until = SteadyClock::now() + keep_alive;
             std::optional<TokenEvent> e;
-            for (const SteadyTime until = SteadyClock::now() + keep_alive; !e;) {
-              const SteadyTime now = SteadyClock::now();
-              if (now >= until) break;
+            for (SteadyTime now = SteadyClock::now(); !e && now < until; now = SteadyClock::now()) {
               const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now);
               e = state->channel->Next(std::min<std::chrono::milliseconds>(kHangUpCheck, left));
               if (!e && HttpServer::ClientGone()) return false;  // the release callback cancels it

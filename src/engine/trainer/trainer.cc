@@ -58,7 +58,7 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 void OnCheckpointSignal(int) { g_checkpoint_signal = 1; }
 void OnStopSignal(int) { g_stop_signal = 1; }
 
-void InstallCheckpointSignal() {
+void InstallSignalHandlers() {
   struct sigaction sa {};
   sa.sa_handler = OnCheckpointSignal;
   sigemptyset(&sa.sa_mask);
@@ -880,7 +880,7 @@ Result<std::string> Trainer::Impl::SampleText() {
 }
 
 Result<TrainResult> Trainer::Impl::Run() {
-  InstallCheckpointSignal();
+  InstallSignalHandlers();
   TrainResult result;
   result.start_step = progress.step;
   // --stop-at-step names a step to stop at, not a number of steps: a run resumed at or past

@@ -85,6 +85,22 @@ Result<Effects> Resume(ClusterState& s, const Context& ctx, const std::string& n
   return std::move(tx.fx);
 }
 
+namespace {
+
+// Moves `job` for its drain's or preemption's request (not a grow), `how` saying what ended
+// the wait: a checkpoint, the deadline, or the attempt stopping on its own.
+void MoveAsRequested(Tx& tx, Job& job, const std::string& how) {
+  const api::MoveRequest m = *job.move;  // MoveJob resets it
+  if (m.preempted_for) {
+    EndPreemption(job, tx.now.unix_ms, how);
+    MoveJob(tx, job, PreemptedMoveReason(m, how));
+    return;
+  }
+  MoveJob(tx, job, fmt::format("node {} drained now; {}", m.node, how));
+}
+
+}  // namespace
+
 ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId id, int attempt,
                           std::optional<int64_t> checkpoint, Now now) {
   ProgressResult out;
@@ -97,15 +113,13 @@ ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId id, in
     out.checkpoint = !m.grow;
     return out;
   }
-  const std::string written =
-      fmt::format("checkpoint at step {} written {} after the request", *checkpoint, FormatDuration(now.unix_ms - m.requested_ms));
-  std::string why =
-      m.grow              ? fmt::format("growing back to {} nodes at its checkpoint at step {}", job->spec.nodes, *checkpoint)
-      : m.preempted_for   ? PreemptedMoveReason(m, written)
-                          : fmt::format("node {} drained now; {}", m.node, written);
   Tx tx(s, ctx, now);
-  if (m.preempted_for) EndPreemption(*job, now.unix_ms, written);
-  MoveJob(tx, *job, why);
+  if (m.grow) {
+    MoveJob(tx, *job, fmt::format("growing back to {} nodes at its checkpoint at step {}", job->spec.nodes, *checkpoint));
+  } else {
+    MoveAsRequested(tx, *job, fmt::format("checkpoint at step {} written {} after the request", *checkpoint,
+                                          FormatDuration(now.unix_ms - m.requested_ms)));
+  }
   out.effects.Merge(std::move(tx.fx));
   return out;
 }
@@ -117,28 +131,16 @@ void MoveOverdueJobs(Tx& tx, const std::set<api::JobId>& running) {
         tx.now.unix_ms < job.move->deadline_ms) {
       continue;
     }
-    const api::MoveRequest m = *job.move;
-    const std::string late = fmt::format("no new checkpoint reported within {} (work since the last checkpoint is redone)",
-                                         FormatDuration(m.deadline_ms - m.requested_ms));
-    if (m.preempted_for) {
-      EndPreemption(job, tx.now.unix_ms, late);
-      MoveJob(tx, job, PreemptedMoveReason(m, late));
-      continue;
-    }
-    MoveJob(tx, job, fmt::format("node {} drained now; {}", m.node, late));
+    const api::MoveRequest& m = *job.move;
+    MoveAsRequested(tx, job, fmt::format("no new checkpoint reported within {} (work since the last checkpoint is redone)",
+                                         FormatDuration(m.deadline_ms - m.requested_ms)));
   }
 }
 
 void MoveOnFailedExit(Tx& tx, Job& job, const std::string& why) {
-  const api::MoveRequest m = *job.move;
-  const std::string stopped = fmt::format("it stopped {} after the request: {}",
-                                          FormatDuration(std::max<int64_t>(0, tx.now.unix_ms - m.requested_ms)), why);
-  if (m.preempted_for) {
-    EndPreemption(job, tx.now.unix_ms, stopped);
-    MoveJob(tx, job, PreemptedMoveReason(m, stopped));
-    return;
-  }
-  MoveJob(tx, job, fmt::format("node {} drained now; {}", m.node, stopped));
+  MoveAsRequested(tx, job, fmt::format("it stopped {} after the request: {}",
+                                       FormatDuration(std::max<int64_t>(0, tx.now.unix_ms - job.move->requested_ms)),
+                                       why));
 }
 
 }  // namespace cohort::head::core

@@ -97,16 +97,15 @@ Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const
   }
   // A running job's time limit and name may change too (as scontrol update of a running
   // job's TimeLimit): liveness and backfill read the limit from the spec at each pass.
-  auto running = s.jobs.find(id);
-  const bool may_run = !update.priority && !update.array_throttle;
   Job* job = nullptr;
-  if (running != s.jobs.end() && running->second.state == JobState::kRunning && may_run) {
-    job = &running->second;
-  } else if (running != s.jobs.end() && running->second.state == JobState::kRunning) {
-    return Errorf(ErrorCode::kFailedPrecondition,
-                  "job {} is RUNNING: only its time limit and name can change now (priority and an "
-                  "array's throttle only while PENDING)",
-                  id);
+  if (auto it = s.jobs.find(id); it != s.jobs.end() && it->second.state == JobState::kRunning) {
+    if (update.priority || update.array_throttle) {
+      return Errorf(ErrorCode::kFailedPrecondition,
+                    "job {} is RUNNING: only its time limit and name can change now (priority and an "
+                    "array's throttle only while PENDING)",
+                    id);
+    }
+    job = &it->second;
   } else {
     job = COHORT_TRY(PendingJob(s, id, "updated"));
   }
