@@ -767,9 +767,12 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
       LOG_INFO("started job {} attempt {} rank {} (GPUs [{}])", t.job, t.attempt, t.rank, fmt::join(t.gpus, ","));
     }
   }
-  // Checkpoint requests (cohort drain --now): the job's signal, once per task.
+  // Checkpoint requests (cohort drain --now, a time limit near): the job's signal, once per
+  // task and request. A request the head no longer makes (answered by a checkpoint) is
+  // forgotten, so a later one (a drain after the time limit's) signals again.
   for (const auto& t : reply.tasks) {
     TaskKey key = KeyOf(t.job, t.attempt, t.rank);
+    if (!t.checkpoint_requested) checkpoint_signalled_.erase(key);
     if (!t.checkpoint_requested || t.checkpoint_signal <= 0 || checkpoint_signalled_.contains(key)) continue;
     if (executor_->Signal(key, t.checkpoint_signal)) {
       checkpoint_signalled_.insert(key);

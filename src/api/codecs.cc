@@ -252,6 +252,7 @@ json ToJson(const JobSpec& s) {
               {"team", s.team}};
   // Written only when declared, so specs without them read and dump as before.
   if (s.tensor_group_size > 0) j["tensor_group_size"] = s.tensor_group_size;
+  if (s.checkpoint_before_limit_s > 0) j["checkpoint_before_limit_s"] = s.checkpoint_before_limit_s;
   if (!s.nodelist.empty()) j["nodelist"] = s.nodelist;
   if (!s.exclude.empty()) j["exclude"] = s.exclude;
   if (!s.constraint.empty()) j["constraint"] = s.constraint;
@@ -297,6 +298,9 @@ static Result<void> CheckAllocationSpec(const JobSpec& s) {
   if (s.container.enabled()) return FieldError("container", "an allocation cannot run in a container");
   if (s.progress_timeout_s != 0) return FieldError("progress_timeout_s", "an allocation reports no progress");
   if (!s.checkpoint_signal.empty()) return FieldError("checkpoint_signal", "an allocation has no checkpoints");
+  if (s.checkpoint_before_limit_s != 0) {
+    return FieldError("checkpoint_before_limit_s", "an allocation has no checkpoints");
+  }
   return {};
 }
 
@@ -355,6 +359,8 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
     return FieldError("checkpoint_signal", "must be one of USR1, USR2, HUP, INT, TERM (or empty), got '{}'",
                       s.checkpoint_signal);
   }
+  COHORT_TRY_VOID(RefuseDurationText(j, "checkpoint_before_limit_s", "--signal SIG@SECONDS"));
+  s.checkpoint_before_limit_s = COHORT_TRY(r.Int("checkpoint_before_limit_s", 0, 0, kMaxTimeLimitS));
   if (const json* c = r.Raw("container")) {
     s.container = COHORT_TRY(ContainerSpecFromJson(*c, r.FieldName("container"), UnknownFields::kRefuse));
   }
@@ -439,6 +445,15 @@ Result<void> ValidateJobSpec(const JobSpec& s) {
     return FieldError("command[0]", "the program name is empty");
   }
   if (s.command.size() > 4096) return FieldError("command", "has {} arguments; at most 4096", s.command.size());
+  if (s.checkpoint_before_limit_s < 0 || s.checkpoint_before_limit_s > kMaxTimeLimitS) {
+    return FieldError("checkpoint_before_limit_s", "must be between 0 (none) and {} seconds, got {}", kMaxTimeLimitS,
+                      s.checkpoint_before_limit_s);
+  }
+  if (s.checkpoint_before_limit_s > 0 && s.time_limit_s == 0) {
+    return FieldError("checkpoint_before_limit_s",
+                      "{} s before the time limit, but time_limit_s is 0 (unlimited): give the job a time limit",
+                      s.checkpoint_before_limit_s);
+  }
   size_t total = 0;
   for (size_t i = 0; i < s.command.size(); ++i) {
     if (s.command[i].find('\0') != std::string::npos) {

@@ -50,6 +50,7 @@ std::string JobByRef(std::string_view ref) { return Path("/v1/jobs/", ref); }
 std::string JobCancelByRef(std::string_view ref) { return Path("/v1/jobs/", ref, "/cancel"); }
 std::string JobHold(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/hold"); }
 std::string JobRelease(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/release"); }
+std::string JobRequeue(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/requeue"); }
 std::string JobUpdate(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/update"); }
 std::string JobLogs(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/logs"); }
 std::string JobExec(int64_t id) { return Path("/v1/jobs/", std::to_string(id), "/exec"); }

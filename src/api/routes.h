@@ -46,6 +46,8 @@ std::string JobHold(int64_t id);
 inline constexpr char kJobHoldPattern[] = R"(/v1/jobs/([^/]+)/hold)";
 std::string JobRelease(int64_t id);
 inline constexpr char kJobReleasePattern[] = R"(/v1/jobs/([^/]+)/release)";
+std::string JobRequeue(int64_t id);
+inline constexpr char kJobRequeuePattern[] = R"(/v1/jobs/([^/]+)/requeue)";
 std::string JobUpdate(int64_t id);
 inline constexpr char kJobUpdatePattern[] = R"(/v1/jobs/([^/]+)/update)";
 std::string JobLogs(int64_t id);  // GET ?rank=&attempt=&offset=&limit=

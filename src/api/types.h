@@ -94,6 +94,13 @@ struct JobSpec {
   // reply to its progress reports), or SIGUSR1, SIGUSR2, SIGHUP, SIGINT, SIGTERM (written
   // with or without "SIG"). Stored as the canonical "USR1" etc.
   std::string checkpoint_signal;
+  // Seconds before the time limit at which the head asks the job to checkpoint, as the
+  // @TIME of Slurm's --signal=USR1@120: its checkpoint_signal once to every task, and
+  // "checkpoint": true in the replies to its progress reports until it reports a checkpoint
+  // written since that moment. The job keeps running until its limit (or requeues itself:
+  // `cohort requeue $COHORT_JOB_ID`). 0: not asked. Needs time_limit_s. On the wire only
+  // when set.
+  int64_t checkpoint_before_limit_s = 0;
   // Run every task in this image; empty: bare processes. Specs stored without it load empty.
   ContainerSpec container;
   // The team the job's GPUs count against (api/team.h): quota, borrowing and fair share.

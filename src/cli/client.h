@@ -96,6 +96,7 @@ struct SubmitFlags {
   std::optional<int> nodes;
   std::optional<int> min_nodes;                  // elastic: smallest gang
   std::optional<std::string> checkpoint_signal;  // USR1 etc., sent on drain --now
+  std::optional<std::string> signal;  // Slurm's --signal [B:]SIG[@TIME]: checkpoint_signal and checkpoint_before_limit_s
   std::optional<std::string> container;          // container.image
   std::optional<std::string> array;              // array: Slurm's --array (api/job_array.h)
   std::optional<std::string> dependency;         // dependency (api/job_dependency.h)
@@ -146,6 +147,17 @@ Result<int64_t> ParseTimeLimit(std::string_view text);
 // "0"/"off" (no timeout). kInvalidArgument naming --progress-timeout otherwise (also for
 // a value under one second, or over the maximum).
 Result<int64_t> ParseProgressTimeout(std::string_view text);
+
+// Slurm's --signal=[B:]SIG[@TIME]: the checkpoint signal (USR1, SIGUSR1 or its number 10;
+// USR2, HUP, INT, TERM likewise) and how long before the time limit the job is asked to
+// checkpoint (TIME: seconds or a duration, 60 when left out, as Slurm's). "B:" is taken
+// (every task gets the signal: there is no batch shell). kInvalidArgument naming --signal
+// otherwise.
+struct SignalFlag {
+  std::string signal;  // canonical: "USR1"
+  int64_t before_limit_s = 60;
+};
+Result<SignalFlag> ParseSignalFlag(std::string_view text);
 
 // The inverse for display: 0 → "unlimited", 5400 → "01:30:00", 93784 → "1-02:03:04".
 std::string FormatTimeLimit(int64_t seconds);

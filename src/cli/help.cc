@@ -40,9 +40,12 @@ SUCCEEDED  every rank exited 0
 FAILED     a rank failed (its exit code), a node went down with no restarts left, or
            the gang hung past progress_timeout_s
 CANCELLED  cohort cancel
-TIMEOUT    killed at its time limit (time_limit_s, --time-limit)
+TIMEOUT    killed at its time limit (time_limit_s, --time-limit); --signal USR1@120
+           asks it to checkpoint two minutes before
 
-cohort hold/release/update act on PENDING jobs; cohort history (sacct) lists the ended.
+cohort hold/release/update act on PENDING jobs; cohort requeue puts a running or ended
+one back as its next attempt (same id and checkpoints); cohort history (sacct) lists the
+ended.
 )"},
     {"environment", "What a task finds in its environment (the job contract)",
      R"(Every task gets RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK
@@ -137,7 +140,8 @@ $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
   max_restarts: 1            # gang restarts after a failure
   time_limit_s: 3600         # -t; TIMEOUT when exceeded; 0 = none
   progress_timeout_s: 600    # no progress report for this long = hung
-  checkpoint_signal: USR1    # sent on drain --now
+  checkpoint_signal: USR1    # sent on drain --now or a preemption
+  checkpoint_before_limit_s: 120   # ... and this long before the time limit (--signal USR1@120)
   env: {NCCL_DEBUG: INFO}    # --env
   workdir: /abs/path         # --workdir; default: the submitting directory
   nodelist: "gpu[1-2]"       # -w; these nodes are members (a Slurm host list)

@@ -1,6 +1,6 @@
-// `cohort hold JOB...`, `cohort release JOB...` and `cohort update JOB [--time-limit D]
-// [--priority P] [--name N] [--throttle N]`: job control of pending jobs, like Slurm's `scontrol hold`,
-// `scontrol release` and `scontrol update`. Each job goes on its own (ForEachName): the
+// `cohort hold JOB...`, `cohort release JOB...`, `cohort update JOB [--time-limit D]
+// [--priority P] [--name N] [--throttle N]` and `cohort requeue [--hold] JOB...`: job control,
+// like Slurm's `scontrol hold`, `scontrol release`, `scontrol update` and `scontrol requeue`. Each job goes on its own (ForEachName): the
 // exit code is that of the first failure, an unreachable head stops at once with 3.
 #include "api/job_array.h"
 #include "cli/client.h"
@@ -85,6 +85,20 @@ void AddJobControlCommands(CommandContext& ctx) {
     ctx.on_run(sub, [ids, &global] {
       return ForEachJob(*ids, global, "Released", [](api::JobId id) { return api::routes::JobRelease(id); },
                         json::object());
+    });
+  }
+  {
+    auto ids = std::make_shared<std::vector<std::string>>();
+    auto hold = std::make_shared<bool>(false);
+    auto* sub = ctx.app.add_subcommand(
+        "requeue", "Put running or ended jobs back in the queue as their next attempt (same id, same checkpoint "
+                   "directory; not counted as a restart), like scontrol requeue");
+    sub->add_option("JOB", *ids, "Job ids; 12_7 is element 7 of array 12 (while it runs)")->required();
+    sub->add_flag("--hold", *hold, "Requeue held, like scontrol requeuehold (cohort release lets it start)");
+    AddClientOptions(sub, global);
+    ctx.on_run(sub, [ids, hold, &global] {
+      return ForEachJob(*ids, global, "Requeued", [](api::JobId id) { return api::routes::JobRequeue(id); },
+                        *hold ? json{{"hold", true}} : json::object());
     });
   }
   {

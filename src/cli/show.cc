@@ -184,6 +184,16 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   auto run = JobRunTimeMs(job, now_ms);
   r.Add("run time", run ? FormatDuration(*run) : "");
   r.Add("time limit", FormatTimeLimit(s.time_limit_s));
+  if (!s.checkpoint_signal.empty() || s.checkpoint_before_limit_s > 0) {
+    std::string when = "on drain --now or a preemption";
+    if (s.checkpoint_before_limit_s > 0) {
+      when += fmt::format(", and {} before the time limit", FormatDuration(s.checkpoint_before_limit_s * 1000));
+    }
+    r.Add("checkpoint request",
+          fmt::format("{} ({})", s.checkpoint_signal.empty() ? "in progress-report replies only"
+                                                             : "SIG" + s.checkpoint_signal + " and progress-report replies",
+                      when));
+  }
   if (s.progress_timeout_s > 0) {
     r.Add("progress timeout", fmt::format("{}s (the gang fails without a progress report for that long)",
                                           s.progress_timeout_s));

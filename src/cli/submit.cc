@@ -8,6 +8,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -44,6 +45,7 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"nodes", "--nodes"},
       {"min_nodes", "--min-nodes"},
       {"checkpoint_signal", "--checkpoint-signal"},
+      {"checkpoint_before_limit_s", "--signal"},
       {"container.image", "--container"},
       {"array", "--array"},
       {"dependency", "--dependency"},
@@ -75,7 +77,8 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
 bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "nodes") return f.nodes.has_value();
   if (field == "min_nodes") return f.min_nodes.has_value();
-  if (field == "checkpoint_signal") return f.checkpoint_signal.has_value();
+  if (field == "checkpoint_signal") return f.checkpoint_signal.has_value() || f.signal.has_value();
+  if (field == "checkpoint_before_limit_s") return f.signal.has_value();
   if (field == "container.image") return f.container.has_value();
   if (field == "array") return f.array.has_value();
   if (field == "dependency") return f.dependency.has_value();
@@ -322,6 +325,48 @@ Result<int64_t> ParseTimeLimit(std::string_view text) {
   return *ms / 1000;
 }
 
+Result<SignalFlag> ParseSignalFlag(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--signal: '{}': {}; write [B:]SIGNAL[@SECONDS], as Slurm's: USR1@120 asks for a "
+                                 "checkpoint with SIGUSR1 two minutes before the time limit",
+                                 text, why),
+                     "checkpoint_signal");
+  };
+  std::string_view rest = text;
+  if (rest.starts_with("B:")) {
+    rest.remove_prefix(2);  // every task gets the signal: there is no batch shell to single out
+  } else if (rest.size() > 1 && rest[1] == ':') {
+    return bad(fmt::format("the '{}:' option is not supported (only B: is)", rest[0]));
+  }
+  SignalFlag out;
+  std::string_view sig = rest;
+  if (size_t at = rest.find('@'); at != std::string_view::npos) {
+    sig = rest.substr(0, at);
+    std::string_view time = rest.substr(at + 1);
+    auto ms = ParseDurationMs(time, "--signal");
+    if (!ms || *ms < 1000 || *ms % 1000 != 0 || *ms / 1000 > api::kMaxTimeLimitS) {
+      return bad(fmt::format("'{}' is not a time before the limit (whole seconds from 1: 120, 90s, 5m)", time));
+    }
+    out.before_limit_s = *ms / 1000;
+  }
+  if (sig.empty()) return bad("no signal named");
+  std::string name(sig);
+  if (std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    for (const char* known : {"HUP", "INT", "USR1", "USR2", "TERM"}) {
+      if (std::to_string(api::CheckpointSignalNumber(known)) == sig) name = known;
+    }
+  }
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (name.starts_with("SIG")) name.erase(0, 3);
+  if (api::CheckpointSignalNumber(name) == 0) {
+    return bad(fmt::format("'{}' is not a signal a job can be asked to checkpoint with (USR1, USR2, HUP, INT, TERM)",
+                           sig));
+  }
+  out.signal = name;
+  return out;
+}
+
 Result<int64_t> ParseProgressTimeout(std::string_view text) {
   std::string s(text);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -379,6 +424,18 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("nodes", flags.nodes);
   set("min_nodes", flags.min_nodes);
   set("checkpoint_signal", flags.checkpoint_signal);
+  if (flags.signal) {
+    const SignalFlag sig = COHORT_TRY(ParseSignalFlag(*flags.signal));
+    if (flags.checkpoint_signal && api::CheckpointSignalNumber(*flags.checkpoint_signal) !=
+                                       api::CheckpointSignalNumber(sig.signal)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("--signal {} and --checkpoint-signal {} name different signals; give one",
+                                   *flags.signal, *flags.checkpoint_signal),
+                       "checkpoint_signal");
+    }
+    base["checkpoint_signal"] = sig.signal;
+    base["checkpoint_before_limit_s"] = sig.before_limit_s;
+  }
   set("tasks_per_node", flags.tasks_per_node);
   set("gpus_per_node", flags.gpus_per_node);
   if (flags.gpus) {
@@ -572,6 +629,11 @@ void AddSubmitCommand(CommandContext& ctx) {
               "Signal sent to the tasks when `cohort drain --now` or a preemption asks the job to checkpoint "
               "before it moves: USR1, USR2, HUP, INT or TERM (default none); a task that dies of it, or exits "
               "non-zero after it, is moved (requeued, no restart counted)");
+  AddOptional(sub, "--signal", f.signal,
+              "As Slurm's --signal=[B:]SIG[@TIME]: TIME seconds (default 60) before the time limit, ask the job to "
+              "checkpoint: SIG (USR1, USR2, HUP, INT, TERM) to every task once, and a checkpoint request in the "
+              "replies to its progress reports; it is also the --checkpoint-signal. The job runs on to its "
+              "limit (or requeues itself: cohort requeue $COHORT_JOB_ID)");
   AddOptional(sub, "--container", f.container,
               "Run every task in this container image (Podman on the nodes; the spec's container.runtime may "
               "say docker): e.g. localhost/trainer:1.0");

@@ -106,7 +106,10 @@ std::string SlurmFlagHint(std::string_view flag) {
     return "cohort counts tasks per node: -N NODES -n TASKS_PER_NODE (Slurm's -N 2 --ntasks 8 is -N 2 -n 4)";
   }
   if (what == "mem") return "cohort reserves memory per node: --mem SIZE (e.g. --mem 64G)";
-  if (what == "requeue") return "a failed gang or one on a lost node is restarted with --max-restarts N";
+  if (what == "requeue") {
+    return "a failed gang or one on a lost node is restarted with --max-restarts N; cohort requeue JOB puts a "
+           "running or ended job back in the queue";
+  }
   if (what == "mail") return "cohort sends no mail: cohort submit --wait waits for the job's end";
   if (what == "exclusive") {
     return "cohort has no --exclusive: a job's GPUs and CPUs are its own; to keep a node to one job, ask for all of "

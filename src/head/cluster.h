@@ -108,6 +108,8 @@ class Cluster {
   // changed, durably. The core's errors; kUnavailable if the store fails.
   Result<api::Job> Hold(api::JobId id, const std::string& by) EXCLUDES(mu_);
   Result<api::Job> Release(api::JobId id) EXCLUDES(mu_);
+  // Requeues a running or ended job (core::Requeue): `by` names who asked; `hold` holds it.
+  Result<api::Job> Requeue(api::JobId id, const std::string& by, bool hold) EXCLUDES(mu_);
   Result<api::Job> Update(api::JobId id, const core::JobUpdate& update) EXCLUDES(mu_);
   // Allocations and their steps (core/steps.h; cluster_steps.cc), made durable. AddStep
   // returns the step as recorded (its id and start); RecordStepExit is a no-op for a

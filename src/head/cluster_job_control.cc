@@ -1,4 +1,4 @@
-// Cluster's job control (hold, release, update): each is one transition of the core
+// Cluster's job control (hold, release, update, requeue): each is one transition of the core
 // (core/job_control.h), applied and made durable like Cancel.
 #include "common/log.h"
 #include "head/cluster.h"
@@ -18,6 +18,15 @@ Result<api::Job> Cluster::Release(api::JobId id) {
   Wakes wakes(*this);
   MutexLock lock(mu_);
   core::Effects fx = COHORT_TRY(core::Release(state_, context_, id, Now()));
+  auto stored = Apply(std::move(fx), wakes);
+  if (!stored) return std::unexpected(stored.error());
+  return core::GetJob(state_, id);
+}
+
+Result<api::Job> Cluster::Requeue(api::JobId id, const std::string& by, bool hold) {
+  Wakes wakes(*this);
+  MutexLock lock(mu_);
+  core::Effects fx = COHORT_TRY(core::Requeue(state_, context_, id, by, hold, Now()));
   auto stored = Apply(std::move(fx), wakes);
   if (!stored) return std::unexpected(stored.error());
   return core::GetJob(state_, id);

@@ -2,6 +2,8 @@
 // update also changes a RUNNING job's time limit (users: shorter only) and name.
 // A user acts on their own jobs, an admin on any (CheckOwner); a user may release only a
 // hold they made, so an admin's hold stays until an admin releases it (as Slurm's).
+// /v1/jobs/{id}/requeue: a running or ended job back to PENDING (core::Requeue), by its
+// owner, an admin, or the job itself (its token).
 // /v1/jobs/{id}/end: the holder of an allocation (cohort alloc) ends it with its command's
 // exit code or the signal that stopped it (core/steps.h).
 #include "api/job_array.h"
@@ -75,6 +77,27 @@ void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
     }
     Reply(res, cluster.Release(*id), [](const api::Job& j) { return api::ToJson(j); });
   });
+
+  // POST {"hold": bool} (optional): requeue a running or ended job, as scontrol requeue
+  // (requeuehold with "hold": true). A job's own token may requeue it: a task that got its
+  // checkpoint signal before the time limit requeues itself (cohort requeue $COHORT_JOB_ID).
+  router.Post(api::routes::kJobRequeuePattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
+                                                                  httplib::Response& res) {
+    auto id = JobIdOfPath(cluster, req.matches[1].str());  // "12", or "12_7": an element
+    if (!id) return SendError(res, id.error());
+    if (auto mine = CheckOwner(cluster, caller, *id, "requeue"); !mine) return SendError(res, mine.error());
+    auto hold = [&]() -> Result<bool> {
+      if (req.body.empty()) return false;
+      auto body = COHORT_TRY(BodyJson(req));
+      auto r = COHORT_TRY(ObjectReader::Open(body));
+      const bool h = COHORT_TRY(r.Bool("hold", false));
+      COHORT_TRY_VOID(r.Finish());
+      return h;
+    }();
+    if (!hold) return SendError(res, hold.error());
+    Reply(res, cluster.Requeue(*id, caller.kind == Caller::Kind::kInsecure ? "admin" : caller.user, *hold),
+          [](const api::Job& j) { return api::ToJson(j); });
+  }, JobScope::kOwnJob);
 
   router.Post(api::routes::kJobUpdatePattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
                                                                  httplib::Response& res) {

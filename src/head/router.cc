@@ -107,7 +107,7 @@ Result<void> Router::Check(const Route& route, const httplib::Request& req, cons
   // JobScope::kOwnJob, whose first capture is a job id.
   if (caller.kind == Caller::Kind::kJob && route.job_scope == JobScope::kOwnJob &&
       (req.matches.size() < 2 || req.matches[1].str() != std::to_string(caller.job))) {
-    return Errorf(ErrorCode::kPermissionDenied, "{} may not read job {}: a job's token only reads its own job",
+    return Errorf(ErrorCode::kPermissionDenied, "{} may not act on job {}: a job's token acts only on its own job",
                   caller.Describe(), req.matches.size() < 2 ? std::string() : req.matches[1].str().substr(0, 40));
   }
   if (route.method != "GET" && route.access != Access::kTask && !insecure_) {

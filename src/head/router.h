@@ -59,6 +59,11 @@ class Router {
   void Post(const std::string& pattern, Access access, F&& handler, size_t max_body = kMaxRequestBodyBytes) {
     Add("POST", pattern, access, Wrap(std::forward<F>(handler)), max_body);
   }
+  // `scope` kOwnJob: a job's token may also call this route for its own job (auth.h).
+  template <typename F>
+  void Post(const std::string& pattern, Access access, F&& handler, JobScope scope) {
+    Add("POST", pattern, access, Wrap(std::forward<F>(handler)), kMaxRequestBodyBytes, scope);
+  }
   template <typename F>
   void Put(const std::string& pattern, Access access, F&& handler, size_t max_body = kMaxRequestBodyBytes) {
     Add("PUT", pattern, access, Wrap(std::forward<F>(handler)), max_body);

@@ -26,7 +26,7 @@ TEST(JobSpec, RoundTripsThroughJson) {
             {"workdir", "/tmp"}, {"nodes", 2}, {"tasks_per_node", 4}, {"gpus_per_node", 8},
             {"cpus_per_task", 3}, {"priority", -5}, {"placement", "spread"}, {"max_restarts", 2},
             {"time_limit_s", 3600}, {"progress_timeout_s", 120}, {"min_nodes", 1},
-            {"checkpoint_signal", "USR1"}, {"team", "ml"},
+            {"checkpoint_signal", "USR1"}, {"checkpoint_before_limit_s", 120}, {"team", "ml"},
             {"container", {{"image", "registry.example.com:5000/team/trainer:1.2@sha256:"
                                      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
                            {"runtime", "docker"}}}};
@@ -77,6 +77,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"priority": 1001})", "priority", "between -1000 and 1000"},
         BadCase{R"({"min_nodes": -1})", "min_nodes", "min_nodes"},
         BadCase{R"({"checkpoint_signal": "STOP"})", "checkpoint_signal", "USR1, USR2, HUP, INT, TERM"},
+        BadCase{R"({"checkpoint_before_limit_s": 60, "time_limit_s": 0})", "checkpoint_before_limit_s",
+                "time_limit_s is 0 (unlimited)"},
+        BadCase{R"({"checkpoint_before_limit_s": "2m"})", "checkpoint_before_limit_s", "write 120"},
+        BadCase{R"({"checkpoint_before_limit_s": -1})", "checkpoint_before_limit_s", "between 0"},
         BadCase{R"({"placement": "best"})", "placement", "'pack' or 'spread'"},
         BadCase{R"({"container": {"image": ""}})", "container.image", "is empty"},
         BadCase{R"({"container": {}})", "container.image", "required"},

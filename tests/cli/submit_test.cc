@@ -196,6 +196,41 @@ TEST(MergeSubmitFlagsTest, ArrayAndDependencyFlagsReachTheSpec) {
   }
 }
 
+// Slurm's --signal=[B:]SIG[@TIME]: the checkpoint signal and how long before the time limit.
+TEST(MergeSubmitFlagsTest, SignalFlagSetsTheSignalAndTheTimeBeforeTheLimit) {
+  for (auto [text, sig, before] : {std::tuple{"USR1@120", "USR1", 120}, {"B:SIGUSR2@2m", "USR2", 120},
+                                   {"10", "USR1", 60}, {"term@5", "TERM", 5}, {"15@90s", "TERM", 90}}) {
+    SubmitFlags f;
+    f.command = {"true"};
+    f.time_limit = "1h";
+    f.signal = text;
+    auto merged = MergeSubmitFlags(json::object(), f, Defaults());
+    ASSERT_TRUE(merged.has_value()) << text << ": " << merged.error().message;
+    auto spec = api::JobSpecFromJson(*merged);
+    ASSERT_TRUE(spec.has_value()) << spec.error().message;
+    EXPECT_EQ(spec->checkpoint_signal, sig) << text;
+    EXPECT_EQ(spec->checkpoint_before_limit_s, before) << text;
+  }
+  for (auto [text, want] : {std::pair{"R:USR1@60", "'R:' option is not supported"}, {"KILL@60", "'KILL' is not a signal"},
+                            {"9", "'9' is not a signal"}, {"USR1@soon", "'soon' is not a time"},
+                            {"USR1@0", "'0' is not a time"}, {"@60", "no signal named"}}) {
+    SubmitFlags f;
+    f.command = {"true"};
+    f.signal = text;
+    auto bad = MergeSubmitFlags(json::object(), f, Defaults());
+    ASSERT_FALSE(bad.has_value()) << text;
+    EXPECT_THAT(bad.error().message, HasSubstr(want)) << text;
+    EXPECT_THAT(bad.error().message, HasSubstr("--signal: ")) << text;
+  }
+  SubmitFlags both;
+  both.command = {"true"};
+  both.signal = "USR1@60";
+  both.checkpoint_signal = "USR2";
+  auto clash = MergeSubmitFlags(json::object(), both, Defaults());
+  ASSERT_FALSE(clash.has_value());
+  EXPECT_THAT(clash.error().message, HasSubstr("name different signals"));
+}
+
 TEST(MergeSubmitFlagsTest, BadFlagValuesFail) {
   SubmitFlags f;
   f.time_limit = "soon";
@@ -424,6 +459,10 @@ TEST_F(SubmitCommandTest, BadInputExitsTwoBeforeAnyNetworkCall) {
   auto bad_time = RunCommand({"submit", "-t", "later", "--", "true"});
   EXPECT_EQ(bad_time.rc, 2);
   EXPECT_THAT(bad_time.err, HasSubstr("--time-limit: 'later'"));
+
+  auto no_limit = RunCommand({"submit", "--signal", "USR1@60", "--", "true"});
+  EXPECT_EQ(no_limit.rc, 2);
+  EXPECT_THAT(no_limit.err, HasSubstr("--signal: 60 s before the time limit, but time_limit_s is 0 (unlimited)"));
 
   auto reserved = RunCommand({"submit", "--env", "RANK=1", "--", "true"});
   EXPECT_EQ(reserved.rc, 2);

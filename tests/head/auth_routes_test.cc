@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "api/routes.h"
 #include "common/client_config.h"
 #include "head/router.h"
 #include "head_server_fixture.h"
@@ -107,16 +108,26 @@ TEST_F(AuthRoutesTest, EveryRouteAsksForItsAccessAndNoMore) {
     const std::string own_path =
         SamplePath("/v1/jobs/" + std::to_string(job_id) + route.pattern.substr(std::string("/v1/jobs/([^/]+)").size()));
     SCOPED_TRACE(route.method + " " + own_path + " as the job's own token");
+    // The one change a job's token may make, requeueing its own job, ends its attempt (and
+    // the token with it): checked last, below.
+    if (route.pattern == api::routes::kJobRequeuePattern) {
+      EXPECT_EQ(route.job_scope, JobScope::kOwnJob);
+      continue;
+    }
     const int own_status = Status(route.method, own_path, job_token);
     if (route.job_scope == JobScope::kOwnJob) {
       EXPECT_NE(own_status, 401);
       EXPECT_NE(own_status, 403);
-      EXPECT_EQ(route.method, "GET") << "a job's token only reads";
+      EXPECT_EQ(route.method, "GET") << "a job's token only reads, and requeues its own job";
     } else {
       EXPECT_EQ(own_status, 403);
     }
   }
   EXPECT_EQ(cluster().GetJob(job_id)->state, api::JobState::kRunning) << "nothing the job's token did changed it";
+  const std::string own = "/v1/jobs/" + std::to_string(job_id);
+  EXPECT_EQ(Status("POST", own + "/requeue", job_token), 200) << "a job may requeue itself";
+  EXPECT_EQ(cluster().GetJob(job_id)->state, api::JobState::kPending);
+  EXPECT_EQ(Status("GET", own, job_token), 401) << "the attempt, and its token, ended";
 }
 
 TEST_F(AuthRoutesTest, UsersActOnTheirOwnJobsAndAdminsOnAll) {

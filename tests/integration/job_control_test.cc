@@ -127,5 +127,60 @@ TEST(JobControl, LogsFollowOnAPendingJobSaysWhyAndTailCountsLines) {
   EXPECT_EQ(tail.output, "line4\nline5\n");
 }
 
+// Slurm's --signal=USR1@TIME and scontrol requeue: the job gets its checkpoint signal
+// before its time limit, writes its state and requeues itself with its own token; the next
+// attempt, same id and checkpoint directory, resumes and succeeds. An ended job is
+// requeued from outside, held when asked; what cannot be requeued says why.
+TEST(JobControl, ASignalBeforeTheTimeLimitLetsAJobRequeueItself) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  // The limit is far (2 minutes); the signal comes 118 s before it, 2 s after the start.
+  const std::string script =
+      std::string(kTaskCaFile) + "echo attempt=$COHORT_ATTEMPT; "
+      "if [ \"$COHORT_ATTEMPT\" != 0 ]; then echo resumed=$(cat \"$COHORT_CHECKPOINT_DIR/state\"); exit 0; fi; "
+      "trap 'echo step42 > \"$COHORT_CHECKPOINT_DIR/state\"; echo signalled=1; HOME=$(mktemp -d) " +
+      std::string(COHORT_BINARY) + " requeue $COHORT_JOB_ID; sleep 60' USR1; "
+      "while true; do sleep 0.05; done";
+  auto submitted = Cohort(c, {"--json", "submit", "-t", "2m", "--signal", "USR1@118", "-G", "1", "--", "sh", "-c",
+                              script});
+  ASSERT_EQ(submitted.status.Code(), 0) << submitted.errors;
+  const int64_t id = json::parse(submitted.output)["id"].get<int64_t>();
+  c.WaitForState(id, "SUCCEEDED", std::chrono::seconds(60));
+  json job = c.Job(id);
+  EXPECT_EQ(job["attempt"], 1);
+  EXPECT_EQ(job["spec"]["checkpoint_before_limit_s"], 118);
+  EXPECT_EQ(job["spec"]["checkpoint_signal"], "USR1");
+  ASSERT_GE(job["history"].size(), 2u) << job.dump();
+  EXPECT_NE(job["history"][0]["end_reason"].get<std::string>().find("requeued by "), std::string::npos)
+      << job["history"][0].dump();
+  const auto seen = ParseEnvLines(c.Logs(id, 0));
+  EXPECT_EQ(seen.count("resumed") ? seen.at("resumed") : "", "step42") << c.Logs(id, 0);
+  auto show = Cohort(c, {"show", std::to_string(id)});
+  EXPECT_NE(show.output.find("SIGUSR1 and progress-report replies (on drain --now or a preemption, and 1m58s before "
+                             "the time limit)"),
+            std::string::npos)
+      << show.output;
+
+  // From outside: a failed job runs again, held first when asked; the restarts it had are
+  // not used up (max_restarts 0).
+  json failed = c.Submit({{"command", {"sh", "-c", "exit $((3 - 3 * COHORT_ATTEMPT))"}}, {"gpus_per_node", 1}});
+  c.WaitForState(failed["id"], "FAILED");
+  const std::string fid = std::to_string(failed["id"].get<int64_t>());
+  auto requeued = Cohort(c, {"requeue", "--hold", fid});
+  ASSERT_EQ(requeued.status.Code(), 0) << requeued.errors;
+  EXPECT_NE(requeued.output.find("Requeued job " + fid + " (held by "), std::string::npos) << requeued.output;
+  auto pending = Cohort(c, {"requeue", fid});
+  EXPECT_EQ(pending.status.Code(), 1);
+  EXPECT_NE(pending.errors.find("is PENDING already"), std::string::npos) << pending.errors;
+  ASSERT_EQ(Cohort(c, {"release", fid}).status.Code(), 0);
+  c.WaitForState(failed["id"], "SUCCEEDED");
+  EXPECT_EQ(c.Job(failed["id"])["attempt"], 1);
+  auto missing = Cohort(c, {"requeue", "99999"});
+  EXPECT_EQ(missing.status.Code(), 1);
+  EXPECT_NE(missing.errors.find("job 99999 not found"), std::string::npos) << missing.errors;
+}
+
 }  // namespace
 }  // namespace cohort::testing

@@ -202,7 +202,7 @@ Result<HeartbeatResult> Heartbeat(ClusterState& s, const Context& ctx, const std
   RecordExits(tx, name, hb, out.reply);
   FailMissingTasks(tx, name, hb);
   out.reply.version = rt.desired_version;
-  out.reply.tasks = DesiredTasks(s, ctx, name, hb.tasks);
+  out.reply.tasks = DesiredTasks(s, ctx, name, now, hb.tasks);
   out.reply.timing = CurrentTiming(s, ctx);
   Grant(rt, out.reply.timing, now);
   out.effects = std::move(tx.fx);

@@ -101,12 +101,25 @@ void MoveAsRequested(Tx& tx, Job& job, const std::string& how) {
 
 }  // namespace
 
+bool LimitCheckpointDue(const Job& job, int64_t now_ms) {
+  const api::JobSpec& spec = job.spec;
+  if (job.state != JobState::kRunning || spec.time_limit_s <= 0 || spec.checkpoint_before_limit_s <= 0) return false;
+  const int64_t from_ms = job.start_ms + (spec.time_limit_s - spec.checkpoint_before_limit_s) * 1000;
+  if (now_ms < from_ms) return false;
+  const std::optional<api::CheckpointMark>& made = job.last_checkpoint;
+  return !(made && made->attempt == job.attempt && made->reported_ms >= from_ms);
+}
+
 ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId id, int attempt,
                           std::optional<int64_t> checkpoint, Now now) {
   ProgressResult out;
   Job* job = CurrentAttempt(s, id, attempt);
   if (NoteCheckpoint(s, id, attempt, checkpoint, now)) out.effects.StoreJob(*job);
-  if (!job || !job->move) return out;
+  if (!job) return out;
+  if (!job->move) {
+    out.checkpoint = LimitCheckpointDue(*job, now.unix_ms);
+    return out;
+  }
   const api::MoveRequest& m = *job->move;
   // Not yet: keep asking (a grow waits for the job's own next checkpoint).
   if (!checkpoint || *checkpoint <= m.baseline_checkpoint) {

@@ -38,9 +38,15 @@ struct ProgressResult {
 
 // A progress report of `attempt` of `job` (already added to the progress log) with the
 // checkpoint it reports, if any: moves the job when it answers its move request; says
-// whether the head still wants a checkpoint (a drain request not yet answered).
+// whether the head still wants a checkpoint (a drain request not yet answered, or a time
+// limit near: LimitCheckpointDue).
 ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId job, int attempt,
                           std::optional<int64_t> checkpoint_step, Now now);
+
+// Whether the head asks the RUNNING `job` to checkpoint because its time limit is near
+// (JobSpec::checkpoint_before_limit_s): from that many seconds before the limit of its
+// attempt until the attempt reports a checkpoint made since then. The job keeps running.
+bool LimitCheckpointDue(const api::Job& job, int64_t now_ms);
 
 // Asks the RUNNING `job` to checkpoint and then move, for `m` (its node or preemption,
 // request time and deadline set by the caller): sets its baseline (a checkpoint counts

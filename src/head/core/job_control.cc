@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 
 #include "api/job_array.h"
+#include "head/core/job_limits.h"
+#include "head/core/lifecycle.h"
+#include "head/core/preempt.h"
 #include "head/core/tx.h"
 
 namespace cohort::head::core {
@@ -171,6 +174,56 @@ Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const
   if (!elements.empty()) what += fmt::format(" (and {} pending elements)", elements.size());
   tx.fx.Info("job {} updated:{}", id, what);
   tx.RequestSchedule();  // a new priority or limit may change the order or let a backfill in; a throttle, elements
+  return std::move(tx.fx);
+}
+
+Result<Effects> Requeue(ClusterState& s, const Context& ctx, api::JobId id, const std::string& by, bool hold, Now now) {
+  auto it = s.jobs.find(id);
+  if (it == s.jobs.end()) return Errorf(ErrorCode::kNotFound, "job {} not found", id);
+  Job& job = it->second;
+  const api::JobSpec& spec = job.spec;
+  if (spec.is_array()) {
+    return Errorf(ErrorCode::kFailedPrecondition, "job {} is a job array: requeue its running elements ({}_N)", id, id);
+  }
+  if (spec.is_service()) {
+    return Errorf(ErrorCode::kFailedPrecondition,
+                  "job {} is a replica of service {}: a replica restarts by itself (cohort serve scale {} N sets how "
+                  "many run)",
+                  id, spec.service, spec.service);
+  }
+  if (spec.is_allocation()) {
+    return Errorf(ErrorCode::kFailedPrecondition,
+                  "job {} is an allocation: only batch jobs are requeued (its holder ends it; cohort alloc makes "
+                  "another)",
+                  id);
+  }
+  if (job.state == JobState::kPending) {
+    return Errorf(ErrorCode::kFailedPrecondition, "job {} is PENDING already: only a running or ended job is requeued",
+                  id);
+  }
+  const bool ended = api::IsTerminal(job.state);
+  if (ended && job.is_array_element()) {
+    return Errorf(ErrorCode::kFailedPrecondition,
+                  "job {} is an element of array {} that has ended ({}): an array's elements are requeued while "
+                  "they run; submit the index again (--array {})",
+                  id, job.array_job_id, api::JobStateName(job.state), job.array_task_id);
+  }
+  if (ended) COHORT_TRY_VOID(AdmitJob(s, ctx.job_limits, spec.user));
+  Tx tx(s, ctx, now);
+  const std::string why = fmt::format("requeued by {}", by);
+  const std::string was = std::string(api::JobStateName(job.state));
+  if (job.move && job.move->preempted_for) EndPreemption(job, now.unix_ms, why);
+  if (ended) {
+    CountOpenJob(s, spec.user, +1);  // open again until it ends (FinishJob counts it back)
+    job.end_ms = 0;
+    job.exit_code.reset();
+  }
+  core::Requeue(tx, job, why);
+  job.moves += 1;  // asked for, not a failure: max_restarts stays for failures
+  job.reason = fmt::format("{} (was {}; attempt {} next)", why, was, job.attempt);
+  if (hold) HoldOne(tx, job, by);
+  tx.RequestSchedule();
+  tx.fx.Info("job {} {} as attempt {} (was {}){}", id, why, job.attempt, was, hold ? ", held" : "");
   return std::move(tx.fx);
 }
 

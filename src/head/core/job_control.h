@@ -1,5 +1,5 @@
 // Job control in the head's core: holding, releasing and updating a PENDING job (Slurm's
-// `scontrol hold/release/update`).
+// `scontrol hold/release/update`), and requeueing a running or ended one (`scontrol requeue`).
 //
 // A held job stays PENDING and in the queue but the scheduler passes it over (it gets no
 // reservation either), its reason saying who held it and how to release it. An update
@@ -49,5 +49,16 @@ struct JobUpdate {
 
 // Applies `update` to a PENDING job (held or not). kInvalidArgument for an empty update.
 Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const JobUpdate& update, Now now);
+
+// Requeues a RUNNING or ended batch job on behalf of `by` (a user name), as Slurm's
+// `scontrol requeue` (`requeuehold` with `hold`: it comes back held by `by`). A running
+// attempt is stopped (its agents stop the tasks: SIGTERM, then SIGKILL after the grace).
+// The job is PENDING again as attempt + 1 under the same id, so COHORT_CHECKPOINT_DIR and
+// the checkpoints in it carry over, with a new time limit for the new attempt. It counts
+// as a move, not against max_restarts. An ended job is open again (job_limits.h:
+// kResourceExhausted when its user has no room left). kFailedPrecondition, saying what
+// to do instead, for a PENDING job, a job array's own record (requeue its elements), an
+// ended element of an array, a service replica (it restarts itself) and an allocation.
+Result<Effects> Requeue(ClusterState& s, const Context& ctx, api::JobId id, const std::string& by, bool hold, Now now);
 
 }  // namespace cohort::head::core

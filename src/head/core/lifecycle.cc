@@ -249,7 +249,7 @@ bool ConfirmStopped(NodeRuntime& rt) {
   return std::erase_if(rt.stopping, confirmed) > 0;
 }
 
-std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node,
+std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node, Now now,
                                           const std::vector<api::TaskReport>& held) {
   std::vector<api::TaskLaunch> out;
   auto it = s.node_jobs.find(node);
@@ -261,6 +261,7 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
   };
   for (api::JobId id : it->second) {
     const Job& job = s.jobs.at(id);
+    const bool checkpoint = (job.move && !job.move->grow) || LimitCheckpointDue(job, now.unix_ms);
     for (const auto& na : job.allocation.nodes) {
       if (na.node != node) continue;
       for (const auto& t : na.tasks) {
@@ -270,7 +271,7 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
         l.attempt = job.attempt;
         l.rank = t.rank;
         l.gpus = t.gpus;
-        if (job.move && !job.move->grow) {
+        if (checkpoint) {
           l.checkpoint_requested = true;
           l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
         }

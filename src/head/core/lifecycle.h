@@ -73,8 +73,10 @@ bool ConfirmStopped(NodeRuntime& rt);
 // not exited, with its command and the job contract's environment. A task in `held` (the
 // node's heartbeat reported it, so its agent has the launch already) goes out as its key,
 // GPUs and checkpoint request alone, with no command: the reply to a heartbeat carries a
-// task's environment once, not every second for as long as it runs.
-std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node,
+// task's environment once, not every second for as long as it runs. A task's checkpoint
+// request stands while its job is asked to move (drain.h) or its time limit is near
+// (LimitCheckpointDue at `now`).
+std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& ctx, const std::string& node, Now now,
                                           const std::vector<api::TaskReport>& held = {});
 
 }  // namespace cohort::head::core

@@ -94,7 +94,7 @@ TEST_F(ArrayTest, ElementsGetTheirIndexAndTheArrayCollapsesInTheQueue) {
   Settle();
   Pass();
   std::set<std::string> tasks;
-  for (const auto& t : DesiredTasks(state_, ctx_, "n1")) {
+  for (const auto& t : DesiredTasks(state_, ctx_, "n1", now_)) {
     EXPECT_EQ(t.env.at("COHORT_ARRAY_JOB_ID"), std::to_string(array));
     EXPECT_EQ(t.env.at("SLURM_ARRAY_JOB_ID"), std::to_string(array));
     EXPECT_EQ(t.env.at("COHORT_ARRAY_TASK_ID"), t.env.at("SLURM_ARRAY_TASK_ID"));
@@ -121,7 +121,7 @@ TEST_F(ArrayTest, ElementsGetTheArraysCountMinMaxAndStep) {
   Submit(ArraySpec("3-11:4%2"));  // 3, 7, 11
   Settle();
   ASSERT_EQ(Pass(), 2);
-  const auto tasks = DesiredTasks(state_, ctx_, "n1");
+  const auto tasks = DesiredTasks(state_, ctx_, "n1", now_);
   ASSERT_EQ(tasks.size(), 2u);
   for (const auto& t : tasks) {
     for (const std::string prefix : {"COHORT", "SLURM"}) {

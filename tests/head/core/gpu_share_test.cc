@@ -48,7 +48,7 @@ TEST_F(CoreTest, TwoHalvesShareOneGpuAThirdWaitsAndTakesTheFreedPart) {
   EXPECT_EQ(Job(a).allocation.nodes[0].gpu_sharing, "time-slicing");
   EXPECT_EQ(Job(a).history.back().gpu_share_units, 2);
   EXPECT_EQ(Job(a).history.back().gpus, 0);
-  const auto tasks = DesiredTasks(state_, ctx_, "n1", {});
+  const auto tasks = DesiredTasks(state_, ctx_, "n1", now_);
   ASSERT_EQ(tasks.size(), 2u);
   EXPECT_EQ(tasks[0].env.at("CUDA_VISIBLE_DEVICES"), "0");
   EXPECT_EQ(tasks[0].env.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "50");
@@ -128,7 +128,7 @@ TEST_F(CoreTest, MigInstancesAreScheduledByProfileAndNamedByUuid) {
   const api::TaskPlacement& t = Job(mig).allocation.nodes[0].tasks[0];
   EXPECT_EQ(t.gpus, (std::vector<int>{0, 1}));
   EXPECT_EQ(t.devices, (std::vector<std::string>{"MIG-n1-0", "MIG-n1-1"}));
-  const auto tasks = DesiredTasks(state_, ctx_, "n1", {});
+  const auto tasks = DesiredTasks(state_, ctx_, "n1", now_);
   EXPECT_EQ(tasks[0].env.at("CUDA_VISIBLE_DEVICES"), "MIG-n1-0,MIG-n1-1");
 }
 

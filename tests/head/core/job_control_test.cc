@@ -1,5 +1,9 @@
-// Hold, release and update of pending jobs (core/job_control.h).
+// Hold, release, update and requeue of jobs (core/job_control.h), and the checkpoint asked
+// for before a time limit (core/drain.h).
+#include <csignal>
+
 #include "core_test_util.h"
+#include "head/core/drain.h"
 #include "head/core/job_control.h"
 
 namespace cohort::head::core::testing {
@@ -133,6 +137,126 @@ TEST_F(CoreTest, TheTimeWindowOfAListKeepsJobsThatOverlapIt) {
   EXPECT_EQ(ids(Window(after_early, 0)), std::vector<api::JobId>{late}) << "ended before the window";
   EXPECT_EQ(ids(Window(0, after_early)), std::vector<api::JobId>{early}) << "submitted after the window";
   EXPECT_EQ(ids({}), (std::vector<api::JobId>{early, late}));
+}
+
+}  // namespace
+}  // namespace cohort::head::core::testing
+
+namespace cohort::head::core::testing {
+namespace {
+
+// Slurm's --signal=USR1@TIME: TIME seconds before the attempt's time limit the head asks
+// for a checkpoint (in the agent's launches and in progress replies) until the attempt
+// reports one made since then; the job runs on.
+TEST_F(CoreTest, ACheckpointIsAskedForBeforeTheTimeLimitUntilOneIsMade) {
+  Register(Reg("n1", 1));
+  api::JobSpec spec = Spec(1, 1);
+  spec.time_limit_s = 600;
+  spec.checkpoint_before_limit_s = 120;
+  spec.checkpoint_signal = "USR1";
+  const api::JobId id = Submit(spec);
+  ASSERT_EQ(Pass(), 1);
+  const int attempt = Job(id).attempt;
+  auto asked = [&] {
+    const auto reply = Beat("n1", {Running(id, attempt, 0, {0})});
+    EXPECT_EQ(reply.tasks.size(), 1u);
+    return !reply.tasks.empty() && reply.tasks[0].checkpoint_requested;
+  };
+  EXPECT_FALSE(asked());
+  EXPECT_FALSE(OnProgress(state_, ctx_, id, attempt, 3, now_).checkpoint) << "a checkpoint at step 3, long before";
+  Advance(479'000);
+  EXPECT_FALSE(asked()) << "121 s before the limit";
+  EXPECT_FALSE(OnProgress(state_, ctx_, id, attempt, std::nullopt, now_).checkpoint);
+  Advance(1'000);
+  EXPECT_TRUE(asked()) << "120 s before the limit";
+  EXPECT_EQ(Beat("n1", {Running(id, attempt, 0, {0})}).tasks[0].checkpoint_signal, SIGUSR1);
+  EXPECT_TRUE(OnProgress(state_, ctx_, id, attempt, std::nullopt, now_).checkpoint) << "a report without one";
+  EXPECT_TRUE(OnProgress(state_, ctx_, id, attempt, 3, now_).checkpoint) << "step 3 was made before the request";
+  Advance(5'000);
+  EXPECT_FALSE(OnProgress(state_, ctx_, id, attempt, 40, now_).checkpoint) << "step 40, made since: answered";
+  EXPECT_FALSE(asked());
+  EXPECT_EQ(Job(id).state, JobState::kRunning) << "the job runs on to its limit";
+}
+
+TEST_F(CoreTest, ARunningJobIsRequeuedAsItsNextAttemptWithItsTasksStopped) {
+  Register(Reg("n1", 1));
+  api::JobSpec spec = Spec(1, 1, /*max_restarts=*/0);
+  spec.user = "alice";
+  const api::JobId id = Submit(spec);
+  ASSERT_EQ(Pass(), 1);
+  const int first = Job(id).attempt;
+  auto fx = Requeue(state_, ctx_, id, "alice", /*hold=*/false, now_);
+  ASSERT_TRUE(fx.has_value()) << fx.error().message;
+  EXPECT_TRUE(fx->jobs_to_store.contains(id));
+  EXPECT_EQ(Job(id).state, JobState::kPending);
+  EXPECT_EQ(Job(id).attempt, first + 1);
+  EXPECT_EQ(Job(id).moves, 1) << "asked for, so no restart is counted";
+  EXPECT_NE(Job(id).reason.find("requeued by alice (was RUNNING"), std::string::npos) << Job(id).reason;
+  EXPECT_EQ(Job(id).history.back().end_reason, "requeued by alice");
+  EXPECT_TRUE(Beat("n1", {Running(id, first, 0, {0})}).tasks.empty()) << "the old attempt's task is stopped";
+  Beat("n1");
+  ASSERT_EQ(Pass(), 1) << "it runs again, though max_restarts is 0";
+  EXPECT_EQ(Job(id).state, JobState::kRunning);
+  EXPECT_EQ(Job(id).attempt, first + 1);
+}
+
+TEST_F(CoreTest, AnEndedJobIsRequeuedOpenAgainAndHeldWhenAsked) {
+  Register(Reg("n1", 1));
+  ctx_.job_limits.per_user = 1;
+  api::JobSpec spec = Spec(1, 1);
+  spec.user = "alice";
+  const api::JobId id = Submit(spec);
+  ASSERT_EQ(Pass(), 1);
+  Beat("n1", {Exited(id, Job(id).attempt, 0, 3)});
+  ASSERT_EQ(Job(id).state, JobState::kFailed);
+  const int ended = Job(id).attempt;
+
+  const api::JobId other = Submit(spec);  // alice's one open job
+  auto full = Requeue(state_, ctx_, id, "alice", false, now_);
+  ASSERT_FALSE(full.has_value());
+  EXPECT_EQ(full.error().code, ErrorCode::kResourceExhausted) << full.error().message;
+  EXPECT_EQ(Job(id).state, JobState::kFailed) << "nothing changed";
+  ASSERT_TRUE(Cancel(state_, ctx_, other, now_).has_value());
+
+  auto fx = Requeue(state_, ctx_, id, "bob", /*hold=*/true, now_);
+  ASSERT_TRUE(fx.has_value()) << fx.error().message;
+  EXPECT_EQ(Job(id).state, JobState::kPending);
+  EXPECT_EQ(Job(id).attempt, ended + 1);
+  EXPECT_EQ(Job(id).end_ms, 0);
+  EXPECT_FALSE(Job(id).exit_code.has_value());
+  EXPECT_TRUE(Job(id).held);
+  EXPECT_EQ(Job(id).held_by, "bob");
+  EXPECT_EQ(Pass(), 0) << "held";
+  auto second = AcceptJob(state_, ctx_, spec, now_);
+  ASSERT_FALSE(second.has_value()) << "the requeued job is alice's open job again";
+  EXPECT_EQ(second.error().code, ErrorCode::kResourceExhausted);
+  ASSERT_TRUE(Release(state_, ctx_, id, now_).has_value());
+  EXPECT_EQ(Pass(), 1);
+}
+
+TEST_F(CoreTest, WhatCannotBeRequeuedSaysWhatToDoInstead) {
+  Register(Reg("n1", 1));
+  api::JobSpec alloc = Spec(1, 1);
+  alloc.allocation = true;
+  alloc.command.clear();
+  const api::JobId a = Submit(alloc);
+  ASSERT_EQ(Pass(), 1);
+  auto r = Requeue(state_, ctx_, a, "alice", false, now_);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_NE(r.error().message.find("is an allocation"), std::string::npos) << r.error().message;
+  EXPECT_EQ(Job(a).state, JobState::kRunning);
+
+  const api::JobId pending = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 0);
+  r = Requeue(state_, ctx_, pending, "alice", false, now_);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_NE(r.error().message.find("PENDING already"), std::string::npos) << r.error().message;
+
+  r = Requeue(state_, ctx_, 999, "alice", false, now_);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kNotFound);
 }
 
 }  // namespace

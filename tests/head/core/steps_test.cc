@@ -35,7 +35,7 @@ TEST_F(CoreTest, AnAllocationsTasksAreHeldAndItsStepsRecorded) {
   EXPECT_EQ(pending.error().code, ErrorCode::kFailedPrecondition);
   ASSERT_EQ(Pass(), 1);
   ASSERT_EQ(Job(id).state, JobState::kRunning);
-  auto launches = DesiredTasks(state_, ctx_, "n1");
+  auto launches = DesiredTasks(state_, ctx_, "n1", now_);
   ASSERT_EQ(launches.size(), 1u);
   EXPECT_TRUE(launches[0].hold);
   EXPECT_TRUE(launches[0].command.empty());
@@ -88,7 +88,7 @@ TEST_F(CoreTest, TheHoldersEndDecidesTheAllocationsState) {
   ASSERT_FALSE(not_alloc.has_value());
   EXPECT_NE(not_alloc.error().message.find("is not an allocation"), std::string::npos);
   EXPECT_EQ(Job(batch).state, JobState::kRunning);
-  EXPECT_FALSE(DesiredTasks(state_, ctx_, "n1").front().hold) << "a batch job's task runs its command";
+  EXPECT_FALSE(DesiredTasks(state_, ctx_, "n1", now_).front().hold) << "a batch job's task runs its command";
 }
 
 }  // namespace
