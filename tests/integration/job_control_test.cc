@@ -182,5 +182,45 @@ TEST(JobControl, ASignalBeforeTheTimeLimitLetsAJobRequeueItself) {
   EXPECT_NE(missing.errors.find("job 99999 not found"), std::string::npos) << missing.errors;
 }
 
+// A drain --now after the job answered its time-limit request with a checkpoint signals
+// it again: the agent forgets a request the head no longer makes.
+TEST(JobControl, ADrainAfterAnAnsweredTimeLimitRequestSignalsAgain) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const std::string signals = c.dir() + "/signals";
+  const std::string post = "curl -sf --cacert \"$ca\" -o /dev/null -X POST \"$COHORT_REPORT\" -d ";
+  // Each USR1 reports a checkpoint of a new step; a later attempt ends at once.
+  const std::string script =
+      std::string(kTaskCaFile) + "if [ \"$COHORT_ATTEMPT\" != 0 ]; then exit 0; fi; n=0; trap 'n=$((n+1)); echo $n >> " +
+      signals + "; " + post + "\"{\\\"step\\\": $n, \\\"checkpoint_step\\\": $n}\"' USR1; while true; do sleep 0.05; done";
+  auto submitted = Cohort(c, {"--json", "submit", "-t", "2m", "--signal", "USR1@118", "-G", "1", "--", "sh", "-c",
+                              script});
+  ASSERT_EQ(submitted.status.Code(), 0) << submitted.errors;
+  const int64_t id = json::parse(submitted.output)["id"].get<int64_t>();
+  int64_t reported_ms = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    json mark = c.Job(id).value("last_checkpoint", json());
+    if (!mark.is_object() || mark.value("step", 0) != 1) return false;
+    reported_ms = mark.value("reported_ms", int64_t{0});
+    return true;
+  }, std::chrono::seconds(30))) << c.Job(id).dump(2);
+  // A heartbeat after the checkpoint: its reply told the agent the request was answered.
+  ASSERT_TRUE(WaitUntil([&] { return c.Node("node-a").value("last_heartbeat_ms", int64_t{0}) > reported_ms; },
+                        std::chrono::seconds(30)));
+  EXPECT_EQ(ReadFile(signals), "1\n");
+  EXPECT_EQ(c.Job(id)["state"], "RUNNING") << "the job runs on after its time-limit checkpoint";
+
+  c.StartAgent("node-b", 1);
+  c.WaitForNodes(2);
+  auto drained = Cohort(c, {"drain", "node-a", "--now", "--timeout", "10m"});
+  ASSERT_EQ(drained.status.Code(), 0) << drained.errors;
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(signals) == "1\n2\n"; }, std::chrono::seconds(30)))
+      << "the drain's request was not signalled: " << ReadFile(signals);
+  c.WaitForState(id, "SUCCEEDED", std::chrono::seconds(30));
+  EXPECT_EQ(c.Job(id)["moves"], 1) << c.Job(id).dump(2);
+}
+
 }  // namespace
 }  // namespace cohort::testing
