@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "api/gpu_request.h"
@@ -31,15 +33,40 @@ struct QueueFlags {
   int width = -1;      // -1: the terminal's when stdout is one; 0: never cut
 };
 
-int RunPriority(const GlobalOptions& global) {
-  auto reply = HeadClient(global).Get(api::routes::kPriorities);
-  if (!reply) return ReportError(reply.error());
-  if (global.json) {
-    PrintJson(*reply);
-    return 0;
+// The pending jobs' priority factors, like sprio: with -u and -j (sprio's own), only those
+// jobs' rows, found through the job list as `cohort queue` finds them.
+int RunPriority(const QueueFlags& f, const GlobalOptions& global) {
+  if (f.all || !f.states.empty() || !f.format.empty() || !f.sort.empty() || f.limit > 0 || f.watching) {
+    return ReportError(MakeError(ErrorCode::kInvalidArgument,
+                                 "--priority lists the pending jobs' priority factors (sprio): it takes -u and -j, "
+                                 "not --all, --state, --format, --sort, --limit or --watch")
+                           .error());
   }
+  auto refs = ParseJobRefs(f.jobs);
+  if (!refs) return ReportError(refs.error());
+  HttpClient head = HeadClient(global);
+  std::optional<std::set<int64_t>> only;
+  if (!f.user.empty() || !refs->empty()) {
+    std::vector<std::pair<std::string, std::string>> params = {{"state", "PENDING"}};
+    if (!f.user.empty()) params.emplace_back("user", f.user);
+    auto listed = FetchAllPages(head, api::routes::WithQuery(api::routes::kJobs, params), "jobs");
+    if (!listed) return ReportError(listed.error());
+    only.emplace();
+    for (const auto& j : listed->value("jobs", json::array())) {
+      if (refs->empty() || JobMatchesRefs(j, *refs)) only->insert(j.value("id", int64_t{0}));
+    }
+  }
+  auto reply = head.Get(api::routes::kPriorities);
+  if (!reply) return ReportError(reply.error());
   auto report = FromHead(api::PriorityReportFromJson(*reply), "priority report");
   if (!report) return ReportError(report.error());
+  if (only) {
+    std::erase_if(report->jobs, [&](const api::JobPriority& p) { return !only->contains(p.id); });
+  }
+  if (global.json) {
+    PrintJson(api::ToJson(*report));
+    return 0;
+  }
   std::fputs(RenderPriorities(*report).c_str(), stdout);
   return 0;
 }
@@ -88,7 +115,7 @@ Result<std::string> Frame(const QueueFlags& f, const QueueView& view, const std:
 }
 
 int Run(const QueueFlags& f, const GlobalOptions& global) {
-  if (f.priority) return RunPriority(global);
+  if (f.priority) return RunPriority(f, global);
   if (auto refs = ParseJobRefs(f.jobs); !refs) return ReportError(refs.error());
   auto states = StateQuery(f);
   if (!states) return ReportError(states.error());

@@ -170,6 +170,21 @@ TEST(Preemption, BadTeamInputIsRefusedAndChangesNothing) {
   EXPECT_NE(prio.out.find("FAIRSHARE"), std::string::npos) << prio.out;
   EXPECT_TRUE(std::regex_search(prio.out, std::regex("\\b" + std::to_string(waiting_id) + "\\s+\\S+\\s+ml\\b")))
       << "job " << waiting_id << " of team ml is not listed:\n" << prio.out;
+  // sprio's -j and -u pick rows; queue's other flags do not apply to it.
+  json second = c.Submit({{"command", {"/bin/true"}}, {"nodes", 1}, {"gpus_per_node", 1}, {"team", "ml"}});
+  const std::regex second_row("\\b" + std::to_string(second.value("id", int64_t{0})) + "\\s+\\S+\\s+ml\\b");
+  const std::regex waiting_row("\\b" + std::to_string(waiting_id) + "\\s+\\S+\\s+ml\\b");
+  EXPECT_TRUE(std::regex_search(RunCohort(c, {"queue", "--priority"}).out, second_row));
+  const Cli one = RunCohort(c, {"queue", "--priority", "-j", std::to_string(waiting_id)});
+  ASSERT_TRUE(one.ok) << one.out;
+  EXPECT_TRUE(std::regex_search(one.out, waiting_row)) << one.out;
+  EXPECT_FALSE(std::regex_search(one.out, second_row)) << "-j named only job " << waiting_id << ":\n" << one.out;
+  const Cli nobody = RunCohort(c, {"queue", "--priority", "-u", "nobody"});
+  ASSERT_TRUE(nobody.ok) << nobody.out;
+  EXPECT_FALSE(std::regex_search(nobody.out, waiting_row)) << nobody.out;
+  const Cli mixed = RunCohort(c, {"queue", "--priority", "--state", "RUNNING"});
+  EXPECT_FALSE(mixed.ok);
+  EXPECT_NE(mixed.out.find("it takes -u and -j"), std::string::npos) << mixed.out;
 
   // Teams are stored: a head killed and started again has them as they were.
   c.KillHead(SIGKILL);
