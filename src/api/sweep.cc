@@ -1,5 +1,6 @@
 #include "api/sweep.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -58,6 +59,9 @@ Result<json> Range(const json& j, const std::string& field) {
   if (!(hi >= lo)) return FieldError(field + ".max", "must be at least min ({}), got {}", lo, hi);
   if (scale != "linear" && scale != "log") return FieldError(field + ".scale", "must be linear or log, got '{}'", scale);
   if (scale == "log" && lo <= 0) return FieldError(field + ".min", "a log scale needs min > 0, got {}", lo);
+  if (integer && std::ceil(lo) > std::floor(hi)) {
+    return FieldError(field, "with int: true holds no whole number from {} to {}", lo, hi);
+  }
   return json{{"min", lo}, {"max", hi}, {"scale", scale}, {"int", integer}};
 }
 
@@ -188,9 +192,11 @@ std::vector<std::pair<std::string, std::string>> SweepValues(const json& sweep, 
     const double lo = spec["min"].get<double>(), hi = spec["max"].get<double>();
     double v = spec["scale"] == "log" ? std::exp(std::log(lo) + u * (std::log(hi) - std::log(lo))) : lo + u * (hi - lo);
     if (spec.value("int", false)) {
-      // Integers lo..hi, each equally likely.
-      v = std::floor(std::ceil(lo) + u * (std::floor(hi) - std::ceil(lo) + 1));
-      out.emplace_back(name, std::to_string(static_cast<int64_t>(std::min(v, std::floor(hi)))));
+      // The integers a..b: on a linear scale each equally likely; on a log scale k as likely
+      // as a log-uniform draw from [a, b + 1) lands in [k, k + 1) (Optuna's int with log).
+      const double a = std::ceil(lo), b = std::floor(hi);
+      v = spec["scale"] == "log" ? std::exp(std::log(a) + u * (std::log(b + 1) - std::log(a))) : a + u * (b - a + 1);
+      out.emplace_back(name, std::to_string(static_cast<int64_t>(std::clamp(std::floor(v), a, b))));
     } else {
       out.emplace_back(name, fmt::format("{:.6g}", v));
     }

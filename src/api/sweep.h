@@ -18,6 +18,7 @@
 //       params:
 //         train.lr: {min: 1.0e-5, max: 1.0e-2, scale: log}   # log or linear (default)
 //         train.warmup: {min: 0, max: 100, int: true}
+//         train.batch: {min: 16, max: 1024, scale: log, int: true}   # whole numbers, log-uniform
 //         model.act: [gelu, relu]     # a list: one of its values
 //
 // Element i's values are a pure function of the section and i (grid: i in mixed radix;

@@ -60,6 +60,32 @@ TEST(SweepTest, RandomDrawsReproduciblePointsInTheirRanges) {
   EXPECT_EQ(acts, (std::set<std::string>{"gelu", "relu"}));
 }
 
+// An integer on a log scale (a batch size from 16 to 1024) is drawn log-uniformly, as
+// Optuna's suggest_int(log=True): as many draws from 16-127 as from 128-1023.
+TEST(SweepTest, AnIntegerOnALogScaleIsDrawnLogUniformly) {
+  auto sweep = ValidateSweep(json::parse(R"({"random": {"samples": 1000, "seed": 3, "params": {
+      "train.batch": {"min": 16, "max": 1024, "scale": "log", "int": true}}}})"));
+  ASSERT_TRUE(sweep) << sweep.error().ToString();
+  int below_128 = 0;
+  std::set<int64_t> seen;
+  for (int64_t i = 0; i < 1000; ++i) {
+    const std::string text = SweepValues(*sweep, i)[0].second;
+    const int64_t b = std::stoll(text);
+    EXPECT_EQ(std::to_string(b), text) << "a whole number";
+    EXPECT_GE(b, 16);
+    EXPECT_LE(b, 1024);
+    below_128 += b < 128;
+    seen.insert(b);
+  }
+  // log2(128/16) = 3 of log2(1025/16) = 6.0 octaves: half the draws, within sampling noise.
+  EXPECT_GT(below_128, 430);
+  EXPECT_LT(below_128, 570);
+  EXPECT_TRUE(seen.contains(16));
+  EXPECT_NE(ErrorOf(json::parse(R"({"random": {"samples": 2, "params": {"b": {"min": 1.2, "max": 1.8, "int": true}}}})"))
+                .find("holds no whole number from 1.2 to 1.8"),
+            std::string::npos);
+}
+
 TEST(SweepTest, BadSectionsNameTheField) {
   EXPECT_NE(ErrorOf(json::object()).find("exactly one of grid or random"), std::string::npos);
   EXPECT_NE(ErrorOf({{"grid", {{"lr", json::array()}}}}).find("sweep.grid.lr"), std::string::npos);
