@@ -624,6 +624,7 @@ Cluster::Overview Cluster::GetOverview(size_t recent) const {
                             recent});
   }
   o.usage = core::RunningTaskUsage(state_);
+  o.queue_order = state_.queue_order;
   return o;
 }
 

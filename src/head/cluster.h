@@ -225,6 +225,7 @@ class Cluster {
     std::vector<NodeStatus> nodes;
     std::vector<api::Job> pending, running, recent;
     std::map<api::JobId, std::vector<TaskUsage>> usage;
+    std::vector<api::JobId> queue_order;  // the last scheduling pass's order of the pending jobs
   };
   Overview GetOverview(size_t recent) const EXCLUDES(mu_);
   // Resource use of every task of RUNNING jobs, by job, from the agents' heartbeats.

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <unordered_map>
 
 #include "api/dashboard.h"
 #include "head/progress.h"
@@ -105,9 +106,19 @@ api::Dashboard BuildDashboard(Cluster& cluster, const DashboardQuery& q) {
     sum.unhealthy_gpus += std::count_if(s.node.gpus.begin(), s.node.gpus.end(), [](const api::Gpu& g) { return !g.healthy; });
   }
 
-  // The queue in the order the scheduler considers it: priority, then submission.
+  // The queue in the order the last scheduling pass considered it (priority, fair share,
+  // quotas: `cohort queue --priority`'s order); jobs it passed over (held, waiting for a
+  // dependency or an attempt to stop) or that came since, after them by priority.
   auto& pending = o.pending;
-  std::stable_sort(pending.begin(), pending.end(), [](const api::Job& a, const api::Job& b) {
+  std::unordered_map<api::JobId, size_t> rank;
+  for (size_t i = 0; i < o.queue_order.size(); ++i) rank.emplace(o.queue_order[i], i);
+  const auto rank_of = [&](const api::Job& j) {
+    auto it = rank.find(j.id);
+    return it == rank.end() ? o.queue_order.size() : it->second;
+  };
+  std::stable_sort(pending.begin(), pending.end(), [&](const api::Job& a, const api::Job& b) {
+    const size_t ra = rank_of(a), rb = rank_of(b);
+    if (ra != rb) return ra < rb;
     return a.spec.priority > b.spec.priority;
   });
   for (size_t i = 0; i < pending.size() && i < q.queue; ++i) d.queue.push_back(QueuedJob(pending[i], now, usage));

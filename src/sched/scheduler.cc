@@ -456,8 +456,12 @@ class Pass {
 
 Decision Schedule(const Snapshot& snapshot) {
   Pass pass(snapshot);
-  for (const JobRequest* job : pass.Order()) pass.Consider(*job);
-  return std::move(pass).Finish();
+  const std::vector<const JobRequest*> order = pass.Order();
+  for (const JobRequest* job : order) pass.Consider(*job);
+  Decision out = std::move(pass).Finish();
+  out.order.reserve(order.size());
+  for (const JobRequest* job : order) out.order.push_back(job->id);
+  return out;
 }
 
 }  // namespace cohort::sched

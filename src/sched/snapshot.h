@@ -223,6 +223,7 @@ struct Decision {
   std::map<int64_t, std::string> pending_reasons;  // every pending job not started
   std::optional<Reservation> reservation;
   std::vector<Preemption> preempt;                 // with Snapshot::shares only
+  std::vector<int64_t> order;  // every pending job's id, in the order the pass considered them
 };
 
 // A node's full size, regardless of state or usage (for CheckFeasible).

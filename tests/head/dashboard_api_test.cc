@@ -112,6 +112,43 @@ TEST_F(DashboardTest, ShowsNodesQueueRunningAndRecentJobs) {
   EXPECT_EQ(d["recent"][0]["state"], "CANCELLED");
 }
 
+// The queue is in the scheduler's order, as `cohort queue --priority` gives it: a job
+// within its team's quota before one that would borrow, whatever their own priorities.
+TEST_F(DashboardTest, TheQueueIsInTheSchedulersOrder) {
+  AddNode("n1", 4);
+  for (auto [name, quota] : {std::pair{"ml", 2}, {"cv", 3}}) {
+    api::Team t;
+    t.name = name;
+    t.quota_gpus = quota;
+    ASSERT_TRUE(cluster().CreateTeam(t).has_value());
+  }
+  auto submit = [&](const std::string& name, const std::string& team, int gpus, int priority) {
+    api::JobSpec spec;
+    spec.name = name;
+    spec.user = "alice";
+    spec.command = {"/bin/true"};
+    spec.gpus_per_node = gpus;
+    spec.priority = priority;
+    spec.team = team;
+    auto j = cluster().Submit(spec, /*admin=*/true);
+    EXPECT_TRUE(j.has_value()) << j.error().message;
+    return j ? j->id : 0;
+  };
+  submit("ml-run", "ml", 2, 0);
+  submit("cv-run", "cv", 2, 0);
+  cluster().Schedule();
+  const api::JobId borrows = submit("ml-more", "ml", 1, 5);   // ml would go past its quota of 2
+  const api::JobId within = submit("cv-more", "cv", 1, 0);    // cv has 1 GPU of quota left
+  cluster().Schedule();
+  std::vector<api::JobId> ranked;
+  for (const auto& p : cluster().Priorities().jobs) ranked.push_back(p.id);
+  ASSERT_EQ(ranked, (std::vector<api::JobId>{within, borrows})) << "the scheduler's order";
+  json d = Dashboard();
+  ASSERT_EQ(d["queue"].size(), 2u) << d["queue"].dump();
+  EXPECT_EQ(d["queue"][0]["id"], within);
+  EXPECT_EQ(d["queue"][1]["id"], borrows) << "its priority 5 does not put it first";
+}
+
 // The reply is the api::Dashboard view: it decodes strictly and encodes back to itself,
 // and a job in it is GET /v1/jobs's entry less what only a job's detail shows.
 TEST_F(DashboardTest, IsTheDashboardViewAndListsJobsAsGetJobsDoes) {

@@ -308,6 +308,7 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   // The decision's reasons are in id order: the map takes them over, and drops those of
   // jobs no longer pending, without a lookup per job.
   s.pending_reasons = std::move(decision.pending_reasons);
+  s.queue_order = std::move(decision.order);
   std::erase_if(s.pending_reasons, [&](const auto& entry) { return !s.pending.contains(entry.first); });
   for (auto& [id, text] : in.stopping_reasons) s.pending_reasons[id] = std::move(text);
   for (auto& [id, text] : in.held_reasons) s.pending_reasons[id] = std::move(text);

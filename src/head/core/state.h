@@ -121,6 +121,7 @@ struct ClusterState {
   std::set<api::JobId> pending;                          // PENDING jobs
   std::map<std::string, std::set<api::JobId>> node_jobs;  // RUNNING jobs per node
   std::map<api::JobId, std::string> pending_reasons;     // from the last scheduling pass
+  std::vector<api::JobId> queue_order;  // the pending jobs that pass considered, in its order (fair share too)
   // How many nodes have each (GPUs, CPUs) shape: what feasibility at submit reads, kept
   // by LoadState and Register (NoteShape) so a submit does not walk every node.
   std::map<std::pair<int, int>, int> node_shapes;
