@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "api/job_array.h"
 
@@ -39,6 +41,12 @@ bool JobMatchesRefs(const json& j, const std::vector<api::JobRef>& refs) {
   return std::any_of(refs.begin(), refs.end(), [&](const api::JobRef& r) {
     return r.is_element() ? array == r.job && task == r.task : id == r.job || array == r.job;
   });
+}
+
+Result<std::string> JobRefsQuery(const std::vector<std::string>& texts) {
+  std::set<api::JobId> ids;
+  for (const auto& r : COHORT_TRY(ParseJobRefs(texts))) ids.insert(r.job);
+  return fmt::format("{}", fmt::join(ids, ","));
 }
 
 Result<api::JobId> ResolveJobRef(const HttpClient& head, std::string_view text) {

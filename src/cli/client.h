@@ -45,6 +45,10 @@ Result<std::vector<api::JobRef>> ParseJobRefs(const std::vector<std::string>& te
 // Whether job `j` (as the head lists it) is one `refs` name: the job, an element of an
 // array they name, or the element they name.
 bool JobMatchesRefs(const json& j, const std::vector<api::JobRef>& refs);
+// The job list's ?jobs= for -j refs: their job ids, comma-separated ("12_7" asks for 12,
+// whose elements come with it; JobMatchesRefs then keeps element 7). kInvalidArgument for
+// a bad ref.
+Result<std::string> JobRefsQuery(const std::vector<std::string>& texts);
 
 // The job a reference names, as `cohort queue` shows it: "12", or "12_7" for element 7 of
 // array 12 (asked of the head: kFailedPrecondition if that element has not started yet).

@@ -69,6 +69,7 @@ Result<std::vector<std::pair<std::string, std::string>>> HistoryQueryFor(const H
   if (until && *until > 0) query.emplace_back("until", std::to_string(*until));
   if (f.limit < 1 || f.limit > 10000) return FieldError("--limit", "must be between 1 and 10000, got {}", f.limit);
   query.emplace_back("limit", std::to_string(f.limit));
+  if (!f.jobs.empty()) query.emplace_back("jobs", COHORT_TRY(JobRefsQuery(f.jobs)));
   return query;
 }
 
@@ -103,7 +104,7 @@ void AddHistoryCommand(CommandContext& ctx) {
   sub->add_option("-n,--limit", f->limit, "At most this many jobs, the newest (1-10000; default 100)");
   sub->add_option("-j,--jobs", f->jobs,
                   "Only these jobs, comma-separated: 12 (an array: its elements too), 12_7 (one element), like "
-                  "sacct -j; looked for among the newest --limit (10000 with -j unless given)")
+                  "sacct -j (with -j, --limit defaults to 10000: an array's elements)")
       ->delimiter(',');
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;

@@ -125,6 +125,11 @@ int Run(const QueueFlags& f, const GlobalOptions& global) {
   if (!states->empty()) params.emplace_back("state", *states);
   if (!f.user.empty()) params.emplace_back("user", f.user);
   if (f.limit > 0) params.emplace_back("limit", std::to_string(f.limit));
+  if (!f.jobs.empty()) {
+    auto ids = JobRefsQuery(f.jobs);
+    if (!ids) return ReportError(ids.error());
+    params.emplace_back("jobs", *ids);
+  }
   const std::string path = api::routes::WithQuery(api::routes::kJobs, params);
   int64_t watch_ms = 0;
   if (f.watching) {

@@ -1,4 +1,6 @@
 // /v1/jobs: submit, list, show, cancel; listed and shown jobs are the api::JobStatus view.
+#include <charconv>
+
 #include "api/job_array.h"
 #include "head/list_page.h"
 #include "head/routes.h"
@@ -29,6 +31,26 @@ Result<JobFilter> ParseFilter(const httplib::Request& req) {
     }
   }
   if (req.has_param("user")) f.user = req.get_param_value("user");
+  // ?jobs=12,13: only those jobs, and an array's elements with it (squeue/sacct -j).
+  if (req.has_param("jobs")) {
+    const std::string ids = req.get_param_value("jobs");
+    size_t start = 0;
+    while (start <= ids.size()) {
+      size_t end = ids.find(',', start);
+      if (end == std::string::npos) end = ids.size();
+      const std::string text = ids.substr(start, end - start);
+      int64_t id = 0;
+      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+      if (ec != std::errc() || ptr != text.data() + text.size() || id <= 0) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("jobs: '{}' is not a job id (a comma-separated list of ids)", text.substr(0, 40)),
+                         "jobs");
+      }
+      if (f.ids.size() >= 1000) return MakeError(ErrorCode::kInvalidArgument, "jobs: at most 1000 ids", "jobs");
+      f.ids.insert(id);
+      start = end + 1;
+    }
+  }
   // ?since= and ?until=: Unix milliseconds (the CLI turns "2d" or an RFC 3339 time into them).
   f.since_ms = COHORT_TRY(QueryIntParam(req, "since", 0, 0, int64_t{1} << 53));
   f.until_ms = COHORT_TRY(QueryIntParam(req, "until", 0, 0, int64_t{1} << 53));

@@ -84,6 +84,24 @@ TEST_F(JobsListTest, TheWholeListIsTheProjectedListFieldForField) {
   EXPECT_FALSE(active["jobs"][1]["reason"].get<std::string>().empty()) << "the last pass's pending reason";
 }
 
+// ?jobs= (squeue/sacct -j): those jobs only, however many newer ones there are, and a bad
+// id is a 400 naming the parameter.
+TEST_F(JobsListTest, TheJobsParameterPicksJobsWhateverTheirAge) {
+  AddNode("n1", 2);
+  const api::Job first = Submit("first", 1);
+  for (int i = 0; i < 5; ++i) Submit("later", 1);
+  json picked = GetJson("/v1/jobs?state=all&limit=2&jobs=" + std::to_string(first.id));
+  ASSERT_EQ(picked["jobs"].size(), 1u) << picked.dump();
+  EXPECT_EQ(picked["jobs"][0]["id"], first.id) << "older than the newest 2, still found";
+  ExpectListsAgree("state=all&jobs=" + std::to_string(first.id));
+  for (const char* bad : {"x", "0", "1,,2", "-3"}) {
+    auto r = http_->Get("/v1/jobs?jobs=" + std::string(bad));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad;
+    EXPECT_NE(r->body.find("jobs: "), std::string::npos) << r->body;
+  }
+}
+
 TEST_F(JobsListTest, AChangedJobIsListedAsItIsNow) {
   AddNode("n1", 4);
   api::Job a = Submit("a", 4);

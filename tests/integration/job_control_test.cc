@@ -82,6 +82,11 @@ TEST(JobControl, HoldUpdateReleaseAndHistoryThroughTheCli) {
   auto future = Cohort(c, {"history", "--until", "2020-01-01T00:00:00Z"});
   ASSERT_EQ(future.status.Code(), 0) << future.errors;
   EXPECT_EQ(future.output.find("blocker"), std::string::npos) << "nothing was submitted before 2020";
+  // -j finds a job however many have ended since (the head filters, not the newest -n).
+  auto oldest = Cohort(c, {"--json", "history", "-n", "1", "-j", std::to_string(first["id"].get<int64_t>())});
+  ASSERT_EQ(oldest.status.Code(), 0) << oldest.errors;
+  ASSERT_EQ(json::parse(oldest.output)["jobs"].size(), 1u) << oldest.output;
+  EXPECT_EQ(json::parse(oldest.output)["jobs"][0]["id"], first["id"]);
   auto bad_state = Cohort(c, {"history", "--state", "DONE"});
   EXPECT_EQ(bad_state.status.Code(), 2);
   EXPECT_NE(bad_state.errors.find("unknown job state 'DONE'"), std::string::npos) << bad_state.errors;

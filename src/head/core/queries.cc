@@ -89,6 +89,7 @@ void VisitJobs(const ClusterState& s, const JobFilter& filter, const std::functi
     if (filter.until_ms > 0 && j.submit_ms >= filter.until_ms) continue;
     if (filter.since_ms > 0 && api::IsTerminal(j.state) && j.end_ms < filter.since_ms) continue;
     if (filter.services_only && !j.spec.is_service()) continue;
+    if (!filter.ids.empty() && !filter.ids.contains(j.id) && !filter.ids.contains(j.array_job_id)) continue;
     f(j);
     if (filter.limit && ++n >= filter.limit) break;
   }
