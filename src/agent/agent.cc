@@ -515,8 +515,11 @@ api::Heartbeat Agent::BuildHeartbeat() {
         }
         if (auto m = gpu_memory_.find(s.key); m != gpu_memory_.end()) t.gpu_memory_bytes = m->second.bytes;
         if (auto w = gpu_over_.find(s.key); w != gpu_over_.end()) t.gpu_memory_warning = w->second;
-        usage_samples.push_back({t.job, t.attempt, t.rank, static_cast<int>(s.gpus.size()), t.cpu_seconds,
-                                 t.rss_bytes, t.gpu_memory_bytes, !t.gpu_memory_warning.empty()});
+        // A task sharing a GPU holds its part of it, not the whole GPU.
+        auto sharing = sharing_tasks_.find(s.key);
+        const double gpus = sharing != sharing_tasks_.end() ? sharing->second.share : static_cast<double>(s.gpus.size());
+        usage_samples.push_back({t.job, t.attempt, t.rank, gpus, t.cpu_seconds, t.rss_bytes, t.gpu_memory_bytes,
+                                 !t.gpu_memory_warning.empty()});
       }
       hb.tasks.push_back(std::move(t));
     }
@@ -754,7 +757,11 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
         LOG_WARN("job {} rank {}: {}; the GPU is time-sliced for it", t.job, t.rank, r.error().message);
         spec.env["COHORT_GPU_SHARING"] = "time-slicing";
       }
-      sharing_tasks_[key] = t.gpus.front();
+      // The part as the head wrote it ("0.5"); /metrics counts the task's GPUs by it.
+      const std::string& share = t.env.at("COHORT_GPU_SHARE");
+      char* end = nullptr;
+      const double part = std::strtod(share.c_str(), &end);
+      sharing_tasks_[key] = {t.gpus.front(), end != share.c_str() && part > 0 && part < 1 ? part : 1.0};
     }
     if (auto r = executor_->Launch(spec); !r) {
       LOG_WARN("cannot launch job {} rank {}: {}", t.job, t.rank, r.error().message);
@@ -787,7 +794,7 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
   std::erase_if(gpu_over_, [&](const auto& e) { return !desired.contains(e.first); });
   std::erase_if(gpu_killed_, [&](const TaskKey& k) { return !desired.contains(k); });
   std::set<int> shared;
-  for (const auto& [key, gpu] : sharing_tasks_) shared.insert(gpu);
+  for (const auto& [key, task] : sharing_tasks_) shared.insert(task.gpu);
   sharing_->Reconcile(shared);
   for (const auto& [key, running] : known) {
     if (running && !desired.contains(key)) {
