@@ -108,6 +108,33 @@ TEST_F(CoreTest, ATypeOrMemoryNoNodeHasIsRefusedAtSubmit) {
   EXPECT_TRUE(NewJob(state_, h100, now_));
 }
 
+// topology: required makes a gang wait for one switch with its nodes; a gang larger than
+// every switch would wait forever, so it is refused at submit naming the switches.
+TEST_F(CoreTest, ARequiredGangNoSwitchCanHoldIsRefusedAtSubmit) {
+  for (auto [name, sw] : {std::pair{"n1", "s1"}, {"n2", "s1"}, {"n3", "s2"}}) {
+    api::Registration r = H100s(name, 4);
+    r.labels = {{"rack", "r1"}, {"switch", sw}};
+    Register(r);
+  }
+  api::JobSpec three = Spec(1, 1);
+  three.nodes = 3;
+  three.topology = api::Topology::kRequired;
+  auto r = NewJob(state_, three, now_);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnsatisfiable);
+  EXPECT_EQ(r.error().message,
+            "topology required: job needs 3 nodes with 1 free GPU under one switch, but at most 2 under one switch "
+            "could host one (s1: 2, s2: 1)");
+  api::JobSpec two = three;
+  two.nodes = 2;
+  EXPECT_TRUE(NewJob(state_, two, now_));          // s1 holds two
+  three.topology = api::Topology::kPreferred;
+  EXPECT_TRUE(NewJob(state_, three, now_));        // preferred never waits for a switch
+  three.topology = api::Topology::kRequired;
+  three.min_nodes = 2;
+  EXPECT_TRUE(NewJob(state_, three, now_));        // elastic: its smallest gang fits s1
+}
+
 TEST_F(CoreTest, MigInstancesAreScheduledByProfileAndNamedByUuid) {
   api::Registration r = H100s("n1", 3);
   for (int i = 0; i < 2; ++i) {
