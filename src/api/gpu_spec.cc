@@ -39,7 +39,18 @@ Result<void> ReadGpuSpecFields(ObjectReader& r, JobSpec& s) {
     if (g->is_number()) {
       units = COHORT_TRY(ParseGpusPerTask(g->get<double>(), r.FieldName("gpus_per_task")));
     } else if (g->is_string()) {
-      units = COHORT_TRY(ParseGpusPerTaskText(g->get<std::string>(), r.FieldName("gpus_per_task")));
+      // Slurm's --gpus-per-task=[type:]number: "h100:0.5" is half of an H100 per task.
+      std::string text = g->get<std::string>();
+      if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
+        const std::string type = COHORT_TRY(NormalizeGpuType(text.substr(0, colon), r.FieldName("gpus_per_task")));
+        if (!s.gpu_type.empty() && type != s.gpu_type) {
+          return FieldError(r.FieldName("gpus_per_task"), "type '{}' differs from the type in gpus ('{}')", type,
+                            s.gpu_type);
+        }
+        s.gpu_type = type;
+        text = text.substr(colon + 1);
+      }
+      units = COHORT_TRY(ParseGpusPerTaskText(text, r.FieldName("gpus_per_task")));
     } else {
       return FieldError(r.FieldName("gpus_per_task"), "must be a number (0.25, 0.5, 0.75 or whole), got {}",
                         JsonTypeName(*g));
