@@ -104,6 +104,13 @@ void WriteGpuSpecFields(const JobSpec& s, json& j) {
 }
 
 Result<void> ValidateGpuSpec(const JobSpec& s) {
+  if (s.gpu_memory_mib > 0 && s.gpu_share == 0 && IsMigProfile(s.gpu_type)) {
+    // Before the count check: "gpus_per_node must be 0" would send them the wrong way.
+    return FieldError("gpu_memory",
+                      "MIG instance '{}' is not shared: each has the profile's own memory, so ask for whole "
+                      "instances (gpus: {}:N) without gpu_memory",
+                      s.gpu_type, s.gpu_type);
+  }
   if (s.shares_gpu() && s.gpus_per_node > 0) {
     return FieldError(s.gpu_share > 0 ? "gpus_per_task" : "gpu_memory",
                       "a task that shares a GPU holds a part of one GPU, so gpus_per_node must be 0, got {}",

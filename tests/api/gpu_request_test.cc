@@ -162,6 +162,9 @@ TEST(GpuSpec, BadInputNamesTheFieldAndTheNumbers) {
   EXPECT_EQ(ErrorOf(Spec({{"gpus_per_task", "h100:0.3"}})),
             "gpus_per_task: 0.3 GPUs per task: a fraction of one GPU must be 0.25, 0.5 or 0.75 (quarters), more "
             "than one must be a whole number (1-1024)");
+  EXPECT_EQ(ErrorOf(Spec({{"gpus", "1g.10gb:2"}, {"gpu_memory", "5GiB"}})),
+            "gpu_memory: MIG instance '1g.10gb' is not shared: each has the profile's own memory, so ask for whole "
+            "instances (gpus: 1g.10gb:N) without gpu_memory");
   EXPECT_EQ(ErrorOf(Spec({{"gpus_per_task", "1g.10gb:0.5"}})),
             "gpu_type: MIG instance '1g.10gb' is not shared: ask for whole instances (gpus: 1g.10gb:N)");
 }

@@ -135,6 +135,25 @@ TEST_F(CoreTest, ARequiredGangNoSwitchCanHoldIsRefusedAtSubmit) {
   EXPECT_TRUE(NewJob(state_, three, now_));        // elastic: its smallest gang fits s1
 }
 
+// gpu_memory_enforce: kill judges a task's part of a shared GPU; on whole GPUs it would
+// silently do nothing, so submit refuses it (a stored job with it still loads).
+TEST_F(CoreTest, KillingOverTheMemoryShareNeedsAShareAtSubmit) {
+  Register(H100s("n1", 2));
+  api::JobSpec whole = Spec(1, 1);
+  whole.gpu_memory_enforce = "kill";
+  auto r = NewJob(state_, whole, now_);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(r.error().field, "gpu_memory_enforce");
+  EXPECT_EQ(r.error().message,
+            "gpu_memory_enforce: 'kill' stops a task over its part of a shared GPU, but this job asks for no part "
+            "(give gpus_per_task 0.25-0.75 or gpu_memory); whole GPUs and MIG instances are never judged");
+  EXPECT_TRUE(api::ValidateJobSpec(whole));  // what the store checks when it loads a job
+  api::JobSpec half = Half();
+  half.gpu_memory_enforce = "kill";
+  EXPECT_TRUE(NewJob(state_, half, now_));
+}
+
 TEST_F(CoreTest, MigInstancesAreScheduledByProfileAndNamedByUuid) {
   api::Registration r = H100s("n1", 3);
   for (int i = 0; i < 2; ++i) {
