@@ -524,17 +524,42 @@ api::Heartbeat Agent::BuildHeartbeat() {
       hb.tasks.push_back(std::move(t));
     }
   }
+  // MIG instances are parts of one physical GPU: a health event on one (a GPU fallen off
+  // the bus, an uncorrectable ECC error) is one on all of them, or the head would keep
+  // placing jobs on, and restart them onto, the sick GPU's other instances.
+  std::map<int, int64_t> parent_events;                // physical GPU -> its instances' events
+  std::map<int, const GpuReading*> parent_worst;       // the instance with the most of them
+  std::map<int, int> parent_of;                        // node index -> physical GPU (MIG only)
+  for (const auto& info : gpus_) {
+    if (info.mig_parent >= 0) parent_of[info.index] = info.mig_parent;
+  }
+  for (const auto& r : latest.gpus) {
+    auto p = parent_of.find(r.index);
+    if (p == parent_of.end() || r.health_events == 0) continue;
+    parent_events[p->second] += r.health_events;
+    const GpuReading*& worst = parent_worst[p->second];
+    if (!worst || r.health_events > worst->health_events) worst = &r;
+  }
   for (const auto& r : latest.gpus) {
     api::GpuReport g;
     g.index = r.index;
+    int64_t events = r.health_events;
+    std::string event = r.health_event;
+    if (auto p = parent_of.find(r.index); p != parent_of.end() && parent_events.contains(p->second)) {
+      events = parent_events[p->second];
+      const GpuReading* worst = parent_worst[p->second];
+      if (r.health_events == 0) {
+        event = fmt::format("{} (on MIG instance {} of the same GPU {})", worst->health_event, worst->index, p->second);
+      }
+    }
     g.telemetry.utilization = r.utilization;
     g.telemetry.memory_used_bytes = r.memory_used_bytes;
     g.telemetry.memory_total_bytes = r.memory_total_bytes;
     g.telemetry.temperature_celsius = r.temperature_celsius;
     g.telemetry.power_watts = r.power_watts;
     g.telemetry.sm_clock_hz = r.sm_clock_hz;
-    g.health_events = r.health_events + hang_events_;
-    g.health_event = (hung.empty() ? r.health_event : hung).substr(0, 1024);
+    g.health_events = events + hang_events_;
+    g.health_event = (hung.empty() ? event : hung).substr(0, 1024);
     hb.gpus.push_back(std::move(g));
   }
   if (latest.gpus.empty() && hang_events_ > 0) {
