@@ -154,6 +154,38 @@ TEST_F(CoreTest, KillingOverTheMemoryShareNeedsAShareAtSubmit) {
   EXPECT_TRUE(NewJob(state_, half, now_));
 }
 
+// A cancelled half-GPU job's task may outlive the cancel (its kill grace). Its part is
+// held until the agent says it is gone, and a restart of the head, which keeps no
+// record of such tasks, must not hand the part out before the node's first heartbeat.
+TEST_F(CoreTest, AfterARestartADyingTasksPartIsNotGivenAwayBeforeTheNodeReports) {
+  Register(H100s("n1", 1));
+  const api::JobId a = Submit(Half());
+  const api::JobId b = Submit(Half());
+  ASSERT_EQ(Pass(), 2);
+  ASSERT_TRUE(Cancel(state_, ctx_, a, now_).has_value());
+  const api::JobId c = Submit(Half());
+  Beat("n1", {Running(a, 0, 0, {0}), Running(b, 0, 0, {0})});  // a still shutting down
+  EXPECT_EQ(Pass(), 0);
+
+  // The head restarts: every record through its stored form.
+  std::vector<api::Job> jobs;
+  for (const auto& [id, job] : state_.jobs) jobs.push_back(*api::JobFromJson(api::ToJson(job)));
+  std::vector<api::Node> nodes;
+  for (const auto& [name, node] : state_.nodes) nodes.push_back(node);
+  state_ = LoadState(std::move(nodes), std::move(jobs), now_);
+  Advance(100);
+  EXPECT_EQ(Pass(), 0) << "n1 has not said which tasks still run there";
+  EXPECT_EQ(Job(c).state, JobState::kPending);
+  EXPECT_EQ(state_.pending_reasons.at(c),
+            "needs 1 node with 0.5 of a free GPU; 0 available (1 node unheard since the head restarted)");
+  Beat("n1", {Running(a, 0, 0, {0}), Running(b, 0, 0, {0})});
+  EXPECT_EQ(Pass(), 0) << "a's task still holds the GPU";
+  EXPECT_EQ(Job(c).state, JobState::kPending);
+  Beat("n1", {Running(b, 0, 0, {0})});  // a's task is gone
+  EXPECT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(c).state, JobState::kRunning);
+}
+
 TEST_F(CoreTest, MigInstancesAreScheduledByProfileAndNamedByUuid) {
   api::Registration r = H100s("n1", 3);
   for (int i = 0; i < 2; ++i) {
