@@ -139,11 +139,34 @@
       return `#${st.id} ${shellJoin(st.command)}: ${ended ? 'exit ' + Math.max(...codes) : 'running'}`;
     }).join(' · ');
   }
-  // A job's GPUs; a sharing job's parts count as their fraction (two tasks of ½: 1).
+  // Units of a GPU a placed sharing task holds (gpu_share: 4 a GPU), as the scheduler gave
+  // them: a gpu_memory-only task holds its memory's part of its GPU, rounded up to a quarter.
+  const SHARE_UNITS = 4;
+  function isSharing(s) { return (isNum(s.gpus_per_task) && s.gpus_per_task < 1) || !!s.gpu_memory; }
+  // A job's GPUs; a sharing job's parts count as their fraction (two tasks of ½: 1), from
+  // its placed tasks (the head keeps them in a sharing job's allocation), else its spec.
   function jobGpus(job) {
     const s = job.spec || {};
-    if (isNum(s.gpus_per_task) && s.gpus_per_task < 1) return (s.nodes || 0) * (s.tasks_per_node || 1) * s.gpus_per_task;
+    if (isSharing(s)) {
+      let units = 0;
+      for (const na of (job.allocation && job.allocation.nodes) || []) {
+        for (const t of na.tasks || []) units += isNum(t.gpu_share) ? t.gpu_share : 0;
+      }
+      if (units > 0) return units / SHARE_UNITS;
+      if (isNum(s.gpus_per_task) && s.gpus_per_task < 1) return (s.nodes || 0) * (s.tasks_per_node || 1) * s.gpus_per_task;
+      return s.gpu_memory + ' GPU memory';  // its part is known once placed
+    }
     return (s.nodes || 0) * (s.gpus_per_node || 0);
+  }
+  // What a job asks of GPUs, per node or per task: "h100:4/node", "0.5 GPU/task",
+  // "20GiB GPU memory/task".
+  function gpuAsk(s) {
+    const type = s.gpu_type ? ' ' + s.gpu_type : '';
+    if (isNum(s.gpus_per_task) && s.gpus_per_task < 1) {
+      return `${s.gpus_per_task}${type} GPU${s.gpu_memory ? ' (' + s.gpu_memory + ')' : ''}/task`;
+    }
+    if (s.gpu_memory) return `${s.gpu_memory}${type} GPU memory/task`;
+    return `${s.gpus_per_node || 0}${type} GPU/node`;
   }
   function badge(text) { return el('span', { class: 'state ' + text, text }); }
 
@@ -334,15 +357,16 @@
   }
 
   // node name -> gpu index -> the jobs holding it: [{job, share, memory, warning}], from
-  // the running jobs' allocations. `share` is the job's part of the GPU (1 for whole GPUs,
-  // 0.25/0.5/0.75 for a fraction, null for a memory-only part), `memory` its tasks' GPU
-  // memory on that GPU where their agents reported it (tasks_usage), `warning` the first
-  // task's over-share warning.
+  // the running jobs' allocations. `share` is the job's part of the GPU (1 for whole GPUs;
+  // for a sharing job its tasks' slices of that GPU added up, two quarter tasks: 0.5; null
+  // when not known), `memory` its tasks' GPU memory on that GPU where their agents
+  // reported it (tasks_usage), `warning` the first task's over-share warning.
   function gpuOwners(d) {
     const owners = new Map();
     for (const j of d.running || []) {
       const s = j.spec || {};
-      const share = isNum(s.gpus_per_task) && s.gpus_per_task < 1 ? s.gpus_per_task : (s.gpu_memory ? null : 1);
+      const sharing = isSharing(s);
+      const share = !sharing ? 1 : null;
       const holder = (node, g) => {
         if (!owners.has(node)) owners.set(node, new Map());
         const m = owners.get(node);
@@ -353,6 +377,17 @@
       };
       for (const na of (j.allocation && j.allocation.nodes) || []) {
         for (const g of na.gpus || []) holder(na.node, g);
+        if (!sharing) continue;
+        for (const t of na.tasks || []) {
+          if (!isNum(t.gpu_share) || !(t.gpus || []).length) continue;
+          const h = holder(na.node, t.gpus[0]);
+          h.share = (h.share || 0) + t.gpu_share / SHARE_UNITS;
+        }
+      }
+      if (sharing && isNum(s.gpus_per_task) && s.gpus_per_task < 1) {
+        for (const m of owners.values()) {
+          for (const hs of m.values()) for (const h of hs) if (h.job === j.id && h.share === null) h.share = s.gpus_per_task;
+        }
       }
       for (const u of j.tasks_usage || []) {
         const gpus = Array.isArray(u.gpus) ? u.gpus : [];
@@ -368,9 +403,10 @@
   }
 
   function shareText(h) {
-    if (h.share === 1) return '';
-    if (h.share === null) return ' ' + h.gpuMemory;
-    return ' ' + ({ 0.25: '¼', 0.5: '½', 0.75: '¾' }[h.share] || String(h.share));
+    if (h.share === 1 && !h.gpuMemory) return '';
+    const part = h.share === null ? '' : ' ' + ({ 0.25: '¼', 0.5: '½', 0.75: '¾', 1: '1' }[h.share] || String(h.share));
+    // A gpu_memory-only part: the memory it asked for after the part it holds.
+    return part + (h.gpuMemory ? ' ' + h.gpuMemory : '');
   }
 
   function gpuCell(g, holders) {
@@ -529,7 +565,7 @@
     $('queue-count').textContent = queue.length < total ? `(${queue.length} of ${total})` : `(${total})`;
     fillTable('queue', queue.map((j) => {
       const s = j.spec;
-      const asks = `${s.nodes}×${s.tasks_per_node} tasks, ${s.gpus_per_node} GPU/node`;
+      const asks = `${s.nodes}×${s.tasks_per_node} tasks, ${gpuAsk(s)}`;
       return jobRow(j, [
         String(j.id), el('td', { class: 'name', text: s.name, title: jobCommand(s) }), s.user, String(s.priority),
         asks, fmtDuration(now - j.submit_ms), el('td', { class: 'reason', text: j.reason || DASH }), cancelButton(j),
@@ -592,7 +628,7 @@
       ['user', s.user],
       ['command', jobCommand(s)],
       ...(s.kind === 'allocation' ? [['steps', stepsText(job)]] : []),
-      ['shape', `${s.nodes} node(s) × ${s.tasks_per_node} task(s), ${s.gpus_per_node} GPU(s)/node, priority ${s.priority}`],
+      ['shape', `${s.nodes} node(s) × ${s.tasks_per_node} task(s), ${gpuAsk(s)}, priority ${s.priority}`],
       ['nodes', hostList(job)],
       ['attempt', String(job.attempt)],
       ['submitted', fmtTime(job.submit_ms)],

@@ -515,23 +515,51 @@ api::Heartbeat Agent::BuildHeartbeat() {
         }
         if (auto m = gpu_memory_.find(s.key); m != gpu_memory_.end()) t.gpu_memory_bytes = m->second.bytes;
         if (auto w = gpu_over_.find(s.key); w != gpu_over_.end()) t.gpu_memory_warning = w->second;
-        usage_samples.push_back({t.job, t.attempt, t.rank, static_cast<int>(s.gpus.size()), t.cpu_seconds,
-                                 t.rss_bytes, t.gpu_memory_bytes, !t.gpu_memory_warning.empty()});
+        // A task sharing a GPU holds its part of it, not the whole GPU.
+        auto sharing = sharing_tasks_.find(s.key);
+        const double gpus = sharing != sharing_tasks_.end() ? sharing->second.share : static_cast<double>(s.gpus.size());
+        usage_samples.push_back({t.job, t.attempt, t.rank, gpus, t.cpu_seconds, t.rss_bytes, t.gpu_memory_bytes,
+                                 !t.gpu_memory_warning.empty()});
       }
       hb.tasks.push_back(std::move(t));
     }
   }
+  // MIG instances are parts of one physical GPU: a health event on one (a GPU fallen off
+  // the bus, an uncorrectable ECC error) is one on all of them, or the head would keep
+  // placing jobs on, and restart them onto, the sick GPU's other instances.
+  std::map<int, int64_t> parent_events;                // physical GPU -> its instances' events
+  std::map<int, const GpuReading*> parent_worst;       // the instance with the most of them
+  std::map<int, int> parent_of;                        // node index -> physical GPU (MIG only)
+  for (const auto& info : gpus_) {
+    if (info.mig_parent >= 0) parent_of[info.index] = info.mig_parent;
+  }
+  for (const auto& r : latest.gpus) {
+    auto p = parent_of.find(r.index);
+    if (p == parent_of.end() || r.health_events == 0) continue;
+    parent_events[p->second] += r.health_events;
+    const GpuReading*& worst = parent_worst[p->second];
+    if (!worst || r.health_events > worst->health_events) worst = &r;
+  }
   for (const auto& r : latest.gpus) {
     api::GpuReport g;
     g.index = r.index;
+    int64_t events = r.health_events;
+    std::string event = r.health_event;
+    if (auto p = parent_of.find(r.index); p != parent_of.end() && parent_events.contains(p->second)) {
+      events = parent_events[p->second];
+      const GpuReading* worst = parent_worst[p->second];
+      if (r.health_events == 0) {
+        event = fmt::format("{} (on MIG instance {} of the same GPU {})", worst->health_event, worst->index, p->second);
+      }
+    }
     g.telemetry.utilization = r.utilization;
     g.telemetry.memory_used_bytes = r.memory_used_bytes;
     g.telemetry.memory_total_bytes = r.memory_total_bytes;
     g.telemetry.temperature_celsius = r.temperature_celsius;
     g.telemetry.power_watts = r.power_watts;
     g.telemetry.sm_clock_hz = r.sm_clock_hz;
-    g.health_events = r.health_events + hang_events_;
-    g.health_event = (hung.empty() ? r.health_event : hung).substr(0, 1024);
+    g.health_events = events + hang_events_;
+    g.health_event = (hung.empty() ? event : hung).substr(0, 1024);
     hb.gpus.push_back(std::move(g));
   }
   if (latest.gpus.empty() && hang_events_ > 0) {
@@ -754,7 +782,11 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
         LOG_WARN("job {} rank {}: {}; the GPU is time-sliced for it", t.job, t.rank, r.error().message);
         spec.env["COHORT_GPU_SHARING"] = "time-slicing";
       }
-      sharing_tasks_[key] = t.gpus.front();
+      // The part as the head wrote it ("0.5"); /metrics counts the task's GPUs by it.
+      const std::string& share = t.env.at("COHORT_GPU_SHARE");
+      char* end = nullptr;
+      const double part = std::strtod(share.c_str(), &end);
+      sharing_tasks_[key] = {t.gpus.front(), end != share.c_str() && part > 0 && part < 1 ? part : 1.0};
     }
     if (auto r = executor_->Launch(spec); !r) {
       LOG_WARN("cannot launch job {} rank {}: {}", t.job, t.rank, r.error().message);
@@ -790,7 +822,7 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
   std::erase_if(gpu_over_, [&](const auto& e) { return !desired.contains(e.first); });
   std::erase_if(gpu_killed_, [&](const TaskKey& k) { return !desired.contains(k); });
   std::set<int> shared;
-  for (const auto& [key, gpu] : sharing_tasks_) shared.insert(gpu);
+  for (const auto& [key, task] : sharing_tasks_) shared.insert(task.gpu);
   sharing_->Reconcile(shared);
   for (const auto& [key, running] : known) {
     if (running && !desired.contains(key)) {

@@ -341,7 +341,13 @@ class Agent {
   bool fenced_ = false;
   // Tasks that have received their checkpoint signal (loop thread only).
   std::set<TaskKey> checkpoint_signalled_;
-  std::map<TaskKey, int> sharing_tasks_;  // launched sharing tasks and their GPU (heartbeat thread)
+  // Launched sharing tasks: their GPU and their part of it (COHORT_GPU_SHARE, 0.25-0.75),
+  // which /metrics reports as the task's GPUs (heartbeat thread).
+  struct SharingTask {
+    int gpu = 0;
+    double share = 0;
+  };
+  std::map<TaskKey, SharingTask> sharing_tasks_;
   int64_t applied_version_ = 0;
   api::AgentTiming timing_;
   SteadyTime last_ok_send_;                   // send time of the last successful heartbeat

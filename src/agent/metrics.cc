@@ -70,7 +70,7 @@ Result<std::string> RenderAgentMetrics(std::string_view node, const std::vector<
   for (const auto& t : tasks) w.Sample(task_labels(t), t.cpu_seconds);
   w.Family("cohort_task_resident_memory_bytes", MetricType::kGauge, "Resident memory of the task's processes");
   for (const auto& t : tasks) w.Sample(task_labels(t), static_cast<double>(t.rss_bytes));
-  w.Family("cohort_task_gpus", MetricType::kGauge, "GPUs allocated to the task");
+  w.Family("cohort_task_gpus", MetricType::kGauge, "GPUs allocated to the task (a task sharing a GPU: its part, e.g. 0.5)");
   for (const auto& t : tasks) w.Sample(task_labels(t), t.gpus);
   w.Family("cohort_task_gpu_memory_bytes", MetricType::kGauge, "GPU memory of the task's processes, all GPUs");
   for (const auto& t : tasks) w.Sample(task_labels(t), static_cast<double>(t.gpu_memory_bytes));

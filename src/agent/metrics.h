@@ -26,7 +26,7 @@ struct TaskUsageSample {
   int64_t job = 0;
   int attempt = 0;
   int rank = 0;
-  int gpus = 0;
+  double gpus = 0;  // whole GPUs, or a sharing task's part of one (0.5)
   double cpu_seconds = 0;
   int64_t rss_bytes = 0;
   int64_t gpu_memory_bytes = 0;  // its processes on all GPUs (gpu/task_memory.h)

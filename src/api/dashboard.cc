@@ -60,8 +60,11 @@ json ToJson(const DashboardJob& d) {
   json j = ToJson(d.status);
   j.erase("exits");
   j.erase("history");
+  // A sharing job keeps its tasks: their slices are its parts of each GPU (`cohort top`
+  // and the page count a job's GPUs and each GPU's holders by them).
+  const bool sharing = d.status.job.spec.shares_gpu();
   for (auto& na : j["allocation"]["nodes"]) {
-    na.erase("tasks");
+    if (!sharing) na.erase("tasks");
     na.erase("version");
   }
   if (d.progress) j["progress"] = ToJson(*d.progress);

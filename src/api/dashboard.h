@@ -4,8 +4,8 @@
 //
 // Nodes are NodeStatus and jobs JobStatus, encoded as GET /v1/nodes and GET /v1/jobs
 // encode them, except that a dashboard job leaves out what only GET /v1/jobs/{id} shows:
-// "exits", "history" and its allocation's per-node "tasks" and "version" (decoded, they
-// are empty). Running and recent jobs carry their latest progress point and a loss curve.
+// "exits", "history" and its allocation's per-node "tasks" (except a job sharing GPUs,
+// whose tasks carry its slices) and "version" (decoded, they are empty). Running and recent jobs carry their latest progress point and a loss curve.
 // FromJson checks what views.h says views check. Plain values.
 #pragma once
 

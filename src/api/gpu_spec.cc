@@ -39,7 +39,18 @@ Result<void> ReadGpuSpecFields(ObjectReader& r, JobSpec& s) {
     if (g->is_number()) {
       units = COHORT_TRY(ParseGpusPerTask(g->get<double>(), r.FieldName("gpus_per_task")));
     } else if (g->is_string()) {
-      units = COHORT_TRY(ParseGpusPerTaskText(g->get<std::string>(), r.FieldName("gpus_per_task")));
+      // Slurm's --gpus-per-task=[type:]number: "h100:0.5" is half of an H100 per task.
+      std::string text = g->get<std::string>();
+      if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
+        const std::string type = COHORT_TRY(NormalizeGpuType(text.substr(0, colon), r.FieldName("gpus_per_task")));
+        if (!s.gpu_type.empty() && type != s.gpu_type) {
+          return FieldError(r.FieldName("gpus_per_task"), "type '{}' differs from the type in gpus ('{}')", type,
+                            s.gpu_type);
+        }
+        s.gpu_type = type;
+        text = text.substr(colon + 1);
+      }
+      units = COHORT_TRY(ParseGpusPerTaskText(text, r.FieldName("gpus_per_task")));
     } else {
       return FieldError(r.FieldName("gpus_per_task"), "must be a number (0.25, 0.5, 0.75 or whole), got {}",
                         JsonTypeName(*g));
@@ -93,6 +104,13 @@ void WriteGpuSpecFields(const JobSpec& s, json& j) {
 }
 
 Result<void> ValidateGpuSpec(const JobSpec& s) {
+  if (s.gpu_memory_mib > 0 && s.gpu_share == 0 && IsMigProfile(s.gpu_type)) {
+    // Before the count check: "gpus_per_node must be 0" would send them the wrong way.
+    return FieldError("gpu_memory",
+                      "MIG instance '{}' is not shared: each has the profile's own memory, so ask for whole "
+                      "instances (gpus: {}:N) without gpu_memory",
+                      s.gpu_type, s.gpu_type);
+  }
   if (s.shares_gpu() && s.gpus_per_node > 0) {
     return FieldError(s.gpu_share > 0 ? "gpus_per_task" : "gpu_memory",
                       "a task that shares a GPU holds a part of one GPU, so gpus_per_node must be 0, got {}",

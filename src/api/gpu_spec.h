@@ -4,7 +4,8 @@
 //
 //   gpus: "h100:4"           gpu_type h100, gpus_per_node 4 (also "4", "1g.10gb:2", or 4)
 //   gpus_per_task: 0.5       a half of one GPU per task (0.25, 0.5, 0.75); a whole number
-//                            n is n whole GPUs per task (gpus_per_node = n x tasks_per_node)
+//                            n is n whole GPUs per task (gpus_per_node = n x tasks_per_node);
+//                            "h100:0.5" also names the type (Slurm's [type:]number)
 //   gpu_memory: "20GiB"      GPU memory per task on a shared GPU (or a byte count)
 //   gpu_memory_enforce: kill report (default) or kill a task over its memory share
 //   topology: required       preferred (default) or required

@@ -39,7 +39,8 @@ void AddAgentCommand(CommandContext& ctx) {
                   "Present N simulated GPUs instead of the real ones (NVML)")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--simulated-gpu-model", f->config.simulated_layout.model,
-                  "Simulated GPUs' model as NVML names it, e.g. 'NVIDIA H100 80GB HBM3' (jobs ask for it as h100)");
+                  "Simulated GPUs' model as NVML names it, e.g. 'NVIDIA H100 80GB HBM3' (jobs ask for it as h100); "
+                  "their memory is what the name states (80GB), else 80 GiB");
   sub->add_option("--simulated-nvlink-island", f->config.simulated_layout.nvlink_island,
                   "Simulated GPUs form NVLink islands of N consecutive GPUs")
       ->check(CLI::Range(1, 1024));

@@ -132,6 +132,13 @@ std::string GpuTopologyText(const api::Node& n) {
   return out + "\n  connections (NV: NVLink island, PIX: one PCIe switch, SYS: otherwise):\n" + m.Render(2);
 }
 
+// "rack=r1,switch=s3", in key order; "" for none.
+std::string TopologyLabels(const std::map<std::string, std::string>& labels) {
+  std::string out;
+  for (const auto& [k, val] : labels) out += (out.empty() ? "" : ",") + k + "=" + val;
+  return out;
+}
+
 }  // namespace
 
 std::string RenderNodes(const std::vector<api::NodeStatus>& nodes) {
@@ -167,6 +174,8 @@ std::string RenderNode(const api::NodeStatus& v) {
       // For --mem and --constraint (sched/constraints.h).
       {"memory", n.memory_bytes > 0 ? sched::FormatMemoryMb(n.memory_bytes >> 20) : "unknown"},
       {"features", n.features.empty() ? "" : Join(n.features, ",", "")},
+      // The agent's --topology labels (rack=r1,switch=s3): gangs are placed by `switch`.
+      {"topology", TopologyLabels(n.labels)},
       {"jobs", JobList(v.jobs)},
   };
   size_t width = 0;

@@ -166,6 +166,10 @@ double JobGpuAmount(const api::Job& j) {
   const api::JobSpec& s = j.spec;
   if (!s.shares_gpu()) return static_cast<double>(s.nodes) * s.gpus_per_node;
   if (!j.history.empty() && j.history.back().attempt == j.attempt) return api::AttemptGpuAmount(s, j.history.back());
+  // Placed, without its history (the dashboard's jobs): its tasks' slices.
+  int64_t units = 0;
+  for (const api::NodeAllocation& na : j.allocation.nodes) units += api::AllocationShareUnits(s, na);
+  if (units > 0) return static_cast<double>(units) / api::kGpuShareUnits;
   return static_cast<double>(s.nodes) * s.tasks_per_node * s.gpu_share / api::kGpuShareUnits;
 }
 

@@ -446,8 +446,12 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   if (flags.gpus_per_task) {
     base.erase("gpus_per_task");
     base["gpus_per_task"] = *flags.gpus_per_task;
-    // A fraction holds a part of one GPU: the file's whole-GPU count no longer applies.
+    // A fraction holds a part of one GPU: the file's whole-GPU count no longer applies, nor
+    // its type when the flag names one (h100:0.5).
     if (flags.gpus_per_task->find('.') != std::string::npos && !flags.gpus) base.erase("gpus_per_node");
+    if (flags.gpus_per_task->find(':') != std::string::npos && !flags.gpus) {
+      for (const char* k : {"gpus", "gpu_type", "gpus_per_node"}) base.erase(k);
+    }
   }
   set("gpu_memory", flags.gpu_memory);
   set("gpu_memory_enforce", flags.gpu_memory_enforce);
@@ -540,7 +544,8 @@ void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
               "GPUs per node, [TYPE:]COUNT, split evenly among its tasks: 4, h100:4 (a model, as NVML names it "
               "in short), 1g.10gb:2 (MIG instances) (default 0)");
   AddOptional(sub, "--gpus-per-task", f.gpus_per_task,
-              "A part of one GPU per task, shared with other tasks: 0.25, 0.5 or 0.75 (or a whole number of GPUs)");
+              "A part of one GPU per task, shared with other tasks: 0.25, 0.5 or 0.75 (or a whole number of GPUs); "
+              "[TYPE:] names the model, as Slurm's: h100:0.5");
   AddOptional(sub, "--gpu-memory", f.gpu_memory, "GPU memory per task on a shared GPU, e.g. 20GiB");
   AddOptional(sub, "--gpu-memory-enforce", f.gpu_memory_enforce,
               "A task over its GPU memory share is reported (report, the default) or stopped (kill)");

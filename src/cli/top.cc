@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "api/gpu_request.h"
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -76,16 +77,48 @@ const api::GpuTelemetry& Telemetry(const api::Gpu& gpu) {
   return gpu.telemetry ? *gpu.telemetry : kUnknown;
 }
 
-// node name -> GPU index -> job id, from the running jobs' allocations.
-std::map<std::string, std::map<int, api::JobId>> GpuOwners(const std::vector<api::DashboardJob>& running) {
-  std::map<std::string, std::map<int, api::JobId>> owners;
+// A job holding a GPU and its part of it in share units (kGpuShareUnits: the whole GPU;
+// 0: a sharing job whose slices the view lacks).
+struct GpuHolder {
+  api::JobId job = 0;
+  int units = 0;
+};
+
+// node name -> GPU index -> the jobs holding it, in job order, from the running jobs'
+// allocations: a shared GPU lists every job on it with its tasks' slices added up.
+std::map<std::string, std::map<int, std::vector<GpuHolder>>> GpuOwners(const std::vector<api::DashboardJob>& running) {
+  std::map<std::string, std::map<int, std::vector<GpuHolder>>> owners;
   for (const auto& d : running) {
     const api::Job& j = d.status.job;
+    const bool sharing = j.spec.shares_gpu();
     for (const auto& na : j.allocation.nodes) {
-      for (int g : na.gpus) owners[na.node][g] = j.id;
+      auto& on_node = owners[na.node];
+      auto holder = [&](int g) -> GpuHolder& {
+        auto& list = on_node[g];
+        for (GpuHolder& h : list) {
+          if (h.job == j.id) return h;
+        }
+        return list.emplace_back(GpuHolder{j.id, sharing ? 0 : api::kGpuShareUnits});
+      };
+      for (int g : na.gpus) holder(g);
+      if (!sharing) continue;
+      for (const auto& t : na.tasks) {
+        if (!t.gpus.empty()) holder(t.gpus.front()).units += t.gpu_share;
+      }
     }
   }
   return owners;
+}
+
+// "12" for a whole GPU, "14(0.5),15(0.25)" for a shared one.
+std::string HoldersText(const std::vector<GpuHolder>& holders) {
+  std::vector<std::string> parts;
+  for (const GpuHolder& h : holders) {
+    parts.push_back(h.units == 0 || h.units >= api::kGpuShareUnits
+                        ? std::to_string(h.job)
+                        : fmt::format("{}({:g})", h.job, static_cast<double>(h.units) / api::kGpuShareUnits));
+  }
+  return parts.empty() ? kDash : Join(parts, ",");
 }
 
 std::string Hosts(const api::Job& j) {
@@ -167,7 +200,7 @@ std::string GpusSection(const api::Dashboard& d, size_t width) {
       auto owner = on_node.find(g.index);
       double mem_total = static_cast<double>(tel.memory_total_bytes.value_or(g.memory_bytes));
       std::vector<std::string> row = {
-          name, std::to_string(g.index), owner == on_node.end() ? kDash : std::to_string(owner->second),
+          name, std::to_string(g.index), owner == on_node.end() ? kDash : HoldersText(owner->second),
           Percent(tel.utilization), fmt::format("{}/{}", Gib(AsDouble(tel.memory_used_bytes)), Gib(mem_total)),
           tel.temperature_celsius ? fmt::format("{:.0f}C", *tel.temperature_celsius) : kDash,
           tel.power_watts ? fmt::format("{:.0f}W", *tel.power_watts) : kDash};

@@ -303,7 +303,10 @@ Result<void> CheckGpuFeasible(const std::vector<NodeDevices>& capacity, const Jo
   int64_t largest_mib = 0;
   int hosts = 0;
   int most = 0;  // the most matching devices on one node
+  bool switches = false;                  // any node carries a switch label
+  std::map<std::string, int> by_switch;   // hosts under each labelled switch
   for (const NodeDevices& node : capacity) {
+    switches = switches || !node.network_switch.empty();
     std::vector<GpuView> devices = node.devices;
     int matching = 0;
     for (GpuView& d : devices) {
@@ -316,9 +319,31 @@ Result<void> CheckGpuFeasible(const std::vector<NodeDevices>& capacity, const Jo
     }
     most = std::max(most, matching);
     if (node.cpus < int64_t{job.cpus_per_task} * job.tasks_per_node) continue;
-    if (FitMember(devices, job, job.gpus_per_node, Placement::kPack)) ++hosts;
+    if (FitMember(devices, job, job.gpus_per_node, Placement::kPack)) {
+      ++hosts;
+      if (!node.network_switch.empty()) ++by_switch[node.network_switch];
+    }
   }
-  if (hosts >= std::max(job.min_nodes > 0 ? std::min(job.min_nodes, job.nodes) : job.nodes, 1)) return {};
+  const int needed = std::max(job.min_nodes > 0 ? std::min(job.min_nodes, job.nodes) : job.nodes, 1);
+  if (hosts >= needed && job.topology_required && needed > 1 && switches) {
+    // FitDetailedGang waits for one switch with the gang's nodes (a node without a switch
+    // label is a switch of its own): never, if no switch has that many hosts.
+    int largest = std::min(hosts, 1);
+    std::string where;
+    for (const auto& [sw, n] : by_switch) {
+      largest = std::max(largest, n);
+      where += fmt::format("{}{}: {}", where.empty() ? "" : ", ", sw, n);
+    }
+    if (largest >= needed) return {};
+    JobRequest plain = job;  // what one node needs, as the pending reason words it
+    plain.topology_required = false;
+    GangDemand d{needed, job.gpus_per_node, int64_t{job.cpus_per_task} * job.tasks_per_node};
+    return Errorf(ErrorCode::kUnsatisfiable,
+                  "topology required: job {} under one switch, but at most {} under one switch could host one "
+                  "({})",
+                  NeedText(plain, d), largest, where.empty() ? "no node under a switch could" : where);
+  }
+  if (hosts >= needed) return {};
   if (!job.gpu_type.empty() && most == 0) {
     std::string have;
     for (const auto& [t, n] : types) have += fmt::format("{}{} x {}", have.empty() ? "" : ", ", t, n);

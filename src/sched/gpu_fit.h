@@ -92,7 +92,10 @@ bool HasSwitches(const NodePool& pool);
 // Submit-time check for a detailed job: can it ever run on `capacity` (every device free)?
 // Unsatisfiable naming the type, share or memory no node has, e.g. "job asks for GPU
 // type 'h200' but no node has it (the cluster has: h100 x 16, 1g.10gb x 14)",
-// "job asks for 100GiB of GPU memory per task but the largest GPU has 80GiB".
+// "job asks for 100GiB of GPU memory per task but the largest GPU has 80GiB", and a
+// topology-required gang that no switch (NodeDevices::network_switch) has enough hosts
+// for, when any node carries a switch label: "topology required: job needs 3 nodes with
+// 1 free GPU under one switch, but at most 2 under one switch could host one (s1: 2, s2: 1)".
 Result<void> CheckGpuFeasible(const std::vector<NodeDevices>& capacity, const JobRequest& job);
 
 }  // namespace cohort::sched

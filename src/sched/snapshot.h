@@ -240,6 +240,7 @@ struct NodeDevices {
   std::string id;
   int cpus = 0;
   std::vector<GpuView> devices;
+  std::string network_switch = {};  // its `switch` topology label (NodeView's); "" unknown
 };
 
 }  // namespace cohort::sched

@@ -98,6 +98,21 @@ TEST(SimulatedGpusTest, LayoutPresentsModelIslandsSwitchesAndMigInstances) {
   EXPECT_FALSE(ParseSimulatedMig("1g.10gb"));
 }
 
+// A simulated model has the memory its name states, as the real one would: gpu_memory
+// requests, shares and the over-share check are measured against it.
+TEST(SimulatedGpusTest, AModelHasTheMemoryItsNameStates) {
+  SimulatedLayout layout;
+  layout.model = "NVIDIA A100-SXM4-40GB";
+  EXPECT_EQ(SimulatedGpus(1, "n", layout)[0].memory_bytes, int64_t{40} << 30);
+  layout.model = "NVIDIA H100 80GB HBM3";
+  EXPECT_EQ(SimulatedGpus(1, "n", layout)[0].memory_bytes, int64_t{80} << 30);
+  layout.model = "NVIDIA H200 141GB HBM3e";
+  EXPECT_EQ(SimulatedGpus(1, "n", layout)[0].memory_bytes, int64_t{141} << 30);
+  layout.model = "NVIDIA L40S";  // no memory in the name: the default
+  EXPECT_EQ(SimulatedGpus(1, "n", layout)[0].memory_bytes, int64_t{80} << 30);
+  EXPECT_EQ(SimulatedGpus(1, "n")[0].memory_bytes, int64_t{80} << 30);
+}
+
 TEST(GpuSharingTest, SimulatedGpusAreTimeSlicedAndRecordTheLimitsEachTaskGot) {
   GpuSharing sharing(SimulatedGpus(2, "n1"), ::testing::TempDir(), "/bin/true");
   EXPECT_EQ(sharing.mode(), "time-slicing");  // MPS needs real GPUs

@@ -115,6 +115,21 @@ TEST(GpuSpec, TypeCountFractionMemoryAndTopologyRoundTrip) {
   ASSERT_TRUE(again);
   EXPECT_EQ(ToJson(*again), ToJson(*s));
 
+  // A type before the part, as Slurm's --gpus-per-task=h100:0.5: half of an H100.
+  s = JobSpecFromJson(Spec({{"gpus_per_task", "H100:0.5"}}));
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->gpu_type, "h100");
+  EXPECT_EQ(s->gpu_share, 2);
+  EXPECT_EQ(s->gpus_per_node, 0);
+  EXPECT_EQ(GpuSpecText(*s), "0.5 GPU (h100) per task, shared");
+  again = JobSpecFromJson(ToJson(*s));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(ToJson(*again), ToJson(*s));
+  s = JobSpecFromJson(Spec({{"gpus_per_task", "a100:2"}, {"tasks_per_node", 2}}));
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->gpu_type, "a100");
+  EXPECT_EQ(s->gpus_per_node, 4);
+
   // A whole number per task is whole GPUs: 2 x 4 tasks.
   s = JobSpecFromJson(Spec({{"gpus_per_task", 2}, {"tasks_per_node", 4}}));
   ASSERT_TRUE(s);
@@ -142,6 +157,16 @@ TEST(GpuSpec, BadInputNamesTheFieldAndTheNumbers) {
   EXPECT_EQ(ErrorOf(Spec({{"gpu_memory_enforce", "warn"}})), "gpu_memory_enforce: must be 'report' or 'kill', got 'warn'");
   EXPECT_EQ(ErrorOf(Spec({{"topology", "strict"}})), "topology: must be 'preferred' or 'required', got 'strict'");
   EXPECT_EQ(ErrorOf(Spec({{"gpus", true}})), "gpus: must be [TYPE:]COUNT (e.g. \"h100:4\" or 4), got boolean");
+  EXPECT_EQ(ErrorOf(Spec({{"gpu_type", "a100"}, {"gpus_per_task", "h100:0.5"}})),
+            "gpus_per_task: type 'h100' differs from the type in gpus ('a100')");
+  EXPECT_EQ(ErrorOf(Spec({{"gpus_per_task", "h100:0.3"}})),
+            "gpus_per_task: 0.3 GPUs per task: a fraction of one GPU must be 0.25, 0.5 or 0.75 (quarters), more "
+            "than one must be a whole number (1-1024)");
+  EXPECT_EQ(ErrorOf(Spec({{"gpus", "1g.10gb:2"}, {"gpu_memory", "5GiB"}})),
+            "gpu_memory: MIG instance '1g.10gb' is not shared: each has the profile's own memory, so ask for whole "
+            "instances (gpus: 1g.10gb:N) without gpu_memory");
+  EXPECT_EQ(ErrorOf(Spec({{"gpus_per_task", "1g.10gb:0.5"}})),
+            "gpu_type: MIG instance '1g.10gb' is not shared: ask for whole instances (gpus: 1g.10gb:N)");
 }
 
 TEST(GpuSpec, ASharingTaskGetsItsMpsLimitsAndAMigTaskItsUuids) {

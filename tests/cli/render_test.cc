@@ -292,6 +292,9 @@ TEST(RenderNodesTest, NodeTableAndDetail) {
   std::string with = RenderNode(*api::NodeStatusFromJson(featured));
   EXPECT_THAT(with, HasSubstr("memory:         256G\n"));
   EXPECT_THAT(with, HasSubstr("features:       a100,ib\n"));
+  EXPECT_THAT(detail, HasSubstr("topology:       -\n"));
+  featured["labels"] = {{"switch", "s3"}, {"rack", "r1"}};
+  EXPECT_THAT(RenderNode(*api::NodeStatusFromJson(featured)), HasSubstr("topology:       rack=r1,switch=s3\n"));
   EXPECT_THAT(detail, HasSubstr("  INDEX  NAME                   UUID   MEMORY    SIMULATED\n"
                                 "  0      NVIDIA H100 80GB HBM3  GPU-1  80.0 GiB  no\n"));
 }

@@ -118,6 +118,21 @@ TEST(MergeSubmitFlagsTest, FlagsOverrideTheFile) {
   EXPECT_EQ(spec->nodes, 2);
 }
 
+// --gpus-per-task h100:0.5 (Slurm's [type:]number) asks for half of an H100, replacing
+// the file's GPU type and count.
+TEST(MergeSubmitFlagsTest, ATypedFractionReplacesTheFilesGpus) {
+  json file = json::parse(R"({"command": ["python", "train.py"], "gpus": "a100:2"})");
+  SubmitFlags f;
+  f.gpus_per_task = "h100:0.5";
+  auto merged = MergeSubmitFlags(file, f, Defaults());
+  ASSERT_TRUE(merged.has_value()) << merged.error().message;
+  auto spec = api::JobSpecFromJson(*merged);
+  ASSERT_TRUE(spec.has_value()) << spec.error().message;
+  EXPECT_EQ(spec->gpu_type, "h100");
+  EXPECT_EQ(spec->gpu_share, 2);
+  EXPECT_EQ(spec->gpus_per_node, 0);
+}
+
 TEST(MergeSubmitFlagsTest, CommandOnlyGetsDefaults) {
   SubmitFlags f;
   f.command = {"hostname"};

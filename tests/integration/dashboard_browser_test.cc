@@ -298,8 +298,8 @@ TEST_F(DashboardBrowserTest, ShowsGpuFractionsMemoryAndMigInstances) {
   if (binary.empty()) GTEST_SKIP() << "no chromium in PATH (set COHORT_CHROMIUM to a Chromium or Chrome binary)";
   LocalCluster c;
   c.StartHead();
-  // GPU 0 carved into three MIG instances (node indices 0-2), GPU 1 whole (index 3).
-  c.StartAgent("mig-a", 2, 16, {"--simulated-mig", "1g.10gb:2,3g.40gb:1"});
+  // GPU 0 carved into three MIG instances (node indices 0-2), GPUs 1 and 2 whole (3, 4).
+  c.StartAgent("mig-a", 3, 16, {"--simulated-mig", "1g.10gb:2,3g.40gb:1"});
   c.WaitForNodes(1);
   auto half = [&](const std::string& name, int64_t gib) {
     return c.Submit({{"name", name},
@@ -311,6 +311,13 @@ TEST_F(DashboardBrowserTest, ShowsGpuFractionsMemoryAndMigInstances) {
   const int64_t big = half("big", 50), small = half("small", 10);
   const int64_t mig = c.Submit({{"name", "mig"}, {"command", {"sleep", "600"}}, {"gpus", "1g.10gb:1"}})["id"];
   c.WaitForState(mig, "RUNNING");
+  // GPU 4: a job of two quarter tasks (half the GPU in all) and a gpu_memory-only job,
+  // which holds its memory's part of the GPU (20 of 80 GiB: a quarter).
+  const int64_t quarters = c.Submit({{"name", "quarters"}, {"command", {"sleep", "600"}}, {"tasks_per_node", 2},
+                                     {"gpus_per_task", 0.25}})["id"];
+  const int64_t memory = c.Submit({{"name", "memory"}, {"command", {"sleep", "600"}}, {"gpu_memory", "20GiB"}})["id"];
+  c.WaitForState(quarters, "RUNNING");
+  c.WaitForState(memory, "RUNNING");
   ASSERT_TRUE(WaitUntil([&] {
     json j = c.Job(big);
     return j.contains("tasks_usage") && j["tasks_usage"].size() == 1 && j["tasks_usage"][0].contains("gpu_memory_warning");
@@ -340,6 +347,15 @@ TEST_F(DashboardBrowserTest, ShowsGpuFractionsMemoryAndMigInstances) {
     }})())", fmt::arg("mig", mig), fmt::arg("big", big), fmt::arg("small", small)),
              "GPU 0's three MIG instances under it (one busy), and GPU 3 shared by two halves with their memory, "
              "the one over its share marked, and a half-GPU job counted as 0.5 GPU", probe);
+  WaitInPage(cdp, fmt::format(R"((() => {{
+      const g = document.querySelector('#nodes .gpu[data-gpu="4"]');
+      const q = g && g.querySelector('.holder[data-job="{quarters}"]'), m = g && g.querySelector('.holder[data-job="{memory}"]');
+      const cell = (id) => document.querySelector(`#running tbody tr[data-job="${{id}}"]`)?.cells[4].textContent;
+      return !!q && !!m && q.textContent.startsWith('j{quarters} ½') && m.textContent.startsWith('j{memory} ¼ 20GiB') &&
+             cell({quarters}) === '0.5' && cell({memory}) === '0.25';
+    }})())", fmt::arg("quarters", quarters), fmt::arg("memory", memory)),
+             "GPU 4 held by two quarter tasks of one job (½ in all) and by a 20GiB job (¼ of the GPU), each counted "
+             "as the part it holds in the running table", probe);
   ASSERT_NO_FATAL_FAILURE(Screenshot(cdp, out_dir, "dashboard_gpu_sharing.png"));
 }
 

@@ -88,6 +88,8 @@ TEST(GpuMemory, OverTheShareIsReportedAndWithKillStoppedWithTheReason) {
   const std::string labels = "{node=\"n1\",job=\"" + std::to_string(report) + "\",attempt=\"0\",rank=\"0\"}";
   EXPECT_THAT(metrics->body, HasSubstr("cohort_task_gpu_memory_bytes" + labels + " 53687091200\n"));
   EXPECT_THAT(metrics->body, HasSubstr("cohort_task_gpu_memory_over_share" + labels + " 1\n"));
+  // A half-GPU task holds half a GPU: summing cohort_task_gpus must not count it whole.
+  EXPECT_THAT(metrics->body, HasSubstr("cohort_task_gpus" + labels + " 0.5\n"));
 }
 
 

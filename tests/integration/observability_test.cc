@@ -166,6 +166,45 @@ TEST(Observability, InjectedXidMarksGpuUnhealthyUntilResume) {
   EXPECT_TRUE(Gpu(c, "n1", bad)["healthy"].get<bool>());
 }
 
+// An XID on one MIG instance is one on the physical GPU: every instance of it leaves
+// scheduling, the jobs on its siblings are stopped too, and none restarts on a sibling.
+TEST(Observability, AnXidOnAMigInstanceMarksEveryInstanceOfItsGpu) {
+  LocalCluster c;
+  c.StartHead();
+  // GPU 0 carved into instances 0-2 (1g.10gb, 1g.10gb, 3g.40gb); GPU 1 whole (index 3).
+  c.StartAgent("n1", 2, 16, {"--simulated-mig", "1g.10gb:2,3g.40gb:1"});
+  c.WaitForNodes(1);
+  const int64_t small = c.Submit({{"command", {"sleep", "60"}}, {"gpus", "1g.10gb:1"}, {"max_restarts", 1}})["id"];
+  const int64_t large = c.Submit({{"command", {"sleep", "60"}}, {"gpus", "3g.40gb:1"}})["id"];
+  const int bad = JobGpu(c.WaitForState(small, "RUNNING"));
+  c.WaitForState(large, "RUNNING");
+  auto ok = HttpClient(AgentUrl(c, "n1")).Post("/v1/simulate/xid", json{{"gpu", bad}, {"xid", 79}});
+  ASSERT_TRUE(ok.has_value()) << ok.error().message;
+
+  json n;
+  ASSERT_TRUE(WaitUntil([&] {
+    n = c.Node("n1");
+    return n["unhealthy_gpus"] == 3;
+  }, std::chrono::seconds(10))) << n.dump(2);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(n["gpus"][i]["healthy"].get<bool>()) << i;
+    EXPECT_THAT(n["gpus"][i]["health_reason"].get<std::string>(), HasSubstr("XID 79")) << i;
+  }
+  EXPECT_TRUE(n["gpus"][3]["healthy"].get<bool>());
+  const int sibling = bad == 0 ? 1 : 0;
+  EXPECT_THAT(n["gpus"][sibling]["health_reason"].get<std::string>(),
+              HasSubstr("on MIG instance " + std::to_string(bad) + " of the same GPU 0"));
+  // The 3g.40gb job on the same physical GPU fails with it; the 1g.10gb job waits, as no
+  // healthy instance of its profile is left.
+  json l = c.WaitForState(large, "FAILED");
+  EXPECT_THAT(l.value("reason", ""), HasSubstr("unhealthy"));
+  json s;
+  ASSERT_TRUE(WaitUntil([&] {
+    s = c.Job(small);
+    return s["state"] == "PENDING" && s["attempt"] == 1 && s.value("reason", "").starts_with("needs ");
+  }, std::chrono::seconds(15))) << s.dump(2);
+}
+
 TEST(Observability, FailedHealthCheckMarksTheGpusItNames) {
   LocalCluster c;
   c.StartHead();

@@ -1,5 +1,6 @@
 // `cohort top --once` against a live local cluster: one frame, no escape codes, with the
 // nodes, their GPUs, the running job and the queue, fitted to the width asked for.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "harness.h"
@@ -95,6 +96,41 @@ TEST(TopTest, OnceShowsNodesGpusAndJobs) {
   auto [bad, rc4] = RunTop(c, {"--once", "--interval", "0"});
   EXPECT_EQ(rc4, 2) << bad;
   EXPECT_NE(bad.find("--interval"), std::string::npos) << bad;
+}
+
+// One GPU shared by two jobs: its row names both with their parts (a job's tasks on it
+// added up), and the RUNNING table counts a gpu_memory-only job by the part it holds.
+TEST(TopTest, ASharedGpuNamesEveryJobOnItWithItsPart) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("top-node", 1);  // one simulated 80 GiB GPU
+  c.WaitForNodes(1);
+  const int64_t quarters = c.Submit({{"name", "quarters"}, {"command", {"sleep", "600"}},
+                                     {"tasks_per_node", 2}, {"gpus_per_task", 0.25}})["id"];
+  const int64_t memory = c.Submit({{"name", "memory-only"}, {"command", {"sleep", "600"}},
+                                   {"gpu_memory", "20GiB"}})["id"];
+  c.WaitForState(quarters, "RUNNING");
+  c.WaitForState(memory, "RUNNING");
+
+  auto [out, rc] = RunTop(c, {"--once", "--width", "140"});
+  ASSERT_EQ(rc, 0) << out;
+  const std::string holders = fmt::format(" {}(0.5),{}(0.25) ", quarters, memory);
+  bool gpu_row = false;
+  for (const auto& line : Lines(out)) {
+    if (line.rfind("top-node  0 ", 0) == 0) gpu_row = line.find(holders) != std::string::npos;
+  }
+  EXPECT_TRUE(gpu_row) << "GPU 0's row should name" << holders << "\n" << out;
+  bool memory_row = false;
+  for (const auto& line : Lines(out)) {
+    if (line.rfind(std::to_string(memory) + " ", 0) == 0 && line.find("memory-only") != std::string::npos) {
+      memory_row = line.find(" 0.25 ") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(memory_row) << "the gpu_memory-only job holds 0.25 of a GPU:\n" << out;
+
+  auto [narrow, rc2] = RunTop(c, {"--once", "--width", "60"});
+  ASSERT_EQ(rc2, 0) << narrow;
+  for (const auto& line : Lines(narrow)) EXPECT_LE(CodePoints(line), 60u) << line;
 }
 
 TEST(TopTest, UnreachableHeadIsAnError) {

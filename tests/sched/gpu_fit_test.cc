@@ -204,6 +204,35 @@ TEST(GpuType, SubmitRejectsATypeOrMemoryNoNodeHasAndAcceptsWhatFits) {
   EXPECT_FALSE(CheckGpuFeasible(capacity, TypedJob(7, 2, 1, "h100")));  // two nodes: only one has h100s
 }
 
+TEST(Topology, SubmitRejectsARequiredGangLargerThanEverySwitch) {
+  std::vector<NodeDevices> capacity = {{"a", 64, {Device(0), Device(1)}, "s1"},
+                                       {"b", 64, {Device(0), Device(1)}, "s1"},
+                                       {"c", 64, {Device(0), Device(1), Device(2), Device(3)}, "s2"},
+                                       {"d", 64, {Device(0)}}};  // no switch label: a switch of its own
+  JobRequest three = GpuJob(1, 3, 1);
+  three.topology_required = true;
+  auto r = CheckGpuFeasible(capacity, three);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnsatisfiable);
+  EXPECT_EQ(r.error().message, "topology required: job needs 3 nodes with 1 free GPU under one switch, but at most 2 "
+                               "under one switch could host one (s1: 2, s2: 1)");
+  JobRequest two = GpuJob(2, 2, 2);
+  two.topology_required = true;
+  EXPECT_TRUE(CheckGpuFeasible(capacity, two));  // a and b under s1
+  JobRequest four = GpuJob(3, 2, 4);
+  four.topology_required = true;
+  r = CheckGpuFeasible(capacity, four);  // only c has 4: the node count decides first
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "job needs 2 nodes with 4 free GPUs connected (topology required) but only 1 node "
+                               "in the cluster could host one");
+  three.topology_required = false;
+  EXPECT_TRUE(CheckGpuFeasible(capacity, three));  // preferred: any three nodes
+  // Without switch labels a required gang only needs its GPUs connected on each node.
+  std::vector<NodeDevices> unlabelled = {{"a", 64, {Device(0)}}, {"b", 64, {Device(0)}}, {"c", 64, {Device(0)}}};
+  three.topology_required = true;
+  EXPECT_TRUE(CheckGpuFeasible(unlabelled, three));
+}
+
 // 8 GPUs in two NVLink islands of 4.
 NodeView IslandNode(std::string id, std::vector<int> busy) {
   std::vector<GpuView> devices;

@@ -67,7 +67,8 @@ struct SimulatedLayout {
 // profile or count, or instances whose memory exceeds the GPU's 80 GiB.
 Result<std::vector<std::pair<std::string, int>>> ParseSimulatedMig(std::string_view text);
 
-// `n` simulated GPUs laid out as `layout` says. Whole GPUs keep their index's uuid; a MIG
+// `n` simulated GPUs laid out as `layout` says, each with the memory its model's name states
+// ("NVIDIA A100-SXM4-40GB": 40 GiB; 80 GiB when the name states none). Whole GPUs keep their index's uuid; a MIG
 // GPU 0 becomes its instances (indices 0..k-1, uuids "MIG-..." derived like the GPUs'),
 // and the other GPUs follow at indices k, k+1, ...; every device is then named by uuid.
 std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name, const SimulatedLayout& layout);

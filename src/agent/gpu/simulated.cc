@@ -211,6 +211,20 @@ int64_t MigProfileBytes(std::string_view profile) {
   return n << 30;
 }
 
+// The memory a model's NVML name states ("NVIDIA A100-SXM4-40GB" -> 40 GiB, "NVIDIA H100
+// 80GB HBM3" -> 80 GiB: a run of digits followed by "GB"), else the default 80 GiB.
+int64_t SimulatedModelBytes(std::string_view model) {
+  for (size_t gb = model.find("GB"); gb != std::string_view::npos; gb = model.find("GB", gb + 1)) {
+    size_t start = gb;
+    while (start > 0 && model[start - 1] >= '0' && model[start - 1] <= '9') --start;
+    if (start == gb || gb - start > 6) continue;
+    int64_t n = 0;
+    for (size_t i = start; i < gb; ++i) n = n * 10 + (model[i] - '0');
+    if (n > 0) return n << 30;
+  }
+  return kSimulatedMemoryBytes;
+}
+
 }  // namespace
 
 Result<std::vector<std::pair<std::string, int>>> ParseSimulatedMig(std::string_view text) {
@@ -243,6 +257,7 @@ Result<std::vector<std::pair<std::string, int>>> ParseSimulatedMig(std::string_v
 std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name, const SimulatedLayout& layout) {
   std::vector<GpuInfo> gpus;
   const std::string model = layout.model.empty() ? std::string(kSimulatedName) : layout.model;
+  const int64_t memory = SimulatedModelBytes(model);
   int next = 0;
   for (int i = 0; i < n; ++i) {
     if (i == 0 && !layout.mig.empty()) {
@@ -266,7 +281,7 @@ std::vector<GpuInfo> SimulatedGpus(int n, std::string_view node_name, const Simu
     g.index = next++;
     g.name = model;
     g.uuid = SimulatedUuid(node_name, i);
-    g.memory_bytes = kSimulatedMemoryBytes;
+    g.memory_bytes = memory;
     g.simulated = true;
     if (layout.nvlink_island > 0) g.nvlink_island = i / layout.nvlink_island;
     if (layout.pcie_switch > 0) g.pcie_switch = i / layout.pcie_switch;

@@ -26,6 +26,7 @@ void ForgetPreviousAgent(Tx& tx, const api::Registration& reg) {
   FailJobsOnNode(tx, reg.name, fmt::format("node {} restarted: its agent's tasks are gone", reg.name));
   NodeRuntime& rt = tx.s.runtime[reg.name];
   rt.reported.clear();
+  rt.reported_since_load = true;  // a new agent runs nothing yet
   rt.stopping.clear();  // they died with the previous agent process
   rt.applied_version = 0;
   // A new agent process counts health events from 0 again.
@@ -62,6 +63,10 @@ void RecordReportedTasks(Tx& tx, NodeRuntime& rt, const api::Heartbeat& hb) {
     }
   }
   rt.reported = hb.tasks;
+  if (!rt.reported_since_load) {
+    rt.reported_since_load = true;  // its tasks are known: the node may take work again
+    tx.RequestSchedule();
+  }
   if (!hb.free_ports.empty()) rt.free_ports = hb.free_ports;
   rt.applied_version = std::max(rt.applied_version, hb.applied_version);
   if (ConfirmStopped(rt)) tx.RequestSchedule();

@@ -206,6 +206,9 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
       v.unavailable = "down";
     } else if (rt && rt->unreachable) {
       v.unavailable = "unreachable";  // liveness.h: silent, not DOWN while the unhealthy zone holds
+    } else if (rt && !rt->reported_since_load) {
+      // After a restart: tasks of ended attempts may still hold its GPUs (state.h).
+      v.unavailable = "unheard since the head restarted";
     } else if (n.drain) {
       v.unavailable = "draining";
     }

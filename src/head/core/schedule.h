@@ -5,7 +5,9 @@
 // attempt may still run on them (a cancelled or failed gang that is still shutting down,
 // StoppingAttempt in state.h, or a task the agent still reports that is no current
 // attempt's), so a new job never shares a GPU with a dying one. A job whose previous
-// attempt is still stopping somewhere waits: its gang never runs twice. After the starts,
+// attempt is still stopping somewhere waits: its gang never runs twice. After a restart,
+// which keeps no stopping attempts, a node takes no work until its first heartbeat has
+// said which tasks still run there. After the starts,
 // elastic jobs running below their size are asked to grow back when the free nodes allow
 // it and nothing waits.
 #pragma once

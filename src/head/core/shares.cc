@@ -149,6 +149,14 @@ void AddShares(const ClusterState& s, const Context& ctx, Now now, sched::Snapsh
   sched::SharePolicy policy;
   policy.weights = ctx.shares.weights;
   policy.preemption = ctx.shares.preemption;
+  // A node not yet heard since a restart takes no work this pass (schedule.h), though its
+  // GPUs may be free: preempting now could take a job's GPUs for one that would find free
+  // ones there a heartbeat later. Preemption waits for every node to report in.
+  for (const auto& [name, rt] : s.runtime) {
+    if (!rt.reported_since_load && s.nodes.contains(name) && s.nodes.at(name).state != api::NodeState::kDown) {
+      policy.preemption.enabled = false;
+    }
+  }
   policy.teams = TeamViews(s, ctx, now.unix_ms);
   for (sched::RunningJob& r : snap.running) {
     const Job& job = s.jobs.at(r.id);

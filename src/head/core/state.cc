@@ -70,6 +70,7 @@ ClusterState LoadState(std::vector<api::Node> nodes, std::vector<api::Job> jobs,
   for (auto& n : nodes) {
     NodeRuntime rt;
     rt.last_seen_mono_ms = now.mono_ms;  // one failure timeout of grace for every agent to report in
+    rt.reported_since_load = false;      // its running tasks are known from its first heartbeat
     s.runtime[n.name] = rt;
     NoteShape(s, n, +1);
     s.nodes[n.name] = std::move(n);

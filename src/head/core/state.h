@@ -51,6 +51,10 @@ struct NodeRuntime {
   int64_t last_seen_mono_ms = 0;            // last heartbeat or registration (Now::mono_ms)
   std::vector<StoppingAttempt> stopping;
   std::vector<api::TaskReport> reported;    // tasks in the last heartbeat
+  // False from a restart's load until the node's first heartbeat: until then the head
+  // does not know which tasks of ended attempts still run there (their GPUs, never
+  // stored, look free), so nothing is placed on the node.
+  bool reported_since_load = true;
   std::vector<int> free_ports;              // for MASTER_PORT
   int64_t desired_version = 0;              // the assignment version the head wants applied
   int64_t applied_version = 0;              // the newest one the agent reports applied

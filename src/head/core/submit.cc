@@ -31,6 +31,12 @@ Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
                      "no nodes have registered with this head yet; start an agent (cohort agent --head URL) and "
                      "submit again");
   }
+  if (job.spec.gpu_memory_enforce == "kill" && !job.spec.shares_gpu()) {
+    // Checked at submit only: jobs stored before this check still load (api::ValidateGpuSpec).
+    return FieldError("gpu_memory_enforce",
+                      "'kill' stops a task over its part of a shared GPU, but this job asks for no part (give "
+                      "gpus_per_task 0.25-0.75 or gpu_memory); whole GPUs and MIG instances are never judged");
+  }
   const sched::JobRequest request = ToRequest(job);
   if (sched::IsConstrained(request)) {
     COHORT_TRY_VOID(sched::CheckConstraintSyntax(request));
@@ -46,7 +52,10 @@ Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
     // jobs keep the shape counts.
     std::vector<sched::NodeDevices> detailed;
     detailed.reserve(s.nodes.size());
-    for (const auto& [name, n] : s.nodes) detailed.push_back({name, n.cpus, CapacityViews(n)});
+    for (const auto& [name, n] : s.nodes) {
+      auto sw = n.labels.find("switch");
+      detailed.push_back({name, n.cpus, CapacityViews(n), sw != n.labels.end() ? sw->second : std::string()});
+    }
     if (auto ok = sched::CheckGpuFeasible(detailed, request); !ok) return std::unexpected(ok.error());
   } else if (auto ok = sched::CheckFeasible(capacity, request); !ok) {
     return std::unexpected(ok.error());

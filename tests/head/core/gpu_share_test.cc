@@ -108,6 +108,84 @@ TEST_F(CoreTest, ATypeOrMemoryNoNodeHasIsRefusedAtSubmit) {
   EXPECT_TRUE(NewJob(state_, h100, now_));
 }
 
+// topology: required makes a gang wait for one switch with its nodes; a gang larger than
+// every switch would wait forever, so it is refused at submit naming the switches.
+TEST_F(CoreTest, ARequiredGangNoSwitchCanHoldIsRefusedAtSubmit) {
+  for (auto [name, sw] : {std::pair{"n1", "s1"}, {"n2", "s1"}, {"n3", "s2"}}) {
+    api::Registration r = H100s(name, 4);
+    r.labels = {{"rack", "r1"}, {"switch", sw}};
+    Register(r);
+  }
+  api::JobSpec three = Spec(1, 1);
+  three.nodes = 3;
+  three.topology = api::Topology::kRequired;
+  auto r = NewJob(state_, three, now_);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnsatisfiable);
+  EXPECT_EQ(r.error().message,
+            "topology required: job needs 3 nodes with 1 free GPU under one switch, but at most 2 under one switch "
+            "could host one (s1: 2, s2: 1)");
+  api::JobSpec two = three;
+  two.nodes = 2;
+  EXPECT_TRUE(NewJob(state_, two, now_));          // s1 holds two
+  three.topology = api::Topology::kPreferred;
+  EXPECT_TRUE(NewJob(state_, three, now_));        // preferred never waits for a switch
+  three.topology = api::Topology::kRequired;
+  three.min_nodes = 2;
+  EXPECT_TRUE(NewJob(state_, three, now_));        // elastic: its smallest gang fits s1
+}
+
+// gpu_memory_enforce: kill judges a task's part of a shared GPU; on whole GPUs it would
+// silently do nothing, so submit refuses it (a stored job with it still loads).
+TEST_F(CoreTest, KillingOverTheMemoryShareNeedsAShareAtSubmit) {
+  Register(H100s("n1", 2));
+  api::JobSpec whole = Spec(1, 1);
+  whole.gpu_memory_enforce = "kill";
+  auto r = NewJob(state_, whole, now_);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(r.error().field, "gpu_memory_enforce");
+  EXPECT_EQ(r.error().message,
+            "gpu_memory_enforce: 'kill' stops a task over its part of a shared GPU, but this job asks for no part "
+            "(give gpus_per_task 0.25-0.75 or gpu_memory); whole GPUs and MIG instances are never judged");
+  EXPECT_TRUE(api::ValidateJobSpec(whole));  // what the store checks when it loads a job
+  api::JobSpec half = Half();
+  half.gpu_memory_enforce = "kill";
+  EXPECT_TRUE(NewJob(state_, half, now_));
+}
+
+// A cancelled half-GPU job's task may outlive the cancel (its kill grace). Its part is
+// held until the agent says it is gone, and a restart of the head, which keeps no
+// record of such tasks, must not hand the part out before the node's first heartbeat.
+TEST_F(CoreTest, AfterARestartADyingTasksPartIsNotGivenAwayBeforeTheNodeReports) {
+  Register(H100s("n1", 1));
+  const api::JobId a = Submit(Half());
+  const api::JobId b = Submit(Half());
+  ASSERT_EQ(Pass(), 2);
+  ASSERT_TRUE(Cancel(state_, ctx_, a, now_).has_value());
+  const api::JobId c = Submit(Half());
+  Beat("n1", {Running(a, 0, 0, {0}), Running(b, 0, 0, {0})});  // a still shutting down
+  EXPECT_EQ(Pass(), 0);
+
+  // The head restarts: every record through its stored form.
+  std::vector<api::Job> jobs;
+  for (const auto& [id, job] : state_.jobs) jobs.push_back(*api::JobFromJson(api::ToJson(job)));
+  std::vector<api::Node> nodes;
+  for (const auto& [name, node] : state_.nodes) nodes.push_back(node);
+  state_ = LoadState(std::move(nodes), std::move(jobs), now_);
+  Advance(100);
+  EXPECT_EQ(Pass(), 0) << "n1 has not said which tasks still run there";
+  EXPECT_EQ(Job(c).state, JobState::kPending);
+  EXPECT_EQ(state_.pending_reasons.at(c),
+            "needs 1 node with 0.5 of a free GPU; 0 available (1 node unheard since the head restarted)");
+  Beat("n1", {Running(a, 0, 0, {0}), Running(b, 0, 0, {0})});
+  EXPECT_EQ(Pass(), 0) << "a's task still holds the GPU";
+  EXPECT_EQ(Job(c).state, JobState::kPending);
+  Beat("n1", {Running(b, 0, 0, {0})});  // a's task is gone
+  EXPECT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(c).state, JobState::kRunning);
+}
+
 TEST_F(CoreTest, MigInstancesAreScheduledByProfileAndNamedByUuid) {
   api::Registration r = H100s("n1", 3);
   for (int i = 0; i < 2; ++i) {

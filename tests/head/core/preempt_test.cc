@@ -53,6 +53,48 @@ class PreemptCoreTest : public CoreTest {
   api::JobId borrower_ = 0;
 };
 
+// After a restart a node takes no work before its first heartbeat; its free GPUs are not
+// a reason to preempt a borrower elsewhere meanwhile: preemption waits for every node.
+TEST_F(CoreTest, AfterARestartNoJobIsPreemptedBeforeEveryNodeHasReportedIn) {
+  ctx_.shares.preemption.min_runtime_ms = kMinRuntime;
+  ctx_.shares.preempt_grace_ms = kGrace;
+  Register(Reg("n1", 1));
+  api::Team lab;
+  lab.name = "lab";
+  lab.quota_gpus = 2;
+  lab.borrow_limit_gpus = 0;
+  ASSERT_TRUE(CreateTeam(state_, ctx_, lab, now_).has_value());
+  api::Team ml;
+  ml.name = "ml";
+  ASSERT_TRUE(CreateTeam(state_, ctx_, ml, now_).has_value());
+  api::JobSpec s = Spec(1, 1);
+  s.team = "ml";
+  const api::JobId borrower = Submit(s);
+  ASSERT_EQ(Pass(), 1);
+  Register(Reg("n2", 1));  // free
+  Advance(kMinRuntime + 1);
+
+  std::vector<api::Job> jobs;
+  for (const auto& [id, job] : state_.jobs) jobs.push_back(*api::JobFromJson(api::ToJson(job)));
+  std::vector<api::Node> nodes;
+  for (const auto& [name, node] : state_.nodes) nodes.push_back(node);
+  const auto teams = state_.shares.teams;
+  state_ = LoadState(std::move(nodes), std::move(jobs), now_);
+  state_.shares.teams = teams;
+  RebuildUsage(state_, ctx_, now_);
+  Beat("n1", {Running(borrower, 0, 0, {0})});  // n2 has not reported in yet
+
+  s.team = "lab";
+  const api::JobId owner = Submit(s);
+  EXPECT_EQ(Pass(), 0);
+  EXPECT_FALSE(Job(borrower).move.has_value()) << "preempted while n2's GPU was about to be free";
+  Beat("n2");
+  EXPECT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(owner).state, JobState::kRunning);
+  EXPECT_EQ(Job(owner).allocation.nodes[0].node, "n2");
+  EXPECT_FALSE(Job(borrower).move.has_value());
+}
+
 TEST_F(PreemptCoreTest, TheOwnerReclaimsBorrowedGpusThroughACheckpointAndTheVictimIsRequeued) {
   Advance(kMinRuntime + 1);
   ProgressPoint p;
@@ -258,6 +300,11 @@ TEST_F(PreemptCoreTest, ARestartKeepsTheNominationAndTheCheckpointTimes) {
 
   ASSERT_TRUE(Job(owner).nomination.has_value());
   EXPECT_EQ(Job(owner).nomination->nodes, freed);
+  // The nodes report in: until then a restarted head places and preempts nothing.
+  const bool n1_first = Job(borrower_).allocation.nodes[0].node == "n1";
+  Beat("n1", {Running(borrower_, 0, n1_first ? 0 : 1, {0})});
+  Beat("n2", {Running(borrower_, 0, n1_first ? 1 : 0, {0})});
+  Beat("n3", {Running(other, 0, 0, {0})});
   ASSERT_TRUE(Job(borrower_).last_checkpoint.has_value());
   EXPECT_EQ(Job(borrower_).last_checkpoint->reported_ms, checkpointed);
   EXPECT_EQ(Job(borrower_).last_checkpoint->step, 30);
