@@ -232,22 +232,26 @@ Result<std::optional<int>> NextAttempt(const HttpClient& head, api::JobId id, in
 // the head's error `not_found`.
 Result<api::JobId> WaitForElement(const HttpClient& head, const api::JobRef& ref, bool follow, Error not_found) {
   std::string told;
+  const std::string text = fmt::format("{}_{}", ref.job, ref.task);
   while (follow) {
     api::Job array = COHORT_TRY(FetchJob(head, ref.job));
     auto left = api::ArrayIndexSet::Parse(array.array_left, "array_left");
     if (!array.spec.is_array() || api::IsTerminal(array.state) || array.array_left.empty() || !left ||
         !left->contains(ref.task)) {
-      break;  // made meanwhile (looked up once more below), or never will be
+      // Made meanwhile, or never will be; or being made this moment (taken from the
+      // waiting indices, its job not committed yet: core/arrays.h), then look again.
+      auto id = ResolveJobRef(head, text);
+      if (id || id.error().code != ErrorCode::kNotFound ||
+          id.error().message.find("is being made") == std::string::npos) {
+        return id;  // its job, or why it will never be made (cancelled before it started)
+      }
+    } else {
+      std::string note = fmt::format("element {}_{} has not started yet, waiting for its array to make it: {}",
+                                     ref.job, ref.task, array.reason.empty() ? "no reason given" : array.reason);
+      if (note != told) Note(note);
+      told = std::move(note);
     }
-    std::string note = fmt::format("element {}_{} has not started yet, waiting for its array to make it: {}", ref.job,
-                                   ref.task, array.reason.empty() ? "no reason given" : array.reason);
-    if (note != told) Note(note);
-    told = std::move(note);
     std::this_thread::sleep_for(kPollInterval);
-  }
-  if (follow) {
-    const std::string text = fmt::format("{}_{}", ref.job, ref.task);
-    if (auto id = ResolveJobRef(head, text)) return id;
   }
   return std::unexpected(std::move(not_found));
 }

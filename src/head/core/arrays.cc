@@ -115,8 +115,9 @@ ArrayElements SettleArrays(ClusterState& s, const Context& ctx, Now now) {
       const int throttle = spec ? spec->throttle : 1;
       // The throttle counts every element made and not ended, so it holds at every moment
       // whatever the scheduler does with them; without one, a window of pending elements.
-      const int64_t live = static_cast<int64_t>(rt.live.size()) + rt.creating;
-      int64_t budget = throttle > 0 ? throttle - live : kArrayWindow - pending - rt.creating;
+      const int64_t creating = static_cast<int64_t>(rt.creating.size());
+      const int64_t live = static_cast<int64_t>(rt.live.size()) + creating;
+      int64_t budget = throttle > 0 ? throttle - live : kArrayWindow - pending - creating;
       // Each element is an open job of the array's user (job_limits.h): past the limits
       // the next ones wait, and the array's pending reason says so.
       const int64_t room = OpenJobRoom(s, ctx.job_limits, array.spec.user);
@@ -130,13 +131,13 @@ ArrayElements SettleArrays(ClusterState& s, const Context& ctx, Now now) {
         for (int64_t task : left.TakeFirst(std::max<int64_t>(budget, 0))) {
           out.create.push_back(MakeElement(array, task));
           CountOpenJob(s, array.spec.user, +1);  // open from now on; a failed commit drops it (DropNewJob)
-          ++rt.creating;
+          rt.creating.insert(task);
         }
         array.array_left = left.ToString();
         tx.fx.StoreJob(array);
       }
     }
-    if (array.array_left.empty() && rt.live.empty() && rt.creating == 0) ended.push_back(id);
+    if (array.array_left.empty() && rt.live.empty() && rt.creating.empty()) ended.push_back(id);
   }
   for (JobId id : ended) EndArray(tx, s.jobs.at(id));
   out.effects = std::move(tx.fx);
@@ -149,7 +150,7 @@ Effects ReturnArrayElement(ClusterState& s, const Context& ctx, const Job& eleme
   if (it == s.jobs.end()) return std::move(tx.fx);
   Job& array = it->second;
   ArrayRuntime& rt = s.arrays[array.id];
-  rt.creating = std::max<int64_t>(0, rt.creating - 1);
+  rt.creating.erase(element.array_task_id);
   if (api::IsTerminal(array.state)) {
     array.array_cancelled += 1;  // cancelled while it was being created
   } else {
@@ -164,7 +165,7 @@ Effects ReturnArrayElement(ClusterState& s, const Context& ctx, const Job& eleme
 
 void AdoptArrayElement(Tx& tx, Job& element) {
   ArrayRuntime& rt = tx.s.arrays[element.array_job_id];
-  rt.creating = std::max<int64_t>(0, rt.creating - 1);
+  rt.creating.erase(element.array_task_id);
   IndexArrayJob(tx.s, element);
   auto array = tx.s.jobs.find(element.array_job_id);
   if (array != tx.s.jobs.end() && api::IsTerminal(array->second.state)) {
@@ -188,9 +189,14 @@ Result<JobId> ArrayElementId(const ClusterState& s, JobId array, int64_t task) {
       return Errorf(ErrorCode::kNotFound, "element {}_{} has not started yet: it waits in its array", array, task);
     }
   }
+  if (rt != s.arrays.end() && rt->second.creating.contains(task)) {
+    // Taken from the waiting indices, its job not yet committed (a moment): cohort logs -f
+    // looks again on this text (cli/logs.cc).
+    return Errorf(ErrorCode::kNotFound, "element {}_{} is being made: it exists once its commit is done", array,
+                  task);
+  }
   if (auto spec = api::ParseArraySpec(a->second.spec.array, "array"); spec && spec->indices.contains(task)) {
-    // One of its indices, neither waiting nor made: taken out before it started (or being
-    // made this moment, which the next look finds).
+    // One of its indices, neither waiting, being made nor made: taken out before it started.
     return Errorf(ErrorCode::kNotFound, "element {}_{} was cancelled before it started", array, task);
   }
   return Errorf(ErrorCode::kNotFound, "job array {} has no element {} (its indices: {})", array, task,
@@ -281,7 +287,7 @@ std::map<std::string, int64_t> ArraySummary(const ClusterState& s, const Job& ar
   int64_t creating = 0;
   if (auto rt = s.arrays.find(array.id); rt != s.arrays.end()) {
     for (const auto& [task, id] : rt->second.elements) out[std::string(api::JobStateName(s.jobs.at(id).state))] += 1;
-    creating = rt->second.creating;
+    creating = static_cast<int64_t>(rt->second.creating.size());
   }
   int64_t left = 0;
   if (!array.array_left.empty()) {

@@ -103,7 +103,9 @@ struct Counters {
 struct ArrayRuntime {
   std::map<int64_t, api::JobId> elements;
   std::set<api::JobId> live;
-  int64_t creating = 0;
+  // Indices taken from array_left whose elements' commit is under way: each exists as a
+  // job once its round has committed (AdoptArrayElement), or goes back (ReturnArrayElement).
+  std::set<int64_t> creating;
   // A sweep with early_stop (arrays.h, OnSweepProgress): the loss each element reported at
   // each milestone it reached (memory only: a restarted head compares afresh).
   std::map<int64_t, std::map<api::JobId, double>> milestone_losses;

@@ -402,5 +402,36 @@ TEST_F(ArrayTest, AtTheUsersJobLimitElementsWaitWithThatReasonAndEveryIndexStill
   EXPECT_EQ(ShownReason(state_, Job(array)), Job(array).reason);
 }
 
+// Between the pass that takes an index and the commit that makes its job, the element is
+// "being made", not "cancelled before it started" (cohort logs -f looks again on it).
+TEST_F(ArrayTest, AnElementWhoseCommitIsUnderWayIsBeingMade) {
+  Register(Reg("n1", 2));
+  const api::JobId array = Submit(ArraySpec("0-1%1"));
+  ArrayElements made = SettleArrays(state_, ctx_, now_);
+  ASSERT_EQ(made.create.size(), 1u);
+  auto during = ArrayElementId(state_, array, 0);
+  ASSERT_FALSE(during.has_value());
+  EXPECT_NE(during.error().message.find("is being made"), std::string::npos) << during.error().message;
+  auto waiting = ArrayElementId(state_, array, 1);
+  ASSERT_FALSE(waiting.has_value());
+  EXPECT_NE(waiting.error().message.find("waits in its array"), std::string::npos) << waiting.error().message;
+  EXPECT_EQ(ArraySummary(state_, Job(array)).at("PENDING"), 2);
+  api::Job e = made.create[0];
+  e.id = next_id_++;
+  AddJob(state_, ctx_, e, now_);
+  auto after = ArrayElementId(state_, array, 0);
+  ASSERT_TRUE(after.has_value()) << after.error().message;
+  EXPECT_EQ(*after, e.id);
+
+  // A failed commit gives the index back: it waits again.
+  const api::JobId second = Submit(ArraySpec("0%1"));
+  made = SettleArrays(state_, ctx_, now_);
+  ASSERT_EQ(made.create.size(), 1u);
+  ReturnArrayElement(state_, ctx_, made.create[0], now_);
+  auto back = ArrayElementId(state_, second, 0);
+  ASSERT_FALSE(back.has_value());
+  EXPECT_NE(back.error().message.find("waits in its array"), std::string::npos) << back.error().message;
+}
+
 }  // namespace
 }  // namespace cohort::head::core::testing
