@@ -236,6 +236,41 @@ void InferenceServer::Routes() {
   };
   PostWithBodyCap(http, "/v1/completions", generate(false));
   PostWithBodyCap(http, "/v1/chat/completions", generate(true));
+
+  // A path or method no route takes gets an error an OpenAI client can show (httplib's own
+  // is an empty body): 405 with Allow for a known path asked with another method, 404 naming
+  // what this server serves otherwise (vLLM's /v1/embeddings, a base URL without /v1).
+  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status != 404 && res.status != 405) {
+      const Error e(res.status < 500 ? ErrorCode::kInvalidArgument : ErrorCode::kInternal,
+                    fmt::format("HTTP {}: the request could not be read or served", res.status));
+      const int status = res.status;
+      SendApiError(res, e, options_.retry_after_s);
+      res.status = status;
+      return;
+    }
+    const std::string& path = req.path;
+    const bool post_path = path == "/v1/completions" || path == "/v1/chat/completions";
+    const bool get_path = path == "/v1/models" || path.starts_with("/v1/models/") || path == "/health" ||
+                          path == "/load" || path == "/metrics";
+    if ((post_path && req.method != "POST") || (get_path && req.method != "GET" && req.method != "HEAD")) {
+      const std::string allowed = post_path ? "POST" : "GET";
+      SendApiError(res,
+                   Error(ErrorCode::kInvalidArgument,
+                         fmt::format("method not allowed: {} {} takes {}", req.method, path, allowed)),
+                   options_.retry_after_s);
+      res.status = 405;
+      res.set_header("Allow", allowed);
+      return;
+    }
+    SendApiError(res,
+                 Error(ErrorCode::kNotFound,
+                       fmt::format("no such endpoint: {} {}; this server serves POST /v1/completions, POST "
+                                   "/v1/chat/completions and GET /v1/models",
+                                   req.method, path)),
+                 options_.retry_after_s);
+  });
 }
 
 }  // namespace cohort::serve

@@ -11,7 +11,8 @@
 //                          gateway's least-loaded routing and the head's /metrics read it)
 //   GET  /metrics          Prometheus text (serve_metrics.h)
 // Errors use OpenAI's shape (openai_api.h): 400 naming the field, 404 for another model,
-// 429 with Retry-After when the queue is full, 503 while stopping.
+// 429 with Retry-After when the queue is full, 503 while stopping; 405 (with Allow) for a
+// route asked with another method, 404 naming the routes for any other path.
 //
 // Generation requests run on a pool of their own whose threads wait for their tokens (a
 // stream holds its thread until it ends), so its size bounds the requests in progress.

@@ -218,6 +218,39 @@ TEST(ServeApiTest, ChatUsesThePlainTemplate) {
 }
 
 // Each bad request gets its 4xx in OpenAI's shape naming the field; the server keeps serving.
+// A wrong method or path gets an error in OpenAI's shape, not an empty body: an SDK or curl
+// user learns what the server takes (405 with Allow for a known path, 404 naming the API).
+TEST(ServeApiTest, UnknownPathsAndWrongMethodsAreExplained) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  auto get = c.Get("/v1/completions");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+  auto body = ParseJson(get->body);
+  ASSERT_TRUE(body.has_value()) << get->body;
+  EXPECT_EQ((*body)["error"]["message"], "method not allowed: GET /v1/completions takes POST") << get->body;
+  EXPECT_EQ((*body)["error"]["type"], "invalid_request_error") << get->body;
+
+  auto post = c.Post("/v1/models", "{}", "application/json");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->get_header_value("Allow"), "GET");
+
+  int status = 0;
+  json missing = Post(c, "/v1/embeddings", R"({"model":"tiny","input":"x"})", &status);
+  EXPECT_EQ(status, 404);
+  EXPECT_EQ(missing["error"]["type"], "not_found_error") << missing;
+  EXPECT_NE(missing["error"]["message"].get<std::string>().find("no such endpoint: POST /v1/embeddings"),
+            std::string::npos)
+      << missing;
+  auto root = c.Get("/completions");  // a base URL without /v1
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->status, 404);
+  EXPECT_NE(root->body.find("POST /v1/completions"), std::string::npos) << root->body;
+}
+
 TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
   engine::GptModel ref = TinyModel();
   ServerFixture f(CpuModelOf(ref));
