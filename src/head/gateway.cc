@@ -70,6 +70,19 @@ int64_t EstimateTokens(const json& body, bool chat) {
   return out + prompt + 1;
 }
 
+// The choices a request asks for: n per prompt, and completions may send several prompts.
+int64_t ChoicesOf(const json& body, bool chat) {
+  int64_t n = 1;
+  if (auto it = body.find("n"); it != body.end() && it->is_number_integer()) n = std::max<int64_t>(1, it->get<int64_t>());
+  if (!chat) {
+    if (auto it = body.find("prompt"); it != body.end() && it->is_array() && !it->empty() &&
+                                       ((*it)[0].is_string() || (*it)[0].is_array())) {
+      n *= static_cast<int64_t>(it->size());
+    }
+  }
+  return n;
+}
+
 }  // namespace
 
 // ---- replicas ---------------------------------------------------------------------------
@@ -563,6 +576,9 @@ struct Gateway::StreamState {
   std::shared_ptr<Lease> lease;
   std::unique_ptr<Upstream> up;
   std::vector<int64_t> sent;  // token ids relayed
+  // One choice: a failed replica's stream moves. Several (n, several prompts) interleave
+  // their tokens, which one resumed generation cannot continue: the stream ends in an error.
+  bool movable = true;
   std::vector<std::string> failed;
   int moves = 0;
   bool finished = false;   // the last token's chunk (with a finish_reason) was relayed
@@ -610,7 +626,8 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
                            options_.retry_after_s);
   }
   const bool stream = body.value("stream", false);
-  const int64_t tokens = EstimateTokens(body, chat);
+  const int64_t choices = std::min<int64_t>(ChoicesOf(body, chat), 1024);
+  const int64_t tokens = EstimateTokens(body, chat) * choices;
   const std::string session = req.get_header_value(options_.session_header);
   const std::string site = req.get_header_value(options_.site_header);
   httplib::Headers headers = {{"X-Cohort-Request-Id", NewRequestId(chat)}};
@@ -697,6 +714,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
   st->body = std::move(body);
   st->headers = std::move(headers);
   st->tokens = tokens;
+  st->movable = choices == 1;
 
   // Starts the stream on some replica: true with st->up streaming (status 200); false
   // with `res` answered (an error before any token).
@@ -838,6 +856,15 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
         // The replica is gone mid-stream (or failed it): move the stream.
         const std::string why = broken ? "sent an error event" : "the stream broke: " + st->up->transport_error();
         MarkFailed(st->lease->key, why);
+        if (!st->movable) {
+          return finish("data: " +
+                        OpenAiErrorText(Error(ErrorCode::kUnavailable,
+                                              fmt::format("the replica serving this stream failed ({}); a stream of "
+                                                          "several choices (n, or several prompts) does not move to "
+                                                          "another replica: send the request again",
+                                                          why))) +
+                        "\n\n");
+        }
         CountFailover(st->lease->key);
         st->failed.push_back(st->lease->key);
         st->up.reset();

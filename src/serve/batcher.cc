@@ -137,7 +137,8 @@ Result<std::unique_ptr<Batcher>> Batcher::Start(std::unique_ptr<InferenceModel> 
 
 Batcher::~Batcher() { Stop(); }
 
-Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest request) {
+Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest request,
+                                                        std::shared_ptr<RequestChannel> share) {
   const int n = static_cast<int>(request.tokens.size());
   const int ctx = config_.max_seq_len;
   const std::string& prompt = request.prompt_field;
@@ -171,8 +172,12 @@ Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest reques
     return FieldError(max_field, "the prompt and {} need {} KV-cache blocks; this "
                       "replica's cache holds {}", max_field, w->blocks_needed, blocks_.total());
   }
-  w->channel = std::make_shared<RequestChannel>();
-  w->channel->prompt_tokens = n - request.resumed;
+  if (share) {
+    w->channel = std::move(share);
+  } else {
+    w->channel = std::make_shared<RequestChannel>();
+    w->channel->prompt_tokens = n - request.resumed;
+  }
   w->arrived = SteadyClock::now();
   w->request = std::move(request);
   const int64_t tokens = w->queued_tokens();
@@ -246,6 +251,7 @@ void Batcher::Finish(Sequence& seq, TokenEvent last) {
     metrics_->ObserveRequestLatency(SecondsSince(seq.arrived, now));
     metrics_->CountRequest(last.finish_reason);
   }
+  last.choice = seq.request.choice;
   seq.channel->Push(std::move(last));
   blocks_.Free(seq.blocks);
   seq.blocks.clear();
@@ -341,6 +347,7 @@ void Batcher::RunStep() {
       }
     }
     if (e.finish_reason.empty()) {
+      e.choice = s.request.choice;
       s.channel->Push(std::move(e));
     } else {
       Finish(s, std::move(e));
@@ -390,6 +397,7 @@ void Batcher::Loop() {
     TokenEvent e;
     e.finish_reason = "error";
     e.error = "the server is stopping";
+    e.choice = w->request.choice;
     w->channel->Push(std::move(e));
   }
   for (auto& s : running_) {

@@ -62,6 +62,9 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   int top_logprobs = -1;  // -1: no log-probabilities; otherwise also the top N (0..20)
   bool stop_at_eot = true;
+  // Which choice of its API request this generation is (n > 1, several prompts): its
+  // events carry it, so that the generations of one request can share a channel.
+  int choice = 0;
 };
 
 struct TokenEvent {
@@ -71,6 +74,7 @@ struct TokenEvent {
   std::vector<TokenLogprob> top;
   std::string finish_reason;  // "" until the last event: "stop", "length" or "error"
   std::string error;          // finish_reason "error": what happened
+  int choice = 0;             // the generation's GenerationRequest::choice
 };
 
 class RequestChannel {
@@ -128,8 +132,12 @@ class Batcher {
 
   // Queues a request. kInvalidArgument naming the field ("max_tokens", "prompt") when it
   // can never run here; kResourceExhausted when the queue is full; kUnavailable once
-  // stopping.
-  Result<std::shared_ptr<RequestChannel>> Submit(GenerationRequest request) EXCLUDES(mu_);
+  // stopping. `share`: the channel of another generation of the same API request (n > 1,
+  // several prompts), which this one's events join (told apart by their `choice`);
+  // cancelling it cancels them all. nullptr: a channel of its own.
+  Result<std::shared_ptr<RequestChannel>> Submit(GenerationRequest request,
+                                                 std::shared_ptr<RequestChannel> share = nullptr)
+      EXCLUDES(mu_);
 
   LoadReport Load() const EXCLUDES(mu_);
   // The token budgets of a step: without and with decoding sequences in it.

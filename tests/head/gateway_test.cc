@@ -450,5 +450,24 @@ TEST_F(GatewayTest, AStreamMovesWhenItsReplicaDiesAndNoTokenRepeats) {
       << *text;
 }
 
+// A stream of several choices (n > 1, or several prompts) interleaves their tokens, which
+// cannot be resumed as one generation elsewhere: when its replica dies it ends with an
+// error event saying so, and nothing is sent to another replica as a continuation.
+TEST_F(GatewayTest, AStreamOfSeveralChoicesEndsInAnErrorWhenItsReplicaDies) {
+  replicas_["east"]->die_after(3);
+  for (const json& body : {json{{"model", "m"}, {"prompt", "hello"}, {"n", 2}, {"max_tokens", 10}, {"stream", true}},
+                           json{{"model", "m"}, {"prompt", {"a", "b"}}, {"max_tokens", 10}, {"stream", true}}}) {
+    auto r = Post(body, {{"X-Cohort-Site", "east"}});
+    ASSERT_TRUE(r) << httplib::to_string(r.error());
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("does not move to another replica"), std::string::npos) << r->body;
+    EXPECT_EQ(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+    EXPECT_EQ(replicas_["west"]->requests(), 0) << replicas_["west"]->last_body().dump();
+    EXPECT_EQ(gateway_->counters().failovers, 0);
+    gateway_->Tick();  // east's canary passes again
+    ASSERT_TRUE(Healthy("east"));
+  }
+}
+
 }  // namespace
 }  // namespace cohort::head

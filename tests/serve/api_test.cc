@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -185,6 +187,95 @@ TEST(ServeApiTest, ModelsCompletionsAndStreams) {
   EXPECT_NEAR(l["token_logprobs"][0].get<double>(), best, 1e-5);
 }
 
+// Several prompts in one request, and n samples of each (LangChain's OpenAI LLM batches
+// prompts so; vLLM and OpenAI take both): choice i*n + j is sample j of prompt i, each the
+// tokens its own request would get (sample j seeded seed + j), streamed or not, with usage
+// counting each prompt once and every choice's tokens.
+TEST(ServeApiTest, SeveralPromptsAndSamplesAreChoices) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  int status = 0;
+  auto one = [&](const std::string& prompt, const std::string& extra) {
+    json r = Post(c, "/v1/completions",
+                  R"({"model":"tiny","prompt":")" + prompt + R"(","max_tokens":6)" + extra + "}", &status);
+    EXPECT_EQ(status, 200) << r.dump();
+    return r["choices"][0]["text"].get<std::string>();
+  };
+  const std::string greedy_ab = one("ab", R"(,"temperature":0)");
+  const std::string greedy_xyz = one("xyz", R"(,"temperature":0)");
+  ASSERT_NE(greedy_ab, greedy_xyz);
+
+  json both = Post(c, "/v1/completions",
+                   R"({"model":"tiny","prompt":["ab","xyz"],"n":2,"max_tokens":6,"temperature":0})", &status);
+  ASSERT_EQ(status, 200) << both.dump();
+  ASSERT_EQ(both["choices"].size(), 4u) << both.dump();
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(both["choices"][k]["index"], k);
+    EXPECT_EQ(both["choices"][k]["text"], k < 2 ? greedy_ab : greedy_xyz) << k;
+    EXPECT_EQ(both["choices"][k]["finish_reason"], "length");
+  }
+  EXPECT_EQ(both["usage"]["prompt_tokens"], 2 + 3);
+  EXPECT_EQ(both["usage"]["completion_tokens"], 4 * 6);
+  EXPECT_EQ(both["usage"]["total_tokens"], 5 + 24);
+
+  // Sampled: sample j is the request with seed + j, and the samples differ.
+  json sampled = Post(c, "/v1/completions",
+                      R"({"model":"tiny","prompt":"ab","n":3,"max_tokens":6,"temperature":1.5,"seed":40})", &status);
+  ASSERT_EQ(status, 200) << sampled.dump();
+  ASSERT_EQ(sampled["choices"].size(), 3u);
+  std::set<std::string> texts;
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_EQ(sampled["choices"][j]["text"], one("ab", fmt::format(R"(,"temperature":1.5,"seed":{})", 40 + j))) << j;
+    texts.insert(sampled["choices"][j]["text"].get<std::string>());
+  }
+  EXPECT_GT(texts.size(), 1u);
+
+  // Streamed: every chunk names its choice; each choice's text is the same; one usage.
+  auto r = c.Post("/v1/completions",
+                  R"({"model":"tiny","prompt":["ab","xyz"],"n":2,"max_tokens":6,"temperature":0,"stream":true,
+                      "stream_options":{"include_usage":true}})",
+                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto events = Events(r->body);
+  ASSERT_EQ(events.size(), 4u * 6 + 2) << r->body;
+  std::map<int, std::string> streamed;
+  std::map<int, int> finished;
+  for (size_t i = 0; i < 4 * 6; ++i) {
+    const json& ch = events[i]["choices"][0];
+    streamed[ch["index"].get<int>()] += ch["text"].get<std::string>();
+    if (!ch["finish_reason"].is_null()) finished[ch["index"].get<int>()] += 1;
+  }
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(streamed[k], k < 2 ? greedy_ab : greedy_xyz) << k;
+    EXPECT_EQ(finished[k], 1) << k;
+  }
+  EXPECT_EQ(events[24]["usage"], both["usage"]);
+  EXPECT_EQ(events[25], "[DONE]");
+
+  // Chat: n replies, each stream choice opened with its role.
+  json chat = Post(c, "/v1/chat/completions",
+                   R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"n":2,"max_tokens":3,"temperature":0})",
+                   &status);
+  ASSERT_EQ(status, 200) << chat.dump();
+  ASSERT_EQ(chat["choices"].size(), 2u);
+  EXPECT_EQ(chat["choices"][1]["index"], 1);
+  EXPECT_EQ(chat["choices"][1]["message"], chat["choices"][0]["message"]);
+  EXPECT_EQ(chat["usage"]["completion_tokens"], 6);
+  auto cs = c.Post("/v1/chat/completions",
+                   R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"n":2,"max_tokens":3,"temperature":0,
+                       "stream":true})",
+                   "application/json");
+  ASSERT_TRUE(cs);
+  auto chunks = Events(cs->body);
+  ASSERT_EQ(chunks.size(), 2u + 2 * 3 + 1) << cs->body;
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[0]["choices"][0]["index"], 0);
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[1]["choices"][0]["index"], 1);
+}
+
 TEST(ServeApiTest, ChatUsesThePlainTemplate) {
   engine::GptModel ref = TinyModel();
   ServerFixture f(CpuModelOf(ref));
@@ -277,7 +368,13 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
       {"/v1/completions", R"({"model":"tiny","prompt":7})", 400, "prompt"},
       {"/v1/completions", R"({"model":"tiny","prompt":[1,2,999]})", 400, "prompt[2]"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","stop":[1]})", 400, "stop[0]"},
-      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":2})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":0})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":["x","y"],"n":100})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":2,"best_of":3})", 400, "best_of"},
+      {"/v1/completions", R"({"model":"tiny","prompt":["x",""]})", 400, "prompt[1]"},
+      {"/v1/completions", R"({"model":"tiny","prompt":[[1,2],[3,999]]})", 400, "prompt[1][1]"},
+      {"/v1/completions", R"({"model":"tiny","prompt":["x",5]})", 400, "prompt[1]"},
+      {"/v1/completions", R"({"model":"tiny","prompt":["x",")" + long_prompt + R"("]})", 400, "prompt[1]"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","logprobs":9})", 400, "logprobs"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","temprature":1})", 400, "temprature"},
       {"/v1/completions", R"({"prompt":"x"})", 400, "model"},
