@@ -163,8 +163,12 @@ std::vector<std::string> Gateway::Discover() {
     MutexLock l(mu_);
     std::map<std::string, std::shared_ptr<Replica>> next;
     model_services_.clear();
+    model_created_.clear();
     for (const auto& j : jobs) {
       model_services_[j.spec.service_model] = j.spec.service;
+      const int64_t submitted = j.submit_ms / 1000;
+      auto [created, fresh] = model_created_.try_emplace(j.spec.service_model, submitted);
+      if (!fresh) created->second = std::min(created->second, submitted);
       if (j.state != api::JobState::kRunning || j.allocation.nodes.empty()) continue;
       const std::string key = fmt::format("{}.{}", j.id, j.attempt);
       auto it = replicas_.find(key);
@@ -898,7 +902,7 @@ void Gateway::Register(Router& router) {
     {
       MutexLock l(mu_);
       for (const auto& [model, service] : model_services_) {
-        data.push_back({{"id", model}, {"object", "model"}, {"created", 0}, {"owned_by", service}});
+        data.push_back({{"id", model}, {"object", "model"}, {"created", model_created_[model]}, {"owned_by", service}});
       }
     }
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
@@ -907,15 +911,19 @@ void Gateway::Register(Router& router) {
   router.Get(R"(/v1/models/(.+))", Access::kViewer, [this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1].str();
     std::string service;
+    int64_t created = 0;
     {
       MutexLock l(mu_);
-      if (auto it = model_services_.find(id); it != model_services_.end()) service = it->second;
+      if (auto it = model_services_.find(id); it != model_services_.end()) {
+        service = it->second;
+        created = model_created_[id];
+      }
     }
     if (service.empty()) {
       return SendOpenAiError(res, Error(ErrorCode::kNotFound, fmt::format("model '{}' does not exist", id), "model"),
                              options_.retry_after_s);
     }
-    res.set_content(json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", service}}.dump(),
+    res.set_content(json{{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", service}}.dump(),
                     "application/json");
   });
 }

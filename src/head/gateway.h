@@ -149,6 +149,9 @@ class Gateway {
   CondVar room_cv_;  // a request ended: a replica may have room
   std::map<std::string, std::shared_ptr<Replica>> replicas_ GUARDED_BY(mu_);  // by "job.attempt"
   std::map<std::string, std::string> model_services_ GUARDED_BY(mu_);        // every service's model
+  // When each model's service was deployed (its oldest replica's submission, Unix seconds):
+  // /v1/models' "created".
+  std::map<std::string, int64_t> model_created_ GUARDED_BY(mu_);
   int queued_ GUARDED_BY(mu_) = 0;
   uint64_t round_robin_ GUARDED_BY(mu_) = 0;
 

@@ -275,6 +275,12 @@ TEST_F(GatewayTest, ListsAndRetrievesModels) {
   EXPECT_EQ(one->status, 200) << one->body;
   EXPECT_EQ(json::parse(one->body)["id"], "m");
   EXPECT_EQ(json::parse(one->body)["owned_by"], "svc");
+  // "created" is when the service was deployed (clients sort and show models by it), not 0.
+  int64_t deployed = INT64_MAX;
+  for (const auto& j : cluster_->ListJobs({})) deployed = std::min(deployed, j.submit_ms / 1000);
+  ASSERT_GT(deployed, 0);
+  EXPECT_EQ(json::parse(list->body)["data"][0]["created"], deployed) << list->body;
+  EXPECT_EQ(json::parse(one->body)["created"], deployed) << one->body;
   auto other = c.Get("/v1/models/other");
   ASSERT_TRUE(other);
   EXPECT_EQ(other->status, 404) << other->body;
