@@ -108,8 +108,11 @@ Result<std::unique_ptr<Batcher>> Batcher::Start(std::unique_ptr<InferenceModel> 
     return FieldError("--max-running", "must be between 1 and --max-step-tokens ({}), got {}",
                       model->max_step_tokens(), options.max_running);
   }
-  if (options.max_waiting < 0) {
-    return FieldError("--max-waiting", "must be >= 0, got {}", options.max_waiting);
+  if (options.max_waiting < 1) {
+    // Every request enters the queue first (the step thread admits it): with no room
+    // there, every request would be refused as overloaded, however idle the replica.
+    return FieldError("--max-waiting", "must be at least 1 (every request waits in the queue until the "
+                      "batch takes it), got {}", options.max_waiting);
   }
   if (options.threads < 0) return FieldError("--threads", "must be >= 0, got {}", options.threads);
   if (options.prefill_chunk < 1) {

@@ -143,6 +143,8 @@ class Batcher {
   // The token budgets of a step: without and with decoding sequences in it.
   int prefill_step_tokens() const { return model_->max_step_tokens(); }
   int decode_step_tokens() const { return decode_step_tokens_; }
+  // Requests the queue holds (BatcherOptions::max_waiting).
+  int max_waiting() const { return options_.max_waiting; }
   const engine::GptConfig& config() const { return config_; }
   const InferenceModel& model() const { return *model_; }
 

@@ -164,6 +164,18 @@ void InferenceServer::Routes() {
                                   "model"),
                             options_.retry_after_s);
       }
+      // Each choice waits in the queue as a request of its own: more than it holds could
+      // never be admitted together (a 429 to retry forever).
+      if (static_cast<int>(parsed->choices.size()) > batcher_->max_waiting()) {
+        metrics_.CountRequest("invalid");
+        return SendApiError(res,
+                            Error(ErrorCode::kInvalidArgument,
+                                  fmt::format("{} choices (n x prompts) are more than this replica queues at once "
+                                              "(--max-waiting {}): send fewer per request",
+                                              parsed->choices.size(), batcher_->max_waiting()),
+                                  parsed->n > 1 ? "n" : "prompt"),
+                            options_.retry_after_s);
+      }
       // Every choice's generation joins the first one's channel; a refusal of any cancels
       // those already queued and is the reply.
       std::shared_ptr<RequestChannel> channel;

@@ -276,6 +276,28 @@ TEST(ServeApiTest, SeveralPromptsAndSamplesAreChoices) {
   EXPECT_EQ(chunks[1]["choices"][0]["index"], 1);
 }
 
+// Each choice waits in the queue as a request: a request of more choices than the queue
+// holds could never be admitted (its 429 would be retried forever), so it is a 400.
+TEST(ServeApiTest, MoreChoicesThanTheQueueHoldsIsABadRequest) {
+  engine::GptModel ref = TinyModel();
+  BatcherOptions b;
+  b.max_waiting = 2;
+  ServerFixture f(CpuModelOf(ref), b);
+  auto c = f.Client();
+  int status = 0;
+  json too_many = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"ab","n":3,"max_tokens":2})", &status);
+  EXPECT_EQ(status, 400) << too_many.dump();
+  EXPECT_EQ(too_many["error"]["param"], "n") << too_many.dump();
+  EXPECT_NE(too_many["error"]["message"].get<std::string>().find("--max-waiting 2"), std::string::npos)
+      << too_many.dump();
+  json prompts = Post(c, "/v1/completions", R"({"model":"tiny","prompt":["a","b","c"],"max_tokens":2})", &status);
+  EXPECT_EQ(status, 400) << prompts.dump();
+  EXPECT_EQ(prompts["error"]["param"], "prompt") << prompts.dump();
+  json two = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"ab","n":2,"max_tokens":2})", &status);
+  EXPECT_EQ(status, 200) << two.dump();
+  EXPECT_EQ(two["choices"].size(), 2u);
+}
+
 TEST(ServeApiTest, ChatUsesThePlainTemplate) {
   engine::GptModel ref = TinyModel();
   ServerFixture f(CpuModelOf(ref));

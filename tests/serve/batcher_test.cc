@@ -346,6 +346,25 @@ TEST(BatcherTest, RefusesDecodeStepBudgetsOutsideTheirRange) {
   EXPECT_EQ(neg.error().field, "--max-step-tokens");
 }
 
+// --max-waiting 0 made a replica that answered every request "overloaded: 0 requests are
+// waiting and 0 running; retry later", however idle: every request enters the queue first.
+TEST(BatcherTest, RefusesAQueueThatHoldsNothing) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  BatcherOptions opt;
+  opt.max_waiting = 0;
+  auto b = Batcher::Start(CpuModelOf(ref), tokenizer.get(), opt, nullptr);
+  ASSERT_FALSE(b.has_value());
+  EXPECT_EQ(b.error().field, "--max-waiting");
+  EXPECT_NE(b.error().message.find("at least 1"), std::string::npos) << b.error().message;
+  opt.max_waiting = 1;
+  auto one = Batcher::Start(CpuModelOf(ref), tokenizer.get(), opt, nullptr);
+  ASSERT_TRUE(one.has_value()) << one.error().message;
+  auto r = (*one)->Submit(Greedy("abc", 2));
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(Drain(**r).finish, "length");
+}
+
 // The GPU's auto step budget (cuda_model.h): the cache's positions, at most 16384, and no
 // more rows than an eighth of the free device memory holds activations for.
 TEST(BatcherTest, CudaAutoStepBudgetFollowsTheCacheAndTheDeviceMemory) {
