@@ -81,6 +81,10 @@ TEST(KvCacheTest, PlansBlocksFromTheBudgetAndRefusesTooSmallOnes) {
   ASSERT_FALSE(small.has_value());
   EXPECT_EQ(small.error().field, "--kv-cache-mb");
   EXPECT_NE(small.error().message.find("needs 4"), std::string::npos) << small.error().message;
+  // What to give instead, and the budget as given (not rounded to "0.0 MiB").
+  EXPECT_NE(small.error().message.find("give --kv-cache-mb 0.032 or more"), std::string::npos)
+      << small.error().message;
+  EXPECT_NE(small.error().message.find("0.0234375 MiB holds 3 blocks"), std::string::npos) << small.error().message;
   EXPECT_FALSE(PlanKvCache(c, 0, 1 << 20, 4).has_value());
 
   KvBlockAllocator a(5);
