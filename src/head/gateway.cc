@@ -251,7 +251,8 @@ void Gateway::Check(const std::string& key) {
   if (problem.empty() && canary_due) {
     c.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.canary_timeout));
     const json body = {{"model", model}, {"prompt", "Hi"}, {"max_tokens", 1}, {"temperature", 0}};
-    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    // Marked, so that the replica leaves it out of its metrics (serve/server.h).
+    auto r = c.Post("/v1/completions", httplib::Headers{{"X-Cohort-Canary", "1"}}, body.dump(), "application/json");
     if (!r) {
       problem = "canary: " + httplib::to_string(r.error());
     } else {

@@ -228,7 +228,7 @@ void Batcher::DropCancelledWaiting() {
       continue;
     }
     queued_tokens_ -= w.queued_tokens();
-    if (metrics_) metrics_->CountRequest("cancelled");
+    if (metrics_ && w.request.observed) metrics_->CountRequest("cancelled");
     it = waiting_.erase(it);
   }
 }
@@ -250,7 +250,7 @@ void Batcher::Admit() {
 
 void Batcher::Finish(Sequence& seq, TokenEvent last) {
   const SteadyTime now = SteadyClock::now();
-  if (metrics_) {
+  if (metrics_ && seq.request.observed) {
     metrics_->ObserveRequestLatency(SecondsSince(seq.arrived, now));
     metrics_->CountRequest(last.finish_reason);
   }
@@ -265,7 +265,7 @@ void Batcher::RunStep() {
   std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
     if (!s->channel->cancelled()) return false;
     blocks_.Free(s->blocks);
-    if (metrics_) metrics_->CountRequest("cancelled");
+    if (metrics_ && s->request.observed) metrics_->CountRequest("cancelled");
     return true;
   });
   if (running_.empty()) return;
@@ -330,10 +330,10 @@ void Batcher::RunStep() {
     }
     s.tokens.push_back(e.token);
     ++s.generated;
-    ++produced;
-    if (metrics_) {
-      if (s.generated == 1) metrics_->ObserveTimeToFirstToken(SecondsSince(s.arrived, now));
-      else metrics_->ObserveInterTokenLatency(SecondsSince(s.last_token, now));
+    if (s.request.observed) {
+      ++produced;
+      if (metrics_ && s.generated == 1) metrics_->ObserveTimeToFirstToken(SecondsSince(s.arrived, now));
+      else if (metrics_) metrics_->ObserveInterTokenLatency(SecondsSince(s.last_token, now));
     }
     s.last_token = now;
     if (s.request.stop_at_eot && e.token == tokenizer_->eot_token()) {

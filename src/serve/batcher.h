@@ -65,6 +65,10 @@ struct GenerationRequest {
   // Which choice of its API request this generation is (n > 1, several prompts): its
   // events carry it, so that the generations of one request can share a channel.
   int choice = 0;
+  // Counted in the replica's metrics (TTFT, inter-token latency, tokens/s, requests).
+  // False for the gateway's health canaries (server.h), which are not traffic: an idle
+  // replica would otherwise show their tokens per second and their time to first token.
+  bool observed = true;
 };
 
 struct TokenEvent {

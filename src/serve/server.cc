@@ -164,6 +164,9 @@ void InferenceServer::Routes() {
                                   "model"),
                             options_.retry_after_s);
       }
+      // The gateway's health canary is not traffic: it stays out of the metrics.
+      const bool observed = req.get_header_value(kCanaryHeader) != "1";
+      for (GenerationRequest& g : parsed->choices) g.observed = observed;
       // Each choice waits in the queue as a request of its own: more than it holds could
       // never be admitted together (a 429 to retry forever).
       if (static_cast<int>(parsed->choices.size()) > batcher_->max_waiting()) {
@@ -190,7 +193,7 @@ void InferenceServer::Routes() {
         }
         channel = std::move(*submitted);
       }
-      for (size_t k = 0; k < prompt_tokens.size(); k += static_cast<size_t>(parsed->n)) {
+      for (size_t k = 0; k < prompt_tokens.size() && observed; k += static_cast<size_t>(parsed->n)) {
         metrics_.CountPromptTokens(prompt_tokens[k]);
       }
       std::string id = req.get_header_value("X-Cohort-Request-Id");

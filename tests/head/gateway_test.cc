@@ -68,6 +68,11 @@ class FakeReplica {
     std::lock_guard<std::mutex> l(mu_);
     return last_body_;
   }
+  // The X-Cohort-Canary header of each canary received ("" when absent).
+  std::vector<std::string> canary_marks() {
+    std::lock_guard<std::mutex> l(mu_);
+    return canary_marks_;
+  }
   // The connections (by the client's port) that requests other than canaries came on.
   size_t connections() {
     std::lock_guard<std::mutex> l(mu_);
@@ -78,6 +83,10 @@ class FakeReplica {
   void Complete(const httplib::Request& req, httplib::Response& res) {
     json body = json::parse(req.body);
     bool canary = body.value("prompt", json()) == "Hi" && body.value("max_tokens", 0) == 1;
+    if (canary) {
+      std::lock_guard<std::mutex> l(mu_);
+      canary_marks_.push_back(req.get_header_value("X-Cohort-Canary"));
+    }
     if (!canary) {
       ++requests_;
       std::lock_guard<std::mutex> l(mu_);
@@ -145,6 +154,7 @@ class FakeReplica {
   int held_ = 0;
   json last_body_;
   std::set<int> client_ports_;
+  std::vector<std::string> canary_marks_;
 };
 
 class GatewayTest : public ::testing::Test {
@@ -265,6 +275,16 @@ TEST_F(GatewayTest, UnknownModelIs404AndNoHealthyReplicaIs503) {
 }
 
 // The models as the OpenAI SDKs list and retrieve them.
+// The canary says it is one, so that the replica leaves it out of its metrics: an idle
+// service showed the canaries' tokens per second and time to first token.
+TEST_F(GatewayTest, CanariesAreMarkedAsSuch) {
+  for (const auto& [node, replica] : replicas_) {
+    const auto marks = replica->canary_marks();
+    ASSERT_FALSE(marks.empty()) << node;
+    for (const auto& m : marks) EXPECT_EQ(m, "1") << node;
+  }
+}
+
 TEST_F(GatewayTest, ListsAndRetrievesModels) {
   httplib::Client c("127.0.0.1", port_);
   auto list = c.Get("/v1/models");

@@ -298,6 +298,43 @@ TEST(ServeApiTest, MoreChoicesThanTheQueueHoldsIsABadRequest) {
   EXPECT_EQ(two["choices"].size(), 2u);
 }
 
+// The gateway's health canary (X-Cohort-Canary: 1, a one-token greedy completion every few
+// seconds) is answered but is not traffic: an idle replica showed 0.1 tokens/s, a time to
+// first token and a request count made of canaries alone.
+TEST(ServeApiTest, CanariesStayOutOfTheMetrics) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  const std::string canary = R"({"model":"tiny","prompt":"Hi","max_tokens":1,"temperature":0})";
+  for (int i = 0; i < 3; ++i) {
+    auto r = c.Post("/v1/completions", httplib::Headers{{"X-Cohort-Canary", "1"}}, canary, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  auto metrics = [&] {
+    auto m = c.Get("/metrics");
+    EXPECT_TRUE(m);
+    return m ? m->body : std::string();
+  };
+  std::string text = metrics();
+  EXPECT_NE(text.find("cohort_serve_output_tokens_total{model=\"tiny\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cohort_serve_prompt_tokens_total{model=\"tiny\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cohort_serve_time_to_first_token_seconds_count{model=\"tiny\"} 0\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("outcome=\"length\"} 1"), std::string::npos) << text;
+  auto load = c.Get("/load");
+  ASSERT_TRUE(load);
+  EXPECT_EQ(ParseJson(load->body)->value("tokens_per_second", -1.0), 0.0) << load->body;
+  // A client's request counts.
+  int status = 0;
+  Post(c, "/v1/completions", canary, &status);
+  ASSERT_EQ(status, 200);
+  text = metrics();
+  EXPECT_NE(text.find("cohort_serve_output_tokens_total{model=\"tiny\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cohort_serve_time_to_first_token_seconds_count{model=\"tiny\"} 1\n"), std::string::npos)
+      << text;
+}
+
 TEST(ServeApiTest, ChatUsesThePlainTemplate) {
   engine::GptModel ref = TinyModel();
   ServerFixture f(CpuModelOf(ref));
