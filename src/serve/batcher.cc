@@ -315,6 +315,7 @@ void Batcher::RunStep() {
   const size_t V = static_cast<size_t>(config_.vocab_size);
   size_t li = 0;
   int64_t produced = 0;
+  std::vector<float> penalized;  // a penalized sequence's logits
   for (size_t i = 0; i < in_step.size(); ++i) {
     Sequence& s = *in_step[i];
     s.computed += static_cast<int>(step[i].tokens.size());
@@ -323,7 +324,16 @@ void Batcher::RunStep() {
     ++li;
     const int64_t index = s.request.resumed + s.generated;
     TokenEvent e;
-    e.token = SampleToken(row, s.request.sampling, index);
+    if (s.request.sampling.penalized()) {
+      // On a copy: log-probabilities stay the model's own. The generated tokens include
+      // the resumed ones, so a moved stream continues with the same penalties.
+      penalized.assign(row.begin(), row.end());
+      const size_t prompt = s.request.tokens.size() - static_cast<size_t>(s.request.resumed);
+      ApplyPenalties(penalized, std::span<const int32_t>(s.tokens).subspan(prompt), s.request.sampling);
+      e.token = SampleToken(penalized, s.request.sampling, index);
+    } else {
+      e.token = SampleToken(row, s.request.sampling, index);
+    }
     if (s.request.top_logprobs >= 0) {
       e.logprob = TokenLogprobOf(row, e.token);
       e.top = TopLogprobs(row, s.request.top_logprobs);

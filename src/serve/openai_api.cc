@@ -147,16 +147,6 @@ json WithoutNulls(const json& body) {
   return out;
 }
 
-// A field OpenAI defines that is accepted only with its neutral value.
-Result<void> RequireNeutral(ObjectReader& r, std::string_view key, double neutral) {
-  if (!r.Has(key)) return {};
-  const double v = COHORT_TRY(r.Double(key, neutral, -1e9, 1e9));
-  if (v != neutral) {
-    return FieldError(std::string(key), "only {} is supported, got {}", neutral, v);
-  }
-  return {};
-}
-
 // Chat fields OpenAI defines for what this server does not do (tools, structured output,
 // stored completions), accepted with the values that ask for none of it.
 Result<void> ReadNeutralChatFields(ObjectReader& r) {
@@ -269,8 +259,8 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
                         out.n, best_of);
     }
   }
-  COHORT_TRY_VOID(RequireNeutral(r, "presence_penalty", 0));
-  COHORT_TRY_VOID(RequireNeutral(r, "frequency_penalty", 0));
+  g.sampling.presence_penalty = COHORT_TRY(r.Double("presence_penalty", 0.0, -2.0, 2.0));
+  g.sampling.frequency_penalty = COHORT_TRY(r.Double("frequency_penalty", 0.0, -2.0, 2.0));
   if (!chat && COHORT_TRY(r.Bool("echo", false))) return FieldError("echo", "is not supported");
   if (!chat && r.Has("suffix")) {
     if (!COHORT_TRY(r.String("suffix", "", 1 << 20)).empty()) return FieldError("suffix", "is not supported");

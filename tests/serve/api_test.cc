@@ -427,6 +427,8 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
       {"/v1/completions", R"({"model":"tiny","prompt":7})", 400, "prompt"},
       {"/v1/completions", R"({"model":"tiny","prompt":[1,2,999]})", 400, "prompt[2]"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","stop":[1]})", 400, "stop[0]"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","presence_penalty":2.5})", 400, "presence_penalty"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","frequency_penalty":"high"})", 400, "frequency_penalty"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","n":0})", 400, "n"},
       {"/v1/completions", R"({"model":"tiny","prompt":["x","y"],"n":100})", 400, "n"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","n":2,"best_of":3})", 400, "best_of"},
