@@ -49,6 +49,12 @@ void AddSpecHint(Error& e, const json& doc) {
   if (e.field == "command" && doc.is_object() && doc.contains("command") && doc["command"].is_string()) {
     e.message += " (write the program and its arguments as a list, e.g. [python, train.py])";
   }
+  // A service file (api/service.h: kind service, a model, replicas) is not a job spec:
+  // whatever its first error as one ("command: is required"), say what reads it.
+  if (doc.is_object() && doc.value("kind", json()) == "service" && doc.contains("model")) {
+    e.message += " (this is a service file, kind: service with a model: deploy it with `cohort serve deploy "
+                 "FILE`, which makes its replicas' jobs)";
+  }
 }
 
 Result<api::JobSpec> LoadJobSpecFile(const std::string& path) {

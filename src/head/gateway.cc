@@ -70,6 +70,19 @@ int64_t EstimateTokens(const json& body, bool chat) {
   return out + prompt + 1;
 }
 
+// The choices a request asks for: n per prompt, and completions may send several prompts.
+int64_t ChoicesOf(const json& body, bool chat) {
+  int64_t n = 1;
+  if (auto it = body.find("n"); it != body.end() && it->is_number_integer()) n = std::max<int64_t>(1, it->get<int64_t>());
+  if (!chat) {
+    if (auto it = body.find("prompt"); it != body.end() && it->is_array() && !it->empty() &&
+                                       ((*it)[0].is_string() || (*it)[0].is_array())) {
+      n *= static_cast<int64_t>(it->size());
+    }
+  }
+  return n;
+}
+
 }  // namespace
 
 // ---- replicas ---------------------------------------------------------------------------
@@ -150,8 +163,12 @@ std::vector<std::string> Gateway::Discover() {
     MutexLock l(mu_);
     std::map<std::string, std::shared_ptr<Replica>> next;
     model_services_.clear();
+    model_created_.clear();
     for (const auto& j : jobs) {
       model_services_[j.spec.service_model] = j.spec.service;
+      const int64_t submitted = j.submit_ms / 1000;
+      auto [created, fresh] = model_created_.try_emplace(j.spec.service_model, submitted);
+      if (!fresh) created->second = std::min(created->second, submitted);
       if (j.state != api::JobState::kRunning || j.allocation.nodes.empty()) continue;
       const std::string key = fmt::format("{}.{}", j.id, j.attempt);
       auto it = replicas_.find(key);
@@ -234,7 +251,8 @@ void Gateway::Check(const std::string& key) {
   if (problem.empty() && canary_due) {
     c.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.canary_timeout));
     const json body = {{"model", model}, {"prompt", "Hi"}, {"max_tokens", 1}, {"temperature", 0}};
-    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    // Marked, so that the replica leaves it out of its metrics (serve/server.h).
+    auto r = c.Post("/v1/completions", httplib::Headers{{"X-Cohort-Canary", "1"}}, body.dump(), "application/json");
     if (!r) {
       problem = "canary: " + httplib::to_string(r.error());
     } else {
@@ -563,6 +581,9 @@ struct Gateway::StreamState {
   std::shared_ptr<Lease> lease;
   std::unique_ptr<Upstream> up;
   std::vector<int64_t> sent;  // token ids relayed
+  // One choice: a failed replica's stream moves. Several (n, several prompts) interleave
+  // their tokens, which one resumed generation cannot continue: the stream ends in an error.
+  bool movable = true;
   std::vector<std::string> failed;
   int moves = 0;
   bool finished = false;   // the last token's chunk (with a finish_reason) was relayed
@@ -610,7 +631,8 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
                            options_.retry_after_s);
   }
   const bool stream = body.value("stream", false);
-  const int64_t tokens = EstimateTokens(body, chat);
+  const int64_t choices = std::min<int64_t>(ChoicesOf(body, chat), 1024);
+  const int64_t tokens = EstimateTokens(body, chat) * choices;
   const std::string session = req.get_header_value(options_.session_header);
   const std::string site = req.get_header_value(options_.site_header);
   httplib::Headers headers = {{"X-Cohort-Request-Id", NewRequestId(chat)}};
@@ -697,6 +719,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
   st->body = std::move(body);
   st->headers = std::move(headers);
   st->tokens = tokens;
+  st->movable = choices == 1;
 
   // Starts the stream on some replica: true with st->up streaming (status 200); false
   // with `res` answered (an error before any token).
@@ -838,6 +861,15 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
         // The replica is gone mid-stream (or failed it): move the stream.
         const std::string why = broken ? "sent an error event" : "the stream broke: " + st->up->transport_error();
         MarkFailed(st->lease->key, why);
+        if (!st->movable) {
+          return finish("data: " +
+                        OpenAiErrorText(Error(ErrorCode::kUnavailable,
+                                              fmt::format("the replica serving this stream failed ({}); a stream of "
+                                                          "several choices (n, or several prompts) does not move to "
+                                                          "another replica: send the request again",
+                                                          why))) +
+                        "\n\n");
+        }
         CountFailover(st->lease->key);
         st->failed.push_back(st->lease->key);
         st->up.reset();
@@ -871,7 +903,7 @@ void Gateway::Register(Router& router) {
     {
       MutexLock l(mu_);
       for (const auto& [model, service] : model_services_) {
-        data.push_back({{"id", model}, {"object", "model"}, {"created", 0}, {"owned_by", service}});
+        data.push_back({{"id", model}, {"object", "model"}, {"created", model_created_[model]}, {"owned_by", service}});
       }
     }
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
@@ -880,15 +912,19 @@ void Gateway::Register(Router& router) {
   router.Get(R"(/v1/models/(.+))", Access::kViewer, [this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1].str();
     std::string service;
+    int64_t created = 0;
     {
       MutexLock l(mu_);
-      if (auto it = model_services_.find(id); it != model_services_.end()) service = it->second;
+      if (auto it = model_services_.find(id); it != model_services_.end()) {
+        service = it->second;
+        created = model_created_[id];
+      }
     }
     if (service.empty()) {
       return SendOpenAiError(res, Error(ErrorCode::kNotFound, fmt::format("model '{}' does not exist", id), "model"),
                              options_.retry_after_s);
     }
-    res.set_content(json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", service}}.dump(),
+    res.set_content(json{{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", service}}.dump(),
                     "application/json");
   });
 }

@@ -27,7 +27,8 @@
 //   - Failover: a stream whose replica dies (the connection breaks or the replica sends an
 //     error event) is re-submitted to another replica with the prompt plus the tokens
 //     already sent ("cohort_resume", openai_api.h), and only the new tokens are relayed:
-//     the client receives every token exactly once. The gateway gives every streamed
+//     the client receives every token exactly once. A stream of several choices (n > 1,
+//     several prompts) cannot be resumed so: it ends with an error event instead. The gateway gives every streamed
 //     sampling request a seed when it has none, so the continuation equals what the dead
 //     replica would have sent (seeded sampling is keyed by token index, sampling.h).
 //   - Hang-ups: a client that closes its connection is given up: a stream's next write
@@ -148,6 +149,9 @@ class Gateway {
   CondVar room_cv_;  // a request ended: a replica may have room
   std::map<std::string, std::shared_ptr<Replica>> replicas_ GUARDED_BY(mu_);  // by "job.attempt"
   std::map<std::string, std::string> model_services_ GUARDED_BY(mu_);        // every service's model
+  // When each model's service was deployed (its oldest replica's submission, Unix seconds):
+  // /v1/models' "created".
+  std::map<std::string, int64_t> model_created_ GUARDED_BY(mu_);
   int queued_ GUARDED_BY(mu_) = 0;
   uint64_t round_robin_ GUARDED_BY(mu_) = 0;
 

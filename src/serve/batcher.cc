@@ -108,8 +108,11 @@ Result<std::unique_ptr<Batcher>> Batcher::Start(std::unique_ptr<InferenceModel> 
     return FieldError("--max-running", "must be between 1 and --max-step-tokens ({}), got {}",
                       model->max_step_tokens(), options.max_running);
   }
-  if (options.max_waiting < 0) {
-    return FieldError("--max-waiting", "must be >= 0, got {}", options.max_waiting);
+  if (options.max_waiting < 1) {
+    // Every request enters the queue first (the step thread admits it): with no room
+    // there, every request would be refused as overloaded, however idle the replica.
+    return FieldError("--max-waiting", "must be at least 1 (every request waits in the queue until the "
+                      "batch takes it), got {}", options.max_waiting);
   }
   if (options.threads < 0) return FieldError("--threads", "must be >= 0, got {}", options.threads);
   if (options.prefill_chunk < 1) {
@@ -137,7 +140,8 @@ Result<std::unique_ptr<Batcher>> Batcher::Start(std::unique_ptr<InferenceModel> 
 
 Batcher::~Batcher() { Stop(); }
 
-Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest request) {
+Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest request,
+                                                        std::shared_ptr<RequestChannel> share) {
   const int n = static_cast<int>(request.tokens.size());
   const int ctx = config_.max_seq_len;
   const std::string& prompt = request.prompt_field;
@@ -171,8 +175,12 @@ Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest reques
     return FieldError(max_field, "the prompt and {} need {} KV-cache blocks; this "
                       "replica's cache holds {}", max_field, w->blocks_needed, blocks_.total());
   }
-  w->channel = std::make_shared<RequestChannel>();
-  w->channel->prompt_tokens = n - request.resumed;
+  if (share) {
+    w->channel = std::move(share);
+  } else {
+    w->channel = std::make_shared<RequestChannel>();
+    w->channel->prompt_tokens = n - request.resumed;
+  }
   w->arrived = SteadyClock::now();
   w->request = std::move(request);
   const int64_t tokens = w->queued_tokens();
@@ -220,7 +228,7 @@ void Batcher::DropCancelledWaiting() {
       continue;
     }
     queued_tokens_ -= w.queued_tokens();
-    if (metrics_) metrics_->CountRequest("cancelled");
+    if (metrics_ && w.request.observed) metrics_->CountRequest("cancelled");
     it = waiting_.erase(it);
   }
 }
@@ -242,10 +250,11 @@ void Batcher::Admit() {
 
 void Batcher::Finish(Sequence& seq, TokenEvent last) {
   const SteadyTime now = SteadyClock::now();
-  if (metrics_) {
+  if (metrics_ && seq.request.observed) {
     metrics_->ObserveRequestLatency(SecondsSince(seq.arrived, now));
     metrics_->CountRequest(last.finish_reason);
   }
+  last.choice = seq.request.choice;
   seq.channel->Push(std::move(last));
   blocks_.Free(seq.blocks);
   seq.blocks.clear();
@@ -256,7 +265,7 @@ void Batcher::RunStep() {
   std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
     if (!s->channel->cancelled()) return false;
     blocks_.Free(s->blocks);
-    if (metrics_) metrics_->CountRequest("cancelled");
+    if (metrics_ && s->request.observed) metrics_->CountRequest("cancelled");
     return true;
   });
   if (running_.empty()) return;
@@ -306,6 +315,7 @@ void Batcher::RunStep() {
   const size_t V = static_cast<size_t>(config_.vocab_size);
   size_t li = 0;
   int64_t produced = 0;
+  std::vector<float> penalized;  // a penalized sequence's logits
   for (size_t i = 0; i < in_step.size(); ++i) {
     Sequence& s = *in_step[i];
     s.computed += static_cast<int>(step[i].tokens.size());
@@ -314,17 +324,26 @@ void Batcher::RunStep() {
     ++li;
     const int64_t index = s.request.resumed + s.generated;
     TokenEvent e;
-    e.token = SampleToken(row, s.request.sampling, index);
+    if (s.request.sampling.penalized()) {
+      // On a copy: log-probabilities stay the model's own. The generated tokens include
+      // the resumed ones, so a moved stream continues with the same penalties.
+      penalized.assign(row.begin(), row.end());
+      const size_t prompt = s.request.tokens.size() - static_cast<size_t>(s.request.resumed);
+      ApplyPenalties(penalized, std::span<const int32_t>(s.tokens).subspan(prompt), s.request.sampling);
+      e.token = SampleToken(penalized, s.request.sampling, index);
+    } else {
+      e.token = SampleToken(row, s.request.sampling, index);
+    }
     if (s.request.top_logprobs >= 0) {
       e.logprob = TokenLogprobOf(row, e.token);
       e.top = TopLogprobs(row, s.request.top_logprobs);
     }
     s.tokens.push_back(e.token);
     ++s.generated;
-    ++produced;
-    if (metrics_) {
-      if (s.generated == 1) metrics_->ObserveTimeToFirstToken(SecondsSince(s.arrived, now));
-      else metrics_->ObserveInterTokenLatency(SecondsSince(s.last_token, now));
+    if (s.request.observed) {
+      ++produced;
+      if (metrics_ && s.generated == 1) metrics_->ObserveTimeToFirstToken(SecondsSince(s.arrived, now));
+      else if (metrics_) metrics_->ObserveInterTokenLatency(SecondsSince(s.last_token, now));
     }
     s.last_token = now;
     if (s.request.stop_at_eot && e.token == tokenizer_->eot_token()) {
@@ -341,6 +360,7 @@ void Batcher::RunStep() {
       }
     }
     if (e.finish_reason.empty()) {
+      e.choice = s.request.choice;
       s.channel->Push(std::move(e));
     } else {
       Finish(s, std::move(e));
@@ -390,6 +410,7 @@ void Batcher::Loop() {
     TokenEvent e;
     e.finish_reason = "error";
     e.error = "the server is stopping";
+    e.choice = w->request.choice;
     w->channel->Push(std::move(e));
   }
   for (auto& s : running_) {

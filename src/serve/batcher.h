@@ -62,6 +62,13 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   int top_logprobs = -1;  // -1: no log-probabilities; otherwise also the top N (0..20)
   bool stop_at_eot = true;
+  // Which choice of its API request this generation is (n > 1, several prompts): its
+  // events carry it, so that the generations of one request can share a channel.
+  int choice = 0;
+  // Counted in the replica's metrics (TTFT, inter-token latency, tokens/s, requests).
+  // False for the gateway's health canaries (server.h), which are not traffic: an idle
+  // replica would otherwise show their tokens per second and their time to first token.
+  bool observed = true;
 };
 
 struct TokenEvent {
@@ -71,6 +78,7 @@ struct TokenEvent {
   std::vector<TokenLogprob> top;
   std::string finish_reason;  // "" until the last event: "stop", "length" or "error"
   std::string error;          // finish_reason "error": what happened
+  int choice = 0;             // the generation's GenerationRequest::choice
 };
 
 class RequestChannel {
@@ -128,13 +136,19 @@ class Batcher {
 
   // Queues a request. kInvalidArgument naming the field ("max_tokens", "prompt") when it
   // can never run here; kResourceExhausted when the queue is full; kUnavailable once
-  // stopping.
-  Result<std::shared_ptr<RequestChannel>> Submit(GenerationRequest request) EXCLUDES(mu_);
+  // stopping. `share`: the channel of another generation of the same API request (n > 1,
+  // several prompts), which this one's events join (told apart by their `choice`);
+  // cancelling it cancels them all. nullptr: a channel of its own.
+  Result<std::shared_ptr<RequestChannel>> Submit(GenerationRequest request,
+                                                 std::shared_ptr<RequestChannel> share = nullptr)
+      EXCLUDES(mu_);
 
   LoadReport Load() const EXCLUDES(mu_);
   // The token budgets of a step: without and with decoding sequences in it.
   int prefill_step_tokens() const { return model_->max_step_tokens(); }
   int decode_step_tokens() const { return decode_step_tokens_; }
+  // Requests the queue holds (BatcherOptions::max_waiting).
+  int max_waiting() const { return options_.max_waiting; }
   const engine::GptConfig& config() const { return config_; }
   const InferenceModel& model() const { return *model_; }
 

@@ -1,6 +1,7 @@
 #include "serve/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace cohort::serve {
 
@@ -16,11 +17,14 @@ Result<KvCachePlan> PlanKvCache(const engine::GptConfig& config, int block_size,
   const size_t blocks = budget_bytes / plan.bytes_per_block;
   const int one_sequence = BlocksFor(config.max_seq_len, block_size);
   if (blocks < static_cast<size_t>(one_sequence)) {
+    // The smallest budget that holds one whole sequence, rounded up to 1/1000 MiB.
+    const double need_mib =
+        std::ceil(static_cast<double>(one_sequence) * plan.bytes_per_block / 1048576.0 * 1000) / 1000;
     return FieldError("--kv-cache-mb",
-                      "{:.1f} MiB holds {} blocks of {} positions ({} bytes each); one sequence "
-                      "of max_seq_len {} needs {}",
+                      "{:g} MiB holds {} blocks of {} positions ({} bytes each); one sequence "
+                      "of max_seq_len {} needs {}: give --kv-cache-mb {:g} or more",
                       budget_bytes / 1048576.0, blocks, block_size, plan.bytes_per_block,
-                      config.max_seq_len, one_sequence);
+                      config.max_seq_len, one_sequence, need_mib);
   }
   plan.num_blocks = static_cast<int>(std::min<size_t>(blocks, 1 << 30));
   return plan;

@@ -53,27 +53,50 @@ Result<std::vector<int32_t>> ReadTokenIds(const json& v, const std::string& fiel
   return out;
 }
 
-// The prompt of /v1/completions: a string, [string], token ids, or [token ids].
-Result<std::vector<int32_t>> ReadPrompt(const json* v, const engine::Tokenizer& tok) {
+// The prompts of /v1/completions: a string or token ids (one prompt), or a list of strings
+// and token-id lists (one prompt each). None may encode to no tokens.
+Result<std::vector<std::vector<int32_t>>> ReadPrompts(const json* v, const engine::Tokenizer& tok) {
   if (!v) return FieldError("prompt", "is required");
+  auto encode = [&](const std::string& s, const std::string& field) -> Result<std::vector<int32_t>> {
+    if (s.size() > kMaxPromptBytes) return FieldError(field, "is longer than {} bytes", kMaxPromptBytes);
+    std::vector<int32_t> ids = tok.Encode(s);
+    if (ids.empty()) return FieldError(field, "is empty (it encodes to no tokens)");
+    return ids;
+  };
+  std::vector<std::vector<int32_t>> out;
   if (v->is_string()) {
-    const auto& s = v->get_ref<const std::string&>();
-    if (s.size() > kMaxPromptBytes) return FieldError("prompt", "is longer than {} bytes", kMaxPromptBytes);
-    return tok.Encode(s);
+    out.push_back(COHORT_TRY(encode(v->get_ref<const std::string&>(), "prompt")));
+    return out;
   }
   if (!v->is_array()) {
-    return FieldError("prompt", "must be a string or an array of token ids, got {}", JsonTypeName(*v));
+    return FieldError("prompt", "must be a string, an array of token ids or a list of prompts, got {}",
+                      JsonTypeName(*v));
   }
   if (v->empty()) return FieldError("prompt", "is empty");
   const json& first = (*v)[0];
-  if (first.is_string() || first.is_array()) {
-    if (v->size() != 1) {
-      return FieldError("prompt", "one prompt per request is supported, got {}", v->size());
-    }
-    if (first.is_string()) return tok.Encode(first.get<std::string>());
-    return ReadTokenIds(first, "prompt[0]", tok.vocab_size());
+  if (!first.is_string() && !first.is_array()) {
+    out.push_back(COHORT_TRY(ReadTokenIds(*v, "prompt", tok.vocab_size())));
+    return out;
   }
-  return ReadTokenIds(*v, "prompt", tok.vocab_size());
+  if (v->size() > static_cast<size_t>(kMaxChoices)) {
+    return FieldError("prompt", "at most {} prompts in one request, got {}", kMaxChoices, v->size());
+  }
+  size_t bytes = 0;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& p = (*v)[i];
+    const std::string field = fmt::format("prompt[{}]", i);
+    if (p.is_string()) {
+      bytes += p.get_ref<const std::string&>().size();
+      if (bytes > kMaxPromptBytes) return FieldError("prompt", "is longer than {} bytes in all", kMaxPromptBytes);
+      out.push_back(COHORT_TRY(encode(p.get_ref<const std::string&>(), field)));
+    } else if (p.is_array()) {
+      if (p.empty()) return FieldError(field, "is empty");
+      out.push_back(COHORT_TRY(ReadTokenIds(p, field, tok.vocab_size())));
+    } else {
+      return FieldError(field, "must be a string or an array of token ids, got {}", JsonTypeName(p));
+    }
+  }
+  return out;
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> ReadMessages(const json* v) {
@@ -122,16 +145,6 @@ json WithoutNulls(const json& body) {
     if (!it.value().is_null()) out[it.key()] = it.value();
   }
   return out;
-}
-
-// A field OpenAI defines that is accepted only with its neutral value.
-Result<void> RequireNeutral(ObjectReader& r, std::string_view key, double neutral) {
-  if (!r.Has(key)) return {};
-  const double v = COHORT_TRY(r.Double(key, neutral, -1e9, 1e9));
-  if (v != neutral) {
-    return FieldError(std::string(key), "only {} is supported, got {}", neutral, v);
-  }
-  return {};
 }
 
 // Chat fields OpenAI defines for what this server does not do (tools, structured output,
@@ -187,15 +200,16 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
   out.model = COHORT_TRY(r.String("model", std::nullopt, 256));
   GenerationRequest& g = out.generation;
   std::vector<std::string> extra_stop;
+  std::vector<std::vector<int32_t>> prompts;
   if (chat) {
     const auto messages = COHORT_TRY(ReadMessages(r.Raw("messages")));
-    g.tokens = tok.Encode(ApplyChatTemplate(messages));
+    prompts.push_back(tok.Encode(ApplyChatTemplate(messages)));
     g.prompt_field = "messages";
     extra_stop = {"\nUser:", "\nSystem:"};
   } else {
-    g.tokens = COHORT_TRY(ReadPrompt(r.Raw("prompt"), tok));
-    if (g.tokens.empty()) return FieldError("prompt", "is empty (it encodes to no tokens)");
+    prompts = COHORT_TRY(ReadPrompts(r.Raw("prompt"), tok));
   }
+  g.tokens = prompts.front();
   constexpr int64_t kMaxTokens = 1 << 20;
   g.max_tokens_default = !r.Has("max_tokens") && !(chat && r.Has("max_completion_tokens"));
   if (chat && r.Has("max_completion_tokens")) {
@@ -233,10 +247,20 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
     g.top_logprobs = r.Has("logprobs") ? static_cast<int>(COHORT_TRY(r.Int("logprobs", 0, 0, 5))) : -1;
   }
   (void)COHORT_TRY(r.String("user", "", 256));
-  COHORT_TRY_VOID(RequireNeutral(r, "n", 1));
-  COHORT_TRY_VOID(RequireNeutral(r, "best_of", 1));
-  COHORT_TRY_VOID(RequireNeutral(r, "presence_penalty", 0));
-  COHORT_TRY_VOID(RequireNeutral(r, "frequency_penalty", 0));
+  out.n = static_cast<int>(COHORT_TRY(r.Int("n", 1, 1, kMaxChoices)));
+  if (static_cast<int64_t>(prompts.size()) * out.n > kMaxChoices) {
+    return FieldError("n", "{} prompts x n {} is {} choices; at most {} in one request", prompts.size(), out.n,
+                      prompts.size() * out.n, kMaxChoices);
+  }
+  if (r.Has("best_of")) {
+    const int64_t best_of = COHORT_TRY(r.Int("best_of", 1, 1, kMaxChoices));
+    if (best_of != 1 && best_of != out.n) {
+      return FieldError("best_of", "only 1 or n ({}) is supported (every choice generated is returned), got {}",
+                        out.n, best_of);
+    }
+  }
+  g.sampling.presence_penalty = COHORT_TRY(r.Double("presence_penalty", 0.0, -2.0, 2.0));
+  g.sampling.frequency_penalty = COHORT_TRY(r.Double("frequency_penalty", 0.0, -2.0, 2.0));
   if (!chat && COHORT_TRY(r.Bool("echo", false))) return FieldError("echo", "is not supported");
   if (!chat && r.Has("suffix")) {
     if (!COHORT_TRY(r.String("suffix", "", 1 << 20)).empty()) return FieldError("suffix", "is not supported");
@@ -251,6 +275,9 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
     if (!tokens || !tokens->is_array()) return FieldError("cohort_resume.tokens", "must be an array of token ids");
     const std::vector<int32_t> ids = COHORT_TRY(ReadTokenIds(*tokens, "cohort_resume.tokens", tok.vocab_size()));
     COHORT_TRY_VOID(s.Finish());
+    if (prompts.size() * out.n > 1) {
+      return FieldError("cohort_resume", "a request of several choices (n, or several prompts) cannot be resumed");
+    }
     if (static_cast<int64_t>(ids.size()) >= g.max_tokens) {
       return FieldError("cohort_resume.tokens", "{} tokens already sent leave none of max_tokens {}",
                         ids.size(), g.max_tokens);
@@ -260,6 +287,18 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
     g.max_tokens -= g.resumed;
   }
   COHORT_TRY_VOID(r.Finish());
+  // One generation per prompt and sample: sample j of a prompt draws with seed + j, so that
+  // the samples differ and each is reproducible.
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (int j = 0; j < out.n; ++j) {
+      GenerationRequest c = g;
+      if (i > 0) c.tokens = prompts[i];
+      if (prompts.size() > 1) c.prompt_field = fmt::format("prompt[{}]", i);
+      c.sampling.seed = g.sampling.seed + static_cast<uint64_t>(j);
+      c.choice = static_cast<int>(out.choices.size());
+      out.choices.push_back(std::move(c));
+    }
+  }
   return out;
 }
 
@@ -271,13 +310,14 @@ std::string SseData(const json& j) { return "data: " + DumpJson(j) + "\n\n"; }
 
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, const engine::Tokenizer& tokenizer,
                                  std::string id, int64_t created, std::string model_name,
-                                 int prompt_tokens)
+                                 int prompt_tokens, int index)
     : request_(request),
       tokenizer_(tokenizer),
       id_(std::move(id)),
       created_(created),
       model_(std::move(model_name)),
       prompt_tokens_(prompt_tokens),
+      index_(index),
       completion_tokens_(request.generation.resumed) {}
 
 json ResponseBuilder::LogprobsOf(const TokenEvent& e) const {
@@ -308,7 +348,7 @@ json ResponseBuilder::Usage() const {
 }
 
 json ResponseBuilder::Choice(const TokenEvent* e, const std::string& text, bool last) const {
-  json c = {{"index", 0}};
+  json c = {{"index", index_}};
   const bool want_lp = request_.generation.top_logprobs >= 0;
   if (request_.chat) {
     c["delta"] = text.empty() && !e ? json::object() : json{{"content", text}};
@@ -336,7 +376,7 @@ json ResponseBuilder::Choice(const TokenEvent* e, const std::string& text, bool 
 std::string ResponseBuilder::Opening() const {
   if (!request_.chat || request_.generation.resumed > 0) return "";
   json chunk = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_}};
-  chunk["choices"] = json::array({{{"index", 0},
+  chunk["choices"] = json::array({{{"index", index_},
                                    {"delta", {{"role", "assistant"}, {"content", ""}}},
                                    {"logprobs", nullptr},
                                    {"finish_reason", nullptr}}});
@@ -373,7 +413,9 @@ std::string ResponseBuilder::Add(const TokenEvent& e) {
   return SseData(chunk);
 }
 
-std::string ResponseBuilder::Finish() const {
+std::string ResponseBuilder::Finish() const { return Finish(Usage()); }
+
+std::string ResponseBuilder::Finish(const json& usage) const {
   std::string out;
   if (request_.include_usage) {
     json chunk = {{"id", id_},
@@ -381,7 +423,7 @@ std::string ResponseBuilder::Finish() const {
                   {"created", created_},
                   {"model", model_},
                   {"choices", json::array()},
-                  {"usage", Usage()}};
+                  {"usage", usage}};
     out += SseData(chunk);
   }
   out += "data: [DONE]\n\n";
@@ -389,7 +431,7 @@ std::string ResponseBuilder::Finish() const {
 }
 
 json ResponseBuilder::Body() const {
-  json choice = {{"index", 0}, {"finish_reason", finish_reason_}};
+  json choice = {{"index", index_}, {"finish_reason", finish_reason_}};
   json lp = nullptr;
   if (request_.generation.top_logprobs >= 0) {
     if (request_.chat) {
@@ -419,6 +461,24 @@ json ResponseBuilder::Body() const {
           {"model", model_},
           {"choices", json::array({choice})},
           {"usage", Usage()}};
+}
+
+json ResponseBuilder::CombinedUsage(const std::vector<std::unique_ptr<ResponseBuilder>>& choices, int n) {
+  int prompt = 0, completion = 0;
+  for (size_t k = 0; k < choices.size(); ++k) {
+    if (k % static_cast<size_t>(std::max(n, 1)) == 0) prompt += choices[k]->prompt_tokens();
+    completion += choices[k]->completion_tokens();
+  }
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+json ResponseBuilder::CombinedBody(const std::vector<std::unique_ptr<ResponseBuilder>>& choices, int n) {
+  json body = choices.front()->Body();
+  json all = json::array();
+  for (const auto& c : choices) all.push_back(c->Body()["choices"][0]);
+  body["choices"] = std::move(all);
+  body["usage"] = CombinedUsage(choices, n);
+  return body;
 }
 
 }  // namespace cohort::serve

@@ -4,13 +4,14 @@
 //
 // Requests are read strictly (common/json.h): a wrong type or a value out of range is a
 // 400 that names the field in `param`; a field OpenAI defines but this server does not
-// implement is accepted only with its neutral value (n = 1, echo = false, penalties 0,
-// best_of 1, no logit_bias; chat: response_format text, no tools or functions, tool_choice
+// implement is accepted only with its neutral value (echo = false, best_of 1
+// or n, no logit_bias; chat: response_format text, no tools or functions, tool_choice
 // none or auto, parallel_tool_calls, store false, metadata), and an unknown field is refused. Supported: prompt (a string
-// or token ids; one prompt per request), messages (chat), max_tokens (chat also
+// or token ids, or a list of them: one choice each), n (choices per prompt; choice i*n + j
+// is sample j of prompt i, seeded seed + j; at most kMaxChoices in all), messages (chat), max_tokens (chat also
 // max_completion_tokens; when neither is sent 16, chat 256, cut to the context the prompt
 // leaves), temperature [0, 2], top_p (0, 1], top_k (an extension, as vLLM's),
-// seed, stop (a string or up to 4), stream with stream_options.include_usage, logprobs
+// seed, presence_penalty and frequency_penalty [-2, 2], stop (a string or up to 4), stream with stream_options.include_usage, logprobs
 // (completions: 0..5 top alternatives; chat: logprobs true with top_logprobs 0..20), user.
 //
 // Chat template, for models without a chat format of their own (GPT-2 has none): each
@@ -29,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,10 +42,16 @@
 
 namespace cohort::serve {
 
+inline constexpr int kMaxChoices = 128;  // prompts x n of one request
+
 struct ApiRequest {
   bool chat = false;
   std::string model;
-  GenerationRequest generation;
+  GenerationRequest generation;  // the first choice's (what every choice shares)
+  // Every choice's generation in the reply's order (choice k has GenerationRequest::choice
+  // k): one per prompt and sample; choices[0] is `generation`.
+  std::vector<GenerationRequest> choices;
+  int n = 1;  // samples per prompt
   bool stream = false;
   bool include_usage = false;
 };
@@ -64,18 +72,29 @@ std::string DumpJson(const json& j);
 // Body() is the whole reply once the last event was added.
 class ResponseBuilder {
  public:
+  // One choice's reply (`index`: its place in choices); CombinedBody and CombinedUsage join
+  // those of a request with several.
   ResponseBuilder(const ApiRequest& request, const engine::Tokenizer& tokenizer, std::string id,
-                  int64_t created, std::string model_name, int prompt_tokens);
+                  int64_t created, std::string model_name, int prompt_tokens, int index = 0);
 
   // The chunk announcing the assistant's turn (chat streams not resumed), or "".
   std::string Opening() const;
   std::string Add(const TokenEvent& e);
-  // Closing chunks of a stream: usage (when asked) and "data: [DONE]".
+  // Closing chunks of a stream: usage (when asked; this choice's, or `usage`) and "data: [DONE]".
   std::string Finish() const;
+  std::string Finish(const json& usage) const;
   json Body() const;
 
   const std::string& finish_reason() const { return finish_reason_; }
   const std::string& error() const { return error_; }
+  int prompt_tokens() const { return prompt_tokens_; }
+  int completion_tokens() const { return completion_tokens_; }
+
+  // The usage of a request's choices (`n` per prompt): each prompt counted once, as
+  // OpenAI does, and every choice's completion tokens.
+  static json CombinedUsage(const std::vector<std::unique_ptr<ResponseBuilder>>& choices, int n);
+  // The whole reply of a request with several choices: every choice, and CombinedUsage.
+  static json CombinedBody(const std::vector<std::unique_ptr<ResponseBuilder>>& choices, int n);
 
  private:
   json Choice(const TokenEvent* e, const std::string& text, bool last) const;
@@ -88,6 +107,7 @@ class ResponseBuilder {
   int64_t created_;
   std::string model_;
   int prompt_tokens_;
+  int index_;
   int completion_tokens_;
   std::string text_;
   size_t text_offset_ = 0;

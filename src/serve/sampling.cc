@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 
 #include "engine/rng.h"
 
@@ -42,6 +43,16 @@ int32_t Argmax(std::span<const float> values) {
     if (values[i] == best) return static_cast<int32_t>(i);
   }
   return 0;  // only NaNs
+}
+
+void ApplyPenalties(std::span<float> logits, std::span<const int32_t> generated, const SamplingParams& params) {
+  if (!params.penalized()) return;
+  std::unordered_map<int32_t, int> counts;
+  for (int32_t t : generated) counts[t] += 1;
+  for (const auto& [t, c] : counts) {
+    if (t < 0 || static_cast<size_t>(t) >= logits.size()) continue;
+    logits[t] -= static_cast<float>(params.frequency_penalty * c + params.presence_penalty);
+  }
 }
 
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, int64_t index) {

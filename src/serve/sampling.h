@@ -22,6 +22,12 @@ struct SamplingParams {
   int top_k = 0;             // 0: no limit
   double top_p = 1.0;        // (0, 1]
   uint64_t seed = 0;
+  // OpenAI's penalties, in [-2, 2]: before sampling, each token's logit loses
+  // frequency_penalty for every time the request generated it, and presence_penalty once
+  // if it generated it at all (the prompt does not count).
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  bool penalized() const { return presence_penalty != 0 || frequency_penalty != 0; }
 };
 
 struct TokenLogprob {
@@ -36,6 +42,9 @@ struct TokenLogprob {
 // cost ~0.2 ms a sequence at GPT-2's 50257 (bench_serve_gpu, H200 host: 13 ms of a 16 ms
 // step at 64 streams, the model's step itself 3.3 ms).
 int32_t Argmax(std::span<const float> values);
+
+// Applies the penalties of `params` to `logits` for the tokens generated so far.
+void ApplyPenalties(std::span<float> logits, std::span<const int32_t> generated, const SamplingParams& params);
 
 // The id to emit as generated token number `index` (0-based) after `logits`
 // (vocab_size values).

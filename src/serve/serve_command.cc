@@ -65,7 +65,7 @@ int RunServe(int argc, char** argv) {
                  "--max-step-tokens up to max(2048, --max-running))")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--max-running", f.batcher.max_running, "Sequences in the running batch")->check(CLI::Range(1, 1 << 16));
-  app.add_option("--max-waiting", f.batcher.max_waiting, "Queued requests before 429")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--max-waiting", f.batcher.max_waiting, "Queued requests before 429 (a request's choices, n x prompts, count each)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--prefill-chunk", f.batcher.prefill_chunk, "Prompt tokens per sequence per step")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", f.threads, "CPU threads for the kernels (0: OMP_NUM_THREADS or all cores)")

@@ -34,13 +34,21 @@ int64_t MonoNowMs() {
   return std::chrono::duration_cast<Millis>(SteadyClock::now().time_since_epoch()).count();
 }
 
-// One streamed reply's state, shared by the content provider's calls.
+// One reply's state (a stream's, shared by the content provider's calls): one builder per
+// choice, whose generations share the channel.
 struct StreamState {
   ApiRequest request;
   std::shared_ptr<RequestChannel> channel;
-  std::unique_ptr<ResponseBuilder> builder;
+  std::vector<std::unique_ptr<ResponseBuilder>> builders;  // by choice
+  int finished = 0;  // choices whose last event came
   bool opened = false;
   bool done = false;
+  // A choice's event: nullptr for one that names no choice of this request.
+  ResponseBuilder* BuilderOf(const TokenEvent& e) {
+    return e.choice >= 0 && static_cast<size_t>(e.choice) < builders.size() ? builders[e.choice].get() : nullptr;
+  }
+  bool all_finished() const { return finished >= static_cast<int>(builders.size()); }
+  json Usage() const { return ResponseBuilder::CombinedUsage(builders, request.n); }
 };
 
 }  // namespace
@@ -156,25 +164,52 @@ void InferenceServer::Routes() {
                                   "model"),
                             options_.retry_after_s);
       }
-      const int prompt_tokens =
-          static_cast<int>(parsed->generation.tokens.size()) - parsed->generation.resumed;
-      auto channel = batcher_->Submit(parsed->generation);
-      if (!channel) {
-        metrics_.CountRequest(channel.error().code == ErrorCode::kResourceExhausted ? "rejected" : "invalid");
-        return SendApiError(res, channel.error(), options_.retry_after_s);
+      // The gateway's health canary is not traffic: it stays out of the metrics.
+      const bool observed = req.get_header_value(kCanaryHeader) != "1";
+      for (GenerationRequest& g : parsed->choices) g.observed = observed;
+      // Each choice waits in the queue as a request of its own: more than it holds could
+      // never be admitted together (a 429 to retry forever).
+      if (static_cast<int>(parsed->choices.size()) > batcher_->max_waiting()) {
+        metrics_.CountRequest("invalid");
+        return SendApiError(res,
+                            Error(ErrorCode::kInvalidArgument,
+                                  fmt::format("{} choices (n x prompts) are more than this replica queues at once "
+                                              "(--max-waiting {}): send fewer per request",
+                                              parsed->choices.size(), batcher_->max_waiting()),
+                                  parsed->n > 1 ? "n" : "prompt"),
+                            options_.retry_after_s);
       }
-      metrics_.CountPromptTokens(prompt_tokens);
+      // Every choice's generation joins the first one's channel; a refusal of any cancels
+      // those already queued and is the reply.
+      std::shared_ptr<RequestChannel> channel;
+      std::vector<int> prompt_tokens;
+      for (const GenerationRequest& g : parsed->choices) {
+        prompt_tokens.push_back(static_cast<int>(g.tokens.size()) - g.resumed);
+        auto submitted = batcher_->Submit(g, channel);
+        if (!submitted) {
+          if (channel) channel->Cancel();
+          metrics_.CountRequest(submitted.error().code == ErrorCode::kResourceExhausted ? "rejected" : "invalid");
+          return SendApiError(res, submitted.error(), options_.retry_after_s);
+        }
+        channel = std::move(*submitted);
+      }
+      for (size_t k = 0; k < prompt_tokens.size() && observed; k += static_cast<size_t>(parsed->n)) {
+        metrics_.CountPromptTokens(prompt_tokens[k]);
+      }
       std::string id = req.get_header_value("X-Cohort-Request-Id");
       if (id.empty() || id.size() > 128) id = NewId(chat);
       auto state = std::make_shared<StreamState>();
       state->request = std::move(*parsed);
-      state->channel = std::move(*channel);
-      state->builder = std::make_unique<ResponseBuilder>(state->request, *tokenizer_, std::move(id),
-                                                         NowUnixMs() / 1000, options_.model_name,
-                                                         prompt_tokens);
+      state->channel = std::move(channel);
+      const int64_t created = NowUnixMs() / 1000;
+      for (size_t k = 0; k < prompt_tokens.size(); ++k) {
+        state->builders.push_back(std::make_unique<ResponseBuilder>(state->request, *tokenizer_, id, created,
+                                                                    options_.model_name, prompt_tokens[k],
+                                                                    static_cast<int>(k)));
+      }
       if (!state->request.stream) {
         SteadyTime checked = SteadyClock::now();
-        for (;;) {
+        while (!state->all_finished()) {
           std::optional<TokenEvent> e = state->channel->Next(kHangUpCheck);
           if (SteadyClock::now() - checked >= kHangUpCheck) {
             // Nobody will read the reply: stop generating it (a stream learns the same
@@ -186,14 +221,18 @@ void InferenceServer::Routes() {
             checked = SteadyClock::now();
           }
           if (!e) continue;
-          state->builder->Add(*e);
-          if (!e->finish_reason.empty()) break;
+          ResponseBuilder* b = state->BuilderOf(*e);
+          if (!b) continue;
+          b->Add(*e);
+          if (e->finish_reason.empty()) continue;
+          state->finished += 1;
+          if (b->finish_reason() == "error") {
+            state->channel->Cancel();  // the other choices are not wanted any more
+            return SendApiError(res, Error(ErrorCode::kUnavailable, b->error()), options_.retry_after_s);
+          }
         }
-        if (state->builder->finish_reason() == "error") {
-          return SendApiError(res, Error(ErrorCode::kUnavailable, state->builder->error()),
-                              options_.retry_after_s);
-        }
-        return SendJson(res, state->builder->Body());
+        if (state->builders.size() == 1) return SendJson(res, state->builders.front()->Body());
+        return SendJson(res, ResponseBuilder::CombinedBody(state->builders, state->request.n));
       }
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
@@ -203,7 +242,9 @@ void InferenceServer::Routes() {
             auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
             if (!state->opened) {
               state->opened = true;
-              if (!write(state->builder->Opening())) return false;
+              for (const auto& b : state->builders) {
+                if (!write(b->Opening())) return false;
+              }
             }
             if (state->done) {
               sink.done();
@@ -221,11 +262,21 @@ void InferenceServer::Routes() {
               if (!e && HttpServer::ClientGone()) return false;  // the release callback cancels it
             }
             if (!e) return write(": keep-alive\n\n");
-            if (!write(state->builder->Add(*e))) return false;
+            ResponseBuilder* b = state->BuilderOf(*e);
+            if (!b) return true;
+            if (!write(b->Add(*e))) return false;
             if (!e->finish_reason.empty()) {
-              state->done = true;
-              if (e->finish_reason != "error" && !write(state->builder->Finish())) return false;
-              sink.done();
+              state->finished += 1;
+              if (e->finish_reason == "error") {
+                state->done = true;
+                state->channel->Cancel();  // the stream ends here: the other choices are not wanted
+                sink.done();
+              } else if (state->all_finished()) {
+                state->done = true;
+                const std::string last = state->builders.size() == 1 ? b->Finish() : b->Finish(state->Usage());
+                if (!write(last)) return false;
+                sink.done();
+              }
             }
             return true;
           },
@@ -236,6 +287,41 @@ void InferenceServer::Routes() {
   };
   PostWithBodyCap(http, "/v1/completions", generate(false));
   PostWithBodyCap(http, "/v1/chat/completions", generate(true));
+
+  // A path or method no route takes gets an error an OpenAI client can show (httplib's own
+  // is an empty body): 405 with Allow for a known path asked with another method, 404 naming
+  // what this server serves otherwise (vLLM's /v1/embeddings, a base URL without /v1).
+  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status != 404 && res.status != 405) {
+      const Error e(res.status < 500 ? ErrorCode::kInvalidArgument : ErrorCode::kInternal,
+                    fmt::format("HTTP {}: the request could not be read or served", res.status));
+      const int status = res.status;
+      SendApiError(res, e, options_.retry_after_s);
+      res.status = status;
+      return;
+    }
+    const std::string& path = req.path;
+    const bool post_path = path == "/v1/completions" || path == "/v1/chat/completions";
+    const bool get_path = path == "/v1/models" || path.starts_with("/v1/models/") || path == "/health" ||
+                          path == "/load" || path == "/metrics";
+    if ((post_path && req.method != "POST") || (get_path && req.method != "GET" && req.method != "HEAD")) {
+      const std::string allowed = post_path ? "POST" : "GET";
+      SendApiError(res,
+                   Error(ErrorCode::kInvalidArgument,
+                         fmt::format("method not allowed: {} {} takes {}", req.method, path, allowed)),
+                   options_.retry_after_s);
+      res.status = 405;
+      res.set_header("Allow", allowed);
+      return;
+    }
+    SendApiError(res,
+                 Error(ErrorCode::kNotFound,
+                       fmt::format("no such endpoint: {} {}; this server serves POST /v1/completions, POST "
+                                   "/v1/chat/completions and GET /v1/models",
+                                   req.method, path)),
+                 options_.retry_after_s);
+  });
 }
 
 }  // namespace cohort::serve

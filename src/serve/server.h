@@ -10,8 +10,12 @@
 //   GET  /load             the batcher's LoadReport with the replica's latencies (the
 //                          gateway's least-loaded routing and the head's /metrics read it)
 //   GET  /metrics          Prometheus text (serve_metrics.h)
+// A generation request with the header X-Cohort-Canary: 1 (the gateway's health check,
+// head/gateway.h) is served like any other but left out of the metrics and the load
+// report's rates, so that an idle replica shows no traffic.
 // Errors use OpenAI's shape (openai_api.h): 400 naming the field, 404 for another model,
-// 429 with Retry-After when the queue is full, 503 while stopping.
+// 429 with Retry-After when the queue is full, 503 while stopping; 405 (with Allow) for a
+// route asked with another method, 404 naming the routes for any other path.
 //
 // Generation requests run on a pool of their own whose threads wait for their tokens (a
 // stream holds its thread until it ends), so its size bounds the requests in progress.
@@ -37,6 +41,8 @@ class HttpServer;
 }
 
 namespace cohort::serve {
+
+inline constexpr char kCanaryHeader[] = "X-Cohort-Canary";
 
 struct ServerOptions {
   std::string host = "127.0.0.1";

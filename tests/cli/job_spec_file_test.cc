@@ -171,6 +171,17 @@ TEST_F(SpecFileTest, CommandErrors) {
   EXPECT_THAT(as_string.error().message, HasSubstr("as a list"));
 }
 
+// `cohort submit chat.yaml` with a service file said only "command: is required".
+TEST_F(SpecFileTest, AServiceFileSaysToDeployIt) {
+  auto svc = LoadJobSpecFile(Write("chat.yaml", "kind: service\nname: chat\nmodel: /models/tiny\nreplicas: 2\n"));
+  ASSERT_FALSE(svc.has_value());
+  EXPECT_THAT(svc.error().message, HasSubstr("chat.yaml: command: is required"));
+  EXPECT_THAT(svc.error().message, HasSubstr("deploy it with `cohort serve deploy FILE`"));
+  auto job = LoadJobSpecFile(Write("job.yaml", "nodes: 2\n"));
+  ASSERT_FALSE(job.has_value());
+  EXPECT_THAT(job.error().message, ::testing::Not(HasSubstr("serve deploy")));
+}
+
 TEST_F(SpecFileTest, UnknownFieldSuggestsTheNearestName) {
   Error e = YamlError("gpu_per_node: 4\n");  // `gpus: 4` is a GPU request (issue 18)
   EXPECT_EQ(e.field, "gpu_per_node");

@@ -68,6 +68,11 @@ class FakeReplica {
     std::lock_guard<std::mutex> l(mu_);
     return last_body_;
   }
+  // The X-Cohort-Canary header of each canary received ("" when absent).
+  std::vector<std::string> canary_marks() {
+    std::lock_guard<std::mutex> l(mu_);
+    return canary_marks_;
+  }
   // The connections (by the client's port) that requests other than canaries came on.
   size_t connections() {
     std::lock_guard<std::mutex> l(mu_);
@@ -78,6 +83,10 @@ class FakeReplica {
   void Complete(const httplib::Request& req, httplib::Response& res) {
     json body = json::parse(req.body);
     bool canary = body.value("prompt", json()) == "Hi" && body.value("max_tokens", 0) == 1;
+    if (canary) {
+      std::lock_guard<std::mutex> l(mu_);
+      canary_marks_.push_back(req.get_header_value("X-Cohort-Canary"));
+    }
     if (!canary) {
       ++requests_;
       std::lock_guard<std::mutex> l(mu_);
@@ -145,6 +154,7 @@ class FakeReplica {
   int held_ = 0;
   json last_body_;
   std::set<int> client_ports_;
+  std::vector<std::string> canary_marks_;
 };
 
 class GatewayTest : public ::testing::Test {
@@ -265,6 +275,16 @@ TEST_F(GatewayTest, UnknownModelIs404AndNoHealthyReplicaIs503) {
 }
 
 // The models as the OpenAI SDKs list and retrieve them.
+// The canary says it is one, so that the replica leaves it out of its metrics: an idle
+// service showed the canaries' tokens per second and time to first token.
+TEST_F(GatewayTest, CanariesAreMarkedAsSuch) {
+  for (const auto& [node, replica] : replicas_) {
+    const auto marks = replica->canary_marks();
+    ASSERT_FALSE(marks.empty()) << node;
+    for (const auto& m : marks) EXPECT_EQ(m, "1") << node;
+  }
+}
+
 TEST_F(GatewayTest, ListsAndRetrievesModels) {
   httplib::Client c("127.0.0.1", port_);
   auto list = c.Get("/v1/models");
@@ -275,6 +295,12 @@ TEST_F(GatewayTest, ListsAndRetrievesModels) {
   EXPECT_EQ(one->status, 200) << one->body;
   EXPECT_EQ(json::parse(one->body)["id"], "m");
   EXPECT_EQ(json::parse(one->body)["owned_by"], "svc");
+  // "created" is when the service was deployed (clients sort and show models by it), not 0.
+  int64_t deployed = INT64_MAX;
+  for (const auto& j : cluster_->ListJobs({})) deployed = std::min(deployed, j.submit_ms / 1000);
+  ASSERT_GT(deployed, 0);
+  EXPECT_EQ(json::parse(list->body)["data"][0]["created"], deployed) << list->body;
+  EXPECT_EQ(json::parse(one->body)["created"], deployed) << one->body;
   auto other = c.Get("/v1/models/other");
   ASSERT_TRUE(other);
   EXPECT_EQ(other->status, 404) << other->body;
@@ -448,6 +474,25 @@ TEST_F(GatewayTest, AStreamMovesWhenItsReplicaDiesAndNoTokenRepeats) {
       << *text;
   EXPECT_NE(text->find("cohort_service_inter_token_latency_seconds_count{service=\"svc\"} 9\n"), std::string::npos)
       << *text;
+}
+
+// A stream of several choices (n > 1, or several prompts) interleaves their tokens, which
+// cannot be resumed as one generation elsewhere: when its replica dies it ends with an
+// error event saying so, and nothing is sent to another replica as a continuation.
+TEST_F(GatewayTest, AStreamOfSeveralChoicesEndsInAnErrorWhenItsReplicaDies) {
+  replicas_["east"]->die_after(3);
+  for (const json& body : {json{{"model", "m"}, {"prompt", "hello"}, {"n", 2}, {"max_tokens", 10}, {"stream", true}},
+                           json{{"model", "m"}, {"prompt", {"a", "b"}}, {"max_tokens", 10}, {"stream", true}}}) {
+    auto r = Post(body, {{"X-Cohort-Site", "east"}});
+    ASSERT_TRUE(r) << httplib::to_string(r.error());
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("does not move to another replica"), std::string::npos) << r->body;
+    EXPECT_EQ(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+    EXPECT_EQ(replicas_["west"]->requests(), 0) << replicas_["west"]->last_body().dump();
+    EXPECT_EQ(gateway_->counters().failovers, 0);
+    gateway_->Tick();  // east's canary passes again
+    ASSERT_TRUE(Healthy("east"));
+  }
 }
 
 }  // namespace

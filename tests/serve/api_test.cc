@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -185,6 +187,154 @@ TEST(ServeApiTest, ModelsCompletionsAndStreams) {
   EXPECT_NEAR(l["token_logprobs"][0].get<double>(), best, 1e-5);
 }
 
+// Several prompts in one request, and n samples of each (LangChain's OpenAI LLM batches
+// prompts so; vLLM and OpenAI take both): choice i*n + j is sample j of prompt i, each the
+// tokens its own request would get (sample j seeded seed + j), streamed or not, with usage
+// counting each prompt once and every choice's tokens.
+TEST(ServeApiTest, SeveralPromptsAndSamplesAreChoices) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  int status = 0;
+  auto one = [&](const std::string& prompt, const std::string& extra) {
+    json r = Post(c, "/v1/completions",
+                  R"({"model":"tiny","prompt":")" + prompt + R"(","max_tokens":6)" + extra + "}", &status);
+    EXPECT_EQ(status, 200) << r.dump();
+    return r["choices"][0]["text"].get<std::string>();
+  };
+  const std::string greedy_ab = one("ab", R"(,"temperature":0)");
+  const std::string greedy_xyz = one("xyz", R"(,"temperature":0)");
+  ASSERT_NE(greedy_ab, greedy_xyz);
+
+  json both = Post(c, "/v1/completions",
+                   R"({"model":"tiny","prompt":["ab","xyz"],"n":2,"max_tokens":6,"temperature":0})", &status);
+  ASSERT_EQ(status, 200) << both.dump();
+  ASSERT_EQ(both["choices"].size(), 4u) << both.dump();
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(both["choices"][k]["index"], k);
+    EXPECT_EQ(both["choices"][k]["text"], k < 2 ? greedy_ab : greedy_xyz) << k;
+    EXPECT_EQ(both["choices"][k]["finish_reason"], "length");
+  }
+  EXPECT_EQ(both["usage"]["prompt_tokens"], 2 + 3);
+  EXPECT_EQ(both["usage"]["completion_tokens"], 4 * 6);
+  EXPECT_EQ(both["usage"]["total_tokens"], 5 + 24);
+
+  // Sampled: sample j is the request with seed + j, and the samples differ.
+  json sampled = Post(c, "/v1/completions",
+                      R"({"model":"tiny","prompt":"ab","n":3,"max_tokens":6,"temperature":1.5,"seed":40})", &status);
+  ASSERT_EQ(status, 200) << sampled.dump();
+  ASSERT_EQ(sampled["choices"].size(), 3u);
+  std::set<std::string> texts;
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_EQ(sampled["choices"][j]["text"], one("ab", fmt::format(R"(,"temperature":1.5,"seed":{})", 40 + j))) << j;
+    texts.insert(sampled["choices"][j]["text"].get<std::string>());
+  }
+  EXPECT_GT(texts.size(), 1u);
+
+  // Streamed: every chunk names its choice; each choice's text is the same; one usage.
+  auto r = c.Post("/v1/completions",
+                  R"({"model":"tiny","prompt":["ab","xyz"],"n":2,"max_tokens":6,"temperature":0,"stream":true,
+                      "stream_options":{"include_usage":true}})",
+                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto events = Events(r->body);
+  ASSERT_EQ(events.size(), 4u * 6 + 2) << r->body;
+  std::map<int, std::string> streamed;
+  std::map<int, int> finished;
+  for (size_t i = 0; i < 4 * 6; ++i) {
+    const json& ch = events[i]["choices"][0];
+    streamed[ch["index"].get<int>()] += ch["text"].get<std::string>();
+    if (!ch["finish_reason"].is_null()) finished[ch["index"].get<int>()] += 1;
+  }
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(streamed[k], k < 2 ? greedy_ab : greedy_xyz) << k;
+    EXPECT_EQ(finished[k], 1) << k;
+  }
+  EXPECT_EQ(events[24]["usage"], both["usage"]);
+  EXPECT_EQ(events[25], "[DONE]");
+
+  // Chat: n replies, each stream choice opened with its role.
+  json chat = Post(c, "/v1/chat/completions",
+                   R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"n":2,"max_tokens":3,"temperature":0})",
+                   &status);
+  ASSERT_EQ(status, 200) << chat.dump();
+  ASSERT_EQ(chat["choices"].size(), 2u);
+  EXPECT_EQ(chat["choices"][1]["index"], 1);
+  EXPECT_EQ(chat["choices"][1]["message"], chat["choices"][0]["message"]);
+  EXPECT_EQ(chat["usage"]["completion_tokens"], 6);
+  auto cs = c.Post("/v1/chat/completions",
+                   R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"n":2,"max_tokens":3,"temperature":0,
+                       "stream":true})",
+                   "application/json");
+  ASSERT_TRUE(cs);
+  auto chunks = Events(cs->body);
+  ASSERT_EQ(chunks.size(), 2u + 2 * 3 + 1) << cs->body;
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[0]["choices"][0]["index"], 0);
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[1]["choices"][0]["index"], 1);
+}
+
+// Each choice waits in the queue as a request: a request of more choices than the queue
+// holds could never be admitted (its 429 would be retried forever), so it is a 400.
+TEST(ServeApiTest, MoreChoicesThanTheQueueHoldsIsABadRequest) {
+  engine::GptModel ref = TinyModel();
+  BatcherOptions b;
+  b.max_waiting = 2;
+  ServerFixture f(CpuModelOf(ref), b);
+  auto c = f.Client();
+  int status = 0;
+  json too_many = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"ab","n":3,"max_tokens":2})", &status);
+  EXPECT_EQ(status, 400) << too_many.dump();
+  EXPECT_EQ(too_many["error"]["param"], "n") << too_many.dump();
+  EXPECT_NE(too_many["error"]["message"].get<std::string>().find("--max-waiting 2"), std::string::npos)
+      << too_many.dump();
+  json prompts = Post(c, "/v1/completions", R"({"model":"tiny","prompt":["a","b","c"],"max_tokens":2})", &status);
+  EXPECT_EQ(status, 400) << prompts.dump();
+  EXPECT_EQ(prompts["error"]["param"], "prompt") << prompts.dump();
+  json two = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"ab","n":2,"max_tokens":2})", &status);
+  EXPECT_EQ(status, 200) << two.dump();
+  EXPECT_EQ(two["choices"].size(), 2u);
+}
+
+// The gateway's health canary (X-Cohort-Canary: 1, a one-token greedy completion every few
+// seconds) is answered but is not traffic: an idle replica showed 0.1 tokens/s, a time to
+// first token and a request count made of canaries alone.
+TEST(ServeApiTest, CanariesStayOutOfTheMetrics) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  const std::string canary = R"({"model":"tiny","prompt":"Hi","max_tokens":1,"temperature":0})";
+  for (int i = 0; i < 3; ++i) {
+    auto r = c.Post("/v1/completions", httplib::Headers{{"X-Cohort-Canary", "1"}}, canary, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  auto metrics = [&] {
+    auto m = c.Get("/metrics");
+    EXPECT_TRUE(m);
+    return m ? m->body : std::string();
+  };
+  std::string text = metrics();
+  EXPECT_NE(text.find("cohort_serve_output_tokens_total{model=\"tiny\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cohort_serve_prompt_tokens_total{model=\"tiny\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cohort_serve_time_to_first_token_seconds_count{model=\"tiny\"} 0\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("outcome=\"length\"} 1"), std::string::npos) << text;
+  auto load = c.Get("/load");
+  ASSERT_TRUE(load);
+  EXPECT_EQ(ParseJson(load->body)->value("tokens_per_second", -1.0), 0.0) << load->body;
+  // A client's request counts.
+  int status = 0;
+  Post(c, "/v1/completions", canary, &status);
+  ASSERT_EQ(status, 200);
+  text = metrics();
+  EXPECT_NE(text.find("cohort_serve_output_tokens_total{model=\"tiny\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cohort_serve_time_to_first_token_seconds_count{model=\"tiny\"} 1\n"), std::string::npos)
+      << text;
+}
+
 TEST(ServeApiTest, ChatUsesThePlainTemplate) {
   engine::GptModel ref = TinyModel();
   ServerFixture f(CpuModelOf(ref));
@@ -218,6 +368,39 @@ TEST(ServeApiTest, ChatUsesThePlainTemplate) {
 }
 
 // Each bad request gets its 4xx in OpenAI's shape naming the field; the server keeps serving.
+// A wrong method or path gets an error in OpenAI's shape, not an empty body: an SDK or curl
+// user learns what the server takes (405 with Allow for a known path, 404 naming the API).
+TEST(ServeApiTest, UnknownPathsAndWrongMethodsAreExplained) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  auto get = c.Get("/v1/completions");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+  auto body = ParseJson(get->body);
+  ASSERT_TRUE(body.has_value()) << get->body;
+  EXPECT_EQ((*body)["error"]["message"], "method not allowed: GET /v1/completions takes POST") << get->body;
+  EXPECT_EQ((*body)["error"]["type"], "invalid_request_error") << get->body;
+
+  auto post = c.Post("/v1/models", "{}", "application/json");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->get_header_value("Allow"), "GET");
+
+  int status = 0;
+  json missing = Post(c, "/v1/embeddings", R"({"model":"tiny","input":"x"})", &status);
+  EXPECT_EQ(status, 404);
+  EXPECT_EQ(missing["error"]["type"], "not_found_error") << missing;
+  EXPECT_NE(missing["error"]["message"].get<std::string>().find("no such endpoint: POST /v1/embeddings"),
+            std::string::npos)
+      << missing;
+  auto root = c.Get("/completions");  // a base URL without /v1
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->status, 404);
+  EXPECT_NE(root->body.find("POST /v1/completions"), std::string::npos) << root->body;
+}
+
 TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
   engine::GptModel ref = TinyModel();
   ServerFixture f(CpuModelOf(ref));
@@ -244,7 +427,15 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
       {"/v1/completions", R"({"model":"tiny","prompt":7})", 400, "prompt"},
       {"/v1/completions", R"({"model":"tiny","prompt":[1,2,999]})", 400, "prompt[2]"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","stop":[1]})", 400, "stop[0]"},
-      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":2})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","presence_penalty":2.5})", 400, "presence_penalty"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","frequency_penalty":"high"})", 400, "frequency_penalty"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":0})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":["x","y"],"n":100})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":2,"best_of":3})", 400, "best_of"},
+      {"/v1/completions", R"({"model":"tiny","prompt":["x",""]})", 400, "prompt[1]"},
+      {"/v1/completions", R"({"model":"tiny","prompt":[[1,2],[3,999]]})", 400, "prompt[1][1]"},
+      {"/v1/completions", R"({"model":"tiny","prompt":["x",5]})", 400, "prompt[1]"},
+      {"/v1/completions", R"({"model":"tiny","prompt":["x",")" + long_prompt + R"("]})", 400, "prompt[1]"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","logprobs":9})", 400, "logprobs"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","temprature":1})", 400, "temprature"},
       {"/v1/completions", R"({"prompt":"x"})", 400, "model"},

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -81,6 +82,10 @@ TEST(KvCacheTest, PlansBlocksFromTheBudgetAndRefusesTooSmallOnes) {
   ASSERT_FALSE(small.has_value());
   EXPECT_EQ(small.error().field, "--kv-cache-mb");
   EXPECT_NE(small.error().message.find("needs 4"), std::string::npos) << small.error().message;
+  // What to give instead, and the budget as given (not rounded to "0.0 MiB").
+  EXPECT_NE(small.error().message.find("give --kv-cache-mb 0.032 or more"), std::string::npos)
+      << small.error().message;
+  EXPECT_NE(small.error().message.find("0.0234375 MiB holds 3 blocks"), std::string::npos) << small.error().message;
   EXPECT_FALSE(PlanKvCache(c, 0, 1 << 20, 4).has_value());
 
   KvBlockAllocator a(5);
@@ -344,6 +349,65 @@ TEST(BatcherTest, RefusesDecodeStepBudgetsOutsideTheirRange) {
   auto neg = CreateCpuInferenceModel(ref.config(), std::vector<float>(p.begin(), p.end()), plan, -3);
   ASSERT_FALSE(neg.has_value());
   EXPECT_EQ(neg.error().field, "--max-step-tokens");
+}
+
+// presence_penalty and frequency_penalty (OpenAI's, refused before): each step's logits
+// lose frequency x (times generated) + presence x (generated at all), the prompt not
+// counting; the oracle recomputes the whole sequence each step and penalizes by hand.
+TEST(BatcherTest, PenaltiesLowerTheLogitsOfGeneratedTokens) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto batcher = Batcher::Start(CpuModelOf(ref), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(batcher.has_value());
+  auto oracle_model = CpuModelOf(ref);
+  const std::vector<int> blocks = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  const std::vector<int32_t> prompt = Bytes("aaaa");
+  for (const auto& [presence, frequency] : {std::pair{1.5, 0.0}, std::pair{0.0, 2.0}, std::pair{0.7, 0.4}}) {
+    std::vector<int32_t> seq = prompt, expected;
+    for (int i = 0; i < 30; ++i) {
+      StepSequence q;
+      q.tokens = seq;
+      q.start = 0;
+      q.blocks = blocks;
+      q.want_logits = true;
+      std::vector<float> logits;
+      ASSERT_TRUE(oracle_model->Step(std::span<const StepSequence>(&q, 1), logits).has_value());
+      std::map<int32_t, int> counts;
+      for (int32_t t : expected) counts[t] += 1;
+      for (const auto& [t, c] : counts) logits[t] -= static_cast<float>(frequency * c + presence);
+      const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      expected.push_back(next);
+      seq.push_back(next);
+    }
+    GenerationRequest r = Greedy("aaaa", 30);
+    r.sampling.presence_penalty = presence;
+    r.sampling.frequency_penalty = frequency;
+    auto ch = (*batcher)->Submit(r);
+    ASSERT_TRUE(ch.has_value()) << ch.error().message;
+    EXPECT_EQ(Drain(**ch).tokens, expected) << presence << " " << frequency;
+    auto plain = (*batcher)->Submit(Greedy("aaaa", 30));
+    ASSERT_TRUE(plain.has_value());
+    EXPECT_NE(Drain(**plain).tokens, expected) << "the penalties changed nothing: a weak test";
+  }
+}
+
+// --max-waiting 0 made a replica that answered every request "overloaded: 0 requests are
+// waiting and 0 running; retry later", however idle: every request enters the queue first.
+TEST(BatcherTest, RefusesAQueueThatHoldsNothing) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  BatcherOptions opt;
+  opt.max_waiting = 0;
+  auto b = Batcher::Start(CpuModelOf(ref), tokenizer.get(), opt, nullptr);
+  ASSERT_FALSE(b.has_value());
+  EXPECT_EQ(b.error().field, "--max-waiting");
+  EXPECT_NE(b.error().message.find("at least 1"), std::string::npos) << b.error().message;
+  opt.max_waiting = 1;
+  auto one = Batcher::Start(CpuModelOf(ref), tokenizer.get(), opt, nullptr);
+  ASSERT_TRUE(one.has_value()) << one.error().message;
+  auto r = (*one)->Submit(Greedy("abc", 2));
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(Drain(**r).finish, "length");
 }
 
 // The GPU's auto step budget (cuda_model.h): the cache's positions, at most 16384, and no

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "api/job_env.h"
+#include "common/clock.h"
 #include "head/core/drain.h"
 #include "head/core/gpu_detail.h"
 #include "head/core/job_limits.h"
@@ -176,8 +177,36 @@ void MoveJob(Tx& tx, Job& job, const std::string& why) {
 
 void RestartReplica(Tx& tx, Job& job, const std::string& why) {
   Requeue(tx, job, why);
-  job.reason = fmt::format("replica restarting after: {} (attempt {})", why, job.attempt);
+  const ReplicaBackoff b = ReplicaBackoffOf(job);
+  if (b.delay_ms > 0) {
+    job.reason = fmt::format("replica restarting after: {} (attempt {}; crash loop: {} attempts in a row ended "
+                             "within {} of starting, so it waits {} to start)",
+                             why, job.attempt, b.quick_ends, FormatDuration(kReplicaQuickEndMs),
+                             FormatDuration(b.delay_ms));
+  } else {
+    job.reason = fmt::format("replica restarting after: {} (attempt {})", why, job.attempt);
+  }
   tx.fx.Warn("service {} replica job {} requeued as attempt {}: {}", job.spec.service, job.id, job.attempt, why);
+}
+
+ReplicaBackoff ReplicaBackoffOf(const Job& job) {
+  ReplicaBackoff b;
+  for (auto it = job.history.rbegin(); it != job.history.rend(); ++it) {
+    if (it->end_ms == 0) continue;  // the current attempt (a RUNNING replica's)
+    if (it->end_ms - it->start_ms >= kReplicaQuickEndMs) break;
+    if (b.quick_ends == 0) {
+      b.start_after_ms = it->end_ms;
+      b.last_end = it->end_reason;
+    }
+    b.quick_ends += 1;
+    if (b.quick_ends > 64) break;  // the cap is long reached
+  }
+  if (b.quick_ends >= 2) {
+    const int doublings = std::min(b.quick_ends - 2, 30);
+    b.delay_ms = std::min(kReplicaBackoffBaseMs << doublings, kReplicaBackoffMaxMs);
+  }
+  b.start_after_ms += b.delay_ms;
+  return b;
 }
 
 void FailGang(Tx& tx, Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart,

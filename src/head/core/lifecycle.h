@@ -53,8 +53,28 @@ void MoveJob(Tx& tx, api::Job& job, const std::string& why);
 void FailGang(Tx& tx, api::Job& job, const std::string& why, std::optional<int> exit_code, bool may_restart,
               int64_t ended_ms = 0);
 // Requeues a service replica as a new attempt (it never succeeds or fails; only a
-// cancellation ends it), with `why` in its reason.
+// cancellation ends it), with `why` in its reason (and its back-off, below, when it has one).
 void RestartReplica(Tx& tx, api::Job& job, const std::string& why);
+
+// A replica whose attempts keep ending soon after they start (a model path that does not
+// exist on the node, a bad flag, a model too large for its GPU) is in a crash loop;
+// requeued at once it would start several times a second for as long as the service
+// exists. As Kubernetes' CrashLoopBackOff does, the next start of a PENDING replica waits:
+// after the second attempt in a row that ended within kReplicaQuickEndMs of its start
+// kReplicaBackoffBaseMs, doubling with each further one up to kReplicaBackoffMaxMs; one
+// attempt that ran longer ends the loop. The first quick end restarts at once (a node
+// lost under a replica that had just started is no loop). Read from the job's attempt
+// history alone, so a restarted head keeps the same waits.
+inline constexpr int64_t kReplicaQuickEndMs = 60'000;
+inline constexpr int64_t kReplicaBackoffBaseMs = 1'000;
+inline constexpr int64_t kReplicaBackoffMaxMs = 60'000;
+struct ReplicaBackoff {
+  int quick_ends = 0;         // the latest ended attempts, in a row, that ran < kReplicaQuickEndMs
+  int64_t delay_ms = 0;       // 0: start at once
+  int64_t start_after_ms = 0; // Unix ms: the latest attempt's end + delay_ms
+  std::string last_end;       // why the latest attempt ended
+};
+ReplicaBackoff ReplicaBackoffOf(const api::Job& job);
 
 // FailGang (with restarts) for every job running on `node`, each with `why`.
 void FailJobsOnNode(Tx& tx, const std::string& node, const std::string& why);

@@ -21,6 +21,7 @@ std::string ReasonKind(std::string_view reason) {
   if (reason.starts_with("invalid request")) return "invalid";
   if (reason.starts_with("held ")) return "held";  // cohort hold (job_control.h)
   if (reason.starts_with("Dependency")) return "dependency";  // dependencies.h
+  if (reason.starts_with("crash loop back-off")) return "backoff";  // a service replica (lifecycle.h)
   return "scheduler";  // not yet considered by a pass
 }
 
@@ -163,7 +164,9 @@ ClusterMetrics Metrics(const ClusterState& s, Now now) {
     m.jobs_by_state[JobStateLabel(st)] = 0;
   }
   for (const auto& [id, j] : s.jobs) m.jobs_by_state[JobStateLabel(j.state)] += 1;
-  for (const char* kind : {"resources", "priority", "invalid", "stopping", "held", "dependency", "scheduler"}) m.pending_by_reason[kind] = 0;
+  for (const char* kind : {"resources", "priority", "invalid", "stopping", "held", "dependency", "backoff", "scheduler"}) {
+    m.pending_by_reason[kind] = 0;
+  }
   for (JobId id : s.pending) {
     auto r = s.pending_reasons.find(id);
     m.pending_by_reason[ReasonKind(r != s.pending_reasons.end() ? r->second : s.jobs.at(id).reason)] += 1;

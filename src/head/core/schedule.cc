@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/clock.h"
 #include "head/core/dependencies.h"
 #include "head/core/gpu_detail.h"
 #include "head/core/job_control.h"
@@ -269,6 +270,16 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
       in.stopping_reasons[id] = "waiting for " + where->second + " to stop";
       continue;
     }
+    if (const Job& job = s.jobs.at(id); job.spec.is_service()) {
+      if (const ReplicaBackoff b = ReplicaBackoffOf(job); b.delay_ms > 0 && now.unix_ms < b.start_after_ms) {
+        in.backoff_reasons[id] = fmt::format(
+            "crash loop back-off: {} attempts in a row ended within {} of starting (the last: {}); "
+            "next start in {} (cohort logs {} -a {})",
+            b.quick_ends, FormatDuration(kReplicaQuickEndMs), b.last_end,
+            FormatDuration(b.start_after_ms - now.unix_ms), id, job.attempt - 1);
+        continue;
+      }
+    }
     snap.pending.push_back(ToRequest(s.jobs.at(id)));
   }
   return in;
@@ -315,6 +326,7 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   std::erase_if(s.pending_reasons, [&](const auto& entry) { return !s.pending.contains(entry.first); });
   for (auto& [id, text] : in.stopping_reasons) s.pending_reasons[id] = std::move(text);
   for (auto& [id, text] : in.held_reasons) s.pending_reasons[id] = std::move(text);
+  for (auto& [id, text] : in.backoff_reasons) s.pending_reasons[id] = std::move(text);
   for (auto& [id, text] : in.dependency_reasons) {
     if (s.pending.contains(id)) s.pending_reasons[id] = std::move(text);
   }

@@ -32,6 +32,9 @@ struct SchedulerInput {
   std::map<api::JobId, std::string> stopping_reasons;
   // Held jobs (job_control.h), left out too, with their reason.
   std::map<api::JobId, std::string> held_reasons;
+  // Service replicas in a crash loop waiting out their back-off (lifecycle.h), left out,
+  // with their reason.
+  std::map<api::JobId, std::string> backoff_reasons;
   // Jobs whose dependency is not satisfied (dependencies.h), left out, with their reason.
   std::map<api::JobId, std::string> dependency_reasons;
   // A pending job names a GPU type or shares a GPU: every node's devices go in detail.

@@ -2,7 +2,9 @@
 // end, restarts not counted; only a cancellation ends them.
 #include <gtest/gtest.h>
 
+#include "head/core/lifecycle.h"
 #include "head/core/liveness.h"
+#include "head/core/queries.h"
 #include "head/core/submit.h"
 #include "core_test_util.h"
 
@@ -38,12 +40,53 @@ TEST_F(CoreTest, AFailingReplicaRestartsWithoutLimit) {
   const api::JobId id = Submit(Replica());  // max_restarts 0
   for (int attempt = 0; attempt < 5; ++attempt) {
     ASSERT_EQ(Pass(), 1) << "attempt " << attempt;
+    Advance(kReplicaQuickEndMs);  // each ran long enough not to be a crash loop
     Beat("n1", {Exited(id, attempt, 0, 1)});
     ASSERT_EQ(Job(id).state, JobState::kPending) << Job(id).reason;
     Beat("n1");
   }
   EXPECT_EQ(Job(id).attempt, 5);
   EXPECT_EQ(state_.counters.transitions.count({"running", "failed"}), 0u);
+}
+
+// A replica that exits as soon as it starts (its model path missing on the node, a bad
+// flag) is not restarted several times a second for as long as the service exists: from
+// its second quick end in a row it waits 1 s, then 2 s, 4 s, ... up to a minute, with the
+// wait as its pending reason; an attempt that runs a minute ends the loop.
+TEST_F(CoreTest, AReplicaInACrashLoopWaitsLongerBeforeEachStart) {
+  Register(Reg("n1"));
+  const api::JobId id = Submit(Replica());
+  ASSERT_EQ(Pass(), 1);
+  Advance(100);
+  Beat("n1", {Exited(id, 0, 0, 1)});
+  Beat("n1");
+  ASSERT_EQ(Pass(), 1) << "one quick end restarts at once: " << state_.pending_reasons[id];
+  int64_t wait = 1000;
+  for (int attempt = 1; attempt <= 9; ++attempt) {
+    Advance(100);
+    Beat("n1", {Exited(id, attempt, 0, 1)});
+    Beat("n1");
+    EXPECT_NE(Job(id).reason.find(fmt::format("crash loop: {} attempts in a row ended within 1m00s", attempt + 1)),
+              std::string::npos)
+        << Job(id).reason;
+    ASSERT_EQ(Pass(), 0) << "attempt " << attempt;
+    const std::string& why = state_.pending_reasons.at(id);
+    EXPECT_TRUE(why.starts_with(fmt::format("crash loop back-off: {} attempts in a row", attempt + 1))) << why;
+    EXPECT_NE(why.find("rank 0 on n1 exited with code 1"), std::string::npos) << why;
+    EXPECT_NE(why.find(fmt::format("cohort logs {} -a {}", id, attempt)), std::string::npos) << why;
+    EXPECT_EQ(Metrics(state_, now_).pending_by_reason.at("backoff"), 1);
+    Advance(wait - 1);
+    ASSERT_EQ(Pass(), 0) << "attempt " << attempt << " waits " << wait << " ms";
+    Advance(1);
+    ASSERT_EQ(Pass(), 1) << "attempt " << attempt << " waits " << wait << " ms";
+    wait = std::min<int64_t>(wait * 2, 60'000);
+  }
+  EXPECT_EQ(wait, 60'000);
+  // This attempt runs a minute: the loop is over, the next restart is at once.
+  Advance(kReplicaQuickEndMs);
+  Beat("n1", {Exited(id, 10, 0, 1)});
+  Beat("n1");
+  EXPECT_EQ(Pass(), 1) << state_.pending_reasons[id];
 }
 
 TEST_F(CoreTest, AReplicaOnALostNodeIsPlacedElsewhere) {
