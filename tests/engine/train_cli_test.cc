@@ -9,7 +9,10 @@
 // - bad configs and data give clear errors and leave the checkpoints alone;
 // - train.device cuda without CUDA in the build or without a usable GPU fails with the
 //   reason before touching the checkpoints.
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +23,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "common/subprocess.h"
@@ -750,6 +754,80 @@ TEST_F(TrainCliTest, SigtermCheckpointsTheStepAndStops) {
                             ck.string(), "--stop-at-step", std::to_string(step + 1)});
   ASSERT_TRUE(next.status.Success()) << next.output;
   EXPECT_THAT(next.output, HasSubstr("(step " + std::to_string(step) + ")"));
+}
+
+// SIGTERM during the first step after a resume: every rank must agree that the resumed
+// checkpoint is one step old and keep it. Rank 0 alone knew the resumed step, so the other
+// ranks started writing a checkpoint while rank 0 left for the end of the run: "collective
+// mismatch" on rank 1 (or, over gloo, a hang until comm.timeout_s). The ranks are started
+// here by hand (torchrun's variables, a file rendezvous) so that the signal reaches rank 0
+// at a known point: while its report of step 3 (COHORT_REPORT) waits for this test's reply.
+TEST_F(TrainCliTest, SigtermInTheFirstStepAfterAResumeStopsEveryRankAlike) {
+  auto cfg = Config("checkpoint: {every: 1000000, keep: 2}\n");
+  const fs::path ck = dir_ / "ck";
+  TrainRun first = Train(2, {"--config", cfg.string(), "--steps", "1000000", "--checkpoint-dir",
+                             ck.string(), "--stop-at-step", "2"});
+  ASSERT_TRUE(first.status.Success()) << first.output;
+  ASSERT_EQ(ListSteps(ck), (std::vector<std::string>{"step_00000002"})) << first.output;
+
+  std::atomic<pid_t> rank0{0};
+  std::atomic<bool> signalled{false};
+  httplib::Server server;
+  server.Post("/progress", [&](const httplib::Request& req, httplib::Response& res) {
+    auto body = nlohmann::json::parse(req.body, nullptr, false);
+    // Rank 0 waits for this reply before it ends step 3: the signal is handled by then.
+    if (body.is_object() && body.value("step", 0) == 3 && body.contains("loss") &&
+        !signalled.exchange(true)) {
+      ::kill(rank0.load(), SIGTERM);
+    }
+    res.set_content("{}", "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+
+  fs::create_directories(dir_ / "rendezvous");
+  std::vector<Subprocess> ranks;
+  for (int r = 0; r < 2; ++r) {
+    SpawnOptions o;
+    o.argv = {COHORT_BINARY, "train", "--config", cfg.string(), "--steps", "1000000",
+              "--checkpoint-dir", ck.string()};
+    o.env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
+             {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+             {"COHORT_RENDEZVOUS", "file://" + (dir_ / "rendezvous").string()},
+             {"COHORT_REPORT", "http://127.0.0.1:" + std::to_string(port) + "/progress"}};
+    o.unset_env = {"COHORT_CHECKPOINT_DIR", "COHORT_JOB_ID", "COHORT_ATTEMPT", "MASTER_PORT",
+                   "OMP_NUM_THREADS"};
+    o.stdout_path = (dir_ / ("rank" + std::to_string(r) + ".txt")).string();
+    o.parent_death_signal = SIGKILL;
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.has_value()) << p.error().ToString();
+    if (r == 0) rank0 = p->pid();  // before rank 1 exists: no report comes earlier
+    ranks.push_back(std::move(*p));
+  }
+  std::vector<ExitStatus> status;
+  for (auto& p : ranks) {
+    auto st = p.WaitFor(std::chrono::seconds(300));
+    if (!st) {
+      for (auto& q : ranks) q.Signal(SIGKILL);
+      for (auto& q : ranks) (void)q.Wait();
+      server.stop();
+      serving.join();
+      FAIL() << "a rank did not stop\n" << Slurp(dir_ / "rank0.txt") << Slurp(dir_ / "rank1.txt");
+    }
+    status.push_back(*st);
+  }
+  server.stop();
+  serving.join();
+  const std::string out0 = Slurp(dir_ / "rank0.txt"), out1 = Slurp(dir_ / "rank1.txt");
+  ASSERT_TRUE(signalled) << out0;
+  EXPECT_THAT(out0, HasSubstr("resuming from"));
+  EXPECT_EQ(status[0].Code(), 128 + SIGTERM) << out0;
+  EXPECT_EQ(status[1].Code(), 128 + SIGTERM) << out1;
+  EXPECT_THAT(out0, HasSubstr("stopping at step 3 of 1000000: SIGTERM; a rerun resumes from the "
+                              "checkpoint of step 2"));
+  EXPECT_THAT(out0 + out1, Not(HasSubstr("error")));
+  EXPECT_EQ(ListSteps(ck), (std::vector<std::string>{"step_00000002"}));
 }
 
 // The last step's checkpoint could not be written (here: a file size limit, as a full disk

@@ -697,8 +697,11 @@ Result<void> Trainer::Impl::ResumeByRange(const CheckpointReadRequest& request) 
         if (l.is_string()) checkpoint_records.push_back(l.get<std::string>());
       }
     }
-    checkpoint_step = loaded->progress.step;
   }
+  // On every rank: MaybeCheckpoint decides from it whether a stop writes a checkpoint, a
+  // collective. Set on rank 0 alone, a SIGTERM in the first step after a resume had rank 0
+  // keep the resumed one while the others started writing ("collective mismatch").
+  checkpoint_step = loaded->progress.step;
   progress.step = loaded->progress.step;
   progress.next_batch = loaded->progress.next_batch;
   progress.tokens_seen = loaded->progress.tokens_seen;
