@@ -493,6 +493,50 @@ TEST_F(TrainCliTest, ConfigErrorOfAMultiRankRunIsSaidOnce) {
   EXPECT_THAT(r.output, Not(HasSubstr("rank 0")));
 }
 
+// An impossible layout or batch for N ranks is also said once, before any rank starts, and
+// names the config file: each rank printed it, without the file ("train.global_batch_tokens:
+// 256 is not a positive multiple of world size 3 ..." three times, then "cohort run: rank 0
+// exit 2"). A single rank names the file too.
+TEST_F(TrainCliTest, LayoutAndBatchErrorsAreSaidOnceNamingTheFile) {
+  const fs::path cfg = Config("checkpoint: {dir: none}\n");
+  const std::string file = cfg.string() + ": ";
+  struct Bad {
+    int ranks;
+    std::vector<std::string> sets;
+    std::string message;
+  };
+  const std::vector<Bad> bad = {
+      {3, {}, "train.global_batch_tokens: 256 is not a positive multiple of world size 3"},
+      {2, {"--set", "parallel.tensor=4"}, "parallel.tensor: 4 does not divide n_head 2"},
+      {2, {"--set", "parallel.pipeline=2", "--set", "model.n_layer=1"},
+       "parallel.pipeline: pipeline 2 x virtual_stages 1 = 2 chunks, but n_layer 1"},
+      {4, {"--set", "parallel.pipeline=2", "--set", "parallel.microbatches=3"},
+       "parallel.microbatches: 3 but train.global_batch_tokens 256 / (data 2 x"},
+  };
+  for (const Bad& b : bad) {
+    std::vector<std::string> args = {"--config", cfg.string()};
+    args.insert(args.end(), b.sets.begin(), b.sets.end());
+    TrainRun r = Train(b.ranks, args);
+    EXPECT_EQ(r.status.exit_code, 2) << r.output;
+    size_t count = 0;
+    for (size_t at = r.output.find(b.message); at != std::string::npos;
+         at = r.output.find(b.message, at + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(count, 1u) << r.output;
+    EXPECT_THAT(r.output, HasSubstr(file + b.message));
+    EXPECT_THAT(r.output, Not(HasSubstr("rank 0")));
+    EXPECT_THAT(r.output, Not(HasSubstr("data:"))) << "read the data first";
+  }
+  // One process, as a job's task runs it: the file is named as well.
+  TrainRun one = Cohort({"train", "--config", cfg.string(), "--set",
+                         "train.global_batch_tokens=100"});
+  EXPECT_EQ(one.status.exit_code, 2) << one.output;
+  EXPECT_THAT(one.output, HasSubstr(file + "train.global_batch_tokens: 100 is not a positive "
+                                           "multiple of world size 1"));
+  EXPECT_THAT(one.output, Not(HasSubstr("data:"))) << "read the data first";
+}
+
 // --stop-at-step N on a run that resumes at or past step N trains nothing: it trained one
 // step more (writing step_00000011 after step 10 for --stop-at-step 5, pruning by keep).
 TEST_F(TrainCliTest, StopAtAStepAlreadyPassedTrainsNothing) {

@@ -87,6 +87,59 @@ bool CheckpointSignalled() {
   return true;
 }
 
+// The model's shape: init_from's header, or the config's with the tokenizer's vocabulary.
+Result<GptConfig> ModelShape(const TrainConfig& config, const Tokenizer& tokenizer) {
+  GptConfig mc;
+  if (!config.init_from.empty()) {
+    mc = COHORT_TRY(ReadGpt2Config(config.init_from, config.n_head));
+    if (mc.max_seq_len < config.seq_len) {
+      return FieldError("model.seq_len", "{} is longer than the {} positions of {}",
+                        config.seq_len, mc.max_seq_len, config.init_from);
+    }
+    if (mc.vocab_size < tokenizer.vocab_size()) {
+      return FieldError("model.init_from", "{} has {} token embeddings; the {} tokenizer needs {}",
+                        config.init_from, mc.vocab_size, tokenizer.name(), tokenizer.vocab_size());
+    }
+  } else {
+    mc.vocab_size = tokenizer.vocab_size();
+    mc.max_seq_len = config.seq_len;
+    mc.n_layer = config.n_layer;
+    mc.n_head = config.n_head;
+    mc.n_embd = config.n_embd;
+  }
+  COHORT_TRY_VOID(mc.Validate());
+  return mc;
+}
+
+Result<std::unique_ptr<Tokenizer>> MakeTokenizer(const TrainConfig& config) {
+  if (config.tokenizer == "gpt2") return LoadGpt2BpeTokenizer(config.bpe_vocab, config.bpe_merges);
+  return MakeByteTokenizer();
+}
+
+// The data x pipeline x tensor layout of `world` ranks for a model of shape `mc`.
+Result<ParallelLayout> LayoutFor(const TrainConfig& config, GptConfig mc, int world) {
+  mc.max_seq_len = config.seq_len;  // the stage balance counts the trained context
+  return MakeParallelLayout(config.parallel, mc, world);
+}
+
+// Micro-batches per data-parallel replica and step (train.global_batch_tokens, or
+// parallel.microbatches when the batch does not say).
+Result<int> MicrobatchesPerStep(const TrainConfig& config, int data_world) {
+  int accum = COHORT_TRY(AccumulationSteps(config, data_world));
+  if (config.parallel.microbatches > 0) {
+    if (config.global_batch_tokens == 0) {
+      accum = config.parallel.microbatches;
+    } else if (accum != config.parallel.microbatches) {
+      return FieldError("parallel.microbatches",
+                        "{} but train.global_batch_tokens {} / (data {} x train.micro_batch {} x "
+                        "model.seq_len {}) gives {} micro-batches per replica",
+                        config.parallel.microbatches, config.global_batch_tokens, data_world,
+                        config.micro_batch, config.seq_len, accum);
+    }
+  }
+  return accum;
+}
+
 // What one training step measured.
 struct StepStats {
   double lr = 0;       // the learning rate it used
@@ -356,36 +409,14 @@ Result<void> Trainer::Impl::SetupComm() {
 }
 
 Result<void> Trainer::Impl::SetupLayout() {
-  if (config.tokenizer == "gpt2") {
-    tokenizer = COHORT_TRY(LoadGpt2BpeTokenizer(config.bpe_vocab, config.bpe_merges));
-  } else {
-    tokenizer = MakeByteTokenizer();
-  }
-  GptConfig& mc = model_config;
-  if (!config.init_from.empty()) {
-    mc = COHORT_TRY(ReadGpt2Config(config.init_from, config.n_head));
-    if (mc.max_seq_len < config.seq_len) {
-      return FieldError("model.seq_len", "{} is longer than the {} positions of {}",
-                        config.seq_len, mc.max_seq_len, config.init_from);
-    }
-    if (mc.vocab_size < tokenizer->vocab_size()) {
-      return FieldError("model.init_from", "{} has {} token embeddings; the {} tokenizer needs {}",
-                        config.init_from, mc.vocab_size, tokenizer->name(), tokenizer->vocab_size());
-    }
-  } else {
-    mc.vocab_size = tokenizer->vocab_size();
-    mc.max_seq_len = config.seq_len;
-    mc.n_layer = config.n_layer;
-    mc.n_head = config.n_head;
-    mc.n_embd = config.n_embd;
-  }
-  COHORT_TRY_VOID(mc.Validate());
-  GptConfig shape = mc;
-  shape.max_seq_len = config.seq_len;  // the stage balance counts the trained context
-  layout = COHORT_TRY(MakeParallelLayout(config.parallel, shape, ctx.env.world_size));
+  tokenizer = COHORT_TRY(MakeTokenizer(config));
+  model_config = COHORT_TRY(ModelShape(config, *tokenizer));
+  layout = COHORT_TRY(LayoutFor(config, model_config, ctx.env.world_size));
   const RankCoords at = layout.CoordsOf(ctx.env.rank);
   data_rank = at.data;
   data_world = layout.data;
+  // The batch too is decided by the config and the world alone: before any data is read.
+  COHORT_TRY_VOID(MicrobatchesPerStep(config, data_world));
   rank = ctx.env.rank;
   if (layout.tensor > 1 && ctx.env.local_world_size % layout.tensor != 0) {
     Log("layout: warning: {} ranks per node (LOCAL_WORLD_SIZE) is not a multiple of "
@@ -417,18 +448,7 @@ Result<void> Trainer::Impl::SetupData() {
 // The global batch (accumulation steps for this world size) and the samplers that follow
 // from it. Again at resume when the checkpoint's batch is kept (KeepCheckpointBatch).
 Result<void> Trainer::Impl::SetupBatches() {
-  accum = COHORT_TRY(AccumulationSteps(config, data_world));
-  if (config.parallel.microbatches > 0) {
-    if (config.global_batch_tokens == 0) {
-      accum = config.parallel.microbatches;
-    } else if (accum != config.parallel.microbatches) {
-      return FieldError("parallel.microbatches",
-                        "{} but train.global_batch_tokens {} / (data {} x train.micro_batch {} x "
-                        "model.seq_len {}) gives {} micro-batches per replica",
-                        config.parallel.microbatches, config.global_batch_tokens, data_world,
-                        config.micro_batch, config.seq_len, accum);
-    }
-  }
+  accum = COHORT_TRY(MicrobatchesPerStep(config, data_world));
   global_batch = int64_t{data_world} * accum * config.micro_batch;
 
   SamplerConfig sc;
@@ -1092,5 +1112,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
 }
 
 Result<TrainResult> Trainer::Run() { return impl_->Run(); }
+
+Result<void> CheckTrainLayout(const TrainConfig& config, int world) {
+  const auto tokenizer = COHORT_TRY(MakeTokenizer(config));
+  const GptConfig mc = COHORT_TRY(ModelShape(config, *tokenizer));
+  const ParallelLayout layout = COHORT_TRY(LayoutFor(config, mc, world));
+  COHORT_TRY_VOID(MicrobatchesPerStep(config, layout.data));
+  return {};
+}
 
 }  // namespace cohort::engine
