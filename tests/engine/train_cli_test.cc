@@ -193,8 +193,10 @@ TEST_F(TrainCliTest, ResumeIsBitwiseAndReshards) {
 
 // train.global_batch_tokens 0: the batch is one micro-batch per rank. A checkpoint resumed
 // on another world size keeps its batch through accumulation (an elastic job that shrank),
-// and says so; when the new world cannot make that batch, resuming fails naming the field
-// and the checkpoint is left as it was.
+// and says so, with smaller micro-batches when train.micro_batch does not divide a rank's
+// share (an elastic job that grew back: that failed, and the job used up its restarts);
+// when the new world cannot split that batch at all, resuming fails naming the field and
+// the checkpoint is left as it was.
 TEST_F(TrainCliTest, ImplicitGlobalBatchIsKeptAcrossWorldSizes) {
   const fs::path cfg = dir_ / "implicit.yaml";
   std::ofstream(cfg) << "model: {n_layer: 2, n_head: 2, n_embd: 32, seq_len: 32}\n"
@@ -221,17 +223,52 @@ TEST_F(TrainCliTest, ImplicitGlobalBatchIsKeptAcrossWorldSizes) {
                                   "2 accumulation steps"));
   ExpectClose(Losses(log), ref, 1, 12, 1e-5);
 
-  // 1 rank (64 tokens per step) -> 2 ranks, whose smallest batch is 128: refused.
-  const fs::path ck12 = dir_ / "ck12";
+  // 1 rank (64 tokens per step: 2 sequences) -> 2 ranks: one sequence each, micro-batches
+  // of 1, the 1-rank run's losses.
+  const fs::path one = dir_ / "one.jsonl";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", (dir_ / "ck-one").string(),
+                        "--log-file", one.string()}).status.Success());
+  const fs::path ck12 = dir_ / "ck12", grown = dir_ / "grown.jsonl";
   ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck12.string(),
-                        "--stop-at-step", "6"}).status.Success());
+                        "--log-file", grown.string(), "--stop-at-step", "6"}).status.Success());
+  TrainRun c = Train(2, {"--config", cfg.string(), "--checkpoint-dir", ck12.string(),
+                         "--log-file", grown.string(), "--stop-at-step", "9"});
+  ASSERT_TRUE(c.status.Success()) << c.output;
+  EXPECT_THAT(c.output, HasSubstr("batch: micro-batches of 1 sequences, not train.micro_batch 2"));
+  EXPECT_THAT(c.output, HasSubstr("batch: keeping the checkpoint's 64 tokens per step: 2 ranks x "
+                                  "1 accumulation steps x 1 sequences"));
+  ExpectClose(Losses(grown), Losses(one), 1, 9, 1e-5);
+
+  // 2 sequences per step cannot be split over 3 ranks: refused, naming the field.
   const auto before = ListSteps(ck12);
-  TrainRun c = Train(2, {"--config", cfg.string(), "--checkpoint-dir", ck12.string()});
-  EXPECT_FALSE(c.status.Success()) << c.output;
-  EXPECT_THAT(c.output, HasSubstr("cannot resume: the checkpoint at step 6 trained on 64 tokens "
+  TrainRun d = Train(3, {"--config", cfg.string(), "--checkpoint-dir", ck12.string()});
+  EXPECT_FALSE(d.status.Success()) << d.output;
+  EXPECT_THAT(d.output, HasSubstr("cannot resume: the checkpoint at step 9 trained on 64 tokens "
                                   "per step"));
-  EXPECT_THAT(c.output, HasSubstr("train.global_batch_tokens"));
+  EXPECT_THAT(d.output, HasSubstr("train.global_batch_tokens"));
   EXPECT_EQ(ListSteps(ck12), before);
+}
+
+// An explicit train.global_batch_tokens that train.micro_batch does not divide on this world
+// (an elastic job of 3 nodes that lost one: 6 sequences, 3 per rank) runs smaller
+// micro-batches and trains the same model; it was an error, and the job failed.
+TEST_F(TrainCliTest, MicroBatchThatDoesNotDivideARanksShareShrinks) {
+  auto cfg = Config("checkpoint: {dir: none}\n");
+  const fs::path three = dir_ / "three.jsonl", two = dir_ / "two.jsonl";
+  const std::vector<std::string> batch = {"--set", "train.global_batch_tokens=192", "--steps", "6"};
+  std::vector<std::string> args = {"--config", cfg.string(), "--log-file", three.string()};
+  args.insert(args.end(), batch.begin(), batch.end());
+  TrainRun a = Train(3, args);
+  ASSERT_TRUE(a.status.Success()) << a.output;
+  args = {"--config", cfg.string(), "--log-file", two.string()};
+  args.insert(args.end(), batch.begin(), batch.end());
+  TrainRun b = Train(2, args);
+  ASSERT_TRUE(b.status.Success()) << b.output;
+  EXPECT_THAT(b.output, HasSubstr("batch: micro-batches of 1 sequences, not train.micro_batch 2: "
+                                  "it does not divide the 3 sequences each of the 2 data-parallel "
+                                  "ranks trains per step"));
+  EXPECT_THAT(b.output, HasSubstr("2 ranks x 3 accumulation steps x 1 sequences x 32 tokens = 192"));
+  ExpectClose(Losses(two), Losses(three), 1, 6, 1e-5);
 }
 
 TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
@@ -506,7 +543,9 @@ TEST_F(TrainCliTest, LayoutAndBatchErrorsAreSaidOnceNamingTheFile) {
     std::string message;
   };
   const std::vector<Bad> bad = {
-      {3, {}, "train.global_batch_tokens: 256 is not a positive multiple of world size 3"},
+      {3, {}, "train.global_batch_tokens: 256 is not whole sequences that split evenly over "
+              "the data-parallel ranks: it needs a multiple of 3 data-parallel ranks x "
+              "model.seq_len 32 = 96"},
       {2, {"--set", "parallel.tensor=4"}, "parallel.tensor: 4 does not divide n_head 2"},
       {2, {"--set", "parallel.pipeline=2", "--set", "model.n_layer=1"},
        "parallel.pipeline: pipeline 2 x virtual_stages 1 = 2 chunks, but n_layer 1"},
@@ -532,8 +571,8 @@ TEST_F(TrainCliTest, LayoutAndBatchErrorsAreSaidOnceNamingTheFile) {
   TrainRun one = Cohort({"train", "--config", cfg.string(), "--set",
                          "train.global_batch_tokens=100"});
   EXPECT_EQ(one.status.exit_code, 2) << one.output;
-  EXPECT_THAT(one.output, HasSubstr(file + "train.global_batch_tokens: 100 is not a positive "
-                                           "multiple of world size 1"));
+  EXPECT_THAT(one.output, HasSubstr(file + "train.global_batch_tokens: 100 is not whole "
+                                           "sequences"));
   EXPECT_THAT(one.output, Not(HasSubstr("data:"))) << "read the data first";
 }
 
@@ -676,8 +715,8 @@ TEST_F(TrainCliTest, BadInputIsRejectedAndCheckpointsAreKept) {
       {"data: {text: missing.txt}\ntrain: {steps: 5}\n", "missing.txt"},
       {"data: {train: short.bin}\ntrain: {steps: 5}\n", "short.bin"},
       {"model: {seq_len: 32}\ndata: {text: corpus.txt}\n"
-       "train: {steps: 5, micro_batch: 3, global_batch_tokens: 256}\n",
-       "train.global_batch_tokens"},
+       "train: {steps: 5, micro_batch: 3, global_batch_tokens: 250}\n",
+       "train.global_batch_tokens: 250 is not whole sequences"},
       {"model: {n_layer: 2, n_head: 2, n_embd: 64, seq_len: 32}\ndata: {text: corpus.txt}\n"
        "train: {steps: 5, micro_batch: 2, global_batch_tokens: 256}\n",
        "n_embd"},  // the checkpoint in ck has n_embd 32

@@ -122,22 +122,61 @@ Result<ParallelLayout> LayoutFor(const TrainConfig& config, GptConfig mc, int wo
   return MakeParallelLayout(config.parallel, mc, world);
 }
 
-// Micro-batches per data-parallel replica and step (train.global_batch_tokens, or
-// parallel.microbatches when the batch does not say).
-Result<int> MicrobatchesPerStep(const TrainConfig& config, int data_world) {
-  int accum = COHORT_TRY(AccumulationSteps(config, data_world));
+// How a data-parallel replica runs its share of a step's global batch.
+struct BatchShape {
+  int accum = 1;        // micro-batches per replica and step
+  int micro_batch = 1;  // sequences per micro-batch
+};
+
+// The batch shape for `data_world` replicas (train.global_batch_tokens, or
+// parallel.microbatches when the batch does not say). train.micro_batch is the most
+// sequences per micro-batch: when it does not divide a replica's share of the global batch
+// (an elastic job that lost a node, a checkpoint's batch kept on another world size), the
+// replica runs the largest micro-batch that does, so the global batch, the data order and
+// the loss curve stay those the config asks for. kInvalidArgument (train.global_batch_tokens)
+// when the global batch is not whole sequences that split evenly over the replicas.
+Result<BatchShape> BatchFor(const TrainConfig& config, int data_world) {
+  BatchShape shape{1, config.micro_batch};
+  if (auto accum = AccumulationSteps(config, data_world)) {
+    shape.accum = *accum;
+  } else {
+    const int64_t sequences = config.global_batch_tokens / config.seq_len;
+    if (config.global_batch_tokens % config.seq_len != 0 || sequences % data_world != 0) {
+      return FieldError("train.global_batch_tokens",
+                        "{} is not whole sequences that split evenly over the data-parallel "
+                        "ranks: it needs a multiple of {} data-parallel rank{} x model.seq_len {} "
+                        "= {} (each rank then runs micro-batches of up to train.micro_batch {})",
+                        config.global_batch_tokens, data_world, data_world == 1 ? "" : "s",
+                        config.seq_len, int64_t{data_world} * config.seq_len, config.micro_batch);
+    }
+    const int64_t share = sequences / data_world;
+    int64_t b = std::min<int64_t>(config.micro_batch, share);
+    while (share % b != 0) --b;
+    if (share / b > 1 << 20) {
+      return FieldError("train.global_batch_tokens", "needs {} accumulation steps; at most {}",
+                        share / b, 1 << 20);
+    }
+    shape.micro_batch = static_cast<int>(b);
+    shape.accum = static_cast<int>(share / b);
+  }
   if (config.parallel.microbatches > 0) {
     if (config.global_batch_tokens == 0) {
-      accum = config.parallel.microbatches;
-    } else if (accum != config.parallel.microbatches) {
+      shape.accum = config.parallel.microbatches;
+    } else if (shape.accum != config.parallel.microbatches) {
+      const std::string micro =
+          shape.micro_batch == config.micro_batch
+              ? fmt::format("train.micro_batch {}", shape.micro_batch)
+              : fmt::format("micro-batches of {} (train.micro_batch {} does not divide a "
+                            "replica's share)",
+                            shape.micro_batch, config.micro_batch);
       return FieldError("parallel.microbatches",
-                        "{} but train.global_batch_tokens {} / (data {} x train.micro_batch {} x "
-                        "model.seq_len {}) gives {} micro-batches per replica",
+                        "{} but train.global_batch_tokens {} / (data {} x {} x model.seq_len {}) "
+                        "gives {} micro-batches per replica",
                         config.parallel.microbatches, config.global_batch_tokens, data_world,
-                        config.micro_batch, config.seq_len, accum);
+                        micro, config.seq_len, shape.accum);
     }
   }
-  return accum;
+  return shape;
 }
 
 // What one training step measured.
@@ -173,6 +212,9 @@ struct Trainer::Impl {
   std::optional<CudaDeviceChoice> gpu;  // train.device cuda: this rank's GPU
   std::optional<DistributedSampler> sampler, val_sampler;
   int val_accum = 0;
+  // train.micro_batch as configured: the most sequences per micro-batch. config.micro_batch
+  // is what the ranks run (SetupBatches: smaller when it does not divide a rank's share).
+  int micro_batch_limit = 1;
   std::unique_ptr<DdpReducer> reducer;
   Rng rng{0};
   TrainProgress progress;
@@ -416,7 +458,8 @@ Result<void> Trainer::Impl::SetupLayout() {
   data_rank = at.data;
   data_world = layout.data;
   // The batch too is decided by the config and the world alone: before any data is read.
-  COHORT_TRY_VOID(MicrobatchesPerStep(config, data_world));
+  micro_batch_limit = config.micro_batch;
+  COHORT_TRY_VOID(BatchFor(config, data_world));
   rank = ctx.env.rank;
   if (layout.tensor > 1 && ctx.env.local_world_size % layout.tensor != 0) {
     Log("layout: warning: {} ranks per node (LOCAL_WORLD_SIZE) is not a multiple of "
@@ -448,8 +491,17 @@ Result<void> Trainer::Impl::SetupData() {
 // The global batch (accumulation steps for this world size) and the samplers that follow
 // from it. Again at resume when the checkpoint's batch is kept (KeepCheckpointBatch).
 Result<void> Trainer::Impl::SetupBatches() {
-  accum = COHORT_TRY(MicrobatchesPerStep(config, data_world));
+  TrainConfig asked = config;
+  asked.micro_batch = micro_batch_limit;
+  const BatchShape shape = COHORT_TRY(BatchFor(asked, data_world));
+  accum = shape.accum;
+  config.micro_batch = shape.micro_batch;  // what every use below and later runs
   global_batch = int64_t{data_world} * accum * config.micro_batch;
+  if (config.micro_batch != micro_batch_limit) {
+    Log("batch: micro-batches of {} sequences, not train.micro_batch {}: it does not divide "
+        "the {} sequences each of the {} data-parallel ranks trains per step",
+        config.micro_batch, micro_batch_limit, int64_t{accum} * config.micro_batch, data_world);
+  }
 
   SamplerConfig sc;
   sc.num_tokens = train_data->size();
@@ -1117,7 +1169,7 @@ Result<void> CheckTrainLayout(const TrainConfig& config, int world) {
   const auto tokenizer = COHORT_TRY(MakeTokenizer(config));
   const GptConfig mc = COHORT_TRY(ModelShape(config, *tokenizer));
   const ParallelLayout layout = COHORT_TRY(LayoutFor(config, mc, world));
-  COHORT_TRY_VOID(MicrobatchesPerStep(config, layout.data));
+  COHORT_TRY_VOID(BatchFor(config, layout.data));
   return {};
 }
 
