@@ -475,7 +475,8 @@ TEST_F(TrainCliTest, ShardsAndSafetensorsRoundTrip) {
       "train: {micro_batch: 2, global_batch_tokens: 256, threads: 1, seed: 5, ";
   const fs::path first = dir_ / "first.yaml", second = dir_ / "second.yaml";
   std::ofstream(first) << model << rest << "steps: 12, lr: 3e-3}\neval: {every: 12, batches: 2}\n";
-  std::ofstream(second) << "model: {n_head: 2, seq_len: 32, init_from: model.safetensors}\n"
+  // No model.n_head: the export says it (2; the default was 4, a different model).
+  std::ofstream(second) << "model: {seq_len: 32, init_from: model.safetensors}\n"
                         << rest << "steps: 1, lr: 0}\neval: {every: 1, batches: 2}\n";
   const fs::path log1 = dir_ / "first.jsonl", log2 = dir_ / "second.jsonl";
   TrainRun a = Train(2, {"--config", first.string(), "--log-file", log1.string(), "--export",
@@ -491,6 +492,21 @@ TEST_F(TrainCliTest, ShardsAndSafetensorsRoundTrip) {
     return nlohmann::json::parse(last).at("val_loss").get<double>();
   };
   EXPECT_NEAR(val(log2), val(log1), 1e-6 * val(log1));
+  EXPECT_THAT(b.output, HasSubstr("model: GPT-2 style, 2 layers, 2 heads, d_model 32"));
+
+  // A shape the file contradicts is refused, naming the field and the file.
+  for (const auto& [model_line, message] : std::vector<std::pair<std::string, std::string>>{
+           {"model: {n_head: 4, seq_len: 32, init_from: model.safetensors}\n",
+            "model.n_head: 4, but " + (dir_ / "model.safetensors").string() +
+                " has 2 attention heads (its __metadata__ says so)"},
+           {"model: {n_layer: 3, seq_len: 32, init_from: model.safetensors}\n",
+            "model.n_layer: 3, but " + (dir_ / "model.safetensors").string() + " has 2 layers"}}) {
+    const fs::path bad = dir_ / "contradicts.yaml";
+    std::ofstream(bad) << model_line << rest << "steps: 1}\n";
+    TrainRun r = Train(1, {"--config", bad.string()});
+    EXPECT_EQ(r.status.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr(bad.string() + ": " + message));
+  }
 
   TrainRun bad = Cohort({"tokenize", "-i", (dir_ / "nothing-here").string(), "-o",
                          (dir_ / "out").string()});

@@ -4,8 +4,10 @@
 // "did you mean" hint, and each error names the field, e.g. "train.micro_batch: must be
 // an integer between 1 and 65536, got 0"):
 //   model:      n_layer, n_head, n_embd, seq_len (context length), init_from (a GPT-2
-//               safetensors file in Hugging Face naming; its shape wins over n_layer,
-//               n_embd, vocab and seq_len, which must then agree or be absent)
+//               safetensors file in Hugging Face naming; its shape wins: n_layer, n_head and
+//               n_embd must then agree with it or be absent (0 in TrainConfig: the file's;
+//               n_head from its __metadata__ or the config.json beside it, else required),
+//               and seq_len may be up to its positions)
 //   tokenizer:  type (byte | gpt2), vocab, merges (Hugging Face vocab.json/merges.txt,
 //               required for gpt2)
 //   data:       text (a text file, a directory of text files, or a glob; tokenized at

@@ -91,7 +91,21 @@ bool CheckpointSignalled() {
 Result<GptConfig> ModelShape(const TrainConfig& config, const Tokenizer& tokenizer) {
   GptConfig mc;
   if (!config.init_from.empty()) {
-    mc = COHORT_TRY(ReadGpt2Config(config.init_from, config.n_head));
+    // model.n_layer, n_head and n_embd are 0 unless the config gives them (config.cc).
+    auto read = ReadGpt2Config(config.init_from, config.n_head);
+    if (!read && read.error().field == "n_head") {
+      return MakeError(ErrorCode::kInvalidArgument, "model." + read.error().message,
+                       "model.n_head");
+    }
+    mc = COHORT_TRY(std::move(read));
+    if (config.n_layer > 0 && config.n_layer != mc.n_layer) {
+      return FieldError("model.n_layer", "{}, but {} has {} layers (leave it out with init_from)",
+                        config.n_layer, config.init_from, mc.n_layer);
+    }
+    if (config.n_embd > 0 && config.n_embd != mc.n_embd) {
+      return FieldError("model.n_embd", "{}, but {} has {} (leave it out with init_from)",
+                        config.n_embd, config.init_from, mc.n_embd);
+    }
     if (mc.max_seq_len < config.seq_len) {
       return FieldError("model.seq_len", "{} is longer than the {} positions of {}",
                         config.seq_len, mc.max_seq_len, config.init_from);
