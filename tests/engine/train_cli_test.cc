@@ -590,6 +590,10 @@ TEST_F(TrainCliTest, LayoutAndBatchErrorsAreSaidOnceNamingTheFile) {
   EXPECT_THAT(one.output, HasSubstr(file + "train.global_batch_tokens: 100 is not whole "
                                            "sequences"));
   EXPECT_THAT(one.output, Not(HasSubstr("data:"))) << "read the data first";
+  TrainRun no_data = Cohort({"train", "--config", cfg.string(), "--set", "data.text=missing.txt"});
+  EXPECT_EQ(no_data.status.exit_code, 1) << no_data.output;
+  EXPECT_THAT(no_data.output, HasSubstr(file + "data.text: no text file at '" +
+                                        (dir_ / "missing.txt").string() + "'"));
 }
 
 // --stop-at-step N on a run that resumes at or past step N trains nothing: it trained one

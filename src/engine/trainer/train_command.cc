@@ -90,7 +90,15 @@ Error InConfigFile(Error e, const std::string& path) {
   static constexpr std::string_view kSections[] = {"model", "tokenizer", "data",   "train",
                                                    "eval",  "checkpoint", "sample", "log",
                                                    "parallel", "comm"};
-  const std::string_view section = std::string_view(e.field).substr(0, e.field.find('.'));
+  std::string_view field = e.field;
+  if (field.empty()) {  // "data.text: no text file at ...": a message that starts with one
+    const std::string_view head = std::string_view(e.message).substr(0, e.message.find(": "));
+    if (head.size() < e.message.size() && head.find('.') != std::string_view::npos &&
+        head.find(' ') == std::string_view::npos) {
+      field = head;
+    }
+  }
+  const std::string_view section = field.substr(0, field.find('.'));
   const bool config_field =
       std::find(std::begin(kSections), std::end(kSections), section) != std::end(kSections);
   if (!config_field || e.message.starts_with(path + ": ")) return e;
