@@ -249,6 +249,25 @@ TEST_F(TrainCliTest, ImplicitGlobalBatchIsKeptAcrossWorldSizes) {
   EXPECT_EQ(ListSteps(ck12), before);
 }
 
+// A new run (here: another checkpoint.dir, as a new job of the same config gets) given the
+// log.file of an earlier one resumes nothing, so every line of the file is past its step 0:
+// they were deleted, the earlier run's whole loss curve with them. They move aside instead.
+TEST_F(TrainCliTest, AFreshRunKeepsTheEarlierRecordAside) {
+  auto cfg = Config("checkpoint: {every: 2}\n");
+  const fs::path log = dir_ / "log.jsonl";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--steps", "4", "--checkpoint-dir",
+                        (dir_ / "job-1").string(), "--log-file", log.string()}).status.Success());
+  const auto first = Losses(log);
+  ASSERT_EQ(first.size(), 4u);
+  TrainRun second = Train(1, {"--config", cfg.string(), "--steps", "2", "--checkpoint-dir",
+                              (dir_ / "job-2").string(), "--log-file", log.string()});
+  ASSERT_TRUE(second.status.Success()) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("loss record: dropped 4 lines past step 0"));
+  EXPECT_THAT(second.output, HasSubstr("moved to " + log.string() + ".dropped"));
+  EXPECT_EQ(Losses(log).size(), 2u);
+  EXPECT_EQ(Losses(log.string() + ".dropped"), first);
+}
+
 // An explicit train.global_batch_tokens that train.micro_batch does not divide on this world
 // (an elastic job of 3 nodes that lost one: 6 sequences, 3 per rank) runs smaller
 // micro-batches and trains the same model; it was an error, and the job failed.
@@ -302,6 +321,7 @@ TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   // Steps 6..10 were recorded with the lost checkpoint and are trained again: the record
   // drops them first, so every step appears once.
   EXPECT_THAT(r.output, HasSubstr("loss record: dropped 5 lines past step 5"));
+  EXPECT_EQ(RecordedLosses(log.string() + ".dropped").size(), 5u);
   {
     std::ifstream in(log);
     std::string line;

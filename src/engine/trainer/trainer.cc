@@ -369,13 +369,14 @@ static std::optional<int64_t> RecordStep(const std::string& line) {
 // so a crash leaves the old or the new one.
 Result<void> Trainer::Impl::ReconcileRecord() {
   std::ifstream in(config.log_file);
-  std::string line, kept;
+  std::string line, kept, dropped_text;
   size_t dropped = 0;
   int64_t last = 0;  // the last step the kept record holds
   while (in && std::getline(in, line)) {
     const auto step = RecordStep(line);
     if (step && *step > progress.step) {
       ++dropped;
+      dropped_text += line + "\n";
       continue;
     }
     if (step) last = std::max(last, *step);
@@ -393,6 +394,19 @@ Result<void> Trainer::Impl::ReconcileRecord() {
   }
   checkpoint_records.clear();
   if (dropped == 0 && restored == 0) return {};
+  // The dropped lines are kept beside the record, not deleted: they may be another run's
+  // whole curve (a new job, or a fresh start, given the same log.file: nothing resumed, so
+  // every line is past step 0).
+  const std::string aside = config.log_file + ".dropped";
+  if (dropped > 0) {
+    std::ofstream out(aside, std::ios::app);
+    out << dropped_text;
+    out.flush();
+    if (!out) {
+      return FieldError("log.file", "cannot keep the {} lines past step {} in {}: {}", dropped,
+                        progress.step, aside, std::strerror(errno));
+    }
+  }
   const std::string tmp = config.log_file + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -406,9 +420,9 @@ Result<void> Trainer::Impl::ReconcileRecord() {
     return FieldError("log.file", "cannot replace {}: {}", config.log_file, std::strerror(errno));
   }
   if (dropped > 0) {
-    Log("loss record: dropped {} lines past step {} (their checkpoint was lost; those steps are "
-        "trained again)",
-        dropped, progress.step);
+    Log("loss record: dropped {} lines past step {} (no checkpoint holds them: lost, or never "
+        "in this checkpoint.dir; those steps are trained again), moved to {}",
+        dropped, progress.step, aside);
   }
   if (restored > 0) {
     Log("loss record: restored {} lines up to step {} from the checkpoint (the run that wrote "
