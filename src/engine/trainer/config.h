@@ -25,9 +25,11 @@
 //               time: rank 0 holds dir/LOCK, checkpoint/dir_lock.h), every, keep (the
 //               newest step directories kept, default 3; 0 keeps all, as Megatron does)
 //   sample:     every (0 = only at the end), prompt, tokens, temperature, top_k
-//   log:        every, file (JSON lines, one per logged step, appended by rank 0: step,
-//               loss, lr, grad norm, tokens/s, attempt; val_loss on evaluated steps;
-//               with checkpoints, a step is appended once a checkpoint covers it)
+//   log:        every (steps between printed lines), file (JSON lines, one per step
+//               whatever log.every says, appended by rank 0: step, loss, lr, grad norm,
+//               tokens/s, attempt; val_loss on evaluated steps; with checkpoints, a step is
+//               appended once a checkpoint covers it, and lines past the resumed step move
+//               to <file>.dropped)
 //   parallel:   tensor, pipeline (ranks per tensor group and pipeline; data parallelism
 //               takes what remains of the world size), schedule (gpipe | 1f1b |
 //               interleaved), virtual_stages (chunks per stage, interleaved), microbatches
