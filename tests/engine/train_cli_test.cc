@@ -610,6 +610,16 @@ TEST_F(TrainCliTest, LayoutAndBatchErrorsAreSaidOnceNamingTheFile) {
   EXPECT_THAT(one.output, HasSubstr(file + "train.global_batch_tokens: 100 is not whole "
                                            "sequences"));
   EXPECT_THAT(one.output, Not(HasSubstr("data:"))) << "read the data first";
+  // Too little data for one global batch: the settings that decide the batch are named.
+  TrainRun little = Cohort({"train", "--config", cfg.string(), "--set", "model.seq_len=1024",
+                            "--set", "train.micro_batch=64", "--set",
+                            "train.global_batch_tokens=0"});
+  EXPECT_EQ(little.status.exit_code, 2) << little.output;
+  EXPECT_THAT(little.output, HasSubstr(file + "data.text: dataset of "));
+  EXPECT_THAT(little.output, HasSubstr("a global batch needs 64 (1 data-parallel rank x 1 "
+                                       "micro-batch x 64 sequences of model.seq_len 1024: "
+                                       "train.global_batch_tokens 0, train.micro_batch 64); give "
+                                       "more data, a shorter model.seq_len or a smaller batch"));
   TrainRun no_data = Cohort({"train", "--config", cfg.string(), "--set", "data.text=missing.txt"});
   EXPECT_EQ(no_data.status.exit_code, 1) << no_data.output;
   EXPECT_THAT(no_data.output, HasSubstr(file + "data.text: no text file at '" +

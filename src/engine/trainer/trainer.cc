@@ -538,7 +538,16 @@ Result<void> Trainer::Impl::SetupBatches() {
   sc.seed = config.seed;
   sc.shuffle = config.shuffle;
   auto s = DistributedSampler::Create(sc);
-  if (!s) return std::unexpected(WithContext(s.error(), "training data"));
+  if (!s) {
+    // Too little data for one global batch: say which settings decide the batch.
+    return FieldError(config.data_text.empty() ? "data.train" : "data.text",
+                      "{} ({} data-parallel rank{} x {} micro-batch{} x {} sequences of "
+                      "model.seq_len {}: train.global_batch_tokens {}, train.micro_batch {}); "
+                      "give more data, a shorter model.seq_len or a smaller batch",
+                      s.error().message, data_world, data_world == 1 ? "" : "s", accum,
+                      accum == 1 ? "" : "es", config.micro_batch, config.seq_len,
+                      config.global_batch_tokens, micro_batch_limit);
+  }
   sampler = std::move(*s);
 
   if (config.eval_every > 0) {
