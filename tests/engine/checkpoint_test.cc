@@ -134,6 +134,35 @@ TEST_F(CheckpointTest, KeepLastPrunesOldest) {
   EXPECT_EQ(ListCheckpoints(dir_).size(), 4u);
 }
 
+// A run that fell back past a damaged newer checkpoint prunes only up to the step it writes:
+// keep_last counted the damaged step_00000020, so with keep_last 1 the checkpoint just
+// written (step 12) was deleted and the damaged one kept: nothing left to resume from.
+TEST_F(CheckpointTest, KeepLastNeverCountsADamagedNewerCheckpoint) {
+  Save(10, 1);
+  const std::string damaged = Save(20, 0);
+  fs::resize_file(damaged + "/optim.bin", fs::file_size(damaged + "/optim.bin") - 4);
+  auto resumed = LoadLatestCheckpoint(dir_, SmallConfig());
+  ASSERT_TRUE(resumed) << resumed.error().ToString();
+  ASSERT_EQ(resumed->progress.step, 10);
+
+  const std::string written = Save(12, 1);
+  EXPECT_TRUE(fs::exists(written));
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / "step_00000010"));  // pruned: keep_last 1
+  auto next = LoadLatestCheckpoint(dir_, SmallConfig());
+  ASSERT_TRUE(next) << next.error().ToString();
+  EXPECT_EQ(next->progress.step, 12);
+  ASSERT_EQ(next->warnings.size(), 1u);
+  EXPECT_THAT(next->warnings[0], HasSubstr(damaged));
+
+  // Writing the damaged one's step replaces it, and pruning goes on as before.
+  Save(20, 1);
+  EXPECT_EQ(ListCheckpoints(dir_), std::vector<std::string>{damaged});
+  auto last = LoadLatestCheckpoint(dir_, SmallConfig());
+  ASSERT_TRUE(last) << last.error().ToString();
+  EXPECT_EQ(last->progress.step, 20);
+  EXPECT_TRUE(last->warnings.empty());
+}
+
 TEST_F(CheckpointTest, ListOrdersByStepNotName) {
   Save(99999999);
   Save(100000000);  // nine digits

@@ -191,6 +191,38 @@ TEST_F(SafeTensorsTest, Gpt2ExportImportRoundTrip) {
   EXPECT_FALSE(ReadGpt2Config(Path("gpt2.safetensors"), 3));  // 8 % 3 != 0
 }
 
+// The head count, which no tensor's shape gives, travels in the file (ExportGpt2's
+// __metadata__) or beside it (Hugging Face's config.json): a reader that does not give one
+// takes it, one that gives another is refused. Before, the caller's count was taken as is:
+// `cohort train` fine-tuned an exported 2-head model with its default 4 heads.
+TEST_F(SafeTensorsTest, Gpt2HeadCountComesFromTheFile) {
+  GptModel a = MakeModel(TinyConfig(), 1);
+  ASSERT_TRUE(ExportGpt2(a, Path("gpt2.safetensors")));
+  auto file = ReadSafeTensors(Path("gpt2.safetensors"), [](const std::string&) { return false; });
+  ASSERT_TRUE(file);
+  EXPECT_EQ(file->metadata["n_head"], "2");
+  auto from_file = ReadGpt2Config(Path("gpt2.safetensors"), 0);
+  ASSERT_TRUE(from_file) << from_file.error().ToString();
+  EXPECT_EQ(from_file->n_head, 2);
+  auto other = ReadGpt2Config(Path("gpt2.safetensors"), 4);  // 8 % 4 == 0, but not its count
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().field, "n_head");
+  EXPECT_THAT(other.error().message, HasSubstr("has 2 attention heads (its __metadata__ says so)"));
+
+  // Hugging Face's layout: no metadata, config.json beside the weights.
+  const std::string fixture = std::string(COHORT_ENGINE_TESTDATA) + "/gpt2_tiny_hf.safetensors";
+  fs::create_directories(Path("hf"));
+  fs::copy_file(fixture, Path("hf/model.safetensors"));
+  auto none = ReadGpt2Config(Path("hf/model.safetensors"), 0);
+  ASSERT_FALSE(none);
+  EXPECT_THAT(none.error().message, HasSubstr("does not say its number of attention heads"));
+  std::ofstream(Path("hf/config.json")) << R"({"model_type": "gpt2", "n_head": 2, "n_embd": 4})";
+  auto beside = ReadGpt2Config(Path("hf/model.safetensors"), 0);
+  ASSERT_TRUE(beside) << beside.error().ToString();
+  EXPECT_EQ(beside->n_head, 2);
+  EXPECT_FALSE(ReadGpt2Config(Path("hf/model.safetensors"), 4));
+}
+
 // The fixture written by testdata/make_gpt2_tiny_hf.py: tensor k holds k*1000 + i at
 // flat index i, in Hugging Face's layout (Conv1D weights (in, out)).
 TEST_F(SafeTensorsTest, Gpt2ImportsHuggingFaceLayout) {

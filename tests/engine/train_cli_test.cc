@@ -9,7 +9,10 @@
 // - bad configs and data give clear errors and leave the checkpoints alone;
 // - train.device cuda without CUDA in the build or without a usable GPU fails with the
 //   reason before touching the checkpoints.
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +23,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "common/subprocess.h"
@@ -189,8 +193,10 @@ TEST_F(TrainCliTest, ResumeIsBitwiseAndReshards) {
 
 // train.global_batch_tokens 0: the batch is one micro-batch per rank. A checkpoint resumed
 // on another world size keeps its batch through accumulation (an elastic job that shrank),
-// and says so; when the new world cannot make that batch, resuming fails naming the field
-// and the checkpoint is left as it was.
+// and says so, with smaller micro-batches when train.micro_batch does not divide a rank's
+// share (an elastic job that grew back: that failed, and the job used up its restarts);
+// when the new world cannot split that batch at all, resuming fails naming the field and
+// the checkpoint is left as it was.
 TEST_F(TrainCliTest, ImplicitGlobalBatchIsKeptAcrossWorldSizes) {
   const fs::path cfg = dir_ / "implicit.yaml";
   std::ofstream(cfg) << "model: {n_layer: 2, n_head: 2, n_embd: 32, seq_len: 32}\n"
@@ -217,17 +223,71 @@ TEST_F(TrainCliTest, ImplicitGlobalBatchIsKeptAcrossWorldSizes) {
                                   "2 accumulation steps"));
   ExpectClose(Losses(log), ref, 1, 12, 1e-5);
 
-  // 1 rank (64 tokens per step) -> 2 ranks, whose smallest batch is 128: refused.
-  const fs::path ck12 = dir_ / "ck12";
+  // 1 rank (64 tokens per step: 2 sequences) -> 2 ranks: one sequence each, micro-batches
+  // of 1, the 1-rank run's losses.
+  const fs::path one = dir_ / "one.jsonl";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", (dir_ / "ck-one").string(),
+                        "--log-file", one.string()}).status.Success());
+  const fs::path ck12 = dir_ / "ck12", grown = dir_ / "grown.jsonl";
   ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--checkpoint-dir", ck12.string(),
-                        "--stop-at-step", "6"}).status.Success());
+                        "--log-file", grown.string(), "--stop-at-step", "6"}).status.Success());
+  TrainRun c = Train(2, {"--config", cfg.string(), "--checkpoint-dir", ck12.string(),
+                         "--log-file", grown.string(), "--stop-at-step", "9"});
+  ASSERT_TRUE(c.status.Success()) << c.output;
+  EXPECT_THAT(c.output, HasSubstr("batch: micro-batches of 1 sequences, not train.micro_batch 2"));
+  EXPECT_THAT(c.output, HasSubstr("batch: keeping the checkpoint's 64 tokens per step: 2 ranks x "
+                                  "1 accumulation steps x 1 sequences"));
+  ExpectClose(Losses(grown), Losses(one), 1, 9, 1e-5);
+
+  // 2 sequences per step cannot be split over 3 ranks: refused, naming the field.
   const auto before = ListSteps(ck12);
-  TrainRun c = Train(2, {"--config", cfg.string(), "--checkpoint-dir", ck12.string()});
-  EXPECT_FALSE(c.status.Success()) << c.output;
-  EXPECT_THAT(c.output, HasSubstr("cannot resume: the checkpoint at step 6 trained on 64 tokens "
+  TrainRun d = Train(3, {"--config", cfg.string(), "--checkpoint-dir", ck12.string()});
+  EXPECT_FALSE(d.status.Success()) << d.output;
+  EXPECT_THAT(d.output, HasSubstr("cannot resume: the checkpoint at step 9 trained on 64 tokens "
                                   "per step"));
-  EXPECT_THAT(c.output, HasSubstr("train.global_batch_tokens"));
+  EXPECT_THAT(d.output, HasSubstr("train.global_batch_tokens"));
   EXPECT_EQ(ListSteps(ck12), before);
+}
+
+// A new run (here: another checkpoint.dir, as a new job of the same config gets) given the
+// log.file of an earlier one resumes nothing, so every line of the file is past its step 0:
+// they were deleted, the earlier run's whole loss curve with them. They move aside instead.
+TEST_F(TrainCliTest, AFreshRunKeepsTheEarlierRecordAside) {
+  auto cfg = Config("checkpoint: {every: 2}\n");
+  const fs::path log = dir_ / "log.jsonl";
+  ASSERT_TRUE(Train(1, {"--config", cfg.string(), "--steps", "4", "--checkpoint-dir",
+                        (dir_ / "job-1").string(), "--log-file", log.string()}).status.Success());
+  const auto first = Losses(log);
+  ASSERT_EQ(first.size(), 4u);
+  TrainRun second = Train(1, {"--config", cfg.string(), "--steps", "2", "--checkpoint-dir",
+                              (dir_ / "job-2").string(), "--log-file", log.string()});
+  ASSERT_TRUE(second.status.Success()) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("loss record: dropped 4 lines past step 0"));
+  EXPECT_THAT(second.output, HasSubstr("moved to " + log.string() + ".dropped"));
+  EXPECT_EQ(Losses(log).size(), 2u);
+  EXPECT_EQ(Losses(log.string() + ".dropped"), first);
+}
+
+// An explicit train.global_batch_tokens that train.micro_batch does not divide on this world
+// (an elastic job of 3 nodes that lost one: 6 sequences, 3 per rank) runs smaller
+// micro-batches and trains the same model; it was an error, and the job failed.
+TEST_F(TrainCliTest, MicroBatchThatDoesNotDivideARanksShareShrinks) {
+  auto cfg = Config("checkpoint: {dir: none}\n");
+  const fs::path three = dir_ / "three.jsonl", two = dir_ / "two.jsonl";
+  const std::vector<std::string> batch = {"--set", "train.global_batch_tokens=192", "--steps", "6"};
+  std::vector<std::string> args = {"--config", cfg.string(), "--log-file", three.string()};
+  args.insert(args.end(), batch.begin(), batch.end());
+  TrainRun a = Train(3, args);
+  ASSERT_TRUE(a.status.Success()) << a.output;
+  args = {"--config", cfg.string(), "--log-file", two.string()};
+  args.insert(args.end(), batch.begin(), batch.end());
+  TrainRun b = Train(2, args);
+  ASSERT_TRUE(b.status.Success()) << b.output;
+  EXPECT_THAT(b.output, HasSubstr("batch: micro-batches of 1 sequences, not train.micro_batch 2: "
+                                  "it does not divide the 3 sequences each of the 2 data-parallel "
+                                  "ranks trains per step"));
+  EXPECT_THAT(b.output, HasSubstr("2 ranks x 3 accumulation steps x 1 sequences x 32 tokens = 192"));
+  ExpectClose(Losses(two), Losses(three), 1, 6, 1e-5);
 }
 
 TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
@@ -261,6 +321,7 @@ TEST_F(TrainCliTest, DamagedNewestCheckpointFallsBack) {
   // Steps 6..10 were recorded with the lost checkpoint and are trained again: the record
   // drops them first, so every step appears once.
   EXPECT_THAT(r.output, HasSubstr("loss record: dropped 5 lines past step 5"));
+  EXPECT_EQ(RecordedLosses(log.string() + ".dropped").size(), 5u);
   {
     std::ifstream in(log);
     std::string line;
@@ -434,7 +495,8 @@ TEST_F(TrainCliTest, ShardsAndSafetensorsRoundTrip) {
       "train: {micro_batch: 2, global_batch_tokens: 256, threads: 1, seed: 5, ";
   const fs::path first = dir_ / "first.yaml", second = dir_ / "second.yaml";
   std::ofstream(first) << model << rest << "steps: 12, lr: 3e-3}\neval: {every: 12, batches: 2}\n";
-  std::ofstream(second) << "model: {n_head: 2, seq_len: 32, init_from: model.safetensors}\n"
+  // No model.n_head: the export says it (2; the default was 4, a different model).
+  std::ofstream(second) << "model: {seq_len: 32, init_from: model.safetensors}\n"
                         << rest << "steps: 1, lr: 0}\neval: {every: 1, batches: 2}\n";
   const fs::path log1 = dir_ / "first.jsonl", log2 = dir_ / "second.jsonl";
   TrainRun a = Train(2, {"--config", first.string(), "--log-file", log1.string(), "--export",
@@ -450,6 +512,21 @@ TEST_F(TrainCliTest, ShardsAndSafetensorsRoundTrip) {
     return nlohmann::json::parse(last).at("val_loss").get<double>();
   };
   EXPECT_NEAR(val(log2), val(log1), 1e-6 * val(log1));
+  EXPECT_THAT(b.output, HasSubstr("model: GPT-2 style, 2 layers, 2 heads, d_model 32"));
+
+  // A shape the file contradicts is refused, naming the field and the file.
+  for (const auto& [model_line, message] : std::vector<std::pair<std::string, std::string>>{
+           {"model: {n_head: 4, seq_len: 32, init_from: model.safetensors}\n",
+            "model.n_head: 4, but " + (dir_ / "model.safetensors").string() +
+                " has 2 attention heads (its __metadata__ says so)"},
+           {"model: {n_layer: 3, seq_len: 32, init_from: model.safetensors}\n",
+            "model.n_layer: 3, but " + (dir_ / "model.safetensors").string() + " has 2 layers"}}) {
+    const fs::path bad = dir_ / "contradicts.yaml";
+    std::ofstream(bad) << model_line << rest << "steps: 1}\n";
+    TrainRun r = Train(1, {"--config", bad.string()});
+    EXPECT_EQ(r.status.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr(bad.string() + ": " + message));
+  }
 
   TrainRun bad = Cohort({"tokenize", "-i", (dir_ / "nothing-here").string(), "-o",
                          (dir_ / "out").string()});
@@ -487,6 +564,66 @@ TEST_F(TrainCliTest, ConfigErrorOfAMultiRankRunIsSaidOnce) {
   }
   EXPECT_EQ(count, 1u) << r.output;
   EXPECT_THAT(r.output, Not(HasSubstr("rank 0")));
+}
+
+// An impossible layout or batch for N ranks is also said once, before any rank starts, and
+// names the config file: each rank printed it, without the file ("train.global_batch_tokens:
+// 256 is not a positive multiple of world size 3 ..." three times, then "cohort run: rank 0
+// exit 2"). A single rank names the file too.
+TEST_F(TrainCliTest, LayoutAndBatchErrorsAreSaidOnceNamingTheFile) {
+  const fs::path cfg = Config("checkpoint: {dir: none}\n");
+  const std::string file = cfg.string() + ": ";
+  struct Bad {
+    int ranks;
+    std::vector<std::string> sets;
+    std::string message;
+  };
+  const std::vector<Bad> bad = {
+      {3, {}, "train.global_batch_tokens: 256 is not whole sequences that split evenly over "
+              "the data-parallel ranks: it needs a multiple of 3 data-parallel ranks x "
+              "model.seq_len 32 = 96"},
+      {2, {"--set", "parallel.tensor=4"}, "parallel.tensor: 4 does not divide n_head 2"},
+      {2, {"--set", "parallel.pipeline=2", "--set", "model.n_layer=1"},
+       "parallel.pipeline: pipeline 2 x virtual_stages 1 = 2 chunks, but n_layer 1"},
+      {4, {"--set", "parallel.pipeline=2", "--set", "parallel.microbatches=3"},
+       "parallel.microbatches: 3 but train.global_batch_tokens 256 / (data 2 x"},
+  };
+  for (const Bad& b : bad) {
+    std::vector<std::string> args = {"--config", cfg.string()};
+    args.insert(args.end(), b.sets.begin(), b.sets.end());
+    TrainRun r = Train(b.ranks, args);
+    EXPECT_EQ(r.status.exit_code, 2) << r.output;
+    size_t count = 0;
+    for (size_t at = r.output.find(b.message); at != std::string::npos;
+         at = r.output.find(b.message, at + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(count, 1u) << r.output;
+    EXPECT_THAT(r.output, HasSubstr(file + b.message));
+    EXPECT_THAT(r.output, Not(HasSubstr("rank 0")));
+    EXPECT_THAT(r.output, Not(HasSubstr("data:"))) << "read the data first";
+  }
+  // One process, as a job's task runs it: the file is named as well.
+  TrainRun one = Cohort({"train", "--config", cfg.string(), "--set",
+                         "train.global_batch_tokens=100"});
+  EXPECT_EQ(one.status.exit_code, 2) << one.output;
+  EXPECT_THAT(one.output, HasSubstr(file + "train.global_batch_tokens: 100 is not whole "
+                                           "sequences"));
+  EXPECT_THAT(one.output, Not(HasSubstr("data:"))) << "read the data first";
+  // Too little data for one global batch: the settings that decide the batch are named.
+  TrainRun little = Cohort({"train", "--config", cfg.string(), "--set", "model.seq_len=1024",
+                            "--set", "train.micro_batch=64", "--set",
+                            "train.global_batch_tokens=0"});
+  EXPECT_EQ(little.status.exit_code, 2) << little.output;
+  EXPECT_THAT(little.output, HasSubstr(file + "data.text: dataset of "));
+  EXPECT_THAT(little.output, HasSubstr("a global batch needs 64 (1 data-parallel rank x 1 "
+                                       "micro-batch x 64 sequences of model.seq_len 1024: "
+                                       "train.global_batch_tokens 0, train.micro_batch 64); give "
+                                       "more data, a shorter model.seq_len or a smaller batch"));
+  TrainRun no_data = Cohort({"train", "--config", cfg.string(), "--set", "data.text=missing.txt"});
+  EXPECT_EQ(no_data.status.exit_code, 1) << no_data.output;
+  EXPECT_THAT(no_data.output, HasSubstr(file + "data.text: no text file at '" +
+                                        (dir_ / "missing.txt").string() + "'"));
 }
 
 // --stop-at-step N on a run that resumes at or past step N trains nothing: it trained one
@@ -628,8 +765,8 @@ TEST_F(TrainCliTest, BadInputIsRejectedAndCheckpointsAreKept) {
       {"data: {text: missing.txt}\ntrain: {steps: 5}\n", "missing.txt"},
       {"data: {train: short.bin}\ntrain: {steps: 5}\n", "short.bin"},
       {"model: {seq_len: 32}\ndata: {text: corpus.txt}\n"
-       "train: {steps: 5, micro_batch: 3, global_batch_tokens: 256}\n",
-       "train.global_batch_tokens"},
+       "train: {steps: 5, micro_batch: 3, global_batch_tokens: 250}\n",
+       "train.global_batch_tokens: 250 is not whole sequences"},
       {"model: {n_layer: 2, n_head: 2, n_embd: 64, seq_len: 32}\ndata: {text: corpus.txt}\n"
        "train: {steps: 5, micro_batch: 2, global_batch_tokens: 256}\n",
        "n_embd"},  // the checkpoint in ck has n_embd 32
@@ -750,6 +887,80 @@ TEST_F(TrainCliTest, SigtermCheckpointsTheStepAndStops) {
                             ck.string(), "--stop-at-step", std::to_string(step + 1)});
   ASSERT_TRUE(next.status.Success()) << next.output;
   EXPECT_THAT(next.output, HasSubstr("(step " + std::to_string(step) + ")"));
+}
+
+// SIGTERM during the first step after a resume: every rank must agree that the resumed
+// checkpoint is one step old and keep it. Rank 0 alone knew the resumed step, so the other
+// ranks started writing a checkpoint while rank 0 left for the end of the run: "collective
+// mismatch" on rank 1 (or, over gloo, a hang until comm.timeout_s). The ranks are started
+// here by hand (torchrun's variables, a file rendezvous) so that the signal reaches rank 0
+// at a known point: while its report of step 3 (COHORT_REPORT) waits for this test's reply.
+TEST_F(TrainCliTest, SigtermInTheFirstStepAfterAResumeStopsEveryRankAlike) {
+  auto cfg = Config("checkpoint: {every: 1000000, keep: 2}\n");
+  const fs::path ck = dir_ / "ck";
+  TrainRun first = Train(2, {"--config", cfg.string(), "--steps", "1000000", "--checkpoint-dir",
+                             ck.string(), "--stop-at-step", "2"});
+  ASSERT_TRUE(first.status.Success()) << first.output;
+  ASSERT_EQ(ListSteps(ck), (std::vector<std::string>{"step_00000002"})) << first.output;
+
+  std::atomic<pid_t> rank0{0};
+  std::atomic<bool> signalled{false};
+  httplib::Server server;
+  server.Post("/progress", [&](const httplib::Request& req, httplib::Response& res) {
+    auto body = nlohmann::json::parse(req.body, nullptr, false);
+    // Rank 0 waits for this reply before it ends step 3: the signal is handled by then.
+    if (body.is_object() && body.value("step", 0) == 3 && body.contains("loss") &&
+        !signalled.exchange(true)) {
+      ::kill(rank0.load(), SIGTERM);
+    }
+    res.set_content("{}", "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+
+  fs::create_directories(dir_ / "rendezvous");
+  std::vector<Subprocess> ranks;
+  for (int r = 0; r < 2; ++r) {
+    SpawnOptions o;
+    o.argv = {COHORT_BINARY, "train", "--config", cfg.string(), "--steps", "1000000",
+              "--checkpoint-dir", ck.string()};
+    o.env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
+             {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+             {"COHORT_RENDEZVOUS", "file://" + (dir_ / "rendezvous").string()},
+             {"COHORT_REPORT", "http://127.0.0.1:" + std::to_string(port) + "/progress"}};
+    o.unset_env = {"COHORT_CHECKPOINT_DIR", "COHORT_JOB_ID", "COHORT_ATTEMPT", "MASTER_PORT",
+                   "OMP_NUM_THREADS"};
+    o.stdout_path = (dir_ / ("rank" + std::to_string(r) + ".txt")).string();
+    o.parent_death_signal = SIGKILL;
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.has_value()) << p.error().ToString();
+    if (r == 0) rank0 = p->pid();  // before rank 1 exists: no report comes earlier
+    ranks.push_back(std::move(*p));
+  }
+  std::vector<ExitStatus> status;
+  for (auto& p : ranks) {
+    auto st = p.WaitFor(std::chrono::seconds(300));
+    if (!st) {
+      for (auto& q : ranks) q.Signal(SIGKILL);
+      for (auto& q : ranks) (void)q.Wait();
+      server.stop();
+      serving.join();
+      FAIL() << "a rank did not stop\n" << Slurp(dir_ / "rank0.txt") << Slurp(dir_ / "rank1.txt");
+    }
+    status.push_back(*st);
+  }
+  server.stop();
+  serving.join();
+  const std::string out0 = Slurp(dir_ / "rank0.txt"), out1 = Slurp(dir_ / "rank1.txt");
+  ASSERT_TRUE(signalled) << out0;
+  EXPECT_THAT(out0, HasSubstr("resuming from"));
+  EXPECT_EQ(status[0].Code(), 128 + SIGTERM) << out0;
+  EXPECT_EQ(status[1].Code(), 128 + SIGTERM) << out1;
+  EXPECT_THAT(out0, HasSubstr("stopping at step 3 of 1000000: SIGTERM; a rerun resumes from the "
+                              "checkpoint of step 2"));
+  EXPECT_THAT(out0 + out1, Not(HasSubstr("error")));
+  EXPECT_EQ(ListSteps(ck), (std::vector<std::string>{"step_00000002"}));
 }
 
 // The last step's checkpoint could not be written (here: a file size limit, as a full disk

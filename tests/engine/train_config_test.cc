@@ -160,6 +160,25 @@ TEST(TrainConfigTest, DefaultsNeedOnlyStepsAndData) {
   EXPECT_EQ(c->global_batch_tokens, 0);
 }
 
+// With model.init_from the file gives the shape: an absent n_layer, n_head or n_embd is 0
+// ("the file's"), not the default. GPT-2 124M's n_head 12 was refused against the default
+// n_embd 128 ("model.n_embd: 128 is not divisible by model.n_head 12"), and an absent n_head
+// trained the file's weights with 4 heads.
+TEST(TrainConfigTest, InitFromLeavesTheShapeToTheFile) {
+  auto c = FromYaml("train: {steps: 3}\ndata: {text: a}\n"
+                    "model: {init_from: gpt2/model.safetensors, n_head: 12}\n");
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->n_head, 12);
+  EXPECT_EQ(c->n_layer, 0);
+  EXPECT_EQ(c->n_embd, 0);
+  auto d = FromYaml("train: {steps: 3}\ndata: {text: a}\nmodel: {init_from: m.safetensors}\n");
+  ASSERT_TRUE(d.has_value()) << d.error().message;
+  EXPECT_EQ(d->n_head, 0);
+  auto e = FromYaml("train: {steps: 3}\ndata: {text: a}\nmodel: {n_head: 2, n_embd: 32}\n");
+  ASSERT_TRUE(e.has_value()) << e.error().message;
+  EXPECT_EQ(e->n_layer, 4);  // without init_from the defaults stand
+}
+
 TEST(TrainConfigTest, ErrorsNameTheField) {
   EXPECT_THAT(ErrorOf("data: {text: a}\n"), HasSubstr("train.steps: is required"));
   EXPECT_THAT(ErrorOf("train: {steps: 0}\ndata: {text: a}\n"), HasSubstr("train.steps"));

@@ -623,10 +623,20 @@ Result<std::string> SaveCheckpointRanges(CheckpointGroup* group, const std::stri
   }
   if (!committed) return context(committed.error());
   if (rank == 0 && keep_last > 0) {
-    std::vector<std::string> all = ListCheckpoints(dir);
-    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
+    // The newest keep_last up to this step. A newer step directory can only be one that the
+    // resume skipped as damaged (a valid one would have been resumed from): counted, it
+    // pushed the valid ones out, with keep_last 1 the one just written, and the next resume
+    // found nothing to load. It stays (for a look) until its step is written again (Commit
+    // replaces it).
+    std::vector<std::string> upto;
+    for (std::string& path : ListCheckpoints(dir)) {
+      if (ParseStepName(fs::path(path).filename().string()) <= header.progress.step) {
+        upto.push_back(std::move(path));
+      }
+    }
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < upto.size(); ++i) {
       std::error_code ignore;
-      fs::remove_all(all[i], ignore);
+      fs::remove_all(upto[i], ignore);
     }
   }
   return final_path;

@@ -111,8 +111,9 @@ struct Checkpoint {
 };
 
 // Writes a checkpoint for progress.step and then deletes the oldest step directories so
-// that at most `keep_last` remain (keep_last <= 0 keeps all); stale temporary directories
-// are removed too. Returns the new directory. On failure nothing is renamed into place,
+// that at most `keep_last` remain up to that step (keep_last <= 0 keeps all; newer ones,
+// which only a resume that skipped them as damaged leaves, are not counted and stay until
+// their step is written again); stale temporary directories are removed too. Returns the new directory. On failure nothing is renamed into place,
 // the temporary directory is removed and older checkpoints are untouched: kUnavailable
 // "... no space left on device ..." for ENOSPC, kUnavailable for other I/O errors,
 // kInvalidArgument when the spans' lengths disagree with the config.

@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/safetensors.h"
 
@@ -74,6 +79,41 @@ std::string ShapeString(const std::vector<int64_t>& s) {
 
 }  // namespace
 
+namespace {
+
+// The head count `path` states, and where: its __metadata__ "n_head" (ExportGpt2 writes it),
+// else "n_head" of the config.json beside it (Hugging Face's save_pretrained writes one).
+// {0, ""} when neither says; kInvalidArgument for a value that is not a positive integer.
+Result<std::pair<int, std::string>> StoredHeadCount(const std::string& path,
+                                                    const SafeTensorFile& file) {
+  if (const auto it = file.metadata.find("n_head"); it != file.metadata.end()) {
+    int v = 0;
+    const char* end = it->second.data() + it->second.size();
+    auto [ptr, ec] = std::from_chars(it->second.data(), end, v);
+    if (ec != std::errc() || ptr != end || v < 1) {
+      return Errorf(ErrorCode::kInvalidArgument, "{}: __metadata__ n_head '{}' is not a head count",
+                    path, it->second);
+    }
+    return std::pair<int, std::string>{v, "its __metadata__"};
+  }
+  const std::filesystem::path json_path =
+      std::filesystem::path(path).parent_path() / "config.json";
+  std::ifstream in(json_path);
+  if (!in) return std::pair<int, std::string>{0, ""};
+  const auto doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_object() && doc.contains("n_head")) {
+    const auto& v = doc["n_head"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1 << 20) {
+      return Errorf(ErrorCode::kInvalidArgument, "{}: n_head {} is not a head count",
+                    json_path.string(), v.dump());
+    }
+    return std::pair<int, std::string>{v.get<int>(), json_path.string()};
+  }
+  return std::pair<int, std::string>{0, ""};
+}
+
+}  // namespace
+
 Result<GptConfig> ReadGpt2Config(const std::string& path, int n_head) {
   // Validates the whole header but reads only the two embeddings (for their shapes),
   // collecting the other names on the way.
@@ -113,6 +153,17 @@ Result<GptConfig> ReadGpt2Config(const std::string& path, int n_head) {
                   "{}: transformer blocks h.<i> must be numbered 0..L-1 ({} found)", path,
                   n_layer);
   }
+  const auto [stored, where] = COHORT_TRY(StoredHeadCount(path, *all));
+  if (n_head == 0 && stored == 0) {
+    return FieldError("n_head", "{} does not say its number of attention heads (no n_head in its "
+                      "__metadata__ or in a config.json beside it); give it (GPT-2 124M: 12)",
+                      path);
+  }
+  if (n_head > 0 && stored > 0 && n_head != stored) {
+    return FieldError("n_head", "{}, but {} has {} attention heads ({} says so)", n_head, path,
+                      stored, where);
+  }
+  if (n_head == 0) n_head = stored;
   GptConfig c;
   c.vocab_size = static_cast<int>(wte->shape[0]);
   c.n_embd = static_cast<int>(wte->shape[1]);
@@ -186,6 +237,8 @@ Result<void> ExportGpt2(const GptModel& model, const std::string& path) {
   std::span<const float> params = model.params();
   SafeTensorFile f;
   f.metadata["format"] = "pt";  // what transformers' from_pretrained expects
+  // Not in the tensors' shapes: without it the file could be read back with other heads.
+  f.metadata["n_head"] = std::to_string(cfg.n_head);
   for (const NameMap& m : Gpt2Names(cfg.n_layer)) {
     const ParamTensor* p = model.FindTensor(m.ours);
     if (p == nullptr) return Errorf(ErrorCode::kInternal, "GptModel has no tensor '{}'", m.ours);

@@ -16,8 +16,11 @@
 namespace cohort::engine {
 
 // The model shape stored in a GPT-2 safetensors file: n_layer from the h.{i} blocks,
-// n_embd and vocab_size from wte, max_seq_len from wpe. The file does not store the head
-// count: `n_head` is taken as given and checked (n_embd % n_head == 0).
+// n_embd and vocab_size from wte, max_seq_len from wpe, and the head count, which no tensor
+// shape gives, from the file's __metadata__ "n_head" (ExportGpt2 writes it) or the
+// config.json beside it (Hugging Face's). `n_head` > 0 is the caller's count: kInvalidArgument
+// (field n_head) when the file states another; 0 takes the file's, kInvalidArgument when it
+// states none. Checked: n_embd % n_head == 0.
 Result<GptConfig> ReadGpt2Config(const std::string& path, int n_head);
 
 // Copies the file's weights into `model`. kInvalidArgument naming the tensor when one is
@@ -25,7 +28,8 @@ Result<GptConfig> ReadGpt2Config(const std::string& path, int n_head);
 // on error.
 Result<void> ImportGpt2(const std::string& path, GptModel& model);
 
-// Writes `model` with the names above (no prefix; vocab rows beyond vocab_size dropped).
+// Writes `model` with the names above (no prefix; vocab rows beyond vocab_size dropped) and
+// __metadata__ {"format": "pt", "n_head": "<heads>"}.
 Result<void> ExportGpt2(const GptModel& model, const std::string& path);
 
 }  // namespace cohort::engine

@@ -93,7 +93,17 @@ Result<TrainConfig> TrainConfigFromJson(const json& doc, const std::string& base
     c.seq_len = static_cast<int>(COHORT_TRY(r.Int("seq_len", c.seq_len, 1, 65536)));
     c.init_from = Resolve(COHORT_TRY(r.String("init_from", "")), base_dir);
     COHORT_TRY_VOID(r.Finish());
-    if (c.n_embd % c.n_head != 0) {
+    if (!c.init_from.empty()) {
+      // The file decides the shape: an absent field is 0, "the file's" (the trainer checks a
+      // given one against it). The defaults stood in for them: n_head 4 trained the file's
+      // weights with another head count than theirs, and n_head 12 (GPT-2's) was refused
+      // as not dividing the default n_embd 128.
+      const json* model = top.Raw("model");
+      auto given = [&](const char* key) { return model && model->contains(key); };
+      if (!given("n_layer")) c.n_layer = 0;
+      if (!given("n_head")) c.n_head = 0;
+      if (!given("n_embd")) c.n_embd = 0;
+    } else if (c.n_embd % c.n_head != 0) {
       return FieldError("model.n_embd", "{} is not divisible by model.n_head {}", c.n_embd,
                         c.n_head);
     }

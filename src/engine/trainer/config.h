@@ -4,8 +4,10 @@
 // "did you mean" hint, and each error names the field, e.g. "train.micro_batch: must be
 // an integer between 1 and 65536, got 0"):
 //   model:      n_layer, n_head, n_embd, seq_len (context length), init_from (a GPT-2
-//               safetensors file in Hugging Face naming; its shape wins over n_layer,
-//               n_embd, vocab and seq_len, which must then agree or be absent)
+//               safetensors file in Hugging Face naming; its shape wins: n_layer, n_head and
+//               n_embd must then agree with it or be absent (0 in TrainConfig: the file's;
+//               n_head from its __metadata__ or the config.json beside it, else required),
+//               and seq_len may be up to its positions)
 //   tokenizer:  type (byte | gpt2), vocab, merges (Hugging Face vocab.json/merges.txt,
 //               required for gpt2)
 //   data:       text (a text file, a directory of text files, or a glob; tokenized at
@@ -23,9 +25,11 @@
 //               time: rank 0 holds dir/LOCK, checkpoint/dir_lock.h), every, keep (the
 //               newest step directories kept, default 3; 0 keeps all, as Megatron does)
 //   sample:     every (0 = only at the end), prompt, tokens, temperature, top_k
-//   log:        every, file (JSON lines, one per logged step, appended by rank 0: step,
-//               loss, lr, grad norm, tokens/s, attempt; val_loss on evaluated steps;
-//               with checkpoints, a step is appended once a checkpoint covers it)
+//   log:        every (steps between printed lines), file (JSON lines, one per step
+//               whatever log.every says, appended by rank 0: step, loss, lr, grad norm,
+//               tokens/s, attempt; val_loss on evaluated steps; with checkpoints, a step is
+//               appended once a checkpoint covers it, and lines past the resumed step move
+//               to <file>.dropped)
 //   parallel:   tensor, pipeline (ranks per tensor group and pipeline; data parallelism
 //               takes what remains of the world size), schedule (gpipe | 1f1b |
 //               interleaved), virtual_stages (chunks per stage, interleaved), microbatches

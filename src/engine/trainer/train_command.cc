@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <new>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -81,6 +83,28 @@ Error OutOfHostMemory(const TrainConfig& c) {
                            c.n_layer, c.n_embd, c.seq_len, c.micro_batch));
 }
 
+// An error about a field of the config names the file too ("train.yaml: parallel.tensor:
+// ..."), as LoadTrainConfig's own errors do: the trainer's checks know the field, not the
+// file it came from.
+Error InConfigFile(Error e, const std::string& path) {
+  static constexpr std::string_view kSections[] = {"model", "tokenizer", "data",   "train",
+                                                   "eval",  "checkpoint", "sample", "log",
+                                                   "parallel", "comm"};
+  std::string_view field = e.field;
+  if (field.empty()) {  // "data.text: no text file at ...": a message that starts with one
+    const std::string_view head = std::string_view(e.message).substr(0, e.message.find(": "));
+    if (head.size() < e.message.size() && head.find('.') != std::string_view::npos &&
+        head.find(' ') == std::string_view::npos) {
+      field = head;
+    }
+  }
+  const std::string_view section = field.substr(0, field.find('.'));
+  const bool config_field =
+      std::find(std::begin(kSections), std::end(kSections), section) != std::end(kSections);
+  if (!config_field || e.message.starts_with(path + ": ")) return e;
+  return WithContext(std::move(e), path);
+}
+
 // Replaces this process with `args` (args[0] is this binary); returns only on failure.
 void ExecSelf(std::vector<std::string> args) {
   std::vector<char*> cargv;
@@ -147,6 +171,10 @@ int RunTrain(int argc, char** argv) {
   // Checked before -n N starts its ranks: each would print the same error, N times.
   if (!config) return Report(config.error());
   if (f.ranks > 0) {
+    // The layout and the batch for N ranks, said once here rather than by each rank.
+    if (auto r = CheckTrainLayout(*config, f.ranks); !r) {
+      return Report(InConfigFile(r.error(), f.config));
+    }
     if (!f.export_path.empty()) {
       if (auto r = CheckExportPath(f.export_path); !r) return Report(r.error());
     }
@@ -187,7 +215,7 @@ int RunTrain(int argc, char** argv) {
   // 'std::bad_alloc'", SIGABRT). Said here instead, with the settings that decide the size.
   try {
     auto trainer = Trainer::Create(*config, ctx);
-    if (!trainer) return Report(trainer.error());
+    if (!trainer) return Report(InConfigFile(trainer.error(), f.config));
     auto result = (*trainer)->Run();
     if (!result) return Report(result.error());
     if (result->terminated) return 128 + SIGTERM;  // as if the signal had ended it

@@ -87,6 +87,112 @@ bool CheckpointSignalled() {
   return true;
 }
 
+// The model's shape: init_from's header, or the config's with the tokenizer's vocabulary.
+Result<GptConfig> ModelShape(const TrainConfig& config, const Tokenizer& tokenizer) {
+  GptConfig mc;
+  if (!config.init_from.empty()) {
+    // model.n_layer, n_head and n_embd are 0 unless the config gives them (config.cc).
+    auto read = ReadGpt2Config(config.init_from, config.n_head);
+    if (!read && read.error().field == "n_head") {
+      return MakeError(ErrorCode::kInvalidArgument, "model." + read.error().message,
+                       "model.n_head");
+    }
+    mc = COHORT_TRY(std::move(read));
+    if (config.n_layer > 0 && config.n_layer != mc.n_layer) {
+      return FieldError("model.n_layer", "{}, but {} has {} layers (leave it out with init_from)",
+                        config.n_layer, config.init_from, mc.n_layer);
+    }
+    if (config.n_embd > 0 && config.n_embd != mc.n_embd) {
+      return FieldError("model.n_embd", "{}, but {} has {} (leave it out with init_from)",
+                        config.n_embd, config.init_from, mc.n_embd);
+    }
+    if (mc.max_seq_len < config.seq_len) {
+      return FieldError("model.seq_len", "{} is longer than the {} positions of {}",
+                        config.seq_len, mc.max_seq_len, config.init_from);
+    }
+    if (mc.vocab_size < tokenizer.vocab_size()) {
+      return FieldError("model.init_from", "{} has {} token embeddings; the {} tokenizer needs {}",
+                        config.init_from, mc.vocab_size, tokenizer.name(), tokenizer.vocab_size());
+    }
+  } else {
+    mc.vocab_size = tokenizer.vocab_size();
+    mc.max_seq_len = config.seq_len;
+    mc.n_layer = config.n_layer;
+    mc.n_head = config.n_head;
+    mc.n_embd = config.n_embd;
+  }
+  COHORT_TRY_VOID(mc.Validate());
+  return mc;
+}
+
+Result<std::unique_ptr<Tokenizer>> MakeTokenizer(const TrainConfig& config) {
+  if (config.tokenizer == "gpt2") return LoadGpt2BpeTokenizer(config.bpe_vocab, config.bpe_merges);
+  return MakeByteTokenizer();
+}
+
+// The data x pipeline x tensor layout of `world` ranks for a model of shape `mc`.
+Result<ParallelLayout> LayoutFor(const TrainConfig& config, GptConfig mc, int world) {
+  mc.max_seq_len = config.seq_len;  // the stage balance counts the trained context
+  return MakeParallelLayout(config.parallel, mc, world);
+}
+
+// How a data-parallel replica runs its share of a step's global batch.
+struct BatchShape {
+  int accum = 1;        // micro-batches per replica and step
+  int micro_batch = 1;  // sequences per micro-batch
+};
+
+// The batch shape for `data_world` replicas (train.global_batch_tokens, or
+// parallel.microbatches when the batch does not say). train.micro_batch is the most
+// sequences per micro-batch: when it does not divide a replica's share of the global batch
+// (an elastic job that lost a node, a checkpoint's batch kept on another world size), the
+// replica runs the largest micro-batch that does, so the global batch, the data order and
+// the loss curve stay those the config asks for. kInvalidArgument (train.global_batch_tokens)
+// when the global batch is not whole sequences that split evenly over the replicas.
+Result<BatchShape> BatchFor(const TrainConfig& config, int data_world) {
+  BatchShape shape{1, config.micro_batch};
+  if (auto accum = AccumulationSteps(config, data_world)) {
+    shape.accum = *accum;
+  } else {
+    const int64_t sequences = config.global_batch_tokens / config.seq_len;
+    if (config.global_batch_tokens % config.seq_len != 0 || sequences % data_world != 0) {
+      return FieldError("train.global_batch_tokens",
+                        "{} is not whole sequences that split evenly over the data-parallel "
+                        "ranks: it needs a multiple of {} data-parallel rank{} x model.seq_len {} "
+                        "= {} (each rank then runs micro-batches of up to train.micro_batch {})",
+                        config.global_batch_tokens, data_world, data_world == 1 ? "" : "s",
+                        config.seq_len, int64_t{data_world} * config.seq_len, config.micro_batch);
+    }
+    const int64_t share = sequences / data_world;
+    int64_t b = std::min<int64_t>(config.micro_batch, share);
+    while (share % b != 0) --b;
+    if (share / b > 1 << 20) {
+      return FieldError("train.global_batch_tokens", "needs {} accumulation steps; at most {}",
+                        share / b, 1 << 20);
+    }
+    shape.micro_batch = static_cast<int>(b);
+    shape.accum = static_cast<int>(share / b);
+  }
+  if (config.parallel.microbatches > 0) {
+    if (config.global_batch_tokens == 0) {
+      shape.accum = config.parallel.microbatches;
+    } else if (shape.accum != config.parallel.microbatches) {
+      const std::string micro =
+          shape.micro_batch == config.micro_batch
+              ? fmt::format("train.micro_batch {}", shape.micro_batch)
+              : fmt::format("micro-batches of {} (train.micro_batch {} does not divide a "
+                            "replica's share)",
+                            shape.micro_batch, config.micro_batch);
+      return FieldError("parallel.microbatches",
+                        "{} but train.global_batch_tokens {} / (data {} x {} x model.seq_len {}) "
+                        "gives {} micro-batches per replica",
+                        config.parallel.microbatches, config.global_batch_tokens, data_world,
+                        micro, config.seq_len, shape.accum);
+    }
+  }
+  return shape;
+}
+
 // What one training step measured.
 struct StepStats {
   double lr = 0;       // the learning rate it used
@@ -120,6 +226,9 @@ struct Trainer::Impl {
   std::optional<CudaDeviceChoice> gpu;  // train.device cuda: this rank's GPU
   std::optional<DistributedSampler> sampler, val_sampler;
   int val_accum = 0;
+  // train.micro_batch as configured: the most sequences per micro-batch. config.micro_batch
+  // is what the ranks run (SetupBatches: smaller when it does not divide a rank's share).
+  int micro_batch_limit = 1;
   std::unique_ptr<DdpReducer> reducer;
   Rng rng{0};
   TrainProgress progress;
@@ -260,13 +369,14 @@ static std::optional<int64_t> RecordStep(const std::string& line) {
 // so a crash leaves the old or the new one.
 Result<void> Trainer::Impl::ReconcileRecord() {
   std::ifstream in(config.log_file);
-  std::string line, kept;
+  std::string line, kept, dropped_text;
   size_t dropped = 0;
   int64_t last = 0;  // the last step the kept record holds
   while (in && std::getline(in, line)) {
     const auto step = RecordStep(line);
     if (step && *step > progress.step) {
       ++dropped;
+      dropped_text += line + "\n";
       continue;
     }
     if (step) last = std::max(last, *step);
@@ -284,6 +394,19 @@ Result<void> Trainer::Impl::ReconcileRecord() {
   }
   checkpoint_records.clear();
   if (dropped == 0 && restored == 0) return {};
+  // The dropped lines are kept beside the record, not deleted: they may be another run's
+  // whole curve (a new job, or a fresh start, given the same log.file: nothing resumed, so
+  // every line is past step 0).
+  const std::string aside = config.log_file + ".dropped";
+  if (dropped > 0) {
+    std::ofstream out(aside, std::ios::app);
+    out << dropped_text;
+    out.flush();
+    if (!out) {
+      return FieldError("log.file", "cannot keep the {} lines past step {} in {}: {}", dropped,
+                        progress.step, aside, std::strerror(errno));
+    }
+  }
   const std::string tmp = config.log_file + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -297,9 +420,9 @@ Result<void> Trainer::Impl::ReconcileRecord() {
     return FieldError("log.file", "cannot replace {}: {}", config.log_file, std::strerror(errno));
   }
   if (dropped > 0) {
-    Log("loss record: dropped {} lines past step {} (their checkpoint was lost; those steps are "
-        "trained again)",
-        dropped, progress.step);
+    Log("loss record: dropped {} lines past step {} (no checkpoint holds them: lost, or never "
+        "in this checkpoint.dir; those steps are trained again), moved to {}",
+        dropped, progress.step, aside);
   }
   if (restored > 0) {
     Log("loss record: restored {} lines up to step {} from the checkpoint (the run that wrote "
@@ -356,36 +479,15 @@ Result<void> Trainer::Impl::SetupComm() {
 }
 
 Result<void> Trainer::Impl::SetupLayout() {
-  if (config.tokenizer == "gpt2") {
-    tokenizer = COHORT_TRY(LoadGpt2BpeTokenizer(config.bpe_vocab, config.bpe_merges));
-  } else {
-    tokenizer = MakeByteTokenizer();
-  }
-  GptConfig& mc = model_config;
-  if (!config.init_from.empty()) {
-    mc = COHORT_TRY(ReadGpt2Config(config.init_from, config.n_head));
-    if (mc.max_seq_len < config.seq_len) {
-      return FieldError("model.seq_len", "{} is longer than the {} positions of {}",
-                        config.seq_len, mc.max_seq_len, config.init_from);
-    }
-    if (mc.vocab_size < tokenizer->vocab_size()) {
-      return FieldError("model.init_from", "{} has {} token embeddings; the {} tokenizer needs {}",
-                        config.init_from, mc.vocab_size, tokenizer->name(), tokenizer->vocab_size());
-    }
-  } else {
-    mc.vocab_size = tokenizer->vocab_size();
-    mc.max_seq_len = config.seq_len;
-    mc.n_layer = config.n_layer;
-    mc.n_head = config.n_head;
-    mc.n_embd = config.n_embd;
-  }
-  COHORT_TRY_VOID(mc.Validate());
-  GptConfig shape = mc;
-  shape.max_seq_len = config.seq_len;  // the stage balance counts the trained context
-  layout = COHORT_TRY(MakeParallelLayout(config.parallel, shape, ctx.env.world_size));
+  tokenizer = COHORT_TRY(MakeTokenizer(config));
+  model_config = COHORT_TRY(ModelShape(config, *tokenizer));
+  layout = COHORT_TRY(LayoutFor(config, model_config, ctx.env.world_size));
   const RankCoords at = layout.CoordsOf(ctx.env.rank);
   data_rank = at.data;
   data_world = layout.data;
+  // The batch too is decided by the config and the world alone: before any data is read.
+  micro_batch_limit = config.micro_batch;
+  COHORT_TRY_VOID(BatchFor(config, data_world));
   rank = ctx.env.rank;
   if (layout.tensor > 1 && ctx.env.local_world_size % layout.tensor != 0) {
     Log("layout: warning: {} ranks per node (LOCAL_WORLD_SIZE) is not a multiple of "
@@ -417,19 +519,17 @@ Result<void> Trainer::Impl::SetupData() {
 // The global batch (accumulation steps for this world size) and the samplers that follow
 // from it. Again at resume when the checkpoint's batch is kept (KeepCheckpointBatch).
 Result<void> Trainer::Impl::SetupBatches() {
-  accum = COHORT_TRY(AccumulationSteps(config, data_world));
-  if (config.parallel.microbatches > 0) {
-    if (config.global_batch_tokens == 0) {
-      accum = config.parallel.microbatches;
-    } else if (accum != config.parallel.microbatches) {
-      return FieldError("parallel.microbatches",
-                        "{} but train.global_batch_tokens {} / (data {} x train.micro_batch {} x "
-                        "model.seq_len {}) gives {} micro-batches per replica",
-                        config.parallel.microbatches, config.global_batch_tokens, data_world,
-                        config.micro_batch, config.seq_len, accum);
-    }
-  }
+  TrainConfig asked = config;
+  asked.micro_batch = micro_batch_limit;
+  const BatchShape shape = COHORT_TRY(BatchFor(asked, data_world));
+  accum = shape.accum;
+  config.micro_batch = shape.micro_batch;  // what every use below and later runs
   global_batch = int64_t{data_world} * accum * config.micro_batch;
+  if (config.micro_batch != micro_batch_limit) {
+    Log("batch: micro-batches of {} sequences, not train.micro_batch {}: it does not divide "
+        "the {} sequences each of the {} data-parallel ranks trains per step",
+        config.micro_batch, micro_batch_limit, int64_t{accum} * config.micro_batch, data_world);
+  }
 
   SamplerConfig sc;
   sc.num_tokens = train_data->size();
@@ -438,7 +538,16 @@ Result<void> Trainer::Impl::SetupBatches() {
   sc.seed = config.seed;
   sc.shuffle = config.shuffle;
   auto s = DistributedSampler::Create(sc);
-  if (!s) return std::unexpected(WithContext(s.error(), "training data"));
+  if (!s) {
+    // Too little data for one global batch: say which settings decide the batch.
+    return FieldError(config.data_text.empty() ? "data.train" : "data.text",
+                      "{} ({} data-parallel rank{} x {} micro-batch{} x {} sequences of "
+                      "model.seq_len {}: train.global_batch_tokens {}, train.micro_batch {}); "
+                      "give more data, a shorter model.seq_len or a smaller batch",
+                      s.error().message, data_world, data_world == 1 ? "" : "s", accum,
+                      accum == 1 ? "" : "es", config.micro_batch, config.seq_len,
+                      config.global_batch_tokens, micro_batch_limit);
+  }
   sampler = std::move(*s);
 
   if (config.eval_every > 0) {
@@ -697,8 +806,11 @@ Result<void> Trainer::Impl::ResumeByRange(const CheckpointReadRequest& request) 
         if (l.is_string()) checkpoint_records.push_back(l.get<std::string>());
       }
     }
-    checkpoint_step = loaded->progress.step;
   }
+  // On every rank: MaybeCheckpoint decides from it whether a stop writes a checkpoint, a
+  // collective. Set on rank 0 alone, a SIGTERM in the first step after a resume had rank 0
+  // keep the resumed one while the others started writing ("collective mismatch").
+  checkpoint_step = loaded->progress.step;
   progress.step = loaded->progress.step;
   progress.next_batch = loaded->progress.next_batch;
   progress.tokens_seen = loaded->progress.tokens_seen;
@@ -1089,5 +1201,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
 }
 
 Result<TrainResult> Trainer::Run() { return impl_->Run(); }
+
+Result<void> CheckTrainLayout(const TrainConfig& config, int world) {
+  const auto tokenizer = COHORT_TRY(MakeTokenizer(config));
+  const GptConfig mc = COHORT_TRY(ModelShape(config, *tokenizer));
+  const ParallelLayout layout = COHORT_TRY(LayoutFor(config, mc, world));
+  COHORT_TRY_VOID(BatchFor(config, layout.data));
+  return {};
+}
 
 }  // namespace cohort::engine

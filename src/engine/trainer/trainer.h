@@ -77,4 +77,11 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The checks of `config` that need only the world size: the tokenizer and the model's
+// shape (init_from's header), the data x pipeline x tensor layout of `world` ranks and the
+// micro-batches per step; Create makes the same ones. `cohort train -n N` runs them before
+// it starts N ranks, so that an impossible layout or batch is said once, not by every rank.
+// kInvalidArgument naming the field (e.g. "parallel.tensor: 3 does not divide n_head 4").
+Result<void> CheckTrainLayout(const TrainConfig& config, int world);
+
 }  // namespace cohort::engine
