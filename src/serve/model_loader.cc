@@ -53,8 +53,12 @@ Result<LoadedModel> LoadServeModel(const ModelSource& src) {
       return FieldError("--model", "{} is neither a checkpoint directory nor a .safetensors file",
                         src.path);
     }
-    if (src.n_head < 1) return FieldError("--n-head", "must be >= 1, got {}", src.n_head);
-    out.config = COHORT_TRY(engine::ReadGpt2Config(src.path, src.n_head));
+    if (src.n_head < 0) return FieldError("--n-head", "must be >= 1, got {}", src.n_head);
+    auto config = engine::ReadGpt2Config(src.path, src.n_head);
+    if (!config && config.error().field == "n_head") {
+      return FieldError("--n-head", "{}", config.error().message);  // the flag that gives it
+    }
+    out.config = COHORT_TRY(std::move(config));
     engine::GptModel model = COHORT_TRY(engine::GptModel::Create(out.config));
     COHORT_TRY_VOID(engine::ImportGpt2(src.path, model));
     out.params.assign(model.params().begin(), model.params().end());

@@ -2,7 +2,8 @@
 //   - a `cohort train` checkpoint directory (LoadLatestCheckpoint: the newest verified
 //     step); its state.json names the tokenizer the run used ("byte" or "gpt2-bpe"), or
 //   - a GPT-2 safetensors file (Hugging Face's naming, checkpoint/gpt2_safetensors.h),
-//     whose head count is not stored and comes from `n_head`.
+//     whose head count no tensor shape gives: the file's own (its __metadata__, which
+//     `cohort train --export` writes, or a config.json beside it), or `n_head` when given.
 // A GPT-2 BPE tokenizer is read from `bpe_vocab`/`bpe_merges`, or, when those are empty,
 // from vocab.json and merges.txt beside the model (Hugging Face's layout). The tokenizer
 // must fit the model: its vocabulary may not be larger than the model's embeddings.
@@ -24,7 +25,7 @@ struct ModelSource {
   std::string path;             // checkpoint directory or .safetensors file
   std::string tokenizer = "auto";  // auto (the checkpoint's; gpt2 for safetensors), byte, gpt2
   std::string bpe_vocab, bpe_merges;
-  int n_head = 12;              // safetensors only
+  int n_head = 0;               // safetensors only; 0: the file's (an error when it states none)
 };
 
 struct LoadedModel {

@@ -49,7 +49,9 @@ int RunServe(int argc, char** argv) {
   app.add_option("--tokenizer", f.source.tokenizer, "auto (the checkpoint's; gpt2 for safetensors), byte or gpt2");
   app.add_option("--bpe-vocab", f.source.bpe_vocab, "GPT-2 vocab.json (default: beside the model)");
   app.add_option("--bpe-merges", f.source.bpe_merges, "GPT-2 merges.txt (default: beside the model)");
-  app.add_option("--n-head", f.source.n_head, "Attention heads (safetensors files do not store it)")
+  app.add_option("--n-head", f.source.n_head,
+                 "Attention heads of a .safetensors model (default: the file's, from its metadata or the "
+                 "config.json beside it; GPT-2 124M has 12)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--device", f.device, "cpu (float32) or cuda (bf16)");
   app.add_option("--host", f.host, "Address to listen on (in a job: 0.0.0.0)");

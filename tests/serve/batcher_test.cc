@@ -3,6 +3,8 @@
 // equals serving one request at a time, and seeded sampling resumes exactly.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -10,11 +12,15 @@
 #include <string>
 #include <thread>
 
+#include <filesystem>
+
+#include "engine/checkpoint/gpt2_safetensors.h"
 #include "engine/data/tokenizer.h"
 #include "engine/trainer/sampling.h"
 #include "serve/batcher.h"
 #include "serve/cuda_model.h"
 #include "serve/kv_cache.h"
+#include "serve/model_loader.h"
 #include "serve/text_stream.h"
 #include "serve_test_util.h"
 
@@ -591,6 +597,29 @@ TEST(TextStreamTest, HoldsBackPartialCharactersAndStopPrefixes) {
   EXPECT_EQ(t.Flush(), "\xE2\x82");  // an unfinished character goes out at the end
   EXPECT_EQ(CompleteUtf8Prefix("ab\xF0\x9F\x98"), 2u);
   EXPECT_EQ(CompleteUtf8Prefix("ab\xF0\x9F\x98\x80"), 6u);
+}
+
+// A .safetensors model exported by `cohort train --export` states its head count: served
+// without --n-head it has it; a --n-head that contradicts it is refused naming the flag.
+TEST(ServeModelLoader, ASafetensorsModelsHeadCountComesFromTheFile) {
+  const engine::GptModel m = TinyModel();  // 4 heads
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("cohort-serve-heads-" +
+                                                                               std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "model.safetensors").string();
+  ASSERT_TRUE(engine::ExportGpt2(m, path).has_value());
+  ModelSource src;
+  src.path = path;
+  src.tokenizer = "byte";
+  auto loaded = LoadServeModel(src);
+  ASSERT_TRUE(loaded.has_value()) << loaded.error().message;
+  EXPECT_EQ(loaded->config.n_head, 4);
+  src.n_head = 12;
+  auto wrong = LoadServeModel(src);
+  ASSERT_FALSE(wrong.has_value());
+  EXPECT_EQ(wrong.error().field, "--n-head");
+  EXPECT_NE(wrong.error().message.find("has 4 attention heads"), std::string::npos) << wrong.error().message;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ struct JobFilter {
   int64_t until_ms = 0;
   bool services_only = false;      // only service replicas (JobSpec::service set)
   // Only these jobs and, for an array, its elements (squeue/sacct -j); empty: all.
-  std::set<api::JobId> ids;
+  std::set<api::JobId> ids = {};
 };
 
 // Where the log of one task lives.
