@@ -23,9 +23,11 @@ namespace {
 
 class DashboardTest : public HeadServerTest {
  protected:
-  api::Job Submit(const std::string& name, int nodes, int gpus_per_node, int priority = 0) {
+  api::Job Submit(const std::string& name, int nodes, int gpus_per_node, int priority = 0,
+                  const std::string& team = "") {
     api::JobSpec spec;
     spec.name = name;
+    spec.team = team;
     spec.user = "alice";
     spec.command = {"/bin/true"};
     spec.nodes = nodes;
@@ -122,23 +124,11 @@ TEST_F(DashboardTest, TheQueueIsInTheSchedulersOrder) {
     t.quota_gpus = quota;
     ASSERT_TRUE(cluster().CreateTeam(t).has_value());
   }
-  auto submit = [&](const std::string& name, const std::string& team, int gpus, int priority) {
-    api::JobSpec spec;
-    spec.name = name;
-    spec.user = "alice";
-    spec.command = {"/bin/true"};
-    spec.gpus_per_node = gpus;
-    spec.priority = priority;
-    spec.team = team;
-    auto j = cluster().Submit(spec, /*admin=*/true);
-    EXPECT_TRUE(j.has_value()) << j.error().message;
-    return j ? j->id : 0;
-  };
-  submit("ml-run", "ml", 2, 0);
-  submit("cv-run", "cv", 2, 0);
+  Submit("ml-run", 1, 2, 0, "ml");
+  Submit("cv-run", 1, 2, 0, "cv");
   cluster().Schedule();
-  const api::JobId borrows = submit("ml-more", "ml", 1, 5);   // ml would go past its quota of 2
-  const api::JobId within = submit("cv-more", "cv", 1, 0);    // cv has 1 GPU of quota left
+  const api::JobId borrows = Submit("ml-more", 1, 1, 5, "ml").id;  // ml would go past its quota of 2
+  const api::JobId within = Submit("cv-more", 1, 1, 0, "cv").id;   // cv has 1 GPU of quota left
   cluster().Schedule();
   std::vector<api::JobId> ranked;
   for (const auto& p : cluster().Priorities().jobs) ranked.push_back(p.id);
