@@ -267,14 +267,21 @@ class LocalCluster {
   }
 
   // Waits until the job's state is `state`; returns the job.
+  // Waits for the job to be in `state`; an ended job in another state stops the wait at
+  // once (it will not change by itself), so a failure says why without the whole timeout.
   json WaitForState(int64_t id, const std::string& state, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
     json last;
-    bool ok = WaitUntil([&] {
+    bool ended_otherwise = false;
+    WaitUntil([&] {
       last = Job(id);
-      return last.is_object() && last.value("state", "") == state;
+      const std::string now = last.is_object() ? last.value("state", "") : "";
+      ended_otherwise = now != state && (now == "SUCCEEDED" || now == "FAILED" || now == "CANCELLED" || now == "TIMEOUT");
+      return now == state || ended_otherwise;
     }, timeout);
-    EXPECT_TRUE(ok) << "job " << id << " did not reach " << state << "; last: " << last.dump(2) << "\nhead log:\n"
-                    << ReadFile(dir_ + "/head.log");
+    const bool ok = last.is_object() && last.value("state", "") == state;
+    EXPECT_TRUE(ok) << "job " << id << (ended_otherwise ? " ended " + last.value("state", "") + " instead of "
+                                                        : std::string(" did not reach "))
+                    << state << "; last: " << last.dump(2) << "\nhead log:\n" << ReadFile(dir_ + "/head.log");
     return last;
   }
 
