@@ -43,10 +43,19 @@ bool JobMatchesRefs(const json& j, const std::vector<api::JobRef>& refs) {
   });
 }
 
-Result<std::string> JobRefsQuery(const std::vector<std::string>& texts) {
+std::string JobRefsQuery(const std::vector<api::JobRef>& refs) {
   std::set<api::JobId> ids;
-  for (const auto& r : COHORT_TRY(ParseJobRefs(texts))) ids.insert(r.job);
+  for (const auto& r : refs) ids.insert(r.job);
   return fmt::format("{}", fmt::join(ids, ","));
+}
+
+void KeepJobsMatchingRefs(json& reply, const std::vector<api::JobRef>& refs) {
+  if (refs.empty() || !reply.is_object() || !reply.contains("jobs") || !reply["jobs"].is_array()) return;
+  json kept = json::array();
+  for (auto& j : reply["jobs"]) {
+    if (JobMatchesRefs(j, refs)) kept.push_back(std::move(j));
+  }
+  reply["jobs"] = std::move(kept);
 }
 
 Result<api::JobId> ResolveJobRef(const HttpClient& head, std::string_view text) {

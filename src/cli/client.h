@@ -46,9 +46,11 @@ Result<std::vector<api::JobRef>> ParseJobRefs(const std::vector<std::string>& te
 // array they name, or the element they name.
 bool JobMatchesRefs(const json& j, const std::vector<api::JobRef>& refs);
 // The job list's ?jobs= for -j refs: their job ids, comma-separated ("12_7" asks for 12,
-// whose elements come with it; JobMatchesRefs then keeps element 7). kInvalidArgument for
-// a bad ref.
-Result<std::string> JobRefsQuery(const std::vector<std::string>& texts);
+// whose elements come with it; KeepJobsMatchingRefs then keeps element 7).
+std::string JobRefsQuery(const std::vector<api::JobRef>& refs);
+// Keeps in a job list reply ({"jobs": [...]}) the jobs `refs` name; all of them when
+// `refs` is empty.
+void KeepJobsMatchingRefs(json& reply, const std::vector<api::JobRef>& refs);
 
 // The job a reference names, as `cohort queue` shows it: "12", or "12_7" for element 7 of
 // array 12 (asked of the head: kFailedPrecondition if that element has not started yet).

@@ -16,13 +16,7 @@ int Run(const HistoryFlags& f, const GlobalOptions& global) {
   if (!refs) return ReportError(refs.error());
   auto reply = HeadClient(global).Get(api::routes::WithQuery(api::routes::kJobs, *query));
   if (!reply) return ReportError(reply.error());
-  if (!refs->empty() && reply->is_object() && reply->contains("jobs") && (*reply)["jobs"].is_array()) {
-    json kept = json::array();
-    for (auto& j : (*reply)["jobs"]) {
-      if (JobMatchesRefs(j, *refs)) kept.push_back(std::move(j));
-    }
-    (*reply)["jobs"] = std::move(kept);
-  }
+  KeepJobsMatchingRefs(*reply, *refs);
   if (global.json) {
     PrintJson(*reply);
     return 0;
@@ -69,7 +63,7 @@ Result<std::vector<std::pair<std::string, std::string>>> HistoryQueryFor(const H
   if (until && *until > 0) query.emplace_back("until", std::to_string(*until));
   if (f.limit < 1 || f.limit > 10000) return FieldError("--limit", "must be between 1 and 10000, got {}", f.limit);
   query.emplace_back("limit", std::to_string(f.limit));
-  if (!f.jobs.empty()) query.emplace_back("jobs", COHORT_TRY(JobRefsQuery(f.jobs)));
+  if (!f.jobs.empty()) query.emplace_back("jobs", JobRefsQuery(COHORT_TRY(ParseJobRefs(f.jobs))));
   return query;
 }
 

@@ -86,18 +86,12 @@ Result<std::string> StateQuery(const QueueFlags& f) {
 }
 
 // One fetch and one rendering: the table (or the reply, --json) as text.
-Result<std::string> Frame(const QueueFlags& f, const QueueView& view, const std::string& path,
-                          const GlobalOptions& global) {
+// `refs`: -j's, parsed.
+Result<std::string> Frame(const QueueFlags& f, const std::vector<api::JobRef>& refs, const QueueView& view,
+                          const std::string& path, const GlobalOptions& global) {
   // --limit: the newest N, one page; otherwise every page.
   json reply = COHORT_TRY(f.limit > 0 ? HeadClient(global).Get(path) : FetchAllPages(HeadClient(global), path, "jobs"));
-  if (!f.jobs.empty() && reply.is_object() && reply.contains("jobs") && reply["jobs"].is_array()) {
-    auto refs = COHORT_TRY(ParseJobRefs(f.jobs));
-    json kept = json::array();
-    for (auto& j : reply["jobs"]) {
-      if (JobMatchesRefs(j, refs)) kept.push_back(std::move(j));
-    }
-    reply["jobs"] = std::move(kept);
-  }
+  KeepJobsMatchingRefs(reply, refs);
   if (global.json) return reply.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   if (!reply.is_object() || !reply.contains("jobs") || !reply["jobs"].is_array()) {
     return MakeError(ErrorCode::kInternal, "malformed job list from the head: no 'jobs' array");
@@ -116,7 +110,8 @@ Result<std::string> Frame(const QueueFlags& f, const QueueView& view, const std:
 
 int Run(const QueueFlags& f, const GlobalOptions& global) {
   if (f.priority) return RunPriority(f, global);
-  if (auto refs = ParseJobRefs(f.jobs); !refs) return ReportError(refs.error());
+  auto refs = ParseJobRefs(f.jobs);
+  if (!refs) return ReportError(refs.error());
   auto states = StateQuery(f);
   if (!states) return ReportError(states.error());
   auto view = ParseQueueView(f.format, f.sort, f.width >= 0 ? static_cast<size_t>(f.width) : OutputWidth());
@@ -125,11 +120,7 @@ int Run(const QueueFlags& f, const GlobalOptions& global) {
   if (!states->empty()) params.emplace_back("state", *states);
   if (!f.user.empty()) params.emplace_back("user", f.user);
   if (f.limit > 0) params.emplace_back("limit", std::to_string(f.limit));
-  if (!f.jobs.empty()) {
-    auto ids = JobRefsQuery(f.jobs);
-    if (!ids) return ReportError(ids.error());
-    params.emplace_back("jobs", *ids);
-  }
+  if (!refs->empty()) params.emplace_back("jobs", JobRefsQuery(*refs));
   const std::string path = api::routes::WithQuery(api::routes::kJobs, params);
   int64_t watch_ms = 0;
   if (f.watching) {
@@ -139,7 +130,7 @@ int Run(const QueueFlags& f, const GlobalOptions& global) {
     watch_ms = *ms;
   }
   if (watch_ms == 0) {
-    auto frame = Frame(f, *view, path, global);
+    auto frame = Frame(f, *refs, *view, path, global);
     if (!frame) return ReportError(frame.error());
     std::fputs(frame->c_str(), stdout);
     return 0;
@@ -148,7 +139,7 @@ int Run(const QueueFlags& f, const GlobalOptions& global) {
   // not fatal (it may be restarting). Ctrl-C ends it.
   const bool tty = isatty(STDOUT_FILENO);
   while (true) {
-    auto frame = Frame(f, *view, path, global);
+    auto frame = Frame(f, *refs, *view, path, global);
     std::string text = fmt::format("{}Every {}: cohort queue    {}\n\n", tty ? "\033[H\033[2J" : "",
                                    FormatDuration(watch_ms), FormatTimestamp(NowUnixMs()));
     text += frame ? *frame : "cohort: error: " + frame.error().message + "\n";

@@ -1,5 +1,7 @@
 // /v1/jobs: submit, list, show, cancel; listed and shown jobs are the api::JobStatus view.
+#include <algorithm>
 #include <charconv>
+#include <functional>
 
 #include "api/job_array.h"
 #include "head/list_page.h"
@@ -9,6 +11,17 @@
 namespace cohort::head {
 namespace {
 
+// Calls `each` on every item of a comma-separated list, empty ones included, stopping at
+// its first error.
+Result<void> ForEachListItem(std::string_view list, const std::function<Result<void>(std::string_view)>& each) {
+  for (size_t start = 0; start <= list.size();) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    COHORT_TRY_VOID(each(list.substr(start, end - start)));
+    start = end + 1;
+  }
+  return {};
+}
+
 // ?state= names states (comma-separated) or "all"; without it, the active ones: PENDING
 // and RUNNING.
 Result<JobFilter> ParseFilter(const httplib::Request& req) {
@@ -16,29 +29,18 @@ Result<JobFilter> ParseFilter(const httplib::Request& req) {
   if (!req.has_param("state")) {
     f.states = {api::JobState::kPending, api::JobState::kRunning};
   } else if (req.get_param_value("state") != "all") {
-    std::string states = req.get_param_value("state");
-    size_t start = 0;
-    while (start <= states.size()) {
-      size_t end = states.find(',', start);
-      if (end == std::string::npos) end = states.size();
-      std::string s = states.substr(start, end - start);
-      if (!s.empty()) {
-        auto st = api::ParseJobState(s);
-        if (!st) return MakeError(ErrorCode::kInvalidArgument, "state: " + st.error().message, "state");
-        f.states.insert(*st);
-      }
-      start = end + 1;
-    }
+    COHORT_TRY_VOID(ForEachListItem(req.get_param_value("state"), [&](std::string_view s) -> Result<void> {
+      if (s.empty()) return {};
+      auto st = api::ParseJobState(s);
+      if (!st) return MakeError(ErrorCode::kInvalidArgument, "state: " + st.error().message, "state");
+      f.states.insert(*st);
+      return {};
+    }));
   }
   if (req.has_param("user")) f.user = req.get_param_value("user");
   // ?jobs=12,13: only those jobs, and an array's elements with it (squeue/sacct -j).
   if (req.has_param("jobs")) {
-    const std::string ids = req.get_param_value("jobs");
-    size_t start = 0;
-    while (start <= ids.size()) {
-      size_t end = ids.find(',', start);
-      if (end == std::string::npos) end = ids.size();
-      const std::string text = ids.substr(start, end - start);
+    COHORT_TRY_VOID(ForEachListItem(req.get_param_value("jobs"), [&](std::string_view text) -> Result<void> {
       int64_t id = 0;
       const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
       if (ec != std::errc() || ptr != text.data() + text.size() || id <= 0) {
@@ -48,8 +50,8 @@ Result<JobFilter> ParseFilter(const httplib::Request& req) {
       }
       if (f.ids.size() >= 1000) return MakeError(ErrorCode::kInvalidArgument, "jobs: at most 1000 ids", "jobs");
       f.ids.insert(id);
-      start = end + 1;
-    }
+      return {};
+    }));
   }
   // ?since= and ?until=: Unix milliseconds (the CLI turns "2d" or an RFC 3339 time into them).
   f.since_ms = COHORT_TRY(QueryIntParam(req, "since", 0, 0, int64_t{1} << 53));

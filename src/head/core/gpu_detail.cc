@@ -68,6 +68,11 @@ void AddMigDevices(const api::Node& node, api::TaskPlacement& task) {
   for (int g : task.gpus) task.devices.push_back(gpu(g) ? gpu(g)->uuid : std::to_string(g));
 }
 
+std::string NetworkSwitch(const api::Node& node) {
+  auto sw = node.labels.find("switch");
+  return sw != node.labels.end() ? sw->second : std::string();
+}
+
 std::vector<sched::GpuView> CapacityViews(const api::Node& node) {
   std::vector<sched::GpuView> out = DeviceViews(node, {}, {});
   for (sched::GpuView& v : out) v.healthy = true;  // `cohort resume` returns an unhealthy GPU

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,5 +38,9 @@ void AddMigDevices(const api::Node& node, api::TaskPlacement& task);
 // Every device of `node` with all of it free: for submit-time feasibility of typed and
 // sharing jobs.
 std::vector<sched::GpuView> CapacityViews(const api::Node& node);
+
+// The network switch the node sits under: its "switch" label (cohort agent --topology
+// switch=s3); "" without one.
+std::string NetworkSwitch(const api::Node& node);
 
 }  // namespace cohort::head::core

@@ -227,7 +227,7 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
     }
     // Typed and sharing jobs need the devices; so do nodes with MIG or topology.
     if (detail || !b.shared.empty() || in.wants_gpu_detail) v.gpus = DeviceViews(n, b.gpus, b.shared);
-    if (auto sw = n.labels.find("switch"); sw != n.labels.end()) v.network_switch = sw->second;
+    v.network_switch = NetworkSwitch(n);
     v.total_cpus = n.cpus;
     v.free_cpus = std::max(0, n.cpus - b.cpus);
     // Node constraints (sched/constraints.h): features, and memory less the running jobs' --mem.

@@ -52,10 +52,7 @@ Result<Job> NewJob(const ClusterState& s, api::JobSpec spec, Now now) {
     // jobs keep the shape counts.
     std::vector<sched::NodeDevices> detailed;
     detailed.reserve(s.nodes.size());
-    for (const auto& [name, n] : s.nodes) {
-      auto sw = n.labels.find("switch");
-      detailed.push_back({name, n.cpus, CapacityViews(n), sw != n.labels.end() ? sw->second : std::string()});
-    }
+    for (const auto& [name, n] : s.nodes) detailed.push_back({name, n.cpus, CapacityViews(n), NetworkSwitch(n)});
     if (auto ok = sched::CheckGpuFeasible(detailed, request); !ok) return std::unexpected(ok.error());
   } else if (auto ok = sched::CheckFeasible(capacity, request); !ok) {
     return std::unexpected(ok.error());
