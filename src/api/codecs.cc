@@ -253,6 +253,7 @@ json ToJson(const JobSpec& s) {
   // Written only when declared, so specs without them read and dump as before.
   if (s.tensor_group_size > 0) j["tensor_group_size"] = s.tensor_group_size;
   if (s.checkpoint_before_limit_s > 0) j["checkpoint_before_limit_s"] = s.checkpoint_before_limit_s;
+  if (s.begin_ms > 0) j["begin_ms"] = s.begin_ms;
   if (!s.nodelist.empty()) j["nodelist"] = s.nodelist;
   if (!s.exclude.empty()) j["exclude"] = s.exclude;
   if (!s.constraint.empty()) j["constraint"] = s.constraint;
@@ -361,6 +362,12 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
   }
   COHORT_TRY_VOID(RefuseDurationText(j, "checkpoint_before_limit_s", "--signal SIG@SECONDS"));
   s.checkpoint_before_limit_s = COHORT_TRY(r.Int("checkpoint_before_limit_s", 0, 0, kMaxTimeLimitS));
+  if (auto it = j.find("begin_ms"); it != j.end() && it->is_string()) {
+    return FieldError("begin_ms", "is a time in milliseconds since the Unix epoch, got \"{}\" (cohort submit --begin "
+                                  "takes 16:00, now+1h or 2026-12-01T09:00)",
+                      it->get<std::string>().substr(0, 64));
+  }
+  s.begin_ms = COHORT_TRY(r.Int("begin_ms", 0, 0, kMaxBeginMs));
   if (const json* c = r.Raw("container")) {
     s.container = COHORT_TRY(ContainerSpecFromJson(*c, r.FieldName("container"), UnknownFields::kRefuse));
   }

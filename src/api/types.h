@@ -49,6 +49,8 @@ inline constexpr int kMaxPriority = 1000;
 inline constexpr int kMaxRestarts = 1000;
 inline constexpr int64_t kMaxTimeLimitS = 366LL * 24 * 3600;
 inline constexpr int64_t kMaxProgressTimeoutS = kMaxTimeLimitS;
+// The latest begin time a job may name: the end of the year 9999 (Unix ms).
+inline constexpr int64_t kMaxBeginMs = 253402300799999;
 
 // A job that runs in a container image (`container:` in a spec, `--container IMAGE`): the
 // agent starts every task with `RUNTIME run ... IMAGE command...` (agent/container.h).
@@ -101,6 +103,11 @@ struct JobSpec {
   // `cohort requeue $COHORT_JOB_ID`). 0: not asked. Needs time_limit_s. On the wire only
   // when set.
   int64_t checkpoint_before_limit_s = 0;
+  // Not before this time (Unix ms), as Slurm's --begin: the job stays PENDING with the
+  // reason BeginTime until then (`cohort submit --begin 16:00`, `now+1h`, a date). 0: no
+  // such wait. It applies to every attempt, so a requeued job also waits for it (which
+  // has passed by then unless `cohort update --begin` moved it). On the wire only when set.
+  int64_t begin_ms = 0;
   // Run every task in this image; empty: bare processes. Specs stored without it load empty.
   ContainerSpec container;
   // The team the job's GPUs count against (api/team.h): quota, borrowing and fair share.

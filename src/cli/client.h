@@ -132,6 +132,7 @@ struct SubmitFlags {
   std::optional<std::string> nodelist;    // -w: "node[1-4]"
   std::optional<std::string> exclude;     // -x
   std::optional<std::string> constraint;  // -C: "a100&ib"
+  std::optional<std::string> begin;       // --begin: "16:00", "now+1h" (ParseBeginTime)
   std::vector<std::string> env;      // "KEY=VALUE" (or "KEY": its value in `environment`)
   std::string export_env;          // --export: ALL, NONE or VAR[=VALUE],...; "": the default (cli/job_env.h)
   std::vector<std::string> command;  // after "--"; replaces the file's command
@@ -142,6 +143,7 @@ struct SubmitDefaults {
   std::string workdir;  // the current directory
   std::string user;     // $USER
   std::map<std::string, std::string> environment;  // for "--env KEY" without a value
+  int64_t now_ms = 0;  // what --begin counts from (now+1h, 16:00); 0: the clock's now
 };
 
 // Parses a time limit into seconds: "3600" (seconds), "90s", "15m", "2h", "1d",
@@ -294,7 +296,7 @@ Result<std::vector<std::string>> ExpandNodeArgs(const std::vector<std::string>& 
 // and per job, GPU-hours with 4 decimals and, with a price, COST with 2.
 std::string RenderUsage(const api::UsageReport& report, std::optional<double> price_per_gpu_hour);
 
-// ---- audit (audit.cc) ----
+// ---- times typed on the command line (time_flags.cc) ----
 
 // A point in time typed on the command line: an RFC 3339 time ("2026-03-01T12:00:00Z",
 // "2026-03-01T13:00:00.5+01:00") or a duration back from `now_ms` ("30m", "1h", "7d");
@@ -309,6 +311,16 @@ struct TimeWindow {
 };
 Result<TimeWindow> ParseUserAndWindow(const std::string& user, const std::string& since, const std::string& until,
                                       int64_t now_ms);
+
+// When a job may start, as Slurm's --begin reads it (sbatch(1)): now, now+COUNT[UNIT]
+// (seconds by default; seconds, minutes, hours, days, weeks; or a duration: now+1h30m),
+// HH:MM[:SS] (the next time the local clock shows it: today, or tomorrow once passed),
+// midnight, noon, fika (15:00), teatime (16:00), today, tomorrow, YYYY-MM-DD[THH:MM[:SS]]
+// in local time, or an RFC 3339 time with its zone. Unix ms (a time already past is kept:
+// the job may start at once). kInvalidArgument naming `flag` otherwise.
+Result<int64_t> ParseBeginTime(std::string_view text, std::string_view flag, int64_t now_ms);
+
+// ---- audit (audit.cc) ----
 
 // Flags of `cohort audit`, as typed ("" for one not given).
 struct AuditFlags {

@@ -154,6 +154,7 @@ $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
   array: 0-999%16            # --array; each element a job of its own (12_7)
   dependency: afterok:12,singleton   # -d; also afterany, afternotok, after
   kill_on_invalid_dep: true  # --kill-on-invalid-dep: cancel when a dependency can never hold
+  # begin_ms: 1796140800000  # --begin 16:00 (or now+1h, a date): not before this Unix ms time
   # sweep: {grid: {train.lr: [3.0e-4, 1.0e-3]}}   # instead of array: an element per point
   # kind: service            # batch (default) | service (cohort serve deploy) | allocation
 )"},

@@ -4,6 +4,7 @@
 // exit code is that of the first failure, an unreachable head stops at once with 3.
 #include "api/job_array.h"
 #include "cli/client.h"
+#include "common/clock.h"
 
 namespace cohort::cli {
 namespace {
@@ -43,6 +44,7 @@ struct UpdateFlags {
   std::optional<int> priority;
   std::optional<std::string> name;
   std::optional<int64_t> throttle;  // an array's %N
+  std::optional<std::string> begin;  // --begin, as ParseBeginTime reads it
 };
 
 }  // namespace
@@ -61,7 +63,7 @@ Result<json> UpdateBody(const std::optional<std::string>& time_limit, const std:
   if (name) body["name"] = *name;
   if (body.empty()) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     "nothing to update: give --time-limit, --priority, --name or --throttle");
+                     "nothing to update: give --time-limit, --priority, --name, --throttle or --begin");
   }
   return body;
 }
@@ -105,8 +107,8 @@ void AddJobControlCommands(CommandContext& ctx) {
     auto ids = std::make_shared<std::vector<std::string>>();
     auto f = std::make_shared<UpdateFlags>();
     auto* sub = ctx.app.add_subcommand(
-        "update", "Change a pending job's time limit, priority or name, or an array's throttle; a running job's time limit "
-        "(users: only shorter) or name; like scontrol update");
+        "update", "Change a pending job's time limit, priority, name or begin time, or an array's throttle; a running "
+        "job's time limit (users: only shorter) or name; like scontrol update");
     sub->add_option("JOB", *ids, "Job ids; 12_7 is element 7 of array 12")->required();
     sub->add_option_function<std::string>("-t,--time-limit", [f](const std::string& v) { f->time_limit = v; },
                                           "New time limit, a duration (2h, 1d12h, HH:MM:SS; 0: unlimited)");
@@ -116,11 +118,21 @@ void AddJobControlCommands(CommandContext& ctx) {
     sub->add_option_function<int64_t>(
         "--throttle", [f](const int64_t& v) { f->throttle = v; },
         "A job array's new %N: at most N elements at once (0: no limit), like Slurm's ArrayTaskThrottle");
+    sub->add_option_function<std::string>(
+        "-b,--begin", [f](const std::string& v) { f->begin = v; },
+        "A pending job's new begin time, as submit --begin reads it (now: no wait), like scontrol update StartTime");
     AddClientOptions(sub, global);
     ctx.on_run(sub, [ids, f, &global] {
       Result<json> body = json::object();
-      if (f->time_limit || f->priority || f->name || !f->throttle) {
+      if (f->time_limit || f->priority || f->name || (!f->throttle && !f->begin)) {
         body = UpdateBody(f->time_limit, f->priority, f->name);
+      }
+      if (body && f->begin) {
+        if (auto at = ParseBeginTime(*f->begin, "--begin", NowUnixMs())) {
+          (*body)["begin_ms"] = *at;
+        } else {
+          body = std::unexpected(at.error());
+        }
       }
       if (body && f->throttle) {
         if (*f->throttle < 0 || *f->throttle > api::kMaxArrayElements) {

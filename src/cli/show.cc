@@ -179,6 +179,11 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
                                     api::IsTerminal(job.state) ? "" : " (a preemption loses the work since)"));
   }
   r.Add("submitted", FormatTimestamp(job.submit_ms));
+  if (s.begin_ms > 0) {
+    r.Add("begin", s.begin_ms > now_ms ? fmt::format("{} (in {})", FormatTimestamp(s.begin_ms),
+                                                     FormatDuration(s.begin_ms - now_ms))
+                                       : FormatTimestamp(s.begin_ms));
+  }
   r.Add("started", FormatTimestamp(job.start_ms));
   r.Add("ended", FormatTimestamp(job.end_ms));
   auto run = JobRunTimeMs(job, now_ms);

@@ -37,6 +37,8 @@ struct SubmitState {
   std::string spec_file;
   bool wait = false;
   bool dry_run = false;
+  bool hold = false;      // -H/--hold: submitted held (cohort release starts it)
+  bool parsable = false;  // --parsable: only the job id on stdout, as sbatch --parsable
 };
 
 // CLI flag that sets each spec field, for error messages about a flag's value.
@@ -70,7 +72,8 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"mem_per_node_mb", "--mem"},
       {"nodelist", "--nodelist"},
       {"exclude", "--exclude"},
-      {"constraint", "--constraint"}};
+      {"constraint", "--constraint"},
+      {"begin_ms", "--begin"}};
   return kFlags;
 }
 
@@ -103,6 +106,7 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "nodelist") return f.nodelist.has_value();
   if (field == "exclude") return f.exclude.has_value();
   if (field == "constraint") return f.constraint.has_value();
+  if (field == "begin_ms") return f.begin.has_value();
   return false;
 }
 
@@ -254,23 +258,23 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   }
 
   HttpClient head = HeadClient(global);
-  auto created = head.Post(api::routes::kJobs, SubmitBody(*spec, user_named, head));
+  const std::string path = st.hold ? api::routes::WithQuery(api::routes::kJobs, {{"hold", "true"}})
+                                   : std::string(api::routes::kJobs);
+  auto created = head.Post(path, SubmitBody(*spec, user_named, head));
   if (!created) return ReportError(WithContext(created.error(), "submitting the job"));
   auto job = api::JobFromJson(*created);
   if (!job) return ReportError(job.error());
 
-  if (!st.wait) {
-    if (global.json) {
-      PrintJson(*created);
-    } else {
-      std::printf("Submitted job %lld\n", static_cast<long long>(job->id));
-    }
-    return 0;
+  if (global.json) {
+    if (!st.wait) PrintJson(*created);
+  } else if (st.parsable) {
+    std::printf("%lld\n", static_cast<long long>(job->id));
+  } else {
+    std::printf("Submitted job %lld%s\n", static_cast<long long>(job->id),
+                job->held ? " (held: cohort release to start it)" : "");
   }
-  if (!global.json) {
-    std::printf("Submitted job %lld\n", static_cast<long long>(job->id));
-    std::fflush(stdout);
-  }
+  if (!st.wait) return 0;
+  std::fflush(stdout);
   // Poll until the job ends; a head that is briefly unreachable (a restart) is tolerated.
   json last = *created;
   SteadyTime unreachable_since{};
@@ -291,7 +295,7 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   }
   if (global.json) {
     PrintJson(last);
-  } else {
+  } else if (!st.parsable) {
     std::printf("%s\n", FinalStateLine(*job).c_str());
   }
   return job->state == api::JobState::kSucceeded ? 0 : 1;
@@ -470,6 +474,10 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("exclude", flags.exclude);
   set("constraint", flags.constraint);
   if (flags.mem) base["mem_per_node_mb"] = COHORT_TRY(sched::ParseMemoryMb(*flags.mem, "--mem"));
+  if (flags.begin) {
+    base["begin_ms"] = COHORT_TRY(ParseBeginTime(*flags.begin, "--begin", defaults.now_ms > 0 ? defaults.now_ms
+                                                                                                : NowUnixMs()));
+  }
   if (flags.container) {
     if (!base.contains("container") || !base["container"].is_object()) base["container"] = json::object();
     base["container"]["image"] = *flags.container;
@@ -655,6 +663,13 @@ void AddSubmitCommand(CommandContext& ctx) {
   AddOptional(sub, "--progress-timeout", f.progress_timeout,
               "Fail (and restart) the gang when no progress is reported at $COHORT_REPORT for this long: "
               "120, 90s, 15m, 2h (default off)");
+  AddOptional(sub, "-b,--begin", f.begin,
+              "Start no sooner than this, as Slurm's --begin: now+1h (now+90, now+2days), 16:00 (the next time the "
+              "clock shows it), midnight, noon, teatime, tomorrow, 2026-12-01 or 2026-12-01T09:30 (local time); "
+              "the job waits PENDING with reason BeginTime (cohort update --begin moves it)");
+  sub->add_flag("-H,--hold", st->hold, "Submit the job held, as sbatch --hold: it waits until cohort release JOB");
+  sub->add_flag("--parsable", st->parsable, "Print only the job id, as sbatch --parsable: JOB=$(cohort submit "
+                                            "--parsable -- ./run.sh)");
   sub->add_flag("--wait", st->wait, "Wait until the job ends; exit 0 only if it SUCCEEDED");
   sub->add_flag("--dry-run", st->dry_run, "Check the spec and print it as JSON; submit nothing");
   AddClientOptions(sub, ctx.global);

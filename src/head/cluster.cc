@@ -251,11 +251,15 @@ void Cluster::WarnIfLagging(std::string_view what, SteadyClock::duration took, s
 
 // ---- users ----
 
-Result<Job> Cluster::Submit(api::JobSpec spec, bool any_team) {
+Result<Job> Cluster::Submit(api::JobSpec spec, bool any_team, const std::string& hold_by) {
   Wakes wakes(*this);
   MutexLock lock(mu_);
   COHORT_TRY_VOID(core::ResolveTeam(state_, spec, any_team));
   Creation c{COHORT_TRY(core::AcceptJob(state_, context_, std::move(spec), Now())), std::nullopt};
+  if (!hold_by.empty()) {
+    c.job.held = true;  // stored held: the scheduler never sees it unheld
+    c.job.held_by = hold_by;
+  }
   creations_.push_back(&c);
   // Every round that covers this seq took `c` and set its result, success or not.
   (void)Durable(++staged_seq_, wakes);

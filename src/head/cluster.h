@@ -87,7 +87,8 @@ class Cluster {
   // validates feasibility against the cluster's nodes and stores the job (PENDING).
   // kNotFound or kPermissionDenied for its team; kUnsatisfiable when no placement could
   // ever satisfy it; kUnavailable if the store fails.
-  Result<api::Job> Submit(api::JobSpec spec, bool any_team = true) EXCLUDES(mu_);
+  // `hold_by` non-empty: the job is submitted held by that user (sbatch --hold).
+  Result<api::Job> Submit(api::JobSpec spec, bool any_team = true, const std::string& hold_by = "") EXCLUDES(mu_);
   // kNotFound for an unknown id; kFailedPrecondition if the job has already ended.
   Result<api::Job> Cancel(api::JobId id) EXCLUDES(mu_);
   // Job arrays (core/arrays.h; cluster_arrays.cc). The job `ref` names: "12" is job 12,

@@ -161,8 +161,19 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
       spec->user = *user;
     }
     if (auto allowed = CheckPriority(caller, spec->priority); !allowed) return SendError(res, allowed.error());
+    // ?hold=true: submitted held, as sbatch --hold (cohort release lets it start).
+    std::string hold_by;
+    if (req.has_param("hold")) {
+      const std::string hold = req.get_param_value("hold");
+      if (hold != "true" && hold != "false") {
+        return SendError(res, Error{ErrorCode::kInvalidArgument,
+                                    fmt::format("query parameter 'hold' must be true or false, got '{}'",
+                                                hold.substr(0, 64))});
+      }
+      if (hold == "true") hold_by = HolderName(caller);
+    }
     // A user names only a team of theirs; an admin any team (core/teams.h).
-    auto job = cluster.Submit(std::move(*spec), caller.IsAdmin());
+    auto job = cluster.Submit(std::move(*spec), caller.IsAdmin(), hold_by);
     if (!job) return SendError(res, job.error());
     res.set_header("Location", api::routes::Job(job->id));  // also what the audit log reads
     SendJson(res, api::ToJson(*job), 201);

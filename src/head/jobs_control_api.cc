@@ -12,7 +12,7 @@
 namespace cohort::head {
 namespace {
 
-// The update's fields from a JSON body: {"time_limit_s", "priority", "name", "array_throttle"}, each
+// The update's fields from a JSON body: {"time_limit_s", "priority", "name", "array_throttle", "begin_ms"}, each
 // optional, unknown ones refused (the error names the field).
 Result<core::JobUpdate> UpdateFromJson(const json& body) {
   auto r = COHORT_TRY(ObjectReader::Open(body));
@@ -25,6 +25,7 @@ Result<core::JobUpdate> UpdateFromJson(const json& body) {
   if (r.Raw("array_throttle")) {
     u.array_throttle = COHORT_TRY(r.Int("array_throttle", std::nullopt, 0, api::kMaxArrayElements));
   }
+  if (r.Raw("begin_ms")) u.begin_ms = COHORT_TRY(r.Int("begin_ms", std::nullopt, 0, api::kMaxBeginMs));
   COHORT_TRY_VOID(r.Finish());
   return u;
 }
@@ -56,7 +57,7 @@ void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
     auto id = JobIdOfPath(cluster, req.matches[1].str());  // "12", or "12_7": an element
     if (!id) return SendError(res, id.error());
     if (auto mine = CheckOwner(cluster, caller, *id, "hold"); !mine) return SendError(res, mine.error());
-    Reply(res, cluster.Hold(*id, caller.kind == Caller::Kind::kInsecure ? "admin" : caller.user),
+    Reply(res, cluster.Hold(*id, HolderName(caller)),
           [](const api::Job& j) { return api::ToJson(j); });
   });
 
@@ -95,7 +96,7 @@ void RegisterJobControlRoutes(Router& router, Cluster& cluster) {
       return h;
     }();
     if (!hold) return SendError(res, hold.error());
-    Reply(res, cluster.Requeue(*id, caller.kind == Caller::Kind::kInsecure ? "admin" : caller.user, *hold),
+    Reply(res, cluster.Requeue(*id, HolderName(caller), *hold),
           [](const api::Job& j) { return api::ToJson(j); });
   }, JobScope::kOwnJob);
 

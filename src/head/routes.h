@@ -59,6 +59,12 @@ Result<std::string> JobOwner(const Caller& caller, bool spec_names_user, const s
 // raise them past everyone else's, which would outweigh fair share (as Slurm lets only
 // operators raise a priority; users have --nice). kPermissionDenied naming the field.
 Result<void> CheckPriority(const Caller& caller, int priority);
+
+// Who a hold made by `caller` is recorded as (Job::held_by): the token's user, or "admin"
+// against a head run with --insecure.
+inline std::string HolderName(const Caller& caller) {
+  return caller.kind == Caller::Kind::kInsecure ? "admin" : caller.user;
+}
 // OK if `caller` may act on job `id` (its owner, or an admin); kPermissionDenied naming
 // `what` ("cancel") otherwise, kNotFound if there is no such job.
 Result<void> CheckOwner(Cluster& cluster, const Caller& caller, api::JobId id, std::string_view what);

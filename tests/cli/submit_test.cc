@@ -283,6 +283,87 @@ TEST(FinalStateLineTest, SaysHowTheJobEnded) {
   EXPECT_EQ(FinalStateLine(never), "Job 7 CANCELLED: cancelled by request");
 }
 
+// --begin's forms (Slurm's sbatch --begin), in a fixed time zone: the test sets TZ and
+// puts it back.
+class BeginTimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* tz = std::getenv("TZ")) saved_ = tz;
+    setenv("TZ", "America/New_York", 1);  // UTC-5 in December: local is not UTC here
+    tzset();
+  }
+  void TearDown() override {
+    if (saved_) {
+      setenv("TZ", saved_->c_str(), 1);
+    } else {
+      unsetenv("TZ");
+    }
+    tzset();
+  }
+  std::optional<std::string> saved_;
+};
+
+// 2026-12-01T14:30:00Z: 09:30 in New York.
+constexpr int64_t kBeginNow = 1'796'135'400'000;
+constexpr int64_t kHour = 3'600'000;
+
+TEST_F(BeginTimeTest, SlurmsFormsInLocalTime) {
+  if (ParseBeginTime("12:00", "--begin", kBeginNow).value() != kBeginNow + 2 * kHour + 30 * 60'000) {
+    GTEST_SKIP() << "no America/New_York zone on this machine (tzdata)";
+  }
+  const std::vector<std::pair<std::string, int64_t>> ok = {
+      {"now", kBeginNow},
+      {"now+90", kBeginNow + 90'000},
+      {"now+10minutes", kBeginNow + 600'000},
+      {"now+1hour", kBeginNow + kHour},
+      {"NOW+2days", kBeginNow + 48 * kHour},
+      {"now+1week", kBeginNow + 168 * kHour},
+      {"now+1h30m", kBeginNow + 90 * 60'000},
+      {"16:00", kBeginNow + 6 * kHour + 30 * 60'000},     // later today
+      {"09:00", kBeginNow + 23 * kHour + 30 * 60'000},    // passed: tomorrow
+      {"09:30:30", kBeginNow + 30'000},
+      {"midnight", kBeginNow + 14 * kHour + 30 * 60'000},  // 2026-12-02 00:00 local
+      {"noon", kBeginNow + 2 * kHour + 30 * 60'000},
+      {"teatime", kBeginNow + 6 * kHour + 30 * 60'000},
+      {"tomorrow", kBeginNow + 14 * kHour + 30 * 60'000},
+      {"2026-12-24", kBeginNow + 22 * 24 * kHour + 14 * kHour + 30 * 60'000},
+      {"2026-12-01T18:00", kBeginNow + 8 * kHour + 30 * 60'000},
+      {"2026-12-01 18:00:15", kBeginNow + 8 * kHour + 30 * 60'000 + 15'000},
+      {"2026-12-01T18:00:00Z", kBeginNow + 3 * kHour + 30 * 60'000},  // a zone given: not local
+      {"2026-11-01T00:00", kBeginNow - 30 * 24 * kHour - 10 * kHour - 30 * 60'000},  // past, and EDT: kept
+  };
+  for (const auto& [text, want] : ok) {
+    auto got = ParseBeginTime(text, "--begin", kBeginNow);
+    ASSERT_TRUE(got.has_value()) << text << ": " << got.error().message;
+    EXPECT_EQ(*got, want) << text << ": off by " << (*got - want) / 1000 << " s";
+  }
+  for (const char* bad : {"", "later", "now+", "now-1h", "now+1fortnight", "25:00", "12:60", "2026-13-01",
+                          "2026-02-30", "2026-12-01T18", "10000-01-01", "16:00pm"}) {
+    auto got = ParseBeginTime(bad, "--begin", kBeginNow);
+    ASSERT_FALSE(got.has_value()) << bad << " gave " << *got;
+    EXPECT_EQ(got.error().field, "--begin") << bad;
+    EXPECT_THAT(got.error().message, HasSubstr("is not a time")) << bad;
+  }
+}
+
+TEST(MergeSubmitFlagsTest, BeginBecomesItsTimeAndABadOneNamesTheFlag) {
+  SubmitFlags f;
+  f.command = {"true"};
+  f.begin = "now+1h";
+  SubmitDefaults d = Defaults();
+  d.now_ms = kBeginNow;
+  auto merged = MergeSubmitFlags(json::object(), f, d);
+  ASSERT_TRUE(merged.has_value()) << merged.error().message;
+  EXPECT_EQ((*merged)["begin_ms"], kBeginNow + kHour);
+  auto spec = api::JobSpecFromJson(*merged);
+  ASSERT_TRUE(spec.has_value()) << spec.error().message;
+  EXPECT_EQ(spec->begin_ms, kBeginNow + kHour);
+  f.begin = "soonish";
+  auto bad = MergeSubmitFlags(json::object(), f, d);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().message, HasSubstr("--begin: 'soonish' is not a time"));
+}
+
 // ---- the command line, end to end without a head (--dry-run) ----
 
 struct CliRun {

@@ -247,6 +247,34 @@ TEST_F(AuthRoutesTest, JobControlIsTheOwnersAndAnAdminsHoldOnlyAnAdminReleases) 
   EXPECT_EQ(Status("GET", "/v1/jobs?state=all&since=yesterday", alice), 400);
 }
 
+TEST_F(AuthRoutesTest, AJobSubmittedHeldWaitsForItsSubmittersRelease) {
+  AddNode("gpu-1", 1);
+  const std::string alice = MakeToken("alice", "user");
+  const std::string bob = MakeToken("bob", "user");
+  const std::string spec = json{{"command", {"true"}}, {"gpus_per_node", 1}}.dump();
+  const int64_t jobs_before = static_cast<int64_t>(cluster().ListJobs({}).size());
+  EXPECT_EQ(Status("POST", "/v1/jobs?hold=yes", alice, spec), 400) << "hold is true or false";
+  EXPECT_EQ(static_cast<int64_t>(cluster().ListJobs({}).size()), jobs_before) << "a refused submission stores nothing";
+  auto r = Send("POST", "/v1/jobs?hold=true", alice, spec);
+  ASSERT_TRUE(r && r->status == 201) << (r ? r->body : "");
+  const api::JobId id = json::parse(r->body).value("id", int64_t{0});
+  EXPECT_TRUE(json::parse(r->body).value("held", false)) << r->body;
+  // Passes go by (the node is free) and the job waits.
+  for (int i = 0; i < 3; ++i) cluster().Schedule();
+  auto job = cluster().GetJob(id);
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->state, api::JobState::kPending);
+  EXPECT_EQ(job->held_by, "alice");
+  EXPECT_EQ(job->reason, "held by alice (cohort release " + std::to_string(id) + ")");
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + std::to_string(id) + "/release", bob), 403);
+  EXPECT_EQ(Status("POST", "/v1/jobs/" + std::to_string(id) + "/release", alice), 200);
+  cluster().Schedule();
+  EXPECT_EQ(cluster().GetJob(id)->state, api::JobState::kRunning);
+  auto plain = Send("POST", "/v1/jobs?hold=false", alice, spec);
+  ASSERT_TRUE(plain && plain->status == 201) << (plain ? plain->body : "");
+  EXPECT_FALSE(json::parse(plain->body).value("held", false));
+}
+
 TEST_F(AuthRoutesTest, OthersSeeAJobsEnvironmentNamesButNotItsValues) {
   AddNode("gpu-1", 1);
   const std::string alice = MakeToken("alice", "user");

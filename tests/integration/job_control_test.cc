@@ -92,6 +92,48 @@ TEST(JobControl, HoldUpdateReleaseAndHistoryThroughTheCli) {
   EXPECT_NE(bad_state.errors.find("unknown job state 'DONE'"), std::string::npos) << bad_state.errors;
 }
 
+// sbatch's --parsable, --hold and --begin: the id alone on stdout; a job submitted held
+// that starts only when released; one that waits for its begin time, which update moves.
+TEST(JobControl, SubmitParsableHeldAndWithABeginTime) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  auto held = Cohort(c, {"submit", "--parsable", "-H", "--", "true"});
+  ASSERT_EQ(held.status.Code(), 0) << held.errors;
+  ASSERT_FALSE(held.output.empty());
+  EXPECT_EQ(held.output.find_first_not_of("0123456789"), held.output.size() - 1) << "only the id: " << held.output;
+  const int64_t held_id = std::stoll(held.output);
+  EXPECT_EQ(c.Job(held_id)["held"], true);
+  json blocker = c.Submit({{"command", {"true"}}, {"gpus_per_node", 1}});
+  c.WaitForState(blocker["id"], "SUCCEEDED");  // passes ran with the GPU free
+  EXPECT_EQ(c.Job(held_id)["state"], "PENDING");
+  auto released = Cohort(c, {"release", std::to_string(held_id)});
+  ASSERT_EQ(released.status.Code(), 0) << released.errors;
+  c.WaitForState(held_id, "SUCCEEDED");
+
+  auto later = Cohort(c, {"submit", "--begin", "now+1h", "--", "true"});
+  ASSERT_EQ(later.status.Code(), 0) << later.errors;
+  EXPECT_EQ(later.output.find("Submitted job "), 0u) << later.output;
+  const int64_t later_id = std::stoll(later.output.substr(14));
+  ASSERT_TRUE(WaitUntil([&] { return c.Job(later_id).value("reason", "").starts_with("BeginTime (not before "); },
+                        std::chrono::seconds(20)))
+      << c.Job(later_id).dump();
+  auto show = Cohort(c, {"show", std::to_string(later_id)});
+  EXPECT_NE(show.output.find("(in 59m"), std::string::npos) << show.output;
+  auto queue = Cohort(c, {"queue"});
+  EXPECT_NE(queue.output.find("BeginTime"), std::string::npos) << queue.output;
+  auto bad = Cohort(c, {"update", std::to_string(later_id), "--begin", "yesterday"});
+  EXPECT_EQ(bad.status.Code(), 2);
+  EXPECT_NE(bad.errors.find("--begin: 'yesterday' is not a time"), std::string::npos) << bad.errors;
+  auto now = Cohort(c, {"update", std::to_string(later_id), "--begin", "now"});
+  ASSERT_EQ(now.status.Code(), 0) << now.errors;
+  c.WaitForState(later_id, "SUCCEEDED");
+  auto refused = Cohort(c, {"submit", "--begin", "16:61", "--", "true"});
+  EXPECT_EQ(refused.status.Code(), 2);
+  EXPECT_NE(refused.errors.find("--begin: '16:61' is not a time"), std::string::npos) << refused.errors;
+}
+
 // `cohort logs -f` on a job that has not started says that it waits and why, and `--tail N`
 // counts lines.
 TEST(JobControl, LogsFollowOnAPendingJobSaysWhyAndTailCountsLines) {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "api/job_array.h"
+#include "common/clock.h"
 #include "head/core/job_limits.h"
 #include "head/core/lifecycle.h"
 #include "head/core/preempt.h"
@@ -96,15 +97,15 @@ Result<Effects> Release(ClusterState& s, const Context& ctx, api::JobId id, Now 
 Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const JobUpdate& update, Now now) {
   if (update.empty()) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     "nothing to update: give time_limit_s, priority, name or array_throttle");
+                     "nothing to update: give time_limit_s, priority, name, array_throttle or begin_ms");
   }
   // A running job's time limit and name may change too (as scontrol update of a running
   // job's TimeLimit): liveness and backfill read the limit from the spec at each pass.
   Job* job = nullptr;
   if (auto it = s.jobs.find(id); it != s.jobs.end() && it->second.state == JobState::kRunning) {
-    if (update.priority || update.array_throttle) {
+    if (update.priority || update.array_throttle || update.begin_ms) {
       return Errorf(ErrorCode::kFailedPrecondition,
-                    "job {} is RUNNING: only its time limit and name can change now (priority and an "
+                    "job {} is RUNNING: only its time limit and name can change now (priority, begin time and an "
                     "array's throttle only while PENDING)",
                     id);
     }
@@ -147,6 +148,13 @@ Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const
     spec.priority = *update.priority;
   }
   if (update.name) spec.name = *update.name;
+  if (update.begin_ms) {
+    if (*update.begin_ms < 0 || *update.begin_ms > api::kMaxBeginMs) {
+      return FieldError("begin_ms", "must be between 0 (no wait) and {} (Unix ms), got {}", api::kMaxBeginMs,
+                        *update.begin_ms);
+    }
+    spec.begin_ms = *update.begin_ms;
+  }
   COHORT_TRY_VOID(api::ValidateJobSpec(spec));
   // An array's pending elements take the update too (the elements it makes later copy
   // its spec); each is checked before any changes.
@@ -156,6 +164,7 @@ Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const
     if (update.time_limit_s) es.time_limit_s = spec.time_limit_s;
     if (update.priority) es.priority = spec.priority;
     if (update.name) es.name = spec.name;
+    if (update.begin_ms) es.begin_ms = spec.begin_ms;
     COHORT_TRY_VOID(api::ValidateJobSpec(es));
     elements.emplace_back(e, std::move(es));
   }
@@ -165,6 +174,9 @@ Result<Effects> Update(ClusterState& s, const Context& ctx, api::JobId id, const
   if (update.priority) what += fmt::format(" priority {} -> {}", job->spec.priority, spec.priority);
   if (update.name) what += fmt::format(" name {} -> {}", job->spec.name, spec.name);
   if (update.array_throttle) what += fmt::format(" array {} -> {}", job->spec.array, spec.array);
+  if (update.begin_ms) {
+    what += fmt::format(" begin {} -> {}", FormatTimestamp(job->spec.begin_ms), FormatTimestamp(spec.begin_ms));
+  }
   job->spec = std::move(spec);
   tx.fx.StoreJob(*job);
   for (auto& [e, es] : elements) {

@@ -44,7 +44,10 @@ struct JobUpdate {
   // A job array's throttle (its "%N": at most N elements live at once), 0..kMaxArrayElements;
   // 0: none. Slurm's ArrayTaskThrottle; a sweep's `parallel` with it.
   std::optional<int64_t> array_throttle;
-  bool empty() const { return !time_limit_s && !priority && !name && !array_throttle; }
+  // Not before this time (JobSpec::begin_ms, Unix ms), 0..api::kMaxBeginMs; 0: no wait.
+  // Slurm's StartTime: only while PENDING.
+  std::optional<int64_t> begin_ms;
+  bool empty() const { return !time_limit_s && !priority && !name && !array_throttle && !begin_ms; }
 };
 
 // Applies `update` to a PENDING job (held or not). kInvalidArgument for an empty update.

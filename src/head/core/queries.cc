@@ -21,6 +21,7 @@ std::string ReasonKind(std::string_view reason) {
   if (reason.starts_with("invalid request")) return "invalid";
   if (reason.starts_with("held ")) return "held";  // cohort hold (job_control.h)
   if (reason.starts_with("Dependency")) return "dependency";  // dependencies.h
+  if (reason.starts_with("BeginTime")) return "begin";  // JobSpec::begin_ms (schedule.h)
   if (reason.starts_with("crash loop back-off")) return "backoff";  // a service replica (lifecycle.h)
   return "scheduler";  // not yet considered by a pass
 }

@@ -20,6 +20,12 @@ using api::NodeState;
 
 namespace {
 
+// Slurm's reason name, then when and how long: "BeginTime (not before 2026-12-01T09:00:00Z,
+// in 1h02m)".
+std::string BeginReason(int64_t begin_ms, int64_t now_ms) {
+  return fmt::format("BeginTime (not before {}, in {})", FormatTimestamp(begin_ms), FormatDuration(begin_ms - now_ms));
+}
+
 // GPUs (by index) and CPUs in use on one node.
 struct Busy {
   std::vector<bool> gpus;
@@ -265,6 +271,10 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
       in.held_reasons[id] = HeldReason(job);
       continue;
     }
+    if (const Job& job = s.jobs.at(id); job.spec.begin_ms > now.unix_ms) {
+      in.begin_reasons[id] = BeginReason(job.spec.begin_ms, now.unix_ms);
+      continue;
+    }
     // The previous attempt must be gone everywhere before the next one starts.
     if (auto where = stopping.find(id); where != stopping.end()) {
       in.stopping_reasons[id] = "waiting for " + where->second + " to stop";
@@ -327,6 +337,7 @@ PassResult Schedule(ClusterState& s, const Context& ctx, Now now) {
   for (auto& [id, text] : in.stopping_reasons) s.pending_reasons[id] = std::move(text);
   for (auto& [id, text] : in.held_reasons) s.pending_reasons[id] = std::move(text);
   for (auto& [id, text] : in.backoff_reasons) s.pending_reasons[id] = std::move(text);
+  for (auto& [id, text] : in.begin_reasons) s.pending_reasons[id] = std::move(text);
   for (auto& [id, text] : in.dependency_reasons) {
     if (s.pending.contains(id)) s.pending_reasons[id] = std::move(text);
   }

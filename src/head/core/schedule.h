@@ -35,6 +35,9 @@ struct SchedulerInput {
   // Service replicas in a crash loop waiting out their back-off (lifecycle.h), left out,
   // with their reason.
   std::map<api::JobId, std::string> backoff_reasons;
+  // Jobs whose begin time (JobSpec::begin_ms, --begin) has not come, left out, with their
+  // reason ("BeginTime (not before ...)").
+  std::map<api::JobId, std::string> begin_reasons;
   // Jobs whose dependency is not satisfied (dependencies.h), left out, with their reason.
   std::map<api::JobId, std::string> dependency_reasons;
   // A pending job names a GPU type or shares a GPU: every node's devices go in detail.

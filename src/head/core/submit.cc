@@ -3,6 +3,7 @@
 #include "head/core/arrays.h"
 #include "head/core/dependencies.h"
 #include "head/core/gpu_detail.h"
+#include "head/core/job_control.h"
 #include "head/core/job_limits.h"
 #include "head/core/lifecycle.h"
 #include "head/core/schedule.h"
@@ -88,6 +89,7 @@ Effects AddJob(ClusterState& s, const Context& ctx, Job job, Now now) {
                job.spec.user, job.spec.nodes, job.spec.tasks_per_node, job.spec.gpus_per_node,
                job.spec.is_array() ? ", array " + job.spec.array : std::string());
   }
+  if (job.held) job.reason = HeldReason(job);  // submitted held (sbatch --hold): now it has its id
   const api::JobId id = job.id;
   if (job.spec.is_array()) {
     // An array never queues: its elements do, a few at a time (arrays.h).

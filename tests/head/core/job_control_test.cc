@@ -148,6 +148,58 @@ namespace {
 // Slurm's --signal=USR1@TIME: TIME seconds before the attempt's time limit the head asks
 // for a checkpoint (in the agent's launches and in progress replies) until the attempt
 // reports one made since then; the job runs on.
+TEST_F(CoreTest, AJobWaitsForItsBeginTimeAndAnUpdateMovesIt) {
+  Register(Reg("n1", 2));
+  api::JobSpec spec = Spec(1, 1);
+  spec.begin_ms = now_.unix_ms + 60'000;
+  const api::JobId later = Submit(spec);
+  const api::JobId now = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(later).state, JobState::kPending);
+  EXPECT_EQ(Job(now).state, JobState::kRunning) << "a job with no begin time starts";
+  EXPECT_EQ(GetJob(state_, later)->reason, "BeginTime (not before 2023-11-14T22:14:20Z, in 1m00s)")
+      << GetJob(state_, later)->reason;
+  EXPECT_EQ(Metrics(state_, now_).pending_by_reason.at("begin"), 1);
+
+  // scontrol update StartTime: later, checked, refused once running.
+  JobUpdate u;
+  u.begin_ms = now_.unix_ms + 3'600'000;
+  auto fx = Update(state_, ctx_, later, u, now_);
+  ASSERT_TRUE(fx.has_value()) << fx.error().message;
+  EXPECT_TRUE(fx->jobs_to_store.contains(later)) << "the new begin time is stored";
+  u.begin_ms = -1;
+  auto bad = Update(state_, ctx_, later, u, now_);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().field, "begin_ms");
+  EXPECT_EQ(Job(later).spec.begin_ms, now_.unix_ms + 3'600'000) << "a refused update changes nothing";
+
+  Advance(61'000);
+  ASSERT_EQ(Pass(), 0) << "the first begin time has passed, the updated one has not";
+  EXPECT_NE(GetJob(state_, later)->reason.find("in 58m59s"), std::string::npos) << GetJob(state_, later)->reason;
+  u.begin_ms = 0;  // now
+  ASSERT_TRUE(Update(state_, ctx_, later, u, now_).has_value());
+  ASSERT_EQ(Pass(), 1);
+  EXPECT_EQ(Job(later).state, JobState::kRunning);
+  u.begin_ms = now_.unix_ms + 1000;
+  auto running = Update(state_, ctx_, later, u, now_);
+  ASSERT_FALSE(running.has_value());
+  EXPECT_EQ(running.error().code, ErrorCode::kFailedPrecondition);
+}
+
+TEST_F(CoreTest, AJobStartsOnceItsBeginTimeComes) {
+  Register(Reg("n1", 1));
+  api::JobSpec spec = Spec(1, 1);
+  spec.begin_ms = now_.unix_ms + 5'000;
+  const api::JobId id = Submit(spec);
+  ASSERT_EQ(Pass(), 0);
+  Advance(4'999);
+  ASSERT_EQ(Pass(), 0);
+  EXPECT_EQ(Job(id).state, JobState::kPending);
+  Advance(1);
+  ASSERT_EQ(Pass(), 1) << "at its begin time, not later";
+  EXPECT_EQ(Job(id).state, JobState::kRunning);
+}
+
 TEST_F(CoreTest, ACheckpointIsAskedForBeforeTheTimeLimitUntilOneIsMade) {
   Register(Reg("n1", 1));
   api::JobSpec spec = Spec(1, 1);
