@@ -20,6 +20,24 @@ bool Digits(std::string_view s, size_t pos, size_t n, int& out) {
   return true;
 }
 
+// Seconds since the Unix epoch of a calendar date and time, in UTC or (local) this
+// machine's time zone, daylight saving time found by mktime. nullopt for a day the month
+// lacks (timegm and mktime normalize the 31st of April into May) or a time mktime cannot
+// represent.
+std::optional<int64_t> CalendarTime(int year, int month, int day, int hour, int minute, int second, bool local) {
+  struct tm tm {};
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  tm.tm_sec = second;
+  tm.tm_isdst = -1;
+  const time_t secs = local ? mktime(&tm) : timegm(&tm);
+  if (secs == static_cast<time_t>(-1) || tm.tm_mday != day || tm.tm_mon != month - 1) return std::nullopt;
+  return static_cast<int64_t>(secs);
+}
+
 // "2026-03-01T12:00:00Z", "2026-03-01t12:00:00.250+01:00", "2026-03-01 12:00:00-05:30".
 std::optional<int64_t> ParseRfc3339Ms(std::string_view s) {
   int year, month, day, hour, minute, second;
@@ -55,17 +73,9 @@ std::optional<int64_t> ParseRfc3339Ms(std::string_view s) {
   if (pos != s.size() || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || second > 60) {
     return std::nullopt;
   }
-  struct tm tm {};
-  tm.tm_year = year - 1900;
-  tm.tm_mon = month - 1;
-  tm.tm_mday = day;
-  tm.tm_hour = hour;
-  tm.tm_min = minute;
-  tm.tm_sec = second;
-  const time_t secs = timegm(&tm);
-  // timegm normalizes the 31st of April into May: a day the month lacks is refused.
-  if (tm.tm_mday != day || tm.tm_mon != month - 1) return std::nullopt;
-  const int64_t out = static_cast<int64_t>(secs) * 1000 + ms - offset_min * 60'000;
+  const auto secs = CalendarTime(year, month, day, hour, minute, second, /*local=*/false);
+  if (!secs) return std::nullopt;
+  const int64_t out = *secs * 1000 + ms - offset_min * 60'000;
   if (out < 0) return std::nullopt;
   return out;
 }
@@ -111,17 +121,9 @@ std::optional<int64_t> LocalDateTime(std::string_view s) {
     return std::nullopt;
   }
   if (month < 1 || month > 12 || day < 1) return std::nullopt;
-  struct tm tm {};
-  tm.tm_year = year - 1900;
-  tm.tm_mon = month - 1;
-  tm.tm_mday = day;
-  tm.tm_hour = hour;
-  tm.tm_min = minute;
-  tm.tm_sec = second;
-  tm.tm_isdst = -1;
-  const time_t secs = mktime(&tm);
-  if (secs == static_cast<time_t>(-1) || tm.tm_mday != day || tm.tm_mon != month - 1) return std::nullopt;
-  return static_cast<int64_t>(secs) * 1000;
+  const auto secs = CalendarTime(year, month, day, hour, minute, second, /*local=*/true);
+  if (!secs) return std::nullopt;
+  return *secs * 1000;
 }
 
 // What follows "now+": a count of seconds, a count with one of Slurm's units (seconds,
