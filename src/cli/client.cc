@@ -1,8 +1,12 @@
 #include "cli/client.h"
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include <fmt/format.h>
@@ -85,6 +89,14 @@ Result<std::string> ParseStateList(const std::vector<std::string>& items, std::s
     }
   }
   return out;
+}
+
+Result<std::string> MyUserName(const HttpClient& head) {
+  auto who = COHORT_TRY(head.Get(api::routes::kWhoAmI));
+  if (!who.value("token_id", "").empty()) return who.value("user", "");
+  if (const char* user = std::getenv("USER"); user && *user) return std::string(user);
+  if (const passwd* pw = getpwuid(geteuid()); pw && pw->pw_name) return std::string(pw->pw_name);
+  return MakeError(ErrorCode::kFailedPrecondition, "--me: the head names no user for this client, and $USER is not set");
 }
 
 Result<api::Job> FetchJob(const HttpClient& head, api::JobId id) {

@@ -60,6 +60,19 @@ Result<api::JobId> ResolveJobRef(const HttpClient& head, std::string_view text);
 // case): their canonical names joined by commas ("PENDING,RUNNING"); errors name `flag`.
 Result<std::string> ParseStateList(const std::vector<std::string>& items, std::string_view flag);
 
+// The user the head takes this client for (GET /v1/whoami): a token's user; against a
+// head run with --insecure, $USER (what submit sends as the job's user there).
+Result<std::string> MyUserName(const HttpClient& head);
+
+// ---- cancel (cancel.cc) ----
+
+// What `cohort cancel` with a filter (-u, --me, -n, -t) sends, from the jobs it picked
+// (GET /v1/jobs entries), in their order: a job by its id; an array whose own record was
+// picked goes whole ("12") when running jobs are picked too, else (-t PENDING) only its
+// indices not yet started ("12_[40-99]"); a picked element goes on its own ("12_7") unless
+// its array goes whole.
+std::vector<std::string> CancelTargets(const std::vector<json>& jobs, bool running_included);
+
 // GET /v1/jobs/{id}, decoded.
 Result<api::Job> FetchJob(const HttpClient& head, api::JobId id);
 

@@ -28,6 +28,7 @@ struct QueueFlags {
   bool priority = false;
   std::string format;
   std::string sort;
+  bool me = false;        // --me: -u as the head knows this client
   bool watching = false;  // --watch given
   std::string watch;      // its value, a duration ("" : 2s)
   int width = -1;      // -1: the terminal's when stdout is one; 0: never cut
@@ -377,6 +378,7 @@ void AddQueueCommand(CommandContext& ctx) {
                   "Only jobs in these states (PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED,TIMEOUT)")
       ->delimiter(',');
   sub->add_option("-u,--user", f->user, "Only this user's jobs");
+  sub->add_flag("--me", f->me, "Only your jobs (as the head knows you: cohort whoami), like squeue --me");
   sub->add_option("-j,--jobs", f->jobs,
                   "Only these jobs, comma-separated, in any state unless --state: 12 (an array: all its "
                   "elements), 12_7 (one element), like squeue -j")
@@ -395,6 +397,14 @@ void AddQueueCommand(CommandContext& ctx) {
   GlobalOptions& global = ctx.global;
   ctx.on_run(sub, [f, sub, &global] {
     f->watching = sub->count("--watch") > 0;
+    if (f->me) {
+      if (!f->user.empty()) {
+        return ReportError(MakeError(ErrorCode::kInvalidArgument, "give -u USER or --me, not both").error());
+      }
+      auto mine = MyUserName(HeadClient(global));
+      if (!mine) return ReportError(mine.error());
+      f->user = *mine;
+    }
     return Run(*f, global);
   });
 }

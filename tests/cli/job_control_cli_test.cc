@@ -113,4 +113,20 @@ TEST(RenderHistoryTest, AnArrayElementIsNamedAsTheQueueNamesIt) {
 }
 
 }  // namespace
+// A filtered cancel's requests: plain jobs by id, an array whole or (pending only) its
+// indices not yet started, elements alone unless their array goes whole.
+TEST(CancelTargetsTest, ArraysGoWholeOrByTheirUnstartedIndices) {
+  const json plain = {{"id", 5}, {"spec", {{"name", "a"}}}};
+  const json array = {{"id", 12}, {"spec", {{"name", "a"}, {"array", "0-99"}}}, {"array_left", "40-99"}};
+  const json element = {{"id", 20}, {"spec", {{"name", "a"}, {"array", ""}}}, {"array_job_id", 12}, {"array_task_id", 7}};
+  const json lone = {{"id", 21}, {"spec", {{"name", "a"}}}, {"array_job_id", 13}, {"array_task_id", 2}};
+  EXPECT_EQ(CancelTargets({plain, array, element, lone}, true), (std::vector<std::string>{"12", "5", "13_2"}));
+  EXPECT_EQ(CancelTargets({plain, array, element, lone}, false),
+            (std::vector<std::string>{"12_[40-99]", "5", "12_7", "13_2"}));
+  json started = array;
+  started["array_left"] = "";
+  EXPECT_EQ(CancelTargets({started, element}, false), (std::vector<std::string>{"12_7"}));
+  EXPECT_TRUE(CancelTargets({}, true).empty());
+}
+
 }  // namespace cohort::cli

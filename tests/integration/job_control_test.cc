@@ -134,6 +134,64 @@ TEST(JobControl, SubmitParsableHeldAndWithABeginTime) {
   EXPECT_NE(refused.errors.find("--begin: '16:61' is not a time"), std::string::npos) << refused.errors;
 }
 
+// scancel's filters: -n NAME with -t PENDING leaves the running job of that name alone;
+// -u USER takes only that user's; --me the caller's; ids narrow a filter; bad input is 2.
+TEST(JobControl, CancelByFilterTakesOnlyWhatItNames) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.WaitForNodes(1);
+  const json sleeper = {{"command", {"sleep", "300"}}, {"gpus_per_node", 1}};
+  auto named = [&](const std::string& name, const std::string& user) {
+    json spec = sleeper;
+    spec["name"] = name;
+    spec["user"] = user;
+    return c.Submit(spec)["id"].get<int64_t>();
+  };
+  const int64_t running = named("sweep", "alice");
+  c.WaitForState(running, "RUNNING");
+  const int64_t sweep_pending = named("sweep", "alice");
+  const int64_t other = named("other", "alice");
+  const int64_t bobs = named("sweep", "bob");
+  json own = sleeper;  // the caller's own (the test's admin token)
+  own["name"] = "mine";
+  const int64_t mine_id = c.Submit(own)["id"].get<int64_t>();
+
+  auto pending_sweeps = Cohort(c, {"cancel", "-n", "sweep", "-t", "pending", "-u", "alice"});
+  ASSERT_EQ(pending_sweeps.status.Code(), 0) << pending_sweeps.errors;
+  EXPECT_EQ(pending_sweeps.output, "Cancelled job " + std::to_string(sweep_pending) + "\n");
+  EXPECT_EQ(c.Job(sweep_pending)["state"], "CANCELLED");
+  EXPECT_EQ(c.Job(running)["state"], "RUNNING") << "-t pending leaves the running one";
+  EXPECT_EQ(c.Job(other)["state"], "PENDING") << "-n sweep leaves another name";
+  EXPECT_EQ(c.Job(bobs)["state"], "PENDING") << "-u alice leaves bob's";
+
+  auto narrowed = Cohort(c, {"cancel", "-u", "bob", std::to_string(other)});
+  ASSERT_EQ(narrowed.status.Code(), 0) << narrowed.errors;
+  EXPECT_EQ(c.Job(other)["state"], "PENDING") << "job " << other << " is alice's: bob's filter does not pick it";
+  EXPECT_NE(narrowed.errors.find("no pending or running job matches"), std::string::npos) << narrowed.errors;
+
+  auto mine = Cohort(c, {"cancel", "--me"});
+  ASSERT_EQ(mine.status.Code(), 0) << mine.errors;
+  EXPECT_EQ(mine.output, "Cancelled job " + std::to_string(mine_id) + "\n");
+  EXPECT_EQ(c.Job(mine_id)["state"], "CANCELLED");
+  EXPECT_EQ(c.Job(bobs)["state"], "PENDING");
+  EXPECT_EQ(c.Job(other)["state"], "PENDING");
+
+  auto alices = Cohort(c, {"cancel", "-u", "alice"});
+  ASSERT_EQ(alices.status.Code(), 0) << alices.errors;
+  EXPECT_EQ(c.Job(running)["state"], "CANCELLED");
+  EXPECT_EQ(c.Job(other)["state"], "CANCELLED");
+  EXPECT_NE(c.Job(bobs)["state"], "CANCELLED");  // (it may start on the GPU alice's job left)
+
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"cancel"},
+                                              std::vector<std::string>{"cancel", "-t", "failed", "--me"},
+                                              std::vector<std::string>{"cancel", "--me", "-u", "bob"}}) {
+    auto r = Cohort(c, bad);
+    EXPECT_EQ(r.status.Code(), 2) << bad.size() << " " << r.errors;
+  }
+  EXPECT_NE(c.Job(bobs)["state"], "CANCELLED") << "refused input cancels nothing";
+}
+
 // `cohort logs -f` on a job that has not started says that it waits and why, and `--tail N`
 // counts lines.
 TEST(JobControl, LogsFollowOnAPendingJobSaysWhyAndTailCountsLines) {
