@@ -39,6 +39,7 @@ struct SubmitState {
   bool dry_run = false;
   bool hold = false;      // -H/--hold: submitted held (cohort release starts it)
   bool parsable = false;  // --parsable: only the job id on stdout, as sbatch --parsable
+  std::optional<std::string> wrap;  // --wrap: the command, run by /bin/sh -c
 };
 
 // CLI flag that sets each spec field, for error messages about a flag's value.
@@ -667,6 +668,8 @@ void AddSubmitCommand(CommandContext& ctx) {
               "Start no sooner than this, as Slurm's --begin: now+1h (now+90, now+2days), 16:00 (the next time the "
               "clock shows it), midnight, noon, teatime, tomorrow, 2026-12-01 or 2026-12-01T09:30 (local time); "
               "the job waits PENDING with reason BeginTime (cohort update --begin moves it)");
+  AddOptional(sub, "--wrap", st->wrap,
+              "A command line to run with /bin/sh -c, as sbatch --wrap: --wrap 'python3 train.py > out.txt'");
   sub->add_flag("-H,--hold", st->hold, "Submit the job held, as sbatch --hold: it waits until cohort release JOB");
   sub->add_flag("--parsable", st->parsable, "Print only the job id, as sbatch --parsable: JOB=$(cohort submit "
                                             "--parsable -- ./run.sh)");
@@ -675,7 +678,18 @@ void AddSubmitCommand(CommandContext& ctx) {
   AddClientOptions(sub, ctx.global);
 
   GlobalOptions& global = ctx.global;
-  ctx.on_run(sub, [st, sub, &global] { return Run(*st, sub, global); });
+  ctx.on_run(sub, [st, sub, &global] {
+    if (st->wrap) {
+      if (!st->flags.command.empty() || st->wrap->empty()) {
+        return ReportError(MakeError(ErrorCode::kInvalidArgument,
+                                     st->wrap->empty() ? "--wrap: give the command line to run"
+                                                       : "--wrap and a command after --: give one of them")
+                               .error());
+      }
+      st->flags.command = {"/bin/sh", "-c", *st->wrap};
+    }
+    return Run(*st, sub, global);
+  });
 }
 
 }  // namespace cohort::cli

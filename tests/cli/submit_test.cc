@@ -411,6 +411,20 @@ class SubmitCommandTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// sbatch --wrap: the line runs under /bin/sh -c; with a command after -- too, or empty, it
+// is refused (exit 2, nothing sent).
+TEST_F(SubmitCommandTest, WrapRunsTheLineWithAShell) {
+  auto r = RunCommand({"submit", "--dry-run", "--wrap", "python3 train.py > out.txt && echo done"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["command"], (json{"/bin/sh", "-c", "python3 train.py > out.txt && echo done"}));
+  auto both = RunCommand({"submit", "--dry-run", "--wrap", "true", "--", "false"});
+  EXPECT_EQ(both.rc, 2);
+  EXPECT_THAT(both.err, HasSubstr("--wrap and a command after --: give one of them"));
+  auto empty = RunCommand({"submit", "--dry-run", "--wrap", ""});
+  EXPECT_EQ(empty.rc, 2);
+  EXPECT_THAT(empty.err, HasSubstr("--wrap: give the command line to run"));
+}
+
 TEST_F(SubmitCommandTest, CommandAfterDashDash) {
   auto r = RunCommand({"submit", "--dry-run", "-N", "2", "-n", "4", "-G", "8", "-J", "ddp", "-t", "2h",
                        "--export", "NONE", "--env", "A=1", "--env", "B=2", "--", "sh", "train.py", "--lr", "3e-4",
