@@ -799,20 +799,26 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
       LOG_INFO("started job {} attempt {} rank {} (GPUs [{}])", t.job, t.attempt, t.rank, fmt::join(t.gpus, ","));
     }
   }
-  // Checkpoint requests (cohort drain --now, a time limit near): the job's signal, once per
-  // task and request. A request the head no longer makes (answered by a checkpoint) is
-  // forgotten, so a later one (a drain after the time limit's) signals again.
+  // Checkpoint requests (cohort drain --now, a preemption, a time limit near): the job's
+  // signal, once per task and request. A request is new when its time differs from the one
+  // signalled: a drain's made right after the time limit's was answered reaches this agent
+  // as a reply that asks for a checkpoint like the one before it did, with no reply between
+  // them that asked for none. A request the head no longer makes is forgotten too (a head
+  // that sends no request time: a later one signals again only then).
   for (const auto& t : reply.tasks) {
     TaskKey key = KeyOf(t.job, t.attempt, t.rank);
     if (!t.checkpoint_requested) checkpoint_signalled_.erase(key);
-    if (!t.checkpoint_requested || t.checkpoint_signal <= 0 || checkpoint_signalled_.contains(key)) continue;
+    if (!t.checkpoint_requested || t.checkpoint_signal <= 0) continue;
+    auto signalled = checkpoint_signalled_.find(key);
+    if (signalled != checkpoint_signalled_.end() && signalled->second == t.checkpoint_requested_ms) continue;
     if (executor_->Signal(key, t.checkpoint_signal)) {
-      checkpoint_signalled_.insert(key);
-      LOG_INFO("job {} attempt {} rank {}: sent signal {} (checkpoint requested)", t.job, t.attempt, t.rank,
-               t.checkpoint_signal);
+      checkpoint_signalled_[key] = t.checkpoint_requested_ms;
+      LOG_INFO("job {} attempt {} rank {}: sent signal {} (checkpoint requested{})", t.job, t.attempt, t.rank,
+               t.checkpoint_signal,
+               t.checkpoint_requested_ms > 0 ? " at " + FormatTimestamp(t.checkpoint_requested_ms) : std::string());
     }
   }
-  std::erase_if(checkpoint_signalled_, [&](const TaskKey& k) { return !desired.contains(k); });
+  std::erase_if(checkpoint_signalled_, [&](const auto& e) { return !desired.contains(e.first); });
   {
     MutexLock lock(mu_);
     std::erase_if(container_tasks_, [&](const auto& e) { return !desired.contains(e.first); });

@@ -339,8 +339,9 @@ class Agent {
   // Loop-thread only:
   bool registered_ = false;
   bool fenced_ = false;
-  // Tasks that have received their checkpoint signal (loop thread only).
-  std::set<TaskKey> checkpoint_signalled_;
+  // Tasks that have received their checkpoint signal, with the request it answered
+  // (TaskLaunch::checkpoint_requested_ms; loop thread only).
+  std::map<TaskKey, int64_t> checkpoint_signalled_;
   // Launched sharing tasks: their GPU and their part of it (COHORT_GPU_SHARE, 0.25-0.75),
   // which /metrics reports as the task's GPUs (heartbeat thread).
   struct SharingTask {

@@ -1041,6 +1041,7 @@ json ToJson(const HeartbeatReply& r) {
     if (t.checkpoint_requested) {
       l["checkpoint_requested"] = true;
       l["checkpoint_signal"] = t.checkpoint_signal;
+      if (t.checkpoint_requested_ms > 0) l["checkpoint_requested_ms"] = t.checkpoint_requested_ms;
     }
     tasks.push_back(std::move(l));
   }
@@ -1089,6 +1090,7 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
     l.hold = COHORT_TRY(t.Bool("hold", false));
     l.checkpoint_requested = COHORT_TRY(t.Bool("checkpoint_requested", false));
     l.checkpoint_signal = static_cast<int>(COHORT_TRY(t.Int("checkpoint_signal", 0, 0, 128)));
+    l.checkpoint_requested_ms = COHORT_TRY(t.Int("checkpoint_requested_ms", 0, 0, INT64_MAX));
     COHORT_TRY_VOID(t.Finish(UnknownFields::kIgnore));
     reply.tasks.push_back(std::move(l));
   }

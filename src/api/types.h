@@ -501,12 +501,18 @@ struct TaskLaunch {
   // The job's user: a root agent runs the task as this account (agent/task_user.h). Empty
   // from a head that predates it: the task runs as the agent.
   std::string user;
-  // The head asks this attempt to checkpoint (`cohort drain --now`): the agent delivers
-  // `checkpoint_signal` (a signal number; 0: none) to the task once, the first time it sees
-  // checkpoint_requested set. Level-triggered: every reply repeats it while the request
-  // stands.
+  // The head asks this attempt to checkpoint (`cohort drain --now`, a preemption, a time
+  // limit near): the agent delivers `checkpoint_signal` (a signal number; 0: none) to the
+  // task once per request, the first time it sees checkpoint_requested set with a
+  // checkpoint_requested_ms it has not signalled. Level-triggered: every reply repeats both
+  // while the request stands. checkpoint_requested_ms names the request (when the head made
+  // it, Unix ms): two requests in a row (a time-limit request answered, then a drain's) can
+  // reach an agent with no reply between them that asks for none, and only the changed
+  // value tells it that the second is new. 0 from a head that predates it: the agent then
+  // signals again only after a reply without a request.
   bool checkpoint_requested = false;
   int checkpoint_signal = 0;
+  int64_t checkpoint_requested_ms = 0;
   ContainerSpec container;  // the job's image, if any (sent with the launch details)
   // An allocation's task (JobSpec::allocation): no command; the shim holds the task with a
   // waiting process (task_shim.h, --hold). Sent with the launch details.

@@ -166,8 +166,27 @@ TEST(PlannedMoves, ElasticJobShrinksOnANodeLossAndGrowsBackWhenItReturns) {
   EXPECT_EQ(step % spec.checkpoint_every, 0) << "a grow waits for the job's own checkpoint: " << grown.dump(2);
   json done = c.WaitForState(t.id, "SUCCEEDED", std::chrono::seconds(120));
   EXPECT_EQ(done["allocation"]["nodes"].size(), 2u);
+  // The one-node attempt goes on training until the stop reaches it. A stop that lands two
+  // or more steps past the checkpoint at `step` (under load: the head's stop goes through
+  // the agent's heartbeat, the trainer steps on meanwhile) has the trainer keep those steps
+  // with a checkpoint of its own before it exits (trainer.cc, MaybeCheckpoint), and the
+  // grown attempt resumes from that one: nothing lost, nothing recorded twice, but not a
+  // periodic step. Any other first step is wrong.
+  t.spec.checkpoints_on_request = true;
   auto first = ExpectConsistentRecord(t, 3, recorded);
-  EXPECT_EQ(first[grown.value("attempt", 0)], step + 1);
+  EXPECT_EQ(first[small_attempt] % spec.checkpoint_every, 1) << "the shrink resumes from a periodic checkpoint";
+  const int grown_attempt = grown.value("attempt", 0);
+  const int64_t resumed = first[grown_attempt] - 1;
+  EXPECT_GE(resumed, step) << "the grown attempt resumed from before the checkpoint it waited for";
+  ExpectResumedFrom(c, t, grown_attempt, resumed);
+  if (resumed != step) {
+    const std::string stopped = "stopping at step " + std::to_string(resumed) + " of " + std::to_string(spec.steps) +
+                                ": SIGTERM, after its checkpoint";
+    EXPECT_NE(c.Logs(t.id, 0, small_attempt).find(stopped), std::string::npos)
+        << "the grown attempt resumed from step " << resumed << ", neither the checkpoint the grow waited for (" << step
+        << ") nor the one written at the stop:\n"
+        << c.Logs(t.id, 0, small_attempt);
+  }
 }
 
 }  // namespace

@@ -327,5 +327,51 @@ TEST(JobControl, ADrainAfterAnAnsweredTimeLimitRequestSignalsAgain) {
   EXPECT_EQ(c.Job(id)["moves"], 1) << c.Job(id).dump(2);
 }
 
+// The same two requests with no heartbeat between them: the time-limit request answered
+// and the drain's made while the agent is stopped, so that its next heartbeat's reply asks
+// for a checkpoint as the one before did. It is a new request: the agent signals again.
+TEST(JobControl, TwoCheckpointRequestsWithNoHeartbeatBetweenThemSignalTwice) {
+  // The agent is stopped on purpose here: no liveness timeout may end its tasks meanwhile.
+  Timing timing;
+  timing.failure = "60s";
+  timing.fence = "30s";
+  LocalCluster c(timing);
+  c.StartHead();
+  c.StartAgent("node-a", 1);
+  c.StartAgent("node-b", 1);
+  c.WaitForNodes(2);
+  const std::string signals = c.dir() + "/signals";
+  const std::string go = c.dir() + "/go";
+  const std::string post = "curl -sf --cacert \"$ca\" -o /dev/null -X POST \"$COHORT_REPORT\" -d ";
+  // Each USR1 reports a checkpoint of a new step (the first once the test says go); a later
+  // attempt ends at once.
+  const std::string script =
+      std::string(kTaskCaFile) + "if [ \"$COHORT_ATTEMPT\" != 0 ]; then exit 0; fi; n=0; trap 'n=$((n+1)); echo $n >> " +
+      signals + "; while [ $n = 1 ] && [ ! -e " + go + " ]; do sleep 0.02; done; " + post +
+      "\"{\\\"step\\\": $n, \\\"checkpoint_step\\\": $n}\"' USR1; while true; do sleep 0.05; done";
+  auto submitted = Cohort(c, {"--json", "submit", "-t", "2m", "--signal", "USR1@118", "-G", "1", "--", "sh", "-c",
+                              script});
+  ASSERT_EQ(submitted.status.Code(), 0) << submitted.errors;
+  const int64_t id = json::parse(submitted.output)["id"].get<int64_t>();
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(signals) == "1\n"; }, std::chrono::seconds(30)))
+      << "the time-limit request was not signalled: " << ReadFile(signals) << "\n" << c.Job(id).dump(2);
+  const std::string node = c.Job(id)["allocation"]["nodes"][0]["node"].get<std::string>();
+
+  c.agent(node).Signal(SIGSTOP);
+  std::ofstream(go).put('\n');
+  ASSERT_TRUE(WaitUntil([&] {
+    json mark = c.Job(id).value("last_checkpoint", json());
+    return mark.is_object() && mark.value("step", 0) == 1;
+  }, std::chrono::seconds(30))) << c.Job(id).dump(2);
+  auto drained = Cohort(c, {"drain", node, "--now", "--timeout", "10m"});
+  c.agent(node).Signal(SIGCONT);
+  ASSERT_EQ(drained.status.Code(), 0) << drained.errors;
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(signals) == "1\n2\n"; }, std::chrono::seconds(30)))
+      << "the drain's request was not signalled: " << ReadFile(signals) << "\nagent log:\n"
+      << ReadFile(c.dir() + "/" + node + ".log");
+  c.WaitForState(id, "SUCCEEDED", std::chrono::seconds(30));
+  EXPECT_EQ(c.Job(id)["moves"], 1) << c.Job(id).dump(2);
+}
+
 }  // namespace
 }  // namespace cohort::testing

@@ -101,13 +101,27 @@ void MoveAsRequested(Tx& tx, Job& job, const std::string& how) {
 
 }  // namespace
 
-bool LimitCheckpointDue(const Job& job, int64_t now_ms) {
+namespace {
+
+// When the time-limit request of the attempt begins (Unix ms), 0 if the job makes none.
+int64_t LimitCheckpointFromMs(const Job& job) {
   const api::JobSpec& spec = job.spec;
-  if (job.state != JobState::kRunning || spec.time_limit_s <= 0 || spec.checkpoint_before_limit_s <= 0) return false;
-  const int64_t from_ms = job.start_ms + (spec.time_limit_s - spec.checkpoint_before_limit_s) * 1000;
-  if (now_ms < from_ms) return false;
+  if (job.state != JobState::kRunning || spec.time_limit_s <= 0 || spec.checkpoint_before_limit_s <= 0) return 0;
+  return job.start_ms + (spec.time_limit_s - spec.checkpoint_before_limit_s) * 1000;
+}
+
+}  // namespace
+
+bool LimitCheckpointDue(const Job& job, int64_t now_ms) {
+  const int64_t from_ms = LimitCheckpointFromMs(job);
+  if (from_ms == 0 || now_ms < from_ms) return false;
   const std::optional<api::CheckpointMark>& made = job.last_checkpoint;
   return !(made && made->attempt == job.attempt && made->reported_ms >= from_ms);
+}
+
+int64_t CheckpointRequestedMs(const Job& job, int64_t now_ms) {
+  if (job.move && !job.move->grow) return job.move->requested_ms;
+  return LimitCheckpointDue(job, now_ms) ? LimitCheckpointFromMs(job) : 0;
 }
 
 ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId id, int attempt,

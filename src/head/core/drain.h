@@ -48,6 +48,14 @@ ProgressResult OnProgress(ClusterState& s, const Context& ctx, api::JobId job, i
 // attempt until the attempt reports a checkpoint made since then. The job keeps running.
 bool LimitCheckpointDue(const api::Job& job, int64_t now_ms);
 
+// When the head made the checkpoint request it makes of the RUNNING `job` at `now_ms`
+// (Unix ms), 0 if it makes none: its drain's or preemption's move request (not a grow),
+// else its time-limit request (LimitCheckpointDue; made when the limit's window opened).
+// It names the request: agents deliver the job's checkpoint signal again whenever it
+// changes, so that a request made after another one was answered is signalled even when
+// the agent heard of neither the answer nor the new request before (api::TaskLaunch).
+int64_t CheckpointRequestedMs(const api::Job& job, int64_t now_ms);
+
 // Asks the RUNNING `job` to checkpoint and then move, for `m` (its node or preemption,
 // request time and deadline set by the caller): sets its baseline (a checkpoint counts
 // once past everything reported so far), stores the request with the job, and wakes the

@@ -291,6 +291,7 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
   for (api::JobId id : it->second) {
     const Job& job = s.jobs.at(id);
     const bool checkpoint = (job.move && !job.move->grow) || LimitCheckpointDue(job, now.unix_ms);
+    const int64_t checkpoint_requested_ms = checkpoint ? CheckpointRequestedMs(job, now.unix_ms) : 0;
     for (const auto& na : job.allocation.nodes) {
       if (na.node != node) continue;
       for (const auto& t : na.tasks) {
@@ -302,6 +303,7 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
         l.gpus = t.gpus;
         if (checkpoint) {
           l.checkpoint_requested = true;
+          l.checkpoint_requested_ms = checkpoint_requested_ms;
           l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
         }
         if (!is_held(job, t.rank)) {

@@ -230,6 +230,48 @@ TEST_F(CoreTest, ACheckpointIsAskedForBeforeTheTimeLimitUntilOneIsMade) {
   EXPECT_EQ(Job(id).state, JobState::kRunning) << "the job runs on to its limit";
 }
 
+// Each checkpoint request names itself in the launches with the time it was made
+// (TaskLaunch::checkpoint_requested_ms), the same in every reply while it stands: a drain's
+// made right after the time-limit request was answered has another, so an agent that had
+// no reply between them still tells it from the first and signals again.
+TEST_F(CoreTest, EachCheckpointRequestCarriesTheTimeItWasMade) {
+  Register(Reg("n1", 1));
+  Register(Reg("n2", 1));
+  api::JobSpec spec = Spec(1, 1);
+  spec.time_limit_s = 600;
+  spec.checkpoint_before_limit_s = 120;
+  spec.checkpoint_signal = "USR1";
+  const api::JobId id = Submit(spec);
+  ASSERT_EQ(Pass(), 1);
+  const int attempt = Job(id).attempt;
+  const std::string node = Job(id).allocation.nodes[0].node;
+  const int64_t limit_asked = Job(id).start_ms + 480'000;
+  auto launch = [&] {
+    const auto reply = Beat(node, {Running(id, attempt, 0, {0})});
+    EXPECT_EQ(reply.tasks.size(), 1u);
+    return reply.tasks.empty() ? api::TaskLaunch{} : reply.tasks[0];
+  };
+  EXPECT_EQ(launch().checkpoint_requested_ms, 0) << "nothing asked yet";
+  Advance(480'000);
+  EXPECT_TRUE(launch().checkpoint_requested);
+  Advance(1'000);
+  EXPECT_EQ(launch().checkpoint_requested_ms, limit_asked) << "the same request in every reply";
+  EXPECT_FALSE(OnProgress(state_, ctx_, id, attempt, 40, now_).checkpoint) << "answered";
+  Advance(1);
+  ASSERT_TRUE(Drain(state_, ctx_, node, "", /*now_flag=*/true, 60'000, now_).has_value());
+  const api::TaskLaunch drained = launch();
+  EXPECT_TRUE(drained.checkpoint_requested);
+  EXPECT_EQ(drained.checkpoint_requested_ms, now_.unix_ms) << "the drain's request is a new one";
+  EXPECT_NE(drained.checkpoint_requested_ms, limit_asked);
+  // The agent reads it from the reply's JSON.
+  api::HeartbeatReply reply;
+  reply.tasks = {drained};
+  auto decoded = api::HeartbeatReplyFromJson(api::ToJson(reply));
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().message;
+  ASSERT_EQ(decoded->tasks.size(), 1u);
+  EXPECT_EQ(decoded->tasks[0].checkpoint_requested_ms, drained.checkpoint_requested_ms);
+}
+
 TEST_F(CoreTest, ARunningJobIsRequeuedAsItsNextAttemptWithItsTasksStopped) {
   Register(Reg("n1", 1));
   api::JobSpec spec = Spec(1, 1, /*max_restarts=*/0);
