@@ -527,6 +527,23 @@ Result<void> CheckConstraintSyntax(const api::JobSpec& spec) {
   return sched::CheckConstraintSyntax(r);
 }
 
+// An output or error path with no pattern in it that names a directory here (the working
+// directory is usually shared with the nodes): refused now, as the node would fail the job
+// at start with "Is a directory".
+Result<void> CheckOutputFilesHere(const api::JobSpec& spec) {
+  for (const auto& [field, value] : {std::pair{"output", &spec.output}, std::pair{"error", &spec.error}}) {
+    if (value->empty() || value->find('%') != std::string::npos) continue;
+    std::filesystem::path p(*value);
+    if (p.is_relative() && !spec.workdir.empty()) p = std::filesystem::path(spec.workdir) / p;
+    std::error_code ec;
+    if (std::filesystem::is_directory(p, ec)) {
+      return FieldError(field, "'{}' is a directory ({}); give a file in it, e.g. '{}/slurm-%j.out'", *value,
+                        p.lexically_normal().string(), *value);
+    }
+  }
+  return {};
+}
+
 Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const std::string& source) {
   const SubmitDefaults defaults = CurrentDefaults();
   auto merged = MergeSubmitFlags(std::move(base), flags, defaults);
@@ -542,6 +559,7 @@ Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const 
   if (!merged) return std::unexpected(AttributeError(merged.error(), flags, source));
   auto spec = api::JobSpecFromJson(*merged);
   if (!spec) return std::unexpected(AttributeError(spec.error(), flags, source));
+  if (auto here = CheckOutputFilesHere(*spec); !here) return std::unexpected(AttributeError(here.error(), flags, source));
   COHORT_TRY_VOID(CheckConstraintSyntax(*spec));
   return spec;
 }

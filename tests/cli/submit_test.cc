@@ -360,6 +360,15 @@ TEST_F(SubmitCommandTest, OutputAndErrorFiles) {
     EXPECT_EQ(bad.rc, 2) << flags[0];
     EXPECT_THAT(bad.err, HasSubstr(want)) << flags[0];
   }
+  // A path that is a directory here (the working directory is the nodes' too) is refused
+  // before the job would fail on a node.
+  std::filesystem::create_directory(dir_ / "logs");
+  auto dir = RunCommand({"submit", "--dry-run", "-D", dir_.string(), "-e", "logs", "--", "true"});
+  EXPECT_EQ(dir.rc, 2);
+  EXPECT_THAT(dir.err, HasSubstr("--error: 'logs' is a directory (" + (dir_ / "logs").string() +
+                                 "); give a file in it, e.g. 'logs/slurm-%j.out'"));
+  auto file = RunCommand({"submit", "--dry-run", "-D", dir_.string(), "-e", "logs/e.txt", "--", "true"});
+  EXPECT_EQ(file.rc, 0) << file.err;
 }
 
 TEST_F(SubmitCommandTest, CommandAfterDashDash) {
