@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <httplib.h>
 
@@ -21,6 +22,7 @@
 #include "agent/net.h"
 #include "agent/proc_usage.h"
 #include "api/container_spec.h"
+#include "api/output_pattern.h"
 #include "api/routes.h"
 #include "common/cpu_set.h"
 #include "common/file_modes.h"
@@ -32,6 +34,38 @@ namespace cohort::agent {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The task's output and error files (api/output_pattern.h): the job's patterns expanded
+// with the launch's ids, its node and rank, and whether this task truncates them.
+void SetTaskOutput(const api::TaskLaunch& t, const std::string& node_name, TaskSpec& spec) {
+  if (t.output.empty() && t.error.empty()) return;
+  auto number = [&](const char* name, int64_t def) {
+    int64_t v = def;
+    if (auto it = t.env.find(name); it != t.env.end()) {
+      std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+    }
+    return v;
+  };
+  api::OutputPatternValues v;
+  v.job_id = t.job;
+  v.array_job_id = number("COHORT_ARRAY_JOB_ID", 0);
+  v.array_task_id = number("COHORT_ARRAY_TASK_ID", api::kNoArrayIndex);
+  if (auto it = t.env.find("COHORT_JOB_NAME"); it != t.env.end()) v.job_name = it->second;
+  v.user = t.user.empty() ? "anonymous" : t.user;
+  v.node = node_name;
+  v.node_index = number("NODE_RANK", 0);
+  v.rank = t.rank;
+  const int64_t local_rank = number("LOCAL_RANK", 0);
+  for (auto [pattern, path, truncate] : {std::tuple{&t.output, &spec.output, &spec.truncate_output},
+                                         std::tuple{&t.error, &spec.error, &spec.truncate_error}}) {
+    if (pattern->empty()) continue;
+    *path = api::ExpandOutputPattern(*pattern, v);
+    *truncate = api::OutputTruncates(*pattern, t.open_mode, t.attempt, t.rank, local_rank);
+    const int64_t first = api::OutputOpenedFirstBy(*pattern, t.open_mode, t.attempt, t.rank, local_rank, *v.node_index);
+    if (first >= 0) spec.output_opened_first_by = static_cast<int>(first);
+  }
+}
+
 
 std::string RandomToken() {
   std::random_device rd;
@@ -764,6 +798,7 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     spec.hold = t.hold;
     spec.env = t.env;
     spec.workdir = t.workdir;
+    SetTaskOutput(t, config_.name, spec);
     spec.gpus = t.gpus;
     spec.cpus = t.cpus;
     spec.user = t.user;

@@ -187,6 +187,11 @@ std::string Executor::ContainerRootPath(const TaskKey& k) const {
                      k.rank);
 }
 
+std::string Executor::OutputOpenedPath(const TaskKey& k) const {
+  return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.output-opened", options_.work_dir, k.job_id, k.attempt,
+                     k.rank);
+}
+
 void Executor::Wake() {
   if (wake_fd_ < 0) return;
   uint64_t one = 1;
@@ -386,12 +391,33 @@ void Executor::Finish(Task& t) {
   if (cpus_) cpus_->Release(t.status.cpu_list);
 }
 
+// The shim's --output/--error flags for spec's files (task_shim.h): `opened` is where it
+// says it has opened (and truncated) them, `after` the file of the task it must let open
+// first ("": none).
+static void AddOutputArgs(const TaskSpec& spec, const std::string& opened, const std::string& after,
+                          std::vector<std::string>& argv) {
+  if (spec.truncate_output || spec.truncate_error) argv.insert(argv.end(), {"--output-opened", opened});
+  if (!after.empty()) argv.insert(argv.end(), {"--after-output-opened", after});
+  if (!spec.output.empty()) {
+    argv.insert(argv.end(), {"--output", spec.output});
+    if (spec.truncate_output) argv.push_back("--truncate-output");
+  }
+  if (!spec.error.empty()) {
+    argv.insert(argv.end(), {"--error", spec.error});
+    if (spec.truncate_error) argv.push_back("--truncate-error");
+  }
+}
+
 Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const TaskSpec& spec,
                                                     const std::optional<TaskAccount>& account,
                                                     const std::map<std::string, std::string>& env,
                                                     const std::vector<int>& cpu_list) const {
   std::vector<std::string> argv = {shim_.path};
   if (shim_.subcommand) argv.push_back(kTaskShimCommand);
+  const std::string opened = OutputOpenedPath(key);
+  const std::string after = spec.output_opened_first_by >= 0
+                                ? OutputOpenedPath({key.job_id, key.attempt, spec.output_opened_first_by})
+                                : "";
   argv.insert(argv.end(), {"--log", LogPath(key), "--status", StatusPath(key), "--grace-ms",
                            std::to_string(options_.kill_grace.count()), "--parent-pid", std::to_string(getpid())});
   if (!options_.lease_path.empty()) argv.insert(argv.end(), {"--lease", options_.lease_path});
@@ -431,6 +457,13 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
                              "--container-image", c.image});
     argv.insert(argv.end(), {"--container-root", ContainerRootPath(key)});
     if (c.runtime == "docker") argv.push_back("--container-detached");
+    // The output files are on the host, as Slurm's: the shim's copier opens them as the
+    // job's account in its working directory (the runtime itself runs as this process).
+    if (!spec.output.empty() || !spec.error.empty()) {
+      if (!spec.workdir.empty()) argv.insert(argv.end(), {"--io-cwd", spec.workdir});
+      if (account) argv.insert(argv.end(), {"--io-user", FormatTaskIdentity(account->identity)});
+      AddOutputArgs(spec, opened, after, argv);
+    }
     argv.push_back("--");
     auto run = ContainerRunArgv(c);
     argv.insert(argv.end(), run.begin(), run.end());
@@ -438,6 +471,7 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
   }
   if (!spec.workdir.empty()) argv.insert(argv.end(), {"--cwd", spec.workdir});
   if (account) argv.insert(argv.end(), {"--user", FormatTaskIdentity(account->identity)});
+  AddOutputArgs(spec, opened, after, argv);
   if (spec.hold) {
     argv.push_back("--hold");
     return argv;

@@ -71,6 +71,20 @@ struct ShimArgs {
   // --cpus: the CPUs the task is bound to (cpu_set.h), set in the child before exec; empty:
   // the shim's own mask.
   std::vector<int> cpus;
+  // --output/--error: files the task's stdout and stderr are also copied to (the job's
+  // output and error), opened by the copier child as the task's account in its working
+  // directory; --io-user/--io-cwd give those for a container task, whose runtime runs as
+  // the shim. --truncate-*: O_TRUNC at open (else appended).
+  std::string output;
+  std::string error;
+  bool truncate_output = false;
+  bool truncate_error = false;
+  std::optional<TaskIdentity> io_identity;
+  std::string io_cwd;
+  // --output-opened: made once the copier has opened (and truncated) the files, or failed
+  // to; --after-output-opened: another task's, waited for (bounded) before opening ours.
+  std::string output_opened;
+  std::string after_output_opened;
   std::vector<std::string> command;
 };
 
@@ -82,6 +96,9 @@ struct ChildFailure {
 constexpr int kStageChdir = 1;
 constexpr int kStageExec = 2;
 constexpr int kStageIdentity = 3;
+// The copier's (RunCopier) further stages: the output or the error file cannot be opened.
+constexpr int kStageOpenOutput = 4;
+constexpr int kStageOpenError = 5;
 
 Result<int64_t> ParseInt(std::string_view flag, std::string_view s) {
   int64_t v = 0;
@@ -112,6 +129,10 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
       a.container_detached = true;
       continue;
     }
+    if (arg == "--truncate-output" || arg == "--truncate-error") {
+      (arg == "--truncate-output" ? a.truncate_output : a.truncate_error) = true;
+      continue;
+    }
     if (i + 1 >= argc) return Errorf(ErrorCode::kInvalidArgument, "{} needs a value", arg);
     std::string_view value = argv[++i];
     if (arg == "--log") {
@@ -127,6 +148,18 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
       a.lease_path = value;
     } else if (arg == "--user") {
       a.identity = COHORT_TRY(ParseTaskIdentity(value));
+    } else if (arg == "--output") {
+      a.output = value;
+    } else if (arg == "--error") {
+      a.error = value;
+    } else if (arg == "--io-user") {
+      a.io_identity = COHORT_TRY(ParseTaskIdentity(value));
+    } else if (arg == "--io-cwd") {
+      a.io_cwd = value;
+    } else if (arg == "--output-opened") {
+      a.output_opened = value;
+    } else if (arg == "--after-output-opened") {
+      a.after_output_opened = value;
     } else if (arg == "--cpus") {
       a.cpus = COHORT_TRY(ParseCpuList(value));
     } else if (arg == "--container-runtime") {
@@ -161,6 +194,9 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
   }
   if (!a.container_root.empty() && a.container_runtime.empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "--container-root needs --container-runtime");
+  }
+  if (a.hold && (!a.output.empty() || !a.error.empty())) {
+    return MakeError(ErrorCode::kInvalidArgument, "--hold has no output to write to --output or --error");
   }
   if (a.container_detached && a.container_root.empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "--container-detached needs --container-root");
@@ -198,13 +234,14 @@ void WriteStatus(const std::string& path, int exit_code, int sig, const std::str
   }
 }
 
-// SIGKILLs every live child of this process (orphans of the task that left its process
+// SIGKILLs every live child of this process except `spare` (the output copier; -1: none)
+// (orphans of the task that left its process
 // group and were reparented to us, the subreaper). Zombies are left for waitpid. The shim
 // is single-threaded, so /proc/self/task/<pid>/children lists them all: reading it costs
 // the same however many processes the node runs (a scan of /proc read every process's
 // stat file at every task's exit, most of a short task's cost on a busy node). Falls back
 // to the scan on a kernel without that file (CONFIG_PROC_CHILDREN).
-void KillOwnChildren() {
+void KillOwnChildren(pid_t spare) {
   const pid_t self = getpid();
   char path[64];
   snprintf(path, sizeof path, "/proc/self/task/%d/children", self);
@@ -223,7 +260,7 @@ void KillOwnChildren() {
         if (ec == std::errc() && pid > 0) {
           // A zombie child ignores SIGKILL; a live one dies (the listed pid is ours until
           // we reap it, so it cannot be a stranger's).
-          kill(pid, SIGKILL);
+          if (pid != spare) kill(pid, SIGKILL);
           p = next;
         }
         while (p < end && (*p == ' ' || *p == '\n')) ++p;
@@ -253,7 +290,7 @@ void KillOwnChildren() {
     char state = 0;
     int ppid = 0;
     if (sscanf(rp + 1, " %c %d", &state, &ppid) != 2) continue;
-    if (ppid == self && state != 'Z') kill(pid, SIGKILL);
+    if (ppid == self && state != 'Z' && pid != spare) kill(pid, SIGKILL);
   }
   closedir(d);
 }
@@ -270,7 +307,7 @@ std::string IdentityError(const TaskIdentity& id, int err) {
 
 // Runs in the forked task child (the shim is single-threaded, so ordinary calls are safe
 // here). Never returns.
-[[noreturn]] void ExecTask(const ShimArgs& args, std::vector<char*>& argv, int log_fd,
+[[noreturn]] void ExecTask(const ShimArgs& args, std::vector<char*>& argv, int stdout_fd, int stderr_fd,
                            int err_fd, pid_t shim_pid) {
   setpgid(0, 0);
   for (int s = 1; s < NSIG; ++s) {
@@ -284,8 +321,8 @@ std::string IdentityError(const TaskIdentity& id, int err) {
     dup2(null_fd, 0);
     close(null_fd);
   }
-  dup2(log_fd, 1);
-  dup2(log_fd, 2);
+  dup2(stdout_fd, 1);
+  dup2(stderr_fd, 2);
   ChildFailure f;
   std::string msg;
   // Bound before exec, so the command and all it starts inherit the mask. A mask the kernel
@@ -327,6 +364,104 @@ std::string IdentityError(const TaskIdentity& id, int err) {
   _exit(127);
 }
 
+// An output or error file opened as a shell's `>>` (or `>` when `truncate`) would: created
+// 0666 less the umask, written at its end (O_APPEND, so tasks that share it never
+// overwrite each other's lines), following a symbolic link with the permissions of the
+// account that opens it. O_NONBLOCK only for the open: a FIFO nobody reads fails (ENXIO)
+// rather than hanging the task's start.
+int OpenOutputFile(const std::string& path, bool truncate) {
+  int fd = open(path.c_str(),
+                O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (truncate ? O_TRUNC : 0), 0666);
+  if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+// The output copier, a forked child of the shim (the shim is single-threaded, so ordinary
+// calls are safe here). Enters the task's account and working directory as the task child
+// does, opens the output and error files there, reports through `report_fd` (a
+// ChildFailure: stage 0 when both opened), then copies the task's stdout pipe (`out_rd`,
+// -1: none) to the log and the output file and its stderr pipe (`err_rd`) to the log and
+// the error file, until both pipes reach EOF (every process of the task has closed them).
+// Never returns.
+[[noreturn]] void RunCopier(const ShimArgs& args, int log_fd, int out_rd, int err_rd, int report_fd,
+                            pid_t shim_pid) {
+  const std::optional<TaskIdentity>& id = args.io_identity ? args.io_identity : args.identity;
+  const std::string& cwd = args.io_cwd.empty() ? args.cwd : args.io_cwd;
+  auto report = [&](int stage, int err) {
+    ChildFailure f{stage, err};
+    WriteAll(report_fd, std::string_view(reinterpret_cast<const char*>(&f), sizeof f));
+    if (stage != 0) _exit(127);
+    close(report_fd);
+  };
+  if (id) {
+    if (const int err = AssumeTaskIdentity(*id); err != 0) report(kStageIdentity, err);
+  }
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // after the identity change, which clears it
+  if (getppid() != shim_pid) _exit(127);
+  if (!cwd.empty() && chdir(cwd.c_str()) != 0) report(kStageChdir, errno);
+  int out_file = -1;
+  int err_file = -1;
+  if (!args.output.empty()) {
+    out_file = OpenOutputFile(args.output, args.truncate_output);
+    if (out_file < 0) report(kStageOpenOutput, errno);
+  }
+  if (!args.error.empty()) {
+    err_file = args.error == args.output ? out_file : OpenOutputFile(args.error, args.truncate_error);
+    if (err_file < 0) report(kStageOpenError, errno);
+  }
+  report(0, 0);
+
+  struct Stream {
+    int rd;
+    int file;
+    const std::string* path;
+    const char* what;
+  };
+  std::vector<Stream> streams;
+  if (out_rd >= 0) streams.push_back({out_rd, out_file, &args.output, "output"});
+  if (err_rd >= 0) streams.push_back({err_rd, err_file, &args.error, "error"});
+  std::vector<char> buf(64 * 1024);
+  while (!streams.empty()) {
+    std::vector<pollfd> fds;
+    for (const Stream& st : streams) fds.push_back({st.rd, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      LogLine(log_fd, fmt::format("output copier: poll: {}", strerror(errno)));
+      _exit(1);
+    }
+    for (size_t i = fds.size(); i-- > 0;) {
+      if (fds[i].revents == 0) continue;
+      Stream& st = streams[i];
+      const ssize_t n = read(st.rd, buf.data(), buf.size());
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) {
+        close(st.rd);
+        streams.erase(streams.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      const std::string_view chunk(buf.data(), static_cast<size_t>(n));
+      WriteAll(log_fd, chunk);
+      if (st.file < 0) continue;
+      for (std::string_view rest = chunk; !rest.empty();) {
+        const ssize_t w = write(st.file, rest.data(), rest.size());
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          // The file is full or gone (ENOSPC, EIO): the task runs on, its output kept in
+          // the log, which says so once.
+          LogLine(log_fd, fmt::format("cannot write {} file '{}': {}; the task's {} goes on to this log only",
+                                      st.what, *st.path, w < 0 ? strerror(errno) : "short write", st.what));
+          for (Stream& other : streams) {
+            if (other.file == st.file) other.file = -1;
+          }
+          break;
+        }
+        rest.remove_prefix(static_cast<size_t>(w));
+      }
+    }
+  }
+  _exit(0);
+}
+
 // The shim's life after its command line is parsed, one step per method. The shim is a
 // single-threaded process: every method runs on its only thread.
 class TaskShim {
@@ -344,6 +479,15 @@ class TaskShim {
   Result<void> BecomeSupervisor();
   // Opens the task's log for appending; from here on the shim's messages go there.
   Result<void> OpenTaskLog();
+  // With --output or --error: forks the output copier (RunCopier) and waits until it has
+  // opened the files; an error naming the file when it cannot ("cannot open output file
+  // 'x': Permission denied"), which fails the task's start.
+  Result<void> StartCopier();
+  // StartCopier's parts: waits for --after-output-opened (bounded); forks the copier and
+  // reads its report; makes --output-opened.
+  void WaitForTruncator();
+  Result<void> StartCopierAndOpen();
+  void MarkOutputOpened();
   // Forks the task as the leader of its own process group and execs it (ExecTask).
   Result<void> SpawnTask();
   // Forwards signals, enforces the SIGTERM grace and watches the lease until the task
@@ -393,6 +537,11 @@ class TaskShim {
   int sfd_ = -1;
   pid_t task_ = -1;
   int err_rd_ = -1;  // read end of the exec child's close-on-exec error pipe
+  // The output copier (StartCopier; -1: none, or reaped) and the task's stdout and stderr:
+  // the log, or the write ends of the copier's pipes (closed once the task is forked).
+  pid_t copier_ = -1;
+  int task_stdout_ = -1;
+  int task_stderr_ = -1;
   std::string start_error_;
   std::optional<int> leader_status_;
   bool kill_armed_ = false;  // SIGKILL is due at kill_at_ (a SIGTERM grace is running)
@@ -453,6 +602,88 @@ Result<void> TaskShim::OpenTaskLog() {
   return {};
 }
 
+// Bounded: a sharing task whose truncator never starts (its shim failed) must still run.
+constexpr Millis kOutputOpenedWait{10'000};
+
+void TaskShim::WaitForTruncator() {
+  if (args_.after_output_opened.empty()) return;
+  const SteadyTime deadline = SteadyClock::now() + kOutputOpenedWait;
+  while (access(args_.after_output_opened.c_str(), F_OK) != 0) {
+    if (SteadyClock::now() >= deadline) {
+      LogLine(log_fd_, fmt::format("the task that truncates the shared output file did not open it within {} ms; "
+                                   "opening it anyway",
+                                   kOutputOpenedWait.count()));
+      return;
+    }
+    poll(nullptr, 0, 5);
+  }
+}
+
+void TaskShim::MarkOutputOpened() {
+  if (args_.output_opened.empty()) return;
+  int fd = open(args_.output_opened.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd >= 0) close(fd);
+}
+
+Result<void> TaskShim::StartCopier() {
+  task_stdout_ = task_stderr_ = log_fd_;
+  if (args_.output.empty() && args_.error.empty()) return {};
+  WaitForTruncator();
+  auto opened = StartCopierAndOpen();
+  MarkOutputOpened();  // also when the open failed: the tasks waiting for it go on
+  return opened;
+}
+
+Result<void> TaskShim::StartCopierAndOpen() {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  int rep[2] = {-1, -1};
+  if ((!args_.output.empty() && pipe2(out, O_CLOEXEC) != 0) || (!args_.error.empty() && pipe2(err, O_CLOEXEC) != 0) ||
+      pipe2(rep, O_CLOEXEC) != 0) {
+    return Errorf(ErrorCode::kInternal, "pipe: {}", strerror(errno));
+  }
+  const pid_t self = getpid();
+  copier_ = fork();
+  if (copier_ < 0) return Errorf(ErrorCode::kInternal, "fork: {}", strerror(errno));
+  if (copier_ == 0) {
+    close(sfd_);
+    close(rep[0]);
+    if (out[1] >= 0) close(out[1]);
+    if (err[1] >= 0) close(err[1]);
+    RunCopier(args_, log_fd_, out[0], err[0], rep[1], self);
+  }
+  close(rep[1]);
+  if (out[0] >= 0) close(out[0]);
+  if (err[0] >= 0) close(err[0]);
+  // Without --error, stderr goes where stdout goes (Slurm's); without --output, stdout
+  // goes to the log only.
+  task_stdout_ = out[1] >= 0 ? out[1] : log_fd_;
+  task_stderr_ = err[1] >= 0 ? err[1] : task_stdout_;
+  ChildFailure f;
+  ssize_t n;
+  do {
+    n = read(rep[0], &f, sizeof f);
+  } while (n < 0 && errno == EINTR);
+  close(rep[0]);
+  if (n == static_cast<ssize_t>(sizeof f) && f.stage == 0) return {};
+  const std::optional<TaskIdentity>& id = args_.io_identity ? args_.io_identity : args_.identity;
+  const std::string& cwd = args_.io_cwd.empty() ? args_.cwd : args_.io_cwd;
+  auto where = [&](const std::string& path) {
+    return path.starts_with('/') || cwd.empty() ? std::string() : fmt::format(" (in '{}')", cwd);
+  };
+  if (n != static_cast<ssize_t>(sizeof f)) {
+    return MakeError(ErrorCode::kInternal, "the output copier exited before opening the output files");
+  }
+  if (f.stage == kStageIdentity) return MakeError(ErrorCode::kInternal, IdentityError(*id, f.err));
+  if (f.stage == kStageChdir) {
+    return Errorf(ErrorCode::kInternal, "cannot enter working directory '{}': {}", cwd, strerror(f.err));
+  }
+  const bool output = f.stage == kStageOpenOutput;
+  const std::string& path = output ? args_.output : args_.error;
+  return Errorf(ErrorCode::kInternal, "cannot open {} file '{}'{}: {}", output ? "output" : "error", path, where(path),
+                strerror(f.err));
+}
+
 Result<void> TaskShim::SpawnTask() {
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) return Errorf(ErrorCode::kInternal, "pipe: {}", strerror(errno));
@@ -464,9 +695,12 @@ Result<void> TaskShim::SpawnTask() {
   const pid_t self = getpid();
   task_ = fork();
   if (task_ < 0) return Errorf(ErrorCode::kInternal, "fork: {}", strerror(errno));
-  if (task_ == 0) ExecTask(args_, cargv, log_fd_, errpipe[1], self);
+  if (task_ == 0) ExecTask(args_, cargv, task_stdout_, task_stderr_, errpipe[1], self);
   setpgid(task_, task_);  // also here, so killpg never races the child's own setpgid
   close(errpipe[1]);
+  // Only the task holds the copier's pipes now: their EOF means every process of it is gone.
+  if (task_stderr_ != log_fd_ && task_stderr_ != task_stdout_) close(task_stderr_);
+  if (task_stdout_ != log_fd_) close(task_stdout_);
   err_rd_ = errpipe[0];
   if (!args_.container_root.empty()) {
     root_finder_.emplace(args_.container_runtime, args_.container_name, args_.container_root);
@@ -483,6 +717,8 @@ bool TaskShim::ReapAvailable() {
       const SteadyTime now = SteadyClock::now();
       if (p == task_) {
         leader_status_ = st;
+      } else if (p == copier_) {
+        copier_ = -1;
       } else if (p == container_signal_) {
         container_signal_ = -1;
         // Delivered; otherwise the container is not there yet (or no longer): try again.
@@ -691,12 +927,19 @@ void TaskShim::ReapDescendants() {
   const auto deadline = SteadyClock::now() + kReapTimeout;
   while (true) {
     killpg(task_, SIGKILL);
-    KillOwnChildren();
+    // The copier is spared: it exits by itself at the EOF of the task's output, once every
+    // process that held it is gone, after copying all of it.
+    KillOwnChildren(copier_);
     if (!ReapAvailable()) break;
     if (SteadyClock::now() >= deadline) {
       LogLine(log_fd_, fmt::format("some processes of the task did not exit within {} ms of "
                                    "SIGKILL; reporting the task as finished anyway",
                                    kReapTimeout.count()));
+      if (copier_ > 0) {
+        kill(copier_, SIGKILL);
+        waitpid(copier_, nullptr, 0);
+        copier_ = -1;
+      }
       break;
     }
     pollfd pfd = {sfd_, POLLIN, 0};
@@ -861,7 +1104,8 @@ int ReportUsage(const Error& error) {
           "usage: cohort task-shim --log FILE --status FILE --grace-ms N [--cwd DIR] "
           "[--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUP,...] [--cpus LIST] "
           "[--container-runtime CMD --container-name NAME --container-image IMAGE [--container-root FILE "
-          "[--container-detached]]] "
+          "[--container-detached]]] [--output FILE [--truncate-output]] [--error FILE [--truncate-error]] "
+          "[--io-user NAME:UID:GID:GROUP,...] [--io-cwd DIR] [--output-opened FILE] [--after-output-opened FILE] "
           "(-- command [args...] | --hold)\n");
   return 2;
 }
@@ -877,6 +1121,7 @@ int RunTaskShim(int argc, char** argv) {
   }
   if (auto r = shim.BecomeSupervisor(); !r) return shim.FailStart(r.error().message);
   if (auto r = shim.OpenTaskLog(); !r) return shim.FailStart(r.error().message);
+  if (auto r = shim.StartCopier(); !r) return shim.FailStart(r.error().message);
   if (auto r = shim.SpawnTask(); !r) return shim.FailStart(r.error().message);
   shim.Supervise();
   shim.ReapDescendants();

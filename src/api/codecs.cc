@@ -14,6 +14,7 @@
 #include "api/container_spec.h"
 #include "api/job_array.h"
 #include "api/job_dependency.h"
+#include "api/output_pattern.h"
 #include "api/sweep.h"
 #include "common/clock.h"
 #include "api/spec_limits.h"
@@ -254,6 +255,9 @@ json ToJson(const JobSpec& s) {
   if (s.tensor_group_size > 0) j["tensor_group_size"] = s.tensor_group_size;
   if (s.checkpoint_before_limit_s > 0) j["checkpoint_before_limit_s"] = s.checkpoint_before_limit_s;
   if (s.begin_ms > 0) j["begin_ms"] = s.begin_ms;
+  if (!s.output.empty()) j["output"] = s.output;
+  if (!s.error.empty()) j["error"] = s.error;
+  if (!s.open_mode.empty()) j["open_mode"] = s.open_mode;
   if (!s.nodelist.empty()) j["nodelist"] = s.nodelist;
   if (!s.exclude.empty()) j["exclude"] = s.exclude;
   if (!s.constraint.empty()) j["constraint"] = s.constraint;
@@ -302,6 +306,12 @@ static Result<void> CheckAllocationSpec(const JobSpec& s) {
   if (s.checkpoint_before_limit_s != 0) {
     return FieldError("checkpoint_before_limit_s", "an allocation has no checkpoints");
   }
+  for (const auto& [field, value] : {std::pair{"output", &s.output}, std::pair{"error", &s.error}}) {
+    if (!value->empty()) {
+      return FieldError(field, "an allocation runs no command of its own to write '{}'; its steps' output goes to "
+                               "the allocation's shell", *value);
+    }
+  }
   return {};
 }
 
@@ -329,6 +339,16 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
   s.user = COHORT_TRY(r.String("user", "anonymous"));
   s.env = COHORT_TRY(r.StringMap("env"));
   s.workdir = COHORT_TRY(r.String("workdir", ""));
+  s.output = COHORT_TRY(r.String("output", ""));
+  s.error = COHORT_TRY(r.String("error", ""));
+  s.open_mode = COHORT_TRY(r.String("open_mode", ""));
+  // Given but empty is a mistake (a flag's value lost in the shell), not "no file".
+  for (const char* field : {"output", "error", "open_mode"}) {
+    if (auto it = j.find(field); it != j.end() && it->is_string() && it->get<std::string>().empty()) {
+      return FieldError(field, "is empty: {}, or leave it out",
+                        std::string_view(field) == "open_mode" ? "give 'append' or 'truncate'" : "give a file path");
+    }
+  }
   s.nodes = static_cast<int>(COHORT_TRY(r.Int("nodes", 1, 1, kMaxNodes)));
   s.min_nodes = static_cast<int>(COHORT_TRY(r.Int("min_nodes", 0, 0, kMaxNodes)));
   if (s.min_nodes > s.nodes) {
@@ -489,6 +509,9 @@ Result<void> ValidateJobSpec(const JobSpec& s) {
   if (!s.workdir.empty() && s.workdir[0] != '/') {
     return FieldError("workdir", "must be an absolute path, got '{}'", s.workdir);
   }
+  if (!s.output.empty()) COHORT_TRY_VOID(CheckOutputPattern("output", s.output));
+  if (!s.error.empty()) COHORT_TRY_VOID(CheckOutputPattern("error", s.error));
+  COHORT_TRY_VOID(CheckOpenMode(s.open_mode));
   if (s.gpus_per_node % s.tasks_per_node != 0) {
     return FieldError("gpus_per_node",
                       "{} GPUs cannot be split evenly among {} tasks per node; use a multiple of tasks_per_node",
@@ -1034,6 +1057,9 @@ json ToJson(const HeartbeatReply& r) {
       l["command"] = t.command;
       l["env"] = t.env;
       l["workdir"] = t.workdir;
+      if (!t.output.empty()) l["output"] = t.output;
+      if (!t.error.empty()) l["error"] = t.error;
+      if (!t.open_mode.empty()) l["open_mode"] = t.open_mode;
       l["cpus"] = t.cpus;
       l["user"] = t.user;
       if (t.container.enabled()) l["container"] = ToJson(t.container);
@@ -1080,6 +1106,9 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
     l.command = COHORT_TRY(t.StringList("command", std::vector<std::string>{}));
     l.env = COHORT_TRY(t.StringMap("env"));
     l.workdir = COHORT_TRY(t.String("workdir", ""));
+    l.output = COHORT_TRY(t.String("output", "", 4096));
+    l.error = COHORT_TRY(t.String("error", "", 4096));
+    l.open_mode = COHORT_TRY(t.String("open_mode", "", 16));
     l.gpus = COHORT_TRY(IntList(t, "gpus", 0, kMaxGpusPerNode - 1, kMaxGpusPerNode));
     l.cpus = static_cast<int>(COHORT_TRY(t.Int("cpus", 0, 0, 1 << 20)));
     l.user = COHORT_TRY(t.String("user", "", 256));

@@ -68,6 +68,15 @@ struct JobSpec {
   std::vector<std::string> command;        // argv of every task; required
   std::map<std::string, std::string> env;  // extra variables; may not override the contract's
   std::string workdir;                     // absolute path; empty: the agent's work directory
+  // Slurm's --output, --error and --open-mode (api/output_pattern.h): files the tasks'
+  // stdout and stderr are also written to, beside the agent's log; patterns (%j, %A_%a,
+  // %x, %u, %N, %t, %n, %%) expanded per task, relative paths relative to workdir. "":
+  // the log only. Without `error`, stderr goes to `output` too. open_mode: "" (truncate on
+  // the first attempt, append on requeues, as Slurm), "truncate" (the same) or "append".
+  // On the wire only when set.
+  std::string output;
+  std::string error;
+  std::string open_mode;
   int nodes = 1;                           // gang size in nodes
   // Elastic jobs: 1..nodes. When `nodes` cannot be placed, the gang may start (or restart
   // after a failure) on as few as min_nodes nodes; WORLD_SIZE and COHORT_NUM_NODES tell
@@ -496,6 +505,11 @@ struct TaskLaunch {
   std::vector<std::string> command;
   std::map<std::string, std::string> env;  // the job contract's variables and the spec's env
   std::string workdir;
+  // The job's output/error patterns and open_mode (JobSpec; api/output_pattern.h), which
+  // the agent expands for the task. Sent with the launch details when set.
+  std::string output;
+  std::string error;
+  std::string open_mode;
   std::vector<int> gpus;
   int cpus = 0;
   // The job's user: a root agent runs the task as this account (agent/task_user.h). Empty

@@ -138,6 +138,10 @@ struct SubmitFlags {
   std::optional<std::string> time_limit;  // as typed: "3600", "1:00:00", "2h"
   std::optional<std::string> progress_timeout;  // as typed: "120", "120s", "5m"; "0"/"off": none
   std::optional<std::string> workdir;
+  // -o/--output, -e/--error, --open-mode (api/output_pattern.h), as typed.
+  std::optional<std::string> output;
+  std::optional<std::string> error;
+  std::optional<std::string> open_mode;
   std::optional<std::string> user;
   std::optional<std::string> team;  // -A/--team/--account: the team the job counts against
   // Node constraints (sched/constraints.h), as typed.

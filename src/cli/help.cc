@@ -144,6 +144,9 @@ $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
   checkpoint_before_limit_s: 120   # ... and this long before the time limit (--signal USR1@120)
   env: {NCCL_DEBUG: INFO}    # --env
   workdir: /abs/path         # --workdir; default: the submitting directory
+  output: logs/%x-%j.out     # -o; also write stdout (and stderr, without error) to this file
+  error: logs/%x-%j.err      # -e; patterns %j %A %a %x %u %N %n %t %%, relative to workdir
+  open_mode: truncate        # --open-mode; truncate (default; a requeue appends) | append
   nodelist: "gpu[1-2]"       # -w; these nodes are members (a Slurm host list)
   exclude: gpu7              # -x; never these nodes
   constraint: a100&ib        # -C; node features (cohort agent --features): & | ( )

@@ -4,6 +4,7 @@
 #include "api/job_array.h"
 #include "api/gpu_request.h"
 #include "api/gpu_spec.h"
+#include "api/output_pattern.h"
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/clock.h"
@@ -206,6 +207,26 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   r.Add("command", s.is_allocation() ? "(none: an allocation)" : ShellJoin(s.command));
   if (s.container.enabled()) r.Add("container", fmt::format("{} ({})", s.container.image, s.container.runtime));
   r.Add("workdir", s.workdir.empty() ? "(the agent's work directory)" : s.workdir);
+  if (!s.output.empty() || !s.error.empty()) {
+    // What is known here expanded; %N, %n and %t (and an array's %a) differ per task.
+    api::OutputPatternValues v;
+    v.job_id = job.id;
+    v.array_job_id = job.array_job_id;
+    if (job.is_array_element()) {
+      v.array_task_id = job.array_task_id;
+    } else if (s.is_array()) {
+      v.array_task_id = std::nullopt;
+    }
+    v.job_name = s.name;
+    v.user = s.user;
+    auto path = [&](const std::string& pattern) {
+      std::string p = api::ExpandOutputPattern(pattern, v);
+      return p.starts_with('/') || s.workdir.empty() ? p : s.workdir + (s.workdir.ends_with('/') ? "" : "/") + p;
+    };
+    r.Add("output", s.output.empty() ? "(none: the log only, cohort logs)" : path(s.output));
+    r.Add("error", s.error.empty() ? "(with the output)" : path(s.error));
+    r.Add("open mode", s.open_mode == "append" ? "append" : "truncate (a requeue or restart appends)");
+  }
   r.Add("nodes", fmt::format("{} x {} task{} per node (world size {})", s.nodes, s.tasks_per_node,
                              s.tasks_per_node == 1 ? "" : "s", s.world_size()));
   if (!s.gpu_type.empty() || s.shares_gpu()) {

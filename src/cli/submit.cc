@@ -68,6 +68,9 @@ const std::map<std::string, std::string, std::less<>>& FlagForField() {
       {"time_limit_s", "--time-limit"},
       {"progress_timeout_s", "--progress-timeout"},
       {"workdir", "--workdir"},
+      {"output", "--output"},
+      {"error", "--error"},
+      {"open_mode", "--open-mode"},
       {"user", "--user"},
       {"team", "--team"},
       {"mem_per_node_mb", "--mem"},
@@ -101,6 +104,9 @@ bool FlagGiven(const SubmitFlags& f, std::string_view field) {
   if (field == "time_limit_s") return f.time_limit.has_value();
   if (field == "progress_timeout_s") return f.progress_timeout.has_value();
   if (field == "workdir") return f.workdir.has_value();
+  if (field == "output") return f.output.has_value();
+  if (field == "error") return f.error.has_value();
+  if (field == "open_mode") return f.open_mode.has_value();
   if (field == "user") return f.user.has_value();
   if (field == "team") return f.team.has_value();
   if (field == "mem_per_node_mb") return f.mem.has_value();
@@ -471,6 +477,9 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   set("array", flags.array);
   set("dependency", flags.dependency);
   if (flags.kill_on_invalid_dep) base["kill_on_invalid_dep"] = true;
+  set("output", flags.output);
+  set("error", flags.error);
+  set("open_mode", flags.open_mode);
   set("nodelist", flags.nodelist);
   set("exclude", flags.exclude);
   set("constraint", flags.constraint);
@@ -527,6 +536,23 @@ Result<void> CheckConstraintSyntax(const api::JobSpec& spec) {
   return sched::CheckConstraintSyntax(r);
 }
 
+// An output or error path with no pattern in it that names a directory here (the working
+// directory is usually shared with the nodes): refused now, as the node would fail the job
+// at start with "Is a directory".
+Result<void> CheckOutputFilesHere(const api::JobSpec& spec) {
+  for (const auto& [field, value] : {std::pair{"output", &spec.output}, std::pair{"error", &spec.error}}) {
+    if (value->empty() || value->find('%') != std::string::npos) continue;
+    std::filesystem::path p(*value);
+    if (p.is_relative() && !spec.workdir.empty()) p = std::filesystem::path(spec.workdir) / p;
+    std::error_code ec;
+    if (std::filesystem::is_directory(p, ec)) {
+      return FieldError(field, "'{}' is a directory ({}); give a file in it, e.g. '{}/slurm-%j.out'", *value,
+                        p.lexically_normal().string(), *value);
+    }
+  }
+  return {};
+}
+
 Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const std::string& source) {
   const SubmitDefaults defaults = CurrentDefaults();
   auto merged = MergeSubmitFlags(std::move(base), flags, defaults);
@@ -542,6 +568,7 @@ Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const 
   if (!merged) return std::unexpected(AttributeError(merged.error(), flags, source));
   auto spec = api::JobSpecFromJson(*merged);
   if (!spec) return std::unexpected(AttributeError(spec.error(), flags, source));
+  if (auto here = CheckOutputFilesHere(*spec); !here) return std::unexpected(AttributeError(here.error(), flags, source));
   COHORT_TRY_VOID(CheckConstraintSyntax(*spec));
   return spec;
 }
@@ -660,6 +687,14 @@ void AddSubmitCommand(CommandContext& ctx) {
   sub->add_flag("--kill-on-invalid-dep", f.kill_on_invalid_dep,
                 "Cancel the job if its dependency can never be satisfied (default: it stays PENDING with reason "
                 "DependencyNeverSatisfied)");
+  AddOptional(sub, "-o,--output", f.output,
+              "Also write the tasks' stdout (and stderr, without -e) to this file, as sbatch's: relative to the "
+              "working directory, opened as the job's user on each task's node; patterns %j (job id), %A_%a "
+              "(array id and index), %x (name), %u (user), %N (node), %n (node index), %t (rank), %% (a '%'); "
+              "cohort logs keeps showing the output too");
+  AddOptional(sub, "-e,--error", f.error, "Write the tasks' stderr to this file instead (patterns as -o)");
+  AddOptional(sub, "--open-mode", f.open_mode,
+              "truncate (default: the first attempt empties the files, a requeue or restart appends) or append");
   AddOptional(sub, "--max-restarts", f.max_restarts, "Gang restarts after a node or task failure (default 0)");
   AddOptional(sub, "--progress-timeout", f.progress_timeout,
               "Fail (and restart) the gang when no progress is reported at $COHORT_REPORT for this long: "

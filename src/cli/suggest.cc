@@ -94,7 +94,8 @@ std::string SlurmFlagHint(std::string_view flag) {
   }
   if (what == "output") {
     return "cohort keeps each rank's output (stdout and stderr) on its node: read it with cohort logs JOB "
-           "(-f follows, --rank R shows one rank, 12_7 an array's element)";
+           "(-f follows, --rank R shows one rank, 12_7 an array's element); cohort submit -o/--output and "
+           "-e/--error also write it to files";
   }
   if (what == "partition") {
     return "cohort has no partitions: choose nodes by feature with -C/--constraint (cohort agent --features) or by "

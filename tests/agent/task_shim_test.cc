@@ -1,7 +1,13 @@
 // The shim on its own, run as a program the way the executor runs it.
 #include "agent/task_shim.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -101,6 +107,116 @@ TEST_F(TaskShimTest, ExitsWithTheTaskCodeAndWritesStatus) {
   EXPECT_EQ(j["error"], "");
   EXPECT_EQ(ReadFile(log_), "out\n");
   EXPECT_FALSE(std::filesystem::exists(status_ + ".tmp"));
+}
+
+// --output/--error (Slurm's -o/-e): the task's streams go to the files and still to the log;
+// without --error, stderr goes to the output file; the status comes only after all of the
+// output is in the file, a descendant's included.
+TEST_F(TaskShimTest, CopiesTheTasksOutputToTheFilesAndTheLog) {
+  const std::string out = tmp_.Sub("o.txt");
+  const std::string err = tmp_.Sub("e.txt");
+  auto shim = StartShim({"sh", "-c", "echo to-out; echo to-err >&2"}, 5000, true, {"--output", out, "--error", err});
+  ASSERT_TRUE(shim) << shim.error().ToString();
+  ASSERT_TRUE(shim->Wait());
+  EXPECT_EQ(Status()["exit_code"], 0);
+  EXPECT_EQ(ReadFile(out), "to-out\n");
+  EXPECT_EQ(ReadFile(err), "to-err\n");
+  EXPECT_THAT(ReadFile(log_), HasSubstr("to-out\n"));
+  EXPECT_THAT(ReadFile(log_), HasSubstr("to-err\n"));
+
+  // One file for both streams, in the order they were written; 2 MiB written by a
+  // background child just before the leader exits all arrive before the status does.
+  const std::string both = tmp_.Sub("both.txt");
+  std::filesystem::remove(status_);
+  auto big = StartShim({"sh", "-c", "echo first; echo second >&2; (head -c 2097152 /dev/zero | tr '\\0' x) & wait"},
+                       5000, true, {"--output", both});
+  ASSERT_TRUE(big);
+  ASSERT_TRUE(big->Wait());
+  EXPECT_EQ(Status()["exit_code"], 0);
+  const std::string text = ReadFile(both);
+  EXPECT_EQ(text.substr(0, 13), "first\nsecond\n");
+  EXPECT_EQ(text.size(), 13u + 2097152u);
+}
+
+// The copier outlives the task: when the leader exits while output is still on its way
+// (here the output file is a FIFO the test has not read yet, so the copier is blocked
+// writing to it, with more in the task's pipe), the shim's clean-up kills the task's
+// processes but not the copier, and all the task wrote reaches the file and the log.
+TEST_F(TaskShimTest, NoTailIsLostWhenTheTaskEndsWithOutputInFlight) {
+  const std::string fifo = tmp_.Sub("out.fifo");
+  const std::string left = tmp_.Sub("left");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const int rd = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(rd, 0);
+  // 100000 bytes: 64 KiB fill the FIFO, the copier blocks writing the next chunk, the rest
+  // waits in the task's pipe (which holds 64 KiB more); then the leader exits.
+  auto shim = StartShim({"sh", "-c",
+                         "head -c 100000 /dev/zero | tr '\\0' x; echo $$ > " + left + ".tmp; mv " + left + ".tmp " +
+                             left + "; exit 0"},
+                        5000, true, {"--output", fifo});
+  ASSERT_TRUE(shim);
+  // Read only once the shim has reaped the leader (its pid is gone), so its clean-up
+  // runs while the copier is still blocked.
+  const pid_t leader = agent_testing::ReadPidFile(left);
+  ASSERT_GT(leader, 0);
+  ASSERT_TRUE(agent_testing::WaitFor([&] { return kill(leader, 0) != 0 && errno == ESRCH; }));
+  std::string got;
+  char buf[65536];
+  while (true) {
+    pollfd p{rd, POLLIN, 0};
+    ASSERT_GT(poll(&p, 1, 20000), 0) << "the copier neither wrote nor closed the FIFO";
+    const ssize_t n = read(rd, buf, sizeof buf);
+    if (n == 0) break;  // the copier closed it
+    if (n > 0) got.append(buf, static_cast<size_t>(n));
+  }
+  close(rd);
+  ASSERT_TRUE(shim->Wait());
+  EXPECT_EQ(got.size(), 100000u);
+  EXPECT_EQ(ReadFile(log_).size(), 100000u);
+  EXPECT_EQ(Status()["exit_code"], 0);
+}
+
+TEST_F(TaskShimTest, OutputFilesAreAppendedToUnlessTruncated) {
+  const std::string out = tmp_.Sub("o.txt");
+  const std::string rel_dir = tmp_.Sub("work");
+  std::filesystem::create_directory(rel_dir);
+  {
+    std::ofstream(out) << "old\n";
+    std::ofstream(rel_dir + "/rel.txt") << "old\n";
+  }
+  auto append = StartShim({"echo", "new"}, 5000, true, {"--output", out});
+  ASSERT_TRUE(append && append->Wait());
+  EXPECT_EQ(ReadFile(out), "old\nnew\n");
+  // Relative to the working directory; truncated when asked.
+  auto truncate =
+      StartShim({"echo", "only"}, 5000, true, {"--cwd", rel_dir, "--output", "rel.txt", "--truncate-output"});
+  ASSERT_TRUE(truncate && truncate->Wait());
+  EXPECT_EQ(ReadFile(rel_dir + "/rel.txt"), "only\n");
+}
+
+// A file the copier cannot open fails the task's start as an exec failure does: exit 127,
+// the reason in the log and the status, and the command never runs.
+TEST_F(TaskShimTest, AnOutputFileThatCannotBeOpenedFailsTheStart) {
+  const std::string ran = tmp_.Sub("ran");
+  const std::string work = tmp_.Sub("w");
+  std::filesystem::create_directory(work);
+  auto shim = StartShim({"touch", ran}, 5000, true, {"--cwd", work, "--output", "missing/o.txt"});
+  ASSERT_TRUE(shim);
+  auto st = shim->Wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->exit_code, 127);
+  const std::string want =
+      "cannot open output file 'missing/o.txt' (in '" + work + "'): No such file or directory";
+  EXPECT_EQ(Status()["exit_code"], 127);
+  EXPECT_EQ(Status()["error"], want);
+  EXPECT_THAT(ReadFile(log_), HasSubstr(want));
+  EXPECT_FALSE(std::filesystem::exists(ran));
+
+  std::filesystem::remove(status_);
+  auto dir = StartShim({"touch", ran}, 5000, true, {"--output", tmp_.Sub("o.txt"), "--error", work});
+  ASSERT_TRUE(dir && dir->Wait());
+  EXPECT_EQ(Status()["error"], "cannot open error file '" + work + "': Is a directory");
+  EXPECT_FALSE(std::filesystem::exists(ran));
 }
 
 TEST_F(TaskShimTest, WorksWithoutTheSubcommandWord) {

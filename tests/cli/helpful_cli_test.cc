@@ -238,7 +238,8 @@ TEST(HelpTopicTest, TheSpecExampleLoadsAndNamesEveryField) {
   for (const char* field :
        {"name", "command", "nodes", "min_nodes", "tasks_per_node", "gpus_per_node", "gpus", "gpus_per_task",
         "gpu_type", "gpu_memory", "gpu_memory_enforce", "topology", "cpus_per_task", "priority", "placement", "max_restarts", "time_limit_s",
-        "progress_timeout_s", "checkpoint_signal", "checkpoint_before_limit_s", "env", "workdir", "nodelist",
+        "progress_timeout_s", "checkpoint_signal", "checkpoint_before_limit_s", "env", "workdir", "output", "error",
+        "open_mode", "nodelist",
         "exclude", "constraint",
         "mem_per_node_mb", "team", "tensor_group_size", "container", "array", "dependency",
         "kill_on_invalid_dep", "sweep", "kind"}) {

@@ -425,6 +425,47 @@ TEST_F(SubmitCommandTest, WrapRunsTheLineWithAShell) {
   EXPECT_THAT(empty.err, HasSubstr("--wrap: give the command line to run"));
 }
 
+// sbatch's -o/-e/--open-mode: the patterns go into the spec as typed (the agent expands
+// them per task), and a bad one fails here, naming the flag and the pattern.
+TEST_F(SubmitCommandTest, OutputAndErrorFiles) {
+  auto r = RunCommand({"submit", "--dry-run", "-o", "logs/%x-%j.out", "-e", "logs/%x-%j.err", "--open-mode",
+                       "append", "--", "true"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json spec = json::parse(r.out);
+  EXPECT_EQ(spec["output"], "logs/%x-%j.out");
+  EXPECT_EQ(spec["error"], "logs/%x-%j.err");
+  EXPECT_EQ(spec["open_mode"], "append");
+  auto plain = RunCommand({"submit", "--dry-run", "--", "true"});
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  EXPECT_FALSE(json::parse(plain.out).contains("output"));
+
+  const std::pair<std::vector<std::string>, std::string> kBad[] = {
+      {{"-o", "out-%q.txt"}, "--output: pattern 'out-%q.txt' has an unknown field '%q' (known: %j %A %a %x %u %N %n "
+                             "%t %%)"},
+      {{"--error=err-%"}, "--error: pattern 'err-%' ends in a lone '%'"},
+      {{"-o", ""}, "--output: is empty: give a file path, or leave it out"},
+      {{"-o", "logs/"}, "--output: 'logs/' names a directory; give a file in it (e.g. 'logs/slurm-%j.out')"},
+      {{"--open-mode", "sometimes"}, "--open-mode: must be 'append' or 'truncate', got 'sometimes'"},
+  };
+  for (const auto& [flags, want] : kBad) {
+    std::vector<std::string> args = {"submit", "--dry-run"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "true"});
+    auto bad = RunCommand(args);
+    EXPECT_EQ(bad.rc, 2) << flags[0];
+    EXPECT_THAT(bad.err, HasSubstr(want)) << flags[0];
+  }
+  // A path that is a directory here (the working directory is the nodes' too) is refused
+  // before the job would fail on a node.
+  std::filesystem::create_directory(dir_ / "logs");
+  auto dir = RunCommand({"submit", "--dry-run", "-D", dir_.string(), "-e", "logs", "--", "true"});
+  EXPECT_EQ(dir.rc, 2);
+  EXPECT_THAT(dir.err, HasSubstr("--error: 'logs' is a directory (" + (dir_ / "logs").string() +
+                                 "); give a file in it, e.g. 'logs/slurm-%j.out'"));
+  auto file = RunCommand({"submit", "--dry-run", "-D", dir_.string(), "-e", "logs/e.txt", "--", "true"});
+  EXPECT_EQ(file.rc, 0) << file.err;
+}
+
 TEST_F(SubmitCommandTest, CommandAfterDashDash) {
   auto r = RunCommand({"submit", "--dry-run", "-N", "2", "-n", "4", "-G", "8", "-J", "ddp", "-t", "2h",
                        "--export", "NONE", "--env", "A=1", "--env", "B=2", "--", "sh", "train.py", "--lr", "3e-4",
@@ -497,10 +538,6 @@ TEST_F(SubmitCommandTest, SbatchFlagsWorkOrSayWhatToUseInstead) {
                                        "partitions (Slurm's -p)"));
   EXPECT_EQ(RunCommand({"submit", "--dry-run", "-p", "-5", "--", "true"}).rc, 0);
   const std::pair<std::vector<std::string>, std::string> kCases[] = {
-      {{"-o", "out_%j.txt"}, "unknown option '-o': cohort keeps each rank's output (stdout and stderr) on its node: "
-                             "read it with cohort logs JOB"},
-      {{"--output=slurm-%A_%a.out"}, "unknown option '--output': cohort keeps each rank's output"},
-      {{"-e", "err.txt"}, "unknown option '-e': cohort keeps each rank's output"},
       {{"--gres=gpu:h100:4"}, "unknown option '--gres': ask for GPUs with -G/--gpus [TYPE:]COUNT per node"},
       {{"--partition", "gpu"}, "unknown option '--partition': cohort has no partitions"},
       {{"--ntasks", "8"}, "unknown option '--ntasks': cohort counts tasks per node: -N NODES -n TASKS_PER_NODE"},

@@ -16,6 +16,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <tuple>
 #include <optional>
 #include <random>
 #include <regex>
@@ -273,6 +275,52 @@ TEST_F(TaskUsersTest, EachUsersTasksRunAsItsAccountAndCannotReadTheOthers) {
     EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message);
     c_.WaitForState(id, "CANCELLED");
   }
+}
+
+// Slurm's -o/-e files are opened as the job's account, never as the root agent: in a
+// directory the account cannot write the job fails at start naming the file, and a symbolic
+// link the user planted at the output path, pointing at a root-owned file, does not let
+// the job write that file. Its own file is created as its own.
+TEST_F(TaskUsersTest, OutputFilesAreOpenedAsTheJobsAccount) {
+  const TestAccount& a = accounts_[0];
+  const std::string ro = c_.dir() + "/ro";  // root's, 0755: a may enter, not write
+  const std::string mine = c_.dir() + "/mine";
+  const std::string root_file = c_.dir() + "/root-owned";
+  ASSERT_EQ(mkdir(ro.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(mine.c_str(), 0755), 0);
+  ASSERT_EQ(chown(mine.c_str(), a.uid(), a.gid()), 0);
+  std::ofstream(root_file) << "root's\n";
+  ASSERT_EQ(chmod(root_file.c_str(), 0644), 0);
+  const std::string link = mine + "/planted.out";
+  ASSERT_EQ(a.As([&] { return symlink(root_file.c_str(), link.c_str()) == 0 ? 0 : errno; }), 0);
+
+  auto run = [&](const std::string& workdir, const std::string& output) {
+    json j = c_.Submit({{"command", {"sh", "-c", "echo ran"}}, {"user", a.name()}, {"workdir", workdir},
+                        {"output", output}, {"open_mode", "append"}});
+    return j.value("id", int64_t{0});
+  };
+  const int64_t denied = run(ro, "out.txt");
+  const int64_t planted = run(mine, "planted.out");
+  const int64_t own = run(mine, "own-%j.out");
+  for (auto [id, file, dir] : {std::tuple{denied, "out.txt", ro}, std::tuple{planted, "planted.out", mine}}) {
+    ASSERT_GT(id, 0);
+    json failed = c_.WaitForState(id, "FAILED");
+    ASSERT_EQ(failed["exits"].size(), 1u) << failed.dump(2);
+    EXPECT_EQ(failed["exits"][0].value("error", ""),
+              fmt::format("cannot open output file '{}' (in '{}'): Permission denied", file, dir));
+    EXPECT_EQ(failed["exits"][0].value("exit_code", 0), 127);
+    EXPECT_EQ(c_.Logs(id, 0).find("ran"), std::string::npos) << c_.Logs(id, 0);
+  }
+  EXPECT_FALSE(std::filesystem::exists(ro + "/out.txt"));
+  EXPECT_EQ(ReadFile(root_file), "root's\n");
+  ASSERT_GT(own, 0);
+  c_.WaitForState(own, "SUCCEEDED");
+  const std::string own_path = fmt::format("{}/own-{}.out", mine, own);
+  EXPECT_EQ(ReadFile(own_path), "ran\n");
+  struct stat st{};
+  ASSERT_EQ(stat(own_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, a.uid());
+  EXPECT_EQ(st.st_gid, a.gid());
 }
 
 TEST_F(TaskUsersTest, AJobWhoseUserHasNoAccountFailsAtStartNamingUserAndNode) {

@@ -317,6 +317,9 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
           }
           l.env = api::TaskEnvironment(job, na, t, options);
           l.workdir = job.spec.workdir;
+          l.output = job.spec.output;
+          l.error = job.spec.error;
+          l.open_mode = job.spec.open_mode;
           l.cpus = job.spec.cpus_per_task;
           l.user = job.spec.user;
           l.container = job.spec.container;

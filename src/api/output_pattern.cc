@@ -1,0 +1,152 @@
+// Output file patterns (output_pattern.h).
+#include "api/output_pattern.h"
+
+#include <fmt/format.h>
+
+namespace cohort::api {
+namespace {
+
+constexpr size_t kMaxPathBytes = 4096;  // PATH_MAX
+constexpr std::string_view kFields = "%j %A %a %x %u %N %n %t %%";
+
+bool IsField(char c) {
+  return c == 'j' || c == 'A' || c == 'a' || c == 'x' || c == 'u' || c == 'N' || c == 'n' || c == 't' || c == '%';
+}
+
+// Calls `emit(width, letter)` for each field and `literal(text)` between them, in order.
+// Returns the offset of the first bad '%' (npos when none) and sets `why`.
+template <typename Field, typename Literal>
+size_t Walk(std::string_view p, Field&& field, Literal&& literal, std::string* why) {
+  size_t i = 0;
+  while (i < p.size()) {
+    const size_t pct = p.find('%', i);
+    if (pct == std::string_view::npos) {
+      literal(p.substr(i));
+      break;
+    }
+    literal(p.substr(i, pct - i));
+    size_t j = pct + 1;
+    int width = 0;
+    while (j < p.size() && p[j] >= '0' && p[j] <= '9' && j - pct <= 2) width = width * 10 + (p[j++] - '0');
+    if (j >= p.size()) {
+      if (why) *why = "ends in a lone '%' (write %% for a '%')";
+      return pct;
+    }
+    if (!IsField(p[j]) || (p[j] == '%' && j != pct + 1)) {
+      if (why) {
+        *why = p[j] >= '0' && p[j] <= '9'
+                   ? "has a field width over 99 at that '%'"
+                   : fmt::format("has an unknown field '%{}' (known: {})", p.substr(pct + 1, j - pct), kFields);
+      }
+      return pct;
+    }
+    if (width > 10) {
+      if (why) *why = fmt::format("pads '%{}' to {} digits; at most 10", p.substr(pct + 1, j - pct), width);
+      return pct;
+    }
+    field(width, p[j]);
+    i = j + 1;
+  }
+  return std::string_view::npos;
+}
+
+std::string Padded(int width, int64_t v) { return width > 0 ? fmt::format("{:0{}}", v, width) : std::to_string(v); }
+
+}  // namespace
+
+Result<void> CheckOutputPattern(std::string_view field, std::string_view pattern) {
+  if (pattern.empty()) return FieldError(std::string(field), "is empty: give a file path, or leave it out");
+  if (pattern.find('\0') != std::string_view::npos) return FieldError(std::string(field), "contains a NUL byte");
+  if (pattern.size() > kMaxPathBytes) {
+    return FieldError(std::string(field), "is {} bytes long; a path is at most {} bytes", pattern.size(),
+                      kMaxPathBytes);
+  }
+  std::string why;
+  if (Walk(pattern, [](int, char) {}, [](std::string_view) {}, &why) != std::string_view::npos) {
+    return FieldError(std::string(field), "pattern '{}' {}", pattern, why);
+  }
+  const size_t slash = pattern.rfind('/');
+  const std::string_view last = slash == std::string_view::npos ? pattern : pattern.substr(slash + 1);
+  if (last.empty() || last == "." || last == "..") {
+    return FieldError(std::string(field), "'{}' names a directory; give a file in it (e.g. '{}{}slurm-%j.out')",
+                      pattern, pattern, last.empty() ? "" : "/");
+  }
+  return {};
+}
+
+Result<void> CheckOpenMode(std::string_view open_mode) {
+  if (open_mode.empty() || open_mode == "append" || open_mode == "truncate") return {};
+  return FieldError("open_mode", "must be 'append' or 'truncate', got '{}'", open_mode);
+}
+
+std::string ExpandOutputPattern(std::string_view pattern, const OutputPatternValues& v) {
+  std::string out;
+  const bool element = v.array_job_id > 0;
+  auto field = [&](int width, char c) {
+    // A value not known stays as written.
+    auto number = [&](const std::optional<int64_t>& n) {
+      out += n ? Padded(width, *n) : width ? fmt::format("%{}{}", width, c) : fmt::format("%{}", c);
+    };
+    switch (c) {
+      case 'j': number(v.job_id); break;
+      case 'A': number(element ? v.array_job_id : v.job_id); break;
+      case 'a': number(v.array_task_id); break;
+      case 'n': number(v.node_index); break;
+      case 't': number(v.rank); break;
+      case 'x': out += v.job_name; break;
+      case 'u': out += v.user; break;
+      case 'N': out += v.node ? *v.node : "%N"; break;
+      case '%': out += '%'; break;
+    }
+  };
+  auto literal = [&](std::string_view s) { out += s; };
+  if (const size_t bad = Walk(pattern, field, literal, nullptr); bad != std::string_view::npos) {
+    out += pattern.substr(bad);
+  }
+  return out;
+}
+
+namespace {
+
+// Who shares the file a pattern names: every task its own (%t), a node's tasks (%N, %n),
+// or the whole job.
+enum class Sharing { kTask, kNode, kJob };
+
+Sharing SharingOf(std::string_view pattern) {
+  bool per_task = false;
+  bool per_node = false;
+  Walk(
+      pattern,
+      [&](int, char c) {
+        per_task = per_task || c == 't';
+        per_node = per_node || c == 'N' || c == 'n';
+      },
+      [](std::string_view) {}, nullptr);
+  return per_task ? Sharing::kTask : per_node ? Sharing::kNode : Sharing::kJob;
+}
+
+}  // namespace
+
+bool OutputTruncates(std::string_view pattern, std::string_view open_mode, int attempt, int64_t rank,
+                     int64_t local_rank) {
+  if (open_mode == "append" || attempt > 0) return false;
+  switch (SharingOf(pattern)) {
+    case Sharing::kTask: return true;
+    case Sharing::kNode: return local_rank == 0;
+    case Sharing::kJob: return rank == 0;
+  }
+  return false;
+}
+
+int64_t OutputOpenedFirstBy(std::string_view pattern, std::string_view open_mode, int attempt, int64_t rank,
+                            int64_t local_rank, int64_t node_index) {
+  if (open_mode == "append" || attempt > 0 || local_rank == 0) return -1;
+  switch (SharingOf(pattern)) {
+    case Sharing::kTask: return -1;
+    case Sharing::kNode: return rank - local_rank;
+    case Sharing::kJob: return node_index == 0 ? rank - local_rank : -1;
+  }
+  return -1;
+}
+
+}  // namespace cohort::api
