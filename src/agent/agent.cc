@@ -356,6 +356,7 @@ Result<void> Agent::RegisterOnce() {
     key_pem = COHORT_TRY(tls::NewPrivateKeyPem());
     registration_.csr = COHORT_TRY(tls::MakeCsrPem(key_pem, config_.name));
   }
+  registration_.free_ports = FindFreePorts(4);  // a job placed before the first heartbeat
   auto reply = COHORT_TRY(join.Post(api::routes::kAgentRegister, api::ToJson(registration_)));
   if (!reply.is_object() || !reply.contains("timing")) {
     return MakeError(ErrorCode::kInternal, "registration reply has no timing");

@@ -895,7 +895,8 @@ json ToJson(const Registration& r) {
                  return a;
                }()},
               {"cpus", r.cpus}, {"labels", r.labels}, {"features", r.features},
-              {"memory_bytes", r.memory_bytes}, {"gpu_sharing", r.gpu_sharing}, {"csr", r.csr}};
+              {"memory_bytes", r.memory_bytes}, {"gpu_sharing", r.gpu_sharing}, {"csr", r.csr},
+              {"free_ports", r.free_ports}};
 }
 
 Result<Registration> RegistrationFromJson(const json& j) {
@@ -918,6 +919,7 @@ Result<Registration> RegistrationFromJson(const json& j) {
     return FieldError("gpu_sharing", "must be 'mps' or 'time-slicing', got '{}'", reg.gpu_sharing);
   }
   reg.csr = COHORT_TRY(r.String("csr", "", 16 << 10));
+  if (r.Raw("free_ports")) reg.free_ports = COHORT_TRY(IntList(r, "free_ports", 1, 65535, 64));
   COHORT_TRY_VOID(r.Finish(UnknownFields::kIgnore));
   if (!ValidName(reg.name, 64)) {
     return FieldError("name", "must be 1-64 characters of letters, digits, '.', '_' or '-', got '{}'", reg.name);

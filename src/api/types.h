@@ -436,6 +436,10 @@ struct Registration {
   std::vector<std::string> features;          // ValidateNodeFeatures
   int64_t memory_bytes = 0;                   // host memory; 0: unknown
   std::string gpu_sharing = {};               // Node::gpu_sharing
+  // Ports found free on the node as it registers, for MASTER_PORT (as Heartbeat's): a job
+  // placed before the node's first heartbeat gets one of them, not a port derived from
+  // its id that no node checked (the same on every head: job 1's of two heads collide).
+  std::vector<int> free_ports = {};
   // A certificate request (PEM) for the node's key, to a head with TLS: the reply holds
   // the node's certificate. Not kept with the node.
   std::string csr;

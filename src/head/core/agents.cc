@@ -174,6 +174,7 @@ Result<RegisterResult> Register(ClusterState& s, const Context& ctx, const api::
   n.last_heartbeat_ms = n.registered_ms;
   NodeRuntime& rt = s.runtime[reg.name];
   Heard(rt, now);
+  rt.free_ports = reg.free_ports;  // until its first heartbeat's
   tx.fx.StoreNode(n);
   tx.RequestSchedule();
   RegisterResult out;

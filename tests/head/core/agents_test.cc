@@ -238,5 +238,27 @@ TEST_F(CoreTest, AJobsMasterPortIsNotHandedToAnotherJobOnTheSameNode) {
   EXPECT_GT(Job(c).allocation.master_port, 0);
 }
 
+// A job placed before its node's first heartbeat gets a port the node found free as it
+// registered, not the one derived from the job's id (the same for job 1 of every head on a
+// machine, and checked by no node).
+TEST_F(CoreTest, AJobPlacedBeforeTheFirstHeartbeatGetsAPortTheRegistrationListed) {
+  api::Registration reg = Reg("n1", 2);
+  reg.free_ports = {43001, 43002};
+  Register(reg);
+  const api::JobId a = Submit(Spec(1, 1));
+  ASSERT_EQ(Pass(), 1);
+  const int port = Job(a).allocation.master_port;
+  EXPECT_TRUE(port == 43001 || port == 43002) << port;
+  // The codec carries them (an agent's registration over the wire).
+  auto decoded = api::RegistrationFromJson(api::ToJson(reg));
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().message;
+  EXPECT_EQ(decoded->free_ports, (std::vector<int>{43001, 43002}));
+  json bad = api::ToJson(reg);
+  bad["free_ports"] = {0};
+  auto refused = api::RegistrationFromJson(bad);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().field, "free_ports");
+}
+
 }  // namespace
 }  // namespace cohort::head::core::testing
