@@ -83,6 +83,18 @@ int64_t ChoicesOf(const json& body, bool chat) {
   return n;
 }
 
+// The load that least-loaded routing compares: what the replica's last report holds
+// beyond the gateway's own requests of that moment (other clients' requests, canaries),
+// plus what the gateway has in progress there now (Envoy's and vLLM's least-request
+// balancers count their own in-flight requests per upstream so). The report is up to a
+// health interval old and still shows a burst that has since ended (a replica reported
+// 3271 tokens in flight after its last stream ended): routed on max(report, the gateway's
+// own outstanding tokens), the next burst all went to the other replica until the
+// gateway's own count there passed that stale report. Called with the gateway's mutex held.
+int64_t LoadOf(int64_t reported, int64_t at_report, int64_t outstanding) {
+  return std::max<int64_t>(0, reported - at_report) + outstanding;
+}
+
 }  // namespace
 
 // ---- replicas ---------------------------------------------------------------------------
@@ -94,8 +106,12 @@ struct Gateway::Replica {
   api::ReplicaStatus status;  // load numbers, health, counters
   bool canaried = false;      // a canary passed since it was (re)marked unhealthy
   int ticks_since_canary = 0;
+  // What the gateway has sent it and not seen end: requests, and their estimated tokens.
   int outstanding = 0;
   int64_t outstanding_tokens = 0;
+  // outstanding_tokens when its last load report was asked for: the part of that report
+  // that is the gateway's own requests (Load()).
+  int64_t outstanding_tokens_at_report = 0;
   std::vector<std::unique_ptr<httplib::Client>> idle;  // keep-alive connections
 };
 
@@ -219,6 +235,7 @@ std::shared_ptr<Gateway::ServiceLatency> Gateway::LatencyOf(const std::string& m
 void Gateway::Check(const std::string& key) {
   std::string host, model;
   int port = 0;
+  int64_t at_report = 0;  // the gateway's own outstanding tokens there as the report is asked for
   bool canary_due = false;
   {
     MutexLock l(mu_);
@@ -228,6 +245,7 @@ void Gateway::Check(const std::string& key) {
     host = r.host;
     port = r.port;
     model = r.model;
+    at_report = r.outstanding_tokens;
     canary_due = !r.canaried || r.ticks_since_canary + 1 >= options_.canary_every;
   }
   httplib::Client c(host, port);
@@ -279,6 +297,7 @@ void Gateway::Check(const std::string& key) {
     s.ttft_p99_seconds = report->value("ttft_p99_seconds", 0.0);
     s.itl_p50_seconds = report->value("itl_p50_seconds", 0.0);
     s.itl_p99_seconds = report->value("itl_p99_seconds", 0.0);
+    r.outstanding_tokens_at_report = at_report;
   }
   if (!problem.empty()) {
     if (r.status.healthy) LOG_WARN("gateway: replica {} of {} is unhealthy: {}", key, r.service, problem);
@@ -361,7 +380,8 @@ Result<std::shared_ptr<Gateway::Lease>> Gateway::Pick(const std::string& model, 
     int64_t best = 0;
     for (size_t i = 0; i < healthy.size(); ++i) {
       Replica* r = healthy[(start + i) % healthy.size()];
-      const int64_t load = std::max(r->status.queued_tokens + r->status.inflight_tokens, r->outstanding_tokens);
+      const int64_t load = LoadOf(r->status.queued_tokens + r->status.inflight_tokens,
+                                  r->outstanding_tokens_at_report, r->outstanding_tokens);
       if (!chosen || load < best) {
         chosen = r;
         best = load;
@@ -1003,6 +1023,13 @@ void Gateway::WriteMetrics(prom::TextWriter& w) const {
     for (const auto& [key, r] : replicas_) {
       w.Sample({{"service", r->service}, {"job", std::to_string(r->status.job)}, {"node", r->node}}, get(r->status));
     }
+  }
+  // The gateway's own count, exact at every moment (the replica's report is up to a health
+  // interval old): which replicas a burst went to, which streams a replica's loss moves.
+  w.Family("cohort_replica_gateway_inflight_requests", MetricType::kGauge,
+           "Requests (streams included) the gateway has sent to the replica and not yet seen end");
+  for (const auto& [key, r] : replicas_) {
+    w.Sample({{"service", r->service}, {"job", std::to_string(r->status.job)}, {"node", r->node}}, r->outstanding);
   }
   for (const auto& [key, r] : replicas_) {
     Agg& a = services[r->service];

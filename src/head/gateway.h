@@ -17,8 +17,12 @@
 //     names (header X-Cohort-Site) when there are any; with a session header
 //     (X-Session-Id) the same replica for the same session while it stays healthy
 //     (rendezvous hashing, so a conversation's prefix stays where it was computed); else
-//     the least loaded by tokens (its reported queued and in-flight tokens, or the
-//     gateway's own outstanding estimate when that is higher).
+//     the least loaded by tokens: what its last report (queued and in-flight tokens) held
+//     beyond the gateway's own requests of that moment, plus the estimated tokens of the
+//     requests the gateway has in progress there now (so a burst arriving between two
+//     reports spreads over the replicas, and a report of a burst since ended is not held
+//     against the replica). /metrics has each replica's requests in progress at the
+//     gateway (cohort_replica_gateway_inflight_requests).
 //   - Retries: a request that has not started streaming goes to another replica after a
 //     connection error, a 5xx or an overload (up to max_attempts replicas); when every
 //     replica is overloaded it waits in a bounded queue (max_queued; beyond it, and after
