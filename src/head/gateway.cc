@@ -601,6 +601,9 @@ struct Gateway::StreamState {
   std::shared_ptr<Lease> lease;
   std::unique_ptr<Upstream> up;
   std::vector<int64_t> sent;  // token ids relayed
+  // A chunk was relayed: an echoed prompt (completions' echo, its first chunk) went out and
+  // is not asked for again on a move.
+  bool relayed = false;
   // One choice: a failed replica's stream moves. Several (n, several prompts) interleave
   // their tokens, which one resumed generation cannot continue: the stream ends in an error.
   bool movable = true;
@@ -749,6 +752,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
     std::string last_failure;
     json body = st->body;
     if (!st->sent.empty()) body["cohort_resume"] = {{"tokens", st->sent}};
+    if (st->relayed) body.erase("echo");
     const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
     auto fail = [&](const Error& e) {
       if (res_or_null) SendOpenAiError(*res_or_null, e, options_.retry_after_s);
@@ -868,6 +872,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
               st->up->Abort();
               return false;
             }
+            st->relayed = true;
             return true;
           }
         }

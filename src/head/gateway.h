@@ -32,7 +32,8 @@
 //     error event) is re-submitted to another replica with the prompt plus the tokens
 //     already sent ("cohort_resume", openai_api.h), and only the new tokens are relayed:
 //     the client receives every token exactly once. A stream of several choices (n > 1,
-//     several prompts) cannot be resumed so: it ends with an error event instead. The gateway gives every streamed
+//     several prompts) cannot be resumed so: it ends with an error event instead. An echoed
+//     prompt (completions' echo) that went out is not asked for again. The gateway gives every streamed
 //     sampling request a seed when it has none, so the continuation equals what the dead
 //     replica would have sent (seeded sampling is keyed by token index, sampling.h).
 //   - Hang-ups: a client that closes its connection is given up: a stream's next write

@@ -550,6 +550,24 @@ TEST_F(GatewayTest, AStreamMovesWhenItsReplicaDiesAndNoTokenRepeats) {
       << *text;
 }
 
+// A stream that echoes its prompt (completions' echo) and moves after the echo went out
+// does not ask the next replica for it again: the client would get the prompt twice (and a
+// replica refuses echo with cohort_resume).
+TEST_F(GatewayTest, AMovedStreamDoesNotEchoThePromptAgain) {
+  replicas_["east"]->die_after(3);
+  auto r = Post(json{{"model", "m"}, {"prompt", "hello"}, {"max_tokens", 10}, {"stream", true}, {"echo", true},
+                     {"temperature", 0}},
+                {{"X-Cohort-Site", "east"}});
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  EXPECT_EQ(replicas_["east"]->last_body().value("echo", false), true);
+  const json moved = replicas_["west"]->last_body();
+  EXPECT_FALSE(moved.contains("echo")) << moved.dump();
+  EXPECT_EQ(moved["cohort_resume"]["tokens"].size(), 3u) << moved.dump();
+  EXPECT_EQ(gateway_->counters().failovers, 1);
+}
+
 // A stream of several choices (n > 1, or several prompts) interleaves their tokens, which
 // cannot be resumed as one generation elsewhere: when its replica dies it ends with an
 // error event saying so, and nothing is sent to another replica as a continuation.

@@ -271,7 +271,8 @@ TEST(ServeIntegrationTest, TheOpenAiSdkTalksToTheGateway) {
   ASSERT_TRUE(st.has_value()) << "the SDK test did not finish";
   const std::string log = ReadFile(c.dir() + "/sdk.log");
   EXPECT_TRUE(st->Success()) << st->ToString() << "\n" << log;
-  for (const char* check : {"ok models.list", "ok completions.create stream", "ok chat.completions.create stream",
+  for (const char* check : {"ok models.list", "ok completions.create stream", "ok completions.create echo",
+                            "ok chat.completions.create stream",
                             "ok errors", "ok serving after errors"}) {
     EXPECT_NE(log.find(check), std::string::npos) << check << "\n" << log;
   }
