@@ -36,7 +36,11 @@ uint64_t Fnv1a(std::string_view s) {
 
 void SendOpenAiError(httplib::Response& res, const Error& e, int retry_after_s) {
   res.status = HttpStatusFor(e.code);
-  if (e.code == ErrorCode::kResourceExhausted) res.set_header("Retry-After", std::to_string(retry_after_s));
+  // 429 (overloaded) and 503 (no healthy replica: one is starting, or a canary is due):
+  // when to try again, which OpenAI's SDKs and lm-evaluation-harness honour.
+  if (e.code == ErrorCode::kResourceExhausted || e.code == ErrorCode::kUnavailable) {
+    res.set_header("Retry-After", std::to_string(retry_after_s));
+  }
   res.set_content(OpenAiErrorText(e), "application/json");
 }
 
@@ -918,6 +922,9 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
 }
 
 void Gateway::Register(Router& router) {
+  for (const char* pattern : {"/v1/completions", "/v1/chat/completions", "/v1/models", R"(/v1/models/(.+))"}) {
+    router.UseOpenAiErrors(pattern);
+  }
   router.Post("/v1/completions", Access::kUser,
               [this](const httplib::Request& req, httplib::Response& res) { Handle(false, "/v1/completions", req, res); });
   router.Post("/v1/chat/completions", Access::kUser, [this](const httplib::Request& req, httplib::Response& res) {

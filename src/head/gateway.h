@@ -41,9 +41,11 @@
 //     connection is closed, which makes the replica cancel the request. The replica stays
 //     healthy.
 // Replies name the replica that answered (X-Cohort-Replica: "job.attempt"; a stream's
-// first). Errors are in OpenAI's shape: 404 unknown model (param "model"), 503 no healthy replica,
-// 429 overloaded with Retry-After, 400 for a body that is not a JSON object with a model
-// (or whose stream is not a boolean). A field that is null is unset, as at a replica.
+// first). Errors are in OpenAI's shape, the head's own refusals on these routes too (401
+// without an accepted token, 403, 429 past the rate limit: Router::UseOpenAiErrors): 404
+// unknown model (param "model"), 503 no healthy replica and 429 overloaded, both with
+// Retry-After, 400 for a body that is not a JSON object with a model (or whose stream is
+// not a boolean). A field that is null is unset, as at a replica.
 //
 // Threads: Start runs the health thread; handlers run on the HTTP pool's threads; every
 // public method may be called from any thread. Stop (idempotent; the destructor calls it)

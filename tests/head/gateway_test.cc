@@ -344,8 +344,40 @@ TEST_F(GatewayTest, UnknownModelIs404AndNoHealthyReplicaIs503) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503) << r->body;
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "service_unavailable_error");
+  // When to try again (a replica may be starting or due a canary): it had none.
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1") << r->body;
   auto bad = Post(json("not json"));
   EXPECT_EQ(bad->status, 400);
+}
+
+// The head's own refusals on the gateway's routes, before the gateway sees the request, as
+// OpenAI's SDKs read them: {"error": {"message", "type", "param", "code"}}. A request with
+// no token, or one the head does not accept, was a 401 in Cohort's shape ({"error":
+// {"code": "unauthenticated", "message"}}: no type, no param).
+TEST_F(GatewayTest, TheHeadsRefusalsAreInOpenAisShape) {
+  HttpServerOptions ho;
+  ho.pools = {HttpServerOptions::Pool{"all", 4, 64}};
+  HttpServer secured(ho);
+  Router router(secured, /*tokens=*/nullptr, /*insecure=*/false);
+  gateway_->Register(router);
+  auto port = secured.Bind();
+  ASSERT_TRUE(port.has_value());
+  std::thread serve([&] { secured.Serve(); });
+  httplib::Client c("127.0.0.1", *port);
+  for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer cohort_bad"}}}) {
+    for (const std::string path : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/models/m"}) {
+      auto r = path.starts_with("/v1/models") ? c.Get(path, h) : c.Post(path, h, kRequest.dump(), "application/json");
+      ASSERT_TRUE(r) << path;
+      EXPECT_EQ(r->status, 401) << path << ": " << r->body;
+      const json body = json::parse(r->body, nullptr, false);
+      ASSERT_TRUE(body.contains("error")) << r->body;
+      const json& e = body["error"];
+      EXPECT_EQ(e.value("type", ""), "authentication_error") << path << ": " << r->body;
+      EXPECT_TRUE(e.contains("param") && e.contains("code") && e["message"].is_string()) << path << ": " << r->body;
+    }
+  }
+  secured.Stop();
+  serve.join();
 }
 
 // The models as the OpenAI SDKs list and retrieve them.

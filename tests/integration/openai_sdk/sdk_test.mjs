@@ -102,7 +102,11 @@ await expectError(OpenAI.BadRequestError, 400, 'max_tokens',
 await expectError(OpenAI.BadRequestError, 400, 'temperature',
   () => client.chat.completions.create({ model, messages, temperature: 7 }));
 const stranger = new OpenAI({ baseURL, apiKey: 'cohort_not-a-token', maxRetries: 0 });
-await expectError(OpenAI.AuthenticationError, 401, undefined, () => stranger.models.list());
+// The head's own refusal, in OpenAI's shape too (it had no type or param).
+const denied = await expectError(OpenAI.AuthenticationError, 401, null, () => stranger.models.list());
+assert.equal(denied.type, 'authentication_error');
+await expectError(OpenAI.AuthenticationError, 401, null,
+  () => stranger.completions.create({ model, prompt: 'x', max_tokens: 1 }));
 ok('errors');
 
 // The gateway still serves after the errors.
