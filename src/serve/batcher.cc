@@ -322,7 +322,14 @@ void Batcher::RunStep() {
   }
   const size_t V = static_cast<size_t>(config_.vocab_size);
   size_t li = 0;
+  // This step's tokens are counted before any of them goes out: a client that reads
+  // /metrics once its reply is complete finds its tokens there (they were counted after
+  // the last event was pushed, and such a read could come first).
   int64_t produced = 0;
+  for (size_t i = 0; i < in_step.size(); ++i) {
+    produced += step[i].want_logits && in_step[i]->request.max_tokens > 0 && in_step[i]->request.observed;
+  }
+  if (metrics_ && produced > 0) metrics_->CountOutputTokens(produced, MonoMs(now));
   std::vector<float> penalized;  // a penalized sequence's logits
   for (size_t i = 0; i < in_step.size(); ++i) {
     Sequence& s = *in_step[i];
@@ -359,7 +366,6 @@ void Batcher::RunStep() {
     s.tokens.push_back(e.token);
     ++s.generated;
     if (s.request.observed) {
-      ++produced;
       if (metrics_ && s.generated == 1) metrics_->ObserveTimeToFirstToken(SecondsSince(s.arrived, now));
       else if (metrics_) metrics_->ObserveInterTokenLatency(SecondsSince(s.last_token, now));
     }
@@ -384,7 +390,6 @@ void Batcher::RunStep() {
       Finish(s, std::move(e));
     }
   }
-  if (metrics_ && produced > 0) metrics_->CountOutputTokens(produced, MonoMs(now));
   std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->blocks.empty(); });
 }
 
