@@ -15,6 +15,7 @@
 #include "common/openai_error.h"
 #include "head/cluster.h"
 #include "head/router.h"
+#include "head/services.h"
 
 namespace cohort::head {
 
@@ -178,12 +179,29 @@ std::vector<std::string> Gateway::Discover() {
       if (auto it = n.node.labels.find("site"); it != n.node.labels.end()) sites[n.node.name] = it->second;
     }
   }
+  // Services scaled to 0 (services.h): their models exist, with no replica (503, not 404).
+  std::map<std::string, std::pair<std::string, int64_t>> idle;  // model -> service, created
+  if (auto stored = cluster_.GetMeta(kZeroReplicaServicesMeta); stored && *stored) {
+    if (auto j = ParseJson(**stored); j && j->is_object()) {
+      for (auto it = j->begin(); it != j->end(); ++it) {
+        const json& v = it.value();
+        if (!v.is_object() || !v.contains("spec") || !v["spec"].is_object()) continue;
+        idle[v["spec"].value("service_model", it.key())] = {it.key(), v.value("created", int64_t{0})};
+      }
+    }
+  }
   std::vector<std::string> keys;
   {
     MutexLock l(mu_);
     std::map<std::string, std::shared_ptr<Replica>> next;
     model_services_.clear();
     model_created_.clear();
+    scaled_to_zero_.clear();
+    for (const auto& [model, service_created] : idle) {
+      model_services_[model] = service_created.first;
+      model_created_[model] = service_created.second;
+      scaled_to_zero_.insert(model);
+    }
     for (const auto& j : jobs) {
       model_services_[j.spec.service_model] = j.spec.service;
       const int64_t submitted = j.submit_ms / 1000;
@@ -359,6 +377,10 @@ Result<std::shared_ptr<Gateway::Lease>> Gateway::Pick(const std::string& model, 
   }
   if (healthy.empty()) {
     std::string why = all.empty() ? "no replica is running yet" : "";
+    if (all.empty() && scaled_to_zero_.contains(model)) {
+      why = fmt::format("service '{}' is scaled to 0 replicas: cohort serve scale {} N", model_services_[model],
+                        model_services_[model]);
+    }
     for (Replica* r : all) why += fmt::format("{}{} on {}: {}", why.empty() ? "" : "; ", r->key, r->node, r->status.health);
     return Errorf(ErrorCode::kUnavailable, "no healthy replica of model '{}' ({})", model, why);
   }

@@ -56,6 +56,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -159,6 +160,7 @@ class Gateway {
   // When each model's service was deployed (its oldest replica's submission, Unix seconds):
   // /v1/models' "created".
   std::map<std::string, int64_t> model_created_ GUARDED_BY(mu_);
+  std::set<std::string> scaled_to_zero_ GUARDED_BY(mu_);  // models of services scaled to 0
   int queued_ GUARDED_BY(mu_) = 0;
   uint64_t round_robin_ GUARDED_BY(mu_) = 0;
 

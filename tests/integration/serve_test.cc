@@ -234,6 +234,30 @@ TEST(ServeIntegrationTest, DeployRouteScaleAndRemoveAService) {
   ASSERT_NO_FATAL_FAILURE(WaitHealthy(c, "svc", 1, std::chrono::seconds(30)));
   EXPECT_EQ(Post(c, "/v1/completions", req).status, 200);
 
+  // Scaled to 0, as kubectl scale --replicas=0 keeps a Deployment: the service stays, with
+  // no replica, and its model answers 503 (not 404: it exists); scaled back, it serves.
+  // This was refused: "replicas: must be between 1 and 64 (remove a service with rm)".
+  auto zero = Cohort(c, {"serve", "scale", "svc", "0"});
+  ASSERT_EQ(zero.status.Code(), 0) << zero.errors;
+  EXPECT_NE(zero.output.find("Service svc scaled to 0 replicas\n"), std::string::npos) << zero.output;
+  Reply idle;
+  EXPECT_TRUE(WaitUntil([&] {
+    idle = Post(c, "/v1/completions", req);
+    return idle.status == 503 && idle.body["error"]["message"].get<std::string>().find("scaled to 0") != std::string::npos;
+  }, std::chrono::seconds(30))) << idle.status << " " << idle.body.dump();
+  EXPECT_EQ(idle.body["error"]["type"], "service_unavailable_error");
+  const json parked = ServiceNamed(c, "svc");
+  EXPECT_EQ(parked["replicas"], 0) << parked.dump();
+  auto ls_zero = Cohort(c, {"serve", "ls", "svc"});
+  EXPECT_EQ(ls_zero.status.Code(), 0) << ls_zero.errors;
+  EXPECT_NE(ls_zero.output.find("Service svc: model svc-model, 0 replica(s)"), std::string::npos) << ls_zero.output;
+  auto taken = Cohort(c, {"serve", "deploy", ServiceFile(c, "svc", model, 1)});
+  EXPECT_NE(taken.status.Code(), 0) << "a service scaled to 0 still holds its name";
+  auto back = Cohort(c, {"serve", "scale", "svc", "1"});
+  ASSERT_EQ(back.status.Code(), 0) << back.errors;
+  ASSERT_NO_FATAL_FAILURE(WaitHealthy(c, "svc", 1, std::chrono::seconds(60)));
+  EXPECT_EQ(Post(c, "/v1/completions", req).status, 200);
+
   auto removed = Cohort(c, {"serve", "rm", "svc"});
   ASSERT_EQ(removed.status.Code(), 0) << removed.errors;
   EXPECT_TRUE(WaitUntil([&] { return Services(c)["services"].empty(); }, std::chrono::seconds(10)));
