@@ -133,7 +133,9 @@ void AddServeCommands(CommandContext& ctx) {
   auto count = std::make_shared<int>(0);
   auto* scale = serve->add_subcommand("scale", "Set a service's number of replicas");
   scale->add_option("NAME", *name, "Service")->required();
-  scale->add_option("N", *count, "Replicas")->required()->check(CLI::Range(1, api::kMaxReplicas));
+  scale->add_option("N", *count, "Replicas (0 keeps the service with none: its model answers 503)")
+      ->required()
+      ->check(CLI::Range(0, api::kMaxReplicas));
   AddClientOptions(scale, global);
   ctx.on_run(scale, [name, count, &global] { return Scale(*name, *count, global); });
 

@@ -15,6 +15,7 @@
 #include "common/openai_error.h"
 #include "head/cluster.h"
 #include "head/router.h"
+#include "head/services.h"
 
 namespace cohort::head {
 
@@ -36,7 +37,11 @@ uint64_t Fnv1a(std::string_view s) {
 
 void SendOpenAiError(httplib::Response& res, const Error& e, int retry_after_s) {
   res.status = HttpStatusFor(e.code);
-  if (e.code == ErrorCode::kResourceExhausted) res.set_header("Retry-After", std::to_string(retry_after_s));
+  // 429 (overloaded) and 503 (no healthy replica: one is starting, or a canary is due):
+  // when to try again, which OpenAI's SDKs and lm-evaluation-harness honour.
+  if (e.code == ErrorCode::kResourceExhausted || e.code == ErrorCode::kUnavailable) {
+    res.set_header("Retry-After", std::to_string(retry_after_s));
+  }
   res.set_content(OpenAiErrorText(e), "application/json");
 }
 
@@ -83,6 +88,18 @@ int64_t ChoicesOf(const json& body, bool chat) {
   return n;
 }
 
+// The load that least-loaded routing compares: what the replica's last report holds
+// beyond the gateway's own requests of that moment (other clients' requests, canaries),
+// plus what the gateway has in progress there now (Envoy's and vLLM's least-request
+// balancers count their own in-flight requests per upstream so). The report is up to a
+// health interval old and still shows a burst that has since ended (a replica reported
+// 3271 tokens in flight after its last stream ended): routed on max(report, the gateway's
+// own outstanding tokens), the next burst all went to the other replica until the
+// gateway's own count there passed that stale report. Called with the gateway's mutex held.
+int64_t LoadOf(int64_t reported, int64_t at_report, int64_t outstanding) {
+  return std::max<int64_t>(0, reported - at_report) + outstanding;
+}
+
 }  // namespace
 
 // ---- replicas ---------------------------------------------------------------------------
@@ -94,8 +111,12 @@ struct Gateway::Replica {
   api::ReplicaStatus status;  // load numbers, health, counters
   bool canaried = false;      // a canary passed since it was (re)marked unhealthy
   int ticks_since_canary = 0;
+  // What the gateway has sent it and not seen end: requests, and their estimated tokens.
   int outstanding = 0;
   int64_t outstanding_tokens = 0;
+  // outstanding_tokens when its last load report was asked for: the part of that report
+  // that is the gateway's own requests (Load()).
+  int64_t outstanding_tokens_at_report = 0;
   std::vector<std::unique_ptr<httplib::Client>> idle;  // keep-alive connections
 };
 
@@ -158,12 +179,29 @@ std::vector<std::string> Gateway::Discover() {
       if (auto it = n.node.labels.find("site"); it != n.node.labels.end()) sites[n.node.name] = it->second;
     }
   }
+  // Services scaled to 0 (services.h): their models exist, with no replica (503, not 404).
+  std::map<std::string, std::pair<std::string, int64_t>> idle;  // model -> service, created
+  if (auto stored = cluster_.GetMeta(kZeroReplicaServicesMeta); stored && *stored) {
+    if (auto j = ParseJson(**stored); j && j->is_object()) {
+      for (auto it = j->begin(); it != j->end(); ++it) {
+        const json& v = it.value();
+        if (!v.is_object() || !v.contains("spec") || !v["spec"].is_object()) continue;
+        idle[v["spec"].value("service_model", it.key())] = {it.key(), v.value("created", int64_t{0})};
+      }
+    }
+  }
   std::vector<std::string> keys;
   {
     MutexLock l(mu_);
     std::map<std::string, std::shared_ptr<Replica>> next;
     model_services_.clear();
     model_created_.clear();
+    scaled_to_zero_.clear();
+    for (const auto& [model, service_created] : idle) {
+      model_services_[model] = service_created.first;
+      model_created_[model] = service_created.second;
+      scaled_to_zero_.insert(model);
+    }
     for (const auto& j : jobs) {
       model_services_[j.spec.service_model] = j.spec.service;
       const int64_t submitted = j.submit_ms / 1000;
@@ -219,6 +257,7 @@ std::shared_ptr<Gateway::ServiceLatency> Gateway::LatencyOf(const std::string& m
 void Gateway::Check(const std::string& key) {
   std::string host, model;
   int port = 0;
+  int64_t at_report = 0;  // the gateway's own outstanding tokens there as the report is asked for
   bool canary_due = false;
   {
     MutexLock l(mu_);
@@ -228,6 +267,7 @@ void Gateway::Check(const std::string& key) {
     host = r.host;
     port = r.port;
     model = r.model;
+    at_report = r.outstanding_tokens;
     canary_due = !r.canaried || r.ticks_since_canary + 1 >= options_.canary_every;
   }
   httplib::Client c(host, port);
@@ -279,6 +319,7 @@ void Gateway::Check(const std::string& key) {
     s.ttft_p99_seconds = report->value("ttft_p99_seconds", 0.0);
     s.itl_p50_seconds = report->value("itl_p50_seconds", 0.0);
     s.itl_p99_seconds = report->value("itl_p99_seconds", 0.0);
+    r.outstanding_tokens_at_report = at_report;
   }
   if (!problem.empty()) {
     if (r.status.healthy) LOG_WARN("gateway: replica {} of {} is unhealthy: {}", key, r.service, problem);
@@ -336,6 +377,10 @@ Result<std::shared_ptr<Gateway::Lease>> Gateway::Pick(const std::string& model, 
   }
   if (healthy.empty()) {
     std::string why = all.empty() ? "no replica is running yet" : "";
+    if (all.empty() && scaled_to_zero_.contains(model)) {
+      why = fmt::format("service '{}' is scaled to 0 replicas: cohort serve scale {} N", model_services_[model],
+                        model_services_[model]);
+    }
     for (Replica* r : all) why += fmt::format("{}{} on {}: {}", why.empty() ? "" : "; ", r->key, r->node, r->status.health);
     return Errorf(ErrorCode::kUnavailable, "no healthy replica of model '{}' ({})", model, why);
   }
@@ -361,7 +406,8 @@ Result<std::shared_ptr<Gateway::Lease>> Gateway::Pick(const std::string& model, 
     int64_t best = 0;
     for (size_t i = 0; i < healthy.size(); ++i) {
       Replica* r = healthy[(start + i) % healthy.size()];
-      const int64_t load = std::max(r->status.queued_tokens + r->status.inflight_tokens, r->outstanding_tokens);
+      const int64_t load = LoadOf(r->status.queued_tokens + r->status.inflight_tokens,
+                                  r->outstanding_tokens_at_report, r->outstanding_tokens);
       if (!chosen || load < best) {
         chosen = r;
         best = load;
@@ -581,6 +627,9 @@ struct Gateway::StreamState {
   std::shared_ptr<Lease> lease;
   std::unique_ptr<Upstream> up;
   std::vector<int64_t> sent;  // token ids relayed
+  // A chunk was relayed: an echoed prompt (completions' echo, its first chunk) went out and
+  // is not asked for again on a move.
+  bool relayed = false;
   // One choice: a failed replica's stream moves. Several (n, several prompts) interleave
   // their tokens, which one resumed generation cannot continue: the stream ends in an error.
   bool movable = true;
@@ -729,6 +778,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
     std::string last_failure;
     json body = st->body;
     if (!st->sent.empty()) body["cohort_resume"] = {{"tokens", st->sent}};
+    if (st->relayed) body.erase("echo");
     const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
     auto fail = [&](const Error& e) {
       if (res_or_null) SendOpenAiError(*res_or_null, e, options_.retry_after_s);
@@ -848,6 +898,7 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
               st->up->Abort();
               return false;
             }
+            st->relayed = true;
             return true;
           }
         }
@@ -893,6 +944,9 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
 }
 
 void Gateway::Register(Router& router) {
+  for (const char* pattern : {"/v1/completions", "/v1/chat/completions", "/v1/models", R"(/v1/models/(.+))"}) {
+    router.UseOpenAiErrors(pattern);
+  }
   router.Post("/v1/completions", Access::kUser,
               [this](const httplib::Request& req, httplib::Response& res) { Handle(false, "/v1/completions", req, res); });
   router.Post("/v1/chat/completions", Access::kUser, [this](const httplib::Request& req, httplib::Response& res) {
@@ -1003,6 +1057,13 @@ void Gateway::WriteMetrics(prom::TextWriter& w) const {
     for (const auto& [key, r] : replicas_) {
       w.Sample({{"service", r->service}, {"job", std::to_string(r->status.job)}, {"node", r->node}}, get(r->status));
     }
+  }
+  // The gateway's own count, exact at every moment (the replica's report is up to a health
+  // interval old): which replicas a burst went to, which streams a replica's loss moves.
+  w.Family("cohort_replica_gateway_inflight_requests", MetricType::kGauge,
+           "Requests (streams included) the gateway has sent to the replica and not yet seen end");
+  for (const auto& [key, r] : replicas_) {
+    w.Sample({{"service", r->service}, {"job", std::to_string(r->status.job)}, {"node", r->node}}, r->outstanding);
   }
   for (const auto& [key, r] : replicas_) {
     Agg& a = services[r->service];

@@ -17,8 +17,12 @@
 //     names (header X-Cohort-Site) when there are any; with a session header
 //     (X-Session-Id) the same replica for the same session while it stays healthy
 //     (rendezvous hashing, so a conversation's prefix stays where it was computed); else
-//     the least loaded by tokens (its reported queued and in-flight tokens, or the
-//     gateway's own outstanding estimate when that is higher).
+//     the least loaded by tokens: what its last report (queued and in-flight tokens) held
+//     beyond the gateway's own requests of that moment, plus the estimated tokens of the
+//     requests the gateway has in progress there now (so a burst arriving between two
+//     reports spreads over the replicas, and a report of a burst since ended is not held
+//     against the replica). /metrics has each replica's requests in progress at the
+//     gateway (cohort_replica_gateway_inflight_requests).
 //   - Retries: a request that has not started streaming goes to another replica after a
 //     connection error, a 5xx or an overload (up to max_attempts replicas); when every
 //     replica is overloaded it waits in a bounded queue (max_queued; beyond it, and after
@@ -28,7 +32,8 @@
 //     error event) is re-submitted to another replica with the prompt plus the tokens
 //     already sent ("cohort_resume", openai_api.h), and only the new tokens are relayed:
 //     the client receives every token exactly once. A stream of several choices (n > 1,
-//     several prompts) cannot be resumed so: it ends with an error event instead. The gateway gives every streamed
+//     several prompts) cannot be resumed so: it ends with an error event instead. An echoed
+//     prompt (completions' echo) that went out is not asked for again. The gateway gives every streamed
 //     sampling request a seed when it has none, so the continuation equals what the dead
 //     replica would have sent (seeded sampling is keyed by token index, sampling.h).
 //   - Hang-ups: a client that closes its connection is given up: a stream's next write
@@ -36,9 +41,11 @@
 //     connection is closed, which makes the replica cancel the request. The replica stays
 //     healthy.
 // Replies name the replica that answered (X-Cohort-Replica: "job.attempt"; a stream's
-// first). Errors are in OpenAI's shape: 404 unknown model (param "model"), 503 no healthy replica,
-// 429 overloaded with Retry-After, 400 for a body that is not a JSON object with a model
-// (or whose stream is not a boolean). A field that is null is unset, as at a replica.
+// first). Errors are in OpenAI's shape, the head's own refusals on these routes too (401
+// without an accepted token, 403, 429 past the rate limit: Router::UseOpenAiErrors): 404
+// unknown model (param "model"), 503 no healthy replica and 429 overloaded, both with
+// Retry-After, 400 for a body that is not a JSON object with a model (or whose stream is
+// not a boolean). A field that is null is unset, as at a replica.
 //
 // Threads: Start runs the health thread; handlers run on the HTTP pool's threads; every
 // public method may be called from any thread. Stop (idempotent; the destructor calls it)
@@ -49,6 +56,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -152,6 +160,7 @@ class Gateway {
   // When each model's service was deployed (its oldest replica's submission, Unix seconds):
   // /v1/models' "created".
   std::map<std::string, int64_t> model_created_ GUARDED_BY(mu_);
+  std::set<std::string> scaled_to_zero_ GUARDED_BY(mu_);  // models of services scaled to 0
   int queued_ GUARDED_BY(mu_) = 0;
   uint64_t round_robin_ GUARDED_BY(mu_) = 0;
 

@@ -1,6 +1,7 @@
 #include "head/router.h"
 
 #include "common/clock.h"
+#include "common/openai_error.h"
 #include "head/rendezvous.h"
 
 namespace cohort::head {
@@ -95,10 +96,17 @@ bool Router::RateLimited(const Route& route, const httplib::Request& req, const 
   if (d.admitted) return false;
   const int64_t retry_s = (d.retry_after.count() + 999) / 1000;
   res.set_header("Retry-After", std::to_string(retry_s));
-  SendError(res, Error{ErrorCode::kResourceExhausted,
-                       fmt::format("too many requests from {}: at most {} a second, {} at once; retry in {}s", who,
-                                   limiter_->options().rate, limiter_->options().burst, retry_s)});
+  Refuse(route, res,
+         Error{ErrorCode::kResourceExhausted,
+               fmt::format("too many requests from {}: at most {} a second, {} at once; retry in {}s", who,
+                           limiter_->options().rate, limiter_->options().burst, retry_s)});
   return true;
+}
+
+void Router::Refuse(const Route& route, httplib::Response& res, const Error& e) const {
+  if (!openai_errors_.contains(route.pattern)) return SendError(res, e);
+  res.status = HttpStatusFor(e.code);
+  res.set_content(OpenAiErrorText(e), "application/json");
 }
 
 Result<void> Router::Check(const Route& route, const httplib::Request& req, const Caller& caller) const {
@@ -137,7 +145,7 @@ void Router::Add(const std::string& method, const std::string& pattern, Access a
     if (admitted) {
       handler(caller, req, res);
     } else {
-      SendError(res, admitted.error());
+      Refuse(route, res, admitted.error());
     }
     if (mutating && observer_) observer_(route, caller, req, res);
   };

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -117,6 +118,12 @@ class Router {
   using Observer =
       std::function<void(const Route&, const Caller&, const httplib::Request&, const httplib::Response&)>;
   void set_observer(Observer o) { observer_ = std::move(o); }
+  // The refusals of the route registered as `pattern` (401, 403, 429, a wrong Content-Type:
+  // before its handler runs) are in OpenAI's error shape (common/openai_error.h) rather
+  // than Cohort's: for the gateway's OpenAI-compatible routes, whose clients (the OpenAI
+  // SDKs, lm-evaluation-harness) read error.type and error.param. Call before the server
+  // starts.
+  void UseOpenAiErrors(const std::string& pattern) { openai_errors_.insert(pattern); }
 
  private:
   template <typename F>
@@ -148,6 +155,9 @@ class Router {
   JobTokens job_tokens_;
   RateLimiter* limiter_ = nullptr;
   AgentClients* agents_;
+  std::set<std::string> openai_errors_;  // route patterns (UseOpenAiErrors)
+  // Answers a refusal of `route` in its error shape.
+  void Refuse(const Route& route, httplib::Response& res, const Error& e) const;
 };
 
 // True if the request's Origin header (when present) names the host it was sent to.

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "head/cluster.h"
 #include "head/gateway.h"
 
@@ -53,32 +54,81 @@ api::ServiceStatus Services::StatusOf(const std::string& name, const std::vector
   return s;
 }
 
+std::map<std::string, Services::Idle> Services::ScaledToZero() const {
+  std::map<std::string, Idle> out;
+  auto stored = cluster_.GetMeta(kZeroReplicaServicesMeta);
+  if (!stored) {
+    LOG_WARN("services: cannot read the services scaled to 0: {}", stored.error().message);
+    return out;
+  }
+  if (!*stored) return out;
+  auto j = ParseJson(**stored, "the services scaled to 0");
+  if (!j || !j->is_object()) return out;
+  for (auto it = j->begin(); it != j->end(); ++it) {
+    if (!it.value().is_object() || !it.value().contains("spec")) continue;
+    auto spec = api::JobSpecFromJson(it.value()["spec"]);
+    if (!spec) continue;
+    out[it.key()] = Idle{std::move(*spec), it.value().value("created", int64_t{0})};
+  }
+  return out;
+}
+
+Result<void> Services::SaveScaledToZero(const std::map<std::string, Idle>& idle) {
+  json j = json::object();
+  for (const auto& [name, i] : idle) j[name] = {{"spec", api::ToJson(i.spec)}, {"created", i.created}};
+  return cluster_.PutMeta(kZeroReplicaServicesMeta, j.dump());
+}
+
+api::ServiceStatus Services::IdleStatus(const std::string& name, const Idle& idle) {
+  api::ServiceStatus s;
+  s.name = name;
+  s.model_name = idle.spec.service_model;
+  s.user = idle.spec.user;
+  return s;
+}
+
 std::vector<api::ServiceStatus> Services::List() const {
   std::vector<api::ServiceStatus> out;
-  for (const auto& [name, jobs] : Active()) out.push_back(StatusOf(name, jobs));
+  const auto active = Active();
+  for (const auto& [name, jobs] : active) out.push_back(StatusOf(name, jobs));
+  for (const auto& [name, idle] : ScaledToZero()) {
+    if (!active.contains(name)) out.push_back(IdleStatus(name, idle));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return out;
 }
 
 Result<api::ServiceStatus> Services::Get(const std::string& name) const {
   const auto active = Active();
   auto it = active.find(name);
-  if (it == active.end()) return Errorf(ErrorCode::kNotFound, "no service named '{}'", name);
-  return StatusOf(name, it->second);
+  if (it != active.end()) return StatusOf(name, it->second);
+  const auto idle = ScaledToZero();
+  if (auto i = idle.find(name); i != idle.end()) return IdleStatus(name, i->second);
+  return Errorf(ErrorCode::kNotFound, "no service named '{}'", name);
 }
 
 Result<api::ServiceStatus> Services::Deploy(api::ServiceSpec spec) {
   MutexLock l(mu_);
   const auto active = Active();
-  if (active.contains(spec.name)) {
+  const auto idle = ScaledToZero();
+  if (active.contains(spec.name) || idle.contains(spec.name)) {
     return MakeError(ErrorCode::kAlreadyExists,
                      fmt::format("service '{}' exists with {} replicas; scale it or remove it first", spec.name,
-                                 active.at(spec.name).size()),
+                                 active.contains(spec.name) ? active.at(spec.name).size() : 0),
                      "name");
   }
   for (const auto& [name, jobs] : active) {
     if (!jobs.empty() && jobs.front().spec.service_model == spec.model_name) {
       return MakeError(ErrorCode::kAlreadyExists,
                        fmt::format("model_name '{}' is served by service '{}' already", spec.model_name, name),
+                       "model_name");
+    }
+  }
+  for (const auto& [name, i] : idle) {
+    if (i.spec.service_model == spec.model_name) {
+      return MakeError(ErrorCode::kAlreadyExists,
+                       fmt::format("model_name '{}' is served by service '{}' already (scaled to 0)",
+                                   spec.model_name, name),
                        "model_name");
     }
   }
@@ -96,24 +146,37 @@ Result<api::ServiceStatus> Services::Deploy(api::ServiceSpec spec) {
 }
 
 Result<api::ServiceStatus> Services::Scale(const std::string& name, int replicas, const Caller& caller) {
-  if (replicas < 1 || replicas > api::kMaxReplicas) {
-    return FieldError("replicas", "must be between 1 and {} (remove a service with rm), got {}", api::kMaxReplicas,
+  if (replicas < 0 || replicas > api::kMaxReplicas) {
+    return FieldError("replicas", "must be between 0 and {} (remove a service with rm), got {}", api::kMaxReplicas,
                       replicas);
   }
   MutexLock l(mu_);
   auto active = Active();
+  auto idle = ScaledToZero();
   auto it = active.find(name);
-  if (it == active.end()) return Errorf(ErrorCode::kNotFound, "no service named '{}'", name);
-  std::vector<api::Job>& jobs = it->second;
-  if (!caller.IsAdmin() && caller.user != jobs.front().spec.user) {
+  auto was_idle = idle.find(name);
+  if (it == active.end() && was_idle == idle.end()) return Errorf(ErrorCode::kNotFound, "no service named '{}'", name);
+  std::vector<api::Job> none;
+  std::vector<api::Job>& jobs = it == active.end() ? none : it->second;
+  const api::JobSpec spec = jobs.empty() ? was_idle->second.spec : jobs.front().spec;
+  if (!caller.IsAdmin() && caller.user != spec.user) {
     return Errorf(ErrorCode::kPermissionDenied, "{} may not scale service '{}': it belongs to {}", caller.Describe(),
-                  name, jobs.front().spec.user);
+                  name, spec.user);
+  }
+  if (replicas == 0 && jobs.empty()) return IdleStatus(name, was_idle->second);
+  if (replicas == 0) {
+    // Kept before its replicas go, so that the service never disappears in between.
+    int64_t created = INT64_MAX;
+    for (const auto& j : jobs) created = std::min(created, j.submit_ms / 1000);
+    idle[name] = Idle{spec, created};
+    COHORT_TRY_VOID(SaveScaledToZero(idle));
   }
   while (static_cast<int>(jobs.size()) < replicas) {
-    auto job = cluster_.Submit(jobs.front().spec);
+    auto job = cluster_.Submit(spec);
     if (!job) return std::unexpected(job.error());
     jobs.push_back(std::move(*job));
   }
+  if (replicas > 0 && idle.erase(name) > 0) COHORT_TRY_VOID(SaveScaledToZero(idle));
   while (static_cast<int>(jobs.size()) > replicas) {
     // The newest go first; a pending one before a running one.
     auto victim = std::max_element(jobs.begin(), jobs.end(), [](const api::Job& a, const api::Job& b) {
@@ -126,14 +189,28 @@ Result<api::ServiceStatus> Services::Scale(const std::string& name, int replicas
     jobs.erase(victim);
   }
   gateway_.Discover();
+  if (jobs.empty()) return IdleStatus(name, idle.at(name));
   return StatusOf(name, jobs);
 }
 
 Result<api::ServiceStatus> Services::Remove(const std::string& name, const Caller& caller) {
   MutexLock l(mu_);
   auto active = Active();
+  auto idle = ScaledToZero();
   auto it = active.find(name);
-  if (it == active.end()) return Errorf(ErrorCode::kNotFound, "no service named '{}'", name);
+  if (it == active.end()) {
+    auto i = idle.find(name);
+    if (i == idle.end()) return Errorf(ErrorCode::kNotFound, "no service named '{}'", name);
+    if (!caller.IsAdmin() && caller.user != i->second.spec.user) {
+      return Errorf(ErrorCode::kPermissionDenied, "{} may not remove service '{}': it belongs to {}",
+                    caller.Describe(), name, i->second.spec.user);
+    }
+    api::ServiceStatus s = IdleStatus(name, i->second);
+    idle.erase(i);
+    COHORT_TRY_VOID(SaveScaledToZero(idle));
+    gateway_.Discover();
+    return s;
+  }
   if (!caller.IsAdmin() && caller.user != it->second.front().spec.user) {
     return Errorf(ErrorCode::kPermissionDenied, "{} may not remove service '{}': it belongs to {}", caller.Describe(),
                   name, it->second.front().spec.user);

@@ -37,7 +37,7 @@ void RegisterServiceRoutes(Router& router, Services& services) {
                 if (!body) return SendError(res, body.error());
                 auto r = ObjectReader::Open(*body);
                 if (!r) return SendError(res, r.error());
-                auto n = r->Int("replicas", std::nullopt, 1, api::kMaxReplicas);
+                auto n = r->Int("replicas", std::nullopt, 0, api::kMaxReplicas);
                 if (!n) return SendError(res, n.error());
                 if (auto f = r->Finish(); !f) return SendError(res, f.error());
                 Reply(res, services.Scale(req.matches[1], static_cast<int>(*n), caller),

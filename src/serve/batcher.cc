@@ -154,15 +154,20 @@ Result<std::shared_ptr<RequestChannel>> Batcher::Submit(GenerationRequest reques
       return FieldError(prompt, "token id {} is outside [0, vocab_size={})", t, config_.vocab_size);
     }
   }
-  if (n >= ctx) {
+  if (request.echo && request.resumed > 0) {
+    return FieldError("echo", "an echoed prompt cannot be resumed (cohort_resume)");
+  }
+  // An echo of the prompt alone (max_tokens 0) generates nothing: it may fill the context.
+  const bool prompt_only = request.echo && request.max_tokens == 0 && !request.max_tokens_default;
+  if (n > ctx || (n == ctx && !prompt_only)) {
     return FieldError(prompt, "the prompt has {} tokens{}; this model's context is {} tokens, "
                       "leaving no room to generate", n,
                       prompt == "messages" ? " (the messages in the chat template)" : "", ctx);
   }
   if (request.max_tokens_default) request.max_tokens = std::min(request.max_tokens, ctx - n);
   const std::string& max_field = request.max_tokens_field;
-  if (request.max_tokens < 1) {
-    return FieldError(max_field, "must be >= 1, got {}", request.max_tokens);
+  if (request.max_tokens < (prompt_only ? 0 : 1)) {
+    return FieldError(max_field, "must be >= 1 (0 only with echo: true), got {}", request.max_tokens);
   }
   if (n + request.max_tokens > ctx) {
     return FieldError(max_field, "the prompt ({} tokens) plus {} ({}) is {} tokens, more "
@@ -293,6 +298,9 @@ void Batcher::RunStep() {
     q.start = s->computed;
     q.blocks = s->blocks;
     q.want_logits = take == s->pending();
+    // An echoed prompt's log-probabilities: every row of its prefill.
+    q.all_logits = s->request.echo && s->request.top_logprobs >= 0 &&
+                   s->computed < static_cast<int>(s->request.tokens.size());
     step.push_back(q);
     in_step.push_back(s);
     budget -= take;
@@ -314,14 +322,31 @@ void Batcher::RunStep() {
   }
   const size_t V = static_cast<size_t>(config_.vocab_size);
   size_t li = 0;
+  // This step's tokens are counted before any of them goes out: a client that reads
+  // /metrics once its reply is complete finds its tokens there (they were counted after
+  // the last event was pushed, and such a read could come first).
   int64_t produced = 0;
+  for (size_t i = 0; i < in_step.size(); ++i) {
+    produced += step[i].want_logits && in_step[i]->request.max_tokens > 0 && in_step[i]->request.observed;
+  }
+  if (metrics_ && produced > 0) metrics_->CountOutputTokens(produced, MonoMs(now));
   std::vector<float> penalized;  // a penalized sequence's logits
   for (size_t i = 0; i < in_step.size(); ++i) {
     Sequence& s = *in_step[i];
-    s.computed += static_cast<int>(step[i].tokens.size());
+    const int take = static_cast<int>(step[i].tokens.size());
+    if (s.request.echo && step[i].start < static_cast<int>(s.request.tokens.size())) {
+      EchoPrompt(s, step[i].start, take, step[i].all_logits ? logits.data() + li * V : nullptr);
+    }
+    s.computed += take;
+    li += step[i].all_logits ? static_cast<size_t>(take) : step[i].want_logits ? 1 : 0;
     if (!step[i].want_logits) continue;
-    std::span<const float> row(logits.data() + li * V, V);
-    ++li;
+    std::span<const float> row(logits.data() + (li - 1) * V, V);
+    if (s.request.max_tokens == 0) {  // an echo of the prompt alone: it is all there
+      TokenEvent e;
+      e.finish_reason = "length";
+      Finish(s, std::move(e));
+      continue;
+    }
     const int64_t index = s.request.resumed + s.generated;
     TokenEvent e;
     if (s.request.sampling.penalized()) {
@@ -341,7 +366,6 @@ void Batcher::RunStep() {
     s.tokens.push_back(e.token);
     ++s.generated;
     if (s.request.observed) {
-      ++produced;
       if (metrics_ && s.generated == 1) metrics_->ObserveTimeToFirstToken(SecondsSince(s.arrived, now));
       else if (metrics_) metrics_->ObserveInterTokenLatency(SecondsSince(s.last_token, now));
     }
@@ -366,8 +390,32 @@ void Batcher::RunStep() {
       Finish(s, std::move(e));
     }
   }
-  if (metrics_ && produced > 0) metrics_->CountOutputTokens(produced, MonoMs(now));
   std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->blocks.empty(); });
+}
+
+void Batcher::EchoPrompt(Sequence& s, int start, int take, const float* rows) {
+  const size_t V = static_cast<size_t>(config_.vocab_size);
+  const int prompt = static_cast<int>(s.request.tokens.size());
+  auto push = [&](int p, const float* logits_before) {
+    TokenEvent e;
+    e.token = s.request.tokens[static_cast<size_t>(p)];
+    e.prompt = true;
+    e.choice = s.request.choice;
+    if (!logits_before) {
+      e.has_logprob = false;  // the first token; or none were asked
+    } else {
+      std::span<const float> row(logits_before, V);
+      e.logprob = TokenLogprobOf(row, e.token);
+      e.top = TopLogprobs(row, s.request.top_logprobs);
+    }
+    s.channel->Push(std::move(e));
+  };
+  const bool want = s.request.top_logprobs >= 0;
+  if (start == 0) push(0, nullptr);
+  // Row r holds the logits after position start + r: the distribution of the next token.
+  for (int p = start + 1; p <= start + take && p < prompt; ++p) {
+    push(p, want && rows ? rows + static_cast<size_t>(p - 1 - start) * V : nullptr);
+  }
 }
 
 void Batcher::PublishLoad() {

@@ -48,7 +48,7 @@ struct GenerationRequest {
   // the `resumed` tokens already generated and sent.
   std::vector<int32_t> tokens;
   int resumed = 0;
-  int max_tokens = 16;  // new tokens to generate after all of `tokens`
+  int max_tokens = 16;  // new tokens to generate after all of `tokens` (0 only with echo)
   // max_tokens is the API's default, not the client's: Submit cuts it to the context the
   // prompt leaves instead of refusing the request (a client that never sent max_tokens
   // cannot be wrong about it; OpenAI and vLLM do the same).
@@ -61,6 +61,13 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;
   int top_logprobs = -1;  // -1: no log-probabilities; otherwise also the top N (0..20)
+  // The reply starts with the prompt (the completions API's echo; not with `resumed`): the
+  // channel gets an event per prompt token, in order, before the generated ones, each with
+  // `prompt` set and, when log-probabilities are asked, the model's log-probability of the
+  // token after the ones before it (its top alternatives too), computed in the prefill;
+  // the first token has none. max_tokens may then be 0: only the prompt, the last event
+  // finishing with "length" and no token (how lm-evaluation-harness scores text).
+  bool echo = false;
   bool stop_at_eot = true;
   // Which choice of its API request this generation is (n > 1, several prompts): its
   // events carry it, so that the generations of one request can share a channel.
@@ -72,7 +79,9 @@ struct GenerationRequest {
 };
 
 struct TokenEvent {
-  int32_t token = -1;        // -1 for an event without a token (an error)
+  int32_t token = -1;        // -1 for an event without a token (an error, the end of an echo)
+  bool prompt = false;       // an echoed prompt token (GenerationRequest::echo), not generated
+  bool has_logprob = true;   // false for the first prompt token: nothing came before it
   std::string text;          // text released with this token (may be empty)
   float logprob = 0;         // when log-probabilities were asked
   std::vector<TokenLogprob> top;
@@ -169,6 +178,10 @@ class Batcher {
   // Copies the step thread's view of the batch into load_ for Load().
   void PublishLoad() EXCLUDES(mu_);
   void Finish(Sequence& seq, TokenEvent last);
+  // The echo events of the prompt positions a prefill chunk [start, start + take) makes
+  // known (GenerationRequest::echo); `rows`: the chunk's logits, one row per token, when
+  // log-probabilities are asked (nullptr otherwise).
+  void EchoPrompt(Sequence& seq, int start, int take, const float* rows);
 
   std::unique_ptr<InferenceModel> model_;
   const engine::GptConfig config_;

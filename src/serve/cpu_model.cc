@@ -105,7 +105,11 @@ class CpuInferenceModel final : public InferenceModel {
         for (int c = 0; c < C; ++c) x[c] = te[c] + pe[c];
       }
       row += n;
-      if (q.want_logits) want_rows.push_back(row - 1);
+      if (q.all_logits) {
+        for (int i = row - n; i < row; ++i) want_rows.push_back(i);
+      } else if (q.want_logits) {
+        want_rows.push_back(row - 1);
+      }
     }
 
     for (int l = 0; l < L; ++l) {

@@ -152,7 +152,11 @@ class CudaInferenceModel final : public InferenceModel {
         host_[4 * n + row] = offset;
         max_context = std::max(max_context, pos + 1);
       }
-      if (q.want_logits) want_rows.push_back(row - 1);
+      if (q.all_logits) {
+        for (int i = row - static_cast<int>(q.tokens.size()); i < row; ++i) want_rows.push_back(i);
+      } else if (q.want_logits) {
+        want_rows.push_back(row - 1);
+      }
     }
     if (tables.size() > max_tables_) return FieldError("blocks", "{} block-table entries exceed {}", tables.size(), max_tables_);
     if (max_context > k::KvAttentionMaxContext()) {

@@ -27,6 +27,9 @@ struct StepSequence {
   int start = 0;
   std::span<const int> blocks;      // the sequence's block table (covers start + n)
   bool want_logits = false;         // return the logits after its last new token
+  // Return the logits after each of its new tokens, in order (an echoed prompt's
+  // log-probabilities, batcher.h); want_logits is then implied.
+  bool all_logits = false;
 };
 
 class InferenceModel {
@@ -40,7 +43,8 @@ class InferenceModel {
   virtual int max_step_tokens() const = 0;
 
   // Runs the step: stores each sequence's keys and values in its blocks and, for the
-  // sequences that want them, writes vocab_size logits each into `logits`, in order.
+  // sequences that want them, writes vocab_size logits per wanted row into `logits`, in
+  // order (one row per want_logits sequence, one per new token of an all_logits one).
   // kInvalidArgument naming the field for a token out of range, a position past
   // max_seq_len, a block table too short or a step larger than max_step_tokens.
   virtual Result<void> Step(std::span<const StepSequence> seqs, std::vector<float>& logits) = 0;

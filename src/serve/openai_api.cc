@@ -178,6 +178,30 @@ Result<void> ReadNeutralChatFields(ObjectReader& r) {
 
 }  // namespace
 
+namespace {
+
+// Bytes of `text` that start a character: every byte but a continuation byte.
+size_t LeadBytes(std::string_view text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// `text` ends in a character cut short (a token holding part of one): not there yet.
+bool EndsIncomplete(std::string_view text) {
+  for (size_t back = 1; back <= 4 && back <= text.size(); ++back) {
+    const unsigned char c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;
+    const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return len > back;
+  }
+  return false;
+}
+
+}  // namespace
+
+size_t CodePoints(std::string_view text) { return LeadBytes(text) - (EndsIncomplete(text) ? 1 : 0); }
+
 std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages) {
   std::string out;
   for (const auto& [role, content] : messages) {
@@ -217,7 +241,7 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
     g.max_tokens_field = "max_completion_tokens";
     (void)r.Raw("max_tokens");
   } else {
-    g.max_tokens = static_cast<int>(COHORT_TRY(r.Int("max_tokens", chat ? 256 : 16, 1, kMaxTokens)));
+    g.max_tokens = static_cast<int>(COHORT_TRY(r.Int("max_tokens", chat ? 256 : 16, chat ? 1 : 0, kMaxTokens)));
   }
   g.sampling.temperature = COHORT_TRY(r.Double("temperature", 1.0, 0.0, 2.0));
   g.sampling.top_p = COHORT_TRY(r.Double("top_p", 1.0, 0.0, 1.0));
@@ -261,7 +285,10 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
   }
   g.sampling.presence_penalty = COHORT_TRY(r.Double("presence_penalty", 0.0, -2.0, 2.0));
   g.sampling.frequency_penalty = COHORT_TRY(r.Double("frequency_penalty", 0.0, -2.0, 2.0));
-  if (!chat && COHORT_TRY(r.Bool("echo", false))) return FieldError("echo", "is not supported");
+  if (!chat) g.echo = COHORT_TRY(r.Bool("echo", false));
+  if (g.max_tokens == 0 && !g.echo) {
+    return FieldError("max_tokens", "must be >= 1 (0 only with echo: true, for the prompt alone), got 0");
+  }
   if (!chat && r.Has("suffix")) {
     if (!COHORT_TRY(r.String("suffix", "", 1 << 20)).empty()) return FieldError("suffix", "is not supported");
   }
@@ -278,6 +305,7 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
     if (prompts.size() * out.n > 1) {
       return FieldError("cohort_resume", "a request of several choices (n, or several prompts) cannot be resumed");
     }
+    if (g.echo) return FieldError("echo", "an echoed prompt cannot be resumed (cohort_resume)");
     if (static_cast<int64_t>(ids.size()) >= g.max_tokens) {
       return FieldError("cohort_resume.tokens", "{} tokens already sent leave none of max_tokens {}",
                         ids.size(), g.max_tokens);
@@ -336,6 +364,7 @@ json ResponseBuilder::LogprobsOf(const TokenEvent& e) const {
     const std::string s = text_of(e.token);
     return {{"token", s}, {"logprob", e.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}};
   }
+  if (!e.has_logprob) return {{"token", text_of(e.token)}, {"logprob", nullptr}, {"top", nullptr}};
   json top = json::object();
   for (const auto& t : e.top) top[text_of(t.token)] = t.logprob;
   return {{"token", text_of(e.token)}, {"logprob", e.logprob}, {"top", top}};
@@ -363,7 +392,7 @@ json ResponseBuilder::Choice(const TokenEvent* e, const std::string& text, bool 
       c["logprobs"] = {{"tokens", json::array({lp["token"]})},
                        {"token_logprobs", json::array({lp["logprob"]})},
                        {"top_logprobs", json::array({lp["top"]})},
-                       {"text_offset", json::array({text_offset_})}};
+                       {"text_offset", json::array({offset_})}};
     }
   } else {
     c["logprobs"] = nullptr;
@@ -384,20 +413,20 @@ std::string ResponseBuilder::Opening() const {
 }
 
 std::string ResponseBuilder::Add(const TokenEvent& e) {
+  if (e.prompt) return AddPrompt(e);
   if (e.token >= 0) ++completion_tokens_;
   const bool last = !e.finish_reason.empty();
   if (last) {
     finish_reason_ = e.finish_reason == "error" ? "error" : e.finish_reason;
     error_ = e.error;
   }
-  const size_t offset = text_offset_;
-  text_ += e.text;
+  offset_ = Chars();
+  Append(e.text);
   if (!request_.stream) {
     if (request_.generation.top_logprobs >= 0 && e.token >= 0) {
       events_.push_back(e);
-      offsets_.push_back(offset);
+      offsets_.push_back(offset_);
     }
-    text_offset_ += e.text.size();
     return "";
   }
   if (last && e.finish_reason == "error") {
@@ -409,8 +438,51 @@ std::string ResponseBuilder::Add(const TokenEvent& e) {
                 {"created", created_},
                 {"model", model_}};
   chunk["choices"] = json::array({Choice(&e, e.text, last)});
-  text_offset_ += e.text.size();
   return SseData(chunk);
+}
+
+size_t ResponseBuilder::Chars() const { return lead_bytes_ - (EndsIncomplete(text_) ? 1 : 0); }
+
+void ResponseBuilder::Append(std::string_view text) {
+  text_ += text;
+  lead_bytes_ += LeadBytes(text);
+}
+
+// The prompt's tokens arrive one event each (GenerationRequest::echo); once all are here,
+// the prompt's text starts the reply: one chunk of a stream (with no token_ids: the gateway
+// counts only generated tokens), or the start of the body's text and log-probabilities.
+std::string ResponseBuilder::AddPrompt(const TokenEvent& e) {
+  prompt_events_.push_back(e);
+  if (static_cast<int>(prompt_events_.size()) < prompt_tokens_) return "";
+  const bool want_lp = request_.generation.top_logprobs >= 0;
+  json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+             {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  const size_t start = text_.size();
+  for (const TokenEvent& p : prompt_events_) {
+    const size_t offset = Chars();
+    if (want_lp) {
+      json one = LogprobsOf(p);
+      lp["tokens"].push_back(one["token"]);
+      lp["token_logprobs"].push_back(one["logprob"]);
+      lp["top_logprobs"].push_back(one["top"]);
+      lp["text_offset"].push_back(offset);
+      if (!request_.stream) {
+        events_.push_back(p);
+        offsets_.push_back(offset);
+      }
+    }
+    Append(tokenizer_.Decode(std::span<const int32_t>(&p.token, 1)));
+  }
+  prompt_events_.clear();
+  if (!request_.stream) return "";
+  const std::string text = text_.substr(start);
+  json choice = {{"index", index_}, {"text", text}, {"logprobs", want_lp ? lp : json(nullptr)},
+                 {"finish_reason", nullptr}};
+  return SseData({{"id", id_},
+                  {"object", "text_completion"},
+                  {"created", created_},
+                  {"model", model_},
+                  {"choices", json::array({choice})}});
 }
 
 std::string ResponseBuilder::Finish() const { return Finish(Usage()); }

@@ -4,7 +4,7 @@
 //
 // Requests are read strictly (common/json.h): a wrong type or a value out of range is a
 // 400 that names the field in `param`; a field OpenAI defines but this server does not
-// implement is accepted only with its neutral value (echo = false, best_of 1
+// implement is accepted only with its neutral value (best_of 1
 // or n, no logit_bias; chat: response_format text, no tools or functions, tool_choice
 // none or auto, parallel_tool_calls, store false, metadata), and an unknown field is refused. Supported: prompt (a string
 // or token ids, or a list of them: one choice each), n (choices per prompt; choice i*n + j
@@ -12,7 +12,14 @@
 // max_completion_tokens; when neither is sent 16, chat 256, cut to the context the prompt
 // leaves), temperature [0, 2], top_p (0, 1], top_k (an extension, as vLLM's),
 // seed, presence_penalty and frequency_penalty [-2, 2], stop (a string or up to 4), stream with stream_options.include_usage, logprobs
-// (completions: 0..5 top alternatives; chat: logprobs true with top_logprobs 0..20), user.
+// (completions: 0..5 top alternatives; chat: logprobs true with top_logprobs 0..20), user,
+// and for completions echo (as vLLM: the reply's text starts with the prompt, decoded from its
+// tokens; with logprobs the prompt's tokens come first in the logprobs object, the first
+// with a null logprob and top_logprobs, the others the model's log-probability of each
+// token after those before it; max_tokens 0 is then allowed, for the prompt alone: how
+// lm-evaluation-harness scores a text's loglikelihood; a stream sends the prompt as one
+// chunk before the generated tokens). text_offset counts characters (code points) of the
+// choice's text, echoed prompt included.
 //
 // Chat template, for models without a chat format of their own (GPT-2 has none): each
 // message becomes "<Role>: <content>\n" (System, User, Assistant), and the prompt ends with
@@ -32,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -58,6 +66,10 @@ struct ApiRequest {
 
 // Decodes a request body (parsed JSON) for the given endpoint. Errors name the field.
 Result<ApiRequest> ParseApiRequest(const json& body, bool chat, const engine::Tokenizer& tokenizer);
+
+// Characters in `text`: its UTF-8 code points, a character cut short at the end not counted
+// (a stray byte that is not a continuation byte counts as one). text_offset counts these.
+size_t CodePoints(std::string_view text);
 
 // The chat template above applied to `messages` (already checked).
 std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages);
@@ -109,8 +121,15 @@ class ResponseBuilder {
   int prompt_tokens_;
   int index_;
   int completion_tokens_;
+  std::string AddPrompt(const TokenEvent& e);
+  // Characters (CodePoints) of text_, and text_ extended, keeping count.
+  size_t Chars() const;
+  void Append(std::string_view text);
+
   std::string text_;
-  size_t text_offset_ = 0;
+  size_t lead_bytes_ = 0;  // text_'s bytes that start a character
+  size_t offset_ = 0;      // the text_offset of the token being added (Choice)
+  std::vector<TokenEvent> prompt_events_;  // an echoed prompt's tokens until all are here
   std::vector<TokenEvent> events_;  // non-stream, with log-probabilities
   std::vector<size_t> offsets_;     // each such token's text offset
   std::string finish_reason_, error_;

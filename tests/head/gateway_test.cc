@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,7 +33,9 @@ class FakeReplica {
 
   FakeReplica() {
     server_.Get("/load", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(json{{"running", 0}, {"waiting", 0}, {"queued_tokens", load_.load()}, {"inflight_tokens", 0},
+      // Its load as a replica counts it: a set load, and the tokens of the requests it holds.
+      res.set_content(json{{"running", 0}, {"waiting", 0}, {"queued_tokens", load_.load() + held_tokens_.load()},
+                           {"inflight_tokens", 0},
                            {"kv_blocks_used", 1}, {"kv_blocks_total", 10}, {"tokens_per_second", 5.0}}
                           .dump(),
                       "application/json");
@@ -64,6 +67,7 @@ class FakeReplica {
     mode_ = Mode::kOk;
     held_cv_.notify_all();
   }
+
   json last_body() {
     std::lock_guard<std::mutex> l(mu_);
     return last_body_;
@@ -100,9 +104,14 @@ class FakeReplica {
     }
     if (!canary && mode_ == Mode::kHolding) {
       // An unstreamed reply that takes long: held until Release (at most 30 s).
+      // Its tokens as the gateway estimates them: max_tokens, a token per 4 prompt bytes, 1.
+      const int64_t tokens = body.value("max_tokens", 16) + body.value("prompt", std::string()).size() / 4 + 1;
       std::unique_lock<std::mutex> l(mu_);
       held_ += 1;
+      held_tokens_ += tokens;
       held_cv_.wait_for(l, std::chrono::seconds(30), [&] { return mode_ != Mode::kHolding; });
+      held_ -= 1;
+      held_tokens_ -= tokens;
     }
     if (mode_ == Mode::kFailing) {
       res.status = 500;
@@ -147,11 +156,12 @@ class FakeReplica {
   std::thread thread_;
   std::atomic<Mode> mode_{Mode::kOk};
   std::atomic<int64_t> load_{0};
+  std::atomic<int64_t> held_tokens_{0};
   std::atomic<int> die_after_{-1};
   std::atomic<int> requests_{0};
   std::mutex mu_;
   std::condition_variable held_cv_;
-  int held_ = 0;
+  int held_ = 0;  // held now
   json last_body_;
   std::set<int> client_ports_;
   std::vector<std::string> canary_marks_;
@@ -259,6 +269,70 @@ TEST_F(GatewayTest, RoutesBySiteSessionAndLoad) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Post(kRequest)->get_header_value("X-Cohort-Replica"), key_of_["east"]);
 }
 
+// Requests arriving together between two load reports spread over the replicas. The
+// gateway routed on max(the last report, its own outstanding tokens): a replica whose last
+// report was taken during a burst that has since ended kept that load until the next
+// report, and the next burst went wholly to the other replica (a failover test once killed
+// a replica that carried no stream). The gateway's own in-flight requests per replica are
+// in /metrics.
+TEST_F(GatewayTest, ABurstBetweenLoadReportsSpreadsOverTheReplicas) {
+  ASSERT_TRUE(Healthy("east") && Healthy("west"));
+  auto burst = [&](int n, httplib::Headers headers) {
+    std::vector<std::thread> clients;
+    for (int i = 0; i < n; ++i) {
+      clients.emplace_back([this, headers] {
+        auto r = Post(kRequest, headers);
+        EXPECT_TRUE(r && r->status == 200) << (r ? r->body : httplib::to_string(r.error()));
+      });
+    }
+    return clients;
+  };
+  auto wait_for = [](const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return done();
+  };
+  auto metrics = [&] {
+    prom::TextWriter w;
+    gateway_->WriteMetrics(w);
+    return w.Finish().value_or("");
+  };
+  auto inflight_series = [&](const std::string& node) {
+    const std::string job = key_of_[node].substr(0, key_of_[node].find('.'));
+    return fmt::format("cohort_replica_gateway_inflight_requests{{service=\"svc\",job=\"{}\",node=\"{}\"}} ", job,
+                       node);
+  };
+
+  // A first burst, all on east (its site), reported by east while it is in progress. (A
+  // fake serves 8 requests at once: httplib's pool.)
+  replicas_["east"]->set_mode(FakeReplica::Mode::kHolding);
+  replicas_["west"]->set_mode(FakeReplica::Mode::kHolding);
+  auto first = burst(6, {{"X-Cohort-Site", "east"}});
+  const bool held = wait_for([&] { return replicas_["east"]->held() == 6; });
+  const std::string during = metrics();
+  if (held) gateway_->Tick();
+  replicas_["east"]->Release();
+  for (auto& t : first) t.join();
+  ASSERT_TRUE(held) << "east holds " << replicas_["east"]->held();
+  EXPECT_NE(during.find(inflight_series("east") + "6\n"), std::string::npos) << during;
+  EXPECT_NE(metrics().find(inflight_series("east") + "0\n"), std::string::npos) << metrics();
+
+  // The next burst, before the next report: half each.
+  replicas_["east"]->set_mode(FakeReplica::Mode::kHolding);
+  auto second = burst(4, {});
+  const bool all_held = wait_for([&] { return replicas_["east"]->held() + replicas_["west"]->held() == 4; });
+  const int east = replicas_["east"]->held(), west = replicas_["west"]->held();
+  const std::string text = metrics();
+  replicas_["east"]->Release();
+  replicas_["west"]->Release();
+  for (auto& t : second) t.join();
+  ASSERT_TRUE(all_held) << "east holds " << east << ", west " << west;
+  EXPECT_EQ(east, 2) << "west got " << west;
+  EXPECT_EQ(west, 2) << "east got " << east;
+  EXPECT_NE(text.find(inflight_series("east") + std::to_string(east) + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(inflight_series("west") + std::to_string(west) + "\n"), std::string::npos) << text;
+}
+
 TEST_F(GatewayTest, UnknownModelIs404AndNoHealthyReplicaIs503) {
   auto r = Post(json{{"model", "other"}, {"prompt", "x"}});
   ASSERT_TRUE(r);
@@ -270,8 +344,40 @@ TEST_F(GatewayTest, UnknownModelIs404AndNoHealthyReplicaIs503) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503) << r->body;
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "service_unavailable_error");
+  // When to try again (a replica may be starting or due a canary): it had none.
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1") << r->body;
   auto bad = Post(json("not json"));
   EXPECT_EQ(bad->status, 400);
+}
+
+// The head's own refusals on the gateway's routes, before the gateway sees the request, as
+// OpenAI's SDKs read them: {"error": {"message", "type", "param", "code"}}. A request with
+// no token, or one the head does not accept, was a 401 in Cohort's shape ({"error":
+// {"code": "unauthenticated", "message"}}: no type, no param).
+TEST_F(GatewayTest, TheHeadsRefusalsAreInOpenAisShape) {
+  HttpServerOptions ho;
+  ho.pools = {HttpServerOptions::Pool{"all", 4, 64}};
+  HttpServer secured(ho);
+  Router router(secured, /*tokens=*/nullptr, /*insecure=*/false);
+  gateway_->Register(router);
+  auto port = secured.Bind();
+  ASSERT_TRUE(port.has_value());
+  std::thread serve([&] { secured.Serve(); });
+  httplib::Client c("127.0.0.1", *port);
+  for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer cohort_bad"}}}) {
+    for (const std::string path : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/models/m"}) {
+      auto r = path.starts_with("/v1/models") ? c.Get(path, h) : c.Post(path, h, kRequest.dump(), "application/json");
+      ASSERT_TRUE(r) << path;
+      EXPECT_EQ(r->status, 401) << path << ": " << r->body;
+      const json body = json::parse(r->body, nullptr, false);
+      ASSERT_TRUE(body.contains("error")) << r->body;
+      const json& e = body["error"];
+      EXPECT_EQ(e.value("type", ""), "authentication_error") << path << ": " << r->body;
+      EXPECT_TRUE(e.contains("param") && e.contains("code") && e["message"].is_string()) << path << ": " << r->body;
+    }
+  }
+  secured.Stop();
+  serve.join();
 }
 
 // The models as the OpenAI SDKs list and retrieve them.
@@ -474,6 +580,24 @@ TEST_F(GatewayTest, AStreamMovesWhenItsReplicaDiesAndNoTokenRepeats) {
       << *text;
   EXPECT_NE(text->find("cohort_service_inter_token_latency_seconds_count{service=\"svc\"} 9\n"), std::string::npos)
       << *text;
+}
+
+// A stream that echoes its prompt (completions' echo) and moves after the echo went out
+// does not ask the next replica for it again: the client would get the prompt twice (and a
+// replica refuses echo with cohort_resume).
+TEST_F(GatewayTest, AMovedStreamDoesNotEchoThePromptAgain) {
+  replicas_["east"]->die_after(3);
+  auto r = Post(json{{"model", "m"}, {"prompt", "hello"}, {"max_tokens", 10}, {"stream", true}, {"echo", true},
+                     {"temperature", 0}},
+                {{"X-Cohort-Site", "east"}});
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  EXPECT_EQ(replicas_["east"]->last_body().value("echo", false), true);
+  const json moved = replicas_["west"]->last_body();
+  EXPECT_FALSE(moved.contains("echo")) << moved.dump();
+  EXPECT_EQ(moved["cohort_resume"]["tokens"].size(), 3u) << moved.dump();
+  EXPECT_EQ(gateway_->counters().failovers, 1);
 }
 
 // A stream of several choices (n > 1, or several prompts) interleaves their tokens, which

@@ -95,6 +95,7 @@ struct Streamed {
   std::string finish;
   bool done = false;
   std::string error;
+  std::string replica;  // X-Cohort-Replica: the replica it started on
 };
 
 Streamed Stream(const LocalCluster& c, const json& body, std::atomic<int>* first_tokens = nullptr) {
@@ -109,6 +110,7 @@ Streamed Stream(const LocalCluster& c, const json& body, std::atomic<int>* first
   std::string buf;
   req.response_handler = [&](const httplib::Response& r) {
     out.status = r.status;
+    out.replica = r.get_header_value("X-Cohort-Replica");
     return true;
   };
   req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
@@ -232,6 +234,30 @@ TEST(ServeIntegrationTest, DeployRouteScaleAndRemoveAService) {
   ASSERT_NO_FATAL_FAILURE(WaitHealthy(c, "svc", 1, std::chrono::seconds(30)));
   EXPECT_EQ(Post(c, "/v1/completions", req).status, 200);
 
+  // Scaled to 0, as kubectl scale --replicas=0 keeps a Deployment: the service stays, with
+  // no replica, and its model answers 503 (not 404: it exists); scaled back, it serves.
+  // This was refused: "replicas: must be between 1 and 64 (remove a service with rm)".
+  auto zero = Cohort(c, {"serve", "scale", "svc", "0"});
+  ASSERT_EQ(zero.status.Code(), 0) << zero.errors;
+  EXPECT_NE(zero.output.find("Service svc scaled to 0 replicas\n"), std::string::npos) << zero.output;
+  Reply idle;
+  EXPECT_TRUE(WaitUntil([&] {
+    idle = Post(c, "/v1/completions", req);
+    return idle.status == 503 && idle.body["error"]["message"].get<std::string>().find("scaled to 0") != std::string::npos;
+  }, std::chrono::seconds(30))) << idle.status << " " << idle.body.dump();
+  EXPECT_EQ(idle.body["error"]["type"], "service_unavailable_error");
+  const json parked = ServiceNamed(c, "svc");
+  EXPECT_EQ(parked["replicas"], 0) << parked.dump();
+  auto ls_zero = Cohort(c, {"serve", "ls", "svc"});
+  EXPECT_EQ(ls_zero.status.Code(), 0) << ls_zero.errors;
+  EXPECT_NE(ls_zero.output.find("Service svc: model svc-model, 0 replica(s)"), std::string::npos) << ls_zero.output;
+  auto taken = Cohort(c, {"serve", "deploy", ServiceFile(c, "svc", model, 1)});
+  EXPECT_NE(taken.status.Code(), 0) << "a service scaled to 0 still holds its name";
+  auto back = Cohort(c, {"serve", "scale", "svc", "1"});
+  ASSERT_EQ(back.status.Code(), 0) << back.errors;
+  ASSERT_NO_FATAL_FAILURE(WaitHealthy(c, "svc", 1, std::chrono::seconds(60)));
+  EXPECT_EQ(Post(c, "/v1/completions", req).status, 200);
+
   auto removed = Cohort(c, {"serve", "rm", "svc"});
   ASSERT_EQ(removed.status.Code(), 0) << removed.errors;
   EXPECT_TRUE(WaitUntil([&] { return Services(c)["services"].empty(); }, std::chrono::seconds(10)));
@@ -269,7 +295,8 @@ TEST(ServeIntegrationTest, TheOpenAiSdkTalksToTheGateway) {
   ASSERT_TRUE(st.has_value()) << "the SDK test did not finish";
   const std::string log = ReadFile(c.dir() + "/sdk.log");
   EXPECT_TRUE(st->Success()) << st->ToString() << "\n" << log;
-  for (const char* check : {"ok models.list", "ok completions.create stream", "ok chat.completions.create stream",
+  for (const char* check : {"ok models.list", "ok completions.create stream", "ok completions.create echo",
+                            "ok chat.completions.create stream",
                             "ok errors", "ok serving after errors"}) {
     EXPECT_NE(log.find(check), std::string::npos) << check << "\n" << log;
   }
@@ -317,9 +344,9 @@ TEST(ServeIntegrationTest, KillingAnAgentMidStreamLosesNoTokenAndTheServiceRecov
     ASSERT_EQ(reference[i].tokens.size(), 300u);
   }
 
-  // Again, and kill -9 the agent of the replica on n1 or n2 once every stream has tokens.
-  const json svc = ServiceNamed(c, "big");
-  const std::string victim = svc["replica_status"][0]["node"];
+  // Again, and kill -9 the agent under a replica that carries streams once every stream
+  // has tokens. (Killing replica_status[0]'s agent, whatever it carried, once moved no
+  // stream: the gateway had sent the whole burst to the other replica.)
   auto metrics_before = c.client().GetRaw("/metrics");
   ASSERT_TRUE(metrics_before);
   const double failovers_before = MetricValue(metrics_before->body, "cohort_gateway_failovers_total");
@@ -329,10 +356,33 @@ TEST(ServeIntegrationTest, KillingAnAgentMidStreamLosesNoTokenAndTheServiceRecov
   for (int i = 0; i < 32; ++i) t.emplace_back([&, i] { got[i] = Stream(c, requests[i], &streaming); });
   // Every stream has its first token (and about 300 to go, seconds of work): kill.
   const bool all_streaming = WaitUntil([&] { return streaming == 32; }, std::chrono::seconds(60));
-  c.agent(victim).Signal(SIGKILL);
-  (void)c.agent(victim).Wait();
+  // The node of the replica with the most streams in progress, by the gateway's gauge.
+  std::string victim;
+  double most = 0;
+  auto carried = c.client().GetRaw("/metrics");
+  const json svc = ServiceNamed(c, "big");  // named: a range-for over a temporary's member dangles
+  for (const auto& r : svc.value("replica_status", json::array())) {
+    const std::string node = r["node"];
+    if (!carried) break;
+    const double n = MetricValue(carried->body, fmt::format("cohort_replica_gateway_inflight_requests{{service=\"big\","
+                                                           "job=\"{}\",node=\"{}\"}}",
+                                                           r["job"].get<int64_t>(), node));
+    if (n > most) {
+      most = n;
+      victim = node;
+    }
+  }
+  if (!victim.empty()) {
+    c.agent(victim).Signal(SIGKILL);
+    (void)c.agent(victim).Wait();
+  }
   for (auto& th : t) th.join();
+  ASSERT_FALSE(victim.empty()) << "no replica carries a stream:\n" << (carried ? carried->body : "no /metrics");
   ASSERT_TRUE(all_streaming) << "only " << streaming << " streams started";
+  // The burst was spread: both replicas carried streams.
+  std::map<std::string, int> per_replica;
+  for (const auto& g : got) per_replica[g.replica] += 1;
+  EXPECT_EQ(per_replica.size(), 2u) << "the 32 streams went to " << per_replica.size() << " replica(s)";
 
   for (int i = 0; i < 32; ++i) {
     EXPECT_TRUE(got[i].done) << "stream " << i << ": " << got[i].error;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -185,6 +186,116 @@ TEST(ServeApiTest, ModelsCompletionsAndStreams) {
   double best = -1e9;
   for (auto& [tok, v] : l["top_logprobs"][0].items()) best = std::max(best, v.get<double>());
   EXPECT_NEAR(l["token_logprobs"][0].get<double>(), best, 1e-5);
+}
+
+// lm-evaluation-harness's loglikelihood requests, as vLLM answers them (the legacy
+// completions contract): echo returns the prompt's text before the completion; with
+// logprobs the prompt's tokens come first in the logprobs object, the first with a null
+// log-probability, each other one the model's own (GptModel::Forward over the same tokens);
+// max_tokens 0 with echo is the prompt alone; text_offset counts characters of the text
+// returned. echo was refused ("is not supported") and max_tokens 0 with it.
+TEST(ServeApiTest, EchoReturnsThePromptWithTheModelsOwnLogprobs) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  const std::string prompt = "Hello, world";
+  const std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+  const int T = static_cast<int>(tokens.size());
+  const size_t V = 256, Vp = static_cast<size_t>(ref.config().padded_vocab_size());
+  ASSERT_TRUE(ref.Forward(tokens, {}, 1, T).has_value());
+  // log p(tokens[p] | tokens[< p]): the log-softmax of the logits at position p - 1.
+  auto expected = [&](int p) {
+    const float* row = ref.logits().data() + static_cast<size_t>(p - 1) * Vp;
+    double max = row[0], sum = 0;
+    for (size_t v = 0; v < V; ++v) max = std::max<double>(max, row[v]);
+    for (size_t v = 0; v < V; ++v) sum += std::exp(row[v] - max);
+    return row[tokens[p]] - max - std::log(sum);
+  };
+
+  int status = 0;
+  json only = Post(c, "/v1/completions",
+                   json{{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 2}}.dump(),
+                   &status);
+  ASSERT_EQ(status, 200) << only.dump();
+  const json& ch = only["choices"][0];
+  EXPECT_EQ(ch["text"], prompt);
+  EXPECT_EQ(ch["finish_reason"], "length");
+  EXPECT_EQ(only["usage"]["prompt_tokens"], T);
+  EXPECT_EQ(only["usage"]["completion_tokens"], 0);
+  const json& lp = ch["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), static_cast<size_t>(T)) << lp.dump();
+  ASSERT_EQ(lp["token_logprobs"].size(), static_cast<size_t>(T));
+  ASSERT_EQ(lp["top_logprobs"].size(), static_cast<size_t>(T));
+  ASSERT_EQ(lp["text_offset"].size(), static_cast<size_t>(T));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null()) << lp.dump();
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null()) << lp.dump();
+  for (int p = 0; p < T; ++p) {
+    EXPECT_EQ(lp["tokens"][p], std::string(1, prompt[p]));
+    EXPECT_EQ(lp["text_offset"][p], p);
+    if (p == 0) continue;
+    EXPECT_NEAR(lp["token_logprobs"][p].get<double>(), expected(p), 2e-3) << "prompt token " << p;
+    // Keyed by text: alternatives that are stray bytes share the key U+FFFD.
+    EXPECT_GE(lp["top_logprobs"][p].size(), 1u) << lp["top_logprobs"][p].dump();
+    EXPECT_LE(lp["top_logprobs"][p].size(), 2u) << lp["top_logprobs"][p].dump();
+  }
+
+  // With tokens to generate: the prompt, then what the same request without echo returns;
+  // the offsets go on from the prompt's end.
+  json plain = Post(c, "/v1/completions",
+                    json{{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 5}, {"temperature", 0}}.dump(), &status);
+  ASSERT_EQ(status, 200);
+  const json echo_request = {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 5}, {"temperature", 0},
+                             {"echo", true}, {"logprobs", 0}};
+  json echoed = Post(c, "/v1/completions", echo_request.dump(), &status);
+  ASSERT_EQ(status, 200) << echoed.dump();
+  const std::string completion = plain["choices"][0]["text"];
+  EXPECT_EQ(echoed["choices"][0]["text"], prompt + completion);
+  EXPECT_EQ(echoed["usage"]["completion_tokens"], 5);
+  const json& elp = echoed["choices"][0]["logprobs"];
+  ASSERT_EQ(elp["tokens"].size(), static_cast<size_t>(T) + 5) << elp.dump();
+  for (int p = 1; p < T; ++p) EXPECT_EQ(elp["token_logprobs"][p], lp["token_logprobs"][p]) << p;
+  size_t offset = prompt.size();
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(elp["text_offset"][T + i], offset) << i;
+    offset += elp["tokens"][T + i].get<std::string>().size();  // ASCII here
+  }
+
+  // Streamed: the prompt as one chunk (no token_ids: nothing was generated), then the
+  // tokens one chunk each.
+  json stream_request = echo_request;
+  stream_request["stream"] = true;
+  auto r = c.Post("/v1/completions", stream_request.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto events = Events(r->body);
+  ASSERT_EQ(events.size(), 1u + 5 + 1) << r->body;
+  const json& first = events[0]["choices"][0];
+  EXPECT_EQ(first["text"], prompt);
+  EXPECT_FALSE(first.contains("token_ids")) << first.dump();
+  EXPECT_EQ(first["logprobs"]["tokens"].size(), static_cast<size_t>(T));
+  EXPECT_TRUE(first["logprobs"]["token_logprobs"][0].is_null());
+  EXPECT_EQ(first["logprobs"]["token_logprobs"][T - 1], lp["token_logprobs"][T - 1]);
+  std::string streamed;
+  for (int i = 1; i <= 5; ++i) {
+    streamed += events[i]["choices"][0]["text"].get<std::string>();
+    EXPECT_EQ(events[i]["choices"][0]["logprobs"]["text_offset"][0], elp["text_offset"][T + i - 1]) << i;
+  }
+  EXPECT_EQ(streamed, completion);
+
+  // Token ids as the prompt: their text is echoed. Characters, not bytes: "é" is two byte
+  // tokens, both at the offset of the character they make.
+  json ids = Post(c, "/v1/completions",
+                  json{{"model", "tiny"}, {"prompt", {104, 0xC3, 0xA9, 108, 111}}, {"max_tokens", 0}, {"echo", true},
+                       {"logprobs", 0}}.dump(),
+                  &status);
+  ASSERT_EQ(status, 200) << ids.dump();
+  EXPECT_EQ(ids["choices"][0]["text"], "h\xC3\xA9lo");
+  EXPECT_EQ(ids["choices"][0]["logprobs"]["text_offset"], json::array({0, 1, 1, 2, 3}));
+
+  // max_tokens 0 without echo is a bad request naming the field.
+  json zero = Post(c, "/v1/completions", R"({"model":"tiny","prompt":"Hi","max_tokens":0})", &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(zero["error"]["param"], "max_tokens") << zero.dump();
 }
 
 // Several prompts in one request, and n samples of each (LangChain's OpenAI LLM batches

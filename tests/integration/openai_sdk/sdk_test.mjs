@@ -39,6 +39,33 @@ assert.equal(lp.choices[0].logprobs.tokens.length, 3);
 assert.equal(Object.keys(lp.choices[0].logprobs.top_logprobs[0]).length <= 2, true);
 ok('completions.create logprobs');
 
+// lm-evaluation-harness's loglikelihood request (vLLM's echo contract), through the
+// gateway: the prompt alone, its tokens with log-probabilities (the first null) and
+// character offsets; then echo before a completion, streamed and not.
+const prompt = 'Hello, world';
+const ll = await client.completions.create({ model, prompt, max_tokens: 0, echo: true, logprobs: 1, temperature: 0 });
+assert.equal(ll.choices[0].text, prompt);
+const l = ll.choices[0].logprobs;
+assert.equal(l.tokens.join(''), prompt);
+assert.equal(l.token_logprobs[0], null);
+assert.ok(l.token_logprobs.slice(1).every((v) => typeof v === 'number' && v <= 0), JSON.stringify(l.token_logprobs));
+assert.deepEqual(l.text_offset, [...Array(prompt.length).keys()]);
+const echoed = await client.completions.create({ model, prompt: 'Hello', max_tokens: 8, temperature: 0, echo: true });
+assert.equal(echoed.choices[0].text, 'Hello' + done.choices[0].text);
+const echoStream = await client.completions.create({
+  model, prompt: 'Hello', max_tokens: 8, temperature: 0, echo: true, logprobs: 1, stream: true,
+});
+let echoText = '';
+const echoLogprobs = [];
+for await (const chunk of echoStream) {
+  echoText += chunk.choices[0]?.text ?? '';
+  echoLogprobs.push(...(chunk.choices[0]?.logprobs?.token_logprobs ?? []));
+}
+assert.equal(echoText, 'Hello' + done.choices[0].text);
+assert.equal(echoLogprobs.length, 5 + 8);
+assert.equal(echoLogprobs[0], null);
+ok('completions.create echo');
+
 const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }];
 const chat = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0 });
 assert.equal(chat.object, 'chat.completion');
@@ -75,7 +102,11 @@ await expectError(OpenAI.BadRequestError, 400, 'max_tokens',
 await expectError(OpenAI.BadRequestError, 400, 'temperature',
   () => client.chat.completions.create({ model, messages, temperature: 7 }));
 const stranger = new OpenAI({ baseURL, apiKey: 'cohort_not-a-token', maxRetries: 0 });
-await expectError(OpenAI.AuthenticationError, 401, undefined, () => stranger.models.list());
+// The head's own refusal, in OpenAI's shape too (it had no type or param).
+const denied = await expectError(OpenAI.AuthenticationError, 401, null, () => stranger.models.list());
+assert.equal(denied.type, 'authentication_error');
+await expectError(OpenAI.AuthenticationError, 401, null,
+  () => stranger.completions.create({ model, prompt: 'x', max_tokens: 1 }));
 ok('errors');
 
 // The gateway still serves after the errors.
