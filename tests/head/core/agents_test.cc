@@ -250,6 +250,7 @@ TEST_F(CoreTest, AJobPlacedBeforeTheFirstHeartbeatGetsAPortTheRegistrationListed
   const int port = Job(a).allocation.master_port;
   EXPECT_TRUE(port == 43001 || port == 43002) << port;
   // The codec carries them (an agent's registration over the wire).
+  reg.agent_url = "http://127.0.0.1:9000";
   auto decoded = api::RegistrationFromJson(api::ToJson(reg));
   ASSERT_TRUE(decoded.has_value()) << decoded.error().message;
   EXPECT_EQ(decoded->free_ports, (std::vector<int>{43001, 43002}));
