@@ -26,6 +26,14 @@ JobUpdate Name(std::string n) {
   u.name = std::move(n);
   return u;
 }
+// One GPU, a 10-minute limit, and USR1 2 minutes before it (--signal USR1@120).
+api::JobSpec AskedToCheckpointBeforeItsLimit() {
+  api::JobSpec spec = Spec(1, 1);
+  spec.time_limit_s = 600;
+  spec.checkpoint_before_limit_s = 120;
+  spec.checkpoint_signal = "USR1";
+  return spec;
+}
 JobFilter Window(int64_t since_ms, int64_t until_ms) {
   JobFilter f;
   f.since_ms = since_ms;
@@ -202,11 +210,7 @@ TEST_F(CoreTest, AJobStartsOnceItsBeginTimeComes) {
 
 TEST_F(CoreTest, ACheckpointIsAskedForBeforeTheTimeLimitUntilOneIsMade) {
   Register(Reg("n1", 1));
-  api::JobSpec spec = Spec(1, 1);
-  spec.time_limit_s = 600;
-  spec.checkpoint_before_limit_s = 120;
-  spec.checkpoint_signal = "USR1";
-  const api::JobId id = Submit(spec);
+  const api::JobId id = Submit(AskedToCheckpointBeforeItsLimit());
   ASSERT_EQ(Pass(), 1);
   const int attempt = Job(id).attempt;
   auto asked = [&] {
@@ -237,11 +241,7 @@ TEST_F(CoreTest, ACheckpointIsAskedForBeforeTheTimeLimitUntilOneIsMade) {
 TEST_F(CoreTest, EachCheckpointRequestCarriesTheTimeItWasMade) {
   Register(Reg("n1", 1));
   Register(Reg("n2", 1));
-  api::JobSpec spec = Spec(1, 1);
-  spec.time_limit_s = 600;
-  spec.checkpoint_before_limit_s = 120;
-  spec.checkpoint_signal = "USR1";
-  const api::JobId id = Submit(spec);
+  const api::JobId id = Submit(AskedToCheckpointBeforeItsLimit());
   ASSERT_EQ(Pass(), 1);
   const int attempt = Job(id).attempt;
   const std::string node = Job(id).allocation.nodes[0].node;
