@@ -1,9 +1,11 @@
 #include "head/core/lifecycle.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/ranges.h>
 
+#include "api/gpu_spec.h"
 #include "api/job_env.h"
 #include "common/clock.h"
 #include "head/core/drain.h"
@@ -175,8 +177,34 @@ void MoveJob(Tx& tx, Job& job, const std::string& why) {
   tx.fx.Info("job {} moved as attempt {}: {}", job.id, job.attempt, why);
 }
 
+void FoldOldestAttempts(const api::JobSpec& spec, std::vector<api::AttemptRecord>& history, size_t keep) {
+  keep = std::max<size_t>(keep, 2);
+  size_t folded = 0;  // records folded into history[0]
+  while (history.size() - folded > keep) {
+    api::AttemptRecord& first = history[0];
+    const api::AttemptRecord& next = history[folded + 1];
+    if (first.end_ms <= 0 || next.end_ms <= 0 || next.start_ms <= 0) break;  // never an open attempt
+    const double first_gpus = api::AttemptGpuAmount(spec, first);
+    const double next_gpus = api::AttemptGpuAmount(spec, next);
+    int64_t ran = std::max<int64_t>(0, next.end_ms - next.start_ms);
+    if (first_gpus > 0) {
+      ran = std::llround(static_cast<double>(ran) * next_gpus / first_gpus);  // the same GPU-seconds
+    } else if (next_gpus > 0) {
+      first.gpus = next.gpus;  // a record of no GPU time takes the amount of the one that has some
+      first.gpu_share_units = next.gpu_share_units;
+      first.end_ms = first.start_ms;
+    }
+    first.end_ms += ran;
+    first.end_reason = fmt::format("attempts {}-{}, folded into one record (the history keeps {}); the last ended: {}",
+                                   first.attempt, next.attempt, keep, next.end_reason);
+    ++folded;
+  }
+  history.erase(history.begin() + 1, history.begin() + 1 + static_cast<std::ptrdiff_t>(folded));
+}
+
 void RestartReplica(Tx& tx, Job& job, const std::string& why) {
   Requeue(tx, job, why);
+  FoldOldestAttempts(job.spec, job.history, kMaxReplicaHistory);  // stored with the requeue's record
   const ReplicaBackoff b = ReplicaBackoffOf(job);
   if (b.delay_ms > 0) {
     job.reason = fmt::format("replica restarting after: {} (attempt {}; crash loop: {} attempts in a row ended "

@@ -76,6 +76,20 @@ struct ReplicaBackoff {
 };
 ReplicaBackoff ReplicaBackoffOf(const api::Job& job);
 
+// A replica restarts without limit (a crash loop adds an attempt a minute for as long as
+// the service exists), and the job's record carries its whole history into the store and
+// every job list: RestartReplica keeps at most this many attempt records, folding the two
+// oldest ended ones into one (FoldOldestAttempts).
+inline constexpr size_t kMaxReplicaHistory = 50;
+
+// Folds the oldest ended attempt records of `spec`'s job into the first until at most `keep`
+// remain (keep >= 2; the newest is never touched). The folded record keeps its first
+// attempt's number, start and nodes (`cohort logs -a` of that attempt), lasts as long as
+// the folded attempts ran together, so GPU-seconds (usage, fair share) stay whole, placed
+// from its first start, and says which attempts it holds. Attempts between the first and
+// the newest kept have no record of their own any more.
+void FoldOldestAttempts(const api::JobSpec& spec, std::vector<api::AttemptRecord>& history, size_t keep);
+
 // FailGang (with restarts) for every job running on `node`, each with `why`.
 void FailJobsOnNode(Tx& tx, const std::string& node, const std::string& why);
 

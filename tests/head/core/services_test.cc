@@ -89,6 +89,64 @@ TEST_F(CoreTest, AReplicaInACrashLoopWaitsLongerBeforeEachStart) {
   EXPECT_EQ(Pass(), 1) << state_.pending_reasons[id];
 }
 
+// A replica in a crash loop for days adds an attempt a minute: its record keeps the newest
+// kMaxReplicaHistory attempts, the older ones folded into its first record with their
+// GPU-seconds whole, and its back-off is read as before.
+TEST_F(CoreTest, AReplicasHistoryStaysBoundedAndKeepsItsGpuSeconds) {
+  Register(Reg("n1"));
+  const api::JobId id = Submit(Replica());
+  const int attempts = static_cast<int>(kMaxReplicaHistory) + 30;
+  int64_t ran_ms = 0;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    ASSERT_EQ(Pass(), 1) << "attempt " << attempt << ": " << state_.pending_reasons[id];
+    const int64_t run = 1'000 + 10 * attempt;
+    Advance(run);
+    ran_ms += run;
+    Beat("n1", {Exited(id, attempt, 0, 1)});
+    Beat("n1");
+    Advance(kReplicaBackoffMaxMs);  // its back-off passes
+  }
+  const auto& history = Job(id).history;
+  ASSERT_EQ(history.size(), kMaxReplicaHistory);
+  int64_t recorded_ms = 0;
+  for (const auto& h : history) recorded_ms += h.end_ms - h.start_ms;
+  EXPECT_EQ(recorded_ms, ran_ms) << "one GPU each: the GPU-seconds of every attempt are still there";
+  EXPECT_EQ(history.front().attempt, 0);
+  EXPECT_EQ(history.front().nodes, std::vector<std::string>{"n1"});
+  EXPECT_TRUE(history.front().end_reason.starts_with(
+      fmt::format("attempts 0-{}, folded into one record (the history keeps {})", attempts - kMaxReplicaHistory,
+                  kMaxReplicaHistory)))
+      << history.front().end_reason;
+  EXPECT_EQ(history[1].attempt, attempts - static_cast<int>(kMaxReplicaHistory) + 1);
+  EXPECT_EQ(history.back().attempt, attempts - 1);
+  EXPECT_EQ(Job(id).attempt, attempts);
+  // Still a crash loop: the next start waits its back-off.
+  EXPECT_EQ(ReplicaBackoffOf(Job(id)).delay_ms, kReplicaBackoffMaxMs);
+  // Its record round-trips the store's codec.
+  auto decoded = api::JobFromJson(api::ToJson(Job(id)));
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().message;
+  EXPECT_EQ(decoded->history.size(), kMaxReplicaHistory);
+}
+
+TEST(FoldOldestAttemptsTest, KeepsGpuSecondsAcrossAmountsAndNeverTouchesAnOpenAttempt) {
+  api::JobSpec spec = Spec(1, 2);
+  std::vector<api::AttemptRecord> h = {
+      {0, 1'000, 2'000, {"n1"}, "a", 2, 0},   // 2 GPUs x 1 s
+      {1, 3'000, 5'000, {"n2"}, "b", 1, 0},   // 1 GPU x 2 s: 1 s at 2 GPUs
+      {2, 6'000, 0, {"n1"}, "", 2, 0},        // running
+  };
+  FoldOldestAttempts(spec, h, 2);
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].start_ms, 1'000);
+  EXPECT_EQ(h[0].end_ms, 3'000) << "2 GPU-seconds + 2 GPU-seconds at 2 GPUs";
+  EXPECT_EQ(h[0].end_reason, "attempts 0-1, folded into one record (the history keeps 2); the last ended: b");
+  EXPECT_EQ(h[1].end_ms, 0);
+  std::vector<api::AttemptRecord> open = {{0, 1'000, 0, {"n1"}, "", 2, 0}, {1, 3'000, 0, {"n1"}, "", 2, 0},
+                                          {2, 6'000, 0, {"n1"}, "", 2, 0}};
+  FoldOldestAttempts(spec, open, 2);
+  EXPECT_EQ(open.size(), 3u) << "an attempt not ended is never folded";
+}
+
 TEST_F(CoreTest, AReplicaOnALostNodeIsPlacedElsewhere) {
   Register(Reg("n1"));
   Register(Reg("n2"));
