@@ -1,5 +1,6 @@
 // Launching outside and inside the cluster: `cohort run`, and a stock PyTorch DDP script
 // run unmodified as a multi-node Cohort job.
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <set>
@@ -19,6 +20,41 @@ struct RunResult {
   std::string output;
 };
 
+// What the processes under `pid` are doing, for a run that did not finish: each one's
+// command line, state and kernel wait channel, and its threads' stacks by gdb (bounded) when
+// gdb is installed. PyTorch.StockDdpScript's reference run once hung after the script had
+// printed its last line (CI, 2026-11-29; not reproduced in 126 runs under load since): the
+// next hang says where.
+std::string DescribeProcessTree(pid_t pid) {
+  std::string out;
+  std::vector<pid_t> todo = {pid};
+  for (size_t i = 0; i < todo.size() && i < 16; ++i) {
+    const std::string proc = "/proc/" + std::to_string(todo[i]);
+    std::string cmdline = ReadFile(proc + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    std::string state;
+    std::istringstream status(ReadFile(proc + "/status"));
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("State:")) state = line;
+    }
+    out += fmt::format("--- pid {}: {}\n{} wchan: {}\n", todo[i], cmdline, state, ReadFile(proc + "/wchan"));
+    std::istringstream children(ReadFile(proc + "/task/" + std::to_string(todo[i]) + "/children"));
+    for (pid_t c; children >> c;) todo.push_back(c);
+    if (std::filesystem::exists("/usr/bin/gdb")) {
+      SpawnOptions o;
+      o.argv = {"/usr/bin/timeout", "30", "/usr/bin/gdb", "-p", std::to_string(todo[i]), "-batch", "-ex",
+                "thread apply all bt 30"};
+      o.stdout_path = fmt::format("/tmp/cohort-launch-test-gdb-{}.txt", todo[i]);
+      if (auto g = Subprocess::Spawn(o)) {
+        (void)g->Wait();
+        out += ReadFile(o.stdout_path);
+        std::filesystem::remove(o.stdout_path);
+      }
+    }
+  }
+  return out;
+}
+
 RunResult CohortRun(const std::string& dir, std::vector<std::string> args) {
   SpawnOptions o;
   o.argv = {COHORT_BINARY, "run"};
@@ -30,11 +66,12 @@ RunResult CohortRun(const std::string& dir, std::vector<std::string> args) {
   if (!p) return {};
   auto st = p->WaitFor(std::chrono::seconds(120));
   EXPECT_TRUE(st.has_value()) << "cohort run did not finish; its output so far:\n"
-                              << ReadFile(o.stdout_path);
+                              << ReadFile(o.stdout_path) << "\nits processes:\n"
+                              << (st ? std::string() : DescribeProcessTree(p->pid()));
   if (!st) {
     p->Signal(SIGKILL);
-    (void)p->Wait();
-    return {};
+    auto killed = p->Wait();
+    return {killed ? *killed : ExitStatus{0, SIGKILL}, ReadFile(o.stdout_path)};  // never a success
   }
   return {*st, ReadFile(o.stdout_path)};
 }
