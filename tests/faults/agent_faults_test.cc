@@ -64,7 +64,7 @@ TEST(AgentFaults, KillAgentOfAPipelineStageResumesTheJobFromItsCheckpoint) {
 // current), rejoin, and the job must go on undisturbed on its new nodes.
 // Steps: the stopped agent's task trains on until its lease runs out: the fence timeout,
 // 1.2 s, stretched by the lateness the shim forgives on a busy node, and its peer until the
-// head moves the job. A CI run at 57c47c2 saw the gang train 170 steps past the stop and
+// head moves the job. A CI run at 79415f3 saw the gang train 170 steps past the stop and
 // finish all 200 before either, so that attempt 1 resumed from the final checkpoint with
 // nothing left to do and the stale gang was gone before SIGCONT. 600 keep the fault inside
 // the run.
