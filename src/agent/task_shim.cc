@@ -86,6 +86,11 @@ struct ShimArgs {
   std::string output_opened;
   std::string after_output_opened;
   std::vector<std::string> command;
+
+  // The account and working directory the output files are opened in: --io-user/--io-cwd
+  // when given (a container task), else the task's own.
+  const std::optional<TaskIdentity>& io_account() const { return io_identity ? io_identity : identity; }
+  const std::string& io_dir() const { return io_cwd.empty() ? cwd : io_cwd; }
 };
 
 // What the task child reports through the close-on-exec pipe when it cannot start.
@@ -385,8 +390,8 @@ int OpenOutputFile(const std::string& path, bool truncate) {
 // Never returns.
 [[noreturn]] void RunCopier(const ShimArgs& args, int log_fd, int out_rd, int err_rd, int report_fd,
                             pid_t shim_pid) {
-  const std::optional<TaskIdentity>& id = args.io_identity ? args.io_identity : args.identity;
-  const std::string& cwd = args.io_cwd.empty() ? args.cwd : args.io_cwd;
+  const std::optional<TaskIdentity>& id = args.io_account();
+  const std::string& cwd = args.io_dir();
   auto report = [&](int stage, int err) {
     ChildFailure f{stage, err};
     WriteAll(report_fd, std::string_view(reinterpret_cast<const char*>(&f), sizeof f));
@@ -666,8 +671,8 @@ Result<void> TaskShim::StartCopierAndOpen() {
   } while (n < 0 && errno == EINTR);
   close(rep[0]);
   if (n == static_cast<ssize_t>(sizeof f) && f.stage == 0) return {};
-  const std::optional<TaskIdentity>& id = args_.io_identity ? args_.io_identity : args_.identity;
-  const std::string& cwd = args_.io_cwd.empty() ? args_.cwd : args_.io_cwd;
+  const std::optional<TaskIdentity>& id = args_.io_account();
+  const std::string& cwd = args_.io_dir();
   auto where = [&](const std::string& path) {
     return path.starts_with('/') || cwd.empty() ? std::string() : fmt::format(" (in '{}')", cwd);
   };

@@ -27,13 +27,15 @@ std::optional<std::pair<api::JobId, std::string>> ElementRange(const std::string
 }  // namespace
 
 std::vector<std::string> CancelTargets(const std::vector<json>& jobs, bool running_included) {
+  // An array's own record (not one of its elements, whose spec carries no array).
+  auto array_record = [](const json& j) {
+    return j.contains("spec") && !j["spec"].value("array", "").empty() && j.value("array_job_id", api::JobId{0}) == 0;
+  };
   std::set<api::JobId> whole;  // arrays cancelled whole: their elements go with them
   std::vector<std::string> out;
   for (const json& j : jobs) {
     const api::JobId id = j.value("id", api::JobId{0});
-    const bool array = j.contains("spec") && !j["spec"].value("array", "").empty() &&
-                       j.value("array_job_id", api::JobId{0}) == 0;
-    if (!array) continue;
+    if (!array_record(j)) continue;
     if (running_included) {
       whole.insert(id);
       out.push_back(std::to_string(id));
@@ -43,8 +45,8 @@ std::vector<std::string> CancelTargets(const std::vector<json>& jobs, bool runni
   }
   for (const json& j : jobs) {
     const api::JobId id = j.value("id", api::JobId{0});
+    if (array_record(j)) continue;  // above
     const api::JobId array = j.value("array_job_id", api::JobId{0});
-    if (j.contains("spec") && !j["spec"].value("array", "").empty() && array == 0) continue;  // above
     if (array == 0) {
       out.push_back(std::to_string(id));
     } else if (!whole.contains(array)) {

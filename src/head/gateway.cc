@@ -180,16 +180,7 @@ std::vector<std::string> Gateway::Discover() {
     }
   }
   // Services scaled to 0 (services.h): their models exist, with no replica (503, not 404).
-  std::map<std::string, std::pair<std::string, int64_t>> idle;  // model -> service, created
-  if (auto stored = cluster_.GetMeta(kZeroReplicaServicesMeta); stored && *stored) {
-    if (auto j = ParseJson(**stored); j && j->is_object()) {
-      for (auto it = j->begin(); it != j->end(); ++it) {
-        const json& v = it.value();
-        if (!v.is_object() || !v.contains("spec") || !v["spec"].is_object()) continue;
-        idle[v["spec"].value("service_model", it.key())] = {it.key(), v.value("created", int64_t{0})};
-      }
-    }
-  }
+  const std::map<std::string, IdleService> idle = ScaledToZeroServices(cluster_);
   std::vector<std::string> keys;
   {
     MutexLock l(mu_);
@@ -197,10 +188,10 @@ std::vector<std::string> Gateway::Discover() {
     model_services_.clear();
     model_created_.clear();
     scaled_to_zero_.clear();
-    for (const auto& [model, service_created] : idle) {
-      model_services_[model] = service_created.first;
-      model_created_[model] = service_created.second;
-      scaled_to_zero_.insert(model);
+    for (const auto& [service, i] : idle) {
+      model_services_[i.spec.service_model] = service;
+      model_created_[i.spec.service_model] = i.created;
+      scaled_to_zero_.insert(i.spec.service_model);
     }
     for (const auto& j : jobs) {
       model_services_[j.spec.service_model] = j.spec.service;

@@ -54,9 +54,9 @@ api::ServiceStatus Services::StatusOf(const std::string& name, const std::vector
   return s;
 }
 
-std::map<std::string, Services::Idle> Services::ScaledToZero() const {
-  std::map<std::string, Idle> out;
-  auto stored = cluster_.GetMeta(kZeroReplicaServicesMeta);
+std::map<std::string, IdleService> ScaledToZeroServices(Cluster& cluster) {
+  std::map<std::string, IdleService> out;
+  auto stored = cluster.GetMeta(kZeroReplicaServicesMeta);
   if (!stored) {
     LOG_WARN("services: cannot read the services scaled to 0: {}", stored.error().message);
     return out;
@@ -68,7 +68,7 @@ std::map<std::string, Services::Idle> Services::ScaledToZero() const {
     if (!it.value().is_object() || !it.value().contains("spec")) continue;
     auto spec = api::JobSpecFromJson(it.value()["spec"]);
     if (!spec) continue;
-    out[it.key()] = Idle{std::move(*spec), it.value().value("created", int64_t{0})};
+    out[it.key()] = IdleService{std::move(*spec), it.value().value("created", int64_t{0})};
   }
   return out;
 }

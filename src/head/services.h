@@ -29,6 +29,15 @@ inline constexpr char kZeroReplicaServicesMeta[] = "services.zero_replicas";
 class Cluster;
 class Gateway;
 
+// A service scaled to 0 as the Cluster's meta keeps it: its replica spec and deploy time.
+struct IdleService {
+  api::JobSpec spec;
+  int64_t created = 0;
+};
+// The services scaled to 0, by name, read from `cluster`'s meta; none when it cannot be
+// read (logged). Services and the gateway (which answers 503 for their models) read it.
+std::map<std::string, IdleService> ScaledToZeroServices(Cluster& cluster);
+
 class Services {
  public:
   Services(Cluster& cluster, Gateway& gateway) : cluster_(cluster), gateway_(gateway) {}
@@ -47,12 +56,8 @@ class Services {
   // The active (PENDING or RUNNING) replica jobs of each service, oldest first.
   std::map<std::string, std::vector<api::Job>> Active() const;
   api::ServiceStatus StatusOf(const std::string& name, const std::vector<api::Job>& jobs) const;
-  // The services scaled to 0, by name: their replica spec and deploy time.
-  struct Idle {
-    api::JobSpec spec;
-    int64_t created = 0;
-  };
-  std::map<std::string, Idle> ScaledToZero() const;
+  using Idle = IdleService;
+  std::map<std::string, Idle> ScaledToZero() const { return ScaledToZeroServices(cluster_); }
   Result<void> SaveScaledToZero(const std::map<std::string, Idle>& idle);
   static api::ServiceStatus IdleStatus(const std::string& name, const Idle& idle);
 
