@@ -797,6 +797,7 @@ void Agent::Apply(const api::HeartbeatReply& reply) {
     spec.key = key;
     spec.command = t.command;
     spec.hold = t.hold;
+    spec.script = t.script;
     spec.env = t.env;
     spec.workdir = t.workdir;
     SetTaskOutput(t, config_.name, spec);

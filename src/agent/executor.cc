@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "agent/container.h"
+#include "api/job_env.h"
 #include "agent/task_shim.h"
 #include "agent/task_identity.h"
 #include "common/clock.h"
@@ -187,6 +188,10 @@ std::string Executor::ContainerRootPath(const TaskKey& k) const {
                      k.rank);
 }
 
+std::string Executor::ScriptPath(const TaskKey& k) const {
+  return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.script", options_.work_dir, k.job_id, k.attempt, k.rank);
+}
+
 std::string Executor::OutputOpenedPath(const TaskKey& k) const {
   return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.output-opened", options_.work_dir, k.job_id, k.attempt,
                      k.rank);
@@ -255,7 +260,7 @@ void Executor::StartShim(const TaskKey& key) {
   pid_t pid = -1;
   int pidfd = -1;
   ExecTarget exec;
-  if (error.empty() && !spec.hold && (spec.command.empty() || spec.command[0].empty())) {
+  if (error.empty() && !spec.hold && spec.script.empty() && (spec.command.empty() || spec.command[0].empty())) {
     error = "empty command";
   }
   if (error.empty() && spec.hold && (!spec.command.empty() || !spec.container_image.empty())) {
@@ -302,6 +307,12 @@ void Executor::StartShim(const TaskKey& key) {
     exec.key = key;
     exec.env = so.env;
     exec.unset_env = so.unset_env;
+    if (!spec.script.empty()) {
+      for (const char* name : api::kRankVariables) {
+        so.env.erase(name);
+        so.unset_env.emplace_back(name);
+      }
+    }
     exec.workdir = spec.workdir;
     exec.cpus = cpu_list;
     if (account) exec.identity = account->identity;
@@ -378,6 +389,12 @@ std::string Executor::PrepareTask(const TaskKey& key, const TaskSpec& spec, std:
     }
   }
   close(fd);
+  if (error.empty() && !spec.script.empty()) {
+    // Only the shim (this process's account) reads it: it hands the task a copy (--script).
+    if (auto r = WritePrivateFileAtomically(ScriptPath(key), spec.script); !r) {
+      error = "cannot keep the batch script: " + r.error().message;
+    }
+  }
   for (const auto& dir : spec.owned_dirs) {
     if (!error.empty()) break;
     if (auto r = PrepareOwnedDir(dir, account); !r) error = r.error().message;
@@ -476,6 +493,7 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
     argv.push_back("--hold");
     return argv;
   }
+  if (!spec.script.empty()) argv.insert(argv.end(), {"--script", ScriptPath(key)});
   argv.push_back("--");
   argv.insert(argv.end(), spec.command.begin(), spec.command.end());
   return argv;

@@ -72,6 +72,11 @@ struct TaskSpec {
   // An allocation's task: no command; the shim holds it with a waiting process in the
   // task's account and directory (task_shim.h, --hold) until it is stopped.
   bool hold = false;
+  // A batch script's task (api::JobSpec::script): the script's text, which the agent keeps
+  // in the task's private directory (ScriptPath) and the shim runs (task_shim.h, --script)
+  // with `command` as its arguments, in `env` less api::kRankVariables (steps beside it,
+  // `cohort exec`, keep them). Empty: none.
+  std::string script;
   std::map<std::string, std::string> env;    // added to (and overriding) the agent's env
   std::string workdir;                       // empty: the agent's working directory
   // Files the task's stdout and stderr are also written to (the job's output and error,
@@ -256,6 +261,8 @@ class Executor {
   std::string ContainerRootPath(const TaskKey& key) const;
   // Made by a shim that truncates its output files once it has opened them (task_shim.h).
   std::string OutputOpenedPath(const TaskKey& key) const;
+  // A batch script's text, private to the agent (TaskSpec::script).
+  std::string ScriptPath(const TaskKey& key) const;
 
  private:
   struct Task {

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -68,6 +69,10 @@ struct ShimArgs {
   // --hold: an allocation's task (no command): the child enters the task's account and
   // directory and then only waits, until a signal ends it.
   bool hold = false;
+  // --script FILE: a batch script's task (api::JobSpec::script): the shim (whose account
+  // alone can read FILE) copies it into an anonymous file the task child executes, with
+  // `command` as the script's arguments (ScriptFd).
+  std::string script;
   // --cpus: the CPUs the task is bound to (cpu_set.h), set in the child before exec; empty:
   // the shim's own mask.
   std::vector<int> cpus;
@@ -165,6 +170,8 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
       a.output_opened = value;
     } else if (arg == "--after-output-opened") {
       a.after_output_opened = value;
+    } else if (arg == "--script") {
+      a.script = value;
     } else if (arg == "--cpus") {
       a.cpus = COHORT_TRY(ParseCpuList(value));
     } else if (arg == "--container-runtime") {
@@ -189,7 +196,10 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
   if (a.hold && (!a.command.empty() || !a.container_runtime.empty())) {
     return MakeError(ErrorCode::kInvalidArgument, "--hold runs no command and no container");
   }
-  if (a.command.empty() && !a.hold) {
+  if (!a.script.empty() && (a.hold || !a.container_runtime.empty())) {
+    return MakeError(ErrorCode::kInvalidArgument, "--script goes with neither --hold nor a container");
+  }
+  if (a.command.empty() && !a.hold && a.script.empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "no command after '--'");
   }
   if (a.container_runtime.empty() != a.container_name.empty() ||
@@ -362,7 +372,11 @@ std::string IdentityError(const TaskIdentity& id, int err) {
   } else {
     execvp(argv[0], argv.data());
     f = {kStageExec, errno};
-    msg = fmt::format("cohort: cannot execute '{}': {}\n", args.command[0], strerror(f.err));
+    msg = args.script.empty()
+              ? fmt::format("cohort: cannot execute '{}': {}\n", args.command[0], strerror(f.err))
+              : fmt::format("cohort: cannot execute the batch script: {} (is its #! interpreter installed on "
+                            "this node?)\n",
+                            strerror(f.err));
   }
   WriteAll(2, msg);
   WriteAll(err_fd, std::string_view(reinterpret_cast<const char*>(&f), sizeof f));
@@ -689,18 +703,63 @@ Result<void> TaskShim::StartCopierAndOpen() {
                 strerror(f.err));
 }
 
+// The batch script at `path` (readable by this process only) as an anonymous executable
+// file the task child can run as any account: a memfd, its contents sealed. The descriptor
+// stays open (not close-on-exec) through the task's exec.
+static Result<int> ScriptFd(const std::string& path) {
+  int in = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (in < 0) return Errorf(ErrorCode::kInternal, "cannot read the batch script {}: {}", path, strerror(errno));
+  int fd = memfd_create("cohort-batch-script", MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    const int err = errno;
+    close(in);
+    return Errorf(ErrorCode::kInternal, "memfd_create for the batch script: {}", strerror(err));
+  }
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(in, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(in);
+      close(fd);
+      return Errorf(ErrorCode::kInternal, "cannot read the batch script {}: {}", path, strerror(err));
+    }
+    if (n == 0) break;
+    WriteAll(fd, std::string_view(buf, static_cast<size_t>(n)));
+  }
+  close(in);
+  // Sealed, and handed on read-only: the task cannot change the script it runs (a program
+  // it starts again by $0 runs the same text), and no writer blocks the exec (ETXTBSY).
+  fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  const int ro = open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_RDONLY);
+  const int err = errno;
+  close(fd);
+  if (ro < 0) return Errorf(ErrorCode::kInternal, "cannot reopen the batch script's copy: {}", strerror(err));
+  return ro;
+}
+
 Result<void> TaskShim::SpawnTask() {
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) return Errorf(ErrorCode::kInternal, "pipe: {}", strerror(errno));
   std::vector<std::string> cmd = args_.command;
+  int script_fd = -1;
+  if (!args_.script.empty()) {
+    script_fd = COHORT_TRY(ScriptFd(args_.script));
+    // Not close-on-exec: the kernel hands "/proc/self/fd/N" to the #! interpreter, which
+    // opens it. $0 is therefore that name, as sbatch's is a spool file's.
+    cmd.insert(cmd.begin(), fmt::format("/proc/self/fd/{}", script_fd));
+  }
   std::vector<char*> cargv;
   for (auto& s : cmd) cargv.push_back(s.data());
   cargv.push_back(nullptr);
 
   const pid_t self = getpid();
   task_ = fork();
-  if (task_ < 0) return Errorf(ErrorCode::kInternal, "fork: {}", strerror(errno));
+  const int fork_err = errno;
   if (task_ == 0) ExecTask(args_, cargv, task_stdout_, task_stderr_, errpipe[1], self);
+  if (script_fd >= 0) close(script_fd);
+  if (task_ < 0) return Errorf(ErrorCode::kInternal, "fork: {}", strerror(fork_err));
   setpgid(task_, task_);  // also here, so killpg never races the child's own setpgid
   close(errpipe[1]);
   // Only the task holds the copier's pipes now: their EOF means every process of it is gone.

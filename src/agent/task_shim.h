@@ -10,7 +10,10 @@
 // [--io-user NAME:UID:GID:GROUPS] [--io-cwd DIR] [--output-opened FILE] [--after-output-opened FILE]
 // -- command args...` (or `--hold` in place of `-- command`: an allocation's task, api/step.h, whose
 // child enters the account and directory as a command's would, then only waits for the
-// signal that ends it: no user process runs, the task holds its GPUs for the steps), or,
+// signal that ends it: no user process runs, the task holds its GPUs for the steps; or
+// `--script FILE -- args...`: a batch script's task, api::JobSpec::script, FILE readable by
+// the shim's account only, which the shim copies into a sealed memfd the child executes as
+// /proc/self/fd/N, so its #! interpreter runs it as the job's account), or,
 // without it, `cohort task-shim ...`, with the task's environment already in the shim's
 // environment (compare slurmstepd, containerd-shim). The shim:
 //

@@ -274,6 +274,7 @@ json ToJson(const JobSpec& s) {
     j["service_model"] = s.service_model;
   }
   if (s.is_allocation()) j["kind"] = "allocation";
+  if (!s.script.empty()) j["script"] = s.script;
   return j;
 }
 
@@ -291,13 +292,34 @@ int CheckpointSignalNumber(const std::string& name) {
 
 // An allocation (JobSpec::allocation) holds resources and runs nothing of its own: what a
 // batch job may ask that makes no sense for one is refused, naming the field.
+// A batch script (JobSpec::script): what its first line and bytes must be, as sbatch checks.
+static Result<void> CheckBatchScript(const std::string& script) {
+  if (!script.starts_with("#!")) {
+    return FieldError("script", "does not look like a batch script: its first line must start with #! and the "
+                                "path of an interpreter, e.g. #!/bin/bash");
+  }
+  if (auto nul = script.find('\0'); nul != std::string::npos) {
+    return FieldError("script", "has a NUL byte at offset {}: a batch script is text", nul);
+  }
+  if (auto crlf = script.find("\r\n"); crlf != std::string::npos) {
+    const size_t line = 1 + static_cast<size_t>(std::count(script.begin(), script.begin() + crlf, '\n'));
+    return FieldError("script", "has DOS line breaks (CR LF, first on line {}), which the interpreter would take as "
+                                "part of each line: convert it with dos2unix",
+                      line);
+  }
+  return {};
+}
+
 static Result<void> CheckAllocationSpec(const JobSpec& s) {
-  if (!s.command.empty()) {
+  if (!s.script.empty()) COHORT_TRY_VOID(CheckBatchScript(s.script));
+  if (!s.command.empty() && s.script.empty()) {
     return FieldError("command", "an allocation runs no command of its own (cohort alloc -- CMD runs CMD on the "
                                  "submitting side; steps run on the nodes), got {} argument(s)",
                       s.command.size());
   }
-  if (s.is_array()) return FieldError("array", "an allocation cannot be a job array");
+  if (s.is_array() && s.script.empty()) {
+    return FieldError("array", "an allocation without a batch script cannot be a job array");
+  }
   if (s.max_restarts != 0) return FieldError("max_restarts", "an allocation is never restarted, got {}", s.max_restarts);
   if (s.min_nodes != 0) return FieldError("min_nodes", "an allocation is not elastic, got {}", s.min_nodes);
   if (s.container.enabled()) return FieldError("container", "an allocation cannot run in a container");
@@ -307,7 +329,7 @@ static Result<void> CheckAllocationSpec(const JobSpec& s) {
     return FieldError("checkpoint_before_limit_s", "an allocation has no checkpoints");
   }
   for (const auto& [field, value] : {std::pair{"output", &s.output}, std::pair{"error", &s.error}}) {
-    if (!value->empty()) {
+    if (!value->empty() && s.script.empty()) {
       return FieldError(field, "an allocation runs no command of its own to write '{}'; its steps' output goes to "
                                "the allocation's shell", *value);
     }
@@ -339,6 +361,7 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
   s.user = COHORT_TRY(r.String("user", "anonymous"));
   s.env = COHORT_TRY(r.StringMap("env"));
   s.workdir = COHORT_TRY(r.String("workdir", ""));
+  s.script = COHORT_TRY(r.String("script", "", kMaxScriptBytes));
   s.output = COHORT_TRY(r.String("output", ""));
   s.error = COHORT_TRY(r.String("error", ""));
   s.open_mode = COHORT_TRY(r.String("open_mode", ""));
@@ -444,7 +467,7 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
     return FieldError("kind", "must be 'batch', 'service' or 'allocation', got '{}'", kind);
   }
   COHORT_TRY_VOID(r.Finish());
-  if (s.name.empty() && s.allocation) s.name = "allocation";
+  if (s.name.empty() && s.allocation) s.name = s.script.empty() ? "allocation" : "sbatch";
   if (s.name.empty() && !s.command.empty()) {
     std::string base = s.command[0].substr(s.command[0].find_last_of('/') + 1);
     for (char& c : base) {
@@ -466,6 +489,8 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
 Result<void> ValidateJobSpec(const JobSpec& s) {
   if (s.allocation) {
     COHORT_TRY_VOID(CheckAllocationSpec(s));
+  } else if (!s.script.empty()) {
+    return FieldError("script", "a batch script runs only in an allocation (\"kind\": \"allocation\"; cohort sbatch)");
   } else if (s.command.empty()) {
     return FieldError("command", "must name a program to run (got an empty list)");
   } else if (s.command[0].empty()) {
@@ -1062,6 +1087,7 @@ json ToJson(const HeartbeatReply& r) {
       if (!t.output.empty()) l["output"] = t.output;
       if (!t.error.empty()) l["error"] = t.error;
       if (!t.open_mode.empty()) l["open_mode"] = t.open_mode;
+      if (!t.script.empty()) l["script"] = t.script;
       l["cpus"] = t.cpus;
       l["user"] = t.user;
       if (t.container.enabled()) l["container"] = ToJson(t.container);
@@ -1119,6 +1145,7 @@ Result<HeartbeatReply> HeartbeatReplyFromJson(const json& j) {
       l.container = COHORT_TRY(ContainerSpecFromJson(*c, t.FieldName("container"), UnknownFields::kIgnore));
     }
     l.hold = COHORT_TRY(t.Bool("hold", false));
+    l.script = COHORT_TRY(t.String("script", "", kMaxScriptBytes));
     l.checkpoint_requested = COHORT_TRY(t.Bool("checkpoint_requested", false));
     l.checkpoint_signal = static_cast<int>(COHORT_TRY(t.Int("checkpoint_signal", 0, 0, 128)));
     l.checkpoint_requested_ms = COHORT_TRY(t.Int("checkpoint_requested_ms", 0, 0, INT64_MAX));

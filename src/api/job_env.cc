@@ -85,6 +85,19 @@ std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAll
   set_if("COHORT_CHECKPOINT_DIR", options.checkpoint_dir);
   set_if("COHORT_CA", options.ca_pem);
   set_if("COHORT_JOB_TOKEN", options.job_token);
+  if (job.spec.is_allocation() && job.id > 0) {
+    // What `cohort alloc`'s shell has, for a batch script and for the steps it runs, under
+    // Slurm's names too (sbatch's): scripts that read them move over unchanged.
+    std::string nodes;
+    for (const auto& na : job.allocation.nodes) nodes += (nodes.empty() ? "" : ",") + na.node;
+    set("COHORT_NODELIST", nodes);
+    set("SLURM_JOB_NODELIST", nodes);
+    set("SLURM_JOB_ID", std::to_string(job.id));
+    set("SLURM_JOBID", std::to_string(job.id));
+    set("SLURM_NNODES", std::to_string(job.allocation.nodes.size()));
+    set("SLURM_JOB_NAME", job.spec.name);
+    if (!job.spec.workdir.empty()) set("SLURM_SUBMIT_DIR", job.spec.workdir);
+  }
   return env;
 }
 

@@ -44,7 +44,10 @@ TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view
 // and, from options.array, COHORT_ARRAY_TASK_COUNT, _MIN, _MAX and _STEP (the indices'
 // common step, 1 when they have none), each also as SLURM_ARRAY_*. A job with an id (> 0) also gets
 // COHORT_JOB_ID and COHORT_JOB_NAME; a named node, COHORT_NODE; `cohort run` passes
-// neither (id 0, node "").
+// neither (id 0, node ""). An allocation's tasks (a batch script and the steps beside them)
+// also get what `cohort alloc`'s shell has: COHORT_NODELIST, SLURM_JOB_NODELIST,
+// SLURM_JOB_ID, SLURM_JOBID, SLURM_NNODES, SLURM_JOB_NAME and SLURM_SUBMIT_DIR (its workdir).
+// The per-rank variables a batch script itself must not see are kRankVariables.
 //
 // The agent adds the CPU variables, which only it knows (agent/executor.h): for a task
 // with cpus_per_task > 0, COHORT_CPUS_PER_TASK (Slurm's SLURM_CPUS_PER_TASK),
@@ -54,5 +57,13 @@ TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view
 // (the number of CPUs bound) unless job.spec.env sets it.
 std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAllocation& node,
                                                    const TaskPlacement& task, const TaskEnvOptions& options);
+
+// What a batch script's own environment (JobSpec::script) lacks of its task's: RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK and GROUP_RANK. The script is not one
+// of the ranks (as sbatch's batch step is not an srun task): a program it starts directly
+// must not join a process group as rank 0 of WORLD_SIZE, and `cohort run` in it must start
+// a step (cli/step.h), not run locally. The steps beside its task keep them.
+inline constexpr const char* kRankVariables[] = {"RANK",      "WORLD_SIZE", "LOCAL_RANK",
+                                                 "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"};
 
 }  // namespace cohort::api

@@ -51,6 +51,10 @@ inline constexpr int64_t kMaxTimeLimitS = 366LL * 24 * 3600;
 inline constexpr int64_t kMaxProgressTimeoutS = kMaxTimeLimitS;
 // The latest begin time a job may name: the end of the year 9999 (Unix ms).
 inline constexpr int64_t kMaxBeginMs = 253402300799999;
+// The largest batch script (JobSpec::script) a job may carry: it is stored with the job and
+// sent to its first node. (Slurm's default max_script_size is 4 MB; a script that size is
+// better a program the script runs.)
+inline constexpr size_t kMaxScriptBytes = 1 << 20;
 
 // A job that runs in a container image (`container:` in a spec, `--container IMAGE`): the
 // agent starts every task with `RUNTIME run ... IMAGE command...` (agent/container.h).
@@ -131,13 +135,22 @@ struct JobSpec {
   std::string service;        // the service's name; "" for a batch job
   std::string service_model;  // the model name requests use
   // An allocation (`cohort alloc`, Slurm's salloc; on the wire "kind": "allocation"): a job
-  // that holds its nodes, GPUs and CPUs and runs no command of its own (`command` is empty;
-  // the agent's shim holds each task with a process that only waits, in the job's account
-  // and working directory). Work runs in it as steps (`cohort run` with COHORT_JOB_ID set,
+  // that holds its nodes, GPUs and CPUs and runs no command of its own (`command` is empty,
+  // but for a batch script's arguments; the agent's shim holds each task with a process
+  // that only waits, in the job's account and working directory). Work runs in it as steps (`cohort run` with COHORT_JOB_ID set,
   // `cohort exec`: api/step.h), recorded in Job::steps. It ends when its holder ends it
-  // (POST /v1/jobs/{id}/end: the shell's exit), is cancelled, or reaches its time limit;
-  // it is never restarted, elastic, an array, a service or in a container.
+  // (POST /v1/jobs/{id}/end: the shell's exit, or its batch script's end), is cancelled,
+  // or reaches its time limit; it is never restarted, elastic, a service or in a container.
   bool allocation = false;
+  // A batch script (`cohort sbatch`, Slurm's sbatch): its text, kept with the job, so an
+  // edit of the file after submitting changes nothing (and nodes need no copy of it). Only
+  // in an allocation: its first task (rank 0, on the first node) runs it, with `command`
+  // as its arguments, while the other tasks hold the allocation for its steps (`cohort run`
+  // in the script); the job ends when the script does, with its exit code. It starts with
+  // "#!", has no NUL byte nor CR LF line ends, and is at most kMaxScriptBytes. An array
+  // of batch scripts is allowed (sbatch --array). "": none. On the wire only when set;
+  // another user sees it hidden (as the env values).
+  std::string script;
   // A job array (api/job_array.h; `--array 0-999%16`): "" for a single job. Canonical text
   // (ArraySpec::ToString). Each element is a job of its own with this spec less `array`,
   // COHORT_ARRAY_TASK_ID in its environment (head/core/arrays.h).
@@ -176,6 +189,7 @@ struct JobSpec {
   bool shares_gpu() const { return gpu_share > 0 || gpu_memory_mib > 0; }
   bool is_service() const { return !service.empty(); }
   bool is_allocation() const { return allocation; }
+  bool is_batch_script() const { return allocation && !script.empty(); }
   int world_size() const { return nodes * tasks_per_node; }
   int gpus_per_task() const { return gpus_per_node / tasks_per_node; }
 };
@@ -535,9 +549,12 @@ struct TaskLaunch {
   // An allocation's task (JobSpec::allocation): no command; the shim holds the task with a
   // waiting process (task_shim.h, --hold). Sent with the launch details.
   bool hold = false;
+  // A batch script's task (JobSpec::script, rank 0): the script's text, which the agent runs
+  // with `command` as its arguments. Sent with the launch details.
+  std::string script;
   // Whether the launch carries its details (command or hold, env, ...): a task the agent
   // already runs goes without them (core::DesiredTasks).
-  bool has_details() const { return !command.empty() || hold; }
+  bool has_details() const { return !command.empty() || hold || !script.empty(); }
 };
 
 struct TaskRef {

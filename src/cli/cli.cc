@@ -145,6 +145,7 @@ std::unique_ptr<CLI::App> BuildCliApp(GlobalOptions& global, std::function<void(
   AddAgentCommand(ctx);
   AddUpCommand(ctx);
   AddSubmitCommand(ctx);
+  AddBatchCommand(ctx);
   AddQueueCommand(ctx);
   AddShowCommand(ctx);
   AddCancelCommand(ctx);

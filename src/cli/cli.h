@@ -70,6 +70,7 @@ void AddHeadCommand(CommandContext& ctx);
 void AddAgentCommand(CommandContext& ctx);
 void AddUpCommand(CommandContext& ctx);
 void AddSubmitCommand(CommandContext& ctx);
+void AddBatchCommand(CommandContext& ctx);  // batch (alias sbatch; batch.cc)
 void AddQueueCommand(CommandContext& ctx);
 void AddShowCommand(CommandContext& ctx);
 void AddCancelCommand(CommandContext& ctx);

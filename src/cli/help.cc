@@ -82,7 +82,11 @@ cohort alloc's command (or shell) runs here, not in a task: it gets COHORT_JOB_I
 SLURM_JOB_ID (the allocation), COHORT_NODELIST and SLURM_JOB_NODELIST (its nodes, comma
 separated), COHORT_NUM_NODES and SLURM_NNODES, and COHORT_HEAD. With COHORT_JOB_ID set and
 RANK unset, cohort run runs a step on the allocation's tasks, each in its task's
-environment (the variables above).
+environment (the variables above). A batch script (cohort batch, sbatch) runs in the first
+task of its allocation with that task's variables less RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, NODE_RANK and GROUP_RANK, plus SLURM_JOB_ID, SLURM_JOB_NODELIST,
+SLURM_NNODES, SLURM_JOB_NAME and SLURM_SUBMIT_DIR; so its cohort run is a step too, made
+with the job's own token.
 
 A root agent runs the task as the job's user with that account's HOME, USER, LOGNAME
 and SHELL. Post progress (step, loss, samples_per_s) to $COHORT_REPORT to see it in
@@ -160,6 +164,7 @@ $COHORT_TOKEN overrides the token, $COHORT_CA_FILE the authority.
   # begin_ms: 1796140800000  # --begin 16:00 (or now+1h, a date): not before this Unix ms time
   # sweep: {grid: {train.lr: [3.0e-4, 1.0e-3]}}   # instead of array: an element per point
   # kind: service            # batch (default) | service (cohort serve deploy) | allocation
+  # script: "#!/bin/sh\n..."  # with kind allocation: a batch script (cohort batch), command its args
 )"},
 };
 

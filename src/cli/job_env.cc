@@ -137,7 +137,9 @@ Result<json> ApplySubmittingSide(json spec, std::string_view export_spec,
   } else if (!spec.contains("env") || spec["env"].is_null()) {
     spec["env"] = env;
   }  // else: a malformed env, named by JobSpecFromJson
-  if (!container && spec.contains("command") && spec["command"].is_array() && !spec["command"].empty() &&
+  // A batch script's command is its arguments, not a program.
+  const bool script = spec.contains("script") && spec["script"].is_string();
+  if (!container && !script && spec.contains("command") && spec["command"].is_array() && !spec["command"].empty() &&
       spec["command"][0].is_string() && spec.contains("workdir") && spec["workdir"].is_string()) {
     auto path = env.find("PATH");
     std::string path_var;

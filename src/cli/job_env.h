@@ -51,7 +51,8 @@ Result<std::string> ResolveProgram(const std::string& program, std::string_view 
 // `spec` (the merged spec as JSON) with the submitting side applied: env = what
 // --export=`export_spec` sends ("": ALL, or NONE for a container job), overridden by the
 // spec's own env; command[0] resolved (ResolveProgram) against the final PATH and the
-// spec's workdir, except in a container job. A spec whose command is
+// spec's workdir, except in a container job or a batch script's (whose command is the
+// script's arguments). A spec whose command is
 // missing or malformed is returned as is for api::JobSpecFromJson to name the field.
 Result<json> ApplySubmittingSide(json spec, std::string_view export_spec,
                                  const std::map<std::string, std::string>& environment);

@@ -35,11 +35,23 @@ std::string ExitResult(const api::TaskExit& e) {
   return fmt::format("exit {}", e.exit_code);
 }
 
-int Run(const std::string& id_text, const GlobalOptions& global) {
+int Run(const std::string& id_text, bool script, const GlobalOptions& global) {
   auto ref = api::ParseJobRef(id_text, "job id");  // "12", or "12_7" for an array's element
   if (!ref) return ReportError(ref.error());
   auto reply = HeadClient(global).Get(ref->is_element() ? api::routes::JobByRef(id_text) : api::routes::Job(ref->job));
   if (!reply) return ReportError(reply.error());
+  if (script) {
+    // scontrol write batch_script JOB -: the text as submitted (hidden from other users).
+    auto job = api::JobFromJson(*reply);
+    if (!job) return ReportError(job.error());
+    if (!job->spec.is_batch_script()) {
+      return ReportError(MakeError(ErrorCode::kInvalidArgument,
+                                   fmt::format("job {} has no batch script (cohort batch submits one)", id_text))
+                             .error());
+    }
+    std::fputs(job->spec.script.c_str(), stdout);
+    return 0;
+  }
   if (global.json) {
     PrintJson(*reply);
     return 0;
@@ -133,7 +145,11 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
   r.Add("state", std::string(api::JobStateName(job.state)));
   r.Add("reason", job.reason);
   r.Add("exit code", job.exit_code ? std::to_string(*job.exit_code) : "");
-  if (s.is_allocation()) {
+  if (s.is_batch_script()) {
+    r.Add("kind", fmt::format("batch script (cohort batch): runs once on the first node; its steps (cohort run) "
+                              "run in its allocation ({} so far)",
+                              job.steps.empty() ? 0 : job.steps.back().id));
+  } else if (s.is_allocation()) {
     r.Add("kind", fmt::format("allocation (cohort alloc): holds its nodes and GPUs; its steps run in it ({} so far)",
                               job.steps.empty() ? 0 : job.steps.back().id));
   }
@@ -204,7 +220,12 @@ std::string RenderJob(const api::Job& job, int64_t now_ms) {
     r.Add("progress timeout", fmt::format("{}s (the gang fails without a progress report for that long)",
                                           s.progress_timeout_s));
   }
-  r.Add("command", s.is_allocation() ? "(none: an allocation)" : ShellJoin(s.command));
+  if (s.is_batch_script()) {
+    r.Add("command", fmt::format("the batch script ({} bytes; cohort show --script {} prints it){}", s.script.size(),
+                                 job.id, s.command.empty() ? "" : ", with arguments " + ShellJoin(s.command)));
+  } else {
+    r.Add("command", s.is_allocation() ? "(none: an allocation)" : ShellJoin(s.command));
+  }
   if (s.container.enabled()) r.Add("container", fmt::format("{} ({})", s.container.image, s.container.runtime));
   r.Add("workdir", s.workdir.empty() ? "(the agent's work directory)" : s.workdir);
   if (!s.output.empty() || !s.error.empty()) {
@@ -353,11 +374,14 @@ std::string RenderPreemptions(const api::Job& job) {
 
 void AddShowCommand(CommandContext& ctx) {
   auto id = std::make_shared<std::string>();
+  auto script = std::make_shared<bool>(false);
   auto* sub = ctx.app.add_subcommand("show", "Show one job in detail, like scontrol show job");
   sub->add_option("JOB", *id, "Job id; 12_7 is element 7 of array 12")->required();
+  sub->add_flag("--script", *script,
+                "Print the job's batch script as submitted (cohort batch), like scontrol write batch_script JOB -");
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;
-  ctx.on_run(sub, [id, &global] { return Run(*id, global); });
+  ctx.on_run(sub, [id, script, &global] { return Run(*id, *script, global); });
 }
 
 }  // namespace cohort::cli

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "cli/client.h"
+#include "cli/submit.h"
 #include "cli/job_env.h"
 #include "cli/job_spec_file.h"
 #include "cli/suggest.h"
@@ -31,16 +32,6 @@ namespace {
 
 constexpr Millis kWaitPoll{200};
 constexpr Millis kWaitUnavailableGrace{30'000};
-
-struct SubmitState {
-  SubmitFlags flags;
-  std::string spec_file;
-  bool wait = false;
-  bool dry_run = false;
-  bool hold = false;      // -H/--hold: submitted held (cohort release starts it)
-  bool parsable = false;  // --parsable: only the job id on stdout, as sbatch --parsable
-  std::optional<std::string> wrap;  // --wrap: the command, run by /bin/sh -c
-};
 
 // CLI flag that sets each spec field, for error messages about a flag's value.
 const std::map<std::string, std::string, std::less<>>& FlagForField() {
@@ -151,19 +142,6 @@ std::map<std::string, std::string> CurrentEnvironment() {
   return env;
 }
 
-SubmitDefaults CurrentDefaults() {
-  SubmitDefaults d;
-  std::error_code ec;
-  auto cwd = std::filesystem::current_path(ec);
-  if (!ec) d.workdir = cwd.string();
-  if (const char* user = std::getenv("USER"); user && *user) {
-    d.user = user;
-  } else if (const passwd* pw = getpwuid(geteuid()); pw && pw->pw_name) {
-    d.user = pw->pw_name;
-  }
-  d.environment = CurrentEnvironment();
-  return d;
-}
 
 bool SawDashDash(const CLI::App* sub) {
   for (const auto& a : sub->remaining(false)) {
@@ -177,30 +155,20 @@ CLI::Option* AddOptional(CLI::App* sub, const std::string& names, std::optional<
   return sub->add_option_function<T>(names, [&target](const T& v) { target = v; }, help);
 }
 
-// An sbatch script given where a spec file goes ("#!" first): what to type instead, with
-// its #SBATCH lines, which cohort does not read; "" for anything else.
+// An sbatch script given where a spec file goes ("#!" first): what to type instead (cohort
+// batch, which reads its #SBATCH lines); "" for anything else.
 std::string ScriptInsteadOfSpec(const std::string& path) {
   if (path.empty() || path == "-") return {};
   std::ifstream in(path);
   std::string line;
   if (!in || !std::getline(in, line) || !line.starts_with("#!")) return {};
-  std::vector<std::string> directives;
-  for (int n = 0; n < 200 && std::getline(in, line); ++n) {
-    if (line.starts_with("#SBATCH")) {
-      std::string flags = line.substr(7);
-      flags.erase(0, flags.find_first_not_of(" \t"));
-      if (!flags.empty()) directives.push_back(flags);
-    }
-  }
+  bool directives = false;
+  for (int n = 0; n < 200 && !directives && std::getline(in, line); ++n) directives = line.starts_with("#SBATCH");
   std::string program = path.find('/') == std::string::npos ? "./" + path : path;
-  std::string out = fmt::format("{} is a script, not a job spec (YAML or JSON): run it with cohort submit [flags] "
-                                "-- {}",
-                                path, program);
-  if (!directives.empty()) {
-    out += fmt::format("; its #SBATCH lines are not read: give them as flags (cohort submit --help; {})",
-                       Join(directives, " "));
-  }
-  return out;
+  return fmt::format("{} is a script, not a job spec (YAML or JSON): submit it as a batch script with cohort batch {} "
+                     "(sbatch: {}it runs once, on the first node, its steps with cohort run), or run it as every "
+                     "task with cohort submit [flags] -- {}",
+                     path, path, directives ? "reads its #SBATCH lines; " : "", program);
 }
 
 int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global) {
@@ -259,15 +227,36 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   const bool user_named = st.flags.user.has_value() || (base.contains("user") && !base["user"].is_null());
   auto spec = BuildSubmitSpec(std::move(base), st.flags, source);
   if (!spec) return ReportError(spec.error());
+  return SubmitBuiltSpec(*spec, user_named, st, global, "job");
+}
+
+}  // namespace
+
+SubmitDefaults CurrentDefaults() {
+  SubmitDefaults d;
+  std::error_code ec;
+  auto cwd = std::filesystem::current_path(ec);
+  if (!ec) d.workdir = cwd.string();
+  if (const char* user = std::getenv("USER"); user && *user) {
+    d.user = user;
+  } else if (const passwd* pw = getpwuid(geteuid()); pw && pw->pw_name) {
+    d.user = pw->pw_name;
+  }
+  d.environment = CurrentEnvironment();
+  return d;
+}
+
+int SubmitBuiltSpec(const api::JobSpec& spec, bool user_named, const SubmitState& st, const GlobalOptions& global,
+                    std::string_view what) {
   if (st.dry_run) {
-    PrintJson(api::ToJson(*spec));
+    PrintJson(api::ToJson(spec));
     return 0;
   }
 
   HttpClient head = HeadClient(global);
   const std::string path = st.hold ? api::routes::WithQuery(api::routes::kJobs, {{"hold", "true"}})
                                    : std::string(api::routes::kJobs);
-  auto created = head.Post(path, SubmitBody(*spec, user_named, head));
+  auto created = head.Post(path, SubmitBody(spec, user_named, head));
   if (!created) return ReportError(WithContext(created.error(), "submitting the job"));
   auto job = api::JobFromJson(*created);
   if (!job) return ReportError(job.error());
@@ -277,7 +266,7 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   } else if (st.parsable) {
     std::printf("%lld\n", static_cast<long long>(job->id));
   } else {
-    std::printf("Submitted job %lld%s\n", static_cast<long long>(job->id),
+    std::printf("Submitted %.*s %lld%s\n", static_cast<int>(what.size()), what.data(), static_cast<long long>(job->id),
                 job->held ? " (held: cohort release to start it)" : "");
   }
   if (!st.wait) return 0;
@@ -307,8 +296,6 @@ int Run(const SubmitState& st, const CLI::App* sub, const GlobalOptions& global)
   }
   return job->state == api::JobState::kSucceeded ? 0 : 1;
 }
-
-}  // namespace
 
 Result<int64_t> ParseTimeLimit(std::string_view text) {
   auto bad = [&] {
@@ -661,7 +648,27 @@ void AddSubmitCommand(CommandContext& ctx) {
   sub->add_option("SPEC_FILE", st->spec_file, "Job spec file (.yaml, .yml or .json; - for stdin)")
       ->check(spec_before_dashdash);
   sub->add_option("COMMAND", f.command, "The program and its arguments, after --")->check(command_after_dashdash);
+  AddSubmitFlags(sub, *st);
+  AddClientOptions(sub, ctx.global);
 
+  GlobalOptions& global = ctx.global;
+  ctx.on_run(sub, [st, sub, &global] {
+    if (st->wrap) {
+      if (!st->flags.command.empty() || st->wrap->empty()) {
+        return ReportError(MakeError(ErrorCode::kInvalidArgument,
+                                     st->wrap->empty() ? "--wrap: give the command line to run"
+                                                       : "--wrap and a command after --: give one of them")
+                               .error());
+      }
+      st->flags.command = {"/bin/sh", "-c", *st->wrap};
+    }
+    return Run(*st, sub, global);
+  });
+}
+
+void AddSubmitFlags(CLI::App* sub, SubmitState& state) {
+  SubmitState* st = &state;
+  SubmitFlags& f = st->flags;
   AddResourceFlags(sub, f);
   AddOptional(sub, "--min-nodes", f.min_nodes,
               "Elastic: start (or restart after a failure) on as few as this many nodes when --nodes are not "
@@ -710,21 +717,6 @@ void AddSubmitCommand(CommandContext& ctx) {
                                             "--parsable -- ./run.sh)");
   sub->add_flag("--wait", st->wait, "Wait until the job ends; exit 0 only if it SUCCEEDED");
   sub->add_flag("--dry-run", st->dry_run, "Check the spec and print it as JSON; submit nothing");
-  AddClientOptions(sub, ctx.global);
-
-  GlobalOptions& global = ctx.global;
-  ctx.on_run(sub, [st, sub, &global] {
-    if (st->wrap) {
-      if (!st->flags.command.empty() || st->wrap->empty()) {
-        return ReportError(MakeError(ErrorCode::kInvalidArgument,
-                                     st->wrap->empty() ? "--wrap: give the command line to run"
-                                                       : "--wrap and a command after --: give one of them")
-                               .error());
-      }
-      st->flags.command = {"/bin/sh", "-c", *st->wrap};
-    }
-    return Run(*st, sub, global);
-  });
 }
 
 }  // namespace cohort::cli

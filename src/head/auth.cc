@@ -119,7 +119,8 @@ Result<void> Authorize(Access access, const Caller& caller, JobScope scope) {
   if (caller.kind == Caller::Kind::kJob) {
     if (scope == JobScope::kOwnJob) return {};
     return Errorf(ErrorCode::kPermissionDenied,
-                  "{} may not do this: a job's token only reads its own job (its state, logs and progress)",
+                  "{} may not do this: a job's token acts only on its own job (reads its state, logs and progress, "
+                  "requeues it, runs steps in it)",
                   caller.Describe());
   }
   const bool node = caller.kind == Caller::Kind::kNode;

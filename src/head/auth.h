@@ -20,10 +20,11 @@
 //
 // Jobs: each attempt of a job has a job token (COHORT_JOB_TOKEN in its tasks' environment;
 // RendezvousStore::JobToken makes and checks it), a Caller of kind kJob while that attempt
-// runs. It reads only its own job (its state, logs and progress) and may requeue it (a
+// runs. It reads only its own job (its state, logs and progress), may requeue it (a
 // task that got its checkpoint signal before the time limit: `cohort requeue
-// $COHORT_JOB_ID`): the routes registered with JobScope::kOwnJob, whose path names the
-// job. It does nothing else; rendezvous and progress reports keep their capability URLs.
+// $COHORT_JOB_ID`) and may run steps in it (a batch script's `cohort run`, which starts
+// a step and reads and closes its sessions): the routes registered with
+// JobScope::kOwnJob, whose path names the job. It does nothing else; rendezvous and progress reports keep their capability URLs.
 //
 // Threads: every method may be called from any thread (one mutex; Create and Revoke
 // hold it while they persist, so book changes are written in order).

@@ -51,13 +51,14 @@ using UsageByJob = std::map<api::JobId, std::vector<TaskUsage>>;
 
 // A job with its accounting, as GET /v1/jobs lists it to a caller who does not own it:
 // the values of its environment (where secrets go; `submit --export=ALL` sends the
-// submitter's whole environment) are hidden, the names kept. One snapshot serves every
+// submitter's whole environment) are hidden, the names kept, and so is a batch script. One snapshot serves every
 // caller, so nobody gets them here, its owner and admins included (GET /v1/jobs/{id} has
 // them for those).
 api::DashboardJob QueuedJob(const api::Job& job, int64_t now_ms, const UsageByJob& usage) {
   auto u = usage.find(job.id);
   api::DashboardJob d{JobStatusAt(job, now_ms, u != usage.end() ? &u->second : nullptr), std::nullopt, std::nullopt};
   for (auto& [name, value] : d.status.job.spec.env) value = kHiddenEnvValue;
+  if (!d.status.job.spec.script.empty()) d.status.job.spec.script = kHiddenScript;
   return d;
 }
 

@@ -115,7 +115,7 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
     json sessions = json::array();
     for (const auto& t : recorded->tasks) sessions.push_back({{"rank", t.rank}, {"node", t.node}, {"session", t.session}});
     SendJson(res, json{{"step", recorded->id}, {"job", *id}, {"attempt", job->attempt}, {"sessions", sessions}});
-  });
+  }, JobScope::kOwnJob);
 
   // POST ?rank=R, api::ExecRequest: {"session", "attempt", "rank", "node"}.
   router.Post(api::routes::kJobExecPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
@@ -202,7 +202,7 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
       }
     }
     res.set_content(std::move(r->body), "application/octet-stream");
-  });
+  }, JobScope::kOwnJob);
 
   // POST ?rank=&attempt=, api::ExecInput: {"ok": true}.
   router.Post(api::routes::kJobExecInputPattern, Access::kUser, [&](const Caller& caller, const httplib::Request& req,
@@ -226,7 +226,7 @@ void RegisterExecRoutes(Router& router, Cluster& cluster) {
         api::ToJson(*in));
     if (!r) return SendError(res, Unreachable(*call, r.error()));
     SendJson(res, json{{"ok", true}});
-  });
+  }, JobScope::kOwnJob);
 }
 
 }  // namespace cohort::head

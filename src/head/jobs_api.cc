@@ -105,12 +105,14 @@ void SendJobList(httplib::Response& res, Cluster& cluster, const JobFilter& filt
 }  // namespace
 
 // Another user's job as a caller who is neither its owner nor an admin may see it: the
-// values of its environment (where secrets go) are hidden, the names kept.
+// values of its environment (where secrets go) are hidden, the names kept, and so is its
+// batch script.
 void HideEnvUnlessOwner(json& job, const Caller& caller) {
   const int64_t id = job.contains("id") && job["id"].is_number_integer() ? job["id"].get<int64_t>() : 0;
   if (caller.MayActOn(id, job.contains("spec") ? job["spec"].value("user", "") : "")) return;
   auto spec = job.find("spec");
   if (spec == job.end() || !spec->is_object()) return;
+  if (auto script = spec->find("script"); script != spec->end()) *script = kHiddenScript;
   auto env = spec->find("env");
   if (env == spec->end() || !env->is_object()) return;
   for (auto& [name, value] : env->items()) value = kHiddenEnvValue;

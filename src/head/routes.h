@@ -50,6 +50,9 @@ void PreferGzipOverBrotli(httplib::Server& server);
 // What a job's environment value reads as to a caller who may not see it (neither the
 // job's owner nor an admin, and every caller of GET /v1/dashboard): the names stay.
 inline constexpr char kHiddenEnvValue[] = "(hidden)";
+// What a batch script (JobSpec::script) reads as to the same callers: still a script (its
+// spec decodes), whose one line says why it is not there.
+inline constexpr char kHiddenScript[] = "#! (hidden: a batch script is shown to its job's owner and admins)\n";
 
 // The user a submitted job belongs to: the caller's own (a spec naming another user is
 // refused unless the caller is an admin); with --insecure, the spec's.

@@ -45,6 +45,64 @@ TEST(AllocationSpec, RefusesWhatOnlyABatchJobHas) {
   EXPECT_NE(bad.error().message.find("'batch', 'service' or 'allocation'"), std::string::npos);
 }
 
+// A batch script (cohort batch, sbatch) is an allocation that carries its script's text,
+// with `command` as the script's arguments; it may be an array and write output files.
+TEST(BatchScriptSpec, CarriesItsScriptAndArguments) {
+  const std::string script = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname\n";
+  auto s = JobSpecFromJson(json{{"kind", "allocation"}, {"script", script}, {"command", {"a", "b c"}},
+                                {"nodes", 2}, {"array", "0-3"}, {"output", "slurm-%A_%a.out"}});
+  ASSERT_TRUE(s.has_value()) << s.error().message;
+  EXPECT_TRUE(s->is_batch_script());
+  EXPECT_EQ(s->name, "sbatch");
+  EXPECT_EQ(s->command, (std::vector<std::string>{"a", "b c"}));
+  json j = ToJson(*s);
+  EXPECT_EQ(j["script"], script);
+  auto again = JobSpecFromJson(j);
+  ASSERT_TRUE(again.has_value()) << again.error().message;
+  EXPECT_EQ(ToJson(*again), j);
+  // Without a script: no "script" on the wire, and a plain allocation.
+  EXPECT_FALSE(ToJson(JobSpecFromJson(json{{"kind", "allocation"}}).value()).contains("script"));
+}
+
+TEST(BatchScriptSpec, RefusesWhatIsNoScriptItsInterpreterCouldRun) {
+  const std::pair<json, std::string> cases[] = {
+      {{{"kind", "allocation"}, {"script", "echo hi\n"}}, "its first line must start with #!"},
+      {{{"kind", "allocation"}, {"script", std::string("#!/bin/sh\necho \0x\n", 18)}}, "NUL byte at offset 15"},
+      {{{"kind", "allocation"}, {"script", "#!/bin/sh\necho a\r\necho b\r\n"}}, "CR LF, first on line 2"},
+      {{{"kind", "allocation"}, {"script", "#!/bin/sh\n" + std::string(kMaxScriptBytes, '#')}}, "at most 1048576"},
+      {{{"script", "#!/bin/sh\n"}, {"command", {"true"}}}, "a batch script runs only in an allocation"},
+      {{{"kind", "allocation"}, {"script", "#!/bin/sh\n"}, {"max_restarts", 1}}, "never restarted"},
+  };
+  for (const auto& [j, want] : cases) {
+    auto s = JobSpecFromJson(j);
+    ASSERT_FALSE(s.has_value()) << want;
+    EXPECT_NE(s.error().message.find(want), std::string::npos) << s.error().message;
+  }
+}
+
+// The script travels to its node in the launch, and only there.
+TEST(BatchScriptSpec, TheLaunchCarriesTheScript) {
+  HeartbeatReply r;
+  TaskLaunch l;
+  l.job = 7;
+  l.script = "#!/bin/sh\necho hi\n";
+  l.command = {"arg"};
+  r.tasks.push_back(l);
+  TaskLaunch held;
+  held.job = 7;
+  held.rank = 1;
+  held.hold = true;
+  r.tasks.push_back(held);
+  auto back = HeartbeatReplyFromJson(ToJson(r));
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  ASSERT_EQ(back->tasks.size(), 2u);
+  EXPECT_EQ(back->tasks[0].script, l.script);
+  EXPECT_EQ(back->tasks[0].command, l.command);
+  EXPECT_TRUE(back->tasks[0].has_details());
+  EXPECT_TRUE(back->tasks[1].script.empty());
+  EXPECT_TRUE(back->tasks[1].hold);
+}
+
 // A RUNNING allocation of `nodes` nodes x `per_node` tasks with `gpus` GPUs per node.
 Job Allocation(int nodes, int per_node, int gpus) {
   Job job;

@@ -560,20 +560,106 @@ TEST_F(SubmitCommandTest, SbatchFlagsWorkOrSayWhatToUseInstead) {
   EXPECT_THAT(alloc.err, HasSubstr("unknown option '--gres': ask for GPUs with -G/--gpus"));
 }
 
-// `cohort submit job.sh`, as sbatch takes it, with an sbatch script: how to run it, and its
-// #SBATCH lines named (not "must be a mapping of spec fields, got string").
-TEST_F(SubmitCommandTest, AnSbatchScriptWhereASpecGoesSaysHowToRunIt) {
+// `cohort submit job.sh`, as sbatch takes it, with an sbatch script: how to submit it
+// (cohort batch), not "must be a mapping of spec fields, got string".
+TEST_F(SubmitCommandTest, AnSbatchScriptWhereASpecGoesSaysHowToSubmitIt) {
   std::string script = Write("job.sh", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:4\nsrun python train.py\n");
   auto sbatch = RunCommand({"submit", script});
   EXPECT_EQ(sbatch.rc, 2);
-  EXPECT_THAT(sbatch.err, HasSubstr(script + " is a script, not a job spec (YAML or JSON): run it with cohort "
-                                    "submit [flags] -- " + script + "; its #SBATCH lines are not read: give them "
-                                    "as flags (cohort submit --help; -N 2 --gres=gpu:4)"));
+  EXPECT_THAT(sbatch.err, HasSubstr(script + " is a script, not a job spec (YAML or JSON): submit it as a batch script "
+                                    "with cohort batch " + script + " (sbatch: reads its #SBATCH lines; it runs once, "
+                                    "on the first node, its steps with cohort run), or run it as every task with "
+                                    "cohort submit [flags] -- " + script));
   std::string plain = Write("run.sh", "#!/bin/sh\necho hi\n");
   auto no_directives = RunCommand({"submit", plain});
   EXPECT_EQ(no_directives.rc, 2);
-  EXPECT_THAT(no_directives.err, HasSubstr(plain + " is a script, not a job spec (YAML or JSON): run it with cohort "
-                                           "submit [flags] -- " + plain + "\n"));
+  EXPECT_THAT(no_directives.err, HasSubstr("with cohort batch " + plain + " (sbatch: it runs once"));
+}
+
+// cohort batch (sbatch): the #SBATCH lines down to the first command are its flags, split
+// as a shell splits them, a later line over an earlier one and the command line over all;
+// the script's text and its arguments go with the job, and its output to slurm-%j.out.
+TEST_F(SubmitCommandTest, ABatchScriptsDirectivesAreItsFlagsAndTheCommandLineWins) {
+  const std::string text =
+      "#!/bin/bash\n"
+      "#SBATCH -J train -N 2\n"
+      "#SBATCH --ntasks-per-node=4 -G 4   # four GPUs per node\n"
+      "\n"
+      "#SBATCH --time 2:00:00\n"
+      "#SBATCH --time=1:00:00\n"
+      "#SBATCH --env 'GREETING=hello world' --env QUOTED=\"a \\\"b\\\"\"\n"
+      "## SBATCH --partition=gpu\n"
+      "##SBATCH --partition=gpu\n"
+      "# a comment\n"
+      "echo $GREETING\n"
+      "#SBATCH -c 8\n";
+  const std::string script = Write("job.sh", text);
+  auto r = RunCommand({"batch", "--dry-run", "-N", "3", script, "a", "b c", "-N", "9"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json spec = json::parse(r.out);
+  EXPECT_EQ(spec["kind"], "allocation");
+  EXPECT_EQ(spec["script"], text);
+  EXPECT_EQ(spec["command"], (json{"a", "b c", "-N", "9"}));  // after the script: its arguments
+  EXPECT_EQ(spec["nodes"], 3);
+  EXPECT_EQ(spec["tasks_per_node"], 4);
+  EXPECT_EQ(spec["gpus_per_node"], 4);
+  EXPECT_EQ(spec["time_limit_s"], 3600);
+  EXPECT_EQ(spec["name"], "train");
+  EXPECT_EQ(spec["env"]["GREETING"], "hello world");
+  EXPECT_EQ(spec["env"]["QUOTED"], "a \"b\"");
+  EXPECT_EQ(spec.value("cpus_per_task", 1), 1) << "a directive after the first command is not read";
+  EXPECT_EQ(spec["output"], "slurm-%j.out");
+  EXPECT_EQ(spec["workdir"], std::filesystem::current_path().string());
+
+  // No -J: the script's file name; an array's default output names array and index; -o wins.
+  const std::string arr = Write("sweep run.sh", "#!/bin/sh\n#SBATCH --array=0-3%2\necho $SLURM_ARRAY_TASK_ID\n");
+  r = RunCommand({"batch", "--dry-run", arr});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  spec = json::parse(r.out);
+  EXPECT_EQ(spec["name"], "sweep_run.sh");
+  EXPECT_EQ(spec["array"], "0-3%2");
+  EXPECT_EQ(spec["output"], "slurm-%A_%a.out");
+  r = RunCommand({"batch", "--dry-run", "-o", "logs-%j.txt", arr});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["output"], "logs-%j.txt");
+
+  // --wrap makes the script, as sbatch writes it.
+  r = RunCommand({"batch", "--dry-run", "--wrap", "echo hi"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  spec = json::parse(r.out);
+  EXPECT_EQ(spec["script"], "#!/bin/sh\necho hi\n");
+  EXPECT_EQ(spec["name"], "wrap");
+}
+
+// A bad directive names its file, line and text; what is no script says so; nothing is sent.
+TEST_F(SubmitCommandTest, ABadBatchScriptNamesItsLine) {
+  const std::pair<std::string, std::string> kCases[] = {
+      {"#!/bin/sh\n#SBATCH -N 2\n#SBATCH --partition=gpu\ntrue\n",
+       ":3: #SBATCH --partition=gpu: unknown option '--partition': cohort has no partitions"},
+      {"#!/bin/sh\n#SBATCH -t 5x\n", ":2: #SBATCH -t 5x: --time-limit: '5x' is not a time limit"},
+      {"#!/bin/sh\n#SBATCH -J 'unclosed\n", "line 2: #SBATCH -J 'unclosed: the quote ' is not closed"},
+      {"#!/bin/sh\n#SBATCH -N 2 extra\n", ":2: #SBATCH -N 2 extra: 'extra' is not a flag"},
+      {"#!/bin/sh\n#SBATCH --wrap 'true'\n", ":2: #SBATCH --wrap 'true': --wrap: the script itself is what runs"},
+      {"#!/bin/sh\n#SBATCH --nodez 2\n", "unknown option '--nodez': did you mean --nodes?"},
+      {"#!/bin/sh\n#SBATCH --max-restarts 2\n", "'s #SBATCH lines: max_restarts: an allocation is never restarted"},
+      {"echo no interpreter\n", ": does not look like a batch script: its first line must start with #!"},
+      {"#!/bin/sh\r\necho hi\r\n", "has DOS line breaks (CR LF, first on line 1)"},
+  };
+  int n = 0;
+  for (const auto& [text, want] : kCases) {
+    const std::string script = Write("bad" + std::to_string(n++) + ".sh", text);
+    auto r = RunCommand({"batch", "--dry-run", script});
+    EXPECT_EQ(r.rc, 2) << text;
+    EXPECT_THAT(r.err, HasSubstr(want)) << text;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  auto missing = RunCommand({"batch", "--dry-run", (dir_ / "nope.sh").string()});
+  EXPECT_EQ(missing.rc, 2);
+  EXPECT_THAT(missing.err, HasSubstr("cannot read the batch script '" + (dir_ / "nope.sh").string() +
+                                     "': No such file or directory"));
+  auto flag = RunCommand({"batch", "--dry-run", "--gres=gpu:4", (dir_ / "bad0.sh").string()});
+  EXPECT_EQ(flag.rc, 2);
+  EXPECT_THAT(flag.err, HasSubstr("unknown option '--gres': ask for GPUs with -G/--gpus"));
 }
 
 TEST_F(SubmitCommandTest, BadInputExitsTwoBeforeAnyNetworkCall) {

@@ -118,6 +118,51 @@ TEST(Alloc, StepsLandInTheAllocationWhichIsReleasedAtExit) {
   EXPECT_TRUE(Cohort(c, {"cancel", std::to_string(batch)}).status.Success());
 }
 
+// cohort batch (sbatch) on a TLS head with tokens: the script as submitted (an edit while
+// it waits changes nothing) runs once, on the first node, as no rank, with the job's token;
+// its `cohort run` is a step on every task; its output lands in slurm-<id>.out; its exit
+// code ends the job, and the GPUs its holding tasks kept are free again.
+TEST(Batch, AScriptRunsOnceOnTheFirstNodeAndItsStepsOnEveryTask) {
+  LocalCluster c;
+  c.StartHead();
+  c.StartAgent("node-a", 2);
+  c.StartAgent("node-b", 2);
+  c.WaitForNodes(2);
+  const std::string cohort = std::string(COHORT_BINARY);
+  const std::string path = c.dir() + "/job.sh";
+  const std::string text = "#!/bin/sh\n"
+                           "#SBATCH -N 2 -G 1\n"
+                           "#SBATCH -J batchy\n"
+                           "echo script:$COHORT_NODE:${RANK-none}:$SLURM_JOB_ID:$SLURM_NNODES:$1\n" +
+                           cohort + " run -- sh -c 'echo step:$COHORT_NODE:$RANK:$CUDA_VISIBLE_DEVICES'\n"
+                           "echo step_rc=$?\n"
+                           "exit 3\n";
+  std::ofstream(path) << text;
+  auto r = Cohort(c, {"batch", "--parsable", "-H", "-D", c.dir(), path, "first-arg"});
+  ASSERT_EQ(r.status.Code(), 0) << r.errors;
+  const int64_t id = std::stoll(r.output);
+  std::ofstream(path) << "#!/bin/sh\necho edited\n";  // after submitting: not what runs
+  ASSERT_TRUE(Cohort(c, {"release", std::to_string(id)}).status.Success());
+  json job = c.WaitForState(id, "FAILED");
+  EXPECT_EQ(job["exit_code"], 3);
+  EXPECT_EQ(job["reason"], "the batch script on " + job["allocation"]["nodes"][0]["node"].get<std::string>() +
+                               " exited with code 3");
+  EXPECT_EQ(job["spec"]["name"], "batchy");
+  const std::string out = ReadFile(fmt::format("{}/slurm-{}.out", c.dir(), id));
+  const std::string first = job["allocation"]["nodes"][0]["node"];
+  EXPECT_NE(out.find(fmt::format("script:{}:none:{}:2:first-arg\n", first, id)), std::string::npos) << out;
+  EXPECT_EQ(out.find("script:", out.find("script:") + 1), std::string::npos) << "the script ran once: " << out;
+  EXPECT_EQ(out.find("edited"), std::string::npos) << out;
+  EXPECT_NE(out.find("step:node-a:"), std::string::npos) << out;
+  EXPECT_NE(out.find("step:node-b:"), std::string::npos) << out;
+  EXPECT_NE(out.find("step_rc=0\n"), std::string::npos) << out;
+  ASSERT_EQ(job["steps"].size(), 1u) << job.dump(2);
+  EXPECT_EQ(job["steps"][0]["tasks"].size(), 2u);
+  r = Cohort(c, {"show", "--script", std::to_string(id)});
+  EXPECT_EQ(r.output, text) << r.errors;
+  EXPECT_TRUE(WaitUntil([&] { return GpusFree(c, {"node-a", "node-b"}); }, 10s));
+}
+
 TEST(Alloc, EndsAtItsTimeLimit) {
   LocalCluster c;
   c.StartHead();

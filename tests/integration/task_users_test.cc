@@ -323,6 +323,21 @@ TEST_F(TaskUsersTest, OutputFilesAreOpenedAsTheJobsAccount) {
   EXPECT_EQ(st.st_gid, a.gid());
 }
 
+// A batch script (cohort batch) runs as the job's account, which cannot read the agent's
+// copy of it: the shim hands it a sealed anonymous copy, run by its #! interpreter.
+TEST_F(TaskUsersTest, ABatchScriptRunsAsTheJobsAccount) {
+  const TestAccount& a = accounts_[0];
+  json j = c_.Submit({{"kind", "allocation"},
+                      {"script", "#!/bin/sh\necho ids=$(id -u):$(id -g) args=$*\n"},
+                      {"command", {"x", "y"}},
+                      {"user", a.name()}});
+  const int64_t id = j.value("id", int64_t{0});
+  ASSERT_GT(id, 0) << j.dump();
+  c_.WaitForState(id, "SUCCEEDED");
+  EXPECT_NE(c_.Logs(id, 0).find(fmt::format("ids={}:{} args=x y\n", a.uid(), a.gid())), std::string::npos)
+      << c_.Logs(id, 0);
+}
+
 TEST_F(TaskUsersTest, AJobWhoseUserHasNoAccountFailsAtStartNamingUserAndNode) {
   const std::string ghost = accounts_[0].name() + "-none";
   json j = c_.Submit({{"command", {"sh", "-c", "echo ran"}}, {"user", ghost}, {"name", "ghost"}});

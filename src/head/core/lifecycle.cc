@@ -284,8 +284,18 @@ void RecordExit(Tx& tx, Job& job, const std::string& node, const api::TaskReport
     // Asked to checkpoint and move: a task that ends now (on its checkpoint signal, say)
     // ends the attempt as that move, not as a failure of the job.
     if (job.move && !job.move->grow) return MoveOnFailedExit(tx, job, why);
+    if (job.spec.is_batch_script() && e.rank == 0) {
+      return FinishJob(tx, job, JobState::kFailed,
+                       e.signal ? fmt::format("the batch script on {} was killed by signal {}", node, e.signal)
+                                : fmt::format("the batch script on {} exited with code {}", node, e.exit_code),
+                       e.signal ? 128 + e.signal : e.exit_code, ended_at(e.finished_ms));
+    }
     FailGang(tx, job, why, e.signal ? 128 + e.signal : e.exit_code, /*may_restart=*/true, ended_at(e.finished_ms));
     return;
+  }
+  if (job.spec.is_batch_script() && e.rank == 0) {
+    // The script is the job: its end ends the allocation (its holding tasks are stopped).
+    return FinishJob(tx, job, JobState::kSucceeded, "the batch script exited 0", 0, ended_at(e.finished_ms));
   }
   if (static_cast<int>(job.exits.size()) == job.world_size()) {
     // A service never succeeds: a replica that exits 0 is started again.
@@ -335,8 +345,13 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
           l.checkpoint_signal = api::CheckpointSignalNumber(job.spec.checkpoint_signal);
         }
         if (!is_held(job, t.rank)) {
+          // A batch script's first task runs it (with `command` as its arguments); an
+          // allocation's other tasks hold their resources for its steps.
+          const bool runs_script = job.spec.is_batch_script() && t.rank == 0;
           l.command = job.spec.command;
-          l.hold = job.spec.is_allocation();
+          l.hold = job.spec.is_allocation() && !runs_script;
+          if (l.hold) l.command.clear();
+          if (runs_script) l.script = job.spec.script;
           api::TaskEnvOptions options = api::ClusterTaskEnvOptions(
               ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id, ctx.ca_pem);
           if (ctx.job_token) options.job_token = ctx.job_token(job.id, job.attempt);
@@ -345,9 +360,11 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
           }
           l.env = api::TaskEnvironment(job, na, t, options);
           l.workdir = job.spec.workdir;
-          l.output = job.spec.output;
-          l.error = job.spec.error;
-          l.open_mode = job.spec.open_mode;
+          if (!l.hold) {  // a holding task writes nothing
+            l.output = job.spec.output;
+            l.error = job.spec.error;
+            l.open_mode = job.spec.open_mode;
+          }
           l.cpus = job.spec.cpus_per_task;
           l.user = job.spec.user;
           l.container = job.spec.container;

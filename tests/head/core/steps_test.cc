@@ -71,6 +71,62 @@ TEST_F(CoreTest, AnAllocationsTasksAreHeldAndItsStepsRecorded) {
   EXPECT_NE(again.error().message.find("has already ended (SUCCEEDED)"), std::string::npos);
 }
 
+// A batch script (cohort batch): rank 0 runs the script with its arguments and output
+// files, the other tasks hold without either, and the script's exit ends the job with its
+// code, the holding tasks still running.
+TEST_F(CoreTest, ABatchScriptRunsOnItsFirstTaskAndItsExitEndsTheJob) {
+  Register(Reg("n1", 2));
+  Register(Reg("n2", 2));
+  auto spec = AllocationSpec(2, 1);
+  spec.script = "#!/bin/sh\nexit 3\n";
+  spec.command = {"arg"};
+  spec.output = "slurm-%j.out";
+  const api::JobId failing = Submit(spec);
+  spec.script = "#!/bin/sh\ntrue\n";
+  const api::JobId ok = Submit(spec);
+  ASSERT_EQ(Pass(), 2);
+  for (const std::string node : {"n1", "n2"}) {
+    auto launches = DesiredTasks(state_, ctx_, node, now_);
+    ASSERT_EQ(launches.size(), 2u) << node;
+    for (const api::TaskLaunch& l : launches) {
+      const std::string first = Job(l.job).allocation.nodes.front().node;
+      EXPECT_EQ(l.rank == 0, node == first);
+      if (l.rank == 0) {
+        EXPECT_FALSE(l.hold);
+        EXPECT_EQ(l.script, Job(l.job).spec.script);
+        EXPECT_EQ(l.command, (std::vector<std::string>{"arg"}));
+        EXPECT_EQ(l.output, "slurm-%j.out");
+        EXPECT_EQ(l.env.at("SLURM_JOB_ID"), std::to_string(l.job));
+        EXPECT_EQ(l.env.at("SLURM_NNODES"), "2");
+      } else {
+        EXPECT_TRUE(l.hold);
+        EXPECT_TRUE(l.script.empty());
+        EXPECT_TRUE(l.command.empty());
+        EXPECT_TRUE(l.output.empty()) << "a holding task writes no output file";
+      }
+    }
+  }
+  // Each node reports both jobs' tasks (a task missing from its node's report is gone).
+  const auto rank_on = [&](api::JobId id, const std::string& node) {
+    return Job(id).allocation.nodes.front().node == node ? 0 : 1;
+  };
+  const std::string first = Job(failing).allocation.nodes.front().node;
+  const std::string second = Job(failing).allocation.nodes.back().node;
+  Beat(second, {Running(failing, 0, 1), Running(ok, 0, rank_on(ok, second))});
+  Beat(first, {Exited(failing, 0, 0, 3), Running(ok, 0, rank_on(ok, first))});
+  EXPECT_EQ(Job(failing).state, JobState::kFailed);
+  EXPECT_EQ(Job(failing).exit_code, 3);
+  EXPECT_EQ(Job(failing).reason, "the batch script on " + first + " exited with code 3");
+
+  const std::string ok_first = Job(ok).allocation.nodes.front().node;
+  Beat(ok_first, {Exited(ok, 0, 0, 0)});
+  EXPECT_EQ(Job(ok).state, JobState::kSucceeded);
+  EXPECT_EQ(Job(ok).reason, "the batch script exited 0");
+  EXPECT_EQ(Job(ok).exit_code, 0);
+  EXPECT_TRUE(DesiredTasks(state_, ctx_, "n1", now_).empty() && DesiredTasks(state_, ctx_, "n2", now_).empty())
+      << "the holding tasks are stopped";
+}
+
 TEST_F(CoreTest, TheHoldersEndDecidesTheAllocationsState) {
   Register(Reg("n1", 4));
   const api::JobId failed = Submit(AllocationSpec(1, 1));
