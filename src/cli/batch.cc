@@ -63,6 +63,18 @@ std::string JobNameOf(const std::string& source) {
   return base.empty() ? "sbatch" : base;
 }
 
+// `word`, a flag `app` does not have: what cohort has instead where Slurm has it, else the
+// closest flag.
+Error UnknownFlag(const std::string& word, const CLI::App& app) {
+  const std::string typed = word.substr(0, word.find('='));
+  std::string why = SlurmFlagHint(typed);
+  if (why.empty()) {
+    auto close = typed.starts_with("--") ? ClosestNames(typed, FlagNames(app)) : std::vector<std::string>{};
+    why = close.empty() ? "see cohort batch --help" : "did you mean " + close[0] + "?";
+  }
+  return Error{ErrorCode::kInvalidArgument, fmt::format("unknown option '{}': {}", typed, why)};
+}
+
 // `words` parsed as `cohort submit`'s flags into `st`: a later value of a flag overrides an
 // earlier one (as a later #SBATCH line does). kInvalidArgument for an unknown flag (with
 // what cohort has instead, where Slurm has it) or a word that is not a flag.
@@ -88,13 +100,7 @@ Result<void> ParseFlags(const std::vector<std::string>& words, SubmitState& st) 
                                  "its name on the command line)",
                                  first));
   }
-  const std::string typed = first.substr(0, first.find('='));
-  std::string why = SlurmFlagHint(typed);
-  if (why.empty()) {
-    auto close = typed.starts_with("--") ? ClosestNames(typed, FlagNames(app)) : std::vector<std::string>{};
-    why = close.empty() ? "see cohort batch --help" : "did you mean " + close[0] + "?";
-  }
-  return MakeError(ErrorCode::kInvalidArgument, fmt::format("unknown option '{}': {}", typed, why));
+  return std::unexpected(UnknownFlag(first, app));
 }
 
 }  // namespace
@@ -241,14 +247,7 @@ void AddBatchCommand(CommandContext& ctx) {
     std::vector<std::string> rest = sub->remaining(false);
     if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
     if (!rest.empty() && rest.front().starts_with('-') && rest.front() != "-") {
-      const std::string typed = rest.front().substr(0, rest.front().find('='));
-      std::string why = SlurmFlagHint(typed);
-      if (why.empty()) {
-        auto close = typed.starts_with("--") ? ClosestNames(typed, FlagNames(*sub)) : std::vector<std::string>{};
-        why = close.empty() ? "see cohort batch --help" : "did you mean " + close[0] + "?";
-      }
-      return ReportError(
-          MakeError(ErrorCode::kInvalidArgument, fmt::format("unknown option '{}': {}", typed, why)).error());
+      return ReportError(UnknownFlag(rest.front(), *sub));
     }
     std::string path = rest.empty() ? "" : rest.front();
     std::vector<std::string> args(rest.empty() ? rest.end() : rest.begin() + 1, rest.end());

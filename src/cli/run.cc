@@ -129,13 +129,14 @@ int RunRanks(const RunFlags& f) {
 void AddRunCommand(CommandContext& ctx) {
   auto f = std::make_shared<RunFlags>();
   auto* sub = ctx.app.add_subcommand("run", "Run N local ranks with a job's environment (like torchrun --standalone)");
-  sub->add_option("-n,--ranks", f->ranks,
-                  "Number of ranks (default 1); inside an allocation, the step's tasks (default: all it holds)")
+  sub->add_option("-n,--ranks,--ntasks", f->ranks,
+                  "Number of ranks (default 1); inside an allocation, the step's tasks (default: all it holds), as "
+                  "srun's -n/--ntasks")
       ->check(CLI::Range(1, 1024));
   sub->add_option("-N,--nodes", f->step_nodes,
                   "Inside an allocation (COHORT_JOB_ID): the step's nodes, its first N (default: all)")
       ->check(CLI::Range(1, api::kMaxNodes));
-  sub->add_option("-G,--gpus", f->step_gpus,
+  sub->add_option("-G,--gpus,--gpus-per-node", f->step_gpus,
                   "Inside an allocation: GPUs per node the step needs; more than it holds is an error")
       ->check(CLI::Range(0, api::kMaxGpusPerNode));
   sub->add_option("--gpus-per-rank", f->gpus_per_rank,
