@@ -81,7 +81,7 @@ Error UnknownFlag(const std::string& word, const CLI::App& app) {
 Result<void> ParseFlags(const std::vector<std::string>& words, SubmitState& st) {
   CLI::App app{"#SBATCH"};
   app.allow_extras();
-  AddSubmitFlags(&app, st);
+  AddSubmitFlags(&app, st, /*slurm_tasks=*/true);
   for (CLI::Option* o : app.get_options()) {
     if (o->get_type_size_max() == 1 && o->get_expected_max() == 1) o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
@@ -101,6 +101,39 @@ Result<void> ParseFlags(const std::vector<std::string>& words, SubmitState& st) 
                                  first));
   }
   return std::unexpected(UnknownFlag(first, app));
+}
+
+// sbatch's --gres=gpu[:TYPE]:COUNT (or gpu alone: one) as -G's [TYPE:]COUNT, into f.gpus.
+Result<void> ApplyGres(SubmitFlags& f) {
+  if (!f.gres) return {};
+  if (f.gpus) return MakeError(ErrorCode::kInvalidArgument, "--gres and -G/--gpus both ask for GPUs: give one");
+  const std::string& g = *f.gres;
+  if (g != "gpu" && !g.starts_with("gpu:")) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--gres={}: cohort schedules GPUs only (gpu[:TYPE]:COUNT, e.g. gpu:h100:4)", g));
+  }
+  f.gpus = g == "gpu" ? "1" : g.substr(4);  // -G checks TYPE:COUNT
+  f.gres.reset();
+  return {};
+}
+
+// Slurm's -n/--ntasks (tasks in all) as tasks per node on `nodes` nodes; `per_node` is an
+// explicit --ntasks-per-node, which must agree.
+Result<int> TasksPerNode(int ntasks, int nodes, std::optional<int> per_node) {
+  if (ntasks < 1) return MakeError(ErrorCode::kInvalidArgument, fmt::format("--ntasks: must be at least 1, got {}", ntasks));
+  if (nodes < 1) nodes = 1;
+  if (per_node && *per_node * nodes != ntasks) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--ntasks {} and --ntasks-per-node {} on {} node(s) disagree: give one", ntasks,
+                                 *per_node, nodes));
+  }
+  if (ntasks % nodes != 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--ntasks {} cannot be spread evenly over {} nodes (cohort runs as many tasks on "
+                                 "every node): give a multiple of -N, or --ntasks-per-node",
+                                 ntasks, nodes));
+  }
+  return ntasks / nodes;
 }
 
 }  // namespace
@@ -152,6 +185,7 @@ Result<BatchSubmission> BuildBatchSubmission(const std::string& script, const st
   for (const BatchDirective& d : *directives) {
     SubmitState one;
     auto checked = ParseFlags(d.words, one);
+    if (checked) checked = ApplyGres(one.flags);
     if (checked) {
       if (one.wrap) {
         checked = MakeError(ErrorCode::kInvalidArgument, "--wrap: the script itself is what runs");
@@ -169,6 +203,9 @@ Result<BatchSubmission> BuildBatchSubmission(const std::string& script, const st
   }
   SubmitState from_script;
   COHORT_TRY_VOID(ParseFlags(words, from_script));
+  if (auto g = ApplyGres(from_script.flags); !g) return std::unexpected(WithContext(g.error(), source + "'s #SBATCH lines"));
+  SubmitFlags flags = cli.flags;
+  COHORT_TRY_VOID(ApplyGres(flags));
 
   json base = json::object();
   if (!words.empty()) {
@@ -176,20 +213,30 @@ Result<BatchSubmission> BuildBatchSubmission(const std::string& script, const st
     if (!merged) return std::unexpected(WithContext(merged.error(), source + "'s #SBATCH lines"));
     base = std::move(*merged);
   }
+  if (std::optional<int> ntasks = flags.ntasks ? flags.ntasks : from_script.flags.ntasks) {
+    // On the nodes the job gets (the command line's -N over the script's), with the
+    // --ntasks-per-node given beside it.
+    const int nodes = flags.nodes.value_or(base.value("nodes", 1));
+    std::optional<int> per_node = flags.tasks_per_node;
+    if (!per_node && !flags.ntasks && base.contains("tasks_per_node")) per_node = base["tasks_per_node"].get<int>();
+    auto per = TasksPerNode(*ntasks, nodes, per_node);
+    if (!per) return std::unexpected(WithContext(per.error(), source));
+    base["tasks_per_node"] = *per;
+    flags.tasks_per_node.reset();
+  }
   base["kind"] = "allocation";
   base["script"] = script;
   base["command"] = args;
-  if (!base.contains("name") && !cli.flags.name) base["name"] = JobNameOf(source);
-  const bool output_given =
-      base.contains("output") || base.contains("error") || cli.flags.output || cli.flags.error;
+  if (!base.contains("name") && !flags.name) base["name"] = JobNameOf(source);
+  const bool output_given = base.contains("output") || base.contains("error") || flags.output || flags.error;
   if (!output_given) {
     // sbatch's default, in the working directory.
-    const bool array = base.contains("array") || cli.flags.array;
+    const bool array = base.contains("array") || flags.array;
     base["output"] = array ? "slurm-%A_%a.out" : "slurm-%j.out";
   }
   BatchSubmission out;
   out.user_named = cli.flags.user.has_value() || from_script.flags.user.has_value();
-  auto spec = BuildSubmitSpec(std::move(base), cli.flags, words.empty() ? source : source + "'s #SBATCH lines");
+  auto spec = BuildSubmitSpec(std::move(base), flags, words.empty() ? source : source + "'s #SBATCH lines");
   if (!spec) return std::unexpected(spec.error());
   out.spec = std::move(*spec);
   out.state = cli;
@@ -240,7 +287,7 @@ void AddBatchCommand(CommandContext& ctx) {
       "changes nothing. ARGS: its arguments. The job holds -N nodes x -n tasks (with -G GPUs per node) for the "
       "script's steps; without -o/-e its output goes to slurm-%j.out in the working directory. Slurm's srun in a "
       "script is cohort run: cohort run -- python3 train.py runs on every task of the job.");
-  AddSubmitFlags(sub, *st);
+  AddSubmitFlags(sub, *st, /*slurm_tasks=*/true);
   AddClientOptions(sub, ctx.global);
   GlobalOptions& global = ctx.global;
   ctx.on_run(sub, [st, sub, &global] {

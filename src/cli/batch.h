@@ -13,9 +13,10 @@
 // with '#'. Every line is checked on its own, so an error names its line ("job.sh:4:
 // #SBATCH --partition=gpu: ..."); a later line overrides an earlier one, and a flag on the
 // command line overrides them all. The flags are `cohort submit`'s (Slurm's names among
-// them: -J, -N, -n/--ntasks-per-node, -c, -t, -o, -e, -D, -A, -a, -d, --mem, -w, -x, -C,
+// them: -J, -N, --ntasks-per-node, -c, -t, -o, -e, -D, -A, -a, -d, --mem, -w, -x, -C,
 // --begin, -H, --parsable, --wait), so a cohort-only one (--gpus-per-task 0.5) works in a
-// directive too. Without -o and -e, output goes to slurm-%j.out (slurm-%A_%a.out for an
+// directive too, except that -n is sbatch's --ntasks (tasks in all, spread evenly over the
+// job's final nodes; submit's -n counts per node) and --gres=gpu[:TYPE]:COUNT is -G. Without -o and -e, output goes to slurm-%j.out (slurm-%A_%a.out for an
 // array) in the working directory, as sbatch's default; `cohort logs` shows it too.
 #pragma once
 

@@ -121,6 +121,10 @@ struct SubmitFlags {
   std::optional<std::string> dependency;         // dependency (api/job_dependency.h)
   bool kill_on_invalid_dep = false;              // kill_on_invalid_dep
   std::optional<int> tasks_per_node;
+  // cohort batch's (sbatch's) -n/--ntasks: tasks in all, spread evenly over the nodes, and
+  // --gres=gpu[:TYPE]:COUNT, the GPUs per node (-G); cli/batch.h.
+  std::optional<int> ntasks;
+  std::optional<std::string> gres;
   std::optional<int> gpus_per_node;
   // Issue 18 (api/gpu_spec.h): -G/--gpus [TYPE:]COUNT per node, replacing the file's
   // gpus, gpu_type and gpus_per_node; a fraction or whole GPUs per task; memory per task;
@@ -213,7 +217,9 @@ json SubmitBody(const api::JobSpec& spec, bool user_named, const HttpClient& hea
 // The resource, placement and environment flags `cohort submit` and `cohort alloc` share:
 // -N, -n, -G, --gpus-per-task, --gpu-memory(-enforce), --topology, -c, -J, -p, --placement,
 // -t, --env, --export, --mem, -w, -x, -C, --workdir, --user.
-void AddResourceFlags(CLI::App* sub, SubmitFlags& f);
+// With `slurm_tasks` (cohort batch), -n is sbatch's --ntasks (tasks in all), per node is
+// --ntasks-per-node only, and --gres=gpu:N is taken.
+void AddResourceFlags(CLI::App* sub, SubmitFlags& f, bool slurm_tasks = false);
 
 // The syntax of a spec's node constraints (--nodelist, --exclude, --constraint, --mem),
 // checked before submitting as the head checks it: kInvalidArgument naming the flag.

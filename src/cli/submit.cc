@@ -560,9 +560,16 @@ Result<api::JobSpec> BuildSubmitSpec(json base, const SubmitFlags& flags, const 
   return spec;
 }
 
-void AddResourceFlags(CLI::App* sub, SubmitFlags& f) {
+void AddResourceFlags(CLI::App* sub, SubmitFlags& f, bool slurm_tasks) {
   AddOptional(sub, "-N,--nodes", f.nodes, "Nodes in the gang (default 1)");
-  AddOptional(sub, "-n,--tasks-per-node,--ntasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
+  if (slurm_tasks) {
+    AddOptional(sub, "-n,--ntasks", f.ntasks,
+                "Tasks in all, as sbatch's: spread evenly over the nodes (-N 2 -n 8 is 4 per node)");
+    AddOptional(sub, "--ntasks-per-node,--tasks-per-node", f.tasks_per_node, "Tasks per node (default 1)");
+    AddOptional(sub, "--gres", f.gres, "GPUs per node as sbatch's --gres=gpu[:TYPE]:COUNT (the same as -G [TYPE:]COUNT)");
+  } else {
+    AddOptional(sub, "-n,--tasks-per-node,--ntasks-per-node", f.tasks_per_node, "Processes per node (default 1)");
+  }
   AddOptional(sub, "-G,--gpus,--gpus-per-node", f.gpus,
               "GPUs per node, [TYPE:]COUNT, split evenly among its tasks: 4, h100:4 (a model, as NVML names it "
               "in short), 1g.10gb:2 (MIG instances) (default 0)");
@@ -666,10 +673,10 @@ void AddSubmitCommand(CommandContext& ctx) {
   });
 }
 
-void AddSubmitFlags(CLI::App* sub, SubmitState& state) {
+void AddSubmitFlags(CLI::App* sub, SubmitState& state, bool slurm_tasks) {
   SubmitState* st = &state;
   SubmitFlags& f = st->flags;
-  AddResourceFlags(sub, f);
+  AddResourceFlags(sub, f, slurm_tasks);
   AddOptional(sub, "--min-nodes", f.min_nodes,
               "Elastic: start (or restart after a failure) on as few as this many nodes when --nodes are not "
               "free; grows back at its next checkpoint (default: exactly --nodes)");

@@ -23,8 +23,8 @@ struct SubmitState {
 
 // The job flags of `submit` on `sub` (resources, output files, array, dependency, begin,
 // --wrap, -H, --parsable, --wait, --dry-run), bound to `st`; not its positionals nor the
-// client options.
-void AddSubmitFlags(CLI::App* sub, SubmitState& st);
+// client options. `slurm_tasks`: as AddResourceFlags's (cohort batch).
+void AddSubmitFlags(CLI::App* sub, SubmitState& st, bool slurm_tasks = false);
 
 // What this process submits with: its working directory, $USER and environment.
 SubmitDefaults CurrentDefaults();

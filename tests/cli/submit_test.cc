@@ -623,6 +623,22 @@ TEST_F(SubmitCommandTest, ABatchScriptsDirectivesAreItsFlagsAndTheCommandLineWin
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["output"], "logs-%j.txt");
 
+  // sbatch's -n is tasks in all, over the job's final nodes; --gres=gpu is -G.
+  const std::string tasks = Write("tasks.sh", "#!/bin/sh\n#SBATCH -N 2 -n 8 --gres=gpu:a100:4\ntrue\n");
+  r = RunCommand({"batch", "--dry-run", tasks});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  spec = json::parse(r.out);
+  EXPECT_EQ(spec["nodes"], 2);
+  EXPECT_EQ(spec["tasks_per_node"], 4);
+  EXPECT_EQ(spec["gpus_per_node"], 4);
+  EXPECT_EQ(spec["gpu_type"], "a100");
+  r = RunCommand({"batch", "--dry-run", "-N", "4", tasks});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["tasks_per_node"], 2) << "8 tasks over the command line's 4 nodes";
+  r = RunCommand({"batch", "--dry-run", "-n", "2", "--ntasks-per-node", "1", tasks});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["tasks_per_node"], 1);
+
   // --wrap makes the script, as sbatch writes it.
   r = RunCommand({"batch", "--dry-run", "--wrap", "echo hi"});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -643,6 +659,10 @@ TEST_F(SubmitCommandTest, ABadBatchScriptNamesItsLine) {
       {"#!/bin/sh\n#SBATCH --nodez 2\n", "unknown option '--nodez': did you mean --nodes?"},
       {"#!/bin/sh\n#SBATCH --max-restarts 2\n", "'s #SBATCH lines: max_restarts: an allocation is never restarted"},
       {"echo no interpreter\n", ": does not look like a batch script: its first line must start with #!"},
+      {"#!/bin/sh\n#SBATCH -N 2 -n 7\n", "--ntasks 7 cannot be spread evenly over 2 nodes"},
+      {"#!/bin/sh\n#SBATCH -N 2 -n 8 --ntasks-per-node 3\n", "--ntasks 8 and --ntasks-per-node 3 on 2 node(s) disagree"},
+      {"#!/bin/sh\n#SBATCH --gres=nvme:1\n", ":2: #SBATCH --gres=nvme:1: --gres=nvme:1: cohort schedules GPUs only"},
+      {"#!/bin/sh\n#SBATCH --gres=gpu:2 -G 2\n", "--gres and -G/--gpus both ask for GPUs: give one"},
       {"#!/bin/sh\r\necho hi\r\n", "has DOS line breaks (CR LF, first on line 1)"},
   };
   int n = 0;
@@ -657,9 +677,9 @@ TEST_F(SubmitCommandTest, ABadBatchScriptNamesItsLine) {
   EXPECT_EQ(missing.rc, 2);
   EXPECT_THAT(missing.err, HasSubstr("cannot read the batch script '" + (dir_ / "nope.sh").string() +
                                      "': No such file or directory"));
-  auto flag = RunCommand({"batch", "--dry-run", "--gres=gpu:4", (dir_ / "bad0.sh").string()});
+  auto flag = RunCommand({"batch", "--dry-run", "--qos=high", (dir_ / "bad0.sh").string()});
   EXPECT_EQ(flag.rc, 2);
-  EXPECT_THAT(flag.err, HasSubstr("unknown option '--gres': ask for GPUs with -G/--gpus"));
+  EXPECT_THAT(flag.err, HasSubstr("unknown option '--qos': cohort has no QOS"));
 }
 
 TEST_F(SubmitCommandTest, BadInputExitsTwoBeforeAnyNetworkCall) {
