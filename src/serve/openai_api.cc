@@ -1,6 +1,7 @@
 #include "serve/openai_api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <random>
 
 namespace cohort::serve {
@@ -10,6 +11,48 @@ namespace {
 constexpr int kMaxStopStrings = 4;
 constexpr size_t kMaxStopBytes = 256;
 constexpr size_t kMaxPromptBytes = 4 << 20;
+
+constexpr size_t kMaxLogitBias = 300;
+constexpr double kMaxBias = 100;
+
+// Reads `logit_bias`: an object of at most 300 token ids (decimal integers as strings, as
+// JSON keys must be) to a bias in [-100, 100]. Errors name the entry: logit_bias.<key>.
+Result<std::vector<std::pair<int32_t, float>>> ReadLogitBias(const json* v, int vocab) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (!v) return out;
+  if (!v->is_object()) {
+    return FieldError("logit_bias", "must be an object of token id to bias, got {}", JsonTypeName(*v));
+  }
+  if (v->size() > kMaxLogitBias) {
+    return FieldError("logit_bias", "at most {} entries, got {}", kMaxLogitBias, v->size());
+  }
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string& key = it.key();
+    const std::string shown = key.size() > 40 ? key.substr(0, 40) + "..." : key;
+    const std::string field = "logit_bias." + shown;
+    int64_t id = 0;
+    const char* end = key.data() + key.size();
+    const auto [ptr, ec] = std::from_chars(key.data(), end, id);
+    if (key.empty() || ec == std::errc::invalid_argument || ptr != end) {
+      return FieldError(field, "'{}' is not a token id: the keys are token ids (integers, as strings)", shown);
+    }
+    if (ec == std::errc::result_out_of_range || id < 0 || id >= vocab) {
+      return FieldError(field, "token id {} is outside the vocabulary [0, {})", shown, vocab);
+    }
+    const json& bias = it.value();
+    if (!bias.is_number()) return FieldError(field, "must be a number in [-100, 100], got {}", JsonTypeName(bias));
+    const double b = bias.get<double>();
+    if (!(b >= -kMaxBias && b <= kMaxBias)) return FieldError(field, "must be in [-100, 100], got {}", b);
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i].first == out[i - 1].first) {
+      return FieldError("logit_bias", "token id {} is given twice (as two spellings of one integer)", out[i].first);
+    }
+  }
+  return out;
+}
 
 // Reads `stop`: a string or an array of at most 4 strings.
 Result<std::vector<std::string>> ReadStop(const json* v) {
@@ -292,9 +335,7 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
   if (!chat && r.Has("suffix")) {
     if (!COHORT_TRY(r.String("suffix", "", 1 << 20)).empty()) return FieldError("suffix", "is not supported");
   }
-  if (const json* lb = r.Raw("logit_bias"); lb && !(lb->is_object() && lb->empty())) {
-    return FieldError("logit_bias", "is not supported");
-  }
+  g.sampling.logit_bias = COHORT_TRY(ReadLogitBias(r.Raw("logit_bias"), tok.vocab_size()));
   if (chat) COHORT_TRY_VOID(ReadNeutralChatFields(r));
   if (const json* resume = r.Raw("cohort_resume")) {
     ObjectReader s = COHORT_TRY(ObjectReader::Open(*resume, "cohort_resume"));

@@ -5,13 +5,14 @@
 // Requests are read strictly (common/json.h): a wrong type or a value out of range is a
 // 400 that names the field in `param`; a field OpenAI defines but this server does not
 // implement is accepted only with its neutral value (best_of 1
-// or n, no logit_bias; chat: response_format text, no tools or functions, tool_choice
+// or n; chat: response_format text, no tools or functions, tool_choice
 // none or auto, parallel_tool_calls, store false, metadata), and an unknown field is refused. Supported: prompt (a string
 // or token ids, or a list of them: one choice each), n (choices per prompt; choice i*n + j
 // is sample j of prompt i, seeded seed + j; at most kMaxChoices in all), messages (chat), max_tokens (chat also
 // max_completion_tokens; when neither is sent 16, chat 256, cut to the context the prompt
 // leaves), temperature [0, 2], top_p (0, 1], top_k (an extension, as vLLM's),
-// seed, presence_penalty and frequency_penalty [-2, 2], stop (a string or up to 4), stream with stream_options.include_usage, logprobs
+// seed, presence_penalty and frequency_penalty [-2, 2], logit_bias (an object of at most 300
+// token ids, as strings, to a bias in [-100, 100] added to the logit: sampling.h), stop (a string or up to 4), stream with stream_options.include_usage, logprobs
 // (completions: 0..5 top alternatives; chat: logprobs true with top_logprobs 0..20), user,
 // and for completions echo (as vLLM: the reply's text starts with the prompt, decoded from its
 // tokens; with logprobs the prompt's tokens come first in the logprobs object, the first

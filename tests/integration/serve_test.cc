@@ -178,6 +178,30 @@ TEST(ServeIntegrationTest, DeployRouteScaleAndRemoveAService) {
   ASSERT_TRUE(direct);
   EXPECT_EQ(json::parse(direct->body)["choices"][0]["text"], through.body["choices"][0]["text"]);
 
+  // logit_bias through the gateway: a ban of the greedy first token makes the stream start
+  // with another, and the unstreamed reply is the replica's own to the same request; a
+  // bad entry is the replica's 400 naming it, relayed.
+  json streamed_req = req;
+  streamed_req["stream"] = true;
+  const Streamed plain = Stream(c, streamed_req);
+  ASSERT_EQ(plain.tokens.size(), 8u) << plain.error;
+  streamed_req["logit_bias"] = {{std::to_string(plain.tokens[0]), -100}};
+  const Streamed banned = Stream(c, streamed_req);
+  ASSERT_EQ(banned.tokens.size(), 8u) << banned.error;
+  EXPECT_NE(banned.tokens[0], plain.tokens[0]);
+  json biased = req;
+  biased["logit_bias"] = streamed_req["logit_bias"];
+  Reply biased_through = Post(c, "/v1/completions", biased);
+  ASSERT_EQ(biased_through.status, 200) << biased_through.body.dump();
+  auto biased_direct = httplib::Client(endpoint).Post("/v1/completions", biased.dump(), "application/json");
+  ASSERT_TRUE(biased_direct);
+  EXPECT_EQ(json::parse(biased_direct->body)["choices"][0]["text"], biased_through.body["choices"][0]["text"]);
+  EXPECT_EQ(biased_through.body["choices"][0]["text"], banned.text);
+  biased["logit_bias"] = {{"7", 250}};
+  Reply out_of_range = Post(c, "/v1/completions", biased);
+  EXPECT_EQ(out_of_range.status, 400) << out_of_range.body.dump();
+  EXPECT_EQ(out_of_range.body["error"]["param"], "logit_bias.7") << out_of_range.body.dump();
+
   // Site preference: every request naming a site lands on that site's replica.
   std::map<std::string, std::string> node_of;  // replica key -> node
   for (const auto& r : svc["replica_status"]) {
@@ -295,7 +319,8 @@ TEST(ServeIntegrationTest, TheOpenAiSdkTalksToTheGateway) {
   ASSERT_TRUE(st.has_value()) << "the SDK test did not finish";
   const std::string log = ReadFile(c.dir() + "/sdk.log");
   EXPECT_TRUE(st->Success()) << st->ToString() << "\n" << log;
-  for (const char* check : {"ok models.list", "ok completions.create stream", "ok completions.create echo",
+  for (const char* check : {"ok models.list", "ok completions.create stream", "ok completions.create logit_bias",
+                            "ok completions.create echo",
                             "ok chat.completions.create stream",
                             "ok errors", "ok serving after errors"}) {
     EXPECT_NE(log.find(check), std::string::npos) << check << "\n" << log;
