@@ -4,6 +4,8 @@
 #include <charconv>
 #include <random>
 
+#include "serve/text_stream.h"
+
 namespace cohort::serve {
 
 namespace {
@@ -342,7 +344,17 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
     const json* tokens = s.Raw("tokens");
     if (!tokens || !tokens->is_array()) return FieldError("cohort_resume.tokens", "must be an array of token ids");
     const std::vector<int32_t> ids = COHORT_TRY(ReadTokenIds(*tokens, "cohort_resume.tokens", tok.vocab_size()));
+    const bool echoed = COHORT_TRY(s.Bool("echoed", false));
     COHORT_TRY_VOID(s.Finish());
+    if (echoed && chat) return FieldError("cohort_resume.echoed", "a chat has no echo");
+    // The text the client has, as the failed replica's reply built it: the echoed prompt
+    // token by token (ResponseBuilder::AddPrompt), then what the tokens released.
+    out.resuming = true;
+    if (echoed) {
+      for (int32_t t : prompts.front()) out.resumed_text += tok.Decode(std::span<const int32_t>(&t, 1));
+    }
+    TextStream replay(&tok, g.stop);
+    for (int32_t t : ids) out.resumed_text += replay.Push(t);
     if (prompts.size() * out.n > 1) {
       return FieldError("cohort_resume", "a request of several choices (n, or several prompts) cannot be resumed");
     }
@@ -387,7 +399,12 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, const engine::Tokeni
       model_(std::move(model_name)),
       prompt_tokens_(prompt_tokens),
       index_(index),
-      completion_tokens_(request.generation.resumed) {}
+      completion_tokens_(request.generation.resumed) {
+  if (request.resuming) {
+    Append(request.resumed_text);
+    text_start_ = text_.size();
+  }
+}
 
 json ResponseBuilder::LogprobsOf(const TokenEvent& e) const {
   auto text_of = [&](int32_t t) { return tokenizer_.Decode(std::span<const int32_t>(&t, 1)); };
@@ -444,7 +461,7 @@ json ResponseBuilder::Choice(const TokenEvent* e, const std::string& text, bool 
 }
 
 std::string ResponseBuilder::Opening() const {
-  if (!request_.chat || request_.generation.resumed > 0) return "";
+  if (!request_.chat || request_.resuming) return "";
   json chunk = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_}};
   chunk["choices"] = json::array({{{"index", index_},
                                    {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -563,10 +580,11 @@ json ResponseBuilder::Body() const {
     }
   }
   choice["logprobs"] = lp;
+  const std::string text = text_.substr(text_start_);
   if (request_.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
-    choice["text"] = text_;
+    choice["text"] = text;
   }
   return {{"id", id_},
           {"object", request_.chat ? "chat.completion" : "text_completion"},

@@ -27,10 +27,16 @@
 // "Assistant:"; "\nUser:" and "\nSystem:" are added to the stop strings so that the model's
 // turn ends where it would start writing the next one.
 //
-// Failover (the gateway's extension): "cohort_resume": {"tokens": [ids]} appends tokens a
-// failed replica already generated and sent to the prompt; this replica continues after
-// them (GenerationRequest::resumed), counts them in usage.completion_tokens, and does not
-// repeat the chat stream's opening role chunk. Every stream chunk that carries a generated
+// Failover (the gateway's extension): "cohort_resume": {"tokens": [ids], "echoed": bool}
+// appends tokens a failed replica already generated and sent to the prompt; this replica
+// continues after them (GenerationRequest::resumed), counts them in
+// usage.completion_tokens, does not repeat the chat stream's opening role chunk, and
+// counts logprobs.text_offset on from the text the client already has: the prompt's echo
+// when "echoed" says it went out (completions' echo), then the text the tokens released,
+// replayed here as the failed replica released it (TextStream). A moved stream's offsets
+// are those of one that never moved, bit for bit (a count the gateway made of the text it
+// relayed could not be: JSON carries invalid UTF-8 replaced, which text_offset does not
+// count so). Every stream chunk that carries a generated
 // token lists it in "token_ids" (an extension OpenAI clients ignore), which is how the
 // gateway knows what it has sent.
 //
@@ -63,6 +69,11 @@ struct ApiRequest {
   int n = 1;  // samples per prompt
   bool stream = false;
   bool include_usage = false;
+  // A failover's continuation ("cohort_resume"), and the text the client already has from
+  // the failed replica (an echoed prompt's included): this reply's text_offset goes on
+  // after it.
+  bool resuming = false;
+  std::string resumed_text;
 };
 
 // Decodes a request body (parsed JSON) for the given endpoint. Errors name the field.
@@ -127,7 +138,10 @@ class ResponseBuilder {
   size_t Chars() const;
   void Append(std::string_view text);
 
+  // The reply's text from text_start_; before it, a resumed reply's client's text
+  // (ApiRequest::resumed_text), which text_offset counts.
   std::string text_;
+  size_t text_start_ = 0;
   size_t lead_bytes_ = 0;  // text_'s bytes that start a character
   size_t offset_ = 0;      // the text_offset of the token being added (Choice)
   std::vector<TokenEvent> prompt_events_;  // an echoed prompt's tokens until all are here

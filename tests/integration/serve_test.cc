@@ -1,8 +1,8 @@
 // Inference services end to end: real head, agents and `cohort serve` replicas on
 // loopback. Deploy, route, scale and remove through the CLI; the gateway's routing (site,
 // session), errors and metrics; and kill -9 of the agent under a replica while 32 streams
-// are in flight: every stream completes, equal to a run without the failure, and the
-// service is back to full strength.
+// are in flight: every stream completes, equal to a run without the failure (its tokens,
+// text and text offsets), and the service is back to full strength.
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -92,6 +92,7 @@ struct Streamed {
   int status = 0;
   std::vector<int64_t> tokens;
   std::string text;
+  std::vector<int64_t> offsets;  // logprobs.text_offset, when asked
   std::string finish;
   bool done = false;
   std::string error;
@@ -133,6 +134,9 @@ Streamed Stream(const LocalCluster& c, const json& body, std::atomic<int>* first
       const json& ch = j["choices"][0];
       out.text += ch.value("text", "");
       for (const auto& id : ch.value("token_ids", json::array())) out.tokens.push_back(id.get<int64_t>());
+      if (ch["logprobs"].is_object()) {
+        for (const auto& o : ch["logprobs"]["text_offset"]) out.offsets.push_back(o.get<int64_t>());
+      }
       if (first_tokens && out.tokens.size() == 1) *first_tokens += 1;
       if (ch["finish_reason"].is_string()) out.finish = ch["finish_reason"];
     }
@@ -355,6 +359,7 @@ TEST(ServeIntegrationTest, KillingAnAgentMidStreamLosesNoTokenAndTheServiceRecov
     } else {
       r["temperature"] = 0;
     }
+    if (i % 4 < 2) r["logprobs"] = 1;  // a moved stream's text offsets are an unmoved one's
     requests.push_back(r);
   }
   // The run without a failure.
@@ -418,6 +423,8 @@ TEST(ServeIntegrationTest, KillingAnAgentMidStreamLosesNoTokenAndTheServiceRecov
         << "stream " << i << (i % 2 ? " (sampled)" : " (greedy)") << ": the first difference at token "
         << (differ.first - got[i].tokens.begin()) << " of " << got[i].tokens.size();
     EXPECT_EQ(got[i].text, reference[i].text) << "stream " << i;
+    EXPECT_EQ(got[i].offsets, reference[i].offsets) << "stream " << i;
+    EXPECT_EQ(got[i].offsets.size(), i % 4 < 2 ? 300u : 0u) << "stream " << i;
   }
   auto metrics = c.client().GetRaw("/metrics");
   ASSERT_TRUE(metrics);

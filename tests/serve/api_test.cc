@@ -670,6 +670,80 @@ TEST(ServeApiTest, LogitBiasIsReadStrictlyAndAppliedToTheLogits) {
   EXPECT_EQ(got["choices"][0]["message"]["content"], text_of(chat_banned));
 }
 
+// A stream the gateway moved (cohort_resume) counts logprobs.text_offset on from the text
+// the client already has, rebuilt from the tokens sent and the echoed prompt
+// (cohort_resume.echoed): its offsets are those of the stream that never moved. They
+// restarted at 0. (The tiny model's bytes are often invalid UTF-8, which the offsets count
+// as the unmoved stream's do.)
+TEST(ServeApiTest, AResumedStreamsTextOffsetsGoOnFromTheClientsText) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  struct Chunk {
+    std::vector<int32_t> ids;
+    std::string text;
+    std::vector<int64_t> offsets;
+  };
+  auto stream = [&](const json& body) {
+    std::vector<Chunk> out;
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return out;
+    EXPECT_EQ(r->status, 200) << r->body;
+    for (const json& ev : Events(r->body)) {
+      if (ev.is_string()) continue;
+      const json& ch = ev["choices"][0];
+      Chunk k;
+      for (const auto& id : ch.value("token_ids", json::array())) k.ids.push_back(id.get<int32_t>());
+      k.text = ch["text"];
+      if (ch["logprobs"].is_object()) {
+        for (const auto& o : ch["logprobs"]["text_offset"]) k.offsets.push_back(o.get<int64_t>());
+      }
+      out.push_back(std::move(k));
+    }
+    return out;
+  };
+  for (const bool echo : {false, true}) {
+    const json body = {{"model", "tiny"}, {"prompt", "Hello"}, {"max_tokens", 12}, {"temperature", 0},
+                       {"logprobs", 1}, {"stream", true}, {"echo", echo}};
+    const std::vector<Chunk> full = stream(body);
+    const size_t first = echo ? 1 : 0;  // an echo's prompt comes as one chunk first
+    ASSERT_EQ(full.size(), first + 12) << "echo " << echo;
+    for (const size_t k : {size_t{1}, size_t{5}, size_t{11}}) {
+      // What the client has from the failed replica: the echoed prompt and k tokens.
+      json resumed = body;
+      resumed.erase("echo");  // the gateway does not ask for the echo again
+      std::vector<int32_t> sent;
+      for (size_t i = 0; i < first + k; ++i) sent.insert(sent.end(), full[i].ids.begin(), full[i].ids.end());
+      resumed["cohort_resume"] = {{"tokens", sent}, {"echoed", echo}};
+      const std::vector<Chunk> rest = stream(resumed);
+      ASSERT_EQ(rest.size(), 12 - k) << "echo " << echo << " k " << k;
+      for (size_t i = 0; i < rest.size(); ++i) {
+        EXPECT_EQ(rest[i].ids, full[first + k + i].ids) << "echo " << echo << " k " << k << " token " << i;
+        EXPECT_EQ(rest[i].text, full[first + k + i].text);
+        EXPECT_EQ(rest[i].offsets, full[first + k + i].offsets) << "echo " << echo << " k " << k << " token " << i;
+      }
+    }
+  }
+  // A chat stream moved after its opening role chunk (no token yet) does not open again.
+  auto chat = c.Post("/v1/chat/completions",
+                     R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"stream":true,
+                         "cohort_resume":{"tokens":[]}})",
+                     "application/json");
+  ASSERT_TRUE(chat);
+  for (const json& ev : Events(chat->body)) {
+    if (!ev.is_string()) EXPECT_FALSE(ev["choices"][0]["delta"].contains("role")) << ev.dump();
+  }
+  // A chat has no echo.
+  int status = 0;
+  json e = Post(c, "/v1/chat/completions",
+                R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"stream":true,
+                    "cohort_resume":{"tokens":[1],"echoed":true}})",
+                &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["error"]["param"], "cohort_resume.echoed") << e.dump();
+}
+
 // A request without max_tokens gets the default cut to the context its prompt leaves: a
 // chat request to a model whose context is under the chat default (256; TinyModel's is 96)
 // was refused for a field the client never sent. An explicit max_tokens is never cut.
