@@ -172,4 +172,30 @@ Result<ServiceStatus> ServiceStatusFromJson(const json& j) {
   return s;
 }
 
+std::optional<std::string> MissingAttemptRecord(const Job& job, int attempt) {
+  const auto& h = job.history;
+  for (const auto& r : h) {
+    if (r.attempt == attempt) return std::nullopt;
+  }
+  // The attempts with a record, as runs: "0, 71-119".
+  std::string readable;
+  for (size_t i = 0; i < h.size();) {
+    size_t j = i;
+    while (j + 1 < h.size() && h[j + 1].attempt == h[j].attempt + 1) ++j;
+    if (!readable.empty()) readable += ", ";
+    readable += j == i ? std::to_string(h[i].attempt) : fmt::format("{}-{}", h[i].attempt, h[j].attempt);
+    i = j + 1;
+  }
+  if (readable.empty()) readable = "none yet";
+  // The oldest record holds the attempts up to the next record's when they were folded.
+  if (job.spec.is_service() && h.size() >= 2 && h[0].attempt < attempt && attempt < h[1].attempt) {
+    return fmt::format("job {} attempt {}'s record was folded: a service replica keeps the records of its newest "
+                       "{} attempts only, and attempts {}-{} are one record now, read as attempt {} (its logs are "
+                       "that attempt's); attempts that can be read: {}",
+                       job.id, attempt, h.size(), h[0].attempt, h[1].attempt - 1, h[0].attempt, readable);
+  }
+  return fmt::format("job {} has no attempt {} that started (it is {}; attempts that can be read: {})", job.id,
+                     attempt, JobStateName(job.state), readable);
+}
+
 }  // namespace cohort::api

@@ -24,6 +24,13 @@ namespace cohort::api {
 
 inline constexpr int kMaxReplicas = 1024;
 
+// Why `attempt` of `job` has no record of its own in job.history (`cohort logs -a`, the
+// head's logs route), naming the attempts that can be read; nullopt when it has one. A
+// service replica keeps the records of its newest attempts only, the older ones folded into
+// its oldest record (head/core/lifecycle.h: FoldOldestAttempts): an attempt folded so is
+// said to be, and which record holds it; any other is one that never started.
+std::optional<std::string> MissingAttemptRecord(const Job& job, int attempt);
+
 struct ServiceSpec {
   std::string name;        // [A-Za-z0-9._-], <= 64; the replicas' job name and service
   std::string user;        // who deploys; default: the caller

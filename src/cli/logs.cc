@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "api/job_array.h"
+#include "api/service.h"
 #include "cli/client.h"
 #include "cli/table.h"
 
@@ -274,12 +275,8 @@ int Run(const LogsFlags& flags, const GlobalOptions& global) {
   }
   int attempt = job->history.back().attempt;
   if (flags.attempt) {
-    bool known = std::any_of(job->history.begin(), job->history.end(),
-                             [&](const api::AttemptRecord& h) { return h.attempt == *flags.attempt; });
-    if (!known) {
-      return ReportError(MakeError(ErrorCode::kInvalidArgument,
-                               fmt::format("--attempt: job {} has no attempt {} that started (the latest is {})",
-                                           *id, *flags.attempt, attempt)).error());
+    if (auto missing = api::MissingAttemptRecord(*job, *flags.attempt)) {
+      return ReportError(MakeError(ErrorCode::kInvalidArgument, "--attempt: " + *missing).error());
     }
     attempt = *flags.attempt;
   }

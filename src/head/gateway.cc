@@ -768,8 +768,16 @@ void Gateway::Handle(bool chat, const std::string& path, const httplib::Request&
     int failures = 0;
     std::string last_failure;
     json body = st->body;
-    if (!st->sent.empty()) body["cohort_resume"] = {{"tokens", st->sent}};
-    if (st->relayed) body.erase("echo");
+    // Anything relayed (tokens, an echoed prompt, a chat's opening role chunk) is not sent
+    // again; the next replica rebuilds the text the client has from the tokens and the
+    // echo, so that logprobs.text_offset goes on after it.
+    if (st->relayed) {
+      const auto echo = body.find("echo");
+      const bool echoed = echo != body.end() && echo->is_boolean() && echo->get<bool>();
+      body["cohort_resume"] = {{"tokens", st->sent}};
+      if (echoed) body["cohort_resume"]["echoed"] = true;
+      body.erase("echo");
+    }
     const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
     auto fail = [&](const Error& e) {
       if (res_or_null) SendOpenAiError(*res_or_null, e, options_.retry_after_s);

@@ -31,8 +31,10 @@
 //   - Failover: a stream whose replica dies (the connection breaks or the replica sends an
 //     error event) is re-submitted to another replica with the prompt plus the tokens
 //     already sent ("cohort_resume", openai_api.h), and only the new tokens are relayed:
-//     the client receives every token exactly once. A stream of several choices (n > 1,
-//     several prompts) cannot be resumed so: it ends with an error event instead. An echoed
+//     the client receives every token exactly once, and logprobs.text_offset goes on as if
+//     it never moved (the replica rebuilds the text sent from those tokens, and from the
+//     prompt when its echo went out: cohort_resume.echoed). A stream of several choices (n > 1, several prompts) cannot be resumed so: it ends
+//     with an error event instead. An echoed
 //     prompt (completions' echo) that went out is not asked for again. The gateway gives every streamed
 //     sampling request a seed when it has none, so the continuation equals what the dead
 //     replica would have sent (seeded sampling is keyed by token index, sampling.h).

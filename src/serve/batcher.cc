@@ -330,7 +330,7 @@ void Batcher::RunStep() {
     produced += step[i].want_logits && in_step[i]->request.max_tokens > 0 && in_step[i]->request.observed;
   }
   if (metrics_ && produced > 0) metrics_->CountOutputTokens(produced, MonoMs(now));
-  std::vector<float> penalized;  // a penalized sequence's logits
+  std::vector<float> adjusted;  // a penalized or biased sequence's logits
   for (size_t i = 0; i < in_step.size(); ++i) {
     Sequence& s = *in_step[i];
     const int take = static_cast<int>(step[i].tokens.size());
@@ -349,13 +349,13 @@ void Batcher::RunStep() {
     }
     const int64_t index = s.request.resumed + s.generated;
     TokenEvent e;
-    if (s.request.sampling.penalized()) {
+    if (s.request.sampling.adjusted()) {
       // On a copy: log-probabilities stay the model's own. The generated tokens include
       // the resumed ones, so a moved stream continues with the same penalties.
-      penalized.assign(row.begin(), row.end());
+      adjusted.assign(row.begin(), row.end());
       const size_t prompt = s.request.tokens.size() - static_cast<size_t>(s.request.resumed);
-      ApplyPenalties(penalized, std::span<const int32_t>(s.tokens).subspan(prompt), s.request.sampling);
-      e.token = SampleToken(penalized, s.request.sampling, index);
+      ApplyAdjustments(adjusted, std::span<const int32_t>(s.tokens).subspan(prompt), s.request.sampling);
+      e.token = SampleToken(adjusted, s.request.sampling, index);
     } else {
       e.token = SampleToken(row, s.request.sampling, index);
     }

@@ -1,7 +1,10 @@
 #include "serve/openai_api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <random>
+
+#include "serve/text_stream.h"
 
 namespace cohort::serve {
 
@@ -10,6 +13,48 @@ namespace {
 constexpr int kMaxStopStrings = 4;
 constexpr size_t kMaxStopBytes = 256;
 constexpr size_t kMaxPromptBytes = 4 << 20;
+
+constexpr size_t kMaxLogitBias = 300;
+constexpr double kMaxBias = 100;
+
+// Reads `logit_bias`: an object of at most 300 token ids (decimal integers as strings, as
+// JSON keys must be) to a bias in [-100, 100]. Errors name the entry: logit_bias.<key>.
+Result<std::vector<std::pair<int32_t, float>>> ReadLogitBias(const json* v, int vocab) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (!v) return out;
+  if (!v->is_object()) {
+    return FieldError("logit_bias", "must be an object of token id to bias, got {}", JsonTypeName(*v));
+  }
+  if (v->size() > kMaxLogitBias) {
+    return FieldError("logit_bias", "at most {} entries, got {}", kMaxLogitBias, v->size());
+  }
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string& key = it.key();
+    const std::string shown = key.size() > 40 ? key.substr(0, 40) + "..." : key;
+    const std::string field = "logit_bias." + shown;
+    int64_t id = 0;
+    const char* end = key.data() + key.size();
+    const auto [ptr, ec] = std::from_chars(key.data(), end, id);
+    if (key.empty() || ec == std::errc::invalid_argument || ptr != end) {
+      return FieldError(field, "'{}' is not a token id: the keys are token ids (integers, as strings)", shown);
+    }
+    if (ec == std::errc::result_out_of_range || id < 0 || id >= vocab) {
+      return FieldError(field, "token id {} is outside the vocabulary [0, {})", shown, vocab);
+    }
+    const json& bias = it.value();
+    if (!bias.is_number()) return FieldError(field, "must be a number in [-100, 100], got {}", JsonTypeName(bias));
+    const double b = bias.get<double>();
+    if (!(b >= -kMaxBias && b <= kMaxBias)) return FieldError(field, "must be in [-100, 100], got {}", b);
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i].first == out[i - 1].first) {
+      return FieldError("logit_bias", "token id {} is given twice (as two spellings of one integer)", out[i].first);
+    }
+  }
+  return out;
+}
 
 // Reads `stop`: a string or an array of at most 4 strings.
 Result<std::vector<std::string>> ReadStop(const json* v) {
@@ -292,16 +337,24 @@ Result<ApiRequest> ParseApiRequest(const json& raw, bool chat, const engine::Tok
   if (!chat && r.Has("suffix")) {
     if (!COHORT_TRY(r.String("suffix", "", 1 << 20)).empty()) return FieldError("suffix", "is not supported");
   }
-  if (const json* lb = r.Raw("logit_bias"); lb && !(lb->is_object() && lb->empty())) {
-    return FieldError("logit_bias", "is not supported");
-  }
+  g.sampling.logit_bias = COHORT_TRY(ReadLogitBias(r.Raw("logit_bias"), tok.vocab_size()));
   if (chat) COHORT_TRY_VOID(ReadNeutralChatFields(r));
   if (const json* resume = r.Raw("cohort_resume")) {
     ObjectReader s = COHORT_TRY(ObjectReader::Open(*resume, "cohort_resume"));
     const json* tokens = s.Raw("tokens");
     if (!tokens || !tokens->is_array()) return FieldError("cohort_resume.tokens", "must be an array of token ids");
     const std::vector<int32_t> ids = COHORT_TRY(ReadTokenIds(*tokens, "cohort_resume.tokens", tok.vocab_size()));
+    const bool echoed = COHORT_TRY(s.Bool("echoed", false));
     COHORT_TRY_VOID(s.Finish());
+    if (echoed && chat) return FieldError("cohort_resume.echoed", "a chat has no echo");
+    // The text the client has, as the failed replica's reply built it: the echoed prompt
+    // token by token (ResponseBuilder::AddPrompt), then what the tokens released.
+    out.resuming = true;
+    if (echoed) {
+      for (int32_t t : prompts.front()) out.resumed_text += tok.Decode(std::span<const int32_t>(&t, 1));
+    }
+    TextStream replay(&tok, g.stop);
+    for (int32_t t : ids) out.resumed_text += replay.Push(t);
     if (prompts.size() * out.n > 1) {
       return FieldError("cohort_resume", "a request of several choices (n, or several prompts) cannot be resumed");
     }
@@ -346,7 +399,12 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, const engine::Tokeni
       model_(std::move(model_name)),
       prompt_tokens_(prompt_tokens),
       index_(index),
-      completion_tokens_(request.generation.resumed) {}
+      completion_tokens_(request.generation.resumed) {
+  if (request.resuming) {
+    Append(request.resumed_text);
+    text_start_ = text_.size();
+  }
+}
 
 json ResponseBuilder::LogprobsOf(const TokenEvent& e) const {
   auto text_of = [&](int32_t t) { return tokenizer_.Decode(std::span<const int32_t>(&t, 1)); };
@@ -403,7 +461,7 @@ json ResponseBuilder::Choice(const TokenEvent* e, const std::string& text, bool 
 }
 
 std::string ResponseBuilder::Opening() const {
-  if (!request_.chat || request_.generation.resumed > 0) return "";
+  if (!request_.chat || request_.resuming) return "";
   json chunk = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_}};
   chunk["choices"] = json::array({{{"index", index_},
                                    {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -522,10 +580,11 @@ json ResponseBuilder::Body() const {
     }
   }
   choice["logprobs"] = lp;
+  const std::string text = text_.substr(text_start_);
   if (request_.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
-    choice["text"] = text_;
+    choice["text"] = text;
   }
   return {{"id", id_},
           {"object", request_.chat ? "chat.completion" : "text_completion"},

@@ -5,13 +5,14 @@
 // Requests are read strictly (common/json.h): a wrong type or a value out of range is a
 // 400 that names the field in `param`; a field OpenAI defines but this server does not
 // implement is accepted only with its neutral value (best_of 1
-// or n, no logit_bias; chat: response_format text, no tools or functions, tool_choice
+// or n; chat: response_format text, no tools or functions, tool_choice
 // none or auto, parallel_tool_calls, store false, metadata), and an unknown field is refused. Supported: prompt (a string
 // or token ids, or a list of them: one choice each), n (choices per prompt; choice i*n + j
 // is sample j of prompt i, seeded seed + j; at most kMaxChoices in all), messages (chat), max_tokens (chat also
 // max_completion_tokens; when neither is sent 16, chat 256, cut to the context the prompt
 // leaves), temperature [0, 2], top_p (0, 1], top_k (an extension, as vLLM's),
-// seed, presence_penalty and frequency_penalty [-2, 2], stop (a string or up to 4), stream with stream_options.include_usage, logprobs
+// seed, presence_penalty and frequency_penalty [-2, 2], logit_bias (an object of at most 300
+// token ids, as strings, to a bias in [-100, 100] added to the logit: sampling.h), stop (a string or up to 4), stream with stream_options.include_usage, logprobs
 // (completions: 0..5 top alternatives; chat: logprobs true with top_logprobs 0..20), user,
 // and for completions echo (as vLLM: the reply's text starts with the prompt, decoded from its
 // tokens; with logprobs the prompt's tokens come first in the logprobs object, the first
@@ -26,10 +27,16 @@
 // "Assistant:"; "\nUser:" and "\nSystem:" are added to the stop strings so that the model's
 // turn ends where it would start writing the next one.
 //
-// Failover (the gateway's extension): "cohort_resume": {"tokens": [ids]} appends tokens a
-// failed replica already generated and sent to the prompt; this replica continues after
-// them (GenerationRequest::resumed), counts them in usage.completion_tokens, and does not
-// repeat the chat stream's opening role chunk. Every stream chunk that carries a generated
+// Failover (the gateway's extension): "cohort_resume": {"tokens": [ids], "echoed": bool}
+// appends tokens a failed replica already generated and sent to the prompt; this replica
+// continues after them (GenerationRequest::resumed), counts them in
+// usage.completion_tokens, does not repeat the chat stream's opening role chunk, and
+// counts logprobs.text_offset on from the text the client already has: the prompt's echo
+// when "echoed" says it went out (completions' echo), then the text the tokens released,
+// replayed here as the failed replica released it (TextStream). A moved stream's offsets
+// are those of one that never moved, bit for bit (a count the gateway made of the text it
+// relayed could not be: JSON carries invalid UTF-8 replaced, which text_offset does not
+// count so). Every stream chunk that carries a generated
 // token lists it in "token_ids" (an extension OpenAI clients ignore), which is how the
 // gateway knows what it has sent.
 //
@@ -62,6 +69,11 @@ struct ApiRequest {
   int n = 1;  // samples per prompt
   bool stream = false;
   bool include_usage = false;
+  // A failover's continuation ("cohort_resume"), and the text the client already has from
+  // the failed replica (an echoed prompt's included): this reply's text_offset goes on
+  // after it.
+  bool resuming = false;
+  std::string resumed_text;
 };
 
 // Decodes a request body (parsed JSON) for the given endpoint. Errors name the field.
@@ -126,7 +138,10 @@ class ResponseBuilder {
   size_t Chars() const;
   void Append(std::string_view text);
 
+  // The reply's text from text_start_; before it, a resumed reply's client's text
+  // (ApiRequest::resumed_text), which text_offset counts.
   std::string text_;
+  size_t text_start_ = 0;
   size_t lead_bytes_ = 0;  // text_'s bytes that start a character
   size_t offset_ = 0;      // the text_offset of the token being added (Choice)
   std::vector<TokenEvent> prompt_events_;  // an echoed prompt's tokens until all are here

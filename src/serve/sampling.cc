@@ -55,6 +55,18 @@ void ApplyPenalties(std::span<float> logits, std::span<const int32_t> generated,
   }
 }
 
+void ApplyLogitBias(std::span<float> logits, const SamplingParams& params) {
+  for (const auto& [t, bias] : params.logit_bias) {
+    if (t < 0 || static_cast<size_t>(t) >= logits.size()) continue;
+    logits[t] += bias;
+  }
+}
+
+void ApplyAdjustments(std::span<float> logits, std::span<const int32_t> generated, const SamplingParams& params) {
+  ApplyLogitBias(logits, params);
+  ApplyPenalties(logits, generated, params);
+}
+
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, int64_t index) {
   const int n = static_cast<int>(logits.size());
   if (params.temperature <= 0 || params.top_k == 1) return Argmax(logits);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace cohort::serve {
@@ -28,6 +29,14 @@ struct SamplingParams {
   double presence_penalty = 0;
   double frequency_penalty = 0;
   bool penalized() const { return presence_penalty != 0 || frequency_penalty != 0; }
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) pairs, one per id, added to the
+  // token's logit before sampling: -100 all but bans a token, +100 all but forces it. As in
+  // vLLM (its sampler's logit-bias processor runs before the penalties) the bias comes
+  // first; both only add to logits, so the order changes no choice. Like the penalties it
+  // shapes the choice, not the log-probabilities reported (vLLM's default raw logprobs).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // The logits are adjusted before sampling (ApplyAdjustments): penalties or a bias.
+  bool adjusted() const { return penalized() || !logit_bias.empty(); }
 };
 
 struct TokenLogprob {
@@ -45,6 +54,10 @@ int32_t Argmax(std::span<const float> values);
 
 // Applies the penalties of `params` to `logits` for the tokens generated so far.
 void ApplyPenalties(std::span<float> logits, std::span<const int32_t> generated, const SamplingParams& params);
+// Adds `params.logit_bias` to `logits` (ids outside the span are skipped).
+void ApplyLogitBias(std::span<float> logits, const SamplingParams& params);
+// Both, in vLLM's order: the bias, then the penalties.
+void ApplyAdjustments(std::span<float> logits, std::span<const int32_t> generated, const SamplingParams& params);
 
 // The id to emit as generated token number `index` (0-based) after `logits`
 // (vocab_size values).

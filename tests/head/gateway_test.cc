@@ -132,6 +132,12 @@ class FakeReplica {
     const int die = die_after_;
     auto next = std::make_shared<int>(static_cast<int>(resumed.size()));
     auto sent = std::make_shared<int>(0);
+    // With logprobs, each token's text is "é<i>" (a two-byte character first) and its
+    // text_offset counts characters on from the text of the tokens resumed, as a replica
+    // does.
+    const bool logprobs = body.contains("logprobs");
+    auto chars = std::make_shared<int64_t>(0);
+    for (size_t j = 0; j < resumed.size(); ++j) *chars += 1 + static_cast<int64_t>(std::to_string(j).size());
     res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
       if (*next >= max_tokens) {
         const std::string done = "data: [DONE]\n\n";
@@ -142,10 +148,16 @@ class FakeReplica {
       if (die >= 0 && *sent >= die) return false;  // the replica "dies": the connection drops
       const int i = (*next)++;
       ++*sent;
+      const std::string text = (logprobs ? "\u00e9" : "") + std::to_string(i);
       json chunk = {{"object", "text_completion"},
-                    {"choices", json::array({{{"text", std::to_string(i)},
+                    {"choices", json::array({{{"text", text},
                                               {"token_ids", json::array({(seed + i) % 1000})},
                                               {"finish_reason", *next == max_tokens ? json("length") : json()}}})}};
+      if (logprobs) {
+        chunk["choices"][0]["logprobs"] = {{"tokens", {text}}, {"token_logprobs", {-1.0}},
+                                           {"top_logprobs", {json::object()}}, {"text_offset", {*chars}}};
+        *chars += static_cast<int64_t>(std::to_string(i).size()) + 1;
+      }
       const std::string ev = "data: " + chunk.dump() + "\n\n";
       return sink.write(ev.data(), ev.size());
     });
@@ -582,6 +594,42 @@ TEST_F(GatewayTest, AStreamMovesWhenItsReplicaDiesAndNoTokenRepeats) {
       << *text;
 }
 
+// logprobs.text_offset of a moved stream goes on from the text the client already has:
+// the same list as a stream that never moved (the replica rebuilds that text from the
+// tokens resumed; api_test has the real replica's side).
+TEST_F(GatewayTest, AMovedStreamsTextOffsetsAreThoseOfAnUnmovedOne) {
+  auto offsets_of = [&]() {
+    auto r = Post(json{{"model", "m"}, {"prompt", "hello"}, {"max_tokens", 12}, {"stream", true}, {"logprobs", 0},
+                       {"temperature", 0}},
+                  {{"X-Cohort-Site", "east"}});
+    std::vector<int64_t> offsets;
+    std::string text;
+    EXPECT_TRUE(r) << httplib::to_string(r.error());
+    if (!r) return std::pair{offsets, text};
+    EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+    size_t pos = 0;
+    while ((pos = r->body.find("data: ", pos)) != std::string::npos) {
+      const size_t end = r->body.find("\n\n", pos);
+      const std::string data = r->body.substr(pos + 6, end - pos - 6);
+      pos = end;
+      if (data == "[DONE]") continue;
+      const json chunk = json::parse(data);
+      text += chunk["choices"][0]["text"].get<std::string>();
+      for (const auto& o : chunk["choices"][0]["logprobs"]["text_offset"]) offsets.push_back(o.get<int64_t>());
+    }
+    return std::pair{offsets, text};
+  };
+  const auto [unmoved, unmoved_text] = offsets_of();
+  ASSERT_EQ(unmoved.size(), 12u);
+  EXPECT_EQ(unmoved.back(), 23) << "é0..é9 are two characters each, é10 three: é11 starts at 23";
+  replicas_["east"]->die_after(4);
+  const auto [moved, moved_text] = offsets_of();
+  EXPECT_EQ(moved, unmoved);
+  EXPECT_EQ(moved_text, unmoved_text);
+  EXPECT_EQ(gateway_->counters().failovers, 1);
+  EXPECT_EQ(replicas_["west"]->last_body()["cohort_resume"], json({{"tokens", {5, 6, 7, 8}}}));
+}
+
 // A stream that echoes its prompt (completions' echo) and moves after the echo went out
 // does not ask the next replica for it again: the client would get the prompt twice (and a
 // replica refuses echo with cohort_resume).
@@ -597,6 +645,8 @@ TEST_F(GatewayTest, AMovedStreamDoesNotEchoThePromptAgain) {
   const json moved = replicas_["west"]->last_body();
   EXPECT_FALSE(moved.contains("echo")) << moved.dump();
   EXPECT_EQ(moved["cohort_resume"]["tokens"].size(), 3u) << moved.dump();
+  // ... but says it went out: the next replica's text offsets count the prompt's text.
+  EXPECT_EQ(moved["cohort_resume"]["echoed"], true) << moved.dump();
   EXPECT_EQ(gateway_->counters().failovers, 1);
 }
 

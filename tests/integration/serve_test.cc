@@ -1,8 +1,8 @@
 // Inference services end to end: real head, agents and `cohort serve` replicas on
 // loopback. Deploy, route, scale and remove through the CLI; the gateway's routing (site,
 // session), errors and metrics; and kill -9 of the agent under a replica while 32 streams
-// are in flight: every stream completes, equal to a run without the failure, and the
-// service is back to full strength.
+// are in flight: every stream completes, equal to a run without the failure (its tokens,
+// text and text offsets), and the service is back to full strength.
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -92,6 +92,7 @@ struct Streamed {
   int status = 0;
   std::vector<int64_t> tokens;
   std::string text;
+  std::vector<int64_t> offsets;  // logprobs.text_offset, when asked
   std::string finish;
   bool done = false;
   std::string error;
@@ -133,6 +134,9 @@ Streamed Stream(const LocalCluster& c, const json& body, std::atomic<int>* first
       const json& ch = j["choices"][0];
       out.text += ch.value("text", "");
       for (const auto& id : ch.value("token_ids", json::array())) out.tokens.push_back(id.get<int64_t>());
+      if (ch["logprobs"].is_object()) {
+        for (const auto& o : ch["logprobs"]["text_offset"]) out.offsets.push_back(o.get<int64_t>());
+      }
       if (first_tokens && out.tokens.size() == 1) *first_tokens += 1;
       if (ch["finish_reason"].is_string()) out.finish = ch["finish_reason"];
     }
@@ -177,6 +181,30 @@ TEST(ServeIntegrationTest, DeployRouteScaleAndRemoveAService) {
   auto direct = httplib::Client(endpoint).Post("/v1/completions", req.dump(), "application/json");
   ASSERT_TRUE(direct);
   EXPECT_EQ(json::parse(direct->body)["choices"][0]["text"], through.body["choices"][0]["text"]);
+
+  // logit_bias through the gateway: a ban of the greedy first token makes the stream start
+  // with another, and the unstreamed reply is the replica's own to the same request; a
+  // bad entry is the replica's 400 naming it, relayed.
+  json streamed_req = req;
+  streamed_req["stream"] = true;
+  const Streamed plain = Stream(c, streamed_req);
+  ASSERT_EQ(plain.tokens.size(), 8u) << plain.error;
+  streamed_req["logit_bias"] = {{std::to_string(plain.tokens[0]), -100}};
+  const Streamed banned = Stream(c, streamed_req);
+  ASSERT_EQ(banned.tokens.size(), 8u) << banned.error;
+  EXPECT_NE(banned.tokens[0], plain.tokens[0]);
+  json biased = req;
+  biased["logit_bias"] = streamed_req["logit_bias"];
+  Reply biased_through = Post(c, "/v1/completions", biased);
+  ASSERT_EQ(biased_through.status, 200) << biased_through.body.dump();
+  auto biased_direct = httplib::Client(endpoint).Post("/v1/completions", biased.dump(), "application/json");
+  ASSERT_TRUE(biased_direct);
+  EXPECT_EQ(json::parse(biased_direct->body)["choices"][0]["text"], biased_through.body["choices"][0]["text"]);
+  EXPECT_EQ(biased_through.body["choices"][0]["text"], banned.text);
+  biased["logit_bias"] = {{"7", 250}};
+  Reply out_of_range = Post(c, "/v1/completions", biased);
+  EXPECT_EQ(out_of_range.status, 400) << out_of_range.body.dump();
+  EXPECT_EQ(out_of_range.body["error"]["param"], "logit_bias.7") << out_of_range.body.dump();
 
   // Site preference: every request naming a site lands on that site's replica.
   std::map<std::string, std::string> node_of;  // replica key -> node
@@ -295,7 +323,8 @@ TEST(ServeIntegrationTest, TheOpenAiSdkTalksToTheGateway) {
   ASSERT_TRUE(st.has_value()) << "the SDK test did not finish";
   const std::string log = ReadFile(c.dir() + "/sdk.log");
   EXPECT_TRUE(st->Success()) << st->ToString() << "\n" << log;
-  for (const char* check : {"ok models.list", "ok completions.create stream", "ok completions.create echo",
+  for (const char* check : {"ok models.list", "ok completions.create stream", "ok completions.create logit_bias",
+                            "ok completions.create echo",
                             "ok chat.completions.create stream",
                             "ok errors", "ok serving after errors"}) {
     EXPECT_NE(log.find(check), std::string::npos) << check << "\n" << log;
@@ -330,6 +359,7 @@ TEST(ServeIntegrationTest, KillingAnAgentMidStreamLosesNoTokenAndTheServiceRecov
     } else {
       r["temperature"] = 0;
     }
+    if (i % 4 < 2) r["logprobs"] = 1;  // a moved stream's text offsets are an unmoved one's
     requests.push_back(r);
   }
   // The run without a failure.
@@ -393,6 +423,8 @@ TEST(ServeIntegrationTest, KillingAnAgentMidStreamLosesNoTokenAndTheServiceRecov
         << "stream " << i << (i % 2 ? " (sampled)" : " (greedy)") << ": the first difference at token "
         << (differ.first - got[i].tokens.begin()) << " of " << got[i].tokens.size();
     EXPECT_EQ(got[i].text, reference[i].text) << "stream " << i;
+    EXPECT_EQ(got[i].offsets, reference[i].offsets) << "stream " << i;
+    EXPECT_EQ(got[i].offsets.size(), i % 4 < 2 ? 300u : 0u) << "stream " << i;
   }
   auto metrics = c.client().GetRaw("/metrics");
   ASSERT_TRUE(metrics);

@@ -586,6 +586,164 @@ TEST(ServeApiTest, BadRequestsGetTheirErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(status, 200) << ok.dump();
 }
 
+// logit_bias as OpenAI defines it (refused before as "is not supported"): an object of at
+// most 300 token ids (integers as strings) to a bias in [-100, 100]; every bad entry is a
+// 400 naming it (logit_bias.<key>). A ban of the token greedy decoding takes first changes
+// the reply as the engine's own logits plus the bias say, in completions, streams and chat.
+TEST(ServeApiTest, LogitBiasIsReadStrictlyAndAppliedToTheLogits) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  std::string many = "{";
+  for (int i = 0; i < 301; ++i) many += (i ? "," : "") + fmt::format("\"{}\":1", i % 256 + (i / 256) * 1000);
+  many += "}";
+  const std::pair<std::string, std::string> bad[] = {
+      {R"([1,2])", "logit_bias"},
+      {R"("50")", "logit_bias"},
+      {R"({"abc":1})", "logit_bias.abc"},
+      {R"({"5.0":1})", "logit_bias.5.0"},
+      {R"({"":1})", "logit_bias."},
+      {R"({"256":1})", "logit_bias.256"},
+      {R"({"-1":-100})", "logit_bias.-1"},
+      {R"({"99999999999999999999":1})", "logit_bias.99999999999999999999"},
+      {R"({"5":"high"})", "logit_bias.5"},
+      {R"({"5":true})", "logit_bias.5"},
+      {R"({"5":null})", "logit_bias.5"},
+      {R"({"5":100.5})", "logit_bias.5"},
+      {R"({"5":-101})", "logit_bias.5"},
+      {R"({"5":1,"05":2})", "logit_bias"},
+      {many, "logit_bias"},
+  };
+  for (const auto& [value, param] : bad) {
+    for (const bool chat : {false, true}) {
+      const std::string body = chat ? R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"logit_bias":)" + value + "}"
+                                    : R"({"model":"tiny","prompt":"x","logit_bias":)" + value + "}";
+      int status = 0;
+      json e = Post(c, chat ? "/v1/chat/completions" : "/v1/completions", body, &status);
+      EXPECT_EQ(status, 400) << value << " -> " << e.dump();
+      EXPECT_EQ(e["error"]["param"], param) << value << " -> " << e.dump();
+      EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+    }
+  }
+
+  // Greedy: the first token with and without a ban on it.
+  const std::vector<int32_t> prompt = {'H', 'e', 'l', 'l', 'o'};
+  const std::vector<int32_t> plain = testing::BiasedGreedy(ref, prompt, 10, {});
+  const std::vector<std::pair<int32_t, float>> ban = {{plain[0], -100.0f}};
+  const std::vector<int32_t> banned = testing::BiasedGreedy(ref, prompt, 10, ban);
+  ASSERT_NE(banned, plain);
+  // The byte tokenizer's text, as the reply's JSON carries it (invalid UTF-8 replaced).
+  auto text_of = [](const std::vector<int32_t>& ids) {
+    return json::parse(DumpJson(json(std::string(ids.begin(), ids.end())))).get<std::string>();
+  };
+  json req = {{"model", "tiny"}, {"prompt", "Hello"}, {"max_tokens", 10}, {"temperature", 0},
+              {"logit_bias", {{std::to_string(plain[0]), -100}}}};
+  int status = 0;
+  json got = Post(c, "/v1/completions", req.dump(), &status);
+  ASSERT_EQ(status, 200) << got.dump();
+  EXPECT_EQ(got["choices"][0]["text"], text_of(banned));
+  req["logit_bias"] = json::object();  // an empty bias is no bias
+  got = Post(c, "/v1/completions", req.dump(), &status);
+  ASSERT_EQ(status, 200) << got.dump();
+  EXPECT_EQ(got["choices"][0]["text"], text_of(plain));
+  // Streamed: the same tokens.
+  req["logit_bias"] = {{std::to_string(plain[0]), -100}};
+  req["stream"] = true;
+  auto r = c.Post("/v1/completions", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  std::vector<int32_t> streamed;
+  for (const json& ev : Events(r->body)) {
+    if (ev.is_string()) continue;
+    for (const auto& id : ev["choices"][0].value("token_ids", json::array())) streamed.push_back(id.get<int32_t>());
+  }
+  EXPECT_EQ(streamed, banned);
+  // Chat: the template's prompt, with the same ban on its own greedy first token.
+  const std::string chat_prompt = ApplyChatTemplate({{"user", "Hello"}});
+  const std::vector<int32_t> chat_ids(chat_prompt.begin(), chat_prompt.end());
+  const std::vector<int32_t> chat_plain = testing::BiasedGreedy(ref, chat_ids, 1, {});
+  const std::vector<int32_t> chat_banned = testing::BiasedGreedy(ref, chat_ids, 1, {{chat_plain[0], -100.0f}});
+  ASSERT_NE(chat_banned, chat_plain);
+  json chat = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"max_tokens", 1},
+               {"temperature", 0}, {"logit_bias", {{std::to_string(chat_plain[0]), -100}}}};
+  got = Post(c, "/v1/chat/completions", chat.dump(), &status);
+  ASSERT_EQ(status, 200) << got.dump();
+  EXPECT_EQ(got["choices"][0]["message"]["content"], text_of(chat_banned));
+}
+
+// A stream the gateway moved (cohort_resume) counts logprobs.text_offset on from the text
+// the client already has, rebuilt from the tokens sent and the echoed prompt
+// (cohort_resume.echoed): its offsets are those of the stream that never moved. They
+// restarted at 0. (The tiny model's bytes are often invalid UTF-8, which the offsets count
+// as the unmoved stream's do.)
+TEST(ServeApiTest, AResumedStreamsTextOffsetsGoOnFromTheClientsText) {
+  engine::GptModel ref = TinyModel();
+  ServerFixture f(CpuModelOf(ref));
+  auto c = f.Client();
+  struct Chunk {
+    std::vector<int32_t> ids;
+    std::string text;
+    std::vector<int64_t> offsets;
+  };
+  auto stream = [&](const json& body) {
+    std::vector<Chunk> out;
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return out;
+    EXPECT_EQ(r->status, 200) << r->body;
+    for (const json& ev : Events(r->body)) {
+      if (ev.is_string()) continue;
+      const json& ch = ev["choices"][0];
+      Chunk k;
+      for (const auto& id : ch.value("token_ids", json::array())) k.ids.push_back(id.get<int32_t>());
+      k.text = ch["text"];
+      if (ch["logprobs"].is_object()) {
+        for (const auto& o : ch["logprobs"]["text_offset"]) k.offsets.push_back(o.get<int64_t>());
+      }
+      out.push_back(std::move(k));
+    }
+    return out;
+  };
+  for (const bool echo : {false, true}) {
+    const json body = {{"model", "tiny"}, {"prompt", "Hello"}, {"max_tokens", 12}, {"temperature", 0},
+                       {"logprobs", 1}, {"stream", true}, {"echo", echo}};
+    const std::vector<Chunk> full = stream(body);
+    const size_t first = echo ? 1 : 0;  // an echo's prompt comes as one chunk first
+    ASSERT_EQ(full.size(), first + 12) << "echo " << echo;
+    for (const size_t k : {size_t{1}, size_t{5}, size_t{11}}) {
+      // What the client has from the failed replica: the echoed prompt and k tokens.
+      json resumed = body;
+      resumed.erase("echo");  // the gateway does not ask for the echo again
+      std::vector<int32_t> sent;
+      for (size_t i = 0; i < first + k; ++i) sent.insert(sent.end(), full[i].ids.begin(), full[i].ids.end());
+      resumed["cohort_resume"] = {{"tokens", sent}, {"echoed", echo}};
+      const std::vector<Chunk> rest = stream(resumed);
+      ASSERT_EQ(rest.size(), 12 - k) << "echo " << echo << " k " << k;
+      for (size_t i = 0; i < rest.size(); ++i) {
+        EXPECT_EQ(rest[i].ids, full[first + k + i].ids) << "echo " << echo << " k " << k << " token " << i;
+        EXPECT_EQ(rest[i].text, full[first + k + i].text);
+        EXPECT_EQ(rest[i].offsets, full[first + k + i].offsets) << "echo " << echo << " k " << k << " token " << i;
+      }
+    }
+  }
+  // A chat stream moved after its opening role chunk (no token yet) does not open again.
+  auto chat = c.Post("/v1/chat/completions",
+                     R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"stream":true,
+                         "cohort_resume":{"tokens":[]}})",
+                     "application/json");
+  ASSERT_TRUE(chat);
+  for (const json& ev : Events(chat->body)) {
+    if (!ev.is_string()) EXPECT_FALSE(ev["choices"][0]["delta"].contains("role")) << ev.dump();
+  }
+  // A chat has no echo.
+  int status = 0;
+  json e = Post(c, "/v1/chat/completions",
+                R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"stream":true,
+                    "cohort_resume":{"tokens":[1],"echoed":true}})",
+                &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["error"]["param"], "cohort_resume.echoed") << e.dump();
+}
+
 // A request without max_tokens gets the default cut to the context its prompt leaves: a
 // chat request to a model whose context is under the chat default (256; TinyModel's is 96)
 // was refused for a field the client never sent. An explicit max_tokens is never cut.

@@ -29,6 +29,7 @@ namespace {
 
 using testing::CpuModelOf;
 using testing::GatedModel;
+using testing::BiasedGreedy;
 using testing::TinyModel;
 
 std::vector<int32_t> Bytes(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }
@@ -395,6 +396,74 @@ TEST(BatcherTest, PenaltiesLowerTheLogitsOfGeneratedTokens) {
     ASSERT_TRUE(plain.has_value());
     EXPECT_NE(Drain(**plain).tokens, expected) << "the penalties changed nothing: a weak test";
   }
+}
+
+// OpenAI's logit_bias (refused before): the bias is added to the logits before the choice,
+// so greedy decoding follows the engine's own logits plus the bias at every step. A ban
+// (-100) of the token greedy decoding takes first makes it take another; +100 on a token
+// makes it the choice wherever the model's logits leave it within 100 of the best.
+TEST(BatcherTest, LogitBiasShiftsTheEnginesLogitsBeforeTheChoice) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  auto batcher = Batcher::Start(CpuModelOf(ref), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(batcher.has_value());
+  const std::vector<int32_t> prompt = Bytes("Hello");
+  const std::vector<int32_t> plain = BiasedGreedy(ref, prompt, 20, {});
+  ASSERT_EQ(plain.size(), 20u);
+  const std::vector<std::vector<std::pair<int32_t, float>>> biases = {
+      {{plain[0], -100.0f}},                    // ban the first greedy token
+      {{plain[0], -100.0f}, {plain[1], -3.5f}},  // and lower another
+      {{'z', 100.0f}},                          // force one
+      {{'q', 0.5f}, {'e', -0.25f}},             // nudges
+  };
+  for (const auto& bias : biases) {
+    const std::vector<int32_t> expected = BiasedGreedy(ref, prompt, 20, bias);
+    GenerationRequest r = Greedy("Hello", 20);
+    r.sampling.logit_bias = bias;
+    std::sort(r.sampling.logit_bias.begin(), r.sampling.logit_bias.end());
+    auto ch = (*batcher)->Submit(r);
+    ASSERT_TRUE(ch.has_value()) << ch.error().message;
+    EXPECT_EQ(Drain(**ch).tokens, expected) << "bias on " << bias[0].first << " of " << bias[0].second;
+  }
+  // The ban and the force changed the output as the engine's logits say they must.
+  const std::vector<int32_t> banned = BiasedGreedy(ref, prompt, 20, biases[0]);
+  EXPECT_NE(banned[0], plain[0]);
+  const std::vector<int32_t> forced = BiasedGreedy(ref, prompt, 20, biases[2]);
+  EXPECT_EQ(std::count(forced.begin(), forced.end(), 'z'), 20) << "+100 did not force the token";
+}
+
+// Sequences batched together each keep their own bias: two biased requests and a plain one
+// in the same steps give what each gives alone (the engine's logits plus its own bias).
+TEST(BatcherTest, BatchedRequestsKeepTheirOwnLogitBias) {
+  engine::GptModel ref = TinyModel();
+  auto tokenizer = engine::MakeByteTokenizer();
+  const std::vector<int32_t> prompt = Bytes("Hello");
+  const std::vector<int32_t> plain = BiasedGreedy(ref, prompt, 16, {});
+  const std::vector<std::vector<std::pair<int32_t, float>>> biases = {
+      {{plain[0], -100.0f}}, {{'z', 100.0f}}, {}};
+  auto gated = std::make_unique<GatedModel>(CpuModelOf(ref));
+  GatedModel* gate = gated.get();
+  auto b = Batcher::Start(std::move(gated), tokenizer.get(), {}, nullptr);
+  ASSERT_TRUE(b.has_value());
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (const auto& bias : biases) {
+    GenerationRequest r = Greedy("Hello", 16);
+    r.sampling.logit_bias = bias;
+    auto ch = (*b)->Submit(r);
+    ASSERT_TRUE(ch.has_value()) << ch.error().message;
+    chans.push_back(*ch);
+  }
+  gate->Open();
+  std::vector<std::vector<int32_t>> got;
+  for (size_t i = 0; i < biases.size(); ++i) {
+    got.push_back(Drain(*chans[i]).tokens);
+    EXPECT_EQ(got[i], BiasedGreedy(ref, prompt, 16, biases[i])) << "request " << i;
+  }
+  EXPECT_NE(got[0], got[2]);
+  EXPECT_NE(got[1], got[2]);
+  size_t widest = 0;
+  for (const auto& shape : gate->shapes()) widest = std::max(widest, shape.size());
+  EXPECT_EQ(widest, biases.size()) << "the requests never shared a step: a weak test";
 }
 
 // --max-waiting 0 made a replica that answered every request "overloaded: 0 requests are

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -33,6 +34,29 @@ inline engine::GptModel TinyModel(uint64_t seed = 7) {
   const engine::ParamTensor* wpe = m->FindTensor("wpe");
   for (size_t i = 0; i < wpe->numel; ++i) m->params()[wpe->offset + i] *= 10.0f;
   return std::move(*m);
+}
+
+// Greedy decoding by the engine's own forward pass (GptModel::Forward over the whole
+// sequence at every step, not the server's cache path), with `bias` added to each step's
+// logits before the choice of the first largest: what OpenAI's logit_bias asks for.
+inline std::vector<int32_t> BiasedGreedy(engine::GptModel& model, std::vector<int32_t> seq, int n,
+                                         const std::vector<std::pair<int32_t, float>>& bias) {
+  const size_t V = static_cast<size_t>(model.config().vocab_size);
+  const size_t Vp = static_cast<size_t>(model.config().padded_vocab_size());
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const int T = static_cast<int>(seq.size());
+    auto ran = model.Forward(seq, {}, 1, T);
+    EXPECT_TRUE(ran.has_value()) << ran.error().message;
+    if (!ran) return out;
+    const float* row = model.logits().data() + static_cast<size_t>(T - 1) * Vp;
+    std::vector<float> logits(row, row + V);
+    for (const auto& [t, b] : bias) logits[static_cast<size_t>(t)] += b;
+    const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    seq.push_back(next);
+  }
+  return out;
 }
 
 inline std::unique_ptr<InferenceModel> CpuModelOf(const engine::GptModel& m, int blocks = 64,

@@ -209,7 +209,7 @@ void RestartReplica(Tx& tx, Job& job, const std::string& why) {
   if (b.delay_ms > 0) {
     job.reason = fmt::format("replica restarting after: {} (attempt {}; crash loop: {} attempts in a row ended "
                              "within {} of starting, so it waits {} to start)",
-                             why, job.attempt, b.quick_ends, FormatDuration(kReplicaQuickEndMs),
+                             why, job.attempt, b.QuickEndsText(), FormatDuration(kReplicaQuickEndMs),
                              FormatDuration(b.delay_ms));
   } else {
     job.reason = fmt::format("replica restarting after: {} (attempt {})", why, job.attempt);
@@ -217,17 +217,29 @@ void RestartReplica(Tx& tx, Job& job, const std::string& why) {
   tx.fx.Warn("service {} replica job {} requeued as attempt {}: {}", job.spec.service, job.id, job.attempt, why);
 }
 
+std::string ReplicaBackoff::QuickEndsText() const {
+  return at_least ? fmt::format("at least {}", quick_ends) : std::to_string(quick_ends);
+}
+
 ReplicaBackoff ReplicaBackoffOf(const Job& job) {
   ReplicaBackoff b;
-  for (auto it = job.history.rbegin(); it != job.history.rend(); ++it) {
-    if (it->end_ms == 0) continue;  // the current attempt (a RUNNING replica's)
-    if (it->end_ms - it->start_ms >= kReplicaQuickEndMs) break;
-    if (b.quick_ends == 0) {
-      b.start_after_ms = it->end_ms;
-      b.last_end = it->end_reason;
+  const auto& h = job.history;
+  for (size_t i = h.size(); i-- > 0;) {
+    const api::AttemptRecord& r = h[i];
+    if (r.end_ms == 0) continue;  // the current attempt (a RUNNING replica's)
+    // The oldest record of a full history holds attempts r.attempt up to the next record's
+    // when they were folded into it (FoldOldestAttempts), their run times added up.
+    const bool folded = i == 0 && h.size() >= kMaxReplicaHistory && h[1].attempt - r.attempt > 1;
+    const int held = folded ? h[1].attempt - r.attempt : 1;
+    if (r.end_ms - r.start_ms >= kReplicaQuickEndMs) {
+      b.at_least = held > 1 && b.quick_ends > 0;  // the loop may go on into them
+      break;
     }
-    b.quick_ends += 1;
-    if (b.quick_ends > 64) break;  // the cap is long reached
+    if (b.quick_ends == 0) {
+      b.start_after_ms = r.end_ms;
+      b.last_end = r.end_reason;
+    }
+    b.quick_ends += held;
   }
   if (b.quick_ends >= 2) {
     const int doublings = std::min(b.quick_ends - 2, 30);

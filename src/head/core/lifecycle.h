@@ -64,12 +64,21 @@ void RestartReplica(Tx& tx, api::Job& job, const std::string& why);
 // kReplicaBackoffBaseMs, doubling with each further one up to kReplicaBackoffMaxMs; one
 // attempt that ran longer ends the loop. The first quick end restarts at once (a node
 // lost under a replica that had just started is no loop). Read from the job's attempt
-// history alone, so a restarted head keeps the same waits.
+// history alone, so a restarted head keeps the same waits; the attempts folded into its
+// oldest record count too (a loop longer than the kMaxReplicaHistory records kept is not
+// shown as that long only).
 inline constexpr int64_t kReplicaQuickEndMs = 60'000;
 inline constexpr int64_t kReplicaBackoffBaseMs = 1'000;
 inline constexpr int64_t kReplicaBackoffMaxMs = 60'000;
 struct ReplicaBackoff {
   int quick_ends = 0;         // the latest ended attempts, in a row, that ran < kReplicaQuickEndMs
+  // The quick ends reach the oldest record, which holds attempts folded together
+  // (FoldOldestAttempts) that ran a minute or more in all: some of them may have been quick
+  // too, so the loop is at least quick_ends long. (Folded attempts that ran under a minute
+  // in all were each quick: they count, one each.)
+  bool at_least = false;
+  // quick_ends as a reason says it: "12", or "at least 49".
+  std::string QuickEndsText() const;
   int64_t delay_ms = 0;       // 0: start at once
   int64_t start_after_ms = 0; // Unix ms: the latest attempt's end + delay_ms
   std::string last_end;       // why the latest attempt ended

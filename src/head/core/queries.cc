@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "api/service.h"
+
 namespace cohort::head::core {
 
 using api::Job;
@@ -128,10 +130,7 @@ Result<LogLocation> LocateLog(const ClusterState& s, JobId id, int attempt, int 
   for (const auto& h : job.history) {
     if (h.attempt == attempt) rec = &h;
   }
-  if (!rec) {
-    return Errorf(ErrorCode::kNotFound, "job {} has no attempt {} that started (it is {})", id, attempt,
-                  api::JobStateName(job.state));
-  }
+  if (!rec) return MakeError(ErrorCode::kNotFound, api::MissingAttemptRecord(job, attempt).value_or(""));
   size_t node_rank = static_cast<size_t>(rank / job.spec.tasks_per_node);
   if (node_rank >= rec->nodes.size()) {
     return Errorf(ErrorCode::kInternal, "job {} attempt {} has no node for rank {}", id, attempt, rank);

@@ -285,7 +285,7 @@ SchedulerInput BuildSchedulerInput(const ClusterState& s, Now now) {
         in.backoff_reasons[id] = fmt::format(
             "crash loop back-off: {} attempts in a row ended within {} of starting (the last: {}); "
             "next start in {} (cohort logs {} -a {})",
-            b.quick_ends, FormatDuration(kReplicaQuickEndMs), b.last_end,
+            b.QuickEndsText(), FormatDuration(kReplicaQuickEndMs), b.last_end,
             FormatDuration(b.start_after_ms - now.unix_ms), id, job.attempt - 1);
         continue;
       }

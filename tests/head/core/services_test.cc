@@ -128,6 +128,53 @@ TEST_F(CoreTest, AReplicasHistoryStaysBoundedAndKeepsItsGpuSeconds) {
   EXPECT_EQ(decoded->history.size(), kMaxReplicaHistory);
 }
 
+// A crash loop longer than the records a replica keeps: its reason counted the kept records
+// only ("crash loop: 50 attempts in a row" after 120; "49" for ever once the folded
+// attempts had run a minute in all). Now every folded attempt counts while they ran under
+// a minute in all (each was quick), and the count says "at least" once that is unknown.
+// And `cohort logs -a K` of a folded attempt said it never started ("job 1 has no attempt
+// 5 that started"): it says the record was folded, into which, and what can be read.
+TEST_F(CoreTest, ACrashLoopLongerThanTheKeptHistoryIsCountedWholeAndFoldedLogsAreExplained) {
+  Register(Reg("n1"));
+  for (const auto& [run, attempts, count] : {std::tuple{int64_t{500}, 120, std::string("120")},
+                                             std::tuple{int64_t{2'000}, 80, std::string("at least 49")}}) {
+    const api::JobId id = Submit(Replica());
+    for (int attempt = 0; attempt < attempts; ++attempt) {
+      ASSERT_EQ(Pass(), 1) << "attempt " << attempt << ": " << state_.pending_reasons[id];
+      Advance(run);
+      Beat("n1", {Exited(id, attempt, 0, 1)});
+      Beat("n1");
+      if (attempt + 1 < attempts) Advance(kReplicaBackoffMaxMs);  // its back-off passes
+    }
+    ASSERT_EQ(Job(id).history.size(), kMaxReplicaHistory);
+    EXPECT_NE(Job(id).reason.find(fmt::format("crash loop: {} attempts in a row ended within 1m00s", count)),
+              std::string::npos)
+        << Job(id).reason;
+    ASSERT_EQ(Pass(), 0);
+    EXPECT_TRUE(state_.pending_reasons.at(id).starts_with(fmt::format("crash loop back-off: {} attempts in a row", count)))
+        << state_.pending_reasons.at(id);
+    EXPECT_EQ(ReplicaBackoffOf(Job(id)).delay_ms, kReplicaBackoffMaxMs);
+
+    const int first_kept = attempts - static_cast<int>(kMaxReplicaHistory) + 1;
+    auto folded = LocateLog(state_, id, 5, 0);
+    ASSERT_FALSE(folded.has_value());
+    EXPECT_EQ(folded.error().code, ErrorCode::kNotFound);
+    EXPECT_EQ(folded.error().message,
+              fmt::format("job {} attempt 5's record was folded: a service replica keeps the records of its newest 50 "
+                          "attempts only, and attempts 0-{} are one record now, read as attempt 0 (its logs are that "
+                          "attempt's); attempts that can be read: 0, {}-{}",
+                          id, first_kept - 1, first_kept, attempts - 1));
+    auto never = LocateLog(state_, id, attempts + 3, 0);
+    ASSERT_FALSE(never.has_value());
+    EXPECT_EQ(never.error().message, fmt::format("job {} has no attempt {} that started (it is PENDING; attempts that "
+                                                 "can be read: 0, {}-{})",
+                                                 id, attempts + 3, first_kept, attempts - 1));
+    EXPECT_TRUE(LocateLog(state_, id, 0, 0).has_value());
+    EXPECT_TRUE(LocateLog(state_, id, first_kept, 0).has_value());
+    ASSERT_TRUE(Cancel(state_, ctx_, id, now_).has_value());
+  }
+}
+
 TEST(FoldOldestAttemptsTest, KeepsGpuSecondsAcrossAmountsAndNeverTouchesAnOpenAttempt) {
   api::JobSpec spec = Spec(1, 2);
   std::vector<api::AttemptRecord> h = {

@@ -26,8 +26,10 @@ ok('completions.create');
 const stream = await client.completions.create({ model, prompt: 'Hello', max_tokens: 8, temperature: 0, stream: true });
 let streamed = '';
 let chunks = 0;
+const streamedIds = [];
 for await (const chunk of stream) {
   streamed += chunk.choices[0]?.text ?? '';
+  streamedIds.push(...(chunk.choices[0]?.token_ids ?? []));
   chunks += 1;
 }
 assert.equal(streamed, done.choices[0].text);
@@ -38,6 +40,20 @@ const lp = await client.completions.create({ model, prompt: 'Hello', max_tokens:
 assert.equal(lp.choices[0].logprobs.tokens.length, 3);
 assert.equal(Object.keys(lp.choices[0].logprobs.top_logprobs[0]).length <= 2, true);
 ok('completions.create logprobs');
+
+// logit_bias: a ban (-100) of the greedy first token (its id from the stream's token_ids)
+// makes greedy decoding start with another; a key that is not a token id is a 400 naming it.
+assert.equal(streamedIds.length, 8);
+const biased = await client.completions.create({
+  model, prompt: 'Hello', max_tokens: 8, temperature: 0, stream: true, logit_bias: { [streamedIds[0]]: -100 },
+});
+const biasedIds = [];
+for await (const chunk of biased) biasedIds.push(...(chunk.choices[0]?.token_ids ?? []));
+assert.equal(biasedIds.length, 8);
+assert.notEqual(biasedIds[0], streamedIds[0], `the banned token ${streamedIds[0]} came first`);
+await expectError(OpenAI.BadRequestError, 400, 'logit_bias.Hello',
+  () => client.completions.create({ model, prompt: 'x', logit_bias: { Hello: 5 } }));
+ok('completions.create logit_bias');
 
 // lm-evaluation-harness's loglikelihood request (vLLM's echo contract), through the
 // gateway: the prompt alone, its tokens with log-probabilities (the first null) and
