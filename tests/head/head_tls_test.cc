@@ -24,6 +24,8 @@
 #include "common/http.h"
 #include "common/tls.h"
 #include "head/head.h"
+#include "head/head_tls.h"
+#include "head/router.h"
 
 namespace cohort::head {
 namespace {
@@ -134,11 +136,11 @@ class HeadTlsTest : public ::testing::Test {
     json reply;
   };
   // Registers `name` with a join token and a certificate request, as an agent does.
-  Result<Node> Register(const std::string& name, const std::string& token) {
+  Result<Node> Register(const std::string& name, const std::string& token, const std::string& address = "127.0.0.1") {
     std::string key = tls::NewPrivateKeyPem().value();
     api::Registration reg;
     reg.name = name;
-    reg.address = "127.0.0.1";
+    reg.address = address;
     reg.agent_url = "https://127.0.0.1:1";
     reg.incarnation = "inc-" + name;
     reg.cpus = 4;
@@ -238,6 +240,46 @@ TEST_F(HeadTlsTest, RegistrationIssuesTheNodeItsCertificate) {
   auto nodes = Client(admin_).Get("/v1/nodes");
   ASSERT_TRUE(nodes.has_value());
   EXPECT_EQ((*nodes)["nodes"].size(), 1u);
+}
+
+// A node's certificate is a server certificate of the authority every client of the head
+// trusts, for the name and address the registration claims: a join token must not get one
+// that passes for the head's (its name, which agents accept as the head's; a wildcard; or
+// the head's own address, claimed from another machine).
+TEST_F(HeadTlsTest, NoNodeGetsACertificateThatPassesForTheHeads) {
+  auto named_head = Register(tls::kHeadName, join_);
+  ASSERT_FALSE(named_head.has_value());
+  EXPECT_EQ(named_head.error().field, "name") << named_head.error().message;
+  EXPECT_NE(named_head.error().message.find("the name of the head's certificate"), std::string::npos)
+      << named_head.error().message;
+  for (const std::string address : {"*.example.com", "*", "a b", "head..example.com"}) {
+    auto wild = Register("gpu-w", join_, address);
+    ASSERT_FALSE(wild.has_value()) << address;
+    EXPECT_EQ(wild.error().field, "address") << address << ": " << wild.error().message;
+  }
+  auto nodes = Client(admin_).Get("/v1/nodes");
+  ASSERT_TRUE(nodes.has_value());
+  EXPECT_TRUE((*nodes)["nodes"].empty()) << nodes->dump();
+
+  // The head's own address: from this machine (a local cluster's agents), yes; from
+  // another, no. The connections of this test all come from this machine, so the head's
+  // check is called as the handler calls it, with another peer address.
+  const HeadTls* head_tls = head_->router().tls();
+  ASSERT_NE(head_tls, nullptr);
+  const std::string csr = tls::MakeCsrPem(tls::NewPrivateKeyPem().value(), "x").value();
+  EXPECT_TRUE(head_tls->IssueNode("gpu-1", "127.0.0.1", csr, NowUnixMs(), "127.0.0.1").has_value());
+  EXPECT_TRUE(head_tls->IssueNode("gpu-1", "localhost", csr, NowUnixMs(), "::1").has_value());
+  for (const std::string head_name : {"127.0.0.1", "localhost"}) {
+    auto remote = head_tls->IssueNode("gpu-1", head_name, csr, NowUnixMs(), "192.0.2.7");
+    ASSERT_FALSE(remote.has_value()) << head_name;
+    EXPECT_EQ(remote.error().field, "address");
+    EXPECT_NE(remote.error().message.find("is the head's own address"), std::string::npos) << remote.error().message;
+  }
+  // Its own address, from wherever: yes.
+  auto own = head_tls->IssueNode("gpu-1", "192.0.2.7", csr, NowUnixMs(), "192.0.2.7");
+  ASSERT_TRUE(own.has_value()) << own.error().message;
+  EXPECT_EQ(tls::Inspect(own->cert_pem)->ip_addresses, std::vector<std::string>{"192.0.2.7"});
+  EXPECT_TRUE(head_tls->IssueNode("gpu-2", "gpu-2.example.com", csr, NowUnixMs(), "192.0.2.8").has_value());
 }
 
 TEST_F(HeadTlsTest, ANodeCredentialNeedsThatNodesCertificate) {
