@@ -423,6 +423,14 @@ struct HttpServer::Impl {
   int listen_fd = -1;
   int epoll_fd = -1;
   int wake_fd = -1;
+  // Descriptors kept free for the process (header: Limits): an accepted descriptor at or
+  // above fd_high_water is turned away. spare_fd is closed to accept, and close, a
+  // connection when accept fails for want of a descriptor. Event loop only.
+  int fd_high_water = INT32_MAX;
+  int fd_limit = 0;  // RLIMIT_NOFILE when Listen ran
+  int spare_fd = -1;
+  int64_t shed_logged_ms = 0;
+  int64_t shed_unlogged = 0;
   std::vector<std::unique_ptr<PoolState>> pools;
 
   // Event loop state (the loop thread only).
@@ -448,7 +456,7 @@ struct HttpServer::Impl {
   }
 
   ~Impl() {
-    for (int fd : {listen_fd, epoll_fd, wake_fd}) {
+    for (int fd : {listen_fd, epoll_fd, wake_fd, spare_fd}) {
       if (fd >= 0) ::close(fd);
     }
   }
@@ -724,6 +732,14 @@ struct HttpServer::Impl {
       MutexLock lock(mu);
       from_client = ++per_client[conn->peer_ip];
     }
+    if (fd >= fd_high_water) {
+      // Descriptors are lowest first: every one below this is taken.
+      rejected_connections += 1;
+      return Reject(std::move(conn), 503, ErrorCode::kUnavailable,
+                    fmt::format("server busy: {} of its {} file descriptors are in use ({} connections open)", fd + 1,
+                                fd_limit, connections.load()),
+                    /*drain=*/false);
+    }
     if (connections > options.max_connections) {
       rejected_connections += 1;
       return Reject(std::move(conn), 503, ErrorCode::kUnavailable,
@@ -758,12 +774,39 @@ struct HttpServer::Impl {
       int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EMFILE || errno == ENFILE) LOG_WARN("http: cannot accept: {}", strerror(errno));
+        if ((errno == EMFILE || errno == ENFILE) && ShedOne(errno)) continue;
         return;
       }
       Admit(fd, addr, len);
     }
   }
+
+  // No descriptor to accept with: the waiting connection is accepted with the spare one
+  // and closed, so the listening socket empties (the loop would otherwise wake for it
+  // without end). False when there is no spare, or nothing was waiting.
+  bool ShedOne(int error) {
+    const int64_t now = MonoMs();
+    if (now - shed_logged_ms >= 10'000) {
+      LOG_WARN("http: cannot accept: {}; closing new connections until descriptors are free ({} since the last "
+               "report)",
+               strerror(error), shed_unlogged);
+      shed_logged_ms = now;
+      shed_unlogged = 0;
+    }
+    if (spare_fd < 0) return false;
+    ::close(spare_fd);
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      ::close(fd);
+      rejected_connections += 1;
+      shed_unlogged += 1;
+    }
+    spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return fd >= 0;
+  }
+
+  // The descriptors kept free under a limit of `limit` (header: Limits).
+  static int FdReserve(int limit) { return std::max(32, limit / 16); }
 
   // Takes `conn` out of the loop and gives it to the pool its request belongs to.
   // Answers a whole request that was read (a busy refusal) and keeps the connection for
@@ -1035,6 +1078,11 @@ struct HttpServer::Impl {
     }
     epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (rlimit r{}; getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < INT32_MAX) {
+      fd_limit = static_cast<int>(r.rlim_cur);
+      fd_high_water = fd_limit - FdReserve(fd_limit);
+    }
     for (int fd : {listen_fd, wake_fd}) {
       epoll_event ev{};
       ev.events = EPOLLIN;
