@@ -58,6 +58,15 @@ struct Conn {
   size_t drain_budget = 0;  // bytes a draining connection may still drop before it is closed
   bool watched = false;     // handed back already watched by epoll (HandBack's quiet path)
   std::optional<std::pair<std::string, int>> local;  // this end's address, once asked for
+  // Over a cap (Admit): what it is answered, over TLS once its handshake lets it be read
+  // (the same bytes in clear only made the client's handshake fail, "wrong version
+  // number", which said nothing of the cause).
+  struct Refusal {
+    int status = 0;
+    ErrorCode code = ErrorCode::kUnavailable;
+    std::string message;
+  };
+  std::optional<Refusal> refusal;
 };
 
 // What the event loop needs of a request whose headers have arrived.
@@ -504,6 +513,12 @@ struct HttpServer::Impl {
     waiting[fd] = std::move(conn);
   }
 
+  // Answers a connection over a cap with its refusal and closes it (header: Limits).
+  void RejectOverCap(std::unique_ptr<Conn> conn) {
+    const Conn::Refusal r = std::move(*conn->refusal);
+    Reject(std::move(conn), r.status, r.code, r.message, /*drain=*/false);
+  }
+
   // Drops what a draining connection's client sent; closes it once the client is done or
   // the budget is spent.
   void Drain(int fd) {
@@ -734,25 +749,22 @@ struct HttpServer::Impl {
     }
     if (fd >= fd_high_water) {
       // Descriptors are lowest first: every one below this is taken.
-      rejected_connections += 1;
-      return Reject(std::move(conn), 503, ErrorCode::kUnavailable,
-                    fmt::format("server busy: {} of its {} file descriptors are in use ({} connections open)", fd + 1,
-                                fd_limit, connections.load()),
-                    /*drain=*/false);
+      conn->refusal = Conn::Refusal{
+          503, ErrorCode::kUnavailable,
+          fmt::format("server busy: {} of its {} file descriptors are in use ({} connections open)", fd + 1, fd_limit,
+                      connections.load())};
+    } else if (connections > options.max_connections) {
+      conn->refusal = Conn::Refusal{503, ErrorCode::kUnavailable,
+                                    fmt::format("server busy: {} connections open (at most {})", connections.load(),
+                                                options.max_connections)};
+    } else if (from_client > options.max_connections_per_client) {
+      conn->refusal = Conn::Refusal{429, ErrorCode::kResourceExhausted,
+                                    fmt::format("too many connections from {} (at most {} at once)", conn->peer_ip,
+                                                options.max_connections_per_client)};
     }
-    if (connections > options.max_connections) {
+    if (conn->refusal) {
       rejected_connections += 1;
-      return Reject(std::move(conn), 503, ErrorCode::kUnavailable,
-                    fmt::format("server busy: {} connections open (at most {})", connections.load(),
-                                options.max_connections),
-                    /*drain=*/false);
-    }
-    if (from_client > options.max_connections_per_client) {
-      rejected_connections += 1;
-      return Reject(std::move(conn), 429, ErrorCode::kResourceExhausted,
-                    fmt::format("too many connections from {} (at most {} at once)", conn->peer_ip,
-                                options.max_connections_per_client),
-                    /*drain=*/false);
+      if (!options.tls) return RejectOverCap(std::move(conn));
     }
     if (options.tls) {
       conn->ssl = options.tls->NewConnection(fd);
@@ -890,6 +902,7 @@ struct HttpServer::Impl {
     if (conn.handshaking) {
       if (!Handshake(fd)) return;
       if (conn.handshaking) return;
+      if (conn.refusal) return RejectOverCap(Take(fd));
       conn.reading = false;  // the request's clock starts with its first byte
       conn.deadline_ms = MonoMs() + options.idle_timeout.count();
     }

@@ -16,7 +16,8 @@
 //   - headers over max_header_bytes (431), a Content-Length over max_body_bytes (413),
 //     and no request reads more than max_body_bytes of body (the request fails);
 //   - at most max_connections open connections (503), at most max_connections_per_client
-//     from one address (429);
+//     from one address (429) (over TLS, answered once the handshake is done, so that the
+//     client reads why);
 //   - a connection that would leave the process fewer than a sixteenth of its file
 //     descriptors (RLIMIT_NOFILE; at least 32) is answered 503 and closed, so that the
 //     process keeps descriptors for its own files and calls; and should accept fail for
