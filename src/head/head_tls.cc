@@ -74,13 +74,14 @@ tls::LeafProfile HeadProfile(const HeadConfig& config, const std::string& advert
   return p;
 }
 
-// A DNS name without wildcards: labels of letters, digits and '-', joined by '.'.
+// A DNS name without wildcards: labels of letters, digits, '-' and '_' (which some sites'
+// host names have), joined by '.'.
 bool IsHostName(const std::string& s) {
   if (s.empty() || s.size() > 253 || s.front() == '.' || s.back() == '.' || s.find("..") != std::string::npos) {
     return false;
   }
   return std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
   });
 }
 
@@ -202,8 +203,8 @@ Result<HeadTls::Issued> HeadTls::IssueNode(const std::string& node, const std::s
   }
   if (!tls::IsIpAddress(address) && !IsHostName(address)) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("address: '{}' is neither an IP address nor a host name (letters, digits, '-' "
-                                 "and '.'); the node's certificate names it",
+                     fmt::format("address: '{}' is neither an IP address nor a host name (letters, digits, '-', "
+                                 "'_' and '.'); the node's certificate names it",
                                  address.substr(0, 255)),
                      "address");
   }

@@ -280,6 +280,7 @@ TEST_F(HeadTlsTest, NoNodeGetsACertificateThatPassesForTheHeads) {
   ASSERT_TRUE(own.has_value()) << own.error().message;
   EXPECT_EQ(tls::Inspect(own->cert_pem)->ip_addresses, std::vector<std::string>{"192.0.2.7"});
   EXPECT_TRUE(head_tls->IssueNode("gpu-2", "gpu-2.example.com", csr, NowUnixMs(), "192.0.2.8").has_value());
+  EXPECT_TRUE(head_tls->IssueNode("gpu-3", "gpu_3.lab", csr, NowUnixMs(), "192.0.2.9").has_value());
 }
 
 TEST_F(HeadTlsTest, ANodeCredentialNeedsThatNodesCertificate) {
