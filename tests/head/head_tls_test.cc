@@ -22,6 +22,8 @@
 #include "api/routes.h"
 #include "common/clock.h"
 #include "common/http.h"
+#include "common/http_server.h"
+#include "common/mutex.h"
 #include "common/tls.h"
 #include "head/head.h"
 #include "head/head_tls.h"
@@ -136,12 +138,13 @@ class HeadTlsTest : public ::testing::Test {
     json reply;
   };
   // Registers `name` with a join token and a certificate request, as an agent does.
-  Result<Node> Register(const std::string& name, const std::string& token, const std::string& address = "127.0.0.1") {
+  Result<Node> Register(const std::string& name, const std::string& token, const std::string& address = "127.0.0.1",
+                        const std::string& agent_url = "https://127.0.0.1:1") {
     std::string key = tls::NewPrivateKeyPem().value();
     api::Registration reg;
     reg.name = name;
     reg.address = address;
-    reg.agent_url = "https://127.0.0.1:1";
+    reg.agent_url = agent_url;
     reg.incarnation = "inc-" + name;
     reg.cpus = 4;
     reg.csr = tls::MakeCsrPem(key, "anything").value();
@@ -281,6 +284,67 @@ TEST_F(HeadTlsTest, NoNodeGetsACertificateThatPassesForTheHeads) {
   EXPECT_EQ(tls::Inspect(own->cert_pem)->ip_addresses, std::vector<std::string>{"192.0.2.7"});
   EXPECT_TRUE(head_tls->IssueNode("gpu-2", "gpu-2.example.com", csr, NowUnixMs(), "192.0.2.8").has_value());
   EXPECT_TRUE(head_tls->IssueNode("gpu-3", "gpu_3.lab", csr, NowUnixMs(), "192.0.2.9").has_value());
+}
+
+// An agent of this test: a TLS server (its certificate set once known) that answers the
+// head's GET /v1/images and keeps the credential each call presented.
+class FakeAgent {
+ public:
+  explicit FakeAgent(const std::string& ca) : ctx_(tls::ServerContext::Create(ca).value()) {
+    HttpServerOptions o;
+    o.tls = ctx_;
+    server_ = std::make_unique<HttpServer>(o);
+    server_->Get(api::routes::kAgentImages, [this](const httplib::Request& req, httplib::Response& res) {
+      MutexLock lock(mu_);
+      bearers_.push_back(req.get_header_value("Authorization"));
+      res.set_content(R"({"images": []})", "application/json");
+    });
+    port_ = server_->Reserve().value();
+  }
+  ~FakeAgent() {
+    server_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  void Serve(std::shared_ptr<const tls::Identity> id) {
+    ctx_->SetIdentity(std::move(id));
+    ASSERT_TRUE(server_->Listen().has_value());
+    thread_ = std::thread([this] { server_->Serve(); });
+  }
+  std::vector<std::string> bearers() {
+    MutexLock lock(mu_);
+    return bearers_;
+  }
+
+ private:
+  std::shared_ptr<tls::ServerContext> ctx_;
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+  std::thread thread_;
+  Mutex mu_;
+  std::vector<std::string> bearers_;
+};
+
+// The head's calls to a node's agent carry that node's credential (and users' exec input):
+// the agent must show that node's certificate, not merely one for its address, which any
+// node can claim (every node of a local cluster has 127.0.0.1).
+TEST_F(HeadTlsTest, TheHeadCallsANodesAgentOnlyThroughThatNodesCertificate) {
+  FakeAgent own(ca_), other(ca_);
+  auto a = Register("node-a", join_, "127.0.0.1", own.url());
+  ASSERT_TRUE(a.has_value()) << a.error().message;
+  ASSERT_NO_FATAL_FAILURE(own.Serve(a->identity));
+  auto listed = Client(admin_).Get("/v1/nodes/node-a/images");
+  ASSERT_TRUE(listed.has_value()) << listed.error().message;
+  EXPECT_EQ(own.bearers(), std::vector<std::string>{"Bearer " + a->credential});
+
+  // Node b's agent URL serves node a's certificate (same address): the head does not call it.
+  auto b = Register("node-b", join_, "127.0.0.1", other.url());
+  ASSERT_TRUE(b.has_value()) << b.error().message;
+  ASSERT_NO_FATAL_FAILURE(other.Serve(a->identity));
+  auto crossed = Client(admin_).Get("/v1/nodes/node-b/images");
+  ASSERT_FALSE(crossed.has_value());
+  EXPECT_EQ(crossed.error().code, ErrorCode::kUnavailable) << crossed.error().message;
+  EXPECT_TRUE(other.bearers().empty()) << "node b's credential went to a server with node a's certificate";
 }
 
 TEST_F(HeadTlsTest, ANodeCredentialNeedsThatNodesCertificate) {
