@@ -18,6 +18,10 @@ std::vector<std::string> ContainerRunArgv(const ContainerLaunch& c) {
   if (!c.workdir.empty()) argv.insert(argv.end(), {"-w", c.workdir});
   if (c.identity) {
     argv.insert(argv.end(), {"--user", fmt::format("{}:{}", c.identity->uid, c.identity->gid)});
+    // The runtime runs as the agent (root), so the container's uid 0 is the host's: a
+    // set-user-ID program of the job's image would make the job root there, with the
+    // host directories mounted into it. No exec gains privileges.
+    argv.push_back("--security-opt=no-new-privileges");
     for (gid_t g : c.identity->groups) {
       if (g != c.identity->gid) argv.insert(argv.end(), {"--group-add", std::to_string(g)});
     }

@@ -26,7 +26,9 @@
 //  - the job's working directory and the directories it owns (its checkpoint directory)
 //    bind-mounted at the same paths, the working directory as the container's;
 //  - the job's user, when the agent runs tasks as their users: `--user UID:GID` and its
-//    supplementary groups (the runtime itself runs as the agent);
+//    supplementary groups (the runtime itself runs as the agent), and
+//    `--security-opt=no-new-privileges`, so no set-user-ID program of the image makes it
+//    the container's root, who is the host's;
 //  - its GPUs: the CDI device names the agent gives (`--device cohort.dev/gpu=0`, from the
 //    CDI spec it writes for real GPUs: cdi.h); simulated GPUs pass only the environment
 //    (CUDA_VISIBLE_DEVICES);

@@ -6,6 +6,7 @@
 
 #include "agent/task_shim.h"
 #include "cli/context.h"
+#include "cli/daemon_flags.h"
 #include "cli/suggest.h"
 #include "common/client_config.h"
 #include "common/tls.h"
@@ -221,6 +222,7 @@ int RunCli(int argc, char** argv, std::span<const ExternalCommand> external) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  HideSecretArguments(argc, argv);  // parsed and copied: ps need not show them
   g_options = &global;
   // `cohort login --context NAME` may name a context it is about to make.
   const bool login = !app.get_subcommands().empty() && app.get_subcommands().front()->get_name() == "login";

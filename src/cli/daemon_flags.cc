@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 
 #include "common/clock.h"
 
@@ -48,6 +49,24 @@ Result<std::string> ResolveJoinToken(const std::string& token, const std::string
   }
   if (const char* env = std::getenv("COHORT_JOIN_TOKEN"); env && *env) return std::string(env);
   return std::string();
+}
+
+void HideSecretArguments(int argc, char** argv) {
+  static constexpr std::string_view kSecretFlags[] = {"--join-token", "--token"};
+  auto blank = [](char* p) {
+    for (; *p; ++p) *p = '*';
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") return;  // a command's own arguments follow
+    for (std::string_view flag : kSecretFlags) {
+      if (arg == flag && i + 1 < argc) {
+        blank(argv[++i]);
+      } else if (arg.size() > flag.size() && arg.starts_with(flag) && arg[flag.size()] == '=') {
+        blank(argv[i] + flag.size() + 1);
+      }
+    }
+  }
 }
 
 }  // namespace cohort::cli

@@ -28,4 +28,10 @@ void AddLogLevelFlag(CLI::App* sub, std::string& level);
 // unreadable or empty file is kInvalidArgument naming it), else $COHORT_JOIN_TOKEN, else "".
 Result<std::string> ResolveJoinToken(const std::string& token, const std::string& file);
 
+// Overwrites, in place, the values of the flags that carry a secret (--join-token VALUE or
+// --join-token=VALUE, login's --token) with '*', once the parser has copied them: every
+// user of the machine reads a process's command line (ps, /proc/PID/cmdline), and an
+// agent runs for days. The flags' names and every other argument stay as they are.
+void HideSecretArguments(int argc, char** argv);
+
 }  // namespace cohort::cli

@@ -58,6 +58,15 @@ struct Conn {
   size_t drain_budget = 0;  // bytes a draining connection may still drop before it is closed
   bool watched = false;     // handed back already watched by epoll (HandBack's quiet path)
   std::optional<std::pair<std::string, int>> local;  // this end's address, once asked for
+  // Over a cap (Admit): what it is answered, over TLS once its handshake lets it be read
+  // (the same bytes in clear only made the client's handshake fail, "wrong version
+  // number", which said nothing of the cause).
+  struct Refusal {
+    int status = 0;
+    ErrorCode code = ErrorCode::kUnavailable;
+    std::string message;
+  };
+  std::optional<Refusal> refusal;
 };
 
 // What the event loop needs of a request whose headers have arrived.
@@ -423,6 +432,14 @@ struct HttpServer::Impl {
   int listen_fd = -1;
   int epoll_fd = -1;
   int wake_fd = -1;
+  // Descriptors kept free for the process (header: Limits): an accepted descriptor at or
+  // above fd_high_water is turned away. spare_fd is closed to accept, and close, a
+  // connection when accept fails for want of a descriptor. Event loop only.
+  int fd_high_water = INT32_MAX;
+  int fd_limit = 0;  // RLIMIT_NOFILE when Listen ran
+  int spare_fd = -1;
+  int64_t shed_logged_ms = 0;
+  int64_t shed_unlogged = 0;
   std::vector<std::unique_ptr<PoolState>> pools;
 
   // Event loop state (the loop thread only).
@@ -448,7 +465,7 @@ struct HttpServer::Impl {
   }
 
   ~Impl() {
-    for (int fd : {listen_fd, epoll_fd, wake_fd}) {
+    for (int fd : {listen_fd, epoll_fd, wake_fd, spare_fd}) {
       if (fd >= 0) ::close(fd);
     }
   }
@@ -494,6 +511,12 @@ struct HttpServer::Impl {
     const int fd = conn->fd;
     Watch(*conn);
     waiting[fd] = std::move(conn);
+  }
+
+  // Answers a connection over a cap with its refusal and closes it (header: Limits).
+  void RejectOverCap(std::unique_ptr<Conn> conn) {
+    const Conn::Refusal r = std::move(*conn->refusal);
+    Reject(std::move(conn), r.status, r.code, r.message, /*drain=*/false);
   }
 
   // Drops what a draining connection's client sent; closes it once the client is done or
@@ -724,19 +747,24 @@ struct HttpServer::Impl {
       MutexLock lock(mu);
       from_client = ++per_client[conn->peer_ip];
     }
-    if (connections > options.max_connections) {
-      rejected_connections += 1;
-      return Reject(std::move(conn), 503, ErrorCode::kUnavailable,
-                    fmt::format("server busy: {} connections open (at most {})", connections.load(),
-                                options.max_connections),
-                    /*drain=*/false);
+    if (fd >= fd_high_water) {
+      // Descriptors are lowest first: every one below this is taken.
+      conn->refusal = Conn::Refusal{
+          503, ErrorCode::kUnavailable,
+          fmt::format("server busy: {} of its {} file descriptors are in use ({} connections open)", fd + 1, fd_limit,
+                      connections.load())};
+    } else if (connections > options.max_connections) {
+      conn->refusal = Conn::Refusal{503, ErrorCode::kUnavailable,
+                                    fmt::format("server busy: {} connections open (at most {})", connections.load(),
+                                                options.max_connections)};
+    } else if (from_client > options.max_connections_per_client) {
+      conn->refusal = Conn::Refusal{429, ErrorCode::kResourceExhausted,
+                                    fmt::format("too many connections from {} (at most {} at once)", conn->peer_ip,
+                                                options.max_connections_per_client)};
     }
-    if (from_client > options.max_connections_per_client) {
+    if (conn->refusal) {
       rejected_connections += 1;
-      return Reject(std::move(conn), 429, ErrorCode::kResourceExhausted,
-                    fmt::format("too many connections from {} (at most {} at once)", conn->peer_ip,
-                                options.max_connections_per_client),
-                    /*drain=*/false);
+      if (!options.tls) return RejectOverCap(std::move(conn));
     }
     if (options.tls) {
       conn->ssl = options.tls->NewConnection(fd);
@@ -758,12 +786,39 @@ struct HttpServer::Impl {
       int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EMFILE || errno == ENFILE) LOG_WARN("http: cannot accept: {}", strerror(errno));
+        if ((errno == EMFILE || errno == ENFILE) && ShedOne(errno)) continue;
         return;
       }
       Admit(fd, addr, len);
     }
   }
+
+  // No descriptor to accept with: the waiting connection is accepted with the spare one
+  // and closed, so the listening socket empties (the loop would otherwise wake for it
+  // without end). False when there is no spare, or nothing was waiting.
+  bool ShedOne(int error) {
+    const int64_t now = MonoMs();
+    if (now - shed_logged_ms >= 10'000) {
+      LOG_WARN("http: cannot accept: {}; closing new connections until descriptors are free ({} since the last "
+               "report)",
+               strerror(error), shed_unlogged);
+      shed_logged_ms = now;
+      shed_unlogged = 0;
+    }
+    if (spare_fd < 0) return false;
+    ::close(spare_fd);
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      ::close(fd);
+      rejected_connections += 1;
+      shed_unlogged += 1;
+    }
+    spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return fd >= 0;
+  }
+
+  // The descriptors kept free under a limit of `limit` (header: Limits).
+  static int FdReserve(int limit) { return std::max(32, limit / 16); }
 
   // Takes `conn` out of the loop and gives it to the pool its request belongs to.
   // Answers a whole request that was read (a busy refusal) and keeps the connection for
@@ -847,6 +902,7 @@ struct HttpServer::Impl {
     if (conn.handshaking) {
       if (!Handshake(fd)) return;
       if (conn.handshaking) return;
+      if (conn.refusal) return RejectOverCap(Take(fd));
       conn.reading = false;  // the request's clock starts with its first byte
       conn.deadline_ms = MonoMs() + options.idle_timeout.count();
     }
@@ -1035,6 +1091,11 @@ struct HttpServer::Impl {
     }
     epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (rlimit r{}; getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < INT32_MAX) {
+      fd_limit = static_cast<int>(r.rlim_cur);
+      fd_high_water = fd_limit - FdReserve(fd_limit);
+    }
     for (int fd : {listen_fd, wake_fd}) {
       epoll_event ev{};
       ev.events = EPOLLIN;

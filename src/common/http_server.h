@@ -16,7 +16,14 @@
 //   - headers over max_header_bytes (431), a Content-Length over max_body_bytes (413),
 //     and no request reads more than max_body_bytes of body (the request fails);
 //   - at most max_connections open connections (503), at most max_connections_per_client
-//     from one address (429);
+//     from one address (429) (over TLS, answered once the handshake is done, so that the
+//     client reads why);
+//   - a connection that would leave the process fewer than a sixteenth of its file
+//     descriptors (RLIMIT_NOFILE; at least 32) is answered 503 and closed, so that the
+//     process keeps descriptors for its own files and calls; and should accept fail for
+//     want of one all the same, the loop accepts and closes the waiting connections with a
+//     descriptor kept spare (it never spins on a listening socket it cannot empty), and
+//     says so in the log at most every 10 s;
 //   - each pool queues at most max_queued requests (503 "busy"), and at most
 //     Pool::max_per_client of one address's requests (429).
 // A client is its address: behind one NAT (or on one machine's loopback, as the tests'

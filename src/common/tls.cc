@@ -421,6 +421,24 @@ int SlotIndex() {
   static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, &FreeSlotRef);
   return index;
 }
+// The common name a client context wants of its server (SSL_CTX ex-data, freed with it).
+void FreePeerName(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) { delete static_cast<std::string*>(ptr); }
+int PeerNameWantedIndex() {
+  static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, &FreePeerName);
+  return index;
+}
+// Verification callback: the chain and host checks as OpenSSL made them, and the server's
+// certificate (depth 0) must have the context's wanted common name.
+int VerifyPeerName(int ok, X509_STORE_CTX* store) {
+  if (ok != 1 || X509_STORE_CTX_get_error_depth(store) != 0) return ok;
+  auto* ssl = static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  const auto* wanted =
+      ssl ? static_cast<const std::string*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), PeerNameWantedIndex())) : nullptr;
+  X509* cert = X509_STORE_CTX_get_current_cert(store);
+  if (wanted == nullptr || (cert != nullptr && CommonName(cert) == *wanted)) return 1;
+  X509_STORE_CTX_set_error(store, X509_V_ERR_HOSTNAME_MISMATCH);
+  return 0;
+}
 // At each handshake the server asks for a certificate: the slot's identity now, so a
 // client that reconnects after a renewal presents the new certificate. OpenSSL takes the
 // two references it is handed.
@@ -448,6 +466,15 @@ Result<void> ConfigureClientContext(SSL_CTX* ctx, const ClientOptions& options, 
   const int ok = IsIpAddress(host) ? X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str())
                                    : X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size());
   if (ok != 1) return SslError(ErrorCode::kInvalidArgument, fmt::format("host '{}'", host));
+  if (!options.peer_name.empty()) {
+    delete static_cast<std::string*>(SSL_CTX_get_ex_data(ctx, PeerNameWantedIndex()));
+    auto* wanted = new std::string(options.peer_name);
+    if (SSL_CTX_set_ex_data(ctx, PeerNameWantedIndex(), wanted) != 1) {
+      delete wanted;
+      return SslError(ErrorCode::kInternal, "peer name");
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, &VerifyPeerName);
+  }
   if (options.identity) {
     delete static_cast<std::shared_ptr<IdentitySlot>*>(SSL_CTX_get_ex_data(ctx, SlotIndex()));
     auto* ref = new std::shared_ptr<IdentitySlot>(options.identity);

@@ -118,6 +118,10 @@ class IdentitySlot {
 struct ClientOptions {
   std::string ca_pem;                    // the only authority it trusts
   std::shared_ptr<IdentitySlot> identity;  // optional: a client certificate
+  // Optional: the common name the server's certificate must carry besides `host` (the
+  // head calling a node's agent asks for the node's name: another node's certificate for
+  // the same address is not that agent's).
+  std::string peer_name;
 };
 // The options from the environment: $COHORT_CA (the PEM itself, as the head gives it to
 // tasks) or $COHORT_CA_FILE (a path); nullopt when neither is set; an error naming the
@@ -129,7 +133,8 @@ Result<std::string> ReadPemFile(const std::string& path);
 Result<std::string> ReadCaFile(const std::string& path);
 
 // Prepares `ctx` (a client's, before its first connection) to trust only `options.ca_pem`,
-// to check that the server's certificate names `host` (a DNS name or an IP address), and
+// to check that the server's certificate names `host` (a DNS name or an IP address) and,
+// when set, has `options.peer_name` as its common name, and
 // to present `options.identity`'s certificate: the one it holds at each handshake, so a
 // context kept for reconnections presents a renewed certificate on its next connection.
 // The parsed trust store is shared between the contexts that trust the same authority.

@@ -2,15 +2,20 @@
 
 namespace cohort::head {
 
-HttpClient AgentClients::For(const std::string& agent_url, Millis timeout) {
+HttpClient AgentClients::For(const std::string& agent_url, Millis timeout, const std::string& node) {
   HttpClient client = [&] {
     MutexLock lock(mu_);
-    auto it = clients_.find(agent_url);
+    auto key = std::make_pair(agent_url, node);
+    auto it = clients_.find(key);
     if (it == clients_.end()) {
       if (clients_.size() >= 4096) clients_.clear();
       HttpClient fresh(agent_url);
-      if (tls_) fresh.set_tls(*tls_);
-      it = clients_.emplace(agent_url, std::move(fresh)).first;
+      if (tls_) {
+        tls::ClientOptions options = *tls_;
+        options.peer_name = node;
+        fresh.set_tls(options);
+      }
+      it = clients_.emplace(std::move(key), std::move(fresh)).first;
     }
     return it->second;
   }();

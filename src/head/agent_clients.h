@@ -13,6 +13,7 @@
 #pragma once
 
 #include <map>
+#include <utility>
 #include <optional>
 #include <string>
 
@@ -29,13 +30,16 @@ class AgentClients {
   // HTTP, or an https:// agent URL fails).
   explicit AgentClients(std::optional<tls::ClientOptions> tls = std::nullopt) : tls_(std::move(tls)) {}
 
-  // A copy of `agent_url`'s client, with `timeout`.
-  HttpClient For(const std::string& agent_url, Millis timeout) EXCLUDES(mu_);
+  // A copy of `agent_url`'s client, with `timeout`. With `node`, over TLS the agent's
+  // certificate must be that node's (tls::ClientOptions::peer_name), not only name its
+  // address: a node can claim another's address, and the head's call carries the node's
+  // credential and its user's exec input.
+  HttpClient For(const std::string& agent_url, Millis timeout, const std::string& node = "") EXCLUDES(mu_);
 
  private:
   const std::optional<tls::ClientOptions> tls_;
   Mutex mu_;
-  std::map<std::string, HttpClient> clients_ GUARDED_BY(mu_);  // by agent URL
+  std::map<std::pair<std::string, std::string>, HttpClient> clients_ GUARDED_BY(mu_);  // by (agent URL, node)
 };
 
 }  // namespace cohort::head

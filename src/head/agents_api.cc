@@ -39,7 +39,7 @@ void RegisterAgentRoutes(Router& router, Cluster& cluster) {
                                         "agent_url: must be https:// for a head with TLS, got " + reg->agent_url,
                                         "agent_url").error());
       }
-      auto issued = tls->IssueNode(reg->name, reg->address, csr, NowUnixMs());
+      auto issued = tls->IssueNode(reg->name, reg->address, csr, NowUnixMs(), req.remote_addr);
       if (!issued) return SendError(res, issued.error());
       cert = std::move(*issued);
     }
@@ -89,7 +89,7 @@ void RegisterAgentRoutes(Router& router, Cluster& cluster) {
                 if (auto done = r->Finish(); !done) return SendError(res, done.error());
                 auto status = cluster.GetNode(node);
                 if (!status) return SendError(res, status.error());
-                auto issued = tls->IssueNode(node, status->node.address, *csr, NowUnixMs());
+                auto issued = tls->IssueNode(node, status->node.address, *csr, NowUnixMs(), req.remote_addr);
                 if (!issued) return SendError(res, issued.error());
                 SendJson(res, json{{"certificate", issued->cert_pem}, {"certificate_expires_ms", issued->expires_ms}});
               });

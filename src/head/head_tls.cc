@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <set>
 
@@ -71,6 +72,25 @@ tls::LeafProfile HeadProfile(const HeadConfig& config, const std::string& advert
   p.ip_addresses.assign(ips.begin(), ips.end());
   p.lifetime_ms = kHeadCertLifetimeMs;
   return p;
+}
+
+// A DNS name without wildcards: labels of letters, digits, '-' and '_' (which some sites'
+// host names have), joined by '.'.
+bool IsHostName(const std::string& s) {
+  if (s.empty() || s.size() > 253 || s.front() == '.' || s.back() == '.' || s.find("..") != std::string::npos) {
+    return false;
+  }
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+// Whether `ip` (a connection's peer) is an address of this machine: loopback or one of its
+// interfaces'.
+bool IsLocalAddress(const std::string& ip) {
+  if (ip.starts_with("127.") || ip == "::1" || ip.starts_with("::ffff:127.")) return true;
+  const auto local = LocalAddresses();
+  return std::find(local.begin(), local.end(), ip) != local.end();
 }
 
 bool Covers(const std::vector<std::string>& have, const std::vector<std::string>& want) {
@@ -162,6 +182,8 @@ Result<std::unique_ptr<HeadTls>> HeadTls::SetUp(const HeadConfig& config, const 
   t->client_ = tls::ClientOptions{t->ca_.cert_pem, slot};
   t->node_cert_ttl_ms_ = config.node_cert_ttl_ms;
   const auto& info = identity->info();
+  t->own_names_.insert(info.dns_names.begin(), info.dns_names.end());
+  t->own_names_.insert(info.ip_addresses.begin(), info.ip_addresses.end());
   const tls::CertInfo ca_info = COHORT_TRY(tls::Inspect(t->ca_.cert_pem));
   // The authority's fingerprint is what `cohort login --ca-fingerprint` pins.
   LOG_INFO("TLS: certificate {} for {} and {} (until {}), authority {} ({})", tls::Fingerprint(info),
@@ -171,7 +193,29 @@ Result<std::unique_ptr<HeadTls>> HeadTls::SetUp(const HeadConfig& config, const 
 }
 
 Result<HeadTls::Issued> HeadTls::IssueNode(const std::string& node, const std::string& address,
-                                           const std::string& csr_pem, int64_t now_ms) const {
+                                           const std::string& csr_pem, int64_t now_ms, const std::string& from) const {
+  if (node == tls::kHeadName) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("name: '{}' is the name of the head's certificate, which agents accept as the "
+                                 "head's; name the node otherwise",
+                                 node),
+                     "name");
+  }
+  if (!tls::IsIpAddress(address) && !IsHostName(address)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("address: '{}' is neither an IP address nor a host name (letters, digits, '-', "
+                                 "'_' and '.'); the node's certificate names it",
+                                 address.substr(0, 255)),
+                     "address");
+  }
+  if (own_names_.contains(address) && !IsLocalAddress(from)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("address: '{}' is the head's own address, and node {} registers from {}, another "
+                                 "machine: its certificate would pass for the head's; give the node's own address "
+                                 "(cohort agent --address)",
+                                 address, node, from.substr(0, 64)),
+                     "address");
+  }
   tls::LeafProfile p;
   p.common_name = node;
   (tls::IsIpAddress(address) ? p.ip_addresses : p.dns_names).push_back(address);

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "common/error.h"
@@ -46,15 +47,23 @@ class HeadTls {
     int64_t expires_ms = 0;
   };
   // A certificate for `node` (reachable at `address`, an IP address or a DNS name) for the
-  // key of `csr_pem`; kInvalidArgument naming "csr" for a bad request.
+  // key of `csr_pem`, asked over a connection from `from` (an IP address); kInvalidArgument
+  // naming "csr" for a bad request. A node certificate is a server certificate of the
+  // head's authority for its address, which every client of the head trusts: so it is
+  // refused (kInvalidArgument naming the field) for the name tls::kHeadName (agents take
+  // it for the head's), for an address that is not a plain host name or IP address (a
+  // wildcard would name the head too), and for one of the head's own names unless `from`
+  // is an address of the head's machine (a local cluster's agents): a join token holder
+  // elsewhere would otherwise get a certificate that passes for the head's.
   Result<Issued> IssueNode(const std::string& node, const std::string& address, const std::string& csr_pem,
-                           int64_t now_ms) const;
+                           int64_t now_ms, const std::string& from) const;
 
  private:
   HeadTls() = default;
   tls::Authority ca_;
   std::string ca_path_;
   int64_t node_cert_ttl_ms_ = 0;
+  std::set<std::string> own_names_;  // the DNS names and IP addresses of the head's certificate
   std::shared_ptr<tls::ServerContext> server_;
   tls::ClientOptions client_;
 };

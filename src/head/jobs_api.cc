@@ -157,6 +157,18 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
     if (!body) return SendError(res, body.error());
     auto spec = api::JobSpecFromJson(*body);
     if (!spec) return SendError(res, spec.error());
+    // The gateway routes a model's requests to every running job that names it as its
+    // service_model: a replica submitted here, which no one checks against the services
+    // that exist, would join another user's service and read its clients' prompts. Only
+    // /v1/services (Services::Deploy and Scale) makes replicas.
+    if (spec->is_service()) {
+      return SendError(res, Error{ErrorCode::kInvalidArgument,
+                                  fmt::format("kind: a job cannot be a service replica ('{}'); deploy a service with "
+                                              "`cohort serve deploy FILE` (POST /v1/services), and scale it with "
+                                              "`cohort serve scale`",
+                                              spec->service.substr(0, 64)),
+                                  "kind"});
+    }
     if (auto user = JobOwner(caller, body->is_object() && body->contains("user"), spec->user); !user) {
       return SendError(res, user.error());
     } else {

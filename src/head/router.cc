@@ -32,7 +32,7 @@ bool SameOrigin(const httplib::Request& req) {
 }
 
 HttpClient Router::AgentClient(const std::string& node, const std::string& agent_url, Millis timeout) const {
-  HttpClient client = agents_->For(agent_url, timeout);
+  HttpClient client = agents_->For(agent_url, timeout, node);
   // The agent answers only the head: the node's credential proves it (auth.h).
   if (!insecure_ && tokens_) client.set_bearer_token(tokens_->NodeCredential(node));
   return client;

@@ -60,6 +60,21 @@ TEST(ContainerRunArgv, TheJobsUserAndGroupsAndGpuDevices) {
   EXPECT_TRUE(Has(argv, {"--device", "cohort.dev/gpu=3"}));
 }
 
+// The runtime runs as the agent, root: without no-new-privileges a set-user-ID program of
+// the job's image (`chmod 4755`) made a job of uid 1001 the container's root, who is the
+// host's root, with the job's host directories mounted.
+TEST(ContainerRunArgv, TheJobsUserGainsNoPrivilegesFromItsImage) {
+  ContainerLaunch c = Launch();
+  c.identity = TaskIdentity{"alice", 1001, 1001, {1001}};
+  auto argv = ContainerRunArgv(c);
+  const auto flag = std::find(argv.begin(), argv.end(), "--security-opt=no-new-privileges");
+  ASSERT_NE(flag, argv.end());
+  EXPECT_LT(flag - argv.begin(), std::find(argv.begin(), argv.end(), c.image) - argv.begin())
+      << "a runtime flag, before the image";
+  c.runtime = "docker";
+  EXPECT_TRUE(Has(ContainerRunArgv(c), {"--security-opt=no-new-privileges"})) << "docker takes it too";
+}
+
 TEST(ContainerRunArgv, DockerGetsNoPodmanOnlyFlags) {
   ContainerLaunch c = Launch();
   c.runtime = "docker";

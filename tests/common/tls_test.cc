@@ -104,11 +104,12 @@ TEST(Tls, AuthorityChecksCatchMismatchedFiles) {
 // A TLS server on a free loopback port; GET /who answers the client certificate's name.
 class TlsServer {
  public:
-  TlsServer(const Authority& ca, const Leaf& leaf, Millis idle = Millis(5000)) {
+  TlsServer(const Authority& ca, const Leaf& leaf, Millis idle = Millis(5000), int per_client = 1024) {
     ctx_ = ServerContext::Create(ca.cert_pem).value();
     ctx_->SetIdentity(leaf.identity());
     HttpServerOptions o;
     o.tls = ctx_;
+    o.max_connections_per_client = per_client;
     o.idle_timeout = idle;
     o.request_timeout = idle;
     server_ = std::make_unique<HttpServer>(o);
@@ -177,6 +178,23 @@ TEST(Tls, ServerAndClientCertificatesOverHttpServer) {
   ASSERT_TRUE(echoed);
   EXPECT_EQ(echoed->status, 200);
   EXPECT_TRUE(echoed->body == big);
+}
+
+// A connection over a cap is told why over TLS, once its handshake is done: the refusal
+// written in clear into the handshake made the client fail with "wrong version number"
+// (the CLI: "the server's certificate is not from the authority this client trusts").
+TEST(Tls, AConnectionOverACapIsToldWhyOverTls) {
+  Authority ca = MakeCa();
+  TlsServer server(ca, MakeLeaf(ca, kHeadName), Millis(5000), /*per_client=*/1);
+  HttpClient first = Client(server.url(), ca);  // keeps its connection for the next request
+  ASSERT_TRUE(first.Get("/who").has_value());
+  auto second = Client(server.url(), ca).Get("/who");
+  ASSERT_FALSE(second.has_value());
+  EXPECT_EQ(second.error().code, ErrorCode::kResourceExhausted) << second.error().message;
+  EXPECT_NE(second.error().message.find("too many connections from 127.0.0.1 (at most 1 at once)"),
+            std::string::npos)
+      << second.error().message;
+  EXPECT_TRUE(first.Get("/who").has_value()) << "the connection under the cap is served still";
 }
 
 // A process that runs no server (the CLI, a task's progress reporter) has SIGPIPE at its

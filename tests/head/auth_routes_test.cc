@@ -169,6 +169,31 @@ TEST_F(AuthRoutesTest, UsersActOnTheirOwnJobsAndAdminsOnAll) {
             200);
 }
 
+// The gateway sends a model's requests to every running job naming it as service_model:
+// a "kind: service" job submitted through /v1/jobs joined another user's service (and
+// read its clients' prompts). Replicas are made by /v1/services only.
+TEST_F(AuthRoutesTest, AJobCannotJoinAnotherUsersService) {
+  AddNode("gpu-1", 2);
+  const std::string alice = MakeToken("alice", "user");
+  const std::string bob = MakeToken("bob", "user");
+  auto deployed = Send("POST", "/v1/services", bob,
+                       json{{"kind", "service"}, {"name", "chat"}, {"model", "/models/tiny"},
+                            {"command", {"/bin/cohort", "serve"}}}.dump());
+  ASSERT_TRUE(deployed && deployed->status == 201) << (deployed ? deployed->body : "no reply");
+  for (const std::string& token : {alice, bob, admin_token_}) {
+    auto joined = Send("POST", "/v1/jobs", token,
+                       json{{"kind", "service"}, {"service", "chat"}, {"service_model", "chat"},
+                            {"command", {"sleep", "100"}}}.dump());
+    ASSERT_TRUE(joined);
+    EXPECT_EQ(joined->status, 400) << joined->body;
+    EXPECT_THAT(joined->body, ::testing::HasSubstr("\"field\":\"kind\""));
+    EXPECT_THAT(joined->body, ::testing::HasSubstr("cohort serve deploy"));
+  }
+  const json chat = GetJson("/v1/services/chat");
+  EXPECT_EQ(chat.value("replicas", 0), 1) << chat.dump();
+  EXPECT_EQ(chat.value("user", ""), "bob");
+}
+
 // A user may lower their jobs' priority but not raise one above 0: a job's own priority goes
 // before fair share, so any user's -p 1000 jumped every other team's queue (and could
 // preempt teammates). Slurm lets only operators raise a priority. Admins may.

@@ -22,8 +22,12 @@
 #include "api/routes.h"
 #include "common/clock.h"
 #include "common/http.h"
+#include "common/http_server.h"
+#include "common/mutex.h"
 #include "common/tls.h"
 #include "head/head.h"
+#include "head/head_tls.h"
+#include "head/router.h"
 
 namespace cohort::head {
 namespace {
@@ -134,12 +138,13 @@ class HeadTlsTest : public ::testing::Test {
     json reply;
   };
   // Registers `name` with a join token and a certificate request, as an agent does.
-  Result<Node> Register(const std::string& name, const std::string& token) {
+  Result<Node> Register(const std::string& name, const std::string& token, const std::string& address = "127.0.0.1",
+                        const std::string& agent_url = "https://127.0.0.1:1") {
     std::string key = tls::NewPrivateKeyPem().value();
     api::Registration reg;
     reg.name = name;
-    reg.address = "127.0.0.1";
-    reg.agent_url = "https://127.0.0.1:1";
+    reg.address = address;
+    reg.agent_url = agent_url;
     reg.incarnation = "inc-" + name;
     reg.cpus = 4;
     reg.csr = tls::MakeCsrPem(key, "anything").value();
@@ -238,6 +243,108 @@ TEST_F(HeadTlsTest, RegistrationIssuesTheNodeItsCertificate) {
   auto nodes = Client(admin_).Get("/v1/nodes");
   ASSERT_TRUE(nodes.has_value());
   EXPECT_EQ((*nodes)["nodes"].size(), 1u);
+}
+
+// A node's certificate is a server certificate of the authority every client of the head
+// trusts, for the name and address the registration claims: a join token must not get one
+// that passes for the head's (its name, which agents accept as the head's; a wildcard; or
+// the head's own address, claimed from another machine).
+TEST_F(HeadTlsTest, NoNodeGetsACertificateThatPassesForTheHeads) {
+  auto named_head = Register(tls::kHeadName, join_);
+  ASSERT_FALSE(named_head.has_value());
+  EXPECT_EQ(named_head.error().field, "name") << named_head.error().message;
+  EXPECT_NE(named_head.error().message.find("the name of the head's certificate"), std::string::npos)
+      << named_head.error().message;
+  for (const std::string address : {"*.example.com", "*", "a b", "head..example.com"}) {
+    auto wild = Register("gpu-w", join_, address);
+    ASSERT_FALSE(wild.has_value()) << address;
+    EXPECT_EQ(wild.error().field, "address") << address << ": " << wild.error().message;
+  }
+  auto nodes = Client(admin_).Get("/v1/nodes");
+  ASSERT_TRUE(nodes.has_value());
+  EXPECT_TRUE((*nodes)["nodes"].empty()) << nodes->dump();
+
+  // The head's own address: from this machine (a local cluster's agents), yes; from
+  // another, no. The connections of this test all come from this machine, so the head's
+  // check is called as the handler calls it, with another peer address.
+  const HeadTls* head_tls = head_->router().tls();
+  ASSERT_NE(head_tls, nullptr);
+  const std::string csr = tls::MakeCsrPem(tls::NewPrivateKeyPem().value(), "x").value();
+  EXPECT_TRUE(head_tls->IssueNode("gpu-1", "127.0.0.1", csr, NowUnixMs(), "127.0.0.1").has_value());
+  EXPECT_TRUE(head_tls->IssueNode("gpu-1", "localhost", csr, NowUnixMs(), "::1").has_value());
+  for (const std::string head_name : {"127.0.0.1", "localhost"}) {
+    auto remote = head_tls->IssueNode("gpu-1", head_name, csr, NowUnixMs(), "192.0.2.7");
+    ASSERT_FALSE(remote.has_value()) << head_name;
+    EXPECT_EQ(remote.error().field, "address");
+    EXPECT_NE(remote.error().message.find("is the head's own address"), std::string::npos) << remote.error().message;
+  }
+  // Its own address, from wherever: yes.
+  auto own = head_tls->IssueNode("gpu-1", "192.0.2.7", csr, NowUnixMs(), "192.0.2.7");
+  ASSERT_TRUE(own.has_value()) << own.error().message;
+  EXPECT_EQ(tls::Inspect(own->cert_pem)->ip_addresses, std::vector<std::string>{"192.0.2.7"});
+  EXPECT_TRUE(head_tls->IssueNode("gpu-2", "gpu-2.example.com", csr, NowUnixMs(), "192.0.2.8").has_value());
+  EXPECT_TRUE(head_tls->IssueNode("gpu-3", "gpu_3.lab", csr, NowUnixMs(), "192.0.2.9").has_value());
+}
+
+// An agent of this test: a TLS server (its certificate set once known) that answers the
+// head's GET /v1/images and keeps the credential each call presented.
+class FakeAgent {
+ public:
+  explicit FakeAgent(const std::string& ca) : ctx_(tls::ServerContext::Create(ca).value()) {
+    HttpServerOptions o;
+    o.tls = ctx_;
+    server_ = std::make_unique<HttpServer>(o);
+    server_->Get(api::routes::kAgentImages, [this](const httplib::Request& req, httplib::Response& res) {
+      MutexLock lock(mu_);
+      bearers_.push_back(req.get_header_value("Authorization"));
+      res.set_content(R"({"images": []})", "application/json");
+    });
+    port_ = server_->Reserve().value();
+  }
+  ~FakeAgent() {
+    server_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  void Serve(std::shared_ptr<const tls::Identity> id) {
+    ctx_->SetIdentity(std::move(id));
+    ASSERT_TRUE(server_->Listen().has_value());
+    thread_ = std::thread([this] { server_->Serve(); });
+  }
+  std::vector<std::string> bearers() {
+    MutexLock lock(mu_);
+    return bearers_;
+  }
+
+ private:
+  std::shared_ptr<tls::ServerContext> ctx_;
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+  std::thread thread_;
+  Mutex mu_;
+  std::vector<std::string> bearers_;
+};
+
+// The head's calls to a node's agent carry that node's credential (and users' exec input):
+// the agent must show that node's certificate, not merely one for its address, which any
+// node can claim (every node of a local cluster has 127.0.0.1).
+TEST_F(HeadTlsTest, TheHeadCallsANodesAgentOnlyThroughThatNodesCertificate) {
+  FakeAgent own(ca_), other(ca_);
+  auto a = Register("node-a", join_, "127.0.0.1", own.url());
+  ASSERT_TRUE(a.has_value()) << a.error().message;
+  ASSERT_NO_FATAL_FAILURE(own.Serve(a->identity));
+  auto listed = Client(admin_).Get("/v1/nodes/node-a/images");
+  ASSERT_TRUE(listed.has_value()) << listed.error().message;
+  EXPECT_EQ(own.bearers(), std::vector<std::string>{"Bearer " + a->credential});
+
+  // Node b's agent URL serves node a's certificate (same address): the head does not call it.
+  auto b = Register("node-b", join_, "127.0.0.1", other.url());
+  ASSERT_TRUE(b.has_value()) << b.error().message;
+  ASSERT_NO_FATAL_FAILURE(other.Serve(a->identity));
+  auto crossed = Client(admin_).Get("/v1/nodes/node-b/images");
+  ASSERT_FALSE(crossed.has_value());
+  EXPECT_EQ(crossed.error().code, ErrorCode::kUnavailable) << crossed.error().message;
+  EXPECT_TRUE(other.bearers().empty()) << "node b's credential went to a server with node a's certificate";
 }
 
 TEST_F(HeadTlsTest, ANodeCredentialNeedsThatNodesCertificate) {
