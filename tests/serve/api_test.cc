@@ -732,7 +732,9 @@ TEST(ServeApiTest, AResumedStreamsTextOffsetsGoOnFromTheClientsText) {
                      "application/json");
   ASSERT_TRUE(chat);
   for (const json& ev : Events(chat->body)) {
-    if (!ev.is_string()) EXPECT_FALSE(ev["choices"][0]["delta"].contains("role")) << ev.dump();
+    if (!ev.is_string()) {
+      EXPECT_FALSE(ev["choices"][0]["delta"].contains("role")) << ev.dump();
+    }
   }
   // A chat has no echo.
   int status = 0;
