@@ -121,7 +121,7 @@ struct ClientOptions {
   // Optional: the common name the server's certificate must carry besides `host` (the
   // head calling a node's agent asks for the node's name: another node's certificate for
   // the same address is not that agent's).
-  std::string peer_name;
+  std::string peer_name = {};  // (a default: brace-initialized options may leave it out)
 };
 // The options from the environment: $COHORT_CA (the PEM itself, as the head gives it to
 // tasks) or $COHORT_CA_FILE (a path); nullopt when neither is set; an error naming the
