@@ -1,0 +1,109 @@
+// Output files emptied once per attempt (agent/output_file.h): by the first task that
+// opens them, marked in a user attribute or, without those, in a sidecar file.
+#include "agent/output_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace cohort::agent {
+namespace {
+
+using agent_testing::ReadFile;
+using agent_testing::TempDir;
+using ::testing::HasSubstr;
+
+std::string Xattr(const std::string& path) {
+  char buf[256];
+  const ssize_t n = getxattr(path.c_str(), kTruncatedXattr, buf, sizeof buf);
+  return n < 0 ? std::string() : std::string(buf, static_cast<size_t>(n));
+}
+
+// Opens `path` and empties it for `attempt`, as a task's copier does, then writes `line`.
+std::string OpenAndWrite(const std::string& path, const std::string& attempt, const std::string& line,
+                         bool use_xattr = true) {
+  const int fd = OpenOutputFile(path);
+  EXPECT_GE(fd, 0) << path;
+  if (fd < 0) return "open failed";
+  std::string note = TruncateOncePerAttempt(fd, path, attempt, use_xattr);
+  EXPECT_EQ(write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  close(fd);
+  return note;
+}
+
+// Every task of the attempt asks; the first empties the file, the later ones keep the
+// lines of the first. Another attempt's marker (another job's, another head's) empties
+// it again.
+TEST(OutputFile, TheFirstOpenerOfAnAttemptEmptiesTheFileAndTheOthersKeepItsLines) {
+  TempDir tmp;
+  const std::string out = tmp.Sub("shared.out");
+  std::ofstream(out) << "stale\n";
+  EXPECT_EQ(OpenAndWrite(out, "h:12:0", "rank-1\n"), "");
+  EXPECT_EQ(OpenAndWrite(out, "h:12:0", "rank-0\n"), "");
+  EXPECT_EQ(ReadFile(out), "rank-1\nrank-0\n");
+  EXPECT_EQ(Xattr(out), "h:12:0");
+  EXPECT_FALSE(std::filesystem::exists(TruncationSidecarPath(out)));
+  EXPECT_EQ(OpenAndWrite(out, "h:13:0", "next job\n"), "");
+  EXPECT_EQ(ReadFile(out), "next job\n");
+  EXPECT_EQ(Xattr(out), "h:13:0");
+}
+
+// Without user attributes (NFSv3, tmpfs before Linux 6.6) the marker is a sidecar file.
+TEST(OutputFile, WithoutUserAttributesASidecarMarksTheAttempt) {
+  TempDir tmp;
+  std::filesystem::create_directory(tmp.Sub("logs"));
+  const std::string out = tmp.Sub("logs/shared.out");
+  std::ofstream(out) << "stale\n";
+  EXPECT_EQ(OpenAndWrite(out, "h:12:0", "rank-1\n", false), "");
+  EXPECT_EQ(OpenAndWrite(out, "h:12:0", "rank-0\n", false), "");
+  EXPECT_EQ(ReadFile(out), "rank-1\nrank-0\n");
+  EXPECT_EQ(TruncationSidecarPath(out), tmp.Sub("logs/.shared.out.cohort-truncated"));
+  EXPECT_EQ(ReadFile(TruncationSidecarPath(out)), "h:12:0");
+  EXPECT_EQ(OpenAndWrite(out, "h:13:0", "next job\n", false), "");
+  EXPECT_EQ(ReadFile(out), "next job\n");
+  EXPECT_EQ(ReadFile(TruncationSidecarPath(out)), "h:13:0");
+  EXPECT_EQ(TruncationSidecarPath("a.out"), ".a.out.cohort-truncated");
+}
+
+// No marker can be kept: the file keeps its lines (never cut), and the log says why.
+TEST(OutputFile, AFileThatCannotBeMarkedIsKeptNotEmptied) {
+  TempDir tmp;
+  const std::string out = tmp.Sub("o.txt");
+  std::ofstream(out) << "old\n";
+  std::filesystem::create_directory(TruncationSidecarPath(out));  // cannot be opened as a file
+  const std::string note = OpenAndWrite(out, "h:12:0", "new\n", false);
+  EXPECT_THAT(note, HasSubstr("output file '" + out + "' is kept as it was, not emptied"));
+  EXPECT_THAT(note, HasSubstr(TruncationSidecarPath(out)));
+  EXPECT_EQ(ReadFile(out), "old\nnew\n");
+}
+
+// A FIFO, a terminal or /dev/null is written as it is, never marked.
+TEST(OutputFile, OnlyARegularFileIsEmptied) {
+  const int fd = OpenOutputFile("/dev/null");
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(TruncateOncePerAttempt(fd, "/dev/null", "h:12:0"), "");
+  close(fd);
+  TempDir tmp;
+  const std::string fifo = tmp.Sub("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const int rd = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(rd, 0);
+  const int wr = OpenOutputFile(fifo);
+  ASSERT_GE(wr, 0);
+  EXPECT_EQ(TruncateOncePerAttempt(wr, fifo, "h:12:0"), "");
+  close(wr);
+  close(rd);
+  EXPECT_FALSE(std::filesystem::exists(TruncationSidecarPath(fifo)));
+}
+
+}  // namespace
+}  // namespace cohort::agent
