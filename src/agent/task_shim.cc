@@ -636,7 +636,11 @@ Result<void> TaskShim::StartCopierAndOpen() {
   int out[2] = {-1, -1};
   int err[2] = {-1, -1};
   int rep[2] = {-1, -1};
-  if ((!args_.output.empty() && pipe2(out, O_CLOEXEC) != 0) || (!args_.error.empty() && pipe2(err, O_CLOEXEC) != 0) ||
+  // stderr that goes to the output file (no --error, or the same name) shares stdout's
+  // pipe, as a shell's `>f 2>&1` shares one file: the file (and the log) get the lines in
+  // the order the task wrote them, which two pipes read in turn would not keep.
+  const bool own_err = !args_.error.empty() && args_.error != args_.output;
+  if ((!args_.output.empty() && pipe2(out, O_CLOEXEC) != 0) || (own_err && pipe2(err, O_CLOEXEC) != 0) ||
       pipe2(rep, O_CLOEXEC) != 0) {
     return Errorf(ErrorCode::kInternal, "pipe: {}", strerror(errno));
   }
@@ -653,8 +657,8 @@ Result<void> TaskShim::StartCopierAndOpen() {
   close(rep[1]);
   if (out[0] >= 0) close(out[0]);
   if (err[0] >= 0) close(err[0]);
-  // Without --error, stderr goes where stdout goes (Slurm's); without --output, stdout
-  // goes to the log only.
+  // Without --error (or with the output's name), stderr goes where stdout goes (Slurm's);
+  // without --output, stdout goes to the log only.
   task_stdout_ = out[1] >= 0 ? out[1] : log_fd_;
   task_stderr_ = err[1] >= 0 ? err[1] : task_stdout_;
   ChildFailure f;

@@ -42,9 +42,10 @@
 //    flock, unless the marker of the attempt --truncate-marker names is on it already
 //    (output_file.h), so tasks on any node that share the file never cut each other's
 //    lines; then copies the task's stdout to the log and the output file and its stderr to
-//    the log and the error file (to the output file when there is no --error; stdout to
-//    the log only when there is no --output) until every process of the task has closed
-//    them, so the log (`cohort logs`) stays whole. A file it cannot open fails the task's start: exit 127, with
+//    the log and the error file (stdout and stderr through one pipe, in the order written,
+//    when there is no --error or it names the output file; stdout to the log only when
+//    there is no --output) until every process of the task has closed them, so the log
+//    (`cohort logs`) stays whole. A file it cannot open fails the task's start: exit 127, with
 //    "cannot open output file 'x' (in 'DIR'): Permission denied" in the log and the status.
 //    The copier is spared by the clean-up below and reaped before the status file is
 //    written, so no tail of the output is lost. A file it can no longer write (full disk)

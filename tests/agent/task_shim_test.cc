@@ -194,6 +194,25 @@ TEST_F(TaskShimTest, OutputFilesAreAppendedToUnlessTruncated) {
   EXPECT_EQ(ReadFile(rel_dir + "/rel.txt"), "only\n");
 }
 
+// stderr that goes to the output file (no --error, or --error naming the output file)
+// keeps the order the task wrote in, as a shell's `>f 2>&1` does: the lines are never
+// regrouped by stream, in the file or in the log.
+TEST_F(TaskShimTest, StdoutAndStderrIntoOneFileKeepTheirOrder) {
+  const std::string script = "i=0; while [ $i -lt 300 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done";
+  std::string want;
+  for (int i = 0; i < 300; ++i) want += fmt::format("o{}\ne{}\n", i, i);
+  const std::string joined = tmp_.Sub("joined.txt");
+  const std::string same = tmp_.Sub("same.txt");
+  for (const auto& flags : {std::vector<std::string>{"--output", joined},
+                            std::vector<std::string>{"--output", same, "--error", same}}) {
+    std::filesystem::remove(log_);
+    auto shim = StartShim({"sh", "-c", script}, 5000, true, flags);
+    ASSERT_TRUE(shim && shim->Wait());
+    EXPECT_EQ(ReadFile(flags[1]), want) << flags.size();
+    EXPECT_EQ(ReadFile(log_), want) << flags.size();
+  }
+}
+
 // A file the copier cannot open fails the task's start as an exec failure does: exit 127,
 // the reason in the log and the status, and the command never runs.
 TEST_F(TaskShimTest, AnOutputFileThatCannotBeOpenedFailsTheStart) {
