@@ -59,9 +59,56 @@ std::string TruncateMarkedBySidecar(int fd, const std::string& path, std::string
 }  // namespace
 
 int OpenOutputFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666);
-  if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  return fd;
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW;
+  constexpr int kMaxLinks = 40;  // the kernel's own limit on a path's links
+  int dir = AT_FDCWD;            // where `name` is resolved: the last link's directory
+  auto fail = [&](int err) {
+    if (dir != AT_FDCWD) close(dir);
+    errno = err;
+    return -1;
+  };
+  std::string name = path;
+  for (int links = 0; links <= kMaxLinks; ++links) {
+    const int fd = openat(dir, name.c_str(), kFlags, 0666);
+    if (fd >= 0) {
+      if (dir != AT_FDCWD) close(dir);
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      return fd;
+    }
+    if (errno != ELOOP) return fail(errno);
+    // The name is a symbolic link: its owner, then its target, from the one inode.
+    const int link = openat(dir, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st {};
+    if (link < 0) return fail(errno);
+    if (fstat(link, &st) != 0 || !S_ISLNK(st.st_mode)) {
+      close(link);
+      return fail(ELOOP);
+    }
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+      close(link);
+      return fail(kForeignLinkErr);
+    }
+    char target[4096];
+    const ssize_t n = readlinkat(link, "", target, sizeof target);
+    close(link);
+    if (n <= 0 || n == static_cast<ssize_t>(sizeof target)) return fail(n < 0 ? errno : ENAMETOOLONG);
+    // A relative target is relative to the link's directory.
+    const size_t slash = name.rfind('/');
+    if (slash != std::string::npos) {
+      const int up = openat(dir, slash == 0 ? "/" : name.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (up < 0) return fail(errno);
+      if (dir != AT_FDCWD) close(dir);
+      dir = up;
+    }
+    name.assign(target, static_cast<size_t>(n));
+  }
+  return fail(ELOOP);
+}
+
+std::string OutputOpenError(int err) {
+  if (err != kForeignLinkErr) return strerror(err);
+  return "it is a symbolic link that another user owns, which cohort does not follow (remove it, or give the "
+         "file it points to)";
 }
 
 std::string TruncationSidecarPath(const std::string& path) {

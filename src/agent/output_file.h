@@ -32,11 +32,23 @@ namespace cohort::agent {
 inline constexpr char kTruncatedXattr[] = "user.cohort.truncated";
 
 // Opens `path` as a shell's `>>` would: created 0666 less the umask, written at its end
-// (O_APPEND, so tasks that share it never overwrite each other's lines), following a
-// symbolic link with the permissions of the calling account. O_NONBLOCK only for the
-// open: a FIFO nobody reads fails (ENXIO) rather than hanging the task's start. Returns
-// the descriptor (close-on-exec), or -1 with errno set.
+// (O_APPEND, so tasks that share it never overwrite each other's lines), with the
+// permissions of the calling account. O_NONBLOCK only for the open: a FIFO nobody reads
+// fails (ENXIO) rather than hanging the task's start. A symbolic link as the file's name
+// is followed only when the calling account or root owns it (a chain of them, each so):
+// one that another user planted in a directory they may write (a team's shared logs
+// directory) would otherwise make the job write, or empty, any file of the job's user the
+// link names (Linux's fs.protected_symlinks guards only sticky world-writable
+// directories). The link is read from the inode whose owner was checked, so swapping it
+// meanwhile gains nothing; links among the directories above the name are followed as
+// usual. Returns the descriptor (close-on-exec), or -1 with errno set: kForeignLinkErr for
+// a link refused.
 int OpenOutputFile(const std::string& path);
+
+// The errno OpenOutputFile sets for a symbolic link it does not follow (not a system one).
+inline constexpr int kForeignLinkErr = 0x10000;
+// strerror(err), or for kForeignLinkErr what was refused and what to do.
+std::string OutputOpenError(int err);
 
 // The sidecar that marks `path` emptied where its filesystem keeps no user attributes:
 // ".NAME.cohort-truncated" in the file's directory.

@@ -683,7 +683,7 @@ Result<void> TaskShim::StartCopierAndOpen() {
   const bool output = f.stage == kStageOpenOutput;
   const std::string& path = output ? args_.output : args_.error;
   return Errorf(ErrorCode::kInternal, "cannot open {} file '{}'{}: {}", output ? "output" : "error", path, where(path),
-                strerror(f.err));
+                OutputOpenError(f.err));
 }
 
 // The batch script at `path` (readable by this process only) as an anonymous executable

@@ -38,7 +38,8 @@
 //    (--io-cwd, else --cwd) as the task child does, never the shim's, so a path or a
 //    symbolic link reaches only what that account could open; opens the files as a shell's
 //    `>>` would (O_CREAT|O_WRONLY|O_APPEND, mode 0666 less the umask; the same file once
-//    when both name it) and, with --truncate-*, empties each once per attempt: under
+//    when both name it; a symbolic link as the name only when that account or root owns
+//    it) and, with --truncate-*, empties each once per attempt: under
 //    flock, unless the marker of the attempt --truncate-marker names is on it already
 //    (output_file.h), so tasks on any node that share the file never cut each other's
 //    lines; then copies the task's stdout to the log and the output file and its stderr to

@@ -7,6 +7,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -103,6 +104,39 @@ TEST(OutputFile, OnlyARegularFileIsEmptied) {
   close(wr);
   close(rd);
   EXPECT_FALSE(std::filesystem::exists(TruncationSidecarPath(fifo)));
+}
+
+// A symbolic link as the file's name is followed when the job's account (here the test's)
+// or root owns it, relative targets from the link's directory and dangling ones created,
+// as a shell's `>>` would; one that another user planted is refused, naming why, and the
+// file it names is left alone.
+TEST(OutputFile, OnlyTheAccountsOwnOrRootsSymbolicLinksAreFollowed) {
+  TempDir tmp;
+  std::filesystem::create_directory(tmp.Sub("logs"));
+  const std::string precious = tmp.Sub("precious");
+  std::ofstream(precious) << "keep\n";
+  ASSERT_EQ(symlink("../target.out", tmp.Sub("logs/own.out").c_str()), 0);  // dangling, relative
+  const int own = OpenOutputFile(tmp.Sub("logs/own.out"));
+  ASSERT_GE(own, 0) << strerror(errno);
+  ASSERT_EQ(write(own, "x\n", 2), 2);
+  close(own);
+  EXPECT_EQ(ReadFile(tmp.Sub("target.out")), "x\n");
+
+  const std::string planted = tmp.Sub("logs/planted.out");
+  ASSERT_EQ(symlink(precious.c_str(), planted.c_str()), 0);
+  const uid_t other = geteuid() == 0 ? 4242 : 0;
+  if (lchown(planted.c_str(), other, static_cast<gid_t>(-1)) != 0) {
+    GTEST_SKIP() << "cannot give a link to another user here (not root)";
+  }
+  EXPECT_EQ(OpenOutputFile(planted), -1);
+  EXPECT_EQ(errno, kForeignLinkErr);
+  EXPECT_THAT(OutputOpenError(errno), HasSubstr("symbolic link that another user owns"));
+  // Also at the end of a chain that starts with the account's own link.
+  ASSERT_EQ(symlink("planted.out", tmp.Sub("logs/chain.out").c_str()), 0);
+  EXPECT_EQ(OpenOutputFile(tmp.Sub("logs/chain.out")), -1);
+  EXPECT_EQ(errno, kForeignLinkErr);
+  EXPECT_EQ(ReadFile(precious), "keep\n");
+  EXPECT_EQ(OutputOpenError(ENOENT), "No such file or directory");
 }
 
 }  // namespace

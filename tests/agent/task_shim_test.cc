@@ -238,6 +238,25 @@ TEST_F(TaskShimTest, AnOutputFileThatCannotBeOpenedFailsTheStart) {
   EXPECT_FALSE(std::filesystem::exists(ran));
 }
 
+// A symbolic link another user planted at the output path fails the start, saying so
+// (agent/output_file.h); the file it names is left alone.
+TEST_F(TaskShimTest, AnOutputLinkAnotherUserPlantedFailsTheStart) {
+  const std::string precious = tmp_.Sub("precious");
+  const std::string link = tmp_.Sub("planted.out");
+  std::ofstream(precious) << "keep\n";
+  ASSERT_EQ(symlink(precious.c_str(), link.c_str()), 0);
+  if (geteuid() != 0 || lchown(link.c_str(), 4242, static_cast<gid_t>(-1)) != 0) {
+    GTEST_SKIP() << "giving a link to another user needs root";
+  }
+  auto shim = StartShim({"echo", "ran"}, 5000, true, {"--output", link, "--truncate-output"});
+  ASSERT_TRUE(shim && shim->Wait());
+  EXPECT_EQ(Status()["exit_code"], 127);
+  EXPECT_EQ(Status()["error"], "cannot open output file '" + link +
+                                   "': it is a symbolic link that another user owns, which cohort does not follow "
+                                   "(remove it, or give the file it points to)");
+  EXPECT_EQ(ReadFile(precious), "keep\n");
+}
+
 TEST_F(TaskShimTest, WorksWithoutTheSubcommandWord) {
   auto shim = StartShim({"true"}, 5000, /*with_subcommand=*/false);
   ASSERT_TRUE(shim);
