@@ -1,6 +1,7 @@
 #include "agent/output_file.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -117,17 +118,25 @@ std::string TruncationSidecarPath(const std::string& path) {
   return fmt::format("{}.{}.cohort-truncated", path.substr(0, name), path.substr(name));
 }
 
-std::string TruncateOncePerAttempt(int fd, const std::string& path, std::string_view attempt, bool use_xattr) {
+std::string TruncateOncePerAttempt(int fd, const std::string& path, std::string_view attempt, bool use_xattr,
+                                   std::chrono::milliseconds lock_wait) {
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "";  // a FIFO, a terminal, /dev/null: nothing to empty
+  // On NFS, a POSIX lock of the whole file, seen by every client. Tasks hold it for a few
+  // system calls; a holder that keeps it longer is someone else's (the user's own flock on
+  // the file, a hung lock server), and must not keep the task from starting.
+  const auto deadline = std::chrono::steady_clock::now() + lock_wait;
   int locked;
-  do {
-    locked = flock(fd, LOCK_EX);  // on NFS, a POSIX lock of the whole file, seen by every client
-  } while (locked != 0 && errno == EINTR);
+  while ((locked = flock(fd, LOCK_EX | LOCK_NB)) != 0 && (errno == EINTR || errno == EWOULDBLOCK) &&
+         std::chrono::steady_clock::now() < deadline) {
+    poll(nullptr, 0, 5);
+  }
   const std::string lock_note =
       locked == 0 ? ""
                   : fmt::format("cannot lock output file '{}' ({}): tasks that share it may empty it more than once",
-                                path, strerror(errno));
+                                path, errno == EWOULDBLOCK ? fmt::format("another process has held it for {} ms",
+                                                                         lock_wait.count())
+                                                           : std::string(strerror(errno)));
   std::string note;
   char buf[kMaxMarkerBytes];
   const ssize_t n = use_xattr ? fgetxattr(fd, kTruncatedXattr, buf, sizeof buf) : -1;

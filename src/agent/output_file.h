@@ -23,6 +23,7 @@
 // Pure system calls, no state; any thread (the copier is a forked child of the shim).
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -56,10 +57,13 @@ std::string TruncationSidecarPath(const std::string& path);
 
 // Empties the file open on `fd` (opened by OpenOutputFile from `path`) unless the attempt
 // `attempt` names (api::OutputTruncationMarker) has already emptied it, under flock, as
-// above. `use_xattr` false goes straight to the sidecar (for tests of that fallback).
-// Returns "" when done, else one line for the task's log saying what could not be done
-// and what became of the file.
+// above. `use_xattr` false goes straight to the sidecar (for tests of that fallback). The
+// lock is waited for at most `lock_wait` (tasks hold it for a few system calls; a longer
+// holder is someone else's, and the task must start): then the marker is checked and set
+// without it. Returns "" when done, else one line for the task's log saying what could
+// not be done and what became of the file.
+inline constexpr std::chrono::milliseconds kOutputLockWait{10'000};
 std::string TruncateOncePerAttempt(int fd, const std::string& path, std::string_view attempt,
-                                   bool use_xattr = true);
+                                   bool use_xattr = true, std::chrono::milliseconds lock_wait = kOutputLockWait);
 
 }  // namespace cohort::agent

@@ -3,6 +3,7 @@
 #include "agent/output_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -85,6 +86,25 @@ TEST(OutputFile, AFileThatCannotBeMarkedIsKeptNotEmptied) {
   EXPECT_THAT(note, HasSubstr("output file '" + out + "' is kept as it was, not emptied"));
   EXPECT_THAT(note, HasSubstr(TruncationSidecarPath(out)));
   EXPECT_EQ(ReadFile(out), "old\nnew\n");
+}
+
+// A lock someone else keeps (here the test's own, on another open of the file) delays the
+// task's start by the bound only: the file is then emptied without it, and the log says so.
+TEST(OutputFile, ALockHeldElsewhereDoesNotKeepTheTaskFromStarting) {
+  TempDir tmp;
+  const std::string out = tmp.Sub("o.txt");
+  std::ofstream(out) << "stale\n";
+  const int holder = open(out.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(flock(holder, LOCK_EX), 0);
+  const int fd = OpenOutputFile(out);
+  ASSERT_GE(fd, 0);
+  const std::string note = TruncateOncePerAttempt(fd, out, "h:12:0", true, std::chrono::milliseconds(20));
+  EXPECT_THAT(note, HasSubstr("cannot lock output file '" + out + "' (another process has held it for 20 ms)"));
+  EXPECT_EQ(ReadFile(out), "");
+  EXPECT_EQ(Xattr(out), "h:12:0");
+  close(fd);
+  close(holder);
 }
 
 // A FIFO, a terminal or /dev/null is written as it is, never marked.
