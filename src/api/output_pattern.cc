@@ -31,7 +31,11 @@ size_t Walk(std::string_view p, Field&& field, Literal&& literal, std::string* w
     int width = 0;
     while (j < p.size() && p[j] >= '0' && p[j] <= '9' && j - pct <= 2) width = width * 10 + (p[j++] - '0');
     if (j >= p.size()) {
-      if (why) *why = "ends in a lone '%' (write %% for a '%')";
+      if (why) {
+        *why = j == pct + 1 ? "ends in a lone '%' (write %% for a '%')"
+                            : fmt::format("ends in '{}', a width with no field after it (e.g. '{}t')",
+                                          p.substr(pct), p.substr(pct));
+      }
       return pct;
     }
     if (!IsField(p[j]) || (p[j] == '%' && j != pct + 1)) {

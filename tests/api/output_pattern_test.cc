@@ -59,6 +59,7 @@ TEST(OutputPattern, ChecksNameTheFieldAndThePattern) {
       {"out-%q.txt", "output: pattern 'out-%q.txt' has an unknown field '%q' (known: %j %A %a %x %u %N %n %t %%)"},
       {"out-%3s", "has an unknown field '%3s'"},
       {"out-%", "output: pattern 'out-%' ends in a lone '%' (write %% for a '%')"},
+      {"out-%4", "output: pattern 'out-%4' ends in '%4', a width with no field after it (e.g. '%4t')"},
       {"r%11t", "pads '%11t' to 11 digits; at most 10"},
       {"r%123t", "has a field width over 99"},
       {"", "output: is empty: give a file path, or leave it out"},
