@@ -36,7 +36,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // The task's output and error files (api/output_pattern.h): the job's patterns expanded
-// with the launch's ids, its node and rank, and whether this task truncates them.
+// with the launch's ids, its node and rank, and whether this attempt empties them (once,
+// marked as its own: api::OutputTruncationMarker).
 void SetTaskOutput(const api::TaskLaunch& t, const std::string& node_name, TaskSpec& spec) {
   if (t.output.empty() && t.error.empty()) return;
   auto number = [&](const char* name, int64_t def) {
@@ -55,14 +56,16 @@ void SetTaskOutput(const api::TaskLaunch& t, const std::string& node_name, TaskS
   v.node = node_name;
   v.node_index = number("NODE_RANK", 0);
   v.rank = t.rank;
-  const int64_t local_rank = number("LOCAL_RANK", 0);
   for (auto [pattern, path, truncate] : {std::tuple{&t.output, &spec.output, &spec.truncate_output},
                                          std::tuple{&t.error, &spec.error, &spec.truncate_error}}) {
     if (pattern->empty()) continue;
     *path = api::ExpandOutputPattern(*pattern, v);
-    *truncate = api::OutputTruncates(*pattern, t.open_mode, t.attempt, t.rank, local_rank);
-    const int64_t first = api::OutputOpenedFirstBy(*pattern, t.open_mode, t.attempt, t.rank, local_rank, *v.node_index);
-    if (first >= 0) spec.output_opened_first_by = static_cast<int>(first);
+    *truncate = api::OutputTruncates(t.open_mode, t.attempt);
+  }
+  if (spec.truncate_output || spec.truncate_error) {
+    auto url = t.env.find("COHORT_RENDEZVOUS");
+    spec.truncate_marker =
+        api::OutputTruncationMarker(url == t.env.end() ? std::string_view() : url->second, t.job, t.attempt);
   }
 }
 

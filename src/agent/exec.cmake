@@ -9,6 +9,7 @@ add_library(cohort_task_shim
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc
+  ${CMAKE_CURRENT_LIST_DIR}/output_file.cc
   ${CMAKE_CURRENT_LIST_DIR}/wakeup_lateness.cc
 )
 target_link_libraries(cohort_task_shim PUBLIC cohort_common)
@@ -28,6 +29,7 @@ set(COHORT_TASK_SHIM_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/task_shim.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_identity.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc
+  ${CMAKE_CURRENT_LIST_DIR}/output_file.cc
   ${CMAKE_CURRENT_LIST_DIR}/wakeup_lateness.cc
   ${PROJECT_SOURCE_DIR}/src/common/clock.cc
   ${PROJECT_SOURCE_DIR}/src/common/cpu_set.cc

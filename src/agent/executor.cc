@@ -192,11 +192,6 @@ std::string Executor::ScriptPath(const TaskKey& k) const {
   return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.script", options_.work_dir, k.job_id, k.attempt, k.rank);
 }
 
-std::string Executor::OutputOpenedPath(const TaskKey& k) const {
-  return fmt::format("{}/jobs/{}/attempt-{}/rank-{}.output-opened", options_.work_dir, k.job_id, k.attempt,
-                     k.rank);
-}
-
 void Executor::Wake() {
   if (wake_fd_ < 0) return;
   uint64_t one = 1;
@@ -408,13 +403,11 @@ void Executor::Finish(Task& t) {
   if (cpus_) cpus_->Release(t.status.cpu_list);
 }
 
-// The shim's --output/--error flags for spec's files (task_shim.h): `opened` is where it
-// says it has opened (and truncated) them, `after` the file of the task it must let open
-// first ("": none).
-static void AddOutputArgs(const TaskSpec& spec, const std::string& opened, const std::string& after,
-                          std::vector<std::string>& argv) {
-  if (spec.truncate_output || spec.truncate_error) argv.insert(argv.end(), {"--output-opened", opened});
-  if (!after.empty()) argv.insert(argv.end(), {"--after-output-opened", after});
+// The shim's --output/--error flags for spec's files (task_shim.h).
+static void AddOutputArgs(const TaskSpec& spec, std::vector<std::string>& argv) {
+  if ((spec.truncate_output || spec.truncate_error) && !spec.truncate_marker.empty()) {
+    argv.insert(argv.end(), {"--truncate-marker", spec.truncate_marker});
+  }
   if (!spec.output.empty()) {
     argv.insert(argv.end(), {"--output", spec.output});
     if (spec.truncate_output) argv.push_back("--truncate-output");
@@ -431,10 +424,6 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
                                                     const std::vector<int>& cpu_list) const {
   std::vector<std::string> argv = {shim_.path};
   if (shim_.subcommand) argv.push_back(kTaskShimCommand);
-  const std::string opened = OutputOpenedPath(key);
-  const std::string after = spec.output_opened_first_by >= 0
-                                ? OutputOpenedPath({key.job_id, key.attempt, spec.output_opened_first_by})
-                                : "";
   argv.insert(argv.end(), {"--log", LogPath(key), "--status", StatusPath(key), "--grace-ms",
                            std::to_string(options_.kill_grace.count()), "--parent-pid", std::to_string(getpid())});
   if (!options_.lease_path.empty()) argv.insert(argv.end(), {"--lease", options_.lease_path});
@@ -479,7 +468,7 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
     if (!spec.output.empty() || !spec.error.empty()) {
       if (!spec.workdir.empty()) argv.insert(argv.end(), {"--io-cwd", spec.workdir});
       if (account) argv.insert(argv.end(), {"--io-user", FormatTaskIdentity(account->identity)});
-      AddOutputArgs(spec, opened, after, argv);
+      AddOutputArgs(spec, argv);
     }
     argv.push_back("--");
     auto run = ContainerRunArgv(c);
@@ -488,7 +477,7 @@ Result<std::vector<std::string>> Executor::ShimArgv(const TaskKey& key, const Ta
   }
   if (!spec.workdir.empty()) argv.insert(argv.end(), {"--cwd", spec.workdir});
   if (account) argv.insert(argv.end(), {"--user", FormatTaskIdentity(account->identity)});
-  AddOutputArgs(spec, opened, after, argv);
+  AddOutputArgs(spec, argv);
   if (spec.hold) {
     argv.push_back("--hold");
     return argv;

@@ -82,16 +82,14 @@ struct TaskSpec {
   // Files the task's stdout and stderr are also written to (the job's output and error,
   // api/output_pattern.h, expanded; relative to workdir), opened by the shim's copier as the
   // task's account (task_shim.h); empty: the log only. Without `error`, stderr goes to
-  // `output`. truncate_*: opened with O_TRUNC (else appended to).
+  // `output`. truncate_*: emptied when opened, unless the attempt `truncate_marker` names
+  // (api::OutputTruncationMarker) has emptied it already: any task of it, on any node, that
+  // shares the file (agent/output_file.h); else appended to.
   std::string output;
   std::string error;
   bool truncate_output = false;
   bool truncate_error = false;
-  // The rank of this node's task (same job and attempt) that truncates a file this task
-  // shares (api::OutputOpenedFirstBy): this task's shim opens its files only once that
-  // task's shim has (its OutputOpenedPath exists), so the truncation never cuts this
-  // task's lines. -1: none.
-  int output_opened_first_by = -1;
+  std::string truncate_marker;
   std::vector<int> gpus;                     // node-local GPU indices
   // CPUs reserved for the task (the job's cpus_per_task); with a CPU pool
   // (Options::cpu_pool) the task is bound to that many of them. 0: not bound.
@@ -259,8 +257,6 @@ class Executor {
   std::string LogPath(const TaskKey& key) const;
   std::string StatusPath(const TaskKey& key) const;
   std::string ContainerRootPath(const TaskKey& key) const;
-  // Made by a shim that truncates its output files once it has opened them (task_shim.h).
-  std::string OutputOpenedPath(const TaskKey& key) const;
   // A batch script's text, private to the agent (TaskSpec::script).
   std::string ScriptPath(const TaskKey& key) const;
 

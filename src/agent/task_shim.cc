@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "agent/container.h"
 #include "agent/container_root.h"
 #include "agent/lease.h"
+#include "agent/output_file.h"
 #include "agent/task_identity.h"
 #include "agent/wakeup_lateness.h"
 #include "common/clock.h"
@@ -79,17 +81,15 @@ struct ShimArgs {
   // --output/--error: files the task's stdout and stderr are also copied to (the job's
   // output and error), opened by the copier child as the task's account in its working
   // directory; --io-user/--io-cwd give those for a container task, whose runtime runs as
-  // the shim. --truncate-*: O_TRUNC at open (else appended).
+  // the shim. --truncate-*: emptied at open unless the attempt --truncate-marker names
+  // already has (output_file.h; without a marker: emptied), else appended to.
   std::string output;
   std::string error;
   bool truncate_output = false;
   bool truncate_error = false;
+  std::string truncate_marker;
   std::optional<TaskIdentity> io_identity;
   std::string io_cwd;
-  // --output-opened: made once the copier has opened (and truncated) the files, or failed
-  // to; --after-output-opened: another task's, waited for (bounded) before opening ours.
-  std::string output_opened;
-  std::string after_output_opened;
   std::vector<std::string> command;
 
   // The account and working directory the output files are opened in: --io-user/--io-cwd
@@ -166,10 +166,8 @@ Result<ShimArgs> ParseArgs(int argc, char** argv) {
       a.io_identity = COHORT_TRY(ParseTaskIdentity(value));
     } else if (arg == "--io-cwd") {
       a.io_cwd = value;
-    } else if (arg == "--output-opened") {
-      a.output_opened = value;
-    } else if (arg == "--after-output-opened") {
-      a.after_output_opened = value;
+    } else if (arg == "--truncate-marker") {
+      a.truncate_marker = value;
     } else if (arg == "--script") {
       a.script = value;
     } else if (arg == "--cpus") {
@@ -383,15 +381,24 @@ std::string IdentityError(const TaskIdentity& id, int err) {
   _exit(127);
 }
 
-// An output or error file opened as a shell's `>>` (or `>` when `truncate`) would: created
-// 0666 less the umask, written at its end (O_APPEND, so tasks that share it never
-// overwrite each other's lines), following a symbolic link with the permissions of the
-// account that opens it. O_NONBLOCK only for the open: a FIFO nobody reads fails (ENXIO)
-// rather than hanging the task's start.
-int OpenOutputFile(const std::string& path, bool truncate) {
-  int fd = open(path.c_str(),
-                O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (truncate ? O_TRUNC : 0), 0666);
-  if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+// An output or error file opened as a shell's `>>` would (output_file.h), then, when
+// `truncate`, emptied once per attempt: with --truncate-marker, unless that attempt has
+// emptied it already (another task that shares it came first), so that no task's lines
+// are cut. -1 with errno set when it cannot be opened; what could not be emptied is a
+// line in the log.
+int OpenOutputFileOnce(const ShimArgs& args, const std::string& path, bool truncate, int log_fd) {
+  const int fd = OpenOutputFile(path);
+  if (fd < 0 || !truncate) return fd;
+  std::string note;
+  if (!args.truncate_marker.empty()) {
+    note = TruncateOncePerAttempt(fd, path, args.truncate_marker);
+  } else {
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) {
+      note = fmt::format("cannot empty output file '{}': {}; appending to it", path, strerror(errno));
+    }
+  }
+  if (!note.empty()) LogLine(log_fd, note);
   return fd;
 }
 
@@ -421,11 +428,12 @@ int OpenOutputFile(const std::string& path, bool truncate) {
   int out_file = -1;
   int err_file = -1;
   if (!args.output.empty()) {
-    out_file = OpenOutputFile(args.output, args.truncate_output);
+    out_file = OpenOutputFileOnce(args, args.output, args.truncate_output, log_fd);
     if (out_file < 0) report(kStageOpenOutput, errno);
   }
   if (!args.error.empty()) {
-    err_file = args.error == args.output ? out_file : OpenOutputFile(args.error, args.truncate_error);
+    err_file =
+        args.error == args.output ? out_file : OpenOutputFileOnce(args, args.error, args.truncate_error, log_fd);
     if (err_file < 0) report(kStageOpenError, errno);
   }
   report(0, 0);
@@ -502,11 +510,8 @@ class TaskShim {
   // opened the files; an error naming the file when it cannot ("cannot open output file
   // 'x': Permission denied"), which fails the task's start.
   Result<void> StartCopier();
-  // StartCopier's parts: waits for --after-output-opened (bounded); forks the copier and
-  // reads its report; makes --output-opened.
-  void WaitForTruncator();
+  // StartCopier's part: forks the copier and reads its report.
   Result<void> StartCopierAndOpen();
-  void MarkOutputOpened();
   // Forks the task as the leader of its own process group and execs it (ExecTask).
   Result<void> SpawnTask();
   // Forwards signals, enforces the SIGTERM grace and watches the lease until the task
@@ -621,43 +626,21 @@ Result<void> TaskShim::OpenTaskLog() {
   return {};
 }
 
-// Bounded: a sharing task whose truncator never starts (its shim failed) must still run.
-constexpr Millis kOutputOpenedWait{10'000};
-
-void TaskShim::WaitForTruncator() {
-  if (args_.after_output_opened.empty()) return;
-  const SteadyTime deadline = SteadyClock::now() + kOutputOpenedWait;
-  while (access(args_.after_output_opened.c_str(), F_OK) != 0) {
-    if (SteadyClock::now() >= deadline) {
-      LogLine(log_fd_, fmt::format("the task that truncates the shared output file did not open it within {} ms; "
-                                   "opening it anyway",
-                                   kOutputOpenedWait.count()));
-      return;
-    }
-    poll(nullptr, 0, 5);
-  }
-}
-
-void TaskShim::MarkOutputOpened() {
-  if (args_.output_opened.empty()) return;
-  int fd = open(args_.output_opened.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd >= 0) close(fd);
-}
-
 Result<void> TaskShim::StartCopier() {
   task_stdout_ = task_stderr_ = log_fd_;
   if (args_.output.empty() && args_.error.empty()) return {};
-  WaitForTruncator();
-  auto opened = StartCopierAndOpen();
-  MarkOutputOpened();  // also when the open failed: the tasks waiting for it go on
-  return opened;
+  return StartCopierAndOpen();
 }
 
 Result<void> TaskShim::StartCopierAndOpen() {
   int out[2] = {-1, -1};
   int err[2] = {-1, -1};
   int rep[2] = {-1, -1};
-  if ((!args_.output.empty() && pipe2(out, O_CLOEXEC) != 0) || (!args_.error.empty() && pipe2(err, O_CLOEXEC) != 0) ||
+  // stderr that goes to the output file (no --error, or the same name) shares stdout's
+  // pipe, as a shell's `>f 2>&1` shares one file: the file (and the log) get the lines in
+  // the order the task wrote them, which two pipes read in turn would not keep.
+  const bool own_err = !args_.error.empty() && args_.error != args_.output;
+  if ((!args_.output.empty() && pipe2(out, O_CLOEXEC) != 0) || (own_err && pipe2(err, O_CLOEXEC) != 0) ||
       pipe2(rep, O_CLOEXEC) != 0) {
     return Errorf(ErrorCode::kInternal, "pipe: {}", strerror(errno));
   }
@@ -674,8 +657,8 @@ Result<void> TaskShim::StartCopierAndOpen() {
   close(rep[1]);
   if (out[0] >= 0) close(out[0]);
   if (err[0] >= 0) close(err[0]);
-  // Without --error, stderr goes where stdout goes (Slurm's); without --output, stdout
-  // goes to the log only.
+  // Without --error (or with the output's name), stderr goes where stdout goes (Slurm's);
+  // without --output, stdout goes to the log only.
   task_stdout_ = out[1] >= 0 ? out[1] : log_fd_;
   task_stderr_ = err[1] >= 0 ? err[1] : task_stdout_;
   ChildFailure f;
@@ -700,7 +683,7 @@ Result<void> TaskShim::StartCopierAndOpen() {
   const bool output = f.stage == kStageOpenOutput;
   const std::string& path = output ? args_.output : args_.error;
   return Errorf(ErrorCode::kInternal, "cannot open {} file '{}'{}: {}", output ? "output" : "error", path, where(path),
-                strerror(f.err));
+                OutputOpenError(f.err));
 }
 
 // The batch script at `path` (readable by this process only) as an anonymous executable
@@ -1169,7 +1152,7 @@ int ReportUsage(const Error& error) {
           "[--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUP,...] [--cpus LIST] "
           "[--container-runtime CMD --container-name NAME --container-image IMAGE [--container-root FILE "
           "[--container-detached]]] [--output FILE [--truncate-output]] [--error FILE [--truncate-error]] "
-          "[--io-user NAME:UID:GID:GROUP,...] [--io-cwd DIR] [--output-opened FILE] [--after-output-opened FILE] "
+          "[--io-user NAME:UID:GID:GROUP,...] [--io-cwd DIR] [--truncate-marker ID] "
           "(-- command [args...] | --hold)\n");
   return 2;
 }

@@ -7,7 +7,7 @@
 // --grace-ms N [--cwd DIR] [--parent-pid PID] [--lease FILE] [--user NAME:UID:GID:GROUPS]
 // [--cpus LIST] [--container-runtime CMD --container-name NAME --container-image IMAGE [--container-root
 // FILE [--container-detached]]] [--output FILE [--truncate-output]] [--error FILE [--truncate-error]]
-// [--io-user NAME:UID:GID:GROUPS] [--io-cwd DIR] [--output-opened FILE] [--after-output-opened FILE]
+// [--io-user NAME:UID:GID:GROUPS] [--io-cwd DIR] [--truncate-marker ID]
 // -- command args...` (or `--hold` in place of `-- command`: an allocation's task, api/step.h, whose
 // child enters the account and directory as a command's would, then only waits for the
 // signal that ends it: no user process runs, the task holds its GPUs for the steps; or
@@ -37,20 +37,21 @@
 //    container task, whose runtime runs as the shim; else --user) and working directory
 //    (--io-cwd, else --cwd) as the task child does, never the shim's, so a path or a
 //    symbolic link reaches only what that account could open; opens the files as a shell's
-//    `>>` would (O_CREAT|O_WRONLY|O_APPEND, mode 0666 less the umask; O_TRUNC with
-//    --truncate-*; the same file once when both name it); then copies the task's stdout
-//    to the log and the output file and its stderr to the log and the error file (to the
-//    output file when there is no --error; stdout to the log only when there is no
-//    --output) until every process of the task has closed them, so the log (`cohort
-//    logs`) stays whole. A file it cannot open fails the task's start: exit 127, with
+//    `>>` would (O_CREAT|O_WRONLY|O_APPEND, mode 0666 less the umask; the same file once
+//    when both name it; a symbolic link as the name only when that account or root owns
+//    it) and, with --truncate-*, empties each once per attempt: under
+//    flock, unless the marker of the attempt --truncate-marker names is on it already
+//    (output_file.h), so tasks on any node that share the file never cut each other's
+//    lines; then copies the task's stdout to the log and the output file and its stderr to
+//    the log and the error file (stdout and stderr through one pipe, in the order written,
+//    when there is no --error or it names the output file; stdout to the log only when
+//    there is no --output) until every process of the task has closed them, so the log
+//    (`cohort logs`) stays whole. A file it cannot open fails the task's start: exit 127, with
 //    "cannot open output file 'x' (in 'DIR'): Permission denied" in the log and the status.
 //    The copier is spared by the clean-up below and reaped before the status file is
 //    written, so no tail of the output is lost. A file it can no longer write (full disk)
 //    is a line in the log; the task runs on. The copier runs as the job's user, who may
-//    kill it (its own output is then lost, and its writes fail with EPIPE). Tasks of one
-//    node that share a file one of them truncates open it in order: the truncating task's
-//    shim makes --output-opened FILE once its copier has opened the files (or failed to),
-//    and the others' shims wait for it (--after-output-opened, at most 10 s) first;
+//    kill it (its own output is then lost, and its writes fail with EPIPE);
 //  - on SIGTERM sends SIGTERM to the task's group and SIGKILL after --grace-ms; on
 //    SIGUSR1 (the agent died, or the agent fences the task) sends SIGKILL at once.
 //    Signals are read from a signalfd; no work happens in signal handlers;

@@ -1,6 +1,8 @@
 // Output file patterns (output_pattern.h).
 #include "api/output_pattern.h"
 
+#include <openssl/evp.h>
+
 #include <fmt/format.h>
 
 namespace cohort::api {
@@ -29,7 +31,11 @@ size_t Walk(std::string_view p, Field&& field, Literal&& literal, std::string* w
     int width = 0;
     while (j < p.size() && p[j] >= '0' && p[j] <= '9' && j - pct <= 2) width = width * 10 + (p[j++] - '0');
     if (j >= p.size()) {
-      if (why) *why = "ends in a lone '%' (write %% for a '%')";
+      if (why) {
+        *why = j == pct + 1 ? "ends in a lone '%' (write %% for a '%')"
+                            : fmt::format("ends in '{}', a width with no field after it (e.g. '{}t')",
+                                          p.substr(pct), p.substr(pct));
+      }
       return pct;
     }
     if (!IsField(p[j]) || (p[j] == '%' && j != pct + 1)) {
@@ -106,47 +112,18 @@ std::string ExpandOutputPattern(std::string_view pattern, const OutputPatternVal
   return out;
 }
 
-namespace {
+bool OutputTruncates(std::string_view open_mode, int attempt) { return open_mode != "append" && attempt == 0; }
 
-// Who shares the file a pattern names: every task its own (%t), a node's tasks (%N, %n),
-// or the whole job.
-enum class Sharing { kTask, kNode, kJob };
-
-Sharing SharingOf(std::string_view pattern) {
-  bool per_task = false;
-  bool per_node = false;
-  Walk(
-      pattern,
-      [&](int, char c) {
-        per_task = per_task || c == 't';
-        per_node = per_node || c == 'N' || c == 'n';
-      },
-      [](std::string_view) {}, nullptr);
-  return per_task ? Sharing::kTask : per_node ? Sharing::kNode : Sharing::kJob;
-}
-
-}  // namespace
-
-bool OutputTruncates(std::string_view pattern, std::string_view open_mode, int attempt, int64_t rank,
-                     int64_t local_rank) {
-  if (open_mode == "append" || attempt > 0) return false;
-  switch (SharingOf(pattern)) {
-    case Sharing::kTask: return true;
-    case Sharing::kNode: return local_rank == 0;
-    case Sharing::kJob: return rank == 0;
-  }
-  return false;
-}
-
-int64_t OutputOpenedFirstBy(std::string_view pattern, std::string_view open_mode, int attempt, int64_t rank,
-                            int64_t local_rank, int64_t node_index) {
-  if (open_mode == "append" || attempt > 0 || local_rank == 0) return -1;
-  switch (SharingOf(pattern)) {
-    case Sharing::kTask: return -1;
-    case Sharing::kNode: return rank - local_rank;
-    case Sharing::kJob: return node_index == 0 ? rank - local_rank : -1;
-  }
-  return -1;
+std::string OutputTruncationMarker(std::string_view rendezvous_url, int64_t job, int attempt) {
+  const size_t slash = rendezvous_url.rfind('/');
+  const std::string_view token = slash == std::string_view::npos ? rendezvous_url : rendezvous_url.substr(slash + 1);
+  if (token.empty()) return fmt::format("local:{}:{}", job, attempt);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(token.data(), token.size(), digest, &size, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < 8 && i < size; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return fmt::format("{}:{}:{}", hex, job, attempt);
 }
 
 }  // namespace cohort::api

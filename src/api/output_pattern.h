@@ -15,8 +15,9 @@
 // Open mode: "append" appends every attempt; "truncate" (and "", Slurm's default)
 // truncates the file when the job's first attempt opens it and appends on later attempts
 // (a requeue or restart adds to what the earlier attempts wrote, as Slurm does). A file
-// several tasks share is truncated by one of them only (OutputTruncates). Pure functions;
-// any thread.
+// several tasks share, on one node or on many, is emptied once, by whichever of them opens
+// it first, before any of them writes (agent/output_file.h, by OutputTruncationMarker).
+// Pure functions; any thread.
 #pragma once
 
 #include <cstdint>
@@ -54,21 +55,18 @@ Result<void> CheckOpenMode(std::string_view open_mode);
 // unknown field is copied as written).
 std::string ExpandOutputPattern(std::string_view pattern, const OutputPatternValues& values);
 
-// Whether the task (rank, local_rank) of attempt `attempt` truncates the file `pattern`
-// names when it opens it: never in "append" mode or after the first attempt; else the one
-// task that opens the file first among those that share it: every task when the pattern has
-// %t (a file per task), local rank 0 when it has %N or %n (a file per node), rank 0
-// otherwise (one file for the job). The others append, so no task cuts another's lines.
-bool OutputTruncates(std::string_view pattern, std::string_view open_mode, int attempt, int64_t rank,
-                     int64_t local_rank);
+// Whether the tasks of attempt `attempt` ask to empty their output files: in "truncate"
+// mode (and "") on the job's first attempt, every task; never in "append" mode or on a
+// later attempt. Which of the tasks that share a file empties it is settled when they open
+// it: the first (agent/output_file.h).
+bool OutputTruncates(std::string_view open_mode, int attempt);
 
-// The rank of another task on this node (node index `node_index`) that truncates the file
-// `pattern` names and that this task must let open it first, so that the truncation never
-// cuts what this task wrote: its node's local rank 0 (rank - local_rank) when the file is
-// shared and this task does not truncate it itself; -1 when there is none here to wait for
-// (append mode, a later attempt, a file per task, or a job-wide file truncated by rank 0
-// on another node: that case is a race this function cannot close).
-int64_t OutputOpenedFirstBy(std::string_view pattern, std::string_view open_mode, int attempt, int64_t rank,
-                            int64_t local_rank, int64_t node_index);
+// The mark an attempt leaves on the output files it has emptied, the same on every node:
+// "<hash>:<job>:<attempt>", where <hash> is 16 hex digits of the SHA-256 of the attempt's
+// rendezvous token (the last segment of its COHORT_RENDEZVOUS URL, which the head derives
+// from a secret of its own, the job and the attempt), so that job 12 of another cluster,
+// or of a head started afresh, never passes for this one, and the file's readers do not
+// learn the token. "local:<job>:<attempt>" without a URL.
+std::string OutputTruncationMarker(std::string_view rendezvous_url, int64_t job, int attempt);
 
 }  // namespace cohort::api

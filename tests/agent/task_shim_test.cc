@@ -194,6 +194,25 @@ TEST_F(TaskShimTest, OutputFilesAreAppendedToUnlessTruncated) {
   EXPECT_EQ(ReadFile(rel_dir + "/rel.txt"), "only\n");
 }
 
+// stderr that goes to the output file (no --error, or --error naming the output file)
+// keeps the order the task wrote in, as a shell's `>f 2>&1` does: the lines are never
+// regrouped by stream, in the file or in the log.
+TEST_F(TaskShimTest, StdoutAndStderrIntoOneFileKeepTheirOrder) {
+  const std::string script = "i=0; while [ $i -lt 300 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done";
+  std::string want;
+  for (int i = 0; i < 300; ++i) want += fmt::format("o{}\ne{}\n", i, i);
+  const std::string joined = tmp_.Sub("joined.txt");
+  const std::string same = tmp_.Sub("same.txt");
+  for (const auto& flags : {std::vector<std::string>{"--output", joined},
+                            std::vector<std::string>{"--output", same, "--error", same}}) {
+    std::filesystem::remove(log_);
+    auto shim = StartShim({"sh", "-c", script}, 5000, true, flags);
+    ASSERT_TRUE(shim && shim->Wait());
+    EXPECT_EQ(ReadFile(flags[1]), want) << flags.size();
+    EXPECT_EQ(ReadFile(log_), want) << flags.size();
+  }
+}
+
 // A file the copier cannot open fails the task's start as an exec failure does: exit 127,
 // the reason in the log and the status, and the command never runs.
 TEST_F(TaskShimTest, AnOutputFileThatCannotBeOpenedFailsTheStart) {
@@ -217,6 +236,25 @@ TEST_F(TaskShimTest, AnOutputFileThatCannotBeOpenedFailsTheStart) {
   ASSERT_TRUE(dir && dir->Wait());
   EXPECT_EQ(Status()["error"], "cannot open error file '" + work + "': Is a directory");
   EXPECT_FALSE(std::filesystem::exists(ran));
+}
+
+// A symbolic link another user planted at the output path fails the start, saying so
+// (agent/output_file.h); the file it names is left alone.
+TEST_F(TaskShimTest, AnOutputLinkAnotherUserPlantedFailsTheStart) {
+  const std::string precious = tmp_.Sub("precious");
+  const std::string link = tmp_.Sub("planted.out");
+  std::ofstream(precious) << "keep\n";
+  ASSERT_EQ(symlink(precious.c_str(), link.c_str()), 0);
+  if (geteuid() != 0 || lchown(link.c_str(), 4242, static_cast<gid_t>(-1)) != 0) {
+    GTEST_SKIP() << "giving a link to another user needs root";
+  }
+  auto shim = StartShim({"echo", "ran"}, 5000, true, {"--output", link, "--truncate-output"});
+  ASSERT_TRUE(shim && shim->Wait());
+  EXPECT_EQ(Status()["exit_code"], 127);
+  EXPECT_EQ(Status()["error"], "cannot open output file '" + link +
+                                   "': it is a symbolic link that another user owns, which cohort does not follow "
+                                   "(remove it, or give the file it points to)");
+  EXPECT_EQ(ReadFile(precious), "keep\n");
 }
 
 TEST_F(TaskShimTest, WorksWithoutTheSubcommandWord) {

@@ -59,6 +59,7 @@ TEST(OutputPattern, ChecksNameTheFieldAndThePattern) {
       {"out-%q.txt", "output: pattern 'out-%q.txt' has an unknown field '%q' (known: %j %A %a %x %u %N %n %t %%)"},
       {"out-%3s", "has an unknown field '%3s'"},
       {"out-%", "output: pattern 'out-%' ends in a lone '%' (write %% for a '%')"},
+      {"out-%4", "output: pattern 'out-%4' ends in '%4', a width with no field after it (e.g. '%4t')"},
       {"r%11t", "pads '%11t' to 11 digits; at most 10"},
       {"r%123t", "has a field width over 99"},
       {"", "output: is empty: give a file path, or leave it out"},
@@ -86,32 +87,26 @@ TEST(OutputPattern, OpenModes) {
   EXPECT_THAT(bad.error().message, HasSubstr("must be 'append' or 'truncate', got 'trunc'"));
 }
 
-TEST(OutputPattern, OneTaskTruncatesASharedFileOnTheFirstAttemptOnly) {
-  // One file for the job: rank 0.
-  EXPECT_TRUE(OutputTruncates("out-%j", "", 0, 0, 0));
-  EXPECT_TRUE(OutputTruncates("out-%j", "truncate", 0, 0, 0));
-  EXPECT_FALSE(OutputTruncates("out-%j", "", 0, 3, 0));
+TEST(OutputPattern, EveryTaskOfTheFirstAttemptAsksToTruncate) {
+  // Which of the tasks that share a file empties it is settled at open (agent/output_file.h).
+  EXPECT_TRUE(OutputTruncates("", 0));
+  EXPECT_TRUE(OutputTruncates("truncate", 0));
   // A requeue or restart appends, as Slurm; append never truncates.
-  EXPECT_FALSE(OutputTruncates("out-%j", "truncate", 1, 0, 0));
-  EXPECT_FALSE(OutputTruncates("out-%j", "append", 0, 0, 0));
-  // A file per node: its local rank 0; a file per task: every task.
-  EXPECT_TRUE(OutputTruncates("out-%N", "", 0, 4, 0));
-  EXPECT_FALSE(OutputTruncates("out-%n", "", 0, 5, 1));
-  EXPECT_TRUE(OutputTruncates("out-%t", "", 0, 5, 1));
-  EXPECT_FALSE(OutputTruncates("out-%%t", "", 0, 5, 1));  // a literal "%t"
+  EXPECT_FALSE(OutputTruncates("truncate", 1));
+  EXPECT_FALSE(OutputTruncates("append", 0));
 }
 
-TEST(OutputPattern, ASharedFileIsOpenedFirstByItsTruncatorOnTheSameNode) {
-  // Job-wide file: the tasks of node 0 wait for rank 0 (local rank 0 there).
-  EXPECT_EQ(OutputOpenedFirstBy("out-%j", "", 0, 2, 2, 0), 0);
-  EXPECT_EQ(OutputOpenedFirstBy("out-%j", "", 0, 0, 0, 0), -1);  // rank 0 itself
-  EXPECT_EQ(OutputOpenedFirstBy("out-%j", "", 0, 6, 2, 1), -1);  // rank 0 is on another node
-  // A file per node: its local rank 0; a file per task: nobody.
-  EXPECT_EQ(OutputOpenedFirstBy("out-%N", "", 0, 6, 2, 1), 4);
-  EXPECT_EQ(OutputOpenedFirstBy("out-%t", "", 0, 6, 2, 1), -1);
-  // Nothing is truncated: nobody waits.
-  EXPECT_EQ(OutputOpenedFirstBy("out-%j", "append", 0, 2, 2, 0), -1);
-  EXPECT_EQ(OutputOpenedFirstBy("out-%j", "truncate", 1, 2, 2, 0), -1);
+TEST(OutputPattern, TheTruncationMarkerNamesTheAttemptOfThisHeadWithoutItsToken) {
+  const std::string url = "https://head:8443/v1/rendezvous/12-0-0123456789abcdef";
+  const std::string marker = OutputTruncationMarker(url, 12, 0);
+  // The same on every node (whatever address it reaches the head by), never the token.
+  EXPECT_EQ(marker, OutputTruncationMarker("http://10.0.0.1:8080/v1/rendezvous/12-0-0123456789abcdef", 12, 0));
+  EXPECT_THAT(marker, ::testing::MatchesRegex("[0-9a-f]{16}:12:0"));
+  EXPECT_EQ(marker.find("0123456789abcdef"), std::string::npos);
+  // Another head's job 12 (another secret, so another token), another attempt: another marker.
+  EXPECT_NE(marker, OutputTruncationMarker("https://head:8443/v1/rendezvous/12-0-fedcba9876543210", 12, 0));
+  EXPECT_NE(marker, OutputTruncationMarker("https://head:8443/v1/rendezvous/12-1-0123456789abcdef", 12, 1));
+  EXPECT_EQ(OutputTruncationMarker("", 7, 0), "local:7:0");
 }
 
 TEST(OutputPattern, SpecFieldsRoundTripAndBadOnesAreRefusedByName) {

@@ -145,5 +145,44 @@ TEST_F(OutputFilesTest, AFileThatCannotBeOpenedFailsTheJobNamingIt) {
   EXPECT_NE(body.dump().find("output: pattern 'x-%y' has an unknown field '%y'"), std::string::npos) << body.dump();
 }
 
+// A multi-node job whose ranks share one output file (no %N or %t: on a shared filesystem,
+// here the one disk both agents use). The first opener of the first attempt empties it,
+// whichever rank that is, and nobody writes before: rank 0's node is held back (its agent
+// stopped) until rank 1 on the other node has written, and rank 0's start must not cut
+// that line. A second job on the same file empties it again.
+TEST(OutputFilesSharedTest, RanksOnSeveralNodesShareAFileWithoutCuttingEachOthersLines) {
+  // A failure timeout far above the pause, so the stopped agent's node stays UP.
+  LocalCluster c(Timing{"100ms", "60s", "30s", "2s"});
+  ASSERT_NO_FATAL_FAILURE(c.StartHead());
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("node-a", 0, 4));
+  ASSERT_NO_FATAL_FAILURE(c.StartAgent("node-b", 0, 4));
+  ASSERT_NO_FATAL_FAILURE(c.WaitForNodes(2));
+  const std::string work = c.dir() + "/work";
+  std::filesystem::create_directories(work);
+  const std::string out = work + "/shared.out";
+  std::ofstream(out) << "stale line of an earlier job\n";
+
+  // Equal nodes go in name order: node-a hosts node rank 0 (checked below).
+  c.agent("node-a").Signal(SIGSTOP);
+  auto r = Cohort(c, {"--json", "submit", "-D", work, "-N", "2", "-o", "shared.out", "--", "sh", "-c",
+                      "echo line-$RANK"});
+  ASSERT_EQ(r.status.Code(), 0) << r.errors;
+  const int64_t id = SubmittedId(r);
+  ASSERT_GT(id, 0);
+  const bool rank1_wrote = WaitUntil([&] { return ReadFile(out).find("line-1\n") != std::string::npos; }, 30s);
+  c.agent("node-a").Signal(SIGCONT);
+  ASSERT_TRUE(rank1_wrote) << ReadFile(out) << "\n" << c.Job(id).dump(2);
+  json done = c.WaitForState(id, "SUCCEEDED", 30s);
+  ASSERT_EQ(done["allocation"]["nodes"][0].value("node", ""), "node-a") << done.dump(2);
+  EXPECT_EQ(ReadFile(out), "line-1\nline-0\n");
+
+  const int64_t again = SubmittedId(Cohort(c, {"--json", "submit", "-D", work, "-N", "2", "-o", "shared.out", "--",
+                                               "sh", "-c", "echo again-$RANK"}));
+  ASSERT_GT(again, 0);
+  c.WaitForState(again, "SUCCEEDED", 30s);
+  const std::string second = ReadFile(out);
+  EXPECT_TRUE(second == "again-0\nagain-1\n" || second == "again-1\nagain-0\n") << second;
+}
+
 }  // namespace
 }  // namespace cohort::testing
