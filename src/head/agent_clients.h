@@ -13,7 +13,6 @@
 #pragma once
 
 #include <map>
-#include <utility>
 #include <optional>
 #include <string>
 
@@ -33,13 +32,19 @@ class AgentClients {
   // A copy of `agent_url`'s client, with `timeout`. With `node`, over TLS the agent's
   // certificate must be that node's (tls::ClientOptions::peer_name), not only name its
   // address: a node can claim another's address, and the head's call carries the node's
-  // credential and its user's exec input.
+  // credential and its user's exec input. The URL keeps one client: a call naming another
+  // node than its client checks (or the first to name one) replaces it; a call naming none
+  // (the waker) uses it as it is.
   HttpClient For(const std::string& agent_url, Millis timeout, const std::string& node = "") EXCLUDES(mu_);
 
  private:
+  struct Entry {
+    HttpClient client;
+    std::string node;  // the name its certificate check asks for; "" none
+  };
   const std::optional<tls::ClientOptions> tls_;
   Mutex mu_;
-  std::map<std::pair<std::string, std::string>, HttpClient> clients_ GUARDED_BY(mu_);  // by (agent URL, node)
+  std::map<std::string, Entry> clients_ GUARDED_BY(mu_);  // by agent URL
 };
 
 }  // namespace cohort::head
