@@ -337,6 +337,38 @@ TEST_F(DashboardTest, HidesEveryJobsEnvironmentValues) {
   EXPECT_EQ(json::parse(own->body)["spec"]["env"]["AWS_SECRET_ACCESS_KEY"], "s3cr3t-running");
 }
 
+// A batch script (cohort batch) may hold secrets as env values do: another user reads a
+// placeholder that still decodes as a script (the CLI decodes every listed job), in the
+// job, the job list and the dashboard; its owner reads the script.
+TEST_F(DashboardTest, HidesABatchScriptFromOtherUsers) {
+  AddNode("n1", 2);
+  api::JobSpec spec;
+  spec.name = "batch";
+  spec.user = "alice";
+  spec.allocation = true;
+  spec.script = "#!/bin/sh\nexport TOKEN=s3cr3t\n";
+  auto job = cluster().Submit(spec);
+  ASSERT_TRUE(job.has_value()) << job.error().message;
+  const std::string id = std::to_string(job->id);
+  const std::string bob = MakeToken("bob", "user");
+  for (const std::string path : {"/v1/jobs/" + id, std::string("/v1/jobs?state=all"), std::string("/v1/dashboard")}) {
+    auto res = Send("GET", path, bob);
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << path << ": " << res->body;
+    EXPECT_EQ(res->body.find("s3cr3t"), std::string::npos) << path << ": " << res->body;
+    EXPECT_NE(res->body.find("hidden: a batch script is shown to its job's owner and admins"), std::string::npos)
+        << path << ": " << res->body;
+  }
+  auto theirs = Send("GET", "/v1/jobs/" + id, bob);
+  ASSERT_TRUE(theirs);
+  auto decoded = api::JobFromJson(json::parse(theirs->body));
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().message;
+  EXPECT_TRUE(decoded->spec.is_batch_script());
+  auto own = Send("GET", "/v1/jobs/" + id, MakeToken("alice", "user"));
+  ASSERT_TRUE(own);
+  EXPECT_EQ(json::parse(own->body)["spec"]["script"], spec.script);
+}
+
 TEST_F(DashboardTest, RejectsBadQueryParameters) {
   struct Case {
     std::string query;
