@@ -284,8 +284,8 @@ void AddBatchCommand(CommandContext& ctx) {
   sub->prefix_command();  // SCRIPT and everything after it are the script's
   sub->footer(
       "SCRIPT: the script's file (- or none: standard input); it is sent with the job, so editing it afterwards "
-      "changes nothing. ARGS: its arguments. The job holds -N nodes x -n tasks (with -G GPUs per node) for the "
-      "script's steps; without -o/-e its output goes to slurm-%j.out in the working directory. Slurm's srun in a "
+      "changes nothing. ARGS: its arguments. The job holds -N nodes with -n tasks in all (or --ntasks-per-node; -G "
+      "GPUs per node) for the script's steps, and is named after the script unless -J names it; without -o/-e its output goes to slurm-%j.out in the working directory. Slurm's srun in a "
       "script is cohort run: cohort run -- python3 train.py runs on every task of the job.");
   AddSubmitFlags(sub, *st, /*slurm_tasks=*/true);
   AddClientOptions(sub, ctx.global);
