@@ -9,17 +9,20 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <future>
 #include <set>
 
 #include "agent/exec_cgroup.h"
 #include "agent/proc_usage.h"
+#include "agent/task_umask.h"
 #include "common/cpu_set.h"
 #include "common/log.h"
 #include "common/subprocess.h"
@@ -303,6 +306,10 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
   for (auto& e : plan->env) envp.push_back(e.data());
   envp.push_back(nullptr);
   const char* workdir = plan->workdir.empty() ? nullptr : plan->workdir.c_str();
+  int mask = -1;  // the task's umask (task_umask.h), read here: the child makes no buffers
+  for (const auto& e : plan->env) {
+    if (e.starts_with("COHORT_UMASK=")) mask = TaskUmaskFrom(e.c_str() + std::strlen("COHORT_UMASK="));
+  }
   const pid_t parent = getpid();
   pid_t pid = -1;
   if (error.empty()) {
@@ -341,6 +348,7 @@ void ExecSessions::Pump(const std::shared_ptr<Session>& s, const std::shared_ptr
       }
     }
     const int id_err = plan->identity ? AssumeTaskIdentity(*plan->identity) : 0;
+    if (mask >= 0) umask(static_cast<mode_t>(mask));
     // Set after the identity change, which clears it: the command dies with this thread.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);

@@ -26,6 +26,7 @@
 #include "agent/lease.h"
 #include "agent/output_file.h"
 #include "agent/task_identity.h"
+#include "agent/task_umask.h"
 #include "agent/wakeup_lateness.h"
 #include "common/clock.h"
 #include "common/cpu_set.h"
@@ -350,6 +351,7 @@ std::string IdentityError(const TaskIdentity& id, int err) {
   // The job's account, here and not in the shim: the shim keeps the agent's identity, so
   // the task cannot signal, stop or trace the process that enforces its lease and reaps it.
   const int id_err = args.identity ? AssumeTaskIdentity(*args.identity) : 0;
+  if (const int mask = TaskUmaskFrom(getenv("COHORT_UMASK")); mask >= 0) umask(static_cast<mode_t>(mask));
   // A backstop: if the shim itself is killed (OOM killer), the leader goes with it. Set
   // after the identity change, which clears it.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -422,6 +424,8 @@ int OpenOutputFileOnce(const ShimArgs& args, const std::string& path, bool trunc
   if (id) {
     if (const int err = AssumeTaskIdentity(*id); err != 0) report(kStageIdentity, err);
   }
+  // The files are made as the task would make them.
+  if (const int mask = TaskUmaskFrom(getenv("COHORT_UMASK")); mask >= 0) umask(static_cast<mode_t>(mask));
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // after the identity change, which clears it
   if (getppid() != shim_pid) _exit(127);
   if (!cwd.empty() && chdir(cwd.c_str()) != 0) report(kStageChdir, errno);

@@ -258,6 +258,7 @@ json ToJson(const JobSpec& s) {
   if (!s.output.empty()) j["output"] = s.output;
   if (!s.error.empty()) j["error"] = s.error;
   if (!s.open_mode.empty()) j["open_mode"] = s.open_mode;
+  if (s.umask >= 0) j["umask"] = fmt::format("{:04o}", s.umask);
   if (!s.nodelist.empty()) j["nodelist"] = s.nodelist;
   if (!s.exclude.empty()) j["exclude"] = s.exclude;
   if (!s.constraint.empty()) j["constraint"] = s.constraint;
@@ -292,6 +293,20 @@ int CheckpointSignalNumber(const std::string& name) {
 
 // An allocation (JobSpec::allocation) holds resources and runs nothing of its own: what a
 // batch job may ask that makes no sense for one is refused, naming the field.
+// JobSpec::umask from its wire text: 1 to 4 octal digits, as umask prints them.
+static Result<int> ParseUmask(const json& u) {
+  const std::string text = u.is_string() ? u.get<std::string>() : u.dump();
+  const bool octal = u.is_string() && !text.empty() && text.size() <= 4 &&
+                     text.find_first_not_of("01234567") == std::string::npos;
+  if (!octal) {
+    return FieldError("umask", "must be octal digits as umask prints them, in quotes (\"0022\", \"0077\"), got {}",
+                      u.dump());
+  }
+  const int v = std::stoi(text, nullptr, 8);
+  if (v > 0777) return FieldError("umask", "must be at most 0777, got {}", text);
+  return v;
+}
+
 // A batch script (JobSpec::script): what its first line and bytes must be, as sbatch checks.
 static Result<void> CheckBatchScript(const std::string& script) {
   if (!script.starts_with("#!")) {
@@ -362,6 +377,7 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
   s.env = COHORT_TRY(r.StringMap("env"));
   s.workdir = COHORT_TRY(r.String("workdir", ""));
   s.script = COHORT_TRY(r.String("script", "", kMaxScriptBytes));
+  if (const json* u = r.Raw("umask")) s.umask = COHORT_TRY(ParseUmask(*u));
   s.output = COHORT_TRY(r.String("output", ""));
   s.error = COHORT_TRY(r.String("error", ""));
   s.open_mode = COHORT_TRY(r.String("open_mode", ""));

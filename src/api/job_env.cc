@@ -85,6 +85,7 @@ std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAll
   set_if("COHORT_CHECKPOINT_DIR", options.checkpoint_dir);
   set_if("COHORT_CA", options.ca_pem);
   set_if("COHORT_JOB_TOKEN", options.job_token);
+  if (job.spec.umask >= 0) set("COHORT_UMASK", fmt::format("{:04o}", job.spec.umask));
   if (job.spec.is_allocation() && job.id > 0) {
     // What `cohort alloc`'s shell has, for a batch script and for the steps it runs, under
     // Slurm's names too (sbatch's): scripts that read them move over unchanged.

@@ -40,7 +40,8 @@ TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view
 // MASTER_ADDR/MASTER_PORT (the allocation's), COHORT_ATTEMPT and
 // TORCHELASTIC_RESTART_COUNT, COHORT_NUM_NODES (the allocation's node count),
 // CUDA_VISIBLE_DEVICES, the URLs of `options`, COHORT_CA (with a TLS head) and
-// COHORT_JOB_TOKEN. An array element gets COHORT_ARRAY_JOB_ID and COHORT_ARRAY_TASK_ID
+// COHORT_JOB_TOKEN, and COHORT_UMASK (the spec's umask, when set; agent/task_umask.h).
+// An array element gets COHORT_ARRAY_JOB_ID and COHORT_ARRAY_TASK_ID
 // and, from options.array, COHORT_ARRAY_TASK_COUNT, _MIN, _MAX and _STEP (the indices'
 // common step, 1 when they have none), each also as SLURM_ARRAY_*. A job with an id (> 0) also gets
 // COHORT_JOB_ID and COHORT_JOB_NAME; a named node, COHORT_NODE; `cohort run` passes

@@ -81,6 +81,11 @@ struct JobSpec {
   std::string output;
   std::string error;
   std::string open_mode;
+  // The file-mode creation mask of the job's processes (its tasks, the output files'
+  // copier, exec sessions and steps), as Slurm's SLURM_UMASK: the submitter's umask, which
+  // `cohort submit` sends (COHORT_UMASK in the tasks' environment). -1: not given (the
+  // agent's own). On the wire as the octal text umask prints ("0027"), only when set.
+  int umask = -1;
   int nodes = 1;                           // gang size in nodes
   // Elastic jobs: 1..nodes. When `nodes` cannot be placed, the gang may start (or restart
   // after a failure) on as few as min_nodes nodes; WORLD_SIZE and COHORT_NUM_NODES tell

@@ -165,6 +165,7 @@ struct SubmitDefaults {
   std::string user;     // $USER
   std::map<std::string, std::string> environment;  // for "--env KEY" without a value
   int64_t now_ms = 0;  // what --begin counts from (now+1h, 16:00); 0: the clock's now
+  int umask = -1;      // this process's umask, sent as the spec's (Slurm's SLURM_UMASK); -1: none
 };
 
 // Parses a time limit into seconds: "3600" (seconds), "90s", "15m", "2h", "1d",

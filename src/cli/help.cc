@@ -53,6 +53,8 @@ MASTER_ADDR MASTER_PORT CUDA_VISIBLE_DEVICES COHORT_JOB_ID COHORT_JOB_NAME
 COHORT_ATTEMPT TORCHELASTIC_RESTART_COUNT COHORT_NODE COHORT_NUM_NODES COHORT_HEAD
 COHORT_RENDEZVOUS COHORT_REPORT COHORT_CHECKPOINT_DIR COHORT_JOB_TOKEN (and COHORT_CA
 with TLS), plus the spec's env (--env KEY=VALUE). A job spec may not set these.
+COHORT_UMASK is the umask of the shell that submitted (the spec's umask, as Slurm's
+SLURM_UMASK): the task, its output files and exec sessions into it create files with it.
 An array's element also gets COHORT_ARRAY_JOB_ID, COHORT_ARRAY_TASK_ID and the array's
 COHORT_ARRAY_TASK_COUNT, _MIN, _MAX and _STEP (and Slurm's SLURM_ARRAY_JOB_ID,
 SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT, ...); a sweep's element its values as

@@ -6,6 +6,7 @@
 // --wait polls the job until it ends and exits 0 only if it SUCCEEDED; --dry-run prints
 // the checked spec instead of submitting it.
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -243,6 +244,9 @@ SubmitDefaults CurrentDefaults() {
     d.user = pw->pw_name;
   }
   d.environment = CurrentEnvironment();
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  d.umask = static_cast<int>(mask);
   return d;
 }
 
@@ -503,6 +507,8 @@ Result<json> MergeSubmitFlags(json base, const SubmitFlags& flags, const SubmitD
   if (!flags.command.empty()) base["command"] = flags.command;
   auto missing = [&](const char* key) { return !base.contains(key) || base[key].is_null(); };
   if (missing("workdir") && !defaults.workdir.empty()) base["workdir"] = defaults.workdir;
+  // The tasks create files as this shell would (sbatch sends SLURM_UMASK the same way).
+  if (missing("umask") && defaults.umask >= 0) base["umask"] = fmt::format("{:04o}", defaults.umask);
   if (missing("user") && !defaults.user.empty()) base["user"] = defaults.user;
   return base;
 }

@@ -197,6 +197,26 @@ TEST_F(TaskShimTest, OutputFilesAreAppendedToUnlessTruncated) {
 // stderr that goes to the output file (no --error, or --error naming the output file)
 // keeps the order the task wrote in, as a shell's `>f 2>&1` does: the lines are never
 // regrouped by stream, in the file or in the log.
+// COHORT_UMASK (the submitter's umask, api::JobSpec::umask) is the task's and the output
+// copier's: their files are made with it, whatever the agent's own umask is.
+TEST_F(TaskShimTest, TheTaskAndItsOutputFilesTakeTheJobsUmask) {
+  const std::string out = tmp_.Sub("umask.out");
+  const std::string made = tmp_.Sub("made.txt");
+  const mode_t agents = umask(022);
+  setenv("COHORT_UMASK", "0077", 1);
+  auto shim = StartShim({"sh", "-c", "umask; touch " + made}, 5000, true, {"--output", out});
+  unsetenv("COHORT_UMASK");
+  umask(agents);
+  ASSERT_TRUE(shim) << shim.error().ToString();
+  ASSERT_TRUE(shim->Wait());
+  EXPECT_EQ(ReadFile(out), "0077\n");
+  struct stat st {};
+  ASSERT_EQ(stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(made.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
 TEST_F(TaskShimTest, StdoutAndStderrIntoOneFileKeepTheirOrder) {
   const std::string script = "i=0; while [ $i -lt 300 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done";
   std::string want;

@@ -60,6 +60,26 @@ TEST(TaskEnvironmentTest, ClusterTaskGetsTheWholeContract) {
                       {"COHORT_CHECKPOINT_DIR", "/ckpt/job-12"}}));
 }
 
+// The submitter's umask reaches the tasks (Slurm's SLURM_UMASK), as octal text; an
+// allocation's tasks (a batch script, steps) also get cohort alloc's Slurm variables.
+TEST(TaskEnvironmentTest, TheUmaskAndAnAllocationsSlurmVariables) {
+  Job job = TwoNodeJob();
+  job.spec.umask = 027;
+  const NodeAllocation& na = job.allocation.nodes[0];
+  Env env = TaskEnvironment(job, na, na.tasks[0], ClusterTaskEnvOptions("http://head:8470", "t", "/ckpt", job.id));
+  EXPECT_EQ(env.at("COHORT_UMASK"), "0027");
+  EXPECT_FALSE(env.contains("SLURM_JOB_ID")) << "a batch job's tasks keep cohort's names only";
+  job.spec.allocation = true;
+  job.spec.umask = -1;
+  env = TaskEnvironment(job, na, na.tasks[0], ClusterTaskEnvOptions("http://head:8470", "t", "/ckpt", job.id));
+  EXPECT_FALSE(env.contains("COHORT_UMASK"));
+  EXPECT_EQ(env.at("SLURM_JOB_ID"), "12");
+  EXPECT_EQ(env.at("SLURM_JOB_NODELIST"), "n1,n2");
+  EXPECT_EQ(env.at("COHORT_NODELIST"), "n1,n2");
+  EXPECT_EQ(env.at("SLURM_NNODES"), "2");
+  EXPECT_EQ(env.at("SLURM_JOB_NAME"), "train");
+}
+
 TEST(TaskEnvironmentTest, ElasticJobPlacedSmallCountsItsAllocation) {
   Job job = TwoNodeJob();
   job.spec.min_nodes = 1;

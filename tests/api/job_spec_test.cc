@@ -114,6 +114,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"gpu_per_node": 1})", "gpu_per_node", "did you mean 'gpus_per_node'"},
         BadCase{R"({"colour": 1})", "colour", "unknown field 'colour'"}));
 
+// umask travels as the octal text umask prints, only when set; anything else names it.
+TEST(JobSpec, UmaskIsTheOctalTextUmaskPrints) {
+  auto s = JobSpecFromJson(json{{"command", {"true"}}, {"umask", "0027"}});
+  ASSERT_TRUE(s.has_value()) << s.error().message;
+  EXPECT_EQ(s->umask, 027);
+  EXPECT_EQ(ToJson(*s)["umask"], "0027");
+  EXPECT_EQ(JobSpecFromJson(json{{"command", {"true"}}, {"umask", "7"}})->umask, 07);
+  EXPECT_FALSE(ToJson(JobSpecFromJson(json{{"command", {"true"}}}).value()).contains("umask"));
+  for (const json& bad : {json("0028"), json("01777"), json(""), json("u=rwx"), json(18), json("00777")}) {
+    auto r = JobSpecFromJson(json{{"command", {"true"}}, {"umask", bad}});
+    ASSERT_FALSE(r.has_value()) << bad.dump();
+    EXPECT_EQ(r.error().field, "umask") << r.error().message;
+  }
+}
+
 TEST(JobSpec, TensorGroupsMustFitInsideANode) {
   json ok = Valid();
   ok["tasks_per_node"] = 8;

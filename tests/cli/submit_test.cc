@@ -1,6 +1,7 @@
 // Submit's pure parts: time limits, --env, merging flags over a spec file, and the
 // command line itself (through --dry-run, which prints the spec and sends nothing).
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -574,6 +575,20 @@ TEST_F(SubmitCommandTest, AnSbatchScriptWhereASpecGoesSaysHowToSubmitIt) {
   auto no_directives = RunCommand({"submit", plain});
   EXPECT_EQ(no_directives.rc, 2);
   EXPECT_THAT(no_directives.err, HasSubstr("with cohort batch " + plain + " (sbatch: it runs once"));
+}
+
+// The submitting shell's umask goes with the job (as sbatch's SLURM_UMASK); a spec file's
+// own umask wins.
+TEST_F(SubmitCommandTest, TheShellsUmaskGoesWithTheJob) {
+  const mode_t before = umask(027);
+  auto r = RunCommand({"submit", "--dry-run", "--", "true"});
+  const std::string file = Write("job.yaml", "command: [\"true\"]\numask: \"0002\"\n");
+  auto from_file = RunCommand({"submit", "--dry-run", file});
+  umask(before);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["umask"], "0027");
+  ASSERT_EQ(from_file.rc, 0) << from_file.err;
+  EXPECT_EQ(json::parse(from_file.out)["umask"], "0002");
 }
 
 // cohort batch (sbatch): the #SBATCH lines down to the first command are its flags, split

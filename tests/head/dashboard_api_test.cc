@@ -351,7 +351,7 @@ TEST_F(DashboardTest, HidesABatchScriptFromOtherUsers) {
   ASSERT_TRUE(job.has_value()) << job.error().message;
   const std::string id = std::to_string(job->id);
   const std::string bob = MakeToken("bob", "user");
-  for (const std::string path : {"/v1/jobs/" + id, std::string("/v1/jobs?state=all"), std::string("/v1/dashboard")}) {
+  for (const std::string& path : {"/v1/jobs/" + id, std::string("/v1/jobs?state=all"), std::string("/v1/dashboard")}) {
     auto res = Send("GET", path, bob);
     ASSERT_TRUE(res);
     ASSERT_EQ(res->status, 200) << path << ": " << res->body;
