@@ -107,7 +107,7 @@ void SendJobList(httplib::Response& res, Cluster& cluster, const JobFilter& filt
 // Another user's job as a caller who is neither its owner nor an admin may see it: the
 // values of its environment (where secrets go) are hidden, the names kept, and so is its
 // batch script.
-void HideEnvUnlessOwner(json& job, const Caller& caller) {
+void HideSecretsUnlessOwner(json& job, const Caller& caller) {
   const int64_t id = job.contains("id") && job["id"].is_number_integer() ? job["id"].get<int64_t>() : 0;
   if (caller.MayActOn(id, job.contains("spec") ? job["spec"].value("user", "") : "")) return;
   auto spec = job.find("spec");
@@ -226,7 +226,7 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
       api::JobStatus view = JobStatusAt(j, now, u != usage.end() ? &u->second : nullptr);
       if (j.state == api::JobState::kRunning) view.progress_eta = cluster.progress().Eta(j.id, j.attempt);
       json status = api::ToJson(view);
-      HideEnvUnlessOwner(status, caller);
+      HideSecretsUnlessOwner(status, caller);
       jobs.push_back(Project(std::move(status), page->fields, "id"));
     }
     out["jobs"] = std::move(jobs);
@@ -250,7 +250,7 @@ void RegisterJobRoutes(Router& router, Cluster& cluster) {
         // Which ones failed, as an index set: what to run again.
         if (std::string failed = cluster.FailedArrayIndices(j.id); !failed.empty()) out["array_failed"] = failed;
       }
-      HideEnvUnlessOwner(out, caller);
+      HideSecretsUnlessOwner(out, caller);
       return out;
     });
   }, JobScope::kOwnJob);
