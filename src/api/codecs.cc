@@ -14,6 +14,7 @@
 #include "api/container_spec.h"
 #include "api/job_array.h"
 #include "api/job_dependency.h"
+#include "api/job_name.h"
 #include "api/output_pattern.h"
 #include "api/sweep.h"
 #include "common/clock.h"
@@ -485,15 +486,19 @@ static Result<JobSpec> DecodeJobSpec(const json& j) {
   COHORT_TRY_VOID(r.Finish());
   if (s.name.empty() && s.allocation) s.name = s.script.empty() ? "allocation" : "sbatch";
   if (s.name.empty() && !s.command.empty()) {
-    std::string base = s.command[0].substr(s.command[0].find_last_of('/') + 1);
-    for (char& c : base) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
-    }
-    s.name = base.substr(0, 128);
+    s.name = JobNameFromPath(s.command[0]);
     if (s.name.empty()) s.name = "job";
   }
   COHORT_TRY_VOID(ValidateJobSpec(s));
   return s;
+}
+
+std::string JobNameFromPath(std::string_view path) {
+  std::string base(path.substr(path.find_last_of('/') + 1));
+  for (char& c : base) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  return base.substr(0, 128);
 }
 
 Result<JobSpec> JobSpecFromJson(const json& j) {

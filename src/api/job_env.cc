@@ -87,19 +87,23 @@ std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAll
   set_if("COHORT_JOB_TOKEN", options.job_token);
   if (job.spec.umask >= 0) set("COHORT_UMASK", fmt::format("{:04o}", job.spec.umask));
   if (job.spec.is_allocation() && job.id > 0) {
-    // What `cohort alloc`'s shell has, for a batch script and for the steps it runs, under
-    // Slurm's names too (sbatch's): scripts that read them move over unchanged.
-    std::string nodes;
-    for (const auto& na : job.allocation.nodes) nodes += (nodes.empty() ? "" : ",") + na.node;
-    set("COHORT_NODELIST", nodes);
-    set("SLURM_JOB_NODELIST", nodes);
-    set("SLURM_JOB_ID", std::to_string(job.id));
-    set("SLURM_JOBID", std::to_string(job.id));
-    set("SLURM_NNODES", std::to_string(job.allocation.nodes.size()));
+    // What `cohort alloc`'s shell has, for a batch script and for the steps it runs, and
+    // sbatch's name and directory: scripts that read them move over unchanged.
+    for (auto& [name, value] : AllocationVariables(job)) set(name, std::move(value));
     set("SLURM_JOB_NAME", job.spec.name);
     if (!job.spec.workdir.empty()) set("SLURM_SUBMIT_DIR", job.spec.workdir);
   }
   return env;
+}
+
+std::map<std::string, std::string> AllocationVariables(const Job& job) {
+  std::string nodes;
+  for (const auto& na : job.allocation.nodes) nodes += (nodes.empty() ? "" : ",") + na.node;
+  const std::string id = std::to_string(job.id);
+  const std::string count = std::to_string(job.allocation.nodes.size());
+  return {{"COHORT_JOB_ID", id},      {"SLURM_JOB_ID", id},          {"SLURM_JOBID", id},
+          {"COHORT_NODELIST", nodes}, {"SLURM_JOB_NODELIST", nodes}, {"COHORT_NUM_NODES", count},
+          {"SLURM_NNODES", count}};
 }
 
 }  // namespace cohort::api

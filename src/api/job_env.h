@@ -59,6 +59,11 @@ TaskEnvOptions ClusterTaskEnvOptions(std::string_view head_url, std::string_view
 std::map<std::string, std::string> TaskEnvironment(const Job& job, const NodeAllocation& node,
                                                    const TaskPlacement& task, const TaskEnvOptions& options);
 
+// An allocation's variables (`cohort alloc`'s shell, and in TaskEnvironment its tasks'):
+// COHORT_JOB_ID, SLURM_JOB_ID, SLURM_JOBID, COHORT_NODELIST and SLURM_JOB_NODELIST (its
+// nodes, comma separated), COHORT_NUM_NODES and SLURM_NNODES.
+std::map<std::string, std::string> AllocationVariables(const Job& job);
+
 // What a batch script's own environment (JobSpec::script) lacks of its task's: RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK and GROUP_RANK. The script is not one
 // of the ranks (as sbatch's batch step is not an srun task): a program it starts directly

@@ -25,6 +25,7 @@
 #include <thread>
 #include <variant>
 
+#include "api/job_env.h"
 #include "cli/client.h"
 #include "cli/suggest.h"
 #include "cli/table.h"
@@ -52,12 +53,6 @@ int PollReleaseSignal(Millis timeout) {
   timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>((timeout.count() % 1000) * 1'000'000)};
   const int sig = sigtimedwait(&set, nullptr, &ts);
   return sig > 0 ? sig : 0;
-}
-
-std::string NodeList(const api::Job& job) {
-  std::vector<std::string> names;
-  for (const auto& n : job.allocation.nodes) names.push_back(n.node);
-  return Join(names, ",");
 }
 
 // Ends the allocation for its holder; a failure is reported but does not change alloc's
@@ -150,7 +145,8 @@ int RunAlloc(const SubmitFlags& flags, const std::vector<std::string>& command, 
   auto waited = WaitUntilRunning(head, std::move(*submitted));
   if (const int* rc = std::get_if<int>(&waited)) return *rc;
   const api::Job job = std::get<api::Job>(std::move(waited));
-  const std::string nodes = NodeList(job);
+  std::map<std::string, std::string> variables = api::AllocationVariables(job);
+  const std::string nodes = variables.at("COHORT_NODELIST");
   std::fprintf(stderr, "cohort alloc: granted allocation %lld on %s\n", static_cast<long long>(job.id), nodes.c_str());
 
   SpawnOptions so;
@@ -161,11 +157,8 @@ int RunAlloc(const SubmitFlags& flags, const std::vector<std::string>& command, 
   } else {
     so.argv = command;
   }
-  const std::string id = std::to_string(job.id);
-  const std::string count = std::to_string(job.allocation.nodes.size());
-  so.env = {{"COHORT_JOB_ID", id},          {"SLURM_JOB_ID", id},          {"SLURM_JOBID", id},
-            {"COHORT_NODELIST", nodes},     {"SLURM_JOB_NODELIST", nodes}, {"COHORT_NUM_NODES", count},
-            {"SLURM_NNODES", count},        {"COHORT_HEAD", ResolveHeadUrl(global)}};
+  so.env = std::move(variables);
+  so.env["COHORT_HEAD"] = ResolveHeadUrl(global);
   if (!global.context.empty()) so.env["COHORT_CONTEXT"] = global.context;
   so.inherit_stdin = true;       // the shell reads the terminal (or whatever alloc's stdin is)
   so.new_process_group = false;  // an interactive shell stays in the terminal's foreground group

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "api/job_name.h"
 #include "cli/cli.h"
 #include "cli/suggest.h"
 
@@ -51,16 +52,11 @@ Result<std::vector<std::string>> SplitWords(std::string_view text, int line) {
   return words;
 }
 
-// The script's name as a job name (sbatch names a job after its script): its file name,
-// less what a name may not hold.
+// The script's name as a job name (sbatch names a job after its script; "sbatch" for one
+// read from stdin).
 std::string JobNameOf(const std::string& source) {
-  if (source == "<stdin>") return "sbatch";
-  std::string base = source.substr(source.find_last_of('/') + 1);
-  for (char& c : base) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
-  }
-  base = base.substr(0, 128);
-  return base.empty() ? "sbatch" : base;
+  std::string name = source == "<stdin>" ? "" : api::JobNameFromPath(source);
+  return name.empty() ? "sbatch" : name;
 }
 
 // `word`, a flag `app` does not have: what cohort has instead where Slurm has it, else the

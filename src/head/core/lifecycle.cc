@@ -360,9 +360,8 @@ std::vector<api::TaskLaunch> DesiredTasks(const ClusterState& s, const Context& 
           // A batch script's first task runs it (with `command` as its arguments); an
           // allocation's other tasks hold their resources for its steps.
           const bool runs_script = job.spec.is_batch_script() && t.rank == 0;
-          l.command = job.spec.command;
           l.hold = job.spec.is_allocation() && !runs_script;
-          if (l.hold) l.command.clear();
+          if (!l.hold) l.command = job.spec.command;
           if (runs_script) l.script = job.spec.script;
           api::TaskEnvOptions options = api::ClusterTaskEnvOptions(
               ctx.head_url, ctx.rendezvous_token(job.id, job.attempt), ctx.checkpoint_root, job.id, ctx.ca_pem);
